@@ -1,0 +1,192 @@
+// Package api holds the wire types of Lizard's HTTP API v1, as described in
+// openapi.yaml beside this file. The server, the agent and the Go client all
+// speak these types, and a test keeps them in step with the OpenAPI document.
+//
+// Sandbox-scoped operations (execute, contexts, process, files) are served by
+// the agent inside each sandbox under the same paths without the
+// "/v1/sandboxes/{id}" prefix; the server authenticates the caller and proxies
+// them through unchanged.
+package api
+
+import "time"
+
+// AgentPort is the TCP port the agent listens on inside every sandbox.
+const AgentPort = 49983
+
+// Error is the body of every non-2xx response.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error codes, one per HTTP status; clients map them back to typed errors.
+const (
+	CodeInvalidArgument = "invalid_argument" // 400
+	CodeUnauthenticated = "unauthenticated"  // 401
+	CodeNotFound        = "not_found"        // 404
+	CodeConflict        = "conflict"         // 409
+	CodeGone            = "gone"             // 410
+	CodeTooLarge        = "too_large"        // 413
+	CodeRateLimited     = "rate_limited"     // 429
+	CodeInternal        = "internal"         // 500
+	CodeUnavailable     = "unavailable"      // 503
+)
+
+// Sandbox states.
+const (
+	StateStarting = "starting"
+	StateRunning  = "running"
+	StatePaused   = "paused"
+	StateKilled   = "killed"
+	StateExpired  = "expired"
+	StateFailed   = "failed"
+)
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	Template string `json:"template,omitempty"` // default "interpreter"
+	// TimeoutMs bounds the sandbox's life; nil means the default (300000),
+	// 0 means it never expires.
+	TimeoutMs   *int64            `json:"timeoutMs,omitempty"`
+	Envs        map[string]string `json:"envs,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	LizardToken bool              `json:"lizardToken,omitempty"`
+}
+
+// Sandbox is what the API tells about one sandbox. Envs are never returned:
+// they may hold secrets.
+type Sandbox struct {
+	SandboxID string            `json:"sandboxId"`
+	ProjectID string            `json:"projectId"`
+	Template  string            `json:"template"`
+	State     string            `json:"state"`
+	TimeoutMs int64             `json:"timeoutMs"`
+	Metadata  map[string]string `json:"metadata"`
+	CreatedAt time.Time         `json:"createdAt"`
+	// ExpiresAt is absent when the sandbox never expires.
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+	// EndedAt is set once the sandbox has been killed, expired or failed.
+	EndedAt *time.Time `json:"endedAt,omitempty"`
+}
+
+// SandboxList is the body of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout. The new
+// deadline counts from now; 0 means never.
+type SetTimeoutRequest struct {
+	TimeoutMs *int64 `json:"timeoutMs"`
+}
+
+// Health is the body of GET /v1/health (server) and GET /health (agent).
+type Health struct {
+	Status  string `json:"status"`
+	Version string `json:"version,omitempty"`
+}
+
+// ExecuteRequest is the body of POST /execute. The response is a stream of
+// ExecuteEvent, one JSON object per line (application/x-ndjson), ending with
+// an event of type "end".
+type ExecuteRequest struct {
+	Code      string            `json:"code"`
+	Language  string            `json:"language,omitempty"`  // python (default), javascript, bash
+	ContextID string            `json:"contextId,omitempty"` // default: the language's default context
+	TimeoutMs *int64            `json:"timeoutMs,omitempty"` // default 60000; 0 = no limit
+	Envs      map[string]string `json:"envs,omitempty"`      // for this call only
+}
+
+// Execute event types.
+const (
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+	EventResult = "result"
+	EventError  = "error"
+	EventEnd    = "end"
+)
+
+// ExecuteEvent is one line of an /execute stream.
+type ExecuteEvent struct {
+	Type           string          `json:"type"`
+	Text           string          `json:"text,omitempty"`   // stdout, stderr
+	Result         *Result         `json:"result,omitempty"` // result
+	Error          *ExecutionError `json:"error,omitempty"`  // error
+	ExecutionCount int             `json:"executionCount,omitempty"`
+}
+
+// Result types.
+const (
+	ResultTypeResult  = "result"  // Jupyter execute_result: the last expression's value
+	ResultTypeDisplay = "display" // Jupyter display_data, such as plt.show()
+)
+
+// Result is one output of a run with exactly one MIME type, the richest the
+// output offered. Images are base64.
+type Result struct {
+	Type string `json:"type"`
+	Mime string `json:"mime"`
+	Data string `json:"data"`
+}
+
+// ExecutionError is an error raised by the code, not by the request.
+type ExecutionError struct {
+	Name      string `json:"name"`
+	Message   string `json:"message"`
+	Traceback string `json:"traceback"`
+}
+
+// CreateContextRequest is the body of POST /contexts.
+type CreateContextRequest struct {
+	Language string `json:"language,omitempty"` // default python
+	Cwd      string `json:"cwd,omitempty"`      // default the sandbox user's home
+}
+
+// Context is one execution context: its own kernel, variables and working
+// directory.
+type Context struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+// ContextList is the body of GET /contexts.
+type ContextList struct {
+	Contexts []Context `json:"contexts"`
+}
+
+// ProcessRequest is the body of POST /process. Exactly one of Cmd (run by
+// bash -c) and Args (run as is) is set. The response is a stream of
+// ProcessEvent lines ending with one of type "end".
+type ProcessRequest struct {
+	Cmd       string            `json:"cmd,omitempty"`
+	Args      []string          `json:"args,omitempty"`
+	Cwd       string            `json:"cwd,omitempty"`
+	Envs      map[string]string `json:"envs,omitempty"`
+	TimeoutMs *int64            `json:"timeoutMs,omitempty"` // default none
+	Stdin     string            `json:"stdin,omitempty"`
+}
+
+// ProcessEvent is one line of a /process stream. An "end" event carries the
+// exit code, and Error when the process could not start or timed out.
+type ProcessEvent struct {
+	Type     string `json:"type"` // stdout, stderr, end
+	Text     string `json:"text,omitempty"`
+	ExitCode *int   `json:"exitCode,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// EntryInfo describes one file or directory in a sandbox.
+type EntryInfo struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path"`
+	Type    string    `json:"type"` // file, dir, symlink, other
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"`
+	ModTime time.Time `json:"modTime"`
+}
+
+// EntryList is the body of GET /files/list.
+type EntryList struct {
+	Entries []EntryInfo `json:"entries"`
+}

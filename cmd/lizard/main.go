@@ -1,0 +1,21 @@
+// Command lizard is the Lizard server (`lizard serve`) and its command-line client.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/lizard-build/lizard/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "lizard:", err)
+		os.Exit(cli.ExitCode(err))
+	}
+}

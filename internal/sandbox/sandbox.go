@@ -1,0 +1,92 @@
+// Package sandbox defines what a sandbox runtime backend must do and the
+// errors it reports. Backends live in subpackages (gvisor, and firecracker on
+// KVM hosts); sandboxtest holds the conformance suite every backend runs.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+)
+
+var (
+	// ErrNotFound means the runtime knows no sandbox with that ID.
+	ErrNotFound = errors.New("sandbox not found")
+	// ErrExists means a sandbox with that ID is already present.
+	ErrExists = errors.New("sandbox already exists")
+	// ErrNotRunning means the sandbox exists but is not running.
+	ErrNotRunning = errors.New("sandbox not running")
+	// ErrImage means a checkpoint image is missing or unreadable.
+	ErrImage = errors.New("checkpoint image unusable")
+)
+
+// Network is the link a sandbox is reached over: a point-to-point pair of
+// addresses taken from the server's pool. The host side gets HostAddr, the
+// sandbox gets GuestAddr; the agent listens on GuestAddr.
+type Network struct {
+	HostAddr  netip.Addr
+	GuestAddr netip.Addr
+	PrefixLen int // of the link, e.g. 30
+}
+
+// Mount is a host file or directory made visible inside the sandbox.
+type Mount struct {
+	Source   string // host path
+	Target   string // path inside the sandbox
+	ReadOnly bool
+}
+
+// Limits bound what one sandbox may use. Zero means the backend default.
+type Limits struct {
+	MemoryBytes int64
+	Pids        int64
+	DiskBytes   int64 // writable layer
+	CPUs        float64
+}
+
+// Spec says how to start one sandbox.
+type Spec struct {
+	ID     string // unique, [a-z0-9-], at most 40 characters
+	RootFS string // read-only template root filesystem; writes go to a per-sandbox layer
+	// Args is the first process, normally the agent. Env is its environment.
+	Args    []string
+	Env     []string
+	Mounts  []Mount
+	Network Network
+	Limits  Limits
+}
+
+// State is what the runtime reports about a sandbox.
+type State string
+
+const (
+	Running State = "running"
+	Stopped State = "stopped" // exists but its processes have ended
+)
+
+// Runtime runs sandboxes on this machine. Implementations must be safe for
+// concurrent use, and every method that removes a sandbox must remove all of
+// it (processes, network namespace and links, writable layer, cgroups) even
+// if the sandbox was half made or has already died.
+type Runtime interface {
+	// Name identifies the backend, e.g. "gvisor".
+	Name() string
+	// Create boots a new sandbox from spec and returns once its first process
+	// has started. On error nothing is left behind.
+	Create(ctx context.Context, spec Spec) error
+	// Checkpoint saves the sandbox's memory, processes and writable layer to
+	// imageDir. With leaveRunning false the sandbox is stopped and removed
+	// afterwards (its Spec's network is released); with true it keeps running.
+	Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error
+	// Restore starts a new sandbox from a checkpoint image; spec.ID and
+	// spec.Network may differ from the checkpointed sandbox's (fork).
+	Restore(ctx context.Context, spec Spec, imageDir string) error
+	// State reports whether the sandbox is running; ErrNotFound if unknown.
+	State(ctx context.Context, id string) (State, error)
+	// Kill ends the sandbox and removes everything it had. Killing an
+	// unknown sandbox is not an error, so cleanup can always be retried.
+	Kill(ctx context.Context, id string) error
+	// List returns the IDs of every sandbox the runtime has on this machine,
+	// including ones left by an earlier server process.
+	List(ctx context.Context) ([]string, error)
+}
