@@ -29,6 +29,7 @@ const (
 	CodeTooLarge        = "too_large"        // 413
 	CodeRateLimited     = "rate_limited"     // 429
 	CodeInternal        = "internal"         // 500
+	CodeBadGateway      = "bad_gateway"      // 502: the sandbox's agent did not answer
 	CodeUnavailable     = "unavailable"      // 503
 )
 
