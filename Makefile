@@ -1,0 +1,74 @@
+# Lizard — run `make help` for the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# The gVisor release runsc is built from. Bumping it rebuilds bin/runsc.
+GVISOR_VERSION := v0.0.0-20260905035102-160fafc42237
+LISTEN   ?= 127.0.0.1:8080
+DATA_DIR ?= data
+CACHE_DIR ?= /var/cache/lizard
+TESTVENV := .cache/testvenv
+GO_TEST_FLAGS ?= -timeout 45m
+
+export CGO_ENABLED := 0
+
+.PHONY: help deps build runsc template serve test test-go test-python test-typescript testvenv bench clean
+
+help: ## List the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+deps: ## Install the system packages Lizard needs (debootstrap, iptables) if missing
+	@missing=""; for p in debootstrap iptables iproute2; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
+
+build: bin/lizard bin/lizard-agent runsc ## Build bin/lizard, bin/lizard-agent and bin/runsc
+
+bin/lizard: FORCE
+	go build -trimpath -o $@ ./cmd/lizard
+
+bin/lizard-agent: FORCE
+	go build -trimpath -o $@ ./cmd/lizard-agent
+
+# runsc must be static: a cgo build fails at start (see docs/architecture.md).
+runsc: ## Build the pinned static runsc into bin/runsc (skipped when up to date)
+	@if [ "$$(cat bin/.runsc-version 2>/dev/null)" != "$(GVISOR_VERSION)" ] || [ ! -x bin/runsc ]; then \
+		echo "building runsc $(GVISOR_VERSION) (about 2 minutes the first time)"; \
+		mkdir -p bin && GOBIN=$(CURDIR)/bin go install gvisor.dev/gvisor/runsc@$(GVISOR_VERSION) && \
+		echo "$(GVISOR_VERSION)" > bin/.runsc-version; \
+	fi
+
+template: deps build ## Build (or find cached) the interpreter template, with progress
+	bin/lizard template build --cache-dir $(CACHE_DIR) interpreter
+
+serve: deps build ## Start the service on $(LISTEN) with data in $(DATA_DIR) (builds the template on first start)
+	bin/lizard serve --listen $(LISTEN) --data-dir $(DATA_DIR) --cache-dir $(CACHE_DIR)
+
+testvenv: $(TESTVENV)/.ok ## Python venv for tests: ipykernel for the kernel tests, the SDK with its test extras
+
+$(TESTVENV)/.ok: sdk/python/pyproject.toml test/requirements.txt
+	python3 -m venv $(TESTVENV)
+	$(TESTVENV)/bin/pip install -q -r test/requirements.txt -e './sdk/python[test]'
+	touch $@
+
+test: deps build template testvenv ## Run every test: Go (unit, runtime conformance, end to end), Python SDK, TypeScript SDK
+	$(MAKE) test-go test-python test-typescript
+
+test-go: ## Go tests (needs root, bin/, the template and the test venv)
+	LIZARD_TEST_STRICT=1 LIZARD_TEST_PYTHON=$(CURDIR)/$(TESTVENV)/bin/python LIZARD_CACHE_DIR=$(CACHE_DIR) \
+		go test $(GO_TEST_FLAGS) ./...
+
+test-python: ## Python SDK tests, unit and end to end against a real lizard serve
+	cd sdk/python && LIZARD_TEST_STRICT=1 LIZARD_CACHE_DIR=$(CACHE_DIR) ../../$(TESTVENV)/bin/python -m pytest -q
+
+test-typescript: ## TypeScript SDK tests, unit and end to end against a real lizard serve
+	cd sdk/typescript && npm ci --no-audit --no-fund && npm run build && npm test && \
+		LIZARD_TEST_STRICT=1 LIZARD_CACHE_DIR=$(CACHE_DIR) npm run test:e2e
+
+bench: deps build template testvenv ## Benchmarks: Lizard beside raw runsc and direct Jupyter baselines
+	LIZARD_TEST_PYTHON=$(CURDIR)/$(TESTVENV)/bin/python LIZARD_CACHE_DIR=$(CACHE_DIR) \
+		go run ./bench
+
+clean: ## Remove build outputs (not the template cache)
+	rm -rf bin .cache
+
+FORCE:

@@ -1,0 +1,179 @@
+// Package e2e tests Lizard end to end: the real `lizard serve` binary with
+// real gVisor sandboxes, driven through the public Go client. The tests need
+// root, `make build` and the template; `make test` provides all three.
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/client"
+	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/testenv"
+)
+
+// poolCounter hands each server in this test binary its own address pool,
+// so servers started side by side never share an address.
+var (
+	poolMu   sync.Mutex
+	poolNext = 0
+)
+
+func nextPool() string {
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	p := fmt.Sprintf("169.254.%d.0/22", 200+4*poolNext)
+	poolNext++
+	return p
+}
+
+// server is one running `lizard serve` process.
+type server struct {
+	t       *testing.T
+	bin     string
+	dataDir string
+	pool    string
+	url     string
+	listen  string
+	cmd     *exec.Cmd
+	log     *bytes.Buffer
+	done    chan struct{}
+}
+
+func cacheDir() string {
+	if d := os.Getenv("LIZARD_CACHE_DIR"); d != "" {
+		return d
+	}
+	return template.DefaultCacheDir
+}
+
+// startServer starts `lizard serve` on a free loopback port with a fresh
+// data directory and returns once /v1/health answers. The server and every
+// sandbox it still has are ended when the test finishes.
+func startServer(t *testing.T) *server {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	s := &server{t: t, bin: testenv.Binary(t, "lizard"), dataDir: t.TempDir(), pool: nextPool()}
+	testenv.Binary(t, "lizard-agent")
+	testenv.Binary(t, "runsc")
+	s.listen = freeAddr(t)
+	s.url = "http://" + s.listen
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func (s *server) start() {
+	t := s.t
+	t.Helper()
+	s.log = &bytes.Buffer{}
+	s.cmd = exec.Command(s.bin, "serve", "--listen", s.listen, "--data-dir", s.dataDir,
+		"--cache-dir", cacheDir(), "--address-pool", s.pool)
+	s.cmd.Stdout = &lockedWriter{w: s.log}
+	s.cmd.Stderr = s.cmd.Stdout
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("starting lizard serve: %v", err)
+	}
+	s.done = make(chan struct{})
+	go func() { s.cmd.Wait(); close(s.done) }()
+	deadline := time.Now().Add(10 * time.Minute) // the first start may build the template
+	for {
+		resp, err := http.Get(s.url + "/v1/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-s.done:
+			t.Fatalf("lizard serve exited early: %v\n%s", s.cmd.ProcessState, s.logs())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lizard serve did not become healthy\n%s", s.logs())
+		}
+	}
+}
+
+// stop ends the server gracefully (SIGTERM) and waits for it. Sandboxes are
+// left running, as a restart must find them.
+func (s *server) stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.cmd = nil
+}
+
+func (s *server) restart() {
+	s.stop()
+	s.start()
+}
+
+func (s *server) logs() string { return s.log.String() }
+
+// createProject makes a project with the admin command and returns a client
+// holding its key.
+func (s *server) createProject(id string) *client.Client {
+	t := s.t
+	t.Helper()
+	out, err := exec.Command(s.bin, "admin", "create-project", "--data-dir", s.dataDir, "--id", id, "--json").Output()
+	if err != nil {
+		t.Fatalf("admin create-project: %v", err)
+	}
+	var p struct{ ProjectID, APIKey string }
+	if err := json.Unmarshal(out, &p); err != nil {
+		t.Fatalf("admin create-project printed %q: %v", out, err)
+	}
+	if p.ProjectID != id || !strings.HasPrefix(p.APIKey, "lz_") {
+		t.Fatalf("admin create-project = %+v, want project %s and a lz_ key", p, id)
+	}
+	return s.client(p.APIKey)
+}
+
+func (s *server) client(key string) *client.Client {
+	c, err := client.New(client.Config{BaseURL: s.url, APIKey: key})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return c
+}
+
+// lockedWriter lets the server's stdout and stderr share one buffer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
