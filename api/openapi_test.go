@@ -1,0 +1,515 @@
+package api
+
+// The drift check: openapi.yaml is the description of the API, types.go holds
+// the Go wire types and docs/architecture.md lists the paths. These tests fail
+// as soon as one of them changes without the others.
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// wireTypes maps each schema of openapi.yaml to the Go type it describes.
+// Adding a wire type to types.go without a schema (or the other way round)
+// fails TestEveryWireTypeHasASchema.
+var wireTypes = map[string]reflect.Type{
+	"Error":                reflect.TypeFor[Error](),
+	"CreateSandboxRequest": reflect.TypeFor[CreateSandboxRequest](),
+	"Sandbox":              reflect.TypeFor[Sandbox](),
+	"SandboxList":          reflect.TypeFor[SandboxList](),
+	"SetTimeoutRequest":    reflect.TypeFor[SetTimeoutRequest](),
+	"Health":               reflect.TypeFor[Health](),
+	"ExecuteRequest":       reflect.TypeFor[ExecuteRequest](),
+	"ExecuteEvent":         reflect.TypeFor[ExecuteEvent](),
+	"Result":               reflect.TypeFor[Result](),
+	"ExecutionError":       reflect.TypeFor[ExecutionError](),
+	"CreateContextRequest": reflect.TypeFor[CreateContextRequest](),
+	"Context":              reflect.TypeFor[Context](),
+	"ContextList":          reflect.TypeFor[ContextList](),
+	"ProcessRequest":       reflect.TypeFor[ProcessRequest](),
+	"ProcessEvent":         reflect.TypeFor[ProcessEvent](),
+	"EntryInfo":            reflect.TypeFor[EntryInfo](),
+	"EntryList":            reflect.TypeFor[EntryList](),
+}
+
+// enumSchemas are schemas with no Go struct behind them: named string enums.
+var enumSchemas = map[string]bool{"SandboxState": true}
+
+// enums ties each enum in openapi.yaml (schema, or schema.property) to the
+// prefix of the Go constants that list its values in types.go.
+var enums = map[string]string{
+	"Error.code":        "Code",
+	"SandboxState":      "State",
+	"Sandbox.state":     "State",
+	"ExecuteEvent.type": "Event",
+	"Result.type":       "ResultType",
+}
+
+type schema struct {
+	Ref                  string             `yaml:"$ref"`
+	Type                 any                `yaml:"type"` // a string, or a list in OpenAPI 3.1
+	Format               string             `yaml:"format"`
+	Properties           map[string]*schema `yaml:"properties"`
+	Required             []string           `yaml:"required"`
+	Items                *schema            `yaml:"items"`
+	AdditionalProperties *schema            `yaml:"additionalProperties"`
+	Enum                 []string           `yaml:"enum"`
+	Description          string             `yaml:"description"`
+}
+
+type response struct {
+	Ref     string `yaml:"$ref"`
+	Content map[string]struct {
+		Schema *schema `yaml:"schema"`
+	} `yaml:"content"`
+}
+
+type operation struct {
+	OperationID string               `yaml:"operationId"`
+	Security    *[]map[string]any    `yaml:"security"`
+	Responses   map[string]*response `yaml:"responses"`
+}
+
+type document struct {
+	OpenAPI    string                          `yaml:"openapi"`
+	Paths      map[string]map[string]yaml.Node `yaml:"paths"`
+	Components struct {
+		Schemas   map[string]*schema   `yaml:"schemas"`
+		Responses map[string]*response `yaml:"responses"`
+	} `yaml:"components"`
+}
+
+var httpMethods = []string{"get", "put", "post", "delete", "patch", "head", "options"}
+
+func loadDocument(t *testing.T) (*document, *yaml.Node) {
+	t.Helper()
+	b, err := os.ReadFile("openapi.yaml")
+	if err != nil {
+		t.Fatalf("reading openapi.yaml: %v", err)
+	}
+	var d document
+	if err := yaml.Unmarshal(b, &d); err != nil {
+		t.Fatalf("parsing openapi.yaml: %v", err)
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		t.Fatalf("parsing openapi.yaml: %v", err)
+	}
+	if !strings.HasPrefix(d.OpenAPI, "3.1") {
+		t.Fatalf("openapi = %q, want 3.1.x", d.OpenAPI)
+	}
+	return &d, &root
+}
+
+// operations returns the document's operations keyed "METHOD /path".
+func operations(t *testing.T, d *document) map[string]*operation {
+	t.Helper()
+	ops := map[string]*operation{}
+	for path, item := range d.Paths {
+		for method, node := range item {
+			if !slices.Contains(httpMethods, method) {
+				continue // parameters, summary...
+			}
+			var op operation
+			if err := node.Decode(&op); err != nil {
+				t.Fatalf("decoding %s %s: %v", method, path, err)
+			}
+			ops[strings.ToUpper(method)+" "+path] = &op
+		}
+	}
+	return ops
+}
+
+func schemaType(s *schema) string {
+	switch v := s.Type.(type) {
+	case string:
+		return v
+	case []any:
+		// OpenAPI 3.1 nullable: [T, "null"].
+		for _, x := range v {
+			if x != "null" {
+				return x.(string)
+			}
+		}
+	}
+	return ""
+}
+
+// jsonType is the OpenAPI type of a Go type, or "$ref:Name" for a struct that
+// has its own schema.
+func jsonType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == reflect.TypeFor[time.Time]() {
+		return "string"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "integer"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Map:
+		return "object"
+	case reflect.Struct:
+		return "$ref:" + t.Name()
+	}
+	return "unsupported " + t.String()
+}
+
+// propType is the same for a schema property, following $ref to named
+// schemas and to enum schemas (which are strings).
+func propType(d *document, s *schema) string {
+	if s.Ref != "" {
+		name := strings.TrimPrefix(s.Ref, "#/components/schemas/")
+		if enumSchemas[name] {
+			return schemaType(d.Components.Schemas[name])
+		}
+		return "$ref:" + name
+	}
+	return schemaType(s)
+}
+
+func TestSchemasMatchGoTypes(t *testing.T) {
+	d, _ := loadDocument(t)
+	for name, gt := range wireTypes {
+		s, ok := d.Components.Schemas[name]
+		if !ok {
+			t.Errorf("openapi.yaml has no schema %s for api.%s", name, gt.Name())
+			continue
+		}
+		if got := schemaType(s); got != "object" {
+			t.Errorf("schema %s: type = %q, want object", name, got)
+		}
+		goFields := map[string]reflect.StructField{}
+		var goRequired []string
+		for f := range gt.Fields() {
+			tag := f.Tag.Get("json")
+			jname, opts, _ := strings.Cut(tag, ",")
+			if jname == "-" || !f.IsExported() {
+				continue
+			}
+			if jname == "" {
+				jname = f.Name
+			}
+			goFields[jname] = f
+			if !slices.Contains(strings.Split(opts, ","), "omitempty") {
+				goRequired = append(goRequired, jname)
+			}
+		}
+		for jname, f := range goFields {
+			p, ok := s.Properties[jname]
+			if !ok {
+				t.Errorf("schema %s lacks property %q (api.%s.%s)", name, jname, gt.Name(), f.Name)
+				continue
+			}
+			want, got := jsonType(f.Type), propType(d, p)
+			if got != want {
+				t.Errorf("%s.%s: openapi type %q, Go type %s wants %q", name, jname, got, f.Type, want)
+			}
+			checkNested(t, d, name+"."+jname, f.Type, p)
+			if isTime(f.Type) && p.Format != "date-time" {
+				t.Errorf("%s.%s: format = %q, want date-time for %s", name, jname, p.Format, f.Type)
+			}
+		}
+		for jname := range s.Properties {
+			if _, ok := goFields[jname]; !ok {
+				t.Errorf("schema %s has property %q that api.%s lacks", name, jname, gt.Name())
+			}
+		}
+		sort.Strings(goRequired)
+		gotRequired := slices.Clone(s.Required)
+		sort.Strings(gotRequired)
+		if !slices.Equal(gotRequired, goRequired) {
+			t.Errorf("schema %s: required = %v, want %v (the Go fields without omitempty)", name, gotRequired, goRequired)
+		}
+	}
+}
+
+func isTime(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t == reflect.TypeFor[time.Time]()
+}
+
+// checkNested compares array items and map values.
+func checkNested(t *testing.T, d *document, where string, gt reflect.Type, p *schema) {
+	t.Helper()
+	for gt.Kind() == reflect.Pointer {
+		gt = gt.Elem()
+	}
+	switch gt.Kind() {
+	case reflect.Slice:
+		if p.Items == nil {
+			t.Errorf("%s: array without items", where)
+			return
+		}
+		if got, want := propType(d, p.Items), jsonType(gt.Elem()); got != want {
+			t.Errorf("%s items: openapi type %q, want %q", where, got, want)
+		}
+	case reflect.Map:
+		if gt.Key().Kind() != reflect.String {
+			t.Errorf("%s: Go map key %s is not a string", where, gt.Key())
+		}
+		if p.AdditionalProperties == nil {
+			t.Errorf("%s: object without additionalProperties", where)
+			return
+		}
+		if got, want := propType(d, p.AdditionalProperties), jsonType(gt.Elem()); got != want {
+			t.Errorf("%s values: openapi type %q, want %q", where, got, want)
+		}
+	}
+}
+
+// typesFile parses types.go, for what reflection cannot see: the list of
+// declared types and the constants.
+func typesFile(t *testing.T) *ast.File {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "types.go", nil, 0)
+	if err != nil {
+		t.Fatalf("parsing types.go: %v", err)
+	}
+	return f
+}
+
+func TestEveryWireTypeHasASchema(t *testing.T) {
+	f := typesFile(t)
+	declared := map[string]bool{}
+	for _, decl := range f.Decls {
+		g, ok := decl.(*ast.GenDecl)
+		if !ok || g.Tok != token.TYPE {
+			continue
+		}
+		for _, spec := range g.Specs {
+			ts := spec.(*ast.TypeSpec)
+			if _, isStruct := ts.Type.(*ast.StructType); isStruct && ts.Name.IsExported() {
+				declared[ts.Name.Name] = true
+			}
+		}
+	}
+	for name := range declared {
+		if _, ok := wireTypes[name]; !ok {
+			t.Errorf("types.go declares %s but wireTypes (and so openapi.yaml) does not list it", name)
+		}
+	}
+	for name := range wireTypes {
+		if !declared[name] {
+			t.Errorf("wireTypes lists %s, which types.go does not declare", name)
+		}
+	}
+	d, _ := loadDocument(t)
+	for name := range d.Components.Schemas {
+		if _, ok := wireTypes[name]; !ok && !enumSchemas[name] {
+			t.Errorf("openapi.yaml has schema %s with no Go type", name)
+		}
+	}
+}
+
+// constants returns the string constants of types.go whose names start with
+// prefix and go on with an upper-case letter.
+func constants(f *ast.File, prefix string) []string {
+	var vals []string
+	for _, decl := range f.Decls {
+		g, ok := decl.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, n := range vs.Names {
+				rest, ok := strings.CutPrefix(n.Name, prefix)
+				if !ok || rest == "" || rest[0] < 'A' || rest[0] > 'Z' || i >= len(vs.Values) {
+					continue
+				}
+				lit, ok := vs.Values[i].(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					continue
+				}
+				v, _ := strconv.Unquote(lit.Value)
+				vals = append(vals, v)
+			}
+		}
+	}
+	sort.Strings(vals)
+	return vals
+}
+
+func TestEnumsMatchConstants(t *testing.T) {
+	f := typesFile(t)
+	d, _ := loadDocument(t)
+	for where, prefix := range enums {
+		name, prop, _ := strings.Cut(where, ".")
+		s := d.Components.Schemas[name]
+		if s != nil && prop != "" {
+			s = s.Properties[prop]
+		}
+		if s == nil {
+			t.Errorf("openapi.yaml has no %s", where)
+			continue
+		}
+		got := slices.Clone(s.Enum)
+		sort.Strings(got)
+		want := constants(f, prefix)
+		if len(want) == 0 {
+			t.Errorf("types.go has no constants %s*", prefix)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s enum = %v, want %v (constants %s* in types.go)", where, got, want, prefix)
+		}
+	}
+}
+
+func TestRefsResolve(t *testing.T) {
+	d, root := loadDocument(t)
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == "$ref" {
+					ref := n.Content[i+1].Value
+					kind, name, _ := strings.Cut(strings.TrimPrefix(ref, "#/components/"), "/")
+					ok := false
+					switch kind {
+					case "schemas":
+						_, ok = d.Components.Schemas[name]
+					case "responses":
+						_, ok = d.Components.Responses[name]
+					case "parameters":
+						ok = componentExists(root, "parameters", name)
+					}
+					if !ok {
+						t.Errorf("line %d: $ref %q does not resolve", n.Content[i+1].Line, ref)
+					}
+				}
+			}
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(root)
+}
+
+func componentExists(root *yaml.Node, kind, name string) bool {
+	var doc struct {
+		Components map[string]map[string]any `yaml:"components"`
+	}
+	if err := root.Decode(&doc); err != nil {
+		return false
+	}
+	_, ok := doc.Components[kind][name]
+	return ok
+}
+
+// TestErrorResponses checks that every operation documents its errors with
+// the Error body, and that authenticated ones document 401.
+func TestErrorResponses(t *testing.T) {
+	d, _ := loadDocument(t)
+	errorBody := func(r *response) bool {
+		if r.Ref != "" {
+			r = d.Components.Responses[strings.TrimPrefix(r.Ref, "#/components/responses/")]
+		}
+		if r == nil {
+			return false
+		}
+		c, ok := r.Content["application/json"]
+		return ok && c.Schema != nil && c.Schema.Ref == "#/components/schemas/Error"
+	}
+	for key, op := range operations(t, d) {
+		if op.OperationID == "" {
+			t.Errorf("%s has no operationId", key)
+		}
+		authenticated := op.Security == nil || len(*op.Security) > 0
+		if _, ok := op.Responses["401"]; authenticated && !ok {
+			t.Errorf("%s needs a key but does not document 401", key)
+		}
+		if _, ok := op.Responses["500"]; !ok {
+			t.Errorf("%s does not document 500", key)
+		}
+		proxied := strings.Contains(key, "{sandboxId}/")
+		if _, ok := op.Responses["502"]; proxied && !strings.HasSuffix(key, "/timeout") && !ok {
+			t.Errorf("%s is proxied to the agent but does not document 502", key)
+		}
+		for status, r := range op.Responses {
+			if status[0] == '2' {
+				continue
+			}
+			if !errorBody(r) {
+				t.Errorf("%s %s: response body is not the Error schema", key, status)
+			}
+		}
+	}
+}
+
+var (
+	tableRow = regexp.MustCompile("^\\| `([A-Z]+) (/[^` ]*)` \\|")
+	pathArg  = regexp.MustCompile(`\{[^}]*\}`)
+)
+
+// normalize drops the query and the names of path parameters, which the
+// architecture page abbreviates ({id}, {ctx}).
+func normalize(method, path string) string {
+	path, _, _ = strings.Cut(path, "?")
+	return method + " " + pathArg.ReplaceAllString(path, "{}")
+}
+
+// TestPathsMatchArchitecture checks that the tables of docs/architecture.md
+// and the paths of openapi.yaml list the same operations. Agent paths are
+// served through the proxy under /v1/sandboxes/{id}.
+func TestPathsMatchArchitecture(t *testing.T) {
+	b, err := os.ReadFile("../docs/architecture.md")
+	if err != nil {
+		t.Fatalf("reading docs/architecture.md: %v", err)
+	}
+	documented := map[string]bool{}
+	prefix := ""
+	for line := range strings.Lines(string(b)) {
+		if strings.HasPrefix(line, "Served by the agent") {
+			prefix = "/v1/sandboxes/{id}"
+		}
+		m := tableRow.FindStringSubmatch(line)
+		if m == nil || strings.Contains(m[2], "<") {
+			continue // not a row, or the proxy's catch-all row
+		}
+		documented[normalize(m[1], prefix+m[2])] = true
+	}
+	if len(documented) < 15 {
+		t.Fatalf("found %d operations in docs/architecture.md, want at least 15: did its tables change shape?", len(documented))
+	}
+	d, _ := loadDocument(t)
+	described := map[string]bool{}
+	for key := range operations(t, d) {
+		method, path, _ := strings.Cut(key, " ")
+		described[normalize(method, path)] = true
+	}
+	for op := range documented {
+		if !described[op] {
+			t.Errorf("docs/architecture.md lists %s, openapi.yaml does not describe it", op)
+		}
+	}
+	for op := range described {
+		if !documented[op] {
+			t.Errorf("openapi.yaml describes %s, docs/architecture.md does not list it", op)
+		}
+	}
+}
