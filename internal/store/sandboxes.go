@@ -1,0 +1,253 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Sandbox is one sandbox's row. A sandbox is live until EndedAt is set;
+// while live it holds its address slot.
+type Sandbox struct {
+	ID        string
+	ProjectID string
+	Template  string
+	State     string
+	TimeoutMs int64
+	Metadata  map[string]string
+	CreatedAt time.Time
+	ExpiresAt *time.Time // nil: never expires
+	EndedAt   *time.Time
+	EndReason string
+	Slot      int
+	HostAddr  string
+	GuestAddr string
+}
+
+// Live reports whether the sandbox has not ended.
+func (sb Sandbox) Live() bool { return sb.EndedAt == nil }
+
+const sandboxColumns = `id, project_id, template, state, timeout_ms, metadata, created_at,
+	expires_at, ended_at, end_reason, slot, host_addr, guest_addr`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSandbox(r scanner) (Sandbox, error) {
+	var sb Sandbox
+	var meta string
+	var created int64
+	var expires, ended sql.NullInt64
+	if err := r.Scan(&sb.ID, &sb.ProjectID, &sb.Template, &sb.State, &sb.TimeoutMs, &meta, &created,
+		&expires, &ended, &sb.EndReason, &sb.Slot, &sb.HostAddr, &sb.GuestAddr); err != nil {
+		return Sandbox{}, err
+	}
+	if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
+		return Sandbox{}, fmt.Errorf("decoding metadata of sandbox %s: %w", sb.ID, err)
+	}
+	if sb.Metadata == nil {
+		sb.Metadata = map[string]string{}
+	}
+	sb.CreatedAt = fromMillis(created)
+	sb.ExpiresAt = timePtr(expires)
+	sb.EndedAt = timePtr(ended)
+	return sb, nil
+}
+
+// CreateSandbox inserts sb as a live sandbox holding the lowest address slot
+// below slots that no live sandbox holds, and sets sb.Slot. addrs turns the
+// slot into the sandbox's host and guest addresses, stored with the row so
+// that a server restarted with another pool still reaches old sandboxes.
+// ErrFull if every slot is taken, ErrNotFound if the project does not exist,
+// ErrConflict if the ID is taken.
+func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs func(slot int) (host, guest string)) error {
+	meta, err := json.Marshal(nonNil(sb.Metadata))
+	if err != nil {
+		return fmt.Errorf("encoding metadata: %w", err)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("creating sandbox %s: %w", sb.ID, err)
+	}
+	defer tx.Rollback()
+	// The lowest free slot is 0 or one past a taken slot; the transaction
+	// holds the write lock, so no one else takes it before the insert.
+	var slot int
+	err = tx.QueryRowContext(ctx, `
+		SELECT s FROM (
+			SELECT 0 AS s
+			UNION SELECT slot + 1 FROM sandboxes WHERE ended_at IS NULL
+		)
+		WHERE s < ? AND s NOT IN (SELECT slot FROM sandboxes WHERE ended_at IS NULL)
+		ORDER BY s LIMIT 1`, slots).Scan(&slot)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("creating sandbox %s: %w", sb.ID, ErrFull)
+	}
+	if err != nil {
+		return fmt.Errorf("allocating address slot: %w", err)
+	}
+	host, guest := addrs(slot)
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sb.ID, sb.ProjectID, sb.Template, sb.State, sb.TimeoutMs, string(meta), toMillis(sb.CreatedAt),
+		nullMillis(sb.ExpiresAt), nullMillis(sb.EndedAt), sb.EndReason, slot, host, guest)
+	switch {
+	case isUniqueViolation(err):
+		return fmt.Errorf("creating sandbox %s: %w", sb.ID, ErrConflict)
+	case isConstraint(err):
+		return fmt.Errorf("creating sandbox in project %q: %w", sb.ProjectID, ErrNotFound)
+	case err != nil:
+		return fmt.Errorf("creating sandbox %s: %w", sb.ID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("creating sandbox %s: %w", sb.ID, err)
+	}
+	sb.Slot, sb.HostAddr, sb.GuestAddr = slot, host, guest
+	return nil
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// GetSandbox returns the sandbox with that ID, live or ended, or ErrNotFound.
+func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
+	sb, err := scanSandbox(s.db.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Sandbox{}, fmt.Errorf("getting sandbox %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("getting sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// Filter selects sandboxes. Zero fields select everything.
+type Filter struct {
+	ProjectID string
+	States    []string // any of these
+	LiveOnly  bool
+	// ExpiredBy selects live sandboxes whose deadline is at or before it.
+	ExpiredBy *time.Time
+}
+
+// ListSandboxes returns the sandboxes f selects, oldest first.
+func (s *Store) ListSandboxes(ctx context.Context, f Filter) ([]Sandbox, error) {
+	var where []string
+	var args []any
+	if f.ProjectID != "" {
+		where = append(where, "project_id = ?")
+		args = append(args, f.ProjectID)
+	}
+	if len(f.States) > 0 {
+		where = append(where, "state IN ("+placeholders(len(f.States))+")")
+		for _, st := range f.States {
+			args = append(args, st)
+		}
+	}
+	if f.LiveOnly {
+		where = append(where, "ended_at IS NULL")
+	}
+	if f.ExpiredBy != nil {
+		where = append(where, "ended_at IS NULL AND expires_at IS NOT NULL AND expires_at <= ?")
+		args = append(args, toMillis(*f.ExpiredBy))
+	}
+	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at, id"
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing sandboxes: %w", err)
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	return out, nil
+}
+
+// MarkRunning moves a starting sandbox to running with its deadline (nil:
+// never). ErrConflict if it is not starting, ErrNotFound if absent.
+func (s *Store) MarkRunning(ctx context.Context, id string, expiresAt *time.Time) error {
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE sandboxes SET state = 'running', expires_at = ? WHERE id = ? AND state = 'starting' AND ended_at IS NULL`,
+		nullMillis(expiresAt), id)
+	if err != nil {
+		return fmt.Errorf("marking sandbox %s running: %w", id, err)
+	}
+	return s.affected(ctx, res, id, "marking sandbox %s running")
+}
+
+// SetTimeout sets a live sandbox's timeout and deadline (nil: never).
+// ErrConflict if it has ended, ErrNotFound if absent.
+func (s *Store) SetTimeout(ctx context.Context, id string, timeoutMs int64, expiresAt *time.Time) error {
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE sandboxes SET timeout_ms = ?, expires_at = ? WHERE id = ? AND ended_at IS NULL`,
+		timeoutMs, nullMillis(expiresAt), id)
+	if err != nil {
+		return fmt.Errorf("setting timeout of sandbox %s: %w", id, err)
+	}
+	return s.affected(ctx, res, id, "setting timeout of sandbox %s")
+}
+
+// EndSandbox ends a live sandbox: it takes state (killed, expired, failed),
+// its end time and reason, frees its address slot and revokes the API keys
+// minted for it, all at once. ErrConflict if it had already ended,
+// ErrNotFound if absent.
+func (s *Store) EndSandbox(ctx context.Context, id, state, reason string, now time.Time) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("ending sandbox %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx,
+		`UPDATE sandboxes SET state = ?, end_reason = ?, ended_at = ? WHERE id = ? AND ended_at IS NULL`,
+		state, reason, toMillis(now), id)
+	if err != nil {
+		return fmt.Errorf("ending sandbox %s: %w", id, err)
+	}
+	if err := s.affected(ctx, res, id, "ending sandbox %s"); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx,
+		`UPDATE api_keys SET revoked_at = ? WHERE sandbox_id = ? AND revoked_at IS NULL`, toMillis(now), id); err != nil {
+		return fmt.Errorf("revoking keys of sandbox %s: %w", id, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("ending sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// affected turns an update that changed no row into ErrNotFound or
+// ErrConflict.
+func (s *Store) affected(ctx context.Context, res sql.Result, id, format string) error {
+	if n, err := res.RowsAffected(); err != nil || n > 0 {
+		return err
+	}
+	var one int
+	err := s.db.QueryRowContext(ctx, `SELECT 1 FROM sandboxes WHERE id = ?`, id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf(format+": %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf(format+": %w", id, err)
+	}
+	return fmt.Errorf(format+": %w", id, ErrConflict)
+}

@@ -1,0 +1,203 @@
+// Package store keeps Lizard's durable state — projects, API keys and
+// sandboxes — in an embedded SQLite database (modernc.org/sqlite, no cgo).
+//
+// The database runs in WAL mode with a busy timeout and immediate write
+// transactions, so the server and `lizard admin` can use one file at the same
+// time. Sandbox environment variables are never stored: they may hold secrets.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+var (
+	// ErrNotFound means no row has that ID.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict means the row already exists, or is in a state that does
+	// not allow the change (such as ending a sandbox that has already ended).
+	ErrConflict = errors.New("conflict")
+	// ErrFull means every address slot is taken by a live sandbox.
+	ErrFull = errors.New("no free address slot")
+)
+
+// FileName is the database file inside a data directory.
+const FileName = "lizard.db"
+
+// Store is a handle on one database file. It is safe for concurrent use.
+type Store struct {
+	db *sql.DB
+}
+
+// Open opens (creating if needed) the database in dataDir and brings its
+// schema up to date.
+func Open(ctx context.Context, dataDir string) (*Store, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating data directory: %w", err)
+	}
+	return OpenFile(ctx, filepath.Join(dataDir, FileName))
+}
+
+// OpenFile opens (creating if needed) the database at path and brings its
+// schema up to date.
+func OpenFile(ctx context.Context, path string) (*Store, error) {
+	q := url.Values{}
+	// busy_timeout first: the others may need to wait for another process.
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	// Immediate transactions take the write lock at BEGIN, so two writers
+	// wait for each other (busy_timeout) instead of one failing with
+	// SQLITE_BUSY when it upgrades a read lock.
+	q.Set("_txlock", "immediate")
+	dsn := "file:" + path + "?" + q.Encode()
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	s := &Store{db: db}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrating %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// migrations are applied in order; migration i brings the schema to
+// version i+1. Append only: never edit one that has shipped.
+var migrations = []string{
+	`
+CREATE TABLE projects (
+	id         TEXT PRIMARY KEY,
+	created_at INTEGER NOT NULL
+);
+CREATE TABLE sandboxes (
+	id         TEXT PRIMARY KEY,
+	project_id TEXT NOT NULL REFERENCES projects(id),
+	template   TEXT NOT NULL,
+	state      TEXT NOT NULL,
+	timeout_ms INTEGER NOT NULL,
+	metadata   TEXT NOT NULL DEFAULT '{}',
+	created_at INTEGER NOT NULL,
+	expires_at INTEGER,
+	ended_at   INTEGER,
+	end_reason TEXT NOT NULL DEFAULT '',
+	slot       INTEGER NOT NULL,
+	host_addr  TEXT NOT NULL,
+	guest_addr TEXT NOT NULL
+);
+-- An address slot belongs to at most one live sandbox.
+CREATE UNIQUE INDEX sandboxes_live_slot ON sandboxes(slot) WHERE ended_at IS NULL;
+CREATE INDEX sandboxes_project ON sandboxes(project_id, created_at);
+CREATE INDEX sandboxes_live_expiry ON sandboxes(expires_at) WHERE ended_at IS NULL;
+CREATE TABLE api_keys (
+	id         TEXT PRIMARY KEY,
+	project_id TEXT NOT NULL REFERENCES projects(id),
+	hash       BLOB NOT NULL,
+	created_at INTEGER NOT NULL,
+	revoked_at INTEGER,
+	sandbox_id TEXT REFERENCES sandboxes(id)
+);
+CREATE INDEX api_keys_sandbox ON api_keys(sandbox_id) WHERE sandbox_id IS NOT NULL;
+`,
+}
+
+// SchemaVersion is the schema version this code writes.
+var SchemaVersion = len(migrations)
+
+func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	var v int
+	err = tx.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version) VALUES (0)`); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than this lizard (%d): upgrade lizard", v, len(migrations))
+	}
+	for i := v; i < len(migrations); i++ {
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			return fmt.Errorf("applying migration %d: %w", i+1, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?`, len(migrations)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Version reports the schema version of the open database.
+func (s *Store) Version(ctx context.Context) (int, error) {
+	var v int
+	err := s.db.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&v)
+	return v, err
+}
+
+// isConstraint reports whether err is a SQLite constraint violation
+// (primary key, unique index, foreign key).
+func isConstraint(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code()&0xff == sqlite3.SQLITE_CONSTRAINT
+	}
+	return false
+}
+
+func isUniqueViolation(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+	}
+	return false
+}
+
+// Times are stored as Unix milliseconds (UTC), which sort and compare in SQL.
+func toMillis(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+func nullMillis(t *time.Time) sql.NullInt64 {
+	if t == nil {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMilli(), Valid: true}
+}
+
+func timePtr(n sql.NullInt64) *time.Time {
+	if !n.Valid {
+		return nil
+	}
+	t := fromMillis(n.Int64)
+	return &t
+}
+
+// placeholders returns "?, ?, ?" for n values.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
