@@ -1,0 +1,103 @@
+// Errors thrown by the SDK. They mirror the Python SDK's hierarchy
+// (docs/sdk-errors.md): one class per kind of request failure, mapped from the
+// server's {"code", "message"} body and its HTTP status.
+//
+// Errors raised by the code a sandbox runs are never thrown: they come back in
+// Execution.error (see SPEC S6).
+
+/** Base class of every error the SDK throws. */
+export class LizardError extends Error {
+  /** HTTP status of the failed response, when there was one. */
+  readonly status?: number;
+  /** Server error code such as "not_found", when the server sent one. */
+  readonly code?: string;
+
+  constructor(message: string, options?: { status?: number; code?: string; cause?: unknown }) {
+    super(message, options?.cause !== undefined ? { cause: options.cause } : undefined);
+    this.name = new.target.name;
+    this.status = options?.status;
+    this.code = options?.code;
+  }
+}
+
+/** The API key is missing, wrong or revoked (401). */
+export class AuthenticationError extends LizardError {}
+
+/** The sandbox, context or file does not exist (404). */
+export class NotFoundError extends LizardError {}
+
+/** The sandbox existed but has ended: killed, expired or failed (410). */
+export class SandboxGoneError extends NotFoundError {}
+
+/** The request conflicts with the sandbox's state, such as resuming a running sandbox (409). */
+export class ConflictError extends LizardError {}
+
+/** Too many requests or sandboxes (429). */
+export class RateLimitError extends LizardError {}
+
+/** The request was malformed or too large (400, 413). */
+export class InvalidArgumentError extends LizardError {}
+
+/** The server or the sandbox failed (5xx), or a stream broke off. */
+export class SandboxError extends LizardError {}
+
+/** The server could not be reached. */
+export class LizardConnectionError extends LizardError {}
+
+/** The HTTP request took longer than its timeout (requestTimeoutMs). */
+export class RequestTimeoutError extends LizardError {}
+
+const byCode: Record<string, new (message: string, options?: { status?: number; code?: string }) => LizardError> = {
+  invalid_argument: InvalidArgumentError,
+  too_large: InvalidArgumentError,
+  unauthenticated: AuthenticationError,
+  not_found: NotFoundError,
+  gone: SandboxGoneError,
+  conflict: ConflictError,
+  rate_limited: RateLimitError,
+  internal: SandboxError,
+  bad_gateway: SandboxError,
+  unavailable: SandboxError,
+};
+
+function classForStatus(status: number): new (message: string, options?: { status?: number; code?: string }) => LizardError {
+  switch (status) {
+    case 400:
+    case 413:
+      return InvalidArgumentError;
+    case 401:
+    case 403:
+      return AuthenticationError;
+    case 404:
+      return NotFoundError;
+    case 409:
+      return ConflictError;
+    case 410:
+      return SandboxGoneError;
+    case 429:
+      return RateLimitError;
+  }
+  return status >= 500 ? SandboxError : LizardError;
+}
+
+/**
+ * errorFromResponse maps a failed response to a typed error. The status
+ * decides the class; a known code refines it (a server may send "gone" with
+ * 410 only, but a proxy in between may not keep the body).
+ */
+export function errorFromResponse(status: number, bodyText: string): LizardError {
+  let code: string | undefined;
+  let message: string | undefined;
+  try {
+    const body = JSON.parse(bodyText) as { code?: unknown; message?: unknown };
+    if (typeof body?.code === 'string') code = body.code;
+    if (typeof body?.message === 'string') message = body.message;
+  } catch {
+    // Not JSON: a proxy or a crash answered. Keep the text as the message.
+  }
+  if (message === undefined) {
+    message = bodyText.trim().slice(0, 500) || `HTTP ${status}`;
+  }
+  const cls = (code !== undefined && byCode[code]) || classForStatus(status);
+  return new cls(message, { status, code });
+}

@@ -1,0 +1,38 @@
+// @lizard-build/sdk: run LLM-written code in Lizard sandboxes.
+//
+//   import { CodeSandbox } from '@lizard-build/sdk';
+//   const sandbox = await CodeSandbox.create();
+//   const run = await sandbox.runCode('1 + 1');
+//   console.log(run.results[0]?.data); // "2"
+//   await sandbox.kill();
+//
+// The API key and URL come from the options or from LIZARD_API_KEY and
+// LIZARD_API_URL (default http://127.0.0.1:8080).
+
+export {
+  CodeSandbox,
+  DEFAULT_CODE_TIMEOUT_MS,
+  DEFAULT_CREATE_REQUEST_TIMEOUT_MS,
+  DEFAULT_SANDBOX_TIMEOUT_MS,
+  type CreateContextOptions,
+  type CreateOptions,
+  type ListOptions,
+  type RunCodeOptions,
+  type SnapshotInfo,
+} from './sandbox.js';
+export { Execution, type Context, type EntryInfo, type ExecutionError, type ProcessResult, type Result, type SandboxInfo } from './types.js';
+export { Process, type ExecOptions } from './process.js';
+export { Files, type WriteData } from './files.js';
+export { DEFAULT_API_URL, DEFAULT_REQUEST_TIMEOUT_MS, type ConnectionOptions } from './http.js';
+export {
+  AuthenticationError,
+  ConflictError,
+  InvalidArgumentError,
+  LizardConnectionError,
+  LizardError,
+  NotFoundError,
+  RateLimitError,
+  RequestTimeoutError,
+  SandboxError,
+  SandboxGoneError,
+} from './errors.js';

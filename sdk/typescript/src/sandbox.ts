@@ -1,0 +1,277 @@
+// CodeSandbox: one sandbox on a Lizard server, with a stateful Jupyter
+// kernel per context, processes and files.
+
+import { InvalidArgumentError, SandboxError } from './errors.js';
+import { HttpClient, resolveConfig, type ConnectionOptions } from './http.js';
+import { Files } from './files.js';
+import { Process } from './process.js';
+import {
+  Execution,
+  sandboxInfo,
+  type Context,
+  type ExecuteEvent,
+  type ExecutionError,
+  type Result,
+  type SandboxInfo,
+  type WireSandbox,
+} from './types.js';
+
+/** Default life of a sandbox: five minutes. */
+export const DEFAULT_SANDBOX_TIMEOUT_MS = 300_000;
+/** Default bound of one runCode call: one minute. */
+export const DEFAULT_CODE_TIMEOUT_MS = 60_000;
+/**
+ * Default HTTP timeout of create: the first sandbox of a template may wait
+ * for the template to be built.
+ */
+export const DEFAULT_CREATE_REQUEST_TIMEOUT_MS = 600_000;
+
+export interface CreateOptions extends ConnectionOptions {
+  /**
+   * The project the sandbox must belong to. The API key decides the project;
+   * when given, create checks that the key's project is this one.
+   */
+  projectId?: string;
+  /** The sandbox's life in milliseconds (default 300 000); 0 means it never ends by itself. */
+  timeoutMs?: number;
+  /** The template to boot (default 'interpreter'). */
+  template?: string;
+  /** Environment variables of the code run in the sandbox. Put no other secrets here. */
+  envs?: Record<string, string>;
+  /** Free labels, returned with the sandbox and usable as list filters. */
+  metadata?: Record<string, string>;
+  /**
+   * Give the sandbox a fresh API key scoped to its project (for the lizard
+   * CLI inside it), revoked when the sandbox ends. Only pass it when the
+   * code needs the CLI: the code can then change the project.
+   */
+  lizardToken?: boolean;
+}
+
+export interface ListOptions extends ConnectionOptions {
+  /** Only sandboxes whose metadata has all these pairs. */
+  metadata?: Record<string, string>;
+  /** Only sandboxes in this state (starting, running, paused, killed, expired, failed). */
+  state?: string;
+}
+
+export interface RunCodeOptions {
+  /** python (default), javascript or bash. A context's own language wins. */
+  language?: 'python' | 'javascript' | 'bash' | string;
+  /** The context to run in; default the language's default context. */
+  context?: Context | string;
+  /**
+   * Bounds this call in milliseconds (default 60 000; 0 = no limit). On expiry
+   * the Python kernel is interrupted, keeps its state, and error.name is
+   * 'TimeoutError'.
+   */
+  timeoutMs?: number;
+  /** Environment variables for this call only. */
+  envs?: Record<string, string>;
+  /** Called with each piece of stdout while the code runs. */
+  onStdout?: (text: string) => void | Promise<void>;
+  /** Called with each piece of stderr while the code runs. */
+  onStderr?: (text: string) => void | Promise<void>;
+  /** Called with each result while the code runs. */
+  onResult?: (result: Result) => void | Promise<void>;
+  /** Called with the code's error, if it raises one. */
+  onError?: (error: ExecutionError) => void | Promise<void>;
+}
+
+export interface CreateContextOptions {
+  /** python (default), javascript or bash. */
+  language?: 'python' | 'javascript' | 'bash' | string;
+  /** Working directory; default the sandbox user's home. */
+  cwd?: string;
+}
+
+/** A snapshot of a sandbox, as the server describes it. */
+export interface SnapshotInfo {
+  snapshotId: string;
+  [key: string]: unknown;
+}
+
+/** A sandbox that runs code. Make one with CodeSandbox.create or CodeSandbox.connect. */
+export class CodeSandbox {
+  /** The sandbox's id. */
+  readonly sandboxId: string;
+  /** Commands: sandbox.process.exec(cmd). */
+  readonly process: Process;
+  /** Files: sandbox.files.read(path), .write(path, data), ... */
+  readonly files: Files;
+
+  private readonly http: HttpClient;
+  private readonly prefix: string;
+
+  /** @internal Use CodeSandbox.create or CodeSandbox.connect. */
+  constructor(sandboxId: string, http: HttpClient) {
+    this.sandboxId = sandboxId;
+    this.http = http;
+    this.prefix = `/v1/sandboxes/${encodeURIComponent(sandboxId)}`;
+    this.process = new Process(http, this.prefix);
+    this.files = new Files(http, this.prefix);
+  }
+
+  /** create boots a new sandbox and returns once it is ready to run code. */
+  static async create(opts: CreateOptions = {}): Promise<CodeSandbox> {
+    const http = new HttpClient(resolveConfig(opts));
+    const timeoutMs = opts.timeoutMs ?? DEFAULT_SANDBOX_TIMEOUT_MS;
+    checkMs('timeoutMs', timeoutMs);
+    const w = await http.request<WireSandbox>('POST', '/v1/sandboxes', {
+      json: {
+        template: opts.template ?? 'interpreter',
+        timeoutMs,
+        envs: opts.envs,
+        metadata: opts.metadata,
+        lizardToken: opts.lizardToken || undefined,
+      },
+      timeoutMs: opts.requestTimeoutMs ?? DEFAULT_CREATE_REQUEST_TIMEOUT_MS,
+    });
+    const sandbox = new CodeSandbox(w.sandboxId, http);
+    if (opts.projectId !== undefined && w.projectId !== opts.projectId) {
+      // The key belongs to another project: do not leave a sandbox there.
+      await sandbox.kill().catch(() => {});
+      throw new InvalidArgumentError(
+        `the API key belongs to project ${w.projectId}, not ${opts.projectId}: use a key of ${opts.projectId}`,
+      );
+    }
+    return sandbox;
+  }
+
+  /** connect returns a handle on an existing sandbox after checking that it exists. */
+  static async connect(sandboxId: string, opts: ConnectionOptions = {}): Promise<CodeSandbox> {
+    const sandbox = new CodeSandbox(sandboxId, new HttpClient(resolveConfig(opts)));
+    await sandbox.getInfo();
+    return sandbox;
+  }
+
+  /** list returns the sandboxes of the key's project, newest first. */
+  static async list(opts: ListOptions = {}): Promise<SandboxInfo[]> {
+    const http = new HttpClient(resolveConfig(opts));
+    const metadata = Object.entries(opts.metadata ?? {}).map(([k, v]) => `${k}=${v}`);
+    const w = await http.request<{ sandboxes: WireSandbox[] | null }>('GET', '/v1/sandboxes', {
+      query: { metadata, state: opts.state },
+    });
+    return (w.sandboxes ?? []).map(sandboxInfo);
+  }
+
+  /**
+   * runCode runs code and returns its Execution. Errors raised by the code,
+   * timeouts included, are in Execution.error and never thrown; only request
+   * failures throw. Callbacks fire in order while the code runs.
+   */
+  async runCode(code: string, opts: RunCodeOptions = {}): Promise<Execution> {
+    const timeoutMs = opts.timeoutMs ?? DEFAULT_CODE_TIMEOUT_MS;
+    checkMs('timeoutMs', timeoutMs);
+    const contextId = typeof opts.context === 'string' ? opts.context : opts.context?.id;
+    const rt = this.http.config.requestTimeoutMs;
+    // The HTTP timeout must outlast the code's, so the run ends with a
+    // TimeoutError result instead of a broken request.
+    const httpTimeout = timeoutMs === 0 || rt === 0 ? 0 : timeoutMs + rt;
+    const exec = new Execution();
+    const events = this.http.stream<ExecuteEvent>('POST', `${this.prefix}/execute`, {
+      json: { code, language: opts.language, contextId, timeoutMs, envs: opts.envs },
+      timeoutMs: httpTimeout,
+    });
+    for await (const ev of events) {
+      if (ev.executionCount) exec.executionCount = ev.executionCount;
+      switch (ev.type) {
+        case 'stdout':
+          exec.stdout += ev.text ?? '';
+          await opts.onStdout?.(ev.text ?? '');
+          break;
+        case 'stderr':
+          exec.stderr += ev.text ?? '';
+          await opts.onStderr?.(ev.text ?? '');
+          break;
+        case 'result':
+          if (ev.result) {
+            exec.results.push(ev.result);
+            await opts.onResult?.(ev.result);
+          }
+          break;
+        case 'error':
+          if (ev.error) {
+            exec.error = ev.error;
+            await opts.onError?.(ev.error);
+          }
+          break;
+        case 'end':
+          return exec;
+      }
+    }
+    throw new SandboxError('the execute stream ended without its end event: the connection or the sandbox failed');
+  }
+
+  /** createContext starts a new kernel with its own variables and working directory. */
+  async createContext(opts: CreateContextOptions = {}): Promise<Context> {
+    return this.http.request<Context>('POST', `${this.prefix}/contexts`, {
+      json: { language: opts.language, cwd: opts.cwd },
+    });
+  }
+
+  /** listContexts returns the sandbox's contexts, default ones included once started. */
+  async listContexts(): Promise<Context[]> {
+    const w = await this.http.request<{ contexts: Context[] | null }>('GET', `${this.prefix}/contexts`);
+    return w.contexts ?? [];
+  }
+
+  /** restartContext restarts a context's kernel: its variables are lost, its id and cwd stay. */
+  async restartContext(context: Context | string): Promise<Context> {
+    return this.http.request<Context>('POST', `${this.prefix}/contexts/${contextPath(context)}/restart`);
+  }
+
+  /** deleteContext stops a context's kernel. */
+  async deleteContext(context: Context | string): Promise<void> {
+    await this.http.request<void>('DELETE', `${this.prefix}/contexts/${contextPath(context)}`);
+  }
+
+  /** setTimeout resets the sandbox's deadline to timeoutMs from now; 0 means never. */
+  async setTimeout(timeoutMs: number): Promise<void> {
+    checkMs('timeoutMs', timeoutMs);
+    await this.http.request<WireSandbox>('POST', `${this.prefix}/timeout`, { json: { timeoutMs } });
+  }
+
+  /** kill ends the sandbox at once. Killing an ended sandbox succeeds. */
+  async kill(): Promise<void> {
+    await this.http.request<void>('DELETE', this.prefix);
+  }
+
+  /** getInfo describes the sandbox; it works for ended sandboxes too. */
+  async getInfo(): Promise<SandboxInfo> {
+    return sandboxInfo(await this.http.request<WireSandbox>('GET', this.prefix));
+  }
+
+  /** pause stops the sandbox, keeping its memory: kernel variables survive resume. */
+  async pause(): Promise<void> {
+    await this.http.request<unknown>('POST', `${this.prefix}/pause`);
+  }
+
+  /** resume runs a paused sandbox again. */
+  async resume(): Promise<void> {
+    await this.http.request<unknown>('POST', `${this.prefix}/resume`);
+  }
+
+  /** snapshot saves the running sandbox, kernel variables included. */
+  async snapshot(): Promise<SnapshotInfo> {
+    return this.http.request<SnapshotInfo>('POST', `${this.prefix}/snapshots`);
+  }
+
+  /** fork starts a new sandbox with a copy of this one, kernel variables included. */
+  async fork(): Promise<CodeSandbox> {
+    const w = await this.http.request<WireSandbox>('POST', `${this.prefix}/fork`, {
+      timeoutMs: this.http.config.requestTimeoutMs && Math.max(this.http.config.requestTimeoutMs, DEFAULT_CREATE_REQUEST_TIMEOUT_MS),
+    });
+    return new CodeSandbox(w.sandboxId, this.http);
+  }
+}
+
+function contextPath(context: Context | string): string {
+  return encodeURIComponent(typeof context === 'string' ? context : context.id);
+}
+
+function checkMs(name: string, ms: number): void {
+  if (!Number.isInteger(ms) || ms < 0) {
+    throw new InvalidArgumentError(`${name} must be a whole number of milliseconds >= 0, got ${ms}`);
+  }
+}

@@ -1,0 +1,148 @@
+// Wire types of the HTTP API (api/types.go, api/openapi.yaml) and the
+// public shapes built from them.
+
+/** One output of a run, with exactly one MIME type: the richest one offered. */
+export interface Result {
+  /** 'result' for the value of the last expression, 'display' for displayed output such as plt.show(). */
+  type: 'result' | 'display' | string;
+  /** For example 'text/plain', 'text/html' or 'image/png'. */
+  mime: string;
+  /** The data; images are base64. */
+  data: string;
+}
+
+/** An error raised by the code that ran (never thrown). */
+export interface ExecutionError {
+  name: string;
+  message: string;
+  traceback: string;
+}
+
+/** What a runCode call returns. */
+export class Execution {
+  /** Results in the order the code produced them. */
+  results: Result[] = [];
+  /** Everything the code printed to stdout. */
+  stdout = '';
+  /** Everything the code printed to stderr. */
+  stderr = '';
+  /** The code's error, undefined when it ran through; a timeout gives name 'TimeoutError'. */
+  error?: ExecutionError;
+  /** The Jupyter execution count (Python), undefined for other languages. */
+  executionCount?: number;
+
+  /** text is the data of the 'result' result with text/plain, if any. */
+  get text(): string | undefined {
+    return this.results.find((r) => r.type === 'result' && r.mime === 'text/plain')?.data;
+  }
+
+  toJSON() {
+    return {
+      results: this.results,
+      stdout: this.stdout,
+      stderr: this.stderr,
+      error: this.error,
+      executionCount: this.executionCount,
+    };
+  }
+}
+
+/** An execution context: its own kernel, variables and working directory. */
+export interface Context {
+  id: string;
+  language: string;
+  cwd: string;
+}
+
+/** What the API tells about one sandbox. */
+export interface SandboxInfo {
+  sandboxId: string;
+  projectId: string;
+  template: string;
+  /** starting, running, paused, killed, expired or failed. */
+  state: string;
+  timeoutMs: number;
+  metadata: Record<string, string>;
+  createdAt: Date;
+  /** Undefined when the sandbox never expires. */
+  expiresAt?: Date;
+  /** Set once the sandbox has been killed, expired or failed. */
+  endedAt?: Date;
+}
+
+/** One file or directory in a sandbox. */
+export interface EntryInfo {
+  name: string;
+  path: string;
+  /** file, dir, symlink or other. */
+  type: 'file' | 'dir' | 'symlink' | 'other' | string;
+  size: number;
+  mode: number;
+  modTime: Date;
+}
+
+/** What process.exec returns. */
+export interface ProcessResult {
+  stdout: string;
+  stderr: string;
+  /** The exit code; -1 when the process could not start or was killed for its timeout. */
+  exitCode: number;
+  /** Why the process did not run to its end (could not start, timed out), if it did not. */
+  error?: string;
+}
+
+// Raw wire shapes.
+
+export interface WireSandbox {
+  sandboxId: string;
+  projectId: string;
+  template: string;
+  state: string;
+  timeoutMs: number;
+  metadata?: Record<string, string> | null;
+  createdAt: string;
+  expiresAt?: string | null;
+  endedAt?: string | null;
+}
+
+export interface WireEntry {
+  name: string;
+  path: string;
+  type: string;
+  size: number;
+  mode: number;
+  modTime: string;
+}
+
+export interface ExecuteEvent {
+  type: 'stdout' | 'stderr' | 'result' | 'error' | 'end' | string;
+  text?: string;
+  result?: Result;
+  error?: ExecutionError;
+  executionCount?: number;
+}
+
+export interface ProcessEvent {
+  type: 'stdout' | 'stderr' | 'end' | string;
+  text?: string;
+  exitCode?: number | null;
+  error?: string;
+}
+
+export function sandboxInfo(w: WireSandbox): SandboxInfo {
+  return {
+    sandboxId: w.sandboxId,
+    projectId: w.projectId,
+    template: w.template,
+    state: w.state,
+    timeoutMs: w.timeoutMs,
+    metadata: w.metadata ?? {},
+    createdAt: new Date(w.createdAt),
+    expiresAt: w.expiresAt ? new Date(w.expiresAt) : undefined,
+    endedAt: w.endedAt ? new Date(w.endedAt) : undefined,
+  };
+}
+
+export function entryInfo(w: WireEntry): EntryInfo {
+  return { name: w.name, path: w.path, type: w.type, size: w.size, mode: w.mode, modTime: new Date(w.modTime) };
+}
