@@ -1,0 +1,576 @@
+package jupyter
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/testenv"
+)
+
+// startKernel starts a kernel with the test Python in a temporary home and
+// closes it when the test ends.
+func startKernel(t *testing.T) *Kernel {
+	t.Helper()
+	py := testenv.Python(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k, err := Start(ctx, Config{
+		Python:     py,
+		Cwd:        dir,
+		Env:        []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "LANG=C.UTF-8", "MPLBACKEND=Agg"},
+		RuntimeDir: dir,
+	})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { k.Close() })
+	return k
+}
+
+// outcome is what one Execute produced.
+type outcome struct {
+	events  []api.ExecuteEvent
+	stdout  string
+	stderr  string
+	results []api.Result
+	errors  []api.ExecutionError
+	count   int
+	ended   bool
+	err     error
+	elapsed time.Duration
+}
+
+func (o outcome) lastError() *api.ExecutionError {
+	if len(o.errors) == 0 {
+		return nil
+	}
+	return &o.errors[len(o.errors)-1]
+}
+
+func execute(t *testing.T, ctx context.Context, k *Kernel, req Request) outcome {
+	t.Helper()
+	var o outcome
+	start := time.Now()
+	o.err = k.Execute(ctx, req, func(ev api.ExecuteEvent) {
+		if o.ended {
+			t.Errorf("event %+v after end", ev)
+		}
+		o.events = append(o.events, ev)
+		switch ev.Type {
+		case api.EventStdout:
+			o.stdout += ev.Text
+		case api.EventStderr:
+			o.stderr += ev.Text
+		case api.EventResult:
+			o.results = append(o.results, *ev.Result)
+		case api.EventError:
+			o.errors = append(o.errors, *ev.Error)
+		case api.EventEnd:
+			o.ended, o.count = true, ev.ExecutionCount
+		}
+	})
+	o.elapsed = time.Since(start)
+	return o
+}
+
+func run(t *testing.T, k *Kernel, code string) outcome {
+	t.Helper()
+	o := execute(t, context.Background(), k, Request{Code: code, Timeout: time.Minute})
+	if o.err != nil {
+		t.Fatalf("Execute(%q): %v", code, o.err)
+	}
+	if !o.ended {
+		t.Fatalf("Execute(%q): no end event; events %+v", code, o.events)
+	}
+	return o
+}
+
+func TestExecuteOutputs(t *testing.T) {
+	k := startKernel(t)
+	reprs := `
+class Rich:
+    def _repr_html_(self): return "<b>rich</b>"
+    def _repr_markdown_(self): return "**rich**"
+    def _repr_json_(self): return {"rich": True}
+    def _repr_latex_(self): return "$rich$"
+class JSONOnly:
+    def _repr_json_(self): return {"a": [1, 2]}
+class Latex:
+    def _repr_latex_(self): return "$x^2$"
+class Markdown:
+    def _repr_markdown_(self): return "# title"
+    def _repr_latex_(self): return "$t$"
+class SVG:
+    def _repr_svg_(self): return "<svg xmlns='http://www.w3.org/2000/svg'/>"
+    def _repr_html_(self): return "<p>svg</p>"
+class JPEG:
+    def _repr_jpeg_(self): return b"\xff\xd8\xff\xe0fake"
+    def _repr_svg_(self): return "<svg/>"
+`
+	run(t, k, reprs)
+	run(t, k, "import pandas as pd\ndf = pd.DataFrame({'x': [1, 2, 3]})")
+
+	tests := []struct {
+		name        string
+		code        string
+		wantStdout  string
+		wantStderr  string
+		wantResults []api.Result
+		wantError   string // exception name
+	}{
+		{name: "expression", code: "1+1", wantResults: []api.Result{{Type: "result", Mime: "text/plain", Data: "2"}}},
+		{name: "stdout", code: "print('hello')", wantStdout: "hello\n"},
+		{name: "stderr", code: "import sys\nprint('oops', file=sys.stderr)", wantStderr: "oops\n"},
+		{name: "no result for statements", code: "y = 3"},
+		{name: "numpy scalar", code: "df.x.sum()", wantResults: []api.Result{{Type: "result", Mime: "text/plain", Data: "np.int64(6)"}}},
+		{name: "html beats everything textual", code: "Rich()", wantResults: []api.Result{{Type: "result", Mime: "text/html", Data: "<b>rich</b>"}}},
+		{name: "json as JSON text", code: "JSONOnly()", wantResults: []api.Result{{Type: "result", Mime: "application/json", Data: `{"a":[1,2]}`}}},
+		{name: "latex over plain", code: "Latex()", wantResults: []api.Result{{Type: "result", Mime: "text/latex", Data: "$x^2$"}}},
+		{name: "markdown over latex", code: "Markdown()", wantResults: []api.Result{{Type: "result", Mime: "text/markdown", Data: "# title"}}},
+		{name: "svg over html", code: "SVG()", wantResults: []api.Result{{Type: "result", Mime: "image/svg+xml", Data: "<svg xmlns='http://www.w3.org/2000/svg'/>"}}},
+		{name: "jpeg over svg", code: "JPEG()", wantResults: []api.Result{{Type: "result", Mime: "image/jpeg", Data: base64.StdEncoding.EncodeToString([]byte("\xff\xd8\xff\xe0fake"))}}},
+		{name: "display", code: "from IPython.display import display\ndisplay('shown')\n5", wantResults: []api.Result{
+			{Type: "display", Mime: "text/plain", Data: "'shown'"},
+			{Type: "result", Mime: "text/plain", Data: "5"},
+		}},
+		{name: "error", code: "print('before')\n1/0", wantStdout: "before\n", wantError: "ZeroDivisionError"},
+		{name: "ordered stream", code: "for i in range(3): print(i)", wantStdout: "0\n1\n2\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := run(t, k, tt.code)
+			if o.stdout != tt.wantStdout {
+				t.Errorf("stdout = %q, want %q", o.stdout, tt.wantStdout)
+			}
+			if o.stderr != tt.wantStderr {
+				t.Errorf("stderr = %q, want %q", o.stderr, tt.wantStderr)
+			}
+			if len(o.results) != len(tt.wantResults) {
+				t.Fatalf("results = %+v, want %+v", o.results, tt.wantResults)
+			}
+			for i := range o.results {
+				if o.results[i] != tt.wantResults[i] {
+					t.Errorf("result %d = %+v, want %+v", i, o.results[i], tt.wantResults[i])
+				}
+			}
+			gotErr := ""
+			if e := o.lastError(); e != nil {
+				gotErr = e.Name
+			}
+			if gotErr != tt.wantError {
+				t.Errorf("error = %+v, want name %q", o.errors, tt.wantError)
+			}
+			if o.count == 0 {
+				t.Errorf("end event has no execution count")
+			}
+		})
+	}
+}
+
+func TestSeedExample(t *testing.T) {
+	k := startKernel(t)
+	o := run(t, k, "import pandas as pd\ndf = pd.DataFrame({'x': [1, 2, 3], 'y': ['a', 'b', 'c']})\ndf")
+	if len(o.results) != 1 || o.results[0].Mime != "text/html" || !strings.Contains(o.results[0].Data, "<table") {
+		t.Errorf("DataFrame results = %+v, want one text/html table", o.results)
+	}
+	o = run(t, k, "df.x.sum()")
+	if want := (api.Result{Type: "result", Mime: "text/plain", Data: "np.int64(6)"}); len(o.results) != 1 || o.results[0] != want {
+		t.Errorf("df.x.sum() results = %+v, want [%+v]", o.results, want)
+	}
+	o = run(t, k, "1/0")
+	e := o.lastError()
+	if e == nil || len(o.errors) != 1 {
+		t.Fatalf("1/0 errors = %+v, want one", o.errors)
+	}
+	if e.Name != "ZeroDivisionError" || e.Message != "division by zero" {
+		t.Errorf("1/0 error = %s: %s, want ZeroDivisionError: division by zero", e.Name, e.Message)
+	}
+	if strings.Contains(e.Traceback, "\x1b") || !strings.Contains(e.Traceback, "ZeroDivisionError") {
+		t.Errorf("traceback = %q, want plain text naming ZeroDivisionError", e.Traceback)
+	}
+}
+
+func TestMatplotlibPNG(t *testing.T) {
+	// startKernel passes MPLBACKEND=Agg, which would make plt.show() draw
+	// nothing: Start must drop it so ipykernel picks its inline backend.
+	k := startKernel(t)
+	o := run(t, k, "import matplotlib.pyplot as plt\nplt.plot([1, 4, 9])\nplt.show()")
+	var pngs []api.Result
+	for _, r := range o.results {
+		if r.Mime == "image/png" {
+			pngs = append(pngs, r)
+		}
+	}
+	if len(pngs) != 1 || pngs[0].Type != "display" {
+		t.Fatalf("results = %d (%v), want one display image/png", len(o.results), mimes(o.results))
+	}
+	if strings.HasSuffix(pngs[0].Data, "\n") {
+		t.Errorf("base64 data ends with a newline")
+	}
+	b, err := base64.StdEncoding.DecodeString(pngs[0].Data)
+	if err != nil {
+		t.Fatalf("decoding PNG: %v", err)
+	}
+	if !strings.HasPrefix(string(b), "\x89PNG") {
+		t.Errorf("PNG starts with %q, want \\x89PNG", b[:min(8, len(b))])
+	}
+}
+
+func mimes(rs []api.Result) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Type+":"+r.Mime)
+	}
+	return out
+}
+
+func TestStateAndExecutionCount(t *testing.T) {
+	k := startKernel(t)
+	a := run(t, k, "x = 41")
+	b := run(t, k, "x + 1")
+	if len(b.results) != 1 || b.results[0].Data != "42" {
+		t.Errorf("x + 1 = %+v, want 42", b.results)
+	}
+	if b.count != a.count+1 {
+		t.Errorf("execution counts %d then %d, want consecutive", a.count, b.count)
+	}
+	c := run(t, k, "1/0")
+	d := run(t, k, "x")
+	if c.count != b.count+1 || d.count != c.count+1 {
+		t.Errorf("counts after an error %d, %d, want %d, %d", c.count, d.count, b.count+1, b.count+2)
+	}
+	if len(d.errors) != 0 {
+		t.Errorf("the call after an error failed: %+v", d.errors)
+	}
+}
+
+func TestTimeoutKeepsState(t *testing.T) {
+	k := startKernel(t)
+	run(t, k, "kept = 'yes'")
+	o := execute(t, context.Background(), k, Request{Code: "import time\nprint('start', flush=True)\ntime.sleep(30)", Timeout: 2 * time.Second})
+	if o.err != nil || !o.ended {
+		t.Fatalf("Execute: err %v, ended %v", o.err, o.ended)
+	}
+	if o.elapsed > 6*time.Second {
+		t.Errorf("timed-out call took %s, want about 2s", o.elapsed)
+	}
+	if len(o.errors) != 1 {
+		t.Fatalf("errors = %+v, want exactly one TimeoutError", o.errors)
+	}
+	e := o.errors[0]
+	if e.Name != "TimeoutError" || !strings.Contains(e.Message, "timed out after 2s") || !strings.Contains(e.Message, "state kept") {
+		t.Errorf("error = %s: %s, want TimeoutError saying 2s and state kept", e.Name, e.Message)
+	}
+	if o.stdout != "start\n" {
+		t.Errorf("stdout = %q, want %q", o.stdout, "start\n")
+	}
+	if o.count == 0 {
+		t.Errorf("end event has no execution count")
+	}
+	o = run(t, k, "kept")
+	if len(o.results) != 1 || o.results[0].Data != "'yes'" {
+		t.Errorf("after timeout kept = %+v, want 'yes'", o.results)
+	}
+}
+
+func TestTimeoutIgnoredInterruptRestarts(t *testing.T) {
+	k := startKernel(t)
+	run(t, k, "lost = 1")
+	code := "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)"
+	o := execute(t, context.Background(), k, Request{Code: code, Timeout: time.Second})
+	if o.err != nil || !o.ended {
+		t.Fatalf("Execute: err %v, ended %v", o.err, o.ended)
+	}
+	e := o.lastError()
+	if e == nil || e.Name != "TimeoutError" || !strings.Contains(e.Message, "restarted") {
+		t.Fatalf("errors = %+v, want TimeoutError saying the kernel was restarted", o.errors)
+	}
+	o = run(t, k, "lost")
+	if e := o.lastError(); e == nil || e.Name != "NameError" {
+		t.Errorf("after restart lost gave %+v, want NameError", o.errors)
+	}
+}
+
+func TestKernelDeath(t *testing.T) {
+	k := startKernel(t)
+	tests := []struct {
+		name string
+		code string
+		want string // in the message
+	}{
+		{"os._exit", "import os\nos._exit(3)", "exit status 3"},
+		{"segfault", "import ctypes\nctypes.string_at(0)", "SIGSEGV"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run(t, k, "before = 1")
+			pid := k.Pid()
+			o := run(t, k, tt.code)
+			e := o.lastError()
+			if e == nil || e.Name != ErrNameKernelDied || !strings.Contains(e.Message, tt.want) || !strings.Contains(e.Message, "restarted") {
+				t.Fatalf("errors = %+v, want %s mentioning %q and restarted", o.errors, ErrNameKernelDied, tt.want)
+			}
+			if k.Pid() == pid {
+				t.Errorf("kernel pid unchanged after death")
+			}
+			o = run(t, k, "1+1")
+			if len(o.errors) != 0 || len(o.results) != 1 || o.results[0].Data != "2" {
+				t.Errorf("next call: results %+v errors %+v, want 2", o.results, o.errors)
+			}
+			o = run(t, k, "before")
+			if e := o.lastError(); e == nil || e.Name != "NameError" {
+				t.Errorf("variables survived the death: %+v", o.results)
+			}
+		})
+	}
+	t.Run("between calls", func(t *testing.T) {
+		pid := k.Pid()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("killing kernel: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		o := run(t, k, "1+1")
+		if len(o.errors) != 0 || len(o.results) != 1 || o.results[0].Data != "2" {
+			t.Errorf("call after death: results %+v errors %+v, want 2", o.results, o.errors)
+		}
+		if !strings.Contains(o.stderr, "restarted") {
+			t.Errorf("stderr = %q, want a note that the kernel was restarted", o.stderr)
+		}
+	})
+}
+
+func TestQueuedCallsDoNotInterleave(t *testing.T) {
+	k := startKernel(t)
+	type span struct {
+		name       string
+		start, end time.Time
+		stdout     string
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		spans []span
+	)
+	for _, name := range []string{"a", "b", "c"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := span{name: name}
+			code := "import time\nprint('" + name + "1', flush=True)\ntime.sleep(0.3)\nprint('" + name + "2')"
+			err := k.Execute(context.Background(), Request{Code: code}, func(ev api.ExecuteEvent) {
+				if s.start.IsZero() {
+					s.start = time.Now()
+				}
+				if ev.Type == api.EventStdout {
+					s.stdout += ev.Text
+				}
+				if ev.Type == api.EventEnd {
+					s.end = time.Now()
+				}
+			})
+			if err != nil {
+				t.Errorf("Execute %s: %v", name, err)
+			}
+			mu.Lock()
+			spans = append(spans, s)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	sort.Slice(spans, func(i, j int) bool { return spans[i].start.Before(spans[j].start) })
+	for i, s := range spans {
+		if want := s.name + "1\n" + s.name + "2\n"; s.stdout != want {
+			t.Errorf("call %s stdout = %q, want %q", s.name, s.stdout, want)
+		}
+		if i > 0 && s.start.Before(spans[i-1].end) {
+			t.Errorf("call %s started before %s ended", s.name, spans[i-1].name)
+		}
+	}
+}
+
+func TestEnvsDoNotLeak(t *testing.T) {
+	k := startKernel(t)
+	run(t, k, "import os\nos.environ['LZ_KEPT'] = 'original'")
+	show := "print(os.environ.get('LZ_NEW'), os.environ.get('LZ_KEPT'))"
+	a := execute(t, context.Background(), k, Request{Code: show, Envs: map[string]string{"LZ_NEW": "new 'quoted' \"value\"\n", "LZ_KEPT": "override"}})
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if want := "new 'quoted' \"value\"\n override\n"; a.stdout != want {
+		t.Errorf("with envs stdout = %q, want %q", a.stdout, want)
+	}
+	b := run(t, k, show)
+	if want := "None original\n"; b.stdout != want {
+		t.Errorf("next call stdout = %q, want %q", b.stdout, want)
+	}
+	if b.count != a.count+1 {
+		t.Errorf("counts %d then %d: env handling bumped the execution count", a.count, b.count)
+	}
+	// An error with stop_on_error set makes the kernel abort what comes
+	// next for a moment; the restore must still get through.
+	c := execute(t, context.Background(), k, Request{Code: "1/0", Envs: map[string]string{"LZ_NEW": "x"}})
+	if e := c.lastError(); e == nil || e.Name != "ZeroDivisionError" {
+		t.Errorf("errors = %+v, want ZeroDivisionError", c.errors)
+	}
+	d := run(t, k, show)
+	if want := "None original\n"; d.stdout != want {
+		t.Errorf("after an error stdout = %q, want %q", d.stdout, want)
+	}
+	run(t, k, "import subprocess")
+	e := execute(t, context.Background(), k, Request{Code: "print(subprocess.run(['sh', '-c', 'echo $LZ_SUB'], capture_output=True, text=True).stdout, end='')", Envs: map[string]string{"LZ_SUB": "child"}})
+	if e.stdout != "child\n" {
+		t.Errorf("subprocess saw LZ_SUB = %q, want %q", e.stdout, "child\n")
+	}
+}
+
+func TestCancelInterrupts(t *testing.T) {
+	k := startKernel(t)
+	run(t, k, "kept = 7")
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(time.Second, cancel)
+	o := execute(t, ctx, k, Request{Code: "import time\ntime.sleep(60)\nkept = 8"})
+	if !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("Execute err = %v, want context.Canceled", o.err)
+	}
+	if o.elapsed > 5*time.Second {
+		t.Errorf("cancelled call returned after %s, want soon after 1s", o.elapsed)
+	}
+	start := time.Now()
+	o = run(t, k, "kept")
+	if len(o.results) != 1 || o.results[0].Data != "7" {
+		t.Errorf("kept = %+v errors %+v, want 7 (interrupted, state kept)", o.results, o.errors)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("next call took %s: the kernel was still busy", d)
+	}
+}
+
+func TestRestartLosesVariables(t *testing.T) {
+	k := startKernel(t)
+	run(t, k, "gone = 1")
+	pid := k.Pid()
+	if err := k.Restart(context.Background()); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if k.Pid() == pid {
+		t.Errorf("pid unchanged after Restart")
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("old kernel %d still there after Restart (kill 0: %v)", pid, err)
+	}
+	o := run(t, k, "gone")
+	if e := o.lastError(); e == nil || e.Name != "NameError" {
+		t.Errorf("after Restart gone = %+v, want NameError", o.results)
+	}
+	o = run(t, k, "1+1")
+	if len(o.results) != 1 || o.results[0].Data != "2" {
+		t.Errorf("1+1 after restart = %+v", o.results)
+	}
+}
+
+func TestRestartDuringCall(t *testing.T) {
+	k := startKernel(t)
+	done := make(chan outcome)
+	go func() { done <- execute(t, context.Background(), k, Request{Code: "import time\ntime.sleep(60)"}) }()
+	time.Sleep(time.Second)
+	if err := k.Restart(context.Background()); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	select {
+	case o := <-done:
+		if e := o.lastError(); e == nil || e.Name != ErrNameKernelDied || !o.ended {
+			t.Errorf("running call got %+v, want a KernelDiedError and end", o.events)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("running call did not end after Restart")
+	}
+	o := run(t, k, "1+1")
+	if len(o.results) != 1 || o.results[0].Data != "2" {
+		t.Errorf("1+1 after restart = %+v", o.results)
+	}
+}
+
+func TestReseed(t *testing.T) {
+	k := startKernel(t)
+	run(t, k, "import random, numpy\nrandom.seed(1)\nnumpy.random.seed(1)")
+	if err := k.Reseed(context.Background()); err != nil {
+		t.Fatalf("Reseed: %v", err)
+	}
+	o := run(t, k, "(random.random() != random.Random(1).random(), numpy.random.random() != numpy.random.RandomState(1).random_sample())")
+	if len(o.results) != 1 || o.results[0].Data != "(True, True)" {
+		t.Errorf("generators after Reseed = %+v, want both differing from seed 1", o.results)
+	}
+}
+
+func TestCloseLeavesNothing(t *testing.T) {
+	py := testenv.Python(t)
+	base := runtime.NumGoroutine()
+	dir := t.TempDir()
+	k, err := Start(context.Background(), Config{Python: py, Cwd: dir, RuntimeDir: dir, Env: []string{"HOME=" + dir}})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	run(t, k, "import subprocess\nchild = subprocess.Popen(['sleep', '300'])\nprint(child.pid)")
+	pid := k.Pid()
+	o := run(t, k, "print(child.pid)")
+	var child int
+	for _, c := range strings.TrimSpace(o.stdout) {
+		child = child*10 + int(c-'0')
+	}
+	if err := k.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for _, p := range []int{pid, child} {
+		if err := syscall.Kill(p, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("process %d still there after Close (kill 0: %v)", p, err)
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("runtime dir after Close holds %v, want nothing", names)
+	}
+	if err := k.Execute(context.Background(), Request{Code: "1"}, func(api.ExecuteEvent) {}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Execute after Close = %v, want ErrClosed", err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > base {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines after Close, %d before:\n%s", n, base, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+func TestRoundTripLatency(t *testing.T) {
+	k := startKernel(t)
+	const n = 200
+	ds := make([]time.Duration, 0, n)
+	for range n {
+		o := run(t, k, "1+1")
+		if len(o.results) != 1 || o.results[0].Data != "2" {
+			t.Fatalf("1+1 = %+v", o.results)
+		}
+		ds = append(ds, o.elapsed)
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	t.Logf("1+1 round trip over %d calls: median %s, p90 %s, max %s", n, ds[n/2], ds[n*9/10], ds[n-1])
+	if ds[n/2] > 200*time.Millisecond {
+		t.Errorf("median round trip %s, want under 200ms", ds[n/2])
+	}
+}
