@@ -1,0 +1,51 @@
+"""Lizard SDK: run LLM-written code in isolated Lizard sandboxes.
+
+``CodeSandbox`` (synchronous) and ``AsyncCodeSandbox`` (asyncio) have the same methods. Configuration comes
+from explicit arguments, then ``LIZARD_API_URL`` and ``LIZARD_API_KEY``.
+"""
+
+from ._async import AsyncCodeSandbox, AsyncFiles, AsyncProcess
+from ._core import DEFAULT_API_URL
+from ._sync import CodeSandbox, Files, Process
+from .errors import (
+    AuthenticationError,
+    ConflictError,
+    InvalidArgumentError,
+    LizardConnectionError,
+    LizardError,
+    NotFoundError,
+    RateLimitError,
+    RequestTimeoutError,
+    SandboxError,
+    SandboxGoneError,
+)
+from .models import Context, EntryInfo, Execution, ExecutionError, ProcessResult, Result, SandboxInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CodeSandbox",
+    "AsyncCodeSandbox",
+    "Files",
+    "AsyncFiles",
+    "Process",
+    "AsyncProcess",
+    "Execution",
+    "Result",
+    "ExecutionError",
+    "Context",
+    "SandboxInfo",
+    "EntryInfo",
+    "ProcessResult",
+    "LizardError",
+    "AuthenticationError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "SandboxGoneError",
+    "ConflictError",
+    "RateLimitError",
+    "SandboxError",
+    "LizardConnectionError",
+    "RequestTimeoutError",
+    "DEFAULT_API_URL",
+]

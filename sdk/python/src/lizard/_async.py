@@ -1,0 +1,501 @@
+"""The asyncio client: AsyncCodeSandbox and its files and process helpers, the same surface as CodeSandbox."""
+
+from __future__ import annotations
+
+import inspect
+from types import TracebackType
+from typing import (
+    IO,
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Dict,
+    Generator,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Type,
+    Union,
+    overload,
+)
+from urllib.parse import quote
+
+import httpx
+
+from . import _core
+from ._core import UNSET, ContextLike
+from ._sync import FileData, _sandbox_path
+from .errors import InvalidArgumentError, LizardError, NotFoundError, SandboxGoneError, error_from_response
+from .models import Context, EntryInfo, Execution, ExecutionError, ProcessResult, Result, SandboxInfo
+
+__all__ = ["AsyncCodeSandbox", "AsyncFiles", "AsyncProcess"]
+
+_CHUNK = 64 * 1024
+
+# A callback of the async client may be a plain function or a coroutine function.
+AsyncCallback = Callable[[Any], Union[Any, Awaitable[Any]]]
+
+
+async def _call(cb: Optional[Callable[[Any], Any]], arg: Any) -> None:
+    if cb is None:
+        return
+    res = cb(arg)
+    if inspect.isawaitable(res):
+        await res
+
+
+class _AsyncHttp:
+    """One async connection pool to a Lizard server; maps failures to the SDK's errors."""
+
+    def __init__(
+        self,
+        api_url: str,
+        api_key: str,
+        request_timeout: Optional[float],
+        transport: Optional[httpx.AsyncBaseTransport],
+    ) -> None:
+        self.api_url = api_url
+        self.api_key = api_key
+        self.request_timeout = request_timeout
+        self.transport = transport
+        self.client = httpx.AsyncClient(
+            base_url=api_url,
+            headers=_core.headers(api_key),
+            timeout=_core.timeout(request_timeout),
+            transport=transport,
+        )
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Any = None,
+        content: Any = None,
+        timeout: Any = UNSET,
+    ) -> httpx.Response:
+        kwargs: Dict[str, Any] = {"json": json, "params": params, "content": content}
+        if timeout is not UNSET:
+            kwargs["timeout"] = _core.timeout(timeout)
+        try:
+            resp = await self.client.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise _core.transport_error(exc, self.api_url) from exc
+        if resp.status_code >= 300:
+            raise error_from_response(resp.status_code, resp.content)
+        return resp
+
+    async def stream(
+        self,
+        path: str,
+        body: Any,
+        read_timeout: Optional[float],
+        on_event: Callable[[Dict[str, Any]], Awaitable[None]],
+    ) -> None:
+        splitter = _core.LineSplitter()
+        timeout = _core.timeout(self.request_timeout, read_timeout)
+        try:
+            async with self.client.stream("POST", path, json=body, timeout=timeout) as resp:
+                if resp.status_code >= 300:
+                    raise error_from_response(resp.status_code, await resp.aread())
+                async for chunk in resp.aiter_bytes():
+                    for event in splitter.feed(chunk):
+                        await on_event(event)
+                for event in splitter.close():
+                    await on_event(event)
+        except httpx.TransportError as exc:
+            raise _core.transport_error(exc, self.api_url) from exc
+
+    def clone(self) -> "_AsyncHttp":
+        """A new pool with the same settings, for another sandbox."""
+        return _AsyncHttp(self.api_url, self.api_key, self.request_timeout, self.transport)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+def _achunks(data: FileData) -> Union[bytes, AsyncIterator[bytes]]:
+    """The upload body for data: bytes as they are, a file-like object read lazily in chunks."""
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    if hasattr(data, "read"):
+        async def gen() -> AsyncIterator[bytes]:
+            while True:
+                chunk = data.read(_CHUNK)
+                if inspect.isawaitable(chunk):  # an async file object, such as aiofiles'
+                    chunk = await chunk
+                if not chunk:
+                    return
+                yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
+
+        return gen()
+    raise InvalidArgumentError(f"data must be str, bytes or a readable file object, not {type(data).__name__}")
+
+
+class _PendingSandbox:
+    """What ``AsyncCodeSandbox.create`` returns: await it, or use it in ``async with`` directly."""
+
+    def __init__(self, coro: Coroutine[Any, Any, "AsyncCodeSandbox"]) -> None:
+        self._coro = coro
+        self._sandbox: Optional[AsyncCodeSandbox] = None
+
+    def __await__(self) -> Generator[Any, None, "AsyncCodeSandbox"]:
+        return self._coro.__await__()
+
+    async def __aenter__(self) -> "AsyncCodeSandbox":
+        self._sandbox = await self._coro
+        return self._sandbox
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.__aexit__(exc_type, exc, tb)
+
+
+class AsyncCodeSandbox:
+    """A Lizard sandbox running the code interpreter, driven with asyncio.
+
+    It has the same methods as :class:`~lizard.CodeSandbox`, as coroutines. Make one with
+    ``await AsyncCodeSandbox.create(...)`` or ``async with AsyncCodeSandbox.create(...) as sandbox:``
+    (which kills it on exit), or with :meth:`connect`.
+    """
+
+    def __init__(self, sandbox_id: str, *, _http: _AsyncHttp) -> None:
+        """Wrap an existing sandbox; use :meth:`create` or :meth:`connect` instead."""
+        self.sandbox_id = sandbox_id
+        self._http = _http
+        self._prefix = _sandbox_path(sandbox_id)
+        self.files = AsyncFiles(self)
+        self.process = AsyncProcess(self)
+
+    # Lifecycle -----------------------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        project_id: Optional[str] = None,
+        timeout_ms: int = 300_000,
+        template: str = "interpreter",
+        envs: Optional[Mapping[str, str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        lizard_token: bool = False,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+        request_timeout: Optional[float] = UNSET,
+        *,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+    ) -> _PendingSandbox:
+        """Create a sandbox; await the result, or use it in ``async with``.
+
+        The arguments are those of :meth:`lizard.CodeSandbox.create`.
+        """
+        return _PendingSandbox(
+            cls._create(project_id, timeout_ms, template, envs, metadata, lizard_token, api_key, api_url,
+                        request_timeout, transport)
+        )
+
+    @classmethod
+    async def _create(
+        cls,
+        project_id: Optional[str],
+        timeout_ms: int,
+        template: str,
+        envs: Optional[Mapping[str, str]],
+        metadata: Optional[Mapping[str, str]],
+        lizard_token: bool,
+        api_key: Optional[str],
+        api_url: Optional[str],
+        request_timeout: Optional[float],
+        transport: Optional[httpx.AsyncBaseTransport],
+    ) -> "AsyncCodeSandbox":
+        url, key = _core.resolve_config(api_key, api_url)
+        body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token)
+        http = _AsyncHttp(
+            url, key, _core.DEFAULT_REQUEST_TIMEOUT if request_timeout is UNSET else request_timeout, transport
+        )
+        try:
+            create_timeout = _core.DEFAULT_CREATE_TIMEOUT if request_timeout is UNSET else request_timeout
+            resp = await http.request("POST", "/v1/sandboxes", json=body, timeout=create_timeout)
+            info = SandboxInfo.from_json(resp.json())
+            sandbox = cls(info.sandbox_id, _http=http)
+            if project_id is not None and info.project_id and info.project_id != project_id:
+                await sandbox._kill_quietly()
+                raise InvalidArgumentError(
+                    f"project_id {project_id!r} does not match the API key's project {info.project_id!r}"
+                )
+            return sandbox
+        except BaseException:
+            await http.close()
+            raise
+
+    @classmethod
+    async def connect(
+        cls,
+        sandbox_id: str,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+        request_timeout: Optional[float] = _core.DEFAULT_REQUEST_TIMEOUT,
+        *,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+    ) -> "AsyncCodeSandbox":
+        """Attach to an existing sandbox by id.
+
+        Raises NotFoundError when no such sandbox exists in the key's project, and SandboxGoneError when it
+        has already ended.
+        """
+        url, key = _core.resolve_config(api_key, api_url)
+        http = _AsyncHttp(url, key, request_timeout, transport)
+        try:
+            sandbox = cls(sandbox_id, _http=http)
+            info = await sandbox.get_info()
+            if info.state in ("killed", "expired", "failed"):
+                raise SandboxGoneError(f"sandbox {sandbox_id} has ended ({info.state})", status=None, code="gone")
+            return sandbox
+        except BaseException:
+            await http.close()
+            raise
+
+    @classmethod
+    async def list(
+        cls,
+        metadata: Optional[Mapping[str, str]] = None,
+        state: Optional[str] = None,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+        request_timeout: Optional[float] = _core.DEFAULT_REQUEST_TIMEOUT,
+        *,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+    ) -> List[SandboxInfo]:
+        """List the sandboxes of the key's project, filtered by metadata (all pairs must match) and state."""
+        url, key = _core.resolve_config(api_key, api_url)
+        http = _AsyncHttp(url, key, request_timeout, transport)
+        try:
+            resp = await http.request("GET", "/v1/sandboxes", params=_core.list_params(metadata, state))
+            return [SandboxInfo.from_json(s) for s in resp.json().get("sandboxes") or []]
+        finally:
+            await http.close()
+
+    async def get_info(self) -> SandboxInfo:
+        """Return what the server knows about this sandbox."""
+        return SandboxInfo.from_json((await self._http.request("GET", self._prefix)).json())
+
+    async def set_timeout(self, timeout_ms: int) -> None:
+        """Reset the sandbox's deadline to timeout_ms from now; 0 means it never ends by itself."""
+        _core.check_ms("timeout_ms", timeout_ms)
+        await self._http.request("POST", f"{self._prefix}/timeout", json={"timeoutMs": timeout_ms})
+
+    async def kill(self) -> None:
+        """End the sandbox now. Killing a sandbox that is already gone is not an error."""
+        try:
+            await self._http.request("DELETE", self._prefix)
+        except NotFoundError:
+            pass
+
+    async def _kill_quietly(self) -> None:
+        try:
+            await self.kill()
+        except LizardError:
+            pass
+
+    async def pause(self) -> None:
+        """Pause the sandbox, keeping its memory (kernel variables). Requires server support."""
+        await self._http.request("POST", f"{self._prefix}/pause")
+
+    async def resume(self) -> None:
+        """Resume a paused sandbox. Requires server support."""
+        await self._http.request("POST", f"{self._prefix}/resume")
+
+    async def snapshot(self) -> Dict[str, Any]:
+        """Snapshot the sandbox, kernel state included; returns the server's answer. Requires server support."""
+        resp = await self._http.request("POST", f"{self._prefix}/snapshots")
+        return dict(resp.json()) if resp.content else {}
+
+    async def fork(self) -> "AsyncCodeSandbox":
+        """Copy the sandbox, kernel state included, into a new sandbox. Requires server support."""
+        resp = await self._http.request("POST", f"{self._prefix}/fork", timeout=_core.DEFAULT_CREATE_TIMEOUT)
+        info = SandboxInfo.from_json(resp.json())
+        return type(self)(info.sandbox_id, _http=self._http.clone())
+
+    async def close(self) -> None:
+        """Close the HTTP connections without killing the sandbox."""
+        await self._http.close()
+
+    async def __aenter__(self) -> "AsyncCodeSandbox":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            if exc_type is None:
+                await self.kill()
+            else:
+                # The body's exception matters more than a failure to clean up after it.
+                await self._kill_quietly()
+        finally:
+            await self.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncCodeSandbox(sandbox_id={self.sandbox_id!r}, api_url={self._http.api_url!r})"
+
+    # Code ----------------------------------------------------------------------------------------------
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        language: Optional[str] = None,
+        context: Optional[ContextLike] = None,
+        timeout_ms: int = 60_000,
+        envs: Optional[Mapping[str, str]] = None,
+        on_stdout: Optional[Callable[[str], Any]] = None,
+        on_stderr: Optional[Callable[[str], Any]] = None,
+        on_result: Optional[Callable[[Result], Any]] = None,
+        on_error: Optional[Callable[[ExecutionError], Any]] = None,
+    ) -> Execution:
+        """Run code and return its Execution; see :meth:`lizard.CodeSandbox.run_code`.
+
+        Callbacks may be plain functions or coroutine functions; they are awaited in order.
+        """
+        body = _core.execute_body(code, language, context, timeout_ms, envs)
+        asm = _core.ExecutionAssembler()
+        callbacks: Dict[str, Optional[Callable[[Any], Any]]] = {
+            "stdout": on_stdout,
+            "stderr": on_stderr,
+            "result": on_result,
+            "error": on_error,
+        }
+
+        async def on_event(event: Dict[str, Any]) -> None:
+            call = asm.feed(event)
+            if call is not None:
+                await _call(callbacks[call[0]], call[1])
+
+        await self._http.stream(f"{self._prefix}/execute", body, _core.stream_read_timeout(timeout_ms), on_event)
+        return asm.finish()
+
+    async def create_context(self, language: str = "python", cwd: Optional[str] = None) -> Context:
+        """Start a new context: its own kernel, variables and working directory (default the home)."""
+        body: Dict[str, Any] = {"language": language}
+        if cwd:
+            body["cwd"] = cwd
+        return Context.from_json((await self._http.request("POST", f"{self._prefix}/contexts", json=body)).json())
+
+    async def list_contexts(self) -> List[Context]:
+        """List the sandbox's contexts, default ones included."""
+        resp = await self._http.request("GET", f"{self._prefix}/contexts")
+        return [Context.from_json(c) for c in resp.json().get("contexts") or []]
+
+    async def restart_context(self, context: ContextLike) -> Context:
+        """Restart a context's kernel, dropping its variables."""
+        cid = quote(_core.context_id(context), safe="")
+        resp = await self._http.request("POST", f"{self._prefix}/contexts/{cid}/restart")
+        return Context.from_json(resp.json())
+
+    async def delete_context(self, context: ContextLike) -> None:
+        """Delete a context and stop its kernel."""
+        cid = quote(_core.context_id(context), safe="")
+        await self._http.request("DELETE", f"{self._prefix}/contexts/{cid}")
+
+
+class AsyncProcess:
+    """Runs commands in a sandbox, each in its own process (``sandbox.process``)."""
+
+    def __init__(self, sandbox: AsyncCodeSandbox) -> None:
+        """Bind to a sandbox; reach it as ``sandbox.process``."""
+        self._sandbox = sandbox
+
+    async def exec(
+        self,
+        cmd: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        timeout_ms: Optional[int] = None,
+        stdin: Optional[str] = None,
+        on_stdout: Optional[Callable[[str], Any]] = None,
+        on_stderr: Optional[Callable[[str], Any]] = None,
+    ) -> ProcessResult:
+        """Run a command and wait for it; see :meth:`lizard.Process.exec`."""
+        body = _core.process_body(cmd, cwd, envs, timeout_ms, stdin)
+        asm = _core.ProcessAssembler()
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+
+        async def on_event(event: Dict[str, Any]) -> None:
+            call = asm.feed(event)
+            if call is not None:
+                await _call(callbacks.get(call[0]), call[1])
+
+        s = self._sandbox
+        await s._http.stream(f"{s._prefix}/process", body, _core.stream_read_timeout(timeout_ms), on_event)
+        return asm.finish()
+
+
+class AsyncFiles:
+    """Reads and writes files in a sandbox (``sandbox.files``). Relative paths start at ``/home/user``."""
+
+    def __init__(self, sandbox: AsyncCodeSandbox) -> None:
+        """Bind to a sandbox; reach it as ``sandbox.files``."""
+        self._sandbox = sandbox
+
+    async def _request(self, method: str, sub: str, path: str, **kwargs: Any) -> httpx.Response:
+        s = self._sandbox
+        return await s._http.request(method, f"{s._prefix}/files{sub}", params={"path": path}, **kwargs)
+
+    @overload
+    async def read(self, path: str, format: Literal["text"] = "text") -> str: ...
+
+    @overload
+    async def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
+
+    async def read(self, path: str, format: str = "text") -> Union[str, bytes]:
+        """Read a whole file, as text (UTF-8) or bytes."""
+        if format not in ("text", "bytes"):
+            raise InvalidArgumentError(f"format must be 'text' or 'bytes', not {format!r}")
+        data = (await self._request("GET", "", path)).content
+        return data.decode("utf-8") if format == "text" else data
+
+    async def write(self, path: str, data: Union[FileData, IO[Any]]) -> EntryInfo:
+        """Write a file, creating parent directories. File-like data (sync or async) is streamed in chunks."""
+        return EntryInfo.from_json((await self._request("PUT", "", path, content=_achunks(data))).json())
+
+    async def list(self, path: str = ".") -> List[EntryInfo]:
+        """List a directory."""
+        resp = await self._request("GET", "/list", path)
+        return [EntryInfo.from_json(e) for e in resp.json().get("entries") or []]
+
+    async def stat(self, path: str) -> EntryInfo:
+        """Describe a file or directory; raises NotFoundError when it does not exist."""
+        return EntryInfo.from_json((await self._request("GET", "/stat", path)).json())
+
+    async def exists(self, path: str) -> bool:
+        """Whether a file or directory exists."""
+        try:
+            await self.stat(path)
+        except SandboxGoneError:
+            raise
+        except NotFoundError:
+            return False
+        return True
+
+    async def remove(self, path: str) -> None:
+        """Remove a file or a directory tree."""
+        await self._request("DELETE", "", path)
+
+    async def make_dir(self, path: str) -> EntryInfo:
+        """Make a directory and its parents."""
+        return EntryInfo.from_json((await self._request("POST", "/mkdir", path)).json())

@@ -1,0 +1,291 @@
+"""Logic shared by the sync and async clients: configuration, request bodies, error mapping and the
+assembly of NDJSON streams into results. Nothing here does I/O."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import httpx
+
+from .errors import (
+    AuthenticationError,
+    InvalidArgumentError,
+    LizardConnectionError,
+    LizardError,
+    RequestTimeoutError,
+    SandboxError,
+)
+from .models import Context, Execution, ExecutionError, ProcessResult, Result
+
+DEFAULT_API_URL = "http://127.0.0.1:8080"
+# Ordinary requests (info, contexts, files) answer quickly; a minute leaves room for a busy machine.
+DEFAULT_REQUEST_TIMEOUT = 60.0
+# The first create on a server builds the interpreter template, which takes minutes.
+DEFAULT_CREATE_TIMEOUT = 900.0
+# run_code waits this much longer than the code's own timeout, so the kernel's interrupt and the
+# "TimeoutError" result arrive before the HTTP read gives up.
+STREAM_TIMEOUT_MARGIN = 30.0
+USER_AGENT = "lizard-sdk-python/0.1.0"
+
+ContextLike = Union[Context, str]
+
+# Sentinel for "the caller did not pass request_timeout", so create can use a longer default.
+class _Unset:
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+UNSET: Any = _Unset()
+
+
+def resolve_config(api_key: Optional[str], api_url: Optional[str]) -> Tuple[str, str]:
+    """Return (api_url, api_key): explicit values win, then LIZARD_API_URL and LIZARD_API_KEY."""
+    url = api_url or os.environ.get("LIZARD_API_URL") or DEFAULT_API_URL
+    key = api_key or os.environ.get("LIZARD_API_KEY")
+    if not key:
+        raise AuthenticationError("no API key: set LIZARD_API_KEY or pass api_key")
+    return url.rstrip("/"), key
+
+
+def headers(api_key: str) -> Dict[str, str]:
+    """Headers sent with every request."""
+    return {"Authorization": f"Bearer {api_key}", "User-Agent": USER_AGENT}
+
+
+def timeout(request_timeout: Optional[float], read: Any = UNSET) -> httpx.Timeout:
+    """An httpx timeout: request_timeout for connecting, writing and the pool, read for reading."""
+    return httpx.Timeout(request_timeout, read=request_timeout if read is UNSET else read)
+
+
+def stream_read_timeout(timeout_ms: Optional[int]) -> Optional[float]:
+    """The HTTP read timeout for a stream whose work is bounded by timeout_ms (None or 0: no bound)."""
+    if not timeout_ms:
+        return None
+    return timeout_ms / 1000.0 + STREAM_TIMEOUT_MARGIN
+
+
+def transport_error(exc: Exception, api_url: str) -> LizardError:
+    """Map an httpx transport exception to the SDK's error."""
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        return LizardConnectionError(
+            f"cannot reach Lizard at {api_url} ({exc or type(exc).__name__}); "
+            "is `lizard serve` running? Set LIZARD_API_URL or pass api_url"
+        )
+    if isinstance(exc, httpx.TimeoutException):
+        return RequestTimeoutError(f"request to Lizard at {api_url} timed out ({type(exc).__name__})")
+    return LizardConnectionError(f"connection to Lizard at {api_url} failed: {exc or type(exc).__name__}")
+
+
+def context_id(ctx: ContextLike) -> str:
+    """The id of a Context or of a context id."""
+    if isinstance(ctx, Context):
+        return ctx.id
+    if isinstance(ctx, str) and ctx:
+        return ctx
+    raise InvalidArgumentError(f"context must be a Context or a non-empty id, not {ctx!r}")
+
+
+def check_ms(name: str, value: Optional[int]) -> None:
+    """Reject negative or non-integer millisecond values before they reach the server."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(f"{name} must be a non-negative integer of milliseconds, not {value!r}")
+
+
+def create_body(
+    template: str,
+    timeout_ms: Optional[int],
+    envs: Optional[Mapping[str, str]],
+    metadata: Optional[Mapping[str, str]],
+    lizard_token: bool,
+) -> Dict[str, Any]:
+    """The body of POST /v1/sandboxes."""
+    check_ms("timeout_ms", timeout_ms)
+    body: Dict[str, Any] = {"template": template}
+    if timeout_ms is not None:
+        body["timeoutMs"] = timeout_ms
+    if envs:
+        body["envs"] = dict(envs)
+    if metadata:
+        body["metadata"] = dict(metadata)
+    if lizard_token:
+        body["lizardToken"] = True
+    return body
+
+
+def list_params(metadata: Optional[Mapping[str, str]], state: Optional[str]) -> List[Tuple[str, str]]:
+    """Query parameters of GET /v1/sandboxes."""
+    params = [("metadata", f"{k}={v}") for k, v in (metadata or {}).items()]
+    if state:
+        params.append(("state", state))
+    return params
+
+
+def execute_body(
+    code: str,
+    language: Optional[str],
+    context: Optional[ContextLike],
+    timeout_ms: Optional[int],
+    envs: Optional[Mapping[str, str]],
+) -> Dict[str, Any]:
+    """The body of POST /execute."""
+    check_ms("timeout_ms", timeout_ms)
+    body: Dict[str, Any] = {"code": code}
+    if language:
+        body["language"] = language
+    if context is not None:
+        body["contextId"] = context_id(context)
+    if timeout_ms is not None:
+        body["timeoutMs"] = timeout_ms
+    if envs:
+        body["envs"] = dict(envs)
+    return body
+
+
+def process_body(
+    cmd: Union[str, Sequence[str]],
+    cwd: Optional[str],
+    envs: Optional[Mapping[str, str]],
+    timeout_ms: Optional[int],
+    stdin: Optional[str],
+) -> Dict[str, Any]:
+    """The body of POST /process: a string runs with bash -c, a sequence runs as is."""
+    check_ms("timeout_ms", timeout_ms)
+    body: Dict[str, Any]
+    if isinstance(cmd, str):
+        body = {"cmd": cmd}
+    else:
+        args = list(cmd)
+        if not args:
+            raise InvalidArgumentError("cmd must not be empty")
+        body = {"args": args}
+    if cwd:
+        body["cwd"] = cwd
+    if envs:
+        body["envs"] = dict(envs)
+    if timeout_ms is not None:
+        body["timeoutMs"] = timeout_ms
+    if stdin:
+        body["stdin"] = stdin
+    return body
+
+
+class LineSplitter:
+    """Splits a byte stream into NDJSON objects.
+
+    It splits on b"\\n" only: httpx's line iterator also splits on characters such as U+0085 that JSON
+    may carry unescaped inside strings.
+    """
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, chunk: bytes) -> List[Dict[str, Any]]:
+        """Add bytes; return the objects of the lines they completed."""
+        self._buf += chunk
+        if b"\n" not in chunk:
+            return []
+        *lines, self._buf = self._buf.split(b"\n")
+        return [obj for obj in map(_parse_line, lines) if obj is not None]
+
+    def close(self) -> List[Dict[str, Any]]:
+        """Return the object of a last line that had no newline, if any."""
+        rest, self._buf = self._buf, b""
+        obj = _parse_line(rest)
+        return [] if obj is None else [obj]
+
+
+def _parse_line(line: bytes) -> Optional[Dict[str, Any]]:
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise SandboxError(f"malformed line in response stream: {line[:200]!r}") from exc
+    if not isinstance(obj, dict):
+        raise SandboxError(f"unexpected line in response stream: {line[:200]!r}")
+    return obj
+
+
+# An event to hand to a callback: ("stdout" | "stderr", str), ("result", Result), ("error", ExecutionError).
+Callback = Tuple[str, Any]
+
+
+class ExecutionAssembler:
+    """Builds an Execution from /execute events and says which callback each event calls."""
+
+    def __init__(self) -> None:
+        self.execution = Execution()
+        self.ended = False
+        self._stdout: List[str] = []
+        self._stderr: List[str] = []
+
+    def feed(self, event: Mapping[str, Any]) -> Optional[Callback]:
+        """Take one event; return the callback it triggers, if any."""
+        count = event.get("executionCount")
+        if isinstance(count, int) and count:
+            self.execution.execution_count = count
+        kind = event.get("type")
+        if kind in ("stdout", "stderr"):
+            text = str(event.get("text") or "")
+            (self._stdout if kind == "stdout" else self._stderr).append(text)
+            return (kind, text)
+        if kind == "result" and isinstance(event.get("result"), dict):
+            result = Result.from_json(event["result"])
+            self.execution.results.append(result)
+            return ("result", result)
+        if kind == "error" and isinstance(event.get("error"), dict):
+            error = ExecutionError.from_json(event["error"])
+            self.execution.error = error
+            return ("error", error)
+        if kind == "end":
+            self.ended = True
+        # Unknown event types are skipped so that newer servers can add some.
+        return None
+
+    def finish(self) -> Execution:
+        """Return the Execution; raise SandboxError when the stream had no "end" event."""
+        if not self.ended:
+            raise SandboxError("execution stream ended without an end event (the sandbox may have died)")
+        self.execution.stdout = "".join(self._stdout)
+        self.execution.stderr = "".join(self._stderr)
+        return self.execution
+
+
+class ProcessAssembler:
+    """Builds a ProcessResult from /process events and says which callback each event calls."""
+
+    def __init__(self) -> None:
+        self.ended = False
+        self._stdout: List[str] = []
+        self._stderr: List[str] = []
+        self._exit_code = -1
+        self._error: Optional[str] = None
+
+    def feed(self, event: Mapping[str, Any]) -> Optional[Callback]:
+        """Take one event; return the callback it triggers, if any."""
+        kind = event.get("type")
+        if kind in ("stdout", "stderr"):
+            text = str(event.get("text") or "")
+            (self._stdout if kind == "stdout" else self._stderr).append(text)
+            return (kind, text)
+        if kind == "end":
+            self.ended = True
+            code = event.get("exitCode")
+            if isinstance(code, int):
+                self._exit_code = code
+            if event.get("error"):
+                self._error = str(event["error"])
+        return None
+
+    def finish(self) -> ProcessResult:
+        """Return the ProcessResult; raise SandboxError when the stream had no "end" event."""
+        if not self.ended:
+            raise SandboxError("process stream ended without an end event (the sandbox may have died)")
+        return ProcessResult(
+            stdout="".join(self._stdout), stderr="".join(self._stderr), exit_code=self._exit_code, error=self._error
+        )

@@ -1,0 +1,457 @@
+"""The synchronous client: CodeSandbox and its files and process helpers."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import IO, Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Type, Union, overload
+from urllib.parse import quote
+
+import httpx
+
+from . import _core
+from ._core import UNSET, ContextLike
+from .errors import InvalidArgumentError, LizardError, NotFoundError, SandboxGoneError, error_from_response
+from .models import Context, EntryInfo, Execution, ExecutionError, ProcessResult, Result, SandboxInfo
+
+__all__ = ["CodeSandbox", "Files", "Process"]
+
+_CHUNK = 64 * 1024
+FileData = Union[str, bytes, bytearray, memoryview, IO[bytes], IO[str]]
+
+
+class _Http:
+    """One connection pool to a Lizard server; maps failures to the SDK's errors."""
+
+    def __init__(
+        self,
+        api_url: str,
+        api_key: str,
+        request_timeout: Optional[float],
+        transport: Optional[httpx.BaseTransport],
+    ) -> None:
+        self.api_url = api_url
+        self.api_key = api_key
+        self.request_timeout = request_timeout
+        self.transport = transport
+        self.client = httpx.Client(
+            base_url=api_url,
+            headers=_core.headers(api_key),
+            timeout=_core.timeout(request_timeout),
+            transport=transport,
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Any = None,
+        content: Any = None,
+        timeout: Any = UNSET,
+    ) -> httpx.Response:
+        kwargs: Dict[str, Any] = {"json": json, "params": params, "content": content}
+        if timeout is not UNSET:
+            kwargs["timeout"] = _core.timeout(timeout)
+        try:
+            resp = self.client.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise _core.transport_error(exc, self.api_url) from exc
+        if resp.status_code >= 300:
+            raise error_from_response(resp.status_code, resp.content)
+        return resp
+
+    def stream(
+        self,
+        path: str,
+        body: Any,
+        read_timeout: Optional[float],
+        on_event: Callable[[Dict[str, Any]], None],
+    ) -> None:
+        splitter = _core.LineSplitter()
+        timeout = _core.timeout(self.request_timeout, read_timeout)
+        try:
+            with self.client.stream("POST", path, json=body, timeout=timeout) as resp:
+                if resp.status_code >= 300:
+                    raise error_from_response(resp.status_code, resp.read())
+                for chunk in resp.iter_bytes():
+                    for event in splitter.feed(chunk):
+                        on_event(event)
+                for event in splitter.close():
+                    on_event(event)
+        except httpx.TransportError as exc:
+            raise _core.transport_error(exc, self.api_url) from exc
+
+    def clone(self) -> "_Http":
+        """A new pool with the same settings, for another sandbox."""
+        return _Http(self.api_url, self.api_key, self.request_timeout, self.transport)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _sandbox_path(sandbox_id: str) -> str:
+    return f"/v1/sandboxes/{quote(sandbox_id, safe='')}"
+
+
+def _chunks(data: FileData) -> Union[bytes, Iterator[bytes]]:
+    """The upload body for data: bytes as they are, a file-like object read lazily in chunks."""
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    if hasattr(data, "read"):
+        def gen() -> Iterator[bytes]:
+            while True:
+                chunk = data.read(_CHUNK)
+                if not chunk:
+                    return
+                yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
+
+        return gen()
+    raise InvalidArgumentError(f"data must be str, bytes or a readable file object, not {type(data).__name__}")
+
+
+class CodeSandbox:
+    """A Lizard sandbox running the code interpreter, driven synchronously.
+
+    Make one with :meth:`create` or :meth:`connect`. Used as a context manager, it kills the sandbox on
+    exit. Errors raised by the code are returned in ``Execution.error``; failures of the requests raise
+    :class:`~lizard.LizardError` subclasses.
+    """
+
+    def __init__(self, sandbox_id: str, *, _http: _Http) -> None:
+        """Wrap an existing sandbox; use :meth:`create` or :meth:`connect` instead."""
+        self.sandbox_id = sandbox_id
+        self._http = _http
+        self._prefix = _sandbox_path(sandbox_id)
+        self.files = Files(self)
+        self.process = Process(self)
+
+    # Lifecycle -----------------------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        project_id: Optional[str] = None,
+        timeout_ms: int = 300_000,
+        template: str = "interpreter",
+        envs: Optional[Mapping[str, str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        lizard_token: bool = False,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+        request_timeout: Optional[float] = UNSET,
+        *,
+        transport: Optional[httpx.BaseTransport] = None,
+    ) -> "CodeSandbox":
+        """Create a sandbox and return it once it runs.
+
+        Args:
+            project_id: the project the sandbox must belong to. The API key decides the project; when the
+                new sandbox's project differs, it is killed and InvalidArgumentError is raised.
+            timeout_ms: the sandbox's lifetime in milliseconds; 0 means it never ends by itself.
+            template: the template to boot.
+            envs: environment variables for all code in the sandbox. Put no secrets here that the code
+                should not see.
+            metadata: labels to find the sandbox by with :meth:`list`.
+            lizard_token: give the sandbox a fresh API key scoped to its project (``LIZARD_API_KEY``
+                inside), revoked when it ends. Code in the sandbox can then change the project.
+            api_key: the API key; default ``LIZARD_API_KEY``.
+            api_url: the server's URL; default ``LIZARD_API_URL``, else ``http://127.0.0.1:8080``.
+            request_timeout: seconds for each ordinary HTTP request (None: no limit). The create request
+                itself defaults to 900 s because a server builds its template on first use.
+            transport: an httpx transport to send requests through (tests, custom networking).
+        """
+        url, key = _core.resolve_config(api_key, api_url)
+        body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token)
+        http = _Http(url, key, _core.DEFAULT_REQUEST_TIMEOUT if request_timeout is UNSET else request_timeout, transport)
+        try:
+            create_timeout = _core.DEFAULT_CREATE_TIMEOUT if request_timeout is UNSET else request_timeout
+            resp = http.request("POST", "/v1/sandboxes", json=body, timeout=create_timeout)
+            info = SandboxInfo.from_json(resp.json())
+            sandbox = cls(info.sandbox_id, _http=http)
+            if project_id is not None and info.project_id and info.project_id != project_id:
+                sandbox._kill_quietly()
+                raise InvalidArgumentError(
+                    f"project_id {project_id!r} does not match the API key's project {info.project_id!r}"
+                )
+            return sandbox
+        except BaseException:
+            http.close()
+            raise
+
+    @classmethod
+    def connect(
+        cls,
+        sandbox_id: str,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+        request_timeout: Optional[float] = _core.DEFAULT_REQUEST_TIMEOUT,
+        *,
+        transport: Optional[httpx.BaseTransport] = None,
+    ) -> "CodeSandbox":
+        """Attach to an existing sandbox by id.
+
+        Raises NotFoundError when no such sandbox exists in the key's project, and SandboxGoneError when it
+        has already ended.
+        """
+        url, key = _core.resolve_config(api_key, api_url)
+        http = _Http(url, key, request_timeout, transport)
+        try:
+            sandbox = cls(sandbox_id, _http=http)
+            info = sandbox.get_info()
+            if info.state in ("killed", "expired", "failed"):
+                raise SandboxGoneError(f"sandbox {sandbox_id} has ended ({info.state})", status=None, code="gone")
+            return sandbox
+        except BaseException:
+            http.close()
+            raise
+
+    @classmethod
+    def list(
+        cls,
+        metadata: Optional[Mapping[str, str]] = None,
+        state: Optional[str] = None,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+        request_timeout: Optional[float] = _core.DEFAULT_REQUEST_TIMEOUT,
+        *,
+        transport: Optional[httpx.BaseTransport] = None,
+    ) -> List[SandboxInfo]:
+        """List the sandboxes of the key's project, filtered by metadata (all pairs must match) and state."""
+        url, key = _core.resolve_config(api_key, api_url)
+        http = _Http(url, key, request_timeout, transport)
+        try:
+            resp = http.request("GET", "/v1/sandboxes", params=_core.list_params(metadata, state))
+            return [SandboxInfo.from_json(s) for s in resp.json().get("sandboxes") or []]
+        finally:
+            http.close()
+
+    def get_info(self) -> SandboxInfo:
+        """Return what the server knows about this sandbox."""
+        return SandboxInfo.from_json(self._http.request("GET", self._prefix).json())
+
+    def set_timeout(self, timeout_ms: int) -> None:
+        """Reset the sandbox's deadline to timeout_ms from now; 0 means it never ends by itself."""
+        _core.check_ms("timeout_ms", timeout_ms)
+        self._http.request("POST", f"{self._prefix}/timeout", json={"timeoutMs": timeout_ms})
+
+    def kill(self) -> None:
+        """End the sandbox now. Killing a sandbox that is already gone is not an error."""
+        try:
+            self._http.request("DELETE", self._prefix)
+        except NotFoundError:
+            pass
+
+    def _kill_quietly(self) -> None:
+        try:
+            self.kill()
+        except LizardError:
+            pass
+
+    def pause(self) -> None:
+        """Pause the sandbox, keeping its memory (kernel variables). Requires server support."""
+        self._http.request("POST", f"{self._prefix}/pause")
+
+    def resume(self) -> None:
+        """Resume a paused sandbox. Requires server support."""
+        self._http.request("POST", f"{self._prefix}/resume")
+
+    def snapshot(self) -> Dict[str, Any]:
+        """Snapshot the sandbox, kernel state included; returns the server's answer. Requires server support."""
+        resp = self._http.request("POST", f"{self._prefix}/snapshots")
+        return dict(resp.json()) if resp.content else {}
+
+    def fork(self) -> "CodeSandbox":
+        """Copy the sandbox, kernel state included, into a new sandbox. Requires server support."""
+        resp = self._http.request("POST", f"{self._prefix}/fork", timeout=_core.DEFAULT_CREATE_TIMEOUT)
+        info = SandboxInfo.from_json(resp.json())
+        return type(self)(info.sandbox_id, _http=self._http.clone())
+
+    def close(self) -> None:
+        """Close the HTTP connections without killing the sandbox."""
+        self._http.close()
+
+    def __enter__(self) -> "CodeSandbox":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            if exc_type is None:
+                self.kill()
+            else:
+                # The body's exception matters more than a failure to clean up after it.
+                self._kill_quietly()
+        finally:
+            self.close()
+
+    def __repr__(self) -> str:
+        return f"CodeSandbox(sandbox_id={self.sandbox_id!r}, api_url={self._http.api_url!r})"
+
+    # Code ----------------------------------------------------------------------------------------------
+
+    def run_code(
+        self,
+        code: str,
+        *,
+        language: Optional[str] = None,
+        context: Optional[ContextLike] = None,
+        timeout_ms: int = 60_000,
+        envs: Optional[Mapping[str, str]] = None,
+        on_stdout: Optional[Callable[[str], Any]] = None,
+        on_stderr: Optional[Callable[[str], Any]] = None,
+        on_result: Optional[Callable[[Result], Any]] = None,
+        on_error: Optional[Callable[[ExecutionError], Any]] = None,
+    ) -> Execution:
+        """Run code and return its Execution. Errors in the code are in ``Execution.error``, not raised.
+
+        Args:
+            code: the code to run.
+            language: ``"python"`` (default), ``"javascript"`` or ``"bash"``; defaults to the context's.
+            context: a Context (or its id) to run in; default the language's default context.
+            timeout_ms: bound on this call; on expiry the kernel is interrupted, its state kept, and
+                ``error.name`` is ``"TimeoutError"``. 0 means no bound.
+            envs: environment variables for this call only.
+            on_stdout, on_stderr, on_result, on_error: called as output arrives, in order, while the code
+                runs.
+        """
+        body = _core.execute_body(code, language, context, timeout_ms, envs)
+        asm = _core.ExecutionAssembler()
+        callbacks: Dict[str, Optional[Callable[[Any], Any]]] = {
+            "stdout": on_stdout,
+            "stderr": on_stderr,
+            "result": on_result,
+            "error": on_error,
+        }
+
+        def on_event(event: Dict[str, Any]) -> None:
+            call = asm.feed(event)
+            if call is not None:
+                cb = callbacks[call[0]]
+                if cb is not None:
+                    cb(call[1])
+
+        self._http.stream(f"{self._prefix}/execute", body, _core.stream_read_timeout(timeout_ms), on_event)
+        return asm.finish()
+
+    def create_context(self, language: str = "python", cwd: Optional[str] = None) -> Context:
+        """Start a new context: its own kernel, variables and working directory (default the home)."""
+        body: Dict[str, Any] = {"language": language}
+        if cwd:
+            body["cwd"] = cwd
+        return Context.from_json(self._http.request("POST", f"{self._prefix}/contexts", json=body).json())
+
+    def list_contexts(self) -> List[Context]:
+        """List the sandbox's contexts, default ones included."""
+        resp = self._http.request("GET", f"{self._prefix}/contexts")
+        return [Context.from_json(c) for c in resp.json().get("contexts") or []]
+
+    def restart_context(self, context: ContextLike) -> Context:
+        """Restart a context's kernel, dropping its variables."""
+        cid = quote(_core.context_id(context), safe="")
+        return Context.from_json(self._http.request("POST", f"{self._prefix}/contexts/{cid}/restart").json())
+
+    def delete_context(self, context: ContextLike) -> None:
+        """Delete a context and stop its kernel."""
+        cid = quote(_core.context_id(context), safe="")
+        self._http.request("DELETE", f"{self._prefix}/contexts/{cid}")
+
+
+class Process:
+    """Runs commands in a sandbox, each in its own process (``sandbox.process``)."""
+
+    def __init__(self, sandbox: CodeSandbox) -> None:
+        """Bind to a sandbox; reach it as ``sandbox.process``."""
+        self._sandbox = sandbox
+
+    def exec(
+        self,
+        cmd: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        timeout_ms: Optional[int] = None,
+        stdin: Optional[str] = None,
+        on_stdout: Optional[Callable[[str], Any]] = None,
+        on_stderr: Optional[Callable[[str], Any]] = None,
+    ) -> ProcessResult:
+        """Run a command and wait for it. A string runs with ``bash -c``; a list runs as is.
+
+        A non-zero exit is not an exception: check ``exit_code``. timeout_ms None means no bound.
+        """
+        body = _core.process_body(cmd, cwd, envs, timeout_ms, stdin)
+        asm = _core.ProcessAssembler()
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+
+        def on_event(event: Dict[str, Any]) -> None:
+            call = asm.feed(event)
+            if call is not None:
+                cb = callbacks.get(call[0])
+                if cb is not None:
+                    cb(call[1])
+
+        s = self._sandbox
+        s._http.stream(f"{s._prefix}/process", body, _core.stream_read_timeout(timeout_ms), on_event)
+        return asm.finish()
+
+
+class Files:
+    """Reads and writes files in a sandbox (``sandbox.files``). Relative paths start at ``/home/user``."""
+
+    def __init__(self, sandbox: CodeSandbox) -> None:
+        """Bind to a sandbox; reach it as ``sandbox.files``."""
+        self._sandbox = sandbox
+
+    def _request(self, method: str, sub: str, path: str, **kwargs: Any) -> httpx.Response:
+        s = self._sandbox
+        return s._http.request(method, f"{s._prefix}/files{sub}", params={"path": path}, **kwargs)
+
+    @overload
+    def read(self, path: str, format: Literal["text"] = "text") -> str: ...
+
+    @overload
+    def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
+
+    def read(self, path: str, format: str = "text") -> Union[str, bytes]:
+        """Read a whole file, as text (UTF-8) or bytes."""
+        if format not in ("text", "bytes"):
+            raise InvalidArgumentError(f"format must be 'text' or 'bytes', not {format!r}")
+        data = self._request("GET", "", path).content
+        return data.decode("utf-8") if format == "text" else data
+
+    def write(self, path: str, data: FileData) -> EntryInfo:
+        """Write a file, creating parent directories. File-like data is streamed in chunks."""
+        return EntryInfo.from_json(self._request("PUT", "", path, content=_chunks(data)).json())
+
+    def list(self, path: str = ".") -> List[EntryInfo]:
+        """List a directory."""
+        return [EntryInfo.from_json(e) for e in self._request("GET", "/list", path).json().get("entries") or []]
+
+    def stat(self, path: str) -> EntryInfo:
+        """Describe a file or directory; raises NotFoundError when it does not exist."""
+        return EntryInfo.from_json(self._request("GET", "/stat", path).json())
+
+    def exists(self, path: str) -> bool:
+        """Whether a file or directory exists."""
+        try:
+            self.stat(path)
+        except SandboxGoneError:
+            raise
+        except NotFoundError:
+            return False
+        return True
+
+    def remove(self, path: str) -> None:
+        """Remove a file or a directory tree."""
+        self._request("DELETE", "", path)
+
+    def make_dir(self, path: str) -> EntryInfo:
+        """Make a directory and its parents."""
+        return EntryInfo.from_json(self._request("POST", "/mkdir", path).json())
+

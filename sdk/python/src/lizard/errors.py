@@ -1,0 +1,112 @@
+"""Exceptions raised by the Lizard SDK.
+
+The hierarchy mirrors the TypeScript SDK; docs/sdk-errors.md is the shared description. Errors raised by
+the user's code are never exceptions: they are ``Execution.error``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from typing import Dict, Optional, Type
+
+__all__ = [
+    "LizardError",
+    "AuthenticationError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "SandboxGoneError",
+    "ConflictError",
+    "RateLimitError",
+    "SandboxError",
+    "LizardConnectionError",
+    "RequestTimeoutError",
+]
+
+
+class LizardError(Exception):
+    """Base class of every exception the SDK raises.
+
+    Attributes:
+        message: a human-readable message, the server's when it sent one.
+        status: the HTTP status, or None when no response was received.
+        code: the server's error code (such as ``"not_found"``), or None.
+    """
+
+    def __init__(self, message: str, *, status: Optional[int] = None, code: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, status={self.status!r}, code={self.code!r})"
+
+
+class AuthenticationError(LizardError):
+    """The API key is missing, unknown or revoked (HTTP 401)."""
+
+
+class InvalidArgumentError(LizardError):
+    """The request was rejected as malformed or too large (HTTP 400 and 413), or failed a client-side check."""
+
+
+class NotFoundError(LizardError):
+    """The sandbox, context or file does not exist (HTTP 404)."""
+
+
+class SandboxGoneError(NotFoundError):
+    """The sandbox existed but has ended: killed, expired or failed (HTTP 410)."""
+
+
+class ConflictError(LizardError):
+    """The request conflicts with the resource's state (HTTP 409)."""
+
+
+class RateLimitError(LizardError):
+    """Too many requests or sandboxes for the project (HTTP 429)."""
+
+
+class SandboxError(LizardError):
+    """The server or the sandbox failed (HTTP 5xx), or a response stream ended early."""
+
+
+class LizardConnectionError(LizardError, builtins.ConnectionError):
+    """The Lizard server could not be reached, or the connection broke during a response."""
+
+
+class RequestTimeoutError(LizardError):
+    """The HTTP request took longer than its timeout. A slow cell is not this: see ``Execution.error``."""
+
+
+_BY_STATUS: Dict[int, Type[LizardError]] = {
+    400: InvalidArgumentError,
+    401: AuthenticationError,
+    404: NotFoundError,
+    409: ConflictError,
+    410: SandboxGoneError,
+    413: InvalidArgumentError,
+    429: RateLimitError,
+}
+
+
+def error_from_response(status: int, body: bytes) -> LizardError:
+    """Build the typed error for a non-2xx response with the given status and body."""
+    code: Optional[str] = None
+    message: Optional[str] = None
+    try:
+        parsed = json.loads(body)
+        if isinstance(parsed, dict):
+            if isinstance(parsed.get("code"), str):
+                code = parsed["code"]
+            if isinstance(parsed.get("message"), str):
+                message = parsed["message"]
+    except ValueError:
+        pass
+    if not message:
+        text = body[:200].decode("utf-8", "replace").strip()
+        message = f"HTTP {status}: {text}" if text else f"HTTP {status}"
+    cls = _BY_STATUS.get(status)
+    if cls is None:
+        cls = SandboxError if status >= 500 else LizardError
+    return cls(message, status=status, code=code)

@@ -1,0 +1,206 @@
+"""Values returned by the Lizard SDK: executions, results, contexts, sandbox and file information."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Dict, List, Mapping, Optional
+
+__all__ = [
+    "Result",
+    "ExecutionError",
+    "Execution",
+    "Context",
+    "SandboxInfo",
+    "EntryInfo",
+    "ProcessResult",
+]
+
+
+@dataclass
+class Result:
+    """One output of a run, with exactly one MIME type: the richest the output offered.
+
+    Attributes:
+        type: ``"result"`` for the value of the last expression, ``"display"`` for displayed output such
+            as ``plt.show()``.
+        mime: the MIME type, such as ``"text/plain"``, ``"text/html"`` or ``"image/png"``.
+        data: the content; images are base64.
+    """
+
+    type: str
+    mime: str
+    data: str
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "Result":
+        """Build a Result from its wire form."""
+        return cls(type=str(obj.get("type", "")), mime=str(obj.get("mime", "")), data=str(obj.get("data", "")))
+
+
+@dataclass
+class ExecutionError:
+    """An error raised by the code that ran (not by the request), such as ``ZeroDivisionError``.
+
+    A run stopped by its timeout has the name ``"TimeoutError"``.
+    """
+
+    name: str
+    message: str
+    traceback: str
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "ExecutionError":
+        """Build an ExecutionError from its wire form."""
+        return cls(
+            name=str(obj.get("name", "")),
+            message=str(obj.get("message", "")),
+            traceback=str(obj.get("traceback", "")),
+        )
+
+
+@dataclass
+class Execution:
+    """What one ``run_code`` call produced.
+
+    Attributes:
+        results: the rich outputs, in the order they were produced.
+        stdout: everything the code printed to standard output.
+        stderr: everything the code printed to standard error.
+        error: the error the code raised, or None.
+        execution_count: the kernel's execution counter after this run (Python only), or None.
+    """
+
+    results: List[Result] = field(default_factory=list)
+    stdout: str = ""
+    stderr: str = ""
+    error: Optional[ExecutionError] = None
+    execution_count: Optional[int] = None
+
+
+@dataclass
+class Context:
+    """An execution context: its own kernel, variables and working directory."""
+
+    id: str
+    language: str
+    cwd: str
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "Context":
+        """Build a Context from its wire form."""
+        return cls(id=str(obj.get("id", "")), language=str(obj.get("language", "")), cwd=str(obj.get("cwd", "")))
+
+
+@dataclass
+class SandboxInfo:
+    """What the server tells about one sandbox.
+
+    Attributes:
+        sandbox_id: the sandbox's id.
+        project_id: the project the sandbox belongs to.
+        template: the template it booted, such as ``"interpreter"``.
+        state: ``starting``, ``running``, ``paused``, ``killed``, ``expired`` or ``failed``.
+        timeout_ms: the lifetime it was given; 0 means it never expires.
+        metadata: the metadata it was created with.
+        created_at: when it was created.
+        expires_at: when it will end by itself, or None when it never expires.
+        ended_at: when it ended, or None while it lives.
+    """
+
+    sandbox_id: str
+    project_id: str
+    template: str
+    state: str
+    timeout_ms: int
+    metadata: Dict[str, str]
+    created_at: Optional[datetime]
+    expires_at: Optional[datetime] = None
+    ended_at: Optional[datetime] = None
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "SandboxInfo":
+        """Build a SandboxInfo from the wire form of a Sandbox."""
+        return cls(
+            sandbox_id=str(obj.get("sandboxId", "")),
+            project_id=str(obj.get("projectId", "")),
+            template=str(obj.get("template", "")),
+            state=str(obj.get("state", "")),
+            timeout_ms=int(obj.get("timeoutMs") or 0),
+            metadata={str(k): str(v) for k, v in (obj.get("metadata") or {}).items()},
+            created_at=parse_time(obj.get("createdAt")),
+            expires_at=parse_time(obj.get("expiresAt")),
+            ended_at=parse_time(obj.get("endedAt")),
+        )
+
+
+@dataclass
+class EntryInfo:
+    """One file or directory in a sandbox.
+
+    Attributes:
+        name: the base name.
+        path: the absolute path inside the sandbox.
+        type: ``file``, ``dir``, ``symlink`` or ``other``.
+        size: the size in bytes.
+        mode: the permission and mode bits.
+        mod_time: the last modification time.
+    """
+
+    name: str
+    path: str
+    type: str
+    size: int
+    mode: int
+    mod_time: Optional[datetime]
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "EntryInfo":
+        """Build an EntryInfo from its wire form."""
+        return cls(
+            name=str(obj.get("name", "")),
+            path=str(obj.get("path", "")),
+            type=str(obj.get("type", "")),
+            size=int(obj.get("size") or 0),
+            mode=int(obj.get("mode") or 0),
+            mod_time=parse_time(obj.get("modTime")),
+        )
+
+
+@dataclass
+class ProcessResult:
+    """What one ``process.exec`` call produced.
+
+    Attributes:
+        stdout: the command's standard output.
+        stderr: the command's standard error.
+        exit_code: its exit code; -1 when it could not start or was stopped without one.
+        error: why the command could not start or was stopped (such as a timeout), or None.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    error: Optional[str] = None
+
+
+_TIME_RE = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:([Zz])|([+-])(\d{2}):(\d{2}))?$"
+)
+
+
+def parse_time(value: Any) -> Optional[datetime]:
+    """Parse an RFC 3339 time as Go writes it (up to nanoseconds), or return None."""
+    if not isinstance(value, str) or not value:
+        return None
+    m = _TIME_RE.match(value)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    micro = int((m.group(7) or "0")[:6].ljust(6, "0"))
+    tz = timezone.utc
+    if m.group(9):
+        offset = timedelta(hours=int(m.group(10)), minutes=int(m.group(11)))
+        tz = timezone(offset if m.group(9) == "+" else -offset)
+    return datetime(year, month, day, hour, minute, second, micro, tzinfo=tz)
