@@ -1,6 +1,6 @@
 // Errors thrown by the SDK. They mirror the Python SDK's hierarchy
-// (docs/sdk-errors.md): one class per kind of request failure, mapped from the
-// server's {"code", "message"} body and its HTTP status.
+// (docs/sdk-errors.md): one class per kind of request failure, chosen by the
+// HTTP status, with the server's {"code", "message"} body as code and message.
 //
 // Errors raised by the code a sandbox runs are never thrown: they come back in
 // Execution.error (see SPEC S6).
@@ -38,35 +38,23 @@ export class RateLimitError extends LizardError {}
 /** The request was malformed or too large (400, 413). */
 export class InvalidArgumentError extends LizardError {}
 
-/** The server or the sandbox failed (5xx), or a stream broke off. */
+/** The server or the sandbox failed (5xx), or a stream ended without its "end" event. */
 export class SandboxError extends LizardError {}
 
-/** The server could not be reached. */
+/** The server could not be reached, or the connection broke mid-response. */
 export class LizardConnectionError extends LizardError {}
 
-/** The HTTP request took longer than its timeout (requestTimeoutMs). */
+/** The HTTP request took longer than its timeout (not the code's timeout: see Execution.error). */
 export class RequestTimeoutError extends LizardError {}
 
-const byCode: Record<string, new (message: string, options?: { status?: number; code?: string }) => LizardError> = {
-  invalid_argument: InvalidArgumentError,
-  too_large: InvalidArgumentError,
-  unauthenticated: AuthenticationError,
-  not_found: NotFoundError,
-  gone: SandboxGoneError,
-  conflict: ConflictError,
-  rate_limited: RateLimitError,
-  internal: SandboxError,
-  bad_gateway: SandboxError,
-  unavailable: SandboxError,
-};
+type ErrorClass = new (message: string, options?: { status?: number; code?: string }) => LizardError;
 
-function classForStatus(status: number): new (message: string, options?: { status?: number; code?: string }) => LizardError {
+function classForStatus(status: number): ErrorClass {
   switch (status) {
     case 400:
     case 413:
       return InvalidArgumentError;
     case 401:
-    case 403:
       return AuthenticationError;
     case 404:
       return NotFoundError;
@@ -77,13 +65,13 @@ function classForStatus(status: number): new (message: string, options?: { statu
     case 429:
       return RateLimitError;
   }
-  return status >= 500 ? SandboxError : LizardError;
+  return status >= 500 && status <= 599 ? SandboxError : LizardError;
 }
 
 /**
- * errorFromResponse maps a failed response to a typed error. The status
- * decides the class; a known code refines it (a server may send "gone" with
- * 410 only, but a proxy in between may not keep the body).
+ * errorFromResponse maps a failed response to a typed error. The HTTP status
+ * decides the class (a proxy in between may answer without the JSON body);
+ * the body gives the code and the message.
  */
 export function errorFromResponse(status: number, bodyText: string): LizardError {
   let code: string | undefined;
@@ -93,11 +81,12 @@ export function errorFromResponse(status: number, bodyText: string): LizardError
     if (typeof body?.code === 'string') code = body.code;
     if (typeof body?.message === 'string') message = body.message;
   } catch {
-    // Not JSON: a proxy or a crash answered. Keep the text as the message.
+    // Not JSON: a proxy or a crash answered.
   }
   if (message === undefined) {
-    message = bodyText.trim().slice(0, 500) || `HTTP ${status}`;
+    const head = new TextDecoder().decode(new TextEncoder().encode(bodyText).slice(0, 200));
+    message = `HTTP ${status}: ${head}`;
   }
-  const cls = (code !== undefined && byCode[code]) || classForStatus(status);
+  const cls = classForStatus(status);
   return new cls(message, { status, code });
 }

@@ -3,6 +3,7 @@
 
 import {
   AuthenticationError,
+  InvalidArgumentError,
   LizardConnectionError,
   LizardError,
   RequestTimeoutError,
@@ -13,6 +14,16 @@ import {
 export const DEFAULT_API_URL = 'http://127.0.0.1:8080';
 /** Default timeout of one HTTP request that does not run code. */
 export const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
+/**
+ * How much longer than its own timeout a call that runs code may take over
+ * HTTP: the agent's interrupt and TimeoutError event must arrive first.
+ */
+export const STREAM_TIMEOUT_MARGIN_MS = 30_000;
+
+/** streamTimeout is the HTTP timeout of a stream whose work is bounded by timeoutMs (0 or none: no bound). */
+export function streamTimeout(timeoutMs: number | undefined): number {
+  return timeoutMs ? timeoutMs + STREAM_TIMEOUT_MARGIN_MS : 0;
+}
 
 /** How to reach the Lizard API. Explicit options win over the environment. */
 export interface ConnectionOptions {
@@ -21,9 +32,9 @@ export interface ConnectionOptions {
   /** Base URL of the API; defaults to LIZARD_API_URL, then http://127.0.0.1:8080. */
   apiUrl?: string;
   /**
-   * Timeout of each HTTP request, in milliseconds (default 60 000; 0 means
-   * none). Calls that run code add it to their own timeout, so the code's
-   * timeout fires first.
+   * Timeout of each HTTP request, in milliseconds (default 60 000; create
+   * 900 000; 0 means none). Calls that run code are bounded instead by
+   * their own timeout plus 30 s, so the code's timeout fires first.
    */
   requestTimeoutMs?: number;
 }
@@ -43,7 +54,7 @@ export function resolveConfig(opts: ConnectionOptions = {}): ConnectionConfig {
   const apiUrl = (opts.apiUrl || process.env.LIZARD_API_URL || DEFAULT_API_URL).replace(/\/+$/, '');
   const requestTimeoutMs = opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
   if (!Number.isFinite(requestTimeoutMs) || requestTimeoutMs < 0) {
-    throw new RangeError(`requestTimeoutMs must be a non-negative number, got ${requestTimeoutMs}`);
+    throw new InvalidArgumentError(`requestTimeoutMs must be a number of milliseconds >= 0, got ${requestTimeoutMs}`);
   }
   return { apiKey, apiUrl, requestTimeoutMs };
 }
@@ -105,9 +116,11 @@ export class HttpClient {
     const failure = (err: unknown): LizardError => {
       if (err instanceof LizardError) return err;
       if (timedOut) return new RequestTimeoutError(`${describe}: no complete answer within ${timeoutMs} ms`, { cause: err });
-      return new LizardConnectionError(`${describe}: cannot reach the Lizard API at ${this.config.apiUrl}: ${causeText(err)}`, {
-        cause: err,
-      });
+      return new LizardConnectionError(
+        `cannot reach Lizard at ${this.config.apiUrl} (${describe}: ${causeText(err)}); is \`lizard serve\` running? ` +
+          'Set LIZARD_API_URL or pass apiUrl',
+        { cause: err },
+      );
     };
 
     const headers: Record<string, string> = { authorization: `Bearer ${this.config.apiKey}`, ...opts.headers };

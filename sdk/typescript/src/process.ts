@@ -1,7 +1,7 @@
 // Commands run in a sandbox, one process each (POST /process, NDJSON stream).
 
 import { SandboxError } from './errors.js';
-import type { HttpClient } from './http.js';
+import { streamTimeout, type HttpClient } from './http.js';
 import type { ProcessEvent, ProcessResult } from './types.js';
 
 export interface ExecOptions {
@@ -41,9 +41,8 @@ export class Process {
       stdin: opts.stdin,
     };
     const out: ProcessResult = { stdout: '', stderr: '', exitCode: -1 };
-    const rt = this.http.config.requestTimeoutMs;
     // Without a process timeout the call may take as long as the command does.
-    const httpTimeout = opts.timeoutMs && rt ? opts.timeoutMs + rt : 0;
+    const httpTimeout = streamTimeout(opts.timeoutMs);
     for await (const ev of this.http.stream<ProcessEvent>('POST', `${this.prefix}/process`, {
       json: body,
       timeoutMs: httpTimeout,

@@ -1,8 +1,8 @@
 // CodeSandbox: one sandbox on a Lizard server, with a stateful Jupyter
 // kernel per context, processes and files.
 
-import { InvalidArgumentError, SandboxError } from './errors.js';
-import { HttpClient, resolveConfig, type ConnectionOptions } from './http.js';
+import { InvalidArgumentError, NotFoundError, SandboxError } from './errors.js';
+import { HttpClient, resolveConfig, streamTimeout, type ConnectionOptions } from './http.js';
 import { Files } from './files.js';
 import { Process } from './process.js';
 import {
@@ -24,7 +24,7 @@ export const DEFAULT_CODE_TIMEOUT_MS = 60_000;
  * Default HTTP timeout of create: the first sandbox of a template may wait
  * for the template to be built.
  */
-export const DEFAULT_CREATE_REQUEST_TIMEOUT_MS = 600_000;
+export const DEFAULT_CREATE_REQUEST_TIMEOUT_MS = 900_000;
 
 export interface CreateOptions extends ConnectionOptions {
   /**
@@ -131,9 +131,7 @@ export class CodeSandbox {
     if (opts.projectId !== undefined && w.projectId !== opts.projectId) {
       // The key belongs to another project: do not leave a sandbox there.
       await sandbox.kill().catch(() => {});
-      throw new InvalidArgumentError(
-        `the API key belongs to project ${w.projectId}, not ${opts.projectId}: use a key of ${opts.projectId}`,
-      );
+      throw new InvalidArgumentError(`projectId '${opts.projectId}' does not match the API key's project '${w.projectId}'`);
     }
     return sandbox;
   }
@@ -164,10 +162,9 @@ export class CodeSandbox {
     const timeoutMs = opts.timeoutMs ?? DEFAULT_CODE_TIMEOUT_MS;
     checkMs('timeoutMs', timeoutMs);
     const contextId = typeof opts.context === 'string' ? opts.context : opts.context?.id;
-    const rt = this.http.config.requestTimeoutMs;
     // The HTTP timeout must outlast the code's, so the run ends with a
     // TimeoutError result instead of a broken request.
-    const httpTimeout = timeoutMs === 0 || rt === 0 ? 0 : timeoutMs + rt;
+    const httpTimeout = streamTimeout(timeoutMs);
     const exec = new Execution();
     const events = this.http.stream<ExecuteEvent>('POST', `${this.prefix}/execute`, {
       json: { code, language: opts.language, contextId, timeoutMs, envs: opts.envs },
@@ -232,9 +229,13 @@ export class CodeSandbox {
     await this.http.request<WireSandbox>('POST', `${this.prefix}/timeout`, { json: { timeoutMs } });
   }
 
-  /** kill ends the sandbox at once. Killing an ended sandbox succeeds. */
+  /** kill ends the sandbox at once. Killing a sandbox that is already gone (404, 410) succeeds. */
   async kill(): Promise<void> {
-    await this.http.request<void>('DELETE', this.prefix);
+    try {
+      await this.http.request<void>('DELETE', this.prefix);
+    } catch (err) {
+      if (!(err instanceof NotFoundError)) throw err;
+    }
   }
 
   /** getInfo describes the sandbox; it works for ended sandboxes too. */

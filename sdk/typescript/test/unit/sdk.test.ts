@@ -1,0 +1,545 @@
+// Unit tests of the SDK against a fake API on loopback: request shapes,
+// NDJSON assembly, callback order, error mapping and configuration.
+
+import assert from 'node:assert/strict';
+import type http from 'node:http';
+import { after, before, beforeEach, describe, test } from 'node:test';
+
+import {
+  AuthenticationError,
+  CodeSandbox,
+  ConflictError,
+  InvalidArgumentError,
+  LizardConnectionError,
+  LizardError,
+  NotFoundError,
+  RateLimitError,
+  RequestTimeoutError,
+  SandboxError,
+  SandboxGoneError,
+} from '../../src/index.js';
+import { errorFromResponse } from '../../src/errors.js';
+import { ndjsonLines, resolveConfig } from '../../src/http.js';
+import { FakeServer, sandboxJSON, sleep, type Seen } from './fake.js';
+
+const KEY = 'lz_test_key';
+let fake: FakeServer;
+let opts: { apiUrl: string; apiKey: string };
+
+before(async () => {
+  fake = await new FakeServer().start();
+  opts = { apiUrl: fake.url, apiKey: KEY };
+});
+after(() => fake.close());
+beforeEach(() => {
+  fake.requests.length = 0;
+});
+
+/** withEnv runs fn with LIZARD_* set as given (undefined: unset), then restores them. */
+async function withEnv(env: Record<string, string | undefined>, fn: () => Promise<void> | void): Promise<void> {
+  const saved: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(env)) {
+    saved[k] = process.env[k];
+    if (v === undefined) delete process.env[k];
+    else process.env[k] = v;
+  }
+  try {
+    await fn();
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
+}
+
+/** connected returns a sandbox handle on the fake, answering the GET connect makes. */
+async function connected(id = 'sbx_1'): Promise<CodeSandbox> {
+  const prev = fake.handler;
+  fake.handler = (_req, res) => FakeServer.json(res, 200, sandboxJSON(id));
+  const sb = await CodeSandbox.connect(id, opts);
+  fake.handler = prev;
+  fake.requests.length = 0;
+  return sb;
+}
+
+/** writeChunks sends text as separate writes cut at the given byte offsets, with a pause between. */
+async function writeChunks(res: http.ServerResponse, text: string, cuts: number[], pauseMs = 5): Promise<void> {
+  const buf = Buffer.from(text);
+  let prev = 0;
+  for (const cut of [...cuts, buf.length]) {
+    res.write(buf.subarray(prev, cut));
+    prev = cut;
+    await sleep(pauseMs);
+  }
+}
+
+const ndjson = (...events: unknown[]) => events.map((e) => JSON.stringify(e) + '\n').join('');
+
+describe('configuration', () => {
+  test('missing key throws before any request', async () => {
+    await withEnv({ LIZARD_API_KEY: undefined }, async () => {
+      await assert.rejects(CodeSandbox.create({ apiUrl: fake.url }), (err: unknown) => {
+        assert.ok(err instanceof AuthenticationError, `got ${err}, want AuthenticationError`);
+        assert.match((err as Error).message, /set LIZARD_API_KEY or pass apiKey/);
+        return true;
+      });
+    });
+    assert.equal(fake.requests.length, 0, 'requests sent without a key');
+  });
+
+  test('precedence: option, then environment, then default', async () => {
+    const cases: { name: string; env: Record<string, string | undefined>; o: object; url: string; key: string }[] = [
+      { name: 'env only', env: { LIZARD_API_URL: 'http://env:1', LIZARD_API_KEY: 'k_env' }, o: {}, url: 'http://env:1', key: 'k_env' },
+      {
+        name: 'explicit wins',
+        env: { LIZARD_API_URL: 'http://env:1', LIZARD_API_KEY: 'k_env' },
+        o: { apiUrl: 'http://opt:2/', apiKey: 'k_opt' },
+        url: 'http://opt:2',
+        key: 'k_opt',
+      },
+      { name: 'default url', env: { LIZARD_API_URL: undefined, LIZARD_API_KEY: 'k' }, o: {}, url: 'http://127.0.0.1:8080', key: 'k' },
+    ];
+    for (const c of cases) {
+      await withEnv(c.env, () => {
+        const got = resolveConfig(c.o);
+        assert.equal(got.apiUrl, c.url, `${c.name}: apiUrl`);
+        assert.equal(got.apiKey, c.key, `${c.name}: apiKey`);
+      });
+    }
+  });
+
+  test('environment reaches the server', async () => {
+    fake.handler = (_req, res) => FakeServer.json(res, 201, sandboxJSON('sbx_env'));
+    await withEnv({ LIZARD_API_URL: fake.url, LIZARD_API_KEY: 'k_from_env' }, async () => {
+      const sb = await CodeSandbox.create();
+      assert.equal(sb.sandboxId, 'sbx_env');
+    });
+    assert.equal(fake.requests[0]?.headers.authorization, 'Bearer k_from_env');
+  });
+});
+
+describe('sandboxes', () => {
+  test('create sends the defaults and returns the id', async () => {
+    fake.handler = (_req, res) => FakeServer.json(res, 201, sandboxJSON('sbx_new'));
+    const sb = await CodeSandbox.create({ ...opts, projectId: 'proj_123', envs: { A: '1' }, metadata: { m: 'v' } });
+    assert.equal(sb.sandboxId, 'sbx_new');
+    const r = fake.requests[0]!;
+    assert.equal(`${r.method} ${r.path}`, 'POST /v1/sandboxes');
+    assert.equal(r.headers.authorization, `Bearer ${KEY}`);
+    assert.deepEqual(JSON.parse(r.body.toString()), {
+      template: 'interpreter',
+      timeoutMs: 300000,
+      envs: { A: '1' },
+      metadata: { m: 'v' },
+    });
+  });
+
+  test('create with timeoutMs 0 and lizardToken sends them', async () => {
+    fake.handler = (_req, res) => FakeServer.json(res, 201, sandboxJSON('sbx_0'));
+    await CodeSandbox.create({ ...opts, timeoutMs: 0, lizardToken: true, template: 't' });
+    assert.deepEqual(JSON.parse(fake.requests[0]!.body.toString()), { template: 't', timeoutMs: 0, lizardToken: true });
+  });
+
+  test('create with another project kills the sandbox and throws', async () => {
+    fake.handler = (req, res) =>
+      req.method === 'POST' ? FakeServer.json(res, 201, sandboxJSON('sbx_x', 'proj_other')) : void res.writeHead(204).end();
+    await assert.rejects(CodeSandbox.create({ ...opts, projectId: 'proj_123' }), InvalidArgumentError);
+    assert.deepEqual(
+      fake.requests.map((r) => `${r.method} ${r.path}`),
+      ['POST /v1/sandboxes', 'DELETE /v1/sandboxes/sbx_x'],
+    );
+  });
+
+  test('list sends metadata filters and parses dates', async () => {
+    fake.handler = (_req, res) => FakeServer.json(res, 200, { sandboxes: [sandboxJSON('a'), sandboxJSON('b')] });
+    const got = await CodeSandbox.list({ ...opts, metadata: { a: '1', b: '2' }, state: 'running' });
+    assert.deepEqual(
+      got.map((s) => s.sandboxId),
+      ['a', 'b'],
+    );
+    assert.ok(got[0]!.createdAt instanceof Date && got[0]!.createdAt.getUTCFullYear() === 2026);
+    const q = fake.requests[0]!.query;
+    assert.deepEqual(q.getAll('metadata'), ['a=1', 'b=2']);
+    assert.equal(q.get('state'), 'running');
+  });
+
+  test('setTimeout, getInfo, kill', async () => {
+    const sb = await connected('sbx_1');
+    fake.handler = (req, res) => {
+      if (req.method === 'DELETE') return void res.writeHead(204).end();
+      FakeServer.json(res, 200, sandboxJSON('sbx_1'));
+    };
+    await sb.setTimeout(0);
+    const info = await sb.getInfo();
+    await sb.kill();
+    assert.equal(info.state, 'running');
+    assert.deepEqual(
+      fake.requests.map((r) => `${r.method} ${r.path} ${r.body.toString()}`),
+      ['POST /v1/sandboxes/sbx_1/timeout {"timeoutMs":0}', 'GET /v1/sandboxes/sbx_1 ', 'DELETE /v1/sandboxes/sbx_1 '],
+    );
+  });
+
+  test('kill of a gone sandbox succeeds; other errors throw', async () => {
+    const sb = await connected('sbx_1');
+    for (const [status, code] of [
+      [404, 'not_found'],
+      [410, 'gone'],
+    ] as const) {
+      fake.handler = (_req, res) => FakeServer.json(res, status, { code, message: 'gone' });
+      await sb.kill();
+    }
+    fake.handler = (_req, res) => FakeServer.json(res, 500, { code: 'internal', message: 'boom' });
+    await assert.rejects(sb.kill(), SandboxError);
+  });
+
+  test('pause, resume, snapshot and fork surface the server error until supported', async () => {
+    const sb = await connected('sbx_1');
+    fake.handler = (_req, res) => FakeServer.json(res, 404, { code: 'not_found', message: 'no such path' });
+    for (const call of [() => sb.pause(), () => sb.resume(), () => sb.snapshot(), () => sb.fork()]) {
+      await assert.rejects(call(), NotFoundError);
+    }
+    assert.deepEqual(
+      fake.requests.map((r) => `${r.method} ${r.path}`),
+      [
+        'POST /v1/sandboxes/sbx_1/pause',
+        'POST /v1/sandboxes/sbx_1/resume',
+        'POST /v1/sandboxes/sbx_1/snapshots',
+        'POST /v1/sandboxes/sbx_1/fork',
+      ],
+    );
+  });
+
+  test('fork returns a handle on the new sandbox', async () => {
+    const sb = await connected('sbx_1');
+    fake.handler = (_req, res) => FakeServer.json(res, 201, sandboxJSON('sbx_2'));
+    const child = await sb.fork();
+    assert.equal(child.sandboxId, 'sbx_2');
+  });
+});
+
+describe('runCode', () => {
+  test('assembles an execution from chunks cut anywhere, firing callbacks in order', async () => {
+    const sb = await connected();
+    const text = ndjson(
+      { type: 'stdout', text: 'héllo ✓\n' },
+      { type: 'stderr', text: 'warn\n' },
+      { type: 'stdout', text: 'again\n' },
+      { type: 'result', result: { type: 'display', mime: 'image/png', data: 'iVBOR' } },
+      { type: 'result', result: { type: 'result', mime: 'text/plain', data: 'np.int64(6)' } },
+      { type: 'end', executionCount: 3 },
+    );
+    // Cut inside the multi-byte characters and inside JSON tokens.
+    const bytes = Buffer.from(text);
+    const cuts = [1, 20, bytes.indexOf('✓') + 1, bytes.indexOf('✓') + 2, 60, 61, 130, bytes.length - 3];
+    fake.handler = async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      await writeChunks(res, text, cuts);
+      res.end();
+    };
+    const order: string[] = [];
+    const run = await sb.runCode('print(1)', {
+      onStdout: (t) => void order.push(`out:${t}`),
+      onStderr: (t) => void order.push(`err:${t}`),
+      onResult: (r) => void order.push(`res:${r.mime}`),
+      onError: () => void order.push('error'),
+    });
+    assert.deepEqual(order, ['out:héllo ✓\n', 'err:warn\n', 'out:again\n', 'res:image/png', 'res:text/plain']);
+    assert.equal(run.stdout, 'héllo ✓\nagain\n');
+    assert.equal(run.stderr, 'warn\n');
+    assert.deepEqual(run.results, [
+      { type: 'display', mime: 'image/png', data: 'iVBOR' },
+      { type: 'result', mime: 'text/plain', data: 'np.int64(6)' },
+    ]);
+    assert.equal(run.error, undefined);
+    assert.equal(run.executionCount, 3);
+    assert.equal(run.text, 'np.int64(6)');
+    const r = fake.requests[0]!;
+    assert.equal(`${r.method} ${r.path}`, 'POST /v1/sandboxes/sbx_1/execute');
+    assert.deepEqual(JSON.parse(r.body.toString()), { code: 'print(1)', timeoutMs: 60000 });
+  });
+
+  test('callbacks fire while the code is still running', async () => {
+    const sb = await connected();
+    let sawBeforeEnd = false;
+    let called = false;
+    fake.handler = async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      res.write(ndjson({ type: 'stdout', text: 'first\n' }));
+      for (let i = 0; i < 200 && !called; i++) await sleep(10);
+      sawBeforeEnd = called;
+      res.end(ndjson({ type: 'stdout', text: 'second\n' }, { type: 'end' }));
+    };
+    const run = await sb.runCode('x', { onStdout: () => void (called = true) });
+    assert.ok(sawBeforeEnd, 'onStdout was not called before the stream ended');
+    assert.equal(run.stdout, 'first\nsecond\n');
+  });
+
+  test('a code error is a result, not an exception', async () => {
+    const sb = await connected();
+    const error = { name: 'ZeroDivisionError', message: 'division by zero', traceback: 'Traceback...' };
+    fake.handler = (_req, res) => {
+      res.writeHead(200).end(ndjson({ type: 'error', error }, { type: 'end', executionCount: 1 }));
+    };
+    let seen: unknown;
+    const run = await sb.runCode('1/0', { onError: (e) => void (seen = e) });
+    assert.deepEqual(run.error, error);
+    assert.deepEqual(seen, error);
+  });
+
+  test('options reach the request', async () => {
+    const sb = await connected();
+    fake.handler = (_req, res) => void res.writeHead(200).end(ndjson({ type: 'end' }) + '\r\n\n');
+    await sb.runCode('echo hi', { language: 'bash', context: { id: 'ctx_9', language: 'bash', cwd: '/' }, timeoutMs: 0, envs: { X: 'y' } });
+    assert.deepEqual(JSON.parse(fake.requests[0]!.body.toString()), {
+      code: 'echo hi',
+      language: 'bash',
+      contextId: 'ctx_9',
+      timeoutMs: 0,
+      envs: { X: 'y' },
+    });
+  });
+
+  test('a stream without an end event throws SandboxError', async () => {
+    const sb = await connected();
+    fake.handler = (_req, res) => void res.writeHead(200).end(ndjson({ type: 'stdout', text: 'partial' }));
+    await assert.rejects(sb.runCode('x'), SandboxError);
+  });
+
+  test('a connection broken mid-stream throws LizardConnectionError', async () => {
+    const sb = await connected();
+    fake.handler = async (_req, res) => {
+      res.writeHead(200);
+      res.write(ndjson({ type: 'stdout', text: 'partial\n' }));
+      await sleep(20);
+      res.socket?.destroy();
+    };
+    await assert.rejects(sb.runCode('x'), LizardConnectionError);
+  });
+
+  test('an HTTP error before the stream is typed', async () => {
+    const sb = await connected();
+    fake.handler = (_req, res) => FakeServer.json(res, 404, { code: 'not_found', message: 'no context ctx_1' });
+    await assert.rejects(sb.runCode('x', { context: 'ctx_1' }), (err: unknown) => {
+      assert.ok(err instanceof NotFoundError);
+      assert.equal((err as NotFoundError).message, 'no context ctx_1');
+      assert.equal((err as NotFoundError).code, 'not_found');
+      assert.equal((err as NotFoundError).status, 404);
+      return true;
+    });
+  });
+
+  test('rejects a negative timeout before sending', async () => {
+    const sb = await connected();
+    await assert.rejects(sb.runCode('x', { timeoutMs: -1 }), InvalidArgumentError);
+    assert.equal(fake.requests.length, 0);
+  });
+});
+
+describe('contexts', () => {
+  test('create, list, restart, delete', async () => {
+    const sb = await connected();
+    const ctx = { id: 'ctx_1', language: 'python', cwd: '/tmp' };
+    fake.handler = (req, res) => {
+      if (req.method === 'DELETE') return void res.writeHead(204).end();
+      if (req.method === 'GET') return FakeServer.json(res, 200, { contexts: [ctx] });
+      FakeServer.json(res, req.path.endsWith('/restart') ? 200 : 201, ctx);
+    };
+    assert.deepEqual(await sb.createContext({ cwd: '/tmp' }), ctx);
+    assert.deepEqual(await sb.listContexts(), [ctx]);
+    assert.deepEqual(await sb.restartContext(ctx), ctx);
+    await sb.deleteContext('ctx_1');
+    assert.deepEqual(
+      fake.requests.map((r) => `${r.method} ${r.path} ${r.body.toString()}`),
+      [
+        'POST /v1/sandboxes/sbx_1/contexts {"cwd":"/tmp"}',
+        'GET /v1/sandboxes/sbx_1/contexts ',
+        'POST /v1/sandboxes/sbx_1/contexts/ctx_1/restart ',
+        'DELETE /v1/sandboxes/sbx_1/contexts/ctx_1 ',
+      ],
+    );
+  });
+});
+
+describe('process', () => {
+  test('exec streams output and returns the exit code', async () => {
+    const sb = await connected();
+    fake.handler = async (_req, res) => {
+      res.writeHead(200);
+      await writeChunks(
+        res,
+        ndjson({ type: 'stdout', text: 'a' }, { type: 'stderr', text: 'b' }, { type: 'stdout', text: 'c' }, { type: 'end', exitCode: 3 }),
+        [10, 33],
+      );
+      res.end();
+    };
+    const order: string[] = [];
+    const got = await sb.process.exec('ls /nope', {
+      cwd: '/tmp',
+      timeoutMs: 5000,
+      onStdout: (t) => void order.push(`out:${t}`),
+      onStderr: (t) => void order.push(`err:${t}`),
+    });
+    assert.deepEqual(got, { stdout: 'ac', stderr: 'b', exitCode: 3 });
+    assert.deepEqual(order, ['out:a', 'err:b', 'out:c']);
+    assert.deepEqual(JSON.parse(fake.requests[0]!.body.toString()), { cmd: 'ls /nope', cwd: '/tmp', timeoutMs: 5000 });
+  });
+
+  test('exec reports a process that could not start', async () => {
+    const sb = await connected();
+    fake.handler = (_req, res) => void res.writeHead(200).end(ndjson({ type: 'end', error: 'timed out' }));
+    const got = await sb.process.exec(['sleep', '9']);
+    assert.deepEqual(got, { stdout: '', stderr: '', exitCode: -1, error: 'timed out' });
+    assert.deepEqual(JSON.parse(fake.requests[0]!.body.toString()), { args: ['sleep', '9'] });
+  });
+
+  test('exec without an end event throws', async () => {
+    const sb = await connected();
+    fake.handler = (_req, res) => void res.writeHead(200).end(ndjson({ type: 'stdout', text: 'a' }));
+    await assert.rejects(sb.process.exec('true'), SandboxError);
+  });
+});
+
+describe('files', () => {
+  const entry = { name: 'f', path: '/home/user/f', type: 'file', size: 3, mode: 420, modTime: '2026-01-02T03:04:05Z' };
+
+  test('read text and bytes', async () => {
+    const sb = await connected();
+    const raw = Buffer.from([0xff, 0x00, 0x61, 0xe2, 0x9c, 0x93]);
+    fake.handler = (_req, res) => void res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(raw);
+    const bytes = await sb.files.read('dir/f', { format: 'bytes' });
+    assert.ok(bytes instanceof Uint8Array);
+    assert.deepEqual(Buffer.from(bytes), raw);
+    assert.equal(await sb.files.read('dir/f'), '\ufffd\u0000a✓');
+    assert.equal(fake.requests[0]!.path, '/v1/sandboxes/sbx_1/files');
+    assert.equal(fake.requests[0]!.query.get('path'), 'dir/f');
+  });
+
+  test('write sends the raw body for every kind of data', async () => {
+    const sb = await connected();
+    fake.handler = (_req, res) => FakeServer.json(res, 200, entry);
+    const want = Buffer.from([1, 2, 3, 0, 255]);
+    const stream = new ReadableStream<Uint8Array>({
+      start(c) {
+        c.enqueue(want.subarray(0, 2));
+        c.enqueue(want.subarray(2));
+        c.close();
+      },
+    });
+    const inputs: [string, Parameters<typeof sb.files.write>[1], Buffer][] = [
+      ['string', 'héllo', Buffer.from('héllo')],
+      ['Uint8Array', new Uint8Array(want), want],
+      ['Blob', new Blob([want]), want],
+      ['ReadableStream', stream, want],
+    ];
+    for (const [name, data, body] of inputs) {
+      fake.requests.length = 0;
+      const info = await sb.files.write('a b/c.bin', data);
+      assert.equal(info.size, 3, name);
+      assert.ok(info.modTime instanceof Date, name);
+      const r = fake.requests[0]!;
+      assert.equal(`${r.method} ${r.path} ${r.query.get('path')}`, 'PUT /v1/sandboxes/sbx_1/files a b/c.bin', name);
+      assert.deepEqual(r.body, body, `${name}: body`);
+    }
+  });
+
+  test('list, stat, makeDir, remove, exists', async () => {
+    const sb = await connected();
+    fake.handler = (req: Seen, res) => {
+      if (req.method === 'DELETE') return void res.writeHead(204).end();
+      if (req.path.endsWith('/list')) return FakeServer.json(res, 200, { entries: [entry] });
+      if (req.query.get('path') === 'missing') return FakeServer.json(res, 404, { code: 'not_found', message: 'no file' });
+      if (req.query.get('path') === 'ended') return FakeServer.json(res, 410, { code: 'gone', message: 'sandbox ended' });
+      FakeServer.json(res, 200, { ...entry, type: req.path.endsWith('/mkdir') ? 'dir' : 'file' });
+    };
+    assert.equal((await sb.files.list('.'))[0]?.name, 'f');
+    assert.equal((await sb.files.stat('f')).type, 'file');
+    assert.equal((await sb.files.makeDir('d')).type, 'dir');
+    await sb.files.remove('d');
+    assert.equal(await sb.files.exists('f'), true);
+    assert.equal(await sb.files.exists('missing'), false);
+    await assert.rejects(sb.files.exists('ended'), SandboxGoneError);
+    assert.deepEqual(
+      fake.requests.map((r) => `${r.method} ${r.path}`),
+      [
+        'GET /v1/sandboxes/sbx_1/files/list',
+        'GET /v1/sandboxes/sbx_1/files/stat',
+        'POST /v1/sandboxes/sbx_1/files/mkdir',
+        'DELETE /v1/sandboxes/sbx_1/files',
+        'GET /v1/sandboxes/sbx_1/files/stat',
+        'GET /v1/sandboxes/sbx_1/files/stat',
+        'GET /v1/sandboxes/sbx_1/files/stat',
+      ],
+    );
+  });
+});
+
+describe('errors', () => {
+  test('each status maps to its class', async () => {
+    const cases: [number, string, new (...a: never[]) => LizardError][] = [
+      [400, 'invalid_argument', InvalidArgumentError],
+      [401, 'unauthenticated', AuthenticationError],
+      [404, 'not_found', NotFoundError],
+      [409, 'conflict', ConflictError],
+      [410, 'gone', SandboxGoneError],
+      [413, 'too_large', InvalidArgumentError],
+      [429, 'rate_limited', RateLimitError],
+      [500, 'internal', SandboxError],
+      [502, 'bad_gateway', SandboxError],
+      [503, 'unavailable', SandboxError],
+      [418, 'teapot', LizardError],
+    ];
+    for (const [status, code, cls] of cases) {
+      fake.handler = (_req, res) => FakeServer.json(res, status, { code, message: `msg ${status}` });
+      await assert.rejects(CodeSandbox.list(opts), (err: unknown) => {
+        assert.ok(err instanceof cls, `${status}: got ${(err as Error).name}, want ${cls.name}`);
+        assert.ok(err instanceof LizardError);
+        const e = err as LizardError;
+        assert.equal(e.name, cls.name, `${status}: name`);
+        assert.equal(e.status, status);
+        assert.equal(e.code, code);
+        assert.equal(e.message, `msg ${status}`);
+        return true;
+      });
+    }
+    assert.ok(new SandboxGoneError('x') instanceof NotFoundError, 'SandboxGoneError must extend NotFoundError');
+  });
+
+  test('a body that is not JSON keeps the status class', () => {
+    const err = errorFromResponse(502, '<html>bad gateway</html>');
+    assert.ok(err instanceof SandboxError);
+    assert.equal(err.message, 'HTTP 502: <html>bad gateway</html>');
+    assert.equal(err.code, undefined);
+  });
+
+  test('server down throws LizardConnectionError', async () => {
+    const down = await new FakeServer().start();
+    const url = down.url;
+    await down.close();
+    await assert.rejects(CodeSandbox.create({ apiUrl: url, apiKey: KEY }), (err: unknown) => {
+      assert.ok(err instanceof LizardConnectionError, `got ${err}`);
+      assert.match((err as Error).message, /cannot reach Lizard at/);
+      assert.equal((err as LizardError).status, undefined);
+      return true;
+    });
+  });
+
+  test('a slow server throws RequestTimeoutError', async () => {
+    fake.handler = async (_req, res) => {
+      await sleep(1000);
+      FakeServer.json(res, 200, { sandboxes: [] });
+    };
+    await assert.rejects(CodeSandbox.list({ ...opts, requestTimeoutMs: 100 }), RequestTimeoutError);
+  });
+});
+
+describe('ndjsonLines', () => {
+  test('splits lines across chunks, skips blanks, keeps a last unterminated line', async () => {
+    async function* chunks() {
+      for (const s of ['{"a":', '1}\n\n{"b"', ':2}\r\n', '{"c":3}']) yield new TextEncoder().encode(s);
+    }
+    const got: string[] = [];
+    for await (const l of ndjsonLines(chunks())) got.push(l);
+    assert.deepEqual(got, ['{"a":1}', '{"b":2}', '{"c":3}']);
+  });
+});
