@@ -1,12 +1,41 @@
 // Package template builds and caches the root filesystems sandboxes boot from.
 //
-// STUB: the signatures below are the contract; the implementation is being written.
+// A template is built once from its recipe (the files under recipes/NAME,
+// embedded in the binary) and cached under the hash of that recipe, in a
+// cache directory shared by every data directory on the machine:
+//
+//	<cacheDir>/templates/base-<hash12>/rootfs         debootstrap layer
+//	<cacheDir>/templates/<name>-<hash12>/rootfs       the template
+//	<cacheDir>/templates/<name>-<hash12>/complete     marker, JSON
+//	<cacheDir>/templates/<name>-<hash12>.lock         flock while building
+//
+// A build happens in a temporary directory beside its final place and is
+// renamed into place, marker included, so a directory with a marker is
+// always complete. Builds of the same recipe are serialized with flock: a
+// second process (or goroutine) waits, then finds the build done.
+//
+// Changing any recipe file, or formatVersion, gives a new hash and so a new
+// build; old builds are left in place, because running sandboxes may still
+// use them as their lower layer. Delete old directories by hand when no
+// sandbox uses them.
 package template
 
 import (
 	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
 )
 
 // ErrUnknown means no template has that name.
@@ -19,6 +48,17 @@ const Default = "interpreter"
 // a template is built once.
 const DefaultCacheDir = "/var/cache/lizard"
 
+// formatVersion is part of every hash: bump it when the Go build steps change
+// what they produce, so that caches made by older code are not reused.
+const formatVersion = "lizard-template-v1"
+
+// markerName is written into a build directory just before it is renamed into
+// place; only directories holding it count as built.
+const markerName = "complete"
+
+//go:embed recipes
+var recipes embed.FS
+
 // Names lists the templates Lizard can build.
 func Names() []string { return []string{Default} }
 
@@ -26,5 +66,274 @@ func Names() []string { return []string{Default} }
 // first (writing progress to progress) if the cache has no build of its
 // current recipe. Safe when several processes call it at once.
 func Ensure(ctx context.Context, cacheDir, name string, progress io.Writer) (rootfs string, err error) {
-	return "", errors.New("template: not implemented")
+	if name != Default {
+		return "", fmt.Errorf("%w: %q", ErrUnknown, name)
+	}
+	if cacheDir == "" {
+		cacheDir = DefaultCacheDir
+	}
+	files, err := fs.Sub(recipes, "recipes/"+name)
+	if err != nil {
+		return "", fmt.Errorf("reading recipe of template %s: %w", name, err)
+	}
+	hash, err := recipeHash(files)
+	if err != nil {
+		return "", fmt.Errorf("hashing recipe of template %s: %w", name, err)
+	}
+	b := &interpreterBuild{cacheDir: cacheDir, recipe: files, p: newProgress(progress)}
+	return ensureLayer(ctx, cacheDir, name+"-"+hash[:12], b.p, b.build)
+}
+
+// recipeHash hashes every file of a recipe, by path and content, with the
+// format version, so that any change to what a build uses changes the hash.
+func recipeHash(files fs.FS, extra ...string) (string, error) {
+	var paths []string
+	err := fs.WalkDir(files, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			paths = append(paths, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(paths)
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n", formatVersion)
+	for _, e := range extra {
+		fmt.Fprintf(h, "extra %d %s\n", len(e), e)
+	}
+	for _, p := range paths {
+		data, err := fs.ReadFile(files, p)
+		if err != nil {
+			return "", err
+		}
+		// Lengths keep the encoding unambiguous: no two file sets hash alike.
+		fmt.Fprintf(h, "file %d %s %d\n", len(p), p, len(data))
+		h.Write(data)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// buildFunc fills rootfs, an empty directory, with a layer. Tests pass fakes.
+type buildFunc func(ctx context.Context, rootfs string) error
+
+// marker is the content of the marker file, for people inspecting the cache.
+type marker struct {
+	Key      string    `json:"key"`
+	Built    time.Time `json:"built"`
+	Duration string    `json:"duration"`
+}
+
+// ensureLayer returns <cacheDir>/templates/<key>/rootfs, running build into a
+// temporary directory first if no complete build is there. Callers that find
+// another one building the same key wait for it instead of building twice.
+func ensureLayer(ctx context.Context, cacheDir, key string, p *progress, build buildFunc) (string, error) {
+	dir := filepath.Join(cacheDir, "templates")
+	final := filepath.Join(dir, key)
+	rootfs := filepath.Join(final, "rootfs")
+	if isBuilt(final) {
+		return rootfs, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("creating template cache: %w", err)
+	}
+	unlock, err := lock(ctx, final+".lock", key, p)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if isBuilt(final) {
+		return rootfs, nil
+	}
+
+	// Holding the lock, anything left here for key comes from a builder that
+	// died (SIGKILL, power loss) before it could clean up.
+	stale, _ := filepath.Glob(filepath.Join(dir, ".build-"+key+"-*"))
+	if _, err := os.Lstat(final); err == nil {
+		stale = append(stale, final)
+	}
+	for _, s := range stale {
+		if err := removeAll(s); err != nil {
+			return "", fmt.Errorf("removing leftover build %s: %w", s, err)
+		}
+	}
+
+	tmp, err := os.MkdirTemp(dir, ".build-"+key+"-")
+	if err != nil {
+		return "", fmt.Errorf("creating build directory: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			if err := removeAll(tmp); err != nil {
+				p.Printf("warning: removing failed build %s: %v", tmp, err)
+			}
+		}
+	}()
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", fmt.Errorf("creating build directory: %w", err)
+	}
+	if err := os.Mkdir(filepath.Join(tmp, "rootfs"), 0o755); err != nil {
+		return "", fmt.Errorf("creating build directory: %w", err)
+	}
+	start := time.Now()
+	if err := build(ctx, filepath.Join(tmp, "rootfs")); err != nil {
+		return "", fmt.Errorf("building %s: %w", key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("building %s: %w", key, err)
+	}
+	m, _ := json.MarshalIndent(marker{Key: key, Built: time.Now().UTC(), Duration: time.Since(start).Round(time.Second).String()}, "", "  ")
+	if err := writeSynced(filepath.Join(tmp, markerName), append(m, '\n')); err != nil {
+		return "", fmt.Errorf("writing build marker: %w", err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return "", fmt.Errorf("moving build of %s into place: %w", key, err)
+	}
+	done = true
+	syncDir(dir)
+	return rootfs, nil
+}
+
+func isBuilt(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, markerName))
+	return err == nil
+}
+
+// lock takes an exclusive flock on path, waiting for whoever holds it while
+// ctx allows. flock is released by the kernel when a holder dies, so a
+// crashed builder never blocks the next one.
+func lock(ctx context.Context, path, key string, p *progress) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening lock %s: %w", path, err)
+	}
+	start := time.Now()
+	var announced time.Time
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("locking %s: %w", path, err)
+		}
+		if time.Since(announced) >= 10*time.Second {
+			p.Printf("waiting for another process building %s... %ds", key, int(time.Since(start).Seconds()))
+			announced = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("waiting for build of %s: %w", key, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func writeSynced(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// syncDir makes a rename durable; best effort, as the build is already usable.
+func syncDir(dir string) {
+	if f, err := os.Open(dir); err == nil {
+		f.Sync()
+		f.Close()
+	}
+}
+
+// removeAll deletes a build directory, first making sure nothing is mounted
+// below it: deleting through a leftover bind mount of /dev or /proc would
+// reach the host's files. Builds mount only in private mount namespaces, so
+// this is a second line of defence.
+func removeAll(path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		mounts, err := mountsUnder(abs)
+		if err != nil {
+			return err
+		}
+		if len(mounts) == 0 {
+			break
+		}
+		if attempt == 3 {
+			return fmt.Errorf("still mounted below %s: %s", abs, strings.Join(mounts, ", "))
+		}
+		// Deepest first, so that each unmount has nothing mounted below it.
+		sort.Sort(sort.Reverse(sort.StringSlice(mounts)))
+		for _, m := range mounts {
+			syscall.Unmount(m, syscall.MNT_DETACH)
+		}
+	}
+	return os.RemoveAll(abs)
+}
+
+// mountsUnder lists the mount points at or below dir in this process's mount
+// namespace.
+func mountsUnder(dir string) ([]string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("reading mount table: %w", err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, nil
+}
+
+// unescapeMount decodes the octal escapes (\040 for space) of mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, c := range s[i+1 : i+4] {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + byte(c-'0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
