@@ -59,6 +59,9 @@ const (
 	// startTimeout bounds restarts made on the caller's behalf, which must
 	// finish even when the caller has gone.
 	startTimeout = 2 * time.Minute
+	// settleQuiet is how long iopub may stay quiet after an execute_reply
+	// before we stop waiting for an idle status that was dropped.
+	settleQuiet = time.Second
 )
 
 // Kernel is one running ipykernel process and the sockets to it.
@@ -312,10 +315,28 @@ func (k *Kernel) run(ctx context.Context, p *proc, req Request, emit func(api.Ex
 		}
 	}
 
+	// The kernel publishes idle right after the reply. Under a slow
+	// consumer its iopub queue may overflow and drop it, so once replied a
+	// quiet iopub also ends the call rather than hanging it.
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	defer settle.Stop()
 	for !replied || !idle {
 		select {
 		case m := <-p.iopubCh:
 			handle(m)
+			if replied {
+				settle.Reset(settleQuiet)
+			}
+		case <-settle.C:
+			select {
+			case m := <-p.iopubCh:
+				handle(m)
+				settle.Reset(settleQuiet)
+			default:
+				k.log.Warn("no idle status after execute_reply; ending the call", "msg_id", msgID)
+				idle = true
+			}
 		case m := <-p.shellCh:
 			if m.ParentID != msgID || m.Header.MsgType != "execute_reply" {
 				continue
@@ -337,6 +358,7 @@ func (k *Kernel) run(ctx context.Context, p *proc, req Request, emit func(api.Ex
 				continue
 			}
 			replied = true
+			settle.Reset(settleQuiet)
 			if r.ExecutionCount > 0 {
 				count = r.ExecutionCount
 			}
@@ -424,10 +446,14 @@ func (k *Kernel) abandon(ctx context.Context, p *proc, msgID string, replied, id
 		case m := <-p.shellCh:
 			if m.ParentID == msgID && m.Header.MsgType == "execute_reply" {
 				replied = true
+				deadline.Reset(settleQuiet) // idle may have been dropped
 			}
 		case <-p.exited:
 			return // the next call restarts it
 		case <-deadline.C:
+			if replied {
+				return
+			}
 			k.log.Warn("kernel ignored the interrupt of a cancelled call; restarting it", "pid", p.pid)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
 			defer cancel()

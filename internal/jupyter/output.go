@@ -46,19 +46,21 @@ func pickMime(data map[string]json.RawMessage) (mime, text string, ok bool) {
 }
 
 func mimeText(mime string, raw json.RawMessage) string {
+	if mime == "application/json" || strings.HasSuffix(mime, "+json") {
+		var buf bytes.Buffer
+		if json.Compact(&buf, raw) != nil {
+			return string(raw)
+		}
+		return buf.String()
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		// nbformat allows multi-line strings as lists of lines.
 		var lines []string
-		if mime != "application/json" && json.Unmarshal(raw, &lines) == nil {
-			s = strings.Join(lines, "")
-		} else {
-			var buf bytes.Buffer
-			if json.Compact(&buf, raw) != nil {
-				return string(raw)
-			}
-			return buf.String()
+		if json.Unmarshal(raw, &lines) != nil {
+			return string(raw)
 		}
+		s = strings.Join(lines, "")
 	}
 	if strings.HasPrefix(mime, "image/") && mime != "image/svg+xml" {
 		s = strings.TrimRight(s, "\n")
