@@ -1,0 +1,168 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+// Execution is what a run of code produced, assembled from its stream.
+// An error raised by the code is in Error, not returned by Execute.
+type Execution struct {
+	Results        []api.Result
+	Stdout         string
+	Stderr         string
+	Error          *api.ExecutionError
+	ExecutionCount int
+}
+
+// Execute runs code in the sandbox. onEvent, when non-nil, is called with
+// each event as it arrives (before the run ends), the end event included.
+// A stream cut off before its end event fails with ErrTruncated.
+func (c *Client) Execute(ctx context.Context, id string, req api.ExecuteRequest, onEvent func(api.ExecuteEvent)) (*Execution, error) {
+	resp, cancel, err := c.do(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/execute"), json: req, stream: true})
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	defer resp.Body.Close()
+	x := &Execution{Results: []api.Result{}}
+	err = readStream(ctx, resp.Body, "execute", func(ev api.ExecuteEvent) bool {
+		switch ev.Type {
+		case api.EventStdout:
+			x.Stdout += ev.Text
+		case api.EventStderr:
+			x.Stderr += ev.Text
+		case api.EventResult:
+			if ev.Result != nil {
+				x.Results = append(x.Results, *ev.Result)
+			}
+		case api.EventError:
+			x.Error = ev.Error
+		}
+		if ev.ExecutionCount != 0 {
+			x.ExecutionCount = ev.ExecutionCount
+		}
+		if onEvent != nil {
+			onEvent(ev)
+		}
+		return ev.Type == api.EventEnd
+	})
+	if err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// ProcessResult is what a command produced, assembled from its stream.
+type ProcessResult struct {
+	Stdout   string
+	Stderr   string
+	ExitCode int // -1 when the end event carried none
+	// Error says why the command could not start or was stopped (timeout);
+	// empty when it ran to its end.
+	Error string
+}
+
+// Exec runs a command in a new process in the sandbox. onEvent, when
+// non-nil, is called with each event as it arrives, the end event included.
+// A non-zero exit code is a result, not an error.
+func (c *Client) Exec(ctx context.Context, id string, req api.ProcessRequest, onEvent func(api.ProcessEvent)) (*ProcessResult, error) {
+	resp, cancel, err := c.do(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/process"), json: req, stream: true})
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	defer resp.Body.Close()
+	res := &ProcessResult{ExitCode: -1}
+	err = readStream(ctx, resp.Body, "process", func(ev api.ProcessEvent) bool {
+		switch ev.Type {
+		case "stdout":
+			res.Stdout += ev.Text
+		case "stderr":
+			res.Stderr += ev.Text
+		case "end":
+			if ev.ExitCode != nil {
+				res.ExitCode = *ev.ExitCode
+			}
+			res.Error = ev.Error
+		}
+		if onEvent != nil {
+			onEvent(ev)
+		}
+		return ev.Type == "end"
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// readStream decodes NDJSON events from body, handing each to handle, until
+// handle reports the end event.
+func readStream[E any](ctx context.Context, body io.Reader, what string, handle func(E) (end bool)) error {
+	// A json.Decoder has no line-length limit, which matters: a result line
+	// can hold a base64 image of several megabytes.
+	dec := json.NewDecoder(body)
+	for {
+		var ev E
+		if err := dec.Decode(&ev); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("reading %s stream: %w", what, ctx.Err())
+			}
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return fmt.Errorf("reading %s stream: %w: the connection closed before the end event", what, ErrTruncated)
+			}
+			var syntax *json.SyntaxError
+			if errors.As(err, &syntax) {
+				return fmt.Errorf("reading %s stream: malformed event: %w", what, err)
+			}
+			return fmt.Errorf("reading %s stream: %w: %w", what, ErrTruncated, err)
+		}
+		if handle(ev) {
+			return nil
+		}
+	}
+}
+
+// CreateContext starts a new execution context (its own kernel) in the sandbox.
+func (c *Client) CreateContext(ctx context.Context, id string, req api.CreateContextRequest) (*api.Context, error) {
+	var cx api.Context
+	if err := c.call(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/contexts"), json: req}, &cx); err != nil {
+		return nil, err
+	}
+	return &cx, nil
+}
+
+// ListContexts lists the sandbox's contexts.
+func (c *Client) ListContexts(ctx context.Context, id string) ([]api.Context, error) {
+	var list api.ContextList
+	if err := c.call(ctx, request{method: http.MethodGet, path: sandboxPath(id, "/contexts")}, &list); err != nil {
+		return nil, err
+	}
+	if list.Contexts == nil {
+		list.Contexts = []api.Context{}
+	}
+	return list.Contexts, nil
+}
+
+// RestartContext restarts a context's kernel: its variables are lost.
+func (c *Client) RestartContext(ctx context.Context, id, contextID string) (*api.Context, error) {
+	var cx api.Context
+	r := request{method: http.MethodPost, path: sandboxPath(id, "/contexts/"+url.PathEscape(contextID)+"/restart")}
+	if err := c.call(ctx, r, &cx); err != nil {
+		return nil, err
+	}
+	return &cx, nil
+}
+
+// DeleteContext stops a context's kernel and forgets the context.
+func (c *Client) DeleteContext(ctx context.Context, id, contextID string) error {
+	return c.call(ctx, request{method: http.MethodDelete, path: sandboxPath(id, "/contexts/"+url.PathEscape(contextID))}, nil)
+}
