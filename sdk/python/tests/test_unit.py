@@ -1,0 +1,517 @@
+"""Unit tests of the SDK against a fake server (httpx.MockTransport), for both the sync and async clients."""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+from typing import Any, List
+
+import httpx
+import pytest
+
+import lizard
+from lizard import AsyncCodeSandbox, CodeSandbox
+from fake import SANDBOX, FakeServer, ndjson, r
+
+PREFIX = "/v1/sandboxes/sbx_1"
+
+
+@pytest.fixture(params=["sync", "async"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LIZARD_API_URL", raising=False)
+    monkeypatch.setenv("LIZARD_API_KEY", "env-key")
+
+
+def cls(mode: str) -> Any:
+    return CodeSandbox if mode == "sync" else AsyncCodeSandbox
+
+
+def server(mode: str) -> FakeServer:
+    srv = FakeServer(mode)
+    srv.route("POST", "/v1/sandboxes", status=201, json=SANDBOX)
+    srv.route("DELETE", PREFIX, status=204)
+    return srv
+
+
+async def sandbox(srv: FakeServer, **kwargs: Any) -> Any:
+    return await r(cls(srv.mode).create(transport=srv.transport(), **kwargs))
+
+
+# Configuration ------------------------------------------------------------------------------------------
+
+
+async def test_missing_key_raises_before_any_request(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LIZARD_API_KEY")
+    srv = server(mode)
+    for call in (
+        lambda: cls(mode).create(transport=srv.transport()),
+        lambda: cls(mode).connect("sbx_1", transport=srv.transport()),
+        lambda: cls(mode).list(transport=srv.transport()),
+    ):
+        with pytest.raises(lizard.AuthenticationError, match="set LIZARD_API_KEY or pass api_key"):
+            await r(call())
+    assert srv.requests == [], "no request may be sent without a key"
+
+
+async def test_env_config_and_default_url(mode: str) -> None:
+    srv = server(mode)
+    sb = await sandbox(srv)
+    req = srv.last("POST", "/v1/sandboxes")
+    assert req.headers["authorization"] == "Bearer env-key"
+    assert sb._http.api_url == "http://127.0.0.1:8080"
+    assert sb.sandbox_id == "sbx_1"
+
+
+async def test_explicit_config_wins_over_env(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIZARD_API_URL", "http://env.invalid:1")
+    srv = server(mode)
+    sb = await sandbox(srv, api_key="explicit", api_url="http://127.0.0.1:9999/")
+    assert srv.last("POST", "/v1/sandboxes").headers["authorization"] == "Bearer explicit"
+    assert sb._http.api_url == "http://127.0.0.1:9999"
+
+
+async def test_env_url(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIZARD_API_URL", "http://127.0.0.2:7000")
+    sb = await sandbox(server(mode))
+    assert sb._http.api_url == "http://127.0.0.2:7000"
+
+
+# Lifecycle ----------------------------------------------------------------------------------------------
+
+
+async def test_create_body(mode: str) -> None:
+    srv = server(mode)
+    await sandbox(srv, project_id="proj_123", timeout_ms=0, envs={"A": "1"}, metadata={"k": "v"},
+                  lizard_token=True)
+    body = srv.last("POST", "/v1/sandboxes").json()
+    assert body == {"template": "interpreter", "timeoutMs": 0, "envs": {"A": "1"}, "metadata": {"k": "v"},
+                    "lizardToken": True}, "project_id is not sent: the key decides the project"
+    # The create request gets a long timeout: the server may be building its template.
+    assert srv.last("POST", "/v1/sandboxes").timeout["read"] == 900.0
+
+
+async def test_create_defaults(mode: str) -> None:
+    srv = server(mode)
+    await sandbox(srv)
+    assert srv.last("POST", "/v1/sandboxes").json() == {"template": "interpreter", "timeoutMs": 300000}
+
+
+async def test_create_project_mismatch_kills_and_raises(mode: str) -> None:
+    srv = server(mode)
+    with pytest.raises(lizard.InvalidArgumentError, match="proj_other.*proj_123"):
+        await sandbox(srv, project_id="proj_other")
+    srv.last("DELETE", PREFIX)
+
+
+async def test_create_rejects_negative_timeout(mode: str) -> None:
+    srv = server(mode)
+    with pytest.raises(lizard.InvalidArgumentError):
+        await sandbox(srv, timeout_ms=-1)
+    assert srv.requests == []
+
+
+async def test_get_info_parses_sandbox(mode: str) -> None:
+    srv = server(mode)
+    srv.route("GET", PREFIX, json=SANDBOX)
+    info = await r((await sandbox(srv)).get_info())
+    assert info.sandbox_id == "sbx_1" and info.project_id == "proj_123" and info.state == "running"
+    assert info.timeout_ms == 300000 and info.metadata == {"k": "v"}
+    assert info.created_at is not None and info.created_at.microsecond == 123456
+    assert info.expires_at is not None and info.expires_at.minute == 9
+    assert info.ended_at is None
+
+
+async def test_connect(mode: str) -> None:
+    srv = server(mode)
+    srv.route("GET", PREFIX, json=SANDBOX)
+    sb = await r(cls(mode).connect("sbx_1", transport=srv.transport()))
+    assert sb.sandbox_id == "sbx_1"
+
+
+async def test_connect_unknown_and_ended(mode: str) -> None:
+    srv = server(mode)
+    srv.route("GET", "/v1/sandboxes/nope", status=404, json={"code": "not_found", "message": "no sandbox nope"})
+    with pytest.raises(lizard.NotFoundError, match="no sandbox nope"):
+        await r(cls(mode).connect("nope", transport=srv.transport()))
+    srv.route("GET", PREFIX, json={**SANDBOX, "state": "killed"})
+    with pytest.raises(lizard.SandboxGoneError):
+        await r(cls(mode).connect("sbx_1", transport=srv.transport()))
+
+
+async def test_list(mode: str) -> None:
+    srv = server(mode)
+    srv.route("GET", "/v1/sandboxes", json={"sandboxes": [SANDBOX, {**SANDBOX, "sandboxId": "sbx_2"}]})
+    got = await r(cls(mode).list(metadata={"a": "1", "b": "2"}, state="running", transport=srv.transport()))
+    assert [s.sandbox_id for s in got] == ["sbx_1", "sbx_2"]
+    assert srv.last("GET", "/v1/sandboxes").params == [("metadata", "a=1"), ("metadata", "b=2"), ("state", "running")]
+
+
+async def test_set_timeout_and_kill(mode: str) -> None:
+    srv = server(mode)
+    srv.route("POST", PREFIX + "/timeout", json=SANDBOX)
+    sb = await sandbox(srv)
+    await r(sb.set_timeout(0))
+    assert srv.last("POST", PREFIX + "/timeout").json() == {"timeoutMs": 0}
+    await r(sb.kill())
+    srv.last("DELETE", PREFIX)
+
+
+async def test_kill_of_gone_sandbox_is_quiet(mode: str) -> None:
+    srv = server(mode)
+    sb = await sandbox(srv)
+    srv.route("DELETE", PREFIX, status=410, json={"code": "gone", "message": "sandbox ended"})
+    await r(sb.kill())
+    srv.route("DELETE", PREFIX, status=404, json={"code": "not_found", "message": "no sandbox"})
+    await r(sb.kill())
+
+
+async def test_context_manager_kills_on_exit(mode: str) -> None:
+    srv = server(mode)
+    if mode == "sync":
+        with CodeSandbox.create(transport=srv.transport()) as sb:
+            assert sb.sandbox_id == "sbx_1"
+    else:
+        async with AsyncCodeSandbox.create(transport=srv.transport()) as sb:
+            assert sb.sandbox_id == "sbx_1"
+        async with await AsyncCodeSandbox.create(transport=srv.transport()) as sb2:
+            assert sb2.sandbox_id == "sbx_1"
+    assert [r.method for r in srv.requests].count("DELETE") == (1 if mode == "sync" else 2)
+
+
+async def test_context_manager_keeps_body_exception(mode: str) -> None:
+    srv = server(mode)
+    srv.route("DELETE", PREFIX, status=500, json={"code": "internal", "message": "boom"})
+    with pytest.raises(KeyError):
+        if mode == "sync":
+            with CodeSandbox.create(transport=srv.transport()):
+                raise KeyError("body")
+        else:
+            async with AsyncCodeSandbox.create(transport=srv.transport()):
+                raise KeyError("body")
+
+
+@pytest.mark.parametrize("method,path", [("pause", "/pause"), ("resume", "/resume"), ("snapshot", "/snapshots"),
+                                         ("fork", "/fork")])
+async def test_planned_endpoints_surface_server_errors(mode: str, method: str, path: str) -> None:
+    srv = server(mode)
+    sb = await sandbox(srv)
+    with pytest.raises(lizard.NotFoundError):
+        await r(getattr(sb, method)())
+    srv.last("POST", PREFIX + path)
+
+
+async def test_fork_returns_new_sandbox(mode: str) -> None:
+    srv = server(mode)
+    srv.route("POST", PREFIX + "/fork", status=201, json={**SANDBOX, "sandboxId": "sbx_2"})
+    fork = await r((await sandbox(srv)).fork())
+    assert fork.sandbox_id == "sbx_2"
+
+
+# Errors -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "status,code,want",
+    [
+        (400, "invalid_argument", lizard.InvalidArgumentError),
+        (401, "unauthenticated", lizard.AuthenticationError),
+        (404, "not_found", lizard.NotFoundError),
+        (409, "conflict", lizard.ConflictError),
+        (410, "gone", lizard.SandboxGoneError),
+        (413, "too_large", lizard.InvalidArgumentError),
+        (429, "rate_limited", lizard.RateLimitError),
+        (500, "internal", lizard.SandboxError),
+        (503, "unavailable", lizard.SandboxError),
+        (502, None, lizard.SandboxError),
+        (418, None, lizard.LizardError),
+    ],
+)
+async def test_error_mapping(mode: str, status: int, code: Any, want: type) -> None:
+    srv = server(mode)
+    body = {"code": code, "message": "told by server"} if code else None
+    srv.route("GET", PREFIX, status=status, json=body, content=b"<html>proxy says no</html>")
+    sb = await sandbox(srv)
+    with pytest.raises(want) as info:
+        await r(sb.get_info())
+    err = info.value
+    assert type(err) is want, f"got {type(err).__name__}, want {want.__name__}"
+    assert err.status == status and err.code == code
+    if code:
+        assert err.message == "told by server" and str(err) == "told by server"
+    else:
+        assert err.message == f"HTTP {status}: <html>proxy says no</html>"
+
+
+def test_hierarchy() -> None:
+    assert issubclass(lizard.SandboxGoneError, lizard.NotFoundError)
+    for name in lizard.errors.__all__:
+        assert issubclass(getattr(lizard, name), lizard.LizardError)
+    assert issubclass(lizard.LizardConnectionError, builtins.ConnectionError)
+
+
+async def test_connection_refused(mode: str) -> None:
+    srv = server(mode)
+    sb = await sandbox(srv)
+    srv.raise_exc = httpx.ConnectError("Connection refused")
+    with pytest.raises(lizard.LizardConnectionError, match=r"cannot reach Lizard at http://127.0.0.1:8080.*LIZARD_API_URL"):
+        await r(sb.get_info())
+    with pytest.raises(ConnectionError):
+        await r(sb.run_code("1"))
+
+
+async def test_real_unreachable_server(mode: str) -> None:
+    # Port 1 on loopback: nothing listens there, so the connection is refused at once.
+    with pytest.raises(lizard.LizardConnectionError, match="is `lizard serve` running"):
+        await r(cls(mode).create(api_url="http://127.0.0.1:1", request_timeout=5))
+
+
+async def test_read_timeout(mode: str) -> None:
+    srv = server(mode)
+    sb = await sandbox(srv)
+    srv.raise_exc = httpx.ReadTimeout("slow")
+    with pytest.raises(lizard.RequestTimeoutError):
+        await r(sb.get_info())
+
+
+# run_code -----------------------------------------------------------------------------------------------
+
+
+EVENTS = [
+    {"type": "stdout", "text": "hello\n"},
+    {"type": "stderr", "text": "warn\n"},
+    {"type": "stdout", "text": "wor\u0085ld\n"},
+    {"type": "result", "result": {"type": "display", "mime": "image/png", "data": "iVBOR"}},
+    {"type": "result", "result": {"type": "result", "mime": "text/plain", "data": "np.int64(6)"},
+     "executionCount": 3},
+    {"type": "mystery", "text": "from a newer server"},
+    {"type": "end", "executionCount": 3},
+]
+
+
+async def test_run_code_assembles_execution(mode: str) -> None:
+    srv = server(mode)
+    raw = ndjson(*EVENTS)
+    # Split the stream at awkward places: mid-line and mid-UTF-8 sequence.
+    srv.route("POST", PREFIX + "/execute", chunks=[raw[:7], raw[7:40], raw[40:41], raw[41:]])
+    ex = await r((await sandbox(srv)).run_code("df.x.sum()"))
+    assert ex.stdout == "hello\nwor\u0085ld\n"
+    assert ex.stderr == "warn\n"
+    assert [(x.type, x.mime, x.data) for x in ex.results] == [
+        ("display", "image/png", "iVBOR"), ("result", "text/plain", "np.int64(6)")]
+    assert ex.results[0].data == "iVBOR" and ex.error is None and ex.execution_count == 3
+
+
+async def test_run_code_error_is_returned_not_raised(mode: str) -> None:
+    srv = server(mode)
+    srv.route("POST", PREFIX + "/execute", chunks=[ndjson(
+        {"type": "error", "error": {"name": "ZeroDivisionError", "message": "division by zero",
+                                    "traceback": "Traceback...\nZeroDivisionError: division by zero"}},
+        {"type": "end", "executionCount": 1})])
+    ex = await r((await sandbox(srv)).run_code("1/0"))
+    assert ex.error.name == "ZeroDivisionError" and ex.error.message == "division by zero"
+    assert "Traceback" in ex.error.traceback and ex.results == []
+
+
+async def test_run_code_request_body_and_timeouts(mode: str) -> None:
+    srv = server(mode)
+    srv.route("POST", PREFIX + "/execute", chunks=[ndjson({"type": "end"})])
+    sb = await sandbox(srv)
+    await r(sb.run_code("x", language="bash", context=lizard.Context("ctx_1", "bash", "/tmp"), timeout_ms=5000,
+                        envs={"A": "b"}))
+    req = srv.last("POST", PREFIX + "/execute")
+    assert req.json() == {"code": "x", "language": "bash", "contextId": "ctx_1", "timeoutMs": 5000, "envs": {"A": "b"}}
+    assert req.timeout["read"] == 35.0, "the HTTP read timeout must exceed the code timeout"
+    assert req.timeout["connect"] == 60.0
+    await r(sb.run_code("x", context="ctx_2", timeout_ms=0))
+    req = srv.last("POST", PREFIX + "/execute")
+    assert req.json() == {"code": "x", "contextId": "ctx_2", "timeoutMs": 0}
+    assert req.timeout["read"] is None, "timeout_ms=0 means no read timeout"
+    await r(sb.run_code("x"))
+    assert srv.last("POST", PREFIX + "/execute").json() == {"code": "x", "timeoutMs": 60000}
+
+
+async def test_run_code_stream_without_end_raises(mode: str) -> None:
+    srv = server(mode)
+    srv.route("POST", PREFIX + "/execute", chunks=[ndjson({"type": "stdout", "text": "partial"})])
+    with pytest.raises(lizard.SandboxError, match="without an end event"):
+        await r((await sandbox(srv)).run_code("x"))
+
+
+async def test_run_code_malformed_stream_raises(mode: str) -> None:
+    srv = server(mode)
+    srv.route("POST", PREFIX + "/execute", chunks=[b'{"type": "stdout"\n'])
+    with pytest.raises(lizard.SandboxError, match="malformed"):
+        await r((await sandbox(srv)).run_code("x"))
+
+
+async def test_run_code_http_error(mode: str) -> None:
+    srv = server(mode)
+    srv.route("POST", PREFIX + "/execute", status=410, json={"code": "gone", "message": "sandbox expired"})
+    with pytest.raises(lizard.SandboxGoneError, match="sandbox expired"):
+        await r((await sandbox(srv)).run_code("x"))
+
+
+async def test_callbacks_fire_in_order_while_streaming(mode: str) -> None:
+    srv = server(mode)
+    log: List[str] = []
+
+    def later(event: dict, note: str) -> Any:
+        def produce() -> bytes:
+            log.append(note)
+            return ndjson(event)
+        return produce
+
+    srv.route("POST", PREFIX + "/execute", chunks=[
+        ndjson({"type": "stdout", "text": "a"}),
+        later({"type": "stderr", "text": "b"}, "server sends b"),
+        later({"type": "result", "result": {"type": "result", "mime": "text/plain", "data": "c"}}, "server sends c"),
+        later({"type": "error", "error": {"name": "E", "message": "d", "traceback": ""}}, "server sends d"),
+        later({"type": "stdout", "text": "e"}, "server sends e"),
+        later({"type": "end"}, "server sends end"),
+    ])
+    sb = await sandbox(srv)
+    if mode == "sync":
+        await r(sb.run_code("x", on_stdout=lambda t: log.append("stdout " + t),
+                            on_stderr=lambda t: log.append("stderr " + t),
+                            on_result=lambda res: log.append("result " + res.data),
+                            on_error=lambda e: log.append("error " + e.message)))
+    else:
+        async def on_stderr(t: str) -> None:
+            log.append("stderr " + t)
+
+        async def on_error(e: lizard.ExecutionError) -> None:
+            log.append("error " + e.message)
+
+        await r(sb.run_code("x", on_stdout=lambda t: log.append("stdout " + t), on_stderr=on_stderr,
+                            on_result=lambda res: log.append("result " + res.data), on_error=on_error))
+    assert log == ["stdout a", "server sends b", "stderr b", "server sends c", "result c", "server sends d",
+                   "error d", "server sends e", "stdout e", "server sends end"]
+
+
+async def test_callback_exception_propagates(mode: str) -> None:
+    srv = server(mode)
+    srv.route("POST", PREFIX + "/execute", chunks=[ndjson({"type": "stdout", "text": "a"}, {"type": "end"})])
+
+    def boom(_: str) -> None:
+        raise RuntimeError("from callback")
+
+    with pytest.raises(RuntimeError, match="from callback"):
+        await r((await sandbox(srv)).run_code("x", on_stdout=boom))
+
+
+# Contexts -----------------------------------------------------------------------------------------------
+
+
+async def test_contexts(mode: str) -> None:
+    srv = server(mode)
+    ctx = {"id": "ctx_1", "language": "python", "cwd": "/tmp"}
+    srv.route("POST", PREFIX + "/contexts", status=201, json=ctx)
+    srv.route("GET", PREFIX + "/contexts", json={"contexts": [ctx]})
+    srv.route("POST", PREFIX + "/contexts/ctx_1/restart", json=ctx)
+    srv.route("DELETE", PREFIX + "/contexts/ctx_1", status=204)
+    sb = await sandbox(srv)
+    got = await r(sb.create_context(cwd="/tmp"))
+    assert got == lizard.Context("ctx_1", "python", "/tmp")
+    assert srv.last("POST", PREFIX + "/contexts").json() == {"language": "python", "cwd": "/tmp"}
+    assert await r(sb.list_contexts()) == [got]
+    assert await r(sb.restart_context(got)) == got
+    await r(sb.delete_context("ctx_1"))
+    srv.last("DELETE", PREFIX + "/contexts/ctx_1")
+    with pytest.raises(lizard.InvalidArgumentError):
+        await r(sb.delete_context(""))
+
+
+# process.exec -------------------------------------------------------------------------------------------
+
+
+async def test_process_exec(mode: str) -> None:
+    srv = server(mode)
+    srv.route("POST", PREFIX + "/process", chunks=[ndjson(
+        {"type": "stdout", "text": "out"}, {"type": "stderr", "text": "err"}, {"type": "end", "exitCode": 3})])
+    sb = await sandbox(srv)
+    seen: List[str] = []
+    res = await r(sb.process.exec("echo hi; exit 3", cwd="/tmp", envs={"A": "1"}, timeout_ms=1000,
+                                  on_stdout=seen.append, on_stderr=seen.append))
+    assert (res.stdout, res.stderr, res.exit_code, res.error) == ("out", "err", 3, None)
+    assert seen == ["out", "err"]
+    assert srv.last("POST", PREFIX + "/process").json() == {"cmd": "echo hi; exit 3", "cwd": "/tmp",
+                                                            "envs": {"A": "1"}, "timeoutMs": 1000}
+    assert srv.last("POST", PREFIX + "/process").timeout["read"] == 31.0
+    await r(sb.process.exec(["ls", "-l"]))
+    req = srv.last("POST", PREFIX + "/process")
+    assert req.json() == {"args": ["ls", "-l"]} and req.timeout["read"] is None
+
+
+async def test_process_exec_start_failure(mode: str) -> None:
+    srv = server(mode)
+    srv.route("POST", PREFIX + "/process", chunks=[ndjson({"type": "end", "error": "timed out"})])
+    res = await r((await sandbox(srv)).process.exec("sleep 10", timeout_ms=10))
+    assert res.exit_code == -1 and res.error == "timed out"
+
+
+# files --------------------------------------------------------------------------------------------------
+
+ENTRY = {"name": "a.txt", "path": "/home/user/a.txt", "type": "file", "size": 3, "mode": 420,
+         "modTime": "2026-01-02T03:04:05+02:00"}
+
+
+async def test_files(mode: str) -> None:
+    srv = server(mode)
+    srv.route("GET", PREFIX + "/files", content="héllo".encode())
+    srv.route("PUT", PREFIX + "/files", json=ENTRY)
+    srv.route("GET", PREFIX + "/files/list", json={"entries": [ENTRY]})
+    srv.route("GET", PREFIX + "/files/stat", json=ENTRY)
+    srv.route("POST", PREFIX + "/files/mkdir", json={**ENTRY, "type": "dir"})
+    srv.route("DELETE", PREFIX + "/files", status=204)
+    sb = await sandbox(srv)
+    f = sb.files
+    assert await r(f.read("a.txt")) == "héllo"
+    assert await r(f.read("a.txt", format="bytes")) == "héllo".encode()
+    assert srv.last("GET", PREFIX + "/files").params == [("path", "a.txt")]
+
+    for data, want in [(b"\x00\xff", b"\x00\xff"), ("text", b"text"), (io.BytesIO(b"x" * 200_000), b"x" * 200_000),
+                       (io.StringIO("s" * 70_000), b"s" * 70_000)]:
+        info = await r(f.write("dir/a.txt", data))
+        assert info.size == 3 and info.mod_time is not None and info.mod_time.utcoffset().total_seconds() == 7200
+        assert srv.last("PUT", PREFIX + "/files").body == want
+    assert [e.name for e in await r(f.list("/home/user"))] == ["a.txt"]
+    assert (await r(f.stat("a.txt"))).type == "file"
+    assert await r(f.exists("a.txt")) is True
+    assert (await r(f.make_dir("d"))).type == "dir"
+    await r(f.remove("a.txt"))
+    assert srv.last("DELETE", PREFIX + "/files").params == [("path", "a.txt")]
+    srv.route("GET", PREFIX + "/files/stat", status=404, json={"code": "not_found", "message": "no such file"})
+    assert await r(f.exists("nope")) is False
+    srv.route("GET", PREFIX + "/files/stat", status=410, json={"code": "gone", "message": "ended"})
+    with pytest.raises(lizard.SandboxGoneError):
+        await r(f.exists("nope"))
+    with pytest.raises(lizard.InvalidArgumentError):
+        await r(f.read("a", format="json"))
+
+
+async def test_file_upload_is_streamed(mode: str) -> None:
+    # A file object must be sent in chunks (chunked transfer), not read into memory first.
+    srv = server(mode)
+    srv.route("PUT", PREFIX + "/files", json=ENTRY)
+    sb = await sandbox(srv)
+    await r(sb.files.write("big", io.BytesIO(b"y" * 100)))
+    req = srv.last("PUT", PREFIX + "/files")
+    assert req.headers.get("transfer-encoding") == "chunked"
+    await r(sb.files.write("small", b"abc"))
+    assert srv.last("PUT", PREFIX + "/files").headers.get("content-length") == "3"
+
+
+def test_line_splitter() -> None:
+    from lizard._core import LineSplitter
+    s = LineSplitter()
+    assert s.feed(b'{"a"') == []
+    assert s.feed(b': 1}\n\n{"b": 2}\r\n{"c"') == [{"a": 1}, {"b": 2}]
+    assert s.feed(b": 3}") == []
+    assert s.close() == [{"c": 3}], "a last line without a newline still counts"
+    assert s.close() == []
