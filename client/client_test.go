@@ -372,8 +372,8 @@ func TestStreamsWithoutEndFail(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newFake(t, &fake{body: tt.body})
 			x, err := c.Execute(context.Background(), "sb_1", api.ExecuteRequest{Code: "x"}, nil)
-			if !errors.Is(err, ErrTruncated) {
-				t.Errorf("Execute = %+v, %v; want ErrTruncated", x, err)
+			if !errors.Is(err, ErrTruncated) || !errors.Is(err, ErrServer) {
+				t.Errorf("Execute = %+v, %v; want ErrTruncated and ErrServer", x, err)
 			}
 			p, err := c.Exec(context.Background(), "sb_1", api.ProcessRequest{Cmd: "x"}, nil)
 			if !errors.Is(err, ErrTruncated) {
@@ -528,6 +528,7 @@ func TestMissingAPIKey(t *testing.T) {
 		t.Fatalf("New: %v", err)
 	}
 	if _, err := c.ListSandboxes(context.Background(), ListOptions{}); !errors.Is(err, ErrNoAPIKey) ||
+		!errors.Is(err, ErrUnauthenticated) ||
 		!strings.Contains(err.Error(), "set LIZARD_API_KEY or pass an API key") {
 		t.Errorf("ListSandboxes without a key: got %v, want ErrNoAPIKey", err)
 	}

@@ -24,8 +24,35 @@ var (
 	ErrServer          = errors.New("server error")        // 5xx
 	ErrUnreachable     = errors.New("cannot reach Lizard") // no HTTP response at all
 	ErrTruncated       = errors.New("stream ended early")  // an NDJSON stream without its end event
-	ErrNoAPIKey        = errors.New("set LIZARD_API_KEY or pass an API key")
 )
+
+// ErrNoAPIKey is returned, before any request is sent, by calls that need an
+// API key when the client has none. It matches ErrUnauthenticated too.
+var ErrNoAPIKey error = noKeyError{}
+
+type noKeyError struct{}
+
+func (noKeyError) Error() string        { return "no API key: set LIZARD_API_KEY or pass an API key" }
+func (noKeyError) Is(target error) bool { return target == ErrUnauthenticated }
+
+// streamError is an NDJSON stream cut off before its end event. Like the
+// SDKs (docs/sdk-errors.md), it counts as a server failure: it matches
+// ErrTruncated and ErrServer.
+type streamError struct {
+	what  string
+	cause error // nil when the stream simply ended
+}
+
+func (s *streamError) Error() string {
+	if s.cause == nil {
+		return fmt.Sprintf("reading %s stream: the stream ended before its end event", s.what)
+	}
+	return fmt.Sprintf("reading %s stream: the stream broke before its end event: %v", s.what, s.cause)
+}
+
+func (s *streamError) Unwrap() error { return s.cause }
+
+func (s *streamError) Is(target error) bool { return target == ErrTruncated || target == ErrServer }
 
 // Error is an error response of the API.
 type Error struct {

@@ -117,13 +117,11 @@ func readStream[E any](ctx context.Context, body io.Reader, what string, handle 
 				return fmt.Errorf("reading %s stream: %w", what, ctx.Err())
 			}
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				return fmt.Errorf("reading %s stream: %w: the connection closed before the end event", what, ErrTruncated)
+				return &streamError{what: what}
 			}
-			var syntax *json.SyntaxError
-			if errors.As(err, &syntax) {
-				return fmt.Errorf("reading %s stream: malformed event: %w", what, err)
-			}
-			return fmt.Errorf("reading %s stream: %w: %w", what, ErrTruncated, err)
+			// A malformed line or a broken connection: either way the run's
+			// outcome is unknown.
+			return &streamError{what: what, cause: err}
 		}
 		if handle(ev) {
 			return nil
