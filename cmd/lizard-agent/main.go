@@ -1,0 +1,69 @@
+// Command lizard-agent runs inside every sandbox, as its process 1: it
+// serves the agent API on api.AgentPort and runs code as the sandbox user.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/agent/pid1"
+)
+
+// version is set at build time: -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "lizard-agent:", err)
+		var exit exitError
+		if asExit(err, &exit) {
+			os.Exit(int(exit))
+		}
+		os.Exit(1)
+	}
+}
+
+// exitError carries the supervised agent's exit code out of run.
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("agent exited with code %d", int(e)) }
+
+func asExit(err error, target *exitError) bool {
+	e, ok := err.(exitError)
+	if ok {
+		*target = e
+	}
+	return ok
+}
+
+func run(ctx context.Context, args []string) error {
+	if pid1.ShouldSupervise() {
+		code, err := pid1.Supervise(args[1:])
+		if err != nil {
+			return err
+		}
+		if code != 0 {
+			return exitError(code)
+		}
+		return nil
+	}
+	os.Unsetenv(pid1.ChildEnv)
+	cfg, err := agent.LoadConfig(args[1:], os.Getenv)
+	if err != nil {
+		return err
+	}
+	cfg.Version = version
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	a, err := agent.New(cfg)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}

@@ -1,0 +1,223 @@
+// Package agent is the program inside every sandbox: it serves the agent
+// HTTP API (health, execute, contexts, process, files; see
+// docs/architecture.md) and runs code as the sandbox user — Python in
+// Jupyter kernels, JavaScript and bash in a fresh process per call. It is
+// built into the static lizard-agent binary and must not depend on any
+// server package (deps_test.go checks).
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/jupyter"
+)
+
+// Kernel is what the agent needs of a Python kernel; *jupyter.Kernel is one.
+type Kernel interface {
+	Execute(ctx context.Context, req jupyter.Request, emit func(api.ExecuteEvent)) error
+	Restart(ctx context.Context) error
+	Close() error
+}
+
+var _ Kernel = (*jupyter.Kernel)(nil)
+
+// kernelStartTimeout bounds one kernel start, whoever waits for it.
+const kernelStartTimeout = 2 * time.Minute
+
+// Agent serves the agent API. Create it with New; it owns kernels and
+// scratch files until Close.
+type Agent struct {
+	cfg        Config
+	log        *slog.Logger
+	user       identity
+	env        []string // base environment of all code
+	jupyterDir string   // kernel connection files
+	scratchDir string   // per-call files (bash scripts, JS error reports)
+	jsHook     string   // node --require file that reports uncaught errors
+	handler    http.Handler
+
+	mu       sync.Mutex
+	contexts map[string]*execContext
+	order    []string // context ids, defaults first, then by creation
+	closed   bool
+}
+
+// New prepares an agent from cfg and starts the default Python context's
+// kernel in the background, so the first /execute is fast while /health
+// answers at once.
+func New(cfg Config) (*Agent, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, contexts: make(map[string]*execContext)}
+	a.user = lookupIdentity(cfg.User, cfg.Home, a.log)
+	if err := a.user.mkdirAll(a.user.home, 0o755); err != nil {
+		return nil, fmt.Errorf("creating home %s: %w", a.user.home, err)
+	}
+	base := cfg.Env
+	if base == nil {
+		base = os.Environ()
+	}
+	a.env = buildEnv(base, a.user, cfg.Python)
+	if err := a.prepareRuntimeDir(); err != nil {
+		return nil, err
+	}
+	for _, lang := range []string{langPython, langJavaScript, langBash} {
+		c := newExecContext(defaultContextID(lang), lang, a.user.home)
+		a.contexts[c.info.ID] = c
+		a.order = append(a.order, c.info.ID)
+	}
+	a.handler = a.routes()
+	go func() {
+		c := a.contexts[defaultContextID(langPython)]
+		if _, err := a.kernel(context.Background(), c); err != nil {
+			a.log.Error("starting the default python kernel", "err", err)
+		}
+	}()
+	a.log.Info("agent ready", "user", a.user.name, "uid", a.user.uid, "home", a.user.home, "switch_user", a.user.cred != nil)
+	return a, nil
+}
+
+func (a *Agent) prepareRuntimeDir() error {
+	dir := a.cfg.RuntimeDir
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "lizard-agent")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating runtime dir: %w", err)
+	}
+	// The code's user must reach the hook and its own subdirectories.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fmt.Errorf("creating runtime dir: %w", err)
+	}
+	a.jupyterDir = filepath.Join(dir, "jupyter")
+	a.scratchDir = filepath.Join(dir, "scratch")
+	for _, d := range []string{a.jupyterDir, a.scratchDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("creating runtime dir: %w", err)
+		}
+		if err := a.user.chown(d); err != nil {
+			return err
+		}
+	}
+	a.jsHook = filepath.Join(dir, "uncaught.cjs")
+	if err := os.WriteFile(a.jsHook, []byte(jsHookSource), 0o644); err != nil {
+		return fmt.Errorf("writing node hook: %w", err)
+	}
+	return nil
+}
+
+// Handler returns the HTTP handler of the agent API.
+func (a *Agent) Handler() http.Handler { return a.handler }
+
+// Run serves the API on cfg.Listen until ctx ends, then shuts down: streams
+// in flight get a few seconds, then are cut (which kills their processes),
+// and every kernel is closed.
+func (a *Agent) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", a.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", a.cfg.Listen, err)
+	}
+	return a.Serve(ctx, ln)
+}
+
+// Serve is Run on a listener the caller made.
+func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           a.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	a.log.Info("serving agent API", "addr", ln.Addr().String())
+	select {
+	case err := <-errc:
+		a.Close()
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	a.log.Info("shutting down")
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		srv.Close()
+	}
+	return a.Close()
+}
+
+// Close ends every kernel. The agent answers 503 afterwards.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	var cs []*execContext
+	for _, id := range a.order {
+		cs = append(cs, a.contexts[id])
+	}
+	a.mu.Unlock()
+	var errs []error
+	for _, c := range cs {
+		errs = append(errs, c.close())
+	}
+	return errors.Join(errs...)
+}
+
+func (a *Agent) routes() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(path string, methods map[string]http.HandlerFunc) {
+		var allow []string
+		for m, h := range methods {
+			mux.HandleFunc(m+" "+path, h)
+			allow = append(allow, m)
+		}
+		// Any other method gets a JSON 405, not the mux's plain text one.
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, http.StatusMethodNotAllowed, api.CodeInvalidArgument, "method %s not allowed on %s", r.Method, r.URL.Path)
+		})
+	}
+	handle("/health", map[string]http.HandlerFunc{"GET": a.health})
+	handle("/execute", map[string]http.HandlerFunc{"POST": a.execute})
+	handle("/contexts", map[string]http.HandlerFunc{"GET": a.listContexts, "POST": a.createContext})
+	handle("/contexts/{id}", map[string]http.HandlerFunc{"DELETE": a.deleteContext})
+	handle("/contexts/{id}/restart", map[string]http.HandlerFunc{"POST": a.restartContext})
+	handle("/process", map[string]http.HandlerFunc{"POST": a.process})
+	handle("/files", map[string]http.HandlerFunc{"GET": a.readFile, "PUT": a.writeFile, "DELETE": a.removeFile})
+	handle("/files/list", map[string]http.HandlerFunc{"GET": a.listDir})
+	handle("/files/stat", map[string]http.HandlerFunc{"GET": a.statFile})
+	handle("/files/mkdir", map[string]http.HandlerFunc{"POST": a.mkdir})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such endpoint %s", r.URL.Path)
+	})
+	return a.logRequests(mux)
+}
+
+func (a *Agent) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		next.ServeHTTP(w, r)
+		if r.URL.Path != "/health" {
+			a.log.Debug("request", "method", r.Method, "path", r.URL.Path, "duration", time.Since(start))
+		}
+	})
+}
+
+func (a *Agent) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: a.cfg.Version})
+}

@@ -1,0 +1,149 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/jupyter"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultPython          = "/opt/lizard/venv/bin/python"
+	DefaultUser            = "user"
+	DefaultMaxOutputBytes  = 8 << 20
+	DefaultMaxRequestBytes = 32 << 20
+	DefaultMaxFileBytes    = 1 << 30
+)
+
+// Config is everything the agent is told at start, from flags and the
+// environment (LoadConfig) or built directly by tests.
+type Config struct {
+	// Listen is the TCP address of the HTTP API.
+	Listen string
+	// Python is the interpreter with ipykernel; its directory goes first on
+	// the PATH of everything the agent runs.
+	Python string
+	// Node and Bash are looked up on the PATH given to code when they hold
+	// no slash.
+	Node string
+	Bash string
+	// User runs kernels and processes (uid, gid, home from /etc/passwd).
+	// Empty, or a user that does not exist, means the agent's own user.
+	User string
+	// Home is the default working directory and the base of relative file
+	// paths; empty means the user's home.
+	Home string
+	// RuntimeDir holds kernel connection files and per-call scratch files.
+	RuntimeDir string
+	// MaxOutputBytes bounds the stdout+stderr text forwarded per call.
+	MaxOutputBytes int64
+	// MaxRequestBytes bounds JSON request bodies; MaxFileBytes bounds uploads.
+	MaxRequestBytes int64
+	MaxFileBytes    int64
+	// Version is reported by GET /health.
+	Version string
+	// Env is the sandbox's environment, given to every kernel and process;
+	// nil means the agent's own environment (the runtime sets the sandbox's
+	// envs there).
+	Env []string
+	// Logger defaults to a discarding logger.
+	Logger *slog.Logger
+	// StartKernel starts Python kernels; nil means the jupyter package.
+	// Tests replace it with a fake.
+	StartKernel func(ctx context.Context, cfg jupyter.Config) (Kernel, error)
+}
+
+// LoadConfig reads the agent's flags; every flag also has an environment
+// variable LIZARD_AGENT_<NAME> (for --max-output: LIZARD_AGENT_MAX_OUTPUT)
+// that sets its default.
+func LoadConfig(args []string, getenv func(string) string) (Config, error) {
+	envOr := func(name, def string) string {
+		if v := getenv("LIZARD_AGENT_" + name); v != "" {
+			return v
+		}
+		return def
+	}
+	var cfg Config
+	fs := flag.NewFlagSet("lizard-agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.Listen, "listen", envOr("LISTEN", net.JoinHostPort("0.0.0.0", strconv.Itoa(api.AgentPort))), "TCP address to serve the agent API on")
+	fs.StringVar(&cfg.Python, "python", envOr("PYTHON", DefaultPython), "Python interpreter with ipykernel")
+	fs.StringVar(&cfg.Node, "node", envOr("NODE", "node"), "Node.js binary (looked up on PATH)")
+	fs.StringVar(&cfg.Bash, "bash", envOr("BASH", "bash"), "bash binary (looked up on PATH)")
+	fs.StringVar(&cfg.User, "user", envOr("USER_NAME", DefaultUser), "user that runs code (empty: the agent's own user)")
+	fs.StringVar(&cfg.Home, "home", envOr("HOME", ""), "home directory of the code's user (default from /etc/passwd)")
+	fs.StringVar(&cfg.RuntimeDir, "runtime-dir", envOr("RUNTIME_DIR", ""), "directory for kernel connection files (default $TMPDIR/lizard-agent)")
+	maxOut := fs.Int64("max-output", envInt(envOr("MAX_OUTPUT", ""), DefaultMaxOutputBytes), "bytes of stdout+stderr forwarded per call")
+	maxFile := fs.Int64("max-file", envInt(envOr("MAX_FILE", ""), DefaultMaxFileBytes), "largest file upload in bytes")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, fmt.Errorf("parsing flags: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg.MaxOutputBytes, cfg.MaxFileBytes = *maxOut, *maxFile
+	return cfg, cfg.validate()
+}
+
+func envInt(s string, def int64) int64 {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n
+	}
+	return def
+}
+
+func (c *Config) validate() error {
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			return fmt.Errorf("--listen %q: %w", c.Listen, err)
+		}
+	}
+	if c.MaxOutputBytes < 0 || c.MaxRequestBytes < 0 || c.MaxFileBytes < 0 {
+		return errors.New("size limits must not be negative")
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	if c.Listen == "" {
+		c.Listen = net.JoinHostPort("0.0.0.0", strconv.Itoa(api.AgentPort))
+	}
+	if c.Python == "" {
+		c.Python = DefaultPython
+	}
+	if c.Node == "" {
+		c.Node = "node"
+	}
+	if c.Bash == "" {
+		c.Bash = "bash"
+	}
+	if c.MaxOutputBytes == 0 {
+		c.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.MaxFileBytes == 0 {
+		c.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.StartKernel == nil {
+		c.StartKernel = func(ctx context.Context, cfg jupyter.Config) (Kernel, error) {
+			k, err := jupyter.Start(ctx, cfg)
+			if err != nil {
+				return nil, err
+			}
+			return k, nil
+		}
+	}
+}

@@ -1,0 +1,291 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/jupyter"
+)
+
+// Canonical language names, as contexts report them.
+const (
+	langPython     = "python"
+	langJavaScript = "javascript"
+	langBash       = "bash"
+)
+
+// normalizeLanguage maps the names a request may use to the canonical one.
+func normalizeLanguage(s string) (string, bool) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "python", "python3", "py":
+		return langPython, true
+	case "javascript", "js", "node", "nodejs":
+		return langJavaScript, true
+	case "bash", "sh", "shell":
+		return langBash, true
+	}
+	return "", false
+}
+
+// defaultContextID names the context a language uses when a call names none.
+func defaultContextID(lang string) string { return "default-" + lang }
+
+var errContextClosed = errors.New("context was deleted")
+
+// execContext is one execution context. Calls to it run one at a time: a
+// Python context's kernel queues them itself; JavaScript and bash contexts
+// queue on turn.
+type execContext struct {
+	info api.Context
+	turn chan struct{} // held while a js/bash call runs
+
+	// lock guards the fields below and is held while a kernel starts, so
+	// concurrent callers wait for one start instead of racing two.
+	lock   chan struct{}
+	kernel Kernel
+	closed bool
+}
+
+func newExecContext(id, lang, cwd string) *execContext {
+	return &execContext{
+		info: api.Context{ID: id, Language: lang, Cwd: cwd},
+		turn: make(chan struct{}, 1),
+		lock: make(chan struct{}, 1),
+	}
+}
+
+func acquire(ctx context.Context, sem chan struct{}) error {
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *execContext) isDefault() bool { return c.info.ID == defaultContextID(c.info.Language) }
+
+// kernel returns c's running kernel, starting it if it is not running (the
+// first call, or after a start that failed).
+func (a *Agent) kernel(ctx context.Context, c *execContext) (Kernel, error) {
+	if err := acquire(ctx, c.lock); err != nil {
+		return nil, err
+	}
+	defer func() { <-c.lock }()
+	if c.closed {
+		return nil, errContextClosed
+	}
+	if c.kernel != nil {
+		return c.kernel, nil
+	}
+	k, err := a.startKernel(ctx, c.info.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	c.kernel = k
+	return k, nil
+}
+
+func (a *Agent) startKernel(ctx context.Context, cwd string) (Kernel, error) {
+	ctx, cancel := context.WithTimeout(ctx, kernelStartTimeout)
+	defer cancel()
+	start := time.Now()
+	k, err := a.cfg.StartKernel(ctx, jupyter.Config{
+		Python:     a.cfg.Python,
+		Cwd:        cwd,
+		Env:        a.env,
+		Credential: a.user.cred,
+		RuntimeDir: a.jupyterDir,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting python kernel: %w", err)
+	}
+	a.log.Info("python kernel started", "cwd", cwd, "duration", time.Since(start))
+	return k, nil
+}
+
+// close ends c's kernel; later calls to c fail.
+func (c *execContext) close() error {
+	// Wait for a kernel start in progress, but not forever.
+	ctx, cancel := context.WithTimeout(context.Background(), kernelStartTimeout)
+	defer cancel()
+	if err := acquire(ctx, c.lock); err != nil {
+		return fmt.Errorf("closing context %s: %w", c.info.ID, err)
+	}
+	defer func() { <-c.lock }()
+	c.closed = true
+	if c.kernel == nil {
+		return nil
+	}
+	err := c.kernel.Close()
+	c.kernel = nil
+	if err != nil {
+		return fmt.Errorf("closing kernel of context %s: %w", c.info.ID, err)
+	}
+	return nil
+}
+
+// lookup finds a context by id, answering 404 itself when there is none.
+func (a *Agent) lookup(w http.ResponseWriter, id string) *execContext {
+	a.mu.Lock()
+	c, ok := a.contexts[id]
+	a.mu.Unlock()
+	if !ok {
+		writeError(w, http.StatusNotFound, api.CodeNotFound, "context %q not found", id)
+		return nil
+	}
+	return c
+}
+
+func (a *Agent) createContext(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateContextRequest
+	if !a.decode(w, r, &req, true) {
+		return
+	}
+	lang, ok := normalizeLanguage(req.Language)
+	if !ok {
+		invalid(w, "language", "unsupported language %q (want python, javascript or bash)", req.Language)
+		return
+	}
+	cwd, ok := a.cwdOf(w, req.Cwd)
+	if !ok {
+		return
+	}
+	c := newExecContext("ctx_"+randomHex(8), lang, cwd)
+	if lang == langPython {
+		// Start the kernel now so errors surface here, not on first use.
+		k, err := a.startKernel(r.Context(), cwd)
+		if err != nil {
+			if r.Context().Err() != nil {
+				return
+			}
+			writeError(w, http.StatusInternalServerError, api.CodeInternal, "%v", err)
+			return
+		}
+		c.kernel = k
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		c.close()
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "agent is shutting down")
+		return
+	}
+	a.contexts[c.info.ID] = c
+	a.order = append(a.order, c.info.ID)
+	a.mu.Unlock()
+	a.log.Info("context created", "context", c.info.ID, "language", lang, "cwd", cwd)
+	writeJSON(w, http.StatusCreated, c.info)
+}
+
+// cwdOf resolves a requested working directory (default home, relative to
+// home), answering 400 itself when it is not an existing directory.
+func (a *Agent) cwdOf(w http.ResponseWriter, cwd string) (string, bool) {
+	if cwd == "" {
+		return a.user.home, true
+	}
+	p, err := a.resolve(cwd)
+	if err != nil {
+		invalid(w, "cwd", "%v", err)
+		return "", false
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		invalid(w, "cwd", "%s does not exist", p)
+		return "", false
+	}
+	if !fi.IsDir() {
+		invalid(w, "cwd", "%s is not a directory", p)
+		return "", false
+	}
+	return p, true
+}
+
+func (a *Agent) listContexts(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	list := api.ContextList{Contexts: make([]api.Context, 0, len(a.order))}
+	for _, id := range a.order {
+		list.Contexts = append(list.Contexts, a.contexts[id].info)
+	}
+	a.mu.Unlock()
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (a *Agent) restartContext(w http.ResponseWriter, r *http.Request) {
+	c := a.lookup(w, r.PathValue("id"))
+	if c == nil {
+		return
+	}
+	if c.info.Language == langPython {
+		if err := a.restartKernel(r.Context(), c); err != nil {
+			if r.Context().Err() != nil {
+				return
+			}
+			writeError(w, http.StatusInternalServerError, api.CodeInternal, "restarting context %s: %v", c.info.ID, err)
+			return
+		}
+	}
+	// JavaScript and bash keep no state between calls: nothing to restart.
+	a.log.Info("context restarted", "context", c.info.ID)
+	writeJSON(w, http.StatusOK, c.info)
+}
+
+func (a *Agent) restartKernel(ctx context.Context, c *execContext) error {
+	if err := acquire(ctx, c.lock); err != nil {
+		return err
+	}
+	defer func() { <-c.lock }()
+	if c.closed {
+		return errContextClosed
+	}
+	if c.kernel == nil {
+		k, err := a.startKernel(ctx, c.info.Cwd)
+		if err != nil {
+			return err
+		}
+		c.kernel = k
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, kernelStartTimeout)
+	defer cancel()
+	return c.kernel.Restart(ctx)
+}
+
+func (a *Agent) deleteContext(w http.ResponseWriter, r *http.Request) {
+	c := a.lookup(w, r.PathValue("id"))
+	if c == nil {
+		return
+	}
+	if c.isDefault() {
+		invalid(w, "id", "the default context %s cannot be deleted (restart it instead)", c.info.ID)
+		return
+	}
+	a.mu.Lock()
+	delete(a.contexts, c.info.ID)
+	for i, id := range a.order {
+		if id == c.info.ID {
+			a.order = append(a.order[:i], a.order[i+1:]...)
+			break
+		}
+	}
+	a.mu.Unlock()
+	if err := c.close(); err != nil {
+		a.log.Warn("deleting context", "context", c.info.ID, "err", err)
+	}
+	a.log.Info("context deleted", "context", c.info.ID)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, format string, args ...any) {
+	writeJSON(w, status, api.Error{Code: code, Message: fmt.Sprintf(format, args...)})
+}
+
+// invalid answers 400 with a message that starts with the offending field.
+func invalid(w http.ResponseWriter, field, format string, args ...any) {
+	writeError(w, http.StatusBadRequest, api.CodeInvalidArgument, field+": "+format, args...)
+}
+
+// decode reads a JSON body into v, answering 400 or 413 itself when it
+// cannot. An empty body leaves v as is when emptyOK.
+func (a *Agent) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) bool {
+	body := http.MaxBytesReader(w, r.Body, a.cfg.MaxRequestBytes)
+	err := json.NewDecoder(body).Decode(v)
+	var tooBig *http.MaxBytesError
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "request body is larger than %d bytes", tooBig.Limit)
+	case errors.Is(err, io.EOF) && emptyOK:
+		return true
+	case errors.Is(err, io.EOF):
+		invalid(w, "body", "a JSON object is required")
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		invalid(w, typeErr.Field, "must be %s, not JSON %s", typeErr.Type, typeErr.Value)
+	default:
+		invalid(w, "body", "invalid JSON: %v", err)
+	}
+	return false
+}
+
+// checkEnvs rejects names and values the kernel cannot set.
+func checkEnvs(w http.ResponseWriter, envs map[string]string) bool {
+	for k, v := range envs {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			invalid(w, "envs", "invalid variable name %q", k)
+			return false
+		}
+		if strings.ContainsRune(v, 0) {
+			invalid(w, "envs", "value of %s contains a NUL byte", k)
+			return false
+		}
+	}
+	return true
+}
+
+// timeoutOf turns a request's timeoutMs into a duration: def when absent,
+// 0 (no limit) for 0.
+func timeoutOf(w http.ResponseWriter, ms *int64, def int64) (int64, bool) {
+	if ms == nil {
+		return def, true
+	}
+	if *ms < 0 {
+		invalid(w, "timeoutMs", "must not be negative")
+		return 0, false
+	}
+	return *ms, true
+}

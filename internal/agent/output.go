@@ -1,0 +1,212 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// maxChunk bounds the text of one stdout/stderr event, so a huge single line
+// never becomes one huge JSON line.
+const maxChunk = 64 << 10
+
+// sink writes one NDJSON stream response. Output text (stdout, stderr) is
+// bounded: past the limit it is dropped and counted, and one stderr marker
+// says how much went missing before the next other event. Everything is
+// flushed as it is written so clients see output while code runs.
+type sink struct {
+	// text makes the wire event for a piece of output.
+	text  func(kind, text string) any
+	limit int64
+
+	mu        sync.Mutex
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	enc       *json.Encoder
+	failed    bool  // the client went away; stop writing
+	sent      int64 // output bytes forwarded
+	truncated bool
+	dropped   int64 // output bytes dropped since the last marker
+}
+
+func newSink(w http.ResponseWriter, limit int64, text func(kind, text string) any) *sink {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	s := &sink{text: text, limit: limit, w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
+	s.enc.SetEscapeHTML(false)
+	_ = s.rc.Flush()
+	return s
+}
+
+// output forwards p as kind ("stdout", "stderr") events within the bound.
+func (s *sink) output(kind string, p []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.truncated {
+		s.dropped += int64(len(p))
+		return
+	}
+	if s.limit > 0 && int64(len(p)) > s.limit-s.sent {
+		cut := runeCut(p, int(s.limit-s.sent))
+		s.dropped += int64(len(p) - cut)
+		s.truncated = true
+		p = p[:cut]
+	}
+	for len(p) > 0 {
+		n := len(p)
+		if n > maxChunk {
+			n = runeCut(p, maxChunk)
+			if n == 0 { // no rune start nearby: not UTF-8, cut anywhere
+				n = maxChunk
+			}
+		}
+		s.write(s.text(kind, string(p[:n])))
+		s.sent += int64(n)
+		p = p[n:]
+	}
+}
+
+// event writes a non-output event, after the truncation marker if output
+// was dropped since the last one.
+func (s *sink) event(v any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.markerLocked()
+	s.write(v)
+}
+
+func (s *sink) markerLocked() {
+	if s.dropped == 0 {
+		return
+	}
+	msg := fmt.Sprintf("[lizard: output truncated after %s; %d bytes dropped]\n", sizeString(s.limit), s.dropped)
+	s.dropped = 0
+	s.write(s.text("stderr", msg))
+}
+
+func (s *sink) write(v any) {
+	if s.failed {
+		return
+	}
+	if err := s.enc.Encode(v); err != nil {
+		s.failed = true
+		return
+	}
+	if err := s.rc.Flush(); err != nil {
+		s.failed = true
+	}
+}
+
+// runeCut returns the largest n <= max that does not split a UTF-8 sequence
+// of p (max itself when p[max] starts a rune).
+func runeCut(p []byte, max int) int {
+	if max >= len(p) {
+		return len(p)
+	}
+	if max <= 0 {
+		return 0
+	}
+	for n := max; n > 0 && n > max-utf8.UTFMax; n-- {
+		if utf8.RuneStart(p[n]) {
+			return n
+		}
+	}
+	return max
+}
+
+func sizeString(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// outWriter feeds a process's stdout or stderr into a sink. Pipe reads split
+// text anywhere, so an incomplete UTF-8 sequence at the end of a read waits
+// for the next one instead of turning into U+FFFD.
+type outWriter struct {
+	s       *sink
+	kind    string
+	pending []byte
+	tail    *tailBuffer // keeps the end of the text for tracebacks; may be nil
+}
+
+func (o *outWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if o.tail != nil {
+		o.tail.write(p)
+	}
+	data := p
+	if len(o.pending) > 0 {
+		data = append(o.pending, p...)
+		o.pending = nil
+	}
+	cut := completeUTF8(data)
+	o.s.output(o.kind, data[:cut])
+	if cut < len(data) {
+		o.pending = append([]byte(nil), data[cut:]...)
+	}
+	// Never report an error: the process must keep draining even when the
+	// client is gone (cancellation kills it instead).
+	return n, nil
+}
+
+// flush forwards whatever incomplete sequence is left at the end.
+func (o *outWriter) flush() {
+	if len(o.pending) > 0 {
+		o.s.output(o.kind, o.pending)
+		o.pending = nil
+	}
+}
+
+// completeUTF8 returns the length of p without a trailing incomplete UTF-8
+// sequence.
+func completeUTF8(p []byte) int {
+	for i := len(p) - 1; i >= 0 && i >= len(p)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(p[i]) {
+			if utf8.FullRune(p[i:]) {
+				return len(p)
+			}
+			return i
+		}
+	}
+	return len(p)
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) write(p []byte) {
+	if len(p) >= t.max {
+		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
+		return
+	}
+	if len(t.buf)+len(p) > t.max {
+		drop := len(t.buf) + len(p) - t.max
+		t.buf = append(t.buf[:0], t.buf[drop:]...)
+	}
+	t.buf = append(t.buf, p...)
+}
+
+func (t *tailBuffer) String() string {
+	b := t.buf
+	// Start at a rune boundary when the front was cut off.
+	for i := 0; i < len(b) && i < utf8.UTFMax; i++ {
+		if utf8.RuneStart(b[i]) {
+			b = b[i:]
+			break
+		}
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
