@@ -1,11 +1,13 @@
 package jupyter
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"sort"
 	"strings"
@@ -614,5 +616,46 @@ func TestFloodedOutput(t *testing.T) {
 	o := run(t, k, "1+1")
 	if len(o.results) != 1 || o.results[0].Data != "2" {
 		t.Errorf("1+1 after flood = %+v", o.results)
+	}
+}
+
+func TestCredential(t *testing.T) {
+	testenv.RequiresRoot(t)
+	py := testenv.Python(t)
+	uid, gid := uint32(65534), uint32(65534) // nobody:nogroup
+	probe := exec.Command(py, "-c", "import ipykernel")
+	probe.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+	if out, err := probe.CombinedOutput(); err != nil {
+		// The test interpreter may live under a directory only root can
+		// enter (pyenv in /root); then check at least the group switch.
+		t.Logf("nobody cannot run %s (%v: %s); testing uid 0 with gid %d", py, err, bytes.TrimSpace(out), gid)
+		uid = 0
+	}
+	// t.TempDir's parent is private to root: make ones nobody can enter.
+	var dirs []string
+	for range 2 {
+		d, err := os.MkdirTemp("", "jupyter-cred-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, d)
+	}
+	runtimeDir, home := dirs[0], dirs[1]
+	k, err := Start(context.Background(), Config{
+		Python: py, Cwd: home, RuntimeDir: runtimeDir,
+		Env:        []string{"HOME=" + home, "PATH=/usr/bin:/bin"},
+		Credential: &syscall.Credential{Uid: uid, Gid: gid},
+	})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer k.Close()
+	o := run(t, k, "import os\nprint(os.getuid(), os.getgid(), os.getcwd())")
+	if want := fmt.Sprintf("%d %d %s\n", uid, gid, home); o.stdout != want {
+		t.Errorf("kernel identity = %q, want %q", o.stdout, want)
 	}
 }

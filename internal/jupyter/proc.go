@@ -119,7 +119,7 @@ func launchOnce(ctx context.Context, cfg Config, logger *slog.Logger) (_ *proc, 
 	// A grandchild that keeps our output pipes open must not hold Wait up.
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", cfg.Python, err)
+		return nil, fmt.Errorf("starting %s in %q: %w", cfg.Python, cfg.Cwd, err)
 	}
 	p.cmd, p.pid = cmd, cmd.Process.Pid
 	go func() {
