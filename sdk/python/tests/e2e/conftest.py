@@ -1,0 +1,165 @@
+"""Starts a real `lizard serve` for the end-to-end tests of the SDK.
+
+The session fixture picks a free loopback port and a temporary data directory, creates the project
+proj_123 with `bin/lizard admin create-project`, starts `bin/lizard serve`, waits for /v1/health and
+exports LIZARD_API_URL and LIZARD_API_KEY. At the end it kills every sandbox of the project through the
+API, then stops the server with SIGTERM. Without root or bin/lizard the tests are skipped, or fail when
+LIZARD_TEST_STRICT=1 (as `make test` sets).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[4]
+BIN = REPO / "bin" / "lizard"
+PROJECT = "proj_123"
+# Our own address pool, apart from the Go end-to-end tests' (169.254.200.0/22 and up), so that servers
+# started side by side never hand out the same sandbox address.
+ADDRESS_POOL = "169.254.236.0/22"
+HEALTH_TIMEOUT = 600  # seconds; a first start may build the template
+
+
+@dataclass
+class Server:
+    url: str
+    api_key: str
+    data_dir: Path
+    log_path: Path
+    proc: subprocess.Popen  # type: ignore[type-arg]
+
+    def logs(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-8000:]
+        except OSError:
+            return ""
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("LIZARD_TEST_STRICT") == "1":
+        pytest.fail(f"LIZARD_TEST_STRICT=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve_args(port: int, data_dir: Path) -> List[str]:
+    args = [str(BIN), "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir)]
+    if os.environ.get("LIZARD_CACHE_DIR"):
+        args += ["--cache-dir", os.environ["LIZARD_CACHE_DIR"]]
+    try:
+        help_text = subprocess.run([str(BIN), "serve", "--help"], capture_output=True, text=True, timeout=30)
+        if "address-pool" in help_text.stdout + help_text.stderr:
+            args += ["--address-pool", ADDRESS_POOL]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return args
+
+
+def _server_env() -> dict:  # type: ignore[type-arg]
+    env = dict(os.environ)
+    # The server finds runsc in bin/ (make build); on a machine that has only the shared build, say so.
+    if "LIZARD_RUNSC" not in env and not (REPO / "bin" / "runsc").exists() and Path("/tmp/runsc-bin/runsc").exists():
+        env["LIZARD_RUNSC"] = "/tmp/runsc-bin/runsc"
+    return env
+
+
+def _kill_project_sandboxes(url: str, key: str) -> None:
+    headers = {"Authorization": f"Bearer {key}"}
+    try:
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+            resp = client.get("/v1/sandboxes")
+            resp.raise_for_status()
+            for sb in resp.json().get("sandboxes") or []:
+                if sb.get("state") in ("starting", "running", "paused"):
+                    client.delete(f"/v1/sandboxes/{sb['sandboxId']}")
+    except httpx.HTTPError as exc:
+        print(f"e2e teardown: killing sandboxes: {exc}")
+
+
+@pytest.fixture(scope="session")
+def lizard_server() -> Iterator[Server]:
+    """A running `lizard serve` with project proj_123; LIZARD_API_URL and LIZARD_API_KEY point at it."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        _missing("the end-to-end tests need root (lizard serve runs gVisor sandboxes)")
+    if not os.access(BIN, os.X_OK):
+        _missing(f"no {BIN} (run `make build`)")
+
+    data_dir = Path(tempfile.mkdtemp(prefix="lizard-sdk-e2e-"))
+    log_path = data_dir / "serve.log"
+    proc = None
+    try:
+        out = subprocess.run(
+            [str(BIN), "admin", "create-project", "--data-dir", str(data_dir), "--id", PROJECT, "--json"],
+            capture_output=True, text=True, timeout=120,
+        )
+        if out.returncode != 0:
+            pytest.fail(f"admin create-project failed ({out.returncode}): {out.stderr}", pytrace=False)
+        api_key = json.loads(out.stdout)["apiKey"]
+
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = open(log_path, "wb")
+        proc = subprocess.Popen(_serve_args(port, data_dir), stdout=log, stderr=subprocess.STDOUT,
+                                env=_server_env(), start_new_session=True)
+        log.close()
+        server = Server(url, api_key, data_dir, log_path, proc)
+        deadline = time.monotonic() + HEALTH_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"lizard serve exited early ({proc.returncode}):\n{server.logs()}", pytrace=False)
+            try:
+                if httpx.get(url + "/v1/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"lizard serve did not become healthy:\n{server.logs()}", pytrace=False)
+            time.sleep(0.1)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("LIZARD_API_URL", url)
+            mp.setenv("LIZARD_API_KEY", api_key)
+            try:
+                yield server
+            finally:
+                _kill_project_sandboxes(url, api_key)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _server(lizard_server: Server) -> Server:
+    """Every end-to-end test needs the server."""
+    return lizard_server
+
+
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
