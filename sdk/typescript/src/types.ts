@@ -85,7 +85,7 @@ export interface EntryInfo {
 export interface ProcessResult {
   stdout: string;
   stderr: string;
-  /** The exit code; -1 when the process could not start or was killed for its timeout. */
+  /** The exit code; -1 when the end event carried none (the process could not start). */
   exitCode: number;
   /** Why the process did not run to its end (could not start, timed out), if it did not. */
   error?: string;

@@ -1,0 +1,338 @@
+// End-to-end tests: the SDK against a real `lizard serve` with real gVisor
+// sandboxes (see harness.ts for what they need).
+
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { promisify } from 'node:util';
+
+import {
+  AuthenticationError,
+  CodeSandbox,
+  LizardConnectionError,
+  LizardError,
+  NotFoundError,
+  SandboxGoneError,
+  type Context,
+} from '../../src/index.js';
+import { freePort, missing, repoRoot, startLizard, strict, type Lizard } from './harness.js';
+
+const run = promisify(execFile);
+const why = missing();
+
+if (why !== undefined && strict) {
+  test('end-to-end prerequisites', () => {
+    assert.fail(`${why} (LIZARD_TEST_STRICT=1 turns this skip into a failure)`);
+  });
+}
+
+const MIN = 60_000;
+
+describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, () => {
+  let lizard: Lizard;
+  let sandbox: CodeSandbox;
+
+  /** e2e wraps a test so that its failure shows the end of the server's log. */
+  const e2e =
+    (fn: () => Promise<void>) =>
+    async (): Promise<void> => {
+      try {
+        await fn();
+      } catch (err) {
+        if (err instanceof Error) err.message += `\n--- lizard serve log (tail) ---\n${lizard.logs().slice(-4000)}`;
+        throw err;
+      }
+    };
+
+  before(async () => {
+    lizard = await startLizard('proj_123');
+    process.env.LIZARD_API_URL = lizard.url;
+    process.env.LIZARD_API_KEY = lizard.apiKey;
+    // The first create may wait for the template: the SDK's create timeout allows for it.
+    sandbox = await CodeSandbox.create({ projectId: 'proj_123', timeoutMs: 20 * MIN, metadata: { suite: 'ts-e2e' } });
+  });
+
+  after(async () => {
+    await sandbox?.kill().catch(() => {});
+    await lizard?.stop();
+  });
+
+  test(
+    'the seed example: state, np.int64(6), ZeroDivisionError',
+    e2e(async () => {
+      const first = await sandbox.runCode('import pandas as pd\ndf = pd.DataFrame({"x": [1, 2, 3]})');
+      assert.equal(first.error, undefined, `first run error: ${JSON.stringify(first.error)}`);
+      const run1 = await sandbox.runCode('df.x.sum()');
+      assert.deepEqual(run1.results, [{ type: 'result', mime: 'text/plain', data: 'np.int64(6)' }]);
+      assert.ok((run1.executionCount ?? 0) >= 2, `executionCount = ${run1.executionCount}, want >= 2`);
+      const bad = await sandbox.runCode('1/0');
+      assert.equal(bad.error?.name, 'ZeroDivisionError');
+      assert.equal(bad.error?.message, 'division by zero');
+      assert.match(bad.error?.traceback ?? '', /ZeroDivisionError/);
+      assert.deepEqual(bad.results, []);
+    }),
+  );
+
+  test(
+    'callbacks fire in order while the code runs',
+    e2e(async () => {
+      const events: string[] = [];
+      let firstAt = 0;
+      const code = [
+        'import sys, time',
+        'print("one", flush=True)',
+        'print("warn", file=sys.stderr, flush=True)',
+        'time.sleep(1.5)',
+        'print("two", flush=True)',
+        '42',
+      ].join('\n');
+      const run = await sandbox.runCode(code, {
+        onStdout: (t) => {
+          firstAt ||= Date.now();
+          events.push(`out:${t}`);
+        },
+        onStderr: (t) => void events.push(`err:${t}`),
+        onResult: (r) => void events.push(`result:${r.data}`),
+        onError: (e) => void events.push(`error:${e.name}`),
+      });
+      const endAt = Date.now();
+      assert.deepEqual(events, ['out:one\n', 'err:warn\n', 'out:two\n', 'result:42']);
+      assert.ok(endAt - firstAt >= 1000, `first stdout came ${endAt - firstAt} ms before the end, want >= 1000`);
+      assert.equal(run.stdout, 'one\ntwo\n');
+      assert.equal(run.stderr, 'warn\n');
+    }),
+  );
+
+  test(
+    'a DataFrame comes back as text/html only',
+    e2e(async () => {
+      const run = await sandbox.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2], "b": ["x", "y"]})');
+      assert.equal(run.results.length, 1, `results: ${JSON.stringify(run.results)}`);
+      assert.equal(run.results[0]!.mime, 'text/html');
+      assert.equal(run.results[0]!.type, 'result');
+      assert.match(run.results[0]!.data, /<table/);
+    }),
+  );
+
+  test(
+    'a matplotlib chart comes back as a base64 PNG',
+    e2e(async () => {
+      const run = await sandbox.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 4, 9])\nplt.show()');
+      assert.equal(run.error, undefined, JSON.stringify(run.error));
+      const png = run.results.find((r) => r.mime === 'image/png');
+      assert.ok(png, `no image/png in ${JSON.stringify(run.results.map((r) => r.mime))}`);
+      assert.equal(png.type, 'display');
+      const bytes = Buffer.from(png.data, 'base64');
+      assert.deepEqual([...bytes.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+    }),
+  );
+
+  test(
+    'contexts have their own variables and working directory',
+    e2e(async () => {
+      await sandbox.runCode('ctx_probe = "default"');
+      const ctx: Context = await sandbox.createContext({ language: 'python', cwd: '/tmp' });
+      assert.equal(ctx.cwd, '/tmp');
+      assert.equal(ctx.language, 'python');
+      const inCtx = await sandbox.runCode('import os\nprint(os.getcwd())\nctx_probe', { context: ctx });
+      assert.equal(inCtx.stdout, '/tmp\n');
+      assert.equal(inCtx.error?.name, 'NameError');
+      await sandbox.runCode('only_here = 7', { context: ctx });
+      assert.equal((await sandbox.runCode('only_here', { context: ctx })).results[0]?.data, '7');
+      assert.equal((await sandbox.runCode('ctx_probe')).results[0]?.data, "'default'");
+
+      const ids = (await sandbox.listContexts()).map((c) => c.id);
+      assert.ok(ids.includes(ctx.id), `listContexts = ${ids}, want ${ctx.id} in it`);
+
+      const restarted = await sandbox.restartContext(ctx);
+      assert.equal(restarted.id, ctx.id);
+      assert.equal((await sandbox.runCode('only_here', { context: ctx })).error?.name, 'NameError');
+
+      await sandbox.deleteContext(ctx);
+      await assert.rejects(sandbox.runCode('1', { context: ctx }), NotFoundError);
+      assert.ok(!(await sandbox.listContexts()).some((c) => c.id === ctx.id), 'deleted context still listed');
+    }),
+  );
+
+  test(
+    'a timeout interrupts the kernel, keeps its state, and the next run works',
+    e2e(async () => {
+      await sandbox.runCode('kept = 41');
+      const t0 = Date.now();
+      const slow = await sandbox.runCode('import time\ntime.sleep(60)', { timeoutMs: 1500 });
+      assert.equal(slow.error?.name, 'TimeoutError');
+      assert.ok(Date.now() - t0 < 30_000, `the timed-out run took ${Date.now() - t0} ms`);
+      const next = await sandbox.runCode('kept + 1');
+      assert.equal(next.error, undefined, JSON.stringify(next.error));
+      assert.equal(next.results[0]?.data, '42');
+    }),
+  );
+
+  test(
+    'JavaScript and bash run fresh on every call',
+    e2e(async () => {
+      const js1 = await sandbox.runCode('var a = 41; console.log(a + 1); console.log(process.version)', {
+        language: 'javascript',
+      });
+      assert.equal(js1.error, undefined, JSON.stringify(js1.error));
+      assert.match(js1.stdout, /^42\nv22\./);
+      assert.deepEqual(js1.results, []);
+      const js2 = await sandbox.runCode('console.log(typeof a)', { language: 'javascript' });
+      assert.equal(js2.stdout, 'undefined\n');
+
+      const sh1 = await sandbox.runCode('export LZ_FRESH=yes; echo "[$LZ_FRESH]"', { language: 'bash' });
+      assert.equal(sh1.stdout, '[yes]\n');
+      assert.deepEqual(sh1.results, []);
+      const sh2 = await sandbox.runCode('echo "[$LZ_FRESH]"', { language: 'bash' });
+      assert.equal(sh2.stdout, '[]\n');
+
+      const jsErr = await sandbox.runCode('throw new Error("boom")', { language: 'javascript' });
+      assert.ok(jsErr.error, 'a throwing script must give Execution.error');
+    }),
+  );
+
+  test(
+    'process.exec returns output and exit code',
+    e2e(async () => {
+      const outs: string[] = [];
+      const got = await sandbox.process.exec('echo out; echo err >&2; pwd; exit 3', {
+        cwd: '/tmp',
+        envs: { LZ_E2E: 'v' },
+        onStdout: (t) => void outs.push(t),
+      });
+      assert.deepEqual(got, { stdout: 'out\n/tmp\n', stderr: 'err\n', exitCode: 3 });
+      assert.equal(outs.join(''), 'out\n/tmp\n');
+      const env = await sandbox.process.exec('echo $LZ_E2E; whoami', { envs: { LZ_E2E: 'v' } });
+      assert.deepEqual(env, { stdout: 'v\nuser\n', stderr: '', exitCode: 0 });
+      // A separate process: Python variables are not there.
+      const py = await sandbox.process.exec('/opt/lizard/venv/bin/python -c "print(kept)"');
+      assert.notEqual(py.exitCode, 0);
+    }),
+  );
+
+  test(
+    'files: binary round trip, streams, list, stat, remove',
+    e2e(async () => {
+      const all = new Uint8Array(256).map((_, i) => i);
+      const info = await sandbox.files.write('e2e/dir/all.bin', all);
+      assert.equal(info.size, 256);
+      assert.equal(info.path, '/home/user/e2e/dir/all.bin');
+      assert.deepEqual(await sandbox.files.read('e2e/dir/all.bin', { format: 'bytes' }), all);
+
+      const stream = new Blob([all, all]).stream();
+      await sandbox.files.write('/home/user/e2e/stream.bin', stream);
+      assert.equal((await sandbox.files.stat('e2e/stream.bin')).size, 512);
+      await sandbox.files.write('e2e/blob.txt', new Blob(['héllo ✓']));
+      assert.equal(await sandbox.files.read('e2e/blob.txt'), 'héllo ✓');
+
+      // Python sees what the SDK wrote.
+      const py = await sandbox.runCode('open("/home/user/e2e/dir/all.bin", "rb").read() == bytes(range(256))');
+      assert.equal(py.results[0]?.data, 'True');
+
+      const dir = await sandbox.files.makeDir('e2e/made/deep');
+      assert.equal(dir.type, 'dir');
+      const names = (await sandbox.files.list('e2e')).map((e) => e.name).sort();
+      assert.deepEqual(names, ['blob.txt', 'dir', 'made', 'stream.bin']);
+
+      assert.equal(await sandbox.files.exists('e2e/blob.txt'), true);
+      await sandbox.files.remove('e2e');
+      assert.equal(await sandbox.files.exists('e2e/blob.txt'), false);
+      await assert.rejects(sandbox.files.read('e2e/blob.txt'), NotFoundError);
+    }),
+  );
+
+  test(
+    'lifetime: info, setTimeout, list by metadata',
+    e2e(async () => {
+      const info = await sandbox.getInfo();
+      assert.equal(info.sandboxId, sandbox.sandboxId);
+      assert.equal(info.projectId, 'proj_123');
+      assert.equal(info.state, 'running');
+      assert.deepEqual(info.metadata, { suite: 'ts-e2e' });
+      await sandbox.setTimeout(0);
+      assert.equal((await sandbox.getInfo()).expiresAt, undefined);
+      await sandbox.setTimeout(20 * MIN);
+      assert.ok((await sandbox.getInfo()).expiresAt instanceof Date);
+
+      const listed = await CodeSandbox.list({ metadata: { suite: 'ts-e2e' } });
+      assert.deepEqual(
+        listed.map((s) => s.sandboxId),
+        [sandbox.sandboxId],
+      );
+      assert.deepEqual(await CodeSandbox.list({ metadata: { suite: 'none' } }), []);
+    }),
+  );
+
+  test(
+    'typed errors: bad key, unknown sandbox, ended sandbox, server down',
+    e2e(async () => {
+      await assert.rejects(CodeSandbox.create({ apiKey: 'lz_bad_key' }), AuthenticationError);
+      await assert.rejects(CodeSandbox.connect('sbx_does_not_exist'), NotFoundError);
+      await assert.rejects(CodeSandbox.list({ apiUrl: `http://127.0.0.1:${await freePort()}` }), LizardConnectionError);
+
+      const short = await CodeSandbox.create({ timeoutMs: 60_000 });
+      await short.kill();
+      await short.kill(); // killing twice is fine
+      assert.equal((await short.getInfo()).state, 'killed');
+      await assert.rejects(short.runCode('1'), SandboxGoneError);
+    }),
+  );
+
+  test(
+    'pause, resume, snapshot, fork: work or surface a typed server error',
+    e2e(async () => {
+      // These endpoints are planned; until the server has them, the SDK must
+      // surface the server's answer as a typed error, not crash or hang.
+      const sb = await CodeSandbox.create({ timeoutMs: 5 * MIN });
+      try {
+        await sb.runCode('survivor = 99');
+        try {
+          await sb.pause();
+          await sb.resume();
+          assert.equal((await sb.runCode('survivor')).results[0]?.data, '99');
+        } catch (err) {
+          assert.ok(err instanceof LizardError, `pause/resume threw ${err}`);
+        }
+        try {
+          const child = await sb.fork();
+          try {
+            assert.equal((await child.runCode('survivor')).results[0]?.data, '99');
+          } finally {
+            await child.kill();
+          }
+        } catch (err) {
+          assert.ok(err instanceof LizardError, `fork threw ${err}`);
+        }
+      } finally {
+        await sb.kill();
+      }
+    }),
+  );
+
+  test(
+    'the seed examples run verbatim',
+    e2e(async () => {
+      const dir = path.join(repoRoot(), 'examples', 'typescript');
+      const env = { ...process.env, LIZARD_API_URL: lizard.url, LIZARD_API_KEY: lizard.apiKey };
+      if (!fs.existsSync(path.join(dir, 'node_modules', '@lizard-build', 'sdk'))) {
+        await run('npm', ['ci', '--no-audit', '--no-fund'], { cwd: dir, env });
+      }
+      await run('npm', ['run', 'build'], { cwd: dir, env });
+
+      const state = await run('node', ['dist/run-with-state.js'], { cwd: dir, env, timeout: 5 * MIN });
+      assert.equal(state.stdout, 'np.int64(6)\nZeroDivisionError\n');
+
+      const tool = await run('node', ['dist/llm-tool.js'], { cwd: dir, env, timeout: 5 * MIN });
+      assert.match(tool.stdout, /^rows: 3\n/);
+      assert.match(tool.stdout, /<table/);
+      assert.match(tool.stdout, /\nnp\.int64\(6\)\n/);
+      assert.match(tool.stdout, /ZeroDivisionError: division by zero\n/);
+
+      // Both examples killed their sandboxes.
+      const running = (await CodeSandbox.list({ state: 'running' })).map((s) => s.sandboxId);
+      assert.deepEqual(running, [sandbox.sandboxId]);
+    }),
+  );
+});
