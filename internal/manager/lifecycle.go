@@ -1,0 +1,141 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// sweepEvery is how many reaper ticks pass between orphan sweeps.
+const sweepEvery = 60
+
+// RunReaper ends expired sandboxes every ReapInterval, and now and then
+// kills runtime sandboxes no live row accounts for, until ctx ends.
+func (m *Manager) RunReaper(ctx context.Context) {
+	t := time.NewTicker(m.cfg.ReapInterval)
+	defer t.Stop()
+	for i := 1; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m.Reap(ctx)
+		if i%sweepEvery == 0 {
+			if err := m.sweepOrphans(ctx); err != nil && ctx.Err() == nil {
+				m.log.Error("sweeping orphan sandboxes", "err", err)
+			}
+		}
+	}
+}
+
+// Reap ends every sandbox whose deadline has passed.
+func (m *Manager) Reap(ctx context.Context) {
+	now := m.now()
+	due, err := m.cfg.Store.ListSandboxes(ctx, store.Filter{ExpiredBy: &now})
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Error("listing expired sandboxes", "err", err)
+		}
+		return
+	}
+	for _, sb := range due {
+		if err := m.expire(ctx, sb.ID, now); err != nil {
+			m.log.Error("expiring sandbox", "sandbox_id", sb.ID, "project_id", sb.ProjectID, "err", err)
+		}
+	}
+}
+
+func (m *Manager) expire(ctx context.Context, id string, now time.Time) error {
+	unlock := m.locks.lock(id)
+	defer unlock()
+	// The deadline may have moved (SetTimeout) or the sandbox ended while
+	// we waited for the lock.
+	sb, err := m.cfg.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !sb.Live() || sb.ExpiresAt == nil || sb.ExpiresAt.After(now) {
+		return nil
+	}
+	return m.end(ctx, sb, api.StateExpired, fmt.Sprintf("its timeout of %d ms passed", sb.TimeoutMs))
+}
+
+// Reconcile makes the store and the runtime agree after a (re)start:
+// running sandboxes the runtime still runs are kept and served again; live
+// rows whose sandbox is gone, or that were still starting, are killed and
+// marked failed; runtime sandboxes without a live row are killed. Run it
+// before serving.
+func (m *Manager) Reconcile(ctx context.Context) error {
+	live, err := m.cfg.Store.ListSandboxes(ctx, store.Filter{LiveOnly: true})
+	if err != nil {
+		return fmt.Errorf("listing live sandboxes: %w", err)
+	}
+	kept := 0
+	for _, sb := range live {
+		log := m.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)
+		reason := "it was still starting when the server restarted"
+		if sb.State == api.StateRunning {
+			st, err := m.cfg.Runtime.State(ctx, sb.ID)
+			if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+				return fmt.Errorf("checking sandbox %s: %w", sb.ID, err)
+			}
+			if err == nil && st == sandbox.Running {
+				kept++
+				log.Info("sandbox still running; serving it again", "guest_addr", sb.GuestAddr)
+				continue
+			}
+			reason = "it was not running after the server restarted"
+		}
+		unlock := m.locks.lock(sb.ID)
+		err := m.end(ctx, sb, api.StateFailed, reason)
+		unlock()
+		if err != nil {
+			return fmt.Errorf("ending sandbox %s: %w", sb.ID, err)
+		}
+	}
+	if err := m.sweepOrphans(ctx); err != nil {
+		return err
+	}
+	m.log.Info("reconciled sandboxes", "kept", kept, "ended", len(live)-kept)
+	return nil
+}
+
+// sweepOrphans kills every runtime sandbox that has no live row: left by a
+// crash between boot and record, or by a kill that failed.
+func (m *Manager) sweepOrphans(ctx context.Context) error {
+	// List the runtime first: a row is written before its sandbox is
+	// created, so any sandbox listed here that is being created already
+	// has its row when the rows are read below.
+	ids, err := m.cfg.Runtime.List(ctx)
+	if err != nil {
+		return fmt.Errorf("listing runtime sandboxes: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	live, err := m.cfg.Store.ListSandboxes(ctx, store.Filter{LiveOnly: true})
+	if err != nil {
+		return fmt.Errorf("listing live sandboxes: %w", err)
+	}
+	known := make(map[string]bool, len(live))
+	for _, sb := range live {
+		known[sb.ID] = true
+	}
+	var errs []error
+	for _, id := range ids {
+		if known[id] {
+			continue
+		}
+		m.log.Warn("killing orphan sandbox", "sandbox_id", id)
+		if err := m.cfg.Runtime.Kill(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("killing orphan sandbox %s: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
