@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -71,6 +72,8 @@ type Kernel struct {
 
 	// sem is the execution queue: whoever holds it talks to the kernel.
 	sem chan struct{}
+	// busy mirrors holding sem, for the readers (see proc.busy).
+	busy atomic.Bool
 
 	// mu guards the fields below; never held while waiting on the kernel.
 	mu     sync.Mutex
@@ -88,7 +91,7 @@ func Start(ctx context.Context, cfg Config) (*Kernel, error) {
 		logger = slog.Default()
 	}
 	k := &Kernel{cfg: cfg, log: logger, sem: make(chan struct{}, 1)}
-	p, err := launch(ctx, cfg, logger)
+	p, err := launch(ctx, cfg, logger, &k.busy)
 	if err != nil {
 		return nil, fmt.Errorf("starting kernel: %w", err)
 	}
@@ -110,13 +113,17 @@ func (k *Kernel) Pid() int {
 func (k *Kernel) lock(ctx context.Context) error {
 	select {
 	case k.sem <- struct{}{}:
+		k.busy.Store(true)
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-func (k *Kernel) unlock() { <-k.sem }
+func (k *Kernel) unlock() {
+	k.busy.Store(false)
+	<-k.sem
+}
 
 func (k *Kernel) current() (*proc, bool) {
 	k.mu.Lock()
@@ -131,7 +138,7 @@ func (k *Kernel) replace(ctx context.Context, old *proc) (*proc, error) {
 		old.killed.Store(true)
 		old.stop()
 	}
-	p, err := launch(ctx, k.cfg, k.log)
+	p, err := launch(ctx, k.cfg, k.log, &k.busy)
 	if err != nil {
 		return nil, fmt.Errorf("restarting kernel: %w", err)
 	}

@@ -531,6 +531,14 @@ func TestCloseLeavesNothing(t *testing.T) {
 	for _, c := range strings.TrimSpace(o.stdout) {
 		child = child*10 + int(c-'0')
 	}
+	// A thread that prints between calls: nobody consumes its output,
+	// which must neither stall the next call nor leak readers at Close.
+	run(t, k, "import threading, time\ndef spam():\n    while True:\n        print('x' * 200)\n        time.sleep(0.0002)\nthreading.Thread(target=spam, daemon=True).start()")
+	time.Sleep(time.Second)
+	if o := run(t, k, "1+1"); len(o.results) != 1 || o.results[0].Data != "2" {
+		t.Errorf("1+1 amid background output = %+v", o.results)
+	}
+	time.Sleep(time.Second)
 	if err := k.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}

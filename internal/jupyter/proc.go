@@ -41,9 +41,15 @@ type proc struct {
 	sendMu                sync.Mutex // one writer per socket at a time
 
 	shellCh, iopubCh, controlCh chan *message
-	iopubEOF                    chan struct{} // closed when the iopub connection ends
-	iopubEOFOnce                sync.Once
-	readers                     sync.WaitGroup
+	// busy is set while a caller consumes the channels (the Kernel's
+	// queue is held). Readers block on a full channel only then; otherwise
+	// they drop, so output nobody waits for (a thread printing between
+	// calls) never stalls them.
+	busy     *atomic.Bool
+	closing  chan struct{} // closed by stop: readers drop instead of blocking
+	iopubEOF chan struct{} // closed when the iopub connection ends
+	eofs     []chan struct{}
+	readers  sync.WaitGroup
 
 	exited chan struct{} // closed once the process has been waited for
 	state  *os.ProcessState
@@ -60,10 +66,10 @@ var errPortInUse = errors.New("kernel port already in use")
 
 // launch starts an ipykernel process and waits until it answers
 // kernel_info on shell and publishes on iopub.
-func launch(ctx context.Context, cfg Config, logger *slog.Logger) (*proc, error) {
+func launch(ctx context.Context, cfg Config, logger *slog.Logger, busy *atomic.Bool) (*proc, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		p, err := launchOnce(ctx, cfg, logger)
+		p, err := launchOnce(ctx, cfg, logger, busy)
 		if err == nil {
 			return p, nil
 		}
@@ -75,7 +81,7 @@ func launch(ctx context.Context, cfg Config, logger *slog.Logger) (*proc, error)
 	return nil, lastErr
 }
 
-func launchOnce(ctx context.Context, cfg Config, logger *slog.Logger) (_ *proc, err error) {
+func launchOnce(ctx context.Context, cfg Config, logger *slog.Logger, busy *atomic.Bool) (_ *proc, err error) {
 	ports, err := freePorts(5)
 	if err != nil {
 		return nil, fmt.Errorf("picking ports: %w", err)
@@ -94,10 +100,13 @@ func launchOnce(ctx context.Context, cfg Config, logger *slog.Logger) (_ *proc, 
 		shellCh:   make(chan *message, 16),
 		iopubCh:   make(chan *message, 64),
 		controlCh: make(chan *message, 4),
-		iopubEOF:  make(chan struct{}),
+		busy:      busy,
+		closing:   make(chan struct{}),
 		exited:    make(chan struct{}),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.eofs = []chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
+	p.iopubEOF = p.eofs[0]
 	defer func() {
 		if err != nil {
 			p.stop()
@@ -173,7 +182,7 @@ func (p *proc) connect(ctx context.Context, ports []int) error {
 		{p.shell, ports[0], p.shellCh, "shell"},
 		{p.control, ports[3], p.controlCh, "control"},
 	}
-	for _, s := range socks {
+	for i, s := range socks {
 		ep := fmt.Sprintf("tcp://127.0.0.1:%d", s.port)
 		for {
 			err := s.s.Dial(ep)
@@ -189,20 +198,20 @@ func (p *proc) connect(ctx context.Context, ports []int) error {
 			}
 		}
 		p.readers.Add(1)
-		go p.read(s.s, s.ch, s.name == "iopub")
+		go p.read(s.s, s.ch, p.eofs[i])
 	}
 	return nil
 }
 
-// read delivers a socket's verified messages to ch until the socket closes.
-func (p *proc) read(s zmq4.Socket, ch chan<- *message, iopub bool) {
+// read delivers a socket's verified messages to ch until the socket
+// closes, and closes eof when the connection ends.
+func (p *proc) read(s zmq4.Socket, ch chan<- *message, eof chan struct{}) {
 	defer p.readers.Done()
+	var eofOnce sync.Once
 	for {
 		raw, err := s.Recv()
 		if err != nil {
-			if iopub {
-				p.iopubEOFOnce.Do(func() { close(p.iopubEOF) })
-			}
+			eofOnce.Do(func() { close(eof) })
 			if p.ctx.Err() != nil {
 				return
 			}
@@ -220,8 +229,16 @@ func (p *proc) read(s zmq4.Socket, ch chan<- *message, iopub bool) {
 			p.log.Warn("dropping kernel message", "err", err)
 			continue
 		}
+		if !p.busy.Load() {
+			select {
+			case ch <- m:
+			default: // nobody is waiting for it
+			}
+			continue
+		}
 		select {
 		case ch <- m:
+		case <-p.closing:
 		case <-p.ctx.Done():
 			return
 		}
@@ -333,6 +350,17 @@ func (p *proc) stop() {
 			// id stays reserved while they live, so this cannot hit a
 			// stranger.
 			_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		}
+		// Let the readers see their connections end before closing the
+		// sockets: zmq4's per-connection goroutine only exits after
+		// handing over that final error, and would leak if nobody read it.
+		close(p.closing)
+		limit := time.After(time.Second)
+		for _, eof := range p.eofs {
+			select {
+			case <-eof:
+			case <-limit:
+			}
 		}
 		p.cancel()
 		for _, s := range []zmq4.Socket{p.shell, p.iopub, p.control} {
