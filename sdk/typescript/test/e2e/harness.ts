@@ -91,7 +91,12 @@ export async function startLizard(projectId = 'proj_123'): Promise<Lizard> {
     args.push('--address-pool', process.env.LIZARD_TEST_ADDRESS_POOL ?? '169.254.244.0/22');
   }
   const log = fs.openSync(logPath, 'a');
-  const child: ChildProcess = spawn(bin, args, { stdio: ['ignore', log, log] });
+  const env = { ...process.env };
+  // The server finds runsc in bin/ (make build); a machine with only the shared build has it elsewhere.
+  if (!env.LIZARD_RUNSC && !fs.existsSync(path.join(repoRoot(), 'bin', 'runsc')) && fs.existsSync('/tmp/runsc-bin/runsc')) {
+    env.LIZARD_RUNSC = '/tmp/runsc-bin/runsc';
+  }
+  const child: ChildProcess = spawn(bin, args, { stdio: ['ignore', log, log], env });
   fs.closeSync(log);
   let exited: string | undefined;
   const exitedP = new Promise<void>((resolve) =>
