@@ -329,6 +329,24 @@ describe('runCode', () => {
     });
   });
 
+  test('the HTTP timeout follows the code timeout, not requestTimeoutMs', async () => {
+    fake.handler = (_req, res) => FakeServer.json(res, 200, sandboxJSON('sbx_1'));
+    const slowFake = await CodeSandbox.connect('sbx_1', { ...opts, requestTimeoutMs: 100 });
+    fake.handler = async (_req, res) => {
+      res.writeHead(200);
+      await sleep(400); // longer than requestTimeoutMs, shorter than the code's timeout
+      res.end(ndjson({ type: 'stdout', text: 'late' }, { type: 'end' }));
+    };
+    const run = await slowFake.runCode('x', { timeoutMs: 1000 });
+    assert.equal(run.stdout, 'late');
+    // Other requests keep requestTimeoutMs.
+    fake.handler = async (_req, res) => {
+      await sleep(400);
+      FakeServer.json(res, 200, sandboxJSON('sbx_1'));
+    };
+    await assert.rejects(slowFake.getInfo(), RequestTimeoutError);
+  });
+
   test('rejects a negative timeout before sending', async () => {
     const sb = await connected();
     await assert.rejects(sb.runCode('x', { timeoutMs: -1 }), InvalidArgumentError);
