@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/client"
+)
+
+// clientFlags are the flags of every subcommand that talks to the API.
+// Empty values fall back to LIZARD_API_URL and LIZARD_API_KEY.
+type clientFlags struct {
+	url, key string
+}
+
+func addClientFlags(fs *flag.FlagSet) *clientFlags {
+	f := &clientFlags{}
+	fs.StringVar(&f.url, "api-url", "", "Lizard API URL (default $"+client.EnvAPIURL+", then "+client.DefaultBaseURL+")")
+	fs.StringVar(&f.key, "api-key", "", "API key (default $"+client.EnvAPIKey+")")
+	return f
+}
+
+// client builds the API client; explicit flags win over the environment.
+func (f *clientFlags) client() (*client.Client, error) {
+	return client.New(client.Config{BaseURL: f.url, APIKey: f.key})
+}
+
+// kvFlag collects repeated K=V flags into a map.
+type kvFlag map[string]string
+
+func (kv kvFlag) String() string {
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k+"="+kv[k])
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
+}
+
+func (kv kvFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", s)
+	}
+	kv[k] = v
+	return nil
+}
+
+// durationFlag is an optional duration sent as milliseconds: unset means
+// "the server's default", 0 means "no limit".
+type durationFlag struct {
+	ms *int64
+}
+
+func (d *durationFlag) String() string {
+	if d == nil || d.ms == nil {
+		return ""
+	}
+	return (time.Duration(*d.ms) * time.Millisecond).String()
+}
+
+func (d *durationFlag) Set(s string) error {
+	v, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	ms := v.Milliseconds()
+	d.ms = &ms
+	return nil
+}
+
+// parseDuration accepts Go durations (5m, 90s, 1h30m) and a bare 0.
+func parseDuration(s string) (time.Duration, error) {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("want a duration such as 30s, 5m or 0, got %q", s)
+	}
+	if v < 0 {
+		return 0, errors.New("duration must not be negative")
+	}
+	if v > 0 && v < time.Millisecond {
+		return 0, fmt.Errorf("duration %s is under a millisecond", v)
+	}
+	return v, nil
+}
+
+// parseInterspersed parses flags that may come before, between or after the
+// positional arguments (`lizard sandbox get ID --json`) and returns the
+// positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := parse(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			// After "--" nothing is a flag.
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// quietHelp turns -h into success: the flag package has already printed the
+// flags, and `lizard X -h` asked for nothing more.
+func quietHelp(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
+}

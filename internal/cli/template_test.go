@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/lizard-build/lizard/internal/template"
+)
+
+func TestParseTemplateBuild(t *testing.T) {
+	tests := []struct {
+		args    []string
+		want    templateBuildArgs
+		wantErr bool
+	}{
+		{args: nil, want: templateBuildArgs{cacheDir: template.DefaultCacheDir, name: template.Default}},
+		{args: []string{"--cache-dir", "/tmp/c", "interpreter"}, want: templateBuildArgs{cacheDir: "/tmp/c", name: "interpreter"}},
+		{args: []string{"interpreter", "--cache-dir", "/tmp/c"}, want: templateBuildArgs{cacheDir: "/tmp/c", name: "interpreter"}},
+		{args: []string{"nosuch"}, wantErr: true},
+		{args: []string{"a", "b"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		a, err := parseTemplateBuild(env{stdout: io.Discard, stderr: io.Discard}, tt.args)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("parseTemplateBuild(%q) error = %v, want error %v", tt.args, err, tt.wantErr)
+			continue
+		}
+		if err == nil && *a != tt.want {
+			t.Errorf("parseTemplateBuild(%q) = %+v, want %+v", tt.args, *a, tt.want)
+		}
+	}
+}
+
+func TestTemplateBuild(t *testing.T) {
+	var gotDir, gotName string
+	ensureTemplate = func(ctx context.Context, cacheDir, name string, progress io.Writer) (string, error) {
+		gotDir, gotName = cacheDir, name
+		fmt.Fprintln(progress, "step 1/5: debootstrap")
+		if cacheDir == "/broken" {
+			return "", errors.New("debootstrap failed")
+		}
+		return cacheDir + "/interpreter-abc/rootfs", nil
+	}
+	t.Cleanup(func() { ensureTemplate = template.Ensure })
+
+	out, errOut, err := lizard(t, "template", "build", "--cache-dir", "/tmp/c")
+	if err != nil {
+		t.Fatalf("template build: %v", err)
+	}
+	if gotDir != "/tmp/c" || gotName != template.Default {
+		t.Errorf("Ensure(%q, %q), want (/tmp/c, %s)", gotDir, gotName, template.Default)
+	}
+	if out != "/tmp/c/interpreter-abc/rootfs\n" || !strings.Contains(errOut, "step 1/5") {
+		t.Errorf("stdout %q stderr %q: want only the path on stdout and progress on stderr", out, errOut)
+	}
+	_, _, err = lizard(t, "template", "build", "--cache-dir", "/broken")
+	if err == nil || !strings.Contains(err.Error(), "debootstrap failed") {
+		t.Errorf("failed build: got %v, want its cause", err)
+	}
+	if _, _, err := lizard(t, "template", "frobnicate"); ExitCode(err) != 2 {
+		t.Errorf("unknown template command: got %v, want a usage error", err)
+	}
+}
