@@ -13,9 +13,10 @@ func init() {
 }
 
 type execArgs struct {
-	sandbox string
-	req     api.ProcessRequest
-	clientF *clientFlags
+	sandbox   string
+	sendStdin bool
+	req       api.ProcessRequest
+	clientF   *clientFlags
 }
 
 // parseExec parses `lizard exec [flags] SANDBOX [--] CMD ARGS...`. Flags stop
@@ -28,6 +29,7 @@ func parseExec(e env, args []string) (*execArgs, error) {
 	fs.StringVar(&a.req.Cwd, "cwd", "", "working directory (default /home/user)")
 	fs.Var(envs, "env", "environment variable K=V (repeatable)")
 	fs.Var(&timeout, "timeout", "kill the command after this long, such as 30s (default: no limit)")
+	fs.BoolVar(&a.sendStdin, "stdin", false, "read all of standard input first and give it to the command")
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, "Usage: lizard exec [flags] SANDBOX -- CMD ARGS...")
 		fs.PrintDefaults()
@@ -62,6 +64,14 @@ func runExec(ctx context.Context, e env, args []string) error {
 	a, err := parseExec(e, args)
 	if err != nil {
 		return quietHelp(err)
+	}
+	if a.sendStdin {
+		// The API takes stdin whole, not as a stream: read it all first.
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return fmt.Errorf("reading stdin: %w", err)
+		}
+		a.req.Stdin = string(b)
 	}
 	c, err := a.clientF.client()
 	if err != nil {

@@ -107,6 +107,16 @@ func TestExec(t *testing.T) {
 		t.Errorf("request body = %v, want %v", got, want)
 	}
 
+	old := stdin
+	stdin = strings.NewReader("input")
+	t.Cleanup(func() { stdin = old })
+	if _, _, err := lizard(t, "exec", "--stdin", "sb_1", "--", "cat"); ExitCode(err) != 7 {
+		t.Errorf("exec --stdin: got %v, want exit 7", err)
+	}
+	if got := f.last().body["stdin"]; got != "input" {
+		t.Errorf("stdin sent = %v, want %q", got, "input")
+	}
+
 	_, _, err = lizard(t, "exec", "sb_cut", "--", "true")
 	if !errors.Is(err, client.ErrTruncated) || ExitCode(err) != 1 {
 		t.Errorf("cut stream: got %v, want ErrTruncated and exit 1", err)

@@ -14,7 +14,8 @@ func init() {
 	register("run", "run code in a sandbox (Python keeps its variables)", runRun)
 }
 
-// stdin is where `lizard run SANDBOX -` reads its code; tests replace it.
+// stdin is what `lizard run SANDBOX -` and `lizard exec --stdin` read; tests
+// replace it.
 var stdin io.Reader = os.Stdin
 
 var languages = []string{"python", "javascript", "bash"}
