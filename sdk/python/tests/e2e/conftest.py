@@ -5,6 +5,9 @@ proj_123 with `bin/lizard admin create-project`, starts `bin/lizard serve`, wait
 exports LIZARD_API_URL and LIZARD_API_KEY. At the end it kills every sandbox of the project through the
 API, then stops the server with SIGTERM. Without root or bin/lizard the tests are skipped, or fail when
 LIZARD_TEST_STRICT=1 (as `make test` sets).
+
+To run them against a server you started yourself, set LIZARD_E2E_API_URL and LIZARD_E2E_API_KEY (a key
+of project proj_123); the fixture then starts and stops nothing, but still kills the project's sandboxes.
 """
 
 from __future__ import annotations
@@ -97,6 +100,9 @@ def _kill_project_sandboxes(url: str, key: str) -> None:
 @pytest.fixture(scope="session")
 def lizard_server() -> Iterator[Server]:
     """A running `lizard serve` with project proj_123; LIZARD_API_URL and LIZARD_API_KEY point at it."""
+    if os.environ.get("LIZARD_E2E_API_URL") and os.environ.get("LIZARD_E2E_API_KEY"):
+        yield from _external_server(os.environ["LIZARD_E2E_API_URL"], os.environ["LIZARD_E2E_API_KEY"])
+        return
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         _missing("the end-to-end tests need root (lizard serve runs gVisor sandboxes)")
     if not os.access(BIN, os.X_OK):
@@ -150,6 +156,16 @@ def lizard_server() -> Iterator[Server]:
                 proc.kill()
                 proc.wait()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _external_server(url: str, key: str) -> Iterator[Server]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LIZARD_API_URL", url)
+        mp.setenv("LIZARD_API_KEY", key)
+        try:
+            yield Server(url, key, Path(), Path("/nonexistent"), None)  # type: ignore[arg-type]
+        finally:
+            _kill_project_sandboxes(url, key)
 
 
 @pytest.fixture(autouse=True)

@@ -35,7 +35,7 @@ async def test_async_surface() -> None:
         run = await sandbox.run_code("import time\nprint(1, flush=True)\ntime.sleep(1)\nprint(2)",
                                      on_stdout=on_stdout)
         assert run.stdout == "1\n2\n" and len(seen) == 2
-        assert time.monotonic() - start - seen[0] >= 1.0
+        assert time.monotonic() - start - seen[0] >= 0.5, "the first line must arrive while the code sleeps"
 
         chart = await sandbox.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()")
         png = next(r.data for r in chart.results if r.mime == "image/png")

@@ -130,10 +130,11 @@ def test_javascript_and_bash(sandbox: CodeSandbox) -> None:
 
 
 def test_process_exec(sandbox: CodeSandbox) -> None:
-    seen: List[str] = []
-    res = sandbox.process.exec("echo out; echo err >&2; exit 3", on_stdout=seen.append, on_stderr=seen.append)
+    out: List[str] = []
+    err: List[str] = []
+    res = sandbox.process.exec("echo out; echo err >&2; exit 3", on_stdout=out.append, on_stderr=err.append)
     assert (res.stdout, res.stderr, res.exit_code) == ("out\n", "err\n", 3)
-    assert seen == ["out\n", "err\n"]
+    assert (out, err) == (["out\n"], ["err\n"])  # two pipes: no order between them
     res = sandbox.process.exec("pwd; echo $GREETING", cwd="/tmp", envs={"GREETING": "hi"})
     assert (res.stdout, res.exit_code) == ("/tmp\nhi\n", 0)
     assert sandbox.process.exec(["printf", "%s-%s", "a", "b"]).stdout == "a-b"
