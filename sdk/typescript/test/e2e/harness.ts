@@ -1,7 +1,7 @@
 // The end-to-end harness: a real `lizard serve` from <repo>/bin on a free
 // loopback port with a fresh data directory and a project proj_123.
 //
-// It needs root and `make build`. Without them the tests skip, except under
+// It needs root and `make build` (LIZARD_TEST_BIN_DIR points elsewhere than <repo>/bin). Without them the tests skip, except under
 // LIZARD_TEST_STRICT=1 (set by `make test`), where they fail.
 
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
@@ -29,11 +29,16 @@ export function repoRoot(): string {
 
 export const strict = process.env.LIZARD_TEST_STRICT === '1';
 
+/** binDir holds lizard and lizard-agent: <repo>/bin, or LIZARD_TEST_BIN_DIR. */
+export function binDir(): string {
+  return process.env.LIZARD_TEST_BIN_DIR || path.join(repoRoot(), 'bin');
+}
+
 /** missing says why the e2e tests cannot run here, or undefined when they can. */
 export function missing(): string | undefined {
   if (process.getuid?.() !== 0) return 'end-to-end tests need root';
   for (const bin of ['lizard', 'lizard-agent']) {
-    const p = path.join(repoRoot(), 'bin', bin);
+    const p = path.join(binDir(), bin);
     try {
       fs.accessSync(p, fs.constants.X_OK);
     } catch {
@@ -68,7 +73,7 @@ export async function freePort(): Promise<number> {
 
 /** startLizard starts the server and returns once /v1/health answers. */
 export async function startLizard(projectId = 'proj_123'): Promise<Lizard> {
-  const bin = path.join(repoRoot(), 'bin', 'lizard');
+  const bin = path.join(binDir(), 'lizard');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lizard-ts-e2e-'));
   const dataDir = path.join(dir, 'data');
   fs.mkdirSync(dataDir);
