@@ -208,6 +208,9 @@ func (k *Kernel) Execute(ctx context.Context, req Request, emit func(api.Execute
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if p.isExited() {
+				return k.died(ctx, p, 0, emit)
+			}
 			var ce *codeError
 			if !errors.As(err, &ce) {
 				return fmt.Errorf("setting envs: %w", err)

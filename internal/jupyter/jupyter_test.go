@@ -337,6 +337,21 @@ func TestKernelDeath(t *testing.T) {
 			}
 		})
 	}
+	t.Run("SIGKILL during a call, as the OOM killer does", func(t *testing.T) {
+		pid := k.Pid()
+		time.AfterFunc(500*time.Millisecond, func() { syscall.Kill(pid, syscall.SIGKILL) })
+		o := run(t, k, "import time\nprint('working', flush=True)\ntime.sleep(30)")
+		if o.stdout != "working\n" {
+			t.Errorf("stdout = %q, want the output before the kill", o.stdout)
+		}
+		e := o.lastError()
+		if e == nil || e.Name != ErrNameKernelDied || !strings.Contains(e.Message, "SIGKILL") {
+			t.Fatalf("errors = %+v, want %s mentioning SIGKILL", o.errors, ErrNameKernelDied)
+		}
+		if o := run(t, k, "1+1"); len(o.results) != 1 || o.results[0].Data != "2" {
+			t.Errorf("next call: %+v %+v", o.results, o.errors)
+		}
+	})
 	t.Run("between calls", func(t *testing.T) {
 		pid := k.Pid()
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
