@@ -80,8 +80,8 @@ func New(cfg Config) (*Agent, error) {
 		a.order = append(a.order, c.info.ID)
 	}
 	a.handler = a.routes()
+	c := a.contexts[defaultContextID(langPython)]
 	go func() {
-		c := a.contexts[defaultContextID(langPython)]
 		if _, err := a.kernel(context.Background(), c); err != nil {
 			a.log.Error("starting the default python kernel", "err", err)
 		}

@@ -1,0 +1,177 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+func TestOutWriterKeepsRunesWhole(t *testing.T) {
+	text := "héllo wörld — 日本語 🦎 end"
+	for split := 1; split < 8; split++ {
+		t.Run(strconv.Itoa(split), func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			s := newSink(rec, 0, executeText)
+			o := &outWriter{s: s, kind: "stdout"}
+			b := []byte(text)
+			for len(b) > 0 {
+				n := min(split, len(b))
+				o.Write(b[:n])
+				b = b[n:]
+			}
+			o.flush()
+			var got strings.Builder
+			sc := bufio.NewScanner(rec.Body)
+			for sc.Scan() {
+				var ev api.ExecuteEvent
+				json.Unmarshal(sc.Bytes(), &ev)
+				if !utf8.ValidString(ev.Text) || strings.ContainsRune(ev.Text, utf8.RuneError) {
+					t.Errorf("event text %q is not whole runes", ev.Text)
+				}
+				got.WriteString(ev.Text)
+			}
+			if got.String() != text {
+				t.Errorf("text = %q, want %q", got.String(), text)
+			}
+		})
+	}
+}
+
+func TestSinkTruncates(t *testing.T) {
+	tests := []struct {
+		name    string
+		limit   int64
+		writes  []string
+		want    string // forwarded output
+		dropped int
+	}{
+		{"under the limit", 10, []string{"abc", "def"}, "abcdef", 0},
+		{"exactly the limit", 6, []string{"abc", "def"}, "abcdef", 0},
+		{"cut mid write", 4, []string{"abc", "def", "ghi"}, "abcd", 5},
+		{"cut before a split rune", 4, []string{"abcé"}, "abc", 2},
+		{"nothing after a cut", 4, []string{"abcé", "x"}, "abc", 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			s := newSink(rec, tt.limit, executeText)
+			for _, w := range tt.writes {
+				s.output("stdout", []byte(w))
+			}
+			s.event(api.ExecuteEvent{Type: api.EventEnd})
+			var out, marker string
+			sc := bufio.NewScanner(rec.Body)
+			for sc.Scan() {
+				var ev api.ExecuteEvent
+				json.Unmarshal(sc.Bytes(), &ev)
+				switch ev.Type {
+				case api.EventStdout:
+					out += ev.Text
+				case api.EventStderr:
+					marker += ev.Text
+				}
+			}
+			if out != tt.want {
+				t.Errorf("forwarded %q, want %q", out, tt.want)
+			}
+			wantMarker := ""
+			if tt.dropped > 0 {
+				wantMarker = fmt.Sprintf("[lizard: output truncated after %d bytes; %d bytes dropped]\n", tt.limit, tt.dropped)
+			}
+			if marker != wantMarker {
+				t.Errorf("marker %q, want %q", marker, wantMarker)
+			}
+		})
+	}
+}
+
+// TestExecuteHugeOutputIsBounded prints 100 MB and checks that at most the
+// limit is forwarded, a marker tells the rest, and the agent's memory does
+// not grow with the output.
+func TestExecuteHugeOutputIsBounded(t *testing.T) {
+	ta := newTestAgent(t, nil)
+	const total = 100_000_000
+	tests := []struct{ name, code string }{
+		{"many lines", fmt.Sprintf("yes 'a line of output' | head -c %d", total)},
+		{"one line", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' x", total)},
+		{"both streams", fmt.Sprintf("yes out | head -c %d & yes err | head -c %d >&2; wait", total/2, total/2)},
+	}
+	markerRE := regexp.MustCompile(`^\[lizard: output truncated after 8 MiB; (\d+) bytes dropped\]\n$`)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resetPeakRSS(t)
+			before := rss(t, "VmRSS")
+			resp := ta.send(t, context.Background(), "POST", "/execute", api.ExecuteRequest{Language: "bash", Code: tt.code})
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			var forwarded, dropped int64
+			markers := 0
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(make([]byte, 1<<20), 1<<20)
+			var last api.ExecuteEvent
+			for sc.Scan() {
+				var ev api.ExecuteEvent
+				if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+					t.Fatal(err)
+				}
+				if len(ev.Text) > maxChunk {
+					t.Errorf("event of %d bytes, want at most %d", len(ev.Text), maxChunk)
+				}
+				if m := markerRE.FindStringSubmatch(ev.Text); ev.Type == api.EventStderr && m != nil {
+					markers++
+					dropped, _ = strconv.ParseInt(m[1], 10, 64)
+					continue
+				}
+				forwarded += int64(len(ev.Text))
+				last = ev
+			}
+			if last.Type != api.EventEnd || last.Error != nil {
+				t.Errorf("last event %+v, want a clean end", last)
+			}
+			if forwarded != DefaultMaxOutputBytes || markers != 1 || forwarded+dropped != total {
+				t.Errorf("forwarded %d bytes, %d markers, %d dropped; want %d, 1 marker, %d dropped",
+					forwarded, markers, dropped, DefaultMaxOutputBytes, total-DefaultMaxOutputBytes)
+			}
+			peak := rss(t, "VmHWM")
+			if growth := peak - before; growth > 64<<20 {
+				t.Errorf("peak RSS grew by %d MiB while streaming 100 MB, want under 64 MiB", growth>>20)
+			}
+			t.Logf("RSS before %d MiB, peak %d MiB", before>>20, peak>>20)
+		})
+	}
+}
+
+// resetPeakRSS makes VmHWM start again from the current RSS.
+func resetPeakRSS(t *testing.T) {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Skipf("cannot reset peak RSS: %v", err)
+	}
+}
+
+func rss(t *testing.T, field string) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/self/status", field)
+	return 0
+}
