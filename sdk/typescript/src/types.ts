@@ -85,7 +85,7 @@ export interface EntryInfo {
 export interface ProcessResult {
   stdout: string;
   stderr: string;
-  /** The exit code; -1 when the end event carried none (the process could not start). */
+  /** The exit code; 124 when the process ran past timeoutMs and was killed, -1 when it could not start. */
   exitCode: number;
   /** Why the process did not run to its end (could not start, timed out), if it did not. */
   error?: string;

@@ -206,6 +206,10 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
       assert.equal(outs.join(''), 'out\n/tmp\n');
       const env = await sandbox.process.exec('echo $LZ_E2E; whoami', { envs: { LZ_E2E: 'v' } });
       assert.deepEqual(env, { stdout: 'v\nuser\n', stderr: '', exitCode: 0 });
+      assert.deepEqual(await sandbox.process.exec('cat', { stdin: 'fed in' }), { stdout: 'fed in', stderr: '', exitCode: 0 });
+      const slow = await sandbox.process.exec(['sleep', '30'], { timeoutMs: 500 });
+      assert.equal(slow.exitCode, 124, `timed-out process: ${JSON.stringify(slow)}`);
+      assert.ok(slow.error, 'a timed-out process must say so in error');
       // A separate process: Python variables are not there.
       const py = await sandbox.process.exec('/opt/lizard/venv/bin/python -c "print(kept)"');
       assert.notEqual(py.exitCode, 0);
