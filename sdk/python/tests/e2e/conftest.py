@@ -28,9 +28,12 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[4]
-BIN = REPO / "bin" / "lizard"
+# bin/ of the repository (make build), or LIZARD_TEST_BIN_DIR, as in the TypeScript SDK's e2e harness.
+BIN_DIR = Path(os.environ.get("LIZARD_TEST_BIN_DIR") or REPO / "bin")
+BIN = BIN_DIR / "lizard"
 PROJECT = "proj_123"
-# Our own address pool, apart from the Go end-to-end tests' (169.254.200.0/22 and up), so that servers
+# Our own address pool, apart from the Go end-to-end tests' (169.254.200.0/22 and up) and the TypeScript
+# SDK's (169.254.244.0/22), so that servers
 # started side by side never hand out the same sandbox address.
 ADDRESS_POOL = "169.254.236.0/22"
 HEALTH_TIMEOUT = 600  # seconds; a first start may build the template
@@ -70,7 +73,7 @@ def _serve_args(port: int, data_dir: Path) -> List[str]:
     try:
         help_text = subprocess.run([str(BIN), "serve", "--help"], capture_output=True, text=True, timeout=30)
         if "address-pool" in help_text.stdout + help_text.stderr:
-            args += ["--address-pool", ADDRESS_POOL]
+            args += ["--address-pool", os.environ.get("LIZARD_TEST_ADDRESS_POOL") or ADDRESS_POOL]
     except (OSError, subprocess.SubprocessError):
         pass
     return args
@@ -106,7 +109,7 @@ def lizard_server() -> Iterator[Server]:
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         _missing("the end-to-end tests need root (lizard serve runs gVisor sandboxes)")
     if not os.access(BIN, os.X_OK):
-        _missing(f"no {BIN} (run `make build`)")
+        _missing(f"no {BIN} (run `make build`, or set LIZARD_TEST_BIN_DIR)")
 
     data_dir = Path(tempfile.mkdtemp(prefix="lizard-sdk-e2e-"))
     log_path = data_dir / "serve.log"
