@@ -48,6 +48,7 @@ type server struct {
 	cmd     *exec.Cmd
 	log     *bytes.Buffer
 	done    chan struct{}
+	keys    map[*client.Client]string // the API key each client was made with
 }
 
 func cacheDir() string {
@@ -155,7 +156,12 @@ func (s *server) createProject(id string) *client.Client {
 	if p.ProjectID != id || !strings.HasPrefix(p.APIKey, "lz_") {
 		t.Fatalf("admin create-project = %+v, want project %s and a lz_ key", p, id)
 	}
-	return s.client(p.APIKey)
+	c := s.client(p.APIKey)
+	if s.keys == nil {
+		s.keys = map[*client.Client]string{}
+	}
+	s.keys[c] = p.APIKey
+	return c
 }
 
 func (s *server) client(key string) *client.Client {

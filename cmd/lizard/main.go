@@ -15,7 +15,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "lizard:", err)
+		if !cli.Silent(err) {
+			fmt.Fprintln(os.Stderr, "lizard:", err)
+		}
 		os.Exit(cli.ExitCode(err))
 	}
 }

@@ -65,7 +65,18 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		usage(stderr)
 		return usagef("unknown command %q", args[0])
 	}
-	return c.run(ctx, e, args[1:])
+	err := c.run(ctx, e, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // the flag package has printed the usage
+	}
+	return err
+}
+
+// Silent reports whether err needs no message of its own: a command run in a
+// sandbox has already shown its output, and its exit code says the rest.
+func Silent(err error) bool {
+	var x exitError
+	return errors.As(err, &x)
 }
 
 func usage(w io.Writer) {
