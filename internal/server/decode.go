@@ -1,0 +1,155 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+// MaxJSONBody bounds a JSON request body. Proxied bodies (file uploads) are
+// streamed to the agent and not bound by it.
+const MaxJSONBody = 1 << 20
+
+// decodeJSON decodes r's body, one JSON object, into v. Unknown fields are
+// refused, so that a misspelt option ("timeout_ms") is an error instead of
+// being silently ignored. An empty body is {} when allowEmpty.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
+	body := http.MaxBytesReader(w, r.Body, MaxJSONBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if errors.Is(err, io.EOF) {
+		if allowEmpty {
+			return nil
+		}
+		return badRequest("the request body is empty; send a JSON object")
+	}
+	if err != nil {
+		return jsonError(err, v)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return tooLarge()
+		}
+		return badRequest("the request body holds more than one JSON value; send one object")
+	}
+	return nil
+}
+
+func tooLarge() error {
+	return &httpError{status: http.StatusRequestEntityTooLarge, code: api.CodeTooLarge,
+		msg: "the request body is over the 1 MiB limit for JSON requests"}
+}
+
+// jsonError turns a decoding error into a 400 that names the field, or a
+// 413.
+func jsonError(err error, v any) error {
+	var (
+		mbe *http.MaxBytesError
+		se  *json.SyntaxError
+		te  *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return tooLarge()
+	case errors.As(err, &se):
+		return badRequest("malformed JSON at byte %d of the request body: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("malformed JSON: the request body ends in the middle of a value")
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return badRequest("the request body must be a JSON object, not %s", article(te.Value))
+		}
+		// For a map the decoder names the field but gives the element's
+		// type: say that it is the values that are wrong.
+		if ft := fieldType(v, te.Field); ft != nil && ft.Kind() == reflect.Map && ft.Elem() == te.Type {
+			return badRequest("values in field %q must be %ss, not %s", te.Field, strings.TrimPrefix(describe(te.Type), "a "), article(te.Value))
+		}
+		return badRequest("field %q must be %s, not %s", te.Field, describe(te.Type), article(te.Value))
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return badRequest("unknown field %s in the request body; known fields: %s", f, strings.Join(fieldNames(v), ", "))
+	}
+	return badRequest("invalid request body: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// describe names what a Go type accepts in JSON.
+func describe(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Map:
+		return "an object of " + strings.TrimPrefix(strings.TrimPrefix(describe(t.Elem()), "a "), "an ") + "s"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct:
+		return "an object"
+	}
+	return t.String()
+}
+
+// article turns the decoder's description of a JSON value ("string",
+// "number 1.5", "array") into prose.
+func article(v string) string {
+	switch {
+	case strings.HasPrefix(v, "number "):
+		return "the number " + strings.TrimPrefix(v, "number ")
+	case v == "array" || v == "object":
+		return "an " + v
+	case v == "bool":
+		return "a boolean"
+	}
+	return "a " + v
+}
+
+// fieldNames lists the JSON names of v's fields.
+func fieldNames(v any) []string {
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var names []string
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// fieldType returns the type of v's field with JSON name name, or nil.
+func fieldType(v any, name string) reflect.Type {
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	for i := range t.NumField() {
+		if n, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); n == name {
+			return t.Field(i).Type
+		}
+	}
+	return nil
+}

@@ -1,0 +1,54 @@
+package server
+
+import (
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
+)
+
+// proxy passes /v1/sandboxes/{id}/<agent path> to the sandbox's agent as
+// <agent path>. Bodies stream both ways unbuffered: uploads are not bound
+// by the JSON limit, and NDJSON events reach the client as the agent writes
+// them. The outgoing request carries the incoming one's context, so a client
+// that disconnects cancels the agent's work too.
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	id := r.PathValue("id")
+	target, err := s.m.AgentURL(r.Context(), project, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	prefix := "/v1/sandboxes/" + id
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = target.Scheme
+			pr.Out.URL.Host = target.Host
+			pr.Out.URL.Path = strings.TrimPrefix(pr.In.URL.Path, prefix)
+			if pr.In.URL.RawPath != "" {
+				pr.Out.URL.RawPath = strings.TrimPrefix(pr.In.URL.RawPath, prefix)
+			}
+			pr.Out.Host = target.Host
+			// The agent is not to see the caller's key.
+			pr.Out.Header.Del("Authorization")
+		},
+		Transport:     s.m.Transport(),
+		FlushInterval: -1,
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			log := s.log.With("sandbox_id", id, "project_id", project, "method", r.Method, "path", r.URL.Path)
+			if r.Context().Err() != nil {
+				log.Debug("client went away during a proxied request", "err", err)
+				return
+			}
+			log.Warn("agent did not answer", "err", err)
+			writeError(w, http.StatusBadGateway, api.CodeBadGateway,
+				"sandbox "+id+"'s agent did not answer; retry shortly, and if it persists kill the sandbox and create a new one")
+		},
+	}
+	rp.ServeHTTP(w, r)
+}

@@ -1,0 +1,254 @@
+// Package server is Lizard's HTTP API v1 (docs/architecture.md): sandbox
+// lifecycle calls served from the manager, and every sandbox-scoped call
+// (execute, contexts, process, files) proxied to the sandbox's agent after
+// the caller's key and the sandbox's project and state are checked.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/manager"
+)
+
+// Config says what the API serves.
+type Config struct {
+	Manager *manager.Manager
+	Keys    *auth.Verifier
+	Logger  *slog.Logger // default slog.Default()
+	Version string       // reported by /v1/health
+}
+
+// Server is the API's http.Handler.
+type Server struct {
+	m       *manager.Manager
+	log     *slog.Logger
+	version string
+	handler http.Handler
+}
+
+// New returns the API handler.
+func New(cfg Config) *Server {
+	s := &Server{m: cfg.Manager, log: cfg.Logger, version: cfg.Version}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	authed := func(h http.HandlerFunc) http.Handler { return cfg.Keys.Require(h) }
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", s.health)
+	// Methods are dispatched by hand on these two so that a wrong method
+	// gets a JSON 405 like every other error.
+	mux.Handle("/v1/sandboxes", authed(s.sandboxes))
+	mux.Handle("/v1/sandboxes/{id}", authed(s.sandbox))
+	mux.Handle("POST /v1/sandboxes/{id}/timeout", authed(s.setTimeout))
+	mux.Handle("/v1/sandboxes/{id}/{rest...}", authed(s.proxy))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such API path "+r.Method+" "+r.URL.Path+"; see docs/architecture.md")
+	})
+	s.handler = s.logRequests(mux)
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.version})
+}
+
+func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	switch r.Method {
+	case http.MethodPost:
+		var req api.CreateSandboxRequest
+		if err := decodeJSON(w, r, &req, true); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		sb, err := s.m.Create(r.Context(), project, req)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, sb)
+	case http.MethodGet:
+		f, err := listFilter(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		sbs, err := s.m.List(r.Context(), project, f)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: sbs})
+	default:
+		methodNotAllowed(w, r, "GET, POST")
+	}
+}
+
+// listFilter reads ?metadata=k=v (repeated) and ?state=s (repeated or
+// comma-separated).
+func listFilter(r *http.Request) (manager.ListFilter, error) {
+	var f manager.ListFilter
+	q := r.URL.Query()
+	for _, kv := range q["metadata"] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return f, badRequest("metadata filter %q: want key=value, such as metadata=user=alice", kv)
+		}
+		if f.Metadata == nil {
+			f.Metadata = map[string]string{}
+		}
+		f.Metadata[k] = v
+	}
+	for _, s := range q["state"] {
+		for _, st := range strings.Split(s, ",") {
+			if st = strings.TrimSpace(st); st != "" {
+				f.States = append(f.States, st)
+			}
+		}
+	}
+	return f, nil
+}
+
+func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	id := r.PathValue("id")
+	switch r.Method {
+	case http.MethodGet:
+		sb, err := s.m.Get(r.Context(), project, id)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, sb)
+	case http.MethodDelete:
+		if err := s.m.Kill(r.Context(), project, id); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		methodNotAllowed(w, r, "GET, DELETE")
+	}
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	var req api.SetTimeoutRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.TimeoutMs == nil {
+		s.fail(w, r, badRequest("timeoutMs is required: milliseconds from now, or 0 to never expire"))
+		return
+	}
+	sb, err := s.m.SetTimeout(r.Context(), project, r.PathValue("id"), *req.TimeoutMs)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	w.Header().Set("Allow", allow)
+	writeError(w, http.StatusMethodNotAllowed, api.CodeInvalidArgument, r.Method+" is not allowed on "+r.URL.Path+"; use "+allow)
+}
+
+// logRequests logs one line per request, with the sandbox and project when
+// known.
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		attrs := []slog.Attr{
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", rec.status), slog.Duration("took", time.Since(start).Round(time.Microsecond)),
+		}
+		if id := r.PathValue("id"); id != "" {
+			attrs = append(attrs, slog.String("sandbox_id", id))
+		}
+		level := slog.LevelInfo
+		if r.URL.Path == "/v1/health" {
+			level = slog.LevelDebug
+		}
+		s.log.LogAttrs(r.Context(), level, "request", attrs...)
+	})
+}
+
+// statusRecorder remembers the status written. Unwrap lets
+// http.ResponseController (and so the proxy's flushing) reach the real
+// writer.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (rec *statusRecorder) WriteHeader(code int) {
+	if !rec.wrote {
+		rec.status, rec.wrote = code, true
+	}
+	rec.ResponseWriter.WriteHeader(code)
+}
+
+func (rec *statusRecorder) Write(b []byte) (int, error) {
+	rec.wrote = true
+	return rec.ResponseWriter.Write(b)
+}
+
+func (rec *statusRecorder) Flush() {
+	rec.wrote = true
+	http.NewResponseController(rec.ResponseWriter).Flush()
+}
+
+func (rec *statusRecorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
+
+// ShutdownTimeout bounds how long Run waits for requests in flight (such as
+// NDJSON streams) when its context ends.
+const ShutdownTimeout = 10 * time.Second
+
+// Run serves h on ln until ctx ends, then shuts down gracefully. Sandboxes
+// are not touched: they outlive the server and are served again after a
+// restart.
+func Run(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		// No ReadTimeout or WriteTimeout: uploads and NDJSON streams may
+		// rightly last as long as the code they run.
+		IdleTimeout: 2 * time.Minute,
+		ErrorLog:    slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down the API; sandboxes keep running")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		logger.Warn("requests still running after the shutdown timeout; closing them", "timeout", ShutdownTimeout)
+		err = srv.Close()
+	}
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}

@@ -1,0 +1,522 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/manager"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// fakeRuntime runs "sandboxes" as entries in a map.
+type fakeRuntime struct {
+	mu      sync.Mutex
+	running map[string]bool
+	kills   atomic.Int32
+}
+
+func (f *fakeRuntime) Name() string { return "fake" }
+func (f *fakeRuntime) Create(_ context.Context, spec sandbox.Spec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.running[spec.ID] = true
+	return nil
+}
+func (f *fakeRuntime) State(_ context.Context, id string) (sandbox.State, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.running[id] {
+		return sandbox.Running, nil
+	}
+	return "", sandbox.ErrNotFound
+}
+func (f *fakeRuntime) Kill(_ context.Context, id string) error {
+	f.kills.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.running, id)
+	return nil
+}
+func (f *fakeRuntime) List(context.Context) ([]string, error) { return nil, nil }
+func (f *fakeRuntime) Checkpoint(context.Context, string, string, bool) error {
+	return errors.New("unsupported")
+}
+func (f *fakeRuntime) Restore(context.Context, sandbox.Spec, string) error {
+	return errors.New("unsupported")
+}
+
+type testEnv struct {
+	url    string
+	key1   string // project p1
+	key2   string // project p2
+	rt     *fakeRuntime
+	m      *manager.Manager
+	agent  *fakeAgent
+	broken atomic.Bool // agent address points at a closed port
+}
+
+// fakeAgent serves the agent paths the tests use.
+type fakeAgent struct {
+	srv *httptest.Server
+	// release lets /execute write its second line.
+	release chan struct{}
+	// cancelled receives when a /slow request's context ends.
+	cancelled chan struct{}
+	// started receives when a /slow request arrives.
+	started chan struct{}
+}
+
+func newFakeAgent(t *testing.T) *fakeAgent {
+	a := &fakeAgent{release: make(chan struct{}), cancelled: make(chan struct{}, 1), started: make(chan struct{}, 1)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"status":"ok"}`)
+	})
+	mux.HandleFunc("POST /execute", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		enc := json.NewEncoder(w)
+		enc.Encode(api.ExecuteEvent{Type: api.EventStdout, Text: "first\n"})
+		http.NewResponseController(w).Flush()
+		select {
+		case <-a.release:
+		case <-r.Context().Done():
+			return
+		}
+		enc.Encode(api.ExecuteEvent{Type: api.EventEnd})
+	})
+	mux.HandleFunc("POST /slow", func(w http.ResponseWriter, r *http.Request) {
+		a.started <- struct{}{}
+		<-r.Context().Done()
+		a.cancelled <- struct{}{}
+	})
+	mux.HandleFunc("/echo/{rest...}", func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		json.NewEncoder(w).Encode(map[string]any{
+			"method": r.Method, "path": r.URL.Path, "rawPath": r.URL.RawPath, "query": r.URL.RawQuery,
+			"auth": r.Header.Get("Authorization"), "bytes": n,
+		})
+	})
+	a.srv = httptest.NewServer(mux)
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func newTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	e := &testEnv{rt: &fakeRuntime{running: map[string]bool{}}, agent: newFakeAgent(t)}
+	for i, p := range []string{"p1", "p2"} {
+		if err := st.CreateProject(ctx, p, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		k, err := auth.Create(ctx, st, p, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			e.key1 = k.String()
+		} else {
+			e.key2 = k.String()
+		}
+	}
+	// A port nothing listens on, for the unreachable agent.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := ln.Addr().String()
+	ln.Close()
+
+	logger := slog.New(slog.DiscardHandler)
+	pool, _ := manager.NewPool(manager.DefaultPool)
+	e.m, err = manager.New(manager.Config{
+		Runtime: e.rt,
+		Store:   st,
+		Logger:  logger,
+		Pool:    pool,
+		RootFS:  func(context.Context, string) (string, error) { return "/rootfs", nil },
+		AgentAddr: func(string, string) string {
+			if e.broken.Load() {
+				return closed
+			}
+			return e.agent.srv.Listener.Addr().String()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(New(Config{Manager: e.m, Keys: &auth.Verifier{Store: st, Logger: logger}, Logger: logger, Version: "test"}))
+	t.Cleanup(srv.Close)
+	e.url = srv.URL
+	return e
+}
+
+type response struct {
+	status int
+	body   string
+	err    api.Error
+}
+
+func (e *testEnv) do(t *testing.T, key, method, path string, body io.Reader) response {
+	t.Helper()
+	req, err := http.NewRequest(method, e.url+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	r := response{status: resp.StatusCode, body: string(b)}
+	if resp.StatusCode >= 400 {
+		if err := json.Unmarshal(b, &r.err); err != nil || r.err.Code == "" || r.err.Message == "" {
+			t.Errorf("%s %s: %d error body %q is not an api.Error", method, path, resp.StatusCode, b)
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("%s %s: error Content-Type %q; want application/json", method, path, ct)
+		}
+	}
+	return r
+}
+
+func (e *testEnv) create(t *testing.T, key, body string) api.Sandbox {
+	t.Helper()
+	r := e.do(t, key, "POST", "/v1/sandboxes", strings.NewReader(body))
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s; want 201", r.status, r.body)
+	}
+	var sb api.Sandbox
+	if err := json.Unmarshal([]byte(r.body), &sb); err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+func TestHealthNeedsNoKey(t *testing.T) {
+	e := newTestEnv(t)
+	r := e.do(t, "", "GET", "/v1/health", nil)
+	if r.status != 200 || !strings.Contains(r.body, `"status":"ok"`) {
+		t.Fatalf("health = %d %s; want 200 ok", r.status, r.body)
+	}
+}
+
+func TestUnauthenticatedIdentical(t *testing.T) {
+	e := newTestEnv(t)
+	sb := e.create(t, e.key1, `{}`)
+	k, _ := auth.Parse(e.key1)
+	wrong := auth.Key{ID: k.ID, Secret: strings.Repeat("a", 64)}.String()
+	paths := []struct{ method, path, body string }{
+		{"POST", "/v1/sandboxes", `{"timeoutMs": "not json at all`}, // auth before body parsing
+		{"GET", "/v1/sandboxes", ""},
+		{"GET", "/v1/sandboxes/" + sb.SandboxID, ""},
+		{"DELETE", "/v1/sandboxes/" + sb.SandboxID, ""},
+		{"POST", "/v1/sandboxes/" + sb.SandboxID + "/timeout", `{"timeoutMs":1}`},
+		{"POST", "/v1/sandboxes/" + sb.SandboxID + "/execute", `{"code":"1"}`},
+		{"GET", "/v1/sandboxes/nonexistent/files?path=x", ""},
+	}
+	headers := map[string]string{
+		"missing":      "",
+		"not bearer":   "Basic " + e.key1,
+		"malformed":    "Bearer lz_zz",
+		"unknown":      "Bearer lz_00000000_" + strings.Repeat("0", 64),
+		"wrong secret": "Bearer " + wrong,
+	}
+	var first string
+	for name, h := range headers {
+		for _, p := range paths {
+			req, _ := http.NewRequest(p.method, e.url+p.path, strings.NewReader(p.body))
+			if h != "" {
+				req.Header.Set("Authorization", h)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 401 {
+				t.Errorf("%s: %s %s = %d; want 401", name, p.method, p.path, resp.StatusCode)
+			}
+			if first == "" {
+				first = string(b)
+			}
+			if string(b) != first {
+				t.Errorf("%s: %s %s body %q differs from %q", name, p.method, p.path, b, first)
+			}
+		}
+	}
+	if !strings.Contains(first, `"code":"unauthenticated"`) || !strings.Contains(first, "lizard admin create-project") {
+		t.Errorf("401 body = %s", first)
+	}
+	if !e.rt.running[sb.SandboxID] {
+		t.Error("an unauthenticated DELETE killed the sandbox")
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	e := newTestEnv(t)
+	sb := e.create(t, e.key1, `{"timeoutMs": 60000, "metadata": {"user": "u1"}, "envs": {"SECRET": "s"}}`)
+	if sb.State != api.StateRunning || sb.ProjectID != "p1" || sb.ExpiresAt == nil || sb.Metadata["user"] != "u1" {
+		t.Fatalf("created = %+v", sb)
+	}
+	r := e.do(t, e.key1, "GET", "/v1/sandboxes/"+sb.SandboxID, nil)
+	if r.status != 200 || strings.Contains(r.body, "SECRET") {
+		t.Fatalf("get = %d %s; want 200 without envs", r.status, r.body)
+	}
+	e.create(t, e.key1, `{"metadata": {"user": "u2"}}`)
+	r = e.do(t, e.key1, "GET", "/v1/sandboxes?metadata=user=u1&state=running", nil)
+	var list api.SandboxList
+	json.Unmarshal([]byte(r.body), &list)
+	if r.status != 200 || len(list.Sandboxes) != 1 || list.Sandboxes[0].SandboxID != sb.SandboxID {
+		t.Fatalf("list = %d %s; want just %s", r.status, r.body, sb.SandboxID)
+	}
+	if r := e.do(t, e.key1, "GET", "/v1/sandboxes?metadata=nokv", nil); r.status != 400 || !strings.Contains(r.err.Message, "key=value") {
+		t.Errorf("list with a bad metadata filter = %d %s; want 400", r.status, r.body)
+	}
+	if r := e.do(t, e.key2, "GET", "/v1/sandboxes", nil); r.status != 200 || strings.Contains(r.body, sb.SandboxID) {
+		t.Errorf("p2's list = %s; want no p1 sandbox", r.body)
+	}
+
+	r = e.do(t, e.key1, "POST", "/v1/sandboxes/"+sb.SandboxID+"/timeout", strings.NewReader(`{"timeoutMs": 0}`))
+	if r.status != 200 || strings.Contains(r.body, "expiresAt") {
+		t.Errorf("set timeout 0 = %d %s; want 200 without expiresAt", r.status, r.body)
+	}
+	if r := e.do(t, e.key1, "POST", "/v1/sandboxes/"+sb.SandboxID+"/timeout", strings.NewReader(`{}`)); r.status != 400 || !strings.Contains(r.err.Message, "timeoutMs is required") {
+		t.Errorf("set timeout without timeoutMs = %d %s; want 400", r.status, r.body)
+	}
+
+	if r := e.do(t, e.key1, "DELETE", "/v1/sandboxes/"+sb.SandboxID, nil); r.status != 204 {
+		t.Fatalf("delete = %d %s; want 204", r.status, r.body)
+	}
+	if r := e.do(t, e.key1, "DELETE", "/v1/sandboxes/"+sb.SandboxID, nil); r.status != 204 {
+		t.Errorf("second delete = %d %s; want 204", r.status, r.body)
+	}
+	r = e.do(t, e.key1, "GET", "/v1/sandboxes/"+sb.SandboxID, nil)
+	if r.status != 200 || !strings.Contains(r.body, `"state":"killed"`) || !strings.Contains(r.body, "endedAt") {
+		t.Errorf("get after kill = %d %s; want 200 killed", r.status, r.body)
+	}
+	for _, p := range []struct{ method, path, body string }{
+		{"POST", "/execute", `{"code":"1"}`},
+		{"GET", "/files?path=a", ""},
+		{"POST", "/timeout", `{"timeoutMs": 1000}`},
+	} {
+		r := e.do(t, e.key1, p.method, "/v1/sandboxes/"+sb.SandboxID+p.path, strings.NewReader(p.body))
+		if r.status != 410 || r.err.Code != api.CodeGone || !strings.Contains(r.err.Message, "was killed at") || !strings.Contains(r.err.Message, "create a new sandbox") {
+			t.Errorf("%s %s after kill = %d %s; want 410 gone", p.method, p.path, r.status, r.body)
+		}
+	}
+}
+
+func TestCrossProjectIsNotFound(t *testing.T) {
+	e := newTestEnv(t)
+	sb := e.create(t, e.key1, `{}`)
+	for _, p := range []struct{ method, suffix, body string }{
+		{"GET", "", ""},
+		{"DELETE", "", ""},
+		{"POST", "/timeout", `{"timeoutMs": 5}`},
+		{"POST", "/execute", `{"code":"1"}`},
+		{"GET", "/files?path=x", ""},
+	} {
+		other := e.do(t, e.key2, p.method, "/v1/sandboxes/"+sb.SandboxID+p.suffix, strings.NewReader(p.body))
+		missing := e.do(t, e.key2, p.method, "/v1/sandboxes/missing"+p.suffix, strings.NewReader(p.body))
+		if other.status != 404 || other.err.Code != api.CodeNotFound {
+			t.Errorf("%s %s from another project = %d %s; want 404", p.method, p.suffix, other.status, other.body)
+		}
+		if strings.ReplaceAll(other.body, sb.SandboxID, "X") != strings.ReplaceAll(missing.body, "missing", "X") {
+			t.Errorf("%s %s: another project's sandbox %q differs from a missing one %q", p.method, p.suffix, other.body, missing.body)
+		}
+	}
+	if !e.rt.running[sb.SandboxID] {
+		t.Error("another project's DELETE killed the sandbox")
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	e := newTestEnv(t)
+	big := `{"metadata": {"a": "` + strings.Repeat("x", MaxJSONBody) + `"}}`
+	tests := []struct {
+		name, body string
+		status     int
+		code, want string
+	}{
+		{"malformed", `{"timeoutMs": `, 400, api.CodeInvalidArgument, "malformed JSON"},
+		{"syntax", `{"timeoutMs": 5,}`, 400, api.CodeInvalidArgument, "malformed JSON at byte"},
+		{"string for number", `{"timeoutMs": "5000"}`, 400, api.CodeInvalidArgument, `field "timeoutMs" must be an integer, not a string`},
+		{"float for integer", `{"timeoutMs": 1.5}`, 400, api.CodeInvalidArgument, `field "timeoutMs" must be an integer, not the number 1.5`},
+		{"number in metadata", `{"metadata": {"a": 1}}`, 400, api.CodeInvalidArgument, `values in field "metadata" must be strings, not a number`},
+		{"array for map", `{"envs": []}`, 400, api.CodeInvalidArgument, `field "envs" must be an object of strings, not an array`},
+		{"bool for template", `{"template": true}`, 400, api.CodeInvalidArgument, `field "template" must be a string, not a boolean`},
+		{"array body", `[1]`, 400, api.CodeInvalidArgument, "must be a JSON object, not an array"},
+		{"unknown field", `{"timeout_ms": 5}`, 400, api.CodeInvalidArgument, `unknown field "timeout_ms" in the request body; known fields: template, timeoutMs, envs, metadata, lizardToken`},
+		{"two values", `{} {}`, 400, api.CodeInvalidArgument, "more than one JSON value"},
+		{"unknown template", `{"template": "x"}`, 400, api.CodeInvalidArgument, `unknown template "x"; available: interpreter`},
+		{"negative timeout", `{"timeoutMs": -5}`, 400, api.CodeInvalidArgument, "out of range"},
+		{"bad env", `{"envs": {"A=B": "c"}}`, 400, api.CodeInvalidArgument, `env name "A=B"`},
+		{"oversized", big, 413, api.CodeTooLarge, "1 MiB"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.do(t, e.key1, "POST", "/v1/sandboxes", strings.NewReader(tt.body))
+			if r.status != tt.status || r.err.Code != tt.code || !strings.Contains(r.err.Message, tt.want) {
+				t.Errorf("got %d %s; want %d %s containing %q", r.status, r.body, tt.status, tt.code, tt.want)
+			}
+		})
+	}
+	if n := len(e.rt.running); n != 0 {
+		t.Errorf("%d sandboxes started by bad requests", n)
+	}
+	// An empty body is the defaults.
+	e.create(t, e.key1, "")
+
+	if r := e.do(t, e.key1, "PUT", "/v1/sandboxes", nil); r.status != 405 {
+		t.Errorf("PUT /v1/sandboxes = %d; want 405", r.status)
+	}
+	if r := e.do(t, e.key1, "GET", "/v2/nothing", nil); r.status != 404 {
+		t.Errorf("GET /v2/nothing = %d; want 404", r.status)
+	}
+}
+
+func TestProxy(t *testing.T) {
+	e := newTestEnv(t)
+	sb := e.create(t, e.key1, `{}`)
+	base := "/v1/sandboxes/" + sb.SandboxID
+
+	// Path rewritten, query kept, key not passed on, upload not bound by
+	// the JSON limit.
+	upload := bytes.Repeat([]byte("z"), 3*MaxJSONBody)
+	r := e.do(t, e.key1, "PUT", base+"/echo/a%2Fb/c?path=x%20y&n=1", bytes.NewReader(upload))
+	var echo map[string]any
+	json.Unmarshal([]byte(r.body), &echo)
+	if r.status != 200 || echo["path"] != "/echo/a/b/c" || echo["rawPath"] != "/echo/a%2Fb/c" || echo["query"] != "path=x%20y&n=1" ||
+		echo["auth"] != "" || echo["bytes"] != float64(len(upload)) || echo["method"] != "PUT" {
+		t.Errorf("echo = %d %v; want path /echo/a/b/c, query kept, no auth, %d bytes", r.status, echo, len(upload))
+	}
+
+	// An unreachable agent is a 502.
+	e.broken.Store(true)
+	r = e.do(t, e.key1, "GET", base+"/echo/x", nil)
+	e.broken.Store(false)
+	if r.status != 502 || r.err.Code != api.CodeBadGateway {
+		t.Errorf("unreachable agent = %d %s; want 502 bad_gateway", r.status, r.body)
+	}
+}
+
+func TestProxyStreams(t *testing.T) {
+	e := newTestEnv(t)
+	sb := e.create(t, e.key1, `{}`)
+	req, _ := http.NewRequest("POST", e.url+"/v1/sandboxes/"+sb.SandboxID+"/execute", strings.NewReader(`{"code":"x"}`))
+	req.Header.Set("Authorization", "Bearer "+e.key1)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "application/x-ndjson" {
+		t.Errorf("Content-Type = %q; want application/x-ndjson", ct)
+	}
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	// The agent holds its last line until the test has the first: a
+	// buffering proxy would stall here.
+	select {
+	case l := <-lines:
+		if !strings.Contains(l, `"first\n"`) {
+			t.Fatalf("first line = %q", l)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("first NDJSON line not received before the last was sent: the proxy buffers")
+	}
+	close(e.agent.release)
+	if l := <-lines; !strings.Contains(l, `"type":"end"`) {
+		t.Errorf("second line = %q; want the end event", l)
+	}
+}
+
+func TestProxyClientDisconnectCancelsAgent(t *testing.T) {
+	e := newTestEnv(t)
+	sb := e.create(t, e.key1, `{}`)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/v1/sandboxes/"+sb.SandboxID+"/slow", nil)
+	req.Header.Set("Authorization", "Bearer "+e.key1)
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	select {
+	case <-e.agent.started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("request never reached the agent")
+	}
+	cancel()
+	select {
+	case <-e.agent.cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the agent's request was not cancelled when the client went away")
+	}
+	<-done
+}
+
+func TestRunShutsDownWithoutKilling(t *testing.T) {
+	e := newTestEnv(t)
+	e.create(t, e.key1, `{}`)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(ctx, ln, New(Config{Manager: e.m, Keys: &auth.Verifier{}, Logger: slog.New(slog.DiscardHandler)}), slog.New(slog.DiscardHandler))
+	}()
+	resp, err := http.Get(fmt.Sprintf("http://%s/v1/health", ln.Addr()))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("health on Run's listener: %v", err)
+	}
+	resp.Body.Close()
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Errorf("Run = %v; want nil after a graceful shutdown", err)
+		}
+	case <-time.After(ShutdownTimeout + 5*time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if n := e.rt.kills.Load(); n != 0 {
+		t.Errorf("shutdown killed %d sandboxes; want none", n)
+	}
+}
