@@ -104,6 +104,7 @@ func (a *Agent) startKernel(ctx context.Context, cwd string) (Kernel, error) {
 		Env:        a.env,
 		Credential: a.user.cred,
 		RuntimeDir: a.jupyterDir,
+		Logger:     a.log.With("component", "jupyter", "cwd", cwd),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting python kernel: %w", err)
