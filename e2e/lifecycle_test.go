@@ -227,7 +227,7 @@ func sandboxPids(id string) []*os.Process {
 			continue
 		}
 		var pid int
-		if _, err := fmtSscan(filepath.Base(filepath.Dir(p)), &pid); err == nil {
+		if _, err := fmt.Sscan(filepath.Base(filepath.Dir(p)), &pid); err == nil {
 			if proc, err := os.FindProcess(pid); err == nil {
 				ps = append(ps, proc)
 			}
@@ -257,7 +257,7 @@ func TestBadInput(t *testing.T) {
 		defer resp.Body.Close()
 		var e api.Error
 		b, _ := io.ReadAll(resp.Body)
-		jsonUnmarshal(b, &e)
+		json.Unmarshal(b, &e)
 		return resp.StatusCode, e
 	}
 
@@ -312,7 +312,3 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("after bad creates, list = %d sandboxes, %v; want 1", len(list), err)
 	}
 }
-
-func fmtSscan(s string, v *int) (int, error) { return fmt.Sscan(s, v) }
-
-func jsonUnmarshal(b []byte, v any) { json.Unmarshal(b, v) }
