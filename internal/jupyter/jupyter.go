@@ -374,6 +374,9 @@ func (k *Kernel) run(ctx context.Context, p *proc, req Request, emit func(api.Ex
 			}
 		case <-p.controlCh:
 		case <-timeout:
+			if replied {
+				continue // finished in time; only the idle status is still on its way
+			}
 			timedOut = true
 			if err := p.signal(syscall.SIGINT); err != nil {
 				k.log.Warn("interrupting kernel on timeout", "err", err)
