@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+func init() {
+	register("admin", "administer a data directory: create-project, create-key", runAdmin)
+}
+
+// projectIDPattern is what a project ID may be: short, lowercase, safe in
+// URLs, logs and file names.
+var projectIDPattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+
+func adminUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage:
+  lizard admin create-project --id ID [--data-dir DIR] [--json]   make a project and its first API key
+  lizard admin create-key --project ID [--data-dir DIR] [--json]  make another API key for a project
+
+Both work whether or not the server is running on DIR. A key is shown once;
+only its hash is stored.
+`)
+}
+
+func runAdmin(ctx context.Context, e env, args []string) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		adminUsage(e.stdout)
+		return nil
+	}
+	switch args[0] {
+	case "create-project":
+		return quietHelp(adminCreate(ctx, e, args[1:], true))
+	case "create-key":
+		return quietHelp(adminCreate(ctx, e, args[1:], false))
+	}
+	adminUsage(e.stderr)
+	return usagef("unknown admin command %q: want create-project or create-key", args[0])
+}
+
+// adminKey is what create-project and create-key print with --json.
+type adminKey struct {
+	ProjectID string `json:"projectId"`
+	APIKey    string `json:"apiKey"`
+}
+
+// adminCreate makes a project and its first key (newProject), or another
+// key for an existing project.
+func adminCreate(ctx context.Context, e env, args []string, newProject bool) error {
+	name, idFlag := "admin create-key", "project"
+	if newProject {
+		name, idFlag = "admin create-project", "id"
+	}
+	fs := newFlags(e, name)
+	dataDir := fs.String("data-dir", "data", "the server's data directory")
+	id := fs.String(idFlag, "", "project ID: 1 to 64 of a-z, 0-9, _ and -")
+	asJSON := fs.Bool("json", false, `print {"projectId": ..., "apiKey": ...}`)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("lizard %s takes no arguments, got %q", name, fs.Args())
+	}
+	if !projectIDPattern.MatchString(*id) {
+		return usagef("--%s %q: want 1 to 64 of a-z, 0-9, _ and -", idFlag, *id)
+	}
+
+	st, err := store.Open(ctx, *dataDir)
+	if err != nil {
+		return fmt.Errorf("opening the store in %s: %w", *dataDir, err)
+	}
+	defer st.Close()
+	if newProject {
+		err := st.CreateProject(ctx, *id, time.Now())
+		if errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("project %s exists; use `lizard admin create-key --project %s` for another key", *id, *id)
+		}
+		if err != nil {
+			return err
+		}
+	} else if _, err := st.GetProject(ctx, *id); errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("no project %s in %s; make it with `lizard admin create-project --id %s`", *id, *dataDir, *id)
+	} else if err != nil {
+		return err
+	}
+	k, err := auth.Create(ctx, st, *id, "")
+	if err != nil {
+		return fmt.Errorf("creating a key for project %s: %w", *id, err)
+	}
+
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		return enc.Encode(adminKey{ProjectID: *id, APIKey: k.String()})
+	}
+	if newProject {
+		fmt.Fprintf(e.stdout, "Created project %s.\n", *id)
+	}
+	fmt.Fprintf(e.stdout, "API key for project %s (shown once; keep it secret):\n\n  %s\n\nUse it with:\n  export LIZARD_API_KEY=%s\n", *id, k, k)
+	return nil
+}

@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err = Run(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+func TestAdminCreateProjectAndKey(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	// The server holds the database open meanwhile.
+	st, err := store.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	v := &auth.Verifier{Store: st}
+
+	out, _, err := runCLI(t, "admin", "create-project", "--data-dir", dir, "--id", "proj_123", "--json")
+	if err != nil {
+		t.Fatalf("create-project: %v", err)
+	}
+	var got adminKey
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.ProjectID != "proj_123" || !strings.HasPrefix(got.APIKey, "lz_") {
+		t.Fatalf("create-project printed %q (%v); want projectId proj_123 and a lz_ key", out, err)
+	}
+	if p, err := v.Verify(ctx, got.APIKey); err != nil || p != "proj_123" {
+		t.Fatalf("the printed key verifies as %q, %v; want proj_123", p, err)
+	}
+
+	_, _, err = runCLI(t, "admin", "create-project", "--data-dir", dir, "--id", "proj_123")
+	if err == nil || !strings.Contains(err.Error(), "create-key --project proj_123") {
+		t.Errorf("creating an existing project = %v; want an error pointing at create-key", err)
+	}
+
+	out, _, err = runCLI(t, "admin", "create-key", "--data-dir", dir, "--project", "proj_123")
+	if err != nil {
+		t.Fatalf("create-key: %v", err)
+	}
+	var second string
+	for _, f := range strings.Fields(out) {
+		if strings.HasPrefix(f, "lz_") {
+			second = f
+		}
+	}
+	if p, err := v.Verify(ctx, second); err != nil || p != "proj_123" || second == got.APIKey {
+		t.Errorf("create-key printed %q; its key verifies as %q, %v; want a new proj_123 key", out, p, err)
+	}
+
+	if _, _, err := runCLI(t, "admin", "create-key", "--data-dir", dir, "--project", "nope"); err == nil || !strings.Contains(err.Error(), "create-project --id nope") {
+		t.Errorf("create-key for a missing project = %v; want an error pointing at create-project", err)
+	}
+}
+
+func TestAdminBadUsage(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"admin", "create-project", "--data-dir", dir, "--id", "Bad ID"},
+		{"admin", "create-project", "--data-dir", dir},
+		{"admin", "create-project", "--data-dir", dir, "--id", strings.Repeat("a", 65)},
+		{"admin", "create-project", "--data-dir", dir, "--id", "x", "extra"},
+		{"admin", "frobnicate"},
+	} {
+		if _, _, err := runCLI(t, args...); err == nil || ExitCode(err) != 2 {
+			t.Errorf("%q = %v (exit %d); want a usage error (exit 2)", args, err, ExitCode(err))
+		}
+	}
+	if out, _, err := runCLI(t, "admin"); err != nil || !strings.Contains(out, "create-project") {
+		t.Errorf("lizard admin = %q, %v; want the usage", out, err)
+	}
+}
