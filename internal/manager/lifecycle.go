@@ -82,25 +82,35 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		reason := "it was still starting when the server restarted"
 		if sb.State == api.StateRunning {
 			st, err := m.cfg.Runtime.State(ctx, sb.ID)
-			if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-				return fmt.Errorf("checking sandbox %s: %w", sb.ID, err)
-			}
 			if err == nil && st == sandbox.Running {
 				kept++
 				log.Info("sandbox still running; serving it again", "guest_addr", sb.GuestAddr)
 				continue
 			}
 			reason = "it was not running after the server restarted"
+			if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+				// A sandbox whose state cannot be read cannot be served
+				// either; refusing to start the server would be worse.
+				log.Error("reading sandbox state after restart", "err", err)
+			}
 		}
 		unlock := m.locks.lock(sb.ID)
 		err := m.end(ctx, sb, api.StateFailed, reason)
-		unlock()
 		if err != nil {
-			return fmt.Errorf("ending sandbox %s: %w", sb.ID, err)
+			// The row ends regardless, so that the sandbox is not served;
+			// being unrecorded, it is then an orphan the sweep kills.
+			log.Error("killing a sandbox that did not survive the restart", "err", err)
+			err = m.cfg.Store.EndSandbox(ctx, sb.ID, api.StateFailed, reason, m.now())
+		}
+		unlock()
+		if err != nil && !errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("recording the end of sandbox %s: %w", sb.ID, err)
 		}
 	}
 	if err := m.sweepOrphans(ctx); err != nil {
-		return err
+		// Left over sandboxes cost resources but break nothing; the
+		// reaper sweeps again later.
+		m.log.Error("sweeping orphan sandboxes", "err", err)
 	}
 	m.log.Info("reconciled sandboxes", "kept", kept, "ended", len(live)-kept)
 	return nil
