@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
@@ -46,19 +47,20 @@ var errContextClosed = errors.New("context was deleted")
 type execContext struct {
 	info api.Context
 	turn chan struct{} // held while a js/bash call runs
+	// starting is held while a kernel starts or restarts, so concurrent
+	// callers wait for one start instead of racing two.
+	starting chan struct{}
 
-	// lock guards the fields below and is held while a kernel starts, so
-	// concurrent callers wait for one start instead of racing two.
-	lock   chan struct{}
+	mu     sync.Mutex
 	kernel Kernel
 	closed bool
 }
 
 func newExecContext(id, lang, cwd string) *execContext {
 	return &execContext{
-		info: api.Context{ID: id, Language: lang, Cwd: cwd},
-		turn: make(chan struct{}, 1),
-		lock: make(chan struct{}, 1),
+		info:     api.Context{ID: id, Language: lang, Cwd: cwd},
+		turn:     make(chan struct{}, 1),
+		starting: make(chan struct{}, 1),
 	}
 }
 
@@ -73,22 +75,42 @@ func acquire(ctx context.Context, sem chan struct{}) error {
 
 func (c *execContext) isDefault() bool { return c.info.ID == defaultContextID(c.info.Language) }
 
-// kernel returns c's running kernel, starting it if it is not running (the
-// first call, or after a start that failed).
-func (a *Agent) kernel(ctx context.Context, c *execContext) (Kernel, error) {
-	if err := acquire(ctx, c.lock); err != nil {
-		return nil, err
-	}
-	defer func() { <-c.lock }()
+func (c *execContext) current() (Kernel, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
 		return nil, errContextClosed
 	}
-	if c.kernel != nil {
-		return c.kernel, nil
+	return c.kernel, nil
+}
+
+// kernel returns c's running kernel, starting it if it is not running (the
+// first call, or after a start that failed).
+func (a *Agent) kernel(ctx context.Context, c *execContext) (Kernel, error) {
+	if k, err := c.current(); k != nil || err != nil {
+		return k, err
 	}
+	if err := acquire(ctx, c.starting); err != nil {
+		return nil, err
+	}
+	defer func() { <-c.starting }()
+	if k, err := c.current(); k != nil || err != nil {
+		return k, err
+	}
+	return a.startInto(ctx, c)
+}
+
+// startInto starts a kernel for c; the caller holds c.starting.
+func (a *Agent) startInto(ctx context.Context, c *execContext) (Kernel, error) {
 	k, err := a.startKernel(ctx, c.info.Cwd)
 	if err != nil {
 		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed { // deleted while starting
+		k.Close()
+		return nil, errContextClosed
 	}
 	c.kernel = k
 	return k, nil
@@ -113,22 +135,18 @@ func (a *Agent) startKernel(ctx context.Context, cwd string) (Kernel, error) {
 	return k, nil
 }
 
-// close ends c's kernel; later calls to c fail.
+// close ends c's kernel; later calls to c fail. It does not wait for a
+// kernel start in progress: that kernel is closed when its start ends.
 func (c *execContext) close() error {
-	// Wait for a kernel start in progress, but not forever.
-	ctx, cancel := context.WithTimeout(context.Background(), kernelStartTimeout)
-	defer cancel()
-	if err := acquire(ctx, c.lock); err != nil {
-		return fmt.Errorf("closing context %s: %w", c.info.ID, err)
-	}
-	defer func() { <-c.lock }()
+	c.mu.Lock()
 	c.closed = true
-	if c.kernel == nil {
+	k := c.kernel
+	c.kernel = nil
+	c.mu.Unlock()
+	if k == nil {
 		return nil
 	}
-	err := c.kernel.Close()
-	c.kernel = nil
-	if err != nil {
+	if err := k.Close(); err != nil {
 		return fmt.Errorf("closing kernel of context %s: %w", c.info.ID, err)
 	}
 	return nil
@@ -240,24 +258,21 @@ func (a *Agent) restartContext(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) restartKernel(ctx context.Context, c *execContext) error {
-	if err := acquire(ctx, c.lock); err != nil {
+	if err := acquire(ctx, c.starting); err != nil {
 		return err
 	}
-	defer func() { <-c.lock }()
-	if c.closed {
-		return errContextClosed
+	defer func() { <-c.starting }()
+	k, err := c.current()
+	if err != nil {
+		return err
 	}
-	if c.kernel == nil {
-		k, err := a.startKernel(ctx, c.info.Cwd)
-		if err != nil {
-			return err
-		}
-		c.kernel = k
-		return nil
+	if k == nil {
+		_, err := a.startInto(ctx, c)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, kernelStartTimeout)
 	defer cancel()
-	return c.kernel.Restart(ctx)
+	return k.Restart(ctx)
 }
 
 func (a *Agent) deleteContext(w http.ResponseWriter, r *http.Request) {
