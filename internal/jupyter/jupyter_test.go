@@ -682,3 +682,19 @@ func TestCredential(t *testing.T) {
 		t.Errorf("kernel identity = %q, want %q", o.stdout, want)
 	}
 }
+
+// A kernel whose interpreter does not exist fails Start promptly instead of
+// waiting for readers that never ran.
+func TestStartMissingPython(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	k, err := Start(ctx, Config{Python: "/nonexistent/python", RuntimeDir: t.TempDir()})
+	if err == nil {
+		k.Close()
+		t.Fatal("Start with a missing interpreter succeeded")
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Start took %v to fail, want it prompt", d)
+	}
+}

@@ -355,11 +355,17 @@ func (p *proc) stop() {
 		// sockets: zmq4's per-connection goroutine only exits after
 		// handing over that final error, and would leak if nobody read it.
 		close(p.closing)
-		limit := time.After(time.Second)
+		// One deadline for all readers; a timer's channel fires once, so
+		// once it has, the remaining readers are not waited for at all
+		// (they may never have started, as when the process failed to).
+		limit := time.NewTimer(time.Second)
+		defer limit.Stop()
+	wait:
 		for _, eof := range p.eofs {
 			select {
 			case <-eof:
-			case <-limit:
+			case <-limit.C:
+				break wait
 			}
 		}
 		p.cancel()
