@@ -82,3 +82,29 @@ func TestAdminBadUsage(t *testing.T) {
 		t.Errorf("lizard admin = %q, %v; want the usage", out, err)
 	}
 }
+func TestServeConfig(t *testing.T) {
+	var errb bytes.Buffer
+	c, err := parseServe(env{stdout: &errb, stderr: &errb}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:8080" || c.DataDir != "data" || c.AddressPool != "169.254.128.0/17" || c.DefaultTimeout.Milliseconds() != 300000 {
+		t.Errorf("defaults = %+v", c)
+	}
+	for _, args := range [][]string{
+		{"--address-pool", "169.254.169.0/24"},
+		{"--address-pool", "10.0.0.1/24"},
+		{"--default-timeout", "0s"},
+		{"--default-timeout", "48h"},
+		{"--listen", "8080"},
+		{"--log-level", "loud"},
+	} {
+		c, err := parseServe(env{stdout: &errb, stderr: &errb}, args)
+		if err == nil {
+			err = c.validate()
+		}
+		if err == nil || ExitCode(err) != 2 {
+			t.Errorf("serve %q: %v; want a usage error", args, err)
+		}
+	}
+}
