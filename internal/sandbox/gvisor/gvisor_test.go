@@ -1,0 +1,220 @@
+package gvisor
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/lizard-build/lizard/internal/netns"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
+	"github.com/lizard-build/lizard/internal/testenv"
+)
+
+// newTestRuntime returns a Runtime in a fresh directory and checks, when
+// the test ends, that its sandboxes left nothing there.
+func newTestRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	runsc := testenv.Runsc(t)
+	dir := t.TempDir()
+	r, err := New(Config{Runsc: runsc, Dir: dir, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered before the suite's Kill cleanups, so it runs after them.
+	t.Cleanup(func() {
+		if ents, _ := os.ReadDir(r.boxDir); len(ents) > 0 {
+			t.Errorf("sandbox directories left in %s: %v", r.boxDir, ents)
+		}
+		if m, _ := filepath.Glob(filepath.Join(r.stateDir, "*.state")); len(m) > 0 {
+			t.Errorf("runsc state left: %v", m)
+		}
+	})
+	return r
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func TestConformance(t *testing.T) {
+	sandboxtest.Run(t, func(t *testing.T) sandbox.Runtime { return newTestRuntime(t) })
+}
+
+// TestLeftoversFound checks that a new Runtime over the same directory (a
+// restarted server) finds and removes a running sandbox and a half-made one.
+func TestLeftoversFound(t *testing.T) {
+	r1 := newTestRuntime(t)
+	ctx := context.Background()
+	spec := sandboxtest.Spec(sandboxtest.BuildRootFS(t))
+	t.Cleanup(func() { r1.Kill(ctx, spec.ID) })
+	if err := r1.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	half := sandboxtest.NewID()
+	t.Cleanup(func() { r1.Kill(ctx, half) })
+	if err := netns.Create(half, netns.Link{HostAddr: netip.MustParseAddr("169.254.251.249"), GuestAddr: netip.MustParseAddr("169.254.251.250"), PrefixLen: 30}); err != nil {
+		t.Fatal(err)
+	}
+
+	r2, err := New(Config{Runsc: r1.runsc, Dir: filepath.Dir(r1.stateDir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := r2.List(ctx)
+	if err != nil || !slices.Contains(ids, spec.ID) || !slices.Contains(ids, half) {
+		t.Fatalf("List() of a new Runtime = %v, %v; want %s and %s", ids, err, spec.ID, half)
+	}
+	if st, err := r2.State(ctx, spec.ID); st != sandbox.Running {
+		t.Errorf("State(%s) from a new Runtime = %q, %v; want running", spec.ID, st, err)
+	}
+	if st, err := r2.State(ctx, half); st != sandbox.Stopped {
+		t.Errorf("State of a half-made sandbox = %q, %v; want stopped", st, err)
+	}
+	pids := sandboxtest.Procs(spec.ID)
+	for _, id := range []string{spec.ID, half} {
+		if err := r2.Kill(ctx, id); err != nil {
+			t.Errorf("Kill(%s): %v", id, err)
+		}
+		sandboxtest.AssertGone(t, r2, id, pids)
+	}
+}
+
+// TestPrefixIDs checks IDs that are prefixes of each other, which runsc on
+// its own treats as ambiguous.
+func TestPrefixIDs(t *testing.T) {
+	r := newTestRuntime(t)
+	ctx := context.Background()
+	rootfs := sandboxtest.BuildRootFS(t)
+	a := sandboxtest.Spec(rootfs)
+	b := sandboxtest.Spec(rootfs)
+	b.ID = a.ID + "0"
+	for _, sp := range []sandbox.Spec{a, b} {
+		t.Cleanup(func() { r.Kill(ctx, sp.ID) })
+		if err := r.Create(ctx, sp); err != nil {
+			t.Fatalf("Create(%s): %v", sp.ID, err)
+		}
+	}
+	for _, sp := range []sandbox.Spec{a, b} {
+		if st, err := r.State(ctx, sp.ID); st != sandbox.Running {
+			t.Errorf("State(%s) = %q, %v; want running", sp.ID, st, err)
+		}
+	}
+	if err := r.Kill(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := r.State(ctx, b.ID); st != sandbox.Running {
+		t.Errorf("State(%s) after killing %s = %q, %v; want running", b.ID, a.ID, st, err)
+	}
+}
+
+func TestOCISpec(t *testing.T) {
+	base := sandbox.Spec{
+		ID:      "sbx-1",
+		RootFS:  "/var/cache/lizard/templates/abc/rootfs",
+		Args:    []string{"/usr/local/bin/lizard-agent"},
+		Env:     []string{"A=1"},
+		Network: sandbox.Network{HostAddr: netip.MustParseAddr("169.254.128.1"), GuestAddr: netip.MustParseAddr("169.254.128.2"), PrefixLen: 30},
+	}
+	tests := []struct {
+		name       string
+		edit       func(*sandbox.Spec)
+		wantMemory int64
+		wantPids   int64
+		wantQuota  int64 // 0: no CPU limit
+		wantPath   string
+		wantMounts map[string]string // destination -> type
+		wantBinds  map[string][]string
+	}{
+		{
+			name:       "defaults",
+			edit:       func(*sandbox.Spec) {},
+			wantMemory: 1 << 30, wantPids: 1024,
+			wantPath:   defaultPath,
+			wantMounts: map[string]string{"/proc": "proc", "/dev": "tmpfs", "/dev/pts": "devpts", "/sys": "sysfs", "/tmp": "tmpfs"},
+		},
+		{
+			name: "limits, PATH and mounts",
+			edit: func(s *sandbox.Spec) {
+				s.Limits = sandbox.Limits{MemoryBytes: 512 << 20, Pids: 64, CPUs: 1.5}
+				s.Env = append(s.Env, "PATH=/bin")
+				s.Mounts = []sandbox.Mount{{Source: "/srv/a", Target: "/mnt/a", ReadOnly: true}, {Source: "/srv/b", Target: "/mnt/b"}}
+			},
+			wantMemory: 512 << 20, wantPids: 64, wantQuota: 150_000,
+			wantPath:   "PATH=/bin",
+			wantMounts: map[string]string{"/mnt/a": "bind", "/mnt/b": "bind"},
+			wantBinds:  map[string][]string{"/mnt/a": {"rbind", "ro"}, "/mnt/b": {"rbind", "rw"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sp := base
+			sp.Env = slices.Clone(base.Env)
+			tt.edit(&sp)
+			got := ociSpec(sp, "/var/run/netns/lizard-sbx-1")
+
+			if got.Root.Path != sp.RootFS || got.Root.Readonly {
+				t.Errorf("root = %+v, want %s writable (for the overlay)", got.Root, sp.RootFS)
+			}
+			if !slices.Equal(got.Process.Args, sp.Args) || got.Process.Cwd != "/" || got.Process.User.UID != 0 {
+				t.Errorf("process args %v cwd %q uid %d, want %v / 0", got.Process.Args, got.Process.Cwd, got.Process.User.UID, sp.Args)
+			}
+			if !slices.Contains(got.Process.Env, "A=1") || !slices.Contains(got.Process.Env, tt.wantPath) {
+				t.Errorf("env = %v, want A=1 and %s", got.Process.Env, tt.wantPath)
+			}
+			if n := len(slices.DeleteFunc(slices.Clone(got.Process.Env), func(e string) bool { return !strings.HasPrefix(e, "PATH=") })); n != 1 {
+				t.Errorf("env has %d PATH entries, want 1: %v", n, got.Process.Env)
+			}
+			if m := *got.Linux.Resources.Memory.Limit; m != tt.wantMemory {
+				t.Errorf("memory limit = %d, want %d", m, tt.wantMemory)
+			}
+			if p := got.Linux.Resources.Pids.Limit; p != tt.wantPids {
+				t.Errorf("pids limit = %d, want %d", p, tt.wantPids)
+			}
+			cpu := got.Linux.Resources.CPU
+			switch {
+			case tt.wantQuota == 0 && cpu != nil:
+				t.Errorf("CPU = %+v, want no limit", cpu)
+			case tt.wantQuota != 0 && (cpu == nil || *cpu.Quota != tt.wantQuota || *cpu.Period != 100_000):
+				t.Errorf("CPU = %+v, want quota %d per 100000", cpu, tt.wantQuota)
+			}
+			if got.Linux.CgroupsPath != "/lizard/sbx-1" {
+				t.Errorf("cgroupsPath = %q, want /lizard/sbx-1", got.Linux.CgroupsPath)
+			}
+			i := slices.IndexFunc(got.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == specs.NetworkNamespace })
+			if i < 0 || got.Linux.Namespaces[i].Path != "/var/run/netns/lizard-sbx-1" {
+				t.Errorf("namespaces = %+v, want network at /var/run/netns/lizard-sbx-1", got.Linux.Namespaces)
+			}
+			for dest, typ := range tt.wantMounts {
+				j := slices.IndexFunc(got.Mounts, func(m specs.Mount) bool { return m.Destination == dest })
+				if j < 0 || got.Mounts[j].Type != typ {
+					t.Errorf("mount %s: got %+v, want type %s", dest, got.Mounts, typ)
+					continue
+				}
+				if want, ok := tt.wantBinds[dest]; ok && !slices.Equal(got.Mounts[j].Options, want) {
+					t.Errorf("mount %s options = %v, want %v", dest, got.Mounts[j].Options, want)
+				}
+			}
+		})
+	}
+}
+
+func TestContainerIDNotPrefix(t *testing.T) {
+	tests := []struct{ a, b string }{{"a", "a1"}, {"sbx-1", "sbx-10"}, {"x", "x-y"}}
+	for _, tt := range tests {
+		if ca, cb := containerID(tt.a), containerID(tt.b); strings.HasPrefix(cb, ca) {
+			t.Errorf("containerID(%q) = %q is a prefix of containerID(%q) = %q", tt.a, ca, tt.b, cb)
+		}
+	}
+}

@@ -1,0 +1,125 @@
+// Command server is the tiny program the runtime conformance suite boots in
+// every test sandbox: a static HTTP server whose in-memory counter, files and
+// allocations let the suite see what survives a checkpoint and what a limit
+// stops.
+//
+//	GET  /              increments the counter and returns it
+//	GET  /count         returns the counter without changing it
+//	PUT  /file?path=P   writes the body to P
+//	GET  /file?path=P   returns the contents of P
+//	POST /alloc?mb=N    allocates and touches N MiB more, kept until exit
+//	POST /spawn?n=N     starts N child processes that sleep; returns how many started
+//	GET  /addrs         returns the sandbox's interface addresses
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "sleep" {
+		time.Sleep(time.Hour)
+		return
+	}
+	listen := flag.String("listen", ":49983", "address to listen on")
+	flag.Parse()
+
+	var (
+		mu       sync.Mutex
+		count    int
+		hoard    [][]byte
+		children []*exec.Cmd
+	)
+	http.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		count++
+		n := count
+		mu.Unlock()
+		fmt.Fprint(w, n)
+	})
+	http.HandleFunc("GET /count", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprint(w, count)
+	})
+	http.HandleFunc("PUT /file", func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err == nil {
+			err = os.WriteFile(r.URL.Query().Get("path"), b, 0o644)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	})
+	http.HandleFunc("GET /file", func(w http.ResponseWriter, r *http.Request) {
+		b, err := os.ReadFile(r.URL.Query().Get("path"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		w.Write(b)
+	})
+	http.HandleFunc("POST /alloc", func(w http.ResponseWriter, r *http.Request) {
+		mb, err := strconv.Atoi(r.URL.Query().Get("mb"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		for range mb {
+			b := make([]byte, 1<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			mu.Lock()
+			hoard = append(hoard, b)
+			mu.Unlock()
+		}
+		fmt.Fprintf(w, "allocated %d MiB", mb)
+	})
+	http.HandleFunc("POST /spawn", func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.Atoi(r.URL.Query().Get("n"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		started := 0
+		var lastErr error
+		for range n {
+			c := exec.Command("/proc/self/exe", "sleep")
+			if err := c.Start(); err != nil {
+				lastErr = err
+				continue
+			}
+			started++
+			mu.Lock()
+			children = append(children, c)
+			mu.Unlock()
+		}
+		fmt.Fprintf(w, "%d", started)
+		if lastErr != nil {
+			log.Printf("spawn: %v", lastErr)
+		}
+	})
+	http.HandleFunc("GET /addrs", func(w http.ResponseWriter, r *http.Request) {
+		addrs, err := net.InterfaceAddrs()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		for _, a := range addrs {
+			fmt.Fprintln(w, a)
+		}
+	})
+	log.Printf("listening on %s", *listen)
+	log.Fatal(http.ListenAndServe(*listen, nil))
+}
