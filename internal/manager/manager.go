@@ -81,7 +81,7 @@ type Config struct {
 	// APIURL, when set, is given to sandboxes created with lizardToken as
 	// LIZARD_API_URL, so the CLI inside reaches the server.
 	APIURL string
-	// AgentAddr returns the host:port a sandbox's agent is reached at;
+	// AgentAddr returns the host:port a sandbox's agent is dialled at;
 	// default guestAddr:api.AgentPort. Tests point it at a fake agent.
 	AgentAddr func(sandboxID, guestAddr string) string
 	// Transport carries requests to agents (health checks and, through
@@ -140,18 +140,41 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	t := cfg.Transport
-	if t == nil {
-		t = &http.Transport{
+	m := &Manager{cfg: cfg, log: cfg.Logger, transport: cfg.Transport}
+	if m.transport == nil {
+		m.transport = &http.Transport{
 			// Never through an HTTP proxy from the environment: agents
 			// live on this machine's own links.
 			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			DialContext:         m.dialAgent,
 			MaxIdleConnsPerHost: 16,
 			IdleConnTimeout:     90 * time.Second,
 		}
 	}
-	return &Manager{cfg: cfg, log: cfg.Logger, transport: t}, nil
+	return m, nil
+}
+
+// agentHost is the host agent URLs name: the sandbox ID, not its address.
+// Addresses are reused once a sandbox ends, and a kept-alive connection to
+// the old sandbox's address must never carry a request meant for the new
+// one; keying the connection pool by ID makes that impossible.
+func agentHost(id string) string { return net.JoinHostPort(id, strconv.Itoa(api.AgentPort)) }
+
+// dialAgent connects to the agent of the sandbox an agentHost names.
+func (m *Manager) dialAgent(ctx context.Context, network, addr string) (net.Conn, error) {
+	id, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := m.cfg.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("dialing agent of sandbox %s: %w", id, err)
+	}
+	if !sb.Live() {
+		return nil, fmt.Errorf("dialing agent of sandbox %s: it has ended", id)
+	}
+	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	return d.DialContext(ctx, network, m.cfg.AgentAddr(sb.ID, sb.GuestAddr))
 }
 
 // Transport is what carries requests to agents.
@@ -348,7 +371,7 @@ func (m *Manager) waitAgent(ctx context.Context, sb store.Sandbox) error {
 	wctx, cancel := context.WithTimeout(ctx, m.cfg.StartTimeout)
 	defer cancel()
 	client := &http.Client{Transport: m.transport, Timeout: 2 * time.Second}
-	u := "http://" + m.cfg.AgentAddr(sb.ID, sb.GuestAddr) + "/health"
+	u := "http://" + agentHost(sb.ID) + "/health"
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	var last error
@@ -545,7 +568,7 @@ func (m *Manager) AgentURL(ctx context.Context, projectID, id string) (*url.URL,
 	case sb.State != api.StateRunning:
 		return nil, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
 	}
-	return &url.URL{Scheme: "http", Host: m.cfg.AgentAddr(sb.ID, sb.GuestAddr)}, nil
+	return &url.URL{Scheme: "http", Host: agentHost(sb.ID)}, nil
 }
 
 // gone is the error for using an ended sandbox.

@@ -211,9 +211,17 @@ func TestCreateRunning(t *testing.T) {
 	if spec.Network != wantNet {
 		t.Errorf("network = %+v; want %+v", spec.Network, wantNet)
 	}
+	// Agent URLs name the sandbox, not its address, which a later sandbox
+	// may reuse; the transport dials the address behind the name.
 	u, err := e.m.AgentURL(ctx, "p1", sb.SandboxID)
-	if err != nil || u.Host != e.agent.Listener.Addr().String() {
-		t.Errorf("AgentURL = %v, %v; want the fake agent", u, err)
+	if err != nil || u.Host != sb.SandboxID+":49983" {
+		t.Errorf("AgentURL = %v, %v; want http://%s:49983", u, err, sb.SandboxID)
+	}
+	resp, err := (&http.Client{Transport: e.m.Transport()}).Get(u.String() + "/health")
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("GET %s/health through the manager's transport = %v, %v; want the fake agent's 200", u, resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	// A second sandbox takes the next slot.
 	e.m.Create(ctx, "p1", api.CreateSandboxRequest{})

@@ -416,8 +416,10 @@ func TestProxy(t *testing.T) {
 		t.Errorf("echo = %d %v; want path /echo/a/b/c, query kept, no auth, %d bytes", r.status, echo, len(upload))
 	}
 
-	// An unreachable agent is a 502.
+	// An unreachable agent is a 502. Connections kept alive from the calls
+	// above are dropped first, as a dead agent's would be.
 	e.broken.Store(true)
+	e.m.Transport().(interface{ CloseIdleConnections() }).CloseIdleConnections()
 	r = e.do(t, e.key1, "GET", base+"/echo/x", nil)
 	e.broken.Store(false)
 	if r.status != 502 || r.err.Code != api.CodeBadGateway {
