@@ -8,7 +8,10 @@
 // Dir/state, the bundle, console log and overlay store in Dir/sandboxes/ID)
 // or is named after its ID (the namespace lizard-ID, the host veth, the
 // cgroups /lizard/ID), so a restarted server finds every sandbox, even half
-// made ones, and can remove all of it.
+// made ones, and can remove all of it. The directory Dir/sandboxes/ID is
+// made first and removed last: it marks the sandbox as this Runtime's, so
+// that two Runtimes on one machine (a server and a test run) never list or
+// remove each other's sandboxes through the machine-wide names.
 package gvisor
 
 import (
@@ -226,6 +229,10 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 	if err := checkID(spec.ID); err != nil {
 		return fmt.Errorf("%s sandbox: %w", verb, err)
 	}
+	// runsc reports a bad root only as "waiting for sandbox to start: EOF".
+	if fi, err := os.Stat(spec.RootFS); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%s sandbox %s: root filesystem %q is not a directory", verb, spec.ID, spec.RootFS)
+	}
 	id := spec.ID
 	log := r.log.With("sandbox_id", id)
 	unlock := r.lock(id)
@@ -312,8 +319,8 @@ func (r *Runtime) state(ctx context.Context, id string) (runscState, error) {
 }
 
 // State implements sandbox.Runtime. A sandbox runsc no longer knows but
-// whose namespace or directory is still there is reported stopped, so that
-// it is killed and cleaned up rather than forgotten.
+// whose directory is still there is reported stopped, so that it is killed
+// and cleaned up rather than forgotten.
 func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
 	if err := checkID(id); err != nil {
 		return "", fmt.Errorf("getting state: %w: %v", sandbox.ErrNotFound, err)
@@ -328,15 +335,18 @@ func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
 		}
 		return sandbox.Stopped, nil
 	}
-	if _, err := os.Stat(r.dir(id)); err == nil || netns.Exists(id) {
+	if r.owns(id) {
 		return sandbox.Stopped, nil
 	}
 	return "", fmt.Errorf("getting state of sandbox %s: %w", id, sandbox.ErrNotFound)
 }
 
-// List implements sandbox.Runtime: the union of runsc's containers, the
-// lizard-* network namespaces and the sandbox directories, so that half-made
-// leftovers of a crashed server are found too.
+// List implements sandbox.Runtime: the union of runsc's containers and the
+// sandbox directories, so that half-made leftovers of a crashed server are
+// found too. Network namespaces are not listed on their own: lizard-* names
+// are machine-wide, and one without a sandbox directory here belongs to
+// another Runtime (every namespace this Runtime makes lives inside the
+// lifetime of its directory).
 func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	ents, err := os.ReadDir(r.stateDir)
@@ -346,15 +356,6 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	for _, e := range ents {
 		cid, _, ok := strings.Cut(e.Name(), "_sandbox:")
 		if id, dot := strings.CutSuffix(cid, "."); ok && dot && strings.HasSuffix(e.Name(), ".state") && validID.MatchString(id) {
-			seen[id] = true
-		}
-	}
-	ids, err := netns.List()
-	if err != nil {
-		return nil, fmt.Errorf("listing sandboxes: %w", err)
-	}
-	for _, id := range ids {
-		if validID.MatchString(id) {
 			seen[id] = true
 		}
 	}
@@ -427,9 +428,21 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 	return nil
 }
 
+// owns reports whether sandbox id is this Runtime's: its directory is
+// there (made first, removed last).
+func (r *Runtime) owns(id string) bool {
+	_, err := os.Lstat(r.dir(id))
+	return err == nil
+}
+
 // remove ends and deletes everything sandbox id has; what is already gone
-// is skipped. The caller holds the ID's lock.
+// is skipped. The sandbox directory goes last and only if all else went,
+// so a failed removal is listed and retried. The caller holds the ID's
+// lock.
 func (r *Runtime) remove(ctx context.Context, id string) error {
+	if !r.owns(id) && !r.hasState(id) {
+		return nil // unknown here; the machine-wide names may be another Runtime's
+	}
 	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
 	var errs []error
@@ -456,10 +469,13 @@ func (r *Runtime) remove(ctx context.Context, id string) error {
 	if err := netns.Remove(id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := os.RemoveAll(r.dir(id)); err != nil {
-		errs = append(errs, err)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
 	}
-	return errors.Join(errs...)
+	if err := os.RemoveAll(r.dir(id)); err != nil {
+		return fmt.Errorf("removing sandbox directory: %w", err)
+	}
+	return nil
 }
 
 // waitGone waits for pids to exit, and after a grace period kills those

@@ -2,13 +2,18 @@ package gvisor
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -53,7 +58,8 @@ func TestConformance(t *testing.T) {
 }
 
 // TestLeftoversFound checks that a new Runtime over the same directory (a
-// restarted server) finds and removes a running sandbox and a half-made one.
+// restarted server) finds and removes a running sandbox and a half-made one
+// (a crash after its network was made).
 func TestLeftoversFound(t *testing.T) {
 	r1 := newTestRuntime(t)
 	ctx := context.Background()
@@ -64,6 +70,9 @@ func TestLeftoversFound(t *testing.T) {
 	}
 	half := sandboxtest.NewID()
 	t.Cleanup(func() { r1.Kill(ctx, half) })
+	if err := os.Mkdir(r1.dir(half), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if err := netns.Create(half, netns.Link{HostAddr: netip.MustParseAddr("169.254.251.249"), GuestAddr: netip.MustParseAddr("169.254.251.250"), PrefixLen: 30}); err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +97,38 @@ func TestLeftoversFound(t *testing.T) {
 			t.Errorf("Kill(%s): %v", id, err)
 		}
 		sandboxtest.AssertGone(t, r2, id, pids)
+	}
+}
+
+// TestForeignNamespace checks that a lizard-* namespace another Runtime
+// made (no sandbox directory here) is neither listed nor removed.
+func TestForeignNamespace(t *testing.T) {
+	r := newTestRuntime(t)
+	ctx := context.Background()
+	id := sandboxtest.NewID()
+	t.Cleanup(func() { netns.Remove(id) })
+	if err := netns.Create(id, netns.Link{HostAddr: netip.MustParseAddr("169.254.251.245"), GuestAddr: netip.MustParseAddr("169.254.251.246"), PrefixLen: 30}); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := r.List(ctx); err != nil || slices.Contains(ids, id) {
+		t.Errorf("List() = %v, %v; want no %s", ids, err, id)
+	}
+	if _, err := r.State(ctx, id); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("State(%s) = %v, want ErrNotFound", id, err)
+	}
+	if err := r.Kill(ctx, id); err != nil {
+		t.Errorf("Kill(%s) = %v, want nil", id, err)
+	}
+	if !netns.Exists(id) {
+		t.Errorf("Kill(%s) removed another Runtime's namespace", id)
+	}
+	spec := sandboxtest.Spec(sandboxtest.BuildRootFS(t))
+	spec.ID = id
+	if err := r.Create(ctx, spec); !errors.Is(err, sandbox.ErrExists) {
+		t.Errorf("Create over another Runtime's namespace = %v, want ErrExists", err)
+	}
+	if !netns.Exists(id) {
+		t.Errorf("failed Create removed another Runtime's namespace")
 	}
 }
 
@@ -218,3 +259,111 @@ func TestContainerIDNotPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestTimings measures Create, raw `runsc run`, Kill, Checkpoint and
+// Restore. It checks nothing and runs only with LIZARD_TEST_TIMINGS=1.
+func TestTimings(t *testing.T) {
+	if os.Getenv("LIZARD_TEST_TIMINGS") != "1" {
+		t.Skip("set LIZARD_TEST_TIMINGS=1 to measure")
+	}
+	r := newTestRuntime(t)
+	ctx := context.Background()
+	rootfs := sandboxtest.BuildRootFS(t)
+	const runs = 10
+	var create, raw, kill, ckpt, restore []time.Duration
+
+	for range runs {
+		sp := sandboxtest.Spec(rootfs)
+		t.Cleanup(func() { r.Kill(ctx, sp.ID) })
+		start := time.Now()
+		if err := r.Create(ctx, sp); err != nil {
+			t.Fatal(err)
+		}
+		if err := sandboxtest.WaitReady(sp.Network, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		create = append(create, time.Since(start))
+
+		image := filepath.Join(t.TempDir(), "image")
+		start = time.Now()
+		if err := r.Checkpoint(ctx, sp.ID, image, true); err != nil {
+			t.Fatal(err)
+		}
+		ckpt = append(ckpt, time.Since(start))
+
+		fork := sandboxtest.Spec(rootfs)
+		t.Cleanup(func() { r.Kill(ctx, fork.ID) })
+		start = time.Now()
+		if err := r.Restore(ctx, fork, image); err != nil {
+			t.Fatal(err)
+		}
+		if err := sandboxtest.WaitReady(fork.Network, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		restore = append(restore, time.Since(start))
+
+		for _, id := range []string{sp.ID, fork.ID} {
+			start = time.Now()
+			if err := r.Kill(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			kill = append(kill, time.Since(start))
+		}
+	}
+
+	// Raw: the same program, bundle and flags, network made beforehand,
+	// timed from `runsc run` to the first TCP answer.
+	for range runs {
+		sp := sandboxtest.Spec(rootfs)
+		t.Cleanup(func() { r.Kill(ctx, sp.ID) })
+		dir := r.dir(sp.ID)
+		if err := os.MkdirAll(r.overlayDir(sp.ID), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := netns.Create(sp.ID, netns.Link{HostAddr: sp.Network.HostAddr, GuestAddr: sp.Network.GuestAddr, PrefixLen: sp.Network.PrefixLen}); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(ociSpec(sp, netns.Path(sp.ID)))
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := os.Create(filepath.Join(dir, "console.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(r.runsc, append(r.globalArgs(sp.ID, 0), "run", "--detach", "--bundle", dir, containerID(sp.ID))...)
+		// A file, not a pipe: the sandbox inherits it and would hold a pipe open.
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		start := time.Now()
+		err = cmd.Run()
+		out.Close()
+		if err != nil {
+			t.Fatalf("runsc run: %v\n%s", err, tail(out.Name(), 0))
+		}
+		if err := sandboxtest.WaitReady(sp.Network, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		raw = append(raw, time.Since(start))
+		if err := r.Kill(ctx, sp.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, m := range []struct {
+		name string
+		d    []time.Duration
+	}{
+		{"Create until TCP answers", create},
+		{"raw runsc run until TCP answers", raw},
+		{"Kill", kill},
+		{"Checkpoint (leave running)", ckpt},
+		{"Restore (fork) until TCP answers", restore},
+	} {
+		slices.Sort(m.d)
+		t.Logf("%-34s median %6.1f ms  min %6.1f  max %6.1f  (n=%d)", m.name,
+			ms(m.d[len(m.d)/2]), ms(m.d[0]), ms(m.d[len(m.d)-1]), len(m.d))
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -196,6 +196,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime) {
 	t.Run("BrokenRootFS", s.testBrokenRootFS)
 	t.Run("MemoryLimit", s.testMemoryLimit)
 	t.Run("PidsLimit", s.testPidsLimit)
+	t.Run("DiskLimit", s.testDiskLimit)
 	t.Run("TwoIsolated", s.testTwoIsolated)
 	t.Run("ForkFromCheckpoint", s.testFork)
 	t.Run("CheckpointStopRestore", s.testCheckpointStopRestore)
@@ -436,13 +437,36 @@ func (s *suite) testMemoryLimit(t *testing.T) {
 	// Well under the limit works...
 	wantBody(t, spec.Network, "POST", "/alloc?mb=64", "allocated 64 MiB")
 	// ...past it does not: the allocation fails or the sandbox is killed.
-	got, err := Do(spec.Network, "POST", "/alloc?mb=1024", nil)
-	if err == nil && got == "allocated 1024 MiB" {
-		t.Fatalf("allocating 1 GiB in a sandbox limited to 256 MiB succeeded")
+	// A killed sandbox sends no reset, so watch its state rather than wait
+	// for the request to time out.
+	type result struct {
+		body string
+		err  error
 	}
-	t.Logf("allocating past the limit: %q, %v", got, err)
-	st, err := rt.State(context.Background(), spec.ID)
-	t.Logf("state afterwards: %q, %v", st, err)
+	done := make(chan result, 1)
+	go func() {
+		got, err := Do(spec.Network, "POST", "/alloc?mb=1024", nil)
+		done <- result{got, err}
+	}()
+	deadline := time.After(30 * time.Second)
+wait:
+	for {
+		select {
+		case r := <-done:
+			if r.err == nil && r.body == "allocated 1024 MiB" {
+				t.Fatalf("allocating 1 GiB in a sandbox limited to 256 MiB succeeded")
+			}
+			t.Logf("allocating past the limit: %q, %v", r.body, r.err)
+			break wait
+		case <-time.After(50 * time.Millisecond):
+			if st, err := rt.State(context.Background(), spec.ID); err != nil || st != sandbox.Running {
+				t.Logf("allocating past the limit: sandbox now %q, %v", st, err)
+				break wait
+			}
+		case <-deadline:
+			t.Fatalf("allocating 1 GiB in a sandbox limited to 256 MiB neither failed nor stopped it in 30s")
+		}
+	}
 
 	// The host and its other sandboxes are unharmed.
 	other := Spec(s.rootfs)
@@ -471,6 +495,22 @@ func (s *suite) testPidsLimit(t *testing.T) {
 		}
 	}
 	t.Logf("spawning 300 processes under a limit of 128: %q, %v", got, err)
+}
+
+func (s *suite) testDiskLimit(t *testing.T) {
+	rt := s.newRuntime(t)
+	spec := Spec(s.rootfs)
+	spec.Limits.DiskBytes = 64 << 20
+	s.create(t, rt, spec)
+
+	small := bytes.Repeat([]byte("x"), 16<<20)
+	mustDo(t, spec.Network, "PUT", "/file?path=/data/small", small)
+	big := bytes.Repeat([]byte("y"), 128<<20)
+	if _, err := Do(spec.Network, "PUT", "/file?path=/data/big", big); err == nil {
+		t.Errorf("writing 128 MiB to a 64 MiB writable layer succeeded")
+	} else {
+		t.Logf("writing past the disk limit: %v", err)
+	}
 }
 
 func (s *suite) testTwoIsolated(t *testing.T) {
