@@ -31,7 +31,7 @@ func (c *Client) Execute(ctx context.Context, id string, req api.ExecuteRequest,
 		return nil, err
 	}
 	defer cancel()
-	defer resp.Body.Close()
+	defer drainClose(resp.Body)
 	x := &Execution{Results: []api.Result{}}
 	err = readStream(ctx, resp.Body, "execute", func(ev api.ExecuteEvent) bool {
 		switch ev.Type {
@@ -79,7 +79,7 @@ func (c *Client) Exec(ctx context.Context, id string, req api.ProcessRequest, on
 		return nil, err
 	}
 	defer cancel()
-	defer resp.Body.Close()
+	defer drainClose(resp.Body)
 	res := &ProcessResult{ExitCode: -1}
 	err = readStream(ctx, resp.Body, "process", func(ev api.ProcessEvent) bool {
 		switch ev.Type {
@@ -163,4 +163,12 @@ func (c *Client) RestartContext(ctx context.Context, id, contextID string) (*api
 // DeleteContext stops a context's kernel and forgets the context.
 func (c *Client) DeleteContext(ctx context.Context, id, contextID string) error {
 	return c.call(ctx, request{method: http.MethodDelete, path: sandboxPath(id, "/contexts/"+url.PathEscape(contextID))}, nil)
+}
+
+// drainClose reads what is left of a stream after its end event (the
+// chunked terminator) before closing it, so the connection is reused
+// instead of being torn down after every run.
+func drainClose(body io.ReadCloser) {
+	io.Copy(io.Discard, io.LimitReader(body, 64<<10))
+	body.Close()
 }

@@ -196,8 +196,17 @@ func TestRestartKeepsSandboxes(t *testing.T) {
 	s.stop()
 	// While the server is down, the second sandbox dies: its runsc processes
 	// are killed, as a crash or an OOM kill would.
-	for _, p := range sandboxPids(dead.SandboxID) {
+	pids := sandboxPids(dead.SandboxID)
+	if len(pids) == 0 {
+		t.Fatalf("found no processes of sandbox %s", dead.SandboxID)
+	}
+	for _, p := range pids {
 		p.Kill()
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(sandboxPids(dead.SandboxID)) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes of sandbox %s survived SIGKILL", dead.SandboxID)
+		}
 	}
 	s.start()
 

@@ -23,6 +23,13 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	// Without full duplex, net/http consumes what is left of the request
+	// body when the response headers go out; the transport may still be
+	// forwarding that body to the agent, and would then fail the write and
+	// close the agent connection under the streaming response.
+	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+		s.log.Warn("enabling full duplex for the proxy", "err", err)
+	}
 	prefix := "/v1/sandboxes/" + id
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -106,6 +106,14 @@ func newFakeAgent(t *testing.T) *fakeAgent {
 		<-r.Context().Done()
 		a.cancelled <- struct{}{}
 	})
+	// /early answers before it has read the request body, as an agent
+	// that streams events while the body is still arriving may.
+	mux.HandleFunc("POST /early", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "started\n")
+		http.NewResponseController(w).Flush()
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "read %d\n", n)
+	})
 	mux.HandleFunc("/echo/{rest...}", func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
 		json.NewEncoder(w).Encode(map[string]any{
@@ -424,6 +432,20 @@ func TestProxy(t *testing.T) {
 	e.broken.Store(false)
 	if r.status != 502 || r.err.Code != api.CodeBadGateway {
 		t.Errorf("unreachable agent = %d %s; want 502 bad_gateway", r.status, r.body)
+	}
+}
+
+// The proxy keeps forwarding the request body after the agent's response
+// has begun (full duplex); otherwise the agent connection is cut mid-stream.
+func TestProxyFullDuplex(t *testing.T) {
+	e := newTestEnv(t)
+	sb := e.create(t, e.key1, `{}`)
+	body := bytes.Repeat([]byte("b"), 4<<20)
+	for range 5 {
+		r := e.do(t, e.key1, "POST", "/v1/sandboxes/"+sb.SandboxID+"/early", bytes.NewReader(body))
+		if want := fmt.Sprintf("started\nread %d\n", len(body)); r.status != 200 || r.body != want {
+			t.Fatalf("early answer = %d %q; want 200 %q", r.status, r.body, want)
+		}
 	}
 }
 
