@@ -330,7 +330,10 @@ func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
 		if err != nil {
 			return "", fmt.Errorf("getting state of sandbox %s: %w", id, err)
 		}
-		if st.Status == "running" {
+		// runsc reports what its state file says: a sandbox process
+		// killed behind its back (OOM killer, kill -9) still reads
+		// "running" there.
+		if st.Status == "running" && processAlive(st.Pid) {
 			return sandbox.Running, nil
 		}
 		return sandbox.Stopped, nil

@@ -100,6 +100,41 @@ func TestLeftoversFound(t *testing.T) {
 	}
 }
 
+// TestKilledBehindItsBack checks that a sandbox whose processes were
+// killed outside the runtime (kill -9, the OOM killer) reads as stopped,
+// although runsc's state file still says running, and is cleaned up.
+func TestKilledBehindItsBack(t *testing.T) {
+	r := newTestRuntime(t)
+	ctx := context.Background()
+	spec := sandboxtest.Spec(sandboxtest.BuildRootFS(t))
+	t.Cleanup(func() { r.Kill(ctx, spec.ID) })
+	if err := r.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	pids := sandboxtest.Procs(spec.ID)
+	if len(pids) == 0 {
+		t.Fatal("no processes found for the sandbox")
+	}
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := r.State(ctx, spec.ID)
+		if st == sandbox.Stopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("State after kill -9 = %q, %v; want stopped", st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := r.Kill(ctx, spec.ID); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	sandboxtest.AssertGone(t, r, spec.ID, pids)
+}
+
 // TestForeignNamespace checks that a lizard-* namespace another Runtime
 // made (no sandbox directory here) is neither listed nor removed.
 func TestForeignNamespace(t *testing.T) {
