@@ -37,6 +37,9 @@ type Link struct {
 	HostAddr  netip.Addr
 	GuestAddr netip.Addr
 	PrefixLen int
+	// Egress, when set, is the sandbox's network policy (egress.go),
+	// installed before the link exists and removed with the namespace.
+	Egress *Egress
 }
 
 // Name is the namespace name of sandbox id.
@@ -70,7 +73,13 @@ func Create(id string, l Link) (err error) {
 		return fmt.Errorf("creating veth %s: %w", hostName, ErrExists)
 	}
 
+	if l.Egress != nil {
+		if err := applyEgress(id, l, *l.Egress); err != nil {
+			return err
+		}
+	}
 	if err := createNamed(Path(id)); err != nil {
+		_ = removeEgress(id)
 		return fmt.Errorf("creating namespace %s: %w", Name(id), err)
 	}
 	defer func() {
@@ -139,6 +148,11 @@ func Create(id string, l Link) (err error) {
 	}
 	if err := netlink.LinkSetUp(host); err != nil {
 		return fmt.Errorf("setting %s up: %w", hostName, err)
+	}
+	if l.Egress != nil && l.Egress.Internet {
+		if err := routeOut(id, l, ns); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -213,6 +227,9 @@ func Remove(id string) error {
 		}
 	} else if !isNotFound(err) {
 		errs = append(errs, fmt.Errorf("finding veth %s: %w", VethName(id), err))
+	}
+	if err := removeEgress(id); err != nil {
+		errs = append(errs, err)
 	}
 	p := Path(id)
 	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {

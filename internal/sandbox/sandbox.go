@@ -27,6 +27,13 @@ type Network struct {
 	HostAddr  netip.Addr
 	GuestAddr netip.Addr
 	PrefixLen int // of the link, e.g. 30
+	// The egress policy (netns.Egress): with Internet the sandbox may open
+	// connections to public addresses (only those in AllowTo, if any);
+	// with APIPort it may open TCP connections to HostAddr on that port.
+	// Nothing else leaves the sandbox, whatever these say.
+	Internet bool
+	AllowTo  []netip.Prefix
+	APIPort  int
 }
 
 // Mount is a host file or directory made visible inside the sandbox.
@@ -42,6 +49,12 @@ type Limits struct {
 	Pids        int64
 	DiskBytes   int64 // writable layer
 	CPUs        float64
+	// OpenFiles is RLIMIT_NOFILE and Processes RLIMIT_NPROC of the
+	// sandbox's first process, inherited by all it starts. Processes is
+	// the bound on guest processes: the pids cgroup counts the runtime's
+	// host threads, not them.
+	OpenFiles int64
+	Processes int64
 }
 
 // Spec says how to start one sandbox.

@@ -261,6 +261,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
 	}
 	link := netns.Link{HostAddr: spec.Network.HostAddr, GuestAddr: spec.Network.GuestAddr, PrefixLen: spec.Network.PrefixLen}
+	link.Egress = &netns.Egress{Internet: spec.Network.Internet, AllowTo: spec.Network.AllowTo, APIPort: spec.Network.APIPort}
 	if err := netns.Create(id, link); err != nil {
 		return fmt.Errorf("%s sandbox %s: setting up network: %w", verb, id, err)
 	}

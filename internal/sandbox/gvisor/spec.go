@@ -82,7 +82,7 @@ func ociSpec(spec sandbox.Spec, netnsPath string) *specs.Spec {
 				Effective: capabilities,
 				Permitted: capabilities,
 			},
-			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
+			Rlimits: rlimits(spec.Limits),
 		},
 		// Not read-only: runsc's --overlay2 then puts a writable layer over
 		// the shared template, which stays untouched. A read-only root
@@ -106,3 +106,19 @@ func ociSpec(spec sandbox.Spec, netnsPath string) *specs.Spec {
 
 // cgroupPath is the cgroup (under every v1 controller) of sandbox id.
 func cgroupPath(id string) string { return "/lizard/" + id }
+
+// rlimits are the first process's resource limits, inherited by every
+// process in the sandbox.
+func rlimits(l sandbox.Limits) []specs.POSIXRlimit {
+	nofile := uint64(1 << 20)
+	if l.OpenFiles > 0 {
+		nofile = uint64(l.OpenFiles)
+	}
+	rl := []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}}
+	if l.Processes > 0 {
+		// Counted per user: it bounds the sandbox user's processes (code
+		// runs as uid 1000), while root, the agent, is exempt as in Linux.
+		rl = append(rl, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(l.Processes), Soft: uint64(l.Processes)})
+	}
+	return rl
+}
