@@ -52,6 +52,58 @@ type CreateSandboxRequest struct {
 	Envs        map[string]string `json:"envs,omitempty"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
 	LizardToken bool              `json:"lizardToken,omitempty"`
+	// Resource overrides within the server's maxima; nil means the
+	// server's default. MemoryMb bounds the sandbox's memory, Cpus its CPU
+	// time (1.5 = one and a half cores), DiskMb its writable layer.
+	MemoryMb *int64   `json:"memoryMb,omitempty"`
+	Cpus     *float64 `json:"cpus,omitempty"`
+	DiskMb   *int64   `json:"diskMb,omitempty"`
+	// AllowInternet false takes all network egress away from the sandbox;
+	// nil or true leaves what the server allows (--egress).
+	AllowInternet *bool `json:"allowInternet,omitempty"`
+	// SnapshotID restores the sandbox from a snapshot instead of booting
+	// Template: its memory, kernels, processes and files come from the
+	// snapshot. Envs cannot change the restored processes' environment.
+	SnapshotID string `json:"snapshotId,omitempty"`
+	// OnTimeout is what happens when the timeout passes: "kill" (default)
+	// or "pause".
+	OnTimeout string `json:"onTimeout,omitempty"`
+}
+
+// What OnTimeout may say.
+const (
+	OnTimeoutKill  = "kill"
+	OnTimeoutPause = "pause"
+)
+
+// ResumeRequest is the optional body of POST /v1/sandboxes/{id}/resume.
+// TimeoutMs, when set, replaces the time the sandbox had left when paused.
+type ResumeRequest struct {
+	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork: Count (default
+// 1, at most 16) new sandboxes, each a copy of the running sandbox.
+type ForkRequest struct {
+	Count     int               `json:"count,omitempty"`
+	TimeoutMs *int64            `json:"timeoutMs,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+}
+
+// Snapshot is a saved copy of a sandbox (memory, kernels, processes and
+// files) that new sandboxes can be created from.
+type Snapshot struct {
+	SnapshotID string    `json:"snapshotId"`
+	SandboxID  string    `json:"sandboxId"`
+	ProjectID  string    `json:"projectId"`
+	Template   string    `json:"template"`
+	CreatedAt  time.Time `json:"createdAt"`
+	SizeBytes  int64     `json:"sizeBytes"`
+}
+
+// SnapshotList is the body of GET /v1/snapshots.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
 }
 
 // Sandbox is what the API tells about one sandbox. Envs are never returned:

@@ -193,6 +193,7 @@ func (a *Agent) routes() http.Handler {
 		})
 	}
 	handle("/health", map[string]http.HandlerFunc{"GET": a.health})
+	handle("/reseed", map[string]http.HandlerFunc{"POST": a.reseed})
 	handle("/execute", map[string]http.HandlerFunc{"POST": a.execute})
 	handle("/contexts", map[string]http.HandlerFunc{"GET": a.listContexts, "POST": a.createContext})
 	handle("/contexts/{id}", map[string]http.HandlerFunc{"DELETE": a.deleteContext})

@@ -38,6 +38,8 @@ type serveConfig struct {
 	MaxTimeout     time.Duration
 	SandboxAPIURL  string
 	LogLevel       string
+	// PausedRetention is how long a paused sandbox is kept.
+	PausedRetention time.Duration
 
 	pool  manager.Pool
 	level slog.Level
@@ -61,6 +63,7 @@ func parseServe(e env, args []string) (*serveConfig, error) {
 	fs.DurationVar(&c.MaxTimeout, "max-timeout", 24*time.Hour, "longest timeout a create or setTimeout may ask for (0, never expire, is always allowed)")
 	fs.StringVar(&c.SandboxAPIURL, "sandbox-api-url", "", "API URL given to sandboxes created with lizardToken as LIZARD_API_URL (the server must be reachable there from inside sandboxes)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&c.PausedRetention, "paused-retention", manager.DefaultPausedRetention, "how long a paused sandbox is kept before it is ended")
 	if err := parse(fs, args); err != nil {
 		return nil, err
 	}
@@ -184,6 +187,9 @@ func runServe(ctx context.Context, e env, args []string) error {
 		DefaultTimeout: c.DefaultTimeout,
 		MaxTimeout:     c.MaxTimeout,
 		APIURL:         c.SandboxAPIURL,
+		// Checkpoint images of paused sandboxes and snapshots.
+		DataDir:         c.DataDir,
+		PausedRetention: c.PausedRetention,
 	})
 	if err != nil {
 		return err

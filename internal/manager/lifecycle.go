@@ -49,6 +49,7 @@ func (m *Manager) Reap(ctx context.Context) {
 			m.log.Error("expiring sandbox", "sandbox_id", sb.ID, "project_id", sb.ProjectID, "err", err)
 		}
 	}
+	m.reapPaused(ctx)
 }
 
 func (m *Manager) expire(ctx context.Context, id string, now time.Time) error {
@@ -62,6 +63,9 @@ func (m *Manager) expire(ctx context.Context, id string, now time.Time) error {
 	}
 	if !sb.Live() || sb.ExpiresAt == nil || sb.ExpiresAt.After(now) {
 		return nil
+	}
+	if paused, err := m.expirePaused(ctx, sb); paused || err != nil {
+		return err
 	}
 	return m.end(ctx, sb, api.StateExpired, fmt.Sprintf("its timeout of %d ms passed", sb.TimeoutMs))
 }
@@ -79,6 +83,12 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	kept := 0
 	for _, sb := range live {
 		log := m.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)
+		if sb.State == api.StatePaused {
+			// Its image on disk is all there is to it; it resumes on demand.
+			kept++
+			log.Info("sandbox paused; keeping it")
+			continue
+		}
 		reason := "it was still starting when the server restarted"
 		if sb.State == api.StateRunning {
 			st, err := m.cfg.Runtime.State(ctx, sb.ID)
@@ -111,6 +121,9 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		// Left over sandboxes cost resources but break nothing; the
 		// reaper sweeps again later.
 		m.log.Error("sweeping orphan sandboxes", "err", err)
+	}
+	if err := m.sweepImages(ctx); err != nil {
+		m.log.Error("sweeping orphan checkpoint images", "err", err)
 	}
 	m.log.Info("reconciled sandboxes", "kept", kept, "ended", len(live)-kept)
 	return nil

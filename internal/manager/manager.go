@@ -88,6 +88,15 @@ type Config struct {
 	// Transport(), the API's proxy); default a direct http.Transport.
 	Transport http.RoundTripper
 	Now       func() time.Time // default time.Now
+	// DataDir holds checkpoint images: DataDir/images/<sandboxID> of paused
+	// sandboxes and DataDir/snapshots/<snapshotID>. Empty disables pause,
+	// snapshots and forks.
+	DataDir string
+	// PausedRetention is how long a paused sandbox is kept before the
+	// reaper ends it (default 7 days); PauseWait bounds how long a pause
+	// waits for calls in flight (default 10 s).
+	PausedRetention time.Duration
+	PauseWait       time.Duration
 }
 
 // Manager runs sandboxes. It is safe for concurrent use.
@@ -96,6 +105,7 @@ type Manager struct {
 	log       *slog.Logger
 	transport http.RoundTripper
 	locks     keyedMutex
+	calls     inflight // proxied calls in flight, per sandbox (snapshot.go)
 }
 
 // New checks cfg and returns a manager. Call Reconcile before serving and
@@ -265,8 +275,14 @@ func (m *Manager) checkTimeout(ms int64) error {
 // On failure nothing is left: the sandbox is killed, its address freed and
 // its row marked failed.
 func (m *Manager) Create(ctx context.Context, projectID string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	if req.SnapshotID != "" {
+		return m.createFromSnapshot(ctx, projectID, req)
+	}
 	plan, err := m.validate(req)
 	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := checkOnTimeout(req.OnTimeout); err != nil {
 		return api.Sandbox{}, err
 	}
 	rootfs, err := m.cfg.RootFS(ctx, plan.template)
@@ -296,6 +312,12 @@ func (m *Manager) Create(ctx context.Context, projectID string, req api.CreateSa
 	defer unlock()
 
 	start := time.Now()
+	if req.OnTimeout != "" {
+		if err := m.cfg.Store.SetOnTimeout(ctx, sb.ID, req.OnTimeout); err != nil {
+			m.cleanupFailed(ctx, log, sb.ID, "failed to record onTimeout")
+			return api.Sandbox{}, err
+		}
+	}
 	if err := m.boot(ctx, log, sb, rootfs, plan, req.LizardToken); err != nil {
 		var e *Error
 		reason := "failed to start"
@@ -518,6 +540,7 @@ func (m *Manager) end(ctx context.Context, sb store.Sandbox, state, reason strin
 	if err != nil {
 		return fmt.Errorf("recording the end of sandbox %s: %w", sb.ID, err)
 	}
+	m.removeImage(cctx, sb.ID) // a paused sandbox's checkpoint
 	log.Info("sandbox ended", "state", state, "reason", reason)
 	return nil
 }

@@ -18,11 +18,14 @@ import (
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
 	id := r.PathValue("id")
-	target, err := s.m.AgentURL(r.Context(), project, id)
+	// Acquire resumes a paused sandbox, and holds off a pause until the
+	// call has ended.
+	target, release, err := s.m.Acquire(r.Context(), project, id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	defer release()
 	// Without full duplex, net/http consumes what is left of the request
 	// body when the response headers go out; the transport may still be
 	// forwarding that body to the agent, and would then fail the write and

@@ -50,6 +50,7 @@ func New(cfg Config) *Server {
 	mux.Handle("/v1/sandboxes/{id}", authed(s.sandbox))
 	mux.Handle("POST /v1/sandboxes/{id}/timeout", authed(s.setTimeout))
 	mux.Handle("/v1/sandboxes/{id}/{rest...}", authed(s.proxy))
+	s.snapshotRoutes(mux, authed)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such API path "+r.Method+" "+r.URL.Path+"; see docs/architecture.md")
 	})

@@ -79,7 +79,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 	err = tx.QueryRowContext(ctx, `
 		SELECT s FROM (
 			SELECT 0 AS s
-			UNION SELECT slot + 1 FROM sandboxes WHERE ended_at IS NULL
+			UNION SELECT slot + 1 FROM sandboxes WHERE ended_at IS NULL AND slot >= 0
 		)
 		WHERE s < ? AND s NOT IN (SELECT slot FROM sandboxes WHERE ended_at IS NULL)
 		ORDER BY s LIMIT 1`, slots).Scan(&slot)

@@ -114,6 +114,28 @@ CREATE TABLE api_keys (
 );
 CREATE INDEX api_keys_sandbox ON api_keys(sandbox_id) WHERE sandbox_id IS NOT NULL;
 `,
+	// Pause, resume and snapshots (snapshots.go). A paused sandbox is live
+	// but holds no address: its slot is the negative -rowid, unique and
+	// outside every pool.
+	`
+CREATE TABLE sandbox_pause (
+	sandbox_id   TEXT PRIMARY KEY REFERENCES sandboxes(id),
+	on_timeout   TEXT NOT NULL DEFAULT 'kill',
+	image_dir    TEXT NOT NULL DEFAULT '',
+	remaining_ms INTEGER,
+	paused_at    INTEGER
+);
+CREATE TABLE snapshots (
+	id         TEXT PRIMARY KEY,
+	project_id TEXT NOT NULL REFERENCES projects(id),
+	sandbox_id TEXT NOT NULL,
+	template   TEXT NOT NULL,
+	created_at INTEGER NOT NULL,
+	size_bytes INTEGER NOT NULL,
+	image_dir  TEXT NOT NULL
+);
+CREATE INDEX snapshots_project ON snapshots(project_id, created_at);
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

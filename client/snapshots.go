@@ -1,0 +1,75 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+// PauseSandbox checkpoints a running sandbox to disk and stops it; its
+// timeout clock stops too. Any call on it, or ResumeSandbox, resumes it.
+func (c *Client) PauseSandbox(ctx context.Context, id string) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	if err := c.call(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/pause")}, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// ResumeSandbox restores a paused sandbox. req.TimeoutMs, when set,
+// replaces the time it had left.
+func (c *Client) ResumeSandbox(ctx context.Context, id string, req api.ResumeRequest) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	if err := c.call(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/resume"), json: req}, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// Snapshot saves a running sandbox without stopping it; CreateSandbox
+// with SnapshotID makes new sandboxes from it.
+func (c *Client) Snapshot(ctx context.Context, id string) (*api.Snapshot, error) {
+	var sn api.Snapshot
+	if err := c.call(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/snapshots")}, &sn); err != nil {
+		return nil, err
+	}
+	return &sn, nil
+}
+
+// ListSnapshots lists the key's project's snapshots, newest first.
+func (c *Client) ListSnapshots(ctx context.Context) ([]api.Snapshot, error) {
+	var list api.SnapshotList
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/snapshots"}, &list); err != nil {
+		return nil, err
+	}
+	if list.Snapshots == nil {
+		list.Snapshots = []api.Snapshot{}
+	}
+	return list.Snapshots, nil
+}
+
+// GetSnapshot returns one snapshot.
+func (c *Client) GetSnapshot(ctx context.Context, snapshotID string) (*api.Snapshot, error) {
+	var sn api.Snapshot
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/snapshots/" + url.PathEscape(snapshotID)}, &sn); err != nil {
+		return nil, err
+	}
+	return &sn, nil
+}
+
+// DeleteSnapshot removes a snapshot and its image.
+func (c *Client) DeleteSnapshot(ctx context.Context, snapshotID string) error {
+	return c.call(ctx, request{method: http.MethodDelete, path: "/snapshots/" + url.PathEscape(snapshotID)}, nil)
+}
+
+// Fork makes req.Count (default 1) new sandboxes, each a copy of the
+// running sandbox id with its own address and reseeded random generators.
+func (c *Client) Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
+	var list api.SandboxList
+	if err := c.call(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/fork"), json: req}, &list); err != nil {
+		return nil, err
+	}
+	return list.Sandboxes, nil
+}

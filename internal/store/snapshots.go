@@ -1,0 +1,268 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Pause is what the store keeps about a sandbox's pausing: what it does on
+// timeout, and while it is paused, where its image is and how much of its
+// life it had left.
+type Pause struct {
+	SandboxID   string
+	OnTimeout   string // "kill" or "pause"
+	ImageDir    string // "" unless paused
+	RemainingMs *int64 // nil: never expires
+	PausedAt    *time.Time
+}
+
+// SetOnTimeout records what sandbox id does when its timeout passes.
+func (s *Store) SetOnTimeout(ctx context.Context, id, onTimeout string) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sandbox_pause (sandbox_id, on_timeout) VALUES (?, ?)
+		ON CONFLICT(sandbox_id) DO UPDATE SET on_timeout = excluded.on_timeout`, id, onTimeout)
+	if err != nil {
+		return fmt.Errorf("setting on-timeout of sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// GetPause returns sandbox id's pause record; a sandbox never paused and
+// created without onTimeout has the zero record with OnTimeout "kill".
+func (s *Store) GetPause(ctx context.Context, id string) (Pause, error) {
+	p := Pause{SandboxID: id, OnTimeout: "kill"}
+	var remaining, pausedAt sql.NullInt64
+	err := s.db.QueryRowContext(ctx, `SELECT on_timeout, image_dir, remaining_ms, paused_at FROM sandbox_pause WHERE sandbox_id = ?`, id).
+		Scan(&p.OnTimeout, &p.ImageDir, &remaining, &pausedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return p, nil
+	}
+	if err != nil {
+		return p, fmt.Errorf("getting pause of sandbox %s: %w", id, err)
+	}
+	if remaining.Valid {
+		p.RemainingMs = &remaining.Int64
+	}
+	p.PausedAt = timePtr(pausedAt)
+	return p, nil
+}
+
+// PauseSandbox moves a running sandbox to paused: it frees its address
+// slot, stops its clock (expires_at NULL) and records its image and the
+// life it had left (nil: never expires). ErrConflict if it was not running.
+func (s *Store) PauseSandbox(ctx context.Context, id, imageDir string, remainingMs *int64, now time.Time) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("pausing sandbox %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = 'paused', expires_at = NULL, slot = -rowid,
+		host_addr = '', guest_addr = '' WHERE id = ? AND state = 'running' AND ended_at IS NULL`, id)
+	if err != nil {
+		return fmt.Errorf("pausing sandbox %s: %w", id, err)
+	}
+	if err := s.affected(ctx, res, id, "pausing sandbox %s"); err != nil {
+		return err
+	}
+	var rem sql.NullInt64
+	if remainingMs != nil {
+		rem = sql.NullInt64{Int64: *remainingMs, Valid: true}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_pause (sandbox_id, image_dir, remaining_ms, paused_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT(sandbox_id) DO UPDATE SET image_dir = excluded.image_dir, remaining_ms = excluded.remaining_ms,
+		paused_at = excluded.paused_at`, id, imageDir, rem, toMillis(now)); err != nil {
+		return fmt.Errorf("recording pause of sandbox %s: %w", id, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("pausing sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// AssignSlot gives a paused sandbox the lowest free address slot below
+// slots, as CreateSandbox does, and returns its addresses. The sandbox
+// stays paused until MarkResumed. ErrFull if every slot is taken,
+// ErrConflict if it is not paused.
+func (s *Store) AssignSlot(ctx context.Context, id string, slots int, addrs func(slot int) (host, guest string)) (host, guest string, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return "", "", fmt.Errorf("assigning a slot to sandbox %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	var slot int
+	err = tx.QueryRowContext(ctx, `
+		SELECT s FROM (
+			SELECT 0 AS s
+			UNION SELECT slot + 1 FROM sandboxes WHERE ended_at IS NULL AND slot >= 0
+		)
+		WHERE s < ? AND s NOT IN (SELECT slot FROM sandboxes WHERE ended_at IS NULL)
+		ORDER BY s LIMIT 1`, slots).Scan(&slot)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", fmt.Errorf("assigning a slot to sandbox %s: %w", id, ErrFull)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("allocating address slot: %w", err)
+	}
+	host, guest = addrs(slot)
+	res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET slot = ?, host_addr = ?, guest_addr = ?
+		WHERE id = ? AND state = 'paused' AND ended_at IS NULL`, slot, host, guest, id)
+	if err != nil {
+		return "", "", fmt.Errorf("assigning a slot to sandbox %s: %w", id, err)
+	}
+	if err := s.affected(ctx, res, id, "assigning a slot to sandbox %s"); err != nil {
+		return "", "", err
+	}
+	return host, guest, tx.Commit()
+}
+
+// ReleaseSlot takes a paused sandbox's slot back (a resume that could not
+// start it but left its image usable).
+func (s *Store) ReleaseSlot(ctx context.Context, id string) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET slot = -rowid, host_addr = '', guest_addr = ''
+		WHERE id = ? AND state = 'paused' AND ended_at IS NULL`, id)
+	if err != nil {
+		return fmt.Errorf("releasing the slot of sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// MarkResumed moves a paused sandbox back to running with its new
+// deadline and forgets its image. ErrConflict if it was not paused.
+func (s *Store) MarkResumed(ctx context.Context, id string, timeoutMs int64, expiresAt *time.Time) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("resuming sandbox %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = 'running', timeout_ms = ?, expires_at = ?
+		WHERE id = ? AND state = 'paused' AND ended_at IS NULL AND slot >= 0`, timeoutMs, nullMillis(expiresAt), id)
+	if err != nil {
+		return fmt.Errorf("resuming sandbox %s: %w", id, err)
+	}
+	if err := s.affected(ctx, res, id, "resuming sandbox %s"); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE sandbox_pause SET image_dir = '', remaining_ms = NULL, paused_at = NULL
+		WHERE sandbox_id = ?`, id); err != nil {
+		return fmt.Errorf("resuming sandbox %s: %w", id, err)
+	}
+	return tx.Commit()
+}
+
+// ListPaused returns the live paused sandboxes paused at or before t, or
+// all of them when t is nil.
+func (s *Store) ListPaused(ctx context.Context, t *time.Time) ([]Pause, error) {
+	q := `SELECT p.sandbox_id, p.on_timeout, p.image_dir, p.remaining_ms, p.paused_at FROM sandbox_pause p
+		JOIN sandboxes s ON s.id = p.sandbox_id WHERE s.state = 'paused' AND s.ended_at IS NULL`
+	var args []any
+	if t != nil {
+		q += ` AND p.paused_at <= ?`
+		args = append(args, toMillis(*t))
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing paused sandboxes: %w", err)
+	}
+	defer rows.Close()
+	var out []Pause
+	for rows.Next() {
+		var p Pause
+		var remaining, pausedAt sql.NullInt64
+		if err := rows.Scan(&p.SandboxID, &p.OnTimeout, &p.ImageDir, &remaining, &pausedAt); err != nil {
+			return nil, fmt.Errorf("listing paused sandboxes: %w", err)
+		}
+		if remaining.Valid {
+			p.RemainingMs = &remaining.Int64
+		}
+		p.PausedAt = timePtr(pausedAt)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// Snapshot is one snapshot's row.
+type Snapshot struct {
+	ID        string
+	ProjectID string
+	SandboxID string
+	Template  string
+	CreatedAt time.Time
+	SizeBytes int64
+	ImageDir  string
+}
+
+const snapshotColumns = `id, project_id, sandbox_id, template, created_at, size_bytes, image_dir`
+
+func scanSnapshot(r scanner) (Snapshot, error) {
+	var sn Snapshot
+	var created int64
+	if err := r.Scan(&sn.ID, &sn.ProjectID, &sn.SandboxID, &sn.Template, &created, &sn.SizeBytes, &sn.ImageDir); err != nil {
+		return Snapshot{}, err
+	}
+	sn.CreatedAt = fromMillis(created)
+	return sn, nil
+}
+
+// CreateSnapshot records a snapshot. ErrConflict if the ID is taken.
+func (s *Store) CreateSnapshot(ctx context.Context, sn Snapshot) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		sn.ID, sn.ProjectID, sn.SandboxID, sn.Template, toMillis(sn.CreatedAt), sn.SizeBytes, sn.ImageDir)
+	switch {
+	case isUniqueViolation(err):
+		return fmt.Errorf("creating snapshot %s: %w", sn.ID, ErrConflict)
+	case err != nil:
+		return fmt.Errorf("creating snapshot %s: %w", sn.ID, err)
+	}
+	return nil
+}
+
+// GetSnapshot returns snapshot id or ErrNotFound.
+func (s *Store) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
+	sn, err := scanSnapshot(s.db.QueryRowContext(ctx, `SELECT `+snapshotColumns+` FROM snapshots WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Snapshot{}, fmt.Errorf("getting snapshot %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("getting snapshot %s: %w", id, err)
+	}
+	return sn, nil
+}
+
+// ListSnapshots returns projectID's snapshots (every one when projectID
+// is ""), oldest first.
+func (s *Store) ListSnapshots(ctx context.Context, projectID string) ([]Snapshot, error) {
+	q := `SELECT ` + snapshotColumns + ` FROM snapshots`
+	var args []any
+	if projectID != "" {
+		q += ` WHERE project_id = ?`
+		args = append(args, projectID)
+	}
+	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created_at, id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing snapshots: %w", err)
+	}
+	defer rows.Close()
+	var out []Snapshot
+	for rows.Next() {
+		sn, err := scanSnapshot(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing snapshots: %w", err)
+		}
+		out = append(out, sn)
+	}
+	return out, rows.Err()
+}
+
+// DeleteSnapshot removes snapshot id's row; ErrNotFound if absent.
+func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("deleting snapshot %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		return fmt.Errorf("deleting snapshot %s: %w", id, ErrNotFound)
+	}
+	return err
+}
