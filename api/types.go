@@ -61,15 +61,6 @@ type CreateSandboxRequest struct {
 	// AllowInternet false takes all network egress away from the sandbox;
 	// nil or true leaves what the server allows (--egress).
 	AllowInternet *bool `json:"allowInternet,omitempty"`
-	// Resource overrides within the server's maxima; nil means the
-	// server's default. MemoryMb bounds the sandbox's memory, Cpus its CPU
-	// time (1.5 = one and a half cores), DiskMb its writable layer.
-	MemoryMb *int64   `json:"memoryMb,omitempty"`
-	Cpus     *float64 `json:"cpus,omitempty"`
-	DiskMb   *int64   `json:"diskMb,omitempty"`
-	// AllowInternet false takes all network egress away from the sandbox;
-	// nil or true leaves what the server allows (--egress).
-	AllowInternet *bool `json:"allowInternet,omitempty"`
 	// SnapshotID restores the sandbox from a snapshot instead of booting
 	// Template: its memory, kernels, processes and files come from the
 	// snapshot. Envs cannot change the restored processes' environment.
