@@ -49,6 +49,7 @@ type server struct {
 	log     *bytes.Buffer
 	done    chan struct{}
 	keys    map[*client.Client]string // the API key each client was made with
+	args    []string                  // more lizard serve flags, after the harness's
 }
 
 func cacheDir() string {
@@ -90,6 +91,10 @@ func (s *server) start() {
 	s.log = &bytes.Buffer{}
 	s.cmd = exec.Command(s.bin, "serve", "--listen", s.listen, "--data-dir", s.dataDir,
 		"--cache-dir", cacheDir(), "--address-pool", s.pool)
+	// No internet egress unless a test asks for it: tests never send a
+	// packet off this machine.
+	s.cmd.Args = append(s.cmd.Args, "--egress=none")
+	s.cmd.Args = append(s.cmd.Args, s.args...)
 	s.cmd.Stdout = &lockedWriter{w: s.log}
 	s.cmd.Stderr = s.cmd.Stdout
 	if err := s.cmd.Start(); err != nil {

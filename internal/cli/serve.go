@@ -40,6 +40,8 @@ type serveConfig struct {
 	LogLevel       string
 	// PausedRetention is how long a paused sandbox is kept.
 	PausedRetention time.Duration
+	// policy is untrusted code's limits and network (serve_policy.go).
+	policy policyFlags
 
 	pool  manager.Pool
 	level slog.Level
@@ -64,6 +66,7 @@ func parseServe(e env, args []string) (*serveConfig, error) {
 	fs.StringVar(&c.SandboxAPIURL, "sandbox-api-url", "", "API URL given to sandboxes created with lizardToken as LIZARD_API_URL (the server must be reachable there from inside sandboxes)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.PausedRetention, "paused-retention", manager.DefaultPausedRetention, "how long a paused sandbox is kept before it is ended")
+	c.policy.register(fs)
 	if err := parse(fs, args); err != nil {
 		return nil, err
 	}
@@ -81,6 +84,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.DefaultTimeout <= 0 || c.MaxTimeout <= 0 || c.DefaultTimeout > c.MaxTimeout {
 		return usagef("--default-timeout %s and --max-timeout %s: want 0 < default <= max", c.DefaultTimeout, c.MaxTimeout)
+	}
+	if err := c.policy.validate(); err != nil {
+		return err
 	}
 	if err := c.level.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return usagef("--log-level %q: want debug, info, warn or error", c.LogLevel)
@@ -164,7 +170,17 @@ func runServe(ctx context.Context, e env, args []string) error {
 	}
 	defer st.Close()
 
-	rt, err := gvisor.New(gvisor.Config{Runsc: c.Runsc, Dir: filepath.Join(c.DataDir, "gvisor"), Logger: logger})
+	audit, auditFile, err := openAudit(c.DataDir)
+	if err != nil {
+		return err
+	}
+	defer auditFile.Close()
+	policy, sandboxAPI := c.policy.policy(ln.Addr(), audit, logger)
+	defer sandboxAPI.CloseAll()
+	forwardingNote(logger, c.policy.Egress)
+	limits, _ := c.policy.limits()
+
+	rt, err := gvisor.New(gvisor.Config{Runsc: c.Runsc, Dir: filepath.Join(c.DataDir, "gvisor"), Logger: logger, AllowTo: c.policy.allowTo})
 	if err != nil {
 		return fmt.Errorf("starting the gVisor runtime: %w", err)
 	}
@@ -187,6 +203,8 @@ func runServe(ctx context.Context, e env, args []string) error {
 		DefaultTimeout: c.DefaultTimeout,
 		MaxTimeout:     c.MaxTimeout,
 		APIURL:         c.SandboxAPIURL,
+		Limits:         limits,
+		Policy:         policy,
 		// Checkpoint images of paused sandboxes and snapshots.
 		DataDir:         c.DataDir,
 		PausedRetention: c.PausedRetention,
@@ -200,11 +218,14 @@ func runServe(ctx context.Context, e env, args []string) error {
 	go m.RunReaper(ctx)
 
 	h := server.New(server.Config{
-		Manager: m,
-		Keys:    &auth.Verifier{Store: st, Logger: logger},
-		Logger:  logger,
-		Version: version(),
+		Manager:   m,
+		Keys:      &auth.Verifier{Store: st, Logger: logger},
+		Logger:    logger,
+		Version:   version(),
+		KeyLimits: server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst},
+		Audit:     audit,
 	})
+	sandboxAPI.SetHandler(h)
 	logger.Info("lizard serving", "url", "http://"+ln.Addr().String(), "data_dir", c.DataDir,
 		"cache_dir", c.CacheDir, "runsc", c.Runsc, "address_pool", c.pool.Prefix().String())
 	return server.Run(ctx, ln, h, logger)

@@ -1,6 +1,9 @@
 package manager
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // Sentinels for what went wrong; the API maps each to one HTTP status.
 var (
@@ -23,6 +26,8 @@ type Error struct {
 	Kind  error  // one of the sentinels above, or nil for an internal failure
 	Msg   string // safe to show the caller
 	Cause error  // for logs; may be nil
+	// RetryAfter, for ErrRateLimited, says when trying again may work.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

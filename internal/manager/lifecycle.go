@@ -26,6 +26,9 @@ func (m *Manager) RunReaper(ctx context.Context) {
 		case <-t.C:
 		}
 		m.Reap(ctx)
+		if i%m.livenessEvery() == 0 {
+			m.checkLiveness(ctx)
+		}
 		if i%sweepEvery == 0 {
 			if err := m.sweepOrphans(ctx); err != nil && ctx.Err() == nil {
 				m.log.Error("sweeping orphan sandboxes", "err", err)
@@ -94,6 +97,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			st, err := m.cfg.Runtime.State(ctx, sb.ID)
 			if err == nil && st == sandbox.Running {
 				kept++
+				m.reopenSandboxAPI(ctx, sb)
 				log.Info("sandbox still running; serving it again", "guest_addr", sb.GuestAddr)
 				continue
 			}

@@ -27,6 +27,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -69,6 +71,8 @@ type Config struct {
 	AgentBinary  string
 	LizardBinary string
 	Limits       sandbox.Limits
+	// Policy bounds untrusted code and clients (policy.go).
+	Policy Policy
 	// DefaultTimeout is a sandbox's life when the request names none
 	// (default 5 minutes); MaxTimeout bounds what a request may ask (default
 	// 24 hours; 0, never expiring, is always allowed).
@@ -104,6 +108,7 @@ type Manager struct {
 	cfg       Config
 	log       *slog.Logger
 	transport http.RoundTripper
+	pol       *policyState
 	locks     keyedMutex
 	calls     inflight // proxied calls in flight, per sandbox (snapshot.go)
 }
@@ -150,7 +155,11 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if err := checkPolicy(cfg); err != nil {
+		return nil, err
+	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, transport: cfg.Transport}
+	m.pol = &policyState{limiters: map[string]*rate.Limiter{}}
 	if m.transport == nil {
 		m.transport = &http.Transport{
 			// Never through an HTTP proxy from the environment: agents
@@ -208,6 +217,8 @@ type createPlan struct {
 	template  string
 	timeoutMs int64
 	envs      []string // KEY=VALUE, sorted
+	limits    sandbox.Limits
+	internet  bool
 }
 
 func (m *Manager) validate(req api.CreateSandboxRequest) (createPlan, error) {
@@ -260,6 +271,9 @@ func (m *Manager) validate(req api.CreateSandboxRequest) (createPlan, error) {
 		return p, invalidf(fmt.Sprintf("envs total %d bytes; at most %d are allowed", size, MaxEnvBytes))
 	}
 	sort.Strings(p.envs)
+	if err := m.planPolicy(&p, req); err != nil {
+		return p, err
+	}
 	return p, nil
 }
 
@@ -298,7 +312,13 @@ func (m *Manager) Create(ctx context.Context, projectID string, req api.CreateSa
 		ID: newID(), ProjectID: projectID, Template: plan.template, State: api.StateStarting,
 		TimeoutMs: plan.timeoutMs, Metadata: req.Metadata, CreatedAt: m.now(),
 	}
-	if err := m.cfg.Store.CreateSandbox(ctx, &sb, m.cfg.Pool.Slots(), m.cfg.Pool.addrStrings); err != nil {
+	release, err := m.admit(ctx, projectID)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	err = m.cfg.Store.CreateSandbox(ctx, &sb, m.cfg.Pool.Slots(), m.cfg.Pool.addrStrings)
+	release()
+	if err != nil {
 		if errors.Is(err, store.ErrFull) {
 			return api.Sandbox{}, &Error{Kind: ErrUnavailable, Cause: err,
 				Msg: fmt.Sprintf("no free sandbox address: all %d addresses of the pool %s are in use; kill sandboxes or widen --address-pool",
@@ -352,20 +372,24 @@ func (m *Manager) Create(ctx context.Context, projectID string, req api.CreateSa
 // boot starts sandbox sb in the runtime and waits for its agent.
 func (m *Manager) boot(ctx context.Context, log *slog.Logger, sb store.Sandbox, rootfs string, plan createPlan, lizardToken bool) error {
 	env := append(plan.envs, "LIZARD_SANDBOX_ID="+sb.ID, "LIZARD_PROJECT_ID="+sb.ProjectID)
+	host, err1 := netip.ParseAddr(sb.HostAddr)
+	guest, err2 := netip.ParseAddr(sb.GuestAddr)
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("parsing sandbox addresses: %w", err)
+	}
+	apiPort := 0
 	if lizardToken {
 		k, err := auth.Create(ctx, m.cfg.Store, sb.ProjectID, sb.ID)
 		if err != nil {
 			return fmt.Errorf("minting the sandbox's API key: %w", err)
 		}
+		m.audit("key.create", "key_id", k.ID, "project_id", sb.ProjectID, "sandbox_id", sb.ID, "by", "lizardToken")
 		env = append(env, "LIZARD_API_KEY="+k.String())
-		if m.cfg.APIURL != "" {
-			env = append(env, "LIZARD_API_URL="+m.cfg.APIURL)
+		apiEnv, port, err := m.tokenAPI(sb, host)
+		if err != nil {
+			return err
 		}
-	}
-	host, err1 := netip.ParseAddr(sb.HostAddr)
-	guest, err2 := netip.ParseAddr(sb.GuestAddr)
-	if err := errors.Join(err1, err2); err != nil {
-		return fmt.Errorf("parsing sandbox addresses: %w", err)
+		env, apiPort = append(env, apiEnv...), port
 	}
 	spec := sandbox.Spec{
 		ID:     sb.ID,
@@ -376,8 +400,9 @@ func (m *Manager) boot(ctx context.Context, log *slog.Logger, sb store.Sandbox, 
 			{Source: m.cfg.AgentBinary, Target: AgentPath, ReadOnly: true},
 			{Source: m.cfg.LizardBinary, Target: LizardPath, ReadOnly: true},
 		},
-		Network: sandbox.Network{HostAddr: host, GuestAddr: guest, PrefixLen: SlotPrefixLen},
-		Limits:  m.cfg.Limits,
+		Network: sandbox.Network{HostAddr: host, GuestAddr: guest, PrefixLen: SlotPrefixLen,
+			Internet: plan.internet, APIPort: apiPort},
+		Limits: plan.limits,
 	}
 	if err := m.cfg.Runtime.Create(ctx, spec); err != nil {
 		return &Error{Msg: fmt.Sprintf("sandbox %s failed to boot (the server log says why)", sb.ID),
@@ -444,6 +469,7 @@ func (m *Manager) cleanupFailed(ctx context.Context, log *slog.Logger, id, reaso
 	if err := m.cfg.Store.EndSandbox(cctx, id, api.StateFailed, reason, m.now()); err != nil {
 		log.Error("recording a failed sandbox", "err", err)
 	}
+	m.released(store.Sandbox{ID: id}, api.StateFailed, reason)
 }
 
 // lookup returns projectID's sandbox id; another project's sandbox is
@@ -541,6 +567,7 @@ func (m *Manager) end(ctx context.Context, sb store.Sandbox, state, reason strin
 		return fmt.Errorf("recording the end of sandbox %s: %w", sb.ID, err)
 	}
 	m.removeImage(cctx, sb.ID) // a paused sandbox's checkpoint
+	m.released(sb, state, reason)
 	log.Info("sandbox ended", "state", state, "reason", reason)
 	return nil
 }

@@ -37,9 +37,6 @@ type Link struct {
 	HostAddr  netip.Addr
 	GuestAddr netip.Addr
 	PrefixLen int
-	// Egress, when set, is the sandbox's network policy (egress.go),
-	// installed before the link exists and removed with the namespace.
-	Egress *Egress
 }
 
 // Name is the namespace name of sandbox id.
@@ -61,7 +58,12 @@ func VethName(id string) string {
 // from l. On error nothing is left behind; ErrExists (wrapped) means a
 // namespace or host link with that name is already present and was left
 // alone.
-func Create(id string, l Link) (err error) {
+func Create(id string, l Link) error { return CreateWithEgress(id, l, nil) }
+
+// CreateWithEgress is Create with the sandbox's network policy e
+// (egress.go), installed before the link exists and removed with the
+// namespace by Remove. A nil e installs no rules.
+func CreateWithEgress(id string, l Link, e *Egress) (err error) {
 	if err := validate(l); err != nil {
 		return err
 	}
@@ -73,8 +75,8 @@ func Create(id string, l Link) (err error) {
 		return fmt.Errorf("creating veth %s: %w", hostName, ErrExists)
 	}
 
-	if l.Egress != nil {
-		if err := applyEgress(id, l, *l.Egress); err != nil {
+	if e != nil {
+		if err := applyEgress(id, l, *e); err != nil {
 			return err
 		}
 	}
@@ -149,7 +151,7 @@ func Create(id string, l Link) (err error) {
 	if err := netlink.LinkSetUp(host); err != nil {
 		return fmt.Errorf("setting %s up: %w", hostName, err)
 	}
-	if l.Egress != nil && l.Egress.Internet {
+	if e != nil && e.Internet {
 		if err := routeOut(id, l, ns); err != nil {
 			return err
 		}

@@ -28,11 +28,10 @@ type Network struct {
 	GuestAddr netip.Addr
 	PrefixLen int // of the link, e.g. 30
 	// The egress policy (netns.Egress): with Internet the sandbox may open
-	// connections to public addresses (only those in AllowTo, if any);
-	// with APIPort it may open TCP connections to HostAddr on that port.
-	// Nothing else leaves the sandbox, whatever these say.
+	// connections to public addresses; with APIPort it may open TCP
+	// connections to HostAddr on that port. Nothing else leaves the
+	// sandbox, whatever these say.
 	Internet bool
-	AllowTo  []netip.Prefix
 	APIPort  int
 }
 

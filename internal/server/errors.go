@@ -66,6 +66,9 @@ func classify(err error) (status int, code, msg string) {
 // fail answers r with err, logging the internal cause of server-side
 // failures.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if rateLimited(w, err) {
+		return
+	}
 	status, code, msg := classify(err)
 	log := s.log.With("method", r.Method, "path", r.URL.Path)
 	if id := r.PathValue("id"); id != "" {

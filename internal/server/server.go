@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/manager"
@@ -24,6 +26,10 @@ type Config struct {
 	Keys    *auth.Verifier
 	Logger  *slog.Logger // default slog.Default()
 	Version string       // reported by /v1/health
+	// KeyLimits bound each API key's request rate (ratelimit.go).
+	KeyLimits KeyLimits
+	// Audit receives create and kill events with key IDs; nil: none.
+	Audit *slog.Logger
 }
 
 // Server is the API's http.Handler.
@@ -32,6 +38,8 @@ type Server struct {
 	log     *slog.Logger
 	version string
 	handler http.Handler
+	// auditLog is Config.Audit.
+	auditLog *slog.Logger
 }
 
 // New returns the API handler.
@@ -40,7 +48,9 @@ func New(cfg Config) *Server {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	authed := func(h http.HandlerFunc) http.Handler { return cfg.Keys.Require(h) }
+	s.auditLog = cfg.Audit
+	lim := &keyLimiter{lim: cfg.KeyLimits, m: map[string]*rate.Limiter{}}
+	authed := func(h http.HandlerFunc) http.Handler { return cfg.Keys.Require(lim.limit(h)) }
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.health)
@@ -78,6 +88,7 @@ func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
+		s.audit(r, "sandbox.create", "sandbox_id", sb.SandboxID, "template", sb.Template, "lizard_token", req.LizardToken)
 		writeJSON(w, http.StatusCreated, sb)
 	case http.MethodGet:
 		f, err := listFilter(r)
@@ -137,6 +148,7 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
+		s.audit(r, "sandbox.kill", "sandbox_id", id)
 		w.WriteHeader(http.StatusNoContent)
 	default:
 		methodNotAllowed(w, r, "GET, DELETE")

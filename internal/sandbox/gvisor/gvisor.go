@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,6 +45,9 @@ type Config struct {
 	Runsc  string       // path to a static runsc binary
 	Dir    string       // work directory; created if missing
 	Logger *slog.Logger // nil means slog.Default()
+	// AllowTo, when not empty, narrows the internet a sandbox with
+	// Network.Internet may reach to these destinations (netns.Egress).
+	AllowTo []netip.Prefix
 }
 
 // Runtime is the gVisor sandbox backend.
@@ -52,6 +56,7 @@ type Runtime struct {
 	stateDir string // runsc --root
 	boxDir   string // one directory per sandbox
 	log      *slog.Logger
+	allowTo  []netip.Prefix
 
 	// mu guards locks, the per-sandbox mutexes that serialise every
 	// operation on one ID (two Kills of one sandbox, Create racing Kill).
@@ -88,6 +93,7 @@ func New(cfg Config) (*Runtime, error) {
 		stateDir: filepath.Join(dir, "state"),
 		boxDir:   filepath.Join(dir, "sandboxes"),
 		log:      cfg.Logger,
+		allowTo:  cfg.AllowTo,
 		locks:    map[string]*idLock{},
 	}
 	if r.log == nil {
@@ -261,8 +267,8 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
 	}
 	link := netns.Link{HostAddr: spec.Network.HostAddr, GuestAddr: spec.Network.GuestAddr, PrefixLen: spec.Network.PrefixLen}
-	link.Egress = &netns.Egress{Internet: spec.Network.Internet, AllowTo: spec.Network.AllowTo, APIPort: spec.Network.APIPort}
-	if err := netns.Create(id, link); err != nil {
+	egress := &netns.Egress{Internet: spec.Network.Internet, AllowTo: r.allowTo, APIPort: spec.Network.APIPort}
+	if err := netns.CreateWithEgress(id, link, egress); err != nil {
 		return fmt.Errorf("%s sandbox %s: setting up network: %w", verb, id, err)
 	}
 	b, err := json.MarshalIndent(ociSpec(spec, netns.Path(id)), "", "\t")

@@ -1,0 +1,147 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/lizard-build/lizard/internal/manager"
+	"github.com/lizard-build/lizard/internal/netns"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/server"
+)
+
+// policyFlags are serve's flags for untrusted code and clients: sandbox
+// limits, project quotas, key rates and network egress (docs/security.md).
+type policyFlags struct {
+	Egress         string
+	EgressAllow    string
+	MemoryMb       int64
+	MaxMemoryMb    int64
+	CPUs           float64
+	MaxCPUs        float64
+	DiskMb         int64
+	MaxDiskMb      int64
+	Processes      int64
+	OpenFiles      int64
+	MaxSandboxes   int
+	CreateRate     float64
+	CreateBurst    int
+	KeyRate        float64
+	KeyBurst       int
+	SandboxAPIPort int
+
+	allowTo []netip.Prefix
+}
+
+func (p *policyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.Egress, "egress", "internet", "network egress of sandboxes: internet (public addresses only, never the host, other sandboxes, private or metadata addresses) or none")
+	fs.StringVar(&p.EgressAllow, "egress-allow", "", "comma-separated prefixes narrowing --egress=internet to these destinations (tests keep traffic on the machine with it)")
+	fs.Int64Var(&p.MemoryMb, "memory-mb", 1024, "memory of a sandbox, MiB")
+	fs.Int64Var(&p.MaxMemoryMb, "max-memory-mb", 4096, "most memory a create may ask for (memoryMb), MiB")
+	fs.Float64Var(&p.CPUs, "cpus", 1, "CPU time of a sandbox, in cores")
+	fs.Float64Var(&p.MaxCPUs, "max-cpus", 4, "most CPU a create may ask for (cpus), in cores")
+	fs.Int64Var(&p.DiskMb, "disk-mb", 2048, "writable disk of a sandbox, MiB")
+	fs.Int64Var(&p.MaxDiskMb, "max-disk-mb", 10240, "most writable disk a create may ask for (diskMb), MiB")
+	fs.Int64Var(&p.Processes, "processes", 512, "processes the sandbox user may run at once (RLIMIT_NPROC)")
+	fs.Int64Var(&p.OpenFiles, "open-files", 8192, "open files per sandbox process (RLIMIT_NOFILE)")
+	fs.IntVar(&p.MaxSandboxes, "max-sandboxes-per-project", 100, "live sandboxes a project may have (0: no bound)")
+	fs.Float64Var(&p.CreateRate, "creates-per-second", 5, "sandbox creates per second per project (0: no bound)")
+	fs.IntVar(&p.CreateBurst, "create-burst", 20, "burst of sandbox creates per project")
+	fs.Float64Var(&p.KeyRate, "requests-per-second", 100, "API requests per second per key (0: no bound)")
+	fs.IntVar(&p.KeyBurst, "request-burst", 200, "burst of API requests per key")
+	fs.IntVar(&p.SandboxAPIPort, "sandbox-api-port", 0, "port the API is served on to sandboxes with lizardToken, on each one's host address (default: the --listen port)")
+}
+
+func (p *policyFlags) validate() error {
+	switch p.Egress {
+	case "internet", "none":
+	default:
+		return usagef("--egress %q: want internet or none", p.Egress)
+	}
+	for _, s := range strings.Split(p.EgressAllow, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		pf, err := netip.ParsePrefix(s)
+		if err != nil || !pf.Addr().Is4() {
+			return usagef("--egress-allow %q: want IPv4 prefixes such as 203.0.113.0/24", s)
+		}
+		p.allowTo = append(p.allowTo, pf)
+	}
+	switch {
+	case p.MemoryMb < 64 || p.MemoryMb > p.MaxMemoryMb:
+		return usagef("--memory-mb %d and --max-memory-mb %d: want 64 <= default <= max", p.MemoryMb, p.MaxMemoryMb)
+	case p.CPUs < 0.1 || p.CPUs > p.MaxCPUs:
+		return usagef("--cpus %g and --max-cpus %g: want 0.1 <= default <= max", p.CPUs, p.MaxCPUs)
+	case p.DiskMb < 16 || p.DiskMb > p.MaxDiskMb:
+		return usagef("--disk-mb %d and --max-disk-mb %d: want 16 <= default <= max", p.DiskMb, p.MaxDiskMb)
+	case p.Processes < 16 || p.OpenFiles < 64:
+		return usagef("--processes %d and --open-files %d: want at least 16 and 64", p.Processes, p.OpenFiles)
+	case p.MaxSandboxes < 0 || p.CreateRate < 0 || p.KeyRate < 0:
+		return usagef("--max-sandboxes-per-project, --creates-per-second and --requests-per-second cannot be negative")
+	}
+	if err := netns.CheckEgress(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (p *policyFlags) limits() (def, max sandbox.Limits) {
+	def = sandbox.Limits{MemoryBytes: p.MemoryMb << 20, CPUs: p.CPUs, DiskBytes: p.DiskMb << 20,
+		Processes: p.Processes, OpenFiles: p.OpenFiles}
+	max = sandbox.Limits{MemoryBytes: p.MaxMemoryMb << 20, CPUs: p.MaxCPUs, DiskBytes: p.MaxDiskMb << 20}
+	return def, max
+}
+
+// openAudit opens DATA/audit.log, JSON lines of create, kill and key
+// events with key IDs (never keys).
+func openAudit(dataDir string) (*slog.Logger, *os.File, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dataDir, "audit.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening the audit log: %w", err)
+	}
+	return slog.New(slog.NewJSONHandler(f, nil)), f, nil
+}
+
+// policy builds the manager's policy and the sandbox listeners for the
+// API listening on ln.
+func (p *policyFlags) policy(listen net.Addr, audit *slog.Logger, logger *slog.Logger) (manager.Policy, *server.SandboxListeners) {
+	_, max := p.limits()
+	port := p.SandboxAPIPort
+	if port == 0 {
+		if a, ok := listen.(*net.TCPAddr); ok {
+			port = a.Port
+		}
+	}
+	sl := &server.SandboxListeners{Port: port, Logger: logger}
+	return manager.Policy{
+		MaxLimits:   max,
+		MaxRunning:  p.MaxSandboxes,
+		CreateRate:  p.CreateRate,
+		CreateBurst: p.CreateBurst,
+		Internet:    p.Egress == "internet",
+		SandboxAPI:  sl,
+		Audit:       audit,
+	}, sl
+}
+
+// forwardingNote warns when internet egress cannot work: replies from the
+// uplink are forwarded back only if the host forwards IPv4.
+func forwardingNote(logger *slog.Logger, egress string) {
+	if egress != "internet" {
+		return
+	}
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	if err == nil && strings.TrimSpace(string(b)) == "0" {
+		logger.Warn("--egress=internet but net.ipv4.ip_forward is 0: sandboxes can send but replies from the uplink are not forwarded back; enable forwarding on the uplink interface (sysctl net.ipv4.conf.<uplink>.forwarding=1)")
+	}
+}

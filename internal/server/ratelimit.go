@@ -1,0 +1,100 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/manager"
+)
+
+// KeyLimits bound the requests of one API key: Rate per second with bursts
+// of Burst. Zero Rate means no bound.
+type KeyLimits struct {
+	Rate  float64
+	Burst int
+}
+
+// keyLimiter holds one token bucket per API key ID.
+type keyLimiter struct {
+	lim KeyLimits
+	mu  sync.Mutex
+	m   map[string]*rate.Limiter
+}
+
+// keyID is the public ID of the request's bearer key; Require has
+// already verified it.
+func keyID(r *http.Request) string {
+	_, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	k, err := auth.Parse(strings.TrimSpace(token))
+	if err != nil {
+		return ""
+	}
+	return k.ID
+}
+
+// limit serves next only while the request's key is within its rate; over
+// it, 429 with Retry-After. It runs after authentication, so a stranger
+// cannot use up a real key's budget.
+func (l *keyLimiter) limit(next http.Handler) http.Handler {
+	if l == nil || l.lim.Rate <= 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := keyID(r)
+		l.mu.Lock()
+		b := l.m[id]
+		if b == nil {
+			b = rate.NewLimiter(rate.Limit(l.lim.Rate), max(l.lim.Burst, 1))
+			l.m[id] = b
+		}
+		res := b.Reserve()
+		d := res.Delay()
+		if d > 0 {
+			res.Cancel()
+		}
+		l.mu.Unlock()
+		if d > 0 {
+			writeRateLimited(w, d, fmt.Sprintf("API key %s sends requests too fast: at most %g per second (bursts of %d); retry in %s",
+				id, l.lim.Rate, max(l.lim.Burst, 1), d.Round(time.Millisecond)))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeRateLimited(w http.ResponseWriter, after time.Duration, msg string) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(after.Seconds()))))
+	writeError(w, http.StatusTooManyRequests, api.CodeRateLimited, msg)
+}
+
+// rateLimited answers a manager.ErrRateLimited error; false if err is not
+// one.
+func rateLimited(w http.ResponseWriter, err error) bool {
+	var e *manager.Error
+	if !errors.Is(err, manager.ErrRateLimited) || !errors.As(err, &e) {
+		return false
+	}
+	writeRateLimited(w, max(e.RetryAfter, time.Second), e.Msg)
+	return true
+}
+
+// audit records an event with the key ID that caused it, never the key.
+func (s *Server) audit(r *http.Request, msg string, attrs ...any) {
+	if s.auditLog == nil {
+		return
+	}
+	project, _ := auth.ProjectID(r.Context())
+	attrs = append(attrs, "key_id", keyID(r), "project_id", project, "remote", r.RemoteAddr)
+	s.auditLog.Log(r.Context(), slog.LevelInfo, msg, attrs...)
+}
