@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+func init() {
+	sandboxCommands["fork"] = subcommand{"fork ID [--count N] [--timeout 5m|0] [--metadata K=V]... [--json]", sandboxFork}
+	sandboxOrder = append(sandboxOrder, "fork")
+}
+
+func sandboxFork(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "sandbox fork")
+	cf := addClientFlags(fs)
+	count := fs.Int("count", 1, "how many forks (at most 16)")
+	timeout := fs.String("timeout", "", "each fork's timeout (0 = never expires); default the server's")
+	meta := kvFlag{}
+	fs.Var(&meta, "metadata", "K=V metadata of each fork (repeatable)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return quietHelp(err)
+	}
+	if len(pos) != 1 {
+		return usagef("usage: lizard sandbox fork ID [--count N]")
+	}
+	req := api.ForkRequest{Count: *count, Metadata: meta}
+	if *timeout != "" {
+		d, err := parseDuration(*timeout)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		ms := d.Milliseconds()
+		req.TimeoutMs = &ms
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	sbs, err := c.Fork(ctx, pos[0], req)
+	if err != nil {
+		return fmt.Errorf("forking sandbox %s: %w", pos[0], err)
+	}
+	if *asJSON {
+		return printJSON(e.stdout, api.SandboxList{Sandboxes: sbs})
+	}
+	for _, sb := range sbs {
+		fmt.Fprintln(e.stdout, sb.SandboxID)
+	}
+	return nil
+}

@@ -1,0 +1,35 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+)
+
+func init() {
+	sandboxCommands["pause"] = subcommand{"pause ID...   (checkpoint to disk and stop; any call resumes it)", sandboxPause}
+	sandboxOrder = append(sandboxOrder, "pause")
+}
+
+func sandboxPause(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "sandbox pause")
+	cf := addClientFlags(fs)
+	ids, err := parseInterspersed(fs, args)
+	if err != nil {
+		return quietHelp(err)
+	}
+	if len(ids) == 0 {
+		return usagef("usage: lizard sandbox pause ID...")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		sb, err := c.PauseSandbox(ctx, id)
+		if err != nil {
+			return fmt.Errorf("pausing sandbox %s: %w", id, err)
+		}
+		fmt.Fprintf(e.stdout, "%s %s\n", sb.SandboxID, sb.State)
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+)
+
+func init() {
+	snapshotCommands["get"] = subcommand{"get ID [--json]", snapshotGet}
+}
+
+func snapshotGet(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "snapshot get")
+	cf := addClientFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return quietHelp(err)
+	}
+	if len(pos) != 1 {
+		return usagef("usage: lizard snapshot get ID [--json]")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	sn, err := c.GetSnapshot(ctx, pos[0])
+	if err != nil {
+		return fmt.Errorf("getting snapshot %s: %w", pos[0], err)
+	}
+	if *asJSON {
+		return printJSON(e.stdout, sn)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "ID\t%s\n", sn.SnapshotID)
+	fmt.Fprintf(tw, "SANDBOX\t%s\n", sn.SandboxID)
+	fmt.Fprintf(tw, "PROJECT\t%s\n", sn.ProjectID)
+	fmt.Fprintf(tw, "TEMPLATE\t%s\n", sn.Template)
+	fmt.Fprintf(tw, "CREATED\t%s\n", formatTime(&sn.CreatedAt))
+	fmt.Fprintf(tw, "SIZE\t%d bytes\n", sn.SizeBytes)
+	return tw.Flush()
+}
