@@ -1,0 +1,376 @@
+package e2e
+
+// The adversarial suite: hostile code and hostile clients against a real
+// server. Every case says what must happen, and the neighbour sandbox (a
+// Python variable and a file) is checked intact at the end.
+//
+// Network cases never leave this machine: every address a sandbox tries,
+// allowed or blocked, is first given a listener inside a network namespace
+// this test makes, with host routes to those exact /32s, and the server
+// lets "the internet" be only 203.0.113.1 (--egress-allow). 192.0.2.0/24 is
+// not used: it is this machine's real uplink.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/client"
+	lznetns "github.com/lizard-build/lizard/internal/netns"
+	"github.com/lizard-build/lizard/internal/testenv"
+)
+
+// Addresses owned by the test's namespaces.
+const (
+	inetAddr  = "203.0.113.1" // stands for the internet
+	probePort = 8000
+)
+
+var privateAddrs = []string{"10.0.0.1", "172.16.0.1", "192.168.0.1", "100.64.0.1", "169.254.169.254"}
+
+// testNet makes namespace name with the addresses given on a veth whose
+// host side is hostIf (with hostAddr), routes each address's /32 to it and
+// listens on probePort at each. Everything is removed when the test ends.
+func testNet(t *testing.T, name, hostIf, hostAddr string, addrs []string) {
+	t.Helper()
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	exec.Command("ip", "netns", "del", name).Run()
+	exec.Command("ip", "link", "del", hostIf).Run()
+	run("ip", "netns", "add", name)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	run("ip", "link", "add", hostIf, "type", "veth", "peer", "name", "lzt-peer", "netns", name)
+	t.Cleanup(func() { exec.Command("ip", "link", "del", hostIf).Run() })
+	run("ip", "addr", "add", hostAddr+"/32", "dev", hostIf)
+	run("ip", "link", "set", hostIf, "up")
+	// Replies to masqueraded sandbox traffic come back on this link.
+	run("sysctl", "-qw", "net.ipv4.conf."+hostIf+".forwarding=1")
+	run("ip", "-n", name, "link", "set", "lo", "up")
+	run("ip", "-n", name, "link", "set", "lzt-peer", "up")
+	run("ip", "-n", name, "route", "add", hostAddr+"/32", "dev", "lzt-peer")
+	run("ip", "-n", name, "route", "add", "default", "via", hostAddr, "dev", "lzt-peer", "onlink")
+	for _, a := range addrs {
+		run("ip", "-n", name, "addr", "add", a+"/32", "dev", "lzt-peer")
+		run("ip", "route", "add", a+"/32", "dev", hostIf)
+		t.Cleanup(func() { exec.Command("ip", "route", "del", a+"/32", "dev", hostIf).Run() })
+		listenIn(t, name, net.JoinHostPort(a, fmt.Sprint(probePort)))
+	}
+}
+
+// listenIn serves "hello from ADDR" on addr inside namespace name.
+func listenIn(t *testing.T, name, addr string) {
+	t.Helper()
+	errc := make(chan error, 1)
+	var ln net.Listener
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with us
+		ns, err := netns.GetFromName(name)
+		if err == nil {
+			defer ns.Close()
+			err = netns.Set(ns)
+		}
+		if err == nil {
+			ln, err = net.Listen("tcp4", addr)
+		}
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		t.Fatalf("listening on %s in %s: %v", addr, name, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "hello from %s\n", addr)
+			c.Close()
+		}
+	}()
+}
+
+// probe tries a TCP connection from inside sandbox id and says "ok: <what
+// it read>" or "blocked: <error>".
+func probe(t *testing.T, c *client.Client, id, host string, port int) string {
+	t.Helper()
+	code := fmt.Sprintf(`import socket
+try:
+    s = socket.create_connection((%q, %d), timeout=2)
+    print("ok:", s.recv(100).decode().strip())
+except Exception as e:
+    print("blocked:", type(e).__name__)`, host, port)
+	out := runPy(t, c, id, code)
+	return strings.TrimSpace(out)
+}
+
+func runPy(t *testing.T, c *client.Client, id, code string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	x, err := c.Execute(ctx, id, api.ExecuteRequest{Code: code}, nil)
+	if err != nil {
+		t.Fatalf("execute %q: %v", code, err)
+	}
+	if x.Error != nil {
+		return "error: " + x.Error.Name + ": " + x.Error.Message
+	}
+	return x.Stdout
+}
+
+// neighbour is a sandbox whose state every case must leave intact.
+type neighbour struct {
+	c  *client.Client
+	sb *api.Sandbox
+}
+
+func newNeighbour(t *testing.T, c *client.Client) *neighbour {
+	n := &neighbour{c: c, sb: newSandbox(t, c, api.CreateSandboxRequest{})}
+	runPy(t, c, n.sb.SandboxID, "precious = 41 + 1\nopen('/home/user/precious.txt','w').write('keep me')")
+	return n
+}
+
+func (n *neighbour) check(t *testing.T) {
+	t.Helper()
+	got := runPy(t, n.c, n.sb.SandboxID, "print(precious, open('/home/user/precious.txt').read())")
+	if strings.TrimSpace(got) != "42 keep me" {
+		t.Errorf("neighbour lost its state: got %q, want %q", got, "42 keep me")
+	}
+}
+
+func TestAdversarialNetwork(t *testing.T) {
+	s := startServerArgs(t, "--egress=internet", "--egress-allow="+inetAddr+"/32")
+	testNet(t, "lizt-inet", "lzt-inet0", "198.51.100.1", []string{inetAddr})
+	testNet(t, "lizt-priv", "lzt-priv0", "198.51.100.5", privateAddrs)
+	c := s.createProject("net_a")
+	n := newNeighbour(t, c)
+	open := newSandbox(t, c, api.CreateSandboxRequest{})
+	closed := newSandbox(t, c, api.CreateSandboxRequest{AllowInternet: ptr(false)})
+	port := s.listenPort(t)
+
+	cases := []struct {
+		name, sandbox, host string
+		port                int
+		want                string
+	}{
+		{"internet reachable by default", open.SandboxID, inetAddr, probePort, "ok: hello from " + inetAddr},
+		{"allowInternet false: no internet", closed.SandboxID, inetAddr, probePort, "blocked"},
+		{"host API through the host veth without a token", open.SandboxID, open.SandboxID, port, "blocked"},
+		{"another sandbox's agent", open.SandboxID, "neighbour", api.AgentPort, "blocked"},
+	}
+	for _, a := range privateAddrs {
+		cases = append(cases, struct {
+			name, sandbox, host string
+			port                int
+			want                string
+		}{"private or metadata " + a, open.SandboxID, a, probePort, "blocked"})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			host := tc.host
+			switch host {
+			case open.SandboxID:
+				host = s.hostAddr(t, open.SandboxID)
+			case "neighbour":
+				host = s.guestAddr(t, n.sb.SandboxID)
+			}
+			got := probe(t, c, tc.sandbox, host, tc.port)
+			if !strings.HasPrefix(got, tc.want) {
+				t.Errorf("connect to %s:%d = %q, want %q", host, tc.port, got, tc.want)
+			}
+		})
+	}
+	t.Run("raw sockets reach nothing blocked", func(t *testing.T) {
+		out := runPy(t, c, open.SandboxID, `import socket
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    s.settimeout(2)
+    s.sendto(b"\x08\x00\xf7\xff\x00\x00\x00\x00", ("10.0.0.1", 0))
+    s.recv(100)
+    print("got reply")
+except Exception as e:
+    print("no reply:", type(e).__name__)`)
+		if strings.Contains(out, "got reply") {
+			t.Errorf("raw ICMP to 10.0.0.1 got a reply: %q", out)
+		}
+	})
+	n.check(t)
+}
+
+func TestAdversarialLizardToken(t *testing.T) {
+	s := startServer(t)
+	a := s.createProject("tok_a")
+	b := s.createProject("tok_b")
+	other := newSandbox(t, b, api.CreateSandboxRequest{})
+	sb := newSandbox(t, a, api.CreateSandboxRequest{LizardToken: true, Metadata: map[string]string{"who": "me"}})
+	plain := newSandbox(t, a, api.CreateSandboxRequest{})
+
+	t.Run("lizard sandbox list inside sees its own project only", func(t *testing.T) {
+		out := execOK(t, a, sb.SandboxID, "lizard", "sandbox", "list")
+		if !strings.Contains(out, sb.SandboxID) || !strings.Contains(out, plain.SandboxID) || strings.Contains(out, other.SandboxID) {
+			t.Errorf("lizard sandbox list inside = %q, want %s and %s but not %s", out, sb.SandboxID, plain.SandboxID, other.SandboxID)
+		}
+	})
+	t.Run("without a token the API is unreachable", func(t *testing.T) {
+		host := s.hostAddr(t, plain.SandboxID)
+		if got := probe(t, a, plain.SandboxID, host, s.listenPort(t)); !strings.HasPrefix(got, "blocked") {
+			t.Errorf("API from a sandbox without token: %q, want blocked", got)
+		}
+		// Nor through the token sandbox's address.
+		if got := probe(t, a, plain.SandboxID, s.hostAddr(t, sb.SandboxID), s.listenPort(t)); !strings.HasPrefix(got, "blocked") {
+			t.Errorf("API through another sandbox's host address: %q, want blocked", got)
+		}
+	})
+	t.Run("the key never shows in get, list or logs", func(t *testing.T) {
+		key := strings.TrimSpace(execOK(t, a, sb.SandboxID, "sh", "-c", "echo $LIZARD_API_KEY"))
+		if !strings.HasPrefix(key, "lz_") {
+			t.Fatalf("LIZARD_API_KEY inside = %q", key)
+		}
+		got, _ := a.GetSandbox(context.Background(), sb.SandboxID)
+		list, _ := a.ListSandboxes(context.Background(), client.ListOptions{})
+		for what, text := range map[string]string{"get": fmt.Sprint(got), "list": fmt.Sprint(list), "log": s.logs(), "audit": s.audit(t)} {
+			if strings.Contains(text, key) || strings.Contains(text, key[strings.LastIndex(key, "_")+1:]) {
+				t.Errorf("%s shows the sandbox key", what)
+			}
+		}
+		a.KillSandbox(context.Background(), sb.SandboxID)
+		revoked := s.client(key)
+		if _, err := revoked.ListSandboxes(context.Background(), client.ListOptions{}); !isStatus(err, 401) {
+			t.Errorf("list with the ended sandbox's key: %v, want 401", err)
+		}
+	})
+}
+
+func isStatus(err error, status int) bool {
+	return err != nil && strings.Contains(err.Error(), fmt.Sprint(status))
+}
+
+func TestAdversarialResources(t *testing.T) {
+	s := startServerArgs(t, "--memory-mb=512", "--max-memory-mb=1024", "--processes=64", "--disk-mb=64",
+		"--max-sandboxes-per-project=3")
+	c := s.createProject("res_a")
+	n := newNeighbour(t, c)
+	bad := newSandbox(t, c, api.CreateSandboxRequest{})
+	id := bad.SandboxID
+
+	t.Run("memory bomb is contained", func(t *testing.T) {
+		runPy(t, c, id, "x = []\nwhile True: x.append(bytearray(50 << 20))")
+		n.check(t)
+	})
+	t.Run("fork bomb is bounded by the process limit", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c.Exec(ctx, id, api.ProcessRequest{Cmd: "f(){ f | f & }; f; sleep 5", TimeoutMs: ms(20000)}, nil)
+		n.check(t)
+	})
+	t.Run("disk fill stops at the disk limit", func(t *testing.T) {
+		out := runPy(t, c, id, `n = 0
+try:
+    with open('/home/user/fill', 'wb') as f:
+        while n < 1024:
+            f.write(b'x' * (1 << 20)); f.flush(); n += 1
+except OSError as e:
+    print("stopped", n, type(e).__name__)
+print("wrote", n)`)
+		if !strings.Contains(out, "stopped") {
+			t.Errorf("filling the disk: %q, want it stopped before 1 GiB", out)
+		}
+		n.check(t)
+	})
+	t.Run("over the maximum is a clear 400", func(t *testing.T) {
+		_, err := c.CreateSandbox(context.Background(), api.CreateSandboxRequest{MemoryMb: ptr(int64(8192))})
+		if !isStatus(err, 400) || !strings.Contains(err.Error(), "memoryMb") {
+			t.Errorf("create with memoryMb 8192: %v, want 400 naming memoryMb", err)
+		}
+	})
+	t.Run("too many live sandboxes is a 429", func(t *testing.T) {
+		newSandbox(t, c, api.CreateSandboxRequest{}) // the third
+		_, err := c.CreateSandbox(context.Background(), api.CreateSandboxRequest{})
+		if !isStatus(err, 429) {
+			t.Errorf("fourth create: %v, want 429", err)
+		}
+	})
+	t.Run("killed runsc: sandbox marked failed and cleaned", func(t *testing.T) {
+		for _, p := range sandboxPids(id) {
+			p.Kill()
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got, err := c.GetSandbox(context.Background(), id)
+			if err == nil && got.State == api.StateFailed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sandbox after kill -9 of its processes: %+v, %v; want failed", got, err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		waitGone(t, s, bad)
+	})
+	n.check(t)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// startServerArgs is startServer with more lizard serve flags.
+func startServerArgs(t *testing.T, args ...string) *server {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	s := &server{t: t, bin: testenv.Binary(t, "lizard"), dataDir: t.TempDir(), pool: nextPool(), args: args}
+	testenv.Binary(t, "lizard-agent")
+	testenv.Binary(t, "runsc")
+	s.listen = freeAddr(t)
+	s.url = "http://" + s.listen
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *server) listenPort(t *testing.T) int {
+	_, p, _ := net.SplitHostPort(s.listen)
+	var n int
+	fmt.Sscan(p, &n)
+	return n
+}
+
+// hostAddr is the host side of sandbox id's link.
+func (s *server) hostAddr(t *testing.T, id string) string {
+	t.Helper()
+	l, err := netlink.LinkByName(lznetns.VethName(id))
+	if err != nil {
+		t.Fatalf("host link of %s: %v", id, err)
+	}
+	addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
+	if err != nil || len(addrs) == 0 {
+		t.Fatalf("addresses of the host link of %s: %v", id, err)
+	}
+	return addrs[0].IP.String()
+}
+
+// guestAddr is the sandbox side: the next address of its /30.
+func (s *server) guestAddr(t *testing.T, id string) string {
+	a := netip.MustParseAddr(s.hostAddr(t, id))
+	return a.Next().String()
+}
+
+func (s *server) audit(t *testing.T) string {
+	b, _ := os.ReadFile(filepath.Join(s.dataDir, "audit.log"))
+	return string(b)
+}
