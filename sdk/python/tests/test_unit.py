@@ -198,7 +198,7 @@ async def test_context_manager_keeps_body_exception(mode: str) -> None:
 
 @pytest.mark.parametrize("method,path", [("pause", "/pause"), ("resume", "/resume"), ("snapshot", "/snapshots"),
                                          ("fork", "/fork")])
-async def test_planned_endpoints_surface_server_errors(mode: str, method: str, path: str) -> None:
+async def test_lifecycle_endpoints_surface_server_errors(mode: str, method: str, path: str) -> None:
     srv = server(mode)
     sb = await sandbox(srv)
     with pytest.raises(lizard.NotFoundError):
@@ -206,11 +206,24 @@ async def test_planned_endpoints_surface_server_errors(mode: str, method: str, p
     srv.last("POST", PREFIX + path)
 
 
-async def test_fork_returns_new_sandbox(mode: str) -> None:
+async def test_fork_returns_new_sandboxes(mode: str) -> None:
     srv = server(mode)
-    srv.route("POST", PREFIX + "/fork", status=201, json={**SANDBOX, "sandboxId": "sbx_2"})
+    srv.route("POST", PREFIX + "/fork", status=201, json={"sandboxes": [{**SANDBOX, "sandboxId": "sbx_2"}]})
     fork = await r((await sandbox(srv)).fork())
     assert fork.sandbox_id == "sbx_2"
+    srv.route("POST", PREFIX + "/fork", status=201,
+              json={"sandboxes": [{**SANDBOX, "sandboxId": "sbx_3"}, {**SANDBOX, "sandboxId": "sbx_4"}]})
+    forks = await r((await sandbox(srv)).fork(2))
+    assert [f.sandbox_id for f in forks] == ["sbx_3", "sbx_4"]
+
+
+async def test_snapshot_returns_info(mode: str) -> None:
+    srv = server(mode)
+    srv.route("POST", PREFIX + "/snapshots", status=201, json={
+        "snapshotId": "snap-1", "sandboxId": "sbx_1", "projectId": "p", "template": "interpreter",
+        "createdAt": "2026-01-01T00:00:00Z", "sizeBytes": 42})
+    snap = await r((await sandbox(srv)).snapshot())
+    assert isinstance(snap, lizard.SnapshotInfo) and snap.snapshot_id == "snap-1" and snap.size_bytes == 42
 
 
 # Errors -------------------------------------------------------------------------------------------------

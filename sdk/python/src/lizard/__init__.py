@@ -19,7 +19,7 @@ from .errors import (
     SandboxError,
     SandboxGoneError,
 )
-from .models import Context, EntryInfo, Execution, ExecutionError, ProcessResult, Result, SandboxInfo
+from .models import Context, EntryInfo, Execution, ExecutionError, ProcessResult, Result, SandboxInfo, SnapshotInfo
 
 __version__ = "0.1.0"
 
@@ -35,6 +35,7 @@ __all__ = [
     "ExecutionError",
     "Context",
     "SandboxInfo",
+    "SnapshotInfo",
     "EntryInfo",
     "ProcessResult",
     "LizardError",

@@ -30,7 +30,7 @@ from . import _core
 from ._core import UNSET, ContextLike
 from ._sync import FileData, _sandbox_path
 from .errors import InvalidArgumentError, LizardError, NotFoundError, SandboxGoneError, error_from_response
-from .models import Context, EntryInfo, Execution, ExecutionError, ProcessResult, Result, SandboxInfo
+from .models import Context, EntryInfo, Execution, ExecutionError, ProcessResult, Result, SandboxInfo, SnapshotInfo
 
 __all__ = ["AsyncCodeSandbox", "AsyncFiles", "AsyncProcess"]
 
@@ -194,6 +194,7 @@ class AsyncCodeSandbox:
         api_url: Optional[str] = None,
         request_timeout: Optional[float] = UNSET,
         *,
+        snapshot_id: Optional[str] = None,
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> _PendingSandbox:
         """Create a sandbox; await the result, or use it in ``async with``.
@@ -202,7 +203,7 @@ class AsyncCodeSandbox:
         """
         return _PendingSandbox(
             cls._create(project_id, timeout_ms, template, envs, metadata, lizard_token, api_key, api_url,
-                        request_timeout, transport)
+                        request_timeout, transport, snapshot_id)
         )
 
     @classmethod
@@ -218,9 +219,10 @@ class AsyncCodeSandbox:
         api_url: Optional[str],
         request_timeout: Optional[float],
         transport: Optional[httpx.AsyncBaseTransport],
+        snapshot_id: Optional[str] = None,
     ) -> "AsyncCodeSandbox":
         url, key = _core.resolve_config(api_key, api_url)
-        body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token)
+        body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id)
         http = _AsyncHttp(
             url, key, _core.DEFAULT_REQUEST_TIMEOUT if request_timeout is UNSET else request_timeout, transport
         )
@@ -261,6 +263,8 @@ class AsyncCodeSandbox:
             info = await sandbox.get_info()
             if info.state in ("killed", "expired", "failed"):
                 raise SandboxGoneError(f"sandbox {sandbox_id} has ended ({info.state})", status=None, code="gone")
+            if info.state == "paused":
+                await sandbox.resume()
             return sandbox
         except BaseException:
             await http.close()
@@ -309,23 +313,54 @@ class AsyncCodeSandbox:
             pass
 
     async def pause(self) -> None:
-        """Pause the sandbox, keeping its memory (kernel variables). Requires server support."""
-        await self._http.request("POST", f"{self._prefix}/pause")
+        """Pause the sandbox: its memory, kernel variables, processes and files are saved to the server's
+        disk and it stops using CPU and memory. Its timeout clock stops too. Any call on it (run_code,
+        commands, files), :meth:`resume` or ``connect`` resumes it. Raises ConflictError when a call
+        is still running after 10 s."""
+        await self._http.request("POST", f"{self._prefix}/pause", timeout=_core.DEFAULT_CREATE_TIMEOUT)
 
-    async def resume(self) -> None:
-        """Resume a paused sandbox. Requires server support."""
-        await self._http.request("POST", f"{self._prefix}/resume")
+    async def resume(self, timeout_ms: Optional[int] = None) -> None:
+        """Resume a paused sandbox (a running one is left as is). timeout_ms, when given, replaces the time
+        it had left when paused. Raises SandboxGoneError when its image could not be restored."""
+        _core.check_ms("timeout_ms", timeout_ms)
+        body = {"timeoutMs": timeout_ms} if timeout_ms is not None else {}
+        await self._http.request("POST", f"{self._prefix}/resume", json=body, timeout=_core.DEFAULT_CREATE_TIMEOUT)
 
-    async def snapshot(self) -> Dict[str, Any]:
-        """Snapshot the sandbox, kernel state included; returns the server's answer. Requires server support."""
-        resp = await self._http.request("POST", f"{self._prefix}/snapshots")
-        return dict(resp.json()) if resp.content else {}
+    async def snapshot(self) -> SnapshotInfo:
+        """Save the sandbox, kernel state included, without stopping it. Create sandboxes from it with
+        ``create(snapshot_id=...)``; delete it with :meth:`delete_snapshot`."""
+        resp = await self._http.request("POST", f"{self._prefix}/snapshots", timeout=_core.DEFAULT_CREATE_TIMEOUT)
+        return SnapshotInfo.from_json(resp.json())
 
-    async def fork(self) -> "AsyncCodeSandbox":
-        """Copy the sandbox, kernel state included, into a new sandbox. Requires server support."""
-        resp = await self._http.request("POST", f"{self._prefix}/fork", timeout=_core.DEFAULT_CREATE_TIMEOUT)
-        info = SandboxInfo.from_json(resp.json())
-        return type(self)(info.sandbox_id, _http=self._http.clone())
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """Delete a snapshot of the key's project and its image."""
+        await self._http.request("DELETE", f"/v1/snapshots/{quote(snapshot_id, safe='')}")
+
+    @overload
+    async def fork(self, *, timeout_ms: Optional[int] = ..., metadata: Optional[Mapping[str, str]] = ...) -> "AsyncCodeSandbox": ...
+
+    @overload
+    async def fork(
+        self, count: int, *, timeout_ms: Optional[int] = ..., metadata: Optional[Mapping[str, str]] = ...
+    ) -> List["AsyncCodeSandbox"]: ...
+
+    async def fork(
+        self,
+        count: Optional[int] = None,
+        *,
+        timeout_ms: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+    ) -> Union["AsyncCodeSandbox", List["AsyncCodeSandbox"]]:
+        """Copy the sandbox as it is now (variables, files, processes) into new, independent sandboxes.
+
+        ``fork()`` returns one new sandbox; ``fork(count=N)`` (1 to 16) returns a list of N. Each fork
+        has its own address, and Python's ``random`` and NumPy's global generator are reseeded in each.
+        """
+        body = _core.fork_body(count, timeout_ms, metadata)
+        resp = await self._http.request("POST", f"{self._prefix}/fork", json=body, timeout=_core.DEFAULT_CREATE_TIMEOUT)
+        forks = [type(self)(SandboxInfo.from_json(s).sandbox_id, _http=self._http.clone())
+                 for s in resp.json().get("sandboxes") or []]
+        return forks if count is not None else forks[0]
 
     async def close(self) -> None:
         """Close the HTTP connections without killing the sandbox."""

@@ -101,10 +101,14 @@ def create_body(
     envs: Optional[Mapping[str, str]],
     metadata: Optional[Mapping[str, str]],
     lizard_token: bool,
+    snapshot_id: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The body of POST /v1/sandboxes."""
     check_ms("timeout_ms", timeout_ms)
     body: Dict[str, Any] = {"template": template}
+    if snapshot_id:
+        # The snapshot decides the template.
+        body = {"snapshotId": snapshot_id}
     if timeout_ms is not None:
         body["timeoutMs"] = timeout_ms
     if envs:
@@ -289,3 +293,18 @@ class ProcessAssembler:
         return ProcessResult(
             stdout="".join(self._stdout), stderr="".join(self._stderr), exit_code=self._exit_code, error=self._error
         )
+
+
+def fork_body(count: Optional[int], timeout_ms: Optional[int], metadata: Optional[Mapping[str, str]]) -> Dict[str, Any]:
+    """The body of POST /v1/sandboxes/{id}/fork."""
+    check_ms("timeout_ms", timeout_ms)
+    body: Dict[str, Any] = {}
+    if count is not None:
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 16:
+            raise ValueError(f"count must be an int from 1 to 16, got {count!r}")
+        body["count"] = count
+    if timeout_ms is not None:
+        body["timeoutMs"] = timeout_ms
+    if metadata:
+        body["metadata"] = dict(metadata)
+    return body

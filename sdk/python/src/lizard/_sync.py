@@ -11,7 +11,7 @@ import httpx
 from . import _core
 from ._core import UNSET, ContextLike
 from .errors import InvalidArgumentError, LizardError, NotFoundError, SandboxGoneError, error_from_response
-from .models import Context, EntryInfo, Execution, ExecutionError, ProcessResult, Result, SandboxInfo
+from .models import Context, EntryInfo, Execution, ExecutionError, ProcessResult, Result, SandboxInfo, SnapshotInfo
 
 __all__ = ["CodeSandbox", "Files", "Process"]
 
@@ -143,6 +143,7 @@ class CodeSandbox:
         api_url: Optional[str] = None,
         request_timeout: Optional[float] = UNSET,
         *,
+        snapshot_id: Optional[str] = None,
         transport: Optional[httpx.BaseTransport] = None,
     ) -> "CodeSandbox":
         """Create a sandbox and return it once it runs.
@@ -161,10 +162,13 @@ class CodeSandbox:
             api_url: the server's URL; default ``LIZARD_API_URL``, else ``http://127.0.0.1:8080``.
             request_timeout: seconds for each ordinary HTTP request (None: no limit). The create request
                 itself defaults to 900 s because a server builds its template on first use.
+            snapshot_id: restore the sandbox from this snapshot (see :meth:`snapshot`) instead of booting
+                template: its variables, files and processes are the snapshot's; envs and lizard_token
+                cannot be used with it.
             transport: an httpx transport to send requests through (tests, custom networking).
         """
         url, key = _core.resolve_config(api_key, api_url)
-        body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token)
+        body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id)
         http = _Http(url, key, _core.DEFAULT_REQUEST_TIMEOUT if request_timeout is UNSET else request_timeout, transport)
         try:
             create_timeout = _core.DEFAULT_CREATE_TIMEOUT if request_timeout is UNSET else request_timeout
@@ -203,6 +207,8 @@ class CodeSandbox:
             info = sandbox.get_info()
             if info.state in ("killed", "expired", "failed"):
                 raise SandboxGoneError(f"sandbox {sandbox_id} has ended ({info.state})", status=None, code="gone")
+            if info.state == "paused":
+                sandbox.resume()
             return sandbox
         except BaseException:
             http.close()
@@ -251,23 +257,54 @@ class CodeSandbox:
             pass
 
     def pause(self) -> None:
-        """Pause the sandbox, keeping its memory (kernel variables). Requires server support."""
-        self._http.request("POST", f"{self._prefix}/pause")
+        """Pause the sandbox: its memory, kernel variables, processes and files are saved to the server's
+        disk and it stops using CPU and memory. Its timeout clock stops too. Any call on it (run_code,
+        commands, files), :meth:`resume` or ``connect`` resumes it. Raises ConflictError when a call
+        is still running after 10 s."""
+        self._http.request("POST", f"{self._prefix}/pause", timeout=_core.DEFAULT_CREATE_TIMEOUT)
 
-    def resume(self) -> None:
-        """Resume a paused sandbox. Requires server support."""
-        self._http.request("POST", f"{self._prefix}/resume")
+    def resume(self, timeout_ms: Optional[int] = None) -> None:
+        """Resume a paused sandbox (a running one is left as is). timeout_ms, when given, replaces the time
+        it had left when paused. Raises SandboxGoneError when its image could not be restored."""
+        _core.check_ms("timeout_ms", timeout_ms)
+        body = {"timeoutMs": timeout_ms} if timeout_ms is not None else {}
+        self._http.request("POST", f"{self._prefix}/resume", json=body, timeout=_core.DEFAULT_CREATE_TIMEOUT)
 
-    def snapshot(self) -> Dict[str, Any]:
-        """Snapshot the sandbox, kernel state included; returns the server's answer. Requires server support."""
-        resp = self._http.request("POST", f"{self._prefix}/snapshots")
-        return dict(resp.json()) if resp.content else {}
+    def snapshot(self) -> SnapshotInfo:
+        """Save the sandbox, kernel state included, without stopping it. Create sandboxes from it with
+        ``create(snapshot_id=...)``; delete it with :meth:`delete_snapshot`."""
+        resp = self._http.request("POST", f"{self._prefix}/snapshots", timeout=_core.DEFAULT_CREATE_TIMEOUT)
+        return SnapshotInfo.from_json(resp.json())
 
-    def fork(self) -> "CodeSandbox":
-        """Copy the sandbox, kernel state included, into a new sandbox. Requires server support."""
-        resp = self._http.request("POST", f"{self._prefix}/fork", timeout=_core.DEFAULT_CREATE_TIMEOUT)
-        info = SandboxInfo.from_json(resp.json())
-        return type(self)(info.sandbox_id, _http=self._http.clone())
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Delete a snapshot of the key's project and its image."""
+        self._http.request("DELETE", f"/v1/snapshots/{quote(snapshot_id, safe='')}")
+
+    @overload
+    def fork(self, *, timeout_ms: Optional[int] = ..., metadata: Optional[Mapping[str, str]] = ...) -> "CodeSandbox": ...
+
+    @overload
+    def fork(
+        self, count: int, *, timeout_ms: Optional[int] = ..., metadata: Optional[Mapping[str, str]] = ...
+    ) -> List["CodeSandbox"]: ...
+
+    def fork(
+        self,
+        count: Optional[int] = None,
+        *,
+        timeout_ms: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+    ) -> Union["CodeSandbox", List["CodeSandbox"]]:
+        """Copy the sandbox as it is now (variables, files, processes) into new, independent sandboxes.
+
+        ``fork()`` returns one new sandbox; ``fork(count=N)`` (1 to 16) returns a list of N. Each fork
+        has its own address, and Python's ``random`` and NumPy's global generator are reseeded in each.
+        """
+        body = _core.fork_body(count, timeout_ms, metadata)
+        resp = self._http.request("POST", f"{self._prefix}/fork", json=body, timeout=_core.DEFAULT_CREATE_TIMEOUT)
+        forks = [type(self)(SandboxInfo.from_json(s).sandbox_id, _http=self._http.clone())
+                 for s in resp.json().get("sandboxes") or []]
+        return forks if count is not None else forks[0]
 
     def close(self) -> None:
         """Close the HTTP connections without killing the sandbox."""

@@ -136,6 +136,33 @@ class SandboxInfo:
 
 
 @dataclass
+class SnapshotInfo:
+    """A saved copy of a sandbox (memory, kernel variables, processes, files).
+
+    Create sandboxes from it with ``CodeSandbox.create(snapshot_id=...)``.
+    """
+
+    snapshot_id: str
+    sandbox_id: str
+    project_id: str
+    template: str
+    created_at: Optional[datetime]
+    size_bytes: int
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "SnapshotInfo":
+        """Build a SnapshotInfo from the wire form of a Snapshot."""
+        return cls(
+            snapshot_id=str(obj.get("snapshotId", "")),
+            sandbox_id=str(obj.get("sandboxId", "")),
+            project_id=str(obj.get("projectId", "")),
+            template=str(obj.get("template", "")),
+            created_at=parse_time(obj.get("createdAt")),
+            size_bytes=int(obj.get("sizeBytes") or 0),
+        )
+
+
+@dataclass
 class EntryInfo:
     """One file or directory in a sandbox.
 

@@ -243,18 +243,35 @@ def test_server_down() -> None:
 
 
 def test_pause_resume_snapshot_fork(sandbox: CodeSandbox) -> None:
-    """These require server support; until the server serves them, its error must surface typed."""
-    sandbox.run_code("survives = 'pause'")
-    try:
-        sandbox.pause()
-    except lizard.LizardError as exc:
-        assert exc.status is not None, "the server's answer must surface as a typed error"
-        pytest.xfail(f"server does not serve pause yet: {type(exc).__name__}: {exc}")
+    sandbox.run_code("import random\nsurvives = 'pause'")
+    sandbox.pause()
     assert sandbox.get_info().state == "paused"
     sandbox.resume()
+    assert sandbox.get_info().state == "running"
     assert sandbox.run_code("survives").results[0].data == "'pause'"
+    sandbox.pause()
+    assert sandbox.run_code("survives").results[0].data == "'pause'", "a call resumes a paused sandbox"
+    sandbox.pause()
+    again = CodeSandbox.connect(sandbox.sandbox_id)  # not `with`: leaving it would kill the sandbox
+    assert again.get_info().state == "running", "connect resumes a paused sandbox"
+    again.close()
     snap = sandbox.snapshot()
-    assert isinstance(snap, dict)
+    assert isinstance(snap, lizard.SnapshotInfo) and snap.sandbox_id == sandbox.sandbox_id and snap.size_bytes > 0
+    try:
+        with CodeSandbox.create(snapshot_id=snap.snapshot_id) as restored:
+            assert restored.run_code("survives").results[0].data == "'pause'"
+    finally:
+        sandbox.delete_snapshot(snap.snapshot_id)
     with sandbox.fork() as fork:
         assert fork.sandbox_id != sandbox.sandbox_id
         assert fork.run_code("survives").results[0].data == "'pause'"
+        fork.run_code("survives = 'fork'")
+        assert sandbox.run_code("survives").results[0].data == "'pause'"
+    forks = sandbox.fork(count=2)
+    try:
+        draws = {f.run_code("random.random()").results[0].data for f in forks}
+        assert len(draws) == 2, "forks must draw different random numbers"
+    finally:
+        for f in forks:
+            f.kill()
+            f.close()
