@@ -64,9 +64,8 @@ test-typescript: ## TypeScript SDK tests, unit and end to end against a real liz
 	cd sdk/typescript && npm ci --no-audit --no-fund && npm run build && npm test && \
 		LIZARD_TEST_STRICT=1 LIZARD_CACHE_DIR=$(CACHE_DIR) npm run test:e2e
 
-bench: deps build template testvenv ## Benchmarks: Lizard beside raw runsc and direct Jupyter baselines
-	LIZARD_TEST_PYTHON=$(CURDIR)/$(TESTVENV)/bin/python LIZARD_CACHE_DIR=$(CACHE_DIR) \
-		go run ./bench
+bench: deps build template testvenv ## Benchmarks in one run: Lizard beside raw runsc and direct Jupyter (BENCH_FLAGS="--scale 5 --sustain 5s" for a quick one)
+	LIZARD_CACHE_DIR=$(CACHE_DIR) $(TESTVENV)/bin/python bench/bench.py --cache-dir $(CACHE_DIR) $(BENCH_FLAGS)
 
 clean: ## Remove build outputs (not the template cache)
 	rm -rf bin .cache

@@ -1,0 +1,960 @@
+"""Lizard's benchmark harness (`make bench`, issue 6).
+
+Measures, in ONE run on this machine, Lizard through the Python SDK beside its baselines (raw `runsc run`,
+raw `runsc checkpoint`/`restore`, a direct `jupyter_client` round trip to a local ipykernel), prints a
+markdown table of p50/p95 and the ratios to the baselines, and writes the JSON under bench/results/.
+
+The machine is shared and noisy: read the ratios (same run, same load), not the milliseconds alone.
+docs/performance.md explains every figure. Run as root from the repository root:
+
+    .cache/testvenv/bin/python bench/bench.py [--scale 50] [--sustain 20s] [--warm-pool N]
+
+Everything the bench makes (the server, its sandboxes, raw runsc containers, temp dirs) is removed at the
+end, also when it fails or is interrupted (SIGINT, SIGTERM, SIGHUP).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+# Apart from the Go end-to-end tests (169.254.200.0/22 and up) and the SDK e2e tests (169.254.236.0/22,
+# 169.254.244.0/22), so the bench can run beside them.
+ADDRESS_POOL = "169.254.160.0/20"
+PY_IN_TEMPLATE = "/opt/lizard/venv/bin/python"
+
+# Code the figures run, the same for Lizard and the direct kernel.
+DATAFRAME_SETUP = "import pandas as pd"
+DATAFRAME_CODE = 'pd.DataFrame({"x": range(20), "y": [i * i for i in range(20)]})'
+CHART_SETUP = "%matplotlib inline\nimport matplotlib.pyplot as plt"
+CHART_CODE = "plt.figure(figsize=(4, 3))\nplt.plot([1, 3, 2, 4])\nplt.show()"
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --- cleanup that survives failures and signals ------------------------------------------------------
+
+
+class Interrupted(BaseException):
+    """A signal asked the bench to stop; finally blocks and the cleanup stack still run."""
+
+
+class Cleanup:
+    """A stack of undo actions, run once in reverse order at the end whatever happened."""
+
+    def __init__(self) -> None:
+        self._stack: List[tuple] = []
+        self._lock = threading.Lock()
+
+    def push(self, what: str, fn: Callable[[], None]) -> Callable[[], None]:
+        entry = (what, fn)
+        with self._lock:
+            self._stack.append(entry)
+
+        def done() -> None:  # run it now, and not again at the end
+            with self._lock:
+                if entry in self._stack:
+                    self._stack.remove(entry)
+            fn()
+
+        return done
+
+    def run(self) -> None:
+        # A second Ctrl-C must not cut the cleanup short and leave sandboxes behind.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        while True:
+            with self._lock:
+                if not self._stack:
+                    return
+                what, fn = self._stack.pop()
+            try:
+                fn()
+            except Exception as exc:  # keep cleaning the rest
+                log(f"cleanup: {what}: {exc!r}")
+
+
+CLEANUP = Cleanup()
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    raise Interrupted(f"signal {signal.Signals(signum).name}")
+
+
+# --- figures -------------------------------------------------------------------------------------------
+
+
+def pct(samples: List[float], p: float) -> float:
+    """The nearest-rank percentile p (0..100) of samples."""
+    s = sorted(samples)
+    if not s:
+        return float("nan")
+    k = max(0, min(len(s) - 1, -(-len(s) * p // 100) - 1))
+    return s[int(k)]
+
+
+@dataclass
+class Figure:
+    name: str
+    samples_ms: List[float] = field(default_factory=list)
+    baseline: str = ""  # the name of the figure this one is compared with
+    unit: str = "ms"
+    note: str = ""  # "not available", or what the figure is
+    value: Optional[float] = None  # a single figure (scale results) instead of samples
+
+    def to_json(self) -> Dict[str, Any]:
+        d: Dict[str, Any] = {"name": self.name, "unit": self.unit}
+        if self.baseline:
+            d["baseline"] = self.baseline
+        if self.note:
+            d["note"] = self.note
+        if self.value is not None:
+            d["value"] = round(self.value, 3)
+        if self.samples_ms:
+            d.update(n=len(self.samples_ms), p50=round(self.p50, 3), p95=round(self.p95, 3),
+                     samples=[round(x, 3) for x in self.samples_ms])
+        return d
+
+    @property
+    def p50(self) -> float:
+        return pct(self.samples_ms, 50)
+
+    @property
+    def p95(self) -> float:
+        return pct(self.samples_ms, 95)
+
+
+class Results:
+    def __init__(self) -> None:
+        self.figures: List[Figure] = []
+
+    def add(self, fig: Figure) -> Figure:
+        self.figures.append(fig)
+        if fig.samples_ms:
+            log(f"{fig.name}: n={len(fig.samples_ms)} p50={fig.p50:.1f} ms p95={fig.p95:.1f} ms")
+        elif fig.value is not None:
+            log(f"{fig.name}: {fig.value:.2f} {fig.unit}")
+        else:
+            log(f"{fig.name}: {fig.note}")
+        return fig
+
+    def get(self, name: str) -> Optional[Figure]:
+        return next((f for f in self.figures if f.name == name), None)
+
+    def table(self) -> str:
+        rows = ["| figure | n | p50 | p95 | compared with | p50 ratio (difference) | note |",
+                "| --- | ---: | ---: | ---: | --- | ---: | --- |"]
+        for f in self.figures:
+            if f.samples_ms:
+                n, p50, p95 = str(len(f.samples_ms)), f"{f.p50:.1f} {f.unit}", f"{f.p95:.1f} {f.unit}"
+            elif f.value is not None:
+                n, p50, p95 = "1", f"{f.value:.2f} {f.unit}", ""
+            else:
+                n, p50, p95 = "0", f.note or "not available", ""
+            base, ratio = "", ""
+            b = self.get(f.baseline) if f.baseline else None
+            if b is not None and b.samples_ms and f.samples_ms and b.p50 > 0:
+                base = b.name
+                ratio = f"{f.p50 / b.p50:.2f}× ({f.p50 - b.p50:+.1f} ms)"
+            elif f.baseline:
+                base = f.baseline
+            note = "" if p50 == f.note else f.note
+            rows.append(f"| {f.name} | {n} | {p50} | {p95} | {base} | {ratio} | {note} |")
+        return "\n".join(rows)
+
+
+def timed(fn: Callable[[], Any]) -> tuple:
+    t0 = time.perf_counter()
+    out = fn()
+    return (time.perf_counter() - t0) * 1000, out
+
+
+# --- raw runsc baselines -------------------------------------------------------------------------------
+
+
+def oci_spec(rootfs: str, args: List[str]) -> Dict[str, Any]:
+    """A bundle like Lizard's (internal/sandbox/gvisor/spec.go) minus its network namespace and cgroup."""
+    caps = ["CAP_AUDIT_WRITE", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+            "CAP_MKNOD", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW", "CAP_SETFCAP", "CAP_SETGID", "CAP_SETPCAP",
+            "CAP_SETUID", "CAP_SYS_CHROOT"]
+    return {
+        "ociVersion": "1.0.2",
+        "process": {
+            "user": {"uid": 0, "gid": 0}, "args": args, "cwd": "/",
+            "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"],
+            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
+        },
+        "root": {"path": rootfs, "readonly": False},
+        "hostname": "lizard",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+             "options": ["nosuid", "noexec", "nodev", "mode=1777"]},
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
+        ],
+        "linux": {"namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", "network")]},
+    }
+
+
+class RawRunsc:
+    """Raw runsc containers in a temp directory, with the platform and overlay flags Lizard uses and
+    --network=none (no Lizard network namespace)."""
+
+    def __init__(self, runsc: str, rootfs: str) -> None:
+        self.runsc, self.rootfs = runsc, rootfs
+        self.dir = Path(tempfile.mkdtemp(prefix="lizard-bench-raw-"))
+        self.state = self.dir / "state"
+        self.state.mkdir()
+        self.live: List[str] = []
+        CLEANUP.push(f"removing {self.dir}", self.remove_dir)
+        CLEANUP.push("deleting raw runsc containers", self.delete_all)
+        self.n = 0
+
+    def bundle(self, args: List[str]) -> Path:
+        self.n += 1
+        b = self.dir / f"bundle-{self.n}"
+        (b / "overlay").mkdir(parents=True)
+        (b / "config.json").write_text(json.dumps(oci_spec(self.rootfs, args)))
+        return b
+
+    def cmd(self, bundle: Path, *args: str) -> List[str]:
+        # --gofer-network-namespace=new as Lizard: the default bind-mounts a shared empty namespace into
+        # the state directory, which then cannot be removed.
+        return [self.runsc, "--root", str(self.state), "--platform=systrap", "--network=none",
+                "--gofer-network-namespace=new", f"--overlay2=root:dir={bundle / 'overlay'}", *args]
+
+    def run(self, argv: List[str], detach: bool = False, **kw: Any) -> subprocess.CompletedProcess:
+        if detach:
+            # A detached sandbox inherits stdout and stderr and would keep pipes open forever: a file.
+            with open(self.dir / "console.log", "a+") as f:
+                off = f.tell()
+                p = subprocess.run(argv, stdout=f, stderr=f, stdin=subprocess.DEVNULL, start_new_session=True, **kw)
+                f.seek(off)
+                err = f.read()
+        else:
+            p = subprocess.run(argv, capture_output=True, text=True, start_new_session=True, **kw)
+            err = p.stderr
+        if p.returncode != 0:
+            i = next(k for k, x in enumerate(argv) if not x.startswith("-") and k > 0 and argv[k - 1] != "--root")
+            raise RuntimeError(f"runsc {argv[i]}: exit {p.returncode}: {err.strip()[-1500:]}")
+        return p
+
+    def delete(self, cid: str) -> None:
+        subprocess.run([self.runsc, "--root", str(self.state), "delete", "--force", cid],
+                       capture_output=True, timeout=60, start_new_session=True)
+        if cid in self.live:
+            self.live.remove(cid)
+
+    def remove_dir(self) -> None:
+        # Should runsc have bind-mounted a namespace into its state directory, unmount it (ours only).
+        for ns in self.state.glob("*netns*"):
+            subprocess.run(["umount", str(ns)], capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def delete_all(self) -> None:
+        for cid in list(self.live):
+            self.delete(cid)
+
+    def cid(self) -> str:
+        return f"lizard-bench-{os.getpid()}-{self.n}-{len(self.live)}"
+
+    def run_true(self, runs: int) -> List[float]:
+        """`runsc run` of /bin/true, start to exit."""
+        b = self.bundle(["/bin/true"])
+        out = []
+        for i in range(runs):
+            cid = f"lizard-bench-{os.getpid()}-true-{i}"
+            self.live.append(cid)
+            ms, _ = timed(lambda: self.run(self.cmd(b, "run", "--bundle", str(b), cid), timeout=120))
+            out.append(ms)
+            self.delete(cid)
+        return out
+
+    def run_kernel_import(self, runs: int) -> List[float]:
+        """`runsc run` of the template's python importing ipykernel's kernel app: the floor of a kernel
+        start in a sandbox that boots instead of restoring."""
+        b = self.bundle([PY_IN_TEMPLATE, "-c", "import ipykernel.kernelapp"])
+        out = []
+        for i in range(runs):
+            cid = f"lizard-bench-{os.getpid()}-ipk-{i}"
+            self.live.append(cid)
+            ms, _ = timed(lambda: self.run(self.cmd(b, "run", "--bundle", str(b), cid), timeout=120))
+            out.append(ms)
+            self.delete(cid)
+        return out
+
+    def checkpoint_restore(self, runs: int) -> tuple:
+        """Boot python with numpy, pandas and matplotlib imported, then `runsc checkpoint` it and
+        `runsc create` + `runsc restore --detach` it (as Lizard's runtime restores), runs times."""
+        code = ("import numpy, pandas, matplotlib\nmatplotlib.use('agg')\nimport matplotlib.pyplot\n"
+                "open('/tmp/ready', 'w').close()\nimport time\nwhile True: time.sleep(3600)\n")
+        b = self.bundle([PY_IN_TEMPLATE, "-c", code])
+        cid = f"lizard-bench-{os.getpid()}-py-0"
+        self.live.append(cid)
+        self.run(self.cmd(b, "run", "--detach", "--bundle", str(b), cid), detach=True, timeout=120)
+        deadline = time.monotonic() + 120
+        while True:  # ready when the file exists inside the sandbox
+            p = subprocess.run(self.cmd(b, "exec", cid, "/bin/sh", "-c", "test -e /tmp/ready"),
+                               capture_output=True, start_new_session=True, timeout=60)
+            if p.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("raw python sandbox never imported pandas")
+            time.sleep(0.2)
+        checkpoints, restores, image_mb = [], [], []
+        for i in range(runs):
+            img = self.dir / f"image-{i}"
+            img.mkdir()
+            ms, _ = timed(lambda: self.run(self.cmd(b, "checkpoint", "--image-path", str(img), cid), timeout=300))
+            checkpoints.append(ms)
+            image_mb.append(sum(f.stat().st_size for f in img.rglob("*") if f.is_file()) / 2**20)
+            self.delete(cid)
+            if i > 0:
+                shutil.rmtree(self.dir / f"image-{i - 1}", ignore_errors=True)
+            b = self.bundle([PY_IN_TEMPLATE, "-c", code])  # a fresh bundle and overlay, as Lizard's restore
+            cid = f"lizard-bench-{os.getpid()}-py-{i + 1}"
+            self.live.append(cid)
+
+            def restore() -> None:
+                self.run(self.cmd(b, "create", "--bundle", str(b), cid), detach=True, timeout=120)
+                self.run(self.cmd(b, "restore", "--detach", "--image-path", str(img), "--bundle", str(b), cid),
+                         detach=True, timeout=300)
+
+            ms, _ = timed(restore)
+            restores.append(ms)
+            st = json.loads(self.run(self.cmd(b, "state", cid), timeout=60).stdout)
+            if st.get("status") != "running":
+                raise RuntimeError(f"restored raw sandbox is {st.get('status')}")
+        self.delete(cid)
+        return checkpoints, restores, sum(image_mb) / len(image_mb)
+
+
+# --- direct jupyter_client baseline ------------------------------------------------------------------
+
+
+def direct_kernel(runs: int, chart_runs: int) -> Dict[str, List[float]]:
+    """Round trips (execute request → idle, outputs collected) to an ipykernel on the host."""
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3")
+    stop = CLEANUP.push("stopping the direct ipykernel", lambda: (kc.stop_channels(), km.shutdown_kernel(now=True)))
+    try:
+        def rt(code: str) -> tuple:
+            outs: List[Dict[str, Any]] = []
+            ms, reply = timed(lambda: kc.execute_interactive(code, output_hook=outs.append, timeout=60))
+            if reply["content"]["status"] != "ok":
+                raise RuntimeError(f"direct kernel: {code!r}: {reply['content']}")
+            return ms, outs
+
+        def mimes(outs: List[Dict[str, Any]]) -> set:
+            return {m for o in outs for m in o.get("content", {}).get("data", {})}
+
+        one = [rt("1+1")[0] for _ in range(runs + 10)][10:]
+        rt(DATAFRAME_SETUP)
+        rt(CHART_SETUP)
+        df, png = [], []
+        for i in range(chart_runs + 3):
+            ms, outs = rt(DATAFRAME_CODE)
+            assert "text/html" in mimes(outs), mimes(outs)
+            ms2, outs2 = rt(CHART_CODE)
+            assert "image/png" in mimes(outs2), mimes(outs2)
+            if i >= 3:
+                df.append(ms)
+                png.append(ms2)
+        return {"1+1": one, "df": df, "png": png}
+    finally:
+        stop()
+
+
+# --- the Lizard server -------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """`bin/lizard serve` on a free loopback port with a temp data dir and a project of its own."""
+
+    def __init__(self, bin_dir: Path, cache_dir: str, extra: List[str], label: str) -> None:
+        self.bin = str(bin_dir / "lizard")
+        extra = unlimited_flags(self.bin) + extra
+        self.dir = Path(tempfile.mkdtemp(prefix=f"lizard-bench-{label}-"))
+        self.keep = False
+        CLEANUP.push(f"removing {self.dir}",
+                     lambda: None if self.keep else shutil.rmtree(self.dir, ignore_errors=True))
+        out = subprocess.run([self.bin, "admin", "create-project", "--data-dir", str(self.dir), "--id", "bench",
+                              "--json"], capture_output=True, text=True, timeout=120, check=True)
+        self.key = json.loads(out.stdout)["apiKey"]
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.log_path = self.dir / "serve.log"
+        args = [self.bin, "serve", "--listen", self.url[len("http://"):], "--data-dir", str(self.dir),
+                "--cache-dir", cache_dir, "--address-pool", ADDRESS_POOL, "--log-level", "debug", *extra]
+        with open(self.log_path, "wb") as logf:
+            # Its own session: a Ctrl-C on the terminal reaches the bench only, which then kills the
+            # sandboxes through the API before stopping the server.
+            self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        self.stop = CLEANUP.push(f"stopping lizard serve (pid {self.proc.pid})", self._stop)
+        import httpx
+
+        deadline = time.monotonic() + 900  # a first start may build the template
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"lizard serve exited ({self.proc.returncode}):\n{self.logs()}")
+            try:
+                if httpx.get(self.url + "/v1/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"lizard serve never became healthy:\n{self.logs()}")
+            time.sleep(0.05)
+        log(f"lizard serve pid {self.proc.pid} on {self.url}, data {self.dir} {' '.join(extra)}")
+
+    def logs(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-6000:]
+        except OSError:
+            return ""
+
+    def sandbox_dir(self) -> Path:
+        return self.dir / "gvisor" / "sandboxes"
+
+    def kill_all(self) -> None:
+        """Kill every sandbox of the project through the API (the server keeps them on SIGTERM)."""
+        import httpx
+
+        with httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=120) as c:
+            resp = c.get("/v1/sandboxes")
+            resp.raise_for_status()
+            live = [s["sandboxId"] for s in resp.json().get("sandboxes") or []
+                    if s.get("state") in ("starting", "running", "paused")]
+            with cf.ThreadPoolExecutor(8) as ex:
+                list(ex.map(lambda i: c.delete(f"/v1/sandboxes/{i}"), live))
+            if live:
+                log(f"killed {len(live)} leftover sandboxes")
+
+    def _stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.kill_all()
+            except Exception as exc:
+                log(f"killing sandboxes through the API: {exc!r}")
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        left = list(self.sandbox_dir().glob("*")) if self.sandbox_dir().exists() else []
+        if left:
+            self.keep = True
+            log(f"WARNING: {len(left)} sandboxes of {self.dir} remain (server log: {self.log_path}); "
+                "keeping the data dir so `lizard serve --data-dir` can reconcile them")
+            raise RuntimeError("sandboxes left behind")
+
+    def sdk(self) -> Dict[str, str]:
+        return {"api_url": self.url, "api_key": self.key}
+
+    def runsc_pids(self) -> List[int]:
+        """The pids of the runsc processes (sandbox, gofer, systrap stubs) of this server's sandboxes:
+        their command lines hold the sandbox's bundle directory."""
+        mark = str(self.sandbox_dir()) + "/"
+        pids = []
+        for p in Path("/proc").iterdir():
+            if not p.name.isdigit():
+                continue
+            try:
+                if mark in (p / "cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(p.name))
+            except OSError:
+                pass
+        return pids
+
+    def log_timings(self) -> Dict[str, Dict[str, float]]:
+        """Per sandbox: the runtime's boot ("sandbox up took", netns + runsc) and the whole server-side
+        create ("sandbox running took", boot + waiting for the agent), in ms, from the server log."""
+        out: Dict[str, Dict[str, float]] = {}
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            m = re.search(r'msg="sandbox (up|running)".*?sandbox_id=(\S+).*?took=(\S+)', line) or \
+                re.search(r'sandbox_id=(\S+).*?msg="sandbox (up|running)".*?took=(\S+)', line)
+            if not m:
+                continue
+            a, b, took = m.groups()
+            kind, sid = (a, b) if a in ("up", "running") else (b, a)
+            out.setdefault(sid, {})[kind] = go_duration_ms(took)
+            if kind == "up":
+                out[sid]["restored"] = 0.0 if 'restored_from=""' in line or "restored_from= " in line else 1.0
+        return out
+
+
+# Per-project limits of `lizard serve` (issue 7) that would measure the limit instead of the system: 50
+# concurrent creates exceed the create burst, and the sustained loop the creates per second. 0 = no bound.
+UNLIMITED = {"--creates-per-second": "0", "--requests-per-second": "0", "--max-sandboxes-per-project": "0"}
+
+
+def serve_help(bin_path: str) -> str:
+    h = subprocess.run([bin_path, "serve", "--help"], capture_output=True, text=True, timeout=60)
+    return h.stdout + h.stderr
+
+
+def unlimited_flags(bin_path: str) -> List[str]:
+    text = serve_help(bin_path)
+    return [x for flag, v in UNLIMITED.items() if re.search(rf"^\s*-{flag[2:]}\b", text, re.M) for x in (flag, v)]
+
+
+def go_duration_ms(s: str) -> float:
+    total = 0.0
+    for num, unit in re.findall(r"([0-9.]+)(ns|µs|us|ms|s|m|h)", s):
+        total += float(num) * {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1, "s": 1e3, "m": 6e4, "h": 3.6e6}[unit]
+    return total
+
+
+def unavailable(exc: Exception) -> bool:
+    """The server has no such endpoint yet (issue 5 not landed): 404/405/501."""
+    return getattr(exc, "status", None) in (404, 405, 501)
+
+
+# --- Lizard figures ------------------------------------------------------------------------------------
+
+
+def must_result(run: Any, mime: str) -> None:
+    if run.error is not None or not any(r.mime == mime for r in run.results):
+        raise RuntimeError(f"expected a {mime} result, got {run!r}")
+
+
+def lizard_lifecycle(res: Results, srv: Server, runs: int, label: str, gap: float = 0.0) -> List[str]:
+    """Sequential create → first run_code("1+1") → kill; returns the sandbox ids."""
+    from lizard import CodeSandbox
+
+    first, creates, runs1, kills, ids = [], [], [], [], []
+    for _ in range(runs):
+        if gap:
+            time.sleep(gap)
+        t0 = time.perf_counter()
+        sb = CodeSandbox.create(**srv.sdk(), timeout_ms=600_000)
+        t1 = time.perf_counter()
+        try:
+            run = sb.run_code("1+1")
+            t2 = time.perf_counter()
+            must_result(run, "text/plain")
+        finally:
+            ms, _ = timed(sb.kill)
+            sb.close()
+        ids.append(sb.sandbox_id)
+        first.append((t2 - t0) * 1000)
+        creates.append((t1 - t0) * 1000)
+        runs1.append((t2 - t1) * 1000)
+        kills.append(ms)
+    res.add(Figure(f"create → first runCode(\"1+1\") result{label}", first, baseline="raw runsc run /bin/true"))
+    res.add(Figure(f"  create (API answered, agent healthy){label}", creates, baseline="raw runsc run /bin/true"))
+    res.add(Figure(f"  first runCode after create (kernel start){label}", runs1,
+                   baseline="raw runsc run python -c 'import ipykernel.kernelapp'"))
+    if not label:
+        res.add(Figure("kill", kills))
+    return ids
+
+
+def lizard_profile(res: Results, srv: Server, ids: List[str]) -> None:
+    """Split the server's create time with its own log: runtime boot vs waiting for the agent."""
+    t = srv.log_timings()
+    up = [t[i]["up"] for i in ids if "up" in t.get(i, {})]
+    agent = [t[i]["running"] - t[i]["up"] for i in ids if {"up", "running"} <= set(t.get(i, {}))]
+    restored = sum(t[i].get("restored", 0) for i in ids if i in t)
+    how = f"{int(restored)}/{len(ids)} restored from a snapshot" if restored else "booted (no template snapshot)"
+    if up:
+        res.add(Figure("  server: runtime up (netns + runsc run/restore)", up, baseline="raw runsc run /bin/true",
+                       note=how))
+    if agent:
+        res.add(Figure("  server: runtime up → agent healthy", agent))
+
+
+def lizard_code(res: Results, srv: Server, runs: int, chart_runs: int) -> None:
+    from lizard import CodeSandbox
+
+    with CodeSandbox.create(**srv.sdk(), timeout_ms=600_000) as sb:
+        one = []
+        for i in range(runs + 10):
+            ms, run = timed(lambda: sb.run_code("1+1"))
+            must_result(run, "text/plain")
+            if i >= 10:
+                one.append(ms)
+        res.add(Figure("runCode(\"1+1\")", one, baseline="direct jupyter_client 1+1 (host ipykernel)"))
+        sb.run_code(DATAFRAME_SETUP)
+        sb.run_code(CHART_SETUP)
+        df, png = [], []
+        for i in range(chart_runs + 3):
+            ms, run = timed(lambda: sb.run_code(DATAFRAME_CODE))
+            must_result(run, "text/html")
+            ms2, run2 = timed(lambda: sb.run_code(CHART_CODE))
+            must_result(run2, "image/png")
+            if i >= 3:
+                df.append(ms)
+                png.append(ms2)
+        res.add(Figure("runCode pandas DataFrame (text/html)", df, baseline="direct jupyter_client DataFrame"))
+        res.add(Figure("runCode matplotlib chart (image/png)", png, baseline="direct jupyter_client chart"))
+
+
+def lizard_pause_fork(res: Results, srv: Server, runs: int) -> None:
+    """pause, resume (→ first result, state kept), snapshot, fork (→ first result in the child)."""
+    from lizard import CodeSandbox
+
+    names = ["pause", "resume", "resume → first runCode result", "snapshot", "fork",
+             "fork → first runCode result in the child"]
+    base = {"pause": "raw runsc checkpoint (python+pandas)", "resume": "raw runsc restore (python+pandas)",
+            "resume → first runCode result": "raw runsc restore (python+pandas)",
+            "fork": "raw runsc restore (python+pandas)",
+            "fork → first runCode result in the child": "raw runsc restore (python+pandas)"}
+    got: Dict[str, List[float]] = {n: [] for n in names}
+    missing: Dict[str, str] = {}
+    notes: Dict[str, str] = {}
+    with CodeSandbox.create(**srv.sdk(), timeout_ms=600_000) as sb:
+        sb.run_code("import numpy, pandas, matplotlib\nx = 41")
+        for i in range(runs):
+            if "pause" not in missing:
+                try:
+                    ms, _ = timed(sb.pause)
+                    got["pause"].append(ms)
+                    t0 = time.perf_counter()
+                    ms, _ = timed(sb.resume)
+                    got["resume"].append(ms)
+                    run = sb.run_code("x + 1")
+                    got["resume → first runCode result"].append((time.perf_counter() - t0) * 1000)
+                    if run.error or not run.results or run.results[0].data != "42":
+                        raise RuntimeError(f"state lost across pause/resume: {run!r}")
+                except Exception as exc:
+                    if not unavailable(exc):
+                        raise
+                    for n in ("pause", "resume", "resume → first runCode result"):
+                        missing[n] = f"not available ({getattr(exc, 'status', '')} {exc})"
+            if "snapshot" not in missing:
+                try:
+                    ms, _ = timed(sb.snapshot)
+                    got["snapshot"].append(ms)
+                except Exception as exc:
+                    if not unavailable(exc):
+                        raise
+                    missing["snapshot"] = f"not available ({getattr(exc, 'status', '')} {exc})"
+            if "fork" not in missing:
+                try:
+                    t0 = time.perf_counter()
+                    child = fork_one(sb, srv, notes)
+                    got["fork"].append((time.perf_counter() - t0) * 1000)
+                    try:
+                        run = child.run_code("x + 1")
+                        got["fork → first runCode result in the child"].append((time.perf_counter() - t0) * 1000)
+                        if run.error or not run.results or run.results[0].data != "42":
+                            raise RuntimeError(f"state lost across fork: {run!r}")
+                    finally:
+                        child.kill()
+                        child.close()
+                except Exception as exc:
+                    if not unavailable(exc):
+                        raise
+                    for n in ("fork", "fork → first runCode result in the child"):
+                        missing[n] = f"not available ({getattr(exc, 'status', '')} {exc})"
+    for n in names:
+        res.add(Figure(n, got[n], baseline=base.get(n, ""), note=missing.get(n, "")[:60] or notes.get(n, "")))
+
+
+def fork_one(sb: Any, srv: Server, notes: Dict[str, str]) -> Any:
+    """One fork through the SDK. Should CodeSandbox.fork() not read the server's answer yet (issue 5's
+    answer is {"sandboxes": [...]}; the SDK is updated separately), fork through the SDK's own HTTP layer
+    instead and say so in the figure's note."""
+    from lizard import CodeSandbox, LizardError
+
+    if not notes.get("fork"):
+        before = {s.sandbox_id for s in CodeSandbox.list(**srv.sdk())}
+        try:
+            child = sb.fork()
+            child.get_info()
+            notes["fork"] = "CodeSandbox.fork()"
+            return child
+        except LizardError as exc:
+            if unavailable(exc) and exc.status != 404:
+                raise
+            # Kill the child the SDK could not name, so it skews no later figure.
+            for s in CodeSandbox.list(**srv.sdk()):
+                if s.sandbox_id not in before and s.state in ("starting", "running", "paused"):
+                    CodeSandbox(s.sandbox_id, _http=sb._http.clone()).kill()
+            notes["fork"] = "SDK fork() cannot read the answer yet: POST /fork {count: 1} via the SDK's HTTP"
+    if notes["fork"] == "CodeSandbox.fork()":
+        return sb.fork()
+    resp = sb._http.request("POST", f"{sb._prefix}/fork", json={"count": 1}, timeout=900)
+    body = resp.json()
+    info = (body.get("sandboxes") or [body])[0]
+    return CodeSandbox(info["sandboxId"], _http=sb._http.clone())
+
+
+# --- scale ---------------------------------------------------------------------------------------------
+
+
+def meminfo(key: str) -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def proc_mem(pids: List[int]) -> tuple:
+    """Summed RSS and PSS (bytes) of pids, from /proc/PID/smaps_rollup."""
+    rss = pss = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1]) * 1024
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return rss, pss
+
+
+def scale(res: Results, srv: Server, n: int) -> None:
+    """n sandboxes created at once; time to all answering run_code("1+1"); memory per idle sandbox."""
+    from lizard import CodeSandbox
+
+    time.sleep(2)
+    avail0 = meminfo("MemAvailable")
+    sandboxes: List[Any] = []
+    lock = threading.Lock()
+
+    def one() -> float:
+        t0 = time.perf_counter()
+        sb = CodeSandbox.create(**srv.sdk(), timeout_ms=600_000)
+        with lock:
+            sandboxes.append(sb)
+        must_result(sb.run_code("1+1"), "text/plain")
+        return (time.perf_counter() - t0) * 1000
+
+    log(f"creating {n} sandboxes at once")
+    errors: List[str] = []
+    lat: List[float] = []
+    try:
+        t0 = time.perf_counter()
+        with cf.ThreadPoolExecutor(n) as ex:
+            for f in cf.as_completed([ex.submit(one) for _ in range(n)]):
+                try:
+                    lat.append(f.result())
+                except Exception as exc:
+                    errors.append(repr(exc))
+        total = time.perf_counter() - t0
+        note = f"{len(lat)}/{n} ready" + (f"; errors: {errors[0][:80]}" if errors else "")
+        res.add(Figure(f"scale: {n} concurrent creates, all answering runCode", value=total, unit="s", note=note))
+        res.add(Figure(f"scale: each of {n} concurrent create → first result", lat))
+        time.sleep(3)  # let the kernels settle into idle
+        pids = srv.runsc_pids()
+        rss, pss = proc_mem(pids)
+        drop = avail0 - meminfo("MemAvailable")
+        k = max(1, len(lat))
+        res.add(Figure("scale: memory per idle sandbox, PSS of its runsc processes", value=pss / k / 2**20,
+                       unit="MiB", note=f"{len(pids)} processes"))
+        res.add(Figure("scale: memory per idle sandbox, RSS of its runsc processes", value=rss / k / 2**20,
+                       unit="MiB"))
+        res.add(Figure("scale: memory per idle sandbox, host MemAvailable drop", value=drop / k / 2**20,
+                       unit="MiB"))
+    finally:
+        t1 = time.perf_counter()
+        with cf.ThreadPoolExecutor(16) as ex:
+            list(ex.map(lambda s: (s.kill(), s.close()), sandboxes))
+        res.add(Figure(f"scale: kill {len(sandboxes)} sandboxes (16 at a time)", value=time.perf_counter() - t1,
+                       unit="s"))
+
+
+def sustained(res: Results, srv: Server, seconds: float, workers: int) -> None:
+    from lizard import CodeSandbox
+
+    stop_at = time.monotonic() + seconds
+    cycles: List[float] = []
+    errors: List[str] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while time.monotonic() < stop_at:
+            t0 = time.perf_counter()
+            try:
+                with CodeSandbox.create(**srv.sdk(), timeout_ms=600_000) as sb:
+                    must_result(sb.run_code("1+1"), "text/plain")
+                with lock:
+                    cycles.append((time.perf_counter() - t0) * 1000)
+            except Exception as exc:
+                with lock:
+                    errors.append(repr(exc))
+                time.sleep(0.5)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    note = f"{len(cycles)} cycles in {elapsed:.1f} s, {workers} workers" + (f", {len(errors)} errors" if errors else "")
+    res.add(Figure("sustained create → runCode → kill", value=len(cycles) / elapsed, unit="sandboxes/s", note=note))
+    res.add(Figure("  sustained: one cycle", cycles))
+
+
+# --- main ----------------------------------------------------------------------------------------------
+
+
+def parse_duration(s: str) -> float:
+    m = re.fullmatch(r"([0-9.]+)\s*(ms|s|m)?", s.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"bad duration {s!r} (e.g. 20s)")
+    return float(m.group(1)) * {"ms": 1e-3, "s": 1, "m": 60, None: 1}[m.group(2)]
+
+
+def machine() -> Dict[str, Any]:
+    def sh(*a: str) -> str:
+        try:
+            return subprocess.run(a, capture_output=True, text=True, timeout=30).stdout.strip()
+        except OSError:
+            return ""
+
+    return {"host": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
+            "memTotalGiB": round(meminfo("MemTotal") / 2**30, 1), "uptime": sh("uptime"),
+            "commit": sh("git", "-C", str(REPO), "rev-parse", "--short", "HEAD")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=20, help="sandboxes for the create/kill figures (default 20)")
+    ap.add_argument("--code-runs", type=int, default=200, help="runCode(\"1+1\") calls (default 200)")
+    ap.add_argument("--chart-runs", type=int, default=30, help="DataFrame and chart round trips (default 30)")
+    ap.add_argument("--raw-runs", type=int, default=20, help="raw runsc run /bin/true (default 20)")
+    ap.add_argument("--snapshot-runs", type=int, default=5,
+                    help="raw checkpoint/restore cycles and Lizard pause/resume/fork cycles (default 5)")
+    ap.add_argument("--scale", type=int, default=50, help="sandboxes created at once (default 50, 0 skips)")
+    ap.add_argument("--sustain", type=parse_duration, default=20.0,
+                    help="length of the create→run→kill loop (default 20s, 0 skips)")
+    ap.add_argument("--workers", type=int, default=4, help="concurrent workers of the loop (default 4)")
+    ap.add_argument("--warm-pool", type=int, default=2,
+                    help="pool size for the 'with warm pool' figures when lizard serve has --warm-pool (default 2)")
+    ap.add_argument("--warm-pool-gap", type=parse_duration, default=1.0,
+                    help="pause between creates with the warm pool, to let it refill (default 1s)")
+    ap.add_argument("--bin-dir", default=str(REPO / "bin"))
+    ap.add_argument("--cache-dir", default=os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"))
+    ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    a = ap.parse_args()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+    if os.geteuid() != 0:
+        print("bench: needs root (runsc, network namespaces)", file=sys.stderr)
+        return 2
+    bin_dir = Path(a.bin_dir)
+    res = Results()
+    info = machine()
+    log(f"load before: {info['uptime']}")
+    started = datetime.now(timezone.utc)
+    try:
+        # The hook for the warm pool of issue 6: measured with and without it once serve has the flag.
+        has_pool = bool(re.search(r"^\s*-warm-pool\b", serve_help(str(bin_dir / "lizard")), re.M))
+        # The template (and its snapshot, once issue 6 lands) must exist before anything is timed.
+        subprocess.run([str(bin_dir / "lizard"), "template", "build", "--cache-dir", a.cache_dir, "interpreter"],
+                       check=True, stdout=subprocess.DEVNULL)
+        rootfs = sorted(Path(a.cache_dir, "templates").glob("interpreter-*/rootfs"),
+                        key=lambda p: p.stat().st_mtime)[-1]
+        raw = RawRunsc(str(bin_dir / "runsc"), str(rootfs))
+
+        log("baseline: raw runsc run /bin/true")
+        res.add(Figure("raw runsc run /bin/true", raw.run_true(a.raw_runs)))
+        res.add(Figure("raw runsc run python -c 'import ipykernel.kernelapp'",
+                       raw.run_kernel_import(max(3, a.raw_runs // 4)), baseline="raw runsc run /bin/true"))
+        log("baseline: raw runsc checkpoint/restore of python with pandas imported")
+        cps, rss, img_mb = raw.checkpoint_restore(a.snapshot_runs)
+        res.add(Figure("raw runsc checkpoint (python+pandas)", cps, note=f"image {img_mb:.0f} MiB"))
+        res.add(Figure("raw runsc restore (python+pandas)", rss))
+        log("baseline: direct jupyter_client round trips")
+        d = direct_kernel(a.code_runs, a.chart_runs)
+        res.add(Figure("direct jupyter_client 1+1 (host ipykernel)", d["1+1"]))
+        res.add(Figure("direct jupyter_client DataFrame", d["df"]))
+        res.add(Figure("direct jupyter_client chart", d["png"]))
+
+        # Without the warm pool: the server's own create path (boot, or the template snapshot).
+        srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0"] if has_pool else [], "nopool")
+        warm_up(srv)
+        log("Lizard: create → first result, kill")
+        ids = lizard_lifecycle(res, srv, a.runs, "")
+        lizard_profile(res, srv, ids)
+        log("Lizard: runCode round trips")
+        lizard_code(res, srv, a.code_runs, a.chart_runs)
+        log("Lizard: pause, resume, snapshot, fork")
+        lizard_pause_fork(res, srv, a.snapshot_runs)
+        if a.scale > 0:
+            scale(res, srv, a.scale)
+        if a.sustain > 0:
+            log(f"Lizard: sustained create→run→kill for {a.sustain:.0f} s, {a.workers} workers")
+            sustained(res, srv, a.sustain, a.workers)
+        srv.stop()
+
+        name = f"create → first runCode(\"1+1\") result (warm pool {a.warm_pool})"
+        if has_pool and a.warm_pool > 0:
+            srv = Server(bin_dir, a.cache_dir, ["--warm-pool", str(a.warm_pool)], "pool")
+            time.sleep(max(2.0, a.warm_pool_gap))
+            log(f"Lizard with --warm-pool {a.warm_pool}: create → first result")
+            warm_up(srv)
+            lizard_lifecycle(res, srv, a.runs, f" (warm pool {a.warm_pool})", gap=a.warm_pool_gap)
+            srv.stop()
+        else:
+            res.add(Figure(name, note="not available (lizard serve has no --warm-pool)"))
+    except (Interrupted, KeyboardInterrupt) as exc:
+        log(f"interrupted ({exc}); cleaning up")
+        CLEANUP.run()
+        return 130
+    except BaseException:
+        CLEANUP.run()
+        raise
+    CLEANUP.run()
+
+    info["uptimeAfter"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    table = res.table()
+    print(f"\n## Lizard benchmark {started:%Y-%m-%d %H:%M} UTC, {info['host']}, {info['cpus']} CPUs, "
+          f"{info['memTotalGiB']} GiB, commit {info['commit']}\n")
+    print(f"load before: `{info['uptime']}`  \nload after: `{info['uptimeAfter']}`\n")
+    print(table)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"bench-{started:%Y%m%d-%H%M%S}.json"
+    path.write_text(json.dumps({"started": started.isoformat(), "machine": info,
+                                "flags": {k: v for k, v in vars(a).items()}, "hasWarmPoolFlag": has_pool,
+                                "figures": [f.to_json() for f in res.figures], "table": table},
+                               indent=1, ensure_ascii=False) + "\n")
+    print(f"\nresults: {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+    return 0
+
+
+def warm_up(srv: Server) -> None:
+    """One throwaway create → run → kill, so that first-use costs (the template's page cache, the
+    server's first connections) stay out of the figures."""
+    from lizard import CodeSandbox
+
+    with CodeSandbox.create(**srv.sdk(), timeout_ms=120_000) as sb:
+        must_result(sb.run_code("1+1"), "text/plain")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
