@@ -46,6 +46,12 @@ export interface CreateOptions extends ConnectionOptions {
    * code needs the CLI: the code can then change the project.
    */
   lizardToken?: boolean;
+  /**
+   * Restore the sandbox from this snapshot (see snapshot()) instead of
+   * booting a template: its variables, files and processes are the
+   * snapshot's. envs and lizardToken cannot be used with it.
+   */
+  snapshotId?: string;
 }
 
 export interface ListOptions extends ConnectionOptions {
@@ -88,7 +94,11 @@ export interface CreateContextOptions {
 /** A snapshot of a sandbox, as the server describes it. */
 export interface SnapshotInfo {
   snapshotId: string;
-  [key: string]: unknown;
+  sandboxId: string;
+  projectId: string;
+  template: string;
+  createdAt: string;
+  sizeBytes: number;
 }
 
 /** A sandbox that runs code. Make one with CodeSandbox.create or CodeSandbox.connect. */
@@ -119,7 +129,8 @@ export class CodeSandbox {
     checkMs('timeoutMs', timeoutMs);
     const w = await http.request<WireSandbox>('POST', '/v1/sandboxes', {
       json: {
-        template: opts.template ?? 'interpreter',
+        template: opts.snapshotId ? undefined : (opts.template ?? 'interpreter'),
+        snapshotId: opts.snapshotId,
         timeoutMs,
         envs: opts.envs,
         metadata: opts.metadata,
@@ -139,7 +150,8 @@ export class CodeSandbox {
   /** connect returns a handle on an existing sandbox after checking that it exists. */
   static async connect(sandboxId: string, opts: ConnectionOptions = {}): Promise<CodeSandbox> {
     const sandbox = new CodeSandbox(sandboxId, new HttpClient(resolveConfig(opts)));
-    await sandbox.getInfo();
+    const info = await sandbox.getInfo();
+    if (info.state === 'paused') await sandbox.resume();
     return sandbox;
   }
 
@@ -243,27 +255,64 @@ export class CodeSandbox {
     return sandboxInfo(await this.http.request<WireSandbox>('GET', this.prefix));
   }
 
-  /** pause stops the sandbox, keeping its memory: kernel variables survive resume. */
+  /**
+   * pause saves the sandbox (memory, kernel variables, processes, files) to
+   * the server's disk and stops it; its timeout clock stops too. Any call on
+   * it, resume() or connect() resumes it. Throws ConflictError when a call is
+   * still running after 10 s.
+   */
   async pause(): Promise<void> {
-    await this.http.request<unknown>('POST', `${this.prefix}/pause`);
+    await this.http.request<unknown>('POST', `${this.prefix}/pause`, { timeoutMs: this.longTimeout() });
   }
 
-  /** resume runs a paused sandbox again. */
-  async resume(): Promise<void> {
-    await this.http.request<unknown>('POST', `${this.prefix}/resume`);
-  }
-
-  /** snapshot saves the running sandbox, kernel variables included. */
-  async snapshot(): Promise<SnapshotInfo> {
-    return this.http.request<SnapshotInfo>('POST', `${this.prefix}/snapshots`);
-  }
-
-  /** fork starts a new sandbox with a copy of this one, kernel variables included. */
-  async fork(): Promise<CodeSandbox> {
-    const w = await this.http.request<WireSandbox>('POST', `${this.prefix}/fork`, {
-      timeoutMs: this.http.config.requestTimeoutMs && Math.max(this.http.config.requestTimeoutMs, DEFAULT_CREATE_REQUEST_TIMEOUT_MS),
+  /**
+   * resume restores a paused sandbox (a running one is left as is).
+   * timeoutMs, when given, replaces the time it had left when paused.
+   */
+  async resume(opts: { timeoutMs?: number } = {}): Promise<void> {
+    if (opts.timeoutMs !== undefined) checkMs('timeoutMs', opts.timeoutMs);
+    await this.http.request<unknown>('POST', `${this.prefix}/resume`, {
+      json: { timeoutMs: opts.timeoutMs },
+      timeoutMs: this.longTimeout(),
     });
-    return new CodeSandbox(w.sandboxId, this.http);
+  }
+
+  /** snapshot saves the running sandbox without stopping it; create({snapshotId}) restores it. */
+  async snapshot(): Promise<SnapshotInfo> {
+    return this.http.request<SnapshotInfo>('POST', `${this.prefix}/snapshots`, { timeoutMs: this.longTimeout() });
+  }
+
+  /** deleteSnapshot removes a snapshot of the key's project and its image. */
+  async deleteSnapshot(snapshotId: string): Promise<void> {
+    await this.http.request<unknown>('DELETE', `/v1/snapshots/${encodeURIComponent(snapshotId)}`);
+  }
+
+  /**
+   * fork copies the sandbox as it is now (variables, files, processes) into
+   * new, independent sandboxes, each with its own address and reseeded
+   * random generators. fork() returns one sandbox; fork({count}) (1 to 16)
+   * returns an array.
+   */
+  async fork(opts?: { timeoutMs?: number; metadata?: Record<string, string> }): Promise<CodeSandbox>;
+  async fork(opts: { count: number; timeoutMs?: number; metadata?: Record<string, string> }): Promise<CodeSandbox[]>;
+  async fork(
+    opts: { count?: number; timeoutMs?: number; metadata?: Record<string, string> } = {},
+  ): Promise<CodeSandbox | CodeSandbox[]> {
+    if (opts.timeoutMs !== undefined) checkMs('timeoutMs', opts.timeoutMs);
+    if (opts.count !== undefined && (!Number.isInteger(opts.count) || opts.count < 1 || opts.count > 16)) {
+      throw new InvalidArgumentError(`count must be an integer from 1 to 16, got ${opts.count}`);
+    }
+    const w = await this.http.request<{ sandboxes: WireSandbox[] | null }>('POST', `${this.prefix}/fork`, {
+      json: { count: opts.count, timeoutMs: opts.timeoutMs, metadata: opts.metadata },
+      timeoutMs: this.longTimeout(),
+    });
+    const forks = (w.sandboxes ?? []).map((s) => new CodeSandbox(s.sandboxId, this.http));
+    return opts.count !== undefined ? forks : forks[0];
+  }
+
+  private longTimeout(): number | undefined {
+    const t = this.http.config.requestTimeoutMs;
+    return t && Math.max(t, DEFAULT_CREATE_REQUEST_TIMEOUT_MS);
   }
 }
 

@@ -285,29 +285,45 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
   );
 
   test(
-    'pause, resume, snapshot, fork: work or surface a typed server error',
+    'pause, resume, snapshot, fork',
     e2e(async () => {
-      // These endpoints are planned; until the server has them, the SDK must
-      // surface the server's answer as a typed error, not crash or hang.
       const sb = await CodeSandbox.create({ timeoutMs: 5 * MIN });
       try {
-        await sb.runCode('survivor = 99');
+        await sb.runCode('import random\nsurvivor = 99');
+        await sb.pause();
+        assert.equal((await sb.getInfo()).state, 'paused');
+        await sb.resume();
+        assert.equal((await sb.runCode('survivor')).results[0]?.data, '99');
+        await sb.pause();
+        assert.equal((await sb.runCode('survivor')).results[0]?.data, '99', 'a call resumes a paused sandbox');
+        await sb.pause();
+        await CodeSandbox.connect(sb.sandboxId);
+        assert.equal((await sb.getInfo()).state, 'running', 'connect resumes a paused sandbox');
+        const snap = await sb.snapshot();
+        assert.equal(snap.sandboxId, sb.sandboxId);
+        assert.ok(snap.sizeBytes > 0);
         try {
-          await sb.pause();
-          await sb.resume();
-          assert.equal((await sb.runCode('survivor')).results[0]?.data, '99');
-        } catch (err) {
-          assert.ok(err instanceof LizardError, `pause/resume threw ${err}`);
-        }
-        try {
-          const child = await sb.fork();
+          const restored = await CodeSandbox.create({ snapshotId: snap.snapshotId });
           try {
-            assert.equal((await child.runCode('survivor')).results[0]?.data, '99');
+            assert.equal((await restored.runCode('survivor')).results[0]?.data, '99');
           } finally {
-            await child.kill();
+            await restored.kill();
           }
-        } catch (err) {
-          assert.ok(err instanceof LizardError, `fork threw ${err}`);
+        } finally {
+          await sb.deleteSnapshot(snap.snapshotId);
+        }
+        const forks = await sb.fork({ count: 2 });
+        try {
+          const draws = new Set<string | undefined>();
+          for (const f of forks) {
+            assert.equal((await f.runCode('survivor')).results[0]?.data, '99');
+            draws.add((await f.runCode('random.random()')).results[0]?.data);
+          }
+          assert.equal(draws.size, 2, 'forks draw different random numbers');
+          await forks[0]!.runCode('survivor = 1');
+          assert.equal((await sb.runCode('survivor')).results[0]?.data, '99');
+        } finally {
+          for (const f of forks) await f.kill();
         }
       } finally {
         await sb.kill();

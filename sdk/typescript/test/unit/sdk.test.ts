@@ -193,7 +193,7 @@ describe('sandboxes', () => {
     await assert.rejects(sb.kill(), SandboxError);
   });
 
-  test('pause, resume, snapshot and fork surface the server error until supported', async () => {
+  test('pause, resume, snapshot and fork surface the server error', async () => {
     const sb = await connected('sbx_1');
     fake.handler = (_req, res) => FakeServer.json(res, 404, { code: 'not_found', message: 'no such path' });
     for (const call of [() => sb.pause(), () => sb.resume(), () => sb.snapshot(), () => sb.fork()]) {
@@ -212,9 +212,12 @@ describe('sandboxes', () => {
 
   test('fork returns a handle on the new sandbox', async () => {
     const sb = await connected('sbx_1');
-    fake.handler = (_req, res) => FakeServer.json(res, 201, sandboxJSON('sbx_2'));
+    fake.handler = (_req, res) => FakeServer.json(res, 201, { sandboxes: [sandboxJSON('sbx_2')] });
     const child = await sb.fork();
     assert.equal(child.sandboxId, 'sbx_2');
+    fake.handler = (_req, res) => FakeServer.json(res, 201, { sandboxes: [sandboxJSON('sbx_3'), sandboxJSON('sbx_4')] });
+    const forks = await sb.fork({ count: 2 });
+    assert.deepEqual(forks.map((f) => f.sandboxId), ['sbx_3', 'sbx_4']);
   });
 });
 
