@@ -307,6 +307,38 @@ print("wrote", n)`)
 			t.Errorf("fourth create: %v, want 429", err)
 		}
 	})
+	t.Run("host files stay out of reach", func(t *testing.T) {
+		marker := filepath.Join("/tmp", "lizt-marker-"+id)
+		if err := os.WriteFile(marker, []byte("host secret"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(marker)
+		code := fmt.Sprintf(`import os
+os.symlink(%[1]q, '/home/user/link')
+for p in [%[1]q, '/proc/1/root' + %[1]q, '/home/user/../../..' + %[1]q, '/home/user/link']:
+    try: print(open(p).read())
+    except OSError as e: print("no", type(e).__name__)`, marker)
+		if out := runPy(t, c, id, code); strings.Contains(out, "host secret") {
+			t.Errorf("sandbox read a host file: %q", out)
+		}
+		ctx := context.Background()
+		if rc, err := c.ReadFile(ctx, id, "../../.."+marker); err == nil {
+			b := make([]byte, 64)
+			k, _ := rc.Read(b)
+			rc.Close()
+			if strings.Contains(string(b[:k]), "host secret") {
+				t.Errorf("files API read a host file through ..")
+			}
+		}
+	})
+	t.Run("CPU hog: neighbour stays responsive", func(t *testing.T) {
+		c.Exec(context.Background(), id, api.ProcessRequest{Cmd: "for i in 1 2 3 4; do (timeout 15 sh -c 'while :; do :; done' &) ; done"}, nil)
+		start := time.Now()
+		n.check(t)
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("neighbour took %s to answer during a CPU hog, want under 5s", d)
+		}
+	})
 	t.Run("killed runsc: sandbox marked failed and cleaned", func(t *testing.T) {
 		for _, p := range sandboxPids(id) {
 			p.Kill()
