@@ -17,8 +17,8 @@ export CGO_ENABLED := 0
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-deps: ## Install the system packages Lizard needs (debootstrap, iptables) if missing
-	@missing=""; for p in debootstrap iptables iproute2; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+deps: ## Install the system packages Lizard needs (debootstrap, iproute2, nftables) if missing
+	@missing=""; for p in debootstrap iproute2 nftables; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 build: bin/lizard bin/lizard-agent runsc ## Build bin/lizard, bin/lizard-agent and bin/runsc

@@ -90,11 +90,9 @@ export async function startLizard(projectId = 'proj_123'): Promise<Lizard> {
   const args = ['serve', '--listen', `127.0.0.1:${port}`, '--data-dir', dataDir];
   if (process.env.LIZARD_CACHE_DIR) args.push('--cache-dir', process.env.LIZARD_CACHE_DIR);
   // A pool of our own, so that servers of other test suites running at the
-  // same time never hand out the same sandbox addresses.
-  const help = await run(bin, ['serve', '--help']).catch((e: { stdout?: string; stderr?: string }) => e);
-  if (`${help.stdout ?? ''}${help.stderr ?? ''}`.includes('address-pool')) {
-    args.push('--address-pool', process.env.LIZARD_TEST_ADDRESS_POOL ?? '169.254.244.0/22');
-  }
+  // same time never hand out the same sandbox addresses; and no internet
+  // egress: tests never send a packet off this machine.
+  args.push('--address-pool', process.env.LIZARD_TEST_ADDRESS_POOL ?? '169.254.244.0/22', '--egress=none');
   const log = fs.openSync(logPath, 'a');
   const env = { ...process.env };
   // The server finds runsc in bin/ (make build); a machine with only the shared build has it elsewhere.
