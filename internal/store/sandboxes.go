@@ -26,25 +26,32 @@ type Sandbox struct {
 	Slot      int
 	HostAddr  string
 	GuestAddr string
+	Shape     Shape  // limits, egress and token it was made with
+	Role      string // "" for users' sandboxes; RoleTemplate, RoleWarm
 }
 
 // Live reports whether the sandbox has not ended.
 func (sb Sandbox) Live() bool { return sb.EndedAt == nil }
 
 const sandboxColumns = `id, project_id, template, state, timeout_ms, metadata, created_at,
-	expires_at, ended_at, end_reason, slot, host_addr, guest_addr`
+	expires_at, ended_at, end_reason, slot, host_addr, guest_addr, shape, role`
 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanSandbox(r scanner) (Sandbox, error) {
 	var sb Sandbox
-	var meta string
+	var meta, shape string
 	var created int64
 	var expires, ended sql.NullInt64
 	if err := r.Scan(&sb.ID, &sb.ProjectID, &sb.Template, &sb.State, &sb.TimeoutMs, &meta, &created,
-		&expires, &ended, &sb.EndReason, &sb.Slot, &sb.HostAddr, &sb.GuestAddr); err != nil {
+		&expires, &ended, &sb.EndReason, &sb.Slot, &sb.HostAddr, &sb.GuestAddr, &shape, &sb.Role); err != nil {
 		return Sandbox{}, err
 	}
+	sh, err := decodeShape(shape)
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("sandbox %s: %w", sb.ID, err)
+	}
+	sb.Shape = sh
 	if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
 		return Sandbox{}, fmt.Errorf("decoding metadata of sandbox %s: %w", sb.ID, err)
 	}
@@ -67,6 +74,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 	meta, err := json.Marshal(nonNil(sb.Metadata))
 	if err != nil {
 		return fmt.Errorf("encoding metadata: %w", err)
+	}
+	shape, err := encodeShape(sb.Shape)
+	if err != nil {
+		return err
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -91,9 +102,9 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 	}
 	host, guest := addrs(slot)
 	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.ProjectID, sb.Template, sb.State, sb.TimeoutMs, string(meta), toMillis(sb.CreatedAt),
-		nullMillis(sb.ExpiresAt), nullMillis(sb.EndedAt), sb.EndReason, slot, host, guest)
+		nullMillis(sb.ExpiresAt), nullMillis(sb.EndedAt), sb.EndReason, slot, host, guest, shape, sb.Role)
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("creating sandbox %s: %w", sb.ID, ErrConflict)
@@ -128,9 +139,12 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 	return sb, nil
 }
 
-// Filter selects sandboxes. Zero fields select everything.
+// Filter selects sandboxes. Zero fields select everything. With a
+// ProjectID or a Role, only sandboxes of that role are selected (role ""
+// with a ProjectID): the server's own sandboxes are never a project's.
 type Filter struct {
 	ProjectID string
+	Role      string
 	States    []string // any of these
 	LiveOnly  bool
 	// ExpiredBy selects live sandboxes whose deadline is at or before it.
@@ -144,6 +158,10 @@ func (s *Store) ListSandboxes(ctx context.Context, f Filter) ([]Sandbox, error) 
 	if f.ProjectID != "" {
 		where = append(where, "project_id = ?")
 		args = append(args, f.ProjectID)
+	}
+	if f.ProjectID != "" || f.Role != "" {
+		where = append(where, "role = ?")
+		args = append(args, f.Role)
 	}
 	if len(f.States) > 0 {
 		where = append(where, "state IN ("+placeholders(len(f.States))+")")
@@ -250,4 +268,27 @@ func (s *Store) affected(ctx context.Context, res sql.Result, id, format string)
 		return fmt.Errorf(format+": %w", id, err)
 	}
 	return fmt.Errorf(format+": %w", id, ErrConflict)
+}
+
+// ClaimWarm hands the oldest running warm-pool sandbox of template to
+// projectID, as if just created with meta and timeoutMs (deadline expires,
+// nil: never), and returns it. ErrNotFound if the pool has none.
+func (s *Store) ClaimWarm(ctx context.Context, template, projectID string, meta map[string]string, timeoutMs int64, now time.Time, expires *time.Time) (Sandbox, error) {
+	m, err := json.Marshal(nonNil(meta))
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("encoding metadata: %w", err)
+	}
+	var id string
+	err = s.db.QueryRowContext(ctx, `UPDATE sandboxes SET project_id = ?, role = '', metadata = ?, timeout_ms = ?,
+		created_at = ?, expires_at = ?
+		WHERE id = (SELECT id FROM sandboxes WHERE role = 'warm' AND template = ? AND state = 'running'
+			AND ended_at IS NULL ORDER BY created_at, id LIMIT 1)
+		RETURNING id`, projectID, string(m), timeoutMs, toMillis(now), nullMillis(expires), template).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Sandbox{}, fmt.Errorf("claiming a warm sandbox of %s: %w", template, ErrNotFound)
+	}
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("claiming a warm sandbox of %s: %w", template, err)
+	}
+	return s.GetSandbox(ctx, id)
 }

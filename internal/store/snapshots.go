@@ -191,24 +191,35 @@ type Snapshot struct {
 	CreatedAt time.Time
 	SizeBytes int64
 	ImageDir  string
+	Shape     Shape // of the sandbox it was taken from
 }
 
-const snapshotColumns = `id, project_id, sandbox_id, template, created_at, size_bytes, image_dir`
+const snapshotColumns = `id, project_id, sandbox_id, template, created_at, size_bytes, image_dir, shape`
 
 func scanSnapshot(r scanner) (Snapshot, error) {
 	var sn Snapshot
 	var created int64
-	if err := r.Scan(&sn.ID, &sn.ProjectID, &sn.SandboxID, &sn.Template, &created, &sn.SizeBytes, &sn.ImageDir); err != nil {
+	var shape string
+	if err := r.Scan(&sn.ID, &sn.ProjectID, &sn.SandboxID, &sn.Template, &created, &sn.SizeBytes, &sn.ImageDir, &shape); err != nil {
 		return Snapshot{}, err
 	}
+	sh, err := decodeShape(shape)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot %s: %w", sn.ID, err)
+	}
+	sn.Shape = sh
 	sn.CreatedAt = fromMillis(created)
 	return sn, nil
 }
 
 // CreateSnapshot records a snapshot. ErrConflict if the ID is taken.
 func (s *Store) CreateSnapshot(ctx context.Context, sn Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		sn.ID, sn.ProjectID, sn.SandboxID, sn.Template, toMillis(sn.CreatedAt), sn.SizeBytes, sn.ImageDir)
+	shape, err := encodeShape(sn.Shape)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		sn.ID, sn.ProjectID, sn.SandboxID, sn.Template, toMillis(sn.CreatedAt), sn.SizeBytes, sn.ImageDir, shape)
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("creating snapshot %s: %w", sn.ID, ErrConflict)

@@ -136,6 +136,15 @@ CREATE TABLE snapshots (
 );
 CREATE INDEX snapshots_project ON snapshots(project_id, created_at);
 `,
+	// A sandbox's shape (Shape, shape.go) so that every restore of it, or
+	// of a snapshot of it, gets the limits and egress it was created with;
+	// and its role: '' for users' sandboxes, or one of the server's own
+	// (RoleTemplate, RoleWarm), which users never see.
+	`
+ALTER TABLE sandboxes ADD COLUMN shape TEXT NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN role TEXT NOT NULL DEFAULT '';
+ALTER TABLE snapshots ADD COLUMN shape TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // SchemaVersion is the schema version this code writes.
