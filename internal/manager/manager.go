@@ -219,10 +219,13 @@ type createPlan struct {
 	envs      []string // KEY=VALUE, sorted
 	limits    sandbox.Limits
 	internet  bool
+	token     bool // mint a lizardToken
+	// admit counts the sandbox against its project's quotas.
+	admit bool
 }
 
 func (m *Manager) validate(req api.CreateSandboxRequest) (createPlan, error) {
-	p := createPlan{template: req.Template}
+	p := createPlan{template: req.Template, token: req.LizardToken}
 	if p.template == "" {
 		p.template = template.Default
 	}
@@ -310,7 +313,7 @@ func (m *Manager) Create(ctx context.Context, projectID string, req api.CreateSa
 
 	sb := store.Sandbox{
 		ID: newID(), ProjectID: projectID, Template: plan.template, State: api.StateStarting,
-		TimeoutMs: plan.timeoutMs, Metadata: req.Metadata, CreatedAt: m.now(),
+		TimeoutMs: plan.timeoutMs, Metadata: req.Metadata, CreatedAt: m.now(), Shape: plan.shape(),
 	}
 	release, err := m.admit(ctx, projectID)
 	if err != nil {
@@ -338,7 +341,7 @@ func (m *Manager) Create(ctx context.Context, projectID string, req api.CreateSa
 			return api.Sandbox{}, err
 		}
 	}
-	if err := m.boot(ctx, log, sb, rootfs, plan, req.LizardToken); err != nil {
+	if err := m.boot(ctx, log, sb, rootfs, plan); err != nil {
 		var e *Error
 		reason := "failed to start"
 		if errors.As(err, &e) {
@@ -370,39 +373,15 @@ func (m *Manager) Create(ctx context.Context, projectID string, req api.CreateSa
 }
 
 // boot starts sandbox sb in the runtime and waits for its agent.
-func (m *Manager) boot(ctx context.Context, log *slog.Logger, sb store.Sandbox, rootfs string, plan createPlan, lizardToken bool) error {
-	env := append(plan.envs, "LIZARD_SANDBOX_ID="+sb.ID, "LIZARD_PROJECT_ID="+sb.ProjectID)
-	host, err1 := netip.ParseAddr(sb.HostAddr)
-	guest, err2 := netip.ParseAddr(sb.GuestAddr)
-	if err := errors.Join(err1, err2); err != nil {
-		return fmt.Errorf("parsing sandbox addresses: %w", err)
+func (m *Manager) boot(ctx context.Context, log *slog.Logger, sb store.Sandbox, rootfs string, plan createPlan) error {
+	env := append(slices.Clone(plan.envs), identityEnv(sb)...)
+	tokenEnv, apiPort, err := m.mintToken(ctx, sb, plan)
+	if err != nil {
+		return err
 	}
-	apiPort := 0
-	if lizardToken {
-		k, err := auth.Create(ctx, m.cfg.Store, sb.ProjectID, sb.ID)
-		if err != nil {
-			return fmt.Errorf("minting the sandbox's API key: %w", err)
-		}
-		m.audit("key.create", "key_id", k.ID, "project_id", sb.ProjectID, "sandbox_id", sb.ID, "by", "lizardToken")
-		env = append(env, "LIZARD_API_KEY="+k.String())
-		apiEnv, port, err := m.tokenAPI(sb, host)
-		if err != nil {
-			return err
-		}
-		env, apiPort = append(env, apiEnv...), port
-	}
-	spec := sandbox.Spec{
-		ID:     sb.ID,
-		RootFS: rootfs,
-		Args:   []string{AgentPath},
-		Env:    env,
-		Mounts: []sandbox.Mount{
-			{Source: m.cfg.AgentBinary, Target: AgentPath, ReadOnly: true},
-			{Source: m.cfg.LizardBinary, Target: LizardPath, ReadOnly: true},
-		},
-		Network: sandbox.Network{HostAddr: host, GuestAddr: guest, PrefixLen: SlotPrefixLen,
-			Internet: plan.internet, APIPort: apiPort},
-		Limits: plan.limits,
+	spec, err := m.spec(sb, rootfs, append(env, tokenEnv...), apiPort)
+	if err != nil {
+		return err
 	}
 	if err := m.cfg.Runtime.Create(ctx, spec); err != nil {
 		return &Error{Msg: fmt.Sprintf("sandbox %s failed to boot (the server log says why)", sb.ID),
@@ -410,6 +389,29 @@ func (m *Manager) boot(ctx context.Context, log *slog.Logger, sb store.Sandbox, 
 	}
 	log.Debug("sandbox booted; waiting for its agent")
 	return m.waitAgent(ctx, sb)
+}
+
+// mintToken gives sb, if its plan asks for a lizardToken, an API key and
+// the API on its host address: the environment to add, and the port its
+// egress policy must let through.
+func (m *Manager) mintToken(ctx context.Context, sb store.Sandbox, plan createPlan) (env []string, apiPort int, err error) {
+	if !plan.token {
+		return nil, 0, nil
+	}
+	host, err := netip.ParseAddr(sb.HostAddr)
+	if err != nil {
+		return nil, 0, fmt.Errorf("parsing sandbox addresses: %w", err)
+	}
+	k, err := auth.Create(ctx, m.cfg.Store, sb.ProjectID, sb.ID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("minting the sandbox's API key: %w", err)
+	}
+	m.audit("key.create", "key_id", k.ID, "project_id", sb.ProjectID, "sandbox_id", sb.ID, "by", "lizardToken")
+	apiEnv, port, err := m.tokenAPI(sb, host)
+	if err != nil {
+		return nil, 0, err
+	}
+	return append([]string{"LIZARD_API_KEY=" + k.String()}, apiEnv...), port, nil
 }
 
 // waitAgent polls the agent's /health until it answers 200, the sandbox

@@ -8,22 +8,19 @@ package manager
 // always leaves the sandbox running as it was.
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -193,6 +190,11 @@ func (m *Manager) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 		os.RemoveAll(dir)
 		return fmt.Errorf("recording pause of sandbox %s: %w", sb.ID, err)
 	}
+	// Its address is free for others now: so must the port on it be. A
+	// resume opens the API again on the sandbox's new host address.
+	if a := m.cfg.Policy.SandboxAPI; a != nil {
+		a.Close(sb.ID)
+	}
 	log.Info("sandbox paused", "image", dir, "size_bytes", dirSize(dir), "took", time.Since(begin).Round(time.Millisecond))
 	return nil
 }
@@ -282,7 +284,19 @@ func (m *Manager) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs 
 	if p.ImageDir == "" {
 		return fail("its checkpoint image is missing", errors.New("no image recorded"))
 	}
-	spec, err := m.restoreSpec(sb, rootfs)
+	// A sandbox with a lizardToken keeps it: its API listener opens again
+	// on its new host address, and the agent is told the new URL.
+	var apiEnv []string
+	apiPort := 0
+	if sb.Shape.Token && m.cfg.APIURL == "" && m.cfg.Policy.SandboxAPI != nil {
+		if has, err := m.cfg.Store.SandboxHasLiveKey(ctx, sb.ID); err == nil && has {
+			h, _ := netip.ParseAddr(host)
+			if apiEnv, apiPort, err = m.tokenAPI(sb, h); err != nil {
+				return fail("its API listener could not be opened", err)
+			}
+		}
+	}
+	spec, err := m.spec(sb, rootfs, identityEnv(sb), apiPort)
 	if err != nil {
 		return fail("its addresses are unusable", err)
 	}
@@ -297,6 +311,12 @@ func (m *Manager) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs 
 	}
 	if err := m.waitAgent(ctx, sb); err != nil {
 		return fail("its agent did not answer after the restore", err)
+	}
+	if len(apiEnv) > 0 {
+		r := reseedRequest{SandboxID: sb.ID, Envs: envMap(apiEnv), KeepSeeds: true}
+		if err := m.reseed(ctx, r); err != nil {
+			return fail("telling its agent the new API address failed", err)
+		}
 	}
 	ms := sb.TimeoutMs
 	var expires *time.Time
@@ -325,29 +345,6 @@ func (m *Manager) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs 
 	return toAPI(got), nil
 }
 
-// restoreSpec is the spec a checkpoint of a sandbox of sb's template is
-// restored with: the mounts must be the ones it was made with; the
-// environment comes from the image.
-func (m *Manager) restoreSpec(sb store.Sandbox, rootfs string) (sandbox.Spec, error) {
-	host, err1 := netip.ParseAddr(sb.HostAddr)
-	guest, err2 := netip.ParseAddr(sb.GuestAddr)
-	if err := errors.Join(err1, err2); err != nil {
-		return sandbox.Spec{}, fmt.Errorf("parsing sandbox addresses: %w", err)
-	}
-	return sandbox.Spec{
-		ID:     sb.ID,
-		RootFS: rootfs,
-		Args:   []string{AgentPath},
-		Env:    []string{"LIZARD_SANDBOX_ID=" + sb.ID, "LIZARD_PROJECT_ID=" + sb.ProjectID},
-		Mounts: []sandbox.Mount{
-			{Source: m.cfg.AgentBinary, Target: AgentPath, ReadOnly: true},
-			{Source: m.cfg.LizardBinary, Target: LizardPath, ReadOnly: true},
-		},
-		Network: sandbox.Network{HostAddr: host, GuestAddr: guest, PrefixLen: SlotPrefixLen},
-		Limits:  m.cfg.Limits,
-	}, nil
-}
-
 // Snapshot saves projectID's running sandbox id (resuming it if paused)
 // without stopping it.
 func (m *Manager) Snapshot(ctx context.Context, projectID, id string) (api.Snapshot, error) {
@@ -364,7 +361,8 @@ func (m *Manager) Snapshot(ctx context.Context, projectID, id string) (api.Snaps
 		return api.Snapshot{}, err
 	}
 	begin := time.Now()
-	sn := store.Snapshot{ID: "snap-" + newID(), ProjectID: projectID, SandboxID: id, Template: sb.Template, CreatedAt: m.now()}
+	sn := store.Snapshot{ID: "snap-" + newID(), ProjectID: projectID, SandboxID: id, Template: sb.Template, CreatedAt: m.now(),
+		Shape: m.recorded(sb.Shape)}
 	sn.ImageDir = filepath.Join(m.snapshotsDir(), sn.ID)
 	if err := m.checkpoint(ctx, id, sn.ImageDir); err != nil {
 		return api.Snapshot{}, err
@@ -469,7 +467,7 @@ func (m *Manager) createFromSnapshot(ctx context.Context, projectID string, req 
 	}
 	unlock := m.locks.lock(sn.ID) // DeleteSnapshot waits for the restore
 	defer unlock()
-	sbs, err := m.restoreNew(ctx, projectID, sn.Template, sn.ImageDir, 1, req.TimeoutMs, req.Metadata, req.OnTimeout)
+	sbs, err := m.restoreNew(ctx, projectID, sn.Template, sn.Shape, sn.ImageDir, 1, req.TimeoutMs, req.Metadata, req.OnTimeout)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -505,16 +503,19 @@ func (m *Manager) Fork(ctx context.Context, projectID, id string, req api.ForkRe
 	if err != nil {
 		return nil, err
 	}
-	return m.restoreNew(ctx, projectID, sb.Template, dir, req.Count, req.TimeoutMs, req.Metadata, "")
+	return m.restoreNew(ctx, projectID, sb.Template, sb.Shape, dir, req.Count, req.TimeoutMs, req.Metadata, "")
 }
 
 // restoreNew makes n new sandboxes of projectID from image dir, as Create
-// does, and reseeds each. All or nothing.
-func (m *Manager) restoreNew(ctx context.Context, projectID, tmpl, dir string, n int, timeoutMs *int64, meta map[string]string, onTimeout string) ([]api.Sandbox, error) {
+// does, shaped as the sandbox the image was taken from (sh), and reseeds
+// each. None gets a lizardToken: a copy holding its parent's key would
+// act as its parent. All or nothing.
+func (m *Manager) restoreNew(ctx context.Context, projectID, tmpl string, sh store.Shape, dir string, n int, timeoutMs *int64, meta map[string]string, onTimeout string) ([]api.Sandbox, error) {
 	plan, err := m.validate(api.CreateSandboxRequest{Template: tmpl, TimeoutMs: timeoutMs, Metadata: meta})
 	if err != nil {
 		return nil, err
 	}
+	plan = m.shaped(plan, sh)
 	if err := checkOnTimeout(onTimeout); err != nil {
 		return nil, err
 	}
@@ -529,7 +530,7 @@ func (m *Manager) restoreNew(ctx context.Context, projectID, tmpl, dir string, n
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i], errs[i] = m.restoreOne(ctx, projectID, plan, rootfs, dir, meta, onTimeout)
+			out[i], errs[i] = m.restoreOne(ctx, projectID, "", plan, rootfs, dir, meta, onTimeout)
 		}()
 	}
 	wg.Wait()
@@ -548,12 +549,25 @@ func (m *Manager) restoreNew(ctx context.Context, projectID, tmpl, dir string, n
 	return out, nil
 }
 
-func (m *Manager) restoreOne(ctx context.Context, projectID string, plan createPlan, rootfs, dir string, meta map[string]string, onTimeout string) (api.Sandbox, error) {
+// restoreOne makes one new sandbox of projectID (of role, "" for users')
+// from image dir with plan's shape, envs and token, and gives it its new
+// identity through the agent's /reseed.
+func (m *Manager) restoreOne(ctx context.Context, projectID, role string, plan createPlan, rootfs, dir string, meta map[string]string, onTimeout string) (api.Sandbox, error) {
 	sb := store.Sandbox{
 		ID: newID(), ProjectID: projectID, Template: plan.template, State: api.StateStarting,
-		TimeoutMs: plan.timeoutMs, Metadata: meta, CreatedAt: m.now(),
+		TimeoutMs: plan.timeoutMs, Metadata: meta, CreatedAt: m.now(), Shape: plan.shape(), Role: role,
 	}
-	if err := m.cfg.Store.CreateSandbox(ctx, &sb, m.cfg.Pool.Slots(), m.cfg.Pool.addrStrings); err != nil {
+	release := func() {}
+	if plan.admit {
+		r, err := m.admit(ctx, projectID)
+		if err != nil {
+			return api.Sandbox{}, err
+		}
+		release = r
+	}
+	err := m.cfg.Store.CreateSandbox(ctx, &sb, m.cfg.Pool.Slots(), m.cfg.Pool.addrStrings)
+	release()
+	if err != nil {
 		if errors.Is(err, store.ErrFull) {
 			return api.Sandbox{}, &Error{Kind: ErrUnavailable, Cause: err,
 				Msg: fmt.Sprintf("no free sandbox address: all %d addresses of the pool %s are in use", m.cfg.Pool.Slots(), m.cfg.Pool.Prefix())}
@@ -567,6 +581,9 @@ func (m *Manager) restoreOne(ctx context.Context, projectID string, plan createP
 	fail := func(reason string, err error) (api.Sandbox, error) {
 		m.cleanupFailed(ctx, log, sb.ID, reason)
 		log.Warn("restored sandbox failed to start", "err", err)
+		if ctx.Err() != nil {
+			return api.Sandbox{}, ctx.Err()
+		}
 		return api.Sandbox{}, &Error{Msg: fmt.Sprintf("restoring a new sandbox failed: %s", reason), Cause: err}
 	}
 	if onTimeout != "" {
@@ -574,7 +591,11 @@ func (m *Manager) restoreOne(ctx context.Context, projectID string, plan createP
 			return fail("recording onTimeout failed", err)
 		}
 	}
-	spec, err := m.restoreSpec(sb, rootfs)
+	tokenEnv, apiPort, err := m.mintToken(ctx, sb, plan)
+	if err != nil {
+		return fail("giving it its lizardToken failed", err)
+	}
+	spec, err := m.spec(sb, rootfs, identityEnv(sb), apiPort)
 	if err != nil {
 		return fail("its addresses are unusable", err)
 	}
@@ -584,43 +605,28 @@ func (m *Manager) restoreOne(ctx context.Context, projectID string, plan createP
 	if err := m.waitAgent(ctx, sb); err != nil {
 		return fail("its agent did not answer after the restore", err)
 	}
-	if err := m.reseed(ctx, sb.ID); err != nil {
-		return fail("reseeding its random generators failed", err)
+	r := reseedRequest{SandboxID: sb.ID, Envs: envMap(append(append(slices.Clone(plan.envs), identityEnv(sb)...), tokenEnv...))}
+	if !plan.token {
+		// The image may hold another sandbox's lizardToken (a fork's parent).
+		r.Unset = []string{"LIZARD_API_KEY", "LIZARD_API_URL"}
+	}
+	if err := m.reseed(ctx, r); err != nil {
+		return fail("giving it its identity and reseeding its random generators failed", err)
 	}
 	var expires *time.Time
-	if plan.timeoutMs > 0 {
+	if plan.timeoutMs > 0 && role == "" {
 		t := m.now().Add(time.Duration(plan.timeoutMs) * time.Millisecond)
 		expires = &t
 	}
 	if err := m.cfg.Store.MarkRunning(ctx, sb.ID, expires); err != nil {
 		return fail("recording the running sandbox failed", err)
 	}
-	log.Info("sandbox restored", "image", dir, "guest_addr", sb.GuestAddr, "took", time.Since(begin).Round(time.Millisecond))
+	log.Info("sandbox restored", "image", dir, "role", role, "guest_addr", sb.GuestAddr, "took", time.Since(begin).Round(time.Millisecond))
 	got, err := m.cfg.Store.GetSandbox(ctx, sb.ID)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	return toAPI(got), nil
-}
-
-// reseed asks a restored sandbox's agent to reseed every kernel's random
-// generators and to take its new identity.
-func (m *Manager) reseed(ctx context.Context, id string) error {
-	body, _ := json.Marshal(map[string]string{"sandboxId": id})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+agentHost(id)+"/reseed", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Transport: m.transport, Timeout: time.Minute}).Do(req)
-	if err != nil {
-		return fmt.Errorf("reseeding sandbox %s: %w", id, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("reseeding sandbox %s: agent answered %s", id, resp.Status)
-	}
-	return nil
 }
 
 func checkOnTimeout(s string) error {
@@ -738,4 +744,3 @@ func dirSize(dir string) int64 {
 	})
 	return n
 }
-
