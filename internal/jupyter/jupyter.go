@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -541,6 +542,72 @@ func (k *Kernel) Reseed(ctx context.Context) error {
 		return fmt.Errorf("reseeding kernel: %w", err)
 	}
 	return nil
+}
+
+// SetEnv sets set and removes unset in the kernel's os.environ (so code
+// and the processes it starts see them) and in the environment of every
+// kernel process started after a restart. The agent calls it when a
+// restored sandbox is given its identity and envs.
+func (k *Kernel) SetEnv(ctx context.Context, set map[string]string, unset []string) error {
+	if err := k.lock(ctx); err != nil {
+		return err
+	}
+	defer k.unlock()
+	// cfg is only read by whoever holds sem, as we do.
+	k.cfg.Env = applyEnv(k.cfg.Env, set, unset)
+	p, err := k.ready(ctx, func(api.ExecuteEvent) {})
+	if err != nil {
+		return err
+	}
+	code, err := updateEnvCode(set, unset)
+	if err != nil {
+		return err
+	}
+	if err := p.silent(ctx, code); err != nil {
+		return fmt.Errorf("setting kernel environment: %w", err)
+	}
+	return nil
+}
+
+// Import imports modules in the kernel without binding any name in the
+// user's namespace and without counting an execution, so that a later
+// `import numpy as np` is instant and the user's first call is still [1].
+func (k *Kernel) Import(ctx context.Context, modules []string) error {
+	if len(modules) == 0 {
+		return nil
+	}
+	if err := k.lock(ctx); err != nil {
+		return err
+	}
+	defer k.unlock()
+	p, err := k.ready(ctx, func(api.ExecuteEvent) {})
+	if err != nil {
+		return err
+	}
+	code, err := importCode(modules)
+	if err != nil {
+		return err
+	}
+	if err := p.silent(ctx, code); err != nil {
+		return fmt.Errorf("importing %s: %w", strings.Join(modules, ", "), err)
+	}
+	return nil
+}
+
+// applyEnv returns env (KEY=VALUE pairs) with set set and unset removed.
+func applyEnv(env []string, set map[string]string, unset []string) []string {
+	out := make([]string, 0, len(env)+len(set))
+	for _, kv := range env {
+		key, _, _ := strings.Cut(kv, "=")
+		if _, ok := set[key]; ok || slices.Contains(unset, key) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	for key, v := range set {
+		out = append(out, key+"="+v)
+	}
+	return out
 }
 
 // Close ends the kernel process and closes its sockets. A call running at

@@ -698,3 +698,30 @@ func TestStartMissingPython(t *testing.T) {
 		t.Errorf("Start took %v to fail, want it prompt", d)
 	}
 }
+
+func TestSetEnvAndImport(t *testing.T) {
+	k := startKernel(t)
+	ctx := context.Background()
+	if err := k.Import(ctx, []string{"json", "email.mime.text"}); err != nil {
+		t.Fatalf("Import: %v", err)
+	}
+	if err := k.SetEnv(ctx, map[string]string{"LZ_NEW": "v1", "HOME": "/elsewhere"}, []string{"LZ_GONE"}); err != nil {
+		t.Fatalf("SetEnv: %v", err)
+	}
+	// Imported without a name, and without counting an execution.
+	o := run(t, k, "import os, sys\n('email.mime.text' in sys.modules, 'json' in globals(), os.environ.get('LZ_NEW'), os.environ['HOME'], 'LZ_GONE' in os.environ)")
+	if len(o.results) != 1 || o.results[0].Data != "(True, False, 'v1', '/elsewhere', False)" {
+		t.Errorf("after Import and SetEnv = %+v, want (True, False, 'v1', '/elsewhere', False)", o.results)
+	}
+	if o.count != 1 {
+		t.Errorf("execution count of the first call = %d, want 1", o.count)
+	}
+	// A restarted kernel process starts with the new environment.
+	if err := k.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o = run(t, k, "import os\nos.environ.get('LZ_NEW')")
+	if len(o.results) != 1 || o.results[0].Data != "'v1'" {
+		t.Errorf("LZ_NEW after restart = %+v, want 'v1'", o.results)
+	}
+}

@@ -120,3 +120,34 @@ const restoreEnvCode = "(lambda os, saved: [os.environ.pop(k, None) if v is None
 
 // reseedCode reseeds the random generators a fork would otherwise share.
 const reseedCode = "(lambda sys: (__import__('random').seed(), sys.modules['numpy'].random.seed() if 'numpy' in sys.modules else None))(__import__('sys'))"
+
+// updateEnvCode sets set and removes unset in os.environ for good, in one
+// expression that leaves no names behind. JSON objects and lists of
+// strings are also Python literals.
+func updateEnvCode(set map[string]string, unset []string) (string, error) {
+	if set == nil {
+		set = map[string]string{}
+	}
+	if unset == nil {
+		unset = []string{}
+	}
+	s, err := json.Marshal(set)
+	if err != nil {
+		return "", fmt.Errorf("encoding envs: %w", err)
+	}
+	u, err := json.Marshal(unset)
+	if err != nil {
+		return "", fmt.Errorf("encoding envs: %w", err)
+	}
+	return "(lambda os, new, gone: (os.environ.update(new), [os.environ.pop(k, None) for k in gone]))" +
+		"(__import__('os'), " + string(s) + ", " + string(u) + ")", nil
+}
+
+// importCode imports modules by name, binding nothing in the namespace.
+func importCode(modules []string) (string, error) {
+	b, err := json.Marshal(modules)
+	if err != nil {
+		return "", fmt.Errorf("encoding modules: %w", err)
+	}
+	return "(lambda im, mods: [im.import_module(m) for m in mods])(__import__('importlib'), " + string(b) + ")", nil
+}
