@@ -41,7 +41,8 @@ type Agent struct {
 	cfg        Config
 	log        *slog.Logger
 	user       identity
-	env        []string // base environment of all code
+	envMu      sync.RWMutex
+	env        []string // base environment of all code; /reseed changes it
 	jupyterDir string   // kernel connection files
 	scratchDir string   // per-call files (bash scripts, JS error reports)
 	jsHook     string   // node --require file that reports uncaught errors
@@ -51,6 +52,18 @@ type Agent struct {
 	contexts map[string]*execContext
 	order    []string // context ids, defaults first, then by creation
 	closed   bool
+
+	// ready is closed once the default Python kernel has started and
+	// imported cfg.Preload (GET /ready waits for it); readyErr says how.
+	ready    chan struct{}
+	readyErr error
+}
+
+// baseEnv returns the environment every new kernel and process gets.
+func (a *Agent) baseEnv() []string {
+	a.envMu.RLock()
+	defer a.envMu.RUnlock()
+	return a.env
 }
 
 // New prepares an agent from cfg and starts the default Python context's
@@ -61,7 +74,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, contexts: make(map[string]*execContext)}
+	a := &Agent{cfg: cfg, log: cfg.Logger, contexts: make(map[string]*execContext), ready: make(chan struct{})}
 	a.user = lookupIdentity(cfg.User, cfg.Home, a.log)
 	if err := a.user.mkdirAll(a.user.home, 0o755); err != nil {
 		return nil, fmt.Errorf("creating home %s: %w", a.user.home, err)
@@ -82,8 +95,23 @@ func New(cfg Config) (*Agent, error) {
 	a.handler = a.routes()
 	c := a.contexts[defaultContextID(langPython)]
 	go func() {
-		if _, err := a.kernel(context.Background(), c); err != nil {
+		defer close(a.ready)
+		k, err := a.kernel(context.Background(), c)
+		if err != nil {
 			a.log.Error("starting the default python kernel", "err", err)
+			a.readyErr = err
+			return
+		}
+		if im, ok := k.(importer); ok && len(cfg.Preload) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), kernelStartTimeout)
+			defer cancel()
+			start := time.Now()
+			if err := im.Import(ctx, cfg.Preload); err != nil {
+				a.log.Error("preloading modules", "modules", cfg.Preload, "err", err)
+				a.readyErr = err
+				return
+			}
+			a.log.Info("preloaded modules", "modules", cfg.Preload, "took", time.Since(start))
 		}
 	}()
 	a.log.Info("agent ready", "user", a.user.name, "uid", a.user.uid, "home", a.user.home, "switch_user", a.user.cred != nil)
@@ -194,6 +222,7 @@ func (a *Agent) routes() http.Handler {
 	}
 	handle("/health", map[string]http.HandlerFunc{"GET": a.health})
 	handle("/reseed", map[string]http.HandlerFunc{"POST": a.reseed})
+	handle("/ready", map[string]http.HandlerFunc{"GET": a.readyz})
 	handle("/execute", map[string]http.HandlerFunc{"POST": a.execute})
 	handle("/contexts", map[string]http.HandlerFunc{"GET": a.listContexts, "POST": a.createContext})
 	handle("/contexts/{id}", map[string]http.HandlerFunc{"DELETE": a.deleteContext})

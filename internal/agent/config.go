@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/jupyter"
@@ -54,6 +55,10 @@ type Config struct {
 	// nil means the agent's own environment (the runtime sets the sandbox's
 	// envs there).
 	Env []string
+	// Preload names modules the default Python kernel imports at start,
+	// binding no names (LIZARD_AGENT_PRELOAD=numpy,pandas): the server
+	// sets it in the sandbox it checkpoints as a template snapshot.
+	Preload []string
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 	// StartKernel starts Python kernels; nil means the jupyter package.
@@ -83,8 +88,14 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.StringVar(&cfg.RuntimeDir, "runtime-dir", envOr("RUNTIME_DIR", ""), "directory for kernel connection files (default $TMPDIR/lizard-agent)")
 	maxOut := fs.Int64("max-output", envInt(envOr("MAX_OUTPUT", ""), DefaultMaxOutputBytes), "bytes of stdout+stderr forwarded per call")
 	maxFile := fs.Int64("max-file", envInt(envOr("MAX_FILE", ""), DefaultMaxFileBytes), "largest file upload in bytes")
+	preload := fs.String("preload", envOr("PRELOAD", ""), "comma-separated modules the default Python kernel imports at start")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, fmt.Errorf("parsing flags: %w", err)
+	}
+	for _, m := range strings.Split(*preload, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			cfg.Preload = append(cfg.Preload, m)
+		}
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))

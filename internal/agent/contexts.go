@@ -123,7 +123,7 @@ func (a *Agent) startKernel(ctx context.Context, cwd string) (Kernel, error) {
 	k, err := a.cfg.StartKernel(ctx, jupyter.Config{
 		Python:     a.cfg.Python,
 		Cwd:        cwd,
-		Env:        a.env,
+		Env:        a.baseEnv(),
 		Credential: a.user.cred,
 		RuntimeDir: a.jupyterDir,
 		Logger:     a.log.With("component", "jupyter", "cwd", cwd),

@@ -108,7 +108,7 @@ func (a *Agent) executePython(ctx context.Context, k Kernel, req jupyter.Request
 // executeProcess runs JavaScript or bash code in a fresh process in the
 // context's working directory.
 func (a *Agent) executeProcess(ctx context.Context, c *execContext, req api.ExecuteRequest, timeout time.Duration, s *sink) {
-	env := withEnvs(a.env, req.Envs)
+	env := withEnvs(a.baseEnv(), req.Envs)
 	spec := runSpec{dir: c.info.Cwd, timeout: timeout}
 	var errFile string
 	switch c.info.Language {

@@ -49,7 +49,7 @@ func (a *Agent) process(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	env := withEnvs(a.env, req.Envs)
+	env := withEnvs(a.baseEnv(), req.Envs)
 	timeout := time.Duration(timeoutMs) * time.Millisecond
 	spec := runSpec{dir: cwd, env: env, timeout: timeout}
 	if req.Stdin != "" {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
@@ -14,14 +15,65 @@ type reseeder interface {
 	Reseed(ctx context.Context) error
 }
 
+// envSetter is a kernel whose environment can change while it runs;
+// *jupyter.Kernel is one.
+type envSetter interface {
+	SetEnv(ctx context.Context, set map[string]string, unset []string) error
+}
+
+// importer is a kernel that can import modules silently; *jupyter.Kernel
+// is one.
+type importer interface {
+	Import(ctx context.Context, modules []string) error
+}
+
+// reseedRequest is the body of POST /reseed, an internal call of the
+// server's (not in the public API).
+type reseedRequest struct {
+	SandboxID string            `json:"sandboxId"`
+	Envs      map[string]string `json:"envs"`
+	Unset     []string          `json:"unset"`
+	// KeepSeeds skips reseeding: a resumed sandbox is the same sandbox.
+	KeepSeeds bool `json:"keepSeeds"`
+}
+
 // reseed answers POST /reseed, which the server calls in every sandbox
-// restored from another's checkpoint (fork, create from snapshot): the
-// copies share the generators' state, so each gives every running Python
-// kernel fresh seeds from the OS. Kernels not started yet seed themselves
-// when they start.
+// restored from another's checkpoint (fork, create from a snapshot or a
+// template snapshot, a warm-pool claim) and in resumed sandboxes whose
+// environment changed. The copies share the generators' state, so each
+// gives every running Python kernel fresh seeds from the OS (kernels not
+// started yet seed themselves). The sandbox also takes its own identity:
+// envs (and LIZARD_SANDBOX_ID) are set, and unset removed, for every
+// kernel and process started from now on and in running kernels'
+// os.environ.
 func (a *Agent) reseed(w http.ResponseWriter, r *http.Request) {
+	var req reseedRequest
+	if !a.decode(w, r, &req, true) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
+	set := map[string]string{}
+	for k, v := range req.Envs {
+		set[k] = v
+	}
+	if req.SandboxID != "" {
+		set["LIZARD_SANDBOX_ID"] = req.SandboxID
+	}
+	changed := len(set) > 0 || len(req.Unset) > 0
+	if changed {
+		a.envMu.Lock()
+		env := withEnvs(a.env, set)
+		a.env = slices.DeleteFunc(env, func(kv string) bool {
+			for _, u := range req.Unset {
+				if len(kv) > len(u) && kv[:len(u)] == u && kv[len(u)] == '=' {
+					return true
+				}
+			}
+			return false
+		})
+		a.envMu.Unlock()
+	}
 	a.mu.Lock()
 	var cs []*execContext
 	for _, id := range a.order {
@@ -33,19 +85,52 @@ func (a *Agent) reseed(w http.ResponseWriter, r *http.Request) {
 	n := 0
 	for _, c := range cs {
 		k, err := c.current()
-		if err != nil || k == nil {
-			continue // deleted, or not started
+		if err != nil {
+			continue // deleted
 		}
-		rs, ok := k.(reseeder)
-		if !ok {
+		if k == nil && changed {
+			// A kernel starting now may have read the old environment:
+			// wait for it (or start it) and update it below.
+			if k, err = a.kernel(ctx, c); err != nil {
+				continue
+			}
+		}
+		if k == nil {
 			continue
 		}
-		if err := rs.Reseed(ctx); err != nil {
-			writeError(w, http.StatusInternalServerError, api.CodeInternal, "reseeding context %s: %v", c.info.ID, err)
-			return
+		if es, ok := k.(envSetter); ok && changed {
+			if err := es.SetEnv(ctx, set, req.Unset); err != nil {
+				writeError(w, http.StatusInternalServerError, api.CodeInternal, "setting the environment of context %s: %v", c.info.ID, err)
+				return
+			}
+		}
+		if rs, ok := k.(reseeder); ok && !req.KeepSeeds {
+			if err := rs.Reseed(ctx); err != nil {
+				writeError(w, http.StatusInternalServerError, api.CodeInternal, "reseeding context %s: %v", c.info.ID, err)
+				return
+			}
 		}
 		n++
 	}
-	a.log.Info("reseeded kernels", "kernels", n)
+	a.log.Info("reseeded", "kernels", n, "envs", len(set), "unset", len(req.Unset), "keep_seeds", req.KeepSeeds)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// readyz answers GET /ready (internal, for the server's template
+// snapshots): 204 once the default Python kernel runs with its preloaded
+// modules, 500 if that failed, waiting up to 2 minutes.
+func (a *Agent) readyz(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-a.ready:
+	case <-r.Context().Done():
+		return
+	case <-time.After(kernelStartTimeout):
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the default kernel is still starting")
+		return
+	}
+	if a.readyErr != nil {
+		writeError(w, http.StatusInternalServerError, api.CodeInternal, "starting the default kernel: %v", a.readyErr)
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
