@@ -44,6 +44,23 @@ PY_IN_TEMPLATE = "/opt/lizard/venv/bin/python"
 DATAFRAME_SETUP = "import pandas as pd"
 DATAFRAME_CODE = 'pd.DataFrame({"x": range(20), "y": [i * i for i in range(20)]})'
 CHART_SETUP = "%matplotlib inline\nimport matplotlib.pyplot as plt"
+# Runs in a sandbox: round trips to a kernel started there, the kernel-side floor of runCode.
+IN_SANDBOX_KERNEL = """
+import json, sys, time
+from jupyter_client.manager import start_new_kernel
+km, kc = start_new_kernel(kernel_name="python3")
+try:
+    out = []
+    for i in range(int(sys.argv[1]) + 10):
+        t0 = time.perf_counter()
+        kc.execute_interactive("1+1", output_hook=lambda m: None, timeout=60)
+        if i >= 10:
+            out.append((time.perf_counter() - t0) * 1000)
+finally:
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+json.dumps(out)
+"""
 CHART_CODE = "plt.figure(figsize=(4, 3))\nplt.plot([1, 3, 2, 4])\nplt.show()"
 
 
@@ -603,6 +620,20 @@ def lizard_code(res: Results, srv: Server, runs: int, chart_runs: int) -> None:
             if i >= 10:
                 one.append(ms)
         res.add(Figure("runCode(\"1+1\")", one, baseline="direct jupyter_client 1+1 (host ipykernel)"))
+        # Where runCode's time goes: the HTTP path alone (SDK → server → proxy → agent over the veth),
+        # and the kernel alone (jupyter_client inside the sandbox, so ZeroMQ and ipykernel under gVisor).
+        health = [timed(lambda: sb._http.request("GET", f"{sb._prefix}/health"))[0] for _ in range(runs + 10)][10:]
+        res.add(Figure("  SDK → server → agent GET /health (the HTTP path alone)", health))
+        # Started from the default kernel itself: a second kernel in the same sandbox.
+        try:
+            run = sb.run_code(IN_SANDBOX_KERNEL.replace("int(sys.argv[1])", str(runs)), timeout_ms=300_000)
+            if run.error or not run.results:
+                raise RuntimeError(f"{run.error!r} {run.stderr[-200:]}")
+            inside = json.loads(run.results[-1].data.strip("'"))
+            res.add(Figure("  jupyter_client 1+1 inside the sandbox (kernel under gVisor)", inside,
+                           baseline="direct jupyter_client 1+1 (host ipykernel)"))
+        except Exception as exc:
+            res.add(Figure("  jupyter_client 1+1 inside the sandbox (kernel under gVisor)", note=f"failed: {exc}"[:120]))
         sb.run_code(DATAFRAME_SETUP)
         sb.run_code(CHART_SETUP)
         df, png = [], []
