@@ -40,6 +40,11 @@ type serveConfig struct {
 	LogLevel       string
 	// PausedRetention is how long a paused sandbox is kept.
 	PausedRetention time.Duration
+	// TemplateSnapshot makes creates restore a checkpoint of each
+	// template's booted sandbox instead of booting; WarmPool keeps that
+	// many restored sandboxes per template ready.
+	TemplateSnapshot bool
+	WarmPool         int
 	// policy is untrusted code's limits and network (serve_policy.go).
 	policy policyFlags
 
@@ -66,6 +71,8 @@ func parseServe(e env, args []string) (*serveConfig, error) {
 	fs.StringVar(&c.SandboxAPIURL, "sandbox-api-url", "", "API URL given to sandboxes created with lizardToken as LIZARD_API_URL (the server must be reachable there from inside sandboxes)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.PausedRetention, "paused-retention", manager.DefaultPausedRetention, "how long a paused sandbox is kept before it is ended")
+	fs.BoolVar(&c.TemplateSnapshot, "template-snapshot", true, "create sandboxes by restoring a checkpoint of each template's booted sandbox (kernel started, numpy/pandas/matplotlib imported) instead of booting; false boots every sandbox")
+	fs.IntVar(&c.WarmPool, "warm-pool", 0, "restored sandboxes per template kept ready for creates with the default limits (needs --template-snapshot; each costs an idle sandbox's memory)")
 	c.policy.register(fs)
 	if err := parse(fs, args); err != nil {
 		return nil, err
@@ -96,6 +103,12 @@ func (c *serveConfig) validate() error {
 	}
 	if c.DataDir == "" {
 		return usagef("--data-dir must not be empty")
+	}
+	if c.WarmPool < 0 || c.WarmPool > 64 {
+		return usagef("--warm-pool %d: want 0 to 64", c.WarmPool)
+	}
+	if c.WarmPool > 0 && !c.TemplateSnapshot {
+		return usagef("--warm-pool needs --template-snapshot=true: the pool is restored from template snapshots")
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("lizard serve must run as root: it creates network namespaces and runs runsc (try sudo)")
@@ -208,6 +221,10 @@ func runServe(ctx context.Context, e env, args []string) error {
 		// Checkpoint images of paused sandboxes and snapshots.
 		DataDir:         c.DataDir,
 		PausedRetention: c.PausedRetention,
+		// Template snapshots (DataDir/templates) and the warm pool.
+		NoTemplateSnapshots: !c.TemplateSnapshot,
+		RuntimeBinary:       c.Runsc,
+		WarmPool:            c.WarmPool,
 	})
 	if err != nil {
 		return err
@@ -216,6 +233,7 @@ func runServe(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("reconciling sandboxes with the runtime: %w", err)
 	}
 	go m.RunReaper(ctx)
+	m.StartBackground(ctx)
 
 	h := server.New(server.Config{
 		Manager:   m,

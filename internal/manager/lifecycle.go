@@ -93,7 +93,12 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			continue
 		}
 		reason := "it was still starting when the server restarted"
-		if sb.State == api.StateRunning {
+		if sb.Role != "" {
+			// The server's own (template, warm pool): made again from the
+			// current template image rather than kept, since the binaries
+			// may have changed with the restart.
+			reason = "the server's own " + sb.Role + " sandbox does not outlive a restart"
+		} else if sb.State == api.StateRunning {
 			st, err := m.cfg.Runtime.State(ctx, sb.ID)
 			if err == nil && st == sandbox.Running {
 				kept++

@@ -101,6 +101,21 @@ type Config struct {
 	// waits for calls in flight (default 10 s).
 	PausedRetention time.Duration
 	PauseWait       time.Duration
+	// NoTemplateSnapshots turns template snapshots (tsnap.go) off: every
+	// create boots. RuntimeBinary (runsc) is hashed into their key, with
+	// the agent and lizard binaries; Preload is what their default kernel
+	// imports (default DefaultPreload).
+	NoTemplateSnapshots bool
+	RuntimeBinary       string
+	Preload             []string
+	// WarmPool is how many restored sandboxes per template are kept ready
+	// for creates with the default shape (0: none). Below
+	// WarmPoolMinAvailable bytes of MemAvailable (default 1 GiB; negative:
+	// never) the pool shrinks instead. MemAvailable defaults to reading
+	// /proc/meminfo.
+	WarmPool             int
+	WarmPoolMinAvailable int64
+	MemAvailable         func() (int64, error)
 }
 
 // Manager runs sandboxes. It is safe for concurrent use.
@@ -111,6 +126,7 @@ type Manager struct {
 	pol       *policyState
 	locks     keyedMutex
 	calls     inflight // proxied calls in flight, per sandbox (snapshot.go)
+	ts        tsnaps   // template snapshots and the warm pool (tsnap.go)
 }
 
 // New checks cfg and returns a manager. Call Reconcile before serving and
@@ -158,7 +174,11 @@ func New(cfg Config) (*Manager, error) {
 	if err := checkPolicy(cfg); err != nil {
 		return nil, err
 	}
+	if cfg.MemAvailable == nil {
+		cfg.MemAvailable = memAvailable
+	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, transport: cfg.Transport}
+	m.ts = tsnaps{dirs: map[string]string{}, failures: map[string]int{}, kick: make(chan struct{}, 1)}
 	m.pol = &policyState{limiters: map[string]*rate.Limiter{}}
 	if m.transport == nil {
 		m.transport = &http.Transport{
@@ -311,6 +331,9 @@ func (m *Manager) Create(ctx context.Context, projectID string, req api.CreateSa
 			Msg: fmt.Sprintf("template %q is not available: building it failed (the server log says why); try again later", plan.template)}
 	}
 
+	if got, ok, err := m.createRestored(ctx, projectID, plan, rootfs, req); ok {
+		return got, err
+	}
 	sb := store.Sandbox{
 		ID: newID(), ProjectID: projectID, Template: plan.template, State: api.StateStarting,
 		TimeoutMs: plan.timeoutMs, Metadata: req.Metadata, CreatedAt: m.now(), Shape: plan.shape(),
