@@ -2,12 +2,10 @@ package gvisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -295,110 +293,4 @@ func TestContainerIDNotPrefix(t *testing.T) {
 	}
 }
 
-// TestTimings measures Create, raw `runsc run`, Kill, Checkpoint and
-// Restore. It checks nothing and runs only with LIZARD_TEST_TIMINGS=1.
-func TestTimings(t *testing.T) {
-	if os.Getenv("LIZARD_TEST_TIMINGS") != "1" {
-		t.Skip("set LIZARD_TEST_TIMINGS=1 to measure")
-	}
-	r := newTestRuntime(t)
-	ctx := context.Background()
-	rootfs := sandboxtest.BuildRootFS(t)
-	const runs = 10
-	var create, raw, kill, ckpt, restore []time.Duration
 
-	for range runs {
-		sp := sandboxtest.Spec(rootfs)
-		t.Cleanup(func() { r.Kill(ctx, sp.ID) })
-		start := time.Now()
-		if err := r.Create(ctx, sp); err != nil {
-			t.Fatal(err)
-		}
-		if err := sandboxtest.WaitReady(sp.Network, 10*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		create = append(create, time.Since(start))
-
-		image := filepath.Join(t.TempDir(), "image")
-		start = time.Now()
-		if err := r.Checkpoint(ctx, sp.ID, image, true); err != nil {
-			t.Fatal(err)
-		}
-		ckpt = append(ckpt, time.Since(start))
-
-		fork := sandboxtest.Spec(rootfs)
-		t.Cleanup(func() { r.Kill(ctx, fork.ID) })
-		start = time.Now()
-		if err := r.Restore(ctx, fork, image); err != nil {
-			t.Fatal(err)
-		}
-		if err := sandboxtest.WaitReady(fork.Network, 10*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		restore = append(restore, time.Since(start))
-
-		for _, id := range []string{sp.ID, fork.ID} {
-			start = time.Now()
-			if err := r.Kill(ctx, id); err != nil {
-				t.Fatal(err)
-			}
-			kill = append(kill, time.Since(start))
-		}
-	}
-
-	// Raw: the same program, bundle and flags, network made beforehand,
-	// timed from `runsc run` to the first TCP answer.
-	for range runs {
-		sp := sandboxtest.Spec(rootfs)
-		t.Cleanup(func() { r.Kill(ctx, sp.ID) })
-		dir := r.dir(sp.ID)
-		if err := os.MkdirAll(r.overlayDir(sp.ID), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := netns.Create(sp.ID, netns.Link{HostAddr: sp.Network.HostAddr, GuestAddr: sp.Network.GuestAddr, PrefixLen: sp.Network.PrefixLen}); err != nil {
-			t.Fatal(err)
-		}
-		b, _ := json.Marshal(ociSpec(sp, netns.Path(sp.ID)))
-		if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		out, err := os.Create(filepath.Join(dir, "console.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(r.runsc, append(r.globalArgs(sp.ID, 0), "run", "--detach", "--bundle", dir, containerID(sp.ID))...)
-		// A file, not a pipe: the sandbox inherits it and would hold a pipe open.
-		cmd.Stdout, cmd.Stderr = out, out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		start := time.Now()
-		err = cmd.Run()
-		out.Close()
-		if err != nil {
-			t.Fatalf("runsc run: %v\n%s", err, tail(out.Name(), 0))
-		}
-		if err := sandboxtest.WaitReady(sp.Network, 10*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		raw = append(raw, time.Since(start))
-		if err := r.Kill(ctx, sp.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	for _, m := range []struct {
-		name string
-		d    []time.Duration
-	}{
-		{"Create until TCP answers", create},
-		{"raw runsc run until TCP answers", raw},
-		{"Kill", kill},
-		{"Checkpoint (leave running)", ckpt},
-		{"Restore (fork) until TCP answers", restore},
-	} {
-		slices.Sort(m.d)
-		t.Logf("%-34s median %6.1f ms  min %6.1f  max %6.1f  (n=%d)", m.name,
-			ms(m.d[len(m.d)/2]), ms(m.d[0]), ms(m.d[len(m.d)-1]), len(m.d))
-	}
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
