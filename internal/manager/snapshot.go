@@ -164,7 +164,10 @@ func (m *Manager) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	begin := time.Now()
 	dir := filepath.Join(m.imagesDir(), sb.ID)
 	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("clearing old image of sandbox %s: %w", sb.ID, err)
+		// An unwritable image directory (read-only, full) is the
+		// checkpoint failing, and the client must be told so, not a 500.
+		return &Error{Msg: fmt.Sprintf("checkpointing sandbox %s failed (disk full? the server log says why); it keeps running", sb.ID),
+			Cause: fmt.Errorf("clearing old image of sandbox %s: %w", sb.ID, err)}
 	}
 	if err := m.checkpoint(ctx, sb.ID, dir); err != nil {
 		return err
