@@ -559,3 +559,20 @@ func TestPauseWaitsForCalls(t *testing.T) {
 }
 
 func pathExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func TestPauseImageDirUnusable(t *testing.T) {
+	s := newSnapEnv(t)
+	ctx := context.Background()
+	sb := s.create(t, api.CreateSandboxRequest{})
+	// A file where the images directory should be: nothing can be written.
+	if err := os.WriteFile(filepath.Join(s.data, "images"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.m.Pause(ctx, "p1", sb.SandboxID)
+	if err == nil || !strings.Contains(Message(err), "checkpointing sandbox") || !strings.Contains(Message(err), "keeps running") {
+		t.Fatalf("Pause with no usable image directory = %v (message %q); want the checkpoint failure, not an internal error", err, Message(err))
+	}
+	if got, _ := s.m.Get(ctx, "p1", sb.SandboxID); got.State != api.StateRunning || !s.rt.isRunning(sb.SandboxID) {
+		t.Errorf("after the failed pause: state %s running=%v; want running", got.State, s.rt.isRunning(sb.SandboxID))
+	}
+}
