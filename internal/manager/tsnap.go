@@ -191,9 +191,11 @@ func (m *Manager) templateSnapshotOnce(ctx context.Context, name string) error {
 	if err := m.boot(ctx, blog, sb, rootfs, plan); err != nil {
 		return fmt.Errorf("booting the template sandbox: %w", err)
 	}
+	ready := time.Now()
 	if err := m.waitReady(ctx, sb.ID); err != nil {
 		return err
 	}
+	blog.Info("template sandbox ready", "kernel_wait", time.Since(ready).Round(time.Millisecond))
 	// Close our kept-alive connections to it first: the image would keep
 	// them established, and the first sandbox restored from it gets this
 	// sandbox's address, where our new connections could collide with them.
