@@ -432,6 +432,7 @@ except OSError as e:
     why = errno.errorcode.get(e.errno, str(e.errno))
 shutil.rmtree('/home/user/inodes', ignore_errors=True)
 print(n, why)`)
+		t.Logf("small files created before the stop, and why: %s", strings.TrimSpace(out))
 		f := strings.Fields(out)
 		if len(f) != 2 || (f[1] != "ENOSPC" && f[1] != "EDQUOT") {
 			t.Errorf("creating small files in a 64 MiB disk: %q; want it stopped by ENOSPC or EDQUOT", out)
@@ -484,8 +485,8 @@ print(n, why)`)
 			t.Fatalf("call after the kernel was killed: %v", err)
 		}
 		// The call must fail visibly, never return a silent empty result.
-		// Today it is a KernelError naming the broken ZMQ socket; the
-		// "kernel died and was restarted" wording of os._exit is wanted.
+		// Usually KernelDiedError; a call that beats the agent to noticing
+		// the death gets a KernelError naming the broken ZMQ socket.
 		if x.Error == nil {
 			t.Errorf("call after kill -9 of the kernel: no error, stdout %q; want the kernel's death reported", x.Stdout)
 		} else {
