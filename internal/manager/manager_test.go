@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -28,10 +31,20 @@ type fakeRuntime struct {
 	StateFunc  func(ctx context.Context, id string) (sandbox.State, error)
 	KillFunc   func(ctx context.Context, id string) error
 	ListFunc   func(ctx context.Context) ([]string, error)
+	// RestoreFunc defaults to starting spec like Create, recording it in
+	// restored; Checkpoint writes a file into the image directory.
+	RestoreFunc func(ctx context.Context, spec sandbox.Spec, dir string) error
 
-	mu      sync.Mutex
-	running map[string]sandbox.Spec
-	killed  []string
+	mu       sync.Mutex
+	running  map[string]sandbox.Spec
+	killed   []string
+	created  []sandbox.Spec
+	restored []restore
+}
+
+type restore struct {
+	spec sandbox.Spec
+	dir  string
 }
 
 var _ sandbox.Runtime = (*fakeRuntime)(nil)
@@ -42,6 +55,14 @@ func newFakeRuntime() *fakeRuntime {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.running[spec.ID] = spec
+		f.created = append(f.created, spec)
+		return nil
+	}
+	f.RestoreFunc = func(_ context.Context, spec sandbox.Spec, dir string) error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.running[spec.ID] = spec
+		f.restored = append(f.restored, restore{spec, dir})
 		return nil
 	}
 	f.StateFunc = func(_ context.Context, id string) (sandbox.State, error) {
@@ -80,11 +101,29 @@ func (f *fakeRuntime) State(ctx context.Context, id string) (sandbox.State, erro
 }
 func (f *fakeRuntime) Kill(ctx context.Context, id string) error  { return f.KillFunc(ctx, id) }
 func (f *fakeRuntime) List(ctx context.Context) ([]string, error) { return f.ListFunc(ctx) }
-func (f *fakeRuntime) Checkpoint(context.Context, string, string, bool) error {
-	return errors.New("not supported")
+func (f *fakeRuntime) Checkpoint(_ context.Context, id, dir string, _ bool) error {
+	if !f.isRunning(id) {
+		return sandbox.ErrNotFound
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "image"), []byte(id), 0o600)
 }
-func (f *fakeRuntime) Restore(context.Context, sandbox.Spec, string) error {
-	return errors.New("not supported")
+func (f *fakeRuntime) Restore(ctx context.Context, spec sandbox.Spec, dir string) error {
+	return f.RestoreFunc(ctx, spec, dir)
+}
+
+func (f *fakeRuntime) restores() []restore {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.restored)
+}
+
+func (f *fakeRuntime) creates() []sandbox.Spec {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.created)
 }
 
 func (f *fakeRuntime) wasKilled(id string) bool {
@@ -126,6 +165,21 @@ type env struct {
 	agent *httptest.Server
 	// health is the status the fake agent's /health answers.
 	health atomic.Int32
+	// reseeds are the bodies of /reseed calls the fake agent got.
+	mu      sync.Mutex
+	reseeds []reseedRequest
+}
+
+func (e *env) reseedsFor(id string) []reseedRequest {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []reseedRequest
+	for _, r := range e.reseeds {
+		if r.SandboxID == id {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func newEnv(t *testing.T, mutate ...func(*Config)) *env {
@@ -144,9 +198,24 @@ func newEnv(t *testing.T, mutate ...func(*Config)) *env {
 	e := &env{rt: newFakeRuntime(), st: st, clock: &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	e.health.Store(200)
 	e.agent = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" {
+		switch r.URL.Path {
+		case "/health":
 			w.WriteHeader(int(e.health.Load()))
 			io.WriteString(w, `{"status":"ok"}`)
+			return
+		case "/ready":
+			w.WriteHeader(http.StatusNoContent)
+			return
+		case "/reseed":
+			var req reseedRequest
+			if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			e.mu.Lock()
+			e.reseeds = append(e.reseeds, req)
+			e.mu.Unlock()
+			w.WriteHeader(http.StatusNoContent)
 			return
 		}
 		http.NotFound(w, r)
