@@ -209,7 +209,7 @@ func (k *Kernel) Execute(ctx context.Context, req Request, emit func(api.Execute
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if p.isExited() {
+			if p.awaitExit(sendFailureGrace) {
 				return k.died(ctx, p, 0, emit)
 			}
 			var ce *codeError
@@ -252,6 +252,11 @@ type executeReply struct {
 	errorContent
 }
 
+// sendFailureGrace is how long a failed send waits for the kernel's exit
+// to be noticed: a kernel killed just before a call breaks its sockets
+// before its process is reaped.
+const sendFailureGrace = 2 * time.Second
+
 // maxAbortRetries bounds resending a request the kernel aborted: after an
 // error with stop_on_error it aborts what arrives until it has caught up,
 // and our next request can land in that window.
@@ -267,7 +272,7 @@ func (k *Kernel) run(ctx context.Context, p *proc, req Request, emit func(api.Ex
 	}
 	msgID, err := p.send(p.shell, "execute_request", content)
 	if err != nil {
-		if p.isExited() {
+		if p.awaitExit(sendFailureGrace) {
 			return k.died(ctx, p, 0, emit)
 		}
 		return err

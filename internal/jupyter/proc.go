@@ -310,6 +310,18 @@ func (p *proc) signal(sig syscall.Signal) error {
 	return nil
 }
 
+// awaitExit reports whether the process exits within d.
+func (p *proc) awaitExit(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 func (p *proc) isExited() bool {
 	select {
 	case <-p.exited:
