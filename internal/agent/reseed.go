@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
@@ -55,7 +56,10 @@ func (a *Agent) reseed(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	set := map[string]string{}
 	for k, v := range req.Envs {
-		set[k] = v
+		// As at boot (buildEnv): the agent's own settings are not code's.
+		if !strings.HasPrefix(k, "LIZARD_AGENT_") {
+			set[k] = v
+		}
 	}
 	if req.SandboxID != "" {
 		set["LIZARD_SANDBOX_ID"] = req.SandboxID
