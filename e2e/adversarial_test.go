@@ -32,7 +32,6 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/client"
 	lznetns "github.com/lizard-build/lizard/internal/netns"
-	"github.com/lizard-build/lizard/internal/testenv"
 )
 
 // Addresses owned by the test's namespaces.
@@ -158,7 +157,7 @@ func (n *neighbour) check(t *testing.T) {
 }
 
 func TestAdversarialNetwork(t *testing.T) {
-	s := startServerArgs(t, "--egress=internet", "--egress-allow="+inetAddr+"/32")
+	s := startServer(t, "--egress=internet", "--egress-allow="+inetAddr+"/32")
 	testNet(t, "lizt-inet", "lzt-inet0", "198.51.100.1", []string{inetAddr})
 	testNet(t, "lizt-priv", "lzt-priv0", "198.51.100.5", privateAddrs)
 	c := s.createProject("net_a")
@@ -265,7 +264,7 @@ func isStatus(err error, status int) bool {
 }
 
 func TestAdversarialResources(t *testing.T) {
-	s := startServerArgs(t, "--memory-mb=512", "--max-memory-mb=1024", "--processes=64", "--disk-mb=64",
+	s := startServer(t, "--memory-mb=512", "--max-memory-mb=1024", "--processes=64", "--disk-mb=64",
 		"--max-sandboxes-per-project=3")
 	c := s.createProject("res_a")
 	n := newNeighbour(t, c)
@@ -363,20 +362,6 @@ for p in [%[1]q, '/proc/1/root' + %[1]q, '/home/user/../../..' + %[1]q, '/home/u
 
 func ptr[T any](v T) *T { return &v }
 
-// startServerArgs is startServer with more lizard serve flags.
-func startServerArgs(t *testing.T, args ...string) *server {
-	t.Helper()
-	testenv.RequiresRoot(t)
-	s := &server{t: t, bin: testenv.Binary(t, "lizard"), dataDir: t.TempDir(), pool: nextPool(), args: args}
-	testenv.Binary(t, "lizard-agent")
-	testenv.Binary(t, "runsc")
-	s.listen = freeAddr(t)
-	s.url = "http://" + s.listen
-	s.start()
-	t.Cleanup(s.stop)
-	return s
-}
-
 func (s *server) listenPort(t *testing.T) int {
 	_, p, _ := net.SplitHostPort(s.listen)
 	var n int
@@ -413,7 +398,7 @@ func (s *server) audit(t *testing.T) string {
 // agent and disk, hostile output, a server restart mid-call, hostile file
 // paths and a client over its request rate.
 func TestAdversarialRuntime(t *testing.T) {
-	s := startServerArgs(t, "--disk-mb=64")
+	s := startServer(t, "--disk-mb=64")
 	c := s.createProject("rt_a")
 	n := newNeighbour(t, c)
 	bad := newSandbox(t, c, api.CreateSandboxRequest{})
@@ -589,7 +574,7 @@ print(n, why)`)
 }
 
 func TestAdversarialRequestRate(t *testing.T) {
-	s := startServerArgs(t, "--requests-per-second=2", "--request-burst=5")
+	s := startServer(t, "--requests-per-second=2", "--request-burst=5")
 	c := s.createProject("rate_a")
 	key := s.keys[c]
 	var got *http.Response

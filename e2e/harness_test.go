@@ -5,12 +5,14 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/client"
+	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/testenv"
 )
@@ -49,7 +52,8 @@ type server struct {
 	log     *bytes.Buffer
 	done    chan struct{}
 	keys    map[*client.Client]string // the API key each client was made with
-	args    []string                  // more lizard serve flags, after the harness's
+	runsc   string
+	args    []string // more lizard serve flags, after the harness's
 }
 
 func cacheDir() string {
@@ -59,20 +63,44 @@ func cacheDir() string {
 	return template.DefaultCacheDir
 }
 
-// startServer starts `lizard serve` on a free loopback port with a fresh
-// data directory and returns once /v1/health answers. The server and every
-// sandbox it still has are ended when the test finishes.
-func startServer(t *testing.T) *server {
+// startServer starts `lizard serve` with args on a free loopback port with
+// a fresh data directory and returns once /v1/health answers. The server
+// and every sandbox it still has are ended when the test finishes.
+func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
 	testenv.RequiresRoot(t)
-	s := &server{t: t, bin: testenv.Binary(t, "lizard"), dataDir: t.TempDir(), pool: nextPool()}
+	s := &server{t: t, bin: testenv.Binary(t, "lizard"), dataDir: t.TempDir(), pool: nextPool(), args: args}
 	testenv.Binary(t, "lizard-agent")
-	testenv.Binary(t, "runsc")
+	s.runsc = testenv.Binary(t, "runsc")
 	s.listen = freeAddr(t)
 	s.url = "http://" + s.listen
 	s.start()
-	t.Cleanup(s.stop)
+	t.Cleanup(s.shutdown)
 	return s
+}
+
+// shutdown stops the server for good and ends every sandbox its runtime
+// still has: the server's own (template builder, warm pool) and any a test
+// could not kill through the API (a rate limit, a server it had stopped).
+// Without it such sandboxes would outlive their deleted data directory.
+func (s *server) shutdown() {
+	s.stop()
+	ctx := context.Background()
+	rt, err := gvisor.New(gvisor.Config{Runsc: s.runsc, Dir: filepath.Join(s.dataDir, "gvisor")})
+	if err != nil {
+		s.t.Errorf("opening the server's runtime to clean up: %v", err)
+		return
+	}
+	ids, err := rt.List(ctx)
+	if err != nil {
+		s.t.Errorf("listing sandboxes left behind: %v", err)
+	}
+	for _, id := range ids {
+		s.t.Logf("ending sandbox %s, still running when the test ended", id)
+		if err := rt.Kill(ctx, id); err != nil {
+			s.t.Errorf("ending sandbox %s left behind: %v", id, err)
+		}
+	}
 }
 
 func freeAddr(t *testing.T) string {

@@ -103,7 +103,7 @@ func TestTemplateSnapshotCreate(t *testing.T) {
 
 // TestTemplateSnapshotOff checks --template-snapshot=false boots.
 func TestTemplateSnapshotOff(t *testing.T) {
-	s := startServerArgs(t, "--template-snapshot=false")
+	s := startServer(t, "--template-snapshot=false")
 	c := s.createProject("proj_tsnap_off")
 	sb := newSandbox(t, c, api.CreateSandboxRequest{})
 	if ex := run(t, c, sb.SandboxID, "python", "1+1"); ex.ExecutionCount != 1 {
@@ -117,7 +117,7 @@ func TestTemplateSnapshotOff(t *testing.T) {
 // TestWarmPool checks that a create claims a warm sandbox and the pool
 // refills, and that pool sandboxes are not listed.
 func TestWarmPool(t *testing.T) {
-	s := startServerArgs(t, "--warm-pool", "1")
+	s := startServer(t, "--warm-pool", "1")
 	c := s.createProject("proj_warm")
 	s.waitLog(t, 1, "sandbox restored", "role=warm")
 	list, err := c.ListSandboxes(context.Background(), client.ListOptions{})
