@@ -72,6 +72,9 @@ func adminCreate(ctx context.Context, e env, args []string, newProject bool) err
 	if !projectIDPattern.MatchString(*id) {
 		return usagef("--%s %q: want 1 to 64 of a-z, 0-9, _ and -", idFlag, *id)
 	}
+	if *id == store.InternalProject {
+		return usagef("--%s %q is the server's own project (its template and warm-pool sandboxes); pick another", idFlag, *id)
+	}
 
 	st, err := store.Open(ctx, *dataDir)
 	if err != nil {

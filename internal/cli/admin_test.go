@@ -72,6 +72,8 @@ func TestAdminBadUsage(t *testing.T) {
 		{"admin", "create-project", "--data-dir", dir},
 		{"admin", "create-project", "--data-dir", dir, "--id", strings.Repeat("a", 65)},
 		{"admin", "create-project", "--data-dir", dir, "--id", "x", "extra"},
+		{"admin", "create-project", "--data-dir", dir, "--id", "_lizard"},
+		{"admin", "create-key", "--data-dir", dir, "--project", "_lizard"},
 		{"admin", "frobnicate"},
 	} {
 		if _, _, err := runCLI(t, args...); err == nil || ExitCode(err) != 2 {

@@ -205,11 +205,13 @@ func (m *Manager) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 // checkpoint saves running sandbox id into dir, leaving it running. On
 // failure dir is removed and the error says why in words for the caller.
 func (m *Manager) checkpoint(ctx context.Context, id, dir string) error {
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return fmt.Errorf("creating image directory: %w", err)
+	err := os.MkdirAll(filepath.Dir(dir), 0o700)
+	if err == nil {
+		if err = m.cfg.Runtime.Checkpoint(ctx, id, dir, true); err != nil {
+			os.RemoveAll(dir)
+		}
 	}
-	if err := m.cfg.Runtime.Checkpoint(ctx, id, dir, true); err != nil {
-		os.RemoveAll(dir)
+	if err != nil {
 		return &Error{Msg: fmt.Sprintf("checkpointing sandbox %s failed (disk full? the server log says why); it keeps running", id),
 			Cause: err}
 	}
