@@ -25,19 +25,35 @@ import (
 	"github.com/lizard-build/lizard/internal/testenv"
 )
 
-// poolCounter hands each server in this test binary its own address pool,
-// so servers started side by side never share an address.
+// Each running test server gets a /24 of its own from 169.254.176.0 to
+// 169.254.235.0, so servers side by side never share an address. The range
+// is clear of the bench (169.254.160.0/20), the SDK suites (169.254.236.0/22,
+// 169.254.244.0/22), the runtime suite (169.254.250.0/23) and the metadata
+// /24 169.254.169.0. A pool is reused once its server and sandboxes are gone.
 var (
 	poolMu   sync.Mutex
-	poolNext = 0
+	poolUsed = map[int]bool{}
 )
 
-func nextPool() string {
+const firstPool, lastPool = 176, 235
+
+func takePool(t *testing.T) int {
 	poolMu.Lock()
 	defer poolMu.Unlock()
-	p := fmt.Sprintf("169.254.%d.0/22", 200+4*poolNext)
-	poolNext++
-	return p
+	for n := firstPool; n <= lastPool; n++ {
+		if !poolUsed[n] {
+			poolUsed[n] = true
+			return n
+		}
+	}
+	t.Fatalf("all %d test address pools are in use", lastPool-firstPool+1)
+	return 0
+}
+
+func releasePool(n int) {
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	delete(poolUsed, n)
 }
 
 // server is one running `lizard serve` process.
@@ -45,7 +61,7 @@ type server struct {
 	t       *testing.T
 	bin     string
 	dataDir string
-	pool    string
+	pool    int // the third byte of the server's 169.254.x.0/24
 	url     string
 	listen  string
 	cmd     *exec.Cmd
@@ -69,7 +85,7 @@ func cacheDir() string {
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
 	testenv.RequiresRoot(t)
-	s := &server{t: t, bin: testenv.Binary(t, "lizard"), dataDir: t.TempDir(), pool: nextPool(), args: args}
+	s := &server{t: t, bin: testenv.Binary(t, "lizard"), dataDir: t.TempDir(), pool: takePool(t), args: args}
 	testenv.Binary(t, "lizard-agent")
 	s.runsc = testenv.Binary(t, "runsc")
 	s.listen = freeAddr(t)
@@ -95,11 +111,16 @@ func (s *server) shutdown() {
 	if err != nil {
 		s.t.Errorf("listing sandboxes left behind: %v", err)
 	}
+	clean := err == nil
 	for _, id := range ids {
 		s.t.Logf("ending sandbox %s, still running when the test ended", id)
 		if err := rt.Kill(ctx, id); err != nil {
 			s.t.Errorf("ending sandbox %s left behind: %v", id, err)
+			clean = false
 		}
+	}
+	if clean {
+		releasePool(s.pool)
 	}
 }
 
@@ -118,7 +139,7 @@ func (s *server) start() {
 	t.Helper()
 	s.log = &bytes.Buffer{}
 	s.cmd = exec.Command(s.bin, "serve", "--listen", s.listen, "--data-dir", s.dataDir,
-		"--cache-dir", cacheDir(), "--address-pool", s.pool)
+		"--cache-dir", cacheDir(), "--address-pool", fmt.Sprintf("169.254.%d.0/24", s.pool))
 	// No internet egress unless a test asks for it: tests never send a
 	// packet off this machine.
 	s.cmd.Args = append(s.cmd.Args, "--egress=none")
