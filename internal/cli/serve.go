@@ -246,7 +246,11 @@ func runServe(ctx context.Context, e env, args []string) error {
 	sandboxAPI.SetHandler(h)
 	logger.Info("lizard serving", "url", "http://"+ln.Addr().String(), "data_dir", c.DataDir,
 		"cache_dir", c.CacheDir, "runsc", c.Runsc, "address_pool", c.pool.Prefix().String())
-	return server.Run(ctx, ln, h, logger)
+	err = server.Run(ctx, ln, h, logger)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	m.DrainWarmPool(dctx)
+	return err
 }
 
 // version names the build: its VCS revision, or its module version.

@@ -360,6 +360,25 @@ func (m *Manager) claimWarm(ctx context.Context, projectID string, plan createPl
 	return toAPI(got), true, nil
 }
 
+// DrainWarmPool ends the warm pool's sandboxes. `lizard serve` calls it
+// on its way out: pool sandboxes hold no one's state and would otherwise
+// sit idle, holding memory, until the next start ends them anyway.
+func (m *Manager) DrainWarmPool(ctx context.Context) {
+	rows, err := m.cfg.Store.ListSandboxes(ctx, store.Filter{Role: store.RoleWarm, LiveOnly: true})
+	if err != nil {
+		m.log.Error("listing the warm pool to drain it", "err", err)
+		return
+	}
+	for _, sb := range rows {
+		unlock := m.locks.lock(sb.ID)
+		// A create may have claimed it since the listing.
+		if cur, err := m.cfg.Store.GetSandbox(ctx, sb.ID); err == nil && cur.Live() && cur.Role == store.RoleWarm {
+			m.end(ctx, cur, api.StateKilled, "the server stopped")
+		}
+		unlock()
+	}
+}
+
 // runWarmPool keeps the pool full, and smaller under memory pressure.
 func (m *Manager) runWarmPool(ctx context.Context) {
 	t := time.NewTicker(warmPoolTick)

@@ -352,10 +352,21 @@ func TestWarmPool(t *testing.T) {
 			t.Errorf("pool sandbox %s not killed when the pool shrank", id)
 		}
 	}
-	// A restart ends what was left of the pool.
+	// A server on its way out drains the pool.
 	avail.Store(8 << 30)
 	waitFor(t, "the pool to refill", func() bool { return len(warmIDs(t, e)) == 2 })
+	pool = warmIDs(t, e)
 	cancel()
+	e.m.DrainWarmPool(context.Background())
+	if ids := warmIDs(t, e); len(ids) != 0 {
+		t.Errorf("warm sandboxes after DrainWarmPool = %v; want none", ids)
+	}
+	for _, id := range pool {
+		if !e.rt.wasKilled(id) {
+			t.Errorf("pool sandbox %s not killed by DrainWarmPool", id)
+		}
+	}
+	// A restart ends what was left of the pool.
 	if err := e.m.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
