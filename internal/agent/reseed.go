@@ -8,18 +8,13 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/jupyter"
 )
 
-// reseeder is a kernel whose random generators can be reseeded;
-// *jupyter.Kernel is one.
-type reseeder interface {
-	Reseed(ctx context.Context) error
-}
-
-// envSetter is a kernel whose environment can change while it runs;
-// *jupyter.Kernel is one.
-type envSetter interface {
-	SetEnv(ctx context.Context, set map[string]string, unset []string) error
+// renewer is a kernel whose environment and random generators can be
+// renewed while it runs; *jupyter.Kernel is one.
+type renewer interface {
+	Renew(ctx context.Context, r jupyter.Renewal) error
 }
 
 // importer is a kernel that can import modules silently; *jupyter.Kernel
@@ -102,15 +97,13 @@ func (a *Agent) reseed(w http.ResponseWriter, r *http.Request) {
 		if k == nil {
 			continue
 		}
-		if es, ok := k.(envSetter); ok && changed {
-			if err := es.SetEnv(ctx, set, req.Unset); err != nil {
-				writeError(w, http.StatusInternalServerError, api.CodeInternal, "setting the environment of context %s: %v", c.info.ID, err)
-				return
+		if rk, ok := k.(renewer); ok {
+			r := jupyter.Renewal{Reseed: !req.KeepSeeds}
+			if changed {
+				r.Set, r.Unset = set, req.Unset
 			}
-		}
-		if rs, ok := k.(reseeder); ok && !req.KeepSeeds {
-			if err := rs.Reseed(ctx); err != nil {
-				writeError(w, http.StatusInternalServerError, api.CodeInternal, "reseeding context %s: %v", c.info.ID, err)
+			if err := rk.Renew(ctx, r); err != nil {
+				writeError(w, http.StatusInternalServerError, api.CodeInternal, "renewing context %s: %v", c.info.ID, err)
 				return
 			}
 		}

@@ -531,45 +531,46 @@ func (k *Kernel) Restart(ctx context.Context) error {
 	return err
 }
 
-// Reseed gives the kernel's random generators (random and numpy's global
-// one, if imported) fresh seeds from the OS. Forks of one snapshot share
-// the generators' state; the agent calls this in each fork.
-func (k *Kernel) Reseed(ctx context.Context) error {
-	if err := k.lock(ctx); err != nil {
-		return err
-	}
-	defer k.unlock()
-	p, err := k.ready(ctx, func(api.ExecuteEvent) {})
-	if err != nil {
-		return err
-	}
-	if err := p.silent(ctx, reseedCode); err != nil {
-		return fmt.Errorf("reseeding kernel: %w", err)
-	}
-	return nil
+// Renewal is what a restored sandbox changes in its running kernels.
+type Renewal struct {
+	Set    map[string]string // environment variables to set
+	Unset  []string          // environment variables to remove
+	Reseed bool              // fresh seeds for random and numpy's global generator
 }
 
-// SetEnv sets set and removes unset in the kernel's os.environ (so code
-// and the processes it starts see them) and in the environment of every
-// kernel process started after a restart. The agent calls it when a
-// restored sandbox is given its identity and envs.
-func (k *Kernel) SetEnv(ctx context.Context, set map[string]string, unset []string) error {
+// Renew applies r to the kernel in one silent execution (a round trip to a
+// kernel under gVisor costs tens of milliseconds, and restores are on the
+// path of every create). The environment changes reach os.environ, so code
+// and the processes it starts see them, and every kernel process started
+// after a restart. Reseeding matters because forks of one snapshot share
+// the generators' state.
+func (k *Kernel) Renew(ctx context.Context, r Renewal) error {
 	if err := k.lock(ctx); err != nil {
 		return err
 	}
 	defer k.unlock()
-	// cfg is only read by whoever holds sem, as we do.
-	k.cfg.Env = applyEnv(k.cfg.Env, set, unset)
+	var code []string
+	if len(r.Set) > 0 || len(r.Unset) > 0 {
+		// cfg is only read by whoever holds sem, as we do.
+		k.cfg.Env = applyEnv(k.cfg.Env, r.Set, r.Unset)
+		c, err := updateEnvCode(r.Set, r.Unset)
+		if err != nil {
+			return err
+		}
+		code = append(code, c)
+	}
+	if r.Reseed {
+		code = append(code, reseedCode)
+	}
+	if len(code) == 0 {
+		return nil
+	}
 	p, err := k.ready(ctx, func(api.ExecuteEvent) {})
 	if err != nil {
 		return err
 	}
-	code, err := updateEnvCode(set, unset)
-	if err != nil {
-		return err
-	}
-	if err := p.silent(ctx, code); err != nil {
-		return fmt.Errorf("setting kernel environment: %w", err)
+	if err := p.silent(ctx, strings.Join(code, "\n")); err != nil {
+		return fmt.Errorf("renewing kernel: %w", err)
 	}
 	return nil
 }

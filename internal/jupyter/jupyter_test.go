@@ -522,8 +522,8 @@ func TestRestartDuringCall(t *testing.T) {
 func TestReseed(t *testing.T) {
 	k := startKernel(t)
 	run(t, k, "import random, numpy\nrandom.seed(1)\nnumpy.random.seed(1)")
-	if err := k.Reseed(context.Background()); err != nil {
-		t.Fatalf("Reseed: %v", err)
+	if err := k.Renew(context.Background(), Renewal{Reseed: true}); err != nil {
+		t.Fatalf("Renew: %v", err)
 	}
 	o := run(t, k, "(random.random() != random.Random(1).random(), numpy.random.random() != numpy.random.RandomState(1).random_sample())")
 	if len(o.results) != 1 || o.results[0].Data != "(True, True)" {
@@ -705,8 +705,8 @@ func TestSetEnvAndImport(t *testing.T) {
 	if err := k.Import(ctx, []string{"json", "email.mime.text"}); err != nil {
 		t.Fatalf("Import: %v", err)
 	}
-	if err := k.SetEnv(ctx, map[string]string{"LZ_NEW": "v1", "HOME": "/elsewhere"}, []string{"LZ_GONE"}); err != nil {
-		t.Fatalf("SetEnv: %v", err)
+	if err := k.Renew(ctx, Renewal{Set: map[string]string{"LZ_NEW": "v1", "HOME": "/elsewhere"}, Unset: []string{"LZ_GONE"}}); err != nil {
+		t.Fatalf("Renew: %v", err)
 	}
 	// Imported without a name, and without counting an execution.
 	o := run(t, k, "import os, sys\n('email.mime.text' in sys.modules, 'json' in globals(), os.environ.get('LZ_NEW'), os.environ['HOME'], 'LZ_GONE' in os.environ)")
