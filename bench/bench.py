@@ -942,6 +942,14 @@ def main() -> int:
             sustained(res, srv, a.sustain, a.workers)
         srv.stop()
 
+        # The boot path without the template snapshot: runsc boot, agent, kernel start. Issue 2's
+        # figure, beside raw runsc run in the same run.
+        srv = Server(bin_dir, a.cache_dir, ["--template-snapshot=false", "--warm-pool", "0"], "cold")
+        log("Lizard with --template-snapshot=false (cold boot): create → first result, kill")
+        warm_up(srv)
+        lizard_lifecycle(res, srv, a.runs, " (cold boot)")
+        srv.stop()
+
         name = f"create → first runCode(\"1+1\") result (warm pool {a.warm_pool})"
         if has_pool and a.warm_pool > 0:
             srv = Server(bin_dir, a.cache_dir, ["--warm-pool", str(a.warm_pool)], "pool")
@@ -950,6 +958,8 @@ def main() -> int:
             warm_up(srv)
             lizard_lifecycle(res, srv, a.runs, f" (warm pool {a.warm_pool})", gap=a.warm_pool_gap)
             srv.stop()
+        elif has_pool:
+            res.add(Figure(name, note="skipped (--warm-pool 0)"))
         else:
             res.add(Figure(name, note="not available (lizard serve has no --warm-pool)"))
     except (Interrupted, KeyboardInterrupt) as exc:
