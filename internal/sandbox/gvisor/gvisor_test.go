@@ -292,5 +292,3 @@ func TestContainerIDNotPrefix(t *testing.T) {
 		}
 	}
 }
-
-
