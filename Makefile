@@ -8,7 +8,7 @@ LISTEN   ?= 127.0.0.1:8080
 DATA_DIR ?= data
 CACHE_DIR ?= /var/cache/lizard
 TESTVENV := .cache/testvenv
-GO_TEST_FLAGS ?= -timeout 45m
+GO_TEST_FLAGS ?= -count=1 -timeout 45m
 
 export CGO_ENABLED := 0
 
