@@ -246,6 +246,10 @@ func runServe(ctx context.Context, e env, args []string) error {
 	sandboxAPI.SetHandler(h)
 	logger.Info("lizard serving", "url", "http://"+ln.Addr().String(), "data_dir", c.DataDir,
 		"cache_dir", c.CacheDir, "runsc", c.Runsc, "address_pool", c.pool.Prefix().String())
+	if n, err := st.CountProjects(ctx); err == nil && n == 0 {
+		logger.Info("no projects yet: make one and its API key with `lizard admin create-project --data-dir " +
+			c.DataDir + " --id proj_123 --json`")
+	}
 	err = server.Run(ctx, ln, h, logger)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()

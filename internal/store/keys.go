@@ -41,6 +41,16 @@ func (s *Store) GetProject(ctx context.Context, id string) (Project, error) {
 	return p, nil
 }
 
+// CountProjects returns how many user projects there are (the server's
+// own is not counted).
+func (s *Store) CountProjects(ctx context.Context) (int, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM projects WHERE id != ?`, InternalProject).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting projects: %w", err)
+	}
+	return n, nil
+}
+
 // APIKey is a stored API key: its public ID and the SHA-256 of its secret,
 // never the secret itself.
 type APIKey struct {

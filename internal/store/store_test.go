@@ -74,6 +74,12 @@ func TestProjectsAndKeys(t *testing.T) {
 	if err := s.CreateProject(ctx, "p", now); !errors.Is(err, ErrConflict) {
 		t.Fatalf("second CreateProject = %v; want ErrConflict", err)
 	}
+	if err := s.CreateProject(ctx, InternalProject, now); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.CountProjects(ctx); n != 1 || err != nil {
+		t.Fatalf("CountProjects = %d, %v; want 1 (the server's own not counted)", n, err)
+	}
 	if _, err := s.GetProject(ctx, "nope"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("GetProject(nope) = %v; want ErrNotFound", err)
 	}
