@@ -38,9 +38,9 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 	}
 	switch args[0] {
 	case "create-project":
-		return quietHelp(adminCreate(ctx, e, args[1:], true))
+		return adminCreate(ctx, e, args[1:], true)
 	case "create-key":
-		return quietHelp(adminCreate(ctx, e, args[1:], false))
+		return adminCreate(ctx, e, args[1:], false)
 	}
 	adminUsage(e.stderr)
 	return usagef("unknown admin command %q: want create-project or create-key", args[0])

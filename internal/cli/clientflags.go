@@ -88,6 +88,19 @@ func parseDuration(s string) (time.Duration, error) {
 	return v, nil
 }
 
+// parseID parses args for a command that takes exactly one ID, with its
+// flags before or after it.
+func parseID(fs *flag.FlagSet, args []string, usage string) (string, error) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", usagef("usage: %s", usage)
+	}
+	return pos[0], nil
+}
+
 // parseInterspersed parses flags that may come before, between or after the
 // positional arguments (`lizard sandbox get ID --json`) and returns the
 // positional ones.
@@ -108,13 +121,4 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
-}
-
-// quietHelp turns -h into success: the flag package has already printed the
-// flags, and `lizard X -h` asked for nothing more.
-func quietHelp(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	return err
 }

@@ -63,7 +63,7 @@ func parseExec(e env, args []string) (*execArgs, error) {
 func runExec(ctx context.Context, e env, args []string) error {
 	a, err := parseExec(e, args)
 	if err != nil {
-		return quietHelp(err)
+		return err
 	}
 	if a.sendStdin {
 		// The API takes stdin whole, not as a stream: read it all first.

@@ -73,7 +73,7 @@ func parseRun(e env, args []string) (*runArgs, error) {
 func runRun(ctx context.Context, e env, args []string) error {
 	a, err := parseRun(e, args)
 	if err != nil {
-		return quietHelp(err)
+		return err
 	}
 	if a.req.Code == "-" {
 		b, err := io.ReadAll(stdin)

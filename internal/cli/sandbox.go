@@ -92,7 +92,7 @@ func parseSandboxCreate(e env, args []string) (*sandboxCreateArgs, error) {
 func sandboxCreate(ctx context.Context, e env, args []string) error {
 	a, err := parseSandboxCreate(e, args)
 	if err != nil {
-		return quietHelp(err)
+		return err
 	}
 	c, err := a.clientF.client()
 	if err != nil {
@@ -152,7 +152,7 @@ func contains(list []string, s string) bool {
 func sandboxList(ctx context.Context, e env, args []string) error {
 	a, err := parseSandboxList(e, args)
 	if err != nil {
-		return quietHelp(err)
+		return err
 	}
 	c, err := a.clientF.client()
 	if err != nil {
@@ -195,20 +195,17 @@ func sandboxGet(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "sandbox get")
 	cf := addClientFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseInterspersed(fs, args)
+	id, err := parseID(fs, args, "lizard sandbox get ID [--json]")
 	if err != nil {
-		return quietHelp(err)
-	}
-	if len(pos) != 1 {
-		return usagef("usage: lizard sandbox get ID [--json]")
+		return err
 	}
 	c, err := cf.client()
 	if err != nil {
 		return err
 	}
-	sb, err := c.GetSandbox(ctx, pos[0])
+	sb, err := c.GetSandbox(ctx, id)
 	if err != nil {
-		return fmt.Errorf("getting sandbox %s: %w", pos[0], err)
+		return fmt.Errorf("getting sandbox %s: %w", id, err)
 	}
 	if *asJSON {
 		return printJSON(e.stdout, sb)
@@ -234,7 +231,7 @@ func sandboxKill(ctx context.Context, e env, args []string) error {
 	cf := addClientFlags(fs)
 	ids, err := parseInterspersed(fs, args)
 	if err != nil {
-		return quietHelp(err)
+		return err
 	}
 	if len(ids) == 0 {
 		return usagef("usage: lizard sandbox kill ID...")
@@ -265,7 +262,7 @@ func sandboxTimeout(ctx context.Context, e env, args []string) error {
 	cf := addClientFlags(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
-		return quietHelp(err)
+		return err
 	}
 	if len(pos) != 2 {
 		return usagef("usage: lizard sandbox timeout ID DURATION")

@@ -16,33 +16,22 @@ func sandboxFork(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "sandbox fork")
 	cf := addClientFlags(fs)
 	count := fs.Int("count", 1, "how many forks (at most 16)")
-	timeout := fs.String("timeout", "", "each fork's timeout (0 = never expires); default the server's")
+	var timeout durationFlag
+	fs.Var(&timeout, "timeout", "each fork's timeout (0 = never expires); default the server's")
 	meta := kvFlag{}
 	fs.Var(&meta, "metadata", "K=V metadata of each fork (repeatable)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseInterspersed(fs, args)
+	id, err := parseID(fs, args, "lizard sandbox fork ID [--count N]")
 	if err != nil {
-		return quietHelp(err)
-	}
-	if len(pos) != 1 {
-		return usagef("usage: lizard sandbox fork ID [--count N]")
-	}
-	req := api.ForkRequest{Count: *count, Metadata: meta}
-	if *timeout != "" {
-		d, err := parseDuration(*timeout)
-		if err != nil {
-			return usagef("%v", err)
-		}
-		ms := d.Milliseconds()
-		req.TimeoutMs = &ms
+		return err
 	}
 	c, err := cf.client()
 	if err != nil {
 		return err
 	}
-	sbs, err := c.Fork(ctx, pos[0], req)
+	sbs, err := c.Fork(ctx, id, api.ForkRequest{Count: *count, Metadata: meta, TimeoutMs: timeout.ms})
 	if err != nil {
-		return fmt.Errorf("forking sandbox %s: %w", pos[0], err)
+		return fmt.Errorf("forking sandbox %s: %w", id, err)
 	}
 	if *asJSON {
 		return printJSON(e.stdout, api.SandboxList{Sandboxes: sbs})

@@ -15,30 +15,19 @@ func init() {
 func sandboxResume(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "sandbox resume")
 	cf := addClientFlags(fs)
-	timeout := fs.String("timeout", "", "new timeout from now (0 = never expires); default the time left when paused")
-	pos, err := parseInterspersed(fs, args)
+	var timeout durationFlag
+	fs.Var(&timeout, "timeout", "new timeout from now (0 = never expires); default the time left when paused")
+	id, err := parseID(fs, args, "lizard sandbox resume ID [--timeout D]")
 	if err != nil {
-		return quietHelp(err)
-	}
-	if len(pos) != 1 {
-		return usagef("usage: lizard sandbox resume ID [--timeout D]")
-	}
-	var req api.ResumeRequest
-	if *timeout != "" {
-		d, err := parseDuration(*timeout)
-		if err != nil {
-			return usagef("%v", err)
-		}
-		ms := d.Milliseconds()
-		req.TimeoutMs = &ms
+		return err
 	}
 	c, err := cf.client()
 	if err != nil {
 		return err
 	}
-	sb, err := c.ResumeSandbox(ctx, pos[0], req)
+	sb, err := c.ResumeSandbox(ctx, id, api.ResumeRequest{TimeoutMs: timeout.ms})
 	if err != nil {
-		return fmt.Errorf("resuming sandbox %s: %w", pos[0], err)
+		return fmt.Errorf("resuming sandbox %s: %w", id, err)
 	}
 	fmt.Fprintf(e.stdout, "%s %s, expires %s\n", sb.SandboxID, sb.State, expires(*sb))
 	return nil

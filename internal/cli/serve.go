@@ -162,7 +162,7 @@ func isFile(p string) bool {
 func runServe(ctx context.Context, e env, args []string) error {
 	c, err := parseServe(e, args)
 	if err != nil {
-		return quietHelp(err)
+		return err
 	}
 	if err := c.validate(); err != nil {
 		return err

@@ -15,7 +15,7 @@ func snapshotDelete(ctx context.Context, e env, args []string) error {
 	cf := addClientFlags(fs)
 	ids, err := parseInterspersed(fs, args)
 	if err != nil {
-		return quietHelp(err)
+		return err
 	}
 	if len(ids) == 0 {
 		return usagef("usage: lizard snapshot delete ID...")

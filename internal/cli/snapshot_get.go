@@ -14,20 +14,17 @@ func snapshotGet(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "snapshot get")
 	cf := addClientFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseInterspersed(fs, args)
+	id, err := parseID(fs, args, "lizard snapshot get ID [--json]")
 	if err != nil {
-		return quietHelp(err)
-	}
-	if len(pos) != 1 {
-		return usagef("usage: lizard snapshot get ID [--json]")
+		return err
 	}
 	c, err := cf.client()
 	if err != nil {
 		return err
 	}
-	sn, err := c.GetSnapshot(ctx, pos[0])
+	sn, err := c.GetSnapshot(ctx, id)
 	if err != nil {
-		return fmt.Errorf("getting snapshot %s: %w", pos[0], err)
+		return fmt.Errorf("getting snapshot %s: %w", id, err)
 	}
 	if *asJSON {
 		return printJSON(e.stdout, sn)

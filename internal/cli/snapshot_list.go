@@ -18,7 +18,7 @@ func snapshotList(ctx context.Context, e env, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
-		return quietHelp(err)
+		return err
 	}
 	if len(pos) != 0 {
 		return usagef("usage: lizard snapshot list [--json]")

@@ -52,7 +52,7 @@ func runTemplate(ctx context.Context, e env, args []string) error {
 	}
 	a, err := parseTemplateBuild(e, args[1:])
 	if err != nil {
-		return quietHelp(err)
+		return err
 	}
 	// Progress goes to stderr so that stdout is only the path, for scripts.
 	rootfs, err := ensureTemplate(ctx, a.cacheDir, a.name, e.stderr)
