@@ -557,18 +557,29 @@ func (m *Manager) List(ctx context.Context, projectID string, f ListFilter) ([]a
 	return out, nil
 }
 
+// lockSandbox checks that projectID owns sandbox id, takes the sandbox's
+// lock and reads it again under the lock, since it may have changed while
+// we waited. The caller calls unlock.
+func (m *Manager) lockSandbox(ctx context.Context, projectID, id string) (sb store.Sandbox, unlock func(), err error) {
+	if _, err := m.lookup(ctx, projectID, id); err != nil {
+		return store.Sandbox{}, nil, err
+	}
+	unlock = m.locks.lock(id)
+	if sb, err = m.cfg.Store.GetSandbox(ctx, id); err != nil {
+		unlock()
+		return store.Sandbox{}, nil, err
+	}
+	return sb, unlock, nil
+}
+
 // Kill ends projectID's sandbox id at once. Killing an ended sandbox is not
 // an error.
 func (m *Manager) Kill(ctx context.Context, projectID, id string) error {
-	if _, err := m.lookup(ctx, projectID, id); err != nil {
-		return err
-	}
-	unlock := m.locks.lock(id)
-	defer unlock()
-	sb, err := m.cfg.Store.GetSandbox(ctx, id)
+	sb, unlock, err := m.lockSandbox(ctx, projectID, id)
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	if !sb.Live() {
 		return nil
 	}
@@ -603,15 +614,11 @@ func (m *Manager) SetTimeout(ctx context.Context, projectID, id string, ms int64
 	if err := m.checkTimeout(ms); err != nil {
 		return api.Sandbox{}, err
 	}
-	if _, err := m.lookup(ctx, projectID, id); err != nil {
-		return api.Sandbox{}, err
-	}
-	unlock := m.locks.lock(id)
-	defer unlock()
-	sb, err := m.cfg.Store.GetSandbox(ctx, id)
+	sb, unlock, err := m.lockSandbox(ctx, projectID, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	defer unlock()
 	if !sb.Live() {
 		return api.Sandbox{}, gone(sb)
 	}

@@ -116,15 +116,11 @@ func (m *Manager) Pause(ctx context.Context, projectID, id string) (api.Sandbox,
 	if err := m.needData(); err != nil {
 		return api.Sandbox{}, err
 	}
-	if _, err := m.lookup(ctx, projectID, id); err != nil {
-		return api.Sandbox{}, err
-	}
-	unlock := m.locks.lock(id)
-	defer unlock()
-	sb, err := m.cfg.Store.GetSandbox(ctx, id)
+	sb, unlock, err := m.lockSandbox(ctx, projectID, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	defer unlock()
 	switch {
 	case !sb.Live():
 		return api.Sandbox{}, gone(sb)
@@ -227,15 +223,11 @@ func (m *Manager) Resume(ctx context.Context, projectID, id string, req api.Resu
 			return api.Sandbox{}, err
 		}
 	}
-	if _, err := m.lookup(ctx, projectID, id); err != nil {
-		return api.Sandbox{}, err
-	}
-	unlock := m.locks.lock(id)
-	defer unlock()
-	sb, err := m.cfg.Store.GetSandbox(ctx, id)
+	sb, unlock, err := m.lockSandbox(ctx, projectID, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	defer unlock()
 	switch {
 	case !sb.Live():
 		return api.Sandbox{}, gone(sb)
