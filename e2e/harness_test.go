@@ -30,21 +30,40 @@ import (
 // is clear of the bench (169.254.160.0/20), the SDK suites (169.254.236.0/22,
 // 169.254.244.0/22), the runtime suite (169.254.250.0/23) and the metadata
 // /24 169.254.169.0. A pool is reused once its server and sandboxes are gone.
+//
+// A pool is held with an exclusive lock on a file of its own, not only in
+// this process: two test runs on one machine (a developer's and CI's, or
+// two packages) must never hand out the same address either.
 var (
-	poolMu   sync.Mutex
-	poolUsed = map[int]bool{}
+	poolMu    sync.Mutex
+	poolLocks = map[int]*os.File{}
 )
 
 const firstPool, lastPool = 176, 235
 
+// poolLockDir holds one lock file per test pool, machine-wide.
+const poolLockDir = "/tmp/lizard-test-pools"
+
 func takePool(t *testing.T) int {
 	poolMu.Lock()
 	defer poolMu.Unlock()
+	if err := os.MkdirAll(poolLockDir, 0o755); err != nil {
+		t.Fatalf("making the pool lock directory: %v", err)
+	}
 	for n := firstPool; n <= lastPool; n++ {
-		if !poolUsed[n] {
-			poolUsed[n] = true
-			return n
+		if poolLocks[n] != nil {
+			continue
 		}
+		f, err := os.OpenFile(filepath.Join(poolLockDir, fmt.Sprintf("169.254.%d.0", n)), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			t.Fatalf("opening a pool lock: %v", err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close() // held by another test process
+			continue
+		}
+		poolLocks[n] = f
+		return n
 	}
 	t.Fatalf("all %d test address pools are in use", lastPool-firstPool+1)
 	return 0
@@ -53,7 +72,10 @@ func takePool(t *testing.T) int {
 func releasePool(n int) {
 	poolMu.Lock()
 	defer poolMu.Unlock()
-	delete(poolUsed, n)
+	if f := poolLocks[n]; f != nil {
+		f.Close() // closing drops the lock
+		delete(poolLocks, n)
+	}
 }
 
 // server is one running `lizard serve` process.
