@@ -21,10 +21,13 @@ deps: ## Install the system packages Lizard needs (debootstrap, iproute2, nftabl
 	@missing=""; for p in debootstrap iproute2 nftables; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
-build: bin/lizard bin/lizard-agent runsc ## Build bin/lizard, bin/lizard-agent and bin/runsc
+build: bin/lizard bin/lizard-client bin/lizard-agent runsc ## Build bin/lizard, bin/lizard-client (the CLI sandboxes get), bin/lizard-agent and bin/runsc
 
 bin/lizard: FORCE
 	go build -trimpath -o $@ ./cmd/lizard
+
+bin/lizard-client: FORCE
+	go build -trimpath -o $@ ./cmd/lizard-client
 
 bin/lizard-agent: FORCE
 	go build -trimpath -o $@ ./cmd/lizard-agent

@@ -90,6 +90,7 @@ type operation struct {
 type document struct {
 	OpenAPI    string                          `yaml:"openapi"`
 	Paths      map[string]map[string]yaml.Node `yaml:"paths"`
+	Internal   map[string]map[string]yaml.Node `yaml:"x-internal-agent-endpoints"`
 	Components struct {
 		Schemas   map[string]*schema   `yaml:"schemas"`
 		Responses map[string]*response `yaml:"responses"`
@@ -519,5 +520,39 @@ func TestPathsMatchArchitecture(t *testing.T) {
 		if !documented[op] {
 			t.Errorf("openapi.yaml describes %s, docs/architecture.md does not list it", op)
 		}
+	}
+}
+
+// TestAgentPaths checks the proxy's list of agent paths against the spec:
+// exactly the paths marked x-agent are forwarded, and the internal agent
+// endpoints are declared apart and never among them.
+func TestAgentPaths(t *testing.T) {
+	d, _ := loadDocument(t)
+	const prefix = "/v1/sandboxes/{sandboxId}"
+	var spec []string
+	for path, item := range d.Paths {
+		if n, ok := item["x-agent"]; ok && n.Value == "true" {
+			rest, ok := strings.CutPrefix(path, prefix)
+			if !ok {
+				t.Errorf("x-agent path %s is not under %s", path, prefix)
+			}
+			spec = append(spec, rest)
+		}
+	}
+	slices.Sort(spec)
+	proxied := slices.Sorted(slices.Values(AgentPublicPaths))
+	if !slices.Equal(spec, proxied) {
+		t.Errorf("x-agent paths in openapi.yaml = %v;\napi.AgentPublicPaths     = %v", spec, proxied)
+	}
+	var internal []string
+	for path := range d.Internal {
+		internal = append(internal, path)
+		if slices.Contains(proxied, path) {
+			t.Errorf("internal agent endpoint %s is forwarded by the proxy", path)
+		}
+	}
+	slices.Sort(internal)
+	if want := []string{AgentReadyPath, AgentReseedPath}; !slices.Equal(internal, want) {
+		t.Errorf("x-internal-agent-endpoints = %v; want %v", internal, want)
 	}
 }

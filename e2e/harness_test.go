@@ -109,6 +109,7 @@ func startServer(t *testing.T, args ...string) *server {
 	testenv.RequiresRoot(t)
 	s := &server{t: t, bin: testenv.Binary(t, "lizard"), dataDir: t.TempDir(), pool: takePool(t), args: args}
 	testenv.Binary(t, "lizard-agent")
+	testenv.Binary(t, "lizard-client")
 	s.runsc = testenv.Binary(t, "runsc")
 	s.listen = freeAddr(t)
 	s.url = "http://" + s.listen

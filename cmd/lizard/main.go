@@ -1,4 +1,5 @@
-// Command lizard is the Lizard server (`lizard serve`) and its command-line client.
+// Command lizard is the Lizard server (`lizard serve`, `admin`, `template`)
+// and its command-line client.
 package main
 
 import (
@@ -9,12 +10,13 @@ import (
 	"syscall"
 
 	"github.com/lizard-build/lizard/internal/cli"
+	"github.com/lizard-build/lizard/internal/daemon"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	if err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, daemon.Commands()...); err != nil {
 		if !cli.Silent(err) {
 			fmt.Fprintln(os.Stderr, "lizard:", err)
 		}

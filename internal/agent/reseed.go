@@ -23,15 +23,6 @@ type importer interface {
 	Import(ctx context.Context, modules []string) error
 }
 
-// reseedRequest is the body of POST /reseed, an internal call of the
-// server's (not in the public API).
-type reseedRequest struct {
-	SandboxID string            `json:"sandboxId"`
-	Envs      map[string]string `json:"envs"`
-	Unset     []string          `json:"unset"`
-	// KeepSeeds skips reseeding: a resumed sandbox is the same sandbox.
-	KeepSeeds bool `json:"keepSeeds"`
-}
 
 // reseed answers POST /reseed, which the server calls in every sandbox
 // restored from another's checkpoint (fork, create from a snapshot or a
@@ -43,7 +34,7 @@ type reseedRequest struct {
 // kernel and process started from now on and in running kernels'
 // os.environ.
 func (a *Agent) reseed(w http.ResponseWriter, r *http.Request) {
-	var req reseedRequest
+	var req api.ReseedRequest
 	if !a.decode(w, r, &req, true) {
 		return
 	}

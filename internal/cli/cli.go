@@ -1,5 +1,9 @@
-// Package cli implements the lizard command: the server (`lizard serve`),
-// administration, and a client for the API. One file per subcommand.
+// Package cli implements the lizard command's client side: commands that
+// talk to the API through the Go client, one file per subcommand. It links
+// no server code (deps_test.go): the client-only build of the CLI is what
+// every sandbox gets as /usr/local/bin/lizard. The server's own commands
+// (serve, admin, template) come from package daemon and are added by
+// cmd/lizard through Run's extra commands.
 package cli
 
 import (
@@ -12,20 +16,21 @@ import (
 	"strings"
 )
 
-// env carries what every subcommand writes to.
-type env struct {
-	stdout, stderr io.Writer
+// Env carries what every subcommand writes to.
+type Env struct {
+	Stdout, Stderr io.Writer
 }
 
-type command struct {
-	summary string
-	run     func(ctx context.Context, e env, args []string) error
+// Command is one subcommand.
+type Command struct {
+	Name, Summary string
+	Run           func(ctx context.Context, e Env, args []string) error
 }
 
-var commands = map[string]command{}
+var commands = map[string]Command{}
 
-func register(name, summary string, run func(ctx context.Context, e env, args []string) error) {
-	commands[name] = command{summary: summary, run: run}
+func register(name, summary string, run func(ctx context.Context, e Env, args []string) error) {
+	commands[name] = Command{Name: name, Summary: summary, Run: run}
 }
 
 // usageError is a mistake in how the command was called.
@@ -33,7 +38,8 @@ type usageError struct{ msg string }
 
 func (u usageError) Error() string { return u.msg }
 
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+// Usagef is a mistake in how a command was called: exit status 2.
+func Usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
 // ExitCode maps an error from Run to the process exit status.
 func ExitCode(err error) int {
@@ -54,18 +60,26 @@ type exitError struct{ code int }
 func (x exitError) Error() string { return fmt.Sprintf("command exited with status %d", x.code) }
 
 // Run runs the lizard command with args (without the program name).
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	e := env{stdout: stdout, stderr: stderr}
+// extra are more commands, such as the server's.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, extra ...Command) error {
+	e := Env{Stdout: stdout, Stderr: stderr}
+	all := make(map[string]Command, len(commands)+len(extra))
+	for n, c := range commands {
+		all[n] = c
+	}
+	for _, c := range extra {
+		all[c.Name] = c
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(stdout)
+		usage(stdout, all)
 		return nil
 	}
-	c, ok := commands[args[0]]
+	c, ok := all[args[0]]
 	if !ok {
-		usage(stderr)
-		return usagef("unknown command %q", args[0])
+		usage(stderr, all)
+		return Usagef("unknown command %q", args[0])
 	}
-	err := c.run(ctx, e, args[1:])
+	err := c.Run(ctx, e, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return nil // the flag package has printed the usage
 	}
@@ -79,7 +93,7 @@ func Silent(err error) bool {
 	return errors.As(err, &x)
 }
 
-func usage(w io.Writer) {
+func usage(w io.Writer, commands map[string]Command) {
 	fmt.Fprintln(w, "Usage: lizard COMMAND [ARGS]\n\nCommands:")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
@@ -87,20 +101,20 @@ func usage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].Summary)
 	}
 	fmt.Fprintln(w, "\nRun `lizard COMMAND -h` for a command's flags.")
 }
 
-// newFlags returns a flag set that reports errors instead of exiting.
-func newFlags(e env, name string) *flag.FlagSet {
+// NewFlags returns a flag set that reports errors instead of exiting.
+func NewFlags(e Env, name string) *flag.FlagSet {
 	fs := flag.NewFlagSet("lizard "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(e.Stderr)
 	return fs
 }
 
-// parse parses args, turning flag errors into usage errors.
-func parse(fs *flag.FlagSet, args []string) error {
+// Parse parses args, turning flag errors into usage errors.
+func Parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err

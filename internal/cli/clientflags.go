@@ -91,23 +91,23 @@ func parseDuration(s string) (time.Duration, error) {
 // parseID parses args for a command that takes exactly one ID, with its
 // flags before or after it.
 func parseID(fs *flag.FlagSet, args []string, usage string) (string, error) {
-	pos, err := parseInterspersed(fs, args)
+	pos, err := ParseInterspersed(fs, args)
 	if err != nil {
 		return "", err
 	}
 	if len(pos) != 1 {
-		return "", usagef("usage: %s", usage)
+		return "", Usagef("usage: %s", usage)
 	}
 	return pos[0], nil
 }
 
-// parseInterspersed parses flags that may come before, between or after the
+// ParseInterspersed parses flags that may come before, between or after the
 // positional arguments (`lizard sandbox get ID --json`) and returns the
 // positional ones.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+func ParseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
-		if err := parse(fs, args); err != nil {
+		if err := Parse(fs, args); err != nil {
 			return nil, err
 		}
 		rest := fs.Args()

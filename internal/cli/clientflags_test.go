@@ -151,11 +151,11 @@ func TestParseInterspersed(t *testing.T) {
 		{args: nil, wantPos: nil},
 	}
 	for _, tt := range tests {
-		fs := newFlags(env{stdout: io.Discard, stderr: io.Discard}, "test")
+		fs := NewFlags(Env{Stdout: io.Discard, Stderr: io.Discard}, "test")
 		asJSON := fs.Bool("json", false, "")
-		pos, err := parseInterspersed(fs, tt.args)
+		pos, err := ParseInterspersed(fs, tt.args)
 		if err != nil || !reflect.DeepEqual(pos, tt.wantPos) || *asJSON != tt.wantJSON {
-			t.Errorf("parseInterspersed(%q) = %q json=%v err=%v; want %q json=%v", tt.args, pos, *asJSON, err, tt.wantPos, tt.wantJSON)
+			t.Errorf("ParseInterspersed(%q) = %q json=%v err=%v; want %q json=%v", tt.args, pos, *asJSON, err, tt.wantPos, tt.wantJSON)
 		}
 	}
 }

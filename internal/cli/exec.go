@@ -21,8 +21,8 @@ type execArgs struct {
 
 // parseExec parses `lizard exec [flags] SANDBOX [--] CMD ARGS...`. Flags stop
 // at SANDBOX so that the command's own flags (ls -l) are left alone.
-func parseExec(e env, args []string) (*execArgs, error) {
-	fs := newFlags(e, "exec")
+func parseExec(e Env, args []string) (*execArgs, error) {
+	fs := NewFlags(e, "exec")
 	a := &execArgs{clientF: addClientFlags(fs)}
 	envs := kvFlag{}
 	var timeout durationFlag
@@ -31,10 +31,10 @@ func parseExec(e env, args []string) (*execArgs, error) {
 	fs.Var(&timeout, "timeout", "kill the command after this long, such as 30s (default: no limit)")
 	fs.BoolVar(&a.sendStdin, "stdin", false, "read all of standard input first and give it to the command")
 	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "Usage: lizard exec [flags] SANDBOX -- CMD ARGS...")
+		fmt.Fprintln(e.Stderr, "Usage: lizard exec [flags] SANDBOX -- CMD ARGS...")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args); err != nil {
+	if err := Parse(fs, args); err != nil {
 		return nil, err
 	}
 	rest := fs.Args()
@@ -43,14 +43,14 @@ func parseExec(e env, args []string) (*execArgs, error) {
 		rest = rest[1:]
 	}
 	if len(rest) == 0 {
-		return nil, usagef("usage: lizard exec [flags] SANDBOX -- CMD ARGS...")
+		return nil, Usagef("usage: lizard exec [flags] SANDBOX -- CMD ARGS...")
 	}
 	a.sandbox, rest = rest[0], rest[1:]
 	if len(rest) > 0 && rest[0] == "--" {
 		rest = rest[1:]
 	}
 	if len(rest) == 0 {
-		return nil, usagef("no command to run: lizard exec [flags] SANDBOX -- CMD ARGS...")
+		return nil, Usagef("no command to run: lizard exec [flags] SANDBOX -- CMD ARGS...")
 	}
 	a.req.Args = rest
 	a.req.TimeoutMs = timeout.ms
@@ -60,7 +60,7 @@ func parseExec(e env, args []string) (*execArgs, error) {
 	return a, nil
 }
 
-func runExec(ctx context.Context, e env, args []string) error {
+func runExec(ctx context.Context, e Env, args []string) error {
 	a, err := parseExec(e, args)
 	if err != nil {
 		return err
@@ -80,9 +80,9 @@ func runExec(ctx context.Context, e env, args []string) error {
 	res, err := c.Exec(ctx, a.sandbox, a.req, func(ev api.ProcessEvent) {
 		switch ev.Type {
 		case "stdout":
-			io.WriteString(e.stdout, ev.Text)
+			io.WriteString(e.Stdout, ev.Text)
 		case "stderr":
-			io.WriteString(e.stderr, ev.Text)
+			io.WriteString(e.Stderr, ev.Text)
 		}
 	})
 	if err != nil {

@@ -34,7 +34,7 @@ func TestParseExec(t *testing.T) {
 		{args: []string{"--timeout", "x", "sb_1", "ls"}, wantErr: true},
 	}
 	for _, tt := range tests {
-		a, err := parseExec(env{stdout: io.Discard, stderr: io.Discard}, tt.args)
+		a, err := parseExec(Env{Stdout: io.Discard, Stderr: io.Discard}, tt.args)
 		if (err != nil) != tt.wantErr {
 			t.Errorf("parseExec(%q) error = %v, want error %v", tt.args, err, tt.wantErr)
 			continue

@@ -28,8 +28,8 @@ type runArgs struct {
 
 // parseRun parses `lizard run [flags] SANDBOX CODE|-`. Flags stop at
 // SANDBOX so that code starting with "-" is not taken for a flag.
-func parseRun(e env, args []string) (*runArgs, error) {
-	fs := newFlags(e, "run")
+func parseRun(e Env, args []string) (*runArgs, error) {
+	fs := NewFlags(e, "run")
 	a := &runArgs{clientF: addClientFlags(fs)}
 	envs := kvFlag{}
 	var timeout durationFlag
@@ -38,10 +38,10 @@ func parseRun(e env, args []string) (*runArgs, error) {
 	fs.Var(envs, "env", "environment variable K=V for this run (repeatable)")
 	fs.Var(&timeout, "timeout", "interrupt the code after this long, such as 30s; 0 = no limit (default 60s)")
 	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "Usage: lizard run [flags] SANDBOX CODE|-   (- reads the code from stdin)")
+		fmt.Fprintln(e.Stderr, "Usage: lizard run [flags] SANDBOX CODE|-   (- reads the code from stdin)")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args); err != nil {
+	if err := Parse(fs, args); err != nil {
 		return nil, err
 	}
 	rest := fs.Args()
@@ -52,10 +52,10 @@ func parseRun(e env, args []string) (*runArgs, error) {
 		rest = []string{rest[0], rest[2]} // lizard run SANDBOX -- -1
 	}
 	if len(rest) != 2 {
-		return nil, usagef("usage: lizard run [flags] SANDBOX CODE|-")
+		return nil, Usagef("usage: lizard run [flags] SANDBOX CODE|-")
 	}
 	if !contains(languages, a.req.Language) {
-		return nil, usagef("unknown language %q: want one of %s", a.req.Language, strings.Join(languages, ", "))
+		return nil, Usagef("unknown language %q: want one of %s", a.req.Language, strings.Join(languages, ", "))
 	}
 	a.sandbox, a.req.Code = rest[0], rest[1]
 	a.req.TimeoutMs = timeout.ms
@@ -70,7 +70,7 @@ func parseRun(e env, args []string) (*runArgs, error) {
 	return a, nil
 }
 
-func runRun(ctx context.Context, e env, args []string) error {
+func runRun(ctx context.Context, e Env, args []string) error {
 	a, err := parseRun(e, args)
 	if err != nil {
 		return err
@@ -89,9 +89,9 @@ func runRun(ctx context.Context, e env, args []string) error {
 	x, err := c.Execute(ctx, a.sandbox, a.req, func(ev api.ExecuteEvent) {
 		switch ev.Type {
 		case api.EventStdout:
-			io.WriteString(e.stdout, ev.Text)
+			io.WriteString(e.Stdout, ev.Text)
 		case api.EventStderr:
-			io.WriteString(e.stderr, ev.Text)
+			io.WriteString(e.Stderr, ev.Text)
 		case api.EventResult:
 			printResult(e, ev.Result)
 		}
@@ -101,7 +101,7 @@ func runRun(ctx context.Context, e env, args []string) error {
 	}
 	if x.Error != nil {
 		if tb := strings.TrimRight(x.Error.Traceback, "\n"); tb != "" {
-			fmt.Fprintln(e.stderr, tb)
+			fmt.Fprintln(e.Stderr, tb)
 		}
 		return fmt.Errorf("the code raised %s: %s", x.Error.Name, x.Error.Message)
 	}
@@ -110,16 +110,16 @@ func runRun(ctx context.Context, e env, args []string) error {
 
 // printResult prints a text result as is; other results (images) would only
 // flood the terminal with base64, so it says what they are instead.
-func printResult(e env, r *api.Result) {
+func printResult(e Env, r *api.Result) {
 	if r == nil {
 		return
 	}
 	if strings.HasPrefix(r.Mime, "text/") || r.Mime == "application/json" {
-		io.WriteString(e.stdout, r.Data)
+		io.WriteString(e.Stdout, r.Data)
 		if !strings.HasSuffix(r.Data, "\n") {
-			io.WriteString(e.stdout, "\n")
+			io.WriteString(e.Stdout, "\n")
 		}
 		return
 	}
-	fmt.Fprintf(e.stderr, "[%s %s, %d bytes of base64]\n", r.Type, r.Mime, len(r.Data))
+	fmt.Fprintf(e.Stderr, "[%s %s, %d bytes of base64]\n", r.Type, r.Mime, len(r.Data))
 }

@@ -33,7 +33,7 @@ func TestParseRun(t *testing.T) {
 		{args: []string{"sb_1", "a", "b"}, wantErr: true},
 	}
 	for _, tt := range tests {
-		a, err := parseRun(env{stdout: io.Discard, stderr: io.Discard}, tt.args)
+		a, err := parseRun(Env{Stdout: io.Discard, Stderr: io.Discard}, tt.args)
 		if (err != nil) != tt.wantErr {
 			t.Errorf("parseRun(%q) error = %v, want error %v", tt.args, err, tt.wantErr)
 			continue

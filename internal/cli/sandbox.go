@@ -20,7 +20,7 @@ func init() {
 
 type subcommand struct {
 	usage string
-	run   func(ctx context.Context, e env, args []string) error
+	run   func(ctx context.Context, e Env, args []string) error
 }
 
 var sandboxCommands = map[string]subcommand{
@@ -41,15 +41,15 @@ func sandboxUsage(w io.Writer) {
 	fmt.Fprintln(w, "\nEvery command takes --api-url and --api-key (default $LIZARD_API_URL, $LIZARD_API_KEY).")
 }
 
-func runSandbox(ctx context.Context, e env, args []string) error {
+func runSandbox(ctx context.Context, e Env, args []string) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		sandboxUsage(e.stdout)
+		sandboxUsage(e.Stdout)
 		return nil
 	}
 	sub, ok := sandboxCommands[args[0]]
 	if !ok {
-		sandboxUsage(e.stderr)
-		return usagef("unknown sandbox command %q", args[0])
+		sandboxUsage(e.Stderr)
+		return Usagef("unknown sandbox command %q", args[0])
 	}
 	return sub.run(ctx, e, args[1:])
 }
@@ -61,8 +61,8 @@ type sandboxCreateArgs struct {
 	clientF *clientFlags
 }
 
-func parseSandboxCreate(e env, args []string) (*sandboxCreateArgs, error) {
-	fs := newFlags(e, "sandbox create")
+func parseSandboxCreate(e Env, args []string) (*sandboxCreateArgs, error) {
+	fs := NewFlags(e, "sandbox create")
 	a := &sandboxCreateArgs{clientF: addClientFlags(fs)}
 	envs, metadata := kvFlag{}, kvFlag{}
 	var timeout durationFlag
@@ -72,12 +72,12 @@ func parseSandboxCreate(e env, args []string) (*sandboxCreateArgs, error) {
 	fs.Var(metadata, "metadata", "label K=V (repeatable)")
 	fs.BoolVar(&a.req.LizardToken, "lizard-token", false, "give the sandbox an API key scoped to its project")
 	fs.BoolVar(&a.json, "json", false, "print the sandbox as JSON instead of its id")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := ParseInterspersed(fs, args)
 	if err != nil {
 		return nil, err
 	}
 	if len(pos) > 0 {
-		return nil, usagef("sandbox create takes no arguments, got %q", pos)
+		return nil, Usagef("sandbox create takes no arguments, got %q", pos)
 	}
 	a.req.TimeoutMs = timeout.ms
 	if len(envs) > 0 {
@@ -89,7 +89,7 @@ func parseSandboxCreate(e env, args []string) (*sandboxCreateArgs, error) {
 	return a, nil
 }
 
-func sandboxCreate(ctx context.Context, e env, args []string) error {
+func sandboxCreate(ctx context.Context, e Env, args []string) error {
 	a, err := parseSandboxCreate(e, args)
 	if err != nil {
 		return err
@@ -103,9 +103,9 @@ func sandboxCreate(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("creating sandbox: %w", err)
 	}
 	if a.json {
-		return printJSON(e.stdout, sb)
+		return printJSON(e.Stdout, sb)
 	}
-	fmt.Fprintln(e.stdout, sb.SandboxID)
+	fmt.Fprintln(e.Stdout, sb.SandboxID)
 	return nil
 }
 
@@ -115,22 +115,22 @@ type sandboxListArgs struct {
 	clientF *clientFlags
 }
 
-func parseSandboxList(e env, args []string) (*sandboxListArgs, error) {
-	fs := newFlags(e, "sandbox list")
+func parseSandboxList(e Env, args []string) (*sandboxListArgs, error) {
+	fs := NewFlags(e, "sandbox list")
 	a := &sandboxListArgs{clientF: addClientFlags(fs)}
 	metadata := kvFlag{}
 	fs.Var(metadata, "metadata", "only sandboxes with label K=V (repeatable)")
 	fs.StringVar(&a.opts.State, "state", "", "only sandboxes in this state: "+strings.Join(states, ", "))
 	fs.BoolVar(&a.json, "json", false, "print JSON")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := ParseInterspersed(fs, args)
 	if err != nil {
 		return nil, err
 	}
 	if len(pos) > 0 {
-		return nil, usagef("sandbox list takes no arguments, got %q", pos)
+		return nil, Usagef("sandbox list takes no arguments, got %q", pos)
 	}
 	if a.opts.State != "" && !contains(states, a.opts.State) {
-		return nil, usagef("unknown state %q: want one of %s", a.opts.State, strings.Join(states, ", "))
+		return nil, Usagef("unknown state %q: want one of %s", a.opts.State, strings.Join(states, ", "))
 	}
 	if len(metadata) > 0 {
 		a.opts.Metadata = metadata
@@ -149,7 +149,7 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func sandboxList(ctx context.Context, e env, args []string) error {
+func sandboxList(ctx context.Context, e Env, args []string) error {
 	a, err := parseSandboxList(e, args)
 	if err != nil {
 		return err
@@ -163,9 +163,9 @@ func sandboxList(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("listing sandboxes: %w", err)
 	}
 	if a.json {
-		return printJSON(e.stdout, api.SandboxList{Sandboxes: list})
+		return printJSON(e.Stdout, api.SandboxList{Sandboxes: list})
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tTEMPLATE\tCREATED\tEXPIRES")
 	for _, sb := range list {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.SandboxID, sb.State, sb.Template, formatTime(&sb.CreatedAt), expires(sb))
@@ -191,8 +191,8 @@ func expires(sb api.Sandbox) string {
 	return formatTime(sb.ExpiresAt)
 }
 
-func sandboxGet(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "sandbox get")
+func sandboxGet(ctx context.Context, e Env, args []string) error {
+	fs := NewFlags(e, "sandbox get")
 	cf := addClientFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	id, err := parseID(fs, args, "lizard sandbox get ID [--json]")
@@ -208,9 +208,9 @@ func sandboxGet(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("getting sandbox %s: %w", id, err)
 	}
 	if *asJSON {
-		return printJSON(e.stdout, sb)
+		return printJSON(e.Stdout, sb)
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "ID\t%s\n", sb.SandboxID)
 	fmt.Fprintf(tw, "PROJECT\t%s\n", sb.ProjectID)
 	fmt.Fprintf(tw, "STATE\t%s\n", sb.State)
@@ -226,15 +226,15 @@ func sandboxGet(ctx context.Context, e env, args []string) error {
 	return tw.Flush()
 }
 
-func sandboxKill(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "sandbox kill")
+func sandboxKill(ctx context.Context, e Env, args []string) error {
+	fs := NewFlags(e, "sandbox kill")
 	cf := addClientFlags(fs)
-	ids, err := parseInterspersed(fs, args)
+	ids, err := ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(ids) == 0 {
-		return usagef("usage: lizard sandbox kill ID...")
+		return Usagef("usage: lizard sandbox kill ID...")
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -252,24 +252,24 @@ func sandboxKill(ctx context.Context, e env, args []string) error {
 			errs = append(errs, fmt.Errorf("killing sandbox %s: %w", id, err))
 			continue
 		}
-		fmt.Fprintln(e.stdout, id)
+		fmt.Fprintln(e.Stdout, id)
 	}
 	return errors.Join(errs...)
 }
 
-func sandboxTimeout(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "sandbox timeout")
+func sandboxTimeout(ctx context.Context, e Env, args []string) error {
+	fs := NewFlags(e, "sandbox timeout")
 	cf := addClientFlags(fs)
-	pos, err := parseInterspersed(fs, args)
+	pos, err := ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 2 {
-		return usagef("usage: lizard sandbox timeout ID DURATION")
+		return Usagef("usage: lizard sandbox timeout ID DURATION")
 	}
 	d, err := parseDuration(pos[1])
 	if err != nil {
-		return usagef("%v", err)
+		return Usagef("%v", err)
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -279,7 +279,7 @@ func sandboxTimeout(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("setting the timeout of sandbox %s: %w", pos[0], err)
 	}
-	fmt.Fprintf(e.stdout, "%s expires %s\n", sb.SandboxID, expires(*sb))
+	fmt.Fprintf(e.Stdout, "%s expires %s\n", sb.SandboxID, expires(*sb))
 	return nil
 }
 

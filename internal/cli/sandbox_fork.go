@@ -12,8 +12,8 @@ func init() {
 	sandboxOrder = append(sandboxOrder, "fork")
 }
 
-func sandboxFork(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "sandbox fork")
+func sandboxFork(ctx context.Context, e Env, args []string) error {
+	fs := NewFlags(e, "sandbox fork")
 	cf := addClientFlags(fs)
 	count := fs.Int("count", 1, "how many forks (at most 16)")
 	var timeout durationFlag
@@ -34,10 +34,10 @@ func sandboxFork(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("forking sandbox %s: %w", id, err)
 	}
 	if *asJSON {
-		return printJSON(e.stdout, api.SandboxList{Sandboxes: sbs})
+		return printJSON(e.Stdout, api.SandboxList{Sandboxes: sbs})
 	}
 	for _, sb := range sbs {
-		fmt.Fprintln(e.stdout, sb.SandboxID)
+		fmt.Fprintln(e.Stdout, sb.SandboxID)
 	}
 	return nil
 }

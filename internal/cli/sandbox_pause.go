@@ -10,15 +10,15 @@ func init() {
 	sandboxOrder = append(sandboxOrder, "pause")
 }
 
-func sandboxPause(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "sandbox pause")
+func sandboxPause(ctx context.Context, e Env, args []string) error {
+	fs := NewFlags(e, "sandbox pause")
 	cf := addClientFlags(fs)
-	ids, err := parseInterspersed(fs, args)
+	ids, err := ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(ids) == 0 {
-		return usagef("usage: lizard sandbox pause ID...")
+		return Usagef("usage: lizard sandbox pause ID...")
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -29,7 +29,7 @@ func sandboxPause(ctx context.Context, e env, args []string) error {
 		if err != nil {
 			return fmt.Errorf("pausing sandbox %s: %w", id, err)
 		}
-		fmt.Fprintf(e.stdout, "%s %s\n", sb.SandboxID, sb.State)
+		fmt.Fprintf(e.Stdout, "%s %s\n", sb.SandboxID, sb.State)
 	}
 	return nil
 }

@@ -12,8 +12,8 @@ func init() {
 	sandboxOrder = append(sandboxOrder, "resume")
 }
 
-func sandboxResume(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "sandbox resume")
+func sandboxResume(ctx context.Context, e Env, args []string) error {
+	fs := NewFlags(e, "sandbox resume")
 	cf := addClientFlags(fs)
 	var timeout durationFlag
 	fs.Var(&timeout, "timeout", "new timeout from now (0 = never expires); default the time left when paused")
@@ -29,6 +29,6 @@ func sandboxResume(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("resuming sandbox %s: %w", id, err)
 	}
-	fmt.Fprintf(e.stdout, "%s %s, expires %s\n", sb.SandboxID, sb.State, expires(*sb))
+	fmt.Fprintf(e.Stdout, "%s %s, expires %s\n", sb.SandboxID, sb.State, expires(*sb))
 	return nil
 }

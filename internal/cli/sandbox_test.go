@@ -36,7 +36,7 @@ func TestParseSandboxCreate(t *testing.T) {
 		{args: []string{"extra"}, wantErr: true},
 	}
 	for _, tt := range tests {
-		a, err := parseSandboxCreate(env{stdout: io.Discard, stderr: io.Discard}, tt.args)
+		a, err := parseSandboxCreate(Env{Stdout: io.Discard, Stderr: io.Discard}, tt.args)
 		if (err != nil) != tt.wantErr {
 			t.Errorf("parseSandboxCreate(%q) error = %v, want error %v", tt.args, err, tt.wantErr)
 			continue
@@ -66,7 +66,7 @@ func TestParseSandboxList(t *testing.T) {
 		{args: []string{"sb_1"}, wantErr: true},
 	}
 	for _, tt := range tests {
-		a, err := parseSandboxList(env{stdout: io.Discard, stderr: io.Discard}, tt.args)
+		a, err := parseSandboxList(Env{Stdout: io.Discard, Stderr: io.Discard}, tt.args)
 		if (err != nil) != tt.wantErr {
 			t.Errorf("parseSandboxList(%q) error = %v, want error %v", tt.args, err, tt.wantErr)
 			continue

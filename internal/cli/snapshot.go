@@ -24,15 +24,15 @@ func snapshotUsage(w io.Writer) {
 	fmt.Fprintln(w, "Every command takes --api-url and --api-key (default $LIZARD_API_URL, $LIZARD_API_KEY).")
 }
 
-func runSnapshot(ctx context.Context, e env, args []string) error {
+func runSnapshot(ctx context.Context, e Env, args []string) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		snapshotUsage(e.stdout)
+		snapshotUsage(e.Stdout)
 		return nil
 	}
 	sub, ok := snapshotCommands[args[0]]
 	if !ok {
-		snapshotUsage(e.stderr)
-		return usagef("unknown snapshot command %q", args[0])
+		snapshotUsage(e.Stderr)
+		return Usagef("unknown snapshot command %q", args[0])
 	}
 	return sub.run(ctx, e, args[1:])
 }

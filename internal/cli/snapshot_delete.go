@@ -10,15 +10,15 @@ func init() {
 	snapshotCommands["delete"] = subcommand{"delete ID...", snapshotDelete}
 }
 
-func snapshotDelete(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "snapshot delete")
+func snapshotDelete(ctx context.Context, e Env, args []string) error {
+	fs := NewFlags(e, "snapshot delete")
 	cf := addClientFlags(fs)
-	ids, err := parseInterspersed(fs, args)
+	ids, err := ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(ids) == 0 {
-		return usagef("usage: lizard snapshot delete ID...")
+		return Usagef("usage: lizard snapshot delete ID...")
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -30,7 +30,7 @@ func snapshotDelete(ctx context.Context, e env, args []string) error {
 			errs = append(errs, fmt.Errorf("deleting snapshot %s: %w", id, err))
 			continue
 		}
-		fmt.Fprintln(e.stdout, id)
+		fmt.Fprintln(e.Stdout, id)
 	}
 	return errors.Join(errs...)
 }

@@ -10,8 +10,8 @@ func init() {
 	snapshotCommands["get"] = subcommand{"get ID [--json]", snapshotGet}
 }
 
-func snapshotGet(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "snapshot get")
+func snapshotGet(ctx context.Context, e Env, args []string) error {
+	fs := NewFlags(e, "snapshot get")
 	cf := addClientFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	id, err := parseID(fs, args, "lizard snapshot get ID [--json]")
@@ -27,9 +27,9 @@ func snapshotGet(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("getting snapshot %s: %w", id, err)
 	}
 	if *asJSON {
-		return printJSON(e.stdout, sn)
+		return printJSON(e.Stdout, sn)
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "ID\t%s\n", sn.SnapshotID)
 	fmt.Fprintf(tw, "SANDBOX\t%s\n", sn.SandboxID)
 	fmt.Fprintf(tw, "PROJECT\t%s\n", sn.ProjectID)

@@ -33,13 +33,28 @@ type Network struct {
 	// sandbox, whatever these say.
 	Internet bool
 	APIPort  int
+	// Allow, when not empty, narrows the internet an Internet sandbox may
+	// reach to these destinations.
+	Allow Prefixes
 }
 
-// Mount is a host file or directory made visible inside the sandbox.
-type Mount struct {
-	Source   string // host path
-	Target   string // path inside the sandbox
-	ReadOnly bool
+// Prefixes is an egress allow-list.
+type Prefixes []netip.Prefix
+
+// Artifact is a template as built: what the backend starts sandboxes from.
+// A backend may convert it once (a disk image for a VM) and cache the
+// result under Key.
+type Artifact struct {
+	Name   string // the template's name, for logs
+	Key    string // changes whenever the content does
+	RootFS string // the root filesystem directory, read-only
+}
+
+// File is a host file the backend makes visible inside the sandbox,
+// read-only, at Target (a bind mount for gVisor, a copy for a VM).
+type File struct {
+	Source string // host path
+	Target string // path inside the sandbox
 }
 
 // Limits bound what one sandbox may use. Zero means the backend default.
@@ -56,14 +71,15 @@ type Limits struct {
 	Processes int64
 }
 
-// Spec says how to start one sandbox.
+// Spec says what to start: which sandbox, from which template, with what.
+// How is the backend's business.
 type Spec struct {
-	ID     string // unique, [a-z0-9-], at most 40 characters
-	RootFS string // read-only template root filesystem; writes go to a per-sandbox layer
+	ID       string   // unique, [a-z0-9-], at most 40 characters
+	Template Artifact // read-only; writes go to a per-sandbox layer
 	// Args is the first process, normally the agent. Env is its environment.
 	Args    []string
 	Env     []string
-	Mounts  []Mount
+	Files   []File
 	Network Network
 	Limits  Limits
 }
@@ -83,6 +99,10 @@ const (
 type Runtime interface {
 	// Name identifies the backend, e.g. "gvisor".
 	Name() string
+	// ImageKey changes whenever checkpoint images this runtime made before
+	// may no longer restore (another runsc build, another VMM): template
+	// snapshot images are keyed by it.
+	ImageKey() string
 	// Create boots a new sandbox from spec and returns once its first process
 	// has started. On error nothing is left behind.
 	Create(ctx context.Context, spec Spec) error

@@ -8,7 +8,7 @@ import (
 	"net/http"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/manager"
+	"github.com/lizard-build/lizard/internal/node"
 )
 
 // httpError is an error the server itself finds in a request (bad JSON,
@@ -26,24 +26,24 @@ func badRequest(format string, args ...any) error {
 }
 
 // classify maps an error to its one status, code and client message. Only
-// messages written for the client (manager.Error, httpError) reach it;
+// messages written for the client (node.Error, httpError) reach it;
 // every other cause stays in the log.
 func classify(err error) (status int, code, msg string) {
 	var he *httpError
 	if errors.As(err, &he) {
 		return he.status, he.code, he.msg
 	}
-	msg = manager.Message(err)
+	msg = node.Message(err)
 	switch {
-	case errors.Is(err, manager.ErrInvalid):
+	case errors.Is(err, node.ErrInvalid):
 		status, code = http.StatusBadRequest, api.CodeInvalidArgument
-	case errors.Is(err, manager.ErrNotFound):
+	case errors.Is(err, node.ErrNotFound):
 		status, code = http.StatusNotFound, api.CodeNotFound
-	case errors.Is(err, manager.ErrConflict):
+	case errors.Is(err, node.ErrConflict):
 		status, code = http.StatusConflict, api.CodeConflict
-	case errors.Is(err, manager.ErrGone):
+	case errors.Is(err, node.ErrGone):
 		status, code = http.StatusGone, api.CodeGone
-	case errors.Is(err, manager.ErrUnavailable):
+	case errors.Is(err, node.ErrUnavailable):
 		status, code = http.StatusServiceUnavailable, api.CodeUnavailable
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// Mostly the client went away and will never read this.

@@ -11,7 +11,8 @@ import (
 )
 
 // proxy passes /v1/sandboxes/{id}/<agent path> to the sandbox's agent as
-// <agent path>. Bodies stream both ways unbuffered: uploads are not bound
+// <agent path>, for the public agent paths only (api.AgentPublicPaths): the
+// agent's internal endpoints are never reachable through the API. Bodies stream both ways unbuffered: uploads are not bound
 // by the JSON limit, and NDJSON events reach the client as the agent writes
 // them. The outgoing request carries the incoming one's context, so a client
 // that disconnects cancels the agent's work too.
@@ -20,7 +21,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	// Acquire resumes a paused sandbox, and holds off a pause until the
 	// call has ended.
-	target, release, err := s.m.Acquire(r.Context(), project, id)
+	target, release, err := s.c.Acquire(r.Context(), project, id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -46,7 +47,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 			// The agent is not to see the caller's key.
 			pr.Out.Header.Del("Authorization")
 		},
-		Transport:     s.m.Transport(),
+		Transport:     s.c.Transport(),
 		FlushInterval: -1,
 		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
-	"github.com/lizard-build/lizard/internal/manager"
+	"github.com/lizard-build/lizard/internal/node"
 )
 
 // KeyLimits bound the requests of one API key: Rate per second with bursts
@@ -78,11 +78,11 @@ func writeRateLimited(w http.ResponseWriter, after time.Duration, msg string) {
 	writeError(w, http.StatusTooManyRequests, api.CodeRateLimited, msg)
 }
 
-// rateLimited answers a manager.ErrRateLimited error; false if err is not
+// rateLimited answers a node.ErrRateLimited error; false if err is not
 // one.
 func rateLimited(w http.ResponseWriter, err error) bool {
-	var e *manager.Error
-	if !errors.Is(err, manager.ErrRateLimited) || !errors.As(err, &e) {
+	var e *node.Error
+	if !errors.Is(err, node.ErrRateLimited) || !errors.As(err, &e) {
 		return false
 	}
 	writeRateLimited(w, max(e.RetryAfter, time.Second), e.Msg)

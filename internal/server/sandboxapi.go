@@ -14,46 +14,52 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lizard-build/lizard/internal/node"
 )
 
 // SandboxListeners serve the API to sandboxes created with lizardToken, one
-// listener on each such sandbox's host address (manager.SandboxAPI). The
-// main listener stays where --listen put it (loopback by default): the API
-// is never opened to every address of the host, and the network policy
-// lets a sandbox reach its own host address on Port only when it holds a
-// token.
+// listener on each such sandbox's host address, opened when the sandbox
+// starts and closed when it stops (Handle, subscribed to the node's
+// lifecycle events). The main listener stays where --listen put it
+// (loopback by default): the API is never opened to every address of the
+// host, and the network policy lets a sandbox reach its own host address
+// on Port only when it holds a token.
 type SandboxListeners struct {
-	Port   int
-	Logger *slog.Logger
-
-	mu      sync.Mutex
+	port    int
 	handler http.Handler
-	open    map[string]*http.Server
+	log     *slog.Logger
+
+	mu   sync.Mutex
+	open map[string]*http.Server
 }
 
-// SetHandler sets what the listeners serve: the API handler, made after the
-// manager that opens listeners.
-func (l *SandboxListeners) SetHandler(h http.Handler) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.handler = h
+// NewSandboxListeners returns listeners serving h on port.
+func NewSandboxListeners(port int, h http.Handler, logger *slog.Logger) *SandboxListeners {
+	return &SandboxListeners{port: port, handler: h, log: logger, open: map[string]*http.Server{}}
 }
 
-func (l *SandboxListeners) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	l.mu.Lock()
-	h := l.handler
-	l.mu.Unlock()
-	if h == nil {
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "the API is starting; try again")
-		return
+// Handle opens a listener for a lizardToken sandbox that started and
+// closes it when the sandbox stops.
+func (l *SandboxListeners) Handle(e node.Event) {
+	switch {
+	case e.Kind == node.Stopped:
+		l.Close(e.SandboxID)
+	case e.Kind == node.Started && e.Token:
+		host, err := netip.ParseAddr(e.HostAddr)
+		if err == nil {
+			err = l.Open(e.SandboxID, host)
+		}
+		if err != nil {
+			l.log.Error("opening the API to a sandbox holding a lizardToken", "sandbox_id", e.SandboxID, "err", err)
+		}
 	}
-	h.ServeHTTP(w, r)
 }
 
 // Open listens on hostAddr:Port. The address may not exist yet (the
 // sandbox's link is made next): IP_FREEBIND lets the socket bind anyway.
-func (l *SandboxListeners) Open(id string, hostAddr netip.Addr) (string, int, error) {
-	addr := net.JoinHostPort(hostAddr.String(), strconv.Itoa(l.Port))
+func (l *SandboxListeners) Open(id string, hostAddr netip.Addr) error {
+	addr := net.JoinHostPort(hostAddr.String(), strconv.Itoa(l.port))
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {
@@ -63,27 +69,24 @@ func (l *SandboxListeners) Open(id string, hostAddr netip.Addr) (string, int, er
 	}}
 	ln, err := lc.Listen(context.Background(), "tcp4", addr)
 	if err != nil {
-		return "", 0, fmt.Errorf("listening on %s: %w", addr, err)
+		return fmt.Errorf("listening on %s: %w", addr, err)
 	}
 	srv := &http.Server{
-		Handler:           http.HandlerFunc(l.serveHTTP),
+		Handler:           l.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}
-	if l.Logger != nil {
-		srv.ErrorLog = slog.NewLogLogger(l.Logger.Handler(), slog.LevelWarn)
+	if l.log != nil {
+		srv.ErrorLog = slog.NewLogLogger(l.log.Handler(), slog.LevelWarn)
 	}
 	l.mu.Lock()
-	if l.open == nil {
-		l.open = map[string]*http.Server{}
-	}
 	if old := l.open[id]; old != nil {
 		old.Close()
 	}
 	l.open[id] = srv
 	l.mu.Unlock()
 	go srv.Serve(ln)
-	return "http://" + addr, l.Port, nil
+	return nil
 }
 
 // Close stops serving sandbox id.
@@ -101,7 +104,7 @@ func (l *SandboxListeners) Close(id string) {
 func (l *SandboxListeners) CloseAll() {
 	l.mu.Lock()
 	open := l.open
-	l.open = nil
+	l.open = map[string]*http.Server{}
 	l.mu.Unlock()
 	for _, srv := range open {
 		srv.Close()

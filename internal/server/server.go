@@ -1,7 +1,7 @@
 // Package server is Lizard's HTTP API v1 (docs/architecture.md): sandbox
-// lifecycle calls served from the manager, and every sandbox-scoped call
-// (execute, contexts, process, files) proxied to the sandbox's agent after
-// the caller's key and the sandbox's project and state are checked.
+// lifecycle calls served from the control plane, and the public agent
+// calls (execute, contexts, process, files) proxied to the sandbox's agent
+// after the caller's key and the sandbox's project and state are checked.
 package server
 
 import (
@@ -17,12 +17,12 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
-	"github.com/lizard-build/lizard/internal/manager"
+	"github.com/lizard-build/lizard/internal/control"
 )
 
 // Config says what the API serves.
 type Config struct {
-	Manager *manager.Manager
+	Control *control.Control
 	Keys    *auth.Verifier
 	Logger  *slog.Logger // default slog.Default()
 	Version string       // reported by /v1/health
@@ -34,7 +34,7 @@ type Config struct {
 
 // Server is the API's http.Handler.
 type Server struct {
-	m       *manager.Manager
+	c       *control.Control
 	log     *slog.Logger
 	version string
 	handler http.Handler
@@ -44,7 +44,7 @@ type Server struct {
 
 // New returns the API handler.
 func New(cfg Config) *Server {
-	s := &Server{m: cfg.Manager, log: cfg.Logger, version: cfg.Version}
+	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -59,7 +59,9 @@ func New(cfg Config) *Server {
 	mux.Handle("/v1/sandboxes", authed(s.sandboxes))
 	mux.Handle("/v1/sandboxes/{id}", authed(s.sandbox))
 	mux.Handle("POST /v1/sandboxes/{id}/timeout", authed(s.setTimeout))
-	mux.Handle("/v1/sandboxes/{id}/{rest...}", authed(s.proxy))
+	for _, p := range api.AgentPublicPaths {
+		mux.Handle("/v1/sandboxes/{id}"+p, authed(s.proxy))
+	}
 	s.snapshotRoutes(mux, authed)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such API path "+r.Method+" "+r.URL.Path+"; see docs/architecture.md")
@@ -83,7 +85,7 @@ func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		sb, err := s.m.Create(r.Context(), project, req)
+		sb, err := s.c.Create(r.Context(), project, req)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -96,7 +98,7 @@ func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		sbs, err := s.m.List(r.Context(), project, f)
+		sbs, err := s.c.List(r.Context(), project, f)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -109,8 +111,8 @@ func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {
 
 // listFilter reads ?metadata=k=v (repeated) and ?state=s (repeated or
 // comma-separated).
-func listFilter(r *http.Request) (manager.ListFilter, error) {
-	var f manager.ListFilter
+func listFilter(r *http.Request) (control.ListFilter, error) {
+	var f control.ListFilter
 	q := r.URL.Query()
 	for _, kv := range q["metadata"] {
 		k, v, ok := strings.Cut(kv, "=")
@@ -137,14 +139,14 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	switch r.Method {
 	case http.MethodGet:
-		sb, err := s.m.Get(r.Context(), project, id)
+		sb, err := s.c.Get(r.Context(), project, id)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, sb)
 	case http.MethodDelete:
-		if err := s.m.Kill(r.Context(), project, id); err != nil {
+		if err := s.c.Kill(r.Context(), project, id); err != nil {
 			s.fail(w, r, err)
 			return
 		}
@@ -166,7 +168,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, badRequest("timeoutMs is required: milliseconds from now, or 0 to never expire"))
 		return
 	}
-	sb, err := s.m.SetTimeout(r.Context(), project, r.PathValue("id"), *req.TimeoutMs)
+	sb, err := s.c.SetTimeout(r.Context(), project, r.PathValue("id"), *req.TimeoutMs)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,61 +12,27 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
-	"github.com/lizard-build/lizard/internal/manager"
+	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/netns"
+	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 	"github.com/lizard-build/lizard/internal/store"
 )
-
-// fakeRuntime runs "sandboxes" as entries in a map.
-type fakeRuntime struct {
-	mu      sync.Mutex
-	running map[string]bool
-	kills   atomic.Int32
-}
-
-func (f *fakeRuntime) Name() string { return "fake" }
-func (f *fakeRuntime) Create(_ context.Context, spec sandbox.Spec) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.running[spec.ID] = true
-	return nil
-}
-func (f *fakeRuntime) State(_ context.Context, id string) (sandbox.State, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.running[id] {
-		return sandbox.Running, nil
-	}
-	return "", sandbox.ErrNotFound
-}
-func (f *fakeRuntime) Kill(_ context.Context, id string) error {
-	f.kills.Add(1)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.running, id)
-	return nil
-}
-func (f *fakeRuntime) List(context.Context) ([]string, error) { return nil, nil }
-func (f *fakeRuntime) Checkpoint(context.Context, string, string, bool) error {
-	return errors.New("unsupported")
-}
-func (f *fakeRuntime) Restore(context.Context, sandbox.Spec, string) error {
-	return errors.New("unsupported")
-}
 
 type testEnv struct {
 	url    string
 	key1   string // project p1
 	key2   string // project p2
-	rt     *fakeRuntime
-	m      *manager.Manager
+	rt     *sandboxtest.Fake
+	c      *control.Control
+	n      *node.Local
 	agent  *fakeAgent
 	broken atomic.Bool // agent address points at a closed port
 }
@@ -77,9 +42,9 @@ type fakeAgent struct {
 	srv *httptest.Server
 	// release lets /execute write its second line.
 	release chan struct{}
-	// cancelled receives when a /slow request's context ends.
+	// cancelled receives when a /files/mkdir request's context ends.
 	cancelled chan struct{}
-	// started receives when a /slow request arrives.
+	// started receives when a /files/mkdir request arrives.
 	started chan struct{}
 }
 
@@ -101,26 +66,32 @@ func newFakeAgent(t *testing.T) *fakeAgent {
 		}
 		enc.Encode(api.ExecuteEvent{Type: api.EventEnd})
 	})
-	mux.HandleFunc("POST /slow", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /files/mkdir", func(w http.ResponseWriter, r *http.Request) {
 		a.started <- struct{}{}
 		<-r.Context().Done()
 		a.cancelled <- struct{}{}
 	})
-	// /early answers before it has read the request body, as an agent
+	// /process answers before it has read the request body, as an agent
 	// that streams events while the body is still arriving may.
-	mux.HandleFunc("POST /early", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /process", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "started\n")
 		http.NewResponseController(w).Flush()
 		n, _ := io.Copy(io.Discard, r.Body)
 		fmt.Fprintf(w, "read %d\n", n)
 	})
-	mux.HandleFunc("/echo/{rest...}", func(w http.ResponseWriter, r *http.Request) {
+	echo := func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
 		json.NewEncoder(w).Encode(map[string]any{
 			"method": r.Method, "path": r.URL.Path, "rawPath": r.URL.RawPath, "query": r.URL.RawQuery,
 			"auth": r.Header.Get("Authorization"), "bytes": n,
 		})
-	})
+	}
+	mux.HandleFunc("/files", echo)
+	mux.HandleFunc("/contexts/{rest...}", echo)
+	// Internal endpoints, which the API must never forward.
+	for _, p := range []string{"/reseed", "/ready", "/echo"} {
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "internal") })
+	}
 	a.srv = httptest.NewServer(mux)
 	t.Cleanup(a.srv.Close)
 	return a
@@ -134,7 +105,7 @@ func newTestEnv(t *testing.T) *testEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	e := &testEnv{rt: &fakeRuntime{running: map[string]bool{}}, agent: newFakeAgent(t)}
+	e := &testEnv{rt: sandboxtest.NewFake(), agent: newFakeAgent(t)}
 	for i, p := range []string{"p1", "p2"} {
 		if err := st.CreateProject(ctx, p, time.Now()); err != nil {
 			t.Fatal(err)
@@ -155,13 +126,15 @@ func newTestEnv(t *testing.T) *testEnv {
 	ln.Close()
 
 	logger := slog.New(slog.DiscardHandler)
-	pool, _ := manager.NewPool(manager.DefaultPool)
-	e.m, err = manager.New(manager.Config{
+	pool, _ := netns.NewPool(netns.DefaultPool)
+	e.n, err = node.New(node.Config{
 		Runtime: e.rt,
 		Store:   st,
 		Logger:  logger,
 		Pool:    pool,
-		RootFS:  func(context.Context, string) (string, error) { return "/rootfs", nil },
+		Artifact: func(context.Context, string) (sandbox.Artifact, error) {
+			return sandbox.Artifact{Name: "interpreter", Key: "k", RootFS: "/rootfs"}, nil
+		},
 		AgentAddr: func(string, string) string {
 			if e.broken.Load() {
 				return closed
@@ -172,7 +145,11 @@ func newTestEnv(t *testing.T) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(Config{Manager: e.m, Keys: &auth.Verifier{Store: st, Logger: logger}, Logger: logger, Version: "test"}))
+	e.c, err = control.New(control.Config{Node: e.n, Store: st, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(New(Config{Control: e.c, Keys: &auth.Verifier{Store: st, Logger: logger}, Logger: logger, Version: "test"}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e
@@ -280,7 +257,7 @@ func TestUnauthenticatedIdentical(t *testing.T) {
 	if !strings.Contains(first, `"code":"unauthenticated"`) || !strings.Contains(first, "lizard admin create-project") {
 		t.Errorf("401 body = %s", first)
 	}
-	if !e.rt.running[sb.SandboxID] {
+	if !e.rt.IsRunning(sb.SandboxID) {
 		t.Error("an unauthenticated DELETE killed the sandbox")
 	}
 }
@@ -358,7 +335,7 @@ func TestCrossProjectIsNotFound(t *testing.T) {
 			t.Errorf("%s %s: another project's sandbox %q differs from a missing one %q", p.method, p.suffix, other.body, missing.body)
 		}
 	}
-	if !e.rt.running[sb.SandboxID] {
+	if !e.rt.IsRunning(sb.SandboxID) {
 		t.Error("another project's DELETE killed the sandbox")
 	}
 }
@@ -394,7 +371,7 @@ func TestBadRequests(t *testing.T) {
 			}
 		})
 	}
-	if n := len(e.rt.running); n != 0 {
+	if n := e.rt.Running(); n != 0 {
 		t.Errorf("%d sandboxes started by bad requests", n)
 	}
 	// An empty body is the defaults.
@@ -416,22 +393,32 @@ func TestProxy(t *testing.T) {
 	// Path rewritten, query kept, key not passed on, upload not bound by
 	// the JSON limit.
 	upload := bytes.Repeat([]byte("z"), 3*MaxJSONBody)
-	r := e.do(t, e.key1, "PUT", base+"/echo/a%2Fb/c?path=x%20y&n=1", bytes.NewReader(upload))
+	r := e.do(t, e.key1, "PUT", base+"/contexts/a%2Fb?path=x%20y&n=1", bytes.NewReader(upload))
 	var echo map[string]any
 	json.Unmarshal([]byte(r.body), &echo)
-	if r.status != 200 || echo["path"] != "/echo/a/b/c" || echo["rawPath"] != "/echo/a%2Fb/c" || echo["query"] != "path=x%20y&n=1" ||
+	if r.status != 200 || echo["path"] != "/contexts/a/b" || echo["rawPath"] != "/contexts/a%2Fb" || echo["query"] != "path=x%20y&n=1" ||
 		echo["auth"] != "" || echo["bytes"] != float64(len(upload)) || echo["method"] != "PUT" {
-		t.Errorf("echo = %d %v; want path /echo/a/b/c, query kept, no auth, %d bytes", r.status, echo, len(upload))
+		t.Errorf("echo = %d %v; want path /contexts/a/b, query kept, no auth, %d bytes", r.status, echo, len(upload))
 	}
 
 	// An unreachable agent is a 502. Connections kept alive from the calls
 	// above are dropped first, as a dead agent's would be.
 	e.broken.Store(true)
-	e.m.Transport().(interface{ CloseIdleConnections() }).CloseIdleConnections()
-	r = e.do(t, e.key1, "GET", base+"/echo/x", nil)
+	e.c.Transport().(interface{ CloseIdleConnections() }).CloseIdleConnections()
+	r = e.do(t, e.key1, "GET", base+"/files?path=x", nil)
 	e.broken.Store(false)
 	if r.status != 502 || r.err.Code != api.CodeBadGateway {
 		t.Errorf("unreachable agent = %d %s; want 502 bad_gateway", r.status, r.body)
+	}
+
+	// Only the agent paths the spec lists are forwarded: the agent's
+	// internal endpoints are not part of the API.
+	for _, p := range []struct{ method, path string }{
+		{"POST", "/reseed"}, {"GET", "/ready"}, {"GET", "/echo"}, {"GET", "/reseed/x"},
+	} {
+		if r := e.do(t, e.key1, p.method, base+p.path, nil); r.status != 404 || r.err.Code != api.CodeNotFound {
+			t.Errorf("%s %s = %d %s; want 404 not_found", p.method, p.path, r.status, r.body)
+		}
 	}
 }
 
@@ -442,7 +429,7 @@ func TestProxyFullDuplex(t *testing.T) {
 	sb := e.create(t, e.key1, `{}`)
 	body := bytes.Repeat([]byte("b"), 4<<20)
 	for range 5 {
-		r := e.do(t, e.key1, "POST", "/v1/sandboxes/"+sb.SandboxID+"/early", bytes.NewReader(body))
+		r := e.do(t, e.key1, "POST", "/v1/sandboxes/"+sb.SandboxID+"/process", bytes.NewReader(body))
 		if want := fmt.Sprintf("started\nread %d\n", len(body)); r.status != 200 || r.body != want {
 			t.Fatalf("early answer = %d %q; want 200 %q", r.status, r.body, want)
 		}
@@ -490,7 +477,7 @@ func TestProxyClientDisconnectCancelsAgent(t *testing.T) {
 	e := newTestEnv(t)
 	sb := e.create(t, e.key1, `{}`)
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/v1/sandboxes/"+sb.SandboxID+"/slow", nil)
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/v1/sandboxes/"+sb.SandboxID+"/files/mkdir", nil)
 	req.Header.Set("Authorization", "Bearer "+e.key1)
 	done := make(chan error, 1)
 	go func() {
@@ -524,7 +511,7 @@ func TestRunShutsDownWithoutKilling(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		errc <- Run(ctx, ln, New(Config{Manager: e.m, Keys: &auth.Verifier{}, Logger: slog.New(slog.DiscardHandler)}), slog.New(slog.DiscardHandler))
+		errc <- Run(ctx, ln, New(Config{Control: e.c, Keys: &auth.Verifier{}, Logger: slog.New(slog.DiscardHandler)}), slog.New(slog.DiscardHandler))
 	}()
 	resp, err := http.Get(fmt.Sprintf("http://%s/v1/health", ln.Addr()))
 	if err != nil || resp.StatusCode != 200 {
@@ -540,7 +527,7 @@ func TestRunShutsDownWithoutKilling(t *testing.T) {
 	case <-time.After(ShutdownTimeout + 5*time.Second):
 		t.Fatal("Run did not return after its context ended")
 	}
-	if n := e.rt.kills.Load(); n != 0 {
+	if n := e.rt.Kills(); n != 0 {
 		t.Errorf("shutdown killed %d sandboxes; want none", n)
 	}
 }

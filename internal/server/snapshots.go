@@ -20,7 +20,7 @@ func (s *Server) snapshotRoutes(mux *http.ServeMux, authed func(http.HandlerFunc
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	sb, err := s.m.Pause(r.Context(), project, r.PathValue("id"))
+	sb, err := s.c.Pause(r.Context(), project, r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -35,7 +35,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	sb, err := s.m.Resume(r.Context(), project, r.PathValue("id"), req)
+	sb, err := s.c.Resume(r.Context(), project, r.PathValue("id"), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -45,7 +45,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	sn, err := s.m.Snapshot(r.Context(), project, r.PathValue("id"))
+	sn, err := s.c.Snapshot(r.Context(), project, r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -60,7 +60,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	sbs, err := s.m.Fork(r.Context(), project, r.PathValue("id"), req)
+	sbs, err := s.c.Fork(r.Context(), project, r.PathValue("id"), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -70,7 +70,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	sns, err := s.m.ListSnapshots(r.Context(), project)
+	sns, err := s.c.ListSnapshots(r.Context(), project)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -80,7 +80,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	sn, err := s.m.GetSnapshot(r.Context(), project, r.PathValue("snapshotId"))
+	sn, err := s.c.GetSnapshot(r.Context(), project, r.PathValue("snapshotId"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -90,7 +90,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	if err := s.m.DeleteSnapshot(r.Context(), project, r.PathValue("snapshotId")); err != nil {
+	if err := s.c.DeleteSnapshot(r.Context(), project, r.PathValue("snapshotId")); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -17,12 +17,13 @@ package gvisor
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,9 +46,6 @@ type Config struct {
 	Runsc  string       // path to a static runsc binary
 	Dir    string       // work directory; created if missing
 	Logger *slog.Logger // nil means slog.Default()
-	// AllowTo, when not empty, narrows the internet a sandbox with
-	// Network.Internet may reach to these destinations (netns.Egress).
-	AllowTo []netip.Prefix
 }
 
 // Runtime is the gVisor sandbox backend.
@@ -56,7 +54,7 @@ type Runtime struct {
 	stateDir string // runsc --root
 	boxDir   string // one directory per sandbox
 	log      *slog.Logger
-	allowTo  []netip.Prefix
+	imageKey string // hash of the runsc binary (ImageKey)
 
 	// mu guards locks, the per-sandbox mutexes that serialise every
 	// operation on one ID (two Kills of one sandbox, Create racing Kill).
@@ -93,13 +91,15 @@ func New(cfg Config) (*Runtime, error) {
 		stateDir: filepath.Join(dir, "state"),
 		boxDir:   filepath.Join(dir, "sandboxes"),
 		log:      cfg.Logger,
-		allowTo:  cfg.AllowTo,
 		locks:    map[string]*idLock{},
 	}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
 	r.log = r.log.With("runtime", "gvisor")
+	if r.imageKey, err = hashFile(cfg.Runsc); err != nil {
+		return nil, fmt.Errorf("gvisor: %w", err)
+	}
 	for _, d := range []string{r.stateDir, r.boxDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("gvisor: creating %s: %w", d, err)
@@ -110,6 +110,23 @@ func New(cfg Config) (*Runtime, error) {
 
 // Name implements sandbox.Runtime.
 func (r *Runtime) Name() string { return "gvisor" }
+
+// ImageKey implements sandbox.Runtime: a checkpoint restores only with the
+// runsc build that took it.
+func (r *Runtime) ImageKey() string { return "gvisor-" + r.imageKey }
+
+func hashFile(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", fmt.Errorf("hashing %s: %w", p, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hashing %s: %w", p, err)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
 
 var validID = regexp.MustCompile(`^[a-z0-9-]{1,40}$`)
 
@@ -236,8 +253,8 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 		return fmt.Errorf("%s sandbox: %w", verb, err)
 	}
 	// runsc reports a bad root only as "waiting for sandbox to start: EOF".
-	if fi, err := os.Stat(spec.RootFS); err != nil || !fi.IsDir() {
-		return fmt.Errorf("%s sandbox %s: root filesystem %q is not a directory", verb, spec.ID, spec.RootFS)
+	if fi, err := os.Stat(spec.Template.RootFS); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%s sandbox %s: root filesystem %q is not a directory", verb, spec.ID, spec.Template.RootFS)
 	}
 	id := spec.ID
 	log := r.log.With("sandbox_id", id)
@@ -267,7 +284,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
 	}
 	link := netns.Link{HostAddr: spec.Network.HostAddr, GuestAddr: spec.Network.GuestAddr, PrefixLen: spec.Network.PrefixLen}
-	egress := &netns.Egress{Internet: spec.Network.Internet, AllowTo: r.allowTo, APIPort: spec.Network.APIPort}
+	egress := &netns.Egress{Internet: spec.Network.Internet, AllowTo: spec.Network.Allow, APIPort: spec.Network.APIPort}
 	if err := netns.CreateWithEgress(id, link, egress); err != nil {
 		return fmt.Errorf("%s sandbox %s: setting up network: %w", verb, id, err)
 	}

@@ -195,11 +195,11 @@ func TestPrefixIDs(t *testing.T) {
 
 func TestOCISpec(t *testing.T) {
 	base := sandbox.Spec{
-		ID:      "sbx-1",
-		RootFS:  "/var/cache/lizard/templates/abc/rootfs",
-		Args:    []string{"/usr/local/bin/lizard-agent"},
-		Env:     []string{"A=1"},
-		Network: sandbox.Network{HostAddr: netip.MustParseAddr("169.254.128.1"), GuestAddr: netip.MustParseAddr("169.254.128.2"), PrefixLen: 30},
+		ID:       "sbx-1",
+		Template: sandbox.Artifact{Name: "interpreter", Key: "abc", RootFS: "/var/cache/lizard/templates/abc/rootfs"},
+		Args:     []string{"/usr/local/bin/lizard-agent"},
+		Env:      []string{"A=1"},
+		Network:  sandbox.Network{HostAddr: netip.MustParseAddr("169.254.128.1"), GuestAddr: netip.MustParseAddr("169.254.128.2"), PrefixLen: 30},
 	}
 	tests := []struct {
 		name       string
@@ -219,16 +219,16 @@ func TestOCISpec(t *testing.T) {
 			wantMounts: map[string]string{"/proc": "proc", "/dev": "tmpfs", "/dev/pts": "devpts", "/sys": "sysfs", "/tmp": "tmpfs"},
 		},
 		{
-			name: "limits, PATH and mounts",
+			name: "limits, PATH and files",
 			edit: func(s *sandbox.Spec) {
 				s.Limits = sandbox.Limits{MemoryBytes: 512 << 20, Pids: 64, CPUs: 1.5}
 				s.Env = append(s.Env, "PATH=/bin")
-				s.Mounts = []sandbox.Mount{{Source: "/srv/a", Target: "/mnt/a", ReadOnly: true}, {Source: "/srv/b", Target: "/mnt/b"}}
+				s.Files = []sandbox.File{{Source: "/srv/a", Target: "/mnt/a"}, {Source: "/srv/b", Target: "/mnt/b"}}
 			},
 			wantMemory: 512 << 20, wantPids: 64, wantQuota: 150_000,
 			wantPath:   "PATH=/bin",
 			wantMounts: map[string]string{"/mnt/a": "bind", "/mnt/b": "bind"},
-			wantBinds:  map[string][]string{"/mnt/a": {"rbind", "ro"}, "/mnt/b": {"rbind", "rw"}},
+			wantBinds:  map[string][]string{"/mnt/a": {"rbind", "ro"}, "/mnt/b": {"rbind", "ro"}},
 		},
 	}
 	for _, tt := range tests {
@@ -238,8 +238,8 @@ func TestOCISpec(t *testing.T) {
 			tt.edit(&sp)
 			got := ociSpec(sp, "/var/run/netns/lizard-sbx-1")
 
-			if got.Root.Path != sp.RootFS || got.Root.Readonly {
-				t.Errorf("root = %+v, want %s writable (for the overlay)", got.Root, sp.RootFS)
+			if got.Root.Path != sp.Template.RootFS || got.Root.Readonly {
+				t.Errorf("root = %+v, want %s writable (for the overlay)", got.Root, sp.Template.RootFS)
 			}
 			if !slices.Equal(got.Process.Args, sp.Args) || got.Process.Cwd != "/" || got.Process.User.UID != 0 {
 				t.Errorf("process args %v cwd %q uid %d, want %v / 0", got.Process.Args, got.Process.Cwd, got.Process.User.UID, sp.Args)

@@ -42,14 +42,8 @@ func ociSpec(spec sandbox.Spec, netnsPath string) *specs.Spec {
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
 	}
-	for _, m := range spec.Mounts {
-		opts := []string{"rbind"}
-		if m.ReadOnly {
-			opts = append(opts, "ro")
-		} else {
-			opts = append(opts, "rw")
-		}
-		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
+	for _, f := range spec.Files {
+		mounts = append(mounts, specs.Mount{Destination: f.Target, Type: "bind", Source: f.Source, Options: []string{"rbind", "ro"}})
 	}
 
 	memory := spec.Limits.MemoryBytes
@@ -87,7 +81,7 @@ func ociSpec(spec sandbox.Spec, netnsPath string) *specs.Spec {
 		// Not read-only: runsc's --overlay2 then puts a writable layer over
 		// the shared template, which stays untouched. A read-only root
 		// would switch the overlay off.
-		Root:     &specs.Root{Path: spec.RootFS, Readonly: false},
+		Root:     &specs.Root{Path: spec.Template.RootFS, Readonly: false},
 		Hostname: "lizard",
 		Mounts:   mounts,
 		Linux: &specs.Linux{

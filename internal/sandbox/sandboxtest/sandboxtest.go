@@ -94,11 +94,11 @@ func NewID() string {
 // and network.
 func Spec(rootfs string) sandbox.Spec {
 	return sandbox.Spec{
-		ID:      NewID(),
-		RootFS:  rootfs,
-		Args:    []string{ServerPath},
-		Env:     []string{"GOMAXPROCS=2"},
-		Network: NewNetwork(),
+		ID:       NewID(),
+		Template: sandbox.Artifact{Name: "conformance", Key: "conformance", RootFS: rootfs},
+		Args:     []string{ServerPath},
+		Env:      []string{"GOMAXPROCS=2"},
+		Network:  NewNetwork(),
 	}
 }
 
@@ -410,8 +410,8 @@ func (s *suite) testBrokenRootFS(t *testing.T) {
 		edit func(*sandbox.Spec)
 	}{
 		{"missing program", func(sp *sandbox.Spec) { sp.Args = []string{"/no/such/program"} }},
-		{"missing rootfs", func(sp *sandbox.Spec) { sp.RootFS = filepath.Join(t.TempDir(), "nothing") }},
-		{"rootfs is a file", func(sp *sandbox.Spec) { sp.RootFS = filepath.Join(s.rootfs, ServerPath) }},
+		{"missing rootfs", func(sp *sandbox.Spec) { sp.Template.RootFS = filepath.Join(t.TempDir(), "nothing") }},
+		{"rootfs is a file", func(sp *sandbox.Spec) { sp.Template.RootFS = filepath.Join(s.rootfs, ServerPath) }},
 	}
 	for _, tt := range tests {
 		spec := Spec(s.rootfs)

@@ -1,7 +1,8 @@
-package manager
+package node
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -18,6 +19,9 @@ var (
 	// ErrUnavailable means the server cannot do it now (no free address,
 	// template not built); retrying later may work.
 	ErrUnavailable = errors.New("unavailable")
+	// ErrRateLimited means the project is over one of its limits (live
+	// sandboxes, creates per second); retrying later may work.
+	ErrRateLimited = errors.New("rate limited")
 )
 
 // Error carries a message meant for the API's caller apart from the
@@ -52,4 +56,7 @@ func Message(err error) string {
 	return ""
 }
 
-func invalidf(msg string) error { return &Error{Kind: ErrInvalid, Msg: msg} }
+// Invalidf is an ErrInvalid error with message msg.
+func Invalidf(format string, args ...any) error {
+	return &Error{Kind: ErrInvalid, Msg: fmt.Sprintf(format, args...)}
+}

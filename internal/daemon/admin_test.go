@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"bytes"
@@ -8,13 +8,14 @@ import (
 	"testing"
 
 	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/cli"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	err = Run(context.Background(), args, &out, &errb)
+	err = cli.Run(context.Background(), args, &out, &errb, Commands()...)
 	return out.String(), errb.String(), err
 }
 
@@ -76,8 +77,8 @@ func TestAdminBadUsage(t *testing.T) {
 		{"admin", "create-key", "--data-dir", dir, "--project", "_lizard"},
 		{"admin", "frobnicate"},
 	} {
-		if _, _, err := runCLI(t, args...); err == nil || ExitCode(err) != 2 {
-			t.Errorf("%q = %v (exit %d); want a usage error (exit 2)", args, err, ExitCode(err))
+		if _, _, err := runCLI(t, args...); err == nil || cli.ExitCode(err) != 2 {
+			t.Errorf("%q = %v (exit %d); want a usage error (exit 2)", args, err, cli.ExitCode(err))
 		}
 	}
 	if out, _, err := runCLI(t, "admin"); err != nil || !strings.Contains(out, "create-project") {
@@ -86,7 +87,7 @@ func TestAdminBadUsage(t *testing.T) {
 }
 func TestServeConfig(t *testing.T) {
 	var errb bytes.Buffer
-	c, err := parseServe(env{stdout: &errb, stderr: &errb}, nil)
+	c, err := parseServe(cli.Env{Stdout: &errb, Stderr: &errb}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,11 +102,11 @@ func TestServeConfig(t *testing.T) {
 		{"--listen", "8080"},
 		{"--log-level", "loud"},
 	} {
-		c, err := parseServe(env{stdout: &errb, stderr: &errb}, args)
+		c, err := parseServe(cli.Env{Stdout: &errb, Stderr: &errb}, args)
 		if err == nil {
 			err = c.validate()
 		}
-		if err == nil || ExitCode(err) != 2 {
+		if err == nil || cli.ExitCode(err) != 2 {
 			t.Errorf("serve %q: %v; want a usage error", args, err)
 		}
 	}

@@ -1,16 +1,14 @@
-package cli
+package daemon
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
+	"github.com/lizard-build/lizard/internal/cli"
 	"github.com/lizard-build/lizard/internal/template"
 )
-
-func init() {
-	register("template", "build a template root filesystem", runTemplate)
-}
 
 // ensureTemplate is template.Ensure; tests replace it so that they need not
 // build a root filesystem.
@@ -20,11 +18,11 @@ type templateBuildArgs struct {
 	cacheDir, name string
 }
 
-func parseTemplateBuild(e env, args []string) (*templateBuildArgs, error) {
-	fs := newFlags(e, "template build")
+func parseTemplateBuild(e cli.Env, args []string) (*templateBuildArgs, error) {
+	fs := cli.NewFlags(e, "template build")
 	a := &templateBuildArgs{}
 	fs.StringVar(&a.cacheDir, "cache-dir", template.DefaultCacheDir, "template cache directory, shared by every data directory")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := cli.ParseInterspersed(fs, args)
 	if err != nil {
 		return nil, err
 	}
@@ -34,31 +32,31 @@ func parseTemplateBuild(e env, args []string) (*templateBuildArgs, error) {
 	case 1:
 		a.name = pos[0]
 	default:
-		return nil, usagef("usage: lizard template build [--cache-dir D] [NAME]")
+		return nil, cli.Usagef("usage: lizard template build [--cache-dir D] [NAME]")
 	}
-	if !contains(template.Names(), a.name) {
-		return nil, usagef("unknown template %q: want one of %s", a.name, strings.Join(template.Names(), ", "))
+	if !slices.Contains(template.Names(), a.name) {
+		return nil, cli.Usagef("unknown template %q: want one of %s", a.name, strings.Join(template.Names(), ", "))
 	}
 	return a, nil
 }
 
-func runTemplate(ctx context.Context, e env, args []string) error {
+func runTemplate(ctx context.Context, e cli.Env, args []string) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(e.stdout, "Usage: lizard template build [--cache-dir D] [NAME]\n\nTemplates: "+strings.Join(template.Names(), ", "))
+		fmt.Fprintln(e.Stdout, "Usage: lizard template build [--cache-dir D] [NAME]\n\nTemplates: "+strings.Join(template.Names(), ", "))
 		return nil
 	}
 	if args[0] != "build" {
-		return usagef("unknown template command %q: want build", args[0])
+		return cli.Usagef("unknown template command %q: want build", args[0])
 	}
 	a, err := parseTemplateBuild(e, args[1:])
 	if err != nil {
 		return err
 	}
 	// Progress goes to stderr so that stdout is only the path, for scripts.
-	rootfs, err := ensureTemplate(ctx, a.cacheDir, a.name, e.stderr)
+	rootfs, err := ensureTemplate(ctx, a.cacheDir, a.name, e.Stderr)
 	if err != nil {
 		return fmt.Errorf("building template %s: %w", a.name, err)
 	}
-	fmt.Fprintln(e.stdout, rootfs)
+	fmt.Fprintln(e.Stdout, rootfs)
 	return nil
 }

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lizard-build/lizard/internal/cli"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
@@ -24,7 +25,7 @@ func TestParseTemplateBuild(t *testing.T) {
 		{args: []string{"a", "b"}, wantErr: true},
 	}
 	for _, tt := range tests {
-		a, err := parseTemplateBuild(env{stdout: io.Discard, stderr: io.Discard}, tt.args)
+		a, err := parseTemplateBuild(cli.Env{Stdout: io.Discard, Stderr: io.Discard}, tt.args)
 		if (err != nil) != tt.wantErr {
 			t.Errorf("parseTemplateBuild(%q) error = %v, want error %v", tt.args, err, tt.wantErr)
 			continue
@@ -47,7 +48,7 @@ func TestTemplateBuild(t *testing.T) {
 	}
 	t.Cleanup(func() { ensureTemplate = template.Ensure })
 
-	out, errOut, err := lizard(t, "template", "build", "--cache-dir", "/tmp/c")
+	out, errOut, err := runCLI(t, "template", "build", "--cache-dir", "/tmp/c")
 	if err != nil {
 		t.Fatalf("template build: %v", err)
 	}
@@ -57,11 +58,11 @@ func TestTemplateBuild(t *testing.T) {
 	if out != "/tmp/c/interpreter-abc/rootfs\n" || !strings.Contains(errOut, "step 1/5") {
 		t.Errorf("stdout %q stderr %q: want only the path on stdout and progress on stderr", out, errOut)
 	}
-	_, _, err = lizard(t, "template", "build", "--cache-dir", "/broken")
+	_, _, err = runCLI(t, "template", "build", "--cache-dir", "/broken")
 	if err == nil || !strings.Contains(err.Error(), "debootstrap failed") {
 		t.Errorf("failed build: got %v, want its cause", err)
 	}
-	if _, _, err := lizard(t, "template", "frobnicate"); ExitCode(err) != 2 {
+	if _, _, err := runCLI(t, "template", "frobnicate"); cli.ExitCode(err) != 2 {
 		t.Errorf("unknown template command: got %v, want a usage error", err)
 	}
 }

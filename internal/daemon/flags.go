@@ -1,19 +1,17 @@
-package cli
+package daemon
 
 import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/lizard-build/lizard/internal/manager"
+	"github.com/lizard-build/lizard/internal/cli"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/sandbox"
-	"github.com/lizard-build/lizard/internal/server"
 )
 
 // policyFlags are serve's flags for untrusted code and clients: sandbox
@@ -62,7 +60,7 @@ func (p *policyFlags) validate() error {
 	switch p.Egress {
 	case "internet", "none":
 	default:
-		return usagef("--egress %q: want internet or none", p.Egress)
+		return cli.Usagef("--egress %q: want internet or none", p.Egress)
 	}
 	for _, s := range strings.Split(p.EgressAllow, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -70,21 +68,21 @@ func (p *policyFlags) validate() error {
 		}
 		pf, err := netip.ParsePrefix(s)
 		if err != nil || !pf.Addr().Is4() {
-			return usagef("--egress-allow %q: want IPv4 prefixes such as 203.0.113.0/24", s)
+			return cli.Usagef("--egress-allow %q: want IPv4 prefixes such as 203.0.113.0/24", s)
 		}
 		p.allowTo = append(p.allowTo, pf)
 	}
 	switch {
 	case p.MemoryMb < 64 || p.MemoryMb > p.MaxMemoryMb:
-		return usagef("--memory-mb %d and --max-memory-mb %d: want 64 <= default <= max", p.MemoryMb, p.MaxMemoryMb)
+		return cli.Usagef("--memory-mb %d and --max-memory-mb %d: want 64 <= default <= max", p.MemoryMb, p.MaxMemoryMb)
 	case p.CPUs < 0.1 || p.CPUs > p.MaxCPUs:
-		return usagef("--cpus %g and --max-cpus %g: want 0.1 <= default <= max", p.CPUs, p.MaxCPUs)
+		return cli.Usagef("--cpus %g and --max-cpus %g: want 0.1 <= default <= max", p.CPUs, p.MaxCPUs)
 	case p.DiskMb < 16 || p.DiskMb > p.MaxDiskMb:
-		return usagef("--disk-mb %d and --max-disk-mb %d: want 16 <= default <= max", p.DiskMb, p.MaxDiskMb)
+		return cli.Usagef("--disk-mb %d and --max-disk-mb %d: want 16 <= default <= max", p.DiskMb, p.MaxDiskMb)
 	case p.Processes < 16 || p.OpenFiles < 64:
-		return usagef("--processes %d and --open-files %d: want at least 16 and 64", p.Processes, p.OpenFiles)
+		return cli.Usagef("--processes %d and --open-files %d: want at least 16 and 64", p.Processes, p.OpenFiles)
 	case p.MaxSandboxes < 0 || p.CreateRate < 0 || p.KeyRate < 0:
-		return usagef("--max-sandboxes-per-project, --creates-per-second and --requests-per-second cannot be negative")
+		return cli.Usagef("--max-sandboxes-per-project, --creates-per-second and --requests-per-second cannot be negative")
 	}
 	if err := netns.CheckEgress(); err != nil {
 		return err
@@ -110,28 +108,6 @@ func openAudit(dataDir string) (*slog.Logger, *os.File, error) {
 		return nil, nil, fmt.Errorf("opening the audit log: %w", err)
 	}
 	return slog.New(slog.NewJSONHandler(f, nil)), f, nil
-}
-
-// policy builds the manager's policy and the sandbox listeners for the
-// API listening on ln.
-func (p *policyFlags) policy(listen net.Addr, audit *slog.Logger, logger *slog.Logger) (manager.Policy, *server.SandboxListeners) {
-	_, max := p.limits()
-	port := p.SandboxAPIPort
-	if port == 0 {
-		if a, ok := listen.(*net.TCPAddr); ok {
-			port = a.Port
-		}
-	}
-	sl := &server.SandboxListeners{Port: port, Logger: logger}
-	return manager.Policy{
-		MaxLimits:   max,
-		MaxRunning:  p.MaxSandboxes,
-		CreateRate:  p.CreateRate,
-		CreateBurst: p.CreateBurst,
-		Internet:    p.Egress == "internet",
-		SandboxAPI:  sl,
-		Audit:       audit,
-	}, sl
 }
 
 // forwardingNote warns when internet egress cannot work: replies from the

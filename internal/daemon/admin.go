@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"context"
@@ -10,12 +10,9 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/cli"
 	"github.com/lizard-build/lizard/internal/store"
 )
-
-func init() {
-	register("admin", "administer a data directory: create-project, create-key", runAdmin)
-}
 
 // projectIDPattern is what a project ID may be: short, lowercase, safe in
 // URLs, logs and file names.
@@ -31,9 +28,9 @@ only its hash is stored.
 `)
 }
 
-func runAdmin(ctx context.Context, e env, args []string) error {
+func runAdmin(ctx context.Context, e cli.Env, args []string) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		adminUsage(e.stdout)
+		adminUsage(e.Stdout)
 		return nil
 	}
 	switch args[0] {
@@ -42,8 +39,8 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 	case "create-key":
 		return adminCreate(ctx, e, args[1:], false)
 	}
-	adminUsage(e.stderr)
-	return usagef("unknown admin command %q: want create-project or create-key", args[0])
+	adminUsage(e.Stderr)
+	return cli.Usagef("unknown admin command %q: want create-project or create-key", args[0])
 }
 
 // adminKey is what create-project and create-key print with --json.
@@ -54,26 +51,26 @@ type adminKey struct {
 
 // adminCreate makes a project and its first key (newProject), or another
 // key for an existing project.
-func adminCreate(ctx context.Context, e env, args []string, newProject bool) error {
+func adminCreate(ctx context.Context, e cli.Env, args []string, newProject bool) error {
 	name, idFlag := "admin create-key", "project"
 	if newProject {
 		name, idFlag = "admin create-project", "id"
 	}
-	fs := newFlags(e, name)
+	fs := cli.NewFlags(e, name)
 	dataDir := fs.String("data-dir", "data", "the server's data directory")
 	id := fs.String(idFlag, "", "project ID: 1 to 64 of a-z, 0-9, _ and -")
 	asJSON := fs.Bool("json", false, `print {"projectId": ..., "apiKey": ...}`)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("lizard %s takes no arguments, got %q", name, fs.Args())
+		return cli.Usagef("lizard %s takes no arguments, got %q", name, fs.Args())
 	}
 	if !projectIDPattern.MatchString(*id) {
-		return usagef("--%s %q: want 1 to 64 of a-z, 0-9, _ and -", idFlag, *id)
+		return cli.Usagef("--%s %q: want 1 to 64 of a-z, 0-9, _ and -", idFlag, *id)
 	}
 	if *id == store.InternalProject {
-		return usagef("--%s %q is the server's own project (its template and warm-pool sandboxes); pick another", idFlag, *id)
+		return cli.Usagef("--%s %q is the server's own project (its template and warm-pool sandboxes); pick another", idFlag, *id)
 	}
 
 	st, err := store.Open(ctx, *dataDir)
@@ -100,12 +97,12 @@ func adminCreate(ctx context.Context, e env, args []string, newProject bool) err
 	}
 
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
+		enc := json.NewEncoder(e.Stdout)
 		return enc.Encode(adminKey{ProjectID: *id, APIKey: k.String()})
 	}
 	if newProject {
-		fmt.Fprintf(e.stdout, "Created project %s.\n", *id)
+		fmt.Fprintf(e.Stdout, "Created project %s.\n", *id)
 	}
-	fmt.Fprintf(e.stdout, "API key for project %s (shown once; keep it secret):\n\n  %s\n\nUse it with:\n  export LIZARD_API_KEY=%s\n", *id, k, k)
+	fmt.Fprintf(e.Stdout, "API key for project %s (shown once; keep it secret):\n\n  %s\n\nUse it with:\n  export LIZARD_API_KEY=%s\n", *id, k, k)
 	return nil
 }

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"context"
@@ -10,18 +10,29 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/auth"
-	"github.com/lizard-build/lizard/internal/manager"
+	"github.com/lizard-build/lizard/internal/cli"
+	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/netns"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
 	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/warm"
 )
 
-func init() {
-	register("serve", "run the Lizard API server", runServe)
+// Commands are the server's commands, added to the client's by cmd/lizard.
+func Commands() []cli.Command {
+	return []cli.Command{
+		{Name: "serve", Summary: "run the Lizard API server", Run: runServe},
+		{Name: "admin", Summary: "administer a data directory: create-project, create-key", Run: runAdmin},
+		{Name: "template", Summary: "build a template root filesystem", Run: runTemplate},
+	}
 }
 
 // serveConfig is everything `lizard serve` is told, from flags and the
@@ -38,6 +49,7 @@ type serveConfig struct {
 	MaxTimeout     time.Duration
 	SandboxAPIURL  string
 	LogLevel       string
+	Runtime        string // the backend: gvisor
 	// PausedRetention is how long a paused sandbox is kept.
 	PausedRetention time.Duration
 	// TemplateSnapshot makes creates restore a checkpoint of each
@@ -48,12 +60,12 @@ type serveConfig struct {
 	// policy is untrusted code's limits and network (serve_policy.go).
 	policy policyFlags
 
-	pool  manager.Pool
+	pool  netns.Pool
 	level slog.Level
 }
 
-func parseServe(e env, args []string) (*serveConfig, error) {
-	fs := newFlags(e, "serve")
+func parseServe(e cli.Env, args []string) (*serveConfig, error) {
+	fs := cli.NewFlags(e, "serve")
 	c := &serveConfig{}
 	cacheDefault := template.DefaultCacheDir
 	if d := os.Getenv("LIZARD_CACHE_DIR"); d != "" {
@@ -64,21 +76,22 @@ func parseServe(e env, args []string) (*serveConfig, error) {
 	fs.StringVar(&c.CacheDir, "cache-dir", cacheDefault, "template cache, shared by every data directory (env LIZARD_CACHE_DIR)")
 	fs.StringVar(&c.Runsc, "runsc", "", "runsc binary (default: runsc next to lizard, then on PATH)")
 	fs.StringVar(&c.Agent, "agent", "", "lizard-agent binary mounted into sandboxes (default: lizard-agent next to lizard)")
-	fs.StringVar(&c.Lizard, "lizard", "", "lizard binary mounted into sandboxes as /usr/local/bin/lizard (default: this binary)")
-	fs.StringVar(&c.AddressPool, "address-pool", manager.DefaultPool.String(), "IPv4 prefix sandbox links are taken from, a /30 each")
+	fs.StringVar(&c.Lizard, "lizard", "", "client-only lizard CLI given to sandboxes as /usr/local/bin/lizard (default: lizard-client next to lizard)")
+	fs.StringVar(&c.AddressPool, "address-pool", netns.DefaultPool.String(), "IPv4 prefix sandbox links are taken from, a /30 each")
 	fs.DurationVar(&c.DefaultTimeout, "default-timeout", 5*time.Minute, "life of a sandbox whose create names no timeout")
 	fs.DurationVar(&c.MaxTimeout, "max-timeout", 24*time.Hour, "longest timeout a create or setTimeout may ask for (0, never expire, is always allowed)")
 	fs.StringVar(&c.SandboxAPIURL, "sandbox-api-url", "", "API URL given to sandboxes created with lizardToken as LIZARD_API_URL (the server must be reachable there from inside sandboxes)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
-	fs.DurationVar(&c.PausedRetention, "paused-retention", manager.DefaultPausedRetention, "how long a paused sandbox is kept before it is ended")
+	fs.StringVar(&c.Runtime, "runtime", "gvisor", "sandbox backend: gvisor (runsc; works without KVM)")
+	fs.DurationVar(&c.PausedRetention, "paused-retention", node.DefaultPausedRetention, "how long a paused sandbox is kept before it is ended")
 	fs.BoolVar(&c.TemplateSnapshot, "template-snapshot", true, "create sandboxes by restoring a checkpoint of each template's booted sandbox (kernel started, numpy/pandas/matplotlib imported) instead of booting; false boots every sandbox")
 	fs.IntVar(&c.WarmPool, "warm-pool", 0, "restored sandboxes per template kept ready for creates with the default limits (needs --template-snapshot; each costs an idle sandbox's memory)")
 	c.policy.register(fs)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, usagef("lizard serve takes no arguments, got %q", fs.Args())
+		return nil, cli.Usagef("lizard serve takes no arguments, got %q", fs.Args())
 	}
 	return c, nil
 }
@@ -86,29 +99,29 @@ func parseServe(e env, args []string) (*serveConfig, error) {
 // validate checks c and fills in the defaults that depend on the machine.
 func (c *serveConfig) validate() error {
 	var err error
-	if c.pool, err = manager.ParsePool(c.AddressPool); err != nil {
-		return usagef("--address-pool: %v", err)
+	if c.pool, err = netns.ParsePool(c.AddressPool); err != nil {
+		return cli.Usagef("--address-pool: %v", err)
 	}
 	if c.DefaultTimeout <= 0 || c.MaxTimeout <= 0 || c.DefaultTimeout > c.MaxTimeout {
-		return usagef("--default-timeout %s and --max-timeout %s: want 0 < default <= max", c.DefaultTimeout, c.MaxTimeout)
+		return cli.Usagef("--default-timeout %s and --max-timeout %s: want 0 < default <= max", c.DefaultTimeout, c.MaxTimeout)
 	}
 	if err := c.policy.validate(); err != nil {
 		return err
 	}
 	if err := c.level.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return usagef("--log-level %q: want debug, info, warn or error", c.LogLevel)
+		return cli.Usagef("--log-level %q: want debug, info, warn or error", c.LogLevel)
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return usagef("--listen %q: want HOST:PORT, such as 127.0.0.1:8080", c.Listen)
+		return cli.Usagef("--listen %q: want HOST:PORT, such as 127.0.0.1:8080", c.Listen)
 	}
 	if c.DataDir == "" {
-		return usagef("--data-dir must not be empty")
+		return cli.Usagef("--data-dir must not be empty")
 	}
 	if c.WarmPool < 0 || c.WarmPool > 64 {
-		return usagef("--warm-pool %d: want 0 to 64", c.WarmPool)
+		return cli.Usagef("--warm-pool %d: want 0 to 64", c.WarmPool)
 	}
 	if c.WarmPool > 0 && !c.TemplateSnapshot {
-		return usagef("--warm-pool needs --template-snapshot=true: the pool is restored from template snapshots")
+		return cli.Usagef("--warm-pool needs --template-snapshot=true: the pool is restored from template snapshots")
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("lizard serve must run as root: it creates network namespaces and runs runsc (try sudo)")
@@ -119,7 +132,7 @@ func (c *serveConfig) validate() error {
 	}
 	binDir := filepath.Dir(self)
 	if c.Lizard == "" {
-		c.Lizard = self
+		c.Lizard = filepath.Join(binDir, "lizard-client")
 	}
 	if c.Runsc == "" {
 		c.Runsc = filepath.Join(binDir, "runsc")
@@ -159,7 +172,7 @@ func isFile(p string) bool {
 	return err == nil && st.Mode().IsRegular()
 }
 
-func runServe(ctx context.Context, e env, args []string) error {
+func runServe(ctx context.Context, e cli.Env, args []string) error {
 	c, err := parseServe(e, args)
 	if err != nil {
 		return err
@@ -167,7 +180,7 @@ func runServe(ctx context.Context, e env, args []string) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: c.level}))
+	logger := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: c.level}))
 
 	// Listen first: a taken port is the likeliest mistake, and the cheapest
 	// to report before anything else starts.
@@ -188,73 +201,125 @@ func runServe(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	defer auditFile.Close()
-	policy, sandboxAPI := c.policy.policy(ln.Addr(), audit, logger)
-	defer sandboxAPI.CloseAll()
 	forwardingNote(logger, c.policy.Egress)
-	limits, _ := c.policy.limits()
+	limits, maxLimits := c.policy.limits()
+	internet := c.policy.Egress == "internet"
 
-	rt, err := gvisor.New(gvisor.Config{Runsc: c.Runsc, Dir: filepath.Join(c.DataDir, "gvisor"), Logger: logger, AllowTo: c.policy.allowTo})
+	rt, err := newRuntime(c, logger)
 	if err != nil {
-		return fmt.Errorf("starting the gVisor runtime: %w", err)
+		return err
 	}
 
 	// Templates build in the background so that the API (and its health
 	// check) is up at once; creates wait for their template.
-	templates := manager.NewTemplates(ctx, template.Ensure, c.CacheDir, e.stderr, logger)
+	builds := template.NewBuilds(ctx, template.Ensure, c.CacheDir, e.Stderr, logger)
 	for _, name := range template.Names() {
-		templates.Start(name)
+		builds.Start(name)
 	}
+	files := []sandbox.File{{Source: c.Agent, Target: node.AgentPath}, {Source: c.Lizard, Target: node.LizardPath}}
 
-	m, err := manager.New(manager.Config{
-		Runtime:        rt,
-		Store:          st,
-		Logger:         logger,
-		Pool:           c.pool,
-		RootFS:         templates.RootFS,
-		AgentBinary:    c.Agent,
-		LizardBinary:   c.Lizard,
-		DefaultTimeout: c.DefaultTimeout,
-		MaxTimeout:     c.MaxTimeout,
-		APIURL:         c.SandboxAPIURL,
-		Limits:         limits,
-		Policy:         policy,
-		// Checkpoint images of paused sandboxes and snapshots.
-		DataDir:         c.DataDir,
-		PausedRetention: c.PausedRetention,
-		// Template snapshots (DataDir/templates) and the warm pool.
-		NoTemplateSnapshots: !c.TemplateSnapshot,
-		RuntimeBinary:       c.Runsc,
-		WarmPool:            c.WarmPool,
+	// Template snapshots and the warm pool.
+	var pool *warm.Pool
+	if c.TemplateSnapshot {
+		pool = warm.New(warm.Config{Store: st, Templates: template.Names(), Artifact: builds.Artifact, DataDir: c.DataDir,
+			RuntimeKey: rt.ImageKey(), Files: []string{c.Agent, c.Lizard}, Size: c.WarmPool,
+			Limits: limits, Internet: internet, Logger: logger})
+	}
+	ncfg := node.Config{
+		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: builds.Artifact, Files: files,
+		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: c.tokenAPI(ln.Addr()),
+		DataDir: c.DataDir, PausedRetention: c.PausedRetention,
+	}
+	if pool != nil {
+		ncfg.Warm = pool
+	}
+	n, err := node.New(ncfg)
+	if err != nil {
+		return err
+	}
+	ctl, err := control.New(control.Config{
+		Node: n, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: internet,
+		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout,
+		MaxRunning: c.policy.MaxSandboxes, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
+		Audit: audit,
 	})
 	if err != nil {
 		return err
 	}
-	if err := m.Reconcile(ctx); err != nil {
-		return fmt.Errorf("reconciling sandboxes with the runtime: %w", err)
-	}
-	go m.RunReaper(ctx)
-	m.StartBackground(ctx)
-
 	h := server.New(server.Config{
-		Manager:   m,
+		Control:   ctl,
 		Keys:      &auth.Verifier{Store: st, Logger: logger},
 		Logger:    logger,
 		Version:   version(),
 		KeyLimits: server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst},
 		Audit:     audit,
 	})
-	sandboxAPI.SetHandler(h)
+	// Sandboxes holding a lizardToken reach the API on their own host
+	// address, opened and closed as they start and stop.
+	listeners := server.NewSandboxListeners(c.sandboxAPIPort(ln.Addr()), h, logger)
+	defer listeners.CloseAll()
+	if c.SandboxAPIURL == "" {
+		n.Subscribe(listeners.Handle)
+	}
+	n.Subscribe(ctl.Events)
+	if err := n.Reconcile(ctx); err != nil {
+		return fmt.Errorf("reconciling sandboxes with the runtime: %w", err)
+	}
+	go n.RunReaper(ctx)
+	if pool != nil {
+		go pool.Run(ctx, n)
+	}
+
 	logger.Info("lizard serving", "url", "http://"+ln.Addr().String(), "data_dir", c.DataDir,
-		"cache_dir", c.CacheDir, "runsc", c.Runsc, "address_pool", c.pool.Prefix().String())
+		"cache_dir", c.CacheDir, "runtime", rt.Name(), "address_pool", c.pool.Prefix().String())
 	if n, err := st.CountProjects(ctx); err == nil && n == 0 {
 		logger.Info("no projects yet: make one and its API key with `lizard admin create-project --data-dir " +
 			c.DataDir + " --id proj_123 --json`")
 	}
 	err = server.Run(ctx, ln, h, logger)
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	m.DrainWarmPool(dctx)
+	if pool != nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		pool.Drain(dctx)
+	}
 	return err
+}
+
+// newRuntime starts the runtime backend --runtime names.
+func newRuntime(c *serveConfig, logger *slog.Logger) (sandbox.Runtime, error) {
+	switch c.Runtime {
+	case "gvisor":
+		rt, err := gvisor.New(gvisor.Config{Runsc: c.Runsc, Dir: filepath.Join(c.DataDir, "gvisor"), Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("starting the gVisor runtime: %w", err)
+		}
+		return rt, nil
+	}
+	return nil, cli.Usagef("--runtime %q: want gvisor (the only backend built so far)", c.Runtime)
+}
+
+// sandboxAPIPort is the port the API is served on to lizardToken
+// sandboxes: --sandbox-api-port, else the --listen port.
+func (c *serveConfig) sandboxAPIPort(listen net.Addr) int {
+	if c.policy.SandboxAPIPort != 0 {
+		return c.policy.SandboxAPIPort
+	}
+	if a, ok := listen.(*net.TCPAddr); ok {
+		return a.Port
+	}
+	return 0
+}
+
+// tokenAPI tells a lizardToken sandbox where the API is: --sandbox-api-url
+// if set, else its own host address, which the sandbox listeners open.
+func (c *serveConfig) tokenAPI(listen net.Addr) func(host string) ([]string, int) {
+	if c.SandboxAPIURL != "" {
+		return func(string) ([]string, int) { return []string{"LIZARD_API_URL=" + c.SandboxAPIURL}, 0 }
+	}
+	port := c.sandboxAPIPort(listen)
+	return func(host string) ([]string, int) {
+		return []string{"LIZARD_API_URL=http://" + net.JoinHostPort(host, strconv.Itoa(port))}, port
+	}
 }
 
 // version names the build: its VCS revision, or its module version.

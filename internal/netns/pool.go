@@ -1,4 +1,4 @@
-package manager
+package netns
 
 import (
 	"fmt"
@@ -86,7 +86,9 @@ func fromUint(v uint32) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-func (p Pool) addrStrings(n int) (string, string) {
+// AddrStrings returns slot n's host and guest addresses as strings, as the store
+// records them.
+func (p Pool) AddrStrings(n int) (string, string) {
 	h, g := p.Addrs(n)
 	return h.String(), g.String()
 }

@@ -1,20 +1,23 @@
-package manager
+package template
 
 import (
+	"path/filepath"
+
 	"context"
+	"github.com/lizard-build/lizard/internal/sandbox"
 	"io"
 	"log/slog"
 	"sync"
 	"time"
 )
 
-// EnsureFunc builds or finds a template's root filesystem; template.Ensure.
+// EnsureFunc builds or finds a template's root filesystem; Ensure.
 type EnsureFunc func(ctx context.Context, cacheDir, name string, progress io.Writer) (rootfs string, err error)
 
-// Templates runs template builds in the background, one at a time per
+// Builds runs template builds in the background, one at a time per
 // template, and lets sandbox creation wait for them. A build that fails is
 // tried again by the next caller that needs it.
-type Templates struct {
+type Builds struct {
 	ctx      context.Context // bounds builds: the server's life, not a request's
 	ensure   EnsureFunc
 	cacheDir string
@@ -31,18 +34,19 @@ type build struct {
 	err    error
 }
 
-// NewTemplates returns a Templates whose builds run until ctx ends.
-func NewTemplates(ctx context.Context, ensure EnsureFunc, cacheDir string, progress io.Writer, logger *slog.Logger) *Templates {
+// NewBuilds returns a Builds whose builds run until ctx ends; ensure is
+// normally Ensure.
+func NewBuilds(ctx context.Context, ensure EnsureFunc, cacheDir string, progress io.Writer, logger *slog.Logger) *Builds {
 	if progress == nil {
 		progress = io.Discard
 	}
-	return &Templates{ctx: ctx, ensure: ensure, cacheDir: cacheDir, progress: progress, logger: logger, builds: map[string]*build{}}
+	return &Builds{ctx: ctx, ensure: ensure, cacheDir: cacheDir, progress: progress, logger: logger, builds: map[string]*build{}}
 }
 
 // Start begins building name unless it is built or building.
-func (t *Templates) Start(name string) { t.start(name) }
+func (t *Builds) Start(name string) { t.start(name) }
 
-func (t *Templates) start(name string) *build {
+func (t *Builds) start(name string) *build {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if b, ok := t.builds[name]; ok {
@@ -72,13 +76,18 @@ func (t *Templates) start(name string) *build {
 	return b
 }
 
-// RootFS waits (as long as ctx allows) for name's root filesystem.
-func (t *Templates) RootFS(ctx context.Context, name string) (string, error) {
+// Artifact waits (as long as ctx allows) for name's root filesystem.
+func (t *Builds) Artifact(ctx context.Context, name string) (sandbox.Artifact, error) {
 	b := t.start(name)
 	select {
 	case <-b.done:
-		return b.rootfs, b.err
+		if b.err != nil {
+			return sandbox.Artifact{}, b.err
+		}
+		// The rootfs lives in <name>-<recipe hash>/: its directory's name
+		// changes with its content.
+		return sandbox.Artifact{Name: name, Key: filepath.Base(filepath.Dir(b.rootfs)), RootFS: b.rootfs}, nil
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return sandbox.Artifact{}, ctx.Err()
 	}
 }

@@ -1,0 +1,45 @@
+package api
+
+// The agent's own endpoints. Public ones are reached through the API at
+// /v1/sandboxes/{sandboxId}/<path> (the server's proxy forwards exactly
+// AgentPublicPaths); internal ones are called by the server alone, are
+// marked x-internal in openapi.yaml, and are never forwarded.
+
+// AgentPublicPaths are the agent routes the public API forwards, as
+// net/http patterns relative to the agent (the proxy prefixes
+// /v1/sandboxes/{id}). api/openapi_test.go checks them against the spec.
+var AgentPublicPaths = []string{
+	"/health",
+	"/execute",
+	"/contexts",
+	"/contexts/{contextId}",
+	"/contexts/{contextId}/restart",
+	"/process",
+	"/files",
+	"/files/list",
+	"/files/stat",
+	"/files/mkdir",
+}
+
+// Internal agent endpoints, for the server only.
+const (
+	// AgentReadyPath answers once the default kernel runs with its
+	// preloads imported (template snapshots wait for it).
+	AgentReadyPath = "/ready"
+	// AgentReseedPath gives a restored sandbox its identity (ReseedRequest).
+	AgentReseedPath = "/reseed"
+)
+
+// ReseedRequest is the body of the agent's internal POST /reseed: the
+// identity of a sandbox restored from another's checkpoint (fork, snapshot,
+// template snapshot, warm-pool claim) or resumed with a new environment.
+type ReseedRequest struct {
+	SandboxID string `json:"sandboxId"`
+	// Envs are set for every kernel and process from now on.
+	Envs map[string]string `json:"envs,omitempty"`
+	// Unset names variables to remove (a fork's parent's lizardToken).
+	Unset []string `json:"unset,omitempty"`
+	// KeepSeeds leaves the random generators alone: a resumed sandbox is
+	// the same sandbox, not a copy.
+	KeepSeeds bool `json:"keepSeeds,omitempty"`
+}

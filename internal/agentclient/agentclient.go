@@ -1,0 +1,170 @@
+// Package agentclient is the server's side of the line to the agent inside
+// each sandbox: it dials an agent by sandbox ID, waits for it to answer,
+// waits for its kernel to be ready, gives a restored sandbox its identity
+// (reseed), and carries the public API's proxied calls. It imports only
+// api, so that any part of the server (one node, or an API process in front
+// of many) can use it.
+package agentclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+// Resolver returns the host:port sandbox id's agent listens on, or an
+// error if the sandbox is unknown or has ended.
+type Resolver func(ctx context.Context, id string) (string, error)
+
+// Client talks to agents. It is safe for concurrent use.
+type Client struct {
+	resolve   Resolver
+	transport http.RoundTripper
+}
+
+// New returns a Client that finds agents with resolve. transport, when not
+// nil, replaces the direct one (tests).
+func New(resolve Resolver, transport http.RoundTripper) *Client {
+	c := &Client{resolve: resolve, transport: transport}
+	if c.transport == nil {
+		c.transport = &http.Transport{
+			// Never through an HTTP proxy from the environment: agents
+			// live on this machine's own links.
+			Proxy:               nil,
+			DialContext:         c.dial,
+			MaxIdleConnsPerHost: 16,
+			IdleConnTimeout:     90 * time.Second,
+		}
+	}
+	return c
+}
+
+// Addr is the default agent address of a sandbox whose guest address is
+// guest.
+func Addr(guest string) string { return net.JoinHostPort(guest, strconv.Itoa(api.AgentPort)) }
+
+// host is the host agent URLs name: the sandbox ID, not its address.
+// Addresses are reused once a sandbox ends, and a kept-alive connection to
+// the old sandbox's address must never carry a request meant for the new
+// one; keying the connection pool by ID makes that impossible.
+func host(id string) string { return net.JoinHostPort(id, strconv.Itoa(api.AgentPort)) }
+
+// URL is the base URL of sandbox id's agent, for requests sent through
+// Transport.
+func URL(id string) *url.URL { return &url.URL{Scheme: "http", Host: host(id)} }
+
+func (c *Client) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	id, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	target, err := c.resolve(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("dialing agent of sandbox %s: %w", id, err)
+	}
+	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	return d.DialContext(ctx, network, target)
+}
+
+// Transport carries requests to agents; the API's proxy uses it.
+func (c *Client) Transport() http.RoundTripper { return c.transport }
+
+// CloseIdle drops kept-alive connections. A sandbox about to be
+// checkpointed must have none: the image would keep them established, and
+// a sandbox restored from it at the same address could collide with them.
+func (c *Client) CloseIdle() {
+	if t, ok := c.transport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
+}
+
+// ErrStopped means the sandbox stopped while its agent was awaited.
+var ErrStopped = errors.New("sandbox stopped before its agent answered")
+
+// Wait polls sandbox id's /health until it answers 200, ctx ends, or
+// alive (checked every half second) says the sandbox has stopped, in which
+// case the error wraps ErrStopped.
+func (c *Client) Wait(ctx context.Context, id string, alive func(context.Context) error) error {
+	client := &http.Client{Transport: c.transport, Timeout: 2 * time.Second}
+	u := URL(id).String() + "/health"
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for i := 1; ; i++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("agent health answered %s", resp.Status)
+		}
+		last = err
+		if i%50 == 0 && alive != nil {
+			if err := alive(ctx); err != nil {
+				return fmt.Errorf("%w: %v; last health check: %v", ErrStopped, err, last)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w (last: %v)", u, ctx.Err(), last)
+		case <-tick.C:
+		}
+	}
+}
+
+// Ready waits for the agent's default kernel and its preloads.
+func (c *Client) Ready(ctx context.Context, id string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, URL(id).String()+api.AgentReadyPath, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Transport: c.transport, Timeout: 3 * time.Minute}).Do(req)
+	if err != nil {
+		return fmt.Errorf("waiting for the kernel of sandbox %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("waiting for the kernel of sandbox %s: agent answered %s: %s", id, resp.Status, b)
+	}
+	return nil
+}
+
+// Reseed gives a restored sandbox its identity: its ID, the environment
+// for every kernel and process from now on, and (unless r.KeepSeeds) fresh
+// seeds for every kernel's random generators.
+func (c *Client) Reseed(ctx context.Context, r api.ReseedRequest) error {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encoding reseed request: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, URL(r.SandboxID).String()+api.AgentReseedPath, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Transport: c.transport, Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return fmt.Errorf("reseeding sandbox %s: %w", r.SandboxID, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("reseeding sandbox %s: agent answered %s", r.SandboxID, resp.Status)
+	}
+	return nil
+}

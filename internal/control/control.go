@@ -1,0 +1,275 @@
+// Package control is Lizard's control plane: what the public API asks of
+// sandboxes, checked and decided before any node runs it. It turns
+// requests into plans (validation, defaults and limits), admits them
+// against each project's quotas, mints lizardTokens, keeps snapshots'
+// records, records the audit trail, and makes sure a project only ever
+// touches its own sandboxes. The sandboxes themselves run on a node
+// (package node), reached through the node.Node interface.
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
+)
+
+// Config says what the control plane allows. Node and Store are required;
+// zero values of the rest take the defaults noted.
+type Config struct {
+	Node   node.Node
+	Store  *store.Store
+	Logger *slog.Logger // default slog.Default()
+	// Templates are the names a create may ask for; default template.Names().
+	Templates []string
+	// Limits is a sandbox's default shape and MaxLimits bounds what a
+	// create may ask for (zero fields: nothing above the default).
+	Limits    sandbox.Limits
+	MaxLimits sandbox.Limits
+	// Internet lets sandboxes reach public addresses unless their create
+	// says allowInternet: false.
+	Internet bool
+	// DefaultTimeout is a sandbox's life when the request names none
+	// (default 5 minutes); MaxTimeout bounds what a request may ask (default
+	// 24 hours; 0, never expiring, is always allowed).
+	DefaultTimeout time.Duration
+	MaxTimeout     time.Duration
+	// MaxRunning is how many live sandboxes a project may have (0: no
+	// bound). CreateRate is creates per second per project, with bursts of
+	// CreateBurst (0: no bound).
+	MaxRunning  int
+	CreateRate  float64
+	CreateBurst int
+	// Audit receives create, end and key events (key IDs, never keys);
+	// nil discards them.
+	Audit *slog.Logger
+	Now   func() time.Time // default time.Now
+}
+
+// Control serves the API's sandbox operations. It is safe for concurrent
+// use.
+type Control struct {
+	cfg  Config
+	node node.Node
+	log  *slog.Logger
+
+	// admitMu serializes admission: count of live rows, then insert.
+	admitMu  sync.Mutex
+	limiters map[string]*rate.Limiter
+	// snapMu lets restores from snapshots run together and a snapshot's
+	// deletion wait for them.
+	snapMu sync.RWMutex
+}
+
+// New checks cfg and returns the control plane.
+func New(cfg Config) (*Control, error) {
+	switch {
+	case cfg.Node == nil:
+		return nil, errors.New("control: no node")
+	case cfg.Store == nil:
+		return nil, errors.New("control: no store")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Templates == nil {
+		cfg.Templates = template.Names()
+	}
+	if cfg.DefaultTimeout == 0 {
+		cfg.DefaultTimeout = 5 * time.Minute
+	}
+	if cfg.MaxTimeout == 0 {
+		cfg.MaxTimeout = 24 * time.Hour
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	p, d := cfg.MaxLimits, cfg.Limits
+	switch {
+	case cfg.DefaultTimeout > cfg.MaxTimeout:
+		return nil, fmt.Errorf("control: default timeout %s is over the maximum %s", cfg.DefaultTimeout, cfg.MaxTimeout)
+	case p.MemoryBytes > 0 && d.MemoryBytes > p.MemoryBytes:
+		return nil, fmt.Errorf("control: default memory %d is over the maximum %d", d.MemoryBytes, p.MemoryBytes)
+	case p.CPUs > 0 && d.CPUs > p.CPUs:
+		return nil, fmt.Errorf("control: default CPUs %g is over the maximum %g", d.CPUs, p.CPUs)
+	case p.DiskBytes > 0 && d.DiskBytes > p.DiskBytes:
+		return nil, fmt.Errorf("control: default disk %d is over the maximum %d", d.DiskBytes, p.DiskBytes)
+	}
+	return &Control{cfg: cfg, node: cfg.Node, log: cfg.Logger, limiters: map[string]*rate.Limiter{}}, nil
+}
+
+func (c *Control) now() time.Time { return c.cfg.Now().UTC() }
+
+func (c *Control) audit(msg string, attrs ...any) {
+	if a := c.cfg.Audit; a != nil {
+		a.Info(msg, attrs...)
+	}
+}
+
+// Events is what the control plane does on a node's lifecycle events: the
+// audit trail of every end, whatever ended it. Subscribe it to the node.
+func (c *Control) Events(e node.Event) {
+	if e.Kind == node.Stopped && e.State != api.StatePaused {
+		c.audit("sandbox.end", "sandbox_id", e.SandboxID, "project_id", e.ProjectID, "state", e.State, "reason", e.Reason)
+	}
+}
+
+// lookup returns projectID's sandbox id; another project's sandbox is
+// ErrNotFound, exactly like a missing one.
+func (c *Control) lookup(ctx context.Context, projectID, id string) (store.Sandbox, error) {
+	sb, err := c.cfg.Store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || err == nil && sb.ProjectID != projectID {
+		return store.Sandbox{}, &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found in project %s", id, projectID)}
+	}
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	return sb, nil
+}
+
+// Get returns projectID's sandbox id, live or ended.
+func (c *Control) Get(ctx context.Context, projectID, id string) (api.Sandbox, error) {
+	sb, err := c.lookup(ctx, projectID, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return toAPI(sb), nil
+}
+
+// States a List filter may name.
+var states = []string{api.StateStarting, api.StateRunning, api.StatePaused, api.StateKilled, api.StateExpired, api.StateFailed}
+
+// ListFilter selects sandboxes. Every metadata pair must match; with no
+// States, only live sandboxes (not ended) are listed.
+type ListFilter struct {
+	Metadata map[string]string
+	States   []string
+}
+
+// List returns projectID's sandboxes that f selects, newest first.
+func (c *Control) List(ctx context.Context, projectID string, f ListFilter) ([]api.Sandbox, error) {
+	for _, s := range f.States {
+		if !slices.Contains(states, s) {
+			return nil, node.Invalidf("unknown state %q; states are %s", s, strings.Join(states, ", "))
+		}
+	}
+	rows, err := c.cfg.Store.ListSandboxes(ctx, store.Filter{ProjectID: projectID, States: f.States, LiveOnly: len(f.States) == 0})
+	if err != nil {
+		return nil, err
+	}
+	out := []api.Sandbox{}
+	for i := len(rows) - 1; i >= 0; i-- {
+		sb := rows[i]
+		match := true
+		for k, v := range f.Metadata {
+			if got, ok := sb.Metadata[k]; !ok || got != v {
+				match = false
+				break
+			}
+		}
+		if match {
+			out = append(out, toAPI(sb))
+		}
+	}
+	return out, nil
+}
+
+// Kill ends projectID's sandbox id at once. Killing an ended sandbox is not
+// an error.
+func (c *Control) Kill(ctx context.Context, projectID, id string) error {
+	if _, err := c.lookup(ctx, projectID, id); err != nil {
+		return err
+	}
+	return c.node.Kill(ctx, id)
+}
+
+// SetTimeout gives projectID's sandbox id a new deadline ms from now; 0
+// means it never expires.
+func (c *Control) SetTimeout(ctx context.Context, projectID, id string, ms int64) (api.Sandbox, error) {
+	if err := c.checkTimeout(ms); err != nil {
+		return api.Sandbox{}, err
+	}
+	if _, err := c.lookup(ctx, projectID, id); err != nil {
+		return api.Sandbox{}, err
+	}
+	sb, err := c.node.SetTimeout(ctx, id, ms)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return toAPI(sb), nil
+}
+
+// Pause checkpoints projectID's running sandbox id to disk and stops it.
+func (c *Control) Pause(ctx context.Context, projectID, id string) (api.Sandbox, error) {
+	if _, err := c.lookup(ctx, projectID, id); err != nil {
+		return api.Sandbox{}, err
+	}
+	sb, err := c.node.Pause(ctx, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return toAPI(sb), nil
+}
+
+// Resume restores projectID's paused sandbox id; req.TimeoutMs, when set,
+// replaces the time it had left.
+func (c *Control) Resume(ctx context.Context, projectID, id string, req api.ResumeRequest) (api.Sandbox, error) {
+	if req.TimeoutMs != nil {
+		if err := c.checkTimeout(*req.TimeoutMs); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
+	if _, err := c.lookup(ctx, projectID, id); err != nil {
+		return api.Sandbox{}, err
+	}
+	sb, err := c.node.Resume(ctx, id, req.TimeoutMs)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return toAPI(sb), nil
+}
+
+// Acquire returns the agent URL of projectID's sandbox id for one proxied
+// call, resuming the sandbox first if it is paused. Call release when the
+// call has ended: a pause waits for calls in flight.
+func (c *Control) Acquire(ctx context.Context, projectID, id string) (*url.URL, func(), error) {
+	if _, err := c.lookup(ctx, projectID, id); err != nil {
+		return nil, nil, err
+	}
+	return c.node.Acquire(ctx, id)
+}
+
+// Transport carries proxied calls to agents.
+func (c *Control) Transport() http.RoundTripper { return c.node.Transport() }
+
+func toAPI(sb store.Sandbox) api.Sandbox {
+	meta := sb.Metadata
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	return api.Sandbox{
+		SandboxID: sb.ID,
+		ProjectID: sb.ProjectID,
+		Template:  sb.Template,
+		State:     sb.State,
+		TimeoutMs: sb.TimeoutMs,
+		Metadata:  meta,
+		CreatedAt: sb.CreatedAt,
+		ExpiresAt: sb.ExpiresAt,
+		EndedAt:   sb.EndedAt,
+	}
+}

@@ -1,0 +1,213 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
+)
+
+// Bounds on what a create request may ask for.
+const (
+	MaxMetadataPairs = 64
+	MaxMetadataKey   = 256
+	MaxMetadataValue = 2048
+	MaxEnvs          = 512
+	MaxEnvBytes      = 256 << 10
+)
+
+// Create makes a sandbox for projectID and returns once its agent answers.
+func (c *Control) Create(ctx context.Context, projectID string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	if req.SnapshotID != "" {
+		return c.createFromSnapshot(ctx, projectID, req)
+	}
+	p, err := c.plan(projectID, req)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if req.LizardToken {
+		p.Key = c.keyMinter(projectID)
+	}
+	sb, err := c.node.Create(ctx, p)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return toAPI(sb), nil
+}
+
+// plan checks req and turns it into a plan for projectID, admitted
+// against the project's quotas.
+func (c *Control) plan(projectID string, req api.CreateSandboxRequest) (node.Plan, error) {
+	p := node.Plan{ProjectID: projectID, Template: req.Template, Metadata: req.Metadata, OnTimeout: req.OnTimeout}
+	p.Admit = func(ctx context.Context) (func(), error) { return c.admit(ctx, projectID) }
+	if p.Template == "" {
+		p.Template = template.Default
+	}
+	if !slices.Contains(c.cfg.Templates, p.Template) {
+		return p, node.Invalidf("unknown template %q; available: %s", p.Template, strings.Join(c.cfg.Templates, ", "))
+	}
+	p.TimeoutMs = c.cfg.DefaultTimeout.Milliseconds()
+	if req.TimeoutMs != nil {
+		p.TimeoutMs = *req.TimeoutMs
+		if err := c.checkTimeout(p.TimeoutMs); err != nil {
+			return p, err
+		}
+	}
+	switch req.OnTimeout {
+	case "", api.OnTimeoutKill, api.OnTimeoutPause:
+	default:
+		return p, node.Invalidf("onTimeout %q: want %q or %q", req.OnTimeout, api.OnTimeoutKill, api.OnTimeoutPause)
+	}
+	if len(req.Metadata) > MaxMetadataPairs {
+		return p, node.Invalidf("metadata has %d pairs; at most %d are allowed", len(req.Metadata), MaxMetadataPairs)
+	}
+	for k, v := range req.Metadata {
+		switch {
+		case k == "" || len(k) > MaxMetadataKey:
+			return p, node.Invalidf("metadata key %q: want 1 to %d bytes", k, MaxMetadataKey)
+		case strings.Contains(k, "="):
+			return p, node.Invalidf("metadata key %q contains '=', which the list filter (metadata=key=value) cannot express", k)
+		case len(v) > MaxMetadataValue:
+			return p, node.Invalidf("metadata value of %q is %d bytes; at most %d are allowed", k, len(v), MaxMetadataValue)
+		}
+	}
+	if err := c.planEnvs(&p, req); err != nil {
+		return p, err
+	}
+	return p, c.planLimits(&p, req)
+}
+
+func (c *Control) planEnvs(p *node.Plan, req api.CreateSandboxRequest) error {
+	if len(req.Envs) > MaxEnvs {
+		return node.Invalidf("envs has %d variables; at most %d are allowed", len(req.Envs), MaxEnvs)
+	}
+	size := 0
+	for k, v := range req.Envs {
+		switch {
+		case k == "" || strings.ContainsAny(k, "=\x00"):
+			return node.Invalidf("env name %q is not valid: names are non-empty and hold no '=' or NUL", k)
+		case strings.Contains(v, "\x00"):
+			return node.Invalidf("env %s: values cannot hold NUL bytes", k)
+		case k == "LIZARD_SANDBOX_ID" || k == "LIZARD_PROJECT_ID":
+			return node.Invalidf("env %s is set by Lizard; choose another name", k)
+		case req.LizardToken && (k == "LIZARD_API_KEY" || k == "LIZARD_API_URL"):
+			return node.Invalidf("env %s is set by Lizard when lizardToken is true; drop one of them", k)
+		}
+		size += len(k) + len(v) + 2
+		p.Envs = append(p.Envs, k+"="+v)
+	}
+	if size > MaxEnvBytes {
+		return node.Invalidf("envs total %d bytes; at most %d are allowed", size, MaxEnvBytes)
+	}
+	sort.Strings(p.Envs)
+	return nil
+}
+
+// planLimits fills p's limits and egress from req within the maxima.
+func (c *Control) planLimits(p *node.Plan, req api.CreateSandboxRequest) error {
+	p.Limits = c.cfg.Limits
+	top := c.cfg.MaxLimits
+	if req.MemoryMb != nil {
+		mb, max := *req.MemoryMb, orDefault(top.MemoryBytes, c.cfg.Limits.MemoryBytes)>>20
+		if mb < 64 || max > 0 && mb > max {
+			return node.Invalidf("memoryMb %d is out of range: want 64 to %d (the server's --max-memory)", mb, max)
+		}
+		p.Limits.MemoryBytes = mb << 20
+	}
+	if req.Cpus != nil {
+		cpus, max := *req.Cpus, orDefault(top.CPUs, c.cfg.Limits.CPUs)
+		if math.IsNaN(cpus) || cpus < 0.1 || max > 0 && cpus > max {
+			return node.Invalidf("cpus %g is out of range: want 0.1 to %s (the server's --max-cpus)", cpus, strconv.FormatFloat(max, 'g', -1, 64))
+		}
+		p.Limits.CPUs = cpus
+	}
+	if req.DiskMb != nil {
+		mb, max := *req.DiskMb, orDefault(top.DiskBytes, c.cfg.Limits.DiskBytes)>>20
+		if mb < 16 || max > 0 && mb > max {
+			return node.Invalidf("diskMb %d is out of range: want 16 to %d (the server's --max-disk)", mb, max)
+		}
+		p.Limits.DiskBytes = mb << 20
+	}
+	p.Internet = c.cfg.Internet
+	if req.AllowInternet != nil && !*req.AllowInternet {
+		p.Internet = false
+	}
+	return nil
+}
+
+func orDefault[T int64 | float64](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func (c *Control) checkTimeout(ms int64) error {
+	if ms < 0 || ms > c.cfg.MaxTimeout.Milliseconds() {
+		return node.Invalidf("timeoutMs %d is out of range: want 0 (never expire) to %d (%s)",
+			ms, c.cfg.MaxTimeout.Milliseconds(), c.cfg.MaxTimeout)
+	}
+	return nil
+}
+
+// admit checks projectID's quotas before a sandbox is recorded. The node
+// records it and then calls release, so that concurrent creates are
+// counted one after the other. Every path that makes a sandbox for a
+// project passes here: boot, template snapshot, warm claim, snapshot
+// restore and each copy of a fork.
+func (c *Control) admit(ctx context.Context, projectID string) (release func(), err error) {
+	c.admitMu.Lock()
+	if c.cfg.CreateRate > 0 {
+		l := c.limiters[projectID]
+		if l == nil {
+			l = rate.NewLimiter(rate.Limit(c.cfg.CreateRate), max(c.cfg.CreateBurst, 1))
+			c.limiters[projectID] = l
+		}
+		r := l.Reserve()
+		if d := r.Delay(); d > 0 {
+			r.Cancel()
+			c.admitMu.Unlock()
+			return nil, &node.Error{Kind: node.ErrRateLimited, RetryAfter: d,
+				Msg: fmt.Sprintf("project %s creates sandboxes too fast: at most %g per second (bursts of %d); retry in %s",
+					projectID, c.cfg.CreateRate, max(c.cfg.CreateBurst, 1), d.Round(time.Millisecond))}
+		}
+	}
+	if c.cfg.MaxRunning > 0 {
+		live, err := c.cfg.Store.ListSandboxes(ctx, store.Filter{ProjectID: projectID, LiveOnly: true})
+		if err != nil {
+			c.admitMu.Unlock()
+			return nil, fmt.Errorf("counting live sandboxes: %w", err)
+		}
+		if len(live) >= c.cfg.MaxRunning {
+			c.admitMu.Unlock()
+			return nil, &node.Error{Kind: node.ErrRateLimited, RetryAfter: time.Second,
+				Msg: fmt.Sprintf("project %s already has %d live sandboxes, its maximum; kill some first", projectID, len(live))}
+		}
+	}
+	return c.admitMu.Unlock, nil
+}
+
+// keyMinter mints the lizardToken of a new sandbox of projectID: an API
+// key of the project, tied to the sandbox, revoked when it ends.
+func (c *Control) keyMinter(projectID string) func(ctx context.Context, sandboxID string) (string, error) {
+	return func(ctx context.Context, sandboxID string) (string, error) {
+		k, err := auth.Create(ctx, c.cfg.Store, projectID, sandboxID)
+		if err != nil {
+			return "", fmt.Errorf("minting the sandbox's API key: %w", err)
+		}
+		c.audit("key.create", "key_id", k.ID, "project_id", projectID, "sandbox_id", sandboxID, "by", "lizardToken")
+		return k.String(), nil
+	}
+}

@@ -1,0 +1,162 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Snapshot saves projectID's running sandbox id (resuming it if paused)
+// without stopping it.
+func (c *Control) Snapshot(ctx context.Context, projectID, id string) (api.Snapshot, error) {
+	sb, err := c.lookup(ctx, projectID, id)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	sn := store.Snapshot{ID: "snap-" + node.NewID(), ProjectID: projectID, SandboxID: id, Template: sb.Template,
+		CreatedAt: c.now(), Shape: sb.Shape}
+	if sn.ImageDir, sn.SizeBytes, err = c.node.Snapshot(ctx, id, sn.ID); err != nil {
+		return api.Snapshot{}, err
+	}
+	if !sn.Shape.Recorded {
+		// A row from before shapes were stored runs with the defaults.
+		sn.Shape = node.Plan{Limits: c.cfg.Limits, Internet: c.cfg.Internet}.Shape()
+		sn.Shape.Token = sb.Shape.Token
+	}
+	if err := c.cfg.Store.CreateSnapshot(context.WithoutCancel(ctx), sn); err != nil {
+		c.node.RemoveImage(context.WithoutCancel(ctx), sn.ImageDir)
+		return api.Snapshot{}, err
+	}
+	return snapshotAPI(sn), nil
+}
+
+func snapshotAPI(sn store.Snapshot) api.Snapshot {
+	return api.Snapshot{SnapshotID: sn.ID, SandboxID: sn.SandboxID, ProjectID: sn.ProjectID, Template: sn.Template,
+		CreatedAt: sn.CreatedAt, SizeBytes: sn.SizeBytes}
+}
+
+func (c *Control) lookupSnapshot(ctx context.Context, projectID, id string) (store.Snapshot, error) {
+	sn, err := c.cfg.Store.GetSnapshot(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || err == nil && sn.ProjectID != projectID {
+		return store.Snapshot{}, &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("snapshot %s not found in project %s", id, projectID)}
+	}
+	return sn, err
+}
+
+// GetSnapshot returns projectID's snapshot id.
+func (c *Control) GetSnapshot(ctx context.Context, projectID, id string) (api.Snapshot, error) {
+	sn, err := c.lookupSnapshot(ctx, projectID, id)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	return snapshotAPI(sn), nil
+}
+
+// ListSnapshots returns projectID's snapshots, newest first.
+func (c *Control) ListSnapshots(ctx context.Context, projectID string) ([]api.Snapshot, error) {
+	rows, err := c.cfg.Store.ListSnapshots(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	out := []api.Snapshot{}
+	for i := len(rows) - 1; i >= 0; i-- {
+		out = append(out, snapshotAPI(rows[i]))
+	}
+	return out, nil
+}
+
+// DeleteSnapshot removes projectID's snapshot id and its image, once the
+// restores from it under way have ended. Sandboxes created from it are
+// not affected.
+func (c *Control) DeleteSnapshot(ctx context.Context, projectID, id string) error {
+	sn, err := c.lookupSnapshot(ctx, projectID, id)
+	if err != nil {
+		return err
+	}
+	c.snapMu.Lock()
+	defer c.snapMu.Unlock()
+	if err := c.cfg.Store.DeleteSnapshot(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	if err := c.node.RemoveImage(ctx, sn.ImageDir); err != nil {
+		return fmt.Errorf("removing image of snapshot %s: %w", id, err)
+	}
+	c.log.Info("snapshot deleted", "snapshot_id", id)
+	return nil
+}
+
+// createFromSnapshot is Create with req.SnapshotID set: the snapshot's
+// sandbox restored, shaped as it was, admitted like any create.
+func (c *Control) createFromSnapshot(ctx context.Context, projectID string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	sn, err := c.lookupSnapshot(ctx, projectID, req.SnapshotID)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if req.Template != "" && req.Template != sn.Template {
+		return api.Sandbox{}, node.Invalidf("template %q differs from snapshot %s's template %q; leave it out", req.Template, sn.ID, sn.Template)
+	}
+	if len(req.Envs) > 0 || req.LizardToken {
+		return api.Sandbox{}, node.Invalidf("envs and lizardToken cannot be set when creating from a snapshot: the restored processes keep the snapshot's environment")
+	}
+	p, err := c.copyPlan(projectID, sn.Template, sn.Shape, req.TimeoutMs, req.Metadata, req.OnTimeout)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	c.snapMu.RLock() // DeleteSnapshot waits for the restore
+	defer c.snapMu.RUnlock()
+	p.Image = sn.ImageDir
+	sb, err := c.node.Create(ctx, p)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return toAPI(sb), nil
+}
+
+// Fork makes req.Count new sandboxes, each a copy of projectID's running
+// sandbox id (resumed first if paused) with its own address and reseeded
+// random generators. All or nothing: if one fork fails, none is kept.
+func (c *Control) Fork(ctx context.Context, projectID, id string, req api.ForkRequest) ([]api.Sandbox, error) {
+	if req.Count == 0 {
+		req.Count = 1
+	}
+	if req.Count < 1 || req.Count > node.MaxForks {
+		return nil, node.Invalidf("count %d is out of range: want 1 to %d", req.Count, node.MaxForks)
+	}
+	sb, err := c.lookup(ctx, projectID, id)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.copyPlan(projectID, sb.Template, sb.Shape, req.TimeoutMs, req.Metadata, "")
+	if err != nil {
+		return nil, err
+	}
+	sbs, err := c.node.Fork(ctx, id, p, req.Count)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Sandbox, len(sbs))
+	for i, s := range sbs {
+		out[i] = toAPI(s)
+	}
+	return out, nil
+}
+
+// copyPlan is the plan of a copy of a sandbox (a snapshot's, a fork's
+// parent) of template tmpl shaped sh. It gets no lizardToken: a copy
+// holding its parent's key would act as its parent.
+func (c *Control) copyPlan(projectID, tmpl string, sh store.Shape, timeoutMs *int64, meta map[string]string, onTimeout string) (node.Plan, error) {
+	p, err := c.plan(projectID, api.CreateSandboxRequest{Template: tmpl, TimeoutMs: timeoutMs, Metadata: meta, OnTimeout: onTimeout})
+	if err != nil {
+		return p, err
+	}
+	if sh.Recorded {
+		p.Limits.MemoryBytes, p.Limits.CPUs, p.Limits.DiskBytes = sh.MemoryBytes, sh.CPUs, sh.DiskBytes
+		p.Limits.Pids, p.Limits.OpenFiles, p.Limits.Processes = sh.Pids, sh.OpenFiles, sh.Processes
+		p.Internet = sh.Internet
+	}
+	return p, nil
+}

@@ -1,0 +1,120 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// MaxForks bounds one fork request.
+const MaxForks = 16
+
+// Create implements Node. A plan with an image restores it; otherwise a
+// warm-pool sandbox is claimed if the plan has the pool's shape, else the
+// template snapshot is restored, else the template boots.
+func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
+	if p.Image != "" {
+		return n.provision(ctx, p, restoreOf("image", p.Image))
+	}
+	w := n.cfg.Warm
+	if w == nil || p.Role == store.RoleTemplate {
+		return n.provision(ctx, p, boot)
+	}
+	if p.Role == "" && p.Key == nil && w.Pool(p.Template, p.Limits, p.Internet) {
+		sb, err := n.provision(ctx, p, warmPool)
+		if err == nil || ctx.Err() != nil || isRefusal(err) {
+			if err == nil {
+				w.Claimed(p.Template)
+			}
+			return sb, err
+		}
+		if !errors.Is(err, errNoWarm) {
+			n.log.Warn("a claimed warm sandbox failed; restoring a fresh one", "template", p.Template, "err", err)
+			w.Claimed(p.Template)
+		}
+	}
+	image := w.Image(p.Template)
+	if image == "" {
+		return n.provision(ctx, p, boot)
+	}
+	sb, err := n.provision(ctx, p, restoreOf("template snapshot", image))
+	if err == nil || ctx.Err() != nil || isRefusal(err) {
+		if err == nil {
+			w.Restored(ctx, p.Template, image, nil)
+		}
+		return sb, err
+	}
+	n.log.Warn("restoring the template snapshot failed; booting cold", "template", p.Template, "image", image, "err", err)
+	w.Restored(ctx, p.Template, image, err)
+	return n.provision(ctx, p, boot)
+}
+
+// isRefusal reports whether err is the plan being refused (quota, rate,
+// no address, bad input) rather than a start that failed: trying another
+// source would be refused the same way.
+func isRefusal(err error) bool {
+	return errors.Is(err, ErrRateLimited) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalid)
+}
+
+// Fork implements Node: the parent is checkpointed (resumed first if
+// paused) under its lock, then freed while the copies are restored.
+func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) ([]store.Sandbox, error) {
+	if err := n.needData(); err != nil {
+		return nil, err
+	}
+	if count < 1 || count > MaxForks {
+		return nil, Invalidf("count %d is out of range: want 1 to %d", count, MaxForks)
+	}
+	unlock := n.locks.lock(parent)
+	sb, err := n.runningLocked(ctx, parent)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	dir := filepath.Join(n.snapshotsDir(), "fork-"+NewID())
+	defer os.RemoveAll(dir)
+	err = n.checkpoint(ctx, parent, dir)
+	unlock()
+	if err != nil {
+		return nil, err
+	}
+	p.Template = sb.Template
+	p = n.Shaped(p, sb.Shape)
+	p.Image = dir
+	return n.createN(ctx, p, count)
+}
+
+// createN makes count sandboxes of plan p at once, all or nothing.
+func (n *Local) createN(ctx context.Context, p Plan, count int) ([]store.Sandbox, error) {
+	out := make([]store.Sandbox, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i], errs[i] = n.Create(ctx, p)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for i, sb := range out {
+			if errs[i] == nil {
+				if kerr := n.Kill(context.WithoutCancel(ctx), sb.ID); kerr != nil {
+					n.log.Error("killing a fork whose siblings failed", "sandbox_id", sb.ID, "err", kerr)
+				}
+			}
+		}
+		for _, e := range errs {
+			if e != nil {
+				return nil, fmt.Errorf("forking: %w", e)
+			}
+		}
+	}
+	return out, nil
+}

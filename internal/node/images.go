@@ -1,0 +1,140 @@
+package node
+
+// Checkpoint images on disk: DataDir/images/<sandboxID> of paused
+// sandboxes, DataDir/snapshots/<snapshotID> of snapshots (and fork-*
+// while a fork restores from it).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+func (n *Local) imagesDir() string    { return filepath.Join(n.cfg.DataDir, "images") }
+func (n *Local) snapshotsDir() string { return filepath.Join(n.cfg.DataDir, "snapshots") }
+
+func (n *Local) needData() error {
+	if n.cfg.DataDir == "" {
+		return &Error{Kind: ErrUnavailable, Msg: "this server keeps no checkpoint images (no data directory configured)"}
+	}
+	return nil
+}
+
+// Snapshot implements Node; a paused sandbox is resumed first.
+func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (string, int64, error) {
+	if err := n.needData(); err != nil {
+		return "", 0, err
+	}
+	unlock := n.locks.lock(id)
+	defer unlock()
+	if _, err := n.runningLocked(ctx, id); err != nil {
+		return "", 0, err
+	}
+	begin := time.Now()
+	dir := filepath.Join(n.snapshotsDir(), snapshotID)
+	if err := n.checkpoint(ctx, id, dir); err != nil {
+		return "", 0, err
+	}
+	size := dirSize(dir)
+	n.log.Info("snapshot taken", "sandbox_id", id, "snapshot_id", snapshotID, "size_bytes", size,
+		"took", time.Since(begin).Round(time.Millisecond))
+	return dir, size, nil
+}
+
+// RemoveImage implements Node.
+func (n *Local) RemoveImage(ctx context.Context, image string) error {
+	if err := os.RemoveAll(image); err != nil {
+		return fmt.Errorf("removing image %s: %w", image, err)
+	}
+	return nil
+}
+
+// Checkpoint saves running sandbox id into dir, leaving it running; the
+// warm pool makes template snapshots with it.
+func (n *Local) Checkpoint(ctx context.Context, id, dir string) error {
+	unlock := n.locks.lock(id)
+	defer unlock()
+	return n.checkpoint(ctx, id, dir)
+}
+
+// checkpoint saves running sandbox id into dir, leaving it running. On
+// failure dir is removed and the error says why in words for the caller.
+func (n *Local) checkpoint(ctx context.Context, id, dir string) error {
+	err := os.MkdirAll(filepath.Dir(dir), 0o700)
+	if err == nil {
+		if err = n.cfg.Runtime.Checkpoint(ctx, id, dir, true); err != nil {
+			os.RemoveAll(dir)
+		}
+	}
+	if err != nil {
+		return &Error{Msg: fmt.Sprintf("checkpointing sandbox %s failed (disk full? the server log says why); it keeps running", id),
+			Cause: err}
+	}
+	return nil
+}
+
+// removeImage removes what a paused sandbox left on disk; end calls it.
+func (n *Local) removeImage(id string) {
+	if n.cfg.DataDir == "" {
+		return
+	}
+	if err := os.RemoveAll(filepath.Join(n.imagesDir(), id)); err != nil {
+		n.log.Error("removing the image of an ended sandbox", "sandbox_id", id, "err", err)
+	}
+}
+
+// sweepImages removes images no paused sandbox or snapshot accounts for
+// (left by a crash in the middle of a pause or a fork).
+func (n *Local) sweepImages(ctx context.Context) error {
+	if n.cfg.DataDir == "" {
+		return nil
+	}
+	paused, err := n.cfg.Store.ListPaused(ctx, nil)
+	if err != nil {
+		return err
+	}
+	snaps, err := n.cfg.Store.ListSnapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, p := range paused {
+		keep[filepath.Clean(p.ImageDir)] = true
+	}
+	for _, sn := range snaps {
+		keep[filepath.Clean(sn.ImageDir)] = true
+	}
+	var errs []error
+	for _, parent := range []string{n.imagesDir(), n.snapshotsDir()} {
+		entries, err := os.ReadDir(parent)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		for _, e := range entries {
+			p := filepath.Join(parent, e.Name())
+			if !keep[p] {
+				n.log.Warn("removing orphan checkpoint image", "dir", p)
+				errs = append(errs, os.RemoveAll(p))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dirSize is the bytes the files under dir hold.
+func dirSize(dir string) int64 {
+	var size int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				size += fi.Size()
+			}
+		}
+		return nil
+	})
+	return size
+}

@@ -1,0 +1,172 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Kill implements Node.
+func (n *Local) Kill(ctx context.Context, id string) error {
+	unlock := n.locks.lock(id)
+	defer unlock()
+	sb, err := n.get(ctx, id)
+	if err != nil || !sb.Live() {
+		return err
+	}
+	return n.end(ctx, sb, api.StateKilled, "killed through the API")
+}
+
+// End ends sandbox id as state for reason, if it is live; the warm pool
+// ends its own sandboxes with it.
+func (n *Local) End(ctx context.Context, id, state, reason string) error {
+	unlock := n.locks.lock(id)
+	defer unlock()
+	sb, err := n.get(ctx, id)
+	if err != nil || !sb.Live() {
+		return err
+	}
+	return n.end(ctx, sb, state, reason)
+}
+
+// end kills a live sandbox in the runtime and records its end. The caller
+// holds the sandbox's lock.
+func (n *Local) end(ctx context.Context, sb store.Sandbox, state, reason string) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	log := n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)
+	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
+		return &Error{Msg: fmt.Sprintf("could not kill sandbox %s; try again", sb.ID), Cause: fmt.Errorf("killing sandbox: %w", err)}
+	}
+	err := n.cfg.Store.EndSandbox(cctx, sb.ID, state, reason, n.now())
+	if errors.Is(err, store.ErrConflict) {
+		return nil // ended meanwhile by another server process
+	}
+	if err != nil {
+		return fmt.Errorf("recording the end of sandbox %s: %w", sb.ID, err)
+	}
+	n.removeImage(sb.ID) // a paused sandbox's checkpoint
+	n.stopped(sb, state, reason)
+	log.Info("sandbox ended", "state", state, "reason", reason)
+	return nil
+}
+
+// SetTimeout gives sandbox id a new deadline ms from now; 0 means it never
+// expires.
+func (n *Local) SetTimeout(ctx context.Context, id string, ms int64) (store.Sandbox, error) {
+	unlock := n.locks.lock(id)
+	defer unlock()
+	sb, err := n.get(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	if !sb.Live() {
+		return sb, Gone(sb)
+	}
+	if err := n.cfg.Store.SetTimeout(ctx, id, ms, n.deadline(ms)); err != nil {
+		return sb, err
+	}
+	return n.cfg.Store.GetSandbox(ctx, id)
+}
+
+// sweepEvery is how many reaper ticks pass between orphan sweeps.
+const sweepEvery = 60
+
+// RunReaper ends expired sandboxes every ReapInterval, checks running ones
+// for a dead runtime every LivenessInterval, and now and then kills
+// runtime sandboxes no live row accounts for, until ctx ends.
+func (n *Local) RunReaper(ctx context.Context) {
+	t := time.NewTicker(n.cfg.ReapInterval)
+	defer t.Stop()
+	every := max(1, int(n.cfg.LivenessInterval/n.cfg.ReapInterval))
+	for i := 1; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n.Reap(ctx)
+		if i%every == 0 {
+			n.checkLiveness(ctx)
+		}
+		if i%sweepEvery == 0 {
+			if err := n.sweepOrphans(ctx); err != nil && ctx.Err() == nil {
+				n.log.Error("sweeping orphan sandboxes", "err", err)
+			}
+		}
+	}
+}
+
+// Reap ends every sandbox whose deadline has passed.
+func (n *Local) Reap(ctx context.Context) {
+	now := n.now()
+	due, err := n.cfg.Store.ListSandboxes(ctx, store.Filter{ExpiredBy: &now})
+	if err != nil {
+		if ctx.Err() == nil {
+			n.log.Error("listing expired sandboxes", "err", err)
+		}
+		return
+	}
+	for _, sb := range due {
+		if err := n.expire(ctx, sb.ID, now); err != nil {
+			n.log.Error("expiring sandbox", "sandbox_id", sb.ID, "project_id", sb.ProjectID, "err", err)
+		}
+	}
+	n.reapPaused(ctx)
+}
+
+func (n *Local) expire(ctx context.Context, id string, now time.Time) error {
+	unlock := n.locks.lock(id)
+	defer unlock()
+	// The deadline may have moved (SetTimeout) or the sandbox ended while
+	// we waited for the lock.
+	sb, err := n.cfg.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !sb.Live() || sb.ExpiresAt == nil || sb.ExpiresAt.After(now) {
+		return nil
+	}
+	if paused, err := n.expirePaused(ctx, sb); paused || err != nil {
+		return err
+	}
+	return n.end(ctx, sb, api.StateExpired, fmt.Sprintf("its timeout of %d ms passed", sb.TimeoutMs))
+}
+
+// checkLiveness ends, as failed, every running sandbox whose runtime has
+// stopped: its agent, kernel or runsc processes were killed, so nothing
+// will ever answer in it again.
+func (n *Local) checkLiveness(ctx context.Context) {
+	rows, err := n.cfg.Store.ListSandboxes(ctx, store.Filter{States: []string{api.StateRunning}, LiveOnly: true})
+	if err != nil {
+		if ctx.Err() == nil {
+			n.log.Error("listing running sandboxes", "err", err)
+		}
+		return
+	}
+	for _, sb := range rows {
+		if !n.dead(ctx, sb.ID) {
+			continue
+		}
+		unlock := n.locks.lock(sb.ID)
+		// Re-read under the lock: a pause or kill may have moved it on.
+		cur, err := n.cfg.Store.GetSandbox(ctx, sb.ID)
+		if err == nil && cur.State == api.StateRunning && cur.Live() && n.dead(ctx, sb.ID) {
+			err = n.end(ctx, cur, api.StateFailed, "its runtime stopped: the sandbox's processes died or were killed")
+		}
+		unlock()
+		if err != nil {
+			n.log.Error("ending a dead sandbox", "sandbox_id", sb.ID, "err", err)
+		}
+	}
+}
+
+func (n *Local) dead(ctx context.Context, id string) bool {
+	st, err := n.cfg.Runtime.State(ctx, id)
+	return errors.Is(err, sandbox.ErrNotFound) || err == nil && st != sandbox.Running
+}

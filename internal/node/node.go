@@ -1,0 +1,345 @@
+// Package node runs sandboxes on one machine (docs/architecture.md): the
+// runtime backend, their addresses, the one provisioning pipeline every new
+// sandbox goes through (boot, restore of a template snapshot, warm-pool
+// claim, restore of a snapshot or a fork), pause and resume, checkpoint
+// images, expiry, liveness and reconciliation with the runtime after a
+// restart. The control plane (package control) decides what may run and
+// for whom; a node runs it. The two meet at the Node interface.
+//
+// The store is the record of what should exist; the runtime is what does.
+// Every path that ends a sandbox kills it in the runtime first and records
+// the end second, so a failure in between leaves a live row whose sandbox is
+// gone — which reconciliation cleans — rather than a running sandbox nobody
+// knows about.
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/netns"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Node is what the control plane asks of the machine its sandboxes run on.
+// Sandboxes are named by ID; the caller has checked who may touch them.
+type Node interface {
+	// Create provisions one sandbox as p says and returns it running.
+	Create(ctx context.Context, p Plan) (store.Sandbox, error)
+	// Fork checkpoints running (or paused) sandbox parent and restores n
+	// copies of it shaped by p, all or nothing.
+	Fork(ctx context.Context, parent string, p Plan, n int) ([]store.Sandbox, error)
+	// Kill ends sandbox id; ending an ended sandbox is not an error.
+	Kill(ctx context.Context, id string) error
+	// SetTimeout gives sandbox id a new deadline ms from now (0: never).
+	SetTimeout(ctx context.Context, id string, ms int64) (store.Sandbox, error)
+	// Pause checkpoints running sandbox id to disk and stops it.
+	Pause(ctx context.Context, id string) (store.Sandbox, error)
+	// Resume restores paused sandbox id; timeoutMs, when set, replaces the
+	// time it had left.
+	Resume(ctx context.Context, id string, timeoutMs *int64) (store.Sandbox, error)
+	// Snapshot saves running sandbox id into an image of its own, leaving
+	// it running, and returns the image and its size in bytes.
+	Snapshot(ctx context.Context, id, snapshotID string) (image string, size int64, err error)
+	// RemoveImage deletes a snapshot image.
+	RemoveImage(ctx context.Context, image string) error
+	// Acquire returns the agent URL of sandbox id for one proxied call,
+	// resuming it first if it is paused; release ends the call.
+	Acquire(ctx context.Context, id string) (u *url.URL, release func(), err error)
+	// Transport carries proxied calls to agents.
+	Transport() http.RoundTripper
+	// Subscribe calls fn with every lifecycle event from now on.
+	Subscribe(fn func(Event))
+}
+
+// EventKind says what happened to a sandbox.
+type EventKind string
+
+const (
+	// Started: the sandbox runs at HostAddr/GuestAddr (created, restored,
+	// resumed, or kept over a restart).
+	Started EventKind = "started"
+	// Stopped: it no longer runs (ended, or paused).
+	Stopped EventKind = "stopped"
+)
+
+// Event is a change in a sandbox's life, for those who hold something per
+// running sandbox (the API listener of a lizardToken sandbox, calls in
+// flight).
+type Event struct {
+	Kind      EventKind
+	SandboxID string
+	ProjectID string
+	HostAddr  string
+	GuestAddr string
+	// Token: the sandbox holds a lizardToken and reaches the API on
+	// HostAddr.
+	Token bool
+	// State and Reason, for Stopped: what the sandbox is now and why.
+	State  string
+	Reason string
+}
+
+// Config says how a node works. Runtime, Store, Pool and Artifact are
+// required; zero values of the rest take the defaults noted.
+type Config struct {
+	Runtime sandbox.Runtime
+	Store   *store.Store
+	Pool    netns.Pool
+	Logger  *slog.Logger // default slog.Default()
+	// Artifact returns a template's artifact for the runtime, waiting (as
+	// ctx allows) while it is built.
+	Artifact func(ctx context.Context, template string) (sandbox.Artifact, error)
+	// Files are injected read-only into every sandbox (the agent, the
+	// client-only lizard CLI).
+	Files []sandbox.File
+	// Limits are the default shape of a sandbox; Internet its default
+	// egress; Allow narrows the internet it may reach (tests).
+	Limits   sandbox.Limits
+	Internet bool
+	Allow    sandbox.Prefixes
+	// TokenAPI returns, for a sandbox holding a lizardToken whose host
+	// address is host, the environment telling it where the API is and
+	// the port its egress must let through to host (0: none).
+	TokenAPI func(host string) (env []string, port int)
+	// StartTimeout bounds the wait for a new sandbox's agent (default 30 s).
+	StartTimeout time.Duration
+	// ReapInterval is how often expired sandboxes are looked for (default
+	// 1 s); LivenessInterval how often running ones are checked for a dead
+	// runtime (default 5 s).
+	ReapInterval     time.Duration
+	LivenessInterval time.Duration
+	// DataDir holds checkpoint images: DataDir/images/<sandboxID> of paused
+	// sandboxes and DataDir/snapshots/<snapshotID>. Empty disables pause,
+	// snapshots and forks.
+	DataDir string
+	// PausedRetention is how long a paused sandbox is kept before the
+	// reaper ends it (default 7 days); PauseWait bounds how long a pause
+	// waits for calls in flight (default 10 s).
+	PausedRetention time.Duration
+	PauseWait       time.Duration
+	// Warm serves creates from template snapshots and a warm pool (package
+	// warm); nil: every create boots.
+	Warm Warm
+	// AgentAddr returns the host:port a sandbox's agent is dialled at;
+	// default its guest address and api.AgentPort. Tests point it at a
+	// fake agent. Transport, when set, replaces the direct one.
+	AgentAddr func(sandboxID, guestAddr string) string
+	Transport http.RoundTripper
+	Now       func() time.Time // default time.Now
+}
+
+// Warm is what the provisioning pipeline asks of template snapshots and
+// the warm pool.
+type Warm interface {
+	// Image returns template's snapshot image, or "" if there is none yet.
+	Image(template string) string
+	// Pool reports whether warm-pool sandboxes of template are kept for
+	// creates shaped like limits and internet.
+	Pool(template string, limits sandbox.Limits, internet bool) bool
+	// Claimed is told a warm-pool sandbox of template was taken, so the
+	// pool fills again.
+	Claimed(template string)
+	// Restored is told whether a restore of image worked: after several
+	// failures in a row the image is made again.
+	Restored(ctx context.Context, template, image string, err error)
+}
+
+// Local is the Node of this machine. It is safe for concurrent use.
+type Local struct {
+	cfg    Config
+	log    *slog.Logger
+	agents *agentclient.Client
+	locks  keyedMutex
+	calls  inflight // proxied calls in flight, per sandbox (pause.go)
+
+	mu   sync.Mutex
+	subs []func(Event)
+}
+
+var _ Node = (*Local)(nil)
+
+// New checks cfg and returns a node. Call Reconcile before serving and run
+// RunReaper in the background.
+func New(cfg Config) (*Local, error) {
+	switch {
+	case cfg.Runtime == nil:
+		return nil, errors.New("node: no runtime")
+	case cfg.Store == nil:
+		return nil, errors.New("node: no store")
+	case cfg.Artifact == nil:
+		return nil, errors.New("node: no template artifacts")
+	case !cfg.Pool.Prefix().IsValid():
+		return nil, errors.New("node: no address pool")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 30 * time.Second
+	}
+	if cfg.ReapInterval == 0 {
+		cfg.ReapInterval = time.Second
+	}
+	if cfg.LivenessInterval == 0 {
+		cfg.LivenessInterval = 5 * time.Second
+	}
+	if cfg.PausedRetention == 0 {
+		cfg.PausedRetention = DefaultPausedRetention
+	}
+	if cfg.PauseWait == 0 {
+		cfg.PauseWait = DefaultPauseWait
+	}
+	if cfg.AgentAddr == nil {
+		cfg.AgentAddr = func(_, guest string) string { return agentclient.Addr(guest) }
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	n := &Local{cfg: cfg, log: cfg.Logger}
+	n.agents = agentclient.New(n.resolveAgent, cfg.Transport)
+	return n, nil
+}
+
+// resolveAgent is where a live sandbox's agent listens.
+func (n *Local) resolveAgent(ctx context.Context, id string) (string, error) {
+	sb, err := n.cfg.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if !sb.Live() {
+		return "", errors.New("it has ended")
+	}
+	return n.cfg.AgentAddr(sb.ID, sb.GuestAddr), nil
+}
+
+// Transport implements Node.
+func (n *Local) Transport() http.RoundTripper { return n.agents.Transport() }
+
+// Agents is the node's client for agents (the warm pool waits on them).
+func (n *Local) Agents() *agentclient.Client { return n.agents }
+
+// Subscribe implements Node. Subscribers run synchronously and must not
+// block.
+func (n *Local) Subscribe(fn func(Event)) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.subs = append(n.subs, fn)
+}
+
+func (n *Local) emit(e Event) {
+	n.mu.Lock()
+	subs := n.subs
+	n.mu.Unlock()
+	for _, fn := range subs {
+		fn(e)
+	}
+}
+
+func (n *Local) started(sb store.Sandbox) {
+	n.emit(Event{Kind: Started, SandboxID: sb.ID, ProjectID: sb.ProjectID, HostAddr: sb.HostAddr,
+		GuestAddr: sb.GuestAddr, Token: sb.Shape.Token})
+}
+
+func (n *Local) stopped(sb store.Sandbox, state, reason string) {
+	n.emit(Event{Kind: Stopped, SandboxID: sb.ID, ProjectID: sb.ProjectID, State: state, Reason: reason})
+}
+
+func (n *Local) now() time.Time { return n.cfg.Now().UTC() }
+
+// deadline is when a sandbox given ms from now expires; nil for 0, never.
+// Every deadline is computed here.
+func (n *Local) deadline(ms int64) *time.Time {
+	if ms <= 0 {
+		return nil
+	}
+	t := n.now().Add(time.Duration(ms) * time.Millisecond)
+	return &t
+}
+
+// NewID returns a sandbox ID: 20 characters of [a-z0-9], short enough for
+// the runtime's 40 and easy to double-click.
+func NewID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 20)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}
+
+// get reads sandbox id.
+func (n *Local) get(ctx context.Context, id string) (store.Sandbox, error) {
+	sb, err := n.cfg.Store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return sb, &Error{Kind: ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found", id)}
+	}
+	return sb, err
+}
+
+// Gone is the error for using an ended sandbox.
+func Gone(sb store.Sandbox) error {
+	at := ""
+	if sb.EndedAt != nil {
+		at = " at " + sb.EndedAt.Format(time.RFC3339)
+	}
+	var how string
+	switch sb.State {
+	case api.StateKilled:
+		how = "was killed" + at
+	case api.StateExpired:
+		how = "expired" + at + " (its timeout passed; extend it with setTimeout next time)"
+	default:
+		how = "failed" + at
+		if sb.EndReason != "" {
+			how += ": " + sb.EndReason
+		}
+	}
+	return &Error{Kind: ErrGone, Msg: fmt.Sprintf("sandbox %s %s; create a new sandbox", sb.ID, how)}
+}
+
+// keyedMutex is a mutex per sandbox ID, dropped when nobody holds it.
+type keyedMutex struct {
+	mu sync.Mutex
+	m  map[string]*refMutex
+}
+
+type refMutex struct {
+	sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(id string) (unlock func()) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*refMutex{}
+	}
+	e := k.m[id]
+	if e == nil {
+		e = &refMutex{}
+		k.m[id] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.Lock()
+	return func() {
+		e.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.m, id)
+		}
+		k.mu.Unlock()
+	}
+}

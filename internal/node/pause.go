@@ -1,0 +1,340 @@
+package node
+
+// Pause and resume. A paused sandbox is a live row in state "paused" with
+// no address slot and an image in DataDir/images/ID. The image is a
+// runtime checkpoint taken with the sandbox left running, then the sandbox
+// is killed: a checkpoint that fails (disk full) thus always leaves the
+// sandbox running as it was.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Defaults of the pause settings in Config.
+const (
+	DefaultPausedRetention = 7 * 24 * time.Hour
+	DefaultPauseWait       = 10 * time.Second
+)
+
+// inflight counts proxied calls per sandbox, so that a pause waits for
+// them instead of cutting them off.
+type inflight struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (f *inflight) add(id string, d int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[string]int{}
+	}
+	f.n[id] += d
+	if f.n[id] <= 0 {
+		delete(f.n, id)
+	}
+}
+
+func (f *inflight) count(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n[id]
+}
+
+// Acquire implements Node.
+func (n *Local) Acquire(ctx context.Context, id string) (*url.URL, func(), error) {
+	unlock := n.locks.lock(id)
+	defer unlock()
+	sb, err := n.get(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if sb.Live() && sb.State == api.StatePaused {
+		if sb, err = n.resumeLocked(ctx, sb, nil); err != nil {
+			return nil, nil, err
+		}
+	}
+	switch {
+	case !sb.Live():
+		return nil, nil, Gone(sb)
+	case sb.State != api.StateRunning:
+		return nil, nil, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
+	}
+	n.calls.add(id, 1)
+	var once sync.Once
+	return agentclient.URL(id), func() { once.Do(func() { n.calls.add(id, -1) }) }, nil
+}
+
+// Pause implements Node: pausing a paused sandbox returns it as it is.
+// Calls in flight are waited for up to PauseWait, after which the pause
+// fails with ErrConflict.
+func (n *Local) Pause(ctx context.Context, id string) (store.Sandbox, error) {
+	if err := n.needData(); err != nil {
+		return store.Sandbox{}, err
+	}
+	unlock := n.locks.lock(id)
+	defer unlock()
+	sb, err := n.get(ctx, id)
+	switch {
+	case err != nil:
+		return sb, err
+	case !sb.Live():
+		return sb, Gone(sb)
+	case sb.State == api.StatePaused:
+		return sb, nil
+	case sb.State != api.StateRunning:
+		return sb, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
+	}
+	// New calls wait for the lock we hold (and then resume the sandbox);
+	// calls already in flight get a bounded time to end.
+	deadline := time.Now().Add(n.cfg.PauseWait)
+	for n.calls.count(id) > 0 {
+		if time.Now().After(deadline) {
+			return sb, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s has a call running; retry when it ends", id)}
+		}
+		select {
+		case <-ctx.Done():
+			return sb, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := n.pauseLocked(ctx, sb); err != nil {
+		return sb, err
+	}
+	return n.cfg.Store.GetSandbox(ctx, id)
+}
+
+// pauseLocked pauses running sandbox sb; the caller holds its lock. On
+// failure the sandbox keeps running.
+func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
+	log := n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)
+	begin := time.Now()
+	dir := filepath.Join(n.imagesDir(), sb.ID)
+	if err := os.RemoveAll(dir); err != nil {
+		// An unwritable image directory (read-only, full) is the
+		// checkpoint failing, and the client must be told so, not a 500.
+		return &Error{Msg: fmt.Sprintf("checkpointing sandbox %s failed (disk full? the server log says why); it keeps running", sb.ID),
+			Cause: fmt.Errorf("clearing old image of sandbox %s: %w", sb.ID, err)}
+	}
+	if err := n.checkpoint(ctx, sb.ID, dir); err != nil {
+		return err
+	}
+	var remaining *int64
+	if sb.ExpiresAt != nil {
+		r := max(sb.ExpiresAt.Sub(n.now()).Milliseconds(), 1)
+		remaining = &r
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
+		// The checkpoint is good but the sandbox still runs: keep it
+		// running rather than have two copies.
+		os.RemoveAll(dir)
+		return &Error{Msg: fmt.Sprintf("could not stop sandbox %s after checkpointing it; it keeps running", sb.ID),
+			Cause: fmt.Errorf("killing sandbox: %w", err)}
+	}
+	if err := n.cfg.Store.PauseSandbox(cctx, sb.ID, dir, remaining, n.now()); err != nil {
+		// The sandbox is gone and unrecorded as paused: reconciliation
+		// would end it anyway, so end it now and say so.
+		n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, "recording its pause failed", n.now())
+		os.RemoveAll(dir)
+		n.stopped(sb, api.StateFailed, "recording its pause failed")
+		return fmt.Errorf("recording pause of sandbox %s: %w", sb.ID, err)
+	}
+	// Its address is free for others now, and so must be anything held
+	// on it (the API listener of a lizardToken).
+	n.stopped(sb, api.StatePaused, "paused")
+	log.Info("sandbox paused", "image", dir, "size_bytes", dirSize(dir), "took", time.Since(begin).Round(time.Millisecond))
+	return nil
+}
+
+// Resume implements Node: resuming a running sandbox returns it as it is.
+func (n *Local) Resume(ctx context.Context, id string, timeoutMs *int64) (store.Sandbox, error) {
+	unlock := n.locks.lock(id)
+	defer unlock()
+	sb, err := n.get(ctx, id)
+	switch {
+	case err != nil:
+		return sb, err
+	case !sb.Live():
+		return sb, Gone(sb)
+	case sb.State == api.StateRunning:
+		return sb, nil
+	case sb.State != api.StatePaused:
+		return sb, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not paused", id, sb.State)}
+	}
+	return n.resumeLocked(ctx, sb, timeoutMs)
+}
+
+// resumeLocked restores paused sandbox sb; the caller holds its lock. An
+// image that cannot be restored fails the sandbox; a lack of addresses
+// leaves it paused.
+func (n *Local) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs *int64) (store.Sandbox, error) {
+	log := n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)
+	begin := time.Now()
+	p, err := n.cfg.Store.GetPause(ctx, sb.ID)
+	if err != nil {
+		return sb, err
+	}
+	a, err := n.artifact(ctx, sb.Template)
+	if err != nil {
+		return sb, err
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	// A resume cut short by a server crash may have left the sandbox up.
+	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
+		return sb, fmt.Errorf("clearing sandbox %s before resuming it: %w", sb.ID, err)
+	}
+	host, guest, err := n.cfg.Store.AssignSlot(ctx, sb.ID, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings)
+	if errors.Is(err, store.ErrFull) {
+		return sb, &Error{Kind: ErrUnavailable, Cause: err,
+			Msg: fmt.Sprintf("no free sandbox address to resume sandbox %s; it stays paused; kill sandboxes or widen --address-pool", sb.ID)}
+	}
+	if err != nil {
+		return sb, err
+	}
+	sb.HostAddr, sb.GuestAddr = host, guest
+	fail := func(reason string, err error) (store.Sandbox, error) {
+		n.cfg.Runtime.Kill(cctx, sb.ID)
+		if eerr := n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, reason, n.now()); eerr != nil {
+			log.Error("recording a sandbox that failed to resume", "err", eerr)
+		}
+		os.RemoveAll(p.ImageDir)
+		n.stopped(sb, api.StateFailed, reason)
+		log.Warn("sandbox failed to resume", "err", err)
+		return sb, &Error{Kind: ErrGone, Msg: fmt.Sprintf("sandbox %s could not be resumed: %s", sb.ID, reason), Cause: err}
+	}
+	if p.ImageDir == "" {
+		return fail("its checkpoint image is missing", errors.New("no image recorded"))
+	}
+	// A sandbox with a lizardToken keeps it: the API is reached on its new
+	// host address, and the agent is told the new URL.
+	var apiEnv []string
+	apiPort := 0
+	if sb.Shape.Token && n.cfg.TokenAPI != nil {
+		if has, err := n.cfg.Store.SandboxHasLiveKey(ctx, sb.ID); err == nil && has {
+			apiEnv, apiPort = n.cfg.TokenAPI(host)
+		}
+	}
+	spec, err := n.spec(sb, a, identityEnv(sb), apiPort)
+	if err != nil {
+		return fail("its addresses are unusable", err)
+	}
+	if err := n.cfg.Runtime.Restore(ctx, spec, p.ImageDir); err != nil {
+		if ctx.Err() != nil {
+			// Not the image's fault: put the sandbox back to paused.
+			n.cfg.Runtime.Kill(cctx, sb.ID)
+			n.cfg.Store.ReleaseSlot(cctx, sb.ID)
+			return sb, ctx.Err()
+		}
+		return fail("its checkpoint image is missing or corrupt", err)
+	}
+	if err := n.waitAgent(ctx, sb); err != nil {
+		return fail("its agent did not answer after the restore", err)
+	}
+	if len(apiEnv) > 0 {
+		r := api.ReseedRequest{SandboxID: sb.ID, Envs: envMap(apiEnv), KeepSeeds: true}
+		if err := n.agents.Reseed(ctx, r); err != nil {
+			return fail("telling its agent the new API address failed", err)
+		}
+	}
+	ms := sb.TimeoutMs
+	var expires *time.Time
+	switch {
+	case timeoutMs != nil:
+		ms = *timeoutMs
+		expires = n.deadline(ms)
+	case p.RemainingMs != nil:
+		expires = n.deadline(*p.RemainingMs)
+	}
+	if err := n.cfg.Store.MarkResumed(cctx, sb.ID, ms, expires); err != nil {
+		return fail("recording the resume failed", err)
+	}
+	if err := os.RemoveAll(p.ImageDir); err != nil {
+		log.Error("removing the image of a resumed sandbox", "err", err)
+	}
+	got, err := n.cfg.Store.GetSandbox(ctx, sb.ID)
+	if err != nil {
+		return sb, err
+	}
+	log.Info("sandbox resumed", "guest_addr", guest, "took", time.Since(begin).Round(time.Millisecond))
+	n.started(got)
+	return got, nil
+}
+
+// runningLocked returns sandbox id, resuming it if paused; the caller
+// holds its lock.
+func (n *Local) runningLocked(ctx context.Context, id string) (store.Sandbox, error) {
+	sb, err := n.get(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	if !sb.Live() {
+		return sb, Gone(sb)
+	}
+	if sb.State == api.StatePaused {
+		return n.resumeLocked(ctx, sb, nil)
+	}
+	if sb.State != api.StateRunning {
+		return sb, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
+	}
+	return sb, nil
+}
+
+// expirePaused pauses sb instead of ending it when it was created with
+// onTimeout "pause"; it reports whether it did. The caller holds the lock.
+func (n *Local) expirePaused(ctx context.Context, sb store.Sandbox) (bool, error) {
+	if sb.State != api.StateRunning || n.cfg.DataDir == "" {
+		return false, nil
+	}
+	p, err := n.cfg.Store.GetPause(ctx, sb.ID)
+	if err != nil || p.OnTimeout != api.OnTimeoutPause {
+		return false, err
+	}
+	if n.calls.count(sb.ID) > 0 {
+		// Pausing would cut a call off: wait for the next tick.
+		return true, nil
+	}
+	// Its time is up: it resumes with its full timeout.
+	full := n.now().Add(time.Duration(sb.TimeoutMs) * time.Millisecond)
+	sb.ExpiresAt = &full
+	return true, n.pauseLocked(ctx, sb)
+}
+
+// reapPaused ends paused sandboxes kept longer than PausedRetention.
+func (n *Local) reapPaused(ctx context.Context) {
+	if n.cfg.DataDir == "" {
+		return
+	}
+	before := n.now().Add(-n.cfg.PausedRetention)
+	old, err := n.cfg.Store.ListPaused(ctx, &before)
+	if err != nil {
+		if ctx.Err() == nil {
+			n.log.Error("listing old paused sandboxes", "err", err)
+		}
+		return
+	}
+	for _, p := range old {
+		unlock := n.locks.lock(p.SandboxID)
+		sb, err := n.cfg.Store.GetSandbox(ctx, p.SandboxID)
+		if err == nil && sb.Live() && sb.State == api.StatePaused {
+			err = n.end(ctx, sb, api.StateExpired, fmt.Sprintf("it stayed paused longer than the retention of %s", n.cfg.PausedRetention))
+		}
+		unlock()
+		if err != nil {
+			n.log.Error("ending an old paused sandbox", "sandbox_id", p.SandboxID, "err", err)
+		}
+	}
+}

@@ -1,0 +1,244 @@
+package node
+
+// The provisioning pipeline. Every sandbox a node makes — booted, restored
+// from the template snapshot, claimed from the warm pool, restored from a
+// snapshot or a fork's image, and the node's own template and pool
+// sandboxes — is made by provision, in this order: admit and record,
+// lock, start, wait for the agent, give it its identity, mark it running.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// cleanupTimeout bounds tearing a sandbox down after its request has gone.
+const cleanupTimeout = 30 * time.Second
+
+// Plan is one sandbox to make, as the control plane decided it.
+type Plan struct {
+	ProjectID string
+	// Role is "" for users' sandboxes, or store.RoleTemplate or
+	// store.RoleWarm for the node's own.
+	Role      string
+	Template  string
+	TimeoutMs int64 // 0: never expires
+	Metadata  map[string]string
+	OnTimeout string   // "", api.OnTimeoutKill or api.OnTimeoutPause
+	Envs      []string // KEY=VALUE, sorted
+	Limits    sandbox.Limits
+	Internet  bool
+	// Image, when set, is the checkpoint to restore (a snapshot, a fork's
+	// parent); otherwise the template snapshot or the warm pool may serve,
+	// or the template boots.
+	Image string
+	// Admit, when set, is called just before the sandbox is recorded, and
+	// the release it returns just after: the control plane's quotas, which
+	// every path that makes a sandbox passes.
+	Admit func(ctx context.Context) (release func(), err error)
+	// Key, when set, mints the sandbox's lizardToken (an API key of its
+	// project, for its ID).
+	Key func(ctx context.Context, sandboxID string) (key string, err error)
+}
+
+// source is where a new sandbox comes from: a boot, a checkpoint image, or
+// a running warm-pool sandbox.
+type source struct {
+	name  string // for logs
+	image string // restore this image; "" with claim false boots
+	claim bool
+}
+
+var (
+	boot     = source{name: "boot"}
+	warmPool = source{name: "warm pool", claim: true}
+)
+
+func restoreOf(name, image string) source { return source{name: name, image: image} }
+
+// errNoWarm: the warm pool had no sandbox to claim.
+var errNoWarm = errors.New("no warm sandbox")
+
+// provision makes one sandbox of plan p from src and returns it running.
+// On failure nothing is left: the sandbox is killed, its address freed
+// and its row marked failed.
+func (n *Local) provision(ctx context.Context, p Plan, src source) (store.Sandbox, error) {
+	a, err := n.artifact(ctx, p.Template)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	sb, err := n.record(ctx, p, src)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	log := n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)
+	// Kill, SetTimeout and the reaper wait until the sandbox is up or gone.
+	unlock := n.locks.lock(sb.ID)
+	defer unlock()
+	begin := time.Now()
+	fail := func(reason string, err error) (store.Sandbox, error) {
+		if ctx.Err() != nil {
+			reason = "creation cancelled: the client went away"
+		}
+		n.cleanupFailed(ctx, log, sb, reason)
+		log.Warn("sandbox failed to start", "source", src.name, "reason", reason, "err", err)
+		if ctx.Err() != nil {
+			return store.Sandbox{}, ctx.Err()
+		}
+		var e *Error
+		if errors.As(err, &e) && e.Kind != nil {
+			return store.Sandbox{}, err
+		}
+		return store.Sandbox{}, &Error{Msg: fmt.Sprintf("sandbox %s failed to start: %s", sb.ID, reason), Cause: err}
+	}
+	if p.OnTimeout != "" {
+		if err := n.cfg.Store.SetOnTimeout(ctx, sb.ID, p.OnTimeout); err != nil {
+			return fail("recording onTimeout failed", err)
+		}
+	}
+	env := append(slices.Clone(p.Envs), identityEnv(sb)...)
+	tokenEnv, apiPort, err := n.token(ctx, sb, p)
+	if err != nil {
+		return fail("giving it its lizardToken failed", err)
+	}
+	if !src.claim {
+		spec, err := n.spec(sb, a, append(slices.Clone(env), tokenEnv...), apiPort)
+		if err != nil {
+			return fail("its addresses are unusable", err)
+		}
+		if src.image == "" {
+			err = n.cfg.Runtime.Create(ctx, spec)
+		} else {
+			err = n.cfg.Runtime.Restore(ctx, spec, src.image)
+		}
+		if err != nil {
+			return fail(fmt.Sprintf("the %s runtime could not start it (the server log says why)", n.cfg.Runtime.Name()), err)
+		}
+		if err := n.waitAgent(ctx, sb); err != nil {
+			return fail("its agent did not answer", err)
+		}
+	}
+	if src.image != "" || src.claim {
+		// A copy of another sandbox takes its own identity and seeds.
+		r := api.ReseedRequest{SandboxID: sb.ID, Envs: envMap(append(env, tokenEnv...))}
+		if p.Key == nil {
+			// The image may hold another sandbox's lizardToken (a fork's parent).
+			r.Unset = []string{"LIZARD_API_KEY", "LIZARD_API_URL"}
+		}
+		if err := n.agents.Reseed(ctx, r); err != nil {
+			return fail("giving it its identity failed", err)
+		}
+	}
+	if !src.claim {
+		if err := n.cfg.Store.MarkRunning(ctx, sb.ID, n.deadline(p.TimeoutMs)); err != nil {
+			return fail("recording the running sandbox failed", err)
+		}
+	}
+	got, err := n.cfg.Store.GetSandbox(ctx, sb.ID)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	log.Info("sandbox running", "source", src.name, "template", sb.Template, "role", sb.Role, "guest_addr", sb.GuestAddr,
+		"timeout_ms", p.TimeoutMs, "took", time.Since(begin).Round(time.Millisecond))
+	n.started(got)
+	return got, nil
+}
+
+// record admits plan p and records its sandbox: a new row holding an
+// address slot, or for a warm-pool claim the claimed sandbox's row handed
+// to p's project.
+func (n *Local) record(ctx context.Context, p Plan, src source) (store.Sandbox, error) {
+	release := func() {}
+	if p.Admit != nil {
+		r, err := p.Admit(ctx)
+		if err != nil {
+			return store.Sandbox{}, err
+		}
+		release = r
+	}
+	defer release()
+	if src.claim {
+		sb, err := n.cfg.Store.ClaimWarm(ctx, p.Template, p.ProjectID, p.Metadata, p.TimeoutMs, n.now(), n.deadline(p.TimeoutMs))
+		if errors.Is(err, store.ErrNotFound) {
+			return sb, errNoWarm
+		}
+		return sb, err
+	}
+	sb := store.Sandbox{
+		ID: NewID(), ProjectID: p.ProjectID, Template: p.Template, State: api.StateStarting,
+		TimeoutMs: p.TimeoutMs, Metadata: p.Metadata, CreatedAt: n.now(), Shape: p.Shape(), Role: p.Role,
+	}
+	err := n.cfg.Store.CreateSandbox(ctx, &sb, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings)
+	if errors.Is(err, store.ErrFull) {
+		return sb, &Error{Kind: ErrUnavailable, Cause: err,
+			Msg: fmt.Sprintf("no free sandbox address: all %d addresses of the pool %s are in use; kill sandboxes or widen --address-pool",
+				n.cfg.Pool.Slots(), n.cfg.Pool.Prefix())}
+	}
+	if err != nil {
+		return sb, fmt.Errorf("recording sandbox: %w", err)
+	}
+	return sb, nil
+}
+
+// token gives sb, if its plan asks for a lizardToken, its API key and the
+// API's address: the environment to add, and the port its egress policy
+// must let through.
+func (n *Local) token(ctx context.Context, sb store.Sandbox, p Plan) (env []string, apiPort int, err error) {
+	if p.Key == nil {
+		return nil, 0, nil
+	}
+	key, err := p.Key(ctx, sb.ID)
+	if err != nil {
+		return nil, 0, err
+	}
+	env = []string{"LIZARD_API_KEY=" + key}
+	if n.cfg.TokenAPI != nil {
+		apiEnv, port := n.cfg.TokenAPI(sb.HostAddr)
+		env, apiPort = append(env, apiEnv...), port
+	}
+	return env, apiPort, nil
+}
+
+// waitAgent waits, up to StartTimeout, for sandbox sb's agent to answer.
+func (n *Local) waitAgent(ctx context.Context, sb store.Sandbox) error {
+	wctx, cancel := context.WithTimeout(ctx, n.cfg.StartTimeout)
+	defer cancel()
+	err := n.agents.Wait(wctx, sb.ID, func(ctx context.Context) error {
+		if n.dead(ctx, sb.ID) {
+			return errors.New("its runtime stopped")
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case wctx.Err() != nil:
+		return &Error{Msg: fmt.Sprintf("sandbox %s's agent did not answer within %s", sb.ID, n.cfg.StartTimeout), Cause: err}
+	}
+	return &Error{Msg: fmt.Sprintf("sandbox %s stopped before its agent started (the server log says why)", sb.ID), Cause: err}
+}
+
+// cleanupFailed removes a sandbox that did not start and records why. It
+// runs even if ctx is cancelled: a client that gives up must not leave a
+// half-made sandbox.
+func (n *Local) cleanupFailed(ctx context.Context, log *slog.Logger, sb store.Sandbox, reason string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
+		// The row ends anyway; the orphan sweep retries the kill.
+		log.Error("killing a sandbox that failed to start", "err", err)
+	}
+	if err := n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, reason, n.now()); err != nil {
+		log.Error("recording a failed sandbox", "err", err)
+	}
+	n.stopped(sb, api.StateFailed, reason)
+}

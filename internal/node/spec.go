@@ -1,0 +1,107 @@
+package node
+
+// A sandbox's shape — limits, egress, lizardToken — is recorded at create
+// and copied to its snapshots, so that every restore (resume, fork, create
+// from a snapshot or from a template snapshot) runs it exactly as a boot
+// would. Every runtime.Spec is made by spec below, and nowhere else.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/lizard-build/lizard/internal/netns"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Paths inside every sandbox.
+const (
+	AgentPath  = "/opt/lizard/bin/lizard-agent"
+	LizardPath = "/usr/local/bin/lizard"
+)
+
+// Shape is the record of a plan's limits, egress and token.
+func (p Plan) Shape() store.Shape {
+	l := p.Limits
+	return store.Shape{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, DiskBytes: l.DiskBytes, Pids: l.Pids,
+		OpenFiles: l.OpenFiles, Processes: l.Processes, Internet: p.Internet, Token: p.Key != nil, Recorded: true}
+}
+
+// Shaped returns p with sh's limits and egress; rows from before shapes
+// were recorded get the node's current defaults, as they did then.
+func (n *Local) Shaped(p Plan, sh store.Shape) Plan {
+	if !sh.Recorded {
+		p.Limits, p.Internet = n.cfg.Limits, n.cfg.Internet
+		return p
+	}
+	p.Limits = sandbox.Limits{MemoryBytes: sh.MemoryBytes, CPUs: sh.CPUs, DiskBytes: sh.DiskBytes, Pids: sh.Pids,
+		OpenFiles: sh.OpenFiles, Processes: sh.Processes}
+	p.Internet = sh.Internet
+	return p
+}
+
+// Recorded returns sh, or for a row from before shapes were stored, the
+// shape it runs with (the node's defaults).
+func (n *Local) Recorded(sh store.Shape) store.Shape {
+	if sh.Recorded {
+		return sh
+	}
+	return n.Shaped(Plan{}, sh).Shape()
+}
+
+// artifact waits for template's artifact.
+func (n *Local) artifact(ctx context.Context, template string) (sandbox.Artifact, error) {
+	a, err := n.cfg.Artifact(ctx, template)
+	if err != nil {
+		if ctx.Err() != nil {
+			return a, fmt.Errorf("waiting for template %s: %w", template, ctx.Err())
+		}
+		return a, &Error{Kind: ErrUnavailable, Cause: err,
+			Msg: fmt.Sprintf("template %q is not available: building it failed (the server log says why); try again later", template)}
+	}
+	return a, nil
+}
+
+// spec is the runtime spec of sandbox sb (its ID, addresses and recorded
+// shape) from template artifact a, with env as its first process's
+// environment (a restore takes the environment from the image instead)
+// and apiPort the port of its sandbox API listener (0: none).
+func (n *Local) spec(sb store.Sandbox, a sandbox.Artifact, env []string, apiPort int) (sandbox.Spec, error) {
+	host, err1 := netip.ParseAddr(sb.HostAddr)
+	guest, err2 := netip.ParseAddr(sb.GuestAddr)
+	if err := errors.Join(err1, err2); err != nil {
+		return sandbox.Spec{}, fmt.Errorf("parsing sandbox addresses: %w", err)
+	}
+	p := n.Shaped(Plan{}, sb.Shape)
+	return sandbox.Spec{
+		ID:       sb.ID,
+		Template: a,
+		Args:     []string{AgentPath},
+		Env:      env,
+		Files:    n.cfg.Files,
+		Network: sandbox.Network{HostAddr: host, GuestAddr: guest, PrefixLen: netns.SlotPrefixLen,
+			Internet: p.Internet, APIPort: apiPort, Allow: n.cfg.Allow},
+		Limits: p.Limits,
+	}, nil
+}
+
+// identityEnv is the environment Lizard itself gives sandbox sb.
+func identityEnv(sb store.Sandbox) []string {
+	return []string{"LIZARD_SANDBOX_ID=" + sb.ID, "LIZARD_PROJECT_ID=" + sb.ProjectID}
+}
+
+// envMap turns KEY=VALUE pairs into a map (later pairs win).
+func envMap(env []string) map[string]string {
+	out := make(map[string]string, len(env))
+	for _, kv := range env {
+		for i := 0; i < len(kv); i++ {
+			if kv[i] == '=' {
+				out[kv[:i]] = kv[i+1:]
+				break
+			}
+		}
+	}
+	return out
+}
