@@ -23,7 +23,6 @@ type importer interface {
 	Import(ctx context.Context, modules []string) error
 }
 
-
 // reseed answers POST /reseed, which the server calls in every sandbox
 // restored from another's checkpoint (fork, create from a snapshot or a
 // template snapshot, a warm-pool claim) and in resumed sandboxes whose
