@@ -18,6 +18,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/manager"
+	"github.com/lizard-build/lizard/internal/metrics"
 )
 
 // Config says what the API serves.
@@ -30,6 +31,11 @@ type Config struct {
 	KeyLimits KeyLimits
 	// Audit receives create and kill events with key IDs; nil: none.
 	Audit *slog.Logger
+	// Console serves every path outside /v1 (the web console); nil: a
+	// JSON 404 like unknown API paths.
+	Console http.Handler
+	// Metrics counts and times every request; nil: none.
+	Metrics *metrics.Metrics
 }
 
 // Server is the API's http.Handler.
@@ -61,10 +67,16 @@ func New(cfg Config) *Server {
 	mux.Handle("POST /v1/sandboxes/{id}/timeout", authed(s.setTimeout))
 	mux.Handle("/v1/sandboxes/{id}/{rest...}", authed(s.proxy))
 	s.snapshotRoutes(mux, authed)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	notFound := func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such API path "+r.Method+" "+r.URL.Path+"; see docs/architecture.md")
-	})
-	s.handler = s.logRequests(mux)
+	}
+	mux.HandleFunc("/v1/", notFound)
+	if cfg.Console != nil {
+		mux.Handle("/", cfg.Console)
+	} else {
+		mux.HandleFunc("/", notFound)
+	}
+	s.handler = cfg.Metrics.Middleware(s.logRequests(mux))
 	return s
 }
 
