@@ -67,14 +67,16 @@ func New(cfg Config) *Server {
 	mux.Handle("POST /v1/sandboxes/{id}/timeout", authed(s.setTimeout))
 	mux.Handle("/v1/sandboxes/{id}/{rest...}", authed(s.proxy))
 	s.snapshotRoutes(mux, authed)
-	notFound := func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such API path "+r.Method+" "+r.URL.Path+"; see docs/architecture.md")
+	// Other methods on the server's own paths get a JSON 405, not the
+	// proxy (which would ask the agent for /timeout).
+	for _, p := range []string{"/v1/sandboxes/{id}/timeout", "/v1/sandboxes/{id}/pause", "/v1/sandboxes/{id}/resume", "/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/fork"} {
+		mux.HandleFunc(p, notFound(mux))
 	}
-	mux.HandleFunc("/v1/", notFound)
+	mux.HandleFunc("/v1/", notFound(mux))
 	if cfg.Console != nil {
 		mux.Handle("/", cfg.Console)
 	} else {
-		mux.HandleFunc("/", notFound)
+		mux.HandleFunc("/", notFound(mux))
 	}
 	s.handler = cfg.Metrics.Middleware(s.logRequests(mux))
 	return s
@@ -119,8 +121,7 @@ func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// listFilter reads ?metadata=k=v (repeated) and ?state=s (repeated or
-// comma-separated).
+// listFilter reads ?metadata=k=v and ?state=s, each repeated for several.
 func listFilter(r *http.Request) (manager.ListFilter, error) {
 	var f manager.ListFilter
 	q := r.URL.Query()
@@ -134,12 +135,11 @@ func listFilter(r *http.Request) (manager.ListFilter, error) {
 		}
 		f.Metadata[k] = v
 	}
-	for _, s := range q["state"] {
-		for _, st := range strings.Split(s, ",") {
-			if st = strings.TrimSpace(st); st != "" {
-				f.States = append(f.States, st)
-			}
+	for _, st := range q["state"] {
+		if st == "" {
+			return f, badRequest("state filter is empty: give a state, such as state=running, or leave the parameter out")
 		}
+		f.States = append(f.States, st)
 	}
 	return f, nil
 }
