@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/lizard-build/lizard/internal/template"
 )
 
 // wireTypes maps each schema of openapi.yaml to the Go type it describes.
@@ -69,9 +71,26 @@ type schema struct {
 	Properties           map[string]*schema `yaml:"properties"`
 	Required             []string           `yaml:"required"`
 	Items                *schema            `yaml:"items"`
-	AdditionalProperties *schema            `yaml:"additionalProperties"`
+	AdditionalProperties *additional        `yaml:"additionalProperties"`
 	Enum                 []string           `yaml:"enum"`
 	Description          string             `yaml:"description"`
+}
+
+// additional is additionalProperties: a schema for a map's values, or
+// false for an object that takes no fields but its own.
+type additional struct {
+	*schema
+	Closed bool // additionalProperties: false
+}
+
+func (a *additional) UnmarshalYAML(n *yaml.Node) error {
+	var b bool
+	if n.Kind == yaml.ScalarNode && n.Decode(&b) == nil {
+		a.Closed = !b
+		return nil
+	}
+	a.schema = new(schema)
+	return n.Decode(a.schema)
 }
 
 type response struct {
@@ -277,11 +296,11 @@ func checkNested(t *testing.T, d *document, where string, gt reflect.Type, p *sc
 		if gt.Key().Kind() != reflect.String {
 			t.Errorf("%s: Go map key %s is not a string", where, gt.Key())
 		}
-		if p.AdditionalProperties == nil {
+		if p.AdditionalProperties == nil || p.AdditionalProperties.schema == nil {
 			t.Errorf("%s: object without additionalProperties", where)
 			return
 		}
-		if got, want := propType(d, p.AdditionalProperties), jsonType(gt.Elem()); got != want {
+		if got, want := propType(d, p.AdditionalProperties.schema), jsonType(gt.Elem()); got != want {
 			t.Errorf("%s values: openapi type %q, want %q", where, got, want)
 		}
 	}
@@ -554,5 +573,91 @@ func TestAgentPaths(t *testing.T) {
 	slices.Sort(internal)
 	if want := []string{AgentReadyPath, AgentReseedPath}; !slices.Equal(internal, want) {
 		t.Errorf("x-internal-agent-endpoints = %v; want %v", internal, want)
+	}
+}
+
+// TestRequestsClosedResponsesOpen checks the compatibility rule of the
+// document's description: every request body schema refuses fields it does
+// not list (the server and the agent decode with DisallowUnknownFields),
+// and no response schema does (the server may add response fields, and
+// clients ignore those they do not know). No request field is nullable
+// (both refuse null).
+func TestRequestsClosedResponsesOpen(t *testing.T) {
+	d, root := loadDocument(t)
+	requests := map[string]bool{}
+	var walk func(n *yaml.Node, inRequest bool)
+	walk = func(n *yaml.Node, inRequest bool) {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if n.Kind == yaml.MappingNode && k.Value == "$ref" && inRequest {
+				requests[strings.TrimPrefix(v.Value, "#/components/schemas/")] = true
+			}
+			walk(v, inRequest || (n.Kind == yaml.MappingNode && k.Value == "requestBody"))
+		}
+		if n.Kind == yaml.SequenceNode || n.Kind == yaml.DocumentNode {
+			for _, c := range n.Content {
+				walk(c, inRequest)
+			}
+		}
+	}
+	for i := 0; i+1 < len(root.Content[0].Content); i += 2 {
+		if root.Content[0].Content[i].Value == "paths" {
+			walk(root.Content[0].Content[i+1], false)
+		}
+	}
+	if len(requests) < 7 {
+		t.Fatalf("found %d request body schemas (%v), want at least 7", len(requests), requests)
+	}
+	for name, s := range d.Components.Schemas {
+		closed := s.AdditionalProperties != nil && s.AdditionalProperties.Closed
+		switch {
+		case requests[name] && !closed:
+			t.Errorf("request schema %s: want additionalProperties: false", name)
+		case !requests[name] && closed:
+			t.Errorf("schema %s is not a request body but refuses unknown fields: responses must stay open", name)
+		}
+		if !requests[name] {
+			continue
+		}
+		for pname, p := range s.Properties {
+			if l, ok := p.Type.([]any); ok && slices.Contains(l, any("null")) {
+				t.Errorf("request field %s.%s is nullable; the server refuses null", name, pname)
+			}
+		}
+	}
+}
+
+func TestNullAt(t *testing.T) {
+	tests := []struct {
+		body, path string
+		found      bool
+	}{
+		{`{}`, "", false},
+		{`null`, "", true},
+		{`{"envs":{"A":"1","B":null}}`, "envs.B", true},
+		{`{"timeoutMs":null}`, "timeoutMs", true},
+		{`{"args":["a",null]}`, "args.1", true},
+		{`{"b":null,"a":null}`, "a", true},
+		{`{"code":"x = None"}`, "", false},
+		{`{not json`, "", false},
+	}
+	for _, tt := range tests {
+		path, found := NullAt([]byte(tt.body))
+		if path != tt.path || found != tt.found {
+			t.Errorf("NullAt(%s) = %q, %v; want %q, %v", tt.body, path, found, tt.path, tt.found)
+		}
+	}
+}
+
+// TestTemplatesEnum checks that the spec lists the templates built into
+// the server, no more, no fewer.
+func TestTemplatesEnum(t *testing.T) {
+	d, _ := loadDocument(t)
+	got := slices.Clone(d.Components.Schemas["CreateSandboxRequest"].Properties["template"].Enum)
+	want := slices.Clone(template.Names())
+	sort.Strings(got)
+	sort.Strings(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("CreateSandboxRequest.template enum = %v, want the server's templates %v", got, want)
 	}
 }

@@ -8,7 +8,12 @@
 // them through unchanged.
 package api
 
-import "time"
+import (
+	"encoding/json"
+	"sort"
+	"strconv"
+	"time"
+)
 
 // AgentPort is the TCP port the agent listens on inside every sandbox.
 const AgentPort = 49983
@@ -242,4 +247,49 @@ type EntryInfo struct {
 // EntryList is the body of GET /files/list.
 type EntryList struct {
 	Entries []EntryInfo `json:"entries"`
+}
+
+// NullAt returns where a JSON request body holds a null, as a path such as
+// "envs.HOME" ("" for the body itself), and whether it holds one. No field
+// of a request is nullable: a field is given a value or left out. Go's
+// decoder would read a null as the zero value ("" for an env value, {}
+// for the whole body), which is never what the sender meant. A body that
+// is not valid JSON has no null here; decoding it reports why.
+func NullAt(body []byte) (path string, found bool) {
+	var v any
+	if json.Unmarshal(body, &v) != nil {
+		return "", false
+	}
+	return nullIn(v, "")
+}
+
+func nullIn(v any, path string) (string, bool) {
+	join := func(k string) string {
+		if path == "" {
+			return k
+		}
+		return path + "." + k
+	}
+	switch v := v.(type) {
+	case nil:
+		return path, true
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if p, ok := nullIn(v[k], join(k)); ok {
+				return p, true
+			}
+		}
+	case []any:
+		for i, e := range v {
+			if p, ok := nullIn(e, join(strconv.Itoa(i))); ok {
+				return p, true
+			}
+		}
+	}
+	return "", false
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,14 +28,29 @@ func invalid(w http.ResponseWriter, field, format string, args ...any) {
 }
 
 // decode reads a JSON body into v, answering 400 or 413 itself when it
-// cannot. An empty body leaves v as is when emptyOK.
+// cannot. An empty body leaves v as is when emptyOK. As on the server,
+// unknown fields and nulls are refused (api/openapi.yaml): a misspelt or
+// newer option fails loudly instead of being ignored.
 func (a *Agent) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) bool {
-	body := http.MaxBytesReader(w, r.Body, a.cfg.MaxRequestBytes)
-	err := json.NewDecoder(body).Decode(v)
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxRequestBytes))
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err = dec.Decode(v); err == nil && dec.More() {
+			err = errors.New("more than one JSON value; send one object")
+		}
+	}
 	var tooBig *http.MaxBytesError
 	var typeErr *json.UnmarshalTypeError
 	switch {
 	case err == nil:
+		if path, ok := api.NullAt(data); ok {
+			if path == "" {
+				path = "body"
+			}
+			invalid(w, path, "must not be null; leave it out or give it a value")
+			return false
+		}
 		return true
 	case errors.As(err, &tooBig):
 		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "request body is larger than %d bytes", tooBig.Limit)
@@ -44,8 +60,10 @@ func (a *Agent) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK bo
 		invalid(w, "body", "a JSON object is required")
 	case errors.As(err, &typeErr) && typeErr.Field != "":
 		invalid(w, typeErr.Field, "must be %s, not JSON %s", typeErr.Type, typeErr.Value)
+	case errors.As(err, &typeErr):
+		invalid(w, "body", "must be a JSON object, not JSON %s", typeErr.Value)
 	default:
-		invalid(w, "body", "invalid JSON: %v", err)
+		invalid(w, "body", "invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return false
 }

@@ -253,6 +253,21 @@ func (c *Control) Acquire(ctx context.Context, projectID, id string) (*url.URL, 
 	return c.node.Acquire(ctx, id)
 }
 
+// CheckRunning says whether projectID's sandbox id runs: an ErrGone error
+// naming how it ended, or ErrConflict if it is paused or starting.
+func (c *Control) CheckRunning(ctx context.Context, projectID, id string) error {
+	sb, err := c.lookup(ctx, projectID, id)
+	switch {
+	case err != nil:
+		return err
+	case !sb.Live():
+		return node.Gone(sb)
+	case sb.State != api.StateRunning:
+		return &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
+	}
+	return nil
+}
+
 // Transport carries proxied calls to agents.
 func (c *Control) Transport() http.RoundTripper { return c.node.Transport() }
 

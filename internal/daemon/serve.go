@@ -15,7 +15,9 @@ import (
 
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/cli"
+	"github.com/lizard-build/lizard/internal/console"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -57,6 +59,7 @@ type serveConfig struct {
 	// many restored sandboxes per template ready.
 	TemplateSnapshot bool
 	WarmPool         int
+	MetricsListen    string // Prometheus /metrics listener; "": none
 	// policy is untrusted code's limits and network (serve_policy.go).
 	policy policyFlags
 
@@ -86,6 +89,7 @@ func parseServe(e cli.Env, args []string) (*serveConfig, error) {
 	fs.DurationVar(&c.PausedRetention, "paused-retention", node.DefaultPausedRetention, "how long a paused sandbox is kept before it is ended")
 	fs.BoolVar(&c.TemplateSnapshot, "template-snapshot", true, "create sandboxes by restoring a checkpoint of each template's booted sandbox (kernel started, numpy/pandas/matplotlib imported) instead of booting; false boots every sandbox")
 	fs.IntVar(&c.WarmPool, "warm-pool", 0, "restored sandboxes per template kept ready for creates with the default limits (needs --template-snapshot; each costs an idle sandbox's memory)")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", "127.0.0.1:9464", "address to serve Prometheus metrics on at /metrics (docs/metrics.md); \"\" turns them off")
 	c.policy.register(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
@@ -253,6 +257,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		Version:   version(),
 		KeyLimits: server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst},
 		Audit:     audit,
+		Console:   console.Handler(), Metrics: metrics.Serve(ctx, c.MetricsListen, logger),
 	})
 	// Sandboxes holding a lizardToken reach the API on their own host
 	// address, opened and closed as they start and stop.

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Egress is the network policy of one sandbox. It is enforced with
@@ -21,14 +24,20 @@ import (
 // nothing bypasses them.
 //
 // Whatever the policy, the sandbox never reaches the host (but for
-// APIPort on its own host address), other sandboxes, private, shared,
-// loopback, link-local (metadata) or multicast addresses, nor anything over
-// IPv6; nobody can open a connection to the sandbox but the host itself.
+// APIPort on its own host address), the host's own connected subnets (its
+// uplink's gateway and neighbours), other sandboxes, nor any IANA
+// special-purpose address (private, shared, loopback, link-local and
+// metadata, documentation, benchmarking, multicast, reserved), nor
+// anything over IPv6; nobody can open a connection to the sandbox but the
+// host itself.
 type Egress struct {
 	// Internet lets the sandbox open connections to public addresses
 	// (forwarded and masqueraded). Without it nothing is forwarded.
 	Internet bool
-	// AllowTo, when not empty, narrows Internet to these destinations.
+	// AllowTo, when not empty, narrows Internet to these destinations. A
+	// prefix that lies inside one of SpecialPurpose is the one way to open
+	// such a range (tests stand "the internet" up at 203.0.113.1 this way);
+	// nothing opens Blocked or the host's subnets.
 	AllowTo []netip.Prefix
 	// APIPort, when not 0, lets the sandbox open TCP connections to its own
 	// host address on this port: the Lizard API, for sandboxes with a
@@ -37,28 +46,47 @@ type Egress struct {
 }
 
 // Blocked are the destinations a sandbox may never reach, even with
-// Internet: this host, other sandboxes, private networks and cloud
-// metadata services (169.254.169.254).
+// Internet and whatever AllowTo says: the IANA special-purpose ranges
+// (RFC 6890 and the IANA IPv4 Special-Purpose Address Registry) where real
+// networks live — this host, other sandboxes, private networks, carrier
+// NAT, cloud metadata services (169.254.169.254) — and the ranges no
+// unicast connection may go to.
 var Blocked = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("192.168.0.0/16"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("240.0.0.0/4"),
+	netip.MustParsePrefix("0.0.0.0/8"),      // "this network" (RFC 791)
+	netip.MustParsePrefix("10.0.0.0/8"),     // private (RFC 1918)
+	netip.MustParsePrefix("100.64.0.0/10"),  // shared address space, carrier NAT (RFC 6598)
+	netip.MustParsePrefix("127.0.0.0/8"),    // loopback (RFC 1122)
+	netip.MustParsePrefix("169.254.0.0/16"), // link-local: metadata services, every sandbox's link (RFC 3927)
+	netip.MustParsePrefix("172.16.0.0/12"),  // private (RFC 1918)
+	netip.MustParsePrefix("192.0.0.0/24"),   // IETF protocol assignments, DS-Lite, NAT64 discovery (RFC 6890)
+	netip.MustParsePrefix("192.168.0.0/16"), // private (RFC 1918)
+	netip.MustParsePrefix("224.0.0.0/4"),    // multicast (RFC 5771)
+	netip.MustParsePrefix("240.0.0.0/4"),    // reserved (RFC 1112), with the limited broadcast 255.255.255.255
+}
+
+// SpecialPurpose are the other IANA special-purpose ranges: no one's
+// network by assignment (documentation, benchmarking, anycast relays and
+// sinks), so not the internet either. A sandbox reaches none of them
+// unless AllowTo names a prefix inside one.
+var SpecialPurpose = []netip.Prefix{
+	netip.MustParsePrefix("192.0.2.0/24"),    // TEST-NET-1, documentation (RFC 5737)
+	netip.MustParsePrefix("192.31.196.0/24"), // AS112-v4 (RFC 7535)
+	netip.MustParsePrefix("192.52.193.0/24"), // AMT (RFC 7450)
+	netip.MustParsePrefix("192.88.99.0/24"),  // deprecated 6to4 relay anycast (RFC 7526)
+	netip.MustParsePrefix("192.175.48.0/24"), // direct delegation AS112 service (RFC 7534)
+	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking (RFC 2544)
+	netip.MustParsePrefix("198.51.100.0/24"), // TEST-NET-2, documentation (RFC 5737)
+	netip.MustParsePrefix("203.0.113.0/24"),  // TEST-NET-3, documentation (RFC 5737)
 }
 
 // TableName is the nftables table (family inet) holding sandbox id's
 // rules.
 func TableName(id string) string { return "lizard-" + id }
 
-// ruleset is the nft script that (re)creates sandbox id's table.
-func ruleset(id string, l Link, e Egress) string {
+// ruleset is the nft script that (re)creates sandbox id's table. hostNets
+// are the host's own connected subnets and gateways (HostNets), denied
+// like Blocked.
+func ruleset(id string, l Link, e Egress, hostNets []netip.Prefix) string {
 	veth := VethName(id)
 	var b strings.Builder
 	t := TableName(id)
@@ -81,9 +109,13 @@ func ruleset(id string, l Link, e Egress) string {
 	if e.Internet {
 		fmt.Fprintf(&b, "\t\tiifname %q meta nfproto ipv6 drop\n", veth)
 		fmt.Fprintf(&b, "\t\tiifname %q ip saddr != %s drop\n", veth, l.GuestAddr)
-		fmt.Fprintf(&b, "\t\tiifname %q ip daddr { %s } drop\n", veth, prefixes(Blocked))
+		fmt.Fprintf(&b, "\t\tiifname %q ip daddr { %s } drop\n", veth, prefixes(merge(append(slices.Clone(Blocked), hostNets...))))
+		if open := opened(e.AllowTo); len(open) > 0 {
+			fmt.Fprintf(&b, "\t\tiifname %q ip daddr { %s } accept\n", veth, prefixes(open))
+		}
+		fmt.Fprintf(&b, "\t\tiifname %q ip daddr { %s } drop\n", veth, prefixes(merge(SpecialPurpose)))
 		if len(e.AllowTo) > 0 {
-			fmt.Fprintf(&b, "\t\tiifname %q ip daddr != { %s } drop\n", veth, prefixes(e.AllowTo))
+			fmt.Fprintf(&b, "\t\tiifname %q ip daddr != { %s } drop\n", veth, prefixes(merge(e.AllowTo)))
 		}
 		fmt.Fprintf(&b, "\t\tiifname %q accept\n", veth)
 	}
@@ -96,6 +128,96 @@ func ruleset(id string, l Link, e Egress) string {
 	}
 	b.WriteString("}\n")
 	return b.String()
+}
+
+// opened are the prefixes of allow that lie inside a SpecialPurpose range:
+// the operator named them, so they are let through that range's drop.
+func opened(allow []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, a := range allow {
+		a = a.Masked()
+		for _, s := range SpecialPurpose {
+			if s.Bits() <= a.Bits() && s.Contains(a.Addr()) {
+				out = append(out, a)
+				break
+			}
+		}
+	}
+	return merge(out)
+}
+
+// merge returns ps masked, sorted, without duplicates and without any
+// prefix that another one holds: an nft interval set refuses overlapping
+// elements, and two CIDR prefixes either nest or are disjoint.
+func merge(ps []netip.Prefix) []netip.Prefix {
+	s := make([]netip.Prefix, len(ps))
+	for i, p := range ps {
+		s[i] = p.Masked()
+	}
+	// Shorter prefixes first among equal addresses, so a holder comes
+	// before everything it holds.
+	slices.SortFunc(s, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	var out []netip.Prefix
+	for _, p := range s {
+		if n := len(out); n > 0 && out[n-1].Bits() <= p.Bits() && out[n-1].Contains(p.Addr()) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// HostNets are the host's own connected IPv4 subnets — the prefix of every
+// address on every interface of this (the root) namespace — and the
+// gateway of every route, as /32s: the uplink's gateway and its neighbours,
+// which a sandbox must not reach even when they are public addresses.
+//
+// They are read once, when a sandbox's network is made (create, restore,
+// resume, fork), and fixed in its rules for its life: an address or route
+// the host gains later is denied to sandboxes made after it, not to those
+// already running (pausing and resuming one rebuilds its rules). Watching
+// netlink and rewriting every sandbox's table would close that window at
+// the cost of a moving rule set; the fixed IANA lists already cover every
+// private uplink, so only a host renumbered onto new public addresses
+// while sandboxes run is exposed, to those sandboxes, until they end.
+func HostNets() ([]netip.Prefix, error) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("listing the host's addresses: %w", err)
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if a.IPNet == nil {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(a.IPNet.IP.To4())
+		if !ok {
+			continue
+		}
+		bits, _ := a.IPNet.Mask.Size()
+		out = append(out, netip.PrefixFrom(ip, bits))
+	}
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("listing the host's routes: %w", err)
+	}
+	for _, r := range routes {
+		gws := []net.IP{r.Gw}
+		for _, nh := range r.MultiPath {
+			gws = append(gws, nh.Gw)
+		}
+		for _, gw := range gws {
+			if ip, ok := netip.AddrFromSlice(gw.To4()); ok {
+				out = append(out, netip.PrefixFrom(ip, 32))
+			}
+		}
+	}
+	return merge(out), nil
 }
 
 func prefixes(ps []netip.Prefix) string {
@@ -134,7 +256,14 @@ func CheckEgress() error {
 // exists: the rules match interface names, so the sandbox's first packet
 // already meets them.
 func applyEgress(id string, l Link, e Egress) error {
-	if err := nft(ruleset(id, l, e)); err != nil {
+	var hostNets []netip.Prefix
+	if e.Internet {
+		var err error
+		if hostNets, err = HostNets(); err != nil {
+			return fmt.Errorf("installing network policy of sandbox %s: %w", id, err)
+		}
+	}
+	if err := nft(ruleset(id, l, e, hostNets)); err != nil {
 		return fmt.Errorf("installing network policy of sandbox %s: %w", id, err)
 	}
 	return nil

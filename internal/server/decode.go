@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -17,12 +18,20 @@ const MaxJSONBody = 1 << 20
 
 // decodeJSON decodes r's body, one JSON object, into v. Unknown fields are
 // refused, so that a misspelt option ("timeout_ms") is an error instead of
-// being silently ignored. An empty body is {} when allowEmpty.
+// being silently ignored, and so is a null anywhere (no field is nullable:
+// leave it out instead). An empty body is {} when allowEmpty.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
-	body := http.MaxBytesReader(w, r.Body, MaxJSONBody)
-	dec := json.NewDecoder(body)
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return tooLarge()
+		}
+		return badRequest("reading the request body: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	err = dec.Decode(v)
 	if errors.Is(err, io.EOF) {
 		if allowEmpty {
 			return nil
@@ -33,11 +42,13 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) 
 		return jsonError(err, v)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return tooLarge()
-		}
 		return badRequest("the request body holds more than one JSON value; send one object")
+	}
+	if path, ok := api.NullAt(data); ok {
+		if path == "" {
+			return badRequest("the request body must be a JSON object, not null")
+		}
+		return badRequest("field %q is null; leave it out or give it a value", path)
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/node"
@@ -90,4 +92,64 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
+}
+
+// notFound answers a request no route took: a JSON 405 with Allow when the
+// path is served with other methods (TRACE /v1/health), else a JSON 404. A
+// method is allowed when a route registered for that method ("GET /v1/...")
+// would take the path; routes for every method are fallbacks like this one.
+func notFound(mux *http.ServeMux) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+			probe := *r
+			probe.Method = m
+			if _, pattern := mux.Handler(&probe); strings.HasPrefix(pattern, m+" ") {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			methodNotAllowed(w, r, strings.Join(allow, ", "))
+			return
+		}
+		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such API path "+r.Method+" "+r.URL.Path+"; see api/openapi.yaml")
+	}
+}
+
+// agentGoneWait bounds how long agentFailed waits for an ending sandbox's
+// state to be recorded.
+const agentGoneWait = 2 * time.Second
+
+// agentFailed is the error for a proxied call whose agent did not answer or
+// broke off before its response began. When the sandbox has ended or
+// stopped running meanwhile (killed, expired, failed, paused), that is the
+// answer — 410 naming how it ended, or 409 — not a 502 that tells the
+// client to retry: a sandbox whose timeout passed counts as expired, and
+// one being torn down is given agentGoneWait for its end to be recorded.
+// Only an agent that fails in a sandbox still running is a 502.
+func (s *Server) agentFailed(ctx context.Context, project, id string) error {
+	deadline := time.Now().Add(agentGoneWait)
+	for {
+		sb, err := s.c.Get(ctx, project, id)
+		if err != nil {
+			return err
+		}
+		if err := s.c.CheckRunning(ctx, project, id); err != nil {
+			return err // gone (410) or not running (409), with the manager's message
+		}
+		expired := sb.ExpiresAt != nil && !time.Now().Before(*sb.ExpiresAt)
+		if expired && !time.Now().Before(deadline) {
+			return &httpError{status: http.StatusGone, code: api.CodeGone,
+				msg: "sandbox " + id + " expired during the call (its timeout passed; extend it with setTimeout next time); create a new sandbox"}
+		}
+		if !time.Now().Before(deadline) {
+			return &httpError{status: http.StatusBadGateway, code: api.CodeBadGateway,
+				msg: "sandbox " + id + "'s agent did not answer; retry shortly, and if it persists kill the sandbox and create a new one"}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

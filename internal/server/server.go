@@ -18,6 +18,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/metrics"
 )
 
 // Config says what the API serves.
@@ -30,6 +31,11 @@ type Config struct {
 	KeyLimits KeyLimits
 	// Audit receives create and kill events with key IDs; nil: none.
 	Audit *slog.Logger
+	// Console serves every path outside /v1 (the web console); nil: a
+	// JSON 404 like unknown API paths.
+	Console http.Handler
+	// Metrics counts and times every request; nil: none.
+	Metrics *metrics.Metrics
 }
 
 // Server is the API's http.Handler.
@@ -63,10 +69,18 @@ func New(cfg Config) *Server {
 		mux.Handle("/v1/sandboxes/{id}"+p, authed(s.proxy))
 	}
 	s.snapshotRoutes(mux, authed)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such API path "+r.Method+" "+r.URL.Path+"; see docs/architecture.md")
-	})
-	s.handler = s.logRequests(mux)
+	// Other methods on the server's own paths get a JSON 405, not the
+	// proxy (which would ask the agent for /timeout).
+	for _, p := range []string{"/v1/sandboxes/{id}/timeout", "/v1/sandboxes/{id}/pause", "/v1/sandboxes/{id}/resume", "/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/fork"} {
+		mux.HandleFunc(p, notFound(mux))
+	}
+	mux.HandleFunc("/v1/", notFound(mux))
+	if cfg.Console != nil {
+		mux.Handle("/", cfg.Console)
+	} else {
+		mux.HandleFunc("/", notFound(mux))
+	}
+	s.handler = cfg.Metrics.Middleware(s.logRequests(mux))
 	return s
 }
 
@@ -109,8 +123,7 @@ func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// listFilter reads ?metadata=k=v (repeated) and ?state=s (repeated or
-// comma-separated).
+// listFilter reads ?metadata=k=v and ?state=s, each repeated for several.
 func listFilter(r *http.Request) (control.ListFilter, error) {
 	var f control.ListFilter
 	q := r.URL.Query()
@@ -124,12 +137,11 @@ func listFilter(r *http.Request) (control.ListFilter, error) {
 		}
 		f.Metadata[k] = v
 	}
-	for _, s := range q["state"] {
-		for _, st := range strings.Split(s, ",") {
-			if st = strings.TrimSpace(st); st != "" {
-				f.States = append(f.States, st)
-			}
+	for _, st := range q["state"] {
+		if st == "" {
+			return f, badRequest("state filter is empty: give a state, such as state=running, or leave the parameter out")
 		}
+		f.States = append(f.States, st)
 	}
 	return f, nil
 }
