@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lizard-build/lizard/internal/manager"
+	"github.com/lizard-build/lizard/internal/node"
 )
 
 // TestRequestsAsSpecified holds the server to the request rules of
@@ -96,7 +96,7 @@ func TestMethodNotAllowed(t *testing.T) {
 // passed), and a 502 only while it still runs.
 func TestAgentFailedIsGoneOnceEnded(t *testing.T) {
 	e := newTestEnv(t)
-	s := New(Config{Manager: e.m})
+	s := New(Config{Control: e.c})
 	ctx := context.Background()
 	status := func(err error) int { st, _, _ := classify(err); return st }
 
@@ -106,11 +106,11 @@ func TestAgentFailedIsGoneOnceEnded(t *testing.T) {
 	}
 
 	killed := e.create(t, e.key1, "")
-	if err := e.m.Kill(ctx, "p1", killed.SandboxID); err != nil {
+	if err := e.c.Kill(ctx, "p1", killed.SandboxID); err != nil {
 		t.Fatal(err)
 	}
 	err := s.agentFailed(ctx, "p1", killed.SandboxID)
-	if status(err) != http.StatusGone || !errors.Is(err, manager.ErrGone) || !strings.Contains(manager.Message(err), "killed") {
+	if status(err) != http.StatusGone || !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "killed") {
 		t.Errorf("agent failed in a killed sandbox: %v (%d); want 410 saying it was killed", err, status(err))
 	}
 
@@ -119,7 +119,7 @@ func TestAgentFailedIsGoneOnceEnded(t *testing.T) {
 	expiring := e.create(t, e.key1, `{"timeoutMs": 300}`)
 	time.Sleep(400 * time.Millisecond)
 	err = s.agentFailed(ctx, "p1", expiring.SandboxID)
-	if status(err) != http.StatusGone || !strings.Contains(err.Error()+manager.Message(err), "expired") {
+	if status(err) != http.StatusGone || !strings.Contains(err.Error()+node.Message(err), "expired") {
 		t.Errorf("agent failed in an expired sandbox: %v (%d); want 410 saying it expired", err, status(err))
 	}
 
