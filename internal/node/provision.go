@@ -84,6 +84,14 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (store.Sandbo
 	defer unlock()
 	begin := time.Now()
 	fail := func(reason string, err error) (store.Sandbox, error) {
+		// An error that already tells the caller what happened (the agent
+		// timed out, the sandbox died while starting) is returned as it
+		// is, and its message recorded as the reason.
+		var e *Error
+		told := errors.As(err, &e) && (e.Kind != nil || e.Msg != "")
+		if told && e.Msg != "" {
+			reason = e.Msg
+		}
 		if ctx.Err() != nil {
 			reason = "creation cancelled: the client went away"
 		}
@@ -92,8 +100,7 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (store.Sandbo
 		if ctx.Err() != nil {
 			return store.Sandbox{}, ctx.Err()
 		}
-		var e *Error
-		if errors.As(err, &e) && e.Kind != nil {
+		if told {
 			return store.Sandbox{}, err
 		}
 		return store.Sandbox{}, &Error{Msg: fmt.Sprintf("sandbox %s failed to start: %s", sb.ID, reason), Cause: err}
