@@ -201,7 +201,9 @@ func TestCreateRefused(t *testing.T) {
 		hidden  string
 	}{
 		{"template not built", func(c *node.Config) {
-			c.Artifact = func(context.Context, string) (sandbox.Artifact, error) { return sandbox.Artifact{}, errors.New("debootstrap: no network") }
+			c.Artifact = func(context.Context, string) (sandbox.Artifact, error) {
+				return sandbox.Artifact{}, errors.New("debootstrap: no network")
+			}
 		}, 0, node.ErrUnavailable, "debootstrap"},
 		{"address pool exhausted", func(c *node.Config) { c.Pool = small }, 2, node.ErrUnavailable, ""},
 	}
