@@ -45,8 +45,8 @@ func TestCreateSources(t *testing.T) {
 		failRestore  bool
 		refuse       bool
 		wantSource   string // "warm", "image", "boot" or "" (refused)
-		wantAdmits   int32 // one per sandbox row the create records
-		wantRestored int // Restored calls with an error
+		wantAdmits   int32  // one per sandbox row the create records
+		wantRestored int    // Restored calls with an error
 		wantClaimed  int
 	}{
 		{name: "template snapshot", wantSource: "image", wantAdmits: 1},
