@@ -35,6 +35,7 @@ var wireTypes = map[string]reflect.Type{
 	"Health":               reflect.TypeFor[Health](),
 	"ExecuteRequest":       reflect.TypeFor[ExecuteRequest](),
 	"ExecuteEvent":         reflect.TypeFor[ExecuteEvent](),
+	"Abort":                reflect.TypeFor[Abort](),
 	"Result":               reflect.TypeFor[Result](),
 	"ExecutionError":       reflect.TypeFor[ExecutionError](),
 	"CreateContextRequest": reflect.TypeFor[CreateContextRequest](),

@@ -162,7 +162,18 @@ const (
 	EventResult = "result"
 	EventError  = "error"
 	EventEnd    = "end"
+	// EventAbort ends a stream the server cut because the sandbox stopped
+	// during the call (killed, expired, died); its Abort carries the API
+	// error the call would have got before it began (410 gone).
+	EventAbort = "abort"
 )
+
+// Abort is the API error an NDJSON stream ended with ("abort" event).
+type Abort struct {
+	Status  int    `json:"status"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
 
 // ExecuteEvent is one line of an /execute stream.
 type ExecuteEvent struct {
@@ -171,6 +182,7 @@ type ExecuteEvent struct {
 	Result         *Result         `json:"result,omitempty"` // result
 	Error          *ExecutionError `json:"error,omitempty"`  // error
 	ExecutionCount int             `json:"executionCount,omitempty"`
+	Abort          *Abort          `json:"abort,omitempty"` // abort
 }
 
 // Result types.
@@ -228,10 +240,11 @@ type ProcessRequest struct {
 // ProcessEvent is one line of a /process stream. An "end" event carries the
 // exit code, and Error when the process could not start or timed out.
 type ProcessEvent struct {
-	Type     string `json:"type"` // stdout, stderr, end
+	Type     string `json:"type"` // stdout, stderr, end, abort
 	Text     string `json:"text,omitempty"`
 	ExitCode *int   `json:"exitCode,omitempty"`
 	Error    string `json:"error,omitempty"`
+	Abort    *Abort `json:"abort,omitempty"`
 }
 
 // EntryInfo describes one file or directory in a sandbox.

@@ -33,7 +33,12 @@ func (c *Client) Execute(ctx context.Context, id string, req api.ExecuteRequest,
 	defer cancel()
 	defer drainClose(resp.Body)
 	x := &Execution{Results: []api.Result{}}
+	var abort *api.Abort
 	err = readStream(ctx, resp.Body, "execute", func(ev api.ExecuteEvent) bool {
+		if ev.Type == api.EventAbort {
+			abort = ev.Abort
+			return true
+		}
 		switch ev.Type {
 		case api.EventStdout:
 			x.Stdout += ev.Text
@@ -56,6 +61,9 @@ func (c *Client) Execute(ctx context.Context, id string, req api.ExecuteRequest,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if abort != nil {
+		return nil, abortError(abort)
 	}
 	return x, nil
 }
@@ -81,7 +89,12 @@ func (c *Client) Exec(ctx context.Context, id string, req api.ProcessRequest, on
 	defer cancel()
 	defer drainClose(resp.Body)
 	res := &ProcessResult{ExitCode: -1}
+	var abort *api.Abort
 	err = readStream(ctx, resp.Body, "process", func(ev api.ProcessEvent) bool {
+		if ev.Type == api.EventAbort {
+			abort = ev.Abort
+			return true
+		}
 		switch ev.Type {
 		case "stdout":
 			res.Stdout += ev.Text
@@ -101,7 +114,19 @@ func (c *Client) Exec(ctx context.Context, id string, req api.ProcessRequest, on
 	if err != nil {
 		return nil, err
 	}
+	if abort != nil {
+		return nil, abortError(abort)
+	}
 	return res, nil
+}
+
+// abortError is the API error a stream ended with ("abort" event): the
+// same *Error a request gets when it fails before it begins.
+func abortError(a *api.Abort) error {
+	if a == nil {
+		return &Error{Status: http.StatusGone, Code: api.CodeGone, Message: "the sandbox stopped during the call"}
+	}
+	return &Error{Status: a.Status, Code: a.Code, Message: a.Message}
 }
 
 // readStream decodes NDJSON events from body, handing each to handle, until

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -243,12 +242,12 @@ func (c *Control) Resume(ctx context.Context, projectID, id string, req api.Resu
 	return toAPI(sb), nil
 }
 
-// Acquire returns the agent URL of projectID's sandbox id for one proxied
-// call, resuming the sandbox first if it is paused. Call release when the
-// call has ended: a pause waits for calls in flight.
-func (c *Control) Acquire(ctx context.Context, projectID, id string) (*url.URL, func(), error) {
+// Acquire starts one proxied call to projectID's sandbox id, resuming the
+// sandbox first if it is paused. Release the call when it has ended: a
+// pause waits for calls in flight.
+func (c *Control) Acquire(ctx context.Context, projectID, id string) (node.Call, error) {
 	if _, err := c.lookup(ctx, projectID, id); err != nil {
-		return nil, nil, err
+		return node.Call{}, err
 	}
 	return c.node.Acquire(ctx, id)
 }

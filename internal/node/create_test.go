@@ -56,11 +56,12 @@ func TestCreateRunning(t *testing.T) {
 	}
 	// Agent URLs name the sandbox, not its address, which a later sandbox
 	// may reuse; the transport dials the address behind the name.
-	u, release, err := e.Node.Acquire(ctx, sb.ID)
-	if err != nil || u.Host != sb.ID+":49983" {
-		t.Fatalf("Acquire = %v, %v; want http://%s:49983", u, err, sb.ID)
+	call, err := e.Node.Acquire(ctx, sb.ID)
+	if err != nil || call.URL.Host != sb.ID+":49983" {
+		t.Fatalf("Acquire = %+v, %v; want http://%s:49983", call, err, sb.ID)
 	}
-	defer release()
+	defer call.Release()
+	u := call.URL
 	resp, err := (&http.Client{Transport: e.Node.Transport()}).Get(u.String() + "/health")
 	if err != nil || resp.StatusCode != 200 {
 		t.Errorf("GET %s/health through the node's transport = %v, %v; want the fake agent's 200", u, resp, err)

@@ -44,7 +44,7 @@ func TestOnTimeoutPause(t *testing.T) {
 	killer := e.Create(t, nodetest.Plan(10_000))
 
 	// A call in flight holds the pause off until it ends.
-	_, release, err := e.Node.Acquire(ctx, sb.ID)
+	call, err := e.Node.Acquire(ctx, sb.ID)
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
@@ -53,7 +53,7 @@ func TestOnTimeoutPause(t *testing.T) {
 	if got := e.Row(t, sb.ID); got.State != api.StateRunning {
 		t.Errorf("onTimeout pause with a call in flight: %s; want running until the call ends", got.State)
 	}
-	release()
+	call.Release()
 	e.Node.Reap(ctx)
 	if got := e.Row(t, sb.ID); got.State != api.StatePaused {
 		t.Fatalf("onTimeout pause after expiry: %s; want paused", got.State)
@@ -62,10 +62,10 @@ func TestOnTimeoutPause(t *testing.T) {
 		t.Errorf("default onTimeout after expiry: %s; want expired", got.State)
 	}
 	// It resumes with its full timeout, here through a call.
-	if _, release, err := e.Node.Acquire(ctx, sb.ID); err != nil {
+	if call, err := e.Node.Acquire(ctx, sb.ID); err != nil {
 		t.Fatalf("Acquire of the paused sandbox: %v", err)
 	} else {
-		release()
+		call.Release()
 	}
 	got := e.Row(t, sb.ID)
 	if want := e.Clock.Now().Add(10 * time.Second); got.State != api.StateRunning || got.ExpiresAt == nil || !got.ExpiresAt.Equal(want) {
@@ -77,7 +77,7 @@ func TestPauseWaitsForCalls(t *testing.T) {
 	e := nodetest.New(t, func(c *node.Config) { c.PauseWait = 200 * time.Millisecond })
 	ctx := context.Background()
 	sb := e.Create(t, nodetest.Plan(0))
-	_, release, err := e.Node.Acquire(ctx, sb.ID)
+	call, err := e.Node.Acquire(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,18 +90,17 @@ func TestPauseWaitsForCalls(t *testing.T) {
 	}
 	// A release counts once, however often it is called: a second call
 	// still holds the pause off.
-	_, release2, err := e.Node.Acquire(ctx, sb.ID)
+	call2, err := e.Node.Acquire(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	release()
-	release()
+	call.Release()
+	call.Release()
 	if _, err := e.Node.Pause(ctx, sb.ID); !errors.Is(err, node.ErrConflict) {
 		t.Fatalf("Pause with a second call running = %v; want ErrConflict", err)
 	}
 	// A call that ends within PauseWait is waited for.
-	release = release2
-	time.AfterFunc(50*time.Millisecond, release)
+	time.AfterFunc(50*time.Millisecond, call2.Release)
 	if p, err := e.Node.Pause(ctx, sb.ID); err != nil || p.State != api.StatePaused {
 		t.Errorf("Pause while a call ends = %+v, %v; want paused", p, err)
 	}

@@ -33,7 +33,7 @@ func TestKillAndGone(t *testing.T) {
 	if ev := e.Events(sb.ID); len(ev) != 2 || ev[1].Kind != node.Stopped || ev[1].State != api.StateKilled {
 		t.Errorf("events = %+v; want Started then Stopped, killed", ev)
 	}
-	_, _, err := e.Node.Acquire(ctx, sb.ID)
+	_, err := e.Node.Acquire(ctx, sb.ID)
 	if !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "was killed at") {
 		t.Errorf("Acquire after Kill = %v; want ErrGone saying it was killed", err)
 	}
@@ -43,7 +43,7 @@ func TestKillAndGone(t *testing.T) {
 	for name, err := range map[string]error{
 		"Kill":       e.Node.Kill(ctx, "nosuch"),
 		"SetTimeout": func() error { _, err := e.Node.SetTimeout(ctx, "nosuch", 1); return err }(),
-		"Acquire":    func() error { _, _, err := e.Node.Acquire(ctx, "nosuch"); return err }(),
+		"Acquire":    func() error { _, err := e.Node.Acquire(ctx, "nosuch"); return err }(),
 	} {
 		if !errors.Is(err, node.ErrNotFound) {
 			t.Errorf("%s of an unknown sandbox = %v; want ErrNotFound", name, err)
@@ -93,7 +93,7 @@ func TestExpiry(t *testing.T) {
 	if e.Runtime.IsRunning(short.ID) {
 		t.Error("expired sandbox still running in the runtime")
 	}
-	_, _, err = e.Node.Acquire(ctx, short.ID)
+	_, err = e.Node.Acquire(ctx, short.ID)
 	if !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "expired at") {
 		t.Errorf("Acquire of an expired sandbox = %v; want ErrGone saying it expired", err)
 	}

@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"sync"
 	"time"
 
@@ -53,9 +52,10 @@ type Node interface {
 	Snapshot(ctx context.Context, id, snapshotID string) (image string, size int64, err error)
 	// RemoveImage deletes a snapshot image.
 	RemoveImage(ctx context.Context, image string) error
-	// Acquire returns the agent URL of sandbox id for one proxied call,
-	// resuming it first if it is paused; release ends the call.
-	Acquire(ctx context.Context, id string) (u *url.URL, release func(), err error)
+	// Acquire starts one proxied call to sandbox id's agent, resuming the
+	// sandbox first if it is paused. The call's context ends when the
+	// sandbox stops, with why as its cause.
+	Acquire(ctx context.Context, id string) (Call, error)
 	// Transport carries proxied calls to agents.
 	Transport() http.RoundTripper
 	// Subscribe calls fn with every lifecycle event from now on.
@@ -252,6 +252,7 @@ func (n *Local) started(sb store.Sandbox) {
 }
 
 func (n *Local) stopped(sb store.Sandbox, state, reason string) {
+	n.calls.cancelAll(sb.ID, stopReason(sb.ID, state, reason))
 	n.emit(Event{Kind: Stopped, SandboxID: sb.ID, ProjectID: sb.ProjectID, State: state, Reason: reason})
 }
 

@@ -10,14 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/agentclient"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -26,55 +23,6 @@ const (
 	DefaultPausedRetention = 7 * 24 * time.Hour
 	DefaultPauseWait       = 10 * time.Second
 )
-
-// inflight counts proxied calls per sandbox, so that a pause waits for
-// them instead of cutting them off.
-type inflight struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (f *inflight) add(id string, d int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n == nil {
-		f.n = map[string]int{}
-	}
-	f.n[id] += d
-	if f.n[id] <= 0 {
-		delete(f.n, id)
-	}
-}
-
-func (f *inflight) count(id string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.n[id]
-}
-
-// Acquire implements Node.
-func (n *Local) Acquire(ctx context.Context, id string) (*url.URL, func(), error) {
-	unlock := n.locks.lock(id)
-	defer unlock()
-	sb, err := n.get(ctx, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	if sb.Live() && sb.State == api.StatePaused {
-		if sb, err = n.resumeLocked(ctx, sb, nil); err != nil {
-			return nil, nil, err
-		}
-	}
-	switch {
-	case !sb.Live():
-		return nil, nil, Gone(sb)
-	case sb.State != api.StateRunning:
-		return nil, nil, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
-	}
-	n.calls.add(id, 1)
-	var once sync.Once
-	return agentclient.URL(id), func() { once.Do(func() { n.calls.add(id, -1) }) }, nil
-}
 
 // Pause implements Node: pausing a paused sandbox returns it as it is.
 // Calls in flight are waited for up to PauseWait, after which the pause

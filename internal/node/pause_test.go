@@ -189,10 +189,10 @@ func TestPauseFails(t *testing.T) {
 				t.Errorf("after a failed pause: running=%v killed=%v image=%v; want running, never killed, no partial image",
 					e.Runtime.IsRunning(sb.ID), e.Runtime.WasKilled(sb.ID), nodetest.Exists(e.Image(sb.ID)))
 			}
-			if _, release, err := e.Node.Acquire(ctx, sb.ID); err != nil {
+			if call, err := e.Node.Acquire(ctx, sb.ID); err != nil {
 				t.Errorf("Acquire after a failed pause: %v", err)
 			} else {
-				release()
+				call.Release()
 			}
 		})
 	}

@@ -79,12 +79,12 @@ func TestReconcile(t *testing.T) {
 	if ev := e.Events(alive.ID); len(ev) != 2 || ev[1].Kind != node.Started {
 		t.Errorf("events of the kept sandbox = %+v; want Started again", ev)
 	}
-	if _, release, err := n2.Acquire(ctx, alive.ID); err != nil {
+	if call, err := n2.Acquire(ctx, alive.ID); err != nil {
 		t.Errorf("Acquire of the kept sandbox: %v", err)
 	} else {
-		release()
+		call.Release()
 	}
-	_, _, err := n2.Acquire(ctx, dead.ID)
+	_, err := n2.Acquire(ctx, dead.ID)
 	if !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "not running after the server restarted") {
 		t.Errorf("Acquire of the dead sandbox = %v; want ErrGone with the restart reason", err)
 	}

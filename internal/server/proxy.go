@@ -1,6 +1,10 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -8,25 +12,32 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/node"
 )
 
 // proxy passes /v1/sandboxes/{id}/<agent path> to the sandbox's agent as
 // <agent path>, for the public agent paths only (api.AgentPublicPaths): the
-// agent's internal endpoints are never reachable through the API. Bodies stream both ways unbuffered: uploads are not bound
-// by the JSON limit, and NDJSON events reach the client as the agent writes
-// them. The outgoing request carries the incoming one's context, so a client
-// that disconnects cancels the agent's work too.
+// agent's internal endpoints are never reachable through the API. Bodies
+// stream both ways unbuffered: uploads are not bound by the JSON limit, and
+// NDJSON events reach the client as the agent writes them.
+//
+// The outgoing request carries the call's context (node.Call): a client
+// that disconnects cancels the agent's work, and a sandbox that stops ends
+// the call at once with why. A call that has not answered yet gets the
+// error (410 gone, naming how the sandbox ended); a stream already under
+// way gets one last "abort" event carrying it, so that SDKs raise the same
+// typed error either way.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
 	id := r.PathValue("id")
 	// Acquire resumes a paused sandbox, and holds off a pause until the
 	// call has ended.
-	target, release, err := s.c.Acquire(r.Context(), project, id)
+	call, err := s.c.Acquire(r.Context(), project, id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	defer release()
+	defer call.Release()
 	// Without full duplex, net/http consumes what is left of the request
 	// body when the response headers go out; the transport may still be
 	// forwarding that body to the agent, and would then fail the write and
@@ -35,6 +46,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		s.log.Warn("enabling full duplex for the proxy", "err", err)
 	}
 	prefix := "/v1/sandboxes/" + id
+	target := call.URL
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = target.Scheme
@@ -50,16 +62,75 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		Transport:     s.c.Transport(),
 		FlushInterval: -1,
 		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ModifyResponse: func(resp *http.Response) error {
+			if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-ndjson") {
+				resp.Body = &abortingBody{ReadCloser: resp.Body, ctx: call.Ctx}
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			log := s.log.With("sandbox_id", id, "project_id", project, "method", r.Method, "path", r.URL.Path)
+			if cause := stopCause(call.Ctx); cause != nil {
+				log.Info("sandbox stopped during a proxied call", "err", cause)
+				s.fail(w, r, cause)
+				return
+			}
 			if r.Context().Err() != nil {
 				log.Debug("client went away during a proxied request", "err", err)
 				return
 			}
 			log.Warn("agent did not answer", "err", err)
-			writeError(w, http.StatusBadGateway, api.CodeBadGateway,
-				"sandbox "+id+"'s agent did not answer; retry shortly, and if it persists kill the sandbox and create a new one")
+			s.fail(w, r, s.agentFailed(r.Context(), project, id))
 		},
 	}
-	rp.ServeHTTP(w, r)
+	rp.ServeHTTP(w, r.WithContext(call.Ctx))
+}
+
+// stopCause is why a call's context ended if its sandbox stopped, or nil.
+func stopCause(ctx context.Context) error {
+	var e *node.Error
+	if cause := context.Cause(ctx); ctx.Err() != nil && errors.As(cause, &e) {
+		return cause
+	}
+	return nil
+}
+
+// abortingBody ends an NDJSON stream cut by its sandbox's end with one
+// more line, {"type":"abort","abort":{"code":...,"message":...}}, instead
+// of a broken connection.
+type abortingBody struct {
+	io.ReadCloser
+	ctx  context.Context
+	tail *strings.Reader
+	// midLine: the last byte passed on was not a newline.
+	midLine bool
+}
+
+func (b *abortingBody) Read(p []byte) (int, error) {
+	if b.tail != nil {
+		return b.tail.Read(p)
+	}
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.midLine = p[n-1] != '\n'
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		return n, err
+	}
+	cause := stopCause(b.ctx)
+	if cause == nil {
+		return n, err
+	}
+	status, code, msg := classify(cause)
+	line, _ := json.Marshal(struct {
+		Type  string    `json:"type"`
+		Abort api.Abort `json:"abort"`
+	}{api.EventAbort, api.Abort{Status: status, Code: code, Message: msg}})
+	tail := string(line) + "\n"
+	if b.midLine {
+		// A line cut in the middle is ended first, so the event parses.
+		tail = "\n" + tail
+	}
+	b.tail = strings.NewReader(tail)
+	return n, nil
 }

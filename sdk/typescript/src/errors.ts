@@ -90,3 +90,13 @@ export function errorFromResponse(status: number, bodyText: string): LizardError
   const cls = classForStatus(status);
   return new cls(message, { status, code });
 }
+
+/**
+ * errorFromAbort is the typed error an NDJSON stream ended with: its "abort"
+ * event, sent when the sandbox stopped during the call (410 gone:
+ * SandboxGoneError naming why), as if the request had failed before it began.
+ */
+export function errorFromAbort(abort: { status?: unknown; code?: unknown; message?: unknown } | undefined): LizardError {
+  const status = typeof abort?.status === 'number' ? abort.status : 410;
+  return errorFromResponse(status, JSON.stringify({ code: abort?.code, message: abort?.message ?? 'the sandbox stopped during the call' }));
+}

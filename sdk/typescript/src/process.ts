@@ -1,6 +1,6 @@
 // Commands run in a sandbox, one process each (POST /process, NDJSON stream).
 
-import { SandboxError } from './errors.js';
+import { SandboxError, errorFromAbort } from './errors.js';
 import { streamTimeout, type HttpClient } from './http.js';
 import type { ProcessEvent, ProcessResult } from './types.js';
 
@@ -56,6 +56,8 @@ export class Process {
           out.stderr += ev.text ?? '';
           await opts.onStderr?.(ev.text ?? '');
           break;
+        case 'abort':
+          throw errorFromAbort(ev.abort);
         case 'end':
           if (typeof ev.exitCode === 'number') out.exitCode = ev.exitCode;
           if (ev.error) out.error = ev.error;

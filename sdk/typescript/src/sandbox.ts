@@ -1,7 +1,7 @@
 // CodeSandbox: one sandbox on a Lizard server, with a stateful Jupyter
 // kernel per context, processes and files.
 
-import { InvalidArgumentError, NotFoundError, SandboxError } from './errors.js';
+import { InvalidArgumentError, NotFoundError, SandboxError, errorFromAbort } from './errors.js';
 import { HttpClient, resolveConfig, streamTimeout, type ConnectionOptions } from './http.js';
 import { Files } from './files.js';
 import { Process } from './process.js';
@@ -205,6 +205,8 @@ export class CodeSandbox {
             await opts.onError?.(ev.error);
           }
           break;
+        case 'abort':
+          throw errorFromAbort(ev.abort);
         case 'end':
           return exec;
       }

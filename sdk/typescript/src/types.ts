@@ -114,19 +114,28 @@ export interface WireEntry {
   modTime: string;
 }
 
+/** The API error a stream ended with when the sandbox stopped during the call. */
+export interface Abort {
+  status: number;
+  code: string;
+  message: string;
+}
+
 export interface ExecuteEvent {
-  type: 'stdout' | 'stderr' | 'result' | 'error' | 'end' | string;
+  type: 'stdout' | 'stderr' | 'result' | 'error' | 'end' | 'abort' | string;
   text?: string;
   result?: Result;
   error?: ExecutionError;
   executionCount?: number;
+  abort?: Abort;
 }
 
 export interface ProcessEvent {
-  type: 'stdout' | 'stderr' | 'end' | string;
+  type: 'stdout' | 'stderr' | 'end' | 'abort' | string;
   text?: string;
   exitCode?: number | null;
   error?: string;
+  abort?: Abort;
 }
 
 export function sandboxInfo(w: WireSandbox): SandboxInfo {

@@ -16,6 +16,7 @@ from .errors import (
     LizardError,
     RequestTimeoutError,
     SandboxError,
+    error_from_abort,
 )
 from .models import Context, Execution, ExecutionError, ProcessResult, Result
 
@@ -248,6 +249,8 @@ class ExecutionAssembler:
             return ("error", error)
         if kind == "end":
             self.ended = True
+        if kind == "abort":
+            raise error_from_abort(event.get("abort"))
         # Unknown event types are skipped so that newer servers can add some.
         return None
 
@@ -277,6 +280,8 @@ class ProcessAssembler:
             text = str(event.get("text") or "")
             (self._stdout if kind == "stdout" else self._stderr).append(text)
             return (kind, text)
+        if kind == "abort":
+            raise error_from_abort(event.get("abort"))
         if kind == "end":
             self.ended = True
             code = event.get("exitCode")

@@ -110,3 +110,12 @@ def error_from_response(status: int, body: bytes) -> LizardError:
     if cls is None:
         cls = SandboxError if status >= 500 else LizardError
     return cls(message, status=status, code=code)
+
+
+def error_from_abort(abort: object) -> LizardError:
+    """Build the typed error an NDJSON stream ended with: its "abort" event, sent when the
+    sandbox stopped during the call (410 gone: SandboxGoneError naming why)."""
+    if not isinstance(abort, dict):
+        return SandboxGoneError("the sandbox stopped during the call", status=410, code="gone")
+    status = abort.get("status") if isinstance(abort.get("status"), int) else 410
+    return error_from_response(status, json.dumps({"code": abort.get("code"), "message": abort.get("message")}).encode())

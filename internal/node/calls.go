@@ -1,0 +1,159 @@
+package node
+
+// Proxied calls in flight. A pause waits for them; and when their sandbox
+// stops — killed, expired, its runtime dead — every one of them ends at
+// once with the reason, instead of waiting on a connection to an address
+// nothing answers any more. While a sandbox has calls in flight, a watcher
+// checks its runtime often, so that a sandbox that dies on its own (the
+// OOM killer, kill -9) ends its calls within a second or so rather than
+// at the next liveness sweep.
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentclient"
+)
+
+// watchEvery is how often a sandbox with calls in flight is checked.
+const watchEvery = 250 * time.Millisecond
+
+// Call is one proxied call to a sandbox's agent.
+type Call struct {
+	URL *url.URL
+	// Ctx carries the call: it ends when the caller's does, or when the
+	// sandbox stops, with the stop as its cause (context.Cause), an
+	// *Error of kind ErrGone saying why.
+	Ctx context.Context
+	// Release ends the call; call it once the response is done.
+	Release func()
+}
+
+// inflight holds the calls in flight, per sandbox.
+type inflight struct {
+	mu    sync.Mutex
+	calls map[string]map[*context.CancelCauseFunc]struct{}
+}
+
+func (f *inflight) add(id string, cancel *context.CancelCauseFunc) (first bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.calls == nil {
+		f.calls = map[string]map[*context.CancelCauseFunc]struct{}{}
+	}
+	set := f.calls[id]
+	if set == nil {
+		set = map[*context.CancelCauseFunc]struct{}{}
+		f.calls[id] = set
+	}
+	set[cancel] = struct{}{}
+	return len(set) == 1
+}
+
+func (f *inflight) remove(id string, cancel *context.CancelCauseFunc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.calls[id], cancel)
+	if len(f.calls[id]) == 0 {
+		delete(f.calls, id)
+	}
+}
+
+func (f *inflight) count(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.calls[id])
+}
+
+// cancelAll ends every call to sandbox id with cause.
+func (f *inflight) cancelAll(id string, cause error) {
+	f.mu.Lock()
+	set := f.calls[id]
+	delete(f.calls, id)
+	f.mu.Unlock()
+	for cancel := range set {
+		(*cancel)(cause)
+	}
+}
+
+// Acquire implements Node.
+func (n *Local) Acquire(ctx context.Context, id string) (Call, error) {
+	unlock := n.locks.lock(id)
+	defer unlock()
+	sb, err := n.get(ctx, id)
+	if err != nil {
+		return Call{}, err
+	}
+	if sb.Live() && sb.State == api.StatePaused {
+		if sb, err = n.resumeLocked(ctx, sb, nil); err != nil {
+			return Call{}, err
+		}
+	}
+	switch {
+	case !sb.Live():
+		return Call{}, Gone(sb)
+	case sb.State != api.StateRunning:
+		return Call{}, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	if first := n.calls.add(id, &cancel); first {
+		go n.watch(id)
+	}
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			n.calls.remove(id, &cancel)
+			cancel(nil)
+		})
+	}
+	return Call{URL: agentclient.URL(id), Ctx: cctx, Release: release}, nil
+}
+
+// watch checks sandbox id's runtime while it has calls in flight, and
+// ends the sandbox as failed if its runtime has stopped.
+func (n *Local) watch(id string) {
+	ctx := context.Background()
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	for range t.C {
+		if n.calls.count(id) == 0 {
+			return
+		}
+		if !n.dead(ctx, id) {
+			continue
+		}
+		unlock := n.locks.lock(id)
+		cur, err := n.cfg.Store.GetSandbox(ctx, id)
+		if err == nil && cur.Live() && cur.State == api.StateRunning && n.dead(ctx, id) {
+			err = n.end(ctx, cur, api.StateFailed, "its runtime stopped: the sandbox's processes died or were killed (out of memory?)")
+		}
+		unlock()
+		if err != nil {
+			n.log.Error("ending a dead sandbox with calls in flight", "sandbox_id", id, "err", err)
+		}
+		return
+	}
+}
+
+// stopReason is the error calls to a sandbox that stopped end with.
+func stopReason(id, state, reason string) error {
+	var how string
+	switch state {
+	case api.StateKilled:
+		how = "was killed"
+	case api.StateExpired:
+		how = "expired"
+	case api.StatePaused:
+		return &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s was paused during the call; retry it", id)}
+	default:
+		how = "failed"
+	}
+	if reason != "" {
+		how += " (" + reason + ")"
+	}
+	return &Error{Kind: ErrGone, Msg: fmt.Sprintf("sandbox %s %s during the call; create a new sandbox", id, how)}
+}
