@@ -85,4 +85,3 @@ func TestCallsEndWhenSandboxStops(t *testing.T) {
 		})
 	}
 }
-
