@@ -1,0 +1,250 @@
+package warm_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/node/nodetest"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/warm"
+)
+
+var limits = sandbox.Limits{MemoryBytes: 512 << 20, CPUs: 1, DiskBytes: 1 << 30}
+
+// env is a warm pool serving a real node on the fake runtime, behind the
+// control plane.
+type env struct {
+	*nodetest.Env
+	pool  *warm.Pool
+	cfg   warm.Config
+	c     *control.Control
+	avail atomic.Int64 // MemAvailable
+}
+
+// newEnv makes the pool (size warm sandboxes; 0: template snapshots only)
+// and a control plane allowing maxRunning live sandboxes per project.
+func newEnv(t *testing.T, size, maxRunning int) *env {
+	t.Helper()
+	e := &env{}
+	e.avail.Store(8 << 30)
+	bin := t.TempDir()
+	var files []string
+	for _, f := range []string{"lizard-agent", "lizard"} {
+		p := filepath.Join(bin, f)
+		if err := os.WriteFile(p, []byte(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, p)
+	}
+	e.Env = nodetest.New(t, func(c *node.Config) {
+		e.cfg = warm.Config{Store: c.Store, Templates: []string{nodetest.Template}, Artifact: c.Artifact, DataDir: c.DataDir,
+			RuntimeKey: c.Runtime.ImageKey(), Files: files, Size: size, Limits: limits, Internet: true,
+			MemAvailable: func() (int64, error) { return e.avail.Load(), nil }, Logger: nodetest.Discard()}
+		e.pool = warm.New(e.cfg)
+		c.Warm = e.pool
+	})
+	var err error
+	e.c, err = control.New(control.Config{Node: e.Node, Store: e.Store, Logger: nodetest.Discard(), Templates: []string{nodetest.Template},
+		Limits: limits, MaxLimits: sandbox.Limits{MemoryBytes: 1 << 30, CPUs: 2, DiskBytes: 2 << 30}, Internet: true,
+		MaxRunning: maxRunning, Now: e.Clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// run starts the pool until the test ends or stop is called, and waits
+// for the template snapshot image.
+func (e *env) run(t *testing.T, p *warm.Pool) (ctx context.Context, stop func(), image string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go p.Run(ctx, e.Node)
+	nodetest.WaitFor(t, "the template snapshot", func() bool { return p.Image(nodetest.Template) != "" })
+	return ctx, cancel, p.Image(nodetest.Template)
+}
+
+func (e *env) warmIDs(t *testing.T) []string {
+	t.Helper()
+	rows, err := e.Store.ListSandboxes(context.Background(), store.Filter{Role: store.RoleWarm, LiveOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+func TestTemplateSnapshot(t *testing.T) {
+	e := newEnv(t, 0, 0)
+	ctx, _, dir := e.run(t, e.pool)
+	if !strings.HasPrefix(dir, filepath.Join(e.DataDir, "templates", "interpreter-")) || !nodetest.Exists(filepath.Join(dir, "lizard-template-ready")) {
+		t.Errorf("template image %s; want DATA/templates/interpreter-<key>, marked ready", dir)
+	}
+	// The sandbox booted for it preloaded modules, and is gone.
+	boot := e.Runtime.Creates()[0]
+	if !slices.Contains(boot.Env, "LIZARD_AGENT_PRELOAD=numpy,pandas,matplotlib.pyplot") || boot.Limits != limits {
+		t.Errorf("template sandbox env %q limits %+v; want LIZARD_AGENT_PRELOAD and the default limits", boot.Env, boot.Limits)
+	}
+	nodetest.WaitFor(t, "the template sandbox to end", func() bool { return !e.Row(t, boot.ID).Live() })
+	if row := e.Row(t, boot.ID); row.Role != store.RoleTemplate || row.ProjectID != store.InternalProject || !e.Runtime.WasKilled(boot.ID) {
+		t.Errorf("template sandbox row %+v, killed %v; want the internal project's, role template, killed", row, e.Runtime.WasKilled(boot.ID))
+	}
+	sb, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{Envs: map[string]string{"K": "V"}, MemoryMb: new(int64(300))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.Runtime.Creates()); n != 1 {
+		t.Errorf("runtime creates = %d; want only the template sandbox's", n)
+	}
+	rs := e.Runtime.Restores()
+	if len(rs) != 1 || rs[0].Dir != dir || rs[0].Spec.ID != sb.SandboxID {
+		t.Fatalf("restores = %+v; want %s from %s", rs, sb.SandboxID, dir)
+	}
+	// Limits given at create hold on the restored path too.
+	if l := rs[0].Spec.Limits; l.MemoryBytes != 300<<20 || l.CPUs != 1 || !rs[0].Spec.Network.Internet {
+		t.Errorf("template restore: limits %+v internet %v; want 300 MiB, 1 CPU, internet", l, rs[0].Spec.Network.Internet)
+	}
+	r := e.Agent.Reseeds(sb.SandboxID)
+	if len(r) != 1 || r[0].Envs["K"] != "V" || r[0].Envs["LIZARD_PROJECT_ID"] != "p1" || r[0].Envs["LIZARD_SANDBOX_ID"] != sb.SandboxID {
+		t.Errorf("reseeds = %+v; want K=V and its identity", r)
+	}
+	if sb.ExpiresAt == nil || sb.ProjectID != "p1" {
+		t.Errorf("sandbox = %+v; want p1's with a deadline", sb)
+	}
+	// The template sandbox is nobody's.
+	for _, p := range []string{"p1", store.InternalProject} {
+		list, _ := e.c.List(ctx, p, control.ListFilter{States: []string{api.StateKilled, api.StateRunning}})
+		for _, s := range list {
+			if s.SandboxID == boot.ID {
+				t.Errorf("List(%s) shows the template sandbox", p)
+			}
+		}
+	}
+	// A second server start finds the image instead of making it again.
+	if _, _, again := e.run(t, warm.New(e.cfg)); again != dir {
+		t.Errorf("second start's image %s; want %s", again, dir)
+	}
+	if n := len(e.Runtime.Creates()); n != 1 {
+		t.Errorf("runtime creates after a restart = %d; want 1 (the image is reused)", n)
+	}
+	// A new agent binary makes a new image and removes the old one.
+	if err := os.WriteFile(e.cfg.Files[0], []byte("agent v2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, fresh := e.run(t, warm.New(e.cfg)); fresh == dir || len(e.Runtime.Creates()) != 2 {
+		t.Errorf("image after a new agent binary %s, %d boots; want a new image, one more boot", fresh, len(e.Runtime.Creates()))
+	}
+	if nodetest.Exists(dir) {
+		t.Errorf("old template image %s is still there; want it removed", dir)
+	}
+}
+
+func TestTemplateSnapshotFallback(t *testing.T) {
+	e := newEnv(t, 0, 0)
+	e.Runtime.RestoreFunc = func(context.Context, sandbox.Spec, string) error { return errors.New("bad image") }
+	ctx, _, dir := e.run(t, e.pool)
+	const failures = 3 // warm's templateFailures
+	for i := range failures {
+		sb, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatalf("create %d: %v; want a cold boot after the failed restore", i, err)
+		}
+		if !slices.ContainsFunc(e.Runtime.Creates(), func(s sandbox.Spec) bool { return s.ID == sb.SandboxID }) {
+			t.Errorf("create %d: sandbox %s was not booted", i, sb.SandboxID)
+		}
+	}
+	if n := len(e.Runtime.Restores()); n != 0 {
+		t.Errorf("%d restores worked; want none", n)
+	}
+	// After that many failures in a row the image is made again (the
+	// template sandbox boots again).
+	nodetest.WaitFor(t, "a new template snapshot", func() bool {
+		return e.pool.Image(nodetest.Template) == dir && len(e.Runtime.Creates()) > failures+1
+	})
+}
+
+func TestWarmPool(t *testing.T) {
+	e := newEnv(t, 2, 1)
+	ctx, stop, _ := e.run(t, e.pool)
+	nodetest.WaitFor(t, "a full pool", func() bool { return len(e.warmIDs(t)) == 2 })
+	pool := e.warmIDs(t)
+	// Invisible, and not counted in the quota of one.
+	if list, _ := e.c.List(ctx, "p1", control.ListFilter{}); len(list) != 0 {
+		t.Errorf("List(p1) = %+v; want no pool sandboxes", list)
+	}
+	sb, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{Envs: map[string]string{"K": "V"}, Metadata: map[string]string{"m": "1"}, TimeoutMs: new(int64(60_000))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pool, sb.SandboxID) || sb.ProjectID != "p1" || sb.Metadata["m"] != "1" || sb.ExpiresAt == nil {
+		t.Errorf("created %+v; want one of the pool %v, in p1 with metadata and a deadline", sb, pool)
+	}
+	r := e.Agent.Reseeds(sb.SandboxID)
+	if last := r[len(r)-1]; last.Envs["K"] != "V" || last.Envs["LIZARD_PROJECT_ID"] != "p1" || last.Envs["LIZARD_SANDBOX_ID"] != sb.SandboxID {
+		t.Errorf("reseed at claim = %+v; want K=V, LIZARD_PROJECT_ID=p1 and its ID", last)
+	}
+	nodetest.WaitFor(t, "the pool to refill", func() bool {
+		ids := e.warmIDs(t)
+		return len(ids) == 2 && !slices.Contains(ids, sb.SandboxID)
+	})
+	// The quota of one is now used by the claimed sandbox alone: a claim
+	// passes admission, and a refused one takes nothing from the pool.
+	pool = e.warmIDs(t)
+	if _, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{}); !errors.Is(err, node.ErrRateLimited) {
+		t.Errorf("second create with a quota of 1: err = %v; want ErrRateLimited", err)
+	}
+	if ids := e.warmIDs(t); !slices.Equal(ids, pool) {
+		t.Errorf("pool after a refused create = %v; want %v untouched", ids, pool)
+	}
+	// Non-default limits are not claimed: the pool's were fixed at restore.
+	sb2, err := e.c.Create(ctx, "p2", api.CreateSandboxRequest{MemoryMb: new(int64(300))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(pool, sb2.SandboxID) {
+		t.Errorf("a create with memoryMb claimed pool sandbox %s", sb2.SandboxID)
+	}
+	// Under memory pressure the pool gives its sandboxes back, one per
+	// wake-up (Claimed wakes it, rather than waiting for its tick).
+	e.avail.Store(100 << 20)
+	nodetest.WaitFor(t, "the pool to shrink", func() bool {
+		e.pool.Claimed(nodetest.Template)
+		return len(e.warmIDs(t)) == 0
+	})
+	for _, id := range pool {
+		if !e.Runtime.WasKilled(id) {
+			t.Errorf("pool sandbox %s not killed when the pool shrank", id)
+		}
+	}
+	// A server on its way out drains the pool.
+	e.avail.Store(8 << 30)
+	e.pool.Claimed(nodetest.Template)
+	nodetest.WaitFor(t, "the pool to refill", func() bool { return len(e.warmIDs(t)) == 2 })
+	pool = e.warmIDs(t)
+	stop()
+	e.pool.Drain(context.Background())
+	if ids := e.warmIDs(t); len(ids) != 0 {
+		t.Errorf("warm sandboxes after Drain = %v; want none", ids)
+	}
+	for _, id := range pool {
+		if !e.Runtime.WasKilled(id) {
+			t.Errorf("pool sandbox %s not killed by Drain", id)
+		}
+	}
+	if !e.Runtime.IsRunning(sb.SandboxID) || !e.Runtime.IsRunning(sb2.SandboxID) {
+		t.Error("Drain ended users' sandboxes")
+	}
+}
