@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/jupyter"
+	"github.com/lizard-build/lizard/internal/pykernel"
 )
 
 // Canonical language names, as contexts report them.
@@ -120,13 +120,12 @@ func (a *Agent) startKernel(ctx context.Context, cwd string) (Kernel, error) {
 	ctx, cancel := context.WithTimeout(ctx, kernelStartTimeout)
 	defer cancel()
 	start := time.Now()
-	k, err := a.cfg.StartKernel(ctx, jupyter.Config{
+	k, err := a.cfg.StartKernel(ctx, pykernel.Config{
 		Python:     a.cfg.Python,
 		Cwd:        cwd,
 		Env:        a.baseEnv(),
 		Credential: a.user.cred,
-		RuntimeDir: a.jupyterDir,
-		Logger:     a.log.With("component", "jupyter", "cwd", cwd),
+		Logger:     a.log.With("component", "pykernel", "cwd", cwd),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting python kernel: %w", err)
