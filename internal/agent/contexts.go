@@ -185,6 +185,11 @@ func (a *Agent) createContext(w http.ResponseWriter, r *http.Request) {
 			if r.Context().Err() != nil {
 				return
 			}
+			if errors.Is(err, os.ErrPermission) {
+				// Permissions canEnter does not model (ACLs, LSMs).
+				invalid(w, "cwd", "the sandbox user cannot start Python in %s: %v", cwd, err)
+				return
+			}
 			writeError(w, http.StatusInternalServerError, api.CodeInternal, "%v", err)
 			return
 		}
@@ -222,6 +227,12 @@ func (a *Agent) cwdOf(w http.ResponseWriter, cwd string) (string, bool) {
 	}
 	if !fi.IsDir() {
 		invalid(w, "cwd", "%s is not a directory", p)
+		return "", false
+	}
+	// Checked here, not left to the kernel's start (a 500 that names
+	// fork/exec) or to every later bash call.
+	if err := a.user.canEnter(p); err != nil {
+		invalid(w, "cwd", "the sandbox user %s cannot enter %s (%v); use a directory the user can enter, such as %s", a.user.displayName(), p, err, a.user.home)
 		return "", false
 	}
 	return p, true
