@@ -933,3 +933,18 @@ func TestRenewDoesNotWait(t *testing.T) {
 		t.Errorf("next call LZ_LATE = %+v, want 'v'", o.results)
 	}
 }
+
+// Fonts are read once into memory (FreeType's many small reads of a font
+// file are system calls that gVisor traps), and nothing else changes.
+func TestFontsReadFromMemory(t *testing.T) {
+	k := startKernel(t)
+	o := run(t, k, `import matplotlib.pyplot as plt, matplotlib.ft2font as ft
+from matplotlib import font_manager as fm
+font = fm.get_font(fm.findfont('DejaVu Sans'))
+plt.title('héllo')
+plt.plot([1, 2])
+(fm.ft2font is ft, isinstance(font, ft.FT2Font), isinstance(font.fname, str) and font.fname.endswith('.ttf'))`)
+	if len(o.errors) != 0 || len(o.results) != 2 || o.results[0].Data != "(False, True, True)" || o.results[1].Mime != "image/png" {
+		t.Errorf("results %v %+v errors %+v, want (False, True, True) then a PNG", mimes(o.results), o.results[:min(1, len(o.results))], o.errors)
+	}
+}
