@@ -62,6 +62,49 @@ finally:
 json.dumps(out)
 """
 CHART_CODE = "plt.figure(figsize=(4, 3))\nplt.plot([1, 3, 2, 4])\nplt.show()"
+# Runs in a sandbox: the agent's own kernel (internal/pykernel/kernel.py) started there and driven over its
+# pipes the way the agent drives it (docs/kernel-protocol.md), from Python: the kernel round trip inside the
+# sandbox, agent → kernel → agent, without the HTTP path. BOOT is proc.go's bootstrap.
+PYKERNEL_SOURCE = REPO / "internal" / "pykernel" / "kernel.py"
+IN_SANDBOX_PYKERNEL = r"""
+import fcntl, json, os, sys, time
+BOOT = ("import os\nb=b''\nwhile len(b)<4 or len(b)<4+int.from_bytes(b[:4],'big'):\n"
+        " c=os.read(3,1<<16)\n if not c: raise SystemExit(1)\n b+=c\nexec(compile(b[4:],'<lizard-kernel>','exec'))\n")
+r1, w1 = os.pipe(); r2, w2 = os.pipe()
+r1, w2 = fcntl.fcntl(r1, fcntl.F_DUPFD_CLOEXEC, 10), fcntl.fcntl(w2, fcntl.F_DUPFD_CLOEXEC, 10)
+env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+pid = os.posix_spawn(sys.executable, [sys.executable, "-c", BOOT], env, file_actions=[
+    (os.POSIX_SPAWN_DUP2, r1, 3), (os.POSIX_SPAWN_DUP2, w2, 4),
+    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0), (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
+os.close(r1); os.close(w2)
+def send(b):
+    os.write(w1, len(b).to_bytes(4, "big") + b)
+buf = bytearray()
+def until(t):
+    global buf
+    while True:
+        while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
+            n = int.from_bytes(buf[:4], "big"); f = bytes(buf[4:4 + n]); del buf[:4 + n]
+            if f[:1] == b"m" and json.loads(f[5:])["t"] == t:
+                return
+        c = os.read(r2, 1 << 16)
+        if not c:
+            raise RuntimeError("kernel exited")
+        buf += c
+try:
+    send(SOURCE)
+    until("ready")
+    out = []
+    for i in range(RUNS + 10):
+        t0 = time.perf_counter()
+        send(json.dumps({"op": "execute", "id": i + 1, "code": "1+1"}).encode())
+        until("done")
+        if i >= 10:
+            out.append((time.perf_counter() - t0) * 1000)
+finally:
+    os.close(w1); os.kill(pid, 9); os.waitpid(pid, 0)
+json.dumps(out)
+"""
 
 
 def log(msg: str) -> None:
@@ -621,7 +664,8 @@ def lizard_code(res: Results, srv: Server, runs: int, chart_runs: int) -> None:
                 one.append(ms)
         res.add(Figure("runCode(\"1+1\")", one, baseline="direct jupyter_client 1+1 (host ipykernel)"))
         # Where runCode's time goes: the HTTP path alone (SDK → server → proxy → agent over the veth),
-        # and the kernel alone (jupyter_client inside the sandbox, so ZeroMQ and ipykernel under gVisor).
+        # and the kernel alone: jupyter_client to ipykernel inside the sandbox (ZeroMQ under gVisor, what the
+        # agent used before internal/pykernel), and the agent's own kernel over its pipes.
         health = [timed(lambda: sb._http.request("GET", f"{sb._prefix}/health"))[0] for _ in range(runs + 10)][10:]
         res.add(Figure("  SDK → server → agent GET /health (the HTTP path alone)", health))
         # Started from the default kernel itself: a second kernel in the same sandbox.
@@ -634,6 +678,17 @@ def lizard_code(res: Results, srv: Server, runs: int, chart_runs: int) -> None:
                            baseline="direct jupyter_client 1+1 (host ipykernel)"))
         except Exception as exc:
             res.add(Figure("  jupyter_client 1+1 inside the sandbox (kernel under gVisor)", note=f"failed: {exc}"[:120]))
+        # The kernel the agent runs, driven over its pipes inside the sandbox: runCode's kernel-side floor.
+        try:
+            code = IN_SANDBOX_PYKERNEL.replace("RUNS", str(runs)).replace("SOURCE", repr(PYKERNEL_SOURCE.read_bytes()))
+            run = sb.run_code(code, timeout_ms=300_000)
+            if run.error or not run.results:
+                raise RuntimeError(f"{run.error!r} {run.stderr[-200:]}")
+            inside = json.loads(run.results[-1].data.strip("'"))
+            res.add(Figure("  kernel 1+1 inside the sandbox (agent's kernel over its pipes)", inside,
+                           baseline="direct jupyter_client 1+1 (host ipykernel)"))
+        except Exception as exc:
+            res.add(Figure("  kernel 1+1 inside the sandbox (agent's kernel over its pipes)", note=f"failed: {exc}"[:120]))
         sb.run_code(DATAFRAME_SETUP)
         sb.run_code(CHART_SETUP)
         df, png = [], []

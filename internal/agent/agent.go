@@ -1,8 +1,8 @@
 // Package agent is the program inside every sandbox: it serves the agent
 // HTTP API (health, execute, contexts, process, files; see
 // docs/architecture.md) and runs code as the sandbox user — Python in
-// Jupyter kernels, JavaScript and bash in a fresh process per call. It is
-// built into the static lizard-agent binary and must not depend on any
+// IPython kernels (internal/pykernel), JavaScript and bash in a fresh
+// process per call. It is built into the static lizard-agent binary and must not depend on any
 // server package (deps_test.go checks).
 package agent
 
@@ -20,17 +20,17 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/jupyter"
+	"github.com/lizard-build/lizard/internal/pykernel"
 )
 
-// Kernel is what the agent needs of a Python kernel; *jupyter.Kernel is one.
+// Kernel is what the agent needs of a Python kernel; *pykernel.Kernel is one.
 type Kernel interface {
-	Execute(ctx context.Context, req jupyter.Request, emit func(api.ExecuteEvent)) error
+	Execute(ctx context.Context, req pykernel.Request, emit func(api.ExecuteEvent)) error
 	Restart(ctx context.Context) error
 	Close() error
 }
 
-var _ Kernel = (*jupyter.Kernel)(nil)
+var _ Kernel = (*pykernel.Kernel)(nil)
 
 // kernelStartTimeout bounds one kernel start, whoever waits for it.
 const kernelStartTimeout = 2 * time.Minute
@@ -43,7 +43,6 @@ type Agent struct {
 	user       identity
 	envMu      sync.RWMutex
 	env        []string // base environment of all code; /reseed changes it
-	jupyterDir string   // kernel connection files
 	scratchDir string   // per-call files (bash scripts, JS error reports)
 	jsHook     string   // node --require file that reports uncaught errors
 	handler    http.Handler
@@ -130,9 +129,8 @@ func (a *Agent) prepareRuntimeDir() error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return fmt.Errorf("creating runtime dir: %w", err)
 	}
-	a.jupyterDir = filepath.Join(dir, "jupyter")
 	a.scratchDir = filepath.Join(dir, "scratch")
-	for _, d := range []string{a.jupyterDir, a.scratchDir} {
+	for _, d := range []string{a.scratchDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("creating runtime dir: %w", err)
 		}

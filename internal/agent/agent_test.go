@@ -13,27 +13,27 @@ import (
 	"testing"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/jupyter"
+	"github.com/lizard-build/lizard/internal/pykernel"
 )
 
 // fakeKernel is a Kernel whose behaviour each test sets with function fields.
 type fakeKernel struct {
-	cfg     jupyter.Config
+	cfg     pykernel.Config
 	restart func(ctx context.Context) error
 
 	mu       sync.Mutex
-	execute  func(ctx context.Context, req jupyter.Request, emit func(api.ExecuteEvent)) error
+	execute  func(ctx context.Context, req pykernel.Request, emit func(api.ExecuteEvent)) error
 	restarts int
 	closed   bool
 }
 
-func (k *fakeKernel) setExecute(f func(ctx context.Context, req jupyter.Request, emit func(api.ExecuteEvent)) error) {
+func (k *fakeKernel) setExecute(f func(ctx context.Context, req pykernel.Request, emit func(api.ExecuteEvent)) error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.execute = f
 }
 
-func (k *fakeKernel) Execute(ctx context.Context, req jupyter.Request, emit func(api.ExecuteEvent)) error {
+func (k *fakeKernel) Execute(ctx context.Context, req pykernel.Request, emit func(api.ExecuteEvent)) error {
 	k.mu.Lock()
 	execute := k.execute
 	k.mu.Unlock()
@@ -68,10 +68,10 @@ func (k *fakeKernel) Close() error {
 type kernels struct {
 	mu   sync.Mutex
 	all  []*fakeKernel
-	make func(cfg jupyter.Config) (*fakeKernel, error) // nil: a default fakeKernel
+	make func(cfg pykernel.Config) (*fakeKernel, error) // nil: a default fakeKernel
 }
 
-func (ks *kernels) start(ctx context.Context, cfg jupyter.Config) (Kernel, error) {
+func (ks *kernels) start(ctx context.Context, cfg pykernel.Config) (Kernel, error) {
 	k := &fakeKernel{cfg: cfg}
 	if ks.make != nil {
 		var err error

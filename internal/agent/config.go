@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/jupyter"
+	"github.com/lizard-build/lizard/internal/pykernel"
 )
 
 // Defaults for Config fields left zero.
@@ -29,7 +29,7 @@ const (
 type Config struct {
 	// Listen is the TCP address of the HTTP API.
 	Listen string
-	// Python is the interpreter with ipykernel; its directory goes first on
+	// Python is the interpreter with IPython; its directory goes first on
 	// the PATH of everything the agent runs.
 	Python string
 	// Node and Bash are looked up on the PATH given to code when they hold
@@ -42,7 +42,7 @@ type Config struct {
 	// Home is the default working directory and the base of relative file
 	// paths; empty means the user's home.
 	Home string
-	// RuntimeDir holds kernel connection files and per-call scratch files.
+	// RuntimeDir holds per-call scratch files and the node hook.
 	RuntimeDir string
 	// MaxOutputBytes bounds the stdout+stderr text forwarded per call.
 	MaxOutputBytes int64
@@ -61,9 +61,9 @@ type Config struct {
 	Preload []string
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
-	// StartKernel starts Python kernels; nil means the jupyter package.
+	// StartKernel starts Python kernels; nil means the pykernel package.
 	// Tests replace it with a fake.
-	StartKernel func(ctx context.Context, cfg jupyter.Config) (Kernel, error)
+	StartKernel func(ctx context.Context, cfg pykernel.Config) (Kernel, error)
 }
 
 // LoadConfig reads the agent's flags; every flag also has an environment
@@ -80,12 +80,12 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	fs := flag.NewFlagSet("lizard-agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.Listen, "listen", envOr("LISTEN", net.JoinHostPort("0.0.0.0", strconv.Itoa(api.AgentPort))), "TCP address to serve the agent API on")
-	fs.StringVar(&cfg.Python, "python", envOr("PYTHON", DefaultPython), "Python interpreter with ipykernel")
+	fs.StringVar(&cfg.Python, "python", envOr("PYTHON", DefaultPython), "Python interpreter with IPython")
 	fs.StringVar(&cfg.Node, "node", envOr("NODE", "node"), "Node.js binary (looked up on PATH)")
 	fs.StringVar(&cfg.Bash, "bash", envOr("BASH", "bash"), "bash binary (looked up on PATH)")
 	fs.StringVar(&cfg.User, "user", envOr("USER_NAME", DefaultUser), "user that runs code (empty: the agent's own user)")
 	fs.StringVar(&cfg.Home, "home", envOr("HOME", ""), "home directory of the code's user (default from /etc/passwd)")
-	fs.StringVar(&cfg.RuntimeDir, "runtime-dir", envOr("RUNTIME_DIR", ""), "directory for kernel connection files (default $TMPDIR/lizard-agent)")
+	fs.StringVar(&cfg.RuntimeDir, "runtime-dir", envOr("RUNTIME_DIR", ""), "directory for per-call scratch files (default $TMPDIR/lizard-agent)")
 	maxOut := fs.Int64("max-output", envInt(envOr("MAX_OUTPUT", ""), DefaultMaxOutputBytes), "bytes of stdout+stderr forwarded per call")
 	maxFile := fs.Int64("max-file", envInt(envOr("MAX_FILE", ""), DefaultMaxFileBytes), "largest file upload in bytes")
 	preload := fs.String("preload", envOr("PRELOAD", ""), "comma-separated modules the default Python kernel imports at start")
@@ -149,8 +149,8 @@ func (c *Config) setDefaults() {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if c.StartKernel == nil {
-		c.StartKernel = func(ctx context.Context, cfg jupyter.Config) (Kernel, error) {
-			k, err := jupyter.Start(ctx, cfg)
+		c.StartKernel = func(ctx context.Context, cfg pykernel.Config) (Kernel, error) {
+			k, err := pykernel.Start(ctx, cfg)
 			if err != nil {
 				return nil, err
 			}

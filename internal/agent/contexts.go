@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/jupyter"
+	"github.com/lizard-build/lizard/internal/pykernel"
 )
 
 // Canonical language names, as contexts report them.
@@ -120,13 +120,12 @@ func (a *Agent) startKernel(ctx context.Context, cwd string) (Kernel, error) {
 	ctx, cancel := context.WithTimeout(ctx, kernelStartTimeout)
 	defer cancel()
 	start := time.Now()
-	k, err := a.cfg.StartKernel(ctx, jupyter.Config{
+	k, err := a.cfg.StartKernel(ctx, pykernel.Config{
 		Python:     a.cfg.Python,
 		Cwd:        cwd,
 		Env:        a.baseEnv(),
 		Credential: a.user.cred,
-		RuntimeDir: a.jupyterDir,
-		Logger:     a.log.With("component", "jupyter", "cwd", cwd),
+		Logger:     a.log.With("component", "pykernel", "cwd", cwd),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting python kernel: %w", err)
@@ -186,6 +185,11 @@ func (a *Agent) createContext(w http.ResponseWriter, r *http.Request) {
 			if r.Context().Err() != nil {
 				return
 			}
+			if errors.Is(err, os.ErrPermission) {
+				// Permissions canEnter does not model (ACLs, LSMs).
+				invalid(w, "cwd", "the sandbox user cannot start Python in %s: %v", cwd, err)
+				return
+			}
 			writeError(w, http.StatusInternalServerError, api.CodeInternal, "%v", err)
 			return
 		}
@@ -223,6 +227,12 @@ func (a *Agent) cwdOf(w http.ResponseWriter, cwd string) (string, bool) {
 	}
 	if !fi.IsDir() {
 		invalid(w, "cwd", "%s is not a directory", p)
+		return "", false
+	}
+	// Checked here, not left to the kernel's start (a 500 that names
+	// fork/exec) or to every later bash call.
+	if err := a.user.canEnter(p); err != nil {
+		invalid(w, "cwd", "the sandbox user %s cannot enter %s (%v); use a directory the user can enter, such as %s", a.user.displayName(), p, err, a.user.home)
 		return "", false
 	}
 	return p, true

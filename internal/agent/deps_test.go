@@ -27,6 +27,11 @@ func TestAgentDependencies(t *testing.T) {
 				t.Errorf("lizard-agent depends on server package %s", pkg)
 			}
 		}
+		// Python kernels speak the pykernel protocol over pipes; ZeroMQ
+		// (and the Jupyter wire protocol on it) cost tens of ms a call.
+		if strings.HasPrefix(pkg, "github.com/go-zeromq/") {
+			t.Errorf("lizard-agent depends on %s; kernels must not need ZeroMQ", pkg)
+		}
 		if pkg == "runtime/cgo" {
 			t.Errorf("lizard-agent depends on runtime/cgo; it must build with CGO_ENABLED=0")
 		}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/jupyter"
+	"github.com/lizard-build/lizard/internal/pykernel"
 )
 
 // DefaultExecuteTimeoutMs is the per-call limit when a request sets none.
@@ -72,7 +72,7 @@ func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s := newSink(w, a.cfg.MaxOutputBytes, executeText)
-		a.executePython(ctx, k, jupyter.Request{Code: req.Code, Timeout: timeout, Envs: req.Envs}, s)
+		a.executePython(ctx, k, pykernel.Request{Code: req.Code, Timeout: timeout, Envs: req.Envs}, s)
 	default:
 		if err := acquire(ctx, c.turn); err != nil {
 			return
@@ -83,7 +83,7 @@ func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (a *Agent) executePython(ctx context.Context, k Kernel, req jupyter.Request, s *sink) {
+func (a *Agent) executePython(ctx context.Context, k Kernel, req pykernel.Request, s *sink) {
 	ended := false
 	err := k.Execute(ctx, req, func(ev api.ExecuteEvent) {
 		switch ev.Type {

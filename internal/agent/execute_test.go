@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/jupyter"
+	"github.com/lizard-build/lizard/internal/pykernel"
 )
 
 func TestExecuteFreshProcessPerCall(t *testing.T) {
@@ -276,8 +276,8 @@ func TestExecutePythonWithFakeKernel(t *testing.T) {
 	t.Run("request reaches the kernel", func(t *testing.T) {
 		ta := newTestAgent(t, nil)
 		k := ta.defaultKernel(t)
-		var got jupyter.Request
-		k.setExecute(func(ctx context.Context, req jupyter.Request, emit func(api.ExecuteEvent)) error {
+		var got pykernel.Request
+		k.setExecute(func(ctx context.Context, req pykernel.Request, emit func(api.ExecuteEvent)) error {
 			got = req
 			emit(api.ExecuteEvent{Type: api.EventEnd})
 			return nil
@@ -297,7 +297,7 @@ func TestExecutePythonWithFakeKernel(t *testing.T) {
 	t.Run("huge line is split", func(t *testing.T) {
 		ta := newTestAgent(t, nil)
 		line := strings.Repeat("é", 300<<10) // 600 KiB, two bytes a rune
-		ta.defaultKernel(t).setExecute(func(ctx context.Context, req jupyter.Request, emit func(api.ExecuteEvent)) error {
+		ta.defaultKernel(t).setExecute(func(ctx context.Context, req pykernel.Request, emit func(api.ExecuteEvent)) error {
 			emit(api.ExecuteEvent{Type: api.EventStdout, Text: line})
 			emit(api.ExecuteEvent{Type: api.EventEnd})
 			return nil
@@ -314,7 +314,7 @@ func TestExecutePythonWithFakeKernel(t *testing.T) {
 	})
 	t.Run("kernel failure ends the stream", func(t *testing.T) {
 		ta := newTestAgent(t, nil)
-		ta.defaultKernel(t).setExecute(func(ctx context.Context, req jupyter.Request, emit func(api.ExecuteEvent)) error {
+		ta.defaultKernel(t).setExecute(func(ctx context.Context, req pykernel.Request, emit func(api.ExecuteEvent)) error {
 			emit(api.ExecuteEvent{Type: api.EventStdout, Text: "partial"})
 			return errors.New("kernel died")
 		})
@@ -326,7 +326,7 @@ func TestExecutePythonWithFakeKernel(t *testing.T) {
 	t.Run("kernel that cannot start", func(t *testing.T) {
 		fail := true
 		var mu sync.Mutex
-		ks := &kernels{make: func(cfg jupyter.Config) (*fakeKernel, error) {
+		ks := &kernels{make: func(cfg pykernel.Config) (*fakeKernel, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			if fail {

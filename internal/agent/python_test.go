@@ -13,12 +13,12 @@ import (
 	"github.com/lizard-build/lizard/internal/testenv"
 )
 
-// TestPythonRealKernel runs Python through the real jupyter package.
+// TestPythonRealKernel runs Python through the real pykernel package.
 func TestPythonRealKernel(t *testing.T) {
 	python := testenv.Python(t)
 	ta := newTestAgent(t, func(c *Config) {
 		c.Python = python
-		c.StartKernel = nil // the real jupyter.Start
+		c.StartKernel = nil // the real pykernel.Start
 	})
 	run := func(t *testing.T, req api.ExecuteRequest) execution {
 		t.Helper()

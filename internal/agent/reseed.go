@@ -8,16 +8,16 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/jupyter"
+	"github.com/lizard-build/lizard/internal/pykernel"
 )
 
 // renewer is a kernel whose environment and random generators can be
-// renewed while it runs; *jupyter.Kernel is one.
+// renewed while it runs; *pykernel.Kernel is one.
 type renewer interface {
-	Renew(ctx context.Context, r jupyter.Renewal) error
+	Renew(ctx context.Context, r pykernel.Renewal) error
 }
 
-// importer is a kernel that can import modules silently; *jupyter.Kernel
+// importer is a kernel that can import modules silently; *pykernel.Kernel
 // is one.
 type importer interface {
 	Import(ctx context.Context, modules []string) error
@@ -88,7 +88,7 @@ func (a *Agent) reseed(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if rk, ok := k.(renewer); ok {
-			r := jupyter.Renewal{Reseed: !req.KeepSeeds}
+			r := pykernel.Renewal{Reseed: !req.KeepSeeds}
 			if changed {
 				r.Set, r.Unset = set, req.Unset
 			}

@@ -8,9 +8,12 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // identity is who runs the code and owns the files made through the API.
@@ -75,6 +78,55 @@ func lookupIdentity(name, home string, log *slog.Logger) identity {
 	}
 	id.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: groups}
 	return id
+}
+
+// displayName names the user in messages.
+func (id identity) displayName() string {
+	if id.name != "" {
+		return id.name
+	}
+	return "uid " + strconv.Itoa(id.uid)
+}
+
+// canEnter returns an error saying why the code's user cannot make dir
+// its working directory: chdir needs search permission on dir and on every
+// directory above it. Root (and an agent running code as itself, which the
+// kernel checks directly) passes by the kernel's own rules.
+func (id identity) canEnter(dir string) error {
+	if id.cred == nil {
+		if err := unix.Access(dir, unix.X_OK); err != nil {
+			return fmt.Errorf("%s: %w", dir, err)
+		}
+		return nil
+	}
+	if id.uid == 0 {
+		return nil
+	}
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil // not a Unix file system: let the start tell
+		}
+		var bit os.FileMode
+		switch {
+		case int(st.Uid) == id.uid:
+			bit = 0o100
+		case st.Gid == uint32(id.gid) || slices.Contains(id.cred.Groups, st.Gid):
+			bit = 0o010
+		default:
+			bit = 0o001
+		}
+		if fi.Mode().Perm()&bit == 0 {
+			return fmt.Errorf("%s: %w", p, os.ErrPermission)
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
 }
 
 // chown gives path to the code's user; a no-op when code runs as the agent.

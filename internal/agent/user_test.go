@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -61,6 +62,20 @@ func TestRunsCodeAsUser(t *testing.T) {
 		t.Errorf("process runs as %q, want %s", run.stdout, name)
 	}
 
+	// A working directory the user cannot enter is refused when the
+	// context is made (issue 11), not at its first call.
+	private := filepath.Join(root, "private")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, lang := range []string{"python", "bash"} {
+		var e api.Error
+		ta.json(t, "POST", "/contexts", api.CreateContextRequest{Language: lang, Cwd: private}, &e, http.StatusBadRequest)
+		if !strings.Contains(e.Message, "cannot enter") {
+			t.Errorf("%s context in %s: error %q, want it to say the user cannot enter it", lang, private, e.Message)
+		}
+	}
+
 	ta.json(t, "PUT", "/files?path=up/load.txt", "data", nil, http.StatusOK)
 	ta.json(t, "POST", "/files/mkdir?path=made/dir", nil, nil, http.StatusOK)
 	for _, p := range []string{"up", "up/load.txt", "made", "made/dir"} {
@@ -104,5 +119,60 @@ func TestLoadConfig(t *testing.T) {
 				t.Errorf("config %+v is not what the flags and env say", cfg)
 			}
 		})
+	}
+}
+
+func TestCanEnter(t *testing.T) {
+	testenv.RequiresRoot(t) // directories owned by someone else
+	nobody := identity{name: "nobody", uid: 65534, gid: 65534, cred: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{4242}}}
+	base, err := os.MkdirTemp("", "canenter-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(name string, mode os.FileMode, uid, gid int) string {
+		p := filepath.Join(base, name)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	private := mk("private", 0o700, 0, 0)
+	tests := []struct {
+		name string
+		dir  string
+		ok   bool
+	}{
+		{"others may search", mk("open", 0o711, 0, 0), true},
+		{"root's private dir", private, false},
+		{"below a private dir", mk("private/inner", 0o777, 65534, 65534), false},
+		{"own private dir", mk("mine", 0o700, 65534, 65534), true},
+		{"group may search", mk("group", 0o710, 0, 4242), true},
+		{"group may not", mk("nogroup", 0o701, 0, 4242), false},
+		{"owner bit wins over others", mk("ownerdeny", 0o601, 65534, 0), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := nobody.canEnter(tt.dir)
+			if (err == nil) != tt.ok {
+				t.Errorf("canEnter(%s) = %v, want ok %v", tt.dir, err, tt.ok)
+			}
+			if err != nil && !errors.Is(err, os.ErrPermission) {
+				t.Errorf("canEnter(%s) = %v, want a permission error", tt.dir, err)
+			}
+		})
+	}
+	root := identity{uid: 0, cred: &syscall.Credential{}}
+	if err := root.canEnter(private); err != nil {
+		t.Errorf("root canEnter(%s) = %v, want nil", private, err)
 	}
 }

@@ -29,8 +29,15 @@ const Dir = "/var/run/netns"
 // Prefix starts the name of every namespace this package makes.
 const Prefix = "lizard-"
 
-// ErrExists means the namespace or the host link for an ID already exists.
-var ErrExists = errors.New("network namespace already exists")
+var (
+	// ErrExists means the namespace or the host link for an ID already exists.
+	ErrExists = errors.New("network namespace already exists")
+	// ErrAddrInUse means an address of the link is already on, or routed
+	// through, an interface of this host: most likely a sandbox of an
+	// earlier server that was never removed. Configuring the link anyway
+	// would make both unreachable.
+	ErrAddrInUse = errors.New("address already in use on this host")
+)
 
 // Link is the point-to-point link of one sandbox.
 type Link struct {
@@ -73,6 +80,9 @@ func CreateWithEgress(id string, l Link, e *Egress) (err error) {
 	}
 	if _, err := netlink.LinkByName(hostName); err == nil {
 		return fmt.Errorf("creating veth %s: %w", hostName, ErrExists)
+	}
+	if err := checkFree(l); err != nil {
+		return err
 	}
 
 	if e != nil {
@@ -173,6 +183,65 @@ func validate(l Link) error {
 	return nil
 }
 
+// checkFree fails with ErrAddrInUse if any address of l's subnet is on an
+// interface of this host, or the subnet (or a part of it) is routed: the
+// kernel would send the sandbox's packets elsewhere and its agent would
+// simply never answer. Wider routes that merely contain the subnet (a
+// default route, a link-local /16) do not count: the link's own /N
+// route is more specific.
+func checkFree(l Link) error {
+	link := netip.PrefixFrom(l.HostAddr, l.PrefixLen).Masked()
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("listing host addresses: %w", err)
+	}
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP.To4())
+		if !ok {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		if p := netip.PrefixFrom(ip, ones).Masked(); p.Overlaps(link) && (link.Contains(ip) || p.Bits() >= link.Bits()) {
+			return fmt.Errorf("link %s: %s is already on interface %s%s: %w", link, a.IPNet, linkName(a.LinkIndex), leftoverHint(a.LinkIndex), ErrAddrInUse)
+		}
+	}
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("listing host routes: %w", err)
+	}
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(r.Dst.IP.To4())
+		if !ok {
+			continue
+		}
+		ones, _ := r.Dst.Mask.Size()
+		if p := netip.PrefixFrom(ip, ones).Masked(); p.Bits() >= link.Bits() && p.Overlaps(link) {
+			return fmt.Errorf("link %s: %s is already routed through interface %s%s: %w", link, p, linkName(r.LinkIndex), leftoverHint(r.LinkIndex), ErrAddrInUse)
+		}
+	}
+	return nil
+}
+
+func linkName(index int) string {
+	if l, err := netlink.LinkByIndex(index); err == nil {
+		return l.Attrs().Name
+	}
+	return fmt.Sprintf("#%d", index)
+}
+
+// leftoverHint says what to do when the interface holding an address is a
+// sandbox veth that its server never removed.
+func leftoverHint(index int) string {
+	name := linkName(index)
+	if !strings.HasPrefix(name, "lz") {
+		return " (not a Lizard sandbox's: use an address pool that does not overlap it)"
+	}
+	return fmt.Sprintf(" (a Lizard sandbox veth; if no running server owns it, remove it with `ip link del %s`, its namespace from `ip netns list` and its `nft list tables` entry, or use another address pool)", name)
+}
+
 func addr(a netip.Addr, prefixLen int) *netlink.Addr {
 	return &netlink.Addr{IPNet: &net.IPNet{
 		IP:   net.IP(a.AsSlice()),
@@ -185,7 +254,7 @@ func addr(a netip.Addr, prefixLen int) *netlink.Addr {
 // goroutine exits without unlocking), so no other goroutine can ever run in
 // the new namespace even if switching back were to fail.
 func createNamed(path string) error {
-	if err := os.MkdirAll(Dir, 0o755); err != nil {
+	if err := sharedDir(); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
@@ -215,6 +284,39 @@ func createNamed(path string) error {
 	if err := <-errc; err != nil {
 		os.Remove(path)
 		return err
+	}
+	return nil
+}
+
+// sharedDir makes Dir a mount point of its own with shared propagation,
+// as iproute2 does before its first `ip netns add`. Were Dir a plain
+// directory, the first `ip netns add` on the host (by anyone) would bind
+// Dir over itself and hide every namespace mounted before: their files
+// could then never be unmounted nor removed (EBUSY), and their namespaces
+// would leak.
+func sharedDir() error {
+	if err := os.MkdirAll(Dir, 0o755); err != nil {
+		return err
+	}
+	real, err := filepath.EvalSymlinks(Dir)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// Field 5 is the mount point.
+		if f := strings.Fields(line); len(f) > 4 && f[4] == real {
+			return nil
+		}
+	}
+	if err := unix.Mount(real, real, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind-mounting %s over itself: %w", real, err)
+	}
+	if err := unix.Mount("", real, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("making %s a shared mount: %w", real, err)
 	}
 	return nil
 }

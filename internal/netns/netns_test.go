@@ -154,3 +154,46 @@ func TestCreateRemove(t *testing.T) {
 		t.Errorf("veth %s still present after Remove", VethName(id))
 	}
 }
+
+// TestCreateRefusesAddressInUse checks that a link whose addresses are
+// already on the host (a leftover sandbox of an earlier server) is refused
+// with ErrAddrInUse, leaving nothing behind, instead of making a second
+// link nobody can reach.
+func TestCreateRefusesAddressInUse(t *testing.T) {
+	testenv.RequiresRoot(t)
+	a := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	old, id := "nstest-leftover", "nstest-reuse"
+	t.Cleanup(func() { _ = Remove(old); _ = Remove(id) })
+	if err := Create(old, Link{a("169.254.251.237"), a("169.254.251.238"), 30}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		l    Link
+	}{
+		{"same link", Link{a("169.254.251.237"), a("169.254.251.238"), 30}},
+		{"swapped", Link{a("169.254.251.238"), a("169.254.251.237"), 30}},
+		{"overlapping /29", Link{a("169.254.251.233"), a("169.254.251.234"), 29}},
+	}
+	for _, tt := range tests {
+		err := CreateWithEgress(id, tt.l, &Egress{})
+		if !errors.Is(err, ErrAddrInUse) {
+			t.Errorf("%s: Create = %v, want ErrAddrInUse", tt.name, err)
+			_ = Remove(id)
+			continue
+		}
+		if !strings.Contains(err.Error(), VethName(old)) {
+			t.Errorf("%s: error %q does not name the interface %s", tt.name, err, VethName(old))
+		}
+		if Exists(id) {
+			t.Errorf("%s: refused Create left a namespace or veth", tt.name)
+		}
+		if out, _ := exec.Command("nft", "list", "tables").Output(); strings.Contains(string(out), TableName(id)) {
+			t.Errorf("%s: refused Create left nft table %s", tt.name, TableName(id))
+		}
+	}
+	// The neighbouring /30 is free.
+	if err := Create(id, Link{a("169.254.251.241"), a("169.254.251.242"), 30}); err != nil {
+		t.Errorf("Create of a free neighbouring link: %v", err)
+	}
+}

@@ -1,7 +1,7 @@
 // Package pid1 lets the agent be a proper init when it is process 1 of a
 // sandbox. Process 1 inherits every orphan and must reap it, but a reaper
 // that calls wait(-1) in the same process as the agent would steal the exit
-// statuses that os/exec (in the agent and the jupyter package) waits for.
+// statuses that os/exec (in the agent and the pykernel package) waits for.
 // So process 1 splits in two, like tini: a tiny supervisor that reaps
 // everything and forwards signals, and the agent as its child, which waits
 // only for its own children and never sees orphans.

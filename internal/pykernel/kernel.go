@@ -1,18 +1,20 @@
-// Package jupyter runs IPython kernels and talks to them over the Jupyter
-// messaging protocol (v5.3, HMAC-signed, over ZeroMQ), turning their output
-// into the API's execute events.
+// Package pykernel runs Python kernels for the agent: each is a process
+// running IPython's own InteractiveShell (kernel.py, embedded here) that
+// talks to the agent over pipes with a small framed protocol
+// (docs/kernel-protocol.md), turning its output into the API's execute
+// events. It replaced ipykernel and ZeroMQ, whose round trips under gVisor
+// cost tens of milliseconds.
 //
-// A Kernel owns one ipykernel process at a time. Executions are queued and
+// A Kernel owns one kernel process at a time. Executions are queued and
 // never interleaved. Timeouts interrupt the kernel and keep its state; a
 // kernel that dies (os._exit, a segfault, the OOM killer) is restarted so
 // the next call works, and the call that was running is told so. A kernel
 // found dead between calls is restarted before the next call, which then
 // runs normally and gets a note on stderr saying earlier variables are gone.
-package jupyter
+package pykernel
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,13 +30,12 @@ import (
 
 // Config says how to start a kernel.
 type Config struct {
-	// Python is the interpreter with ipykernel installed; the kernel runs as
-	// Python -m ipykernel_launcher -f CONNECTION_FILE.
+	// Python is the interpreter with IPython installed; the kernel runs as
+	// Python -c BOOTSTRAP.
 	Python     string
 	Cwd        string
 	Env        []string            // the kernel's whole environment; nil: the agent's (MPLBACKEND is always dropped)
 	Credential *syscall.Credential // nil: run as the agent's own user
-	RuntimeDir string              // where connection files are written; "": os.TempDir()
 	Logger     *slog.Logger        // nil: slog.Default()
 }
 
@@ -52,7 +53,7 @@ const (
 )
 
 // ErrClosed is returned by calls on a closed Kernel.
-var ErrClosed = errors.New("jupyter: kernel closed")
+var ErrClosed = errors.New("pykernel: kernel closed")
 
 const (
 	// interruptGrace is how long a kernel has to come back from SIGINT
@@ -61,28 +62,34 @@ const (
 	// startTimeout bounds restarts made on the caller's behalf, which must
 	// finish even when the caller has gone.
 	startTimeout = 2 * time.Minute
-	// settleQuiet is how long iopub may stay quiet after an execute_reply
-	// before we stop waiting for an idle status that was dropped.
-	settleQuiet = time.Second
+	// exitDrain bounds waiting for the last frames of a kernel that died.
+	exitDrain = 300 * time.Millisecond
+	// sendFailureGrace is how long a failed send waits for the kernel's
+	// exit to be noticed: a kernel killed just before a call breaks its
+	// pipe before its process is reaped.
+	sendFailureGrace = 2 * time.Second
 )
 
-// Kernel is one running ipykernel process and the sockets to it.
+// Kernel is one running kernel process and the pipes to it.
 type Kernel struct {
-	cfg Config
 	log *slog.Logger
 
 	// sem is the execution queue: whoever holds it talks to the kernel.
 	sem chan struct{}
-	// busy mirrors holding sem, for the readers (see proc.busy).
+	// busy mirrors holding sem, for the reader (see proc.deliver).
 	busy atomic.Bool
+	// ids numbers requests, so frames of an abandoned one are told apart.
+	ids atomic.Uint32
 
 	// mu guards the fields below; never held while waiting on the kernel.
 	mu     sync.Mutex
+	cfg    Config
+	envGen int // bumped by every Renew that changes cfg.Env
 	proc   *proc
 	closed bool
 }
 
-// Start launches a kernel and returns once it answers kernel_info.
+// Start launches a kernel and returns once it is ready for code.
 func Start(ctx context.Context, cfg Config) (*Kernel, error) {
 	if cfg.Python == "" {
 		return nil, errors.New("starting kernel: no Python interpreter configured")
@@ -92,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Kernel, error) {
 		logger = slog.Default()
 	}
 	k := &Kernel{cfg: cfg, log: logger, sem: make(chan struct{}, 1)}
-	p, err := launch(ctx, cfg, logger, &k.busy)
+	p, err := launch(ctx, cfg, cfg.Env, logger, &k.busy)
 	if err != nil {
 		return nil, fmt.Errorf("starting kernel: %w", err)
 	}
@@ -139,7 +146,10 @@ func (k *Kernel) replace(ctx context.Context, old *proc) (*proc, error) {
 		old.killed.Store(true)
 		old.stop()
 	}
-	p, err := launch(ctx, k.cfg, k.log, &k.busy)
+	k.mu.Lock()
+	cfg, env, gen := k.cfg, k.cfg.Env, k.envGen
+	k.mu.Unlock()
+	p, err := launch(ctx, cfg, env, k.log, &k.busy)
 	if err != nil {
 		return nil, fmt.Errorf("restarting kernel: %w", err)
 	}
@@ -147,6 +157,14 @@ func (k *Kernel) replace(ctx context.Context, old *proc) (*proc, error) {
 	closed := k.closed
 	if !closed {
 		k.proc = p
+		if k.envGen != gen {
+			// A Renew came while this process started from the older
+			// environment; it went to the old process.
+			set, unset := envDiff(env, k.cfg.Env)
+			if err := p.send(request{Op: "renew", Set: set, Unset: unset}); err != nil {
+				k.log.Warn("renewing a restarted kernel", "err", err)
+			}
+		}
 	}
 	k.mu.Unlock()
 	if closed {
@@ -199,190 +217,68 @@ func (k *Kernel) Execute(ctx context.Context, req Request, emit func(api.Execute
 		return err
 	}
 	p.drain()
-
-	if len(req.Envs) > 0 {
-		code, err := setEnvCode(req.Envs)
-		if err != nil {
-			return err
-		}
-		if err := p.silent(ctx, code); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if p.awaitExit(sendFailureGrace) {
-				return k.died(ctx, p, 0, emit)
-			}
-			var ce *codeError
-			if !errors.As(err, &ce) {
-				return fmt.Errorf("setting envs: %w", err)
-			}
-			emit(ce.content.event())
-			emit(api.ExecuteEvent{Type: api.EventEnd})
-			return nil
-		}
-		defer func() {
-			// Restore even when the caller has gone, so the envs never
-			// reach the next call; a replaced kernel has nothing to undo.
-			if cur, _ := k.current(); cur != p || p.isExited() {
-				return
-			}
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptGrace)
-			defer cancel()
-			if err := p.silent(rctx, restoreEnvCode); err != nil {
-				k.log.Warn("restoring envs after execution", "err", err)
-			}
-		}()
-	}
-	return k.run(ctx, p, req, emit)
-}
-
-// executeRequest is the content of an execute_request.
-type executeRequest struct {
-	Code            string         `json:"code"`
-	Silent          bool           `json:"silent"`
-	StoreHistory    bool           `json:"store_history"`
-	UserExpressions map[string]any `json:"user_expressions"`
-	AllowStdin      bool           `json:"allow_stdin"`
-	StopOnError     bool           `json:"stop_on_error"`
-}
-
-type executeReply struct {
-	Status         string `json:"status"`
-	ExecutionCount int    `json:"execution_count"`
-	errorContent
-}
-
-// sendFailureGrace is how long a failed send waits for the kernel's exit
-// to be noticed: a kernel killed just before a call breaks its sockets
-// before its process is reaped.
-const sendFailureGrace = 2 * time.Second
-
-// maxAbortRetries bounds resending a request the kernel aborted: after an
-// error with stop_on_error it aborts what arrives until it has caught up,
-// and our next request can land in that window.
-const maxAbortRetries = 50
-
-// run sends one execute_request and turns what comes back into events.
-func (k *Kernel) run(ctx context.Context, p *proc, req Request, emit func(api.ExecuteEvent)) error {
-	content := executeRequest{
-		Code:            req.Code,
-		StoreHistory:    true,
-		UserExpressions: map[string]any{},
-		StopOnError:     true,
-	}
-	msgID, err := p.send(p.shell, "execute_request", content)
-	if err != nil {
+	id := k.ids.Add(1)
+	// The per-call envs travel with the code: the kernel sets them before
+	// and restores them after, in the same round trip.
+	if err := p.send(request{Op: "execute", ID: id, Code: req.Code, Envs: req.Envs}); err != nil {
 		if p.awaitExit(sendFailureGrace) {
-			return k.died(ctx, p, 0, emit)
+			return k.died(ctx, p, emit)
 		}
 		return err
 	}
+	return k.run(ctx, p, id, req, emit)
+}
 
+// run turns what the kernel says about request id into events.
+func (k *Kernel) run(ctx context.Context, p *proc, id uint32, req Request, emit func(api.ExecuteEvent)) error {
 	var (
-		count        int
-		replied      bool
-		idle         bool
-		aborts       int
 		timedOut     bool
 		errorEmitted bool
 		interruptTB  string // the KeyboardInterrupt traceback a timeout replaces
 		timeout      <-chan time.Time
 		grace        <-chan time.Time
+		count        int
+		done         bool
 	)
 	if req.Timeout > 0 {
 		t := time.NewTimer(req.Timeout)
 		defer t.Stop()
 		timeout = t.C
 	}
-	handle := func(m *message) {
-		if m.ParentID != msgID {
-			return // an earlier request's late output, or a silent request's
+	handle := func(f frame) {
+		if !f.fd && f.id != id {
+			return // an abandoned call's late output
 		}
-		switch m.Header.MsgType {
-		case "status":
-			var c struct {
-				State string `json:"execution_state"`
+		if f.msg == nil {
+			typ := api.EventStdout
+			if f.kind == kindStderr {
+				typ = api.EventStderr
 			}
-			if json.Unmarshal(m.Content, &c) == nil && c.State == "idle" {
-				idle = true
-			}
-		case "execute_input":
-			var c struct {
-				Count int `json:"execution_count"`
-			}
-			if json.Unmarshal(m.Content, &c) == nil && c.Count > 0 {
-				count = c.Count
-			}
+			emit(api.ExecuteEvent{Type: typ, Text: string(f.text)})
+			return
+		}
+		m := f.msg
+		switch m.T {
 		case "error":
-			var c errorContent
-			if json.Unmarshal(m.Content, &c) != nil {
-				return
-			}
-			if timedOut && c.Ename == "KeyboardInterrupt" {
-				interruptTB = stripANSI(strings.Join(c.Traceback, "\n"))
+			if timedOut && m.Ename == "KeyboardInterrupt" {
+				interruptTB = stripANSI(strings.Join(m.Traceback, "\n"))
 				return
 			}
 			errorEmitted = true
-			emit(c.event())
+			emit(m.errorEvent())
+		case "done":
+			done, count = true, m.Count
 		default:
-			if ev, ok := outputEvent(m); ok {
+			if ev, ok := m.resultEvent(); ok {
 				emit(ev)
 			}
 		}
 	}
-
-	// The kernel publishes idle right after the reply. Under a slow
-	// consumer its iopub queue may overflow and drop it, so once replied a
-	// quiet iopub also ends the call rather than hanging it.
-	settle := time.NewTimer(time.Hour)
-	settle.Stop()
-	defer settle.Stop()
-	for !replied || !idle {
+	for !done {
 		select {
-		case m := <-p.iopubCh:
-			handle(m)
-			if replied {
-				settle.Reset(settleQuiet)
-			}
-		case <-settle.C:
-			select {
-			case m := <-p.iopubCh:
-				handle(m)
-				settle.Reset(settleQuiet)
-			default:
-				k.log.Warn("no idle status after execute_reply; ending the call", "msg_id", msgID)
-				idle = true
-			}
-		case m := <-p.shellCh:
-			if m.ParentID != msgID || m.Header.MsgType != "execute_reply" {
-				continue
-			}
-			var r executeReply
-			if err := json.Unmarshal(m.Content, &r); err != nil {
-				return fmt.Errorf("decoding execute_reply: %w", err)
-			}
-			if r.Status == "aborted" && aborts < maxAbortRetries {
-				aborts++
-				time.Sleep(10 * time.Millisecond)
-				if msgID, err = p.send(p.shell, "execute_request", content); err != nil {
-					if p.isExited() {
-						return k.died(ctx, p, count, emit)
-					}
-					return err
-				}
-				idle = false
-				continue
-			}
-			replied = true
-			settle.Reset(settleQuiet)
-			if r.ExecutionCount > 0 {
-				count = r.ExecutionCount
-			}
-		case <-p.controlCh:
+		case f := <-p.ch:
+			handle(f)
 		case <-timeout:
-			if replied {
-				continue // finished in time; only the idle status is still on its way
-			}
 			timedOut = true
 			if err := p.signal(syscall.SIGINT); err != nil {
 				k.log.Warn("interrupting kernel on timeout", "err", err)
@@ -398,14 +294,25 @@ func (k *Kernel) run(ctx context.Context, p *proc, req Request, emit func(api.Ex
 				msg = fmt.Sprintf("execution timed out after %s; the kernel did not respond to the interrupt and could not be restarted: %v", req.Timeout, err)
 			}
 			emit(api.ExecuteEvent{Type: api.EventError, Error: &api.ExecutionError{Name: ErrNameTimeout, Message: msg, Traceback: interruptTB}})
-			emit(api.ExecuteEvent{Type: api.EventEnd, ExecutionCount: count})
+			emit(api.ExecuteEvent{Type: api.EventEnd})
 			return nil
-		case <-p.exited:
-			// Deliver what the kernel managed to publish before it went.
+		case <-p.eof:
+			// The kernel closed its frame pipe: it is exiting. Deliver
+			// what it managed to say before it went.
+			p.awaitExit(sendFailureGrace)
 			p.drainExited(handle)
-			return k.died(ctx, p, count, emit)
+			if done {
+				break
+			}
+			return k.died(ctx, p, emit)
+		case <-p.exited:
+			p.drainExited(handle)
+			if done {
+				break
+			}
+			return k.died(ctx, p, emit)
 		case <-ctx.Done():
-			k.abandon(ctx, p, msgID, replied, idle)
+			k.abandon(ctx, p, id)
 			return ctx.Err()
 		}
 	}
@@ -420,9 +327,34 @@ func (k *Kernel) run(ctx context.Context, p *proc, req Request, emit func(api.Ex
 	return nil
 }
 
+// drainExited hands handle what a kernel that is exiting said before it
+// went: until the reader ends, bounded in case children of the kernel
+// keep its pipe open.
+func (p *proc) drainExited(handle func(frame)) {
+	limit := time.NewTimer(exitDrain)
+	defer limit.Stop()
+	for {
+		select {
+		case f := <-p.ch:
+			handle(f)
+		case <-p.eof:
+			for {
+				select {
+				case f := <-p.ch:
+					handle(f)
+				default:
+					return
+				}
+			}
+		case <-limit.C:
+			return
+		}
+	}
+}
+
 // died reports a kernel process that ended while running a call and, unless
 // we ended it on purpose, restarts it so the next call works.
-func (k *Kernel) died(ctx context.Context, p *proc, count int, emit func(api.ExecuteEvent)) error {
+func (k *Kernel) died(ctx context.Context, p *proc, emit func(api.ExecuteEvent)) error {
 	var msg string
 	_, closed := k.current()
 	switch {
@@ -431,6 +363,7 @@ func (k *Kernel) died(ctx context.Context, p *proc, count int, emit func(api.Exe
 	case p.killed.Load():
 		msg = "the kernel was restarted while this code ran; its variables are gone"
 	default:
+		p.awaitExit(sendFailureGrace) // for the exit status in the message
 		reason := p.exitReason()
 		k.log.Warn("kernel died during execution", "pid", p.pid, "reason", reason)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
@@ -443,36 +376,28 @@ func (k *Kernel) died(ctx context.Context, p *proc, count int, emit func(api.Exe
 		}
 	}
 	emit(api.ExecuteEvent{Type: api.EventError, Error: &api.ExecutionError{Name: ErrNameKernelDied, Message: msg}})
-	emit(api.ExecuteEvent{Type: api.EventEnd, ExecutionCount: count})
+	emit(api.ExecuteEvent{Type: api.EventEnd})
 	return nil
 }
 
 // abandon cleans up after a caller that went away mid-call: it interrupts
 // the kernel and waits (bounded) for it to finish the request, so the next
 // call starts on an idle kernel; one that does not come back is restarted.
-func (k *Kernel) abandon(ctx context.Context, p *proc, msgID string, replied, idle bool) {
+func (k *Kernel) abandon(ctx context.Context, p *proc, id uint32) {
 	if err := p.signal(syscall.SIGINT); err != nil {
 		k.log.Warn("interrupting kernel for a cancelled call", "err", err)
 	}
 	deadline := time.NewTimer(interruptGrace)
 	defer deadline.Stop()
-	for !replied || !idle {
+	for {
 		select {
-		case m := <-p.iopubCh:
-			if m.ParentID == msgID && m.Header.MsgType == "status" && isIdle(m) {
-				idle = true
-			}
-		case m := <-p.shellCh:
-			if m.ParentID == msgID && m.Header.MsgType == "execute_reply" {
-				replied = true
-				deadline.Reset(settleQuiet) // idle may have been dropped
-			}
-		case <-p.exited:
-			return // the next call restarts it
-		case <-deadline.C:
-			if replied {
+		case f := <-p.ch:
+			if f.id == id && f.msg != nil && f.msg.T == "done" {
 				return
 			}
+		case <-p.eof:
+			return // the next call restarts it
+		case <-deadline.C:
 			k.log.Warn("kernel ignored the interrupt of a cancelled call; restarting it", "pid", p.pid)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
 			defer cancel()
@@ -482,13 +407,6 @@ func (k *Kernel) abandon(ctx context.Context, p *proc, msgID string, replied, id
 			return
 		}
 	}
-}
-
-func isIdle(m *message) bool {
-	var c struct {
-		State string `json:"execution_state"`
-	}
-	return json.Unmarshal(m.Content, &c) == nil && c.State == "idle"
 }
 
 // Interrupt sends SIGINT to the kernel.
@@ -538,38 +456,33 @@ type Renewal struct {
 	Reseed bool              // fresh seeds for random and numpy's global generator
 }
 
-// Renew applies r to the kernel in one silent execution (a round trip to a
-// kernel under gVisor costs tens of milliseconds, and restores are on the
-// path of every create). The environment changes reach os.environ, so code
-// and the processes it starts see them, and every kernel process started
-// after a restart. Reseeding matters because forks of one snapshot share
-// the generators' state.
+// Renew applies r to the kernel without waiting for it: the request is
+// written to the kernel's pipe, which it reads before the next call's code
+// (after the running one, if any), so restores, on the path of every
+// create, pay no round trip. The environment changes reach os.environ,
+// so code and the processes it starts see them, and every kernel process
+// started after a restart. Reseeding matters because forks of one
+// snapshot share the generators' state.
 func (k *Kernel) Renew(ctx context.Context, r Renewal) error {
-	if err := k.lock(ctx); err != nil {
-		return err
-	}
-	defer k.unlock()
-	var code []string
-	if len(r.Set) > 0 || len(r.Unset) > 0 {
-		// cfg is only read by whoever holds sem, as we do.
-		k.cfg.Env = applyEnv(k.cfg.Env, r.Set, r.Unset)
-		c, err := updateEnvCode(r.Set, r.Unset)
-		if err != nil {
-			return err
-		}
-		code = append(code, c)
-	}
-	if r.Reseed {
-		code = append(code, reseedCode)
-	}
-	if len(code) == 0 {
+	if len(r.Set) == 0 && len(r.Unset) == 0 && !r.Reseed {
 		return nil
 	}
-	p, err := k.ready(ctx, func(api.ExecuteEvent) {})
-	if err != nil {
-		return err
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return ErrClosed
 	}
-	if err := p.silent(ctx, strings.Join(code, "\n")); err != nil {
+	if len(r.Set) > 0 || len(r.Unset) > 0 {
+		k.cfg.Env = applyEnv(k.cfg.Env, r.Set, r.Unset)
+		k.envGen++
+	}
+	p := k.proc
+	if p == nil || p.isExited() {
+		return nil // the next start has the new environment and fresh seeds
+	}
+	// Held under mu, so replace cannot swap the process in between; the
+	// frame is small and the pipe's buffer takes it without waiting.
+	if err := p.send(request{Op: "renew", Set: r.Set, Unset: r.Unset, Reseed: r.Reseed}); err != nil && !p.awaitExit(sendFailureGrace) {
 		return fmt.Errorf("renewing kernel: %w", err)
 	}
 	return nil
@@ -590,14 +503,29 @@ func (k *Kernel) Import(ctx context.Context, modules []string) error {
 	if err != nil {
 		return err
 	}
-	code, err := importCode(modules)
-	if err != nil {
-		return err
-	}
-	if err := p.silent(ctx, code); err != nil {
+	p.drain()
+	id := k.ids.Add(1)
+	if err := p.send(request{Op: "import", ID: id, Modules: modules}); err != nil {
 		return fmt.Errorf("importing %s: %w", strings.Join(modules, ", "), err)
 	}
-	return nil
+	for {
+		select {
+		case f := <-p.ch:
+			if f.id != id || f.msg == nil || f.msg.T != "done" {
+				continue
+			}
+			if f.msg.Status != "ok" {
+				return fmt.Errorf("importing %s: %s: %s", strings.Join(modules, ", "), f.msg.Ename, f.msg.Evalue)
+			}
+			return nil
+		case <-p.eof:
+			p.awaitExit(sendFailureGrace)
+			return fmt.Errorf("importing %s: kernel died (%s)", strings.Join(modules, ", "), p.exitReason())
+		case <-ctx.Done():
+			k.abandon(ctx, p, id)
+			return ctx.Err()
+		}
+	}
 }
 
 // applyEnv returns env (KEY=VALUE pairs) with set set and unset removed.
@@ -616,7 +544,28 @@ func applyEnv(env []string, set map[string]string, unset []string) []string {
 	return out
 }
 
-// Close ends the kernel process and closes its sockets. A call running at
+// envDiff returns what turns environment from into to.
+func envDiff(from, to []string) (set map[string]string, unset []string) {
+	old := make(map[string]string, len(from))
+	for _, kv := range from {
+		key, v, _ := strings.Cut(kv, "=")
+		old[key] = v
+	}
+	set = map[string]string{}
+	for _, kv := range to {
+		key, v, _ := strings.Cut(kv, "=")
+		if ov, ok := old[key]; !ok || ov != v {
+			set[key] = v
+		}
+		delete(old, key)
+	}
+	for key := range old {
+		unset = append(unset, key)
+	}
+	return set, unset
+}
+
+// Close ends the kernel process and closes its pipes. A call running at
 // the time ends with a KernelDiedError event.
 func (k *Kernel) Close() error {
 	k.mu.Lock()

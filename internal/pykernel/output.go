@@ -1,4 +1,4 @@
-package jupyter
+package pykernel
 
 import (
 	"bytes"
@@ -80,56 +80,32 @@ func stripANSI(s string) string {
 	return ansi.ReplaceAllString(s, "")
 }
 
-// errorContent is the content of an iopub "error" message and of an
-// execute_reply whose status is "error".
-type errorContent struct {
-	Ename     string   `json:"ename"`
-	Evalue    string   `json:"evalue"`
-	Traceback []string `json:"traceback"`
-}
-
-func (e errorContent) event() api.ExecuteEvent {
+func (m *message) errorEvent() api.ExecuteEvent {
 	return api.ExecuteEvent{Type: api.EventError, Error: &api.ExecutionError{
-		Name:      e.Ename,
-		Message:   e.Evalue,
-		Traceback: stripANSI(strings.Join(e.Traceback, "\n")),
+		Name:      m.Ename,
+		Message:   m.Evalue,
+		Traceback: stripANSI(strings.Join(m.Traceback, "\n")),
 	}}
 }
 
-// outputEvent turns an iopub output message into an event. ok is false for
-// messages that carry nothing for the client (clear_output, comms, ...).
-// error messages are handled by the caller, which may replace them.
-func outputEvent(m *message) (ev api.ExecuteEvent, ok bool) {
-	switch m.Header.MsgType {
-	case "stream":
-		var c struct {
-			Name string `json:"name"`
-			Text string `json:"text"`
-		}
-		if json.Unmarshal(m.Content, &c) != nil || c.Text == "" {
-			return ev, false
-		}
-		typ := api.EventStdout
-		if c.Name == "stderr" {
-			typ = api.EventStderr
-		}
-		return api.ExecuteEvent{Type: typ, Text: c.Text}, true
-	case "execute_result", "display_data", "update_display_data":
-		var c struct {
-			Data map[string]json.RawMessage `json:"data"`
-		}
-		if json.Unmarshal(m.Content, &c) != nil {
-			return ev, false
-		}
-		mime, text, found := pickMime(c.Data)
-		if !found {
-			return ev, false
-		}
-		typ := api.ResultTypeDisplay
-		if m.Header.MsgType == "execute_result" {
-			typ = api.ResultTypeResult
-		}
-		return api.ExecuteEvent{Type: api.EventResult, Result: &api.Result{Type: typ, Mime: mime, Data: text}}, true
+// resultEvent turns a result or display message into an event with the
+// richest MIME type of its bundle. A display update (display_id) is a new
+// display result carrying the new data: the API streams events and cannot
+// take back one already sent; for the same reason clear_output has no
+// event. ok is false for messages that carry nothing for the client.
+func (m *message) resultEvent() (ev api.ExecuteEvent, ok bool) {
+	var typ string
+	switch m.T {
+	case "result":
+		typ = api.ResultTypeResult
+	case "display":
+		typ = api.ResultTypeDisplay
+	default:
+		return ev, false
 	}
-	return ev, false
+	mime, text, found := pickMime(m.Data)
+	if !found {
+		return ev, false
+	}
+	return api.ExecuteEvent{Type: api.EventResult, Result: &api.Result{Type: typ, Mime: mime, Data: text}}, true
 }

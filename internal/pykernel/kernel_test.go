@@ -1,4 +1,4 @@
-package jupyter
+package pykernel
 
 import (
 	"bytes"
@@ -29,10 +29,9 @@ func startKernel(t *testing.T) *Kernel {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	k, err := Start(ctx, Config{
-		Python:     py,
-		Cwd:        dir,
-		Env:        []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "LANG=C.UTF-8", "MPLBACKEND=Agg"},
-		RuntimeDir: dir,
+		Python: py,
+		Cwd:    dir,
+		Env:    []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "LANG=C.UTF-8", "MPLBACKEND=Agg"},
 	})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
@@ -534,8 +533,9 @@ func TestReseed(t *testing.T) {
 func TestCloseLeavesNothing(t *testing.T) {
 	py := testenv.Python(t)
 	base := runtime.NumGoroutine()
-	home, dir := t.TempDir(), t.TempDir()
-	k, err := Start(context.Background(), Config{Python: py, Cwd: home, RuntimeDir: dir, Env: []string{"HOME=" + home}})
+	baseFDs := openFDs(t)
+	home := t.TempDir()
+	k, err := Start(context.Background(), Config{Python: py, Cwd: home, Env: []string{"HOME=" + home}})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -563,12 +563,8 @@ func TestCloseLeavesNothing(t *testing.T) {
 			syscall.Kill(p, syscall.SIGKILL)
 		}
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		t.Errorf("runtime dir after Close holds %v, want nothing", names)
+	if n := openFDs(t); n > baseFDs {
+		t.Errorf("%d open fds after Close, %d before", n, baseFDs)
 	}
 	if err := k.Execute(context.Background(), Request{Code: "1"}, func(api.ExecuteEvent) {}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Execute after Close = %v, want ErrClosed", err)
@@ -581,6 +577,15 @@ func TestCloseLeavesNothing(t *testing.T) {
 		buf := make([]byte, 1<<16)
 		t.Errorf("%d goroutines after Close, %d before:\n%s", n, base, buf[:runtime.Stack(buf, true)])
 	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
 }
 
 // alive reports whether pid is a process that has not yet exited. Orphans
@@ -655,21 +660,16 @@ func TestCredential(t *testing.T) {
 		uid = 0
 	}
 	// t.TempDir's parent is private to root: make ones nobody can enter.
-	var dirs []string
-	for range 2 {
-		d, err := os.MkdirTemp("", "jupyter-cred-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(d) })
-		if err := os.Chmod(d, 0o777); err != nil {
-			t.Fatal(err)
-		}
-		dirs = append(dirs, d)
+	home, err := os.MkdirTemp("", "pykernel-cred-")
+	if err != nil {
+		t.Fatal(err)
 	}
-	runtimeDir, home := dirs[0], dirs[1]
+	t.Cleanup(func() { os.RemoveAll(home) })
+	if err := os.Chmod(home, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	k, err := Start(context.Background(), Config{
-		Python: py, Cwd: home, RuntimeDir: runtimeDir,
+		Python: py, Cwd: home,
 		Env:        []string{"HOME=" + home, "PATH=/usr/bin:/bin"},
 		Credential: &syscall.Credential{Uid: uid, Gid: gid},
 	})
@@ -689,7 +689,7 @@ func TestStartMissingPython(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	start := time.Now()
-	k, err := Start(ctx, Config{Python: "/nonexistent/python", RuntimeDir: t.TempDir()})
+	k, err := Start(ctx, Config{Python: "/nonexistent/python"})
 	if err == nil {
 		k.Close()
 		t.Fatal("Start with a missing interpreter succeeded")
@@ -723,5 +723,228 @@ func TestSetEnvAndImport(t *testing.T) {
 	o = run(t, k, "import os\nos.environ.get('LZ_NEW')")
 	if len(o.results) != 1 || o.results[0].Data != "'v1'" {
 		t.Errorf("LZ_NEW after restart = %+v, want 'v1'", o.results)
+	}
+}
+
+func TestDisplayUpdatesAndClear(t *testing.T) {
+	k := startKernel(t)
+	code := `from IPython.display import display, update_display, clear_output
+h = display('first', display_id=True)
+h.update('second')
+display('mine', display_id='m')
+update_display('mine again', display_id='m')
+clear_output(wait=True)
+display('after clear')`
+	o := run(t, k, code)
+	want := []api.Result{
+		{Type: "display", Mime: "text/plain", Data: "'first'"},
+		{Type: "display", Mime: "text/plain", Data: "'second'"},
+		{Type: "display", Mime: "text/plain", Data: "'mine'"},
+		{Type: "display", Mime: "text/plain", Data: "'mine again'"},
+		{Type: "display", Mime: "text/plain", Data: "'after clear'"},
+	}
+	if fmt.Sprint(o.results) != fmt.Sprint(want) {
+		t.Errorf("results = %+v, want %+v", o.results, want)
+	}
+	if len(o.errors) != 0 {
+		t.Errorf("errors = %+v", o.errors)
+	}
+}
+
+func TestFiguresLeftOpen(t *testing.T) {
+	k := startKernel(t)
+	// No plt.show(): the inline backend shows figures still open when the
+	// cell ends, after the cell's result, and closes them.
+	o := run(t, k, "import matplotlib.pyplot as plt\nplt.figure()\nplt.plot([1, 2])\nplt.figure()\nplt.bar([1], [2])\n'done'")
+	if got := mimes(o.results); fmt.Sprint(got) != "[result:text/plain display:image/png display:image/png]" {
+		t.Fatalf("results = %v, want the result then two display PNGs", got)
+	}
+	o = run(t, k, "len(plt.get_fignums())")
+	if len(o.results) != 1 || o.results[0].Data != "0" {
+		t.Errorf("open figures after the cell = %+v, want 0", o.results)
+	}
+}
+
+func TestMagicsAndShell(t *testing.T) {
+	k := startKernel(t)
+	tests := []struct {
+		name, code string
+		stdout     string // contained in stdout
+		result     string // the result's data, if any
+	}{
+		{"line magic", "%time x = 1", "Wall time", ""},
+		{"cell magic", "%%capture out\nprint('hidden')", "", ""},
+		{"captured", "out.stdout", "", "'hidden\\n'"},
+		{"shell escape", "!echo from-shell", "from-shell", ""},
+		{"shell capture", "files = !echo a b\nfiles", "", "['a b']"},
+		{"exit code", "!exit 3\n_exit_code", "", "3"},
+		{"os.system in order", "print('one')\nimport os\nos.system('echo two')\nprint('three')", "one\ntwo\nthree\n", ""},
+		{"subprocess in order", "import subprocess\nprint('one')\nsubprocess.run(['echo', 'two'])\nprint('three')", "one\ntwo\nthree\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := run(t, k, tt.code)
+			if len(o.errors) != 0 {
+				t.Fatalf("errors = %+v", o.errors)
+			}
+			if !strings.Contains(o.stdout, tt.stdout) {
+				t.Errorf("stdout = %q, want it to contain %q", o.stdout, tt.stdout)
+			}
+			if tt.result != "" && (len(o.results) == 0 || o.results[len(o.results)-1].Data != tt.result) {
+				t.Errorf("results = %+v, want last %q", o.results, tt.result)
+			}
+		})
+	}
+}
+
+func TestInputFailsClearly(t *testing.T) {
+	k := startKernel(t)
+	run(t, k, "kept = 1")
+	for _, code := range []string{"input('name? ')", "import getpass\ngetpass.getpass()"} {
+		o := execute(t, context.Background(), k, Request{Code: code, Timeout: 10 * time.Second})
+		e := o.lastError()
+		if e == nil || e.Name != "StdinNotImplementedError" || !strings.Contains(e.Message, "not supported") {
+			t.Errorf("%s: errors = %+v, want StdinNotImplementedError saying input is not supported", code, o.errors)
+		}
+		if o.elapsed > 5*time.Second {
+			t.Errorf("%s took %s: it waited for input", code, o.elapsed)
+		}
+	}
+	o := run(t, k, "import sys\nsys.stdin.readline()")
+	if len(o.results) != 1 || o.results[0].Data != "''" {
+		t.Errorf("sys.stdin.readline() = %+v %+v, want '' at once", o.results, o.errors)
+	}
+	if o := run(t, k, "kept"); len(o.results) != 1 || o.results[0].Data != "1" {
+		t.Errorf("kept = %+v, want 1", o.results)
+	}
+}
+
+func TestInterruptKeepsState(t *testing.T) {
+	k := startKernel(t)
+	run(t, k, "kept = 'yes'")
+	time.AfterFunc(time.Second, func() {
+		if err := k.Interrupt(); err != nil {
+			t.Errorf("Interrupt: %v", err)
+		}
+	})
+	o := run(t, k, "import time\nfor i in range(600):\n    time.sleep(0.1)")
+	if e := o.lastError(); e == nil || e.Name != "KeyboardInterrupt" {
+		t.Fatalf("errors = %+v, want KeyboardInterrupt", o.errors)
+	}
+	if o.elapsed > 10*time.Second {
+		t.Errorf("interrupted call took %s", o.elapsed)
+	}
+	if o := run(t, k, "kept, i < 599"); len(o.results) != 1 || o.results[0].Data != "('yes', True)" {
+		t.Errorf("after interrupt = %+v %+v, want ('yes', True)", o.results, o.errors)
+	}
+}
+
+func TestForkedChildOutput(t *testing.T) {
+	k := startKernel(t)
+	// A forked child's output goes through fds 1 and 2, never as frames that
+	// could interleave with the kernel's own.
+	code := `import os, multiprocessing as mp
+def work(n):
+    print('child', n, flush=True)
+    return n * 2
+with mp.get_context('fork').Pool(2) as pool:
+    got = pool.map(work, range(4))
+pid = os.fork()
+if pid == 0:
+    print('forked', flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print('parent', got)`
+	o := run(t, k, code)
+	if len(o.errors) != 0 {
+		t.Fatalf("errors = %+v", o.errors)
+	}
+	for _, want := range []string{"child 0", "child 3", "forked", "parent [0, 2, 4, 6]"} {
+		if !strings.Contains(o.stdout, want) {
+			t.Errorf("stdout = %q, want it to contain %q", o.stdout, want)
+		}
+	}
+	if o := run(t, k, "1+1"); len(o.results) != 1 || o.results[0].Data != "2" {
+		t.Errorf("1+1 after forks = %+v %+v", o.results, o.errors)
+	}
+}
+
+// A cell printing 100 MB streams through the agent in bounded memory: the
+// kernel waits on a full pipe instead of the agent buffering its output.
+func TestHugeOutputBoundedMemory(t *testing.T) {
+	k := startKernel(t)
+	runtime.GC()
+	var peak uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapInuse)
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	var total int
+	err := k.Execute(context.Background(), Request{Code: "import sys\nline = 'x' * 1023 + '\\n'\nfor i in range(100 * 1024):\n    sys.stdout.write(line)\nprint('big', flush=True)\nsys.stdout.write('y' * (8 << 20))"}, func(ev api.ExecuteEvent) {
+		if ev.Type == api.EventStdout {
+			total += len(ev.Text)
+			time.Sleep(10 * time.Microsecond) // a client slower than the kernel
+		}
+	})
+	close(stop)
+	<-sampled
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 100<<20 + len("big\n") + 8<<20; total != want {
+		t.Errorf("stdout bytes = %d, want %d", total, want)
+	}
+	t.Logf("peak Go heap in use while streaming 108 MiB: %d MiB", peak>>20)
+	if peak > 64<<20 {
+		t.Errorf("peak heap %d MiB while streaming, want it bounded (under 64 MiB)", peak>>20)
+	}
+}
+
+func TestRenewDoesNotWait(t *testing.T) {
+	k := startKernel(t)
+	ctx := context.Background()
+	done := make(chan outcome)
+	go func() {
+		done <- execute(t, ctx, k, Request{Code: "import time, os\ntime.sleep(1)\nos.environ.get('LZ_LATE')"})
+	}()
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	if err := k.Renew(ctx, Renewal{Set: map[string]string{"LZ_LATE": "v"}, Reseed: true}); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	if d := time.Since(start); d > 200*time.Millisecond {
+		t.Errorf("Renew took %s while a call ran: it waited for the kernel", d)
+	}
+	if o := <-done; len(o.results) != 0 {
+		t.Errorf("the running call saw the renewal: %+v", o.results)
+	}
+	if o := run(t, k, "os.environ.get('LZ_LATE')"); len(o.results) != 1 || o.results[0].Data != "'v'" {
+		t.Errorf("next call LZ_LATE = %+v, want 'v'", o.results)
+	}
+}
+
+// Fonts are read once into memory (FreeType's many small reads of a font
+// file are system calls that gVisor traps), and nothing else changes.
+func TestFontsReadFromMemory(t *testing.T) {
+	k := startKernel(t)
+	o := run(t, k, `import matplotlib.pyplot as plt, matplotlib.ft2font as ft
+from matplotlib import font_manager as fm
+font = fm.get_font(fm.findfont('DejaVu Sans'))
+plt.title('héllo')
+plt.plot([1, 2])
+(fm.ft2font is ft, isinstance(font, ft.FT2Font), isinstance(font.fname, str) and font.fname.endswith('.ttf'))`)
+	if len(o.errors) != 0 || len(o.results) != 2 || o.results[0].Data != "(False, True, True)" || o.results[1].Mime != "image/png" {
+		t.Errorf("results %v %+v errors %+v, want (False, True, True) then a PNG", mimes(o.results), o.results[:min(1, len(o.results))], o.errors)
 	}
 }

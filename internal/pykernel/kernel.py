@@ -1,0 +1,549 @@
+# Lizard's Python kernel: IPython's own InteractiveShell (the engine
+# ipykernel wraps), driven by the agent over two pipes instead of ZeroMQ.
+# The protocol is in docs/kernel-protocol.md; the Go side is
+# internal/pykernel. The agent starts it as `python -c BOOTSTRAP`, and the
+# bootstrap reads this program from fd 3 as the first request frame.
+#
+# fd 3: requests from the agent. fd 4: frames to the agent. fds 1 and 2 are
+# pipes the agent reads too: what subprocesses and C code write there
+# reaches the caller as stdout and stderr.
+#
+# Frames both ways: 4-byte big-endian length of the rest, then (to the
+# agent) a kind byte and a 4-byte big-endian request id, then the payload.
+# Kinds: b"o" stdout text, b"e" stderr text (UTF-8), b"m" a JSON message.
+# Requests are JSON objects with an "op".
+
+import builtins
+import datetime
+import getpass
+import importlib
+import json
+import numbers
+import os
+import signal
+import sys
+import threading
+import time
+from binascii import b2a_base64
+
+REQ_FD, EV_FD = 3, 4
+# Frames never reach the code's subprocesses.
+os.set_inheritable(REQ_FD, False)
+os.set_inheritable(EV_FD, False)
+
+MAX_FRAME = 64 << 10   # largest text payload in one frame
+FLUSH_SIZE = 64 << 10  # pending output past this is written at once
+FLUSH_DELAY = 0.01     # other output waits at most this long, so it streams
+QUIET = 0.002          # output after this long without any is written at once
+
+
+class State:
+    running = False            # user code is running: SIGINT interrupts it
+    main_writing = 0           # the main thread is inside the Channel
+    pending_interrupt = False  # SIGINT came meanwhile
+
+
+state = State()
+
+
+class Channel:
+    """Frames to the agent. Text and display output are coalesced in one
+    buffer (so their order is kept) and written within FLUSH_DELAY by a
+    flusher thread, or at once when the buffer is large or a call ends.
+    Writes block when the agent does not read: output is bounded by the
+    pipe, not buffered without end."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.lock = threading.Lock()
+        self.wake = threading.Condition(self.lock)
+        self.buf = bytearray()
+        self.kind = None     # kind of the text frame still open at the end of buf, or None
+        self.head = 0        # where that frame's header starts in buf
+        self.id = 0          # request whose output this is; 0 between requests
+        self.flusher = None
+        self.forked = False
+        self.last_write = 0.0
+        self.partial = False  # the last write ended mid-line
+
+    def _frame(self, kind, payload):
+        self.buf += (len(payload) + 5).to_bytes(4, "big") + kind + self.id.to_bytes(4, "big")
+        self.buf += payload
+
+    def text(self, kind, data):
+        if self.forked:
+            self._forked_text(kind, data)
+            return
+        with self.lock:
+            was_empty = not self.buf
+            while data:
+                if self.kind == kind:
+                    room = MAX_FRAME - (len(self.buf) - self.head - 9)
+                    if room > 0:
+                        chunk, data = data[:room], data[room:]
+                        self.buf += chunk
+                        n = len(self.buf) - self.head - 4
+                        self.buf[self.head:self.head + 4] = n.to_bytes(4, "big")
+                        continue
+                self.head, self.kind = len(self.buf), kind
+                chunk, data = data[:MAX_FRAME], data[MAX_FRAME:]
+                self._frame(kind, chunk)
+                if len(self.buf) >= FLUSH_SIZE:
+                    self._write_locked()
+            if len(self.buf) >= FLUSH_SIZE:
+                self._write_locked()
+            elif self.buf:
+                # Sparse output goes at once (so it keeps its place before
+                # what a subprocess writes next), and so does the rest of a
+                # line begun that way (print writes the text, then "\n");
+                # bursts gather and the flusher writes them.
+                line_end = self.buf.endswith(b"\n")
+                if time.monotonic() - self.last_write > QUIET or (line_end and self.partial):
+                    partial = not line_end
+                    self._write_locked()
+                    self.partial = partial
+                elif was_empty:
+                    self._nudge()
+
+    def send(self, msg, now=False, nudge=True):
+        if self.forked:
+            return  # displays from a forked child have no call to go to
+        payload = json.dumps(msg, default=_json_default, ensure_ascii=False).encode("utf-8", "surrogateescape")
+        with self.lock:
+            was_empty = not self.buf
+            self.kind = None
+            self._frame(b"m", payload)
+            if now or len(self.buf) >= FLUSH_SIZE:
+                self._write_locked()
+            elif was_empty and nudge:
+                self._nudge()
+
+    def flush(self):
+        if self.forked:
+            self._forked_text(None, b"")
+            return
+        with self.lock:
+            self._write_locked()
+
+    def _forked_text(self, kind, data):
+        # Line-buffered straight to fd 1 or 2, as a terminal would have it,
+        # so lines of processes sharing the fd do not interleave mid-line.
+        with self.lock:
+            if self.buf and (kind != self.kind or not data):
+                _write_all(1 if self.kind == b"o" else 2, self.buf)
+                self.buf = bytearray()
+            self.kind = kind
+            self.buf += data
+            end = self.buf.rfind(b"\n") + 1
+            if end or len(self.buf) >= FLUSH_SIZE:
+                end = end or len(self.buf)
+                _write_all(1 if kind == b"o" else 2, self.buf[:end])
+                del self.buf[:end]
+
+    def _nudge(self):
+        if self.flusher is None:
+            self.flusher = threading.Thread(target=self._flush_loop, name="lizard-flush", daemon=True)
+            self.flusher.start()
+        self.wake.notify()
+
+    def _flush_loop(self):
+        while True:
+            with self.lock:
+                while not self.buf:
+                    self.wake.wait()
+            time.sleep(FLUSH_DELAY)
+            with self.lock:
+                self._write_locked()
+
+    def _write_locked(self):
+        if not self.buf:
+            return
+        data, self.buf, self.kind = self.buf, bytearray(), None
+        self.last_write, self.partial = time.monotonic(), False
+        try:
+            _write_all(self.fd, data)
+        except BrokenPipeError:
+            os._exit(0)  # the agent has gone
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def guarded(method):
+    """Runs a Channel method with SIGINT held off in the main thread: an
+    interrupt landing halfway through a frame would break the stream for
+    good, so it is raised once the method is done."""
+
+    def run(*args, **kwargs):
+        if threading.current_thread() is not MAIN:
+            return method(*args, **kwargs)
+        state.main_writing += 1
+        try:
+            return method(*args, **kwargs)
+        finally:
+            state.main_writing -= 1
+            if state.pending_interrupt and not state.main_writing:
+                state.pending_interrupt = False
+                raise KeyboardInterrupt
+
+    return run
+
+
+def _after_fork_in_child():
+    # A child forked from the kernel (multiprocessing, os.fork) must not
+    # write frames: its writes would interleave with the kernel's and break
+    # the stream, and its copy of the pipe would hide the kernel's death.
+    # Its output goes to fds 1 and 2, which the agent forwards as well.
+    chan.lock = threading.Lock()
+    chan.wake = threading.Condition(chan.lock)
+    chan.buf, chan.kind, chan.flusher = bytearray(), None, None
+    chan.forked = True
+    for fd in (REQ_FD, EV_FD):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _flush_before_child():
+    if not chan.forked:
+        chan.flush()
+
+
+# What the kernel printed goes out before anything a child writes to fds 1
+# and 2: flush before forks, os.system and subprocesses (which may not
+# run fork hooks).
+os.register_at_fork(before=_flush_before_child, after_in_child=_after_fork_in_child)
+
+
+def _flushing(f):
+    def run(*args, **kwargs):
+        _flush_before_child()
+        return f(*args, **kwargs)
+
+    return run
+
+
+os.system = _flushing(os.system)
+import subprocess  # noqa: E402
+
+subprocess.Popen._execute_child = _flushing(subprocess.Popen._execute_child)
+MAIN = threading.main_thread()
+for _name in ("text", "send", "flush"):
+    setattr(Channel, _name, guarded(getattr(Channel, _name)))
+
+
+def _json_default(o):
+    # As jupyter_client's session encoder: images and other bytes as
+    # base64, dates as ISO 8601, numbers of other types as numbers.
+    if isinstance(o, (bytes, bytearray, memoryview)):
+        return b2a_base64(bytes(o), newline=False).decode("ascii")
+    if isinstance(o, (datetime.datetime, datetime.date)):
+        return o.isoformat()
+    if isinstance(o, numbers.Integral):
+        return int(o)
+    if isinstance(o, numbers.Real):
+        return float(o)
+    return repr(o)
+
+
+chan = Channel(EV_FD)
+
+
+class OutStream:
+    """sys.stdout and sys.stderr: text goes to the agent as frames, in order
+    with displays and errors. fileno() is the real fd (a pipe the agent
+    reads), for faulthandler and code that writes to it directly."""
+
+    encoding = "utf-8"
+    errors = "strict"
+    newlines = None
+    line_buffering = False
+
+    def __init__(self, kind, fd, name):
+        self.kind, self.fd, self.name = kind, fd, name
+        self.closed = False
+
+    def write(self, s):
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        if s:
+            chan.text(self.kind, s.encode("utf-8", "surrogateescape"))
+        return len(s)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        chan.flush()
+
+    def fileno(self):
+        return self.fd
+
+    def isatty(self):
+        return False
+
+    def readable(self):
+        return False
+
+    def writable(self):
+        return True
+
+    def seekable(self):
+        return False
+
+    def close(self):
+        pass
+
+
+sys.stdout = OutStream(b"o", 1, "<stdout>")
+sys.stderr = OutStream(b"e", 2, "<stderr>")
+sys.stdin = open(os.devnull, encoding="utf-8")
+
+import faulthandler  # noqa: E402
+
+# A segfault leaves a Python traceback on fd 2, which the caller sees.
+faulthandler.enable(file=sys.__stderr__ or 2, all_threads=False)
+
+# As ipykernel does: matplotlib draws inline (PNG displays on plt.show()
+# and for figures left open at the end of a cell), pagers never wait.
+if not os.environ.get("MPLBACKEND"):
+    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+os.environ.setdefault("PAGER", "cat")
+os.environ.setdefault("GIT_PAGER", "cat")
+
+from IPython.core.displayhook import DisplayHook  # noqa: E402
+from IPython.core.displaypub import DisplayPublisher  # noqa: E402
+from IPython.core.error import StdinNotImplementedError  # noqa: E402
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+from traitlets import Type  # noqa: E402
+from traitlets.config import Config  # noqa: E402
+
+
+class ResultHook(DisplayHook):
+    """The value of a cell's last expression: an execute_result."""
+
+    def start_displayhook(self):
+        self.data = None
+
+    def write_output_prompt(self):
+        pass
+
+    def write_format_data(self, format_dict, md_dict=None):
+        self.data = format_dict
+
+    def finish_displayhook(self):
+        if self.data:
+            # The call's end follows at once: no need to wake the flusher.
+            chan.send({"t": "result", "data": self.data}, nudge=False)
+        self.data = None
+
+
+class Publisher(DisplayPublisher):
+    """display(), plt.show(), figures left open: display_data."""
+
+    def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+        msg = {"t": "display", "data": data}
+        if transient and transient.get("display_id") is not None:
+            msg["displayId"] = str(transient["display_id"])
+        if update:
+            msg["update"] = True
+        chan.send(msg)
+
+    def clear_output(self, wait=False):
+        chan.send({"t": "clear", "wait": bool(wait)})
+
+
+class Shell(InteractiveShell):
+    displayhook_class = Type(ResultHook)
+    display_pub_class = Type(Publisher)
+
+    def _showtraceback(self, etype, evalue, stb):
+        chan.send({"t": "error", "ename": str(etype.__name__), "evalue": str(evalue), "traceback": stb})
+
+    def enable_gui(self, gui=None):
+        pass  # no GUI event loops without a display
+
+
+class FontFinder:
+    """Patches matplotlib.font_manager as it is imported so that fonts are
+    read from memory. FreeType reads a font file through many small seeks
+    and reads (about 800 system calls per chart); under gVisor each is a
+    trap, which made rendering a chart in a sandbox twice as slow as on
+    the host. The files are read once per kernel instead."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib.font_manager":
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            load = spec.loader.exec_module
+
+            def exec_module(module):
+                load(module)
+                try:
+                    fonts_in_memory(module)
+                except Exception:  # noqa: BLE001 - only an optimisation
+                    pass
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+def fonts_in_memory(fm):
+    import io
+    import types
+
+    real = fm.ft2font
+    files = {}
+
+    class FontBytes(io.BytesIO):
+        def __init__(self, path):
+            data = files.get(path)
+            if data is None:
+                with open(path, "rb") as f:
+                    data = files[path] = f.read()
+            super().__init__(data)
+            self.name = path
+
+        # FT2Font.fname of a file object is its str() (or its name).
+        def __str__(self):
+            return self.name
+
+        def __fspath__(self):
+            return self.name
+
+    def FT2Font(filename, *args, **kwargs):
+        if isinstance(filename, (str, bytes, os.PathLike)):
+            try:
+                filename = FontBytes(os.fsdecode(filename))
+            except OSError:
+                pass  # FT2Font says what is wrong with it
+        return real.FT2Font(filename, *args, **kwargs)
+
+    shim = types.ModuleType(real.__name__)
+    shim.__dict__.update(real.__dict__)
+    shim.FT2Font = FT2Font
+    fm.ft2font = shim
+
+
+def no_input(*args, **kwargs):
+    raise StdinNotImplementedError(
+        "input() is not supported: the code runs with no terminal or client to type an answer; "
+        "put the value in the code, in an environment variable (envs) or in a file instead"
+    )
+
+
+def on_sigint(signum, frame):
+    if not state.running:
+        return  # an interrupt that came after its call ended
+    if state.main_writing:
+        state.pending_interrupt = True  # raised once the frame is whole
+        return
+    raise KeyboardInterrupt
+
+
+def execute(req):
+    envs = req.get("envs") or {}
+    saved = {k: os.environ.get(k) for k in envs}
+    count = shell.execution_count
+    status = "error"
+    try:
+        os.environ.update(envs)
+        state.running = True
+        try:
+            res = shell.run_cell(req["code"], store_history=True)
+        finally:
+            state.running = False
+        status = "ok" if res.success else "error"
+    except KeyboardInterrupt:
+        status = "interrupted"  # landed between user code and here
+    finally:
+        state.running = False
+        state.pending_interrupt = False
+        shell.exit_now = False  # exit() does not end the kernel; restart does
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        chan.send({"t": "done", "count": count, "status": status}, now=True)
+
+
+def run_silently(req):
+    msg = {"t": "done", "status": "ok"}
+    try:
+        for m in req.get("modules") or []:
+            importlib.import_module(m)
+    except BaseException as e:  # noqa: BLE001 - reported to the agent
+        msg.update(status="error", ename=type(e).__name__, evalue=str(e))
+    chan.send(msg, now=True)
+
+
+def renew(req):
+    os.environ.update(req.get("set") or {})
+    for k in req.get("unset") or []:
+        os.environ.pop(k, None)
+    if req.get("reseed"):
+        import random
+
+        random.seed()
+        if "numpy" in sys.modules:
+            try:
+                sys.modules["numpy"].random.seed()
+            except Exception:  # noqa: BLE001 - a broken numpy is the code's business
+                pass
+
+
+class Requests:
+    def __init__(self, fd):
+        self.fd, self.buf = fd, bytearray()
+
+    def next(self):
+        while True:
+            if len(self.buf) >= 4:
+                n = int.from_bytes(self.buf[:4], "big")
+                if len(self.buf) >= 4 + n:
+                    body = bytes(self.buf[4:4 + n])
+                    del self.buf[:4 + n]
+                    return json.loads(body)
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                os._exit(0)  # the agent has gone
+            self.buf += chunk
+
+
+def main():
+    global shell
+    cfg = Config()
+    # No history database: its SQLite file and saving thread cost every
+    # call a write and a thread wake-up. In, Out, _ and _i still work.
+    cfg.HistoryManager.enabled = False
+    shell = Shell.instance(config=cfg, colors="nocolor")
+    builtins.input = no_input
+    getpass.getpass = no_input
+    signal.signal(signal.SIGINT, on_sigint)
+    if "matplotlib.font_manager" not in sys.modules:
+        sys.meta_path.insert(0, FontFinder())
+    chan.send({"t": "ready", "pid": os.getpid()}, now=True)
+    reqs = Requests(REQ_FD)
+    handlers = {"execute": execute, "import": run_silently, "renew": renew}
+    while True:
+        req = reqs.next()
+        chan.id = int(req.get("id") or 0)
+        try:
+            handlers[req["op"]](req)
+        except KeyboardInterrupt:
+            pass  # an interrupt that missed its call
+        chan.id = 0
+
+
+shell = None
+main()
