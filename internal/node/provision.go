@@ -152,7 +152,14 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (store.Sandbo
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	log.Info("sandbox running", "source", src.name, "template", sb.Template, "role", sb.Role, "guest_addr", sb.GuestAddr,
+	msg := "sandbox running"
+	switch {
+	case src.claim:
+		msg = "sandbox claimed from the warm pool"
+	case src.image != "":
+		msg = "sandbox restored"
+	}
+	log.Info(msg, "source", src.name, "image", src.image, "template", sb.Template, "role", sb.Role, "guest_addr", sb.GuestAddr,
 		"timeout_ms", p.TimeoutMs, "took", time.Since(begin).Round(time.Millisecond))
 	n.started(got)
 	return got, nil

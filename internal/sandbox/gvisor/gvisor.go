@@ -57,9 +57,21 @@ type Runtime struct {
 	imageKey string // hash of the runsc binary (ImageKey)
 
 	// mu guards locks, the per-sandbox mutexes that serialise every
-	// operation on one ID (two Kills of one sandbox, Create racing Kill).
+	// operation on one ID (two Kills of one sandbox, Create racing Kill),
+	// and procs, the sandbox process runsc last reported running for each
+	// sandbox: State, called for every sandbox at each liveness sweep and
+	// several times a second while calls are in flight, then needs no
+	// runsc process while that process lives.
 	mu    sync.Mutex
 	locks map[string]*idLock
+	procs map[string]hostProc
+}
+
+// hostProc names one host process for good: a PID and its start time, so
+// that a reused PID is not taken for it.
+type hostProc struct {
+	pid   int
+	start string
 }
 
 type idLock struct {
@@ -92,6 +104,7 @@ func New(cfg Config) (*Runtime, error) {
 		boxDir:   filepath.Join(dir, "sandboxes"),
 		log:      cfg.Logger,
 		locks:    map[string]*idLock{},
+		procs:    map[string]hostProc{},
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -349,6 +362,12 @@ func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
 	if err := checkID(id); err != nil {
 		return "", fmt.Errorf("getting state: %w: %v", sandbox.ErrNotFound, err)
 	}
+	r.mu.Lock()
+	p, cached := r.procs[id]
+	r.mu.Unlock()
+	if cached && processStart(p.pid) == p.start {
+		return sandbox.Running, nil
+	}
 	if r.hasState(id) {
 		st, err := r.state(ctx, id)
 		if err != nil {
@@ -357,9 +376,16 @@ func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
 		// runsc reports what its state file says: a sandbox process
 		// killed behind its back (OOM killer, kill -9) still reads
 		// "running" there.
+		r.mu.Lock()
+		delete(r.procs, id)
 		if st.Status == "running" && processAlive(st.Pid) {
+			if start := processStart(st.Pid); start != "" {
+				r.procs[id] = hostProc{pid: st.Pid, start: start}
+			}
+			r.mu.Unlock()
 			return sandbox.Running, nil
 		}
+		r.mu.Unlock()
 		return sandbox.Stopped, nil
 	}
 	if r.owns(id) {
@@ -467,6 +493,9 @@ func (r *Runtime) owns(id string) bool {
 // so a failed removal is listed and retried. The caller holds the ID's
 // lock.
 func (r *Runtime) remove(ctx context.Context, id string) error {
+	r.mu.Lock()
+	delete(r.procs, id)
+	r.mu.Unlock()
 	if !r.owns(id) && !r.hasState(id) {
 		return nil // unknown here; the machine-wide names may be another Runtime's
 	}
@@ -542,6 +571,25 @@ func processAlive(pid int) bool {
 	// The state follows the command name, which is in parentheses.
 	i := bytes.LastIndexByte(b, ')')
 	return i < 0 || i+2 >= len(b) || (b[i+2] != 'Z' && b[i+2] != 'X')
+}
+
+// processStart is the start time of live process pid (field 22 of its
+// /proc stat), or "" if there is no such process or it has exited.
+func processStart(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3, the state; field 22 is f[19].
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return ""
+	}
+	return f[19]
 }
 
 // procsWithBundle returns the processes whose command line names bundle
