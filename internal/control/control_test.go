@@ -17,6 +17,7 @@ import (
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
 )
 
 // env is the control plane over a real node on the fake runtime
@@ -191,7 +192,7 @@ func TestCreateInvalid(t *testing.T) {
 	if n := len(e.Runtime.Creates()) + len(e.Runtime.Restores()); n != 0 {
 		t.Errorf("invalid creates started %d sandboxes", n)
 	}
-	if rows, _ := e.c.List(context.Background(), "p1", control.ListFilter{States: []string{api.StateFailed, api.StateStarting}}); len(rows) != 0 {
+	if rows, _ := e.Store.ListSandboxes(context.Background(), store.Filter{}); len(rows) != 0 {
 		t.Errorf("invalid creates left %d rows", len(rows))
 	}
 }
