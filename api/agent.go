@@ -42,4 +42,7 @@ type ReseedRequest struct {
 	// KeepSeeds leaves the random generators alone: a resumed sandbox is
 	// the same sandbox, not a copy.
 	KeepSeeds bool `json:"keepSeeds,omitempty"`
+	// Secret, when set, replaces the agent's secret: a copy takes its own
+	// (the request itself carries its source's).
+	Secret string `json:"secret,omitempty"`
 }

@@ -46,6 +46,7 @@ type Agent struct {
 	scratchDir string   // per-call files (bash scripts, JS error reports)
 	jsHook     string   // node --require file that reports uncaught errors
 	handler    http.Handler
+	guard      guard // who may call (guard.go)
 
 	mu       sync.Mutex
 	contexts map[string]*execContext
@@ -74,6 +75,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, contexts: make(map[string]*execContext), ready: make(chan struct{})}
+	a.guard.set(cfg.Secret)
 	a.user = lookupIdentity(cfg.User, cfg.Home, a.log)
 	if err := a.user.mkdirAll(a.user.home, 0o755); err != nil {
 		return nil, fmt.Errorf("creating home %s: %w", a.user.home, err)
@@ -233,7 +235,7 @@ func (a *Agent) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such endpoint %s", r.URL.Path)
 	})
-	return a.logRequests(mux)
+	return a.logRequests(a.guarded(mux))
 }
 
 func (a *Agent) logRequests(next http.Handler) http.Handler {

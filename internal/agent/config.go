@@ -59,6 +59,10 @@ type Config struct {
 	// binding no names (LIZARD_AGENT_PRELOAD=numpy,pandas): the server
 	// sets it in the sandbox it checkpoints as a template snapshot.
 	Preload []string
+	// Secret, when set, must come with every request but /health as a
+	// Bearer token (guard.go); read from LIZARD_AGENT_SECRET, never a flag,
+	// since every process may read the command line.
+	Secret string
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 	// StartKernel starts Python kernels; nil means the pykernel package.
@@ -101,6 +105,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cfg.MaxOutputBytes, cfg.MaxFileBytes = *maxOut, *maxFile
+	cfg.Secret = getenv("LIZARD_AGENT_SECRET")
 	return cfg, cfg.validate()
 }
 

@@ -99,6 +99,10 @@ func (a *Agent) reseed(w http.ResponseWriter, r *http.Request) {
 		}
 		n++
 	}
+	if req.Secret != "" {
+		// The copy's own secret; its source's no longer opens it.
+		a.guard.set(req.Secret)
+	}
 	a.log.Info("reseeded", "kernels", n, "envs", len(set), "unset", len(req.Unset), "keep_seeds", req.KeepSeeds)
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -26,18 +26,23 @@ import (
 // error if the sandbox is unknown or has ended.
 type Resolver func(ctx context.Context, id string) (string, error)
 
+// Secrets returns sandbox id's agent secret, sent as a Bearer token with
+// every request to its agent ("" sends none).
+type Secrets func(id string) string
+
 // Client talks to agents. It is safe for concurrent use.
 type Client struct {
 	resolve   Resolver
 	transport http.RoundTripper
+	direct    http.RoundTripper // transport without the secret (CloseIdle)
 }
 
-// New returns a Client that finds agents with resolve. transport, when not
-// nil, replaces the direct one (tests).
-func New(resolve Resolver, transport http.RoundTripper) *Client {
-	c := &Client{resolve: resolve, transport: transport}
-	if c.transport == nil {
-		c.transport = &http.Transport{
+// New returns a Client that finds agents with resolve and opens them with
+// secrets. transport, when not nil, replaces the direct one (tests).
+func New(resolve Resolver, secrets Secrets, transport http.RoundTripper) *Client {
+	c := &Client{resolve: resolve, direct: transport}
+	if c.direct == nil {
+		c.direct = &http.Transport{
 			// Never through an HTTP proxy from the environment: agents
 			// live on this machine's own links.
 			Proxy:               nil,
@@ -46,7 +51,38 @@ func New(resolve Resolver, transport http.RoundTripper) *Client {
 			IdleConnTimeout:     90 * time.Second,
 		}
 	}
+	c.transport = &authTransport{next: c.direct, secrets: secrets}
 	return c
+}
+
+// authTransport sets the agent's secret on every request that carries none.
+type authTransport struct {
+	next    http.RoundTripper
+	secrets Secrets
+}
+
+// CloseIdleConnections drops the kept-alive connections underneath.
+func (t *authTransport) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func (t *authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.secrets == nil || r.Header.Get("Authorization") != "" {
+		return t.next.RoundTrip(r)
+	}
+	id, _, err := net.SplitHostPort(r.URL.Host)
+	if err != nil {
+		return t.next.RoundTrip(r)
+	}
+	secret := t.secrets(id)
+	if secret == "" {
+		return t.next.RoundTrip(r)
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+secret)
+	return t.next.RoundTrip(r)
 }
 
 // Addr is the default agent address of a sandbox whose guest address is
@@ -83,7 +119,7 @@ func (c *Client) Transport() http.RoundTripper { return c.transport }
 // checkpointed must have none: the image would keep them established, and
 // a sandbox restored from it at the same address could collide with them.
 func (c *Client) CloseIdle() {
-	if t, ok := c.transport.(interface{ CloseIdleConnections() }); ok {
+	if t, ok := c.direct.(interface{ CloseIdleConnections() }); ok {
 		t.CloseIdleConnections()
 	}
 }
@@ -146,9 +182,11 @@ func (c *Client) Ready(ctx context.Context, id string) error {
 }
 
 // Reseed gives a restored sandbox its identity: its ID, the environment
-// for every kernel and process from now on, and (unless r.KeepSeeds) fresh
-// seeds for every kernel's random generators.
-func (c *Client) Reseed(ctx context.Context, r api.ReseedRequest) error {
+// for every kernel and process from now on, (unless r.KeepSeeds) fresh
+// seeds for every kernel's random generators, and (r.Secret) its own
+// agent secret. auth, when set, is the secret the agent holds now: a copy
+// holds its source's until this call.
+func (c *Client) Reseed(ctx context.Context, r api.ReseedRequest, auth string) error {
 	body, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encoding reseed request: %w", err)
@@ -158,6 +196,9 @@ func (c *Client) Reseed(ctx context.Context, r api.ReseedRequest) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
+	}
 	resp, err := (&http.Client{Transport: c.transport, Timeout: time.Minute}).Do(req)
 	if err != nil {
 		return fmt.Errorf("reseeding sandbox %s: %w", r.SandboxID, err)

@@ -130,27 +130,32 @@ var dummyHash = make([]byte, sha256.Size)
 // Verify returns the project of a valid, unrevoked key; otherwise an error
 // wrapping ErrUnauthenticated (or a store failure).
 func (v *Verifier) Verify(ctx context.Context, key string) (projectID string, err error) {
+	k, err := v.verify(ctx, key)
+	return k.ProjectID, err
+}
+
+func (v *Verifier) verify(ctx context.Context, key string) (store.APIKey, error) {
 	k, err := Parse(key)
 	if err != nil {
-		return "", err
+		return store.APIKey{}, err
 	}
 	stored, err := v.Store.GetAPIKey(ctx, k.ID)
 	want := stored.Hash
 	if errors.Is(err, store.ErrNotFound) {
 		want = dummyHash
 	} else if err != nil {
-		return "", fmt.Errorf("looking up key %s: %w", k.ID, err)
+		return store.APIKey{}, fmt.Errorf("looking up key %s: %w", k.ID, err)
 	}
 	match := subtle.ConstantTimeCompare(hashSecret(k.Secret), want) == 1
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return "", fmt.Errorf("unknown key %s: %w", k.ID, ErrUnauthenticated)
+		return store.APIKey{}, fmt.Errorf("unknown key %s: %w", k.ID, ErrUnauthenticated)
 	case !match:
-		return "", fmt.Errorf("wrong secret for key %s: %w", k.ID, ErrUnauthenticated)
+		return store.APIKey{}, fmt.Errorf("wrong secret for key %s: %w", k.ID, ErrUnauthenticated)
 	case stored.RevokedAt != nil:
-		return "", fmt.Errorf("key %s was revoked: %w", k.ID, ErrUnauthenticated)
+		return store.APIKey{}, fmt.Errorf("key %s was revoked: %w", k.ID, ErrUnauthenticated)
 	}
-	return stored.ProjectID, nil
+	return stored, nil
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" header.
@@ -168,17 +173,36 @@ func bearer(r *http.Request) (string, error) {
 
 type ctxKey struct{}
 
+// Caller is who made a request: the key's project, and the sandbox the key
+// belongs to when it is a sandbox's lizardToken ("" for a project key).
+type Caller struct {
+	ProjectID string
+	KeyID     string
+	SandboxID string
+}
+
+// CallerOf returns the request's caller, as set by Require.
+func CallerOf(ctx context.Context) (Caller, bool) {
+	c, ok := ctx.Value(ctxKey{}).(Caller)
+	return c, ok
+}
+
 // ProjectID returns the project the request's key belongs to, as set by
 // Require.
 func ProjectID(ctx context.Context) (string, bool) {
-	p, ok := ctx.Value(ctxKey{}).(string)
-	return p, ok
+	c, ok := CallerOf(ctx)
+	return c.ProjectID, ok
 }
 
-// WithProjectID returns ctx carrying projectID as Require sets it; for
-// tests of handlers behind Require.
+// WithCaller returns ctx carrying c as Require sets it.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, ctxKey{}, c)
+}
+
+// WithProjectID returns ctx carrying a project key of projectID's as
+// Require sets it; for tests of handlers behind Require.
 func WithProjectID(ctx context.Context, projectID string) context.Context {
-	return context.WithValue(ctx, ctxKey{}, projectID)
+	return WithCaller(ctx, Caller{ProjectID: projectID})
 }
 
 // Require serves next only to requests with a valid key, with the key's
@@ -187,9 +211,9 @@ func WithProjectID(ctx context.Context, projectID string) context.Context {
 func (v *Verifier) Require(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, err := bearer(r)
-		var project string
+		var k store.APIKey
 		if err == nil {
-			project, err = v.Verify(r.Context(), token)
+			k, err = v.verify(r.Context(), token)
 		}
 		if err != nil && !errors.Is(err, ErrUnauthenticated) {
 			// The store failed: not the caller's fault, so not a 401.
@@ -205,7 +229,7 @@ func (v *Verifier) Require(next http.Handler) http.Handler {
 			Unauthorized(w)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(WithProjectID(r.Context(), project)))
+		next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), Caller{ProjectID: k.ProjectID, KeyID: k.ID, SandboxID: k.SandboxID})))
 	})
 }
 

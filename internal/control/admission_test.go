@@ -82,6 +82,12 @@ func TestQuotaForks(t *testing.T) {
 	if got != nil || e.live(t, "p1") != 1 {
 		t.Fatalf("refused fork returned %d sandboxes and left %d live; want none and only the parent", len(got), e.live(t, "p1"))
 	}
+	// Refused before anything was made: no copies restored only to be
+	// killed, no rows of sandboxes the caller never got.
+	all, _ := e.Store.ListSandboxes(ctx, store.Filter{ProjectID: "p1"})
+	if n := len(e.Runtime.Restores()); n != 0 || len(all) != 1 {
+		t.Errorf("refused fork restored %d copies and left %d rows; want none, only the parent's", n, len(all))
+	}
 	steps := []struct {
 		count    int
 		refused  bool
@@ -136,10 +142,10 @@ func TestCreateRate(t *testing.T) {
 	tests := []struct {
 		name string
 		// steps after the first create (one token of the burst of 4)
-		steps func(e *env, parent string, snap string) []error
+		steps func(t *testing.T, e *env, parent string, snap string) []error
 		last  int // index of the step that must be refused; every other one succeeds
 	}{
-		{"creates", func(e *env, _, _ string) []error {
+		{"creates", func(_ *testing.T, e *env, _, _ string) []error {
 			var errs []error
 			for range 4 {
 				_, err := e.c.Create(context.Background(), "p1", api.CreateSandboxRequest{})
@@ -147,12 +153,15 @@ func TestCreateRate(t *testing.T) {
 			}
 			return errs
 		}, 3},
-		{"fork copies", func(e *env, parent, _ string) []error {
+		{"fork copies", func(t *testing.T, e *env, parent, _ string) []error {
+			// A fork of 4 does not fit the 3 left, and costs none of them.
+			_, err0 := e.c.Fork(context.Background(), "p1", parent, api.ForkRequest{Count: 4})
+			wantRateLimited(t, "a fork past the burst", err0, "too fast")
 			_, err1 := e.c.Fork(context.Background(), "p1", parent, api.ForkRequest{Count: 3})
 			_, err2 := e.c.Fork(context.Background(), "p1", parent, api.ForkRequest{Count: 1})
 			return []error{err1, err2}
 		}, 1},
-		{"creates from a snapshot", func(e *env, _, snap string) []error {
+		{"creates from a snapshot", func(_ *testing.T, e *env, _, snap string) []error {
 			var errs []error
 			for range 4 {
 				_, err := e.c.Create(context.Background(), "p1", api.CreateSandboxRequest{SnapshotID: snap})
@@ -169,7 +178,7 @@ func TestCreateRate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i, err := range tt.steps(e, parent.SandboxID, sn.SnapshotID) {
+			for i, err := range tt.steps(t, e, parent.SandboxID, sn.SnapshotID) {
 				if i == tt.last {
 					wantRateLimited(t, "a create past the burst", err, "too fast")
 				} else if err != nil {

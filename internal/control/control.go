@@ -47,6 +47,11 @@ type Config struct {
 	// 24 hours; 0, never expiring, is always allowed).
 	DefaultTimeout time.Duration
 	MaxTimeout     time.Duration
+	// MaxChildTimeout bounds the life of sandboxes created with another
+	// sandbox's lizardToken (default 1 hour): code in a sandbox may make
+	// more, but none that outlives this bound, so no key minted for one
+	// lives on unbounded after the sandbox that asked for it.
+	MaxChildTimeout time.Duration
 	// MaxRunning is how many live sandboxes a project may have (0: no
 	// bound). CreateRate is creates per second per project, with bursts of
 	// CreateBurst (0: no bound).
@@ -97,6 +102,10 @@ func New(cfg Config) (*Control, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxChildTimeout == 0 {
+		cfg.MaxChildTimeout = time.Hour
+	}
+	cfg.MaxChildTimeout = min(cfg.MaxChildTimeout, cfg.MaxTimeout)
 	p, d := cfg.MaxLimits, cfg.Limits
 	switch {
 	case cfg.DefaultTimeout > cfg.MaxTimeout:
@@ -202,10 +211,14 @@ func (c *Control) SetTimeout(ctx context.Context, projectID, id string, ms int64
 	if err := c.checkTimeout(ms); err != nil {
 		return api.Sandbox{}, err
 	}
-	if _, err := c.lookup(ctx, projectID, id); err != nil {
+	sb, err := c.lookup(ctx, projectID, id)
+	if err != nil {
 		return api.Sandbox{}, err
 	}
-	sb, err := c.node.SetTimeout(ctx, id, ms)
+	if err := c.checkChildTimeout(sb.ParentID, ms); err != nil {
+		return api.Sandbox{}, err
+	}
+	sb, err = c.node.SetTimeout(ctx, id, ms)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -227,15 +240,19 @@ func (c *Control) Pause(ctx context.Context, projectID, id string) (api.Sandbox,
 // Resume restores projectID's paused sandbox id; req.TimeoutMs, when set,
 // replaces the time it had left.
 func (c *Control) Resume(ctx context.Context, projectID, id string, req api.ResumeRequest) (api.Sandbox, error) {
+	sb, err := c.lookup(ctx, projectID, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
 	if req.TimeoutMs != nil {
 		if err := c.checkTimeout(*req.TimeoutMs); err != nil {
 			return api.Sandbox{}, err
 		}
+		if err := c.checkChildTimeout(sb.ParentID, *req.TimeoutMs); err != nil {
+			return api.Sandbox{}, err
+		}
 	}
-	if _, err := c.lookup(ctx, projectID, id); err != nil {
-		return api.Sandbox{}, err
-	}
-	sb, err := c.node.Resume(ctx, id, req.TimeoutMs)
+	sb, err = c.node.Resume(ctx, id, req.TimeoutMs)
 	if err != nil {
 		return api.Sandbox{}, err
 	}

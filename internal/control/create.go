@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/node"
@@ -30,13 +28,24 @@ const (
 
 // Create makes a sandbox for projectID and returns once its agent answers.
 func (c *Control) Create(ctx context.Context, projectID string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	return c.CreateBy(ctx, projectID, "", req)
+}
+
+// CreateBy is Create asked for with the lizardToken of sandbox parent
+// ("": with a project key). A parent's child must expire within
+// MaxChildTimeout, and records its parent.
+func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	if err := c.childTimeout(parent, &req.TimeoutMs); err != nil {
+		return api.Sandbox{}, err
+	}
 	if req.SnapshotID != "" {
-		return c.createFromSnapshot(ctx, projectID, req)
+		return c.createFromSnapshot(ctx, projectID, parent, req)
 	}
 	p, err := c.plan(projectID, req)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	p.ParentID = parent
 	if req.LizardToken {
 		p.Key = c.keyMinter(projectID)
 	}
@@ -154,6 +163,32 @@ func orDefault[T int64 | float64](v, def T) T {
 	return v
 }
 
+// childTimeout fills in and bounds the timeout of a sandbox asked for by
+// sandbox parent ("": nothing to do).
+func (c *Control) childTimeout(parent string, ms **int64) error {
+	if parent == "" {
+		return nil
+	}
+	if *ms == nil {
+		def := min(c.cfg.DefaultTimeout, c.cfg.MaxChildTimeout).Milliseconds()
+		*ms = &def
+	}
+	return c.checkChildTimeout(parent, **ms)
+}
+
+// checkChildTimeout checks the timeout of a sandbox whose parent is
+// parent ("": any timeout checkTimeout allows).
+func (c *Control) checkChildTimeout(parent string, ms int64) error {
+	if parent == "" {
+		return nil
+	}
+	if top := c.cfg.MaxChildTimeout.Milliseconds(); ms <= 0 || ms > top {
+		return node.Invalidf("timeoutMs %d: a sandbox made with another sandbox's lizardToken (%s) must expire within the server's --max-child-timeout: want 1 to %d (%s)",
+			ms, parent, top, c.cfg.MaxChildTimeout)
+	}
+	return nil
+}
+
 func (c *Control) checkTimeout(ms int64) error {
 	if ms < 0 || ms > c.cfg.MaxTimeout.Milliseconds() {
 		return node.Invalidf("timeoutMs %d is out of range: want 0 (never expire) to %d (%s)",
@@ -170,18 +205,11 @@ func (c *Control) checkTimeout(ms int64) error {
 func (c *Control) admit(ctx context.Context, projectID string) (release func(), err error) {
 	c.admitMu.Lock()
 	if c.cfg.CreateRate > 0 {
-		l := c.limiters[projectID]
-		if l == nil {
-			l = rate.NewLimiter(rate.Limit(c.cfg.CreateRate), max(c.cfg.CreateBurst, 1))
-			c.limiters[projectID] = l
-		}
-		r := l.Reserve()
+		r := c.limiter(projectID).Reserve()
 		if d := r.Delay(); d > 0 {
 			r.Cancel()
 			c.admitMu.Unlock()
-			return nil, &node.Error{Kind: node.ErrRateLimited, RetryAfter: d,
-				Msg: fmt.Sprintf("project %s creates sandboxes too fast: at most %g per second (bursts of %d); retry in %s",
-					projectID, c.cfg.CreateRate, max(c.cfg.CreateBurst, 1), d.Round(time.Millisecond))}
+			return nil, c.tooFast(projectID, d)
 		}
 	}
 	if c.cfg.MaxRunning > 0 {

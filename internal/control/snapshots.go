@@ -91,7 +91,7 @@ func (c *Control) DeleteSnapshot(ctx context.Context, projectID, id string) erro
 
 // createFromSnapshot is Create with req.SnapshotID set: the snapshot's
 // sandbox restored, shaped as it was, admitted like any create.
-func (c *Control) createFromSnapshot(ctx context.Context, projectID string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+func (c *Control) createFromSnapshot(ctx context.Context, projectID, parent string, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	sn, err := c.lookupSnapshot(ctx, projectID, req.SnapshotID)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -108,7 +108,7 @@ func (c *Control) createFromSnapshot(ctx context.Context, projectID string, req 
 	}
 	c.snapMu.RLock() // DeleteSnapshot waits for the restore
 	defer c.snapMu.RUnlock()
-	p.Image = sn.ImageDir
+	p.Image, p.ParentID = sn.ImageDir, parent
 	sb, err := c.node.Create(ctx, p)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -120,6 +120,15 @@ func (c *Control) createFromSnapshot(ctx context.Context, projectID string, req 
 // sandbox id (resumed first if paused) with its own address and reseeded
 // random generators. All or nothing: if one fork fails, none is kept.
 func (c *Control) Fork(ctx context.Context, projectID, id string, req api.ForkRequest) ([]api.Sandbox, error) {
+	return c.ForkBy(ctx, projectID, "", id, req)
+}
+
+// ForkBy is Fork asked for with the lizardToken of sandbox parent ("":
+// with a project key): the copies are its children (CreateBy).
+func (c *Control) ForkBy(ctx context.Context, projectID, parent, id string, req api.ForkRequest) ([]api.Sandbox, error) {
+	if err := c.childTimeout(parent, &req.TimeoutMs); err != nil {
+		return nil, err
+	}
 	if req.Count == 0 {
 		req.Count = 1
 	}
@@ -134,6 +143,10 @@ func (c *Control) Fork(ctx context.Context, projectID, id string, req api.ForkRe
 	if err != nil {
 		return nil, err
 	}
+	if err := c.fits(ctx, projectID, req.Count); err != nil {
+		return nil, err
+	}
+	p.ParentID = parent
 	sbs, err := c.node.Fork(ctx, id, p, req.Count)
 	if err != nil {
 		return nil, err

@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -49,9 +51,11 @@ type serveConfig struct {
 	AddressPool    string
 	DefaultTimeout time.Duration
 	MaxTimeout     time.Duration
-	SandboxAPIURL  string
-	LogLevel       string
-	Runtime        string // the backend: gvisor
+	// MaxChildTimeout bounds sandboxes made with a sandbox's lizardToken.
+	MaxChildTimeout time.Duration
+	SandboxAPIURL   string
+	LogLevel        string
+	Runtime         string // the backend: gvisor
 	// PausedRetention is how long a paused sandbox is kept.
 	PausedRetention time.Duration
 	// TemplateSnapshot makes creates restore a checkpoint of each
@@ -83,6 +87,7 @@ func parseServe(e cli.Env, args []string) (*serveConfig, error) {
 	fs.StringVar(&c.AddressPool, "address-pool", netns.DefaultPool.String(), "IPv4 prefix sandbox links are taken from, a /30 each")
 	fs.DurationVar(&c.DefaultTimeout, "default-timeout", 5*time.Minute, "life of a sandbox whose create names no timeout")
 	fs.DurationVar(&c.MaxTimeout, "max-timeout", 24*time.Hour, "longest timeout a create or setTimeout may ask for (0, never expire, is always allowed)")
+	fs.DurationVar(&c.MaxChildTimeout, "max-child-timeout", time.Hour, "longest life of a sandbox created with another sandbox's lizardToken (it must expire; forks and creates from snapshots alike)")
 	fs.StringVar(&c.SandboxAPIURL, "sandbox-api-url", "", "API URL given to sandboxes created with lizardToken as LIZARD_API_URL (the server must be reachable there from inside sandboxes)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.Runtime, "runtime", "gvisor", "sandbox backend: gvisor (runsc; works without KVM)")
@@ -209,6 +214,10 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	limits, maxLimits := c.policy.limits()
 	internet := c.policy.Egress == "internet"
 
+	agentKey, err := loadAgentKey(c.DataDir)
+	if err != nil {
+		return err
+	}
 	rt, err := newRuntime(c, logger)
 	if err != nil {
 		return err
@@ -232,7 +241,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	ncfg := node.Config{
 		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: builds.Artifact, Files: files,
 		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: c.tokenAPI(ln.Addr()),
-		DataDir: c.DataDir, PausedRetention: c.PausedRetention,
+		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey,
 	}
 	if pool != nil {
 		ncfg.Warm = pool
@@ -243,7 +252,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	}
 	ctl, err := control.New(control.Config{
 		Node: n, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: internet,
-		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout,
+		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,
 		MaxRunning: c.policy.MaxSandboxes, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
 		Audit: audit,
 	})
@@ -288,6 +297,29 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		pool.Drain(dctx)
 	}
 	return err
+}
+
+// loadAgentKey reads DATA/agent.key, making it the first time: the key
+// each sandbox's agent secret is derived from. It must outlive restarts,
+// since sandboxes do.
+func loadAgentKey(dataDir string) ([]byte, error) {
+	p := filepath.Join(dataDir, "agent.key")
+	key, err := os.ReadFile(p)
+	if err == nil && len(key) >= 32 {
+		return key, nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("reading the agent key: %w", err)
+	}
+	key = make([]byte, 32)
+	rand.Read(key)
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(p, key, 0o600); err != nil {
+		return nil, fmt.Errorf("writing the agent key: %w", err)
+	}
+	return key, nil
 }
 
 // newRuntime starts the runtime backend --runtime names.

@@ -61,12 +61,30 @@ func (n *Local) Checkpoint(ctx context.Context, id, dir string) error {
 	return n.checkpoint(ctx, id, dir)
 }
 
+// sourceFile, in an image, names the sandbox it was taken from: a copy's
+// agent holds that sandbox's secret until it is reseeded.
+const sourceFile = "lizard-source"
+
+// imageSource is the ID of the sandbox image was taken from, or "" for an
+// image from before sources were recorded (whose agent takes no secret).
+func imageSource(image string) string {
+	b, err := os.ReadFile(filepath.Join(image, sourceFile))
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
 // checkpoint saves running sandbox id into dir, leaving it running. On
 // failure dir is removed and the error says why in words for the caller.
 func (n *Local) checkpoint(ctx context.Context, id, dir string) error {
 	err := os.MkdirAll(filepath.Dir(dir), 0o700)
 	if err == nil {
-		if err = n.cfg.Runtime.Checkpoint(ctx, id, dir, true); err != nil {
+		err = n.cfg.Runtime.Checkpoint(ctx, id, dir, true)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, sourceFile), []byte(id), 0o600)
+		}
+		if err != nil {
 			os.RemoveAll(dir)
 		}
 	}

@@ -15,7 +15,10 @@ package node
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -128,6 +131,10 @@ type Config struct {
 	// waits for calls in flight (default 10 s).
 	PausedRetention time.Duration
 	PauseWait       time.Duration
+	// AgentKey derives each sandbox's agent secret (agentSecret); the
+	// server keeps it in its data directory. Empty: agents take no secret
+	// (tests with fake agents).
+	AgentKey []byte
 	// Warm serves creates from template snapshots and a warm pool (package
 	// warm); nil: every create boots.
 	Warm Warm
@@ -207,7 +214,7 @@ func New(cfg Config) (*Local, error) {
 		cfg.Now = time.Now
 	}
 	n := &Local{cfg: cfg, log: cfg.Logger}
-	n.agents = agentclient.New(n.resolveAgent, cfg.Transport)
+	n.agents = agentclient.New(n.resolveAgent, n.agentSecret, cfg.Transport)
 	return n, nil
 }
 
@@ -221,6 +228,17 @@ func (n *Local) resolveAgent(ctx context.Context, id string) (string, error) {
 		return "", errors.New("it has ended")
 	}
 	return n.cfg.AgentAddr(sb.ID, sb.GuestAddr), nil
+}
+
+// agentSecret is sandbox id's agent secret: derived from AgentKey and the
+// ID, so the node needs no record of it, and each sandbox's differs.
+func (n *Local) agentSecret(id string) string {
+	if len(n.cfg.AgentKey) == 0 {
+		return ""
+	}
+	m := hmac.New(sha256.New, n.cfg.AgentKey)
+	m.Write([]byte("lizard agent " + id))
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // Transport implements Node.

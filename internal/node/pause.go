@@ -194,7 +194,7 @@ func (n *Local) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs *i
 	}
 	if len(apiEnv) > 0 {
 		r := api.ReseedRequest{SandboxID: sb.ID, Envs: envMap(apiEnv), KeepSeeds: true}
-		if err := n.agents.Reseed(ctx, r); err != nil {
+		if err := n.agents.Reseed(ctx, r, ""); err != nil {
 			return fail("telling its agent the new API address failed", err)
 		}
 	}

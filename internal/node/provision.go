@@ -46,6 +46,8 @@ type Plan struct {
 	// Key, when set, mints the sandbox's lizardToken (an API key of its
 	// project, for its ID).
 	Key func(ctx context.Context, sandboxID string) (key string, err error)
+	// ParentID is the sandbox whose lizardToken asked for this one, if any.
+	ParentID string
 }
 
 // source is where a new sandbox comes from: a boot, a checkpoint image, or
@@ -139,7 +141,15 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (store.Sandbo
 			// The image may hold another sandbox's lizardToken (a fork's parent).
 			r.Unset = []string{"LIZARD_API_KEY", "LIZARD_API_URL"}
 		}
-		if err := n.agents.Reseed(ctx, r); err != nil {
+		auth := ""
+		if src.image != "" {
+			// The copy's agent holds its source's secret until now.
+			r.Secret = n.agentSecret(sb.ID)
+			if source := imageSource(src.image); source != "" {
+				auth = n.agentSecret(source)
+			}
+		}
+		if err := n.agents.Reseed(ctx, r, auth); err != nil {
 			return fail("giving it its identity failed", err)
 		}
 	}
@@ -188,6 +198,7 @@ func (n *Local) record(ctx context.Context, p Plan, src source) (store.Sandbox, 
 	sb := store.Sandbox{
 		ID: NewID(), ProjectID: p.ProjectID, Template: p.Template, State: api.StateStarting,
 		TimeoutMs: p.TimeoutMs, Metadata: p.Metadata, CreatedAt: n.now(), Shape: p.Shape(), Role: p.Role,
+		ParentID: p.ParentID,
 	}
 	err := n.cfg.Store.CreateSandbox(ctx, &sb, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings)
 	if errors.Is(err, store.ErrFull) {

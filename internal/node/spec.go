@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -75,6 +76,9 @@ func (n *Local) spec(sb store.Sandbox, a sandbox.Artifact, env []string, apiPort
 		return sandbox.Spec{}, fmt.Errorf("parsing sandbox addresses: %w", err)
 	}
 	p := n.Shaped(Plan{}, sb.Shape)
+	if secret := n.agentSecret(sb.ID); secret != "" {
+		env = append(slices.Clone(env), "LIZARD_AGENT_SECRET="+secret)
+	}
 	return sandbox.Spec{
 		ID:       sb.ID,
 		Template: a,

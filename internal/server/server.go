@@ -99,12 +99,14 @@ func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		sb, err := s.c.Create(r.Context(), project, req)
+		caller, _ := auth.CallerOf(r.Context())
+		sb, err := s.c.CreateBy(r.Context(), project, caller.SandboxID, req)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		s.audit(r, "sandbox.create", "sandbox_id", sb.SandboxID, "template", sb.Template, "lizard_token", req.LizardToken)
+		s.audit(r, "sandbox.create", "sandbox_id", sb.SandboxID, "template", sb.Template, "lizard_token", req.LizardToken,
+			"parent_sandbox_id", caller.SandboxID, "snapshot_id", req.SnapshotID)
 		writeJSON(w, http.StatusCreated, sb)
 	case http.MethodGet:
 		f, err := listFilter(r)

@@ -60,10 +60,15 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	sbs, err := s.c.Fork(r.Context(), project, r.PathValue("id"), req)
+	caller, _ := auth.CallerOf(r.Context())
+	sbs, err := s.c.ForkBy(r.Context(), project, caller.SandboxID, r.PathValue("id"), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	for _, sb := range sbs {
+		s.audit(r, "sandbox.create", "sandbox_id", sb.SandboxID, "template", sb.Template, "forked_from", r.PathValue("id"),
+			"parent_sandbox_id", caller.SandboxID)
 	}
 	writeJSON(w, http.StatusCreated, api.SandboxList{Sandboxes: sbs})
 }

@@ -28,13 +28,16 @@ type Sandbox struct {
 	GuestAddr string
 	Shape     Shape  // limits, egress and token it was made with
 	Role      string // "" for users' sandboxes; RoleTemplate, RoleWarm
+	// ParentID is the sandbox whose lizardToken created this one ("": a
+	// project key did).
+	ParentID string
 }
 
 // Live reports whether the sandbox has not ended.
 func (sb Sandbox) Live() bool { return sb.EndedAt == nil }
 
 const sandboxColumns = `id, project_id, template, state, timeout_ms, metadata, created_at,
-	expires_at, ended_at, end_reason, slot, host_addr, guest_addr, shape, role`
+	expires_at, ended_at, end_reason, slot, host_addr, guest_addr, shape, role, parent_id`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -44,7 +47,7 @@ func scanSandbox(r scanner) (Sandbox, error) {
 	var created int64
 	var expires, ended sql.NullInt64
 	if err := r.Scan(&sb.ID, &sb.ProjectID, &sb.Template, &sb.State, &sb.TimeoutMs, &meta, &created,
-		&expires, &ended, &sb.EndReason, &sb.Slot, &sb.HostAddr, &sb.GuestAddr, &shape, &sb.Role); err != nil {
+		&expires, &ended, &sb.EndReason, &sb.Slot, &sb.HostAddr, &sb.GuestAddr, &shape, &sb.Role, &sb.ParentID); err != nil {
 		return Sandbox{}, err
 	}
 	sh, err := decodeShape(shape)
@@ -102,9 +105,9 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 	}
 	host, guest := addrs(slot)
 	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.ProjectID, sb.Template, sb.State, sb.TimeoutMs, string(meta), toMillis(sb.CreatedAt),
-		nullMillis(sb.ExpiresAt), nullMillis(sb.EndedAt), sb.EndReason, slot, host, guest, shape, sb.Role)
+		nullMillis(sb.ExpiresAt), nullMillis(sb.EndedAt), sb.EndReason, slot, host, guest, shape, sb.Role, sb.ParentID)
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("creating sandbox %s: %w", sb.ID, ErrConflict)

@@ -145,6 +145,11 @@ ALTER TABLE sandboxes ADD COLUMN shape TEXT NOT NULL DEFAULT '';
 ALTER TABLE sandboxes ADD COLUMN role TEXT NOT NULL DEFAULT '';
 ALTER TABLE snapshots ADD COLUMN shape TEXT NOT NULL DEFAULT '';
 `,
+	// The sandbox whose key (lizardToken) created a sandbox, if any: such
+	// children are bounded in life, and the audit trail shows the chain.
+	`
+ALTER TABLE sandboxes ADD COLUMN parent_id TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

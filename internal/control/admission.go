@@ -1,0 +1,55 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// limiter is projectID's create rate; the caller holds admitMu.
+func (c *Control) limiter(projectID string) *rate.Limiter {
+	l := c.limiters[projectID]
+	if l == nil {
+		l = rate.NewLimiter(rate.Limit(c.cfg.CreateRate), max(c.cfg.CreateBurst, 1))
+		c.limiters[projectID] = l
+	}
+	return l
+}
+
+func (c *Control) tooFast(projectID string, d time.Duration) error {
+	return &node.Error{Kind: node.ErrRateLimited, RetryAfter: d,
+		Msg: fmt.Sprintf("project %s creates sandboxes too fast: at most %g per second (bursts of %d); retry in %s",
+			projectID, c.cfg.CreateRate, max(c.cfg.CreateBurst, 1), d.Round(time.Millisecond))}
+}
+
+// fits refuses at once a request for count sandboxes that projectID's
+// quotas cannot take all of, before anything is made: a fork past them
+// would otherwise restore the copies that fit only to kill them, leaving
+// rows of sandboxes the caller never got. It takes nothing; each sandbox
+// is still admitted as it is recorded.
+func (c *Control) fits(ctx context.Context, projectID string, count int) error {
+	c.admitMu.Lock()
+	defer c.admitMu.Unlock()
+	if c.cfg.CreateRate > 0 {
+		if short := float64(count) - c.limiter(projectID).Tokens(); short > 0 {
+			return c.tooFast(projectID, time.Duration(short/c.cfg.CreateRate*float64(time.Second)))
+		}
+	}
+	if c.cfg.MaxRunning > 0 {
+		live, err := c.cfg.Store.ListSandboxes(ctx, store.Filter{ProjectID: projectID, LiveOnly: true})
+		if err != nil {
+			return fmt.Errorf("counting live sandboxes: %w", err)
+		}
+		if len(live)+count > c.cfg.MaxRunning {
+			return &node.Error{Kind: node.ErrRateLimited, RetryAfter: time.Second,
+				Msg: fmt.Sprintf("project %s has %d live sandboxes; %d more would pass its maximum of %d; kill some first",
+					projectID, len(live), count, c.cfg.MaxRunning)}
+		}
+	}
+	return nil
+}
