@@ -53,3 +53,38 @@ func (c *Control) fits(ctx context.Context, projectID string, count int) error {
 	}
 	return nil
 }
+
+// admit checks projectID's quotas before a sandbox is recorded. The node
+// records it and then calls release, so that concurrent creates are
+// counted one after the other. Every path that makes a sandbox for a
+// project passes here: boot, template snapshot, warm claim, snapshot
+// restore and each copy of a fork.
+//
+// again is a create admitted before that now tries another source (the
+// template snapshot after an empty warm pool, a boot after a failed
+// restore): its quota is checked again, but it is not charged the create
+// rate twice.
+func (c *Control) admit(ctx context.Context, projectID string, again bool) (release func(), err error) {
+	c.admitMu.Lock()
+	if c.cfg.CreateRate > 0 && !again {
+		r := c.limiter(projectID).Reserve()
+		if d := r.Delay(); d > 0 {
+			r.Cancel()
+			c.admitMu.Unlock()
+			return nil, c.tooFast(projectID, d)
+		}
+	}
+	if c.cfg.MaxRunning > 0 {
+		live, err := c.cfg.Store.ListSandboxes(ctx, store.Filter{ProjectID: projectID, LiveOnly: true})
+		if err != nil {
+			c.admitMu.Unlock()
+			return nil, fmt.Errorf("counting live sandboxes: %w", err)
+		}
+		if len(live) >= c.cfg.MaxRunning {
+			c.admitMu.Unlock()
+			return nil, &node.Error{Kind: node.ErrRateLimited, RetryAfter: time.Second,
+				Msg: fmt.Sprintf("project %s already has %d live sandboxes, its maximum; kill some first", projectID, len(live))}
+		}
+	}
+	return c.admitMu.Unlock, nil
+}

@@ -8,12 +8,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/node"
-	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
@@ -60,7 +58,7 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 // against the project's quotas.
 func (c *Control) plan(projectID string, req api.CreateSandboxRequest) (node.Plan, error) {
 	p := node.Plan{ProjectID: projectID, Template: req.Template, Metadata: req.Metadata, OnTimeout: req.OnTimeout}
-	p.Admit = func(ctx context.Context) (func(), error) { return c.admit(ctx, projectID) }
+	p.Admit = func(ctx context.Context, again bool) (func(), error) { return c.admit(ctx, projectID, again) }
 	if p.Template == "" {
 		p.Template = template.Default
 	}
@@ -195,36 +193,6 @@ func (c *Control) checkTimeout(ms int64) error {
 			ms, c.cfg.MaxTimeout.Milliseconds(), c.cfg.MaxTimeout)
 	}
 	return nil
-}
-
-// admit checks projectID's quotas before a sandbox is recorded. The node
-// records it and then calls release, so that concurrent creates are
-// counted one after the other. Every path that makes a sandbox for a
-// project passes here: boot, template snapshot, warm claim, snapshot
-// restore and each copy of a fork.
-func (c *Control) admit(ctx context.Context, projectID string) (release func(), err error) {
-	c.admitMu.Lock()
-	if c.cfg.CreateRate > 0 {
-		r := c.limiter(projectID).Reserve()
-		if d := r.Delay(); d > 0 {
-			r.Cancel()
-			c.admitMu.Unlock()
-			return nil, c.tooFast(projectID, d)
-		}
-	}
-	if c.cfg.MaxRunning > 0 {
-		live, err := c.cfg.Store.ListSandboxes(ctx, store.Filter{ProjectID: projectID, LiveOnly: true})
-		if err != nil {
-			c.admitMu.Unlock()
-			return nil, fmt.Errorf("counting live sandboxes: %w", err)
-		}
-		if len(live) >= c.cfg.MaxRunning {
-			c.admitMu.Unlock()
-			return nil, &node.Error{Kind: node.ErrRateLimited, RetryAfter: time.Second,
-				Msg: fmt.Sprintf("project %s already has %d live sandboxes, its maximum; kill some first", projectID, len(live))}
-		}
-	}
-	return c.admitMu.Unlock, nil
 }
 
 // keyMinter mints the lizardToken of a new sandbox of projectID: an API

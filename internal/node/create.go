@@ -18,6 +18,7 @@ const MaxForks = 16
 // warm-pool sandbox is claimed if the plan has the pool's shape, else the
 // template snapshot is restored, else the template boots.
 func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
+	p.admitted = new(bool)
 	if p.Image != "" {
 		return n.provision(ctx, p, restoreOf("image", p.Image))
 	}

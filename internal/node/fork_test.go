@@ -19,8 +19,8 @@ import (
 )
 
 // admitCounter is a Plan.Admit that admits everything and counts.
-func admitCounter(n *atomic.Int32) func(context.Context) (func(), error) {
-	return func(context.Context) (func(), error) { n.Add(1); return func() {}, nil }
+func admitCounter(n *atomic.Int32) func(context.Context, bool) (func(), error) {
+	return func(context.Context, bool) (func(), error) { n.Add(1); return func() {}, nil }
 }
 
 func TestForkCount(t *testing.T) {

@@ -41,13 +41,18 @@ type Plan struct {
 	Image string
 	// Admit, when set, is called just before the sandbox is recorded, and
 	// the release it returns just after: the control plane's quotas, which
-	// every path that makes a sandbox passes.
-	Admit func(ctx context.Context) (release func(), err error)
+	// every path that makes a sandbox passes. again says this create was
+	// admitted before and now tries another source (Create's fallbacks).
+	Admit func(ctx context.Context, again bool) (release func(), err error)
 	// Key, when set, mints the sandbox's lizardToken (an API key of its
 	// project, for its ID).
 	Key func(ctx context.Context, sandboxID string) (key string, err error)
 	// ParentID is the sandbox whose lizardToken asked for this one, if any.
 	ParentID string
+
+	// admitted is set once Admit let this create in, so that a fallback
+	// to another source is not charged twice (Create).
+	admitted *bool
 }
 
 // source is where a new sandbox comes from: a boot, a checkpoint image, or
@@ -181,11 +186,14 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (store.Sandbo
 func (n *Local) record(ctx context.Context, p Plan, src source) (store.Sandbox, error) {
 	release := func() {}
 	if p.Admit != nil {
-		r, err := p.Admit(ctx)
+		r, err := p.Admit(ctx, p.admitted != nil && *p.admitted)
 		if err != nil {
 			return store.Sandbox{}, err
 		}
 		release = r
+		if p.admitted != nil {
+			*p.admitted = true
+		}
 	}
 	defer release()
 	if src.claim {

@@ -36,7 +36,8 @@ func (w *fakeWarm) Restored(_ context.Context, _, _ string, err error) {
 
 // TestCreateSources checks which source serves a create — warm pool,
 // template snapshot, boot — the fallbacks when one fails, and that every
-// source passes the plan's admission once, and a refusal is final.
+// source passes the plan's admission, charged once per create whatever the
+// fallbacks, and a refusal is final.
 func TestCreateSources(t *testing.T) {
 	refuse := errors.New("over quota")
 	tests := []struct {
@@ -45,15 +46,16 @@ func TestCreateSources(t *testing.T) {
 		failRestore  bool
 		refuse       bool
 		wantSource   string // "warm", "image", "boot" or "" (refused)
-		wantAdmits   int32  // one per sandbox row the create records
+		wantAdmits   int32  // one per sandbox row the create records, or claim tried
+		wantCharged  int32  // of them, first admissions (not "again"): always 1
 		wantRestored int    // Restored calls with an error
 		wantClaimed  int
 	}{
-		{name: "template snapshot", wantSource: "image", wantAdmits: 1},
-		{name: "template snapshot fails, boot", failRestore: true, wantSource: "boot", wantAdmits: 2, wantRestored: 1},
-		{name: "warm pool", pool: true, wantSource: "warm", wantAdmits: 1, wantClaimed: 1},
-		{name: "refused", refuse: true, wantAdmits: 1},
-		{name: "refused with a pool", pool: true, refuse: true, wantAdmits: 1},
+		{name: "template snapshot", wantSource: "image", wantAdmits: 1, wantCharged: 1},
+		{name: "template snapshot fails, boot", failRestore: true, wantSource: "boot", wantAdmits: 2, wantCharged: 1, wantRestored: 1},
+		{name: "warm pool", pool: true, wantSource: "warm", wantAdmits: 1, wantCharged: 1, wantClaimed: 1},
+		{name: "refused", refuse: true, wantAdmits: 1, wantCharged: 1},
+		{name: "refused with a pool", pool: true, refuse: true, wantAdmits: 1, wantCharged: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,19 +78,22 @@ func TestCreateSources(t *testing.T) {
 			}
 			boots, restores := len(e.Runtime.Creates()), len(e.Runtime.Restores())
 
-			var admits atomic.Int32
+			var admits, charged atomic.Int32
 			p := nodetest.Plan(60_000)
 			p.Envs = []string{"K=V"}
-			p.Admit = func(context.Context) (func(), error) {
+			p.Admit = func(_ context.Context, again bool) (func(), error) {
 				admits.Add(1)
+				if !again {
+					charged.Add(1)
+				}
 				if tt.refuse {
 					return nil, &node.Error{Kind: node.ErrRateLimited, Msg: "over quota", Cause: refuse}
 				}
 				return func() {}, nil
 			}
 			sb, err := e.Node.Create(ctx, p)
-			if n := admits.Load(); n != tt.wantAdmits {
-				t.Errorf("admitted %d times; want %d", n, tt.wantAdmits)
+			if n, c := admits.Load(), charged.Load(); n != tt.wantAdmits || c != tt.wantCharged {
+				t.Errorf("admitted %d times, charged %d; want %d and %d", n, c, tt.wantAdmits, tt.wantCharged)
 			}
 			newBoots, newRestores := len(e.Runtime.Creates())-boots, len(e.Runtime.Restores())-restores
 			if tt.wantSource == "" {
