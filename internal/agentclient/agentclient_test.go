@@ -1,0 +1,110 @@
+package agentclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+// fakeAgent records what reaches it.
+type fakeAgent struct {
+	mu      sync.Mutex
+	auth    map[string][]string // path → Authorization headers seen
+	healthy bool
+	reseed  api.ReseedRequest
+}
+
+func newClient(t *testing.T, a *fakeAgent) *Client {
+	t.Helper()
+	a.auth = map[string][]string{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.auth[r.URL.Path] = append(a.auth[r.URL.Path], r.Header.Get("Authorization"))
+		switch r.URL.Path {
+		case "/health":
+			if !a.healthy {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+		case api.AgentReadyPath:
+			w.WriteHeader(http.StatusNoContent)
+		case api.AgentReseedPath:
+			json.NewDecoder(r.Body).Decode(&a.reseed)
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	resolve := func(_ context.Context, id string) (string, error) {
+		if id == "gone" {
+			return "", errors.New("it has ended")
+		}
+		return addr, nil
+	}
+	return New(resolve, func(id string) string { return "secret-of-" + id }, nil)
+}
+
+func TestSecretOnEveryRequest(t *testing.T) {
+	a := &fakeAgent{healthy: true}
+	c := newClient(t, a)
+	ctx := context.Background()
+	if err := c.Ready(ctx, "sbx"); err != nil {
+		t.Fatal(err)
+	}
+	// A copy's reseed carries its source's secret, and names its own.
+	if err := c.Reseed(ctx, api.ReseedRequest{SandboxID: "sbx", Secret: "secret-of-sbx"}, "secret-of-src"); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if got := a.auth[api.AgentReadyPath]; len(got) != 1 || got[0] != "Bearer secret-of-sbx" {
+		t.Errorf("ready sent %q; want the sandbox's own secret", got)
+	}
+	if got := a.auth[api.AgentReseedPath]; len(got) != 1 || got[0] != "Bearer secret-of-src" {
+		t.Errorf("reseed sent %q; want the source's secret", got)
+	}
+	if a.reseed.Secret != "secret-of-sbx" || a.reseed.SandboxID != "sbx" {
+		t.Errorf("reseed body = %+v", a.reseed)
+	}
+}
+
+func TestWait(t *testing.T) {
+	t.Run("answers", func(t *testing.T) {
+		c := newClient(t, &fakeAgent{healthy: true})
+		if err := c.Wait(context.Background(), "sbx", nil); err != nil {
+			t.Errorf("Wait = %v", err)
+		}
+	})
+	t.Run("sandbox stops", func(t *testing.T) {
+		c := newClient(t, &fakeAgent{})
+		stopped := errors.New("its runtime stopped")
+		err := c.Wait(context.Background(), "sbx", func(context.Context) error { return stopped })
+		if !errors.Is(err, ErrStopped) || !strings.Contains(err.Error(), "its runtime stopped") {
+			t.Errorf("Wait = %v; want ErrStopped naming why", err)
+		}
+	})
+	t.Run("times out", func(t *testing.T) {
+		c := newClient(t, &fakeAgent{})
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if err := c.Wait(ctx, "sbx", nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Wait = %v; want the context's deadline", err)
+		}
+	})
+	t.Run("unknown sandbox", func(t *testing.T) {
+		c := newClient(t, &fakeAgent{healthy: true})
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if err := c.Wait(ctx, "gone", nil); err == nil || !strings.Contains(err.Error(), "it has ended") {
+			t.Errorf("Wait for an ended sandbox = %v; want the resolver's error", err)
+		}
+	})
+}
