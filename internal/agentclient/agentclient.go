@@ -181,6 +181,34 @@ func (c *Client) Ready(ctx context.Context, id string) error {
 	return nil
 }
 
+// ReseedWhenUp is Reseed sent as soon as the agent of a sandbox just
+// restored accepts a connection: the identity rides on the first request,
+// with no health check before it (a restored agent is listening the moment
+// its sandbox runs). Only a request that never reached the agent (the
+// connection refused or unreachable) is sent again; alive, checked every
+// half second, ends the wait if the sandbox stops (ErrStopped).
+func (c *Client) ReseedWhenUp(ctx context.Context, r api.ReseedRequest, auth string, alive func(context.Context) error) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for i := 1; ; i++ {
+		err := c.Reseed(ctx, r, auth)
+		var op *net.OpError
+		if err == nil || !errors.As(err, &op) || op.Op != "dial" {
+			return err
+		}
+		if i%100 == 0 && alive != nil {
+			if aerr := alive(ctx); aerr != nil {
+				return fmt.Errorf("%w: %v; last attempt: %v", ErrStopped, aerr, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("reseeding sandbox %s: %w (last: %v)", r.SandboxID, ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
 // Reseed gives a restored sandbox its identity: its ID, the environment
 // for every kernel and process from now on, (unless r.KeepSeeds) fresh
 // seeds for every kernel's random generators, and (r.Secret) its own

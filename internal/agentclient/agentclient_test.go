@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,10 +103,52 @@ func TestWait(t *testing.T) {
 	})
 	t.Run("unknown sandbox", func(t *testing.T) {
 		c := newClient(t, &fakeAgent{healthy: true})
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if err := c.Wait(ctx, "gone", nil); err == nil || !strings.Contains(err.Error(), "it has ended") {
 			t.Errorf("Wait for an ended sandbox = %v; want the resolver's error", err)
 		}
 	})
+}
+
+// A restored agent is reseeded by the first request that reaches it; the
+// ones refused before it listens are sent again, and a sandbox that stops
+// ends the wait.
+func TestReseedWhenUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens yet
+	var got atomic.Int32
+	c := New(func(context.Context, string) (string, error) { return addr, nil }, nil, nil)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got.Add(1)
+			w.WriteHeader(http.StatusNoContent)
+		})}
+		t.Cleanup(func() { srv.Close() })
+		srv.Serve(ln)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.ReseedWhenUp(ctx, api.ReseedRequest{SandboxID: "sbx"}, "", nil); err != nil {
+		t.Fatalf("ReseedWhenUp = %v", err)
+	}
+	if n := got.Load(); n != 1 {
+		t.Errorf("the agent got %d reseeds; want exactly 1", n)
+	}
+
+	dead := New(func(context.Context, string) (string, error) { return "127.0.0.1:1", nil }, nil, nil)
+	err = dead.ReseedWhenUp(ctx, api.ReseedRequest{SandboxID: "sbx"}, "", func(context.Context) error { return errors.New("its runtime stopped") })
+	if !errors.Is(err, ErrStopped) {
+		t.Errorf("ReseedWhenUp to a stopped sandbox = %v; want ErrStopped", err)
+	}
 }

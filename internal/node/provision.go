@@ -135,26 +135,25 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (store.Sandbo
 		if err != nil {
 			return fail(fmt.Sprintf("the %s runtime could not start it (the server log says why)", n.cfg.Runtime.Name()), err)
 		}
+	}
+	if src.image == "" && !src.claim {
 		if err := n.waitAgent(ctx, sb); err != nil {
 			return fail("its agent did not answer", err)
 		}
-	}
-	if src.image != "" || src.claim {
-		// A copy of another sandbox takes its own identity and seeds.
+	} else {
+		// A copy of another sandbox takes its own identity, seeds and
+		// agent secret, in the first request its agent gets.
 		r := api.ReseedRequest{SandboxID: sb.ID, Envs: envMap(append(env, tokenEnv...))}
 		if p.Key == nil {
 			// The image may hold another sandbox's lizardToken (a fork's parent).
 			r.Unset = []string{"LIZARD_API_KEY", "LIZARD_API_URL"}
 		}
-		auth := ""
-		if src.image != "" {
-			// The copy's agent holds its source's secret until now.
-			r.Secret = n.agentSecret(sb.ID)
-			if source := imageSource(src.image); source != "" {
-				auth = n.agentSecret(source)
-			}
+		if src.claim {
+			err = n.agents.Reseed(ctx, r, "")
+		} else {
+			err = n.reseedRestored(ctx, sb, r, src.image)
 		}
-		if err := n.agents.Reseed(ctx, r, auth); err != nil {
+		if err != nil {
 			return fail("giving it its identity failed", err)
 		}
 	}
@@ -237,6 +236,35 @@ func (n *Local) token(ctx context.Context, sb store.Sandbox, p Plan) (env []stri
 		env, apiPort = append(env, apiEnv...), port
 	}
 	return env, apiPort, nil
+}
+
+// reseedRestored gives sandbox sb, just restored from image, its identity
+// r and its own agent secret as soon as its agent answers, waiting up to
+// StartTimeout. Its agent holds the secret of the sandbox the image was
+// taken from until then.
+func (n *Local) reseedRestored(ctx context.Context, sb store.Sandbox, r api.ReseedRequest, image string) error {
+	r.Secret = n.agentSecret(sb.ID)
+	auth := ""
+	if source := imageSource(image); source != "" {
+		auth = n.agentSecret(source)
+	}
+	wctx, cancel := context.WithTimeout(ctx, n.cfg.StartTimeout)
+	defer cancel()
+	err := n.agents.ReseedWhenUp(wctx, r, auth, func(ctx context.Context) error {
+		if n.dead(ctx, sb.ID) {
+			return errors.New("its runtime stopped")
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case wctx.Err() != nil:
+		return &Error{Msg: fmt.Sprintf("sandbox %s's agent did not answer within %s after the restore", sb.ID, n.cfg.StartTimeout), Cause: err}
+	}
+	return err
 }
 
 // waitAgent waits, up to StartTimeout, for sandbox sb's agent to answer.
