@@ -149,7 +149,10 @@ func (c *Client) Wait(ctx context.Context, id string, alive func(context.Context
 			}
 			err = fmt.Errorf("agent health answered %s", resp.Status)
 		}
-		last = err
+		if ctx.Err() == nil || last == nil {
+			// An attempt cut short by the deadline says less than the one before.
+			last = err
+		}
 		if i%50 == 0 && alive != nil {
 			if err := alive(ctx); err != nil {
 				return fmt.Errorf("%w: %v; last health check: %v", ErrStopped, err, last)
