@@ -89,6 +89,11 @@ func (n *Local) checkpoint(ctx context.Context, id, dir string) error {
 		}
 	}
 	if err != nil {
+		if n.dead(ctx, id) {
+			// Not the disk: the sandbox died under the checkpoint, and
+			// nothing will answer in it again.
+			return n.endDead(ctx, id, "while being checkpointed", err)
+		}
 		return &Error{Msg: fmt.Sprintf("checkpointing sandbox %s failed (disk full? the server log says why); it keeps running", id),
 			Cause: err}
 	}

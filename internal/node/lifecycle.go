@@ -166,6 +166,29 @@ func (n *Local) checkLiveness(ctx context.Context) {
 	}
 }
 
+// endDead ends sandbox id, whose runtime has stopped during an operation
+// (during, such as "while being paused"), as failed, and returns the gone
+// error the operation fails with instead of cause: the caller learns the
+// sandbox ended, not that something went wrong inside the server. The
+// caller holds the sandbox's lock.
+func (n *Local) endDead(ctx context.Context, id, during string, cause error) error {
+	reason := "its runtime stopped " + during + ": the sandbox's processes died or were killed"
+	sb, err := n.cfg.Store.GetSandbox(ctx, id)
+	if err == nil && sb.Live() {
+		if err = n.end(ctx, sb, api.StateFailed, reason); err != nil {
+			// The row ends regardless, so that the sandbox is not served;
+			// the reaper's sweep removes what is left of it.
+			n.log.Error("ending a sandbox that died "+during, "sandbox_id", id, "err", err)
+			err = n.cfg.Store.EndSandbox(context.WithoutCancel(ctx), id, api.StateFailed, reason, n.now())
+		}
+	}
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		n.log.Error("recording the end of a sandbox that died "+during, "sandbox_id", id, "err", err)
+	}
+	n.log.Warn("sandbox died "+during, "sandbox_id", id, "err", cause)
+	return &Error{Kind: ErrGone, Msg: fmt.Sprintf("sandbox %s stopped %s: its processes died or were killed; create a new sandbox", id, during), Cause: cause}
+}
+
 func (n *Local) dead(ctx context.Context, id string) bool {
 	st, err := n.cfg.Runtime.State(ctx, id)
 	return errors.Is(err, sandbox.ErrNotFound) || err == nil && st != sandbox.Running

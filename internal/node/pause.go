@@ -85,10 +85,20 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
+	err := n.cfg.Runtime.Kill(cctx, sb.ID)
+	if err != nil {
+		// A kill cut short (its runsc process killed, a cgroup still
+		// busy) is tried once more: the checkpoint is good.
+		log.Warn("stopping a checkpointed sandbox failed; trying again", "err", err)
+		err = n.cfg.Runtime.Kill(cctx, sb.ID)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		if n.dead(cctx, sb.ID) {
+			return n.endDead(cctx, sb.ID, "while being paused", err)
+		}
 		// The checkpoint is good but the sandbox still runs: keep it
 		// running rather than have two copies.
-		os.RemoveAll(dir)
 		return &Error{Msg: fmt.Sprintf("could not stop sandbox %s after checkpointing it; it keeps running", sb.ID),
 			Cause: fmt.Errorf("killing sandbox: %w", err)}
 	}

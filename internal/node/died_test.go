@@ -1,0 +1,94 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/node/nodetest"
+	"github.com/lizard-build/lizard/internal/sandbox"
+)
+
+// TestSandboxDiesDuringCheckpoint checks that a sandbox whose processes
+// die under a pause, snapshot or fork (the chaos suite's kill -9 of its
+// runsc processes) ends that call with ErrGone and is recorded failed with
+// a reason, instead of a 500 claiming it keeps running.
+func TestSandboxDiesDuringCheckpoint(t *testing.T) {
+	ops := []struct {
+		name string
+		do   func(e *nodetest.Env, id string) error
+	}{
+		{"pause", func(e *nodetest.Env, id string) error { _, err := e.Node.Pause(context.Background(), id); return err }},
+		{"snapshot", func(e *nodetest.Env, id string) error {
+			_, _, err := e.Node.Snapshot(context.Background(), id, "snap-dies")
+			return err
+		}},
+		{"fork", func(e *nodetest.Env, id string) error {
+			_, err := e.Node.Fork(context.Background(), id, nodetest.Plan(0), 2)
+			return err
+		}},
+	}
+	for _, op := range ops {
+		t.Run(op.name, func(t *testing.T) {
+			e := nodetest.New(t)
+			sb := e.Create(t, nodetest.Plan(60_000))
+			e.Runtime.CheckpointFunc = func(_ context.Context, id, _ string, _ bool) error {
+				e.Runtime.Stop(id)
+				return errors.New("checkpoint: connection reset by peer")
+			}
+			err := op.do(e, sb.ID)
+			if !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "stopped while being checkpointed") {
+				t.Fatalf("%s = %v (message %q); want ErrGone saying it stopped while being checkpointed", op.name, err, node.Message(err))
+			}
+			row := e.Row(t, sb.ID)
+			if row.State != api.StateFailed || !strings.Contains(row.EndReason, "runtime stopped") {
+				t.Errorf("row = %s, reason %q; want failed with a reason", row.State, row.EndReason)
+			}
+			if nodetest.Exists(e.Image(sb.ID)) {
+				t.Errorf("the image of a sandbox that died during its pause is left")
+			}
+		})
+	}
+}
+
+// TestPauseStopCutShort checks that a pause whose stop of the checkpointed
+// sandbox is cut short (runsc delete killed) tries once more and pauses,
+// and that one whose sandbox died anyway ends it as failed, not as a 500
+// saying it keeps running.
+func TestPauseStopCutShort(t *testing.T) {
+	t.Run("second try", func(t *testing.T) {
+		e := nodetest.New(t)
+		sb := e.Create(t, nodetest.Plan(60_000))
+		kill, tries := e.Runtime.KillFunc, 0
+		e.Runtime.KillFunc = func(ctx context.Context, id string) error {
+			if tries++; tries == 1 {
+				e.Runtime.Stop(id)
+				return errors.New("runsc delete: signal: killed")
+			}
+			return kill(ctx, id)
+		}
+		got, err := e.Node.Pause(context.Background(), sb.ID)
+		if err != nil || got.State != api.StatePaused || !nodetest.Exists(e.Image(sb.ID)) {
+			t.Fatalf("Pause = %s, %v, image %v; want paused with its image", got.State, err, nodetest.Exists(e.Image(sb.ID)))
+		}
+	})
+	t.Run("dead anyway", func(t *testing.T) {
+		e := nodetest.New(t)
+		sb := e.Create(t, nodetest.Plan(60_000))
+		e.Runtime.KillFunc = func(_ context.Context, id string) error {
+			e.Runtime.Stop(id)
+			return errors.New("runsc delete: signal: killed")
+		}
+		e.Runtime.StateFunc = func(context.Context, string) (sandbox.State, error) { return "", sandbox.ErrNotFound }
+		_, err := e.Node.Pause(context.Background(), sb.ID)
+		if !errors.Is(err, node.ErrGone) || strings.Contains(node.Message(err), "keeps running") {
+			t.Fatalf("Pause = %v (message %q); want ErrGone", err, node.Message(err))
+		}
+		if row := e.Row(t, sb.ID); row.State != api.StateFailed || row.EndReason == "" || nodetest.Exists(e.Image(sb.ID)) {
+			t.Errorf("row = %s, reason %q, image %v; want failed with a reason and no image", row.State, row.EndReason, nodetest.Exists(e.Image(sb.ID)))
+		}
+	})
+}
