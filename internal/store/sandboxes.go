@@ -87,16 +87,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 		return fmt.Errorf("creating sandbox %s: %w", sb.ID, err)
 	}
 	defer tx.Rollback()
-	// The lowest free slot is 0 or one past a taken slot; the transaction
-	// holds the write lock, so no one else takes it before the insert.
-	var slot int
-	err = tx.QueryRowContext(ctx, `
-		SELECT s FROM (
-			SELECT 0 AS s
-			UNION SELECT slot + 1 FROM sandboxes WHERE ended_at IS NULL AND slot >= 0
-		)
-		WHERE s < ? AND s NOT IN (SELECT slot FROM sandboxes WHERE ended_at IS NULL)
-		ORDER BY s LIMIT 1`, slots).Scan(&slot)
+	slot, err := tx.freeSlot(ctx, slots)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("creating sandbox %s: %w", sb.ID, ErrFull)
 	}
@@ -121,6 +112,26 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 	}
 	sb.Slot, sb.HostAddr, sb.GuestAddr = slot, host, guest
 	return nil
+}
+
+// freeSlot returns the lowest address slot below slots that no live
+// sandbox holds (sql.ErrNoRows: none). The lowest free slot is 0 or one
+// past a taken slot. The transaction keeps others from taking it before
+// the caller writes it: SQLite's holds the write lock, PostgreSQL's takes
+// the slots' advisory lock first.
+func (t *tx) freeSlot(ctx context.Context, slots int) (int, error) {
+	if err := t.serialize(ctx, slotsLockKey); err != nil {
+		return 0, err
+	}
+	var slot int
+	err := t.QueryRowContext(ctx, `
+		SELECT s FROM (
+			SELECT 0 AS s
+			UNION SELECT slot + 1 FROM sandboxes WHERE ended_at IS NULL AND slot >= 0
+		) AS candidates
+		WHERE s < ? AND s NOT IN (SELECT slot FROM sandboxes WHERE ended_at IS NULL)
+		ORDER BY s LIMIT 1`, slots).Scan(&slot)
+	return slot, err
 }
 
 func nonNil(m map[string]string) map[string]string {
@@ -285,7 +296,8 @@ func (s *Store) ClaimWarm(ctx context.Context, template, projectID string, meta 
 	err = s.db.QueryRowContext(ctx, `UPDATE sandboxes SET project_id = ?, role = '', metadata = ?, timeout_ms = ?,
 		created_at = ?, expires_at = ?
 		WHERE id = (SELECT id FROM sandboxes WHERE role = 'warm' AND template = ? AND state = 'running'
-			AND ended_at IS NULL ORDER BY created_at, id LIMIT 1)
+			AND ended_at IS NULL ORDER BY created_at, id LIMIT 1`+s.db.d.skipLocked()+`)
+		AND role = 'warm' AND ended_at IS NULL
 		RETURNING id`, projectID, string(m), timeoutMs, toMillis(now), nullMillis(expires), template).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Sandbox{}, fmt.Errorf("claiming a warm sandbox of %s: %w", template, ErrNotFound)

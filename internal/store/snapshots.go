@@ -58,7 +58,10 @@ func (s *Store) PauseSandbox(ctx context.Context, id, imageDir string, remaining
 		return fmt.Errorf("pausing sandbox %s: %w", id, err)
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = 'paused', expires_at = NULL, slot = -rowid,
+	if err := tx.nextPausedSlot(ctx); err != nil {
+		return fmt.Errorf("pausing sandbox %s: %w", id, err)
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = 'paused', expires_at = NULL, slot = `+pausedSlot+`,
 		host_addr = '', guest_addr = '' WHERE id = ? AND state = 'running' AND ended_at IS NULL`, id)
 	if err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", id, err)
@@ -91,14 +94,7 @@ func (s *Store) AssignSlot(ctx context.Context, id string, slots int, addrs func
 		return "", "", fmt.Errorf("assigning a slot to sandbox %s: %w", id, err)
 	}
 	defer tx.Rollback()
-	var slot int
-	err = tx.QueryRowContext(ctx, `
-		SELECT s FROM (
-			SELECT 0 AS s
-			UNION SELECT slot + 1 FROM sandboxes WHERE ended_at IS NULL AND slot >= 0
-		)
-		WHERE s < ? AND s NOT IN (SELECT slot FROM sandboxes WHERE ended_at IS NULL)
-		ORDER BY s LIMIT 1`, slots).Scan(&slot)
+	slot, err := tx.freeSlot(ctx, slots)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", "", fmt.Errorf("assigning a slot to sandbox %s: %w", id, ErrFull)
 	}
@@ -120,12 +116,33 @@ func (s *Store) AssignSlot(ctx context.Context, id string, slots int, addrs func
 // ReleaseSlot takes a paused sandbox's slot back (a resume that could not
 // start it but left its image usable).
 func (s *Store) ReleaseSlot(ctx context.Context, id string) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET slot = -rowid, host_addr = '', guest_addr = ''
-		WHERE id = ? AND state = 'paused' AND ended_at IS NULL`, id)
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("releasing the slot of sandbox %s: %w", id, err)
 	}
+	defer tx.Rollback()
+	if err := tx.nextPausedSlot(ctx); err != nil {
+		return fmt.Errorf("releasing the slot of sandbox %s: %w", id, err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET slot = `+pausedSlot+`, host_addr = '', guest_addr = ''
+		WHERE id = ? AND state = 'paused' AND ended_at IS NULL`, id); err != nil {
+		return fmt.Errorf("releasing the slot of sandbox %s: %w", id, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("releasing the slot of sandbox %s: %w", id, err)
+	}
 	return nil
+}
+
+// A paused sandbox holds no address, but the unique index on live slots
+// still wants a value: -n for the n the paused_slot counter was just
+// advanced to, unique among live rows since the counter only grows. The
+// counter's row lock orders concurrent pauses on PostgreSQL.
+const pausedSlot = `-(SELECT value FROM counters WHERE name = 'paused_slot')`
+
+func (t *tx) nextPausedSlot(ctx context.Context) error {
+	_, err := t.ExecContext(ctx, `UPDATE counters SET value = value + 1 WHERE name = 'paused_slot'`)
+	return err
 }
 
 // MarkResumed moves a paused sandbox back to running with its new

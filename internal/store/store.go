@@ -1,9 +1,12 @@
 // Package store keeps Lizard's durable state — projects, API keys and
-// sandboxes — in an embedded SQLite database (modernc.org/sqlite, no cgo).
+// sandboxes — in an embedded SQLite database (modernc.org/sqlite, no cgo)
+// or in PostgreSQL (pgx, no cgo), behind the one Store (docs/store.md).
 //
-// The database runs in WAL mode with a busy timeout and immediate write
+// SQLite runs in WAL mode with a busy timeout and immediate write
 // transactions, so the server and `lizard admin` can use one file at the same
-// time. Sandbox environment variables are never stored: they may hold secrets.
+// time. PostgreSQL is for several processes on several machines: the
+// queries that would race under READ COMMITTED take row or advisory locks.
+// Sandbox environment variables are never stored: they may hold secrets.
 package store
 
 import (
@@ -17,6 +20,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 	sqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -29,14 +35,21 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrFull means every address slot is taken by a live sandbox.
 	ErrFull = errors.New("no free address slot")
+	// ErrUnavailable means the database could not be reached (PostgreSQL
+	// down, restarting or unreachable). The call may be retried: the Store
+	// reconnects by itself once the database is back.
+	ErrUnavailable = errors.New("database unavailable")
 )
 
 // FileName is the database file inside a data directory.
 const FileName = "lizard.db"
 
-// Store is a handle on one database file. It is safe for concurrent use.
+// Store is a handle on one database: a SQLite file or a PostgreSQL
+// database. It is safe for concurrent use.
 type Store struct {
-	db *sql.DB
+	db *db
+	// path is the SQLite file (TryLock's lock files sit beside it).
+	path string
 }
 
 // Open opens (creating if needed) the database in dataDir and brings its
@@ -62,23 +75,85 @@ func OpenFile(ctx context.Context, path string) (*Store, error) {
 	// SQLITE_BUSY when it upgrades a read lock.
 	q.Set("_txlock", "immediate")
 	dsn := "file:" + path + "?" + q.Encode()
-	db, err := sql.Open("sqlite", dsn)
+	sdb, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
-	s := &Store{db: db}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	s := &Store{db: &db{DB: sdb, d: sqliteDialect}, path: abs}
 	if err := s.migrate(ctx); err != nil {
-		db.Close()
+		sdb.Close()
 		return nil, fmt.Errorf("migrating %s: %w", path, err)
 	}
 	return s, nil
 }
 
+// OpenURL opens the database rawURL names and brings its schema up to date:
+// postgres://user:password@host:port/db?sslmode=... (or postgresql://, or
+// any connection string pgx accepts) for PostgreSQL; sqlite:PATH,
+// sqlite:///abs/path or a plain file path for SQLite. Several processes
+// may open one PostgreSQL database at once: the migration runs once, under
+// an advisory lock.
+func OpenURL(ctx context.Context, rawURL string) (*Store, error) {
+	switch {
+	case strings.HasPrefix(rawURL, "postgres://"), strings.HasPrefix(rawURL, "postgresql://"):
+		return openPostgres(ctx, rawURL)
+	case strings.HasPrefix(rawURL, "sqlite://"):
+		return OpenFile(ctx, strings.TrimPrefix(rawURL, "sqlite://"))
+	case strings.HasPrefix(rawURL, "sqlite:"):
+		return OpenFile(ctx, strings.TrimPrefix(rawURL, "sqlite:"))
+	case rawURL == "":
+		return nil, errors.New("opening the database: empty URL")
+	case strings.Contains(rawURL, "://"):
+		return nil, fmt.Errorf("opening the database: unsupported URL scheme in %q: use postgres:// or sqlite:", redact(rawURL))
+	}
+	return OpenFile(ctx, rawURL)
+}
+
+func openPostgres(ctx context.Context, rawURL string) (*Store, error) {
+	cfg, err := pgx.ParseConfig(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("parsing the PostgreSQL URL %s: %w", redact(rawURL), err)
+	}
+	name := fmt.Sprintf("postgres %s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
+	sdb := stdlib.OpenDB(*cfg)
+	// Bounded, so that many API processes stay well under the server's
+	// max_connections (100 by default); idle ones are let go, and every
+	// reused connection is checked first (stdlib pings one idle > 1s), so
+	// a restarted server costs no failed call once it is back.
+	sdb.SetMaxOpenConns(16)
+	sdb.SetMaxIdleConns(4)
+	sdb.SetConnMaxIdleTime(5 * time.Minute)
+	s := &Store{db: &db{DB: sdb, d: postgresDialect}}
+	if err := s.migrate(ctx); err != nil {
+		sdb.Close()
+		return nil, fmt.Errorf("migrating %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// redact hides the password of a URL in messages.
+func redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// Dialect names the engine: "sqlite" or "postgres".
+func (s *Store) Dialect() string { return s.db.d.String() }
+
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
 // migrations are applied in order; migration i brings the schema to
-// version i+1. Append only: never edit one that has shipped.
+// version i+1. Append only: never edit one that has shipped. They are
+// written once for both engines, in SQLite's words (dialect.ddl gives
+// PostgreSQL BIGINT and BYTEA): keep to the SQL both share.
 var migrations = []string{
 	`
 CREATE TABLE projects (
@@ -150,6 +225,18 @@ ALTER TABLE snapshots ADD COLUMN shape TEXT NOT NULL DEFAULT '';
 	`
 ALTER TABLE sandboxes ADD COLUMN parent_id TEXT NOT NULL DEFAULT '';
 `,
+	// A paused sandbox's negative slot comes from a counter instead of
+	// -rowid, which PostgreSQL has not: -value is unique among live rows
+	// because the counter only grows. It starts past the slots that
+	// sandboxes paused before this migration hold.
+	`
+CREATE TABLE counters (
+	name  TEXT PRIMARY KEY,
+	value INTEGER NOT NULL
+);
+INSERT INTO counters (name, value)
+	SELECT 'paused_slot', COALESCE(MAX(-slot), 0) FROM sandboxes WHERE slot < 0;
+`,
 }
 
 // SchemaVersion is the schema version this code writes.
@@ -161,6 +248,12 @@ func (s *Store) migrate(ctx context.Context) error {
 		return err
 	}
 	defer tx.Rollback()
+	// Several processes starting at once against one PostgreSQL: the first
+	// migrates, the others wait here and then find the schema current.
+	// (SQLite's immediate transaction is the lock there.)
+	if err := tx.serialize(ctx, migrateLockKey); err != nil {
+		return fmt.Errorf("taking the migration lock: %w", err)
+	}
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)`); err != nil {
 		return err
 	}
@@ -178,7 +271,9 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("database schema version %d is newer than this lizard (%d): upgrade lizard", v, len(migrations))
 	}
 	for i := v; i < len(migrations); i++ {
-		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+		// Tx.ExecContext: DDL has no placeholders to rebind, and without
+		// arguments pgx runs the whole script in one simple query.
+		if _, err := tx.Tx.ExecContext(ctx, s.db.d.ddl(migrations[i])); err != nil {
 			return fmt.Errorf("applying migration %d: %w", i+1, err)
 		}
 	}
@@ -195,12 +290,16 @@ func (s *Store) Version(ctx context.Context) (int, error) {
 	return v, err
 }
 
-// isConstraint reports whether err is a SQLite constraint violation
-// (primary key, unique index, foreign key).
+// isConstraint reports whether err is a constraint violation (primary
+// key, unique index, foreign key) of either engine.
 func isConstraint(err error) bool {
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		return se.Code()&0xff == sqlite3.SQLITE_CONSTRAINT
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "23") // integrity_constraint_violation
 	}
 	return false
 }
@@ -209,6 +308,10 @@ func isUniqueViolation(err error) bool {
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		return se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "23505" // unique_violation
 	}
 	return false
 }

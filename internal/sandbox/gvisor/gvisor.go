@@ -528,10 +528,30 @@ func (r *Runtime) remove(ctx context.Context, id string) error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
+	if err := r.removeStateFiles(id); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(r.dir(id)); err != nil {
 		return fmt.Errorf("removing sandbox directory: %w", err)
 	}
 	return nil
+}
+
+// removeStateFiles removes what runsc keeps in its state directory for
+// sandbox id. runsc delete removes it, but a runsc create or restore
+// killed before it wrote the .state file (a crash, kill -9) leaves the
+// container's lock file and control socket, which delete never sees.
+func (r *Runtime) removeStateFiles(id string) error {
+	cid := globEscape(containerID(id))
+	files, _ := filepath.Glob(filepath.Join(r.stateDir, cid+"_sandbox:*"))
+	files = append(files, filepath.Join(r.stateDir, "runsc-"+containerID(id)+".sock"))
+	var errs []error
+	for _, f := range files {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing runsc state: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // waitGone waits for pids to exit, and after a grace period kills those
