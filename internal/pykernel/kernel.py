@@ -405,6 +405,9 @@ def fonts_in_memory(fm):
     files = {}
 
     class FontBytes(io.BytesIO):
+        """What FT2Font reads: the file's bytes. Not os.PathLike, or FT2Font
+        would open the path itself."""
+
         def __init__(self, path):
             data = files.get(path)
             if data is None:
@@ -413,20 +416,35 @@ def fonts_in_memory(fm):
             super().__init__(data)
             self.name = path
 
-        # FT2Font.fname of a file object is its str() (or its name).
         def __str__(self):
             return self.name
+
+    class FontFile(FontBytes):
+        """What font.fname is once the font is made (the file object it was
+        read from, in matplotlib 3.11): a path again, equal to and hashed as
+        its path, for the PDF and PS backends that embed the font file."""
 
         def __fspath__(self):
             return self.name
 
+        def __eq__(self, other):
+            if isinstance(other, (str, os.PathLike)):
+                return self.name == os.fspath(other)
+            return NotImplemented
+
+        def __hash__(self):
+            return hash(self.name)
+
     def FT2Font(filename, *args, **kwargs):
-        if isinstance(filename, (str, bytes, os.PathLike)):
-            try:
-                filename = FontBytes(os.fsdecode(filename))
-            except OSError:
-                pass  # FT2Font says what is wrong with it
-        return real.FT2Font(filename, *args, **kwargs)
+        if not isinstance(filename, (str, bytes, os.PathLike)):
+            return real.FT2Font(filename, *args, **kwargs)
+        try:
+            data = FontBytes(os.fsdecode(filename))
+        except OSError:
+            return real.FT2Font(filename, *args, **kwargs)  # it says what is wrong
+        font = real.FT2Font(data, *args, **kwargs)
+        data.__class__ = FontFile
+        return font
 
     shim = types.ModuleType(real.__name__)
     shim.__dict__.update(real.__dict__)

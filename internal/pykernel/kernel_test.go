@@ -941,9 +941,18 @@ func TestFontsReadFromMemory(t *testing.T) {
 	o := run(t, k, `import matplotlib.pyplot as plt, matplotlib.ft2font as ft
 from matplotlib import font_manager as fm
 font = fm.get_font(fm.findfont('DejaVu Sans'))
+import io, os, matplotlib
 plt.title('héllo')
 plt.plot([1, 2])
-(fm.ft2font is ft, isinstance(font, ft.FT2Font), isinstance(font.fname, str) and font.fname.endswith('.ttf'))`)
+# Backends that embed font files open font.fname as a path.
+sizes = []
+for fonttype in (3, 42):
+    matplotlib.rcParams['pdf.fonttype'] = matplotlib.rcParams['ps.fonttype'] = fonttype
+    for fmt in ('pdf', 'ps', 'svg'):
+        b = io.BytesIO()
+        plt.savefig(b, format=fmt)
+        sizes.append(len(b.getvalue()) > 1000)
+(fm.ft2font is ft, isinstance(font, ft.FT2Font), os.fspath(font.fname).endswith('.ttf') and all(sizes))`)
 	if len(o.errors) != 0 || len(o.results) != 2 || o.results[0].Data != "(False, True, True)" || o.results[1].Mime != "image/png" {
 		t.Errorf("results %v %+v errors %+v, want (False, True, True) then a PNG", mimes(o.results), o.results[:min(1, len(o.results))], o.errors)
 	}
