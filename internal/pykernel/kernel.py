@@ -64,7 +64,6 @@ class Channel:
         self.flusher = None
         self.forked = False
         self.last_write = 0.0
-        self.partial = False  # the last write ended mid-line
 
     def _frame(self, kind, payload):
         self.buf += (len(payload) + 5).to_bytes(4, "big") + kind + self.id.to_bytes(4, "big")
@@ -93,15 +92,12 @@ class Channel:
             if len(self.buf) >= FLUSH_SIZE:
                 self._write_locked()
             elif self.buf:
-                # Sparse output goes at once (so it keeps its place before
-                # what a subprocess writes next), and so does the rest of a
-                # line begun that way (print writes the text, then "\n");
-                # bursts gather and the flusher writes them.
-                line_end = self.buf.endswith(b"\n")
-                if time.monotonic() - self.last_write > QUIET or (line_end and self.partial):
-                    partial = not line_end
+                # A line after a quiet spell goes at once, whole (print
+                # writes the text, then "\n": one event, as under
+                # ipykernel); bursts and partial lines gather and the
+                # flusher writes them.
+                if self.buf.endswith(b"\n") and time.monotonic() - self.last_write > QUIET:
                     self._write_locked()
-                    self.partial = partial
                 elif was_empty:
                     self._nudge()
 
@@ -159,7 +155,7 @@ class Channel:
         if not self.buf:
             return
         data, self.buf, self.kind = self.buf, bytearray(), None
-        self.last_write, self.partial = time.monotonic(), False
+        self.last_write = time.monotonic()
         try:
             _write_all(self.fd, data)
         except BrokenPipeError:
