@@ -29,16 +29,17 @@ type Error struct {
 
 // Error codes, one per HTTP status; clients map them back to typed errors.
 const (
-	CodeInvalidArgument = "invalid_argument" // 400
-	CodeUnauthenticated = "unauthenticated"  // 401
-	CodeNotFound        = "not_found"        // 404
-	CodeConflict        = "conflict"         // 409
-	CodeGone            = "gone"             // 410
-	CodeTooLarge        = "too_large"        // 413
-	CodeRateLimited     = "rate_limited"     // 429
-	CodeInternal        = "internal"         // 500
-	CodeBadGateway      = "bad_gateway"      // 502: the sandbox's agent did not answer
-	CodeUnavailable     = "unavailable"      // 503
+	CodeInvalidArgument  = "invalid_argument"   // 400
+	CodeUnauthenticated  = "unauthenticated"    // 401
+	CodeNotFound         = "not_found"          // 404
+	CodeConflict         = "conflict"           // 409
+	CodeGone             = "gone"               // 410
+	CodeMethodNotAllowed = "method_not_allowed" // 405: the path is served with other methods (Allow)
+	CodeTooLarge         = "too_large"          // 413
+	CodeRateLimited      = "rate_limited"       // 429
+	CodeInternal         = "internal"           // 500
+	CodeBadGateway       = "bad_gateway"        // 502: the sandbox's agent did not answer
+	CodeUnavailable      = "unavailable"        // 503
 )
 
 // Sandbox states.
