@@ -12,7 +12,7 @@ GO_TEST_FLAGS ?= -count=1 -timeout 45m
 
 export CGO_ENABLED := 0
 
-.PHONY: help deps build runsc template serve test test-go test-python test-typescript testvenv bench clean
+.PHONY: help deps build runsc template serve test test-go test-python test-typescript test-api testvenv bench clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -50,8 +50,8 @@ $(TESTVENV)/.ok: sdk/python/pyproject.toml test/requirements.txt
 	$(TESTVENV)/bin/pip install -q -r test/requirements.txt -e './sdk/python[test]'
 	touch $@
 
-test: deps build template testvenv ## Run every test: Go (unit, runtime conformance, end to end), Python SDK, TypeScript SDK
-	$(MAKE) test-go test-python test-typescript
+test: deps build template testvenv ## Run every test: Go (unit, runtime conformance, end to end), Python SDK, TypeScript SDK, schemathesis on the API
+	$(MAKE) test-go test-python test-typescript test-api
 
 test-go: ## Go tests (needs root, bin/, the template and the test venv)
 	LIZARD_TEST_STRICT=1 LIZARD_TEST_PYTHON=$(CURDIR)/$(TESTVENV)/bin/python LIZARD_CACHE_DIR=$(CACHE_DIR) \
@@ -63,6 +63,9 @@ test-python: ## Python SDK tests, unit and end to end against a real lizard serv
 test-typescript: ## TypeScript SDK tests, unit and end to end against a real lizard serve
 	cd sdk/typescript && npm ci --no-audit --no-fund && npm run build && npm test && \
 		LIZARD_TEST_STRICT=1 LIZARD_CACHE_DIR=$(CACHE_DIR) npm run test:e2e
+
+test-api: ## schemathesis (every check) against a real lizard serve with api/openapi.yaml (about 3 minutes)
+	LIZARD_TEST_STRICT=1 LIZARD_CACHE_DIR=$(CACHE_DIR) $(TESTVENV)/bin/python -m pytest -q -p no:cacheprovider test/api
 
 bench: deps build template testvenv ## Benchmarks in one run: Lizard beside raw runsc and direct Jupyter (BENCH_FLAGS="--scale 5 --sustain 5s" for a quick one)
 	LIZARD_CACHE_DIR=$(CACHE_DIR) $(TESTVENV)/bin/python bench/bench.py --cache-dir $(CACHE_DIR) $(BENCH_FLAGS)
