@@ -95,7 +95,7 @@ export function sandboxPage(main: HTMLElement, id: string): () => void {
     fillContexts(ctx);
     const newCtx = h("button", { type: "button", class: "small" }, "New context");
     const ctxField = h("div", { class: "ctx" }, field("Context", ctx), newCtx);
-    const src = h("textarea", { class: "code", rows: Math.max(3, code.split("\n").length + 1), spellcheck: "false", "aria-keyshortcuts": "Control+Enter Shift+Enter" });
+    const src = h("textarea", { class: "code", spellcheck: "false", "aria-keyshortcuts": "Control+Enter Shift+Enter" });
     src.value = code;
     const run = h("button", { type: "button", class: "run" }, "Run");
     const stop = h("button", { type: "button", class: "small", disabled: true }, "Stop");
@@ -108,6 +108,10 @@ export function sandboxPage(main: HTMLElement, id: string): () => void {
       field(`Code of cell ${n}`, src, "Ctrl+Enter or Shift+Enter runs the cell."),
       out,
     );
+    // The code box grows with its code, up to a screenful.
+    const grow = () => (src.rows = Math.min(30, Math.max(3, src.value.split("\n").length + 1)));
+    src.addEventListener("input", grow);
+    grow();
     const syncCtx = () => (ctxField.hidden = lang.value !== "python");
     lang.addEventListener("change", syncCtx);
     syncCtx();

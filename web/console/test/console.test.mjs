@@ -75,14 +75,14 @@ async function startLizard() {
     if (Date.now() > deadline) throw new Error(`lizard serve did not become healthy:\n${logs()}`);
     await new Promise((r) => setTimeout(r, 100));
   }
-  const api = (method, p, body) =>
-    fetch(url + p, { method, headers: { Authorization: `Bearer ${apiKey}`, "Content-Type": "application/json" }, body: body && JSON.stringify(body) });
+  const api = (method, p) => fetch(url + p, { method, headers: { Authorization: `Bearer ${apiKey}` } });
   const stop = async () => {
     try {
       if (!exited) {
         // Sandboxes outlive a server (a restart finds them): kill ours first.
-        const list = await api("GET", "/v1/sandboxes?state=starting,running,paused").then((r) => r.json()).catch(() => ({ sandboxes: [] }));
-        for (const sb of list.sandboxes ?? []) {
+        const list = await api("GET", "/v1/sandboxes").then((r) => r.json());
+        for (const sb of list.sandboxes) {
+          if (["killed", "expired", "failed"].includes(sb.state)) continue;
           const r = await api("DELETE", `/v1/sandboxes/${sb.sandboxId}`).catch((e) => e);
           if (!(r instanceof Response) || !r.ok) console.error(`killing ${sb.sandboxId}: ${r.status ?? r}`);
         }
@@ -97,6 +97,7 @@ async function startLizard() {
       const { stdout } = await run("go", ["run", "./web/console/test/cleanup", path.join(repo, "bin", "runsc"), dataDir], { cwd: repo });
       if (stdout.trim()) console.error(stdout.trim());
     } finally {
+      fs.copyFileSync(logPath, path.join(artifacts, "serve.log"));
       fs.rmSync(dir, { recursive: true, force: true });
     }
   };
@@ -244,7 +245,7 @@ test("web console in a real browser against lizard serve", { skip: !strict && wh
     await c.frameLocator("iframe.result-frame").locator("td", { hasText: "Lima" }).waitFor();
     // A view of the results so far for docs/console.png. Not full-page:
     // headless chromium does not paint cross-origin frames off screen.
-    await page.setViewportSize({ width: 1366, height: 1700 });
+    await page.setViewportSize({ width: 1366, height: 2100 });
     await cell(1).evaluate((el) => el.scrollIntoView());
     await page.waitForTimeout(300);
     await page.screenshot({ path: path.join(artifacts, "playground-results.png") });
