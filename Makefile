@@ -12,7 +12,7 @@ GO_TEST_FLAGS ?= -count=1 -timeout 45m
 
 export CGO_ENABLED := 0
 
-.PHONY: help deps build runsc template serve test test-go test-python test-typescript testvenv bench clean
+.PHONY: help deps build console runsc template serve test test-go test-python test-typescript test-console test-api testvenv bench clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -23,11 +23,27 @@ deps: ## Install the system packages Lizard needs (debootstrap, iproute2, nftabl
 
 build: bin/lizard bin/lizard-client bin/lizard-agent runsc ## Build bin/lizard, bin/lizard-client (the CLI sandboxes get), bin/lizard-agent and bin/runsc
 
-bin/lizard: FORCE
+bin/lizard: internal/console/dist/index.html FORCE
 	go build -trimpath -o $@ ./cmd/lizard
 
 bin/lizard-client: FORCE
 	go build -trimpath -o $@ ./cmd/lizard-client
+
+# The web console (docs/console.md): web/console is built with npm into
+# internal/console/dist, which bin/lizard embeds. Rebuilt only when a source
+# changed; dist/.gitignore stays, so a fresh clone compiles without a build.
+CONSOLE_SRC := $(shell find web/console/src web/console/public -type f 2>/dev/null) \
+	web/console/index.html web/console/vite.config.ts web/console/tsconfig.json web/console/package-lock.json
+
+console: internal/console/dist/index.html ## Build the web console into internal/console/dist (embedded into bin/lizard)
+
+internal/console/dist/index.html: $(CONSOLE_SRC) web/console/node_modules/.ok
+	find internal/console/dist -mindepth 1 ! -name .gitignore -delete
+	cd web/console && npm run --silent build
+
+web/console/node_modules/.ok: web/console/package-lock.json
+	cd web/console && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 bin/lizard-agent: FORCE
 	go build -trimpath -o $@ ./cmd/lizard-agent
@@ -53,8 +69,8 @@ $(TESTVENV)/.ok: sdk/python/pyproject.toml test/requirements.txt
 	$(TESTVENV)/bin/pip install -q -r test/requirements.txt -e './sdk/python[test]'
 	touch $@
 
-test: deps build template testvenv ## Run every test: Go (unit, runtime conformance, end to end), Python SDK, TypeScript SDK
-	$(MAKE) test-go test-python test-typescript
+test: deps build template testvenv ## Run every test: Go (unit, runtime conformance, end to end), Python SDK, TypeScript SDK, schemathesis on the API, web console in a browser
+	$(MAKE) test-go test-python test-typescript test-console test-api
 
 test-go: ## Go tests (needs root, bin/, the template and the test venv)
 	LIZARD_TEST_STRICT=1 LIZARD_TEST_PYTHON=$(CURDIR)/$(TESTVENV)/bin/python LIZARD_CACHE_DIR=$(CACHE_DIR) \
@@ -66,6 +82,13 @@ test-python: ## Python SDK tests, unit and end to end against a real lizard serv
 test-typescript: ## TypeScript SDK tests, unit and end to end against a real lizard serve
 	cd sdk/typescript && npm ci --no-audit --no-fund && npm run build && npm test && \
 		LIZARD_TEST_STRICT=1 LIZARD_CACHE_DIR=$(CACHE_DIR) npm run test:e2e
+
+test-console: deps build template ## Browser tests of the web console: Playwright driving Debian's headless chromium (installed if missing) against a real lizard serve
+	@command -v chromium >/dev/null || { echo "installing chromium"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	cd web/console && LIZARD_TEST_STRICT=1 LIZARD_CACHE_DIR=$(CACHE_DIR) timeout 1200 npm test
+
+test-api: ## schemathesis (every check) against a real lizard serve with api/openapi.yaml (about 3 minutes)
+	LIZARD_TEST_STRICT=1 LIZARD_CACHE_DIR=$(CACHE_DIR) $(TESTVENV)/bin/python -m pytest -q -p no:cacheprovider test/api
 
 bench: deps build template testvenv ## Benchmarks in one run: Lizard beside raw runsc and direct Jupyter (BENCH_FLAGS="--scale 5 --sustain 5s" for a quick one)
 	LIZARD_CACHE_DIR=$(CACHE_DIR) $(TESTVENV)/bin/python bench/bench.py --cache-dir $(CACHE_DIR) $(BENCH_FLAGS)

@@ -662,3 +662,21 @@ func TestTemplatesEnum(t *testing.T) {
 		t.Errorf("CreateSandboxRequest.template enum = %v, want the server's templates %v", got, want)
 	}
 }
+
+func TestIntegralNumbers(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`{"count": 6}`, `{"count": 6}`},
+		{`{"count":6.0}`, `{"count":6}`},
+		{`{"timeoutMs":1e3,"cpus":1.5}`, `{"cpus":1.5,"timeoutMs":1000}`},
+		{`{"code":"x = 6.0"}`, `{"code":"x = 6.0"}`},
+		{`{"a":[2.0,{"b":-3.00}]}`, `{"a":[2,{"b":-3}]}`},
+		{`{"big":1e30}`, `{"big":1e30}`},
+		{`{"bad":6.0`, `{"bad":6.0`},
+		{`{} {"a":1.0}`, `{} {"a":1.0}`},
+	}
+	for _, tt := range tests {
+		if got := string(IntegralNumbers([]byte(tt.in))); got != tt.want {
+			t.Errorf("IntegralNumbers(%s) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}

@@ -9,9 +9,12 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
+	"math/big"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -26,16 +29,17 @@ type Error struct {
 
 // Error codes, one per HTTP status; clients map them back to typed errors.
 const (
-	CodeInvalidArgument = "invalid_argument" // 400
-	CodeUnauthenticated = "unauthenticated"  // 401
-	CodeNotFound        = "not_found"        // 404
-	CodeConflict        = "conflict"         // 409
-	CodeGone            = "gone"             // 410
-	CodeTooLarge        = "too_large"        // 413
-	CodeRateLimited     = "rate_limited"     // 429
-	CodeInternal        = "internal"         // 500
-	CodeBadGateway      = "bad_gateway"      // 502: the sandbox's agent did not answer
-	CodeUnavailable     = "unavailable"      // 503
+	CodeInvalidArgument  = "invalid_argument"   // 400
+	CodeUnauthenticated  = "unauthenticated"    // 401
+	CodeNotFound         = "not_found"          // 404
+	CodeConflict         = "conflict"           // 409
+	CodeGone             = "gone"               // 410
+	CodeMethodNotAllowed = "method_not_allowed" // 405: the path is served with other methods (Allow)
+	CodeTooLarge         = "too_large"          // 413
+	CodeRateLimited      = "rate_limited"       // 429
+	CodeInternal         = "internal"           // 500
+	CodeBadGateway       = "bad_gateway"        // 502: the sandbox's agent did not answer
+	CodeUnavailable      = "unavailable"        // 503
 )
 
 // Sandbox states.
@@ -305,4 +309,56 @@ func nullIn(v any, path string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// IntegralNumbers returns body with every number that has a fraction or
+// exponent but an integral value (6.0, 1e3) written as an integer. JSON
+// Schema counts 6.0 as an integer, and so does the spec; Go's decoder
+// would refuse it for an integer field. body is returned as is when it
+// has no such number or is not valid JSON (decoding it reports why).
+func IntegralNumbers(body []byte) []byte {
+	if !bytes.ContainsAny(body, ".eE") {
+		return body
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return body
+	}
+	changed := false
+	var walk func(v any) any
+	walk = func(v any) any {
+		switch v := v.(type) {
+		case json.Number:
+			s := v.String()
+			if !strings.ContainsAny(s, ".eE") {
+				return v
+			}
+			r, ok := new(big.Rat).SetString(s)
+			if !ok || !r.IsInt() || r.Num().BitLen() > 63 {
+				return v
+			}
+			changed = true
+			return json.Number(r.Num().String())
+		case map[string]any:
+			for k, e := range v {
+				v[k] = walk(e)
+			}
+		case []any:
+			for i, e := range v {
+				v[i] = walk(e)
+			}
+		}
+		return v
+	}
+	v = walk(v)
+	if !changed || dec.More() {
+		return body
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return body
+	}
+	return out
 }

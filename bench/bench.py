@@ -217,6 +217,12 @@ class Results:
             log(f"{fig.name}: {fig.note}")
         return fig
 
+    def insert(self, index: int, fig: Figure) -> Figure:
+        """add, at a place in the table (a baseline measured later, beside what it is the baseline of)."""
+        self.add(fig)
+        self.figures.insert(index, self.figures.pop())
+        return fig
+
     def get(self, name: str) -> Optional[Figure]:
         return next((f for f in self.figures if f.name == name), None)
 
@@ -413,38 +419,27 @@ class RawRunsc:
 # --- direct jupyter_client baseline ------------------------------------------------------------------
 
 
-def direct_kernel(runs: int, chart_runs: int) -> Dict[str, List[float]]:
-    """Round trips (execute request → idle, outputs collected) to an ipykernel on the host."""
-    from jupyter_client.manager import start_new_kernel
+class DirectKernel:
+    """An ipykernel on the host driven by `jupyter_client`: the floor for runCode. Its round trips
+    (execute request → idle, outputs collected) are taken interleaved with Lizard's own in
+    lizard_code, call for call, so that both see the same load on this shared machine."""
 
-    km, kc = start_new_kernel(kernel_name="python3")
-    stop = CLEANUP.push("stopping the direct ipykernel", lambda: (kc.stop_channels(), km.shutdown_kernel(now=True)))
-    try:
-        def rt(code: str) -> tuple:
-            outs: List[Dict[str, Any]] = []
-            ms, reply = timed(lambda: kc.execute_interactive(code, output_hook=outs.append, timeout=60))
-            if reply["content"]["status"] != "ok":
-                raise RuntimeError(f"direct kernel: {code!r}: {reply['content']}")
-            return ms, outs
+    def __init__(self) -> None:
+        from jupyter_client.manager import start_new_kernel
 
-        def mimes(outs: List[Dict[str, Any]]) -> set:
-            return {m for o in outs for m in o.get("content", {}).get("data", {})}
+        self.km, self.kc = start_new_kernel(kernel_name="python3")
+        self.close = CLEANUP.push("stopping the direct ipykernel",
+                                  lambda: (self.kc.stop_channels(), self.km.shutdown_kernel(now=True)))
 
-        one = [rt("1+1")[0] for _ in range(runs + 10)][10:]
-        rt(DATAFRAME_SETUP)
-        rt(CHART_SETUP)
-        df, png = [], []
-        for i in range(chart_runs + 3):
-            ms, outs = rt(DATAFRAME_CODE)
-            assert "text/html" in mimes(outs), mimes(outs)
-            ms2, outs2 = rt(CHART_CODE)
-            assert "image/png" in mimes(outs2), mimes(outs2)
-            if i >= 3:
-                df.append(ms)
-                png.append(ms2)
-        return {"1+1": one, "df": df, "png": png}
-    finally:
-        stop()
+    def rt(self, code: str, mime: Optional[str] = None) -> float:
+        outs: List[Dict[str, Any]] = []
+        ms, reply = timed(lambda: self.kc.execute_interactive(code, output_hook=outs.append, timeout=60))
+        if reply["content"]["status"] != "ok":
+            raise RuntimeError(f"direct kernel: {code!r}: {reply['content']}")
+        got = {m for o in outs for m in o.get("content", {}).get("data", {})}
+        if mime and mime not in got:
+            raise RuntimeError(f"direct kernel: {code!r}: want a {mime} output, got {got}")
+        return ms
 
 
 # --- the Lizard server -------------------------------------------------------------------------------
@@ -652,16 +647,31 @@ def lizard_profile(res: Results, srv: Server, ids: List[str]) -> None:
         res.add(Figure("  server: runtime up → agent healthy", agent))
 
 
-def lizard_code(res: Results, srv: Server, runs: int, chart_runs: int) -> None:
+def lizard_code(res: Results, srv: Server, runs: int, chart_runs: int, direct: DirectKernel, at: int) -> None:
+    """runCode round trips, each beside a direct jupyter_client round trip (alternating which goes first);
+    the direct figures go into the table at `at`, with the other baselines."""
     from lizard import CodeSandbox
 
+    def pair(i: int, code: str, mime: str, lizard: List[float], base: List[float], warm: int) -> None:
+        def ours() -> float:
+            ms, run = timed(lambda: sb.run_code(code))
+            must_result(run, mime)
+            return ms
+        if i % 2 == 0:
+            a = direct.rt(code, mime)
+            b = ours()
+        else:
+            b = ours()
+            a = direct.rt(code, mime)
+        if i >= warm:
+            base.append(a)
+            lizard.append(b)
+
     with CodeSandbox.create(**srv.sdk(), timeout_ms=600_000) as sb:
-        one = []
+        one, d_one = [], []
         for i in range(runs + 10):
-            ms, run = timed(lambda: sb.run_code("1+1"))
-            must_result(run, "text/plain")
-            if i >= 10:
-                one.append(ms)
+            pair(i, "1+1", "text/plain", one, d_one, 10)
+        res.insert(at, Figure("direct jupyter_client 1+1 (host ipykernel)", d_one))
         res.add(Figure("runCode(\"1+1\")", one, baseline="direct jupyter_client 1+1 (host ipykernel)"))
         # Where runCode's time goes: the HTTP path alone (SDK → server → proxy → agent over the veth),
         # and the kernel alone: jupyter_client to ipykernel inside the sandbox (ZeroMQ under gVisor, what the
@@ -689,17 +699,15 @@ def lizard_code(res: Results, srv: Server, runs: int, chart_runs: int) -> None:
                            baseline="direct jupyter_client 1+1 (host ipykernel)"))
         except Exception as exc:
             res.add(Figure("  kernel 1+1 inside the sandbox (agent's kernel over its pipes)", note=f"failed: {exc}"[:120]))
-        sb.run_code(DATAFRAME_SETUP)
-        sb.run_code(CHART_SETUP)
-        df, png = [], []
+        for code in (DATAFRAME_SETUP, CHART_SETUP):
+            sb.run_code(code)
+            direct.rt(code)
+        df, png, d_df, d_png = [], [], [], []
         for i in range(chart_runs + 3):
-            ms, run = timed(lambda: sb.run_code(DATAFRAME_CODE))
-            must_result(run, "text/html")
-            ms2, run2 = timed(lambda: sb.run_code(CHART_CODE))
-            must_result(run2, "image/png")
-            if i >= 3:
-                df.append(ms)
-                png.append(ms2)
+            pair(i, DATAFRAME_CODE, "text/html", df, d_df, 3)
+            pair(i, CHART_CODE, "image/png", png, d_png, 3)
+        res.insert(at + 1, Figure("direct jupyter_client DataFrame", d_df))
+        res.insert(at + 2, Figure("direct jupyter_client chart", d_png))
         res.add(Figure("runCode pandas DataFrame (text/html)", df, baseline="direct jupyter_client DataFrame"))
         res.add(Figure("runCode matplotlib chart (image/png)", png, baseline="direct jupyter_client chart"))
 
@@ -974,11 +982,8 @@ def main() -> int:
         cps, rss, img_mb = raw.checkpoint_restore(a.snapshot_runs)
         res.add(Figure("raw runsc checkpoint (python+pandas)", cps, note=f"image {img_mb:.0f} MiB"))
         res.add(Figure("raw runsc restore (python+pandas)", rss))
-        log("baseline: direct jupyter_client round trips")
-        d = direct_kernel(a.code_runs, a.chart_runs)
-        res.add(Figure("direct jupyter_client 1+1 (host ipykernel)", d["1+1"]))
-        res.add(Figure("direct jupyter_client DataFrame", d["df"]))
-        res.add(Figure("direct jupyter_client chart", d["png"]))
+        log("baseline: a direct jupyter_client kernel on the host (measured beside runCode, call for call)")
+        direct, direct_at = DirectKernel(), len(res.figures)
 
         # Without the warm pool: the server's own create path (boot, or the template snapshot).
         srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0"] if has_pool else [], "nopool")
@@ -987,7 +992,8 @@ def main() -> int:
         ids = lizard_lifecycle(res, srv, a.runs, "")
         lizard_profile(res, srv, ids)
         log("Lizard: runCode round trips")
-        lizard_code(res, srv, a.code_runs, a.chart_runs)
+        lizard_code(res, srv, a.code_runs, a.chart_runs, direct, direct_at)
+        direct.close()
         log("Lizard: pause, resume, snapshot, fork")
         lizard_pause_fork(res, srv, a.snapshot_runs)
         if a.scale > 0:

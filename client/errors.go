@@ -103,6 +103,8 @@ func codeFor(status int) string {
 		return api.CodeUnauthenticated
 	case http.StatusNotFound:
 		return api.CodeNotFound
+	case http.StatusMethodNotAllowed:
+		return api.CodeMethodNotAllowed
 	case http.StatusConflict:
 		return api.CodeConflict
 	case http.StatusGone:

@@ -48,6 +48,26 @@ func TestPythonKernel(t *testing.T) {
 		}
 	})
 
+	t.Run("fonts read from memory; PDF and PS still embed them", func(t *testing.T) {
+		in.t = t
+		r := one(t, in.code(`import io, os, matplotlib, matplotlib.pyplot as plt
+from matplotlib import font_manager as fm, ft2font
+plt.figure()
+plt.title('héllo')
+ok = [fm.ft2font is not ft2font, os.fspath(fm.get_font(fm.findfont('DejaVu Sans')).fname).endswith('.ttf')]
+for fonttype in (3, 42):
+    matplotlib.rcParams['pdf.fonttype'] = matplotlib.rcParams['ps.fonttype'] = fonttype
+    for fmt in ('pdf', 'ps', 'svg', 'png'):
+        b = io.BytesIO()
+        plt.savefig(b, format=fmt)
+        ok.append(len(b.getvalue()) > 1000)
+plt.close('all')
+all(ok), ok`))
+		if !strings.HasPrefix(r.Data, "(True,") {
+			t.Errorf("checks = %s, want all true", r.Data)
+		}
+	})
+
 	t.Run("magics and !cmd", func(t *testing.T) {
 		in.t = t
 		if run := in.code("%time y = sum(range(10))"); run.Error != nil || !strings.Contains(run.Stdout, "Wall time") {

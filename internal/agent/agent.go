@@ -217,7 +217,7 @@ func (a *Agent) routes() http.Handler {
 		// Any other method gets a JSON 405, not the mux's plain text one.
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeError(w, http.StatusMethodNotAllowed, api.CodeInvalidArgument, "method %s not allowed on %s", r.Method, r.URL.Path)
+			writeError(w, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path)
 		})
 	}
 	handle("/health", map[string]http.HandlerFunc{"GET": a.health})

@@ -286,7 +286,7 @@ func TestBadRequests(t *testing.T) {
 		{"execute unknown context", "POST", "/execute", api.ExecuteRequest{Code: "x", ContextID: "nope"}, 404, api.CodeNotFound, "context"},
 		{"execute language mismatch", "POST", "/execute", api.ExecuteRequest{Code: "x", ContextID: ctx.ID, Language: "python"}, 400, api.CodeInvalidArgument, "language:"},
 		{"execute too large", "POST", "/execute", api.ExecuteRequest{Code: strings.Repeat("x", 2<<10)}, 413, api.CodeTooLarge, ""},
-		{"execute wrong method", "GET", "/execute", nil, 405, api.CodeInvalidArgument, "method"},
+		{"execute wrong method", "GET", "/execute", nil, 405, api.CodeMethodNotAllowed, "method"},
 		{"unknown path", "GET", "/nope", nil, 404, api.CodeNotFound, ""},
 		{"context bad language", "POST", "/contexts", api.CreateContextRequest{Language: "cobol"}, 400, api.CodeInvalidArgument, "language:"},
 		{"context missing cwd", "POST", "/contexts", api.CreateContextRequest{Cwd: "/does/not/exist"}, 400, api.CodeInvalidArgument, "cwd:"},
@@ -294,7 +294,7 @@ func TestBadRequests(t *testing.T) {
 		{"delete unknown context", "DELETE", "/contexts/nope", nil, 404, api.CodeNotFound, ""},
 		{"delete default context", "DELETE", "/contexts/default-python", nil, 400, api.CodeInvalidArgument, "id:"},
 		{"restart unknown context", "POST", "/contexts/nope/restart", nil, 404, api.CodeNotFound, ""},
-		{"restart wrong method", "GET", "/contexts/x/restart", nil, 405, api.CodeInvalidArgument, ""},
+		{"restart wrong method", "GET", "/contexts/x/restart", nil, 405, api.CodeMethodNotAllowed, ""},
 		{"process no command", "POST", "/process", api.ProcessRequest{}, 400, api.CodeInvalidArgument, "cmd:"},
 		{"process both", "POST", "/process", api.ProcessRequest{Cmd: "true", Args: []string{"true"}}, 400, api.CodeInvalidArgument, "cmd:"},
 		{"process empty program", "POST", "/process", api.ProcessRequest{Args: []string{""}}, 400, api.CodeInvalidArgument, "args:"},
@@ -312,7 +312,7 @@ func TestBadRequests(t *testing.T) {
 		{"list a file", "GET", "/files/list?path=afile", nil, 400, api.CodeInvalidArgument, "path:"},
 		{"stat missing", "GET", "/files/stat?path=missing", nil, 404, api.CodeNotFound, ""},
 		{"mkdir under a file", "POST", "/files/mkdir?path=afile/sub", nil, 400, api.CodeInvalidArgument, "path:"},
-		{"files wrong method", "POST", "/files?path=x", nil, 405, api.CodeInvalidArgument, ""},
+		{"files wrong method", "POST", "/files?path=x", nil, 405, api.CodeMethodNotAllowed, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

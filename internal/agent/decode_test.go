@@ -37,6 +37,10 @@ func TestDecodeAsSpecified(t *testing.T) {
 			}
 		})
 	}
+	// JSON Schema counts 6.0 as an integer, and so does the agent.
+	if status, body := ta.do(t, "POST", "/process", `{"cmd": "true", "timeoutMs": 5000.0}`); status != 200 {
+		t.Errorf("POST /process with timeoutMs 5000.0 = %d %s; want 200", status, body)
+	}
 	if status, body := ta.do(t, "POST", "/contexts", ""); status != 201 {
 		t.Errorf("POST /contexts without a body = %d %s; want 201", status, body)
 	}

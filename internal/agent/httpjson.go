@@ -34,7 +34,7 @@ func invalid(w http.ResponseWriter, field, format string, args ...any) {
 func (a *Agent) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) bool {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxRequestBytes))
 	if err == nil {
-		dec := json.NewDecoder(bytes.NewReader(data))
+		dec := json.NewDecoder(bytes.NewReader(api.IntegralNumbers(data)))
 		dec.DisallowUnknownFields()
 		if err = dec.Decode(v); err == nil && dec.More() {
 			err = errors.New("more than one JSON value; send one object")

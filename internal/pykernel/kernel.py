@@ -64,7 +64,6 @@ class Channel:
         self.flusher = None
         self.forked = False
         self.last_write = 0.0
-        self.partial = False  # the last write ended mid-line
 
     def _frame(self, kind, payload):
         self.buf += (len(payload) + 5).to_bytes(4, "big") + kind + self.id.to_bytes(4, "big")
@@ -93,15 +92,12 @@ class Channel:
             if len(self.buf) >= FLUSH_SIZE:
                 self._write_locked()
             elif self.buf:
-                # Sparse output goes at once (so it keeps its place before
-                # what a subprocess writes next), and so does the rest of a
-                # line begun that way (print writes the text, then "\n");
-                # bursts gather and the flusher writes them.
-                line_end = self.buf.endswith(b"\n")
-                if time.monotonic() - self.last_write > QUIET or (line_end and self.partial):
-                    partial = not line_end
+                # A line after a quiet spell goes at once, whole (print
+                # writes the text, then "\n": one event, as under
+                # ipykernel); bursts and partial lines gather and the
+                # flusher writes them.
+                if self.buf.endswith(b"\n") and time.monotonic() - self.last_write > QUIET:
                     self._write_locked()
-                    self.partial = partial
                 elif was_empty:
                     self._nudge()
 
@@ -159,7 +155,7 @@ class Channel:
         if not self.buf:
             return
         data, self.buf, self.kind = self.buf, bytearray(), None
-        self.last_write, self.partial = time.monotonic(), False
+        self.last_write = time.monotonic()
         try:
             _write_all(self.fd, data)
         except BrokenPipeError:
@@ -405,6 +401,9 @@ def fonts_in_memory(fm):
     files = {}
 
     class FontBytes(io.BytesIO):
+        """What FT2Font reads: the file's bytes. Not os.PathLike, or FT2Font
+        would open the path itself."""
+
         def __init__(self, path):
             data = files.get(path)
             if data is None:
@@ -413,20 +412,35 @@ def fonts_in_memory(fm):
             super().__init__(data)
             self.name = path
 
-        # FT2Font.fname of a file object is its str() (or its name).
         def __str__(self):
             return self.name
+
+    class FontFile(FontBytes):
+        """What font.fname is once the font is made (the file object it was
+        read from, in matplotlib 3.11): a path again, equal to and hashed as
+        its path, for the PDF and PS backends that embed the font file."""
 
         def __fspath__(self):
             return self.name
 
+        def __eq__(self, other):
+            if isinstance(other, (str, os.PathLike)):
+                return self.name == os.fspath(other)
+            return NotImplemented
+
+        def __hash__(self):
+            return hash(self.name)
+
     def FT2Font(filename, *args, **kwargs):
-        if isinstance(filename, (str, bytes, os.PathLike)):
-            try:
-                filename = FontBytes(os.fsdecode(filename))
-            except OSError:
-                pass  # FT2Font says what is wrong with it
-        return real.FT2Font(filename, *args, **kwargs)
+        if not isinstance(filename, (str, bytes, os.PathLike)):
+            return real.FT2Font(filename, *args, **kwargs)
+        try:
+            data = FontBytes(os.fsdecode(filename))
+        except OSError:
+            return real.FT2Font(filename, *args, **kwargs)  # it says what is wrong
+        font = real.FT2Font(data, *args, **kwargs)
+        data.__class__ = FontFile
+        return font
 
     shim = types.ModuleType(real.__name__)
     shim.__dict__.update(real.__dict__)

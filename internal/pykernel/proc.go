@@ -46,6 +46,9 @@ const (
 // but a display's MIME bundle can be large).
 const maxFrame = 256 << 20
 
+// writeTimeout bounds writing one request frame.
+const writeTimeout = 10 * time.Second
+
 // frame is one thing the kernel said, in the order it said it.
 type frame struct {
 	kind byte
@@ -271,6 +274,9 @@ func (p *proc) writeFrame(body []byte) error {
 	copy(buf[4:], body)
 	p.reqMu.Lock()
 	defer p.reqMu.Unlock()
+	// A kernel reads requests between calls; a full pipe (a long call and
+	// many renewals queued behind it) must not hold the caller for good.
+	_ = p.req.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, err := p.req.Write(buf)
 	return err
 }

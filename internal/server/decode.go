@@ -29,7 +29,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) 
 		}
 		return badRequest("reading the request body: %v", err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
+	dec := json.NewDecoder(bytes.NewReader(api.IntegralNumbers(data)))
 	dec.DisallowUnknownFields()
 	err = dec.Decode(v)
 	if errors.Is(err, io.EOF) {
@@ -49,6 +49,43 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) 
 			return badRequest("the request body must be a JSON object, not null")
 		}
 		return badRequest("field %q is null; leave it out or give it a value", path)
+	}
+	return checkBounds(v, data)
+}
+
+// checkBounds enforces the fixed bounds api/openapi.yaml gives request
+// fields, here at the edge, so that they hold on every path a request
+// takes (booting, restoring a snapshot, forking). The bounds a server is
+// configured with (--max-memory-mb...) are the manager's to check.
+func checkBounds(v any, data []byte) error {
+	nonNegative := func(name string, ms *int64) error {
+		if ms != nil && *ms < 0 {
+			return badRequest("%s %d is out of range: want 0 or more milliseconds (0: no limit)", name, *ms)
+		}
+		return nil
+	}
+	switch req := v.(type) {
+	case *api.CreateSandboxRequest:
+		switch {
+		case req.MemoryMb != nil && *req.MemoryMb < 64:
+			return badRequest("memoryMb %d is out of range: want at least 64", *req.MemoryMb)
+		case req.Cpus != nil && !(*req.Cpus >= 0.1):
+			return badRequest("cpus %g is out of range: want at least 0.1", *req.Cpus)
+		case req.DiskMb != nil && *req.DiskMb < 16:
+			return badRequest("diskMb %d is out of range: want at least 16", *req.DiskMb)
+		}
+		return nonNegative("timeoutMs", req.TimeoutMs)
+	case *api.ForkRequest:
+		// Count 0 is absent to the Go type; given, it is a mistake.
+		var given struct{ Count *json.RawMessage }
+		if json.Unmarshal(data, &given) == nil && given.Count != nil && req.Count == 0 || req.Count < 0 || req.Count > 16 {
+			return badRequest("count %d is out of range: want 1 to 16 forks", req.Count)
+		}
+		return nonNegative("timeoutMs", req.TimeoutMs)
+	case *api.ResumeRequest:
+		return nonNegative("timeoutMs", req.TimeoutMs)
+	case *api.SetTimeoutRequest:
+		return nonNegative("timeoutMs", req.TimeoutMs)
 	}
 	return nil
 }

@@ -192,7 +192,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
 	w.Header().Set("Allow", allow)
-	writeError(w, http.StatusMethodNotAllowed, api.CodeInvalidArgument, r.Method+" is not allowed on "+r.URL.Path+"; use "+allow)
+	writeError(w, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+"; use "+allow)
 }
 
 // logRequests logs one line per request, with the sandbox and project when

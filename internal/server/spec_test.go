@@ -30,6 +30,14 @@ func TestRequestsAsSpecified(t *testing.T) {
 		{"empty state filter", "GET", "/v1/sandboxes?state=", "", 400, "state filter is empty"},
 		{"comma in a state", "GET", "/v1/sandboxes?state=running,paused", "", 400, `unknown state "running,paused"`},
 		{"no body for timeout", "POST", "/v1/sandboxes/x/timeout", "", 400, "the request body is empty"},
+		{"fork count 0", "POST", "/v1/sandboxes/x/fork", `{"count": 0}`, 400, "count 0 is out of range"},
+		{"fork count 17", "POST", "/v1/sandboxes/x/fork", `{"count": 17}`, 400, "count 17 is out of range"},
+		{"diskMb under the minimum, from a snapshot", "POST", "/v1/sandboxes", `{"diskMb": 15, "snapshotId": "snap_x"}`, 400, "diskMb 15 is out of range"},
+		{"memoryMb under the minimum, from a snapshot", "POST", "/v1/sandboxes", `{"memoryMb": 63, "snapshotId": "snap_x"}`, 400, "memoryMb 63 is out of range"},
+		{"cpus under the minimum", "POST", "/v1/sandboxes", `{"cpus": 0.05}`, 400, "cpus 0.05 is out of range"},
+		{"negative resume timeout", "POST", "/v1/sandboxes/x/resume", `{"timeoutMs": -1}`, 400, "timeoutMs -1 is out of range"},
+		{"integral float is an integer", "POST", "/v1/sandboxes/x/timeout", `{"timeoutMs": 6.0}`, 404, "not found"},
+		{"fractional float is not", "POST", "/v1/sandboxes/x/timeout", `{"timeoutMs": 6.5}`, 400, `field "timeoutMs" must be an integer`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

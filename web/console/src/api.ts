@@ -1,0 +1,213 @@
+// The Lizard API v1 (api/openapi.yaml), called with fetch from the same
+// origin. The key lives in sessionStorage and travels only in the
+// Authorization header: never in a URL, a cookie or the page.
+
+const KEY = "lizard.apiKey";
+
+export function apiKey(): string | null {
+  return sessionStorage.getItem(KEY);
+}
+
+export function setApiKey(key: string | null): void {
+  if (key === null) sessionStorage.removeItem(KEY);
+  else sessionStorage.setItem(KEY, key);
+}
+
+/** An API error: the HTTP status and the API's own code and message. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "ApiError";
+  }
+}
+
+export interface Sandbox {
+  sandboxId: string;
+  projectId: string;
+  template: string;
+  state: "starting" | "running" | "paused" | "killed" | "expired" | "failed";
+  timeoutMs: number;
+  metadata: Record<string, string>;
+  createdAt: string;
+  expiresAt?: string;
+  endedAt?: string;
+}
+
+export interface Snapshot {
+  snapshotId: string;
+  sandboxId: string;
+  projectId: string;
+  template: string;
+  createdAt: string;
+  sizeBytes: number;
+}
+
+export interface CreateSandboxRequest {
+  template?: string;
+  timeoutMs?: number;
+  envs?: Record<string, string>;
+  metadata?: Record<string, string>;
+  snapshotId?: string;
+  onTimeout?: "kill" | "pause";
+  memoryMb?: number;
+  cpus?: number;
+  diskMb?: number;
+  allowInternet?: boolean;
+  lizardToken?: boolean;
+}
+
+export interface Result {
+  type: "result" | "display";
+  mime: string;
+  data: string;
+}
+
+export interface ExecutionError {
+  name: string;
+  message: string;
+  traceback: string;
+}
+
+export interface ExecuteEvent {
+  type: "stdout" | "stderr" | "result" | "error" | "end";
+  text?: string;
+  result?: Result;
+  error?: ExecutionError;
+  executionCount?: number;
+}
+
+export interface ProcessEvent {
+  type: "stdout" | "stderr" | "end";
+  text?: string;
+  exitCode?: number;
+  error?: string;
+}
+
+export interface Context {
+  id: string;
+  language: string;
+  cwd: string;
+}
+
+export interface EntryInfo {
+  name: string;
+  path: string;
+  type: "file" | "dir" | "symlink" | "other";
+  size: number;
+  mode: number;
+  modTime: string;
+}
+
+type Query = Record<string, string | string[] | undefined>;
+
+function url(path: string, query?: Query): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(query ?? {})) {
+    if (v === undefined) continue;
+    for (const one of Array.isArray(v) ? v : [v]) q.append(k, one);
+  }
+  const s = q.toString();
+  return s ? `${path}?${s}` : path;
+}
+
+/** request sends one API call and throws ApiError for any non-2xx answer. */
+export async function request(
+  method: string,
+  path: string,
+  opts: { query?: Query; json?: unknown; body?: BodyInit; signal?: AbortSignal; key?: string } = {},
+): Promise<Response> {
+  const key = opts.key ?? apiKey();
+  const headers: Record<string, string> = {};
+  if (key) headers["Authorization"] = `Bearer ${key}`;
+  let body = opts.body;
+  if (opts.json !== undefined) {
+    headers["Content-Type"] = "application/json";
+    body = JSON.stringify(opts.json);
+  } else if (body !== undefined) {
+    headers["Content-Type"] = "application/octet-stream";
+  }
+  let resp: Response;
+  try {
+    resp = await fetch(url(path, opts.query), { method, headers, body, signal: opts.signal, credentials: "omit", cache: "no-store" });
+  } catch (e) {
+    if (e instanceof DOMException && e.name === "AbortError") throw e;
+    throw new ApiError(0, "network", `The server did not answer (${String(e)}). Is lizard serve still running?`);
+  }
+  if (!resp.ok) {
+    let code = "unknown";
+    let message = `${resp.status} ${resp.statusText}`;
+    try {
+      const e = (await resp.json()) as { code?: string; message?: string };
+      if (e.code) code = e.code;
+      if (e.message) message = e.message;
+    } catch {
+      /* not the API's JSON error (a proxy in between): keep the status line */
+    }
+    throw new ApiError(resp.status, code, message);
+  }
+  return resp;
+}
+
+async function json<T>(method: string, path: string, opts: Parameters<typeof request>[2] = {}): Promise<T> {
+  const resp = await request(method, path, opts);
+  return (await resp.json()) as T;
+}
+
+/** stream reads an NDJSON body, calling onEvent per line; it throws when
+ * the stream ends without an `end` event (the run was cut off). */
+export async function stream<E extends { type: string }>(resp: Response, onEvent: (e: E) => void): Promise<E> {
+  if (!resp.body) throw new ApiError(0, "cut_off", "The response had no body.");
+  const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  let end: E | undefined;
+  const line = (l: string) => {
+    if (!l.trim()) return;
+    const e = JSON.parse(l) as E;
+    if (e.type === "end") end = e;
+    onEvent(e);
+  };
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += value;
+    let i: number;
+    while ((i = buf.indexOf("\n")) >= 0) {
+      line(buf.slice(0, i));
+      buf = buf.slice(i + 1);
+    }
+  }
+  line(buf);
+  if (!end) throw new ApiError(0, "cut_off", "The run was cut off before it ended (connection lost, agent died or sandbox killed).");
+  return end;
+}
+
+const sb = (id: string) => `/v1/sandboxes/${encodeURIComponent(id)}`;
+
+export const api = {
+  listSandboxes: (f: { state?: string[]; metadata?: string[] }, key?: string) =>
+    json<{ sandboxes: Sandbox[] }>("GET", "/v1/sandboxes", { query: { state: f.state, metadata: f.metadata }, key }).then((r) => r.sandboxes),
+  createSandbox: (req: CreateSandboxRequest) => json<Sandbox>("POST", "/v1/sandboxes", { json: req }),
+  getSandbox: (id: string) => json<Sandbox>("GET", sb(id)),
+  kill: (id: string) => request("DELETE", sb(id)).then(() => undefined),
+  setTimeout: (id: string, timeoutMs: number) => json<Sandbox>("POST", `${sb(id)}/timeout`, { json: { timeoutMs } }),
+  pause: (id: string) => json<Sandbox>("POST", `${sb(id)}/pause`),
+  resume: (id: string) => json<Sandbox>("POST", `${sb(id)}/resume`, { json: {} }),
+  fork: (id: string, count: number) => json<{ sandboxes: Sandbox[] }>("POST", `${sb(id)}/fork`, { json: { count } }).then((r) => r.sandboxes),
+  snapshot: (id: string) => json<Snapshot>("POST", `${sb(id)}/snapshots`),
+  listSnapshots: () => json<{ snapshots: Snapshot[] }>("GET", "/v1/snapshots").then((r) => r.snapshots),
+  deleteSnapshot: (id: string) => request("DELETE", `/v1/snapshots/${encodeURIComponent(id)}`).then(() => undefined),
+  listContexts: (id: string) => json<{ contexts: Context[] }>("GET", `${sb(id)}/contexts`).then((r) => r.contexts),
+  createContext: (id: string, language: string) => json<Context>("POST", `${sb(id)}/contexts`, { json: { language } }),
+  execute: (id: string, body: { code: string; language: string; contextId?: string }, signal: AbortSignal) =>
+    request("POST", `${sb(id)}/execute`, { json: body, signal }),
+  process: (id: string, cmd: string, signal: AbortSignal) => request("POST", `${sb(id)}/process`, { json: { cmd }, signal }),
+  listDir: (id: string, path: string) => json<{ entries: EntryInfo[] }>("GET", `${sb(id)}/files/list`, { query: { path } }).then((r) => r.entries),
+  readFile: (id: string, path: string) => request("GET", `${sb(id)}/files`, { query: { path } }).then((r) => r.blob()),
+  writeFile: (id: string, path: string, body: Blob) => json<EntryInfo>("PUT", `${sb(id)}/files`, { query: { path }, body }),
+  removeFile: (id: string, path: string) => request("DELETE", `${sb(id)}/files`, { query: { path } }).then(() => undefined),
+  makeDir: (id: string, path: string) => json<EntryInfo>("POST", `${sb(id)}/files/mkdir`, { query: { path } }),
+};

@@ -1,0 +1,57 @@
+// Lizard's web console: sign in with an API key, then the project's
+// sandboxes, a playground per sandbox and the snapshots. Pages are chosen
+// by the URL's hash (#/sandboxes, #/sandboxes/ID, #/snapshots), so the
+// server only ever serves index.html and the assets.
+import "./style.css";
+import { apiKey, setApiKey } from "./api";
+import { clearError, go, say } from "./ui";
+import { signInPage } from "./signin";
+import { sandboxesPage } from "./sandboxes";
+import { sandboxPage } from "./sandbox";
+import { snapshotsPage } from "./snapshots";
+
+const main = document.getElementById("main")!;
+const nav = document.getElementById("nav")!;
+/** A page's cleanup, run when the user leaves it (stops live refresh). */
+let leave: (() => void) | undefined;
+
+function route(): void {
+  leave?.();
+  leave = undefined;
+  const signedIn = apiKey() !== null;
+  nav.hidden = !signedIn;
+  const path = location.hash.replace(/^#/, "") || "/sandboxes";
+  main.replaceChildren();
+  if (!signedIn || path === "/signin") {
+    if (signedIn) {
+      location.hash = "#/sandboxes";
+      return;
+    }
+    leave = signInPage(main);
+  } else {
+    const m = /^\/sandboxes\/([^/]+)$/.exec(path);
+    if (m) leave = sandboxPage(main, decodeURIComponent(m[1]));
+    else if (path === "/snapshots") leave = snapshotsPage(main);
+    else leave = sandboxesPage(main);
+  }
+  for (const a of nav.querySelectorAll("a")) {
+    if (a.getAttribute("href") === "#" + path) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  // Move focus to the new page's heading, as a page load would.
+  const h1 = main.querySelector("h1");
+  if (h1) {
+    h1.tabIndex = -1;
+    h1.focus();
+    document.title = `${h1.textContent} · Lizard console`;
+  }
+}
+
+document.getElementById("signout")!.addEventListener("click", () => {
+  setApiKey(null);
+  clearError();
+  say("Signed out.");
+  go("#/signin");
+});
+window.addEventListener("hashchange", route);
+route();
