@@ -1,0 +1,213 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// dialect is the SQL engine behind a Store. The queries are written once,
+// in the SQL both engines share, with ? placeholders; the few places where
+// they differ ask the dialect.
+type dialect int
+
+const (
+	sqliteDialect dialect = iota
+	postgresDialect
+)
+
+func (d dialect) String() string {
+	if d == postgresDialect {
+		return "postgres"
+	}
+	return "sqlite"
+}
+
+// ddl renders a migration for the engine. The migrations are written in
+// SQLite's words and run unchanged there (so that databases made before
+// PostgreSQL existed see the same text); PostgreSQL gets 64-bit integers
+// (times are Unix milliseconds) and BYTEA for blobs.
+func (d dialect) ddl(m string) string {
+	if d != postgresDialect {
+		return m
+	}
+	m = integerWord.ReplaceAllString(m, "BIGINT")
+	return blobWord.ReplaceAllString(m, "BYTEA")
+}
+
+var (
+	integerWord = regexp.MustCompile(`\bINTEGER\b`)
+	blobWord    = regexp.MustCompile(`\bBLOB\b`)
+)
+
+// rebind turns ? placeholders into PostgreSQL's $1, $2, ... outside quoted
+// strings.
+func (d dialect) rebind(q string) string {
+	if d != postgresDialect || !strings.Contains(q, "?") {
+		return q
+	}
+	var b strings.Builder
+	b.Grow(len(q) + 16)
+	n := 0
+	quoted := false
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case c == '\'':
+			quoted = !quoted
+		case c == '?' && !quoted:
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// skipLocked is appended to a SELECT ... LIMIT 1 that picks a row to claim:
+// on PostgreSQL concurrent claimers skip a row another transaction holds
+// instead of both taking it; SQLite's write transactions are serial already.
+func (d dialect) skipLocked() string {
+	if d == postgresDialect {
+		return " FOR UPDATE SKIP LOCKED"
+	}
+	return ""
+}
+
+// Advisory lock keys. Transaction-level keys serialise writers of one kind
+// on PostgreSQL (SQLite's immediate transactions serialise all writers).
+var (
+	migrateLockKey = lockKey("lizard:migrate")
+	slotsLockKey   = lockKey("lizard:slots")
+)
+
+// lockKey maps a lock's name to PostgreSQL's 64-bit advisory lock key.
+func lockKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return int64(h.Sum64())
+}
+
+// serialize makes tx the only one of its kind (key) until it ends: the
+// slot allocation reads the free slots and then inserts, which READ
+// COMMITTED would let two transactions do with the same slot.
+func (t *tx) serialize(ctx context.Context, key int64) error {
+	if t.d != postgresDialect {
+		return nil
+	}
+	_, err := t.Tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, key)
+	return t.d.wrap(err)
+}
+
+// wrap marks errors that mean the database cannot be reached with
+// ErrUnavailable, keeping the driver's error (and sql.ErrNoRows) for
+// errors.Is and errors.As.
+func (d dialect) wrap(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) || !unavailable(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// unavailable reports whether err says the database server is gone, down,
+// restarting or refusing connections, as opposed to rejecting the query.
+func unavailable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"), // connection exception
+			pe.Code == "57P01", // admin_shutdown
+			pe.Code == "57P02", // crash_shutdown
+			pe.Code == "57P03", // cannot_connect_now (starting up, shutting down)
+			pe.Code == "53300": // too_many_connections
+			return true
+		}
+		return false
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) ||
+		errors.Is(err, driver.ErrBadConn) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// db is the pool with the dialect's placeholders and error marking on
+// every call; the rest of the package uses it like a *sql.DB.
+type db struct {
+	*sql.DB
+	d dialect
+}
+
+func (x *db) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	res, err := x.DB.ExecContext(ctx, x.d.rebind(q), args...)
+	return res, x.d.wrap(err)
+}
+
+func (x *db) QueryContext(ctx context.Context, q string, args ...any) (*rows, error) {
+	r, err := x.DB.QueryContext(ctx, x.d.rebind(q), args...)
+	if err != nil {
+		return nil, x.d.wrap(err)
+	}
+	return &rows{Rows: r, d: x.d}, nil
+}
+
+func (x *db) QueryRowContext(ctx context.Context, q string, args ...any) *row {
+	return &row{r: x.DB.QueryRowContext(ctx, x.d.rebind(q), args...), d: x.d}
+}
+
+func (x *db) BeginTx(ctx context.Context, opts *sql.TxOptions) (*tx, error) {
+	t, err := x.DB.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, x.d.wrap(err)
+	}
+	return &tx{Tx: t, d: x.d}, nil
+}
+
+// tx is a transaction with the dialect applied, as db.
+type tx struct {
+	*sql.Tx
+	d dialect
+}
+
+func (t *tx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	res, err := t.Tx.ExecContext(ctx, t.d.rebind(q), args...)
+	return res, t.d.wrap(err)
+}
+
+func (t *tx) QueryRowContext(ctx context.Context, q string, args ...any) *row {
+	return &row{r: t.Tx.QueryRowContext(ctx, t.d.rebind(q), args...), d: t.d}
+}
+
+func (t *tx) Commit() error { return t.d.wrap(t.Tx.Commit()) }
+
+type row struct {
+	r *sql.Row
+	d dialect
+}
+
+func (r *row) Scan(dest ...any) error { return r.d.wrap(r.r.Scan(dest...)) }
+
+type rows struct {
+	*sql.Rows
+	d dialect
+}
+
+func (r *rows) Scan(dest ...any) error { return r.d.wrap(r.Rows.Scan(dest...)) }
+func (r *rows) Err() error             { return r.d.wrap(r.Rows.Err()) }

@@ -1,0 +1,101 @@
+package store
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"sync"
+	"syscall"
+)
+
+// TryLock takes the lock called name if no one holds it, for a background
+// job that must run once across every process sharing the database (the
+// reaper, a lease sweeper). ok is false, with no error, when another holder
+// has it. release gives it back; call it once, when the job's run is done.
+//
+// On PostgreSQL it is a session advisory lock (pg_try_advisory_lock) held on
+// a connection of its own: it is released by release, or by the server the
+// moment that connection ends, so a holder that crashes or loses the
+// database frees it for the others without a timeout.
+//
+// On SQLite it is an exclusive flock(2) on a file beside the database
+// (NAME.lock-<name>), so two Stores on one file — in one process or two —
+// exclude each other too; the kernel drops it when its holder exits.
+//
+// Meant to be taken per run, not held for life:
+//
+//	for range ticker.C {
+//		release, ok, err := st.TryLock(ctx, "reaper")
+//		if err != nil || !ok {
+//			continue // another process ran it, or the database is away: next tick
+//		}
+//		reap(ctx)
+//		release()
+//	}
+//
+// A holder must not count on keeping the lock through a database outage
+// (its connection may be gone, and with it the lock), so the job's writes
+// must stay safe to repeat and conditional on the rows' state (as
+// EndSandbox's are), never "I hold the lock, so I may blindly overwrite".
+func (s *Store) TryLock(ctx context.Context, name string) (release func(), ok bool, err error) {
+	if !lockName.MatchString(name) {
+		return nil, false, fmt.Errorf("taking lock %q: a lock's name is letters, digits, '-', '_' and '.'", name)
+	}
+	if s.db.d == postgresDialect {
+		return s.tryAdvisoryLock(ctx, name)
+	}
+	return s.tryFileLock(name)
+}
+
+var lockName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
+
+func (s *Store) tryAdvisoryLock(ctx context.Context, name string) (func(), bool, error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("taking lock %q: %w", name, s.db.d.wrap(err))
+	}
+	key := lockKey("lizard:job:" + name)
+	var got bool
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&got); err != nil {
+		conn.Close()
+		return nil, false, fmt.Errorf("taking lock %q: %w", name, s.db.d.wrap(err))
+	}
+	if !got {
+		conn.Close()
+		return nil, false, nil
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			// Unlock first so that the next taker need not wait for the
+			// server to notice the session's end; then drop the connection
+			// rather than pool it, so no lock can outlive release on it.
+			conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, key)
+			conn.Raw(func(any) error { return driver.ErrBadConn })
+			conn.Close()
+		})
+	}, true, nil
+}
+
+func (s *Store) tryFileLock(name string) (func(), bool, error) {
+	if s.path == "" {
+		return nil, false, fmt.Errorf("taking lock %q: the store has no file", name)
+	}
+	path := s.path + ".lock-" + name
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, false, fmt.Errorf("taking lock %q: %w", name, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("taking lock %q: %w", name, err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { f.Close() }) }, true, nil
+}
