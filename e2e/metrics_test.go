@@ -147,6 +147,45 @@ func TestMetrics(t *testing.T) {
 	if v := after["lizard_node_memory_available_bytes{}"]; v <= 0 {
 		t.Errorf("lizard_node_memory_available_bytes = %v, want > 0", v)
 	}
+
+	// What the core feeds: creates by path, operations, and the gauges
+	// read at scrape time.
+	if _, err := c.PauseSandbox(ctx, sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ResumeSandbox(ctx, sb.SandboxID, api.ResumeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	forks, err := c.Fork(ctx, sb.SandboxID, api.ForkRequest{Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range forks {
+		defer c.KillSandbox(context.Background(), f.SandboxID)
+	}
+	final := scrape(t, murl)
+	created := final[`lizard_sandbox_creates_total{outcome="ok",path="boot"}`] + final[`lizard_sandbox_creates_total{outcome="ok",path="template_restore"}`]
+	if created < 1 {
+		t.Errorf("creates by boot or template restore = %v, want at least the test's sandbox", created)
+	}
+	for _, w := range []struct {
+		key  string
+		want float64
+	}{
+		{`lizard_sandbox_creates_total{outcome="ok",path="fork"}`, 2},
+		{`lizard_sandbox_op_duration_seconds_count{op="fork",outcome="ok"}`, 1},
+		{`lizard_sandbox_op_duration_seconds_count{op="pause",outcome="ok"}`, 1},
+		{`lizard_sandbox_op_duration_seconds_count{op="resume",outcome="ok"}`, 1},
+		{`lizard_sandboxes{state="running"}`, 3},
+		{`lizard_address_pool_slots{kind="total"}`, 64},
+	} {
+		if got := final[w.key]; got != w.want {
+			t.Errorf("%s = %v, want %v", w.key, got, w.want)
+		}
+	}
+	if used := final[`lizard_address_pool_slots{kind="used"}`]; used < 3 {
+		t.Errorf("address slots used = %v, want at least the 3 running sandboxes", used)
+	}
 }
 
 // TestMetricsListenTaken: a taken metrics port is an error in the log, not

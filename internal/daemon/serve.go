@@ -214,6 +214,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	limits, maxLimits := c.policy.limits()
 	internet := c.policy.Egress == "internet"
 
+	mx := metrics.Serve(ctx, c.MetricsListen, logger)
 	agentKey, err := loadAgentKey(c.DataDir)
 	if err != nil {
 		return err
@@ -236,12 +237,12 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	if c.TemplateSnapshot {
 		pool = warm.New(warm.Config{Store: st, Templates: template.Names(), Artifact: builds.Artifact, DataDir: c.DataDir,
 			RuntimeKey: rt.ImageKey(), Files: []string{c.Agent, c.Lizard}, Size: c.WarmPool,
-			Limits: limits, Internet: internet, Logger: logger})
+			Limits: limits, Internet: internet, Logger: logger, Metrics: mx})
 	}
 	ncfg := node.Config{
 		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: builds.Artifact, Files: files,
 		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: c.tokenAPI(ln.Addr()),
-		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey,
+		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,
 	}
 	if pool != nil {
 		ncfg.Warm = pool
@@ -266,7 +267,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		Version:   version(),
 		KeyLimits: server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst},
 		Audit:     audit,
-		Console:   console.Handler(), Metrics: metrics.Serve(ctx, c.MetricsListen, logger),
+		Console:   console.Handler(), Metrics: mx,
 	})
 	// Sandboxes holding a lizardToken reach the API on their own host
 	// address, opened and closed as they start and stop.
@@ -276,6 +277,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		n.Subscribe(listeners.Handle)
 	}
 	n.Subscribe(ctl.Events)
+	gauges(mx, st, c.pool.Slots())
 	if err := n.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconciling sandboxes with the runtime: %w", err)
 	}
@@ -297,6 +299,44 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		pool.Drain(dctx)
 	}
 	return err
+}
+
+// gauges feeds the metrics read at scrape time from the store: live
+// sandboxes by state (users'), the warm pool per template, address slots.
+func gauges(mx *metrics.Metrics, st *store.Store, slots int) {
+	live := func() []store.Sandbox {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		rows, _ := st.ListSandboxes(ctx, store.Filter{LiveOnly: true})
+		return rows
+	}
+	mx.SandboxStates(func() map[string]int {
+		by := map[string]int{}
+		for _, sb := range live() {
+			if sb.Role == "" {
+				by[sb.State]++
+			}
+		}
+		return by
+	})
+	mx.WarmPool(func() map[string]int {
+		by := map[string]int{}
+		for _, sb := range live() {
+			if sb.Role == store.RoleWarm && sb.State == "running" {
+				by[sb.Template]++
+			}
+		}
+		return by
+	})
+	mx.AddressPool(func() (int, int) {
+		used := 0
+		for _, sb := range live() {
+			if sb.Slot >= 0 {
+				used++
+			}
+		}
+		return used, slots
+	})
 }
 
 // loadAgentKey reads DATA/agent.key, making it the first time: the key

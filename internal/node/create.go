@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -20,7 +22,11 @@ const MaxForks = 16
 func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	p.admitted = new(bool)
 	if p.Image != "" {
-		return n.provision(ctx, p, restoreOf("image", p.Image))
+		path := metrics.PathSnapshot
+		if p.forked {
+			path = metrics.PathFork
+		}
+		return n.provision(ctx, p, restoreOf("image", path, p.Image))
 	}
 	w := n.cfg.Warm
 	if w == nil || p.Role == store.RoleTemplate {
@@ -43,7 +49,7 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	if image == "" {
 		return n.provision(ctx, p, boot)
 	}
-	sb, err := n.provision(ctx, p, restoreOf("template snapshot", image))
+	sb, err := n.provision(ctx, p, restoreOf("template snapshot", metrics.PathTemplateRestore, image))
 	if err == nil || ctx.Err() != nil || isRefusal(err) {
 		if err == nil {
 			w.Restored(ctx, p.Template, image, nil)
@@ -64,7 +70,8 @@ func isRefusal(err error) bool {
 
 // Fork implements Node: the parent is checkpointed (resumed first if
 // paused) under its lock, then freed while the copies are restored.
-func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) ([]store.Sandbox, error) {
+func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ []store.Sandbox, err error) {
+	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpFork, time.Since(begin), err) }(time.Now())
 	if err := n.needData(); err != nil {
 		return nil, err
 	}
@@ -86,7 +93,7 @@ func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) ([]s
 	}
 	p.Template = sb.Template
 	p = n.Shaped(p, sb.Shape)
-	p.Image = dir
+	p.Image, p.forked = dir, true
 	return n.createN(ctx, p, count)
 }
 

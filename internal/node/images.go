@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/metrics"
 )
 
 func (n *Local) imagesDir() string    { return filepath.Join(n.cfg.DataDir, "images") }
@@ -25,7 +27,8 @@ func (n *Local) needData() error {
 }
 
 // Snapshot implements Node; a paused sandbox is resumed first.
-func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (string, int64, error) {
+func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (_ string, _ int64, err error) {
+	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpSnapshot, time.Since(begin), err) }(time.Now())
 	if err := n.needData(); err != nil {
 		return "", 0, err
 	}

@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
 // Kill implements Node.
-func (n *Local) Kill(ctx context.Context, id string) error {
+func (n *Local) Kill(ctx context.Context, id string) (err error) {
+	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpKill, time.Since(begin), err) }(time.Now())
 	unlock := n.locks.lock(id)
 	defer unlock()
 	sb, err := n.get(ctx, id)

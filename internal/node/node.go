@@ -28,6 +28,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -135,6 +136,9 @@ type Config struct {
 	// server keeps it in its data directory. Empty: agents take no secret
 	// (tests with fake agents).
 	AgentKey []byte
+	// Metrics receives creates, pauses, resumes, forks, kills and
+	// snapshots; nil records nothing.
+	Metrics *metrics.Metrics
 	// Warm serves creates from template snapshots and a warm pool (package
 	// warm); nil: every create boots.
 	Warm Warm

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -27,7 +28,8 @@ const (
 // Pause implements Node: pausing a paused sandbox returns it as it is.
 // Calls in flight are waited for up to PauseWait, after which the pause
 // fails with ErrConflict.
-func (n *Local) Pause(ctx context.Context, id string) (store.Sandbox, error) {
+func (n *Local) Pause(ctx context.Context, id string) (_ store.Sandbox, err error) {
+	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpPause, time.Since(begin), err) }(time.Now())
 	if err := n.needData(); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -118,7 +120,8 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 }
 
 // Resume implements Node: resuming a running sandbox returns it as it is.
-func (n *Local) Resume(ctx context.Context, id string, timeoutMs *int64) (store.Sandbox, error) {
+func (n *Local) Resume(ctx context.Context, id string, timeoutMs *int64) (_ store.Sandbox, err error) {
+	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpResume, time.Since(begin), err) }(time.Now())
 	unlock := n.locks.lock(id)
 	defer unlock()
 	sb, err := n.get(ctx, id)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -53,22 +54,25 @@ type Plan struct {
 	// admitted is set once Admit let this create in, so that a fallback
 	// to another source is not charged twice (Create).
 	admitted *bool
+	// forked: Image is a fork's parent (metrics tell forks from snapshots).
+	forked bool
 }
 
 // source is where a new sandbox comes from: a boot, a checkpoint image, or
 // a running warm-pool sandbox.
 type source struct {
 	name  string // for logs
+	path  string // for metrics: metrics.PathBoot...
 	image string // restore this image; "" with claim false boots
 	claim bool
 }
 
 var (
-	boot     = source{name: "boot"}
-	warmPool = source{name: "warm pool", claim: true}
+	boot     = source{name: "boot", path: metrics.PathBoot}
+	warmPool = source{name: "warm pool", path: metrics.PathWarmPool, claim: true}
 )
 
-func restoreOf(name, image string) source { return source{name: name, image: image} }
+func restoreOf(name, path, image string) source { return source{name: name, path: path, image: image} }
 
 // errNoWarm: the warm pool had no sandbox to claim.
 var errNoWarm = errors.New("no warm sandbox")
@@ -76,7 +80,7 @@ var errNoWarm = errors.New("no warm sandbox")
 // provision makes one sandbox of plan p from src and returns it running.
 // On failure nothing is left: the sandbox is killed, its address freed
 // and its row marked failed.
-func (n *Local) provision(ctx context.Context, p Plan, src source) (store.Sandbox, error) {
+func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sandbox, err error) {
 	a, err := n.artifact(ctx, p.Template)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -84,6 +88,10 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (store.Sandbo
 	sb, err := n.record(ctx, p, src)
 	if err != nil {
 		return store.Sandbox{}, err
+	}
+	if p.Role == "" {
+		// Creates for users, from the moment one is admitted and recorded.
+		defer func(begin time.Time) { n.cfg.Metrics.SandboxCreated(src.path, time.Since(begin), err) }(time.Now())
 	}
 	log := n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)
 	// Kill, SetTimeout and the reaper wait until the sandbox is up or gone.

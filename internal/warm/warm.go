@@ -31,6 +31,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -84,6 +85,8 @@ type Config struct {
 	MinAvailable int64
 	MemAvailable func() (int64, error)
 	Logger       *slog.Logger
+	// Metrics receives each template snapshot made; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // Pool holds each template's snapshot image, once made, and keeps the warm
@@ -232,7 +235,7 @@ func (p *Pool) makeImage(ctx context.Context, name string) {
 	}
 }
 
-func (p *Pool) makeImageOnce(ctx context.Context, name string) error {
+func (p *Pool) makeImageOnce(ctx context.Context, name string) (err error) {
 	a, err := p.cfg.Artifact(ctx, name)
 	if err != nil {
 		return fmt.Errorf("waiting for the template: %w", err)
@@ -250,6 +253,7 @@ func (p *Pool) makeImageOnce(ctx context.Context, name string) error {
 		return nil
 	}
 	begin := time.Now()
+	defer func() { p.cfg.Metrics.TemplateBuilt(name, time.Since(begin), err) }()
 	tmp := dir + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
