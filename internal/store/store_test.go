@@ -18,6 +18,9 @@ import (
 // (a failure instead of a skip under LIZARD_TEST_STRICT=1).
 
 func TestMain(m *testing.M) {
+	if u := os.Getenv(migrateHelperEnv); u != "" {
+		openAndExit(u) // a child of TestConcurrentMigration
+	}
 	code := m.Run()
 	if err := pgtest.StopShared(); err != nil {
 		fmt.Fprintf(os.Stderr, "stopping the test PostgreSQL: %v\n", err)
