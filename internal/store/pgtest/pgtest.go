@@ -190,8 +190,12 @@ func (s *Server) CreateDatabase(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer db.Close()
-	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", fmt.Errorf("creating database %s: %w", name, err)
+	// FILE_COPY (PostgreSQL 15+) copies the template's files instead of
+	// writing them through the WAL: several times faster for a test.
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name+" STRATEGY = FILE_COPY"); err != nil {
+		if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+			return "", fmt.Errorf("creating database %s: %w", name, err)
+		}
 	}
 	return name, nil
 }
