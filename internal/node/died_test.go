@@ -3,8 +3,10 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/node"
@@ -32,25 +34,29 @@ func TestSandboxDiesDuringCheckpoint(t *testing.T) {
 		}},
 	}
 	for _, op := range ops {
-		t.Run(op.name, func(t *testing.T) {
-			e := nodetest.New(t)
-			sb := e.Create(t, nodetest.Plan(60_000))
-			e.Runtime.CheckpointFunc = func(_ context.Context, id, _ string, _ bool) error {
-				e.Runtime.Stop(id)
-				return errors.New("checkpoint: connection reset by peer")
-			}
-			err := op.do(e, sb.ID)
-			if !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "stopped while being checkpointed") {
-				t.Fatalf("%s = %v (message %q); want ErrGone saying it stopped while being checkpointed", op.name, err, node.Message(err))
-			}
-			row := e.Row(t, sb.ID)
-			if row.State != api.StateFailed || !strings.Contains(row.EndReason, "runtime stopped") {
-				t.Errorf("row = %s, reason %q; want failed with a reason", row.State, row.EndReason)
-			}
-			if nodetest.Exists(e.Image(sb.ID)) {
-				t.Errorf("the image of a sandbox that died during its pause is left")
-			}
-		})
+		for _, later := range []time.Duration{0, 300 * time.Millisecond} {
+			t.Run(fmt.Sprintf("%s, dead %s after the failure", op.name, later), func(t *testing.T) {
+				e := nodetest.New(t)
+				sb := e.Create(t, nodetest.Plan(60_000))
+				e.Runtime.CheckpointFunc = func(_ context.Context, id, _ string, _ bool) error {
+					// Killed processes take a moment to exit: the
+					// checkpoint may fail before the sandbox reads dead.
+					time.AfterFunc(later, func() { e.Runtime.Stop(id) })
+					return errors.New("checkpoint: connection reset by peer")
+				}
+				err := op.do(e, sb.ID)
+				if !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "stopped while being checkpointed") {
+					t.Fatalf("%s = %v (message %q); want ErrGone saying it stopped while being checkpointed", op.name, err, node.Message(err))
+				}
+				row := e.Row(t, sb.ID)
+				if row.State != api.StateFailed || !strings.Contains(row.EndReason, "runtime stopped") {
+					t.Errorf("row = %s, reason %q; want failed with a reason", row.State, row.EndReason)
+				}
+				if nodetest.Exists(e.Image(sb.ID)) {
+					t.Errorf("the image of a sandbox that died during its pause is left")
+				}
+			})
+		}
 	}
 }
 

@@ -92,7 +92,7 @@ func (n *Local) checkpoint(ctx context.Context, id, dir string) error {
 		}
 	}
 	if err != nil {
-		if n.dead(ctx, id) {
+		if n.diesWithin(context.WithoutCancel(ctx), id, time.Second) {
 			// Not the disk: the sandbox died under the checkpoint, and
 			// nothing will answer in it again.
 			return n.endDead(ctx, id, "while being checkpointed", err)

@@ -191,6 +191,22 @@ func (n *Local) endDead(ctx context.Context, id, during string, cause error) err
 	return &Error{Kind: ErrGone, Msg: fmt.Sprintf("sandbox %s stopped %s: its processes died or were killed; create a new sandbox", id, during), Cause: cause}
 }
 
+// diesWithin reports whether sandbox id's runtime has stopped or stops
+// within d: an operation failing under a sandbox that is being killed
+// fails before the killed processes have finished exiting.
+func (n *Local) diesWithin(ctx context.Context, id string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if n.dead(ctx, id) {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (n *Local) dead(ctx context.Context, id string) bool {
 	st, err := n.cfg.Runtime.State(ctx, id)
 	return errors.Is(err, sandbox.ErrNotFound) || err == nil && st != sandbox.Running

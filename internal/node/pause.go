@@ -96,7 +96,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	}
 	if err != nil {
 		os.RemoveAll(dir)
-		if n.dead(cctx, sb.ID) {
+		if n.diesWithin(cctx, sb.ID, time.Second) {
 			return n.endDead(cctx, sb.ID, "while being paused", err)
 		}
 		// The checkpoint is good but the sandbox still runs: keep it
