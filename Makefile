@@ -9,16 +9,18 @@ DATA_DIR ?= data
 CACHE_DIR ?= /var/cache/lizard
 TESTVENV := .cache/testvenv
 GO_TEST_FLAGS ?= -count=1 -timeout 45m
+# helm checks the Kubernetes chart (deploy/); built from the Go module proxy into .cache/bin.
+HELM_VERSION := v3.22.0
 
 export CGO_ENABLED := 0
 
-.PHONY: help deps build console runsc template serve test test-go test-python test-typescript test-console test-api testvenv bench clean
+.PHONY: help deps build console runsc template serve test test-go test-python test-typescript test-console test-api testvenv helm manifests bench clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-deps: ## Install the system packages Lizard needs (debootstrap, iproute2, nftables) if missing
-	@missing=""; for p in debootstrap iproute2 nftables; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+deps: ## Install the system packages Lizard needs (debootstrap, iproute2, nftables; postgresql for the store's tests) if missing
+	@missing=""; for p in debootstrap iproute2 nftables postgresql; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 build: bin/lizard bin/lizard-client bin/lizard-agent runsc ## Build bin/lizard, bin/lizard-client (the CLI sandboxes get), bin/lizard-agent and bin/runsc
@@ -62,6 +64,16 @@ template: deps build ## Build (or find cached) the interpreter template, with pr
 serve: deps build ## Start the service on $(LISTEN) with data in $(DATA_DIR) (builds the template on first start)
 	bin/lizard serve --listen $(LISTEN) --data-dir $(DATA_DIR) --cache-dir $(CACHE_DIR)
 
+helm: ## Build helm $(HELM_VERSION) into .cache/bin for the chart's tests (skipped when there)
+	@if [ "$$(cat .cache/bin/.helm-version 2>/dev/null)" != "$(HELM_VERSION)" ] || [ ! -x .cache/bin/helm ]; then \
+		echo "building helm $(HELM_VERSION) (a few minutes the first time)"; \
+		mkdir -p .cache/bin && GOBIN=$(CURDIR)/.cache/bin timeout 1800 go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && \
+		echo "$(HELM_VERSION)" > .cache/bin/.helm-version; \
+	fi
+
+manifests: helm ## Regenerate deploy/manifests/lizard.yaml from the Helm chart (a test checks it is up to date)
+	LIZARD_UPDATE_MANIFESTS=1 go test -count=1 -run '^TestManifestsUpToDate$$' ./deploy
+
 testvenv: $(TESTVENV)/.ok ## Python venv for tests: ipykernel for the kernel tests, the SDK with its test extras
 
 $(TESTVENV)/.ok: sdk/python/pyproject.toml test/requirements.txt
@@ -69,7 +81,7 @@ $(TESTVENV)/.ok: sdk/python/pyproject.toml test/requirements.txt
 	$(TESTVENV)/bin/pip install -q -r test/requirements.txt -e './sdk/python[test]'
 	touch $@
 
-test: deps build template testvenv ## Run every test: Go (unit, runtime conformance, end to end), Python SDK, TypeScript SDK, schemathesis on the API, web console in a browser
+test: deps build template testvenv helm ## Run every test: Go (unit, runtime conformance, end to end), Python SDK, TypeScript SDK, schemathesis on the API, web console in a browser
 	$(MAKE) test-go test-python test-typescript test-console test-api
 
 test-go: ## Go tests (needs root, bin/, the template and the test venv)
