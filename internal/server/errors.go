@@ -11,6 +11,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/store"
 )
 
 // httpError is an error the server itself finds in a request (bad JSON,
@@ -47,6 +48,12 @@ func classify(err error) (status int, code, msg string) {
 		status, code = http.StatusGone, api.CodeGone
 	case errors.Is(err, node.ErrUnavailable):
 		status, code = http.StatusServiceUnavailable, api.CodeUnavailable
+	case errors.Is(err, store.ErrUnavailable):
+		// PostgreSQL down or restarting: the Store reconnects by itself.
+		status, code = http.StatusServiceUnavailable, api.CodeUnavailable
+		if msg == "" {
+			msg = "the database is unreachable; try again shortly"
+		}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// Mostly the client went away and will never read this.
 		status, code = http.StatusServiceUnavailable, api.CodeUnavailable
