@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,6 +42,8 @@ type Server struct {
 	port     int
 	password string
 	uid, gid int // the server's user; -1 when it is the current user
+
+	watchdog *exec.Cmd // stops the server if this process dies without Stop
 
 	mu sync.Mutex
 	n  int // databases made
@@ -113,7 +116,37 @@ func Start() (*Server, error) {
 		os.RemoveAll(s.dir)
 		return nil, err
 	}
+	s.startWatchdog()
 	return s, nil
+}
+
+// startWatchdog starts a shell that, should this process die without
+// Stop (a test binary killed by -timeout), stops the server and removes its
+// directory. Stop ends the watchdog first, by its pid.
+func (s *Server) startWatchdog() {
+	stop := s.command(filepath.Join(s.bin, "pg_ctl"), "-D", s.data(), "-m", "immediate", "-w", "stop")
+	script := fmt.Sprintf("while kill -0 %d 2>/dev/null; do sleep 2; done; %s >/dev/null 2>&1; rm -rf '%s'",
+		os.Getpid(), strings.Join(stop, " "), s.dir)
+	cmd := exec.Command("/bin/sh", "-c", script)
+	// Its own process group: a signal to the test's group does not end it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err == nil {
+		s.watchdog = cmd
+	}
+}
+
+// command is the argv that runs a PostgreSQL binary as the server's user,
+// shell-quoted.
+func (s *Server) command(name string, args ...string) []string {
+	q := make([]string, 0, len(args)+1)
+	for _, a := range append([]string{name}, args...) {
+		q = append(q, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
+	}
+	if s.uid < 0 {
+		return q
+	}
+	inner := strings.Join(q, " ")
+	return []string{"su", "postgres", "-s", "/bin/sh", "-c", "'" + strings.ReplaceAll(inner, "'", `'\''`) + "'"}
 }
 
 func (s *Server) data() string { return filepath.Join(s.dir, "data") }
@@ -122,16 +155,7 @@ func (s *Server) data() string { return filepath.Join(s.dir, "data") }
 func (s *Server) run(name string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var cmd *exec.Cmd
-	if s.uid >= 0 {
-		q := make([]string, 0, len(args)+1)
-		for _, a := range append([]string{name}, args...) {
-			q = append(q, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
-		}
-		cmd = exec.CommandContext(ctx, "su", "postgres", "-s", "/bin/sh", "-c", strings.Join(q, " "))
-	} else {
-		cmd = exec.CommandContext(ctx, name, args...)
-	}
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", strings.Join(s.command(name, args...), " "))
 	cmd.Dir = s.dir
 	return cmd.CombinedOutput()
 }
@@ -159,6 +183,10 @@ func (s *Server) StopServer() error {
 
 // Stop stops the server and removes its directory.
 func (s *Server) Stop() error {
+	if s.watchdog != nil {
+		s.watchdog.Process.Kill()
+		s.watchdog.Wait()
+	}
 	var err error
 	if _, statErr := os.Stat(filepath.Join(s.data(), "postmaster.pid")); statErr == nil {
 		err = s.StopServer()
