@@ -129,6 +129,13 @@ type Sandbox struct {
 	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
 	// EndedAt is set once the sandbox has been killed, expired or failed.
 	EndedAt *time.Time `json:"endedAt,omitempty"`
+	// The resources it runs with (its create's, or the server's defaults);
+	// 0 when the server sets no bound.
+	MemoryMb int64   `json:"memoryMb,omitempty"`
+	Cpus     float64 `json:"cpus,omitempty"`
+	DiskMb   int64   `json:"diskMb,omitempty"`
+	// ParentSandboxID is the sandbox whose lizardToken created this one.
+	ParentSandboxID string `json:"parentSandboxId,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

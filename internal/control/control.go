@@ -155,7 +155,7 @@ func (c *Control) Get(ctx context.Context, projectID, id string) (api.Sandbox, e
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	return toAPI(sb), nil
+	return c.toAPI(sb), nil
 }
 
 // States a List filter may name.
@@ -190,7 +190,7 @@ func (c *Control) List(ctx context.Context, projectID string, f ListFilter) ([]a
 			}
 		}
 		if match {
-			out = append(out, toAPI(sb))
+			out = append(out, c.toAPI(sb))
 		}
 	}
 	return out, nil
@@ -222,7 +222,7 @@ func (c *Control) SetTimeout(ctx context.Context, projectID, id string, ms int64
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	return toAPI(sb), nil
+	return c.toAPI(sb), nil
 }
 
 // Pause checkpoints projectID's running sandbox id to disk and stops it.
@@ -234,7 +234,7 @@ func (c *Control) Pause(ctx context.Context, projectID, id string) (api.Sandbox,
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	return toAPI(sb), nil
+	return c.toAPI(sb), nil
 }
 
 // Resume restores projectID's paused sandbox id; req.TimeoutMs, when set,
@@ -256,7 +256,7 @@ func (c *Control) Resume(ctx context.Context, projectID, id string, req api.Resu
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	return toAPI(sb), nil
+	return c.toAPI(sb), nil
 }
 
 // Acquire starts one proxied call to projectID's sandbox id, resuming the
@@ -287,20 +287,30 @@ func (c *Control) CheckRunning(ctx context.Context, projectID, id string) error 
 // Transport carries proxied calls to agents.
 func (c *Control) Transport() http.RoundTripper { return c.node.Transport() }
 
-func toAPI(sb store.Sandbox) api.Sandbox {
+func (c *Control) toAPI(sb store.Sandbox) api.Sandbox {
 	meta := sb.Metadata
 	if meta == nil {
 		meta = map[string]string{}
 	}
+	// The shape it runs with: recorded at create, or for rows from before
+	// shapes were recorded, the defaults.
+	l := c.cfg.Limits
+	if sh := sb.Shape; sh.Recorded {
+		l.MemoryBytes, l.CPUs, l.DiskBytes = sh.MemoryBytes, sh.CPUs, sh.DiskBytes
+	}
 	return api.Sandbox{
-		SandboxID: sb.ID,
-		ProjectID: sb.ProjectID,
-		Template:  sb.Template,
-		State:     sb.State,
-		TimeoutMs: sb.TimeoutMs,
-		Metadata:  meta,
-		CreatedAt: sb.CreatedAt,
-		ExpiresAt: sb.ExpiresAt,
-		EndedAt:   sb.EndedAt,
+		SandboxID:       sb.ID,
+		ProjectID:       sb.ProjectID,
+		Template:        sb.Template,
+		State:           sb.State,
+		TimeoutMs:       sb.TimeoutMs,
+		Metadata:        meta,
+		CreatedAt:       sb.CreatedAt,
+		ExpiresAt:       sb.ExpiresAt,
+		EndedAt:         sb.EndedAt,
+		MemoryMb:        l.MemoryBytes >> 20,
+		Cpus:            l.CPUs,
+		DiskMb:          l.DiskBytes >> 20,
+		ParentSandboxID: sb.ParentID,
 	}
 }

@@ -51,7 +51,7 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	return toAPI(sb), nil
+	return c.toAPI(sb), nil
 }
 
 // plan checks req and turns it into a plan for projectID, admitted

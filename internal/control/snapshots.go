@@ -113,7 +113,7 @@ func (c *Control) createFromSnapshot(ctx context.Context, projectID, parent stri
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	return toAPI(sb), nil
+	return c.toAPI(sb), nil
 }
 
 // Fork makes req.Count new sandboxes, each a copy of projectID's running
@@ -153,7 +153,7 @@ func (c *Control) ForkBy(ctx context.Context, projectID, parent, id string, req 
 	}
 	out := make([]api.Sandbox, len(sbs))
 	for i, s := range sbs {
-		out[i] = toAPI(s)
+		out[i] = c.toAPI(s)
 	}
 	return out, nil
 }

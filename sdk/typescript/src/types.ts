@@ -68,6 +68,12 @@ export interface SandboxInfo {
   expiresAt?: Date;
   /** Set once the sandbox has been killed, expired or failed. */
   endedAt?: Date;
+  /** The resources it runs with; undefined when the server sets no bound. */
+  memoryMb?: number;
+  cpus?: number;
+  diskMb?: number;
+  /** The sandbox whose lizardToken created this one. */
+  parentSandboxId?: string;
 }
 
 /** One file or directory in a sandbox. */
@@ -103,6 +109,10 @@ export interface WireSandbox {
   createdAt: string;
   expiresAt?: string | null;
   endedAt?: string | null;
+  memoryMb?: number;
+  cpus?: number;
+  diskMb?: number;
+  parentSandboxId?: string;
 }
 
 export interface WireEntry {
@@ -149,6 +159,10 @@ export function sandboxInfo(w: WireSandbox): SandboxInfo {
     createdAt: new Date(w.createdAt),
     expiresAt: w.expiresAt ? new Date(w.expiresAt) : undefined,
     endedAt: w.endedAt ? new Date(w.endedAt) : undefined,
+    memoryMb: w.memoryMb,
+    cpus: w.cpus,
+    diskMb: w.diskMb,
+    parentSandboxId: w.parentSandboxId || undefined,
   };
 }
 

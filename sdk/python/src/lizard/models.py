@@ -107,6 +107,8 @@ class SandboxInfo:
         created_at: when it was created.
         expires_at: when it will end by itself, or None when it never expires.
         ended_at: when it ended, or None while it lives.
+        memory_mb, cpus, disk_mb: the resources it runs with, or None when the server sets no bound.
+        parent_sandbox_id: the sandbox whose lizard_token created this one, or None.
     """
 
     sandbox_id: str
@@ -118,6 +120,10 @@ class SandboxInfo:
     created_at: Optional[datetime]
     expires_at: Optional[datetime] = None
     ended_at: Optional[datetime] = None
+    memory_mb: Optional[int] = None
+    cpus: Optional[float] = None
+    disk_mb: Optional[int] = None
+    parent_sandbox_id: Optional[str] = None
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "SandboxInfo":
@@ -132,6 +138,10 @@ class SandboxInfo:
             created_at=parse_time(obj.get("createdAt")),
             expires_at=parse_time(obj.get("expiresAt")),
             ended_at=parse_time(obj.get("endedAt")),
+            memory_mb=int(obj["memoryMb"]) if isinstance(obj.get("memoryMb"), int) else None,
+            cpus=float(obj["cpus"]) if isinstance(obj.get("cpus"), (int, float)) else None,
+            disk_mb=int(obj["diskMb"]) if isinstance(obj.get("diskMb"), int) else None,
+            parent_sandbox_id=str(obj["parentSandboxId"]) if obj.get("parentSandboxId") else None,
         )
 
 
