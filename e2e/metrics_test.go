@@ -147,6 +147,24 @@ func TestMetrics(t *testing.T) {
 	if v := after["lizard_node_memory_available_bytes{}"]; v <= 0 {
 		t.Errorf("lizard_node_memory_available_bytes = %v, want > 0", v)
 	}
+
+	// A kernel killed between calls: the next call says so (a note, or
+	// KernelDiedError if it met the dying kernel), and one death is counted.
+	ex, err := c.Execute(ctx, sb.SandboxID, api.ExecuteRequest{Code: "import os; print(os.getpid())"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, sb.SandboxID, api.ProcessRequest{Args: []string{"kill", "-9", strings.TrimSpace(ex.Stdout)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before = scrape(t, murl)
+	if _, err := c.Execute(ctx, sb.SandboxID, api.ExecuteRequest{Code: "1 + 1"}, nil); err != nil {
+		t.Fatalf("call after kill -9 of the kernel: %v", err)
+	}
+	after = scrape(t, murl)
+	if got := after["lizard_kernel_deaths_total{}"] - before["lizard_kernel_deaths_total{}"]; got != 1 {
+		t.Errorf("lizard_kernel_deaths_total moved by %v after kill -9 of the kernel, want 1", got)
+	}
 }
 
 // TestMetricsListenTaken: a taken metrics port is an error in the log, not

@@ -91,7 +91,7 @@ func New() *Metrics {
 	}, []string{"route", "method"})
 	m.executions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lizard_executions_total",
-		Help: "runCode calls (POST /v1/sandboxes/{id}/execute) by language and outcome: ok, error (the code raised), timeout, cut (stream ended without end event), rejected (non-200).",
+		Help: "runCode calls (POST /v1/sandboxes/{id}/execute) by language and outcome: ok, error (the code raised), timeout, kernel_died, cut (stream ended without end event), rejected (non-200).",
 	}, []string{"language", "outcome"})
 	m.executionDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "lizard_execution_duration_seconds", Buckets: httpBuckets,
@@ -119,7 +119,7 @@ func New() *Metrics {
 	}, []string{"op", "outcome"})
 	m.kernelDeaths = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lizard_kernel_deaths_total",
-		Help: "Kernels that died (out of memory, crashed) and were restarted.",
+		Help: "Python kernels that died (out of memory, killed) and were restarted, as the agent reported them in runCode streams.",
 	})
 	m.templateBuilds = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lizard_template_builds_total",
@@ -217,14 +217,6 @@ func (m *Metrics) SandboxOp(op string, took time.Duration, err error) {
 		return
 	}
 	m.ops.WithLabelValues(op, outcome(err)).Observe(took.Seconds())
-}
-
-// KernelDied records a kernel that died and was restarted.
-func (m *Metrics) KernelDied() {
-	if m == nil {
-		return
-	}
-	m.kernelDeaths.Inc()
 }
 
 // TemplateBuilt records one template build.
