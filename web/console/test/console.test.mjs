@@ -125,6 +125,8 @@ test("web console in a real browser against lizard serve", { skip: !strict && wh
   // Everything the page asks the network for, and every dialog it opens.
   const requests = [];
   page.on("request", (r) => requests.push({ url: r.url(), auth: r.headers()["authorization"], main: r.frame() === page.mainFrame() }));
+  const failed = [];
+  page.on("requestfailed", (r) => failed.push(`${r.method()} ${r.url()}: ${r.failure()?.errorText}`));
   const dialogs = [];
   page.on("dialog", (d) => {
     dialogs.push(d.message());
@@ -162,6 +164,7 @@ test("web console in a real browser against lizard serve", { skip: !strict && wh
         await fn();
       } catch (e) {
         broken = name;
+        if (failed.length) console.error(`requests that failed below HTTP:\n${failed.join("\n")}`);
         await shot(`failed-${name.replace(/\W+/g, "-").slice(0, 40)}`).catch(() => {});
         throw e;
       }
