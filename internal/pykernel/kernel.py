@@ -364,6 +364,10 @@ class Shell(InteractiveShell):
     def enable_gui(self, gui=None):
         pass  # no GUI event loops without a display
 
+    def ask_exit(self):
+        # exit() and quit(): the kernel lives as long as its context.
+        print("exit() does not end this kernel; restart the context for a fresh one", file=sys.stderr)
+
 
 class FontFinder:
     """Patches matplotlib.font_manager as it is imported so that fonts are
@@ -482,7 +486,6 @@ def execute(req):
     finally:
         state.running = False
         state.pending_interrupt = False
-        shell.exit_now = False  # exit() does not end the kernel; restart does
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
