@@ -474,7 +474,12 @@ def execute(req):
     count = shell.execution_count
     status = "error"
     try:
-        os.environ.update(envs)
+        try:
+            os.environ.update(envs)
+        except (TypeError, ValueError) as e:  # a NUL byte, say
+            chan.send({"t": "error", "ename": type(e).__name__, "evalue": f"setting envs: {e}", "traceback": []})
+            count = 0  # the code never ran
+            return
         state.running = True
         try:
             res = shell.run_cell(req["code"], store_history=True)
@@ -559,6 +564,8 @@ def main():
             handlers[req["op"]](req)
         except KeyboardInterrupt:
             pass  # an interrupt that missed its call
+        except Exception as e:  # noqa: BLE001 - the kernel must outlive a bad request
+            print(f"lizard kernel: {req.get('op')}: {type(e).__name__}: {e}", file=sys.__stderr__, flush=True)
         chan.id = 0
 
 
