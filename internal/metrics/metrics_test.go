@@ -113,7 +113,7 @@ func TestCoreAPIAndNil(t *testing.T) {
 	m.SandboxCreated(PathWarmPool, 30*time.Millisecond, nil)
 	m.SandboxCreated(PathBoot, time.Second, errors.New("boom"))
 	m.SandboxOp(OpFork, time.Second, nil)
-	m.TemplateBuilt("interpreter", time.Minute, nil)
+	m.TemplateBuilt("interpreter", BuildSnapshot, time.Minute, nil)
 	m.SandboxStates(func() map[string]int { return map[string]int{"running": 3, "paused": 1} })
 	m.WarmPool(func() map[string]int { return map[string]int{"interpreter": 2} })
 	m.AddressPool(func() (int, int) { return 5, 256 })
