@@ -418,6 +418,14 @@ display(SVG('<svg xmlns="http://www.w3.org/2000/svg" width="60" height="20" onlo
     await page.locator(`#sandbox-table tr[data-id="${sandboxId}"]`).waitFor({ state: "detached" });
   });
 
+  await step("keyboard: the skip link moves focus to the content without changing the page", async () => {
+    const hash = await page.evaluate(() => location.hash);
+    await page.locator(".skip").focus();
+    await page.keyboard.press("Enter");
+    assert.equal(await page.evaluate(() => document.activeElement?.id), "main");
+    assert.equal(await page.evaluate(() => location.hash), hash);
+  });
+
   await step("the key only ever travelled in the Authorization header; sign out forgets it", async () => {
     const api = requests.filter((r) => new URL(r.url).pathname.startsWith("/v1/"));
     assert.ok(api.length > 20, `only ${api.length} API calls recorded`);
