@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/manager"
 )
 
@@ -153,3 +154,57 @@ func (s *Server) agentFailed(ctx context.Context, project, id string) error {
 		}
 	}
 }
+
+// goneAware gives a proxied call whose agent failed the answer agentFailed
+// finds, in place of the 502 the proxy's error handler writes (proxy.go
+// asks no one why the agent failed): a call whose sandbox ended while it
+// ran is a 410 naming the end, like a call made after it. A 502 from the
+// proxy is only ever its own, written before anything else.
+func (s *Server) goneAware(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		next(&goneWriter{ResponseWriter: w, s: s, r: r}, r)
+	}
+}
+
+// goneWriter replaces a 502 about to be written by the error agentFailed
+// returns, and then drops the proxy's own body.
+type goneWriter struct {
+	http.ResponseWriter
+	s        *Server
+	r        *http.Request
+	started  bool // a status went out
+	replaced bool
+}
+
+func (g *goneWriter) WriteHeader(code int) {
+	if !g.started && code == http.StatusBadGateway {
+		g.started = true
+		project, _ := auth.ProjectID(g.r.Context())
+		err := g.s.agentFailed(g.r.Context(), project, g.r.PathValue("id"))
+		if status, _, _ := classify(err); status != http.StatusBadGateway {
+			g.replaced = true
+			g.s.fail(g.ResponseWriter, g.r, err)
+			return
+		}
+	}
+	g.started = true
+	g.ResponseWriter.WriteHeader(code)
+}
+
+func (g *goneWriter) Write(b []byte) (int, error) {
+	if g.replaced {
+		return len(b), nil
+	}
+	g.started = true
+	return g.ResponseWriter.Write(b)
+}
+
+func (g *goneWriter) Flush() {
+	if !g.replaced {
+		http.NewResponseController(g.ResponseWriter).Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController (full duplex, flushing) reach the
+// real writer.
+func (g *goneWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }

@@ -65,7 +65,7 @@ func New(cfg Config) *Server {
 	mux.Handle("/v1/sandboxes", authed(s.sandboxes))
 	mux.Handle("/v1/sandboxes/{id}", authed(s.sandbox))
 	mux.Handle("POST /v1/sandboxes/{id}/timeout", authed(s.setTimeout))
-	mux.Handle("/v1/sandboxes/{id}/{rest...}", authed(s.proxy))
+	mux.Handle("/v1/sandboxes/{id}/{rest...}", authed(s.goneAware(s.proxy)))
 	s.snapshotRoutes(mux, authed)
 	// Other methods on the server's own paths get a JSON 405, not the
 	// proxy (which would ask the agent for /timeout).
