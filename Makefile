@@ -112,5 +112,6 @@ bench: deps build template testvenv ## Benchmarks in one run: Lizard beside raw 
 
 clean: ## Remove build outputs (not the template cache)
 	rm -rf bin .cache
+	find internal/console/dist -mindepth 1 ! -name .gitignore -delete
 
 FORCE:

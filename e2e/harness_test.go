@@ -166,6 +166,9 @@ func (s *server) start() {
 	// No internet egress unless a test asks for it: tests never send a
 	// packet off this machine.
 	s.cmd.Args = append(s.cmd.Args, "--egress=none")
+	// No metrics listener unless a test asks for one (TestMetrics): test
+	// servers must not hold the default port a real server wants.
+	s.cmd.Args = append(s.cmd.Args, "--metrics-listen=")
 	s.cmd.Args = append(s.cmd.Args, s.args...)
 	s.cmd.Stdout = &lockedWriter{w: s.log}
 	s.cmd.Stderr = s.cmd.Stdout

@@ -148,6 +148,24 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("lizard_node_memory_available_bytes = %v, want > 0", v)
 	}
 
+	// A kernel killed between calls: the next call says so (a note, or
+	// KernelDiedError if it met the dying kernel), and one death is counted.
+	ex, err := c.Execute(ctx, sb.SandboxID, api.ExecuteRequest{Code: "import os; print(os.getpid())"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, sb.SandboxID, api.ProcessRequest{Args: []string{"kill", "-9", strings.TrimSpace(ex.Stdout)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before = scrape(t, murl)
+	if _, err := c.Execute(ctx, sb.SandboxID, api.ExecuteRequest{Code: "1 + 1"}, nil); err != nil {
+		t.Fatalf("call after kill -9 of the kernel: %v", err)
+	}
+	after = scrape(t, murl)
+	if got := after["lizard_kernel_deaths_total{}"] - before["lizard_kernel_deaths_total{}"]; got != 1 {
+		t.Errorf("lizard_kernel_deaths_total moved by %v after kill -9 of the kernel, want 1", got)
+	}
+
 	// What the core feeds: creates by path, operations, and the gauges
 	// read at scrape time.
 	if _, err := c.PauseSandbox(ctx, sb.SandboxID); err != nil {

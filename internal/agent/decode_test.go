@@ -20,6 +20,8 @@ func TestDecodeAsSpecified(t *testing.T) {
 		{"unknown field in execute", "POST", "/execute", `{"code": "1", "langauge": "python"}`, `unknown field "langauge"`},
 		{"null env value in execute", "POST", "/execute", `{"code": "1", "envs": {"A": null}}`, "envs.A: must not be null"},
 		{"null code", "POST", "/execute", `{"code": null}`, "code: must not be null"},
+		{"no code", "POST", "/execute", `{"language": "python"}`, "code: is required"},
+		{"empty body object", "POST", "/execute", `{}`, "code: is required"},
 		{"null body", "POST", "/execute", `null`, "body: must not be null"},
 		{"array body", "POST", "/process", `[]`, "must be a JSON object"},
 		{"null env value in process", "POST", "/process", `{"cmd": "true", "envs": {"A": null}}`, "envs.A: must not be null"},

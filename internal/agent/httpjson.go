@@ -51,6 +51,11 @@ func (a *Agent) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK bo
 			invalid(w, path, "must not be null; leave it out or give it a value")
 			return false
 		}
+		// A required string the Go type cannot tell absent from "".
+		if _, ok := v.(*api.ExecuteRequest); ok && !hasField(data, "code") {
+			invalid(w, "code", "is required (\"\" runs nothing)")
+			return false
+		}
 		return true
 	case errors.As(err, &tooBig):
 		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "request body is larger than %d bytes", tooBig.Limit)
@@ -66,6 +71,16 @@ func (a *Agent) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK bo
 		invalid(w, "body", "invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return false
+}
+
+// hasField reports whether the JSON object data has the field name.
+func hasField(data []byte, name string) bool {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(data, &fields) != nil {
+		return false
+	}
+	_, ok := fields[name]
+	return ok
 }
 
 // checkEnvs rejects names and values the kernel cannot set.

@@ -22,7 +22,9 @@ var agentRoutes = map[string]bool{
 // wrap) an http.ServeMux: its pattern, set on the request while routing,
 // is the route label. Execute and process streams are also read as they
 // pass, for their outcomes (lizard_executions_total,
-// lizard_processes_total). On a nil *Metrics it returns next.
+// lizard_processes_total) and for kernel deaths, which only the agent's
+// events tell (lizard_kernel_deaths_total). On a nil *Metrics it returns
+// next.
 func (m *Metrics) Middleware(next http.Handler) http.Handler {
 	if m == nil {
 		return next
@@ -54,6 +56,9 @@ func (m *Metrics) Middleware(next http.Handler) http.Handler {
 			}
 			o := rw.sniff.executeOutcome(rw.status)
 			m.executions.WithLabelValues(lang, o).Inc()
+			if rw.sniff.kernelDied {
+				m.kernelDeaths.Inc()
+			}
 			m.executionDuration.WithLabelValues(lang, o).Observe(took)
 		case "/v1/sandboxes/{id}/process":
 			if r.Method != http.MethodPost {
@@ -128,11 +133,12 @@ const headLen = 128
 // streamSniffer reads an NDJSON event stream for its outcome, keeping only
 // the head of each line: outputs can be large and are none of its business.
 type streamSniffer struct {
-	head     []byte
-	sawError bool
-	timeout  bool
-	sawEnd   bool
-	exitCode *int
+	head       []byte
+	sawError   bool
+	timeout    bool
+	kernelDied bool
+	sawEnd     bool
+	exitCode   *int
 }
 
 func (s *streamSniffer) write(b []byte) {
@@ -162,6 +168,11 @@ func (s *streamSniffer) endLine() {
 		if strings.Contains(h, `"name":"TimeoutError"`) {
 			s.timeout = true
 		}
+		if strings.Contains(h, `"name":"KernelDiedError"`) {
+			s.kernelDied = true // died during this call
+		}
+	case strings.HasPrefix(h, `{"type":"stderr","text":"[lizard] the kernel died`):
+		s.kernelDied = true // died since the last call; this one runs on a new kernel
 	case strings.HasPrefix(h, `{"type":"end"`):
 		s.sawEnd = true
 		if _, after, ok := strings.Cut(h, `"exitCode":`); ok {
@@ -183,6 +194,8 @@ func (s *streamSniffer) executeOutcome(status int) string {
 		return "cut"
 	case s.timeout:
 		return "timeout"
+	case s.kernelDied && s.sawError:
+		return "kernel_died"
 	case s.sawError:
 		return "error"
 	}

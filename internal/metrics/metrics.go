@@ -69,8 +69,8 @@ type Metrics struct {
 	createDuration *prometheus.HistogramVec // path (successful creates)
 	ops            *prometheus.HistogramVec // op, outcome
 	kernelDeaths   prometheus.Counter
-	templateBuilds *prometheus.CounterVec   // template, outcome
-	templateBuild  *prometheus.HistogramVec // template
+	templateBuilds *prometheus.CounterVec   // template, kind, outcome
+	templateBuild  *prometheus.HistogramVec // template, kind
 
 	states      *funcCollector
 	warmPool    *funcCollector
@@ -91,7 +91,7 @@ func New() *Metrics {
 	}, []string{"route", "method"})
 	m.executions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lizard_executions_total",
-		Help: "runCode calls (POST /v1/sandboxes/{id}/execute) by language and outcome: ok, error (the code raised), timeout, cut (stream ended without end event), rejected (non-200).",
+		Help: "runCode calls (POST /v1/sandboxes/{id}/execute) by language and outcome: ok, error (the code raised), timeout, kernel_died, cut (stream ended without end event), rejected (non-200).",
 	}, []string{"language", "outcome"})
 	m.executionDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "lizard_execution_duration_seconds", Buckets: httpBuckets,
@@ -119,16 +119,16 @@ func New() *Metrics {
 	}, []string{"op", "outcome"})
 	m.kernelDeaths = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lizard_kernel_deaths_total",
-		Help: "Kernels that died (out of memory, crashed) and were restarted.",
+		Help: "Python kernels that died (out of memory, killed) and were restarted, as the agent reported them in runCode streams.",
 	})
 	m.templateBuilds = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lizard_template_builds_total",
-		Help: "Template builds (root file system or template snapshot) by template and outcome (ok, error).",
-	}, []string{"template", "outcome"})
+		Help: "Template builds by template, kind (rootfs, snapshot) and outcome (ok, error).",
+	}, []string{"template", "kind", "outcome"})
 	m.templateBuild = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "lizard_template_build_duration_seconds", Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200},
-		Help: "Duration of successful template builds.",
-	}, []string{"template"})
+		Help: "Duration of successful template builds by template and kind.",
+	}, []string{"template", "kind"})
 	m.states = newFuncCollector(prometheus.NewDesc("lizard_sandboxes",
 		"Sandboxes by state (starting, running, paused); ended sandboxes are not counted.", []string{"state"}, nil))
 	m.warmPool = newFuncCollector(prometheus.NewDesc("lizard_warm_pool_ready",
@@ -219,22 +219,21 @@ func (m *Metrics) SandboxOp(op string, took time.Duration, err error) {
 	m.ops.WithLabelValues(op, outcome(err)).Observe(took.Seconds())
 }
 
-// KernelDied records a kernel that died and was restarted.
-func (m *Metrics) KernelDied() {
-	if m == nil {
-		return
-	}
-	m.kernelDeaths.Inc()
-}
+// Template build kinds (the `kind` label of lizard_template_builds_total).
+const (
+	BuildRootFS   = "rootfs"   // the template's root file system (debootstrap and packages)
+	BuildSnapshot = "snapshot" // the checkpoint of the template's booted sandbox
+)
 
-// TemplateBuilt records one template build.
-func (m *Metrics) TemplateBuilt(template string, took time.Duration, err error) {
+// TemplateBuilt records one template build of kind BuildRootFS or
+// BuildSnapshot. A build found in the cache is not a build.
+func (m *Metrics) TemplateBuilt(template, kind string, took time.Duration, err error) {
 	if m == nil {
 		return
 	}
-	m.templateBuilds.WithLabelValues(template, outcome(err)).Inc()
+	m.templateBuilds.WithLabelValues(template, kind, outcome(err)).Inc()
 	if err == nil {
-		m.templateBuild.WithLabelValues(template).Observe(took.Seconds())
+		m.templateBuild.WithLabelValues(template, kind).Observe(took.Seconds())
 	}
 }
 

@@ -58,6 +58,11 @@ func TestMiddlewareRoutesAndOutcomes(t *testing.T) {
 		w.WriteHeader(http.StatusConflict)
 		io.WriteString(w, `{"type":"end"}`+"\n")
 	})
+	serve(t, m, "POST", "/v1/sandboxes/sb_1/execute", `{"code":"big()"}`,
+		stream(`{"type":"error","error":{"name":"KernelDiedError","message":"the kernel died and was restarted","traceback":""}}`, `{"type":"end"}`))
+	serve(t, m, "POST", "/v1/sandboxes/sb_1/execute", `{"code":"1"}`,
+		stream(`{"type":"stderr","text":"[lizard] the kernel died (killed) after the previous call and was restarted; variables from earlier calls are gone\n"}`,
+			`{"type":"result","result":{"type":"result","mime":"text/plain","data":"1"}}`, `{"type":"end","executionCount":1}`))
 	serve(t, m, "POST", "/v1/sandboxes/sb_1/process", `{"cmd":"true"}`, stream(`{"type":"end","exitCode":0}`))
 	serve(t, m, "POST", "/v1/sandboxes/sb_1/process", `{"cmd":"false"}`, stream(`{"type":"stderr","text":"no"}`, `{"type":"end","exitCode":1}`))
 	serve(t, m, "POST", "/v1/sandboxes/sb_1/process", `{"cmd":"sleep 9"}`, stream(`{"type":"end","exitCode":124,"error":"timed out"}`))
@@ -73,7 +78,9 @@ func TestMiddlewareRoutesAndOutcomes(t *testing.T) {
 		{testutil.ToFloat64(m.httpRequests.WithLabelValues("/v1/sandboxes/{id}/files/list", "GET", "200")), 1, "files/list"},
 		{testutil.ToFloat64(m.httpRequests.WithLabelValues("/v1/sandboxes/{id}/other", "GET", "200")), 1, "unknown agent path"},
 		{testutil.ToFloat64(m.httpRequests.WithLabelValues("/v1/sandboxes/{id}/execute", "POST", "409")), 1, "rejected execute status"},
-		{testutil.ToFloat64(m.executions.WithLabelValues("python", "ok")), 1, "python ok"},
+		{testutil.ToFloat64(m.executions.WithLabelValues("python", "ok")), 2, "python ok (one after a kernel death)"},
+		{testutil.ToFloat64(m.executions.WithLabelValues("python", "kernel_died")), 1, "python kernel died during the call"},
+		{testutil.ToFloat64(m.kernelDeaths), 2, "kernel deaths: during a call and between calls"},
 		{testutil.ToFloat64(m.executions.WithLabelValues("python", "error")), 1, "python error (no language field)"},
 		{testutil.ToFloat64(m.executions.WithLabelValues("bash", "timeout")), 1, "bash timeout"},
 		{testutil.ToFloat64(m.executions.WithLabelValues("javascript", "cut")), 1, "js cut (no end)"},
@@ -96,7 +103,6 @@ func TestCoreAPIAndNil(t *testing.T) {
 	var none *Metrics // code without metrics calls the same methods
 	none.SandboxCreated(PathBoot, time.Second, nil)
 	none.SandboxOp(OpPause, time.Second, nil)
-	none.KernelDied()
 	none.SandboxStates(nil)
 	if h := none.Middleware(http.NotFoundHandler()); h == nil {
 		t.Fatal("nil Metrics' Middleware returned nil, want next")
@@ -107,8 +113,7 @@ func TestCoreAPIAndNil(t *testing.T) {
 	m.SandboxCreated(PathWarmPool, 30*time.Millisecond, nil)
 	m.SandboxCreated(PathBoot, time.Second, errors.New("boom"))
 	m.SandboxOp(OpFork, time.Second, nil)
-	m.KernelDied()
-	m.TemplateBuilt("interpreter", time.Minute, nil)
+	m.TemplateBuilt("interpreter", BuildSnapshot, time.Minute, nil)
 	m.SandboxStates(func() map[string]int { return map[string]int{"running": 3, "paused": 1} })
 	m.WarmPool(func() map[string]int { return map[string]int{"interpreter": 2} })
 	m.AddressPool(func() (int, int) { return 5, 256 })
@@ -129,12 +134,9 @@ lizard_sandbox_creates_total{outcome="ok",path="warm_pool"} 2
 # HELP lizard_warm_pool_ready Restored sandboxes ready in the warm pool, by template.
 # TYPE lizard_warm_pool_ready gauge
 lizard_warm_pool_ready{template="interpreter"} 2
-# HELP lizard_kernel_deaths_total Kernels that died (out of memory, crashed) and were restarted.
-# TYPE lizard_kernel_deaths_total counter
-lizard_kernel_deaths_total 1
 `
 	if err := testutil.GatherAndCompare(m.reg, strings.NewReader(want), "lizard_sandboxes", "lizard_address_pool_slots",
-		"lizard_sandbox_creates_total", "lizard_warm_pool_ready", "lizard_kernel_deaths_total"); err != nil {
+		"lizard_sandbox_creates_total", "lizard_warm_pool_ready"); err != nil {
 		t.Error(err)
 	}
 	if n := testutil.CollectAndCount(m.createDuration); n != 1 {

@@ -364,6 +364,10 @@ class Shell(InteractiveShell):
     def enable_gui(self, gui=None):
         pass  # no GUI event loops without a display
 
+    def ask_exit(self):
+        # exit() and quit(): the kernel lives as long as its context.
+        print("exit() does not end this kernel; restart the context for a fresh one", file=sys.stderr)
+
 
 class FontFinder:
     """Patches matplotlib.font_manager as it is imported so that fonts are
@@ -470,7 +474,12 @@ def execute(req):
     count = shell.execution_count
     status = "error"
     try:
-        os.environ.update(envs)
+        try:
+            os.environ.update(envs)
+        except (TypeError, ValueError) as e:  # a NUL byte, say
+            chan.send({"t": "error", "ename": type(e).__name__, "evalue": f"setting envs: {e}", "traceback": []})
+            count = 0  # the code never ran
+            return
         state.running = True
         try:
             res = shell.run_cell(req["code"], store_history=True)
@@ -482,7 +491,6 @@ def execute(req):
     finally:
         state.running = False
         state.pending_interrupt = False
-        shell.exit_now = False  # exit() does not end the kernel; restart does
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -556,6 +564,8 @@ def main():
             handlers[req["op"]](req)
         except KeyboardInterrupt:
             pass  # an interrupt that missed its call
+        except Exception as e:  # noqa: BLE001 - the kernel must outlive a bad request
+            print(f"lizard kernel: {req.get('op')}: {type(e).__name__}: {e}", file=sys.__stderr__, flush=True)
         chan.id = 0
 
 

@@ -779,6 +779,8 @@ func TestMagicsAndShell(t *testing.T) {
 		{"shell capture", "files = !echo a b\nfiles", "", "['a b']"},
 		{"exit code", "!exit 3\n_exit_code", "", "3"},
 		{"os.system in order", "print('one')\nimport os\nos.system('echo two')\nprint('three')", "one\ntwo\nthree\n", ""},
+		{"exit() keeps the kernel", "kept_alive = 1\nexit()", "", ""},
+		{"after exit()", "kept_alive", "", "1"},
 		{"subprocess in order", "import subprocess\nprint('one')\nsubprocess.run(['echo', 'two'])\nprint('three')", "one\ntwo\nthree\n", ""},
 	}
 	for _, tt := range tests {
@@ -958,5 +960,22 @@ for fonttype in (3, 42):
 (fm.ft2font is ft, isinstance(font, ft.FT2Font), os.fspath(font.fname).endswith('.ttf') and all(sizes))`)
 	if len(o.errors) != 0 || len(o.results) != 2 || o.results[0].Data != "(False, True, True)" || o.results[1].Mime != "image/png" {
 		t.Errorf("results %v %+v errors %+v, want (False, True, True) then a PNG", mimes(o.results), o.results[:min(1, len(o.results))], o.errors)
+	}
+}
+
+// Code that writes to the kernel's frame pipe itself breaks the stream:
+// the kernel is ended and restarted, and the call says why.
+func TestCorruptFrameStream(t *testing.T) {
+	k := startKernel(t)
+	o := run(t, k, "import os\nos.write(4, b'\\xff' * 64)\nimport time\ntime.sleep(30)")
+	e := o.lastError()
+	if e == nil || e.Name != ErrNameKernelDied || !strings.Contains(e.Message, "fd 4") {
+		t.Fatalf("errors = %+v, want %s naming fd 4", o.errors, ErrNameKernelDied)
+	}
+	if o.elapsed > 10*time.Second {
+		t.Errorf("the call took %s: it waited for the sleep", o.elapsed)
+	}
+	if o := run(t, k, "1+1"); len(o.results) != 1 || o.results[0].Data != "2" {
+		t.Errorf("next call = %+v %+v, want 2", o.results, o.errors)
 	}
 }

@@ -118,8 +118,10 @@ type proc struct {
 	state  *os.ProcessState
 
 	// killed is set when we end the process on purpose (Restart, Close), so
-	// a running Execute tells "restarted" rather than "died".
+	// a running Execute tells "restarted" rather than "died"; corrupt when
+	// we ended it for a frame stream that no longer parsed.
 	killed   atomic.Bool
+	corrupt  atomic.Bool
 	stopOnce sync.Once
 }
 
@@ -350,18 +352,19 @@ func (p *proc) read() {
 		for len(buf) >= 4 {
 			size := int(binary.BigEndian.Uint32(buf))
 			if size < 5 || size > maxFrame {
-				p.log.Error("corrupt frame from kernel; ignoring its output from now on", "size", size)
-				p.discard()
+				p.corrupted(fmt.Sprintf("a frame of %d bytes", size))
 				return
 			}
 			if len(buf) < 4+size {
 				break
 			}
-			f, ok := p.parse(buf[4 : 4+size])
-			buf = buf[4+size:]
-			if ok {
-				p.deliver(f)
+			f, err := p.parse(buf[4 : 4+size])
+			if err != nil {
+				p.corrupted(err.Error())
+				return
 			}
+			buf = buf[4+size:]
+			p.deliver(f)
 		}
 		if len(buf) == 0 {
 			buf = nil // do not pin a large frame's array
@@ -390,8 +393,19 @@ func (p *proc) read() {
 	}
 }
 
-// discard drains the frame pipe after a corrupt frame so the kernel never
-// blocks on it, until it closes or stop is called.
+// corrupted ends a kernel whose frame stream no longer parses (code that
+// wrote to fd 4 itself): nothing it says can be trusted or told apart any
+// more. The call running ends with KernelDiedError and the kernel is
+// restarted, as for any death.
+func (p *proc) corrupted(what string) {
+	p.log.Error("corrupt frame stream from kernel; killing it", "pid", p.pid, "got", what)
+	p.corrupt.Store(true)
+	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	p.discard()
+}
+
+// discard drains the frame pipe after a corrupt frame until it closes or
+// stop is called.
 func (p *proc) discard() {
 	rd := make([]byte, 64<<10)
 	fds := []unix.PollFd{{Fd: int32(p.ev), Events: unix.POLLIN}, {Fd: int32(p.wakeR), Events: unix.POLLIN}}
@@ -408,7 +422,7 @@ func (p *proc) discard() {
 	}
 }
 
-func (p *proc) parse(b []byte) (frame, bool) {
+func (p *proc) parse(b []byte) (frame, error) {
 	f := frame{kind: b[0], id: binary.BigEndian.Uint32(b[1:5])}
 	body := b[5:]
 	switch f.kind {
@@ -417,14 +431,12 @@ func (p *proc) parse(b []byte) (frame, bool) {
 	case kindMessage:
 		f.msg = new(message)
 		if err := json.Unmarshal(body, f.msg); err != nil {
-			p.log.Warn("dropping kernel message", "err", err)
-			return f, false
+			return f, fmt.Errorf("a message that is not JSON: %w", err)
 		}
 	default:
-		p.log.Warn("dropping kernel frame of unknown kind", "kind", f.kind)
-		return f, false
+		return f, fmt.Errorf("a frame of unknown kind %q", f.kind)
 	}
-	return f, true
+	return f, nil
 }
 
 // deliver hands f to the caller consuming frames, waiting for it (which
@@ -477,6 +489,9 @@ func (p *proc) isExited() bool {
 
 // exitReason says how the process ended, for messages to the user.
 func (p *proc) exitReason() string {
+	if p.corrupt.Load() {
+		return "killed: what it sent the agent was no longer its protocol; did the code write to fd 4?"
+	}
 	if p.state == nil {
 		return "unknown exit"
 	}

@@ -135,3 +135,22 @@ func TestAgentFailedIsGoneOnceEnded(t *testing.T) {
 		t.Errorf("another project's sandbox: %v (%d); want 404", err, status(err))
 	}
 }
+
+// TestProxyCallOfEndedSandboxIsGone: a call in flight whose sandbox is
+// killed, and whose agent connection then breaks, is a 410 naming the
+// kill, not a 502 telling the client to retry.
+func TestProxyCallOfEndedSandboxIsGone(t *testing.T) {
+	e := newTestEnv(t)
+	sb := e.create(t, e.key1, `{}`)
+	done := make(chan response, 1)
+	go func() { done <- e.do(t, e.key1, "POST", "/v1/sandboxes/"+sb.SandboxID+"/files/mkdir", nil) }()
+	<-e.agent.started
+	if err := e.c.Kill(context.Background(), "p1", sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	e.agent.srv.CloseClientConnections() // the agent dies with its sandbox
+	r := <-done
+	if r.status != http.StatusGone || !strings.Contains(r.err.Message, "killed") {
+		t.Errorf("call whose sandbox was killed = %d %s; want 410 saying it was killed", r.status, r.body)
+	}
+}

@@ -253,7 +253,7 @@ func (p *Pool) makeImageOnce(ctx context.Context, name string) (err error) {
 		return nil
 	}
 	begin := time.Now()
-	defer func() { p.cfg.Metrics.TemplateBuilt(name, time.Since(begin), err) }()
+	defer func() { p.cfg.Metrics.TemplateBuilt(name, metrics.BuildSnapshot, time.Since(begin), err) }()
 	tmp := dir + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
 		return err

@@ -11,7 +11,11 @@
 // made ones, and can remove all of it. The directory Dir/sandboxes/ID is
 // made first and removed last: it marks the sandbox as this Runtime's, so
 // that two Runtimes on one machine (a server and a test run) never list or
-// remove each other's sandboxes through the machine-wide names.
+// remove each other's sandboxes through the machine-wide names. Those
+// names are also recorded machine-wide, in OwnersDir/ID holding Dir, while
+// they exist: a Runtime that starts removes the ones whose sandbox
+// directory is gone (their server was killed mid-removal and its data
+// deleted), which nothing else could ever trace back to an owner.
 package gvisor
 
 import (
@@ -51,6 +55,7 @@ type Config struct {
 // Runtime is the gVisor sandbox backend.
 type Runtime struct {
 	runsc    string
+	root     string // Config.Dir, absolute
 	stateDir string // runsc --root
 	boxDir   string // one directory per sandbox
 	log      *slog.Logger
@@ -61,10 +66,14 @@ type Runtime struct {
 	// and procs, the sandbox process runsc last reported running for each
 	// sandbox: State, called for every sandbox at each liveness sweep and
 	// several times a second while calls are in flight, then needs no
-	// runsc process while that process lives.
-	mu    sync.Mutex
-	locks map[string]*idLock
-	procs map[string]hostProc
+	// runsc process while that process lives; and closed, set by Close.
+	mu     sync.Mutex
+	locks  map[string]*idLock
+	procs  map[string]hostProc
+	guards map[string]*guard // memguard.go
+	closed bool
+	// busy counts the operations under way, for Close to wait on.
+	busy sync.WaitGroup
 }
 
 // hostProc names one host process for good: a PID and its start time, so
@@ -73,6 +82,16 @@ type hostProc struct {
 	pid   int
 	start string
 }
+
+// OwnersDir holds a file per sandbox of every Runtime on this machine,
+// named by its ID and holding the Runtime's Dir, for as long as the
+// machine-wide names of the sandbox (namespace, veth, nftables table,
+// cgroups) may exist. It is on a tmpfs: those names do not outlive a
+// reboot either.
+var OwnersDir = "/run/lizard/sandboxes"
+
+// ErrClosed is returned by Create and Restore after Close.
+var ErrClosed = errors.New("gvisor runtime closed")
 
 type idLock struct {
 	mu   sync.Mutex
@@ -100,11 +119,13 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	r := &Runtime{
 		runsc:    cfg.Runsc,
+		root:     dir,
 		stateDir: filepath.Join(dir, "state"),
 		boxDir:   filepath.Join(dir, "sandboxes"),
 		log:      cfg.Logger,
 		locks:    map[string]*idLock{},
 		procs:    map[string]hostProc{},
+		guards:   map[string]*guard{},
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -113,12 +134,136 @@ func New(cfg Config) (*Runtime, error) {
 	if r.imageKey, err = hashFile(cfg.Runsc); err != nil {
 		return nil, fmt.Errorf("gvisor: %w", err)
 	}
-	for _, d := range []string{r.stateDir, r.boxDir} {
+	for _, d := range []string{r.stateDir, r.boxDir, OwnersDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("gvisor: creating %s: %w", d, err)
 		}
 	}
+	r.removeOrphans()
 	return r, nil
+}
+
+// Close makes Create and Restore fail with ErrClosed from now on, waits,
+// up to ctx, for the operations under way to end, among them the removal
+// of a sandbox whose Create was interrupted by its cancelled context, and
+// stops guarding the sandboxes' memory (they keep running, with the host's
+// OOM killer back in charge until a new Runtime's State finds them). A
+// server calls it last on its way out: exiting earlier would cut that
+// removal short and leave the sandbox's namespace, veth and rules behind.
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		r.busy.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("closing gvisor runtime: waiting for operations under way: %w", ctx.Err())
+	}
+	r.mu.Lock()
+	ids := make([]string, 0, len(r.guards))
+	for id := range r.guards {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	for _, id := range ids {
+		r.unwatch(id)
+	}
+	return err
+}
+
+// enter counts an operation as under way; false once the Runtime is
+// closed and create is set (removals always proceed: they are how a
+// closing server cleans up).
+func (r *Runtime) enter(create bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed && create {
+		return false
+	}
+	r.busy.Add(1)
+	return true
+}
+
+func (r *Runtime) ownerPath(id string) string { return filepath.Join(OwnersDir, id) }
+
+// claimOwner records this Runtime as the owner of id's machine-wide names.
+func (r *Runtime) claimOwner(id string) error {
+	f, err := os.OpenFile(r.ownerPath(id), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(r.root + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// dropOwner removes id's owner record if it names this Runtime.
+func (r *Runtime) dropOwner(id string) error {
+	b, err := os.ReadFile(r.ownerPath(id))
+	if errors.Is(err, os.ErrNotExist) || (err == nil && strings.TrimSpace(string(b)) != r.root) {
+		return nil
+	}
+	if err == nil {
+		err = os.Remove(r.ownerPath(id))
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing owner record: %w", err)
+	}
+	return nil
+}
+
+// removeOrphans removes the machine-wide names of every sandbox whose
+// owner record names a Runtime directory without that sandbox's
+// directory: its Runtime's process ended in the middle of making or
+// removing it (a server stopped during start-up) and its data is gone, so
+// no List will ever find it, while its veth keeps holding an address of
+// some server's pool. A live Runtime always has the directory while the
+// record exists (made before it, removed after it), so its sandboxes are
+// never touched.
+func (r *Runtime) removeOrphans() {
+	ents, err := os.ReadDir(OwnersDir)
+	if err != nil {
+		r.log.Warn("listing sandbox owner records", "dir", OwnersDir, "err", err)
+		return
+	}
+	for _, e := range ents {
+		id := e.Name()
+		if !validID.MatchString(id) {
+			continue
+		}
+		b, err := os.ReadFile(r.ownerPath(id))
+		if err != nil {
+			continue
+		}
+		owner := strings.TrimSpace(string(b))
+		dir := filepath.Join(owner, "sandboxes", id)
+		if !filepath.IsAbs(owner) || isDir(dir) {
+			continue
+		}
+		log := r.log.With("sandbox_id", id, "owner", owner)
+		log.Warn("removing the leftovers of a sandbox whose runtime directory is gone")
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		if err := r.waitGone(ctx, id, procsWithBundle(dir)); err != nil {
+			log.Error("ending leftover processes", "err", err)
+		}
+		errs := []error{removeCgroups(ctx, cgroupPath(id)), netns.Remove(id)}
+		cancel()
+		if err := errors.Join(errs...); err != nil {
+			log.Error("removing leftovers; kept the owner record to retry at the next start", "err", err)
+			continue
+		}
+		if err := os.Remove(r.ownerPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Error("removing owner record", "err", err)
+		}
+	}
 }
 
 // Name implements sandbox.Runtime.
@@ -179,24 +324,41 @@ func (r *Runtime) lock(id string) func() {
 func (r *Runtime) dir(id string) string        { return filepath.Join(r.boxDir, id) }
 func (r *Runtime) overlayDir(id string) string { return filepath.Join(r.dir(id), "overlay") }
 func (r *Runtime) logPath(id string) string    { return filepath.Join(r.dir(id), "console.log") }
+func (r *Runtime) tmpDir(id string) string     { return filepath.Join(r.dir(id), "tmp") }
 
-// globalArgs are runsc's flags before the subcommand. They must agree on
-// every call for one sandbox: runsc keeps no record of them.
-func (r *Runtime) globalArgs(id string, diskBytes int64) []string {
-	overlay := "--overlay2=root:dir=" + r.overlayDir(id)
-	if diskBytes > 0 {
-		overlay += ",size=" + strconv.FormatInt(diskBytes, 10)
-	}
+// globalArgs are runsc's flags before the subcommand. runsc keeps no
+// record of them; only the ones that make a sandbox (run, create,
+// restore) read the overlay's.
+func (r *Runtime) globalArgs(id string, diskBytes int64, lay layout) []string {
+	overlay := overlayArg(r.overlayDir(id), diskBytes, lay)
 	// Each gofer gets a new empty network namespace: runsc's default shares
 	// one, bind-mounted into the state directory, which would then never be
 	// removable.
 	return []string{"--root", r.stateDir, "--platform=systrap", "--network=sandbox", "--gofer-network-namespace=new", overlay}
 }
 
+// overlayArg is runsc's --overlay2: a writable layer over the root
+// filesystem, backed by a file in dir (on disk, not in memory) and of
+// diskBytes, and with layoutBounded one more over every writable bind
+// mount, which is /tmp alone (the others are read-only and runsc leaves
+// those bare). runsc sizes each layer alike, so / and /tmp may each hold
+// diskBytes.
+func overlayArg(dir string, diskBytes int64, lay layout) string {
+	mounts := "root"
+	if lay >= layoutBounded {
+		mounts = "all"
+	}
+	arg := "--overlay2=" + mounts + ":dir=" + dir
+	if diskBytes > 0 {
+		arg += ",size=" + strconv.FormatInt(diskBytes, 10)
+	}
+	return arg
+}
+
 // command runs a short runsc subcommand and returns its stdout; its stderr
 // goes into the error.
 func (r *Runtime) command(ctx context.Context, id string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, r.runsc, append(r.globalArgs(id, 0), args...)...)
+	cmd := exec.CommandContext(ctx, r.runsc, append(r.globalArgs(id, 0, currentLayout), args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// A runsc child that kept our pipes open must not hang us.
@@ -212,7 +374,7 @@ func (r *Runtime) command(ctx context.Context, id string, args ...string) ([]byt
 // sandbox's console log, not to pipes: the sandbox inherits them and would
 // keep a pipe open forever. Setsid puts the sandbox in its own session, so
 // it outlives the server and its process group.
-func (r *Runtime) start(ctx context.Context, id string, diskBytes int64, args ...string) error {
+func (r *Runtime) start(ctx context.Context, id string, diskBytes int64, lay layout, args ...string) error {
 	f, err := os.OpenFile(r.logPath(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("opening console log: %w", err)
@@ -220,7 +382,7 @@ func (r *Runtime) start(ctx context.Context, id string, diskBytes int64, args ..
 	defer f.Close()
 	off, _ := f.Seek(0, io.SeekEnd)
 
-	cmd := exec.CommandContext(ctx, r.runsc, append(r.globalArgs(id, diskBytes), args...)...)
+	cmd := exec.CommandContext(ctx, r.runsc, append(r.globalArgs(id, diskBytes, lay), args...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Run(); err != nil {
@@ -244,20 +406,76 @@ func tail(path string, off int64) string {
 
 // Create implements sandbox.Runtime.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) error {
-	return r.boot(ctx, spec, "")
+	return r.boot(ctx, spec, "", currentLayout)
 }
 
-// Restore implements sandbox.Runtime.
+// Restore implements sandbox.Runtime. The image must have been taken of a
+// sandbox with spec's disk limit: gVisor restores the writable layer (a
+// tmpfs in the Sentry, with its size) as it was checkpointed, and has no
+// way to resize it then (no tmpfs remount with size=, and runsc's
+// --overlay2 size= only applies when a layer is made), so restoring it
+// under another limit would silently keep the old one. Such an image is
+// refused with ErrImage; the sandbox must boot instead.
 func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, imageDir string) error {
 	if _, err := os.Stat(filepath.Join(imageDir, "checkpoint.img")); err != nil {
 		return fmt.Errorf("restoring sandbox %s: %w: %v", spec.ID, sandbox.ErrImage, err)
 	}
-	return r.boot(ctx, spec, imageDir)
+	rec, err := readRecord(filepath.Join(imageDir, imageRecordName))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		// An image of an older Lizard: the first layout, its disk
+		// limit unknown.
+		r.log.Warn("restoring an image without a runtime record: its disk limit is whatever it was made with", "sandbox_id", spec.ID, "image", imageDir)
+		rec = imageRecord{Layout: layoutTmpfs, DiskBytes: spec.Limits.DiskBytes}
+	case err != nil:
+		return fmt.Errorf("restoring sandbox %s: %w: %v", spec.ID, sandbox.ErrImage, err)
+	}
+	if rec.DiskBytes != spec.Limits.DiskBytes {
+		return fmt.Errorf("restoring sandbox %s: %w: it was taken with a writable layer of %s and gVisor restores that size, not the %s asked for; boot the sandbox instead",
+			spec.ID, sandbox.ErrImage, mib(rec.DiskBytes), mib(spec.Limits.DiskBytes))
+	}
+	return r.boot(ctx, spec, imageDir, rec.Layout)
+}
+
+// imageRecord is what a checkpoint image must be restored with that runsc
+// does not keep: written at boot into the sandbox directory (recordName),
+// copied into each of its images (imageRecordName).
+type imageRecord struct {
+	Layout    layout `json:"layout"`
+	DiskBytes int64  `json:"diskBytes"` // 0: the backend default
+	// MemoryBytes is the sandbox's memory limit, for its guard
+	// (memguard.go) when a new Runtime finds it running. Not checked on
+	// restore: the memory limit is the cgroup's, set anew.
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+}
+
+const (
+	recordName      = "runtime.json"
+	imageRecordName = "lizard-runtime.json"
+)
+
+func readRecord(path string) (imageRecord, error) {
+	var rec imageRecord
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, fmt.Errorf("decoding %s: %w", path, err)
+	}
+	return rec, nil
+}
+
+func mib(n int64) string {
+	if n <= 0 {
+		return "the default size"
+	}
+	return strconv.FormatInt(n>>20, 10) + " MiB"
 }
 
 // boot makes a sandbox from scratch, or from a checkpoint image when
 // imageDir is set, and removes whatever it made if anything fails.
-func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) (err error) {
+func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, lay layout) (err error) {
 	verb := "creating"
 	if imageDir != "" {
 		verb = "restoring"
@@ -271,6 +489,10 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 	}
 	id := spec.ID
 	log := r.log.With("sandbox_id", id)
+	if !r.enter(true) {
+		return fmt.Errorf("%s sandbox %s: %w", verb, id, ErrClosed)
+	}
+	defer r.busy.Done()
 	unlock := r.lock(id)
 	defer unlock()
 	begin := time.Now()
@@ -287,11 +509,23 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 	}
 	defer func() {
 		if err != nil {
+			// Whatever interrupted the create, ctx may be cancelled:
+			// the removal gets its own bounded time (remove), and Close
+			// waits for it.
 			if rerr := r.remove(context.WithoutCancel(ctx), id); rerr != nil {
 				log.Error("removing half-made sandbox", "err", rerr)
 			}
 		}
 	}()
+	if err := r.claimOwner(id); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%s sandbox %s: another runtime's sandbox has this ID: %w", verb, id, sandbox.ErrExists)
+		}
+		return fmt.Errorf("%s sandbox %s: recording its owner: %w", verb, id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
+	}
 
 	if err := os.Mkdir(r.overlayDir(id), 0o700); err != nil {
 		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
@@ -301,28 +535,47 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 	if err := netns.CreateWithEgress(id, link, egress); err != nil {
 		return fmt.Errorf("%s sandbox %s: setting up network: %w", verb, id, err)
 	}
-	b, err := json.MarshalIndent(ociSpec(spec, netns.Path(id)), "", "\t")
+	if err := os.Mkdir(r.tmpDir(id), 0o700); err != nil {
+		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
+	}
+	if err := os.Chmod(r.tmpDir(id), 0o1777); err != nil { // as /tmp is, over the umask
+		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
+	}
+	b, err := json.MarshalIndent(ociSpec(spec, netns.Path(id), r.tmpDir(id), lay), "", "\t")
 	if err != nil {
 		return fmt.Errorf("%s sandbox %s: encoding OCI spec: %w", verb, id, err)
 	}
 	if err := os.WriteFile(filepath.Join(r.dir(id), "config.json"), b, 0o600); err != nil {
 		return fmt.Errorf("%s sandbox %s: writing OCI spec: %w", verb, id, err)
 	}
+	memory := spec.Limits.MemoryBytes
+	if memory <= 0 {
+		memory = DefaultMemoryBytes
+	}
+	b, _ = json.Marshal(imageRecord{Layout: lay, DiskBytes: spec.Limits.DiskBytes, MemoryBytes: memory})
+	if err := os.WriteFile(filepath.Join(r.dir(id), recordName), b, 0o600); err != nil {
+		return fmt.Errorf("%s sandbox %s: writing runtime record: %w", verb, id, err)
+	}
 
 	cid, bundle, disk := containerID(id), r.dir(id), spec.Limits.DiskBytes
 	if imageDir == "" {
-		if err := r.start(ctx, id, disk, "run", "--detach", "--bundle", bundle, cid); err != nil {
+		if err := r.start(ctx, id, disk, lay, "run", "--detach", "--bundle", bundle, cid); err != nil {
 			return fmt.Errorf("creating sandbox %s: %w", id, err)
 		}
 	} else {
-		if err := r.start(ctx, id, disk, "create", "--bundle", bundle, cid); err != nil {
+		if err := r.start(ctx, id, disk, lay, "create", "--bundle", bundle, cid); err != nil {
 			return fmt.Errorf("restoring sandbox %s: %w", id, err)
 		}
 		// --background: the sandbox runs while the rest of its memory
 		// loads, instead of after all of it has.
-		if err := r.start(ctx, id, disk, "restore", "--detach", "--background", "--image-path", imageDir, "--bundle", bundle, cid); err != nil {
+		if err := r.start(ctx, id, disk, lay, "restore", "--detach", "--background", "--image-path", imageDir, "--bundle", bundle, cid); err != nil {
 			return fmt.Errorf("restoring sandbox %s: %w: %w", id, sandbox.ErrImage, err)
 		}
+	}
+	if pid, err := r.sentryPid(id); err == nil {
+		r.watch(id, memory, pid)
+	} else {
+		log.Warn("not guarding the sandbox's memory", "err", err)
 	}
 	log.Info("sandbox up", "restored_from", imageDir, "addr", spec.Network.GuestAddr, "took", time.Since(begin))
 	return nil
@@ -337,6 +590,28 @@ func (r *Runtime) hasState(id string) bool {
 
 func globEscape(s string) string {
 	return strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `\`, `\\`).Replace(s)
+}
+
+// sentryPid reads the host pid of sandbox id's Sentry from runsc's state
+// file, without the cost of a runsc state on every create.
+func (r *Runtime) sentryPid(id string) (int, error) {
+	m, _ := filepath.Glob(filepath.Join(r.stateDir, globEscape(containerID(id))+"_sandbox:*.state"))
+	if len(m) != 1 {
+		return 0, fmt.Errorf("finding runsc's state file of %s: %d matches", id, len(m))
+	}
+	b, err := os.ReadFile(m[0])
+	if err != nil {
+		return 0, err
+	}
+	var st struct {
+		Sandbox struct {
+			Pid int `json:"pid"`
+		} `json:"sandbox"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil || st.Sandbox.Pid <= 0 {
+		return 0, fmt.Errorf("reading the Sentry's pid from %s: %v", m[0], err)
+	}
+	return st.Sandbox.Pid, nil
 }
 
 // runscState is the part of `runsc state` this package reads.
@@ -385,6 +660,11 @@ func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
 				r.procs[id] = hostProc{pid: st.Pid, start: start}
 			}
 			r.mu.Unlock()
+			// One made before this Runtime started (a server's
+			// restart) is guarded from now on.
+			if rec, err := readRecord(filepath.Join(r.dir(id), recordName)); err == nil && rec.MemoryBytes > 0 {
+				r.watch(id, rec.MemoryBytes, st.Pid)
+			}
 			return sandbox.Running, nil
 		}
 		r.mu.Unlock()
@@ -436,6 +716,8 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return nil // no such sandbox can exist
 	}
+	r.enter(false)
+	defer r.busy.Done()
 	unlock := r.lock(id)
 	defer unlock()
 	begin := time.Now()
@@ -473,6 +755,13 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 	if leaveRunning {
 		args = append(args, "--leave-running")
 	}
+	// The record goes in first: an image without one reads as an older
+	// Lizard's.
+	if b, err := os.ReadFile(filepath.Join(r.dir(id), recordName)); err == nil {
+		if err := os.WriteFile(filepath.Join(imageDir, imageRecordName), b, 0o600); err != nil {
+			return fmt.Errorf("checkpointing sandbox %s: writing runtime record: %w", id, err)
+		}
+	}
 	if _, err := r.command(ctx, id, append(args, containerID(id))...); err != nil {
 		return fmt.Errorf("checkpointing sandbox %s: %w", id, err)
 	}
@@ -506,6 +795,7 @@ func (r *Runtime) remove(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
 	var errs []error
+	r.unwatch(id)
 
 	// Find the processes before runsc forgets them. The bundle directory is
 	// on the command line of the sandbox, its gofer and systrap stubs.
@@ -533,6 +823,9 @@ func (r *Runtime) remove(ctx context.Context, id string) error {
 		return errors.Join(errs...)
 	}
 	if err := r.removeStateFiles(id); err != nil {
+		return err
+	}
+	if err := r.dropOwner(id); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(r.dir(id)); err != nil {

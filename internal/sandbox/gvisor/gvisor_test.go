@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -203,6 +205,7 @@ func TestOCISpec(t *testing.T) {
 	}
 	tests := []struct {
 		name       string
+		layout     layout
 		edit       func(*sandbox.Spec)
 		wantMemory int64
 		wantPids   int64
@@ -210,22 +213,43 @@ func TestOCISpec(t *testing.T) {
 		wantPath   string
 		wantMounts map[string]string // destination -> type
 		wantBinds  map[string][]string
+		noMounts   []string
 	}{
 		{
 			name:       "defaults",
+			layout:     currentLayout,
 			edit:       func(*sandbox.Spec) {},
-			wantMemory: 1 << 30, wantPids: 1024,
-			wantPath:   defaultPath,
-			wantMounts: map[string]string{"/proc": "proc", "/dev": "tmpfs", "/dev/pts": "devpts", "/sys": "sysfs", "/tmp": "tmpfs"},
+			wantMemory: 1<<30 + guardHeadroom, wantPids: 1024,
+			wantPath: defaultPath,
+			// /tmp is a bind that runsc covers with a disk-backed layer.
+			wantMounts: map[string]string{"/proc": "proc", "/dev": "tmpfs", "/dev/pts": "devpts", "/sys": "sysfs", "/dev/shm": "tmpfs", "/tmp": "bind"},
+			wantBinds:  map[string][]string{"/dev/shm": {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}, "/tmp": {"rbind", "rw", "nosuid", "nodev"}},
 		},
 		{
-			name: "limits, PATH and files",
+			name:       "first layout, for images without a record",
+			layout:     layoutTmpfs,
+			edit:       func(*sandbox.Spec) {},
+			wantMemory: 1<<30 + guardHeadroom, wantPids: 1024,
+			wantPath:   defaultPath,
+			wantMounts: map[string]string{"/proc": "proc", "/dev": "tmpfs", "/dev/pts": "devpts", "/sys": "sysfs", "/tmp": "tmpfs", "/dev/shm": "tmpfs"},
+			wantBinds:  map[string][]string{"/dev/shm": {"nosuid", "noexec", "nodev", "mode=1777"}},
+		},
+		{
+			name:       "the pids cgroup leaves room for the guest's own process limit",
+			layout:     currentLayout,
+			edit:       func(s *sandbox.Spec) { s.Limits.Processes = 512 },
+			wantMemory: 1<<30 + guardHeadroom, wantPids: 512*hostTasksPerProcess + hostTasksReserve,
+			wantPath: defaultPath,
+		},
+		{
+			name:   "limits, PATH and files",
+			layout: currentLayout,
 			edit: func(s *sandbox.Spec) {
 				s.Limits = sandbox.Limits{MemoryBytes: 512 << 20, Pids: 64, CPUs: 1.5}
 				s.Env = append(s.Env, "PATH=/bin")
 				s.Files = []sandbox.File{{Source: "/srv/a", Target: "/mnt/a"}, {Source: "/srv/b", Target: "/mnt/b"}}
 			},
-			wantMemory: 512 << 20, wantPids: 64, wantQuota: 150_000,
+			wantMemory: 512<<20 + guardHeadroom, wantPids: 64, wantQuota: 150_000,
 			wantPath:   "PATH=/bin",
 			wantMounts: map[string]string{"/mnt/a": "bind", "/mnt/b": "bind"},
 			wantBinds:  map[string][]string{"/mnt/a": {"rbind", "ro"}, "/mnt/b": {"rbind", "ro"}},
@@ -236,7 +260,7 @@ func TestOCISpec(t *testing.T) {
 			sp := base
 			sp.Env = slices.Clone(base.Env)
 			tt.edit(&sp)
-			got := ociSpec(sp, "/var/run/netns/lizard-sbx-1")
+			got := ociSpec(sp, "/var/run/netns/lizard-sbx-1", "/srv/empty", tt.layout)
 
 			if got.Root.Path != sp.Template.RootFS || got.Root.Readonly {
 				t.Errorf("root = %+v, want %s writable (for the overlay)", got.Root, sp.Template.RootFS)
@@ -280,6 +304,11 @@ func TestOCISpec(t *testing.T) {
 					t.Errorf("mount %s options = %v, want %v", dest, got.Mounts[j].Options, want)
 				}
 			}
+			for _, dest := range tt.noMounts {
+				if slices.ContainsFunc(got.Mounts, func(m specs.Mount) bool { return m.Destination == dest }) {
+					t.Errorf("mounts = %+v, want none at %s", got.Mounts, dest)
+				}
+			}
 		})
 	}
 }
@@ -290,5 +319,131 @@ func TestContainerIDNotPrefix(t *testing.T) {
 		if ca, cb := containerID(tt.a), containerID(tt.b); strings.HasPrefix(cb, ca) {
 			t.Errorf("containerID(%q) = %q is a prefix of containerID(%q) = %q", tt.a, ca, tt.b, cb)
 		}
+	}
+}
+
+// TestCreateInterrupted cancels Create at points from its first step to
+// the sandbox's start, and calls Close right after the cancel, as a
+// stopping server does: once Close returns, nothing of the sandbox may be
+// left, whichever step the cancel hit.
+func TestCreateInterrupted(t *testing.T) {
+	rootfs := sandboxtest.BuildRootFS(t)
+	for _, after := range []time.Duration{0, time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond, 150 * time.Millisecond, 400 * time.Millisecond} {
+		t.Run(after.String(), func(t *testing.T) {
+			r := newTestRuntime(t)
+			spec := sandboxtest.Spec(rootfs)
+			t.Cleanup(func() { r.Kill(context.Background(), spec.ID) })
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() { errc <- r.Create(ctx, spec) }()
+			time.Sleep(after)
+			cancel()
+			// Close may run before Create has even locked the ID.
+			time.Sleep(time.Duration(rand.IntN(2)) * time.Millisecond)
+			cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+			defer ccancel()
+			if err := r.Close(cctx); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			// A Create under way when Close was called has removed all it
+			// made by now (it may not have returned yet); one not yet
+			// begun fails with ErrClosed, having made nothing.
+			select {
+			case err := <-errc:
+				if err == nil {
+					// The create won the race: a sandbox made in full
+					// is its caller's to kill.
+					t.Logf("Create finished before the cancel")
+					if err := r.Kill(context.Background(), spec.ID); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					t.Logf("Create: %v", err)
+				}
+			default:
+				sandboxtest.AssertGone(t, r, spec.ID, nil)
+				if err := <-errc; err == nil {
+					t.Errorf("Create succeeded after Close returned")
+				} else {
+					t.Logf("Create: %v", err)
+				}
+			}
+			sandboxtest.AssertGone(t, r, spec.ID, nil)
+			assertNoOwner(t, spec.ID)
+			if err := r.Create(context.Background(), sandboxtest.Spec(rootfs)); !errors.Is(err, ErrClosed) {
+				t.Errorf("Create after Close = %v, want ErrClosed", err)
+			}
+		})
+	}
+}
+
+func assertNoOwner(t *testing.T, id string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(OwnersDir, id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("owner record of %s: %v, want none", id, err)
+	}
+	if out, _ := exec.Command("nft", "list", "tables").Output(); strings.Contains(string(out), netns.TableName(id)+"\n") {
+		t.Errorf("nft table %s still exists", netns.TableName(id))
+	}
+}
+
+// TestOrphansRemoved checks that a new Runtime removes the namespace,
+// veth, rules and processes of a sandbox whose runtime directory was
+// deleted before its removal ended (a server stopped during start-up,
+// its data then removed), and leaves alone the running sandbox of a live
+// Runtime, though both are machine-wide names it did not make.
+func TestOrphansRemoved(t *testing.T) {
+	ctx := context.Background()
+	rootfs := sandboxtest.BuildRootFS(t)
+	live := newTestRuntime(t)
+	kept := sandboxtest.Spec(rootfs)
+	t.Cleanup(func() { live.Kill(ctx, kept.ID) })
+	if err := live.Create(ctx, kept); err != nil {
+		t.Fatal(err)
+	}
+
+	testenv.RequiresRoot(t)
+	gone, err := New(Config{Runsc: testenv.Runsc(t), Dir: filepath.Join(t.TempDir(), "gone")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := sandboxtest.Spec(rootfs)
+	t.Cleanup(func() { netns.Remove(orphan.ID); os.Remove(filepath.Join(OwnersDir, orphan.ID)) })
+	if err := gone.Create(ctx, orphan); err != nil {
+		t.Fatal(err)
+	}
+	pids := sandboxtest.Procs(orphan.ID)
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if err := os.RemoveAll(gone.root); err != nil {
+		t.Fatal(err)
+	}
+	if !netns.Exists(orphan.ID) {
+		t.Fatal("the orphan's namespace is already gone; the test proves nothing")
+	}
+
+	r := newTestRuntime(t)
+	if netns.Exists(orphan.ID) {
+		t.Errorf("a new Runtime left the orphan's namespace or veth")
+	}
+	assertNoOwner(t, orphan.ID)
+	sandboxtest.AssertGone(t, r, orphan.ID, pids)
+	// Its address is free again.
+	again := sandboxtest.Spec(rootfs)
+	again.Network = orphan.Network
+	t.Cleanup(func() { r.Kill(ctx, again.ID) })
+	if err := r.Create(ctx, again); err != nil {
+		t.Fatalf("Create on the orphan's address: %v", err)
+	}
+	if err := sandboxtest.WaitReady(again.Network, 15*time.Second); err != nil {
+		t.Error(err)
+	}
+
+	if st, err := live.State(ctx, kept.ID); st != sandbox.Running {
+		t.Errorf("a live Runtime's sandbox after another Runtime started: %q, %v; want running", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(OwnersDir, kept.ID)); err != nil {
+		t.Errorf("owner record of a live sandbox: %v", err)
 	}
 }

@@ -15,6 +15,13 @@ const (
 	DefaultPids        = 1024
 )
 
+// The host tasks (pids cgroup) a sandbox gets per guest process it may
+// run, and for the Sentry, the gofer and root's processes besides.
+const (
+	hostTasksPerProcess = 4
+	hostTasksReserve    = 256
+)
+
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // capabilities is Docker's default set: enough for package managers and
@@ -26,21 +33,59 @@ var capabilities = []string{
 	"CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID", "CAP_SYS_CHROOT",
 }
 
-// ociSpec is the bundle's config.json for spec, joined to the network
-// namespace at netnsPath.
-func ociSpec(spec sandbox.Spec, netnsPath string) *specs.Spec {
+// layout is the set of mounts a sandbox is made with. runsc restores a
+// checkpoint only into the mounts it was taken with, so an image records
+// its layout (imageRecord) and is restored with that one.
+type layout int
+
+const (
+	// layoutTmpfs is the first layout: /tmp and /dev/shm are tmpfs of
+	// no set size, in memory. A program filling them grows the sandbox
+	// until the host kills all of it, and nothing it could free helps.
+	// Images without a record have it.
+	layoutTmpfs layout = iota
+	// layoutBounded puts /tmp on a writable layer of the disk limit's
+	// size, written to disk like the root's, and gives /dev/shm a fixed
+	// size (fixed, not a share of the memory limit: a restore must see
+	// the mounts of the checkpoint, whatever the new shape). /tmp is a
+	// bind of an empty per-sandbox directory that runsc's
+	// --overlay2=all covers with such a layer (overlayArg): left out of
+	// the spec, runsc would put a tmpfs of its own, in memory, on an
+	// empty /tmp, and a mount point inside /tmp to stop it would be made
+	// by runsc in the shared template.
+	layoutBounded
+)
+
+// currentLayout is what a booted sandbox gets.
+const currentLayout = layoutBounded
+
+// shmSize bounds /dev/shm (Docker's default).
+const shmSize = "size=65536k"
+
+// ociSpec is the bundle's config.json for spec with the mounts of lay,
+// joined to the network namespace at netnsPath. tmpDir is an empty host
+// directory, the lower layer of /tmp in layoutBounded; it stays empty.
+func ociSpec(spec sandbox.Spec, netnsPath, tmpDir string, lay layout) *specs.Spec {
 	env := slices.Clone(spec.Env)
 	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PATH=") }) {
 		env = append([]string{defaultPath}, env...)
 	}
 
+	shm := []string{"nosuid", "noexec", "nodev", "mode=1777"}
+	if lay >= layoutBounded {
+		shm = append(shm, shmSize)
+	}
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: shm},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+	}
+	if lay == layoutTmpfs {
+		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}})
+	} else {
+		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: tmpDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 	}
 	for _, f := range spec.Files {
 		mounts = append(mounts, specs.Mount{Destination: f.Target, Type: "bind", Source: f.Source, Options: []string{"rbind", "ro"}})
@@ -50,9 +95,20 @@ func ociSpec(spec sandbox.Spec, netnsPath string) *specs.Spec {
 	if memory <= 0 {
 		memory = DefaultMemoryBytes
 	}
+	// The host's limit leaves the guard (memguard.go) room to end a
+	// runaway process before the host ends the whole sandbox.
+	memory += guardHeadroom
 	pids := spec.Limits.Pids
 	if pids <= 0 {
 		pids = DefaultPids
+	}
+	// The guest's own bound (RLIMIT_NPROC of the sandbox user) must be
+	// met first: a fork that fails inside is the program's problem, while
+	// the host's pids cgroup failing the Sentry a thread or a systrap stub
+	// ends the whole sandbox. Measured here, each guest process costs the
+	// host one to three tasks.
+	if min := spec.Limits.Processes*hostTasksPerProcess + hostTasksReserve; spec.Limits.Processes > 0 && pids < min {
+		pids = min
 	}
 	res := &specs.LinuxResources{
 		Memory: &specs.LinuxMemory{Limit: &memory},

@@ -195,8 +195,10 @@ func Run(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime) {
 	t.Run("KillConcurrent", s.testKillConcurrent)
 	t.Run("BrokenRootFS", s.testBrokenRootFS)
 	t.Run("MemoryLimit", s.testMemoryLimit)
+	t.Run("MemoryRunawayProcess", s.testMemoryRunawayProcess)
 	t.Run("PidsLimit", s.testPidsLimit)
 	t.Run("DiskLimit", s.testDiskLimit)
+	t.Run("DiskLimitRestored", s.testDiskLimitRestored)
 	t.Run("TwoIsolated", s.testTwoIsolated)
 	t.Run("ForkFromCheckpoint", s.testFork)
 	t.Run("CheckpointStopRestore", s.testCheckpointStopRestore)
@@ -479,6 +481,38 @@ wait:
 	AssertGone(t, rt, spec.ID, pids)
 }
 
+// testMemoryRunawayProcess checks that a process allocating past the
+// sandbox's memory limit dies alone: the sandbox, its first process's
+// memory and its files stay, and it can do the same again.
+func (s *suite) testMemoryRunawayProcess(t *testing.T) {
+	rt := s.newRuntime(t)
+	spec := Spec(s.rootfs)
+	spec.Limits.MemoryBytes = 256 << 20
+	s.create(t, rt, spec)
+	mustDo(t, spec.Network, "GET", "/", nil)
+	mustDo(t, spec.Network, "PUT", "/file?path=/data/kept", []byte("kept"))
+
+	if got := mustDo(t, spec.Network, "POST", "/child-alloc?mb=32", nil); got != "exited 0" {
+		t.Fatalf("a child allocating 32 MiB under a 256 MiB limit: %q, want exited 0", got)
+	}
+	for i := range 2 {
+		begin := time.Now()
+		got, err := Do(spec.Network, "POST", "/child-alloc?mb=2048", nil)
+		t.Logf("a child allocating 2 GiB under a 256 MiB limit (%d): %q, %v after %s", i, got, err, time.Since(begin))
+		if err != nil {
+			t.Fatalf("the sandbox did not survive a runaway child: %v", err)
+		}
+		if got == "exited 0" {
+			t.Fatalf("a child allocated 2 GiB under a 256 MiB limit")
+		}
+		if st, err := rt.State(context.Background(), spec.ID); st != sandbox.Running {
+			t.Fatalf("State after a runaway child = %q, %v; want running", st, err)
+		}
+		wantBody(t, spec.Network, "GET", "/count", "1")
+		wantBody(t, spec.Network, "GET", "/file?path=/data/kept", "kept")
+	}
+}
+
 func (s *suite) testPidsLimit(t *testing.T) {
 	rt := s.newRuntime(t)
 	spec := Spec(s.rootfs)
@@ -502,14 +536,69 @@ func (s *suite) testDiskLimit(t *testing.T) {
 	spec := Spec(s.rootfs)
 	spec.Limits.DiskBytes = 64 << 20
 	s.create(t, rt, spec)
+	assertDiskLimit(t, spec)
+}
 
+// assertDiskLimit checks that the sandbox on spec sees a root filesystem of
+// its disk limit and cannot write past it, in / or in /tmp.
+func assertDiskLimit(t *testing.T, spec sandbox.Spec) {
+	t.Helper()
+	n := spec.Network
+	want := spec.Limits.DiskBytes
+	if got, err := strconv.ParseInt(mustDo(t, n, "GET", "/statfs?path=/", nil), 10, 64); err != nil || got < want*9/10 || got > want {
+		t.Errorf("size of / in a sandbox with a %d MiB disk = %d bytes (%v), want about %d", want>>20, got, err, want)
+	}
 	small := bytes.Repeat([]byte("x"), 16<<20)
-	mustDo(t, spec.Network, "PUT", "/file?path=/data/small", small)
-	big := bytes.Repeat([]byte("y"), 128<<20)
-	if _, err := Do(spec.Network, "PUT", "/file?path=/data/big", big); err == nil {
-		t.Errorf("writing 128 MiB to a 64 MiB writable layer succeeded")
-	} else {
-		t.Logf("writing past the disk limit: %v", err)
+	mustDo(t, n, "PUT", "/file?path=/data/small", small)
+	big := bytes.Repeat([]byte("y"), int(want)*2)
+	for _, path := range []string{"/data/big", "/tmp/big"} {
+		if _, err := Do(n, "PUT", "/file?path="+path, big); err == nil {
+			t.Errorf("writing %d MiB to %s under a %d MiB disk limit succeeded", len(big)>>20, path, want>>20)
+		} else {
+			t.Logf("writing past the disk limit to %s: %v", path, err)
+		}
+		// What was written is removed, so the next path starts with room.
+		mustDo(t, n, "PUT", "/file?path="+path, nil)
+	}
+}
+
+// testDiskLimitRestored checks that the disk limit holds on a sandbox
+// restored from a checkpoint (fork, resume): a Restore under the
+// checkpoint's limit keeps it, and one asking for another limit either
+// gives that limit or fails with ErrImage, leaving nothing.
+func (s *suite) testDiskLimitRestored(t *testing.T) {
+	rt := s.newRuntime(t)
+	ctx := context.Background()
+	a := Spec(s.rootfs)
+	a.Limits.DiskBytes = 64 << 20
+	s.create(t, rt, a)
+	image := filepath.Join(t.TempDir(), "image")
+	if err := rt.Checkpoint(ctx, a.ID, image, true); err != nil {
+		t.Fatal(err)
+	}
+
+	b := Spec(s.rootfs)
+	b.Limits.DiskBytes = a.Limits.DiskBytes
+	s.restore(t, rt, b, image)
+	assertDiskLimit(t, b)
+
+	for _, disk := range []int64{32 << 20, 256 << 20} {
+		c := Spec(s.rootfs)
+		c.Limits.DiskBytes = disk
+		err := rt.Restore(ctx, c, image)
+		if err != nil {
+			if !errors.Is(err, sandbox.ErrImage) {
+				t.Errorf("Restore of a %d MiB-disk image with %d MiB = %v, want success or ErrImage", a.Limits.DiskBytes>>20, disk>>20, err)
+			}
+			t.Logf("Restore with another disk limit: %v", err)
+			AssertGone(t, rt, c.ID, nil)
+			continue
+		}
+		t.Cleanup(func() { rt.Kill(ctx, c.ID) })
+		if err := WaitReady(c.Network, 15*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		assertDiskLimit(t, c)
 	}
 }
 

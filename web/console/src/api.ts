@@ -130,12 +130,22 @@ export async function request(
   } else if (body !== undefined) {
     headers["Content-Type"] = "application/octet-stream";
   }
-  let resp: Response;
-  try {
-    resp = await fetch(url(path, opts.query), { method, headers, body, signal: opts.signal, credentials: "omit", cache: "no-store" });
-  } catch (e) {
-    if (e instanceof DOMException && e.name === "AbortError") throw e;
-    throw new ApiError(0, "network", `The server did not answer (${String(e)}). Is lizard serve still running?`);
+  let resp: Response | undefined;
+  // A GET that fails below HTTP (the browser drops requests in flight when
+  // the host's network interfaces change, as they do each time a sandbox
+  // is made) is tried once more; anything else might have reached the
+  // server, so it is not.
+  for (let attempt = 0; !resp; attempt++) {
+    try {
+      resp = await fetch(url(path, opts.query), { method, headers, body, signal: opts.signal, credentials: "omit", cache: "no-store" });
+    } catch (e) {
+      if (e instanceof DOMException && e.name === "AbortError") throw e;
+      if (method === "GET" && attempt === 0) {
+        await new Promise((r) => setTimeout(r, 300));
+        continue;
+      }
+      throw new ApiError(0, "network", `The server did not answer (${String(e)}). Is lizard serve still running?`);
+    }
   }
   if (!resp.ok) {
     let code = "unknown";

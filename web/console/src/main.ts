@@ -53,5 +53,10 @@ document.getElementById("signout")!.addEventListener("click", () => {
   say("Signed out.");
   go("#/signin");
 });
+// The skip link must not change the route (the hash is the page).
+document.querySelector(".skip")?.addEventListener("click", (ev) => {
+  ev.preventDefault();
+  main.focus();
+});
 window.addEventListener("hashchange", route);
 route();

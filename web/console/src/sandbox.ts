@@ -1,7 +1,7 @@
 // One sandbox: its facts and actions, a playground of code cells (Python in
 // a chosen context, JavaScript, bash) whose output streams as it comes, a
 // command runner and a files panel.
-import { api, stream, type Context, type EntryInfo, type ExecuteEvent, type ProcessEvent, type Sandbox } from "./api";
+import { api, ApiError, stream, type Context, type EntryInfo, type ExecuteEvent, type ProcessEvent, type Sandbox } from "./api";
 import { actionButtons } from "./actions";
 import { ago, bytes, field, h, replace, uid } from "./dom";
 import * as render from "./render";
@@ -26,7 +26,10 @@ export function sandboxPage(main: HTMLElement, id: string): () => void {
       if (stopped) return;
       show(sb);
     } catch (e) {
-      if (!stopped) showError(e, `Reading ${id}`);
+      if (stopped) return;
+      showError(e, `Reading ${id}`);
+      // No such sandbox in this project: asking again will not change that.
+      if (e instanceof ApiError && e.status === 404) return;
     }
     if (!stopped) timer = window.setTimeout(refresh, REFRESH_MS);
   }
@@ -167,7 +170,9 @@ export function sandboxPage(main: HTMLElement, id: string): () => void {
       } catch (e) {
         count.textContent = "[!]";
         cell.dataset.state = "failed";
-        if (e instanceof DOMException && e.name === "AbortError") out.append(h("p", { class: "muted" }, "Stopped watching this run."));
+        // Closing the stream interrupts a Python kernel (its state is kept);
+        // JavaScript and bash processes are ended.
+        if (e instanceof DOMException && e.name === "AbortError") out.append(h("p", { class: "muted" }, "Stopped: the run was interrupted."));
         else {
           out.append(h("p", { class: "form-error" }, e instanceof Error ? e.message : String(e)));
           showError(e, "Running the cell");

@@ -15,6 +15,9 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { chromium } from "playwright-core";
+import { createRequire } from "node:module";
+
+const axeSource = fs.readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 const run = promisify(execFile);
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
@@ -122,12 +125,27 @@ test("web console in a real browser against lizard serve", { skip: !strict && wh
   // Everything the page asks the network for, and every dialog it opens.
   const requests = [];
   page.on("request", (r) => requests.push({ url: r.url(), auth: r.headers()["authorization"], main: r.frame() === page.mainFrame() }));
+  const failed = [];
+  page.on("requestfailed", (r) => failed.push(`${r.method()} ${r.url()}: ${r.failure()?.errorText}`));
   const dialogs = [];
   page.on("dialog", (d) => {
     dialogs.push(d.message());
     void d.dismiss();
   });
   const shot = (name) => page.screenshot({ path: path.join(artifacts, `${name}.png`), fullPage: true });
+  // a11y runs axe-core (WCAG 2 A and AA rules) on the page as it is and
+  // fails on any serious or critical violation. The frames of untrusted
+  // output are not the console's markup and are left out.
+  const a11y = async (what) => {
+    await page.evaluate(axeSource); // through devtools: the page's CSP rightly forbids it
+    const violations = await page.evaluate(async () => {
+      const r = await window.axe.run(document, { iframes: false, runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] } });
+      return r.violations
+        .filter((v) => v.impact === "serious" || v.impact === "critical")
+        .map((v) => `${v.id} (${v.impact}): ${v.help} at ${v.nodes.slice(0, 3).map((n) => n.target.join(" ")).join(", ")}`);
+    });
+    assert.deepEqual(violations, [], `accessibility violations on ${what}`);
+  };
 
   // appear waits for loc, failing at once with the console's alert (the
   // API's message) if one shows up first.
@@ -146,6 +164,7 @@ test("web console in a real browser against lizard serve", { skip: !strict && wh
         await fn();
       } catch (e) {
         broken = name;
+        if (failed.length) console.error(`requests that failed below HTTP:\n${failed.join("\n")}`);
         await shot(`failed-${name.replace(/\W+/g, "-").slice(0, 40)}`).catch(() => {});
         throw e;
       }
@@ -167,6 +186,7 @@ test("web console in a real browser against lizard serve", { skip: !strict && wh
     await page.goto(lz.url + "/");
     await page.getByRole("heading", { name: "Sign in" }).waitFor();
     await shot("signin");
+    await a11y("the sign-in page");
     await page.getByLabel("API key").fill("lz_wrong_key");
     await page.getByRole("button", { name: "Sign in" }).click();
     await page.getByText(/HTTP 401 unauthenticated/).waitFor();
@@ -302,6 +322,7 @@ display(SVG('<svg xmlns="http://www.w3.org/2000/svg" width="60" height="20" onlo
     await page.waitForTimeout(500);
     assert.deepEqual(requests.slice(before).filter((r) => !r.main && /\/v1\//.test(r.url)), []);
     await shot("playground");
+    await a11y("a sandbox's page with results of every kind");
   });
 
   await step("command runner streams output and the exit code", async () => {
@@ -358,6 +379,7 @@ display(SVG('<svg xmlns="http://www.w3.org/2000/svg" width="60" height="20" onlo
     const row = page.locator("#snapshot-table tbody tr[data-id]").first();
     await row.waitFor();
     await shot("snapshots");
+    await a11y("the snapshots page");
     const snapId = await row.getAttribute("data-id");
     await row.getByRole("button", { name: `Restore ${snapId}` }).click();
     await page.locator("dialog").getByRole("button", { name: "Restore" }).click();
@@ -383,6 +405,7 @@ display(SVG('<svg xmlns="http://www.w3.org/2000/svg" width="60" height="20" onlo
     await page.getByRole("button", { name: "Apply filters" }).click();
     await page.waitForFunction(() => document.querySelectorAll("#sandbox-table tbody tr[data-id]").length === 1);
     await shot("sandboxes");
+    await a11y("the sandboxes page");
     await page.getByRole("button", { name: `Fork ${sandboxId}` }).click();
     await page.locator("dialog").getByRole("button", { name: "Fork" }).click();
     await appear(page.getByText(/^Forked /));
@@ -393,6 +416,14 @@ display(SVG('<svg xmlns="http://www.w3.org/2000/svg" width="60" height="20" onlo
     await page.getByRole("button", { name: `Kill ${sandboxId}` }).click();
     await page.locator("dialog").getByRole("button", { name: "Kill" }).click();
     await page.locator(`#sandbox-table tr[data-id="${sandboxId}"]`).waitFor({ state: "detached" });
+  });
+
+  await step("keyboard: the skip link moves focus to the content without changing the page", async () => {
+    const hash = await page.evaluate(() => location.hash);
+    await page.locator(".skip").focus();
+    await page.keyboard.press("Enter");
+    assert.equal(await page.evaluate(() => document.activeElement?.id), "main");
+    assert.equal(await page.evaluate(() => location.hash), hash);
   });
 
   await step("the key only ever travelled in the Authorization header; sign out forgets it", async () => {

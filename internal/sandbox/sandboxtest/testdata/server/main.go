@@ -9,7 +9,10 @@
 //	GET  /file?path=P   returns the contents of P
 //	POST /alloc?mb=N    allocates and touches N MiB more, kept until exit
 //	POST /spawn?n=N     starts N child processes that sleep; returns how many started
+//	POST /child-alloc?mb=N  runs a child process that allocates and touches N MiB;
+//	                    returns how it ended ("exited 0", "signal: killed", ...)
 //	GET  /addrs         returns the sandbox's interface addresses
+//	GET  /statfs?path=P returns the size of P's filesystem in bytes
 package main
 
 import (
@@ -23,12 +26,26 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "sleep" {
 		time.Sleep(time.Hour)
+		return
+	}
+	if len(os.Args) > 2 && os.Args[1] == "alloc" {
+		mb, _ := strconv.Atoi(os.Args[2])
+		var hoard [][]byte
+		for range mb {
+			b := make([]byte, 1<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			hoard = append(hoard, b)
+		}
+		fmt.Println(len(hoard))
 		return
 	}
 	listen := flag.String("listen", ":49983", "address to listen on")
@@ -109,6 +126,27 @@ func main() {
 		if lastErr != nil {
 			log.Printf("spawn: %v", lastErr)
 		}
+	})
+	http.HandleFunc("POST /child-alloc", func(w http.ResponseWriter, r *http.Request) {
+		mb := r.URL.Query().Get("mb")
+		if _, err := strconv.Atoi(mb); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		err := exec.Command("/proc/self/exe", "alloc", mb).Run()
+		if err == nil {
+			fmt.Fprint(w, "exited 0")
+			return
+		}
+		fmt.Fprint(w, err.Error())
+	})
+	http.HandleFunc("GET /statfs", func(w http.ResponseWriter, r *http.Request) {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(r.URL.Query().Get("path"), &st); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprint(w, st.Blocks*uint64(st.Bsize))
 	})
 	http.HandleFunc("GET /addrs", func(w http.ResponseWriter, r *http.Request) {
 		addrs, err := net.InterfaceAddrs()
