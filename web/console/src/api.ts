@@ -35,6 +35,12 @@ export interface Sandbox {
   createdAt: string;
   expiresAt?: string;
   endedAt?: string;
+  /** The resources it runs with; absent when the server sets no bound. */
+  memoryMb?: number;
+  cpus?: number;
+  diskMb?: number;
+  /** The sandbox whose lizardToken created this one. */
+  parentSandboxId?: string;
 }
 
 export interface Snapshot {

@@ -5,7 +5,7 @@ import { api, ApiError, stream, type Context, type EntryInfo, type ExecuteEvent,
 import { actionButtons } from "./actions";
 import { ago, bytes, field, h, replace, uid } from "./dom";
 import * as render from "./render";
-import { stateBadge, timeLeft } from "./sandboxes";
+import { resources, stateBadge, timeLeft } from "./sandboxes";
 import { act, say, showError } from "./ui";
 
 const REFRESH_MS = 3000;
@@ -42,6 +42,8 @@ export function sandboxPage(main: HTMLElement, id: string): () => void {
       h("dt", {}, "Template"), h("dd", {}, sb.template),
       h("dt", {}, "Age"), h("dd", {}, ago(sb.createdAt, now)),
       h("dt", {}, "Time left"), h("dd", {}, timeLeft(sb, now)),
+      h("dt", {}, "Resources"), h("dd", {}, resources(sb)),
+      ...(sb.parentSandboxId ? [h("dt", {}, "Made by"), h("dd", {}, h("a", { href: `#/sandboxes/${encodeURIComponent(sb.parentSandboxId)}` }, sb.parentSandboxId))] : []),
       h("dt", {}, "Metadata"), h("dd", {}, Object.entries(sb.metadata).map(([k, v]) => `${k}=${v}`).join(", ") || "none"),
     );
     // Keep the buttons (and keyboard focus on them) unless the state moved.

@@ -17,6 +17,15 @@ export function timeLeft(sb: Sandbox, now = Date.now()): string {
   return duration(new Date(sb.expiresAt).getTime() - now);
 }
 
+/** resources says what a sandbox runs with: memory, CPUs, disk. */
+export function resources(sb: Sandbox): string {
+  const parts: string[] = [];
+  if (sb.memoryMb) parts.push(`${sb.memoryMb} MiB`);
+  if (sb.cpus) parts.push(`${sb.cpus} CPU`);
+  if (sb.diskMb) parts.push(`${sb.diskMb} MiB disk`);
+  return parts.join(", ") || "defaults";
+}
+
 function metadataText(m: Record<string, string>): string {
   return Object.entries(m).map(([k, v]) => `${k}=${v}`).join(", ");
 }
@@ -42,7 +51,7 @@ export function sandboxesPage(main: HTMLElement): () => void {
     "table",
     { class: "list", id: "sandbox-table" },
     caption,
-    h("thead", {}, h("tr", {}, ["Sandbox", "State", "Template", "Age", "Time left", "Timeout", "Metadata", "Actions"].map((c) => h("th", { scope: "col" }, c)))),
+    h("thead", {}, h("tr", {}, ["Sandbox", "State", "Template", "Age", "Time left", "Timeout", "Resources", "Metadata", "Actions"].map((c) => h("th", { scope: "col" }, c)))),
     tbody,
   );
   const updated = h("p", { class: "muted small", "aria-live": "off" });
@@ -89,7 +98,7 @@ export function sandboxesPage(main: HTMLElement): () => void {
     rowsKey = key;
     caption.textContent = `Sandboxes (${sbs.length})`;
     if (!sbs.length) {
-      replace(tbody, h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No sandboxes match. Create one above.")));
+      replace(tbody, h("tr", {}, h("td", { colspan: 9, class: "muted" }, "No sandboxes match. Create one above.")));
       return;
     }
     replace(
@@ -104,6 +113,7 @@ export function sandboxesPage(main: HTMLElement): () => void {
           h("td", {}, ago(sb.createdAt, now)),
           h("td", {}, timeLeft(sb, now)),
           h("td", {}, sb.timeoutMs ? duration(sb.timeoutMs) : "none"),
+          h("td", {}, resources(sb)),
           h("td", { class: "meta" }, metadataText(sb.metadata)),
           h("td", {}, actionButtons(sb, () => void refresh())),
         ),

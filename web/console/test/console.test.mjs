@@ -208,6 +208,8 @@ test("web console in a real browser against lizard serve", { skip: !strict && wh
     sandboxId = (await page.getByRole("heading", { name: /^Sandbox \S+$/ }).textContent()).replace("Sandbox ", "");
     await page.locator("#sb-state").getByText("running").waitFor({ timeout: 120_000 });
     await page.getByText("suite=console").waitFor();
+    // Its resources: the server's defaults (1024 MiB, 1 CPU, 2048 MiB disk).
+    await page.getByText(/1024 MiB, 1 CPU, 2048 MiB disk/).waitFor();
   });
 
   const cell = (n) => page.locator("section.cell").nth(n);
