@@ -108,6 +108,11 @@ func (c *Control) createFromSnapshot(ctx context.Context, projectID, parent stri
 	}
 	c.snapMu.RLock() // DeleteSnapshot waits for the restore
 	defer c.snapMu.RUnlock()
+	// Deleted before we held the lock? Then it is not found, as if the
+	// delete had come first (it did).
+	if sn, err = c.lookupSnapshot(ctx, projectID, req.SnapshotID); err != nil {
+		return api.Sandbox{}, err
+	}
 	p.Image, p.ParentID = sn.ImageDir, parent
 	sb, err := c.node.Create(ctx, p)
 	if err != nil {

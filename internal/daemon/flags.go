@@ -39,7 +39,7 @@ type policyFlags struct {
 
 func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.Egress, "egress", "internet", "network egress of sandboxes: internet (public addresses only, never the host, other sandboxes, private or metadata addresses) or none")
-	fs.StringVar(&p.EgressAllow, "egress-allow", "", "comma-separated prefixes narrowing --egress=internet to these destinations (tests keep traffic on the machine with it)")
+	fs.StringVar(&p.EgressAllow, "egress-allow", "", "comma-separated prefixes narrowing --egress=internet to these destinations; a prefix inside a documentation or benchmarking range (203.0.113.0/24, 198.18.0.0/15, ...) opens it, which tests use to keep traffic on the machine")
 	fs.Int64Var(&p.MemoryMb, "memory-mb", 1024, "memory of a sandbox, MiB")
 	fs.Int64Var(&p.MaxMemoryMb, "max-memory-mb", 4096, "most memory a create may ask for (memoryMb), MiB")
 	fs.Float64Var(&p.CPUs, "cpus", 1, "CPU time of a sandbox, in cores")
