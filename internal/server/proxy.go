@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strings"
+	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
@@ -95,6 +96,22 @@ func stopCause(ctx context.Context) error {
 	return nil
 }
 
+// stopWait bounds how long a stream whose agent connection broke waits
+// to learn whether its sandbox has died.
+const stopWait = 2 * time.Second
+
+// waitStopCause waits up to d for ctx to end, and returns why if its
+// sandbox stopped.
+func waitStopCause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return stopCause(ctx)
+}
+
 // abortingBody ends an NDJSON stream cut by its sandbox's end with one
 // more line, {"type":"abort","abort":{"code":...,"message":...}}, instead
 // of a broken connection.
@@ -118,6 +135,14 @@ func (b *abortingBody) Read(p []byte) (int, error) {
 		return n, err
 	}
 	cause := stopCause(b.ctx)
+	if cause == nil {
+		// The agent's connection broke before the sandbox's end was
+		// noticed (its agent or runtime killed: the node looks at the
+		// sandboxes of calls in flight every 250 ms). Wait a moment for
+		// it, so that the stream of a sandbox that died ends with its
+		// abort event rather than cut.
+		cause = waitStopCause(b.ctx, stopWait)
+	}
 	if cause == nil {
 		return n, err
 	}

@@ -46,10 +46,13 @@ type fakeAgent struct {
 	cancelled chan struct{}
 	// started receives when a /files/mkdir request arrives.
 	started chan struct{}
+	// die makes /execute drop its connection mid-stream, as an agent
+	// that was killed does.
+	die chan struct{}
 }
 
 func newFakeAgent(t *testing.T) *fakeAgent {
-	a := &fakeAgent{release: make(chan struct{}), cancelled: make(chan struct{}, 1), started: make(chan struct{}, 1)}
+	a := &fakeAgent{release: make(chan struct{}), cancelled: make(chan struct{}, 1), started: make(chan struct{}, 1), die: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"status":"ok"}`)
@@ -61,6 +64,11 @@ func newFakeAgent(t *testing.T) *fakeAgent {
 		http.NewResponseController(w).Flush()
 		select {
 		case <-a.release:
+		case <-a.die:
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
 		case <-r.Context().Done():
 			return
 		}
