@@ -219,7 +219,7 @@ func TestOCISpec(t *testing.T) {
 			name:       "defaults",
 			layout:     currentLayout,
 			edit:       func(*sandbox.Spec) {},
-			wantMemory: 1<<30 + guardHeadroom, wantPids: 1024,
+			wantMemory: 1 << 30, wantPids: 1024,
 			wantPath: defaultPath,
 			// /tmp is a bind that runsc covers with a disk-backed layer.
 			wantMounts: map[string]string{"/proc": "proc", "/dev": "tmpfs", "/dev/pts": "devpts", "/sys": "sysfs", "/dev/shm": "tmpfs", "/tmp": "bind"},
@@ -229,7 +229,7 @@ func TestOCISpec(t *testing.T) {
 			name:       "first layout, for images without a record",
 			layout:     layoutTmpfs,
 			edit:       func(*sandbox.Spec) {},
-			wantMemory: 1<<30 + guardHeadroom, wantPids: 1024,
+			wantMemory: 1 << 30, wantPids: 1024,
 			wantPath:   defaultPath,
 			wantMounts: map[string]string{"/proc": "proc", "/dev": "tmpfs", "/dev/pts": "devpts", "/sys": "sysfs", "/tmp": "tmpfs", "/dev/shm": "tmpfs"},
 			wantBinds:  map[string][]string{"/dev/shm": {"nosuid", "noexec", "nodev", "mode=1777"}},
@@ -238,7 +238,7 @@ func TestOCISpec(t *testing.T) {
 			name:       "the pids cgroup leaves room for the guest's own process limit",
 			layout:     currentLayout,
 			edit:       func(s *sandbox.Spec) { s.Limits.Processes = 512 },
-			wantMemory: 1<<30 + guardHeadroom, wantPids: 512*hostTasksPerProcess + hostTasksReserve,
+			wantMemory: 1 << 30, wantPids: 512*hostTasksPerProcess + hostTasksReserve,
 			wantPath: defaultPath,
 		},
 		{
@@ -249,7 +249,7 @@ func TestOCISpec(t *testing.T) {
 				s.Env = append(s.Env, "PATH=/bin")
 				s.Mounts = []sandbox.Mount{{Source: "/srv/a", Target: "/mnt/a", ReadOnly: true}, {Source: "/srv/b", Target: "/mnt/b"}}
 			},
-			wantMemory: 512<<20 + guardHeadroom, wantPids: 64, wantQuota: 150_000,
+			wantMemory: 512 << 20, wantPids: 64, wantQuota: 150_000,
 			wantPath:   "PATH=/bin",
 			wantMounts: map[string]string{"/mnt/a": "bind", "/mnt/b": "bind"},
 			wantBinds:  map[string][]string{"/mnt/a": {"rbind", "ro"}, "/mnt/b": {"rbind", "rw"}},

@@ -30,8 +30,10 @@ import (
 // pick the Sentry (or a systrap stub, which makes the Sentry kill itself)
 // and the whole sandbox would be lost.
 //
-// So the cgroup's limit is the sandbox's limit plus guardHeadroom, and the
-// guard watches the cgroup (cgroup v1 events on an eventfd): when the
+// So the guard raises the cgroup's limit to the sandbox's plus
+// guardHeadroom (once the sandbox runs: runsc tells the guest its total
+// memory from the cgroup's limit at start, which stays the sandbox's
+// own), and watches the cgroup (cgroup v1 events on an eventfd): when the
 // sandbox's unreclaimable memory (rss and shmem, which holds the Sentry's
 // memory file; not the page cache of its disk, which the host reclaims)
 // passes the sandbox's own limit, it freezes the guest (freeze: the host
@@ -146,7 +148,11 @@ func newGuard(r *Runtime, id string, limit int64, sentry int) (g *guard, err err
 			return nil, fmt.Errorf("registering for %s events: %w", ev.file, err)
 		}
 	}
+	if err := g.setLimit(limit + guardHeadroom); err != nil {
+		return nil, fmt.Errorf("giving the cgroup headroom: %w", err)
+	}
 	if err := os.WriteFile(filepath.Join(cg, "memory.oom_control"), []byte("1"), 0); err != nil {
+		g.setLimit(limit)
 		return nil, fmt.Errorf("turning the host's OOM killer off: %w", err)
 	}
 	return g, nil
@@ -239,7 +245,9 @@ func (g *guard) restore() {
 	if _, err := os.Stat(g.cgroup); err != nil {
 		return
 	}
-	g.setLimit(g.limit + guardHeadroom) // may fail while over it; the OOM killer then acts
+	// May fail while over it: the cgroup keeps the headroom, the host's
+	// OOM killer acts at its end.
+	g.setLimit(g.limit)
 	_ = os.WriteFile(filepath.Join(g.cgroup, "memory.oom_control"), []byte("0"), 0)
 }
 
