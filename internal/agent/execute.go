@@ -72,6 +72,7 @@ func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s := newSink(w, a.cfg.MaxOutputBytes, executeText)
+		defer s.close()
 		a.executePython(ctx, k, pykernel.Request{Code: req.Code, Timeout: timeout, Envs: req.Envs}, s)
 	default:
 		if err := acquire(ctx, c.turn); err != nil {
@@ -79,6 +80,7 @@ func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
 		}
 		defer func() { <-c.turn }()
 		s := newSink(w, a.cfg.MaxOutputBytes, executeText)
+		defer s.close()
 		a.executeProcess(ctx, c, req, timeout, s)
 	}
 }

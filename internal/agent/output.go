@@ -6,17 +6,30 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
+
+	"github.com/lizard-build/lizard/api"
 )
 
 // maxChunk bounds the text of one stdout/stderr event, so a huge single line
 // never becomes one huge JSON line.
 const maxChunk = 64 << 10
 
+// flushDelay is how long an event may wait in the response buffer for the
+// next one. Events often come in bursts (a result and the end a few
+// microseconds later, a flood of output); each flush is a packet through
+// gVisor's network stack, the server's proxy and the client, so a burst
+// goes out as one, while a lone event is on the wire within this delay.
+const flushDelay = time.Millisecond
+
 // sink writes one NDJSON stream response. Output text (stdout, stderr) is
 // bounded: past the limit it is dropped and counted, and one stderr marker
-// says how much went missing before the next other event. Everything is
-// flushed as it is written so clients see output while code runs.
+// says how much went missing before the next other event. Events are
+// flushed within flushDelay of being written, so clients see output while
+// code runs. The end event is not flushed here: the handler returns right
+// after it (calling close), and net/http then writes it together with the
+// end of the chunked body, one packet instead of two.
 type sink struct {
 	// text makes the wire event for a piece of output.
 	text  func(kind, text string) any
@@ -26,7 +39,11 @@ type sink struct {
 	w         http.ResponseWriter
 	rc        *http.ResponseController
 	enc       *json.Encoder
-	failed    bool  // the client went away; stop writing
+	failed    bool        // the client went away; stop writing
+	closed    bool        // the handler returned: the response is not ours any more
+	timer     *time.Timer // flushes what waits in the buffer
+	unflushed bool
+	ended     bool  // the end event is written; the handler's return sends it
 	sent      int64 // output bytes forwarded
 	truncated bool
 	dropped   int64 // output bytes dropped since the last marker
@@ -40,7 +57,37 @@ func newSink(w http.ResponseWriter, limit int64, text func(kind, text string) an
 	s := &sink{text: text, limit: limit, w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
 	s.enc.SetEscapeHTML(false)
 	_ = s.rc.Flush()
+	s.timer = time.AfterFunc(time.Hour, s.flushLater)
+	s.timer.Stop()
 	return s
+}
+
+func (s *sink) flushLater() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushLocked()
+}
+
+func (s *sink) flushLocked() {
+	if !s.unflushed || s.failed || s.closed {
+		return
+	}
+	s.unflushed = false
+	if err := s.rc.Flush(); err != nil {
+		s.failed = true
+	}
+}
+
+// close flushes what is left, unless the end event is among it (see sink);
+// the sink writes nothing after it.
+func (s *sink) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.timer.Stop()
+	if !s.ended {
+		s.flushLocked()
+	}
+	s.closed = true
 }
 
 // output forwards p as kind ("stdout", "stderr") events within the bound.
@@ -65,7 +112,7 @@ func (s *sink) output(kind string, p []byte) {
 				n = maxChunk
 			}
 		}
-		s.write(s.text(kind, string(p[:n])))
+		s.write(s.text(kind, string(p[:n])), false)
 		s.sent += int64(n)
 		p = p[n:]
 	}
@@ -77,7 +124,18 @@ func (s *sink) event(v any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.markerLocked()
-	s.write(v)
+	s.write(v, isEnd(v))
+}
+
+// isEnd reports whether v is the last event of a stream.
+func isEnd(v any) bool {
+	switch e := v.(type) {
+	case api.ExecuteEvent:
+		return e.Type == api.EventEnd
+	case api.ProcessEvent:
+		return e.Type == "end"
+	}
+	return false
 }
 
 func (s *sink) markerLocked() {
@@ -86,19 +144,25 @@ func (s *sink) markerLocked() {
 	}
 	msg := fmt.Sprintf("[lizard: output truncated after %s; %d bytes dropped]\n", sizeString(s.limit), s.dropped)
 	s.dropped = 0
-	s.write(s.text("stderr", msg))
+	s.write(s.text("stderr", msg), false)
 }
 
-func (s *sink) write(v any) {
-	if s.failed {
+func (s *sink) write(v any, end bool) {
+	if s.failed || s.closed {
 		return
 	}
 	if err := s.enc.Encode(v); err != nil {
 		s.failed = true
 		return
 	}
-	if err := s.rc.Flush(); err != nil {
-		s.failed = true
+	if end {
+		s.timer.Stop()
+		s.ended = true
+		return
+	}
+	if !s.unflushed {
+		s.unflushed = true
+		s.timer.Reset(flushDelay)
 	}
 }
 

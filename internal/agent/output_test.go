@@ -11,7 +11,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/lizard-build/lizard/api"
@@ -174,4 +176,66 @@ func rss(t *testing.T, field string) int64 {
 	}
 	t.Fatalf("no %s in /proc/self/status", field)
 	return 0
+}
+
+// flushCounter is a ResponseWriter that counts flushes.
+type flushCounter struct {
+	*httptest.ResponseRecorder
+	mu      sync.Mutex
+	flushes int
+}
+
+func (f *flushCounter) Flush() {
+	f.mu.Lock()
+	f.flushes++
+	f.mu.Unlock()
+}
+
+func (f *flushCounter) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.flushes
+}
+
+func TestSinkFlushes(t *testing.T) {
+	t.Run("a burst goes out with the end of the body", func(t *testing.T) {
+		w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+		s := newSink(w, 0, executeText)
+		s.event(api.ExecuteEvent{Type: api.EventResult, Result: &api.Result{Type: "result", Mime: "text/plain", Data: "2"}})
+		s.event(api.ExecuteEvent{Type: api.EventEnd, ExecutionCount: 1})
+		s.close()
+		// The headers; result and end go with the end of the body, which
+		// net/http writes when the handler returns.
+		if got := w.count(); got != 1 {
+			t.Errorf("flushes = %d, want 1", got)
+		}
+		if n := strings.Count(w.Body.String(), "\n"); n != 2 {
+			t.Errorf("body has %d lines, want 2: %q", n, w.Body.String())
+		}
+	})
+	t.Run("a lone event is flushed soon without an end", func(t *testing.T) {
+		w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+		s := newSink(w, 0, executeText)
+		defer s.close()
+		s.output("stdout", []byte("working\n"))
+		deadline := time.Now().Add(5 * time.Second)
+		for w.count() < 2 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if got := w.count(); got != 2 {
+			t.Errorf("flushes = %d after waiting, want 2 (the headers, then the output)", got)
+		}
+	})
+	t.Run("nothing is written after close", func(t *testing.T) {
+		w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+		s := newSink(w, 0, executeText)
+		s.output("stdout", []byte("a"))
+		s.close()
+		n := w.count()
+		s.output("stdout", []byte("b"))
+		time.Sleep(3 * flushDelay)
+		if strings.Contains(w.Body.String(), `"b"`) || w.count() != n {
+			t.Errorf("the sink wrote after close: %q, %d flushes (was %d)", w.Body.String(), w.count(), n)
+		}
+	})
 }

@@ -56,6 +56,7 @@ func (a *Agent) process(w http.ResponseWriter, r *http.Request) {
 		spec.stdin = strings.NewReader(req.Stdin)
 	}
 	s := newSink(w, a.cfg.MaxOutputBytes, processText)
+	defer s.close()
 	end := func(code int, msg string) {
 		s.event(api.ProcessEvent{Type: "end", ExitCode: &code, Error: msg})
 	}

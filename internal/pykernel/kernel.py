@@ -104,7 +104,9 @@ class Channel:
     def send(self, msg, now=False, nudge=True):
         if self.forked:
             return  # displays from a forked child have no call to go to
-        payload = json.dumps(msg, default=_json_default, ensure_ascii=False).encode("utf-8", "surrogateescape")
+        # ASCII JSON: a lone surrogate in a string becomes an escape the
+        # agent decodes as U+FFFD instead of an error in the code's display().
+        payload = json.dumps(msg, default=_json_default).encode("ascii")
         with self.lock:
             was_empty = not self.buf
             self.kind = None
@@ -267,7 +269,7 @@ class OutStream:
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
         if s:
-            chan.text(self.kind, s.encode("utf-8", "surrogateescape"))
+            chan.text(self.kind, s.encode("utf-8", "replace"))  # lone surrogates: "?"
         return len(s)
 
     def writelines(self, lines):

@@ -148,6 +148,7 @@ class JPEG:
 		}},
 		{name: "error", code: "print('before')\n1/0", wantStdout: "before\n", wantError: "ZeroDivisionError"},
 		{name: "ordered stream", code: "for i in range(3): print(i)", wantStdout: "0\n1\n2\n"},
+		{name: "lone surrogates do not break output", code: "print('a\\ud800b')\n'\\udc80'", wantStdout: "a?b\n", wantResults: []api.Result{{Type: "result", Mime: "text/plain", Data: "'\\udc80'"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -251,10 +251,14 @@ func (r *Runtime) removeOrphans() {
 		log := r.log.With("sandbox_id", id, "owner", owner)
 		log.Warn("removing the leftovers of a sandbox whose runtime directory is gone")
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		// Frozen processes (memguard.go) could not even die.
+		if err := thawGuest(id); err != nil {
+			log.Warn("thawing leftover processes", "err", err)
+		}
 		if err := r.waitGone(ctx, id, procsWithBundle(dir)); err != nil {
 			log.Error("ending leftover processes", "err", err)
 		}
-		errs := []error{removeCgroups(ctx, cgroupPath(id)), netns.Remove(id)}
+		errs := []error{removeCgroups(ctx, id), netns.Remove(id)}
 		cancel()
 		if err := errors.Join(errs...); err != nil {
 			log.Error("removing leftovers; kept the owner record to retry at the next start", "err", err)
@@ -796,6 +800,10 @@ func (r *Runtime) remove(ctx context.Context, id string) error {
 	defer cancel()
 	var errs []error
 	r.unwatch(id)
+	// A frozen guest (memguard.go) would hold runsc delete up forever.
+	if err := thawGuest(id); err != nil {
+		r.log.Warn("thawing the sandbox's processes before removing it", "sandbox_id", id, "err", err)
+	}
 
 	// Find the processes before runsc forgets them. The bundle directory is
 	// on the command line of the sandbox, its gofer and systrap stubs.
@@ -813,7 +821,7 @@ func (r *Runtime) remove(ctx context.Context, id string) error {
 	if err := r.waitGone(ctx, id, pids); err != nil {
 		errs = append(errs, err)
 	}
-	if err := removeCgroups(ctx, cgroupPath(id)); err != nil {
+	if err := removeCgroups(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
 	if err := netns.Remove(id); err != nil {
@@ -940,14 +948,20 @@ func procsWithBundle(bundle string) []int {
 
 const cgroupRoot = "/sys/fs/cgroup"
 
-// removeCgroups removes the cgroup path under every controller. runsc
+// removeCgroups removes sandbox id's cgroup under every controller. runsc
 // normally does this on delete; this catches sandboxes it never finished
 // making or deleting. A cgroup still holding exiting processes cannot be
 // removed yet, hence the retries.
-func removeCgroups(ctx context.Context, path string) error {
+func removeCgroups(ctx context.Context, id string) error {
+	path := cgroupPath(id)
 	dirs, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", path))
 	if d := filepath.Join(cgroupRoot, path); isDir(d) { // cgroup v2 (unified)
 		dirs = append(dirs, d)
+	}
+	// A guard's freezer cgroup (memguard.go) may be left below, if its
+	// server died while the guest was frozen; the sandbox is dead now.
+	if _, child := freezerDirs(id); isDir(child) {
+		dirs = append([]string{child}, dirs...)
 	}
 	var errs []error
 	for _, d := range dirs {

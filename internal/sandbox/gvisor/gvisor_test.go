@@ -219,7 +219,7 @@ func TestOCISpec(t *testing.T) {
 			name:       "defaults",
 			layout:     currentLayout,
 			edit:       func(*sandbox.Spec) {},
-			wantMemory: 1<<30 + guardHeadroom, wantPids: 1024,
+			wantMemory: 1 << 30, wantPids: 1024,
 			wantPath: defaultPath,
 			// /tmp is a bind that runsc covers with a disk-backed layer.
 			wantMounts: map[string]string{"/proc": "proc", "/dev": "tmpfs", "/dev/pts": "devpts", "/sys": "sysfs", "/dev/shm": "tmpfs", "/tmp": "bind"},
@@ -229,7 +229,7 @@ func TestOCISpec(t *testing.T) {
 			name:       "first layout, for images without a record",
 			layout:     layoutTmpfs,
 			edit:       func(*sandbox.Spec) {},
-			wantMemory: 1<<30 + guardHeadroom, wantPids: 1024,
+			wantMemory: 1 << 30, wantPids: 1024,
 			wantPath:   defaultPath,
 			wantMounts: map[string]string{"/proc": "proc", "/dev": "tmpfs", "/dev/pts": "devpts", "/sys": "sysfs", "/tmp": "tmpfs", "/dev/shm": "tmpfs"},
 			wantBinds:  map[string][]string{"/dev/shm": {"nosuid", "noexec", "nodev", "mode=1777"}},
@@ -238,7 +238,7 @@ func TestOCISpec(t *testing.T) {
 			name:       "the pids cgroup leaves room for the guest's own process limit",
 			layout:     currentLayout,
 			edit:       func(s *sandbox.Spec) { s.Limits.Processes = 512 },
-			wantMemory: 1<<30 + guardHeadroom, wantPids: 512*hostTasksPerProcess + hostTasksReserve,
+			wantMemory: 1 << 30, wantPids: 512*hostTasksPerProcess + hostTasksReserve,
 			wantPath: defaultPath,
 		},
 		{
@@ -249,7 +249,7 @@ func TestOCISpec(t *testing.T) {
 				s.Env = append(s.Env, "PATH=/bin")
 				s.Files = []sandbox.File{{Source: "/srv/a", Target: "/mnt/a"}, {Source: "/srv/b", Target: "/mnt/b"}}
 			},
-			wantMemory: 512<<20 + guardHeadroom, wantPids: 64, wantQuota: 150_000,
+			wantMemory: 512 << 20, wantPids: 64, wantQuota: 150_000,
 			wantPath:   "PATH=/bin",
 			wantMounts: map[string]string{"/mnt/a": "bind", "/mnt/b": "bind"},
 			wantBinds:  map[string][]string{"/mnt/a": {"rbind", "ro"}, "/mnt/b": {"rbind", "ro"}},
@@ -445,5 +445,70 @@ func TestOrphansRemoved(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(OwnersDir, kept.ID)); err != nil {
 		t.Errorf("owner record of a live sandbox: %v", err)
+	}
+}
+
+// TestFrozenLeftover checks a guard that died with the guest frozen (its
+// server killed while it ended a runaway): the guard of the next Runtime
+// thaws the guest, and Kill removes the freezer cgroup left below the
+// sandbox's.
+func TestFrozenLeftover(t *testing.T) {
+	r := newTestRuntime(t)
+	ctx := context.Background()
+	spec := sandboxtest.Spec(sandboxtest.BuildRootFS(t))
+	spec.Limits.MemoryBytes = 256 << 20
+	t.Cleanup(func() { r.Kill(ctx, spec.ID) })
+	if err := r.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := sandboxtest.WaitReady(spec.Network, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	g := r.guards[spec.ID]
+	r.mu.Unlock()
+	if g == nil {
+		t.Fatal("the sandbox has no memory guard")
+	}
+	if _, err := g.freeze(); err != nil {
+		t.Fatalf("freeze: %v", err)
+	}
+	_, frozen := freezerDirs(spec.ID)
+	if !isDir(frozen) {
+		t.Fatalf("no freezer cgroup %s after freeze", frozen)
+	}
+	r.unwatch(spec.ID) // the guard dies; the guest stays frozen
+
+	r2, err := New(Config{Runsc: r.runsc, Dir: r.root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := r2.State(ctx, spec.ID); st != sandbox.Running {
+		t.Fatalf("State from a new Runtime = %q, %v; want running", st, err)
+	}
+	if isDir(frozen) {
+		t.Errorf("the new Runtime's guard left the guest frozen in %s", frozen)
+	}
+	if _, err := sandboxtest.Do(spec.Network, "GET", "/count", nil); err != nil {
+		t.Errorf("the sandbox does not answer after the thaw: %v", err)
+	}
+
+	// Frozen again, and killed so.
+	r2.mu.Lock()
+	g2 := r2.guards[spec.ID]
+	r2.mu.Unlock()
+	if g2 == nil {
+		t.Fatal("the new Runtime does not guard the sandbox")
+	}
+	if _, err := g2.freeze(); err != nil {
+		t.Fatalf("freeze: %v", err)
+	}
+	pids := sandboxtest.Procs(spec.ID)
+	if err := r2.Kill(ctx, spec.ID); err != nil {
+		t.Fatalf("Kill of a frozen sandbox: %v", err)
+	}
+	sandboxtest.AssertGone(t, r2, spec.ID, pids)
+	if m, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", "lizard", spec.ID)); len(m) > 0 {
+		t.Errorf("cgroups left: %v", m)
 	}
 }

@@ -30,8 +30,10 @@ import (
 // pick the Sentry (or a systrap stub, which makes the Sentry kill itself)
 // and the whole sandbox would be lost.
 //
-// So the cgroup's limit is the sandbox's limit plus guardHeadroom, and the
-// guard watches the cgroup (cgroup v1 events on an eventfd): when the
+// So the guard raises the cgroup's limit to the sandbox's plus
+// guardHeadroom (once the sandbox runs: runsc tells the guest its total
+// memory from the cgroup's limit at start, which stays the sandbox's
+// own), and watches the cgroup (cgroup v1 events on an eventfd): when the
 // sandbox's unreclaimable memory (rss and shmem, which holds the Sentry's
 // memory file; not the page cache of its disk, which the host reclaims)
 // passes the sandbox's own limit, it freezes the guest (freeze: the host
@@ -117,6 +119,10 @@ func newGuard(r *Runtime, id string, limit int64, sentry int) (g *guard, err err
 	if _, err := os.Stat(filepath.Join(cg, "memory.oom_control")); err != nil {
 		return nil, err
 	}
+	// A guard whose server died while the guest was frozen left it so.
+	if err := thawGuest(id); err != nil {
+		r.log.Warn("thawing a sandbox left frozen by an earlier guard", "sandbox_id", id, "err", err)
+	}
 	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return nil, fmt.Errorf("eventfd: %w", err)
@@ -146,7 +152,11 @@ func newGuard(r *Runtime, id string, limit int64, sentry int) (g *guard, err err
 			return nil, fmt.Errorf("registering for %s events: %w", ev.file, err)
 		}
 	}
+	if err := g.setLimit(limit + guardHeadroom); err != nil {
+		return nil, fmt.Errorf("giving the cgroup headroom: %w", err)
+	}
 	if err := os.WriteFile(filepath.Join(cg, "memory.oom_control"), []byte("1"), 0); err != nil {
+		g.setLimit(limit)
 		return nil, fmt.Errorf("turning the host's OOM killer off: %w", err)
 	}
 	return g, nil
@@ -239,7 +249,9 @@ func (g *guard) restore() {
 	if _, err := os.Stat(g.cgroup); err != nil {
 		return
 	}
-	g.setLimit(g.limit + guardHeadroom) // may fail while over it; the OOM killer then acts
+	// May fail while over it: the cgroup keeps the headroom, the host's
+	// OOM killer acts at its end.
+	g.setLimit(g.limit)
 	_ = os.WriteFile(filepath.Join(g.cgroup, "memory.oom_control"), []byte("0"), 0)
 }
 
@@ -322,22 +334,11 @@ func (g *guard) relieve() error {
 // listing and ending processes, takes tens while a runaway grows by
 // gigabytes a second. The returned thaw undoes it; it may be called once.
 func (g *guard) freeze() (thaw func() error, err error) {
-	parent := filepath.Join(cgroupRoot, "freezer", cgroupPath(g.id))
-	dir := filepath.Join(parent, "guard")
+	parent, dir := freezerDirs(g.id)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
 	}
-	thaw = func() error {
-		err := os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0)
-		if b, rerr := os.ReadFile(filepath.Join(dir, "cgroup.procs")); rerr == nil {
-			for _, pid := range strings.Fields(string(b)) {
-				_ = os.WriteFile(filepath.Join(parent, "cgroup.procs"), []byte(pid), 0)
-			}
-		}
-		// The sandbox's removal removes its cgroups, and cannot with a
-		// child left in one.
-		return errors.Join(err, os.Remove(dir))
-	}
+	thaw = func() error { return thawGuest(g.id) }
 	b, err := os.ReadFile(filepath.Join(parent, "cgroup.procs"))
 	if err != nil {
 		return nil, errors.Join(err, thaw())
@@ -364,6 +365,30 @@ func (g *guard) freeze() (thaw func() error, err error) {
 		}
 	}
 	return thaw, nil
+}
+
+// freezerDirs are sandbox id's freezer cgroup and the one below it where
+// the guard freezes the guest.
+func freezerDirs(id string) (parent, dir string) {
+	parent = filepath.Join(cgroupRoot, "freezer", cgroupPath(id))
+	return parent, filepath.Join(parent, "guard")
+}
+
+// thawGuest undoes freeze, if sandbox id has its freezer cgroup.
+func thawGuest(id string) error {
+	parent, dir := freezerDirs(id)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	err := os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0)
+	if b, rerr := os.ReadFile(filepath.Join(dir, "cgroup.procs")); rerr == nil {
+		for _, pid := range strings.Fields(string(b)) {
+			_ = os.WriteFile(filepath.Join(parent, "cgroup.procs"), []byte(pid), 0)
+		}
+	}
+	// The sandbox's removal removes its cgroups, and cannot with a child
+	// left in one.
+	return errors.Join(err, os.Remove(dir))
 }
 
 // descends reports whether host process pid has ancestor among its

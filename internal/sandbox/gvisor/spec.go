@@ -95,9 +95,6 @@ func ociSpec(spec sandbox.Spec, netnsPath, tmpDir string, lay layout) *specs.Spe
 	if memory <= 0 {
 		memory = DefaultMemoryBytes
 	}
-	// The host's limit leaves the guard (memguard.go) room to end a
-	// runaway process before the host ends the whole sandbox.
-	memory += guardHeadroom
 	pids := spec.Limits.Pids
 	if pids <= 0 {
 		pids = DefaultPids
