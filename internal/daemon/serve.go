@@ -293,10 +293,16 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 			c.DataDir + " --id proj_123 --json`")
 	}
 	err = server.Run(ctx, ln, h, logger)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	if pool != nil {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
 		pool.Drain(dctx)
+	}
+	// Last: a create the stop interrupted is still removing what it made
+	// (its network namespace, veth and rules); exiting now would leave
+	// them behind.
+	if cerr := rt.Close(dctx); cerr != nil {
+		logger.Error("waiting for the runtime to finish removing sandboxes", "err", cerr)
 	}
 	return err
 }

@@ -45,7 +45,7 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 			w.Claimed(p.Template)
 		}
 	}
-	image := w.Image(p.Template)
+	image := w.Image(p.Template, p.Limits)
 	if image == "" {
 		return n.provision(ctx, p, boot)
 	}

@@ -153,8 +153,10 @@ type Config struct {
 // Warm is what the provisioning pipeline asks of template snapshots and
 // the warm pool.
 type Warm interface {
-	// Image returns template's snapshot image, or "" if there is none yet.
-	Image(template string) string
+	// Image returns template's snapshot image for a sandbox of limits, or
+	// "" if there is none yet or it cannot serve them (a checkpoint
+	// restores only under the disk limit it was taken with).
+	Image(template string, limits sandbox.Limits) string
 	// Pool reports whether warm-pool sandboxes of template are kept for
 	// creates shaped like limits and internet.
 	Pool(template string, limits sandbox.Limits, internet bool) bool

@@ -121,4 +121,9 @@ type Runtime interface {
 	// List returns the IDs of every sandbox the runtime has on this machine,
 	// including ones left by an earlier server process.
 	List(ctx context.Context) ([]string, error)
+	// Close refuses new sandboxes and waits (as ctx allows) for the
+	// operations under way — a create interrupted by a stopping server is
+	// still removing what it made — and stops the runtime's own
+	// watchers. Sandboxes keep running: they outlive the server.
+	Close(ctx context.Context) error
 }

@@ -101,6 +101,10 @@ type Pool struct {
 	node     Node              // set by Run
 	ctx      context.Context   // Run's, for remaking an image
 	kick     chan struct{}     // wakes the pool
+	// running counts Run and the image makers it started, for Drain to
+	// wait on: a template sandbox being booted when the server stops must
+	// be ended before the server exits.
+	running sync.WaitGroup
 }
 
 var _ node.Warm = (*Pool)(nil)
@@ -125,6 +129,8 @@ func New(cfg Config) *Pool {
 // Run makes each template's snapshot image, then keeps the warm pool full,
 // with n, until ctx ends. Call it after the node has reconciled.
 func (p *Pool) Run(ctx context.Context, n Node) {
+	p.running.Add(1)
+	defer p.running.Done()
 	p.mu.Lock()
 	p.node, p.ctx = n, ctx
 	p.mu.Unlock()
@@ -133,7 +139,7 @@ func (p *Pool) Run(ctx context.Context, n Node) {
 		return
 	}
 	for _, name := range p.cfg.Templates {
-		go p.makeImage(ctx, name)
+		p.goMakeImage(ctx, name)
 	}
 	if p.cfg.Size > 0 {
 		p.fill(ctx)
@@ -142,8 +148,12 @@ func (p *Pool) Run(ctx context.Context, n Node) {
 
 func (p *Pool) templatesDir() string { return filepath.Join(p.cfg.DataDir, "templates") }
 
-// Image implements node.Warm.
-func (p *Pool) Image(template string) string {
+// Image implements node.Warm. The image is taken with the default disk
+// limit, which its restores keep: a sandbox asking another boots.
+func (p *Pool) Image(template string, limits sandbox.Limits) string {
+	if limits.DiskBytes != p.cfg.Limits.DiskBytes {
+		return ""
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.dirs[template]
@@ -193,7 +203,7 @@ func (p *Pool) Restored(ctx context.Context, template, image string, err error) 
 	if drop && runCtx != nil {
 		p.log.Error("template snapshot failed too often; making it again", "template", template, "image", image)
 		os.RemoveAll(image)
-		go p.makeImage(runCtx, template)
+		p.goMakeImage(runCtx, template)
 	}
 }
 
@@ -214,6 +224,14 @@ func (p *Pool) key(a sandbox.Artifact) (string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+func (p *Pool) goMakeImage(ctx context.Context, name string) {
+	p.running.Add(1)
+	go func() {
+		defer p.running.Done()
+		p.makeImage(ctx, name)
+	}()
 }
 
 // makeImage finds or makes template name's snapshot image, retrying with
@@ -317,10 +335,21 @@ func (p *Pool) removeOld(name, keep string) {
 	}
 }
 
-// Drain ends the warm pool's sandboxes. The server calls it on its way
-// out: pool sandboxes hold no one's state and would otherwise sit idle,
-// holding memory, until the next start ends them anyway.
+// Drain waits (as ctx allows) for Run, whose context has ended, and its
+// image makers, then ends the warm pool's sandboxes. The server calls it
+// on its way out: pool sandboxes hold no one's state and would otherwise
+// sit idle, holding memory, until the next start ends them anyway.
 func (p *Pool) Drain(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		p.running.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		p.log.Error("the warm pool did not stop in time; draining it anyway", "err", ctx.Err())
+	}
 	p.mu.Lock()
 	n := p.node
 	p.mu.Unlock()
@@ -390,7 +419,7 @@ func (p *Pool) fillTemplate(ctx context.Context, name string) {
 			}
 			return
 		}
-		dir := p.Image(name)
+		dir := p.Image(name, p.cfg.Limits)
 		if len(warm) >= p.cfg.Size || dir == "" {
 			return
 		}

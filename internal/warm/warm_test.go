@@ -70,8 +70,8 @@ func (e *env) run(t *testing.T, p *warm.Pool) (ctx context.Context, stop func(),
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go p.Run(ctx, e.Node)
-	nodetest.WaitFor(t, "the template snapshot", func() bool { return p.Image(nodetest.Template) != "" })
-	return ctx, cancel, p.Image(nodetest.Template)
+	nodetest.WaitFor(t, "the template snapshot", func() bool { return p.Image(nodetest.Template, limits) != "" })
+	return ctx, cancel, p.Image(nodetest.Template, limits)
 }
 
 func (e *env) warmIDs(t *testing.T) []string {
@@ -172,7 +172,7 @@ func TestTemplateSnapshotFallback(t *testing.T) {
 	// After that many failures in a row the image is made again (the
 	// template sandbox boots again).
 	nodetest.WaitFor(t, "a new template snapshot", func() bool {
-		return e.pool.Image(nodetest.Template) == dir && len(e.Runtime.Creates()) > failures+1
+		return e.pool.Image(nodetest.Template, limits) == dir && len(e.Runtime.Creates()) > failures+1
 	})
 }
 

@@ -106,6 +106,7 @@ func (f *Fake) State(ctx context.Context, id string) (sandbox.State, error) {
 	return f.StateFunc(ctx, id)
 }
 func (f *Fake) Kill(ctx context.Context, id string) error  { return f.KillFunc(ctx, id) }
+func (f *Fake) Close(context.Context) error                { return nil }
 func (f *Fake) List(ctx context.Context) ([]string, error) { return f.ListFunc(ctx) }
 
 // Stop makes sandbox id stop as if its processes died.
