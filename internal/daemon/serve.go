@@ -2,17 +2,14 @@ package daemon
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/auth"
@@ -23,7 +20,6 @@ import (
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/sandbox"
-	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
 	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -305,104 +301,6 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		logger.Error("waiting for the runtime to finish removing sandboxes", "err", cerr)
 	}
 	return err
-}
-
-// gauges feeds the metrics read at scrape time from the store: live
-// sandboxes by state (users'), the warm pool per template, address slots.
-func gauges(mx *metrics.Metrics, st *store.Store, slots int) {
-	live := func() []store.Sandbox {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		rows, _ := st.ListSandboxes(ctx, store.Filter{LiveOnly: true})
-		return rows
-	}
-	mx.SandboxStates(func() map[string]int {
-		by := map[string]int{}
-		for _, sb := range live() {
-			if sb.Role == "" {
-				by[sb.State]++
-			}
-		}
-		return by
-	})
-	mx.WarmPool(func() map[string]int {
-		by := map[string]int{}
-		for _, sb := range live() {
-			if sb.Role == store.RoleWarm && sb.State == "running" {
-				by[sb.Template]++
-			}
-		}
-		return by
-	})
-	mx.AddressPool(func() (int, int) {
-		used := 0
-		for _, sb := range live() {
-			if sb.Slot >= 0 {
-				used++
-			}
-		}
-		return used, slots
-	})
-}
-
-// loadAgentKey reads DATA/agent.key, making it the first time: the key
-// each sandbox's agent secret is derived from. It must outlive restarts,
-// since sandboxes do.
-func loadAgentKey(dataDir string) ([]byte, error) {
-	p := filepath.Join(dataDir, "agent.key")
-	key, err := os.ReadFile(p)
-	if err == nil && len(key) >= 32 {
-		return key, nil
-	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("reading the agent key: %w", err)
-	}
-	key = make([]byte, 32)
-	rand.Read(key)
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(p, key, 0o600); err != nil {
-		return nil, fmt.Errorf("writing the agent key: %w", err)
-	}
-	return key, nil
-}
-
-// newRuntime starts the runtime backend --runtime names.
-func newRuntime(c *serveConfig, logger *slog.Logger) (sandbox.Runtime, error) {
-	switch c.Runtime {
-	case "gvisor":
-		rt, err := gvisor.New(gvisor.Config{Runsc: c.Runsc, Dir: filepath.Join(c.DataDir, "gvisor"), Logger: logger})
-		if err != nil {
-			return nil, fmt.Errorf("starting the gVisor runtime: %w", err)
-		}
-		return rt, nil
-	}
-	return nil, cli.Usagef("--runtime %q: want gvisor (the only backend built so far)", c.Runtime)
-}
-
-// sandboxAPIPort is the port the API is served on to lizardToken
-// sandboxes: --sandbox-api-port, else the --listen port.
-func (c *serveConfig) sandboxAPIPort(listen net.Addr) int {
-	if c.policy.SandboxAPIPort != 0 {
-		return c.policy.SandboxAPIPort
-	}
-	if a, ok := listen.(*net.TCPAddr); ok {
-		return a.Port
-	}
-	return 0
-}
-
-// tokenAPI tells a lizardToken sandbox where the API is: --sandbox-api-url
-// if set, else its own host address, which the sandbox listeners open.
-func (c *serveConfig) tokenAPI(listen net.Addr) func(host string) ([]string, int) {
-	if c.SandboxAPIURL != "" {
-		return func(string) ([]string, int) { return []string{"LIZARD_API_URL=" + c.SandboxAPIURL}, 0 }
-	}
-	port := c.sandboxAPIPort(listen)
-	return func(host string) ([]string, int) {
-		return []string{"LIZARD_API_URL=http://" + net.JoinHostPort(host, strconv.Itoa(port))}, port
-	}
 }
 
 // version names the build: its VCS revision, or its module version.

@@ -1,0 +1,147 @@
+package warm
+
+// The warm pool: restored sandboxes of each template kept running for
+// creates of the default shape, fewer when memory is short.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Drain waits (as ctx allows) for Run, whose context has ended, and its
+// image makers, then ends the warm pool's sandboxes. The server calls it
+// on its way out: pool sandboxes hold no one's state and would otherwise
+// sit idle, holding memory, until the next start ends them anyway.
+func (p *Pool) Drain(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		p.running.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		p.log.Error("the warm pool did not stop in time; draining it anyway", "err", ctx.Err())
+	}
+	p.mu.Lock()
+	n := p.node
+	p.mu.Unlock()
+	if n == nil {
+		return
+	}
+	for _, sb := range p.warm(ctx, "") {
+		p.endWarm(ctx, n, sb.ID, "the server stopped")
+	}
+}
+
+// endWarm ends warm sandbox id unless a create claimed it meanwhile.
+func (p *Pool) endWarm(ctx context.Context, n Node, id, reason string) {
+	cur, err := p.cfg.Store.GetSandbox(ctx, id)
+	if err != nil || !cur.Live() || cur.Role != store.RoleWarm {
+		return
+	}
+	if err := n.End(ctx, id, api.StateKilled, reason); err != nil {
+		p.log.Error("ending a warm sandbox", "sandbox_id", id, "err", err)
+	}
+}
+
+// warm lists the live warm sandboxes of template ("": of all).
+func (p *Pool) warm(ctx context.Context, template string) []store.Sandbox {
+	rows, err := p.cfg.Store.ListSandboxes(ctx, store.Filter{Role: store.RoleWarm, LiveOnly: true})
+	if err != nil {
+		p.log.Error("listing the warm pool", "err", err)
+		return nil
+	}
+	var out []store.Sandbox
+	for _, sb := range rows {
+		if template == "" || sb.Template == template {
+			out = append(out, sb)
+		}
+	}
+	return out
+}
+
+// fill keeps the pool full, and smaller under memory pressure.
+func (p *Pool) fill(ctx context.Context) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		for _, name := range p.cfg.Templates {
+			p.fillTemplate(ctx, name)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-p.kick:
+		}
+	}
+}
+
+// fillTemplate restores warm sandboxes of template until the pool is
+// full, or ends one if memory is short.
+func (p *Pool) fillTemplate(ctx context.Context, name string) {
+	for ctx.Err() == nil {
+		warm := p.warm(ctx, name)
+		if low, avail := p.memoryLow(); low {
+			if len(warm) > 0 {
+				sb := warm[len(warm)-1]
+				p.log.Warn("memory is short; shrinking the warm pool", "template", name, "sandbox_id", sb.ID,
+					"mem_available", avail, "pool", len(warm)-1)
+				p.endWarm(ctx, p.node, sb.ID, "the warm pool shrank: memory is short")
+			}
+			return
+		}
+		dir := p.Image(name, p.cfg.Limits)
+		if len(warm) >= p.cfg.Size || dir == "" {
+			return
+		}
+		_, err := p.node.Create(ctx, node.Plan{ProjectID: store.InternalProject, Role: store.RoleWarm, Template: name,
+			Limits: p.cfg.Limits, Internet: p.cfg.Internet, Image: dir})
+		if err != nil {
+			if ctx.Err() == nil {
+				p.log.Error("filling the warm pool", "template", name, "err", err)
+				p.Restored(ctx, name, dir, err)
+			}
+			return
+		}
+	}
+}
+
+// memoryLow reports whether MemAvailable is under the pool's floor.
+func (p *Pool) memoryLow() (bool, int64) {
+	if p.cfg.MinAvailable < 0 {
+		return false, 0
+	}
+	avail, err := p.cfg.MemAvailable()
+	if err != nil {
+		return false, 0
+	}
+	return avail < p.cfg.MinAvailable, avail
+}
+
+// memAvailable reads MemAvailable from /proc/meminfo, in bytes.
+func memAvailable() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10, err
+			}
+		}
+	}
+	return 0, errors.New("no MemAvailable in /proc/meminfo")
+}
