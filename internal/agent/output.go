@@ -25,9 +25,9 @@ const flushDelay = time.Millisecond
 
 // sink writes one NDJSON stream response. Output text (stdout, stderr) is
 // bounded: past the limit it is dropped and counted, and one stderr marker
-// says how much went missing before the next other event. Events are
-// flushed within flushDelay of being written, so clients see output while
-// code runs. The end event is not flushed here: the handler returns right
+// says how much went missing before the next other event. The headers and
+// events are flushed within flushDelay of being written, so clients see
+// output while code runs. The end event is not flushed here: the handler returns right
 // after it (calling close), and net/http then writes it together with the
 // end of the chunked body, one packet instead of two.
 type sink struct {
@@ -56,9 +56,11 @@ func newSink(w http.ResponseWriter, limit int64, text func(kind, text string) an
 	w.WriteHeader(http.StatusOK)
 	s := &sink{text: text, limit: limit, w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
 	s.enc.SetEscapeHTML(false)
-	_ = s.rc.Flush()
-	s.timer = time.AfterFunc(time.Hour, s.flushLater)
-	s.timer.Stop()
+	// The headers wait like an event: a quick call (1+1) is then headers,
+	// events and the end of the body in one packet; a longer one has its
+	// headers on the wire within flushDelay.
+	s.unflushed = true
+	s.timer = time.AfterFunc(flushDelay, s.flushLater)
 	return s
 }
 
