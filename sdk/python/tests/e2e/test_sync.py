@@ -275,3 +275,34 @@ def test_pause_resume_snapshot_fork(sandbox: CodeSandbox) -> None:
         for f in forks:
             f.kill()
             f.close()
+
+
+@pytest.mark.parametrize("call", ["run_code", "process"])
+def test_call_ends_when_sandbox_is_killed(call: str) -> None:
+    """A call in flight ends within moments of its sandbox's kill, with SandboxGoneError naming it."""
+    import threading
+
+    sb = CodeSandbox.create(project_id="proj_123", timeout_ms=300_000)
+    outcome: List[BaseException] = []
+
+    def long_call() -> None:
+        try:
+            if call == "run_code":
+                sb.run_code("import time; print('started', flush=True); time.sleep(300)", timeout_ms=400_000)
+            else:
+                sb.process.exec("echo started; sleep 300", timeout_ms=400_000)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects what was raised
+            outcome.append(exc)
+
+    t = threading.Thread(target=long_call)
+    t.start()
+    time.sleep(2)  # the call is under way
+    killed_at = time.monotonic()
+    CodeSandbox.connect(sb.sandbox_id).kill()
+    t.join(timeout=30)
+    took = time.monotonic() - killed_at
+    sb.close()
+    assert not t.is_alive(), "the call still hangs 30 s after its sandbox was killed"
+    assert took < 5, f"the call ended {took:.1f} s after the kill"
+    assert outcome and isinstance(outcome[0], lizard.SandboxGoneError), f"raised {outcome!r}"
+    assert "killed" in str(outcome[0])

@@ -278,6 +278,24 @@ describe('runCode', () => {
     assert.equal(run.stdout, 'first\nsecond\n');
   });
 
+  test('a stream the server ended with an abort event raises the typed error it carries', async () => {
+    const sb = await connected();
+    const abort = { status: 410, code: 'gone', message: 'sandbox sbx_1 was killed during the call; create a new sandbox' };
+    fake.handler = (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' }).end(ndjson({ type: 'stdout', text: 'started\n' }, { type: 'abort', abort }));
+    };
+    await assert.rejects(sb.runCode('import time; time.sleep(300)'), (err: unknown) => {
+      assert.ok(err instanceof SandboxGoneError, `got ${String(err)}`);
+      assert.equal((err as SandboxGoneError).status, 410);
+      assert.match((err as Error).message, /was killed during the call/);
+      return true;
+    });
+    fake.handler = (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' }).end(ndjson({ type: 'abort', abort }));
+    };
+    await assert.rejects(sb.process.exec('sleep 300'), SandboxGoneError);
+  });
+
   test('a code error is a result, not an exception', async () => {
     const sb = await connected();
     const error = { name: 'ZeroDivisionError', message: 'division by zero', traceback: 'Traceback...' };
