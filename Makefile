@@ -103,8 +103,8 @@ test-console: deps build template ## Browser tests of the web console: Playwrigh
 test-api: ## schemathesis (every check) against a real lizard serve with api/openapi.yaml (about 3 minutes)
 	LIZARD_TEST_STRICT=1 LIZARD_CACHE_DIR=$(CACHE_DIR) $(TESTVENV)/bin/python -m pytest -q -p no:cacheprovider test/api
 
-soak: deps build template testvenv ## The soak suite at full length: 1,000 create → run → kill cycles (SOAK_CYCLES=N), then nothing left and flat server memory; make test runs 150
-	LIZARD_SOAK_CYCLES=$(SOAK_CYCLES) LIZARD_TEST_STRICT=1 LIZARD_TEST_PYTHON=$(CURDIR)/$(TESTVENV)/bin/python LIZARD_CACHE_DIR=$(CACHE_DIR) \
+soak: deps build template ## The soak suite at full length: 1,000 create → run → kill cycles (SOAK_CYCLES=N), then nothing left and flat server memory; make test runs 150
+	LIZARD_SOAK_CYCLES=$(SOAK_CYCLES) LIZARD_TEST_STRICT=1 LIZARD_CACHE_DIR=$(CACHE_DIR) \
 		go test -count=1 -timeout 60m -v -run '^TestSoak$$' ./e2e
 
 bench: deps build template testvenv ## Benchmarks in one run: Lizard beside raw runsc and direct Jupyter (BENCH_FLAGS="--scale 5 --sustain 5s" for a quick one)

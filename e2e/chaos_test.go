@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,9 +33,10 @@ var chaosOps = []struct {
 }
 
 // The faults: SIGKILL of the server; of every runsc process of a sandbox
-// (sandbox, gofer, stubs); of the one runsc process that holds the
-// sandbox's kernel and with it the agent, PID 1 inside (or of its gofer,
-// which serves its files).
+// (sandbox, gofer, and runsc commands the server runs on it); or of its
+// agent: the agent itself (PID 1 inside, killed with runsc kill), the one
+// runsc process holding the sandbox's kernel and the agent in it, or its
+// gofer alone (which a running gVisor sandbox survives).
 var chaosFaults = []string{"server", "runsc", "agent"}
 
 const (
@@ -90,10 +93,7 @@ func TestChaos(t *testing.T) {
 		fault := chaosFaults[rng.IntN(len(chaosFaults))]
 		delay := time.Duration(rng.Int64N(int64(op.window)))
 		// Drawn here, whatever the fault, so that a seed repeats a run.
-		proc, newOne := "boot", rng.IntN(2) == 0
-		if rng.IntN(3) == 0 {
-			proc = "gofer"
-		}
+		proc, newOne := []string{"boot", "boot", "gofer", "init"}[rng.IntN(4)], rng.IntN(2) == 0
 		ch := &chaosRound{t: t, s: s, c: c, n: r, op: op.name, fault: fault, delay: delay, bystander: bystander.SandboxID,
 			proc: proc, newOne: newOne}
 		ch.run()
@@ -118,8 +118,10 @@ type chaosRound struct {
 	op, fault string
 	delay     time.Duration
 	bystander string
-	proc      string // the process the agent fault kills: boot (the sandbox) or gofer
-	newOne    bool   // a fork's fault hits a copy being made, not the source
+	// proc is what the agent fault kills: the sandbox process (boot),
+	// its gofer, or the agent itself, the container's init (runsc kill).
+	proc   string
+	newOne bool // a fork's fault hits a copy being made, not the source
 
 	victim  string          // the sandbox the operation is on ("" for create)
 	hasX    map[string]bool // sandboxes whose kernel holds x = 41
@@ -261,7 +263,8 @@ func (ch *chaosRound) do(ctx context.Context) opResult {
 
 // killSandbox picks the sandbox to hit — the victim, or for a create or a
 // fork one being made — and SIGKILLs its runsc processes: all of them, or
-// for the agent fault the sandbox process or its gofer alone. Processes
+// for the agent fault the agent (killInit), the sandbox process or its
+// gofer alone. Processes
 // are found by the sandbox ID on their command line; only those pids are
 // signalled. If the operation ends before there is anything to kill, its
 // result is returned.
@@ -281,7 +284,11 @@ func (ch *chaosRound) killSandbox(known []string, done chan opResult) *opResult 
 				}
 			}
 		}
-		if id != "" {
+		if id != "" && ch.fault == "agent" && ch.proc == "init" {
+			if ch.killInit(id) {
+				return nil
+			}
+		} else if id != "" {
 			if procs := ch.pick(hostProcs(id)); len(procs) > 0 {
 				ch.faultAt = time.Now()
 				ch.target = id
@@ -300,12 +307,16 @@ func (ch *chaosRound) killSandbox(known []string, done chan opResult) *opResult 
 			if pickNew && ch.op == "create" && len(r.ids) > 0 && r.err == nil {
 				// The create was quicker: hit what it made.
 				ch.op = "create (done)"
-				procs := ch.pick(hostProcs(r.ids[0]))
-				ch.faultAt, ch.target = time.Now(), r.ids[0]
-				for _, p := range procs {
-					syscall.Kill(p.pid, syscall.SIGKILL)
+				if ch.fault == "agent" && ch.proc == "init" {
+					ch.killInit(r.ids[0])
+				} else {
+					procs := ch.pick(hostProcs(r.ids[0]))
+					ch.faultAt, ch.target = time.Now(), r.ids[0]
+					for _, p := range procs {
+						syscall.Kill(p.pid, syscall.SIGKILL)
+					}
+					ch.logf("the create ended first; killed %d processes of %s", len(procs), r.ids[0])
 				}
-				ch.logf("the create ended first; killed %d processes of %s", len(procs), r.ids[0])
 			} else {
 				ch.logf("the operation ended (%v) before any process was there to kill", r.err)
 			}
@@ -315,6 +326,28 @@ func (ch *chaosRound) killSandbox(known []string, done chan opResult) *opResult 
 	}
 	t.Fatalf("round %d: found no process to kill and the operation did not end", ch.n)
 	return nil
+}
+
+// killInit sends SIGKILL to the agent of sandbox id, its container's init
+// (PID 1 inside), with runsc kill as root on the host would; inside the
+// sandbox nothing can kill its init. It reports whether runsc did.
+func (ch *chaosRound) killInit(id string) bool {
+	stateDir := filepath.Join(ch.s.dataDir, "gvisor", "state")
+	ents, _ := os.ReadDir(stateDir)
+	for _, e := range ents {
+		cid, _, ok := strings.Cut(e.Name(), "_sandbox:")
+		if !ok || !strings.HasSuffix(e.Name(), ".state") || strings.TrimSuffix(cid, ".") != id {
+			continue
+		}
+		at := time.Now()
+		if err := exec.Command(ch.s.runsc, "--root", stateDir, "kill", cid, "KILL").Run(); err != nil {
+			return false // not running yet, or gone
+		}
+		ch.faultAt, ch.target = at, id
+		ch.logf("killed the agent (init) of %s", id)
+		return true
+	}
+	return false
 }
 
 // pick chooses, among a sandbox's processes, those the fault kills.
@@ -360,7 +393,7 @@ func (ch *chaosRound) checkCall(r opResult) {
 	}
 	// A sandbox whose gofer alone was killed runs on: gVisor reaches its
 	// files directly once it is up. A call in it may end normally.
-	killedSandbox := ch.fault == "runsc" || ch.fault == "agent" && ch.proc == "boot"
+	killedSandbox := ch.fault == "runsc" || ch.fault == "agent" && ch.proc != "gofer"
 	inDeadSandbox := ch.op == "runCode" && ch.target == ch.victim && killedSandbox
 	limit := chaosOpEnd
 	if inDeadSandbox || ch.fault == "server" {

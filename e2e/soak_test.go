@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,7 +100,8 @@ func TestSoak(t *testing.T) {
 	took = run(cycles)
 	after := s.serverRSS(t)
 	if len(failed) > 0 {
-		t.Fatalf("%d cycles failed:\n%s\nserver log tail:\n%s", len(failed), strings.Join(failed, "\n"), tail(s.logs(), 40))
+		t.Fatalf("%d cycles failed:\n%s\nserver log of their sandboxes:\n%s", len(failed), strings.Join(failed, "\n"),
+			logOf(s.logs(), sandboxIDPattern.FindAllString(strings.Join(failed, "\n"), -1)))
 	}
 	rate := float64(cycles-warmup) / took.Seconds()
 	t.Logf("soak: %d cycles (%d after the warm-up in %s, %.2f cycles/s) with %d workers; server RSS %.1f MiB after the warm-up, %.1f MiB at the end (%+.1f MiB)",
@@ -129,6 +131,23 @@ func TestSoak(t *testing.T) {
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// sandboxIDPattern matches sandbox IDs (node.NewID) in messages.
+var sandboxIDPattern = regexp.MustCompile(`\b[a-z0-9]{20}\b`)
+
+// logOf returns the lines of a server log that name any of ids.
+func logOf(log string, ids []string) string {
+	var out []string
+	for _, line := range strings.Split(log, "\n") {
+		for _, id := range ids {
+			if strings.Contains(line, id) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
 
 // tail returns the last n lines of s.
 func tail(s string, n int) string {
