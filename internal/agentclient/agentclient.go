@@ -133,11 +133,15 @@ var ErrStopped = errors.New("sandbox stopped before its agent answered")
 func (c *Client) Wait(ctx context.Context, id string, alive func(context.Context) error) error {
 	client := &http.Client{Transport: c.transport, Timeout: 2 * time.Second}
 	u := URL(id).String() + "/health"
+	// Watched beside the attempts, as in ReseedWhenUp: an attempt to a
+	// dead sandbox hangs for its whole timeout.
+	wctx, stop := watchAlive(ctx, alive)
+	defer stop()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	var last error
-	for i := 1; ; i++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	for {
+		req, err := http.NewRequestWithContext(wctx, http.MethodGet, u, nil)
 		if err != nil {
 			return err
 		}
@@ -149,17 +153,18 @@ func (c *Client) Wait(ctx context.Context, id string, alive func(context.Context
 			}
 			err = fmt.Errorf("agent health answered %s", resp.Status)
 		}
-		if ctx.Err() == nil || last == nil {
+		if wctx.Err() == nil || last == nil {
 			// An attempt cut short by the deadline says less than the one before.
 			last = err
 		}
-		if i%50 == 0 && alive != nil {
-			if err := alive(ctx); err != nil {
-				return fmt.Errorf("%w: %v; last health check: %v", ErrStopped, err, last)
-			}
+		if stopped := context.Cause(wctx); ctx.Err() == nil && errors.Is(stopped, ErrStopped) {
+			return fmt.Errorf("%w; last health check: %v", stopped, last)
 		}
 		select {
-		case <-ctx.Done():
+		case <-wctx.Done():
+			if stopped := context.Cause(wctx); ctx.Err() == nil && errors.Is(stopped, ErrStopped) {
+				return fmt.Errorf("%w; last health check: %v", stopped, last)
+			}
 			return fmt.Errorf("waiting for %s: %w (last: %v)", u, ctx.Err(), last)
 		case <-tick.C:
 		}
@@ -191,25 +196,57 @@ func (c *Client) Ready(ctx context.Context, id string) error {
 // connection refused or unreachable) is sent again; alive, checked every
 // half second, ends the wait if the sandbox stops (ErrStopped).
 func (c *Client) ReseedWhenUp(ctx context.Context, r api.ReseedRequest, auth string, alive func(context.Context) error) error {
+	// alive is watched beside the attempts, not between them: to a dead
+	// sandbox's address a dial hangs (nothing answers the SYN) until its
+	// timeout, and a request until the caller's deadline.
+	wctx, stop := watchAlive(ctx, alive)
+	defer stop()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for i := 1; ; i++ {
-		err := c.Reseed(ctx, r, auth)
+	for {
+		err := c.Reseed(wctx, r, auth)
+		if stopped := context.Cause(wctx); ctx.Err() == nil && errors.Is(stopped, ErrStopped) {
+			return fmt.Errorf("%w; last attempt: %v", stopped, err)
+		}
 		var op *net.OpError
 		if err == nil || !errors.As(err, &op) || op.Op != "dial" {
 			return err
 		}
-		if i%100 == 0 && alive != nil {
-			if aerr := alive(ctx); aerr != nil {
-				return fmt.Errorf("%w: %v; last attempt: %v", ErrStopped, aerr, err)
-			}
-		}
 		select {
-		case <-ctx.Done():
+		case <-wctx.Done():
+			if stopped := context.Cause(wctx); ctx.Err() == nil && errors.Is(stopped, ErrStopped) {
+				return fmt.Errorf("%w; last attempt: %v", stopped, err)
+			}
 			return fmt.Errorf("reseeding sandbox %s: %w (last: %v)", r.SandboxID, ctx.Err(), err)
 		case <-tick.C:
 		}
 	}
+}
+
+// watchAlive returns ctx cancelled, with a cause wrapping ErrStopped, as
+// soon as alive (checked every half second) says the sandbox has stopped;
+// stop ends the watch. A nil alive watches nothing.
+func watchAlive(ctx context.Context, alive func(context.Context) error) (_ context.Context, stop func()) {
+	if alive == nil {
+		return ctx, func() {}
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+				if err := alive(wctx); err != nil && wctx.Err() == nil {
+					cancel(fmt.Errorf("%w: %v", ErrStopped, err))
+					return
+				}
+			}
+		}
+	}()
+	return wctx, func() { cancel(nil) }
 }
 
 // Reseed gives a restored sandbox its identity: its ID, the environment

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentclient"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -271,6 +272,8 @@ func (n *Local) reseedRestored(ctx context.Context, sb store.Sandbox, r api.Rese
 		return ctx.Err()
 	case wctx.Err() != nil:
 		return &Error{Msg: fmt.Sprintf("sandbox %s's agent did not answer within %s after the restore", sb.ID, n.cfg.StartTimeout), Cause: err}
+	case errors.Is(err, agentclient.ErrStopped):
+		return &Error{Msg: fmt.Sprintf("sandbox %s stopped before its agent answered after the restore (the server log says why)", sb.ID), Cause: err}
 	}
 	return err
 }
