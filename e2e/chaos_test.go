@@ -49,8 +49,9 @@ const (
 	// connections at once).
 	chaosCallEnd = 3 * time.Second
 	// chaosOpEnd bounds any other operation after a fault: a create may
-	// fall back to a cold boot, which takes seconds, but nothing may hang.
-	chaosOpEnd = 60 * time.Second
+	// fall back to a cold boot, which takes seconds, but nothing may hang
+	// or wait out a timeout (the wait for an agent is 30 s).
+	chaosOpEnd = 25 * time.Second
 )
 
 // TestChaos kills the server, a sandbox's runsc processes or its agent
