@@ -99,7 +99,8 @@ func TestChaos(t *testing.T) {
 			proc: proc, newOne: newOne}
 		ch.run()
 		if t.Failed() {
-			t.Fatalf("round %d (%s during %s after %s) failed; seed %d\nserver log tail:\n%s", r, fault, op.name, delay, seed, tail(s.logs(), 60))
+			t.Fatalf("round %d (%s during %s after %s) failed; seed %d\nserver log of its sandboxes:\n%s\nserver log tail:\n%s",
+				r, fault, op.name, delay, seed, logOf(s.logs(), ch.seen()), tail(s.logs(), 20))
 		}
 	}
 	t.Logf("chaos: %d rounds in %s", rounds, time.Since(begin).Round(time.Millisecond))
@@ -128,6 +129,21 @@ type chaosRound struct {
 	hasX    map[string]bool // sandboxes whose kernel holds x = 41
 	target  string          // the sandbox whose processes were killed
 	faultAt time.Time
+	ids     map[string]bool // every sandbox of the round, once known
+}
+
+// seen lists the round's sandboxes known so far.
+func (ch *chaosRound) seen() []string {
+	out := []string{}
+	for _, id := range []string{ch.victim, ch.target} {
+		if id != "" {
+			out = append(out, id)
+		}
+	}
+	for id := range ch.ids {
+		out = append(out, id)
+	}
+	return out
 }
 
 type opResult struct {
@@ -201,6 +217,7 @@ func (ch *chaosRound) run() {
 	// Every sandbox of the round — the victim, what the operation returned,
 	// and whatever the server recorded meanwhile — is usable or ended.
 	ids := map[string]bool{}
+	ch.ids = ids
 	if ch.victim != "" {
 		ids[ch.victim] = true
 	}
