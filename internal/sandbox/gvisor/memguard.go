@@ -271,6 +271,10 @@ func (g *guard) setLimit(n int64) error {
 }
 
 // relieve ends processes until the sandbox is under its limit again.
+// victimWait bounds the listing of a sandbox's processes and the kill of
+// the chosen group.
+const victimWait = 5 * time.Second
+
 func (g *guard) relieve() error {
 	begin := time.Now()
 	// First stop the guest, so that the runaway cannot outrun the guard.
@@ -289,8 +293,21 @@ func (g *guard) relieve() error {
 	stopLending := g.lend()
 	defer stopLending()
 	for range maxVictims {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), victimWait)
 		v, err := g.r.chooseVictim(ctx, g.id)
+		if err != nil && thaw != nil {
+			// The Sentry could not list its processes with the guest
+			// frozen: a task stopped in the middle of a fault may hold
+			// what the listing needs. Let it run, and ask again.
+			cancel()
+			g.log.Warn("listing the sandbox's processes with the guest frozen failed; thawing it and asking again", "err", err)
+			if terr := thaw(); terr != nil {
+				return fmt.Errorf("thawing the sandbox's processes: %w", terr)
+			}
+			thaw = nil
+			ctx, cancel = context.WithTimeout(context.Background(), victimWait)
+			v, err = g.r.chooseVictim(ctx, g.id)
+		}
 		if err == nil {
 			target := []string{"--pgid", strconv.Itoa(int(v.PGID))}
 			if v.PGID == 0 {
