@@ -82,7 +82,7 @@ $(TESTVENV)/.ok: sdk/python/pyproject.toml test/requirements.txt
 	$(TESTVENV)/bin/pip install -q -r test/requirements.txt -e './sdk/python[test]'
 	touch $@
 
-test: deps build template testvenv helm ## Run every test: Go (unit, runtime conformance, end to end), Python SDK, TypeScript SDK, schemathesis on the API, web console in a browser
+test: deps build template testvenv helm ## Run every test: Go (unit with SQLite and PostgreSQL, runtime conformance, end to end with soak and chaos, the Helm chart), Python SDK, TypeScript SDK, schemathesis on the API, web console in a browser
 	$(MAKE) test-go test-python test-typescript test-console test-api
 
 test-go: ## Go tests (needs root, bin/, the template and the test venv)
