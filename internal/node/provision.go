@@ -248,41 +248,34 @@ func (n *Local) token(ctx context.Context, sb store.Sandbox, p Plan) (env []stri
 }
 
 // reseedRestored gives sandbox sb, just restored from image, its identity
-// r and its own agent secret as soon as its agent answers, waiting up to
-// StartTimeout. Its agent holds the secret of the sandbox the image was
-// taken from until then.
+// r and its own agent secret as soon as its agent answers. Its agent holds
+// the secret of the sandbox the image was taken from until then.
 func (n *Local) reseedRestored(ctx context.Context, sb store.Sandbox, r api.ReseedRequest, image string) error {
 	r.Secret = n.agentSecret(sb.ID)
 	auth := ""
 	if source := imageSource(image); source != "" {
 		auth = n.agentSecret(source)
 	}
-	wctx, cancel := context.WithTimeout(ctx, n.cfg.StartTimeout)
-	defer cancel()
-	err := n.agents.ReseedWhenUp(wctx, r, auth, func(ctx context.Context) error {
-		if n.dead(ctx, sb.ID) {
-			return errors.New("its runtime stopped")
-		}
-		return nil
+	return n.awaitAgent(ctx, sb, "answered after the restore", func(ctx context.Context, alive func(context.Context) error) error {
+		return n.agents.ReseedWhenUp(ctx, r, auth, alive)
 	})
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case wctx.Err() != nil:
-		return &Error{Msg: fmt.Sprintf("sandbox %s's agent did not answer within %s after the restore", sb.ID, n.cfg.StartTimeout), Cause: err}
-	case errors.Is(err, agentclient.ErrStopped):
-		return &Error{Msg: fmt.Sprintf("sandbox %s stopped before its agent answered after the restore (the server log says why)", sb.ID), Cause: err}
-	}
-	return err
 }
 
-// waitAgent waits, up to StartTimeout, for sandbox sb's agent to answer.
+// waitAgent waits for sandbox sb's agent to answer.
 func (n *Local) waitAgent(ctx context.Context, sb store.Sandbox) error {
+	return n.awaitAgent(ctx, sb, "started", func(ctx context.Context, alive func(context.Context) error) error {
+		return n.agents.Wait(ctx, sb.ID, alive)
+	})
+}
+
+// awaitAgent runs wait, which waits on sandbox sb's agent, for at most
+// StartTimeout and no longer than sb's runtime runs, and says in words for
+// the caller which ended it: "did not answer within", or "stopped before
+// its agent <what>".
+func (n *Local) awaitAgent(ctx context.Context, sb store.Sandbox, what string, wait func(context.Context, func(context.Context) error) error) error {
 	wctx, cancel := context.WithTimeout(ctx, n.cfg.StartTimeout)
 	defer cancel()
-	err := n.agents.Wait(wctx, sb.ID, func(ctx context.Context) error {
+	err := wait(wctx, func(ctx context.Context) error {
 		if n.dead(ctx, sb.ID) {
 			return errors.New("its runtime stopped")
 		}
@@ -295,8 +288,10 @@ func (n *Local) waitAgent(ctx context.Context, sb store.Sandbox) error {
 		return ctx.Err()
 	case wctx.Err() != nil:
 		return &Error{Msg: fmt.Sprintf("sandbox %s's agent did not answer within %s", sb.ID, n.cfg.StartTimeout), Cause: err}
+	case errors.Is(err, agentclient.ErrStopped):
+		return &Error{Msg: fmt.Sprintf("sandbox %s stopped before its agent %s (the server log says why)", sb.ID, what), Cause: err}
 	}
-	return &Error{Msg: fmt.Sprintf("sandbox %s stopped before its agent started (the server log says why)", sb.ID), Cause: err}
+	return err
 }
 
 // cleanupFailed removes a sandbox that did not start and records why. It
