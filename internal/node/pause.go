@@ -35,16 +35,9 @@ func (n *Local) Pause(ctx context.Context, id string) (_ store.Sandbox, err erro
 	}
 	unlock := n.locks.lock(id)
 	defer unlock()
-	sb, err := n.get(ctx, id)
-	switch {
-	case err != nil:
+	sb, done, err := n.moving(ctx, id, api.StateRunning, api.StatePaused)
+	if done || err != nil {
 		return sb, err
-	case !sb.Live():
-		return sb, Gone(sb)
-	case sb.State == api.StatePaused:
-		return sb, nil
-	case sb.State != api.StateRunning:
-		return sb, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
 	}
 	// New calls wait for the lock we hold (and then resume the sandbox);
 	// calls already in flight get a bounded time to end.
@@ -124,18 +117,29 @@ func (n *Local) Resume(ctx context.Context, id string, timeoutMs *int64) (_ stor
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpResume, time.Since(begin), err) }(time.Now())
 	unlock := n.locks.lock(id)
 	defer unlock()
-	sb, err := n.get(ctx, id)
-	switch {
-	case err != nil:
+	sb, done, err := n.moving(ctx, id, api.StatePaused, api.StateRunning)
+	if done || err != nil {
 		return sb, err
-	case !sb.Live():
-		return sb, Gone(sb)
-	case sb.State == api.StateRunning:
-		return sb, nil
-	case sb.State != api.StatePaused:
-		return sb, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not paused", id, sb.State)}
 	}
 	return n.resumeLocked(ctx, sb, timeoutMs)
+}
+
+// moving reads sandbox id, under its lock, for a move from state from to
+// state to: done if it is in to already (a no-op, not an error); Gone if it
+// has ended; ErrConflict if it is in neither state.
+func (n *Local) moving(ctx context.Context, id, from, to string) (sb store.Sandbox, done bool, err error) {
+	sb, err = n.get(ctx, id)
+	switch {
+	case err != nil:
+		return sb, false, err
+	case !sb.Live():
+		return sb, false, Gone(sb)
+	case sb.State == to:
+		return sb, true, nil
+	case sb.State != from:
+		return sb, false, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not %s; wait until it is", id, sb.State, from)}
+	}
+	return sb, false, nil
 }
 
 // resumeLocked restores paused sandbox sb; the caller holds its lock. An
