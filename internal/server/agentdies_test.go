@@ -1,9 +1,6 @@
 package server
 
 import (
-	"bufio"
-	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -18,26 +15,11 @@ import (
 func TestStreamEndsWithAbortWhenAgentDies(t *testing.T) {
 	e := newTestEnv(t)
 	sb := e.create(t, e.key1, `{}`)
-	req, _ := http.NewRequest("POST", e.url+"/v1/sandboxes/"+sb.SandboxID+"/execute", strings.NewReader(`{"code":"x"}`))
-	req.Header.Set("Authorization", "Bearer "+e.key1)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	lines := bufio.NewScanner(resp.Body)
-	if !lines.Scan() || !strings.Contains(lines.Text(), "first") {
-		t.Fatalf("first event = %q, %v", lines.Text(), lines.Err())
-	}
+	lines := e.openStream(t, sb.SandboxID)
 	begin := time.Now()
 	close(e.agent.die)
 	time.AfterFunc(300*time.Millisecond, func() { e.rt.Stop(sb.SandboxID) })
-	var last api.ExecuteEvent
-	for lines.Scan() {
-		if err := json.Unmarshal(lines.Bytes(), &last); err != nil {
-			t.Fatalf("line %q: %v", lines.Text(), err)
-		}
-	}
+	last := lastEvent(t, lines)
 	if took := time.Since(begin); took > 3*time.Second {
 		t.Errorf("the stream ended %s after the agent died; want within moments", took)
 	}

@@ -31,25 +31,10 @@ func TestCallsEndWhenSandboxStops(t *testing.T) {
 		t.Run(tt.name+", stream under way", func(t *testing.T) {
 			e := newTestEnv(t)
 			sb := e.create(t, e.key1, `{}`)
-			req, _ := http.NewRequest("POST", e.url+"/v1/sandboxes/"+sb.SandboxID+"/execute", strings.NewReader(`{"code":"x"}`))
-			req.Header.Set("Authorization", "Bearer "+e.key1)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			lines := bufio.NewScanner(resp.Body)
-			if !lines.Scan() || !strings.Contains(lines.Text(), "first") {
-				t.Fatalf("first event = %q, %v", lines.Text(), lines.Err())
-			}
+			lines := e.openStream(t, sb.SandboxID)
 			begin := time.Now()
 			tt.stop(e, sb.SandboxID)
-			var last api.ExecuteEvent
-			for lines.Scan() {
-				if err := json.Unmarshal(lines.Bytes(), &last); err != nil {
-					t.Fatalf("line %q: %v", lines.Text(), err)
-				}
-			}
+			last := lastEvent(t, lines)
 			if took := time.Since(begin); took > 3*time.Second {
 				t.Errorf("the stream ended %s after the sandbox; want within moments", took)
 			}
@@ -84,4 +69,41 @@ func TestCallsEndWhenSandboxStops(t *testing.T) {
 			}
 		})
 	}
+}
+
+// postExecute starts POST /execute in sandbox id with key1 and returns the
+// response, closed when the test ends.
+func (e *testEnv) postExecute(t *testing.T, id string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", e.url+"/v1/sandboxes/"+id+"/execute", strings.NewReader(`{"code":"x"}`))
+	req.Header.Set("Authorization", "Bearer "+e.key1)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// openStream starts a runCode stream in sandbox id and returns its lines
+// once the fake agent's first event has come.
+func (e *testEnv) openStream(t *testing.T, id string) *bufio.Scanner {
+	t.Helper()
+	lines := bufio.NewScanner(e.postExecute(t, id).Body)
+	if !lines.Scan() || !strings.Contains(lines.Text(), "first") {
+		t.Fatalf("first event = %q, %v", lines.Text(), lines.Err())
+	}
+	return lines
+}
+
+// lastEvent reads a stream to its end and returns its last event.
+func lastEvent(t *testing.T, lines *bufio.Scanner) api.ExecuteEvent {
+	t.Helper()
+	var last api.ExecuteEvent
+	for lines.Scan() {
+		if err := json.Unmarshal(lines.Bytes(), &last); err != nil {
+			t.Fatalf("line %q: %v", lines.Text(), err)
+		}
+	}
+	return last
 }

@@ -447,13 +447,7 @@ func TestProxyFullDuplex(t *testing.T) {
 func TestProxyStreams(t *testing.T) {
 	e := newTestEnv(t)
 	sb := e.create(t, e.key1, `{}`)
-	req, _ := http.NewRequest("POST", e.url+"/v1/sandboxes/"+sb.SandboxID+"/execute", strings.NewReader(`{"code":"x"}`))
-	req.Header.Set("Authorization", "Bearer "+e.key1)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := e.postExecute(t, sb.SandboxID)
 	if ct := resp.Header.Get("Content-Type"); ct != "application/x-ndjson" {
 		t.Errorf("Content-Type = %q; want application/x-ndjson", ct)
 	}
