@@ -4,23 +4,6 @@
 // links no server code (internal/cli/deps_test.go).
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+import "github.com/lizard-build/lizard/internal/cli"
 
-	"github.com/lizard-build/lizard/internal/cli"
-)
-
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !cli.Silent(err) {
-			fmt.Fprintln(os.Stderr, "lizard:", err)
-		}
-		os.Exit(cli.ExitCode(err))
-	}
-}
+func main() { cli.Main() }

@@ -12,8 +12,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // Env carries what every subcommand writes to.
@@ -84,6 +87,22 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, extra ...
 		return nil // the flag package has printed the usage
 	}
 	return err
+}
+
+// Main runs the lizard command of this process's arguments, with extra
+// commands beside the client's, until it ends or SIGINT/SIGTERM; it prints
+// the error and exits with its status. cmd/lizard and cmd/lizard-client
+// are this call.
+func Main(extra ...Command) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := Run(ctx, os.Args[1:], os.Stdout, os.Stderr, extra...)
+	stop()
+	if err != nil {
+		if !Silent(err) {
+			fmt.Fprintln(os.Stderr, "lizard:", err)
+		}
+		os.Exit(ExitCode(err))
+	}
 }
 
 // Silent reports whether err needs no message of its own: a command run in a
