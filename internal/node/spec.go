@@ -43,15 +43,6 @@ func (n *Local) Shaped(p Plan, sh store.Shape) Plan {
 	return p
 }
 
-// Recorded returns sh, or for a row from before shapes were stored, the
-// shape it runs with (the node's defaults).
-func (n *Local) Recorded(sh store.Shape) store.Shape {
-	if sh.Recorded {
-		return sh
-	}
-	return n.Shaped(Plan{}, sh).Shape()
-}
-
 // artifact waits for template's artifact.
 func (n *Local) artifact(ctx context.Context, template string) (sandbox.Artifact, error) {
 	a, err := n.cfg.Artifact(ctx, template)
