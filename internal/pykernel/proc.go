@@ -529,8 +529,12 @@ func (p *proc) stop() {
 			}
 			// Members of the group that outlived the leader: the group
 			// id stays reserved while they live, so this cannot hit a
-			// stranger.
+			// stranger. They are not our children to wait for, so the
+			// group is polled until it is gone: a stop leaves nothing.
 			_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+			for deadline := time.Now().Add(2 * time.Second); syscall.Kill(-p.pid, 0) == nil && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
 		}
 		close(p.closing)
 		if p.cmd != nil {
