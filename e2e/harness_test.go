@@ -92,6 +92,13 @@ type server struct {
 	keys    map[*client.Client]string // the API key each client was made with
 	runsc   string
 	args    []string // more lizard serve flags, after the harness's
+	// role is the command run: "" for serve, or "node" (a cluster's node,
+	// cluster_test.go), which takes serve's flags and env (LIZARD_*).
+	role string
+	env  []string
+	// dbURL and name: a node's database and its name there, where its
+	// sandboxes' rows are (dbSandboxes).
+	dbURL, name string
 }
 
 func cacheDir() string {
@@ -161,7 +168,11 @@ func (s *server) start() {
 	t := s.t
 	t.Helper()
 	s.log = &bytes.Buffer{}
-	s.cmd = exec.Command(s.bin, "serve", "--listen", s.listen, "--data-dir", s.dataDir,
+	role := "serve"
+	if s.role != "" {
+		role = s.role
+	}
+	s.cmd = exec.Command(s.bin, role, "--listen", s.listen, "--data-dir", s.dataDir,
 		"--cache-dir", cacheDir(), "--address-pool", fmt.Sprintf("169.254.%d.0/24", s.pool))
 	// No internet egress unless a test asks for it: tests never send a
 	// packet off this machine.
@@ -170,6 +181,9 @@ func (s *server) start() {
 	// servers must not hold the default port a real server wants.
 	s.cmd.Args = append(s.cmd.Args, "--metrics-listen=")
 	s.cmd.Args = append(s.cmd.Args, s.args...)
+	if s.env != nil {
+		s.cmd.Env = append(os.Environ(), s.env...)
+	}
 	s.cmd.Stdout = &lockedWriter{w: s.log}
 	s.cmd.Stderr = s.cmd.Stdout
 	if err := s.cmd.Start(); err != nil {
@@ -188,11 +202,11 @@ func (s *server) start() {
 		}
 		select {
 		case <-s.done:
-			t.Fatalf("lizard serve exited early: %v\n%s", s.cmd.ProcessState, s.logs())
+			t.Fatalf("lizard %s exited early: %v\n%s", role, s.cmd.ProcessState, s.logs())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("lizard serve did not become healthy\n%s", s.logs())
+			t.Fatalf("lizard %s did not become healthy\n%s", role, s.logs())
 		}
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/store"
 
+	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 )
 
@@ -38,13 +39,19 @@ type dbSandbox struct {
 // ones included, read-only: the server may be running.
 func (s *server) dbSandboxes(t *testing.T) map[string]dbSandbox {
 	t.Helper()
-	dsn := "file:" + filepath.Join(s.dataDir, store.FileName) + "?mode=ro&_pragma=busy_timeout(10000)"
-	db, err := sql.Open("sqlite", dsn)
+	driver, dsn := "sqlite", "file:"+filepath.Join(s.dataDir, store.FileName)+"?mode=ro&_pragma=busy_timeout(10000)"
+	q, args := `SELECT id, project_id, state, role, end_reason FROM sandboxes`, []any{}
+	if s.dbURL != "" {
+		// A cluster's node: its rows in the shared database.
+		driver, dsn = "pgx", s.dbURL
+		q, args = q+` WHERE node = $1`, append(args, s.name)
+	}
+	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		t.Fatalf("opening the server's database: %v", err)
 	}
 	defer db.Close()
-	rows, err := db.QueryContext(context.Background(), `SELECT id, project_id, state, role, end_reason FROM sandboxes`)
+	rows, err := db.QueryContext(context.Background(), q, args...)
 	if err != nil {
 		t.Fatalf("reading the server's sandboxes: %v", err)
 	}

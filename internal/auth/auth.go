@@ -220,7 +220,11 @@ func (v *Verifier) Require(next http.Handler) http.Handler {
 			v.logger().Error("verifying API key", "err", err)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(w).Encode(api.Error{Code: api.CodeUnavailable, Message: "could not check the API key right now; try again"})
+			msg := "could not check the API key right now; try again"
+			if errors.Is(err, store.ErrUnavailable) {
+				msg = "the database is unreachable, so the API key cannot be checked; try again shortly"
+			}
+			json.NewEncoder(w).Encode(api.Error{Code: api.CodeUnavailable, Message: msg})
 			return
 		}
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"time"
 
@@ -22,6 +23,9 @@ func adminUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   lizard admin create-project --id ID [--data-dir DIR] [--json]   make a project and its first API key
   lizard admin create-key --project ID [--data-dir DIR] [--json]  make another API key for a project
+
+In a cluster, pass --database-url (or set LIZARD_DATABASE_URL) instead of
+--data-dir.
 
 Both work whether or not the server is running on DIR. A key is shown once;
 only its hash is stored.
@@ -58,6 +62,7 @@ func adminCreate(ctx context.Context, e cli.Env, args []string, newProject bool)
 	}
 	fs := cli.NewFlags(e, name)
 	dataDir := fs.String("data-dir", "data", "the server's data directory")
+	dbURL := fs.String("database-url", os.Getenv(envDatabaseURL), "a cluster's PostgreSQL URL instead of --data-dir (default: env "+envDatabaseURL+")")
 	id := fs.String(idFlag, "", "project ID: 1 to 64 of a-z, 0-9, _ and -")
 	asJSON := fs.Bool("json", false, `print {"projectId": ..., "apiKey": ...}`)
 	if err := cli.Parse(fs, args); err != nil {
@@ -73,7 +78,14 @@ func adminCreate(ctx context.Context, e cli.Env, args []string, newProject bool)
 		return cli.Usagef("--%s %q is the server's own project (its template and warm-pool sandboxes); pick another", idFlag, *id)
 	}
 
-	st, err := store.Open(ctx, *dataDir)
+	var st *store.Store
+	var err error
+	if *dbURL != "" {
+		*dataDir = "the cluster's database"
+		st, err = store.OpenURL(ctx, *dbURL)
+	} else {
+		st, err = store.Open(ctx, *dataDir)
+	}
 	if err != nil {
 		return fmt.Errorf("opening the store in %s: %w", *dataDir, err)
 	}

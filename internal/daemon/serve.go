@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -30,6 +31,8 @@ import (
 func Commands() []cli.Command {
 	return []cli.Command{
 		{Name: "serve", Summary: "run the Lizard API server", Run: runServe},
+		{Name: "api", Summary: "serve the public API of a cluster, with PostgreSQL and `lizard node`s (docs/cluster.md)", Run: runAPI},
+		{Name: "node", Summary: "run sandboxes on this machine for a cluster's `lizard api` (docs/cluster.md)", Run: runNode},
 		{Name: "admin", Summary: "administer a data directory: create-project, create-key", Run: runAdmin},
 		{Name: "template", Summary: "build a template root filesystem", Run: runTemplate},
 	}
@@ -70,6 +73,18 @@ type serveConfig struct {
 func parseServe(e cli.Env, args []string) (*serveConfig, error) {
 	fs := cli.NewFlags(e, "serve")
 	c := &serveConfig{}
+	c.register(fs)
+	if err := cli.Parse(fs, args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, cli.Usagef("lizard serve takes no arguments, got %q", fs.Args())
+	}
+	return c, nil
+}
+
+// register adds serve's flags to fs; `lizard node` takes them too.
+func (c *serveConfig) register(fs *flag.FlagSet) {
 	cacheDefault := template.DefaultCacheDir
 	if d := os.Getenv("LIZARD_CACHE_DIR"); d != "" {
 		cacheDefault = d
@@ -92,13 +107,6 @@ func parseServe(e cli.Env, args []string) (*serveConfig, error) {
 	fs.IntVar(&c.WarmPool, "warm-pool", 0, "restored sandboxes per template kept ready for creates with the default limits (needs --template-snapshot; each costs an idle sandbox's memory)")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", "127.0.0.1:9464", "address to serve Prometheus metrics on at /metrics (docs/metrics.md); \"\" turns them off")
 	c.policy.register(fs)
-	if err := cli.Parse(fs, args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, cli.Usagef("lizard serve takes no arguments, got %q", fs.Args())
-	}
-	return c, nil
 }
 
 // validate checks c and fills in the defaults that depend on the machine.
@@ -129,7 +137,7 @@ func (c *serveConfig) validate() error {
 		return cli.Usagef("--warm-pool needs --template-snapshot=true: the pool is restored from template snapshots")
 	}
 	if os.Geteuid() != 0 {
-		return errors.New("lizard serve must run as root: it creates network namespaces and runs runsc (try sudo)")
+		return errors.New("lizard must run as root to run sandboxes: it creates network namespaces and runs runsc (try sudo)")
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -211,42 +219,11 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	internet := c.policy.Egress == "internet"
 
 	mx := metrics.Serve(ctx, c.MetricsListen, logger)
-	agentKey, err := loadAgentKey(c.DataDir)
+	parts, err := c.newNode(ctx, e, st, logger, mx, c.tokenAPI(ln.Addr()))
 	if err != nil {
 		return err
 	}
-	rt, err := newRuntime(c, logger)
-	if err != nil {
-		return err
-	}
-
-	// Templates build in the background so that the API (and its health
-	// check) is up at once; creates wait for their template.
-	builds := template.NewBuilds(ctx, template.Ensure, c.CacheDir, e.Stderr, logger)
-	for _, name := range template.Names() {
-		builds.Start(name)
-	}
-	files := []sandbox.File{{Source: c.Agent, Target: node.AgentPath}, {Source: c.Lizard, Target: node.LizardPath}}
-
-	// Template snapshots and the warm pool.
-	var pool *warm.Pool
-	if c.TemplateSnapshot {
-		pool = warm.New(warm.Config{Store: st, Templates: template.Names(), Artifact: builds.Artifact, DataDir: c.DataDir,
-			RuntimeKey: rt.ImageKey(), Files: []string{c.Agent, c.Lizard}, Size: c.WarmPool,
-			Limits: limits, Internet: internet, Logger: logger, Metrics: mx})
-	}
-	ncfg := node.Config{
-		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: builds.Artifact, Files: files,
-		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: c.tokenAPI(ln.Addr()),
-		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,
-	}
-	if pool != nil {
-		ncfg.Warm = pool
-	}
-	n, err := node.New(ncfg)
-	if err != nil {
-		return err
-	}
+	n, pool, rt := parts.node, parts.pool, parts.rt
 	ctl, err := control.New(control.Config{
 		Node: n, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: internet,
 		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,
@@ -301,6 +278,59 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		logger.Error("waiting for the runtime to finish removing sandboxes", "err", cerr)
 	}
 	return err
+}
+
+// nodeParts are what newNode starts.
+type nodeParts struct {
+	node *node.Local
+	pool *warm.Pool // nil without --template-snapshot
+	rt   sandbox.Runtime
+}
+
+// newNode starts the runtime, the template builds and the warm pool, and
+// returns the node over them, recording its sandboxes in st: what runs
+// sandboxes in `lizard serve` and `lizard node` alike.
+func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st *store.Store, logger *slog.Logger, mx *metrics.Metrics,
+	tokenAPI func(host string) ([]string, int)) (nodeParts, error) {
+	limits, _ := c.policy.limits()
+	internet := c.policy.Egress == "internet"
+	agentKey, err := loadAgentKey(c.DataDir)
+	if err != nil {
+		return nodeParts{}, err
+	}
+	rt, err := newRuntime(c, logger)
+	if err != nil {
+		return nodeParts{}, err
+	}
+
+	// Templates build in the background so that the API (and its health
+	// check) is up at once; creates wait for their template.
+	builds := template.NewBuilds(ctx, template.Ensure, c.CacheDir, e.Stderr, logger)
+	for _, name := range template.Names() {
+		builds.Start(name)
+	}
+	files := []sandbox.File{{Source: c.Agent, Target: node.AgentPath}, {Source: c.Lizard, Target: node.LizardPath}}
+
+	// Template snapshots and the warm pool.
+	var pool *warm.Pool
+	if c.TemplateSnapshot {
+		pool = warm.New(warm.Config{Store: st, Templates: template.Names(), Artifact: builds.Artifact, DataDir: c.DataDir,
+			RuntimeKey: rt.ImageKey(), Files: []string{c.Agent, c.Lizard}, Size: c.WarmPool,
+			Limits: limits, Internet: internet, Logger: logger, Metrics: mx})
+	}
+	ncfg := node.Config{
+		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: builds.Artifact, Files: files,
+		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: tokenAPI,
+		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,
+	}
+	if pool != nil {
+		ncfg.Warm = pool
+	}
+	n, err := node.New(ncfg)
+	if err != nil {
+		return nodeParts{}, err
+	}
+	return nodeParts{node: n, pool: pool, rt: rt}, nil
 }
 
 // version names the build: its VCS revision, or its module version.

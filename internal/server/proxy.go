@@ -52,9 +52,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = target.Scheme
 			pr.Out.URL.Host = target.Host
-			pr.Out.URL.Path = strings.TrimPrefix(pr.In.URL.Path, prefix)
+			// target.Path is "" for an agent, or the sandbox's path on the
+			// node that runs it (a cluster).
+			pr.Out.URL.Path = target.Path + strings.TrimPrefix(pr.In.URL.Path, prefix)
 			if pr.In.URL.RawPath != "" {
-				pr.Out.URL.RawPath = strings.TrimPrefix(pr.In.URL.RawPath, prefix)
+				pr.Out.URL.RawPath = target.Path + strings.TrimPrefix(pr.In.URL.RawPath, prefix)
 			}
 			pr.Out.Host = target.Host
 			// The agent is not to see the caller's key.

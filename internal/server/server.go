@@ -24,7 +24,11 @@ import (
 // Config says what the API serves.
 type Config struct {
 	Control *control.Control
-	Keys    *auth.Verifier
+	// Keys authenticates callers: API keys (*auth.Verifier), or on a
+	// cluster node the API's forwarded calls (remote.Auth).
+	Keys interface {
+		Require(next http.Handler) http.Handler
+	}
 	Logger  *slog.Logger // default slog.Default()
 	Version string       // reported by /v1/health
 	// KeyLimits bound each API key's request rate (ratelimit.go).
@@ -55,6 +59,9 @@ func New(cfg Config) *Server {
 		s.log = slog.Default()
 	}
 	s.auditLog = cfg.Audit
+	if cfg.Keys == nil {
+		cfg.Keys = (*auth.Verifier)(nil) // tests of handlers that need no key
+	}
 	lim := &keyLimiter{lim: cfg.KeyLimits, m: map[string]*rate.Limiter{}}
 	authed := func(h http.HandlerFunc) http.Handler { return cfg.Keys.Require(lim.limit(h)) }
 

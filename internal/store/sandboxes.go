@@ -31,13 +31,15 @@ type Sandbox struct {
 	// ParentID is the sandbox whose lizardToken created this one ("": a
 	// project key did).
 	ParentID string
+	// Node is the cluster node it runs on ("": the one `lizard serve`).
+	Node string
 }
 
 // Live reports whether the sandbox has not ended.
 func (sb Sandbox) Live() bool { return sb.EndedAt == nil }
 
 const sandboxColumns = `id, project_id, template, state, timeout_ms, metadata, created_at,
-	expires_at, ended_at, end_reason, slot, host_addr, guest_addr, shape, role, parent_id`
+	expires_at, ended_at, end_reason, slot, host_addr, guest_addr, shape, role, parent_id, node`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -47,7 +49,7 @@ func scanSandbox(r scanner) (Sandbox, error) {
 	var created int64
 	var expires, ended sql.NullInt64
 	if err := r.Scan(&sb.ID, &sb.ProjectID, &sb.Template, &sb.State, &sb.TimeoutMs, &meta, &created,
-		&expires, &ended, &sb.EndReason, &sb.Slot, &sb.HostAddr, &sb.GuestAddr, &shape, &sb.Role, &sb.ParentID); err != nil {
+		&expires, &ended, &sb.EndReason, &sb.Slot, &sb.HostAddr, &sb.GuestAddr, &shape, &sb.Role, &sb.ParentID, &sb.Node); err != nil {
 		return Sandbox{}, err
 	}
 	sh, err := decodeShape(shape)
@@ -87,7 +89,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 		return fmt.Errorf("creating sandbox %s: %w", sb.ID, err)
 	}
 	defer tx.Rollback()
-	slot, err := tx.freeSlot(ctx, slots)
+	slot, err := tx.freeSlot(ctx, s.node, slots)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("creating sandbox %s: %w", sb.ID, ErrFull)
 	}
@@ -96,9 +98,9 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 	}
 	host, guest := addrs(slot)
 	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.ProjectID, sb.Template, sb.State, sb.TimeoutMs, string(meta), toMillis(sb.CreatedAt),
-		nullMillis(sb.ExpiresAt), nullMillis(sb.EndedAt), sb.EndReason, slot, host, guest, shape, sb.Role, sb.ParentID)
+		nullMillis(sb.ExpiresAt), nullMillis(sb.EndedAt), sb.EndReason, slot, host, guest, shape, sb.Role, sb.ParentID, s.node)
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("creating sandbox %s: %w", sb.ID, ErrConflict)
@@ -110,16 +112,16 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("creating sandbox %s: %w", sb.ID, err)
 	}
-	sb.Slot, sb.HostAddr, sb.GuestAddr = slot, host, guest
+	sb.Slot, sb.HostAddr, sb.GuestAddr, sb.Node = slot, host, guest, s.node
 	return nil
 }
 
 // freeSlot returns the lowest address slot below slots that no live
-// sandbox holds (sql.ErrNoRows: none). The lowest free slot is 0 or one
+// sandbox of node holds (sql.ErrNoRows: none). The lowest free slot is 0 or one
 // past a taken slot. The transaction keeps others from taking it before
 // the caller writes it: SQLite's holds the write lock, PostgreSQL's takes
 // the slots' advisory lock first.
-func (t *tx) freeSlot(ctx context.Context, slots int) (int, error) {
+func (t *tx) freeSlot(ctx context.Context, node string, slots int) (int, error) {
 	if err := t.serialize(ctx, slotsLockKey); err != nil {
 		return 0, err
 	}
@@ -127,10 +129,10 @@ func (t *tx) freeSlot(ctx context.Context, slots int) (int, error) {
 	err := t.QueryRowContext(ctx, `
 		SELECT s FROM (
 			SELECT 0 AS s
-			UNION SELECT slot + 1 FROM sandboxes WHERE ended_at IS NULL AND slot >= 0
+			UNION SELECT slot + 1 FROM sandboxes WHERE ended_at IS NULL AND slot >= 0 AND node = ?
 		) AS candidates
-		WHERE s < ? AND s NOT IN (SELECT slot FROM sandboxes WHERE ended_at IS NULL)
-		ORDER BY s LIMIT 1`, slots).Scan(&slot)
+		WHERE s < ? AND s NOT IN (SELECT slot FROM sandboxes WHERE ended_at IS NULL AND node = ?)
+		ORDER BY s LIMIT 1`, node, slots, node).Scan(&slot)
 	return slot, err
 }
 
@@ -165,6 +167,9 @@ type Filter struct {
 	ExpiredBy *time.Time
 }
 
+// ListSandboxes on a handle scoped to a node (OnNode) lists only that
+// node's sandboxes.
+
 // ListSandboxes returns the sandboxes f selects, oldest first.
 func (s *Store) ListSandboxes(ctx context.Context, f Filter) ([]Sandbox, error) {
 	var where []string
@@ -172,6 +177,10 @@ func (s *Store) ListSandboxes(ctx context.Context, f Filter) ([]Sandbox, error) 
 	if f.ProjectID != "" {
 		where = append(where, "project_id = ?")
 		args = append(args, f.ProjectID)
+	}
+	if s.scoped {
+		where = append(where, "node = ?")
+		args = append(args, s.node)
 	}
 	if f.ProjectID != "" || f.Role != "" {
 		where = append(where, "role = ?")
@@ -296,9 +305,9 @@ func (s *Store) ClaimWarm(ctx context.Context, template, projectID string, meta 
 	err = s.db.QueryRowContext(ctx, `UPDATE sandboxes SET project_id = ?, role = '', metadata = ?, timeout_ms = ?,
 		created_at = ?, expires_at = ?
 		WHERE id = (SELECT id FROM sandboxes WHERE role = 'warm' AND template = ? AND state = 'running'
-			AND ended_at IS NULL ORDER BY created_at, id LIMIT 1`+s.db.d.skipLocked()+`)
+			AND ended_at IS NULL AND node = ? ORDER BY created_at, id LIMIT 1`+s.db.d.skipLocked()+`)
 		AND role = 'warm' AND ended_at IS NULL
-		RETURNING id`, projectID, string(m), timeoutMs, toMillis(now), nullMillis(expires), template).Scan(&id)
+		RETURNING id`, projectID, string(m), timeoutMs, toMillis(now), nullMillis(expires), template, s.node).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Sandbox{}, fmt.Errorf("claiming a warm sandbox of %s: %w", template, ErrNotFound)
 	}

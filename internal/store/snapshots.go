@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -94,7 +95,14 @@ func (s *Store) AssignSlot(ctx context.Context, id string, slots int, addrs func
 		return "", "", fmt.Errorf("assigning a slot to sandbox %s: %w", id, err)
 	}
 	defer tx.Rollback()
-	slot, err := tx.freeSlot(ctx, slots)
+	// The slot is on the sandbox's own node, which is where it resumes.
+	var node string
+	if err := tx.QueryRowContext(ctx, `SELECT node FROM sandboxes WHERE id = ?`, id).Scan(&node); errors.Is(err, sql.ErrNoRows) {
+		return "", "", fmt.Errorf("assigning a slot to sandbox %s: %w", id, ErrNotFound)
+	} else if err != nil {
+		return "", "", fmt.Errorf("assigning a slot to sandbox %s: %w", id, err)
+	}
+	slot, err := tx.freeSlot(ctx, node, slots)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", "", fmt.Errorf("assigning a slot to sandbox %s: %w", id, ErrFull)
 	}
@@ -174,6 +182,10 @@ func (s *Store) ListPaused(ctx context.Context, t *time.Time) ([]Pause, error) {
 	q := `SELECT p.sandbox_id, p.on_timeout, p.image_dir, p.remaining_ms, p.paused_at FROM sandbox_pause p
 		JOIN sandboxes s ON s.id = p.sandbox_id WHERE s.state = 'paused' AND s.ended_at IS NULL`
 	var args []any
+	if s.scoped {
+		q += ` AND s.node = ?`
+		args = append(args, s.node)
+	}
 	if t != nil {
 		q += ` AND p.paused_at <= ?`
 		args = append(args, toMillis(*t))
@@ -258,8 +270,28 @@ func (s *Store) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
 	return sn, nil
 }
 
+// ImageRef names checkpoint image path on cluster node ("NODE:PATH"), the
+// form a snapshot's ImageDir takes in a cluster, where images live on the
+// node that took them.
+func ImageRef(node, path string) string { return node + ":" + path }
+
+// SplitImageRef splits what ImageRef joined; node is "" for a plain path
+// (`lizard serve`).
+func SplitImageRef(ref string) (node, path string) {
+	if strings.HasPrefix(ref, "/") {
+		return "", ref
+	}
+	node, path, ok := strings.Cut(ref, ":")
+	if !ok {
+		return "", ref
+	}
+	return node, path
+}
+
 // ListSnapshots returns projectID's snapshots (every one when projectID
-// is ""), oldest first.
+// is ""), oldest first. On a handle scoped to a node (OnNode) it returns
+// only the snapshots whose image is on that node, with ImageDir the local
+// path.
 func (s *Store) ListSnapshots(ctx context.Context, projectID string) ([]Snapshot, error) {
 	q := `SELECT ` + snapshotColumns + ` FROM snapshots`
 	var args []any
@@ -277,6 +309,13 @@ func (s *Store) ListSnapshots(ctx context.Context, projectID string) ([]Snapshot
 		sn, err := scanSnapshot(rows)
 		if err != nil {
 			return nil, fmt.Errorf("listing snapshots: %w", err)
+		}
+		if s.scoped {
+			node, path := SplitImageRef(sn.ImageDir)
+			if node != s.node {
+				continue
+			}
+			sn.ImageDir = path
 		}
 		out = append(out, sn)
 	}

@@ -50,7 +50,26 @@ type Store struct {
 	db *db
 	// path is the SQLite file (TryLock's lock files sit beside it).
 	path string
+	// node, when scoped, is the cluster node this handle works for
+	// (OnNode): its new sandboxes record it, and the queries a node runs
+	// over "all" sandboxes (reaper, reconcile, warm pool, paused images)
+	// see only its own.
+	node   string
+	scoped bool
 }
+
+// OnNode returns a handle on the same database for cluster node name:
+// sandboxes it creates are recorded as that node's, address slots are
+// that node's own, and lists of sandboxes, paused sandboxes and snapshot
+// images are the node's. The handle is not closed on its own: close s.
+func (s *Store) OnNode(name string) *Store {
+	c := *s
+	c.node, c.scoped = name, true
+	return &c
+}
+
+// Node is the cluster node this handle works for ("" unscoped).
+func (s *Store) Node() string { return s.node }
 
 // Open opens (creating if needed) the database in dataDir and brings its
 // schema up to date.
@@ -236,6 +255,26 @@ CREATE TABLE counters (
 );
 INSERT INTO counters (name, value)
 	SELECT 'paused_slot', COALESCE(MAX(-slot), 0) FROM sandboxes WHERE slot < 0;
+`,
+	// Many machines (docs/cluster.md): every sandbox records the node it
+	// runs on ('' for `lizard serve`), address slots are per node, and
+	// nodes register with a lease they renew (nodes.go).
+	`
+ALTER TABLE sandboxes ADD COLUMN node TEXT NOT NULL DEFAULT '';
+DROP INDEX sandboxes_live_slot;
+CREATE UNIQUE INDEX sandboxes_live_node_slot ON sandboxes(node, slot) WHERE ended_at IS NULL;
+CREATE INDEX sandboxes_live_node ON sandboxes(node) WHERE ended_at IS NULL;
+CREATE TABLE nodes (
+	name         TEXT PRIMARY KEY,
+	addr         TEXT NOT NULL,
+	slots        INTEGER NOT NULL,
+	memory_bytes INTEGER NOT NULL,
+	free_memory  INTEGER NOT NULL,
+	sandboxes    INTEGER NOT NULL,
+	started_at   INTEGER NOT NULL,
+	lease_until  INTEGER NOT NULL,
+	lost_at      INTEGER
+);
 `,
 }
 

@@ -1,0 +1,425 @@
+package e2e
+
+// Lizard on many machines, on one (docs/cluster.md): PostgreSQL from
+// Debian's packages, three `lizard node` processes each with its own data
+// directory, port and address pool, and two `lizard api` processes, all
+// real. The scenarios run in order on one cluster, as an operator would
+// meet them.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/client"
+	"github.com/lizard-build/lizard/internal/store/pgtest"
+	"github.com/lizard-build/lizard/internal/testenv"
+)
+
+// clusterLease is the nodes' lease in the test: short, so that a lost
+// node is found within seconds, and long enough for a heartbeat every
+// 2 s to get through on a loaded machine.
+const clusterLease = 6 * time.Second
+
+// apiProc is one `lizard api` process.
+type apiProc struct {
+	t      *testing.T
+	bin    string
+	listen string
+	url    string
+	env    []string
+	cmd    *exec.Cmd
+	log    *bytes.Buffer
+	done   chan struct{}
+}
+
+func (a *apiProc) start() {
+	t := a.t
+	t.Helper()
+	a.log = &bytes.Buffer{}
+	a.cmd = exec.Command(a.bin, "api", "--listen", a.listen, "--metrics-listen=", "--lease", clusterLease.String(), "--egress=none")
+	a.cmd.Env = append(os.Environ(), a.env...)
+	a.cmd.Stdout = &lockedWriter{w: a.log}
+	a.cmd.Stderr = a.cmd.Stdout
+	if err := a.cmd.Start(); err != nil {
+		t.Fatalf("starting lizard api: %v", err)
+	}
+	a.done = make(chan struct{})
+	go func() { a.cmd.Wait(); close(a.done) }()
+	waitHealthy(t, a.url, a.done, a.log)
+}
+
+func (a *apiProc) kill9() {
+	if a.cmd == nil {
+		return
+	}
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.done
+	a.cmd = nil
+}
+
+func (a *apiProc) stop() {
+	if a.cmd == nil {
+		return
+	}
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		a.cmd.Process.Kill()
+		<-a.done
+	}
+	a.cmd = nil
+}
+
+func waitHealthy(t *testing.T, url string, done chan struct{}, log *bytes.Buffer) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url + "/v1/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-done:
+			t.Fatalf("exited early:\n%s", log)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("did not become healthy:\n%s", log)
+}
+
+// cluster is the test's cluster.
+type cluster struct {
+	t     *testing.T
+	pg    *pgtest.Server
+	dbURL string
+	nodes []*server
+	apis  []*apiProc
+	db    *sql.DB
+}
+
+func startCluster(t *testing.T) (*cluster, []*client.Client) {
+	testenv.RequiresRoot(t)
+	pg, err := pgtest.Start()
+	if err != nil {
+		if os.Getenv("LIZARD_TEST_STRICT") == "1" {
+			t.Fatalf("PostgreSQL: %v", err)
+		}
+		t.Skipf("PostgreSQL: %v (LIZARD_TEST_STRICT=1 makes this a failure)", err)
+	}
+	t.Cleanup(func() {
+		if err := pg.Stop(); err != nil {
+			t.Errorf("stopping PostgreSQL: %v", err)
+		}
+	})
+	name, err := pg.CreateDatabase(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, pg: pg, dbURL: pg.URL(name)}
+	if c.db, err = sql.Open("pgx", c.dbURL); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.db.Close() })
+	secret := make([]byte, 24)
+	rand.Read(secret)
+	env := []string{"LIZARD_DATABASE_URL=" + c.dbURL, "LIZARD_CLUSTER_SECRET=" + hex.EncodeToString(secret)}
+	bin := testenv.Binary(t, "lizard")
+	testenv.Binary(t, "lizard-agent")
+	testenv.Binary(t, "lizard-client")
+	runsc := testenv.Binary(t, "runsc")
+	// Nodes start one after the other: the first migrates the database.
+	for i := range 3 {
+		n := &server{t: t, bin: bin, dataDir: t.TempDir(), pool: takePool(t), runsc: runsc, role: "node", env: env,
+			dbURL: c.dbURL, name: fmt.Sprintf("n%d", i+1)}
+		n.listen = freeAddr(t)
+		n.url = "http://" + n.listen
+		// Cold boots: three nodes checkpointing templates at once would
+		// cost the machine's two cores more than the test's creates.
+		n.args = []string{"--name", n.name, "--lease", clusterLease.String(), "--template-snapshot=false"}
+		n.start()
+		t.Cleanup(n.shutdown)
+		c.nodes = append(c.nodes, n)
+	}
+	for range 2 {
+		a := &apiProc{t: t, bin: bin, env: env, listen: freeAddr(t)}
+		a.url = "http://" + a.listen
+		a.start()
+		t.Cleanup(a.stop)
+		c.apis = append(c.apis, a)
+	}
+	cmd := exec.Command(bin, "admin", "create-project", "--id", "p1", "--json")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("admin create-project: %v", err)
+	}
+	var p struct{ APIKey string }
+	if err := json.Unmarshal(out, &p); err != nil {
+		t.Fatal(err)
+	}
+	var clients []*client.Client
+	for _, a := range c.apis {
+		cl, err := client.New(client.Config{BaseURL: a.url, APIKey: p.APIKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, cl)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, a := range c.apis {
+				t.Logf("lizard api %s log:\n%s", a.listen, a.log)
+			}
+			for _, n := range c.nodes {
+				t.Logf("lizard node %s log:\n%s", n.name, n.logs())
+			}
+		}
+	})
+	return c, clients
+}
+
+// nodeOf is the node sandbox id's row names.
+func (c *cluster) nodeOf(id string) string {
+	c.t.Helper()
+	var node string
+	if err := c.db.QueryRow(`SELECT node FROM sandboxes WHERE id = $1`, id).Scan(&node); err != nil {
+		c.t.Fatalf("reading the node of %s: %v", id, err)
+	}
+	return node
+}
+
+func (c *cluster) node(name string) *server {
+	for _, n := range c.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	c.t.Fatalf("no node %s", name)
+	return nil
+}
+
+func TestCluster(t *testing.T) {
+	c, cl := startCluster(t)
+	ctx := context.Background()
+
+	// Creates spread across the nodes, through either API process.
+	var mu sync.Mutex
+	var sbs []*api.Sandbox
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, err := cl[i%2].CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutMs: ms(600_000)})
+			if err != nil {
+				t.Errorf("create %d through api %d: %v", i, i%2, err)
+				return
+			}
+			mu.Lock()
+			sbs = append(sbs, sb)
+			mu.Unlock()
+		}()
+		if i%2 == 1 {
+			wg.Wait() // two at a time: the machine has two cores
+		}
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	on := map[string][]string{}
+	for _, sb := range sbs {
+		n := c.nodeOf(sb.SandboxID)
+		on[n] = append(on[n], sb.SandboxID)
+	}
+	t.Logf("placement: %v", on)
+	if len(on) < 2 {
+		t.Fatalf("6 creates all went to %v; want them spread over the nodes", on)
+	}
+
+	// Calls and files through either API process, whatever took the create.
+	for i, sb := range sbs {
+		ex := run(t, cl[(i+1)%2], sb.SandboxID, "python", fmt.Sprintf("x = %d\nx * 2", i))
+		if len(ex.Results) == 0 || ex.Results[0].Data != fmt.Sprint(i*2) {
+			t.Errorf("runCode in %s through api %d = %+v; want %d", sb.SandboxID, (i+1)%2, ex.Results, i*2)
+		}
+		body := fmt.Sprintf("file of %s\n", sb.SandboxID)
+		if _, err := cl[i%2].WriteFile(ctx, sb.SandboxID, "/tmp/f.txt", strings.NewReader(body)); err != nil {
+			t.Fatalf("WriteFile through api %d: %v", i%2, err)
+		}
+		rc, err := cl[(i+1)%2].ReadFile(ctx, sb.SandboxID, "/tmp/f.txt")
+		if err != nil {
+			t.Fatalf("ReadFile through api %d: %v", (i+1)%2, err)
+		}
+		got, _ := io.ReadAll(rc)
+		rc.Close()
+		if string(got) != body {
+			t.Errorf("ReadFile = %q; want %q", got, body)
+		}
+	}
+
+	// Pause on one API, resume on the other: the sandbox stays on its
+	// node, which holds its image, and keeps its state.
+	p := sbs[0]
+	before := c.nodeOf(p.SandboxID)
+	run(t, cl[0], p.SandboxID, "python", "kept = 41")
+	if got, err := cl[1].PauseSandbox(ctx, p.SandboxID); err != nil || got.State != api.StatePaused {
+		t.Fatalf("PauseSandbox = %+v, %v; want paused", got, err)
+	}
+	if got, err := cl[0].ResumeSandbox(ctx, p.SandboxID, api.ResumeRequest{}); err != nil || got.State != api.StateRunning {
+		t.Fatalf("ResumeSandbox = %+v, %v; want running", got, err)
+	}
+	if after := c.nodeOf(p.SandboxID); after != before {
+		t.Errorf("sandbox moved from node %s to %s over a pause", before, after)
+	}
+	if ex := run(t, cl[1], p.SandboxID, "python", "kept + 1"); len(ex.Results) == 0 || ex.Results[0].Data != "42" {
+		t.Errorf("after resume: %+v; want 42", ex.Results)
+	}
+
+	// kill -9 of one API process: the other carries on, and the killed
+	// one comes back.
+	c.apis[1].kill9()
+	sb := newSandbox(t, cl[0], api.CreateSandboxRequest{TimeoutMs: ms(600_000)})
+	run(t, cl[0], sb.SandboxID, "python", "1 + 1")
+	sbs = append(sbs, sb)
+	c.apis[1].start()
+
+	// kill -9 of a node during a call.
+	victim := sbs[len(sbs)-1]
+	lost := c.nodeOf(victim.SandboxID)
+	callErr := make(chan error, 1)
+	go func() {
+		_, err := cl[1].Execute(ctx, victim.SandboxID, api.ExecuteRequest{Code: "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"},
+			nil)
+		callErr <- err
+	}()
+	time.Sleep(2 * time.Second)
+	killedAt := time.Now()
+	c.node(lost).kill9()
+	select {
+	case err := <-callErr:
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Status != http.StatusServiceUnavailable || !strings.Contains(ce.Message, "stopped answering") {
+			t.Errorf("call cut by its node's death: %v; want a 503 saying the node stopped answering", err)
+		}
+		t.Logf("call cut by the node's death ended in %s: %v", time.Since(killedAt).Round(time.Millisecond), err)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the call to a sandbox whose node was killed did not end")
+	}
+	// After the lease, its sandboxes are failed: node lost, 410 on calls.
+	deadline := time.Now().Add(3*clusterLease + 10*time.Second)
+	for {
+		got, err := cl[0].GetSandbox(ctx, victim.SandboxID)
+		if err == nil && got.State == api.StateFailed {
+			t.Logf("node lost %s after the kill", time.Since(killedAt).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox on the killed node: %+v, %v; want failed (node lost) within %s", got, err, 3*clusterLease)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_, err := cl[1].Execute(ctx, victim.SandboxID, api.ExecuteRequest{Code: "1"}, nil)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != http.StatusGone || !strings.Contains(ce.Message, "node lost") {
+		t.Errorf("call to a sandbox of a lost node: %v; want 410 naming node lost", err)
+	}
+	// Creates go to the survivors.
+	for i := range 3 {
+		sb := newSandbox(t, cl[i%2], api.CreateSandboxRequest{TimeoutMs: ms(600_000)})
+		if n := c.nodeOf(sb.SandboxID); n == lost {
+			t.Errorf("create placed on lost node %s", n)
+		}
+		sbs = append(sbs, sb)
+	}
+	// The node's restart ends what the API gave up on: no sandbox of it
+	// left running, nothing of the ended ones left on the host.
+	var endedOnLost []string
+	for id, row := range c.node(lost).dbSandboxes(t) {
+		if row.State == api.StateFailed && strings.Contains(row.EndReason, "node lost") {
+			endedOnLost = append(endedOnLost, id)
+		}
+	}
+	c.node(lost).start()
+	c.node(lost).expectNoLeftovers(t, leftoverCheck{ids: endedOnLost})
+	if ids := c.node(lost).runtimeIDs(); len(ids) != 0 {
+		t.Errorf("node %s still runs %v after its restart; want nothing (its sandboxes were given up)", lost, ids)
+	}
+
+	// PostgreSQL stopped: clear 503s; started again: served again, without
+	// a restart, and no node lost for it.
+	alive := sbs[1]
+	if c.nodeOf(alive.SandboxID) == lost {
+		alive = sbs[len(sbs)-1]
+	}
+	if err := c.pg.StopServer(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = cl[0].GetSandbox(ctx, alive.SandboxID)
+	if !errors.As(err, &ce) || ce.Status != http.StatusServiceUnavailable || !strings.Contains(ce.Message, "database") {
+		t.Errorf("GetSandbox with the database down: %v; want a 503 naming the database", err)
+	}
+	_, err = cl[1].CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if !errors.As(err, &ce) || ce.Status != http.StatusServiceUnavailable {
+		t.Errorf("CreateSandbox with the database down: %v; want a 503", err)
+	}
+	time.Sleep(clusterLease) // longer than a lease: nodes cannot renew theirs
+	if err := c.pg.StartServer(); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		_, err := cl[0].GetSandbox(ctx, alive.SandboxID)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GetSandbox 30 s after the database came back: %v", err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	time.Sleep(clusterLease + 2*time.Second) // the sweeper's grace after the outage, and then some
+	for i, sb := range sbs {
+		if c.nodeOf(sb.SandboxID) == lost {
+			continue
+		}
+		got, err := cl[i%2].GetSandbox(ctx, sb.SandboxID)
+		if err != nil || got.State != api.StateRunning {
+			t.Errorf("sandbox %s on node %s after the database came back: %+v, %v; want running", sb.SandboxID, c.nodeOf(sb.SandboxID), got, err)
+		}
+	}
+	run(t, cl[1], alive.SandboxID, "python", "1 + 1")
+
+	// Nothing left behind.
+	for _, sb := range sbs {
+		if err := cl[0].KillSandbox(ctx, sb.SandboxID); err != nil {
+			t.Errorf("KillSandbox(%s): %v", sb.SandboxID, err)
+		}
+	}
+	for _, a := range c.apis {
+		a.stop()
+	}
+	for _, n := range c.nodes {
+		n.stopAndExpectNothingLeft(t)
+	}
+}

@@ -1,0 +1,146 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// DefaultLease is how long a node's heartbeat keeps it live.
+const DefaultLease = 15 * time.Second
+
+// Member keeps one node registered: it renews the node's lease every
+// third of Lease with what the node holds and has free.
+type Member struct {
+	Store *store.Store
+	Name  string
+	Addr  string // host:port the API reaches the node at
+	Slots int    // the node's address pool
+	Lease time.Duration
+	Log   *slog.Logger
+}
+
+// Run renews the lease until ctx ends. A renewal that fails (the database
+// is away) is logged and tried again at the next beat: the node keeps
+// serving what it runs.
+func (m *Member) Run(ctx context.Context) {
+	started := time.Now()
+	t := time.NewTicker(m.Lease / 3)
+	defer t.Stop()
+	failing := false
+	for {
+		err := m.Beat(ctx, started)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			m.Log.Error("renewing the node's lease failed; retrying", "err", err)
+			failing = true
+		case err == nil && failing:
+			m.Log.Info("renewed the node's lease again")
+			failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Beat renews the lease once.
+func (m *Member) Beat(ctx context.Context, started time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, m.Lease/3)
+	defer cancel()
+	n, err := m.Store.CountLive(ctx, m.Name)
+	if err != nil {
+		return err
+	}
+	total, free := memory()
+	now := time.Now()
+	return m.Store.Heartbeat(ctx, store.NodeInfo{Name: m.Name, Addr: m.Addr, Slots: m.Slots, Sandboxes: n,
+		MemoryBytes: total, FreeMemory: free, StartedAt: started, LeaseUntil: now.Add(m.Lease)})
+}
+
+// memory is the machine's memory and what of it is available
+// (/proc/meminfo).
+func memory() (total, free int64) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(fields[1], 10, 64)
+		switch fields[0] {
+		case "MemTotal:":
+			total = kb << 10
+		case "MemAvailable:":
+			free = kb << 10
+		}
+	}
+	return total, free
+}
+
+// Sweeper ends the sandboxes of nodes whose lease has run out, in one API
+// process at a time (a PostgreSQL advisory lock taken per run).
+type Sweeper struct {
+	Store  *store.Store
+	Router *Router // told of the ends, for the audit trail
+	Lease  time.Duration
+	Log    *slog.Logger
+}
+
+// Run sweeps every quarter of Lease until ctx ends. After the database
+// was unreachable it waits one Lease before sweeping again: nodes could
+// not renew their leases meanwhile, and must be given the time to.
+func (s *Sweeper) Run(ctx context.Context) {
+	t := time.NewTicker(s.Lease / 4)
+	defer t.Stop()
+	var lastFailure time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.sweep(ctx, lastFailure); err != nil && ctx.Err() == nil {
+			lastFailure = time.Now()
+			s.Log.Warn("sweeping lost nodes", "err", err)
+		}
+	}
+}
+
+func (s *Sweeper) sweep(ctx context.Context, lastFailure time.Time) error {
+	release, ok, err := s.Store.TryLock(ctx, "lease-sweeper")
+	if err != nil || !ok {
+		return err
+	}
+	defer release()
+	if time.Since(lastFailure) < s.Lease {
+		return nil
+	}
+	now := time.Now()
+	ended, err := s.Store.EndLostNodes(ctx, now, func(n store.NodeInfo) string {
+		return fmt.Sprintf("node lost: node %s missed its lease (last renewed to %s)", n.Name, n.LeaseUntil.UTC().Format(time.RFC3339))
+	})
+	for _, sb := range ended {
+		s.Log.Warn("sandbox ended: its node was lost", "sandbox_id", sb.ID, "project_id", sb.ProjectID, "node", sb.Node)
+		if s.Router != nil {
+			s.Router.emit(node.Event{Kind: node.Stopped, SandboxID: sb.ID, ProjectID: sb.ProjectID, State: api.StateFailed, Reason: "node lost"})
+		}
+	}
+	return err
+}

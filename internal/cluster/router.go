@@ -1,0 +1,390 @@
+// Package cluster is Lizard on many machines (docs/cluster.md): nodes
+// register in the shared database and renew a lease (Member); the API
+// places each new sandbox on a node with a live lease and routes every
+// later call for it to the node its row names (Router, a node.Node over
+// the nodes' remote clients); and one API process at a time ends the
+// sandboxes of nodes whose lease ran out (Sweeper).
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/node/remote"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Config says how the API reaches the nodes. Store and Secret are
+// required.
+type Config struct {
+	Store  *store.Store
+	Secret string
+	Logger *slog.Logger // default slog.Default()
+	// Choices is how many live nodes placement samples, picking the one
+	// with the most free capacity (default 2: the power of two choices).
+	Choices int
+	// Refresh is how long the list of nodes is reused (default 1 s).
+	Refresh time.Duration
+	Now     func() time.Time // default time.Now
+}
+
+// Router is the node.Node of the API in a cluster: it places creates and
+// sends every call for a sandbox to the node that runs it. It is safe for
+// concurrent use.
+type Router struct {
+	cfg Config
+	log *slog.Logger
+	tr  *remote.Transport
+
+	mu      sync.Mutex
+	clients map[string]*remote.Client // by node name, for its current address
+	nodes   []store.NodeInfo
+	readAt  time.Time
+	// placing counts creates under way per node, and placed those ended
+	// since the nodes were last read, which the rows read may not count.
+	placing map[string]int
+	placed  map[string]int
+	subs    []func(node.Event)
+}
+
+var _ node.Node = (*Router)(nil)
+
+// NewRouter checks cfg and returns the router.
+func NewRouter(cfg Config) (*Router, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("cluster: no store")
+	case cfg.Secret == "":
+		return nil, errors.New("cluster: no cluster secret")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Choices <= 0 {
+		cfg.Choices = 2
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Router{cfg: cfg, log: cfg.Logger, tr: remote.NewTransport(cfg.Secret),
+		clients: map[string]*remote.Client{}, placing: map[string]int{}, placed: map[string]int{}}, nil
+}
+
+// list returns the registered nodes, read at most Refresh ago.
+func (r *Router) list(ctx context.Context, fresh bool) ([]store.NodeInfo, error) {
+	r.mu.Lock()
+	if !fresh && time.Since(r.readAt) < r.cfg.Refresh {
+		defer r.mu.Unlock()
+		return r.nodes, nil
+	}
+	r.mu.Unlock()
+	nodes, err := r.cfg.Store.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nodes, r.readAt = nodes, time.Now()
+	clear(r.placed)
+	return nodes, nil
+}
+
+// client returns the client of node name.
+func (r *Router) client(ctx context.Context, name string) (*remote.Client, error) {
+	nodes, err := r.list(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	info, ok := find(nodes, name)
+	if !ok {
+		if nodes, err = r.list(ctx, true); err != nil {
+			return nil, err
+		}
+		if info, ok = find(nodes, name); !ok {
+			return nil, &node.Error{Kind: node.ErrUnavailable, Msg: fmt.Sprintf("node %s is not registered; is `lizard node` running there?", name)}
+		}
+	}
+	return r.clientOf(info), nil
+}
+
+func (r *Router) clientOf(info store.NodeInfo) *remote.Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.clients[info.Name]
+	if c == nil || c.Addr() != info.Addr {
+		c = remote.NewClient(info.Name, info.Addr, r.tr)
+		r.clients[info.Name] = c
+	}
+	return c
+}
+
+func find(nodes []store.NodeInfo, name string) (store.NodeInfo, bool) {
+	for _, n := range nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return store.NodeInfo{}, false
+}
+
+// place picks the node for a new sandbox among those with a live lease
+// and not in skip: of Choices sampled at random, the least loaded with
+// room (load, free).
+func (r *Router) place(ctx context.Context, skip map[string]bool) (store.NodeInfo, error) {
+	nodes, err := r.list(ctx, false)
+	if err != nil {
+		return store.NodeInfo{}, err
+	}
+	now := r.cfg.Now()
+	var live []store.NodeInfo
+	for _, n := range nodes {
+		if n.Live(now) && !skip[n.Name] {
+			live = append(live, n)
+		}
+	}
+	if len(live) == 0 {
+		msg := "no node can take the sandbox: none has a live lease"
+		if len(skip) > 0 {
+			msg = "no node can take the sandbox: the nodes tried did not answer and no other has a live lease"
+		}
+		return store.NodeInfo{}, &node.Error{Kind: node.ErrUnavailable, Msg: msg + "; check that `lizard node` runs and reaches the database, then retry"}
+	}
+	rand.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var best *store.NodeInfo
+	for i := range live[:min(r.cfg.Choices, len(live))] {
+		n := &live[i]
+		if !r.room(*n) {
+			continue
+		}
+		if best == nil || r.load(*n) < r.load(*best) || r.load(*n) == r.load(*best) && n.FreeMemory > best.FreeMemory {
+			best = n
+		}
+	}
+	if best == nil {
+		return store.NodeInfo{}, &node.Error{Kind: node.ErrUnavailable,
+			Msg: "no node can take the sandbox: the nodes sampled have no free sandbox address or memory; kill sandboxes or add nodes"}
+	}
+	r.placing[best.Name]++
+	return *best, nil
+}
+
+// sandboxMemory is what placement counts a sandbox as holding: an idle
+// interpreter sandbox restored from a template snapshot holds less, a busy
+// one more; it turns a node's memory into a number of sandboxes.
+const sandboxMemory = 256 << 20
+
+// load is the share of n's capacity its sandboxes take, counting the
+// creates this router placed on it that its row may not count yet. Its
+// capacity is its address slots, or its memory in sandboxes if that is
+// fewer. The caller holds mu.
+func (r *Router) load(n store.NodeInfo) float64 {
+	capacity := min(int64(n.Slots), n.MemoryBytes/sandboxMemory)
+	if capacity <= 0 {
+		return 1
+	}
+	return float64(n.Sandboxes+r.placing[n.Name]+r.placed[n.Name]) / float64(capacity)
+}
+
+// room reports whether n has a free address and the memory of one more
+// sandbox. The caller holds mu.
+func (r *Router) room(n store.NodeInfo) bool {
+	return n.Sandboxes+r.placing[n.Name]+r.placed[n.Name] < n.Slots && n.FreeMemory >= sandboxMemory
+}
+
+// done is told a create placed on node name has ended; until the list of
+// nodes is read again it still counts there.
+func (r *Router) done(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.placing[name]--; r.placing[name] <= 0 {
+		delete(r.placing, name)
+	}
+	r.placed[name]++
+}
+
+// admit runs the control plane's admission count times; the node records
+// what it admitted. (In one process admission and the record are one step
+// under the control plane's lock; across processes a quota of live
+// sandboxes may be passed by the creates under way at the same moment.)
+func admit(ctx context.Context, p *node.Plan, count int) error {
+	if p.Admit == nil {
+		return nil
+	}
+	for range count {
+		release, err := p.Admit(ctx, false)
+		if err != nil {
+			return err
+		}
+		release()
+	}
+	p.Admit = nil
+	return nil
+}
+
+// Create implements node.Node: a plan with a snapshot's image goes to the
+// node holding it; any other to a node placement picks, and to another
+// one if that node does not answer.
+func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error) {
+	if err := admit(ctx, &p, 1); err != nil {
+		return store.Sandbox{}, err
+	}
+	if p.Image != "" {
+		name, path := store.SplitImageRef(p.Image)
+		c, err := r.client(ctx, name)
+		if err != nil {
+			return store.Sandbox{}, err
+		}
+		p.Image = path
+		return c.Create(ctx, p)
+	}
+	skip := map[string]bool{}
+	for {
+		n, err := r.place(ctx, skip)
+		if err != nil {
+			return store.Sandbox{}, err
+		}
+		sb, err := r.clientOf(n).Create(ctx, p)
+		r.done(n.Name)
+		if errors.Is(err, remote.ErrUnreachable) && ctx.Err() == nil {
+			r.log.Warn("node did not answer a create; placing it on another", "node", n.Name, "err", err)
+			skip[n.Name] = true
+			continue
+		}
+		return sb, err
+	}
+}
+
+// sandbox returns live sandbox id's row and its node's client: ErrGone
+// (naming why: "node lost", killed...) if it has ended.
+func (r *Router) sandbox(ctx context.Context, id string) (store.Sandbox, *remote.Client, error) {
+	sb, err := r.cfg.Store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return sb, nil, &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found", id)}
+	}
+	if err != nil {
+		return sb, nil, err
+	}
+	if !sb.Live() {
+		return sb, nil, node.Gone(sb)
+	}
+	c, err := r.client(ctx, sb.Node)
+	return sb, c, err
+}
+
+// Fork implements node.Node: on the parent's node, which holds its
+// memory.
+func (r *Router) Fork(ctx context.Context, parent string, p node.Plan, n int) ([]store.Sandbox, error) {
+	_, c, err := r.sandbox(ctx, parent)
+	if err != nil {
+		return nil, err
+	}
+	if err := admit(ctx, &p, n); err != nil {
+		return nil, err
+	}
+	return c.Fork(ctx, parent, p, n)
+}
+
+// Kill implements node.Node.
+func (r *Router) Kill(ctx context.Context, id string) error {
+	_, c, err := r.sandbox(ctx, id)
+	if errors.Is(err, node.ErrGone) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return c.Kill(ctx, id)
+}
+
+// SetTimeout implements node.Node.
+func (r *Router) SetTimeout(ctx context.Context, id string, ms int64) (store.Sandbox, error) {
+	_, c, err := r.sandbox(ctx, id)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	return c.SetTimeout(ctx, id, ms)
+}
+
+// Pause implements node.Node.
+func (r *Router) Pause(ctx context.Context, id string) (store.Sandbox, error) {
+	_, c, err := r.sandbox(ctx, id)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	return c.Pause(ctx, id)
+}
+
+// Resume implements node.Node: on the node that holds the image.
+func (r *Router) Resume(ctx context.Context, id string, timeoutMs *int64) (store.Sandbox, error) {
+	_, c, err := r.sandbox(ctx, id)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	return c.Resume(ctx, id, timeoutMs)
+}
+
+// Snapshot implements node.Node: the image is named with its node
+// (store.ImageRef), where creates from it are sent.
+func (r *Router) Snapshot(ctx context.Context, id, snapshotID string) (string, int64, error) {
+	_, c, err := r.sandbox(ctx, id)
+	if err != nil {
+		return "", 0, err
+	}
+	image, size, err := c.Snapshot(ctx, id, snapshotID)
+	if err != nil {
+		return "", 0, err
+	}
+	return store.ImageRef(c.Name(), image), size, nil
+}
+
+// RemoveImage implements node.Node.
+func (r *Router) RemoveImage(ctx context.Context, image string) error {
+	name, path := store.SplitImageRef(image)
+	c, err := r.client(ctx, name)
+	if err != nil {
+		return err
+	}
+	return c.RemoveImage(ctx, path)
+}
+
+// Acquire implements node.Node: the call goes to the sandbox's node,
+// which resumes it if paused.
+func (r *Router) Acquire(ctx context.Context, id string) (node.Call, error) {
+	_, c, err := r.sandbox(ctx, id)
+	if err != nil {
+		return node.Call{}, err
+	}
+	return c.Acquire(ctx, id)
+}
+
+// Transport implements node.Node.
+func (r *Router) Transport() http.RoundTripper { return r.tr }
+
+// Subscribe implements node.Node: the router tells of the ends it
+// records itself (nodes lost, Sweeper).
+func (r *Router) Subscribe(fn func(node.Event)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.subs = append(r.subs, fn)
+}
+
+func (r *Router) emit(e node.Event) {
+	r.mu.Lock()
+	subs := r.subs
+	r.mu.Unlock()
+	for _, fn := range subs {
+		fn(e)
+	}
+}

@@ -1,0 +1,322 @@
+package daemon
+
+// The two roles of a cluster (docs/cluster.md): `lizard node` runs
+// sandboxes on its machine and serves them to the API; `lizard api` serves
+// the public API, placing sandboxes on nodes and routing calls to them.
+// Both share one PostgreSQL database and a cluster secret.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/cli"
+	"github.com/lizard-build/lizard/internal/cluster"
+	"github.com/lizard-build/lizard/internal/console"
+	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/metrics"
+	"github.com/lizard-build/lizard/internal/node/remote"
+	"github.com/lizard-build/lizard/internal/server"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Environment variables of both roles. Secrets are never flags: flags
+// show in `ps`.
+const (
+	envDatabaseURL   = "LIZARD_DATABASE_URL"
+	envClusterSecret = "LIZARD_CLUSTER_SECRET"
+)
+
+// clusterFlags are the flags both roles share.
+type clusterFlags struct {
+	DatabaseURL string
+	Lease       time.Duration
+	secret      string
+}
+
+func (f *clusterFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.DatabaseURL, "database-url", "", "PostgreSQL URL, postgres://USER:PASSWORD@HOST:5432/DB (default: env "+envDatabaseURL+"; prefer the environment, flags show in ps)")
+	fs.DurationVar(&f.Lease, "lease", cluster.DefaultLease, "a node's lease: renewed every third of it; a node that misses it is lost and its running sandboxes fail (\"node lost\"). Give every node and api process the same value")
+}
+
+func (f *clusterFlags) validate() error {
+	if f.DatabaseURL == "" {
+		f.DatabaseURL = os.Getenv(envDatabaseURL)
+	}
+	if !strings.HasPrefix(f.DatabaseURL, "postgres://") && !strings.HasPrefix(f.DatabaseURL, "postgresql://") {
+		return cli.Usagef("a cluster needs PostgreSQL: set %s (or --database-url) to postgres://USER:PASSWORD@HOST:5432/DB", envDatabaseURL)
+	}
+	f.secret = os.Getenv(envClusterSecret)
+	if len(f.secret) < 16 {
+		return cli.Usagef("set %s to the cluster's shared secret, the same on every node and api process, at least 16 characters (openssl rand -hex 32)", envClusterSecret)
+	}
+	if f.Lease < 2*time.Second {
+		return cli.Usagef("--lease %s: want at least 2s", f.Lease)
+	}
+	return nil
+}
+
+// nodeConfig is what `lizard node` is told: serve's flags for running
+// sandboxes, and the cluster's.
+type nodeConfig struct {
+	serveConfig
+	cluster   clusterFlags
+	Name      string
+	Advertise string
+}
+
+func parseNode(e cli.Env, args []string) (*nodeConfig, error) {
+	fs := cli.NewFlags(e, "node")
+	c := &nodeConfig{}
+	c.serveConfig.register(fs)
+	fs.Lookup("listen").DefValue = "127.0.0.1:8081"
+	fs.Set("listen", "127.0.0.1:8081")
+	c.cluster.register(fs)
+	host, _ := os.Hostname()
+	fs.StringVar(&c.Name, "name", cmpOr(os.Getenv("LIZARD_NODE_NAME"), host), "the node's name in the cluster, unique and stable across restarts (default: env LIZARD_NODE_NAME, else the host name)")
+	fs.StringVar(&c.Advertise, "advertise", os.Getenv("LIZARD_NODE_ADDRESS"), "HOST or HOST:PORT the api processes reach this node at (default: env LIZARD_NODE_ADDRESS, else the --listen address; the port defaults to --listen's)")
+	if err := cli.Parse(fs, args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, cli.Usagef("lizard node takes no arguments, got %q", fs.Args())
+	}
+	return c, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func (c *nodeConfig) validate() error {
+	if err := c.cluster.validate(); err != nil {
+		return err
+	}
+	if c.Name == "" || strings.ContainsAny(c.Name, ": /") {
+		return cli.Usagef("--name %q: want a non-empty name without ':', '/' or spaces", c.Name)
+	}
+	lhost, lport, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return cli.Usagef("--listen %q: want HOST:PORT", c.Listen)
+	}
+	adv := c.Advertise
+	if adv == "" {
+		adv = lhost
+	}
+	if _, _, err := net.SplitHostPort(adv); err != nil {
+		adv = net.JoinHostPort(strings.Trim(adv, "[]"), lport)
+	}
+	if h, _, _ := net.SplitHostPort(adv); h == "" || h == "0.0.0.0" || h == "::" {
+		return cli.Usagef("--advertise: the api processes need an address to reach this node at; --listen %s names none", c.Listen)
+	}
+	c.Advertise = adv
+	return c.serveConfig.validate()
+}
+
+func runNode(ctx context.Context, e cli.Env, args []string) error {
+	c, err := parseNode(e, args)
+	if err != nil {
+		return err
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: c.level})).With("node", c.Name)
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", c.Listen, err)
+	}
+	defer ln.Close()
+	shared, err := openRetrying(ctx, c.cluster.DatabaseURL, logger)
+	if err != nil {
+		return err
+	}
+	defer shared.Close()
+	// The node's own view: its sandboxes, its address slots.
+	st := shared.OnNode(c.Name)
+	forwardingNote(logger, c.policy.Egress)
+	limits, maxLimits := c.policy.limits()
+	mx := metrics.Serve(ctx, c.MetricsListen, logger)
+	var tokenAPI func(string) ([]string, int)
+	if c.SandboxAPIURL != "" {
+		tokenAPI = c.tokenAPI(ln.Addr())
+	}
+	parts, err := c.newNode(ctx, e, st, logger, mx, tokenAPI)
+	if err != nil {
+		return err
+	}
+	n, pool, rt := parts.node, parts.pool, parts.rt
+	// The API's agent calls are served here by the public API's own proxy
+	// (acquire, resume, abort events), over this node, behind the secret.
+	ctl, err := control.New(control.Config{Node: n, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits,
+		Internet: c.policy.Egress == "internet", DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout})
+	if err != nil {
+		return err
+	}
+	agents := server.New(server.Config{Control: ctl, Keys: remote.Auth{Secret: c.cluster.secret}, Logger: logger, Version: version()})
+	h := remote.Handler(remote.HandlerConfig{Node: n, Store: shared, Secret: c.cluster.secret, Agent: agents, Logger: logger, DataDir: c.DataDir})
+	gauges(mx, st, c.pool.Slots())
+	if err := n.Reconcile(ctx); err != nil {
+		return fmt.Errorf("reconciling sandboxes with the runtime and the database: %w", err)
+	}
+	go n.RunReaper(ctx)
+	if pool != nil {
+		go pool.Run(ctx, n)
+	}
+	member := &cluster.Member{Store: shared, Name: c.Name, Addr: c.Advertise, Slots: c.pool.Slots(), Lease: c.cluster.Lease, Log: logger}
+	go member.Run(ctx)
+	logger.Info("lizard node serving", "listen", ln.Addr().String(), "advertise", c.Advertise, "data_dir", c.DataDir,
+		"runtime", rt.Name(), "address_pool", c.pool.Prefix().String(), "lease", c.cluster.Lease)
+	err = server.Run(ctx, ln, h, logger)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if pool != nil {
+		pool.Drain(dctx)
+	}
+	if cerr := rt.Close(dctx); cerr != nil {
+		logger.Error("waiting for the runtime to finish removing sandboxes", "err", cerr)
+	}
+	return err
+}
+
+// apiConfig is what `lizard api` is told.
+type apiConfig struct {
+	Listen          string
+	MetricsListen   string
+	LogLevel        string
+	DefaultTimeout  time.Duration
+	MaxTimeout      time.Duration
+	MaxChildTimeout time.Duration
+	Choices         int
+	cluster         clusterFlags
+	policy          policyFlags
+	level           slog.Level
+}
+
+func parseAPI(e cli.Env, args []string) (*apiConfig, error) {
+	fs := cli.NewFlags(e, "api")
+	c := &apiConfig{}
+	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "address to serve the public API on")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", "127.0.0.1:9464", "address to serve Prometheus metrics on at /metrics; \"\" turns them off")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&c.DefaultTimeout, "default-timeout", 5*time.Minute, "life of a sandbox whose create names no timeout")
+	fs.DurationVar(&c.MaxTimeout, "max-timeout", 24*time.Hour, "longest timeout a create or setTimeout may ask for")
+	fs.DurationVar(&c.MaxChildTimeout, "max-child-timeout", time.Hour, "longest life of a sandbox created with another sandbox's lizardToken")
+	fs.IntVar(&c.Choices, "placement-choices", 2, "live nodes sampled per create; the one with the most free capacity gets it")
+	c.cluster.register(fs)
+	c.policy.register(fs)
+	if err := cli.Parse(fs, args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, cli.Usagef("lizard api takes no arguments, got %q", fs.Args())
+	}
+	return c, nil
+}
+
+func (c *apiConfig) validate() error {
+	if err := c.cluster.validate(); err != nil {
+		return err
+	}
+	if c.DefaultTimeout <= 0 || c.MaxTimeout <= 0 || c.DefaultTimeout > c.MaxTimeout {
+		return cli.Usagef("--default-timeout %s and --max-timeout %s: want 0 < default <= max", c.DefaultTimeout, c.MaxTimeout)
+	}
+	if c.Choices < 1 {
+		return cli.Usagef("--placement-choices %d: want at least 1", c.Choices)
+	}
+	if err := c.policy.validate(); err != nil {
+		return err
+	}
+	if err := c.level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return cli.Usagef("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return cli.Usagef("--listen %q: want HOST:PORT, such as 127.0.0.1:8080", c.Listen)
+	}
+	return nil
+}
+
+func runAPI(ctx context.Context, e cli.Env, args []string) error {
+	c, err := parseAPI(e, args)
+	if err != nil {
+		return err
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: c.level}))
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", c.Listen, err)
+	}
+	defer ln.Close()
+	st, err := openRetrying(ctx, c.cluster.DatabaseURL, logger)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	// Stateless: the audit trail goes to the log, marked, for the
+	// cluster's log collection.
+	audit := logger.With("audit", true)
+	limits, maxLimits := c.policy.limits()
+	mx := metrics.Serve(ctx, c.MetricsListen, logger)
+	router, err := cluster.NewRouter(cluster.Config{Store: st, Secret: c.cluster.secret, Logger: logger, Choices: c.Choices})
+	if err != nil {
+		return err
+	}
+	ctl, err := control.New(control.Config{
+		Node: router, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: c.policy.Egress == "internet",
+		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,
+		MaxRunning: c.policy.MaxSandboxes, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
+		Audit: audit,
+	})
+	if err != nil {
+		return err
+	}
+	router.Subscribe(ctl.Events)
+	h := server.New(server.Config{
+		Control:   ctl,
+		Keys:      &auth.Verifier{Store: st, Logger: logger},
+		Logger:    logger,
+		Version:   version(),
+		KeyLimits: server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst},
+		Audit:     audit,
+		Console:   console.Handler(), Metrics: mx,
+	})
+	sweeper := &cluster.Sweeper{Store: st, Router: router, Lease: c.cluster.Lease, Log: logger}
+	go sweeper.Run(ctx)
+	logger.Info("lizard api serving", "url", "http://"+ln.Addr().String(), "lease", c.cluster.Lease)
+	return server.Run(ctx, ln, h, logger)
+}
+
+// openRetrying opens the database, waiting for it while it is not up yet
+// (a cluster's pods start in any order).
+func openRetrying(ctx context.Context, url string, logger *slog.Logger) (*store.Store, error) {
+	for i := 0; ; i++ {
+		st, err := store.OpenURL(ctx, url)
+		if err == nil {
+			return st, nil
+		}
+		if !errors.Is(err, store.ErrUnavailable) || i == 60 {
+			return nil, fmt.Errorf("opening the database: %w", err)
+		}
+		if i == 0 {
+			logger.Warn("the database is unreachable; waiting for it", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}

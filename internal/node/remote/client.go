@@ -1,0 +1,232 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Client is the node.Node of one remote node. Its Create is the node's
+// alone: placement and admission are the caller's (package cluster).
+type Client struct {
+	name string
+	base *url.URL
+	http *http.Client
+	tr   *Transport
+}
+
+// NewClient returns the client of node name at addr (host:port), using tr
+// for every request.
+func NewClient(name, addr string, tr *Transport) *Client {
+	return &Client{name: name, base: &url.URL{Scheme: "http", Host: addr}, tr: tr, http: &http.Client{Transport: tr}}
+}
+
+// Name is the node's name.
+func (c *Client) Name() string { return c.name }
+
+// Addr is where the node is reached.
+func (c *Client) Addr() string { return c.base.Host }
+
+// do sends one internal request and decodes its answer into out (nil:
+// none expected).
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base.String()+"/internal/v1"+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return c.unreachable(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		var we wireError
+		if err := json.NewDecoder(resp.Body).Decode(&we); err != nil {
+			return &node.Error{Msg: fmt.Sprintf("node %s answered %s; its log has the details", c.name, resp.Status)}
+		}
+		return we.err(c.name)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return c.unreachable(fmt.Errorf("reading the answer: %w", err))
+	}
+	return nil
+}
+
+func (c *Client) unreachable(err error) error {
+	return &node.Error{Kind: node.ErrUnavailable, Cause: fmt.Errorf("%w: %w", ErrUnreachable, err),
+		Msg: fmt.Sprintf("node %s (%s) did not answer (down, restarting or cut off); retry shortly", c.name, c.base.Host)}
+}
+
+// Create implements node.Node.
+func (c *Client) Create(ctx context.Context, p node.Plan) (store.Sandbox, error) {
+	var sb store.Sandbox
+	return sb, c.do(ctx, http.MethodPost, "/sandboxes", toWire(p), &sb)
+}
+
+// Fork implements node.Node.
+func (c *Client) Fork(ctx context.Context, parent string, p node.Plan, n int) ([]store.Sandbox, error) {
+	var sbs []store.Sandbox
+	return sbs, c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(parent)+"/fork", forkRequest{Plan: toWire(p), Count: n}, &sbs)
+}
+
+// Kill implements node.Node.
+func (c *Client) Kill(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/sandboxes/"+url.PathEscape(id), nil, nil)
+}
+
+// SetTimeout implements node.Node.
+func (c *Client) SetTimeout(ctx context.Context, id string, ms int64) (store.Sandbox, error) {
+	var sb store.Sandbox
+	return sb, c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/timeout", timeoutRequest{TimeoutMs: &ms}, &sb)
+}
+
+// Pause implements node.Node.
+func (c *Client) Pause(ctx context.Context, id string) (store.Sandbox, error) {
+	var sb store.Sandbox
+	return sb, c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/pause", nil, &sb)
+}
+
+// Resume implements node.Node.
+func (c *Client) Resume(ctx context.Context, id string, timeoutMs *int64) (store.Sandbox, error) {
+	var sb store.Sandbox
+	return sb, c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/resume", timeoutRequest{TimeoutMs: timeoutMs}, &sb)
+}
+
+// Snapshot implements node.Node; the image is a path on the node.
+func (c *Client) Snapshot(ctx context.Context, id, snapshotID string) (string, int64, error) {
+	var r snapshotResponse
+	err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/snapshot", snapshotRequest{SnapshotID: snapshotID}, &r)
+	return r.Image, r.SizeBytes, err
+}
+
+// RemoveImage implements node.Node; image is a path on the node.
+func (c *Client) RemoveImage(ctx context.Context, image string) error {
+	return c.do(ctx, http.MethodPost, "/images/remove", imageRequest{Image: image}, nil)
+}
+
+// Acquire implements node.Node: the call is forwarded to the node, which
+// acquires it there (resuming a paused sandbox) and proxies it to the
+// agent. The call's context ends, with an ErrUnavailable cause, if the
+// node stops answering in the middle of it (Transport).
+func (c *Client) Acquire(ctx context.Context, id string) (node.Call, error) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	msg := fmt.Sprintf("sandbox %s's node %s stopped answering during the call (its process or machine went down?); "+
+		"if it is not back within its lease the sandbox is reported failed (node lost); retry shortly, or create a new sandbox", id, c.name)
+	cctx = context.WithValue(cctx, callKey{}, func(err error) {
+		cancel(&node.Error{Kind: node.ErrUnavailable, Msg: msg, Cause: fmt.Errorf("%w: %w", ErrUnreachable, err)})
+	})
+	u := *c.base
+	u.Path = "/v1/sandboxes/" + id
+	return node.Call{URL: &u, Ctx: cctx, Release: func() { cancel(nil) }}, nil
+}
+
+// Transport implements node.Node.
+func (c *Client) Transport() http.RoundTripper { return c.tr }
+
+// Subscribe implements node.Node. A remote node's events stay on its
+// machine (its log and audit); the API learns of ends from the database.
+func (c *Client) Subscribe(func(node.Event)) {}
+
+var _ node.Node = (*Client)(nil)
+
+// callKey holds, in a forwarded call's context, what ends the call when
+// the node stops answering.
+type callKey struct{}
+
+// Transport carries requests to nodes: it adds the cluster secret and, on
+// forwarded agent calls, the caller; and it ends a forwarded call whose
+// node stops answering (Client.Acquire).
+type Transport struct {
+	Secret string
+	Base   http.RoundTripper // default a pooled transport
+}
+
+// NewTransport returns the transport of a cluster whose secret is secret.
+func NewTransport(secret string) *Transport {
+	b := http.DefaultTransport.(*http.Transport).Clone()
+	b.MaxIdleConnsPerHost = 64
+	b.IdleConnTimeout = 90 * time.Second
+	b.ResponseHeaderTimeout = 0 // creates and NDJSON streams take their time
+	return &Transport{Secret: secret, Base: b}
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+t.Secret)
+	if c, ok := auth.CallerOf(r.Context()); ok {
+		r.Header.Set(HeaderProject, c.ProjectID)
+		r.Header.Set(HeaderKeyID, c.KeyID)
+		if c.SandboxID != "" {
+			r.Header.Set(HeaderCallerSandbox, c.SandboxID)
+		}
+	}
+	fail, _ := r.Context().Value(callKey{}).(func(error))
+	resp, err := t.Base.RoundTrip(r)
+	if err != nil {
+		if fail != nil && r.Context().Err() == nil {
+			fail(err)
+		}
+		return nil, err
+	}
+	if fail != nil {
+		resp.Body = &failingBody{ReadCloser: resp.Body, ctx: r.Context(), fail: fail}
+	}
+	return resp, nil
+}
+
+// failingBody ends its call when the node's connection breaks under a
+// response (an NDJSON stream cut by the node's death), so that the API
+// tells the client why instead of cutting the stream.
+type failingBody struct {
+	io.ReadCloser
+	ctx  context.Context
+	fail func(error)
+}
+
+func (b *failingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && b.ctx.Err() == nil {
+		b.fail(err)
+	}
+	return n, err
+}
+
+// validSecret reports whether r carries the cluster secret.
+func validSecret(r *http.Request, secret string) bool {
+	h := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(h) <= len(prefix) || h[:len(prefix)] != prefix {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(h[len(prefix):]), []byte(secret)) == 1
+}

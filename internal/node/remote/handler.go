@@ -1,0 +1,204 @@
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// HandlerConfig says what a node serves.
+type HandlerConfig struct {
+	Node *node.Local
+	// Store is the shared database the node's lizardTokens are minted in.
+	Store  *store.Store
+	Secret string
+	// Agent serves the public agent paths of the node's sandboxes to the
+	// API (a server.Server over this node, behind Auth).
+	Agent  http.Handler
+	Logger *slog.Logger
+	// DataDir holds the node's images: RemoveImage refuses paths outside.
+	DataDir string
+}
+
+// Handler returns the node's HTTP handler: GET /v1/health (no secret, for
+// probes), the internal node API, and the forwarded agent paths.
+func Handler(cfg HandlerConfig) http.Handler {
+	h := &handler{cfg: cfg, log: cfg.Logger}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
+	})
+	mux.HandleFunc("POST /internal/v1/sandboxes", h.create)
+	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/fork", h.fork)
+	mux.HandleFunc("DELETE /internal/v1/sandboxes/{id}", h.kill)
+	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/timeout", h.setTimeout)
+	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/pause", h.pause)
+	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/resume", h.resume)
+	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/snapshot", h.snapshot)
+	mux.HandleFunc("POST /internal/v1/images/remove", h.removeImage)
+	for _, p := range api.AgentPublicPaths {
+		mux.Handle("/v1/sandboxes/{id}"+p, cfg.Agent)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/health" && !validSecret(r, cfg.Secret) {
+			h.log.Warn("refused a request without the cluster secret", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+			writeJSON(w, http.StatusUnauthorized, wireError{Message: "this is a Lizard node: its API is for `lizard api`, with the cluster secret"})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// Auth authenticates the API's forwarded agent calls: the cluster secret,
+// and the caller the API checked, named in headers.
+type Auth struct{ Secret string }
+
+// Require implements what server.Config.Keys asks.
+func (a Auth) Require(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		project := r.Header.Get(HeaderProject)
+		if !validSecret(r, a.Secret) || project == "" {
+			auth.Unauthorized(w)
+			return
+		}
+		c := auth.Caller{ProjectID: project, KeyID: r.Header.Get(HeaderKeyID), SandboxID: r.Header.Get(HeaderCallerSandbox)}
+		next.ServeHTTP(w, r.WithContext(auth.WithCaller(r.Context(), c)))
+	})
+}
+
+type handler struct {
+	cfg HandlerConfig
+	log *slog.Logger
+}
+
+func (h *handler) create(w http.ResponseWriter, r *http.Request) {
+	var in plan
+	if !h.decode(w, r, &in) {
+		return
+	}
+	sb, err := h.cfg.Node.Create(r.Context(), h.local(in))
+	h.answer(w, r, sb, err)
+}
+
+// local is the node's plan of wire plan w, minting its lizardToken here
+// if it asks for one.
+func (h *handler) local(w plan) node.Plan {
+	p := w.plan()
+	if w.Token {
+		p.Key = func(ctx context.Context, sandboxID string) (string, error) {
+			k, err := auth.Create(ctx, h.cfg.Store, p.ProjectID, sandboxID)
+			if err != nil {
+				return "", fmt.Errorf("minting the sandbox's API key: %w", err)
+			}
+			h.log.Info("key.create", "key_id", k.ID, "project_id", p.ProjectID, "sandbox_id", sandboxID, "by", "lizardToken")
+			return k.String(), nil
+		}
+	}
+	return p
+}
+
+func (h *handler) fork(w http.ResponseWriter, r *http.Request) {
+	var in forkRequest
+	if !h.decode(w, r, &in) {
+		return
+	}
+	sbs, err := h.cfg.Node.Fork(r.Context(), r.PathValue("id"), h.local(in.Plan), in.Count)
+	h.answer(w, r, sbs, err)
+}
+
+func (h *handler) kill(w http.ResponseWriter, r *http.Request) {
+	h.answer(w, r, struct{}{}, h.cfg.Node.Kill(r.Context(), r.PathValue("id")))
+}
+
+func (h *handler) setTimeout(w http.ResponseWriter, r *http.Request) {
+	var in timeoutRequest
+	if !h.decode(w, r, &in) {
+		return
+	}
+	if in.TimeoutMs == nil {
+		h.fail(w, r, node.Invalidf("timeoutMs is missing"))
+		return
+	}
+	sb, err := h.cfg.Node.SetTimeout(r.Context(), r.PathValue("id"), *in.TimeoutMs)
+	h.answer(w, r, sb, err)
+}
+
+func (h *handler) pause(w http.ResponseWriter, r *http.Request) {
+	sb, err := h.cfg.Node.Pause(r.Context(), r.PathValue("id"))
+	h.answer(w, r, sb, err)
+}
+
+func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
+	var in timeoutRequest
+	if !h.decode(w, r, &in) {
+		return
+	}
+	sb, err := h.cfg.Node.Resume(r.Context(), r.PathValue("id"), in.TimeoutMs)
+	h.answer(w, r, sb, err)
+}
+
+func (h *handler) snapshot(w http.ResponseWriter, r *http.Request) {
+	var in snapshotRequest
+	if !h.decode(w, r, &in) {
+		return
+	}
+	image, size, err := h.cfg.Node.Snapshot(r.Context(), r.PathValue("id"), in.SnapshotID)
+	h.answer(w, r, snapshotResponse{Image: image, SizeBytes: size}, err)
+}
+
+func (h *handler) removeImage(w http.ResponseWriter, r *http.Request) {
+	var in imageRequest
+	if !h.decode(w, r, &in) {
+		return
+	}
+	// Only the node's own images: the secret's holder is trusted, but a
+	// path is still checked before it is removed.
+	rel, err := filepath.Rel(h.cfg.DataDir, filepath.Clean(in.Image))
+	if h.cfg.DataDir == "" || err != nil || !filepath.IsLocal(rel) {
+		h.fail(w, r, node.Invalidf("image %q is not in the node's data directory", in.Image))
+		return
+	}
+	h.answer(w, r, struct{}{}, h.cfg.Node.RemoveImage(r.Context(), in.Image))
+}
+
+func (h *handler) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20)).Decode(v); err != nil {
+		h.fail(w, r, node.Invalidf("decoding the request: %v", err))
+		return false
+	}
+	return true
+}
+
+func (h *handler) answer(w http.ResponseWriter, r *http.Request, v any, err error) {
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, we := encodeError(err)
+	if status == http.StatusInternalServerError && !errors.Is(err, context.Canceled) {
+		h.log.Error("internal node request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeJSON(w, status, we)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

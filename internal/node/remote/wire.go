@@ -1,0 +1,156 @@
+// Package remote carries the node seam (node.Node) over HTTP between
+// `lizard api` and `lizard node` (docs/cluster.md): Client is a Node whose
+// sandboxes run on another machine, Handler serves a machine's *node.Local
+// to it. Every request carries the cluster's shared secret. The control
+// plane's decisions travel in the plan; the node records and runs.
+//
+// The internal node API, under /internal/v1 on the node's listener:
+//
+//	POST   /internal/v1/sandboxes                 create: plan → sandbox
+//	POST   /internal/v1/sandboxes/{id}/fork       {plan, count} → [sandbox]
+//	DELETE /internal/v1/sandboxes/{id}            kill
+//	POST   /internal/v1/sandboxes/{id}/timeout    {timeoutMs} → sandbox
+//	POST   /internal/v1/sandboxes/{id}/pause      → sandbox
+//	POST   /internal/v1/sandboxes/{id}/resume     {timeoutMs?} → sandbox
+//	POST   /internal/v1/sandboxes/{id}/snapshot   {snapshotId} → {image, sizeBytes}
+//	POST   /internal/v1/images/remove             {image}
+//
+// and the public agent paths, /v1/sandboxes/{id}/execute and the rest
+// (api.AgentPublicPaths), which the API forwards unchanged, streaming, with
+// the caller named in headers (HeaderProject...). Errors are {"kind",
+// "message", "retryAfterMs"}, kind naming one of node's sentinels.
+package remote
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Headers naming the API's caller on a forwarded agent call.
+const (
+	HeaderProject       = "X-Lizard-Project"
+	HeaderKeyID         = "X-Lizard-Key-Id"
+	HeaderCallerSandbox = "X-Lizard-Caller-Sandbox"
+)
+
+// ErrUnreachable means the node did not answer: it is down, restarting or
+// cut off. A create that meets it may be placed on another node.
+var ErrUnreachable = errors.New("node unreachable")
+
+// plan is node.Plan on the wire: the data of the control plane's decision.
+// Admission happens in the API before it is sent; Token asks the node to
+// mint the sandbox's lizardToken once it has recorded the sandbox (the
+// key's row references the sandbox's, which only the node writes).
+type plan struct {
+	ProjectID string            `json:"projectId"`
+	Role      string            `json:"role,omitempty"`
+	Template  string            `json:"template"`
+	TimeoutMs int64             `json:"timeoutMs"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	OnTimeout string            `json:"onTimeout,omitempty"`
+	Envs      []string          `json:"envs,omitempty"`
+	Limits    sandbox.Limits    `json:"limits"`
+	Internet  bool              `json:"internet"`
+	Image     string            `json:"image,omitempty"`
+	Token     bool              `json:"token,omitempty"`
+	ParentID  string            `json:"parentId,omitempty"`
+}
+
+func toWire(p node.Plan) plan {
+	return plan{ProjectID: p.ProjectID, Role: p.Role, Template: p.Template, TimeoutMs: p.TimeoutMs, Metadata: p.Metadata,
+		OnTimeout: p.OnTimeout, Envs: p.Envs, Limits: p.Limits, Internet: p.Internet, Image: p.Image, Token: p.Key != nil,
+		ParentID: p.ParentID}
+}
+
+func (w plan) plan() node.Plan {
+	return node.Plan{ProjectID: w.ProjectID, Role: w.Role, Template: w.Template, TimeoutMs: w.TimeoutMs, Metadata: w.Metadata,
+		OnTimeout: w.OnTimeout, Envs: w.Envs, Limits: w.Limits, Internet: w.Internet, Image: w.Image, ParentID: w.ParentID}
+}
+
+type forkRequest struct {
+	Plan  plan `json:"plan"`
+	Count int  `json:"count"`
+}
+
+type timeoutRequest struct {
+	TimeoutMs *int64 `json:"timeoutMs"`
+}
+
+type snapshotRequest struct {
+	SnapshotID string `json:"snapshotId"`
+}
+
+type snapshotResponse struct {
+	Image     string `json:"image"`
+	SizeBytes int64  `json:"sizeBytes"`
+}
+
+type imageRequest struct {
+	Image string `json:"image"`
+}
+
+// wireError is a node.Error on the wire.
+type wireError struct {
+	Kind         string `json:"kind"`
+	Message      string `json:"message"`
+	RetryAfterMs int64  `json:"retryAfterMs,omitempty"`
+}
+
+// kinds names node's sentinels on the wire, with the status each is sent
+// with (for people reading the traffic; the client goes by Kind).
+var kinds = []struct {
+	name   string
+	err    error
+	status int
+}{
+	{"invalid", node.ErrInvalid, http.StatusBadRequest},
+	{"not_found", node.ErrNotFound, http.StatusNotFound},
+	{"conflict", node.ErrConflict, http.StatusConflict},
+	{"gone", node.ErrGone, http.StatusGone},
+	{"unavailable", node.ErrUnavailable, http.StatusServiceUnavailable},
+	{"rate_limited", node.ErrRateLimited, http.StatusTooManyRequests},
+	{"database", store.ErrUnavailable, http.StatusServiceUnavailable},
+}
+
+func encodeError(err error) (int, wireError) {
+	w := wireError{Message: node.Message(err)}
+	var e *node.Error
+	if errors.As(err, &e) {
+		w.RetryAfterMs = e.RetryAfter.Milliseconds()
+	}
+	for _, k := range kinds {
+		if errors.Is(err, k.err) {
+			w.Kind = k.name
+			if w.Message == "" && k.err == store.ErrUnavailable {
+				w.Message = "the database is unreachable from the node; try again shortly"
+			}
+			return k.status, w
+		}
+	}
+	if w.Message == "" {
+		w.Message = "internal error on the node; its log has the details"
+	}
+	return http.StatusInternalServerError, w
+}
+
+func (w wireError) err(nodeName string) error {
+	e := &node.Error{Msg: w.Message, RetryAfter: time.Duration(w.RetryAfterMs) * time.Millisecond}
+	for _, k := range kinds {
+		if k.name == w.Kind {
+			if k.err == store.ErrUnavailable {
+				e.Kind, e.Cause = node.ErrUnavailable, store.ErrUnavailable
+			} else {
+				e.Kind = k.err
+			}
+		}
+	}
+	if e.Msg == "" {
+		e.Msg = "node " + nodeName + " failed the request; its log has the details"
+	}
+	return e
+}

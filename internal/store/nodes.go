@@ -1,0 +1,149 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// NodeInfo is one cluster node's row (docs/cluster.md): where the API
+// reaches it, what it can hold and holds, and its lease. A node renews
+// its lease with every heartbeat; one whose lease has run out is lost,
+// and its running sandboxes are ended (EndLostNodes).
+type NodeInfo struct {
+	Name string
+	Addr string // host:port of its internal API
+	// Slots is how many sandboxes its address pool holds; Sandboxes how
+	// many live sandboxes it has (paused ones included), counted when read.
+	Slots     int
+	Sandboxes int
+	// MemoryBytes is its machine's memory, FreeMemory what is available.
+	MemoryBytes int64
+	FreeMemory  int64
+	StartedAt   time.Time
+	LeaseUntil  time.Time
+	// LostAt is when its lease was found run out (nil: not lost).
+	LostAt *time.Time
+}
+
+// Live reports whether n's lease runs at now.
+func (n NodeInfo) Live(now time.Time) bool { return now.Before(n.LeaseUntil) }
+
+// Heartbeat records node n and renews its lease to n.LeaseUntil: the
+// first heartbeat registers it, and one after it was lost brings it back.
+func (s *Store) Heartbeat(ctx context.Context, n NodeInfo) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO nodes
+		(name, addr, slots, memory_bytes, free_memory, sandboxes, started_at, lease_until, lost_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)
+		ON CONFLICT (name) DO UPDATE SET addr = excluded.addr, slots = excluded.slots,
+			memory_bytes = excluded.memory_bytes, free_memory = excluded.free_memory,
+			sandboxes = excluded.sandboxes, started_at = excluded.started_at,
+			lease_until = excluded.lease_until, lost_at = NULL`,
+		n.Name, n.Addr, n.Slots, n.MemoryBytes, n.FreeMemory, n.Sandboxes, toMillis(n.StartedAt), toMillis(n.LeaseUntil))
+	if err != nil {
+		return fmt.Errorf("renewing the lease of node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// CountLive is how many live sandboxes node has.
+func (s *Store) CountLive(ctx context.Context, node string) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE node = ? AND ended_at IS NULL`, node).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("counting the sandboxes of node %s: %w", node, err)
+	}
+	return n, nil
+}
+
+// nodeColumns reads a node's live sandboxes from the sandboxes table, not
+// its last heartbeat's count: placement must see the creates of the last
+// moments, from every API process.
+const nodeColumns = `name, addr, slots, memory_bytes, free_memory,
+	(SELECT COUNT(*) FROM sandboxes s WHERE s.node = nodes.name AND s.ended_at IS NULL),
+	started_at, lease_until, lost_at`
+
+func scanNode(r scanner) (NodeInfo, error) {
+	var n NodeInfo
+	var started, lease int64
+	var lost sql.NullInt64
+	if err := r.Scan(&n.Name, &n.Addr, &n.Slots, &n.MemoryBytes, &n.FreeMemory, &n.Sandboxes, &started, &lease, &lost); err != nil {
+		return NodeInfo{}, err
+	}
+	n.StartedAt, n.LeaseUntil, n.LostAt = fromMillis(started), fromMillis(lease), timePtr(lost)
+	return n, nil
+}
+
+// GetNode returns node name's row, or ErrNotFound.
+func (s *Store) GetNode(ctx context.Context, name string) (NodeInfo, error) {
+	n, err := scanNode(s.db.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return NodeInfo{}, fmt.Errorf("getting node %s: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return NodeInfo{}, fmt.Errorf("getting node %s: %w", name, err)
+	}
+	return n, nil
+}
+
+// ListNodes returns every registered node, by name.
+func (s *Store) ListNodes(ctx context.Context) ([]NodeInfo, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	defer rows.Close()
+	var out []NodeInfo
+	for rows.Next() {
+		n, err := scanNode(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing nodes: %w", err)
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// EndLostNodes finds the nodes whose lease ran out before now and that are
+// not yet marked lost, ends their starting and running sandboxes as failed
+// for reason(node) — their paused ones keep their image on the node's
+// disk and resume when it is back — and marks the nodes lost. It returns
+// the sandboxes it ended. Safe to run from several processes at once: each
+// end is conditional on the row being live, as EndSandbox's is.
+func (s *Store) EndLostNodes(ctx context.Context, now time.Time, reason func(NodeInfo) string) ([]Sandbox, error) {
+	nodes, err := s.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ended []Sandbox
+	for _, n := range nodes {
+		if n.Live(now) || n.LostAt != nil {
+			continue
+		}
+		rows, err := s.ListSandboxes(ctx, Filter{States: []string{"starting", "running"}, LiveOnly: true})
+		if err != nil {
+			return ended, err
+		}
+		for _, sb := range rows {
+			if sb.Node != n.Name {
+				continue
+			}
+			err := s.EndSandbox(ctx, sb.ID, "failed", reason(n), now)
+			if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return ended, err
+			}
+			ended = append(ended, sb)
+		}
+		// Conditional: a heartbeat that came meanwhile wins.
+		if _, err := s.db.ExecContext(ctx, `UPDATE nodes SET lost_at = ? WHERE name = ? AND lease_until < ? AND lost_at IS NULL`,
+			toMillis(now), n.Name, toMillis(now)); err != nil {
+			return ended, fmt.Errorf("marking node %s lost: %w", n.Name, err)
+		}
+	}
+	return ended, nil
+}

@@ -1,0 +1,127 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestNodeScope: sandboxes of a handle scoped to a node record it, hold
+// that node's address slots, and are the only ones its lists see; an
+// unscoped handle sees them all.
+func TestNodeScope(t *testing.T) {
+	forEachStore(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		s := be.open(t)
+		if err := s.CreateProject(ctx, "p", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		n1, n2 := s.OnNode("n1"), s.OnNode("n2")
+		a := newSandbox(t, n1, "a", "p", 1)
+		b := newSandbox(t, n2, "b", "p", 1) // slot 0 again: another node's
+		if a.Node != "n1" || b.Node != "n2" || a.Slot != 0 || b.Slot != 0 {
+			t.Errorf("a = node %q slot %d, b = node %q slot %d; want n1/0 and n2/0", a.Node, a.Slot, b.Node, b.Slot)
+		}
+		sb := Sandbox{ID: "c", ProjectID: "p", Template: "t", State: "starting", CreatedAt: time.Now()}
+		if err := n1.CreateSandbox(ctx, &sb, 1, addrs); err == nil {
+			t.Errorf("a second sandbox on n1's one slot was recorded; want ErrFull")
+		}
+		ids := func(st *Store) []string {
+			rows, err := st.ListSandboxes(ctx, Filter{LiveOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, r := range rows {
+				out = append(out, r.ID)
+			}
+			return out
+		}
+		if got := ids(n1); !slices.Equal(got, []string{"a"}) {
+			t.Errorf("n1 lists %v; want [a]", got)
+		}
+		if got := ids(s); !slices.Equal(got, []string{"a", "b"}) {
+			t.Errorf("unscoped lists %v; want [a b]", got)
+		}
+		// Snapshot images are named with their node; a node lists its own
+		// with their local paths.
+		for _, sn := range []Snapshot{
+			{ID: "s1", ProjectID: "p", SandboxID: "a", Template: "t", CreatedAt: time.Now(), ImageDir: ImageRef("n1", "/d/snapshots/s1")},
+			{ID: "s2", ProjectID: "p", SandboxID: "b", Template: "t", CreatedAt: time.Now(), ImageDir: ImageRef("n2", "/d/snapshots/s2")},
+		} {
+			if err := s.CreateSnapshot(ctx, sn); err != nil {
+				t.Fatal(err)
+			}
+		}
+		snaps, err := n1.ListSnapshots(ctx, "")
+		if err != nil || len(snaps) != 1 || snaps[0].ImageDir != "/d/snapshots/s1" {
+			t.Errorf("n1's snapshots = %+v, %v; want s1 at /d/snapshots/s1", snaps, err)
+		}
+		if node, path := SplitImageRef("/plain/path"); node != "" || path != "/plain/path" {
+			t.Errorf("SplitImageRef(/plain/path) = %q, %q", node, path)
+		}
+	})
+}
+
+// TestLostNodes: a node whose lease ran out has its starting and running
+// sandboxes ended as node lost, once; its paused ones are kept; a
+// heartbeat brings it back.
+func TestLostNodes(t *testing.T) {
+	forEachStore(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		s := be.open(t)
+		if err := s.CreateProject(ctx, "p", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		beat := func(name string, lease time.Time) {
+			t.Helper()
+			if err := s.Heartbeat(ctx, NodeInfo{Name: name, Addr: name + ":1", Slots: 10, MemoryBytes: 1 << 30,
+				FreeMemory: 1 << 29, StartedAt: now, LeaseUntil: lease}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		beat("live", now.Add(time.Minute))
+		beat("dead", now.Add(-time.Second))
+		keep := newSandbox(t, s.OnNode("live"), "keep", "p", 10)
+		run := newSandbox(t, s.OnNode("dead"), "run", "p", 10)
+		paused := newSandbox(t, s.OnNode("dead"), "paused", "p", 10)
+		for _, id := range []string{keep.ID, run.ID, paused.ID} {
+			if err := s.MarkRunning(ctx, id, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.PauseSandbox(ctx, paused.ID, "/img", nil, now); err != nil {
+			t.Fatal(err)
+		}
+		nodes, err := s.ListNodes(ctx)
+		if err != nil || len(nodes) != 2 || nodes[0].Name != "dead" || nodes[0].Sandboxes != 2 || nodes[0].Live(now) || !nodes[1].Live(now) {
+			t.Fatalf("ListNodes = %+v, %v; want dead (2 sandboxes, expired) and live", nodes, err)
+		}
+		reason := func(n NodeInfo) string { return "node lost: " + n.Name }
+		ended, err := s.EndLostNodes(ctx, now, reason)
+		if err != nil || len(ended) != 1 || ended[0].ID != "run" {
+			t.Fatalf("EndLostNodes = %+v, %v; want [run]", ended, err)
+		}
+		got, _ := s.GetSandbox(ctx, "run")
+		if got.State != "failed" || got.EndReason != "node lost: dead" {
+			t.Errorf("run = %s (%q); want failed, node lost", got.State, got.EndReason)
+		}
+		for _, id := range []string{"keep", "paused"} {
+			if got, _ := s.GetSandbox(ctx, id); !got.Live() {
+				t.Errorf("%s ended; want it kept", id)
+			}
+		}
+		if ended, err := s.EndLostNodes(ctx, now, reason); err != nil || len(ended) != 0 {
+			t.Errorf("second EndLostNodes = %+v, %v; want nothing", ended, err)
+		}
+		if n, _ := s.GetNode(ctx, "dead"); n.LostAt == nil {
+			t.Errorf("dead node not marked lost")
+		}
+		beat("dead", now.Add(time.Minute))
+		if n, _ := s.GetNode(ctx, "dead"); n.LostAt != nil || !n.Live(now) {
+			t.Errorf("node after a heartbeat = %+v; want live, not lost", n)
+		}
+	})
+}
