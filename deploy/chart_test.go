@@ -25,6 +25,8 @@ const (
 	manifests = "manifests/lizard.yaml"
 	// The database URL the committed manifests carry: a placeholder to edit.
 	placeholderURL = "postgres://lizard:CHANGE-ME@postgresql.lizard.svc:5432/lizard?sslmode=require"
+	// The cluster secret they carry: a placeholder to replace.
+	placeholderSecret = "CHANGE-ME-to-openssl-rand-hex-32"
 )
 
 // kubeVersions are the Kubernetes versions the chart is validated against
@@ -33,11 +35,12 @@ var kubeVersions = []string{"1.35.0", "1.36.0", "1.37.0"}
 
 // manifestArgs render the committed manifests: release lizard in namespace
 // lizard, the default values with the placeholder URL.
-var manifestArgs = []string{"template", "lizard", chart, "--namespace", "lizard", "--set", "database.url=" + placeholderURL}
+var manifestArgs = []string{"template", "lizard", chart, "--namespace", "lizard", "--set", "database.url=" + placeholderURL,
+	"--set", "clusterSecret=" + placeholderSecret}
 
 const manifestHeader = "# Generated from deploy/helm/lizard by `make manifests` (helm template lizard --namespace lizard):\n" +
 	"# do not edit. Set the database URL in the Secret below before applying: docs/kubernetes.md.\n" +
-	"# NOTE: the api and node roles are not in the binary yet.\n"
+	"# Set the cluster secret there too (openssl rand -hex 32).\n"
 
 func need(t *testing.T, what, why string) {
 	t.Helper()
@@ -120,7 +123,7 @@ func render(t *testing.T, helm string) []byte {
 func TestHelmLint(t *testing.T) {
 	helm := helmBin(t)
 	for _, set := range [][]string{
-		{"database.url=" + placeholderURL},
+		{"database.url=" + placeholderURL, "clusterSecret=" + placeholderSecret},
 		{"database.existingSecret=lizard-db", "api.replicas=1"},
 	} {
 		args := []string{"lint", "--strict", chart}
@@ -157,9 +160,9 @@ func TestManifestsUpToDate(t *testing.T) {
 func TestTemplateValidates(t *testing.T) {
 	helm, validate := helmBin(t), validatorBin(t)
 	variants := map[string][]string{
-		"defaults":        {"database.url=" + placeholderURL},
+		"defaults":        {"database.url=" + placeholderURL, "clusterSecret=" + placeholderSecret},
 		"existing secret": {"database.existingSecret=lizard-db", "api.replicas=1", "api.service.type=LoadBalancer"},
-		"tolerations":     {"database.url=" + placeholderURL, "node.tolerations[0].operator=Exists", "node.updateStrategy.type=OnDelete", "node.updateStrategy.rollingUpdate=null"},
+		"tolerations":     {"database.url=" + placeholderURL, "clusterSecret=" + placeholderSecret, "node.tolerations[0].operator=Exists", "node.updateStrategy.type=OnDelete", "node.updateStrategy.rollingUpdate=null"},
 	}
 	dir := t.TempDir()
 	for name, set := range variants {
@@ -188,7 +191,7 @@ func TestTemplateValidates(t *testing.T) {
 			}
 		}
 		for _, must := range []string{"hostNetwork: true", "privileged: true", "path: /v1/health", "mountPropagation: Bidirectional",
-			"- api\n", "- node\n", "--listen=$(LIZARD_FLAG_LISTEN)", "name: LIZARD_DATABASE_URL", "type: DirectoryOrCreate"} {
+			"- api\n", "- node\n", "--listen=$(LIZARD_FLAG_LISTEN)", "name: LIZARD_DATABASE_URL", "name: LIZARD_CLUSTER_SECRET", "type: DirectoryOrCreate"} {
 			if !strings.Contains(string(out), must) {
 				t.Errorf("%s: rendered chart lacks %q", name, must)
 			}

@@ -67,6 +67,11 @@ app.kubernetes.io/component: {{ index . 1 }}
     secretKeyRef:
       name: {{ include "lizard.databaseSecret" $root }}
       key: {{ $root.Values.database.existingSecretKey }}
+- name: LIZARD_CLUSTER_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "lizard.databaseSecret" $root }}
+      key: {{ $root.Values.database.existingSecretClusterKey }}
 {{- range $k, $v := include "lizard.flags" . | fromYaml }}
 - name: {{ include "lizard.flagVar" $k }}
   valueFrom:

@@ -1,0 +1,227 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/node/nodetest"
+	"github.com/lizard-build/lizard/internal/node/remote"
+	"github.com/lizard-build/lizard/internal/server"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+const secret = "0123456789abcdef-test-secret"
+
+// testNode is one node of the test's cluster: a real node.Local on the
+// fake runtime, served over HTTP by remote.Handler.
+type testNode struct {
+	env *nodetest.Env
+	srv *httptest.Server
+}
+
+// newCluster makes nodes named names over one shared store, registered
+// with a live lease, and the API's control plane over a router.
+func newCluster(t *testing.T, names ...string) (*store.Store, map[string]*testNode, *Router, *control.Control) {
+	t.Helper()
+	ctx := context.Background()
+	shared, err := store.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shared.Close() })
+	if err := shared.CreateProject(ctx, "p1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]*testNode{}
+	for _, name := range names {
+		env := nodetest.New(t, func(c *node.Config) { c.Store = shared.OnNode(name); c.Now = nil })
+		ctl, err := control.New(control.Config{Node: env.Node, Store: shared, Logger: nodetest.Discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents := server.New(server.Config{Control: ctl, Keys: remote.Auth{Secret: secret}, Logger: nodetest.Discard()})
+		srv := httptest.NewServer(remote.Handler(remote.HandlerConfig{Node: env.Node, Store: shared, Secret: secret,
+			Agent: agents, Logger: nodetest.Discard(), DataDir: env.DataDir}))
+		t.Cleanup(srv.Close)
+		nodes[name] = &testNode{env: env, srv: srv}
+		beat(t, shared, name, srv.Listener.Addr().String(), time.Now().Add(time.Minute))
+	}
+	r, err := NewRouter(Config{Store: shared, Secret: secret, Logger: nodetest.Discard(), Refresh: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := control.New(control.Config{Node: r, Store: shared, Logger: nodetest.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return shared, nodes, r, ctl
+}
+
+func beat(t *testing.T, st *store.Store, name, addr string, lease time.Time) {
+	t.Helper()
+	if err := st.Heartbeat(context.Background(), store.NodeInfo{Name: name, Addr: addr, Slots: 100, MemoryBytes: 8 << 30,
+		FreeMemory: 4 << 30, StartedAt: time.Now(), LeaseUntil: lease}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPlacementAndRouting(t *testing.T) {
+	st, nodes, r, ctl := newCluster(t, "a", "b")
+	ctx := context.Background()
+	on := map[string]int{}
+	var ids []string
+	for range 6 {
+		sb, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		row, _ := st.GetSandbox(ctx, sb.SandboxID)
+		on[row.Node]++
+		ids = append(ids, sb.SandboxID)
+	}
+	if on["a"] != 3 || on["b"] != 3 {
+		t.Errorf("6 creates on two empty nodes placed %v; want 3 and 3 (least loaded first)", on)
+	}
+
+	// Lifecycle calls reach the sandbox's node.
+	id := ids[0]
+	if sb, err := ctl.Pause(ctx, "p1", id); err != nil || sb.State != api.StatePaused {
+		t.Fatalf("Pause = %+v, %v", sb, err)
+	}
+	if sb, err := ctl.Resume(ctx, "p1", id, api.ResumeRequest{}); err != nil || sb.State != api.StateRunning {
+		t.Fatalf("Resume = %+v, %v", sb, err)
+	}
+	if sb, err := ctl.SetTimeout(ctx, "p1", id, 60_000); err != nil || sb.TimeoutMs != 60_000 {
+		t.Fatalf("SetTimeout = %+v, %v", sb, err)
+	}
+
+	// An agent call is forwarded to the node, which proxies it to the
+	// agent with the caller named.
+	call, err := ctl.Acquire(ctx, "p1", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(auth.WithProjectID(call.Ctx, "p1"), http.MethodGet, call.URL.String()+"/health", nil)
+	resp, err := r.Transport().RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	call.Release()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "ok") {
+		t.Errorf("forwarded /health = %d %s; want 200 from the agent", resp.StatusCode, body)
+	}
+
+	// Nodes refuse anything without the secret.
+	row, _ := st.GetSandbox(ctx, id)
+	for _, path := range []string{"/internal/v1/sandboxes/" + id + "/pause", "/v1/sandboxes/" + id + "/health"} {
+		resp, err := http.Post(nodes[row.Node].srv.URL+path, "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("POST %s without the secret = %d; want 401", path, resp.StatusCode)
+		}
+	}
+
+	// Snapshots are named with their node; creates from them go there.
+	snap, err := ctl.Snapshot(ctx, "p1", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, _ := st.GetSnapshot(ctx, snap.SnapshotID)
+	if node, _ := store.SplitImageRef(sn.ImageDir); node != row.Node {
+		t.Errorf("snapshot image %q; want it named with node %s", sn.ImageDir, row.Node)
+	}
+	restored, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{SnapshotID: snap.SnapshotID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := st.GetSandbox(ctx, restored.SandboxID); c.Node != row.Node {
+		t.Errorf("restore of a snapshot of node %s ran on %s", row.Node, c.Node)
+	}
+	if err := ctl.DeleteSnapshot(ctx, "p1", snap.SnapshotID); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.Kill(ctx, "p1", id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl.Acquire(ctx, "p1", id); !errors.Is(err, node.ErrGone) {
+		t.Errorf("Acquire of a killed sandbox: %v; want ErrGone", err)
+	}
+}
+
+func TestNodeFaults(t *testing.T) {
+	st, nodes, r, ctl := newCluster(t, "a", "b")
+	ctx := context.Background()
+	sb, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, _ := st.GetSandbox(ctx, sb.SandboxID)
+	other := "a"
+	if row.Node == "a" {
+		other = "b"
+	}
+
+	// A node that does not answer: creates go to the other; calls to its
+	// sandboxes say it stopped answering.
+	nodes[row.Node].srv.Close()
+	for range 3 {
+		got, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatalf("Create with node %s down: %v", row.Node, err)
+		}
+		if g, _ := st.GetSandbox(ctx, got.SandboxID); g.Node != other {
+			t.Errorf("create placed on %s; want %s, the one answering", g.Node, other)
+		}
+	}
+	if _, err := ctl.Pause(ctx, "p1", sb.SandboxID); !errors.Is(err, node.ErrUnavailable) || !strings.Contains(node.Message(err), "did not answer") {
+		t.Errorf("Pause on a node that does not answer: %v; want ErrUnavailable saying so", err)
+	}
+
+	// Its lease runs out: the sweeper ends its sandboxes as node lost.
+	beat(t, st, row.Node, "127.0.0.1:1", time.Now().Add(-time.Second))
+	var events []node.Event
+	r.Subscribe(func(e node.Event) { events = append(events, e) })
+	s := &Sweeper{Store: st, Router: r, Lease: time.Second, Log: nodetest.Discard()}
+	if err := s.sweep(ctx, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ctl.Get(ctx, "p1", sb.SandboxID)
+	if err != nil || got.State != api.StateFailed {
+		t.Fatalf("sandbox of the lost node = %+v, %v; want failed", got, err)
+	}
+	_, err = ctl.Acquire(ctx, "p1", sb.SandboxID)
+	if !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "node lost") {
+		t.Errorf("Acquire on a lost node's sandbox: %v; want ErrGone naming node lost", err)
+	}
+	if len(events) != 1 || events[0].SandboxID != sb.SandboxID || events[0].State != api.StateFailed {
+		t.Errorf("events = %+v; want the lost sandbox's end", events)
+	}
+	// Creates never go to it, and with no node left they say why.
+	beat(t, st, other, nodes[other].srv.Listener.Addr().String(), time.Now().Add(-time.Second))
+	if _, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{}); !errors.Is(err, node.ErrUnavailable) || !strings.Contains(node.Message(err), "live lease") {
+		t.Errorf("Create with no live node: %v; want ErrUnavailable naming the lease", err)
+	}
+	// Just after a database failure the sweeper waits a lease.
+	if err := s.sweep(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	live, _ := st.ListSandboxes(ctx, store.Filter{LiveOnly: true})
+	if len(live) != 3 {
+		t.Errorf("%d live sandboxes after a sweep within a lease of a database failure; want the 3 of the other node kept", len(live))
+	}
+}
