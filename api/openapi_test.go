@@ -49,6 +49,10 @@ var wireTypes = map[string]reflect.Type{
 	"ForkRequest":          reflect.TypeFor[ForkRequest](),
 	"Snapshot":             reflect.TypeFor[Snapshot](),
 	"SnapshotList":         reflect.TypeFor[SnapshotList](),
+	"VolumeMount":          reflect.TypeFor[VolumeMount](),
+	"CreateVolumeRequest":  reflect.TypeFor[CreateVolumeRequest](),
+	"Volume":               reflect.TypeFor[Volume](),
+	"VolumeList":           reflect.TypeFor[VolumeList](),
 }
 
 // enumSchemas are schemas with no Go struct behind them: named string enums.

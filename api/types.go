@@ -77,6 +77,38 @@ type CreateSandboxRequest struct {
 	// OnTimeout is what happens when the timeout passes: "kill" (default)
 	// or "pause".
 	OnTimeout string `json:"onTimeout,omitempty"`
+	// Volumes are the project's persistent volumes to mount, each at its
+	// path (docs/volumes.md).
+	Volumes []VolumeMount `json:"volumes,omitempty"`
+	// PublicPorts lets anyone who has a port's URL reach the sandbox's
+	// exposed ports, without the project's key or the sandbox's access
+	// token (docs/ports.md).
+	PublicPorts bool `json:"publicPorts,omitempty"`
+}
+
+// VolumeMount mounts volume Name at Path inside a sandbox.
+type VolumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+// CreateVolumeRequest is the body of POST /v1/volumes.
+type CreateVolumeRequest struct {
+	Name   string `json:"name"`
+	SizeMb int64  `json:"sizeMb,omitempty"` // default 1024
+}
+
+// Volume is a project's persistent volume.
+type Volume struct {
+	Name      string    `json:"name"`
+	VolumeID  string    `json:"volumeId"`
+	SizeMb    int64     `json:"sizeMb"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// VolumeList is the body of GET /v1/volumes.
+type VolumeList struct {
+	Volumes []Volume `json:"volumes"`
 }
 
 // What OnTimeout may say.
@@ -136,6 +168,15 @@ type Sandbox struct {
 	DiskMb   int64   `json:"diskMb,omitempty"`
 	// ParentSandboxID is the sandbox whose lizardToken created this one.
 	ParentSandboxID string `json:"parentSandboxId,omitempty"`
+	// Volumes it mounts.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
+	// AccessToken opens its exposed ports to whoever holds it
+	// (?lizard_access_token= or X-Lizard-Access-Token); PublicPorts says
+	// no credential is needed; PortsDomain, when the server has one,
+	// serves port P at P-<sandboxId>.<PortsDomain> (docs/ports.md).
+	AccessToken string `json:"accessToken,omitempty"`
+	PublicPorts bool   `json:"publicPorts,omitempty"`
+	PortsDomain string `json:"portsDomain,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -23,6 +23,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/testenv"
+	"github.com/lizard-build/lizard/internal/volume"
 )
 
 // Each running test server gets a /24 of its own from 169.254.176.0 to
@@ -148,6 +149,12 @@ func (s *server) shutdown() {
 			s.t.Errorf("ending sandbox %s left behind: %v", id, err)
 			clean = false
 		}
+	}
+	// Volumes still mounted (a sandbox used them when the server
+	// stopped): unmounted, so that removing the data directory never
+	// reaches into a mount.
+	if err := (&volume.Manager{Dir: filepath.Join(s.dataDir, "volumes")}).UnmountAll(nil); err != nil {
+		s.t.Errorf("unmounting volumes left behind: %v", err)
 	}
 	if clean {
 		releasePool(s.pool)

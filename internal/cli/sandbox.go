@@ -71,6 +71,8 @@ func parseSandboxCreate(e Env, args []string) (*sandboxCreateArgs, error) {
 	fs.Var(envs, "env", "environment variable K=V for code in the sandbox (repeatable)")
 	fs.Var(metadata, "metadata", "label K=V (repeatable)")
 	fs.BoolVar(&a.req.LizardToken, "lizard-token", false, "give the sandbox an API key scoped to its project")
+	fs.Var(volumeFlag{&a.req.Volumes}, "volume", "mount the project's volume NAME at PATH, as NAME:PATH (repeatable; docs/volumes.md)")
+	fs.BoolVar(&a.req.PublicPorts, "public-ports", false, "let anyone with a port's URL reach the sandbox's ports, without a key or its access token (docs/ports.md)")
 	fs.BoolVar(&a.json, "json", false, "print the sandbox as JSON instead of its id")
 	pos, err := ParseInterspersed(fs, args)
 	if err != nil {

@@ -388,3 +388,18 @@ func (r *Router) emit(e node.Event) {
 		fn(e)
 	}
 }
+
+// MakeVolume implements node.Node: volumes are one machine's (remote).
+func (r *Router) MakeVolume(ctx context.Context, id string, size int64) error {
+	return (*remote.Client)(nil).MakeVolume(ctx, id, size)
+}
+
+// RemoveVolume implements node.Node.
+func (r *Router) RemoveVolume(ctx context.Context, id string) error {
+	return (*remote.Client)(nil).RemoveVolume(ctx, id)
+}
+
+// OpenPort implements node.Node: not across nodes yet.
+func (r *Router) OpenPort(ctx context.Context, id string, port int, resume bool) (node.Call, error) {
+	return (*remote.Client)(nil).OpenPort(ctx, id, port, resume)
+}

@@ -62,6 +62,15 @@ type Config struct {
 	// nil discards them.
 	Audit *slog.Logger
 	Now   func() time.Time // default time.Now
+	// MaxVolumeBytes bounds a volume's size (default 10 GiB).
+	MaxVolumeBytes int64
+	// PortsKey derives each sandbox's port access token (ports.go);
+	// empty: tokens are refused. PortsDomain, when set, serves ports at
+	// <port>-<sandboxId>.<PortsDomain> too. PortsResume resumes a paused
+	// sandbox on access to its ports instead of answering 409.
+	PortsKey    []byte
+	PortsDomain string
+	PortsResume bool
 }
 
 // Control serves the API's sandbox operations. It is safe for concurrent
@@ -77,6 +86,9 @@ type Control struct {
 	// snapMu lets restores from snapshots run together and a snapshot's
 	// deletion wait for them.
 	snapMu sync.RWMutex
+	// volMu lets creates and forks that mount volumes run together and a
+	// volume's deletion wait for them (volumes.go).
+	volMu sync.RWMutex
 }
 
 // New checks cfg and returns the control plane.
@@ -312,5 +324,17 @@ func (c *Control) toAPI(sb store.Sandbox) api.Sandbox {
 		Cpus:            l.CPUs,
 		DiskMb:          l.DiskBytes >> 20,
 		ParentSandboxID: sb.ParentID,
+		Volumes:         volumesAPI(sb.Shape.Volumes),
+		AccessToken:     c.accessToken(sb.ID),
+		PublicPorts:     sb.Shape.PublicPorts,
+		PortsDomain:     c.cfg.PortsDomain,
 	}
+}
+
+func volumesAPI(ms []store.VolumeMount) []api.VolumeMount {
+	var out []api.VolumeMount
+	for _, m := range ms {
+		out = append(out, api.VolumeMount{Name: m.Name, Path: m.Path})
+	}
+	return out
 }

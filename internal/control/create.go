@@ -47,6 +47,14 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 	if req.LizardToken {
 		p.Key = c.keyMinter(projectID)
 	}
+	p.PublicPorts = req.PublicPorts
+	if len(req.Volumes) > 0 {
+		c.volMu.RLock()
+		defer c.volMu.RUnlock()
+		if p.Volumes, err = c.volumeMounts(ctx, projectID, req.Volumes); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
 	sb, err := c.node.Create(ctx, p)
 	if err != nil {
 		return api.Sandbox{}, err

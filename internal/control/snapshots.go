@@ -17,6 +17,10 @@ func (c *Control) Snapshot(ctx context.Context, projectID, id string) (api.Snaps
 	if err != nil {
 		return api.Snapshot{}, err
 	}
+	if len(sb.Shape.Volumes) > 0 {
+		return api.Snapshot{}, &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("sandbox %s mounts volumes, and a snapshot cannot hold their data "+
+			"(it would restore against whatever they hold later); fork it instead (the copies mount the same volumes), or snapshot a sandbox without volumes", id)}
+	}
 	sn := store.Snapshot{ID: "snap-" + node.NewID(), ProjectID: projectID, SandboxID: id, Template: sb.Template,
 		CreatedAt: c.now(), Shape: sb.Shape}
 	if sn.ImageDir, sn.SizeBytes, err = c.node.Snapshot(ctx, id, sn.ID); err != nil {
@@ -102,6 +106,9 @@ func (c *Control) createFromSnapshot(ctx context.Context, projectID, parent stri
 	if len(req.Envs) > 0 || req.LizardToken {
 		return api.Sandbox{}, node.Invalidf("envs and lizardToken cannot be set when creating from a snapshot: the restored processes keep the snapshot's environment")
 	}
+	if len(req.Volumes) > 0 {
+		return api.Sandbox{}, node.Invalidf("volumes cannot be mounted in a sandbox created from a snapshot: gVisor restores an image only into the mounts it was taken with; create the sandbox from its template instead")
+	}
 	p, err := c.copyPlan(projectID, sn.Template, sn.Shape, req.TimeoutMs, req.Metadata, req.OnTimeout)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -114,6 +121,7 @@ func (c *Control) createFromSnapshot(ctx context.Context, projectID, parent stri
 		return api.Sandbox{}, err
 	}
 	p.Image, p.ParentID = sn.ImageDir, parent
+	p.PublicPorts = p.PublicPorts || req.PublicPorts
 	sb, err := c.node.Create(ctx, p)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -143,6 +151,11 @@ func (c *Control) ForkBy(ctx context.Context, projectID, parent, id string, req 
 	sb, err := c.lookup(ctx, projectID, id)
 	if err != nil {
 		return nil, err
+	}
+	if len(sb.Shape.Volumes) > 0 {
+		// The copies mount the parent's volumes: none may go meanwhile.
+		c.volMu.RLock()
+		defer c.volMu.RUnlock()
 	}
 	p, err := c.copyPlan(projectID, sb.Template, sb.Shape, req.TimeoutMs, req.Metadata, "")
 	if err != nil {
@@ -176,5 +189,6 @@ func (c *Control) copyPlan(projectID, tmpl string, sh store.Shape, timeoutMs *in
 		p.Limits.Pids, p.Limits.OpenFiles, p.Limits.Processes = sh.Pids, sh.OpenFiles, sh.Processes
 		p.Internet = sh.Internet
 	}
+	p.PublicPorts = sh.PublicPorts
 	return p, nil
 }

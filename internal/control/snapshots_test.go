@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -119,7 +120,7 @@ func TestRestoresKeepShape(t *testing.T) {
 	const mem = 256 << 20
 	wantShape(t, "boot", e.Runtime.Creates()[0], mem, false)
 	row := e.Row(t, sb.SandboxID)
-	if want := (store.Shape{MemoryBytes: mem, CPUs: 1, DiskBytes: 1 << 30, Token: true, Recorded: true}); row.Shape != want {
+	if want := (store.Shape{MemoryBytes: mem, CPUs: 1, DiskBytes: 1 << 30, Token: true, Recorded: true}); !reflect.DeepEqual(row.Shape, want) {
 		t.Errorf("recorded shape = %+v, want %+v", row.Shape, want)
 	}
 	if _, err := e.c.Pause(ctx, "p1", sb.SandboxID); err != nil {
@@ -133,7 +134,7 @@ func TestRestoresKeepShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snRow, _ := e.Store.GetSnapshot(ctx, sn.SnapshotID); snRow.Shape != row.Shape {
+	if snRow, _ := e.Store.GetSnapshot(ctx, sn.SnapshotID); !reflect.DeepEqual(snRow.Shape, row.Shape) {
 		t.Errorf("snapshot shape = %+v, want the sandbox's %+v", snRow.Shape, row.Shape)
 	}
 	fromSnap := e.create(t, "p1", api.CreateSandboxRequest{SnapshotID: sn.SnapshotID})

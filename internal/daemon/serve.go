@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/auth"
@@ -24,6 +25,7 @@ import (
 	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/volume"
 	"github.com/lizard-build/lizard/internal/warm"
 )
 
@@ -63,6 +65,13 @@ type serveConfig struct {
 	TemplateSnapshot bool
 	WarmPool         int
 	MetricsListen    string // Prometheus /metrics listener; "": none
+	// MaxVolumeMb bounds a persistent volume's size (docs/volumes.md).
+	MaxVolumeMb int64
+	// PortsDomain serves exposed ports at <port>-<id>.<domain>;
+	// PortsResume resumes a paused sandbox when its port is reached
+	// (docs/ports.md).
+	PortsDomain string
+	PortsResume bool
 	// policy is untrusted code's limits and network (serve_policy.go).
 	policy policyFlags
 
@@ -106,6 +115,9 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.TemplateSnapshot, "template-snapshot", true, "create sandboxes by restoring a checkpoint of each template's booted sandbox (kernel started, numpy/pandas/matplotlib imported) instead of booting; false boots every sandbox")
 	fs.IntVar(&c.WarmPool, "warm-pool", 0, "restored sandboxes per template kept ready for creates with the default limits (needs --template-snapshot; each costs an idle sandbox's memory)")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", "127.0.0.1:9464", "address to serve Prometheus metrics on at /metrics (docs/metrics.md); \"\" turns them off")
+	fs.Int64Var(&c.MaxVolumeMb, "max-volume-mb", 10240, "largest persistent volume a project may create (sizeMb), MiB; volumes are sparse files under DATA/volumes")
+	fs.StringVar(&c.PortsDomain, "ports-domain", "", "wildcard domain whose hosts <port>-<sandboxId>.<domain> reach sandboxes' exposed ports (point *.<domain> at this listener); \"\": path-based URLs only")
+	fs.BoolVar(&c.PortsResume, "ports-resume", false, "resume a paused sandbox when one of its exposed ports is reached, instead of answering 409")
 	c.policy.register(fs)
 }
 
@@ -129,6 +141,12 @@ func (c *serveConfig) validate() error {
 	}
 	if c.DataDir == "" {
 		return cli.Usagef("--data-dir must not be empty")
+	}
+	if c.MaxVolumeMb < 16 {
+		return cli.Usagef("--max-volume-mb %d: want at least 16", c.MaxVolumeMb)
+	}
+	if d := c.PortsDomain; d != "" && (strings.ContainsAny(d, "/:* ") || strings.HasPrefix(d, ".") || strings.HasSuffix(d, ".")) {
+		return cli.Usagef("--ports-domain %q: want a domain such as sandboxes.example.com, without scheme, port or '*'", d)
 	}
 	if c.WarmPool < 0 || c.WarmPool > 64 {
 		return cli.Usagef("--warm-pool %d: want 0 to 64", c.WarmPool)
@@ -224,11 +242,16 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	n, pool, rt := parts.node, parts.pool, parts.rt
+	agentKey, err := loadAgentKey(c.DataDir) // the ports' access tokens derive from it too
+	if err != nil {
+		return err
+	}
 	ctl, err := control.New(control.Config{
 		Node: n, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: internet,
 		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,
 		MaxRunning: c.policy.MaxSandboxes, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
-		Audit: audit,
+		Audit: audit, MaxVolumeBytes: c.MaxVolumeMb << 20,
+		PortsKey: agentKey, PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
 	})
 	if err != nil {
 		return err
@@ -241,6 +264,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		KeyLimits: server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst},
 		Audit:     audit,
 		Console:   console.Handler(), Metrics: mx,
+		PortsDomain: c.PortsDomain,
 	})
 	// Sandboxes holding a lizardToken reach the API on their own host
 	// address, opened and closed as they start and stop.
@@ -251,6 +275,11 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	}
 	n.Subscribe(ctl.Events)
 	gauges(mx, st, c.pool.Slots())
+	// Volumes first: paused sandboxes that mount them may resume as soon
+	// as the API serves.
+	if err := n.MountVolumes(ctx); err != nil {
+		logger.Error("mounting persistent volumes; sandboxes using the ones named cannot start", "err", err)
+	}
 	if err := n.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconciling sandboxes with the runtime: %w", err)
 	}
@@ -276,6 +305,9 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	// them behind.
 	if cerr := rt.Close(dctx); cerr != nil {
 		logger.Error("waiting for the runtime to finish removing sandboxes", "err", cerr)
+	}
+	if uerr := n.UnmountVolumes(dctx); uerr != nil {
+		logger.Error("unmounting persistent volumes", "err", uerr)
 	}
 	return err
 }
@@ -322,6 +354,7 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st *store.Store, l
 		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: builds.Artifact, Files: files,
 		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: tokenAPI,
 		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,
+		Volumes: &volume.Manager{Dir: filepath.Join(c.DataDir, "volumes")},
 	}
 	if pool != nil {
 		ncfg.Warm = pool

@@ -29,7 +29,9 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 		return n.provision(ctx, p, restoreOf("image", path, p.Image))
 	}
 	w := n.cfg.Warm
-	if w == nil || p.Role == store.RoleTemplate {
+	// A sandbox with volumes boots: runsc restores an image only into
+	// the mounts it was taken with, and the template's has none.
+	if w == nil || p.Role == store.RoleTemplate || len(p.Volumes) > 0 {
 		return n.provision(ctx, p, boot)
 	}
 	if p.Role == "" && p.Key == nil && w.Pool(p.Template, p.Limits, p.Internet) {

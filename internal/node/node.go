@@ -32,6 +32,7 @@ import (
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/volume"
 )
 
 // Node is what the control plane asks of the machine its sandboxes run on.
@@ -64,6 +65,15 @@ type Node interface {
 	Transport() http.RoundTripper
 	// Subscribe calls fn with every lifecycle event from now on.
 	Subscribe(fn func(Event))
+	// MakeVolume makes persistent volume id's filesystem, of size bytes,
+	// on this machine; RemoveVolume deletes it and its data.
+	MakeVolume(ctx context.Context, id string, size int64) error
+	RemoveVolume(ctx context.Context, id string) error
+	// OpenPort starts one proxied connection to port of sandbox id (an
+	// exposed port): its URL is the port's, dialled directly, and its
+	// context ends when the sandbox stops or is paused. A paused sandbox
+	// is resumed first with resume, else refused (ErrConflict).
+	OpenPort(ctx context.Context, id string, port int, resume bool) (Call, error)
 }
 
 // EventKind says what happened to a sandbox.
@@ -148,6 +158,9 @@ type Config struct {
 	AgentAddr func(sandboxID, guestAddr string) string
 	Transport http.RoundTripper
 	Now       func() time.Time // default time.Now
+	// Volumes keeps persistent volumes on this machine; nil: none
+	// (creates asking for volumes are refused).
+	Volumes *volume.Manager
 }
 
 // Warm is what the provisioning pipeline asks of template snapshots and
@@ -175,6 +188,7 @@ type Local struct {
 	agents *agentclient.Client
 	locks  keyedMutex
 	calls  inflight // proxied calls in flight, per sandbox (pause.go)
+	ports  inflight // proxied connections to exposed ports (ports.go)
 
 	mu   sync.Mutex
 	subs []func(Event)
@@ -277,6 +291,7 @@ func (n *Local) started(sb store.Sandbox) {
 
 func (n *Local) stopped(sb store.Sandbox, state, reason string) {
 	n.calls.cancelAll(sb.ID, stopReason(sb.ID, state, reason))
+	n.ports.cancelAll(sb.ID, stopReason(sb.ID, state, reason))
 	n.emit(Event{Kind: Stopped, SandboxID: sb.ID, ProjectID: sb.ProjectID, State: state, Reason: reason})
 }
 

@@ -70,6 +70,9 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 		return &Error{Msg: fmt.Sprintf("checkpointing sandbox %s failed (disk full? the server log says why); it keeps running", sb.ID),
 			Cause: fmt.Errorf("clearing old image of sandbox %s: %w", sb.ID, err)}
 	}
+	// Connections to its exposed ports end now, so that the image
+	// holds none.
+	n.ports.cancelAll(sb.ID, stopReason(sb.ID, api.StatePaused, ""))
 	if err := n.checkpoint(ctx, sb.ID, dir); err != nil {
 		return err
 	}

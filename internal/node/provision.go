@@ -37,6 +37,10 @@ type Plan struct {
 	Envs      []string // KEY=VALUE, sorted
 	Limits    sandbox.Limits
 	Internet  bool
+	// Volumes are mounted in the sandbox (and again at each restore);
+	// PublicPorts lets anyone reach its ports through the API.
+	Volumes     []store.VolumeMount
+	PublicPorts bool
 	// Image, when set, is the checkpoint to restore (a snapshot, a fork's
 	// parent); otherwise the template snapshot or the warm pool may serve,
 	// or the template boots.

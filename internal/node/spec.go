@@ -27,7 +27,8 @@ const (
 func (p Plan) Shape() store.Shape {
 	l := p.Limits
 	return store.Shape{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, DiskBytes: l.DiskBytes, Pids: l.Pids,
-		OpenFiles: l.OpenFiles, Processes: l.Processes, Internet: p.Internet, Token: p.Key != nil, Recorded: true}
+		OpenFiles: l.OpenFiles, Processes: l.Processes, Internet: p.Internet, Token: p.Key != nil, Recorded: true,
+		Volumes: p.Volumes, PublicPorts: p.PublicPorts}
 }
 
 // Shaped returns p with sh's limits and egress; rows from before shapes
@@ -40,6 +41,7 @@ func (n *Local) Shaped(p Plan, sh store.Shape) Plan {
 	p.Limits = sandbox.Limits{MemoryBytes: sh.MemoryBytes, CPUs: sh.CPUs, DiskBytes: sh.DiskBytes, Pids: sh.Pids,
 		OpenFiles: sh.OpenFiles, Processes: sh.Processes}
 	p.Internet = sh.Internet
+	p.Volumes, p.PublicPorts = sh.Volumes, sh.PublicPorts
 	return p
 }
 
@@ -70,12 +72,20 @@ func (n *Local) spec(sb store.Sandbox, a sandbox.Artifact, env []string, apiPort
 	if secret := n.agentSecret(sb.ID); secret != "" {
 		env = append(slices.Clone(env), "LIZARD_AGENT_SECRET="+secret)
 	}
+	var vols []sandbox.Volume
+	for _, v := range p.Volumes {
+		if n.cfg.Volumes == nil {
+			return sandbox.Spec{}, errors.New("sandbox mounts volumes but the node keeps none")
+		}
+		vols = append(vols, sandbox.Volume{Source: n.cfg.Volumes.Path(v.ID), Target: v.Path})
+	}
 	return sandbox.Spec{
 		ID:       sb.ID,
 		Template: a,
 		Args:     []string{AgentPath},
 		Env:      env,
 		Files:    n.cfg.Files,
+		Volumes:  vols,
 		Network: sandbox.Network{HostAddr: host, GuestAddr: guest, PrefixLen: netns.SlotPrefixLen,
 			Internet: p.Internet, APIPort: apiPort, Allow: n.cfg.Allow},
 		Limits: p.Limits,

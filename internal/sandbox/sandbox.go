@@ -57,6 +57,15 @@ type File struct {
 	Target string // path inside the sandbox
 }
 
+// Volume is a host directory the backend mounts writable inside the
+// sandbox at Target: a persistent volume (package volume), whose writes
+// reach the host directly, never a per-sandbox layer, and are not part of
+// checkpoints.
+type Volume struct {
+	Source string // host directory
+	Target string // path inside the sandbox
+}
+
 // Limits bound what one sandbox may use. Zero means the backend default.
 type Limits struct {
 	MemoryBytes int64
@@ -80,6 +89,7 @@ type Spec struct {
 	Args    []string
 	Env     []string
 	Files   []File
+	Volumes []Volume
 	Network Network
 	Limits  Limits
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -38,6 +39,8 @@ func classify(err error) (status int, code, msg string) {
 	}
 	msg = node.Message(err)
 	switch {
+	case errors.Is(err, control.ErrNoPortAccess):
+		status, code = http.StatusUnauthorized, api.CodeUnauthenticated
 	case errors.Is(err, node.ErrInvalid):
 		status, code = http.StatusBadRequest, api.CodeInvalidArgument
 	case errors.Is(err, node.ErrNotFound):

@@ -40,6 +40,9 @@ type Config struct {
 	Console http.Handler
 	// Metrics counts and times every request; nil: none.
 	Metrics *metrics.Metrics
+	// PortsDomain, when set, serves sandboxes' exposed ports at
+	// <port>-<sandboxId>.<PortsDomain> (ports.go).
+	PortsDomain string
 }
 
 // Server is the API's http.Handler.
@@ -49,12 +52,17 @@ type Server struct {
 	version string
 	handler http.Handler
 	// auditLog is Config.Audit.
-	auditLog *slog.Logger
+	auditLog    *slog.Logger
+	keys        *auth.Verifier
+	portsDomain string
 }
 
 // New returns the API handler.
 func New(cfg Config) *Server {
-	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version}
+	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain}
+	// API keys on exposed ports are checked by hand (ports.go); a cluster
+	// node's forwarded calls carry none.
+	s.keys, _ = cfg.Keys.(*auth.Verifier)
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -76,6 +84,8 @@ func New(cfg Config) *Server {
 		mux.Handle("/v1/sandboxes/{id}"+p, authed(s.proxy))
 	}
 	s.snapshotRoutes(mux, authed)
+	s.volumeRoutes(mux, authed)
+	s.portRoutes(mux)
 	// Other methods on the server's own paths get a JSON 405, not the
 	// proxy (which would ask the agent for /timeout).
 	for _, p := range []string{"/v1/sandboxes/{id}/timeout", "/v1/sandboxes/{id}/pause", "/v1/sandboxes/{id}/resume", "/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/fork"} {
@@ -87,7 +97,7 @@ func New(cfg Config) *Server {
 	} else {
 		mux.HandleFunc("/", notFound(mux))
 	}
-	s.handler = cfg.Metrics.Middleware(s.logRequests(mux))
+	s.handler = cfg.Metrics.Middleware(s.logRequests(s.hostPorts(mux)))
 	return s
 }
 

@@ -30,6 +30,10 @@ type Shape struct {
 	Processes   int64   `json:"processes,omitempty"`
 	Internet    bool    `json:"internet,omitempty"`
 	Token       bool    `json:"token,omitempty"`
+	// Volumes are mounted again at every restore; PublicPorts lets
+	// anyone reach its ports through the API without a key or token.
+	Volumes     []VolumeMount `json:"volumes,omitempty"`
+	PublicPorts bool          `json:"publicPorts,omitempty"`
 	// Recorded is false for rows written before shapes were stored; the
 	// manager then uses the server's current defaults.
 	Recorded bool `json:"-"`

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -22,14 +23,14 @@ func TestShapeAndWarmPool(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := s.GetSandbox(ctx, "user1")
-		if err != nil || got.Shape != want {
+		if err != nil || !reflect.DeepEqual(got.Shape, want) {
 			t.Fatalf("GetSandbox shape = %+v, %v; want %+v", got.Shape, err, want)
 		}
 		sn := Snapshot{ID: "snap", ProjectID: "p", SandboxID: "user1", Template: "t", CreatedAt: time.Now(), Shape: want}
 		if err := s.CreateSnapshot(ctx, sn); err != nil {
 			t.Fatal(err)
 		}
-		if gotSn, err := s.GetSnapshot(ctx, "snap"); err != nil || gotSn.Shape != want {
+		if gotSn, err := s.GetSnapshot(ctx, "snap"); err != nil || !reflect.DeepEqual(gotSn.Shape, want) {
 			t.Fatalf("GetSnapshot shape = %+v, %v; want %+v", gotSn.Shape, err, want)
 		}
 		if _, err := s.ClaimWarm(ctx, "t", "p", nil, 1000, time.Now(), nil); !errors.Is(err, ErrNotFound) {

@@ -276,6 +276,18 @@ CREATE TABLE nodes (
 	lost_at      INTEGER
 );
 `,
+	// Persistent volumes (volumes.go): named per project, each one
+	// filesystem image of size_bytes on the node.
+	`
+CREATE TABLE volumes (
+	id         TEXT PRIMARY KEY,
+	project_id TEXT NOT NULL REFERENCES projects(id),
+	name       TEXT NOT NULL,
+	size_bytes INTEGER NOT NULL,
+	created_at INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX volumes_project_name ON volumes(project_id, name);
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

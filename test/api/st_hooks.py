@@ -27,7 +27,10 @@ SPEC = yaml.safe_load((Path(__file__).resolve().parents[2] / "api" / "openapi.ya
 # The rules each operation states in the spec's descriptions, by the start of the 400's message.
 RULES = {
     "createSandbox": [r" is out of range", r"cannot be set when creating from a snapshot", r"is set by Lizard when lizardToken",
-                      r"envs total \d+ bytes", r"metadata (key|value) .* bytes", r"differs from snapshot"],
+                      r"envs total \d+ bytes", r"metadata (key|value) .* bytes", r"differs from snapshot",
+                      r"^volume path ", r"^a volume cannot be mounted at /", r"^volume \S+ is listed twice",
+                      r"^volume paths .* overlap", r"^volumes cannot be mounted in a sandbox created from a snapshot"],
+    "createVolume": [r"^sizeMb \d+ is out of range"],
     "forkSandbox": [r" is out of range"],
     "resumeSandbox": [r" is out of range"],
     "setSandboxTimeout": [r" is out of range"],

@@ -230,3 +230,25 @@ func validSecret(r *http.Request, secret string) bool {
 	}
 	return subtle.ConstantTimeCompare([]byte(h[len(prefix):]), []byte(secret)) == 1
 }
+
+// errNotAcrossNodes refuses what one `lizard serve` does but the cluster
+// roles do not yet: volumes live on one machine's disk, and ports are
+// dialled from the process that serves them (docs/volumes.md, docs/ports.md).
+func errNotAcrossNodes(what string) error {
+	return &node.Error{Kind: node.ErrUnavailable, Msg: what + " are not available with `lizard api` and `lizard node` yet; use `lizard serve`"}
+}
+
+// MakeVolume implements node.Node: not across nodes yet.
+func (c *Client) MakeVolume(context.Context, string, int64) error {
+	return errNotAcrossNodes("persistent volumes")
+}
+
+// RemoveVolume implements node.Node: not across nodes yet.
+func (c *Client) RemoveVolume(context.Context, string) error {
+	return errNotAcrossNodes("persistent volumes")
+}
+
+// OpenPort implements node.Node: not across nodes yet.
+func (c *Client) OpenPort(context.Context, string, int, bool) (node.Call, error) {
+	return node.Call{}, errNotAcrossNodes("exposed ports")
+}

@@ -345,11 +345,11 @@ func (r *Runtime) globalArgs(id string, diskBytes int64, lay layout) []string {
 // filesystem, backed by a file in dir (on disk, not in memory) and of
 // diskBytes, and with layoutBounded one more over every writable bind
 // mount, which is /tmp alone (the others are read-only and runsc leaves
-// those bare). runsc sizes each layer alike, so / and /tmp may each hold
+// those bare; layoutVolumes has writable volumes, which must stay bare). runsc sizes each layer alike, so / and /tmp may each hold
 // diskBytes.
 func overlayArg(dir string, diskBytes int64, lay layout) string {
 	mounts := "root"
-	if lay >= layoutBounded {
+	if lay == layoutBounded {
 		mounts = "all"
 	}
 	arg := "--overlay2=" + mounts + ":dir=" + dir
@@ -410,7 +410,11 @@ func tail(path string, off int64) string {
 
 // Create implements sandbox.Runtime.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) error {
-	return r.boot(ctx, spec, "", currentLayout)
+	lay := currentLayout
+	if len(spec.Volumes) > 0 {
+		lay = layoutVolumes
+	}
+	return r.boot(ctx, spec, "", lay)
 }
 
 // Restore implements sandbox.Runtime. The image must have been taken of a

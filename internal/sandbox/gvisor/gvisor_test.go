@@ -512,3 +512,33 @@ func TestFrozenLeftover(t *testing.T) {
 		t.Errorf("cgroups left: %v", m)
 	}
 }
+
+// TestVolumesLayout: a sandbox with volumes gets them as bare writable
+// binds (no --overlay2 layer over them, which would keep writes from the
+// host), a layer on the root alone, and a bounded tmpfs /tmp.
+func TestVolumesLayout(t *testing.T) {
+	spec := sandbox.Spec{ID: "v", Template: sandbox.Artifact{RootFS: "/r"}, Args: []string{"/a"},
+		Volumes: []sandbox.Volume{{Source: "/data/volumes/vol_x", Target: "/home/user/data"}}}
+	s := ociSpec(spec, "/run/netns/x", "/tmp/x", layoutVolumes)
+	var vol, tmp *specs.Mount
+	for i, m := range s.Mounts {
+		switch m.Destination {
+		case "/home/user/data":
+			vol = &s.Mounts[i]
+		case "/tmp":
+			tmp = &s.Mounts[i]
+		}
+	}
+	if vol == nil || vol.Type != "bind" || vol.Source != "/data/volumes/vol_x" || !slices.Contains(vol.Options, "rw") || !slices.Contains(vol.Options, "nodev") {
+		t.Errorf("volume mount = %+v; want a writable nodev bind of the volume", vol)
+	}
+	if tmp == nil || tmp.Type != "tmpfs" || !slices.Contains(tmp.Options, tmpSize) {
+		t.Errorf("/tmp = %+v; want a tmpfs of %s", tmp, tmpSize)
+	}
+	if got := overlayArg("/o", 1<<20, layoutVolumes); !strings.HasPrefix(got, "--overlay2=root:") {
+		t.Errorf("overlayArg(layoutVolumes) = %s; want the root's layer alone", got)
+	}
+	if got := overlayArg("/o", 1<<20, layoutBounded); !strings.HasPrefix(got, "--overlay2=all:") {
+		t.Errorf("overlayArg(layoutBounded) = %s; want every writable mount's", got)
+	}
+}

@@ -54,6 +54,13 @@ const (
 	// empty /tmp, and a mount point inside /tmp to stop it would be made
 	// by runsc in the shared template.
 	layoutBounded
+	// layoutVolumes is layoutBounded's for a sandbox that mounts
+	// persistent volumes: runsc's --overlay2=all would cover their bind
+	// mounts with a layer too and keep their writes from the host, and
+	// runsc has no way to leave one writable mount out. So only the root
+	// gets a layer, and /tmp is a tmpfs of a fixed size (tmpSize), in
+	// memory, within the sandbox's memory limit.
+	layoutVolumes
 )
 
 // currentLayout is what a booted sandbox gets.
@@ -61,6 +68,10 @@ const currentLayout = layoutBounded
 
 // shmSize bounds /dev/shm (Docker's default).
 const shmSize = "size=65536k"
+
+// tmpSize bounds /tmp in layoutVolumes; fixed for the same reason as
+// shmSize.
+const tmpSize = "size=268435456"
 
 // ociSpec is the bundle's config.json for spec with the mounts of lay,
 // joined to the network namespace at netnsPath. tmpDir is an empty host
@@ -82,13 +93,19 @@ func ociSpec(spec sandbox.Spec, netnsPath, tmpDir string, lay layout) *specs.Spe
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: shm},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 	}
-	if lay == layoutTmpfs {
+	switch lay {
+	case layoutTmpfs:
 		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}})
-	} else {
+	case layoutVolumes:
+		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", tmpSize}})
+	default:
 		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: tmpDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 	}
 	for _, f := range spec.Files {
 		mounts = append(mounts, specs.Mount{Destination: f.Target, Type: "bind", Source: f.Source, Options: []string{"rbind", "ro"}})
+	}
+	for _, v := range spec.Volumes {
+		mounts = append(mounts, specs.Mount{Destination: v.Target, Type: "bind", Source: v.Source, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 	}
 
 	memory := spec.Limits.MemoryBytes

@@ -1,0 +1,329 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/client"
+)
+
+// servePorts starts, inside sandbox id, python -m http.server on 8000
+// (serving /home/user, whose index.html says "hello from the sandbox")
+// and the WebSocket echo server of testdata/wsecho.py on 8765.
+func servePorts(t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	src, err := os.ReadFile("testdata/wsecho.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteFile(context.Background(), id, "/home/user/wsecho.py", strings.NewReader(string(src))); err != nil {
+		t.Fatalf("WriteFile: %v", err)
+	}
+	py(t, c, id, `
+import subprocess, sys
+open('/home/user/index.html', 'w').write('hello from the sandbox')
+for args in (['-m', 'http.server', '8000', '--bind', '0.0.0.0'], ['/home/user/wsecho.py', '8765']):
+    subprocess.Popen([sys.executable] + args, cwd='/home/user', start_new_session=True,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)`)
+}
+
+// get fetches u with headers h (name, value pairs).
+func get(t *testing.T, u string, h ...string) (int, string, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, u, nil)
+	for i := 0; i+1 < len(h); i += 2 {
+		if strings.EqualFold(h[i], "Host") {
+			req.Host = h[i+1]
+			continue
+		}
+		req.Header.Set(h[i], h[i+1])
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// waitPort waits until u answers 200 (the server in the sandbox is up).
+func waitPort(t *testing.T, u string, h ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body, _ := get(t, u, h...)
+		if code == http.StatusOK {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: %d %s after 30 s; want 200", u, code, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// wsDial opens a WebSocket to u (http://...) with headers h, by hand: the
+// module has no WebSocket client, and the handshake and frames are small.
+func wsDial(u string, h http.Header) (net.Conn, *bufio.Reader, error) {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := net.DialTimeout("tcp", pu.Host, 10*time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	key := make([]byte, 16)
+	rand.Read(key)
+	var b strings.Builder
+	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: %s\r\n",
+		pu.RequestURI(), pu.Host, base64.StdEncoding.EncodeToString(key))
+	for k, vs := range h {
+		for _, v := range vs {
+			fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+		}
+	}
+	b.WriteString("\r\n")
+	if _, err := conn.Write([]byte(b.String())); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		body, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		return nil, nil, fmt.Errorf("status %d: %s", resp.StatusCode, body)
+	}
+	return conn, br, nil
+}
+
+// wsSend writes one masked text frame (short messages only).
+func wsSend(conn net.Conn, msg string) error {
+	mask := make([]byte, 4)
+	rand.Read(mask)
+	frame := []byte{0x81, 0x80 | byte(len(msg))}
+	frame = append(frame, mask...)
+	for i := range len(msg) {
+		frame = append(frame, msg[i]^mask[i%4])
+	}
+	_, err := conn.Write(frame)
+	return err
+}
+
+// wsRecv reads one unmasked frame's payload.
+func wsRecv(conn net.Conn, br *bufio.Reader, d time.Duration) (string, error) {
+	conn.SetReadDeadline(time.Now().Add(d))
+	var hdr [2]byte
+	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		return "", err
+	}
+	n := int(hdr[1] & 0x7f)
+	if n == 126 {
+		var ext [2]byte
+		if _, err := io.ReadFull(br, ext[:]); err != nil {
+			return "", err
+		}
+		n = int(binary.BigEndian.Uint16(ext[:]))
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(br, p); err != nil {
+		return "", err
+	}
+	if hdr[0]&0x0f == 0x8 {
+		return "", fmt.Errorf("close frame %x", p)
+	}
+	return string(p), nil
+}
+
+// TestPorts reaches servers inside a sandbox through the API: HTTP and
+// WebSocket, with the project's key, the sandbox's access token (query,
+// header, the cookie the query sets) or neither (401), a closed port
+// (502), the agent's port (404), a paused sandbox (409), a public
+// sandbox, and a killed one (its WebSocket closed, then 410).
+func TestPorts(t *testing.T) {
+	s := startServer(t)
+	c := s.createProject("proj_ports")
+	key := s.keys[c]
+	ctx := context.Background()
+	sb := newSandbox(t, c, api.CreateSandboxRequest{})
+	id := sb.SandboxID
+	if !strings.HasPrefix(sb.AccessToken, "lzp_") || sb.PublicPorts {
+		t.Fatalf("created sandbox: accessToken %q publicPorts %v; want a token, not public", sb.AccessToken, sb.PublicPorts)
+	}
+	servePorts(t, c, id)
+	base := c.PortURL(id, 8000)
+	if want := s.url + "/v1/sandboxes/" + id + "/ports/8000/"; base != want {
+		t.Fatalf("PortURL = %s; want %s", base, want)
+	}
+	auth := "Bearer " + key
+	if body := waitPort(t, base+"index.html", "Authorization", auth); body != "hello from the sandbox" {
+		t.Fatalf("GET through the port with the key = %q", body)
+	}
+
+	// Credentials.
+	if code, body, h := get(t, base+"index.html"); code != http.StatusUnauthorized || !strings.Contains(body, "access token") {
+		t.Errorf("no credential: %d %s %v; want 401 saying how to get in", code, body, h)
+	}
+	if code, _, _ := get(t, base+"index.html", "Authorization", "Bearer lz_0123456789abcdef_0123456789abcdef0123456789abcdef0123456789abcdef"); code != http.StatusUnauthorized {
+		t.Errorf("a wrong key: %d; want 401", code)
+	}
+	code, body, h := get(t, base+"index.html?lizard_access_token="+sb.AccessToken)
+	if code != http.StatusOK || body != "hello from the sandbox" {
+		t.Errorf("token in the query: %d %q; want 200", code, body)
+	}
+	cookie := h.Get("Set-Cookie")
+	if !strings.Contains(cookie, "lizard_access_token="+sb.AccessToken) || !strings.Contains(cookie, "Path=/v1/sandboxes/"+id+"/ports/8000/") || !strings.Contains(cookie, "HttpOnly") {
+		t.Errorf("token in the query set cookie %q; want it HttpOnly under the port's path", cookie)
+	}
+	if code, _, _ := get(t, base+"index.html", "Cookie", "lizard_access_token="+sb.AccessToken); code != http.StatusOK {
+		t.Errorf("token in the cookie: %d; want 200", code)
+	}
+	if code, _, _ := get(t, base+"index.html", "X-Lizard-Access-Token", sb.AccessToken); code != http.StatusOK {
+		t.Errorf("token in the header: %d; want 200", code)
+	}
+	other := newSandbox(t, c, api.CreateSandboxRequest{PublicPorts: true})
+	if code, _, _ := get(t, c.PortURL(other.SandboxID, 8000)+"x", "X-Lizard-Access-Token", sb.AccessToken); code == http.StatusUnauthorized {
+		t.Errorf("a public sandbox refused a request carrying another's token")
+	}
+	if code, _, _ := get(t, base+"index.html", "X-Lizard-Access-Token", other.AccessToken); code != http.StatusUnauthorized {
+		t.Errorf("another sandbox's token: %d; want 401", code)
+	}
+	// A public sandbox needs nothing; closed port: 502 saying so.
+	code, body, _ = get(t, c.PortURL(other.SandboxID, 8000))
+	if code != http.StatusBadGateway || !strings.Contains(body, "nothing listens on port 8000") {
+		t.Errorf("public sandbox, nothing on the port: %d %s; want 502 saying nothing listens", code, body)
+	}
+	// Another project's key does not open it.
+	c2 := s.createProject("proj_ports2")
+	if code, _, _ := get(t, base+"index.html", "Authorization", "Bearer "+s.keys[c2]); code != http.StatusNotFound {
+		t.Errorf("another project's key: %d; want 404", code)
+	}
+	// The agent's port is not a port of the sandbox's.
+	if code, body, _ := get(t, c.PortURL(id, api.AgentPort)+"health", "Authorization", auth); code != http.StatusNotFound || !strings.Contains(body, "agent") {
+		t.Errorf("the agent's port: %d %s; want 404", code, body)
+	}
+	for _, p := range []string{"0", "70000", "abc", "080"} {
+		if code, _, _ := get(t, s.url+"/v1/sandboxes/"+id+"/ports/"+p+"/", "Authorization", auth); code != http.StatusBadRequest {
+			t.Errorf("port %s: %d; want 400", p, code)
+		}
+	}
+	// The program sees neither the key nor the token.
+	got := py(t, c, id, `
+import subprocess, sys, textwrap
+src = textwrap.dedent('''
+    import http.server, json
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            b = json.dumps({"path": self.path, "headers": dict(self.headers)}).encode()
+            self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
+        def log_message(self, *a): pass
+    http.server.ThreadingHTTPServer(("0.0.0.0", 8001), H).serve_forever()
+''')
+open('/home/user/echohdr.py', 'w').write(src)
+subprocess.Popen([sys.executable, '/home/user/echohdr.py'], start_new_session=True)
+print('ok')`)
+	if got != "ok" {
+		t.Fatal(got)
+	}
+	seen := waitPort(t, c.PortURL(id, 8001)+"a/b?x=1&lizard_access_token="+sb.AccessToken, "X-Lizard-Access-Token", sb.AccessToken,
+		"Cookie", "lizard_access_token="+sb.AccessToken+"; app=1")
+	if strings.Contains(seen, sb.AccessToken) || strings.Contains(seen, key) || !strings.Contains(seen, `"path": "/a/b?x=1"`) || !strings.Contains(seen, "app=1") {
+		t.Errorf("the program saw %s; want /a/b?x=1, its own cookie, and no Lizard credential", seen)
+	}
+	seen = waitPort(t, c.PortURL(id, 8001)+"k", "Authorization", auth)
+	if strings.Contains(seen, key) {
+		t.Errorf("the program saw the project's key: %s", seen)
+	}
+
+	// WebSocket, through the path.
+	hdr := http.Header{"Authorization": {auth}}
+	if _, _, err := wsDial(c.PortURL(id, 8765)+"ws", nil); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("WebSocket without a key: %v; want 401", err)
+	}
+	waitPort(t, c.PortURL(id, 8765), "Authorization", auth)
+	conn, br, err := wsDial(c.PortURL(id, 8765)+"ws", hdr)
+	if err != nil {
+		t.Fatalf("WebSocket through the port: %v", err)
+	}
+	defer conn.Close()
+	for _, msg := range []string{"hello", "world"} {
+		if err := wsSend(conn, msg); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := wsRecv(conn, br, 10*time.Second); err != nil || got != msg {
+			t.Fatalf("WebSocket echo = %q, %v; want %q", got, err, msg)
+		}
+	}
+
+	// Paused: 409 (this server does not resume on access).
+	if _, err := c.PauseSandbox(ctx, other.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	if code, body, _ := get(t, c.PortURL(other.SandboxID, 8000)); code != http.StatusConflict || !strings.Contains(body, "paused") {
+		t.Errorf("paused sandbox: %d %s; want 409", code, body)
+	}
+
+	// Killed: the open WebSocket closes, and the port is gone.
+	if err := c.KillSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wsRecv(conn, br, 10*time.Second); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("WebSocket after the kill: %v; want it closed", err)
+	}
+	if code, _, _ := get(t, base, "Authorization", auth); code != http.StatusGone {
+		t.Errorf("killed sandbox's port: %d; want 410", code)
+	}
+}
+
+// TestPortsDomainResume: with --ports-domain, <port>-<id>.<domain> serves
+// the port; with --ports-resume, a paused sandbox resumes when reached.
+func TestPortsDomainResume(t *testing.T) {
+	s := startServer(t, "--ports-domain=sandboxes.test", "--ports-resume")
+	c := s.createProject("proj_portsdom")
+	ctx := context.Background()
+	sb := newSandbox(t, c, api.CreateSandboxRequest{})
+	if sb.PortsDomain != "sandboxes.test" {
+		t.Errorf("portsDomain = %q; want sandboxes.test", sb.PortsDomain)
+	}
+	servePorts(t, c, sb.SandboxID)
+	host := "8000-" + sb.SandboxID + ".sandboxes.test"
+	if body := waitPort(t, s.url+"/index.html", "Host", host, "X-Lizard-Access-Token", sb.AccessToken); body != "hello from the sandbox" {
+		t.Errorf("host-based port = %q", body)
+	}
+	if code, _, _ := get(t, s.url+"/index.html", "Host", host); code != http.StatusUnauthorized {
+		t.Errorf("host-based port without a credential: %d; want 401", code)
+	}
+	if code, _, _ := get(t, s.url+"/v1/health", "Host", "api.sandboxes.test"); code != http.StatusOK {
+		t.Errorf("another host under the domain: %d; want the API as usual", code)
+	}
+	if _, err := c.PauseSandbox(ctx, sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	// The server in the sandbox was restored with it.
+	if code, body, _ := get(t, s.url+"/index.html", "Host", host, "X-Lizard-Access-Token", sb.AccessToken); code != http.StatusOK || body != "hello from the sandbox" {
+		t.Errorf("paused sandbox reached with --ports-resume: %d %q; want it resumed and answering", code, body)
+	}
+	if got, _ := c.GetSandbox(ctx, sb.SandboxID); got == nil || got.State != api.StateRunning {
+		t.Errorf("after access the sandbox is %+v; want running", got)
+	}
+}

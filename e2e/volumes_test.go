@@ -1,0 +1,294 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/client"
+)
+
+// volumeMounts are the host's mounts under dir, with their options.
+func volumeMounts(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 4 && strings.HasPrefix(f[1], dir+"/") {
+			out[f[1]] = f[3]
+		}
+	}
+	return out
+}
+
+// TestVolumes is the life of a persistent volume: made, mounted by two
+// sandboxes at once (each sees the other's writes), full at its size,
+// kept across kill, pause and resume, fork (the copies share it), a
+// server restart (a paused sandbox using it resumes after), refused as a
+// snapshot and as a delete while mounted, and gone once deleted.
+func TestVolumes(t *testing.T) {
+	s := startServer(t)
+	c := s.createProject("proj_vol")
+	ctx := context.Background()
+	volDir := filepath.Join(s.dataDir, "volumes")
+
+	v, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeMb: 32})
+	if err != nil {
+		t.Fatalf("CreateVolume: %v", err)
+	}
+	if v.SizeMb != 32 || v.Name != "data" || !strings.HasPrefix(v.VolumeID, "vol_") {
+		t.Fatalf("CreateVolume = %+v; want data of 32 MiB", v)
+	}
+	if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data"}); !errors.Is(err, client.ErrConflict) {
+		t.Errorf("CreateVolume of a taken name: %v; want 409", err)
+	}
+	if vs, err := c.ListVolumes(ctx); err != nil || len(vs) != 1 || vs[0].VolumeID != v.VolumeID {
+		t.Errorf("ListVolumes = %+v, %v; want data alone", vs, err)
+	}
+	opts := volumeMounts(t, volDir)[filepath.Join(volDir, v.VolumeID)]
+	if !strings.Contains(opts, "nodev") || !strings.Contains(opts, "nosuid") {
+		t.Errorf("volume mounted on the host with %q; want nodev and nosuid", opts)
+	}
+
+	mount := []api.VolumeMount{{Name: "data", Path: "/home/user/data"}}
+	a := newSandbox(t, c, api.CreateSandboxRequest{Volumes: mount})
+	if len(a.Volumes) != 1 || a.Volumes[0] != mount[0] {
+		t.Errorf("created sandbox's volumes = %+v; want %+v", a.Volumes, mount)
+	}
+	b := newSandbox(t, c, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "data", Path: "/mnt/shared"}}})
+	py(t, c, a.SandboxID, "open('/home/user/data/a.txt', 'w').write('from a')")
+	if got := py(t, c, b.SandboxID, "print(open('/mnt/shared/a.txt').read())"); got != "from a" {
+		t.Errorf("sandbox b read %q from the shared volume; want a's write", got)
+	}
+	py(t, c, b.SandboxID, "open('/mnt/shared/b.txt', 'w').write('from b')")
+	if got := py(t, c, a.SandboxID, "print(open('/home/user/data/b.txt').read())"); got != "from b" {
+		t.Errorf("sandbox a read %q; want b's write", got)
+	}
+
+	// The quota is the filesystem's: 32 MiB, whatever the sandbox does.
+	got := py(t, c, a.SandboxID, `
+import errno
+try:
+    with open('/home/user/data/big', 'wb') as f:
+        for _ in range(64):
+            f.write(b'x' * (1 << 20))
+            f.flush()
+    print('wrote 64 MiB')
+except OSError as e:
+    print('errno', errno.errorcode[e.errno])
+import os
+os.remove('/home/user/data/big')`)
+	if got != "errno ENOSPC" {
+		t.Errorf("writing 64 MiB to a 32 MiB volume: %q; want ENOSPC", got)
+	}
+
+	// Refusals while mounted, and the snapshot rule.
+	if err := c.DeleteVolume(ctx, "data"); !errors.Is(err, client.ErrConflict) || !strings.Contains(err.Error(), a.SandboxID) {
+		t.Errorf("DeleteVolume while mounted: %v; want 409 naming the sandboxes", err)
+	}
+	if _, err := c.Snapshot(ctx, a.SandboxID); !errors.Is(err, client.ErrConflict) {
+		t.Errorf("Snapshot of a sandbox with a volume: %v; want 409", err)
+	}
+
+	// Pause: the volume is not in the image and is attached again at
+	// resume; b writes meanwhile.
+	if _, err := c.PauseSandbox(ctx, a.SandboxID); err != nil {
+		t.Fatalf("PauseSandbox: %v", err)
+	}
+	py(t, c, b.SandboxID, "open('/mnt/shared/while-paused.txt', 'w').write('b wrote while a slept')")
+	if _, err := c.ResumeSandbox(ctx, a.SandboxID, api.ResumeRequest{}); err != nil {
+		t.Fatalf("ResumeSandbox: %v", err)
+	}
+	if got := py(t, c, a.SandboxID, "print(open('/home/user/data/while-paused.txt').read())"); got != "b wrote while a slept" {
+		t.Errorf("after resume a read %q; want b's write made while it was paused", got)
+	}
+	py(t, c, a.SandboxID, "open('/home/user/data/after-resume.txt', 'w').write('resumed')")
+	if got := py(t, c, b.SandboxID, "print(open('/mnt/shared/after-resume.txt').read())"); got != "resumed" {
+		t.Errorf("b read %q; want a's write after its resume (the volume re-attached)", got)
+	}
+
+	// Fork: the copies mount the same volume.
+	forks, err := c.Fork(ctx, a.SandboxID, api.ForkRequest{})
+	if err != nil {
+		t.Fatalf("ForkSandbox: %v", err)
+	}
+	f := forks[0]
+	t.Cleanup(func() { c.KillSandbox(context.Background(), f.SandboxID) })
+	py(t, c, f.SandboxID, "open('/home/user/data/fork.txt', 'w').write('from the fork')")
+	if got := py(t, c, b.SandboxID, "print(open('/mnt/shared/fork.txt').read())"); got != "from the fork" {
+		t.Errorf("b read %q; want the fork's write", got)
+	}
+
+	// Kill all, then the next sandbox finds everything; pause it across
+	// a server restart.
+	for _, id := range []string{a.SandboxID, b.SandboxID, f.SandboxID} {
+		if err := c.KillSandbox(ctx, id); err != nil {
+			t.Fatalf("KillSandbox %s: %v", id, err)
+		}
+	}
+	d := newSandbox(t, c, api.CreateSandboxRequest{Volumes: mount})
+	if got := py(t, c, d.SandboxID, "import os; print(sorted(os.listdir('/home/user/data')))"); got != "['a.txt', 'after-resume.txt', 'b.txt', 'fork.txt', 'while-paused.txt']" {
+		t.Errorf("the next sandbox lists %s in the volume; want every file written before", got)
+	}
+	if _, err := c.PauseSandbox(ctx, d.SandboxID); err != nil {
+		t.Fatalf("PauseSandbox: %v", err)
+	}
+	s.restart()
+	if _, err := c.ResumeSandbox(ctx, d.SandboxID, api.ResumeRequest{}); err != nil {
+		t.Fatalf("ResumeSandbox after a restart: %v", err)
+	}
+	if got := py(t, c, d.SandboxID, "print(open('/home/user/data/a.txt').read())"); got != "from a" {
+		t.Errorf("after a restart and resume the volume holds %q; want a's file", got)
+	}
+	if err := c.KillSandbox(ctx, d.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+
+	// Deleted: the record, the mount and the image go.
+	if err := c.DeleteVolume(ctx, "data"); err != nil {
+		t.Fatalf("DeleteVolume once unmounted: %v", err)
+	}
+	if _, err := c.GetVolume(ctx, "data"); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("GetVolume after delete: %v; want 404", err)
+	}
+	if m := volumeMounts(t, volDir); len(m) != 0 {
+		t.Errorf("mounts left after delete: %v", m)
+	}
+	if left, _ := os.ReadDir(volDir); len(left) != 0 {
+		t.Errorf("files left under %s after delete: %v", volDir, left)
+	}
+	if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Volumes: mount}); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("create mounting a deleted volume: %v; want 404", err)
+	}
+}
+
+// TestVolumesAdversarial: what a sandbox puts in a volume, or asks for at
+// create, never reaches the host: bad names and paths are refused,
+// symlinks resolve inside the sandbox, device nodes cannot be made (and
+// the host mount would not honour them), and the host's files next to
+// the volume stay out of reach.
+func TestVolumesAdversarial(t *testing.T) {
+	s := startServer(t)
+	c := s.createProject("proj_voladv")
+	ctx := context.Background()
+	for _, name := range []string{"../etc", "a/b", "..", "UPPER", "", strings.Repeat("x", 64)} {
+		if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: name}); !errors.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("CreateVolume(%q): %v; want 400", name, err)
+		}
+	}
+	for _, mb := range []int64{1, 1 << 30} {
+		if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "big", SizeMb: mb}); !errors.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("CreateVolume of %d MiB: %v; want 400", mb, err)
+		}
+	}
+	if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v", SizeMb: 16}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/home/user/../../etc", "relative", "/", "/proc/x", "/opt/lizard/bin", "/tmp", "/etc", "/home/user/data/", "/home//user"} {
+		_, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "v", Path: p}}})
+		if !errors.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("mount at %q: %v; want 400", p, err)
+		}
+	}
+	if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "../../v", Path: "/mnt/v"}}}); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Errorf("mount of volume ../../v: %v; want 400", err)
+	}
+	// Another project's volume of the same name is not this one's.
+	other := s.createProject("proj_voladv2")
+	if _, err := other.CreateSandbox(ctx, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "v", Path: "/mnt/v"}}}); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("another project mounting v: %v; want 404", err)
+	}
+
+	// The CLI: create, list, delete.
+	cli := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(s.bin, args...)
+		cmd.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.keys[c])
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("lizard %v: %v: %s", args, err, out)
+		}
+		return string(out)
+	}
+	cli("volume", "create", "clivol", "--size-mb", "16")
+	if out := cli("volume", "list"); !strings.Contains(out, "clivol") || !strings.Contains(out, "16 MiB") {
+		t.Errorf("lizard volume list = %q; want clivol of 16 MiB", out)
+	}
+	cli("volume", "delete", "clivol")
+
+	secret := filepath.Join(t.TempDir(), "host-secret")
+	if err := os.WriteFile(secret, []byte("HOST-SECRET"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(s.dataDir, "lizard.db")
+	sb := newSandbox(t, c, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "v", Path: "/home/user/v"}}})
+	got := py(t, c, sb.SandboxID, `
+import os, stat
+d = '/home/user/v'
+os.symlink(`+pyQuote(secret)+`, d + '/to-secret')
+os.symlink('../../../../../../../../`+strings.TrimPrefix(db, "/")+`', d + '/to-db')
+os.symlink('/etc/hostname', d + '/to-etc')
+out = []
+for name in ('to-secret', 'to-db'):
+    try:
+        out.append(name + ':' + open(d + '/' + name, 'rb').read(16).decode('latin1'))
+    except OSError as e:
+        out.append(name + ':' + type(e).__name__)
+out.append('etc:' + open(d + '/to-etc').read().strip())
+try:
+    os.mknod(d + '/null', 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    out.append('mknod:made')
+except OSError as e:
+    out.append('mknod:' + type(e).__name__)
+try:
+    os.link('/etc/passwd', d + '/passwd-link')
+    out.append('link:made')
+except OSError as e:
+    out.append('link:' + type(e).__name__)
+print(' '.join(out))`)
+	t.Logf("inside the sandbox: %s", got)
+	if strings.Contains(got, "HOST-SECRET") || strings.Contains(got, "SQLite") {
+		t.Fatalf("a symlink in the volume reached the host's files: %s", got)
+	}
+	if !strings.Contains(got, "to-secret:FileNotFoundError") || !strings.Contains(got, "to-db:FileNotFoundError") || !strings.Contains(got, "etc:lizard") {
+		t.Errorf("symlinks in the volume: %s; want host paths not found and /etc/hostname the sandbox's own", got)
+	}
+	if strings.Contains(got, "mknod:made") || strings.Contains(got, "link:made") {
+		t.Errorf("device node or cross-filesystem hard link made in the volume: %s", got)
+	}
+	// Through the files API too: the agent resolves paths in the sandbox.
+	if rc, err := c.ReadFile(ctx, sb.SandboxID, "/home/user/v/to-secret"); err == nil {
+		b := make([]byte, 64)
+		n, _ := rc.Read(b)
+		rc.Close()
+		if strings.Contains(string(b[:n]), "HOST-SECRET") {
+			t.Fatalf("the files API read the host's file through a symlink in a volume")
+		}
+	}
+	// The host never follows what the sandbox put there: the links are
+	// links on the host side too, pointing at paths the server never opens.
+	v, _ := c.GetVolume(ctx, "v")
+	if fi, err := os.Lstat(filepath.Join(s.dataDir, "volumes", v.VolumeID, "to-secret")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("host view of the link: %v %v; want a symlink left as it is", fi, err)
+	}
+	if err := c.KillSandbox(ctx, sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteVolume(ctx, "v"); err != nil {
+		t.Errorf("DeleteVolume: %v", err)
+	}
+	if b, _ := os.ReadFile(secret); string(b) != "HOST-SECRET" {
+		t.Errorf("the host file changed: %q", b)
+	}
+}
+
+func pyQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'" }

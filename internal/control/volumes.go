@@ -1,0 +1,198 @@
+package control
+
+// Persistent volumes (docs/volumes.md): project-scoped names, checked
+// here; their filesystems live on the node (Node.MakeVolume). A volume
+// cannot be deleted while a live sandbox — running or paused — mounts it:
+// volMu orders deletes after the creates and forks that are recording
+// mounts of it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Bounds on volumes.
+const (
+	DefaultVolumeMb  = 1024
+	MinVolumeMb      = 16
+	MaxVolumesPerBox = 8
+)
+
+var volumeNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// reservedPaths are where Lizard or the system keep what a sandbox needs:
+// a volume mounted over one would break the sandbox.
+var reservedPaths = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/opt/lizard", "/proc",
+	"/root", "/run", "/sbin", "/sys", "/tmp", "/usr", "/var"}
+
+func checkVolumeName(name string) error {
+	if !volumeNameRE.MatchString(name) {
+		return node.Invalidf("volume name %q: want 1 to 63 of a-z, 0-9, '-' and '_', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+func (c *Control) maxVolumeMb() int64 {
+	if c.cfg.MaxVolumeBytes > 0 {
+		return c.cfg.MaxVolumeBytes >> 20
+	}
+	return 10240
+}
+
+// CreateVolume makes a volume for projectID.
+func (c *Control) CreateVolume(ctx context.Context, projectID string, req api.CreateVolumeRequest) (api.Volume, error) {
+	if err := checkVolumeName(req.Name); err != nil {
+		return api.Volume{}, err
+	}
+	mb := req.SizeMb
+	if mb == 0 {
+		mb = DefaultVolumeMb
+	}
+	if max := c.maxVolumeMb(); mb < MinVolumeMb || mb > max {
+		return api.Volume{}, node.Invalidf("sizeMb %d is out of range: want %d to %d (the server's --max-volume-mb)", mb, MinVolumeMb, max)
+	}
+	v := store.Volume{ID: "vol_" + node.NewID(), ProjectID: projectID, Name: req.Name, SizeBytes: mb << 20, CreatedAt: c.now()}
+	if err := c.cfg.Store.CreateVolume(ctx, v); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return api.Volume{}, &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("project %s already has a volume named %q; choose another name or delete it first", projectID, req.Name)}
+		}
+		return api.Volume{}, err
+	}
+	if err := c.node.MakeVolume(ctx, v.ID, v.SizeBytes); err != nil {
+		if derr := c.cfg.Store.DeleteVolume(context.WithoutCancel(ctx), v.ID); derr != nil {
+			c.log.Error("removing the record of a volume that could not be made", "volume_id", v.ID, "err", derr)
+		}
+		return api.Volume{}, err
+	}
+	c.audit("volume.create", "project_id", projectID, "volume", v.Name, "volume_id", v.ID, "size_mb", mb)
+	return volumeAPI(v), nil
+}
+
+func volumeAPI(v store.Volume) api.Volume {
+	return api.Volume{Name: v.Name, VolumeID: v.ID, SizeMb: v.SizeBytes >> 20, CreatedAt: v.CreatedAt}
+}
+
+// GetVolume returns projectID's volume called name.
+func (c *Control) GetVolume(ctx context.Context, projectID, name string) (api.Volume, error) {
+	v, err := c.lookupVolume(ctx, projectID, name)
+	if err != nil {
+		return api.Volume{}, err
+	}
+	return volumeAPI(v), nil
+}
+
+func (c *Control) lookupVolume(ctx context.Context, projectID, name string) (store.Volume, error) {
+	v, err := c.cfg.Store.GetVolume(ctx, projectID, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return v, &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("volume %q not found in project %s; create it with POST /v1/volumes", name, projectID)}
+	}
+	return v, err
+}
+
+// ListVolumes returns projectID's volumes by name.
+func (c *Control) ListVolumes(ctx context.Context, projectID string) ([]api.Volume, error) {
+	vs, err := c.cfg.Store.ListVolumes(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Volume, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, volumeAPI(v))
+	}
+	return out, nil
+}
+
+// DeleteVolume deletes projectID's volume called name and its data;
+// ErrConflict while a live sandbox mounts it.
+func (c *Control) DeleteVolume(ctx context.Context, projectID, name string) error {
+	c.volMu.Lock()
+	defer c.volMu.Unlock()
+	v, err := c.lookupVolume(ctx, projectID, name)
+	if err != nil {
+		return err
+	}
+	live, err := c.cfg.Store.ListSandboxes(ctx, store.Filter{ProjectID: projectID, LiveOnly: true})
+	if err != nil {
+		return err
+	}
+	var users []string
+	for _, sb := range live {
+		for _, m := range sb.Shape.Volumes {
+			if m.ID == v.ID {
+				users = append(users, sb.ID+" ("+sb.State+")")
+			}
+		}
+	}
+	if len(users) > 0 {
+		return &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("volume %q is mounted by sandbox %s; kill %s first",
+			name, strings.Join(users, ", "), map[bool]string{true: "them", false: "it"}[len(users) > 1])}
+	}
+	if err := c.node.RemoveVolume(ctx, v.ID); err != nil {
+		return err
+	}
+	if err := c.cfg.Store.DeleteVolume(context.WithoutCancel(ctx), v.ID); err != nil {
+		return err
+	}
+	c.audit("volume.delete", "project_id", projectID, "volume", v.Name, "volume_id", v.ID)
+	return nil
+}
+
+// volumeMounts checks a create's volumes and resolves them to projectID's.
+func (c *Control) volumeMounts(ctx context.Context, projectID string, req []api.VolumeMount) ([]store.VolumeMount, error) {
+	if len(req) > MaxVolumesPerBox {
+		return nil, node.Invalidf("volumes has %d entries; at most %d are allowed", len(req), MaxVolumesPerBox)
+	}
+	var out []store.VolumeMount
+	for i, m := range req {
+		if err := checkVolumeName(m.Name); err != nil {
+			return nil, err
+		}
+		if err := checkMountPath(m.Path); err != nil {
+			return nil, err
+		}
+		for _, o := range req[:i] {
+			switch {
+			case o.Name == m.Name:
+				return nil, node.Invalidf("volume %q is listed twice; mount each volume once", m.Name)
+			case within(m.Path, o.Path) || within(o.Path, m.Path):
+				return nil, node.Invalidf("volume paths %s and %s overlap; give each volume a path of its own", o.Path, m.Path)
+			}
+		}
+		v, err := c.lookupVolume(ctx, projectID, m.Name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.VolumeMount{ID: v.ID, Name: v.Name, Path: m.Path})
+	}
+	return out, nil
+}
+
+// checkMountPath allows absolute, clean paths outside the system's and
+// Lizard's own directories.
+func checkMountPath(p string) error {
+	switch {
+	case p == "" || len(p) > 1024 || !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "\x00,:"):
+		return node.Invalidf("volume path %q: want an absolute path such as /home/user/data", p)
+	case path.Clean(p) != p:
+		return node.Invalidf("volume path %q is not clean (no '..', '.', '//' or trailing '/'): use %s", p, path.Clean(p))
+	case p == "/":
+		return node.Invalidf("a volume cannot be mounted at /: use a directory such as /home/user/data")
+	}
+	for _, r := range reservedPaths {
+		if within(p, r) {
+			return node.Invalidf("volume path %q is inside %s, which the sandbox's system or Lizard needs: use a directory such as /home/user/data or /mnt/data", p, r)
+		}
+	}
+	return nil
+}
+
+// within reports whether p is dir or under it.
+func within(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }

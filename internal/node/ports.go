@@ -1,0 +1,59 @@
+package node
+
+// Exposed ports: connections the API proxies to a port a program in the
+// sandbox listens on (docs/ports.md). They are counted apart from agent
+// calls: a pause does not wait for them (a WebSocket may stay open for
+// hours) but cuts them before its checkpoint, so that no image holds them,
+// and a sandbox that stops ends them at once.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+// OpenPort implements Node.
+func (n *Local) OpenPort(ctx context.Context, id string, port int, resume bool) (Call, error) {
+	if port < 1 || port > 65535 {
+		return Call{}, Invalidf("port %d is out of range: want 1 to 65535", port)
+	}
+	if port == api.AgentPort {
+		return Call{}, &Error{Kind: ErrNotFound, Msg: fmt.Sprintf("port %d is the Lizard agent's, internal to Lizard and never exposed; serve your program on another port", port)}
+	}
+	unlock := n.locks.lock(id)
+	defer unlock()
+	sb, err := n.get(ctx, id)
+	if err != nil {
+		return Call{}, err
+	}
+	if sb.Live() && sb.State == api.StatePaused {
+		if !resume {
+			return Call{}, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is paused: resume it (POST /v1/sandboxes/%s/resume) to reach its ports", id, id)}
+		}
+		if sb, err = n.resumeLocked(ctx, sb, nil); err != nil {
+			return Call{}, err
+		}
+	}
+	switch {
+	case !sb.Live():
+		return Call{}, Gone(sb)
+	case sb.State != api.StateRunning:
+		return Call{}, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	n.ports.add(id, &cancel)
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			n.ports.remove(id, &cancel)
+			cancel(nil)
+		})
+	}
+	u := &url.URL{Scheme: "http", Host: net.JoinHostPort(sb.GuestAddr, strconv.Itoa(port))}
+	return Call{URL: u, Ctx: cctx, Release: release}, nil
+}

@@ -1,0 +1,83 @@
+package node
+
+// Persistent volumes on this machine (package volume). The control plane
+// keeps their records and decides who may use them; the node makes,
+// mounts and removes their filesystems. A volume stays mounted on the host
+// while the server runs, so that creates, resumes and forks that mount it
+// only add a bind mount.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+var errNoVolumes = &Error{Kind: ErrUnavailable, Msg: "this server keeps no volumes (started without a data directory)"}
+
+// MakeVolume implements Node.
+func (n *Local) MakeVolume(ctx context.Context, id string, size int64) error {
+	if n.cfg.Volumes == nil {
+		return errNoVolumes
+	}
+	if err := n.cfg.Volumes.Create(ctx, id, size); err != nil {
+		return &Error{Msg: "making the volume's filesystem failed; the server log says why", Cause: err}
+	}
+	return nil
+}
+
+// RemoveVolume implements Node.
+func (n *Local) RemoveVolume(ctx context.Context, id string) error {
+	if n.cfg.Volumes == nil {
+		return errNoVolumes
+	}
+	if err := n.cfg.Volumes.Remove(ctx, id); err != nil {
+		return &Error{Msg: "removing the volume's filesystem failed; the server log says why", Cause: err}
+	}
+	return nil
+}
+
+// MountVolumes mounts every recorded volume that is not mounted yet: at
+// start, after a restart or a reboot, before paused sandboxes that use
+// them may resume.
+func (n *Local) MountVolumes(ctx context.Context) error {
+	if n.cfg.Volumes == nil {
+		return nil
+	}
+	vols, err := n.cfg.Store.ListVolumes(ctx, "")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, v := range vols {
+		if err := n.cfg.Volumes.Mount(ctx, v.ID); err != nil {
+			errs = append(errs, fmt.Errorf("volume %s of project %s: %w", v.Name, v.ProjectID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// UnmountVolumes unmounts, at shutdown, the volumes no running sandbox
+// uses; the others stay mounted under the sandboxes that outlive the
+// server, and the next start finds them so.
+func (n *Local) UnmountVolumes(ctx context.Context) error {
+	if n.cfg.Volumes == nil {
+		return nil
+	}
+	live, err := n.cfg.Store.ListSandboxes(ctx, store.Filter{LiveOnly: true})
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, sb := range live {
+		if sb.State == api.StatePaused {
+			continue
+		}
+		for _, v := range sb.Shape.Volumes {
+			keep[v.ID] = true
+		}
+	}
+	return n.cfg.Volumes.UnmountAll(keep)
+}
