@@ -92,6 +92,13 @@ type VolumeMount struct {
 	Path string `json:"path"`
 }
 
+// SandboxVolume is a volume a sandbox mounts, as reported (VolumeMount is
+// the request's: the two differ in that requests refuse unknown fields).
+type SandboxVolume struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
 // CreateVolumeRequest is the body of POST /v1/volumes.
 type CreateVolumeRequest struct {
 	Name   string `json:"name"`
@@ -169,7 +176,7 @@ type Sandbox struct {
 	// ParentSandboxID is the sandbox whose lizardToken created this one.
 	ParentSandboxID string `json:"parentSandboxId,omitempty"`
 	// Volumes it mounts.
-	Volumes []VolumeMount `json:"volumes,omitempty"`
+	Volumes []SandboxVolume `json:"volumes,omitempty"`
 	// AccessToken opens its exposed ports to whoever holds it
 	// (?lizard_access_token= or X-Lizard-Access-Token); PublicPorts says
 	// no credential is needed; PortsDomain, when the server has one,

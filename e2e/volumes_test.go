@@ -61,7 +61,7 @@ func TestVolumes(t *testing.T) {
 
 	mount := []api.VolumeMount{{Name: "data", Path: "/home/user/data"}}
 	a := newSandbox(t, c, api.CreateSandboxRequest{Volumes: mount})
-	if len(a.Volumes) != 1 || a.Volumes[0] != mount[0] {
+	if len(a.Volumes) != 1 || a.Volumes[0] != (api.SandboxVolume{Name: "data", Path: "/home/user/data"}) {
 		t.Errorf("created sandbox's volumes = %+v; want %+v", a.Volumes, mount)
 	}
 	b := newSandbox(t, c, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "data", Path: "/mnt/shared"}}})

@@ -331,10 +331,10 @@ func (c *Control) toAPI(sb store.Sandbox) api.Sandbox {
 	}
 }
 
-func volumesAPI(ms []store.VolumeMount) []api.VolumeMount {
-	var out []api.VolumeMount
+func volumesAPI(ms []store.VolumeMount) []api.SandboxVolume {
+	var out []api.SandboxVolume
 	for _, m := range ms {
-		out = append(out, api.VolumeMount{Name: m.Name, Path: m.Path})
+		out = append(out, api.SandboxVolume{Name: m.Name, Path: m.Path})
 	}
 	return out
 }

@@ -33,7 +33,7 @@ REPO = HERE.parents[1]
 BIN = Path(os.environ.get("LIZARD_TEST_BIN_DIR") or REPO / "bin") / "lizard"
 SPEC = REPO / "api" / "openapi.yaml"
 PROJECT = "proj_st"
-ADDRESS_POOL = "169.254.104.0/22"
+ADDRESS_POOL = os.environ.get("LIZARD_TEST_ADDRESS_POOL") or "169.254.104.0/22"
 HEALTH_TIMEOUT = 600  # seconds; a first start may build the template
 # Sandboxes the test makes end on their own after this, should the teardown itself fail.
 SANDBOX_TIMEOUT_MS = 20 * 60 * 1000
