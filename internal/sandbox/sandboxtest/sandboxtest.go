@@ -107,17 +107,26 @@ func Addr(n sandbox.Network) string {
 	return netip.AddrPortFrom(n.GuestAddr, api.AgentPort).String()
 }
 
+// Timeouts of the suite's waits: a backend slower by nature (a VM under
+// software emulation) raises them before Run.
+var (
+	// RequestTimeout bounds one request to the test server.
+	RequestTimeout = 10 * time.Second
+	// ReadyTimeout bounds the wait for a created or restored sandbox's
+	// test server to accept connections.
+	ReadyTimeout = 15 * time.Second
+)
+
 // client never reuses connections: a checkpoint or a kill would leave
 // them dead.
-var client = &http.Client{
-	Timeout:   10 * time.Second,
-	Transport: &http.Transport{DisableKeepAlives: true},
-}
+var client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
 // Do sends one request to the test server on n and returns its body; a
 // status other than 200 is an error.
 func Do(n sandbox.Network, method, path string, body []byte) (string, error) {
-	req, err := http.NewRequest(method, "http://"+Addr(n)+path, bytes.NewReader(body))
+	ctx, cancel := context.WithTimeout(context.Background(), RequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+Addr(n)+path, bytes.NewReader(body))
 	if err != nil {
 		return "", err
 	}
@@ -216,7 +225,7 @@ func (s *suite) create(t *testing.T, rt sandbox.Runtime, spec sandbox.Spec) {
 	if err := rt.Create(context.Background(), spec); err != nil {
 		t.Fatalf("Create(%s): %v", spec.ID, err)
 	}
-	if err := WaitReady(spec.Network, 15*time.Second); err != nil {
+	if err := WaitReady(spec.Network, ReadyTimeout); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -231,7 +240,7 @@ func (s *suite) restore(t *testing.T, rt sandbox.Runtime, spec sandbox.Spec, ima
 	if err := rt.Restore(context.Background(), spec, image); err != nil {
 		t.Fatalf("Restore(%s): %v", spec.ID, err)
 	}
-	if err := WaitReady(spec.Network, 15*time.Second); err != nil {
+	if err := WaitReady(spec.Network, ReadyTimeout); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -595,7 +604,7 @@ func (s *suite) testDiskLimitRestored(t *testing.T) {
 			continue
 		}
 		t.Cleanup(func() { rt.Kill(ctx, c.ID) })
-		if err := WaitReady(c.Network, 15*time.Second); err != nil {
+		if err := WaitReady(c.Network, ReadyTimeout); err != nil {
 			t.Fatal(err)
 		}
 		assertDiskLimit(t, c)

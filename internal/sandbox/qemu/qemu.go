@@ -1,0 +1,938 @@
+// Package qemu runs each sandbox as a QEMU virtual machine with its own
+// Linux kernel (Debian's cloud kernel): hardware virtualisation (KVM) where
+// the host offers it, software emulation (TCG) elsewhere.
+//
+// A VM has three virtio disks, found in the guest by serial: the template's
+// root filesystem as an ext4 image made once per template key and shared
+// read-only by every VM; the sandbox's writable layer, a qcow2 image of an
+// empty ext4 filesystem of its disk limit; and the host files the sandbox
+// gets (the agent), an ext4 image made once per set of files. The guest's
+// init (package vminit, packed into an initramfs with the kernel modules it
+// needs) lays an overlay of the second over the first, so the template is
+// never written and the disk limit is the writable filesystem's size.
+//
+// The VM's network is a tap device bridged to eth0 of the sandbox's own
+// network namespace (package netns), so the host reaches the guest over the
+// same veth, under the same egress policy, as a gVisor sandbox. QEMU runs
+// in that namespace; it sees no other.
+//
+// Checkpoints are QEMU migrations to a file (the VM's memory and devices)
+// beside a copy of the writable disk. A restore loads both into a new QEMU
+// in the new sandbox's namespace and then tells the guest's init its new
+// address (and the time) over the control port: every fork answers on its
+// own address, and nothing is shared between sandboxes but read-only
+// images.
+package qemu
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+
+	"github.com/lizard-build/lizard/internal/netns"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/qemu/vminit"
+)
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// Accelerators.
+const (
+	AccelAuto = "auto" // KVM if a probe VM boots with it, else TCG
+	AccelKVM  = "kvm"
+	AccelTCG  = "tcg"
+)
+
+// Defaults for what a Spec or Config leaves at zero.
+const (
+	DefaultMemoryBytes = 1 << 30
+	DefaultDiskBytes   = 4 << 30
+	// DefaultBootTimeout bounds a boot, a restore and a checkpoint.
+	// Software emulation on a busy two-core machine is slow: a boot to
+	// the first process takes 2 to 10 seconds there.
+	DefaultBootTimeout = 90 * time.Second
+	// DefaultProbeTimeout bounds the KVM probe: a tiny VM reaches its
+	// init in well under a second with working KVM.
+	DefaultProbeTimeout = 5 * time.Second
+	minMemoryBytes      = 128 << 20
+)
+
+// Config configures a Runtime.
+type Config struct {
+	QEMU      string // qemu-system-x86_64; "" finds it on PATH
+	QEMUImg   string // qemu-img; "" finds it on PATH
+	KernelDir string // a linux-image-*-cloud-amd64 package unpacked (dpkg-deb -x)
+	Init      string // the lizard-vminit binary
+	Dir       string // work directory; created if missing
+	CacheDir  string // disk images made from templates; "" is Dir/cache
+	Accel     string // AccelAuto (""), AccelKVM or AccelTCG
+	// BootTimeout bounds one boot, restore or checkpoint (0: the
+	// default); ProbeTimeout the KVM probe.
+	BootTimeout  time.Duration
+	ProbeTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// Runtime is the QEMU sandbox backend.
+type Runtime struct {
+	qemu, qemuImg string
+	kernel        string
+	initramfs     string
+	root, boxDir  string
+	cacheDir      string
+	accel         string
+	bootTimeout   time.Duration
+	imageKey      string
+	log           *slog.Logger
+
+	// mu guards locks (one per sandbox ID, serialising every operation
+	// on it), closed, and building (one per cache file being made).
+	mu       sync.Mutex
+	locks    map[string]*idLock
+	building map[string]*sync.Mutex
+	closed   bool
+	busy     sync.WaitGroup
+}
+
+type idLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// ErrClosed is returned by Create and Restore after Close.
+var ErrClosed = errors.New("qemu runtime closed")
+
+// sockDir holds each sandbox's QMP and control sockets: unix socket paths
+// are limited to 108 bytes, which a sandbox directory may exceed.
+var sockDir = "/run/lizard/qemu"
+
+const cleanupTimeout = 30 * time.Second
+
+// New checks the VMM, kernel and init, builds the guest's initramfs,
+// picks the accelerator and returns a Runtime keeping its state in cfg.Dir.
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	r := &Runtime{qemu: cfg.QEMU, qemuImg: cfg.QEMUImg, accel: cfg.Accel, bootTimeout: cfg.BootTimeout,
+		log: cfg.Logger, locks: map[string]*idLock{}, building: map[string]*sync.Mutex{}}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	r.log = r.log.With("runtime", "qemu")
+	if r.bootTimeout <= 0 {
+		r.bootTimeout = DefaultBootTimeout
+	}
+	var err error
+	for _, p := range []*string{&r.qemu, &r.qemuImg} {
+		name := map[*string]string{&r.qemu: "qemu-system-x86_64", &r.qemuImg: "qemu-img"}[p]
+		if *p == "" {
+			*p = name
+		}
+		if *p, err = exec.LookPath(*p); err != nil {
+			return nil, fmt.Errorf("qemu: finding %s (Debian: apt-get install qemu-system-x86 qemu-utils, or make qemu): %w", name, err)
+		}
+	}
+	if cfg.Dir == "" {
+		return nil, errors.New("qemu: no work directory configured")
+	}
+	if r.root, err = filepath.Abs(cfg.Dir); err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	r.boxDir = filepath.Join(r.root, "sandboxes")
+	r.cacheDir = cfg.CacheDir
+	if r.cacheDir == "" {
+		r.cacheDir = filepath.Join(r.root, "cache")
+	}
+	for _, d := range []string{r.boxDir, r.cacheDir, sockDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("qemu: creating %s: %w", d, err)
+		}
+	}
+	kernel, modDir, err := findKernel(cfg.KernelDir)
+	if err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	r.kernel = kernel
+	if _, err := os.Stat(cfg.Init); err != nil {
+		return nil, fmt.Errorf("qemu: the guest init (lizard-vminit; make build): %w", err)
+	}
+	key, err := hashFiles(cfg.Init, kernel)
+	if err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	r.initramfs = filepath.Join(r.cacheDir, "initramfs-"+key+".cpio")
+	if _, err := os.Stat(r.initramfs); err != nil {
+		if err := buildInitramfs(r.initramfs, cfg.Init, modDir); err != nil {
+			return nil, fmt.Errorf("qemu: building the guest initramfs: %w", err)
+		}
+	}
+	if err := os.WriteFile(r.ifupPath(), []byte(ifupScript), 0o700); err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	if err := r.pickAccel(ctx, cfg.ProbeTimeout); err != nil {
+		return nil, err
+	}
+	vmm, err := hashFiles(r.qemu)
+	if err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	// A migration stream restores only into the same QEMU, machine and
+	// CPU model, with the same guest kernel and init in memory.
+	r.imageKey = "qemu-" + r.accel + "-" + vmm[:8] + "-" + key[:8]
+	return r, nil
+}
+
+// ifupScript puts QEMU's tap device on the namespace's bridge. QEMU runs
+// it inside the sandbox's namespace when it opens the tap.
+const ifupScript = "#!/bin/sh\nset -e\nip link set \"$1\" master br0\nip link set \"$1\" up\n"
+
+func (r *Runtime) ifupPath() string { return filepath.Join(r.root, "ifup") }
+
+// Name implements sandbox.Runtime.
+func (r *Runtime) Name() string { return "qemu" }
+
+// ImageKey implements sandbox.Runtime.
+func (r *Runtime) ImageKey() string { return r.imageKey }
+
+// Accel is the accelerator the Runtime's VMs use: "kvm" or "tcg".
+func (r *Runtime) Accel() string { return r.accel }
+
+// Close implements sandbox.Runtime: VMs keep running.
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		r.busy.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("closing qemu runtime: waiting for operations under way: %w", ctx.Err())
+	}
+}
+
+func (r *Runtime) enter(create bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed && create {
+		return false
+	}
+	r.busy.Add(1)
+	return true
+}
+
+func (r *Runtime) lock(id string) func() {
+	r.mu.Lock()
+	l := r.locks[id]
+	if l == nil {
+		l = &idLock{}
+		r.locks[id] = l
+	}
+	l.refs++
+	r.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		r.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(r.locks, id)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// once makes the cache file path with make unless it exists; concurrent
+// callers for one path wait for the first.
+func (r *Runtime) once(path string, make func() error) error {
+	r.mu.Lock()
+	m := r.building[path]
+	if m == nil {
+		m = &sync.Mutex{}
+		r.building[path] = m
+	}
+	r.mu.Unlock()
+	m.Lock()
+	defer m.Unlock()
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	return make()
+}
+
+var validID = regexp.MustCompile(`^[a-z0-9-]{1,40}$`)
+
+func checkID(id string) error {
+	if !validID.MatchString(id) {
+		return fmt.Errorf("invalid sandbox id %q: want 1 to 40 of [a-z0-9-]", id)
+	}
+	return nil
+}
+
+func (r *Runtime) dir(id string) string { return filepath.Join(r.boxDir, id) }
+
+// socks is the directory of sandbox id's sockets, named by a hash of its
+// sandbox directory so that two Runtimes never share one.
+func (r *Runtime) socks(id string) string {
+	return filepath.Join(sockDir, shortHash(r.dir(id)))
+}
+
+func (r *Runtime) qmpPath(id string) string     { return filepath.Join(r.socks(id), "qmp") }
+func (r *Runtime) ctlPath(id string) string     { return filepath.Join(r.socks(id), "ctl") }
+func (r *Runtime) consolePath(id string) string { return filepath.Join(r.dir(id), "console.log") }
+func (r *Runtime) qemuLog(id string) string     { return filepath.Join(r.dir(id), "qemu.log") }
+func (r *Runtime) upperPath(id string) string   { return filepath.Join(r.dir(id), "upper.qcow2") }
+func (r *Runtime) pidPath(id string) string     { return filepath.Join(r.dir(id), "qemu.pid") }
+func (r *Runtime) recordPath(id string) string  { return filepath.Join(r.dir(id), recordName) }
+
+// record is what a VM was made with that its checkpoints must be restored
+// with: QEMU restores memory and devices only into the same shape.
+type record struct {
+	MemoryBytes int64 `json:"memoryBytes"`
+	CPUs        int   `json:"cpus"`
+	DiskBytes   int64 `json:"diskBytes"` // as the Spec asked: 0 is the default
+	Files       bool  `json:"files"`
+}
+
+const (
+	recordName      = "vm.json"
+	imageRecordName = "lizard-qemu.json"
+	imageMemory     = "memory"
+	imageDisk       = "disk.qcow2"
+)
+
+func shape(l sandbox.Limits, files bool) record {
+	rec := record{MemoryBytes: l.MemoryBytes, CPUs: 1, DiskBytes: l.DiskBytes, Files: files}
+	if rec.MemoryBytes <= 0 {
+		rec.MemoryBytes = DefaultMemoryBytes
+	}
+	rec.MemoryBytes = max(rec.MemoryBytes, minMemoryBytes) &^ (1<<20 - 1)
+	if l.CPUs > 1 {
+		rec.CPUs = int(math.Ceil(l.CPUs))
+	}
+	return rec
+}
+
+func (rec record) diskSize() int64 {
+	if rec.DiskBytes > 0 {
+		return (rec.DiskBytes + 1<<20 - 1) &^ (1<<20 - 1)
+	}
+	return DefaultDiskBytes
+}
+
+func readRecord(path string) (record, error) {
+	var rec record
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, fmt.Errorf("decoding %s: %w", path, err)
+	}
+	return rec, nil
+}
+
+// Create implements sandbox.Runtime: it returns once the guest's init has
+// started the first process.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) error {
+	return r.boot(ctx, spec, "")
+}
+
+// Restore implements sandbox.Runtime. The VM gets the checkpoint's memory
+// and CPUs (QEMU restores into the same shape) and its writable disk, so
+// an image taken under another disk limit is refused with ErrImage.
+func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, imageDir string) error {
+	for _, f := range []string{imageMemory, imageDisk, imageRecordName} {
+		if _, err := os.Stat(filepath.Join(imageDir, f)); err != nil {
+			return fmt.Errorf("restoring sandbox %s: %w: %v", spec.ID, sandbox.ErrImage, err)
+		}
+	}
+	rec, err := readRecord(filepath.Join(imageDir, imageRecordName))
+	if err != nil {
+		return fmt.Errorf("restoring sandbox %s: %w: %v", spec.ID, sandbox.ErrImage, err)
+	}
+	if rec.DiskBytes != spec.Limits.DiskBytes {
+		return fmt.Errorf("restoring sandbox %s: %w: it was taken with a writable disk of %s and a VM restores its disk as it was, not the %s asked for; boot the sandbox instead",
+			spec.ID, sandbox.ErrImage, mib(rec.DiskBytes), mib(spec.Limits.DiskBytes))
+	}
+	return r.boot(ctx, spec, imageDir)
+}
+
+func mib(n int64) string {
+	if n <= 0 {
+		return "the default size"
+	}
+	return strconv.FormatInt(n>>20, 10) + " MiB"
+}
+
+// boot makes a VM from scratch, or from the checkpoint in imageDir, and
+// removes whatever it made if anything fails.
+func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) (err error) {
+	verb := "creating"
+	if imageDir != "" {
+		verb = "restoring"
+	}
+	if err := checkID(spec.ID); err != nil {
+		return fmt.Errorf("%s sandbox: %w", verb, err)
+	}
+	if fi, err := os.Stat(spec.Template.RootFS); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%s sandbox %s: root filesystem %q is not a directory", verb, spec.ID, spec.Template.RootFS)
+	}
+	id := spec.ID
+	log := r.log.With("sandbox_id", id)
+	if !r.enter(true) {
+		return fmt.Errorf("%s sandbox %s: %w", verb, id, ErrClosed)
+	}
+	defer r.busy.Done()
+	unlock := r.lock(id)
+	defer unlock()
+	begin := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, r.bootTimeout)
+	defer cancel()
+
+	if netns.Exists(id) {
+		return fmt.Errorf("%s sandbox %s: %w", verb, id, sandbox.ErrExists)
+	}
+	if err := os.Mkdir(r.dir(id), 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%s sandbox %s: %w", verb, id, sandbox.ErrExists)
+		}
+		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
+	}
+	defer func() {
+		if err != nil {
+			if rerr := r.remove(context.WithoutCancel(ctx), id); rerr != nil {
+				log.Error("removing half-made sandbox", "err", rerr)
+			}
+		}
+	}()
+	fail := func(err error) error { return fmt.Errorf("%s sandbox %s: %w", verb, id, err) }
+
+	rec := shape(spec.Limits, true)
+	if imageDir != "" {
+		if rec, err = readRecord(filepath.Join(imageDir, imageRecordName)); err != nil {
+			return fail(fmt.Errorf("%w: %v", sandbox.ErrImage, err))
+		}
+	}
+	b, _ := json.Marshal(rec)
+	if err := os.WriteFile(r.recordPath(id), b, 0o600); err != nil {
+		return fail(err)
+	}
+	rootImg, err := r.templateImage(ctx, spec.Template)
+	if err != nil {
+		return fail(err)
+	}
+	filesImg, files, err := r.filesImage(ctx, spec.Files)
+	if err != nil {
+		return fail(err)
+	}
+	if imageDir == "" {
+		blank := filepath.Join(r.cacheDir, fmt.Sprintf("blank-%d.qcow2", rec.diskSize()))
+		if err := r.once(blank, func() error { return blankDisk(ctx, r.qemuImg, blank, rec.diskSize()) }); err != nil {
+			return fail(err)
+		}
+		err = copyFile(blank, r.upperPath(id))
+	} else {
+		err = copyFile(filepath.Join(imageDir, imageDisk), r.upperPath(id))
+	}
+	if err != nil {
+		return fail(fmt.Errorf("making the writable disk: %w", err))
+	}
+
+	link := netns.Link{HostAddr: spec.Network.HostAddr, GuestAddr: spec.Network.GuestAddr, PrefixLen: spec.Network.PrefixLen}
+	egress := &netns.Egress{Internet: spec.Network.Internet, AllowTo: spec.Network.Allow, APIPort: spec.Network.APIPort}
+	if err := netns.CreateWithEgress(id, link, egress); err != nil {
+		return fail(fmt.Errorf("setting up network: %w", err))
+	}
+	if err := bridge(id); err != nil {
+		return fail(fmt.Errorf("setting up network: %w", err))
+	}
+	if err := os.MkdirAll(r.socks(id), 0o700); err != nil {
+		return fail(err)
+	}
+
+	exited, err := r.start(id, rec, rootImg, filesImg, imageDir)
+	if err != nil {
+		return fail(err)
+	}
+	guestNet := vminit.Net{Addr: spec.Network.GuestAddr.String(), PrefixLen: spec.Network.PrefixLen, Gateway: spec.Network.HostAddr.String()}
+	if imageDir == "" {
+		pids := spec.Limits.Pids
+		if pids > 0 && spec.Limits.Processes > 0 {
+			pids = max(pids, spec.Limits.Processes)
+		}
+		req := vminit.Request{Op: "start", TimeUnixNano: time.Now().UnixNano(), Start: &vminit.Start{
+			Args: spec.Args, Env: spec.Env, Files: files, Net: guestNet,
+			Pids: pids, OpenFiles: spec.Limits.OpenFiles, Processes: spec.Limits.Processes}}
+		if _, err := r.ask(ctx, id, exited, req); err != nil {
+			return fail(err)
+		}
+	} else {
+		if err := r.awaitIncoming(ctx, id, exited); err != nil {
+			return fail(fmt.Errorf("%w: %w", sandbox.ErrImage, err))
+		}
+		req := vminit.Request{Op: "net", Net: &guestNet, TimeUnixNano: time.Now().UnixNano()}
+		if _, err := r.ask(ctx, id, exited, req); err != nil {
+			return fail(fmt.Errorf("re-addressing the restored guest: %w", err))
+		}
+	}
+	log.Info("sandbox up", "restored_from", imageDir, "addr", spec.Network.GuestAddr, "accel", r.accel, "took", time.Since(begin))
+	return nil
+}
+
+// templateImage returns the template's disk image, made once per key.
+func (r *Runtime) templateImage(ctx context.Context, a sandbox.Artifact) (string, error) {
+	key := a.Key
+	if key == "" {
+		key = a.RootFS
+	}
+	p := filepath.Join(r.cacheDir, "template-"+shortHash(key+"\x00"+a.RootFS)+".img")
+	err := r.once(p, func() error {
+		begin := time.Now()
+		if err := imageOf(ctx, p, a.RootFS); err != nil {
+			return err
+		}
+		r.log.Info("made the template's disk image", "template", a.Name, "image", p, "took", time.Since(begin))
+		return nil
+	})
+	return p, err
+}
+
+// filesImage returns the disk of the sandbox's host files (an empty one
+// without: the VM always has the same devices, so any checkpoint restores
+// into any sandbox).
+func (r *Runtime) filesImage(ctx context.Context, files []sandbox.File) (string, []vminit.File, error) {
+	if len(files) == 0 {
+		p := filepath.Join(r.cacheDir, "files-none.img")
+		err := r.once(p, func() error { return mkfs(ctx, p, "", 1<<20, 0) })
+		return p, nil, err
+	}
+	key, err := filesKey(files)
+	if err != nil {
+		return "", nil, err
+	}
+	var p string
+	var out []vminit.File
+	err = r.once(filepath.Join(r.cacheDir, "files-"+key+".img"), func() error {
+		p, out, err = filesDisk(ctx, r.cacheDir, files)
+		return err
+	})
+	if p == "" && err == nil {
+		p, out, err = filesDisk(ctx, r.cacheDir, files)
+	}
+	return p, out, err
+}
+
+// bridge joins the namespace's eth0 to a bridge, br0, on which QEMU's tap
+// lands: the guest then owns the link's guest address, eth0 none.
+func bridge(id string) error {
+	ns, err := vnetns.GetFromPath(netns.Path(id))
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	eth, err := h.LinkByName("eth0")
+	if err != nil {
+		return err
+	}
+	addrs, _ := h.AddrList(eth, netlink.FAMILY_ALL)
+	for _, a := range addrs {
+		if err := h.AddrDel(eth, &a); err != nil {
+			return fmt.Errorf("freeing eth0's address for the guest: %w", err)
+		}
+	}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
+	if err := h.LinkAdd(br); err != nil {
+		return fmt.Errorf("making the bridge: %w", err)
+	}
+	if err := h.LinkSetMaster(eth, br); err != nil {
+		return fmt.Errorf("bridging eth0: %w", err)
+	}
+	return h.LinkSetUp(br)
+}
+
+// start launches QEMU for sandbox id inside its namespace, from a
+// checkpoint when imageDir is set, and returns a channel closed when it
+// exits.
+func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir string) (<-chan struct{}, error) {
+	machine, cpu := "q35,accel=tcg", "max"
+	if r.accel == AccelKVM {
+		machine, cpu = "q35,accel=kvm", "host"
+	}
+	args := []string{
+		"--net=" + netns.Path(id), "--", r.qemu,
+		"-name", "lizard-" + id,
+		"-machine", machine, "-cpu", cpu,
+		"-smp", strconv.Itoa(rec.CPUs), "-m", strconv.FormatInt(rec.MemoryBytes>>20, 10) + "M",
+		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		"-kernel", r.kernel, "-initrd", r.initramfs,
+		"-append", "console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check reboot=t",
+		"-serial", "file:" + r.consolePath(id),
+		"-qmp", "unix:" + r.qmpPath(id) + ",server=on,wait=off",
+		"-drive", "file=" + rootImg + ",format=raw,if=none,id=root,readonly=on",
+		"-device", "virtio-blk-pci,drive=root,serial=" + vminit.SerialRoot,
+		"-drive", "file=" + r.upperPath(id) + ",format=qcow2,if=none,id=upper,discard=unmap",
+		"-device", "virtio-blk-pci,drive=upper,serial=" + vminit.SerialUpper,
+		"-drive", "file=" + filesImg + ",format=raw,if=none,id=files,readonly=on",
+		"-device", "virtio-blk-pci,drive=files,serial=" + vminit.SerialFiles,
+		"-netdev", "tap,id=net0,ifname=tap0,script=" + r.ifupPath() + ",downscript=no",
+		"-device", "virtio-net-pci,netdev=net0,mac=52:54:00:6c:7a:01",
+		"-device", "virtio-serial-pci",
+		"-chardev", "socket,id=ctl,path=" + r.ctlPath(id) + ",server=on,wait=off",
+		"-device", "virtserialport,chardev=ctl,name=" + vminit.PortName,
+	}
+	if imageDir != "" {
+		args = append(args, "-incoming", "exec:cat "+shellQuote(filepath.Join(imageDir, imageMemory)))
+	}
+	logf, err := os.OpenFile(r.qemuLog(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command("nsenter", args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = r.dir(id)
+	// Its own session: the VM outlives the server.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting QEMU: %w", err)
+	}
+	pid := cmd.Process.Pid
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	start := processStart(pid)
+	if err := os.WriteFile(r.pidPath(id), []byte(strconv.Itoa(pid)+" "+start+"\n"), 0o600); err != nil {
+		_ = cmd.Process.Kill()
+		return nil, err
+	}
+	return exited, nil
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// ask sends the guest's init one request over the control port and
+// returns its reply; an error reply is an error.
+func (r *Runtime) ask(ctx context.Context, id string, exited <-chan struct{}, req vminit.Request) (vminit.Reply, error) {
+	var reply vminit.Reply
+	conn, err := r.dialWhileUp(ctx, id, r.ctlPath(id), exited)
+	if err != nil {
+		return reply, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	go func() {
+		select {
+		case <-exited:
+			conn.SetDeadline(time.Now())
+		case <-ctx.Done():
+		}
+	}()
+	b, _ := json.Marshal(req)
+	if _, err := conn.Write(append(b, '\n')); err != nil {
+		return reply, fmt.Errorf("asking the guest to %s: %w", req.Op, err)
+	}
+	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	if err != nil {
+		return reply, r.whyNoAnswer(ctx, id, exited, fmt.Errorf("waiting for the guest to %s: %w", req.Op, err))
+	}
+	if err := json.Unmarshal(line, &reply); err != nil {
+		return reply, fmt.Errorf("decoding the guest's answer %q: %w", line, err)
+	}
+	if !reply.OK {
+		return reply, fmt.Errorf("the guest could not %s: %s", req.Op, reply.Error)
+	}
+	return reply, nil
+}
+
+// whyNoAnswer turns an interrupted wait on the guest into the reason:
+// QEMU exited (with its log and the console's last lines), or time ran out.
+func (r *Runtime) whyNoAnswer(ctx context.Context, id string, exited <-chan struct{}, err error) error {
+	select {
+	case <-exited:
+		return fmt.Errorf("%w: %w: %s", errExited, err, r.tails(id))
+	default:
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (the guest is slow: under software emulation, see --qemu-boot-timeout): %s", ctx.Err(), r.tails(id))
+	}
+	return err
+}
+
+func (r *Runtime) tails(id string) string {
+	return "qemu: " + tail(r.qemuLog(id)) + "; console: " + tail(r.consolePath(id))
+}
+
+// dialWhileUp connects to the unix socket QEMU makes at path, retrying
+// until it exists, QEMU exits or ctx ends.
+func (r *Runtime) dialWhileUp(ctx context.Context, id, path string, exited <-chan struct{}) (net.Conn, error) {
+	for {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "unix", path)
+		if err == nil {
+			return conn, nil
+		}
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("%w: %s", errExited, r.tails(id))
+		case <-ctx.Done():
+			return nil, r.whyNoAnswer(ctx, id, exited, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// awaitIncoming waits for QEMU to have loaded the checkpoint and to run
+// the guest.
+func (r *Runtime) awaitIncoming(ctx context.Context, id string, exited <-chan struct{}) error {
+	conn, err := r.dialWhileUp(ctx, id, r.qmpPath(id), exited)
+	if err != nil {
+		return err
+	}
+	conn.Close()
+	q, err := dialQMP(ctx, r.qmpPath(id))
+	if err != nil {
+		return r.whyNoAnswer(ctx, id, exited, err)
+	}
+	defer q.Close()
+	for {
+		st, err := q.status()
+		if err != nil {
+			return r.whyNoAnswer(ctx, id, exited, fmt.Errorf("loading the checkpoint: %w", err))
+		}
+		switch st {
+		case "running":
+			return nil
+		case "paused":
+			// The checkpoint was of a stopped VM (Checkpoint stops it
+			// first): QEMU loads it stopped.
+			if _, err := q.do("cont", nil); err != nil {
+				return fmt.Errorf("starting the restored VM: %w", err)
+			}
+			continue
+		case "inmigrate", "prelaunch", "restore-vm", "finish-migrate":
+		default:
+			return fmt.Errorf("loading the checkpoint: the VM is %s: %s", st, r.tails(id))
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("loading the checkpoint: %w: %s", errExited, r.tails(id))
+		case <-ctx.Done():
+			return r.whyNoAnswer(ctx, id, exited, errors.New("loading the checkpoint"))
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// tail returns the last 1 KiB of a log file.
+func tail(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > 1024 {
+		f.Seek(fi.Size()-1024, io.SeekStart)
+	}
+	b, _ := io.ReadAll(f)
+	return strings.TrimSpace(string(b))
+}
+
+// qemuProc returns the pid of sandbox id's QEMU if it is still the
+// process that was started.
+func (r *Runtime) qemuProc(id string) (int, bool) {
+	b, err := os.ReadFile(r.pidPath(id))
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(f[0])
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	return pid, processStart(pid) == f[1]
+}
+
+// State implements sandbox.Runtime: running while its QEMU runs.
+func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
+	if err := checkID(id); err != nil {
+		return "", fmt.Errorf("getting state: %w: %v", sandbox.ErrNotFound, err)
+	}
+	if _, err := os.Lstat(r.dir(id)); err != nil {
+		return "", fmt.Errorf("getting state of sandbox %s: %w", id, sandbox.ErrNotFound)
+	}
+	if _, ok := r.qemuProc(id); ok {
+		return sandbox.Running, nil
+	}
+	return sandbox.Stopped, nil
+}
+
+// List implements sandbox.Runtime.
+func (r *Runtime) List(ctx context.Context) ([]string, error) {
+	ents, err := os.ReadDir(r.boxDir)
+	if err != nil {
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && validID.MatchString(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Kill implements sandbox.Runtime.
+func (r *Runtime) Kill(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return nil
+	}
+	r.enter(false)
+	defer r.busy.Done()
+	unlock := r.lock(id)
+	defer unlock()
+	if err := r.remove(context.WithoutCancel(ctx), id); err != nil {
+		return fmt.Errorf("killing sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Checkpoint implements sandbox.Runtime: the VM is stopped, its memory
+// and devices migrated into imageDir/memory and its writable disk copied
+// beside; then it runs on, or is removed.
+func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error {
+	if err := checkID(id); err != nil {
+		return fmt.Errorf("checkpointing sandbox: %w: %v", sandbox.ErrNotFound, err)
+	}
+	unlock := r.lock(id)
+	defer unlock()
+	begin := time.Now()
+	if _, err := os.Lstat(r.dir(id)); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %w", id, sandbox.ErrNotFound)
+	}
+	if _, ok := r.qemuProc(id); !ok {
+		return fmt.Errorf("checkpointing sandbox %s: %w", id, sandbox.ErrNotRunning)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.bootTimeout)
+	defer cancel()
+	if err := r.checkpoint(ctx, id, imageDir, leaveRunning); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %w", id, err)
+	}
+	r.log.Info("checkpointed sandbox", "sandbox_id", id, "image", imageDir, "leave_running", leaveRunning, "took", time.Since(begin))
+	if !leaveRunning {
+		if err := r.remove(context.WithoutCancel(ctx), id); err != nil {
+			return fmt.Errorf("removing sandbox %s after checkpoint: %w", id, err)
+		}
+	}
+	return nil
+}
+
+func (r *Runtime) checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) (err error) {
+	if err := os.MkdirAll(imageDir, 0o700); err != nil {
+		return err
+	}
+	q, err := dialQMP(ctx, r.qmpPath(id))
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	if _, err := q.do("stop", nil); err != nil {
+		return err
+	}
+	defer func() {
+		// A VM left running goes on even when the checkpoint failed.
+		if leaveRunning || err != nil {
+			if _, cerr := q.do("cont", nil); cerr != nil && err == nil {
+				err = fmt.Errorf("resuming the VM: %w", cerr)
+			}
+		}
+	}()
+	mem := filepath.Join(imageDir, imageMemory)
+	if err := q.migrate(ctx, "exec:cat > "+shellQuote(mem)); err != nil {
+		return err
+	}
+	// The migration flushed the disk and let go of it until cont: the
+	// copy is of the disk the saved memory expects.
+	if err := copyFile(r.upperPath(id), filepath.Join(imageDir, imageDisk+".tmp")); err != nil {
+		return fmt.Errorf("copying the writable disk: %w", err)
+	}
+	if err := os.Rename(filepath.Join(imageDir, imageDisk+".tmp"), filepath.Join(imageDir, imageDisk)); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(r.recordPath(id))
+	if err != nil {
+		return fmt.Errorf("reading the VM's record: %w", err)
+	}
+	return os.WriteFile(filepath.Join(imageDir, imageRecordName), b, 0o600)
+}
+
+// remove ends and deletes everything sandbox id has; what is already gone
+// is skipped. The directory goes last, so a failed removal is retried.
+func (r *Runtime) remove(ctx context.Context, id string) error {
+	if _, err := os.Lstat(r.dir(id)); err != nil {
+		return nil // not this Runtime's
+	}
+	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	defer cancel()
+	var errs []error
+	if pid, ok := r.qemuProc(id); ok {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		for processStart(pid) != "" {
+			if ctx.Err() != nil {
+				errs = append(errs, fmt.Errorf("waiting for QEMU (pid %d) to exit: %w", pid, ctx.Err()))
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// Whatever else still names the sandbox's directory (an nsenter
+	// killed before it became QEMU).
+	for _, pid := range procsNaming(r.dir(id)) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if err := netns.Remove(id); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(r.socks(id)); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if err := os.RemoveAll(r.dir(id)); err != nil {
+		return fmt.Errorf("removing sandbox directory: %w", err)
+	}
+	return nil
+}

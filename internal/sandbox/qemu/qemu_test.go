@@ -1,0 +1,117 @@
+package qemu
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
+	"github.com/lizard-build/lizard/internal/testenv"
+)
+
+// KernelDir is where tests find the guest kernel: LIZARD_QEMU_KERNEL_DIR,
+// else the cache's qemu/kernel (make qemu-kernel).
+func kernelDir(t testing.TB) string {
+	t.Helper()
+	if d := os.Getenv("LIZARD_QEMU_KERNEL_DIR"); d != "" {
+		return d
+	}
+	cache := os.Getenv("LIZARD_CACHE_DIR")
+	if cache == "" {
+		cache = "/var/cache/lizard"
+	}
+	return filepath.Join(cache, "qemu", "kernel")
+}
+
+var (
+	initOnce sync.Once
+	initBin  string
+	initErr  error
+)
+
+// guestInit builds lizard-vminit once per test binary.
+func guestInit(t testing.TB) string {
+	t.Helper()
+	initOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "lizard-vminit-")
+		if err != nil {
+			initErr = err
+			return
+		}
+		initBin = filepath.Join(dir, "lizard-vminit")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", initBin, "./cmd/lizard-vminit")
+		cmd.Dir = testenv.RepoRoot(t)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			initErr = err
+			initBin = string(out)
+		}
+	})
+	if initErr != nil {
+		t.Fatalf("building lizard-vminit: %v: %s", initErr, initBin)
+	}
+	return initBin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if initBin != "" {
+		os.RemoveAll(filepath.Dir(initBin))
+	}
+	os.Exit(code)
+}
+
+// newTestRuntime returns a Runtime in a fresh directory (its image cache
+// shared by the test binary's runtimes) and checks, when the test ends,
+// that its sandboxes left nothing.
+func newTestRuntime(t *testing.T, cache string) *Runtime {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	kd := kernelDir(t)
+	if _, _, err := findKernel(kd); err != nil {
+		if testenv.Strict() {
+			t.Fatalf("LIZARD_TEST_STRICT=1 but %v", err)
+		}
+		t.Skip(err)
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		if testenv.Strict() {
+			t.Fatalf("LIZARD_TEST_STRICT=1 but no QEMU: %v (make qemu)", err)
+		}
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	r, err := New(context.Background(), Config{KernelDir: kd, Init: guestInit(t), Dir: dir, CacheDir: cache,
+		Accel: os.Getenv("LIZARD_QEMU_ACCEL"), Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if ents, _ := os.ReadDir(r.boxDir); len(ents) > 0 {
+			t.Errorf("sandbox directories left in %s: %v", r.boxDir, ents)
+		}
+	})
+	return r
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func TestConformance(t *testing.T) {
+	// Under software emulation a program touching hundreds of MiB (the
+	// runaway cases) takes seconds; give every wait six times gVisor's.
+	sandboxtest.RequestTimeout, sandboxtest.ReadyTimeout = time.Minute, 90*time.Second
+	cache := t.TempDir()
+	sandboxtest.Run(t, func(t *testing.T) sandbox.Runtime { return newTestRuntime(t, cache) })
+}
