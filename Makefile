@@ -15,7 +15,7 @@ SOAK_CYCLES ?= 1000
 
 export CGO_ENABLED := 0
 
-.PHONY: help deps build console runsc template serve test test-go test-python test-typescript test-console test-api testvenv soak helm manifests bench clean
+.PHONY: help deps build console runsc qemu template serve test test-go test-python test-typescript test-console test-api testvenv soak helm manifests bench clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -24,13 +24,33 @@ deps: ## Install the system packages Lizard needs (debootstrap, iproute2, nftabl
 	@missing=""; for p in debootstrap iproute2 nftables postgresql; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
-build: bin/lizard bin/lizard-client bin/lizard-agent runsc ## Build bin/lizard, bin/lizard-client (the CLI sandboxes get), bin/lizard-agent and bin/runsc
+build: bin/lizard bin/lizard-client bin/lizard-agent bin/lizard-vminit runsc ## Build bin/lizard, bin/lizard-client (the CLI sandboxes get), bin/lizard-agent, bin/lizard-vminit (--runtime qemu's guest init) and bin/runsc
 
 bin/lizard: internal/console/dist/index.html FORCE
 	go build -trimpath -o $@ ./cmd/lizard
 
 bin/lizard-client: FORCE
 	go build -trimpath -o $@ ./cmd/lizard-client
+
+bin/lizard-vminit: FORCE
+	go build -trimpath -ldflags=-s -o $@ ./cmd/lizard-vminit
+
+# --runtime qemu (docs/qemu.md): QEMU and qemu-img from Debian, and the guest
+# kernel from Debian's linux-image-cloud-amd64, unpacked (not installed on
+# the host) into CACHE_DIR/qemu/kernel.
+QEMU_KERNEL_DIR := $(CACHE_DIR)/qemu/kernel
+qemu: ## Install QEMU (qemu-system-x86, qemu-utils) and fetch the guest kernel (linux-image-cloud-amd64) into CACHE_DIR/qemu/kernel, for --runtime qemu
+	@missing=""; for p in qemu-system-x86 qemu-utils e2fsprogs; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
+	@if ! ls $(QEMU_KERNEL_DIR)/boot/vmlinuz-* >/dev/null 2>&1; then set -e; \
+		tmp=$$(mktemp -d); chmod 755 $$tmp; cd $$tmp; \
+		pkg=$$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-/ {print $$2; exit}'); \
+		if [ -z "$$pkg" ]; then apt-get update -qq; pkg=$$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-/ {print $$2; exit}'); fi; \
+		echo "fetching the guest kernel $$pkg into $(QEMU_KERNEL_DIR)"; \
+		apt-get download -qq $$pkg 2>&1 | grep -v unsandboxed || true; \
+		rm -rf $(QEMU_KERNEL_DIR).tmp; mkdir -p $(QEMU_KERNEL_DIR).tmp; \
+		dpkg-deb -x $$pkg*.deb $(QEMU_KERNEL_DIR).tmp; cd /; rm -rf $$tmp; \
+		rm -rf $(QEMU_KERNEL_DIR); mv $(QEMU_KERNEL_DIR).tmp $(QEMU_KERNEL_DIR); fi
 
 # The web console (docs/console.md): web/console is built with npm into
 # internal/console/dist, which bin/lizard embeds. Rebuilt only when a source
@@ -82,10 +102,10 @@ $(TESTVENV)/.ok: sdk/python/pyproject.toml test/requirements.txt
 	$(TESTVENV)/bin/pip install -q -r test/requirements.txt -e './sdk/python[test]'
 	touch $@
 
-test: deps build template testvenv helm ## Run every test: Go (unit with SQLite and PostgreSQL, runtime conformance, end to end with soak and chaos, the Helm chart), Python SDK, TypeScript SDK, schemathesis on the API, web console in a browser
+test: deps build template testvenv helm qemu ## Run every test: Go (unit with SQLite and PostgreSQL, runtime conformance of gVisor and QEMU, end to end with soak and chaos, the Helm chart), Python SDK, TypeScript SDK, schemathesis on the API, web console in a browser
 	$(MAKE) test-go test-python test-typescript test-console test-api
 
-test-go: ## Go tests (needs root, bin/, the template and the test venv)
+test-go: ## Go tests (needs root, bin/, the template, the test venv and make qemu)
 	LIZARD_TEST_STRICT=1 LIZARD_TEST_PYTHON=$(CURDIR)/$(TESTVENV)/bin/python LIZARD_CACHE_DIR=$(CACHE_DIR) \
 		go test $(GO_TEST_FLAGS) ./...
 

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,7 +21,9 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/client"
+	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
+	"github.com/lizard-build/lizard/internal/sandbox/qemu"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/testenv"
 	"github.com/lizard-build/lizard/internal/volume"
@@ -133,7 +136,16 @@ func startServer(t *testing.T, args ...string) *server {
 func (s *server) shutdown() {
 	s.stop()
 	ctx := context.Background()
-	rt, err := gvisor.New(gvisor.Config{Runsc: s.runsc, Dir: filepath.Join(s.dataDir, "gvisor")})
+	var rt sandbox.Runtime
+	var err error
+	if slices.Contains(s.args, "qemu") {
+		// TCG: listing and killing VMs needs no probe of KVM.
+		rt, err = qemu.New(ctx, qemu.Config{KernelDir: filepath.Join(cacheDir(), "qemu", "kernel"),
+			Init: testenv.Binary(s.t, "lizard-vminit"), Dir: filepath.Join(s.dataDir, "qemu"),
+			CacheDir: filepath.Join(cacheDir(), "qemu", "images"), Accel: qemu.AccelTCG})
+	} else {
+		rt, err = gvisor.New(gvisor.Config{Runsc: s.runsc, Dir: filepath.Join(s.dataDir, "gvisor")})
+	}
 	if err != nil {
 		s.t.Errorf("opening the server's runtime to clean up: %v", err)
 		return

@@ -8,10 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/cli"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/qemu"
 )
 
 // policyFlags are serve's flags for untrusted code and clients: sandbox
@@ -120,4 +122,57 @@ func forwardingNote(logger *slog.Logger, egress string) {
 	if err == nil && strings.TrimSpace(string(b)) == "0" {
 		logger.Warn("--egress=internet but net.ipv4.ip_forward is 0: sandboxes can send but replies from the uplink are not forwarded back; enable forwarding on the uplink interface (sysctl net.ipv4.conf.<uplink>.forwarding=1)")
 	}
+}
+
+// qemuFlags are serve's flags for --runtime qemu (docs/qemu.md).
+type qemuFlags struct {
+	Accel       string
+	KernelDir   string
+	Init        string
+	BootTimeout time.Duration
+}
+
+func (q *qemuFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&q.Accel, "qemu-accel", qemu.AccelAuto, "--runtime qemu: auto (KVM if a probe VM boots with it, else TCG), kvm or tcg")
+	fs.StringVar(&q.KernelDir, "qemu-kernel-dir", "", "--runtime qemu: Debian's linux-image-cloud-amd64 unpacked (default: CACHE_DIR/qemu/kernel, made by make qemu)")
+	fs.StringVar(&q.Init, "qemu-init", "", "--runtime qemu: the guest's init (default: lizard-vminit next to lizard)")
+	fs.DurationVar(&q.BootTimeout, "qemu-boot-timeout", qemu.DefaultBootTimeout, "--runtime qemu: longest boot, restore or checkpoint of one VM")
+}
+
+// validate fills in the defaults that depend on where lizard and the
+// cache are, for runtime qemu only.
+func (q *qemuFlags) validate(runtime, binDir, cacheDir string) error {
+	if runtime != "qemu" {
+		return nil
+	}
+	switch q.Accel {
+	case qemu.AccelAuto, qemu.AccelKVM, qemu.AccelTCG:
+	default:
+		return cli.Usagef("--qemu-accel %q: want auto, kvm or tcg", q.Accel)
+	}
+	if q.BootTimeout <= 0 {
+		return cli.Usagef("--qemu-boot-timeout %s: want more than 0", q.BootTimeout)
+	}
+	if q.KernelDir == "" {
+		q.KernelDir = filepath.Join(cacheDir, "qemu", "kernel")
+	}
+	if q.Init == "" {
+		q.Init = filepath.Join(binDir, "lizard-vminit")
+	}
+	if !isFile(q.Init) {
+		return fmt.Errorf("--qemu-init %s: no such file (run `make build`, or pass --qemu-init)", q.Init)
+	}
+	return nil
+}
+
+// startTimeout is --start-timeout, else the backend's default: a VM under
+// software emulation starts its agent many times slower than gVisor.
+func (c *serveConfig) startTimeout() time.Duration {
+	switch {
+	case c.StartTimeout > 0:
+		return c.StartTimeout
+	case c.Runtime == "qemu":
+		return 5 * time.Minute
+	}
+	return 0
 }

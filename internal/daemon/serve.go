@@ -56,7 +56,11 @@ type serveConfig struct {
 	MaxChildTimeout time.Duration
 	SandboxAPIURL   string
 	LogLevel        string
-	Runtime         string // the backend: gvisor
+	Runtime         string // the backend: gvisor or qemu
+	// StartTimeout bounds the wait for a new sandbox's agent; 0 is the
+	// backend's default.
+	StartTimeout time.Duration
+	qemu         qemuFlags // --runtime qemu's (flags.go)
 	// PausedRetention is how long a paused sandbox is kept.
 	PausedRetention time.Duration
 	// TemplateSnapshot makes creates restore a checkpoint of each
@@ -110,7 +114,9 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MaxChildTimeout, "max-child-timeout", time.Hour, "longest life of a sandbox created with another sandbox's lizardToken (it must expire; forks and creates from snapshots alike)")
 	fs.StringVar(&c.SandboxAPIURL, "sandbox-api-url", "", "API URL given to sandboxes created with lizardToken as LIZARD_API_URL (the server must be reachable there from inside sandboxes)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&c.Runtime, "runtime", "gvisor", "sandbox backend: gvisor (runsc; works without KVM)")
+	fs.StringVar(&c.Runtime, "runtime", "gvisor", "sandbox backend: gvisor (runsc; works without KVM) or qemu (a VM with its own kernel per sandbox; KVM where it works, else slow software emulation: docs/qemu.md)")
+	fs.DurationVar(&c.StartTimeout, "start-timeout", 0, "how long a new sandbox's agent may take to answer (default: 30s with gvisor, 5m with qemu)")
+	c.qemu.register(fs)
 	fs.DurationVar(&c.PausedRetention, "paused-retention", node.DefaultPausedRetention, "how long a paused sandbox is kept before it is ended")
 	fs.BoolVar(&c.TemplateSnapshot, "template-snapshot", true, "create sandboxes by restoring a checkpoint of each template's booted sandbox (kernel started, numpy/pandas/matplotlib imported) instead of booting; false boots every sandbox")
 	fs.IntVar(&c.WarmPool, "warm-pool", 0, "restored sandboxes per template kept ready for creates with the default limits (needs --template-snapshot; each costs an idle sandbox's memory)")
@@ -165,7 +171,13 @@ func (c *serveConfig) validate() error {
 	if c.Lizard == "" {
 		c.Lizard = filepath.Join(binDir, "lizard-client")
 	}
-	if c.Runsc == "" {
+	if c.Runtime != "gvisor" && c.Runtime != "qemu" {
+		return cli.Usagef("--runtime %q: want gvisor or qemu", c.Runtime)
+	}
+	if err := c.qemu.validate(c.Runtime, binDir, c.CacheDir); err != nil {
+		return err
+	}
+	if c.Runsc == "" && c.Runtime == "gvisor" {
 		c.Runsc = filepath.Join(binDir, "runsc")
 		if !isFile(c.Runsc) {
 			p, err := exec.LookPath("runsc")
@@ -179,6 +191,9 @@ func (c *serveConfig) validate() error {
 		c.Agent = filepath.Join(binDir, "lizard-agent")
 	}
 	for flag, p := range map[string]*string{"--runsc": &c.Runsc, "--agent": &c.Agent, "--lizard": &c.Lizard} {
+		if *p == "" && flag == "--runsc" && c.Runtime != "gvisor" {
+			continue
+		}
 		if !isFile(*p) {
 			return fmt.Errorf("%s %s: no such file (run `make build`, or pass %s)", flag, *p, flag)
 		}
@@ -354,7 +369,8 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st *store.Store, l
 		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: builds.Artifact, Files: files,
 		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: tokenAPI,
 		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,
-		Volumes: &volume.Manager{Dir: filepath.Join(c.DataDir, "volumes")},
+		Volumes:      &volume.Manager{Dir: filepath.Join(c.DataDir, "volumes")},
+		StartTimeout: c.startTimeout(),
 	}
 	if pool != nil {
 		ncfg.Warm = pool

@@ -20,6 +20,7 @@ import (
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
+	"github.com/lizard-build/lizard/internal/sandbox/qemu"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -93,8 +94,16 @@ func newRuntime(c *serveConfig, logger *slog.Logger) (sandbox.Runtime, error) {
 			return nil, fmt.Errorf("starting the gVisor runtime: %w", err)
 		}
 		return rt, nil
+	case "qemu":
+		rt, err := qemu.New(context.Background(), qemu.Config{KernelDir: c.qemu.KernelDir, Init: c.qemu.Init,
+			Dir: filepath.Join(c.DataDir, "qemu"), CacheDir: filepath.Join(c.CacheDir, "qemu", "images"),
+			Accel: c.qemu.Accel, BootTimeout: c.qemu.BootTimeout, Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("starting the QEMU runtime: %w", err)
+		}
+		return rt, nil
 	}
-	return nil, cli.Usagef("--runtime %q: want gvisor (the only backend built so far)", c.Runtime)
+	return nil, cli.Usagef("--runtime %q: want gvisor or qemu", c.Runtime)
 }
 
 // sandboxAPIPort is the port the API is served on to lizardToken

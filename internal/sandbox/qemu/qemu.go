@@ -165,6 +165,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("qemu: creating %s: %w", d, err)
 		}
 	}
+	// QEMU runs in each sandbox's directory: every path it gets is absolute.
+	for _, p := range []*string{&cfg.KernelDir, &cfg.Init, &r.cacheDir} {
+		if *p, err = filepath.Abs(*p); err != nil {
+			return nil, fmt.Errorf("qemu: %w", err)
+		}
+	}
 	kernel, modDir, err := findKernel(cfg.KernelDir)
 	if err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
@@ -397,6 +403,11 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 	}
 	if fi, err := os.Stat(spec.Template.RootFS); err != nil || !fi.IsDir() {
 		return fmt.Errorf("%s sandbox %s: root filesystem %q is not a directory", verb, spec.ID, spec.Template.RootFS)
+	}
+	if len(spec.Volumes) > 0 {
+		// A volume is a directory on the host; a VM could only get its
+		// image as a disk, which the host has mounted meanwhile.
+		return fmt.Errorf("%s sandbox %s: persistent volumes are not supported by the qemu runtime yet; use --runtime gvisor for sandboxes with volumes", verb, spec.ID)
 	}
 	id := spec.ID
 	log := r.log.With("sandbox_id", id)

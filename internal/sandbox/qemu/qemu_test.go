@@ -112,6 +112,7 @@ func TestConformance(t *testing.T) {
 	// Under software emulation a program touching hundreds of MiB (the
 	// runaway cases) takes seconds; give every wait six times gVisor's.
 	sandboxtest.RequestTimeout, sandboxtest.ReadyTimeout = time.Minute, 90*time.Second
+	sandboxtest.NetworkOctet = 248
 	cache := t.TempDir()
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Runtime { return newTestRuntime(t, cache) })
 }

@@ -5,8 +5,8 @@
 // request.
 //
 // The suite needs root and a real backend; it talks only to the addresses
-// it gives its sandboxes (169.254.250.0/24, high in the link-local pool so
-// it does not clash with a running server's sandboxes).
+// it gives its sandboxes (169.254.NetworkOctet.0/24, high in the link-local
+// pool so it does not clash with a running server's sandboxes).
 package sandboxtest
 
 import (
@@ -76,11 +76,16 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// NetworkOctet is the third byte of the /24 NewNetwork takes links from:
+// each backend's suite its own (gVisor 250, QEMU 248), since their test
+// binaries run at the same time.
+var NetworkOctet byte = 250
+
 // NewNetwork returns a /30 link not used by any other sandbox of this test
-// process, in 169.254.250.0/24.
+// process, in 169.254.NetworkOctet.0/24.
 func NewNetwork() sandbox.Network {
 	i := netSeq.Add(1) % 64
-	base := netip.AddrFrom4([4]byte{169, 254, 250, byte(4 * i)})
+	base := netip.AddrFrom4([4]byte{169, 254, NetworkOctet, byte(4 * i)})
 	return sandbox.Network{HostAddr: base.Next(), GuestAddr: base.Next().Next(), PrefixLen: 30}
 }
 

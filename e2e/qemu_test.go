@@ -1,0 +1,84 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/testenv"
+)
+
+// TestQEMU runs `lizard serve --runtime qemu` (software emulation here,
+// KVM where the probe finds it working) and on it the README's Python
+// example through the real SDK, then pause, resume and fork of a sandbox
+// whose kernel holds state: each VM its own kernel, the fork on its own
+// address. Bounded: one server, three VMs besides the template's.
+func TestQEMU(t *testing.T) {
+	testenv.Binary(t, "lizard-vminit")
+	if m, _ := filepath.Glob(filepath.Join(cacheDir(), "qemu", "kernel", "boot", "vmlinuz-*")); len(m) == 0 {
+		t.Fatalf("no guest kernel under %s: run make qemu", filepath.Join(cacheDir(), "qemu", "kernel"))
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Fatalf("no QEMU: %v (make qemu)", err)
+	}
+	accel := os.Getenv("LIZARD_QEMU_ACCEL")
+	if accel == "" {
+		accel = "auto"
+	}
+	s := startServer(t, "--runtime", "qemu", "--qemu-accel", accel)
+	c := s.createProject("proj_123")
+	s.waitLog(t, 1, "template snapshot made")
+
+	t.Run("PythonExample", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, testenv.Python(t), filepath.Join(testenv.RepoRoot(t), "examples", "python", "run_with_state.py"))
+		cmd.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.keys[c])
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("examples/python/run_with_state.py: %v\n%s", err, out)
+		}
+		if got, want := strings.TrimSpace(string(out)), "np.int64(6)\nZeroDivisionError"; got != want {
+			t.Errorf("examples/python/run_with_state.py printed %q, want %q", got, want)
+		}
+	})
+
+	t.Run("PauseResumeFork", func(t *testing.T) {
+		ctx := context.Background()
+		sb := newSandbox(t, c, api.CreateSandboxRequest{})
+		run(t, c, sb.SandboxID, "python", "x = 41\nopen('/tmp/f', 'w').write('kept')")
+		if p, err := c.PauseSandbox(ctx, sb.SandboxID); err != nil || p.State != api.StatePaused {
+			t.Fatalf("PauseSandbox = %+v, %v; want paused", p, err)
+		}
+		if _, err := c.ResumeSandbox(ctx, sb.SandboxID, api.ResumeRequest{}); err != nil {
+			t.Fatalf("ResumeSandbox: %v", err)
+		}
+		if got := strings.TrimSpace(run(t, c, sb.SandboxID, "python", "x += 1\nprint(x, open('/tmp/f').read())").Stdout); got != "42 kept" {
+			t.Errorf("after resume: %q, want \"42 kept\"", got)
+		}
+		forks, err := c.Fork(ctx, sb.SandboxID, api.ForkRequest{Count: 1})
+		if err != nil || len(forks) != 1 {
+			t.Fatalf("Fork = %v, %v; want one fork", forks, err)
+		}
+		f := forks[0]
+		t.Cleanup(func() { c.KillSandbox(context.Background(), f.SandboxID) })
+		const addr = "import fcntl, socket, struct\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\nprint(socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, struct.pack('256s', b'eth0'))[20:24]))"
+		pa := strings.TrimSpace(run(t, c, sb.SandboxID, "python", addr).Stdout)
+		fa := strings.TrimSpace(run(t, c, f.SandboxID, "python", addr).Stdout)
+		if fa == "" || fa == pa {
+			t.Errorf("fork's eth0 address %q, parent's %q: want its own", fa, pa)
+		}
+		run(t, c, f.SandboxID, "python", "x = 100")
+		if got := strings.TrimSpace(run(t, c, sb.SandboxID, "python", "print(x)").Stdout); got != "42" {
+			t.Errorf("parent after the fork changed its copy: %q, want 42", got)
+		}
+		if got := strings.TrimSpace(run(t, c, f.SandboxID, "bash", "uname -r; cat /tmp/f").Stdout); !strings.Contains(got, "cloud") || !strings.HasSuffix(got, "kept") {
+			t.Errorf("fork's kernel and file: %q, want Debian's cloud kernel and \"kept\"", got)
+		}
+	})
+}
