@@ -103,7 +103,7 @@ func TestOpened(t *testing.T) {
 func TestRulesetOrder(t *testing.T) {
 	l := Link{netip.MustParseAddr("169.254.251.229"), netip.MustParseAddr("169.254.251.230"), 30}
 	host := []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("45.1.2.0/24")}
-	rs := ruleset("ordertest", l, Egress{Internet: true, AllowTo: []netip.Prefix{netip.MustParsePrefix("203.0.113.1/32"), netip.MustParsePrefix("45.1.2.0/23")}}, host)
+	rs := ruleset("ordertest", l, Egress{Internet: true, AllowTo: []netip.Prefix{netip.MustParsePrefix("203.0.113.1/32"), netip.MustParsePrefix("45.1.2.0/23")}}, host, false)
 	order := []string{
 		"ip daddr { 0.0.0.0/8, 10.0.0.0/8, 45.1.2.0/24, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, 172.16.0.0/12, 192.0.0.0/24, 192.0.2.0/24, 192.168.0.0/16, 224.0.0.0/4, 240.0.0.0/4 } drop",
 		"ip daddr { 203.0.113.1/32 } accept",
@@ -119,7 +119,7 @@ func TestRulesetOrder(t *testing.T) {
 		}
 		at += i + len(want)
 	}
-	if rs := ruleset("ordertest", l, Egress{}, host); strings.Contains(rs, "45.1.2.0") || strings.Contains(rs, "masquerade") {
+	if rs := ruleset("ordertest", l, Egress{}, host, false); strings.Contains(rs, "45.1.2.0") || strings.Contains(rs, "masquerade") {
 		t.Errorf("without Internet the ruleset forwards or names host subnets:\n%s", rs)
 	}
 }

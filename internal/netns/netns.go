@@ -75,6 +75,7 @@ func CreateWithEgress(id string, l Link, e *Egress) (err error) {
 		return err
 	}
 	hostName := VethName(id)
+	settle(id)
 	if _, err := os.Lstat(Path(id)); err == nil {
 		return fmt.Errorf("creating namespace %s: %w", Name(id), ErrExists)
 	}
@@ -324,6 +325,7 @@ func sharedDir() error {
 // Remove deletes the namespace of sandbox id and its host veth. Removing
 // what is already gone is not an error.
 func Remove(id string) error {
+	settle(id)
 	var errs []error
 	if l, err := netlink.LinkByName(VethName(id)); err == nil {
 		if err := netlink.LinkDel(l); err != nil && !isNotFound(err) {
@@ -335,14 +337,22 @@ func Remove(id string) error {
 	if err := removeEgress(id); err != nil {
 		errs = append(errs, err)
 	}
-	p := Path(id)
-	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
-	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("removing %s: %w", p, err))
+	if err := unmount(id); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// unmount unmounts and deletes the file holding the namespace of sandbox id.
+func unmount(id string) error {
+	p := Path(id)
+	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmounting %s: %w", p, err)
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", p, err)
+	}
+	return nil
 }
 
 func isNotFound(err error) bool {
@@ -353,6 +363,7 @@ func isNotFound(err error) bool {
 // Exists reports whether the namespace of sandbox id or its host veth is
 // present.
 func Exists(id string) bool {
+	settle(id)
 	if _, err := os.Lstat(Path(id)); err == nil {
 		return true
 	}

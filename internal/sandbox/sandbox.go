@@ -127,6 +127,9 @@ type Runtime interface {
 	State(ctx context.Context, id string) (State, error)
 	// Kill ends the sandbox and removes everything it had. Killing an
 	// unknown sandbox is not an error, so cleanup can always be retried.
+	// Its ID and address may be used again once Kill returns; links and
+	// rules whose removal only waits on the kernel may go a moment later,
+	// and are gone when Close returns.
 	Kill(ctx context.Context, id string) error
 	// List returns the IDs of every sandbox the runtime has on this machine,
 	// including ones left by an earlier server process.

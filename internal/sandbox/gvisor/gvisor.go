@@ -174,6 +174,9 @@ func (r *Runtime) Close(ctx context.Context) error {
 	for _, id := range ids {
 		r.unwatch(id)
 	}
+	// The veths and rules of sandboxes removed last go before the
+	// server does.
+	netns.Settle()
 	return err
 }
 
@@ -225,9 +228,11 @@ func (r *Runtime) dropOwner(id string) error {
 // directory: its Runtime's process ended in the middle of making or
 // removing it (a server stopped during start-up) and its data is gone, so
 // no List will ever find it, while its veth keeps holding an address of
-// some server's pool. A live Runtime always has the directory while the
-// record exists (made before it, removed after it), so its sandboxes are
-// never touched.
+// some server's pool. A live Runtime has the directory while the record
+// exists (made before it), but for the moment between the directory's
+// removal and the end of the sandbox's network release, when the
+// sandbox's processes are gone already: removing its network twice is
+// harmless (both removals skip what the other removed).
 func (r *Runtime) removeOrphans() {
 	ents, err := os.ReadDir(OwnersDir)
 	if err != nil {
@@ -520,7 +525,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 			// Whatever interrupted the create, ctx may be cancelled:
 			// the removal gets its own bounded time (remove), and Close
 			// waits for it.
-			if rerr := r.remove(context.WithoutCancel(ctx), id); rerr != nil {
+			if rerr := r.remove(context.WithoutCancel(ctx), id, false); rerr != nil {
 				log.Error("removing half-made sandbox", "err", rerr)
 			}
 		}
@@ -729,7 +734,7 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	unlock := r.lock(id)
 	defer unlock()
 	begin := time.Now()
-	if err := r.remove(context.WithoutCancel(ctx), id); err != nil {
+	if err := r.remove(context.WithoutCancel(ctx), id, true); err != nil {
 		return fmt.Errorf("killing sandbox %s: %w", id, err)
 	}
 	r.log.Debug("killed sandbox", "sandbox_id", id, "took", time.Since(begin))
@@ -775,7 +780,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 	}
 	r.log.Info("checkpointed sandbox", "sandbox_id", id, "image", imageDir, "leave_running", leaveRunning, "took", time.Since(begin))
 	if !leaveRunning {
-		if err := r.remove(context.WithoutCancel(ctx), id); err != nil {
+		if err := r.remove(context.WithoutCancel(ctx), id, true); err != nil {
 			return fmt.Errorf("removing sandbox %s after checkpoint: %w", id, err)
 		}
 	}
@@ -791,9 +796,10 @@ func (r *Runtime) owns(id string) bool {
 
 // remove ends and deletes everything sandbox id has; what is already gone
 // is skipped. The sandbox directory goes last and only if all else went,
-// so a failed removal is listed and retried. The caller holds the ID's
-// lock.
-func (r *Runtime) remove(ctx context.Context, id string) error {
+// so a failed removal is listed and retried. With background, and the
+// Runtime not closed, the network's slow half goes after remove returns
+// (netns.Release); Close waits for it. The caller holds the ID's lock.
+func (r *Runtime) remove(ctx context.Context, id string, background bool) error {
 	r.mu.Lock()
 	delete(r.procs, id)
 	r.mu.Unlock()
@@ -809,15 +815,15 @@ func (r *Runtime) remove(ctx context.Context, id string) error {
 		r.log.Warn("thawing the sandbox's processes before removing it", "sandbox_id", id, "err", err)
 	}
 
-	// Find the processes before runsc forgets them. The bundle directory is
-	// on the command line of the sandbox, its gofer and systrap stubs.
+	// The bundle directory is on the command line of the sandbox, its
+	// gofer and systrap stubs: killing them ends the sandbox at once, and
+	// spares two runsc calls (state, kill) a sandbox being removed does
+	// not need. runsc delete then only forgets it.
 	pids := procsWithBundle(r.dir(id))
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	if r.hasState(id) {
-		if st, err := r.state(ctx, id); err == nil && st.Pid > 0 && !slices.Contains(pids, st.Pid) {
-			pids = append(pids, st.Pid)
-		}
-		// The sandbox may be dead already: only delete's error matters.
-		_, _ = r.command(ctx, id, "kill", containerID(id), "KILL")
 		if _, err := r.command(ctx, id, "delete", "--force", containerID(id)); err != nil && r.hasState(id) {
 			errs = append(errs, err)
 		}
@@ -828,22 +834,37 @@ func (r *Runtime) remove(ctx context.Context, id string) error {
 	if err := removeCgroups(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := netns.Remove(id); err != nil {
-		errs = append(errs, err)
-	}
 	if len(errs) > 0 {
-		return errors.Join(errs...)
+		return errors.Join(append(errs, netns.Remove(id))...)
 	}
 	if err := r.removeStateFiles(id); err != nil {
-		return err
-	}
-	if err := r.dropOwner(id); err != nil {
-		return err
+		return errors.Join(err, netns.Remove(id))
 	}
 	if err := os.RemoveAll(r.dir(id)); err != nil {
-		return fmt.Errorf("removing sandbox directory: %w", err)
+		return errors.Join(fmt.Errorf("removing sandbox directory: %w", err), netns.Remove(id))
 	}
-	return nil
+	r.mu.Lock()
+	background = background && !r.closed
+	r.mu.Unlock()
+	if !background {
+		if err := netns.Remove(id); err != nil {
+			return err
+		}
+		return r.dropOwner(id)
+	}
+	// The network goes last, its slow half in the background (netns
+	// Release). The owner record outlives it: should this process die
+	// before the veth and rules are gone, the next Runtime's
+	// removeOrphans finds the record without a directory and finishes.
+	return netns.Release(id, func(err error) {
+		if err != nil {
+			r.log.Error("removing the network of a removed sandbox; its owner record stays for the next start to retry", "sandbox_id", id, "err", err)
+			return
+		}
+		if err := r.dropOwner(id); err != nil {
+			r.log.Error("removing the owner record of a removed sandbox", "sandbox_id", id, "err", err)
+		}
+	})
 }
 
 // removeStateFiles removes what runsc keeps in its state directory for

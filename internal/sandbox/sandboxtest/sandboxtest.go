@@ -291,8 +291,14 @@ func AssertGone(t *testing.T, rt sandbox.Runtime, id string, pids []int) {
 	if _, err := os.Lstat(netns.Path(id)); err == nil {
 		t.Errorf("network namespace file %s still exists", netns.Path(id))
 	}
-	if err := exec.Command("ip", "link", "show", netns.VethName(id)).Run(); err == nil {
-		t.Errorf("host veth %s of %s still exists", netns.VethName(id), id)
+	// The veth may go a moment after Kill returns (Runtime.Kill).
+	deadline := time.Now().Add(10 * time.Second)
+	for exec.Command("ip", "link", "show", netns.VethName(id)).Run() == nil {
+		if time.Now().After(deadline) {
+			t.Errorf("host veth %s of %s still exists 10 s after its removal", netns.VethName(id), id)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	// Processes may take a moment to be reaped after Kill returns;
 	// Kill promises they are gone, so no waiting here.
