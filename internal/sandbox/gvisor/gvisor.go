@@ -71,7 +71,9 @@ type Runtime struct {
 	locks  map[string]*idLock
 	procs  map[string]hostProc
 	guards map[string]*guard // memguard.go
-	closed bool
+	// removing counts the removals under way per ID (watch skips them).
+	removing map[string]int
+	closed   bool
 	// busy counts the operations under way, for Close to wait on.
 	busy sync.WaitGroup
 }
@@ -126,6 +128,7 @@ func New(cfg Config) (*Runtime, error) {
 		locks:    map[string]*idLock{},
 		procs:    map[string]hostProc{},
 		guards:   map[string]*guard{},
+		removing: map[string]int{},
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -802,7 +805,15 @@ func (r *Runtime) owns(id string) bool {
 func (r *Runtime) remove(ctx context.Context, id string, background bool) error {
 	r.mu.Lock()
 	delete(r.procs, id)
+	r.removing[id]++
 	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		if r.removing[id]--; r.removing[id] == 0 {
+			delete(r.removing, id)
+		}
+		r.mu.Unlock()
+	}()
 	if !r.owns(id) && !r.hasState(id) {
 		return nil // unknown here; the machine-wide names may be another Runtime's
 	}

@@ -135,6 +135,50 @@ func TestKilledBehindItsBack(t *testing.T) {
 	sandboxtest.AssertGone(t, r, spec.ID, pids)
 }
 
+// TestStateDuringKill: State asked again and again while the sandbox is
+// being killed (a call's watcher does this) neither crashes nor leaves a
+// memory guard behind. A bench run once hit the window (State guarding a
+// sandbox whose cgroup was going, the guard's error path dereferencing
+// nil); this loop rarely does, so it checks the outcome, not the window.
+func TestStateDuringKill(t *testing.T) {
+	r := newTestRuntime(t)
+	ctx := context.Background()
+	rootfs := sandboxtest.BuildRootFS(t)
+	for i := 0; i < 3; i++ {
+		spec := sandboxtest.Spec(rootfs)
+		t.Cleanup(func() { r.Kill(ctx, spec.ID) })
+		if err := r.Create(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+		r.unwatch(spec.ID) // State must find it unguarded, as after a restart
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					r.State(ctx, spec.ID)
+				}
+			}
+		}()
+		if err := r.Kill(ctx, spec.ID); err != nil {
+			t.Fatalf("Kill: %v", err)
+		}
+		close(stop)
+		<-done
+		r.mu.Lock()
+		g := r.guards[spec.ID]
+		r.mu.Unlock()
+		if g != nil {
+			t.Errorf("a memory guard is left for killed sandbox %s", spec.ID)
+			r.unwatch(spec.ID)
+		}
+	}
+}
+
 // TestForeignNamespace checks that a lizard-* namespace another Runtime
 // made (no sandbox directory here) is neither listed nor removed.
 func TestForeignNamespace(t *testing.T) {

@@ -91,7 +91,8 @@ func memoryCgroup(id string) string { return filepath.Join(cgroupRoot, "memory",
 func (r *Runtime) watch(id string, limit int64, sentry int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.guards[id] != nil || r.closed {
+	// A State racing a removal must not guard what is being removed.
+	if r.guards[id] != nil || r.closed || r.removing[id] > 0 {
 		return
 	}
 	g, err := newGuard(r, id, limit, sentry)
@@ -129,13 +130,15 @@ func newGuard(r *Runtime, id string, limit int64, sentry int) (g *guard, err err
 	}
 	// Non-blocking, so reads go through the runtime's poller and Close
 	// wakes them.
-	g = &guard{r: r, id: id, cgroup: cg, limit: limit, sentry: sentry, log: r.log.With("sandbox_id", id),
+	made := &guard{r: r, id: id, cgroup: cg, limit: limit, sentry: sentry, log: r.log.With("sandbox_id", id),
 		efd: os.NewFile(uintptr(fd), "memguard-eventfd"), stop: make(chan struct{}), done: make(chan struct{})}
+	// Not g: an error return sets g to nil before this runs.
 	defer func() {
 		if err != nil {
-			g.closeFiles()
+			made.closeFiles()
 		}
 	}()
+	g = made
 	// An event at each OOM, and each time the usage crosses the sandbox's
 	// limit (either way).
 	for _, ev := range []struct{ file, arg string }{
