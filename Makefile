@@ -15,7 +15,7 @@ SOAK_CYCLES ?= 1000
 
 export CGO_ENABLED := 0
 
-.PHONY: help deps build console runsc qemu template serve test test-go test-python test-typescript test-console test-api testvenv soak helm manifests bench clean
+.PHONY: help deps build console runsc qemu template serve test test-go test-python test-typescript test-console test-api testvenv soak helm manifests bench bench-cluster clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -129,6 +129,9 @@ soak: deps build template ## The soak suite at full length: 1,000 create → run
 
 bench: deps build template testvenv ## Benchmarks in one run: Lizard beside raw runsc and direct Jupyter (BENCH_FLAGS="--scale 5 --sustain 5s" for a quick one)
 	LIZARD_CACHE_DIR=$(CACHE_DIR) $(TESTVENV)/bin/python bench/bench.py --cache-dir $(CACHE_DIR) $(BENCH_FLAGS)
+
+bench-cluster: deps build template ## Many machines on one: api→node vs serve (runCode, create), creates/s with 1-3 nodes, time to node lost
+	LIZARD_CACHE_DIR=$(CACHE_DIR) go run ./bench/cluster --cache-dir $(CACHE_DIR) $(BENCH_CLUSTER_FLAGS)
 
 clean: ## Remove build outputs (not the template cache)
 	rm -rf bin .cache

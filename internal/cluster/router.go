@@ -51,7 +51,9 @@ type Router struct {
 	// since the nodes were last read, which the rows read may not count.
 	placing map[string]int
 	placed  map[string]int
-	subs    []func(node.Event)
+	// homes remembers the node of each sandbox called (sandbox).
+	homes map[string]string
+	subs  []func(node.Event)
 }
 
 var _ node.Node = (*Router)(nil)
@@ -77,7 +79,7 @@ func NewRouter(cfg Config) (*Router, error) {
 		cfg.Now = time.Now
 	}
 	return &Router{cfg: cfg, log: cfg.Logger, tr: remote.NewTransport(cfg.Secret),
-		clients: map[string]*remote.Client{}, placing: map[string]int{}, placed: map[string]int{}}, nil
+		clients: map[string]*remote.Client{}, placing: map[string]int{}, placed: map[string]int{}, homes: map[string]string{}}, nil
 }
 
 // list returns the registered nodes, read at most Refresh ago.
@@ -266,27 +268,50 @@ func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
 	}
 }
 
-// sandbox returns live sandbox id's row and its node's client: ErrGone
-// (naming why: "node lost", killed...) if it has ended.
-func (r *Router) sandbox(ctx context.Context, id string) (store.Sandbox, *remote.Client, error) {
+// sandbox returns the client of the node sandbox id runs on. A sandbox
+// never moves, so its node is remembered: a call to a sandbox on a node
+// with a live lease goes there without reading its row (the node checks
+// the sandbox's state itself). On a node whose lease has run out the row
+// is read, and an ended sandbox is ErrGone naming why ("node lost").
+func (r *Router) sandbox(ctx context.Context, id string) (*remote.Client, error) {
+	r.mu.Lock()
+	name, known := r.homes[id]
+	r.mu.Unlock()
+	if known {
+		nodes, err := r.list(ctx, false)
+		if err != nil {
+			return nil, err
+		}
+		if info, ok := find(nodes, name); ok && info.Live(r.cfg.Now()) && info.LostAt == nil {
+			return r.clientOf(info), nil
+		}
+	}
 	sb, err := r.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return sb, nil, &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found", id)}
+		return nil, &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found", id)}
 	}
 	if err != nil {
-		return sb, nil, err
+		return nil, err
 	}
 	if !sb.Live() {
-		return sb, nil, node.Gone(sb)
+		return nil, node.Gone(sb)
 	}
-	c, err := r.client(ctx, sb.Node)
-	return sb, c, err
+	r.mu.Lock()
+	if len(r.homes) >= maxHomes {
+		clear(r.homes)
+	}
+	r.homes[id] = sb.Node
+	r.mu.Unlock()
+	return r.client(ctx, sb.Node)
 }
+
+// maxHomes bounds the sandboxes whose node is remembered.
+const maxHomes = 100_000
 
 // Fork implements node.Node: on the parent's node, which holds its
 // memory.
 func (r *Router) Fork(ctx context.Context, parent string, p node.Plan, n int) ([]store.Sandbox, error) {
-	_, c, err := r.sandbox(ctx, parent)
+	c, err := r.sandbox(ctx, parent)
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +323,7 @@ func (r *Router) Fork(ctx context.Context, parent string, p node.Plan, n int) ([
 
 // Kill implements node.Node.
 func (r *Router) Kill(ctx context.Context, id string) error {
-	_, c, err := r.sandbox(ctx, id)
+	c, err := r.sandbox(ctx, id)
 	if errors.Is(err, node.ErrGone) {
 		return nil
 	}
@@ -310,7 +335,7 @@ func (r *Router) Kill(ctx context.Context, id string) error {
 
 // SetTimeout implements node.Node.
 func (r *Router) SetTimeout(ctx context.Context, id string, ms int64) (store.Sandbox, error) {
-	_, c, err := r.sandbox(ctx, id)
+	c, err := r.sandbox(ctx, id)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -319,7 +344,7 @@ func (r *Router) SetTimeout(ctx context.Context, id string, ms int64) (store.San
 
 // Pause implements node.Node.
 func (r *Router) Pause(ctx context.Context, id string) (store.Sandbox, error) {
-	_, c, err := r.sandbox(ctx, id)
+	c, err := r.sandbox(ctx, id)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -328,7 +353,7 @@ func (r *Router) Pause(ctx context.Context, id string) (store.Sandbox, error) {
 
 // Resume implements node.Node: on the node that holds the image.
 func (r *Router) Resume(ctx context.Context, id string, timeoutMs *int64) (store.Sandbox, error) {
-	_, c, err := r.sandbox(ctx, id)
+	c, err := r.sandbox(ctx, id)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -338,7 +363,7 @@ func (r *Router) Resume(ctx context.Context, id string, timeoutMs *int64) (store
 // Snapshot implements node.Node: the image is named with its node
 // (store.ImageRef), where creates from it are sent.
 func (r *Router) Snapshot(ctx context.Context, id, snapshotID string) (string, int64, error) {
-	_, c, err := r.sandbox(ctx, id)
+	c, err := r.sandbox(ctx, id)
 	if err != nil {
 		return "", 0, err
 	}
@@ -362,7 +387,7 @@ func (r *Router) RemoveImage(ctx context.Context, image string) error {
 // Acquire implements node.Node: the call goes to the sandbox's node,
 // which resumes it if paused.
 func (r *Router) Acquire(ctx context.Context, id string) (node.Call, error) {
-	_, c, err := r.sandbox(ctx, id)
+	c, err := r.sandbox(ctx, id)
 	if err != nil {
 		return node.Call{}, err
 	}

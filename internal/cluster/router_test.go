@@ -107,20 +107,8 @@ func TestPlacementAndRouting(t *testing.T) {
 
 	// An agent call is forwarded to the node, which proxies it to the
 	// agent with the caller named.
-	call, err := ctl.Acquire(ctx, "p1", id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, _ := http.NewRequestWithContext(auth.WithProjectID(call.Ctx, "p1"), http.MethodGet, call.URL.String()+"/health", nil)
-	resp, err := r.Transport().RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	call.Release()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "ok") {
-		t.Errorf("forwarded /health = %d %s; want 200 from the agent", resp.StatusCode, body)
+	if status, body := forward(t, r, ctl, id); status != http.StatusOK || !strings.Contains(body, "ok") {
+		t.Errorf("forwarded /health = %d %s; want 200 from the agent", status, body)
 	}
 
 	// Nodes refuse anything without the secret.
@@ -158,9 +146,29 @@ func TestPlacementAndRouting(t *testing.T) {
 	if err := ctl.Kill(ctx, "p1", id); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ctl.Acquire(ctx, "p1", id); !errors.Is(err, node.ErrGone) {
-		t.Errorf("Acquire of a killed sandbox: %v; want ErrGone", err)
+	// The node answers for the sandboxes it ended.
+	if status, body := forward(t, r, ctl, id); status != http.StatusGone || !strings.Contains(body, "was killed") {
+		t.Errorf("forwarded call to a killed sandbox = %d %s; want 410 saying it was killed", status, body)
 	}
+}
+
+// forward makes one agent call to sandbox id through the router, as the
+// API's proxy does, and returns the answer.
+func forward(t *testing.T, r *Router, ctl *control.Control, id string) (int, string) {
+	t.Helper()
+	call, err := ctl.Acquire(context.Background(), "p1", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer call.Release()
+	req, _ := http.NewRequestWithContext(auth.WithProjectID(call.Ctx, "p1"), http.MethodGet, call.URL.String()+"/health", nil)
+	resp, err := r.Transport().RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 func TestNodeFaults(t *testing.T) {

@@ -89,6 +89,9 @@ type Control struct {
 	// volMu lets creates and forks that mount volumes run together and a
 	// volume's deletion wait for them (volumes.go).
 	volMu sync.RWMutex
+
+	ownersMu sync.Mutex
+	owners   map[string]string // sandbox ID → project, of calls (Acquire)
 }
 
 // New checks cfg and returns the control plane.
@@ -275,10 +278,37 @@ func (c *Control) Resume(ctx context.Context, projectID, id string, req api.Resu
 // sandbox first if it is paused. Release the call when it has ended: a
 // pause waits for calls in flight.
 func (c *Control) Acquire(ctx context.Context, projectID, id string) (node.Call, error) {
-	if _, err := c.lookup(ctx, projectID, id); err != nil {
-		return node.Call{}, err
+	if !c.owned(projectID, id) {
+		if _, err := c.lookup(ctx, projectID, id); err != nil {
+			return node.Call{}, err
+		}
+		c.own(projectID, id)
 	}
 	return c.node.Acquire(ctx, id)
+}
+
+// maxOwners bounds the sandboxes whose project is remembered.
+const maxOwners = 100_000
+
+// owned reports whether sandbox id is known to be projectID's. A
+// sandbox's project never changes once a caller has seen its ID (a warm
+// sandbox is handed to its project before its ID is returned), so calls
+// after the first skip reading its row for it: the node reads the row for
+// its state anyway, and in a cluster every read is a database round trip.
+func (c *Control) owned(projectID, id string) bool {
+	c.ownersMu.Lock()
+	defer c.ownersMu.Unlock()
+	p, ok := c.owners[id]
+	return ok && p == projectID
+}
+
+func (c *Control) own(projectID, id string) {
+	c.ownersMu.Lock()
+	defer c.ownersMu.Unlock()
+	if c.owners == nil || len(c.owners) >= maxOwners {
+		c.owners = map[string]string{}
+	}
+	c.owners[id] = projectID
 }
 
 // CheckRunning says whether projectID's sandbox id runs: an ErrGone error

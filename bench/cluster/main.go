@@ -1,0 +1,519 @@
+// Command cluster is `make bench-cluster`: Lizard on many machines measured
+// on one, in one run (docs/performance.md, docs/cluster.md).
+//
+//   - runCode("1+1") and create through `lizard api` → `lizard node`
+//     beside `lizard serve` on the same machine, interleaved (the ratio);
+//   - creates per second through the API with 1, 2 and 3 nodes;
+//   - from a node's kill -9 to its sandboxes reported `node lost`, and to
+//     the first create placed on another node.
+//
+// Everything runs on this machine: PostgreSQL from Debian's packages
+// (internal/store/pgtest), the nodes with their own data directories,
+// ports and address pools (taken under the e2e tests' machine-wide pool
+// locks). Run as root after `make build`.
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/client"
+	"github.com/lizard-build/lizard/internal/store/pgtest"
+)
+
+var (
+	binDir   = flag.String("bin-dir", "bin", "directory of lizard, lizard-agent, lizard-client and runsc")
+	cacheDir = flag.String("cache-dir", cmpOr(os.Getenv("LIZARD_CACHE_DIR"), "/var/cache/lizard"), "template cache")
+	runs     = flag.Int("runs", 20, "creates timed per target")
+	codeRuns = flag.Int("code-runs", 200, "runCode(\"1+1\") calls timed per target")
+	sustain  = flag.Duration("sustain", 15*time.Second, "length of each creates-per-second run")
+	workers  = flag.Int("workers", 4, "concurrent create → kill loops")
+	lease    = flag.Duration("lease", 15*time.Second, "the nodes' lease (the default of lizard node)")
+	out      = flag.String("out", "bench/results", "directory for the JSON results")
+)
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-cluster:", err)
+		cleanup()
+		os.Exit(1)
+	}
+	cleanup()
+}
+
+// proc is one lizard process.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  *bytes.Buffer
+	mu   *sync.Mutex
+	url  string
+	done chan struct{}
+	args []string
+	env  []string
+}
+
+var (
+	procsMu sync.Mutex
+	procs   []*proc
+	cleanFn []func()
+)
+
+func cleanup() {
+	procsMu.Lock()
+	defer procsMu.Unlock()
+	for _, p := range procs {
+		p.stop()
+	}
+	for i := len(cleanFn) - 1; i >= 0; i-- {
+		cleanFn[i]()
+	}
+	cleanFn = nil
+}
+
+type syncWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (p *proc) start() error {
+	p.log, p.mu = &bytes.Buffer{}, &sync.Mutex{}
+	p.cmd = exec.Command(filepath.Join(*binDir, "lizard"), p.args...)
+	p.cmd.Env = append(os.Environ(), p.env...)
+	p.cmd.Stdout = syncWriter{p.mu, p.log}
+	p.cmd.Stderr = p.cmd.Stdout
+	if err := p.cmd.Start(); err != nil {
+		return err
+	}
+	p.done = make(chan struct{})
+	go func() { p.cmd.Wait(); close(p.done) }()
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(p.url + "/v1/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited: %s", p.name, p.logs())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s did not become healthy", p.name)
+}
+
+func (p *proc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// waitSnapshot waits until p has its template snapshot (made, or found
+// in its data directory), so that creates restore it.
+func (p *proc) waitSnapshot(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		l := p.logs()
+		if strings.Contains(l, `msg="template snapshot made"`) || strings.Contains(l, `msg="template snapshot found"`) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: no template snapshot within %s", p.name, d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (p *proc) stop() {
+	if p.cmd == nil {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.cmd = nil
+}
+
+func (p *proc) kill9() {
+	p.cmd.Process.Kill()
+	<-p.done
+	p.cmd = nil
+}
+
+func freeAddr() string {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// takePool takes a 169.254.N.0/24 pool under the e2e tests' machine-wide
+// lock (e2e/harness_test.go), so that nothing else uses it meanwhile.
+func takePool() (string, error) {
+	dir := "/tmp/lizard-test-pools"
+	os.MkdirAll(dir, 0o755)
+	for n := 235; n >= 176; n-- {
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("169.254.%d.0", n)), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return "", err
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			f.Close()
+			continue
+		}
+		cleanFn = append(cleanFn, func() { f.Close() })
+		return fmt.Sprintf("169.254.%d.0/24", n), nil
+	}
+	return "", fmt.Errorf("every test address pool is taken")
+}
+
+var unlimited = []string{"--creates-per-second=0", "--requests-per-second=0", "--max-sandboxes-per-project=0", "--egress=none", "--metrics-listen="}
+
+func newProc(name string, args, env []string) *proc {
+	listen := freeAddr()
+	p := &proc{name: name, url: "http://" + listen, env: env,
+		args: append(append([]string{args[0], "--listen", listen}, args[1:]...), unlimited...)}
+	procsMu.Lock()
+	procs = append(procs, p)
+	procsMu.Unlock()
+	return p
+}
+
+func newNode(name string, env []string) (*proc, error) {
+	pool, err := takePool()
+	if err != nil {
+		return nil, err
+	}
+	dir, _ := os.MkdirTemp("", "lizard-bench-"+name+"-")
+	cleanFn = append(cleanFn, func() { os.RemoveAll(dir) })
+	return newProc(name, []string{"node", "--name", name, "--data-dir", dir, "--cache-dir", *cacheDir,
+		"--address-pool", pool, "--lease", lease.String()}, env), nil
+}
+
+// target is what is measured: serve, or the cluster's API.
+type target struct {
+	name string
+	c    *client.Client
+}
+
+func connect(url string, args, env []string) (*client.Client, error) {
+	cmd := exec.Command(filepath.Join(*binDir, "lizard"), append([]string{"admin", "create-project", "--id", "bench", "--json"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	b, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("admin create-project: %w", err)
+	}
+	var p struct{ APIKey string }
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, err
+	}
+	return client.New(client.Config{BaseURL: url, APIKey: p.APIKey})
+}
+
+func p50(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func create(ctx context.Context, c *client.Client) (*api.Sandbox, time.Duration, error) {
+	begin := time.Now()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutMs: ptr(int64(300_000))})
+	return sb, time.Since(begin), err
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func runCode(ctx context.Context, c *client.Client, id string) (time.Duration, error) {
+	begin := time.Now()
+	ex, err := c.Execute(ctx, id, api.ExecuteRequest{Code: "1+1"}, nil)
+	if err == nil && (len(ex.Results) == 0 || ex.Results[0].Data != "2") {
+		err = fmt.Errorf("runCode(1+1) = %+v", ex)
+	}
+	return time.Since(begin), err
+}
+
+type results map[string]any
+
+func run() error {
+	ctx := context.Background()
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("run as root (sandboxes need it)")
+	}
+	res := results{"started": time.Now().UTC().Format(time.RFC3339), "cpus": runtime.NumCPU(), "lease": lease.String(),
+		"note": "every process on this one machine: the cluster figures are bounded by its cores, not by the number of nodes"}
+	pg, err := pgtest.Start()
+	if err != nil {
+		return fmt.Errorf("PostgreSQL: %w", err)
+	}
+	cleanFn = append(cleanFn, func() { pg.Stop() })
+	dbName, err := pg.CreateDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	dbURL := pg.URL(dbName)
+	db, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	secret := make([]byte, 24)
+	rand.Read(secret)
+	env := []string{"LIZARD_DATABASE_URL=" + dbURL, "LIZARD_CLUSTER_SECRET=" + hex.EncodeToString(secret)}
+
+	// `lizard serve` and a one-node cluster, each with its template
+	// snapshot made before anything is timed.
+	pool, err := takePool()
+	if err != nil {
+		return err
+	}
+	serveDir, _ := os.MkdirTemp("", "lizard-bench-serve-")
+	cleanFn = append(cleanFn, func() { os.RemoveAll(serveDir) })
+	serve := newProc("serve", []string{"serve", "--data-dir", serveDir, "--cache-dir", *cacheDir, "--address-pool", pool}, nil)
+	n1, err := newNode("n1", env)
+	if err != nil {
+		return err
+	}
+	apiP := newProc("api", []string{"api", "--lease", lease.String()}, env)
+	for _, p := range []*proc{serve, n1, apiP} {
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	for _, p := range []*proc{serve, n1} {
+		if err := p.waitSnapshot(10 * time.Minute); err != nil {
+			return err
+		}
+	}
+	sc, err := connect(serve.url, []string{"--data-dir", serveDir}, nil)
+	if err != nil {
+		return err
+	}
+	cc, err := connect(apiP.url, nil, env)
+	if err != nil {
+		return err
+	}
+	targets := []target{{"serve", sc}, {"cluster", cc}}
+	fmt.Println("warming up")
+	for _, tg := range targets {
+		sb, _, err := create(ctx, tg.c)
+		if err != nil {
+			return fmt.Errorf("%s: %w", tg.name, err)
+		}
+		if _, err := runCode(ctx, tg.c, sb.SandboxID); err != nil {
+			return err
+		}
+		tg.c.KillSandbox(ctx, sb.SandboxID)
+	}
+
+	// Interleaved, so that both see the same load.
+	fmt.Printf("create × %d and runCode × %d on each, interleaved\n", *runs, *codeRuns)
+	creates := map[string][]float64{}
+	codes := map[string][]float64{}
+	for range *runs {
+		for _, tg := range targets {
+			sb, d, err := create(ctx, tg.c)
+			if err != nil {
+				return fmt.Errorf("%s create: %w", tg.name, err)
+			}
+			creates[tg.name] = append(creates[tg.name], ms(d))
+			tg.c.KillSandbox(ctx, sb.SandboxID)
+		}
+	}
+	var held []string
+	for _, tg := range targets {
+		sb, _, err := create(ctx, tg.c)
+		if err != nil {
+			return err
+		}
+		held = append(held, sb.SandboxID)
+	}
+	for range *codeRuns {
+		for i, tg := range targets {
+			d, err := runCode(ctx, tg.c, held[i])
+			if err != nil {
+				return fmt.Errorf("%s runCode: %w", tg.name, err)
+			}
+			codes[tg.name] = append(codes[tg.name], ms(d))
+		}
+	}
+	for i, tg := range targets {
+		tg.c.KillSandbox(ctx, held[i])
+	}
+	ratio := map[string]any{}
+	for _, fig := range []struct {
+		name string
+		m    map[string][]float64
+	}{{"create_ms", creates}, {"run_code_ms", codes}} {
+		s, c := p50(fig.m["serve"]), p50(fig.m["cluster"])
+		ratio[fig.name] = map[string]float64{"serve_p50": s, "cluster_p50": c, "ratio": c / s}
+		fmt.Printf("  %-12s serve p50 %8.2f ms   api→node p50 %8.2f ms   ratio %.2f×\n", fig.name, s, c, c/s)
+	}
+	res["api_vs_serve"] = ratio
+	serve.stop()
+
+	// Creates per second through the API with 1, 2 and 3 nodes.
+	perSecond := map[string]float64{}
+	nodes := []*proc{n1}
+	for k := 1; k <= 3; k++ {
+		if k > 1 {
+			n, err := newNode(fmt.Sprintf("n%d", k), env)
+			if err != nil {
+				return err
+			}
+			if err := n.start(); err != nil {
+				return err
+			}
+			if err := n.waitSnapshot(10 * time.Minute); err != nil {
+				return err
+			}
+			nodes = append(nodes, n)
+			time.Sleep(2 * time.Second) // its first heartbeat and the API's list of nodes
+		}
+		rate, err := sustained(ctx, cc, *sustain, *workers)
+		if err != nil {
+			return fmt.Errorf("%d nodes: %w", k, err)
+		}
+		perSecond[fmt.Sprint(k)] = rate
+		fmt.Printf("  creates/s with %d node(s), %d workers, %s: %.2f\n", k, *workers, *sustain, rate)
+	}
+	res["creates_per_second"] = perSecond
+
+	// A node's death: to node lost, and to the first create elsewhere.
+	victim := nodes[2]
+	var sbID string
+	for range 30 {
+		sb, _, err := create(ctx, cc)
+		if err != nil {
+			return err
+		}
+		var node string
+		db.QueryRow(`SELECT node FROM sandboxes WHERE id = $1`, sb.SandboxID).Scan(&node)
+		if node == victim.name {
+			sbID = sb.SandboxID
+			break
+		}
+		cc.KillSandbox(ctx, sb.SandboxID)
+	}
+	if sbID == "" {
+		return fmt.Errorf("no create landed on %s in 30 tries", victim.name)
+	}
+	killed := time.Now()
+	victim.kill9()
+	var firstCreate time.Duration
+	var created []string
+	for firstCreate == 0 {
+		sb, _, err := create(ctx, cc)
+		if err != nil {
+			continue
+		}
+		created = append(created, sb.SandboxID)
+		firstCreate = time.Since(killed)
+	}
+	var lost time.Duration
+	for lost == 0 {
+		sb, err := cc.GetSandbox(ctx, sbID)
+		if err == nil && sb.State == api.StateFailed {
+			lost = time.Since(killed)
+			break
+		}
+		if time.Since(killed) > 5**lease {
+			return fmt.Errorf("sandbox of the killed node not reported lost within %s", 5**lease)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Printf("  node kill -9 → first create placed elsewhere: %.0f ms; → node lost: %.0f ms (lease %s)\n", ms(firstCreate), ms(lost), *lease)
+	res["node_death"] = map[string]float64{"first_create_elsewhere_ms": ms(firstCreate), "node_lost_ms": ms(lost)}
+	for _, id := range created {
+		cc.KillSandbox(ctx, id)
+	}
+	// Its restart reconciles: what was given up is killed.
+	if err := victim.start(); err != nil {
+		return err
+	}
+
+	res["finished"] = time.Now().UTC().Format(time.RFC3339)
+	os.MkdirAll(*out, 0o755)
+	path := filepath.Join(*out, "cluster-"+time.Now().UTC().Format("20060102-150405")+".json")
+	b, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Println("results:", path)
+	return nil
+}
+
+// sustained runs workers loops of create → kill for d and returns creates
+// per second.
+func sustained(ctx context.Context, c *client.Client, d time.Duration, workers int) (float64, error) {
+	var n atomic.Int64
+	var firstErr atomic.Value
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				sb, _, err := create(ctx, c)
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				n.Add(1)
+				c.KillSandbox(ctx, sb.SandboxID)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return 0, err
+	}
+	return float64(n.Load()) / time.Since(begin).Seconds(), nil
+}
