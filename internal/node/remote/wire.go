@@ -56,20 +56,25 @@ type plan struct {
 	Envs      []string          `json:"envs,omitempty"`
 	Limits    sandbox.Limits    `json:"limits"`
 	Internet  bool              `json:"internet"`
-	Image     string            `json:"image,omitempty"`
-	Token     bool              `json:"token,omitempty"`
-	ParentID  string            `json:"parentId,omitempty"`
+	// Volumes never reach a node yet (the API refuses to make them in a
+	// cluster); carried so that a plan is whole on the wire.
+	Volumes     []store.VolumeMount `json:"volumes,omitempty"`
+	PublicPorts bool                `json:"publicPorts,omitempty"`
+	Image       string              `json:"image,omitempty"`
+	Token       bool                `json:"token,omitempty"`
+	ParentID    string              `json:"parentId,omitempty"`
 }
 
 func toWire(p node.Plan) plan {
 	return plan{ProjectID: p.ProjectID, Role: p.Role, Template: p.Template, TimeoutMs: p.TimeoutMs, Metadata: p.Metadata,
 		OnTimeout: p.OnTimeout, Envs: p.Envs, Limits: p.Limits, Internet: p.Internet, Image: p.Image, Token: p.Key != nil,
-		ParentID: p.ParentID}
+		ParentID: p.ParentID, Volumes: p.Volumes, PublicPorts: p.PublicPorts}
 }
 
 func (w plan) plan() node.Plan {
 	return node.Plan{ProjectID: w.ProjectID, Role: w.Role, Template: w.Template, TimeoutMs: w.TimeoutMs, Metadata: w.Metadata,
-		OnTimeout: w.OnTimeout, Envs: w.Envs, Limits: w.Limits, Internet: w.Internet, Image: w.Image, ParentID: w.ParentID}
+		OnTimeout: w.OnTimeout, Envs: w.Envs, Limits: w.Limits, Internet: w.Internet, Image: w.Image, ParentID: w.ParentID,
+		Volumes: w.Volumes, PublicPorts: w.PublicPorts}
 }
 
 type forkRequest struct {
