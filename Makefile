@@ -127,8 +127,8 @@ soak: deps build template ## The soak suite at full length: 1,000 create → run
 	LIZARD_SOAK_CYCLES=$(SOAK_CYCLES) LIZARD_TEST_STRICT=1 LIZARD_CACHE_DIR=$(CACHE_DIR) \
 		go test -count=1 -timeout 60m -v -run '^TestSoak$$' ./e2e
 
-bench: deps build template testvenv ## Benchmarks in one run: Lizard beside raw runsc and direct Jupyter (BENCH_FLAGS="--scale 5 --sustain 5s" for a quick one)
-	LIZARD_CACHE_DIR=$(CACHE_DIR) $(TESTVENV)/bin/python bench/bench.py --cache-dir $(CACHE_DIR) $(BENCH_FLAGS)
+bench: deps build template testvenv qemu ## Benchmarks in one run: Lizard on gVisor beside raw runsc and direct Jupyter, and on QEMU (BENCH_FLAGS="--scale 5 --sustain 5s" for a quick one)
+	LIZARD_CACHE_DIR=$(CACHE_DIR) $(TESTVENV)/bin/python bench/bench.py --cache-dir $(CACHE_DIR) --qemu $(BENCH_FLAGS)
 
 bench-cluster: deps build template ## Many machines on one: api→node vs serve (runCode, create), creates/s with 1-3 nodes, time to node lost
 	LIZARD_CACHE_DIR=$(CACHE_DIR) go run ./bench/cluster --cache-dir $(CACHE_DIR) $(BENCH_CLUSTER_FLAGS)

@@ -456,8 +456,9 @@ def free_port() -> int:
 class Server:
     """`bin/lizard serve` on a free loopback port with a temp data dir and a project of its own."""
 
-    def __init__(self, bin_dir: Path, cache_dir: str, extra: List[str], label: str) -> None:
+    def __init__(self, bin_dir: Path, cache_dir: str, extra: List[str], label: str, runtime: str = "gvisor") -> None:
         self.bin = str(bin_dir / "lizard")
+        self.runtime = runtime
         extra = unlimited_flags(self.bin) + extra
         self.dir = Path(tempfile.mkdtemp(prefix=f"lizard-bench-{label}-"))
         self.keep = False
@@ -498,7 +499,7 @@ class Server:
             return ""
 
     def sandbox_dir(self) -> Path:
-        return self.dir / "gvisor" / "sandboxes"
+        return self.dir / self.runtime / "sandboxes"
 
     def kill_all(self) -> None:
         """Kill every sandbox of the project through the API (the server keeps them on SIGTERM)."""
@@ -955,6 +956,12 @@ def main() -> int:
                     help="pool size for the 'with warm pool' figures when lizard serve has --warm-pool (default 2)")
     ap.add_argument("--warm-pool-gap", type=parse_duration, default=1.0,
                     help="pause between creates with the warm pool, to let it refill (default 1s)")
+    ap.add_argument("--qemu", action="store_true",
+                    help="measure the QEMU backend too (--runtime qemu; needs make qemu), beside gVisor")
+    ap.add_argument("--qemu-runs", type=int, default=3,
+                    help="QEMU cold boots and template-snapshot creates (default 3; slow under TCG)")
+    ap.add_argument("--qemu-code-runs", type=int, default=50, help="QEMU runCode(\"1+1\") calls (default 50)")
+    ap.add_argument("--qemu-idle", type=int, default=3, help="idle QEMU VMs for the memory figure (default 3)")
     ap.add_argument("--bin-dir", default=str(REPO / "bin"))
     ap.add_argument("--cache-dir", default=os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
@@ -1028,6 +1035,8 @@ def main() -> int:
             res.add(Figure(name, note="skipped (--warm-pool 0)"))
         else:
             res.add(Figure(name, note="not available (lizard serve has no --warm-pool)"))
+        if a.qemu:
+            qemu_column(res, bin_dir, a.cache_dir, a.qemu_runs, a.qemu_code_runs, a.qemu_idle)
     except (Interrupted, KeyboardInterrupt) as exc:
         log(f"interrupted ({exc}); cleaning up")
         CLEANUP.run()
@@ -1052,6 +1061,88 @@ def main() -> int:
                                indent=1, ensure_ascii=False) + "\n")
     print(f"\nresults: {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
     return 0
+
+
+# --- QEMU ------------------------------------------------------------------------------------------------
+
+
+def wait_log(srv: Server, text: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while text not in srv.log_path.read_text(errors="replace"):
+        if srv.proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"lizard serve never logged {text!r}:\n{srv.logs()}")
+        time.sleep(0.5)
+
+
+def qemu_column(res: Results, bin_dir: Path, cache_dir: str, runs: int, code_runs: int, idle: int) -> None:
+    """The QEMU backend (--runtime qemu) beside gVisor in the same run: boot, restore, runCode and memory
+    per idle VM, each row compared with gVisor's figure of the same kind. Under TCG (no usable KVM) every
+    figure is software emulation's, which says nothing of KVM's (docs/qemu.md)."""
+    from lizard import CodeSandbox
+
+    # Cold boots: the VM's boot to its first process, from the runtime's own log line.
+    srv = Server(bin_dir, cache_dir, ["--runtime", "qemu", "--template-snapshot=false", "--warm-pool", "0"],
+                 "qemu-cold", runtime="qemu")
+    accel = "KVM" if "using KVM" in srv.logs() else "TCG"
+    log(f"QEMU ({accel}): {runs} cold boots")
+    ids = []
+    for _ in range(runs):
+        with CodeSandbox.create(**srv.sdk(), timeout_ms=600_000) as sb:
+            ids.append(sb.sandbox_id)
+    t = srv.log_timings()
+    srv.stop()
+    res.add(Figure(f"qemu ({accel}): boot, VM start → first process (agent)", [t[i]["up"] for i in ids if "up" in t.get(i, {})],
+                   baseline="  server: runtime up (netns + runsc run/restore)",
+                   note="gVisor's row is a template-snapshot restore; with --template-snapshot=false gVisor boots in ~0.3 s"))
+    res.add(Figure(f"qemu ({accel}): boot → agent healthy", [t[i]["running"] - t[i]["up"] for i in ids
+                                                             if {"up", "running"} <= set(t.get(i, {}))]))
+
+    srv = Server(bin_dir, cache_dir, ["--runtime", "qemu", "--warm-pool", "0"], "qemu", runtime="qemu")
+    log(f"QEMU ({accel}): waiting for the template snapshot")
+    wait_log(srv, "template snapshot made", 1800)
+    warm_up(srv)
+    log(f"QEMU ({accel}): create (template-snapshot restore) → first result, kill")
+    first, ids = [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        sb = CodeSandbox.create(**srv.sdk(), timeout_ms=600_000)
+        try:
+            must_result(sb.run_code("1+1"), "text/plain")
+            first.append((time.perf_counter() - t0) * 1000)
+        finally:
+            sb.kill()
+            sb.close()
+        ids.append(sb.sandbox_id)
+    res.add(Figure(f"qemu ({accel}): create → first runCode(\"1+1\") result", first,
+                   baseline="create → first runCode(\"1+1\") result"))
+    t = srv.log_timings()
+    res.add(Figure(f"qemu ({accel}):   server: restore, VM up and re-addressed", [t[i]["up"] for i in ids if "up" in t.get(i, {})],
+                   baseline="  server: runtime up (netns + runsc run/restore)"))
+    log(f"QEMU ({accel}): runCode round trips, memory of {idle} idle VMs")
+    sandboxes = [CodeSandbox.create(**srv.sdk(), timeout_ms=600_000) for _ in range(max(1, idle))]
+    try:
+        sb = sandboxes[0]
+        must_result(sb.run_code("1+1"), "text/plain")
+        one = []
+        for _ in range(code_runs):
+            ms, run = timed(lambda: sb.run_code("1+1"))
+            must_result(run, "text/plain")
+            one.append(ms)
+        res.add(Figure(f"qemu ({accel}): runCode(\"1+1\")", one, baseline="runCode(\"1+1\")"))
+        for s in sandboxes[1:]:
+            must_result(s.run_code("1+1"), "text/plain")
+        time.sleep(5)  # let the guests settle into idle
+        pids = srv.runsc_pids()  # QEMU's command line names the sandbox directory too
+        rss, pss = proc_mem(pids)
+        res.add(Figure(f"qemu ({accel}): memory per idle VM, PSS of its QEMU process", value=pss / len(sandboxes) / 2**20,
+                       unit="MiB", note=f"{len(pids)} processes; guest RAM is touched memory, not the -m size"))
+        res.add(Figure(f"qemu ({accel}): memory per idle VM, RSS of its QEMU process", value=rss / len(sandboxes) / 2**20,
+                       unit="MiB"))
+    finally:
+        for s in sandboxes:
+            s.kill()
+            s.close()
+    srv.stop()
 
 
 def warm_up(srv: Server) -> None:

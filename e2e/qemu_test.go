@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,5 +81,65 @@ func TestQEMU(t *testing.T) {
 		if got := strings.TrimSpace(run(t, c, f.SandboxID, "bash", "uname -r; cat /tmp/f").Stdout); !strings.Contains(got, "cloud") || !strings.HasSuffix(got, "kept") {
 			t.Errorf("fork's kernel and file: %q, want Debian's cloud kernel and \"kept\"", got)
 		}
+	})
+
+	t.Run("Adversarial", func(t *testing.T) {
+		n := newNeighbour(t, c)
+		bad := newSandbox(t, c, api.CreateSandboxRequest{})
+		// The guest's devices: the disks (template, writable layer, host
+		// files) and the init's control port are root's; code is not.
+		out := runPy(t, c, bad.SandboxID, `import glob, os
+res = []
+for p in sorted(glob.glob('/dev/vd*') + glob.glob('/dev/vport*')):
+    try:
+        open(p, 'rb').close()
+        res.append(p + ':opened')
+    except OSError as e:
+        res.append(p + ':' + type(e).__name__)
+print(os.getuid(), ' '.join(res))
+print(open('/proc/cmdline').read().strip())
+print(sorted({l.split()[2] for l in open('/proc/mounts')} & {'9p', 'virtiofs', 'nfs', 'fuse'}))
+print([l.split()[3].split(',')[0] for l in open('/proc/mounts') if l.split()[1] == '/opt/lizard/bin/lizard-agent'])`)
+		t.Logf("the guest as sandbox code sees it: %s", out)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 4 {
+			t.Fatalf("probe printed %q", out)
+		}
+		devs := strings.Fields(lines[0])
+		if devs[0] == "0" || len(devs) < 5 {
+			t.Errorf("code runs as uid %s and sees devices %v; want a non-root user and three disks and the control port", devs[0], devs[1:])
+		}
+		for _, d := range devs[1:] {
+			if !strings.HasSuffix(d, ":PermissionError") {
+				t.Errorf("sandbox code opening %s; want PermissionError", d)
+			}
+		}
+		if strings.Contains(lines[1], "LIZARD") || strings.Contains(strings.ToLower(lines[1]), "secret") {
+			t.Errorf("the guest's kernel command line carries the sandbox's settings: %q", lines[1])
+		}
+		if lines[2] != "[]" {
+			t.Errorf("host filesystems shared into the guest: %s", lines[2])
+		}
+		if lines[3] != "['ro']" {
+			t.Errorf("the agent's mount options start %s, want ['ro']", lines[3])
+		}
+		// The network: the host's API without a token, another sandbox's
+		// agent, the metadata address.
+		for _, tc := range []struct {
+			name, host string
+			port       int
+		}{
+			{"host API through the host veth", s.hostAddr(t, bad.SandboxID), s.listenPort(t)},
+			{"another VM's agent", s.guestAddr(t, n.sb.SandboxID), api.AgentPort},
+			{"metadata", "169.254.169.254", 80},
+		} {
+			// Connecting is enough: a server that answers nothing first
+			// (HTTP) must not pass for blocked.
+			code := fmt.Sprintf("import socket\ntry:\n    socket.create_connection((%q, %d), timeout=3)\n    print('connected')\nexcept Exception as e:\n    print('blocked:', type(e).__name__)", tc.host, tc.port)
+			if got := strings.TrimSpace(runPy(t, c, bad.SandboxID, code)); !strings.HasPrefix(got, "blocked") {
+				t.Errorf("%s: connect to %s:%d = %q, want blocked", tc.name, tc.host, tc.port, got)
+			}
+		}
+		n.check(t)
 	})
 }

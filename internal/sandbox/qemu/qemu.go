@@ -647,6 +647,9 @@ func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir strin
 	return exited, nil
 }
 
+// maxReply bounds one answer of the guest's init.
+const maxReply = 64 << 10
+
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // ask sends the guest's init one request over the control port and
@@ -671,7 +674,8 @@ func (r *Runtime) ask(ctx context.Context, id string, exited <-chan struct{}, re
 	if _, err := conn.Write(append(b, '\n')); err != nil {
 		return reply, fmt.Errorf("asking the guest to %s: %w", req.Op, err)
 	}
-	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	// The guest is not trusted: its answer is read up to a bound.
+	line, err := bufio.NewReader(io.LimitReader(conn, maxReply)).ReadBytes('\n')
 	if err != nil {
 		return reply, r.whyNoAnswer(ctx, id, exited, fmt.Errorf("waiting for the guest to %s: %w", req.Op, err))
 	}
