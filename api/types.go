@@ -417,3 +417,87 @@ func IntegralNumbers(body []byte) []byte {
 	}
 	return out
 }
+
+// Template build event types (TemplateBuildEvent.type).
+const (
+	BuildEventStep  = "step"
+	BuildEventLog   = "log"
+	BuildEventDone  = "done"
+	BuildEventError = "error"
+)
+
+// BuildTemplateRequest is the body of POST /v1/templates: a custom
+// template named within the key's project, built from Recipe
+// (docs/templates.md).
+type BuildTemplateRequest struct {
+	Name   string         `json:"name"`
+	Recipe TemplateRecipe `json:"recipe"`
+}
+
+// TemplateRecipe is what a custom template is made of, on top of a
+// built-in base template. The CLI reads it from a YAML file.
+type TemplateRecipe struct {
+	Base string `json:"base,omitempty"` // default "interpreter"
+	// Apt are Debian packages; Pip are pip requirements ("name" or
+	// "name==version"), installed into the template's venv.
+	Apt   []string       `json:"apt,omitempty"`
+	Pip   []string       `json:"pip,omitempty"`
+	Files []TemplateFile `json:"files,omitempty"`
+	// Env is given to all code in the template's sandboxes (a create's
+	// envs win); Workdir is where code runs and relative file paths start.
+	Env     map[string]string `json:"env,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	// Run are build commands, in order, after packages and files.
+	Run []TemplateCommand `json:"run,omitempty"`
+	// Start runs at boot, in the background, as the sandbox user.
+	Start string `json:"start,omitempty"`
+}
+
+// TemplateFile is a file copied into the template.
+type TemplateFile struct {
+	Path string `json:"path"` // absolute path inside the template
+	// Content is the file's bytes, base64; left out of responses.
+	Content string `json:"content,omitempty"`
+	Mode    int64  `json:"mode,omitempty"`  // permission bits; default 0644
+	Owner   string `json:"owner,omitempty"` // "user" (default) or "root"
+	Size    int64  `json:"size,omitempty"`  // in responses
+}
+
+// TemplateCommand is one build command, run by /bin/sh -c.
+type TemplateCommand struct {
+	Cmd  string `json:"cmd"`
+	User string `json:"user,omitempty"` // "root" (default; the sandbox's root, not the host's) or "user"
+}
+
+// Template is a built custom template.
+type Template struct {
+	Name      string         `json:"name"`
+	ProjectID string         `json:"projectId"`
+	Base      string         `json:"base"`
+	Key       string         `json:"key"` // the hash of its recipe
+	CreatedAt time.Time      `json:"createdAt"`
+	BuildMs   int64          `json:"buildMs"`
+	SizeBytes int64          `json:"sizeBytes"`
+	Recipe    TemplateRecipe `json:"recipe"`
+}
+
+// TemplateList is the body of GET /v1/templates.
+type TemplateList struct {
+	Templates []Template `json:"templates"`
+}
+
+// TemplateBuildEvent is one line of POST /v1/templates' NDJSON stream:
+// steps and their output as they come, then done (with the template) or
+// error (with the failing step's name and its last output).
+type TemplateBuildEvent struct {
+	Type     string    `json:"type"`
+	Step     int       `json:"step,omitempty"`
+	Total    int       `json:"total,omitempty"`
+	Name     string    `json:"name,omitempty"` // of the step
+	Text     string    `json:"text,omitempty"` // a log line
+	Cached   bool      `json:"cached,omitempty"`
+	Template *Template `json:"template,omitempty"`
+	Code     string    `json:"code,omitempty"`
+	Message  string    `json:"message,omitempty"`
+	Log      string    `json:"log,omitempty"` // the failing step's last output
+}

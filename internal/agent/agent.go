@@ -43,6 +43,7 @@ type Agent struct {
 	user       identity
 	envMu      sync.RWMutex
 	env        []string // base environment of all code; /reseed changes it
+	workdir    string   // where code runs by default: the template's, else home
 	scratchDir string   // per-call files (bash scripts, JS error reports)
 	jsHook     string   // node --require file that reports uncaught errors
 	handler    http.Handler
@@ -84,12 +85,21 @@ func New(cfg Config) (*Agent, error) {
 	if base == nil {
 		base = os.Environ()
 	}
-	a.env = buildEnv(base, a.user, cfg.Python)
+	tmpl, err := readTemplateSettings(cfg.TemplateConfig)
+	if err != nil {
+		return nil, err
+	}
+	// The template's envs come first: the sandbox's own (its create's) win.
+	a.env = buildEnv(append(tmpl.envList(), base...), a.user, cfg.Python)
+	a.workdir = a.user.home
+	if tmpl.Workdir != "" {
+		a.workdir = tmpl.Workdir
+	}
 	if err := a.prepareRuntimeDir(); err != nil {
 		return nil, err
 	}
 	for _, lang := range []string{langPython, langJavaScript, langBash} {
-		c := newExecContext(defaultContextID(lang), lang, a.user.home)
+		c := newExecContext(defaultContextID(lang), lang, a.workdir)
 		a.contexts[c.info.ID] = c
 		a.order = append(a.order, c.info.ID)
 	}
@@ -115,6 +125,9 @@ func New(cfg Config) (*Agent, error) {
 			a.log.Info("preloaded modules", "modules", cfg.Preload, "took", time.Since(start))
 		}
 	}()
+	if tmpl.Start != "" {
+		a.startCommand(tmpl.Start)
+	}
 	a.log.Info("agent ready", "user", a.user.name, "uid", a.user.uid, "home", a.user.home, "switch_user", a.user.cred != nil)
 	return a, nil
 }

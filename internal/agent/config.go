@@ -59,6 +59,10 @@ type Config struct {
 	// binding no names (LIZARD_AGENT_PRELOAD=numpy,pandas): the server
 	// sets it in the sandbox it checkpoints as a template snapshot.
 	Preload []string
+	// TemplateConfig is the custom template's settings file
+	// (TemplateSettings, written by its build); "" or a missing file:
+	// none. LoadConfig sets DefaultTemplateConfig.
+	TemplateConfig string
 	// Secret, when set, must come with every request but /health as a
 	// Bearer token (guard.go); read from LIZARD_AGENT_SECRET, never a flag,
 	// since every process may read the command line.
@@ -106,6 +110,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	}
 	cfg.MaxOutputBytes, cfg.MaxFileBytes = *maxOut, *maxFile
 	cfg.Secret = getenv("LIZARD_AGENT_SECRET")
+	cfg.TemplateConfig = envOr("TEMPLATE_CONFIG", DefaultTemplateConfig)
 	return cfg, cfg.validate()
 }
 

@@ -213,7 +213,7 @@ func (a *Agent) createContext(w http.ResponseWriter, r *http.Request) {
 // home), answering 400 itself when it is not an existing directory.
 func (a *Agent) cwdOf(w http.ResponseWriter, cwd string) (string, bool) {
 	if cwd == "" {
-		return a.user.home, true
+		return a.workdir, true
 	}
 	p, err := a.resolve(cwd)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -71,6 +72,13 @@ type Config struct {
 	PortsKey    []byte
 	PortsDomain string
 	PortsResume bool
+	// Builder builds custom templates (templates.go); nil: none can be
+	// built. BuildsPerHour bounds each project's builds that are not
+	// found in the cache (0: no bound). Forget is told a custom template
+	// reference is gone, to end its warm pool and drop its snapshot.
+	Builder       TemplateBuilder
+	BuildsPerHour float64
+	Forget        func(ctx context.Context, ref string)
 }
 
 // Control serves the API's sandbox operations. It is safe for concurrent
@@ -92,6 +100,11 @@ type Control struct {
 
 	ownersMu sync.Mutex
 	owners   map[string]string // sandbox ID → project, of calls (Acquire)
+	// tmplMu guards building (project/name of builds under way) and
+	// buildLimits; it also orders a template's deletion after its build.
+	tmplMu      sync.Mutex
+	building    map[string]bool
+	buildLimits map[string]*rate.Limiter
 }
 
 // New checks cfg and returns the control plane.
@@ -132,7 +145,8 @@ func New(cfg Config) (*Control, error) {
 	case p.DiskBytes > 0 && d.DiskBytes > p.DiskBytes:
 		return nil, fmt.Errorf("control: default disk %d is over the maximum %d", d.DiskBytes, p.DiskBytes)
 	}
-	return &Control{cfg: cfg, node: cfg.Node, log: cfg.Logger, limiters: map[string]*rate.Limiter{}}, nil
+	return &Control{cfg: cfg, node: cfg.Node, log: cfg.Logger, limiters: map[string]*rate.Limiter{},
+		building: map[string]bool{}, buildLimits: map[string]*rate.Limiter{}}, nil
 }
 
 func (c *Control) now() time.Time { return c.cfg.Now().UTC() }
@@ -343,7 +357,7 @@ func (c *Control) toAPI(sb store.Sandbox) api.Sandbox {
 	return api.Sandbox{
 		SandboxID:       sb.ID,
 		ProjectID:       sb.ProjectID,
-		Template:        sb.Template,
+		Template:        recipe.Name(sb.Template),
 		State:           sb.State,
 		TimeoutMs:       sb.TimeoutMs,
 		Metadata:        meta,

@@ -12,6 +12,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
@@ -39,6 +40,11 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 	if req.SnapshotID != "" {
 		return c.createFromSnapshot(ctx, projectID, parent, req)
 	}
+	ref, err := c.resolveTemplate(ctx, projectID, req.Template)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	req.Template = ref
 	p, err := c.plan(projectID, req)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -70,7 +76,9 @@ func (c *Control) plan(projectID string, req api.CreateSandboxRequest) (node.Pla
 	if p.Template == "" {
 		p.Template = template.Default
 	}
-	if !slices.Contains(c.cfg.Templates, p.Template) {
+	// A custom template's reference comes from resolveTemplate or from
+	// the store (a snapshot's, a fork parent's), never from the caller.
+	if _, _, custom := recipe.SplitRef(p.Template); !custom && !slices.Contains(c.cfg.Templates, p.Template) {
 		return p, node.Invalidf("unknown template %q; available: %s", p.Template, strings.Join(c.cfg.Templates, ", "))
 	}
 	p.TimeoutMs = c.cfg.DefaultTimeout.Milliseconds()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -39,7 +40,7 @@ func (c *Control) Snapshot(ctx context.Context, projectID, id string) (api.Snaps
 }
 
 func snapshotAPI(sn store.Snapshot) api.Snapshot {
-	return api.Snapshot{SnapshotID: sn.ID, SandboxID: sn.SandboxID, ProjectID: sn.ProjectID, Template: sn.Template,
+	return api.Snapshot{SnapshotID: sn.ID, SandboxID: sn.SandboxID, ProjectID: sn.ProjectID, Template: recipe.Name(sn.Template),
 		CreatedAt: sn.CreatedAt, SizeBytes: sn.SizeBytes}
 }
 
@@ -100,8 +101,8 @@ func (c *Control) createFromSnapshot(ctx context.Context, projectID, parent stri
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if req.Template != "" && req.Template != sn.Template {
-		return api.Sandbox{}, node.Invalidf("template %q differs from snapshot %s's template %q; leave it out", req.Template, sn.ID, sn.Template)
+	if req.Template != "" && req.Template != recipe.Name(sn.Template) {
+		return api.Sandbox{}, node.Invalidf("template %q differs from snapshot %s's template %q; leave it out", req.Template, sn.ID, recipe.Name(sn.Template))
 	}
 	if len(req.Envs) > 0 || req.LizardToken {
 		return api.Sandbox{}, node.Invalidf("envs and lizardToken cannot be set when creating from a snapshot: the restored processes keep the snapshot's environment")

@@ -21,6 +21,7 @@ import (
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
@@ -76,6 +77,11 @@ type serveConfig struct {
 	// (docs/ports.md).
 	PortsDomain string
 	PortsResume bool
+	// Warm sizes the warm pool of named templates ([PROJECT/]NAME=N,
+	// --warm, repeated); BuildsPerHour bounds each project's template
+	// builds.
+	Warm          warmFlag
+	BuildsPerHour float64
 	// policy is untrusted code's limits and network (serve_policy.go).
 	policy policyFlags
 
@@ -120,6 +126,8 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PausedRetention, "paused-retention", node.DefaultPausedRetention, "how long a paused sandbox is kept before it is ended")
 	fs.BoolVar(&c.TemplateSnapshot, "template-snapshot", true, "create sandboxes by restoring a checkpoint of each template's booted sandbox (kernel started, numpy/pandas/matplotlib imported) instead of booting; false boots every sandbox")
 	fs.IntVar(&c.WarmPool, "warm-pool", 0, "restored sandboxes per template kept ready for creates with the default limits (needs --template-snapshot; each costs an idle sandbox's memory)")
+	fs.Var(&c.Warm, "warm", "warm pool of one template, [PROJECT/]NAME=N (repeat for more): a custom template by name (in PROJECT, or in every project having one of that name), or a built-in to override --warm-pool for it")
+	fs.Float64Var(&c.BuildsPerHour, "template-builds-per-hour", 20, "custom template builds per hour per project, not counting builds found in the cache (0: no bound)")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", "127.0.0.1:9464", "address to serve Prometheus metrics on at /metrics (docs/metrics.md); \"\" turns them off")
 	fs.Int64Var(&c.MaxVolumeMb, "max-volume-mb", 10240, "largest persistent volume a project may create (sizeMb), MiB; volumes are sparse files under DATA/volumes")
 	fs.StringVar(&c.PortsDomain, "ports-domain", "", "wildcard domain whose hosts <port>-<sandboxId>.<domain> reach sandboxes' exposed ports (point *.<domain> at this listener); \"\": path-based URLs only")
@@ -156,6 +164,12 @@ func (c *serveConfig) validate() error {
 	}
 	if c.WarmPool < 0 || c.WarmPool > 64 {
 		return cli.Usagef("--warm-pool %d: want 0 to 64", c.WarmPool)
+	}
+	if len(c.Warm) > 0 && !c.TemplateSnapshot {
+		return cli.Usagef("--warm needs --template-snapshot=true: the pool is restored from template snapshots")
+	}
+	if c.BuildsPerHour < 0 {
+		return cli.Usagef("--template-builds-per-hour cannot be negative")
 	}
 	if c.WarmPool > 0 && !c.TemplateSnapshot {
 		return cli.Usagef("--warm-pool needs --template-snapshot=true: the pool is restored from template snapshots")
@@ -261,13 +275,19 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctl, err := control.New(control.Config{
+	builder := recipe.New(recipe.Config{CacheDir: c.CacheDir, Node: n, Store: st, Base: parts.builds.Artifact, Limits: limits, Logger: logger})
+	ccfg := control.Config{
 		Node: n, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: internet,
 		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,
 		MaxRunning: c.policy.MaxSandboxes, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
 		Audit: audit, MaxVolumeBytes: c.MaxVolumeMb << 20,
 		PortsKey: agentKey, PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
-	})
+		Builder: builder, BuildsPerHour: c.BuildsPerHour,
+	}
+	if pool != nil {
+		ccfg.Forget = pool.Forget
+	}
+	ctl, err := control.New(ccfg)
 	if err != nil {
 		return err
 	}
@@ -332,6 +352,8 @@ type nodeParts struct {
 	node *node.Local
 	pool *warm.Pool // nil without --template-snapshot
 	rt   sandbox.Runtime
+	// builds are the built-in templates' (custom ones are built on them).
+	builds *template.Builds
 }
 
 // newNode starts the runtime, the template builds and the warm pool, and
@@ -358,15 +380,28 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st *store.Store, l
 	}
 	files := []sandbox.File{{Source: c.Agent, Target: node.AgentPath}, {Source: c.Lizard, Target: node.LizardPath}}
 
+	// A built-in template by name, a custom one by its reference
+	// (recipe.Ref) from the template cache.
+	artifact := func(ctx context.Context, name string) (sandbox.Artifact, error) {
+		if _, _, custom := recipe.SplitRef(name); custom {
+			return recipe.Artifact(c.CacheDir, name)
+		}
+		return builds.Artifact(ctx, name)
+	}
+
 	// Template snapshots and the warm pool.
 	var pool *warm.Pool
 	if c.TemplateSnapshot {
-		pool = warm.New(warm.Config{Store: st, Templates: template.Names(), Artifact: builds.Artifact, DataDir: c.DataDir,
+		wcfg := warm.Config{Store: st, Templates: template.Names(), Artifact: artifact, DataDir: c.DataDir,
 			RuntimeKey: rt.ImageKey(), Files: []string{c.Agent, c.Lizard}, Size: c.WarmPool,
-			Limits: limits, Internet: internet, Logger: logger, Metrics: mx})
+			Limits: limits, Internet: internet, Logger: logger, Metrics: mx}
+		if len(c.Warm) > 0 {
+			wcfg.Sizes = c.Warm.sizes(st, logger)
+		}
+		pool = warm.New(wcfg)
 	}
 	ncfg := node.Config{
-		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: builds.Artifact, Files: files,
+		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: artifact, Files: files,
 		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: tokenAPI,
 		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,
 		Volumes:      &volume.Manager{Dir: filepath.Join(c.DataDir, "volumes")},
@@ -379,7 +414,7 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st *store.Store, l
 	if err != nil {
 		return nodeParts{}, err
 	}
-	return nodeParts{node: n, pool: pool, rt: rt}, nil
+	return nodeParts{node: n, pool: pool, rt: rt, builds: builds}, nil
 }
 
 // version names the build: its VCS revision, or its module version.

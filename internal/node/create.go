@@ -31,7 +31,7 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	w := n.cfg.Warm
 	// A sandbox with volumes boots: runsc restores an image only into
 	// the mounts it was taken with, and the template's has none.
-	if w == nil || p.Role == store.RoleTemplate || len(p.Volumes) > 0 {
+	if w == nil || p.Role == store.RoleTemplate || len(p.Volumes) > 0 || p.Build != nil {
 		return n.provision(ctx, p, boot)
 	}
 	if p.Role == "" && p.Key == nil && w.Pool(p.Template, p.Limits, p.Internet) {

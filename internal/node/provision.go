@@ -55,6 +55,10 @@ type Plan struct {
 	Key func(ctx context.Context, sandboxID string) (key string, err error)
 	// ParentID is the sandbox whose lizardToken asked for this one, if any.
 	ParentID string
+	// Build, when set, is a template build's private root filesystem: the
+	// sandbox boots it writable (sandbox.Spec.WritableRoot) instead of
+	// Template's artifact. Role store.RoleBuild.
+	Build *sandbox.Artifact
 
 	// admitted is set once Admit let this create in, so that a fallback
 	// to another source is not charged twice (Create).
@@ -86,8 +90,10 @@ var errNoWarm = errors.New("no warm sandbox")
 // On failure nothing is left: the sandbox is killed, its address freed
 // and its row marked failed.
 func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sandbox, err error) {
-	a, err := n.artifact(ctx, p.Template)
-	if err != nil {
+	var a sandbox.Artifact
+	if p.Build != nil {
+		a = *p.Build
+	} else if a, err = n.artifact(ctx, p.Template); err != nil {
 		return store.Sandbox{}, err
 	}
 	sb, err := n.record(ctx, p, src)
@@ -140,6 +146,7 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 		if err != nil {
 			return fail("its addresses are unusable", err)
 		}
+		spec.WritableRoot = p.Build != nil
 		if src.image == "" {
 			err = n.cfg.Runtime.Create(ctx, spec)
 		} else {

@@ -92,6 +92,10 @@ type Spec struct {
 	Volumes []Volume
 	Network Network
 	Limits  Limits
+	// WritableRoot makes writes land in Template.RootFS itself instead of
+	// a per-sandbox layer: a template build's sandbox, which fills a
+	// private copy of its base. Such a sandbox is never checkpointed.
+	WritableRoot bool
 }
 
 // State is what the runtime reports about a sandbox.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
@@ -21,10 +22,19 @@ const MaxJSONBody = 1 << 20
 // being silently ignored, and so is a null anywhere (no field is nullable:
 // leave it out instead). An empty body is {} when allowEmpty.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBody))
+	return decodeJSONMax(w, r, v, allowEmpty, MaxJSONBody)
+}
+
+// decodeJSONMax is decodeJSON with a body of up to limit bytes.
+func decodeJSONMax(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool, limit int64) error {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
+			if limit != MaxJSONBody {
+				return &httpError{status: http.StatusRequestEntityTooLarge, code: api.CodeTooLarge,
+					msg: fmt.Sprintf("the request body is over the %d MiB limit of this request", limit>>20)}
+			}
 			return tooLarge()
 		}
 		return badRequest("reading the request body: %v", err)

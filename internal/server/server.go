@@ -86,6 +86,7 @@ func New(cfg Config) *Server {
 	s.snapshotRoutes(mux, authed)
 	s.volumeRoutes(mux, authed)
 	s.portRoutes(mux)
+	s.templateRoutes(mux, authed)
 	// Other methods on the server's own paths get a JSON 405, not the
 	// proxy (which would ask the agent for /timeout).
 	for _, p := range []string{"/v1/sandboxes/{id}/timeout", "/v1/sandboxes/{id}/pause", "/v1/sandboxes/{id}/resume", "/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/fork"} {

@@ -12,6 +12,8 @@ const (
 	RoleTemplate = "template"
 	// RoleWarm is a restored sandbox waiting in the warm pool to be claimed.
 	RoleWarm = "warm"
+	// RoleBuild is a custom template's build sandbox (package recipe).
+	RoleBuild = "build"
 )
 
 // InternalProject owns the server's own sandboxes until a user claims one.

@@ -288,6 +288,22 @@ CREATE TABLE volumes (
 );
 CREATE UNIQUE INDEX volumes_project_name ON volumes(project_id, name);
 `,
+	// Custom templates (templates.go): a project's named recipe and the
+	// key (hash) of its build in the template cache.
+	`
+CREATE TABLE templates (
+	project_id TEXT NOT NULL REFERENCES projects(id),
+	name       TEXT NOT NULL,
+	tkey       TEXT NOT NULL,
+	base       TEXT NOT NULL,
+	recipe     TEXT NOT NULL,
+	created_at INTEGER NOT NULL,
+	build_ms   INTEGER NOT NULL,
+	size_bytes INTEGER NOT NULL,
+	PRIMARY KEY (project_id, name)
+);
+CREATE INDEX templates_key ON templates(tkey);
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

@@ -360,3 +360,33 @@ func unescapeMount(s string) string {
 	}
 	return b.String()
 }
+
+// EnsureLayer returns <cacheDir>/templates/<key>/rootfs, running build
+// into an empty temporary rootfs first if no complete build of key is
+// there, and moving it into place only when build succeeds: a failed build
+// leaves nothing. Concurrent callers for one key wait for each other.
+// Custom templates (package recipe) are built through it.
+func EnsureLayer(ctx context.Context, cacheDir, key string, progress io.Writer, build func(ctx context.Context, rootfs string) error) (string, error) {
+	return ensureLayer(ctx, cacheDir, key, newProgress(progress), build)
+}
+
+// LayerRootFS is where key's root filesystem is once built, and whether
+// it is.
+func LayerRootFS(cacheDir, key string) (string, bool) {
+	final := filepath.Join(cacheDir, "templates", key)
+	return filepath.Join(final, "rootfs"), isBuilt(final)
+}
+
+// RemoveLayer deletes key's build and its lock file, first making sure
+// nothing is mounted below it.
+func RemoveLayer(cacheDir, key string) error {
+	final := filepath.Join(cacheDir, "templates", key)
+	if err := removeAll(final); err != nil {
+		return fmt.Errorf("removing template build %s: %w", key, err)
+	}
+	os.Remove(final + ".lock")
+	return nil
+}
+
+// DiskUsage sums the sizes of the regular files below dir.
+func DiskUsage(dir string) int64 { return diskUsage(dir) }

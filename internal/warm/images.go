@@ -41,11 +41,27 @@ func (p *Pool) key(a sandbox.Artifact) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
+// goMakeImage starts name's image maker unless it has one; ctx nil
+// means Run's (before Run, nothing starts: Run starts the built-ins').
 func (p *Pool) goMakeImage(ctx context.Context, name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ctx == nil {
+		ctx = p.ctx
+	}
+	if ctx == nil || ctx.Err() != nil || p.making[name] != nil {
+		return
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	p.making[name] = cancel
 	p.running.Add(1)
 	go func() {
 		defer p.running.Done()
-		p.makeImage(ctx, name)
+		p.makeImage(mctx, name)
+		p.mu.Lock()
+		delete(p.making, name)
+		p.mu.Unlock()
+		cancel()
 	}()
 }
 

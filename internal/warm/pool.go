@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,7 +75,7 @@ func (p *Pool) fill(ctx context.Context) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
-		for _, name := range p.cfg.Templates {
+		for _, name := range p.templates(ctx) {
 			p.fillTemplate(ctx, name)
 		}
 		select {
@@ -100,8 +101,13 @@ func (p *Pool) fillTemplate(ctx context.Context, name string) {
 			}
 			return
 		}
+		if len(warm) > p.size(name) {
+			// The pool of a template no longer wanted (or smaller) drains.
+			p.endWarm(ctx, p.node, warm[len(warm)-1].ID, "the warm pool of its template shrank")
+			continue
+		}
 		dir := p.Image(name, p.cfg.Limits)
-		if len(warm) >= p.cfg.Size || dir == "" {
+		if len(warm) >= p.size(name) || dir == "" {
 			return
 		}
 		_, err := p.node.Create(ctx, node.Plan{ProjectID: store.InternalProject, Role: store.RoleWarm, Template: name,
@@ -144,4 +150,28 @@ func memAvailable() (int64, error) {
 		}
 	}
 	return 0, errors.New("no MemAvailable in /proc/meminfo")
+}
+
+// templates are the templates with a pool: the built-ins and Sizes'
+// (read again here), and any that still have warm sandboxes, so that a
+// pool no longer wanted drains.
+func (p *Pool) templates(ctx context.Context) []string {
+	names := slices.Clone(p.cfg.Templates)
+	if p.cfg.Sizes != nil {
+		sizes := p.cfg.Sizes(ctx)
+		p.mu.Lock()
+		p.sizes = sizes
+		p.mu.Unlock()
+		for name := range sizes {
+			if !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	for _, sb := range p.warm(ctx, "") {
+		if !slices.Contains(names, sb.Template) {
+			names = append(names, sb.Template)
+		}
+	}
+	return names
 }

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,7 +73,12 @@ type Config struct {
 	// Below MinAvailable bytes of MemAvailable (default 1 GiB; negative:
 	// never) the pool shrinks instead. MemAvailable defaults to reading
 	// /proc/meminfo.
-	Size         int
+	Size int
+	// Sizes, when set, gives more templates a pool, by the name nodes
+	// use (a custom template's reference), read again every tick: a
+	// template built after the start gets its pool then. A built-in named
+	// there takes that size instead of Size.
+	Sizes        func(ctx context.Context) map[string]int
 	Limits       sandbox.Limits
 	Internet     bool
 	MinAvailable int64
@@ -91,6 +97,10 @@ type Pool struct {
 	mu       sync.Mutex
 	dirs     map[string]string // template → ready image
 	failures map[string]int    // template → restores failed in a row
+	// making cancels the image maker of each template that has one
+	// (custom templates get theirs on first use; Forget ends it).
+	making map[string]context.CancelFunc
+	sizes  map[string]int // Config.Sizes as last read
 	node     Node              // set by Run
 	ctx      context.Context   // Run's, for remaking an image
 	kick     chan struct{}     // wakes the pool
@@ -116,7 +126,8 @@ func New(cfg Config) *Pool {
 	if cfg.MemAvailable == nil {
 		cfg.MemAvailable = memAvailable
 	}
-	return &Pool{cfg: cfg, log: cfg.Logger, dirs: map[string]string{}, failures: map[string]int{}, kick: make(chan struct{}, 1)}
+	return &Pool{cfg: cfg, log: cfg.Logger, dirs: map[string]string{}, failures: map[string]int{}, kick: make(chan struct{}, 1),
+		making: map[string]context.CancelFunc{}, sizes: map[string]int{}}
 }
 
 // Run makes each template's snapshot image, then keeps the warm pool full,
@@ -134,7 +145,7 @@ func (p *Pool) Run(ctx context.Context, n Node) {
 	for _, name := range p.cfg.Templates {
 		p.goMakeImage(ctx, name)
 	}
-	if p.cfg.Size > 0 {
+	if p.cfg.Size > 0 || p.cfg.Sizes != nil {
 		p.fill(ctx)
 	}
 }
@@ -148,15 +159,54 @@ func (p *Pool) Image(template string, limits sandbox.Limits) string {
 		return ""
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.dirs[template]
+	dir := p.dirs[template]
+	p.mu.Unlock()
+	if dir == "" {
+		// A custom template's image is made on first use.
+		p.goMakeImage(nil, template)
+	}
+	return dir
 }
 
 // Pool implements node.Warm: the pool serves creates of the default shape
 // only, since a claimed sandbox's limits and egress were fixed when it
 // started.
 func (p *Pool) Pool(template string, limits sandbox.Limits, internet bool) bool {
-	return p.cfg.Size > 0 && limits == p.cfg.Limits && internet == p.cfg.Internet
+	return p.size(template) > 0 && limits == p.cfg.Limits && internet == p.cfg.Internet
+}
+
+// size is how many warm sandboxes template gets.
+func (p *Pool) size(template string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n, ok := p.sizes[template]; ok {
+		return n
+	}
+	if slices.Contains(p.cfg.Templates, template) {
+		return p.cfg.Size
+	}
+	return 0
+}
+
+// Forget drops what the pool keeps for template (a custom template
+// deleted or rebuilt under its name): its image maker, its image and its
+// warm sandboxes.
+func (p *Pool) Forget(ctx context.Context, template string) {
+	p.mu.Lock()
+	if cancel := p.making[template]; cancel != nil {
+		cancel()
+	}
+	delete(p.dirs, template)
+	delete(p.failures, template)
+	n := p.node
+	p.mu.Unlock()
+	p.removeOld(template, "")
+	if n == nil {
+		return
+	}
+	for _, sb := range p.warm(ctx, template) {
+		p.endWarm(ctx, n, sb.ID, "its template was deleted or rebuilt")
+	}
 }
 
 // Claimed implements node.Warm.

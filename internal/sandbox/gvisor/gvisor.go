@@ -356,6 +356,9 @@ func (r *Runtime) globalArgs(id string, diskBytes int64, lay layout) []string {
 // those bare; layoutVolumes has writable volumes, which must stay bare). runsc sizes each layer alike, so / and /tmp may each hold
 // diskBytes.
 func overlayArg(dir string, diskBytes int64, lay layout) string {
+	if lay == layoutDirect {
+		return "--overlay2=none"
+	}
 	mounts := "root"
 	if lay == layoutBounded {
 		mounts = "all"
@@ -421,6 +424,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) error {
 	lay := currentLayout
 	if len(spec.Volumes) > 0 {
 		lay = layoutVolumes
+	}
+	if spec.WritableRoot {
+		lay = layoutDirect
 	}
 	return r.boot(ctx, spec, "", lay)
 }

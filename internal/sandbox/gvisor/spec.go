@@ -63,6 +63,11 @@ const (
 	layoutVolumes
 )
 
+// layoutDirect is layoutBounded without the writable layers: the root
+// and /tmp are written through the gofer to their host directories
+// (sandbox.Spec.WritableRoot, template builds). Never checkpointed.
+const layoutDirect layout = 100
+
 // currentLayout is what a booted sandbox gets.
 const currentLayout = layoutBounded
 

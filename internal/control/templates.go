@@ -1,0 +1,285 @@
+package control
+
+// Custom templates (docs/templates.md): built per project from a recipe by
+// the node's Builder, recorded in the store, and named by creates. A
+// sandbox records its template's reference (recipe.Ref: name@key), so a
+// rebuild under the same name never changes what a running, paused or
+// snapshotted sandbox boots from; a build stays in the cache while any
+// record, live sandbox or snapshot refers to it.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/recipe"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// TemplateBuilder builds custom templates; *recipe.Builder is one.
+type TemplateBuilder interface {
+	BaseKey(ctx context.Context, base string) (sandbox.Artifact, error)
+	Build(ctx context.Context, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error)
+	Remove(key string) error
+}
+
+var _ TemplateBuilder = (*recipe.Builder)(nil)
+
+// TemplateBuild is a checked request to build a template; Run builds it.
+type TemplateBuild struct {
+	c         *Control
+	projectID string
+	name      string
+	recipe    api.TemplateRecipe
+	key       string
+	// cached: the project's template of that name is this very build.
+	cached *store.Template
+}
+
+// resolveTemplate turns the template a create names into what the
+// sandbox records: a built-in's name, or a project's custom template's
+// reference.
+func (c *Control) resolveTemplate(ctx context.Context, projectID, name string) (string, error) {
+	if name == "" || slices.Contains(c.cfg.Templates, name) {
+		return name, nil
+	}
+	if err := recipe.ValidName(name); err != nil {
+		return "", err
+	}
+	t, err := c.cfg.Store.GetTemplate(ctx, projectID, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("template %q not found in project %s: build it first (lizard template build, POST /v1/templates); built in: %s",
+			name, projectID, strings.Join(c.cfg.Templates, ", "))}
+	}
+	if err != nil {
+		return "", err
+	}
+	return recipe.Ref(t.Name, t.Key), nil
+}
+
+// PlanTemplate checks a build request for projectID: everything that can
+// be refused is refused here, before a build's stream starts.
+func (c *Control) PlanTemplate(ctx context.Context, projectID string, req api.BuildTemplateRequest) (*TemplateBuild, error) {
+	if c.cfg.Builder == nil {
+		return nil, &node.Error{Kind: node.ErrUnavailable, Msg: "this server builds no custom templates"}
+	}
+	if err := recipe.ValidName(req.Name); err != nil {
+		return nil, err
+	}
+	if slices.Contains(c.cfg.Templates, req.Name) {
+		return nil, node.Invalidf("name %q is a built-in template's; choose another", req.Name)
+	}
+	r := req.Recipe
+	if err := recipe.Validate(&r, c.cfg.Templates); err != nil {
+		return nil, err
+	}
+	base, err := c.cfg.Builder.BaseKey(ctx, r.Base)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &node.Error{Kind: node.ErrUnavailable, Cause: err,
+			Msg: fmt.Sprintf("base template %s is not available: building it failed (the server log says why); try again later", r.Base)}
+	}
+	b := &TemplateBuild{c: c, projectID: projectID, name: req.Name, recipe: r, key: recipe.Key(r, base.Key)}
+	old, err := c.cfg.Store.GetTemplate(ctx, projectID, req.Name)
+	switch {
+	case err == nil && old.Key == b.key:
+		b.cached = &old
+		return b, nil
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return nil, err
+	}
+	c.tmplMu.Lock()
+	defer c.tmplMu.Unlock()
+	if c.building[projectID+"/"+req.Name] {
+		return nil, &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("template %q is being built in project %s; wait for that build to end", req.Name, projectID)}
+	}
+	if c.cfg.BuildsPerHour > 0 {
+		l := c.buildLimits[projectID]
+		if l == nil {
+			l = rate.NewLimiter(rate.Limit(c.cfg.BuildsPerHour/3600), max(1, int(c.cfg.BuildsPerHour/6)))
+			c.buildLimits[projectID] = l
+		}
+		if r := l.Reserve(); r.Delay() > 0 {
+			d := r.Delay()
+			r.Cancel()
+			return nil, &node.Error{Kind: node.ErrRateLimited, RetryAfter: d,
+				Msg: fmt.Sprintf("project %s builds templates too often: at most %g an hour; retry in %s (builds found in the cache are not counted)",
+					projectID, c.cfg.BuildsPerHour, d.Round(time.Second))}
+		}
+	}
+	c.building[projectID+"/"+req.Name] = true
+	return b, nil
+}
+
+// Run builds b, sending progress to emit, records the template and
+// returns it. A build's failure is returned as a *recipe.StepError when a
+// step failed (the recipe's fault), else as it came.
+func (b *TemplateBuild) Run(ctx context.Context, emit func(api.TemplateBuildEvent)) (api.Template, bool, error) {
+	c := b.c
+	if b.cached != nil {
+		return templateAPI(*b.cached), true, nil
+	}
+	defer func() {
+		c.tmplMu.Lock()
+		delete(c.building, b.projectID+"/"+b.name)
+		c.tmplMu.Unlock()
+	}()
+	res, err := c.cfg.Builder.Build(ctx, b.recipe, b.key, emit)
+	if err != nil {
+		return api.Template{}, false, err
+	}
+	stored, _ := json.Marshal(recipe.Stored(b.recipe))
+	t := store.Template{ProjectID: b.projectID, Name: b.name, Key: b.key, Base: b.recipe.Base, Recipe: string(stored),
+		CreatedAt: c.now(), BuildMs: res.BuildMs, SizeBytes: res.SizeBytes}
+	old, oerr := c.cfg.Store.GetTemplate(ctx, b.projectID, b.name)
+	if err := c.cfg.Store.PutTemplate(context.WithoutCancel(ctx), t); err != nil {
+		return api.Template{}, false, err
+	}
+	if oerr == nil && old.Key != b.key {
+		c.collect(context.WithoutCancel(ctx), old.Name, old.Key)
+	}
+	return templateAPI(t), res.Cached, nil
+}
+
+func templateAPI(t store.Template) api.Template {
+	var r api.TemplateRecipe
+	json.Unmarshal([]byte(t.Recipe), &r)
+	return api.Template{Name: t.Name, ProjectID: t.ProjectID, Base: t.Base, Key: t.Key, CreatedAt: t.CreatedAt,
+		BuildMs: t.BuildMs, SizeBytes: t.SizeBytes, Recipe: r}
+}
+
+func (c *Control) lookupTemplate(ctx context.Context, projectID, name string) (store.Template, error) {
+	t, err := c.cfg.Store.GetTemplate(ctx, projectID, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return t, &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("template %q not found in project %s", name, projectID)}
+	}
+	return t, err
+}
+
+// GetTemplate returns projectID's custom template name.
+func (c *Control) GetTemplate(ctx context.Context, projectID, name string) (api.Template, error) {
+	t, err := c.lookupTemplate(ctx, projectID, name)
+	if err != nil {
+		return api.Template{}, err
+	}
+	return templateAPI(t), nil
+}
+
+// ListTemplates returns projectID's custom templates, by name.
+func (c *Control) ListTemplates(ctx context.Context, projectID string) ([]api.Template, error) {
+	rows, err := c.cfg.Store.ListTemplates(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	out := []api.Template{}
+	for _, t := range rows {
+		out = append(out, templateAPI(t))
+	}
+	return out, nil
+}
+
+// DeleteTemplate removes projectID's template name. It is refused while
+// live (running or paused) sandboxes of the project were made from it;
+// its build leaves the cache once nothing refers to it (snapshots keep it
+// until they are deleted).
+func (c *Control) DeleteTemplate(ctx context.Context, projectID, name string) error {
+	t, err := c.lookupTemplate(ctx, projectID, name)
+	if err != nil {
+		return err
+	}
+	c.tmplMu.Lock()
+	busy := c.building[projectID+"/"+name]
+	c.tmplMu.Unlock()
+	if busy {
+		return &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("template %q is being built; wait for the build to end", name)}
+	}
+	live, err := c.cfg.Store.ListSandboxes(ctx, store.Filter{ProjectID: projectID, LiveOnly: true})
+	if err != nil {
+		return err
+	}
+	var using []string
+	for _, sb := range live {
+		if n, _, ok := recipe.SplitRef(sb.Template); ok && n == name {
+			using = append(using, sb.ID)
+		}
+	}
+	if len(using) > 0 {
+		return &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("template %q is used by %d live sandbox(es) (%s); kill them first",
+			name, len(using), strings.Join(using[:min(len(using), 5)], ", "))}
+	}
+	if err := c.cfg.Store.DeleteTemplate(ctx, projectID, name); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("template %q not found in project %s", name, projectID)}
+		}
+		return err
+	}
+	c.collect(context.WithoutCancel(ctx), t.Name, t.Key)
+	return nil
+}
+
+// collect drops what the server keeps for reference name@key (warm pool,
+// template snapshot) and removes key's build from the cache unless a
+// template record, a live sandbox or a snapshot still refers to it.
+func (c *Control) collect(ctx context.Context, name, key string) {
+	ref := recipe.Ref(name, key)
+	if c.cfg.Forget != nil {
+		c.cfg.Forget(ctx, ref)
+	}
+	used, err := c.keyInUse(ctx, key)
+	if err != nil {
+		c.log.Error("checking whether a template build is still used; keeping it", "key", key, "err", err)
+		return
+	}
+	if used != "" {
+		c.log.Info("keeping a template build still in use", "key", key, "used_by", used)
+		return
+	}
+	if err := c.cfg.Builder.Remove(key); err != nil {
+		c.log.Error("removing a template build", "key", key, "err", err)
+		return
+	}
+	c.log.Info("removed a template build nothing uses", "template", name, "key", key)
+}
+
+// keyInUse names something that refers to build key, or "".
+func (c *Control) keyInUse(ctx context.Context, key string) (string, error) {
+	tmpls, err := c.cfg.Store.ListTemplates(ctx, "")
+	if err != nil {
+		return "", err
+	}
+	for _, t := range tmpls {
+		if t.Key == key {
+			return "template " + t.ProjectID + "/" + t.Name, nil
+		}
+	}
+	live, err := c.cfg.Store.ListSandboxes(ctx, store.Filter{LiveOnly: true})
+	if err != nil {
+		return "", err
+	}
+	for _, sb := range live {
+		if _, k, ok := recipe.SplitRef(sb.Template); ok && k == key {
+			return "sandbox " + sb.ID, nil
+		}
+	}
+	sns, err := c.cfg.Store.ListSnapshots(ctx, "")
+	if err != nil {
+		return "", err
+	}
+	for _, sn := range sns {
+		if _, k, ok := recipe.SplitRef(sn.Template); ok && k == key {
+			return "snapshot " + sn.ID, nil
+		}
+	}
+	return "", nil
+}

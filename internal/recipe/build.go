@@ -1,0 +1,397 @@
+package recipe
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
+)
+
+// stageDir is where the host puts a build's packages and files inside the
+// copy, before any recipe code runs; the last step removes it from inside.
+const stageDir = "var/cache/lizard-build"
+
+// Node is what a build needs of the node: a sandbox, ended afterwards, and
+// its agent. *node.Local is one.
+type Node interface {
+	Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
+	End(ctx context.Context, id, state, reason string) error
+	Agents() *agentclient.Client
+}
+
+// Config says how builds are made. CacheDir, Node, Store and Base are
+// required.
+type Config struct {
+	CacheDir string
+	Node     Node
+	Store    *store.Store
+	// Base returns a built-in template's artifact, waiting while it builds.
+	Base func(ctx context.Context, name string) (sandbox.Artifact, error)
+	// Limits are the build sandbox's (default: the node's defaults).
+	Limits sandbox.Limits
+	// Python runs `pip download` on the host (default python3); Apt is
+	// apt-get (default apt-get).
+	Python string
+	Apt    string
+	Logger *slog.Logger
+}
+
+// Builder builds custom templates, one at a time: a build keeps both
+// cores busy, and a second would only slow the first.
+type Builder struct {
+	cfg Config
+	sem chan struct{}
+}
+
+// New returns a Builder.
+func New(cfg Config) *Builder {
+	if cfg.Python == "" {
+		cfg.Python = "python3"
+	}
+	if cfg.Apt == "" {
+		cfg.Apt = "apt-get"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Builder{cfg: cfg, sem: make(chan struct{}, 1)}
+}
+
+// Result is a finished build.
+type Result struct {
+	Key       string
+	RootFS    string
+	SizeBytes int64
+	BuildMs   int64
+	Cached    bool // found in the cache: nothing was built
+}
+
+// StepError is a build step that failed: its name and its last output.
+type StepError struct {
+	Step string
+	Log  string
+	Err  error
+}
+
+func (e *StepError) Error() string { return fmt.Sprintf("step %q failed: %v", e.Step, e.Err) }
+func (e *StepError) Unwrap() error { return e.Err }
+
+// BaseKey returns the artifact key of r's base, part of r's key.
+func (b *Builder) BaseKey(ctx context.Context, base string) (sandbox.Artifact, error) {
+	return b.cfg.Base(ctx, base)
+}
+
+// Artifact returns the build of custom template reference ref, if it is
+// in the cache.
+func (b *Builder) Artifact(ref string) (sandbox.Artifact, error) { return Artifact(b.cfg.CacheDir, ref) }
+
+// Remove deletes key's build from the cache.
+func (b *Builder) Remove(key string) error { return template.RemoveLayer(b.cfg.CacheDir, LayerKey(key)) }
+
+// Build makes r (validated, with key Key(r, base's key)) unless the cache
+// has it, sending progress to emit. On error nothing of the build is left.
+func (b *Builder) Build(ctx context.Context, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (Result, error) {
+	begin := time.Now()
+	if rootfs, ok := template.LayerRootFS(b.cfg.CacheDir, LayerKey(key)); ok {
+		return Result{Key: key, RootFS: rootfs, SizeBytes: template.DiskUsage(rootfs), Cached: true}, nil
+	}
+	select {
+	case b.sem <- struct{}{}:
+	default:
+		emit(api.TemplateBuildEvent{Type: api.BuildEventLog, Text: "waiting for another template build to finish"})
+		select {
+		case b.sem <- struct{}{}:
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		}
+	}
+	defer func() { <-b.sem }()
+	base, err := b.cfg.Base(ctx, r.Base)
+	if err != nil {
+		return Result{}, fmt.Errorf("waiting for base template %s: %w", r.Base, err)
+	}
+	bd := &build{b: b, r: r, key: key, base: base, emit: emit, log: b.cfg.Logger.With("template_key", key)}
+	cached := true
+	rootfs, err := template.EnsureLayer(ctx, b.cfg.CacheDir, LayerKey(key), logWriter{emit}, func(ctx context.Context, rootfs string) error {
+		cached = false
+		return bd.run(ctx, rootfs)
+	})
+	if err != nil {
+		// Nothing of a failed build stays, its lock file included.
+		os.Remove(filepath.Join(b.cfg.CacheDir, "templates", LayerKey(key)+".lock"))
+		return Result{}, err
+	}
+	res := Result{Key: key, RootFS: rootfs, SizeBytes: template.DiskUsage(rootfs), Cached: cached}
+	if !cached {
+		res.BuildMs = time.Since(begin).Milliseconds()
+	}
+	return res, nil
+}
+
+// logWriter turns the cache's progress lines into log events.
+type logWriter struct{ emit func(api.TemplateBuildEvent) }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		if line != "" {
+			w.emit(api.TemplateBuildEvent{Type: api.BuildEventLog, Text: line})
+		}
+	}
+	return len(p), nil
+}
+
+// build is one build under way.
+type build struct {
+	b    *Builder
+	r    api.TemplateRecipe
+	key  string
+	base sandbox.Artifact
+	emit func(api.TemplateBuildEvent)
+	log  *slog.Logger
+
+	step, total int
+}
+
+// stepNames lists the build's steps, for numbering.
+func (bd *build) steps() []string {
+	s := []string{"copying base template " + bd.r.Base}
+	if len(bd.r.Apt)+len(bd.r.Pip) > 0 {
+		s = append(s, "fetching packages on the host (no package code runs there)")
+	}
+	s = append(s, "booting the build sandbox (no network)")
+	if len(bd.r.Apt) > 0 {
+		s = append(s, "installing Debian packages: "+strings.Join(bd.r.Apt, " "))
+	}
+	if len(bd.r.Pip) > 0 {
+		s = append(s, "installing pip packages: "+strings.Join(bd.r.Pip, " "))
+	}
+	if len(bd.r.Files) > 0 {
+		s = append(s, fmt.Sprintf("copying %d file(s)", len(bd.r.Files)))
+	}
+	for _, c := range bd.r.Run {
+		s = append(s, "run: "+firstLine(c.Cmd))
+	}
+	return append(s, "finishing")
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return s
+}
+
+func (bd *build) next(name string) {
+	bd.step++
+	bd.emit(api.TemplateBuildEvent{Type: api.BuildEventStep, Step: bd.step, Total: bd.total, Name: name})
+}
+
+func (bd *build) logf(format string, args ...any) {
+	bd.emit(api.TemplateBuildEvent{Type: api.BuildEventLog, Text: fmt.Sprintf(format, args...)})
+}
+
+// run fills rootfs, an empty directory, with the template.
+func (bd *build) run(ctx context.Context, rootfs string) error {
+	names := bd.steps()
+	bd.total = len(names)
+	i := 0
+	nextName := func() string { i++; return names[i-1] }
+
+	name := nextName()
+	bd.next(name)
+	if err := hostCommand(ctx, bd, name, "cp", "-a", bd.base.RootFS+"/.", rootfs+"/"); err != nil {
+		return err
+	}
+	stage := filepath.Join(rootfs, stageDir)
+	if err := os.MkdirAll(filepath.Join(stage, "files"), 0o755); err != nil {
+		return fmt.Errorf("staging files: %w", err)
+	}
+	if len(bd.r.Apt)+len(bd.r.Pip) > 0 {
+		name := nextName()
+		bd.next(name)
+		if err := bd.fetch(ctx, name, rootfs, stage); err != nil {
+			return err
+		}
+	}
+	if err := bd.stageFiles(stage); err != nil {
+		return fmt.Errorf("staging files: %w", err)
+	}
+
+	bd.next(nextName())
+	sb, err := bd.b.cfg.Node.Create(ctx, node.Plan{ProjectID: store.InternalProject, Role: store.RoleBuild, Template: bd.r.Base,
+		Limits: bd.b.cfg.Limits, Internet: false, Envs: []string{"LIZARD_AGENT_USER_NAME=root"},
+		Build: &sandbox.Artifact{Name: "build-" + bd.key, Key: "build-" + bd.key, RootFS: rootfs}})
+	if err != nil {
+		return fmt.Errorf("booting the build sandbox: %w", err)
+	}
+	defer func() {
+		// Ended before the copy is moved or removed: its gofer holds it.
+		if err := bd.b.cfg.Node.End(context.WithoutCancel(ctx), sb.ID, api.StateKilled, "its template build ended"); err != nil {
+			bd.log.Error("ending the build sandbox", "sandbox_id", sb.ID, "err", err)
+		}
+	}()
+	bd.logf("build sandbox %s running", sb.ID)
+	sh := func(name, user, script string) error { return bd.inSandbox(ctx, sb.ID, name, user, script) }
+
+	const s = "/" + stageDir
+	if len(bd.r.Apt) > 0 {
+		if err := sh(nextName(), "root", "export DEBIAN_FRONTEND=noninteractive\ndpkg -i "+s+"/debs/*.deb"); err != nil {
+			return err
+		}
+	}
+	if len(bd.r.Pip) > 0 {
+		script := "cd /home/user && /opt/lizard/venv/bin/pip install --no-index --find-links " + s + "/wheels --no-cache-dir --no-input --progress-bar off --disable-pip-version-check -- " + shellQuote(bd.r.Pip...)
+		if err := sh(nextName(), "user", script); err != nil {
+			return err
+		}
+	}
+	if len(bd.r.Files) > 0 {
+		var script strings.Builder
+		script.WriteString("set -e\n")
+		for i, f := range bd.r.Files {
+			own := "root"
+			if f.Owner == "user" {
+				own = "user"
+			}
+			// The parent directories a file needs belong to its owner when
+			// made here (install -D makes them root's).
+			fmt.Fprintf(&script, "d=$(dirname %s); [ -d \"$d\" ] || { mkdir -p \"$d\" && chown %s:%s \"$d\"; }\n", shellQuote(f.Path), own, own)
+			fmt.Fprintf(&script, "install -m %o -o %s -g %s %s/files/%d %s\n", f.Mode, own, own, s, i, shellQuote(f.Path))
+		}
+		if err := sh(nextName(), "root", script.String()); err != nil {
+			return err
+		}
+	}
+	for _, c := range bd.r.Run {
+		if err := sh(nextName(), c.User, c.Cmd); err != nil {
+			return err
+		}
+	}
+	finish := "set -e\n"
+	if bd.r.Workdir != "" {
+		finish += fmt.Sprintf("[ -d %[1]s ] || install -d -o user -g user %[1]s\n", shellQuote(bd.r.Workdir))
+	}
+	if len(bd.r.Env) > 0 || bd.r.Workdir != "" || bd.r.Start != "" {
+		finish += "install -d -m 0755 /etc/lizard\ninstall -m 0644 " + s + "/template.json /etc/lizard/template.json\n"
+	}
+	finish += "rm -rf " + s + " /root/.cache /home/user/.cache/pip\n"
+	if err := sh(nextName(), "root", finish); err != nil {
+		return err
+	}
+	return nil
+}
+
+// stageFiles writes the recipe's files and settings into the stage.
+func (bd *build) stageFiles(stage string) error {
+	for i, f := range bd.r.Files {
+		data, err := base64.StdEncoding.DecodeString(f.Content)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(stage, "files", fmt.Sprint(i)), data, 0o600); err != nil {
+			return err
+		}
+	}
+	settings, _ := json.MarshalIndent(map[string]any{"env": bd.r.Env, "workdir": bd.r.Workdir, "start": bd.r.Start}, "", "  ")
+	return os.WriteFile(filepath.Join(stage, "template.json"), append(settings, '\n'), 0o644)
+}
+
+// inSandbox runs script by /bin/sh -e in the build sandbox as user (root
+// is the sandbox's root), streaming its output as log events.
+func (bd *build) inSandbox(ctx context.Context, id, name, user, script string) error {
+	bd.next(name)
+	args := []string{"/bin/sh", "-ec", script}
+	if user == "user" {
+		args = append([]string{"setpriv", "--reuid=1000", "--regid=1000", "--init-groups", "env", "HOME=/home/user", "USER=user", "LOGNAME=user"}, args...)
+	}
+	tail := &tailBuffer{}
+	// Output comes in chunks that may end mid-line: lines are put
+	// together per stream before they are sent.
+	partial := map[string]string{}
+	line := func(l string) {
+		l = strings.TrimRight(l, " \r")
+		tail.add(l)
+		bd.emit(api.TemplateBuildEvent{Type: api.BuildEventLog, Text: "  " + l})
+	}
+	code, err := runProcess(ctx, bd.b.cfg.Node.Agents(), id, api.ProcessRequest{Args: args, Cwd: "/",
+		Envs: map[string]string{"HOME": "/root", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONUNBUFFERED": "1"}},
+		func(stream, text string) {
+			lines := strings.Split(partial[stream]+text, "\n")
+			partial[stream] = lines[len(lines)-1]
+			for _, l := range lines[:len(lines)-1] {
+				line(l)
+			}
+		})
+	for _, stream := range []string{"stdout", "stderr"} {
+		if partial[stream] != "" {
+			line(partial[stream])
+		}
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &StepError{Step: name, Log: tail.String(), Err: err}
+	}
+	if code != 0 {
+		return &StepError{Step: name, Log: tail.String(), Err: fmt.Errorf("exit status %d", code)}
+	}
+	return nil
+}
+
+// tailBuffer keeps the last lines of a step's output.
+type tailBuffer struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+const tailLines = 40
+
+func (t *tailBuffer) add(line string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lines = append(t.lines, line)
+	if len(t.lines) > tailLines {
+		t.lines = t.lines[len(t.lines)-tailLines:]
+	}
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines, "\n")
+}
+
+// shellQuote quotes words for /bin/sh.
+func shellQuote(words ...string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}
+
+// errIsStep reports whether err is a failed step.
+func errIsStep(err error) (*StepError, bool) {
+	var se *StepError
+	ok := errors.As(err, &se)
+	return se, ok
+}
+
+var _ io.Writer = logWriter{}

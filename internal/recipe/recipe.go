@@ -1,0 +1,224 @@
+// Package recipe builds custom templates (docs/templates.md): a recipe on
+// top of a built-in base template — Debian packages, pip packages, files,
+// envs, a working directory, build commands and a start command — made into
+// a root filesystem of its own in the template cache, keyed by the hash of
+// the recipe and its base.
+//
+// Recipe code never runs on the host. Packages are fetched on the host
+// without running any of their code (pip download of wheels only, apt's
+// download-only), then a build sandbox boots a private copy of the base's
+// root filesystem writable (gVisor's gofer writes it; the sandbox's root is
+// not the host's), with no network egress, and the steps run in it through
+// its agent. The sandbox is stopped and the copy, moved into place, is the
+// new template's root filesystem. A step that fails fails the build, with
+// its output, and the copy is removed.
+package recipe
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/template"
+)
+
+// Bounds on a recipe.
+const (
+	MaxFileBytes  = 16 << 20 // all files together, decoded
+	MaxPackages   = 200      // apt and pip each
+	MaxCommands   = 100
+	MaxEnvs       = 100
+	MaxStartBytes = 4096
+	MaxNameLen    = 63
+)
+
+// formatVersion is part of every key: bump it when what a build makes of
+// the same recipe changes.
+const formatVersion = "lizard-custom-template-v1"
+
+var (
+	nameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	// Debian package names (policy 5.6.1), optionally =version.
+	aptRe = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$`)
+	// A pip requirement: a name, extras, and version specifiers; no URLs,
+	// paths or options, which could point pip anywhere.
+	pipRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._,-]+\])?\s*((==|>=|<=|!=|~=|>|<|===)\s*[A-Za-z0-9.*+!_-]+\s*,?\s*)*$`)
+	envRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// ValidName checks a template's name.
+func ValidName(name string) error {
+	if !nameRe.MatchString(name) {
+		return node.Invalidf("name %q: want 1 to %d lower-case letters, digits and dashes, starting and ending with a letter or digit", name, MaxNameLen)
+	}
+	return nil
+}
+
+// Validate checks r, whose base must be one of bases, and fills in its
+// defaults (base, file modes and owners, command users).
+func Validate(r *api.TemplateRecipe, bases []string) error {
+	if r.Base == "" {
+		r.Base = bases[0]
+	}
+	if !slices.Contains(bases, r.Base) {
+		return node.Invalidf("recipe.base %q: a custom template is built on a built-in template: %s", r.Base, strings.Join(bases, ", "))
+	}
+	if len(r.Apt) > MaxPackages || len(r.Pip) > MaxPackages {
+		return node.Invalidf("recipe: at most %d apt and %d pip packages", MaxPackages, MaxPackages)
+	}
+	for _, p := range r.Apt {
+		if !aptRe.MatchString(p) {
+			return node.Invalidf("recipe.apt %q: want a Debian package name, optionally with =version", p)
+		}
+	}
+	for _, p := range r.Pip {
+		if !pipRe.MatchString(p) || strings.HasPrefix(p, "-") {
+			return node.Invalidf("recipe.pip %q: want a requirement such as requests or requests==2.32.3 (no URLs, paths or options)", p)
+		}
+	}
+	total := 0
+	seen := map[string]bool{}
+	for i := range r.Files {
+		f := &r.Files[i]
+		if err := checkPath("recipe.files["+fmt.Sprint(i)+"].path", f.Path); err != nil {
+			return err
+		}
+		if seen[path.Clean(f.Path)] {
+			return node.Invalidf("recipe.files: %s is given twice", f.Path)
+		}
+		seen[path.Clean(f.Path)] = true
+		data, err := base64.StdEncoding.DecodeString(f.Content)
+		if err != nil {
+			return node.Invalidf("recipe.files[%d].content: not base64: %v", i, err)
+		}
+		total += len(data)
+		f.Size = int64(len(data))
+		if f.Mode == 0 {
+			f.Mode = 0o644
+		}
+		if f.Mode < 0 || f.Mode > 0o777 {
+			return node.Invalidf("recipe.files[%d].mode %o: want permission bits, 0 to 0777", i, f.Mode)
+		}
+		switch f.Owner {
+		case "":
+			f.Owner = "user"
+		case "user", "root":
+		default:
+			return node.Invalidf("recipe.files[%d].owner %q: want user or root", i, f.Owner)
+		}
+	}
+	if total > MaxFileBytes {
+		return node.Invalidf("recipe.files hold %d bytes; at most %d are allowed (install large data at run time)", total, MaxFileBytes)
+	}
+	if len(r.Env) > MaxEnvs {
+		return node.Invalidf("recipe.env has %d variables; at most %d are allowed", len(r.Env), MaxEnvs)
+	}
+	for k, v := range r.Env {
+		if !envRe.MatchString(k) || strings.HasPrefix(k, "LIZARD_") {
+			return node.Invalidf("recipe.env name %q: want letters, digits and _, not starting with a digit nor LIZARD_", k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return node.Invalidf("recipe.env %s: values cannot hold NUL bytes", k)
+		}
+	}
+	if r.Workdir != "" {
+		if err := checkPath("recipe.workdir", r.Workdir); err != nil {
+			return err
+		}
+	}
+	if len(r.Run) > MaxCommands {
+		return node.Invalidf("recipe.run has %d commands; at most %d are allowed", len(r.Run), MaxCommands)
+	}
+	for i := range r.Run {
+		c := &r.Run[i]
+		if strings.TrimSpace(c.Cmd) == "" || strings.ContainsRune(c.Cmd, 0) {
+			return node.Invalidf("recipe.run[%d].cmd is empty (or holds NUL): want a shell command", i)
+		}
+		switch c.User {
+		case "":
+			c.User = "root"
+		case "root", "user":
+		default:
+			return node.Invalidf("recipe.run[%d].user %q: want root (the sandbox's) or user", i, c.User)
+		}
+	}
+	if len(r.Start) > MaxStartBytes || strings.ContainsRune(r.Start, 0) {
+		return node.Invalidf("recipe.start: want a shell command of at most %d bytes", MaxStartBytes)
+	}
+	return nil
+}
+
+func checkPath(field, p string) error {
+	if !path.IsAbs(p) || path.Clean(p) == "/" || strings.ContainsRune(p, 0) || len(p) > 4096 {
+		return node.Invalidf("%s %q: want an absolute path inside the template, such as /home/user/data.csv", field, p)
+	}
+	for _, bad := range []string{"/proc", "/sys", "/dev", "/tmp", "/opt/lizard/bin", "/usr/local/bin/lizard"} {
+		if c := path.Clean(p); c == bad || strings.HasPrefix(c, bad+"/") {
+			return node.Invalidf("%s %q: %s is provided at run time, not by the template", field, p, bad)
+		}
+	}
+	return nil
+}
+
+// Key is the cache key of r (validated) built on a base whose artifact key
+// is baseKey: it changes with the recipe, the files' contents and the base.
+func Key(r api.TemplateRecipe, baseKey string) string {
+	b, _ := json.Marshal(r) // map keys sorted, struct fields in order
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\nbase %s\n", formatVersion, baseKey)
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// LayerKey is the template cache directory name of a build of key.
+func LayerKey(key string) string { return "custom-" + key }
+
+// Ref is how sandboxes, snapshots and the warm pool name a custom
+// template's build: its name and key, so that a rebuild under the same
+// name never changes what a running or paused sandbox boots from.
+func Ref(name, key string) string { return name + "@" + key }
+
+// SplitRef splits a Ref; ok is false for built-in template names.
+func SplitRef(ref string) (name, key string, ok bool) {
+	name, key, ok = strings.Cut(ref, "@")
+	return name, key, ok && key != ""
+}
+
+// Name is what the API shows of a template reference: a custom
+// template's name without its key.
+func Name(ref string) string {
+	name, _, _ := strings.Cut(ref, "@")
+	return name
+}
+
+// Stored strips file contents from r, for records and responses.
+func Stored(r api.TemplateRecipe) api.TemplateRecipe {
+	r.Files = slices.Clone(r.Files)
+	for i := range r.Files {
+		r.Files[i].Content = ""
+	}
+	return r
+}
+
+// Artifact returns the build of custom template reference ref (Ref) in
+// cacheDir's template cache, if it is there.
+func Artifact(cacheDir, ref string) (sandbox.Artifact, error) {
+	name, key, ok := SplitRef(ref)
+	if !ok {
+		return sandbox.Artifact{}, fmt.Errorf("%q is not a custom template reference", ref)
+	}
+	rootfs, built := template.LayerRootFS(cacheDir, LayerKey(key))
+	if !built {
+		return sandbox.Artifact{}, fmt.Errorf("custom template %s: its build %s is not in the template cache %s (deleted?); build it again", name, LayerKey(key), cacheDir)
+	}
+	return sandbox.Artifact{Name: name, Key: LayerKey(key), RootFS: rootfs}, nil
+}
