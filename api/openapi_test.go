@@ -54,6 +54,13 @@ var wireTypes = map[string]reflect.Type{
 	"CreateVolumeRequest":  reflect.TypeFor[CreateVolumeRequest](),
 	"Volume":               reflect.TypeFor[Volume](),
 	"VolumeList":           reflect.TypeFor[VolumeList](),
+	"BuildTemplateRequest": reflect.TypeFor[BuildTemplateRequest](),
+	"TemplateRecipe":       reflect.TypeFor[TemplateRecipe](),
+	"TemplateFile":         reflect.TypeFor[TemplateFile](),
+	"TemplateCommand":      reflect.TypeFor[TemplateCommand](),
+	"Template":             reflect.TypeFor[Template](),
+	"TemplateList":         reflect.TypeFor[TemplateList](),
+	"TemplateBuildEvent":   reflect.TypeFor[TemplateBuildEvent](),
 }
 
 // enumSchemas are schemas with no Go struct behind them: named string enums.
@@ -68,6 +75,7 @@ var enums = map[string]string{
 	"ExecuteEvent.type":              "Event",
 	"Result.type":                    "ResultType",
 	"CreateSandboxRequest.onTimeout": "OnTimeout",
+	"TemplateBuildEvent.type":        "BuildEvent",
 }
 
 type schema struct {
@@ -80,6 +88,7 @@ type schema struct {
 	AdditionalProperties *additional        `yaml:"additionalProperties"`
 	Enum                 []string           `yaml:"enum"`
 	Description          string             `yaml:"description"`
+	BuiltinTemplates     []string           `yaml:"x-builtin-templates"`
 }
 
 // additional is additionalProperties: a schema for a map's values, or
@@ -612,7 +621,8 @@ func TestRequestsClosedResponsesOpen(t *testing.T) {
 		}
 	}
 	// The server refuses unknown fields at every depth: schemas a request
-	// body holds (VolumeMount in CreateSandboxRequest) are requests too.
+	// body holds (VolumeMount in CreateSandboxRequest, TemplateRecipe in
+	// BuildTemplateRequest) are requests too.
 	for grew := true; grew; {
 		grew = false
 		for name := range requests {
@@ -680,12 +690,17 @@ func TestNullAt(t *testing.T) {
 // the server, no more, no fewer.
 func TestTemplatesEnum(t *testing.T) {
 	d, _ := loadDocument(t)
-	got := slices.Clone(d.Components.Schemas["CreateSandboxRequest"].Properties["template"].Enum)
+	got := slices.Clone(d.Components.Schemas["CreateSandboxRequest"].Properties["template"].BuiltinTemplates)
 	want := slices.Clone(template.Names())
 	sort.Strings(got)
 	sort.Strings(want)
 	if !slices.Equal(got, want) {
-		t.Errorf("CreateSandboxRequest.template enum = %v, want the server's templates %v", got, want)
+		t.Errorf("CreateSandboxRequest.template x-builtin-templates = %v, want the server's templates %v", got, want)
+	}
+	base := slices.Clone(d.Components.Schemas["TemplateRecipe"].Properties["base"].Enum)
+	sort.Strings(base)
+	if !slices.Equal(base, want) {
+		t.Errorf("TemplateRecipe.base enum = %v, want the server's templates %v", base, want)
 	}
 }
 

@@ -159,7 +159,8 @@ func TestCreateInvalid(t *testing.T) {
 		req  api.CreateSandboxRequest
 		want string
 	}{
-		{"unknown template", api.CreateSandboxRequest{Template: "x"}, `unknown template "x"; available: interpreter`},
+		{"unknown template", api.CreateSandboxRequest{Template: "x"}, `template "x" not found in project p1: build it first`},
+		{"template reference", api.CreateSandboxRequest{Template: "x@0123456789abcdef"}, `name "x@0123456789abcdef"`},
 		{"negative timeout", api.CreateSandboxRequest{TimeoutMs: ms(-1)}, "timeoutMs -1 is out of range"},
 		{"huge timeout", api.CreateSandboxRequest{TimeoutMs: ms(1 << 60)}, "is out of range"},
 		{"onTimeout", api.CreateSandboxRequest{OnTimeout: "sleep"}, `onTimeout "sleep"`},
@@ -181,7 +182,7 @@ func TestCreateInvalid(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := e.c.Create(context.Background(), "p1", tt.req)
 			wantErr := node.ErrInvalid
-			if tt.req.SnapshotID != "" {
+			if tt.req.SnapshotID != "" || tt.name == "unknown template" {
 				wantErr = node.ErrNotFound
 			}
 			if !errors.Is(err, wantErr) || !strings.Contains(node.Message(err), tt.want) {

@@ -40,13 +40,23 @@ func parseTemplateBuild(e cli.Env, args []string) (*templateBuildArgs, error) {
 	return a, nil
 }
 
+// runTemplate is `lizard template build [--cache-dir D] [NAME]`, which
+// builds a built-in template's root filesystem here, without a server;
+// every other use of `lizard template` (custom templates through the API:
+// build -f, list, get, delete) is the client's.
 func runTemplate(ctx context.Context, e cli.Env, args []string) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(e.Stdout, "Usage: lizard template build [--cache-dir D] [NAME]\n\nTemplates: "+strings.Join(template.Names(), ", "))
+		if err := cli.RunTemplate(ctx, e, args); err != nil {
+			return err
+		}
+		fmt.Fprintln(e.Stdout, "\nOn the server's machine: lizard template build [--cache-dir D] [NAME] builds a built-in template's")
+		fmt.Fprintln(e.Stdout, "root filesystem into the template cache. Built-in templates: "+strings.Join(template.Names(), ", "))
 		return nil
 	}
-	if args[0] != "build" {
-		return cli.Usagef("unknown template command %q: want build", args[0])
+	if args[0] != "build" || slices.ContainsFunc(args[1:], func(a string) bool {
+		return a == "-f" || a == "--f" || strings.HasPrefix(a, "-f=") || strings.HasPrefix(a, "--f=")
+	}) {
+		return cli.RunTemplate(ctx, e, args)
 	}
 	a, err := parseTemplateBuild(e, args[1:])
 	if err != nil {

@@ -87,7 +87,10 @@ def server() -> Iterator[Server]:
         args = [str(BIN), "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir),
                 "--address-pool", ADDRESS_POOL, "--egress=none",
                 # Few sandboxes at once on a small machine; creates past this are 429s, as specified.
-                "--max-sandboxes-per-project", "10"]
+                "--max-sandboxes-per-project", "10",
+                # One template build that is not found in the cache, then 429s, as specified: each
+                # build copies the base template and boots a build sandbox.
+                "--template-builds-per-hour", "1"]
         if os.environ.get("LIZARD_CACHE_DIR"):
             args += ["--cache-dir", os.environ["LIZARD_CACHE_DIR"]]
         with open(log_path, "wb") as log:
@@ -109,6 +112,7 @@ def server() -> Iterator[Server]:
             yield srv
         finally:
             _kill_all(srv)
+            _delete_templates(srv)
     finally:
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -135,6 +139,14 @@ def _kill_all(srv: Server) -> None:
                 if r.status_code not in (204, 404):
                     print(f"killing {sid}: {r.status_code} {r.text}", file=sys.stderr)
     raise AssertionError(f"sandboxes still live after killing them: {live}")
+
+
+def _delete_templates(srv: Server) -> None:
+    """Delete the templates schemathesis built: their builds live in the shared template cache."""
+    with srv.client() as c:
+        for t in c.get("/v1/templates").json()["templates"]:
+            r = c.delete(f"/v1/templates/{t['name']}")
+            assert r.status_code in (204, 404), f"deleting template {t['name']}: {r.status_code} {r.text}"
 
 
 def _runtime_leftovers(data_dir: Path) -> list:

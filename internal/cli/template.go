@@ -1,0 +1,222 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/client"
+)
+
+func init() {
+	register("template", "build, list, inspect and delete custom templates (docs/templates.md)", RunTemplate)
+}
+
+var templateCommands = map[string]subcommand{
+	"build":  {"build -f RECIPE.yaml [--name NAME] [--quiet] [--json]", templateBuild},
+	"list":   {"list [--json]", templateList},
+	"get":    {"get NAME [--json]", templateGet},
+	"delete": {"delete NAME...", templateDelete},
+}
+
+var templateOrder = []string{"build", "list", "get", "delete"}
+
+func templateUsage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: lizard template COMMAND [ARGS]\n\nCommands:")
+	for _, n := range templateOrder {
+		fmt.Fprintf(w, "  lizard template %s\n", templateCommands[n].usage)
+	}
+	fmt.Fprintln(w, "\nA recipe is a YAML file (docs/templates.md); create sandboxes from a template with")
+	fmt.Fprintln(w, "`lizard sandbox create --template NAME`.")
+	fmt.Fprintln(w, "Every command takes --api-url and --api-key (default $LIZARD_API_URL, $LIZARD_API_KEY).")
+}
+
+// RunTemplate is the client's `lizard template`. The server binary adds
+// `lizard template build [NAME]` (no -f), which builds a built-in
+// template's root filesystem locally.
+func RunTemplate(ctx context.Context, e Env, args []string) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		templateUsage(e.Stdout)
+		return nil
+	}
+	sub, ok := templateCommands[args[0]]
+	if !ok {
+		templateUsage(e.Stderr)
+		return Usagef("unknown template command %q", args[0])
+	}
+	return sub.run(ctx, e, args[1:])
+}
+
+func templateBuild(ctx context.Context, e Env, args []string) error {
+	fs := NewFlags(e, "template build")
+	cf := addClientFlags(fs)
+	file := fs.String("f", "", "the recipe, a YAML file (its files' src paths are relative to it)")
+	name := fs.String("name", "", "the template's name (default: the recipe's name:)")
+	quiet := fs.Bool("quiet", false, "show the steps only, not their output")
+	asJSON := fs.Bool("json", false, "print the template as JSON when done")
+	pos, err := ParseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if *file == "" || len(pos) != 0 {
+		return Usagef("usage: lizard template build -f RECIPE.yaml [--name NAME] [--quiet] [--json]")
+	}
+	fileName, recipe, err := client.LoadRecipe(*file)
+	if err != nil {
+		return err
+	}
+	if *name == "" {
+		*name = fileName
+	}
+	if *name == "" {
+		return Usagef("the template needs a name: --name NAME, or name: in the recipe")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	begin := time.Now()
+	t, cached, err := c.BuildTemplate(ctx, api.BuildTemplateRequest{Name: *name, Recipe: recipe}, func(ev api.TemplateBuildEvent) {
+		switch ev.Type {
+		case api.BuildEventStep:
+			fmt.Fprintf(e.Stderr, "[%d/%d] %s (%.0fs elapsed)\n", ev.Step, ev.Total, ev.Name, time.Since(begin).Seconds())
+		case api.BuildEventLog:
+			if !*quiet {
+				fmt.Fprintln(e.Stderr, ev.Text)
+			}
+		}
+	})
+	var be *client.BuildError
+	if errors.As(err, &be) {
+		fmt.Fprintf(e.Stderr, "build failed: %s\n", be.Message)
+		if be.Log != "" {
+			fmt.Fprintf(e.Stderr, "--- last output of %q ---\n%s\n", be.Step, strings.TrimRight(be.Log, "\n"))
+		}
+		return exitError{1}
+	}
+	if err != nil {
+		return fmt.Errorf("building template %s: %w", *name, err)
+	}
+	if *asJSON {
+		return printJSON(e.Stdout, t)
+	}
+	how := fmt.Sprintf("built in %.1fs", time.Since(begin).Seconds())
+	if cached {
+		how = "cached: the same recipe was built before"
+	}
+	fmt.Fprintf(e.Stdout, "template %s ready (key %s, %s, %.0f MiB)\n", t.Name, t.Key, how, float64(t.SizeBytes)/(1<<20))
+	return nil
+}
+
+func templateList(ctx context.Context, e Env, args []string) error {
+	fs := NewFlags(e, "template list")
+	cf := addClientFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := ParseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return Usagef("usage: lizard template list [--json]")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ts, err := c.ListTemplates(ctx)
+	if err != nil {
+		return fmt.Errorf("listing templates: %w", err)
+	}
+	if *asJSON {
+		return printJSON(e.Stdout, api.TemplateList{Templates: ts})
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tBASE\tKEY\tCREATED\tSIZE")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f MiB\n", t.Name, t.Base, t.Key, formatTime(&t.CreatedAt), float64(t.SizeBytes)/(1<<20))
+	}
+	return tw.Flush()
+}
+
+func templateGet(ctx context.Context, e Env, args []string) error {
+	fs := NewFlags(e, "template get")
+	cf := addClientFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	name, err := parseID(fs, args, "lizard template get NAME [--json]")
+	if err != nil {
+		return err
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	t, err := c.GetTemplate(ctx, name)
+	if err != nil {
+		return fmt.Errorf("getting template %s: %w", name, err)
+	}
+	if *asJSON {
+		return printJSON(e.Stdout, t)
+	}
+	r := t.Recipe
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "NAME\t%s\n", t.Name)
+	fmt.Fprintf(tw, "PROJECT\t%s\n", t.ProjectID)
+	fmt.Fprintf(tw, "BASE\t%s\n", t.Base)
+	fmt.Fprintf(tw, "KEY\t%s\n", t.Key)
+	fmt.Fprintf(tw, "CREATED\t%s\n", formatTime(&t.CreatedAt))
+	fmt.Fprintf(tw, "BUILD\t%.1fs\n", float64(t.BuildMs)/1000)
+	fmt.Fprintf(tw, "SIZE\t%.0f MiB\n", float64(t.SizeBytes)/(1<<20))
+	fmt.Fprintf(tw, "APT\t%s\n", strings.Join(r.Apt, " "))
+	fmt.Fprintf(tw, "PIP\t%s\n", strings.Join(r.Pip, " "))
+	for _, f := range r.Files {
+		fmt.Fprintf(tw, "FILE\t%s (%d bytes, %o, %s)\n", f.Path, f.Size, f.Mode, f.Owner)
+	}
+	for k, v := range r.Env {
+		fmt.Fprintf(tw, "ENV\t%s=%s\n", k, v)
+	}
+	if r.Workdir != "" {
+		fmt.Fprintf(tw, "WORKDIR\t%s\n", r.Workdir)
+	}
+	for _, c := range r.Run {
+		fmt.Fprintf(tw, "RUN\t(%s) %s\n", c.User, firstLine(c.Cmd))
+	}
+	if r.Start != "" {
+		fmt.Fprintf(tw, "START\t%s\n", r.Start)
+	}
+	return tw.Flush()
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
+
+func templateDelete(ctx context.Context, e Env, args []string) error {
+	fs := NewFlags(e, "template delete")
+	cf := addClientFlags(fs)
+	names, err := ParseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		return Usagef("usage: lizard template delete NAME...")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range names {
+		if err := c.DeleteTemplate(ctx, n); err != nil {
+			errs = append(errs, fmt.Errorf("deleting template %s: %w", n, err))
+			continue
+		}
+		fmt.Fprintln(e.Stdout, n)
+	}
+	return errors.Join(errs...)
+}
