@@ -98,10 +98,14 @@ func (b *Builder) BaseKey(ctx context.Context, base string) (sandbox.Artifact, e
 
 // Artifact returns the build of custom template reference ref, if it is
 // in the cache.
-func (b *Builder) Artifact(ref string) (sandbox.Artifact, error) { return Artifact(b.cfg.CacheDir, ref) }
+func (b *Builder) Artifact(ref string) (sandbox.Artifact, error) {
+	return Artifact(b.cfg.CacheDir, ref)
+}
 
 // Remove deletes key's build from the cache.
-func (b *Builder) Remove(key string) error { return template.RemoveLayer(b.cfg.CacheDir, LayerKey(key)) }
+func (b *Builder) Remove(key string) error {
+	return template.RemoveLayer(b.cfg.CacheDir, LayerKey(key))
+}
 
 // Build makes r (validated, with key Key(r, base's key)) unless the cache
 // has it, sending progress to emit. On error nothing of the build is left.

@@ -100,10 +100,10 @@ type Pool struct {
 	// making cancels the image maker of each template that has one
 	// (custom templates get theirs on first use; Forget ends it).
 	making map[string]context.CancelFunc
-	sizes  map[string]int // Config.Sizes as last read
-	node     Node              // set by Run
-	ctx      context.Context   // Run's, for remaking an image
-	kick     chan struct{}     // wakes the pool
+	sizes  map[string]int  // Config.Sizes as last read
+	node   Node            // set by Run
+	ctx    context.Context // Run's, for remaking an image
+	kick   chan struct{}   // wakes the pool
 	// running counts Run and the image makers it started, for Drain to
 	// wait on: a template sandbox being booted when the server stops must
 	// be ended before the server exits.
