@@ -40,6 +40,7 @@ func (c *Client) BuildTemplate(ctx context.Context, req api.BuildTemplateRequest
 	}
 	defer cancel()
 	defer drainClose(resp.Body)
+	var failed error
 	err = readStream(ctx, resp.Body, "template build", func(ev api.TemplateBuildEvent) bool {
 		if onEvent != nil {
 			onEvent(ev)
@@ -49,11 +50,14 @@ func (c *Client) BuildTemplate(ctx context.Context, req api.BuildTemplateRequest
 			t, cached = ev.Template, ev.Cached
 			return true
 		case api.BuildEventError:
-			err = &BuildError{Code: ev.Code, Message: ev.Message, Step: ev.Name, Log: ev.Log}
+			failed = &BuildError{Code: ev.Code, Message: ev.Message, Step: ev.Name, Log: ev.Log}
 			return true
 		}
 		return false
 	})
+	if err == nil {
+		err = failed
+	}
 	if err != nil {
 		return nil, false, err
 	}

@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/client"
+	"github.com/lizard-build/lizard/internal/recipe"
+	"github.com/lizard-build/lizard/internal/template"
+)
+
+// buildTemplate builds req and returns the template, whether it was
+// cached, and the events the build streamed.
+func buildTemplate(t *testing.T, c *client.Client, req api.BuildTemplateRequest) (*api.Template, bool, []api.TemplateBuildEvent, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var events []api.TemplateBuildEvent
+	tpl, cached, err := c.BuildTemplate(ctx, req, func(ev api.TemplateBuildEvent) { events = append(events, ev) })
+	return tpl, cached, events, err
+}
+
+// cacheEntries lists what the template cache holds for build key: its
+// directory, lock file and any temporary build directory.
+func cacheEntries(key string) []string {
+	dir := filepath.Join(cacheDir(), "templates")
+	var out []string
+	for _, pat := range []string{"custom-" + key, "custom-" + key + ".lock", ".build-custom-" + key + "-*"} {
+		m, _ := filepath.Glob(filepath.Join(dir, pat))
+		out = append(out, m...)
+	}
+	return out
+}
+
+// TestCustomTemplate builds a recipe adding a pinned pure-Python wheel, a
+// file, envs, a working directory, a build command and a start command;
+// uses it from a new sandbox, from the template snapshot's warm pool and
+// after a restart; builds it again (found in the cache, no step runs);
+// refuses its deletion while a sandbox uses it and, once deleted, leaves
+// nothing of it in the cache; and reports a broken recipe with the
+// failing step's output, leaving nothing behind.
+func TestCustomTemplate(t *testing.T) {
+	name := "e2e-tpl"
+	s := startServer(t, "--warm", name+"=1")
+	c := s.createProject("proj_tpl")
+	ctx := context.Background()
+
+	// A nonce keeps this recipe's build apart from every other run's in
+	// the shared cache: its first build is a real one, and deleting it
+	// cannot touch another test's.
+	nonce := make([]byte, 6)
+	rand.Read(nonce)
+	req := api.BuildTemplateRequest{Name: name, Recipe: api.TemplateRecipe{
+		Pip:     []string{"six==1.16.0"},
+		Files:   []api.TemplateFile{{Path: "/home/user/data/hello.txt", Content: base64.StdEncoding.EncodeToString([]byte("hello from the recipe\n"))}},
+		Env:     map[string]string{"GREETING": "hi", "E2E_NONCE": hex.EncodeToString(nonce)},
+		Workdir: "/home/user/work",
+		Run: []api.TemplateCommand{
+			{Cmd: "echo built-by-$(id -un) > /home/user/built.txt", User: "user"},
+			{Cmd: "id -u"},
+		},
+		Start: "echo started > /tmp/started.txt",
+	}}
+	tpl, cached, events, err := buildTemplate(t, c, req)
+	if err != nil {
+		t.Fatalf("building the template: %v\n%s", err, s.logs())
+	}
+	if cached || tpl.Name != name || tpl.BuildMs <= 0 || tpl.SizeBytes <= 0 || len(tpl.Key) != 16 {
+		t.Fatalf("first build = %+v, cached %v; want a fresh build of %s", tpl, cached, name)
+	}
+	var steps int
+	var installed, rootStep bool
+	for _, ev := range events {
+		switch ev.Type {
+		case api.BuildEventStep:
+			steps++
+			if ev.Step != steps || ev.Total < ev.Step {
+				t.Errorf("step event %+v after %d steps; want steps numbered in order", ev, steps-1)
+			}
+		case api.BuildEventLog:
+			installed = installed || strings.Contains(ev.Text, "Successfully installed six-1.16.0")
+			// `id -u` of a root step prints 0: the sandbox's root.
+			rootStep = rootStep || strings.TrimSpace(ev.Text) == "0"
+		}
+	}
+	if steps < 6 || !installed || !rootStep {
+		t.Errorf("build streamed %d steps, pip install seen %v, root step output seen %v; want every step and its output:\n%+v", steps, installed, rootStep, events)
+	}
+	if got, err := c.ListTemplates(ctx); err != nil || len(got) != 1 || got[0].Name != name || got[0].Recipe.Files[0].Content != "" || got[0].Recipe.Files[0].Size != 22 {
+		t.Errorf("ListTemplates = %+v, %v; want %s with its recipe, file contents left out", got, err, name)
+	}
+
+	// Everything the recipe gave, in a new sandbox.
+	check := func(id string) {
+		t.Helper()
+		got := py(t, c, id, `import os, six
+print(six.__version__, os.getcwd(), os.environ["GREETING"], open("/home/user/data/hello.txt").read().strip(),
+      open("/home/user/built.txt").read().strip(), open("/tmp/started.txt").read().strip(), os.stat("/home/user/data/hello.txt").st_uid)`)
+		if want := "1.16.0 /home/user/work hi hello from the recipe built-by-user started 1000"; got != want {
+			t.Errorf("sandbox %s of the template printed %q; want %q", id, got, want)
+		}
+	}
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: name})
+	if err != nil {
+		t.Fatalf("creating a sandbox of the template: %v\n%s", err, s.logs())
+	}
+	if sb.Template != name {
+		t.Errorf("sandbox template = %q; want %q", sb.Template, name)
+	}
+	check(sb.SandboxID)
+
+	// The same recipe again: found in the cache, no step runs.
+	again, cached, events, err := buildTemplate(t, c, req)
+	if err != nil || !cached || again.Key != tpl.Key || len(events) != 1 || events[0].Type != api.BuildEventDone {
+		t.Errorf("second build = %+v, cached %v, %d events, %v; want the first build found in the cache and no step", again, cached, len(events), err)
+	}
+
+	// Deleting it is refused while a sandbox uses it.
+	var apiErr *client.Error
+	if err := c.DeleteTemplate(ctx, name); !errors.As(err, &apiErr) || apiErr.Status != 409 || !strings.Contains(apiErr.Message, sb.SandboxID) {
+		t.Errorf("DeleteTemplate while %s uses it = %v; want a 409 naming the sandbox", sb.SandboxID, err)
+	}
+
+	// The warm pool of the template (--warm NAME=1) is restored from its
+	// template snapshot; a create claims it.
+	ref := name + "@" + tpl.Key
+	deadline := time.Now().Add(90 * time.Second)
+	for !strings.Contains(s.logs(), "template="+ref+" role=warm") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warm sandbox of %s within 90 s:\n%s", ref, s.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	warm, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: name})
+	if err != nil {
+		t.Fatalf("creating a sandbox of the template with a warm pool: %v", err)
+	}
+	if !strings.Contains(s.logs(), `msg="sandbox claimed from the warm pool" sandbox_id=`+warm.SandboxID) {
+		t.Errorf("sandbox %s was not claimed from the template's warm pool:\n%s", warm.SandboxID, s.logs())
+	}
+	check(warm.SandboxID)
+
+	// Records and builds survive a restart.
+	s.restart()
+	if got, err := c.GetTemplate(ctx, name); err != nil || got.Key != tpl.Key {
+		t.Fatalf("GetTemplate after a restart = %+v, %v; want key %s", got, err, tpl.Key)
+	}
+	check(sb.SandboxID)
+	after, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: name})
+	if err != nil {
+		t.Fatalf("creating a sandbox of the template after a restart: %v\n%s", err, s.logs())
+	}
+	check(after.SandboxID)
+
+	for _, id := range []string{sb.SandboxID, warm.SandboxID, after.SandboxID} {
+		if err := c.KillSandbox(ctx, id); err != nil {
+			t.Fatalf("killing %s: %v", id, err)
+		}
+	}
+	if err := c.DeleteTemplate(ctx, name); err != nil {
+		t.Fatalf("deleting the template: %v", err)
+	}
+	if _, err := c.GetTemplate(ctx, name); !errors.As(err, &apiErr) || apiErr.Status != 404 {
+		t.Errorf("GetTemplate after delete = %v; want 404", err)
+	}
+	if left := cacheEntries(tpl.Key); len(left) > 0 {
+		t.Errorf("the deleted template's build is still in the cache: %v", left)
+	}
+	if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: name}); !errors.As(err, &apiErr) || apiErr.Status != 404 {
+		t.Errorf("creating from a deleted template = %v; want 404", err)
+	}
+
+	// A broken recipe: the failing step's name and output, and nothing
+	// left of the build.
+	broken := api.BuildTemplateRequest{Name: "e2e-broken", Recipe: api.TemplateRecipe{
+		Env: map[string]string{"E2E_NONCE": hex.EncodeToString(nonce)},
+		Run: []api.TemplateCommand{{Cmd: "echo first-ok"}, {Cmd: "echo about-to-fail >&2; exit 3"}},
+	}}
+	_, _, events, err = buildTemplate(t, c, broken)
+	var be *client.BuildError
+	if !errors.As(err, &be) || be.Code != api.CodeInvalidArgument || !strings.Contains(be.Step, "exit 3") ||
+		!strings.Contains(be.Log, "about-to-fail") || !strings.Contains(be.Message, "exit status 3") {
+		t.Fatalf("building a broken recipe = %v (%+v); want the failing step with its output", err, be)
+	}
+	if got, _ := c.ListTemplates(ctx); len(got) != 0 {
+		t.Errorf("templates after a failed build = %+v; want none", got)
+	}
+	if last := events[len(events)-1]; last.Type != api.BuildEventError {
+		t.Errorf("a broken build's stream ends with %+v; want its error event", last)
+	}
+	base, err := template.Ensure(ctx, cacheDir(), template.Default, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := broken.Recipe
+	if err := recipe.Validate(&r, template.Names()); err != nil {
+		t.Fatal(err)
+	}
+	if left := cacheEntries(recipe.Key(r, filepath.Base(filepath.Dir(base)))); len(left) > 0 {
+		t.Errorf("the failed build left in the cache: %v", left)
+	}
+	s.stopAndExpectNothingLeft(t)
+}
