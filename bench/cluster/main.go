@@ -285,7 +285,7 @@ func run() error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("run as root (sandboxes need it)")
 	}
-	res := results{"started": time.Now().UTC().Format(time.RFC3339), "cpus": runtime.NumCPU(), "lease": lease.String(),
+	res := results{"started": time.Now().UTC().Format(time.RFC3339), "load_at_start": loadavg(), "cpus": runtime.NumCPU(), "lease": lease.String(),
 		"note": "every process on this one machine: the cluster figures are bounded by its cores, not by the number of nodes"}
 	pg, err := pgtest.Start()
 	if err != nil {
@@ -478,6 +478,7 @@ func run() error {
 	}
 
 	res["finished"] = time.Now().UTC().Format(time.RFC3339)
+	res["load_at_end"] = loadavg()
 	os.MkdirAll(*out, 0o755)
 	path := filepath.Join(*out, "cluster-"+time.Now().UTC().Format("20060102-150405")+".json")
 	b, _ := json.MarshalIndent(res, "", "  ")
@@ -486,6 +487,17 @@ func run() error {
 	}
 	fmt.Println("results:", path)
 	return nil
+}
+
+// loadavg is the machine's load average (1, 5, 15 minutes): others share
+// it, and the figures depend on it.
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // sustained runs workers loops of create → kill for d and returns creates
