@@ -68,8 +68,9 @@ func VethName(id string) string {
 func Create(id string, l Link) error { return CreateWithEgress(id, l, nil) }
 
 // CreateWithEgress is Create with the sandbox's network policy e
-// (egress.go), installed before the link exists and removed with the
-// namespace by Remove. A nil e installs no rules.
+// (egress.go), installed before the link is the sandbox's and removed
+// with the namespace by Remove. A nil e installs no rules. The namespace
+// and veth are a spare's when one is ready (Prepare), else made now.
 func CreateWithEgress(id string, l Link, e *Egress) (err error) {
 	if err := validate(l); err != nil {
 		return err
@@ -91,9 +92,15 @@ func CreateWithEgress(id string, l Link, e *Egress) (err error) {
 			return err
 		}
 	}
-	if err := createNamed(Path(id)); err != nil {
+	if n, ok := takeSpare(); ok {
+		if err := adopt(n, id); err != nil {
+			_ = removeSpare(n)
+			_ = removeEgress(id)
+			return fmt.Errorf("creating namespace %s: %w", Name(id), err)
+		}
+	} else if err := makeLink(id); err != nil {
 		_ = removeEgress(id)
-		return fmt.Errorf("creating namespace %s: %w", Name(id), err)
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -106,23 +113,6 @@ func CreateWithEgress(id string, l Link, e *Egress) (err error) {
 		return fmt.Errorf("opening namespace %s: %w", Name(id), err)
 	}
 	defer ns.Close()
-
-	// The peer is created straight inside the namespace, under a temporary
-	// name: a peer called eth0 in the root namespace would clash with the
-	// host's own eth0.
-	peerTmp := "lp" + hostName[2:]
-	veth := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: hostName},
-		PeerName:      peerTmp,
-		PeerNamespace: netlink.NsFd(int(ns)),
-	}
-	if err := netlink.LinkAdd(veth); err != nil {
-		if errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("creating veth %s: %w", hostName, ErrExists)
-		}
-		return fmt.Errorf("creating veth %s: %w", hostName, err)
-	}
-
 	// A handle bound to the namespace configures it without moving this
 	// goroutine's thread into it.
 	h, err := netlink.NewHandleAt(ns)
@@ -130,20 +120,9 @@ func CreateWithEgress(id string, l Link, e *Egress) (err error) {
 		return fmt.Errorf("opening netlink in namespace %s: %w", Name(id), err)
 	}
 	defer h.Close()
-
-	lo, err := h.LinkByName("lo")
+	peer, err := h.LinkByName("eth0")
 	if err != nil {
-		return fmt.Errorf("finding lo in %s: %w", Name(id), err)
-	}
-	if err := h.LinkSetUp(lo); err != nil {
-		return fmt.Errorf("setting lo up in %s: %w", Name(id), err)
-	}
-	peer, err := h.LinkByName(peerTmp)
-	if err != nil {
-		return fmt.Errorf("finding veth peer in %s: %w", Name(id), err)
-	}
-	if err := h.LinkSetName(peer, "eth0"); err != nil {
-		return fmt.Errorf("renaming veth peer to eth0 in %s: %w", Name(id), err)
+		return fmt.Errorf("finding eth0 in %s: %w", Name(id), err)
 	}
 	if err := h.AddrAdd(peer, addr(l.GuestAddr, l.PrefixLen)); err != nil {
 		return fmt.Errorf("adding %s to eth0 in %s: %w", l.GuestAddr, Name(id), err)
@@ -166,6 +145,64 @@ func CreateWithEgress(id string, l Link, e *Egress) (err error) {
 		if err := routeOut(id, l, ns); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// makeLink makes the namespace of sandbox id and its veth pair, the peer
+// named eth0 inside, lo up, nothing addressed: what a spare is, made now.
+func makeLink(id string) (err error) {
+	hostName := VethName(id)
+	if err := createNamed(Path(id)); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", Name(id), err)
+	}
+	defer func() {
+		if err != nil {
+			_ = unmount(id)
+			if l, lerr := netlink.LinkByName(hostName); lerr == nil {
+				_ = netlink.LinkDel(l)
+			}
+		}
+	}()
+	ns, err := netns.GetFromPath(Path(id))
+	if err != nil {
+		return fmt.Errorf("opening namespace %s: %w", Name(id), err)
+	}
+	defer ns.Close()
+
+	// The peer is created straight inside the namespace, under a temporary
+	// name: a peer called eth0 in the root namespace would clash with the
+	// host's own eth0.
+	peerTmp := "lp" + hostName[2:]
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: hostName},
+		PeerName:      peerTmp,
+		PeerNamespace: netlink.NsFd(int(ns)),
+	}
+	if err := netlink.LinkAdd(veth); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("creating veth %s: %w", hostName, ErrExists)
+		}
+		return fmt.Errorf("creating veth %s: %w", hostName, err)
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("opening netlink in namespace %s: %w", Name(id), err)
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("finding lo in %s: %w", Name(id), err)
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("setting lo up in %s: %w", Name(id), err)
+	}
+	peer, err := h.LinkByName(peerTmp)
+	if err != nil {
+		return fmt.Errorf("finding veth peer in %s: %w", Name(id), err)
+	}
+	if err := h.LinkSetName(peer, "eth0"); err != nil {
+		return fmt.Errorf("renaming veth peer to eth0 in %s: %w", Name(id), err)
 	}
 	return nil
 }

@@ -32,11 +32,13 @@ var reaper struct {
 
 type release struct {
 	id   string
+	veth bool // false: the veth went back to the spares (spares.go)
 	done func(error)
 }
 
 // Release removes the network of sandbox id, as Remove does, but returns
-// once its addresses are off the host and its namespace is unmounted:
+// once its addresses are off the host and its namespace is unmounted or,
+// if spares are short, scrubbed and kept as one (spares.go):
 // the address slot and the ID may be used again at once (a Create of the
 // same ID waits for the rest). The veth and the nftables table go in the
 // background; done, when not nil, is called with the outcome then. If
@@ -56,8 +58,18 @@ func Release(id string, done func(error)) error {
 	} else if !isNotFound(err) {
 		errs = append(errs, fmt.Errorf("finding veth %s: %w", VethName(id), err))
 	}
-	if err := unmount(id); err != nil {
-		errs = append(errs, err)
+	veth := true
+	if len(errs) == 0 {
+		recycled, err := recycle(id)
+		if err != nil {
+			slog.Warn("keeping a removed sandbox's network as a spare; deleting it instead", "sandbox_id", id, "err", err)
+		}
+		veth = !recycled
+	}
+	if veth {
+		if err := unmount(id); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		// What is left is for Remove, now, rather than in the background.
@@ -73,7 +85,7 @@ func Release(id string, done func(error)) error {
 	if _, ok := reaper.busy[id]; !ok {
 		reaper.busy[id] = make(chan struct{})
 	}
-	reaper.queued = append(reaper.queued, release{id, done})
+	reaper.queued = append(reaper.queued, release{id, veth, done})
 	reaper.mu.Unlock()
 	select {
 	case reaper.wake <- struct{}{}:
@@ -120,7 +132,7 @@ func reap() {
 			errs := make([]error, len(batch))
 			var script strings.Builder
 			for i, r := range batch {
-				if l, err := netlink.LinkByName(VethName(r.id)); err == nil {
+				if l, err := netlink.LinkByName(VethName(r.id)); r.veth && err == nil {
 					if err := netlink.LinkDel(l); err != nil && !isNotFound(err) {
 						errs[i] = fmt.Errorf("deleting veth %s: %w", VethName(r.id), err)
 					}

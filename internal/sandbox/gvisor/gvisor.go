@@ -50,7 +50,16 @@ type Config struct {
 	Runsc  string       // path to a static runsc binary
 	Dir    string       // work directory; created if missing
 	Logger *slog.Logger // nil means slog.Default()
+	// SpareNetworks is how many network namespaces with their veth pair
+	// are kept made ahead of need (netns.Prepare); 0 means
+	// DefaultSpareNetworks, a negative number none.
+	SpareNetworks int
 }
+
+// DefaultSpareNetworks covers a burst of a few creates at once; a kill
+// gives its sandbox's network back, so a steady create-kill loop rarely
+// waits for one.
+const DefaultSpareNetworks = 4
 
 // Runtime is the gVisor sandbox backend.
 type Runtime struct {
@@ -143,6 +152,12 @@ func New(cfg Config) (*Runtime, error) {
 		}
 	}
 	r.removeOrphans()
+	switch {
+	case cfg.SpareNetworks == 0:
+		netns.Prepare(DefaultSpareNetworks)
+	case cfg.SpareNetworks > 0:
+		netns.Prepare(cfg.SpareNetworks)
+	}
 	return r, nil
 }
 
@@ -177,9 +192,9 @@ func (r *Runtime) Close(ctx context.Context) error {
 	for _, id := range ids {
 		r.unwatch(id)
 	}
-	// The veths and rules of sandboxes removed last go before the
-	// server does.
-	netns.Settle()
+	// The spare networks, and the veths and rules of sandboxes removed
+	// last, go before the server does.
+	netns.Drain()
 	return err
 }
 
