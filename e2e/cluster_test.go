@@ -278,6 +278,8 @@ func TestCluster(t *testing.T) {
 		}
 	}
 
+	var ce *client.Error
+
 	// Pause on one API, resume on the other: the sandbox stays on its
 	// node, which holds its image, and keeps its state.
 	p := sbs[0]
@@ -294,6 +296,38 @@ func TestCluster(t *testing.T) {
 	}
 	if ex := run(t, cl[1], p.SandboxID, "python", "kept + 1"); len(ex.Results) == 0 || ex.Results[0].Data != "42" {
 		t.Errorf("after resume: %+v; want 42", ex.Results)
+	}
+
+	// A fork runs on its parent's node, with the parent's state.
+	forks, err := cl[1].Fork(ctx, p.SandboxID, api.ForkRequest{Count: 1, TimeoutMs: ms(600_000)})
+	if err != nil || len(forks) != 1 {
+		t.Fatalf("Fork = %v, %v", forks, err)
+	}
+	if n := c.nodeOf(forks[0].SandboxID); n != before {
+		t.Errorf("fork of a sandbox of node %s ran on %s", before, n)
+	}
+	if ex := run(t, cl[0], forks[0].SandboxID, "python", "kept * 2"); len(ex.Results) == 0 || ex.Results[0].Data != "82" {
+		t.Errorf("fork's state: %+v; want 82", ex.Results)
+	}
+	sbs = append(sbs, &forks[0])
+
+	// A lizardToken is minted by the node in the shared database: it works
+	// on either API process, and is revoked when its sandbox ends.
+	tok := newSandbox(t, cl[0], api.CreateSandboxRequest{LizardToken: true})
+	ex := run(t, cl[1], tok.SandboxID, "python", "import os\nos.environ['LIZARD_API_KEY']")
+	key := strings.Trim(ex.Results[0].Data, "'")
+	tc, err := client.New(client.Config{BaseURL: c.apis[1].url, APIKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.GetSandbox(ctx, tok.SandboxID); err != nil {
+		t.Errorf("the sandbox's lizardToken through api 1: %v", err)
+	}
+	if err := cl[0].KillSandbox(ctx, tok.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.GetSandbox(ctx, tok.SandboxID); !errors.As(err, &ce) || ce.Status != http.StatusUnauthorized {
+		t.Errorf("the lizardToken of a killed sandbox: %v; want 401", err)
 	}
 
 	// kill -9 of one API process: the other carries on, and the killed
@@ -339,8 +373,7 @@ func TestCluster(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	_, err := cl[1].Execute(ctx, victim.SandboxID, api.ExecuteRequest{Code: "1"}, nil)
-	var ce *client.Error
+	_, err = cl[1].Execute(ctx, victim.SandboxID, api.ExecuteRequest{Code: "1"}, nil)
 	if !errors.As(err, &ce) || ce.Status != http.StatusGone || !strings.Contains(ce.Message, "node lost") {
 		t.Errorf("call to a sandbox of a lost node: %v; want 410 naming node lost", err)
 	}

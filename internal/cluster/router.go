@@ -143,7 +143,9 @@ func find(nodes []store.NodeInfo, name string) (store.NodeInfo, bool) {
 // and not in skip: of Choices sampled at random, the least loaded with
 // room (load, free).
 func (r *Router) place(ctx context.Context, skip map[string]bool) (store.NodeInfo, error) {
-	nodes, err := r.list(ctx, false)
+	// Read fresh: one query is nothing beside a create, and the other API
+	// processes' creates of the last moments count.
+	nodes, err := r.list(ctx, true)
 	if err != nil {
 		return store.NodeInfo{}, err
 	}

@@ -31,7 +31,7 @@ type testNode struct {
 
 // newCluster makes nodes named names over one shared store, registered
 // with a live lease, and the API's control plane over a router.
-func newCluster(t *testing.T, names ...string) (*store.Store, map[string]*testNode, *Router, *control.Control) {
+func newCluster(t *testing.T, maxLive int, names ...string) (*store.Store, map[string]*testNode, *Router, *control.Control) {
 	t.Helper()
 	ctx := context.Background()
 	shared, err := store.Open(ctx, t.TempDir())
@@ -51,7 +51,7 @@ func newCluster(t *testing.T, names ...string) (*store.Store, map[string]*testNo
 		}
 		agents := server.New(server.Config{Control: ctl, Keys: remote.Auth{Secret: secret}, Logger: nodetest.Discard()})
 		srv := httptest.NewServer(remote.Handler(remote.HandlerConfig{Node: env.Node, Store: shared, Secret: secret,
-			Agent: agents, Logger: nodetest.Discard(), DataDir: env.DataDir}))
+			Agent: agents, Logger: nodetest.Discard(), DataDir: env.DataDir, MaxLive: maxLive}))
 		t.Cleanup(srv.Close)
 		nodes[name] = &testNode{env: env, srv: srv}
 		beat(t, shared, name, srv.Listener.Addr().String(), time.Now().Add(time.Minute))
@@ -76,7 +76,7 @@ func beat(t *testing.T, st *store.Store, name, addr string, lease time.Time) {
 }
 
 func TestPlacementAndRouting(t *testing.T) {
-	st, nodes, r, ctl := newCluster(t, "a", "b")
+	st, nodes, r, ctl := newCluster(t, 0, "a", "b")
 	ctx := context.Background()
 	on := map[string]int{}
 	var ids []string
@@ -172,7 +172,7 @@ func forward(t *testing.T, r *Router, ctl *control.Control, id string) (int, str
 }
 
 func TestNodeFaults(t *testing.T) {
-	st, nodes, r, ctl := newCluster(t, "a", "b")
+	st, nodes, r, ctl := newCluster(t, 0, "a", "b")
 	ctx := context.Background()
 	sb, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{})
 	if err != nil {
@@ -231,5 +231,31 @@ func TestNodeFaults(t *testing.T) {
 	live, _ := st.ListSandboxes(ctx, store.Filter{LiveOnly: true})
 	if len(live) != 3 {
 		t.Errorf("%d live sandboxes after a sweep within a lease of a database failure; want the 3 of the other node kept", len(live))
+	}
+}
+
+// TestQuotaOnNodes: the live-sandbox quota is enforced where sandboxes are
+// recorded, so creates through API processes that each admitted them are
+// refused past it with the quota's 429.
+func TestQuotaOnNodes(t *testing.T) {
+	st, _, _, ctl := newCluster(t, 2, "a", "b")
+	ctx := context.Background()
+	// A second API process: its own router and control plane.
+	r2, err := NewRouter(Config{Store: st, Secret: secret, Logger: nodetest.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl2, err := control.New(control.Config{Node: r2, Store: st, Logger: nodetest.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []*control.Control{ctl, ctl2} {
+		if _, err := c.Create(ctx, "p1", api.CreateSandboxRequest{}); err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+	}
+	_, err = ctl2.Create(ctx, "p1", api.CreateSandboxRequest{})
+	if !errors.Is(err, node.ErrRateLimited) || !strings.Contains(node.Message(err), "its maximum") {
+		t.Errorf("a third create with a quota of 2: %v; want ErrRateLimited naming the maximum", err)
 	}
 }

@@ -164,7 +164,8 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	agents := server.New(server.Config{Control: ctl, Keys: remote.Auth{Secret: c.cluster.secret}, Logger: logger, Version: version()})
-	h := remote.Handler(remote.HandlerConfig{Node: n, Store: shared, Secret: c.cluster.secret, Agent: agents, Logger: logger, DataDir: c.DataDir})
+	h := remote.Handler(remote.HandlerConfig{Node: n, Store: shared, Secret: c.cluster.secret, Agent: agents, Logger: logger, DataDir: c.DataDir,
+		MaxLive: c.policy.MaxSandboxes})
 	gauges(mx, st, c.pool.Slots())
 	if err := n.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconciling sandboxes with the runtime and the database: %w", err)

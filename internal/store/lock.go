@@ -99,3 +99,45 @@ func (s *Store) tryFileLock(name string) (func(), bool, error) {
 	var once sync.Once
 	return func() { once.Do(func() { f.Close() }) }, true, nil
 }
+
+// LockProject waits for, and takes, the lock of projectID's admission: a
+// node recording a sandbox counts the project's live sandboxes and inserts
+// its own under it, so that creates through several API processes and
+// nodes at once cannot pass the project's quota together. On PostgreSQL it
+// is a session advisory lock on a connection of its own (freed with the
+// session if its holder dies); on SQLite, whose one process admits under
+// the control plane's own lock, it takes nothing.
+func (s *Store) LockProject(ctx context.Context, projectID string) (release func(), err error) {
+	if s.db.d != postgresDialect {
+		return func() {}, nil
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("locking project %s: %w", projectID, s.db.d.wrap(err))
+	}
+	key := lockKey("lizard:project:" + projectID)
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("locking project %s: %w", projectID, s.db.d.wrap(err))
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, key)
+			conn.Raw(func(any) error { return driver.ErrBadConn })
+			conn.Close()
+		})
+	}, nil
+}
+
+// CountProjectLive is how many live sandboxes projectID has (its own, not
+// the server's).
+func (s *Store) CountProjectLive(ctx context.Context, projectID string) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE project_id = ? AND role = '' AND ended_at IS NULL`,
+		projectID).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("counting the live sandboxes of project %s: %w", projectID, err)
+	}
+	return n, nil
+}

@@ -125,3 +125,45 @@ func TestLostNodes(t *testing.T) {
 		}
 	})
 }
+
+// TestLockProject: on PostgreSQL a project's admission lock is held by one
+// session at a time, and released by release.
+func TestLockProject(t *testing.T) {
+	forEachStore(t, func(t *testing.T, be backend) {
+		if be.pg == nil {
+			t.Skip("SQLite's one process admits under the control plane's lock")
+		}
+		ctx := context.Background()
+		s := be.open(t)
+		release, err := s.LockProject(ctx, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan func(), 1)
+		go func() {
+			r, err := s.LockProject(ctx, "p")
+			if err != nil {
+				t.Error(err)
+				r = func() {}
+			}
+			got <- r
+		}()
+		other, err := s.LockProject(ctx, "q") // another project's is free
+		if err != nil {
+			t.Fatal(err)
+		}
+		other()
+		select {
+		case <-got:
+			t.Fatal("a second session took the project's lock while the first held it")
+		case <-time.After(300 * time.Millisecond):
+		}
+		release()
+		select {
+		case r := <-got:
+			r()
+		case <-time.After(10 * time.Second):
+			t.Fatal("the lock was not passed on after release")
+		}
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
@@ -27,6 +28,11 @@ type HandlerConfig struct {
 	Logger *slog.Logger
 	// DataDir holds the node's images: RemoveImage refuses paths outside.
 	DataDir string
+	// MaxLive is how many live sandboxes a project may have (0: no
+	// bound), enforced when a sandbox is recorded, under the project's
+	// lock in the shared database: the API checks it first, but several
+	// API processes at once could pass it together.
+	MaxLive int
 }
 
 // Handler returns the node's HTTP handler: GET /v1/health (no secret, for
@@ -96,6 +102,9 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) {
 // if it asks for one.
 func (h *handler) local(w plan) node.Plan {
 	p := w.plan()
+	if h.cfg.MaxLive > 0 && p.Role == "" {
+		p.Admit = h.admit(p.ProjectID)
+	}
 	if w.Token {
 		p.Key = func(ctx context.Context, sandboxID string) (string, error) {
 			k, err := auth.Create(ctx, h.cfg.Store, p.ProjectID, sandboxID)
@@ -107,6 +116,28 @@ func (h *handler) local(w plan) node.Plan {
 		}
 	}
 	return p
+}
+
+// admit is the quota check of a sandbox of projectID at its record: the
+// project's lock is held from the count to the insert (release).
+func (h *handler) admit(projectID string) func(ctx context.Context, again bool) (func(), error) {
+	return func(ctx context.Context, _ bool) (func(), error) {
+		release, err := h.cfg.Store.LockProject(ctx, projectID)
+		if err != nil {
+			return nil, err
+		}
+		n, err := h.cfg.Store.CountProjectLive(ctx, projectID)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		if n >= h.cfg.MaxLive {
+			release()
+			return nil, &node.Error{Kind: node.ErrRateLimited, RetryAfter: time.Second,
+				Msg: fmt.Sprintf("project %s already has %d live sandboxes, its maximum; kill some first", projectID, n)}
+		}
+		return release, nil
+	}
 }
 
 func (h *handler) fork(w http.ResponseWriter, r *http.Request) {
