@@ -259,3 +259,35 @@ func TestQuotaOnNodes(t *testing.T) {
 		t.Errorf("a third create with a quota of 2: %v; want ErrRateLimited naming the maximum", err)
 	}
 }
+
+// TestWrongSecret: an API process whose cluster secret differs from the
+// nodes' is told so, on creates and on forwarded calls, never with the
+// client's key blamed.
+func TestWrongSecret(t *testing.T) {
+	st, _, _, ctl := newCluster(t, 0, "a")
+	ctx := context.Background()
+	sb, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := NewRouter(Config{Store: st, Secret: "another-secret-entirely", Logger: nodetest.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	badCtl, err := control.New(control.Config{Node: bad, Store: st, Logger: nodetest.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := badCtl.Create(ctx, "p1", api.CreateSandboxRequest{}); !errors.Is(err, node.ErrUnavailable) || !strings.Contains(node.Message(err), "LIZARD_CLUSTER_SECRET") {
+		t.Errorf("Create with the wrong secret: %v; want ErrUnavailable naming LIZARD_CLUSTER_SECRET", err)
+	}
+	call, err := badCtl.Acquire(ctx, "p1", sb.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer call.Release()
+	req, _ := http.NewRequestWithContext(auth.WithProjectID(call.Ctx, "p1"), http.MethodGet, call.URL.String()+"/health", nil)
+	if _, err := bad.Transport().RoundTrip(req); err == nil || !strings.Contains(node.Message(context.Cause(call.Ctx)), "LIZARD_CLUSTER_SECRET") {
+		t.Errorf("forwarded call with the wrong secret: %v (call ended by %v); want it ended naming LIZARD_CLUSTER_SECRET", err, context.Cause(call.Ctx))
+	}
+}

@@ -123,8 +123,12 @@ func (s *Store) LockProject(ctx context.Context, projectID string) (release func
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, key)
-			conn.Raw(func(any) error { return driver.ErrBadConn })
+			// Taken per create, so the connection goes back to the pool
+			// once unlocked; one whose unlock failed is dropped, and the
+			// lock with its session.
+			if _, err := conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, key); err != nil {
+				conn.Raw(func(any) error { return driver.ErrBadConn })
+			}
 			conn.Close()
 		})
 	}, nil

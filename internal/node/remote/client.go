@@ -62,6 +62,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return c.unreachable(err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		return c.refused()
+	}
 	if resp.StatusCode >= 300 {
 		var we wireError
 		if err := json.NewDecoder(resp.Body).Decode(&we); err != nil {
@@ -79,6 +82,17 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return c.unreachable(fmt.Errorf("reading the answer: %w", err))
 	}
 	return nil
+}
+
+// refused is the error for a node that refuses the cluster secret: a
+// configuration mistake, not the caller's.
+func (c *Client) refused() error {
+	return refusedBy(c.name)
+}
+
+func refusedBy(name string) error {
+	return &node.Error{Kind: node.ErrUnavailable,
+		Msg: fmt.Sprintf("node %s refused this API's cluster secret: give every api and node process the same LIZARD_CLUSTER_SECRET", name)}
 }
 
 func (c *Client) unreachable(err error) error {
@@ -141,9 +155,14 @@ func (c *Client) Acquire(ctx context.Context, id string) (node.Call, error) {
 	cctx, cancel := context.WithCancelCause(ctx)
 	msg := fmt.Sprintf("sandbox %s's node %s stopped answering during the call (its process or machine went down?); "+
 		"if it is not back within its lease the sandbox is reported failed (node lost); retry shortly, or create a new sandbox", id, c.name)
-	cctx = context.WithValue(cctx, callKey{}, func(err error) {
+	cctx = context.WithValue(cctx, callKey{}, call{node: c.name, fail: func(err error) {
+		var e *node.Error
+		if errors.As(err, &e) {
+			cancel(err)
+			return
+		}
 		cancel(&node.Error{Kind: node.ErrUnavailable, Msg: msg, Cause: fmt.Errorf("%w: %w", ErrUnreachable, err)})
-	})
+	}})
 	u := *c.base
 	u.Path = "/v1/sandboxes/" + id
 	return node.Call{URL: &u, Ctx: cctx, Release: func() { cancel(nil) }}, nil
@@ -158,9 +177,14 @@ func (c *Client) Subscribe(func(node.Event)) {}
 
 var _ node.Node = (*Client)(nil)
 
-// callKey holds, in a forwarded call's context, what ends the call when
-// the node stops answering.
+// callKey holds, in a forwarded call's context, its node and what ends
+// the call when the node stops answering or refuses it.
 type callKey struct{}
+
+type call struct {
+	node string
+	fail func(error)
+}
 
 // Transport carries requests to nodes: it adds the cluster secret and, on
 // forwarded agent calls, the caller; and it ends a forwarded call whose
@@ -190,17 +214,26 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 			r.Header.Set(HeaderCallerSandbox, c.SandboxID)
 		}
 	}
-	fail, _ := r.Context().Value(callKey{}).(func(error))
+	fc, forwarded := r.Context().Value(callKey{}).(call)
 	resp, err := t.Base.RoundTrip(r)
 	if err != nil {
-		if fail != nil && r.Context().Err() == nil {
-			fail(err)
+		if forwarded && r.Context().Err() == nil {
+			fc.fail(err)
 		}
 		return nil, err
 	}
-	if fail != nil {
-		resp.Body = &failingBody{ReadCloser: resp.Body, ctx: r.Context(), fail: fail}
+	if !forwarded {
+		return resp, nil
 	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		// Not the caller's key, which the API has checked: the node
+		// refused the cluster secret.
+		resp.Body.Close()
+		err := refusedBy(fc.node)
+		fc.fail(err)
+		return nil, err
+	}
+	resp.Body = &failingBody{ReadCloser: resp.Body, ctx: r.Context(), fail: fc.fail}
 	return resp, nil
 }
 
