@@ -32,17 +32,16 @@ var reaper struct {
 
 type release struct {
 	id   string
-	veth bool // false: the veth went back to the spares (spares.go)
 	done func(error)
 }
 
 // Release removes the network of sandbox id, as Remove does, but returns
-// once its addresses are off the host and its namespace is unmounted or,
-// if spares are short, scrubbed and kept as one (spares.go):
-// the address slot and the ID may be used again at once (a Create of the
-// same ID waits for the rest). The veth and the nftables table go in the
-// background; done, when not nil, is called with the outcome then. If
-// the process dies before that, Remove of the ID finishes the job.
+// once its addresses are off the host: the address slot may be used again
+// at once, and a Create of the same ID waits for the rest. The rest goes
+// in the background: the namespace and veth are scrubbed and kept as a
+// spare if spares are short (spares.go), else deleted, and the nftables
+// table is deleted; done, when not nil, is called with the outcome then.
+// If the process dies before that, Remove of the ID finishes the job.
 func Release(id string, done func(error)) error {
 	var errs []error
 	if l, err := netlink.LinkByName(VethName(id)); err == nil {
@@ -58,19 +57,6 @@ func Release(id string, done func(error)) error {
 	} else if !isNotFound(err) {
 		errs = append(errs, fmt.Errorf("finding veth %s: %w", VethName(id), err))
 	}
-	veth := true
-	if len(errs) == 0 {
-		recycled, err := recycle(id)
-		if err != nil {
-			slog.Warn("keeping a removed sandbox's network as a spare; deleting it instead", "sandbox_id", id, "err", err)
-		}
-		veth = !recycled
-	}
-	if veth {
-		if err := unmount(id); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	if err := errors.Join(errs...); err != nil {
 		// What is left is for Remove, now, rather than in the background.
 		return errors.Join(err, Remove(id))
@@ -85,7 +71,7 @@ func Release(id string, done func(error)) error {
 	if _, ok := reaper.busy[id]; !ok {
 		reaper.busy[id] = make(chan struct{})
 	}
-	reaper.queued = append(reaper.queued, release{id, veth, done})
+	reaper.queued = append(reaper.queued, release{id, done})
 	reaper.mu.Unlock()
 	select {
 	case reaper.wake <- struct{}{}:
@@ -132,9 +118,16 @@ func reap() {
 			errs := make([]error, len(batch))
 			var script strings.Builder
 			for i, r := range batch {
-				if l, err := netlink.LinkByName(VethName(r.id)); r.veth && err == nil {
-					if err := netlink.LinkDel(l); err != nil && !isNotFound(err) {
-						errs[i] = fmt.Errorf("deleting veth %s: %w", VethName(r.id), err)
+				recycled, err := recycle(r.id)
+				if err != nil {
+					slog.Warn("keeping a removed sandbox's network as a spare; deleting it instead", "sandbox_id", r.id, "err", err)
+				}
+				if !recycled {
+					errs[i] = unmount(r.id)
+					if l, err := netlink.LinkByName(VethName(r.id)); err == nil {
+						if err := netlink.LinkDel(l); err != nil && !isNotFound(err) {
+							errs[i] = errors.Join(errs[i], fmt.Errorf("deleting veth %s: %w", VethName(r.id), err))
+						}
 					}
 				}
 				t := TableName(r.id)

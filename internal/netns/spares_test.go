@@ -39,6 +39,7 @@ func TestSpares(t *testing.T) {
 	if err := Release("nssp-a", nil); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
+	Settle()
 	if got := Spares(); got != 1 {
 		t.Fatalf("%d spares after a release with one wanted, want 1", got)
 	}

@@ -282,20 +282,27 @@ func AssertGone(t *testing.T, rt sandbox.Runtime, id string, pids []int) {
 	if slices.Contains(ids, id) {
 		t.Errorf("List() = %v after removal, still has %s", ids, id)
 	}
-	out, _ := exec.Command("ip", "netns", "list").Output()
-	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) > 0 && f[0] == netns.Name(id) {
-			t.Errorf("ip netns list still shows %s", netns.Name(id))
-		}
-	}
-	if _, err := os.Lstat(netns.Path(id)); err == nil {
-		t.Errorf("network namespace file %s still exists", netns.Path(id))
-	}
-	// The veth may go a moment after Kill returns (Runtime.Kill).
+	// The network may go a moment after Kill returns (Runtime.Kill).
 	deadline := time.Now().Add(10 * time.Second)
-	for exec.Command("ip", "link", "show", netns.VethName(id)).Run() == nil {
+	for {
+		var left []string
+		out, _ := exec.Command("ip", "netns", "list").Output()
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 0 && f[0] == netns.Name(id) {
+				left = append(left, "ip netns list still shows "+netns.Name(id))
+			}
+		}
+		if _, err := os.Lstat(netns.Path(id)); err == nil {
+			left = append(left, "network namespace file "+netns.Path(id)+" still exists")
+		}
+		if exec.Command("ip", "link", "show", netns.VethName(id)).Run() == nil {
+			left = append(left, "host veth "+netns.VethName(id)+" of "+id+" still exists")
+		}
+		if len(left) == 0 {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Errorf("host veth %s of %s still exists 10 s after its removal", netns.VethName(id), id)
+			t.Errorf("10 s after its removal: %s", strings.Join(left, "; "))
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
