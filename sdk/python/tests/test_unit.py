@@ -528,3 +528,21 @@ def test_line_splitter() -> None:
     assert s.feed(b": 3}") == []
     assert s.close() == [{"c": 3}], "a last line without a newline still counts"
     assert s.close() == []
+
+
+def test_port_url_and_volume_bodies() -> None:
+    from lizard import _core
+
+    assert _core.port_url("http://127.0.0.1:8080", "abc", 8000, None) == "http://127.0.0.1:8080/v1/sandboxes/abc/ports/8000/"
+    assert _core.port_url("http://127.0.0.1:8080/", "abc", 80, "sb.example.com") == "http://80-abc.sb.example.com:8080/"
+    assert _core.port_url("https://lizard.example.com", "abc", 3000, "sb.example.com") == "https://3000-abc.sb.example.com/"
+    for bad in (0, 65536, "80", True):
+        with pytest.raises(lizard.InvalidArgumentError):
+            _core.port_url("http://x", "abc", bad, None)  # type: ignore[arg-type]
+    body = _core.create_body("interpreter", None, None, None, False, None, [{"name": "d", "path": "/mnt/d"}], True)
+    assert body["volumes"] == [{"name": "d", "path": "/mnt/d"}] and body["publicPorts"] is True
+    with pytest.raises(lizard.InvalidArgumentError):
+        _core.create_body("interpreter", None, None, None, False, None, [{"name": "d"}])
+    assert _core.volume_body("d", 16) == {"name": "d", "sizeMb": 16}
+    with pytest.raises(lizard.InvalidArgumentError):
+        _core.volume_body("d", 0)

@@ -14,13 +14,25 @@ export {
   DEFAULT_CODE_TIMEOUT_MS,
   DEFAULT_CREATE_REQUEST_TIMEOUT_MS,
   DEFAULT_SANDBOX_TIMEOUT_MS,
+  portUrl,
   type CreateContextOptions,
   type CreateOptions,
   type ListOptions,
   type RunCodeOptions,
   type SnapshotInfo,
 } from './sandbox.js';
-export { Execution, type Context, type EntryInfo, type ExecutionError, type ProcessResult, type Result, type SandboxInfo } from './types.js';
+export {
+  Execution,
+  type Context,
+  type EntryInfo,
+  type ExecutionError,
+  type ProcessResult,
+  type Result,
+  type SandboxInfo,
+  type VolumeInfo,
+  type VolumeMount,
+} from './types.js';
+export { Volume, type CreateVolumeOptions } from './volume.js';
 export { Process, type ExecOptions } from './process.js';
 export { Files, type WriteData } from './files.js';
 export { DEFAULT_API_URL, DEFAULT_REQUEST_TIMEOUT_MS, type ConnectionOptions } from './http.js';

@@ -8,6 +8,7 @@ import { Process } from './process.js';
 import {
   Execution,
   sandboxInfo,
+  type VolumeMount,
   type Context,
   type ExecuteEvent,
   type ExecutionError,
@@ -52,6 +53,13 @@ export interface CreateOptions extends ConnectionOptions {
    * snapshot's. envs and lizardToken cannot be used with it.
    */
   snapshotId?: string;
+  /**
+   * The project's volumes to mount, [{ name: 'data', path: '/home/user/data' }]
+   * (see Volume); their files outlive the sandbox.
+   */
+  volumes?: VolumeMount[];
+  /** Let anyone with a getHost URL reach the sandbox's ports, without the API key or its access token. */
+  publicPorts?: boolean;
 }
 
 export interface ListOptions extends ConnectionOptions {
@@ -112,6 +120,8 @@ export class CodeSandbox {
 
   private readonly http: HttpClient;
   private readonly prefix: string;
+  /** What the server said last (create, connect, getInfo): the access token and ports domain. */
+  private info?: SandboxInfo;
 
   /** @internal Use CodeSandbox.create or CodeSandbox.connect. */
   constructor(sandboxId: string, http: HttpClient) {
@@ -135,10 +145,13 @@ export class CodeSandbox {
         envs: opts.envs,
         metadata: opts.metadata,
         lizardToken: opts.lizardToken || undefined,
+        volumes: opts.volumes?.length ? opts.volumes.map((v) => ({ name: v.name, path: v.path })) : undefined,
+        publicPorts: opts.publicPorts || undefined,
       },
       timeoutMs: opts.requestTimeoutMs ?? DEFAULT_CREATE_REQUEST_TIMEOUT_MS,
     });
     const sandbox = new CodeSandbox(w.sandboxId, http);
+    sandbox.info = sandboxInfo(w);
     if (opts.projectId !== undefined && w.projectId !== opts.projectId) {
       // The key belongs to another project: do not leave a sandbox there.
       await sandbox.kill().catch(() => {});
@@ -254,7 +267,29 @@ export class CodeSandbox {
 
   /** getInfo describes the sandbox; it works for ended sandboxes too. */
   async getInfo(): Promise<SandboxInfo> {
-    return sandboxInfo(await this.http.request<WireSandbox>('GET', this.prefix));
+    this.info = sandboxInfo(await this.http.request<WireSandbox>('GET', this.prefix));
+    return this.info;
+  }
+
+  /**
+   * The token that opens this sandbox's ports (and nothing else), as of
+   * create, connect or the last getInfo: send it as ?lizard_access_token=
+   * or the X-Lizard-Access-Token header.
+   */
+  get accessToken(): string | undefined {
+    return this.info?.accessToken;
+  }
+
+  /**
+   * getHost returns the URL at which a server listening on port inside the
+   * sandbox (on 0.0.0.0) is reached through Lizard, HTTP and WebSocket:
+   * {apiUrl}/v1/sandboxes/{id}/ports/{port}/, or http://{port}-{id}.{domain}/
+   * when the server has a ports domain. Requests need the API key
+   * (Authorization: Bearer) or accessToken, unless the sandbox was created
+   * with publicPorts.
+   */
+  getHost(port: number): string {
+    return portUrl(this.http.config.apiUrl, this.sandboxId, port, this.info?.portsDomain);
   }
 
   /**
@@ -326,4 +361,19 @@ function checkMs(name: string, ms: number): void {
   if (!Number.isInteger(ms) || ms < 0) {
     throw new InvalidArgumentError(`${name} must be a whole number of milliseconds >= 0, got ${ms}`);
   }
+}
+
+/**
+ * portUrl is the URL of port inside sandbox sandboxId served through the API
+ * at apiUrl: host-based under portsDomain when the server has one.
+ */
+export function portUrl(apiUrl: string, sandboxId: string, port: number, portsDomain?: string): string {
+  if (!Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new InvalidArgumentError(`port must be an integer from 1 to 65535, not ${port}`);
+  }
+  if (portsDomain) {
+    const u = new URL(apiUrl);
+    return `${u.protocol}//${port}-${sandboxId}.${portsDomain}${u.port ? `:${u.port}` : ''}/`;
+  }
+  return `${apiUrl.replace(/\/+$/, '')}/v1/sandboxes/${encodeURIComponent(sandboxId)}/ports/${port}/`;
 }

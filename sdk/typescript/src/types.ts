@@ -74,6 +74,29 @@ export interface SandboxInfo {
   diskMb?: number;
   /** The sandbox whose lizardToken created this one. */
   parentSandboxId?: string;
+  /** The volumes it mounts. */
+  volumes: VolumeMount[];
+  /** Opens its exposed ports (getHost) to whoever holds it. */
+  accessToken?: string;
+  /** Its ports need no credential. */
+  publicPorts: boolean;
+  /** The server's wildcard domain for ports, if it has one. */
+  portsDomain?: string;
+}
+
+/** A volume mounted in a sandbox: its name and where. */
+export interface VolumeMount {
+  name: string;
+  path: string;
+}
+
+/** A persistent volume of the project. */
+export interface VolumeInfo {
+  name: string;
+  volumeId: string;
+  /** Its size; writes past it fail with ENOSPC inside the sandbox. */
+  sizeMb: number;
+  createdAt: Date;
 }
 
 /** One file or directory in a sandbox. */
@@ -113,6 +136,17 @@ export interface WireSandbox {
   cpus?: number;
   diskMb?: number;
   parentSandboxId?: string;
+  volumes?: VolumeMount[] | null;
+  accessToken?: string;
+  publicPorts?: boolean;
+  portsDomain?: string;
+}
+
+export interface WireVolume {
+  name: string;
+  volumeId: string;
+  sizeMb: number;
+  createdAt: string;
 }
 
 export interface WireEntry {
@@ -163,7 +197,15 @@ export function sandboxInfo(w: WireSandbox): SandboxInfo {
     cpus: w.cpus,
     diskMb: w.diskMb,
     parentSandboxId: w.parentSandboxId || undefined,
+    volumes: (w.volumes ?? []).map((v) => ({ name: v.name, path: v.path })),
+    accessToken: w.accessToken || undefined,
+    publicPorts: w.publicPorts ?? false,
+    portsDomain: w.portsDomain || undefined,
   };
+}
+
+export function volumeInfo(w: WireVolume): VolumeInfo {
+  return { name: w.name, volumeId: w.volumeId, sizeMb: w.sizeMb, createdAt: new Date(w.createdAt) };
 }
 
 export function entryInfo(w: WireEntry): EntryInfo {

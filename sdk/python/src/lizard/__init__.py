@@ -4,9 +4,9 @@
 from explicit arguments, then ``LIZARD_API_URL`` and ``LIZARD_API_KEY``.
 """
 
-from ._async import AsyncCodeSandbox, AsyncFiles, AsyncProcess
+from ._async import AsyncCodeSandbox, AsyncFiles, AsyncProcess, AsyncVolume
 from ._core import DEFAULT_API_URL
-from ._sync import CodeSandbox, Files, Process
+from ._sync import CodeSandbox, Files, Process, Volume
 from .errors import (
     AuthenticationError,
     ConflictError,
@@ -19,7 +19,17 @@ from .errors import (
     SandboxError,
     SandboxGoneError,
 )
-from .models import Context, EntryInfo, Execution, ExecutionError, ProcessResult, Result, SandboxInfo, SnapshotInfo
+from .models import (
+    Context,
+    EntryInfo,
+    Execution,
+    ExecutionError,
+    ProcessResult,
+    Result,
+    SandboxInfo,
+    SnapshotInfo,
+    VolumeInfo,
+)
 
 __version__ = "0.1.0"
 
@@ -30,6 +40,9 @@ __all__ = [
     "AsyncFiles",
     "Process",
     "AsyncProcess",
+    "Volume",
+    "AsyncVolume",
+    "VolumeInfo",
     "Execution",
     "Result",
     "ExecutionError",

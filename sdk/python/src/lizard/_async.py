@@ -30,9 +30,19 @@ from . import _core
 from ._core import UNSET, ContextLike
 from ._sync import FileData, _sandbox_path
 from .errors import InvalidArgumentError, LizardError, NotFoundError, SandboxGoneError, error_from_response
-from .models import Context, EntryInfo, Execution, ExecutionError, ProcessResult, Result, SandboxInfo, SnapshotInfo
+from .models import (
+    Context,
+    EntryInfo,
+    Execution,
+    ExecutionError,
+    ProcessResult,
+    Result,
+    SandboxInfo,
+    SnapshotInfo,
+    VolumeInfo,
+)
 
-__all__ = ["AsyncCodeSandbox", "AsyncFiles", "AsyncProcess"]
+__all__ = ["AsyncCodeSandbox", "AsyncFiles", "AsyncProcess", "AsyncVolume"]
 
 _CHUNK = 64 * 1024
 
@@ -178,6 +188,7 @@ class AsyncCodeSandbox:
         self._prefix = _sandbox_path(sandbox_id)
         self.files = AsyncFiles(self)
         self.process = AsyncProcess(self)
+        self._info: Optional[SandboxInfo] = None
 
     # Lifecycle -----------------------------------------------------------------------------------------
 
@@ -195,6 +206,8 @@ class AsyncCodeSandbox:
         request_timeout: Optional[float] = UNSET,
         *,
         snapshot_id: Optional[str] = None,
+        volumes: Optional[Sequence[Mapping[str, str]]] = None,
+        public_ports: bool = False,
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> _PendingSandbox:
         """Create a sandbox; await the result, or use it in ``async with``.
@@ -203,7 +216,7 @@ class AsyncCodeSandbox:
         """
         return _PendingSandbox(
             cls._create(project_id, timeout_ms, template, envs, metadata, lizard_token, api_key, api_url,
-                        request_timeout, transport, snapshot_id)
+                        request_timeout, transport, snapshot_id, volumes, public_ports)
         )
 
     @classmethod
@@ -220,9 +233,11 @@ class AsyncCodeSandbox:
         request_timeout: Optional[float],
         transport: Optional[httpx.AsyncBaseTransport],
         snapshot_id: Optional[str] = None,
+        volumes: Optional[Sequence[Mapping[str, str]]] = None,
+        public_ports: bool = False,
     ) -> "AsyncCodeSandbox":
         url, key = _core.resolve_config(api_key, api_url)
-        body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id)
+        body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id, volumes, public_ports)
         http = _AsyncHttp(
             url, key, _core.DEFAULT_REQUEST_TIMEOUT if request_timeout is UNSET else request_timeout, transport
         )
@@ -231,6 +246,7 @@ class AsyncCodeSandbox:
             resp = await http.request("POST", "/v1/sandboxes", json=body, timeout=create_timeout)
             info = SandboxInfo.from_json(resp.json())
             sandbox = cls(info.sandbox_id, _http=http)
+            sandbox._info = info
             if project_id is not None and info.project_id and info.project_id != project_id:
                 await sandbox._kill_quietly()
                 raise InvalidArgumentError(
@@ -292,7 +308,19 @@ class AsyncCodeSandbox:
 
     async def get_info(self) -> SandboxInfo:
         """Return what the server knows about this sandbox."""
-        return SandboxInfo.from_json((await self._http.request("GET", self._prefix)).json())
+        self._info = SandboxInfo.from_json((await self._http.request("GET", self._prefix)).json())
+        return self._info
+
+    @property
+    def access_token(self) -> Optional[str]:
+        """The token that opens this sandbox's ports, as of create, connect or the last get_info."""
+        return self._info.access_token if self._info is not None else None
+
+    def get_host(self, port: int) -> str:
+        """The URL of ``port`` inside the sandbox, served through Lizard (see
+        :meth:`lizard.CodeSandbox.get_host`)."""
+        domain = self._info.ports_domain if self._info is not None else None
+        return _core.port_url(self._http.api_url, self.sandbox_id, port, domain)
 
     async def set_timeout(self, timeout_ms: int) -> None:
         """Reset the sandbox's deadline to timeout_ms from now; 0 means it never ends by itself."""
@@ -445,6 +473,43 @@ class AsyncCodeSandbox:
         """Delete a context and stop its kernel."""
         cid = quote(_core.context_id(context), safe="")
         await self._http.request("DELETE", f"{self._prefix}/contexts/{cid}")
+
+
+class AsyncVolume:
+    """Persistent volumes of the key's project, with asyncio (see :class:`lizard.Volume`)."""
+
+    @staticmethod
+    async def _call(method: str, path: str, api_key: Optional[str], api_url: Optional[str], json: Any = None) -> httpx.Response:
+        url, key = _core.resolve_config(api_key, api_url)
+        http = _AsyncHttp(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
+        try:
+            return await http.request(method, path, json=json)
+        finally:
+            await http.close()
+
+    @staticmethod
+    async def create(name: str, size_mb: Optional[int] = None, *, api_key: Optional[str] = None,
+                     api_url: Optional[str] = None) -> VolumeInfo:
+        """Make a volume of size_mb MiB (default the server's, 1024)."""
+        resp = await AsyncVolume._call("POST", "/v1/volumes", api_key, api_url, json=_core.volume_body(name, size_mb))
+        return VolumeInfo.from_json(resp.json())
+
+    @staticmethod
+    async def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[VolumeInfo]:
+        """The project's volumes, by name."""
+        resp = await AsyncVolume._call("GET", "/v1/volumes", api_key, api_url)
+        return [VolumeInfo.from_json(v) for v in resp.json().get("volumes") or []]
+
+    @staticmethod
+    async def get(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> VolumeInfo:
+        """One volume; NotFoundError when the project has none of that name."""
+        resp = await AsyncVolume._call("GET", f"/v1/volumes/{quote(name, safe='')}", api_key, api_url)
+        return VolumeInfo.from_json(resp.json())
+
+    @staticmethod
+    async def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
+        """Delete a volume and its data; ConflictError while a live sandbox mounts it."""
+        await AsyncVolume._call("DELETE", f"/v1/volumes/{quote(name, safe='')}", api_key, api_url)
 
 
 class AsyncProcess:

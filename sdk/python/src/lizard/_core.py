@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from urllib.parse import quote, urlsplit
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import httpx
@@ -103,6 +104,8 @@ def create_body(
     metadata: Optional[Mapping[str, str]],
     lizard_token: bool,
     snapshot_id: Optional[str] = None,
+    volumes: Optional[Sequence[Mapping[str, str]]] = None,
+    public_ports: bool = False,
 ) -> Dict[str, Any]:
     """The body of POST /v1/sandboxes."""
     check_ms("timeout_ms", timeout_ms)
@@ -118,7 +121,47 @@ def create_body(
         body["metadata"] = dict(metadata)
     if lizard_token:
         body["lizardToken"] = True
+    if volumes:
+        body["volumes"] = volume_mounts(volumes)
+    if public_ports:
+        body["publicPorts"] = True
     return body
+
+
+def volume_mounts(volumes: Sequence[Mapping[str, str]]) -> List[Dict[str, str]]:
+    """The wire form of create's volumes: ``[{"name": ..., "path": ...}]``."""
+    out = []
+    for v in volumes:
+        if not isinstance(v, Mapping) or not isinstance(v.get("name"), str) or not isinstance(v.get("path"), str):
+            raise InvalidArgumentError(f'each volume must be {{"name": str, "path": str}}, not {v!r}')
+        out.append({"name": v["name"], "path": v["path"]})
+    return out
+
+
+def volume_body(name: str, size_mb: Optional[int]) -> Dict[str, Any]:
+    """The body of POST /v1/volumes."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"a volume name must be a non-empty string, not {name!r}")
+    body: Dict[str, Any] = {"name": name}
+    if size_mb is not None:
+        if isinstance(size_mb, bool) or not isinstance(size_mb, int) or size_mb <= 0:
+            raise InvalidArgumentError(f"size_mb must be a positive integer of MiB, not {size_mb!r}")
+        body["sizeMb"] = size_mb
+    return body
+
+
+def port_url(api_url: str, sandbox_id: str, port: int, ports_domain: Optional[str]) -> str:
+    """The URL at which port of the sandbox is served through the API: host-based under the server's
+    ports domain when it has one, else path-based."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InvalidArgumentError(f"port must be an integer from 1 to 65535, not {port!r}")
+    u = urlsplit(api_url)
+    if ports_domain:
+        host = f"{port}-{sandbox_id}.{ports_domain}"
+        if u.port:
+            host += f":{u.port}"
+        return f"{u.scheme}://{host}/"
+    return f"{api_url.rstrip('/')}/v1/sandboxes/{quote(sandbox_id, safe='')}/ports/{port}/"
 
 
 def list_params(metadata: Optional[Mapping[str, str]], state: Optional[str]) -> List[Tuple[str, str]]:

@@ -11,9 +11,19 @@ import httpx
 from . import _core
 from ._core import UNSET, ContextLike
 from .errors import InvalidArgumentError, LizardError, NotFoundError, SandboxGoneError, error_from_response
-from .models import Context, EntryInfo, Execution, ExecutionError, ProcessResult, Result, SandboxInfo, SnapshotInfo
+from .models import (
+    Context,
+    EntryInfo,
+    Execution,
+    ExecutionError,
+    ProcessResult,
+    Result,
+    SandboxInfo,
+    SnapshotInfo,
+    VolumeInfo,
+)
 
-__all__ = ["CodeSandbox", "Files", "Process"]
+__all__ = ["CodeSandbox", "Files", "Process", "Volume"]
 
 _CHUNK = 64 * 1024
 FileData = Union[str, bytes, bytearray, memoryview, IO[bytes], IO[str]]
@@ -127,6 +137,7 @@ class CodeSandbox:
         self._prefix = _sandbox_path(sandbox_id)
         self.files = Files(self)
         self.process = Process(self)
+        self._info: Optional[SandboxInfo] = None
 
     # Lifecycle -----------------------------------------------------------------------------------------
 
@@ -144,6 +155,8 @@ class CodeSandbox:
         request_timeout: Optional[float] = UNSET,
         *,
         snapshot_id: Optional[str] = None,
+        volumes: Optional[Sequence[Mapping[str, str]]] = None,
+        public_ports: bool = False,
         transport: Optional[httpx.BaseTransport] = None,
     ) -> "CodeSandbox":
         """Create a sandbox and return it once it runs.
@@ -165,16 +178,21 @@ class CodeSandbox:
             snapshot_id: restore the sandbox from this snapshot (see :meth:`snapshot`) instead of booting
                 template: its variables, files and processes are the snapshot's; envs and lizard_token
                 cannot be used with it.
+            volumes: the project's volumes to mount, ``[{"name": "data", "path": "/home/user/data"}]`` (see
+                :class:`Volume`); their files outlive the sandbox.
+            public_ports: let anyone with a :meth:`get_host` URL reach the sandbox's ports, without the API key
+                or its access token.
             transport: an httpx transport to send requests through (tests, custom networking).
         """
         url, key = _core.resolve_config(api_key, api_url)
-        body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id)
+        body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id, volumes, public_ports)
         http = _Http(url, key, _core.DEFAULT_REQUEST_TIMEOUT if request_timeout is UNSET else request_timeout, transport)
         try:
             create_timeout = _core.DEFAULT_CREATE_TIMEOUT if request_timeout is UNSET else request_timeout
             resp = http.request("POST", "/v1/sandboxes", json=body, timeout=create_timeout)
             info = SandboxInfo.from_json(resp.json())
             sandbox = cls(info.sandbox_id, _http=http)
+            sandbox._info = info
             if project_id is not None and info.project_id and info.project_id != project_id:
                 sandbox._kill_quietly()
                 raise InvalidArgumentError(
@@ -236,7 +254,25 @@ class CodeSandbox:
 
     def get_info(self) -> SandboxInfo:
         """Return what the server knows about this sandbox."""
-        return SandboxInfo.from_json(self._http.request("GET", self._prefix).json())
+        self._info = SandboxInfo.from_json(self._http.request("GET", self._prefix).json())
+        return self._info
+
+    def _known(self) -> SandboxInfo:
+        return self._info if self._info is not None else self.get_info()
+
+    @property
+    def access_token(self) -> Optional[str]:
+        """The token that opens this sandbox's ports (and nothing else): send it as
+        ``?lizard_access_token=...`` or the ``X-Lizard-Access-Token`` header."""
+        return self._known().access_token
+
+    def get_host(self, port: int) -> str:
+        """The URL at which a server listening on ``port`` inside the sandbox (on 0.0.0.0) is reached
+        through Lizard, HTTP and WebSocket: ``{api_url}/v1/sandboxes/{id}/ports/{port}/``, or
+        ``http://{port}-{id}.{domain}/`` when the server has a ports domain. Requests need the API key
+        (``Authorization: Bearer``) or :attr:`access_token`, unless the sandbox was created with
+        ``public_ports=True``."""
+        return _core.port_url(self._http.api_url, self.sandbox_id, port, self._known().ports_domain)
 
     def set_timeout(self, timeout_ms: int) -> None:
         """Reset the sandbox's deadline to timeout_ms from now; 0 means it never ends by itself."""
@@ -398,6 +434,43 @@ class CodeSandbox:
         """Delete a context and stop its kernel."""
         cid = quote(_core.context_id(context), safe="")
         self._http.request("DELETE", f"{self._prefix}/contexts/{cid}")
+
+
+class Volume:
+    """Persistent volumes of the key's project: ``Volume.create("data")``, then
+    ``CodeSandbox.create(volumes=[{"name": "data", "path": "/home/user/data"}])``."""
+
+    @staticmethod
+    def _call(method: str, path: str, api_key: Optional[str], api_url: Optional[str], json: Any = None) -> httpx.Response:
+        url, key = _core.resolve_config(api_key, api_url)
+        http = _Http(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
+        try:
+            return http.request(method, path, json=json)
+        finally:
+            http.close()
+
+    @staticmethod
+    def create(name: str, size_mb: Optional[int] = None, *, api_key: Optional[str] = None,
+               api_url: Optional[str] = None) -> VolumeInfo:
+        """Make a volume of size_mb MiB (default the server's, 1024); the size is its filesystem's."""
+        resp = Volume._call("POST", "/v1/volumes", api_key, api_url, json=_core.volume_body(name, size_mb))
+        return VolumeInfo.from_json(resp.json())
+
+    @staticmethod
+    def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[VolumeInfo]:
+        """The project's volumes, by name."""
+        resp = Volume._call("GET", "/v1/volumes", api_key, api_url)
+        return [VolumeInfo.from_json(v) for v in resp.json().get("volumes") or []]
+
+    @staticmethod
+    def get(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> VolumeInfo:
+        """One volume; NotFoundError when the project has none of that name."""
+        return VolumeInfo.from_json(Volume._call("GET", f"/v1/volumes/{quote(name, safe='')}", api_key, api_url).json())
+
+    @staticmethod
+    def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
+        """Delete a volume and its data; ConflictError while a live sandbox mounts it."""
+        Volume._call("DELETE", f"/v1/volumes/{quote(name, safe='')}", api_key, api_url)
 
 
 class Process:

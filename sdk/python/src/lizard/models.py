@@ -109,6 +109,10 @@ class SandboxInfo:
         ended_at: when it ended, or None while it lives.
         memory_mb, cpus, disk_mb: the resources it runs with, or None when the server sets no bound.
         parent_sandbox_id: the sandbox whose lizard_token created this one, or None.
+        volumes: the volumes it mounts, as ``{"name": ..., "path": ...}``.
+        access_token: opens its exposed ports (``get_host``) to whoever holds it, or None.
+        public_ports: its ports need no credential.
+        ports_domain: the server's wildcard domain for ports, or None (path-based URLs only).
     """
 
     sandbox_id: str
@@ -124,6 +128,10 @@ class SandboxInfo:
     cpus: Optional[float] = None
     disk_mb: Optional[int] = None
     parent_sandbox_id: Optional[str] = None
+    volumes: List[Dict[str, str]] = field(default_factory=list)
+    access_token: Optional[str] = None
+    public_ports: bool = False
+    ports_domain: Optional[str] = None
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "SandboxInfo":
@@ -142,6 +150,37 @@ class SandboxInfo:
             cpus=float(obj["cpus"]) if isinstance(obj.get("cpus"), (int, float)) else None,
             disk_mb=int(obj["diskMb"]) if isinstance(obj.get("diskMb"), int) else None,
             parent_sandbox_id=str(obj["parentSandboxId"]) if obj.get("parentSandboxId") else None,
+            volumes=[{"name": str(v.get("name", "")), "path": str(v.get("path", ""))} for v in obj.get("volumes") or []],
+            access_token=str(obj["accessToken"]) if obj.get("accessToken") else None,
+            public_ports=bool(obj.get("publicPorts")),
+            ports_domain=str(obj["portsDomain"]) if obj.get("portsDomain") else None,
+        )
+
+
+@dataclass
+class VolumeInfo:
+    """A persistent volume of the project: files written under its mount path outlive the sandbox.
+
+    Attributes:
+        name: its name, unique in the project; mount it with ``CodeSandbox.create(volumes=[...])``.
+        volume_id: the server's id for it.
+        size_mb: its size; writes past it fail with ENOSPC inside the sandbox.
+        created_at: when it was made.
+    """
+
+    name: str
+    volume_id: str
+    size_mb: int
+    created_at: Optional[datetime]
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "VolumeInfo":
+        """Build a VolumeInfo from the wire form of a Volume."""
+        return cls(
+            name=str(obj.get("name", "")),
+            volume_id=str(obj.get("volumeId", "")),
+            size_mb=int(obj.get("sizeMb") or 0),
+            created_at=parse_time(obj.get("createdAt")),
         )
 
 

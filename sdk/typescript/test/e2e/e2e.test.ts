@@ -11,6 +11,9 @@ import { promisify } from 'node:util';
 import {
   AuthenticationError,
   CodeSandbox,
+  ConflictError,
+  InvalidArgumentError,
+  Volume,
   LizardConnectionError,
   LizardError,
   NotFoundError,
@@ -18,6 +21,7 @@ import {
   type Context,
 } from '../../src/index.js';
 import { freePort, missing, repoRoot, startLizard, strict, type Lizard } from './harness.js';
+import { WebSocketClient, waitOk } from './websocket.js';
 
 const run = promisify(execFile);
 const why = missing();
@@ -325,6 +329,89 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
         } finally {
           for (const f of forks) await f.kill();
         }
+      } finally {
+        await sb.kill();
+      }
+    }),
+  );
+
+  test(
+    'a volume outlives its sandbox, is full at its size and refuses traversal',
+    e2e(async () => {
+      const name = `ts-${Math.random().toString(36).slice(2, 10)}`;
+      const vol = await Volume.create(name, { sizeMb: 16 });
+      assert.equal(vol.sizeMb, 16);
+      assert.ok((await Volume.list()).some((v) => v.name === name));
+      const volumes = [{ name, path: '/home/user/data' }];
+      const first = await CodeSandbox.create({ projectId: 'proj_123', volumes });
+      try {
+        assert.deepEqual((await first.getInfo()).volumes, volumes);
+        await first.runCode("open('/home/user/data/note.txt', 'w').write('kept')");
+      } finally {
+        await first.kill();
+      }
+      const second = await CodeSandbox.create({ projectId: 'proj_123', volumes });
+      try {
+        assert.equal((await second.runCode("print(open('/home/user/data/note.txt').read())")).stdout, 'kept\n');
+        const full = await second.runCode(
+          "import errno\ntry:\n    with open('/home/user/data/big', 'wb') as f:\n        for _ in range(32):\n" +
+            "            f.write(b'x' * (1 << 20)); f.flush()\nexcept OSError as e:\n    print(errno.errorcode[e.errno])\n",
+        );
+        assert.equal(full.stdout, 'ENOSPC\n');
+        const link = await second.runCode(
+          "import os\nos.symlink('/etc/shadow-of-the-host', '/home/user/data/l')\ntry:\n    open('/home/user/data/l').read()\n" +
+            'except OSError as e:\n    print(type(e).__name__)\n',
+        );
+        assert.equal(link.stdout, 'FileNotFoundError\n');
+        await assert.rejects(Volume.delete(name), ConflictError);
+      } finally {
+        await second.kill();
+      }
+      await assert.rejects(Volume.create('../etc'), InvalidArgumentError);
+      await assert.rejects(CodeSandbox.create({ volumes: [{ name, path: '/home/user/../../etc' }] }), InvalidArgumentError);
+      await Volume.delete(name);
+      await assert.rejects(Volume.get(name), NotFoundError);
+    }),
+  );
+
+  test(
+    'getHost reaches http.server and a WebSocket echo, with a key or the token, and closes with the sandbox',
+    e2e(async () => {
+      const sb = await CodeSandbox.create({ projectId: 'proj_123' });
+      try {
+        await sb.files.write('/home/user/wsecho.py', fs.readFileSync(path.join(repoRoot(), 'e2e', 'testdata', 'wsecho.py')));
+        await sb.runCode(
+          "import subprocess, sys\nopen('/home/user/index.html', 'w').write('hello from the sandbox')\n" +
+            "for args in (['-m', 'http.server', '8000', '--bind', '0.0.0.0'], ['/home/user/wsecho.py', '8765']):\n" +
+            "    subprocess.Popen([sys.executable] + args, cwd='/home/user', start_new_session=True,\n" +
+            '                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n',
+        );
+        const url = sb.getHost(8000);
+        assert.equal(url, `${lizard.url}/v1/sandboxes/${sb.sandboxId}/ports/8000/`);
+        const auth = { Authorization: `Bearer ${lizard.apiKey}` };
+        const page = await waitOk(`${url}index.html`, auth);
+        assert.equal(page, 'hello from the sandbox');
+        const refused = await fetch(`${url}index.html`);
+        assert.equal(refused.status, 401);
+        assert.ok(sb.accessToken);
+        const withToken = await fetch(`${url}index.html?lizard_access_token=${sb.accessToken}`);
+        assert.equal(await withToken.text(), 'hello from the sandbox');
+        const closed = await fetch(sb.getHost(8001), { headers: auth });
+        assert.equal(closed.status, 502);
+
+        await waitOk(sb.getHost(8765), { 'X-Lizard-Access-Token': sb.accessToken! });
+        const wsUrl = `${sb.getHost(8765)}ws`;
+        assert.equal((await WebSocketClient.open(wsUrl, {})).status, 401);
+        const ws = await WebSocketClient.open(wsUrl, { 'X-Lizard-Access-Token': sb.accessToken! });
+        assert.equal(ws.status, 101);
+        for (const msg of ['hello', 'streamed']) {
+          ws.send(msg);
+          assert.equal(await ws.recv(), msg);
+        }
+        await sb.kill();
+        await assert.rejects(ws.recv(), /closed/);
+        ws.close();
+        assert.equal((await fetch(url, { headers: auth })).status, 410);
       } finally {
         await sb.kill();
       }

@@ -17,6 +17,7 @@ import {
   RequestTimeoutError,
   SandboxError,
   SandboxGoneError,
+  portUrl,
 } from '../../src/index.js';
 import { errorFromResponse } from '../../src/errors.js';
 import { ndjsonLines, resolveConfig } from '../../src/http.js';
@@ -581,4 +582,11 @@ describe('ndjsonLines', () => {
     for await (const l of ndjsonLines(chunks())) got.push(l);
     assert.deepEqual(got, ['{"a":1}', '{"b":2}', '{"c":3}']);
   });
+});
+
+test('portUrl: path-based, or host-based under a ports domain', () => {
+  assert.equal(portUrl('http://127.0.0.1:8080', 'abc', 8000), 'http://127.0.0.1:8080/v1/sandboxes/abc/ports/8000/');
+  assert.equal(portUrl('http://127.0.0.1:8080', 'abc', 80, 'sb.example.com'), 'http://80-abc.sb.example.com:8080/');
+  assert.equal(portUrl('https://lizard.example.com', 'abc', 3000, 'sb.example.com'), 'https://3000-abc.sb.example.com/');
+  for (const bad of [0, 65536, 1.5]) assert.throws(() => portUrl('http://x', 'abc', bad), InvalidArgumentError);
 });
