@@ -148,6 +148,9 @@ def lizard_server() -> Iterator[Server]:
             finally:
                 _kill_project_sandboxes(url, api_key)
     finally:
+        if proc is not None and proc.poll() is not None:
+            # The server ended before the suite did: its log is all there is to say why.
+            print(f"lizard serve exited during the suite ({proc.returncode}); its log's tail:\n{Server('', '', data_dir, log_path, proc).logs()}")
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
