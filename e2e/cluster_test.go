@@ -33,8 +33,8 @@ import (
 
 // clusterLease is the nodes' lease in the test: short, so that a lost
 // node is found within seconds, and long enough for a heartbeat every
-// 2 s to get through on a loaded machine.
-const clusterLease = 6 * time.Second
+// 2.7 s to get through on a loaded machine.
+const clusterLease = 8 * time.Second
 
 // apiProc is one `lizard api` process.
 type apiProc struct {
