@@ -255,6 +255,48 @@ print('ok')`)
 		t.Errorf("the program saw the project's key: %s", seen)
 	}
 
+	// A streamed answer arrives as it is written, not when it ends.
+	py(t, c, id, `
+import subprocess, sys, textwrap
+src = textwrap.dedent('''
+    import http.server, time
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        def do_GET(self):
+            self.send_response(200); self.send_header("Transfer-Encoding", "chunked"); self.end_headers()
+            for part in (b"first", b"second"):
+                self.wfile.write(b"%x\\r\\n%s\\r\\n" % (len(part), part)); self.wfile.flush()
+                time.sleep(3)
+            self.wfile.write(b"0\\r\\n\\r\\n")
+        def log_message(self, *a): pass
+    http.server.ThreadingHTTPServer(("0.0.0.0", 8002), H).serve_forever()
+''')
+open('/home/user/chunks.py', 'w').write(src)
+subprocess.Popen([sys.executable, '/home/user/chunks.py'], start_new_session=True)`)
+	waitListening := time.Now().Add(30 * time.Second)
+	for {
+		req, _ := http.NewRequest(http.MethodGet, c.PortURL(id, 8002), nil)
+		req.Header.Set("Authorization", auth)
+		begin := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode == http.StatusBadGateway && time.Now().Before(waitListening) {
+			resp.Body.Close()
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		buf := make([]byte, 5)
+		_, err = io.ReadFull(resp.Body, buf)
+		took := time.Since(begin)
+		resp.Body.Close()
+		if err != nil || string(buf) != "first" || took > 2500*time.Millisecond {
+			t.Errorf("streamed answer: %q %v after %s; want its first chunk before the second is written (3 s later)", buf, err, took)
+		}
+		break
+	}
+
 	// WebSocket, through the path.
 	hdr := http.Header{"Authorization": {auth}}
 	if _, _, err := wsDial(c.PortURL(id, 8765)+"ws", nil); err == nil || !strings.Contains(err.Error(), "401") {

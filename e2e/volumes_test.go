@@ -142,15 +142,20 @@ os.remove('/home/user/data/big')`)
 	if _, err := c.PauseSandbox(ctx, d.SandboxID); err != nil {
 		t.Fatalf("PauseSandbox: %v", err)
 	}
+	// e keeps running across the restart: its volume stays mounted.
+	e := newSandbox(t, c, api.CreateSandboxRequest{Volumes: mount})
 	s.restart()
+	py(t, c, e.SandboxID, "open('/home/user/data/across-restart.txt', 'w').write('still here')")
 	if _, err := c.ResumeSandbox(ctx, d.SandboxID, api.ResumeRequest{}); err != nil {
 		t.Fatalf("ResumeSandbox after a restart: %v", err)
 	}
-	if got := py(t, c, d.SandboxID, "print(open('/home/user/data/a.txt').read())"); got != "from a" {
-		t.Errorf("after a restart and resume the volume holds %q; want a's file", got)
+	if got := py(t, c, d.SandboxID, "print(open('/home/user/data/a.txt').read(), open('/home/user/data/across-restart.txt').read())"); got != "from a still here" {
+		t.Errorf("after a restart and resume the volume holds %q; want a's file and e's, written after the restart", got)
 	}
-	if err := c.KillSandbox(ctx, d.SandboxID); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{d.SandboxID, e.SandboxID} {
+		if err := c.KillSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Deleted: the record, the mount and the image go.
