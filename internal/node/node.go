@@ -158,10 +158,24 @@ type Config struct {
 	AgentAddr func(sandboxID, guestAddr string) string
 	Transport http.RoundTripper
 	Now       func() time.Time // default time.Now
-	// Volumes keeps persistent volumes on this machine; nil: none
-	// (creates asking for volumes are refused).
-	Volumes *volume.Manager
+	// Volumes keeps persistent volumes on this machine (a
+	// *volume.Manager); nil: none (volume calls are refused).
+	Volumes Volumes
 }
+
+// Volumes makes, mounts and removes persistent volumes' filesystems on this
+// machine (package volume; a fake in tests).
+type Volumes interface {
+	Create(ctx context.Context, id string, size int64) error
+	Mount(ctx context.Context, id string) error
+	Remove(ctx context.Context, id string) error
+	// Path is the host directory a sandbox bind-mounts.
+	Path(id string) string
+	// UnmountAll unmounts every volume but those in keep.
+	UnmountAll(keep map[string]bool) error
+}
+
+var _ Volumes = (*volume.Manager)(nil)
 
 // Warm is what the provisioning pipeline asks of template snapshots and
 // the warm pool.

@@ -1,0 +1,123 @@
+package control_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/node"
+)
+
+// fakeVolumes keeps volumes as names, for the control plane's rules; the
+// real filesystems are e2e's (TestVolumes).
+type fakeVolumes struct {
+	dir string
+	mu  sync.Mutex
+	m   map[string]int64
+}
+
+func (f *fakeVolumes) Create(_ context.Context, id string, size int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.m[id] = size
+	return nil
+}
+func (f *fakeVolumes) Mount(context.Context, string) error { return nil }
+func (f *fakeVolumes) Remove(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.m, id)
+	return nil
+}
+func (f *fakeVolumes) Path(id string) string            { return filepath.Join(f.dir, id) }
+func (f *fakeVolumes) UnmountAll(map[string]bool) error { return nil }
+
+func TestVolumeRules(t *testing.T) {
+	fv := &fakeVolumes{dir: t.TempDir(), m: map[string]int64{}}
+	e := newEnv(t, nil, func(c *node.Config) { c.Volumes = fv })
+	ctx := context.Background()
+	v, err := e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: "data", SizeMb: 64})
+	if err != nil || fv.m[v.VolumeID] != 64<<20 {
+		t.Fatalf("CreateVolume = %+v, %v; made %v", v, err, fv.m)
+	}
+	for _, tc := range []struct {
+		req  api.CreateVolumeRequest
+		want error
+	}{
+		{api.CreateVolumeRequest{Name: "data"}, node.ErrConflict},
+		{api.CreateVolumeRequest{Name: "../x"}, node.ErrInvalid},
+		{api.CreateVolumeRequest{Name: "x", SizeMb: 8}, node.ErrInvalid},
+		{api.CreateVolumeRequest{Name: "x", SizeMb: 1 << 20}, node.ErrInvalid},
+	} {
+		if _, err := e.c.CreateVolume(ctx, "p1", tc.req); !errors.Is(err, tc.want) {
+			t.Errorf("CreateVolume(%+v) = %v; want %v", tc.req, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		mounts []api.VolumeMount
+		want   error
+	}{
+		{[]api.VolumeMount{{Name: "data", Path: "/usr/lib/x"}}, node.ErrInvalid},
+		{[]api.VolumeMount{{Name: "data", Path: "/mnt/a/"}}, node.ErrInvalid},
+		{[]api.VolumeMount{{Name: "data", Path: "/mnt/a"}, {Name: "data", Path: "/mnt/b"}}, node.ErrInvalid},
+		{[]api.VolumeMount{{Name: "nope", Path: "/mnt/a"}}, node.ErrNotFound},
+	} {
+		if _, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{Volumes: tc.mounts}); !errors.Is(err, tc.want) {
+			t.Errorf("create with volumes %+v = %v; want %v", tc.mounts, err, tc.want)
+		}
+	}
+	if _, err := e.c.Create(ctx, "p2", api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "data", Path: "/mnt/d"}}}); !errors.Is(err, node.ErrNotFound) {
+		t.Errorf("another project mounting data = %v; want not found", err)
+	}
+
+	sb := e.create(t, "p1", api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "data", Path: "/home/user/data"}}})
+	creates := e.Runtime.Creates()
+	last := creates[len(creates)-1]
+	if len(last.Volumes) != 1 || last.Volumes[0].Source != fv.Path(v.VolumeID) || last.Volumes[0].Target != "/home/user/data" {
+		t.Errorf("the booted spec's volumes = %+v; want the volume's host path at /home/user/data", last.Volumes)
+	}
+	if err := e.c.DeleteVolume(ctx, "p1", "data"); !errors.Is(err, node.ErrConflict) || !strings.Contains(err.Error(), sb.SandboxID) {
+		t.Errorf("DeleteVolume while mounted = %v; want a conflict naming %s", err, sb.SandboxID)
+	}
+	if _, err := e.c.Snapshot(ctx, "p1", sb.SandboxID); !errors.Is(err, node.ErrConflict) {
+		t.Errorf("Snapshot of a sandbox with a volume = %v; want a conflict", err)
+	}
+	// Pause and resume, fork: each restore mounts the volume again.
+	if _, err := e.c.Pause(ctx, "p1", sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.DeleteVolume(ctx, "p1", "data"); !errors.Is(err, node.ErrConflict) {
+		t.Errorf("DeleteVolume while a paused sandbox mounts it = %v; want a conflict", err)
+	}
+	if _, err := e.c.Resume(ctx, "p1", sb.SandboxID, api.ResumeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	forks, err := e.c.Fork(ctx, "p1", sb.SandboxID, api.ForkRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := e.Runtime.Restores()
+	if len(rs) < 2 {
+		t.Fatalf("restores = %d; want the resume's and the fork's", len(rs))
+	}
+	for _, r := range rs[len(rs)-2:] {
+		if len(r.Spec.Volumes) != 1 || r.Spec.Volumes[0].Target != "/home/user/data" {
+			t.Errorf("restore of %s: volumes %+v; want the volume again", r.Spec.ID, r.Spec.Volumes)
+		}
+	}
+	if len(forks) != 1 || len(forks[0].Volumes) != 1 {
+		t.Errorf("fork = %+v; want it to mount the volume", forks)
+	}
+	for _, id := range []string{sb.SandboxID, forks[0].SandboxID} {
+		if err := e.c.Kill(ctx, "p1", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.c.DeleteVolume(ctx, "p1", "data"); err != nil || len(fv.m) != 0 {
+		t.Errorf("DeleteVolume once unmounted = %v; volumes left %v", err, fv.m)
+	}
+}
