@@ -88,15 +88,45 @@ func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ [
 	}
 	dir := filepath.Join(n.snapshotsDir(), "fork-"+NewID())
 	defer os.RemoveAll(dir)
-	err = n.checkpoint(ctx, parent, dir)
-	unlock()
-	if err != nil {
-		return nil, err
-	}
 	p.Template = sb.Template
 	p = n.Shaped(p, sb.Shape)
 	p.Image, p.forked = dir, true
-	return n.createN(ctx, p, count)
+	// The copies are set up while the parent is checkpointed (provision,
+	// sandbox.ForkRestorer) and read the image once it is made.
+	made := make(chan struct{})
+	var checkpointErr error
+	p.fork = &forkOf{parent: parent, wait: func(ctx context.Context) error {
+		select {
+		case <-made:
+			return checkpointErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}
+	type result struct {
+		out []store.Sandbox
+		err error
+	}
+	copies := make(chan result, 1)
+	go func() {
+		out, err := n.createN(ctx, p, count)
+		copies <- result{out, err}
+	}()
+	checkpointErr = n.checkpoint(ctx, parent, dir)
+	close(made)
+	unlock()
+	r := <-copies
+	if checkpointErr != nil {
+		return nil, checkpointErr
+	}
+	return r.out, r.err
+}
+
+// forkOf is the parent a fork's copies are restored from, and how to
+// wait for its image.
+type forkOf struct {
+	parent string
+	wait   func(context.Context) error
 }
 
 // createN makes count sandboxes of plan p at once, all or nothing.

@@ -65,6 +65,9 @@ type Plan struct {
 	admitted *bool
 	// forked: Image is a fork's parent (metrics tell forks from snapshots).
 	forked bool
+	// fork, set by Fork, says whose checkpoint Image will be, and waits
+	// for it: the copy is set up meanwhile.
+	fork *forkOf
 }
 
 // source is where a new sandbox comes from: a boot, a checkpoint image, or
@@ -147,11 +150,7 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 			return fail("its addresses are unusable", err)
 		}
 		spec.WritableRoot = p.Build != nil
-		if src.image == "" {
-			err = n.cfg.Runtime.Create(ctx, spec)
-		} else {
-			err = n.cfg.Runtime.Restore(ctx, spec, src.image)
-		}
+		err = n.start(ctx, p, spec, src)
 		if err != nil {
 			return fail(fmt.Sprintf("the %s runtime could not start it (the server log says why)", n.cfg.Runtime.Name()), err)
 		}
@@ -197,6 +196,25 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 		"timeout_ms", p.TimeoutMs, "took", time.Since(begin).Round(time.Millisecond))
 	n.started(got)
 	return got, nil
+}
+
+// start has the runtime start sandbox spec from src: a boot, a restore,
+// or the restore of a fork's copy, overlapped with its parent's
+// checkpoint where the runtime can (sandbox.ForkRestorer).
+func (n *Local) start(ctx context.Context, p Plan, spec sandbox.Spec, src source) error {
+	switch {
+	case src.image == "":
+		return n.cfg.Runtime.Create(ctx, spec)
+	case p.fork == nil:
+		return n.cfg.Runtime.Restore(ctx, spec, src.image)
+	}
+	if fr, ok := n.cfg.Runtime.(sandbox.ForkRestorer); ok {
+		return fr.RestoreFork(ctx, spec, p.fork.parent, src.image, p.fork.wait)
+	}
+	if err := p.fork.wait(ctx); err != nil {
+		return fmt.Errorf("restoring sandbox %s: its image was not made: %w", spec.ID, err)
+	}
+	return n.cfg.Runtime.Restore(ctx, spec, src.image)
 }
 
 // record admits plan p and records its sandbox: a new row holding an

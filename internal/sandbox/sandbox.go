@@ -106,6 +106,17 @@ const (
 	Stopped State = "stopped" // exists but its processes have ended
 )
 
+// ForkRestorer is a Runtime that can set a fork's copy up while its parent
+// is still being checkpointed, so that the two overlap.
+type ForkRestorer interface {
+	// RestoreFork is Restore of the image sandbox parent is being
+	// checkpointed into by this Runtime: what needs no image is done at
+	// once, then wait (which returns when the checkpoint has ended, with
+	// its error) before the image is read. If wait fails, nothing is
+	// left and its error is returned, wrapped.
+	RestoreFork(ctx context.Context, spec Spec, parent, imageDir string, wait func(context.Context) error) error
+}
+
 // Runtime runs sandboxes on this machine. Implementations must be safe for
 // concurrent use, and every method that removes a sandbox must remove all of
 // it (processes, network namespace and links, writable layer, cgroups) even

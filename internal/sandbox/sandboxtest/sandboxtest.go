@@ -215,6 +215,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime) {
 	t.Run("DiskLimitRestored", s.testDiskLimitRestored)
 	t.Run("TwoIsolated", s.testTwoIsolated)
 	t.Run("ForkFromCheckpoint", s.testFork)
+	t.Run("ForkOverlapped", s.testForkOverlapped)
 	t.Run("CheckpointStopRestore", s.testCheckpointStopRestore)
 	t.Run("RestoreBadImage", s.testRestoreBadImage)
 }
@@ -714,6 +715,64 @@ func (s *suite) testFork(t *testing.T) {
 		}
 		AssertGone(t, rt, sp.ID, pids)
 	}
+}
+
+// testForkOverlapped: a runtime that sets a fork's copy up during its
+// parent's checkpoint (sandbox.ForkRestorer) restores the checkpoint's
+// state, not an earlier one, and a copy whose checkpoint fails leaves
+// nothing. A runtime without it passes trivially: the node then restores
+// after the checkpoint.
+func (s *suite) testForkOverlapped(t *testing.T) {
+	rt := s.newRuntime(t)
+	fr, ok := rt.(sandbox.ForkRestorer)
+	if !ok {
+		t.Logf("%s restores forks after the checkpoint", rt.Name())
+		return
+	}
+	ctx := context.Background()
+	a := Spec(s.rootfs)
+	s.create(t, rt, a)
+	mustDo(t, a.Network, "PUT", "/file?path=/data/f", []byte("at the checkpoint"))
+
+	image := filepath.Join(t.TempDir(), "image")
+	b := Spec(s.rootfs)
+	t.Cleanup(func() { rt.Kill(context.Background(), b.ID) })
+	checkpointed := make(chan error, 1)
+	waited := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- fr.RestoreFork(ctx, b, a.ID, image, func(ctx context.Context) error {
+			close(waited)
+			return <-checkpointed
+		})
+	}()
+	select {
+	case <-waited: // set up, and waiting for the image
+	case err := <-done:
+		t.Fatalf("RestoreFork ended before waiting for the image: %v", err)
+	}
+	err := rt.Checkpoint(ctx, a.ID, image, true)
+	checkpointed <- err
+	if err != nil {
+		t.Fatalf("Checkpoint: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("RestoreFork: %v", err)
+	}
+	if err := WaitReady(b.Network, ReadyTimeout); err != nil {
+		t.Fatal(err)
+	}
+	wantBody(t, b.Network, "GET", "/file?path=/data/f", "at the checkpoint")
+
+	// A checkpoint that fails: the copy set up for it is removed.
+	c := Spec(s.rootfs)
+	err = fr.RestoreFork(ctx, c, a.ID, filepath.Join(t.TempDir(), "never"), func(context.Context) error {
+		return errors.New("checkpoint failed")
+	})
+	if err == nil || !strings.Contains(err.Error(), "checkpoint failed") {
+		t.Errorf("RestoreFork whose checkpoint failed = %v, want that error", err)
+	}
+	AssertGone(t, rt, c.ID, nil)
 }
 
 func (s *suite) testCheckpointStopRestore(t *testing.T) {
