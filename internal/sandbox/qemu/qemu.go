@@ -14,7 +14,10 @@
 // The VM's network is a tap device bridged to eth0 of the sandbox's own
 // network namespace (package netns), so the host reaches the guest over the
 // same veth, under the same egress policy, as a gVisor sandbox. QEMU runs
-// in that namespace; it sees no other.
+// in that namespace and, once its devices are open, as an unprivileged
+// user of its own, chrooted into an empty directory, under its seccomp
+// filter: it is handed every file it needs open (fd sets), so a VMM taken
+// over by its guest holds little more than that guest's own disks.
 //
 // Checkpoints are QEMU migrations to a file (the VM's memory and devices)
 // beside a copy of the writable disk. A restore loads both into a new QEMU
@@ -27,6 +30,8 @@ package qemu
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -189,7 +194,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("qemu: building the guest initramfs: %w", err)
 		}
 	}
-	if err := os.WriteFile(r.ifupPath(), []byte(ifupScript), 0o700); err != nil {
+	if err := os.MkdirAll(r.emptyDir(), 0o755); err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}
 	if err := r.pickAccel(ctx, cfg.ProbeTimeout); err != nil {
@@ -205,11 +210,18 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	return r, nil
 }
 
-// ifupScript puts QEMU's tap device on the namespace's bridge. QEMU runs
-// it inside the sandbox's namespace when it opens the tap.
-const ifupScript = "#!/bin/sh\nset -e\nip link set \"$1\" master br0\nip link set \"$1\" up\n"
+func (r *Runtime) emptyDir() string { return filepath.Join(r.root, "empty") }
 
-func (r *Runtime) ifupPath() string { return filepath.Join(r.root, "ifup") }
+// vmmUID is the unprivileged user sandbox directory dir's QEMU runs as:
+// one of its own, owning nothing on the host, so that a VMM taken over
+// by its guest cannot signal, trace or read another sandbox's.
+func vmmUID(dir string) int {
+	h := sha256.Sum256([]byte(dir))
+	return vmmUIDBase + int(binary.BigEndian.Uint32(h[:4])%vmmUIDRange)
+}
+
+// The users QEMU runs as: far above any a distribution hands out.
+const vmmUIDBase, vmmUIDRange = 1 << 30, 1 << 24
 
 // Name implements sandbox.Runtime.
 func (r *Runtime) Name() string { return "qemu" }
@@ -491,6 +503,9 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 	if err != nil {
 		return fail(err)
 	}
+	if err := r.attachTap(ctx, id, exited); err != nil {
+		return fail(fmt.Errorf("setting up network: %w", err))
+	}
 	guestNet := vminit.Net{Addr: spec.Network.GuestAddr.String(), PrefixLen: spec.Network.PrefixLen, Gateway: spec.Network.HostAddr.String()}
 	if imageDir == "" {
 		pids := spec.Limits.Pids
@@ -592,6 +607,41 @@ func bridge(id string) error {
 	return h.LinkSetUp(br)
 }
 
+// attachTap puts the tap device QEMU made in the sandbox's namespace on
+// its bridge (QEMU, confined, may run no script to do it).
+func (r *Runtime) attachTap(ctx context.Context, id string, exited <-chan struct{}) error {
+	ns, err := vnetns.GetFromPath(netns.Path(id))
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	for {
+		tap, err := h.LinkByName("tap0")
+		if err == nil {
+			br, err := h.LinkByName("br0")
+			if err != nil {
+				return err
+			}
+			if err := h.LinkSetMaster(tap, br); err != nil {
+				return fmt.Errorf("bridging the VM's tap: %w", err)
+			}
+			return h.LinkSetUp(tap)
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("%w: %s", errExited, r.tails(id))
+		case <-ctx.Done():
+			return r.whyNoAnswer(ctx, id, exited, errors.New("waiting for QEMU's tap device"))
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
 // start launches QEMU for sandbox id inside its namespace, from a
 // checkpoint when imageDir is set, and returns a channel closed when it
 // exits.
@@ -599,6 +649,40 @@ func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir strin
 	machine, cpu := "q35,accel=tcg", "max"
 	if r.accel == AccelKVM {
 		machine, cpu = "q35,accel=kvm", "host"
+	}
+	// QEMU gets its disks (and a checkpoint's memory) as open files, in
+	// fd sets: confined, it could not open them by path, and the block
+	// layer reopens an image (read-only, when a migration ends) from its
+	// set, never from the file system.
+	var extra []*os.File
+	defer func() {
+		for _, f := range extra {
+			f.Close()
+		}
+	}()
+	var fdArgs []string
+	add := func(path string, flag, set int) error {
+		f, err := os.OpenFile(path, flag, 0)
+		if err != nil {
+			return err
+		}
+		extra = append(extra, f)
+		fdArgs = append(fdArgs, "-add-fd", fmt.Sprintf("fd=%d,set=%d", 2+len(extra), set))
+		return nil
+	}
+	for i, d := range []struct {
+		path  string
+		flags []int
+	}{
+		{rootImg, []int{os.O_RDONLY}},
+		{r.upperPath(id), []int{os.O_RDWR, os.O_RDONLY}},
+		{filesImg, []int{os.O_RDONLY}},
+	} {
+		for _, fl := range d.flags {
+			if err := add(d.path, fl, i+1); err != nil {
+				return nil, err
+			}
+		}
 	}
 	args := []string{
 		"--net=" + netns.Path(id), "--", r.qemu,
@@ -610,20 +694,35 @@ func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir strin
 		"-append", "console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check reboot=t",
 		"-serial", "file:" + r.consolePath(id),
 		"-qmp", "unix:" + r.qmpPath(id) + ",server=on,wait=off",
-		"-drive", "file=" + rootImg + ",format=raw,if=none,id=root,readonly=on",
-		"-device", "virtio-blk-pci,drive=root,serial=" + vminit.SerialRoot,
-		"-drive", "file=" + r.upperPath(id) + ",format=qcow2,if=none,id=upper,discard=unmap",
-		"-device", "virtio-blk-pci,drive=upper,serial=" + vminit.SerialUpper,
-		"-drive", "file=" + filesImg + ",format=raw,if=none,id=files,readonly=on",
-		"-device", "virtio-blk-pci,drive=files,serial=" + vminit.SerialFiles,
-		"-netdev", "tap,id=net0,ifname=tap0,script=" + r.ifupPath() + ",downscript=no",
+	}
+	args = append(args, fdArgs...)
+	args = append(args,
+		"-drive", "file=/dev/fdset/1,format=raw,if=none,id=root,readonly=on",
+		"-device", "virtio-blk-pci,drive=root,serial="+vminit.SerialRoot,
+		"-drive", "file=/dev/fdset/2,format=qcow2,if=none,id=upper,discard=unmap,file.locking=off",
+		"-device", "virtio-blk-pci,drive=upper,serial="+vminit.SerialUpper,
+		"-drive", "file=/dev/fdset/3,format=raw,if=none,id=files,readonly=on",
+		"-device", "virtio-blk-pci,drive=files,serial="+vminit.SerialFiles,
+		"-netdev", "tap,id=net0,ifname=tap0,script=no,downscript=no",
 		"-device", "virtio-net-pci,netdev=net0,mac=52:54:00:6c:7a:01",
 		"-device", "virtio-serial-pci",
-		"-chardev", "socket,id=ctl,path=" + r.ctlPath(id) + ",server=on,wait=off",
-		"-device", "virtserialport,chardev=ctl,name=" + vminit.PortName,
-	}
+		"-chardev", "socket,id=ctl,path="+r.ctlPath(id)+",server=on,wait=off",
+		"-device", "virtserialport,chardev=ctl,name="+vminit.PortName,
+		// Once its devices are open QEMU needs no more of the host: it
+		// drops root for a user of its own, shuts itself in an empty
+		// directory, and a seccomp filter refuses it new processes,
+		// obsolete system calls and scheduling controls.
+		"-runas", fmt.Sprintf("%d:%d", vmmUID(r.dir(id)), vmmUID(r.dir(id))),
+		"-chroot", r.emptyDir(),
+		"-sandbox", "on,obsolete=deny,spawn=deny,resourcecontrol=deny",
+	)
 	if imageDir != "" {
-		args = append(args, "-incoming", "exec:cat "+shellQuote(filepath.Join(imageDir, imageMemory)))
+		mem, err := os.Open(filepath.Join(imageDir, imageMemory))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", sandbox.ErrImage, err)
+		}
+		extra = append(extra, mem)
+		args = append(args, "-incoming", fmt.Sprintf("fd:%d", 2+len(extra)))
 	}
 	logf, err := os.OpenFile(r.qemuLog(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -632,6 +731,7 @@ func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir strin
 	defer logf.Close()
 	cmd := exec.Command("nsenter", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = extra
 	cmd.Dir = r.dir(id)
 	// Its own session: the VM outlives the server.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -654,8 +754,6 @@ func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir strin
 
 // maxReply bounds one answer of the guest's init.
 const maxReply = 64 << 10
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // ask sends the guest's init one request over the control port and
 // returns its reply; an error reply is an error.
@@ -899,8 +997,15 @@ func (r *Runtime) checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 			}
 		}
 	}()
-	mem := filepath.Join(imageDir, imageMemory)
-	if err := q.migrate(ctx, "exec:cat > "+shellQuote(mem)); err != nil {
+	mem, err := os.OpenFile(filepath.Join(imageDir, imageMemory), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer mem.Close()
+	if err := q.sendFile("image", mem); err != nil {
+		return err
+	}
+	if err := q.migrate(ctx, "fd:image"); err != nil {
 		return err
 	}
 	// The migration flushed the disk and let go of it until cont: the

@@ -2,10 +2,12 @@ package qemu
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -115,4 +117,68 @@ func TestConformance(t *testing.T) {
 	sandboxtest.NetworkOctet = 248
 	cache := t.TempDir()
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Runtime { return newTestRuntime(t, cache) })
+}
+
+// TestConfined checks what a VMM taken over by its guest would hold: QEMU
+// runs as an unprivileged user of its own (not another sandbox's), under a
+// seccomp filter, inside an empty root, in the sandbox's network namespace.
+func TestConfined(t *testing.T) {
+	r := newTestRuntime(t, t.TempDir())
+	rootfs := sandboxtest.BuildRootFS(t)
+	sandboxtest.NetworkOctet = 248
+	ctx := context.Background()
+	var specs []sandbox.Spec
+	for range 2 {
+		spec := sandboxtest.Spec(rootfs)
+		t.Cleanup(func() { r.Kill(ctx, spec.ID) })
+		if err := r.Create(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, spec)
+	}
+	uids := map[string]bool{}
+	for _, spec := range specs {
+		pid, ok := r.qemuProc(spec.ID)
+		if !ok {
+			t.Fatalf("no QEMU for %s", spec.ID)
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields := map[string]string{}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok {
+				fields[k] = strings.TrimSpace(v)
+			}
+		}
+		uid := strings.Fields(fields["Uid"])
+		if len(uid) < 4 || slices.Contains(uid, "0") {
+			t.Errorf("QEMU of %s runs with uids %v, want none of them root", spec.ID, uid)
+		} else {
+			uids[uid[0]] = true
+		}
+		if fields["Seccomp"] != "2" {
+			t.Errorf("QEMU of %s: Seccomp %q, want 2 (a filter)", spec.ID, fields["Seccomp"])
+		}
+		if fields["CapEff"] != "0000000000000000" {
+			t.Errorf("QEMU of %s has capabilities %s", spec.ID, fields["CapEff"])
+		}
+		if root, err := os.Readlink(fmt.Sprintf("/proc/%d/root", pid)); err != nil || root != r.emptyDir() {
+			t.Errorf("QEMU of %s has root %q (%v), want the empty %s", spec.ID, root, err, r.emptyDir())
+		}
+		if ents, _ := os.ReadDir(r.emptyDir()); len(ents) > 0 {
+			t.Errorf("QEMU's root %s is not empty: %v", r.emptyDir(), ents)
+		}
+		ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+		// The host's namespace is init's: this process's main thread may
+		// be parked in a namespace that package netns made on it.
+		host, _ := os.Readlink("/proc/1/ns/net")
+		if ns == "" || ns == host {
+			t.Errorf("QEMU of %s runs in the host's network namespace (%s)", spec.ID, ns)
+		}
+	}
+	if len(uids) != 2 {
+		t.Errorf("two sandboxes' QEMUs run as users %v, want two different ones", uids)
+	}
 }

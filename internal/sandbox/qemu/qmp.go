@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // qmp is a connection to a QEMU's monitor (QMP), used one command at a
@@ -51,6 +54,28 @@ func (q *qmp) do(cmd string, args any) (json.RawMessage, error) {
 	if _, err := q.conn.Write(append(b, '\n')); err != nil {
 		return nil, fmt.Errorf("QMP %s: %w", cmd, err)
 	}
+	return q.answer(cmd)
+}
+
+// sendFile hands QEMU an open file under name (QMP getfd, the file
+// descriptor passed beside the command): QEMU, confined and unprivileged,
+// could not open it itself.
+func (q *qmp) sendFile(name string, f *os.File) error {
+	uc, ok := q.conn.(*net.UnixConn)
+	if !ok {
+		return errors.New("QMP getfd: not a unix socket")
+	}
+	b, _ := json.Marshal(map[string]any{"execute": "getfd", "arguments": map[string]any{"fdname": name}})
+	if _, _, err := uc.WriteMsgUnix(append(b, '\n'), unix.UnixRights(int(f.Fd())), nil); err != nil {
+		return fmt.Errorf("QMP getfd: %w", err)
+	}
+	_, err := q.answer("getfd")
+	return err
+}
+
+// answer reads up to cmd's answer and returns its "return" value; events
+// arriving meanwhile are skipped.
+func (q *qmp) answer(cmd string) (json.RawMessage, error) {
 	for {
 		line, err := q.rd.ReadBytes('\n')
 		if err != nil {
