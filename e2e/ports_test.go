@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -315,6 +316,19 @@ subprocess.Popen([sys.executable, '/home/user/chunks.py'], start_new_session=Tru
 		if got, err := wsRecv(conn, br, 10*time.Second); err != nil || got != msg {
 			t.Fatalf("WebSocket echo = %q, %v; want %q", got, err, msg)
 		}
+	}
+
+	// The CLI prints a URL a browser can open: it carries the token.
+	cmd := exec.Command(s.bin, "sandbox", "url", id, "8000")
+	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+key)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("lizard sandbox url: %v", err)
+	}
+	if u := strings.TrimSpace(string(out)); u != base+"?lizard_access_token="+sb.AccessToken {
+		t.Errorf("lizard sandbox url = %s; want %s with the token", u, base)
+	} else if code, body, _ := get(t, u); code != http.StatusOK || body != "hello from the sandbox" {
+		t.Errorf("the CLI's URL: %d %.80s; want index.html", code, body)
 	}
 
 	// Paused: 409 (this server does not resume on access).
