@@ -404,8 +404,12 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st *store.Store, l
 		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: artifact, Files: files,
 		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: tokenAPI,
 		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,
-		Volumes:      &volume.Manager{Dir: filepath.Join(c.DataDir, "volumes")},
 		StartTimeout: c.startTimeout(),
+	}
+	if c.Runtime == "gvisor" {
+		// The qemu backend has no way to mount a host directory into its
+		// guests yet.
+		ncfg.Volumes = &volume.Manager{Dir: filepath.Join(c.DataDir, "volumes")}
 	}
 	if pool != nil {
 		ncfg.Warm = pool

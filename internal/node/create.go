@@ -20,6 +20,9 @@ const MaxForks = 16
 // warm-pool sandbox is claimed if the plan has the pool's shape, else the
 // template snapshot is restored, else the template boots.
 func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
+	if len(p.Volumes) > 0 && n.cfg.Volumes == nil {
+		return store.Sandbox{}, errNoVolumes
+	}
 	p.admitted = new(bool)
 	if p.Image != "" {
 		path := metrics.PathSnapshot

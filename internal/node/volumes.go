@@ -15,7 +15,7 @@ import (
 	"github.com/lizard-build/lizard/internal/store"
 )
 
-var errNoVolumes = &Error{Kind: ErrUnavailable, Msg: "this server keeps no volumes (started without a data directory)"}
+var errNoVolumes = &Error{Kind: ErrUnavailable, Msg: "this server keeps no persistent volumes: its runtime backend cannot mount them (the qemu backend cannot yet; run lizard serve with --runtime gvisor)"}
 
 // MakeVolume implements Node.
 func (n *Local) MakeVolume(ctx context.Context, id string, size int64) error {
