@@ -3,7 +3,9 @@
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
@@ -20,7 +22,7 @@ import {
   SandboxGoneError,
   type Context,
 } from '../../src/index.js';
-import { freePort, missing, repoRoot, startLizard, strict, type Lizard } from './harness.js';
+import { binDir, freePort, missing, repoRoot, startLizard, strict, type Lizard } from './harness.js';
 import { WebSocketClient, waitOk } from './websocket.js';
 
 const run = promisify(execFile);
@@ -440,6 +442,54 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
       // Both examples killed their sandboxes.
       const running = (await CodeSandbox.list({ state: 'running' })).map((s) => s.sandboxId);
       assert.deepEqual(running, [sandbox.sandboxId]);
+    }),
+  );
+  test(
+    'a sandbox from a custom template built with lizard template build',
+    e2e(async () => {
+      // A recipe adding a pinned pure-Python wheel and a file (docs/templates.md). The nonce keeps this
+      // build apart from every other run's in the shared template cache, so that deleting it at the
+      // end cannot take another test's build away.
+      const name = 'sdk-ts-tpl';
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lizard-ts-recipe-'));
+      const lizardBin = path.join(binDir(), 'lizard');
+      const env = { ...process.env, LIZARD_API_URL: lizard.url, LIZARD_API_KEY: lizard.apiKey };
+      try {
+        fs.writeFileSync(path.join(dir, 'note.txt'), 'hello from the typescript sdk recipe\n');
+        fs.writeFileSync(
+          path.join(dir, 'recipe.yaml'),
+          [
+            'pip: ["six==1.16.0"]',
+            'files:',
+            '  - src: note.txt',
+            '    dest: /home/user/note.txt',
+            'env:',
+            `  TEMPLATE_NONCE: "${crypto.randomBytes(6).toString('hex')}"`,
+            '',
+          ].join('\n'),
+        );
+        const built = await run(lizardBin, ['template', 'build', '-f', path.join(dir, 'recipe.yaml'), '--name', name], {
+          env,
+          timeout: 10 * MIN,
+        });
+        assert.match(built.stdout, new RegExp(`^template ${name} ready`));
+        assert.match(built.stderr, /Successfully installed six-1\.16\.0/);
+
+        const sb = await CodeSandbox.create({ template: name, timeoutMs: 5 * MIN });
+        try {
+          assert.equal((await sb.getInfo()).template, name);
+          const out = await sb.runCode('import six\nprint(six.__version__)\nopen("/home/user/note.txt").read()');
+          assert.equal(out.error, undefined);
+          assert.equal(out.stdout, '1.16.0\n');
+          assert.equal(out.results[0]?.data, `'hello from the typescript sdk recipe\\n'`);
+        } finally {
+          await sb.kill();
+        }
+        await assert.rejects(CodeSandbox.create({ template: 'no-such-template' }), NotFoundError);
+      } finally {
+        await run(lizardBin, ['template', 'delete', name], { env }).catch(() => {});
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
     }),
   );
 });
