@@ -234,7 +234,9 @@ func (c *Control) DeleteTemplate(ctx context.Context, projectID, name string) er
 func (c *Control) collect(ctx context.Context, name, key string) {
 	ref := recipe.Ref(name, key)
 	if c.cfg.Forget != nil {
-		c.cfg.Forget(ctx, ref)
+		fctx, cancel := context.WithTimeout(ctx, time.Minute)
+		c.cfg.Forget(fctx, ref)
+		cancel()
 	}
 	used, err := c.keyInUse(ctx, key)
 	if err != nil {
@@ -268,7 +270,9 @@ func (c *Control) keyInUse(ctx context.Context, key string) (string, error) {
 		return "", err
 	}
 	for _, sb := range live {
-		if _, k, ok := recipe.SplitRef(sb.Template); ok && k == key {
+		// The server's own (template snapshot, warm pool) were ended by
+		// Forget; one still ending holds nothing a removal could hurt.
+		if _, k, ok := recipe.SplitRef(sb.Template); ok && k == key && sb.Role == "" {
 			return "sandbox " + sb.ID, nil
 		}
 	}

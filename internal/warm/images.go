@@ -53,16 +53,26 @@ func (p *Pool) goMakeImage(ctx context.Context, name string) {
 		return
 	}
 	mctx, cancel := context.WithCancel(ctx)
-	p.making[name] = cancel
+	m := &maker{cancel: cancel, done: make(chan struct{})}
+	p.making[name] = m
 	p.running.Add(1)
 	go func() {
 		defer p.running.Done()
+		defer close(m.done)
 		p.makeImage(mctx, name)
 		p.mu.Lock()
-		delete(p.making, name)
+		if p.making[name] == m {
+			delete(p.making, name)
+		}
 		p.mu.Unlock()
 		cancel()
 	}()
+}
+
+// maker is one template's image maker under way.
+type maker struct {
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // makeImage finds or makes template name's snapshot image, retrying with

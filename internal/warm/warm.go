@@ -97,9 +97,9 @@ type Pool struct {
 	mu       sync.Mutex
 	dirs     map[string]string // template → ready image
 	failures map[string]int    // template → restores failed in a row
-	// making cancels the image maker of each template that has one
-	// (custom templates get theirs on first use; Forget ends it).
-	making map[string]context.CancelFunc
+	// making is the image maker of each template that has one (custom
+	// templates get theirs on first use; Forget ends it).
+	making map[string]*maker
 	sizes  map[string]int  // Config.Sizes as last read
 	node   Node            // set by Run
 	ctx    context.Context // Run's, for remaking an image
@@ -127,7 +127,7 @@ func New(cfg Config) *Pool {
 		cfg.MemAvailable = memAvailable
 	}
 	return &Pool{cfg: cfg, log: cfg.Logger, dirs: map[string]string{}, failures: map[string]int{}, kick: make(chan struct{}, 1),
-		making: map[string]context.CancelFunc{}, sizes: map[string]int{}}
+		making: map[string]*maker{}, sizes: map[string]int{}}
 }
 
 // Run makes each template's snapshot image, then keeps the warm pool full,
@@ -193,13 +193,20 @@ func (p *Pool) size(template string) int {
 // warm sandboxes.
 func (p *Pool) Forget(ctx context.Context, template string) {
 	p.mu.Lock()
-	if cancel := p.making[template]; cancel != nil {
-		cancel()
-	}
+	m := p.making[template]
 	delete(p.dirs, template)
 	delete(p.failures, template)
 	n := p.node
 	p.mu.Unlock()
+	if m != nil {
+		// Its template sandbox is ended before it returns: the build it
+		// boots from may be removed next.
+		m.cancel()
+		select {
+		case <-m.done:
+		case <-ctx.Done():
+		}
+	}
 	p.removeOld(template, "")
 	if n == nil {
 		return

@@ -3,6 +3,7 @@ pure-Python wheel and a file, then used through the SDK: `CodeSandbox.create(tem
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -49,8 +50,13 @@ workdir: /home/user/project
         if sb.template == NAME:
             with CodeSandbox.connect(sb.sandbox_id) as left:
                 left.kill()
+    got = subprocess.run([str(BIN), "template", "get", NAME, "--json"], capture_output=True, text=True, timeout=60, env=env)
+    key = json.loads(got.stdout)["key"]
     out = subprocess.run([str(BIN), "template", "delete", NAME], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
+    # Deleted and used by nothing: its build has left the shared template cache.
+    cache = Path(os.environ.get("LIZARD_CACHE_DIR") or "/var/cache/lizard")
+    assert not (cache / "templates" / f"custom-{key}").exists()
 
 
 def test_create_from_custom_template(custom_template: str) -> None:

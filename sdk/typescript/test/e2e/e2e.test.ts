@@ -487,7 +487,12 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
         }
         await assert.rejects(CodeSandbox.create({ template: 'no-such-template' }), NotFoundError);
       } finally {
-        await run(lizardBin, ['template', 'delete', name], { env }).catch(() => {});
+        const got = await run(lizardBin, ['template', 'get', name, '--json'], { env });
+        const key = JSON.parse(got.stdout).key as string;
+        await run(lizardBin, ['template', 'delete', name], { env });
+        // Deleted and used by nothing: its build has left the shared template cache.
+        const cache = process.env.LIZARD_CACHE_DIR || '/var/cache/lizard';
+        assert.equal(fs.existsSync(path.join(cache, 'templates', `custom-${key}`)), false, `custom-${key} is still in ${cache}`);
         fs.rmSync(dir, { recursive: true, force: true });
       }
     }),
