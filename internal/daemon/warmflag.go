@@ -59,6 +59,7 @@ func (w *warmFlag) Set(v string) error {
 // sizes resolves the entries against the store each time it is called:
 // templates built, rebuilt or deleted after the start are followed.
 func (w warmFlag) sizes(st *store.Store, logger *slog.Logger) func(ctx context.Context) map[string]int {
+	var last map[string]int // the last answer, kept when the store fails
 	return func(ctx context.Context) map[string]int {
 		out := map[string]int{}
 		var custom bool
@@ -74,7 +75,11 @@ func (w warmFlag) sizes(st *store.Store, logger *slog.Logger) func(ctx context.C
 		}
 		all, err := st.ListTemplates(ctx, "")
 		if err != nil {
-			logger.Error("listing templates for the warm pool", "err", err)
+			// Not an empty answer: that would drain the pools.
+			logger.Error("listing templates for the warm pool; keeping the last sizes", "err", err)
+			if last != nil {
+				return last
+			}
 			return out
 		}
 		for _, t := range all {
@@ -84,6 +89,7 @@ func (w warmFlag) sizes(st *store.Store, logger *slog.Logger) func(ctx context.C
 				}
 			}
 		}
+		last = out
 		return out
 	}
 }
