@@ -424,6 +424,11 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 	if fi, err := os.Stat(spec.Template.RootFS); err != nil || !fi.IsDir() {
 		return fmt.Errorf("%s sandbox %s: root filesystem %q is not a directory", verb, spec.ID, spec.Template.RootFS)
 	}
+	if spec.WritableRoot {
+		// The template's disk is an image made of RootFS once; writes
+		// cannot land back in the directory.
+		return fmt.Errorf("%s sandbox %s: building custom templates is not supported by the qemu runtime yet (it boots a template from a disk image made once); build them on a --runtime gvisor server", verb, spec.ID)
+	}
 	if len(spec.Volumes) > 0 {
 		// A volume is a directory on the host; a VM could only get its
 		// image as a disk, which the host has mounted meanwhile.
