@@ -115,6 +115,7 @@ type cluster struct {
 	nodes []*server
 	apis  []*apiProc
 	db    *sql.DB
+	key   string // project p1's API key
 }
 
 func startCluster(t *testing.T) (*cluster, []*client.Client) {
@@ -177,6 +178,7 @@ func startCluster(t *testing.T) (*cluster, []*client.Client) {
 	if err := json.Unmarshal(out, &p); err != nil {
 		t.Fatal(err)
 	}
+	c.key = p.APIKey
 	var clients []*client.Client
 	for _, a := range c.apis {
 		cl, err := client.New(client.Config{BaseURL: a.url, APIKey: p.APIKey})
@@ -279,6 +281,44 @@ func TestCluster(t *testing.T) {
 	}
 
 	var ce *client.Error
+
+	// Exposed ports through either API: the request goes to the sandbox's
+	// node, which dials the port; both API processes give the sandbox the
+	// same access token.
+	ps := sbs[2]
+	servePorts(t, cl[0], ps.SandboxID)
+	portURL := func(api int) string { return c.apis[api].url + "/v1/sandboxes/" + ps.SandboxID + "/ports/8000/" }
+	if body := waitPort(t, portURL(1), "Authorization", "Bearer "+c.key); !strings.Contains(body, "hello from the sandbox") {
+		t.Errorf("port 8000 through api 1: %q", body)
+	}
+	if code, body, _ := get(t, portURL(0)); code != http.StatusUnauthorized {
+		t.Errorf("port 8000 without a key: %d %s; want 401", code, body)
+	}
+	withToken, err := cl[1].GetSandbox(ctx, ps.SandboxID)
+	if err != nil || withToken.AccessToken == "" {
+		t.Fatalf("GetSandbox: %+v, %v; want an access token", withToken, err)
+	}
+	if code, body, _ := get(t, portURL(0)+"?lizard_access_token="+withToken.AccessToken); code != http.StatusOK || !strings.Contains(body, "hello") {
+		t.Errorf("port 8000 through api 0 with the token api 1 gave: %d %s; want 200", code, body)
+	}
+	wsURL := c.apis[1].url + "/v1/sandboxes/" + ps.SandboxID + "/ports/8765/"
+	waitPort(t, wsURL, "Authorization", "Bearer "+c.key)
+	conn, br, err := wsDial(wsURL+"ws", http.Header{"Authorization": {"Bearer " + c.key}})
+	if err != nil {
+		t.Fatalf("WebSocket through api 1 and the node: %v", err)
+	}
+	for _, msg := range []string{"hello", "world"} {
+		if err := wsSend(conn, msg); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := wsRecv(conn, br, 10*time.Second); err != nil || got != msg {
+			t.Errorf("WebSocket echo = %q, %v; want %q", got, err, msg)
+		}
+	}
+	conn.Close()
+	if code, body, _ := get(t, c.apis[0].url+"/v1/sandboxes/"+ps.SandboxID+"/ports/8001/", "Authorization", "Bearer "+c.key); code != http.StatusBadGateway || !strings.Contains(body, "nothing listens") {
+		t.Errorf("a closed port: %d %s; want 502 saying nothing listens", code, body)
+	}
 
 	// Pause on one API, resume on the other: the sandbox stays on its
 	// node, which holds its image, and keeps its state.

@@ -426,7 +426,12 @@ func (r *Router) RemoveVolume(ctx context.Context, id string) error {
 	return (*remote.Client)(nil).RemoveVolume(ctx, id)
 }
 
-// OpenPort implements node.Node: not across nodes yet.
+// OpenPort implements node.Node: the request goes to the sandbox's node,
+// which dials the port.
 func (r *Router) OpenPort(ctx context.Context, id string, port int, resume bool) (node.Call, error) {
-	return (*remote.Client)(nil).OpenPort(ctx, id, port, resume)
+	c, err := r.sandbox(ctx, id)
+	if err != nil {
+		return node.Call{}, err
+	}
+	return c.OpenPort(ctx, id, port, resume)
 }

@@ -7,6 +7,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -199,9 +201,13 @@ type apiConfig struct {
 	MaxTimeout      time.Duration
 	MaxChildTimeout time.Duration
 	Choices         int
-	cluster         clusterFlags
-	policy          policyFlags
-	level           slog.Level
+	// PortsDomain and PortsResume: exposed ports, as `lizard serve`'s
+	// (docs/ports.md).
+	PortsDomain string
+	PortsResume bool
+	cluster     clusterFlags
+	policy      policyFlags
+	level       slog.Level
 }
 
 func parseAPI(e cli.Env, args []string) (*apiConfig, error) {
@@ -214,6 +220,8 @@ func parseAPI(e cli.Env, args []string) (*apiConfig, error) {
 	fs.DurationVar(&c.MaxTimeout, "max-timeout", 24*time.Hour, "longest timeout a create or setTimeout may ask for")
 	fs.DurationVar(&c.MaxChildTimeout, "max-child-timeout", time.Hour, "longest life of a sandbox created with another sandbox's lizardToken")
 	fs.IntVar(&c.Choices, "placement-choices", 2, "live nodes sampled per create; the one with the most free capacity gets it")
+	fs.StringVar(&c.PortsDomain, "ports-domain", "", "wildcard domain whose hosts <port>-<sandboxId>.<domain> reach sandboxes' exposed ports (point *.<domain> at the api processes); \"\": path-based URLs only")
+	fs.BoolVar(&c.PortsResume, "ports-resume", false, "resume a paused sandbox when one of its exposed ports is reached, instead of answering 409")
 	c.cluster.register(fs)
 	c.policy.register(fs)
 	if err := cli.Parse(fs, args); err != nil {
@@ -231,6 +239,9 @@ func (c *apiConfig) validate() error {
 	}
 	if c.DefaultTimeout <= 0 || c.MaxTimeout <= 0 || c.DefaultTimeout > c.MaxTimeout {
 		return cli.Usagef("--default-timeout %s and --max-timeout %s: want 0 < default <= max", c.DefaultTimeout, c.MaxTimeout)
+	}
+	if d := c.PortsDomain; d != "" && (strings.ContainsAny(d, "/:* ") || strings.HasPrefix(d, ".") || strings.HasSuffix(d, ".")) {
+		return cli.Usagef("--ports-domain %q: want a domain such as sandboxes.example.com, without scheme, port or '*'", d)
 	}
 	if c.Choices < 1 {
 		return cli.Usagef("--placement-choices %d: want at least 1", c.Choices)
@@ -279,7 +290,7 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		Node: router, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: c.policy.Egress == "internet",
 		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,
 		MaxRunning: c.policy.MaxSandboxes, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
-		Audit: audit,
+		Audit: audit, PortsKey: portsKey(c.cluster.secret), PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
 	})
 	if err != nil {
 		return err
@@ -293,11 +304,20 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		KeyLimits: server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst},
 		Audit:     audit,
 		Console:   console.Handler(), Metrics: mx,
+		PortsDomain: c.PortsDomain,
 	})
 	sweeper := &cluster.Sweeper{Store: st, Router: router, Lease: c.cluster.Lease, Log: logger}
 	go sweeper.Run(ctx)
 	logger.Info("lizard api serving", "url", "http://"+ln.Addr().String(), "lease", c.cluster.Lease)
 	return server.Run(ctx, ln, h, logger)
+}
+
+// portsKey derives the key of sandboxes' port access tokens from the
+// cluster secret: every api process must give a sandbox the same token.
+func portsKey(secret string) []byte {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("lizard ports"))
+	return m.Sum(nil)
 }
 
 // openRetrying opens the database, waiting for it while it is not up yet

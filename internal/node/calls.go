@@ -11,6 +11,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"sync"
 	"time"
@@ -31,6 +32,9 @@ type Call struct {
 	Ctx context.Context
 	// Release ends the call; call it once the response is done.
 	Release func()
+	// Transport, when set, carries the call instead of the caller's own
+	// (a cluster's node, which reaches the sandbox on the caller's behalf).
+	Transport http.RoundTripper
 }
 
 // inflight holds the calls in flight, per sandbox.

@@ -110,10 +110,16 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 	}
 	target := call.URL
 	log := s.log.With("sandbox_id", id, "port", port)
+	transport := call.Transport
+	if transport == nil {
+		transport = portTransport
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = target.Scheme, target.Host
-			pr.Out.URL.Path = "/" + strings.TrimPrefix(strings.TrimPrefix(pr.In.URL.Path, prefix), "/")
+			// target.Path is "" for the port itself, or the port's path on
+			// the node that runs the sandbox (a cluster).
+			pr.Out.URL.Path = target.Path + "/" + strings.TrimPrefix(strings.TrimPrefix(pr.In.URL.Path, prefix), "/")
 			pr.Out.URL.RawPath = ""
 			oq := pr.In.URL.Query()
 			if oq.Has(AccessTokenParam) {
@@ -133,7 +139,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 			}
 			dropCookie(pr.Out, accessTokenCookie)
 		},
-		Transport:     portTransport,
+		Transport:     transport,
 		FlushInterval: -1,
 		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		ModifyResponse: func(resp *http.Response) error {

@@ -152,10 +152,21 @@ func (c *Client) RemoveImage(ctx context.Context, image string) error {
 // agent. The call's context ends, with an ErrUnavailable cause, if the
 // node stops answering in the middle of it (Transport).
 func (c *Client) Acquire(ctx context.Context, id string) (node.Call, error) {
-	cctx, cancel := context.WithCancelCause(ctx)
 	msg := fmt.Sprintf("sandbox %s's node %s stopped answering during the call (its process or machine went down?); "+
 		"if it is not back within its lease the sandbox is reported failed (node lost); retry shortly, or create a new sandbox", id, c.name)
-	cctx = context.WithValue(cctx, callKey{}, call{node: c.name, fail: func(err error) {
+	cctx, release := c.forwarded(ctx, msg, false)
+	u := *c.base
+	u.Path = "/v1/sandboxes/" + id
+	return node.Call{URL: &u, Ctx: cctx, Release: release}, nil
+}
+
+// forwarded is the context of a call forwarded to the node: it ends with
+// an ErrUnavailable saying msg if the node stops answering, or with the
+// error of a node that refuses the call. port: the call goes to a
+// sandbox's port, whose Authorization header is the program's.
+func (c *Client) forwarded(ctx context.Context, msg string, port bool) (context.Context, func()) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	cctx = context.WithValue(cctx, callKey{}, call{node: c.name, port: port, fail: func(err error) {
 		var e *node.Error
 		if errors.As(err, &e) {
 			cancel(err)
@@ -163,9 +174,7 @@ func (c *Client) Acquire(ctx context.Context, id string) (node.Call, error) {
 		}
 		cancel(&node.Error{Kind: node.ErrUnavailable, Msg: msg, Cause: fmt.Errorf("%w: %w", ErrUnreachable, err)})
 	}})
-	u := *c.base
-	u.Path = "/v1/sandboxes/" + id
-	return node.Call{URL: &u, Ctx: cctx, Release: func() { cancel(nil) }}, nil
+	return cctx, func() { cancel(nil) }
 }
 
 // Transport implements node.Node.
@@ -183,6 +192,7 @@ type callKey struct{}
 
 type call struct {
 	node string
+	port bool
 	fail func(error)
 }
 
@@ -206,7 +216,12 @@ func NewTransport(secret string) *Transport {
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+t.Secret)
+	fc, forwarded := r.Context().Value(callKey{}).(call)
+	if forwarded && fc.port {
+		r.Header.Set(HeaderSecret, t.Secret)
+	} else {
+		r.Header.Set("Authorization", "Bearer "+t.Secret)
+	}
 	if c, ok := auth.CallerOf(r.Context()); ok {
 		r.Header.Set(HeaderProject, c.ProjectID)
 		r.Header.Set(HeaderKeyID, c.KeyID)
@@ -214,7 +229,6 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 			r.Header.Set(HeaderCallerSandbox, c.SandboxID)
 		}
 	}
-	fc, forwarded := r.Context().Value(callKey{}).(call)
 	resp, err := t.Base.RoundTrip(r)
 	if err != nil {
 		if forwarded && r.Context().Err() == nil {
@@ -225,13 +239,18 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if !forwarded {
 		return resp, nil
 	}
-	if resp.StatusCode == http.StatusUnauthorized {
+	if resp.StatusCode == http.StatusUnauthorized && (!fc.port || resp.Header.Get(HeaderSecret) == "refused") {
 		// Not the caller's key, which the API has checked: the node
-		// refused the cluster secret.
+		// refused the cluster secret. (A port's own 401 is the program's.)
 		resp.Body.Close()
 		err := refusedBy(fc.node)
 		fc.fail(err)
 		return nil, err
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// An upgraded connection (a WebSocket to a port): its body is the
+		// connection itself, which the proxy must be able to write.
+		return resp, nil
 	}
 	resp.Body = &failingBody{ReadCloser: resp.Body, ctx: r.Context(), fail: fc.fail}
 	return resp, nil
@@ -256,6 +275,9 @@ func (b *failingBody) Read(p []byte) (int, error) {
 
 // validSecret reports whether r carries the cluster secret.
 func validSecret(r *http.Request, secret string) bool {
+	if s := r.Header.Get(HeaderSecret); s != "" {
+		return subtle.ConstantTimeCompare([]byte(s), []byte(secret)) == 1
+	}
 	h := r.Header.Get("Authorization")
 	const prefix = "Bearer "
 	if len(h) <= len(prefix) || h[:len(prefix)] != prefix {
@@ -281,7 +303,3 @@ func (c *Client) RemoveVolume(context.Context, string) error {
 	return errNotAcrossNodes("persistent volumes")
 }
 
-// OpenPort implements node.Node: not across nodes yet.
-func (c *Client) OpenPort(context.Context, string, int, bool) (node.Call, error) {
-	return node.Call{}, errNotAcrossNodes("exposed ports")
-}

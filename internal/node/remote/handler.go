@@ -54,12 +54,14 @@ func Handler(cfg HandlerConfig) http.Handler {
 	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/resume", h.resume)
 	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/snapshot", h.snapshot)
 	mux.HandleFunc("POST /internal/v1/images/remove", h.removeImage)
+	mux.HandleFunc("/internal/v1/sandboxes/{id}/ports/{port}/{mode}/{rest...}", h.port)
 	for _, p := range api.AgentPublicPaths {
 		mux.Handle("/v1/sandboxes/{id}"+p, cfg.Agent)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/health" && !validSecret(r, cfg.Secret) {
 			h.log.Warn("refused a request without the cluster secret", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+			w.Header().Set(HeaderSecret, "refused")
 			writeJSON(w, http.StatusUnauthorized, wireError{Message: "this is a Lizard node: its API is for `lizard api`, with the cluster secret"})
 			return
 		}
