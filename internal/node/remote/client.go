@@ -302,4 +302,3 @@ func (c *Client) MakeVolume(context.Context, string, int64) error {
 func (c *Client) RemoveVolume(context.Context, string) error {
 	return errNotAcrossNodes("persistent volumes")
 }
-
