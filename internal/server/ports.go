@@ -121,11 +121,11 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 			// the node that runs the sandbox (a cluster).
 			pr.Out.URL.Path = target.Path + "/" + strings.TrimPrefix(strings.TrimPrefix(pr.In.URL.Path, prefix), "/")
 			pr.Out.URL.RawPath = ""
-			oq := pr.In.URL.Query()
-			if oq.Has(AccessTokenParam) {
-				oq.Del(AccessTokenParam)
-				pr.Out.URL.RawQuery = oq.Encode()
+			if raw := pr.In.URL.RawPath; raw != "" {
+				// Escapes the program may rely on (%2F) stay as sent.
+				pr.Out.URL.RawPath = "/" + strings.TrimPrefix(strings.TrimPrefix(raw, prefix), "/")
 			}
+			pr.Out.URL.RawQuery = dropParam(pr.In.URL.RawQuery, AccessTokenParam)
 			pr.SetXForwarded()
 			if prefix != "" {
 				pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
@@ -198,6 +198,23 @@ func (s *Server) portAccess(w http.ResponseWriter, r *http.Request) (a control.P
 		}
 	}
 	return a, keyed, true
+}
+
+// dropParam removes parameter name from a raw query, leaving the rest as
+// sent (order and escapes).
+func dropParam(rawQuery, name string) string {
+	if !strings.Contains(rawQuery, name) {
+		return rawQuery
+	}
+	parts := strings.Split(rawQuery, "&")
+	kept := parts[:0]
+	for _, p := range parts {
+		k, _, _ := strings.Cut(p, "=")
+		if k != name {
+			kept = append(kept, p)
+		}
+	}
+	return strings.Join(kept, "&")
 }
 
 // dropCookie removes cookie name from r's Cookie headers.
