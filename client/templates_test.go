@@ -1,0 +1,51 @@
+package client
+
+import (
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoadRecipe(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "data"), 0o755)
+	os.WriteFile(filepath.Join(dir, "data", "x.txt"), []byte("hello"), 0o644)
+	write := func(yaml string) string {
+		p := filepath.Join(dir, "recipe.yaml")
+		os.WriteFile(p, []byte(yaml), 0o644)
+		return p
+	}
+	name, r, err := LoadRecipe(write(`name: t1
+pip: [six==1.16.0]
+files:
+  - src: data/x.txt
+    dest: /home/user/x.txt
+    mode: "0755"
+env: {A: "1"}
+run:
+  - echo root
+  - cmd: echo user
+    user: user
+start: sleep 1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name != "t1" || len(r.Files) != 1 || r.Files[0].Mode != 0o755 || r.Files[0].Content != base64.StdEncoding.EncodeToString([]byte("hello")) ||
+		len(r.Run) != 2 || r.Run[0].Cmd != "echo root" || r.Run[0].User != "" || r.Run[1].User != "user" || r.Start != "sleep 1" || r.Env["A"] != "1" {
+		t.Errorf("LoadRecipe = %q, %+v", name, r)
+	}
+	for yaml, want := range map[string]string{
+		"pipp: [x]\n": `unknown key "pipp"`,
+		"files:\n  - src: nope.txt\n    dest: /a\n":                  "nope.txt",
+		"files:\n  - dest: /a\n":                                     "needs src",
+		"files:\n  - src: data/x.txt\n    dest: /a\n    mode: rwx\n": "want octal",
+		"run:\n  - [a, b]\n":                                         "run[0]",
+	} {
+		if _, _, err := LoadRecipe(write(yaml)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("LoadRecipe(%q) = %v; want an error containing %q", yaml, err, want)
+		}
+	}
+}

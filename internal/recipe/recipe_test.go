@@ -1,0 +1,113 @@
+package recipe
+
+import (
+	"encoding/base64"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/node"
+)
+
+var bases = []string{"interpreter"}
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		r    api.TemplateRecipe
+		want string // "" valid; else a part of the message
+	}{
+		{"empty", api.TemplateRecipe{}, ""},
+		{"everything", api.TemplateRecipe{Apt: []string{"jq", "libonig5=6.9.9-1"}, Pip: []string{"six==1.16.0", "requests[socks]>=2,<3", "numpy"},
+			Files: []api.TemplateFile{{Path: "/home/user/a.txt", Content: b64("a"), Mode: 0o755, Owner: "root"}},
+			Env:   map[string]string{"A_B": "c"}, Workdir: "/home/user/w", Run: []api.TemplateCommand{{Cmd: "true", User: "user"}}, Start: "sleep 1"}, ""},
+		{"other base", api.TemplateRecipe{Base: "ubuntu"}, `recipe.base "ubuntu"`},
+		{"apt option", api.TemplateRecipe{Apt: []string{"-o=APT::x"}}, `recipe.apt "-o=APT::x"`},
+		{"pip url", api.TemplateRecipe{Pip: []string{"https://evil.example/x.whl"}}, `recipe.pip "https://evil.example/x.whl"`},
+		{"pip option", api.TemplateRecipe{Pip: []string{"--index-url=http://x"}}, "recipe.pip"},
+		{"pip path", api.TemplateRecipe{Pip: []string{"./pkg"}}, "recipe.pip"},
+		{"relative file", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "a.txt", Content: b64("a")}}}, "recipe.files[0].path"},
+		{"root file", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/", Content: b64("a")}}}, "recipe.files[0].path"},
+		{"file in /proc", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/proc/../proc/x", Content: b64("a")}}}, "provided at run time"},
+		{"file over the agent", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/opt/lizard/bin/lizard-agent", Content: b64("a")}}}, "provided at run time"},
+		{"file twice", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/a", Content: b64("a")}, {Path: "/a/", Content: b64("b")}}}, "given twice"},
+		{"not base64", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/a", Content: "!!"}}}, "not base64"},
+		{"mode", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/a", Content: b64("a"), Mode: 0o4755}}}, "recipe.files[0].mode"},
+		{"owner", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/a", Content: b64("a"), Owner: "nobody"}}}, "recipe.files[0].owner"},
+		{"too big", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/a", Content: b64(strings.Repeat("x", MaxFileBytes+1))}}}, "at most"},
+		{"env LIZARD_", api.TemplateRecipe{Env: map[string]string{"LIZARD_SANDBOX_ID": "x"}}, `recipe.env name "LIZARD_SANDBOX_ID"`},
+		{"env name", api.TemplateRecipe{Env: map[string]string{"A=B": "x"}}, "recipe.env name"},
+		{"workdir", api.TemplateRecipe{Workdir: "work"}, "recipe.workdir"},
+		{"empty command", api.TemplateRecipe{Run: []api.TemplateCommand{{Cmd: "  "}}}, "recipe.run[0].cmd"},
+		{"command user", api.TemplateRecipe{Run: []api.TemplateCommand{{Cmd: "x", User: "admin"}}}, "recipe.run[0].user"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := tt.r
+			err := Validate(&r, bases)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v; want valid", err)
+				}
+				return
+			}
+			if !errors.Is(err, node.ErrInvalid) || !strings.Contains(node.Message(err), tt.want) {
+				t.Errorf("Validate = %v; want invalid, naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidateDefaults(t *testing.T) {
+	r := api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/a", Content: b64("abc")}}, Run: []api.TemplateCommand{{Cmd: "true"}}}
+	if err := Validate(&r, bases); err != nil {
+		t.Fatal(err)
+	}
+	f := r.Files[0]
+	if r.Base != "interpreter" || f.Mode != 0o644 || f.Owner != "user" || f.Size != 3 || r.Run[0].User != "root" {
+		t.Errorf("defaults: base %q, file %+v, command %+v; want interpreter, 0644 user of 3 bytes, root", r.Base, f, r.Run[0])
+	}
+}
+
+func TestKey(t *testing.T) {
+	valid := func(r api.TemplateRecipe) api.TemplateRecipe {
+		if err := Validate(&r, bases); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a := valid(api.TemplateRecipe{Pip: []string{"six==1.16.0"}, Files: []api.TemplateFile{{Path: "/a", Content: b64("x")}}, Env: map[string]string{"A": "1", "B": "2"}})
+	same := valid(api.TemplateRecipe{Base: "interpreter", Pip: []string{"six==1.16.0"}, Files: []api.TemplateFile{{Path: "/a", Content: b64("x"), Mode: 0o644, Owner: "user"}}, Env: map[string]string{"B": "2", "A": "1"}})
+	content := valid(api.TemplateRecipe{Pip: []string{"six==1.16.0"}, Files: []api.TemplateFile{{Path: "/a", Content: b64("y")}}, Env: map[string]string{"A": "1", "B": "2"}})
+	k := Key(a, "interpreter-abc")
+	if got := Key(same, "interpreter-abc"); got != k {
+		t.Errorf("the same recipe spelt with its defaults has key %s, want %s", got, k)
+	}
+	if Key(content, "interpreter-abc") == k {
+		t.Error("a file's content changed and the key did not")
+	}
+	if Key(a, "interpreter-def") == k {
+		t.Error("the base's build changed and the key did not")
+	}
+	if len(k) != 16 {
+		t.Errorf("key %q: want 16 hex digits", k)
+	}
+}
+
+func TestRefs(t *testing.T) {
+	ref := Ref("my-tpl", "0123456789abcdef")
+	if name, key, ok := SplitRef(ref); !ok || name != "my-tpl" || key != "0123456789abcdef" || Name(ref) != "my-tpl" {
+		t.Errorf("SplitRef(%q) = %q, %q, %v; Name = %q", ref, name, key, ok, Name(ref))
+	}
+	if _, _, ok := SplitRef("interpreter"); ok || Name("interpreter") != "interpreter" {
+		t.Error("a built-in name is not a reference")
+	}
+	for _, bad := range []string{"", "-a", "a-", "A", "a_b", "a@b", strings.Repeat("a", 64)} {
+		if ValidName(bad) == nil {
+			t.Errorf("ValidName(%q) = nil; want an error", bad)
+		}
+	}
+}
