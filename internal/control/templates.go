@@ -69,9 +69,6 @@ func (c *Control) resolveTemplate(ctx context.Context, projectID, name string) (
 // PlanTemplate checks a build request for projectID: everything that can
 // be refused is refused here, before a build's stream starts.
 func (c *Control) PlanTemplate(ctx context.Context, projectID string, req api.BuildTemplateRequest) (*TemplateBuild, error) {
-	if c.cfg.Builder == nil {
-		return nil, &node.Error{Kind: node.ErrUnavailable, Msg: "this server builds no custom templates"}
-	}
 	if err := recipe.ValidName(req.Name); err != nil {
 		return nil, err
 	}
@@ -81,6 +78,9 @@ func (c *Control) PlanTemplate(ctx context.Context, projectID string, req api.Bu
 	r := req.Recipe
 	if err := recipe.Validate(&r, c.cfg.Templates); err != nil {
 		return nil, err
+	}
+	if c.cfg.Builder == nil {
+		return nil, &node.Error{Kind: node.ErrUnavailable, Msg: "this server builds no custom templates (lizard serve does; the many-machine roles do not yet)"}
 	}
 	base, err := c.cfg.Builder.BaseKey(ctx, r.Base)
 	if err != nil {

@@ -76,6 +76,12 @@ func checkBounds(v any, data []byte) error {
 	}
 	switch req := v.(type) {
 	case *api.CreateSandboxRequest:
+		// An empty template is absent to the Go type; given, it names
+		// nothing (the spec's pattern refuses it).
+		var given struct{ Template *string }
+		if json.Unmarshal(data, &given) == nil && given.Template != nil && *given.Template == "" {
+			return badRequest("template is empty: name one, or leave it out for the default (interpreter)")
+		}
 		switch {
 		case req.MemoryMb != nil && *req.MemoryMb < 64:
 			return badRequest("memoryMb %d is out of range: want at least 64", *req.MemoryMb)
@@ -92,6 +98,11 @@ func checkBounds(v any, data []byte) error {
 			return badRequest("count %d is out of range: want 1 to 16 forks", req.Count)
 		}
 		return nonNegative("timeoutMs", req.TimeoutMs)
+	case *api.BuildTemplateRequest:
+		var given struct{ Recipe *json.RawMessage }
+		if json.Unmarshal(data, &given) == nil && given.Recipe == nil {
+			return badRequest("recipe is required: give the template's recipe, {} for its base as it is (docs/templates.md)")
+		}
 	case *api.ResumeRequest:
 		return nonNegative("timeoutMs", req.TimeoutMs)
 	case *api.SetTimeoutRequest:

@@ -368,6 +368,7 @@ func TestBadRequests(t *testing.T) {
 		{"two values", `{} {}`, 400, api.CodeInvalidArgument, "more than one JSON value"},
 		{"unknown template", `{"template": "x"}`, 404, api.CodeNotFound, `template "x" not found in project p1: build it first`},
 		{"template reference", `{"template": "x@0123456789abcdef"}`, 400, api.CodeInvalidArgument, `name "x@0123456789abcdef"`},
+		{"empty template", `{"template": ""}`, 400, api.CodeInvalidArgument, "template is empty"},
 		{"negative timeout", `{"timeoutMs": -5}`, 400, api.CodeInvalidArgument, "out of range"},
 		{"bad env", `{"envs": {"A=B": "c"}}`, 400, api.CodeInvalidArgument, `env name "A=B"`},
 		{"oversized", big, 413, api.CodeTooLarge, "1 MiB"},
@@ -532,5 +533,36 @@ func TestRunShutsDownWithoutKilling(t *testing.T) {
 	}
 	if n := e.rt.Kills(); n != 0 {
 		t.Errorf("shutdown killed %d sandboxes; want none", n)
+	}
+}
+
+// TestTemplateRequests checks the template calls' answers that need no
+// build: the request's rules, and a server without a builder.
+func TestTemplateRequests(t *testing.T) {
+	e := newTestEnv(t)
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		code, want               string
+	}{
+		{"no recipe", "POST", "/v1/templates", `{"name": "a"}`, 400, api.CodeInvalidArgument, "recipe is required"},
+		{"bad name", "POST", "/v1/templates", `{"name": "A_b", "recipe": {}}`, 400, api.CodeInvalidArgument, `name "A_b"`},
+		{"unknown field", "POST", "/v1/templates", `{"name": "a", "recipe": {"pips": []}}`, 400, api.CodeInvalidArgument, `unknown field "pips"`},
+		{"no builder", "POST", "/v1/templates", `{"name": "a", "recipe": {}}`, 503, api.CodeUnavailable, "builds no custom templates"},
+		{"get unknown", "GET", "/v1/templates/nope", ``, 404, api.CodeNotFound, `template "nope" not found in project p1`},
+		{"delete unknown", "DELETE", "/v1/templates/nope", ``, 404, api.CodeNotFound, `template "nope" not found`},
+		{"wrong method", "PUT", "/v1/templates", `{}`, 405, api.CodeMethodNotAllowed, "PUT is not allowed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.do(t, e.key1, tt.method, tt.path, strings.NewReader(tt.body))
+			if r.status != tt.status || r.err.Code != tt.code || !strings.Contains(r.err.Message, tt.want) {
+				t.Errorf("%s %s = %d %s; want %d %s containing %q", tt.method, tt.path, r.status, r.body, tt.status, tt.code, tt.want)
+			}
+		})
+	}
+	r := e.do(t, e.key1, "GET", "/v1/templates", nil)
+	if r.status != 200 || strings.TrimSpace(r.body) != `{"templates":[]}` {
+		t.Errorf("GET /v1/templates = %d %s; want an empty list", r.status, r.body)
 	}
 }
