@@ -99,9 +99,38 @@ func checkBounds(v any, data []byte) error {
 		}
 		return nonNegative("timeoutMs", req.TimeoutMs)
 	case *api.BuildTemplateRequest:
-		var given struct{ Recipe *json.RawMessage }
-		if json.Unmarshal(data, &given) == nil && given.Recipe == nil {
+		var given struct {
+			Recipe *struct {
+				Base, Workdir *string
+				Files         []struct{ Owner *string }
+				Run           []struct{ User *string }
+			}
+		}
+		if json.Unmarshal(data, &given) != nil {
+			return nil
+		}
+		r := given.Recipe
+		if r == nil {
 			return badRequest("recipe is required: give the template's recipe, {} for its base as it is (docs/templates.md)")
+		}
+		// Empty strings are absent to the Go types; given, they break the
+		// spec's enums and patterns: each is an error naming its field.
+		empty := func(p *string) bool { return p != nil && *p == "" }
+		switch {
+		case empty(r.Base):
+			return badRequest("recipe.base is empty: leave it out for the default (interpreter)")
+		case empty(r.Workdir):
+			return badRequest("recipe.workdir is empty: leave it out for the default (/home/user)")
+		}
+		for i, f := range r.Files {
+			if empty(f.Owner) {
+				return badRequest("recipe.files[%d].owner is empty: leave it out for the default (user)", i)
+			}
+		}
+		for i, c := range r.Run {
+			if empty(c.User) {
+				return badRequest("recipe.run[%d].user is empty: leave it out for the default (root)", i)
+			}
 		}
 	case *api.ResumeRequest:
 		return nonNegative("timeoutMs", req.TimeoutMs)

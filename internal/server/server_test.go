@@ -546,6 +546,8 @@ func TestTemplateRequests(t *testing.T) {
 		code, want               string
 	}{
 		{"no recipe", "POST", "/v1/templates", `{"name": "a"}`, 400, api.CodeInvalidArgument, "recipe is required"},
+		{"empty workdir", "POST", "/v1/templates", `{"name": "a", "recipe": {"workdir": ""}}`, 400, api.CodeInvalidArgument, "recipe.workdir is empty"},
+		{"empty user", "POST", "/v1/templates", `{"name": "a", "recipe": {"run": [{"cmd": "x", "user": ""}]}}`, 400, api.CodeInvalidArgument, "recipe.run[0].user is empty"},
 		{"bad name", "POST", "/v1/templates", `{"name": "A_b", "recipe": {}}`, 400, api.CodeInvalidArgument, `name "A_b"`},
 		{"unknown field", "POST", "/v1/templates", `{"name": "a", "recipe": {"pips": []}}`, 400, api.CodeInvalidArgument, `unknown field "pips"`},
 		{"no builder", "POST", "/v1/templates", `{"name": "a", "recipe": {}}`, 503, api.CodeUnavailable, "builds no custom templates"},
