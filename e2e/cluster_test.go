@@ -320,6 +320,36 @@ func TestCluster(t *testing.T) {
 		t.Errorf("a closed port: %d %s; want 502 saying nothing listens", code, body)
 	}
 
+	// A volume lives on the node that made it; the sandboxes that mount it
+	// are placed there, and see what the last one wrote.
+	if _, err := cl[0].CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeMb: 64}); err != nil {
+		t.Fatalf("CreateVolume: %v", err)
+	}
+	var volNode string
+	if err := c.db.QueryRow(`SELECT node FROM volumes WHERE name = 'data'`).Scan(&volNode); err != nil || volNode == "" {
+		t.Fatalf("the volume's node: %q, %v", volNode, err)
+	}
+	mount := []api.VolumeMount{{Name: "data", Path: "/home/user/data"}}
+	for i, code := range []string{"open('/home/user/data/f', 'w').write('kept')", "open('/home/user/data/f').read()"} {
+		vs, err := cl[i%2].CreateSandbox(ctx, api.CreateSandboxRequest{Volumes: mount, TimeoutMs: ms(600_000)})
+		if err != nil {
+			t.Fatalf("create %d with the volume: %v", i, err)
+		}
+		if n := c.nodeOf(vs.SandboxID); n != volNode {
+			t.Errorf("a sandbox mounting a volume of node %s ran on %s", volNode, n)
+		}
+		ex := run(t, cl[(i+1)%2], vs.SandboxID, "python", code)
+		if i == 1 && (len(ex.Results) == 0 || ex.Results[0].Data != "'kept'") {
+			t.Errorf("the volume read by the next sandbox: %+v; want 'kept'", ex.Results)
+		}
+		if err := cl[0].KillSandbox(ctx, vs.SandboxID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl[1].DeleteVolume(ctx, "data"); err != nil {
+		t.Errorf("DeleteVolume: %v", err)
+	}
+
 	// Pause on one API, resume on the other: the sandbox stays on its
 	// node, which holds its image, and keeps its state.
 	p := sbs[0]

@@ -244,13 +244,23 @@ func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
 	if err := admit(ctx, &p, 1); err != nil {
 		return store.Sandbox{}, err
 	}
+	home, err := r.volumesNode(ctx, p)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
 	if p.Image != "" {
 		name, path := store.SplitImageRef(p.Image)
-		c, err := r.client(ctx, name)
+		if home != "" && home != name {
+			return store.Sandbox{}, node.Invalidf("the snapshot is on node %s but its volumes are on node %s: a sandbox runs where both are", name, home)
+		}
+		home = name
+		p.Image = path
+	}
+	if home != "" {
+		c, err := r.client(ctx, home)
 		if err != nil {
 			return store.Sandbox{}, err
 		}
-		p.Image = path
 		return c.Create(ctx, p)
 	}
 	skip := map[string]bool{}
@@ -416,14 +426,71 @@ func (r *Router) emit(e node.Event) {
 	}
 }
 
-// MakeVolume implements node.Node: volumes are one machine's (remote).
+// MakeVolume implements node.Node: the volume is made on a node placement
+// picks, and recorded there; sandboxes that mount it are placed on it.
 func (r *Router) MakeVolume(ctx context.Context, id string, size int64) error {
-	return (*remote.Client)(nil).MakeVolume(ctx, id, size)
+	n, err := r.place(ctx, nil)
+	if err != nil {
+		return err
+	}
+	err = r.clientOf(n).MakeVolume(ctx, id, size)
+	r.done(n.Name)
+	if err != nil {
+		return err
+	}
+	if err := r.cfg.Store.SetVolumeNode(context.WithoutCancel(ctx), id, n.Name); err != nil {
+		if rerr := r.clientOf(n).RemoveVolume(context.WithoutCancel(ctx), id); rerr != nil {
+			r.log.Error("removing a volume whose node could not be recorded", "volume_id", id, "node", n.Name, "err", rerr)
+		}
+		return err
+	}
+	return nil
 }
 
-// RemoveVolume implements node.Node.
+// RemoveVolume implements node.Node: on the node that holds it.
 func (r *Router) RemoveVolume(ctx context.Context, id string) error {
-	return (*remote.Client)(nil).RemoveVolume(ctx, id)
+	nodes, err := r.cfg.Store.VolumeNodes(ctx, []string{id})
+	if err != nil {
+		return err
+	}
+	name, ok := nodes[id]
+	if !ok || name == "" {
+		return nil // never made on a node: nothing to remove
+	}
+	c, err := r.client(ctx, name)
+	if err != nil {
+		return err
+	}
+	return c.RemoveVolume(ctx, id)
+}
+
+// volumesNode is the node a plan's volumes live on ("" when it mounts
+// none): a sandbox that mounts volumes runs where they are, so they must
+// all be on one node.
+func (r *Router) volumesNode(ctx context.Context, p node.Plan) (string, error) {
+	if len(p.Volumes) == 0 {
+		return "", nil
+	}
+	ids := make([]string, len(p.Volumes))
+	for i, v := range p.Volumes {
+		ids[i] = v.ID
+	}
+	nodes, err := r.cfg.Store.VolumeNodes(ctx, ids)
+	if err != nil {
+		return "", err
+	}
+	home := ""
+	for _, v := range p.Volumes {
+		n := nodes[v.ID]
+		switch {
+		case home == "":
+			home = n
+		case n != home:
+			return "", node.Invalidf("volumes %q and %q are on different nodes (%s, %s): a sandbox can mount volumes of one node only; mount them in two sandboxes",
+				p.Volumes[0].Name, v.Name, home, n)
+		}
+	}
+	return home, nil
 }
 
 // OpenPort implements node.Node: the request goes to the sandbox's node,

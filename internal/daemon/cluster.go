@@ -169,6 +169,11 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	h := remote.Handler(remote.HandlerConfig{Node: n, Store: shared, Secret: c.cluster.secret, Agent: agents, Logger: logger, DataDir: c.DataDir,
 		MaxLive: c.policy.MaxSandboxes})
 	gauges(mx, st, c.pool.Slots())
+	// This node's volumes first: paused sandboxes that mount them may
+	// resume as soon as it serves.
+	if err := n.MountVolumes(ctx); err != nil {
+		logger.Error("mounting persistent volumes; sandboxes using the ones named cannot start", "err", err)
+	}
 	if err := n.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconciling sandboxes with the runtime and the database: %w", err)
 	}
@@ -189,6 +194,9 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	if cerr := rt.Close(dctx); cerr != nil {
 		logger.Error("waiting for the runtime to finish removing sandboxes", "err", cerr)
 	}
+	if uerr := n.UnmountVolumes(dctx); uerr != nil {
+		logger.Error("unmounting persistent volumes", "err", uerr)
+	}
 	return err
 }
 
@@ -205,6 +213,7 @@ type apiConfig struct {
 	// (docs/ports.md).
 	PortsDomain string
 	PortsResume bool
+	MaxVolumeMb int64
 	cluster     clusterFlags
 	policy      policyFlags
 	level       slog.Level
@@ -222,6 +231,7 @@ func parseAPI(e cli.Env, args []string) (*apiConfig, error) {
 	fs.IntVar(&c.Choices, "placement-choices", 2, "live nodes sampled per create; the one with the most free capacity gets it")
 	fs.StringVar(&c.PortsDomain, "ports-domain", "", "wildcard domain whose hosts <port>-<sandboxId>.<domain> reach sandboxes' exposed ports (point *.<domain> at the api processes); \"\": path-based URLs only")
 	fs.BoolVar(&c.PortsResume, "ports-resume", false, "resume a paused sandbox when one of its exposed ports is reached, instead of answering 409")
+	fs.Int64Var(&c.MaxVolumeMb, "max-volume-mb", 10240, "largest persistent volume a project may create (sizeMb), MiB; each lives on one node's disk")
 	c.cluster.register(fs)
 	c.policy.register(fs)
 	if err := cli.Parse(fs, args); err != nil {
@@ -242,6 +252,9 @@ func (c *apiConfig) validate() error {
 	}
 	if d := c.PortsDomain; d != "" && (strings.ContainsAny(d, "/:* ") || strings.HasPrefix(d, ".") || strings.HasSuffix(d, ".")) {
 		return cli.Usagef("--ports-domain %q: want a domain such as sandboxes.example.com, without scheme, port or '*'", d)
+	}
+	if c.MaxVolumeMb < 16 {
+		return cli.Usagef("--max-volume-mb %d: want at least 16", c.MaxVolumeMb)
 	}
 	if c.Choices < 1 {
 		return cli.Usagef("--placement-choices %d: want at least 1", c.Choices)
@@ -291,6 +304,7 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,
 		MaxRunning: c.policy.MaxSandboxes, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
 		Audit: audit, PortsKey: portsKey(c.cluster.secret), PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
+		MaxVolumeBytes: c.MaxVolumeMb << 20,
 	})
 	if err != nil {
 		return err

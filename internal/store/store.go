@@ -304,6 +304,11 @@ CREATE TABLE templates (
 );
 CREATE INDEX templates_key ON templates(tkey);
 `,
+	// In a cluster a volume lives on one node's disk ('' for `lizard
+	// serve`), where the sandboxes that mount it are placed.
+	`
+ALTER TABLE volumes ADD COLUMN node TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

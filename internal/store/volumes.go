@@ -15,6 +15,8 @@ type Volume struct {
 	Name      string
 	SizeBytes int64
 	CreatedAt time.Time
+	// Node is the cluster node whose disk holds it ("": `lizard serve`).
+	Node string
 }
 
 // VolumeMount is a volume as a sandbox mounts it, recorded in its Shape.
@@ -24,12 +26,12 @@ type VolumeMount struct {
 	Path string `json:"path"`
 }
 
-const volumeColumns = `id, project_id, name, size_bytes, created_at`
+const volumeColumns = `id, project_id, name, size_bytes, created_at, node`
 
 func scanVolume(r scanner) (Volume, error) {
 	var v Volume
 	var created int64
-	if err := r.Scan(&v.ID, &v.ProjectID, &v.Name, &v.SizeBytes, &created); err != nil {
+	if err := r.Scan(&v.ID, &v.ProjectID, &v.Name, &v.SizeBytes, &created, &v.Node); err != nil {
 		return v, err
 	}
 	v.CreatedAt = fromMillis(created)
@@ -39,8 +41,8 @@ func scanVolume(r scanner) (Volume, error) {
 // CreateVolume records v; ErrConflict if its project has a volume of that
 // name.
 func (s *Store) CreateVolume(ctx context.Context, v Volume) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO volumes (`+volumeColumns+`) VALUES (?, ?, ?, ?, ?)`,
-		v.ID, v.ProjectID, v.Name, v.SizeBytes, toMillis(v.CreatedAt))
+	_, err := s.db.ExecContext(ctx, `INSERT INTO volumes (`+volumeColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
+		v.ID, v.ProjectID, v.Name, v.SizeBytes, toMillis(v.CreatedAt), v.Node)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("creating volume %s: %w", v.Name, ErrConflict)
 	}
@@ -63,11 +65,15 @@ func (s *Store) GetVolume(ctx context.Context, projectID, name string) (Volume, 
 }
 
 // ListVolumes returns projectID's volumes by name, or every project's
-// with projectID "".
+// with projectID "". On a handle scoped to a node (OnNode), only the
+// volumes on that node's disk.
 func (s *Store) ListVolumes(ctx context.Context, projectID string) ([]Volume, error) {
-	q, args := `SELECT `+volumeColumns+` FROM volumes`, []any{}
+	q, args := `SELECT `+volumeColumns+` FROM volumes WHERE 1 = 1`, []any{}
 	if projectID != "" {
-		q, args = q+` WHERE project_id = ?`, append(args, projectID)
+		q, args = q+` AND project_id = ?`, append(args, projectID)
+	}
+	if s.scoped {
+		q, args = q+` AND node = ?`, append(args, s.node)
 	}
 	rows, err := s.db.QueryContext(ctx, q+` ORDER BY project_id, name`, args...)
 	if err != nil {
@@ -86,6 +92,39 @@ func (s *Store) ListVolumes(ctx context.Context, projectID string) ([]Volume, er
 		return nil, fmt.Errorf("listing volumes: %w", err)
 	}
 	return out, nil
+}
+
+// VolumeNodes returns the node of each of the volumes ids that exist.
+func (s *Store) VolumeNodes(ctx context.Context, ids []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT id, node FROM volumes WHERE id IN (`+placeholders(len(ids))+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("finding the nodes of volumes: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, node string
+		if err := rows.Scan(&id, &node); err != nil {
+			return nil, fmt.Errorf("finding the nodes of volumes: %w", err)
+		}
+		out[id] = node
+	}
+	return out, rows.Err()
+}
+
+// SetVolumeNode records that volume id lives on node.
+func (s *Store) SetVolumeNode(ctx context.Context, id, node string) error {
+	if _, err := s.db.ExecContext(ctx, `UPDATE volumes SET node = ? WHERE id = ?`, node, id); err != nil {
+		return fmt.Errorf("recording the node of volume %s: %w", id, err)
+	}
+	return nil
 }
 
 // DeleteVolume removes volume id's record.

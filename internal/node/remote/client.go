@@ -286,19 +286,12 @@ func validSecret(r *http.Request, secret string) bool {
 	return subtle.ConstantTimeCompare([]byte(h[len(prefix):]), []byte(secret)) == 1
 }
 
-// errNotAcrossNodes refuses what one `lizard serve` does but the cluster
-// roles do not yet: volumes live on one machine's disk, and ports are
-// dialled from the process that serves them (docs/volumes.md, docs/ports.md).
-func errNotAcrossNodes(what string) error {
-	return &node.Error{Kind: node.ErrUnavailable, Msg: what + " are not available with `lizard api` and `lizard node` yet; use `lizard serve`"}
+// MakeVolume implements node.Node: the volume is made on this node's disk.
+func (c *Client) MakeVolume(ctx context.Context, id string, size int64) error {
+	return c.do(ctx, http.MethodPost, "/volumes", volumeRequest{ID: id, SizeBytes: size}, nil)
 }
 
-// MakeVolume implements node.Node: not across nodes yet.
-func (c *Client) MakeVolume(context.Context, string, int64) error {
-	return errNotAcrossNodes("persistent volumes")
-}
-
-// RemoveVolume implements node.Node: not across nodes yet.
-func (c *Client) RemoveVolume(context.Context, string) error {
-	return errNotAcrossNodes("persistent volumes")
+// RemoveVolume implements node.Node.
+func (c *Client) RemoveVolume(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/volumes/"+url.PathEscape(id), nil, nil)
 }

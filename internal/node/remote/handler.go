@@ -55,6 +55,8 @@ func Handler(cfg HandlerConfig) http.Handler {
 	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/snapshot", h.snapshot)
 	mux.HandleFunc("POST /internal/v1/images/remove", h.removeImage)
 	mux.HandleFunc("/internal/v1/sandboxes/{id}/ports/{port}/{mode}/{rest...}", h.port)
+	mux.HandleFunc("POST /internal/v1/volumes", h.makeVolume)
+	mux.HandleFunc("DELETE /internal/v1/volumes/{id}", h.removeVolume)
 	for _, p := range api.AgentPublicPaths {
 		mux.Handle("/v1/sandboxes/{id}"+p, cfg.Agent)
 	}
@@ -204,6 +206,18 @@ func (h *handler) removeImage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.answer(w, r, struct{}{}, h.cfg.Node.RemoveImage(r.Context(), in.Image))
+}
+
+func (h *handler) makeVolume(w http.ResponseWriter, r *http.Request) {
+	var in volumeRequest
+	if !h.decode(w, r, &in) {
+		return
+	}
+	h.answer(w, r, struct{}{}, h.cfg.Node.MakeVolume(r.Context(), in.ID, in.SizeBytes))
+}
+
+func (h *handler) removeVolume(w http.ResponseWriter, r *http.Request) {
+	h.answer(w, r, struct{}{}, h.cfg.Node.RemoveVolume(r.Context(), r.PathValue("id")))
 }
 
 func (h *handler) decode(w http.ResponseWriter, r *http.Request, v any) bool {

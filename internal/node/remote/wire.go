@@ -14,6 +14,9 @@
 //	POST   /internal/v1/sandboxes/{id}/resume     {timeoutMs?} → sandbox
 //	POST   /internal/v1/sandboxes/{id}/snapshot   {snapshotId} → {image, sizeBytes}
 //	POST   /internal/v1/images/remove             {image}
+//	POST   /internal/v1/volumes                   {id, sizeBytes}: make a volume here
+//	DELETE /internal/v1/volumes/{id}              remove it
+//	*      /internal/v1/sandboxes/{id}/ports/{port}/{resume|no-resume}/...  an exposed port
 //
 // and the public agent paths, /v1/sandboxes/{id}/execute and the rest
 // (api.AgentPublicPaths), which the API forwards unchanged, streaming, with
@@ -56,8 +59,7 @@ type plan struct {
 	Envs      []string          `json:"envs,omitempty"`
 	Limits    sandbox.Limits    `json:"limits"`
 	Internet  bool              `json:"internet"`
-	// Volumes never reach a node yet (the API refuses to make them in a
-	// cluster); carried so that a plan is whole on the wire.
+	// Volumes are on the node's disk: the API places such a plan there.
 	Volumes     []store.VolumeMount `json:"volumes,omitempty"`
 	PublicPorts bool                `json:"publicPorts,omitempty"`
 	Image       string              `json:"image,omitempty"`
@@ -92,6 +94,11 @@ type snapshotRequest struct {
 
 type snapshotResponse struct {
 	Image     string `json:"image"`
+	SizeBytes int64  `json:"sizeBytes"`
+}
+
+type volumeRequest struct {
+	ID        string `json:"id"`
 	SizeBytes int64  `json:"sizeBytes"`
 }
 
