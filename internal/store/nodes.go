@@ -122,14 +122,11 @@ func (s *Store) EndLostNodes(ctx context.Context, now time.Time, reason func(Nod
 		if n.Live(now) || n.LostAt != nil {
 			continue
 		}
-		rows, err := s.ListSandboxes(ctx, Filter{States: []string{"starting", "running"}, LiveOnly: true})
+		rows, err := s.OnNode(n.Name).ListSandboxes(ctx, Filter{States: []string{"starting", "running"}, LiveOnly: true})
 		if err != nil {
 			return ended, err
 		}
 		for _, sb := range rows {
-			if sb.Node != n.Name {
-				continue
-			}
 			err := s.EndSandbox(ctx, sb.ID, "failed", reason(n), now)
 			if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
 				continue
