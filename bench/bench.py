@@ -962,10 +962,13 @@ def main() -> int:
                     help="QEMU cold boots and template-snapshot creates (default 3; slow under TCG)")
     ap.add_argument("--qemu-code-runs", type=int, default=50, help="QEMU runCode(\"1+1\") calls (default 50)")
     ap.add_argument("--qemu-idle", type=int, default=3, help="idle QEMU VMs for the memory figure (default 3)")
+    ap.add_argument("--address-pool", default=ADDRESS_POOL,
+                    help=f"address pool of the bench's servers (default {ADDRESS_POOL})")
     ap.add_argument("--bin-dir", default=str(REPO / "bin"))
     ap.add_argument("--cache-dir", default=os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     a = ap.parse_args()
+    globals()["ADDRESS_POOL"] = a.address_pool
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     if os.geteuid() != 0:
