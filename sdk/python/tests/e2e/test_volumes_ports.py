@@ -169,7 +169,7 @@ def test_get_host_serves_http_and_websocket_with_a_key_or_token(lizard_server: o
             ws.send(msg)
             assert ws.recv() == msg
         sb.kill()
-        with pytest.raises((ConnectionError, socket.timeout, OSError)):
+        with pytest.raises(ConnectionError):  # closed by the kill, not a timeout (an OSError too)
             ws.recv()
         ws.close()
         assert httpx.get(url, headers={"Authorization": f"Bearer {key}"}).status_code == 410
