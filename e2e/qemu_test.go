@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,22 @@ func TestQEMU(t *testing.T) {
 		if got := strings.TrimSpace(run(t, c, f.SandboxID, "bash", "uname -r; cat /tmp/f").Stdout); !strings.Contains(got, "cloud") || !strings.HasSuffix(got, "kept") {
 			t.Errorf("fork's kernel and file: %q, want Debian's cloud kernel and \"kept\"", got)
 		}
+	})
+
+	t.Run("OtherShapeBoots", func(t *testing.T) {
+		// A VM restores with the memory and CPUs of its image: a create
+		// asking others must boot a VM of its own shape instead.
+		mem, cpus := int64(640), 2.0
+		sb := newSandbox(t, c, api.CreateSandboxRequest{MemoryMb: &mem, Cpus: &cpus})
+		got := strings.Fields(run(t, c, sb.SandboxID, "bash", "grep MemTotal /proc/meminfo; nproc").Stdout)
+		if len(got) != 4 {
+			t.Fatalf("meminfo and nproc: %q", got)
+		}
+		kb, _ := strconv.ParseInt(got[1], 10, 64)
+		if kb > mem<<10 || kb < (mem-128)<<10 || got[3] != "2" {
+			t.Errorf("a sandbox created with memoryMb %d, cpus %g sees MemTotal %s kB and %s CPUs", mem, cpus, got[1], got[3])
+		}
+		s.waitLog(t, 1, "sandbox running", sb.SandboxID, "source=boot")
 	})
 
 	t.Run("Adversarial", func(t *testing.T) {

@@ -394,7 +394,8 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st *store.Store, l
 	if c.TemplateSnapshot {
 		wcfg := warm.Config{Store: st, Templates: template.Names(), Artifact: artifact, DataDir: c.DataDir,
 			RuntimeKey: rt.ImageKey(), Files: []string{c.Agent, c.Lizard}, Size: c.WarmPool,
-			Limits: limits, Internet: internet, Logger: logger, Metrics: mx}
+			Limits: limits, Internet: internet, Logger: logger, Metrics: mx,
+			ImagesKeepShape: c.Runtime == "qemu"}
 		if len(c.Warm) > 0 {
 			wcfg.Sizes = c.Warm.sizes(st, logger)
 		}

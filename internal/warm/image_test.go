@@ -23,3 +23,29 @@ func TestImageOnlyForItsDisk(t *testing.T) {
 		t.Error("no image for a sandbox asking more memory; want the template's")
 	}
 }
+
+// With a runtime whose images keep their memory and CPUs (a VM), a create
+// asking other memory or CPUs gets no image either; the default shape does.
+func TestImageKeepsShape(t *testing.T) {
+	def := sandbox.Limits{MemoryBytes: 512 << 20, CPUs: 1, DiskBytes: 1 << 30}
+	p := New(Config{Limits: def, ImagesKeepShape: true})
+	p.setImage("interpreter", "/data/templates/interpreter-0123456789abcdef")
+	tests := []struct {
+		name string
+		edit func(*sandbox.Limits)
+		want bool
+	}{
+		{"default shape", func(*sandbox.Limits) {}, true},
+		{"more memory", func(l *sandbox.Limits) { l.MemoryBytes = 2 << 30 }, false},
+		{"more CPUs", func(l *sandbox.Limits) { l.CPUs = 2 }, false},
+		{"other disk", func(l *sandbox.Limits) { l.DiskBytes = 256 << 20 }, false},
+		{"more processes", func(l *sandbox.Limits) { l.Processes = 64 }, true},
+	}
+	for _, tt := range tests {
+		l := def
+		tt.edit(&l)
+		if got := p.Image("interpreter", l) != ""; got != tt.want {
+			t.Errorf("%s: image given = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

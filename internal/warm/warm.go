@@ -78,12 +78,16 @@ type Config struct {
 	// use (a custom template's reference), read again every tick: a
 	// template built after the start gets its pool then. A built-in named
 	// there takes that size instead of Size.
-	Sizes        func(ctx context.Context) map[string]int
-	Limits       sandbox.Limits
-	Internet     bool
-	MinAvailable int64
-	MemAvailable func() (int64, error)
-	Logger       *slog.Logger
+	Sizes  func(ctx context.Context) map[string]int
+	Limits sandbox.Limits
+	// ImagesKeepShape says the runtime restores an image with the memory
+	// and CPUs it was taken with, whatever a create asks (a VM's RAM and
+	// vCPUs are part of its saved state): creates asking others boot.
+	ImagesKeepShape bool
+	Internet        bool
+	MinAvailable    int64
+	MemAvailable    func() (int64, error)
+	Logger          *slog.Logger
 	// Metrics receives each template snapshot made; nil records nothing.
 	Metrics *metrics.Metrics
 }
@@ -153,9 +157,13 @@ func (p *Pool) Run(ctx context.Context, n Node) {
 func (p *Pool) templatesDir() string { return filepath.Join(p.cfg.DataDir, "templates") }
 
 // Image implements node.Warm. The image is taken with the default disk
-// limit, which its restores keep: a sandbox asking another boots.
+// limit, which its restores keep: a sandbox asking another boots; so does
+// one asking other memory or CPUs when the runtime keeps those too.
 func (p *Pool) Image(template string, limits sandbox.Limits) string {
 	if limits.DiskBytes != p.cfg.Limits.DiskBytes {
+		return ""
+	}
+	if p.cfg.ImagesKeepShape && (limits.MemoryBytes != p.cfg.Limits.MemoryBytes || limits.CPUs != p.cfg.Limits.CPUs) {
 		return ""
 	}
 	p.mu.Lock()

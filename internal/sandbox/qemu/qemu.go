@@ -384,9 +384,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) error {
 	return r.boot(ctx, spec, "")
 }
 
-// Restore implements sandbox.Runtime. The VM gets the checkpoint's memory
-// and CPUs (QEMU restores into the same shape) and its writable disk, so
-// an image taken under another disk limit is refused with ErrImage.
+// Restore implements sandbox.Runtime. A VM restores with the memory, CPUs
+// and writable disk it was checkpointed with (QEMU restores into the same
+// shape), so an image taken under other limits is refused with ErrImage.
 func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, imageDir string) error {
 	for _, f := range []string{imageMemory, imageDisk, imageRecordName} {
 		if _, err := os.Stat(filepath.Join(imageDir, f)); err != nil {
@@ -396,6 +396,10 @@ func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, imageDir strin
 	rec, err := readRecord(filepath.Join(imageDir, imageRecordName))
 	if err != nil {
 		return fmt.Errorf("restoring sandbox %s: %w: %v", spec.ID, sandbox.ErrImage, err)
+	}
+	if want := shape(spec.Limits, true); want.MemoryBytes != rec.MemoryBytes || want.CPUs != rec.CPUs {
+		return fmt.Errorf("restoring sandbox %s: %w: it was taken with %d MiB of memory and %d CPUs, which a VM keeps, not the %d MiB and %d asked for; boot the sandbox instead",
+			spec.ID, sandbox.ErrImage, rec.MemoryBytes>>20, rec.CPUs, want.MemoryBytes>>20, want.CPUs)
 	}
 	if rec.DiskBytes != spec.Limits.DiskBytes {
 		return fmt.Errorf("restoring sandbox %s: %w: it was taken with a writable disk of %s and a VM restores its disk as it was, not the %s asked for; boot the sandbox instead",
