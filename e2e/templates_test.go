@@ -40,8 +40,8 @@ func cacheEntries(key string) []string {
 	return out
 }
 
-// TestCustomTemplate builds a recipe adding a pinned pure-Python wheel, a
-// file, envs, a working directory, a build command and a start command;
+// TestCustomTemplate builds a recipe adding a Debian package (jq, fetched
+// from the Debian mirror), a pinned pure-Python wheel, a file, envs, a working directory, a build command and a start command;
 // uses it from a new sandbox, from the template snapshot's warm pool and
 // after a restart; builds it again (found in the cache, no step runs);
 // refuses its deletion while a sandbox uses it and, once deleted, leaves
@@ -59,6 +59,7 @@ func TestCustomTemplate(t *testing.T) {
 	nonce := make([]byte, 6)
 	rand.Read(nonce)
 	req := api.BuildTemplateRequest{Name: name, Recipe: api.TemplateRecipe{
+		Apt:     []string{"jq"},
 		Pip:     []string{"six==1.16.0"},
 		Files:   []api.TemplateFile{{Path: "/home/user/data/hello.txt", Content: base64.StdEncoding.EncodeToString([]byte("hello from the recipe\n"))}},
 		Env:     map[string]string{"GREETING": "hi", "E2E_NONCE": hex.EncodeToString(nonce)},
@@ -77,7 +78,7 @@ func TestCustomTemplate(t *testing.T) {
 		t.Fatalf("first build = %+v, cached %v; want a fresh build of %s", tpl, cached, name)
 	}
 	var steps int
-	var installed, rootStep bool
+	var installed, debs, rootStep bool
 	for _, ev := range events {
 		switch ev.Type {
 		case api.BuildEventStep:
@@ -87,12 +88,13 @@ func TestCustomTemplate(t *testing.T) {
 			}
 		case api.BuildEventLog:
 			installed = installed || strings.Contains(ev.Text, "Successfully installed six-1.16.0")
+			debs = debs || strings.Contains(ev.Text, "Setting up jq")
 			// `id -u` of a root step prints 0: the sandbox's root.
 			rootStep = rootStep || strings.TrimSpace(ev.Text) == "0"
 		}
 	}
-	if steps < 6 || !installed || !rootStep {
-		t.Errorf("build streamed %d steps, pip install seen %v, root step output seen %v; want every step and its output:\n%+v", steps, installed, rootStep, events)
+	if steps < 7 || !installed || !debs || !rootStep {
+		t.Errorf("build streamed %d steps, pip install seen %v, dpkg seen %v, root step output seen %v; want every step and its output:\n%+v", steps, installed, debs, rootStep, events)
 	}
 	if got, err := c.ListTemplates(ctx); err != nil || len(got) != 1 || got[0].Name != name || got[0].Recipe.Files[0].Content != "" || got[0].Recipe.Files[0].Size != 22 {
 		t.Errorf("ListTemplates = %+v, %v; want %s with its recipe, file contents left out", got, err, name)
@@ -106,6 +108,10 @@ print(six.__version__, os.getcwd(), os.environ["GREETING"], open("/home/user/dat
       open("/home/user/built.txt").read().strip(), open("/tmp/started.txt").read().strip(), os.stat("/home/user/data/hello.txt").st_uid)`)
 		if want := "1.16.0 /home/user/work hi hello from the recipe built-by-user started 1000"; got != want {
 			t.Errorf("sandbox %s of the template printed %q; want %q", id, got, want)
+		}
+		res, err := c.Exec(ctx, id, api.ProcessRequest{Cmd: `echo '{"a": [1, 2]}' | jq -c .a`}, nil)
+		if err != nil || res.ExitCode != 0 || res.Stdout != "[1,2]\n" {
+			t.Errorf("jq, from the recipe's Debian packages, in %s = %+v, %v; want [1,2]", id, res, err)
 		}
 	}
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: name})

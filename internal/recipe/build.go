@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
@@ -173,10 +175,11 @@ type build struct {
 
 // stepNames lists the build's steps, for numbering.
 func (bd *build) steps() []string {
-	s := []string{"copying base template " + bd.r.Base}
+	var s []string
 	if len(bd.r.Apt)+len(bd.r.Pip) > 0 {
 		s = append(s, "fetching packages on the host (no package code runs there)")
 	}
+	s = append(s, "copying base template "+bd.r.Base)
 	s = append(s, "booting the build sandbox (no network)")
 	if len(bd.r.Apt) > 0 {
 		s = append(s, "installing Debian packages: "+strings.Join(bd.r.Apt, " "))
@@ -217,6 +220,18 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 	i := 0
 	nextName := func() string { i++; return names[i-1] }
 
+	// Packages first, beside the build's rootfs (its temporary directory
+	// goes with a failure): a package that cannot be had fails the build
+	// before the base is copied. What apt and pip read of the base (its
+	// Python version, dpkg status, keyring) is the trusted base's.
+	fetched := filepath.Join(filepath.Dir(rootfs), "fetched")
+	if len(bd.r.Apt)+len(bd.r.Pip) > 0 {
+		name := nextName()
+		bd.next(name)
+		if err := bd.fetch(ctx, name, bd.base.RootFS, fetched); err != nil {
+			return err
+		}
+	}
 	name := nextName()
 	bd.next(name)
 	if err := hostCommand(ctx, bd, name, "cp", "-a", bd.base.RootFS+"/.", rootfs+"/"); err != nil {
@@ -226,12 +241,13 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 	if err := os.MkdirAll(filepath.Join(stage, "files"), 0o755); err != nil {
 		return fmt.Errorf("staging files: %w", err)
 	}
-	if len(bd.r.Apt)+len(bd.r.Pip) > 0 {
-		name := nextName()
-		bd.next(name)
-		if err := bd.fetch(ctx, name, rootfs, stage); err != nil {
-			return err
+	for _, d := range []string{"wheels", "debs"} {
+		if err := os.Rename(filepath.Join(fetched, d), filepath.Join(stage, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("staging packages: %w", err)
 		}
+	}
+	if err := os.RemoveAll(fetched); err != nil {
+		return fmt.Errorf("staging packages: %w", err)
 	}
 	if err := bd.stageFiles(stage); err != nil {
 		return fmt.Errorf("staging files: %w", err)
@@ -399,3 +415,40 @@ func errIsStep(err error) (*StepError, bool) {
 }
 
 var _ io.Writer = logWriter{}
+
+// Sweep removes what builds that died with their process (a crash, a
+// kill -9) left in the cache: temporary build directories of custom
+// templates whose lock no one holds. A build under way holds its lock.
+func (b *Builder) Sweep() {
+	dir := filepath.Join(b.cfg.CacheDir, "templates")
+	left, _ := filepath.Glob(filepath.Join(dir, ".build-custom-*"))
+	for _, d := range left {
+		key, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(d), ".build-"), "-"+lastDash(d))
+		if !ok {
+			continue
+		}
+		lock := filepath.Join(dir, key+".lock")
+		f, err := os.OpenFile(lock, os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			if err := template.RemoveLayer(b.cfg.CacheDir, filepath.Base(d)); err != nil {
+				b.cfg.Logger.Error("removing a dead build's directory", "dir", d, "err", err)
+			} else {
+				b.cfg.Logger.Info("removed a dead build's directory", "dir", d)
+				if _, built := template.LayerRootFS(b.cfg.CacheDir, key); !built {
+					os.Remove(lock)
+				}
+			}
+		}
+		f.Close()
+	}
+}
+
+// lastDash is what follows the last dash of path's base name (the random
+// suffix of a temporary build directory).
+func lastDash(path string) string {
+	base := filepath.Base(path)
+	return base[strings.LastIndexByte(base, '-')+1:]
+}

@@ -138,9 +138,23 @@ func (bd *build) fetchDebs(ctx context.Context, name, rootfs, stage string) erro
 	if err != nil {
 		return &StepError{Step: name, Err: err}
 	}
-	keyring := filepath.Join(rootfs, "usr/share/keyrings/debian-archive-keyring.gpg")
-	if fi, err := os.Lstat(keyring); err != nil || !fi.Mode().IsRegular() {
+	// The base's keyring (a regular file: the .gpg name is a symlink),
+	// copied so that apt reads nothing of the base's but its dpkg status.
+	var keyData []byte
+	for _, k := range []string{"debian-archive-keyring.pgp", "debian-archive-keyring.gpg"} {
+		p := filepath.Join(rootfs, "usr/share/keyrings", k)
+		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
+			if keyData, err = os.ReadFile(p); err == nil {
+				break
+			}
+		}
+	}
+	if len(keyData) == 0 {
 		return &StepError{Step: name, Err: fmt.Errorf("the base template has no Debian archive keyring")}
+	}
+	keyring := filepath.Join(aptDir, suite+"-archive-keyring.pgp")
+	if err := os.WriteFile(keyring, keyData, 0o644); err != nil {
+		return err
 	}
 	sources := filepath.Join(aptDir, suite+".list")
 	line := fmt.Sprintf("deb [signed-by=%s] %s %s main\n", keyring, debianMirror, suite)

@@ -3,7 +3,9 @@ package recipe
 import (
 	"encoding/base64"
 	"errors"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/lizard-build/lizard/api"
@@ -108,6 +110,35 @@ func TestRefs(t *testing.T) {
 	for _, bad := range []string{"", "-a", "a-", "A", "a_b", "a@b", strings.Repeat("a", 64)} {
 		if ValidName(bad) == nil {
 			t.Errorf("ValidName(%q) = nil; want an error", bad)
+		}
+	}
+}
+
+func TestSweep(t *testing.T) {
+	cache := t.TempDir()
+	dir := cache + "/templates"
+	for _, d := range []string{dir + "/.build-custom-aaaa-123/rootfs/etc", dir + "/.build-custom-bbbb-456/rootfs", dir + "/custom-cccc/rootfs"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range []string{"custom-aaaa.lock", "custom-bbbb.lock", "custom-cccc.lock"} {
+		os.WriteFile(dir+"/"+l, nil, 0o644)
+	}
+	// bbbb is being built: its lock is held.
+	held, _ := os.OpenFile(dir+"/custom-bbbb.lock", os.O_RDWR, 0)
+	defer held.Close()
+	if err := syscall.Flock(int(held.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	New(Config{CacheDir: cache}).Sweep()
+	for path, want := range map[string]bool{
+		dir + "/.build-custom-aaaa-123": false, dir + "/custom-aaaa.lock": false,
+		dir + "/.build-custom-bbbb-456": true, dir + "/custom-bbbb.lock": true,
+		dir + "/custom-cccc": true, dir + "/custom-cccc.lock": true,
+	} {
+		if _, err := os.Stat(path); (err == nil) != want {
+			t.Errorf("after Sweep, %s exists = %v; want %v", path, err == nil, want)
 		}
 	}
 }
