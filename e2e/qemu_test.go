@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,6 +82,41 @@ func TestQEMU(t *testing.T) {
 		}
 		if got := strings.TrimSpace(run(t, c, f.SandboxID, "bash", "uname -r; cat /tmp/f").Stdout); !strings.Contains(got, "cloud") || !strings.HasSuffix(got, "kept") {
 			t.Errorf("fork's kernel and file: %q, want Debian's cloud kernel and \"kept\"", got)
+		}
+	})
+
+	t.Run("RestartAndKilledVMM", func(t *testing.T) {
+		// VMs outlive the server, and a VMM that dies is noticed and
+		// cleaned up.
+		ctx := context.Background()
+		a := newSandbox(t, c, api.CreateSandboxRequest{})
+		b := newSandbox(t, c, api.CreateSandboxRequest{})
+		run(t, c, a.SandboxID, "python", "y = 7")
+		s.restart()
+		if got := strings.TrimSpace(run(t, c, a.SandboxID, "python", "print(y)").Stdout); got != "7" {
+			t.Errorf("after a server restart: %q, want 7", got)
+		}
+		procs := hostProcs("lizard-" + b.SandboxID + "\x00")
+		if len(procs) != 1 {
+			t.Fatalf("QEMU processes of %s: %v, want one", b.SandboxID, procs)
+		}
+		syscall.Kill(procs[0].pid, syscall.SIGKILL)
+		deadline := time.Now().Add(time.Minute)
+		for {
+			got, err := c.GetSandbox(ctx, b.SandboxID)
+			if err == nil && got.State == api.StateFailed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sandbox %s after kill -9 of its QEMU: %+v, %v; want failed within a minute", b.SandboxID, got, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		for time.Now().Before(deadline) && netnsExists("lizard-"+b.SandboxID) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if netnsExists("lizard-" + b.SandboxID) {
+			t.Errorf("the network namespace of %s is left after its QEMU died", b.SandboxID)
 		}
 	})
 
@@ -159,4 +195,9 @@ print([l.split()[3].split(',')[0] for l in open('/proc/mounts') if l.split()[1] 
 		}
 		n.check(t)
 	})
+}
+
+func netnsExists(name string) bool {
+	_, err := os.Stat(filepath.Join("/var/run/netns", name))
+	return err == nil
 }
