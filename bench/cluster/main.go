@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -278,6 +279,26 @@ func runCode(ctx context.Context, c *client.Client, id string) (time.Duration, e
 	return time.Since(begin), err
 }
 
+// runCodeOnNode runs 1+1 in sandbox id through the node's forwarded agent
+// path, with the cluster secret, as `lizard api` does.
+func runCodeOnNode(ctx context.Context, nodeURL, secret, id string) (time.Duration, error) {
+	begin := time.Now()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, nodeURL+"/v1/sandboxes/"+id+"/execute", strings.NewReader(`{"code":"1+1"}`))
+	req.Header.Set("Authorization", "Bearer "+secret)
+	req.Header.Set("X-Lizard-Project", "bench")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"end"`)) {
+		return 0, fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return time.Since(begin), nil
+}
+
 type results map[string]any
 
 func run() error {
@@ -373,6 +394,7 @@ func run() error {
 		}
 		held = append(held, sb.SandboxID)
 	}
+	secretHex := strings.TrimPrefix(env[1], "LIZARD_CLUSTER_SECRET=")
 	for range *codeRuns {
 		for i, tg := range targets {
 			d, err := runCode(ctx, tg.c, held[i])
@@ -381,6 +403,13 @@ func run() error {
 			}
 			codes[tg.name] = append(codes[tg.name], ms(d))
 		}
+		// The same call straight to the node, as the API forwards it:
+		// what the node's side costs without the API's.
+		d, err := runCodeOnNode(ctx, n1.url, secretHex, held[1])
+		if err != nil {
+			return fmt.Errorf("runCode on the node: %w", err)
+		}
+		codes["node"] = append(codes["node"], ms(d))
 	}
 	for i, tg := range targets {
 		tg.c.KillSandbox(ctx, held[i])
@@ -394,6 +423,8 @@ func run() error {
 		ratio[fig.name] = map[string]float64{"serve_p50": s, "cluster_p50": c, "ratio": c / s}
 		fmt.Printf("  %-12s serve p50 %8.2f ms   api→node p50 %8.2f ms   ratio %.2f×\n", fig.name, s, c, c/s)
 	}
+	ratio["run_code_on_node_ms"] = map[string]float64{"p50": p50(codes["node"])}
+	fmt.Printf("  run_code straight to the node (no API) p50 %.2f ms\n", p50(codes["node"]))
 	res["api_vs_serve"] = ratio
 	serve.stop()
 
