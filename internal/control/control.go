@@ -162,6 +162,10 @@ func (c *Control) audit(msg string, attrs ...any) {
 func (c *Control) Events(e node.Event) {
 	if e.Kind == node.Stopped && e.State != api.StatePaused {
 		c.audit("sandbox.end", "sandbox_id", e.SandboxID, "project_id", e.ProjectID, "state", e.State, "reason", e.Reason)
+		if c.cfg.Builder != nil && e.ProjectID != store.InternalProject {
+			// It may have been the last user of a replaced template's build.
+			go c.collectOrphan(context.Background(), e.SandboxID)
+		}
 	}
 }
 

@@ -91,6 +91,9 @@ func (c *Control) DeleteSnapshot(ctx context.Context, projectID, id string) erro
 		return fmt.Errorf("removing image of snapshot %s: %w", id, err)
 	}
 	c.log.Info("snapshot deleted", "snapshot_id", id)
+	if c.cfg.Builder != nil {
+		c.collectTemplate(context.WithoutCancel(ctx), sn.Template)
+	}
 	return nil
 }
 

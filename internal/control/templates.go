@@ -287,3 +287,34 @@ func (c *Control) keyInUse(ctx context.Context, key string) (string, error) {
 	}
 	return "", nil
 }
+
+// collectOrphan collects the build of ended sandbox id's custom template
+// if no template record names it any more (deleted, or rebuilt under its
+// name while the sandbox ran).
+func (c *Control) collectOrphan(ctx context.Context, id string) {
+	sb, err := c.cfg.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return
+	}
+	c.collectTemplate(ctx, sb.Template)
+}
+
+// collectTemplate collects ref's build once nothing refers to it, when
+// ref is a custom template's whose record is gone or now names another
+// build.
+func (c *Control) collectTemplate(ctx context.Context, ref string) {
+	name, key, ok := recipe.SplitRef(ref)
+	if !ok {
+		return
+	}
+	tmpls, err := c.cfg.Store.ListTemplates(ctx, "")
+	if err != nil {
+		return
+	}
+	for _, t := range tmpls {
+		if t.Key == key {
+			return
+		}
+	}
+	c.collect(ctx, name, key)
+}
