@@ -50,7 +50,29 @@ type Config struct {
 	// apt-get (default apt-get).
 	Python string
 	Apt    string
-	Logger *slog.Logger
+	// Timeout bounds one build (default 30 minutes). A build's writes go
+	// straight to the cache's disk, unbounded by the sandbox's disk
+	// limit: it is stopped when the disk has less than MinFreeBytes free
+	// (default 2 GiB).
+	Timeout      time.Duration
+	MinFreeBytes int64
+	Logger       *slog.Logger
+}
+
+// limitError is a build stopped by one of its bounds (Config.Timeout,
+// MinFreeBytes): the recipe's doing, reported like a failed step.
+type limitError struct{ msg string }
+
+func (e *limitError) Error() string { return e.msg }
+
+// stepFailure is what a step that ended because ctx did returns: the
+// step's failure when a bound stopped the build, else ctx's error.
+func stepFailure(ctx context.Context, step, log string) error {
+	var le *limitError
+	if errors.As(context.Cause(ctx), &le) {
+		return &StepError{Step: step, Log: log, Err: le}
+	}
+	return ctx.Err()
 }
 
 // Builder builds custom templates, one at a time: a build keeps both
@@ -70,6 +92,12 @@ func New(cfg Config) *Builder {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 30 * time.Minute
+	}
+	if cfg.MinFreeBytes == 0 {
+		cfg.MinFreeBytes = 2 << 30
 	}
 	return &Builder{cfg: cfg, sem: make(chan struct{}, 1)}
 }
@@ -127,6 +155,8 @@ func (b *Builder) Build(ctx context.Context, r api.TemplateRecipe, key string, e
 		}
 	}
 	defer func() { <-b.sem }()
+	ctx, stop := b.bound(ctx)
+	defer stop()
 	base, err := b.cfg.Base(ctx, r.Base)
 	if err != nil {
 		return Result{}, fmt.Errorf("waiting for base template %s: %w", r.Base, err)
@@ -147,6 +177,33 @@ func (b *Builder) Build(ctx context.Context, r api.TemplateRecipe, key string, e
 		res.BuildMs = time.Since(begin).Milliseconds()
 	}
 	return res, nil
+}
+
+// bound returns ctx ended by the build's bounds: its time, and the cache's
+// free disk, checked every second.
+func (b *Builder) bound(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	timer := time.AfterFunc(b.cfg.Timeout, func() {
+		cancel(&limitError{fmt.Sprintf("the build took longer than %s, the longest a build may take", b.cfg.Timeout)})
+	})
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				var st syscall.Statfs_t
+				if syscall.Statfs(b.cfg.CacheDir, &st) == nil && int64(st.Bavail)*st.Bsize < b.cfg.MinFreeBytes {
+					cancel(&limitError{fmt.Sprintf("the build left less than %d MiB free on the template cache's disk; it writes too much", b.cfg.MinFreeBytes>>20)})
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() { timer.Stop(); close(done); cancel(nil) }
 }
 
 // logWriter turns the cache's progress lines into log events.
@@ -365,7 +422,7 @@ func (bd *build) inSandbox(ctx context.Context, id, name, user, script string) e
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return stepFailure(ctx, name, tail.String())
 		}
 		return &StepError{Step: name, Log: tail.String(), Err: err}
 	}

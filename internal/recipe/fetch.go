@@ -66,7 +66,7 @@ func hostCommand(ctx context.Context, bd *build, name string, prog string, args 
 	<-done
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return stepFailure(ctx, name, tail.String())
 		}
 		return &StepError{Step: name, Log: tail.String(), Err: fmt.Errorf("%s: %w", prog, err)}
 	}

@@ -1,12 +1,14 @@
 package recipe
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/node"
@@ -140,5 +142,40 @@ func TestSweep(t *testing.T) {
 		if _, err := os.Stat(path); (err == nil) != want {
 			t.Errorf("after Sweep, %s exists = %v; want %v", path, err == nil, want)
 		}
+	}
+}
+
+// TestBounds checks that a build's time and the cache's free disk end it
+// as a failed step of the recipe, and that a client going away does not.
+func TestBounds(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"time", Config{CacheDir: t.TempDir(), Timeout: 20 * time.Millisecond}, "took longer than 20ms"},
+		{"disk", Config{CacheDir: t.TempDir(), MinFreeBytes: 1 << 62}, "less than"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, stop := New(tt.cfg).bound(context.Background())
+			defer stop()
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the bound did not end the build")
+			}
+			var se *StepError
+			if err := stepFailure(ctx, "run: x", "out"); !errors.As(err, &se) || se.Step != "run: x" || se.Log != "out" || !strings.Contains(se.Error(), tt.want) {
+				t.Errorf("stepFailure = %v; want the step's failure saying %q", err, tt.want)
+			}
+		})
+	}
+	parent, cancel := context.WithCancel(context.Background())
+	ctx, stop := New(Config{CacheDir: t.TempDir()}).bound(parent)
+	defer stop()
+	cancel()
+	<-ctx.Done()
+	if err := stepFailure(ctx, "s", ""); !errors.Is(err, context.Canceled) {
+		t.Errorf("stepFailure after the client left = %v; want context.Canceled", err)
 	}
 }
