@@ -35,7 +35,14 @@ func TestQEMU(t *testing.T) {
 	}
 	s := startServer(t, "--runtime", "qemu", "--qemu-accel", accel)
 	c := s.createProject("proj_123")
-	s.waitLog(t, 1, "template snapshot made")
+	// Under emulation the template sandbox's Python imports take tens of
+	// seconds, more on a loaded machine: waitLog's 3 minutes are gVisor's.
+	for deadline := time.Now().Add(10 * time.Minute); !strings.Contains(s.logs(), "template snapshot made"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no template snapshot in 10 minutes:\n%s", s.logs())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 
 	t.Run("PythonExample", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
