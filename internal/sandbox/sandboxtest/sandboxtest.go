@@ -478,7 +478,8 @@ func (s *suite) testMemoryLimit(t *testing.T) {
 		got, err := Do(spec.Network, "POST", "/alloc?mb=1024", nil)
 		done <- result{got, err}
 	}()
-	deadline := time.After(30 * time.Second)
+	bound := max(30*time.Second, RequestTimeout)
+	deadline := time.After(bound)
 wait:
 	for {
 		select {
@@ -494,7 +495,7 @@ wait:
 				break wait
 			}
 		case <-deadline:
-			t.Fatalf("allocating 1 GiB in a sandbox limited to 256 MiB neither failed nor stopped it in 30s")
+			t.Fatalf("allocating 1 GiB in a sandbox limited to 256 MiB neither failed nor stopped it in %s", bound)
 		}
 	}
 
