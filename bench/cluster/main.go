@@ -40,6 +40,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/client"
+	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
 	"github.com/lizard-build/lizard/internal/store/pgtest"
 )
 
@@ -188,6 +189,24 @@ func freeAddr() string {
 	return l.Addr().String()
 }
 
+// endLeftovers kills the sandboxes still running in data directory dir
+// (a run that failed half-way), before the directory goes.
+func endLeftovers(dir string) {
+	rt, err := gvisor.New(gvisor.Config{Runsc: filepath.Join(*binDir, "runsc"), Dir: filepath.Join(dir, "gvisor")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-cluster: cleaning up", dir, err)
+		return
+	}
+	ctx := context.Background()
+	ids, _ := rt.List(ctx)
+	for _, id := range ids {
+		if err := rt.Kill(ctx, id); err != nil {
+			fmt.Fprintln(os.Stderr, "bench-cluster: killing leftover sandbox", id, err)
+		}
+	}
+	rt.Close(ctx)
+}
+
 // takePool takes a 169.254.N.0/24 pool under the e2e tests' machine-wide
 // lock (e2e/harness_test.go), so that nothing else uses it meanwhile.
 func takePool() (string, error) {
@@ -226,7 +245,7 @@ func newNode(name string, env []string) (*proc, error) {
 		return nil, err
 	}
 	dir, _ := os.MkdirTemp("", "lizard-bench-"+name+"-")
-	cleanFn = append(cleanFn, func() { os.RemoveAll(dir) })
+	cleanFn = append(cleanFn, func() { endLeftovers(dir); os.RemoveAll(dir) })
 	return newProc(name, []string{"node", "--name", name, "--data-dir", dir, "--cache-dir", *cacheDir,
 		"--address-pool", pool, "--lease", lease.String()}, env), nil
 }
@@ -334,7 +353,7 @@ func run() error {
 		return err
 	}
 	serveDir, _ := os.MkdirTemp("", "lizard-bench-serve-")
-	cleanFn = append(cleanFn, func() { os.RemoveAll(serveDir) })
+	cleanFn = append(cleanFn, func() { endLeftovers(serveDir); os.RemoveAll(serveDir) })
 	serve := newProc("serve", []string{"serve", "--data-dir", serveDir, "--cache-dir", *cacheDir, "--address-pool", pool}, nil)
 	n1, err := newNode("n1", env)
 	if err != nil {
