@@ -2,16 +2,19 @@ package qemu
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -379,4 +382,32 @@ func hashFiles(paths ...string) (string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// prune removes all but the keep newest files of dir matching pattern:
+// images of templates, files and inits that have since changed. A VM
+// still using one keeps it open; new ones use the newest.
+func prune(dir, pattern string, keep int) error {
+	m, err := filepath.Glob(filepath.Join(dir, pattern))
+	if err != nil || len(m) <= keep {
+		return err
+	}
+	type entry struct {
+		path string
+		mod  int64
+	}
+	var es []entry
+	for _, p := range m {
+		if fi, err := os.Stat(p); err == nil {
+			es = append(es, entry{p, fi.ModTime().UnixNano()})
+		}
+	}
+	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(b.mod, a.mod) })
+	var errs []error
+	for _, e := range es[min(keep, len(es)):] {
+		if err := os.Remove(e.path); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -132,6 +132,11 @@ var sockDir = "/run/lizard/qemu"
 
 const cleanupTimeout = 30 * time.Second
 
+// keepImages is how many disk images of each kind (template, files,
+// initramfs) the cache keeps: servers sharing it may run different
+// builds, and each build makes its own.
+const keepImages = 4
+
 // New checks the VMM, kernel and init, builds the guest's initramfs,
 // picks the accelerator and returns a Runtime keeping its state in cfg.Dir.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
@@ -192,6 +197,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if _, err := os.Stat(r.initramfs); err != nil {
 		if err := buildInitramfs(r.initramfs, cfg.Init, modDir); err != nil {
 			return nil, fmt.Errorf("qemu: building the guest initramfs: %w", err)
+		}
+		if err := prune(r.cacheDir, "initramfs-*.cpio", keepImages); err != nil {
+			r.log.Warn("removing old initramfs images", "err", err)
 		}
 	}
 	if err := os.MkdirAll(r.emptyDir(), 0o755); err != nil {
@@ -556,6 +564,9 @@ func (r *Runtime) templateImage(ctx context.Context, a sandbox.Artifact) (string
 			return err
 		}
 		r.log.Info("made the template's disk image", "template", a.Name, "image", p, "took", time.Since(begin))
+		if err := prune(r.cacheDir, "template-*.img", keepImages); err != nil {
+			r.log.Warn("removing old template disk images", "err", err)
+		}
 		return nil
 	})
 	return p, err
@@ -577,8 +588,13 @@ func (r *Runtime) filesImage(ctx context.Context, files []sandbox.File) (string,
 	var p string
 	var out []vminit.File
 	err = r.once(filepath.Join(r.cacheDir, "files-"+key+".img"), func() error {
-		p, out, err = filesDisk(ctx, r.cacheDir, files)
-		return err
+		if p, out, err = filesDisk(ctx, r.cacheDir, files); err != nil {
+			return err
+		}
+		if err := prune(r.cacheDir, "files-????????????????.img", keepImages); err != nil {
+			r.log.Warn("removing old files disk images", "err", err)
+		}
+		return nil
 	})
 	if p == "" && err == nil {
 		p, out, err = filesDisk(ctx, r.cacheDir, files)
