@@ -24,7 +24,7 @@ type subcommand struct {
 }
 
 var sandboxCommands = map[string]subcommand{
-	"create":  {"create [--template T] [--timeout 5m|0] [--env K=V]... [--metadata K=V]... [--lizard-token] [--json]", sandboxCreate},
+	"create":  {"create [--template T] [--timeout 5m|0] [--env K=V]... [--metadata K=V]... [--lizard-token] [--volume NAME:PATH]... [--public-ports] [--json]", sandboxCreate},
 	"list":    {"list [--metadata K=V]... [--state S] [--json]", sandboxList},
 	"get":     {"get ID [--json]", sandboxGet},
 	"kill":    {"kill ID...", sandboxKill},
