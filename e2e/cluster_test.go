@@ -400,6 +400,23 @@ func TestCluster(t *testing.T) {
 		t.Errorf("the lizardToken of a killed sandbox: %v; want 401", err)
 	}
 
+	// A node stopped and started again within its lease keeps its
+	// sandboxes; while it stops, creates go to the others.
+	kept := sbs[len(sbs)-1]
+	keptOn := c.node(c.nodeOf(kept.SandboxID))
+	keptOn.stop()
+	for i := range 2 {
+		sb := newSandbox(t, cl[i], api.CreateSandboxRequest{TimeoutMs: ms(600_000)})
+		if n := c.nodeOf(sb.SandboxID); n == keptOn.name {
+			t.Errorf("create placed on node %s while it was stopped", n)
+		}
+		sbs = append(sbs, sb)
+	}
+	keptOn.start()
+	if ex := run(t, cl[1], kept.SandboxID, "python", "1 + 1"); len(ex.Results) == 0 || ex.Results[0].Data != "2" {
+		t.Errorf("a sandbox of a node restarted within its lease: %+v", ex.Results)
+	}
+
 	// kill -9 of one API process: the other carries on, and the killed
 	// one comes back.
 	c.apis[1].kill9()

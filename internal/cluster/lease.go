@@ -55,6 +55,21 @@ func (m *Member) Run(ctx context.Context) {
 	}
 }
 
+// Drain tells the API processes, when the node is stopping, to place no
+// more sandboxes on it (it offers no address slots); its lease runs on
+// until it expires or the node is back, so a restart within the lease
+// loses nothing.
+func (m *Member) Drain(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, m.Lease/3)
+	defer cancel()
+	n, err := m.Store.GetNode(ctx, m.Name)
+	if err != nil {
+		return err
+	}
+	n.Slots = 0
+	return m.Store.Heartbeat(ctx, n)
+}
+
 // Beat renews the lease once.
 func (m *Member) Beat(ctx context.Context, started time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, m.Lease/3)

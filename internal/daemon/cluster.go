@@ -183,6 +183,12 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	}
 	member := &cluster.Member{Store: shared, Name: c.Name, Addr: c.Advertise, Slots: c.pool.Slots(), Lease: c.cluster.Lease, Log: logger}
 	go member.Run(ctx)
+	go func() {
+		<-ctx.Done()
+		if err := member.Drain(context.WithoutCancel(ctx)); err != nil {
+			logger.Warn("telling the api processes this node stops", "err", err)
+		}
+	}()
 	logger.Info("lizard node serving", "listen", ln.Addr().String(), "advertise", c.Advertise, "data_dir", c.DataDir,
 		"runtime", rt.Name(), "address_pool", c.pool.Prefix().String(), "lease", c.cluster.Lease)
 	err = server.Run(ctx, ln, h, logger)
