@@ -546,3 +546,28 @@ def test_port_url_and_volume_bodies() -> None:
     assert _core.volume_body("d", 16) == {"name": "d", "sizeMb": 16}
     with pytest.raises(lizard.InvalidArgumentError):
         _core.volume_body("d", 0)
+
+
+def test_template_body_encodes_file_contents() -> None:
+    from lizard import _core
+
+    body = _core.template_body("t", {"pip": ["six"], "files": [{"path": "/a", "content": "hé"}, {"path": "/b", "content": b"\x00\x01"}]})
+    assert body == {"name": "t", "recipe": {"pip": ["six"], "files": [{"path": "/a", "content": "aMOp"}, {"path": "/b", "content": "AAE="}]}}
+    with pytest.raises(lizard.InvalidArgumentError):
+        _core.template_body("t", {"files": [{"path": "/a", "content": 3}]})
+
+
+def test_template_build_outcome() -> None:
+    from lizard import _core
+
+    ok = _core.TemplateBuild(None)
+    for e in [{"type": "step", "step": 1, "total": 2, "name": "x"}, {"type": "done", "cached": True, "template": {"name": "t"}}]:
+        ok.feed(e)
+    assert ok.finish() == {"name": "t"} and ok.cached
+    bad = _core.TemplateBuild(None)
+    bad.feed({"type": "error", "code": "invalid_argument", "message": "the build failed", "name": "run: x", "log": "boom"})
+    with pytest.raises(lizard.TemplateBuildError) as exc:
+        bad.finish()
+    assert (exc.value.code, exc.value.step, exc.value.log) == ("invalid_argument", "run: x", "boom")
+    with pytest.raises(lizard.SandboxError):
+        _core.TemplateBuild(None).finish()

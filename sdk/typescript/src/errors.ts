@@ -47,6 +47,22 @@ export class LizardConnectionError extends LizardError {}
 /** The HTTP request took longer than its timeout (not the code's timeout: see Execution.error). */
 export class RequestTimeoutError extends LizardError {}
 
+/**
+ * A template build failed after it began: step is the step that failed and
+ * log its last output (code "invalid_argument": fix the recipe), or the
+ * server failed (another code).
+ */
+export class TemplateBuildError extends LizardError {
+  readonly step?: string;
+  readonly log?: string;
+
+  constructor(message: string, options?: { code?: string; step?: string; log?: string }) {
+    super(message, { code: options?.code });
+    this.step = options?.step;
+    this.log = options?.log;
+  }
+}
+
 type ErrorClass = new (message: string, options?: { status?: number; code?: string }) => LizardError;
 
 function classForStatus(status: number): ErrorClass {

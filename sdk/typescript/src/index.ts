@@ -33,6 +33,14 @@ export {
   type VolumeMount,
 } from './types.js';
 export { Volume, type CreateVolumeOptions } from './volume.js';
+export {
+  Template,
+  type BuildOptions,
+  type Recipe,
+  type RecipeFile,
+  type TemplateBuildEvent,
+  type TemplateInfo,
+} from './template.js';
 export { Process, type ExecOptions } from './process.js';
 export { Files, type WriteData } from './files.js';
 export { DEFAULT_API_URL, DEFAULT_REQUEST_TIMEOUT_MS, type ConnectionOptions } from './http.js';
@@ -47,4 +55,5 @@ export {
   RequestTimeoutError,
   SandboxError,
   SandboxGoneError,
+  TemplateBuildError,
 } from './errors.js';

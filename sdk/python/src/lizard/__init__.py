@@ -4,9 +4,9 @@
 from explicit arguments, then ``LIZARD_API_URL`` and ``LIZARD_API_KEY``.
 """
 
-from ._async import AsyncCodeSandbox, AsyncFiles, AsyncProcess, AsyncVolume
+from ._async import AsyncCodeSandbox, AsyncFiles, AsyncProcess, AsyncTemplate, AsyncVolume
 from ._core import DEFAULT_API_URL
-from ._sync import CodeSandbox, Files, Process, Volume
+from ._sync import CodeSandbox, Files, Process, Template, Volume
 from .errors import (
     AuthenticationError,
     ConflictError,
@@ -18,6 +18,7 @@ from .errors import (
     RequestTimeoutError,
     SandboxError,
     SandboxGoneError,
+    TemplateBuildError,
 )
 from .models import (
     Context,
@@ -28,6 +29,7 @@ from .models import (
     Result,
     SandboxInfo,
     SnapshotInfo,
+    TemplateInfo,
     VolumeInfo,
 )
 
@@ -43,6 +45,9 @@ __all__ = [
     "Volume",
     "AsyncVolume",
     "VolumeInfo",
+    "Template",
+    "AsyncTemplate",
+    "TemplateInfo",
     "Execution",
     "Result",
     "ExecutionError",
@@ -61,5 +66,6 @@ __all__ = [
     "SandboxError",
     "LizardConnectionError",
     "RequestTimeoutError",
+    "TemplateBuildError",
     "DEFAULT_API_URL",
 ]

@@ -39,10 +39,11 @@ from .models import (
     Result,
     SandboxInfo,
     SnapshotInfo,
+    TemplateInfo,
     VolumeInfo,
 )
 
-__all__ = ["AsyncCodeSandbox", "AsyncFiles", "AsyncProcess", "AsyncVolume"]
+__all__ = ["AsyncCodeSandbox", "AsyncFiles", "AsyncProcess", "AsyncVolume", "AsyncTemplate"]
 
 _CHUNK = 64 * 1024
 
@@ -510,6 +511,52 @@ class AsyncVolume:
     async def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
         """Delete a volume and its data; ConflictError while a live sandbox mounts it."""
         await AsyncVolume._call("DELETE", f"/v1/volumes/{quote(name, safe='')}", api_key, api_url)
+
+class AsyncTemplate:
+    """Custom templates of the key's project, with asyncio (see :class:`lizard.Template`)."""
+
+    @staticmethod
+    async def build(
+        name: str,
+        recipe: Mapping[str, Any],
+        *,
+        on_event: Optional[Callable[[Dict[str, Any]], Any]] = None,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+        timeout: Optional[float] = _core.DEFAULT_BUILD_TIMEOUT,
+    ) -> TemplateInfo:
+        """Build (or find in the cache) template name from recipe (see :meth:`lizard.Template.build`)."""
+        url, key = _core.resolve_config(api_key, api_url)
+        http = _AsyncHttp(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
+        follow = _core.TemplateBuild(on_event)
+
+        async def handle(event: Dict[str, Any]) -> None:
+            follow.feed(event)
+            if on_event is not None:
+                on_event(event)
+
+        try:
+            await http.stream("/v1/templates", _core.template_body(name, recipe), timeout, handle)
+        finally:
+            await http.close()
+        return TemplateInfo.from_json(follow.finish())
+
+    @staticmethod
+    async def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[TemplateInfo]:
+        """The project's custom templates, by name."""
+        resp = await AsyncVolume._call("GET", "/v1/templates", api_key, api_url)
+        return [TemplateInfo.from_json(t) for t in resp.json().get("templates") or []]
+
+    @staticmethod
+    async def get(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> TemplateInfo:
+        """One template; NotFoundError when the project has none of that name."""
+        resp = await AsyncVolume._call("GET", f"/v1/templates/{quote(name, safe='')}", api_key, api_url)
+        return TemplateInfo.from_json(resp.json())
+
+    @staticmethod
+    async def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
+        """Delete a template; ConflictError while live sandboxes of the project use it."""
+        await AsyncVolume._call("DELETE", f"/v1/templates/{quote(name, safe='')}", api_key, api_url)
 
 
 class AsyncProcess:

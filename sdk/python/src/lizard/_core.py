@@ -3,10 +3,11 @@ assembly of NDJSON streams into results. Nothing here does I/O."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from urllib.parse import quote, urlsplit
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import httpx
 
@@ -17,6 +18,7 @@ from .errors import (
     LizardError,
     RequestTimeoutError,
     SandboxError,
+    TemplateBuildError,
     error_from_abort,
 )
 from .models import Context, Execution, ExecutionError, ProcessResult, Result
@@ -30,6 +32,8 @@ DEFAULT_CREATE_TIMEOUT = 900.0
 # "TimeoutError" result arrive before the HTTP read gives up.
 STREAM_TIMEOUT_MARGIN = 30.0
 USER_AGENT = "lizard-sdk-python/0.1.0"
+# A template build copies its base and runs every step: minutes, and silent while a step is.
+DEFAULT_BUILD_TIMEOUT = 1800.0
 
 ContextLike = Union[Context, str]
 
@@ -356,3 +360,50 @@ def fork_body(count: Optional[int], timeout_ms: Optional[int], metadata: Optiona
     if metadata:
         body["metadata"] = dict(metadata)
     return body
+
+
+def template_body(name: str, recipe: Mapping[str, Any]) -> Dict[str, Any]:
+    """The body of POST /v1/templates: recipe's files carry their content as str or bytes, which is
+    base64-encoded here (the wire form)."""
+    body = dict(recipe)
+    files = []
+    for i, f in enumerate(body.get("files") or []):
+        f = dict(f)
+        content = f.get("content", b"")
+        if isinstance(content, str):
+            content = content.encode("utf-8")
+        if not isinstance(content, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(f"recipe files[{i}].content must be str or bytes, not {type(content).__name__}")
+        f["content"] = base64.b64encode(bytes(content)).decode("ascii")
+        files.append(f)
+    if files:
+        body["files"] = files
+    return {"name": name, "recipe": body}
+
+
+class TemplateBuild:
+    """Follows a template build's NDJSON events: calls on_event with each, keeps the outcome."""
+
+    def __init__(self, on_event: Optional[Callable[[Dict[str, Any]], Any]]) -> None:
+        self.on_event = on_event
+        self.template: Optional[Dict[str, Any]] = None
+        self.cached = False
+        self.error: Optional[Dict[str, Any]] = None
+
+    def feed(self, event: Dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "done":
+            self.template = event.get("template") or {}
+            self.cached = bool(event.get("cached"))
+        elif kind == "error":
+            self.error = event
+
+    def finish(self) -> Dict[str, Any]:
+        """The built template's wire form; raises TemplateBuildError when the build failed."""
+        if self.error is not None:
+            e = self.error
+            raise TemplateBuildError(str(e.get("message") or "the template build failed"), code=e.get("code"),
+                                     step=e.get("name"), log=e.get("log"))
+        if self.template is None:
+            raise SandboxError("the template build's stream ended without its outcome")
+        return self.template

@@ -20,10 +20,11 @@ from .models import (
     Result,
     SandboxInfo,
     SnapshotInfo,
+    TemplateInfo,
     VolumeInfo,
 )
 
-__all__ = ["CodeSandbox", "Files", "Process", "Volume"]
+__all__ = ["CodeSandbox", "Files", "Process", "Volume", "Template"]
 
 _CHUNK = 64 * 1024
 FileData = Union[str, bytes, bytearray, memoryview, IO[bytes], IO[str]]
@@ -471,6 +472,58 @@ class Volume:
     def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
         """Delete a volume and its data; ConflictError while a live sandbox mounts it."""
         Volume._call("DELETE", f"/v1/volumes/{quote(name, safe='')}", api_key, api_url)
+
+class Template:
+    """Custom templates of the key's project (docs/templates.md): ``Template.build("my-tpl", {...})``,
+    then ``CodeSandbox.create(template="my-tpl")``."""
+
+    @staticmethod
+    def build(
+        name: str,
+        recipe: Mapping[str, Any],
+        *,
+        on_event: Optional[Callable[[Dict[str, Any]], Any]] = None,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+        timeout: Optional[float] = _core.DEFAULT_BUILD_TIMEOUT,
+    ) -> TemplateInfo:
+        """Build (or find in the cache) template name from recipe, in the wire form of the API's
+        TemplateRecipe, except that files give their ``content`` as str or bytes (the SDK encodes it).
+        on_event gets each progress event (``{"type": "step"|"log", ...}``) as it comes.
+
+        Raises TemplateBuildError when a step fails (its ``step`` and ``log``), InvalidArgumentError
+        when the request is refused.
+        """
+        url, key = _core.resolve_config(api_key, api_url)
+        http = _Http(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
+        follow = _core.TemplateBuild(on_event)
+
+        def handle(event: Dict[str, Any]) -> None:
+            follow.feed(event)
+            if on_event is not None:
+                on_event(event)
+
+        try:
+            http.stream("/v1/templates", _core.template_body(name, recipe), timeout, handle)
+        finally:
+            http.close()
+        return TemplateInfo.from_json(follow.finish())
+
+    @staticmethod
+    def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[TemplateInfo]:
+        """The project's custom templates, by name (built-in ones are not listed)."""
+        resp = Volume._call("GET", "/v1/templates", api_key, api_url)
+        return [TemplateInfo.from_json(t) for t in resp.json().get("templates") or []]
+
+    @staticmethod
+    def get(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> TemplateInfo:
+        """One template; NotFoundError when the project has none of that name."""
+        return TemplateInfo.from_json(Volume._call("GET", f"/v1/templates/{quote(name, safe='')}", api_key, api_url).json())
+
+    @staticmethod
+    def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
+        """Delete a template; ConflictError while live sandboxes of the project use it."""
+        Volume._call("DELETE", f"/v1/templates/{quote(name, safe='')}", api_key, api_url)
 
 
 class Process:

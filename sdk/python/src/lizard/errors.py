@@ -21,6 +21,7 @@ __all__ = [
     "SandboxError",
     "LizardConnectionError",
     "RequestTimeoutError",
+    "TemplateBuildError",
 ]
 
 
@@ -73,6 +74,22 @@ class SandboxError(LizardError):
 
 class LizardConnectionError(LizardError, builtins.ConnectionError):
     """The Lizard server could not be reached, or the connection broke during a response."""
+
+
+class TemplateBuildError(LizardError):
+    """A template build failed after it began: ``step`` is the step that failed and ``log`` its last
+    output (``code`` ``"invalid_argument"``: fix the recipe), or the server failed (another code).
+
+    Attributes:
+        step: the name of the failing step, or None.
+        log: the failing step's last output, or None.
+    """
+
+    def __init__(self, message: str, *, code: Optional[str] = None, step: Optional[str] = None,
+                 log: Optional[str] = None) -> None:
+        super().__init__(message, status=None, code=code)
+        self.step = step
+        self.log = log
 
 
 class RequestTimeoutError(LizardError):

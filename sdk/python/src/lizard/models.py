@@ -185,6 +185,43 @@ class VolumeInfo:
 
 
 @dataclass
+class TemplateInfo:
+    """A custom template of the project (docs/templates.md): create sandboxes from it with
+    ``CodeSandbox.create(template=name)``.
+
+    Attributes:
+        name: its name, unique in the project.
+        base: the built-in template it was built on.
+        key: the hash of its recipe and base; a build is cached under it.
+        created_at: when it was built.
+        build_ms: how long its build took (0 when it was found in the cache).
+        size_bytes: the size of its root filesystem.
+        recipe: its recipe as sent, file contents left out.
+    """
+
+    name: str
+    base: str
+    key: str
+    created_at: Optional[datetime]
+    build_ms: int
+    size_bytes: int
+    recipe: Dict[str, Any]
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "TemplateInfo":
+        """Build a TemplateInfo from the wire form of a Template."""
+        return cls(
+            name=str(obj.get("name", "")),
+            base=str(obj.get("base", "")),
+            key=str(obj.get("key", "")),
+            created_at=parse_time(obj.get("createdAt")),
+            build_ms=int(obj.get("buildMs") or 0),
+            size_bytes=int(obj.get("sizeBytes") or 0),
+            recipe=dict(obj.get("recipe") or {}),
+        )
+
+
+@dataclass
 class SnapshotInfo:
     """A saved copy of a sandbox (memory, kernel variables, processes, files).
 

@@ -20,7 +20,10 @@ import {
   LizardError,
   NotFoundError,
   SandboxGoneError,
+  Template,
+  TemplateBuildError,
   type Context,
+  type TemplateBuildEvent,
 } from '../../src/index.js';
 import { binDir, freePort, missing, repoRoot, startLizard, strict, type Lizard } from './harness.js';
 import { WebSocketClient, waitOk } from './websocket.js';
@@ -451,6 +454,7 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
       // build apart from every other run's in the shared template cache, so that deleting it at the
       // end cannot take another test's build away.
       const name = 'sdk-ts-tpl';
+      const nonce = crypto.randomBytes(6).toString('hex');
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lizard-ts-recipe-'));
       const lizardBin = path.join(binDir(), 'lizard');
       const env = { ...process.env, LIZARD_API_URL: lizard.url, LIZARD_API_KEY: lizard.apiKey };
@@ -464,7 +468,7 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
             '  - src: note.txt',
             '    dest: /home/user/note.txt',
             'env:',
-            `  TEMPLATE_NONCE: "${crypto.randomBytes(6).toString('hex')}"`,
+            `  TEMPLATE_NONCE: "${nonce}"`,
             '',
           ].join('\n'),
         );
@@ -486,6 +490,36 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
           await sb.kill();
         }
         await assert.rejects(CodeSandbox.create({ template: 'no-such-template' }), NotFoundError);
+
+        // The same recipe through the SDK: found in the cache, no step.
+        const events: TemplateBuildEvent[] = [];
+        const info = await Template.build(
+          name,
+          {
+            pip: ['six==1.16.0'],
+            files: [{ path: '/home/user/note.txt', content: 'hello from the typescript sdk recipe\n' }],
+            env: { TEMPLATE_NONCE: nonce },
+          },
+          { onEvent: (e) => events.push(e) },
+        );
+        assert.deepEqual(
+          events.map((e) => [e.type, e.cached]),
+          [['done', true]],
+        );
+        assert.equal(info.key, (await Template.get(name)).key);
+        assert.deepEqual(
+          (await Template.list()).map((t) => t.name),
+          [name],
+        );
+        // A pip requirement that does not exist fails at its fetch, before anything is copied.
+        const err = await Template.build('sdk-ts-broken', { pip: ['six==0.0.0.1'] }).then(
+          () => assert.fail('a broken recipe built'),
+          (e: unknown) => e,
+        );
+        assert.ok(err instanceof TemplateBuildError, String(err));
+        assert.equal(err.code, 'invalid_argument');
+        assert.match(err.step ?? '', /^fetching packages/);
+        assert.match(err.log ?? '', /six==0\.0\.0\.1/);
       } finally {
         const got = await run(lizardBin, ['template', 'get', name, '--json'], { env });
         const key = JSON.parse(got.stdout).key as string;

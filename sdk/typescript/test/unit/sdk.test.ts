@@ -590,3 +590,12 @@ test('portUrl: path-based, or host-based under a ports domain', () => {
   assert.equal(portUrl('https://lizard.example.com', 'abc', 3000, 'sb.example.com'), 'https://3000-abc.sb.example.com/');
   for (const bad of [0, 65536, 1.5]) assert.throws(() => portUrl('http://x', 'abc', bad), InvalidArgumentError);
 });
+
+test('templateBody encodes file contents in base64', async () => {
+  const { templateBody } = await import('../../src/template.js');
+  assert.deepEqual(
+    templateBody('t', { pip: ['six'], files: [{ path: '/a', content: 'hé' }, { path: '/b', content: new Uint8Array([0, 1]) }] }),
+    { name: 't', recipe: { pip: ['six'], files: [{ path: '/a', content: 'aMOp' }, { path: '/b', content: 'AAE=' }] } },
+  );
+  assert.deepEqual(templateBody('t', {}), { name: 't', recipe: {} });
+});
