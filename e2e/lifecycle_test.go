@@ -292,7 +292,7 @@ func TestBadInput(t *testing.T) {
 		{"malformed JSON", "POST", "/v1/sandboxes", `{"timeoutMs": `, 400, api.CodeInvalidArgument, ""},
 		{"wrong type", "POST", "/v1/sandboxes", `{"timeoutMs": "soon"}`, 400, api.CodeInvalidArgument, "timeoutMs"},
 		{"negative timeout", "POST", "/v1/sandboxes", `{"timeoutMs": -5}`, 400, api.CodeInvalidArgument, "timeoutMs"},
-		{"unknown template", "POST", "/v1/sandboxes", `{"template": "nope"}`, 400, api.CodeInvalidArgument, "nope"},
+		{"unknown template", "POST", "/v1/sandboxes", `{"template": "nope"}`, 404, api.CodeNotFound, "nope"}, // as an unknown snapshotId (api/openapi.yaml)
 		{"oversized body", "POST", "/v1/sandboxes", `{"metadata": {"a": "` + strings.Repeat("x", 2<<20) + `"}}`, 413, api.CodeTooLarge, ""},
 		{"unknown sandbox", "GET", "/v1/sandboxes/doesnotexist", "", 404, api.CodeNotFound, ""},
 		{"bad timeout body", "POST", "/v1/sandboxes/" + sb.SandboxID + "/timeout", `{"timeoutMs": true}`, 400, api.CodeInvalidArgument, "timeoutMs"},
