@@ -35,7 +35,7 @@ func parseTemplateBuild(e cli.Env, args []string) (*templateBuildArgs, error) {
 		return nil, cli.Usagef("usage: lizard template build [--cache-dir D] [NAME]")
 	}
 	if !slices.Contains(template.Names(), a.name) {
-		return nil, cli.Usagef("unknown template %q: want one of %s", a.name, strings.Join(template.Names(), ", "))
+		return nil, cli.Usagef("unknown built-in template %q: want one of %s (a custom template is built from a recipe: lizard template build -f RECIPE.yaml --name NAME)", a.name, strings.Join(template.Names(), ", "))
 	}
 	return a, nil
 }
@@ -54,7 +54,12 @@ func runTemplate(ctx context.Context, e cli.Env, args []string) error {
 		return nil
 	}
 	if args[0] != "build" || slices.ContainsFunc(args[1:], func(a string) bool {
-		return a == "-f" || a == "--f" || strings.HasPrefix(a, "-f=") || strings.HasPrefix(a, "--f=")
+		for _, flag := range []string{"f", "name", "quiet", "json", "api-url", "api-key"} {
+			if a == "-"+flag || a == "--"+flag || strings.HasPrefix(a, "-"+flag+"=") || strings.HasPrefix(a, "--"+flag+"=") {
+				return true
+			}
+		}
+		return false
 	}) {
 		return cli.RunTemplate(ctx, e, args)
 	}

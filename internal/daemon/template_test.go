@@ -66,3 +66,32 @@ func TestTemplateBuild(t *testing.T) {
 		t.Errorf("unknown template command: got %v, want a usage error", err)
 	}
 }
+
+// TestTemplateCommandsReachTheClient checks that the server binary's
+// `lizard template` hands custom template commands (a recipe, list, get,
+// delete) to the client's, and keeps `template build [NAME]` local.
+func TestTemplateCommandsReachTheClient(t *testing.T) {
+	ensureTemplate = func(ctx context.Context, cacheDir, name string, progress io.Writer) (string, error) {
+		t.Errorf("a custom template command built %s locally", name)
+		return "", errors.New("not here")
+	}
+	t.Cleanup(func() { ensureTemplate = template.Ensure })
+	t.Setenv("LIZARD_API_KEY", "")
+	for _, args := range [][]string{
+		{"template", "build", "-f", "/nonexistent/recipe.yaml"},
+		{"template", "build", "--name", "x"},
+		{"template", "list"},
+		{"template", "get", "x"},
+		{"template", "delete", "x"},
+	} {
+		_, _, err := runCLI(t, args...)
+		// The client's commands fail before any request: no recipe file,
+		// no name, or no API key here.
+		if err == nil || strings.Contains(err.Error(), "built-in template") {
+			t.Errorf("lizard %s = %v; want the client's command to run (and fail without a key or recipe)", strings.Join(args, " "), err)
+		}
+	}
+	if _, _, err := runCLI(t, "template", "build", "nosuch"); err == nil || !strings.Contains(err.Error(), "lizard template build -f RECIPE.yaml") {
+		t.Errorf("template build nosuch = %v; want the unknown built-in named, and the recipe command", err)
+	}
+}
