@@ -123,8 +123,12 @@ print(six.__version__, os.getcwd(), os.environ["GREETING"], open("/home/user/dat
 	}
 	check(sb.SandboxID)
 
+	t.Logf("first build: %d steps in %.1f s, %d MiB", steps, float64(tpl.BuildMs)/1000, tpl.SizeBytes>>20)
+
 	// The same recipe again: found in the cache, no step runs.
+	begin := time.Now()
 	again, cached, events, err := buildTemplate(t, c, req)
+	t.Logf("second build of the same recipe: cached %v in %s", cached, time.Since(begin).Round(time.Millisecond))
 	if err != nil || !cached || again.Key != tpl.Key || len(events) != 1 || events[0].Type != api.BuildEventDone {
 		t.Errorf("second build = %+v, cached %v, %d events, %v; want the first build found in the cache and no step", again, cached, len(events), err)
 	}
@@ -145,7 +149,9 @@ print(six.__version__, os.getcwd(), os.environ["GREETING"], open("/home/user/dat
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	begin = time.Now()
 	warm, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: name})
+	t.Logf("create from the template's warm pool: %s", time.Since(begin).Round(time.Millisecond))
 	if err != nil {
 		t.Fatalf("creating a sandbox of the template with a warm pool: %v", err)
 	}
@@ -202,7 +208,9 @@ print(six.__version__, os.getcwd(), os.environ["GREETING"], open("/home/user/dat
 		Env: map[string]string{"E2E_NONCE": hex.EncodeToString(nonce)},
 		Run: []api.TemplateCommand{{Cmd: "echo first-ok"}, {Cmd: "echo about-to-fail >&2; exit 3"}},
 	}}
+	begin = time.Now()
 	_, _, events, err = buildTemplate(t, c, broken)
+	t.Logf("broken recipe reported in %s", time.Since(begin).Round(time.Millisecond))
 	var be *client.BuildError
 	if !errors.As(err, &be) || be.Code != api.CodeInvalidArgument || !strings.Contains(be.Step, "exit 3") ||
 		!strings.Contains(be.Log, "about-to-fail") || !strings.Contains(be.Message, "exit status 3") {
