@@ -381,14 +381,6 @@ func readRecord(path string) (record, error) {
 // Create implements sandbox.Runtime: it returns once the guest's init has
 // started the first process.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) error {
-	if len(spec.Volumes) > 0 {
-		return fmt.Errorf("creating sandbox %s: the qemu backend cannot mount persistent volumes yet; use --runtime gvisor", spec.ID)
-	}
-	if spec.WritableRoot {
-		// The root disk is a conversion of the template: writes to it
-		// never reach the template's directory.
-		return fmt.Errorf("creating sandbox %s: the qemu backend cannot write into a template's root filesystem, which custom template builds need; build them on a server with --runtime gvisor", spec.ID)
-	}
 	return r.boot(ctx, spec, "")
 }
 
