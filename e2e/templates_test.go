@@ -33,7 +33,7 @@ func buildTemplate(t *testing.T, c *client.Client, req api.BuildTemplateRequest)
 func cacheEntries(key string) []string {
 	dir := filepath.Join(cacheDir(), "templates")
 	var out []string
-	for _, pat := range []string{"custom-" + key, "custom-" + key + ".lock", ".build-custom-" + key + "-*"} {
+	for _, pat := range []string{"custom-" + key, "custom-" + key + ".lock", "custom-" + key + ".holders", ".build-custom-" + key + "-*"} {
 		m, _ := filepath.Glob(filepath.Join(dir, pat))
 		out = append(out, m...)
 	}

@@ -29,7 +29,10 @@ import (
 type TemplateBuilder interface {
 	BaseKey(ctx context.Context, base string) (sandbox.Artifact, error)
 	Build(ctx context.Context, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error)
-	Remove(key string) error
+	// Hold records that this server refers to key's build; Release drops
+	// that and removes the build unless another server holds it.
+	Hold(key string) error
+	Release(key string) (removed bool, err error)
 }
 
 var _ TemplateBuilder = (*recipe.Builder)(nil)
@@ -143,6 +146,9 @@ func (b *TemplateBuild) Run(ctx context.Context, emit func(api.TemplateBuildEven
 	t := store.Template{ProjectID: b.projectID, Name: b.name, Key: b.key, Base: b.recipe.Base, Recipe: string(stored),
 		CreatedAt: c.now(), BuildMs: res.BuildMs, SizeBytes: res.SizeBytes}
 	old, oerr := c.cfg.Store.GetTemplate(ctx, b.projectID, b.name)
+	if err := c.cfg.Builder.Hold(b.key); err != nil {
+		return api.Template{}, false, err
+	}
 	if err := c.cfg.Store.PutTemplate(context.WithoutCancel(ctx), t); err != nil {
 		return api.Template{}, false, err
 	}
@@ -247,11 +253,15 @@ func (c *Control) collect(ctx context.Context, name, key string) {
 		c.log.Info("keeping a template build still in use", "key", key, "used_by", used)
 		return
 	}
-	if err := c.cfg.Builder.Remove(key); err != nil {
+	removed, err := c.cfg.Builder.Release(key)
+	switch {
+	case err != nil:
 		c.log.Error("removing a template build", "key", key, "err", err)
-		return
+	case removed:
+		c.log.Info("removed a template build nothing uses", "template", name, "key", key)
+	default:
+		c.log.Info("keeping a template build another server's data directory holds", "template", name, "key", key)
 	}
-	c.log.Info("removed a template build nothing uses", "template", name, "key", key)
 }
 
 // keyInUse names something that refers to build key, or "".

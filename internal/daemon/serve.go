@@ -275,7 +275,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	builder := recipe.New(recipe.Config{CacheDir: c.CacheDir, Node: n, Store: st, Base: parts.builds.Artifact, Limits: limits, Logger: logger})
+	builder := recipe.New(recipe.Config{CacheDir: c.CacheDir, DataDir: c.DataDir, Node: n, Store: st, Base: parts.builds.Artifact, Limits: limits, Logger: logger})
 	builder.Sweep()
 	ccfg := control.Config{
 		Node: n, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: internet,

@@ -2,7 +2,9 @@ package recipe
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,8 +42,10 @@ type Node interface {
 // required.
 type Config struct {
 	CacheDir string
-	Node     Node
-	Store    *store.Store
+	// DataDir names this server among the holders of a build (Hold).
+	DataDir string
+	Node    Node
+	Store   *store.Store
 	// Base returns a built-in template's artifact, waiting while it builds.
 	Base func(ctx context.Context, name string) (sandbox.Artifact, error)
 	// Limits are the build sandbox's (default: the node's defaults).
@@ -132,9 +136,51 @@ func (b *Builder) Artifact(ref string) (sandbox.Artifact, error) {
 	return Artifact(b.cfg.CacheDir, ref)
 }
 
-// Remove deletes key's build from the cache.
-func (b *Builder) Remove(key string) error {
-	return template.RemoveLayer(b.cfg.CacheDir, LayerKey(key))
+// The template cache is shared by every data directory on the machine,
+// so a build may be recorded by several servers: each holds it with a
+// file in <cache>/templates/custom-<key>.holders named after its data
+// directory, and a build is removed only when no other existing data
+// directory holds it.
+
+func (b *Builder) holders(key string) string {
+	return filepath.Join(b.cfg.CacheDir, "templates", LayerKey(key)+".holders")
+}
+
+// holder is this server's file among key's holders.
+func (b *Builder) holder(key string) string {
+	sum := sha256.Sum256([]byte(b.cfg.DataDir))
+	return filepath.Join(b.holders(key), hex.EncodeToString(sum[:8]))
+}
+
+// Hold records that this server's store refers to key's build.
+func (b *Builder) Hold(key string) error {
+	if err := os.MkdirAll(b.holders(key), 0o755); err != nil {
+		return fmt.Errorf("holding template build %s: %w", key, err)
+	}
+	if err := os.WriteFile(b.holder(key), []byte(b.cfg.DataDir+"\n"), 0o644); err != nil {
+		return fmt.Errorf("holding template build %s: %w", key, err)
+	}
+	return nil
+}
+
+// Release drops this server's hold on key's build and removes the build
+// unless another server, whose data directory still exists, holds it.
+func (b *Builder) Release(key string) (removed bool, err error) {
+	os.Remove(b.holder(key))
+	entries, _ := os.ReadDir(b.holders(key))
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(b.holders(key), e.Name()))
+		dir := strings.TrimSpace(string(data))
+		if err == nil && dir != "" {
+			if _, err := os.Stat(dir); err == nil {
+				return false, nil
+			}
+		}
+	}
+	if err := template.RemoveLayer(b.cfg.CacheDir, LayerKey(key)); err != nil {
+		return false, err
+	}
+	return true, os.RemoveAll(b.holders(key))
 }
 
 // Build makes r (validated, with key Key(r, base's key)) unless the cache

@@ -179,3 +179,31 @@ func TestBounds(t *testing.T) {
 		t.Errorf("stepFailure after the client left = %v; want context.Canceled", err)
 	}
 }
+
+// TestHoldRelease checks that a build in the shared cache is removed only
+// when no other existing data directory holds it.
+func TestHoldRelease(t *testing.T) {
+	cache := t.TempDir()
+	build := cache + "/templates/custom-k1/rootfs"
+	if err := os.MkdirAll(build, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(cache+"/templates/custom-k1/complete", nil, 0o644)
+	a := New(Config{CacheDir: cache, DataDir: t.TempDir()})
+	b := New(Config{CacheDir: cache, DataDir: t.TempDir()})
+	gone := New(Config{CacheDir: cache, DataDir: "/nonexistent/lizard-data"})
+	for _, h := range []*Builder{a, b, gone} {
+		if err := h.Hold("k1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if removed, err := a.Release("k1"); err != nil || removed || !exists(build) {
+		t.Fatalf("a.Release while b holds = %v, %v (build there: %v); want it kept", removed, err, exists(build))
+	}
+	// gone's data directory no longer exists: its hold does not count.
+	if removed, err := b.Release("k1"); err != nil || !removed || exists(build) || exists(cache+"/templates/custom-k1.holders") {
+		t.Fatalf("b.Release, the last live holder = %v, %v; want the build and its holders removed", removed, err)
+	}
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
