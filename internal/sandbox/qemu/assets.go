@@ -315,35 +315,20 @@ func filesKey(files []sandbox.File) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
-// filesDisk makes (once) the read-only disk holding files, each named by
-// its index, and returns its path and the guest's view of them.
-func filesDisk(ctx context.Context, cacheDir string, files []sandbox.File) (string, []vminit.File, error) {
-	key, err := filesKey(files)
+// filesDisk makes at dst the read-only disk holding files, each named by
+// its index (vminit.File.Name), staged in a directory under tmpDir.
+func filesDisk(ctx context.Context, tmpDir, dst string, files []sandbox.File) error {
+	stage, err := os.MkdirTemp(tmpDir, "files-stage-")
 	if err != nil {
-		return "", nil, err
-	}
-	dst := filepath.Join(cacheDir, "files-"+key+".img")
-	var out []vminit.File
-	for i, f := range files {
-		out = append(out, vminit.File{Name: strconv.Itoa(i), Target: f.Target})
-	}
-	if _, err := os.Stat(dst); err == nil {
-		return dst, out, nil
-	}
-	stage, err := os.MkdirTemp(cacheDir, "files-stage-")
-	if err != nil {
-		return "", nil, err
+		return err
 	}
 	defer os.RemoveAll(stage)
 	for i, f := range files {
 		if err := copyFile(f.Source, filepath.Join(stage, strconv.Itoa(i))); err != nil {
-			return "", nil, fmt.Errorf("staging sandbox file %s: %w", f.Source, err)
+			return fmt.Errorf("staging sandbox file %s: %w", f.Source, err)
 		}
 	}
-	if err := imageOf(ctx, dst, stage); err != nil {
-		return "", nil, err
-	}
-	return dst, out, nil
+	return imageOf(ctx, dst, stage)
 }
 
 func copyFile(src, dst string) error {

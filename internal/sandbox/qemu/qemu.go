@@ -570,17 +570,16 @@ func (r *Runtime) templateImage(ctx context.Context, a sandbox.Artifact) (string
 func (r *Runtime) filesImage(ctx context.Context, files []sandbox.File) (string, []vminit.File, error) {
 	if len(files) == 0 {
 		p := filepath.Join(r.cacheDir, "files-none.img")
-		err := r.once(p, func() error { return mkfs(ctx, p, "", 1<<20, 0) })
+		err := r.once(p, func() error { return imageOf(ctx, p, r.emptyDir()) })
 		return p, nil, err
 	}
 	key, err := filesKey(files)
 	if err != nil {
 		return "", nil, err
 	}
-	var p string
-	var out []vminit.File
-	err = r.once(filepath.Join(r.cacheDir, "files-"+key+".img"), func() error {
-		if p, out, err = filesDisk(ctx, r.cacheDir, files); err != nil {
+	p := filepath.Join(r.cacheDir, "files-"+key+".img")
+	err = r.once(p, func() error {
+		if err := filesDisk(ctx, r.cacheDir, p, files); err != nil {
 			return err
 		}
 		if err := prune(r.cacheDir, "files-????????????????.img", keepImages); err != nil {
@@ -588,8 +587,9 @@ func (r *Runtime) filesImage(ctx context.Context, files []sandbox.File) (string,
 		}
 		return nil
 	})
-	if p == "" && err == nil {
-		p, out, err = filesDisk(ctx, r.cacheDir, files)
+	var out []vminit.File
+	for i, f := range files {
+		out = append(out, vminit.File{Name: strconv.Itoa(i), Target: f.Target})
 	}
 	return p, out, err
 }
