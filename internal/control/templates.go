@@ -27,7 +27,7 @@ import (
 
 // TemplateBuilder builds custom templates; *recipe.Builder is one.
 type TemplateBuilder interface {
-	BaseKey(ctx context.Context, base string) (sandbox.Artifact, error)
+	Base(ctx context.Context, base string) (sandbox.Artifact, error)
 	Build(ctx context.Context, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error)
 	// Hold records that this server refers to key's build; Release drops
 	// that and removes the build unless another server holds it.
@@ -85,7 +85,7 @@ func (c *Control) PlanTemplate(ctx context.Context, projectID string, req api.Bu
 	if c.cfg.Builder == nil {
 		return nil, &node.Error{Kind: node.ErrUnavailable, Msg: "this server builds no custom templates (lizard serve does; the many-machine roles do not yet)"}
 	}
-	base, err := c.cfg.Builder.BaseKey(ctx, r.Base)
+	base, err := c.cfg.Builder.Base(ctx, r.Base)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

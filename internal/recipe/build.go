@@ -125,8 +125,8 @@ type StepError struct {
 func (e *StepError) Error() string { return fmt.Sprintf("step %q failed: %v", e.Step, e.Err) }
 func (e *StepError) Unwrap() error { return e.Err }
 
-// BaseKey returns the artifact key of r's base, part of r's key.
-func (b *Builder) BaseKey(ctx context.Context, base string) (sandbox.Artifact, error) {
+// Base returns built-in template base's artifact (waiting while it builds): its key is part of a recipe's.
+func (b *Builder) Base(ctx context.Context, base string) (sandbox.Artifact, error) {
 	return b.cfg.Base(ctx, base)
 }
 
