@@ -3,41 +3,18 @@ package cli
 import (
 	"context"
 	"fmt"
-	"text/tabwriter"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/client"
 )
 
 func init() {
-	volumeCommands["list"] = subcommand{"list [--json]", volumeList}
-}
-
-func volumeList(ctx context.Context, e Env, args []string) error {
-	fs := NewFlags(e, "volume list")
-	cf := addClientFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := ParseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 0 {
-		return Usagef("usage: lizard volume list [--json]")
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	vs, err := c.ListVolumes(ctx)
-	if err != nil {
-		return fmt.Errorf("listing volumes: %w", err)
-	}
-	if *asJSON {
-		return printJSON(e.Stdout, api.VolumeList{Volumes: vs})
-	}
-	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tID\tSIZE\tCREATED")
-	for _, v := range vs {
-		fmt.Fprintf(tw, "%s\t%s\t%d MiB\t%s\n", v.Name, v.VolumeID, v.SizeMb, formatTime(&v.CreatedAt))
-	}
-	return tw.Flush()
+	volumeCommands["list"] = subcommand{"list [--json]", listCommand("volume", func(ctx context.Context, c *client.Client) (table, error) {
+		vs, err := c.ListVolumes(ctx)
+		t := table{json: api.VolumeList{Volumes: vs}, header: "NAME\tID\tSIZE\tCREATED"}
+		for _, v := range vs {
+			t.rows = append(t.rows, fmt.Sprintf("%s\t%s\t%d MiB\t%s\n", v.Name, v.VolumeID, v.SizeMb, formatTime(&v.CreatedAt)))
+		}
+		return t, err
+	})}
 }

@@ -192,17 +192,7 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	logger.Info("lizard node serving", "listen", ln.Addr().String(), "advertise", c.Advertise, "data_dir", c.DataDir,
 		"runtime", rt.Name(), "address_pool", c.pool.Prefix().String(), "lease", c.cluster.Lease)
 	err = server.Run(ctx, ln, h, logger)
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if pool != nil {
-		pool.Drain(dctx)
-	}
-	if cerr := rt.Close(dctx); cerr != nil {
-		logger.Error("waiting for the runtime to finish removing sandboxes", "err", cerr)
-	}
-	if uerr := n.UnmountVolumes(dctx); uerr != nil {
-		logger.Error("unmounting persistent volumes", "err", uerr)
-	}
+	stopNode(ctx, logger, n, pool, rt)
 	return err
 }
 

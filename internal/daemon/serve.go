@@ -331,6 +331,13 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 			c.DataDir + " --id proj_123 --json`")
 	}
 	err = server.Run(ctx, ln, h, logger)
+	stopNode(ctx, logger, n, pool, rt)
+	return err
+}
+
+// stopNode ends what a node runs once its server has stopped serving: the
+// warm pool, then the runtime, then the volumes no sandbox uses.
+func stopNode(ctx context.Context, logger *slog.Logger, n *node.Local, pool *warm.Pool, rt sandbox.Runtime) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if pool != nil {
@@ -345,7 +352,6 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	if uerr := n.UnmountVolumes(dctx); uerr != nil {
 		logger.Error("unmounting persistent volumes", "err", uerr)
 	}
-	return err
 }
 
 // nodeParts are what newNode starts.

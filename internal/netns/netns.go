@@ -149,6 +149,22 @@ func CreateWithEgress(id string, l Link, e *Egress) (err error) {
 	return nil
 }
 
+// Handle opens a netlink handle bound to the namespace of sandbox id: it
+// configures the namespace without moving any thread into it. The caller
+// closes it.
+func Handle(id string) (*netlink.Handle, error) {
+	ns, err := netns.GetFromPath(Path(id))
+	if err != nil {
+		return nil, fmt.Errorf("opening namespace %s: %w", Name(id), err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return nil, fmt.Errorf("opening netlink in namespace %s: %w", Name(id), err)
+	}
+	return h, nil
+}
+
 // makeLink makes the namespace of sandbox id and its veth pair, the peer
 // named eth0 inside, lo up, nothing addressed: what a spare is, made now.
 func makeLink(id string) (err error) {

@@ -256,12 +256,7 @@ func recycle(id string) (bool, error) {
 // scrubGuest takes eth0 in sandbox id's namespace down (which flushes its
 // neighbours) and removes its addresses and routes.
 func scrubGuest(id string) error {
-	ns, err := netns.GetFromPath(Path(id))
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := Handle(id)
 	if err != nil {
 		return err
 	}

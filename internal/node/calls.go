@@ -18,6 +18,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/store"
 )
 
 // watchEvery is how often a sandbox with calls in flight is checked.
@@ -84,24 +85,37 @@ func (f *inflight) cancelAll(id string, cause error) {
 	}
 }
 
-// Acquire implements Node.
-func (n *Local) Acquire(ctx context.Context, id string) (Call, error) {
-	unlock := n.locks.lock(id)
-	defer unlock()
+// reachable returns sandbox id if it runs. A paused one is resumed
+// first if resume says so, else refused with paused as the message. The
+// caller holds id's lock.
+func (n *Local) reachable(ctx context.Context, id string, resume bool, paused string) (store.Sandbox, error) {
 	sb, err := n.get(ctx, id)
 	if err != nil {
-		return Call{}, err
+		return sb, err
 	}
 	if sb.Live() && sb.State == api.StatePaused {
+		if !resume {
+			return sb, &Error{Kind: ErrConflict, Msg: paused}
+		}
 		if sb, err = n.resumeLocked(ctx, sb, nil); err != nil {
-			return Call{}, err
+			return sb, err
 		}
 	}
 	switch {
 	case !sb.Live():
-		return Call{}, Gone(sb)
+		return sb, Gone(sb)
 	case sb.State != api.StateRunning:
-		return Call{}, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
+		return sb, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
+	}
+	return sb, nil
+}
+
+// Acquire implements Node.
+func (n *Local) Acquire(ctx context.Context, id string) (Call, error) {
+	unlock := n.locks.Lock(id)
+	defer unlock()
+	if _, err := n.reachable(ctx, id, true, ""); err != nil {
+		return Call{}, err
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	if first := n.calls.add(id, &cancel); first {
@@ -130,7 +144,7 @@ func (n *Local) watch(id string) {
 		if !n.dead(ctx, id) {
 			continue
 		}
-		unlock := n.locks.lock(id)
+		unlock := n.locks.Lock(id)
 		cur, err := n.cfg.Store.GetSandbox(ctx, id)
 		if err == nil && cur.Live() && cur.State == api.StateRunning && n.dead(ctx, id) {
 			err = n.end(ctx, cur, api.StateFailed, "its runtime stopped: the sandbox's processes died or were killed (out of memory?)")

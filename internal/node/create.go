@@ -83,7 +83,7 @@ func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ [
 	if count < 1 || count > MaxForks {
 		return nil, Invalidf("count %d is out of range: want 1 to %d", count, MaxForks)
 	}
-	unlock := n.locks.lock(parent)
+	unlock := n.locks.Lock(parent)
 	sb, err := n.runningLocked(ctx, parent)
 	if err != nil {
 		unlock()

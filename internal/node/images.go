@@ -32,7 +32,7 @@ func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (_ string, 
 	if err := n.needData(); err != nil {
 		return "", 0, err
 	}
-	unlock := n.locks.lock(id)
+	unlock := n.locks.Lock(id)
 	defer unlock()
 	if _, err := n.runningLocked(ctx, id); err != nil {
 		return "", 0, err
@@ -59,7 +59,7 @@ func (n *Local) RemoveImage(ctx context.Context, image string) error {
 // Checkpoint saves running sandbox id into dir, leaving it running; the
 // warm pool makes template snapshots with it.
 func (n *Local) Checkpoint(ctx context.Context, id, dir string) error {
-	unlock := n.locks.lock(id)
+	unlock := n.locks.Lock(id)
 	defer unlock()
 	return n.checkpoint(ctx, id, dir)
 }

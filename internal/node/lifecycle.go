@@ -15,7 +15,7 @@ import (
 // Kill implements Node.
 func (n *Local) Kill(ctx context.Context, id string) (err error) {
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpKill, time.Since(begin), err) }(time.Now())
-	unlock := n.locks.lock(id)
+	unlock := n.locks.Lock(id)
 	defer unlock()
 	sb, err := n.get(ctx, id)
 	if err != nil || !sb.Live() {
@@ -27,7 +27,7 @@ func (n *Local) Kill(ctx context.Context, id string) (err error) {
 // End ends sandbox id as state for reason, if it is live; the warm pool
 // ends its own sandboxes with it.
 func (n *Local) End(ctx context.Context, id, state, reason string) error {
-	unlock := n.locks.lock(id)
+	unlock := n.locks.Lock(id)
 	defer unlock()
 	sb, err := n.get(ctx, id)
 	if err != nil || !sb.Live() {
@@ -61,7 +61,7 @@ func (n *Local) end(ctx context.Context, sb store.Sandbox, state, reason string)
 // SetTimeout gives sandbox id a new deadline ms from now; 0 means it never
 // expires.
 func (n *Local) SetTimeout(ctx context.Context, id string, ms int64) (store.Sandbox, error) {
-	unlock := n.locks.lock(id)
+	unlock := n.locks.Lock(id)
 	defer unlock()
 	sb, err := n.get(ctx, id)
 	if err != nil {
@@ -123,7 +123,7 @@ func (n *Local) Reap(ctx context.Context) {
 }
 
 func (n *Local) expire(ctx context.Context, id string, now time.Time) error {
-	unlock := n.locks.lock(id)
+	unlock := n.locks.Lock(id)
 	defer unlock()
 	// The deadline may have moved (SetTimeout) or the sandbox ended while
 	// we waited for the lock.
@@ -155,7 +155,7 @@ func (n *Local) checkLiveness(ctx context.Context) {
 		if !n.dead(ctx, sb.ID) {
 			continue
 		}
-		unlock := n.locks.lock(sb.ID)
+		unlock := n.locks.Lock(sb.ID)
 		// Re-read under the lock: a pause or kill may have moved it on.
 		cur, err := n.cfg.Store.GetSandbox(ctx, sb.ID)
 		if err == nil && cur.State == api.StateRunning && cur.Live() && n.dead(ctx, sb.ID) {

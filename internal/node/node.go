@@ -28,6 +28,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/keylock"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -200,7 +201,7 @@ type Local struct {
 	cfg    Config
 	log    *slog.Logger
 	agents *agentclient.Client
-	locks  keyedMutex
+	locks  keylock.Map
 	calls  inflight // proxied calls in flight, per sandbox (pause.go)
 	ports  inflight // proxied connections to exposed ports (ports.go)
 
@@ -361,39 +362,4 @@ func Gone(sb store.Sandbox) error {
 		}
 	}
 	return &Error{Kind: ErrGone, Msg: fmt.Sprintf("sandbox %s %s; create a new sandbox", sb.ID, how)}
-}
-
-// keyedMutex is a mutex per sandbox ID, dropped when nobody holds it.
-type keyedMutex struct {
-	mu sync.Mutex
-	m  map[string]*refMutex
-}
-
-type refMutex struct {
-	sync.Mutex
-	refs int
-}
-
-func (k *keyedMutex) lock(id string) (unlock func()) {
-	k.mu.Lock()
-	if k.m == nil {
-		k.m = map[string]*refMutex{}
-	}
-	e := k.m[id]
-	if e == nil {
-		e = &refMutex{}
-		k.m[id] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.Lock()
-	return func() {
-		e.Unlock()
-		k.mu.Lock()
-		e.refs--
-		if e.refs == 0 {
-			delete(k.m, id)
-		}
-		k.mu.Unlock()
-	}
 }

@@ -33,7 +33,7 @@ func (n *Local) Pause(ctx context.Context, id string) (_ store.Sandbox, err erro
 	if err := n.needData(); err != nil {
 		return store.Sandbox{}, err
 	}
-	unlock := n.locks.lock(id)
+	unlock := n.locks.Lock(id)
 	defer unlock()
 	sb, done, err := n.moving(ctx, id, api.StateRunning, api.StatePaused)
 	if done || err != nil {
@@ -118,7 +118,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 // Resume implements Node: resuming a running sandbox returns it as it is.
 func (n *Local) Resume(ctx context.Context, id string, timeoutMs *int64) (_ store.Sandbox, err error) {
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpResume, time.Since(begin), err) }(time.Now())
-	unlock := n.locks.lock(id)
+	unlock := n.locks.Lock(id)
 	defer unlock()
 	sb, done, err := n.moving(ctx, id, api.StatePaused, api.StateRunning)
 	if done || err != nil {
@@ -295,7 +295,7 @@ func (n *Local) reapPaused(ctx context.Context) {
 		return
 	}
 	for _, p := range old {
-		unlock := n.locks.lock(p.SandboxID)
+		unlock := n.locks.Lock(p.SandboxID)
 		sb, err := n.cfg.Store.GetSandbox(ctx, p.SandboxID)
 		if err == nil && sb.Live() && sb.State == api.StatePaused {
 			err = n.end(ctx, sb, api.StateExpired, fmt.Sprintf("it stayed paused longer than the retention of %s", n.cfg.PausedRetention))

@@ -25,25 +25,11 @@ func (n *Local) OpenPort(ctx context.Context, id string, port int, resume bool) 
 	if port == api.AgentPort {
 		return Call{}, &Error{Kind: ErrNotFound, Msg: fmt.Sprintf("port %d is the Lizard agent's, internal to Lizard and never exposed; serve your program on another port", port)}
 	}
-	unlock := n.locks.lock(id)
+	unlock := n.locks.Lock(id)
 	defer unlock()
-	sb, err := n.get(ctx, id)
+	sb, err := n.reachable(ctx, id, resume, fmt.Sprintf("sandbox %s is paused: resume it (POST /v1/sandboxes/%s/resume) to reach its ports", id, id))
 	if err != nil {
 		return Call{}, err
-	}
-	if sb.Live() && sb.State == api.StatePaused {
-		if !resume {
-			return Call{}, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is paused: resume it (POST /v1/sandboxes/%s/resume) to reach its ports", id, id)}
-		}
-		if sb, err = n.resumeLocked(ctx, sb, nil); err != nil {
-			return Call{}, err
-		}
-	}
-	switch {
-	case !sb.Live():
-		return Call{}, Gone(sb)
-	case sb.State != api.StateRunning:
-		return Call{}, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	n.ports.add(id, &cancel)

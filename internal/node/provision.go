@@ -109,7 +109,7 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	}
 	log := n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)
 	// Kill, SetTimeout and the reaper wait until the sandbox is up or gone.
-	unlock := n.locks.lock(sb.ID)
+	unlock := n.locks.Lock(sb.ID)
 	defer unlock()
 	begin := time.Now()
 	fail := func(reason string, err error) (store.Sandbox, error) {

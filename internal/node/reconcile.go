@@ -51,7 +51,7 @@ func (n *Local) Reconcile(ctx context.Context) error {
 				log.Error("reading sandbox state after restart", "err", err)
 			}
 		}
-		unlock := n.locks.lock(sb.ID)
+		unlock := n.locks.Lock(sb.ID)
 		err := n.end(ctx, sb, api.StateFailed, reason)
 		if err != nil {
 			// The row ends regardless, so that the sandbox is not served;

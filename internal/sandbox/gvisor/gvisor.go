@@ -39,8 +39,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/keylock"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/hostproc"
 )
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -70,14 +72,15 @@ type Runtime struct {
 	log      *slog.Logger
 	imageKey string // hash of the runsc binary (ImageKey)
 
-	// mu guards locks, the per-sandbox mutexes that serialise every
-	// operation on one ID (two Kills of one sandbox, Create racing Kill),
-	// and procs, the sandbox process runsc last reported running for each
-	// sandbox: State, called for every sandbox at each liveness sweep and
-	// several times a second while calls are in flight, then needs no
-	// runsc process while that process lives; and closed, set by Close.
+	// locks serialises every operation on one ID (two Kills of one
+	// sandbox, Create racing Kill).
+	locks keylock.Map
+	// mu guards procs, the sandbox process runsc last reported running
+	// for each sandbox: State, called for every sandbox at each liveness
+	// sweep and several times a second while calls are in flight, then
+	// needs no runsc process while that process lives; the guards,
+	// removals and closed, set by Close.
 	mu     sync.Mutex
-	locks  map[string]*idLock
 	procs  map[string]hostProc
 	guards map[string]*guard // memguard.go
 	// removing counts the removals under way per ID (watch skips them).
@@ -104,11 +107,6 @@ var OwnersDir = "/run/lizard/sandboxes"
 // ErrClosed is returned by Create and Restore after Close.
 var ErrClosed = errors.New("gvisor runtime closed")
 
-type idLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
 // cleanupTimeout bounds removal of a sandbox, which runs even when the
 // caller's context is already cancelled.
 const cleanupTimeout = 30 * time.Second
@@ -134,7 +132,6 @@ func New(cfg Config) (*Runtime, error) {
 		stateDir: filepath.Join(dir, "state"),
 		boxDir:   filepath.Join(dir, "sandboxes"),
 		log:      cfg.Logger,
-		locks:    map[string]*idLock{},
 		procs:    map[string]hostProc{},
 		guards:   map[string]*guard{},
 		removing: map[string]int{},
@@ -327,26 +324,7 @@ func checkID(id string) error {
 // exists), so every ID gets a terminator that sandbox IDs cannot contain.
 func containerID(id string) string { return id + "." }
 
-func (r *Runtime) lock(id string) func() {
-	r.mu.Lock()
-	l := r.locks[id]
-	if l == nil {
-		l = &idLock{}
-		r.locks[id] = l
-	}
-	l.refs++
-	r.mu.Unlock()
-
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		r.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(r.locks, id)
-		}
-		r.mu.Unlock()
-	}
-}
+func (r *Runtime) lock(id string) func() { return r.locks.Lock(id) }
 
 func (r *Runtime) dir(id string) string        { return filepath.Join(r.boxDir, id) }
 func (r *Runtime) overlayDir(id string) string { return filepath.Join(r.dir(id), "overlay") }
@@ -710,7 +688,7 @@ func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
 	r.mu.Lock()
 	p, cached := r.procs[id]
 	r.mu.Unlock()
-	if cached && processStart(p.pid) == p.start {
+	if cached && hostproc.Start(p.pid) == p.start {
 		return sandbox.Running, nil
 	}
 	if r.hasState(id) {
@@ -723,8 +701,8 @@ func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
 		// "running" there.
 		r.mu.Lock()
 		delete(r.procs, id)
-		if st.Status == "running" && processAlive(st.Pid) {
-			if start := processStart(st.Pid); start != "" {
+		if st.Status == "running" && hostproc.Alive(st.Pid) {
+			if start := hostproc.Start(st.Pid); start != "" {
 				r.procs[id] = hostProc{pid: st.Pid, start: start}
 			}
 			r.mu.Unlock()
@@ -954,7 +932,7 @@ func (r *Runtime) waitGone(ctx context.Context, id string, pids []int) error {
 	grace := time.Now().Add(5 * time.Second)
 	killed := false
 	for {
-		alive := slices.DeleteFunc(slices.Clone(pids), func(pid int) bool { return !processAlive(pid) })
+		alive := slices.DeleteFunc(slices.Clone(pids), func(pid int) bool { return !hostproc.Alive(pid) })
 		if len(alive) == 0 {
 			return nil
 		}
@@ -973,65 +951,18 @@ func (r *Runtime) waitGone(ctx context.Context, id string, pids []int) error {
 	}
 }
 
-// processAlive reports whether pid exists and is not a zombie (a zombie
-// sandbox process holds nothing; its parent, a server that was restarted
-// or runsc itself, reaps it).
-func processAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command name, which is in parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || (b[i+2] != 'Z' && b[i+2] != 'X')
-}
-
-// processStart is the start time of live process pid (field 22 of its
-// /proc stat), or "" if there is no such process or it has exited.
-func processStart(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3, the state; field 22 is f[19].
-	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
-		return ""
-	}
-	return f[19]
-}
-
 // procsWithBundle returns the processes whose command line names bundle
 // as runsc's --bundle.
 func procsWithBundle(bundle string) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !bytes.Contains(b, []byte(bundle)) {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
+	return hostproc.Find(func(args []string) bool {
 		for i, a := range args {
 			if a == "--bundle="+bundle || a == "-bundle="+bundle ||
 				((a == "--bundle" || a == "-bundle") && i+1 < len(args) && args[i+1] == bundle) {
-				pids = append(pids, pid)
-				break
+				return true
 			}
 		}
-	}
-	return pids
+		return false
+	})
 }
 
 const cgroupRoot = "/sys/fs/cgroup"

@@ -51,10 +51,11 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
 
+	"github.com/lizard-build/lizard/internal/keylock"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/hostproc"
 	"github.com/lizard-build/lizard/internal/sandbox/qemu/vminit"
 )
 
@@ -109,18 +110,13 @@ type Runtime struct {
 	imageKey      string
 	log           *slog.Logger
 
-	// mu guards locks (one per sandbox ID, serialising every operation
-	// on it), closed, and building (one per cache file being made).
+	// locks serialises every operation on one sandbox ID.
+	locks keylock.Map
+	// mu guards closed and building (one per cache file being made).
 	mu       sync.Mutex
-	locks    map[string]*idLock
 	building map[string]*sync.Mutex
 	closed   bool
 	busy     sync.WaitGroup
-}
-
-type idLock struct {
-	mu   sync.Mutex
-	refs int
 }
 
 // ErrClosed is returned by Create and Restore after Close.
@@ -141,7 +137,7 @@ const keepImages = 4
 // picks the accelerator and returns a Runtime keeping its state in cfg.Dir.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	r := &Runtime{qemu: cfg.QEMU, qemuImg: cfg.QEMUImg, accel: cfg.Accel, bootTimeout: cfg.BootTimeout,
-		log: cfg.Logger, locks: map[string]*idLock{}, building: map[string]*sync.Mutex{}}
+		log: cfg.Logger, building: map[string]*sync.Mutex{}}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
@@ -268,25 +264,7 @@ func (r *Runtime) enter(create bool) bool {
 	return true
 }
 
-func (r *Runtime) lock(id string) func() {
-	r.mu.Lock()
-	l := r.locks[id]
-	if l == nil {
-		l = &idLock{}
-		r.locks[id] = l
-	}
-	l.refs++
-	r.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		r.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(r.locks, id)
-		}
-		r.mu.Unlock()
-	}
-}
+func (r *Runtime) lock(id string) func() { return r.locks.Lock(id) }
 
 // once makes the cache file path with make unless it exists; concurrent
 // callers for one path wait for the first.
@@ -597,12 +575,7 @@ func (r *Runtime) filesImage(ctx context.Context, files []sandbox.File) (string,
 // bridge joins the namespace's eth0 to a bridge, br0, on which QEMU's tap
 // lands: the guest then owns the link's guest address, eth0 none.
 func bridge(id string) error {
-	ns, err := vnetns.GetFromPath(netns.Path(id))
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netns.Handle(id)
 	if err != nil {
 		return err
 	}
@@ -630,12 +603,7 @@ func bridge(id string) error {
 // attachTap puts the tap device QEMU made in the sandbox's namespace on
 // its bridge (QEMU, confined, may run no script to do it).
 func (r *Runtime) attachTap(ctx context.Context, id string, exited <-chan struct{}) error {
-	ns, err := vnetns.GetFromPath(netns.Path(id))
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netns.Handle(id)
 	if err != nil {
 		return err
 	}
@@ -764,7 +732,7 @@ func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir strin
 		cmd.Wait()
 		close(exited)
 	}()
-	start := processStart(pid)
+	start := hostproc.Start(pid)
 	if err := os.WriteFile(r.pidPath(id), []byte(strconv.Itoa(pid)+" "+start+"\n"), 0o600); err != nil {
 		_ = cmd.Process.Kill()
 		return nil, err
@@ -919,7 +887,7 @@ func (r *Runtime) qemuProc(id string) (int, bool) {
 	if err != nil || pid <= 0 {
 		return 0, false
 	}
-	return pid, processStart(pid) == f[1]
+	return pid, hostproc.Start(pid) == f[1]
 }
 
 // State implements sandbox.Runtime: running while its QEMU runs.
@@ -1054,7 +1022,7 @@ func (r *Runtime) remove(ctx context.Context, id string) error {
 	var errs []error
 	if pid, ok := r.qemuProc(id); ok {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
-		for processStart(pid) != "" {
+		for hostproc.Start(pid) != "" {
 			if ctx.Err() != nil {
 				errs = append(errs, fmt.Errorf("waiting for QEMU (pid %d) to exit: %w", pid, ctx.Err()))
 				break
