@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -65,6 +66,18 @@ func TestVolumes(t *testing.T) {
 		t.Errorf("created sandbox's volumes = %+v; want %+v", a.Volumes, mount)
 	}
 	b := newSandbox(t, c, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "data", Path: "/mnt/shared"}}})
+	// runsc makes a missing mount point in the root filesystem's host
+	// directory, the template every sandbox shares: the runtime removes
+	// it again, or every later sandbox would see an empty data/.
+	if m := regexp.MustCompile(`msg="template ready" template=interpreter rootfs=(\S+)`).FindStringSubmatch(s.logs()); m == nil {
+		t.Errorf("no template rootfs in the server's log")
+	} else {
+		for _, p := range []string{"home/user/data", "mnt/shared"} {
+			if _, err := os.Lstat(filepath.Join(m[1], p)); err == nil {
+				t.Errorf("the shared template gained /%s, a volume's mount point", p)
+			}
+		}
+	}
 	py(t, c, a.SandboxID, "open('/home/user/data/a.txt', 'w').write('from a')")
 	if got := py(t, c, b.SandboxID, "print(open('/mnt/shared/a.txt').read())"); got != "from a" {
 		t.Errorf("sandbox b read %q from the shared volume; want a's write", got)

@@ -599,6 +599,17 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 	}
 
 	cid, bundle, disk := containerID(id), r.dir(id), spec.Limits.DiskBytes
+	if len(spec.Volumes) > 0 && lay != layoutDirect {
+		// Not into the shared template (mountpoints.go).
+		mountPoints.Lock()
+		made := missingMountPoints(spec)
+		defer func() {
+			if err := removeMountPoints(made); err != nil {
+				log.Error("removing the volumes' mount points runsc made in the template", "err", err)
+			}
+			mountPoints.Unlock()
+		}()
+	}
 	if imageDir == "" {
 		if err := r.start(ctx, id, disk, lay, "run", "--detach", "--bundle", bundle, cid); err != nil {
 			return fmt.Errorf("creating sandbox %s: %w", id, err)

@@ -1,0 +1,70 @@
+package gvisor
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/lizard-build/lizard/internal/sandbox"
+)
+
+// runsc's gofer makes the mount point of a bind mount that the root
+// filesystem lacks in the host directory itself — the shared template,
+// which the sandbox's own writable layer covers but cannot shield here.
+// A volume mounted at /home/user/data would leave an empty data/ in the
+// template for every later sandbox of every project. So the mount points
+// runsc is about to make are noted, and removed again once the sandbox
+// runs: its gofer holds the mount in its own mount namespace, which does
+// not need the directory in ours. mountPoints serialises that window, so
+// that one sandbox's removal never races another's mount.
+var mountPoints sync.Mutex
+
+// missingMountPoints returns, deepest first, the directories of the
+// template that runsc would make for spec's volumes.
+func missingMountPoints(spec sandbox.Spec) []string {
+	var missing []string
+	seen := map[string]bool{}
+	for _, v := range spec.Volumes {
+		target := filepath.Clean("/" + v.Target)
+		var chain []string
+		for p := target; p != "/"; p = filepath.Dir(p) {
+			host := filepath.Join(spec.Template.RootFS, p)
+			if _, err := os.Lstat(host); err == nil {
+				break
+			}
+			chain = append(chain, host)
+		}
+		for _, p := range chain {
+			if !seen[p] {
+				seen[p] = true
+				missing = append(missing, p)
+			}
+		}
+	}
+	// Deepest first, so that each rmdir finds its directory empty.
+	sortDeepestFirst(missing)
+	return missing
+}
+
+func sortDeepestFirst(ps []string) {
+	depth := func(p string) int { return strings.Count(p, "/") }
+	for i := 1; i < len(ps); i++ {
+		for j := i; j > 0 && depth(ps[j]) > depth(ps[j-1]); j-- {
+			ps[j], ps[j-1] = ps[j-1], ps[j]
+		}
+	}
+}
+
+// removeMountPoints removes the directories runsc made (empty ones only:
+// rmdir never removes what a sandbox could have put there).
+func removeMountPoints(dirs []string) error {
+	var errs []error
+	for _, d := range dirs {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
