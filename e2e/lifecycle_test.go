@@ -148,14 +148,17 @@ func TestExpiry(t *testing.T) {
 	c := s.createProject("proj_exp")
 	ctx := context.Background()
 
-	short := newSandbox(t, c, api.CreateSandboxRequest{TimeoutMs: ms(1500)})
+	// extended gets its new deadline right after its create, before
+	// anything else: on a loaded machine the other creates may take
+	// longer than its first 1.5 s.
 	extended := newSandbox(t, c, api.CreateSandboxRequest{TimeoutMs: ms(1500)})
+	if _, err := c.SetTimeout(ctx, extended.SandboxID, 60_000); err != nil {
+		t.Fatalf("SetTimeout: %v", err)
+	}
+	short := newSandbox(t, c, api.CreateSandboxRequest{TimeoutMs: ms(1500)})
 	forever := newSandbox(t, c, api.CreateSandboxRequest{TimeoutMs: ms(0)})
 	if forever.ExpiresAt != nil {
 		t.Errorf("timeoutMs 0 gave a deadline %v, want none", forever.ExpiresAt)
-	}
-	if _, err := c.SetTimeout(ctx, extended.SandboxID, 60_000); err != nil {
-		t.Fatalf("SetTimeout: %v", err)
 	}
 
 	deadline := time.Now().Add(15 * time.Second)
