@@ -445,6 +445,10 @@ func TestInterpreterBuild(t *testing.T) {
 		t.Fatalf("Ensure: %v", err)
 	}
 	t.Logf("rootfs %s ready after %v", rootfs, time.Since(start).Round(time.Second))
+	// The checks below run programs in the template (a kernel writes its
+	// history, matplotlib its font cache): they run on an overlay of it,
+	// so that the template every sandbox shares stays as built.
+	rootfs = overlayOf(t, rootfs)
 
 	out := chrootOutput(t, rootfs, "/opt/lizard/venv/bin/python", "-c",
 		"import numpy, pandas, matplotlib, scipy, sklearn, seaborn, PIL, requests, ipykernel; print(numpy.__version__)")
@@ -610,6 +614,29 @@ func TestInterpreterBuildCancel(t *testing.T) {
 
 // chrootOutput runs a command in rootfs, without writing bytecode into the
 // shared template, and returns its trimmed output.
+// overlayOf mounts a writable overlay of dir, its writes kept in a test
+// directory, and returns where; the test's end unmounts it.
+func overlayOf(t *testing.T, dir string) string {
+	t.Helper()
+	tmp := t.TempDir()
+	upper, work, merged := filepath.Join(tmp, "upper"), filepath.Join(tmp, "work"), filepath.Join(tmp, "merged")
+	for _, d := range []string{upper, work, merged} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := "lowerdir=" + dir + ",upperdir=" + upper + ",workdir=" + work
+	if err := syscall.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+		t.Fatalf("mounting an overlay of %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(merged, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmounting the overlay of %s: %v", dir, err)
+		}
+	})
+	return merged
+}
+
 func chrootOutput(t *testing.T, rootfs string, args ...string) string {
 	t.Helper()
 	full := append(append([]string{}, isolate[1:]...), "/bin/sh", "-c", chrootScript, rootfs)
