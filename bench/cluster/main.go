@@ -192,7 +192,7 @@ func freeAddr() string {
 // endLeftovers kills the sandboxes still running in data directory dir
 // (a run that failed half-way), before the directory goes.
 func endLeftovers(dir string) {
-	rt, err := gvisor.New(gvisor.Config{Runsc: filepath.Join(*binDir, "runsc"), Dir: filepath.Join(dir, "gvisor")})
+	rt, err := gvisor.New(gvisor.Config{Runsc: filepath.Join(*binDir, "runsc"), Dir: filepath.Join(dir, "gvisor"), SpareNetworks: -1})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-cluster: cleaning up", dir, err)
 		return

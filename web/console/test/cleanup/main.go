@@ -29,10 +29,13 @@ func main() {
 func run(runsc, dataDir string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rt, err := gvisor.New(gvisor.Config{Runsc: runsc, Dir: filepath.Join(dataDir, "gvisor")})
+	// No spare networks: this process only removes. Close waits for the
+	// removals' background part.
+	rt, err := gvisor.New(gvisor.Config{Runsc: runsc, Dir: filepath.Join(dataDir, "gvisor"), SpareNetworks: -1})
 	if err != nil {
 		return fmt.Errorf("opening the runtime of %s: %w", dataDir, err)
 	}
+	defer rt.Close(context.WithoutCancel(ctx))
 	ids, err := rt.List(ctx)
 	if err != nil {
 		return fmt.Errorf("listing sandboxes left behind: %w", err)
