@@ -85,7 +85,12 @@ type Runtime struct {
 	guards map[string]*guard // memguard.go
 	// removing counts the removals under way per ID (watch skips them).
 	removing map[string]int
-	closed   bool
+	// imaged are the sandboxes checkpointed since they started: a pause
+	// (a checkpoint, then Kill) is resumed under the same ID, whose
+	// restore would wait for a removal left to the background, so their
+	// Kill removes all at once.
+	imaged map[string]bool
+	closed bool
 	// busy counts the operations under way, for Close to wait on.
 	busy sync.WaitGroup
 }
@@ -135,6 +140,7 @@ func New(cfg Config) (*Runtime, error) {
 		procs:    map[string]hostProc{},
 		guards:   map[string]*guard{},
 		removing: map[string]int{},
+		imaged:   map[string]bool{},
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -778,7 +784,10 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	unlock := r.lock(id)
 	defer unlock()
 	begin := time.Now()
-	if err := r.remove(context.WithoutCancel(ctx), id, true); err != nil {
+	r.mu.Lock()
+	background := !r.imaged[id]
+	r.mu.Unlock()
+	if err := r.remove(context.WithoutCancel(ctx), id, background); err != nil {
 		return fmt.Errorf("killing sandbox %s: %w", id, err)
 	}
 	r.log.Debug("killed sandbox", "sandbox_id", id, "took", time.Since(begin))
@@ -823,6 +832,9 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 		return fmt.Errorf("checkpointing sandbox %s: %w", id, err)
 	}
 	r.log.Info("checkpointed sandbox", "sandbox_id", id, "image", imageDir, "leave_running", leaveRunning, "took", time.Since(begin))
+	r.mu.Lock()
+	r.imaged[id] = true
+	r.mu.Unlock()
 	if !leaveRunning {
 		if err := r.remove(context.WithoutCancel(ctx), id, true); err != nil {
 			return fmt.Errorf("removing sandbox %s after checkpoint: %w", id, err)
@@ -846,6 +858,7 @@ func (r *Runtime) owns(id string) bool {
 func (r *Runtime) remove(ctx context.Context, id string, background bool) error {
 	r.mu.Lock()
 	delete(r.procs, id)
+	delete(r.imaged, id)
 	r.removing[id]++
 	r.mu.Unlock()
 	defer func() {
