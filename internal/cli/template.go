@@ -113,35 +113,15 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 	return nil
 }
 
-func templateList(ctx context.Context, e Env, args []string) error {
-	fs := NewFlags(e, "template list")
-	cf := addClientFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := ParseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 0 {
-		return Usagef("usage: lizard template list [--json]")
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
+// templateList is `lizard template list [--json]`.
+var templateList = listCommand("template", func(ctx context.Context, c *client.Client) (table, error) {
 	ts, err := c.ListTemplates(ctx)
-	if err != nil {
-		return fmt.Errorf("listing templates: %w", err)
+	t := table{json: api.TemplateList{Templates: ts}, header: "NAME\tBASE\tKEY\tCREATED\tSIZE"}
+	for _, tp := range ts {
+		t.rows = append(t.rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%.0f MiB\n", tp.Name, tp.Base, tp.Key, formatTime(&tp.CreatedAt), float64(tp.SizeBytes)/(1<<20)))
 	}
-	if *asJSON {
-		return printJSON(e.Stdout, api.TemplateList{Templates: ts})
-	}
-	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tBASE\tKEY\tCREATED\tSIZE")
-	for _, t := range ts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f MiB\n", t.Name, t.Base, t.Key, formatTime(&t.CreatedAt), float64(t.SizeBytes)/(1<<20))
-	}
-	return tw.Flush()
-}
+	return t, err
+})
 
 func templateGet(ctx context.Context, e Env, args []string) error {
 	fs := NewFlags(e, "template get")

@@ -6,7 +6,9 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"regexp"
 )
 
 var (
@@ -19,6 +21,21 @@ var (
 	// ErrImage means a checkpoint image is missing or unreadable.
 	ErrImage = errors.New("checkpoint image unusable")
 )
+
+var validID = regexp.MustCompile(`^[a-z0-9-]{1,40}$`)
+
+// ValidID reports whether id may name a sandbox (Spec.ID): 1 to 40 of
+// [a-z0-9-], so that it can be a path component, part of a namespace
+// name and of a runtime's container ID.
+func ValidID(id string) bool { return validID.MatchString(id) }
+
+// CheckID is ValidID as an error that says what an ID must be.
+func CheckID(id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("invalid sandbox id %q: want 1 to 40 of [a-z0-9-]", id)
+	}
+	return nil
+}
 
 // Network is the link a sandbox is reached over: a point-to-point pair of
 // addresses taken from the server's pool. The host side gets HostAddr, the

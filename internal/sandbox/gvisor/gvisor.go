@@ -31,7 +31,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -262,7 +261,7 @@ func (r *Runtime) removeOrphans() {
 	}
 	for _, e := range ents {
 		id := e.Name()
-		if !validID.MatchString(id) {
+		if !sandbox.ValidID(id) {
 			continue
 		}
 		b, err := os.ReadFile(r.ownerPath(id))
@@ -314,15 +313,6 @@ func hashFile(p string) (string, error) {
 		return "", fmt.Errorf("hashing %s: %w", p, err)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
-}
-
-var validID = regexp.MustCompile(`^[a-z0-9-]{1,40}$`)
-
-func checkID(id string) error {
-	if !validID.MatchString(id) {
-		return fmt.Errorf("invalid sandbox id %q: want 1 to 40 of [a-z0-9-]", id)
-	}
-	return nil
 }
 
 // containerID is the runsc container ID of sandbox id. runsc resolves IDs
@@ -471,7 +461,7 @@ func checkDisk(spec sandbox.Spec, rec imageRecord) error {
 // layout and disk limit are the parent's, read from its record, which
 // Checkpoint copies into the image.
 func (r *Runtime) RestoreFork(ctx context.Context, spec sandbox.Spec, parent, imageDir string, wait func(context.Context) error) error {
-	if err := checkID(parent); err != nil {
+	if err := sandbox.CheckID(parent); err != nil {
 		return fmt.Errorf("restoring sandbox %s: %w", spec.ID, err)
 	}
 	rec, err := readRecord(filepath.Join(r.dir(parent), recordName))
@@ -527,7 +517,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 	if imageDir != "" {
 		verb = "restoring"
 	}
-	if err := checkID(spec.ID); err != nil {
+	if err := sandbox.CheckID(spec.ID); err != nil {
 		return fmt.Errorf("%s sandbox: %w", verb, err)
 	}
 	// runsc reports a bad root only as "waiting for sandbox to start: EOF".
@@ -699,7 +689,7 @@ func (r *Runtime) state(ctx context.Context, id string) (runscState, error) {
 // whose directory is still there is reported stopped, so that it is killed
 // and cleaned up rather than forgotten.
 func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
-	if err := checkID(id); err != nil {
+	if err := sandbox.CheckID(id); err != nil {
 		return "", fmt.Errorf("getting state: %w: %v", sandbox.ErrNotFound, err)
 	}
 	r.mu.Lock()
@@ -753,7 +743,7 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	}
 	for _, e := range ents {
 		cid, _, ok := strings.Cut(e.Name(), "_sandbox:")
-		if id, dot := strings.CutSuffix(cid, "."); ok && dot && strings.HasSuffix(e.Name(), ".state") && validID.MatchString(id) {
+		if id, dot := strings.CutSuffix(cid, "."); ok && dot && strings.HasSuffix(e.Name(), ".state") && sandbox.ValidID(id) {
 			seen[id] = true
 		}
 	}
@@ -762,7 +752,7 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("listing sandboxes: %w", err)
 	}
 	for _, e := range ents {
-		if e.IsDir() && validID.MatchString(e.Name()) {
+		if e.IsDir() && sandbox.ValidID(e.Name()) {
 			seen[e.Name()] = true
 		}
 	}
@@ -776,7 +766,7 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 
 // Kill implements sandbox.Runtime.
 func (r *Runtime) Kill(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
+	if err := sandbox.CheckID(id); err != nil {
 		return nil // no such sandbox can exist
 	}
 	r.enter(false)
@@ -796,7 +786,7 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 
 // Checkpoint implements sandbox.Runtime.
 func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error {
-	if err := checkID(id); err != nil {
+	if err := sandbox.CheckID(id); err != nil {
 		return fmt.Errorf("checkpointing sandbox: %w: %v", sandbox.ErrNotFound, err)
 	}
 	unlock := r.lock(id)

@@ -42,7 +42,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -284,15 +283,6 @@ func (r *Runtime) once(path string, make func() error) error {
 	return make()
 }
 
-var validID = regexp.MustCompile(`^[a-z0-9-]{1,40}$`)
-
-func checkID(id string) error {
-	if !validID.MatchString(id) {
-		return fmt.Errorf("invalid sandbox id %q: want 1 to 40 of [a-z0-9-]", id)
-	}
-	return nil
-}
-
 func (r *Runtime) dir(id string) string { return filepath.Join(r.boxDir, id) }
 
 // socks is the directory of sandbox id's sockets, named by a hash of its
@@ -400,7 +390,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 	if imageDir != "" {
 		verb = "restoring"
 	}
-	if err := checkID(spec.ID); err != nil {
+	if err := sandbox.CheckID(spec.ID); err != nil {
 		return fmt.Errorf("%s sandbox: %w", verb, err)
 	}
 	if fi, err := os.Stat(spec.Template.RootFS); err != nil || !fi.IsDir() {
@@ -892,7 +882,7 @@ func (r *Runtime) qemuProc(id string) (int, bool) {
 
 // State implements sandbox.Runtime: running while its QEMU runs.
 func (r *Runtime) State(ctx context.Context, id string) (sandbox.State, error) {
-	if err := checkID(id); err != nil {
+	if err := sandbox.CheckID(id); err != nil {
 		return "", fmt.Errorf("getting state: %w: %v", sandbox.ErrNotFound, err)
 	}
 	if _, err := os.Lstat(r.dir(id)); err != nil {
@@ -912,7 +902,7 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, e := range ents {
-		if e.IsDir() && validID.MatchString(e.Name()) {
+		if e.IsDir() && sandbox.ValidID(e.Name()) {
 			out = append(out, e.Name())
 		}
 	}
@@ -922,7 +912,7 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 
 // Kill implements sandbox.Runtime.
 func (r *Runtime) Kill(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
+	if err := sandbox.CheckID(id); err != nil {
 		return nil
 	}
 	r.enter(false)
@@ -939,7 +929,7 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 // and devices migrated into imageDir/memory and its writable disk copied
 // beside; then it runs on, or is removed.
 func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error {
-	if err := checkID(id); err != nil {
+	if err := sandbox.CheckID(id); err != nil {
 		return fmt.Errorf("checkpointing sandbox: %w: %v", sandbox.ErrNotFound, err)
 	}
 	unlock := r.lock(id)
