@@ -35,50 +35,29 @@ import (
 // 169.254.244.0/22), the runtime suite (169.254.250.0/23) and the metadata
 // /24 169.254.169.0. A pool is reused once its server and sandboxes are gone.
 //
-// A pool is held with an exclusive lock on a file of its own, not only in
-// this process: two test runs on one machine (a developer's and CI's, or
-// two packages) must never hand out the same address either.
+// Pools are held machine-wide (testenv.TakePool).
 var (
 	poolMu    sync.Mutex
-	poolLocks = map[int]*os.File{}
+	poolFrees = map[int]func(){}
 )
 
-const firstPool, lastPool = 176, 235
-
-// poolLockDir holds one lock file per test pool, machine-wide.
-const poolLockDir = "/tmp/lizard-test-pools"
-
 func takePool(t *testing.T) int {
+	n, release, err := testenv.TakePool()
+	if err != nil {
+		t.Fatal(err)
+	}
 	poolMu.Lock()
-	defer poolMu.Unlock()
-	if err := os.MkdirAll(poolLockDir, 0o755); err != nil {
-		t.Fatalf("making the pool lock directory: %v", err)
-	}
-	for n := firstPool; n <= lastPool; n++ {
-		if poolLocks[n] != nil {
-			continue
-		}
-		f, err := os.OpenFile(filepath.Join(poolLockDir, fmt.Sprintf("169.254.%d.0", n)), os.O_CREATE|os.O_RDWR, 0o644)
-		if err != nil {
-			t.Fatalf("opening a pool lock: %v", err)
-		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			f.Close() // held by another test process
-			continue
-		}
-		poolLocks[n] = f
-		return n
-	}
-	t.Fatalf("all %d test address pools are in use", lastPool-firstPool+1)
-	return 0
+	poolFrees[n] = release
+	poolMu.Unlock()
+	return n
 }
 
 func releasePool(n int) {
 	poolMu.Lock()
 	defer poolMu.Unlock()
-	if f := poolLocks[n]; f != nil {
-		f.Close() // closing drops the lock
-		delete(poolLocks, n)
+	if release := poolFrees[n]; release != nil {
+		release()
+		delete(poolFrees, n)
 	}
 }
 

@@ -42,6 +42,7 @@ import (
 	"github.com/lizard-build/lizard/client"
 	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
 	"github.com/lizard-build/lizard/internal/store/pgtest"
+	"github.com/lizard-build/lizard/internal/testenv"
 )
 
 var (
@@ -210,21 +211,12 @@ func endLeftovers(dir string) {
 // takePool takes a 169.254.N.0/24 pool under the e2e tests' machine-wide
 // lock (e2e/harness_test.go), so that nothing else uses it meanwhile.
 func takePool() (string, error) {
-	dir := "/tmp/lizard-test-pools"
-	os.MkdirAll(dir, 0o755)
-	for n := 235; n >= 176; n-- {
-		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("169.254.%d.0", n)), os.O_CREATE|os.O_RDWR, 0o644)
-		if err != nil {
-			return "", err
-		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-			f.Close()
-			continue
-		}
-		cleanFn = append(cleanFn, func() { f.Close() })
-		return fmt.Sprintf("169.254.%d.0/24", n), nil
+	n, release, err := testenv.TakePool()
+	if err != nil {
+		return "", err
 	}
-	return "", fmt.Errorf("every test address pool is taken")
+	cleanFn = append(cleanFn, release)
+	return fmt.Sprintf("169.254.%d.0/24", n), nil
 }
 
 var unlimited = []string{"--creates-per-second=0", "--requests-per-second=0", "--max-sandboxes-per-project=0", "--egress=none", "--metrics-listen="}
