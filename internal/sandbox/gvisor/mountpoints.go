@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -44,17 +45,8 @@ func missingMountPoints(spec sandbox.Spec) []string {
 		}
 	}
 	// Deepest first, so that each rmdir finds its directory empty.
-	sortDeepestFirst(missing)
+	slices.SortStableFunc(missing, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 	return missing
-}
-
-func sortDeepestFirst(ps []string) {
-	depth := func(p string) int { return strings.Count(p, "/") }
-	for i := 1; i < len(ps); i++ {
-		for j := i; j > 0 && depth(ps[j]) > depth(ps[j-1]); j-- {
-			ps[j], ps[j-1] = ps[j-1], ps[j]
-		}
-	}
 }
 
 // removeMountPoints removes the directories runsc made (empty ones only:
