@@ -14,7 +14,7 @@ import (
 )
 
 // TestPauseDuringCall pauses a sandbox while a 5 s run_code is in flight.
-// The manager waits for calls in flight (up to its PauseWait, 10 s by
+// The node waits for calls in flight (up to its PauseWait, 10 s by
 // default) before checkpointing, so the call's result must arrive intact
 // and only then the sandbox pause; the variables it set survive a resume.
 func TestPauseDuringCall(t *testing.T) {
@@ -50,7 +50,7 @@ func TestPauseDuringCall(t *testing.T) {
 		if !isStatus(err, 409) || !strings.Contains(err.Error(), "call running") {
 			t.Fatalf("PauseSandbox during a call: %v; want it to wait for the call, or a 409 naming the call", err)
 		}
-		t.Fatalf("PauseSandbox during a 5 s call gave 409 (%v); the manager waits up to 10 s, so it should have waited", err)
+		t.Fatalf("PauseSandbox during a 5 s call gave 409 (%v); the node waits up to 10 s, so it should have waited", err)
 	}
 	if p.State != api.StatePaused {
 		t.Fatalf("PauseSandbox = state %s; want paused", p.State)

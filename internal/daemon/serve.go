@@ -1,3 +1,8 @@
+// Package daemon holds the server's commands — `lizard serve` (one machine),
+// `lizard api` and `lizard node` (a cluster's two roles), `lizard admin` and
+// the server side of `lizard template` — and wires the store, the node, the
+// control plane and the HTTP server together from one set of flags. The
+// commands that only talk to the API live in internal/cli.
 package daemon
 
 import (
@@ -82,7 +87,7 @@ type serveConfig struct {
 	// builds.
 	Warm          warmFlag
 	BuildsPerHour float64
-	// policy is untrusted code's limits and network (serve_policy.go).
+	// policy is untrusted code's limits and network (policyFlags, flags.go).
 	policy policyFlags
 
 	pool  netns.Pool

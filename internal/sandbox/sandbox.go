@@ -1,6 +1,6 @@
 // Package sandbox defines what a sandbox runtime backend must do and the
-// errors it reports. Backends live in subpackages (gvisor, and firecracker on
-// KVM hosts); sandboxtest holds the conformance suite every backend runs.
+// errors it reports. Backends live in subpackages (gvisor, and qemu: a Linux
+// kernel per sandbox); sandboxtest holds the conformance suite every backend runs.
 package sandbox
 
 import (

@@ -66,7 +66,7 @@ func decodeJSONMax(w http.ResponseWriter, r *http.Request, v any, allowEmpty boo
 // checkBounds enforces the fixed bounds api/openapi.yaml gives request
 // fields, here at the edge, so that they hold on every path a request
 // takes (booting, restoring a snapshot, forking). The bounds a server is
-// configured with (--max-memory-mb...) are the manager's to check.
+// configured with (--max-memory-mb...) are the control plane's to check.
 func checkBounds(v any, data []byte) error {
 	nonNegative := func(name string, ms *int64) error {
 		if ms != nil && *ms < 0 {

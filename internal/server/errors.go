@@ -145,7 +145,7 @@ func (s *Server) agentFailed(ctx context.Context, project, id string) error {
 			return err
 		}
 		if err := s.c.CheckRunning(ctx, project, id); err != nil {
-			return err // gone (410) or not running (409), with the manager's message
+			return err // gone (410) or not running (409), with the control plane's message
 		}
 		expired := sb.ExpiresAt != nil && !time.Now().Before(*sb.ExpiresAt)
 		if expired && !time.Now().Before(deadline) {

@@ -37,7 +37,7 @@ type Shape struct {
 	Volumes     []VolumeMount `json:"volumes,omitempty"`
 	PublicPorts bool          `json:"publicPorts,omitempty"`
 	// Recorded is false for rows written before shapes were stored; the
-	// manager then uses the server's current defaults.
+	// control plane then uses the server's current defaults.
 	Recorded bool `json:"-"`
 }
 
