@@ -80,7 +80,7 @@ runsc: ## Build the pinned static runsc into bin/runsc (skipped when up to date)
 	fi
 
 template: deps build ## Build (or find cached) the interpreter template, with progress
-	bin/lizard template build --cache-dir $(CACHE_DIR) interpreter
+	bin/lizard admin build-template --cache-dir $(CACHE_DIR) interpreter
 
 serve: deps build ## Start the service on $(LISTEN) with data in $(DATA_DIR) (builds the template on first start)
 	bin/lizard serve --listen $(LISTEN) --data-dir $(DATA_DIR) --cache-dir $(CACHE_DIR)

@@ -983,7 +983,7 @@ def main() -> int:
         # The hook for the warm pool of issue 6: measured with and without it once serve has the flag.
         has_pool = bool(re.search(r"^\s*-warm-pool\b", serve_help(str(bin_dir / "lizard")), re.M))
         # The template (and its snapshot, once issue 6 lands) must exist before anything is timed.
-        subprocess.run([str(bin_dir / "lizard"), "template", "build", "--cache-dir", a.cache_dir, "interpreter"],
+        subprocess.run([str(bin_dir / "lizard"), "admin", "build-template", "--cache-dir", a.cache_dir, "interpreter"],
                        check=True, stdout=subprocess.DEVNULL)
         rootfs = sorted(Path(a.cache_dir, "templates").glob("interpreter-*/rootfs"),
                         key=lambda p: p.stat().st_mtime)[-1]

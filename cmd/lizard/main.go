@@ -1,4 +1,4 @@
-// Command lizard is the Lizard server (`lizard serve`, `admin`, `template`)
+// Command lizard is the Lizard server (`lizard serve`, `api`, `node`, `admin`)
 // and its command-line client.
 package main
 

@@ -36,9 +36,9 @@ func templateUsage(w io.Writer) {
 	fmt.Fprintln(w, "Every command takes --api-url and --api-key (default $LIZARD_API_URL, $LIZARD_API_KEY).")
 }
 
-// RunTemplate is the client's `lizard template`. The server binary adds
-// `lizard template build [NAME]` (no -f), which builds a built-in
-// template's root filesystem locally.
+// RunTemplate is `lizard template`, the same on the server's binary and the
+// client's; a built-in template is built on the server's machine with
+// `lizard admin build-template` instead.
 func RunTemplate(ctx context.Context, e Env, args []string) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		templateUsage(e.Stdout)
@@ -64,6 +64,9 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 		return err
 	}
 	if *file == "" || len(pos) != 0 {
+		if *file == "" && len(pos) == 1 {
+			return Usagef("usage: lizard template build -f RECIPE.yaml [--name NAME] [--quiet] [--json] (a built-in template such as %q is built on the server's machine: lizard admin build-template %s)", pos[0], pos[0])
+		}
 		return Usagef("usage: lizard template build -f RECIPE.yaml [--name NAME] [--quiet] [--json]")
 	}
 	fileName, recipe, err := client.LoadRecipe(*file)

@@ -23,11 +23,13 @@ func adminUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   lizard admin create-project --id ID [--data-dir DIR] [--json]   make a project and its first API key
   lizard admin create-key --project ID [--data-dir DIR] [--json]  make another API key for a project
+  lizard admin build-template [--cache-dir DIR] [NAME]           build a built-in template's root filesystem
+                                                                 here (progress on stderr, its path on stdout)
 
 In a cluster, pass --database-url (or set LIZARD_DATABASE_URL) instead of
 --data-dir.
 
-Both work whether or not the server is running on DIR. A key is shown once;
+create-project and create-key work whether or not the server is running on DIR. A key is shown once;
 only its hash is stored.
 `)
 }
@@ -42,9 +44,11 @@ func runAdmin(ctx context.Context, e cli.Env, args []string) error {
 		return adminCreate(ctx, e, args[1:], true)
 	case "create-key":
 		return adminCreate(ctx, e, args[1:], false)
+	case "build-template":
+		return adminBuildTemplate(ctx, e, args[1:])
 	}
 	adminUsage(e.Stderr)
-	return cli.Usagef("unknown admin command %q: want create-project or create-key", args[0])
+	return cli.Usagef("unknown admin command %q: want create-project, create-key or build-template", args[0])
 }
 
 // adminKey is what create-project and create-key print with --json.

@@ -19,7 +19,7 @@ type templateBuildArgs struct {
 }
 
 func parseTemplateBuild(e cli.Env, args []string) (*templateBuildArgs, error) {
-	fs := cli.NewFlags(e, "template build")
+	fs := cli.NewFlags(e, "admin build-template")
 	a := &templateBuildArgs{}
 	fs.StringVar(&a.cacheDir, "cache-dir", template.DefaultCacheDir, "template cache directory, shared by every data directory")
 	pos, err := cli.ParseInterspersed(fs, args)
@@ -32,38 +32,21 @@ func parseTemplateBuild(e cli.Env, args []string) (*templateBuildArgs, error) {
 	case 1:
 		a.name = pos[0]
 	default:
-		return nil, cli.Usagef("usage: lizard template build [--cache-dir D] [NAME]")
+		return nil, cli.Usagef("usage: lizard admin build-template [--cache-dir D] [NAME]")
 	}
 	if !slices.Contains(template.Names(), a.name) {
-		return nil, cli.Usagef("unknown built-in template %q: want one of %s (a custom template is built from a recipe: lizard template build -f RECIPE.yaml --name NAME)", a.name, strings.Join(template.Names(), ", "))
+		return nil, cli.Usagef("unknown built-in template %q: want one of %s (a custom template is built from a recipe through the API: lizard template build -f RECIPE.yaml --name NAME)", a.name, strings.Join(template.Names(), ", "))
 	}
 	return a, nil
 }
 
-// runTemplate is `lizard template build [--cache-dir D] [NAME]`, which
-// builds a built-in template's root filesystem here, without a server;
-// every other use of `lizard template` (custom templates through the API:
-// build -f, list, get, delete) is the client's.
-func runTemplate(ctx context.Context, e cli.Env, args []string) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		if err := cli.RunTemplate(ctx, e, args); err != nil {
-			return err
-		}
-		fmt.Fprintln(e.Stdout, "\nOn the server's machine: lizard template build [--cache-dir D] [NAME] builds a built-in template's")
-		fmt.Fprintln(e.Stdout, "root filesystem into the template cache. Built-in templates: "+strings.Join(template.Names(), ", "))
-		return nil
-	}
-	if args[0] != "build" || slices.ContainsFunc(args[1:], func(a string) bool {
-		for _, flag := range []string{"f", "name", "quiet", "json", "api-url", "api-key"} {
-			if a == "-"+flag || a == "--"+flag || strings.HasPrefix(a, "-"+flag+"=") || strings.HasPrefix(a, "--"+flag+"=") {
-				return true
-			}
-		}
-		return false
-	}) {
-		return cli.RunTemplate(ctx, e, args)
-	}
-	a, err := parseTemplateBuild(e, args[1:])
+// adminBuildTemplate is `lizard admin build-template [--cache-dir D] [NAME]`:
+// a built-in template's root filesystem built here, on the server's machine,
+// without a server (make template, or ahead of a node's first start). It is
+// an admin verb rather than a `lizard template` one so that `lizard template`
+// stays the client's single command, parsed once, on every binary.
+func adminBuildTemplate(ctx context.Context, e cli.Env, args []string) error {
+	a, err := parseTemplateBuild(e, args)
 	if err != nil {
 		return err
 	}

@@ -48,9 +48,9 @@ func TestTemplateBuild(t *testing.T) {
 	}
 	t.Cleanup(func() { ensureTemplate = template.Ensure })
 
-	out, errOut, err := runCLI(t, "template", "build", "--cache-dir", "/tmp/c")
+	out, errOut, err := runCLI(t, "admin", "build-template", "--cache-dir", "/tmp/c")
 	if err != nil {
-		t.Fatalf("template build: %v", err)
+		t.Fatalf("admin build-template: %v", err)
 	}
 	if gotDir != "/tmp/c" || gotName != template.Default {
 		t.Errorf("Ensure(%q, %q), want (/tmp/c, %s)", gotDir, gotName, template.Default)
@@ -58,21 +58,21 @@ func TestTemplateBuild(t *testing.T) {
 	if out != "/tmp/c/interpreter-abc/rootfs\n" || !strings.Contains(errOut, "step 1/5") {
 		t.Errorf("stdout %q stderr %q: want only the path on stdout and progress on stderr", out, errOut)
 	}
-	_, _, err = runCLI(t, "template", "build", "--cache-dir", "/broken")
+	_, _, err = runCLI(t, "admin", "build-template", "--cache-dir", "/broken")
 	if err == nil || !strings.Contains(err.Error(), "debootstrap failed") {
 		t.Errorf("failed build: got %v, want its cause", err)
 	}
-	if _, _, err := runCLI(t, "template", "frobnicate"); cli.ExitCode(err) != 2 {
-		t.Errorf("unknown template command: got %v, want a usage error", err)
+	if _, _, err := runCLI(t, "admin", "build-template", "a", "b"); cli.ExitCode(err) != 2 {
+		t.Errorf("two templates: got %v, want a usage error", err)
 	}
 }
 
-// TestTemplateCommandsReachTheClient checks that the server binary's
-// `lizard template` hands custom template commands (a recipe, list, get,
-// delete) to the client's, and keeps `template build [NAME]` local.
-func TestTemplateCommandsReachTheClient(t *testing.T) {
+// TestTemplateIsTheClients checks that `lizard template` on the server's
+// binary is the client's one command: every form of it (a recipe, list, get,
+// delete, and a built-in's name) reaches the client, never a local build.
+func TestTemplateIsTheClients(t *testing.T) {
 	ensureTemplate = func(ctx context.Context, cacheDir, name string, progress io.Writer) (string, error) {
-		t.Errorf("a custom template command built %s locally", name)
+		t.Errorf("lizard template built %s locally", name)
 		return "", errors.New("not here")
 	}
 	t.Cleanup(func() { ensureTemplate = template.Ensure })
@@ -80,6 +80,7 @@ func TestTemplateCommandsReachTheClient(t *testing.T) {
 	for _, args := range [][]string{
 		{"template", "build", "-f", "/nonexistent/recipe.yaml"},
 		{"template", "build", "--name", "x"},
+		{"template", "build", "interpreter"},
 		{"template", "list"},
 		{"template", "get", "x"},
 		{"template", "delete", "x"},
@@ -91,7 +92,7 @@ func TestTemplateCommandsReachTheClient(t *testing.T) {
 			t.Errorf("lizard %s = %v; want the client's command to run (and fail without a key or recipe)", strings.Join(args, " "), err)
 		}
 	}
-	if _, _, err := runCLI(t, "template", "build", "nosuch"); err == nil || !strings.Contains(err.Error(), "lizard template build -f RECIPE.yaml") {
-		t.Errorf("template build nosuch = %v; want the unknown built-in named, and the recipe command", err)
+	if _, _, err := runCLI(t, "admin", "build-template", "nosuch"); err == nil || !strings.Contains(err.Error(), "lizard template build -f RECIPE.yaml") {
+		t.Errorf("admin build-template nosuch = %v; want the unknown built-in named, and the recipe command", err)
 	}
 }
