@@ -102,14 +102,22 @@ func (c *Client) unreachable(err error) error {
 
 // Create implements node.Node.
 func (c *Client) Create(ctx context.Context, p node.Plan) (store.Sandbox, error) {
-	var sb store.Sandbox
-	return sb, c.do(ctx, http.MethodPost, "/sandboxes", toWire(p), &sb)
+	var sb wireSandbox
+	err := c.do(ctx, http.MethodPost, "/sandboxes", toWire(p), &sb)
+	return sb.sandbox(), err
 }
 
 // Fork implements node.Node.
 func (c *Client) Fork(ctx context.Context, parent string, p node.Plan, n int) ([]store.Sandbox, error) {
-	var sbs []store.Sandbox
-	return sbs, c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(parent)+"/fork", forkRequest{Plan: toWire(p), Count: n}, &sbs)
+	var ws []wireSandbox
+	if err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(parent)+"/fork", forkRequest{Plan: toWire(p), Count: n}, &ws); err != nil {
+		return nil, err
+	}
+	sbs := make([]store.Sandbox, len(ws))
+	for i, w := range ws {
+		sbs[i] = w.sandbox()
+	}
+	return sbs, nil
 }
 
 // Kill implements node.Node.
@@ -119,20 +127,23 @@ func (c *Client) Kill(ctx context.Context, id string) error {
 
 // SetTimeout implements node.Node.
 func (c *Client) SetTimeout(ctx context.Context, id string, ms int64) (store.Sandbox, error) {
-	var sb store.Sandbox
-	return sb, c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/timeout", timeoutRequest{TimeoutMs: &ms}, &sb)
+	var sb wireSandbox
+	err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/timeout", timeoutRequest{TimeoutMs: &ms}, &sb)
+	return sb.sandbox(), err
 }
 
 // Pause implements node.Node.
 func (c *Client) Pause(ctx context.Context, id string) (store.Sandbox, error) {
-	var sb store.Sandbox
-	return sb, c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/pause", nil, &sb)
+	var sb wireSandbox
+	err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/pause", nil, &sb)
+	return sb.sandbox(), err
 }
 
 // Resume implements node.Node.
 func (c *Client) Resume(ctx context.Context, id string, timeoutMs *int64) (store.Sandbox, error) {
-	var sb store.Sandbox
-	return sb, c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/resume", timeoutRequest{TimeoutMs: timeoutMs}, &sb)
+	var sb wireSandbox
+	err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/resume", timeoutRequest{TimeoutMs: timeoutMs}, &sb)
+	return sb.sandbox(), err
 }
 
 // Snapshot implements node.Node; the image is a path on the node.

@@ -18,7 +18,8 @@ import (
 
 // HandlerConfig says what a node serves.
 type HandlerConfig struct {
-	Node *node.Local
+	// Node runs the sandboxes: the machine's *node.Local.
+	Node node.Node
 	// Store is the shared database the node's lizardTokens are minted in.
 	Store  *store.Store
 	Secret string
@@ -99,7 +100,7 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := h.cfg.Node.Create(r.Context(), h.local(in))
-	h.answer(w, r, sb, err)
+	h.answer(w, r, sandboxToWire(sb), err)
 }
 
 // local is the node's plan of wire plan w, minting its lizardToken here
@@ -150,7 +151,11 @@ func (h *handler) fork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sbs, err := h.cfg.Node.Fork(r.Context(), r.PathValue("id"), h.local(in.Plan), in.Count)
-	h.answer(w, r, sbs, err)
+	ws := make([]wireSandbox, len(sbs))
+	for i, sb := range sbs {
+		ws[i] = sandboxToWire(sb)
+	}
+	h.answer(w, r, ws, err)
 }
 
 func (h *handler) kill(w http.ResponseWriter, r *http.Request) {
@@ -167,12 +172,12 @@ func (h *handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := h.cfg.Node.SetTimeout(r.Context(), r.PathValue("id"), *in.TimeoutMs)
-	h.answer(w, r, sb, err)
+	h.answer(w, r, sandboxToWire(sb), err)
 }
 
 func (h *handler) pause(w http.ResponseWriter, r *http.Request) {
 	sb, err := h.cfg.Node.Pause(r.Context(), r.PathValue("id"))
-	h.answer(w, r, sb, err)
+	h.answer(w, r, sandboxToWire(sb), err)
 }
 
 func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
@@ -181,7 +186,7 @@ func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := h.cfg.Node.Resume(r.Context(), r.PathValue("id"), in.TimeoutMs)
-	h.answer(w, r, sb, err)
+	h.answer(w, r, sandboxToWire(sb), err)
 }
 
 func (h *handler) snapshot(w http.ResponseWriter, r *http.Request) {

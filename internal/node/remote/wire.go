@@ -46,9 +46,11 @@ const (
 var ErrUnreachable = errors.New("node unreachable")
 
 // plan is node.Plan on the wire: the data of the control plane's decision.
-// Admission happens in the API before it is sent; Token asks the node to
-// mint the sandbox's lizardToken once it has recorded the sandbox (the
-// key's row references the sandbox's, which only the node writes).
+// Admission happens in the API before it is sent, and again on the node
+// where the sandbox is recorded (HandlerConfig.MaxLive); Token asks the
+// node to mint the sandbox's lizardToken once it has recorded the sandbox
+// (the key's row references the sandbox's, which only the node writes).
+// Plan.Build never crosses: a template build boots on the node that builds.
 type plan struct {
 	ProjectID string            `json:"projectId"`
 	Role      string            `json:"role,omitempty"`
@@ -57,26 +59,124 @@ type plan struct {
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	OnTimeout string            `json:"onTimeout,omitempty"`
 	Envs      []string          `json:"envs,omitempty"`
-	Limits    sandbox.Limits    `json:"limits"`
+	Limits    limits            `json:"limits"`
 	Internet  bool              `json:"internet"`
 	// Volumes are on the node's disk: the API places such a plan there.
-	Volumes     []store.VolumeMount `json:"volumes,omitempty"`
-	PublicPorts bool                `json:"publicPorts,omitempty"`
-	Image       string              `json:"image,omitempty"`
-	Token       bool                `json:"token,omitempty"`
-	ParentID    string              `json:"parentId,omitempty"`
+	Volumes     []volumeMount `json:"volumes,omitempty"`
+	PublicPorts bool          `json:"publicPorts,omitempty"`
+	Image       string        `json:"image,omitempty"`
+	Token       bool          `json:"token,omitempty"`
+	ParentID    string        `json:"parentId,omitempty"`
 }
 
 func toWire(p node.Plan) plan {
 	return plan{ProjectID: p.ProjectID, Role: p.Role, Template: p.Template, TimeoutMs: p.TimeoutMs, Metadata: p.Metadata,
-		OnTimeout: p.OnTimeout, Envs: p.Envs, Limits: p.Limits, Internet: p.Internet, Image: p.Image, Token: p.Key != nil,
-		ParentID: p.ParentID, Volumes: p.Volumes, PublicPorts: p.PublicPorts}
+		OnTimeout: p.OnTimeout, Envs: p.Envs, Limits: limitsToWire(p.Limits), Internet: p.Internet, Image: p.Image,
+		Token: p.Key != nil, ParentID: p.ParentID, Volumes: volumesToWire(p.Volumes), PublicPorts: p.PublicPorts}
 }
 
 func (w plan) plan() node.Plan {
 	return node.Plan{ProjectID: w.ProjectID, Role: w.Role, Template: w.Template, TimeoutMs: w.TimeoutMs, Metadata: w.Metadata,
-		OnTimeout: w.OnTimeout, Envs: w.Envs, Limits: w.Limits, Internet: w.Internet, Image: w.Image, ParentID: w.ParentID,
-		Volumes: w.Volumes, PublicPorts: w.PublicPorts}
+		OnTimeout: w.OnTimeout, Envs: w.Envs, Limits: w.Limits.limits(), Internet: w.Internet, Image: w.Image,
+		ParentID: w.ParentID, Volumes: volumesFromWire(w.Volumes), PublicPorts: w.PublicPorts}
+}
+
+// limits is sandbox.Limits on the wire.
+type limits struct {
+	MemoryBytes int64   `json:"memoryBytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+	DiskBytes   int64   `json:"diskBytes,omitempty"`
+	Pids        int64   `json:"pids,omitempty"`
+	OpenFiles   int64   `json:"openFiles,omitempty"`
+	Processes   int64   `json:"processes,omitempty"`
+}
+
+func limitsToWire(l sandbox.Limits) limits {
+	return limits{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, DiskBytes: l.DiskBytes, Pids: l.Pids, OpenFiles: l.OpenFiles, Processes: l.Processes}
+}
+
+func (w limits) limits() sandbox.Limits {
+	return sandbox.Limits{MemoryBytes: w.MemoryBytes, CPUs: w.CPUs, DiskBytes: w.DiskBytes, Pids: w.Pids, OpenFiles: w.OpenFiles, Processes: w.Processes}
+}
+
+// volumeMount is store.VolumeMount on the wire.
+type volumeMount struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+func volumesToWire(ms []store.VolumeMount) []volumeMount {
+	var out []volumeMount
+	for _, m := range ms {
+		out = append(out, volumeMount{ID: m.ID, Name: m.Name, Path: m.Path})
+	}
+	return out
+}
+
+func volumesFromWire(ws []volumeMount) []store.VolumeMount {
+	var out []store.VolumeMount
+	for _, w := range ws {
+		out = append(out, store.VolumeMount{ID: w.ID, Name: w.Name, Path: w.Path})
+	}
+	return out
+}
+
+// wireSandbox is a sandbox as the node answers for it: its record, with
+// the shape it runs with, of which the API reports the resources. Its own
+// type, not the database row's, so that a field the row gains or hides
+// from JSON (Shape.Recorded) is carried on purpose or the round-trip test
+// fails.
+type wireSandbox struct {
+	ID        string            `json:"id"`
+	ProjectID string            `json:"projectId"`
+	Template  string            `json:"template"`
+	State     string            `json:"state"`
+	TimeoutMs int64             `json:"timeoutMs"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	CreatedAt time.Time         `json:"createdAt"`
+	ExpiresAt *time.Time        `json:"expiresAt,omitempty"`
+	EndedAt   *time.Time        `json:"endedAt,omitempty"`
+	EndReason string            `json:"endReason,omitempty"`
+	Slot      int               `json:"slot"`
+	HostAddr  string            `json:"hostAddr"`
+	GuestAddr string            `json:"guestAddr"`
+	Shape     shape             `json:"shape"`
+	Role      string            `json:"role,omitempty"`
+	ParentID  string            `json:"parentId,omitempty"`
+	Node      string            `json:"node,omitempty"`
+}
+
+// shape is store.Shape on the wire.
+type shape struct {
+	Limits      limits        `json:"limits"`
+	Internet    bool          `json:"internet,omitempty"`
+	Token       bool          `json:"token,omitempty"`
+	Volumes     []volumeMount `json:"volumes,omitempty"`
+	PublicPorts bool          `json:"publicPorts,omitempty"`
+	// Recorded is false for a row from before shapes were recorded: the
+	// API then reports its own defaults.
+	Recorded bool `json:"recorded"`
+}
+
+func sandboxToWire(sb store.Sandbox) wireSandbox {
+	sh := sb.Shape
+	return wireSandbox{ID: sb.ID, ProjectID: sb.ProjectID, Template: sb.Template, State: sb.State, TimeoutMs: sb.TimeoutMs,
+		Metadata: sb.Metadata, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, EndedAt: sb.EndedAt, EndReason: sb.EndReason,
+		Slot: sb.Slot, HostAddr: sb.HostAddr, GuestAddr: sb.GuestAddr, Role: sb.Role, ParentID: sb.ParentID, Node: sb.Node,
+		Shape: shape{Limits: limits{MemoryBytes: sh.MemoryBytes, CPUs: sh.CPUs, DiskBytes: sh.DiskBytes, Pids: sh.Pids,
+			OpenFiles: sh.OpenFiles, Processes: sh.Processes}, Internet: sh.Internet, Token: sh.Token,
+			Volumes: volumesToWire(sh.Volumes), PublicPorts: sh.PublicPorts, Recorded: sh.Recorded}}
+}
+
+func (w wireSandbox) sandbox() store.Sandbox {
+	l := w.Shape.Limits
+	return store.Sandbox{ID: w.ID, ProjectID: w.ProjectID, Template: w.Template, State: w.State, TimeoutMs: w.TimeoutMs,
+		Metadata: w.Metadata, CreatedAt: w.CreatedAt, ExpiresAt: w.ExpiresAt, EndedAt: w.EndedAt, EndReason: w.EndReason,
+		Slot: w.Slot, HostAddr: w.HostAddr, GuestAddr: w.GuestAddr, Role: w.Role, ParentID: w.ParentID, Node: w.Node,
+		Shape: store.Shape{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, DiskBytes: l.DiskBytes, Pids: l.Pids,
+			OpenFiles: l.OpenFiles, Processes: l.Processes, Internet: w.Shape.Internet, Token: w.Shape.Token,
+			Volumes: volumesFromWire(w.Shape.Volumes), PublicPorts: w.Shape.PublicPorts, Recorded: w.Shape.Recorded}}
 }
 
 type forkRequest struct {

@@ -1,0 +1,188 @@
+package remote
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/node"
+)
+
+// TestForwardedCall: an agent call goes to the node with the caller the
+// API checked, streams back line by line, and when the node dies under the
+// stream the call ends saying so.
+func TestForwardedCall(t *testing.T) {
+	lines := make(chan string)
+	agent := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, ok := auth.CallerOf(r.Context())
+		if !ok || r.PathValue("id") != "sb-1" {
+			http.Error(w, "no caller", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		fmt.Fprintf(w, "{\"caller\":%q}\n", c.ProjectID+"/"+c.KeyID+"/"+c.SandboxID)
+		w.(http.Flusher).Flush()
+		for l := range lines {
+			if l == "die" {
+				panic(http.ErrAbortHandler) // the node's connection breaks
+			}
+			fmt.Fprintln(w, l)
+			w.(http.Flusher).Flush()
+		}
+	})
+	s := serve(t, &fakeNode{}, agent)
+	ctx := auth.WithCaller(context.Background(), auth.Caller{ProjectID: "p1", KeyID: "k1", SandboxID: "parent"})
+	call, err := s.client.Acquire(ctx, "sb-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer call.Release()
+	req, _ := http.NewRequestWithContext(call.Ctx, http.MethodPost, call.URL.String()+"/execute", strings.NewReader(`{"code":"1"}`))
+	resp, err := s.client.Transport().RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	read := func() string {
+		t.Helper()
+		l, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the stream: %v", err)
+		}
+		return strings.TrimSpace(l)
+	}
+	if got := read(); got != `{"caller":"p1/k1/parent"}` {
+		t.Errorf("the agent saw %s; want the caller p1/k1/parent", got)
+	}
+	// Each line arrives before the next is written: the stream is not
+	// buffered on the way.
+	for _, l := range []string{`{"n":1}`, `{"n":2}`} {
+		lines <- l
+		if got := read(); got != l {
+			t.Errorf("streamed %s; want %s", got, l)
+		}
+	}
+	lines <- "die"
+	if _, err := io.ReadAll(r); err == nil {
+		t.Error("the stream of a node that died ended cleanly")
+	}
+	cause := context.Cause(call.Ctx)
+	if !errors.Is(cause, node.ErrUnavailable) || !errors.Is(cause, ErrUnreachable) || !strings.Contains(node.Message(cause), "stopped answering") {
+		t.Errorf("the call ended with %v; want ErrUnavailable saying the node stopped answering", cause)
+	}
+	close(lines)
+}
+
+// TestForwardedCallRefused: a forwarded call the node refuses for the
+// cluster secret ends saying so, never blaming the caller's key.
+func TestForwardedCallRefused(t *testing.T) {
+	s := serve(t, &fakeNode{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("a call with the wrong secret reached the agent")
+	}))
+	bad := NewClient("n1", s.srv.Listener.Addr().String(), NewTransport("another-secret"))
+	call, err := bad.Acquire(auth.WithProjectID(context.Background(), "p1"), "sb-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer call.Release()
+	req, _ := http.NewRequestWithContext(call.Ctx, http.MethodGet, call.URL.String()+"/health", nil)
+	if _, err := bad.Transport().RoundTrip(req); err == nil {
+		t.Error("a forwarded call with the wrong secret went through")
+	}
+	if cause := context.Cause(call.Ctx); !errors.Is(cause, node.ErrUnavailable) || !strings.Contains(node.Message(cause), "LIZARD_CLUSTER_SECRET") {
+		t.Errorf("the call ended with %v; want ErrUnavailable naming LIZARD_CLUSTER_SECRET", cause)
+	}
+}
+
+// TestPorts: a request to an exposed port reaches the sandbox's port on the
+// node with the program's own headers and without the cluster secret, and
+// the node's refusals arrive as the public API's errors.
+func TestPorts(t *testing.T) {
+	port := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/private" {
+			w.WriteHeader(http.StatusUnauthorized) // the program's own 401
+			return
+		}
+		fmt.Fprintf(w, "%s %s?%s auth=%q secret=%q fwd=%q", r.Method, r.URL.Path, r.URL.RawQuery,
+			r.Header.Get("Authorization"), r.Header.Get(HeaderSecret), r.Header.Get("X-Forwarded-Host"))
+	}))
+	defer port.Close()
+	refused := httptest.NewServer(http.NotFoundHandler())
+	refusedURL, _ := url.Parse(refused.URL)
+	refused.Close()
+	portURL, _ := url.Parse(port.URL)
+
+	var opened []string
+	released := make(chan struct{}, 10)
+	fn := &fakeNode{openPort: func(ctx context.Context, id string, p int, resume bool) (node.Call, error) {
+		opened = append(opened, fmt.Sprintf("%s:%d resume=%v", id, p, resume))
+		switch id {
+		case "paused":
+			return node.Call{}, &node.Error{Kind: node.ErrConflict, Msg: "sandbox paused is paused"}
+		case "deaf":
+			return node.Call{URL: refusedURL, Ctx: ctx, Release: func() { released <- struct{}{} }}, nil
+		}
+		return node.Call{URL: portURL, Ctx: ctx, Release: func() { released <- struct{}{} }}, nil
+	}}
+	s := serve(t, fn, nil)
+
+	do := func(id string, resume bool, path string) (int, string) {
+		t.Helper()
+		call, err := s.client.OpenPort(context.Background(), id, 8080, resume)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer call.Release()
+		req, _ := http.NewRequestWithContext(call.Ctx, http.MethodGet, call.URL.String()+path, nil)
+		req.Header.Set("Authorization", "Bearer program-token")
+		req.Header.Set("X-Forwarded-Host", "8080-sb-1.example.test")
+		resp, err := call.Transport.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("port call %s%s: %v", id, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	status, body := do("sb-1", true, "/a/b?q=1")
+	if want := `GET /a/b?q=1 auth="Bearer program-token" secret="" fwd="8080-sb-1.example.test"`; status != http.StatusOK || body != want {
+		t.Errorf("port call = %d %s; want 200 %s", status, body, want)
+	}
+	if status, _ := do("sb-1", false, "/private"); status != http.StatusUnauthorized {
+		t.Errorf("the program's own 401 arrived as %d", status)
+	}
+	status, body = do("paused", false, "/")
+	if status != http.StatusConflict || !strings.Contains(body, `"code":"`+api.CodeConflict+`"`) || !strings.Contains(body, "is paused") {
+		t.Errorf("port of a paused sandbox = %d %s; want 409 with the node's message", status, body)
+	}
+	status, body = do("deaf", false, "/")
+	if status != http.StatusBadGateway || !strings.Contains(body, "nothing listens on port 8080") {
+		t.Errorf("port nothing listens on = %d %s; want 502 saying nothing listens", status, body)
+	}
+	want := []string{"sb-1:8080 resume=true", "sb-1:8080 resume=false", "paused:8080 resume=false", "deaf:8080 resume=false"}
+	if fmt.Sprint(opened) != fmt.Sprint(want) {
+		t.Errorf("the node opened %q; want %q", opened, want)
+	}
+	// Released on the node once each call is done, which may be just
+	// after its answer arrived here.
+	for i := range 3 {
+		select {
+		case <-released:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d port calls released; want the 3 that opened", i)
+		}
+	}
+}
+
