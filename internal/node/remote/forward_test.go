@@ -185,4 +185,3 @@ func TestPorts(t *testing.T) {
 		}
 	}
 }
-

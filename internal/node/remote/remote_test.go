@@ -117,9 +117,11 @@ func (f *fakeNode) OpenPort(ctx context.Context, id string, port int, resume boo
 }
 
 // The handler forwards agent calls to HandlerConfig.Agent, never to these.
-func (f *fakeNode) Acquire(context.Context, string) (node.Call, error) { return node.Call{}, errUnexpected }
-func (f *fakeNode) Transport() http.RoundTripper                        { return http.DefaultTransport }
-func (f *fakeNode) Subscribe(func(node.Event))                          {}
+func (f *fakeNode) Acquire(context.Context, string) (node.Call, error) {
+	return node.Call{}, errUnexpected
+}
+func (f *fakeNode) Transport() http.RoundTripper { return http.DefaultTransport }
+func (f *fakeNode) Subscribe(func(node.Event))   {}
 
 // served is a node served by Handler over HTTP and the Client of it.
 type served struct {
