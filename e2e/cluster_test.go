@@ -381,6 +381,44 @@ func TestCluster(t *testing.T) {
 	}
 	sbs = append(sbs, &forks[0])
 
+	// The resources a create asked for are what every answer of the API
+	// reports, whichever API process and node: the node's answer carries
+	// the sandbox's recorded shape, not the API's defaults (1024 MiB,
+	// 2048 MiB of disk).
+	shaped, err := cl[0].CreateSandbox(ctx, api.CreateSandboxRequest{MemoryMb: ms(512), Cpus: new(1.0), DiskMb: ms(1024), TimeoutMs: ms(600_000)})
+	if err != nil {
+		t.Fatalf("create with memoryMb 512, cpus 1, diskMb 1024: %v", err)
+	}
+	sbs = append(sbs, shaped)
+	checkShape := func(call string, sb *api.Sandbox, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", call, err)
+		}
+		if sb.MemoryMb != 512 || sb.Cpus != 1 || sb.DiskMb != 1024 {
+			t.Errorf("%s answered memoryMb %d, cpus %v, diskMb %d; want 512, 1, 1024", call, sb.MemoryMb, sb.Cpus, sb.DiskMb)
+		}
+	}
+	checkShape("CreateSandbox", shaped, nil)
+	got, err := cl[1].SetTimeout(ctx, shaped.SandboxID, 600_000)
+	checkShape("SetTimeout", got, err)
+	got, err = cl[0].PauseSandbox(ctx, shaped.SandboxID)
+	checkShape("PauseSandbox", got, err)
+	got, err = cl[1].ResumeSandbox(ctx, shaped.SandboxID, api.ResumeRequest{})
+	checkShape("ResumeSandbox", got, err)
+	shapedForks, err := cl[0].Fork(ctx, shaped.SandboxID, api.ForkRequest{Count: 1, TimeoutMs: ms(600_000)})
+	if err == nil && len(shapedForks) != 1 {
+		err = fmt.Errorf("%d forks; want 1", len(shapedForks))
+	}
+	if err == nil {
+		sbs = append(sbs, &shapedForks[0])
+		checkShape("Fork", &shapedForks[0], nil)
+	} else {
+		checkShape("Fork", nil, err)
+	}
+	got, err = cl[1].GetSandbox(ctx, shaped.SandboxID)
+	checkShape("GetSandbox", got, err)
+
 	// A lizardToken is minted by the node in the shared database: it works
 	// on either API process, and is revoked when its sandbox ends.
 	tok := newSandbox(t, cl[0], api.CreateSandboxRequest{LizardToken: true})
