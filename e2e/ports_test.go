@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -193,7 +194,7 @@ func TestPorts(t *testing.T) {
 		t.Errorf("token in the query: %d %q; want 200", code, body)
 	}
 	cookie := h.Get("Set-Cookie")
-	if !strings.Contains(cookie, "lizard_access_token="+sb.AccessToken) || !strings.Contains(cookie, "Path=/v1/sandboxes/"+id+"/ports/8000/") || !strings.Contains(cookie, "HttpOnly") {
+	if !strings.Contains(cookie, "lizard_access_token="+sb.AccessToken) || !strings.Contains(cookie, "Path=/v1/sandboxes/"+id+"/ports/8000;") || !strings.Contains(cookie, "HttpOnly") {
 		t.Errorf("token in the query set cookie %q; want it HttpOnly under the port's path", cookie)
 	}
 	if code, _, _ := get(t, base+"index.html", "Cookie", "lizard_access_token="+sb.AccessToken); code != http.StatusOK {
@@ -384,5 +385,254 @@ func TestPortsDomainResume(t *testing.T) {
 	}
 	if got, _ := c.GetSandbox(ctx, sb.SandboxID); got == nil || got.State != api.StateRunning {
 		t.Errorf("after access the sandbox is %+v; want running", got)
+	}
+}
+
+// hostileApp is a program that serves, on port 8003 inside the sandbox,
+// /set: an answer that tries to reach beyond its port (a service worker
+// scope of /, cookies for / and another domain, Lizard's own cookie, a
+// Clear-Site-Data, a CSP that asks for the same origin, and a Connection
+// header naming CSP), and anything else: the request as it arrived (path,
+// headers), after noting its path in a log that /log returns.
+const hostileApp = `
+import subprocess, sys, textwrap
+src = textwrap.dedent('''
+    import http.server, json
+    seen = []
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        def answer(self, body, headers=()):
+            self.send_response(200)
+            for k, v in headers:
+                self.send_header(k, v)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        def do_GET(self):
+            if self.path == "/log":
+                return self.answer(json.dumps(seen).encode())
+            seen.append(self.path)
+            if self.path == "/set":
+                return self.answer(b"<p>set</p>", [
+                    ("Service-Worker-Allowed", "/"),
+                    ("Set-Cookie", "app=1; Path=/; Domain=127.0.0.1; HttpOnly"),
+                    ("Set-Cookie", "lizard_access_token=forged; Path=/"),
+                    ("Clear-Site-Data", '"*"'),
+                    ("Content-Security-Policy", "sandbox allow-same-origin allow-scripts"),
+                    ("Connection", "Content-Security-Policy"),
+                ])
+            body = b""
+            if self.headers.get("Transfer-Encoding") == "chunked":
+                while n := int(self.rfile.readline().strip() or b"0", 16):
+                    body += self.rfile.read(n)
+                    self.rfile.readline()
+                self.rfile.readline()
+            elif n := int(self.headers.get("Content-Length") or 0):
+                body = self.rfile.read(n)
+            body = body.decode()
+            self.answer(json.dumps({"path": self.path, "headers": dict(self.headers), "body": body}).encode())
+        do_POST = do_GET
+        def log_message(self, *a): pass
+    http.server.ThreadingHTTPServer(("0.0.0.0", 8003), H).serve_forever()
+''')
+open('/home/user/hostile.py', 'w').write(src)
+subprocess.Popen([sys.executable, '/home/user/hostile.py'], start_new_session=True)
+print('ok')`
+
+// send makes one request without following redirects; h is name, value
+// pairs (Host sets the Host).
+func send(t *testing.T, method, u, body string, h ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, u, strings.NewReader(body))
+	for i := 0; i+1 < len(h); i += 2 {
+		if strings.EqualFold(h[i], "Host") {
+			req.Host = h[i+1]
+			continue
+		}
+		req.Header.Add(h[i], h[i+1])
+	}
+	c := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// rawHTTP writes req on a new connection to addr and returns everything
+// the server answers until it closes or goes quiet for 3 s.
+func rawHTTP(t *testing.T, addr, req string) string {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		n, err := conn.Read(buf)
+		out.Write(buf[:n])
+		if err != nil {
+			return out.String()
+		}
+	}
+}
+
+// TestPortsConfined: what a program serves through a port cannot reach
+// beyond it (issue 20). On the path form, which shares the API's and the
+// console's origin, every answer carries a CSP sandbox (no script runs in
+// that origin) on top of the program's own, no Service-Worker-Allowed or
+// Clear-Site-Data, and its cookies only under the port's path; on the
+// host form its cookies lose Domain. A page opened with the token in its
+// URL is redirected to the URL without it, and the program never sees the
+// token (query, escaped query, cookie, Referer). Clients cannot strip the
+// X-Forwarded-* headers, smuggle a request past the proxy, or reach
+// another project's port, 0, 65536, the agent's port or a leading-zero
+// port through the Host.
+func TestPortsConfined(t *testing.T) {
+	const domain = "ports.test"
+	s := startServer(t, "--ports-domain="+domain)
+	c := s.createProject("proj_confined")
+	key := s.keys[c]
+	sb := newSandbox(t, c, api.CreateSandboxRequest{})
+	id, token := sb.SandboxID, sb.AccessToken
+	if got := py(t, c, id, hostileApp); got != "ok" {
+		t.Fatal(got)
+	}
+	prefix := "/v1/sandboxes/" + id + "/ports/8003"
+	base := s.url + prefix
+	host := "8003-" + id + "." + domain
+	auth := "Bearer " + key
+	waitPort(t, base+"/log", "Authorization", auth)
+
+	// The path form: the CSP sandbox on top of the program's, the rest gone.
+	resp, _ := send(t, "GET", base+"/set", "", "Authorization", auth)
+	csp := resp.Header.Values("Content-Security-Policy")
+	if !slices.Contains(csp, "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads") {
+		t.Errorf("path form: Content-Security-Policy %q; want Lizard's sandbox policy among them", csp)
+	}
+	if v := resp.Header.Get("Service-Worker-Allowed") + resp.Header.Get("Clear-Site-Data"); v != "" {
+		t.Errorf("path form: Service-Worker-Allowed/Clear-Site-Data reached the client: %q", v)
+	}
+	if got, want := resp.Header.Values("Set-Cookie"), []string{"app=1; HttpOnly; Path=" + prefix}; !slices.Equal(got, want) {
+		t.Errorf("path form: Set-Cookie %q; want %q (under the port's path, no Domain, not Lizard's cookie)", got, want)
+	}
+	// The host form: its own origin keeps its service worker scope; the
+	// cookie loses Domain (no cookie for sibling sandboxes).
+	resp, _ = send(t, "GET", s.url+"/set", "", "Host", host, "Authorization", auth)
+	if resp.Header.Get("Service-Worker-Allowed") != "/" || resp.Header.Get("Clear-Site-Data") != "" {
+		t.Errorf("host form: Service-Worker-Allowed %q, Clear-Site-Data %q; want / and none", resp.Header.Get("Service-Worker-Allowed"), resp.Header.Get("Clear-Site-Data"))
+	}
+	if got, want := resp.Header.Values("Set-Cookie"), []string{"app=1; Path=/; HttpOnly"}; !slices.Equal(got, want) {
+		t.Errorf("host form: Set-Cookie %q; want %q", got, want)
+	}
+
+	// A page opened with the token: 303 to the same URL without it, with
+	// the cookie; the program is not asked.
+	for _, tc := range []struct{ name, url, host, want string }{
+		{"path", base + "/page?x=1&lizard_access_token=" + token + "&y=%2F", "", prefix + "/page?x=1&y=%2F"},
+		{"path, the port itself", base + "?lizard_access_token=" + token, "", prefix},
+		{"host", s.url + "/page?lizard_access_token=" + token, host, "/page"},
+		{"host, a path that looks like a host", s.url + "//evil.test/x?lizard_access_token=" + token, host, "/.//evil.test/x"},
+	} {
+		h := []string{"Sec-Fetch-Mode", "navigate", "Accept", "text/html"}
+		if tc.host != "" {
+			h = append(h, "Host", tc.host)
+		}
+		resp, _ := send(t, "GET", tc.url, "", h...)
+		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != tc.want {
+			t.Errorf("%s: opened with the token: %d Location %q; want 303 to %q", tc.name, resp.StatusCode, resp.Header.Get("Location"), tc.want)
+		}
+		if ck := resp.Header.Get("Set-Cookie"); !strings.Contains(ck, "lizard_access_token="+token) || !strings.Contains(ck, "HttpOnly") {
+			t.Errorf("%s: the redirect set cookie %q; want the token, HttpOnly", tc.name, ck)
+		}
+	}
+	resp, _ = send(t, "GET", base+"/page?lizard_access_token="+token, "", "Sec-Fetch-Mode", "navigate")
+	if ck := resp.Header.Get("Set-Cookie"); !strings.Contains(ck, "Path="+prefix+";") {
+		t.Errorf("path form: the token's cookie %q; want Path=%s (the port itself and all under it)", ck, prefix)
+	}
+	// The page's next request, with the cookie and the old URL as
+	// Referer: the program sees neither, and the page arrives.
+	resp, seen := send(t, "GET", base+"/next", "", "Cookie", "lizard_access_token="+token+"; app=1",
+		"Referer", base+"/page?x=1&lizard_access_token="+token)
+	if resp.StatusCode != http.StatusOK || strings.Contains(seen, token) || !strings.Contains(seen, `"Referer": "`+base+`/page?x=1"`) || !strings.Contains(seen, "app=1") {
+		t.Errorf("the page's next request: %d, the program saw %s; want 200, the Referer without the token, its own cookie", resp.StatusCode, seen)
+	}
+	// Clients that are not browsers keep the query form (no redirect);
+	// an escaped parameter name is the token too, and never passed on.
+	for _, q := range []string{"lizard_access_token=" + token, "lizard%5Faccess%5Ftoken=" + token} {
+		resp, seen = send(t, "GET", base+"/api?"+q+"&z=1", "")
+		if resp.StatusCode != http.StatusOK || strings.Contains(seen, token) || !strings.Contains(seen, `"path": "/api?z=1"`) {
+			t.Errorf("token as %s from a non-browser: %d, the program saw %s; want 200, /api?z=1 and no token", q[:10], resp.StatusCode, seen)
+		}
+	}
+
+	// Header games: Connection cannot take Lizard's X-Forwarded-* away,
+	// nor can a client's own reach the program.
+	_, seen = send(t, "GET", base+"/hdr", "", "Authorization", auth, "Connection", "X-Forwarded-For, X-Forwarded-Prefix, X-Forwarded-Host",
+		"X-Forwarded-For", "203.0.113.66", "X-Forwarded-Host", "evil.test")
+	for _, want := range []string{`"X-Forwarded-For": "127.0.0.1"`, `"X-Forwarded-Prefix": "` + prefix + `"`, `"X-Forwarded-Host": "127.0.0.1:`} {
+		if !strings.Contains(seen, want) {
+			t.Errorf("Connection naming X-Forwarded-*: the program saw %s; want %s", seen, want)
+		}
+	}
+	_, seen = send(t, "GET", s.url+"/hdr", "", "Host", host, "Authorization", auth, "X-Forwarded-Prefix", "/evil")
+	if strings.Contains(seen, "/evil") || strings.Contains(seen, key) {
+		t.Errorf("host form: the program saw %s; want no client X-Forwarded-Prefix and no key", seen)
+	}
+
+	// Smuggling: the proxy frames each request itself, on a connection of
+	// its own, so a second request hidden in a body never reaches the
+	// program; ambiguous framing is refused.
+	addr := strings.TrimPrefix(s.url, "http://")
+	smuggled := "GET " + prefix + "/smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+	chunk := fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len("hello"), "hello")
+	out := rawHTTP(t, addr, "POST "+prefix+"/post HTTP/1.1\r\nHost: "+addr+"\r\nAuthorization: "+auth+
+		"\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"+chunk+smuggled)
+	if !strings.Contains(out, `"body": "hello"`) {
+		t.Errorf("Transfer-Encoding with Content-Length: %q; want the chunked body to reach the program", out)
+	}
+	out = rawHTTP(t, addr, "POST "+prefix+"/post HTTP/1.1\r\nHost: "+addr+"\r\nAuthorization: "+auth+
+		"\r\nContent-Length: 5\r\nContent-Length: 60\r\n\r\nhello"+smuggled)
+	if !strings.HasPrefix(out, "HTTP/1.1 400") {
+		t.Errorf("two Content-Lengths: %.60q; want 400", out)
+	}
+	out = rawHTTP(t, addr, "POST "+prefix+"/post HTTP/1.1\r\nHost: "+addr+"\r\nAuthorization: "+auth+
+		"\r\nTransfer-Encoding: identity, chunked\r\n\r\n"+chunk+smuggled)
+	if strings.HasPrefix(out, "HTTP/1.1 200") && !strings.Contains(out, `"body": "hello"`) {
+		t.Errorf("Transfer-Encoding: identity, chunked: %.200q; want a refusal or the chunked body", out)
+	}
+	_, log := send(t, "GET", base+"/log", "", "Authorization", auth)
+	if strings.Contains(log, "smuggled") {
+		t.Errorf("a smuggled request reached the program: %s", log)
+	}
+
+	// Host games under the ports domain.
+	c2 := s.createProject("proj_confined2")
+	for _, tc := range []struct {
+		host string
+		h    []string
+		want int
+	}{
+		{host, []string{"Authorization", "Bearer " + s.keys[c2]}, http.StatusNotFound}, // another project's key
+		{host, []string{"X-Lizard-Access-Token", newSandbox(t, c2, api.CreateSandboxRequest{}).AccessToken}, http.StatusUnauthorized},
+		{"0-" + id + "." + domain, []string{"Authorization", auth}, http.StatusBadRequest},
+		{"65536-" + id + "." + domain, []string{"Authorization", auth}, http.StatusBadRequest},
+		{"08003-" + id + "." + domain, []string{"Authorization", auth}, http.StatusBadRequest},
+		{fmt.Sprintf("%d-%s.%s", api.AgentPort, id, domain), []string{"Authorization", auth}, http.StatusNotFound},
+		{strings.ToUpper(host) + ":80", []string{"Authorization", auth}, http.StatusOK},
+	} {
+		resp, body := send(t, "GET", s.url+"/log", "", append([]string{"Host", tc.host}, tc.h...)...)
+		if resp.StatusCode != tc.want {
+			t.Errorf("Host %s %s: %d %.100s; want %d", tc.host, tc.h[0], resp.StatusCode, body, tc.want)
+		}
 	}
 }

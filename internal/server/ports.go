@@ -7,6 +7,11 @@ package server
 // sandbox's project, or its access token (query, header or the cookie set
 // when the query carried it), unless the sandbox's ports are public.
 // Lizard's own credentials are taken off the request before it goes in.
+//
+// What a program serves is untrusted, and a path-based port shares the
+// API's and the console's origin: its answers are confined there (a CSP
+// sandbox, so no script runs in that origin; no service worker scope; its
+// cookies kept under the port's path), see confineResponse.
 
 import (
 	"errors"
@@ -14,6 +19,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -82,6 +89,11 @@ func (s *Server) hostPorts(next http.Handler) http.Handler {
 			return
 		}
 		port, _ := strconv.Atoi(m[1])
+		if strconv.Itoa(port) != m[1] {
+			// One name per port: 08000-<id> is not 8000-<id>.
+			s.fail(w, r, badRequest("port %q: want a number from 1 to 65535 without leading zeros", m[1]))
+			return
+		}
 		s.servePort(w, r, m[2], port, "")
 	})
 }
@@ -101,12 +113,25 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 		return
 	}
 	defer call.Release()
-	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
-		s.log.Debug("enabling full duplex for a port", "err", err)
-	}
-	cookiePath := prefix + "/"
+	// The cookie covers the prefix itself and everything under it (a
+	// cookie path of /a/b matches /a/b and /a/b/..., not /a/bc).
+	cookiePath := prefix
 	if prefix == "" {
 		cookiePath = "/"
+	}
+	tokenCookie := &http.Cookie{Name: accessTokenCookie, Value: a.Token, Path: cookiePath, HttpOnly: true, SameSite: http.SameSiteLaxMode}
+	if fromQuery && navigation(r) {
+		// A page opened with the token in its URL would send that URL as
+		// Referer with its next requests, to the program and beyond: the
+		// browser gets the cookie and the same URL without the token.
+		http.SetCookie(w, tokenCookie)
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Location", withoutToken(r.URL))
+		w.WriteHeader(http.StatusSeeOther)
+		return
+	}
+	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+		s.log.Debug("enabling full duplex for a port", "err", err)
 	}
 	target := call.URL
 	log := s.log.With("sandbox_id", id, "port", port)
@@ -129,6 +154,8 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 			pr.SetXForwarded()
 			if prefix != "" {
 				pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
+			} else {
+				pr.Out.Header.Del("X-Forwarded-Prefix") // the client's, not ours
 			}
 			// The program keeps the Host it was asked for, as behind
 			// any reverse proxy; Lizard's credentials stay out.
@@ -138,16 +165,17 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 				pr.Out.Header.Del("Authorization")
 			}
 			dropCookie(pr.Out, accessTokenCookie)
+			dropRefererToken(pr.Out.Header)
 		},
 		Transport:     transport,
 		FlushInterval: -1,
 		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		ModifyResponse: func(resp *http.Response) error {
+			confineResponse(resp.Header, prefix)
 			if fromQuery {
-				// A browser that opened the URL with the token keeps it
-				// for the page's other requests under the same prefix.
-				c := &http.Cookie{Name: accessTokenCookie, Value: a.Token, Path: cookiePath, HttpOnly: true, SameSite: http.SameSiteLaxMode}
-				resp.Header.Add("Set-Cookie", c.String())
+				// A client that sent the token in the URL keeps it for
+				// its other requests under the same prefix.
+				resp.Header.Add("Set-Cookie", tokenCookie.String())
 			}
 			return nil
 		},
@@ -200,16 +228,150 @@ func (s *Server) portAccess(w http.ResponseWriter, r *http.Request) (a control.P
 	return a, keyed, true
 }
 
-// dropParam removes parameter name from a raw query, leaving the rest as
-// sent (order and escapes).
-func dropParam(rawQuery, name string) string {
-	if !strings.Contains(rawQuery, name) {
-		return rawQuery
+// portSandboxCSP is added to every answer of a path-based port. Without
+// allow-same-origin, a page (or SVG, or anything rendered as a document)
+// runs in an opaque origin, not the API's: it can register no service
+// worker, read no storage or cookie of the API's origin and make no
+// same-origin request to the API, the console or another sandbox's port.
+// Scripts, forms, popups and downloads still work, within that origin.
+const portSandboxCSP = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
+
+// confineResponse keeps a program's answer to what it may do. The
+// program's CSP stays (policies add up: a browser enforces each, so the
+// program can only narrow ours); Clear-Site-Data goes (it would clear the
+// console's storage or, by registrable domain, other sandboxes' cookies);
+// its cookies lose Domain (no cookie for sibling hosts) and never carry
+// Lizard's name. Under a path prefix (the API's origin) it also gets the
+// CSP sandbox, loses Service-Worker-Allowed, and its cookies' Path is put
+// under the prefix.
+func confineResponse(h http.Header, prefix string) {
+	h.Del("Clear-Site-Data")
+	if prefix != "" {
+		h.Add("Content-Security-Policy", portSandboxCSP)
+		h.Del("Service-Worker-Allowed")
 	}
+	cookies := h.Values("Set-Cookie")
+	if len(cookies) == 0 {
+		return
+	}
+	h.Del("Set-Cookie")
+	for _, c := range cookies {
+		if c, ok := confineCookie(c, prefix); ok {
+			h.Add("Set-Cookie", c)
+		}
+	}
+}
+
+// confineCookie rewrites a program's Set-Cookie value: no Domain
+// attribute (the cookie is its host's only), and under a prefix a Path
+// inside it (the program's own Path, cleaned, appended to the prefix).
+// Other attributes stay as sent. A cookie named as Lizard's is dropped:
+// it would shadow the access token.
+func confineCookie(v, prefix string) (string, bool) {
+	attrs := strings.Split(v, ";")
+	name, _, _ := strings.Cut(attrs[0], "=")
+	if strings.TrimSpace(name) == accessTokenCookie {
+		return "", false
+	}
+	kept := []string{strings.TrimSpace(attrs[0])}
+	p := "/"
+	for _, a := range attrs[1:] {
+		a = strings.TrimSpace(a)
+		k, val, _ := strings.Cut(a, "=")
+		switch strings.ToLower(strings.TrimSpace(k)) {
+		case "domain":
+			continue
+		case "path":
+			if prefix == "" {
+				break
+			}
+			// RFC 6265: a Path that does not start with / means the
+			// default; cleaned, so no browser could take it above the prefix.
+			if val = strings.TrimSpace(val); strings.HasPrefix(val, "/") {
+				p = path.Clean(val)
+			}
+			continue
+		}
+		if a != "" {
+			kept = append(kept, a)
+		}
+	}
+	if prefix != "" {
+		cp := prefix
+		if p != "/" {
+			cp += p
+		}
+		kept = append(kept, "Path="+cp)
+	}
+	return strings.Join(kept, "; "), true
+}
+
+// navigation says whether r is a browser opening a page (not a fetch, an
+// image or a WebSocket, nor a client such as curl or an SDK): only a page's
+// URL becomes the Referer of later requests.
+func navigation(r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	if r.Header.Get("Upgrade") != "" {
+		return false
+	}
+	if mode := r.Header.Get("Sec-Fetch-Mode"); mode != "" {
+		return mode == "navigate"
+	}
+	// A browser too old to send Fetch Metadata asks pages for HTML.
+	return strings.Contains(r.Header.Get("Accept"), "text/html")
+}
+
+// withoutToken is u's path and query, as sent, without the access token:
+// a Location on the same host. A path starting with // (possible under a
+// ports domain) is written /.//... so that no browser reads it as a host.
+func withoutToken(u *url.URL) string {
+	loc := u.EscapedPath()
+	if loc == "" {
+		loc = "/"
+	}
+	if strings.HasPrefix(loc, "//") {
+		loc = "/." + loc
+	}
+	if q := dropParam(u.RawQuery, AccessTokenParam); q != "" {
+		loc += "?" + q
+	}
+	return loc
+}
+
+// dropRefererToken removes the access token from the query of the
+// Referer (a page opened with the token by an older client, or by a
+// fetch): the program never sees it.
+func dropRefererToken(h http.Header) {
+	ref := h.Get("Referer")
+	if ref == "" {
+		return
+	}
+	u, err := url.Parse(ref)
+	if err != nil {
+		if strings.Contains(ref, AccessTokenParam) {
+			h.Del("Referer")
+		}
+		return
+	}
+	if q := dropParam(u.RawQuery, AccessTokenParam); q != u.RawQuery {
+		u.RawQuery = q
+		h.Set("Referer", u.String())
+	}
+}
+
+// dropParam removes parameter name from a raw query, leaving the rest as
+// sent (order and escapes). Names are compared unescaped, as the query
+// is read (lizard%5Faccess_token is the token too).
+func dropParam(rawQuery, name string) string {
 	parts := strings.Split(rawQuery, "&")
 	kept := parts[:0]
 	for _, p := range parts {
 		k, _, _ := strings.Cut(p, "=")
+		if uk, err := url.QueryUnescape(k); err == nil {
+			k = uk
+		}
 		if k != name {
 			kept = append(kept, p)
 		}
