@@ -2,13 +2,18 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/client"
@@ -310,3 +315,193 @@ print(' '.join(out))`)
 }
 
 func pyQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'" }
+
+// apiError is err's API error, or a failure of the test.
+func apiError(t *testing.T, what string, err error) *client.Error {
+	t.Helper()
+	var ae *client.Error
+	if !errors.As(err, &ae) {
+		t.Fatalf("%s: %v; want an API error", what, err)
+	}
+	return ae
+}
+
+// sameFile reports whether the sandbox's file at path has the host file
+// host's SHA-256.
+func sameFile(t *testing.T, c *client.Client, id, path, host string) bool {
+	t.Helper()
+	b, err := os.ReadFile(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	got := py(t, c, id, "import hashlib; print(hashlib.sha256(open("+pyQuote(path)+", 'rb').read()).hexdigest())")
+	return got == hex.EncodeToString(sum[:])
+}
+
+// TestVolumesAdversarialPaths: a volume is refused, with a 400 that names
+// the path, where it would hide what the sandbox's system or Lizard
+// needs — a volume at /opt held a lizard/bin/lizard-agent of the caller's,
+// which ran as root — and at paths that are not clean. Paths that only
+// resemble reserved ones work, and so does the user's home.
+func TestVolumesAdversarialPaths(t *testing.T) {
+	s := startServer(t)
+	c := s.createProject("proj_volpaths")
+	ctx := context.Background()
+	for _, name := range []string{"v", "w"} {
+		if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: name, SizeMb: 16}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"/opt", "/", "/opt/lizard/..", "/opt/lizard/../lizard", "/opt/lizard/.", "//opt/lizard", "/opt/lizard/",
+		"/usr/local", "/home/user/../../opt", "/opt/lizard/bin/lizard-agent", "/usr/local/bin/lizard", "/mnt/a\nb",
+		"/mnt/" + strings.Repeat("x", 300)} {
+		_, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "v", Path: p}}})
+		if !errors.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("mount at %q: %v; want 400", p, err)
+			continue
+		}
+		if msg := apiError(t, "mount at "+p, err).Message; !strings.Contains(msg, fmt.Sprintf("%q", p)) {
+			t.Errorf("mount at %q: message %q does not name the path", p, msg)
+		}
+	}
+
+	agent := filepath.Join(filepath.Dir(s.bin), "lizard-agent")
+	sb := newSandbox(t, c, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "v", Path: "/optx"}, {Name: "w", Path: "/home/user/opt"}}})
+	py(t, c, sb.SandboxID, "open('/optx/a', 'w').write('x'); open('/home/user/opt/b', 'w').write('y')")
+	if got := execOK(t, c, sb.SandboxID, "id", "-u"); strings.TrimSpace(got) != "1000" {
+		t.Errorf("code runs as uid %q; want 1000", got)
+	}
+	if !sameFile(t, c, sb.SandboxID, "/opt/lizard/bin/lizard-agent", agent) {
+		t.Errorf("the sandbox's /opt/lizard/bin/lizard-agent is not the host's agent")
+	}
+	if err := c.KillSandbox(ctx, sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+
+	// The home itself: the volume is the home, the agent still answers.
+	home := newSandbox(t, c, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "v", Path: "/home/user"}}})
+	if got := py(t, c, home.SandboxID, "import os; print(os.getcwd(), sorted(f for f in os.listdir('.') if not f.startswith('.')))"); got != "/home/user ['a']" {
+		t.Errorf("a sandbox with a volume at /home/user: %q; want the volume as its working directory", got)
+	}
+	if err := c.KillSandbox(ctx, home.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVolumesAdversarialContent: what a sandbox, or root anywhere, leaves
+// in a volume — a planted agent, symlinks to /etc and /opt/lizard, FIFOs,
+// a setuid-root program and a device node planted from the host — gives
+// the next sandbox that mounts it neither root nor a broken start: its
+// agent is Lizard's, its code runs as the sandbox user, and even a volume
+// whose root its owner made unreadable mounts as the home.
+func TestVolumesAdversarialContent(t *testing.T) {
+	s := startServer(t)
+	c := s.createProject("proj_volcontent")
+	ctx := context.Background()
+	v, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v", SizeMb: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newSandbox(t, c, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "v", Path: "/home/user/data"}}})
+	got := py(t, c, a.SandboxID, `
+import os, shutil, stat
+d = '/home/user/data'
+os.makedirs(d + '/lizard/bin')
+with open(d + '/lizard/bin/lizard-agent', 'w') as f:
+    f.write('#!/bin/sh\necho pwned >> /etc/passwd\n')
+os.chmod(d + '/lizard/bin/lizard-agent', 0o755)
+os.symlink('/etc', d + '/etc-link')
+os.symlink('/opt/lizard', d + '/opt-lizard')
+os.mkfifo(d + '/fifo')
+shutil.copy('/usr/bin/id', d + '/id')
+out = []
+try:
+    os.mknod(d + '/mem', 0o666 | stat.S_IFCHR, os.makedev(1, 1))
+    out.append('mknod:made')
+except OSError as e:
+    out.append('mknod:' + type(e).__name__)
+print(' '.join(out))`)
+	if got != "mknod:PermissionError" {
+		t.Errorf("mknod as the sandbox user: %s; want PermissionError", got)
+	}
+	if err := c.KillSandbox(ctx, a.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	// What root could leave there: a setuid-root program, and a device
+	// node of the host's memory, readable by all.
+	host := filepath.Join(s.dataDir, "volumes", v.VolumeID)
+	if err := os.Chown(filepath.Join(host, "id"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(host, "id"), 0o4755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mknod(filepath.Join(host, "mem"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 1))); err != nil {
+		t.Fatal(err)
+	}
+	// gVisor keeps a FIFO made inside to the sandbox; one made on the
+	// host is a real one.
+	if err := unix.Mkfifo(filepath.Join(host, "fifo-host"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+
+	// Mounted at /opt/lizard's look-alikes: the volume's lizard/ is only
+	// the volume's.
+	agent := filepath.Join(filepath.Dir(s.bin), "lizard-agent")
+	b := newSandbox(t, c, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "v", Path: "/home/user/opt"}}})
+	if !sameFile(t, c, b.SandboxID, "/opt/lizard/bin/lizard-agent", agent) {
+		t.Errorf("the sandbox's agent binary is not the host's")
+	}
+	got = py(t, c, b.SandboxID, `
+import os, subprocess
+d = '/home/user/opt'
+out = ['euid:' + subprocess.run([d + '/id', '-u'], capture_output=True, text=True).stdout.strip()]
+for name, fn in (('environ', lambda: open('/proc/1/environ', 'rb').read()),
+                 ('passwd', lambda: open('/etc/passwd', 'a').write('x')),
+                 ('etc-link', lambda: open(d + '/etc-link/passwd', 'a').write('x')),
+                 ('opt-link', lambda: open(d + '/opt-lizard/bin/lizard-agent', 'wb').write(b'x')),
+                 ('mem', lambda: open(d + '/mem', 'rb').read(16)),
+                 ('fifo', lambda: os.close(os.open(d + '/fifo-host', os.O_RDONLY | os.O_NONBLOCK)))):
+    try:
+        fn()
+        out.append(name + ':ok')
+    except OSError as e:
+        out.append(name + ':' + type(e).__name__)
+print(' '.join(out))`)
+	t.Logf("the next sandbox: %s", got)
+	for _, want := range []string{"euid:1000", "environ:PermissionError", "passwd:PermissionError", "etc-link:PermissionError"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the next sandbox: %s; want %s", got, want)
+		}
+	}
+	for _, bad := range []string{"opt-link:ok", "mem:ok"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("the next sandbox: %s; want no %s", got, bad)
+		}
+	}
+	if err := c.KillSandbox(ctx, b.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+
+	// Its owner shuts the volume's root; mounted as the home, the
+	// sandbox still starts and answers.
+	if err := os.Chmod(host, 0); err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "v", Path: "/home/user"}}})
+	if err != nil {
+		t.Fatalf("a sandbox whose home is a volume shut by its owner: %v; want it made", err)
+	}
+	t.Cleanup(func() { c.KillSandbox(context.Background(), h.SandboxID) })
+	res, err := c.Exec(ctx, h.SandboxID, api.ProcessRequest{Args: []string{"id", "-u"}, Cwd: "/"}, nil)
+	if err != nil || res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "1000" {
+		t.Errorf("id -u in it: %+v, %v; want 1000", res, err)
+	}
+	if err := c.KillSandbox(ctx, h.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteVolume(ctx, "v"); err != nil {
+		t.Errorf("DeleteVolume: %v", err)
+	}
+}

@@ -28,10 +28,18 @@ const (
 
 var volumeNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
-// reservedPaths are where Lizard or the system keep what a sandbox needs:
-// a volume mounted over one would break the sandbox.
+// reservedPaths are where Lizard or the system keep what a sandbox needs.
+// A volume mounted at one, inside one or over an ancestor of one would
+// hide it behind the volume's content: at /opt, a volume holding
+// lizard/bin/lizard-agent put a program of the caller's where the agent
+// runs as root. Lizard's own files (node.AgentPath, node.LizardPath) are
+// inside these, and the runtimes mount them after volumes besides.
 var reservedPaths = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/opt/lizard", "/proc",
 	"/root", "/run", "/sbin", "/sys", "/tmp", "/usr", "/var"}
+
+// maxPathComponent is NAME_MAX: a longer name fails at mount, in the
+// runtime, as a server error.
+const maxPathComponent = 255
 
 func checkVolumeName(name string) error {
 	if !volumeNameRE.MatchString(name) {
@@ -175,24 +183,37 @@ func (c *Control) volumeMounts(ctx context.Context, projectID string, req []api.
 	return out, nil
 }
 
-// checkMountPath allows absolute, clean paths outside the system's and
-// Lizard's own directories.
+// checkMountPath allows absolute, clean paths that neither are nor lie
+// inside nor contain a reserved directory. /home/user, the user's home,
+// is allowed: the volume then is the home (docs/volumes.md).
 func checkMountPath(p string) error {
 	switch {
-	case p == "" || len(p) > 1024 || !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "\x00,:"):
-		return node.Invalidf("volume path %q: want an absolute path such as /home/user/data", p)
+	case p == "" || len(p) > 1024 || !strings.HasPrefix(p, "/") || strings.ContainsFunc(p, badPathRune):
+		return node.Invalidf("volume path %q: want an absolute path of at most 1024 bytes without control characters, ',' or ':', such as /home/user/data", p)
 	case path.Clean(p) != p:
 		return node.Invalidf("volume path %q is not clean (no '..', '.', '//' or trailing '/'): use %s", p, path.Clean(p))
 	case p == "/":
-		return node.Invalidf("a volume cannot be mounted at /: use a directory such as /home/user/data")
+		return node.Invalidf("volume path %q: a volume cannot be mounted at the root; use a directory such as /home/user/data", p)
+	}
+	for _, c := range strings.Split(p[1:], "/") {
+		if len(c) > maxPathComponent {
+			return node.Invalidf("volume path %q has a name of %d bytes; at most %d are allowed", p, len(c), maxPathComponent)
+		}
 	}
 	for _, r := range reservedPaths {
-		if within(p, r) {
+		switch {
+		case within(p, r):
 			return node.Invalidf("volume path %q is inside %s, which the sandbox's system or Lizard needs: use a directory such as /home/user/data or /mnt/data", p, r)
+		case within(r, p):
+			return node.Invalidf("volume path %q would hide %s, which the sandbox's system or Lizard needs: use a directory such as /home/user/data or /mnt/data", p, r)
 		}
 	}
 	return nil
 }
+
+// badPathRune: control characters break mount tables and logs; ',' and ':'
+// the runtimes' mount options.
+func badPathRune(r rune) bool { return r < 0x20 || r == 0x7f || r == ',' || r == ':' }
 
 // within reports whether p is dir or under it.
 func within(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }

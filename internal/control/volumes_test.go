@@ -3,6 +3,7 @@ package control_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -119,5 +120,66 @@ func TestVolumeRules(t *testing.T) {
 	}
 	if err := e.c.DeleteVolume(ctx, "p1", "data"); err != nil || len(fv.m) != 0 {
 		t.Errorf("DeleteVolume once unmounted = %v; volumes left %v", err, fv.m)
+	}
+}
+
+// TestVolumeMountPaths: a volume may not be mounted where it would hide
+// what the sandbox's system or Lizard needs — a reserved directory, a
+// path inside one, or an ancestor of one (a volume at /opt held a
+// lizard/bin/lizard-agent of the caller's, run as root) — nor at a path
+// that is not clean. Paths that only look like reserved ones are fine.
+func TestVolumeMountPaths(t *testing.T) {
+	fv := &fakeVolumes{dir: t.TempDir(), m: map[string]int64{}}
+	e := newEnv(t, nil, func(c *node.Config) { c.Volumes = fv })
+	ctx := context.Background()
+	if _, err := e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: "data", SizeMb: 64}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		ok   bool
+	}{
+		// Reserved, inside one, an ancestor of one, the root.
+		{"/opt/lizard", false},
+		{"/opt/lizard/bin", false},
+		{"/usr/local/bin", false},
+		{"/etc", false},
+		{"/proc/self", false},
+		{"/opt", false},
+		{"/", false},
+		// Not clean, not absolute, not a path.
+		{"/opt/lizard/..", false},
+		{"/opt/../opt", false},
+		{"/mnt/x/../../opt", false},
+		{"//opt", false},
+		{"/opt/", false},
+		{"/mnt/./x", false},
+		{"/mnt/x/", false},
+		{"opt", false},
+		{"", false},
+		{"/mnt/a\x00b", false},
+		{"/mnt/a\nb", false},
+		{"/mnt/a,b", false},
+		{"/mnt/" + strings.Repeat("x", 256), false},
+		{"/mnt/" + strings.Repeat("x/", 600), false},
+		// Allowed, some only resembling reserved paths.
+		{"/optx", true},
+		{"/opt2/lizard", true},
+		{"/home/user/opt", true},
+		{"/home/user/opt/lizard", true},
+		{"/home/user", true},
+		{"/home", true},
+		{"/mnt/data", true},
+		{"/mnt/" + strings.Repeat("x", 255), true},
+	} {
+		_, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "data", Path: tc.path}}})
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("mount at %q: %v; want it allowed", tc.path, err)
+		case !tc.ok && !errors.Is(err, node.ErrInvalid):
+			t.Errorf("mount at %q: %v; want invalid", tc.path, err)
+		case !tc.ok && !strings.Contains(node.Message(err), fmt.Sprintf("%q", tc.path)):
+			t.Errorf("mount at %q: message %q does not name the path", tc.path, node.Message(err))
+		}
 	}
 }

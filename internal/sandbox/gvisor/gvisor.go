@@ -342,8 +342,9 @@ func (r *Runtime) globalArgs(id string, diskBytes int64, lay layout) []string {
 // filesystem, backed by a file in dir (on disk, not in memory) and of
 // diskBytes, and with layoutBounded one more over every writable bind
 // mount, which is /tmp alone (the others are read-only and runsc leaves
-// those bare; layoutVolumes has writable volumes, which must stay bare). runsc sizes each layer alike, so / and /tmp may each hold
-// diskBytes.
+// those bare; layoutVolumes and layoutVolumesFirst have writable volumes,
+// which must stay bare). runsc sizes each layer alike, so / and /tmp may
+// each hold diskBytes.
 func overlayArg(dir string, diskBytes int64, lay layout) string {
 	if lay == layoutDirect {
 		return "--overlay2=none"
@@ -412,7 +413,7 @@ func tail(path string, off int64) string {
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) error {
 	lay := currentLayout
 	if len(spec.Volumes) > 0 {
-		lay = layoutVolumes
+		lay = layoutVolumesFirst
 	}
 	if spec.WritableRoot {
 		lay = layoutDirect

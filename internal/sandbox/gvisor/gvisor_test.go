@@ -559,11 +559,29 @@ func TestFrozenLeftover(t *testing.T) {
 
 // TestVolumesLayout: a sandbox with volumes gets them as bare writable
 // binds (no --overlay2 layer over them, which would keep writes from the
-// host), a layer on the root alone, and a bounded tmpfs /tmp.
+// host), a layer on the root alone, and a bounded tmpfs /tmp; Lizard's
+// own files are mounted after the volumes, so that none covers them.
 func TestVolumesLayout(t *testing.T) {
 	spec := sandbox.Spec{ID: "v", Template: sandbox.Artifact{RootFS: "/r"}, Args: []string{"/a"},
-		Volumes: []sandbox.Volume{{Source: "/data/volumes/vol_x", Target: "/home/user/data"}}}
-	s := ociSpec(spec, "/run/netns/x", "/tmp/x", layoutVolumes)
+		Volumes: []sandbox.Volume{{Source: "/data/volumes/vol_x", Target: "/home/user/data"}},
+		Files:   []sandbox.File{{Source: "/bin/lizard-agent", Target: "/opt/lizard/bin/lizard-agent"}}}
+	order := func(lay layout) []string {
+		var out []string
+		for _, m := range ociSpec(spec, "/run/netns/x", "/tmp/x", lay).Mounts {
+			if m.Type == "bind" && m.Destination != "/tmp" {
+				out = append(out, m.Destination)
+			}
+		}
+		return out
+	}
+	if got, want := order(layoutVolumesFirst), []string{"/home/user/data", "/opt/lizard/bin/lizard-agent"}; !slices.Equal(got, want) {
+		t.Errorf("binds of a new sandbox with volumes, in order: %v; want %v (the agent last)", got, want)
+	}
+	// Images taken with layoutVolumes restore into their own order.
+	if got, want := order(layoutVolumes), []string{"/opt/lizard/bin/lizard-agent", "/home/user/data"}; !slices.Equal(got, want) {
+		t.Errorf("binds of a layoutVolumes image, in order: %v; want %v", got, want)
+	}
+	s := ociSpec(spec, "/run/netns/x", "/tmp/x", layoutVolumesFirst)
 	var vol, tmp *specs.Mount
 	for i, m := range s.Mounts {
 		switch m.Destination {
@@ -579,8 +597,10 @@ func TestVolumesLayout(t *testing.T) {
 	if tmp == nil || tmp.Type != "tmpfs" || !slices.Contains(tmp.Options, tmpSize) {
 		t.Errorf("/tmp = %+v; want a tmpfs of %s", tmp, tmpSize)
 	}
-	if got := overlayArg("/o", 1<<20, layoutVolumes); !strings.HasPrefix(got, "--overlay2=root:") {
-		t.Errorf("overlayArg(layoutVolumes) = %s; want the root's layer alone", got)
+	for _, lay := range []layout{layoutVolumes, layoutVolumesFirst} {
+		if got := overlayArg("/o", 1<<20, lay); !strings.HasPrefix(got, "--overlay2=root:") {
+			t.Errorf("overlayArg(%d) = %s; want the root's layer alone", lay, got)
+		}
 	}
 	if got := overlayArg("/o", 1<<20, layoutBounded); !strings.HasPrefix(got, "--overlay2=all:") {
 		t.Errorf("overlayArg(layoutBounded) = %s; want every writable mount's", got)

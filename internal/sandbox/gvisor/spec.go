@@ -61,6 +61,13 @@ const (
 	// gets a layer, and /tmp is a tmpfs of a fixed size (tmpSize), in
 	// memory, within the sandbox's memory limit.
 	layoutVolumes
+	// layoutVolumesFirst is layoutVolumes with the volumes mounted before
+	// Lizard's own files (sandbox.Spec.Files, the agent among them)
+	// instead of after: whatever path a volume reaches, through a
+	// symlink in a custom template or a rule the control plane missed,
+	// the agent that runs as root is Lizard's. layoutVolumes images keep
+	// their order: runsc restores into the mounts of the checkpoint.
+	layoutVolumesFirst
 )
 
 // layoutDirect is layoutBounded without the writable layers: the root
@@ -101,16 +108,24 @@ func ociSpec(spec sandbox.Spec, netnsPath, tmpDir string, lay layout) *specs.Spe
 	switch lay {
 	case layoutTmpfs:
 		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}})
-	case layoutVolumes:
+	case layoutVolumes, layoutVolumesFirst:
 		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", tmpSize}})
 	default:
 		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: tmpDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 	}
+	files := make([]specs.Mount, 0, len(spec.Files))
 	for _, f := range spec.Files {
-		mounts = append(mounts, specs.Mount{Destination: f.Target, Type: "bind", Source: f.Source, Options: []string{"rbind", "ro"}})
+		files = append(files, specs.Mount{Destination: f.Target, Type: "bind", Source: f.Source, Options: []string{"rbind", "ro"}})
 	}
+	volumes := make([]specs.Mount, 0, len(spec.Volumes))
 	for _, v := range spec.Volumes {
-		mounts = append(mounts, specs.Mount{Destination: v.Target, Type: "bind", Source: v.Source, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+		volumes = append(volumes, specs.Mount{Destination: v.Target, Type: "bind", Source: v.Source, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	}
+	// Later mounts cover earlier ones: Lizard's files go last.
+	if lay == layoutVolumes {
+		mounts = append(append(mounts, files...), volumes...)
+	} else {
+		mounts = append(append(mounts, volumes...), files...)
 	}
 
 	memory := spec.Limits.MemoryBytes
