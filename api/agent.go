@@ -19,6 +19,8 @@ var AgentPublicPaths = []string{
 	"/files/list",
 	"/files/stat",
 	"/files/mkdir",
+	"/files/rename",
+	"/files/watch",
 }
 
 // Internal agent endpoints, for the server only.

@@ -45,6 +45,7 @@ var wireTypes = map[string]reflect.Type{
 	"ProcessEvent":         reflect.TypeFor[ProcessEvent](),
 	"EntryInfo":            reflect.TypeFor[EntryInfo](),
 	"EntryList":            reflect.TypeFor[EntryList](),
+	"FileEvent":            reflect.TypeFor[FileEvent](),
 	"ResumeRequest":        reflect.TypeFor[ResumeRequest](),
 	"ForkRequest":          reflect.TypeFor[ForkRequest](),
 	"Snapshot":             reflect.TypeFor[Snapshot](),
@@ -252,7 +253,7 @@ func TestSchemasMatchGoTypes(t *testing.T) {
 				jname = f.Name
 			}
 			goFields[jname] = f
-			if !slices.Contains(strings.Split(opts, ","), "omitempty") {
+			if o := strings.Split(opts, ","); !slices.Contains(o, "omitempty") && !slices.Contains(o, "omitzero") {
 				goRequired = append(goRequired, jname)
 			}
 		}

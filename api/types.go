@@ -306,14 +306,44 @@ type ProcessEvent struct {
 	Abort    *Abort `json:"abort,omitempty"`
 }
 
-// EntryInfo describes one file or directory in a sandbox.
+// EntryInfo describes one file or directory in a sandbox. A symlink is
+// described itself, not what it points to.
 type EntryInfo struct {
 	Name    string    `json:"name"`
 	Path    string    `json:"path"`
 	Type    string    `json:"type"` // file, dir, symlink, other
 	Size    int64     `json:"size"`
-	Mode    uint32    `json:"mode"`
+	Mode    uint32    `json:"mode"` // permission bits, e.g. 0o644
 	ModTime time.Time `json:"modTime"`
+	// Permissions is the ls -l form of the type and mode, e.g. "-rw-r--r--".
+	Permissions string `json:"permissions"`
+	// Owner and Group name the file's owner (the uid or gid in decimal when
+	// the sandbox has no name for it).
+	Owner string `json:"owner"`
+	Group string `json:"group"`
+	// SymlinkTarget is where a symlink points, as stored in it.
+	SymlinkTarget string `json:"symlinkTarget,omitempty"`
+}
+
+// Filesystem event types of a /files/watch stream, as inotify reports
+// them: a rename reports the old name as "rename" and the new one as
+// "create", as E2B's FilesystemEvent does.
+const (
+	FileCreate = "create"
+	FileWrite  = "write"
+	FileRemove = "remove"
+	FileRename = "rename"
+	FileChmod  = "chmod"
+)
+
+// FileEvent is one line of a GET /files/watch stream. Name is the path
+// relative to the watched directory. A stream the server cuts because the
+// sandbox ended ends with one line of type "abort" (Abort set).
+type FileEvent struct {
+	Type  string    `json:"type"` // create, write, remove, rename, chmod, abort
+	Name  string    `json:"name,omitempty"`
+	Time  time.Time `json:"time,omitzero"`
+	Abort *Abort    `json:"abort,omitempty"`
 }
 
 // EntryList is the body of GET /files/list.

@@ -2,9 +2,12 @@ package client
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/lizard-build/lizard/api"
 )
@@ -35,12 +38,15 @@ func (c *cancelOnClose) Close() error {
 }
 
 // WriteFile replaces a file in the sandbox with what r holds, creating
-// parent directories.
+// parent directories. r is streamed (a file of any size passes through
+// in small pieces); the file appears whole once all of it is written.
 func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader) (*api.EntryInfo, error) {
 	var info api.EntryInfo
+	// A stream, as far as Config.Timeout goes: a large file takes as long
+	// as it takes, bounded by ctx.
 	req := request{
 		method: http.MethodPut, path: sandboxPath(id, "/files"), query: pathQuery(path),
-		body: r, contentType: "application/octet-stream",
+		body: r, contentType: "application/octet-stream", stream: true,
 	}
 	if err := c.call(ctx, req, &info); err != nil {
 		return nil, err
@@ -81,4 +87,59 @@ func (c *Client) MakeDir(ctx context.Context, id, path string) (*api.EntryInfo, 
 		return nil, err
 	}
 	return &info, nil
+}
+
+// Rename moves a file or directory in the sandbox from path to to, as
+// rename(2): a file at to is replaced.
+func (c *Client) Rename(ctx context.Context, id, path, to string) (*api.EntryInfo, error) {
+	var info api.EntryInfo
+	q := url.Values{"path": {path}, "to": {to}}
+	if err := c.call(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/files/rename"), query: q}, &info); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// Watcher is an open watch of a directory in a sandbox (WatchDir).
+type Watcher struct {
+	body   io.ReadCloser
+	dec    *json.Decoder
+	cancel context.CancelFunc
+}
+
+// WatchDir watches directory path in the sandbox, and with recursive every
+// directory below it. It returns once the watch is in place: every change
+// after that is reported by Next. Close it when done.
+func (c *Client) WatchDir(ctx context.Context, id, path string, recursive bool) (*Watcher, error) {
+	q := url.Values{"path": {path}, "recursive": {strconv.FormatBool(recursive)}}
+	ctx, cancel := context.WithCancel(ctx)
+	resp, done, err := c.do(ctx, request{method: http.MethodGet, path: sandboxPath(id, "/files/watch"), query: q, stream: true})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &Watcher{body: resp.Body, dec: json.NewDecoder(resp.Body), cancel: func() { done(); cancel() }}, nil
+}
+
+// Next waits for the next change. It returns io.EOF once the watch has
+// ended (the directory was removed, or Close was called), and the sandbox's
+// end as its error (errors.Is ErrGone) when the sandbox ended.
+func (w *Watcher) Next() (api.FileEvent, error) {
+	var ev api.FileEvent
+	if err := w.dec.Decode(&ev); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.Canceled) {
+			err = io.EOF
+		}
+		return api.FileEvent{}, err
+	}
+	if ev.Type == api.EventAbort && ev.Abort != nil {
+		return api.FileEvent{}, abortError(ev.Abort)
+	}
+	return ev, nil
+}
+
+// Close ends the watch.
+func (w *Watcher) Close() error {
+	w.cancel()
+	return w.body.Close()
 }

@@ -48,6 +48,7 @@ type Agent struct {
 	jsHook     string   // node --require file that reports uncaught errors
 	handler    http.Handler
 	guard      guard // who may call (guard.go)
+	watches    watchBudget
 
 	mu       sync.Mutex
 	contexts map[string]*execContext
@@ -245,6 +246,8 @@ func (a *Agent) routes() http.Handler {
 	handle("/files/list", map[string]http.HandlerFunc{"GET": a.listDir})
 	handle("/files/stat", map[string]http.HandlerFunc{"GET": a.statFile})
 	handle("/files/mkdir", map[string]http.HandlerFunc{"POST": a.mkdir})
+	handle("/files/rename", map[string]http.HandlerFunc{"POST": a.rename})
+	handle("/files/watch", map[string]http.HandlerFunc{"GET": a.watch})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such endpoint %s", r.URL.Path)
 	})

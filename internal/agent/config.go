@@ -21,7 +21,11 @@ const (
 	DefaultUser            = "user"
 	DefaultMaxOutputBytes  = 8 << 20
 	DefaultMaxRequestBytes = 32 << 20
-	DefaultMaxFileBytes    = 1 << 30
+	// DefaultMaxFileBytes is far past any sandbox's disk: the server's
+	// --max-file-mb and the sandbox's disk limit are the bounds that
+	// count, and an agent inside a template snapshot keeps the value it
+	// started with whatever the server is told later.
+	DefaultMaxFileBytes = 1 << 40
 )
 
 // Config is everything the agent is told at start, from flags and the

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -47,18 +48,20 @@ func fileError(w http.ResponseWriter, p string, err error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		writeError(w, http.StatusNotFound, api.CodeNotFound, "%s does not exist", p)
-	case errors.As(err, &errno) && (errno == syscall.ENOTDIR || errno == syscall.EISDIR || errno == syscall.ENOTEMPTY || errno == syscall.EEXIST):
+	case errors.As(err, &errno) && (errno == syscall.ENOTDIR || errno == syscall.EISDIR || errno == syscall.ENOTEMPTY ||
+		errno == syscall.EEXIST || errno == syscall.EINVAL || errno == syscall.EBUSY || errno == syscall.EXDEV || errno == syscall.EROFS):
 		invalid(w, "path", "%v", err)
 	case errors.Is(err, fs.ErrPermission):
 		invalid(w, "path", "%v", err)
-	case errors.As(err, &errno) && errno == syscall.ENOSPC:
-		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "%v", err)
+	case errors.As(err, &errno) && (errno == syscall.ENOSPC || errno == syscall.EDQUOT):
+		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "the sandbox's disk is full (its diskMb limit): %v", err)
 	default:
 		writeError(w, http.StatusInternalServerError, api.CodeInternal, "%v", err)
 	}
 }
 
-func entryInfo(p string, fi fs.FileInfo) api.EntryInfo {
+// entryInfo describes p, whose Lstat is fi; names resolves its owner.
+func entryInfo(p string, fi fs.FileInfo, names *idNames) api.EntryInfo {
 	typ := "other"
 	switch {
 	case fi.Mode().IsRegular():
@@ -68,14 +71,103 @@ func entryInfo(p string, fi fs.FileInfo) api.EntryInfo {
 	case fi.Mode()&fs.ModeSymlink != 0:
 		typ = "symlink"
 	}
-	return api.EntryInfo{
-		Name:    fi.Name(),
-		Path:    p,
-		Type:    typ,
-		Size:    fi.Size(),
-		Mode:    uint32(fi.Mode().Perm()),
-		ModTime: fi.ModTime().UTC(),
+	info := api.EntryInfo{
+		Name:        fi.Name(),
+		Path:        p,
+		Type:        typ,
+		Size:        fi.Size(),
+		Mode:        uint32(fi.Mode().Perm()),
+		ModTime:     fi.ModTime().UTC(),
+		Permissions: permissions(fi.Mode()),
 	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		info.Owner, info.Group = names.user(st.Uid), names.group(st.Gid)
+	}
+	if typ == "symlink" {
+		// A symlink swapped for a file meanwhile reads as no target.
+		info.SymlinkTarget, _ = os.Readlink(p)
+	}
+	return info
+}
+
+// permissions is mode as ls -l shows it: the type letter, then rwx
+// triples with setuid, setgid and sticky folded in.
+func permissions(m fs.FileMode) string {
+	b := []byte("----------")
+	switch {
+	case m.IsDir():
+		b[0] = 'd'
+	case m&fs.ModeSymlink != 0:
+		b[0] = 'l'
+	case m&fs.ModeNamedPipe != 0:
+		b[0] = 'p'
+	case m&fs.ModeSocket != 0:
+		b[0] = 's'
+	case m&fs.ModeCharDevice != 0:
+		b[0] = 'c'
+	case m&fs.ModeDevice != 0:
+		b[0] = 'b'
+	}
+	const rwx = "rwxrwxrwx"
+	for i := range 9 {
+		if m&(1<<uint(8-i)) != 0 {
+			b[i+1] = rwx[i]
+		}
+	}
+	special := func(i int, set bool, lower, upper byte) {
+		if !set {
+			return
+		}
+		if b[i] == '-' {
+			b[i] = upper
+		} else {
+			b[i] = lower
+		}
+	}
+	special(3, m&fs.ModeSetuid != 0, 's', 'S')
+	special(6, m&fs.ModeSetgid != 0, 's', 'S')
+	special(9, m&fs.ModeSticky != 0, 't', 'T')
+	return string(b)
+}
+
+// idNames names uids and gids from the sandbox's /etc/passwd and
+// /etc/group, once each per call (a listing of a thousand files owned by
+// one user reads them once).
+type idNames struct{ users, groups map[uint32]string }
+
+func (n *idNames) user(uid uint32) string {
+	return n.lookup(&n.users, uid, func(id string) (string, error) {
+		u, err := user.LookupId(id)
+		if err != nil {
+			return "", err
+		}
+		return u.Username, nil
+	})
+}
+
+func (n *idNames) group(gid uint32) string {
+	return n.lookup(&n.groups, gid, func(id string) (string, error) {
+		g, err := user.LookupGroupId(id)
+		if err != nil {
+			return "", err
+		}
+		return g.Name, nil
+	})
+}
+
+func (n *idNames) lookup(m *map[uint32]string, id uint32, find func(string) (string, error)) string {
+	if name, ok := (*m)[id]; ok {
+		return name
+	}
+	if *m == nil {
+		*m = map[uint32]string{}
+	}
+	s := strconv.FormatUint(uint64(id), 10)
+	if name, err := find(s); err == nil {
+		s = name
+	}
+	(*m)[id] = s
+	return s
 }
 
 func (a *Agent) readFile(w http.ResponseWriter, r *http.Request) {
@@ -177,7 +269,7 @@ func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
 		fileError(w, p, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, entryInfo(p, fi))
+	writeJSON(w, http.StatusOK, entryInfo(p, fi, new(idNames)))
 }
 
 func (a *Agent) removeFile(w http.ResponseWriter, r *http.Request) {
@@ -220,12 +312,13 @@ func (a *Agent) listDir(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	list := api.EntryList{Entries: make([]api.EntryInfo, 0, len(entries))}
+	names := new(idNames)
 	for _, e := range entries {
 		info, err := e.Info()
 		if err != nil {
 			continue // removed while listing
 		}
-		list.Entries = append(list.Entries, entryInfo(filepath.Join(p, e.Name()), info))
+		list.Entries = append(list.Entries, entryInfo(filepath.Join(p, e.Name()), info, names))
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -240,7 +333,7 @@ func (a *Agent) statFile(w http.ResponseWriter, r *http.Request) {
 		fileError(w, p, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, entryInfo(p, fi))
+	writeJSON(w, http.StatusOK, entryInfo(p, fi, new(idNames)))
 }
 
 func (a *Agent) mkdir(w http.ResponseWriter, r *http.Request) {
@@ -257,5 +350,43 @@ func (a *Agent) mkdir(w http.ResponseWriter, r *http.Request) {
 		fileError(w, p, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, entryInfo(p, fi))
+	writeJSON(w, http.StatusOK, entryInfo(p, fi, new(idNames)))
+}
+
+// rename moves path to to, as rename(2) does: a file at to is replaced,
+// an empty directory too; to's directory must exist. It answers the entry
+// at its new place.
+func (a *Agent) rename(w http.ResponseWriter, r *http.Request) {
+	from, ok := a.pathParam(w, r)
+	if !ok {
+		return
+	}
+	to, err := a.resolve(r.URL.Query().Get("to"))
+	if err != nil {
+		invalid(w, "to", "%v", err)
+		return
+	}
+	if from == "/" || to == "/" {
+		invalid(w, "path", "refusing to rename /")
+		return
+	}
+	if _, err := os.Lstat(from); err != nil {
+		fileError(w, from, err)
+		return
+	}
+	if err := os.Rename(from, to); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			// from was there a moment ago: to's directory is missing.
+			writeError(w, http.StatusNotFound, api.CodeNotFound, "%s does not exist", filepath.Dir(to))
+			return
+		}
+		fileError(w, to, err)
+		return
+	}
+	fi, err := os.Lstat(to)
+	if err != nil {
+		fileError(w, to, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, entryInfo(to, fi, new(idNames)))
 }

@@ -7,8 +7,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/api"
 )
@@ -96,4 +100,146 @@ func TestFilesTree(t *testing.T) {
 	if status, _ := ta.do(t, "GET", "/files/stat?path=a", nil); status != http.StatusNotFound {
 		t.Errorf("stat after delete: status %d, want 404", status)
 	}
+}
+
+func TestFilesStatDetails(t *testing.T) {
+	ta := newTestAgent(t, nil)
+	must(t, os.WriteFile(filepath.Join(ta.home, "f"), []byte("abc"), 0o640))
+	must(t, os.Chmod(filepath.Join(ta.home, "f"), 0o640))
+	must(t, os.Symlink("f", filepath.Join(ta.home, "link")))
+	must(t, os.Symlink("nowhere", filepath.Join(ta.home, "dangling")))
+	me, _ := user.Current()
+	var info api.EntryInfo
+	ta.json(t, "GET", "/files/stat?path=f", nil, &info, http.StatusOK)
+	if info.Type != "file" || info.Size != 3 || info.Mode != 0o640 || info.Permissions != "-rw-r-----" || info.SymlinkTarget != "" {
+		t.Errorf("stat f = %+v, want a 3-byte file, mode 0640, -rw-r-----, no target", info)
+	}
+	if me != nil && info.Owner != me.Username {
+		t.Errorf("stat f: owner %q, want %q", info.Owner, me.Username)
+	}
+	if info.Group == "" {
+		t.Errorf("stat f: no group")
+	}
+	// A symlink is described itself, with where it points, dangling or not.
+	for name, target := range map[string]string{"link": "f", "dangling": "nowhere"} {
+		ta.json(t, "GET", "/files/stat?path="+name, nil, &info, http.StatusOK)
+		if info.Type != "symlink" || info.SymlinkTarget != target || !strings.HasPrefix(info.Permissions, "l") {
+			t.Errorf("stat %s = %+v, want a symlink to %s", name, info, target)
+		}
+	}
+	ta.json(t, "GET", "/files/stat?path=.", nil, &info, http.StatusOK)
+	if info.Type != "dir" || !strings.HasPrefix(info.Permissions, "d") {
+		t.Errorf("stat . = %+v, want a dir", info)
+	}
+}
+
+func TestPermissions(t *testing.T) {
+	for _, tc := range []struct {
+		mode os.FileMode
+		want string
+	}{
+		{0o644, "-rw-r--r--"},
+		{os.ModeDir | 0o755, "drwxr-xr-x"},
+		{os.ModeSymlink | 0o777, "lrwxrwxrwx"},
+		{os.ModeSetuid | 0o755, "-rwsr-xr-x"},
+		{os.ModeSetgid | 0o640, "-rw-r-S---"},
+		{os.ModeDir | os.ModeSticky | 0o1777, "drwxrwxrwt"},
+		{os.ModeNamedPipe | 0o600, "prw-------"},
+	} {
+		if got := permissions(tc.mode); got != tc.want {
+			t.Errorf("permissions(%v) = %s, want %s", tc.mode, got, tc.want)
+		}
+	}
+}
+
+func TestFilesRename(t *testing.T) {
+	ta := newTestAgent(t, nil)
+	must(t, os.WriteFile(filepath.Join(ta.home, "a"), []byte("A"), 0o644))
+	must(t, os.WriteFile(filepath.Join(ta.home, "b"), []byte("B"), 0o644))
+	must(t, os.MkdirAll(filepath.Join(ta.home, "d/full"), 0o755))
+	must(t, os.WriteFile(filepath.Join(ta.home, "d/full/x"), nil, 0o644))
+	must(t, os.Symlink("a", filepath.Join(ta.home, "ln")))
+
+	var info api.EntryInfo
+	ta.json(t, "POST", "/files/rename?path=a&to=d/a2", nil, &info, http.StatusOK)
+	if info.Path != filepath.Join(ta.home, "d/a2") || info.Name != "a2" || info.Type != "file" {
+		t.Errorf("rename answered %+v", info)
+	}
+	if b, err := os.ReadFile(filepath.Join(ta.home, "d/a2")); string(b) != "A" {
+		t.Errorf("d/a2 holds %q (%v), want A", b, err)
+	}
+	// A file at the destination is replaced, as rename(2) does.
+	ta.json(t, "POST", "/files/rename?path=b&to=d/a2", nil, &info, http.StatusOK)
+	if b, _ := os.ReadFile(filepath.Join(ta.home, "d/a2")); string(b) != "B" {
+		t.Errorf("d/a2 holds %q after renaming b over it, want B", b)
+	}
+	// A symlink moves as itself: the link, not its target.
+	ta.json(t, "POST", "/files/rename?path=ln&to=ln2", nil, &info, http.StatusOK)
+	if info.Type != "symlink" || info.SymlinkTarget != "a" {
+		t.Errorf("renamed symlink = %+v, want a symlink to a", info)
+	}
+	for _, tc := range []struct {
+		query  string
+		status int
+		words  string
+	}{
+		{"path=missing&to=x", http.StatusNotFound, "missing does not exist"},
+		{"path=d/a2&to=nodir/x", http.StatusNotFound, "nodir does not exist"},
+		{"path=d/a2&to=d/full", http.StatusBadRequest, "path:"},
+		{"path=d&to=d/full/inside", http.StatusBadRequest, "path:"},
+		{"path=d/a2&to=", http.StatusBadRequest, "to: must not be empty"},
+		{"path=/&to=x", http.StatusBadRequest, "refusing to rename /"},
+	} {
+		status, body := ta.do(t, "POST", "/files/rename?"+tc.query, nil)
+		if status != tc.status || !strings.Contains(string(body), tc.words) {
+			t.Errorf("rename %s: %d %s, want %d with %q", tc.query, status, body, tc.status, tc.words)
+		}
+	}
+}
+
+// TestFilesLargeBoundedMemory streams a file far larger than the bound
+// through PUT and GET and checks the heap never held more than a few MiB
+// of it.
+func TestFilesLargeBoundedMemory(t *testing.T) {
+	ta := newTestAgent(t, nil)
+	const size = 384 << 20
+	const bound = 16 << 20
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	peak := base
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			peak = max(peak, m.HeapInuse)
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	src := io.LimitReader(rand.Reader, size)
+	h := sha256.New()
+	var info api.EntryInfo
+	ta.json(t, "PUT", "/files?path=big.bin", io.TeeReader(src, h), &info, http.StatusOK)
+	sum := h.Sum(nil)
+	resp := ta.send(t, t.Context(), "GET", "/files?path=big.bin", nil)
+	h.Reset()
+	n, err := io.Copy(h, resp.Body)
+	resp.Body.Close()
+	close(stop)
+	<-sampled
+	if err != nil || n != size || !bytes.Equal(h.Sum(nil), sum) || info.Size != size {
+		t.Fatalf("round trip: wrote %d, read %d bytes (%v), digests equal %v", info.Size, n, err, bytes.Equal(h.Sum(nil), sum))
+	}
+	if grew := int64(peak) - int64(base); grew > bound {
+		t.Errorf("the heap grew by %d MiB moving a %d MiB file, want at most %d MiB", grew>>20, size>>20, bound>>20)
+	}
+	t.Logf("heap grew by at most %.1f MiB moving %d MiB", float64(int64(peak)-int64(base))/(1<<20), size>>20)
 }

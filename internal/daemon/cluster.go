@@ -307,13 +307,14 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 	}
 	router.Subscribe(ctl.Events)
 	h := server.New(server.Config{
-		Control:   ctl,
-		Keys:      &auth.Verifier{Store: st, Logger: logger},
-		Logger:    logger,
-		Version:   version(),
-		KeyLimits: server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst},
-		Audit:     audit,
-		Console:   console.Handler(), Metrics: mx,
+		Control:      ctl,
+		Keys:         &auth.Verifier{Store: st, Logger: logger},
+		Logger:       logger,
+		Version:      version(),
+		KeyLimits:    server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst},
+		MaxFileBytes: c.policy.MaxFileMb << 20,
+		Audit:        audit,
+		Console:      console.Handler(), Metrics: mx,
 		PortsDomain: c.PortsDomain,
 	})
 	sweeper := &cluster.Sweeper{Store: st, Router: router, Lease: c.cluster.Lease, Log: logger}

@@ -27,6 +27,7 @@ type policyFlags struct {
 	MaxCPUs        float64
 	DiskMb         int64
 	MaxDiskMb      int64
+	MaxFileMb      int64
 	Processes      int64
 	OpenFiles      int64
 	MaxSandboxes   int
@@ -48,6 +49,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&p.MaxCPUs, "max-cpus", 4, "most CPU a create may ask for (cpus), in cores")
 	fs.Int64Var(&p.DiskMb, "disk-mb", 2048, "writable disk of a sandbox, MiB")
 	fs.Int64Var(&p.MaxDiskMb, "max-disk-mb", 10240, "most writable disk a create may ask for (diskMb), MiB")
+	fs.Int64Var(&p.MaxFileMb, "max-file-mb", 10240, "largest file upload (PUT /files) the API passes to a sandbox, MiB; the sandbox's disk bounds it too")
 	fs.Int64Var(&p.Processes, "processes", 512, "processes the sandbox user may run at once (RLIMIT_NPROC)")
 	fs.Int64Var(&p.OpenFiles, "open-files", 8192, "open files per sandbox process (RLIMIT_NOFILE)")
 	fs.IntVar(&p.MaxSandboxes, "max-sandboxes-per-project", 100, "live sandboxes a project may have (0: no bound)")
@@ -81,6 +83,8 @@ func (p *policyFlags) validate() error {
 		return cli.Usagef("--cpus %g and --max-cpus %g: want 0.1 <= default <= max", p.CPUs, p.MaxCPUs)
 	case p.DiskMb < 16 || p.DiskMb > p.MaxDiskMb:
 		return cli.Usagef("--disk-mb %d and --max-disk-mb %d: want 16 <= default <= max", p.DiskMb, p.MaxDiskMb)
+	case p.MaxFileMb < 1:
+		return cli.Usagef("--max-file-mb %d: want at least 1", p.MaxFileMb)
 	case p.Processes < 16 || p.OpenFiles < 64:
 		return cli.Usagef("--processes %d and --open-files %d: want at least 16 and 64", p.Processes, p.OpenFiles)
 	case p.MaxSandboxes < 0 || p.CreateRate < 0 || p.KeyRate < 0:

@@ -297,13 +297,14 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	h := server.New(server.Config{
-		Control:   ctl,
-		Keys:      &auth.Verifier{Store: st, Logger: logger},
-		Logger:    logger,
-		Version:   version(),
-		KeyLimits: server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst},
-		Audit:     audit,
-		Console:   console.Handler(), Metrics: mx,
+		Control:      ctl,
+		Keys:         &auth.Verifier{Store: st, Logger: logger},
+		Logger:       logger,
+		Version:      version(),
+		KeyLimits:    server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst},
+		MaxFileBytes: c.policy.MaxFileMb << 20,
+		Audit:        audit,
+		Console:      console.Handler(), Metrics: mx,
 		PortsDomain: c.PortsDomain,
 	})
 	// Sandboxes holding a lizardToken reach the API on their own host

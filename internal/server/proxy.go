@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -31,6 +32,19 @@ import (
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
 	id := r.PathValue("id")
+	prefix := "/v1/sandboxes/" + id
+	// A file upload is the one body bounded here, by the operator's
+	// --max-file-mb (the agent bounds the others by its JSON limit). It
+	// streams: the bound counts bytes, it does not hold them.
+	var upload *boundedBody
+	if r.Method == http.MethodPut && strings.TrimPrefix(r.URL.Path, prefix) == "/files" && s.maxFile > 0 {
+		if r.ContentLength > s.maxFile {
+			s.fail(w, r, fileTooLarge(s.maxFile))
+			return
+		}
+		upload = &boundedBody{ReadCloser: r.Body, left: s.maxFile}
+		r.Body = upload
+	}
 	// Acquire resumes a paused sandbox, and holds off a pause until the
 	// call has ended.
 	call, err := s.c.Acquire(r.Context(), project, id)
@@ -46,7 +60,6 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
 		s.log.Warn("enabling full duplex for the proxy", "err", err)
 	}
-	prefix := "/v1/sandboxes/" + id
 	target := call.URL
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -76,6 +89,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 			if cause := stopCause(call.Ctx); cause != nil {
 				log.Info("sandbox stopped during a proxied call", "err", cause)
 				s.fail(w, r, cause)
+				return
+			}
+			if upload != nil && upload.over {
+				s.fail(w, r, fileTooLarge(s.maxFile))
 				return
 			}
 			if r.Context().Err() != nil {
@@ -160,4 +177,37 @@ func (b *abortingBody) Read(p []byte) (int, error) {
 	}
 	b.tail = strings.NewReader(tail)
 	return n, nil
+}
+
+func fileTooLarge(limit int64) error {
+	return &httpError{status: http.StatusRequestEntityTooLarge, code: api.CodeTooLarge,
+		msg: fmt.Sprintf("the file is larger than this server's bound of %d MiB (--max-file-mb)", limit>>20)}
+}
+
+// boundedBody passes on at most left bytes of an upload, then fails the
+// read (which ends the agent's request) and says so in over.
+type boundedBody struct {
+	io.ReadCloser
+	left int64
+	over bool
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more than the bound tells a file at the bound from
+		// one past it.
+		var one [1]byte
+		n, err := b.ReadCloser.Read(one[:])
+		if n > 0 {
+			b.over = true
+			return 0, errors.New("file upload past --max-file-mb")
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }

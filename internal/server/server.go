@@ -40,6 +40,9 @@ type Config struct {
 	Console http.Handler
 	// Metrics counts and times every request; nil: none.
 	Metrics *metrics.Metrics
+	// MaxFileBytes bounds a file upload (PUT /files) passed to an agent;
+	// 0: no bound but the sandbox's disk.
+	MaxFileBytes int64
 	// PortsDomain, when set, serves sandboxes' exposed ports at
 	// <port>-<sandboxId>.<PortsDomain> (ports.go).
 	PortsDomain string
@@ -55,11 +58,12 @@ type Server struct {
 	auditLog    *slog.Logger
 	keys        *auth.Verifier
 	portsDomain string
+	maxFile     int64
 }
 
 // New returns the API handler.
 func New(cfg Config) *Server {
-	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain}
+	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain, maxFile: cfg.MaxFileBytes}
 	// API keys on exposed ports are checked by hand (ports.go); a cluster
 	// node's forwarded calls carry none.
 	s.keys, _ = cfg.Keys.(*auth.Verifier)

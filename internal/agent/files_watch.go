@@ -1,0 +1,327 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+// Bounds on file watching, per sandbox: every watched directory is an
+// inotify watch, kernel (gVisor's Sentry) memory the sandbox's code does
+// not pay for, so a client asking for a recursive watch of / or opening
+// watches in a loop is stopped here rather than by the Sentry.
+const (
+	maxWatchStreams = 64
+	maxWatchDirs    = 8192
+)
+
+// watchBudget counts the watch streams and watched directories of the
+// sandbox.
+type watchBudget struct {
+	mu      sync.Mutex
+	streams int
+	dirs    int
+}
+
+func (b *watchBudget) openStream() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.streams >= maxWatchStreams {
+		return false
+	}
+	b.streams++
+	return true
+}
+
+func (b *watchBudget) closeStream() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.streams--
+}
+
+// takeDir reserves one watched directory.
+func (b *watchBudget) takeDir() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.dirs >= maxWatchDirs {
+		return false
+	}
+	b.dirs++
+	return true
+}
+
+func (b *watchBudget) giveDir() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.dirs--
+}
+
+// errTooManyDirs: the tree to watch has more directories than the
+// sandbox's budget has left.
+var errTooManyDirs = fmt.Errorf("more than %d directories are watched in this sandbox; watch a smaller tree", maxWatchDirs)
+
+const watchMask = unix.IN_CREATE | unix.IN_MODIFY | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO |
+	unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_ONLYDIR
+
+// watcher turns one inotify instance's events on a directory (and, when
+// recursive, every directory below it, followed as they come and go) into
+// FileEvents named relative to the directory.
+type watcher struct {
+	f         *os.File // the inotify instance, non-blocking: Close wakes a Read
+	recursive bool
+	budget    *watchBudget
+	root      string
+	rootWD    int32
+	dirs      map[int32]string // watch descriptor -> directory relative to root ("" for root)
+}
+
+func newWatcher(root string, recursive bool, budget *watchBudget) (*watcher, error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("starting inotify: %w", err)
+	}
+	w := &watcher{f: os.NewFile(uintptr(fd), "inotify"), recursive: recursive, budget: budget, root: root, dirs: map[int32]string{}}
+	wd, err := w.add("")
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	w.rootWD = wd
+	if recursive {
+		if err := w.addBelow("", nil); err != nil {
+			w.close()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// add watches directory rel.
+func (w *watcher) add(rel string) (int32, error) {
+	if !w.budget.takeDir() {
+		return 0, errTooManyDirs
+	}
+	// Not following symlinks: a link in the tree must not extend the
+	// watch to wherever it points.
+	var wd int
+	err := w.ctl(func(fd int) (err error) {
+		wd, err = unix.InotifyAddWatch(fd, filepath.Join(w.root, rel), watchMask|unix.IN_DONT_FOLLOW)
+		return err
+	})
+	if err != nil {
+		w.budget.giveDir()
+		return 0, err
+	}
+	if _, ok := w.dirs[int32(wd)]; ok {
+		// Already watched (the same directory seen twice in a walk).
+		w.budget.giveDir()
+	}
+	w.dirs[int32(wd)] = rel
+	return int32(wd), nil
+}
+
+// addBelow watches every directory below rel. With emit, entries found
+// are reported as created: they may have been made between rel's creation
+// and its watch, unseen otherwise (mkdir -p a/b && touch a/b/f).
+func (w *watcher) addBelow(rel string, emit func(name string)) error {
+	return filepath.WalkDir(filepath.Join(w.root, rel), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			// Gone meanwhile, or unreadable: nothing to watch there.
+			return nil
+		}
+		sub, _ := filepath.Rel(w.root, p)
+		if sub == rel {
+			return nil
+		}
+		if emit != nil {
+			emit(sub)
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if _, err := w.add(sub); errors.Is(err, errTooManyDirs) {
+			return err
+		}
+		return nil
+	})
+}
+
+// forget stops watching rel and every directory below it (moved away).
+func (w *watcher) forget(rel string) {
+	for wd, dir := range w.dirs {
+		if dir == rel || strings.HasPrefix(dir, rel+"/") {
+			_ = w.ctl(func(fd int) error {
+				_, err := unix.InotifyRmWatch(fd, uint32(wd))
+				return err
+			})
+			delete(w.dirs, wd)
+			w.budget.giveDir()
+		}
+	}
+}
+
+// ctl runs fn on the instance's descriptor, which a concurrent Close (the
+// client gone) cannot close, and another file take the number of, meanwhile.
+func (w *watcher) ctl(fn func(fd int) error) error {
+	rc, err := w.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+func (w *watcher) close() {
+	w.f.Close()
+	w.budget.mu.Lock()
+	w.budget.dirs -= len(w.dirs)
+	w.budget.mu.Unlock()
+	w.dirs = nil
+}
+
+// read waits for events and passes each to emit. It returns false when
+// the watch has ended: the watched directory was removed or moved away,
+// or the instance was closed.
+func (w *watcher) read(buf []byte, emit func(api.FileEvent)) bool {
+	n, err := w.f.Read(buf)
+	if err != nil || n < unix.SizeofInotifyEvent {
+		return false
+	}
+	now := time.Now().UTC()
+	live := true
+	for off := 0; off+unix.SizeofInotifyEvent <= n; {
+		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
+		off += unix.SizeofInotifyEvent + int(ev.Len)
+		if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
+			// The Sentry dropped events: the stream cannot say what
+			// happened, so it ends and the client may watch again.
+			return false
+		}
+		dir, known := w.dirs[ev.Wd]
+		if !known {
+			continue // a watch removed a moment ago
+		}
+		if ev.Mask&unix.IN_IGNORED != 0 {
+			delete(w.dirs, ev.Wd)
+			w.budget.giveDir()
+			if ev.Wd == w.rootWD {
+				live = false
+			}
+			continue
+		}
+		if ev.Mask&unix.IN_DELETE_SELF != 0 {
+			// Reported by its parent's IN_DELETE; the root's ends the
+			// stream with its IN_IGNORED.
+			continue
+		}
+		rel := filepath.Join(dir, name)
+		isDir := ev.Mask&unix.IN_ISDIR != 0
+		send := func(typ, name string) { emit(api.FileEvent{Type: typ, Name: name, Time: now}) }
+		switch {
+		case ev.Mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
+			send(api.FileCreate, rel)
+			if isDir && w.recursive {
+				if _, err := w.add(rel); err == nil {
+					_ = w.addBelow(rel, func(name string) { send(api.FileCreate, name) })
+				}
+			}
+		case ev.Mask&unix.IN_MODIFY != 0:
+			send(api.FileWrite, rel)
+		case ev.Mask&unix.IN_DELETE != 0:
+			send(api.FileRemove, rel)
+		case ev.Mask&unix.IN_MOVED_FROM != 0:
+			send(api.FileRename, rel)
+			if isDir && w.recursive {
+				w.forget(rel)
+			}
+		case ev.Mask&unix.IN_ATTRIB != 0:
+			send(api.FileChmod, rel)
+		}
+	}
+	return live
+}
+
+// watch streams the changes under a directory as NDJSON FileEvents until
+// the client goes away or the directory does. The response's headers go
+// out once the watch is in place: a client that has them sees every
+// change made after.
+func (a *Agent) watch(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.pathParam(w, r)
+	if !ok {
+		return
+	}
+	recursive := false
+	if v := r.URL.Query().Get("recursive"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			invalid(w, "recursive", "must be true or false, not %q", v)
+			return
+		}
+		recursive = b
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		fileError(w, p, err)
+		return
+	}
+	if !fi.IsDir() {
+		invalid(w, "path", "%s is not a directory: watch the directory that holds it", p)
+		return
+	}
+	if !a.watches.openStream() {
+		writeError(w, http.StatusConflict, api.CodeConflict, "%d watches are open in this sandbox already; close one first", maxWatchStreams)
+		return
+	}
+	defer a.watches.closeStream()
+	wt, err := newWatcher(p, recursive, &a.watches)
+	if errors.Is(err, errTooManyDirs) {
+		writeError(w, http.StatusConflict, api.CodeConflict, "watching %s: %v", p, err)
+		return
+	}
+	if err != nil {
+		fileError(w, p, err)
+		return
+	}
+	defer wt.close()
+	stop := context.AfterFunc(r.Context(), func() { wt.f.Close() })
+	defer stop()
+
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	enc := json.NewEncoder(w)
+	buf := make([]byte, 64<<10)
+	for {
+		var werr error
+		live := wt.read(buf, func(ev api.FileEvent) {
+			if werr == nil {
+				werr = enc.Encode(ev)
+			}
+		})
+		if werr == nil {
+			werr = rc.Flush()
+		}
+		if !live || werr != nil {
+			return
+		}
+	}
+}
