@@ -41,6 +41,20 @@ export interface Sandbox {
   diskMb?: number;
   /** The sandbox whose lizardToken created this one. */
   parentSandboxId?: string;
+  /** The volumes it mounts, and where. */
+  volumes?: VolumeMount[];
+  /** Opens its exposed ports to whoever holds it (docs/ports.md). */
+  accessToken?: string;
+  /** Its ports need no credential. */
+  publicPorts?: boolean;
+  /** The server's wildcard domain for ports, if it has one. */
+  portsDomain?: string;
+}
+
+/** A volume of the project mounted in a sandbox at path. */
+export interface VolumeMount {
+  name: string;
+  path: string;
 }
 
 export interface Snapshot {
@@ -64,6 +78,8 @@ export interface CreateSandboxRequest {
   diskMb?: number;
   allowInternet?: boolean;
   lizardToken?: boolean;
+  volumes?: VolumeMount[];
+  publicPorts?: boolean;
 }
 
 export interface Result {
@@ -78,19 +94,28 @@ export interface ExecutionError {
   traceback: string;
 }
 
+/** The API error a stream ends with when the sandbox stopped during the call. */
+export interface Abort {
+  status: number;
+  code: string;
+  message: string;
+}
+
 export interface ExecuteEvent {
-  type: "stdout" | "stderr" | "result" | "error" | "end";
+  type: "stdout" | "stderr" | "result" | "error" | "end" | "abort";
   text?: string;
   result?: Result;
   error?: ExecutionError;
   executionCount?: number;
+  abort?: Abort;
 }
 
 export interface ProcessEvent {
-  type: "stdout" | "stderr" | "end";
+  type: "stdout" | "stderr" | "end" | "abort";
   text?: string;
   exitCode?: number;
   error?: string;
+  abort?: Abort;
 }
 
 export interface Context {
