@@ -102,6 +102,26 @@ async def test_create_defaults(mode: str) -> None:
     assert srv.last("POST", "/v1/sandboxes").json() == {"template": "interpreter", "timeoutMs": 300000}
 
 
+async def test_create_resources(mode: str) -> None:
+    srv = server(mode)
+    srv.route("POST", "/v1/sandboxes", status=201, json={**SANDBOX, "memoryMb": 512, "cpus": 1, "diskMb": 1024})
+    sb = await sandbox(srv, memory_mb=512, cpus=1, disk_mb=1024, on_timeout="pause", allow_internet=False)
+    assert srv.last("POST", "/v1/sandboxes").json() == {
+        "template": "interpreter", "timeoutMs": 300000, "memoryMb": 512, "cpus": 1, "diskMb": 1024,
+        "onTimeout": "pause", "allowInternet": False}
+    info = sb._info
+    assert (info.memory_mb, info.cpus, info.disk_mb) == (512, 1.0, 1024)
+
+
+@pytest.mark.parametrize("kwargs", [{"memory_mb": 0}, {"memory_mb": 1.5}, {"cpus": -1}, {"disk_mb": True},
+                                    {"on_timeout": "stop"}])
+async def test_create_rejects_bad_resources(mode: str, kwargs: Any) -> None:
+    srv = server(mode)
+    with pytest.raises(lizard.InvalidArgumentError):
+        await sandbox(srv, **kwargs)
+    assert srv.requests == []
+
+
 async def test_create_project_mismatch_kills_and_raises(mode: str) -> None:
     srv = server(mode)
     with pytest.raises(lizard.InvalidArgumentError, match="proj_other.*proj_123"):

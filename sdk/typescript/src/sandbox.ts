@@ -60,6 +60,20 @@ export interface CreateOptions extends ConnectionOptions {
   volumes?: VolumeMount[];
   /** Let anyone with a getHost URL reach the sandbox's ports, without the API key or its access token. */
   publicPorts?: boolean;
+  /** The sandbox's memory in MiB; default and maximum are the server's. */
+  memoryMb?: number;
+  /** Its CPU time in cores (1.5 = one and a half); default and maximum are the server's. */
+  cpus?: number;
+  /**
+   * The size of its writable layer in MiB; default and maximum are the
+   * server's. Another size than the default boots cold instead of from the
+   * template's snapshot.
+   */
+  diskMb?: number;
+  /** What happens when the timeout passes: 'kill' (the default) or 'pause'. */
+  onTimeout?: 'kill' | 'pause';
+  /** false takes all network egress away from the sandbox; absent or true leaves what the server allows. */
+  allowInternet?: boolean;
 }
 
 export interface ListOptions extends ConnectionOptions {
@@ -137,6 +151,17 @@ export class CodeSandbox {
     const http = new HttpClient(resolveConfig(opts));
     const timeoutMs = opts.timeoutMs ?? DEFAULT_SANDBOX_TIMEOUT_MS;
     checkMs('timeoutMs', timeoutMs);
+    for (const [name, v] of [['memoryMb', opts.memoryMb], ['diskMb', opts.diskMb]] as const) {
+      if (v !== undefined && (!Number.isInteger(v) || v <= 0)) {
+        throw new InvalidArgumentError(`${name} must be a positive integer of MiB, not ${String(v)}`);
+      }
+    }
+    if (opts.cpus !== undefined && !(typeof opts.cpus === 'number' && opts.cpus > 0)) {
+      throw new InvalidArgumentError(`cpus must be a positive number of cores, not ${String(opts.cpus)}`);
+    }
+    if (opts.onTimeout !== undefined && opts.onTimeout !== 'kill' && opts.onTimeout !== 'pause') {
+      throw new InvalidArgumentError(`onTimeout must be 'kill' or 'pause', not '${String(opts.onTimeout)}'`);
+    }
     const w = await http.request<WireSandbox>('POST', '/v1/sandboxes', {
       json: {
         template: opts.snapshotId ? undefined : (opts.template ?? 'interpreter'),
@@ -147,6 +172,11 @@ export class CodeSandbox {
         lizardToken: opts.lizardToken || undefined,
         volumes: opts.volumes?.length ? opts.volumes.map((v) => ({ name: v.name, path: v.path })) : undefined,
         publicPorts: opts.publicPorts || undefined,
+        memoryMb: opts.memoryMb,
+        cpus: opts.cpus,
+        diskMb: opts.diskMb,
+        onTimeout: opts.onTimeout,
+        allowInternet: opts.allowInternet,
       },
       timeoutMs: opts.requestTimeoutMs ?? DEFAULT_CREATE_REQUEST_TIMEOUT_MS,
     });

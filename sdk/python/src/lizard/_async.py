@@ -209,36 +209,33 @@ class AsyncCodeSandbox:
         snapshot_id: Optional[str] = None,
         volumes: Optional[Sequence[Mapping[str, str]]] = None,
         public_ports: bool = False,
+        memory_mb: Optional[int] = None,
+        cpus: Optional[float] = None,
+        disk_mb: Optional[int] = None,
+        on_timeout: Optional[str] = None,
+        allow_internet: Optional[bool] = None,
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> _PendingSandbox:
         """Create a sandbox; await the result, or use it in ``async with``.
 
         The arguments are those of :meth:`lizard.CodeSandbox.create`.
         """
-        return _PendingSandbox(
-            cls._create(project_id, timeout_ms, template, envs, metadata, lizard_token, api_key, api_url,
-                        request_timeout, transport, snapshot_id, volumes, public_ports)
-        )
+        body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id, volumes, public_ports,
+                                 memory_mb=memory_mb, cpus=cpus, disk_mb=disk_mb, on_timeout=on_timeout,
+                                 allow_internet=allow_internet)
+        return _PendingSandbox(cls._create(project_id, body, api_key, api_url, request_timeout, transport))
 
     @classmethod
     async def _create(
         cls,
         project_id: Optional[str],
-        timeout_ms: int,
-        template: str,
-        envs: Optional[Mapping[str, str]],
-        metadata: Optional[Mapping[str, str]],
-        lizard_token: bool,
+        body: Dict[str, Any],
         api_key: Optional[str],
         api_url: Optional[str],
         request_timeout: Optional[float],
         transport: Optional[httpx.AsyncBaseTransport],
-        snapshot_id: Optional[str] = None,
-        volumes: Optional[Sequence[Mapping[str, str]]] = None,
-        public_ports: bool = False,
     ) -> "AsyncCodeSandbox":
         url, key = _core.resolve_config(api_key, api_url)
-        body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id, volumes, public_ports)
         http = _AsyncHttp(
             url, key, _core.DEFAULT_REQUEST_TIMEOUT if request_timeout is UNSET else request_timeout, transport
         )

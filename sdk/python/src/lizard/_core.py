@@ -110,9 +110,22 @@ def create_body(
     snapshot_id: Optional[str] = None,
     volumes: Optional[Sequence[Mapping[str, str]]] = None,
     public_ports: bool = False,
+    *,
+    memory_mb: Optional[int] = None,
+    cpus: Optional[float] = None,
+    disk_mb: Optional[int] = None,
+    on_timeout: Optional[str] = None,
+    allow_internet: Optional[bool] = None,
 ) -> Dict[str, Any]:
     """The body of POST /v1/sandboxes."""
     check_ms("timeout_ms", timeout_ms)
+    for name, value in (("memory_mb", memory_mb), ("disk_mb", disk_mb)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise InvalidArgumentError(f"{name} must be a positive integer of MiB, not {value!r}")
+    if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or cpus <= 0):
+        raise InvalidArgumentError(f"cpus must be a positive number of cores, not {cpus!r}")
+    if on_timeout is not None and on_timeout not in ("kill", "pause"):
+        raise InvalidArgumentError(f'on_timeout must be "kill" or "pause", not {on_timeout!r}')
     body: Dict[str, Any] = {"template": template}
     if snapshot_id:
         # The snapshot decides the template.
@@ -129,6 +142,16 @@ def create_body(
         body["volumes"] = volume_mounts(volumes)
     if public_ports:
         body["publicPorts"] = True
+    if memory_mb is not None:
+        body["memoryMb"] = memory_mb
+    if cpus is not None:
+        body["cpus"] = cpus
+    if disk_mb is not None:
+        body["diskMb"] = disk_mb
+    if on_timeout is not None:
+        body["onTimeout"] = on_timeout
+    if allow_internet is not None:
+        body["allowInternet"] = bool(allow_internet)
     return body
 
 

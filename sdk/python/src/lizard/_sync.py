@@ -158,6 +158,11 @@ class CodeSandbox:
         snapshot_id: Optional[str] = None,
         volumes: Optional[Sequence[Mapping[str, str]]] = None,
         public_ports: bool = False,
+        memory_mb: Optional[int] = None,
+        cpus: Optional[float] = None,
+        disk_mb: Optional[int] = None,
+        on_timeout: Optional[str] = None,
+        allow_internet: Optional[bool] = None,
         transport: Optional[httpx.BaseTransport] = None,
     ) -> "CodeSandbox":
         """Create a sandbox and return it once it runs.
@@ -183,10 +188,19 @@ class CodeSandbox:
                 :class:`Volume`); their files outlive the sandbox.
             public_ports: let anyone with a :meth:`get_host` URL reach the sandbox's ports, without the API key
                 or its access token.
+            memory_mb: the sandbox's memory in MiB; default and maximum are the server's.
+            cpus: its CPU time in cores (1.5 = one and a half); default and maximum are the server's.
+            disk_mb: the size of its writable layer in MiB; default and maximum are the server's. Another size
+                than the default boots cold instead of from the template's snapshot.
+            on_timeout: what happens when the timeout passes: ``"kill"`` (the default) or ``"pause"``.
+            allow_internet: False takes all network egress away from the sandbox; None or True leaves what the
+                server allows.
             transport: an httpx transport to send requests through (tests, custom networking).
         """
         url, key = _core.resolve_config(api_key, api_url)
-        body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id, volumes, public_ports)
+        body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id, volumes, public_ports,
+                                 memory_mb=memory_mb, cpus=cpus, disk_mb=disk_mb, on_timeout=on_timeout,
+                                 allow_internet=allow_internet)
         http = _Http(url, key, _core.DEFAULT_REQUEST_TIMEOUT if request_timeout is UNSET else request_timeout, transport)
         try:
             create_timeout = _core.DEFAULT_CREATE_TIMEOUT if request_timeout is UNSET else request_timeout

@@ -168,6 +168,18 @@ def test_envs_at_create_and_per_call() -> None:
         assert run.stdout == "p\n"
 
 
+def test_create_resources() -> None:
+    """The resources asked for at create are the sandbox's, on its info and across a pause."""
+    with CodeSandbox.create(timeout_ms=120_000, memory_mb=512, cpus=1, disk_mb=1024, on_timeout="pause") as sb:
+        assert sb.run_code("1 + 1").results[0].data == "2"
+        info = sb.get_info()
+        assert (info.memory_mb, info.cpus, info.disk_mb) == (512, 1.0, 1024)
+        sb.pause()
+        sb.resume()
+        info = sb.get_info()
+        assert (info.state, info.memory_mb, info.cpus, info.disk_mb) == ("running", 512, 1.0, 1024)
+
+
 def test_lifecycle_info_list_timeout_connect_kill() -> None:
     sb = CodeSandbox.create(timeout_ms=120_000, metadata={"suite": "lifecycle"})
     try:

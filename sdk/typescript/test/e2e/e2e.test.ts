@@ -294,6 +294,24 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
   );
 
   test(
+    'the resources asked for at create are the sandbox\'s, across a pause',
+    e2e(async () => {
+      const sb = await CodeSandbox.create({ timeoutMs: 5 * MIN, memoryMb: 512, cpus: 1, diskMb: 1024, onTimeout: 'pause' });
+      try {
+        assert.equal((await sb.runCode('1 + 1')).results[0]?.data, '2');
+        const info = await sb.getInfo();
+        assert.deepEqual([info.memoryMb, info.cpus, info.diskMb], [512, 1, 1024]);
+        await sb.pause();
+        await sb.resume();
+        const after = await sb.getInfo();
+        assert.deepEqual([after.state, after.memoryMb, after.cpus, after.diskMb], ['running', 512, 1, 1024]);
+      } finally {
+        await sb.kill();
+      }
+    }),
+  );
+
+  test(
     'pause, resume, snapshot, fork',
     e2e(async () => {
       const sb = await CodeSandbox.create({ timeoutMs: 5 * MIN });

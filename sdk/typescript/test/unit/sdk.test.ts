@@ -142,6 +142,30 @@ describe('sandboxes', () => {
     assert.deepEqual(JSON.parse(fake.requests[0]!.body.toString()), { template: 't', timeoutMs: 0, lizardToken: true });
   });
 
+  test('create sends the resources and options asked for, and the info reports them', async () => {
+    fake.handler = (req, res) =>
+      FakeServer.json(res, req.method === 'POST' ? 201 : 200, { ...sandboxJSON('sbx_r'), memoryMb: 512, cpus: 1, diskMb: 1024 });
+    const sb = await CodeSandbox.create({ ...opts, memoryMb: 512, cpus: 1, diskMb: 1024, onTimeout: 'pause', allowInternet: false });
+    assert.deepEqual(JSON.parse(fake.requests[0]!.body.toString()), {
+      template: 'interpreter',
+      timeoutMs: 300000,
+      memoryMb: 512,
+      cpus: 1,
+      diskMb: 1024,
+      onTimeout: 'pause',
+      allowInternet: false,
+    });
+    const info = await sb.getInfo();
+    assert.deepEqual([info.memoryMb, info.cpus, info.diskMb], [512, 1, 1024]);
+  });
+
+  test('create refuses resources that cannot be right, before any request', async () => {
+    for (const bad of [{ memoryMb: 0 }, { memoryMb: 1.5 }, { cpus: -1 }, { diskMb: Number.NaN }, { onTimeout: 'stop' as 'kill' }]) {
+      await assert.rejects(CodeSandbox.create({ ...opts, ...bad }), InvalidArgumentError, JSON.stringify(bad));
+    }
+    assert.equal(fake.requests.length, 0);
+  });
+
   test('create with another project kills the sandbox and throws', async () => {
     fake.handler = (req, res) =>
       req.method === 'POST' ? FakeServer.json(res, 201, sandboxJSON('sbx_x', 'proj_other')) : void res.writeHead(204).end();
