@@ -83,6 +83,7 @@ UNMODELLED: Dict[str, str] = {
     "TemplateCommand": "part of the recipe's dict",
     "TemplateBuildEvent": "given to on_event as the dict it is; a failed step raises TemplateBuildError",
     "Health": "for probes and operators, not for code using sandboxes",
+    "FileEvent": "the SDK has no call for /files/watch yet",
     "ExecuteEvent": "folded into Execution and the on_* callbacks of run_code",
     "ProcessEvent": "folded into ProcessResult and the on_* callbacks of exec",
     "Abort": "a stream that ends with an abort raises the matching exception",

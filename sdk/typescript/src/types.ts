@@ -108,6 +108,13 @@ export interface EntryInfo {
   size: number;
   mode: number;
   modTime: Date;
+  /** The type and mode as `ls -l` shows them, e.g. '-rw-r--r--'. */
+  permissions: string;
+  /** The owner's and group's names (the id in decimal when the sandbox has no name for it). */
+  owner: string;
+  group: string;
+  /** Where a symlink points, as stored in it; undefined for other types. */
+  symlinkTarget?: string;
 }
 
 /** What process.exec returns. */
@@ -156,6 +163,10 @@ export interface WireEntry {
   size: number;
   mode: number;
   modTime: string;
+  permissions?: string;
+  owner?: string;
+  group?: string;
+  symlinkTarget?: string;
 }
 
 /** The API error a stream ended with when the sandbox stopped during the call. */
@@ -209,5 +220,16 @@ export function volumeInfo(w: WireVolume): VolumeInfo {
 }
 
 export function entryInfo(w: WireEntry): EntryInfo {
-  return { name: w.name, path: w.path, type: w.type, size: w.size, mode: w.mode, modTime: new Date(w.modTime) };
+  return {
+    name: w.name,
+    path: w.path,
+    type: w.type,
+    size: w.size,
+    mode: w.mode,
+    modTime: new Date(w.modTime),
+    permissions: w.permissions ?? '',
+    owner: w.owner ?? '',
+    group: w.group ?? '',
+    symlinkTarget: w.symlinkTarget || undefined,
+  };
 }

@@ -131,6 +131,12 @@ export interface EntryInfo {
   size: number;
   mode: number;
   modTime: string;
+  /** The type and mode as `ls -l` shows them. */
+  permissions?: string;
+  owner?: string;
+  group?: string;
+  /** Where a symlink points; absent for other types. */
+  symlinkTarget?: string;
 }
 
 type Query = Record<string, string | string[] | undefined>;

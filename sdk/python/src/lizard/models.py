@@ -259,6 +259,9 @@ class EntryInfo:
         size: the size in bytes.
         mode: the permission and mode bits.
         mod_time: the last modification time.
+        permissions: the type and mode as ``ls -l`` shows them, such as ``-rw-r--r--``.
+        owner, group: the owner's and group's names (the id in decimal when the sandbox has no name for it).
+        symlink_target: where a symlink points, as stored in it; None for other types.
     """
 
     name: str
@@ -267,6 +270,10 @@ class EntryInfo:
     size: int
     mode: int
     mod_time: Optional[datetime]
+    permissions: str = ""
+    owner: str = ""
+    group: str = ""
+    symlink_target: Optional[str] = None
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "EntryInfo":
@@ -278,6 +285,10 @@ class EntryInfo:
             size=int(obj.get("size") or 0),
             mode=int(obj.get("mode") or 0),
             mod_time=parse_time(obj.get("modTime")),
+            permissions=str(obj.get("permissions") or ""),
+            owner=str(obj.get("owner") or ""),
+            group=str(obj.get("group") or ""),
+            symlink_target=str(obj["symlinkTarget"]) if obj.get("symlinkTarget") else None,
         )
 
 

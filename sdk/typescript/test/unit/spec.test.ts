@@ -68,6 +68,7 @@ const UNMODELLED: Record<string, string> = {
   EntryList: 'files.list() returns the entries themselves',
   TemplateCommand: 'inline in Recipe.run, { cmd, user }',
   Health: 'for probes and operators, not for code using sandboxes',
+  FileEvent: 'the SDK has no call for /files/watch yet',
 };
 
 /**
