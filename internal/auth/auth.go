@@ -97,6 +97,16 @@ func isHex(s string) bool {
 // Create mints a key for project and stores it. sandboxID, when not empty,
 // ties the key to that sandbox: it is revoked when the sandbox ends.
 func Create(ctx context.Context, st *store.Store, projectID, sandboxID string) (Key, error) {
+	return CreateUntil(ctx, st, projectID, sandboxID, time.Time{})
+}
+
+// CreateUntil is Create for a key that stops working at until (zero: only
+// when revoked).
+func CreateUntil(ctx context.Context, st *store.Store, projectID, sandboxID string, until time.Time) (Key, error) {
+	var expires *time.Time
+	if !until.IsZero() {
+		expires = &until
+	}
 	// keyid is only 32 bits: on the rare collision, draw again.
 	for range 5 {
 		k, err := Generate()
@@ -104,7 +114,7 @@ func Create(ctx context.Context, st *store.Store, projectID, sandboxID string) (
 			return Key{}, err
 		}
 		err = st.CreateAPIKey(ctx, store.APIKey{
-			ID: k.ID, ProjectID: projectID, Hash: k.Hash(), CreatedAt: time.Now(), SandboxID: sandboxID,
+			ID: k.ID, ProjectID: projectID, Hash: k.Hash(), CreatedAt: time.Now(), SandboxID: sandboxID, ExpiresAt: expires,
 		})
 		if errors.Is(err, store.ErrConflict) {
 			continue
@@ -127,7 +137,7 @@ type Verifier struct {
 // unknown ID costs about as long as a wrong secret.
 var dummyHash = make([]byte, sha256.Size)
 
-// Verify returns the project of a valid, unrevoked key; otherwise an error
+// Verify returns the project of a valid, unrevoked, unexpired key; otherwise an error
 // wrapping ErrUnauthenticated (or a store failure).
 func (v *Verifier) Verify(ctx context.Context, key string) (projectID string, err error) {
 	k, err := v.verify(ctx, key)
@@ -154,6 +164,8 @@ func (v *Verifier) verify(ctx context.Context, key string) (store.APIKey, error)
 		return store.APIKey{}, fmt.Errorf("wrong secret for key %s: %w", k.ID, ErrUnauthenticated)
 	case stored.RevokedAt != nil:
 		return store.APIKey{}, fmt.Errorf("key %s was revoked: %w", k.ID, ErrUnauthenticated)
+	case !stored.Live(time.Now()):
+		return store.APIKey{}, fmt.Errorf("key %s expired at %s: %w", k.ID, stored.ExpiresAt.Format(time.RFC3339), ErrUnauthenticated)
 	}
 	return stored, nil
 }

@@ -52,6 +52,14 @@ func TestRequire(t *testing.T) {
 	if err := st.RevokeAPIKey(ctx, revoked.ID, time.Now()); err != nil {
 		t.Fatal(err)
 	}
+	expired, err := CreateUntil(ctx, st, "proj", "", time.Now().Add(-time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unexpired, err := CreateUntil(ctx, st, "proj", "", time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
 	unknown, _ := Generate()
 	wrongSecret := Key{ID: good.ID, Secret: strings.Repeat("0", 64)}
 
@@ -76,6 +84,8 @@ func TestRequire(t *testing.T) {
 		{"no prefix", "Bearer " + strings.TrimPrefix(good.String(), "lz_"), 401, want401},
 		{"uppercase hex", "Bearer " + strings.ToUpper(good.String()), 401, want401},
 		{"revoked", "Bearer " + revoked.String(), 401, want401},
+		{"expired", "Bearer " + expired.String(), 401, want401},
+		{"not yet expired", "Bearer " + unexpired.String(), 200, "ok proj"},
 		{"missing header", "", 401, want401},
 		{"not Bearer", "Basic " + good.String(), 401, want401},
 		{"Bearer without token", "Bearer", 401, want401},

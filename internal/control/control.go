@@ -277,6 +277,11 @@ func (c *Control) Resume(ctx context.Context, projectID, id string, req api.Resu
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	if bound := sb.CreatedAt.Add(c.cfg.MaxChildTimeout); sb.ParentID != "" && sb.Live() && !c.now().Before(bound) {
+		return api.Sandbox{}, &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf(
+			"sandbox %s was made with sandbox %s's lizardToken, so its life ended at %s (its creation + the server's --max-child-timeout of %s): it cannot be resumed; kill it",
+			id, sb.ParentID, bound.Format(time.RFC3339), c.cfg.MaxChildTimeout)}
+	}
 	if req.TimeoutMs != nil {
 		if err := c.checkTimeout(*req.TimeoutMs); err != nil {
 			return api.Sandbox{}, err

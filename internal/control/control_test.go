@@ -133,7 +133,7 @@ func TestCreateLizardToken(t *testing.T) {
 	if project, err := v.Verify(ctx, key); err != nil || project != "p1" {
 		t.Errorf("Verify(sandbox key) = %q, %v; want p1", project, err)
 	}
-	if has, err := e.Store.SandboxHasLiveKey(ctx, sb.SandboxID); err != nil || !has {
+	if has, err := e.Store.SandboxHasLiveKey(ctx, sb.SandboxID, time.Now()); err != nil || !has {
 		t.Errorf("SandboxHasLiveKey = %v, %v; want true", has, err)
 	}
 	k, _ := auth.Parse(key)

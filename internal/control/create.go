@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
@@ -37,6 +38,12 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 	if err := c.childTimeout(parent, &req.TimeoutMs); err != nil {
 		return api.Sandbox{}, err
 	}
+	if parent != "" && req.OnTimeout == api.OnTimeoutPause {
+		// Pausing at its timeout would keep it, and a key of its own,
+		// past its bound: a child ends at its timeout.
+		return api.Sandbox{}, node.Invalidf("onTimeout %q: a sandbox made with another sandbox's lizardToken (%s) ends at its timeout, within the server's --max-child-timeout (%s); it cannot be kept paused past it: leave onTimeout out",
+			req.OnTimeout, parent, c.cfg.MaxChildTimeout)
+	}
 	if req.SnapshotID != "" {
 		return c.createFromSnapshot(ctx, projectID, parent, req)
 	}
@@ -51,7 +58,12 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 	}
 	p.ParentID = parent
 	if req.LizardToken {
-		p.Key = c.keyMinter(projectID)
+		if parent != "" {
+			// A child's key dies at the child's bound, whatever becomes
+			// of the child (pauses, setTimeout) meanwhile.
+			p.KeyExpires = c.now().Add(c.cfg.MaxChildTimeout)
+		}
+		p.Key = c.keyMinter(projectID, p.KeyExpires)
 	}
 	p.PublicPorts = req.PublicPorts
 	if len(req.Volumes) > 0 {
@@ -212,10 +224,11 @@ func (c *Control) checkTimeout(ms int64) error {
 }
 
 // keyMinter mints the lizardToken of a new sandbox of projectID: an API
-// key of the project, tied to the sandbox, revoked when it ends.
-func (c *Control) keyMinter(projectID string) func(ctx context.Context, sandboxID string) (string, error) {
+// key of the project, tied to the sandbox, revoked when it ends and dead
+// at expires if that is set.
+func (c *Control) keyMinter(projectID string, expires time.Time) func(ctx context.Context, sandboxID string) (string, error) {
 	return func(ctx context.Context, sandboxID string) (string, error) {
-		k, err := auth.Create(ctx, c.cfg.Store, projectID, sandboxID)
+		k, err := auth.CreateUntil(ctx, c.cfg.Store, projectID, sandboxID, expires)
 		if err != nil {
 			return "", fmt.Errorf("minting the sandbox's API key: %w", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/node"
@@ -153,7 +154,7 @@ func TestRestoresKeepShape(t *testing.T) {
 		if len(rs) != 1 || rs[0].Envs["LIZARD_SANDBOX_ID"] != id || !slices.Contains(rs[0].Unset, "LIZARD_API_KEY") || rs[0].KeepSeeds {
 			t.Errorf("reseeds of %s = %+v; want one with its ID, unsetting LIZARD_API_KEY, reseeding", id, rs)
 		}
-		if has, _ := e.Store.SandboxHasLiveKey(ctx, id); has || e.Row(t, id).Shape.Token {
+		if has, _ := e.Store.SandboxHasLiveKey(ctx, id, time.Now()); has || e.Row(t, id).Shape.Token {
 			t.Errorf("copy %s holds a lizardToken", id)
 		}
 	}

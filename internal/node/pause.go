@@ -192,7 +192,7 @@ func (n *Local) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs *i
 	var apiEnv []string
 	apiPort := 0
 	if sb.Shape.Token && n.cfg.TokenAPI != nil {
-		if has, err := n.cfg.Store.SandboxHasLiveKey(ctx, sb.ID); err == nil && has {
+		if has, err := n.cfg.Store.SandboxHasLiveKey(ctx, sb.ID, n.now()); err == nil && has {
 			apiEnv, apiPort = n.cfg.TokenAPI(host)
 		}
 	}

@@ -53,6 +53,9 @@ type Plan struct {
 	// Key, when set, mints the sandbox's lizardToken (an API key of its
 	// project, for its ID).
 	Key func(ctx context.Context, sandboxID string) (key string, err error)
+	// KeyExpires, when set, is when that key stops working even while the
+	// sandbox lives on: a token child's bound (control's MaxChildTimeout).
+	KeyExpires time.Time
 	// ParentID is the sandbox whose lizardToken asked for this one, if any.
 	ParentID string
 	// Build, when set, is a template build's private root filesystem: the

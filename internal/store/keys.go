@@ -62,6 +62,13 @@ type APIKey struct {
 	// SandboxID is set on keys minted for one sandbox (lizardToken); they
 	// are revoked when that sandbox ends.
 	SandboxID string
+	// ExpiresAt, when set, is when the key stops working even unrevoked.
+	ExpiresAt *time.Time
+}
+
+// Live reports whether k is good at now: neither revoked nor expired.
+func (k APIKey) Live(now time.Time) bool {
+	return k.RevokedAt == nil && (k.ExpiresAt == nil || now.Before(*k.ExpiresAt))
 }
 
 // CreateAPIKey stores k. ErrNotFound if its project (or sandbox) does not
@@ -72,8 +79,8 @@ func (s *Store) CreateAPIKey(ctx context.Context, k APIKey) error {
 		sandboxID = sql.NullString{String: k.SandboxID, Valid: true}
 	}
 	_, err := s.db.ExecContext(ctx,
-		`INSERT INTO api_keys (id, project_id, hash, created_at, revoked_at, sandbox_id) VALUES (?, ?, ?, ?, ?, ?)`,
-		k.ID, k.ProjectID, k.Hash, toMillis(k.CreatedAt), nullMillis(k.RevokedAt), sandboxID)
+		`INSERT INTO api_keys (id, project_id, hash, created_at, revoked_at, sandbox_id, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, k.ProjectID, k.Hash, toMillis(k.CreatedAt), nullMillis(k.RevokedAt), sandboxID, nullMillis(k.ExpiresAt))
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("creating API key %s: %w", k.ID, ErrConflict)
@@ -90,11 +97,11 @@ func (s *Store) CreateAPIKey(ctx context.Context, k APIKey) error {
 func (s *Store) GetAPIKey(ctx context.Context, id string) (APIKey, error) {
 	var k APIKey
 	var created int64
-	var revoked sql.NullInt64
+	var revoked, expires sql.NullInt64
 	var sandboxID sql.NullString
 	err := s.db.QueryRowContext(ctx,
-		`SELECT id, project_id, hash, created_at, revoked_at, sandbox_id FROM api_keys WHERE id = ?`, id).
-		Scan(&k.ID, &k.ProjectID, &k.Hash, &created, &revoked, &sandboxID)
+		`SELECT id, project_id, hash, created_at, revoked_at, sandbox_id, expires_at FROM api_keys WHERE id = ?`, id).
+		Scan(&k.ID, &k.ProjectID, &k.Hash, &created, &revoked, &sandboxID, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return APIKey{}, fmt.Errorf("getting API key %s: %w", id, ErrNotFound)
 	}
@@ -103,6 +110,7 @@ func (s *Store) GetAPIKey(ctx context.Context, id string) (APIKey, error) {
 	}
 	k.CreatedAt = fromMillis(created)
 	k.RevokedAt = timePtr(revoked)
+	k.ExpiresAt = timePtr(expires)
 	k.SandboxID = sandboxID.String
 	return k, nil
 }

@@ -309,6 +309,12 @@ CREATE INDEX templates_key ON templates(tkey);
 	`
 ALTER TABLE volumes ADD COLUMN node TEXT NOT NULL DEFAULT '';
 `,
+	// A key may stop working at a time of its own: the lizardToken of a
+	// sandbox made with another sandbox's key dies at that sandbox's
+	// bound (--max-child-timeout), whatever becomes of the sandbox.
+	`
+ALTER TABLE api_keys ADD COLUMN expires_at INTEGER;
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

@@ -112,7 +112,7 @@ func (h *handler) local(w plan) node.Plan {
 	}
 	if w.Token {
 		p.Key = func(ctx context.Context, sandboxID string) (string, error) {
-			k, err := auth.Create(ctx, h.cfg.Store, p.ProjectID, sandboxID)
+			k, err := auth.CreateUntil(ctx, h.cfg.Store, p.ProjectID, sandboxID, p.KeyExpires)
 			if err != nil {
 				return "", fmt.Errorf("minting the sandbox's API key: %w", err)
 			}

@@ -66,19 +66,22 @@ type plan struct {
 	PublicPorts bool          `json:"publicPorts,omitempty"`
 	Image       string        `json:"image,omitempty"`
 	Token       bool          `json:"token,omitempty"`
-	ParentID    string        `json:"parentId,omitempty"`
+	// TokenExpires is node.Plan.KeyExpires (zero: none).
+	TokenExpires time.Time `json:"tokenExpires,omitzero"`
+	ParentID     string    `json:"parentId,omitempty"`
 }
 
 func toWire(p node.Plan) plan {
 	return plan{ProjectID: p.ProjectID, Role: p.Role, Template: p.Template, TimeoutMs: p.TimeoutMs, Metadata: p.Metadata,
 		OnTimeout: p.OnTimeout, Envs: p.Envs, Limits: limitsToWire(p.Limits), Internet: p.Internet, Image: p.Image,
-		Token: p.Key != nil, ParentID: p.ParentID, Volumes: volumesToWire(p.Volumes), PublicPorts: p.PublicPorts}
+		Token: p.Key != nil, TokenExpires: p.KeyExpires, ParentID: p.ParentID, Volumes: volumesToWire(p.Volumes),
+		PublicPorts: p.PublicPorts}
 }
 
 func (w plan) plan() node.Plan {
 	return node.Plan{ProjectID: w.ProjectID, Role: w.Role, Template: w.Template, TimeoutMs: w.TimeoutMs, Metadata: w.Metadata,
 		OnTimeout: w.OnTimeout, Envs: w.Envs, Limits: w.Limits.limits(), Internet: w.Internet, Image: w.Image,
-		ParentID: w.ParentID, Volumes: volumesFromWire(w.Volumes), PublicPorts: w.PublicPorts}
+		ParentID: w.ParentID, Volumes: volumesFromWire(w.Volumes), PublicPorts: w.PublicPorts, KeyExpires: w.TokenExpires}
 }
 
 // limits is sandbox.Limits on the wire.
