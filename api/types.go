@@ -40,6 +40,7 @@ const (
 	CodeInternal         = "internal"           // 500
 	CodeBadGateway       = "bad_gateway"        // 502: the sandbox's agent did not answer
 	CodeUnavailable      = "unavailable"        // 503
+	CodeDiskFull         = "disk_full"          // 507: the server's disk is full
 )
 
 // Sandbox states.

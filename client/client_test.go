@@ -458,6 +458,19 @@ func TestErrorMapping(t *testing.T) {
 	}
 }
 
+// TestDiskFull: a 507 is ErrDiskFull, and ErrServer as every 5xx is, so
+// callers that retry server errors keep doing so.
+func TestDiskFull(t *testing.T) {
+	for body, code := range map[string]string{`{"code":"disk_full","message":"the server's disk is full"}`: "disk_full", ``: "disk_full"} {
+		c := newFake(t, &fake{status: 507, body: body})
+		_, err := c.GetSandbox(context.Background(), "sb_1")
+		var e *Error
+		if !errors.Is(err, ErrDiskFull) || !errors.Is(err, ErrServer) || errors.Is(err, ErrConflict) || !errors.As(err, &e) || e.Code != code {
+			t.Errorf("507 %q = %v; want ErrDiskFull and ErrServer, code %s", body, err, code)
+		}
+	}
+}
+
 func TestUnreachable(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

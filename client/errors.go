@@ -21,6 +21,7 @@ var (
 	ErrGone            = errors.New("gone")                // 410
 	ErrTooLarge        = errors.New("too large")           // 413
 	ErrRateLimited     = errors.New("rate limited")        // 429
+	ErrDiskFull        = errors.New("server disk full")    // 507; also matches ErrServer
 	ErrServer          = errors.New("server error")        // 5xx
 	ErrUnreachable     = errors.New("cannot reach Lizard") // no HTTP response at all
 	ErrTruncated       = errors.New("stream ended early")  // an NDJSON stream without its end event
@@ -65,8 +66,12 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s (HTTP %d %s)", e.Message, e.Status, e.Code)
 }
 
-// Is matches the sentinel of e's status.
+// Is matches the sentinel of e's status; a 507 matches ErrServer too, as
+// every 5xx does.
 func (e *Error) Is(target error) bool {
+	if e.Status == http.StatusInsufficientStorage && target == ErrDiskFull {
+		return true
+	}
 	s := sentinel(e.Status)
 	return s != nil && s == target
 }
@@ -117,6 +122,8 @@ func codeFor(status int) string {
 		return api.CodeBadGateway
 	case http.StatusServiceUnavailable:
 		return api.CodeUnavailable
+	case http.StatusInsufficientStorage:
+		return api.CodeDiskFull
 	}
 	return api.CodeInternal
 }

@@ -3,7 +3,11 @@ package node
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"syscall"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/store"
 )
 
 // Sentinels for what went wrong; the API maps each to one HTTP status.
@@ -22,7 +26,44 @@ var (
 	// ErrRateLimited means the project is over one of its limits (live
 	// sandboxes, creates per second); retrying later may work.
 	ErrRateLimited = errors.New("rate limited")
+	// ErrDiskFull means the server's disk is full, or nearly (under the
+	// free space it keeps so that state changes can always be recorded):
+	// what would write to it is refused until space is freed, while
+	// running sandboxes go on.
+	ErrDiskFull = errors.New("disk full")
 )
+
+// DiskFullAdvice is what a caller refused for a full disk is told to do.
+const DiskFullAdvice = "running sandboxes keep running and calls to them still work, but nothing that needs more disk can be done " +
+	"until space is freed: ask the operator to free disk space on the server (kill paused sandboxes, delete snapshots, volumes " +
+	"and templates no longer needed, or grow the disk), then retry; no restart is needed"
+
+// DiskFull returns err as an ErrDiskFull error when it says a disk is full
+// (ENOSPC or EDQUOT, the database's store.ErrDiskFull, or a tool's "no
+// space left on device"), unless it is a refusal of the request itself
+// (invalid, not found, conflict, gone, rate limited); otherwise err as it
+// is. The tables that map kinds to statuses call it first, so that a full
+// disk met on any path is a 507, not a 500.
+func DiskFull(err error) error {
+	if err == nil || errors.Is(err, ErrDiskFull) || !diskFull(err) {
+		return err
+	}
+	for _, refusal := range []error{ErrInvalid, ErrNotFound, ErrConflict, ErrGone, ErrRateLimited} {
+		if errors.Is(err, refusal) {
+			return err
+		}
+	}
+	return &Error{Kind: ErrDiskFull, Msg: "the server's disk is full: " + DiskFullAdvice, Cause: err}
+}
+
+func diskFull(err error) bool {
+	if errors.Is(err, store.ErrDiskFull) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return true
+	}
+	// runsc, mkfs and the like report it in words.
+	s := strings.ToLower(err.Error())
+	return strings.Contains(s, "no space left on device") || strings.Contains(s, "disk quota exceeded")
+}
 
 // Error carries a message meant for the API's caller apart from the
 // internal cause, which is only logged.

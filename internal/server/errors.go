@@ -37,10 +37,15 @@ func classify(err error) (status int, code, msg string) {
 	if errors.As(err, &he) {
 		return he.status, he.code, he.msg
 	}
+	err = node.DiskFull(err)
 	msg = node.Message(err)
 	switch {
 	case errors.Is(err, control.ErrNoPortAccess):
 		status, code = http.StatusUnauthorized, api.CodeUnauthenticated
+	case errors.Is(err, node.ErrDiskFull):
+		// Before the kinds a full disk may have been wrapped in (a create
+		// that failed, unavailable).
+		status, code = http.StatusInsufficientStorage, api.CodeDiskFull
 	case errors.Is(err, node.ErrInvalid):
 		status, code = http.StatusBadRequest, api.CodeInvalidArgument
 	case errors.Is(err, node.ErrNotFound):

@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // dialect is the SQL engine behind a Store. The queries are written once,
@@ -113,13 +115,34 @@ func (t *tx) serialize(ctx context.Context, key int64) error {
 }
 
 // wrap marks errors that mean the database cannot be reached with
-// ErrUnavailable, keeping the driver's error (and sql.ErrNoRows) for
-// errors.Is and errors.As.
+// ErrUnavailable, and those that mean its disk is full with ErrDiskFull,
+// keeping the driver's error (and sql.ErrNoRows) for errors.Is and
+// errors.As.
 func (d dialect) wrap(err error) error {
-	if err == nil || errors.Is(err, ErrUnavailable) || !unavailable(err) {
+	switch {
+	case err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrDiskFull):
 		return err
+	case diskFull(err):
+		return fmt.Errorf("%w: %w", ErrDiskFull, err)
+	case unavailable(err):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	return err
+}
+
+// diskFull reports whether err says the database's disk is full: SQLite's
+// SQLITE_FULL, PostgreSQL's disk_full (53100), or ENOSPC / EDQUOT from the
+// file system.
+func diskFull(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "53100" {
+		return true
+	}
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 // unavailable reports whether err says the database server is gone, down,

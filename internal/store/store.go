@@ -39,6 +39,10 @@ var (
 	// down, restarting or unreachable). The call may be retried: the Store
 	// reconnects by itself once the database is back.
 	ErrUnavailable = errors.New("database unavailable")
+	// ErrDiskFull means the database could not write for lack of disk
+	// space (SQLite's SQLITE_FULL, PostgreSQL's disk_full). The call may
+	// be retried once space is freed.
+	ErrDiskFull = errors.New("database disk full")
 )
 
 // FileName is the database file inside a data directory.

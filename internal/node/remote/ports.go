@@ -101,12 +101,14 @@ func (h *handler) port(w http.ResponseWriter, r *http.Request) {
 // writePublic answers a forwarded port call with err as the public API
 // does (api.Error): the API passes the answer on as it is.
 func writePublic(w http.ResponseWriter, err error) {
+	err = node.DiskFull(err)
 	status, code := http.StatusInternalServerError, api.CodeInternal
 	for _, k := range []struct {
 		err    error
 		status int
 		code   string
 	}{
+		{node.ErrDiskFull, http.StatusInsufficientStorage, api.CodeDiskFull}, // first: it may wrap another kind
 		{node.ErrInvalid, http.StatusBadRequest, api.CodeInvalidArgument},
 		{node.ErrNotFound, http.StatusNotFound, api.CodeNotFound},
 		{node.ErrConflict, http.StatusConflict, api.CodeConflict},

@@ -223,6 +223,8 @@ var kinds = []struct {
 	err    error
 	status int
 }{
+	// First: a full disk may be wrapped in another kind (node.DiskFull).
+	{"disk_full", node.ErrDiskFull, http.StatusInsufficientStorage},
 	{"invalid", node.ErrInvalid, http.StatusBadRequest},
 	{"not_found", node.ErrNotFound, http.StatusNotFound},
 	{"conflict", node.ErrConflict, http.StatusConflict},
@@ -233,6 +235,7 @@ var kinds = []struct {
 }
 
 func encodeError(err error) (int, wireError) {
+	err = node.DiskFull(err)
 	w := wireError{Message: node.Message(err)}
 	var e *node.Error
 	if errors.As(err, &e) {
@@ -262,6 +265,7 @@ func (w wireError) err(nodeName string) error {
 			} else {
 				e.Kind = k.err
 			}
+			break
 		}
 	}
 	if e.Msg == "" {

@@ -261,6 +261,7 @@ async def test_snapshot_returns_info(mode: str) -> None:
         (429, "rate_limited", lizard.RateLimitError),
         (500, "internal", lizard.SandboxError),
         (503, "unavailable", lizard.SandboxError),
+        (507, "disk_full", lizard.DiskFullError),
         (502, None, lizard.SandboxError),
         (418, None, lizard.LizardError),
     ],
@@ -283,6 +284,7 @@ async def test_error_mapping(mode: str, status: int, code: Any, want: type) -> N
 
 def test_hierarchy() -> None:
     assert issubclass(lizard.SandboxGoneError, lizard.NotFoundError)
+    assert issubclass(lizard.DiskFullError, lizard.SandboxError)
     for name in lizard.errors.__all__:
         assert issubclass(getattr(lizard, name), lizard.LizardError)
     assert issubclass(lizard.LizardConnectionError, builtins.ConnectionError)

@@ -41,6 +41,13 @@ export class InvalidArgumentError extends LizardError {}
 /** The server or the sandbox failed (5xx), or a stream ended without its "end" event. */
 export class SandboxError extends LizardError {}
 
+/**
+ * The server's disk is full (507 disk_full): running sandboxes go on, but
+ * nothing that needs more disk (create, fork, snapshot, pause, volume) can be
+ * done until the operator frees space; retry then.
+ */
+export class DiskFullError extends SandboxError {}
+
 /** The server could not be reached, or the connection broke mid-response. */
 export class LizardConnectionError extends LizardError {}
 
@@ -80,6 +87,8 @@ function classForStatus(status: number): ErrorClass {
       return SandboxGoneError;
     case 429:
       return RateLimitError;
+    case 507:
+      return DiskFullError;
   }
   return status >= 500 && status <= 599 ? SandboxError : LizardError;
 }

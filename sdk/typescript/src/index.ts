@@ -47,6 +47,7 @@ export { DEFAULT_API_URL, DEFAULT_REQUEST_TIMEOUT_MS, type ConnectionOptions } f
 export {
   AuthenticationError,
   ConflictError,
+  DiskFullError,
   InvalidArgumentError,
   LizardConnectionError,
   LizardError,

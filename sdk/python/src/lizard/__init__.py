@@ -10,6 +10,7 @@ from ._sync import CodeSandbox, Files, Process, Template, Volume
 from .errors import (
     AuthenticationError,
     ConflictError,
+    DiskFullError,
     InvalidArgumentError,
     LizardConnectionError,
     LizardError,
@@ -64,6 +65,7 @@ __all__ = [
     "ConflictError",
     "RateLimitError",
     "SandboxError",
+    "DiskFullError",
     "LizardConnectionError",
     "RequestTimeoutError",
     "TemplateBuildError",

@@ -19,6 +19,7 @@ __all__ = [
     "ConflictError",
     "RateLimitError",
     "SandboxError",
+    "DiskFullError",
     "LizardConnectionError",
     "RequestTimeoutError",
     "TemplateBuildError",
@@ -72,6 +73,11 @@ class SandboxError(LizardError):
     """The server or the sandbox failed (HTTP 5xx), or a response stream ended early."""
 
 
+class DiskFullError(SandboxError):
+    """The server's disk is full (HTTP 507 ``disk_full``): running sandboxes go on, but nothing that needs more
+    disk (create, fork, snapshot, pause, volume) can be done until the operator frees space; retry then."""
+
+
 class LizardConnectionError(LizardError, builtins.ConnectionError):
     """The Lizard server could not be reached, or the connection broke during a response."""
 
@@ -104,6 +110,7 @@ _BY_STATUS: Dict[int, Type[LizardError]] = {
     410: SandboxGoneError,
     413: InvalidArgumentError,
     429: RateLimitError,
+    507: DiskFullError,
 }
 
 

@@ -9,6 +9,7 @@ import {
   AuthenticationError,
   CodeSandbox,
   ConflictError,
+  DiskFullError,
   InvalidArgumentError,
   LizardConnectionError,
   LizardError,
@@ -551,6 +552,7 @@ describe('errors', () => {
       [500, 'internal', SandboxError],
       [502, 'bad_gateway', SandboxError],
       [503, 'unavailable', SandboxError],
+      [507, 'disk_full', DiskFullError],
       [418, 'teapot', LizardError],
     ];
     for (const [status, code, cls] of cases) {
@@ -567,6 +569,7 @@ describe('errors', () => {
       });
     }
     assert.ok(new SandboxGoneError('x') instanceof NotFoundError, 'SandboxGoneError must extend NotFoundError');
+    assert.ok(new DiskFullError('x') instanceof SandboxError, 'DiskFullError must extend SandboxError');
   });
 
   test('a body that is not JSON keeps the status class', () => {
