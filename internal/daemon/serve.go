@@ -68,6 +68,9 @@ type serveConfig struct {
 	qemu         qemuFlags // --runtime qemu's (flags.go)
 	// PausedRetention is how long a paused sandbox is kept.
 	PausedRetention time.Duration
+	// MinFreeDiskMb is the free space kept on the data directory's disk
+	// (node.Config.MinFreeDisk).
+	MinFreeDiskMb int64
 	// TemplateSnapshot makes creates restore a checkpoint of each
 	// template's booted sandbox instead of booting; WarmPool keeps that
 	// many restored sandboxes per template ready.
@@ -128,6 +131,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StartTimeout, "start-timeout", 0, "how long a new sandbox's agent may take to answer (default: 30s with gvisor, 5m with qemu)")
 	c.qemu.register(fs)
 	fs.DurationVar(&c.PausedRetention, "paused-retention", node.DefaultPausedRetention, "how long a paused sandbox is kept before it is ended")
+	fs.Int64Var(&c.MinFreeDiskMb, "min-free-disk-mb", 512, "free space kept on the data directory's disk, MiB: below it creates, forks, snapshots, pauses and volumes are refused (507) so that state changes can still be recorded; 0: no bound")
 	fs.BoolVar(&c.TemplateSnapshot, "template-snapshot", true, "create sandboxes by restoring a checkpoint of each template's booted sandbox (kernel started, numpy/pandas/matplotlib imported) instead of booting; false boots every sandbox")
 	fs.IntVar(&c.WarmPool, "warm-pool", 0, "restored sandboxes per template kept ready for creates with the default limits (needs --template-snapshot; each costs an idle sandbox's memory)")
 	fs.Var(&c.Warm, "warm", "warm pool of one template, [PROJECT/]NAME=N (repeat for more): a custom template by name (in PROJECT, or in every project having one of that name), or a built-in to override --warm-pool for it")
@@ -417,8 +421,9 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st *store.Store, l
 		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: artifact, Files: files,
 		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: tokenAPI,
 		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,
-		StartTimeout: c.startTimeout(),
+		StartTimeout: c.startTimeout(), MinFreeDisk: c.MinFreeDiskMb << 20,
 	}
+	mx.DiskFree(map[string]string{"data": c.DataDir, "cache": c.CacheDir})
 	if c.Runtime == "gvisor" {
 		// The qemu backend has no way to mount a host directory into its
 		// guests yet.

@@ -19,6 +19,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,6 +76,7 @@ type Metrics struct {
 	states      *funcCollector
 	warmPool    *funcCollector
 	addressPool *funcCollector
+	diskFree    *funcCollector
 }
 
 // New returns Metrics with every collector registered, plus Go runtime and
@@ -135,10 +137,12 @@ func New() *Metrics {
 		"Restored sandboxes ready in the warm pool, by template.", []string{"template"}, nil))
 	m.addressPool = newFuncCollector(prometheus.NewDesc("lizard_address_pool_slots",
 		"Sandbox address slots (a /30 each) in the address pool: used and total.", []string{"kind"}, nil))
+	m.diskFree = newFuncCollector(prometheus.NewDesc("lizard_disk_free_bytes",
+		"Space available to new files on the disk of the data directory (dir=\"data\") and of the template cache (dir=\"cache\").", []string{"dir"}, nil))
 
 	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.executions, m.executionDuration,
 		m.processes, m.processDuration, m.creates, m.createDuration, m.ops, m.kernelDeaths,
-		m.templateBuilds, m.templateBuild, m.states, m.warmPool, m.addressPool,
+		m.templateBuilds, m.templateBuild, m.states, m.warmPool, m.addressPool, m.diskFree,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "lizard_node_memory_available_bytes",
 			Help: "MemAvailable of the node (/proc/meminfo): what new sandboxes can still get.",
@@ -264,6 +268,25 @@ func (m *Metrics) AddressPool(f func() (used, total int)) {
 	m.addressPool.set(func() map[string]int {
 		used, total := f()
 		return map[string]int{"used": used, "total": total}
+	})
+}
+
+// DiskFree makes every scrape report the space available to new files on
+// the disk of each directory in dirs, by label (data, cache). A directory
+// that cannot be read is left out.
+func (m *Metrics) DiskFree(dirs map[string]string) {
+	if m == nil {
+		return
+	}
+	m.diskFree.set(func() map[string]int {
+		free := map[string]int{}
+		for label, dir := range dirs {
+			var st syscall.Statfs_t
+			if syscall.Statfs(dir, &st) == nil {
+				free[label] = int(int64(st.Bavail) * st.Bsize)
+			}
+		}
+		return free
 	})
 }
 

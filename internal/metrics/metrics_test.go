@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +145,14 @@ lizard_warm_pool_ready{template="interpreter"} 2
 	}
 	if v := memAvailable(); !(v > 0) {
 		t.Errorf("memAvailable() = %v, want > 0", v)
+	}
+
+	none.DiskFree(map[string]string{"data": t.TempDir()})
+	m.DiskFree(map[string]string{"data": t.TempDir(), "cache": filepath.Join(t.TempDir(), "missing")})
+	if n := testutil.CollectAndCount(m.diskFree); n != 1 {
+		t.Errorf("lizard_disk_free_bytes has %d series, want 1 (a directory that cannot be read is left out)", n)
+	}
+	if v := testutil.ToFloat64(m.diskFree); !(v > 0) {
+		t.Errorf("lizard_disk_free_bytes{dir=\"data\"} = %v, want > 0", v)
 	}
 }

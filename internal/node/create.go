@@ -23,6 +23,9 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	if len(p.Volumes) > 0 && n.cfg.Volumes == nil {
 		return store.Sandbox{}, errNoVolumes
 	}
+	if err := n.roomFor("create a sandbox"); err != nil {
+		return store.Sandbox{}, err
+	}
 	p.admitted = new(bool)
 	if p.Image != "" {
 		path := metrics.PathSnapshot
@@ -78,6 +81,9 @@ func isRefusal(err error) bool {
 func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ []store.Sandbox, err error) {
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpFork, time.Since(begin), err) }(time.Now())
 	if err := n.needData(); err != nil {
+		return nil, err
+	}
+	if err := n.roomFor("fork a sandbox"); err != nil {
 		return nil, err
 	}
 	if count < 1 || count > MaxForks {

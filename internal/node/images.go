@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/metrics"
@@ -26,10 +27,43 @@ func (n *Local) needData() error {
 	return nil
 }
 
+// roomFor refuses what (a create, a pause, ...) with ErrDiskFull when
+// DataDir's disk has less than MinFreeDisk free: checked up front, so that
+// a call that would fill the disk leaves nothing half-written, and the
+// store keeps the room to record state changes. It looks each time
+// (statfs is cheap), so the server recovers as soon as space is freed.
+func (n *Local) roomFor(what string) error {
+	if n.cfg.DataDir == "" || n.cfg.MinFreeDisk <= 0 {
+		return nil
+	}
+	free, err := FreeBytes(n.cfg.DataDir)
+	if err != nil {
+		n.log.Warn("reading the data directory's free space", "err", err)
+		return nil // unknown: the write itself will tell
+	}
+	if free >= n.cfg.MinFreeDisk {
+		return nil
+	}
+	return &Error{Kind: ErrDiskFull, Msg: fmt.Sprintf("cannot %s: the server's disk is full (%d MB free, under the %d MB it keeps free to record state changes: --min-free-disk-mb); %s",
+		what, free>>20, n.cfg.MinFreeDisk>>20, DiskFullAdvice)}
+}
+
+// FreeBytes is the space on dir's file system available to new files.
+func FreeBytes(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return int64(st.Bavail) * st.Bsize, nil
+}
+
 // Snapshot implements Node; a paused sandbox is resumed first.
 func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (_ string, _ int64, err error) {
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpSnapshot, time.Since(begin), err) }(time.Now())
 	if err := n.needData(); err != nil {
+		return "", 0, err
+	}
+	if err := n.roomFor("snapshot a sandbox"); err != nil {
 		return "", 0, err
 	}
 	unlock := n.locks.Lock(id)

@@ -138,6 +138,12 @@ type Config struct {
 	// sandboxes and DataDir/snapshots/<snapshotID>. Empty disables pause,
 	// snapshots and forks.
 	DataDir string
+	// MinFreeDisk is the free space, in bytes, kept on DataDir's disk:
+	// below it, calls that grow disk use (create, fork, snapshot, pause,
+	// volume) are refused with ErrDiskFull, so that what only records a
+	// state change (setTimeout, kill, resume, an end) still has room.
+	// 0: no bound.
+	MinFreeDisk int64
 	// PausedRetention is how long a paused sandbox is kept before the
 	// reaper ends it (default 7 days); PauseWait bounds how long a pause
 	// waits for calls in flight (default 10 s).

@@ -62,6 +62,9 @@ func (n *Local) Pause(ctx context.Context, id string) (_ store.Sandbox, err erro
 // failure the sandbox keeps running.
 func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	log := n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)
+	if err := n.roomFor("pause sandbox " + sb.ID + " (it keeps running)"); err != nil {
+		return err
+	}
 	begin := time.Now()
 	dir := filepath.Join(n.imagesDir(), sb.ID)
 	if err := os.RemoveAll(dir); err != nil {

@@ -22,6 +22,9 @@ func (n *Local) MakeVolume(ctx context.Context, id string, size int64) error {
 	if n.cfg.Volumes == nil {
 		return errNoVolumes
 	}
+	if err := n.roomFor("make a volume"); err != nil {
+		return err
+	}
 	if err := n.cfg.Volumes.Create(ctx, id, size); err != nil {
 		return &Error{Msg: "making the volume's filesystem failed; the server log says why", Cause: err}
 	}
