@@ -134,6 +134,9 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: c.level})).With("node", c.Name)
+	if err := secureDirs(c.DataDir, c.CacheDir); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", c.Listen, err)

@@ -258,6 +258,9 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	}
 	defer ln.Close()
 
+	if err := secureDirs(c.DataDir, c.CacheDir); err != nil {
+		return err
+	}
 	st, err := store.Open(ctx, c.DataDir)
 	if err != nil {
 		return fmt.Errorf("opening the store: %w", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
 	"github.com/lizard-build/lizard/internal/sandbox/qemu"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
 )
 
 // gauges feeds the metrics read at scrape time from the store: live
@@ -60,6 +61,31 @@ func gauges(mx *metrics.Metrics, st *store.Store, slots int) {
 		}
 		return used, slots
 	})
+}
+
+// secureDirs makes the data directory and the template cache root's alone
+// (mode 0700), tightening them and the directories directly in them when
+// they exist with looser modes: both hold files sandboxes wrote (template
+// builds, volumes, overlays), which no host user but root may reach
+// (docs/security.md). Every process of a sandbox that opens them runs as
+// root (runsc's gofer, QEMU before it drops to its own user, which is
+// handed its files open), so nothing else needs to pass.
+func secureDirs(dataDir, cacheDir string) error {
+	if err := template.PrivateDir(dataDir); err != nil {
+		return fmt.Errorf("securing the data directory: %w", err)
+	}
+	entries, err := os.ReadDir(dataDir)
+	if err != nil {
+		return fmt.Errorf("securing the data directory: %w", err)
+	}
+	for _, e := range entries {
+		if e.IsDir() { // not a symbolic link: ReadDir does not follow
+			if err := os.Chmod(filepath.Join(dataDir, e.Name()), 0o700); err != nil {
+				return fmt.Errorf("securing the data directory: %w", err)
+			}
+		}
+	}
+	return template.Secure(cacheDir)
 }
 
 // loadAgentKey reads DATA/agent.key, making it the first time: the key

@@ -19,6 +19,11 @@
 // use them as their lower layer. Delete old directories by hand when no
 // sandbox uses them.
 //
+// The cache and every build in it are root's and 0700 (PrivateDir,
+// Secure), and every template sandboxes boot is stripped (Strip) before it
+// is renamed into place: no host user may reach, or be given a privilege
+// by, a file a build wrote.
+//
 // The interpreter template (recipes/interpreter: base/packages.txt for
 // debootstrap, requirements.txt the full pip lock, setup.sh the stages run in
 // the chroot) is Debian trixie minbase with Python 3.13 and holds:
@@ -69,6 +74,13 @@ const DefaultCacheDir = "/var/cache/lizard"
 // what they produce, so that caches made by older code are not reused.
 const formatVersion = "lizard-template-v1"
 
+// PublishVersion is part of the key of every template sandboxes boot (the
+// interpreter's hash here, custom templates' in package recipe), not of
+// the debootstrap base: bump it when what is done to a build before it is
+// published changes (v2: Strip), so that every template published the old
+// way is built again, while the base, which no sandbox boots, is kept.
+const PublishVersion = "publish-v2-stripped"
+
 // markerName is written into a build directory just before it is renamed into
 // place; only directories holding it count as built.
 const markerName = "complete"
@@ -95,16 +107,20 @@ func Ensure(ctx context.Context, cacheDir, name string, progress io.Writer) (roo
 	if err != nil {
 		return "", fmt.Errorf("resolving cache directory: %w", err)
 	}
+	// `lizard template build` starts here, without a server to secure it.
+	if err := Secure(cacheDir); err != nil {
+		return "", err
+	}
 	files, err := fs.Sub(recipes, "recipes/"+name)
 	if err != nil {
 		return "", fmt.Errorf("reading recipe of template %s: %w", name, err)
 	}
-	hash, err := recipeHash(files)
+	hash, err := recipeHash(files, PublishVersion)
 	if err != nil {
 		return "", fmt.Errorf("hashing recipe of template %s: %w", name, err)
 	}
 	b := &interpreterBuild{cacheDir: cacheDir, recipe: files, p: newProgress(progress)}
-	return ensureLayer(ctx, cacheDir, name+"-"+hash[:12], b.p, b.build)
+	return ensureLayer(ctx, cacheDir, name+"-"+hash[:12], b.p, stripped(b.build, b.p))
 }
 
 // recipeHash hashes every file of a recipe, by path and content, with the
@@ -144,6 +160,23 @@ func recipeHash(files fs.FS, extra ...string) (string, error) {
 // buildFunc fills rootfs, an empty directory, with a layer. Tests pass fakes.
 type buildFunc func(ctx context.Context, rootfs string) error
 
+// stripped is build followed by Strip: what every template sandboxes boot
+// is built with. (The debootstrap base is not stripped: its chroot builds
+// need its /dev nodes, and no sandbox boots it.)
+func stripped(build buildFunc, p *progress) buildFunc {
+	return func(ctx context.Context, rootfs string) error {
+		if err := build(ctx, rootfs); err != nil {
+			return err
+		}
+		rep, err := Strip(rootfs)
+		if err != nil {
+			return err
+		}
+		p.Printf("stripped the build: %s", rep)
+		return nil
+	}
+}
+
 // marker is the content of the marker file, for people inspecting the cache.
 type marker struct {
 	Key      string    `json:"key"`
@@ -161,8 +194,12 @@ func ensureLayer(ctx context.Context, cacheDir, key string, p *progress, build b
 	if isBuilt(final) {
 		return rootfs, nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("creating template cache: %w", err)
+	// Made private here too, for callers that did not call Secure: no
+	// host user but root may reach what a build leaves.
+	for _, d := range []string{cacheDir, dir} {
+		if err := PrivateDir(d); err != nil {
+			return "", fmt.Errorf("creating template cache: %w", err)
+		}
 	}
 	unlock, err := lock(ctx, final+".lock", key, p)
 	if err != nil {
@@ -197,9 +234,8 @@ func ensureLayer(ctx context.Context, cacheDir, key string, p *progress, build b
 			}
 		}
 	}()
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return "", fmt.Errorf("creating build directory: %w", err)
-	}
+	// tmp stays 0700 (MkdirTemp's); rootfs is / of the sandbox, which its
+	// user must be able to enter.
 	if err := os.Mkdir(filepath.Join(tmp, "rootfs"), 0o755); err != nil {
 		return "", fmt.Errorf("creating build directory: %w", err)
 	}
@@ -363,11 +399,12 @@ func unescapeMount(s string) string {
 
 // EnsureLayer returns <cacheDir>/templates/<key>/rootfs, running build
 // into an empty temporary rootfs first if no complete build of key is
-// there, and moving it into place only when build succeeds: a failed build
-// leaves nothing. Concurrent callers for one key wait for each other.
+// there, then Strip, and moving it into place only when both succeed: a
+// failed build leaves nothing. Concurrent callers for one key wait for each other.
 // Custom templates (package recipe) are built through it.
 func EnsureLayer(ctx context.Context, cacheDir, key string, progress io.Writer, build func(ctx context.Context, rootfs string) error) (string, error) {
-	return ensureLayer(ctx, cacheDir, key, newProgress(progress), build)
+	p := newProgress(progress)
+	return ensureLayer(ctx, cacheDir, key, p, stripped(build, p))
 }
 
 // LayerRootFS is where key's root filesystem is once built, and whether
@@ -390,3 +427,57 @@ func RemoveLayer(cacheDir, key string) error {
 
 // DiskUsage sums the sizes of the regular files below dir.
 func DiskUsage(dir string) int64 { return diskUsage(dir) }
+
+// PrivateDir makes dir, creating it if missing, a directory of this
+// process's user (root) that no other user may enter: mode 0700, whatever
+// mode it had (one made by an older Lizard, or by hand, may be looser) and
+// whoever owned it (its owner could chmod it back, or swap what is in it).
+// A template cache and a data directory hold what sandboxes wrote; no host
+// user other than root may reach it. A shared directory (sticky, like
+// /tmp) is refused rather than shut for everyone else.
+func PrivateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !st.IsDir():
+		return fmt.Errorf("%s is not a directory", dir)
+	case st.Mode()&os.ModeSticky != 0:
+		return fmt.Errorf("%s is a shared directory (sticky, like /tmp): give Lizard a directory of its own", dir)
+	}
+	if err := os.Lchown(dir, os.Geteuid(), os.Getegid()); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
+}
+
+// Secure makes the template cache at cacheDir private (PrivateDir): the
+// cache itself, its templates directory and each build directory in it,
+// which older Lizards made world-readable. Servers and builders call it
+// when they start.
+func Secure(cacheDir string) error {
+	dir := filepath.Join(cacheDir, "templates")
+	for _, d := range []string{cacheDir, dir} {
+		if err := PrivateDir(d); err != nil {
+			return fmt.Errorf("securing the template cache: %w", err)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("securing the template cache: %w", err)
+	}
+	for _, e := range entries {
+		// A build directory's rootfs keeps its mode: it is / in the
+		// sandbox.
+		if e.IsDir() { // not a symbolic link: ReadDir does not follow
+			if err := os.Chmod(filepath.Join(dir, e.Name()), 0o700); err != nil {
+				return fmt.Errorf("securing the template cache: %w", err)
+			}
+		}
+	}
+	return nil
+}
