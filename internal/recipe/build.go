@@ -154,10 +154,10 @@ func (b *Builder) holder(key string) string {
 
 // Hold records that this server's store refers to key's build.
 func (b *Builder) Hold(key string) error {
-	if err := os.MkdirAll(b.holders(key), 0o755); err != nil {
+	if err := os.MkdirAll(b.holders(key), 0o700); err != nil {
 		return fmt.Errorf("holding template build %s: %w", key, err)
 	}
-	if err := os.WriteFile(b.holder(key), []byte(b.cfg.DataDir+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(b.holder(key), []byte(b.cfg.DataDir+"\n"), 0o600); err != nil {
 		return fmt.Errorf("holding template build %s: %w", key, err)
 	}
 	return nil
@@ -393,9 +393,14 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 				own = "user"
 			}
 			// The parent directories a file needs belong to its owner when
-			// made here (install -D makes them root's).
-			fmt.Fprintf(&script, "d=$(dirname %s); [ -d \"$d\" ] || { mkdir -p \"$d\" && chown %s:%s \"$d\"; }\n", shellQuote(f.Path), own, own)
-			fmt.Fprintf(&script, "install -m %o -o %s -g %s %s/files/%d %s\n", f.Mode, own, own, s, i, shellQuote(f.Path))
+			// made here (install -D makes them root's). The path, checked
+			// by Validate, is checked again as the sandbox resolves it:
+			// a parent may be a symbolic link (from a package) to a
+			// directory Lizard provides at run time. -T: a file, never
+			// into a directory of that name.
+			fmt.Fprintf(&script, "p=%s; d=$(dirname \"$p\"); [ -d \"$d\" ] || { mkdir -p \"$d\" && chown %s:%s \"$d\"; }\n", shellQuote(f.Path), own, own)
+			fmt.Fprintf(&script, "r=$(realpath -m -- \"$p\"); case \"$r\" in %s) echo \"$p resolves to $r, which is provided at run time\" >&2; exit 1;; esac\n", reservedPattern())
+			fmt.Fprintf(&script, "install -T -m %o -o %s -g %s %s/files/%d \"$r\"\n", f.Mode, own, own, s, i)
 		}
 		if err := sh(nextName(), "root", script.String()); err != nil {
 			return err

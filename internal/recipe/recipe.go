@@ -9,8 +9,9 @@
 // download-only), then a build sandbox boots a private copy of the base's
 // root filesystem writable (gVisor's gofer writes it; the sandbox's root is
 // not the host's), with no network egress, and the steps run in it through
-// its agent. The sandbox is stopped and the copy, moved into place, is the
-// new template's root filesystem. A step that fails fails the build, with
+// its agent. The sandbox is stopped and the copy, stripped of set-id bits
+// and special files (template.Strip) and moved into place, is the new
+// template's root filesystem. A step that fails fails the build, with
 // its output, and the copy is removed.
 package recipe
 
@@ -42,8 +43,9 @@ const (
 )
 
 // formatVersion is part of every key: bump it when what a build makes of
-// the same recipe changes.
-const formatVersion = "lizard-custom-template-v1"
+// the same recipe changes. (What is done to every build before it is
+// published, template.PublishVersion, is part of the key too.)
+const formatVersion = "lizard-custom-template-v2"
 
 var (
 	nameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -89,13 +91,14 @@ func Validate(r *api.TemplateRecipe, bases []string) error {
 	seen := map[string]bool{}
 	for i := range r.Files {
 		f := &r.Files[i]
-		if err := checkPath("recipe.files["+fmt.Sprint(i)+"].path", f.Path); err != nil {
+		if err := checkPath("recipe.files["+fmt.Sprint(i)+"].path", f.Path, true); err != nil {
 			return err
 		}
-		if seen[path.Clean(f.Path)] {
+		f.Path = path.Clean(f.Path)
+		if seen[f.Path] {
 			return node.Invalidf("recipe.files: %s is given twice", f.Path)
 		}
-		seen[path.Clean(f.Path)] = true
+		seen[f.Path] = true
 		data, err := base64.StdEncoding.DecodeString(f.Content)
 		if err != nil {
 			return node.Invalidf("recipe.files[%d].content: not base64: %v", i, err)
@@ -131,9 +134,10 @@ func Validate(r *api.TemplateRecipe, bases []string) error {
 		}
 	}
 	if r.Workdir != "" {
-		if err := checkPath("recipe.workdir", r.Workdir); err != nil {
+		if err := checkPath("recipe.workdir", r.Workdir, false); err != nil {
 			return err
 		}
+		r.Workdir = path.Clean(r.Workdir)
 	}
 	if len(r.Run) > MaxCommands {
 		return node.Invalidf("recipe.run has %d commands; at most %d are allowed", len(r.Run), MaxCommands)
@@ -157,16 +161,38 @@ func Validate(r *api.TemplateRecipe, bases []string) error {
 	return nil
 }
 
-func checkPath(field, p string) error {
+// reserved are the paths the runtime provides (mounts, Lizard's own
+// files): a recipe cannot put anything there.
+var reserved = []string{"/proc", "/sys", "/dev", "/tmp", "/opt/lizard/bin", "/usr/local/bin/lizard"}
+
+// checkPath checks p, which Validate then cleans: the build uses the
+// clean path, so that what was checked is what is written. A file
+// (isFile) may not be an ancestor of a reserved path either: it would
+// replace a directory Lizard's files are mounted in.
+func checkPath(field, p string, isFile bool) error {
 	if !path.IsAbs(p) || path.Clean(p) == "/" || strings.ContainsRune(p, 0) || len(p) > 4096 {
 		return node.Invalidf("%s %q: want an absolute path inside the template, such as /home/user/data.csv", field, p)
 	}
-	for _, bad := range []string{"/proc", "/sys", "/dev", "/tmp", "/opt/lizard/bin", "/usr/local/bin/lizard"} {
-		if c := path.Clean(p); c == bad || strings.HasPrefix(c, bad+"/") {
+	c := path.Clean(p)
+	for _, bad := range reserved {
+		if c == bad || strings.HasPrefix(c, bad+"/") {
 			return node.Invalidf("%s %q: %s is provided at run time, not by the template", field, p, bad)
+		}
+		if isFile && strings.HasPrefix(bad, c+"/") {
+			return node.Invalidf("%s %q: a file cannot replace %s, which holds %s, provided at run time", field, p, c, bad)
 		}
 	}
 	return nil
+}
+
+// reservedPattern is reserved as a shell case pattern: the paths and
+// everything below them.
+func reservedPattern() string {
+	var alts []string
+	for _, r := range reserved {
+		alts = append(alts, r, r+"/*")
+	}
+	return strings.Join(alts, "|")
 }
 
 // Key is the cache key of r (validated) built on a base whose artifact key
@@ -174,7 +200,7 @@ func checkPath(field, p string) error {
 func Key(r api.TemplateRecipe, baseKey string) string {
 	b, _ := json.Marshal(r) // map keys sorted, struct fields in order
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\nbase %s\n", formatVersion, baseKey)
+	fmt.Fprintf(h, "%s\n%s\nbase %s\n", formatVersion, template.PublishVersion, baseKey)
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,6 +48,25 @@ func TestValidate(t *testing.T) {
 		{"workdir", api.TemplateRecipe{Workdir: "work"}, "recipe.workdir"},
 		{"empty command", api.TemplateRecipe{Run: []api.TemplateCommand{{Cmd: "  "}}}, "recipe.run[0].cmd"},
 		{"command user", api.TemplateRecipe{Run: []api.TemplateCommand{{Cmd: "x", User: "admin"}}}, "recipe.run[0].user"},
+
+		// Adversarial paths: each names a place Lizard provides at run
+		// time, or one holding it, however it is spelt.
+		{"file up from the agent's directory", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/opt/lizard/..", Content: b64("a")}}}, "cannot replace /opt"},
+		{"file over /opt/lizard", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/opt/lizard", Content: b64("a")}}}, "cannot replace /opt/lizard"},
+		{"file over /usr/local/bin", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/usr/local/bin/", Content: b64("a")}}}, "cannot replace /usr/local/bin"},
+		{"file over /usr", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/usr", Content: b64("a")}}}, "cannot replace /usr"},
+		{"file up and back into the agent's", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/home/user/../../opt/lizard/bin/lizard-agent", Content: b64("a")}}}, "provided at run time"},
+		{"file dot-dot past the root", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/../../../opt/lizard/bin/x", Content: b64("a")}}}, "provided at run time"},
+		{"file over the CLI, doubled slashes", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "//usr//local/bin/./lizard", Content: b64("a")}}}, "provided at run time"},
+		{"file in /dev", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/dev/sda", Content: b64("a")}}}, "provided at run time"},
+		{"file at .. of /", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/..", Content: b64("a")}}}, "recipe.files[0].path"},
+		{"file with NUL", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/home/user/a\x00/../../opt/lizard/bin/x", Content: b64("a")}}}, "recipe.files[0].path"},
+		{"file twice, spelt apart", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/home/user/a", Content: b64("a")}, {Path: "/home/./user//a", Content: b64("b")}}}, "given twice"},
+		{"workdir in /proc", api.TemplateRecipe{Workdir: "/home/../proc/1"}, "provided at run time"},
+		{"workdir in the agent's", api.TemplateRecipe{Workdir: "/opt/lizard/bin/"}, "provided at run time"},
+		// A name that merely starts like a reserved one is not reserved.
+		{"file beside the CLI", api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/usr/local/bin/lizard-tools", Content: b64("a")}}}, ""},
+		{"workdir /opt", api.TemplateRecipe{Workdir: "/opt"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,6 +93,37 @@ func TestValidateDefaults(t *testing.T) {
 	f := r.Files[0]
 	if r.Base != "interpreter" || f.Mode != 0o644 || f.Owner != "user" || f.Size != 3 || r.Run[0].User != "root" {
 		t.Errorf("defaults: base %q, file %+v, command %+v; want interpreter, 0644 user of 3 bytes, root", r.Base, f, r.Run[0])
+	}
+}
+
+// TestValidateCleansPaths: the build writes the path Validate checked,
+// clean, never the spelling the kernel would resolve differently (a
+// symbolic link before a ..).
+func TestValidateCleansPaths(t *testing.T) {
+	r := api.TemplateRecipe{Files: []api.TemplateFile{{Path: "/home/user/link/../data//x.csv/", Content: b64("a")}}, Workdir: "/home/user/./w/"}
+	if err := Validate(&r, bases); err != nil {
+		t.Fatal(err)
+	}
+	if r.Files[0].Path != "/home/user/data/x.csv" || r.Workdir != "/home/user/w" {
+		t.Errorf("Validate left file path %q and workdir %q; want /home/user/data/x.csv and /home/user/w", r.Files[0].Path, r.Workdir)
+	}
+}
+
+// TestReservedPattern: the shell pattern the build checks a file's
+// resolved path with in the sandbox (a parent may be a link) matches
+// exactly what Validate refuses.
+func TestReservedPattern(t *testing.T) {
+	for _, p := range []string{"/opt/lizard/bin/lizard-agent", "/usr/local/bin/lizard", "/proc/1/environ", "/tmp/x", "/dev/null", "/sys/kernel", "/opt/lizard/bin"} {
+		out, err := exec.Command("sh", "-c", "case \"$1\" in "+reservedPattern()+") echo reserved;; *) echo free;; esac", "sh", p).Output()
+		if err != nil || strings.TrimSpace(string(out)) != "reserved" {
+			t.Errorf("%s against the build's pattern: %q, %v; want reserved", p, out, err)
+		}
+	}
+	for _, p := range []string{"/opt/lizard/venv/x", "/usr/local/bin/lizard-tools", "/home/user/tmp", "/opt/lizard"} {
+		out, err := exec.Command("sh", "-c", "case \"$1\" in "+reservedPattern()+") echo reserved;; *) echo free;; esac", "sh", p).Output()
+		if err != nil || strings.TrimSpace(string(out)) != "free" {
+			t.Errorf("%s against the build's pattern: %q, %v; want free", p, out, err)
+		}
 	}
 }
 
