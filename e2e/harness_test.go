@@ -96,8 +96,15 @@ func cacheDir() string {
 // and every sandbox it still has are ended when the test finishes.
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
+	return startServerIn(t, t.TempDir(), args...)
+}
+
+// startServerIn is startServer with the data directory dataDir, which the
+// caller made (and removes).
+func startServerIn(t *testing.T, dataDir string, args ...string) *server {
+	t.Helper()
 	testenv.RequiresRoot(t)
-	s := &server{t: t, bin: testenv.Binary(t, "lizard"), dataDir: t.TempDir(), pool: takePool(t), args: args}
+	s := &server{t: t, bin: testenv.Binary(t, "lizard"), dataDir: dataDir, pool: takePool(t), args: args}
 	testenv.Binary(t, "lizard-agent")
 	testenv.Binary(t, "lizard-client")
 	s.runsc = testenv.Binary(t, "runsc")
