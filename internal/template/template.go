@@ -439,7 +439,9 @@ func PrivateDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	st, err := os.Lstat(dir)
+	// dir itself may be a link the operator made (/var/lib/lizard to a
+	// bigger disk): it is followed, as it was to make dir.
+	st, err := os.Stat(dir)
 	if err != nil {
 		return err
 	}
@@ -449,7 +451,7 @@ func PrivateDir(dir string) error {
 	case st.Mode()&os.ModeSticky != 0:
 		return fmt.Errorf("%s is a shared directory (sticky, like /tmp): give Lizard a directory of its own", dir)
 	}
-	if err := os.Lchown(dir, os.Geteuid(), os.Getegid()); err != nil {
+	if err := os.Chown(dir, os.Geteuid(), os.Getegid()); err != nil {
 		return err
 	}
 	return os.Chmod(dir, 0o700)
