@@ -3,7 +3,6 @@ package template
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,23 +72,18 @@ func stripDir(fd int, name string, rep *StripReport) error {
 	if err := clearSetID(fd, st.Mode, rep); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	for {
-		entries, err := dir.ReadDir(256)
-		for _, e := range entries {
-			if err := stripEntry(fd, name, e.Name(), rep); err != nil {
-				return err
-			}
-		}
-		if err != nil {
-			if err == io.EOF {
-				return nil
-			}
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		if len(entries) == 0 {
-			return nil
+	// Read whole before anything in it is removed: what a directory
+	// listing returns while entries go is left unspecified.
+	entries, err := dir.ReadDir(-1)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	for _, e := range entries {
+		if err := stripEntry(fd, name, e.Name(), rep); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
 // stripEntry strips entry base of the directory open at dirfd.
