@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -418,6 +419,40 @@ func TestCluster(t *testing.T) {
 	}
 	got, err = cl[1].GetSandbox(ctx, shaped.SandboxID)
 	checkShape("GetSandbox", got, err)
+
+	// The same through the Python SDK, whose create takes memory_mb, cpus
+	// and disk_mb.
+	t.Run("PythonSDK", func(t *testing.T) {
+		const script = `
+from lizard import CodeSandbox
+sb = CodeSandbox.create(memory_mb=512, cpus=1, disk_mb=1024, timeout_ms=600_000)
+try:
+    for info in (sb._info, sb.get_info()):  # the create's answer, then GET
+        print(info.memory_mb, info.cpus, info.disk_mb)
+    sb.pause()
+    sb.resume()
+    info = sb.get_info()
+    print(info.state, info.memory_mb, info.cpus, info.disk_mb)
+    fork = sb.fork()
+    try:
+        info = fork.get_info()
+        print(info.memory_mb, info.cpus, info.disk_mb)
+    finally:
+        fork.kill()
+finally:
+    sb.kill()
+`
+		cmd := exec.Command(testenv.Python(t), "-c", script)
+		cmd.Env = append(os.Environ(), "LIZARD_API_URL="+c.apis[1].url, "LIZARD_API_KEY="+c.key,
+			"PYTHONPATH="+filepath.Join(testenv.RepoRoot(t), "sdk", "python", "src"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the Python SDK against the cluster: %v\n%s", err, out)
+		}
+		if got, want := strings.TrimSpace(string(out)), "512 1.0 1024\n512 1.0 1024\nrunning 512 1.0 1024\n512 1.0 1024"; got != want {
+			t.Errorf("the Python SDK printed\n%s\nwant\n%s", got, want)
+		}
+	})
 
 	// A lizardToken is minted by the node in the shared database: it works
 	// on either API process, and is revoked when its sandbox ends.
