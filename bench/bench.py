@@ -573,8 +573,10 @@ class Server:
 
 
 # Per-project limits of `lizard serve` (issue 7) that would measure the limit instead of the system: 50
-# concurrent creates exceed the create burst, and the sustained loop the creates per second. 0 = no bound.
-UNLIMITED = {"--creates-per-second": "0", "--requests-per-second": "0", "--max-sandboxes-per-project": "0"}
+# concurrent creates exceed the create burst, and the sustained loop the creates per second; the disk
+# promised per project (issue 20) bounds live sandboxes too. 0 = no bound.
+UNLIMITED = {"--creates-per-second": "0", "--requests-per-second": "0", "--max-sandboxes-per-project": "0",
+             "--max-disk-per-project-mb": "0"}
 
 
 def serve_help(bin_path: str) -> str:

@@ -389,6 +389,60 @@ func TestVolumesAdversarialPaths(t *testing.T) {
 	}
 }
 
+// TestVolumesAdversarialBounds: a project's volumes are bounded in number
+// and in size added up, and the disk it is promised (sandboxes' diskMb
+// and volumes) too: each refusal is a 429 that names the bound and how
+// to make room, and a delete makes it.
+func TestVolumesAdversarialBounds(t *testing.T) {
+	s := startServer(t, "--max-volumes-per-project", "2", "--max-volume-total-mb", "128", "--disk-mb", "512", "--max-disk-per-project-mb", "600")
+	c := s.createProject("proj_volbounds")
+	ctx := context.Background()
+	mk := func(name string, mb int64) error {
+		_, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: name, SizeMb: mb})
+		return err
+	}
+	refused := func(what string, err error, words ...string) {
+		t.Helper()
+		if !errors.Is(err, client.ErrRateLimited) {
+			t.Errorf("%s: %v; want 429", what, err)
+			return
+		}
+		for _, w := range words {
+			if msg := apiError(t, what, err).Message; !strings.Contains(msg, w) {
+				t.Errorf("%s: message %q; want it to say %q", what, msg, w)
+			}
+		}
+	}
+	// A sandbox of 512 MiB, then volumes within 600 MiB promised.
+	sb := newSandbox(t, c, api.CreateSandboxRequest{})
+	for _, name := range []string{"a", "b"} {
+		if err := mk(name, 16); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused("a third volume", mk("c", 16), "2 volumes", "--max-volumes-per-project", "delete one")
+	if err := c.DeleteVolume(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	refused("volumes of 144 MiB in all", mk("b", 128), "--max-volume-total-mb", "delete a volume")
+	refused("a volume past the disk promised", mk("b", 112), "528 MiB", "--max-disk-per-project-mb", "kill sandboxes or delete volumes")
+	if err := mk("b", 72); err != nil {
+		t.Fatalf("a volume filling the disk promised exactly, after a delete: %v", err)
+	}
+	if vs, err := c.ListVolumes(ctx); err != nil || len(vs) != 2 {
+		t.Errorf("ListVolumes = %d, %v; want 2", len(vs), err)
+	}
+	_, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	refused("a second sandbox of 512 MiB", err, "600 MiB", "--max-disk-per-project-mb", "kill sandboxes or delete volumes")
+	_, err = c.Fork(ctx, sb.SandboxID, api.ForkRequest{})
+	refused("a fork of 512 MiB", err, "--max-disk-per-project-mb")
+	if err := c.KillSandbox(ctx, sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	next := newSandbox(t, c, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "a", Path: "/home/user/a"}}})
+	py(t, c, next.SandboxID, "open('/home/user/a/x', 'w').write('fits')")
+}
+
 // TestVolumesAdversarialContent: what a sandbox, or root anywhere, leaves
 // in a volume — a planted agent, symlinks to /etc and /opt/lizard, FIFOs,
 // a setuid-root program and a device node planted from the host — gives

@@ -219,7 +219,7 @@ func takePool() (string, error) {
 	return fmt.Sprintf("169.254.%d.0/24", n), nil
 }
 
-var unlimited = []string{"--creates-per-second=0", "--requests-per-second=0", "--max-sandboxes-per-project=0", "--egress=none", "--metrics-listen="}
+var unlimited = []string{"--creates-per-second=0", "--requests-per-second=0", "--max-sandboxes-per-project=0", "--max-disk-per-project-mb=0", "--egress=none", "--metrics-listen="}
 
 func newProc(name string, args, env []string) *proc {
 	listen := freeAddr()

@@ -16,6 +16,7 @@ import (
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/node/remote"
+	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -32,6 +33,13 @@ type testNode struct {
 // newCluster makes nodes named names over one shared store, registered
 // with a live lease, and the API's control plane over a router.
 func newCluster(t *testing.T, maxLive int, names ...string) (*store.Store, map[string]*testNode, *Router, *control.Control) {
+	t.Helper()
+	return newClusterWith(t, func(c *remote.HandlerConfig) { c.MaxLive = maxLive }, names...)
+}
+
+// newClusterWith is newCluster with the nodes' handlers configured by
+// mutate.
+func newClusterWith(t *testing.T, mutate func(*remote.HandlerConfig), names ...string) (*store.Store, map[string]*testNode, *Router, *control.Control) {
 	t.Helper()
 	ctx := context.Background()
 	shared, err := store.Open(ctx, t.TempDir())
@@ -50,8 +58,9 @@ func newCluster(t *testing.T, maxLive int, names ...string) (*store.Store, map[s
 			t.Fatal(err)
 		}
 		agents := server.New(server.Config{Control: ctl, Keys: remote.Auth{Secret: secret}, Logger: nodetest.Discard()})
-		srv := httptest.NewServer(remote.Handler(remote.HandlerConfig{Node: env.Node, Store: shared, Secret: secret,
-			Agent: agents, Logger: nodetest.Discard(), DataDir: env.DataDir, MaxLive: maxLive}))
+		hcfg := remote.HandlerConfig{Node: env.Node, Store: shared, Secret: secret, Agent: agents, Logger: nodetest.Discard(), DataDir: env.DataDir}
+		mutate(&hcfg)
+		srv := httptest.NewServer(remote.Handler(hcfg))
 		t.Cleanup(srv.Close)
 		nodes[name] = &testNode{env: env, srv: srv}
 		beat(t, shared, name, srv.Listener.Addr().String(), time.Now().Add(time.Minute))
@@ -257,6 +266,35 @@ func TestQuotaOnNodes(t *testing.T) {
 	_, err = ctl2.Create(ctx, "p1", api.CreateSandboxRequest{})
 	if !errors.Is(err, node.ErrRateLimited) || !strings.Contains(node.Message(err), "its maximum") {
 		t.Errorf("a third create with a quota of 2: %v; want ErrRateLimited naming the maximum", err)
+	}
+}
+
+// TestDiskOnNodes: the disk a project is promised is bounded where
+// sandboxes are recorded too, under the project's lock, so that API
+// processes that each admitted a create cannot pass it together.
+func TestDiskOnNodes(t *testing.T) {
+	st, _, _, _ := newClusterWith(t, func(c *remote.HandlerConfig) { c.MaxDisk, c.DefaultDisk = 2<<30+512<<20, 1<<30 }, "a", "b")
+	ctx := context.Background()
+	var ctls []*control.Control
+	for range 2 {
+		r, err := NewRouter(Config{Store: st, Secret: secret, Logger: nodetest.Discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := control.New(control.Config{Node: r, Store: st, Logger: nodetest.Discard(), Limits: sandbox.Limits{DiskBytes: 1 << 30}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctls = append(ctls, c)
+	}
+	for i, c := range ctls {
+		if _, err := c.Create(ctx, "p1", api.CreateSandboxRequest{}); err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+	}
+	_, err := ctls[1].Create(ctx, "p1", api.CreateSandboxRequest{})
+	if !errors.Is(err, node.ErrRateLimited) || !strings.Contains(node.Message(err), "--max-disk-per-project-mb") {
+		t.Errorf("a third sandbox of 1 GiB within 2.5 GiB: %v; want ErrRateLimited naming --max-disk-per-project-mb", err)
 	}
 }
 

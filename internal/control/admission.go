@@ -32,7 +32,7 @@ func (c *Control) tooFast(projectID string, d time.Duration) error {
 // would otherwise restore the copies that fit only to kill them, leaving
 // rows of sandboxes the caller never got. It takes nothing; each sandbox
 // is still admitted as it is recorded.
-func (c *Control) fits(ctx context.Context, projectID string, count int) error {
+func (c *Control) fits(ctx context.Context, projectID string, count int, disk int64) error {
 	c.admitMu.Lock()
 	defer c.admitMu.Unlock()
 	if c.cfg.CreateRate > 0 {
@@ -51,10 +51,11 @@ func (c *Control) fits(ctx context.Context, projectID string, count int) error {
 					projectID, len(live), count, c.cfg.MaxRunning)}
 		}
 	}
-	return nil
+	return c.diskRoom(ctx, projectID, int64(count)*disk, fmt.Sprintf("%d more sandboxes of %s each", count, mib(disk)))
 }
 
-// admit checks projectID's quotas before a sandbox is recorded. The node
+// admit checks projectID's quotas before a sandbox of disk bytes of disk
+// is recorded. The node
 // records it and then calls release, so that concurrent creates are
 // counted one after the other. Every path that makes a sandbox for a
 // project passes here: boot, template snapshot, warm claim, snapshot
@@ -64,7 +65,7 @@ func (c *Control) fits(ctx context.Context, projectID string, count int) error {
 // template snapshot after an empty warm pool, a boot after a failed
 // restore): its quota is checked again, but it is not charged the create
 // rate twice.
-func (c *Control) admit(ctx context.Context, projectID string, again bool) (release func(), err error) {
+func (c *Control) admit(ctx context.Context, projectID string, disk int64, again bool) (release func(), err error) {
 	c.admitMu.Lock()
 	if c.cfg.CreateRate > 0 && !again {
 		r := c.limiter(projectID).Reserve()
@@ -85,6 +86,10 @@ func (c *Control) admit(ctx context.Context, projectID string, again bool) (rele
 			return nil, &node.Error{Kind: node.ErrRateLimited, RetryAfter: time.Second,
 				Msg: fmt.Sprintf("project %s already has %d live sandboxes, its maximum; kill some first", projectID, len(live))}
 		}
+	}
+	if err := c.diskRoom(ctx, projectID, disk, "a sandbox of "+mib(disk)); err != nil {
+		c.admitMu.Unlock()
+		return nil, err
 	}
 	return c.admitMu.Unlock, nil
 }

@@ -64,7 +64,15 @@ type Config struct {
 	Audit *slog.Logger
 	Now   func() time.Time // default time.Now
 	// MaxVolumeBytes bounds a volume's size (default 10 GiB).
-	MaxVolumeBytes int64
+	// MaxVolumes and MaxVolumeTotalBytes bound each project's volumes:
+	// how many, and their sizes added up. MaxDiskBytes bounds the disk a
+	// project is promised: its live sandboxes' disk limits and its
+	// volumes' sizes together, each of which may be written in full
+	// (0: no bound, for all three).
+	MaxVolumeBytes      int64
+	MaxVolumes          int
+	MaxVolumeTotalBytes int64
+	MaxDiskBytes        int64
 	// PortsKey derives each sandbox's port access token (ports.go);
 	// empty: tokens are refused. PortsDomain, when set, serves ports at
 	// <port>-<sandboxId>.<PortsDomain> too. PortsResume resumes a paused

@@ -84,7 +84,6 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 // against the project's quotas.
 func (c *Control) plan(projectID string, req api.CreateSandboxRequest) (node.Plan, error) {
 	p := node.Plan{ProjectID: projectID, Template: req.Template, Metadata: req.Metadata, OnTimeout: req.OnTimeout}
-	p.Admit = func(ctx context.Context, again bool) (func(), error) { return c.admit(ctx, projectID, again) }
 	if p.Template == "" {
 		p.Template = template.Default
 	}
@@ -121,7 +120,18 @@ func (c *Control) plan(projectID string, req api.CreateSandboxRequest) (node.Pla
 	if err := c.planEnvs(&p, req); err != nil {
 		return p, err
 	}
-	return p, c.planLimits(&p, req)
+	if err := c.planLimits(&p, req); err != nil {
+		return p, err
+	}
+	c.setAdmit(&p)
+	return p, nil
+}
+
+// setAdmit admits p against its project's quotas, its disk limit as it
+// is now.
+func (c *Control) setAdmit(p *node.Plan) {
+	projectID, disk := p.ProjectID, p.Limits.DiskBytes
+	p.Admit = func(ctx context.Context, again bool) (func(), error) { return c.admit(ctx, projectID, disk, again) }
 }
 
 func (c *Control) planEnvs(p *node.Plan, req api.CreateSandboxRequest) error {

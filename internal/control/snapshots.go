@@ -165,7 +165,7 @@ func (c *Control) ForkBy(ctx context.Context, projectID, parent, id string, req 
 	if err != nil {
 		return nil, err
 	}
-	if err := c.fits(ctx, projectID, req.Count); err != nil {
+	if err := c.fits(ctx, projectID, req.Count, p.Limits.DiskBytes); err != nil {
 		return nil, err
 	}
 	p.ParentID = parent
@@ -192,6 +192,7 @@ func (c *Control) copyPlan(projectID, tmpl string, sh store.Shape, timeoutMs *in
 		p.Limits.MemoryBytes, p.Limits.CPUs, p.Limits.DiskBytes = sh.MemoryBytes, sh.CPUs, sh.DiskBytes
 		p.Limits.Pids, p.Limits.OpenFiles, p.Limits.Processes = sh.Pids, sh.OpenFiles, sh.Processes
 		p.Internet = sh.Internet
+		c.setAdmit(&p)
 	}
 	p.PublicPorts = sh.PublicPorts
 	return p, nil

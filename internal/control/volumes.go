@@ -68,10 +68,7 @@ func (c *Control) CreateVolume(ctx context.Context, projectID string, req api.Cr
 		return api.Volume{}, node.Invalidf("sizeMb %d is out of range: want %d to %d (the server's --max-volume-mb)", mb, MinVolumeMb, max)
 	}
 	v := store.Volume{ID: "vol_" + node.NewID(), ProjectID: projectID, Name: req.Name, SizeBytes: mb << 20, CreatedAt: c.now()}
-	if err := c.cfg.Store.CreateVolume(ctx, v); err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return api.Volume{}, &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("project %s already has a volume named %q; choose another name or delete it first", projectID, req.Name)}
-		}
+	if err := c.recordVolume(ctx, v); err != nil {
 		return api.Volume{}, err
 	}
 	if err := c.node.MakeVolume(ctx, v.ID, v.SizeBytes); err != nil {
@@ -83,6 +80,75 @@ func (c *Control) CreateVolume(ctx context.Context, projectID string, req api.Cr
 	c.audit("volume.create", "project_id", projectID, "volume", v.Name, "volume_id", v.ID, "size_mb", mb)
 	return volumeAPI(v), nil
 }
+
+// recordVolume records v within its project's bounds. The count and the
+// insert are one step, so that concurrent creates cannot pass a bound
+// together: under admitMu, which sandbox admission holds too, and under
+// the project's lock in the store, for API processes sharing one
+// database (the lock under which nodes admit sandboxes).
+func (c *Control) recordVolume(ctx context.Context, v store.Volume) error {
+	c.admitMu.Lock()
+	defer c.admitMu.Unlock()
+	release, err := c.cfg.Store.LockProject(ctx, v.ProjectID)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := c.volumeRoom(ctx, v.ProjectID, v.SizeBytes); err != nil {
+		return err
+	}
+	if err := c.cfg.Store.CreateVolume(ctx, v); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("project %s already has a volume named %q; choose another name or delete it first", v.ProjectID, v.Name)}
+		}
+		return err
+	}
+	return nil
+}
+
+// volumeRoom checks that projectID may have one more volume of size
+// bytes; the caller holds admitMu.
+func (c *Control) volumeRoom(ctx context.Context, projectID string, size int64) error {
+	vols, err := c.cfg.Store.ListVolumes(ctx, projectID)
+	if err != nil {
+		return fmt.Errorf("counting volumes: %w", err)
+	}
+	var total int64
+	for _, v := range vols {
+		total += v.SizeBytes
+	}
+	if max := c.cfg.MaxVolumes; max > 0 && len(vols) >= max {
+		return overBound(fmt.Sprintf("project %s already has %d volumes, its maximum (the server's --max-volumes-per-project); delete one it no longer needs to make room",
+			projectID, len(vols)))
+	}
+	if max := c.cfg.MaxVolumeTotalBytes; max > 0 && total+size > max {
+		return overBound(fmt.Sprintf("project %s has %d MiB of volumes; %d MiB more would pass its maximum of %d MiB in all (the server's --max-volume-total-mb); delete a volume or ask for a smaller one",
+			projectID, total>>20, size>>20, max>>20))
+	}
+	return c.diskRoom(ctx, projectID, size, "a volume of "+mib(size))
+}
+
+// diskRoom checks that projectID may be promised extra bytes of disk
+// more, asked for by what, within MaxDiskBytes. The caller holds admitMu.
+func (c *Control) diskRoom(ctx context.Context, projectID string, extra int64, what string) error {
+	if c.cfg.MaxDiskBytes <= 0 {
+		return nil
+	}
+	p, err := c.cfg.Store.PromisedDisk(ctx, projectID, c.cfg.Limits.DiskBytes)
+	if err != nil {
+		return err
+	}
+	if p.Total()+extra > c.cfg.MaxDiskBytes {
+		return node.OverDisk(projectID, p, what, c.cfg.MaxDiskBytes)
+	}
+	return nil
+}
+
+func overBound(msg string) error {
+	return &node.Error{Kind: node.ErrRateLimited, Msg: msg}
+}
+
+func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
 
 func volumeAPI(v store.Volume) api.Volume {
 	return api.Volume{Name: v.Name, VolumeID: v.ID, SizeMb: v.SizeBytes >> 20, CreatedAt: v.CreatedAt}

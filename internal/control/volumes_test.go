@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/node"
 )
 
@@ -181,5 +182,109 @@ func TestVolumeMountPaths(t *testing.T) {
 		case !tc.ok && !strings.Contains(node.Message(err), fmt.Sprintf("%q", tc.path)):
 			t.Errorf("mount at %q: message %q does not name the path", tc.path, node.Message(err))
 		}
+	}
+}
+
+// TestVolumeBounds: a project's volumes are bounded in number and in
+// size added up, and the disk it is promised — live sandboxes' diskMb
+// plus volumes — is bounded too; each refusal is a 429 that names the
+// bound and how to make room, and a delete or a kill makes it.
+func TestVolumeBounds(t *testing.T) {
+	fv := &fakeVolumes{dir: t.TempDir(), m: map[string]int64{}}
+	e := newEnv(t, func(c *control.Config) {
+		c.MaxVolumes, c.MaxVolumeTotalBytes, c.MaxDiskBytes = 3, 200<<20, 2250<<20
+	}, func(c *node.Config) { c.Volumes = fv })
+	ctx := context.Background()
+	mk := func(name string, mb int64) error {
+		_, err := e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: name, SizeMb: mb})
+		return err
+	}
+	refused := func(what string, err error, words ...string) {
+		t.Helper()
+		if !errors.Is(err, node.ErrRateLimited) {
+			t.Errorf("%s: %v; want rate limited (429)", what, err)
+			return
+		}
+		for _, w := range words {
+			if !strings.Contains(node.Message(err), w) {
+				t.Errorf("%s: message %q; want it to say %q", what, node.Message(err), w)
+			}
+		}
+	}
+	for i, mb := range []int64{64, 64, 64} {
+		if err := mk(fmt.Sprintf("v%d", i), mb); err != nil {
+			t.Fatalf("volume %d of 3: %v", i, err)
+		}
+	}
+	refused("a 4th volume", mk("v3", 16), "3 volumes", "--max-volumes-per-project", "delete one")
+	if err := e.c.DeleteVolume(ctx, "p1", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	refused("128 MiB past 200 MiB in all", mk("v2", 128), "128 MiB", "200 MiB", "--max-volume-total-mb", "delete a volume")
+	if err := mk("v2", 72); err != nil {
+		t.Fatalf("a volume that fits the total exactly: %v", err)
+	}
+	// Another project's bounds are its own.
+	if _, err := e.c.CreateVolume(ctx, "p2", api.CreateVolumeRequest{Name: "v0", SizeMb: 64}); err != nil {
+		t.Errorf("p2's first volume: %v", err)
+	}
+
+	// Promised disk: 200 MiB of volumes, then sandboxes of 1 GiB each
+	// within 2250 MiB: two fit, the third does not, by any path; a
+	// volume's delete makes room for a small sandbox, not for another
+	// volume, which a kill makes.
+	a := e.create(t, "p1", api.CreateSandboxRequest{})
+	e.create(t, "p1", api.CreateSandboxRequest{})
+	_, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{})
+	refused("a sandbox past the disk promised", err, "2248 MiB", "--max-disk-per-project-mb", "kill sandboxes or delete volumes")
+	_, err = e.c.Fork(ctx, "p1", a.SandboxID, api.ForkRequest{})
+	refused("a fork past the disk promised", err, "--max-disk-per-project-mb")
+	if err := e.c.DeleteVolume(ctx, "p1", "v0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{DiskMb: ms(16)}); err != nil {
+		t.Fatalf("a sandbox of 16 MiB, within the promise once a volume went: %v", err)
+	}
+	refused("a volume past the disk promised", mk("v0", 60), "--max-disk-per-project-mb")
+	if err := e.c.Kill(ctx, "p1", a.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	if err := mk("v0", 60); err != nil {
+		t.Errorf("a volume once a sandbox was killed: %v", err)
+	}
+}
+
+// TestVolumeBoundsRace: concurrent creates racing for the last slots of
+// a project get exactly the slots there are.
+func TestVolumeBoundsRace(t *testing.T) {
+	fv := &fakeVolumes{dir: t.TempDir(), m: map[string]int64{}}
+	const max = 5
+	e := newEnv(t, func(c *control.Config) { c.MaxVolumes = max }, func(c *node.Config) { c.Volumes = fv })
+	ctx := context.Background()
+	if _, err := e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: "first", SizeMb: 16}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 40)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: fmt.Sprintf("v%d", i), SizeMb: 16})
+		}()
+	}
+	wg.Wait()
+	made := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			made++
+		case !errors.Is(err, node.ErrRateLimited):
+			t.Errorf("a racing create: %v; want made or rate limited", err)
+		}
+	}
+	vs, err := e.c.ListVolumes(ctx, "p1")
+	if made != max-1 || err != nil || len(vs) != max || len(fv.m) != max {
+		t.Errorf("%d racing creates made %d, project lists %d (%v), node has %d; want %d, %d, %d", len(errs), made, len(vs), err, len(fv.m), max-1, max, max)
 	}
 }

@@ -170,7 +170,7 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	}
 	agents := server.New(server.Config{Control: ctl, Keys: remote.Auth{Secret: c.cluster.secret}, Logger: logger, Version: version()})
 	h := remote.Handler(remote.HandlerConfig{Node: n, Store: shared, Secret: c.cluster.secret, Agent: agents, Logger: logger, DataDir: c.DataDir,
-		MaxLive: c.policy.MaxSandboxes})
+		MaxLive: c.policy.MaxSandboxes, MaxDisk: c.policy.MaxProjectDiskMb << 20, DefaultDisk: limits.DiskBytes})
 	gauges(mx, st, c.pool.Slots())
 	// This node's volumes first: paused sandboxes that mount them may
 	// resume as soon as it serves.
@@ -304,6 +304,7 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		MaxRunning: c.policy.MaxSandboxes, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
 		Audit: audit, PortsKey: portsKey(c.cluster.secret), PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
 		MaxVolumeBytes: c.MaxVolumeMb << 20,
+		MaxVolumes:     c.policy.MaxVolumes, MaxVolumeTotalBytes: c.policy.MaxVolumeTotalMb << 20, MaxDiskBytes: c.policy.MaxProjectDiskMb << 20,
 	})
 	if err != nil {
 		return err

@@ -19,23 +19,28 @@ import (
 // policyFlags are serve's flags for untrusted code and clients: sandbox
 // limits, project quotas, key rates and network egress (docs/security.md).
 type policyFlags struct {
-	Egress         string
-	EgressAllow    string
-	MemoryMb       int64
-	MaxMemoryMb    int64
-	CPUs           float64
-	MaxCPUs        float64
-	DiskMb         int64
-	MaxDiskMb      int64
-	MaxFileMb      int64
-	Processes      int64
-	OpenFiles      int64
-	MaxSandboxes   int
-	CreateRate     float64
-	CreateBurst    int
-	KeyRate        float64
-	KeyBurst       int
-	SandboxAPIPort int
+	Egress       string
+	EgressAllow  string
+	MemoryMb     int64
+	MaxMemoryMb  int64
+	CPUs         float64
+	MaxCPUs      float64
+	DiskMb       int64
+	MaxDiskMb    int64
+	MaxFileMb    int64
+	Processes    int64
+	OpenFiles    int64
+	MaxSandboxes int
+	// Per project: volumes, their sizes in all, and the disk promised
+	// to live sandboxes and volumes together (docs/volumes.md).
+	MaxVolumes       int
+	MaxVolumeTotalMb int64
+	MaxProjectDiskMb int64
+	CreateRate       float64
+	CreateBurst      int
+	KeyRate          float64
+	KeyBurst         int
+	SandboxAPIPort   int
 
 	allowTo []netip.Prefix
 }
@@ -53,6 +58,9 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&p.Processes, "processes", 512, "processes the sandbox user may run at once (RLIMIT_NPROC)")
 	fs.Int64Var(&p.OpenFiles, "open-files", 8192, "open files per sandbox process (RLIMIT_NOFILE)")
 	fs.IntVar(&p.MaxSandboxes, "max-sandboxes-per-project", 100, "live sandboxes a project may have (0: no bound)")
+	fs.IntVar(&p.MaxVolumes, "max-volumes-per-project", 32, "persistent volumes a project may have (0: no bound)")
+	fs.Int64Var(&p.MaxVolumeTotalMb, "max-volume-total-mb", 51200, "sizes of a project's persistent volumes added up, MiB (0: no bound)")
+	fs.Int64Var(&p.MaxProjectDiskMb, "max-disk-per-project-mb", 256000, "disk a project is promised, MiB: its live sandboxes' diskMb and its volumes' sizes added up (0: no bound; the default fits 100 sandboxes of 2048 MiB and 51200 MiB of volumes)")
 	fs.Float64Var(&p.CreateRate, "creates-per-second", 5, "sandbox creates per second per project (0: no bound)")
 	fs.IntVar(&p.CreateBurst, "create-burst", 20, "burst of sandbox creates per project")
 	fs.Float64Var(&p.KeyRate, "requests-per-second", 100, "API requests per second per key (0: no bound)")
@@ -89,6 +97,10 @@ func (p *policyFlags) validate() error {
 		return cli.Usagef("--processes %d and --open-files %d: want at least 16 and 64", p.Processes, p.OpenFiles)
 	case p.MaxSandboxes < 0 || p.CreateRate < 0 || p.KeyRate < 0:
 		return cli.Usagef("--max-sandboxes-per-project, --creates-per-second and --requests-per-second cannot be negative")
+	case p.MaxVolumes < 0 || p.MaxVolumeTotalMb < 0 || p.MaxProjectDiskMb < 0:
+		return cli.Usagef("--max-volumes-per-project, --max-volume-total-mb and --max-disk-per-project-mb cannot be negative")
+	case p.MaxProjectDiskMb > 0 && p.DiskMb > p.MaxProjectDiskMb:
+		return cli.Usagef("--disk-mb %d is over --max-disk-per-project-mb %d: no sandbox could be made", p.DiskMb, p.MaxProjectDiskMb)
 	}
 	if err := netns.CheckEgress(); err != nil {
 		return err

@@ -293,6 +293,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,
 		MaxRunning: c.policy.MaxSandboxes, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
 		Audit: audit, MaxVolumeBytes: c.MaxVolumeMb << 20,
+		MaxVolumes: c.policy.MaxVolumes, MaxVolumeTotalBytes: c.policy.MaxVolumeTotalMb << 20, MaxDiskBytes: c.policy.MaxProjectDiskMb << 20,
 		PortsKey: agentKey, PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
 		Builder: builder, BuildsPerHour: c.BuildsPerHour,
 	}

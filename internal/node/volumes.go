@@ -17,6 +17,13 @@ import (
 
 var errNoVolumes = &Error{Kind: ErrUnavailable, Msg: "this server keeps no persistent volumes: its runtime backend cannot mount them (the qemu backend cannot yet; run lizard serve with --runtime gvisor)"}
 
+// OverDisk is the refusal of what, which would promise projectID, already
+// promised p, more disk than max (the server's --max-disk-per-project-mb).
+func OverDisk(projectID string, p store.Promised, what string, max int64) error {
+	return &Error{Kind: ErrRateLimited, Msg: fmt.Sprintf("project %s is promised %d MiB of disk (live sandboxes: %d, %d MiB; volumes: %d, %d MiB); %s would pass its maximum of %d MiB (the server's --max-disk-per-project-mb); kill sandboxes or delete volumes it no longer needs",
+		projectID, p.Total()>>20, p.Sandboxes, p.SandboxBytes>>20, p.Volumes, p.VolumeBytes>>20, what, max>>20)}
+}
+
 // MakeVolume implements Node.
 func (n *Local) MakeVolume(ctx context.Context, id string, size int64) error {
 	if n.cfg.Volumes == nil {

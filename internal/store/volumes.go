@@ -134,3 +134,43 @@ func (s *Store) DeleteVolume(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// Promised is the disk a project is promised, each part of which its code
+// may write in full: its live sandboxes' disk limits and its volumes.
+type Promised struct {
+	Sandboxes    int
+	SandboxBytes int64
+	Volumes      int
+	VolumeBytes  int64
+}
+
+// Total is every byte promised.
+func (p Promised) Total() int64 { return p.SandboxBytes + p.VolumeBytes }
+
+// PromisedDisk is what projectID is promised (on a handle scoped to a
+// node, on that node alone); def is the disk of sandboxes recorded
+// without a shape (the server's default).
+func (s *Store) PromisedDisk(ctx context.Context, projectID string, def int64) (Promised, error) {
+	var p Promised
+	live, err := s.ListSandboxes(ctx, Filter{ProjectID: projectID, LiveOnly: true})
+	if err != nil {
+		return p, fmt.Errorf("counting the disk of project %s: %w", projectID, err)
+	}
+	for _, sb := range live {
+		p.Sandboxes++
+		if sb.Shape.Recorded {
+			p.SandboxBytes += sb.Shape.DiskBytes
+		} else {
+			p.SandboxBytes += def
+		}
+	}
+	vols, err := s.ListVolumes(ctx, projectID)
+	if err != nil {
+		return p, fmt.Errorf("counting the disk of project %s: %w", projectID, err)
+	}
+	for _, v := range vols {
+		p.Volumes++
+		p.VolumeBytes += v.SizeBytes
+	}
+	return p, nil
+}

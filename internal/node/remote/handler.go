@@ -34,6 +34,12 @@ type HandlerConfig struct {
 	// lock in the shared database: the API checks it first, but several
 	// API processes at once could pass it together.
 	MaxLive int
+	// MaxDisk is the disk a project may be promised, its live sandboxes'
+	// disk limits and its volumes' sizes added up (0: no bound), enforced
+	// like MaxLive: API processes check it, and volume creates take the
+	// same lock. DefaultDisk is the disk of rows recorded without a shape.
+	MaxDisk     int64
+	DefaultDisk int64
 }
 
 // Handler returns the node's HTTP handler: GET /v1/health (no secret, for
@@ -107,8 +113,8 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) {
 // if it asks for one.
 func (h *handler) local(w plan) node.Plan {
 	p := w.plan()
-	if h.cfg.MaxLive > 0 && p.Role == "" {
-		p.Admit = h.admit(p.ProjectID)
+	if (h.cfg.MaxLive > 0 || h.cfg.MaxDisk > 0) && p.Role == "" {
+		p.Admit = h.admit(p.ProjectID, p.Limits.DiskBytes)
 	}
 	if w.Token {
 		p.Key = func(ctx context.Context, sandboxID string) (string, error) {
@@ -123,9 +129,10 @@ func (h *handler) local(w plan) node.Plan {
 	return p
 }
 
-// admit is the quota check of a sandbox of projectID at its record: the
-// project's lock is held from the count to the insert (release).
-func (h *handler) admit(projectID string) func(ctx context.Context, again bool) (func(), error) {
+// admit is the quota check of a sandbox of projectID, of disk bytes of
+// disk, at its record: the project's lock is held from the count to the
+// insert (release).
+func (h *handler) admit(projectID string, disk int64) func(ctx context.Context, again bool) (func(), error) {
 	return func(ctx context.Context, _ bool) (func(), error) {
 		release, err := h.cfg.Store.LockProject(ctx, projectID)
 		if err != nil {
@@ -136,10 +143,24 @@ func (h *handler) admit(projectID string) func(ctx context.Context, again bool) 
 			release()
 			return nil, err
 		}
-		if n >= h.cfg.MaxLive {
+		if h.cfg.MaxLive > 0 && n >= h.cfg.MaxLive {
 			release()
 			return nil, &node.Error{Kind: node.ErrRateLimited, RetryAfter: time.Second,
 				Msg: fmt.Sprintf("project %s already has %d live sandboxes, its maximum; kill some first", projectID, n)}
+		}
+		if h.cfg.MaxDisk > 0 {
+			if disk <= 0 {
+				disk = h.cfg.DefaultDisk
+			}
+			pd, err := h.cfg.Store.PromisedDisk(ctx, projectID, h.cfg.DefaultDisk)
+			if err != nil {
+				release()
+				return nil, err
+			}
+			if pd.Total()+disk > h.cfg.MaxDisk {
+				release()
+				return nil, node.OverDisk(projectID, pd, fmt.Sprintf("a sandbox of %d MiB", disk>>20), h.cfg.MaxDisk)
+			}
 		}
 		return release, nil
 	}
