@@ -37,6 +37,10 @@ import (
 // 2.7 s to get through on a loaded machine.
 const clusterLease = 8 * time.Second
 
+// clusterChildBound is the api processes' --max-child-timeout: short, so
+// that a token child's key is seen to expire at it.
+const clusterChildBound = 30 * time.Second
+
 // apiProc is one `lizard api` process.
 type apiProc struct {
 	t      *testing.T
@@ -53,7 +57,8 @@ func (a *apiProc) start() {
 	t := a.t
 	t.Helper()
 	a.log = &bytes.Buffer{}
-	a.cmd = exec.Command(a.bin, "api", "--listen", a.listen, "--metrics-listen=", "--lease", clusterLease.String(), "--egress=none")
+	a.cmd = exec.Command(a.bin, "api", "--listen", a.listen, "--metrics-listen=", "--lease", clusterLease.String(), "--egress=none",
+		"--max-child-timeout="+clusterChildBound.String())
 	a.cmd.Env = append(os.Environ(), a.env...)
 	a.cmd.Stdout = &lockedWriter{w: a.log}
 	a.cmd.Stderr = a.cmd.Stdout
@@ -465,6 +470,43 @@ finally:
 	}
 	if _, err := tc.GetSandbox(ctx, tok.SandboxID); err != nil {
 		t.Errorf("the sandbox's lizardToken through api 1: %v", err)
+	}
+	// A child made with that key, with a lizardToken of its own: the node
+	// mints the child's key with the expiry the API sends, so the key
+	// dies at the child's bound although the child is paused (not ended,
+	// so not revoked), on either API process, and the paused child
+	// cannot be resumed past the bound.
+	begin := time.Now()
+	kid, err := tc.CreateSandbox(ctx, api.CreateSandboxRequest{LizardToken: true})
+	if err != nil {
+		t.Fatalf("a child through the lizardToken: %v", err)
+	}
+	t.Cleanup(func() { cl[0].KillSandbox(context.Background(), kid.SandboxID) })
+	ex = run(t, cl[0], kid.SandboxID, "python", "import os\nos.environ['LIZARD_API_KEY']")
+	kidKey := strings.Trim(ex.Results[0].Data, "'")
+	if kc, err := client.New(client.Config{BaseURL: c.apis[1].url, APIKey: kidKey}); err != nil {
+		t.Fatal(err)
+	} else if _, err := kc.ListSandboxes(ctx, client.ListOptions{}); err != nil {
+		t.Errorf("the child's key within its bound: %v", err)
+	}
+	if _, err := cl[1].PauseSandbox(ctx, kid.SandboxID); err != nil {
+		t.Fatalf("pausing the child: %v", err)
+	}
+	time.Sleep(time.Until(begin.Add(clusterChildBound + time.Second)))
+	for i, a := range c.apis {
+		kc, err := client.New(client.Config{BaseURL: a.url, APIKey: kidKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kc.ListSandboxes(ctx, client.ListOptions{}); !errors.As(err, &ce) || ce.Status != http.StatusUnauthorized {
+			t.Errorf("the paused child's key past its bound through api %d: %v; want 401", i, err)
+		}
+	}
+	if _, err := cl[0].ResumeSandbox(ctx, kid.SandboxID, api.ResumeRequest{}); !errors.As(err, &ce) || ce.Status != http.StatusConflict {
+		t.Errorf("resuming the child past its bound: %v; want 409", err)
+	}
+	if err := cl[0].KillSandbox(ctx, kid.SandboxID); err != nil {
+		t.Errorf("killing the child: %v", err)
 	}
 	if err := cl[0].KillSandbox(ctx, tok.SandboxID); err != nil {
 		t.Fatal(err)
