@@ -493,7 +493,8 @@ func rawHTTP(t *testing.T, addr, req string) string {
 // Clear-Site-Data, and its cookies only under the port's path; on the
 // host form its cookies lose Domain. A page opened with the token in its
 // URL is redirected to the URL without it, and the program never sees the
-// token (query, escaped query, cookie, Referer). Clients cannot strip the
+// token (query, escaped query, cookie, Referer). A page of the API's origin
+// cannot load the path form's content as a script or a service worker. Clients cannot strip the
 // X-Forwarded-* headers, smuggle a request past the proxy, or reach
 // another project's port, 0, 65536, the agent's port or a leading-zero
 // port through the Host.
@@ -524,6 +525,13 @@ func TestPortsConfined(t *testing.T) {
 	}
 	if got, want := resp.Header.Values("Set-Cookie"), []string{"app=1; HttpOnly; Path=" + prefix}; !slices.Equal(got, want) {
 		t.Errorf("path form: Set-Cookie %q; want %q (under the port's path, no Domain, not Lizard's cookie)", got, want)
+	}
+	// A page of the API's origin loading a port's content as code: refused
+	// (the console's CSP trusts 'self'); as a page, served.
+	for dest, want := range map[string]int{"script": http.StatusBadRequest, "serviceworker": http.StatusBadRequest, "document": http.StatusOK} {
+		if resp, body := send(t, "GET", base+"/set", "", "Authorization", auth, "Sec-Fetch-Site", "same-origin", "Sec-Fetch-Dest", dest); resp.StatusCode != want {
+			t.Errorf("path form, same-origin %s: %d %.100s; want %d", dest, resp.StatusCode, body, want)
+		}
 	}
 	// The host form: its own origin keeps its service worker scope; the
 	// cookie loses Domain (no cookie for sibling sandboxes).

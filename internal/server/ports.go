@@ -62,8 +62,30 @@ func (s *Server) portPath(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, badRequest("port %q: want a number from 1 to 65535", rawPort))
 		return
 	}
+	if dest := codeForAPIOrigin(r); dest != "" {
+		s.fail(w, r, badRequest("a page of the API's origin may not load a port's content as a %s: open the port's page itself, or use a ports domain", dest))
+		return
+	}
 	prefix := "/v1/sandboxes/" + id + "/ports/" + rawPort
 	s.servePort(w, r, id, port, prefix)
+}
+
+// codeForAPIOrigin names what r loads when a page of the API's own origin
+// asks for a port's content as code (a script, a worker, a stylesheet),
+// or is "". No such page should: the console never does, and a port's own
+// pages run in an opaque origin, whose requests are cross-site. Refusing
+// them keeps the console's CSP ('self') from trusting a sandbox's script,
+// should markup ever get into the console, and any service worker script
+// off the path form. Browsers without Fetch Metadata send neither header.
+func codeForAPIOrigin(r *http.Request) string {
+	if r.Header.Get("Sec-Fetch-Site") != "same-origin" {
+		return ""
+	}
+	switch dest := r.Header.Get("Sec-Fetch-Dest"); dest {
+	case "script", "worker", "sharedworker", "serviceworker", "style", "audioworklet", "paintworklet", "xslt":
+		return dest
+	}
+	return ""
 }
 
 // portHost matches <port>-<sandboxId>, the first label of a host under

@@ -170,3 +170,27 @@ func TestDropRefererToken(t *testing.T) {
 		}
 	}
 }
+
+func TestCodeForAPIOrigin(t *testing.T) {
+	for _, tc := range []struct{ site, dest, want string }{
+		{"same-origin", "script", "script"},
+		{"same-origin", "serviceworker", "serviceworker"},
+		{"same-origin", "worker", "worker"},
+		{"same-origin", "style", "style"},
+		{"same-origin", "document", ""}, // a page: served under the CSP sandbox
+		{"same-origin", "iframe", ""},
+		{"same-origin", "image", ""},
+		{"same-origin", "empty", ""}, // fetch: data, not code
+		{"cross-site", "script", ""}, // a port's own page (an opaque origin)
+		{"", "", ""},                 // curl, the SDKs
+	} {
+		r, _ := http.NewRequest("GET", "http://x/", nil)
+		if tc.site != "" {
+			r.Header.Set("Sec-Fetch-Site", tc.site)
+			r.Header.Set("Sec-Fetch-Dest", tc.dest)
+		}
+		if got := codeForAPIOrigin(r); got != tc.want {
+			t.Errorf("codeForAPIOrigin(%s, %s) = %q; want %q", tc.site, tc.dest, got, tc.want)
+		}
+	}
+}

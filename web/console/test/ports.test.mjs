@@ -182,6 +182,26 @@ test("exposed ports cannot run script in the API's origin", { skip: !strict && w
     assert.equal(await console_.evaluate(() => sessionStorage.getItem("lizard.apiKey")), lz.keys.proj_b);
   });
 
+  await t.test("a page of the API's origin cannot load a port's content as a script or service worker", async () => {
+    // As if markup had got into the console: its CSP allows scripts of
+    // 'self', which the path form is part of; Lizard refuses such loads.
+    const aPrefix = new URL(aPath).pathname;
+    const r = await console_.evaluate(async ([src, sw, scope]) => {
+      const s = document.createElement("script");
+      s.src = src;
+      const script = await new Promise((res) => ((s.onload = () => res("loaded")), (s.onerror = () => res("error")), document.head.append(s)));
+      let worker;
+      try {
+        worker = "registered " + (await navigator.serviceWorker.register(sw, { scope })).scope;
+      } catch (e) {
+        worker = "err " + e.name;
+      }
+      return { script, appRan: window.appRan ?? false, worker };
+    }, [`${aPath}/app.js`, `${aPath}/sw.js`, `${aPrefix}/`]);
+    assert.deepEqual(r, { script: "error", appRan: false, worker: "err TypeError" });
+    assert.equal(await console_.evaluate(async () => (await navigator.serviceWorker.getRegistrations()).length), 0);
+  });
+
   await t.test("the host form: B's full app works with its cookie; A's page on its own origin reads nothing of B's", async () => {
     const bHost = `http://8000-${b.sandboxId}.${DOMAIN}:${lz.port}`;
     const aHost = `http://8001-${a.sandboxId}.${DOMAIN}:${lz.port}`;
