@@ -228,7 +228,7 @@ func parseAPI(e cli.Env, args []string) (*apiConfig, error) {
 	fs.DurationVar(&c.MaxTimeout, "max-timeout", 24*time.Hour, "longest timeout a create or setTimeout may ask for")
 	fs.DurationVar(&c.MaxChildTimeout, "max-child-timeout", time.Hour, "longest life of a sandbox created with another sandbox's lizardToken")
 	fs.IntVar(&c.Choices, "placement-choices", 2, "live nodes sampled per create; the one with the most free capacity gets it")
-	fs.StringVar(&c.PortsDomain, "ports-domain", "", "wildcard domain whose hosts <port>-<sandboxId>.<domain> reach sandboxes' exposed ports (point *.<domain> at the api processes); \"\": path-based URLs only")
+	fs.StringVar(&c.PortsDomain, "ports-domain", "", "wildcard domain whose hosts <port>-<sandboxId>.<domain> reach sandboxes' exposed ports, each its own origin (point *.<domain> at the api processes; make it a registrable domain apart from the API's, docs/ports.md); \"\": path-based URLs only, where pages run in an opaque origin")
 	fs.BoolVar(&c.PortsResume, "ports-resume", false, "resume a paused sandbox when one of its exposed ports is reached, instead of answering 409")
 	fs.Int64Var(&c.MaxVolumeMb, "max-volume-mb", 10240, "largest persistent volume a project may create (sizeMb), MiB; each lives on one node's disk")
 	c.cluster.register(fs)

@@ -138,7 +138,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.BuildsPerHour, "template-builds-per-hour", 20, "custom template builds per hour per project, not counting builds found in the cache (0: no bound)")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", "127.0.0.1:9464", "address to serve Prometheus metrics on at /metrics (docs/metrics.md); \"\" turns them off")
 	fs.Int64Var(&c.MaxVolumeMb, "max-volume-mb", 10240, "largest persistent volume a project may create (sizeMb), MiB; volumes are sparse files under DATA/volumes")
-	fs.StringVar(&c.PortsDomain, "ports-domain", "", "wildcard domain whose hosts <port>-<sandboxId>.<domain> reach sandboxes' exposed ports (point *.<domain> at this listener); \"\": path-based URLs only")
+	fs.StringVar(&c.PortsDomain, "ports-domain", "", "wildcard domain whose hosts <port>-<sandboxId>.<domain> reach sandboxes' exposed ports, each its own origin (point *.<domain> at this listener; make it a registrable domain apart from the API's, docs/ports.md); \"\": path-based URLs only, where pages run in an opaque origin")
 	fs.BoolVar(&c.PortsResume, "ports-resume", false, "resume a paused sandbox when one of its exposed ports is reached, instead of answering 409")
 	c.policy.register(fs)
 }
