@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -441,6 +442,35 @@ func TestVolumesAdversarialBounds(t *testing.T) {
 	}
 	next := newSandbox(t, c, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "a", Path: "/home/user/a"}}})
 	py(t, c, next.SandboxID, "open('/home/user/a/x', 'w').write('fits')")
+}
+
+// TestVolumesAdversarialHostDisk: volumes are sparse, so any size would
+// be made at once; a volume the disk of the data directory could not
+// hold, beside what the server keeps free, is refused with a 507 that
+// says so, and nothing is left.
+func TestVolumesAdversarialHostDisk(t *testing.T) {
+	s := startServer(t, "--max-volume-mb", "16777216", "--max-volume-total-mb", "0", "--max-disk-per-project-mb", "0")
+	c := s.createProject("proj_voldisk")
+	var fs unix.Statfs_t
+	if err := unix.Statfs(s.dataDir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	mb := int64(fs.Bavail)*fs.Bsize>>20 + 1024
+	_, err := c.CreateVolume(context.Background(), api.CreateVolumeRequest{Name: "huge", SizeMb: mb})
+	if err == nil {
+		c.DeleteVolume(context.Background(), "huge")
+		t.Fatalf("a volume of %d MiB on a disk with less free: made", mb)
+	}
+	ae := apiError(t, "a volume larger than the free disk", err)
+	if ae.Status != http.StatusInsufficientStorage || !errors.Is(err, client.ErrDiskFull) || !strings.Contains(ae.Message, "--min-free-disk-mb") {
+		t.Errorf("a volume of %d MiB on a disk with less free: %v; want 507 naming --min-free-disk-mb", mb, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(s.dataDir, "volumes", "*")); len(left) != 0 {
+		t.Errorf("left under the volumes directory: %v", left)
+	}
+	if vs, err := c.ListVolumes(context.Background()); err != nil || len(vs) != 0 {
+		t.Errorf("ListVolumes = %+v, %v; want none recorded", vs, err)
+	}
 }
 
 // TestVolumesAdversarialContent: what a sandbox, or root anywhere, leaves

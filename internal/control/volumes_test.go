@@ -288,3 +288,28 @@ func TestVolumeBoundsRace(t *testing.T) {
 		t.Errorf("%d racing creates made %d, project lists %d (%v), node has %d; want %d, %d, %d", len(errs), made, len(vs), err, len(fv.m), max-1, max, max)
 	}
 }
+
+// TestVolumeHostDisk: a volume is sparse, so any size would be made at
+// once; one the node's disk could not hold beside what it keeps free is
+// refused as a full disk, and nothing is recorded or made.
+func TestVolumeHostDisk(t *testing.T) {
+	free, err := node.FreeBytes(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Halves and quarters: other processes may write meanwhile.
+	fv := &fakeVolumes{dir: t.TempDir(), m: map[string]int64{}}
+	e := newEnv(t, func(c *control.Config) { c.MaxVolumeBytes = 1 << 50 }, func(c *node.Config) { c.Volumes = fv; c.MinFreeDisk = free / 2 })
+	ctx := context.Background()
+	mb := free / 4 * 3 >> 20 // fits the disk, not beside the half kept
+	_, err = e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: "huge", SizeMb: mb})
+	if !errors.Is(err, node.ErrDiskFull) || !strings.Contains(node.Message(err), "--min-free-disk-mb") {
+		t.Errorf("a volume of %d MiB with %d MiB free: %v; want ErrDiskFull naming --min-free-disk-mb", mb, free>>20, err)
+	}
+	if vs, _ := e.c.ListVolumes(ctx, "p1"); len(vs) != 0 || len(fv.m) != 0 {
+		t.Errorf("after the refusal: recorded %v, made %v; want nothing", vs, fv.m)
+	}
+	if _, err := e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: "small", SizeMb: 64}); err != nil {
+		t.Errorf("a small volume: %v", err)
+	}
+}

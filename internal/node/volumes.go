@@ -32,10 +32,35 @@ func (n *Local) MakeVolume(ctx context.Context, id string, size int64) error {
 	if err := n.roomFor("make a volume"); err != nil {
 		return err
 	}
+	if err := n.roomForVolume(size); err != nil {
+		return err
+	}
 	if err := n.cfg.Volumes.Create(ctx, id, size); err != nil {
 		return &Error{Msg: "making the volume's filesystem failed; the server log says why", Cause: err}
 	}
 	return nil
+}
+
+// roomForVolume refuses, with ErrDiskFull, a volume of size bytes that
+// DataDir's disk could not hold beside MinFreeDisk. A volume's image is
+// sparse: making one spends almost nothing, so roomFor would let any size
+// through (a 10 GiB volume cost 69 MB), while code in a sandbox may write
+// all of it. The size promised is what is checked; other volumes' unwritten
+// space is not added up (the projects' bounds keep it in proportion).
+func (n *Local) roomForVolume(size int64) error {
+	if n.cfg.DataDir == "" {
+		return nil
+	}
+	free, err := FreeBytes(n.cfg.DataDir)
+	if err != nil {
+		n.log.Warn("reading the data directory's free space", "err", err)
+		return nil // unknown: a write will tell
+	}
+	if free-n.cfg.MinFreeDisk >= size {
+		return nil
+	}
+	return &Error{Kind: ErrDiskFull, Msg: fmt.Sprintf("cannot make a volume of %d MiB: the server's disk has %d MiB free and keeps %d MiB of it (--min-free-disk-mb); ask for a smaller volume, or ask the operator to free disk space",
+		size>>20, free>>20, n.cfg.MinFreeDisk>>20)}
 }
 
 // RemoveVolume implements Node.
