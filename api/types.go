@@ -307,6 +307,112 @@ type ProcessEvent struct {
 	Abort    *Abort `json:"abort,omitempty"`
 }
 
+// Background processes and terminals (POST /processes, docs/processes.md).
+
+// ProcessStartRequest is the body of POST /processes. Exactly one of Cmd
+// (run by bash -c) and Args (run as is) is set, except with Pty, where
+// neither means the user's login shell.
+type ProcessStartRequest struct {
+	Cmd  string            `json:"cmd,omitempty"`
+	Args []string          `json:"args,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+	Envs map[string]string `json:"envs,omitempty"`
+	// Stdin keeps the process's stdin open for POST .../stdin; without it
+	// stdin is /dev/null. A terminal's input is always open.
+	Stdin bool `json:"stdin,omitempty"`
+	// Pty runs the process in a terminal of that size (raw output bytes,
+	// TERM=xterm-256color).
+	Pty       *PtySize `json:"pty,omitempty"`
+	TimeoutMs *int64   `json:"timeoutMs,omitempty"` // default none
+	// Tag is the caller's name for the process (at most 256 bytes).
+	Tag string `json:"tag,omitempty"`
+	// User is "root" or the sandbox user (the default).
+	User string `json:"user,omitempty"`
+}
+
+// PtySize is a terminal's size, each in 1..1000; the body of POST
+// /processes/{pid}/resize.
+type PtySize struct {
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
+}
+
+// ProcessInfo describes a background process, running or ended.
+type ProcessInfo struct {
+	Pid       int       `json:"pid"`
+	Tag       string    `json:"tag,omitempty"`
+	Cmd       string    `json:"cmd,omitempty"`
+	Args      []string  `json:"args"` // what was run: for Cmd, bash -c Cmd
+	Cwd       string    `json:"cwd"`
+	User      string    `json:"user"`
+	StartedAt time.Time `json:"startedAt"`
+	Pty       *PtySize  `json:"pty,omitempty"` // its terminal's current size
+	Stdin     bool      `json:"stdin"`         // whether its stdin takes input now
+	Running   bool      `json:"running"`
+	// ExitCode is set once it ended: 128+N when killed by signal N, 124
+	// when it ran past timeoutMs.
+	ExitCode *int       `json:"exitCode,omitempty"`
+	EndedAt  *time.Time `json:"endedAt,omitempty"`
+	Error    string     `json:"error,omitempty"` // why it ended, when not by itself
+}
+
+// ProcessList is the answer of GET /processes, running ones first, then
+// ended ones, each by start.
+type ProcessList struct {
+	Processes []ProcessInfo `json:"processes"`
+}
+
+// ProcessStdinRequest is the JSON body of POST /processes/{pid}/stdin (a
+// body of another content type is the bytes themselves).
+type ProcessStdinRequest struct {
+	Data []byte `json:"data"` // base64 in JSON
+}
+
+// ProcessSignalRequest is the body of POST /processes/{pid}/signal.
+type ProcessSignalRequest struct {
+	// Signal is a name with or without SIG (TERM, SIGKILL, USR1) or a
+	// number ("9").
+	Signal string `json:"signal"`
+}
+
+// Types of the events of a background process's output stream (GET
+// /processes/{pid}/output), beside EventStdout, EventStderr, EventEnd and
+// EventAbort.
+const (
+	// OutputPty carries a terminal's raw output bytes in Data.
+	OutputPty = "pty"
+	// OutputDropped says that Dropped bytes of output were lost to this
+	// reader: it fell behind the process by more than its output buffer
+	// (or, first in a stream, the buffer had already let them go).
+	OutputDropped = "dropped"
+)
+
+// ProcessOutputEvent is one line of GET /processes/{pid}/output: the
+// process's buffered recent output, then its live output, then one "end"
+// carrying the exit code (or "abort" when the sandbox ended).
+type ProcessOutputEvent struct {
+	Type     string `json:"type"` // stdout, stderr, pty, dropped, end, abort
+	Text     string `json:"text,omitempty"`
+	Data     []byte `json:"data,omitempty"` // pty: raw bytes, base64 in JSON
+	Dropped  int64  `json:"dropped,omitempty"`
+	ExitCode *int   `json:"exitCode,omitempty"`
+	Error    string `json:"error,omitempty"`
+	Abort    *Abort `json:"abort,omitempty"`
+}
+
+// ProcessControl is a text frame of a process's WebSocket (GET
+// /processes/{pid}/ws); binary frames are raw bytes both ways. The client
+// sends "resize" (Cols, Rows) or "eof" (close stdin); the agent sends
+// "dropped" and, last, "end" with the exit code, then closes.
+type ProcessControl struct {
+	Type     string `json:"type"`
+	Cols     int    `json:"cols,omitempty"`
+	Rows     int    `json:"rows,omitempty"`
+	Dropped  int64  `json:"dropped,omitempty"`
+	ExitCode *int   `json:"exitCode,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
 // EntryInfo describes one file or directory in a sandbox. A symlink is
 // described itself, not what it points to.
 type EntryInfo struct {

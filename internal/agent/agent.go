@@ -49,6 +49,7 @@ type Agent struct {
 	handler    http.Handler
 	guard      guard // who may call (guard.go)
 	watches    watchBudget
+	procs      processTable
 
 	mu       sync.Mutex
 	contexts map[string]*execContext
@@ -213,6 +214,7 @@ func (a *Agent) Close() error {
 		cs = append(cs, a.contexts[id])
 	}
 	a.mu.Unlock()
+	a.procs.killAll()
 	var errs []error
 	for _, c := range cs {
 		errs = append(errs, c.close())
@@ -242,6 +244,14 @@ func (a *Agent) routes() http.Handler {
 	handle("/contexts/{id}", map[string]http.HandlerFunc{"DELETE": a.deleteContext})
 	handle("/contexts/{id}/restart", map[string]http.HandlerFunc{"POST": a.restartContext})
 	handle("/process", map[string]http.HandlerFunc{"POST": a.process})
+	handle("/processes", map[string]http.HandlerFunc{"GET": a.listProcesses, "POST": a.startProcess})
+	handle("/processes/{pid}", map[string]http.HandlerFunc{"GET": a.getProcess})
+	handle("/processes/{pid}/output", map[string]http.HandlerFunc{"GET": a.processOutput})
+	handle("/processes/{pid}/ws", map[string]http.HandlerFunc{"GET": a.processSocket})
+	handle("/processes/{pid}/stdin", map[string]http.HandlerFunc{"POST": a.processStdin})
+	handle("/processes/{pid}/stdin/close", map[string]http.HandlerFunc{"POST": a.closeStdin})
+	handle("/processes/{pid}/signal", map[string]http.HandlerFunc{"POST": a.signalProcess})
+	handle("/processes/{pid}/resize", map[string]http.HandlerFunc{"POST": a.resizeProcess})
 	handle("/files", map[string]http.HandlerFunc{"GET": a.readFile, "PUT": a.writeFile, "DELETE": a.removeFile})
 	handle("/files/list", map[string]http.HandlerFunc{"GET": a.listDir})
 	handle("/files/stat", map[string]http.HandlerFunc{"GET": a.statFile})

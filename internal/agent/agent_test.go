@@ -169,6 +169,11 @@ func (ta *testAgent) send(t *testing.T, ctx context.Context, method, path string
 	if err != nil {
 		t.Fatal(err)
 	}
+	switch body.(type) {
+	case nil, []byte, string, io.Reader:
+	default:
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
