@@ -28,7 +28,8 @@ import (
 // the call at once with why. A call that has not answered yet gets the
 // error (410 gone, naming how the sandbox ended); a stream already under
 // way gets one last "abort" event carrying it, so that SDKs raise the same
-// typed error either way.
+// typed error either way; a WebSocket (a process's, /processes/{pid}/ws)
+// gets a close frame carrying it (closingSocket).
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
 	id := r.PathValue("id")
@@ -81,6 +82,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		ModifyResponse: func(resp *http.Response) error {
 			if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-ndjson") {
 				resp.Body = &abortingBody{ReadCloser: resp.Body, ctx: call.Ctx}
+			}
+			if conn, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+				resp.Body = &closingSocket{ReadWriteCloser: conn, ctx: call.Ctx}
 			}
 			return nil
 		},
