@@ -3,21 +3,27 @@ package e2e
 // Background processes and terminals (docs/processes.md) against a real
 // lizard serve: reattach with replay, stdin, signals, a terminal over the
 // WebSocket, pause/resume and fork, the sandbox's end under attached
-// readers, and another project's key.
+// readers, another project's key, and `lizard sandbox shell` in a real pty.
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
+
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/client"
+	"github.com/lizard-build/lizard/internal/testenv"
 )
 
 // untilOutput follows pid's output until its text holds want, then leaves
@@ -385,4 +391,117 @@ func TestProcessesCrossProject(t *testing.T) {
 	if out := execOK(t, c, id, "bash", "-c", "ls /tmp/pwned 2>&1; true"); !strings.Contains(out, "No such file") {
 		t.Errorf("another project's start ran: %q", out)
 	}
+}
+
+// TestShellCLI drives `lizard sandbox shell` in a real pseudo-terminal, as
+// a person would: it types a command, sees the answer, and `exit 3`
+// becomes the CLI's exit code.
+func TestShellCLI(t *testing.T) {
+	s := startServer(t)
+	c := s.createProject("proj_shellcli")
+	sb := newSandbox(t, c, api.CreateSandboxRequest{})
+	cmd := exec.Command(testenv.Binary(t, "lizard-client"), "sandbox", "shell", sb.SandboxID)
+	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.keys[c])
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 90, Rows: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := make(chan string, 1)
+	var mu sync.Mutex
+	var seen strings.Builder
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := f.Read(buf)
+			mu.Lock()
+			seen.Write(buf[:n])
+			mu.Unlock()
+			if err != nil {
+				out <- seen.String()
+				return
+			}
+		}
+	}()
+	waitFor := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			mu.Lock()
+			ok := strings.Contains(seen.String(), want)
+			mu.Unlock()
+			if ok {
+				return
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the shell's screen %q: want %q", seen.String(), want)
+	}
+	f.Write([]byte("echo $((6*7)); stty size\r"))
+	waitFor("42")
+	waitFor("30 90") // the local terminal's size
+	// The kernel sends the CLI SIGWINCH; it resizes the sandbox's terminal.
+	pty.Setsize(f, &pty.Winsize{Cols: 120, Rows: 40})
+	time.Sleep(500 * time.Millisecond)
+	f.Write([]byte("stty size\r"))
+	waitFor("40 120")
+	f.Write([]byte("exit 3\r"))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+			t.Errorf("lizard sandbox shell exited with %v; want exit code 3", err)
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("lizard sandbox shell did not exit after `exit 3`; screen %q", fmt.Sprint(<-out))
+	}
+}
+
+// TestProcessesCLI: lizard start, ps, kill-process and attach.
+func TestProcessesCLI(t *testing.T) {
+	s := startServer(t)
+	c := s.createProject("proj_proccli")
+	sb := newSandbox(t, c, api.CreateSandboxRequest{})
+	id := sb.SandboxID
+	lizard := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(testenv.Binary(t, "lizard-client"), args...)
+		cmd.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.keys[c])
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("lizard %v: %v", args, err)
+		}
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	out, code := lizard("start", "--tag", "web", id, "--", "sh", "-c", "echo hi; sleep 600")
+	pid := strings.TrimSpace(out)
+	if code != 0 || pid == "" {
+		t.Fatalf("lizard start: %q, exit %d", out, code)
+	}
+	untilOutput(t, c, id, atoi(t, pid), "hi")
+	if out, code := lizard("ps", id); code != 0 || !strings.Contains(out, pid) || !strings.Contains(out, "web") || !strings.Contains(out, "running") {
+		t.Errorf("lizard ps: %q, exit %d; want pid %s tagged web running", out, code, pid)
+	}
+	if out, code := lizard("kill-process", id, pid, "--signal", "KILL"); code != 0 {
+		t.Errorf("lizard kill-process: %q, exit %d", out, code)
+	}
+	if out, code := lizard("attach", id, pid); code != 128+9 || out != "hi\n" {
+		t.Errorf("lizard attach after KILL: %q, exit %d; want the replay hi and exit 137", out, code)
+	}
+	if out, code := lizard("kill-process", id, "999999"); code != 1 || !strings.Contains(out, "not_found") {
+		t.Errorf("lizard kill-process of no such pid: %q, exit %d; want 1 naming not_found", out, code)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

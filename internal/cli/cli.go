@@ -120,7 +120,7 @@ func usage(w io.Writer, commands map[string]Command) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].Summary)
+		fmt.Fprintf(w, "  %-13s %s\n", n, commands[n].Summary)
 	}
 	fmt.Fprintln(w, "\nRun `lizard COMMAND -h` for a command's flags.")
 }
