@@ -505,3 +505,51 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestClusterProcesses: a terminal and a reattach through `lizard api` and
+// `lizard node`: the calls, the NDJSON replay and the WebSocket all pass
+// the API's forwarding to the node that runs the sandbox, through either
+// API process.
+func TestClusterProcesses(t *testing.T) {
+	_, cl := startCluster(t)
+	ctx := context.Background()
+	sb, err := cl[0].CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutMs: ms(300_000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl[0].KillSandbox(context.Background(), sb.SandboxID) })
+	id := sb.SandboxID
+	p, err := cl[0].StartProcess(ctx, id, api.ProcessStartRequest{Pty: &api.PtySize{Cols: 80, Rows: 24}, Tag: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, err := cl[0].ConnectTerminal(ctx, id, p.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term.Write([]byte("echo $((6*7))\n"))
+	untilTerminal(t, term, "42")
+	term.Close() // the terminal runs on
+	// Through the other API process: listed, replayed, resized, ended.
+	list, err := cl[1].ListProcesses(ctx, id)
+	if err != nil || !running(list, p.Pid) {
+		t.Fatalf("list through the other api: %+v, %v; want terminal %d running", list, err, p.Pid)
+	}
+	if out := untilOutput(t, cl[1], id, p.Pid, "42"); !strings.Contains(out, "echo $((6*7))") {
+		t.Errorf("replay through the other api %q: want the typed command and its answer", out)
+	}
+	again, err := cl[1].ConnectTerminal(ctx, id, p.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if err := again.Resize(ctx, 101, 33); err != nil {
+		t.Fatal(err)
+	}
+	again.Write([]byte("stty size; exit 4\n"))
+	var out strings.Builder
+	code, err := again.Wait(ctx, &out, nil)
+	if err != nil || code != 4 || !strings.Contains(out.String(), "33 101") {
+		t.Errorf("terminal through the other api: code %d, %v, output %q; want 33 101 and exit 4", code, err, out.String())
+	}
+}

@@ -215,7 +215,11 @@ func (a *Agent) startProcess(w http.ResponseWriter, r *http.Request) {
 	}
 	path, err := lookPath(name, env)
 	if err != nil {
-		invalid(w, "cmd", "%v", err)
+		field := "cmd"
+		if len(req.Args) > 0 {
+			field = "args"
+		}
+		invalid(w, field, "%v", err)
 		return
 	}
 	cmd := exec.Command(path, args...)
@@ -731,7 +735,7 @@ func (a *Agent) processOutput(w http.ResponseWriter, r *http.Request) {
 // (reported) rather than holding any of it (outputLog).
 func follow(ctx context.Context, p *bgProcess, chunk func(outChunk) error, dropped func(int64) error, end func(api.ProcessInfo)) {
 	var off int64
-	for {
+	for ctx.Err() == nil {
 		chunks, lost, next, done, wait := p.out.read(off, streamBatch)
 		if lost > 0 {
 			if dropped(lost) != nil {

@@ -168,7 +168,7 @@ func TestProcessesBadInput(t *testing.T) {
 		{"long tag", "POST", "/processes", api.ProcessStartRequest{Cmd: "true", Tag: strings.Repeat("t", 257)}, 400, "tag:"},
 		{"pty cols", "POST", "/processes", api.ProcessStartRequest{Pty: &api.PtySize{Cols: 0, Rows: 24}}, 400, "pty.cols:"},
 		{"pty rows", "POST", "/processes", api.ProcessStartRequest{Pty: &api.PtySize{Cols: 80, Rows: 1001}}, 400, "pty.rows:"},
-		{"no such program", "POST", "/processes", api.ProcessStartRequest{Args: []string{"no-such-program-x"}}, 400, "cmd:"},
+		{"no such program", "POST", "/processes", api.ProcessStartRequest{Args: []string{"no-such-program-x"}}, 400, "args:"},
 		{"unknown user", "POST", "/processes", api.ProcessStartRequest{Cmd: "true", User: "mallory"}, 400, "user:"},
 		{"unknown field", "POST", "/processes", map[string]any{"cmd": "true", "colour": 1}, 400, "colour"},
 		{"unknown pid", "GET", "/processes/999999/output", nil, 404, "no process 999999"},
@@ -264,7 +264,9 @@ func TestProcessesFloodBounded(t *testing.T) {
 	defer cancel()
 	info := ta.start(t, api.ProcessStartRequest{Cmd: "cat /dev/zero | tr '\\0' x"})
 	defer ta.do(t, "POST", fmt.Sprintf("/processes/%d/signal", info.Pid), api.ProcessSignalRequest{Signal: "KILL"})
-	stuck := ta.send(t, ctx, "GET", fmt.Sprintf("/processes/%d/output", info.Pid), nil) // never read
+	goroutines := runtime.NumGoroutine()
+	stuckCtx, leave := context.WithCancel(ctx)
+	stuck := ta.send(t, stuckCtx, "GET", fmt.Sprintf("/processes/%d/output", info.Pid), nil) // never read
 	defer stuck.Body.Close()
 	p := ta.procs.get(info.Pid)
 	var before runtime.MemStats
@@ -293,6 +295,16 @@ func TestProcessesFloodBounded(t *testing.T) {
 	run := ta.output(t, ctx, info.Pid, func(s string) bool { return len(s) > 4*outputLogBytes })
 	if run.dropped == 0 {
 		t.Errorf("a reader that attached after %d bytes was not told of any dropped output", written)
+	}
+	// A reader that leaves while the flood goes on is gone for good: its
+	// handler does not keep following the output.
+	leave()
+	stuck.Body.Close()
+	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > goroutines+2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("%d goroutines 5 s after the stuck reader left, %d before it came: its handler follows on", runtime.NumGoroutine(), goroutines)
+			break
+		}
 	}
 	t.Logf("flood: %d MiB written, heap in use %d -> peak %d MiB", written>>20, before.HeapInuse>>20, peak>>20)
 }

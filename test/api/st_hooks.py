@@ -38,6 +38,8 @@ RULES = {
     "execute": [r"^language: context \S+ runs \w+, not \w+$"],
     "createContext": [r"^cwd: "],
     "runProcess": [r"^cwd: ", r"^args: the program name args\[0\] is empty$"],
+    # The program must exist; the tag's bound is in bytes; the user is root or the sandbox's.
+    "startProcess": [r"^cmd: ", r"^cwd: ", r"^args: ", r"^tag: is \d+ bytes", r"^user: "],
     "deleteContext": [r"^id: the default context \S+ cannot be deleted"],
     # What is at the path, and what the sandbox user may do there.
     "readFile": [r"^path: "],
@@ -76,6 +78,7 @@ def ndjson_events_conform(ctx, response, case):  # type: ignore[no-untyped-def]
         return None
     ref = {"/v1/sandboxes/{sandboxId}/execute": "#/components/schemas/ExecuteEvent",
            "/v1/sandboxes/{sandboxId}/process": "#/components/schemas/ProcessEvent",
+           "/v1/sandboxes/{sandboxId}/processes/{pid}/output": "#/components/schemas/ProcessOutputEvent",
            "/v1/templates": "#/components/schemas/TemplateBuildEvent"}.get(case.operation.path)
     last = {"/v1/templates": ("done", "error")}.get(case.operation.path, ("end",))
     if ref is None:
