@@ -87,6 +87,14 @@ UNMODELLED: Dict[str, str] = {
     "ExecuteEvent": "folded into Execution and the on_* callbacks of run_code",
     "ProcessEvent": "folded into ProcessResult and the on_* callbacks of exec",
     "Abort": "a stream that ends with an abort raises the matching exception",
+    "ProcessStartRequest": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+    "PtySize": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+    "ProcessInfo": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+    "ProcessList": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+    "ProcessStdinRequest": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+    "ProcessSignalRequest": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+    "ProcessOutputEvent": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+    "ProcessControl": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
 }
 
 

@@ -69,6 +69,14 @@ const UNMODELLED: Record<string, string> = {
   TemplateCommand: 'inline in Recipe.run, { cmd, user }',
   Health: 'for probes and operators, not for code using sandboxes',
   FileEvent: 'the SDK has no call for /files/watch yet',
+  ProcessStartRequest: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+  PtySize: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+  ProcessInfo: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+  ProcessList: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+  ProcessStdinRequest: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+  ProcessSignalRequest: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+  ProcessOutputEvent: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+  ProcessControl: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
 };
 
 /**
