@@ -782,6 +782,144 @@ def lizard_pause_fork(res: Results, srv: Server, runs: int) -> None:
         res.add(Figure(n, got[n], baseline=base.get(n, ""), note=missing.get(n, "")[:60] or notes.get(n, "")))
 
 
+class _Api:
+    """Raw HTTP to the API for what the Python SDK does not call yet (background processes, docs/processes.md)."""
+
+    def __init__(self, srv: Server, sandbox_id: str) -> None:
+        import http.client
+        from urllib.parse import urlparse
+
+        u = urlparse(srv.url)
+        self.host, self.port, self.key = u.hostname, u.port, srv.key
+        self.base = f"/v1/sandboxes/{sandbox_id}"
+        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+
+    def post(self, path: str, body: Dict[str, Any]) -> Any:
+        """POST a JSON body; the response object, its body not yet read."""
+        self.conn.request("POST", self.base + path, json.dumps(body),
+                          {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"})
+        return self.conn.getresponse()
+
+    def get(self, path: str) -> Any:
+        self.conn.request("GET", self.base + path, headers={"Authorization": f"Bearer {self.key}"})
+        return self.conn.getresponse()
+
+    def first_stdout(self, resp: Any) -> None:
+        """Read NDJSON lines until the first stdout event, then the rest of the stream."""
+        seen = False
+        for line in resp:
+            ev = json.loads(line)
+            seen = seen or ev.get("type") == "stdout"
+            if ev.get("type") == "end":
+                break
+        resp.read()  # the end of the chunked body, so the connection is reused
+        if not seen:
+            raise RuntimeError("the stream had no stdout event")
+
+
+class _Socket:
+    """A minimal WebSocket client (RFC 6455): the bench's venv has no WebSocket library, and the
+    figure is a round trip of one byte, which needs nothing more than a frame each way."""
+
+    def __init__(self, host: str, port: int, path: str, key: str) -> None:
+        import base64
+
+        self.sock = socket.create_connection((host, port), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        nonce = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {nonce}\r\nSec-WebSocket-Version: 13\r\n"
+                           f"Authorization: Bearer {key}\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                raise RuntimeError(f"WebSocket handshake: connection closed after {head!r}")
+            head += chunk
+        head, self.buf = head.split(b"\r\n\r\n", 1)
+        if b" 101 " not in head.split(b"\r\n", 1)[0]:
+            raise RuntimeError(f"WebSocket handshake refused: {head.decode(errors='replace')}")
+
+    def send(self, data: bytes, opcode: int = 2) -> None:
+        mask = os.urandom(4)
+        n = len(data)
+        hdr = bytes([0x80 | opcode]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big"))
+        self.sock.sendall(hdr + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+
+    def _need(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("WebSocket closed")
+            self.buf += chunk
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def recv(self) -> tuple:
+        """One frame: (opcode, payload)."""
+        b0, b1 = self._need(2)
+        n = b1 & 0x7F
+        if n == 126:
+            n = int.from_bytes(self._need(2), "big")
+        elif n == 127:
+            n = int.from_bytes(self._need(8), "big")
+        return b0 & 0x0F, self._need(n)
+
+    def until(self, want: bytes) -> None:
+        got = b""
+        while want not in got:
+            op, data = self.recv()
+            if op == 8:
+                raise RuntimeError(f"WebSocket closed waiting for {want!r}: {data!r}")
+            if op == 2:
+                got += data
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def lizard_processes(res: Results, srv: Server, runs: int) -> None:
+    """Background processes and terminals (issue 22): process.start → first output beside exec's, and a
+    terminal keystroke → its echo through the server's WebSocket proxy."""
+    from lizard import CodeSandbox
+
+    exec_ms: List[float] = []
+    start_ms: List[float] = []
+    key_ms: List[float] = []
+    with CodeSandbox.create(**srv.sdk(), timeout_ms=600_000) as sb:
+        a = _Api(srv, sb.sandbox_id)
+        for i in range(runs + 3):
+            t0 = time.perf_counter()
+            a.first_stdout(a.post("/process", {"cmd": "echo x"}))
+            ms_exec = (time.perf_counter() - t0) * 1000
+            t0 = time.perf_counter()
+            r = a.post("/processes", {"cmd": "echo x"})
+            pid = json.loads(r.read())["pid"]
+            a.first_stdout(a.get(f"/processes/{pid}/output"))
+            ms_start = (time.perf_counter() - t0) * 1000
+            if i >= 3:  # the first calls warm connections and the agent
+                exec_ms.append(ms_exec)
+                start_ms.append(ms_start)
+        r = a.post("/processes", {"args": ["cat"], "pty": {"cols": 80, "rows": 24}})
+        pid = json.loads(r.read())["pid"]
+        ws = _Socket(a.host, a.port, f"{a.base}/processes/{pid}/ws", a.key)
+        try:
+            for i in range(runs * 10 + 10):
+                ch = bytes([ord("a") + i % 26])
+                t0 = time.perf_counter()
+                ws.send(ch)
+                ws.until(ch)
+                if i >= 10:
+                    key_ms.append((time.perf_counter() - t0) * 1000)
+        finally:
+            ws.close()
+    res.add(Figure("process.exec → first output", exec_ms, note="POST /process echo x, to its stdout event"))
+    res.add(Figure("process.start → first output", start_ms, baseline="process.exec → first output",
+                   note="POST /processes + GET output (target ≤ 1.2× exec)"))
+    res.add(Figure("terminal keystroke → echo", key_ms,
+                   note="one byte over the WebSocket to a pty and its echo back (target p50 ≤ 5 ms)"))
+
+
 def fork_one(sb: Any, srv: Server, notes: Dict[str, str]) -> Any:
     """One fork through the SDK. Should CodeSandbox.fork() not read the server's answer yet (issue 5's
     answer is {"sandboxes": [...]}; the SDK is updated separately), fork through the SDK's own HTTP layer
@@ -1013,6 +1151,7 @@ def main() -> int:
         direct.close()
         log("Lizard: pause, resume, snapshot, fork")
         lizard_pause_fork(res, srv, a.snapshot_runs)
+        lizard_processes(res, srv, a.code_runs)
         if a.scale > 0:
             scale(res, srv, a.scale)
         if a.sustain > 0:
