@@ -38,7 +38,17 @@ const (
 	AgentReadyPath = "/ready"
 	// AgentReseedPath gives a restored sandbox its identity (ReseedRequest).
 	AgentReseedPath = "/reseed"
+	// AgentDiskPath answers what the sandbox's root filesystem holds
+	// (DiskUsage), for the node's metrics.
+	AgentDiskPath = "/disk"
 )
+
+// DiskUsage is the body of the agent's internal GET /disk: statfs of the
+// sandbox's root, whose writable layer is what its disk limit bounds.
+type DiskUsage struct {
+	UsedBytes  int64 `json:"usedBytes"`
+	TotalBytes int64 `json:"totalBytes"`
+}
 
 // ReseedRequest is the body of the agent's internal POST /reseed: the
 // identity of a sandbox restored from another's checkpoint (fork, snapshot,

@@ -54,6 +54,8 @@ var wireTypes = map[string]reflect.Type{
 	"EntryInfo":            reflect.TypeFor[EntryInfo](),
 	"EntryList":            reflect.TypeFor[EntryList](),
 	"FileEvent":            reflect.TypeFor[FileEvent](),
+	"SandboxMetric":        reflect.TypeFor[SandboxMetric](),
+	"SandboxMetrics":       reflect.TypeFor[SandboxMetrics](),
 	"ResumeRequest":        reflect.TypeFor[ResumeRequest](),
 	"ForkRequest":          reflect.TypeFor[ForkRequest](),
 	"Snapshot":             reflect.TypeFor[Snapshot](),
@@ -505,7 +507,7 @@ func TestErrorResponses(t *testing.T) {
 			t.Errorf("%s does not document 500", key)
 		}
 		proxied := strings.Contains(key, "{sandboxId}/")
-		for _, served := range []string{"/timeout", "/pause", "/resume", "/snapshots", "/fork"} {
+		for _, served := range []string{"/timeout", "/pause", "/resume", "/snapshots", "/fork", "/metrics"} {
 			proxied = proxied && !strings.HasSuffix(key, served) // served by the server itself
 		}
 		if _, ok := op.Responses["502"]; proxied && !ok {
@@ -604,7 +606,7 @@ func TestAgentPaths(t *testing.T) {
 		}
 	}
 	slices.Sort(internal)
-	if want := []string{AgentReadyPath, AgentReseedPath}; !slices.Equal(internal, want) {
+	if want := []string{AgentDiskPath, AgentReadyPath, AgentReseedPath}; !slices.Equal(internal, want) {
 		t.Errorf("x-internal-agent-endpoints = %v; want %v", internal, want)
 	}
 }

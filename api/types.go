@@ -453,6 +453,30 @@ type FileEvent struct {
 	Abort *Abort    `json:"abort,omitempty"`
 }
 
+// SandboxMetric is one sample of a sandbox's use of its machine, taken by
+// the node that runs it.
+type SandboxMetric struct {
+	Timestamp time.Time `json:"timestamp"`
+	// CPUUsedPct is the CPU time used since the previous sample, as a
+	// percentage of CPUCount CPUs (100: all of them busy).
+	CPUUsedPct float64 `json:"cpuUsedPct"`
+	CPUCount   float64 `json:"cpuCount"`
+	// MemUsed is the sandbox's memory its host cannot reclaim (bytes);
+	// MemTotal its limit.
+	MemUsed  int64 `json:"memUsed"`
+	MemTotal int64 `json:"memTotal"`
+	// DiskUsed is what its writable layer holds (bytes); DiskTotal its
+	// limit.
+	DiskUsed  int64 `json:"diskUsed"`
+	DiskTotal int64 `json:"diskTotal"`
+}
+
+// SandboxMetrics is the body of GET /v1/sandboxes/{id}/metrics: the
+// samples of the last minutes, oldest first.
+type SandboxMetrics struct {
+	Metrics []SandboxMetric `json:"metrics"`
+}
+
 // EntryList is the body of GET /files/list.
 type EntryList struct {
 	Entries []EntryInfo `json:"entries"`

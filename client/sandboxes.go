@@ -92,3 +92,16 @@ func (c *Client) AgentHealth(ctx context.Context, id string) (*api.Health, error
 	}
 	return &h, nil
 }
+
+// Metrics returns the sandbox's CPU, memory and disk samples of the last
+// minutes, oldest first (none while it is paused or just started).
+func (c *Client) Metrics(ctx context.Context, id string) ([]api.SandboxMetric, error) {
+	var m api.SandboxMetrics
+	if err := c.call(ctx, request{method: http.MethodGet, path: sandboxPath(id, "/metrics")}, &m); err != nil {
+		return nil, err
+	}
+	if m.Metrics == nil {
+		m.Metrics = []api.SandboxMetric{}
+	}
+	return m.Metrics, nil
+}

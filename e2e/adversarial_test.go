@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -257,6 +258,48 @@ func TestAdversarialLizardToken(t *testing.T) {
 			t.Errorf("list with the ended sandbox's key: %v, want 401", err)
 		}
 	})
+}
+
+// TestAdversarialCrossProjectPaths: every sandbox-scoped path, with every
+// method, answers another project's key 404 as if the sandbox did not
+// exist, and nothing it asked for happens.
+func TestAdversarialCrossProjectPaths(t *testing.T) {
+	s := startServer(t)
+	a := s.createProject("cross_a")
+	b := s.createProject("cross_b")
+	victim := newSandbox(t, b, api.CreateSandboxRequest{})
+	execOK(t, b, victim.SandboxID, "bash", "-c", "mkdir -p ~/keep && echo mine > ~/keep/f")
+	params := regexp.MustCompile(`\{[^}]+\}`)
+	type call struct{ method, path, body string }
+	var calls []call
+	for _, p := range api.AgentPublicPaths {
+		p = params.ReplaceAllString(p, "python")
+		for _, method := range []string{"GET", "POST", "PUT", "DELETE"} {
+			calls = append(calls, call{method, p + "?path=keep/f&to=stolen&recursive=true", `{"cmd":"rm -rf ~/keep","code":"1"}`})
+		}
+	}
+	// The server's own sandbox paths, each with a body it would take.
+	calls = append(calls, call{"GET", "/metrics", ""}, call{"POST", "/timeout", `{"timeoutMs":1}`}, call{"POST", "/pause", ""},
+		call{"POST", "/resume", ""}, call{"POST", "/fork", "{}"}, call{"POST", "/snapshots", ""})
+	for _, cl := range calls {
+		req, _ := http.NewRequest(cl.method, s.url+"/v1/sandboxes/"+victim.SandboxID+cl.path, strings.NewReader(cl.body))
+		req.Header.Set("Authorization", "Bearer "+s.keys[a])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", cl.method, cl.path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), api.CodeNotFound) {
+			t.Errorf("%s %s with another project's key: %d %s, want 404 not_found", cl.method, cl.path, resp.StatusCode, body)
+		}
+	}
+	if out := execOK(t, b, victim.SandboxID, "cat", "/home/user/keep/f"); out != "mine\n" {
+		t.Errorf("the victim's file holds %q after the other project's calls, want mine", out)
+	}
+	if sb, err := b.GetSandbox(context.Background(), victim.SandboxID); err != nil || sb.State != api.StateRunning {
+		t.Errorf("the victim after the other project's calls: %+v, %v; want it running", sb, err)
+	}
 }
 
 func isStatus(err error, status int) bool {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lizard-build/lizard/api"
 )
 
@@ -389,4 +391,17 @@ func (a *Agent) rename(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, entryInfo(to, fi, new(idNames)))
+}
+
+// disk answers statfs of the sandbox's root: under gVisor its overlay's
+// upper layer, sized by the sandbox's disk limit, so what the guest's df
+// shows and what fills the limit are the same numbers.
+func (a *Agent) disk(w http.ResponseWriter, r *http.Request) {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/", &st); err != nil {
+		writeError(w, http.StatusInternalServerError, api.CodeInternal, "statfs /: %v", err)
+		return
+	}
+	bs := int64(st.Bsize)
+	writeJSON(w, http.StatusOK, api.DiskUsage{UsedBytes: int64(st.Blocks-st.Bfree) * bs, TotalBytes: int64(st.Blocks) * bs})
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lizard-build/lizard/api"
 )
 
@@ -242,4 +244,15 @@ func TestFilesLargeBoundedMemory(t *testing.T) {
 		t.Errorf("the heap grew by %d MiB moving a %d MiB file, want at most %d MiB", grew>>20, size>>20, bound>>20)
 	}
 	t.Logf("heap grew by at most %.1f MiB moving %d MiB", float64(int64(peak)-int64(base))/(1<<20), size>>20)
+}
+
+func TestDisk(t *testing.T) {
+	ta := newTestAgent(t, nil)
+	var d api.DiskUsage
+	ta.json(t, "GET", api.AgentDiskPath, nil, &d, http.StatusOK)
+	var st unix.Statfs_t
+	must(t, unix.Statfs("/", &st))
+	if total := int64(st.Blocks) * int64(st.Bsize); d.TotalBytes != total || d.UsedBytes < 0 || d.UsedBytes > d.TotalBytes {
+		t.Errorf("GET /disk = %+v, want total %d (statfs /) and 0 <= used <= total", d, total)
+	}
 }

@@ -277,3 +277,25 @@ func (c *Client) Reseed(ctx context.Context, r api.ReseedRequest, auth string) e
 	}
 	return nil
 }
+
+// Disk asks sandbox id's agent what its root filesystem holds.
+func (c *Client) Disk(ctx context.Context, id string) (api.DiskUsage, error) {
+	var d api.DiskUsage
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, URL(id).String()+api.AgentDiskPath, nil)
+	if err != nil {
+		return d, err
+	}
+	resp, err := (&http.Client{Transport: c.transport, Timeout: 2 * time.Second}).Do(req)
+	if err != nil {
+		return d, fmt.Errorf("asking sandbox %s for its disk use: %w", id, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return d, fmt.Errorf("asking sandbox %s for its disk use: agent answered %s: %s", id, resp.Status, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+		return d, fmt.Errorf("asking sandbox %s for its disk use: %w", id, err)
+	}
+	return d, nil
+}

@@ -216,3 +216,31 @@ func TestSandboxUsage(t *testing.T) {
 		t.Errorf("unknown sandbox command: got %v, want a usage error", err)
 	}
 }
+
+func TestSandboxMetrics(t *testing.T) {
+	body := `{"metrics":[{"timestamp":"2026-01-01T00:00:05Z","cpuUsedPct":42.5,"cpuCount":2,"memUsed":104857600,"memTotal":1073741824,"diskUsed":1048576,"diskTotal":2147483648}]}`
+	newFakeAPI(t, map[string]http.HandlerFunc{
+		"GET /v1/sandboxes/sb_1/metrics": reply(200, body),
+		"GET /v1/sandboxes/sb_2/metrics": reply(200, `{"metrics":[]}`),
+	})
+	out, _, err := lizard(t, "sandbox", "metrics", "sb_1")
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	for _, want := range []string{"CPU", "42.5% of 2", "100 MiB / 1024 MiB", "1 MiB / 2048 MiB"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout = %q, want %q in it", out, want)
+		}
+	}
+	out, _, err = lizard(t, "sandbox", "metrics", "sb_1", "--json")
+	if err != nil || !strings.Contains(out, `"cpuUsedPct": 42.5`) {
+		t.Errorf("metrics --json: %q (%v)", out, err)
+	}
+	out, _, err = lizard(t, "sandbox", "metrics", "sb_2")
+	if err != nil || !strings.Contains(out, "no samples yet") {
+		t.Errorf("metrics of a sandbox with none: %q (%v)", out, err)
+	}
+	if _, _, err := lizard(t, "sandbox", "metrics"); ExitCode(err) != 2 {
+		t.Errorf("metrics with no ID: %v, want a usage error", err)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/remote"
 	"github.com/lizard-build/lizard/internal/store"
@@ -501,4 +502,13 @@ func (r *Router) OpenPort(ctx context.Context, id string, port int, resume bool)
 		return node.Call{}, err
 	}
 	return c.OpenPort(ctx, id, port, resume)
+}
+
+// Metrics implements node.Node: the samples are kept by the sandbox's node.
+func (r *Router) Metrics(ctx context.Context, id string) ([]api.SandboxMetric, error) {
+	c, err := r.sandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.Metrics(ctx, id)
 }

@@ -266,6 +266,19 @@ func (c *Control) SetTimeout(ctx context.Context, projectID, id string, ms int64
 	return c.toAPI(sb), nil
 }
 
+// Metrics returns projectID's sandbox id's usage samples of the last
+// minutes, oldest first.
+func (c *Control) Metrics(ctx context.Context, projectID, id string) (api.SandboxMetrics, error) {
+	if _, err := c.lookup(ctx, projectID, id); err != nil {
+		return api.SandboxMetrics{}, err
+	}
+	m, err := c.node.Metrics(ctx, id)
+	if err != nil {
+		return api.SandboxMetrics{}, err
+	}
+	return api.SandboxMetrics{Metrics: m}, nil
+}
+
 // Pause checkpoints projectID's running sandbox id to disk and stops it.
 func (c *Control) Pause(ctx context.Context, projectID, id string) (api.Sandbox, error) {
 	if _, err := c.lookup(ctx, projectID, id); err != nil {

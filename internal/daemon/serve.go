@@ -333,6 +333,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		return fmt.Errorf("reconciling sandboxes with the runtime: %w", err)
 	}
 	go n.RunReaper(ctx)
+	go n.RunSampler(ctx)
 	if pool != nil {
 		go pool.Run(ctx, n)
 	}

@@ -75,6 +75,9 @@ type Node interface {
 	// context ends when the sandbox stops or is paused. A paused sandbox
 	// is resumed first with resume, else refused (ErrConflict).
 	OpenPort(ctx context.Context, id string, port int, resume bool) (Call, error)
+	// Metrics returns sandbox id's usage samples of the last minutes,
+	// oldest first (none while it is not running).
+	Metrics(ctx context.Context, id string) ([]api.SandboxMetric, error)
 }
 
 // EventKind says what happened to a sandbox.
@@ -210,6 +213,7 @@ type Local struct {
 	locks  keylock.Map
 	calls  inflight // proxied calls in flight, per sandbox (pause.go)
 	ports  inflight // proxied connections to exposed ports (ports.go)
+	meters meters   // each running sandbox's metrics samples (metrics.go)
 
 	mu   sync.Mutex
 	subs []func(Event)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"time"
 )
 
 var (
@@ -132,6 +133,21 @@ type ForkRestorer interface {
 	// its error) before the image is read. If wait fails, nothing is
 	// left and its error is returned, wrapped.
 	RestoreFork(ctx context.Context, spec Spec, parent, imageDir string, wait func(context.Context) error) error
+}
+
+// Usage is what a running sandbox uses of its host at one moment.
+type Usage struct {
+	// CPU is the CPU time it has used since it started (or was restored).
+	CPU time.Duration
+	// MemoryBytes is its memory the host cannot reclaim.
+	MemoryBytes int64
+}
+
+// Meter is a Runtime that can say what a sandbox uses (the node's metrics
+// samples).
+type Meter interface {
+	// Usage reports running sandbox id's use; ErrNotFound if unknown.
+	Usage(ctx context.Context, id string) (Usage, error)
 }
 
 // Runtime runs sandboxes on this machine. Implementations must be safe for

@@ -84,6 +84,7 @@ func New(cfg Config) *Server {
 	mux.Handle("/v1/sandboxes", authed(s.sandboxes))
 	mux.Handle("/v1/sandboxes/{id}", authed(s.sandbox))
 	mux.Handle("POST /v1/sandboxes/{id}/timeout", authed(s.setTimeout))
+	mux.Handle("GET /v1/sandboxes/{id}/metrics", authed(s.metrics))
 	for _, p := range api.AgentPublicPaths {
 		mux.Handle("/v1/sandboxes/{id}"+p, authed(s.proxy))
 	}
@@ -93,7 +94,7 @@ func New(cfg Config) *Server {
 	s.templateRoutes(mux, authed)
 	// Other methods on the server's own paths get a JSON 405, not the
 	// proxy (which would ask the agent for /timeout).
-	for _, p := range []string{"/v1/sandboxes/{id}/timeout", "/v1/sandboxes/{id}/pause", "/v1/sandboxes/{id}/resume", "/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/fork"} {
+	for _, p := range []string{"/v1/sandboxes/{id}/timeout", "/v1/sandboxes/{id}/pause", "/v1/sandboxes/{id}/resume", "/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/fork", "/v1/sandboxes/{id}/metrics"} {
 		mux.HandleFunc(p, notFound(mux))
 	}
 	mux.HandleFunc("/v1/", notFound(mux))
@@ -107,6 +108,16 @@ func New(cfg Config) *Server {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	m, err := s.c.Metrics(r.Context(), project, r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.version})

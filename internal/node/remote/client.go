@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/store"
@@ -130,6 +131,18 @@ func (c *Client) SetTimeout(ctx context.Context, id string, ms int64) (store.San
 	var sb wireSandbox
 	err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/timeout", timeoutRequest{TimeoutMs: &ms}, &sb)
 	return sb.sandbox(), err
+}
+
+// Metrics implements node.Node.
+func (c *Client) Metrics(ctx context.Context, id string) ([]api.SandboxMetric, error) {
+	var m api.SandboxMetrics
+	if err := c.do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id)+"/metrics", nil, &m); err != nil {
+		return nil, err
+	}
+	if m.Metrics == nil {
+		m.Metrics = []api.SandboxMetric{}
+	}
+	return m.Metrics, nil
 }
 
 // Pause implements node.Node.

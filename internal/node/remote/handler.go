@@ -58,6 +58,7 @@ func Handler(cfg HandlerConfig) http.Handler {
 	mux.HandleFunc("DELETE /internal/v1/sandboxes/{id}", h.kill)
 	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/timeout", h.setTimeout)
 	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/pause", h.pause)
+	mux.HandleFunc("GET /internal/v1/sandboxes/{id}/metrics", h.metrics)
 	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/resume", h.resume)
 	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/snapshot", h.snapshot)
 	mux.HandleFunc("POST /internal/v1/images/remove", h.removeImage)
@@ -194,6 +195,11 @@ func (h *handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := h.cfg.Node.SetTimeout(r.Context(), r.PathValue("id"), *in.TimeoutMs)
 	h.answer(w, r, sandboxToWire(sb), err)
+}
+
+func (h *handler) metrics(w http.ResponseWriter, r *http.Request) {
+	m, err := h.cfg.Node.Metrics(r.Context(), r.PathValue("id"))
+	h.answer(w, r, api.SandboxMetrics{Metrics: m}, err)
 }
 
 func (h *handler) pause(w http.ResponseWriter, r *http.Request) {

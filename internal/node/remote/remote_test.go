@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -33,6 +34,7 @@ type fakeNode struct {
 	makeVolume   func(ctx context.Context, id string, size int64) error
 	removeVolume func(ctx context.Context, id string) error
 	openPort     func(ctx context.Context, id string, port int, resume bool) (node.Call, error)
+	metrics      func(ctx context.Context, id string) ([]api.SandboxMetric, error)
 }
 
 var _ node.Node = (*fakeNode)(nil)
@@ -117,6 +119,13 @@ func (f *fakeNode) OpenPort(ctx context.Context, id string, port int, resume boo
 }
 
 // The handler forwards agent calls to HandlerConfig.Agent, never to these.
+func (f *fakeNode) Metrics(ctx context.Context, id string) ([]api.SandboxMetric, error) {
+	if f.metrics == nil {
+		return nil, errUnexpected
+	}
+	return f.metrics(ctx, id)
+}
+
 func (f *fakeNode) Acquire(context.Context, string) (node.Call, error) {
 	return node.Call{}, errUnexpected
 }
@@ -431,3 +440,25 @@ func TestErrors(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestMetricsRoundTrip: every field of a sample crosses from the node to
+// the API unchanged.
+func TestMetricsRoundTrip(t *testing.T) {
+	var f filler
+	var want []api.SandboxMetric
+	for range 2 {
+		var m api.SandboxMetric
+		f.fill(t, reflect.ValueOf(&m).Elem())
+		want = append(want, m)
+	}
+	fn := &fakeNode{metrics: func(_ context.Context, id string) ([]api.SandboxMetric, error) {
+		if id != "sb-1" {
+			t.Errorf("Metrics(%q); want sb-1", id)
+		}
+		return want, nil
+	}}
+	got, err := serve(t, fn, nil).client.Metrics(context.Background(), "sb-1")
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("Metrics = %+v, %v; want %+v", got, err, want)
+	}
+}

@@ -228,23 +228,8 @@ func (g *guard) run() {
 	}
 }
 
-// pressure is the cgroup's memory the host cannot reclaim: anonymous
-// memory and shmem (the Sentry's memory file), not the page cache.
-func (g *guard) pressure() int64 {
-	b, err := os.ReadFile(filepath.Join(g.cgroup, "memory.stat"))
-	if err != nil {
-		return 0
-	}
-	var n int64
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, _ := strings.Cut(line, " ")
-		if k == "rss" || k == "shmem" {
-			x, _ := strconv.ParseInt(v, 10, 64)
-			n += x
-		}
-	}
-	return n
-}
+// pressure is the cgroup's memory the host cannot reclaim (usage.go).
+func (g *guard) pressure() int64 { return pressure(g.cgroup) }
 
 // restore turns the host's OOM killer back on with the sandbox's own
 // limit, if the cgroup is still there.

@@ -1,0 +1,57 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/sandbox"
+)
+
+var _ sandbox.Meter = (*Runtime)(nil)
+
+// clockTick is the unit of /proc/<pid>/stat's CPU times: USER_HZ, 100 on
+// every Linux this runs on.
+const clockTick = 10 * time.Millisecond
+
+// Usage implements sandbox.Meter from the VM's QEMU process: its CPU time
+// (the guest's vCPUs and the device emulation), and its resident memory,
+// which is the guest's RAM as far as the guest has touched it — page
+// cache inside the guest included, since the host cannot tell it apart.
+func (r *Runtime) Usage(ctx context.Context, id string) (sandbox.Usage, error) {
+	if err := sandbox.CheckID(id); err != nil {
+		return sandbox.Usage{}, fmt.Errorf("reading usage: %w: %v", sandbox.ErrNotFound, err)
+	}
+	pid, ok := r.qemuProc(id)
+	if !ok {
+		return sandbox.Usage{}, fmt.Errorf("reading usage of sandbox %s: %w", id, sandbox.ErrNotFound)
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return sandbox.Usage{}, fmt.Errorf("reading usage of sandbox %s: %w", id, err)
+	}
+	// Fields after the command name, which is in parentheses and may
+	// hold anything: f[0] is field 3, utime and stime are 14 and 15.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 13 {
+		return sandbox.Usage{}, fmt.Errorf("reading usage of sandbox %s: short /proc stat", id)
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	u := sandbox.Usage{CPU: time.Duration(utime+stime) * clockTick}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return sandbox.Usage{}, fmt.Errorf("reading usage of sandbox %s: %w", id, err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			u.MemoryBytes = kb << 10
+		}
+	}
+	return u, nil
+}
