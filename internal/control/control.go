@@ -107,7 +107,7 @@ type Control struct {
 	volMu sync.RWMutex
 
 	ownersMu sync.Mutex
-	owners   map[string]string // sandbox ID → project, of calls (Acquire)
+	owners   map[string]owner // sandbox ID → its project, of calls (Acquire)
 	// tmplMu guards building (project/name of builds under way) and
 	// buildLimits; it also orders a template's deletion after its build.
 	tmplMu      sync.Mutex
@@ -256,7 +256,7 @@ func (c *Control) SetTimeout(ctx context.Context, projectID, id string, ms int64
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if err := c.checkChildTimeout(sb.ParentID, ms); err != nil {
+	if err := c.checkChildDeadline(sb, ms); err != nil {
 		return api.Sandbox{}, err
 	}
 	sb, err = c.node.SetTimeout(ctx, id, ms)
@@ -298,16 +298,16 @@ func (c *Control) Resume(ctx context.Context, projectID, id string, req api.Resu
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if bound := sb.CreatedAt.Add(c.cfg.MaxChildTimeout); sb.ParentID != "" && sb.Live() && !c.now().Before(bound) {
-		return api.Sandbox{}, &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf(
-			"sandbox %s was made with sandbox %s's lizardToken, so its life ended at %s (its creation + the server's --max-child-timeout of %s): it cannot be resumed; kill it",
-			id, sb.ParentID, bound.Format(time.RFC3339), c.cfg.MaxChildTimeout)}
+	if sb.Live() {
+		if err := c.pastBound(id, sb.ParentID, c.childBound(sb)); err != nil {
+			return api.Sandbox{}, err
+		}
 	}
 	if req.TimeoutMs != nil {
 		if err := c.checkTimeout(*req.TimeoutMs); err != nil {
 			return api.Sandbox{}, err
 		}
-		if err := c.checkChildTimeout(sb.ParentID, *req.TimeoutMs); err != nil {
+		if err := c.checkChildDeadline(sb, *req.TimeoutMs); err != nil {
 			return api.Sandbox{}, err
 		}
 	}
@@ -322,13 +322,28 @@ func (c *Control) Resume(ctx context.Context, projectID, id string, req api.Resu
 // sandbox first if it is paused. Release the call when it has ended: a
 // pause waits for calls in flight.
 func (c *Control) Acquire(ctx context.Context, projectID, id string) (node.Call, error) {
-	if !c.owned(projectID, id) {
-		if _, err := c.lookup(ctx, projectID, id); err != nil {
+	o, ok := c.owned(projectID, id)
+	if !ok {
+		sb, err := c.lookup(ctx, projectID, id)
+		if err != nil {
 			return node.Call{}, err
 		}
-		c.own(projectID, id)
+		o = owner{project: projectID, parent: sb.ParentID, bound: c.childBound(sb)}
+		c.own(id, o)
+	}
+	// A call would resume a paused child: not past its bound, as with
+	// Resume itself.
+	if err := c.pastBound(id, o.parent, o.bound); err != nil {
+		return node.Call{}, err
 	}
 	return c.node.Acquire(ctx, id)
+}
+
+// owner is what Acquire remembers of a sandbox: its project, and for a
+// sandbox made with a lizardToken its parent and the end of its life.
+type owner struct {
+	project, parent string
+	bound           time.Time // zero: not a token child
 }
 
 // maxOwners bounds the sandboxes whose project is remembered.
@@ -339,20 +354,20 @@ const maxOwners = 100_000
 // sandbox is handed to its project before its ID is returned), so calls
 // after the first skip reading its row for it: the node reads the row for
 // its state anyway, and in a cluster every read is a database round trip.
-func (c *Control) owned(projectID, id string) bool {
+func (c *Control) owned(projectID, id string) (owner, bool) {
 	c.ownersMu.Lock()
 	defer c.ownersMu.Unlock()
-	p, ok := c.owners[id]
-	return ok && p == projectID
+	o, ok := c.owners[id]
+	return o, ok && o.project == projectID
 }
 
-func (c *Control) own(projectID, id string) {
+func (c *Control) own(id string, o owner) {
 	c.ownersMu.Lock()
 	defer c.ownersMu.Unlock()
 	if c.owners == nil || len(c.owners) >= maxOwners {
-		c.owners = map[string]string{}
+		c.owners = map[string]owner{}
 	}
-	c.owners[id] = projectID
+	c.owners[id] = o
 }
 
 // CheckRunning says whether projectID's sandbox id runs: an ErrGone error

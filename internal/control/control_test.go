@@ -215,3 +215,50 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestChildBound checks that a sandbox made with another's lizardToken
+// never lives past its creation + MaxChildTimeout, whatever asks: a new
+// timeout, a resume, or a call that would resume it.
+func TestChildBound(t *testing.T) {
+	e := newEnv(t, func(c *control.Config) { c.MaxChildTimeout = 10 * time.Minute })
+	ctx := context.Background()
+	parent := e.create(t, "p1", api.CreateSandboxRequest{LizardToken: true})
+	child, err := e.c.CreateBy(ctx, "p1", parent.SandboxID, api.CreateSandboxRequest{TimeoutMs: ms(int64(9 * time.Minute / time.Millisecond))})
+	if err != nil {
+		t.Fatalf("CreateBy: %v", err)
+	}
+	e.Clock.Add(5 * time.Minute)
+	if _, err := e.c.SetTimeout(ctx, "p1", child.SandboxID, int64(9*time.Minute/time.Millisecond)); !errors.Is(err, node.ErrInvalid) || !strings.Contains(err.Error(), "want at most 300000") {
+		t.Errorf("SetTimeout past the bound = %v; want ErrInvalid naming the 300000 ms left", err)
+	}
+	if _, err := e.c.SetTimeout(ctx, "p1", child.SandboxID, int64(4*time.Minute/time.Millisecond)); err != nil {
+		t.Errorf("SetTimeout within the bound: %v", err)
+	}
+	if _, err := e.c.Resume(ctx, "p1", child.SandboxID, api.ResumeRequest{TimeoutMs: ms(int64(6 * time.Minute / time.Millisecond))}); !errors.Is(err, node.ErrInvalid) {
+		t.Errorf("Resume with a timeout past the bound = %v; want ErrInvalid", err)
+	}
+	call, err := e.c.Acquire(ctx, "p1", child.SandboxID)
+	if err != nil {
+		t.Fatalf("Acquire within the bound: %v", err)
+	}
+	call.Release()
+	if _, err := e.c.Pause(ctx, "p1", child.SandboxID); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	e.Clock.Add(5 * time.Minute)
+	// Acquire remembers the child from the first call: the bound holds
+	// without reading its row again.
+	if _, err := e.c.Acquire(ctx, "p1", child.SandboxID); !errors.Is(err, node.ErrConflict) || !strings.Contains(err.Error(), "cannot be resumed") {
+		t.Errorf("Acquire of a paused child past its bound = %v; want ErrConflict, cannot be resumed", err)
+	}
+	if _, err := e.c.Resume(ctx, "p1", child.SandboxID, api.ResumeRequest{}); !errors.Is(err, node.ErrConflict) {
+		t.Errorf("Resume past the bound = %v; want ErrConflict", err)
+	}
+	if sb, err := e.c.Get(ctx, "p1", child.SandboxID); err != nil || sb.State != api.StatePaused {
+		t.Errorf("child = %+v, %v; want it left paused", sb, err)
+	}
+	// The parent, no child, is not bounded so.
+	if _, err := e.c.SetTimeout(ctx, "p1", parent.SandboxID, int64(time.Hour/time.Millisecond)); err != nil {
+		t.Errorf("SetTimeout of the parent: %v", err)
+	}
+}

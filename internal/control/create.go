@@ -14,6 +14,7 @@ import (
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/recipe"
+	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
@@ -221,6 +222,45 @@ func (c *Control) checkChildTimeout(parent string, ms int64) error {
 	if top := c.cfg.MaxChildTimeout.Milliseconds(); ms <= 0 || ms > top {
 		return node.Invalidf("timeoutMs %d: a sandbox made with another sandbox's lizardToken (%s) must expire within the server's --max-child-timeout: want 1 to %d (%s)",
 			ms, parent, top, c.cfg.MaxChildTimeout)
+	}
+	return nil
+}
+
+// childBound is the end of sandbox sb's life if it was made with another
+// sandbox's lizardToken (its creation + MaxChildTimeout, when its key
+// dies), or zero.
+func (c *Control) childBound(sb store.Sandbox) time.Time {
+	if sb.ParentID == "" {
+		return time.Time{}
+	}
+	return sb.CreatedAt.Add(c.cfg.MaxChildTimeout)
+}
+
+// pastBound refuses to bring back (resume, or a call or port that would
+// resume it) a token child whose life has ended, whatever paused it.
+func (c *Control) pastBound(id, parent string, bound time.Time) error {
+	if bound.IsZero() || c.now().Before(bound) {
+		return nil
+	}
+	return &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf(
+		"sandbox %s was made with sandbox %s's lizardToken, so its life ended at %s (its creation + the server's --max-child-timeout of %s): it cannot be resumed; kill it",
+		id, parent, bound.Format(time.RFC3339), c.cfg.MaxChildTimeout)}
+}
+
+// checkChildDeadline checks a new timeout of ms from now for sandbox sb:
+// a token child's may not reach past its bound, so that neither its
+// parent nor anyone else keeps it alive after its key has died.
+func (c *Control) checkChildDeadline(sb store.Sandbox, ms int64) error {
+	if err := c.checkChildTimeout(sb.ParentID, ms); err != nil {
+		return err
+	}
+	bound := c.childBound(sb)
+	if bound.IsZero() {
+		return nil
+	}
+	if left := bound.Sub(c.now()).Milliseconds(); ms > left {
+		return node.Invalidf("timeoutMs %d: sandbox %s was made with sandbox %s's lizardToken and its life ends at %s (its creation + the server's --max-child-timeout of %s): want at most %d",
+			ms, sb.ID, sb.ParentID, bound.Format(time.RFC3339), c.cfg.MaxChildTimeout, max(left, 0))
 	}
 	return nil
 }

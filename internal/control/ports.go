@@ -64,6 +64,11 @@ func (c *Control) OpenPort(ctx context.Context, a PortAccess, id string, port in
 	default:
 		return node.Call{}, noAccess(id)
 	}
+	// With PortsResume a request would resume a paused token child: not
+	// past its bound.
+	if err := c.pastBound(id, sb.ParentID, c.childBound(sb)); err != nil {
+		return node.Call{}, err
+	}
 	return c.node.OpenPort(ctx, id, port, c.cfg.PortsResume)
 }
 
