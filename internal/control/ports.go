@@ -14,13 +14,15 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
 // ErrNoPortAccess means the request to a port carried neither a key of the
 // sandbox's project nor its access token, and its ports are not public.
-var ErrNoPortAccess = errors.New("no access to the sandbox's ports")
+// It is of kind errdefs.ErrUnauthenticated: a 401.
+var ErrNoPortAccess = fmt.Errorf("no access to the sandbox's ports: %w", errdefs.ErrUnauthenticated)
 
 // PortAccess is what a request to a port presented: the project of the
 // API key it carried ("" without one), and an access token ("" without).

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
 // MaxJSONBody bounds a JSON request body. Proxied bodies (file uploads) are
@@ -32,12 +33,12 @@ func decodeJSONMax(w http.ResponseWriter, r *http.Request, v any, allowEmpty boo
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			if limit != MaxJSONBody {
-				return &httpError{status: http.StatusRequestEntityTooLarge, code: api.CodeTooLarge,
-					msg: fmt.Sprintf("the request body is over the %d MiB limit of this request", limit>>20)}
+				return &errdefs.Error{Kind: errdefs.ErrTooLarge,
+					Msg: fmt.Sprintf("the request body is over the %d MiB limit of this request", limit>>20)}
 			}
 			return tooLarge()
 		}
-		return badRequest("reading the request body: %v", err)
+		return errdefs.Invalidf("reading the request body: %v", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(api.IntegralNumbers(data)))
 	dec.DisallowUnknownFields()
@@ -46,19 +47,19 @@ func decodeJSONMax(w http.ResponseWriter, r *http.Request, v any, allowEmpty boo
 		if allowEmpty {
 			return nil
 		}
-		return badRequest("the request body is empty; send a JSON object")
+		return errdefs.Invalidf("the request body is empty; send a JSON object")
 	}
 	if err != nil {
 		return jsonError(err, v)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return badRequest("the request body holds more than one JSON value; send one object")
+		return errdefs.Invalidf("the request body holds more than one JSON value; send one object")
 	}
 	if path, ok := api.NullAt(data); ok {
 		if path == "" {
-			return badRequest("the request body must be a JSON object, not null")
+			return errdefs.Invalidf("the request body must be a JSON object, not null")
 		}
-		return badRequest("field %q is null; leave it out or give it a value", path)
+		return errdefs.Invalidf("field %q is null; leave it out or give it a value", path)
 	}
 	return checkBounds(v, data)
 }
@@ -70,7 +71,7 @@ func decodeJSONMax(w http.ResponseWriter, r *http.Request, v any, allowEmpty boo
 func checkBounds(v any, data []byte) error {
 	nonNegative := func(name string, ms *int64) error {
 		if ms != nil && *ms < 0 {
-			return badRequest("%s %d is out of range: want 0 or more milliseconds (0: no limit)", name, *ms)
+			return errdefs.Invalidf("%s %d is out of range: want 0 or more milliseconds (0: no limit)", name, *ms)
 		}
 		return nil
 	}
@@ -80,22 +81,22 @@ func checkBounds(v any, data []byte) error {
 		// nothing (the spec's pattern refuses it).
 		var given struct{ Template *string }
 		if json.Unmarshal(data, &given) == nil && given.Template != nil && *given.Template == "" {
-			return badRequest("template is empty: name one, or leave it out for the default (interpreter)")
+			return errdefs.Invalidf("template is empty: name one, or leave it out for the default (interpreter)")
 		}
 		switch {
 		case req.MemoryMb != nil && *req.MemoryMb < 64:
-			return badRequest("memoryMb %d is out of range: want at least 64", *req.MemoryMb)
+			return errdefs.Invalidf("memoryMb %d is out of range: want at least 64", *req.MemoryMb)
 		case req.Cpus != nil && !(*req.Cpus >= 0.1):
-			return badRequest("cpus %g is out of range: want at least 0.1", *req.Cpus)
+			return errdefs.Invalidf("cpus %g is out of range: want at least 0.1", *req.Cpus)
 		case req.DiskMb != nil && *req.DiskMb < 16:
-			return badRequest("diskMb %d is out of range: want at least 16", *req.DiskMb)
+			return errdefs.Invalidf("diskMb %d is out of range: want at least 16", *req.DiskMb)
 		}
 		return nonNegative("timeoutMs", req.TimeoutMs)
 	case *api.ForkRequest:
 		// Count 0 is absent to the Go type; given, it is a mistake.
 		var given struct{ Count *json.RawMessage }
 		if json.Unmarshal(data, &given) == nil && given.Count != nil && req.Count == 0 || req.Count < 0 || req.Count > 16 {
-			return badRequest("count %d is out of range: want 1 to 16 forks", req.Count)
+			return errdefs.Invalidf("count %d is out of range: want 1 to 16 forks", req.Count)
 		}
 		return nonNegative("timeoutMs", req.TimeoutMs)
 	case *api.BuildTemplateRequest:
@@ -111,25 +112,25 @@ func checkBounds(v any, data []byte) error {
 		}
 		r := given.Recipe
 		if r == nil {
-			return badRequest("recipe is required: give the template's recipe, {} for its base as it is (docs/templates.md)")
+			return errdefs.Invalidf("recipe is required: give the template's recipe, {} for its base as it is (docs/templates.md)")
 		}
 		// Empty strings are absent to the Go types; given, they break the
 		// spec's enums and patterns: each is an error naming its field.
 		empty := func(p *string) bool { return p != nil && *p == "" }
 		switch {
 		case empty(r.Base):
-			return badRequest("recipe.base is empty: leave it out for the default (interpreter)")
+			return errdefs.Invalidf("recipe.base is empty: leave it out for the default (interpreter)")
 		case empty(r.Workdir):
-			return badRequest("recipe.workdir is empty: leave it out for the default (/home/user)")
+			return errdefs.Invalidf("recipe.workdir is empty: leave it out for the default (/home/user)")
 		}
 		for i, f := range r.Files {
 			if empty(f.Owner) {
-				return badRequest("recipe.files[%d].owner is empty: leave it out for the default (user)", i)
+				return errdefs.Invalidf("recipe.files[%d].owner is empty: leave it out for the default (user)", i)
 			}
 		}
 		for i, c := range r.Run {
 			if empty(c.User) {
-				return badRequest("recipe.run[%d].user is empty: leave it out for the default (root)", i)
+				return errdefs.Invalidf("recipe.run[%d].user is empty: leave it out for the default (root)", i)
 			}
 		}
 	case *api.ResumeRequest:
@@ -141,8 +142,8 @@ func checkBounds(v any, data []byte) error {
 }
 
 func tooLarge() error {
-	return &httpError{status: http.StatusRequestEntityTooLarge, code: api.CodeTooLarge,
-		msg: "the request body is over the 1 MiB limit for JSON requests"}
+	return &errdefs.Error{Kind: errdefs.ErrTooLarge,
+		Msg: "the request body is over the 1 MiB limit for JSON requests"}
 }
 
 // jsonError turns a decoding error into a 400 that names the field, or a
@@ -157,24 +158,24 @@ func jsonError(err error, v any) error {
 	case errors.As(err, &mbe):
 		return tooLarge()
 	case errors.As(err, &se):
-		return badRequest("malformed JSON at byte %d of the request body: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+		return errdefs.Invalidf("malformed JSON at byte %d of the request body: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return badRequest("malformed JSON: the request body ends in the middle of a value")
+		return errdefs.Invalidf("malformed JSON: the request body ends in the middle of a value")
 	case errors.As(err, &te):
 		if te.Field == "" {
-			return badRequest("the request body must be a JSON object, not %s", article(te.Value))
+			return errdefs.Invalidf("the request body must be a JSON object, not %s", article(te.Value))
 		}
 		// For a map the decoder names the field but gives the element's
 		// type: say that it is the values that are wrong.
 		if ft := fieldType(v, te.Field); ft != nil && ft.Kind() == reflect.Map && ft.Elem() == te.Type {
-			return badRequest("values in field %q must be %ss, not %s", te.Field, strings.TrimPrefix(describe(te.Type), "a "), article(te.Value))
+			return errdefs.Invalidf("values in field %q must be %ss, not %s", te.Field, strings.TrimPrefix(describe(te.Type), "a "), article(te.Value))
 		}
-		return badRequest("field %q must be %s, not %s", te.Field, describe(te.Type), article(te.Value))
+		return errdefs.Invalidf("field %q must be %s, not %s", te.Field, describe(te.Type), article(te.Value))
 	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return badRequest("unknown field %s in the request body; known fields: %s", f, strings.Join(fieldNames(v), ", "))
+		return errdefs.Invalidf("unknown field %s in the request body; known fields: %s", f, strings.Join(fieldNames(v), ", "))
 	}
-	return badRequest("invalid request body: %s", strings.TrimPrefix(err.Error(), "json: "))
+	return errdefs.Invalidf("invalid request body: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
 
 // describe names what a Go type accepts in JSON.

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -29,11 +29,11 @@ func TestDiskFullIs507(t *testing.T) {
 		{"ENOSPC wrapped", fmt.Errorf("pausing sandbox x: %w", enospc), 507},
 		{"EDQUOT", fmt.Errorf("making volume: %w", syscall.EDQUOT), 507},
 		{"SQLITE_FULL", fmt.Errorf("setting timeout of sandbox x: %w", fmt.Errorf("%w: database or disk is full (13)", store.ErrDiskFull)), 507},
-		{"runsc in words", &node.Error{Msg: "checkpointing sandbox x failed (disk full? the server log says why); it keeps running",
+		{"runsc in words", &errdefs.Error{Msg: "checkpointing sandbox x failed (disk full? the server log says why); it keeps running",
 			Cause: errors.New("runsc checkpoint: exit status 128: write /data/images/x/pages.img: No space left on device")}, 507},
-		{"wrapped in unavailable", &node.Error{Kind: node.ErrUnavailable, Msg: "sandbox x could not start", Cause: enospc}, 507},
-		{"the node's guard", &node.Error{Kind: node.ErrDiskFull, Msg: "cannot pause: the server's disk has 10 MB free; free space"}, 507},
-		{"invalid stays invalid", &node.Error{Kind: node.ErrInvalid, Msg: "step 2 failed", Cause: enospc}, 400},
+		{"wrapped in unavailable", &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "sandbox x could not start", Cause: enospc}, 507},
+		{"the node's guard", &errdefs.Error{Kind: errdefs.ErrDiskFull, Msg: "cannot pause: the server's disk has 10 MB free; free space"}, 507},
+		{"invalid stays invalid", &errdefs.Error{Kind: errdefs.ErrInvalid, Msg: "step 2 failed", Cause: enospc}, 400},
 		{"plain failure", errors.New("something else"), 500},
 	}
 	for _, tt := range tests {

@@ -3,81 +3,27 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/control"
-	"github.com/lizard-build/lizard/internal/node"
-	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
-// httpError is an error the server itself finds in a request (bad JSON,
-// bad query), with its status and code decided where it is found.
-type httpError struct {
-	status int
-	code   string
-	msg    string
-}
-
-func (e *httpError) Error() string { return e.msg }
-
-func badRequest(format string, args ...any) error {
-	return &httpError{status: http.StatusBadRequest, code: api.CodeInvalidArgument, msg: fmt.Sprintf(format, args...)}
-}
-
-// classify maps an error to its one status, code and client message. Only
-// messages written for the client (node.Error, httpError) reach it;
-// every other cause stays in the log.
+// classify maps an error to its one status, code and client message, by
+// the one table (errdefs.Kinds). Only messages written for the client
+// (errdefs.Error) reach it; every other cause stays in the log.
 func classify(err error) (status int, code, msg string) {
-	var he *httpError
-	if errors.As(err, &he) {
-		return he.status, he.code, he.msg
-	}
-	err = node.DiskFull(err)
-	msg = node.Message(err)
+	k, msg := errdefs.Classify(err)
 	switch {
-	case errors.Is(err, control.ErrNoPortAccess):
-		status, code = http.StatusUnauthorized, api.CodeUnauthenticated
-	case errors.Is(err, node.ErrDiskFull):
-		// Before the kinds a full disk may have been wrapped in (a create
-		// that failed, unavailable).
-		status, code = http.StatusInsufficientStorage, api.CodeDiskFull
-	case errors.Is(err, node.ErrInvalid):
-		status, code = http.StatusBadRequest, api.CodeInvalidArgument
-	case errors.Is(err, node.ErrNotFound):
-		status, code = http.StatusNotFound, api.CodeNotFound
-	case errors.Is(err, node.ErrConflict):
-		status, code = http.StatusConflict, api.CodeConflict
-	case errors.Is(err, node.ErrGone):
-		status, code = http.StatusGone, api.CodeGone
-	case errors.Is(err, node.ErrUnavailable):
-		status, code = http.StatusServiceUnavailable, api.CodeUnavailable
-	case errors.Is(err, store.ErrUnavailable):
-		// PostgreSQL down or restarting: the Store reconnects by itself.
-		status, code = http.StatusServiceUnavailable, api.CodeUnavailable
-		if msg == "" {
-			msg = "the database is unreachable; try again shortly"
-		}
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		// Mostly the client went away and will never read this.
-		status, code = http.StatusServiceUnavailable, api.CodeUnavailable
-		if msg == "" {
-			msg = "the request was cancelled before it finished"
-		}
+	case msg != "":
+	case k.Err == nil:
+		msg = "internal error; the server log has the details"
 	default:
-		status, code = http.StatusInternalServerError, api.CodeInternal
-		if msg == "" {
-			msg = "internal error; the server log has the details"
-		}
+		msg = http.StatusText(k.Status)
 	}
-	if msg == "" {
-		msg = http.StatusText(status)
-	}
-	return status, code, msg
+	return k.Status, k.Code, msg
 }
 
 // fail answers r with err, logging the internal cause of server-side
@@ -154,12 +100,12 @@ func (s *Server) agentFailed(ctx context.Context, project, id string) error {
 		}
 		expired := sb.ExpiresAt != nil && !time.Now().Before(*sb.ExpiresAt)
 		if expired && !time.Now().Before(deadline) {
-			return &httpError{status: http.StatusGone, code: api.CodeGone,
-				msg: "sandbox " + id + " expired during the call (its timeout passed; extend it with setTimeout next time); create a new sandbox"}
+			return &errdefs.Error{Kind: errdefs.ErrGone,
+				Msg: "sandbox " + id + " expired during the call (its timeout passed; extend it with setTimeout next time); create a new sandbox"}
 		}
 		if !time.Now().Before(deadline) {
-			return &httpError{status: http.StatusBadGateway, code: api.CodeBadGateway,
-				msg: "sandbox " + id + "'s agent did not answer; retry shortly, and if it persists kill the sandbox and create a new one"}
+			return &errdefs.Error{Kind: errdefs.ErrBadGateway,
+				Msg: "sandbox " + id + "'s agent did not answer; retry shortly, and if it persists kill the sandbox and create a new one"}
 		}
 		select {
 		case <-ctx.Done():

@@ -30,6 +30,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
 // The names a port's access token travels under.
@@ -59,11 +60,11 @@ func (s *Server) portPath(w http.ResponseWriter, r *http.Request) {
 	id, rawPort := r.PathValue("id"), r.PathValue("port")
 	port, err := strconv.Atoi(rawPort)
 	if err != nil || strconv.Itoa(port) != rawPort || port < 1 || port > 65535 {
-		s.fail(w, r, badRequest("port %q: want a number from 1 to 65535", rawPort))
+		s.fail(w, r, errdefs.Invalidf("port %q: want a number from 1 to 65535", rawPort))
 		return
 	}
 	if dest := codeForAPIOrigin(r); dest != "" {
-		s.fail(w, r, badRequest("a page of the API's origin may not load a port's content as a %s: open the port's page itself, or use a ports domain", dest))
+		s.fail(w, r, errdefs.Invalidf("a page of the API's origin may not load a port's content as a %s: open the port's page itself, or use a ports domain", dest))
 		return
 	}
 	prefix := "/v1/sandboxes/" + id + "/ports/" + rawPort
@@ -113,7 +114,7 @@ func (s *Server) hostPorts(next http.Handler) http.Handler {
 		port, _ := strconv.Atoi(m[1])
 		if strconv.Itoa(port) != m[1] {
 			// One name per port: 08000-<id> is not 8000-<id>.
-			s.fail(w, r, badRequest("port %q: want a number from 1 to 65535 without leading zeros", m[1]))
+			s.fail(w, r, errdefs.Invalidf("port %q: want a number from 1 to 65535 without leading zeros", m[1]))
 			return
 		}
 		s.servePort(w, r, m[2], port, "")

@@ -14,7 +14,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
-	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
 // proxy passes /v1/sandboxes/{id}/<agent path> to the sandbox's agent as
@@ -112,7 +112,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 
 // stopCause is why a call's context ended if its sandbox stopped, or nil.
 func stopCause(ctx context.Context) error {
-	var e *node.Error
+	var e *errdefs.Error
 	if cause := context.Cause(ctx); ctx.Err() != nil && errors.As(cause, &e) {
 		return cause
 	}
@@ -184,8 +184,8 @@ func (b *abortingBody) Read(p []byte) (int, error) {
 }
 
 func fileTooLarge(limit int64) error {
-	return &httpError{status: http.StatusRequestEntityTooLarge, code: api.CodeTooLarge,
-		msg: fmt.Sprintf("the file is larger than this server's bound of %d MiB (--max-file-mb)", limit>>20)}
+	return &errdefs.Error{Kind: errdefs.ErrTooLarge,
+		Msg: fmt.Sprintf("the file is larger than this server's bound of %d MiB (--max-file-mb)", limit>>20)}
 }
 
 // boundedBody passes on at most left bytes of an upload, then fails the

@@ -15,7 +15,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
-	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
 // KeyLimits bound the requests of one API key: Rate per second with bursts
@@ -78,11 +78,11 @@ func writeRateLimited(w http.ResponseWriter, after time.Duration, msg string) {
 	writeError(w, http.StatusTooManyRequests, api.CodeRateLimited, msg)
 }
 
-// rateLimited answers a node.ErrRateLimited error; false if err is not
-// one.
+// rateLimited answers an errdefs.ErrRateLimited error, with its
+// Retry-After; false if err is not one.
 func rateLimited(w http.ResponseWriter, err error) bool {
-	var e *node.Error
-	if !errors.Is(err, node.ErrRateLimited) || !errors.As(err, &e) {
+	var e *errdefs.Error
+	if !errors.Is(err, errdefs.ErrRateLimited) || !errors.As(err, &e) {
 		return false
 	}
 	writeRateLimited(w, max(e.RetryAfter, time.Second), e.Msg)

@@ -18,6 +18,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 )
 
@@ -165,7 +166,7 @@ func listFilter(r *http.Request) (control.ListFilter, error) {
 	for _, kv := range q["metadata"] {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return f, badRequest("metadata filter %q: want key=value, such as metadata=user=alice", kv)
+			return f, errdefs.Invalidf("metadata filter %q: want key=value, such as metadata=user=alice", kv)
 		}
 		if f.Metadata == nil {
 			f.Metadata = map[string]string{}
@@ -174,7 +175,7 @@ func listFilter(r *http.Request) (control.ListFilter, error) {
 	}
 	for _, st := range q["state"] {
 		if st == "" {
-			return f, badRequest("state filter is empty: give a state, such as state=running, or leave the parameter out")
+			return f, errdefs.Invalidf("state filter is empty: give a state, such as state=running, or leave the parameter out")
 		}
 		f.States = append(f.States, st)
 	}
@@ -212,7 +213,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.TimeoutMs == nil {
-		s.fail(w, r, badRequest("timeoutMs is required: milliseconds from now, or 0 to never expire"))
+		s.fail(w, r, errdefs.Invalidf("timeoutMs is required: milliseconds from now, or 0 to never expire"))
 		return
 	}
 	sb, err := s.c.SetTimeout(r.Context(), project, r.PathValue("id"), *req.TimeoutMs)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
 // TestRequestsAsSpecified holds the server to the request rules of
@@ -118,7 +118,7 @@ func TestAgentFailedIsGoneOnceEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := s.agentFailed(ctx, "p1", killed.SandboxID)
-	if status(err) != http.StatusGone || !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "killed") {
+	if status(err) != http.StatusGone || !errors.Is(err, errdefs.ErrGone) || !strings.Contains(errdefs.Message(err), "killed") {
 		t.Errorf("agent failed in a killed sandbox: %v (%d); want 410 saying it was killed", err, status(err))
 	}
 
@@ -127,7 +127,7 @@ func TestAgentFailedIsGoneOnceEnded(t *testing.T) {
 	expiring := e.create(t, e.key1, `{"timeoutMs": 300}`)
 	time.Sleep(400 * time.Millisecond)
 	err = s.agentFailed(ctx, "p1", expiring.SandboxID)
-	if status(err) != http.StatusGone || !strings.Contains(err.Error()+node.Message(err), "expired") {
+	if status(err) != http.StatusGone || !strings.Contains(err.Error()+errdefs.Message(err), "expired") {
 		t.Errorf("agent failed in an expired sandbox: %v (%d); want 410 saying it expired", err, status(err))
 	}
 

@@ -7,7 +7,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
 // scriptedConn returns its reads one by one, then fails.
@@ -28,7 +28,7 @@ func (c *scriptedConn) Write(p []byte) (int, error) { return 0, errors.New("clos
 func (c *scriptedConn) Close() error                { return nil }
 
 func TestClosingSocket(t *testing.T) {
-	gone := &node.Error{Kind: node.ErrGone, Msg: "sandbox sb1 was killed"}
+	gone := &errdefs.Error{Kind: errdefs.ErrGone, Msg: "sandbox sb1 was killed"}
 	binary := func(payload string) []byte { return append([]byte{0x82, byte(len(payload))}, payload...) }
 	closeWith := func(reason string) []byte { return closeFrame(4410, reason) }
 	tests := []struct {

@@ -201,7 +201,7 @@ func TestPostgresOutage(t *testing.T) {
 		if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrConflict) {
 			t.Fatalf("CreateProject with PostgreSQL stopped = %v; want ErrUnavailable", err)
 		}
-		if !strings.Contains(err.Error(), "database unavailable") {
+		if !strings.Contains(err.Error(), "database is unreachable") {
 			t.Errorf("error %q does not say the database is unavailable", err)
 		}
 		if _, err := s.ListSandboxes(qctx, Filter{}); !errors.Is(err, ErrUnavailable) {

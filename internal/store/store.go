@@ -20,6 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/errdefs"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -37,12 +39,15 @@ var (
 	ErrFull = errors.New("no free address slot")
 	// ErrUnavailable means the database could not be reached (PostgreSQL
 	// down, restarting or unreachable). The call may be retried: the Store
-	// reconnects by itself once the database is back.
-	ErrUnavailable = errors.New("database unavailable")
+	// reconnects by itself once the database is back. It is of kind
+	// errdefs.ErrUnavailable, with a message for the API's caller, so that
+	// what answers the caller need not know the store.
+	ErrUnavailable error = &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "the database is unreachable; try again shortly"}
 	// ErrDiskFull means the database could not write for lack of disk
 	// space (SQLite's SQLITE_FULL, PostgreSQL's disk_full). The call may
-	// be retried once space is freed.
-	ErrDiskFull = errors.New("database disk full")
+	// be retried once space is freed. It is of kind errdefs.ErrDiskFull,
+	// whose answer says what to free.
+	ErrDiskFull = fmt.Errorf("database: %w", errdefs.ErrDiskFull)
 )
 
 // FileName is the database file inside a data directory.

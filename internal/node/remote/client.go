@@ -14,6 +14,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -63,13 +64,13 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return c.unreachable(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusUnauthorized {
+	if resp.StatusCode == http.StatusUnauthorized && resp.Header.Get(HeaderSecret) == "refused" {
 		return c.refused()
 	}
 	if resp.StatusCode >= 300 {
 		var we wireError
 		if err := json.NewDecoder(resp.Body).Decode(&we); err != nil {
-			return &node.Error{Msg: fmt.Sprintf("node %s answered %s; its log has the details", c.name, resp.Status)}
+			return &errdefs.Error{Msg: fmt.Sprintf("node %s answered %s; its log has the details", c.name, resp.Status)}
 		}
 		return we.err(c.name)
 	}
@@ -92,12 +93,12 @@ func (c *Client) refused() error {
 }
 
 func refusedBy(name string) error {
-	return &node.Error{Kind: node.ErrUnavailable,
+	return &errdefs.Error{Kind: errdefs.ErrUnavailable,
 		Msg: fmt.Sprintf("node %s refused this API's cluster secret: give every api and node process the same LIZARD_CLUSTER_SECRET", name)}
 }
 
 func (c *Client) unreachable(err error) error {
-	return &node.Error{Kind: node.ErrUnavailable, Cause: fmt.Errorf("%w: %w", ErrUnreachable, err),
+	return &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: fmt.Errorf("%w: %w", ErrUnreachable, err),
 		Msg: fmt.Sprintf("node %s (%s) did not answer (down, restarting or cut off); retry shortly", c.name, c.base.Host)}
 }
 
@@ -191,12 +192,12 @@ func (c *Client) Acquire(ctx context.Context, id string) (node.Call, error) {
 func (c *Client) forwarded(ctx context.Context, msg string, port bool) (context.Context, func()) {
 	cctx, cancel := context.WithCancelCause(ctx)
 	cctx = context.WithValue(cctx, callKey{}, call{node: c.name, port: port, fail: func(err error) {
-		var e *node.Error
+		var e *errdefs.Error
 		if errors.As(err, &e) {
 			cancel(err)
 			return
 		}
-		cancel(&node.Error{Kind: node.ErrUnavailable, Msg: msg, Cause: fmt.Errorf("%w: %w", ErrUnreachable, err)})
+		cancel(&errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: msg, Cause: fmt.Errorf("%w: %w", ErrUnreachable, err)})
 	}})
 	return cctx, func() { cancel(nil) }
 }

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
 // TestDiskFullAcrossTheWire: a full disk on a node reaches the API as
@@ -17,12 +17,12 @@ import (
 // 507), whether the node's guard refused or the kernel said ENOSPC.
 func TestDiskFullAcrossTheWire(t *testing.T) {
 	for _, err := range []error{
-		&node.Error{Kind: node.ErrDiskFull, Msg: "cannot pause: the disk is full"},
-		&node.Error{Kind: node.ErrUnavailable, Msg: "could not start", Cause: fmt.Errorf("writing: %w", syscall.ENOSPC)},
+		&errdefs.Error{Kind: errdefs.ErrDiskFull, Msg: "cannot pause: the disk is full"},
+		&errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "could not start", Cause: fmt.Errorf("writing: %w", syscall.ENOSPC)},
 	} {
 		status, w := encodeError(err)
 		got := w.err("n1")
-		if status != http.StatusInsufficientStorage || w.Kind != "disk_full" || !errors.Is(got, node.ErrDiskFull) || node.Message(got) != node.Message(node.DiskFull(err)) {
+		if status != http.StatusInsufficientStorage || w.Kind != "disk_full" || !errors.Is(got, errdefs.ErrDiskFull) || errdefs.Message(got) != errdefs.Message(errdefs.DiskFull(err)) {
 			t.Errorf("%v over the wire = %d %+v → %v; want 507 disk_full, ErrDiskFull with its message", err, status, w, got)
 		}
 		rec := httptest.NewRecorder()

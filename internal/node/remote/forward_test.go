@@ -15,6 +15,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 )
 
@@ -78,7 +79,7 @@ func TestForwardedCall(t *testing.T) {
 		t.Error("the stream of a node that died ended cleanly")
 	}
 	cause := context.Cause(call.Ctx)
-	if !errors.Is(cause, node.ErrUnavailable) || !errors.Is(cause, ErrUnreachable) || !strings.Contains(node.Message(cause), "stopped answering") {
+	if !errors.Is(cause, errdefs.ErrUnavailable) || !errors.Is(cause, ErrUnreachable) || !strings.Contains(errdefs.Message(cause), "stopped answering") {
 		t.Errorf("the call ended with %v; want ErrUnavailable saying the node stopped answering", cause)
 	}
 	close(lines)
@@ -100,7 +101,7 @@ func TestForwardedCallRefused(t *testing.T) {
 	if _, err := bad.Transport().RoundTrip(req); err == nil {
 		t.Error("a forwarded call with the wrong secret went through")
 	}
-	if cause := context.Cause(call.Ctx); !errors.Is(cause, node.ErrUnavailable) || !strings.Contains(node.Message(cause), "LIZARD_CLUSTER_SECRET") {
+	if cause := context.Cause(call.Ctx); !errors.Is(cause, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(cause), "LIZARD_CLUSTER_SECRET") {
 		t.Errorf("the call ended with %v; want ErrUnavailable naming LIZARD_CLUSTER_SECRET", cause)
 	}
 }
@@ -129,7 +130,7 @@ func TestPorts(t *testing.T) {
 		opened = append(opened, fmt.Sprintf("%s:%d resume=%v", id, p, resume))
 		switch id {
 		case "paused":
-			return node.Call{}, &node.Error{Kind: node.ErrConflict, Msg: "sandbox paused is paused"}
+			return node.Call{}, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: "sandbox paused is paused"}
 		case "deaf":
 			return node.Call{URL: refusedURL, Ctx: ctx, Release: func() { released <- struct{}{} }}, nil
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -146,7 +147,7 @@ func (h *handler) admit(projectID string, disk int64) func(ctx context.Context, 
 		}
 		if h.cfg.MaxLive > 0 && n >= h.cfg.MaxLive {
 			release()
-			return nil, &node.Error{Kind: node.ErrRateLimited, RetryAfter: time.Second,
+			return nil, &errdefs.Error{Kind: errdefs.ErrRateLimited, RetryAfter: time.Second,
 				Msg: fmt.Sprintf("project %s already has %d live sandboxes, its maximum; kill some first", projectID, n)}
 		}
 		if h.cfg.MaxDisk > 0 {
@@ -190,7 +191,7 @@ func (h *handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if in.TimeoutMs == nil {
-		h.fail(w, r, node.Invalidf("timeoutMs is missing"))
+		h.fail(w, r, errdefs.Invalidf("timeoutMs is missing"))
 		return
 	}
 	sb, err := h.cfg.Node.SetTimeout(r.Context(), r.PathValue("id"), *in.TimeoutMs)
@@ -234,7 +235,7 @@ func (h *handler) removeImage(w http.ResponseWriter, r *http.Request) {
 	// path is still checked before it is removed.
 	rel, err := filepath.Rel(h.cfg.DataDir, filepath.Clean(in.Image))
 	if h.cfg.DataDir == "" || err != nil || !filepath.IsLocal(rel) {
-		h.fail(w, r, node.Invalidf("image %q is not in the node's data directory", in.Image))
+		h.fail(w, r, errdefs.Invalidf("image %q is not in the node's data directory", in.Image))
 		return
 	}
 	h.answer(w, r, struct{}{}, h.cfg.Node.RemoveImage(r.Context(), in.Image))
@@ -254,7 +255,7 @@ func (h *handler) removeVolume(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20)).Decode(v); err != nil {
-		h.fail(w, r, node.Invalidf("decoding the request: %v", err))
+		h.fail(w, r, errdefs.Invalidf("decoding the request: %v", err))
 		return false
 	}
 	return true

@@ -8,7 +8,6 @@ package remote
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,8 +18,8 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
-	"github.com/lizard-build/lizard/internal/store"
 )
 
 // HeaderSecret carries the cluster secret on forwarded port calls, whose
@@ -52,7 +51,7 @@ func (h *handler) port(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil {
-		writePublic(w, node.Invalidf("port %q: want a number from 1 to 65535", r.PathValue("port")))
+		writePublic(w, errdefs.Invalidf("port %q: want a number from 1 to 65535", r.PathValue("port")))
 		return
 	}
 	call, err := h.cfg.Node.OpenPort(r.Context(), id, port, r.PathValue("mode") == "resume")
@@ -80,7 +79,7 @@ func (h *handler) port(w http.ResponseWriter, r *http.Request) {
 		Transport:     portTransport,
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			var e *node.Error
+			var e *errdefs.Error
 			if cause := context.Cause(call.Ctx); call.Ctx.Err() != nil && errors.As(cause, &e) {
 				writePublic(w, cause)
 				return
@@ -92,41 +91,19 @@ func (h *handler) port(w http.ResponseWriter, r *http.Request) {
 			if errors.Is(err, syscall.ECONNREFUSED) {
 				msg = fmt.Sprintf("nothing listens on port %d in sandbox %s (connection refused): start a server there, listening on 0.0.0.0 (not 127.0.0.1)", port, id)
 			}
-			writeJSON(w, http.StatusBadGateway, api.Error{Code: api.CodeBadGateway, Message: msg})
+			writePublic(w, &errdefs.Error{Kind: errdefs.ErrBadGateway, Msg: msg})
 		},
 	}
 	rp.ServeHTTP(w, r.WithContext(call.Ctx))
 }
 
 // writePublic answers a forwarded port call with err as the public API
-// does (api.Error): the API passes the answer on as it is.
+// does (api.Error, by the one table): the API passes the answer on as it
+// is.
 func writePublic(w http.ResponseWriter, err error) {
-	err = node.DiskFull(err)
-	status, code := http.StatusInternalServerError, api.CodeInternal
-	for _, k := range []struct {
-		err    error
-		status int
-		code   string
-	}{
-		{node.ErrDiskFull, http.StatusInsufficientStorage, api.CodeDiskFull}, // first: it may wrap another kind
-		{node.ErrInvalid, http.StatusBadRequest, api.CodeInvalidArgument},
-		{node.ErrNotFound, http.StatusNotFound, api.CodeNotFound},
-		{node.ErrConflict, http.StatusConflict, api.CodeConflict},
-		{node.ErrGone, http.StatusGone, api.CodeGone},
-		{node.ErrRateLimited, http.StatusTooManyRequests, api.CodeRateLimited},
-		{node.ErrUnavailable, http.StatusServiceUnavailable, api.CodeUnavailable},
-		{store.ErrUnavailable, http.StatusServiceUnavailable, api.CodeUnavailable},
-	} {
-		if errors.Is(err, k.err) {
-			status, code = k.status, k.code
-			break
-		}
-	}
-	msg := node.Message(err)
+	k, msg := errdefs.Classify(err)
 	if msg == "" {
 		msg = "the sandbox's node failed the call; its log has the details"
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(api.Error{Code: code, Message: msg})
+	writeJSON(w, k.Status, api.Error{Code: k.Code, Message: msg})
 }

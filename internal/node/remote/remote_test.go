@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -375,50 +376,55 @@ func TestErrors(t *testing.T) {
 	var fail error
 	s := serve(t, &fakeNode{pause: func(context.Context, string) (store.Sandbox, error) { return store.Sandbox{}, fail }}, nil)
 	ctx := context.Background()
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
-			fail = fmt.Errorf("pausing: %w", &node.Error{Kind: k.err, Msg: "told " + k.name, RetryAfter: 1500 * time.Millisecond,
+	for _, k := range errdefs.Kinds() {
+		t.Run(k.Wire, func(t *testing.T) {
+			fail = fmt.Errorf("pausing: %w", &errdefs.Error{Kind: k.Err, Msg: "told " + k.Wire, RetryAfter: 1500 * time.Millisecond,
 				Cause: errors.New("internal cause")})
 			_, err := s.client.Pause(ctx, "sb-1")
-			if !errors.Is(err, k.err) {
-				t.Errorf("error %v is not %v across the wire", err, k.err)
+			if !errors.Is(err, k.Err) {
+				t.Errorf("error %v is not %v across the wire", err, k.Err)
 			}
-			if msg := node.Message(err); msg != "told "+k.name {
-				t.Errorf("message %q; want %q", msg, "told "+k.name)
+			for _, other := range errdefs.Kinds() {
+				if other.Err != k.Err && errors.Is(err, other.Err) {
+					t.Errorf("error %v is also %v across the wire", err, other.Err)
+				}
+			}
+			if msg := errdefs.Message(err); msg != "told "+k.Wire {
+				t.Errorf("message %q; want %q", msg, "told "+k.Wire)
 			}
 			if strings.Contains(err.Error(), "internal cause") {
 				t.Errorf("error %q carries the node's internal cause", err)
 			}
-			var e *node.Error
+			var e *errdefs.Error
 			if !errors.As(err, &e) || e.RetryAfter != 1500*time.Millisecond {
-				t.Errorf("error %#v; want a *node.Error with RetryAfter 1.5s", err)
+				t.Errorf("error %#v; want a *errdefs.Error with RetryAfter 1.5s", err)
 			}
 		})
 	}
 	t.Run("database", func(t *testing.T) {
-		// The database's own error, with no message: still unavailable,
-		// and said so.
+		// The database's own error, wrapped by no kind: still
+		// unavailable, and said so.
 		fail = fmt.Errorf("reading sandbox: %w", store.ErrUnavailable)
 		_, err := s.client.Pause(ctx, "sb-1")
-		if !errors.Is(err, node.ErrUnavailable) || !errors.Is(err, store.ErrUnavailable) || !strings.Contains(node.Message(err), "database") {
-			t.Errorf("database failure on the node = %v; want ErrUnavailable and store.ErrUnavailable, saying database", err)
+		if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(err), "database") {
+			t.Errorf("database failure on the node = %v; want ErrUnavailable, saying database", err)
 		}
 	})
 	t.Run("internal", func(t *testing.T) {
 		fail = errors.New("secret internal detail")
 		_, err := s.client.Pause(ctx, "sb-1")
-		for _, k := range kinds {
-			if errors.Is(err, k.err) {
-				t.Errorf("an internal failure arrived as %s", k.name)
+		for _, k := range errdefs.Kinds() {
+			if errors.Is(err, k.Err) {
+				t.Errorf("an internal failure arrived as %s", k.Wire)
 			}
 		}
-		if msg := node.Message(err); strings.Contains(msg, "secret") || !strings.Contains(msg, "its log") {
+		if msg := errdefs.Message(err); strings.Contains(msg, "secret") || !strings.Contains(msg, "its log") {
 			t.Errorf("internal failure told as %q; want a pointer to the node's log, not the cause", msg)
 		}
 	})
 	t.Run("refused image", func(t *testing.T) {
 		// Only the node's own images are removed.
-		if err := s.client.RemoveImage(ctx, "/etc/passwd"); !errors.Is(err, node.ErrInvalid) {
+		if err := s.client.RemoveImage(ctx, "/etc/passwd"); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("RemoveImage outside the data directory = %v; want ErrInvalid", err)
 		}
 	})
@@ -427,13 +433,13 @@ func TestErrors(t *testing.T) {
 		addr := srv.Listener.Addr().String()
 		srv.Close()
 		_, err := NewClient("gone", addr, NewTransport(testSecret)).Pause(ctx, "sb-1")
-		if !errors.Is(err, node.ErrUnavailable) || !errors.Is(err, ErrUnreachable) || !strings.Contains(node.Message(err), "did not answer") {
+		if !errors.Is(err, errdefs.ErrUnavailable) || !errors.Is(err, ErrUnreachable) || !strings.Contains(errdefs.Message(err), "did not answer") {
 			t.Errorf("Pause on a node that is down = %v; want ErrUnavailable, ErrUnreachable, saying it did not answer", err)
 		}
 	})
 	t.Run("wrong secret", func(t *testing.T) {
 		_, err := NewClient("n1", s.srv.Listener.Addr().String(), NewTransport("another-secret")).Pause(ctx, "sb-1")
-		if !errors.Is(err, node.ErrUnavailable) || !strings.Contains(node.Message(err), "LIZARD_CLUSTER_SECRET") {
+		if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(err), "LIZARD_CLUSTER_SECRET") {
 			t.Errorf("Pause with the wrong secret = %v; want ErrUnavailable naming LIZARD_CLUSTER_SECRET", err)
 		}
 	})

@@ -21,14 +21,14 @@
 // and the public agent paths, /v1/sandboxes/{id}/execute and the rest
 // (api.AgentPublicPaths), which the API forwards unchanged, streaming, with
 // the caller named in headers (HeaderProject...). Errors are {"kind",
-// "message", "retryAfterMs"}, kind naming one of node's sentinels.
+// "message", "retryAfterMs"}, kind naming a kind of errdefs by its wire name.
 package remote
 
 import (
 	"errors"
-	"net/http"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -209,64 +209,32 @@ type imageRequest struct {
 	Image string `json:"image"`
 }
 
-// wireError is a node.Error on the wire.
+// wireError is an errdefs.Error on the wire, its kind by its name in the
+// one table (errdefs.Kinds), sent with that kind's status (for people
+// reading the traffic; the client goes by Kind).
 type wireError struct {
 	Kind         string `json:"kind"`
 	Message      string `json:"message"`
 	RetryAfterMs int64  `json:"retryAfterMs,omitempty"`
 }
 
-// kinds names node's sentinels on the wire, with the status each is sent
-// with (for people reading the traffic; the client goes by Kind).
-var kinds = []struct {
-	name   string
-	err    error
-	status int
-}{
-	// First: a full disk may be wrapped in another kind (node.DiskFull).
-	{"disk_full", node.ErrDiskFull, http.StatusInsufficientStorage},
-	{"invalid", node.ErrInvalid, http.StatusBadRequest},
-	{"not_found", node.ErrNotFound, http.StatusNotFound},
-	{"conflict", node.ErrConflict, http.StatusConflict},
-	{"gone", node.ErrGone, http.StatusGone},
-	{"unavailable", node.ErrUnavailable, http.StatusServiceUnavailable},
-	{"rate_limited", node.ErrRateLimited, http.StatusTooManyRequests},
-	{"database", store.ErrUnavailable, http.StatusServiceUnavailable},
-}
-
 func encodeError(err error) (int, wireError) {
-	err = node.DiskFull(err)
-	w := wireError{Message: node.Message(err)}
-	var e *node.Error
+	k, msg := errdefs.Classify(err)
+	w := wireError{Kind: k.Wire, Message: msg}
+	var e *errdefs.Error
 	if errors.As(err, &e) {
 		w.RetryAfterMs = e.RetryAfter.Milliseconds()
 	}
-	for _, k := range kinds {
-		if errors.Is(err, k.err) {
-			w.Kind = k.name
-			if w.Message == "" && k.err == store.ErrUnavailable {
-				w.Message = "the database is unreachable from the node; try again shortly"
-			}
-			return k.status, w
-		}
-	}
-	if w.Message == "" {
+	if w.Message == "" && k.Err == nil {
 		w.Message = "internal error on the node; its log has the details"
 	}
-	return http.StatusInternalServerError, w
+	return k.Status, w
 }
 
 func (w wireError) err(nodeName string) error {
-	e := &node.Error{Msg: w.Message, RetryAfter: time.Duration(w.RetryAfterMs) * time.Millisecond}
-	for _, k := range kinds {
-		if k.name == w.Kind {
-			if k.err == store.ErrUnavailable {
-				e.Kind, e.Cause = node.ErrUnavailable, store.ErrUnavailable
-			} else {
-				e.Kind = k.err
-			}
-			break
-		}
+	e := &errdefs.Error{Msg: w.Message, RetryAfter: time.Duration(w.RetryAfterMs) * time.Millisecond}
+	if k, ok := errdefs.ByWire(w.Kind); ok {
+		e.Kind = k.Err
 	}
 	if e.Msg == "" {
 		e.Msg = "node " + nodeName + " failed the request; its log has the details"
