@@ -22,9 +22,11 @@ from lizard import (
     Context,
     EntryInfo,
     ExecutionError,
+    FilesystemEvent,
     Process,
     Result,
     SandboxInfo,
+    SandboxMetric,
     SnapshotInfo,
     Template,
     TemplateInfo,
@@ -44,6 +46,8 @@ MODELS: Dict[str, type] = {
     "EntryInfo": EntryInfo,
     "Result": Result,
     "ExecutionError": ExecutionError,
+    "FileEvent": FilesystemEvent,
+    "SandboxMetric": SandboxMetric,
 }
 
 # Request objects: the schema and the calls that send it, sync and async.
@@ -64,6 +68,7 @@ OMITTED: Dict[Tuple[str, str], str] = {
     ("Template", "projectId"): "a template is only ever the key's project's: TemplateInfo leaves it out",
     ("ExecuteRequest", "contextId"): "run_code takes context=, a Context or its id",
     ("ProcessRequest", "args"): "exec takes cmd as a list, [program, *args], or a string run by bash",
+    ("FileEvent", "abort"): "a watch that ends with an abort gives on_exit the matching exception",
 }
 
 # Schemas the SDK has no model or call of its own for, and why.
@@ -83,7 +88,7 @@ UNMODELLED: Dict[str, str] = {
     "TemplateCommand": "part of the recipe's dict",
     "TemplateBuildEvent": "given to on_event as the dict it is; a failed step raises TemplateBuildError",
     "Health": "for probes and operators, not for code using sandboxes",
-    "FileEvent": "the SDK has no call for /files/watch yet",
+    "SandboxMetrics": "get_metrics() returns the samples themselves",
     "ExecuteEvent": "folded into Execution and the on_* callbacks of run_code",
     "ProcessEvent": "folded into ProcessResult and the on_* callbacks of exec",
     "Abort": "a stream that ends with an abort raises the matching exception",

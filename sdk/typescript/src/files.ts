@@ -1,12 +1,52 @@
 // Files inside a sandbox (the agent's /files endpoints). Relative paths are
 // relative to the sandbox user's home, /home/user.
 
-import { NotFoundError, SandboxGoneError } from './errors.js';
-import type { HttpClient } from './http.js';
-import { entryInfo, type EntryInfo, type WireEntry } from './types.js';
+import { NotFoundError, SandboxError, SandboxGoneError, errorFromAbort } from './errors.js';
+import { ndjsonLines, type HttpClient } from './http.js';
+import { entryInfo, type Abort, type EntryInfo, type FilesystemEvent, type WireEntry } from './types.js';
 
-/** What files.write accepts. */
-export type WriteData = string | Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array>;
+/**
+ * What files.write accepts. A ReadableStream or an AsyncIterable is sent as
+ * it is read, so a file of any size passes through a few chunks at a time.
+ */
+export type WriteData = string | Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>;
+
+/** Options of files.write and of a streamed files.read. */
+export interface TransferOptions {
+  /**
+   * Bound on the whole transfer in ms; 0 = none. Default: none for a stream
+   * (a large file takes as long as it takes), the request timeout otherwise.
+   */
+  timeoutMs?: number;
+}
+
+/** Options of files.watchDir. */
+export interface WatchOptions {
+  /** Also watch every directory below, including those made later. */
+  recursive?: boolean;
+  /** Called once the watch has ended: with undefined after stop() or when the directory was removed, else with the error (SandboxGoneError when the sandbox ended). */
+  onExit?: (err?: Error) => void | Promise<void>;
+}
+
+/** A running files.watchDir; stop() ends it. */
+export interface WatchHandle {
+  stop(): Promise<void>;
+}
+
+/** toStream makes a ReadableStream of an AsyncIterable, reading it as the stream is read. */
+function toStream(it: AsyncIterable<Uint8Array>): ReadableStream<Uint8Array> {
+  const iter = it[Symbol.asyncIterator]();
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      const { value, done } = await iter.next();
+      if (done) controller.close();
+      else controller.enqueue(value);
+    },
+    async cancel() {
+      await iter.return?.();
+    },
+  });
+}
 
 /** Files reads and writes files in one sandbox: `sandbox.files`. */
 export class Files {
@@ -16,26 +56,121 @@ export class Files {
     private readonly prefix: string,
   ) {}
 
-  /** read returns a file's content, as UTF-8 text by default or as bytes. */
+  /**
+   * read returns a file's content: as UTF-8 text by default, as bytes, or
+   * (format 'stream') as a ReadableStream that holds a few chunks of it at a
+   * time. A missing file throws here, before the stream is returned.
+   */
   read(path: string, opts?: { format?: 'text' }): Promise<string>;
   read(path: string, opts: { format: 'bytes' }): Promise<Uint8Array>;
-  async read(path: string, opts: { format?: 'text' | 'bytes' } = {}): Promise<string | Uint8Array> {
+  read(path: string, opts: { format: 'stream' } & TransferOptions): Promise<ReadableStream<Uint8Array>>;
+  async read(
+    path: string,
+    opts: { format?: 'text' | 'bytes' | 'stream' } & TransferOptions = {},
+  ): Promise<string | Uint8Array | ReadableStream<Uint8Array>> {
+    if (opts.format === 'stream') {
+      const open = await this.http.open('GET', `${this.prefix}/files`, { query: { path }, timeoutMs: opts.timeoutMs ?? 0 });
+      const chunks = open.reader();
+      return new ReadableStream<Uint8Array>({
+        async pull(controller) {
+          try {
+            const { value, done } = await chunks.next();
+            if (done) {
+              open.done();
+              controller.close();
+            } else controller.enqueue(value);
+          } catch (err) {
+            open.done();
+            controller.error(err);
+          }
+        },
+        async cancel() {
+          await chunks.return(undefined);
+          open.done();
+        },
+      });
+    }
     const bytes = await this.http.bytes('GET', `${this.prefix}/files`, { query: { path } });
     return opts.format === 'bytes' ? bytes : new TextDecoder().decode(bytes);
   }
 
   /**
    * write replaces a file with data, creating parent directories. A string is
-   * written as UTF-8; a ReadableStream is sent as it is read.
+   * written as UTF-8; a ReadableStream or AsyncIterable is sent as it is
+   * read. The file appears whole once all of it is written.
    */
-  async write(path: string, data: WriteData): Promise<EntryInfo> {
-    const body = data instanceof ArrayBuffer ? new Uint8Array(data) : data;
+  async write(path: string, data: WriteData, opts: TransferOptions = {}): Promise<EntryInfo> {
+    let body: string | Uint8Array | Blob | ReadableStream<Uint8Array>;
+    if (data instanceof ArrayBuffer) body = new Uint8Array(data);
+    else if (typeof data === 'string' || data instanceof Uint8Array || data instanceof Blob || data instanceof ReadableStream) body = data;
+    else body = toStream(data);
+    const streamed = body instanceof ReadableStream;
     const w = await this.http.request<WireEntry>('PUT', `${this.prefix}/files`, {
       query: { path },
       body,
       headers: { 'content-type': 'application/octet-stream' },
+      timeoutMs: opts.timeoutMs ?? (streamed ? 0 : undefined),
     });
     return entryInfo(w);
+  }
+
+  /** rename moves a file or directory, as rename(2): a file at newPath is replaced. It returns the entry at its new path. */
+  async rename(oldPath: string, newPath: string): Promise<EntryInfo> {
+    return entryInfo(
+      await this.http.request<WireEntry>('POST', `${this.prefix}/files/rename`, { query: { path: oldPath, to: newPath } }),
+    );
+  }
+
+  /** getInfo describes a file or directory (owner, group, permissions, symlink target...); the same as stat. */
+  async getInfo(path: string): Promise<EntryInfo> {
+    return this.stat(path);
+  }
+
+  /**
+   * watchDir calls onEvent with each change under directory path. It
+   * resolves once the watch is in place: every change after that is
+   * reported. The watch ends with stop(), when the directory is removed,
+   * or when the sandbox ends (onExit gets SandboxGoneError). A missing
+   * directory rejects with NotFoundError, a file with InvalidArgumentError.
+   */
+  async watchDir(
+    path: string,
+    onEvent: (event: FilesystemEvent) => void | Promise<void>,
+    opts: WatchOptions = {},
+  ): Promise<WatchHandle> {
+    const stopper = new AbortController();
+    const open = await this.http.open('GET', `${this.prefix}/files/watch`, {
+      query: { path, recursive: opts.recursive ? 'true' : 'false' },
+      timeoutMs: 0,
+      signal: stopper.signal,
+    });
+    const run = (async () => {
+      let failure: Error | undefined;
+      try {
+        for await (const line of ndjsonLines(open.reader())) {
+          let ev: { type?: string; name?: string; time?: string; abort?: Abort };
+          try {
+            ev = JSON.parse(line);
+          } catch (err) {
+            throw new SandboxError(`watching ${path}: invalid line in the stream: ${line.slice(0, 200)}`, { cause: err });
+          }
+          if (ev.type === 'abort') throw errorFromAbort(ev.abort);
+          if (!ev.type) continue;
+          await onEvent({ type: ev.type, name: ev.name ?? '', time: new Date(ev.time ?? 0) });
+        }
+      } catch (err) {
+        if (!stopper.signal.aborted) failure = err instanceof Error ? err : new Error(String(err));
+      } finally {
+        open.done();
+      }
+      await opts.onExit?.(failure);
+    })();
+    return {
+      async stop() {
+        stopper.abort();
+        await run;
+      },
+    };
   }
 
   /** list returns the entries of a directory. */

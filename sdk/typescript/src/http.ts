@@ -69,6 +69,8 @@ export interface RequestOptions {
   /** Overall timeout of the request including reading its body; 0 = none. */
   timeoutMs?: number;
   headers?: Record<string, string>;
+  /** Aborts the request, and the reading of its body, when it fires. */
+  signal?: AbortSignal;
 }
 
 /**
@@ -111,7 +113,11 @@ export class HttpClient {
             controller.abort();
           }, timeoutMs)
         : undefined;
-    const done = () => clearTimeout(timer);
+    const unlink = linkSignal(opts.signal, controller);
+    const done = () => {
+      clearTimeout(timer);
+      unlink();
+    };
     const describe = `${method} ${path}`;
     const failure = (err: unknown): LizardError => {
       if (err instanceof LizardError) return err;
@@ -274,4 +280,16 @@ function causeText(err: unknown): string {
   if (cause?.code) return cause.code;
   if (cause?.message) return cause.message;
   return err instanceof Error ? err.message : String(err);
+}
+
+/** linkSignal aborts controller when signal fires; the returned function unlinks them. */
+function linkSignal(signal: AbortSignal | undefined, controller: AbortController): () => void {
+  if (!signal) return () => {};
+  if (signal.aborted) {
+    controller.abort();
+    return () => {};
+  }
+  const abort = () => controller.abort();
+  signal.addEventListener('abort', abort, { once: true });
+  return () => signal.removeEventListener('abort', abort);
 }

@@ -26,9 +26,11 @@ export {
   type Context,
   type EntryInfo,
   type ExecutionError,
+  type FilesystemEvent,
   type ProcessResult,
   type Result,
   type SandboxInfo,
+  type SandboxMetric,
   type VolumeInfo,
   type VolumeMount,
 } from './types.js';
@@ -42,7 +44,7 @@ export {
   type TemplateInfo,
 } from './template.js';
 export { Process, type ExecOptions } from './process.js';
-export { Files, type WriteData } from './files.js';
+export { Files, type TransferOptions, type WatchHandle, type WatchOptions, type WriteData } from './files.js';
 export { DEFAULT_API_URL, DEFAULT_REQUEST_TIMEOUT_MS, type ConnectionOptions } from './http.js';
 export {
   AuthenticationError,

@@ -8,12 +8,15 @@ import { Process } from './process.js';
 import {
   Execution,
   sandboxInfo,
+  sandboxMetric,
   type VolumeMount,
   type Context,
   type ExecuteEvent,
   type ExecutionError,
   type Result,
   type SandboxInfo,
+  type SandboxMetric,
+  type WireMetric,
   type WireSandbox,
 } from './types.js';
 
@@ -284,6 +287,16 @@ export class CodeSandbox {
   async setTimeout(timeoutMs: number): Promise<void> {
     checkMs('timeoutMs', timeoutMs);
     await this.http.request<WireSandbox>('POST', `${this.prefix}/timeout`, { json: { timeoutMs } });
+  }
+
+  /**
+   * getMetrics returns the sandbox's CPU, memory and disk samples of the
+   * last 5 minutes, oldest first (one every 5 s; none while it is paused or
+   * in its first seconds).
+   */
+  async getMetrics(): Promise<SandboxMetric[]> {
+    const w = await this.http.request<{ metrics: WireMetric[] | null }>('GET', `${this.prefix}/metrics`);
+    return (w.metrics ?? []).map(sandboxMetric);
   }
 
   /** kill ends the sandbox at once. Killing a sandbox that is already gone (404, 410) succeeds. */

@@ -106,15 +106,55 @@ export interface EntryInfo {
   /** file, dir, symlink or other. */
   type: 'file' | 'dir' | 'symlink' | 'other' | string;
   size: number;
+  /** The permission bits, such as 0o644. */
   mode: number;
   modTime: Date;
-  /** The type and mode as `ls -l` shows them, e.g. '-rw-r--r--'. */
+  /** The type and mode as `ls -l` shows them, such as "-rw-r--r--". */
   permissions: string;
-  /** The owner's and group's names (the id in decimal when the sandbox has no name for it). */
+  /** The owner's user name (the uid when the sandbox has no name for it). */
   owner: string;
+  /** The group's name (the gid when the sandbox has no name for it). */
   group: string;
   /** Where a symlink points, as stored in it; undefined for other types. */
   symlinkTarget?: string;
+}
+
+/** One change under a watched directory (files.watchDir). */
+export interface FilesystemEvent {
+  /** create, write, remove, rename (the old name; the new one comes as create) or chmod. */
+  type: 'create' | 'write' | 'remove' | 'rename' | 'chmod' | string;
+  /** The path that changed, relative to the watched directory. */
+  name: string;
+  /** When the sandbox saw it. */
+  time: Date;
+}
+
+/** One sample of a sandbox's use of its machine (getMetrics), taken every 5 s. */
+export interface SandboxMetric {
+  timestamp: Date;
+  /** CPU time used since the previous sample, in percent of cpuCount CPUs. */
+  cpuUsedPct: number;
+  cpuCount: number;
+  /** Memory its host cannot reclaim, bytes; memTotal its limit. */
+  memUsed: number;
+  memTotal: number;
+  /** What its writable layer holds, bytes; diskTotal its limit. */
+  diskUsed: number;
+  diskTotal: number;
+}
+
+export interface WireMetric {
+  timestamp: string;
+  cpuUsedPct: number;
+  cpuCount: number;
+  memUsed: number;
+  memTotal: number;
+  diskUsed: number;
+  diskTotal: number;
+}
+
+export function sandboxMetric(w: WireMetric): SandboxMetric {
+  return { ...w, timestamp: new Date(w.timestamp) };
 }
 
 /** What process.exec returns. */

@@ -4,9 +4,9 @@
 from explicit arguments, then ``LIZARD_API_URL`` and ``LIZARD_API_KEY``.
 """
 
-from ._async import AsyncCodeSandbox, AsyncFiles, AsyncProcess, AsyncTemplate, AsyncVolume
+from ._async import AsyncCodeSandbox, AsyncFiles, AsyncProcess, AsyncTemplate, AsyncVolume, AsyncWatchHandle
 from ._core import DEFAULT_API_URL
-from ._sync import CodeSandbox, Files, Process, Template, Volume
+from ._sync import CodeSandbox, Files, Process, Template, Volume, WatchHandle
 from .errors import (
     AuthenticationError,
     ConflictError,
@@ -25,10 +25,12 @@ from .models import (
     Context,
     EntryInfo,
     Execution,
+    FilesystemEvent,
     ExecutionError,
     ProcessResult,
     Result,
     SandboxInfo,
+    SandboxMetric,
     SnapshotInfo,
     TemplateInfo,
     VolumeInfo,
@@ -56,6 +58,10 @@ __all__ = [
     "SandboxInfo",
     "SnapshotInfo",
     "EntryInfo",
+    "FilesystemEvent",
+    "WatchHandle",
+    "AsyncWatchHandle",
+    "SandboxMetric",
     "ProcessResult",
     "LizardError",
     "AuthenticationError",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import os
 from types import TracebackType
 from typing import (
     IO,
@@ -13,6 +15,7 @@ from typing import (
     Coroutine,
     Dict,
     Generator,
+    Iterable,
     List,
     Literal,
     Mapping,
@@ -35,15 +38,17 @@ from .models import (
     EntryInfo,
     Execution,
     ExecutionError,
+    FilesystemEvent,
     ProcessResult,
     Result,
     SandboxInfo,
+    SandboxMetric,
     SnapshotInfo,
     TemplateInfo,
     VolumeInfo,
 )
 
-__all__ = ["AsyncCodeSandbox", "AsyncFiles", "AsyncProcess", "AsyncVolume", "AsyncTemplate"]
+__all__ = ["AsyncCodeSandbox", "AsyncFiles", "AsyncProcess", "AsyncVolume", "AsyncTemplate", "AsyncWatchHandle"]
 
 _CHUNK = 64 * 1024
 
@@ -122,6 +127,20 @@ class _AsyncHttp:
         except httpx.TransportError as exc:
             raise _core.transport_error(exc, self.api_url) from exc
 
+    async def open(self, path: str, params: Any, read_timeout: Optional[float]) -> httpx.Response:
+        """Send a GET whose body is read as it comes; the caller closes the response."""
+        req = self.client.build_request("GET", path, params=params, timeout=_core.timeout(self.request_timeout, read_timeout))
+        try:
+            resp = await self.client.send(req, stream=True)
+        except httpx.TransportError as exc:
+            raise _core.transport_error(exc, self.api_url) from exc
+        if resp.status_code >= 300:
+            try:
+                raise error_from_response(resp.status_code, await resp.aread())
+            finally:
+                await resp.aclose()
+        return resp
+
     def clone(self) -> "_AsyncHttp":
         """A new pool with the same settings, for another sandbox."""
         return _AsyncHttp(self.api_url, self.api_key, self.request_timeout, self.transport)
@@ -147,7 +166,19 @@ def _achunks(data: FileData) -> Union[bytes, AsyncIterator[bytes]]:
                 yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
 
         return gen()
-    raise InvalidArgumentError(f"data must be str, bytes or a readable file object, not {type(data).__name__}")
+    if hasattr(data, "__aiter__") or hasattr(data, "__iter__"):
+        async def chunks() -> AsyncIterator[bytes]:
+            if hasattr(data, "__aiter__"):
+                async for chunk in data:  # type: ignore[union-attr]
+                    yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
+            else:
+                for chunk in data:  # type: ignore[union-attr]
+                    yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
+
+        return chunks()
+    raise InvalidArgumentError(
+        f"data must be str, bytes, a readable file object or an (async) iterable of bytes, not {type(data).__name__}"
+    )
 
 
 class _PendingSandbox:
@@ -324,6 +355,12 @@ class AsyncCodeSandbox:
         """Reset the sandbox's deadline to timeout_ms from now; 0 means it never ends by itself."""
         _core.check_ms("timeout_ms", timeout_ms)
         await self._http.request("POST", f"{self._prefix}/timeout", json={"timeoutMs": timeout_ms})
+
+    async def get_metrics(self) -> List[SandboxMetric]:
+        """The sandbox's CPU, memory and disk samples of the last 5 minutes; see
+        :meth:`lizard.CodeSandbox.get_metrics`."""
+        data = (await self._http.request("GET", f"{self._prefix}/metrics")).json()
+        return [SandboxMetric.from_json(m) for m in data.get("metrics") or []]
 
     async def kill(self) -> None:
         """End the sandbox now. Killing a sandbox that is already gone is not an error."""
@@ -606,16 +643,79 @@ class AsyncFiles:
     @overload
     async def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
 
-    async def read(self, path: str, format: str = "text") -> Union[str, bytes]:
-        """Read a whole file, as text (UTF-8) or bytes."""
-        if format not in ("text", "bytes"):
-            raise InvalidArgumentError(f"format must be 'text' or 'bytes', not {format!r}")
+    @overload
+    async def read(self, path: str, format: Literal["stream"]) -> AsyncIterator[bytes]: ...
+
+    async def read(self, path: str, format: str = "text") -> Union[str, bytes, AsyncIterator[bytes]]:
+        """Read a file: whole, as text or bytes, or as an async stream of chunks (``format="stream"``); see
+        :meth:`lizard.Files.read`."""
+        if format not in ("text", "bytes", "stream"):
+            raise InvalidArgumentError(f"format must be 'text', 'bytes' or 'stream', not {format!r}")
+        if format == "stream":
+            return await self._stream(path)
         data = (await self._request("GET", "", path)).content
         return data.decode("utf-8") if format == "text" else data
 
-    async def write(self, path: str, data: Union[FileData, IO[Any]]) -> EntryInfo:
-        """Write a file, creating parent directories. File-like data (sync or async) is streamed in chunks."""
+    async def _stream(self, path: str) -> AsyncIterator[bytes]:
+        s = self._sandbox
+        resp = await s._http.open(f"{s._prefix}/files", {"path": path}, s._http.request_timeout)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in resp.aiter_bytes(_CHUNK):
+                    yield chunk
+            except httpx.TransportError as exc:
+                raise _core.transport_error(exc, s._http.api_url) from exc
+            finally:
+                await resp.aclose()
+
+        return chunks()
+
+    async def download(self, path: str, dest: Union[str, "os.PathLike[str]", IO[bytes]]) -> int:
+        """Stream a file into dest (a local path, or a binary file object) and return its size."""
+        n = 0
+        stream = await self._stream(path)
+        if isinstance(dest, (str, os.PathLike)):
+            with open(dest, "wb") as f:
+                async for chunk in stream:
+                    f.write(chunk)
+                    n += len(chunk)
+            return n
+        async for chunk in stream:
+            dest.write(chunk)
+            n += len(chunk)
+        return n
+
+    async def write(self, path: str, data: Union[FileData, IO[Any], AsyncIterator[bytes]]) -> EntryInfo:
+        """Write a file, creating parent directories. File-like data (sync or async) and (async) iterables
+        of bytes are streamed in chunks."""
         return EntryInfo.from_json((await self._request("PUT", "", path, content=_achunks(data))).json())
+
+    async def rename(self, old_path: str, new_path: str) -> EntryInfo:
+        """Rename or move a file or directory, as rename(2); see :meth:`lizard.Files.rename`."""
+        s = self._sandbox
+        resp = await s._http.request("POST", f"{s._prefix}/files/rename", params={"path": old_path, "to": new_path})
+        return EntryInfo.from_json(resp.json())
+
+    async def get_info(self, path: str) -> EntryInfo:
+        """Describe a file or directory; the same as :meth:`stat`."""
+        return await self.stat(path)
+
+    async def watch_dir(
+        self,
+        path: str,
+        on_event: Callable[[FilesystemEvent], Any],
+        *,
+        recursive: bool = False,
+        on_exit: Optional[Callable[[Optional[Exception]], Any]] = None,
+    ) -> "AsyncWatchHandle":
+        """Watch a directory for changes: ``on_event`` (a function or a coroutine function) gets each
+        :class:`FilesystemEvent` from a task; see :meth:`lizard.Files.watch_dir`."""
+        s = self._sandbox
+        resp = await s._http.open(
+            f"{s._prefix}/files/watch", {"path": path, "recursive": "true" if recursive else "false"}, None
+        )
+        return AsyncWatchHandle(resp, s._http.api_url, on_event, on_exit)
 
     async def list(self, path: str = ".") -> List[EntryInfo]:
         """List a directory."""
@@ -643,3 +743,53 @@ class AsyncFiles:
     async def make_dir(self, path: str) -> EntryInfo:
         """Make a directory and its parents."""
         return EntryInfo.from_json((await self._request("POST", "/mkdir", path)).json())
+
+
+class AsyncWatchHandle:
+    """A running ``files.watch_dir`` of the async client; ``await stop()`` ends it."""
+
+    def __init__(
+        self,
+        resp: httpx.Response,
+        api_url: str,
+        on_event: Callable[[FilesystemEvent], Any],
+        on_exit: Optional[Callable[[Optional[Exception]], Any]],
+    ) -> None:
+        self._resp = resp
+        self._stopped = False
+        self.error: Optional[Exception] = None
+        """Why the watch ended, if it ended with an error (SandboxGoneError when the sandbox ended)."""
+
+        async def run() -> None:
+            err: Optional[Exception] = None
+            splitter = _core.LineSplitter()
+            try:
+                async for chunk in resp.aiter_bytes():
+                    for line in splitter.feed(chunk):
+                        ev = _core.watch_event(line)
+                        if ev is not None:
+                            await _call(on_event, ev)
+            except asyncio.CancelledError:
+                pass
+            except httpx.TransportError as exc:
+                if not self._stopped:
+                    err = _core.transport_error(exc, api_url)
+            except Exception as exc:  # the sandbox's end, or on_event's own error
+                if not self._stopped:
+                    err = exc
+            finally:
+                await resp.aclose()
+            self.error = err
+            await _call(on_exit, err)
+
+        self._task = asyncio.get_running_loop().create_task(run())
+
+    async def stop(self) -> None:
+        """End the watch (on_exit, if any, has run when this returns)."""
+        self._stopped = True
+        if self._task is not asyncio.current_task():
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass

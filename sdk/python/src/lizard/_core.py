@@ -21,7 +21,7 @@ from .errors import (
     TemplateBuildError,
     error_from_abort,
 )
-from .models import Context, Execution, ExecutionError, ProcessResult, Result
+from .models import Context, Execution, ExecutionError, FilesystemEvent, ProcessResult, Result
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 # Ordinary requests (info, contexts, files) answer quickly; a minute leaves room for a busy machine.
@@ -430,3 +430,13 @@ class TemplateBuild:
         if self.template is None:
             raise SandboxError("the template build's stream ended without its outcome")
         return self.template
+
+
+def watch_event(event: Mapping[str, Any]) -> Optional[FilesystemEvent]:
+    """The FilesystemEvent of one /files/watch line; raises the sandbox's end carried by an "abort" line."""
+    kind = event.get("type")
+    if kind == "abort":
+        raise error_from_abort(event.get("abort"))
+    if not kind:
+        return None
+    return FilesystemEvent.from_json(event)

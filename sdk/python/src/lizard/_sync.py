@@ -2,8 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 from types import TracebackType
-from typing import IO, Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Type, Union, overload
+from typing import (
+    IO,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Type,
+    Union,
+    overload,
+)
 from urllib.parse import quote
 
 import httpx
@@ -16,18 +34,20 @@ from .models import (
     EntryInfo,
     Execution,
     ExecutionError,
+    FilesystemEvent,
     ProcessResult,
     Result,
     SandboxInfo,
+    SandboxMetric,
     SnapshotInfo,
     TemplateInfo,
     VolumeInfo,
 )
 
-__all__ = ["CodeSandbox", "Files", "Process", "Volume", "Template"]
+__all__ = ["CodeSandbox", "Files", "Process", "Volume", "Template", "WatchHandle"]
 
 _CHUNK = 64 * 1024
-FileData = Union[str, bytes, bytearray, memoryview, IO[bytes], IO[str]]
+FileData = Union[str, bytes, bytearray, memoryview, IO[bytes], IO[str], Iterable[bytes]]
 
 
 class _Http:
@@ -93,6 +113,20 @@ class _Http:
         except httpx.TransportError as exc:
             raise _core.transport_error(exc, self.api_url) from exc
 
+    def open(self, path: str, params: Any, read_timeout: Optional[float]) -> httpx.Response:
+        """Send a GET whose body is read as it comes; the caller closes the response."""
+        req = self.client.build_request("GET", path, params=params, timeout=_core.timeout(self.request_timeout, read_timeout))
+        try:
+            resp = self.client.send(req, stream=True)
+        except httpx.TransportError as exc:
+            raise _core.transport_error(exc, self.api_url) from exc
+        if resp.status_code >= 300:
+            try:
+                raise error_from_response(resp.status_code, resp.read())
+            finally:
+                resp.close()
+        return resp
+
     def clone(self) -> "_Http":
         """A new pool with the same settings, for another sandbox."""
         return _Http(self.api_url, self.api_key, self.request_timeout, self.transport)
@@ -120,7 +154,15 @@ def _chunks(data: FileData) -> Union[bytes, Iterator[bytes]]:
                 yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
 
         return gen()
-    raise InvalidArgumentError(f"data must be str, bytes or a readable file object, not {type(data).__name__}")
+    if hasattr(data, "__iter__"):
+        def chunks() -> Iterator[bytes]:
+            for chunk in data:  # type: ignore[union-attr]
+                yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
+
+        return chunks()
+    raise InvalidArgumentError(
+        f"data must be str, bytes, a readable file object or an iterable of bytes, not {type(data).__name__}"
+    )
 
 
 class CodeSandbox:
@@ -293,6 +335,12 @@ class CodeSandbox:
         """Reset the sandbox's deadline to timeout_ms from now; 0 means it never ends by itself."""
         _core.check_ms("timeout_ms", timeout_ms)
         self._http.request("POST", f"{self._prefix}/timeout", json={"timeoutMs": timeout_ms})
+
+    def get_metrics(self) -> List[SandboxMetric]:
+        """The sandbox's CPU, memory and disk samples of the last 5 minutes, oldest first (one every 5 s;
+        none while it is paused or in its first seconds)."""
+        data = self._http.request("GET", f"{self._prefix}/metrics").json()
+        return [SandboxMetric.from_json(m) for m in data.get("metrics") or []]
 
     def kill(self) -> None:
         """End the sandbox now. Killing a sandbox that is already gone is not an error."""
@@ -595,16 +643,84 @@ class Files:
     @overload
     def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
 
-    def read(self, path: str, format: str = "text") -> Union[str, bytes]:
-        """Read a whole file, as text (UTF-8) or bytes."""
-        if format not in ("text", "bytes"):
-            raise InvalidArgumentError(f"format must be 'text' or 'bytes', not {format!r}")
+    @overload
+    def read(self, path: str, format: Literal["stream"]) -> Iterator[bytes]: ...
+
+    def read(self, path: str, format: str = "text") -> Union[str, bytes, Iterator[bytes]]:
+        """Read a file: whole, as text (UTF-8) or bytes, or as a stream of chunks (``format="stream"``), which
+        holds no more than a chunk of it at a time. The stream is opened at once (a missing file raises
+        here); iterate it to the end or close it."""
+        if format not in ("text", "bytes", "stream"):
+            raise InvalidArgumentError(f"format must be 'text', 'bytes' or 'stream', not {format!r}")
+        if format == "stream":
+            return self._stream(path)
         data = self._request("GET", "", path).content
         return data.decode("utf-8") if format == "text" else data
 
+    def _stream(self, path: str) -> Iterator[bytes]:
+        s = self._sandbox
+        resp = s._http.open(f"{s._prefix}/files", {"path": path}, s._http.request_timeout)
+
+        def chunks() -> Iterator[bytes]:
+            try:
+                yield from resp.iter_bytes(_CHUNK)
+            except httpx.TransportError as exc:
+                raise _core.transport_error(exc, s._http.api_url) from exc
+            finally:
+                resp.close()
+
+        return chunks()
+
+    def download(self, path: str, dest: Union[str, "os.PathLike[str]", IO[bytes]]) -> int:
+        """Stream a file into dest (a local path, or a binary file object) and return its size."""
+        n = 0
+        stream = self._stream(path)
+        if isinstance(dest, (str, os.PathLike)):
+            with open(dest, "wb") as f:
+                for chunk in stream:
+                    f.write(chunk)
+                    n += len(chunk)
+            return n
+        for chunk in stream:
+            dest.write(chunk)
+            n += len(chunk)
+        return n
+
     def write(self, path: str, data: FileData) -> EntryInfo:
-        """Write a file, creating parent directories. File-like data is streamed in chunks."""
+        """Write a file, creating parent directories. A file object or an iterable of bytes is streamed in
+        chunks, so a file of any size passes through; the file appears whole once all of it is written."""
         return EntryInfo.from_json(self._request("PUT", "", path, content=_chunks(data)).json())
+
+    def rename(self, old_path: str, new_path: str) -> EntryInfo:
+        """Rename or move a file or directory, as rename(2): a file at new_path is replaced. Returns the entry
+        at its new path."""
+        s = self._sandbox
+        resp = s._http.request("POST", f"{s._prefix}/files/rename", params={"path": old_path, "to": new_path})
+        return EntryInfo.from_json(resp.json())
+
+    def get_info(self, path: str) -> EntryInfo:
+        """Describe a file or directory (owner, group, permissions, symlink target...); raises
+        NotFoundError when it does not exist. The same as :meth:`stat`."""
+        return self.stat(path)
+
+    def watch_dir(
+        self,
+        path: str,
+        on_event: Callable[[FilesystemEvent], Any],
+        *,
+        recursive: bool = False,
+        on_exit: Optional[Callable[[Optional[Exception]], Any]] = None,
+    ) -> "WatchHandle":
+        """Watch a directory for changes: ``on_event`` gets each :class:`FilesystemEvent` in a background
+        thread. Returns once the watch is in place (every change after it is reported). The watch ends with
+        :meth:`WatchHandle.stop`, when the directory is removed, or when the sandbox ends; ``on_exit`` then
+        gets None, or the error (SandboxGoneError when the sandbox ended). A missing directory raises
+        NotFoundError here, a file InvalidArgumentError."""
+        s = self._sandbox
+        resp = s._http.open(
+            f"{s._prefix}/files/watch", {"path": path, "recursive": "true" if recursive else "false"}, None
+        )
+        return WatchHandle(resp, s._http.api_url, on_event, on_exit)
 
     def list(self, path: str = ".") -> List[EntryInfo]:
         """List a directory."""
@@ -632,3 +748,58 @@ class Files:
         """Make a directory and its parents."""
         return EntryInfo.from_json(self._request("POST", "/mkdir", path).json())
 
+
+
+class WatchHandle:
+    """A running ``files.watch_dir``; :meth:`stop` ends it."""
+
+    def __init__(
+        self,
+        resp: httpx.Response,
+        api_url: str,
+        on_event: Callable[[FilesystemEvent], Any],
+        on_exit: Optional[Callable[[Optional[Exception]], Any]],
+    ) -> None:
+        self._resp = resp
+        self._stopped = threading.Event()
+        self.error: Optional[Exception] = None
+        """Why the watch ended, if it ended with an error (SandboxGoneError when the sandbox ended)."""
+
+        def run() -> None:
+            err: Optional[Exception] = None
+            splitter = _core.LineSplitter()
+            try:
+                for chunk in resp.iter_bytes():
+                    for line in splitter.feed(chunk):
+                        ev = _core.watch_event(line)
+                        if ev is not None:
+                            on_event(ev)
+            except httpx.TransportError as exc:
+                if not self._stopped.is_set():
+                    err = _core.transport_error(exc, api_url)
+            except Exception as exc:  # the sandbox's end, or on_event's own error
+                if not self._stopped.is_set():
+                    err = exc
+            finally:
+                resp.close()
+            self.error = err
+            if on_exit is not None:
+                on_exit(err)
+
+        self._thread = threading.Thread(target=run, name="lizard-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the watch and wait for its thread (on_exit, if any, has run when this returns)."""
+        self._stopped.set()
+        # Closing the response does not wake a read blocked in the thread; shutting its socket down does.
+        stream = self._resp.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._resp.close()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()

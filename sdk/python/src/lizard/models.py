@@ -14,6 +14,8 @@ __all__ = [
     "Context",
     "SandboxInfo",
     "EntryInfo",
+    "FilesystemEvent",
+    "SandboxMetric",
     "ProcessResult",
 ]
 
@@ -250,17 +252,18 @@ class SnapshotInfo:
 
 @dataclass
 class EntryInfo:
-    """One file or directory in a sandbox.
+    """One file or directory in a sandbox; a symlink is described, not followed.
 
     Attributes:
         name: the base name.
         path: the absolute path inside the sandbox.
         type: ``file``, ``dir``, ``symlink`` or ``other``.
         size: the size in bytes.
-        mode: the permission and mode bits.
+        mode: the permission bits, such as ``0o644``.
         mod_time: the last modification time.
-        permissions: the type and mode as ``ls -l`` shows them, such as ``-rw-r--r--``.
-        owner, group: the owner's and group's names (the id in decimal when the sandbox has no name for it).
+        permissions: the type and mode as ``ls -l`` shows them, such as ``"-rw-r--r--"``.
+        owner: the owner's user name (the uid when the sandbox has no name for it).
+        group: the group's name (the gid when the sandbox has no name for it).
         symlink_target: where a symlink points, as stored in it; None for other types.
     """
 
@@ -275,6 +278,11 @@ class EntryInfo:
     group: str = ""
     symlink_target: Optional[str] = None
 
+    @property
+    def modified_time(self) -> Optional[datetime]:
+        """E2B's name for :attr:`mod_time`."""
+        return self.mod_time
+
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "EntryInfo":
         """Build an EntryInfo from its wire form."""
@@ -288,7 +296,62 @@ class EntryInfo:
             permissions=str(obj.get("permissions") or ""),
             owner=str(obj.get("owner") or ""),
             group=str(obj.get("group") or ""),
-            symlink_target=str(obj["symlinkTarget"]) if obj.get("symlinkTarget") else None,
+            symlink_target=obj.get("symlinkTarget") or None,
+        )
+
+
+@dataclass
+class FilesystemEvent:
+    """One change under a watched directory (``files.watch_dir``).
+
+    Attributes:
+        type: ``create``, ``write``, ``remove``, ``rename`` (the old name; the new one comes as ``create``)
+            or ``chmod``.
+        name: the path that changed, relative to the watched directory.
+        time: when the sandbox saw it.
+    """
+
+    type: str
+    name: str
+    time: Optional[datetime]
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "FilesystemEvent":
+        """Build a FilesystemEvent from its wire form."""
+        return cls(type=str(obj.get("type", "")), name=str(obj.get("name", "")), time=parse_time(obj.get("time")))
+
+
+@dataclass
+class SandboxMetric:
+    """One sample of a sandbox's use of its machine (``get_metrics``), taken every 5 s.
+
+    Attributes:
+        timestamp: when it was taken.
+        cpu_used_pct: CPU time used since the previous sample, in percent of ``cpu_count`` CPUs.
+        cpu_count: the CPUs the sandbox may use.
+        mem_used: memory its host cannot reclaim, bytes; ``mem_total`` its limit.
+        disk_used: what its writable layer holds, bytes; ``disk_total`` its limit.
+    """
+
+    timestamp: Optional[datetime]
+    cpu_used_pct: float
+    cpu_count: float
+    mem_used: int
+    mem_total: int
+    disk_used: int
+    disk_total: int
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "SandboxMetric":
+        """Build a SandboxMetric from its wire form."""
+        return cls(
+            timestamp=parse_time(obj.get("timestamp")),
+            cpu_used_pct=float(obj.get("cpuUsedPct") or 0),
+            cpu_count=float(obj.get("cpuCount") or 0),
+            mem_used=int(obj.get("memUsed") or 0),
+            mem_total=int(obj.get("memTotal") or 0),
+            disk_used=int(obj.get("diskUsed") or 0),
+            disk_total=int(obj.get("diskTotal") or 0),
         )
 
 

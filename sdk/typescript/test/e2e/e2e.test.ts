@@ -549,4 +549,84 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
       }
     }),
   );
+
+  test(
+    'files: watchDir, rename, getInfo, streamed write and read; getMetrics',
+    e2e(async () => {
+      const sb = await CodeSandbox.create({ timeoutMs: 10 * MIN, metadata: { suite: 'ts-files' } });
+      try {
+        await sb.files.makeDir('w');
+        const seen: string[] = [];
+        let exited: Error | undefined | null = null;
+        const handle = await sb.files.watchDir('w', (ev) => void seen.push(`${ev.type} ${ev.name}`), {
+          recursive: true,
+          onExit: (err) => void (exited = err),
+        });
+        await sb.process.exec('echo hi > ~/w/a.txt && mv ~/w/a.txt ~/w/b.txt && mkdir -p ~/w/d && touch ~/w/d/f && rm ~/w/b.txt');
+        const want = ['create a.txt', 'write a.txt', 'rename a.txt', 'create b.txt', 'create d', 'create d/f', 'remove b.txt'];
+        const inOrder = () => want.every((w, i) => seen.indexOf(w) >= 0 && (i === 0 || seen.indexOf(w) > seen.indexOf(want[i - 1]!)));
+        for (let end = Date.now() + 5000; !inOrder() && Date.now() < end; ) await new Promise((r) => setTimeout(r, 50));
+        assert.ok(inOrder(), `events ${JSON.stringify(seen)}, want ${JSON.stringify(want)} in order`);
+        await handle.stop();
+        assert.equal(exited, undefined);
+
+        await assert.rejects(sb.files.watchDir('nothing', () => {}), NotFoundError);
+        await sb.process.exec('echo 12345 > ~/r.txt && chmod 640 ~/r.txt && ln -s r2.txt ~/link');
+        await assert.rejects(sb.files.watchDir('r.txt', () => {}), InvalidArgumentError);
+        const info = await sb.files.rename('r.txt', 'r2.txt');
+        assert.deepEqual([info.path, info.size, info.owner, info.group, info.permissions], ['/home/user/r2.txt', 6, 'user', 'user', '-rw-r-----']);
+        const link = await sb.files.getInfo('link');
+        assert.equal(link.type, 'symlink');
+        assert.equal(link.symlinkTarget, 'r2.txt');
+        await assert.rejects(sb.files.rename('nothing', 'x'), NotFoundError);
+
+        // 64 MiB up from an AsyncIterable and down as a ReadableStream, hashed on both sides.
+        const size = 64 << 20;
+        const block = crypto.createHash('sha256').update('ts').digest();
+        const piece = Buffer.concat(Array.from({ length: 1 << 15 }, () => block)); // 1 MiB
+        async function* chunks(): AsyncGenerator<Uint8Array> {
+          for (let i = 0; i < size / piece.length; i++) yield piece;
+        }
+        const up = crypto.createHash('sha256');
+        for (let i = 0; i < size / piece.length; i++) up.update(piece);
+        const written = await sb.files.write('big.bin', chunks());
+        assert.equal(written.size, size);
+        const stream = await sb.files.read('big.bin', { format: 'stream' });
+        const down = crypto.createHash('sha256');
+        let n = 0;
+        for await (const chunk of stream as unknown as AsyncIterable<Uint8Array>) {
+          down.update(chunk);
+          n += chunk.length;
+        }
+        assert.equal(n, size);
+        assert.equal(down.digest('hex'), up.digest('hex'));
+
+        let metrics = await sb.getMetrics();
+        for (let end = Date.now() + 20_000; metrics.length === 0 && Date.now() < end; ) {
+          await new Promise((r) => setTimeout(r, 1000));
+          metrics = await sb.getMetrics();
+        }
+        const m = metrics.at(-1);
+        assert.ok(m, 'no metrics within 20 s');
+        assert.ok(m.cpuCount > 0 && m.memTotal > 0 && m.memUsed > 0 && m.memUsed <= m.memTotal, JSON.stringify(m));
+        assert.ok(m.diskUsed >= size && m.diskTotal > m.diskUsed && m.timestamp instanceof Date, JSON.stringify(m));
+
+        // The sandbox's end ends a watch with SandboxGoneError.
+        let gone: Error | undefined;
+        let ended!: () => void;
+        const exitedOnce = new Promise<void>((resolve) => (ended = resolve));
+        await sb.files.watchDir('w', () => {}, {
+          onExit: (err) => {
+            gone = err;
+            ended();
+          },
+        });
+        await sb.kill();
+        await Promise.race([exitedOnce, new Promise((_, reject) => setTimeout(() => reject(new Error('watch still open 5 s after the kill')), 5000))]);
+        assert.ok(gone instanceof SandboxGoneError, `the watch ended with ${gone}`);
+      } finally {
+        await sb.kill().catch(() => {});
+      }
+    }),
+  );
 });

@@ -33,6 +33,8 @@ const MODELS: Record<string, string[]> = {
   TemplateFile: ['RecipeFile'],
   VolumeMount: ['VolumeMount'],
   SandboxVolume: ['VolumeMount'],
+  FileEvent: ['FilesystemEvent'],
+  SandboxMetric: ['WireMetric', 'SandboxMetric'],
 };
 
 // Request objects: the schema and the call that sends it (Class.method).
@@ -54,6 +56,7 @@ const OMITTED: Record<string, string> = {
   'ExecuteRequest.contextId': 'runCode takes context, a Context or its id',
   'ProcessRequest.args': 'exec takes cmd as an array, [program, ...args], or a string run by bash',
   'TemplateFile.size': "in responses only: TemplateInfo.recipe is a built template's recipe as the API gave it",
+  'FileEvent.abort': 'a watch that ends with an abort gives onExit the matching error',
 };
 
 // Schemas the SDK has no interface or call of its own for, and why.
@@ -68,7 +71,7 @@ const UNMODELLED: Record<string, string> = {
   EntryList: 'files.list() returns the entries themselves',
   TemplateCommand: 'inline in Recipe.run, { cmd, user }',
   Health: 'for probes and operators, not for code using sandboxes',
-  FileEvent: 'the SDK has no call for /files/watch yet',
+  SandboxMetrics: 'getMetrics() returns the samples themselves',
   ProcessStartRequest: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
   PtySize: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
   ProcessInfo: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",

@@ -1,0 +1,149 @@
+"""End-to-end tests of watch_dir, rename, get_info, streamed reads and writes and get_metrics, sync and
+async, against a real `lizard serve` (see conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import queue
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import pytest
+
+from lizard import AsyncCodeSandbox, CodeSandbox, FilesystemEvent, InvalidArgumentError, NotFoundError, SandboxGoneError
+
+SIZE = 64 << 20  # streamed through the SDK with a few MiB of Python memory at most
+BOUND = 8 << 20
+
+
+def _chunks(seed: bytes, size: int) -> Iterator[bytes]:
+    """size deterministic bytes in 1 MiB pieces, made as they are asked for."""
+    block = hashlib.sha256(seed).digest() * (1 << 15)
+    for _ in range(size // len(block)):
+        yield block
+
+
+def _wait(events: "queue.Queue[FilesystemEvent]", want: List[str], timeout: float = 5.0) -> None:
+    seen: List[str] = []
+    deadline = time.monotonic() + timeout
+    while want:
+        try:
+            ev = events.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"saw {seen}, still want {want}") from None
+        seen.append(f"{ev.type} {ev.name}")
+        if seen[-1] == want[0]:
+            want = want[1:]
+
+
+def test_watch_rename_info_stream_metrics(tmp_path: Path) -> None:
+    with CodeSandbox.create(timeout_ms=600_000, metadata={"suite": "files"}) as sb:
+        sb.files.make_dir("w")
+        events: "queue.Queue[FilesystemEvent]" = queue.Queue()
+        exited: "queue.Queue[Optional[Exception]]" = queue.Queue()
+        handle = sb.files.watch_dir("w", events.put, recursive=True, on_exit=exited.put)
+        sb.process.exec("echo hi > ~/w/a.txt && mv ~/w/a.txt ~/w/b.txt && mkdir -p ~/w/d && touch ~/w/d/f && rm ~/w/b.txt")
+        _wait(events, ["create a.txt", "write a.txt", "rename a.txt", "create b.txt", "create d", "create d/f", "remove b.txt"])
+        handle.stop()
+        assert exited.get(timeout=5) is None
+
+        with pytest.raises(NotFoundError):
+            sb.files.watch_dir("nothing", events.put)
+        sb.process.exec("echo 12345 > ~/r.txt && chmod 640 ~/r.txt && ln -s r2.txt ~/link")
+        with pytest.raises(InvalidArgumentError):
+            sb.files.watch_dir("r.txt", events.put)
+        info = sb.files.rename("r.txt", "r2.txt")
+        assert (info.path, info.size, info.owner, info.group, info.permissions) == (
+            "/home/user/r2.txt", 6, "user", "user", "-rw-r-----")
+        link = sb.files.get_info("link")
+        assert link.type == "symlink" and link.symlink_target == "r2.txt"
+        with pytest.raises(NotFoundError):
+            sb.files.rename("nothing", "x")
+
+        # Streamed up from an iterator and down to a file, with the SDK's memory flat.
+        tracemalloc.start()
+        try:
+            sb.files.write("big.bin", _chunks(b"py", SIZE))
+            stream = sb.files.read("big.bin", format="stream")
+            digest = hashlib.sha256()
+            n = 0
+            for chunk in stream:
+                digest.update(chunk)
+                n += len(chunk)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        want = hashlib.sha256()
+        for chunk in _chunks(b"py", SIZE):
+            want.update(chunk)
+        assert n == SIZE and digest.digest() == want.digest()
+        assert peak < BOUND, f"the SDK held {peak >> 20} MiB moving {SIZE >> 20} MiB"
+        dest = tmp_path / "big.bin"
+        assert sb.files.download("big.bin", dest) == SIZE
+        assert os.path.getsize(dest) == SIZE
+        with open(dest, "rb") as f:  # a file object uploads streamed too
+            assert sb.files.write("copy.bin", f).size == SIZE
+
+        # Metrics: the first sample comes within 5 s of the start.
+        deadline = time.monotonic() + 20
+        metrics = sb.get_metrics()
+        while not metrics and time.monotonic() < deadline:
+            time.sleep(1)
+            metrics = sb.get_metrics()
+        assert metrics, "no metrics within 20 s"
+        m = metrics[-1]
+        assert m.cpu_count > 0 and m.mem_total > 0 and 0 < m.mem_used <= m.mem_total
+        assert m.disk_used >= 2 * SIZE and m.disk_total > m.disk_used and m.timestamp is not None
+
+        # A watch ends with the typed gone error when its sandbox does.
+        handle = sb.files.watch_dir("w", events.put, on_exit=exited.put)
+        sb.kill()
+        assert isinstance(exited.get(timeout=5), SandboxGoneError)
+
+
+async def test_watch_rename_info_stream_metrics_async() -> None:
+    async with await AsyncCodeSandbox.create(timeout_ms=600_000, metadata={"suite": "files-async"}) as sb:
+        await sb.files.make_dir("w")
+        events: "queue.Queue[FilesystemEvent]" = queue.Queue()
+        exited: "asyncio.Queue[Optional[Exception]]" = asyncio.Queue()
+
+        async def on_event(ev: FilesystemEvent) -> None:
+            events.put(ev)
+
+        handle = await sb.files.watch_dir("w", on_event, recursive=True, on_exit=exited.put)
+        await sb.process.exec("echo hi > ~/w/a.txt && mv ~/w/a.txt ~/w/b.txt && rm ~/w/b.txt")
+        await asyncio.to_thread(_wait, events, ["create a.txt", "write a.txt", "rename a.txt", "create b.txt", "remove b.txt"])
+        await handle.stop()
+        assert await asyncio.wait_for(exited.get(), 5) is None
+
+        info = await sb.files.write("a.txt", "abc")
+        info = await sb.files.rename("a.txt", "b.txt")
+        assert info.name == "b.txt" and (await sb.files.get_info("b.txt")).permissions == "-rw-r--r--"
+
+        async def agen() -> "asyncio.AsyncIterator[bytes]":
+            for chunk in _chunks(b"async", 8 << 20):
+                yield chunk
+
+        assert (await sb.files.write("big.bin", agen())).size == 8 << 20
+        n = 0
+        async for chunk in await sb.files.read("big.bin", format="stream"):
+            n += len(chunk)
+        assert n == 8 << 20
+
+        metrics = await sb.get_metrics()
+        for _ in range(20):
+            if metrics:
+                break
+            await asyncio.sleep(1)
+            metrics = await sb.get_metrics()
+        assert metrics and metrics[-1].mem_total > 0
+
+        handle = await sb.files.watch_dir("w", on_event, on_exit=exited.put)
+        await sb.kill()
+        assert isinstance(await asyncio.wait_for(exited.get(), 5), SandboxGoneError)
+
+
