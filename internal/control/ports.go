@@ -54,15 +54,15 @@ func (c *Control) OpenPort(ctx context.Context, a PortAccess, id string, port in
 	tokenOK := a.Token != "" && c.accessToken(id) != "" && hmac.Equal([]byte(a.Token), []byte(c.accessToken(id)))
 	switch {
 	case a.ProjectID != "" && (!found || sb.ProjectID != a.ProjectID):
-		return node.Call{}, &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found in project %s", id, a.ProjectID)}
+		return node.Call{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found in project %s", id, a.ProjectID)}
 	case a.ProjectID != "":
 	case !found && a.Token != "":
-		return node.Call{}, &node.Error{Kind: ErrNoPortAccess, Msg: "the access token does not open this sandbox's ports: use the accessToken of the sandbox the URL names"}
+		return node.Call{}, &errdefs.Error{Kind: ErrNoPortAccess, Msg: "the access token does not open this sandbox's ports: use the accessToken of the sandbox the URL names"}
 	case !found:
 		return node.Call{}, noAccess(id)
 	case tokenOK, sb.Shape.PublicPorts:
 	case a.Token != "":
-		return node.Call{}, &node.Error{Kind: ErrNoPortAccess, Msg: "the access token does not open this sandbox's ports: use the accessToken of the sandbox the URL names"}
+		return node.Call{}, &errdefs.Error{Kind: ErrNoPortAccess, Msg: "the access token does not open this sandbox's ports: use the accessToken of the sandbox the URL names"}
 	default:
 		return node.Call{}, noAccess(id)
 	}
@@ -75,6 +75,6 @@ func (c *Control) OpenPort(ctx context.Context, a PortAccess, id string, port in
 }
 
 func noAccess(id string) error {
-	return &node.Error{Kind: ErrNoPortAccess, Msg: fmt.Sprintf("sandbox %s's ports need its project's API key (Authorization: Bearer) "+
+	return &errdefs.Error{Kind: ErrNoPortAccess, Msg: fmt.Sprintf("sandbox %s's ports need its project's API key (Authorization: Bearer) "+
 		"or its access token (?lizard_access_token=... or the X-Lizard-Access-Token header), unless it was created with publicPorts", id)}
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/control"
-	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
 // TestOtherProject checks that a project sees and touches none of
@@ -38,7 +38,7 @@ func TestOtherProject(t *testing.T) {
 	}
 	for name, op := range ops {
 		for _, id := range []string{sb.SandboxID, paused.SandboxID, "nosuch"} {
-			if err := op(id); !errors.Is(err, node.ErrNotFound) || !strings.Contains(node.Message(err), "not found in project p2") {
+			if err := op(id); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(errdefs.Message(err), "not found in project p2") {
 				t.Errorf("%s(%s) from another project = %v; want ErrNotFound", name, id, err)
 			}
 		}
@@ -79,12 +79,12 @@ func TestStates(t *testing.T) {
 		wantMsg string
 	}{
 		{running.SandboxID, nil, ""},
-		{paused.SandboxID, node.ErrConflict, "is paused, not running"},
-		{killed.SandboxID, node.ErrGone, "was killed at"},
+		{paused.SandboxID, errdefs.ErrConflict, "is paused, not running"},
+		{killed.SandboxID, errdefs.ErrGone, "was killed at"},
 	}
 	for _, tt := range tests {
 		err := e.c.CheckRunning(ctx, "p1", tt.id)
-		if !errors.Is(err, tt.wantErr) || tt.wantErr != nil && !strings.Contains(node.Message(err), tt.wantMsg) {
+		if !errors.Is(err, tt.wantErr) || tt.wantErr != nil && !strings.Contains(errdefs.Message(err), tt.wantMsg) {
 			t.Errorf("CheckRunning(%s) = %v; want %v saying %q", tt.id, err, tt.wantErr, tt.wantMsg)
 		}
 	}
@@ -101,14 +101,14 @@ func TestStates(t *testing.T) {
 	if got, _ := e.c.Get(ctx, "p1", paused.SandboxID); got.State != api.StateRunning {
 		t.Errorf("state after a call to a paused sandbox: %s; want running", got.State)
 	}
-	if _, err := e.c.SetTimeout(ctx, "p1", killed.SandboxID, 1000); !errors.Is(err, node.ErrGone) {
+	if _, err := e.c.SetTimeout(ctx, "p1", killed.SandboxID, 1000); !errors.Is(err, errdefs.ErrGone) {
 		t.Errorf("SetTimeout after Kill = %v; want ErrGone", err)
 	}
 	for _, bad := range []int64{-1, (24*time.Hour + time.Millisecond).Milliseconds()} {
-		if _, err := e.c.SetTimeout(ctx, "p1", running.SandboxID, bad); !errors.Is(err, node.ErrInvalid) {
+		if _, err := e.c.SetTimeout(ctx, "p1", running.SandboxID, bad); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("SetTimeout(%d) = %v; want ErrInvalid", bad, err)
 		}
-		if _, err := e.c.Resume(ctx, "p1", running.SandboxID, api.ResumeRequest{TimeoutMs: &bad}); !errors.Is(err, node.ErrInvalid) {
+		if _, err := e.c.Resume(ctx, "p1", running.SandboxID, api.ResumeRequest{TimeoutMs: &bad}); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("Resume(timeoutMs %d) = %v; want ErrInvalid", bad, err)
 		}
 	}
@@ -155,7 +155,7 @@ func TestList(t *testing.T) {
 			t.Errorf("%s: List = %v, %v; want %v", tt.name, ids(got), err, tt.want)
 		}
 	}
-	if _, err := e.c.List(ctx, "p1", control.ListFilter{States: []string{"bogus"}}); !errors.Is(err, node.ErrInvalid) {
+	if _, err := e.c.List(ctx, "p1", control.ListFilter{States: []string{"bogus"}}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("List with an unknown state = %v; want ErrInvalid", err)
 	}
 }

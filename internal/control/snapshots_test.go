@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -39,7 +40,7 @@ func TestSnapshotsPerProject(t *testing.T) {
 			return err
 		}(),
 	} {
-		if !errors.Is(err, node.ErrNotFound) || !strings.Contains(node.Message(err), "not found in project p2") {
+		if !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(errdefs.Message(err), "not found in project p2") {
 			t.Errorf("%s of p1's snapshot from p2 = %v; want ErrNotFound", name, err)
 		}
 	}
@@ -66,7 +67,7 @@ func TestSnapshotsPerProject(t *testing.T) {
 	if nodetest.Exists(dir) {
 		t.Error("DeleteSnapshot left the image directory")
 	}
-	if _, err := e.c.GetSnapshot(ctx, "p1", sn.SnapshotID); !errors.Is(err, node.ErrNotFound) {
+	if _, err := e.c.GetSnapshot(ctx, "p1", sn.SnapshotID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("GetSnapshot after delete = %v; want ErrNotFound", err)
 	}
 	if !e.Runtime.IsRunning(cp.SandboxID) {
@@ -95,7 +96,7 @@ func TestCreateFromSnapshotInvalid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		tt.req.SnapshotID = sn.SnapshotID
-		if _, err := e.c.Create(ctx, "p1", tt.req); !errors.Is(err, node.ErrInvalid) || !strings.Contains(node.Message(err), tt.want) {
+		if _, err := e.c.Create(ctx, "p1", tt.req); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(errdefs.Message(err), tt.want) {
 			t.Errorf("%s: Create = %v; want ErrInvalid saying %q", tt.name, err, tt.want)
 		}
 	}
@@ -175,8 +176,8 @@ func TestForkCount(t *testing.T) {
 		{1, 1, nil},
 		{3, 3, nil},
 		{node.MaxForks, node.MaxForks, nil},
-		{node.MaxForks + 1, 0, node.ErrInvalid},
-		{-1, 0, node.ErrInvalid},
+		{node.MaxForks + 1, 0, errdefs.ErrInvalid},
+		{-1, 0, errdefs.ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("count %d", tt.count), func(t *testing.T) {
@@ -185,7 +186,7 @@ func TestForkCount(t *testing.T) {
 			parent := e.create(t, "p1", api.CreateSandboxRequest{Metadata: map[string]string{"role": "parent"}})
 			got, err := e.c.Fork(ctx, "p1", parent.SandboxID, api.ForkRequest{Count: tt.count, Metadata: map[string]string{"role": "fork"}, TimeoutMs: ms(60_000)})
 			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) || !strings.Contains(node.Message(err), "out of range") {
+				if !errors.Is(err, tt.wantErr) || !strings.Contains(errdefs.Message(err), "out of range") {
 					t.Errorf("Fork(count %d) = %v; want %v saying out of range", tt.count, err, tt.wantErr)
 				}
 				if n := len(e.Runtime.Restores()); n != 0 {

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -60,7 +60,7 @@ func (c *Control) resolveTemplate(ctx context.Context, projectID, name string) (
 	}
 	t, err := c.cfg.Store.GetTemplate(ctx, projectID, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return "", &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("template %q not found in project %s: build it first (lizard template build, POST /v1/templates); built in: %s",
+		return "", &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("template %q not found in project %s: build it first (lizard template build, POST /v1/templates); built in: %s",
 			name, projectID, strings.Join(c.cfg.Templates, ", "))}
 	}
 	if err != nil {
@@ -76,21 +76,21 @@ func (c *Control) PlanTemplate(ctx context.Context, projectID string, req api.Bu
 		return nil, err
 	}
 	if slices.Contains(c.cfg.Templates, req.Name) {
-		return nil, node.Invalidf("name %q is a built-in template's; choose another", req.Name)
+		return nil, errdefs.Invalidf("name %q is a built-in template's; choose another", req.Name)
 	}
 	r := req.Recipe
 	if err := recipe.Validate(&r, c.cfg.Templates); err != nil {
 		return nil, err
 	}
 	if c.cfg.Builder == nil {
-		return nil, &node.Error{Kind: node.ErrUnavailable, Msg: "this server builds no custom templates (lizard serve does; the many-machine roles do not yet)"}
+		return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this server builds no custom templates (lizard serve does; the many-machine roles do not yet)"}
 	}
 	base, err := c.cfg.Builder.Base(ctx, r.Base)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, &node.Error{Kind: node.ErrUnavailable, Cause: err,
+		return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 			Msg: fmt.Sprintf("base template %s is not available: building it failed (the server log says why); try again later", r.Base)}
 	}
 	b := &TemplateBuild{c: c, projectID: projectID, name: req.Name, recipe: r, key: recipe.Key(r, base.Key)}
@@ -105,7 +105,7 @@ func (c *Control) PlanTemplate(ctx context.Context, projectID string, req api.Bu
 	c.tmplMu.Lock()
 	defer c.tmplMu.Unlock()
 	if c.building[projectID+"/"+req.Name] {
-		return nil, &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("template %q is being built in project %s; wait for that build to end", req.Name, projectID)}
+		return nil, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("template %q is being built in project %s; wait for that build to end", req.Name, projectID)}
 	}
 	if c.cfg.BuildsPerHour > 0 {
 		l := c.buildLimits[projectID]
@@ -116,7 +116,7 @@ func (c *Control) PlanTemplate(ctx context.Context, projectID string, req api.Bu
 		if r := l.Reserve(); r.Delay() > 0 {
 			d := r.Delay()
 			r.Cancel()
-			return nil, &node.Error{Kind: node.ErrRateLimited, RetryAfter: d,
+			return nil, &errdefs.Error{Kind: errdefs.ErrRateLimited, RetryAfter: d,
 				Msg: fmt.Sprintf("project %s builds templates too often: at most %g an hour; retry in %s (builds found in the cache are not counted)",
 					projectID, c.cfg.BuildsPerHour, d.Round(time.Second))}
 		}
@@ -168,7 +168,7 @@ func templateAPI(t store.Template) api.Template {
 func (c *Control) lookupTemplate(ctx context.Context, projectID, name string) (store.Template, error) {
 	t, err := c.cfg.Store.GetTemplate(ctx, projectID, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return t, &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("template %q not found in project %s", name, projectID)}
+		return t, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("template %q not found in project %s", name, projectID)}
 	}
 	return t, err
 }
@@ -208,7 +208,7 @@ func (c *Control) DeleteTemplate(ctx context.Context, projectID, name string) er
 	busy := c.building[projectID+"/"+name]
 	c.tmplMu.Unlock()
 	if busy {
-		return &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("template %q is being built; wait for the build to end", name)}
+		return &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("template %q is being built; wait for the build to end", name)}
 	}
 	live, err := c.cfg.Store.ListSandboxes(ctx, store.Filter{ProjectID: projectID, LiveOnly: true})
 	if err != nil {
@@ -221,12 +221,12 @@ func (c *Control) DeleteTemplate(ctx context.Context, projectID, name string) er
 		}
 	}
 	if len(using) > 0 {
-		return &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("template %q is used by %d live sandbox(es) (%s); kill them first",
+		return &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("template %q is used by %d live sandbox(es) (%s); kill them first",
 			name, len(using), strings.Join(using[:min(len(using), 5)], ", "))}
 	}
 	if err := c.cfg.Store.DeleteTemplate(ctx, projectID, name); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("template %q not found in project %s", name, projectID)}
+			return &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("template %q not found in project %s", name, projectID)}
 		}
 		return err
 	}

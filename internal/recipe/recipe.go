@@ -27,7 +27,7 @@ import (
 	"strings"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/template"
 )
@@ -60,7 +60,7 @@ var (
 // ValidName checks a template's name.
 func ValidName(name string) error {
 	if !nameRe.MatchString(name) {
-		return node.Invalidf("name %q: want 1 to %d lower-case letters, digits and dashes, starting and ending with a letter or digit", name, MaxNameLen)
+		return errdefs.Invalidf("name %q: want 1 to %d lower-case letters, digits and dashes, starting and ending with a letter or digit", name, MaxNameLen)
 	}
 	return nil
 }
@@ -72,19 +72,19 @@ func Validate(r *api.TemplateRecipe, bases []string) error {
 		r.Base = bases[0]
 	}
 	if !slices.Contains(bases, r.Base) {
-		return node.Invalidf("recipe.base %q: a custom template is built on a built-in template: %s", r.Base, strings.Join(bases, ", "))
+		return errdefs.Invalidf("recipe.base %q: a custom template is built on a built-in template: %s", r.Base, strings.Join(bases, ", "))
 	}
 	if len(r.Apt) > MaxPackages || len(r.Pip) > MaxPackages {
-		return node.Invalidf("recipe: at most %d apt and %d pip packages", MaxPackages, MaxPackages)
+		return errdefs.Invalidf("recipe: at most %d apt and %d pip packages", MaxPackages, MaxPackages)
 	}
 	for _, p := range r.Apt {
 		if !aptRe.MatchString(p) {
-			return node.Invalidf("recipe.apt %q: want a Debian package name, optionally with =version", p)
+			return errdefs.Invalidf("recipe.apt %q: want a Debian package name, optionally with =version", p)
 		}
 	}
 	for _, p := range r.Pip {
 		if !pipRe.MatchString(p) || strings.HasPrefix(p, "-") {
-			return node.Invalidf("recipe.pip %q: want a requirement such as requests or requests==2.32.3 (no URLs, paths or options)", p)
+			return errdefs.Invalidf("recipe.pip %q: want a requirement such as requests or requests==2.32.3 (no URLs, paths or options)", p)
 		}
 	}
 	total := 0
@@ -96,12 +96,12 @@ func Validate(r *api.TemplateRecipe, bases []string) error {
 		}
 		f.Path = path.Clean(f.Path)
 		if seen[f.Path] {
-			return node.Invalidf("recipe.files: %s is given twice", f.Path)
+			return errdefs.Invalidf("recipe.files: %s is given twice", f.Path)
 		}
 		seen[f.Path] = true
 		data, err := base64.StdEncoding.DecodeString(f.Content)
 		if err != nil {
-			return node.Invalidf("recipe.files[%d].content: not base64: %v", i, err)
+			return errdefs.Invalidf("recipe.files[%d].content: not base64: %v", i, err)
 		}
 		total += len(data)
 		f.Size = int64(len(data))
@@ -109,28 +109,28 @@ func Validate(r *api.TemplateRecipe, bases []string) error {
 			f.Mode = 0o644
 		}
 		if f.Mode < 0 || f.Mode > 0o777 {
-			return node.Invalidf("recipe.files[%d].mode %o: want permission bits, 0 to 0777", i, f.Mode)
+			return errdefs.Invalidf("recipe.files[%d].mode %o: want permission bits, 0 to 0777", i, f.Mode)
 		}
 		switch f.Owner {
 		case "":
 			f.Owner = "user"
 		case "user", "root":
 		default:
-			return node.Invalidf("recipe.files[%d].owner %q: want user or root", i, f.Owner)
+			return errdefs.Invalidf("recipe.files[%d].owner %q: want user or root", i, f.Owner)
 		}
 	}
 	if total > MaxFileBytes {
-		return node.Invalidf("recipe.files hold %d bytes; at most %d are allowed (install large data at run time)", total, MaxFileBytes)
+		return errdefs.Invalidf("recipe.files hold %d bytes; at most %d are allowed (install large data at run time)", total, MaxFileBytes)
 	}
 	if len(r.Env) > MaxEnvs {
-		return node.Invalidf("recipe.env has %d variables; at most %d are allowed", len(r.Env), MaxEnvs)
+		return errdefs.Invalidf("recipe.env has %d variables; at most %d are allowed", len(r.Env), MaxEnvs)
 	}
 	for k, v := range r.Env {
 		if !envRe.MatchString(k) || strings.HasPrefix(k, "LIZARD_") {
-			return node.Invalidf("recipe.env name %q: want letters, digits and _, not starting with a digit nor LIZARD_", k)
+			return errdefs.Invalidf("recipe.env name %q: want letters, digits and _, not starting with a digit nor LIZARD_", k)
 		}
 		if strings.ContainsRune(v, 0) {
-			return node.Invalidf("recipe.env %s: values cannot hold NUL bytes", k)
+			return errdefs.Invalidf("recipe.env %s: values cannot hold NUL bytes", k)
 		}
 	}
 	if r.Workdir != "" {
@@ -140,23 +140,23 @@ func Validate(r *api.TemplateRecipe, bases []string) error {
 		r.Workdir = path.Clean(r.Workdir)
 	}
 	if len(r.Run) > MaxCommands {
-		return node.Invalidf("recipe.run has %d commands; at most %d are allowed", len(r.Run), MaxCommands)
+		return errdefs.Invalidf("recipe.run has %d commands; at most %d are allowed", len(r.Run), MaxCommands)
 	}
 	for i := range r.Run {
 		c := &r.Run[i]
 		if strings.TrimSpace(c.Cmd) == "" || strings.ContainsRune(c.Cmd, 0) {
-			return node.Invalidf("recipe.run[%d].cmd is empty (or holds NUL): want a shell command", i)
+			return errdefs.Invalidf("recipe.run[%d].cmd is empty (or holds NUL): want a shell command", i)
 		}
 		switch c.User {
 		case "":
 			c.User = "root"
 		case "root", "user":
 		default:
-			return node.Invalidf("recipe.run[%d].user %q: want root (the sandbox's) or user", i, c.User)
+			return errdefs.Invalidf("recipe.run[%d].user %q: want root (the sandbox's) or user", i, c.User)
 		}
 	}
 	if len(r.Start) > MaxStartBytes || strings.ContainsRune(r.Start, 0) {
-		return node.Invalidf("recipe.start: want a shell command of at most %d bytes", MaxStartBytes)
+		return errdefs.Invalidf("recipe.start: want a shell command of at most %d bytes", MaxStartBytes)
 	}
 	return nil
 }
@@ -171,15 +171,15 @@ var reserved = []string{"/proc", "/sys", "/dev", "/tmp", "/opt/lizard/bin", "/us
 // replace a directory Lizard's files are mounted in.
 func checkPath(field, p string, isFile bool) error {
 	if !path.IsAbs(p) || path.Clean(p) == "/" || strings.ContainsRune(p, 0) || len(p) > 4096 {
-		return node.Invalidf("%s %q: want an absolute path inside the template, such as /home/user/data.csv", field, p)
+		return errdefs.Invalidf("%s %q: want an absolute path inside the template, such as /home/user/data.csv", field, p)
 	}
 	c := path.Clean(p)
 	for _, bad := range reserved {
 		if c == bad || strings.HasPrefix(c, bad+"/") {
-			return node.Invalidf("%s %q: %s is provided at run time, not by the template", field, p, bad)
+			return errdefs.Invalidf("%s %q: %s is provided at run time, not by the template", field, p, bad)
 		}
 		if isFile && strings.HasPrefix(bad, c+"/") {
-			return node.Invalidf("%s %q: a file cannot replace %s, which holds %s, provided at run time", field, p, c, bad)
+			return errdefs.Invalidf("%s %q: a file cannot replace %s, which holds %s, provided at run time", field, p, c, bad)
 		}
 	}
 	return nil

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
 var bases = []string{"interpreter"}
@@ -78,7 +78,7 @@ func TestValidate(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, node.ErrInvalid) || !strings.Contains(node.Message(err), tt.want) {
+			if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(errdefs.Message(err), tt.want) {
 				t.Errorf("Validate = %v; want invalid, naming %q", err, tt.want)
 			}
 		})
