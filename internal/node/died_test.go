@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/sandbox"
 )
@@ -45,8 +45,8 @@ func TestSandboxDiesDuringCheckpoint(t *testing.T) {
 					return errors.New("checkpoint: connection reset by peer")
 				}
 				err := op.do(e, sb.ID)
-				if !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "stopped while being checkpointed") {
-					t.Fatalf("%s = %v (message %q); want ErrGone saying it stopped while being checkpointed", op.name, err, node.Message(err))
+				if !errors.Is(err, errdefs.ErrGone) || !strings.Contains(errdefs.Message(err), "stopped while being checkpointed") {
+					t.Fatalf("%s = %v (message %q); want ErrGone saying it stopped while being checkpointed", op.name, err, errdefs.Message(err))
 				}
 				row := e.Row(t, sb.ID)
 				if row.State != api.StateFailed || !strings.Contains(row.EndReason, "runtime stopped") {
@@ -90,8 +90,8 @@ func TestPauseStopCutShort(t *testing.T) {
 		}
 		e.Runtime.StateFunc = func(context.Context, string) (sandbox.State, error) { return "", sandbox.ErrNotFound }
 		_, err := e.Node.Pause(context.Background(), sb.ID)
-		if !errors.Is(err, node.ErrGone) || strings.Contains(node.Message(err), "keeps running") {
-			t.Fatalf("Pause = %v (message %q); want ErrGone", err, node.Message(err))
+		if !errors.Is(err, errdefs.ErrGone) || strings.Contains(errdefs.Message(err), "keeps running") {
+			t.Fatalf("Pause = %v (message %q); want ErrGone", err, errdefs.Message(err))
 		}
 		if row := e.Row(t, sb.ID); row.State != api.StateFailed || row.EndReason == "" || nodetest.Exists(e.Image(sb.ID)) {
 			t.Errorf("row = %s, reason %q, image %v; want failed with a reason and no image", row.State, row.EndReason, nodetest.Exists(e.Image(sb.ID)))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 )
@@ -82,7 +83,7 @@ func TestPauseWaitsForCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = e.Node.Pause(ctx, sb.ID)
-	if !errors.Is(err, node.ErrConflict) || !strings.Contains(node.Message(err), "has a call running") {
+	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(errdefs.Message(err), "has a call running") {
 		t.Fatalf("Pause with a call running past PauseWait = %v; want ErrConflict saying a call is running", err)
 	}
 	if got := e.Row(t, sb.ID); got.State != api.StateRunning {
@@ -96,7 +97,7 @@ func TestPauseWaitsForCalls(t *testing.T) {
 	}
 	call.Release()
 	call.Release()
-	if _, err := e.Node.Pause(ctx, sb.ID); !errors.Is(err, node.ErrConflict) {
+	if _, err := e.Node.Pause(ctx, sb.ID); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("Pause with a second call running = %v; want ErrConflict", err)
 	}
 	// A call that ends within PauseWait is waited for.

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 )
 
@@ -22,7 +23,7 @@ func (n *Local) snapshotsDir() string { return filepath.Join(n.cfg.DataDir, "sna
 
 func (n *Local) needData() error {
 	if n.cfg.DataDir == "" {
-		return &Error{Kind: ErrUnavailable, Msg: "this server keeps no checkpoint images (no data directory configured)"}
+		return &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this server keeps no checkpoint images (no data directory configured)"}
 	}
 	return nil
 }
@@ -44,8 +45,8 @@ func (n *Local) roomFor(what string) error {
 	if free >= n.cfg.MinFreeDisk {
 		return nil
 	}
-	return &Error{Kind: ErrDiskFull, Msg: fmt.Sprintf("cannot %s: the server's disk is full (%d MB free, under the %d MB it keeps free to record state changes: --min-free-disk-mb); %s",
-		what, free>>20, n.cfg.MinFreeDisk>>20, DiskFullAdvice)}
+	return &errdefs.Error{Kind: errdefs.ErrDiskFull, Msg: fmt.Sprintf("cannot %s: the server's disk is full (%d MB free, under the %d MB it keeps free to record state changes: --min-free-disk-mb); %s",
+		what, free>>20, n.cfg.MinFreeDisk>>20, errdefs.DiskFullAdvice)}
 }
 
 // FreeBytes is the space on dir's file system available to new files.
@@ -131,7 +132,7 @@ func (n *Local) checkpoint(ctx context.Context, id, dir string) error {
 			// nothing will answer in it again.
 			return n.endDead(ctx, id, "while being checkpointed", err)
 		}
-		return &Error{Msg: fmt.Sprintf("checkpointing sandbox %s failed (disk full? the server log says why); it keeps running", id),
+		return &errdefs.Error{Msg: fmt.Sprintf("checkpointing sandbox %s failed (disk full? the server log says why); it keeps running", id),
 			Cause: err}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 )
@@ -34,10 +35,10 @@ func TestKillAndGone(t *testing.T) {
 		t.Errorf("events = %+v; want Started then Stopped, killed", ev)
 	}
 	_, err := e.Node.Acquire(ctx, sb.ID)
-	if !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "was killed at") {
+	if !errors.Is(err, errdefs.ErrGone) || !strings.Contains(errdefs.Message(err), "was killed at") {
 		t.Errorf("Acquire after Kill = %v; want ErrGone saying it was killed", err)
 	}
-	if _, err := e.Node.SetTimeout(ctx, sb.ID, 1000); !errors.Is(err, node.ErrGone) {
+	if _, err := e.Node.SetTimeout(ctx, sb.ID, 1000); !errors.Is(err, errdefs.ErrGone) {
 		t.Errorf("SetTimeout after Kill = %v; want ErrGone", err)
 	}
 	for name, err := range map[string]error{
@@ -45,7 +46,7 @@ func TestKillAndGone(t *testing.T) {
 		"SetTimeout": func() error { _, err := e.Node.SetTimeout(ctx, "nosuch", 1); return err }(),
 		"Acquire":    func() error { _, err := e.Node.Acquire(ctx, "nosuch"); return err }(),
 	} {
-		if !errors.Is(err, node.ErrNotFound) {
+		if !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("%s of an unknown sandbox = %v; want ErrNotFound", name, err)
 		}
 	}
@@ -56,7 +57,7 @@ func TestKillFailureKeepsSandbox(t *testing.T) {
 	ctx := context.Background()
 	sb := e.Create(t, nodetest.Plan(0))
 	e.Runtime.KillFunc = func(context.Context, string) error { return errors.New("runsc: busy") }
-	if err := e.Node.Kill(ctx, sb.ID); err == nil || strings.Contains(node.Message(err), "busy") {
+	if err := e.Node.Kill(ctx, sb.ID); err == nil || strings.Contains(errdefs.Message(err), "busy") {
 		t.Fatalf("Kill = %v; want an error whose message hides the cause", err)
 	}
 	if got := e.Row(t, sb.ID); got.State != api.StateRunning || !got.Live() {
@@ -94,7 +95,7 @@ func TestExpiry(t *testing.T) {
 		t.Error("expired sandbox still running in the runtime")
 	}
 	_, err = e.Node.Acquire(ctx, short.ID)
-	if !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "expired at") {
+	if !errors.Is(err, errdefs.ErrGone) || !strings.Contains(errdefs.Message(err), "expired at") {
 		t.Errorf("Acquire of an expired sandbox = %v; want ErrGone saying it expired", err)
 	}
 	// A year on, only the extended one has expired; timeoutMs 0 never does.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 )
 
@@ -22,7 +22,7 @@ func TestOpenPort(t *testing.T) {
 	for _, tc := range []struct {
 		port int
 		want error
-	}{{0, node.ErrInvalid}, {65536, node.ErrInvalid}, {api.AgentPort, node.ErrNotFound}} {
+	}{{0, errdefs.ErrInvalid}, {65536, errdefs.ErrInvalid}, {api.AgentPort, errdefs.ErrNotFound}} {
 		if _, err := e.Node.OpenPort(ctx, sb.ID, tc.port, false); !errors.Is(err, tc.want) {
 			t.Errorf("OpenPort(%d) = %v; want %v", tc.port, err, tc.want)
 		}
@@ -48,7 +48,7 @@ func TestOpenPort(t *testing.T) {
 	}
 	<-done
 	call.Release()
-	if _, err := e.Node.OpenPort(ctx, sb.ID, 8000, false); !errors.Is(err, node.ErrConflict) {
+	if _, err := e.Node.OpenPort(ctx, sb.ID, 8000, false); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("OpenPort of a paused sandbox = %v; want a conflict", err)
 	}
 	call, err = e.Node.OpenPort(ctx, sb.ID, 8000, true)
@@ -63,14 +63,14 @@ func TestOpenPort(t *testing.T) {
 	}
 	select {
 	case <-call.Ctx.Done():
-		if !errors.Is(context.Cause(call.Ctx), node.ErrGone) {
+		if !errors.Is(context.Cause(call.Ctx), errdefs.ErrGone) {
 			t.Errorf("port connection ended with %v; want the sandbox's end", context.Cause(call.Ctx))
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the kill did not end the open port connection")
 	}
 	call.Release()
-	if _, err := e.Node.OpenPort(ctx, sb.ID, 8000, true); !errors.Is(err, node.ErrGone) {
+	if _, err := e.Node.OpenPort(ctx, sb.ID, 8000, true); !errors.Is(err, errdefs.ErrGone) {
 		t.Errorf("OpenPort of a killed sandbox = %v; want gone", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -85,7 +86,7 @@ func TestReconcile(t *testing.T) {
 		call.Release()
 	}
 	_, err := n2.Acquire(ctx, dead.ID)
-	if !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "not running after the server restarted") {
+	if !errors.Is(err, errdefs.ErrGone) || !strings.Contains(errdefs.Message(err), "not running after the server restarted") {
 		t.Errorf("Acquire of the dead sandbox = %v; want ErrGone with the restart reason", err)
 	}
 	if r, err := n2.Resume(ctx, paused.ID, nil); err != nil || r.State != api.StateRunning {

@@ -12,15 +12,16 @@ import (
 	"fmt"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
-var errNoVolumes = &Error{Kind: ErrUnavailable, Msg: "this server keeps no persistent volumes: its runtime backend cannot mount them (the qemu backend cannot yet; run lizard serve with --runtime gvisor)"}
+var errNoVolumes = &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this server keeps no persistent volumes: its runtime backend cannot mount them (the qemu backend cannot yet; run lizard serve with --runtime gvisor)"}
 
 // OverDisk is the refusal of what, which would promise projectID, already
 // promised p, more disk than max (the server's --max-disk-per-project-mb).
 func OverDisk(projectID string, p store.Promised, what string, max int64) error {
-	return &Error{Kind: ErrRateLimited, Msg: fmt.Sprintf("project %s is promised %d MiB of disk (live sandboxes: %d, %d MiB; volumes: %d, %d MiB); %s would pass its maximum of %d MiB (the server's --max-disk-per-project-mb); kill sandboxes or delete volumes it no longer needs",
+	return &errdefs.Error{Kind: errdefs.ErrRateLimited, Msg: fmt.Sprintf("project %s is promised %d MiB of disk (live sandboxes: %d, %d MiB; volumes: %d, %d MiB); %s would pass its maximum of %d MiB (the server's --max-disk-per-project-mb); kill sandboxes or delete volumes it no longer needs",
 		projectID, p.Total()>>20, p.Sandboxes, p.SandboxBytes>>20, p.Volumes, p.VolumeBytes>>20, what, max>>20)}
 }
 
@@ -36,7 +37,7 @@ func (n *Local) MakeVolume(ctx context.Context, id string, size int64) error {
 		return err
 	}
 	if err := n.cfg.Volumes.Create(ctx, id, size); err != nil {
-		return &Error{Msg: "making the volume's filesystem failed; the server log says why", Cause: err}
+		return &errdefs.Error{Msg: "making the volume's filesystem failed; the server log says why", Cause: err}
 	}
 	return nil
 }
@@ -59,7 +60,7 @@ func (n *Local) roomForVolume(size int64) error {
 	if free-n.cfg.MinFreeDisk >= size {
 		return nil
 	}
-	return &Error{Kind: ErrDiskFull, Msg: fmt.Sprintf("cannot make a volume of %d MiB: the server's disk has %d MiB free and keeps %d MiB of it (--min-free-disk-mb); ask for a smaller volume, or ask the operator to free disk space",
+	return &errdefs.Error{Kind: errdefs.ErrDiskFull, Msg: fmt.Sprintf("cannot make a volume of %d MiB: the server's disk has %d MiB free and keeps %d MiB of it (--min-free-disk-mb); ask for a smaller volume, or ask the operator to free disk space",
 		size>>20, free>>20, n.cfg.MinFreeDisk>>20)}
 }
 
@@ -69,7 +70,7 @@ func (n *Local) RemoveVolume(ctx context.Context, id string) error {
 		return errNoVolumes
 	}
 	if err := n.cfg.Volumes.Remove(ctx, id); err != nil {
-		return &Error{Msg: "removing the volume's filesystem failed; the server log says why", Cause: err}
+		return &errdefs.Error{Msg: "removing the volume's filesystem failed; the server log says why", Cause: err}
 	}
 	return nil
 }
