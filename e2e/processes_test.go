@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/creack/pty"
 
 	"github.com/lizard-build/lizard/api"
@@ -551,5 +552,57 @@ func TestClusterProcesses(t *testing.T) {
 	code, err := again.Wait(ctx, &out, nil)
 	if err != nil || code != 4 || !strings.Contains(out.String(), "33 101") {
 		t.Errorf("terminal through the other api: code %d, %v, output %q; want 33 101 and exit 4", code, err, out.String())
+	}
+}
+
+// TestProcessesSocketKey: a browser cannot set Authorization on a
+// WebSocket, so the key may come as the subprotocol lizard.bearer.<key>
+// beside lizard, which the answer names (docs/console.md). A wrong key is
+// a 401 and another project's a 404, as with the header.
+func TestProcessesSocketKey(t *testing.T) {
+	s := startServer(t)
+	c := s.createProject("proj_procsock")
+	other := s.createProject("proj_procsockother")
+	sb := newSandbox(t, c, api.CreateSandboxRequest{})
+	id := sb.SandboxID
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := c.StartProcess(ctx, id, api.ProcessStartRequest{Pty: &api.PtySize{Cols: 80, Rows: 24}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := strings.Replace(s.url, "http", "ws", 1) + fmt.Sprintf("/v1/sandboxes/%s/processes/%d/ws", id, p.Pid)
+	dial := func(key string) (*websocket.Conn, *http.Response, error) {
+		return websocket.Dial(ctx, u, &websocket.DialOptions{Subprotocols: []string{"lizard", "lizard.bearer." + key}})
+	}
+	for _, r := range []struct {
+		what, key string
+		want      int
+	}{{"a wrong key", "lz_0123456789abcdef_00", http.StatusUnauthorized}, {"another project's key", s.keys[other], http.StatusNotFound}} {
+		if conn, resp, err := dial(r.key); err == nil || resp == nil || resp.StatusCode != r.want {
+			if conn != nil {
+				conn.CloseNow()
+			}
+			t.Errorf("%s as a subprotocol: %v (%v), want %d", r.what, resp, err, r.want)
+		}
+	}
+	conn, resp, err := dial(s.keys[c])
+	if err != nil {
+		t.Fatalf("the key as a subprotocol: %v", err)
+	}
+	defer conn.CloseNow()
+	if got := resp.Header.Get("Sec-WebSocket-Protocol"); got != "lizard" || conn.Subprotocol() != "lizard" {
+		t.Errorf("answered subprotocol %q, want lizard (and never the key)", got)
+	}
+	if err := conn.Write(ctx, websocket.MessageBinary, []byte("echo $((6*7))\n")); err != nil {
+		t.Fatal(err)
+	}
+	var seen strings.Builder
+	for !strings.Contains(seen.String(), "42\r\n") {
+		_, data, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatalf("terminal output %q: %v; want 42", seen.String(), err)
+		}
+		seen.Write(data)
 	}
 }

@@ -85,6 +85,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 			}
 			if conn, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
 				resp.Body = &closingSocket{ReadWriteCloser: conn, ctx: call.Ctx}
+				if offersSocketProtocol(r.Header) {
+					resp.Header.Set("Sec-WebSocket-Protocol", SocketProtocol)
+				}
 			}
 			return nil
 		},

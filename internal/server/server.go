@@ -76,7 +76,7 @@ func New(cfg Config) *Server {
 		cfg.Keys = (*auth.Verifier)(nil) // tests of handlers that need no key
 	}
 	lim := &keyLimiter{lim: cfg.KeyLimits, m: map[string]*rate.Limiter{}}
-	authed := func(h http.HandlerFunc) http.Handler { return cfg.Keys.Require(lim.limit(h)) }
+	authed := func(h http.HandlerFunc) http.Handler { return socketKey(cfg.Keys.Require(lim.limit(h))) }
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.health)
