@@ -920,6 +920,54 @@ def lizard_processes(res: Results, srv: Server, runs: int) -> None:
                    note="one byte over the WebSocket to a pty and its echo back (target p50 ≤ 5 ms)"))
 
 
+def lizard_files(res: Results, srv: Server, runs: int, size_mb: int = 256) -> None:
+    """Files (issue 22): a change → its watch event, and streamed upload and download through the Python SDK
+    (an iterator up, a stream down; the SDK holds a chunk at a time)."""
+    import queue
+
+    from lizard import CodeSandbox
+
+    lat_ms: List[float] = []
+    size = size_mb << 20
+    with CodeSandbox.create(**srv.sdk(), timeout_ms=600_000, disk_mb=max(2048, 2 * size_mb + 512)) as sb:
+        sb.files.make_dir("watched")
+        events: "queue.Queue[Any]" = queue.Queue()
+        handle = sb.files.watch_dir("watched", events.put)
+        try:
+            for i in range(runs + 3):
+                name = f"f{i}"
+                t0 = time.perf_counter()
+                sb.files.write(f"watched/{name}", b"x")
+                while True:
+                    ev = events.get(timeout=10)
+                    if ev.type == "create" and ev.name == name:
+                        break
+                if i >= 3:
+                    lat_ms.append((time.perf_counter() - t0) * 1000)
+        finally:
+            handle.stop()
+        block = os.urandom(1 << 20)
+
+        def chunks() -> Any:
+            for _ in range(size_mb):
+                yield block
+
+        t0 = time.perf_counter()
+        sb.files.write("big.bin", chunks())
+        up = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        n = sum(len(c) for c in sb.files.read("big.bin", format="stream"))
+        down = time.perf_counter() - t0
+        if n != size:
+            raise RuntimeError(f"read back {n} bytes of {size}")
+    res.add(Figure("files.write → watch event", lat_ms,
+                   note="a 1-byte PUT /files into a watched directory until its create event reaches the SDK (target p50 ≤ 50 ms)"))
+    res.add(Figure(f"streamed upload, {size_mb} MiB", value=size / up / 1e6, unit="MB/s",
+                   note="Python SDK, an iterator of 1 MiB chunks (target ≥ 200 MB/s)"))
+    res.add(Figure(f"streamed download, {size_mb} MiB", value=size / down / 1e6, unit="MB/s",
+                   note="Python SDK, read(format='stream') (target ≥ 200 MB/s)"))
+
+
 def fork_one(sb: Any, srv: Server, notes: Dict[str, str]) -> Any:
     """One fork through the SDK. Should CodeSandbox.fork() not read the server's answer yet (issue 5's
     answer is {"sandboxes": [...]}; the SDK is updated separately), fork through the SDK's own HTTP layer
@@ -1152,6 +1200,8 @@ def main() -> int:
         log("Lizard: pause, resume, snapshot, fork")
         lizard_pause_fork(res, srv, a.snapshot_runs)
         lizard_processes(res, srv, a.code_runs)
+        log("Lizard: files (watch events, streamed transfers)")
+        lizard_files(res, srv, a.code_runs)
         if a.scale > 0:
             scale(res, srv, a.scale)
         if a.sustain > 0:

@@ -198,8 +198,44 @@ func (a *Agent) readFile(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusOK)
 	// Stream: files may be far larger than the agent should hold.
-	if _, err := io.Copy(w, f); err != nil && r.Context().Err() == nil {
+	if _, err := copyFile(w, f); err != nil && r.Context().Err() == nil {
 		a.log.Warn("sending file", "path", p, "err", err)
+	}
+}
+
+// copyChunk is how much of a file the agent moves per write. Every system
+// call is a round trip to gVisor's Sentry: a 256 MiB file written in
+// io.Copy's 32 KiB pieces went at 170-240 MB/s in a sandbox here, in 1 MiB
+// pieces at over 1 GB/s. An upload's body comes in pieces as small as the
+// sender's chunks (32 KiB through the API's proxy), so copyFile gathers a
+// whole chunk before each write; a transfer holds one chunk of memory.
+const copyChunk = 1 << 20
+
+// copyFile copies src to dst in copyChunk writes (the last one shorter).
+func copyFile(dst io.Writer, src io.Reader) (int64, error) {
+	buf := make([]byte, copyChunk)
+	var n int64
+	for {
+		filled := 0
+		var rerr error
+		for filled < len(buf) && rerr == nil {
+			var m int
+			m, rerr = src.Read(buf[filled:])
+			filled += m
+		}
+		if filled > 0 {
+			w, werr := dst.Write(buf[:filled])
+			n += int64(w)
+			if werr != nil {
+				return n, werr
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
 	}
 }
 
@@ -240,7 +276,7 @@ func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	body := http.MaxBytesReader(w, r.Body, a.cfg.MaxFileBytes)
-	if _, err := io.Copy(tmp, body); err != nil {
+	if _, err := copyFile(tmp, body); err != nil {
 		var tooBig *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooBig):

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -254,5 +256,44 @@ func TestDisk(t *testing.T) {
 	must(t, unix.Statfs("/", &st))
 	if total := int64(st.Blocks) * int64(st.Bsize); d.TotalBytes != total || d.UsedBytes < 0 || d.UsedBytes > d.TotalBytes {
 		t.Errorf("GET /disk = %+v, want total %d (statfs /) and 0 <= used <= total", d, total)
+	}
+}
+
+// sizesWriter records the size of each write.
+type sizesWriter struct{ sizes []int }
+
+func (w *sizesWriter) Write(p []byte) (int, error) {
+	w.sizes = append(w.sizes, len(p))
+	return len(p), nil
+}
+
+// trickle returns at most n bytes per read, as an upload's body does.
+type trickle struct {
+	r io.Reader
+	n int
+}
+
+func (t trickle) Read(p []byte) (int, error) { return t.r.Read(p[:min(len(p), t.n)]) }
+
+func TestCopyFileWholeChunks(t *testing.T) {
+	for _, size := range []int{0, 1, copyChunk, 3*copyChunk + 5} {
+		var w sizesWriter
+		n, err := copyFile(&w, trickle{bytes.NewReader(make([]byte, size)), 32 << 10})
+		if err != nil || n != int64(size) {
+			t.Fatalf("copyFile of %d bytes: %d, %v", size, n, err)
+		}
+		for i, s := range w.sizes {
+			if s != copyChunk && i != len(w.sizes)-1 {
+				t.Errorf("%d bytes: write %d of %d was %d bytes, want %d (all but the last whole)", size, i, len(w.sizes), s, copyChunk)
+			}
+		}
+		if want := (size + copyChunk - 1) / copyChunk; len(w.sizes) != want {
+			t.Errorf("%d bytes in %d writes, want %d", size, len(w.sizes), want)
+		}
+	}
+	// A body cut short is an error, not the end of the file.
+	_, err := copyFile(&sizesWriter{}, io.MultiReader(bytes.NewReader(make([]byte, 10)), iotest.ErrReader(io.ErrUnexpectedEOF)))
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("copyFile of a cut body: %v, want ErrUnexpectedEOF", err)
 	}
 }
