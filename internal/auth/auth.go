@@ -221,8 +221,16 @@ func WithProjectID(ctx context.Context, projectID string) context.Context {
 // project in the request context (ProjectID). Every refusal gets the same
 // 401 body, so a caller cannot tell an unknown key from a revoked one.
 func (v *Verifier) Require(next http.Handler) http.Handler {
+	return v.RequireWith(bearer, writeRefusal, next)
+}
+
+// RequireWith is Require for a surface whose key travels in its own place
+// (key returns it, or an error wrapping ErrUnauthenticated) and whose
+// refusals have their own shape: refuse writes status 401, or 503 when the
+// store could not be asked, with msg.
+func (v *Verifier) RequireWith(key func(*http.Request) (string, error), refuse func(w http.ResponseWriter, status int, msg string), next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, err := bearer(r)
+		token, err := key(r)
 		var k store.APIKey
 		if err == nil {
 			k, err = v.verify(r.Context(), token)
@@ -230,23 +238,31 @@ func (v *Verifier) Require(next http.Handler) http.Handler {
 		if err != nil && !errors.Is(err, ErrUnauthenticated) {
 			// The store failed: not the caller's fault, so not a 401.
 			v.logger().Error("verifying API key", "err", err)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusServiceUnavailable)
 			msg := "could not check the API key right now; try again"
 			if errors.Is(err, store.ErrUnavailable) {
 				msg = "the database is unreachable, so the API key cannot be checked; try again shortly"
 			}
-			json.NewEncoder(w).Encode(api.Error{Code: api.CodeUnavailable, Message: msg})
+			refuse(w, http.StatusServiceUnavailable, msg)
 			return
 		}
 		if err != nil {
 			v.logger().LogAttrs(r.Context(), slog.LevelInfo, "refused request",
 				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("reason", err.Error()))
-			Unauthorized(w)
+			refuse(w, http.StatusUnauthorized, Message)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), Caller{ProjectID: k.ProjectID, KeyID: k.ID, SandboxID: k.SandboxID})))
 	})
+}
+
+func writeRefusal(w http.ResponseWriter, status int, msg string) {
+	if status == http.StatusUnauthorized {
+		Unauthorized(w)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(api.Error{Code: api.CodeUnavailable, Message: msg})
 }
 
 func (v *Verifier) logger() *slog.Logger {

@@ -32,13 +32,18 @@ type PortAccess struct {
 }
 
 // accessToken is sandbox id's port access token; "" without a PortsKey.
-func (c *Control) accessToken(id string) string {
+func (c *Control) accessToken(id string) string { return c.sandboxToken("lzp_", "lizard ports ", id) }
+
+// sandboxToken derives a token good for one sandbox and one purpose from
+// the PortsKey: tokens of different purposes never open each other's
+// doors. "" without a PortsKey.
+func (c *Control) sandboxToken(prefix, purpose, id string) string {
 	if len(c.cfg.PortsKey) == 0 {
 		return ""
 	}
 	m := hmac.New(sha256.New, c.cfg.PortsKey)
-	m.Write([]byte("lizard ports " + id))
-	return "lzp_" + hex.EncodeToString(m.Sum(nil))[:40]
+	m.Write([]byte(purpose + id))
+	return prefix + hex.EncodeToString(m.Sum(nil))[:40]
 }
 
 // OpenPort checks that a may reach sandbox id's ports and opens one

@@ -23,6 +23,7 @@ import (
 	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/console"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/node/remote"
 	"github.com/lizard-build/lizard/internal/server"
@@ -321,6 +322,7 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		Audit:        audit,
 		Console:      console.Handler(), Metrics: mx,
 		PortsDomain: c.PortsDomain,
+		E2B:         &e2b.Config{},
 	})
 	sweeper := &cluster.Sweeper{Store: st, Router: router, Lease: c.cluster.Lease, Log: logger}
 	go sweeper.Run(ctx)

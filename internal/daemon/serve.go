@@ -23,6 +23,7 @@ import (
 	"github.com/lizard-build/lizard/internal/cli"
 	"github.com/lizard-build/lizard/internal/console"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/node"
@@ -314,6 +315,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		Audit:        audit,
 		Console:      console.Handler(), Metrics: mx,
 		PortsDomain: c.PortsDomain,
+		E2B:         &e2b.Config{},
 	})
 	// Sandboxes holding a lizardToken reach the API on their own host
 	// address, opened and closed as they start and stop.

@@ -32,9 +32,13 @@ type keyLimiter struct {
 	m   map[string]*rate.Limiter
 }
 
-// keyID is the public ID of the request's bearer key; Require has
-// already verified it.
+// keyID is the public ID of the request's key; Require has already
+// verified it. The caller's is taken first: E2B's surface carries the key
+// in X-API-Key.
 func keyID(r *http.Request) string {
+	if c, ok := auth.CallerOf(r.Context()); ok && c.KeyID != "" {
+		return c.KeyID
+	}
 	_, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	k, err := auth.Parse(strings.TrimSpace(token))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 )
@@ -47,6 +48,10 @@ type Config struct {
 	// PortsDomain, when set, serves sandboxes' exposed ports at
 	// <port>-<sandboxId>.<PortsDomain> (ports.go).
 	PortsDomain string
+	// E2B, when set, serves E2B's API and sandbox protocols under /e2b
+	// (internal/e2b) with this API's keys, rate limits, errors and audit;
+	// its Control, Keys, Limit, Audit and Logger are filled here.
+	E2B *e2b.Config
 }
 
 // Server is the API's http.Handler.
@@ -99,6 +104,13 @@ func New(cfg Config) *Server {
 		mux.HandleFunc(p, notFound(mux))
 	}
 	mux.HandleFunc("/v1/", notFound(mux))
+	if cfg.E2B != nil && s.keys != nil {
+		ec := *cfg.E2B
+		ec.Control, ec.Keys, ec.Logger = s.c, s.keys, s.log
+		ec.Limit = lim.limit
+		ec.Audit = s.audit
+		mux.Handle("/e2b/", e2b.New(ec))
+	}
 	if cfg.Console != nil {
 		mux.Handle("/", cfg.Console)
 	} else {

@@ -1,0 +1,205 @@
+// Package e2b serves E2B's API and sandbox protocols over Lizard's control
+// plane (docs/e2b.md), so that code written for E2B's SDKs runs unchanged
+// with E2B_API_URL=http://HOST:PORT/e2b and
+// E2B_SANDBOX_URL=http://HOST:PORT/e2b/sandbox. It is a second front door
+// to the same Control, node and agent as the native API (internal/server):
+// E2B's names, JSON fields and statuses here, Lizard's semantics there,
+// no copy of the core in either.
+//
+// Two halves: the control API under /e2b (X-API-Key, E2B's /sandboxes
+// routes), and the sandbox router under /e2b/sandbox, which E2B's SDKs
+// call for everything inside a sandbox with the headers E2b-Sandbox-Id and
+// E2b-Sandbox-Port. Port 49999 is the code interpreter (interpreter.go);
+// port 49983 is the sandbox daemon "envd", served by Config.Envd.
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/control"
+)
+
+// The ports E2B's SDKs name in E2b-Sandbox-Port.
+const (
+	EnvdPort        = "49983"
+	InterpreterPort = "49999"
+)
+
+// Headers E2B's SDKs send on sandbox calls.
+const (
+	headerSandboxID   = "E2b-Sandbox-Id"
+	headerSandboxPort = "E2b-Sandbox-Port"
+	headerAccessToken = "X-Access-Token"
+	// The code interpreter's context calls carry only this one (when the
+	// create answered a trafficAccessToken), not X-Access-Token.
+	headerTrafficToken = "E2b-Traffic-Access-Token"
+	headerAPIKey       = "X-Api-Key"
+)
+
+// Config says what the E2B surface serves with.
+type Config struct {
+	Control *control.Control
+	// Keys checks the X-API-Key of control API calls: the native API's
+	// verifier, so one key works on both surfaces.
+	Keys *auth.Verifier
+	// Limit bounds each key's request rate as on the native API; nil: none.
+	Limit func(http.Handler) http.Handler
+	// Audit records an event of the request's key; nil: none.
+	Audit func(r *http.Request, msg string, attrs ...any)
+	// Envd serves E2B's sandbox daemon protocol (port 49983: process and
+	// filesystem Connect-RPC services, /files). It receives the request
+	// with /e2b/sandbox taken off its path, after the caller was
+	// authenticated: Target(r.Context()) names the sandbox and its project.
+	// nil: a 501 naming the feature.
+	Envd   http.Handler
+	Logger *slog.Logger
+}
+
+// Handler serves /e2b/... on the API listener.
+type Handler struct {
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// New returns the E2B surface's handler; mount it at /e2b/.
+func New(cfg Config) *Handler {
+	h := &Handler{cfg: cfg, log: cfg.Logger}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	if h.cfg.Limit == nil {
+		h.cfg.Limit = func(next http.Handler) http.Handler { return next }
+	}
+	if h.cfg.Audit == nil {
+		h.cfg.Audit = func(*http.Request, string, ...any) {}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/e2b/sandbox/", http.HandlerFunc(h.sandbox))
+	mux.Handle("/e2b/sandbox", http.HandlerFunc(h.sandbox))
+	h.controlRoutes(mux)
+	mux.HandleFunc("/e2b/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, r.Method+" "+strings.TrimPrefix(r.URL.Path, "/e2b")+" is not part of E2B's API that Lizard serves (docs/e2b.md lists what is)")
+	})
+	h.mux = mux
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// authed serves next to control API calls with a valid X-API-Key, within
+// the key's rate.
+func (h *Handler) authed(next http.HandlerFunc) http.Handler {
+	return h.cfg.Keys.RequireWith(apiKey, writeError, h.cfg.Limit(next))
+}
+
+func apiKey(r *http.Request) (string, error) {
+	k := strings.TrimSpace(r.Header.Get(headerAPIKey))
+	if k == "" {
+		return "", errNoKey
+	}
+	return k, nil
+}
+
+// targetKey carries the sandbox a sandbox call is for.
+type targetKey struct{}
+
+// Target is the sandbox a call to the sandbox URL is for, and its project,
+// as the sandbox router authenticated them.
+type TargetSandbox struct {
+	ProjectID string
+	SandboxID string
+}
+
+// Target returns the sandbox of a call the sandbox router passed on.
+func Target(ctx context.Context) (TargetSandbox, bool) {
+	t, ok := ctx.Value(targetKey{}).(TargetSandbox)
+	return t, ok
+}
+
+// sandbox routes a call to the sandbox URL by E2b-Sandbox-Port, once the
+// caller has shown the sandbox's access token (or its project's key).
+func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get(headerSandboxID)
+	port := r.Header.Get(headerSandboxPort)
+	if id == "" || port == "" {
+		writeError(w, http.StatusBadRequest, "calls to the sandbox URL need the headers E2b-Sandbox-Id and E2b-Sandbox-Port, as E2B's SDKs send them when E2B_SANDBOX_URL is set")
+		return
+	}
+	t, err := h.sandboxCaller(r, id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	ctx := context.WithValue(r.Context(), targetKey{}, t)
+	ctx = auth.WithCaller(ctx, auth.Caller{ProjectID: t.ProjectID})
+	r2 := r.WithContext(ctx)
+	// Path as the sandbox's own server would see it.
+	r2.URL.Path = strings.TrimPrefix(r.URL.Path, "/e2b/sandbox")
+	if r2.URL.Path == "" {
+		r2.URL.Path = "/"
+	}
+	r2.URL.RawPath = ""
+	switch port {
+	case InterpreterPort:
+		h.interpreter(w, r2)
+	case EnvdPort:
+		if h.cfg.Envd == nil {
+			writeError(w, http.StatusNotImplemented, "the sandbox daemon's protocol (port 49983: commands, files, PTY) is not served by this Lizard yet; run_code and contexts (port 49999) are")
+			return
+		}
+		h.cfg.Envd.ServeHTTP(w, r2)
+	default:
+		writeError(w, http.StatusNotImplemented, "port "+port+" of a sandbox is not served through E2B_SANDBOX_URL: only 49983 (envd) and 49999 (code interpreter) are; "+
+			"reach a sandbox's own servers through Lizard's exposed ports (docs/ports.md)")
+	}
+}
+
+// sandboxCaller authenticates a sandbox call: the sandbox's
+// envdAccessToken in X-Access-Token or E2B-Traffic-Access-Token, or a key
+// of its project in X-API-Key.
+func (h *Handler) sandboxCaller(r *http.Request, id string) (TargetSandbox, error) {
+	for _, name := range []string{headerAccessToken, headerTrafficToken} {
+		if tok := r.Header.Get(name); tok != "" {
+			project, err := h.cfg.Control.EnvdProject(r.Context(), id, tok)
+			if err != nil {
+				return TargetSandbox{}, err
+			}
+			return TargetSandbox{ProjectID: project, SandboxID: id}, nil
+		}
+	}
+	if key := r.Header.Get(headerAPIKey); key != "" {
+		project, err := h.cfg.Keys.Verify(r.Context(), key)
+		if err != nil {
+			return TargetSandbox{}, err
+		}
+		// Handlers trust the target: another project's sandbox is not
+		// found here, as on the native API.
+		if _, err := h.cfg.Control.Get(r.Context(), project, id); err != nil {
+			return TargetSandbox{}, err
+		}
+		return TargetSandbox{ProjectID: project, SandboxID: id}, nil
+	}
+	return TargetSandbox{}, errNoToken
+}
+
+// apiError is E2B's error body.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, apiError{Code: status, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,96 @@
+package e2b_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/lizard-build/lizard/internal/e2b"
+)
+
+func TestControlAPINeedsKey(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	for _, tc := range []struct {
+		name    string
+		headers []string
+		want    int
+	}{
+		{"no key", nil, http.StatusUnauthorized},
+		{"wrong key", []string{"X-API-Key", "lz_nope_nope"}, http.StatusUnauthorized},
+		{"bearer is not E2B's", []string{"Authorization", "Bearer " + e.key1}, http.StatusUnauthorized},
+		{"right key", []string{"X-API-Key", e.key1}, http.StatusNotImplemented},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if r := e.do(t, "GET", "/e2b/sandboxes", "", tc.headers...); r.status != tc.want {
+				t.Errorf("GET /e2b/sandboxes: %d %s; want %d", r.status, r.body, tc.want)
+			}
+		})
+	}
+}
+
+func TestUnknownRouteIs404(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	if r := e.do(t, "GET", "/e2b/teams", "", "X-API-Key", e.key1); r.status != http.StatusNotFound {
+		t.Errorf("GET /e2b/teams: %d %s; want 404", r.status, r.body)
+	}
+}
+
+// TestSandboxRouter checks the sandbox URL's authentication and its
+// dispatch on E2b-Sandbox-Port, with the envd hook.
+func TestSandboxRouter(t *testing.T) {
+	type seen struct {
+		path string
+		t    e2b.TargetSandbox
+	}
+	var got seen
+	envd := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.path = r.URL.Path
+		got.t, _ = e2b.Target(r.Context())
+		w.WriteHeader(http.StatusAccepted)
+	})
+	e := newEnv(t, nil, envd)
+	sb := e.createNative(t, e.key1)
+	other := e.createNative(t, e.key2)
+	tok := e.c.EnvdToken(sb.SandboxID)
+	for _, tc := range []struct {
+		name    string
+		headers []string
+		want    int
+	}{
+		{"no headers", nil, http.StatusBadRequest},
+		{"no token", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983"}, http.StatusUnauthorized},
+		{"another sandbox's token", []string{"E2b-Sandbox-Id", other.SandboxID, "E2b-Sandbox-Port", "49983", "X-Access-Token", tok}, http.StatusUnauthorized},
+		{"port token", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-Access-Token", sb.AccessToken}, http.StatusUnauthorized},
+		{"another project's key", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-API-Key", e.key2}, http.StatusNotFound},
+		{"token to envd", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-Access-Token", tok}, http.StatusAccepted},
+		{"traffic token to envd", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "E2B-Traffic-Access-Token", tok}, http.StatusAccepted},
+		{"key to envd", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-API-Key", e.key1}, http.StatusAccepted},
+		{"other port", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "8080", "X-Access-Token", tok}, http.StatusNotImplemented},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got = seen{}
+			r := e.do(t, "POST", "/e2b/sandbox/process.Process/List", "{}", tc.headers...)
+			if r.status != tc.want {
+				t.Fatalf("%d %s; want %d", r.status, r.body, tc.want)
+			}
+			if r.status == http.StatusAccepted {
+				want := seen{"/process.Process/List", e2b.TargetSandbox{ProjectID: "p1", SandboxID: sb.SandboxID}}
+				if got != want {
+					t.Errorf("envd saw %+v; want %+v", got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestEnvdUnsetIs501(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	sb := e.createNative(t, e.key1)
+	r := e.do(t, "POST", "/e2b/sandbox/process.Process/List", "{}",
+		"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-Access-Token", e.c.EnvdToken(sb.SandboxID))
+	var body struct{ Message string }
+	json.Unmarshal([]byte(r.body), &body)
+	if r.status != http.StatusNotImplemented || body.Message == "" {
+		t.Errorf("envd without a handler: %d %s; want 501 naming the feature", r.status, r.body)
+	}
+}
