@@ -286,6 +286,37 @@ func TestCluster(t *testing.T) {
 		}
 	}
 
+	// A watch through one API process sees a file written through the
+	// other: the event stream crosses the API and the node unbuffered.
+	w, err := cl[0].WatchDir(ctx, sbs[0].SandboxID, "/tmp", false)
+	if err != nil {
+		t.Fatalf("WatchDir through api 0: %v", err)
+	}
+	if _, err := cl[1].WriteFile(ctx, sbs[0].SandboxID, "/tmp/watched.txt", strings.NewReader("x")); err != nil {
+		t.Fatalf("WriteFile through api 1: %v", err)
+	}
+	for {
+		ev, err := w.Next()
+		if err != nil {
+			t.Fatalf("the watch through api 0 ended before the write through api 1 showed: %v", err)
+		}
+		if ev.Name == "watched.txt" {
+			break
+		}
+	}
+	w.Close()
+	// The node samples its sandboxes; either API process answers with its
+	// samples.
+	var samples []api.SandboxMetric
+	for deadline := time.Now().Add(20 * time.Second); len(samples) == 0 && time.Now().Before(deadline); time.Sleep(time.Second) {
+		if samples, err = cl[1].Metrics(ctx, sbs[1].SandboxID); err != nil {
+			t.Fatalf("Metrics through api 1: %v", err)
+		}
+	}
+	if len(samples) == 0 || samples[0].MemTotal <= 0 || samples[0].DiskTotal <= 0 {
+		t.Errorf("Metrics through api 1 = %+v; want a sample within 20 s, with the sandbox's limits", samples)
+	}
+
 	var ce *client.Error
 
 	// Exposed ports through either API: the request goes to the sandbox's
