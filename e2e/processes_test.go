@@ -258,6 +258,51 @@ func TestProcesses(t *testing.T) {
 		}
 		c.Signal(ctx, id, p.Pid, "KILL")
 	})
+
+	t.Run("a pause ends attached readers instead of waiting for them", func(t *testing.T) {
+		p, err := c.StartProcess(ctx, id, api.ProcessStartRequest{Cmd: "while :; do echo beat; sleep 0.2; done", Pty: &api.PtySize{Cols: 80, Rows: 24}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		term, err := c.ConnectTerminal(ctx, id, p.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer term.Close()
+		untilTerminal(t, term, "beat")
+		streamDone := make(chan error, 1)
+		go func() {
+			_, err := c.ConnectProcess(ctx, id, p.Pid, nil)
+			streamDone <- err
+		}()
+		waitDone := make(chan error, 1)
+		go func() {
+			_, err := c.WaitProcess(ctx, id, p.Pid)
+			waitDone <- err
+		}()
+		time.Sleep(300 * time.Millisecond) // all three are attached
+		begin := time.Now()
+		if _, err := c.PauseSandbox(ctx, id); err != nil {
+			t.Fatalf("pausing with a terminal, a stream and a wait attached: %v; want them ended, not waited for", err)
+		}
+		if d := time.Since(begin); d > 8*time.Second {
+			t.Errorf("the pause took %v: it waited for the attached readers", d)
+		}
+		_, socketErr := term.Wait(ctx, io.Discard, nil)
+		for what, err := range map[string]error{"WebSocket": socketErr, "output stream": <-streamDone, "wait": <-waitDone} {
+			if !errors.Is(err, client.ErrConflict) || !strings.Contains(err.Error(), "paused") {
+				t.Errorf("%s across the pause: %v; want 409 saying the sandbox was paused", what, err)
+			}
+		}
+		// Reattaching resumes the sandbox; the terminal's loop runs on.
+		again, err := c.ConnectTerminal(ctx, id, p.Pid)
+		if err != nil {
+			t.Fatalf("reattaching after the pause: %v", err)
+		}
+		defer again.Close()
+		untilTerminal(t, again, "beat")
+		c.Signal(ctx, id, p.Pid, "KILL")
+	})
 }
 
 func startErr(c *client.Client, id string, req api.ProcessStartRequest) error {

@@ -38,24 +38,25 @@ type Call struct {
 	Transport http.RoundTripper
 }
 
-// inflight holds the calls in flight, per sandbox.
+// inflight holds the calls in flight, per sandbox, each marked whether it
+// is a follower (Following).
 type inflight struct {
 	mu    sync.Mutex
-	calls map[string]map[*context.CancelCauseFunc]struct{}
+	calls map[string]map[*context.CancelCauseFunc]bool
 }
 
-func (f *inflight) add(id string, cancel *context.CancelCauseFunc) (first bool) {
+func (f *inflight) add(id string, cancel *context.CancelCauseFunc, follower bool) (first bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.calls == nil {
-		f.calls = map[string]map[*context.CancelCauseFunc]struct{}{}
+		f.calls = map[string]map[*context.CancelCauseFunc]bool{}
 	}
 	set := f.calls[id]
 	if set == nil {
-		set = map[*context.CancelCauseFunc]struct{}{}
+		set = map[*context.CancelCauseFunc]bool{}
 		f.calls[id] = set
 	}
-	set[cancel] = struct{}{}
+	set[cancel] = follower
 	return len(set) == 1
 }
 
@@ -68,10 +69,63 @@ func (f *inflight) remove(id string, cancel *context.CancelCauseFunc) {
 	}
 }
 
+// count is how many calls to sandbox id are in flight, followers included.
 func (f *inflight) count(id string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.calls[id])
+}
+
+// waited is how many calls to sandbox id a pause waits for: all but the
+// followers.
+func (f *inflight) waited(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, follower := range f.calls[id] {
+		if !follower {
+			n++
+		}
+	}
+	return n
+}
+
+// cancelFollowers ends the followers among the calls to sandbox id with
+// cause.
+func (f *inflight) cancelFollowers(id string, cause error) {
+	f.mu.Lock()
+	var cut []*context.CancelCauseFunc
+	for cancel, follower := range f.calls[id] {
+		if follower {
+			cut = append(cut, cancel)
+		}
+	}
+	f.mu.Unlock()
+	for _, cancel := range cut {
+		(*cancel)(cause)
+	}
+}
+
+// followingKey marks a follower's context (Following).
+type followingKey struct{}
+
+// Following marks a call, for Acquire, as one that follows a sandbox's
+// process or terminal (its output stream, its WebSocket, a wait for its
+// end): such a call may stay open for hours, so a pause does not wait for
+// it as it does for other calls, but ends it first, with the pause as its
+// cause (409: the client reattaches, which resumes the sandbox), as it
+// does connections to exposed ports. Until then it counts as a call in
+// flight: the sandbox's runtime is watched, and its end ends the call at
+// once. A context value rather than another Acquire: a cluster's API
+// forwards the call to the node unchanged, and the node's own proxy marks
+// it there.
+func Following(ctx context.Context) context.Context {
+	return context.WithValue(ctx, followingKey{}, true)
+}
+
+func following(ctx context.Context) bool {
+	b, _ := ctx.Value(followingKey{}).(bool)
+	return b
 }
 
 // cancelAll ends every call to sandbox id with cause.
@@ -118,7 +172,7 @@ func (n *Local) Acquire(ctx context.Context, id string) (Call, error) {
 		return Call{}, err
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
-	if first := n.calls.add(id, &cancel); first {
+	if first := n.calls.add(id, &cancel, following(ctx)); first {
 		go n.watch(id)
 	}
 	var once sync.Once

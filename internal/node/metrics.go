@@ -154,7 +154,7 @@ func (n *Local) disk(ctx context.Context, id string) (api.DiskUsage, error) {
 		return api.DiskUsage{}, err
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
-	n.calls.add(id, &cancel)
+	n.calls.add(id, &cancel, false)
 	unlock()
 	defer func() {
 		n.calls.remove(id, &cancel)

@@ -27,7 +27,8 @@ const (
 
 // Pause implements Node: pausing a paused sandbox returns it as it is.
 // Calls in flight are waited for up to PauseWait, after which the pause
-// fails with ErrConflict.
+// fails with ErrConflict; calls that follow a process (Following) are
+// ended instead.
 func (n *Local) Pause(ctx context.Context, id string) (_ store.Sandbox, err error) {
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpPause, time.Since(begin), err) }(time.Now())
 	if err := n.needData(); err != nil {
@@ -42,7 +43,7 @@ func (n *Local) Pause(ctx context.Context, id string) (_ store.Sandbox, err erro
 	// New calls wait for the lock we hold (and then resume the sandbox);
 	// calls already in flight get a bounded time to end.
 	deadline := time.Now().Add(n.cfg.PauseWait)
-	for n.calls.count(id) > 0 {
+	for n.calls.waited(id) > 0 {
 		if time.Now().After(deadline) {
 			return sb, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s has a call running; retry when it ends", id)}
 		}
@@ -73,9 +74,10 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 		return &Error{Msg: fmt.Sprintf("checkpointing sandbox %s failed (disk full? the server log says why); it keeps running", sb.ID),
 			Cause: fmt.Errorf("clearing old image of sandbox %s: %w", sb.ID, err)}
 	}
-	// Connections to its exposed ports end now, so that the image
-	// holds none.
+	// Connections to its exposed ports, and calls that follow its
+	// processes (Following), end now, so that the image holds none.
 	n.ports.cancelAll(sb.ID, stopReason(sb.ID, api.StatePaused, ""))
+	n.calls.cancelFollowers(sb.ID, stopReason(sb.ID, api.StatePaused, ""))
 	if err := n.checkpoint(ctx, sb.ID, dir); err != nil {
 		return err
 	}
@@ -274,7 +276,7 @@ func (n *Local) expirePaused(ctx context.Context, sb store.Sandbox) (bool, error
 	if err != nil || p.OnTimeout != api.OnTimeoutPause {
 		return false, err
 	}
-	if n.calls.count(sb.ID) > 0 {
+	if n.calls.waited(sb.ID) > 0 {
 		// Pausing would cut a call off: wait for the next tick.
 		return true, nil
 	}

@@ -32,7 +32,7 @@ func (n *Local) OpenPort(ctx context.Context, id string, port int, resume bool) 
 		return Call{}, err
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
-	n.ports.add(id, &cancel)
+	n.ports.add(id, &cancel, false)
 	var once sync.Once
 	release := func() {
 		once.Do(func() {

@@ -15,6 +15,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/node"
 )
 
 // proxy passes /v1/sandboxes/{id}/<agent path> to the sandbox's agent as
@@ -48,7 +49,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	}
 	// Acquire resumes a paused sandbox, and holds off a pause until the
 	// call has ended.
-	call, err := s.c.Acquire(r.Context(), project, id)
+	ctx := r.Context()
+	if follows(r) {
+		ctx = node.Following(ctx)
+	}
+	call, err := s.c.Acquire(ctx, project, id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -111,6 +116,15 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	rp.ServeHTTP(w, r.WithContext(call.Ctx))
+}
+
+// follows reports whether r follows a process (its output, its WebSocket,
+// a wait for its end), which a pause ends rather than waits for
+// (node.Following).
+func follows(r *http.Request) bool {
+	p := r.Pattern
+	return strings.HasSuffix(p, "/processes/{pid}/output") || strings.HasSuffix(p, "/processes/{pid}/ws") ||
+		(strings.HasSuffix(p, "/processes/{pid}") && r.URL.Query().Get("wait") == "1")
 }
 
 // stopCause is why a call's context ended if its sandbox stopped, or nil.
