@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"io"
 	"unicode/utf8"
 )
@@ -37,7 +36,10 @@ func (s *closingSocket) Read(p []byte) (int, error) {
 	}
 	n, err := s.ReadWriteCloser.Read(p)
 	s.track(p[:n])
-	if err == nil || errors.Is(err, io.EOF) || s.sawEnd {
+	// A clean end of the connection counts too: the agent always closes
+	// a socket with a close frame, and a dying sandbox's network stack
+	// may end the connection with a FIN before its end is known here.
+	if err == nil || s.sawEnd {
 		return n, err
 	}
 	cause := stopCause(s.ctx)

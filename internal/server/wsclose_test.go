@@ -36,12 +36,14 @@ func TestClosingSocket(t *testing.T) {
 		reads    [][]byte
 		stopped  bool
 		wantTail []byte // what follows the agent's bytes
+		eof      bool   // the connection ends with EOF rather than an error
 	}{
-		{"cut between frames", [][]byte{binary("ab"), binary("cd")}, true, closeWith(gone.Msg)},
-		{"cut inside a frame", [][]byte{binary("abcdef")[:4]}, true, append([]byte{0, 0, 0, 0}, closeWith(gone.Msg)...)},
-		{"header split across reads", [][]byte{{0x82}, {0x03, 'x'}}, true, append([]byte{0, 0}, closeWith(gone.Msg)...)},
-		{"agent closed first", [][]byte{closeFrame(1000, "exited")}, true, nil},
-		{"sandbox still running", [][]byte{binary("ab")}, false, nil},
+		{"cut between frames", [][]byte{binary("ab"), binary("cd")}, true, closeWith(gone.Msg), false},
+		{"cut inside a frame", [][]byte{binary("abcdef")[:4]}, true, append([]byte{0, 0, 0, 0}, closeWith(gone.Msg)...), false},
+		{"header split across reads", [][]byte{{0x82}, {0x03, 'x'}}, true, append([]byte{0, 0}, closeWith(gone.Msg)...), false},
+		{"agent closed first", [][]byte{closeFrame(1000, "exited")}, true, nil, false},
+		{"connection ended cleanly by a dying sandbox", [][]byte{binary("ab")}, true, closeWith(gone.Msg), true},
+		{"sandbox still running", [][]byte{binary("ab")}, false, nil, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,7 +57,11 @@ func TestClosingSocket(t *testing.T) {
 			for _, r := range tt.reads {
 				agent = append(agent, r...)
 			}
-			s := &closingSocket{ReadWriteCloser: &scriptedConn{reads: tt.reads, fail: errors.New("connection reset")}, ctx: ctx}
+			fail := errors.New("connection reset")
+			if tt.eof {
+				fail = io.EOF
+			}
+			s := &closingSocket{ReadWriteCloser: &scriptedConn{reads: tt.reads, fail: fail}, ctx: ctx}
 			if !tt.stopped {
 				// Ended without a sandbox's end as the cause (the client
 				// left): the error passes through, without waiting.
