@@ -114,6 +114,19 @@ func TestProcesses(t *testing.T) {
 		}
 	})
 
+	t.Run("root only when asked", func(t *testing.T) {
+		for _, tt := range []struct{ user, want string }{{"", "1000 user"}, {"root", "0 root"}} {
+			p, err := c.StartProcess(ctx, id, api.ProcessStartRequest{Cmd: "echo $(id -u) $(id -un)", User: tt.user})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.ConnectProcess(ctx, id, p.Pid, nil)
+			if err != nil || strings.TrimSpace(res.Stdout) != tt.want {
+				t.Errorf("user %q: %+v, %v; want %q", tt.user, res, err, tt.want)
+			}
+		}
+	})
+
 	t.Run("stdin round trip through cat", func(t *testing.T) {
 		p, err := c.StartProcess(ctx, id, api.ProcessStartRequest{Args: []string{"cat"}, Stdin: true})
 		if err != nil {
