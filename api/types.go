@@ -213,6 +213,9 @@ type ExecuteRequest struct {
 	ContextID string            `json:"contextId,omitempty"` // default: the language's default context
 	TimeoutMs *int64            `json:"timeoutMs,omitempty"` // default 60000; 0 = no limit
 	Envs      map[string]string `json:"envs,omitempty"`      // for this call only
+	// Bundle asks for every representation of each Python result in the
+	// event's Bundle, beside the richest one (E2B's surface needs them all).
+	Bundle bool `json:"bundle,omitempty"`
 }
 
 // Execute event types.
@@ -240,6 +243,11 @@ type ExecuteEvent struct {
 	Type           string          `json:"type"`
 	Text           string          `json:"text,omitempty"`   // stdout, stderr
 	Result         *Result         `json:"result,omitempty"` // result
+	// Bundle is a result's whole MIME bundle, as IPython's
+	// display_formatter made it (images base64, application/json a JSON
+	// value), when the request asked for it (ExecuteRequest.Bundle). It
+	// sits beside Result, not in it, so that a Result stays one value.
+	Bundle map[string]json.RawMessage `json:"bundle,omitempty"`
 	Error          *ExecutionError `json:"error,omitempty"`  // error
 	ExecutionCount int             `json:"executionCount,omitempty"`
 	Abort          *Abort          `json:"abort,omitempty"` // abort

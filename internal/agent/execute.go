@@ -73,7 +73,7 @@ func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
 		}
 		s := newSink(w, a.cfg.MaxOutputBytes, executeText)
 		defer s.close()
-		a.executePython(ctx, k, pykernel.Request{Code: req.Code, Timeout: timeout, Envs: req.Envs}, s)
+		a.executePython(ctx, k, pykernel.Request{Code: req.Code, Timeout: timeout, Envs: req.Envs, Bundle: req.Bundle}, s)
 	default:
 		if err := acquire(ctx, c.turn); err != nil {
 			return

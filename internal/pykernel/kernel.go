@@ -44,6 +44,8 @@ type Request struct {
 	Code    string
 	Timeout time.Duration     // 0: no limit
 	Envs    map[string]string // set for this call only, restored after
+	// Bundle keeps each result's whole MIME bundle (api.Result.Bundle).
+	Bundle bool
 }
 
 // Error names of execution errors made here rather than raised by the code.
@@ -269,7 +271,7 @@ func (k *Kernel) run(ctx context.Context, p *proc, id uint32, req Request, emit 
 		case "done":
 			done, count = true, m.Count
 		default:
-			if ev, ok := m.resultEvent(); ok {
+			if ev, ok := m.resultEvent(req.Bundle); ok {
 				emit(ev)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -978,5 +979,46 @@ func TestCorruptFrameStream(t *testing.T) {
 	}
 	if o := run(t, k, "1+1"); len(o.results) != 1 || o.results[0].Data != "2" {
 		t.Errorf("next call = %+v %+v, want 2", o.results, o.errors)
+	}
+}
+
+// TestExecuteBundle: a request with Bundle gets every representation of
+// a result beside the richest one; without it, none (the native API's
+// results are one MIME type each).
+func TestExecuteBundle(t *testing.T) {
+	k := startKernel(t)
+	run(t, k, `
+class Rich:
+    def _repr_html_(self): return "<b>rich</b>"
+    def _repr_json_(self): return {"rich": True}
+    def _repr_latex_(self): return "$rich$"
+    def __repr__(self): return "Rich()"
+`)
+	o := execute(t, context.Background(), k, Request{Code: "Rich()", Timeout: time.Minute, Bundle: true})
+	var bundle map[string]json.RawMessage
+	for _, ev := range o.events {
+		if ev.Type == api.EventResult {
+			bundle = ev.Bundle
+		}
+	}
+	want := map[string]string{"text/html": `"<b>rich</b>"`, "application/json": `{"rich": true}`, "text/latex": `"$rich$"`, "text/plain": `"Rich()"`}
+	if len(bundle) != len(want) {
+		t.Fatalf("bundle = %s; want the types %v", bundle, want)
+	}
+	for mime, v := range want {
+		var got, w any
+		json.Unmarshal(bundle[mime], &got)
+		json.Unmarshal([]byte(v), &w)
+		if fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("bundle[%s] = %s; want %s", mime, bundle[mime], v)
+		}
+	}
+	if o.results[0].Mime != "text/html" {
+		t.Errorf("richest = %s; want text/html as without a bundle", o.results[0].Mime)
+	}
+	for _, ev := range run(t, k, "Rich()").events {
+		if ev.Bundle != nil {
+			t.Errorf("a request without Bundle got one: %+v", ev)
+		}
 	}
 }

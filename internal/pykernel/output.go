@@ -92,8 +92,9 @@ func (m *message) errorEvent() api.ExecuteEvent {
 // richest MIME type of its bundle. A display update (display_id) is a new
 // display result carrying the new data: the API streams events and cannot
 // take back one already sent; for the same reason clear_output has no
-// event. ok is false for messages that carry nothing for the client.
-func (m *message) resultEvent() (ev api.ExecuteEvent, ok bool) {
+// event. With bundle the event carries the whole bundle too. ok is false
+// for messages that carry nothing for the client.
+func (m *message) resultEvent(bundle bool) (ev api.ExecuteEvent, ok bool) {
 	var typ string
 	switch m.T {
 	case "result":
@@ -107,5 +108,9 @@ func (m *message) resultEvent() (ev api.ExecuteEvent, ok bool) {
 	if !found {
 		return ev, false
 	}
-	return api.ExecuteEvent{Type: api.EventResult, Result: &api.Result{Type: typ, Mime: mime, Data: text}}, true
+	ev = api.ExecuteEvent{Type: api.EventResult, Result: &api.Result{Type: typ, Mime: mime, Data: text}}
+	if bundle {
+		ev.Bundle = m.Data
+	}
+	return ev, true
 }
