@@ -109,4 +109,3 @@ func Generate(ctx context.Context, dir string) (map[string][]byte, error) {
 	}
 	return out, nil
 }
-

@@ -1,0 +1,168 @@
+package envd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"strconv"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// envd's HTTP /files: GET downloads the file at ?path=, POST uploads one
+// (a raw application/octet-stream body to ?path=) or several
+// (multipart/form-data, each part named "file" and its filename its path
+// unless ?path= names one) and answers what it wrote. ?username= is
+// accepted and, as for every call here, the agent acts as the sandbox
+// user.
+
+// writeInfo is one entry of an upload's answer, as envd sends it.
+type writeInfo struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+// envdError is envd's error body.
+type envdError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(envdError{Code: status, Message: msg})
+}
+
+// httpFail answers err with the status envd would: the SDKs map 400, 401,
+// 404, 429, 502 (the sandbox gone: "was not found" in the message) and
+// 507.
+func (h *handler) httpFail(w http.ResponseWriter, s *session, err error) {
+	if stop := s.stopped(); stop != nil {
+		err = stop
+	}
+	kind, msg := errdefs.Classify(err)
+	status := kind.Status
+	switch {
+	case errors.Is(err, errGoneSandbox), errors.Is(err, errdefs.ErrGone), errors.Is(err, errdefs.ErrBadGateway):
+		status = http.StatusBadGateway
+	case errors.Is(err, errdefs.ErrDiskFull), errors.Is(err, errdefs.ErrTooLarge):
+		status = http.StatusInsufficientStorage
+	}
+	if msg == "" {
+		msg = http.StatusText(status)
+		h.log.Warn("envd /files call failed", "err", err)
+	}
+	writeError(w, status, msg)
+}
+
+func (h *handler) download(w http.ResponseWriter, r *http.Request) {
+	s, err := h.open(r.Context())
+	if err != nil {
+		h.httpFail(w, nil, err)
+		return
+	}
+	defer s.release()
+	p := r.URL.Query().Get("path")
+	e, err := s.agent.Stat(s.ctx, p)
+	if err != nil {
+		h.httpFail(w, s, err)
+		return
+	}
+	body, err := s.agent.ReadFile(s.ctx, p)
+	if err != nil {
+		h.httpFail(w, s, err)
+		return
+	}
+	defer body.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": e.Name}))
+	if e.Type == "file" {
+		w.Header().Set("Content-Length", strconv.FormatInt(e.Size, 10))
+	}
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, body); err != nil && r.Context().Err() == nil {
+		h.log.Debug("sending a file", "sandbox_id", s.sandbox, "err", err)
+	}
+}
+
+func (h *handler) upload(w http.ResponseWriter, r *http.Request) {
+	s, err := h.open(r.Context())
+	if err != nil {
+		h.httpFail(w, nil, err)
+		return
+	}
+	defer s.release()
+	if r.Header.Get("Content-Encoding") != "" {
+		writeError(w, http.StatusBadRequest, "Content-Encoding "+r.Header.Get("Content-Encoding")+" is not supported by Lizard; upload without gzip")
+		return
+	}
+	path := r.URL.Query().Get("path")
+	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var written []writeInfo
+	put := func(p string, body io.Reader) bool {
+		e, err := s.agent.WriteFile(s.ctx, p, body)
+		if err != nil {
+			h.httpFail(w, s, err)
+			return false
+		}
+		written = append(written, writeInfo{Name: e.Name, Type: "file", Path: e.Path})
+		return true
+	}
+	switch mt {
+	case "multipart/form-data":
+		mr := multipart.NewReader(r.Body, params["boundary"])
+		seen := map[string]bool{}
+		for {
+			part, err := mr.NextPart()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the multipart body: %v", err))
+				return
+			}
+			if part.FormName() != "file" {
+				continue
+			}
+			p := path
+			if p == "" {
+				// The SDKs put the path in the filename; Go's FileName
+				// would keep only its last element.
+				_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+				p = dp["filename"]
+			}
+			if p == "" {
+				writeError(w, http.StatusBadRequest, "a file part names no path (its filename), and ?path= is not set")
+				return
+			}
+			if seen[p] {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("you cannot upload multiple files to the same path '%s' in one upload request", p))
+				return
+			}
+			seen[p] = true
+			if !put(p, part) {
+				return
+			}
+		}
+		if len(written) == 0 {
+			writeError(w, http.StatusBadRequest, "the multipart body holds no part named file")
+			return
+		}
+	default:
+		if path == "" {
+			writeError(w, http.StatusBadRequest, "path: an octet-stream upload needs ?path=")
+			return
+		}
+		if !put(path, r.Body) {
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(written)
+}

@@ -1,0 +1,237 @@
+package envd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/e2b/envd/proto/filesystem"
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// filesystemService is filesystem.Filesystem over the agent's /files
+// calls (docs/files.md). The agent acts as the sandbox user whatever user
+// a call names.
+type filesystemService struct{ h *handler }
+
+// entry is the envd form of an agent's EntryInfo. A symlink is described
+// itself, as is_symlink with type SYMLINK (what older envds send too).
+func entry(e api.EntryInfo) *filesystem.EntryInfo {
+	out := &filesystem.EntryInfo{
+		Name:         e.Name,
+		Path:         e.Path,
+		Size:         e.Size,
+		Mode:         e.Mode,
+		Permissions:  e.Permissions,
+		Owner:        e.Owner,
+		Group:        e.Group,
+		ModifiedTime: timestamppb.New(e.ModTime),
+	}
+	switch e.Type {
+	case "file":
+		out.Type = filesystem.FileType_FILE_TYPE_FILE
+	case "dir":
+		out.Type = filesystem.FileType_FILE_TYPE_DIRECTORY
+	case "symlink":
+		out.Type = filesystem.FileType_FILE_TYPE_SYMLINK
+		out.IsSymlink = true
+		target := e.SymlinkTarget
+		out.SymlinkTarget = &target
+	}
+	return out
+}
+
+func (f *filesystemService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
+	return call(f.h, ctx, func(s *session) (*filesystem.StatResponse, error) {
+		e, err := s.agent.Stat(s.ctx, req.Msg.GetPath())
+		if err != nil {
+			return nil, err
+		}
+		return &filesystem.StatResponse{Entry: entry(e)}, nil
+	})
+}
+
+func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
+	return call(f.h, ctx, func(s *session) (*filesystem.MakeDirResponse, error) {
+		// envd answers already_exists for a directory that is there (the
+		// SDKs' make_dir then returns false); the agent's mkdir -p would
+		// not say.
+		if e, err := s.agent.Stat(s.ctx, req.Msg.GetPath()); err == nil {
+			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists", e.Path))
+		} else if !errors.Is(err, errdefs.ErrNotFound) {
+			return nil, err
+		}
+		e, err := s.agent.MakeDir(s.ctx, req.Msg.GetPath())
+		if err != nil {
+			return nil, err
+		}
+		return &filesystem.MakeDirResponse{Entry: entry(e)}, nil
+	})
+}
+
+func (f *filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
+	return call(f.h, ctx, func(s *session) (*filesystem.MoveResponse, error) {
+		e, err := s.agent.Rename(s.ctx, req.Msg.GetSource(), req.Msg.GetDestination())
+		if err != nil {
+			return nil, err
+		}
+		return &filesystem.MoveResponse{Entry: entry(e)}, nil
+	})
+}
+
+// maxListEntries bounds one ListDir's answer, so that a deep listing of a
+// big tree cannot make the server hold it all.
+const maxListEntries = 100_000
+
+func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
+	return call(f.h, ctx, func(s *session) (*filesystem.ListDirResponse, error) {
+		depth := int(req.Msg.GetDepth())
+		if depth < 1 {
+			depth = 1
+		}
+		out := &filesystem.ListDirResponse{}
+		// The agent lists one directory; deeper levels are listed in turn,
+		// not following symlinks, as envd does.
+		var list func(dir string, level int) error
+		list = func(dir string, level int) error {
+			entries, err := s.agent.List(s.ctx, dir)
+			if err != nil {
+				return err
+			}
+			for _, e := range entries {
+				if len(out.Entries) >= maxListEntries {
+					return errdefs.Invalidf("depth: the listing is over %d entries; list a smaller depth", maxListEntries)
+				}
+				out.Entries = append(out.Entries, entry(e))
+				if e.Type == "dir" && level < depth {
+					if err := list(e.Path, level+1); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+		if err := list(req.Msg.GetPath(), 1); err != nil {
+			return nil, err
+		}
+		return out, nil
+	})
+}
+
+func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
+	return call(f.h, ctx, func(s *session) (*filesystem.RemoveResponse, error) {
+		if err := s.agent.Remove(s.ctx, req.Msg.GetPath()); err != nil {
+			return nil, err
+		}
+		return &filesystem.RemoveResponse{}, nil
+	})
+}
+
+// fsEvent is the envd event of an agent's watch event (nil for none),
+// with the entry's description when asked and it can still be read.
+func fsEvent(s *session, dir string, ev api.FileEvent, includeEntry bool) *filesystem.FilesystemEvent {
+	out := &filesystem.FilesystemEvent{Name: ev.Name}
+	switch ev.Type {
+	case api.FileCreate:
+		out.Type = filesystem.EventType_EVENT_TYPE_CREATE
+	case api.FileWrite:
+		out.Type = filesystem.EventType_EVENT_TYPE_WRITE
+	case api.FileRemove:
+		out.Type = filesystem.EventType_EVENT_TYPE_REMOVE
+	case api.FileRename:
+		out.Type = filesystem.EventType_EVENT_TYPE_RENAME
+	case api.FileChmod:
+		out.Type = filesystem.EventType_EVENT_TYPE_CHMOD
+	default:
+		return nil
+	}
+	if includeEntry && (out.Type == filesystem.EventType_EVENT_TYPE_CREATE || out.Type == filesystem.EventType_EVENT_TYPE_WRITE || out.Type == filesystem.EventType_EVENT_TYPE_CHMOD) {
+		if e, err := s.agent.Stat(s.ctx, path.Join(dir, ev.Name)); err == nil {
+			out.Entry = entry(e)
+		}
+	}
+	return out
+}
+
+// watchEnd is the error of a watch stream that ended on its own: the
+// agent ends it when the directory goes.
+func watchEnd(s *session, err error) error {
+	if err == io.EOF {
+		if s.ctx.Err() == nil {
+			return connect.NewError(connect.CodeNotFound, errors.New("the watched directory was removed"))
+		}
+		err = s.ctx.Err()
+	}
+	return s.fail(err)
+}
+
+func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
+	s, err := f.h.open(ctx)
+	if err != nil {
+		return rpcError(err)
+	}
+	defer s.release()
+	m := req.Msg
+	dir, err := s.agent.Stat(s.ctx, m.GetPath())
+	if err != nil {
+		return s.fail(err)
+	}
+	w, err := s.agent.Watch(s.ctx, dir.Path, m.GetRecursive())
+	if err != nil {
+		return s.fail(err)
+	}
+	defer w.Close()
+	if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}); err != nil {
+		return err
+	}
+	type next struct {
+		ev  api.FileEvent
+		err error
+	}
+	events := make(chan next)
+	go func() {
+		defer close(events)
+		for {
+			ev, err := w.Next()
+			select {
+			case events <- next{ev, err}:
+			case <-s.ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(keepaliveInterval(req.Header()))
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Keepalive{Keepalive: &filesystem.WatchDirResponse_KeepAlive{}}}); err != nil {
+				return err
+			}
+		case <-s.ctx.Done():
+			return s.fail(s.ctx.Err())
+		case n, ok := <-events:
+			if !ok {
+				return s.fail(s.ctx.Err())
+			}
+			if n.err != nil {
+				return watchEnd(s, n.err)
+			}
+			if ev := fsEvent(s, dir.Path, n.ev, m.GetIncludeEntry()); ev != nil {
+				if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
