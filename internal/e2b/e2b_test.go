@@ -1,8 +1,9 @@
 package e2b_test
 
 import (
-	"encoding/json"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/lizard-build/lizard/internal/e2b"
@@ -83,14 +84,21 @@ func TestSandboxRouter(t *testing.T) {
 	}
 }
 
-func TestEnvdUnsetIs501(t *testing.T) {
-	e := newEnv(t, nil, nil)
+// TestEnvdServedByDefault: the server plugs internal/e2b/envd in when the
+// config names no envd, and it reaches the sandbox's agent
+// (internal/e2b/envd's own tests cover every method).
+func TestEnvdServedByDefault(t *testing.T) {
+	agent := http.NewServeMux()
+	agent.HandleFunc("GET /processes", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"processes":[{"pid":7,"args":["sleep","9"],"cwd":"/","running":true}]}`)
+	})
+	e := newEnv(t, agent, nil)
 	sb := e.createNative(t, e.key1)
-	r := e.do(t, "POST", "/e2b/sandbox/process.Process/List", "{}",
+	r := e.do(t, "POST", "/e2b/sandbox/process.Process/List", "{}", "Content-Type", "application/json",
 		"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-Access-Token", e.c.EnvdToken(sb.SandboxID))
-	var body struct{ Message string }
-	json.Unmarshal([]byte(r.body), &body)
-	if r.status != http.StatusNotImplemented || body.Message == "" {
-		t.Errorf("envd without a handler: %d %s; want 501 naming the feature", r.status, r.body)
+	want := `{"processes":[{"config":{"cmd":"sleep","args":["9"],"cwd":"/"},"pid":7}]}`
+	// protojson varies its spacing on purpose.
+	if got := strings.Join(strings.Fields(r.body), ""); r.status != http.StatusOK || got != want {
+		t.Errorf("envd List: %d %s; want 200 %s", r.status, r.body, want)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/e2b"
+	"github.com/lizard-build/lizard/internal/e2b/envd"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 )
@@ -109,6 +110,9 @@ func New(cfg Config) *Server {
 		ec.Control, ec.Keys, ec.Logger = s.c, s.keys, s.log
 		ec.Limit = lim.limit
 		ec.Audit = s.audit
+		if ec.Envd == nil {
+			ec.Envd = envd.New(envd.Config{Sandboxes: s.c, Logger: s.log, Target: e2bTarget})
+		}
 		mux.Handle("/e2b/", e2b.New(ec))
 	}
 	if cfg.Console != nil {
@@ -326,4 +330,11 @@ func Run(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Logg
 		err = serr
 	}
 	return err
+}
+
+// e2bTarget is the sandbox the E2B router authenticated a call for, as
+// envd asks for it.
+func e2bTarget(ctx context.Context) (projectID, sandboxID string, ok bool) {
+	t, ok := e2b.Target(ctx)
+	return t.ProjectID, t.SandboxID, ok
 }

@@ -8,6 +8,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,20 +31,22 @@ var Plugins = []string{
 }
 
 func main() {
-	if err := run(context.Background(), "."); err != nil {
+	out := flag.String("out", ".", "where to write the generated files")
+	flag.Parse()
+	if err := run(context.Background(), ".", *out); err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		os.Exit(1)
 	}
 }
 
-// run generates the Go code of dir's .proto files into dir.
-func run(ctx context.Context, dir string) error {
-	out, err := Generate(ctx, dir)
+// run generates the Go code of dir's .proto files into out.
+func run(ctx context.Context, dir, out string) error {
+	files, err := Generate(ctx, dir)
 	if err != nil {
 		return err
 	}
-	for name, content := range out {
-		p := filepath.Join(dir, name)
+	for name, content := range files {
+		p := filepath.Join(out, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
