@@ -111,6 +111,38 @@ func TestFilesWatchRenameInfo(t *testing.T) {
 		t.Errorf("WatchDir of a file: %v, want ErrInvalidArgument saying it is not a directory", err)
 	}
 
+	// A pause ends the watch (409) instead of waiting for it: a watch
+	// never ends by itself.
+	paused := time.Now()
+	if _, err := c.PauseSandbox(ctx, id); err != nil {
+		t.Fatalf("pausing with a watch open: %v", err)
+	}
+	if d := time.Since(paused); d > 8*time.Second {
+		t.Errorf("the pause with a watch open took %v", d)
+	}
+	select {
+	case err := <-ended:
+		if !errors.Is(err, client.ErrConflict) || !strings.Contains(err.Error(), "paused") {
+			t.Errorf("the watch of a paused sandbox ended with %v, want ErrConflict saying it was paused", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch was still open 5 s after its sandbox was paused")
+	}
+	// Watching again resumes the sandbox, as any call does.
+	w2, err := c.WatchDir(ctx, id, "w", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	go func() {
+		for {
+			if _, err := w2.Next(); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+
 	// The sandbox's end ends the watch with the typed gone error, at once.
 	killed := time.Now()
 	if err := c.KillSandbox(ctx, id); err != nil {

@@ -119,11 +119,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 }
 
 // follows reports whether r follows a process (its output, its WebSocket,
-// a wait for its end), which a pause ends rather than waits for
-// (node.Following).
+// a wait for its end) or watches a directory, which a pause ends rather
+// than waits for (node.Following).
 func follows(r *http.Request) bool {
 	p := r.Pattern
 	return strings.HasSuffix(p, "/processes/{pid}/output") || strings.HasSuffix(p, "/processes/{pid}/ws") ||
+		strings.HasSuffix(p, "/files/watch") ||
 		(strings.HasSuffix(p, "/processes/{pid}") && r.URL.Query().Get("wait") == "1")
 }
 
