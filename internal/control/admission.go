@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -22,7 +22,7 @@ func (c *Control) limiter(projectID string) *rate.Limiter {
 }
 
 func (c *Control) tooFast(projectID string, d time.Duration) error {
-	return &node.Error{Kind: node.ErrRateLimited, RetryAfter: d,
+	return &errdefs.Error{Kind: errdefs.ErrRateLimited, RetryAfter: d,
 		Msg: fmt.Sprintf("project %s creates sandboxes too fast: at most %g per second (bursts of %d); retry in %s",
 			projectID, c.cfg.CreateRate, max(c.cfg.CreateBurst, 1), d.Round(time.Millisecond))}
 }
@@ -46,7 +46,7 @@ func (c *Control) fits(ctx context.Context, projectID string, count int, disk in
 			return fmt.Errorf("counting live sandboxes: %w", err)
 		}
 		if len(live)+count > c.cfg.MaxRunning {
-			return &node.Error{Kind: node.ErrRateLimited, RetryAfter: time.Second,
+			return &errdefs.Error{Kind: errdefs.ErrRateLimited, RetryAfter: time.Second,
 				Msg: fmt.Sprintf("project %s has %d live sandboxes; %d more would pass its maximum of %d; kill some first",
 					projectID, len(live), count, c.cfg.MaxRunning)}
 		}
@@ -83,7 +83,7 @@ func (c *Control) admit(ctx context.Context, projectID string, disk int64, again
 		}
 		if len(live) >= c.cfg.MaxRunning {
 			c.admitMu.Unlock()
-			return nil, &node.Error{Kind: node.ErrRateLimited, RetryAfter: time.Second,
+			return nil, &errdefs.Error{Kind: errdefs.ErrRateLimited, RetryAfter: time.Second,
 				Msg: fmt.Sprintf("project %s already has %d live sandboxes, its maximum; kill some first", projectID, len(live))}
 		}
 	}
