@@ -58,6 +58,33 @@ func TestQEMU(t *testing.T) {
 		}
 	})
 
+	t.Run("Metrics", func(t *testing.T) {
+		// What the QEMU runtime samples: the QEMU process's CPU and
+		// memory, and statfs / in the guest.
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		sb := newSandbox(t, c, api.CreateSandboxRequest{})
+		execOK(t, c, sb.SandboxID, "bash", "-c", "head -c 16M /dev/urandom > ~/m.bin && sync")
+		var ms []api.SandboxMetric
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+			var err error
+			if ms, err = c.Metrics(ctx, sb.SandboxID); err != nil {
+				t.Fatal(err)
+			}
+			if len(ms) > 0 && ms[len(ms)-1].DiskUsed >= 16<<20 {
+				break
+			}
+		}
+		if len(ms) == 0 {
+			t.Fatal("no metrics within 30 s")
+		}
+		m := ms[len(ms)-1]
+		t.Logf("sample: %+v", m)
+		if m.CPUCount <= 0 || m.CPUUsedPct < 0 || m.MemUsed <= 0 || m.MemTotal <= 0 || m.DiskUsed < 16<<20 || m.DiskTotal <= m.DiskUsed {
+			t.Errorf("sample %+v: want CPUs, memory used and its limit, and the 16 MiB file on the disk under its limit", m)
+		}
+	})
+
 	t.Run("PauseResumeFork", func(t *testing.T) {
 		ctx := context.Background()
 		sb := newSandbox(t, c, api.CreateSandboxRequest{})
