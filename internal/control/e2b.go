@@ -22,7 +22,7 @@ var ErrBadSandboxToken = fmt.Errorf("no valid access token for the sandbox: %w",
 func (c *Control) EnvdToken(id string) string { return c.sandboxToken("lze_", "lizard e2b envd ", id) }
 
 // EnvdProject returns the project of sandbox id when token is its
-// EnvdToken. An unknown sandbox and a wrong token are the same refusal, so
+// EnvdToken, or ErrGone once the sandbox has ended. An unknown sandbox and a wrong token are the same refusal, so
 // the existence of a sandbox is not told to strangers.
 func (c *Control) EnvdProject(ctx context.Context, id, token string) (string, error) {
 	want := c.EnvdToken(id)
@@ -36,6 +36,9 @@ func (c *Control) EnvdProject(ctx context.Context, id, token string) (string, er
 	}
 	if err != nil {
 		return "", err
+	}
+	if !sb.Live() {
+		return "", &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("sandbox %s has ended (%s)", id, sb.State)}
 	}
 	return sb.ProjectID, nil
 }

@@ -16,12 +16,14 @@ package e2b
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
 
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
 // The ports E2B's SDKs name in E2b-Sandbox-Port.
@@ -56,8 +58,23 @@ type Config struct {
 	// with /e2b/sandbox taken off its path, after the caller was
 	// authenticated: Target(r.Context()) names the sandbox and its project.
 	// nil: a 501 naming the feature.
-	Envd   http.Handler
-	Logger *slog.Logger
+	Envd http.Handler
+	// EnvdVersion is the envdVersion sandboxes are answered with: the
+	// SDKs gate envd features on it (e2b/envd/versions.py), so it is the
+	// version Envd speaks. Default DefaultEnvdVersion.
+	EnvdVersion string
+	Logger      *slog.Logger
+}
+
+// DefaultEnvdVersion is Config.EnvdVersion's default: one at which the
+// SDKs use the default user (0.4.0) and octet-stream uploads (0.5.7).
+const DefaultEnvdVersion = "0.5.7"
+
+func (h *Handler) envdVersion() string {
+	if h.cfg.EnvdVersion != "" {
+		return h.cfg.EnvdVersion
+	}
+	return DefaultEnvdVersion
 }
 
 // Handler serves /e2b/... on the API listener.
@@ -95,7 +112,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 // authed serves next to control API calls with a valid X-API-Key, within
 // the key's rate.
 func (h *Handler) authed(next http.HandlerFunc) http.Handler {
-	return h.cfg.Keys.RequireWith(apiKey, writeError, h.cfg.Limit(next))
+	return h.cfg.Keys.RequireWith(apiKey, refuse, h.cfg.Limit(next))
+}
+
+// refuse answers a request whose key was not accepted, naming E2B's
+// header rather than the native API's.
+func refuse(w http.ResponseWriter, status int, msg string) {
+	if status == http.StatusUnauthorized {
+		msg = msgBadKey
+	}
+	writeError(w, status, msg)
 }
 
 func apiKey(r *http.Request) (string, error) {
@@ -132,6 +158,16 @@ func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, err := h.sandboxCaller(r, id)
+	if errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrNotFound) {
+		// E2B's proxy answers 502 for a sandbox that is no more: the SDKs
+		// read it as "not running" (is_running) or its timeout.
+		msg := errdefs.Message(err)
+		if msg == "" {
+			msg = "sandbox " + id + " not found"
+		}
+		writeError(w, http.StatusBadGateway, msg)
+		return
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -180,8 +216,12 @@ func (h *Handler) sandboxCaller(r *http.Request, id string) (TargetSandbox, erro
 		}
 		// Handlers trust the target: another project's sandbox is not
 		// found here, as on the native API.
-		if _, err := h.cfg.Control.Get(r.Context(), project, id); err != nil {
+		sb, err := h.cfg.Control.Get(r.Context(), project, id)
+		if err != nil {
 			return TargetSandbox{}, err
+		}
+		if ended(sb) {
+			return TargetSandbox{}, gone(sb)
 		}
 		return TargetSandbox{ProjectID: project, SandboxID: id}, nil
 	}

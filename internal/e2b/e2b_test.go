@@ -19,7 +19,7 @@ func TestControlAPINeedsKey(t *testing.T) {
 		{"no key", nil, http.StatusUnauthorized},
 		{"wrong key", []string{"X-API-Key", "lz_nope_nope"}, http.StatusUnauthorized},
 		{"bearer is not E2B's", []string{"Authorization", "Bearer " + e.key1}, http.StatusUnauthorized},
-		{"right key", []string{"X-API-Key", e.key1}, http.StatusNotImplemented},
+		{"right key", []string{"X-API-Key", e.key1}, http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if r := e.do(t, "GET", "/e2b/sandboxes", "", tc.headers...); r.status != tc.want {
@@ -62,7 +62,7 @@ func TestSandboxRouter(t *testing.T) {
 		{"no token", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983"}, http.StatusUnauthorized},
 		{"another sandbox's token", []string{"E2b-Sandbox-Id", other.SandboxID, "E2b-Sandbox-Port", "49983", "X-Access-Token", tok}, http.StatusUnauthorized},
 		{"port token", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-Access-Token", sb.AccessToken}, http.StatusUnauthorized},
-		{"another project's key", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-API-Key", e.key2}, http.StatusNotFound},
+		{"another project's key", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-API-Key", e.key2}, http.StatusBadGateway},
 		{"token to envd", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-Access-Token", tok}, http.StatusAccepted},
 		{"traffic token to envd", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "E2B-Traffic-Access-Token", tok}, http.StatusAccepted},
 		{"key to envd", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-API-Key", e.key1}, http.StatusAccepted},

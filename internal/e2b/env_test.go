@@ -65,7 +65,7 @@ func newEnv(t *testing.T, agent http.Handler, envd http.Handler) *env {
 	logger := slog.New(slog.DiscardHandler)
 	pool, _ := netns.NewPool(netns.DefaultPool)
 	n, err := node.New(node.Config{
-		Runtime: sandboxtest.NewFake(), Store: st, Logger: logger, Pool: pool,
+		Runtime: sandboxtest.NewFake(), Store: st, Logger: logger, Pool: pool, DataDir: t.TempDir(),
 		Artifact: func(_ context.Context, name string) (sandbox.Artifact, error) {
 			return sandbox.Artifact{Name: name, Key: "k", RootFS: "/rootfs"}, nil
 		},

@@ -17,6 +17,8 @@ var (
 	errNoToken = fmt.Errorf("no X-Access-Token header: %w", auth.ErrUnauthenticated)
 )
 
+const msgBadKey = "missing or invalid API key: send X-API-Key with a Lizard project key (E2B_API_KEY), made by `lizard admin create-project`"
+
 // httpError is a refusal this package decides itself, with its status.
 type httpError struct {
 	status int
@@ -60,7 +62,7 @@ func (h *Handler) classify(err error) (int, string) {
 	case errors.Is(err, errNoToken):
 		return http.StatusUnauthorized, "calls into a sandbox need its envdAccessToken in X-Access-Token (E2B's SDKs send it) or its project's key in X-API-Key"
 	case errors.Is(err, auth.ErrUnauthenticated):
-		return http.StatusUnauthorized, "missing or invalid API key: send X-API-Key with a Lizard project key (E2B_API_KEY), made by `lizard admin create-project`"
+		return http.StatusUnauthorized, msgBadKey
 	}
 	k, msg := errdefs.Classify(err)
 	switch {

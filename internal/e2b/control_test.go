@@ -1,0 +1,115 @@
+package e2b_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/lizard-build/lizard/internal/e2b"
+)
+
+// TestSandboxLifecycle drives E2B's control API through create, info,
+// list with filters, timeout, pause, connect (resume), kill, and the
+// answers for sandboxes that are not (or no longer) the caller's.
+func TestSandboxLifecycle(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	key := []string{"X-API-Key", e.key1}
+	r := e.do(t, "POST", "/e2b/v2/sandboxes", `{"templateID":"code-interpreter-v1","timeout":300,"metadata":{"user":"al ice"}}`, key...)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var sb struct {
+		SandboxID, TemplateID, ClientID, EnvdVersion, EnvdAccessToken string
+		TrafficAccessToken                                            *string
+	}
+	json.Unmarshal([]byte(r.body), &sb)
+	if sb.SandboxID == "" || sb.TemplateID != "interpreter" || sb.ClientID == "" || sb.EnvdVersion != e2b.DefaultEnvdVersion ||
+		sb.EnvdAccessToken != e.c.EnvdToken(sb.SandboxID) || sb.TrafficAccessToken == nil || *sb.TrafficAccessToken != sb.EnvdAccessToken {
+		t.Fatalf("create answered %s", r.body)
+	}
+	other := e.do(t, "POST", "/e2b/sandboxes", `{"templateID":"base","metadata":{"user":"bob"}}`, key...)
+	if other.status != http.StatusCreated {
+		t.Fatalf("create (v1): %d %s", other.status, other.body)
+	}
+	path := "/e2b/sandboxes/" + sb.SandboxID
+
+	var info struct {
+		SandboxID, State, EnvdAccessToken string
+		Metadata                          map[string]string
+	}
+	r = e.do(t, "GET", path, "", key...)
+	json.Unmarshal([]byte(r.body), &info)
+	if r.status != http.StatusOK || info.State != "running" || info.Metadata["user"] != "al ice" || info.EnvdAccessToken != sb.EnvdAccessToken {
+		t.Fatalf("info: %d %s", r.status, r.body)
+	}
+	list := func(q url.Values) []string {
+		t.Helper()
+		r := e.do(t, "GET", "/e2b/v2/sandboxes?"+q.Encode(), "", key...)
+		if r.status != http.StatusOK {
+			t.Fatalf("list %v: %d %s", q, r.status, r.body)
+		}
+		var l []struct{ SandboxID string }
+		json.Unmarshal([]byte(r.body), &l)
+		var ids []string
+		for _, s := range l {
+			ids = append(ids, s.SandboxID)
+		}
+		return ids
+	}
+	if ids := list(url.Values{"metadata": {"user=al%2520ice"}}); len(ids) != 1 || ids[0] != sb.SandboxID {
+		t.Errorf("list by metadata = %v; want only %s", ids, sb.SandboxID)
+	}
+	if ids := list(url.Values{}); len(ids) != 2 {
+		t.Errorf("list = %v; want both", ids)
+	}
+	if r := e.do(t, "GET", "/e2b/v2/sandboxes?limit=1", "", key...); r.header.Get("X-Next-Token") == "" {
+		t.Errorf("a list of 2 with limit 1 gave no X-Next-Token")
+	}
+	if r := e.do(t, "POST", path+"/timeout", `{"timeout":600}`, key...); r.status != http.StatusNoContent {
+		t.Errorf("timeout: %d %s", r.status, r.body)
+	}
+	if r := e.do(t, "POST", path+"/pause", `{}`, key...); r.status != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", r.status, r.body)
+	}
+	if ids := list(url.Values{"state": {"paused"}}); len(ids) != 1 || ids[0] != sb.SandboxID {
+		t.Errorf("list paused = %v; want %s", ids, sb.SandboxID)
+	}
+	if r := e.do(t, "POST", path+"/pause", `{}`, key...); r.status != http.StatusConflict {
+		t.Errorf("pause of a paused sandbox: %d %s; want 409 (the SDK's 'already paused')", r.status, r.body)
+	}
+	if r := e.do(t, "POST", "/e2b/v2/sandboxes/"+sb.SandboxID+"/connect", `{"timeout":60}`, key...); r.status != http.StatusCreated {
+		t.Errorf("connect to a paused sandbox: %d %s; want 201 resumed", r.status, r.body)
+	}
+	if r := e.do(t, "POST", "/e2b/v2/sandboxes/"+sb.SandboxID+"/connect", `{}`, key...); r.status != http.StatusOK {
+		t.Errorf("connect to a running sandbox: %d %s; want 200", r.status, r.body)
+	}
+	for _, tc := range []struct {
+		name, method, path string
+		headers            []string
+		want               int
+	}{
+		{"another project's", "GET", path, []string{"X-API-Key", e.key2}, http.StatusNotFound},
+		{"another project's kill", "DELETE", path, []string{"X-API-Key", e.key2}, http.StatusNotFound},
+		{"unknown", "GET", "/e2b/sandboxes/nope", key, http.StatusNotFound},
+		{"fork", "POST", path + "/fork", key, http.StatusNotImplemented},
+		{"network", "PUT", path + "/network", key, http.StatusNotImplemented},
+		{"templates", "POST", "/e2b/v3/templates", key, http.StatusNotImplemented},
+		{"kill", "DELETE", path, key, http.StatusNoContent},
+		{"info of a killed one", "GET", path, key, http.StatusNotFound},
+		{"kill again", "DELETE", path, key, http.StatusNotFound},
+		{"timeout of a killed one", "POST", path + "/timeout", key, http.StatusNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if r := e.do(t, tc.method, tc.path, `{"timeout":1}`, tc.headers...); r.status != tc.want {
+				t.Errorf("%s %s: %d %s; want %d", tc.method, tc.path, r.status, r.body, tc.want)
+			}
+		})
+	}
+	if r := e.do(t, "POST", "/e2b/v2/sandboxes", `{"templateID":"base","mcp":{"github":{}}}`, key...); r.status != http.StatusNotImplemented {
+		t.Errorf("create with mcp: %d %s; want 501", r.status, r.body)
+	}
+	if r := e.do(t, "POST", "/e2b/v2/sandboxes", `{"templateID":`, key...); r.status != http.StatusBadRequest {
+		t.Errorf("create with broken JSON: %d %s; want 400", r.status, r.body)
+	}
+}

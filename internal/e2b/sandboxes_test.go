@@ -1,0 +1,167 @@
+package e2b
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+func TestTemplateName(t *testing.T) {
+	for _, tc := range []struct{ e2b, want string }{
+		{"", "interpreter"},
+		{"base", "interpreter"},
+		{"code-interpreter-v1", "interpreter"},
+		{"code-interpreter", "interpreter"},
+		{"interpreter", "interpreter"},
+		{"my-template", "my-template"},
+	} {
+		if got := templateName(tc.e2b); got != tc.want {
+			t.Errorf("templateName(%q) = %q; want %q", tc.e2b, got, tc.want)
+		}
+	}
+}
+
+func TestCreateRequest(t *testing.T) {
+	ms := func(n int64) *int64 { return &n }
+	yes := true
+	for _, tc := range []struct {
+		name       string
+		body       string
+		want       api.CreateSandboxRequest
+		wantStatus int // 0: accepted
+	}{
+		{"defaults", `{"templateID":"code-interpreter-v1"}`,
+			api.CreateSandboxRequest{Template: "interpreter", TimeoutMs: ms(15000)}, 0},
+		{"everything mapped", `{"templateID":"mine","timeout":300,"autoPause":true,"autoResume":{"enabled":true},"secure":true,
+			"allow_internet_access":true,"metadata":{"a":"b"},"envVars":{"X":"1"},"network":{"allowPublicTraffic":true},
+			"volumeMounts":[{"name":"v","path":"/data"}],"autoPauseMemory":true}`,
+			api.CreateSandboxRequest{Template: "mine", TimeoutMs: ms(300000), OnTimeout: "pause", AllowInternet: &yes,
+				Metadata: map[string]string{"a": "b"}, Envs: map[string]string{"X": "1"}, PublicPorts: true,
+				Volumes: []api.VolumeMount{{Name: "v", Path: "/data"}}}, 0},
+		{"zero timeout", `{"templateID":"base","timeout":0}`, api.CreateSandboxRequest{}, http.StatusBadRequest},
+		{"auto-resume without auto-pause", `{"templateID":"base","autoResume":{"enabled":true}}`, api.CreateSandboxRequest{}, http.StatusBadRequest},
+		{"mcp", `{"templateID":"base","mcp":{"x":{}}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
+		{"mcp null is none", `{"templateID":"base","mcp":null}`, api.CreateSandboxRequest{Template: "interpreter", TimeoutMs: ms(15000)}, 0},
+		{"iam", `{"templateID":"base","iam":{"tokens":{}}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
+		{"egress rules", `{"templateID":"base","network":{"allowOut":["example.com"]}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
+		{"masked host", `{"templateID":"base","network":{"maskRequestHost":"x"}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var n newSandbox
+			if err := json.Unmarshal([]byte(tc.body), &n); err != nil {
+				t.Fatal(err)
+			}
+			got, err := createRequest(n)
+			var he *httpError
+			switch {
+			case tc.wantStatus == 0 && err != nil:
+				t.Fatalf("createRequest: %v", err)
+			case tc.wantStatus != 0 && (!errors.As(err, &he) || he.status != tc.wantStatus):
+				t.Fatalf("createRequest: %v; want a %d", err, tc.wantStatus)
+			case tc.wantStatus == 0 && !reflect.DeepEqual(got, tc.want):
+				t.Errorf("createRequest = %+v; want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseList(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		query     url.Values
+		wantMeta  map[string]string
+		wantState []string
+		wantLimit int
+		bad       bool
+	}{
+		{"nothing", url.Values{}, nil, nil, 100, false},
+		// What the Python SDK sends: each key and value quoted, then the
+		// pairs URL-encoded as one parameter.
+		{"metadata as the SDK sends it", url.Values{"metadata": {"user=al%2520ice&app=prod"}},
+			map[string]string{"user": "al ice", "app": "prod"}, nil, 100, false},
+		{"states", url.Values{"state": {"running,paused"}}, nil, []string{api.StateStarting, api.StateRunning, api.StatePaused}, 100, false},
+		{"limit", url.Values{"limit": {"7"}}, nil, nil, 7, false},
+		{"limit too big", url.Values{"limit": {"101"}}, nil, nil, 0, true},
+		{"limit zero", url.Values{"limit": {"0"}}, nil, nil, 0, true},
+		{"unknown state", url.Values{"state": {"killed"}}, nil, nil, 0, true},
+		{"bad order", url.Values{"order": {"up"}}, nil, nil, 0, true},
+		{"bad time", url.Values{"startedAfter": {"yesterday"}}, nil, nil, 0, true},
+		{"empty key", url.Values{"metadata": {"=x"}}, nil, nil, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lq, err := parseList(tc.query)
+			if tc.bad {
+				if err == nil {
+					t.Fatalf("parseList(%v) = %+v; want an error", tc.query, lq)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(lq.filter.Metadata, tc.wantMeta) || !reflect.DeepEqual(lq.filter.States, tc.wantState) || lq.limit != tc.wantLimit {
+				t.Errorf("parseList = %+v; want metadata %v, states %v, limit %d", lq, tc.wantMeta, tc.wantState, tc.wantLimit)
+			}
+		})
+	}
+}
+
+// TestPage walks a list page by page, newest first and oldest first, and
+// through a token whose sandbox ended between pages.
+func TestPage(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var sbs []api.Sandbox
+	for i := 5; i >= 1; i-- { // newest first, as Control.List answers
+		sbs = append(sbs, api.Sandbox{SandboxID: string(rune('a' + i - 1)), CreatedAt: base.Add(time.Duration(i) * time.Minute), Template: "interpreter"})
+	}
+	walk := func(sbs []api.Sandbox, lq listQuery) []string {
+		var ids []string
+		for range 10 {
+			p, next, err := page(sbs, lq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sb := range p {
+				ids = append(ids, sb.SandboxID)
+			}
+			if next == "" {
+				return ids
+			}
+			lq.next = next
+		}
+		t.Fatal("pagination never ended")
+		return nil
+	}
+	if got := walk(sbs, listQuery{limit: 2}); !reflect.DeepEqual(got, []string{"e", "d", "c", "b", "a"}) {
+		t.Errorf("desc pages = %v", got)
+	}
+	if got := walk(sbs, listQuery{limit: 2, asc: true}); !reflect.DeepEqual(got, []string{"a", "b", "c", "d", "e"}) {
+		t.Errorf("asc pages = %v", got)
+	}
+	first, next, _ := page(sbs, listQuery{limit: 2})
+	if len(first) != 2 || next == "" {
+		t.Fatalf("first page = %v, next %q", first, next)
+	}
+	// d, the last of the first page, ends before the next page is asked.
+	rest := append(append([]api.Sandbox{}, sbs[:1]...), sbs[2:]...)
+	p, _, err := page(rest, listQuery{limit: 10, next: next})
+	if err != nil || len(p) != 3 || p[0].SandboxID != "c" {
+		t.Errorf("page after an ended sandbox = %v, %v; want c, b, a", p, err)
+	}
+	if _, _, err := page(sbs, listQuery{limit: 2, next: "garbage"}); err == nil {
+		t.Error("a made-up nextToken was accepted")
+	}
+	after := base.Add(4 * time.Minute)
+	if got := walk(sbs, listQuery{limit: 10, startedAfter: &after}); !reflect.DeepEqual(got, []string{"e", "d"}) {
+		t.Errorf("startedAfter = %v; want e, d", got)
+	}
+	if got := walk(sbs, listQuery{limit: 10, template: "code-interpreter-v1"}); len(got) != 5 {
+		t.Errorf("template filter by E2B's name = %v; want all", got)
+	}
+}
