@@ -102,3 +102,19 @@ func TestEnvdServedByDefault(t *testing.T) {
 		t.Errorf("envd List: %d %s; want 200 %s", r.status, r.body, want)
 	}
 }
+
+// TestEndedSandboxIs502: calls into a sandbox that has ended get E2B's
+// 502, which the SDKs' is_running() reads as "not running".
+func TestEndedSandboxIs502(t *testing.T) {
+	e := newEnv(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
+	sb := e.createNative(t, e.key1)
+	tok := e.c.EnvdToken(sb.SandboxID)
+	if r := e.do(t, "DELETE", "/e2b/sandboxes/"+sb.SandboxID, "", "X-API-Key", e.key1); r.status != http.StatusNoContent {
+		t.Fatalf("kill: %d %s", r.status, r.body)
+	}
+	for _, port := range []string{"49983", "49999"} {
+		if r := e.do(t, "GET", "/e2b/sandbox/health", "", "E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", port, "X-Access-Token", tok); r.status != http.StatusBadGateway {
+			t.Errorf("port %s of a killed sandbox: %d %s; want 502", port, r.status, r.body)
+		}
+	}
+}

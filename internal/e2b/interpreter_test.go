@@ -1,0 +1,181 @@
+package e2b_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+// fakeInterpreterAgent answers /execute with events chosen per test and
+// /contexts like the agent, remembering what it was asked.
+type fakeInterpreterAgent struct {
+	mu     sync.Mutex
+	asked  api.ExecuteRequest
+	events []api.ExecuteEvent
+	// cut drops the connection after the events instead of ending.
+	cut   bool
+	paths []string
+}
+
+func (a *fakeInterpreterAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.paths = append(a.paths, r.Method+" "+r.URL.Path)
+	switch {
+	case r.URL.Path == "/execute":
+		json.NewDecoder(r.Body).Decode(&a.asked)
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		enc := json.NewEncoder(w)
+		for _, ev := range a.events {
+			enc.Encode(ev)
+		}
+		if a.cut {
+			http.NewResponseController(w).Flush()
+			conn, _, _ := http.NewResponseController(w).Hijack()
+			conn.Close()
+		}
+	case r.URL.Path == "/contexts" && r.Method == http.MethodGet:
+		json.NewEncoder(w).Encode(api.ContextList{Contexts: []api.Context{{ID: "default-python", Language: "python", Cwd: "/home/user"}}})
+	case r.URL.Path == "/contexts" && r.Method == http.MethodPost:
+		var req api.CreateContextRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		json.NewEncoder(w).Encode(api.Context{ID: "ctx_1", Language: req.Language, Cwd: "/home/user"})
+	case r.URL.Path == "/contexts/ctx_1" || r.URL.Path == "/contexts/ctx_1/restart":
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		w.WriteHeader(http.StatusNotFound)
+		json.NewEncoder(w).Encode(api.Error{Code: api.CodeNotFound, Message: "context nope not found"})
+	}
+}
+
+func TestExecuteTranslates(t *testing.T) {
+	agent := &fakeInterpreterAgent{events: []api.ExecuteEvent{
+		{Type: api.EventStdout, Text: "hi\n"},
+		{Type: api.EventResult, Result: &api.Result{Type: api.ResultTypeDisplay, Mime: "image/png", Data: "iVBO"},
+			Bundle: map[string]json.RawMessage{"image/png": json.RawMessage(`"iVBO\n"`), "text/plain": json.RawMessage(`"<Figure>"`)}},
+		{Type: api.EventResult, Result: &api.Result{Type: api.ResultTypeResult, Mime: "text/html", Data: "<b>x</b>"},
+			Bundle: map[string]json.RawMessage{"text/html": json.RawMessage(`"<b>x</b>"`), "text/plain": json.RawMessage(`"'x'"`),
+				"application/json": json.RawMessage(`{"a":1}`), "application/vnd.custom": json.RawMessage(`{"c":2}`)}},
+		{Type: api.EventError, Error: &api.ExecutionError{Name: "ValueError", Message: "bad", Traceback: "tb"}},
+		{Type: api.EventEnd, ExecutionCount: 3},
+	}}
+	e := newEnv(t, agent, nil)
+	sb := e.createNative(t, e.key1)
+	hdr := []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49999", "X-Access-Token", e.c.EnvdToken(sb.SandboxID)}
+	r := e.do(t, "POST", "/e2b/sandbox/execute", `{"code":"x","language":"python","env_vars":{"A":"1"}}`, hdr...)
+	if r.status != http.StatusOK {
+		t.Fatalf("execute: %d %s", r.status, r.body)
+	}
+	if !agent.asked.Bundle || agent.asked.TimeoutMs == nil || *agent.asked.TimeoutMs != 0 || agent.asked.Envs["A"] != "1" || agent.asked.Language != "python" {
+		t.Errorf("agent was asked %+v; want the bundle, no time bound, the envs and the language", agent.asked)
+	}
+	var lines []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(r.body))
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		lines = append(lines, m)
+	}
+	want := []string{"stdout", "result", "result", "error", "number_of_executions", "end_of_execution"}
+	if len(lines) != len(want) {
+		t.Fatalf("lines = %v; want types %v", lines, want)
+	}
+	for i, typ := range want {
+		if lines[i]["type"] != typ {
+			t.Errorf("line %d type %v; want %s", i, lines[i]["type"], typ)
+		}
+	}
+	if lines[0]["text"] != "hi\n" || lines[0]["timestamp"] == nil {
+		t.Errorf("stdout line = %v", lines[0])
+	}
+	if l := lines[1]; l["png"] != "iVBO" || l["text"] != "<Figure>" || l["is_main_result"] != false {
+		t.Errorf("display line = %v; want png without the newline, text, not main", l)
+	}
+	l := lines[2]
+	if l["html"] != "<b>x</b>" || l["text"] != "x" || l["is_main_result"] != true {
+		t.Errorf("result line = %v; want html, text unquoted, main", l)
+	}
+	if j, _ := l["json"].(map[string]any); j["a"] != float64(1) {
+		t.Errorf("result json = %v; want the object", l["json"])
+	}
+	if x, _ := l["extra"].(map[string]any); x["application/vnd.custom"] == nil {
+		t.Errorf("result extra = %v; want the unknown MIME type", l["extra"])
+	}
+	if l := lines[3]; l["name"] != "ValueError" || l["value"] != "bad" || l["traceback"] != "tb" {
+		t.Errorf("error line = %v", l)
+	}
+	if lines[4]["execution_count"] != float64(3) {
+		t.Errorf("count line = %v", lines[4])
+	}
+}
+
+// TestExecuteCutIsCut: a stream that breaks before its end is not ended
+// with a normal last line, which the SDK would read as a finished run.
+func TestExecuteCutIsCut(t *testing.T) {
+	agent := &fakeInterpreterAgent{cut: true, events: []api.ExecuteEvent{{Type: api.EventStdout, Text: "start\n"}}}
+	e := newEnv(t, agent, nil)
+	sb := e.createNative(t, e.key1)
+	req, _ := http.NewRequest("POST", e.url+"/e2b/sandbox/execute", strings.NewReader(`{"code":"x"}`))
+	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+	req.Header.Set("E2b-Sandbox-Port", "49999")
+	req.Header.Set("X-Access-Token", e.c.EnvdToken(sb.SandboxID))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil {
+		t.Errorf("the stream ended cleanly (%q); want it broken", body)
+	}
+	if strings.Contains(string(body), "end_of_execution") {
+		t.Errorf("a cut stream ended with end_of_execution: %q", body)
+	}
+}
+
+func TestInterpreterRequests(t *testing.T) {
+	agent := &fakeInterpreterAgent{}
+	e := newEnv(t, agent, nil)
+	sb := e.createNative(t, e.key1)
+	// The SDKs' context calls carry only the traffic token.
+	hdr := []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49999", "E2B-Traffic-Access-Token", e.c.EnvdToken(sb.SandboxID)}
+	for _, tc := range []struct {
+		name, method, path, body string
+		want                     int
+		wantBody                 string
+	}{
+		{"list", "GET", "/contexts", "", http.StatusOK, `[{"id":"default-python","language":"python","cwd":"/home/user"}]`},
+		{"create", "POST", "/contexts", `{"language":"js","cwd":"/home/user"}`, http.StatusOK, `{"id":"ctx_1","language":"javascript","cwd":"/home/user"}`},
+		{"restart", "POST", "/contexts/ctx_1/restart", "", http.StatusOK, "null"},
+		{"remove", "DELETE", "/contexts/ctx_1", "", http.StatusOK, "null"},
+		{"remove unknown", "DELETE", "/contexts/nope", "", http.StatusNotFound, "context nope not found"},
+		{"typescript", "POST", "/contexts", `{"language":"typescript"}`, http.StatusNotImplemented, ""},
+		{"r", "POST", "/execute", `{"code":"1","language":"r"}`, http.StatusNotImplemented, ""},
+		{"context and language", "POST", "/execute", `{"code":"1","language":"python","context_id":"c"}`, http.StatusBadRequest, "Only one of context_id or language can be provided"},
+		{"unknown route", "GET", "/nope", "", http.StatusNotFound, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, e.url+"/e2b/sandbox"+tc.path, strings.NewReader(tc.body))
+			for i := 0; i < len(hdr); i += 2 {
+				req.Header.Set(hdr[i], hdr[i+1])
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.want || (tc.wantBody != "" && strings.TrimSpace(string(b)) != tc.wantBody) {
+				t.Errorf("%s %s: %d %s; want %d %s", tc.method, tc.path, resp.StatusCode, b, tc.want, tc.wantBody)
+			}
+		})
+	}
+}
