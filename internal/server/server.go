@@ -111,7 +111,7 @@ func New(cfg Config) *Server {
 		ec.Limit = lim.limit
 		ec.Audit = s.audit
 		if ec.Envd == nil {
-			ec.Envd = envd.New(envd.Config{Sandboxes: s.c, Logger: s.log, Target: e2bTarget})
+			ec.Envd = envd.New(envd.Config{Sandboxes: s.c, Logger: s.log, Target: e2bTarget, MaxFileBytes: s.maxFile})
 		}
 		mux.Handle("/e2b/", e2b.New(ec))
 	}

@@ -47,7 +47,10 @@ type Config struct {
 	// authenticated them (e2b.Target); ok false: the request was not
 	// authenticated, and is refused.
 	Target func(ctx context.Context) (projectID, sandboxID string, ok bool)
-	Logger *slog.Logger
+	// MaxFileBytes bounds an upload's body, as the native API's
+	// --max-file-mb does; 0: no bound here (the agent keeps its own).
+	MaxFileBytes int64
+	Logger       *slog.Logger
 }
 
 // session is one call to a sandbox's agent: Ctx ends when the caller goes
@@ -68,6 +71,7 @@ type handler struct {
 	open     opener
 	log      *slog.Logger
 	watchers *watchers
+	maxFile  int64
 }
 
 // New returns envd's handler; it expects paths as a sandbox's envd sees
@@ -98,11 +102,11 @@ func New(cfg Config) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
-	return newHandler(open, log)
+	return newHandler(open, log, cfg.MaxFileBytes)
 }
 
-func newHandler(open opener, log *slog.Logger) http.Handler {
-	h := &handler{open: open, log: log, watchers: newWatchers()}
+func newHandler(open opener, log *slog.Logger, maxFile int64) http.Handler {
+	h := &handler{open: open, log: log, watchers: newWatchers(), maxFile: maxFile}
 	mux := http.NewServeMux()
 	// The SDKs speak Connect's protocol; gRPC and gRPC-Web come with it.
 	mux.Handle(processconnect.NewProcessHandler(&processService{h}))

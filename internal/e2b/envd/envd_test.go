@@ -166,7 +166,7 @@ func newEnv(t *testing.T) *env {
 		stopWatch := context.AfterFunc(sandboxCtx, func() { cancel(context.Cause(sandboxCtx)) })
 		return &session{sandbox: "sb1", project: "p1", agent: e.agent, ctx: ctx, release: func() { stopWatch(); cancel(nil) }}, nil
 	}
-	srv := httptest.NewServer(newHandler(open, slog.New(slog.DiscardHandler)))
+	srv := httptest.NewServer(newHandler(open, slog.New(slog.DiscardHandler), 1<<20))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e
@@ -781,8 +781,17 @@ func TestFilesHTTP(t *testing.T) {
 	}{
 		{"", "application/octet-stream", "x", 400},
 		{"?path=/full/f", "application/octet-stream", "x", 507},
+		{"?path=/big", "application/octet-stream", strings.Repeat("x", 1<<20+1), 413},
 	} {
 		st, body := post(tc.q, tc.ct, strings.NewReader(tc.body))
+		if tc.code == 413 {
+			// Again without a length: the bound counts what comes.
+			var st2 int
+			st2, body = post(tc.q, tc.ct, io.MultiReader(strings.NewReader(tc.body)))
+			if st2 != st {
+				t.Errorf("POST /files%s without a length: %d, want %d as with one", tc.q, st2, st)
+			}
+		}
 		var eb envdError
 		if st != tc.code || json.Unmarshal([]byte(body), &eb) != nil || eb.Code != tc.code || eb.Message == "" {
 			t.Errorf("POST /files%s: %d %s, want %d with envd's error body", tc.q, st, body, tc.code)

@@ -51,7 +51,11 @@ func (h *handler) httpFail(w http.ResponseWriter, s *session, err error) {
 	switch {
 	case errors.Is(err, errGoneSandbox), errors.Is(err, errdefs.ErrGone), errors.Is(err, errdefs.ErrBadGateway):
 		status = http.StatusBadGateway
+	case errors.Is(err, errUploadTooLarge):
+		status = http.StatusRequestEntityTooLarge
 	case errors.Is(err, errdefs.ErrDiskFull), errors.Is(err, errdefs.ErrTooLarge):
+		// The agent's too_large is the sandbox's disk full or a file over
+		// its own bound: E2B's 507, NotEnoughSpaceException.
 		status = http.StatusInsufficientStorage
 	}
 	if msg == "" {
@@ -59,6 +63,14 @@ func (h *handler) httpFail(w http.ResponseWriter, s *session, err error) {
 		h.log.Warn("envd /files call failed", "err", err)
 	}
 	writeError(w, status, msg)
+}
+
+// errUploadTooLarge marks an upload over the server's bound.
+var errUploadTooLarge = fmt.Errorf("upload over --max-file-mb: %w", errdefs.ErrTooLarge)
+
+// tooLarge is the error of an upload over the server's bound.
+func (h *handler) tooLarge() error {
+	return &errdefs.Error{Kind: errUploadTooLarge, Msg: fmt.Sprintf("the upload is larger than this server's bound of %d MiB (--max-file-mb)", h.maxFile>>20)}
 }
 
 func (h *handler) download(w http.ResponseWriter, r *http.Request) {
@@ -102,11 +114,19 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "Content-Encoding "+r.Header.Get("Content-Encoding")+" is not supported by Lizard; upload without gzip")
 		return
 	}
+	if h.maxFile > 0 && r.ContentLength > h.maxFile {
+		h.httpFail(w, s, h.tooLarge())
+		return
+	}
+	body := &boundedBody{r: r.Body, max: h.maxFile}
 	path := r.URL.Query().Get("path")
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var written []writeInfo
-	put := func(p string, body io.Reader) bool {
-		e, err := s.agent.WriteFile(s.ctx, p, body)
+	put := func(p string, content io.Reader) bool {
+		e, err := s.agent.WriteFile(s.ctx, p, content)
+		if body.over {
+			err = h.tooLarge()
+		}
 		if err != nil {
 			h.httpFail(w, s, err)
 			return false
@@ -116,12 +136,16 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	switch mt {
 	case "multipart/form-data":
-		mr := multipart.NewReader(r.Body, params["boundary"])
+		mr := multipart.NewReader(body, params["boundary"])
 		seen := map[string]bool{}
 		for {
 			part, err := mr.NextPart()
 			if err == io.EOF {
 				break
+			}
+			if body.over {
+				h.httpFail(w, s, h.tooLarge())
+				return
 			}
 			if err != nil {
 				writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the multipart body: %v", err))
@@ -159,10 +183,28 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "path: an octet-stream upload needs ?path=")
 			return
 		}
-		if !put(path, r.Body) {
+		if !put(path, body) {
 			return
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(written)
+}
+
+// boundedBody fails an upload's read once more than max bytes came (max
+// 0: no bound), and says so in over; the agent then drops what it got.
+type boundedBody struct {
+	r         io.Reader
+	max, read int64
+	over      bool
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.read += int64(n)
+	if b.max > 0 && b.read > b.max {
+		b.over = true
+		return n, errUploadTooLarge
+	}
+	return n, err
 }
