@@ -145,15 +145,26 @@ func (s *session) fail(err error) error {
 }
 
 // stopped is the error of the session's sandbox having stopped, or nil.
+// A pause ends the streams that follow a process or watch (following) with
+// CANCELED, which the SDKs raise as TimeoutException naming a pause.
 func (s *session) stopped() error {
 	if s == nil || s.ctx.Err() == nil {
 		return nil
 	}
-	if cause := context.Cause(s.ctx); errors.Is(cause, errdefs.ErrGone) {
+	cause := context.Cause(s.ctx)
+	switch {
+	case errors.Is(cause, errdefs.ErrGone):
 		return sandboxError(s.sandbox, cause)
+	case errors.Is(cause, errdefs.ErrConflict):
+		return connect.NewError(connect.CodeCanceled, errors.New(errdefs.Message(cause)))
 	}
 	return nil
 }
+
+// following marks ctx as that of a call that follows a process or
+// watches a directory and may stay open for hours: a pause ends it rather
+// than waiting for it (node.Following), as on the native API.
+func following(ctx context.Context) context.Context { return node.Following(ctx) }
 
 // rpcError maps an error onto the Connect code E2B's SDKs map to their
 // exceptions (e2b/envd/rpc.py).

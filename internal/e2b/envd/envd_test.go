@@ -325,6 +325,22 @@ func TestStartErrors(t *testing.T) {
 // output stream or a watch ends it at once with UNAVAILABLE and E2B's
 // "was not found", which the SDKs raise as SandboxNotRunningException.
 func TestStreamEndsWhenSandboxStops(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cause error
+		code  connect.Code
+		msg   string
+	}{
+		{"killed", &errdefs.Error{Kind: errdefs.ErrGone, Msg: "sandbox sb1 was killed"}, connect.CodeUnavailable, "sandbox sb1 was not found: sandbox sb1 was killed"},
+		// A pause ends the streams that follow (node.Following): the SDKs'
+		// TimeoutException, naming the pause.
+		{"paused", &errdefs.Error{Kind: errdefs.ErrConflict, Msg: "sandbox sb1 was paused during the call; retry it"}, connect.CodeCanceled, "was paused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testStreamEnds(t, tc.cause, tc.code, tc.msg) })
+	}
+}
+
+func testStreamEnds(t *testing.T, cause error, code connect.Code, msg string) {
 	e := newEnv(t)
 	e.agent.listProcesses = func() ([]api.ProcessInfo, error) { return nil, nil }
 	e.agent.processOutput = func(int) (Stream[api.ProcessOutputEvent], error) {
@@ -349,7 +365,7 @@ func TestStreamEndsWhenSandboxStops(t *testing.T) {
 		t.Fatalf("first watch event = %v, %v; want start", ws.Msg(), ws.Err())
 	}
 	began := time.Now()
-	e.stop(&errdefs.Error{Kind: errdefs.ErrGone, Msg: "sandbox sb1 was killed"})
+	e.stop(cause)
 	for ps.Receive() {
 	}
 	for ws.Receive() {
@@ -358,8 +374,8 @@ func TestStreamEndsWhenSandboxStops(t *testing.T) {
 		t.Errorf("streams ended %v after the sandbox, want within 2s", d)
 	}
 	for _, err := range []error{ps.Err(), ws.Err()} {
-		if codeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "sandbox sb1 was not found: sandbox sb1 was killed") {
-			t.Errorf("stream err = %v, want unavailable naming the sandbox not found", err)
+		if codeOf(err) != code || !strings.Contains(err.Error(), msg) {
+			t.Errorf("stream err = %v, want %v with %q", err, code, msg)
 		}
 	}
 }

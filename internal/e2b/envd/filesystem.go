@@ -173,7 +173,7 @@ func watchEnd(s *session, err error) error {
 }
 
 func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
-	s, err := f.h.open(ctx)
+	s, err := f.h.open(following(ctx))
 	if err != nil {
 		return rpcError(err)
 	}

@@ -35,7 +35,7 @@ func call[T any](h *handler, ctx context.Context, f func(s *session) (*T, error)
 }
 
 func (p *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
-	s, err := p.h.open(ctx)
+	s, err := p.h.open(following(ctx))
 	if err != nil {
 		return rpcError(err)
 	}
@@ -75,7 +75,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 }
 
 func (p *processService) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
-	s, err := p.h.open(ctx)
+	s, err := p.h.open(following(ctx))
 	if err != nil {
 		return rpcError(err)
 	}

@@ -77,7 +77,7 @@ func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 	// The watch outlives this request: its call is cancelled by
 	// RemoveWatcher, or ends with the sandbox.
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s, err := f.h.open(wctx)
+	s, err := f.h.open(following(wctx))
 	if err != nil {
 		stop()
 		return nil, rpcError(err)
