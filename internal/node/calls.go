@@ -18,6 +18,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -149,7 +150,7 @@ func (n *Local) reachable(ctx context.Context, id string, resume bool, paused st
 	}
 	if sb.Live() && sb.State == api.StatePaused {
 		if !resume {
-			return sb, &Error{Kind: ErrConflict, Msg: paused}
+			return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: paused}
 		}
 		if sb, err = n.resumeLocked(ctx, sb, nil); err != nil {
 			return sb, err
@@ -159,7 +160,7 @@ func (n *Local) reachable(ctx context.Context, id string, resume bool, paused st
 	case !sb.Live():
 		return sb, Gone(sb)
 	case sb.State != api.StateRunning:
-		return sb, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
+		return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
 	}
 	return sb, nil
 }
@@ -220,12 +221,12 @@ func stopReason(id, state, reason string) error {
 	case api.StateExpired:
 		how = "expired"
 	case api.StatePaused:
-		return &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s was paused during the call; retry it", id)}
+		return &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s was paused during the call; retry it", id)}
 	default:
 		how = "failed"
 	}
 	if reason != "" {
 		how += " (" + reason + ")"
 	}
-	return &Error{Kind: ErrGone, Msg: fmt.Sprintf("sandbox %s %s during the call; create a new sandbox", id, how)}
+	return &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("sandbox %s %s during the call; create a new sandbox", id, how)}
 }

@@ -15,15 +15,16 @@ import (
 	"sync"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
 // OpenPort implements Node.
 func (n *Local) OpenPort(ctx context.Context, id string, port int, resume bool) (Call, error) {
 	if port < 1 || port > 65535 {
-		return Call{}, Invalidf("port %d is out of range: want 1 to 65535", port)
+		return Call{}, errdefs.Invalidf("port %d is out of range: want 1 to 65535", port)
 	}
 	if port == api.AgentPort {
-		return Call{}, &Error{Kind: ErrNotFound, Msg: fmt.Sprintf("port %d is the Lizard agent's, internal to Lizard and never exposed; serve your program on another port", port)}
+		return Call{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("port %d is the Lizard agent's, internal to Lizard and never exposed; serve your program on another port", port)}
 	}
 	unlock := n.locks.Lock(id)
 	defer unlock()
