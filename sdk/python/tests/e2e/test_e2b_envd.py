@@ -1,0 +1,211 @@
+"""E2B's own SDK (PyPI e2b 2.63.0) against a real `lizard serve`, with nothing set but E2B_API_URL,
+E2B_SANDBOX_URL and E2B_API_KEY (docs/e2b.md): sandbox.commands, sandbox.pty and sandbox.files, which
+go through Lizard's envd (internal/e2b/envd) to the sandbox's agent."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Iterator
+
+import pytest
+from packaging.version import Version
+
+from e2b import (
+    AsyncSandbox,
+    AuthenticationException,
+    CommandExitException,
+    ConnectionConfig,
+    FileType,
+    FilesystemEventType,
+    NotFoundException,
+    PtySize,
+    Sandbox,
+    SandboxNotRunningException,
+    TimeoutException,
+)
+
+
+@pytest.fixture(autouse=True)
+def _e2b_env(lizard_server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The three variables of docs/e2b.md, and nothing else of E2B's."""
+    for var in ("E2B_DOMAIN", "E2B_DEBUG", "E2B_ACCESS_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("E2B_API_URL", f"{lizard_server.url}/e2b")
+    monkeypatch.setenv("E2B_SANDBOX_URL", f"{lizard_server.url}/e2b/sandbox")
+    monkeypatch.setenv("E2B_API_KEY", lizard_server.api_key)
+
+
+@pytest.fixture
+def sbx() -> Iterator[Sandbox]:
+    sb = Sandbox.create()
+    try:
+        yield sb
+    finally:
+        sb.kill()
+
+
+def test_commands(sbx: Sandbox) -> None:
+    r = sbx.commands.run("echo hi")
+    assert (r.stdout, r.stderr, r.exit_code) == ("hi\n", "", 0)
+    r = sbx.commands.run("echo err >&2; pwd; echo $X", cwd="/tmp", envs={"X": "from-envs"})
+    assert (r.stdout, r.stderr) == ("/tmp\nfrom-envs\n", "err\n")
+    with pytest.raises(CommandExitException) as exc:
+        sbx.commands.run("exit 3")
+    assert exc.value.exit_code == 3
+    assert sbx.commands.run("whoami", user="root").stdout == "root\n"
+    assert sbx.commands.run("whoami").stdout != "root\n"
+
+    seen = []
+    sbx.commands.run("for i in 1 2 3; do echo $i; sleep 0.2; done", on_stdout=seen.append)
+    assert "".join(seen) == "1\n2\n3\n"
+
+    began = time.monotonic()
+    with pytest.raises((TimeoutException, CommandExitException)):
+        sbx.commands.run("sleep 30", timeout=1)
+    assert time.monotonic() - began < 10
+
+
+def test_background_list_connect_kill(sbx: Sandbox) -> None:
+    h = sbx.commands.run("echo started; sleep 120", background=True)
+    listed = [p for p in sbx.commands.list() if p.pid == h.pid]
+    assert len(listed) == 1, sbx.commands.list()
+    assert listed[0].cmd.endswith("bash") and listed[0].args[-1] == "echo started; sleep 120"
+    c = sbx.commands.connect(h.pid)
+    for out, _, _ in c:
+        if out and "started" in out:
+            break
+    assert sbx.commands.kill(h.pid) is True
+    with pytest.raises(CommandExitException) as exc:
+        c.wait()
+    assert exc.value.exit_code != 0 and "started" in exc.value.stdout
+    assert h.pid not in [p.pid for p in sbx.commands.list()]
+    assert sbx.commands.kill(999999) is False
+
+
+def test_stdin(sbx: Sandbox) -> None:
+    h = sbx.commands.run("cat", background=True, stdin=True)
+    sbx.commands.send_stdin(h.pid, "hello stdin\n")
+    sbx.commands.close_stdin(h.pid)
+    assert h.wait().stdout == "hello stdin\n"
+
+    h = sbx.commands.run("cat", background=True, stdin=True)
+    sbx.commands.stream_input(h.pid, ["one\n", b"two\n"])
+    sbx.commands.close_stdin(h.pid)
+    assert h.wait().stdout == "one\ntwo\n"
+
+
+def test_pty(sbx: Sandbox) -> None:
+    out = bytearray()
+    t = sbx.pty.create(PtySize(rows=24, cols=80))
+    sbx.pty.send_stdin(t.pid, b"echo $((6*7))\n")
+    sbx.pty.resize(t.pid, PtySize(rows=40, cols=120))
+    sbx.pty.send_stdin(t.pid, b"stty size\n")
+    sbx.pty.send_stdin(t.pid, b"exit\n")
+    t.wait(on_pty=out.extend)
+    text = out.decode(errors="replace")
+    assert "42" in text and "40 120" in text, text
+    t = sbx.pty.create(PtySize(rows=24, cols=80))
+    assert sbx.pty.kill(t.pid) is True
+
+
+def test_files(sbx: Sandbox) -> None:
+    info = sbx.files.write("/tmp/e2b/a.txt", "alpha")
+    assert (info.path, info.name) == ("/tmp/e2b/a.txt", "a.txt")
+    assert sbx.files.read("/tmp/e2b/a.txt") == "alpha"
+    assert bytes(sbx.files.read("/tmp/e2b/a.txt", format="bytes")) == b"alpha"
+    sbx.files.write_files([
+        {"path": "/tmp/e2b/b.txt", "data": "beta"},
+        {"path": "/tmp/e2b/sub/c.bin", "data": b"\x00\x01"},
+    ])
+    assert bytes(sbx.files.read("/tmp/e2b/sub/c.bin", format="bytes")) == b"\x00\x01"
+    assert sorted(e.name for e in sbx.files.list("/tmp/e2b")) == ["a.txt", "b.txt", "sub"]
+    assert "/tmp/e2b/sub/c.bin" in [e.path for e in sbx.files.list("/tmp/e2b", depth=2)]
+    assert sbx.files.make_dir("/tmp/e2b/newdir") is True
+    assert sbx.files.make_dir("/tmp/e2b/newdir") is False
+    assert sbx.files.rename("/tmp/e2b/a.txt", "/tmp/e2b/newdir/a2.txt").path == "/tmp/e2b/newdir/a2.txt"
+    assert sbx.files.exists("/tmp/e2b/newdir/a2.txt") and not sbx.files.exists("/tmp/e2b/a.txt")
+    gi = sbx.files.get_info("/tmp/e2b/newdir/a2.txt")
+    assert gi.type == FileType.FILE and gi.size == 5 and gi.permissions.startswith("-")
+    assert sbx.files.get_info("/tmp/e2b/newdir").type == FileType.DIR
+    sbx.files.remove("/tmp/e2b/newdir")
+    assert not sbx.files.exists("/tmp/e2b/newdir")
+    with pytest.raises(NotFoundException):
+        sbx.files.read("/tmp/e2b/none.txt")
+    with pytest.raises(NotFoundException):
+        sbx.files.get_info("/tmp/e2b/none.txt")
+
+
+def test_watch_polled_and_streamed(sbx: Sandbox) -> None:
+    # The sync SDK polls (CreateWatcher, GetWatcherEvents, RemoveWatcher).
+    sbx.files.make_dir("/tmp/w")
+    w = sbx.files.watch_dir("/tmp/w")
+    sbx.files.write("/tmp/w/new.txt", "x")
+    events = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(e.name == "new.txt" for e in events):
+        events += w.get_new_events()
+        time.sleep(0.2)
+    w.stop()
+    assert any(e.name == "new.txt" and e.type == FilesystemEventType.CREATE for e in events), events
+
+    # The async SDK streams (WatchDir).
+    async def streamed() -> list:
+        a = await AsyncSandbox.connect(sbx.sandbox_id)
+        got: list = []
+        done = asyncio.Event()
+
+        def on_event(e) -> None:
+            got.append(e)
+            if e.name == "streamed.txt":
+                done.set()
+
+        h = await a.files.watch_dir("/tmp/w", on_event=on_event, recursive=True)
+        await a.files.write("/tmp/w/streamed.txt", "y")
+        await asyncio.wait_for(done.wait(), 10)
+        await h.stop()
+        return got
+
+    got = asyncio.run(streamed())
+    assert any(e.name == "streamed.txt" for e in got), got
+
+
+def test_wrong_access_token(sbx: Sandbox) -> None:
+    bad = Sandbox(
+        sandbox_id=sbx.sandbox_id,
+        sandbox_domain=None,
+        envd_version=Version("0.5.7"),
+        envd_access_token="wrong",
+        connection_config=ConnectionConfig(extra_sandbox_headers={
+            "E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983", "X-Access-Token": "wrong"}),
+    )
+    for call in (
+        lambda: bad.commands.run("echo hi"),
+        lambda: bad.commands.list(),
+        lambda: bad.files.read("/etc/hostname"),
+        lambda: bad.files.list("/tmp"),
+    ):
+        with pytest.raises(AuthenticationException):
+            call()
+
+
+def test_sandbox_killed_under_a_command() -> None:
+    sbx = Sandbox.create()
+    caught: dict = {}
+
+    def follow() -> None:
+        try:
+            sbx.commands.run("sleep 120", timeout=0)
+        except Exception as e:  # noqa: BLE001 - its type is what is checked
+            caught["err"], caught["at"] = e, time.monotonic()
+
+    th = threading.Thread(target=follow)
+    th.start()
+    time.sleep(1.5)
+    killed_at = time.monotonic()
+    sbx.kill()
+    th.join(10)
+    assert "err" in caught, "the command outlived its sandbox"
+    assert isinstance(caught["err"], SandboxNotRunningException), repr(caught["err"])
+    assert caught["at"] - killed_at < 2, caught["at"] - killed_at
