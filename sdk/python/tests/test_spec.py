@@ -15,15 +15,21 @@ import yaml
 
 from lizard import (
     AsyncCodeSandbox,
+    AsyncCommands,
     AsyncProcess,
+    AsyncPty,
     AsyncTemplate,
     AsyncVolume,
     CodeSandbox,
+    Commands,
     Context,
     EntryInfo,
     ExecutionError,
     FilesystemEvent,
     Process,
+    ProcessInfo,
+    Pty,
+    PtySize,
     Result,
     SandboxInfo,
     SandboxMetric,
@@ -47,6 +53,8 @@ MODELS: Dict[str, type] = {
     "Result": Result,
     "ExecutionError": ExecutionError,
     "FileEvent": FilesystemEvent,
+    "ProcessInfo": ProcessInfo,
+    "PtySize": PtySize,
     "SandboxMetric": SandboxMetric,
 }
 
@@ -61,6 +69,7 @@ CALLS: Dict[str, List[Callable[..., Any]]] = {
     "ExecuteRequest": [CodeSandbox.run_code, AsyncCodeSandbox.run_code],
     "CreateContextRequest": [CodeSandbox.create_context, AsyncCodeSandbox.create_context],
     "ProcessRequest": [Process.exec, AsyncProcess.exec],
+    "ProcessStartRequest": [Commands.start, AsyncCommands.start],
 }
 
 # Fields of those objects the SDK takes or gives under another shape, and why.
@@ -68,6 +77,8 @@ OMITTED: Dict[Tuple[str, str], str] = {
     ("Template", "projectId"): "a template is only ever the key's project's: TemplateInfo leaves it out",
     ("ExecuteRequest", "contextId"): "run_code takes context=, a Context or its id",
     ("ProcessRequest", "args"): "exec takes cmd as a list, [program, *args], or a string run by bash",
+    ("ProcessStartRequest", "args"): "start takes cmd as a list, [program, *args], or a string run by bash",
+    ("ProcessStartRequest", "pty"): "pty.create(cols, rows, cmd=...) starts a process with a terminal (its input always open), commands.start one without",
     ("FileEvent", "abort"): "a watch that ends with an abort gives on_exit the matching exception",
 }
 
@@ -91,15 +102,12 @@ UNMODELLED: Dict[str, str] = {
     "SandboxMetrics": "get_metrics() returns the samples themselves",
     "ExecuteEvent": "folded into Execution and the on_* callbacks of run_code",
     "ProcessEvent": "folded into ProcessResult and the on_* callbacks of exec",
+    "ProcessList": "commands.list() returns the processes themselves",
+    "ProcessStdinRequest": "send_stdin sends its bytes as the raw body, the other form the API takes",
+    "ProcessSignalRequest": "commands.kill(pid, signal) and the handles' kill(signal)",
+    "ProcessOutputEvent": "folded into the on_stdout/on_stderr callbacks and wait() of a command's handle",
+    "ProcessControl": "a terminal handle's resize() sends it; its end gives wait() the exit code",
     "Abort": "a stream that ends with an abort raises the matching exception",
-    "ProcessStartRequest": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
-    "PtySize": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
-    "ProcessInfo": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
-    "ProcessList": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
-    "ProcessStdinRequest": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
-    "ProcessSignalRequest": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
-    "ProcessOutputEvent": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
-    "ProcessControl": "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
 }
 
 

@@ -490,6 +490,79 @@ async def test_process_exec_start_failure(mode: str) -> None:
     assert res.exit_code == -1 and res.error == "timed out"
 
 
+# background commands --------------------------------------------------------------------------------------
+
+PROC = {"pid": 42, "tag": "web", "cmd": "serve", "args": ["bash", "-c", "serve"], "cwd": "/home/user",
+        "user": "user", "startedAt": "2026-01-02T03:04:05Z", "stdin": True, "running": True}
+
+
+async def test_commands(mode: str) -> None:
+    srv = server(mode)
+    srv.route("POST", PREFIX + "/processes", status=201, json=PROC)
+    srv.route("GET", PREFIX + "/processes", json={"processes": [
+        PROC, {**PROC, "pid": 7, "running": False, "exitCode": 143, "pty": {"cols": 80, "rows": 24}}]})
+    srv.route("GET", PREFIX + "/processes/42", json=PROC)
+    srv.route("GET", PREFIX + "/processes/42/output", chunks=[ndjson(
+        {"type": "stdout", "text": "a"}, {"type": "dropped", "dropped": 9}, {"type": "stderr", "text": "b"},
+        {"type": "end", "exitCode": 3})])
+    for sub in ("/stdin", "/stdin/close", "/signal"):
+        srv.route("POST", PREFIX + "/processes/42" + sub, status=204)
+    sb = await sandbox(srv)
+    seen: List[str] = []
+    h = await r(sb.commands.start("serve", cwd="/tmp", envs={"A": "1"}, stdin=True, timeout_ms=5, tag="web",
+                                  user="root", on_stdout=seen.append, on_stderr=seen.append))
+    assert srv.last("POST", PREFIX + "/processes").json() == {
+        "cmd": "serve", "cwd": "/tmp", "envs": {"A": "1"}, "stdin": True, "timeoutMs": 5, "tag": "web", "user": "root"}
+    assert (h.pid, h.tag, h.info.started_at.year) == (42, "web", 2026)
+    res = await r(h.wait())
+    assert (res.stdout, res.stderr, res.exit_code) == ("a", "b", 3) and seen == ["a", "b"]
+    await r(h.send_stdin("hé"))
+    assert srv.last("POST", PREFIX + "/processes/42/stdin").body == "hé".encode()
+    await r(h.close_stdin())
+    await r(h.kill())
+    assert srv.last("POST", PREFIX + "/processes/42/signal").json() == {"signal": "KILL"}
+    await r(sb.commands.kill(42, "TERM"))
+    assert srv.last("POST", PREFIX + "/processes/42/signal").json() == {"signal": "TERM"}
+    procs = await r(sb.commands.list())
+    assert [(p.pid, p.running, p.exit_code, p.pty) for p in procs] == [
+        (42, True, None, None), (7, False, 143, lizard.PtySize(80, 24))]
+    await r(sb.commands.start(["ls", "-l"]))
+    assert srv.last("POST", PREFIX + "/processes").json() == {"args": ["ls", "-l"]}
+    for bad in ([], ""):
+        with pytest.raises(lizard.InvalidArgumentError, match="cmd"):
+            await r(sb.commands.start(bad))
+    with pytest.raises(lizard.InvalidArgumentError, match="rows"):
+        await r(sb.pty.create(80, 1001, on_data=print))
+    with pytest.raises(lizard.InvalidArgumentError, match="signal"):
+        await r(sb.commands.kill(42, ""))
+
+
+async def test_commands_output_abort(mode: str) -> None:
+    srv = server(mode)
+    srv.route("GET", PREFIX + "/processes/42", json=PROC)
+    srv.route("GET", PREFIX + "/processes/42/output", chunks=[ndjson(
+        {"type": "stdout", "text": "a"}, {"type": "abort", "abort": {"status": 410, "code": "gone", "message": "killed"}})])
+    h = await r((await sandbox(srv)).commands.connect(42))
+    with pytest.raises(lizard.SandboxGoneError, match="killed"):
+        await r(h.wait())
+    assert h.stdout == "a"
+
+
+def test_socket_helpers() -> None:
+    from lizard import _core
+
+    assert _core.ws_url("https://h:1/x", "/v1/p") == "wss://h:1/x/v1/p"
+    assert _core.ws_url("http://h", "/v1/p") == "ws://h/v1/p"
+    assert _core.ws_subprotocols("k") == ["lizard", "lizard.bearer.k"]
+    assert _core.ws_close_error(1000, "") is None
+    assert isinstance(_core.ws_close_error(4410, "killed"), lizard.SandboxGoneError)
+    paused = _core.ws_close_error(4409, "paused")
+    assert isinstance(paused, lizard.ConflictError) and paused.status == 409
+    assert type(_core.ws_close_error(1011, "x")) is lizard.SandboxError
+    assert _core.ws_control('{"type":"end","exitCode":3}') == {"type": "end", "exitCode": 3}
+    assert _core.ws_control("nope") is None
+
+
 # files --------------------------------------------------------------------------------------------------
 
 ENTRY = {"name": "a.txt", "path": "/home/user/a.txt", "type": "file", "size": 3, "mode": 420,

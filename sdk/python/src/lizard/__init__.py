@@ -5,6 +5,8 @@ from explicit arguments, then ``LIZARD_API_URL`` and ``LIZARD_API_KEY``.
 """
 
 from ._async import AsyncCodeSandbox, AsyncFiles, AsyncProcess, AsyncTemplate, AsyncVolume, AsyncWatchHandle
+from ._async_commands import AsyncCommandHandle, AsyncCommands, AsyncPty, AsyncPtyHandle
+from ._commands import CommandHandle, Commands, Pty, PtyHandle
 from ._core import DEFAULT_API_URL
 from ._sync import CodeSandbox, Files, Process, Template, Volume, WatchHandle
 from .errors import (
@@ -27,7 +29,9 @@ from .models import (
     Execution,
     FilesystemEvent,
     ExecutionError,
+    ProcessInfo,
     ProcessResult,
+    PtySize,
     Result,
     SandboxInfo,
     SandboxMetric,
@@ -63,6 +67,16 @@ __all__ = [
     "AsyncWatchHandle",
     "SandboxMetric",
     "ProcessResult",
+    "Commands",
+    "AsyncCommands",
+    "CommandHandle",
+    "AsyncCommandHandle",
+    "Pty",
+    "AsyncPty",
+    "PtyHandle",
+    "AsyncPtyHandle",
+    "ProcessInfo",
+    "PtySize",
     "LizardError",
     "AuthenticationError",
     "InvalidArgumentError",

@@ -30,6 +30,7 @@ from urllib.parse import quote
 import httpx
 
 from . import _core
+from ._async_commands import AsyncCommands, AsyncPty
 from ._core import UNSET, ContextLike
 from ._sync import FileData, _sandbox_path
 from .errors import InvalidArgumentError, LizardError, NotFoundError, SandboxGoneError, error_from_response
@@ -220,6 +221,8 @@ class AsyncCodeSandbox:
         self._prefix = _sandbox_path(sandbox_id)
         self.files = AsyncFiles(self)
         self.process = AsyncProcess(self)
+        self.commands = AsyncCommands(self)
+        self.pty = AsyncPty(self)
         self._info: Optional[SandboxInfo] = None
 
     # Lifecycle -----------------------------------------------------------------------------------------

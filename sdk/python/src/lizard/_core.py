@@ -13,11 +13,13 @@ import httpx
 
 from .errors import (
     AuthenticationError,
+    ConflictError,
     InvalidArgumentError,
     LizardConnectionError,
     LizardError,
     RequestTimeoutError,
     SandboxError,
+    SandboxGoneError,
     TemplateBuildError,
     error_from_abort,
 )
@@ -440,3 +442,152 @@ def watch_event(event: Mapping[str, Any]) -> Optional[FilesystemEvent]:
     if not kind:
         return None
     return FilesystemEvent.from_json(event)
+
+
+# Signals by name: what commands.kill sends by default, and what a terminal's kill sends.
+DEFAULT_SIGNAL = "KILL"
+# A WebSocket message may carry up to the 1 MiB of output a process keeps; the margin is the framing's.
+WS_MAX_MESSAGE = 4 << 20
+
+
+def start_body(
+    cmd: Union[None, str, Sequence[str]],
+    cwd: Optional[str],
+    envs: Optional[Mapping[str, str]],
+    stdin: bool,
+    timeout_ms: Optional[int],
+    tag: Optional[str],
+    user: Optional[str],
+    pty: Optional[Tuple[int, int]],
+) -> Dict[str, Any]:
+    """The body of POST /processes: a string runs with bash -c, a sequence runs as is; a terminal (pty, as
+    (cols, rows)) without either runs the user's login shell."""
+    check_ms("timeout_ms", timeout_ms)
+    body: Dict[str, Any] = {}
+    if isinstance(cmd, str):
+        if not cmd:
+            raise InvalidArgumentError("cmd must not be empty")
+        body["cmd"] = cmd
+    elif cmd is not None:
+        args = list(cmd)
+        if not args:
+            raise InvalidArgumentError("cmd must not be empty")
+        body["args"] = args
+    elif pty is None:
+        raise InvalidArgumentError("cmd is required: a command line or a list of arguments")
+    if cwd:
+        body["cwd"] = cwd
+    if envs:
+        body["envs"] = dict(envs)
+    if stdin:
+        body["stdin"] = True
+    if timeout_ms is not None:
+        body["timeoutMs"] = timeout_ms
+    if tag:
+        body["tag"] = tag
+    if user:
+        body["user"] = user
+    if pty is not None:
+        body["pty"] = size_body(*pty)
+    return body
+
+
+def size_body(cols: int, rows: int) -> Dict[str, int]:
+    """A terminal size, checked as the server checks it (1..1000 each)."""
+    for name, v in (("cols", cols), ("rows", rows)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1000:
+            raise InvalidArgumentError(f"{name} must be an integer from 1 to 1000, not {v!r}")
+    return {"cols": cols, "rows": rows}
+
+
+def signal_body(signal: Union[str, int]) -> Dict[str, str]:
+    """The body of POST /processes/{pid}/signal: a name (TERM, SIGINT...) or a number."""
+    if isinstance(signal, bool) or not isinstance(signal, (str, int)) or signal == "":
+        raise InvalidArgumentError(f"signal must be a name such as 'TERM' or a number, not {signal!r}")
+    return {"signal": str(signal)}
+
+
+def stdin_bytes(data: Union[str, bytes, bytearray, memoryview]) -> bytes:
+    """Bytes to send to a process's stdin or terminal; a str is encoded as UTF-8."""
+    if isinstance(data, str):
+        return data.encode()
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise InvalidArgumentError(f"data must be str or bytes, not {type(data).__name__}")
+
+
+class OutputAssembler:
+    """Follows the events of GET /processes/{pid}/output: says which callback each calls, keeps the output
+    and the exit code."""
+
+    def __init__(self) -> None:
+        self.ended = False
+        self.exit_code = -1
+        self.error: Optional[str] = None
+        self.dropped = 0
+        self._stdout: List[str] = []
+        self._stderr: List[str] = []
+
+    def feed(self, event: Mapping[str, Any]) -> Optional[Callback]:
+        """Take one event; return ("stdout" | "stderr", str) or ("pty", bytes) for a callback, if any."""
+        kind = event.get("type")
+        if kind in ("stdout", "stderr"):
+            text = str(event.get("text") or "")
+            (self._stdout if kind == "stdout" else self._stderr).append(text)
+            return (kind, text)
+        if kind == "pty":
+            return ("pty", base64.b64decode(event.get("data") or ""))
+        if kind == "dropped":
+            self.dropped += int(event.get("dropped") or 0)
+        if kind == "abort":
+            raise error_from_abort(event.get("abort"))
+        if kind == "end":
+            self.ended = True
+            code = event.get("exitCode")
+            if isinstance(code, int):
+                self.exit_code = code
+            if event.get("error"):
+                self.error = str(event["error"])
+        return None
+
+    def result(self) -> ProcessResult:
+        """The output so far and the exit code (-1 before the end)."""
+        return ProcessResult(
+            stdout="".join(self._stdout), stderr="".join(self._stderr), exit_code=self.exit_code, error=self.error
+        )
+
+
+def ws_url(api_url: str, path: str) -> str:
+    """The ws:// or wss:// URL of an API path."""
+    if api_url.startswith("https://"):
+        return "wss://" + api_url[len("https://"):] + path
+    if api_url.startswith("http://"):
+        return "ws://" + api_url[len("http://"):] + path
+    raise InvalidArgumentError(f"api_url must start with http:// or https://, not {api_url!r}")
+
+
+def ws_subprotocols(api_key: str) -> List[str]:
+    """The subprotocols of a process's WebSocket: ``lizard``, and the key as ``lizard.bearer.<key>`` (the
+    server takes it as the bearer key, as it does for a browser, which cannot set headers)."""
+    return ["lizard", "lizard.bearer." + api_key]
+
+
+def ws_control(message: Union[str, bytes]) -> Optional[Dict[str, Any]]:
+    """A text frame of a process's WebSocket (ProcessControl), or None when it is not one."""
+    try:
+        obj = json.loads(message)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def ws_close_error(code: Optional[int], reason: str) -> Optional[LizardError]:
+    """The error a WebSocket's close code means: None for a normal close, SandboxGoneError for 4410 (the
+    sandbox ended), ConflictError for 4409 (it was paused), SandboxError else."""
+    if code in (None, 1000):
+        return None
+    if code == 4410:
+        return SandboxGoneError(reason or "the sandbox ended", status=410, code="gone")
+    if code == 4409:
+        return ConflictError(reason or "the sandbox was paused; connect again to resume it", status=409, code="conflict")
+    return SandboxError(f"the terminal's connection closed with code {code}: {reason or 'no reason given'}")

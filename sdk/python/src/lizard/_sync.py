@@ -27,6 +27,7 @@ from urllib.parse import quote
 import httpx
 
 from . import _core
+from ._commands import Commands, Pty
 from ._core import UNSET, ContextLike
 from .errors import InvalidArgumentError, LizardError, NotFoundError, SandboxGoneError, error_from_response
 from .models import (
@@ -180,6 +181,8 @@ class CodeSandbox:
         self._prefix = _sandbox_path(sandbox_id)
         self.files = Files(self)
         self.process = Process(self)
+        self.commands = Commands(self)
+        self.pty = Pty(self)
         self._info: Optional[SandboxInfo] = None
 
     # Lifecycle -----------------------------------------------------------------------------------------

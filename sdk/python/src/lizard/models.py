@@ -17,6 +17,8 @@ __all__ = [
     "FilesystemEvent",
     "SandboxMetric",
     "ProcessResult",
+    "ProcessInfo",
+    "PtySize",
 ]
 
 
@@ -357,7 +359,7 @@ class SandboxMetric:
 
 @dataclass
 class ProcessResult:
-    """What one ``process.exec`` call produced.
+    """What one ``process.exec`` call produced, or a background command's ``wait()``.
 
     Attributes:
         stdout: the command's standard output.
@@ -370,6 +372,70 @@ class ProcessResult:
     stderr: str
     exit_code: int
     error: Optional[str] = None
+
+
+@dataclass
+class PtySize:
+    """A terminal's size in characters."""
+
+    cols: int
+    rows: int
+
+
+@dataclass
+class ProcessInfo:
+    """A background process of a sandbox (``commands.list``, ``commands.start``), running or ended.
+
+    Attributes:
+        pid: its process id in the sandbox.
+        tag: the caller's name for it, or None.
+        cmd: the command line, when it was started from one (run by ``bash -c``).
+        args: what runs (for a command line, ``bash -c cmd``; for a terminal, the shell).
+        cwd: its working directory.
+        user: the user it runs as.
+        started_at: when it started.
+        pty: its terminal's size, or None when it has no terminal.
+        stdin: whether its stdin takes input now.
+        running: whether it still runs.
+        exit_code: once it ended: its code; 128+N when signal N killed it, 124 when it timed out.
+        ended_at: when it ended.
+        error: why it ended, when not by itself (a timeout).
+    """
+
+    pid: int
+    args: List[str]
+    cwd: str
+    user: str
+    started_at: Optional[datetime]
+    stdin: bool
+    running: bool
+    tag: Optional[str] = None
+    cmd: Optional[str] = None
+    pty: Optional[PtySize] = None
+    exit_code: Optional[int] = None
+    ended_at: Optional[datetime] = None
+    error: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "ProcessInfo":
+        """Build a ProcessInfo from its wire form."""
+        pty = obj.get("pty")
+        code = obj.get("exitCode")
+        return cls(
+            pid=int(obj.get("pid") or 0),
+            args=[str(a) for a in obj.get("args") or []],
+            cwd=str(obj.get("cwd") or ""),
+            user=str(obj.get("user") or ""),
+            started_at=parse_time(obj.get("startedAt")),
+            stdin=bool(obj.get("stdin")),
+            running=bool(obj.get("running")),
+            tag=obj.get("tag") or None,
+            cmd=obj.get("cmd") or None,
+            pty=PtySize(int(pty.get("cols") or 0), int(pty.get("rows") or 0)) if isinstance(pty, dict) else None,
+            exit_code=code if isinstance(code, int) and not obj.get("running") else None,
+            ended_at=parse_time(obj.get("endedAt")),
+            error=obj.get("error") or None,
+        )
 
 
 _TIME_RE = re.compile(

@@ -1,0 +1,356 @@
+"""Background processes and terminals of the synchronous client: ``sandbox.commands`` and ``sandbox.pty``
+(docs/processes.md). Each attached handle follows its output in a thread of its own."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+import httpx
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.sync.client import ClientConnection, connect as ws_connect
+
+from . import _core
+from .errors import LizardError, error_from_response
+from .models import ProcessInfo, ProcessResult
+
+if TYPE_CHECKING:
+    from ._sync import CodeSandbox
+
+__all__ = ["Commands", "CommandHandle", "Pty", "PtyHandle"]
+
+Data = Union[str, bytes, bytearray, memoryview]
+
+
+class Commands:
+    """Background processes of a sandbox (``sandbox.commands``): started, they run on when the client
+    disconnects, and any client can list them, reattach to their output, feed their stdin and signal them."""
+
+    def __init__(self, sandbox: "CodeSandbox") -> None:
+        """Bind to a sandbox; reach it as ``sandbox.commands``."""
+        self._sandbox = sandbox
+
+    def _path(self, pid: Optional[int] = None, rest: str = "") -> str:
+        base = f"{self._sandbox._prefix}/processes"
+        return base if pid is None else f"{base}/{int(pid)}{rest}"
+
+    def start(
+        self,
+        cmd: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        stdin: bool = False,
+        timeout_ms: Optional[int] = None,
+        tag: Optional[str] = None,
+        user: Optional[str] = None,
+        on_stdout: Optional[Callable[[str], Any]] = None,
+        on_stderr: Optional[Callable[[str], Any]] = None,
+    ) -> "CommandHandle":
+        """Start a command in the background and return at once with its handle, which follows its output
+        (``on_stdout``/``on_stderr`` get it in a thread). A string runs with ``bash -c``; a list runs as is.
+        ``stdin=True`` keeps its stdin open for :meth:`CommandHandle.send_stdin`; ``timeout_ms`` kills it
+        after that long (exit code 124); ``user="root"`` runs it as root."""
+        body = _core.start_body(cmd, cwd, envs, stdin, timeout_ms, tag, user, None)
+        info = ProcessInfo.from_json(self._sandbox._http.request("POST", self._path(), json=body).json())
+        return self._attach(info, on_stdout, on_stderr)
+
+    def list(self) -> List[ProcessInfo]:
+        """The sandbox's background processes: running ones first, then the last 64 that ended."""
+        resp = self._sandbox._http.request("GET", self._path())
+        return [ProcessInfo.from_json(p) for p in resp.json().get("processes") or []]
+
+    def get(self, pid: int) -> ProcessInfo:
+        """One background process; raises NotFoundError for an unknown pid."""
+        return ProcessInfo.from_json(self._sandbox._http.request("GET", self._path(pid)).json())
+
+    def connect(
+        self,
+        pid: int,
+        *,
+        on_stdout: Optional[Callable[[str], Any]] = None,
+        on_stderr: Optional[Callable[[str], Any]] = None,
+    ) -> "CommandHandle":
+        """Reattach to a background process: the callbacks get the output it kept (its last 1 MiB), then
+        what comes. Raises NotFoundError for an unknown pid."""
+        return self._attach(self.get(pid), on_stdout, on_stderr)
+
+    def _attach(
+        self,
+        info: ProcessInfo,
+        on_stdout: Optional[Callable[[str], Any]],
+        on_stderr: Optional[Callable[[str], Any]],
+    ) -> "CommandHandle":
+        resp = self._sandbox._http.open(self._path(info.pid, "/output"), None, None)
+        return CommandHandle(self, info, resp, on_stdout, on_stderr)
+
+    def send_stdin(self, pid: int, data: Data) -> None:
+        """Write to a process's stdin (started with ``stdin=True``); returns once it took the bytes. Raises
+        ConflictError when its stdin is closed, NotFoundError when it ended."""
+        self._sandbox._http.request(
+            "POST", self._path(pid, "/stdin"), content=_core.stdin_bytes(data), timeout=None
+        )
+
+    def close_stdin(self, pid: int) -> None:
+        """End a process's stdin (it reads end of file)."""
+        self._sandbox._http.request("POST", self._path(pid, "/stdin/close"))
+
+    def kill(self, pid: int, signal: Union[str, int] = _core.DEFAULT_SIGNAL) -> None:
+        """Send a signal (``"TERM"``, ``"INT"``, ``"KILL"``, ``"HUP"``, ``"USR1"``... or a number) to a
+        process's group. Raises NotFoundError when it ended."""
+        self._sandbox._http.request("POST", self._path(pid, "/signal"), json=_core.signal_body(signal))
+
+    def wait_exit(self, pid: int) -> ProcessInfo:
+        """Wait until a process has ended and return it with its exit code (no output)."""
+        resp = self._sandbox._http.request("GET", self._path(pid), params={"wait": "1"}, timeout=None)
+        return ProcessInfo.from_json(resp.json())
+
+
+def _shutdown(resp: httpx.Response) -> None:
+    # Closing a response does not wake a read blocked in another thread; shutting its socket down does.
+    stream = resp.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    resp.close()
+
+
+class CommandHandle:
+    """A background process this client follows (``commands.start``, ``commands.connect``)."""
+
+    def __init__(
+        self,
+        commands: Commands,
+        info: ProcessInfo,
+        resp: httpx.Response,
+        on_stdout: Optional[Callable[[str], Any]],
+        on_stderr: Optional[Callable[[str], Any]],
+    ) -> None:
+        self._commands = commands
+        self.info = info
+        """The process as it was when this handle was made."""
+        self.pid = info.pid
+        self.tag = info.tag
+        self._resp = resp
+        self._disconnected = threading.Event()
+        self._asm = _core.OutputAssembler()
+        self.error: Optional[Exception] = None
+        """Why following the output failed, if it did (SandboxGoneError when the sandbox ended)."""
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+        api_url = commands._sandbox._http.api_url
+
+        def run() -> None:
+            splitter = _core.LineSplitter()
+            try:
+                for chunk in resp.iter_bytes():
+                    for event in splitter.feed(chunk):
+                        call = self._asm.feed(event)
+                        cb = callbacks.get(call[0]) if call is not None else None
+                        if cb is not None and call is not None:
+                            cb(call[1])
+            except httpx.TransportError as exc:
+                if not self._disconnected.is_set():
+                    self.error = _core.transport_error(exc, api_url)
+            except Exception as exc:  # the sandbox's end, or a callback's own error
+                if not self._disconnected.is_set():
+                    self.error = exc
+            finally:
+                resp.close()
+
+        self._thread = threading.Thread(target=run, name=f"lizard-process-{self.pid}", daemon=True)
+        self._thread.start()
+
+    @property
+    def stdout(self) -> str:
+        """The standard output received so far."""
+        return self._asm.result().stdout
+
+    @property
+    def stderr(self) -> str:
+        """The standard error received so far."""
+        return self._asm.result().stderr
+
+    def wait(self) -> ProcessResult:
+        """Wait for the process to end; return its exit code and the output this handle received. A
+        non-zero exit is not an exception. Raises SandboxGoneError when the sandbox ended first; after
+        :meth:`disconnect` it waits for the exit code alone."""
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        if not self._asm.ended:
+            info = self._commands.wait_exit(self.pid)
+            result = self._asm.result()
+            result.exit_code = info.exit_code if info.exit_code is not None else -1
+            result.error = info.error
+            return result
+        return self._asm.result()
+
+    def send_stdin(self, data: Data) -> None:
+        """Write to its stdin (started with ``stdin=True``)."""
+        self._commands.send_stdin(self.pid, data)
+
+    def close_stdin(self) -> None:
+        """End its stdin."""
+        self._commands.close_stdin(self.pid)
+
+    def kill(self, signal: Union[str, int] = _core.DEFAULT_SIGNAL) -> None:
+        """Send it a signal (to its process group); default KILL."""
+        self._commands.kill(self.pid, signal)
+
+    def disconnect(self) -> None:
+        """Stop following its output; the process runs on (``commands.connect`` finds it again)."""
+        self._disconnected.set()
+        _shutdown(self._resp)
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+
+class Pty:
+    """Terminals of a sandbox (``sandbox.pty``): background processes with a pseudo-terminal, followed over
+    a WebSocket as raw bytes."""
+
+    def __init__(self, sandbox: "CodeSandbox") -> None:
+        """Bind to a sandbox; reach it as ``sandbox.pty``."""
+        self._sandbox = sandbox
+        self._commands = Commands(sandbox)
+
+    def create(
+        self,
+        cols: int,
+        rows: int,
+        *,
+        on_data: Callable[[bytes], Any],
+        cwd: Optional[str] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        cmd: Union[None, str, Sequence[str]] = None,
+        timeout_ms: Optional[int] = None,
+        tag: Optional[str] = None,
+        user: Optional[str] = None,
+    ) -> "PtyHandle":
+        """Start a terminal of cols x rows running ``cmd`` (default: the user's login shell, with
+        TERM=xterm-256color) and attach to it: ``on_data`` gets its output as raw bytes in a thread."""
+        body = _core.start_body(cmd, cwd, envs, False, timeout_ms, tag, user, (cols, rows))
+        info = ProcessInfo.from_json(self._sandbox._http.request("POST", self._commands._path(), json=body).json())
+        return self._attach(info, on_data)
+
+    def connect(self, pid: int, on_data: Callable[[bytes], Any]) -> "PtyHandle":
+        """Reattach to a terminal: ``on_data`` gets the output it kept, then what comes."""
+        return self._attach(self._commands.get(pid), on_data)
+
+    def _attach(self, info: ProcessInfo, on_data: Callable[[bytes], Any]) -> "PtyHandle":
+        http = self._sandbox._http
+        url = _core.ws_url(http.api_url, self._commands._path(info.pid, "/ws"))
+        try:
+            ws = ws_connect(
+                url,
+                subprotocols=_core.ws_subprotocols(http.api_key),  # type: ignore[arg-type]
+                max_size=_core.WS_MAX_MESSAGE,
+                open_timeout=http.request_timeout,
+                user_agent_header=_core.USER_AGENT,
+            )
+        except InvalidStatus as exc:
+            raise error_from_response(exc.response.status_code, exc.response.body or b"") from exc
+        except (InvalidHandshake, OSError, TimeoutError) as exc:
+            raise _core.transport_error(httpx.ConnectError(str(exc)), http.api_url) from exc
+        # The handle owns the connection as a `with` would (websockets 17 warns about a connection used
+        # without one) and closes it when its thread ends or on disconnect.
+        return PtyHandle(self._commands, info, ws.__enter__(), on_data)
+
+    def send_input(self, pid: int, data: Data) -> None:
+        """Type into a terminal without attaching to it."""
+        self._commands.send_stdin(pid, data)
+
+    def resize(self, pid: int, cols: int, rows: int) -> None:
+        """Give a terminal a new size without attaching to it."""
+        self._sandbox._http.request("POST", self._commands._path(pid, "/resize"), json=_core.size_body(cols, rows))
+
+    def kill(self, pid: int) -> None:
+        """Kill a terminal's process group (SIGKILL)."""
+        self._commands.kill(pid, "KILL")
+
+
+class PtyHandle:
+    """A terminal this client is attached to (``pty.create``, ``pty.connect``)."""
+
+    def __init__(
+        self, commands: Commands, info: ProcessInfo, ws: ClientConnection, on_data: Callable[[bytes], Any]
+    ) -> None:
+        self._commands = commands
+        self.info = info
+        """The terminal's process as it was when this handle was made."""
+        self.pid = info.pid
+        self.tag = info.tag
+        self._ws = ws
+        self._disconnected = threading.Event()
+        self.exit_code: Optional[int] = None
+        """Its exit code once it ended."""
+        self.error: Optional[Exception] = None
+        """Why the connection ended, if not with the terminal's end (SandboxGoneError when the sandbox
+        ended, ConflictError when it was paused)."""
+
+        def run() -> None:
+            try:
+                while True:
+                    msg = ws.recv()
+                    if isinstance(msg, bytes):
+                        on_data(msg)
+                        continue
+                    control = _core.ws_control(msg) or {}
+                    if control.get("type") == "end" and isinstance(control.get("exitCode"), int):
+                        self.exit_code = control["exitCode"]
+            except ConnectionClosed as exc:
+                if not self._disconnected.is_set() and self.exit_code is None:
+                    rcvd = exc.rcvd
+                    err = _core.ws_close_error(rcvd.code if rcvd else 1006, rcvd.reason if rcvd else "")
+                    self.error = err or LizardError("the terminal's connection closed before its end")
+            except Exception as exc:  # on_data's own error
+                if not self._disconnected.is_set():
+                    self.error = exc
+            finally:
+                ws.close()
+
+        self._thread = threading.Thread(target=run, name=f"lizard-pty-{self.pid}", daemon=True)
+        self._thread.start()
+
+    def send_input(self, data: Data) -> None:
+        """Type into the terminal (keystrokes, pasted text, ``b"\\x03"`` for Ctrl-C)."""
+        self._send(_core.stdin_bytes(data))
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Give the terminal a new size (its program gets SIGWINCH)."""
+        self._send(json.dumps({"type": "resize", **_core.size_body(cols, rows)}))
+
+    def _send(self, message: Union[str, bytes]) -> None:
+        try:
+            self._ws.send(message)
+        except ConnectionClosed as exc:
+            self._thread.join()
+            raise self.error or LizardError("the terminal's connection is closed") from exc
+
+    def kill(self) -> None:
+        """Kill the terminal's process group (SIGKILL); :meth:`wait` then returns 137."""
+        self._commands.kill(self.pid, "KILL")
+
+    def wait(self) -> int:
+        """Wait for the terminal's program to end and return its exit code. Raises SandboxGoneError when
+        the sandbox ended first, ConflictError when it was paused; after :meth:`disconnect` it waits for
+        the exit code alone."""
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        if self.exit_code is None:
+            code = self._commands.wait_exit(self.pid).exit_code
+            return -1 if code is None else code
+        return self.exit_code
+
+    def disconnect(self) -> None:
+        """Close this connection; the terminal runs on (``pty.connect`` finds it again)."""
+        self._disconnected.set()
+        self._ws.close()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
