@@ -21,10 +21,15 @@ import (
 var dist embed.FS
 
 // CSP is the Content-Security-Policy of every console response. Scripts,
-// styles and API calls come only from the server; nothing is inlined. HTML
-// and SVG made by sandboxed code are shown in iframes with an empty sandbox
-// attribute (opaque origin, no scripts), which inherit this policy too.
-const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; " +
+// stylesheets and API calls come only from the server; no script is
+// inlined. HTML and SVG made by sandboxed code are shown in iframes with an
+// empty sandbox attribute (opaque origin, no scripts), which inherit this
+// policy too. Inline styles are allowed because xterm.js (the terminal)
+// writes its own: <style> elements it generates for its theme, fonts and
+// row layout, and style attributes for 24-bit colours. The console never
+// parses untrusted text as markup, so no one else can add any, and a style
+// can load nothing from another origin (default-src 'none').
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; " +
 	"connect-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // notBuilt is served when the binary was built without the console.

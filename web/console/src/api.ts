@@ -118,6 +118,63 @@ export interface ProcessEvent {
   abort?: Abort;
 }
 
+/** A terminal's size (PtySize). */
+export interface PtySize {
+  cols: number;
+  rows: number;
+}
+
+/** The body of POST /processes (ProcessStartRequest). */
+export interface ProcessStartRequest {
+  cmd?: string;
+  args?: string[];
+  cwd?: string;
+  envs?: Record<string, string>;
+  stdin?: boolean;
+  pty?: PtySize;
+  timeoutMs?: number;
+  tag?: string;
+  user?: string;
+}
+
+/** A background process, running or ended (ProcessInfo). */
+export interface ProcessInfo {
+  pid: number;
+  tag?: string;
+  cmd?: string;
+  args: string[];
+  cwd: string;
+  user: string;
+  startedAt: string;
+  pty?: PtySize;
+  stdin: boolean;
+  running: boolean;
+  exitCode?: number;
+  endedAt?: string;
+  error?: string;
+}
+
+/** A text frame of a process's WebSocket (ProcessControl). */
+export interface ProcessControl {
+  type: "resize" | "eof" | "dropped" | "error" | "end";
+  cols?: number;
+  rows?: number;
+  dropped?: number;
+  exitCode?: number;
+  error?: string;
+}
+
+/** One sample of GET /v1/sandboxes/{id}/metrics (SandboxMetric). */
+export interface SandboxMetric {
+  timestamp: string;
+  cpuUsedPct: number;
+  cpuCount: number;
+  memUsed: number;
+  memTotal: number;
+  diskUsed: number;
+  diskTotal: number;
+}
+
 export interface Context {
   id: string;
   language: string;
@@ -257,4 +314,21 @@ export const api = {
   writeFile: (id: string, path: string, body: Blob) => json<EntryInfo>("PUT", `${sb(id)}/files`, { query: { path }, body }),
   removeFile: (id: string, path: string) => request("DELETE", `${sb(id)}/files`, { query: { path } }).then(() => undefined),
   makeDir: (id: string, path: string) => json<EntryInfo>("POST", `${sb(id)}/files/mkdir`, { query: { path } }),
+  startProcess: (id: string, req: ProcessStartRequest) => json<ProcessInfo>("POST", `${sb(id)}/processes`, { json: req }),
+  listProcesses: (id: string) => json<{ processes: ProcessInfo[] }>("GET", `${sb(id)}/processes`).then((r) => r.processes),
+  getProcess: (id: string, pid: number) => json<ProcessInfo>("GET", `${sb(id)}/processes/${pid}`),
+  signal: (id: string, pid: number, signal: string) => request("POST", `${sb(id)}/processes/${pid}/signal`, { json: { signal } }).then(() => undefined),
+  metrics: (id: string) => json<{ metrics: SandboxMetric[] }>("GET", `${sb(id)}/metrics`).then((r) => r.metrics),
 };
+
+/** The subprotocols that carry the key on a process's WebSocket, which a
+ * browser cannot give an Authorization header (docs/console.md). */
+export function socketProtocols(): string[] {
+  return ["lizard", `lizard.bearer.${apiKey() ?? ""}`];
+}
+
+/** The URL of a process's WebSocket on this origin. */
+export function processSocketURL(id: string, pid: number): string {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  return `${scheme}//${location.host}${sb(id)}/processes/${pid}/ws`;
+}

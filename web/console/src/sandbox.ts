@@ -1,7 +1,10 @@
-// One sandbox: its facts and actions, a playground of code cells (Python in
-// a chosen context, JavaScript, bash) whose output streams as it comes, a
-// command runner and a files panel.
+// One sandbox: its facts and actions, then one of three tabs: a playground
+// of code cells (Python in a chosen context, JavaScript, bash) whose output
+// streams as it comes, a command runner and a files panel; a terminal; its
+// background processes.
 import { api, ApiError, stream, type Context, type EntryInfo, type ExecuteEvent, type ProcessEvent, type Sandbox } from "./api";
+import { metricsChart } from "./metrics";
+import { processesTab, terminalTab } from "./processes";
 import { actionButtons } from "./actions";
 import { ago, bytes, field, h, replace, uid } from "./dom";
 import * as render from "./render";
@@ -10,8 +13,11 @@ import { act, say, showError } from "./ui";
 
 const REFRESH_MS = 3000;
 
-export function sandboxPage(main: HTMLElement, id: string): () => void {
+export type SandboxTab = "playground" | "terminal" | "processes";
+
+export function sandboxPage(main: HTMLElement, id: string, tab: SandboxTab = "playground"): () => void {
   const facts = h("dl", { class: "facts" });
+  const usage = metricsChart(id);
   const actions = h("div");
   let stopped = false;
   let timer: number | undefined;
@@ -46,6 +52,7 @@ export function sandboxPage(main: HTMLElement, id: string): () => void {
       ...(sb.parentSandboxId ? [h("dt", {}, "Made by"), h("dd", {}, h("a", { href: `#/sandboxes/${encodeURIComponent(sb.parentSandboxId)}` }, sb.parentSandboxId))] : []),
       h("dt", {}, "Metadata"), h("dd", {}, Object.entries(sb.metadata).map(([k, v]) => `${k}=${v}`).join(", ") || "none"),
     );
+    usage.running(sb.state === "running");
     // Keep the buttons (and keyboard focus on them) unless the state moved.
     const key = sb.state;
     if (key !== shownKey) {
@@ -55,8 +62,10 @@ export function sandboxPage(main: HTMLElement, id: string): () => void {
       // once it runs, never just because its page was opened.
       if (sb.state === "running" && !looked) {
         looked = true;
-        void loadContexts();
-        void files.load();
+        if (tab === "playground") {
+          void loadContexts();
+          void files.load();
+        } else other?.start();
       }
     }
   }
@@ -206,20 +215,32 @@ export function sandboxPage(main: HTMLElement, id: string): () => void {
   });
   addCell('import pandas as pd\ndf = pd.DataFrame({"x": [1, 2, 3]})\ndf.x.sum()');
 
+  const base = `#/sandboxes/${encodeURIComponent(id)}`;
+  const tabs = h(
+    "nav",
+    { class: "tabs", "aria-label": "Sandbox views" },
+    ([["playground", "Playground", base], ["terminal", "Terminal", `${base}/terminal`], ["processes", "Processes", `${base}/processes`]] as const).map(
+      ([t, label, href]) => h("a", { href, "aria-current": t === tab ? "page" : undefined }, label),
+    ),
+  );
+  // The terminal and processes tabs look inside the sandbox only once it
+  // runs, as the playground does.
+  const other = tab === "terminal" ? terminalTab(id) : tab === "processes" ? processesTab(id) : undefined;
   main.append(
     h("p", {}, h("a", { href: "#/sandboxes" }, "← All sandboxes")),
     h("h1", {}, `Sandbox ${id}`),
-    h("div", { class: "card" }, facts, actions),
-    h("h2", {}, "Playground"),
-    cells,
-    addBtn,
-    h("div", { class: "two" }, commandRunner(id, aborts), files.el),
+    h("div", { class: "card sb-card" }, h("div", {}, facts, actions), usage.el),
+    tabs,
   );
+  if (other) main.append(other.el);
+  else main.append(h("h2", {}, "Playground"), cells, addBtn, h("div", { class: "two" }, commandRunner(id, aborts), files.el));
   void refresh();
   return () => {
     stopped = true;
     window.clearTimeout(timer);
     for (const ac of aborts) ac.abort();
+    other?.stop();
+    usage.stop();
   };
 }
 
