@@ -108,6 +108,8 @@ export interface ExecuteEvent {
   error?: ExecutionError;
   executionCount?: number;
   abort?: Abort;
+  /** Every MIME type of a result, when the request set `bundle` (the console does not). */
+  bundle?: Record<string, unknown>;
 }
 
 export interface ProcessEvent {
