@@ -112,6 +112,9 @@ func New(cfg Config) *Server {
 		ec.Audit = s.audit
 		if ec.Envd == nil {
 			ec.Envd = envd.New(envd.Config{Sandboxes: s.c, Logger: s.log, Target: e2bTarget, MaxFileBytes: s.maxFile})
+			// Sandboxes say the version whose features envd serves: the
+			// SDKs gate on it.
+			ec.EnvdVersion = envd.Version
 		}
 		mux.Handle("/e2b/", e2b.New(ec))
 	}
