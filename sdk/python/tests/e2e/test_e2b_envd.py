@@ -209,3 +209,27 @@ def test_sandbox_killed_under_a_command() -> None:
     assert "err" in caught, "the command outlived its sandbox"
     assert isinstance(caught["err"], SandboxNotRunningException), repr(caught["err"])
     assert caught["at"] - killed_at < 2, caught["at"] - killed_at
+
+
+def test_pause_ends_a_followed_command(sbx: Sandbox) -> None:
+    """A pause does not wait for a command being followed: it ends its stream (CANCELED naming the pause,
+    the SDK's TimeoutException) within 2 s, and the next call resumes the sandbox."""
+    h = sbx.commands.run("sleep 120", background=True, timeout=0)
+    caught: dict = {}
+
+    def follow() -> None:
+        try:
+            h.wait()
+        except Exception as e:  # noqa: BLE001 - its type is what is checked
+            caught["err"], caught["at"] = e, time.monotonic()
+
+    th = threading.Thread(target=follow)
+    th.start()
+    time.sleep(1)
+    began = time.monotonic()
+    sbx.pause()
+    th.join(10)
+    assert "err" in caught, "the followed command kept the pause waiting"
+    assert isinstance(caught["err"], TimeoutException) and "paused" in str(caught["err"]), repr(caught["err"])
+    assert caught["at"] - began < 2, caught["at"] - began
+    assert sbx.commands.run("echo back").stdout == "back\n"
