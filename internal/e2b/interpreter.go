@@ -198,7 +198,12 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 			var ev api.ExecuteEvent
 			if jerr := json.Unmarshal(line, &ev); jerr != nil {
 				h.log.Warn("agent sent an /execute line that does not parse", "err", jerr)
-				h.cut(call)
+				cut(call, stopWait)
+			}
+			if ev.Type == api.EventAbort {
+				// The sandbox's end, as a node in a cluster tells it.
+				rc.Flush()
+				cut(call, 0)
 			}
 			for _, out := range translate(ev) {
 				enc.Encode(out)
@@ -217,7 +222,8 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		}
 		// The stream broke before its end: the sandbox stopped (killed,
 		// expired, died) or its agent did.
-		h.cut(call)
+		rc.Flush()
+		cut(call, stopWait)
 	}
 }
 
@@ -227,11 +233,12 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 const stopWait = 2 * time.Second
 
 // cut ends an /execute stream that cannot be finished by breaking the
-// connection: E2B's SDKs then ask whether the sandbox still runs and raise
-// their TimeoutException ("the sandbox was killed while the request was in
+// connection, once the call's context has ended or wait has passed: E2B's
+// SDKs then ask whether the sandbox still runs and raise their
+// TimeoutException ("the sandbox was killed while the request was in
 // progress") if not. A last line would be read as a normal end instead.
-func (h *Handler) cut(call node.Call) {
-	t := time.NewTimer(stopWait)
+func cut(call node.Call, wait time.Duration) {
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-call.Ctx.Done():

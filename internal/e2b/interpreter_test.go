@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/api"
 )
@@ -117,22 +118,44 @@ func TestExecuteTranslates(t *testing.T) {
 	}
 }
 
-// TestExecuteCutIsCut: a stream that breaks before its end is not ended
-// with a normal last line, which the SDK would read as a finished run.
+// TestExecuteCutIsCut: a stream that breaks before its end, or that a
+// cluster's node ends with an abort event, is not ended with a normal
+// last line, which the SDK would read as a finished run; the abort cuts
+// it at once.
 func TestExecuteCutIsCut(t *testing.T) {
-	agent := &fakeInterpreterAgent{cut: true, events: []api.ExecuteEvent{{Type: api.EventStdout, Text: "start\n"}}}
+	for _, tc := range []struct {
+		name    string
+		agent   *fakeInterpreterAgent
+		quickly bool
+	}{
+		{"broken", &fakeInterpreterAgent{cut: true, events: []api.ExecuteEvent{{Type: api.EventStdout, Text: "start\n"}}}, false},
+		{"abort event", &fakeInterpreterAgent{events: []api.ExecuteEvent{{Type: api.EventStdout, Text: "start\n"},
+			{Type: api.EventAbort, Abort: &api.Abort{Status: 410, Code: "gone", Message: "sandbox killed"}}}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testCut(t, tc.agent, tc.quickly) })
+	}
+}
+
+func testCut(t *testing.T, agent *fakeInterpreterAgent, quickly bool) {
 	e := newEnv(t, agent, nil)
 	sb := e.createNative(t, e.key1)
 	req, _ := http.NewRequest("POST", e.url+"/e2b/sandbox/execute", strings.NewReader(`{"code":"x"}`))
 	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
 	req.Header.Set("E2b-Sandbox-Port", "49999")
 	req.Header.Set("X-Access-Token", e.c.EnvdToken(sb.SandboxID))
+	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
+	if took := time.Since(start); quickly && took > time.Second {
+		t.Errorf("the cut took %v; want it at once", took)
+	}
+	if !strings.Contains(string(body), "start") {
+		t.Errorf("the output before the cut was lost: %q", body)
+	}
 	if err == nil {
 		t.Errorf("the stream ended cleanly (%q); want it broken", body)
 	}

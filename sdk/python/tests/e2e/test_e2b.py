@@ -1,0 +1,173 @@
+"""E2B's own SDKs (PyPI e2b 2.63.0, e2b-code-interpreter 2.11.5) against a real `lizard serve`, with nothing
+set but E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (docs/e2b.md): the code is what an E2B user already
+has. Sandboxes, run_code with every result kind, errors, state, contexts, streaming callbacks, timeouts,
+listing, kill, a wrong key, and a sandbox killed while its code runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Iterator, List
+
+import pytest
+from e2b import AuthenticationException, NotFoundException, TimeoutException
+from e2b_code_interpreter import Sandbox, SandboxQuery, SandboxState
+
+
+@pytest.fixture(autouse=True)
+def _e2b_env(lizard_server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The three variables of docs/e2b.md, and nothing else of E2B's."""
+    for var in ("E2B_DOMAIN", "E2B_DEBUG", "E2B_ACCESS_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("E2B_API_URL", f"{lizard_server.url}/e2b")
+    monkeypatch.setenv("E2B_SANDBOX_URL", f"{lizard_server.url}/e2b/sandbox")
+    monkeypatch.setenv("E2B_API_KEY", lizard_server.api_key)
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Sandbox]:
+    sb = Sandbox.create()
+    try:
+        yield sb
+    finally:
+        sb.kill()
+
+
+def test_run_code_results_errors_and_state(sandbox: Sandbox) -> None:
+    ex = sandbox.run_code("print('hello')\n1 + 1")
+    assert ex.logs.stdout == ["hello\n"] and ex.error is None
+    assert ex.results[0].text == "2" and ex.results[0].is_main_result and ex.text == "2"
+
+    sandbox.run_code("x = 41")
+    assert sandbox.run_code("x + 1").text == "42"
+    assert sandbox.run_code("'quoted'").text == "quoted"  # E2B unquotes a string's repr
+
+    ex = sandbox.run_code("1 / 0")
+    assert ex.error is not None and ex.error.name == "ZeroDivisionError" and ex.error.value == "division by zero"
+    assert "ZeroDivisionError" in ex.error.traceback
+
+    ex = sandbox.run_code("import sys\nprint('oops', file=sys.stderr)")
+    assert ex.logs.stderr == ["oops\n"]
+
+
+def test_every_representation(sandbox: Sandbox) -> None:
+    ex = sandbox.run_code(
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title('squares')\nplt.show()"
+    )
+    assert len(ex.results) == 1
+    chart = ex.results[0]
+    assert chart.png and chart.text and chart.text.startswith("<Figure") and not chart.is_main_result
+    assert "png" in chart.formats()
+
+    sandbox.run_code(
+        """
+class Rich:
+    def _repr_html_(self): return '<b>rich</b>'
+    def _repr_markdown_(self): return '**rich**'
+    def _repr_json_(self): return {'rich': True}
+    def _repr_latex_(self): return '$rich$'
+    def _repr_svg_(self): return '<svg xmlns="http://www.w3.org/2000/svg"/>'
+    def _repr_javascript_(self): return 'console.log(1)'
+    def _repr_mimebundle_(self, include=None, exclude=None): return {'application/x-custom': 'mine'}
+    def __repr__(self): return 'Rich()'
+"""
+    )
+    r = sandbox.run_code("Rich()").results[0]
+    assert r.is_main_result
+    assert (r.text, r.html, r.markdown, r.latex) == ("Rich()", "<b>rich</b>", "**rich**", "$rich$")
+    assert r.json == {"rich": True} and r.svg and r.javascript == "console.log(1)"
+    assert r.extra == {"application/x-custom": "mine"}
+
+    df = sandbox.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2]})").results[0]
+    assert df.html and "<table" in df.html and df.text and "a" in df.text
+
+
+def test_callbacks_stream_as_the_code_runs(sandbox: Sandbox) -> None:
+    seen: List[tuple] = []
+    results = []
+    errors = []
+    ex = sandbox.run_code(
+        "import time, sys\nprint('one', flush=True)\ntime.sleep(1)\nprint('two', file=sys.stderr)\n3\nraise ValueError('v')",
+        on_stdout=lambda m: seen.append(("out", m.line, time.monotonic())),
+        on_stderr=lambda m: seen.append(("err", m.line, time.monotonic())),
+        on_result=results.append,
+        on_error=errors.append,
+    )
+    assert [(k, line) for k, line, _ in seen] == [("out", "one\n"), ("err", "two\n")]
+    assert seen[1][2] - seen[0][2] > 0.5, "stdout reached the callback only at the end"
+    assert results == [] and errors and errors[0].name == "ValueError" and ex.error.name == "ValueError"
+
+
+def test_contexts(sandbox: Sandbox) -> None:
+    ctx = sandbox.create_code_context()
+    assert ctx.language == "python" and ctx.id
+    assert ctx.id in [c.id for c in sandbox.list_code_contexts()]
+
+    sandbox.run_code("y = 5", context=ctx)
+    assert sandbox.run_code("y", context=ctx).text == "5"
+    assert sandbox.run_code("y").error.name == "NameError"  # the default context is another kernel
+
+    sandbox.restart_code_context(ctx)
+    assert sandbox.run_code("y", context=ctx).error.name == "NameError"
+
+    sandbox.remove_code_context(ctx)
+    assert ctx.id not in [c.id for c in sandbox.list_code_contexts()]
+
+    js = sandbox.run_code("console.log(6 * 7)", language="javascript")
+    assert js.logs.stdout == ["42\n"]
+    assert sandbox.run_code("echo $((6*7))", language="bash").logs.stdout == ["42\n"]
+
+
+def test_info_list_timeout_and_kill() -> None:
+    tag = uuid.uuid4().hex[:8]
+    sb = Sandbox.create(metadata={"suite": "e2b", "tag": tag}, timeout=120)
+    try:
+        info = sb.get_info()
+        assert info.sandbox_id == sb.sandbox_id and info.metadata == {"suite": "e2b", "tag": tag}
+        assert info.state == SandboxState.RUNNING
+        before = info.end_at
+        sb.set_timeout(600)
+        assert sb.get_info().end_at > before
+
+        listed = Sandbox.list(query=SandboxQuery(metadata={"tag": tag})).next_items()
+        assert [s.sandbox_id for s in listed] == [sb.sandbox_id]
+        assert Sandbox.list(query=SandboxQuery(metadata={"tag": "nobody-" + tag})).next_items() == []
+        assert sb.is_running()
+    finally:
+        assert sb.kill()
+    assert not Sandbox.kill(sb.sandbox_id)  # already gone: the SDK's False
+    with pytest.raises(NotFoundException):
+        Sandbox.get_info(sb.sandbox_id)
+    assert sb.sandbox_id not in [s.sandbox_id for s in Sandbox.list().next_items()]
+
+
+def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:
+    sandbox.run_code("kept = 'across a pause'")
+    assert sandbox.pause()
+    assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.PAUSED
+    again = Sandbox.connect(sandbox.sandbox_id)
+    assert again.get_info().state == SandboxState.RUNNING
+    assert again.run_code("kept").text == "across a pause"
+
+
+def test_wrong_key_is_authentication_exception(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("E2B_API_KEY", "lz_00000000_" + "0" * 64)
+    with pytest.raises(AuthenticationException):
+        Sandbox.create()
+    with pytest.raises(AuthenticationException):
+        Sandbox.list().next_items()
+
+
+def test_sandbox_killed_mid_run_ends_promptly(sandbox: Sandbox) -> None:
+    killed_at: List[float] = []
+
+    def kill() -> None:
+        time.sleep(2)
+        killed_at.append(time.monotonic())
+        Sandbox.kill(sandbox.sandbox_id)
+
+    threading.Thread(target=kill, daemon=True).start()
+    with pytest.raises(TimeoutException, match="killed"):
+        sandbox.run_code("import time\nprint('started', flush=True)\ntime.sleep(120)")
+    assert killed_at and time.monotonic() - killed_at[0] < 2, "the run outlived its sandbox by 2 s or more"
