@@ -243,14 +243,14 @@ type ExecuteEvent struct {
 	Type           string          `json:"type"`
 	Text           string          `json:"text,omitempty"`   // stdout, stderr
 	Result         *Result         `json:"result,omitempty"` // result
+	Error          *ExecutionError `json:"error,omitempty"`  // error
+	ExecutionCount int             `json:"executionCount,omitempty"`
+	Abort          *Abort          `json:"abort,omitempty"` // abort
 	// Bundle is a result's whole MIME bundle, as IPython's
 	// display_formatter made it (images base64, application/json a JSON
 	// value), when the request asked for it (ExecuteRequest.Bundle). It
 	// sits beside Result, not in it, so that a Result stays one value.
 	Bundle map[string]json.RawMessage `json:"bundle,omitempty"`
-	Error          *ExecutionError `json:"error,omitempty"`  // error
-	ExecutionCount int             `json:"executionCount,omitempty"`
-	Abort          *Abort          `json:"abort,omitempty"` // abort
 }
 
 // Result types.
