@@ -18,7 +18,9 @@ export interface TermView {
   dispose(): void;
 }
 
+// The close codes of a socket the sandbox's end (410) or a pause (409) cut.
 const SOCKET_GONE = 4410;
+const SOCKET_PAUSED = 4409;
 
 /**
  * termView makes a terminal in a box that follows its container's size.
@@ -111,6 +113,7 @@ export function termView(id: string, label: string, opts: { interactive: boolean
         el.dataset.state = "closed";
         if (ws !== sock) return; // disposed
         if (ev.code === SOCKET_GONE) end(`The sandbox has ended: ${ev.reason || "it is gone"}. This terminal is closed.`, true);
+        else if (ev.code === SOCKET_PAUSED) end(`The sandbox was paused: ${ev.reason || "paused"}. Process ${pid} runs on after a resume: open it from the Processes tab.`);
         else if (!ended) end(ev.code === 1006 ? `Connection to process ${pid} lost (or refused: is it still listed?).` : `Connection to process ${pid} closed (${ev.code}${ev.reason ? `: ${ev.reason}` : ""}).`);
       };
       if (opts.interactive) {

@@ -4,7 +4,7 @@
 // `echo $((6*7))`, follows the window's size (`stty size`), a background
 // process is reattached from a second page with its output replayed and
 // ended with a signal from the processes tab, the sandbox's usage is
-// charted, and the terminal says so when its sandbox is killed. No CSP violation, and the key in no URL.
+// charted, and the terminal says so when its sandbox is paused or killed. No CSP violation, and the key in no URL.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -147,6 +147,19 @@ test("terminal and processes tabs in a real browser", { skip: !strict && why, ti
     // The node samples every 5 s; the page asks every 5 s.
     await page.locator(".metrics-text").getByText(/^CPU [\d.]+% of 1, memory .+ of 1\.0 GiB, disk .+ of 2\.0 GiB$/).waitFor({ timeout: 20_000 });
     assert.match(await page.locator(".m-mem").getAttribute("points"), /^[\d.]+,[\d.]+/);
+  });
+
+  await step("a pause ends the terminal saying so; the shell runs on after a resume", async () => {
+    await page.goto(`${lz.url}/#/sandboxes/${id}/terminal`);
+    await page.locator('.term[data-state="open"]').waitFor();
+    const shell = Number(await page.locator(".term").getAttribute("data-pid"));
+    const r = await lz.api("POST", `/v1/sandboxes/${id}/pause`);
+    assert.equal(r.status, 200, await r.text());
+    await page.getByText(/The sandbox was paused: .*Process \d+ runs on after a resume/).first().waitFor({ timeout: 10_000 });
+    assert.equal((await lz.api("POST", `/v1/sandboxes/${id}/resume`, {})).status, 200);
+    const listed = await lz.api("GET", `/v1/sandboxes/${id}/processes`).then((r) => r.json());
+    assert.ok(listed.processes.some((p) => p.pid === shell && p.running), `shell ${shell} after the resume: ${JSON.stringify(listed)}`);
+    await page.getByRole("link", { name: "Processes" }).click();
   });
 
   await step("killing the sandbox ends the terminal with a clear message", async () => {
