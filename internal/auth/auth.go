@@ -191,6 +191,8 @@ type Caller struct {
 	ProjectID string
 	KeyID     string
 	SandboxID string
+	// Remote is the client's address, for the audit trail.
+	Remote string
 }
 
 // CallerOf returns the request's caller, as set by Require.
@@ -251,7 +253,7 @@ func (v *Verifier) RequireWith(key func(*http.Request) (string, error), refuse f
 			refuse(w, http.StatusUnauthorized, Message)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), Caller{ProjectID: k.ProjectID, KeyID: k.ID, SandboxID: k.SandboxID})))
+		next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), Caller{ProjectID: k.ProjectID, KeyID: k.ID, SandboxID: k.SandboxID, Remote: r.RemoteAddr})))
 	})
 }
 

@@ -154,7 +154,16 @@ func (s *Sweeper) sweep(ctx context.Context, lastFailure time.Time) error {
 	for _, sb := range ended {
 		s.Log.Warn("sandbox ended: its node was lost", "sandbox_id", sb.ID, "project_id", sb.ProjectID, "node", sb.Node)
 		if s.Router != nil {
-			s.Router.emit(node.Event{Kind: node.Stopped, SandboxID: sb.ID, ProjectID: sb.ProjectID, State: api.StateFailed, Reason: "node lost"})
+			e := node.Event{Kind: node.Stopped, SandboxID: sb.ID, ProjectID: sb.ProjectID, State: api.StateFailed, Reason: "node lost", Token: sb.Shape.Token}
+			if sb.Shape.Token {
+				// Its keys were revoked with its end: the audit names them.
+				ids, kerr := s.Store.SandboxKeyIDs(ctx, sb.ID)
+				if kerr != nil {
+					s.Log.Error("listing the revoked keys of a sandbox of a lost node", "sandbox_id", sb.ID, "err", kerr)
+				}
+				e.KeyIDs = ids
+			}
+			s.Router.emit(e)
 		}
 	}
 	return err

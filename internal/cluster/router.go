@@ -219,32 +219,10 @@ func (r *Router) done(name string) {
 	r.placed[name]++
 }
 
-// admit runs the control plane's admission count times; the node records
-// what it admitted. (In one process admission and the record are one step
-// under the control plane's lock; across processes a quota of live
-// sandboxes may be passed by the creates under way at the same moment.)
-func admit(ctx context.Context, p *node.Plan, count int) error {
-	if p.Admit == nil {
-		return nil
-	}
-	for range count {
-		release, err := p.Admit(ctx, false)
-		if err != nil {
-			return err
-		}
-		release()
-	}
-	p.Admit = nil
-	return nil
-}
-
 // Create implements node.Node: a plan with a snapshot's image goes to the
 // node holding it; any other to a node placement picks, and to another
 // one if that node does not answer.
 func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error) {
-	if err := admit(ctx, &p, 1); err != nil {
-		return store.Sandbox{}, err
-	}
 	home, err := r.volumesNode(ctx, p)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -326,9 +304,6 @@ const maxHomes = 100_000
 func (r *Router) Fork(ctx context.Context, parent string, p node.Plan, n int) ([]store.Sandbox, error) {
 	c, err := r.sandbox(ctx, parent)
 	if err != nil {
-		return nil, err
-	}
-	if err := admit(ctx, &p, n); err != nil {
 		return nil, err
 	}
 	return c.Fork(ctx, parent, p, n)

@@ -34,12 +34,13 @@ type testNode struct {
 // with a live lease, and the API's control plane over a router.
 func newCluster(t *testing.T, maxLive int, names ...string) (*store.Store, map[string]*testNode, *Router, *control.Control) {
 	t.Helper()
-	return newClusterWith(t, func(c *remote.HandlerConfig) { c.MaxLive = maxLive }, names...)
+	return newClusterWith(t, func(q *node.Quota) { q.MaxLive = maxLive }, names...)
 }
 
-// newClusterWith is newCluster with the nodes' handlers configured by
-// mutate.
-func newClusterWith(t *testing.T, mutate func(*remote.HandlerConfig), names ...string) (*store.Store, map[string]*testNode, *Router, *control.Control) {
+// newClusterWith is newCluster with the nodes' admission set by mutate:
+// one node.Quota for all, as the nodes of a cluster share the database's
+// per-project lock.
+func newClusterWith(t *testing.T, mutate func(*node.Quota), names ...string) (*store.Store, map[string]*testNode, *Router, *control.Control) {
 	t.Helper()
 	ctx := context.Background()
 	shared, err := store.Open(ctx, t.TempDir())
@@ -50,16 +51,17 @@ func newClusterWith(t *testing.T, mutate func(*remote.HandlerConfig), names ...s
 	if err := shared.CreateProject(ctx, "p1", time.Now()); err != nil {
 		t.Fatal(err)
 	}
+	quota := &node.Quota{Store: shared}
+	mutate(quota)
 	nodes := map[string]*testNode{}
 	for _, name := range names {
-		env := nodetest.New(t, func(c *node.Config) { c.Store = shared.OnNode(name); c.Now = nil })
+		env := nodetest.New(t, func(c *node.Config) { c.Store = shared.OnNode(name); c.Now = nil; c.Admission = quota })
 		ctl, err := control.New(control.Config{Node: env.Node, Store: shared, Logger: nodetest.Discard()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		agents := server.New(server.Config{Control: ctl, Keys: remote.Auth{Secret: secret}, Logger: nodetest.Discard()})
-		hcfg := remote.HandlerConfig{Node: env.Node, Store: shared, Secret: secret, Agent: agents, Logger: nodetest.Discard(), DataDir: env.DataDir}
-		mutate(&hcfg)
+		hcfg := remote.HandlerConfig{Node: env.Node, Secret: secret, Agent: agents, Logger: nodetest.Discard(), DataDir: env.DataDir}
 		srv := httptest.NewServer(remote.Handler(hcfg))
 		t.Cleanup(srv.Close)
 		nodes[name] = &testNode{env: env, srv: srv}
@@ -273,7 +275,7 @@ func TestQuotaOnNodes(t *testing.T) {
 // sandboxes are recorded too, under the project's lock, so that API
 // processes that each admitted a create cannot pass it together.
 func TestDiskOnNodes(t *testing.T) {
-	st, _, _, _ := newClusterWith(t, func(c *remote.HandlerConfig) { c.MaxDisk, c.DefaultDisk = 2<<30+512<<20, 1<<30 }, "a", "b")
+	st, _, _, _ := newClusterWith(t, func(q *node.Quota) { q.MaxDisk, q.DefaultDisk = 2<<30+512<<20, 1<<30 }, "a", "b")
 	ctx := context.Background()
 	var ctls []*control.Control
 	for range 2 {

@@ -45,7 +45,7 @@ func wantRateLimited(t *testing.T, what string, err error, msg string) {
 }
 
 func TestQuotaCreates(t *testing.T) {
-	e := newEnv(t, func(c *control.Config) { c.MaxRunning = 2 })
+	e := newEnv(t, func(c *control.Config) { c.Quota.MaxLive = 2 })
 	ctx := context.Background()
 	a := e.create(t, "p1", api.CreateSandboxRequest{})
 	e.create(t, "p1", api.CreateSandboxRequest{})
@@ -71,7 +71,7 @@ func TestQuotaCreates(t *testing.T) {
 // TestQuotaForks: with a quota of 12, a fork of 15 is refused and leaves
 // no new sandbox; forks fill the quota up to, never past, its bound.
 func TestQuotaForks(t *testing.T) {
-	e := newEnv(t, func(c *control.Config) { c.MaxRunning = 12 })
+	e := newEnv(t, func(c *control.Config) { c.Quota.MaxLive = 12 })
 	ctx := context.Background()
 	parent := e.create(t, "p1", api.CreateSandboxRequest{})
 	fork := func(n int) ([]api.Sandbox, error) {
@@ -113,7 +113,7 @@ func TestQuotaForks(t *testing.T) {
 }
 
 func TestQuotaSnapshotCreates(t *testing.T) {
-	e := newEnv(t, func(c *control.Config) { c.MaxRunning = 3 })
+	e := newEnv(t, func(c *control.Config) { c.Quota.MaxLive = 3 })
 	ctx := context.Background()
 	sb := e.create(t, "p1", api.CreateSandboxRequest{})
 	sn, err := e.c.Snapshot(ctx, "p1", sb.SandboxID)

@@ -1,9 +1,9 @@
 // Package control is Lizard's control plane: what the public API asks of
 // sandboxes, checked and decided before any node runs it. It turns
-// requests into plans (validation, defaults and limits), admits them
-// against each project's quotas, mints lizardTokens, keeps snapshots'
-// records, records the audit trail, and makes sure a project only ever
-// touches its own sandboxes. The sandboxes themselves run on a node
+// requests into plans (validation, defaults and limits), refuses early what
+// a project's create rate and quotas cannot take (the node admits each
+// sandbox as it records it, and mints its lizardToken), keeps snapshots'
+// records, and makes sure a project only ever touches its own sandboxes. The sandboxes themselves run on a node
 // (package node), reached through the node.Node interface.
 package control
 
@@ -53,26 +53,27 @@ type Config struct {
 	// more, but none that outlives this bound, so no key minted for one
 	// lives on unbounded after the sandbox that asked for it.
 	MaxChildTimeout time.Duration
-	// MaxRunning is how many live sandboxes a project may have (0: no
-	// bound). CreateRate is creates per second per project, with bursts of
+	// Quota holds each project's quotas of live sandboxes and disk: the
+	// node enforces them as it records a sandbox (its Admission, the same
+	// *node.Quota under `lizard serve`); here they refuse early what would
+	// not fit, and lock a project while a volume is recorded. Default: no
+	// bounds. CreateRate is creates per second per project, with bursts of
 	// CreateBurst (0: no bound).
-	MaxRunning  int
+	Quota       *node.Quota
 	CreateRate  float64
 	CreateBurst int
-	// Audit receives create, end and key events (key IDs, never keys);
-	// nil discards them.
+	// Audit receives volume events (key IDs, never keys); nil discards
+	// them. Sandboxes' and keys' are the node's (node.Audit).
 	Audit *slog.Logger
 	Now   func() time.Time // default time.Now
 	// MaxVolumeBytes bounds a volume's size (default 10 GiB).
 	// MaxVolumes and MaxVolumeTotalBytes bound each project's volumes:
-	// how many, and their sizes added up. MaxDiskBytes bounds the disk a
-	// project is promised: its live sandboxes' disk limits and its
-	// volumes' sizes together, each of which may be written in full
-	// (0: no bound, for all three).
+	// how many, and their sizes added up (0: no bound). The disk a
+	// project is promised, its live sandboxes' disk limits and its
+	// volumes' sizes together, is bounded by Quota.MaxDisk.
 	MaxVolumeBytes      int64
 	MaxVolumes          int
 	MaxVolumeTotalBytes int64
-	MaxDiskBytes        int64
 	// PortsKey derives each sandbox's port access token (ports.go);
 	// empty: tokens are refused. PortsDomain, when set, serves ports at
 	// <port>-<sandboxId>.<PortsDomain> too. PortsResume resumes a paused
@@ -96,8 +97,8 @@ type Control struct {
 	node node.Node
 	log  *slog.Logger
 
-	// admitMu serializes admission: count of live rows, then insert.
-	admitMu  sync.Mutex
+	// rateMu guards limiters, the projects' create rates.
+	rateMu   sync.Mutex
 	limiters map[string]*rate.Limiter
 	// snapMu lets restores from snapshots run together and a snapshot's
 	// deletion wait for them.
@@ -138,6 +139,12 @@ func New(cfg Config) (*Control, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Quota == nil {
+		cfg.Quota = &node.Quota{Store: cfg.Store}
+	}
+	if cfg.Quota.DefaultDisk == 0 {
+		cfg.Quota.DefaultDisk = cfg.Limits.DiskBytes
+	}
 	if cfg.MaxChildTimeout == 0 {
 		cfg.MaxChildTimeout = time.Hour
 	}
@@ -165,11 +172,11 @@ func (c *Control) audit(msg string, attrs ...any) {
 	}
 }
 
-// Events is what the control plane does on a node's lifecycle events: the
-// audit trail of every end, whatever ended it. Subscribe it to the node.
+// Events is what the control plane does on a node's lifecycle events: an
+// ended sandbox may free a replaced template's build. Subscribe it to the
+// node.
 func (c *Control) Events(e node.Event) {
 	if e.Kind == node.Stopped && e.State != api.StatePaused {
-		c.audit("sandbox.end", "sandbox_id", e.SandboxID, "project_id", e.ProjectID, "state", e.State, "reason", e.Reason)
 		if c.cfg.Builder != nil && e.ProjectID != store.InternalProject {
 			// It may have been the last user of a replaced template's build.
 			go c.collectOrphan(context.Background(), e.SandboxID)

@@ -39,11 +39,16 @@ func newEnv(t *testing.T, mutate func(*control.Config), nodeMutate ...func(*node
 	nodeMutate = append([]func(*node.Config){func(c *node.Config) {
 		c.TokenAPI = func(host string) ([]string, int) { return []string{"LIZARD_API_URL=http://" + host + ":7777"}, 7777 }
 	}}, nodeMutate...)
+	// One quota, as under lizard serve: the node admits by it, the
+	// control plane refuses early by it.
+	quota := &node.Quota{}
+	nodeMutate = append(nodeMutate, func(c *node.Config) { quota.Store, c.Admission = c.Store, quota })
 	e := &env{Env: nodetest.New(t, nodeMutate...), audit: &syncBuffer{}}
+	audit := slog.New(slog.NewTextHandler(e.audit, nil))
 	cfg := control.Config{
 		Node: e.Node, Store: e.Store, Logger: nodetest.Discard(), Templates: []string{nodetest.Template},
-		Limits: defaultLimits, MaxLimits: maxLimits, Internet: true,
-		Audit: slog.New(slog.NewTextHandler(e.audit, nil)), Now: e.Clock.Now,
+		Limits: defaultLimits, MaxLimits: maxLimits, Internet: true, Quota: quota,
+		Audit: audit, Now: e.Clock.Now,
 	}
 	if mutate != nil {
 		mutate(&cfg)
@@ -53,6 +58,7 @@ func newEnv(t *testing.T, mutate func(*control.Config), nodeMutate ...func(*node
 		t.Fatal(err)
 	}
 	e.Node.Subscribe(e.c.Events)
+	e.Node.Subscribe(node.Audit(audit))
 	return e
 }
 

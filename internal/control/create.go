@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/store"
@@ -64,7 +63,7 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 			// of the child (pauses, setTimeout) meanwhile.
 			p.KeyExpires = c.now().Add(c.cfg.MaxChildTimeout)
 		}
-		p.Key = c.keyMinter(projectID, p.KeyExpires)
+		p.Token = true
 	}
 	p.PublicPorts = req.PublicPorts
 	if len(req.Volumes) > 0 {
@@ -74,6 +73,9 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 			return api.Sandbox{}, err
 		}
 	}
+	if err := c.fits(ctx, projectID, 1, p.Limits.DiskBytes); err != nil {
+		return api.Sandbox{}, err
+	}
 	sb, err := c.node.Create(ctx, p)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -81,8 +83,7 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 	return c.toAPI(sb), nil
 }
 
-// plan checks req and turns it into a plan for projectID, admitted
-// against the project's quotas.
+// plan checks req and turns it into a plan for projectID.
 func (c *Control) plan(projectID string, req api.CreateSandboxRequest) (node.Plan, error) {
 	p := node.Plan{ProjectID: projectID, Template: req.Template, Metadata: req.Metadata, OnTimeout: req.OnTimeout}
 	if p.Template == "" {
@@ -124,15 +125,7 @@ func (c *Control) plan(projectID string, req api.CreateSandboxRequest) (node.Pla
 	if err := c.planLimits(&p, req); err != nil {
 		return p, err
 	}
-	c.setAdmit(&p)
 	return p, nil
-}
-
-// setAdmit admits p against its project's quotas, its disk limit as it
-// is now.
-func (c *Control) setAdmit(p *node.Plan) {
-	projectID, disk := p.ProjectID, p.Limits.DiskBytes
-	p.Admit = func(ctx context.Context, again bool) (func(), error) { return c.admit(ctx, projectID, disk, again) }
 }
 
 func (c *Control) planEnvs(p *node.Plan, req api.CreateSandboxRequest) error {
@@ -271,18 +264,4 @@ func (c *Control) checkTimeout(ms int64) error {
 			ms, c.cfg.MaxTimeout.Milliseconds(), c.cfg.MaxTimeout)
 	}
 	return nil
-}
-
-// keyMinter mints the lizardToken of a new sandbox of projectID: an API
-// key of the project, tied to the sandbox, revoked when it ends and dead
-// at expires if that is set.
-func (c *Control) keyMinter(projectID string, expires time.Time) func(ctx context.Context, sandboxID string) (string, error) {
-	return func(ctx context.Context, sandboxID string) (string, error) {
-		k, err := auth.CreateUntil(ctx, c.cfg.Store, projectID, sandboxID, expires)
-		if err != nil {
-			return "", fmt.Errorf("minting the sandbox's API key: %w", err)
-		}
-		c.audit("key.create", "key_id", k.ID, "project_id", projectID, "sandbox_id", sandboxID, "by", "lizardToken")
-		return k.String(), nil
-	}
 }

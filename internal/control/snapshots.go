@@ -124,8 +124,11 @@ func (c *Control) createFromSnapshot(ctx context.Context, projectID, parent stri
 	if sn, err = c.lookupSnapshot(ctx, projectID, req.SnapshotID); err != nil {
 		return api.Sandbox{}, err
 	}
-	p.Image, p.ParentID = sn.ImageDir, parent
+	p.Image, p.ParentID, p.SnapshotID = sn.ImageDir, parent, sn.ID
 	p.PublicPorts = p.PublicPorts || req.PublicPorts
+	if err := c.fits(ctx, projectID, 1, p.Limits.DiskBytes); err != nil {
+		return api.Sandbox{}, err
+	}
 	sb, err := c.node.Create(ctx, p)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -192,7 +195,6 @@ func (c *Control) copyPlan(projectID, tmpl string, sh store.Shape, timeoutMs *in
 		p.Limits.MemoryBytes, p.Limits.CPUs, p.Limits.DiskBytes = sh.MemoryBytes, sh.CPUs, sh.DiskBytes
 		p.Limits.Pids, p.Limits.OpenFiles, p.Limits.Processes = sh.Pids, sh.OpenFiles, sh.Processes
 		p.Internet = sh.Internet
-		c.setAdmit(&p)
 	}
 	p.PublicPorts = sh.PublicPorts
 	return p, nil

@@ -83,13 +83,11 @@ func (c *Control) CreateVolume(ctx context.Context, projectID string, req api.Cr
 
 // recordVolume records v within its project's bounds. The count and the
 // insert are one step, so that concurrent creates cannot pass a bound
-// together: under admitMu, which sandbox admission holds too, and under
-// the project's lock in the store, for API processes sharing one
-// database (the lock under which nodes admit sandboxes).
+// together: under the project's admission lock (node.Quota.Lock), which
+// sandbox admission holds too, in this process and in the shared
+// database.
 func (c *Control) recordVolume(ctx context.Context, v store.Volume) error {
-	c.admitMu.Lock()
-	defer c.admitMu.Unlock()
-	release, err := c.cfg.Store.LockProject(ctx, v.ProjectID)
+	release, err := c.cfg.Quota.Lock(ctx, v.ProjectID)
 	if err != nil {
 		return err
 	}
@@ -107,7 +105,7 @@ func (c *Control) recordVolume(ctx context.Context, v store.Volume) error {
 }
 
 // volumeRoom checks that projectID may have one more volume of size
-// bytes; the caller holds admitMu.
+// bytes; the caller holds the project's admission lock.
 func (c *Control) volumeRoom(ctx context.Context, projectID string, size int64) error {
 	vols, err := c.cfg.Store.ListVolumes(ctx, projectID)
 	if err != nil {
@@ -125,23 +123,7 @@ func (c *Control) volumeRoom(ctx context.Context, projectID string, size int64) 
 		return overBound(fmt.Sprintf("project %s has %d MiB of volumes; %d MiB more would pass its maximum of %d MiB in all (the server's --max-volume-total-mb); delete a volume or ask for a smaller one",
 			projectID, total>>20, size>>20, max>>20))
 	}
-	return c.diskRoom(ctx, projectID, size, "a volume of "+mib(size))
-}
-
-// diskRoom checks that projectID may be promised extra bytes of disk
-// more, asked for by what, within MaxDiskBytes. The caller holds admitMu.
-func (c *Control) diskRoom(ctx context.Context, projectID string, extra int64, what string) error {
-	if c.cfg.MaxDiskBytes <= 0 {
-		return nil
-	}
-	p, err := c.cfg.Store.PromisedDisk(ctx, projectID, c.cfg.Limits.DiskBytes)
-	if err != nil {
-		return err
-	}
-	if p.Total()+extra > c.cfg.MaxDiskBytes {
-		return node.OverDisk(projectID, p, what, c.cfg.MaxDiskBytes)
-	}
-	return nil
+	return c.cfg.Quota.DiskRoom(ctx, projectID, size, "a volume of "+mib(size))
 }
 
 func overBound(msg string) error {

@@ -192,7 +192,7 @@ func TestVolumeMountPaths(t *testing.T) {
 func TestVolumeBounds(t *testing.T) {
 	fv := &fakeVolumes{dir: t.TempDir(), m: map[string]int64{}}
 	e := newEnv(t, func(c *control.Config) {
-		c.MaxVolumes, c.MaxVolumeTotalBytes, c.MaxDiskBytes = 3, 200<<20, 2250<<20
+		c.MaxVolumes, c.MaxVolumeTotalBytes, c.Quota.MaxDisk = 3, 200<<20, 2250<<20
 	}, func(c *node.Config) { c.Volumes = fv })
 	ctx := context.Background()
 	mk := func(name string, mb int64) error {

@@ -25,6 +25,7 @@ import (
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/metrics"
+	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/remote"
 	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
@@ -157,10 +158,17 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	if c.SandboxAPIURL != "" {
 		tokenAPI = c.tokenAPI(ln.Addr())
 	}
-	parts, err := c.newNode(ctx, e, st, logger, mx, tokenAPI)
+	parts, err := c.newNode(ctx, e, st, shared, logger, mx, tokenAPI)
 	if err != nil {
 		return err
 	}
+	// The node writes the audit trail of its sandboxes and their keys,
+	// every path that makes or ends one, as `lizard serve` does.
+	audit, auditFile, err := openAudit(c.DataDir)
+	if err != nil {
+		return err
+	}
+	defer auditFile.Close()
 	n, pool, rt := parts.node, parts.pool, parts.rt
 	// The API's agent calls are served here by the public API's own proxy
 	// (acquire, resume, abort events), over this node, behind the secret.
@@ -170,8 +178,8 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	agents := server.New(server.Config{Control: ctl, Keys: remote.Auth{Secret: c.cluster.secret}, Logger: logger, Version: version()})
-	h := remote.Handler(remote.HandlerConfig{Node: n, Store: shared, Secret: c.cluster.secret, Agent: agents, Logger: logger, DataDir: c.DataDir,
-		MaxLive: c.policy.MaxSandboxes, MaxDisk: c.policy.MaxProjectDiskMb << 20, DefaultDisk: limits.DiskBytes})
+	h := remote.Handler(remote.HandlerConfig{Node: n, Secret: c.cluster.secret, Agent: agents, Logger: logger, DataDir: c.DataDir})
+	n.Subscribe(node.Audit(audit))
 	gauges(mx, st, c.pool.Slots())
 	// This node's volumes first: paused sandboxes that mount them may
 	// resume as soon as it serves.
@@ -291,8 +299,9 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	defer st.Close()
-	// Stateless: the audit trail goes to the log, marked, for the
-	// cluster's log collection.
+	// Stateless: its audit trail (volumes, templates, the ends of
+	// sandboxes of lost nodes) goes to the log, marked, for the cluster's
+	// log collection; sandboxes' and keys' are their nodes' audit.log.
 	audit := logger.With("audit", true)
 	limits, maxLimits := c.policy.limits()
 	mx := metrics.Serve(ctx, c.MetricsListen, logger)
@@ -303,15 +312,17 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 	ctl, err := control.New(control.Config{
 		Node: router, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: c.policy.Egress == "internet",
 		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,
-		MaxRunning: c.policy.MaxSandboxes, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
+		CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
 		Audit: audit, PortsKey: portsKey(c.cluster.secret), PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
 		MaxVolumeBytes: c.MaxVolumeMb << 20,
-		MaxVolumes:     c.policy.MaxVolumes, MaxVolumeTotalBytes: c.policy.MaxVolumeTotalMb << 20, MaxDiskBytes: c.policy.MaxProjectDiskMb << 20,
+		MaxVolumes:     c.policy.MaxVolumes, MaxVolumeTotalBytes: c.policy.MaxVolumeTotalMb << 20,
+		Quota: &node.Quota{Store: st, MaxLive: c.policy.MaxSandboxes, MaxDisk: c.policy.MaxProjectDiskMb << 20, DefaultDisk: limits.DiskBytes},
 	})
 	if err != nil {
 		return err
 	}
 	router.Subscribe(ctl.Events)
+	router.Subscribe(node.Audit(audit))
 	h := server.New(server.Config{
 		Control:      ctl,
 		Keys:         &auth.Verifier{Store: st, Logger: logger},

@@ -278,7 +278,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	internet := c.policy.Egress == "internet"
 
 	mx := metrics.Serve(ctx, c.MetricsListen, logger)
-	parts, err := c.newNode(ctx, e, st, logger, mx, c.tokenAPI(ln.Addr()))
+	parts, err := c.newNode(ctx, e, st, st, logger, mx, c.tokenAPI(ln.Addr()))
 	if err != nil {
 		return err
 	}
@@ -292,9 +292,9 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	ccfg := control.Config{
 		Node: n, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: internet,
 		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,
-		MaxRunning: c.policy.MaxSandboxes, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
+		Quota: parts.quota, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
 		Audit: audit, MaxVolumeBytes: c.MaxVolumeMb << 20,
-		MaxVolumes: c.policy.MaxVolumes, MaxVolumeTotalBytes: c.policy.MaxVolumeTotalMb << 20, MaxDiskBytes: c.policy.MaxProjectDiskMb << 20,
+		MaxVolumes: c.policy.MaxVolumes, MaxVolumeTotalBytes: c.policy.MaxVolumeTotalMb << 20,
 		PortsKey: agentKey, PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
 		Builder: builder, BuildsPerHour: c.BuildsPerHour,
 	}
@@ -325,6 +325,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		n.Subscribe(listeners.Handle)
 	}
 	n.Subscribe(ctl.Events)
+	n.Subscribe(node.Audit(audit))
 	gauges(mx, st, c.pool.Slots())
 	// Volumes first: paused sandboxes that mount them may resume as soon
 	// as the API serves.
@@ -377,12 +378,18 @@ type nodeParts struct {
 	rt   sandbox.Runtime
 	// builds are the built-in templates' (custom ones are built on them).
 	builds *template.Builds
+	// quota is the node's admission, which the control plane refuses
+	// early by.
+	quota *node.Quota
 }
 
 // newNode starts the runtime, the template builds and the warm pool, and
 // returns the node over them, recording its sandboxes in st: what runs
 // sandboxes in `lizard serve` and `lizard node` alike.
-func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st *store.Store, logger *slog.Logger, mx *metrics.Metrics,
+//
+// Its admission is the project quotas counted in shared, the database every
+// node and API process shares (st itself under serve).
+func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.Store, logger *slog.Logger, mx *metrics.Metrics,
 	tokenAPI func(host string) ([]string, int)) (nodeParts, error) {
 	limits, _ := c.policy.limits()
 	internet := c.policy.Egress == "internet"
@@ -430,6 +437,8 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st *store.Store, l
 		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,
 		StartTimeout: c.startTimeout(), MinFreeDisk: c.MinFreeDiskMb << 20,
 	}
+	quota := &node.Quota{Store: shared, MaxLive: c.policy.MaxSandboxes, MaxDisk: c.policy.MaxProjectDiskMb << 20, DefaultDisk: limits.DiskBytes}
+	ncfg.Admission = quota
 	mx.DiskFree(map[string]string{"data": c.DataDir, "cache": c.CacheDir})
 	if c.Runtime == "gvisor" {
 		// The qemu backend has no way to mount a host directory into its
@@ -443,7 +452,7 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st *store.Store, l
 	if err != nil {
 		return nodeParts{}, err
 	}
-	return nodeParts{node: n, pool: pool, rt: rt, builds: builds}, nil
+	return nodeParts{node: n, pool: pool, rt: rt, builds: builds, quota: quota}, nil
 }
 
 // version names the build: its VCS revision, or its module version.

@@ -26,7 +26,6 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	if err := n.roomFor("create a sandbox"); err != nil {
 		return store.Sandbox{}, err
 	}
-	p.admitted = new(bool)
 	if p.Image != "" {
 		path := metrics.PathSnapshot
 		if p.forked {
@@ -40,7 +39,7 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	if w == nil || p.Role == store.RoleTemplate || len(p.Volumes) > 0 || p.Build != nil {
 		return n.provision(ctx, p, boot)
 	}
-	if p.Role == "" && p.Key == nil && w.Pool(p.Template, p.Limits, p.Internet) {
+	if p.Role == "" && !p.Token && w.Pool(p.Template, p.Limits, p.Internet) {
 		sb, err := n.provision(ctx, p, warmPool)
 		if err == nil || ctx.Err() != nil || isRefusal(err) {
 			if err == nil {

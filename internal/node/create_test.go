@@ -1,9 +1,12 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
@@ -75,32 +79,86 @@ func TestCreateRunning(t *testing.T) {
 	}
 }
 
+// TestCreateToken: the node mints a lizardToken plan's key itself, tied to
+// the sandbox, and tells its events (the audit trail's source) its ID.
 func TestCreateToken(t *testing.T) {
 	e := nodetest.New(t, func(c *node.Config) {
 		c.TokenAPI = func(host string) ([]string, int) { return []string{"LIZARD_API_URL=http://" + host + ":7777"}, 7777 }
 	})
 	p := nodetest.Plan(0)
-	var minted string
-	p.Key = func(_ context.Context, id string) (string, error) { minted = id; return "lz_key_of_" + id, nil }
+	p.Token = true
 	sb := e.Create(t, p)
 	spec := e.Runtime.Creates()[0]
-	if minted != sb.ID || !slices.Contains(spec.Env, "LIZARD_API_KEY=lz_key_of_"+sb.ID) ||
-		!slices.Contains(spec.Env, "LIZARD_API_URL=http://169.254.128.1:7777") || spec.Network.APIPort != 7777 {
-		t.Errorf("minted for %q; env %q, API port %d; want the key of %s, the API on its host address, port 7777", minted, spec.Env, spec.Network.APIPort, sb.ID)
+	var key string
+	for _, kv := range spec.Env {
+		if v, ok := strings.CutPrefix(kv, "LIZARD_API_KEY="); ok {
+			key = v
+		}
+	}
+	project, err := (&auth.Verifier{Store: e.Store}).Verify(context.Background(), key)
+	if err != nil || project != "p1" || !slices.Contains(spec.Env, "LIZARD_API_URL=http://169.254.128.1:7777") || spec.Network.APIPort != 7777 {
+		t.Errorf("key %q verifies for %q (%v); env %q, API port %d; want a key of p1, the API on its host address, port 7777",
+			key, project, err, spec.Env, spec.Network.APIPort)
+	}
+	ids, err := e.Store.SandboxKeyIDs(context.Background(), sb.ID)
+	if err != nil || len(ids) != 1 || !strings.HasPrefix(key, "lz_"+ids[0]) && !strings.Contains(key, ids[0]) {
+		t.Errorf("keys of the sandbox = %v, %v; want the one minted, in %q", ids, err, key)
 	}
 	if !sb.Shape.Token {
 		t.Error("recorded shape has no token")
 	}
-	if ev := e.Events(sb.ID); len(ev) != 1 || !ev[0].Token || ev[0].HostAddr != "169.254.128.1" {
-		t.Errorf("events = %+v; want Started with a token on 169.254.128.1", ev)
+	ev := e.AllEvents(sb.ID)
+	var kinds []node.EventKind
+	for _, x := range ev {
+		kinds = append(kinds, x.Kind)
 	}
-	// A key that cannot be minted fails the create and leaves nothing.
-	p.Key = func(context.Context, string) (string, error) { return "", errors.New("database locked") }
-	if _, err := e.Node.Create(context.Background(), p); err == nil || strings.Contains(node.Message(err), "locked") {
-		t.Fatalf("Create with a failing key = %v; want an error hiding the cause", err)
+	if !slices.Equal(kinds, []node.EventKind{node.KeyCreated, node.Started, node.Created}) || !ev[1].Token || ev[1].HostAddr != "169.254.128.1" ||
+		len(ids) == 0 || !slices.Equal(ev[0].KeyIDs, ids) {
+		t.Errorf("events = %+v; want KeyCreated naming %v, Started with a token on 169.254.128.1, Created", ev, ids)
 	}
-	if e.Runtime.Running() != 1 {
-		t.Errorf("%d sandboxes run; want only the first", e.Runtime.Running())
+}
+
+// TestAudit: node.Audit writes one line per event kind, from the node's
+// events alone, with the caller's key ID and never a key.
+func TestAudit(t *testing.T) {
+	var buf bytes.Buffer
+	e := nodetest.New(t)
+	e.Node.Subscribe(node.Audit(slog.New(slog.NewJSONHandler(&buf, nil))))
+	ctx := auth.WithCaller(context.Background(), auth.Caller{ProjectID: "p1", KeyID: "k_caller", Remote: "192.0.2.7:1"})
+	p := nodetest.Plan(0)
+	p.Token = true
+	sb, err := e.Node.Create(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Node.Kill(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := e.Store.SandboxKeyIDs(ctx, sb.ID)
+	var msgs []string
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var l map[string]any
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		msgs = append(msgs, l["msg"].(string))
+		if l["sandbox_id"] != sb.ID {
+			t.Errorf("audit line %q: want sandbox_id %s", line, sb.ID)
+		}
+		switch l["msg"] {
+		case "sandbox.create", "sandbox.kill":
+			if l["key_id"] != "k_caller" || l["remote"] != "192.0.2.7:1" {
+				t.Errorf("audit line %q: want the caller's key ID and address", line)
+			}
+		case "key.create", "key.revoke":
+			if len(ids) != 1 || l["key_id"] != ids[0] {
+				t.Errorf("audit line %q: want key %v", line, ids)
+			}
+		}
+	}
+	want := []string{"key.create", "sandbox.create", "sandbox.kill", "key.revoke", "sandbox.end"}
+	if !slices.Equal(msgs, want) {
+		t.Errorf("audit = %v; want %v", msgs, want)
 	}
 }
 

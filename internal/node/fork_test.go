@@ -19,9 +19,16 @@ import (
 	"github.com/lizard-build/lizard/internal/store"
 )
 
-// admitCounter is a Plan.Admit that admits everything and counts.
-func admitCounter(n *atomic.Int32) func(context.Context, bool) (func(), error) {
-	return func(context.Context, bool) (func(), error) { n.Add(1); return func() {}, nil }
+// admitFunc is a node.Admission of a function.
+type admitFunc func(ctx context.Context, projectID string, disk int64) (func(), error)
+
+func (f admitFunc) Admit(ctx context.Context, projectID string, disk int64) (func(), error) {
+	return f(ctx, projectID, disk)
+}
+
+// admitCounter is a node.Admission that admits everything and counts.
+func admitCounter(n *atomic.Int32) node.Admission {
+	return admitFunc(func(context.Context, string, int64) (func(), error) { n.Add(1); return func() {}, nil })
 }
 
 func TestForkCount(t *testing.T) {
@@ -39,13 +46,13 @@ func TestForkCount(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("count %d", tt.count), func(t *testing.T) {
-			e := nodetest.New(t)
+			var admits atomic.Int32
+			e := nodetest.New(t, func(c *node.Config) { c.Admission = admitCounter(&admits) })
 			ctx := context.Background()
 			parent := e.Create(t, nodetest.Plan(0))
+			admits.Store(0)
 			p := nodetest.Plan(0)
 			p.Metadata = map[string]string{"role": "fork"}
-			var admits atomic.Int32
-			p.Admit = admitCounter(&admits)
 			got, err := e.Node.Fork(ctx, parent.ID, p, tt.count)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) || !strings.Contains(node.Message(err), "out of range") {

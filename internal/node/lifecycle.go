@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -21,6 +22,8 @@ func (n *Local) Kill(ctx context.Context, id string) (err error) {
 	if err != nil || !sb.Live() {
 		return err
 	}
+	caller, _ := auth.CallerOf(ctx)
+	n.emit(Event{Kind: Killed, SandboxID: sb.ID, ProjectID: sb.ProjectID, Caller: caller, Token: sb.Shape.Token})
 	return n.end(ctx, sb, api.StateKilled, "killed through the API")
 }
 
@@ -181,7 +184,9 @@ func (n *Local) endDead(ctx context.Context, id, during string, cause error) err
 			// The row ends regardless, so that the sandbox is not served;
 			// the reaper's sweep removes what is left of it.
 			n.log.Error("ending a sandbox that died "+during, "sandbox_id", id, "err", err)
-			err = n.cfg.Store.EndSandbox(context.WithoutCancel(ctx), id, api.StateFailed, reason, n.now())
+			if err = n.cfg.Store.EndSandbox(context.WithoutCancel(ctx), id, api.StateFailed, reason, n.now()); err == nil {
+				n.stopped(sb, api.StateFailed, reason)
+			}
 		}
 	}
 	if err != nil && !errors.Is(err, store.ErrConflict) {

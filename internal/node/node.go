@@ -28,6 +28,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/keylock"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
@@ -87,13 +88,22 @@ const (
 	// Started: the sandbox runs at HostAddr/GuestAddr (created, restored,
 	// resumed, or kept over a restart).
 	Started EventKind = "started"
-	// Stopped: it no longer runs (ended, or paused).
+	// Stopped: it no longer runs (ended, or paused). An end revokes its
+	// lizardToken's keys: KeyIDs.
 	Stopped EventKind = "stopped"
+	// Created: a user's new sandbox runs, made as Caller asked (a create,
+	// a restore of SnapshotID, a fork of ForkedFrom).
+	Created EventKind = "created"
+	// Killed: Caller asked for the sandbox's end (a Stopped follows).
+	Killed EventKind = "killed"
+	// KeyCreated: the sandbox's lizardToken was minted, KeyIDs[0].
+	KeyCreated EventKind = "key.created"
 )
 
 // Event is a change in a sandbox's life, for those who hold something per
 // running sandbox (the API listener of a lizardToken sandbox, calls in
-// flight).
+// flight) and for the audit trail (Audit), which is thus written where
+// sandboxes change, the same on one machine and in a cluster.
 type Event struct {
 	Kind      EventKind
 	SandboxID string
@@ -106,6 +116,17 @@ type Event struct {
 	// State and Reason, for Stopped: what the sandbox is now and why.
 	State  string
 	Reason string
+	// KeyIDs are the lizardToken keys minted (KeyCreated) or revoked
+	// (Stopped at an end): IDs only, never keys.
+	KeyIDs []string
+	// Caller asked for a Created or Killed: who, by key ID.
+	Caller auth.Caller
+	// Template, ParentID (the sandbox whose lizardToken asked),
+	// SnapshotID and ForkedFrom describe a Created sandbox.
+	Template   string
+	ParentID   string
+	SnapshotID string
+	ForkedFrom string
 }
 
 // Config says how a node works. Runtime, Store, Pool and Artifact are
@@ -171,6 +192,9 @@ type Config struct {
 	// Volumes keeps persistent volumes on this machine (a
 	// *volume.Manager); nil: none (volume calls are refused).
 	Volumes Volumes
+	// Admission admits each user's sandbox against its project's quotas
+	// as it is recorded (a *Quota); nil admits all.
+	Admission Admission
 }
 
 // Volumes makes, mounts and removes persistent volumes' filesystems on this
@@ -317,7 +341,18 @@ func (n *Local) started(sb store.Sandbox) {
 func (n *Local) stopped(sb store.Sandbox, state, reason string) {
 	n.calls.cancelAll(sb.ID, stopReason(sb.ID, state, reason))
 	n.ports.cancelAll(sb.ID, stopReason(sb.ID, state, reason))
-	n.emit(Event{Kind: Stopped, SandboxID: sb.ID, ProjectID: sb.ProjectID, State: state, Reason: reason})
+	e := Event{Kind: Stopped, SandboxID: sb.ID, ProjectID: sb.ProjectID, State: state, Reason: reason, Token: sb.Shape.Token}
+	if state != api.StatePaused && sb.Shape.Token {
+		// The end revoked its keys (store.EndSandbox): name them.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ids, err := n.cfg.Store.SandboxKeyIDs(ctx, sb.ID)
+		cancel()
+		if err != nil {
+			n.log.Error("listing the revoked keys of an ended sandbox", "sandbox_id", sb.ID, "err", err)
+		}
+		e.KeyIDs = ids
+	}
+	n.emit(e)
 }
 
 func (n *Local) now() time.Time { return n.cfg.Now().UTC() }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -241,10 +240,7 @@ func TestResumeToken(t *testing.T) {
 	})
 	ctx := context.Background()
 	p := nodetest.Plan(0)
-	p.Key = func(ctx context.Context, id string) (string, error) {
-		k, err := auth.Create(ctx, e.Store, "p1", id)
-		return k.String(), err
-	}
+	p.Token = true
 	sb := e.Create(t, p)
 	pause(t, e, sb.ID)
 	// Another sandbox takes the slot the paused one leaves.

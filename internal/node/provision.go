@@ -16,6 +16,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -45,27 +46,20 @@ type Plan struct {
 	// parent); otherwise the template snapshot or the warm pool may serve,
 	// or the template boots.
 	Image string
-	// Admit, when set, is called just before the sandbox is recorded, and
-	// the release it returns just after: the control plane's quotas, which
-	// every path that makes a sandbox passes. again says this create was
-	// admitted before and now tries another source (Create's fallbacks).
-	Admit func(ctx context.Context, again bool) (release func(), err error)
-	// Key, when set, mints the sandbox's lizardToken (an API key of its
-	// project, for its ID).
-	Key func(ctx context.Context, sandboxID string) (key string, err error)
+	// Token asks for a lizardToken: the node mints the sandbox an API key
+	// of its project, tied to its ID (revoked when it ends), and audits it.
+	Token bool
 	// KeyExpires, when set, is when that key stops working even while the
 	// sandbox lives on: a token child's bound (control's MaxChildTimeout).
 	KeyExpires time.Time
 	// ParentID is the sandbox whose lizardToken asked for this one, if any.
 	ParentID string
+	// SnapshotID is the snapshot Image is, for the audit trail.
+	SnapshotID string
 	// Build, when set, is a template build's private root filesystem: the
 	// sandbox boots it writable (sandbox.Spec.WritableRoot) instead of
 	// Template's artifact. Role store.RoleBuild.
 	Build *sandbox.Artifact
-
-	// admitted is set once Admit let this create in, so that a fallback
-	// to another source is not charged twice (Create).
-	admitted *bool
 	// forked: Image is a fork's parent (metrics tell forks from snapshots).
 	forked bool
 	// fork, set by Fork, says whose checkpoint Image will be, and waits
@@ -166,7 +160,7 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 		// A copy of another sandbox takes its own identity, seeds and
 		// agent secret, in the first request its agent gets.
 		r := api.ReseedRequest{SandboxID: sb.ID, Envs: envMap(append(env, tokenEnv...))}
-		if p.Key == nil {
+		if !p.Token {
 			// The image may hold another sandbox's lizardToken (a fork's parent).
 			r.Unset = []string{"LIZARD_API_KEY", "LIZARD_API_URL"}
 		}
@@ -198,6 +192,15 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	log.Info(msg, "source", src.name, "image", src.image, "template", sb.Template, "role", sb.Role, "guest_addr", sb.GuestAddr,
 		"timeout_ms", p.TimeoutMs, "took", time.Since(begin).Round(time.Millisecond))
 	n.started(got)
+	if p.Role == "" {
+		caller, _ := auth.CallerOf(ctx)
+		e := Event{Kind: Created, SandboxID: got.ID, ProjectID: got.ProjectID, Token: p.Token, Caller: caller,
+			Template: got.Template, ParentID: p.ParentID, SnapshotID: p.SnapshotID}
+		if p.fork != nil {
+			e.ForkedFrom = p.fork.parent
+		}
+		n.emit(e)
+	}
 	return got, nil
 }
 
@@ -220,22 +223,17 @@ func (n *Local) start(ctx context.Context, p Plan, spec sandbox.Spec, src source
 	return n.cfg.Runtime.Restore(ctx, spec, src.image)
 }
 
-// record admits plan p and records its sandbox: a new row holding an
-// address slot, or for a warm-pool claim the claimed sandbox's row handed
-// to p's project.
+// record admits plan p (a user's sandbox, by the node's Admission) and
+// records its sandbox: a new row holding an address slot, or for a
+// warm-pool claim the claimed sandbox's row handed to p's project.
 func (n *Local) record(ctx context.Context, p Plan, src source) (store.Sandbox, error) {
-	release := func() {}
-	if p.Admit != nil {
-		r, err := p.Admit(ctx, p.admitted != nil && *p.admitted)
+	if p.Role == "" && n.cfg.Admission != nil {
+		release, err := n.cfg.Admission.Admit(ctx, p.ProjectID, p.Limits.DiskBytes)
 		if err != nil {
 			return store.Sandbox{}, err
 		}
-		release = r
-		if p.admitted != nil {
-			*p.admitted = true
-		}
+		defer release()
 	}
-	defer release()
 	if src.claim {
 		sb, err := n.cfg.Store.ClaimWarm(ctx, p.Template, p.ProjectID, p.Metadata, p.TimeoutMs, n.now(), n.deadline(p.TimeoutMs))
 		if errors.Is(err, store.ErrNotFound) {
@@ -262,16 +260,19 @@ func (n *Local) record(ctx context.Context, p Plan, src source) (store.Sandbox, 
 
 // token gives sb, if its plan asks for a lizardToken, its API key and the
 // API's address: the environment to add, and the port its egress policy
-// must let through.
+// must let through. The key is minted here, in the one place every
+// sandbox is made on one machine or in a cluster, and its ID (never the
+// key) goes to the audit trail as a KeyCreated event.
 func (n *Local) token(ctx context.Context, sb store.Sandbox, p Plan) (env []string, apiPort int, err error) {
-	if p.Key == nil {
+	if !p.Token {
 		return nil, 0, nil
 	}
-	key, err := p.Key(ctx, sb.ID)
+	k, err := auth.CreateUntil(ctx, n.cfg.Store, sb.ProjectID, sb.ID, p.KeyExpires)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("minting the sandbox's API key: %w", err)
 	}
-	env = []string{"LIZARD_API_KEY=" + key}
+	n.emit(Event{Kind: KeyCreated, SandboxID: sb.ID, ProjectID: sb.ProjectID, KeyIDs: []string{k.ID}})
+	env = []string{"LIZARD_API_KEY=" + k.String()}
 	if n.cfg.TokenAPI != nil {
 		apiEnv, port := n.cfg.TokenAPI(sb.HostAddr)
 		env, apiPort = append(env, apiEnv...), port

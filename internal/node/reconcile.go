@@ -57,7 +57,9 @@ func (n *Local) Reconcile(ctx context.Context) error {
 			// The row ends regardless, so that the sandbox is not served;
 			// being unrecorded, it is then an orphan the sweep kills.
 			log.Error("killing a sandbox that did not survive the restart", "err", err)
-			err = n.cfg.Store.EndSandbox(ctx, sb.ID, api.StateFailed, reason, n.now())
+			if err = n.cfg.Store.EndSandbox(ctx, sb.ID, api.StateFailed, reason, n.now()); err == nil {
+				n.stopped(sb, api.StateFailed, reason)
+			}
 		}
 		unlock()
 		if err != nil && !errors.Is(err, store.ErrConflict) {

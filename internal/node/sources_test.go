@@ -47,20 +47,28 @@ func TestCreateSources(t *testing.T) {
 		refuse       bool
 		wantSource   string // "warm", "image", "boot" or "" (refused)
 		wantAdmits   int32  // one per sandbox row the create records, or claim tried
-		wantCharged  int32  // of them, first admissions (not "again"): always 1
 		wantRestored int    // Restored calls with an error
 		wantClaimed  int
 	}{
-		{name: "template snapshot", wantSource: "image", wantAdmits: 1, wantCharged: 1},
-		{name: "template snapshot fails, boot", failRestore: true, wantSource: "boot", wantAdmits: 2, wantCharged: 1, wantRestored: 1},
-		{name: "warm pool", pool: true, wantSource: "warm", wantAdmits: 1, wantCharged: 1, wantClaimed: 1},
-		{name: "refused", refuse: true, wantAdmits: 1, wantCharged: 1},
-		{name: "refused with a pool", pool: true, refuse: true, wantAdmits: 1, wantCharged: 1},
+		{name: "template snapshot", wantSource: "image", wantAdmits: 1},
+		{name: "template snapshot fails, boot", failRestore: true, wantSource: "boot", wantAdmits: 2, wantRestored: 1},
+		{name: "warm pool", pool: true, wantSource: "warm", wantAdmits: 1, wantClaimed: 1},
+		{name: "refused", refuse: true, wantAdmits: 1},
+		{name: "refused with a pool", pool: true, refuse: true, wantAdmits: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := &fakeWarm{pool: tt.pool}
-			e := nodetest.New(t, func(c *node.Config) { c.Warm = w })
+			var admits atomic.Int32
+			var refusing atomic.Bool
+			admit := admitFunc(func(context.Context, string, int64) (func(), error) {
+				admits.Add(1)
+				if refusing.Load() {
+					return nil, &node.Error{Kind: node.ErrRateLimited, Msg: "over quota", Cause: refuse}
+				}
+				return func() {}, nil
+			})
+			e := nodetest.New(t, func(c *node.Config) { c.Warm, c.Admission = w, admit })
 			ctx := context.Background()
 			// The template image, and one warm sandbox restored from it.
 			tmpl := e.Create(t, nodetest.Plan(0))
@@ -78,22 +86,13 @@ func TestCreateSources(t *testing.T) {
 			}
 			boots, restores := len(e.Runtime.Creates()), len(e.Runtime.Restores())
 
-			var admits, charged atomic.Int32
+			admits.Store(0)
+			refusing.Store(tt.refuse)
 			p := nodetest.Plan(60_000)
 			p.Envs = []string{"K=V"}
-			p.Admit = func(_ context.Context, again bool) (func(), error) {
-				admits.Add(1)
-				if !again {
-					charged.Add(1)
-				}
-				if tt.refuse {
-					return nil, &node.Error{Kind: node.ErrRateLimited, Msg: "over quota", Cause: refuse}
-				}
-				return func() {}, nil
-			}
 			sb, err := e.Node.Create(ctx, p)
-			if n, c := admits.Load(), charged.Load(); n != tt.wantAdmits || c != tt.wantCharged {
-				t.Errorf("admitted %d times, charged %d; want %d and %d", n, c, tt.wantAdmits, tt.wantCharged)
+			if n := admits.Load(); n != tt.wantAdmits {
+				t.Errorf("admitted %d times; want %d", n, tt.wantAdmits)
 			}
 			newBoots, newRestores := len(e.Runtime.Creates())-boots, len(e.Runtime.Restores())-restores
 			if tt.wantSource == "" {

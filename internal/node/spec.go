@@ -27,7 +27,7 @@ const (
 func (p Plan) Shape() store.Shape {
 	l := p.Limits
 	return store.Shape{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, DiskBytes: l.DiskBytes, Pids: l.Pids,
-		OpenFiles: l.OpenFiles, Processes: l.Processes, Internet: p.Internet, Token: p.Key != nil, Recorded: true,
+		OpenFiles: l.OpenFiles, Processes: l.Processes, Internet: p.Internet, Token: p.Token, Recorded: true,
 		Volumes: p.Volumes, PublicPorts: p.PublicPorts}
 }
 

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
@@ -52,10 +51,7 @@ func TestSandboxListenersFollowLifecycle(t *testing.T) {
 
 	ctx := context.Background()
 	p := nodetest.Plan(0)
-	p.Key = func(ctx context.Context, id string) (string, error) {
-		k, err := auth.Create(ctx, e.Store, "p1", id)
-		return k.String(), err
-	}
+	p.Token = true
 	sb := e.Create(t, p)
 	plain := e.Create(t, nodetest.Plan(0))
 	if !serves(sb.HostAddr) || serves(plain.HostAddr) {

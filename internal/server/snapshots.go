@@ -66,10 +66,6 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	for _, sb := range sbs {
-		s.audit(r, "sandbox.create", "sandbox_id", sb.SandboxID, "template", sb.Template, "forked_from", r.PathValue("id"),
-			"parent_sandbox_id", caller.SandboxID)
-	}
 	writeJSON(w, http.StatusCreated, api.SandboxList{Sandboxes: sbs})
 }
 

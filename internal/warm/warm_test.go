@@ -46,7 +46,9 @@ func newEnv(t *testing.T, size, maxRunning int) *env {
 		}
 		files = append(files, p)
 	}
+	quota := &node.Quota{MaxLive: maxRunning}
 	e.Env = nodetest.New(t, func(c *node.Config) {
+		quota.Store, c.Admission = c.Store, quota
 		e.cfg = warm.Config{Store: c.Store, Templates: []string{nodetest.Template}, Artifact: c.Artifact, DataDir: c.DataDir,
 			RuntimeKey: c.Runtime.ImageKey(), Files: files, Size: size, Limits: limits, Internet: true,
 			MemAvailable: func() (int64, error) { return e.avail.Load(), nil }, Logger: nodetest.Discard()}
@@ -56,7 +58,7 @@ func newEnv(t *testing.T, size, maxRunning int) *env {
 	var err error
 	e.c, err = control.New(control.Config{Node: e.Node, Store: e.Store, Logger: nodetest.Discard(), Templates: []string{nodetest.Template},
 		Limits: limits, MaxLimits: sandbox.Limits{MemoryBytes: 1 << 30, CPUs: 2, DiskBytes: 2 << 30}, Internet: true,
-		MaxRunning: maxRunning, Now: e.Clock.Now})
+		Quota: quota, Now: e.Clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

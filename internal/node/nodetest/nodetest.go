@@ -195,8 +195,19 @@ func (e *Env) NewNode(t testing.TB) *node.Local {
 	return n
 }
 
-// Events returns the lifecycle events of sandbox id so far.
+// Events returns the Started and Stopped events of sandbox id so far;
+// AllEvents every event, the audit trail's too.
 func (e *Env) Events(id string) []node.Event {
+	var out []node.Event
+	for _, ev := range e.AllEvents(id) {
+		if ev.Kind == node.Started || ev.Kind == node.Stopped {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func (e *Env) AllEvents(id string) []node.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []node.Event

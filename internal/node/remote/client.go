@@ -253,6 +253,9 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		if c.SandboxID != "" {
 			r.Header.Set(HeaderCallerSandbox, c.SandboxID)
 		}
+		if c.Remote != "" {
+			r.Header.Set(HeaderRemote, c.Remote)
+		}
 	}
 	resp, err := t.Base.RoundTrip(r)
 	if err != nil {

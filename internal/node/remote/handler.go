@@ -4,25 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"path/filepath"
-	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
-	"github.com/lizard-build/lizard/internal/store"
 )
 
 // HandlerConfig says what a node serves.
 type HandlerConfig struct {
-	// Node runs the sandboxes: the machine's *node.Local.
-	Node node.Node
-	// Store is the shared database the node's lizardTokens are minted in.
-	Store  *store.Store
+	// Node runs the sandboxes: the machine's *node.Local, which admits,
+	// mints lizardTokens and audits itself.
+	Node   node.Node
 	Secret string
 	// Agent serves the public agent paths of the node's sandboxes to the
 	// API (a server.Server over this node, behind Auth).
@@ -30,17 +26,6 @@ type HandlerConfig struct {
 	Logger *slog.Logger
 	// DataDir holds the node's images: RemoveImage refuses paths outside.
 	DataDir string
-	// MaxLive is how many live sandboxes a project may have (0: no
-	// bound), enforced when a sandbox is recorded, under the project's
-	// lock in the shared database: the API checks it first, but several
-	// API processes at once could pass it together.
-	MaxLive int
-	// MaxDisk is the disk a project may be promised, its live sandboxes'
-	// disk limits and its volumes' sizes added up (0: no bound), enforced
-	// like MaxLive: API processes check it, and volume creates take the
-	// same lock. DefaultDisk is the disk of rows recorded without a shape.
-	MaxDisk     int64
-	DefaultDisk int64
 }
 
 // Handler returns the node's HTTP handler: GET /v1/health (no secret, for
@@ -76,8 +61,19 @@ func Handler(cfg HandlerConfig) http.Handler {
 			writeJSON(w, http.StatusUnauthorized, wireError{Message: "this is a Lizard node: its API is for `lizard api`, with the cluster secret"})
 			return
 		}
-		mux.ServeHTTP(w, r)
+		mux.ServeHTTP(w, r.WithContext(callerContext(r)))
 	})
+}
+
+// callerContext is r's context carrying the API's caller named in its
+// headers, if any: who asked, for the node's audit trail.
+func callerContext(r *http.Request) context.Context {
+	project := r.Header.Get(HeaderProject)
+	if project == "" {
+		return r.Context()
+	}
+	return auth.WithCaller(r.Context(), auth.Caller{ProjectID: project, KeyID: r.Header.Get(HeaderKeyID),
+		SandboxID: r.Header.Get(HeaderCallerSandbox), Remote: r.Header.Get(HeaderRemote)})
 }
 
 // Auth authenticates the API's forwarded agent calls: the cluster secret,
@@ -92,8 +88,7 @@ func (a Auth) Require(next http.Handler) http.Handler {
 			auth.Unauthorized(w)
 			return
 		}
-		c := auth.Caller{ProjectID: project, KeyID: r.Header.Get(HeaderKeyID), SandboxID: r.Header.Get(HeaderCallerSandbox)}
-		next.ServeHTTP(w, r.WithContext(auth.WithCaller(r.Context(), c)))
+		next.ServeHTTP(w, r.WithContext(callerContext(r)))
 	})
 }
 
@@ -107,65 +102,8 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &in) {
 		return
 	}
-	sb, err := h.cfg.Node.Create(r.Context(), h.local(in))
+	sb, err := h.cfg.Node.Create(r.Context(), in.plan())
 	h.answer(w, r, sandboxToWire(sb), err)
-}
-
-// local is the node's plan of wire plan w, minting its lizardToken here
-// if it asks for one.
-func (h *handler) local(w plan) node.Plan {
-	p := w.plan()
-	if (h.cfg.MaxLive > 0 || h.cfg.MaxDisk > 0) && p.Role == "" {
-		p.Admit = h.admit(p.ProjectID, p.Limits.DiskBytes)
-	}
-	if w.Token {
-		p.Key = func(ctx context.Context, sandboxID string) (string, error) {
-			k, err := auth.CreateUntil(ctx, h.cfg.Store, p.ProjectID, sandboxID, p.KeyExpires)
-			if err != nil {
-				return "", fmt.Errorf("minting the sandbox's API key: %w", err)
-			}
-			h.log.Info("key.create", "key_id", k.ID, "project_id", p.ProjectID, "sandbox_id", sandboxID, "by", "lizardToken")
-			return k.String(), nil
-		}
-	}
-	return p
-}
-
-// admit is the quota check of a sandbox of projectID, of disk bytes of
-// disk, at its record: the project's lock is held from the count to the
-// insert (release).
-func (h *handler) admit(projectID string, disk int64) func(ctx context.Context, again bool) (func(), error) {
-	return func(ctx context.Context, _ bool) (func(), error) {
-		release, err := h.cfg.Store.LockProject(ctx, projectID)
-		if err != nil {
-			return nil, err
-		}
-		n, err := h.cfg.Store.CountProjectLive(ctx, projectID)
-		if err != nil {
-			release()
-			return nil, err
-		}
-		if h.cfg.MaxLive > 0 && n >= h.cfg.MaxLive {
-			release()
-			return nil, &errdefs.Error{Kind: errdefs.ErrRateLimited, RetryAfter: time.Second,
-				Msg: fmt.Sprintf("project %s already has %d live sandboxes, its maximum; kill some first", projectID, n)}
-		}
-		if h.cfg.MaxDisk > 0 {
-			if disk <= 0 {
-				disk = h.cfg.DefaultDisk
-			}
-			pd, err := h.cfg.Store.PromisedDisk(ctx, projectID, h.cfg.DefaultDisk)
-			if err != nil {
-				release()
-				return nil, err
-			}
-			if pd.Total()+disk > h.cfg.MaxDisk {
-				release()
-				return nil, node.OverDisk(projectID, pd, fmt.Sprintf("a sandbox of %d MiB", disk>>20), h.cfg.MaxDisk)
-			}
-		}
-		return release, nil
-	}
 }
 
 func (h *handler) fork(w http.ResponseWriter, r *http.Request) {
@@ -173,7 +111,7 @@ func (h *handler) fork(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &in) {
 		return
 	}
-	sbs, err := h.cfg.Node.Fork(r.Context(), r.PathValue("id"), h.local(in.Plan), in.Count)
+	sbs, err := h.cfg.Node.Fork(r.Context(), r.PathValue("id"), in.Plan.plan(), in.Count)
 	ws := make([]wireSandbox, len(sbs))
 	for i, sb := range sbs {
 		ws[i] = sandboxToWire(sb)

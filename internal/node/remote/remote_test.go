@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/store"
@@ -214,13 +215,10 @@ func (f *filler) sandbox(t *testing.T) store.Sandbox {
 // planLocal are node.Plan's fields that do not cross the wire as they
 // are, and why. A field added to Plan is carried, or named here.
 var planLocal = map[string]string{
-	"Admit": "the node admits with its own lock in the shared database (HandlerConfig.MaxLive)",
-	"Key":   "crosses as plan.Token: the node mints the key where it records the sandbox",
 	"Build": "a template build boots on the node that builds it, never through this API",
 }
 
-// filledPlan is a plan with every field set that crosses the wire, and
-// Key set.
+// filledPlan is a plan with every field set that crosses the wire.
 func (f *filler) plan(t *testing.T) node.Plan {
 	var p node.Plan
 	v := reflect.ValueOf(&p).Elem()
@@ -230,18 +228,6 @@ func (f *filler) plan(t *testing.T) node.Plan {
 			f.fill(t, v.Field(i))
 		}
 	}
-	p.Key = func(context.Context, string) (string, error) { return "", nil }
-	return p
-}
-
-// crossed is p as it should arrive: what crosses, with Key (as Token)
-// checked and cleared.
-func crossed(t *testing.T, p node.Plan) node.Plan {
-	t.Helper()
-	if p.Key == nil {
-		t.Error("a plan with Key arrived without it: Token did not cross")
-	}
-	p.Key = nil
 	return p
 }
 
@@ -276,18 +262,21 @@ func TestRoundTrip(t *testing.T) {
 	}
 	checkPlan := func(call string, got node.Plan) {
 		t.Helper()
-		want := wantPlan
-		want.Key = nil
-		if got := crossed(t, got); !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: the node got plan\n%+v\nwant\n%+v", call, got, want)
+		if !reflect.DeepEqual(got, wantPlan) {
+			t.Errorf("%s: the node got plan\n%+v\nwant\n%+v", call, got, wantPlan)
 		}
 	}
 
-	fn.create = func(_ context.Context, p node.Plan) (store.Sandbox, error) {
+	// The API's caller crosses too: the node audits who asked.
+	caller := auth.Caller{ProjectID: "p1", KeyID: "key1", SandboxID: "parent-1", Remote: "192.0.2.1:5555"}
+	fn.create = func(ctx context.Context, p node.Plan) (store.Sandbox, error) {
 		checkPlan("Create", p)
+		if got, _ := auth.CallerOf(ctx); got != caller {
+			t.Errorf("Create: the node got caller %+v; want %+v", got, caller)
+		}
 		return wantSB, nil
 	}
-	got, err := c.Create(ctx, wantPlan)
+	got, err := c.Create(auth.WithCaller(ctx, caller), wantPlan)
 	checkSB("Create", got, err)
 
 	fn.fork = func(_ context.Context, parent string, p node.Plan, n int) ([]store.Sandbox, error) {

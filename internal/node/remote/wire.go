@@ -34,11 +34,13 @@ import (
 	"github.com/lizard-build/lizard/internal/store"
 )
 
-// Headers naming the API's caller on a forwarded agent call.
+// Headers naming the API's caller on a forwarded agent call, and on an
+// internal request, for the node's audit trail (node.Audit).
 const (
 	HeaderProject       = "X-Lizard-Project"
 	HeaderKeyID         = "X-Lizard-Key-Id"
 	HeaderCallerSandbox = "X-Lizard-Caller-Sandbox"
+	HeaderRemote        = "X-Lizard-Remote"
 )
 
 // ErrUnreachable means the node did not answer: it is down, restarting or
@@ -46,10 +48,10 @@ const (
 var ErrUnreachable = errors.New("node unreachable")
 
 // plan is node.Plan on the wire: the data of the control plane's decision.
-// Admission happens in the API before it is sent, and again on the node
-// where the sandbox is recorded (HandlerConfig.MaxLive); Token asks the
-// node to mint the sandbox's lizardToken once it has recorded the sandbox
-// (the key's row references the sandbox's, which only the node writes).
+// The API refuses early what would not fit; the node admits each sandbox
+// as it records it (its node.Admission); Token asks the node to mint the
+// sandbox's lizardToken once it has recorded the sandbox (the key's row
+// references the sandbox's, which only the node writes).
 // Plan.Build never crosses: a template build boots on the node that builds.
 type plan struct {
 	ProjectID string            `json:"projectId"`
@@ -69,19 +71,21 @@ type plan struct {
 	// TokenExpires is node.Plan.KeyExpires (zero: none).
 	TokenExpires time.Time `json:"tokenExpires,omitzero"`
 	ParentID     string    `json:"parentId,omitempty"`
+	SnapshotID   string    `json:"snapshotId,omitempty"`
 }
 
 func toWire(p node.Plan) plan {
 	return plan{ProjectID: p.ProjectID, Role: p.Role, Template: p.Template, TimeoutMs: p.TimeoutMs, Metadata: p.Metadata,
 		OnTimeout: p.OnTimeout, Envs: p.Envs, Limits: limitsToWire(p.Limits), Internet: p.Internet, Image: p.Image,
-		Token: p.Key != nil, TokenExpires: p.KeyExpires, ParentID: p.ParentID, Volumes: volumesToWire(p.Volumes),
-		PublicPorts: p.PublicPorts}
+		Token: p.Token, TokenExpires: p.KeyExpires, ParentID: p.ParentID, Volumes: volumesToWire(p.Volumes),
+		PublicPorts: p.PublicPorts, SnapshotID: p.SnapshotID}
 }
 
 func (w plan) plan() node.Plan {
 	return node.Plan{ProjectID: w.ProjectID, Role: w.Role, Template: w.Template, TimeoutMs: w.TimeoutMs, Metadata: w.Metadata,
 		OnTimeout: w.OnTimeout, Envs: w.Envs, Limits: w.Limits.limits(), Internet: w.Internet, Image: w.Image,
-		ParentID: w.ParentID, Volumes: volumesFromWire(w.Volumes), PublicPorts: w.PublicPorts, KeyExpires: w.TokenExpires}
+		ParentID: w.ParentID, Volumes: volumesFromWire(w.Volumes), PublicPorts: w.PublicPorts, KeyExpires: w.TokenExpires,
+		Token: w.Token, SnapshotID: w.SnapshotID}
 }
 
 // limits is sandbox.Limits on the wire.
