@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -95,7 +94,7 @@ func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ [
 		return nil, err
 	}
 	dir := filepath.Join(n.snapshotsDir(), "fork-"+NewID())
-	defer os.RemoveAll(dir)
+	defer removeDir(n.log.With("sandbox_id", parent), "a fork's image", dir)
 	p.Template = sb.Template
 	p = n.Shaped(p, sb.Shape)
 	p.Image, p.forked = dir, true

@@ -123,7 +123,7 @@ func (n *Local) checkpoint(ctx context.Context, id, dir string) error {
 			err = os.WriteFile(filepath.Join(dir, sourceFile), []byte(id), 0o600)
 		}
 		if err != nil {
-			os.RemoveAll(dir)
+			removeDir(n.log.With("sandbox_id", id), "a failed checkpoint's image", dir)
 		}
 	}
 	if err != nil {

@@ -42,7 +42,7 @@ func (n *Local) End(ctx context.Context, id, state, reason string) error {
 // end kills a live sandbox in the runtime and records its end. The caller
 // holds the sandbox's lock.
 func (n *Local) end(ctx context.Context, sb store.Sandbox, state, reason string) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	log := n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)
 	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
@@ -200,16 +200,7 @@ func (n *Local) endDead(ctx context.Context, id, during string, cause error) err
 // within d: an operation failing under a sandbox that is being killed
 // fails before the killed processes have finished exiting.
 func (n *Local) diesWithin(ctx context.Context, id string, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if n.dead(ctx, id) {
-			return true
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return poll(ctx, d, 50*time.Millisecond, func() bool { return n.dead(ctx, id) }) == nil
 }
 
 func (n *Local) dead(ctx context.Context, id string) bool {

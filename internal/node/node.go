@@ -344,7 +344,7 @@ func (n *Local) stopped(sb store.Sandbox, state, reason string) {
 	e := Event{Kind: Stopped, SandboxID: sb.ID, ProjectID: sb.ProjectID, State: state, Reason: reason, Token: sb.Shape.Token}
 	if state != api.StatePaused && sb.Shape.Token {
 		// The end revoked its keys (store.EndSandbox): name them.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := cleanupContext(context.Background())
 		ids, err := n.cfg.Store.SandboxKeyIDs(ctx, sb.ID)
 		cancel()
 		if err != nil {

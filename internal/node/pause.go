@@ -42,16 +42,12 @@ func (n *Local) Pause(ctx context.Context, id string) (_ store.Sandbox, err erro
 	}
 	// New calls wait for the lock we hold (and then resume the sandbox);
 	// calls already in flight get a bounded time to end.
-	deadline := time.Now().Add(n.cfg.PauseWait)
-	for n.calls.waited(id) > 0 {
-		if time.Now().After(deadline) {
-			return sb, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s has a call running; retry when it ends", id)}
-		}
-		select {
-		case <-ctx.Done():
-			return sb, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
+	err = poll(ctx, n.cfg.PauseWait, 20*time.Millisecond, func() bool { return n.calls.waited(id) == 0 })
+	if errors.Is(err, errWaitedOut) {
+		return sb, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s has a call running; retry when it ends", id)}
+	}
+	if err != nil {
+		return sb, err
 	}
 	if err := n.pauseLocked(ctx, sb); err != nil {
 		return sb, err
@@ -86,7 +82,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 		r := max(sb.ExpiresAt.Sub(n.now()).Milliseconds(), 1)
 		remaining = &r
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	err := n.cfg.Runtime.Kill(cctx, sb.ID)
 	if err != nil {
@@ -96,7 +92,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 		err = n.cfg.Runtime.Kill(cctx, sb.ID)
 	}
 	if err != nil {
-		os.RemoveAll(dir)
+		removeDir(log, "the image of a sandbox that kept running", dir)
 		if n.diesWithin(cctx, sb.ID, time.Second) {
 			return n.endDead(cctx, sb.ID, "while being paused", err)
 		}
@@ -108,8 +104,10 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	if err := n.cfg.Store.PauseSandbox(cctx, sb.ID, dir, remaining, n.now()); err != nil {
 		// The sandbox is gone and unrecorded as paused: reconciliation
 		// would end it anyway, so end it now and say so.
-		n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, "recording its pause failed", n.now())
-		os.RemoveAll(dir)
+		if eerr := n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, "recording its pause failed", n.now()); eerr != nil {
+			log.Error("recording the end of a sandbox whose pause was not recorded", "err", eerr)
+		}
+		removeDir(log, "the image of an unrecorded pause", dir)
 		n.stopped(sb, api.StateFailed, "recording its pause failed")
 		return fmt.Errorf("recording pause of sandbox %s: %w", sb.ID, err)
 	}
@@ -150,101 +148,27 @@ func (n *Local) moving(ctx context.Context, id, from, to string) (sb store.Sandb
 	return sb, false, nil
 }
 
-// resumeLocked restores paused sandbox sb; the caller holds its lock. An
-// image that cannot be restored fails the sandbox; a lack of addresses
+// resumeLocked restores paused sandbox sb; the caller holds its lock. It is
+// the provisioning pipeline's resume source (provision.go): its row, a new
+// address slot, its image. An image that cannot be restored fails the
+// sandbox; a lack of addresses, or a client gone during the restore,
 // leaves it paused.
 func (n *Local) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs *int64) (store.Sandbox, error) {
-	log := n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)
-	begin := time.Now()
 	p, err := n.cfg.Store.GetPause(ctx, sb.ID)
 	if err != nil {
 		return sb, err
 	}
-	a, err := n.artifact(ctx, sb.Template)
-	if err != nil {
-		return sb, err
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	// A resume cut short by a server crash may have left the sandbox up.
-	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
-		return sb, fmt.Errorf("clearing sandbox %s before resuming it: %w", sb.ID, err)
-	}
-	host, guest, err := n.cfg.Store.AssignSlot(ctx, sb.ID, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings)
-	if errors.Is(err, store.ErrFull) {
-		return sb, &Error{Kind: ErrUnavailable, Cause: err,
-			Msg: fmt.Sprintf("no free sandbox address to resume sandbox %s; it stays paused; kill sandboxes or widen --address-pool", sb.ID)}
-	}
-	if err != nil {
-		return sb, err
-	}
-	sb.HostAddr, sb.GuestAddr = host, guest
-	fail := func(reason string, err error) (store.Sandbox, error) {
-		n.cfg.Runtime.Kill(cctx, sb.ID)
-		if eerr := n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, reason, n.now()); eerr != nil {
-			log.Error("recording a sandbox that failed to resume", "err", eerr)
-		}
-		os.RemoveAll(p.ImageDir)
-		n.stopped(sb, api.StateFailed, reason)
-		log.Warn("sandbox failed to resume", "err", err)
-		return sb, &Error{Kind: ErrGone, Msg: fmt.Sprintf("sandbox %s could not be resumed: %s", sb.ID, reason), Cause: err}
-	}
-	if p.ImageDir == "" {
-		return fail("its checkpoint image is missing", errors.New("no image recorded"))
-	}
-	// A sandbox with a lizardToken keeps it: the API is reached on its new
-	// host address, and the agent is told the new URL.
-	var apiEnv []string
-	apiPort := 0
-	if sb.Shape.Token && n.cfg.TokenAPI != nil {
-		if has, err := n.cfg.Store.SandboxHasLiveKey(ctx, sb.ID, n.now()); err == nil && has {
-			apiEnv, apiPort = n.cfg.TokenAPI(host)
-		}
-	}
-	spec, err := n.spec(sb, a, identityEnv(sb), apiPort)
-	if err != nil {
-		return fail("its addresses are unusable", err)
-	}
-	if err := n.cfg.Runtime.Restore(ctx, spec, p.ImageDir); err != nil {
-		if ctx.Err() != nil {
-			// Not the image's fault: put the sandbox back to paused.
-			n.cfg.Runtime.Kill(cctx, sb.ID)
-			n.cfg.Store.ReleaseSlot(cctx, sb.ID)
-			return sb, ctx.Err()
-		}
-		return fail("its checkpoint image is missing or corrupt", err)
-	}
-	if err := n.waitAgent(ctx, sb); err != nil {
-		return fail("its agent did not answer after the restore", err)
-	}
-	if len(apiEnv) > 0 {
-		r := api.ReseedRequest{SandboxID: sb.ID, Envs: envMap(apiEnv), KeepSeeds: true}
-		if err := n.agents.Reseed(ctx, r, ""); err != nil {
-			return fail("telling its agent the new API address failed", err)
-		}
-	}
-	ms := sb.TimeoutMs
-	var expires *time.Time
+	r := &resumeOf{row: sb, timeoutMs: sb.TimeoutMs}
 	switch {
 	case timeoutMs != nil:
-		ms = *timeoutMs
-		expires = n.deadline(ms)
+		r.timeoutMs = *timeoutMs
+		r.expires = n.deadline(r.timeoutMs)
 	case p.RemainingMs != nil:
-		expires = n.deadline(*p.RemainingMs)
+		// It resumes with the time it had left, its timeout unchanged.
+		r.expires = n.deadline(*p.RemainingMs)
 	}
-	if err := n.cfg.Store.MarkResumed(cctx, sb.ID, ms, expires); err != nil {
-		return fail("recording the resume failed", err)
-	}
-	if err := os.RemoveAll(p.ImageDir); err != nil {
-		log.Error("removing the image of a resumed sandbox", "err", err)
-	}
-	got, err := n.cfg.Store.GetSandbox(ctx, sb.ID)
-	if err != nil {
-		return sb, err
-	}
-	log.Info("sandbox resumed", "guest_addr", guest, "took", time.Since(begin).Round(time.Millisecond))
-	n.started(got)
-	return got, nil
+	plan := Plan{ProjectID: sb.ProjectID, Role: sb.Role, Template: sb.Template, TimeoutMs: r.timeoutMs, Token: sb.Shape.Token}
+	return n.provision(ctx, plan, source{name: "resume", image: p.ImageDir, resume: r})
 }
 
 // runningLocked returns sandbox id, resuming it if paused; the caller

@@ -1,10 +1,11 @@
 package node
 
-// The provisioning pipeline. Every sandbox a node makes — booted, restored
+// The provisioning pipeline. Every sandbox a node runs — booted, restored
 // from the template snapshot, claimed from the warm pool, restored from a
-// snapshot or a fork's image, and the node's own template and pool
-// sandboxes — is made by provision, in this order: admit and record,
-// lock, start, wait for the agent, give it its identity, mark it running.
+// snapshot or a fork's image, resumed from its pause, and the node's own
+// template and pool sandboxes — is started by provision, in this order:
+// admit and record (a resume: take a new address slot for its row), lock,
+// start, wait for the agent, give it its identity, mark it running.
 
 import (
 	"context"
@@ -21,9 +22,6 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
-
-// cleanupTimeout bounds tearing a sandbox down after its request has gone.
-const cleanupTimeout = 30 * time.Second
 
 // Plan is one sandbox to make, as the control plane decided it.
 type Plan struct {
@@ -67,13 +65,25 @@ type Plan struct {
 	fork *forkOf
 }
 
-// source is where a new sandbox comes from: a boot, a checkpoint image, or
-// a running warm-pool sandbox.
+// source is where a sandbox comes from: a boot, a checkpoint image, a
+// running warm-pool sandbox, or a paused sandbox's own image.
 type source struct {
 	name  string // for logs
 	path  string // for metrics: metrics.PathBoot...
 	image string // restore this image; "" with claim false boots
 	claim bool
+	// resume, set by resumeLocked, is a paused sandbox restored from
+	// image into a new address slot: its row is kept, its caller holds
+	// its lock, and it keeps its identity and its lizardToken's key.
+	resume *resumeOf
+}
+
+// resumeOf is a paused sandbox to resume, and the deadline it resumes
+// with.
+type resumeOf struct {
+	row       store.Sandbox
+	timeoutMs int64
+	expires   *time.Time
 }
 
 var (
@@ -88,7 +98,8 @@ var errNoWarm = errors.New("no warm sandbox")
 
 // provision makes one sandbox of plan p from src and returns it running.
 // On failure nothing is left: the sandbox is killed, its address freed
-// and its row marked failed.
+// and its row marked failed (a resume that was only refused or cut short
+// leaves the sandbox paused).
 func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sandbox, err error) {
 	var a sandbox.Artifact
 	if p.Build != nil {
@@ -98,18 +109,24 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	}
 	sb, err := n.record(ctx, p, src)
 	if err != nil {
-		return store.Sandbox{}, err
+		return sb, err
 	}
-	if p.Role == "" {
+	if p.Role == "" && src.resume == nil {
 		// Creates for users, from the moment one is admitted and recorded.
 		defer func(begin time.Time) { n.cfg.Metrics.SandboxCreated(src.path, time.Since(begin), err) }(time.Now())
 	}
 	log := n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)
-	// Kill, SetTimeout and the reaper wait until the sandbox is up or gone.
-	unlock := n.locks.Lock(sb.ID)
-	defer unlock()
+	if src.resume == nil {
+		// Kill, SetTimeout and the reaper wait until the sandbox is up or
+		// gone. A resume's caller holds the lock already.
+		unlock := n.locks.Lock(sb.ID)
+		defer unlock()
+	}
 	begin := time.Now()
 	fail := func(reason string, err error) (store.Sandbox, error) {
+		if src.resume != nil {
+			return n.failResume(ctx, log, sb, src.image, reason, err)
+		}
 		// An error that already tells the caller what happened (the agent
 		// timed out, the sandbox died while starting) is returned as it
 		// is, and its message recorded as the reason.
@@ -131,32 +148,59 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 		}
 		return store.Sandbox{}, &Error{Msg: fmt.Sprintf("sandbox %s failed to start: %s", sb.ID, reason), Cause: err}
 	}
+	if src.resume != nil && src.image == "" {
+		return fail("its checkpoint image is missing", errors.New("no image recorded"))
+	}
 	if p.OnTimeout != "" {
 		if err := n.cfg.Store.SetOnTimeout(ctx, sb.ID, p.OnTimeout); err != nil {
 			return fail("recording onTimeout failed", err)
 		}
 	}
 	env := append(slices.Clone(p.Envs), identityEnv(sb)...)
-	tokenEnv, apiPort, err := n.token(ctx, sb, p)
+	tokenEnv, apiPort, err := n.token(ctx, sb, p, src)
 	if err != nil {
 		return fail("giving it its lizardToken failed", err)
 	}
 	if !src.claim {
-		spec, err := n.spec(sb, a, append(slices.Clone(env), tokenEnv...), apiPort)
+		specEnv := env
+		if src.resume == nil {
+			specEnv = append(slices.Clone(env), tokenEnv...)
+		}
+		spec, err := n.spec(sb, a, specEnv, apiPort)
 		if err != nil {
 			return fail("its addresses are unusable", err)
 		}
 		spec.WritableRoot = p.Build != nil
-		err = n.start(ctx, p, spec, src)
-		if err != nil {
+		if err := n.start(ctx, p, spec, src); err != nil {
+			if src.resume != nil {
+				if ctx.Err() != nil {
+					// Not the image's fault: the sandbox stays paused.
+					n.unslot(ctx, log, sb)
+					return sb, ctx.Err()
+				}
+				return fail("its checkpoint image is missing or corrupt", err)
+			}
 			return fail(fmt.Sprintf("the %s runtime could not start it (the server log says why)", n.cfg.Runtime.Name()), err)
 		}
 	}
-	if src.image == "" && !src.claim {
+	switch {
+	case src.resume != nil:
+		if err := n.waitAgent(ctx, sb); err != nil {
+			return fail("its agent did not answer after the restore", err)
+		}
+		// It keeps its identity and seeds; only the API's address, on
+		// its new host address, is news to it.
+		if len(tokenEnv) > 0 {
+			r := api.ReseedRequest{SandboxID: sb.ID, Envs: envMap(tokenEnv), KeepSeeds: true}
+			if err := n.agents.Reseed(ctx, r, ""); err != nil {
+				return fail("telling its agent the new API address failed", err)
+			}
+		}
+	case src.image == "" && !src.claim:
 		if err := n.waitAgent(ctx, sb); err != nil {
 			return fail("its agent did not answer", err)
 		}
-	} else {
+	default:
 		// A copy of another sandbox takes its own identity, seeds and
 		// agent secret, in the first request its agent gets.
 		r := api.ReseedRequest{SandboxID: sb.ID, Envs: envMap(append(env, tokenEnv...))}
@@ -173,10 +217,8 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 			return fail("giving it its identity failed", err)
 		}
 	}
-	if !src.claim {
-		if err := n.cfg.Store.MarkRunning(ctx, sb.ID, n.deadline(p.TimeoutMs)); err != nil {
-			return fail("recording the running sandbox failed", err)
-		}
+	if err := n.markRunning(ctx, log, sb, p, src); err != nil {
+		return fail("recording the running sandbox failed", err)
 	}
 	got, err := n.cfg.Store.GetSandbox(ctx, sb.ID)
 	if err != nil {
@@ -184,6 +226,8 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	}
 	msg := "sandbox running"
 	switch {
+	case src.resume != nil:
+		msg = "sandbox resumed"
 	case src.claim:
 		msg = "sandbox claimed from the warm pool"
 	case src.image != "":
@@ -192,7 +236,7 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	log.Info(msg, "source", src.name, "image", src.image, "template", sb.Template, "role", sb.Role, "guest_addr", sb.GuestAddr,
 		"timeout_ms", p.TimeoutMs, "took", time.Since(begin).Round(time.Millisecond))
 	n.started(got)
-	if p.Role == "" {
+	if p.Role == "" && src.resume == nil {
 		caller, _ := auth.CallerOf(ctx)
 		e := Event{Kind: Created, SandboxID: got.ID, ProjectID: got.ProjectID, Token: p.Token, Caller: caller,
 			Template: got.Template, ParentID: p.ParentID, SnapshotID: p.SnapshotID}
@@ -202,6 +246,56 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 		n.emit(e)
 	}
 	return got, nil
+}
+
+// markRunning records sb running: a claim is running already; a resume
+// gets its deadline back and its image goes.
+func (n *Local) markRunning(ctx context.Context, log *slog.Logger, sb store.Sandbox, p Plan, src source) error {
+	switch {
+	case src.claim:
+		return nil
+	case src.resume != nil:
+		cctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		if err := n.cfg.Store.MarkResumed(cctx, sb.ID, src.resume.timeoutMs, src.resume.expires); err != nil {
+			return err
+		}
+		removeDir(log, "the image of a resumed sandbox", src.image)
+		return nil
+	}
+	return n.cfg.Store.MarkRunning(ctx, sb.ID, n.deadline(p.TimeoutMs))
+}
+
+// failResume ends sandbox sb, which could not be resumed from image, as
+// failed for reason, and returns the gone error its caller gets.
+func (n *Local) failResume(ctx context.Context, log *slog.Logger, sb store.Sandbox, image, reason string, err error) (store.Sandbox, error) {
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if kerr := n.cfg.Runtime.Kill(cctx, sb.ID); kerr != nil {
+		log.Error("killing a sandbox that failed to resume", "err", kerr)
+	}
+	if eerr := n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, reason, n.now()); eerr != nil {
+		log.Error("recording a sandbox that failed to resume", "err", eerr)
+	}
+	if image != "" {
+		removeDir(log, "the image of a sandbox that failed to resume", image)
+	}
+	n.stopped(sb, api.StateFailed, reason)
+	log.Warn("sandbox failed to resume", "reason", reason, "err", err)
+	return sb, &Error{Kind: ErrGone, Msg: fmt.Sprintf("sandbox %s could not be resumed: %s", sb.ID, reason), Cause: err}
+}
+
+// unslot puts sandbox sb, whose resume was cut short, back to paused: its
+// runtime sandbox killed and its address slot freed.
+func (n *Local) unslot(ctx context.Context, log *slog.Logger, sb store.Sandbox) {
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
+		log.Error("killing a sandbox whose resume was cut short", "err", err)
+	}
+	if err := n.cfg.Store.ReleaseSlot(cctx, sb.ID); err != nil {
+		log.Error("freeing the address of a sandbox whose resume was cut short", "err", err)
+	}
 }
 
 // start has the runtime start sandbox spec from src: a boot, a restore,
@@ -224,9 +318,13 @@ func (n *Local) start(ctx context.Context, p Plan, spec sandbox.Spec, src source
 }
 
 // record admits plan p (a user's sandbox, by the node's Admission) and
-// records its sandbox: a new row holding an address slot, or for a
-// warm-pool claim the claimed sandbox's row handed to p's project.
+// records its sandbox: a new row holding an address slot, for a warm-pool
+// claim the claimed sandbox's row handed to p's project, for a resume the
+// paused sandbox's row given a new slot.
 func (n *Local) record(ctx context.Context, p Plan, src source) (store.Sandbox, error) {
+	if src.resume != nil {
+		return n.reslot(ctx, *src.resume)
+	}
 	if p.Role == "" && n.cfg.Admission != nil {
 		release, err := n.cfg.Admission.Admit(ctx, p.ProjectID, p.Limits.DiskBytes)
 		if err != nil {
@@ -258,14 +356,55 @@ func (n *Local) record(ctx context.Context, p Plan, src source) (store.Sandbox, 
 	return sb, nil
 }
 
+// reslot gives paused sandbox r.row a new address slot to resume into.
+// It is not admitted again: it counted against its project's quotas all
+// along. On failure it stays paused.
+func (n *Local) reslot(ctx context.Context, r resumeOf) (store.Sandbox, error) {
+	sb := r.row
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	// A resume cut short by a server crash may have left the sandbox up.
+	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
+		return sb, fmt.Errorf("clearing sandbox %s before resuming it: %w", sb.ID, err)
+	}
+	host, guest, err := n.cfg.Store.AssignSlot(ctx, sb.ID, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings)
+	if errors.Is(err, store.ErrFull) {
+		return sb, &Error{Kind: ErrUnavailable, Cause: err,
+			Msg: fmt.Sprintf("no free sandbox address to resume sandbox %s; it stays paused; kill sandboxes or widen --address-pool", sb.ID)}
+	}
+	if err != nil {
+		return sb, err
+	}
+	sb.HostAddr, sb.GuestAddr = host, guest
+	return sb, nil
+}
+
 // token gives sb, if its plan asks for a lizardToken, its API key and the
 // API's address: the environment to add, and the port its egress policy
 // must let through. The key is minted here, in the one place every
 // sandbox is made on one machine or in a cluster, and its ID (never the
 // key) goes to the audit trail as a KeyCreated event.
-func (n *Local) token(ctx context.Context, sb store.Sandbox, p Plan) (env []string, apiPort int, err error) {
+//
+// A resumed sandbox keeps its key while it is good: only the API's address,
+// on its new host address, is given again.
+func (n *Local) token(ctx context.Context, sb store.Sandbox, p Plan, src source) (env []string, apiPort int, err error) {
 	if !p.Token {
 		return nil, 0, nil
+	}
+	if src.resume != nil {
+		if n.cfg.TokenAPI == nil {
+			return nil, 0, nil
+		}
+		has, err := n.cfg.Store.SandboxHasLiveKey(ctx, sb.ID, n.now())
+		if err != nil {
+			// It resumes without the API: its code can still run.
+			n.log.Error("looking up the lizardToken of a resumed sandbox", "sandbox_id", sb.ID, "err", err)
+		}
+		if err != nil || !has {
+			return nil, 0, nil
+		}
+		env, apiPort = n.cfg.TokenAPI(sb.HostAddr)
+		return env, apiPort, nil
 	}
 	k, err := auth.CreateUntil(ctx, n.cfg.Store, sb.ProjectID, sb.ID, p.KeyExpires)
 	if err != nil {
@@ -331,7 +470,7 @@ func (n *Local) awaitAgent(ctx context.Context, sb store.Sandbox, what string, w
 // runs even if ctx is cancelled: a client that gives up must not leave a
 // half-made sandbox.
 func (n *Local) cleanupFailed(ctx context.Context, log *slog.Logger, sb store.Sandbox, reason string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
 		// The row ends anyway; the orphan sweep retries the kill.
