@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 )
@@ -62,8 +63,8 @@ func TestQuotaAdmit(t *testing.T) {
 	a := e.Create(t, nodetest.Plan(0))
 	e.Create(t, nodetest.Plan(0))
 	_, err := e.Node.Create(context.Background(), nodetest.Plan(0))
-	var ne *node.Error
-	if !errors.Is(err, node.ErrRateLimited) || !errors.As(err, &ne) || ne.RetryAfter <= 0 {
+	var ne *errdefs.Error
+	if !errors.Is(err, errdefs.ErrRateLimited) || !errors.As(err, &ne) || ne.RetryAfter <= 0 {
 		t.Fatalf("third create with a quota of 2 = %v; want ErrRateLimited with a RetryAfter", err)
 	}
 	if err := q.Fits(context.Background(), "p1", 1, 0); err == nil {

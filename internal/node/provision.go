@@ -18,6 +18,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
 	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -282,7 +283,7 @@ func (n *Local) failResume(ctx context.Context, log *slog.Logger, sb store.Sandb
 	}
 	n.stopped(sb, api.StateFailed, reason)
 	log.Warn("sandbox failed to resume", "reason", reason, "err", err)
-	return sb, &Error{Kind: ErrGone, Msg: fmt.Sprintf("sandbox %s could not be resumed: %s", sb.ID, reason), Cause: err}
+	return sb, &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("sandbox %s could not be resumed: %s", sb.ID, reason), Cause: err}
 }
 
 // unslot puts sandbox sb, whose resume was cut short, back to paused: its
@@ -369,7 +370,7 @@ func (n *Local) reslot(ctx context.Context, r resumeOf) (store.Sandbox, error) {
 	}
 	host, guest, err := n.cfg.Store.AssignSlot(ctx, sb.ID, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings)
 	if errors.Is(err, store.ErrFull) {
-		return sb, &Error{Kind: ErrUnavailable, Cause: err,
+		return sb, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 			Msg: fmt.Sprintf("no free sandbox address to resume sandbox %s; it stays paused; kill sandboxes or widen --address-pool", sb.ID)}
 	}
 	if err != nil {
