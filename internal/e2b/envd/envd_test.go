@@ -2,6 +2,7 @@ package envd
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -784,7 +785,20 @@ func TestFilesHTTP(t *testing.T) {
 	if st != 200 || len(infos) != 2 || infos[1].Path != "rel/b.txt" || infos[1].Name != "b.txt" {
 		t.Errorf("multipart upload: %d %s", st, body)
 	}
-	want := map[string]string{"/x/one.txt": "1", "/m/a.txt": "A", "rel/b.txt": "B"}
+	// gzip (the SDKs' gzip=True): written as it decompresses.
+	var zbuf bytes.Buffer
+	zw := gzip.NewWriter(&zbuf)
+	zw.Write([]byte("zipped"))
+	zw.Close()
+	zreq, _ := http.NewRequest("POST", e.url+"/files?path=/z.txt", &zbuf)
+	zreq.Header.Set("Content-Type", "application/octet-stream")
+	zreq.Header.Set("Content-Encoding", "gzip")
+	if resp, err := http.DefaultClient.Do(zreq); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("gzip upload: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	want := map[string]string{"/x/one.txt": "1", "/m/a.txt": "A", "rel/b.txt": "B", "/z.txt": "zipped"}
 	if !reflect.DeepEqual(written, want) {
 		t.Errorf("written = %v, want %v", written, want)
 	}

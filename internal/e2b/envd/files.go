@@ -1,6 +1,7 @@
 package envd
 
 import (
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +15,7 @@ import (
 )
 
 // envd's HTTP /files: GET downloads the file at ?path=, POST uploads one
-// (a raw application/octet-stream body to ?path=) or several
+// (a raw application/octet-stream body to ?path=, gzip or not) or several
 // (multipart/form-data, each part named "file" and its filename its path
 // unless ?path= names one) and answers what it wrote. ?username= is
 // accepted and, as for every call here, the agent acts as the sandbox
@@ -110,15 +111,28 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.release()
-	if r.Header.Get("Content-Encoding") != "" {
-		writeError(w, http.StatusBadRequest, "Content-Encoding "+r.Header.Get("Content-Encoding")+" is not supported by Lizard; upload without gzip")
+	var raw io.Reader = r.Body
+	switch ce := r.Header.Get("Content-Encoding"); ce {
+	case "", "identity":
+		if h.maxFile > 0 && r.ContentLength > h.maxFile {
+			h.httpFail(w, s, h.tooLarge())
+			return
+		}
+	case "gzip":
+		// The SDKs' gzip=True (envd 0.5.7): the bound counts what is
+		// written, not what came.
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the gzip body: %v", err))
+			return
+		}
+		defer zr.Close()
+		raw = zr
+	default:
+		writeError(w, http.StatusBadRequest, "Content-Encoding "+ce+" is not supported: upload as is or with gzip")
 		return
 	}
-	if h.maxFile > 0 && r.ContentLength > h.maxFile {
-		h.httpFail(w, s, h.tooLarge())
-		return
-	}
-	body := &boundedBody{r: r.Body, max: h.maxFile}
+	body := &boundedBody{r: raw, max: h.maxFile}
 	path := r.URL.Query().Get("path")
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var written []writeInfo

@@ -120,7 +120,9 @@ def test_files(sbx: Sandbox) -> None:
         {"path": "/tmp/e2b/sub/c.bin", "data": b"\x00\x01"},
     ])
     assert bytes(sbx.files.read("/tmp/e2b/sub/c.bin", format="bytes")) == b"\x00\x01"
-    assert sorted(e.name for e in sbx.files.list("/tmp/e2b")) == ["a.txt", "b.txt", "sub"]
+    sbx.files.write("/tmp/e2b/z.txt", "zipped " * 100, gzip=True)
+    assert sbx.files.read("/tmp/e2b/z.txt", gzip=True) == "zipped " * 100
+    assert sorted(e.name for e in sbx.files.list("/tmp/e2b")) == ["a.txt", "b.txt", "sub", "z.txt"]
     assert "/tmp/e2b/sub/c.bin" in [e.path for e in sbx.files.list("/tmp/e2b", depth=2)]
     assert sbx.files.make_dir("/tmp/e2b/newdir") is True
     assert sbx.files.make_dir("/tmp/e2b/newdir") is False
