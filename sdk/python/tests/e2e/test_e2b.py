@@ -12,7 +12,7 @@ from typing import Iterator, List
 
 import pytest
 from e2b import AuthenticationException, NotFoundException, TimeoutException
-from e2b_code_interpreter import Sandbox, SandboxQuery, SandboxState
+from e2b_code_interpreter import AsyncSandbox, Sandbox, SandboxQuery, SandboxState
 
 
 @pytest.fixture(autouse=True)
@@ -171,3 +171,18 @@ def test_sandbox_killed_mid_run_ends_promptly(sandbox: Sandbox) -> None:
     with pytest.raises(TimeoutException, match="killed"):
         sandbox.run_code("import time\nprint('started', flush=True)\ntime.sleep(120)")
     assert killed_at and time.monotonic() - killed_at[0] < 2, "the run outlived its sandbox by 2 s or more"
+
+
+async def test_async_sandbox() -> None:
+    sb = await AsyncSandbox.create()
+    try:
+        seen: List[str] = []
+        ex = await sb.run_code("print('a', flush=True)\n6 * 7", on_stdout=lambda m: seen.append(m.line))
+        assert ex.text == "42" and seen == ["a\n"]
+        ctx = await sb.create_code_context()
+        await sb.run_code("z = 1", context=ctx)
+        assert (await sb.run_code("z + 1", context=ctx)).text == "2"
+        assert ctx.id in [c.id for c in await sb.list_code_contexts()]
+    finally:
+        await sb.kill()
+    assert not await sb.is_running()
