@@ -1,0 +1,90 @@
+// E2B's own JavaScript SDK (e2b, under @e2b/code-interpreter 2.8.0 pinned
+// in package.json) against a real `lizard serve`, with nothing set but
+// E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (docs/e2b.md):
+// sandbox.commands, sandbox.pty and sandbox.files, served by Lizard's envd
+// (internal/e2b/envd). The JS SDK speaks Connect with the binary codec and
+// watches directories with the streamed WatchDir.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+
+import { CommandExitError, FileType, NotFoundError, Sandbox } from '@e2b/code-interpreter';
+
+import { missing, startLizard, strict, type Lizard } from './harness.js';
+
+const why = missing();
+
+if (why !== undefined && strict) {
+  test('end-to-end prerequisites (E2B envd)', () => {
+    assert.fail(`${why} (LIZARD_TEST_STRICT=1 turns this skip into a failure)`);
+  });
+}
+
+describe("E2B's JavaScript SDK: commands, PTY and files", { skip: why, timeout: 20 * 60_000 }, () => {
+  let lizard: Lizard;
+  let sandbox: Sandbox;
+
+  before(async () => {
+    lizard = await startLizard('proj_123');
+    for (const v of ['E2B_DOMAIN', 'E2B_DEBUG', 'E2B_ACCESS_TOKEN']) delete process.env[v];
+    process.env.E2B_API_URL = `${lizard.url}/e2b`;
+    process.env.E2B_SANDBOX_URL = `${lizard.url}/e2b/sandbox`;
+    process.env.E2B_API_KEY = lizard.apiKey;
+    sandbox = await Sandbox.create();
+  });
+
+  after(async () => {
+    await sandbox?.kill().catch(() => undefined);
+    await lizard?.stop();
+  });
+
+  test('commands: run, background, list, connect, stdin, kill', async () => {
+    const r = await sandbox.commands.run('echo hi; echo err >&2', { cwd: '/tmp', envs: { X: '1' } });
+    assert.deepEqual([r.stdout, r.stderr, r.exitCode], ['hi\n', 'err\n', 0]);
+    await assert.rejects(sandbox.commands.run('exit 3'), (e: unknown) => e instanceof CommandExitError && e.exitCode === 3);
+
+    const h = await sandbox.commands.run('cat', { background: true, stdin: true });
+    assert.ok((await sandbox.commands.list()).some((p) => p.pid === h.pid));
+    await sandbox.commands.sendStdin(h.pid, 'hello stdin\n');
+    await sandbox.commands.closeStdin(h.pid);
+    assert.equal((await h.wait()).stdout, 'hello stdin\n');
+
+    const bg = await sandbox.commands.run('sleep 120', { background: true });
+    const c = await sandbox.commands.connect(bg.pid);
+    assert.equal(await sandbox.commands.kill(bg.pid), true);
+    await assert.rejects(c.wait(), CommandExitError);
+    assert.equal(await sandbox.commands.kill(999999), false);
+  });
+
+  test('pty: 6*7, resize', async () => {
+    let out = '';
+    const dec = new TextDecoder();
+    const t = await sandbox.pty.create({ cols: 80, rows: 24, onData: (d) => void (out += dec.decode(d, { stream: true })) });
+    const enc = new TextEncoder();
+    await sandbox.pty.sendInput(t.pid, enc.encode('echo $((6*7))\n'));
+    await sandbox.pty.resize(t.pid, { cols: 120, rows: 40 });
+    await sandbox.pty.sendInput(t.pid, enc.encode('stty size\nexit\n'));
+    await t.wait();
+    assert.match(out, /42/);
+    assert.match(out, /40 120/);
+  });
+
+  test('files and a streamed watch', async () => {
+    await sandbox.files.makeDir('/tmp/js');
+    const events: string[] = [];
+    const w = await sandbox.files.watchDir('/tmp/js', (e) => void events.push(`${e.type}:${e.name}`));
+    const info = await sandbox.files.write('/tmp/js/a.txt', 'alpha');
+    assert.equal(info.path, '/tmp/js/a.txt');
+    assert.equal(await sandbox.files.read('/tmp/js/a.txt'), 'alpha');
+    assert.deepEqual((await sandbox.files.list('/tmp/js')).map((e) => e.name), ['a.txt']);
+    await sandbox.files.rename('/tmp/js/a.txt', '/tmp/js/b.txt');
+    assert.equal(await sandbox.files.exists('/tmp/js/a.txt'), false);
+    const gi = await sandbox.files.getInfo('/tmp/js/b.txt');
+    assert.deepEqual([gi.type, gi.size], [FileType.FILE, 5]);
+    await sandbox.files.remove('/tmp/js/b.txt');
+    await assert.rejects(sandbox.files.read('/tmp/js/b.txt'), NotFoundError);
+    for (let i = 0; i < 50 && !events.some((e) => e.endsWith(':a.txt')); i++) await new Promise((r) => setTimeout(r, 100));
+    await w.stop();
+    assert.ok(events.some((e) => e.endsWith(':a.txt')), `watch events ${JSON.stringify(events)}`);
+  });
+});
