@@ -27,7 +27,9 @@ export {
   type EntryInfo,
   type ExecutionError,
   type FilesystemEvent,
+  type ProcessInfo,
   type ProcessResult,
+  type PtySize,
   type Result,
   type SandboxInfo,
   type SandboxMetric,
@@ -44,6 +46,17 @@ export {
   type TemplateInfo,
 } from './template.js';
 export { Process, type ExecOptions } from './process.js';
+export {
+  CommandHandle,
+  Commands,
+  Pty,
+  PtyHandle,
+  type ConnectOptions,
+  type InputData,
+  type PtyCreateOptions,
+  type Signal,
+  type StartOptions,
+} from './commands.js';
 export { Files, type TransferOptions, type WatchHandle, type WatchOptions, type WriteData } from './files.js';
 export { DEFAULT_API_URL, DEFAULT_REQUEST_TIMEOUT_MS, type ConnectionOptions } from './http.js';
 export {

@@ -4,6 +4,7 @@
 import { InvalidArgumentError, NotFoundError, SandboxError, errorFromAbort } from './errors.js';
 import { HttpClient, resolveConfig, streamTimeout, type ConnectionOptions } from './http.js';
 import { Files } from './files.js';
+import { Commands, Pty } from './commands.js';
 import { Process } from './process.js';
 import {
   Execution,
@@ -134,6 +135,10 @@ export class CodeSandbox {
   readonly process: Process;
   /** Files: sandbox.files.read(path), .write(path, data), ... */
   readonly files: Files;
+  /** Background processes: sandbox.commands.start({ cmd }), .list(), .connect(pid), ... */
+  readonly commands: Commands;
+  /** Terminals: sandbox.pty.create({ cols, rows, onData }), .connect(pid, { onData }), ... */
+  readonly pty: Pty;
 
   private readonly http: HttpClient;
   private readonly prefix: string;
@@ -147,6 +152,8 @@ export class CodeSandbox {
     this.prefix = `/v1/sandboxes/${encodeURIComponent(sandboxId)}`;
     this.process = new Process(http, this.prefix);
     this.files = new Files(http, this.prefix);
+    this.commands = new Commands(http, this.prefix);
+    this.pty = new Pty(this.commands);
   }
 
   /** create boots a new sandbox and returns once it is ready to run code. */

@@ -157,7 +157,7 @@ export function sandboxMetric(w: WireMetric): SandboxMetric {
   return { ...w, timestamp: new Date(w.timestamp) };
 }
 
-/** What process.exec returns. */
+/** What process.exec returns, and a background command's wait(). */
 export interface ProcessResult {
   stdout: string;
   stderr: string;
@@ -231,6 +231,68 @@ export interface ProcessEvent {
   exitCode?: number | null;
   error?: string;
   abort?: Abort;
+}
+
+/** A terminal's size in characters. */
+export interface PtySize {
+  cols: number;
+  rows: number;
+}
+
+/** A background process of a sandbox (commands.list, commands.start), running or ended. */
+export interface ProcessInfo {
+  pid: number;
+  /** Your name for it, if you gave one. */
+  tag?: string;
+  /** The command line, when it was started from one (run by `bash -c`). */
+  cmd?: string;
+  /** What runs: for a command line `bash -c cmd`, for a terminal the shell. */
+  args: string[];
+  cwd: string;
+  user: string;
+  startedAt: Date;
+  /** Its terminal's size; absent when it has none. */
+  pty?: PtySize;
+  /** Whether its stdin takes input now. */
+  stdin: boolean;
+  running: boolean;
+  /** Once it ended: 128+N when signal N killed it, 124 when it timed out. */
+  exitCode?: number;
+  endedAt?: Date;
+  /** Why it ended, when not by itself (a timeout). */
+  error?: string;
+}
+
+export interface WireProcessInfo extends Omit<ProcessInfo, 'startedAt' | 'endedAt'> {
+  startedAt: string;
+  endedAt?: string;
+}
+
+export function processInfo(w: WireProcessInfo): ProcessInfo {
+  const { startedAt, endedAt, ...rest } = w;
+  return { ...rest, startedAt: new Date(startedAt), ...(endedAt ? { endedAt: new Date(endedAt) } : {}) };
+}
+
+/** One line of GET /processes/{pid}/output. */
+export interface ProcessOutputEvent {
+  type: 'stdout' | 'stderr' | 'pty' | 'dropped' | 'end' | 'abort' | string;
+  text?: string;
+  /** A terminal's raw bytes, base64. */
+  data?: string;
+  dropped?: number;
+  exitCode?: number;
+  error?: string;
+  abort?: Abort;
+}
+
+/** A text frame of a process's WebSocket. */
+export interface ProcessControl {
+  type: 'resize' | 'eof' | 'dropped' | 'error' | 'end' | string;
+  cols?: number;
+  rows?: number;
+  dropped?: number;
+  exitCode?: number;
+  error?: string;
 }
 
 export function sandboxInfo(w: WireSandbox): SandboxInfo {

@@ -629,4 +629,102 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
       }
     }),
   );
+
+  test(
+    'commands: a counter reattached with replay, stdin through cat, TERM is 143',
+    e2e(async () => {
+      const sb = await CodeSandbox.create({ timeoutMs: 10 * MIN, metadata: { suite: 'ts-commands' } });
+      const until = async (cond: () => boolean, what: string) => {
+        for (let end = Date.now() + 20_000; !cond(); await new Promise((r) => setTimeout(r, 50))) {
+          assert.ok(Date.now() < end, `timed out waiting for ${what}`);
+        }
+      };
+      try {
+        let seen = '';
+        const counter = await sb.commands.start({
+          cmd: 'for i in $(seq 1 1000); do echo line-$i; sleep 0.1; done',
+          tag: 'counter',
+          onStdout: (t) => void (seen += t),
+        });
+        assert.ok(counter.pid > 0);
+        assert.equal(counter.tag, 'counter');
+        await until(() => seen.includes('line-3'), "the counter's third line");
+        await counter.disconnect();
+        const listed = (await sb.commands.list()).find((p) => p.pid === counter.pid);
+        assert.ok(listed?.running && listed.tag === 'counter' && listed.pty === undefined, JSON.stringify(listed));
+        let again = '';
+        const back = await sb.commands.connect(counter.pid, { onStdout: (t) => void (again += t) });
+        await until(() => again.includes('line-8'), 'replay then live output');
+        assert.ok(again.startsWith('line-1\n'), again.slice(0, 100));
+        await back.kill('TERM');
+        const res = await back.wait();
+        assert.equal(res.exitCode, 143);
+        assert.equal((await sb.commands.get(counter.pid)).exitCode, 143);
+        await assert.rejects(sb.commands.kill(counter.pid, 'TERM'), NotFoundError);
+
+        let out = '';
+        const cat = await sb.commands.start({ args: ['bash', '-c', 'cat; echo bye >&2'], stdin: true, onStdout: (t) => void (out += t) });
+        await cat.sendStdin('hello ');
+        await cat.sendStdin(new TextEncoder().encode('world\n'));
+        await until(() => out === 'hello world\n', "cat's echo");
+        await cat.closeStdin();
+        assert.deepEqual(await cat.wait(), { stdout: 'hello world\n', stderr: 'bye\n', exitCode: 0 });
+        await assert.rejects(sb.commands.sendStdin(cat.pid, 'late'), (e) => e instanceof ConflictError && /ended/.test(e.message));
+
+        const sleeper = await sb.commands.start({ cmd: 'sleep 600' });
+        await assert.rejects(sleeper.sendStdin('x'), (e) => e instanceof ConflictError && /stdin/.test(e.message));
+        await assert.rejects(sb.commands.kill(sleeper.pid, 'NOPE'), InvalidArgumentError);
+        await sleeper.disconnect();
+        await sb.commands.kill(sleeper.pid);
+        assert.equal((await sleeper.wait()).exitCode, 137);
+      } finally {
+        await sb.kill().catch(() => {});
+      }
+    }),
+  );
+
+  test(
+    'pty: 6*7, stty size after a resize, reattach with replay, and the sandbox killed under it',
+    e2e(async () => {
+      const sb = await CodeSandbox.create({ timeoutMs: 10 * MIN, metadata: { suite: 'ts-pty' } });
+      const dec = new TextDecoder();
+      const shows = async (screen: () => string, want: string) => {
+        for (let end = Date.now() + 20_000; !screen().includes(want); await new Promise((r) => setTimeout(r, 50))) {
+          assert.ok(Date.now() < end, `${JSON.stringify(want)} never appeared; the terminal showed ${JSON.stringify(screen().slice(-500))}`);
+        }
+      };
+      try {
+        let screen = '';
+        const term = await sb.pty.create({ cols: 80, rows: 24, tag: 'shell', onData: (d) => void (screen += dec.decode(d)) });
+        await term.sendInput('echo $((6*7))\n');
+        await shows(() => screen, '42');
+        await term.sendInput('stty size\n');
+        await shows(() => screen, '24 80');
+        await term.resize(100, 30);
+        await term.sendInput('stty size\n');
+        await shows(() => screen, '30 100');
+        const info = (await sb.commands.list()).find((p) => p.pid === term.pid);
+        assert.deepEqual([info?.pty, info?.tag], [{ cols: 100, rows: 30 }, 'shell']);
+        await assert.rejects(term.resize(0, 30), InvalidArgumentError);
+
+        await term.disconnect();
+        let replay = '';
+        const term2 = await sb.pty.connect(term.pid, { onData: (d) => void (replay += dec.decode(d)) });
+        await shows(() => replay, '42');
+        await sb.pty.resize(term.pid, 90, 20);
+        await term2.sendInput('stty size; exit 3\n');
+        await shows(() => replay, '20 90');
+        assert.equal(await term2.wait(), 3);
+        await assert.rejects(sb.pty.connect(999_999, { onData: () => {} }), NotFoundError);
+
+        const term3 = await sb.pty.create({ cols: 80, rows: 24, cmd: ['sleep', '600'], onData: () => {} });
+        const start = Date.now();
+        await sb.kill();
+        await assert.rejects(term3.wait(), SandboxGoneError);
+        assert.ok(Date.now() - start < 5000, `gone after ${Date.now() - start} ms`);
+      } finally {
+        await sb.kill().catch(() => {});
+      }
+    }),
+  );
 });

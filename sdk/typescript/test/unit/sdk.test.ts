@@ -426,6 +426,110 @@ describe('contexts', () => {
   });
 });
 
+const PROC = {
+  pid: 42,
+  tag: 'web',
+  cmd: 'serve',
+  args: ['bash', '-c', 'serve'],
+  cwd: '/home/user',
+  user: 'user',
+  startedAt: '2026-01-02T03:04:05Z',
+  stdin: true,
+  running: true,
+};
+
+describe('commands', () => {
+  test('start sends its options, follows the output and waits for the end', async () => {
+    const sb = await connected();
+    fake.handler = async (req, res) => {
+      if (req.method === 'POST' && req.path.endsWith('/processes')) return FakeServer.json(res, 201, PROC);
+      if (req.path.endsWith('/processes/42/output')) {
+        res.writeHead(200);
+        await writeChunks(
+          res,
+          ndjson({ type: 'stdout', text: 'a' }, { type: 'dropped', dropped: 9 }, { type: 'stderr', text: 'b' }, { type: 'end', exitCode: 3 }),
+          [12, 40],
+        );
+        return void res.end();
+      }
+      res.writeHead(204).end();
+    };
+    const seen: string[] = [];
+    const h = await sb.commands.start({
+      cmd: 'serve',
+      cwd: '/tmp',
+      envs: { A: '1' },
+      stdin: true,
+      timeoutMs: 5,
+      tag: 'web',
+      user: 'root',
+      onStdout: (t) => void seen.push(`out:${t}`),
+      onStderr: (t) => void seen.push(`err:${t}`),
+    });
+    assert.deepEqual(JSON.parse(fake.requests[0]!.body.toString()), {
+      cmd: 'serve', cwd: '/tmp', envs: { A: '1' }, stdin: true, timeoutMs: 5, tag: 'web', user: 'root',
+    });
+    assert.equal(h.pid, 42);
+    assert.equal(h.tag, 'web');
+    assert.equal(h.info.startedAt.getUTCFullYear(), 2026);
+    assert.deepEqual(await h.wait(), { stdout: 'a', stderr: 'b', exitCode: 3 });
+    assert.deepEqual(seen, ['out:a', 'err:b']);
+    await h.sendStdin('hé');
+    assert.equal(fake.requests.at(-1)!.body.toString(), 'hé');
+    await h.closeStdin();
+    await h.kill();
+    assert.deepEqual(JSON.parse(fake.requests.at(-1)!.body.toString()), { signal: 'KILL' });
+    await sb.commands.kill(42, 'TERM');
+    assert.deepEqual(
+      fake.requests.slice(-4).map((r) => `${r.method} ${r.path} ${r.body}`),
+      [
+        'POST /v1/sandboxes/sbx_1/processes/42/stdin hé',
+        'POST /v1/sandboxes/sbx_1/processes/42/stdin/close ',
+        'POST /v1/sandboxes/sbx_1/processes/42/signal {"signal":"KILL"}',
+        'POST /v1/sandboxes/sbx_1/processes/42/signal {"signal":"TERM"}',
+      ],
+    );
+  });
+
+  test('list parses processes; bad input fails before any request', async () => {
+    const sb = await connected();
+    fake.handler = (_req, res) =>
+      FakeServer.json(res, 200, {
+        processes: [PROC, { ...PROC, pid: 7, running: false, exitCode: 143, endedAt: '2026-01-02T03:04:06Z', pty: { cols: 80, rows: 24 } }],
+      });
+    const procs = await sb.commands.list();
+    assert.deepEqual(
+      procs.map((p) => [p.pid, p.running, p.exitCode, p.pty, p.endedAt?.getUTCSeconds()]),
+      [
+        [42, true, undefined, undefined, undefined],
+        [7, false, 143, { cols: 80, rows: 24 }, 6],
+      ],
+    );
+    fake.requests.length = 0;
+    await assert.rejects(sb.commands.start({}), InvalidArgumentError);
+    await assert.rejects(sb.commands.start({ cmd: 'a', args: ['b'] }), InvalidArgumentError);
+    await assert.rejects(sb.commands.start({ args: [] }), InvalidArgumentError);
+    await assert.rejects(sb.commands.kill(42, ''), /signal/);
+    await assert.rejects(sb.pty.create({ cols: 80, rows: 1001, onData: () => {} }), /rows/);
+    assert.equal(fake.requests.length, 0);
+  });
+
+  test("the output's abort is the typed error; an unknown pid NotFoundError", async () => {
+    const sb = await connected();
+    fake.handler = (req, res) => {
+      if (req.path.endsWith('/processes/42')) return FakeServer.json(res, 200, PROC);
+      if (req.path.endsWith('/processes/42/output')) {
+        return void res.writeHead(200).end(ndjson({ type: 'stdout', text: 'a' }, { type: 'abort', abort: { status: 410, code: 'gone', message: 'killed' } }));
+      }
+      FakeServer.json(res, 404, { code: 'not_found', message: 'no process 9' });
+    };
+    const h = await sb.commands.connect(42);
+    await assert.rejects(h.wait(), (e) => e instanceof SandboxGoneError && /killed/.test(e.message));
+    assert.equal(h.stdout, 'a');
+    await assert.rejects(sb.commands.connect(9), NotFoundError);
+  });
+});
+
 describe('process', () => {
   test('exec streams output and returns the exit code', async () => {
     const sb = await connected();

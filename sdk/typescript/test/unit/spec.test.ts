@@ -35,6 +35,10 @@ const MODELS: Record<string, string[]> = {
   SandboxVolume: ['VolumeMount'],
   FileEvent: ['FilesystemEvent'],
   SandboxMetric: ['WireMetric', 'SandboxMetric'],
+  ProcessInfo: ['ProcessInfo'],
+  PtySize: ['PtySize'],
+  ProcessOutputEvent: ['ProcessOutputEvent'],
+  ProcessControl: ['ProcessControl'],
 };
 
 // Request objects: the schema and the call that sends it (Class.method).
@@ -48,6 +52,7 @@ const CALLS: Record<string, string> = {
   ExecuteRequest: 'CodeSandbox.runCode',
   CreateContextRequest: 'CodeSandbox.createContext',
   ProcessRequest: 'Process.exec',
+  ProcessStartRequest: 'Commands.start',
 };
 
 // Fields the SDK takes or gives under another shape, and why.
@@ -56,6 +61,7 @@ const OMITTED: Record<string, string> = {
   'ExecuteRequest.contextId': 'runCode takes context, a Context or its id',
   'ProcessRequest.args': 'exec takes cmd as an array, [program, ...args], or a string run by bash',
   'TemplateFile.size': "in responses only: TemplateInfo.recipe is a built template's recipe as the API gave it",
+  'ProcessStartRequest.pty': 'pty.create({ cols, rows, onData }) starts a process with a terminal; commands.start one without',
   'FileEvent.abort': 'a watch that ends with an abort gives onExit the matching error',
 };
 
@@ -72,14 +78,9 @@ const UNMODELLED: Record<string, string> = {
   TemplateCommand: 'inline in Recipe.run, { cmd, user }',
   Health: 'for probes and operators, not for code using sandboxes',
   SandboxMetrics: 'getMetrics() returns the samples themselves',
-  ProcessStartRequest: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
-  PtySize: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
-  ProcessInfo: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
-  ProcessList: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
-  ProcessStdinRequest: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
-  ProcessSignalRequest: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
-  ProcessOutputEvent: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
-  ProcessControl: "background processes and terminals are in the Go client and CLI so far (docs/processes.md); the SDKs' come next (issue 22 item 5)",
+  ProcessList: 'commands.list() returns the processes themselves',
+  ProcessStdinRequest: 'sendStdin sends its bytes as the raw body, the other form the API takes',
+  ProcessSignalRequest: 'commands.kill(pid, signal) and the handles\' kill(signal)',
 };
 
 /**
