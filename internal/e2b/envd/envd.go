@@ -72,6 +72,7 @@ type handler struct {
 	log      *slog.Logger
 	watchers *watchers
 	maxFile  int64
+	mux      *http.ServeMux
 }
 
 // New returns envd's handler; it expects paths as a sandbox's envd sees
@@ -105,7 +106,7 @@ func New(cfg Config) http.Handler {
 	return newHandler(open, log, cfg.MaxFileBytes)
 }
 
-func newHandler(open opener, log *slog.Logger, maxFile int64) http.Handler {
+func newHandler(open opener, log *slog.Logger, maxFile int64) *handler {
 	h := &handler{open: open, log: log, watchers: newWatchers(), maxFile: maxFile}
 	mux := http.NewServeMux()
 	// The SDKs speak Connect's protocol; gRPC and gRPC-Web come with it.
@@ -117,8 +118,11 @@ func newHandler(open opener, log *slog.Logger, maxFile int64) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("%s %s is not part of envd's API that Lizard serves (docs/e2b.md lists what is)", r.Method, r.URL.Path))
 	})
-	return mux
+	h.mux = mux
+	return h
 }
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 // sandboxError is the error of a sandbox that could not be reached: one
 // that does not exist (any more) is "not found" in the words E2B's proxy

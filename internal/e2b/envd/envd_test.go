@@ -147,6 +147,7 @@ func (s *sliceStream[T]) Close() error {
 // as a sandbox that stops would (cause: ErrGone).
 type env struct {
 	url     string
+	handler *handler
 	agent   *fakeAgent
 	stop    context.CancelCauseFunc
 	openErr error
@@ -167,7 +168,9 @@ func newEnv(t *testing.T) *env {
 		stopWatch := context.AfterFunc(sandboxCtx, func() { cancel(context.Cause(sandboxCtx)) })
 		return &session{sandbox: "sb1", project: "p1", agent: e.agent, ctx: ctx, release: func() { stopWatch(); cancel(nil) }}, nil
 	}
-	srv := httptest.NewServer(newHandler(open, slog.New(slog.DiscardHandler), 1<<20))
+	h := newHandler(open, slog.New(slog.DiscardHandler), 1<<20)
+	e.handler = h
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e
@@ -736,6 +739,46 @@ func TestWatchDirAndWatchers(t *testing.T) {
 	}
 	if codeOf(last) != connect.CodeUnavailable || !strings.Contains(last.Error(), "was not found") {
 		t.Errorf("poll after the sandbox stopped: %v, want unavailable, not found", last)
+	}
+}
+
+// TestWatcherBounds: a sandbox holds at most maxSandboxWatchers polled
+// watchers, and one that ended is forgotten after endedWatcherTTL even if
+// nobody polls it.
+func TestWatcherBounds(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.fs()
+	e.agent.stat = func(p string) (api.EntryInfo, error) { return fileEntry(p, "dir"), nil }
+	e.agent.watch = func(ctx context.Context, p string, r bool) (Stream[api.FileEvent], error) {
+		return newStream[api.FileEvent](ctx, nil), nil
+	}
+	for i := range maxSandboxWatchers {
+		if _, err := c.CreateWatcher(ctx, connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "/d"})); err != nil {
+			t.Fatalf("watcher %d: %v", i, err)
+		}
+	}
+	_, err := c.CreateWatcher(ctx, connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "/d"}))
+	if codeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "RemoveWatcher") {
+		t.Errorf("watcher %d: %v, want resource_exhausted naming RemoveWatcher", maxSandboxWatchers+1, err)
+	}
+	old := endedWatcherTTL
+	endedWatcherTTL = 50 * time.Millisecond
+	t.Cleanup(func() { endedWatcherTTL = old })
+	e.stop(&errdefs.Error{Kind: errdefs.ErrGone, Msg: "sandbox sb1 was killed"})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h := e.handler.watchers
+		h.mu.Lock()
+		n := len(h.byID)
+		h.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d ended watchers still held", n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -17,15 +18,20 @@ import (
 // Polled watches (CreateWatcher, GetWatcherEvents, RemoveWatcher), which
 // E2B's synchronous Python SDK uses for files.watch_dir: the server holds
 // the watch and keeps its events until the client asks for them. Each
-// holds a call to its sandbox open for its life, as an attached stream
-// does, so the sandbox is not paused for idleness under it.
+// holds a call to its sandbox open for its life, which a pause or the
+// sandbox's end ends; the next poll then reports why.
 
 // Bounds: a watcher keeps at most maxWatcherEvents unread events (the
-// oldest go first), and the server at most maxWatchers watchers.
+// oldest go first); a sandbox has at most maxSandboxWatchers, the server
+// maxWatchers, so that one project cannot take them all; a watcher that
+// ended is forgotten endedWatcherTTL later if nobody asked for why.
 const (
-	maxWatcherEvents = 10_000
-	maxWatchers      = 1024
+	maxWatcherEvents   = 10_000
+	maxSandboxWatchers = 64
+	maxWatchers        = 4096
 )
+
+var endedWatcherTTL = 5 * time.Minute
 
 type watchers struct {
 	mu   sync.Mutex
@@ -104,6 +110,7 @@ func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 					ev, err := ws.Next()
 					if err != nil {
 						w.end(watchEnd(s, err))
+						time.AfterFunc(endedWatcherTTL, func() { f.h.watchers.forget(id, w) })
 						return
 					}
 					if e := fsEvent(s, dir.Path, ev, m.GetIncludeEntry()); e != nil {
@@ -123,12 +130,30 @@ func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 func (ws *watchers) add(w *watcher) (string, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	n := 0
+	for _, o := range ws.byID {
+		if o.sandbox == w.sandbox && o.project == w.project {
+			n++
+		}
+	}
+	if n >= maxSandboxWatchers {
+		return "", &errdefs.Error{Kind: errdefs.ErrRateLimited, Msg: fmt.Sprintf("sandbox %s has %d watchers, its most; stop some (RemoveWatcher) or watch with WatchDir", w.sandbox, maxSandboxWatchers)}
+	}
 	if len(ws.byID) >= maxWatchers {
-		return "", &errdefs.Error{Kind: errdefs.ErrRateLimited, Msg: fmt.Sprintf("this server holds %d watchers, its most; remove some (RemoveWatcher) or watch with WatchDir", maxWatchers)}
+		return "", &errdefs.Error{Kind: errdefs.ErrRateLimited, Msg: fmt.Sprintf("this server holds %d watchers, its most; stop some (RemoveWatcher) or watch with WatchDir", maxWatchers)}
 	}
 	id := rand.Text()
 	ws.byID[id] = w
 	return id, nil
+}
+
+// forget drops watcher id if it is still w.
+func (ws *watchers) forget(id string, w *watcher) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.byID[id] == w {
+		delete(ws.byID, id)
+	}
 }
 
 // get returns the watcher id of the request's sandbox.
