@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/lizard-build/lizard/internal/e2b"
@@ -84,6 +85,34 @@ func TestSandboxLifecycle(t *testing.T) {
 	if r := e.do(t, "POST", "/e2b/v2/sandboxes/"+sb.SandboxID+"/connect", `{}`, key...); r.status != http.StatusOK {
 		t.Errorf("connect to a running sandbox: %d %s; want 200", r.status, r.body)
 	}
+	// Forks and snapshots, as E2B's SDKs call them.
+	r = e.do(t, "POST", path+"/fork", `{"count":2,"timeout":60}`, key...)
+	var forks []struct{ Sandbox struct{ SandboxID, EnvdAccessToken string } }
+	json.Unmarshal([]byte(r.body), &forks)
+	if r.status != http.StatusCreated || len(forks) != 2 || forks[0].Sandbox.EnvdAccessToken != e.c.EnvdToken(forks[0].Sandbox.SandboxID) {
+		t.Fatalf("fork: %d %s; want 201 with two sandboxes", r.status, r.body)
+	}
+	r = e.do(t, "POST", path+"/snapshots", `{}`, key...)
+	var snap struct {
+		SnapshotID string
+		Names      []string
+	}
+	json.Unmarshal([]byte(r.body), &snap)
+	if r.status != http.StatusCreated || snap.SnapshotID == "" || snap.Names == nil {
+		t.Fatalf("snapshot: %d %s", r.status, r.body)
+	}
+	if r := e.do(t, "GET", "/e2b/snapshots?sandboxID="+sb.SandboxID, "", key...); r.status != http.StatusOK || !strings.Contains(r.body, snap.SnapshotID) {
+		t.Errorf("list snapshots: %d %s; want %s", r.status, r.body, snap.SnapshotID)
+	}
+	if r := e.do(t, "POST", "/e2b/v2/sandboxes", `{"templateID":"`+snap.SnapshotID+`"}`, key...); r.status != http.StatusCreated {
+		t.Errorf("create from the snapshot: %d %s", r.status, r.body)
+	}
+	if r := e.do(t, "DELETE", "/e2b/templates/"+snap.SnapshotID, "", key...); r.status != http.StatusNoContent {
+		t.Errorf("delete the snapshot: %d %s", r.status, r.body)
+	}
+	if r := e.do(t, "DELETE", "/e2b/templates/"+snap.SnapshotID, "", key...); r.status != http.StatusNotFound {
+		t.Errorf("delete it again: %d %s; want 404 (the SDK's false)", r.status, r.body)
+	}
 	for _, tc := range []struct {
 		name, method, path string
 		headers            []string
@@ -92,7 +121,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		{"another project's", "GET", path, []string{"X-API-Key", e.key2}, http.StatusNotFound},
 		{"another project's kill", "DELETE", path, []string{"X-API-Key", e.key2}, http.StatusNotFound},
 		{"unknown", "GET", "/e2b/sandboxes/nope", key, http.StatusNotFound},
-		{"fork", "POST", path + "/fork", key, http.StatusNotImplemented},
+		{"named snapshot", "POST", path + "/snapshots", key, http.StatusNotImplemented},
 		{"network", "PUT", path + "/network", key, http.StatusNotImplemented},
 		{"templates", "POST", "/e2b/v3/templates", key, http.StatusNotImplemented},
 		{"kill", "DELETE", path, key, http.StatusNoContent},
@@ -101,7 +130,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		{"timeout of a killed one", "POST", path + "/timeout", key, http.StatusNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if r := e.do(t, tc.method, tc.path, `{"timeout":1}`, tc.headers...); r.status != tc.want {
+			if r := e.do(t, tc.method, tc.path, `{"timeout":1,"name":"n"}`, tc.headers...); r.status != tc.want {
 				t.Errorf("%s %s: %d %s; want %d", tc.method, tc.path, r.status, r.body, tc.want)
 			}
 		})

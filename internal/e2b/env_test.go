@@ -57,6 +57,8 @@ func newEnv(t *testing.T, agent http.Handler, envd http.Handler) *env {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"status":"ok"}`) })
+	// A fork's or a snapshot's copy is given its identity.
+	mux.HandleFunc("POST "+api.AgentReseedPath, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	if agent != nil {
 		mux.Handle("/", agent)
 	}

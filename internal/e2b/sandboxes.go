@@ -52,14 +52,15 @@ func (h *Handler) controlRoutes(mux *http.ServeMux) {
 	mux.Handle("POST /e2b/sandboxes/{id}/connect", h.authed(h.connect))
 	mux.Handle("POST /e2b/v2/sandboxes/{id}/connect", h.authed(h.connect))
 	mux.Handle("GET /e2b/sandboxes/{id}/metrics", h.authed(h.metrics))
+	mux.Handle("POST /e2b/sandboxes/{id}/fork", h.authed(h.fork))
+	mux.Handle("POST /e2b/sandboxes/{id}/snapshots", h.authed(h.snapshot))
+	mux.Handle("GET /e2b/snapshots", h.authed(h.listSnapshots))
+	mux.Handle("DELETE /e2b/templates/{id}", h.authed(h.deleteTemplate))
 	unsupported := map[string]string{
-		"POST /e2b/sandboxes/{id}/fork":      "forking through E2B's API (use Lizard's POST /v1/sandboxes/{id}/fork)",
-		"POST /e2b/sandboxes/{id}/snapshots": "snapshots through E2B's API (use Lizard's POST /v1/sandboxes/{id}/snapshots)",
-		"GET /e2b/snapshots":                 "snapshots through E2B's API (use Lizard's GET /v1/snapshots)",
-		"PUT /e2b/sandboxes/{id}/network":    "changing a sandbox's network rules",
-		"GET /e2b/sandboxes/{id}/logs":       "sandbox logs",
-		"GET /e2b/v2/sandboxes/{id}/logs":    "sandbox logs",
-		"GET /e2b/sandboxes/metrics":         "metrics of many sandboxes in one call (GET /sandboxes/{id}/metrics is served)",
+		"PUT /e2b/sandboxes/{id}/network": "changing a sandbox's network rules",
+		"GET /e2b/sandboxes/{id}/logs":    "sandbox logs",
+		"GET /e2b/v2/sandboxes/{id}/logs": "sandbox logs",
+		"GET /e2b/sandboxes/metrics":      "metrics of many sandboxes in one call (GET /sandboxes/{id}/metrics is served)",
 	}
 	for route, feature := range unsupported {
 		mux.Handle(route, h.authed(func(w http.ResponseWriter, r *http.Request) {
@@ -156,6 +157,10 @@ func createRequest(n newSandbox) (api.CreateSandboxRequest, error) {
 	req := api.CreateSandboxRequest{
 		Template: templateName(n.TemplateID), Metadata: n.Metadata, Envs: n.EnvVars,
 		AllowInternet: n.AllowInternetAccess, Volumes: n.VolumeMounts,
+	}
+	if strings.HasPrefix(n.TemplateID, snapshotPrefix) {
+		// A snapshot's ID as the template: E2B's way to start from one.
+		req.Template, req.SnapshotID = "", n.TemplateID
 	}
 	timeout := int64(defaultTimeout)
 	if n.Timeout != nil {

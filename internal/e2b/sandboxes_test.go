@@ -44,6 +44,8 @@ func TestCreateRequest(t *testing.T) {
 			api.CreateSandboxRequest{Template: "mine", TimeoutMs: ms(300000), OnTimeout: "pause", AllowInternet: &yes,
 				Metadata: map[string]string{"a": "b"}, Envs: map[string]string{"X": "1"}, PublicPorts: true,
 				Volumes: []api.VolumeMount{{Name: "v", Path: "/data"}}}, 0},
+		{"a snapshot as the template", `{"templateID":"snap-abc"}`,
+			api.CreateSandboxRequest{SnapshotID: "snap-abc", TimeoutMs: ms(15000)}, 0},
 		{"zero timeout", `{"templateID":"base","timeout":0}`, api.CreateSandboxRequest{}, http.StatusBadRequest},
 		{"auto-resume without auto-pause", `{"templateID":"base","autoResume":{"enabled":true}}`, api.CreateSandboxRequest{}, http.StatusBadRequest},
 		{"mcp", `{"templateID":"base","mcp":{"x":{}}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},

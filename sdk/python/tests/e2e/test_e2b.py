@@ -151,6 +151,29 @@ def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:
     assert again.run_code("kept").text == "across a pause"
 
 
+def test_fork_and_snapshots(sandbox: Sandbox) -> None:
+    sandbox.run_code("state = 'copied'")
+    forks = sandbox.fork(count=2, timeout=120)
+    try:
+        assert len(forks) == 2 and all(isinstance(f, Sandbox) for f in forks), forks
+        assert {f.run_code("state").text for f in forks} == {"copied"}  # type: ignore[union-attr]
+    finally:
+        for f in forks:
+            if isinstance(f, Sandbox):
+                f.kill()
+
+    snap = sandbox.create_snapshot()
+    assert snap.snapshot_id
+    assert snap.snapshot_id in [s.snapshot_id for s in sandbox.list_snapshots().next_items()]
+    copy = Sandbox.create(snap.snapshot_id)
+    try:
+        assert copy.run_code("state").text == "copied"
+    finally:
+        copy.kill()
+    assert Sandbox.delete_snapshot(snap.snapshot_id)
+    assert not Sandbox.delete_snapshot(snap.snapshot_id)
+
+
 def test_wrong_key_is_authentication_exception(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("E2B_API_KEY", "lz_00000000_" + "0" * 64)
     with pytest.raises(AuthenticationException):
