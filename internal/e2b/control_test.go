@@ -87,7 +87,9 @@ func TestSandboxLifecycle(t *testing.T) {
 	}
 	// Forks and snapshots, as E2B's SDKs call them.
 	r = e.do(t, "POST", path+"/fork", `{"count":2,"timeout":60}`, key...)
-	var forks []struct{ Sandbox struct{ SandboxID, EnvdAccessToken string } }
+	var forks []struct {
+		Sandbox struct{ SandboxID, EnvdAccessToken string }
+	}
 	json.Unmarshal([]byte(r.body), &forks)
 	if r.status != http.StatusCreated || len(forks) != 2 || forks[0].Sandbox.EnvdAccessToken != e.c.EnvdToken(forks[0].Sandbox.SandboxID) {
 		t.Fatalf("fork: %d %s; want 201 with two sandboxes", r.status, r.body)
