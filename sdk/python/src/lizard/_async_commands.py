@@ -241,7 +241,7 @@ class AsyncPty:
                 user_agent_header=_core.USER_AGENT,
             )
         except InvalidStatus as exc:
-            raise error_from_response(exc.response.status_code, exc.response.body or b"") from exc
+            raise error_from_response(exc.response.status_code, bytes(exc.response.body or b"")) from exc
         except (InvalidHandshake, OSError, TimeoutError) as exc:
             raise _core.transport_error(httpx.ConnectError(str(exc)), http.api_url) from exc
         return AsyncPtyHandle(self._commands, info, ws, on_data)

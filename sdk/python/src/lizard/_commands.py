@@ -254,7 +254,7 @@ class Pty:
                 user_agent_header=_core.USER_AGENT,
             )
         except InvalidStatus as exc:
-            raise error_from_response(exc.response.status_code, exc.response.body or b"") from exc
+            raise error_from_response(exc.response.status_code, bytes(exc.response.body or b"")) from exc
         except (InvalidHandshake, OSError, TimeoutError) as exc:
             raise _core.transport_error(httpx.ConnectError(str(exc)), http.api_url) from exc
         # The handle owns the connection as a `with` would (websockets 17 warns about a connection used

@@ -134,6 +134,17 @@ def test_pty_echo_resize_reconnect_and_sandbox_gone() -> None:
         replay.wait_for("20 90")
         assert term2.wait() == 3
 
+        # A pause ends an attached terminal with ConflictError (close code 4409); it was checkpointed running,
+        # and connecting again resumes the sandbox.
+        paused = sb.pty.create(80, 24, on_data=lambda _: None, cmd="sleep 600")
+        sb.pause()
+        with pytest.raises(ConflictError, match="pause"):
+            paused.wait()
+        again = Screen()
+        resumed = sb.pty.connect(paused.pid, again.feed)
+        assert sb.commands.get(paused.pid).running
+        resumed.disconnect()
+
         # The sandbox killed under an attached terminal: the handle ends with SandboxGoneError within seconds.
         term3 = sb.pty.create(80, 24, on_data=lambda _: None, cmd="sleep 600")
         start = time.monotonic()

@@ -684,7 +684,7 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
   );
 
   test(
-    'pty: 6*7, stty size after a resize, reattach with replay, and the sandbox killed under it',
+    'pty: 6*7, stty size after a resize, reattach with replay, a pause and the sandbox killed under it',
     e2e(async () => {
       const sb = await CodeSandbox.create({ timeoutMs: 10 * MIN, metadata: { suite: 'ts-pty' } });
       const dec = new TextDecoder();
@@ -716,6 +716,14 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
         await shows(() => replay, '20 90');
         assert.equal(await term2.wait(), 3);
         await assert.rejects(sb.pty.connect(999_999, { onData: () => {} }), NotFoundError);
+
+        // A pause ends an attached terminal with ConflictError (close code 4409); connecting again resumes the sandbox.
+        const paused = await sb.pty.create({ cols: 80, rows: 24, cmd: 'sleep 600', onData: () => {} });
+        await sb.pause();
+        await assert.rejects(paused.wait(), (e) => e instanceof ConflictError && /pause/.test(e.message));
+        const resumed = await sb.pty.connect(paused.pid, { onData: () => {} });
+        assert.equal((await sb.commands.get(paused.pid)).running, true);
+        await resumed.disconnect();
 
         const term3 = await sb.pty.create({ cols: 80, rows: 24, cmd: ['sleep', '600'], onData: () => {} });
         const start = Date.now();
