@@ -59,6 +59,8 @@ const CALLS: Record<string, string> = {
 const OMITTED: Record<string, string> = {
   'Template.projectId': "a template is only ever the key's project's: TemplateInfo leaves it out",
   'ExecuteRequest.contextId': 'runCode takes context, a Context or its id',
+  'ExecuteRequest.bundle': "the E2B surface's flag (docs/e2b.md): runCode gives the richest MIME per result, as the seed specifies",
+  'ExecuteEvent.bundle': 'only on streams that asked for bundle, which runCode never does',
   'ProcessRequest.args': 'exec takes cmd as an array, [program, ...args], or a string run by bash',
   'TemplateFile.size': "in responses only: TemplateInfo.recipe is a built template's recipe as the API gave it",
   'ProcessStartRequest.pty': 'pty.create({ cols, rows, onData }) starts a process with a terminal; commands.start one without',
