@@ -12,7 +12,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/control"
-	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -38,8 +38,8 @@ func (e *env) live(t *testing.T, project string) int {
 
 func wantRateLimited(t *testing.T, what string, err error, msg string) {
 	t.Helper()
-	var e *node.Error
-	if !errors.Is(err, node.ErrRateLimited) || !errors.As(err, &e) || e.RetryAfter <= 0 || !strings.Contains(node.Message(err), msg) {
+	var e *errdefs.Error
+	if !errors.Is(err, errdefs.ErrRateLimited) || !errors.As(err, &e) || e.RetryAfter <= 0 || !strings.Contains(errdefs.Message(err), msg) {
 		t.Errorf("%s = %v; want ErrRateLimited with a RetryAfter, saying %q", what, err, msg)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -189,7 +190,7 @@ func (c *Control) Events(e node.Event) {
 func (c *Control) lookup(ctx context.Context, projectID, id string) (store.Sandbox, error) {
 	sb, err := c.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && sb.ProjectID != projectID {
-		return store.Sandbox{}, &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found in project %s", id, projectID)}
+		return store.Sandbox{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found in project %s", id, projectID)}
 	}
 	if err != nil {
 		return store.Sandbox{}, err
@@ -220,7 +221,7 @@ type ListFilter struct {
 func (c *Control) List(ctx context.Context, projectID string, f ListFilter) ([]api.Sandbox, error) {
 	for _, s := range f.States {
 		if !slices.Contains(states, s) {
-			return nil, node.Invalidf("unknown state %q; states are %s", s, strings.Join(states, ", "))
+			return nil, errdefs.Invalidf("unknown state %q; states are %s", s, strings.Join(states, ", "))
 		}
 	}
 	rows, err := c.cfg.Store.ListSandboxes(ctx, store.Filter{ProjectID: projectID, States: f.States, LiveOnly: len(f.States) == 0})
@@ -387,7 +388,7 @@ func (c *Control) CheckRunning(ctx context.Context, projectID, id string) error 
 	case !sb.Live():
 		return node.Gone(sb)
 	case sb.State != api.StateRunning:
-		return &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
+		return &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
 	}
 	return nil
 }

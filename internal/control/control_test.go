@@ -14,6 +14,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -187,12 +188,12 @@ func TestCreateInvalid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := e.c.Create(context.Background(), "p1", tt.req)
-			wantErr := node.ErrInvalid
+			wantErr := errdefs.ErrInvalid
 			if tt.req.SnapshotID != "" || tt.name == "unknown template" {
-				wantErr = node.ErrNotFound
+				wantErr = errdefs.ErrNotFound
 			}
-			if !errors.Is(err, wantErr) || !strings.Contains(node.Message(err), tt.want) {
-				t.Errorf("Create = %v (message %q); want %v containing %q", err, node.Message(err), wantErr, tt.want)
+			if !errors.Is(err, wantErr) || !strings.Contains(errdefs.Message(err), tt.want) {
+				t.Errorf("Create = %v (message %q); want %v containing %q", err, errdefs.Message(err), wantErr, tt.want)
 			}
 		})
 	}
@@ -234,13 +235,13 @@ func TestChildBound(t *testing.T) {
 		t.Fatalf("CreateBy: %v", err)
 	}
 	e.Clock.Add(5 * time.Minute)
-	if _, err := e.c.SetTimeout(ctx, "p1", child.SandboxID, int64(9*time.Minute/time.Millisecond)); !errors.Is(err, node.ErrInvalid) || !strings.Contains(err.Error(), "want at most 300000") {
+	if _, err := e.c.SetTimeout(ctx, "p1", child.SandboxID, int64(9*time.Minute/time.Millisecond)); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "want at most 300000") {
 		t.Errorf("SetTimeout past the bound = %v; want ErrInvalid naming the 300000 ms left", err)
 	}
 	if _, err := e.c.SetTimeout(ctx, "p1", child.SandboxID, int64(4*time.Minute/time.Millisecond)); err != nil {
 		t.Errorf("SetTimeout within the bound: %v", err)
 	}
-	if _, err := e.c.Resume(ctx, "p1", child.SandboxID, api.ResumeRequest{TimeoutMs: ms(int64(6 * time.Minute / time.Millisecond))}); !errors.Is(err, node.ErrInvalid) {
+	if _, err := e.c.Resume(ctx, "p1", child.SandboxID, api.ResumeRequest{TimeoutMs: ms(int64(6 * time.Minute / time.Millisecond))}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("Resume with a timeout past the bound = %v; want ErrInvalid", err)
 	}
 	call, err := e.c.Acquire(ctx, "p1", child.SandboxID)
@@ -254,10 +255,10 @@ func TestChildBound(t *testing.T) {
 	e.Clock.Add(5 * time.Minute)
 	// Acquire remembers the child from the first call: the bound holds
 	// without reading its row again.
-	if _, err := e.c.Acquire(ctx, "p1", child.SandboxID); !errors.Is(err, node.ErrConflict) || !strings.Contains(err.Error(), "cannot be resumed") {
+	if _, err := e.c.Acquire(ctx, "p1", child.SandboxID); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "cannot be resumed") {
 		t.Errorf("Acquire of a paused child past its bound = %v; want ErrConflict, cannot be resumed", err)
 	}
-	if _, err := e.c.Resume(ctx, "p1", child.SandboxID, api.ResumeRequest{}); !errors.Is(err, node.ErrConflict) {
+	if _, err := e.c.Resume(ctx, "p1", child.SandboxID, api.ResumeRequest{}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("Resume past the bound = %v; want ErrConflict", err)
 	}
 	if sb, err := e.c.Get(ctx, "p1", child.SandboxID); err != nil || sb.State != api.StatePaused {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/store"
@@ -41,7 +42,7 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 	if parent != "" && req.OnTimeout == api.OnTimeoutPause {
 		// Pausing at its timeout would keep it, and a key of its own,
 		// past its bound: a child ends at its timeout.
-		return api.Sandbox{}, node.Invalidf("onTimeout %q: a sandbox made with another sandbox's lizardToken (%s) ends at its timeout, within the server's --max-child-timeout (%s); it cannot be kept paused past it: leave onTimeout out",
+		return api.Sandbox{}, errdefs.Invalidf("onTimeout %q: a sandbox made with another sandbox's lizardToken (%s) ends at its timeout, within the server's --max-child-timeout (%s); it cannot be kept paused past it: leave onTimeout out",
 			req.OnTimeout, parent, c.cfg.MaxChildTimeout)
 	}
 	if req.SnapshotID != "" {
@@ -92,7 +93,7 @@ func (c *Control) plan(projectID string, req api.CreateSandboxRequest) (node.Pla
 	// A custom template's reference comes from resolveTemplate or from
 	// the store (a snapshot's, a fork parent's), never from the caller.
 	if _, _, custom := recipe.SplitRef(p.Template); !custom && !slices.Contains(c.cfg.Templates, p.Template) {
-		return p, node.Invalidf("unknown template %q; available: %s", p.Template, strings.Join(c.cfg.Templates, ", "))
+		return p, errdefs.Invalidf("unknown template %q; available: %s", p.Template, strings.Join(c.cfg.Templates, ", "))
 	}
 	p.TimeoutMs = c.cfg.DefaultTimeout.Milliseconds()
 	if req.TimeoutMs != nil {
@@ -104,19 +105,19 @@ func (c *Control) plan(projectID string, req api.CreateSandboxRequest) (node.Pla
 	switch req.OnTimeout {
 	case "", api.OnTimeoutKill, api.OnTimeoutPause:
 	default:
-		return p, node.Invalidf("onTimeout %q: want %q or %q", req.OnTimeout, api.OnTimeoutKill, api.OnTimeoutPause)
+		return p, errdefs.Invalidf("onTimeout %q: want %q or %q", req.OnTimeout, api.OnTimeoutKill, api.OnTimeoutPause)
 	}
 	if len(req.Metadata) > MaxMetadataPairs {
-		return p, node.Invalidf("metadata has %d pairs; at most %d are allowed", len(req.Metadata), MaxMetadataPairs)
+		return p, errdefs.Invalidf("metadata has %d pairs; at most %d are allowed", len(req.Metadata), MaxMetadataPairs)
 	}
 	for k, v := range req.Metadata {
 		switch {
 		case k == "" || len(k) > MaxMetadataKey:
-			return p, node.Invalidf("metadata key %q: want 1 to %d bytes", k, MaxMetadataKey)
+			return p, errdefs.Invalidf("metadata key %q: want 1 to %d bytes", k, MaxMetadataKey)
 		case strings.Contains(k, "="):
-			return p, node.Invalidf("metadata key %q contains '=', which the list filter (metadata=key=value) cannot express", k)
+			return p, errdefs.Invalidf("metadata key %q contains '=', which the list filter (metadata=key=value) cannot express", k)
 		case len(v) > MaxMetadataValue:
-			return p, node.Invalidf("metadata value of %q is %d bytes; at most %d are allowed", k, len(v), MaxMetadataValue)
+			return p, errdefs.Invalidf("metadata value of %q is %d bytes; at most %d are allowed", k, len(v), MaxMetadataValue)
 		}
 	}
 	if err := c.planEnvs(&p, req); err != nil {
@@ -130,25 +131,25 @@ func (c *Control) plan(projectID string, req api.CreateSandboxRequest) (node.Pla
 
 func (c *Control) planEnvs(p *node.Plan, req api.CreateSandboxRequest) error {
 	if len(req.Envs) > MaxEnvs {
-		return node.Invalidf("envs has %d variables; at most %d are allowed", len(req.Envs), MaxEnvs)
+		return errdefs.Invalidf("envs has %d variables; at most %d are allowed", len(req.Envs), MaxEnvs)
 	}
 	size := 0
 	for k, v := range req.Envs {
 		switch {
 		case k == "" || strings.ContainsAny(k, "=\x00"):
-			return node.Invalidf("env name %q is not valid: names are non-empty and hold no '=' or NUL", k)
+			return errdefs.Invalidf("env name %q is not valid: names are non-empty and hold no '=' or NUL", k)
 		case strings.Contains(v, "\x00"):
-			return node.Invalidf("env %s: values cannot hold NUL bytes", k)
+			return errdefs.Invalidf("env %s: values cannot hold NUL bytes", k)
 		case k == "LIZARD_SANDBOX_ID" || k == "LIZARD_PROJECT_ID":
-			return node.Invalidf("env %s is set by Lizard; choose another name", k)
+			return errdefs.Invalidf("env %s is set by Lizard; choose another name", k)
 		case req.LizardToken && (k == "LIZARD_API_KEY" || k == "LIZARD_API_URL"):
-			return node.Invalidf("env %s is set by Lizard when lizardToken is true; drop one of them", k)
+			return errdefs.Invalidf("env %s is set by Lizard when lizardToken is true; drop one of them", k)
 		}
 		size += len(k) + len(v) + 2
 		p.Envs = append(p.Envs, k+"="+v)
 	}
 	if size > MaxEnvBytes {
-		return node.Invalidf("envs total %d bytes; at most %d are allowed", size, MaxEnvBytes)
+		return errdefs.Invalidf("envs total %d bytes; at most %d are allowed", size, MaxEnvBytes)
 	}
 	sort.Strings(p.Envs)
 	return nil
@@ -161,21 +162,21 @@ func (c *Control) planLimits(p *node.Plan, req api.CreateSandboxRequest) error {
 	if req.MemoryMb != nil {
 		mb, max := *req.MemoryMb, orDefault(top.MemoryBytes, c.cfg.Limits.MemoryBytes)>>20
 		if mb < 64 || max > 0 && mb > max {
-			return node.Invalidf("memoryMb %d is out of range: want 64 to %d (the server's --max-memory)", mb, max)
+			return errdefs.Invalidf("memoryMb %d is out of range: want 64 to %d (the server's --max-memory)", mb, max)
 		}
 		p.Limits.MemoryBytes = mb << 20
 	}
 	if req.Cpus != nil {
 		cpus, max := *req.Cpus, orDefault(top.CPUs, c.cfg.Limits.CPUs)
 		if math.IsNaN(cpus) || cpus < 0.1 || max > 0 && cpus > max {
-			return node.Invalidf("cpus %g is out of range: want 0.1 to %s (the server's --max-cpus)", cpus, strconv.FormatFloat(max, 'g', -1, 64))
+			return errdefs.Invalidf("cpus %g is out of range: want 0.1 to %s (the server's --max-cpus)", cpus, strconv.FormatFloat(max, 'g', -1, 64))
 		}
 		p.Limits.CPUs = cpus
 	}
 	if req.DiskMb != nil {
 		mb, max := *req.DiskMb, orDefault(top.DiskBytes, c.cfg.Limits.DiskBytes)>>20
 		if mb < 16 || max > 0 && mb > max {
-			return node.Invalidf("diskMb %d is out of range: want 16 to %d (the server's --max-disk)", mb, max)
+			return errdefs.Invalidf("diskMb %d is out of range: want 16 to %d (the server's --max-disk)", mb, max)
 		}
 		p.Limits.DiskBytes = mb << 20
 	}
@@ -213,7 +214,7 @@ func (c *Control) checkChildTimeout(parent string, ms int64) error {
 		return nil
 	}
 	if top := c.cfg.MaxChildTimeout.Milliseconds(); ms <= 0 || ms > top {
-		return node.Invalidf("timeoutMs %d: a sandbox made with another sandbox's lizardToken (%s) must expire within the server's --max-child-timeout: want 1 to %d (%s)",
+		return errdefs.Invalidf("timeoutMs %d: a sandbox made with another sandbox's lizardToken (%s) must expire within the server's --max-child-timeout: want 1 to %d (%s)",
 			ms, parent, top, c.cfg.MaxChildTimeout)
 	}
 	return nil
@@ -235,7 +236,7 @@ func (c *Control) pastBound(id, parent string, bound time.Time) error {
 	if bound.IsZero() || c.now().Before(bound) {
 		return nil
 	}
-	return &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf(
+	return &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf(
 		"sandbox %s was made with sandbox %s's lizardToken, so its life ended at %s (its creation + the server's --max-child-timeout of %s): it cannot be resumed; kill it",
 		id, parent, bound.Format(time.RFC3339), c.cfg.MaxChildTimeout)}
 }
@@ -252,7 +253,7 @@ func (c *Control) checkChildDeadline(sb store.Sandbox, ms int64) error {
 		return nil
 	}
 	if left := bound.Sub(c.now()).Milliseconds(); ms > left {
-		return node.Invalidf("timeoutMs %d: sandbox %s was made with sandbox %s's lizardToken and its life ends at %s (its creation + the server's --max-child-timeout of %s): want at most %d",
+		return errdefs.Invalidf("timeoutMs %d: sandbox %s was made with sandbox %s's lizardToken and its life ends at %s (its creation + the server's --max-child-timeout of %s): want at most %d",
 			ms, sb.ID, sb.ParentID, bound.Format(time.RFC3339), c.cfg.MaxChildTimeout, max(left, 0))
 	}
 	return nil
@@ -260,7 +261,7 @@ func (c *Control) checkChildDeadline(sb store.Sandbox, ms int64) error {
 
 func (c *Control) checkTimeout(ms int64) error {
 	if ms < 0 || ms > c.cfg.MaxTimeout.Milliseconds() {
-		return node.Invalidf("timeoutMs %d is out of range: want 0 (never expire) to %d (%s)",
+		return errdefs.Invalidf("timeoutMs %d is out of range: want 0 (never expire) to %d (%s)",
 			ms, c.cfg.MaxTimeout.Milliseconds(), c.cfg.MaxTimeout)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/store"
@@ -19,7 +20,7 @@ func (c *Control) Snapshot(ctx context.Context, projectID, id string) (api.Snaps
 		return api.Snapshot{}, err
 	}
 	if len(sb.Shape.Volumes) > 0 {
-		return api.Snapshot{}, &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("sandbox %s mounts volumes, and a snapshot cannot hold their data "+
+		return api.Snapshot{}, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s mounts volumes, and a snapshot cannot hold their data "+
 			"(it would restore against whatever they hold later); fork it instead (the copies mount the same volumes), or snapshot a sandbox without volumes", id)}
 	}
 	sn := store.Snapshot{ID: "snap-" + node.NewID(), ProjectID: projectID, SandboxID: id, Template: sb.Template,
@@ -47,7 +48,7 @@ func snapshotAPI(sn store.Snapshot) api.Snapshot {
 func (c *Control) lookupSnapshot(ctx context.Context, projectID, id string) (store.Snapshot, error) {
 	sn, err := c.cfg.Store.GetSnapshot(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && sn.ProjectID != projectID {
-		return store.Snapshot{}, &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("snapshot %s not found in project %s", id, projectID)}
+		return store.Snapshot{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("snapshot %s not found in project %s", id, projectID)}
 	}
 	return sn, err
 }
@@ -105,13 +106,13 @@ func (c *Control) createFromSnapshot(ctx context.Context, projectID, parent stri
 		return api.Sandbox{}, err
 	}
 	if req.Template != "" && req.Template != recipe.Name(sn.Template) {
-		return api.Sandbox{}, node.Invalidf("template %q differs from snapshot %s's template %q; leave it out", req.Template, sn.ID, recipe.Name(sn.Template))
+		return api.Sandbox{}, errdefs.Invalidf("template %q differs from snapshot %s's template %q; leave it out", req.Template, sn.ID, recipe.Name(sn.Template))
 	}
 	if len(req.Envs) > 0 || req.LizardToken {
-		return api.Sandbox{}, node.Invalidf("envs and lizardToken cannot be set when creating from a snapshot: the restored processes keep the snapshot's environment")
+		return api.Sandbox{}, errdefs.Invalidf("envs and lizardToken cannot be set when creating from a snapshot: the restored processes keep the snapshot's environment")
 	}
 	if len(req.Volumes) > 0 {
-		return api.Sandbox{}, node.Invalidf("volumes cannot be mounted in a sandbox created from a snapshot: gVisor restores an image only into the mounts it was taken with; create the sandbox from its template instead")
+		return api.Sandbox{}, errdefs.Invalidf("volumes cannot be mounted in a sandbox created from a snapshot: gVisor restores an image only into the mounts it was taken with; create the sandbox from its template instead")
 	}
 	p, err := c.copyPlan(projectID, sn.Template, sn.Shape, req.TimeoutMs, req.Metadata, req.OnTimeout)
 	if err != nil {
@@ -153,7 +154,7 @@ func (c *Control) ForkBy(ctx context.Context, projectID, parent, id string, req 
 		req.Count = 1
 	}
 	if req.Count < 1 || req.Count > node.MaxForks {
-		return nil, node.Invalidf("count %d is out of range: want 1 to %d", req.Count, node.MaxForks)
+		return nil, errdefs.Invalidf("count %d is out of range: want 1 to %d", req.Count, node.MaxForks)
 	}
 	sb, err := c.lookup(ctx, projectID, id)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -43,7 +44,7 @@ const maxPathComponent = 255
 
 func checkVolumeName(name string) error {
 	if !volumeNameRE.MatchString(name) {
-		return node.Invalidf("volume name %q: want 1 to 63 of a-z, 0-9, '-' and '_', starting with a letter or digit", name)
+		return errdefs.Invalidf("volume name %q: want 1 to 63 of a-z, 0-9, '-' and '_', starting with a letter or digit", name)
 	}
 	return nil
 }
@@ -65,7 +66,7 @@ func (c *Control) CreateVolume(ctx context.Context, projectID string, req api.Cr
 		mb = DefaultVolumeMb
 	}
 	if max := c.maxVolumeMb(); mb < MinVolumeMb || mb > max {
-		return api.Volume{}, node.Invalidf("sizeMb %d is out of range: want %d to %d (the server's --max-volume-mb)", mb, MinVolumeMb, max)
+		return api.Volume{}, errdefs.Invalidf("sizeMb %d is out of range: want %d to %d (the server's --max-volume-mb)", mb, MinVolumeMb, max)
 	}
 	v := store.Volume{ID: "vol_" + node.NewID(), ProjectID: projectID, Name: req.Name, SizeBytes: mb << 20, CreatedAt: c.now()}
 	if err := c.recordVolume(ctx, v); err != nil {
@@ -97,7 +98,7 @@ func (c *Control) recordVolume(ctx context.Context, v store.Volume) error {
 	}
 	if err := c.cfg.Store.CreateVolume(ctx, v); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("project %s already has a volume named %q; choose another name or delete it first", v.ProjectID, v.Name)}
+			return &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("project %s already has a volume named %q; choose another name or delete it first", v.ProjectID, v.Name)}
 		}
 		return err
 	}
@@ -127,7 +128,7 @@ func (c *Control) volumeRoom(ctx context.Context, projectID string, size int64) 
 }
 
 func overBound(msg string) error {
-	return &node.Error{Kind: node.ErrRateLimited, Msg: msg}
+	return &errdefs.Error{Kind: errdefs.ErrRateLimited, Msg: msg}
 }
 
 func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
@@ -148,7 +149,7 @@ func (c *Control) GetVolume(ctx context.Context, projectID, name string) (api.Vo
 func (c *Control) lookupVolume(ctx context.Context, projectID, name string) (store.Volume, error) {
 	v, err := c.cfg.Store.GetVolume(ctx, projectID, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return v, &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("volume %q not found in project %s; create it with POST /v1/volumes", name, projectID)}
+		return v, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("volume %q not found in project %s; create it with POST /v1/volumes", name, projectID)}
 	}
 	return v, err
 }
@@ -188,7 +189,7 @@ func (c *Control) DeleteVolume(ctx context.Context, projectID, name string) erro
 		}
 	}
 	if len(users) > 0 {
-		return &node.Error{Kind: node.ErrConflict, Msg: fmt.Sprintf("volume %q is mounted by sandbox %s; kill %s first",
+		return &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("volume %q is mounted by sandbox %s; kill %s first",
 			name, strings.Join(users, ", "), map[bool]string{true: "them", false: "it"}[len(users) > 1])}
 	}
 	if err := c.node.RemoveVolume(ctx, v.ID); err != nil {
@@ -204,7 +205,7 @@ func (c *Control) DeleteVolume(ctx context.Context, projectID, name string) erro
 // volumeMounts checks a create's volumes and resolves them to projectID's.
 func (c *Control) volumeMounts(ctx context.Context, projectID string, req []api.VolumeMount) ([]store.VolumeMount, error) {
 	if len(req) > MaxVolumesPerBox {
-		return nil, node.Invalidf("volumes has %d entries; at most %d are allowed", len(req), MaxVolumesPerBox)
+		return nil, errdefs.Invalidf("volumes has %d entries; at most %d are allowed", len(req), MaxVolumesPerBox)
 	}
 	var out []store.VolumeMount
 	for i, m := range req {
@@ -217,9 +218,9 @@ func (c *Control) volumeMounts(ctx context.Context, projectID string, req []api.
 		for _, o := range req[:i] {
 			switch {
 			case o.Name == m.Name:
-				return nil, node.Invalidf("volume %q is listed twice; mount each volume once", m.Name)
+				return nil, errdefs.Invalidf("volume %q is listed twice; mount each volume once", m.Name)
 			case within(m.Path, o.Path) || within(o.Path, m.Path):
-				return nil, node.Invalidf("volume paths %s and %s overlap; give each volume a path of its own", o.Path, m.Path)
+				return nil, errdefs.Invalidf("volume paths %s and %s overlap; give each volume a path of its own", o.Path, m.Path)
 			}
 		}
 		v, err := c.lookupVolume(ctx, projectID, m.Name)
@@ -237,23 +238,23 @@ func (c *Control) volumeMounts(ctx context.Context, projectID string, req []api.
 func checkMountPath(p string) error {
 	switch {
 	case p == "" || len(p) > 1024 || !strings.HasPrefix(p, "/") || strings.ContainsFunc(p, badPathRune):
-		return node.Invalidf("volume path %q: want an absolute path of at most 1024 bytes without control characters, ',' or ':', such as /home/user/data", p)
+		return errdefs.Invalidf("volume path %q: want an absolute path of at most 1024 bytes without control characters, ',' or ':', such as /home/user/data", p)
 	case path.Clean(p) != p:
-		return node.Invalidf("volume path %q is not clean (no '..', '.', '//' or trailing '/'): use %s", p, path.Clean(p))
+		return errdefs.Invalidf("volume path %q is not clean (no '..', '.', '//' or trailing '/'): use %s", p, path.Clean(p))
 	case p == "/":
-		return node.Invalidf("volume path %q: a volume cannot be mounted at the root; use a directory such as /home/user/data", p)
+		return errdefs.Invalidf("volume path %q: a volume cannot be mounted at the root; use a directory such as /home/user/data", p)
 	}
 	for _, c := range strings.Split(p[1:], "/") {
 		if len(c) > maxPathComponent {
-			return node.Invalidf("volume path %q has a name of %d bytes; at most %d are allowed", p, len(c), maxPathComponent)
+			return errdefs.Invalidf("volume path %q has a name of %d bytes; at most %d are allowed", p, len(c), maxPathComponent)
 		}
 	}
 	for _, r := range reservedPaths {
 		switch {
 		case within(p, r):
-			return node.Invalidf("volume path %q is inside %s, which the sandbox's system or Lizard needs: use a directory such as /home/user/data or /mnt/data", p, r)
+			return errdefs.Invalidf("volume path %q is inside %s, which the sandbox's system or Lizard needs: use a directory such as /home/user/data or /mnt/data", p, r)
 		case within(r, p):
-			return node.Invalidf("volume path %q would hide %s, which the sandbox's system or Lizard needs: use a directory such as /home/user/data or /mnt/data", p, r)
+			return errdefs.Invalidf("volume path %q would hide %s, which the sandbox's system or Lizard needs: use a directory such as /home/user/data or /mnt/data", p, r)
 		}
 	}
 	return nil

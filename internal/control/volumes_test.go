@@ -11,6 +11,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 )
 
@@ -50,10 +51,10 @@ func TestVolumeRules(t *testing.T) {
 		req  api.CreateVolumeRequest
 		want error
 	}{
-		{api.CreateVolumeRequest{Name: "data"}, node.ErrConflict},
-		{api.CreateVolumeRequest{Name: "../x"}, node.ErrInvalid},
-		{api.CreateVolumeRequest{Name: "x", SizeMb: 8}, node.ErrInvalid},
-		{api.CreateVolumeRequest{Name: "x", SizeMb: 1 << 20}, node.ErrInvalid},
+		{api.CreateVolumeRequest{Name: "data"}, errdefs.ErrConflict},
+		{api.CreateVolumeRequest{Name: "../x"}, errdefs.ErrInvalid},
+		{api.CreateVolumeRequest{Name: "x", SizeMb: 8}, errdefs.ErrInvalid},
+		{api.CreateVolumeRequest{Name: "x", SizeMb: 1 << 20}, errdefs.ErrInvalid},
 	} {
 		if _, err := e.c.CreateVolume(ctx, "p1", tc.req); !errors.Is(err, tc.want) {
 			t.Errorf("CreateVolume(%+v) = %v; want %v", tc.req, err, tc.want)
@@ -63,16 +64,16 @@ func TestVolumeRules(t *testing.T) {
 		mounts []api.VolumeMount
 		want   error
 	}{
-		{[]api.VolumeMount{{Name: "data", Path: "/usr/lib/x"}}, node.ErrInvalid},
-		{[]api.VolumeMount{{Name: "data", Path: "/mnt/a/"}}, node.ErrInvalid},
-		{[]api.VolumeMount{{Name: "data", Path: "/mnt/a"}, {Name: "data", Path: "/mnt/b"}}, node.ErrInvalid},
-		{[]api.VolumeMount{{Name: "nope", Path: "/mnt/a"}}, node.ErrNotFound},
+		{[]api.VolumeMount{{Name: "data", Path: "/usr/lib/x"}}, errdefs.ErrInvalid},
+		{[]api.VolumeMount{{Name: "data", Path: "/mnt/a/"}}, errdefs.ErrInvalid},
+		{[]api.VolumeMount{{Name: "data", Path: "/mnt/a"}, {Name: "data", Path: "/mnt/b"}}, errdefs.ErrInvalid},
+		{[]api.VolumeMount{{Name: "nope", Path: "/mnt/a"}}, errdefs.ErrNotFound},
 	} {
 		if _, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{Volumes: tc.mounts}); !errors.Is(err, tc.want) {
 			t.Errorf("create with volumes %+v = %v; want %v", tc.mounts, err, tc.want)
 		}
 	}
-	if _, err := e.c.Create(ctx, "p2", api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "data", Path: "/mnt/d"}}}); !errors.Is(err, node.ErrNotFound) {
+	if _, err := e.c.Create(ctx, "p2", api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "data", Path: "/mnt/d"}}}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("another project mounting data = %v; want not found", err)
 	}
 
@@ -82,17 +83,17 @@ func TestVolumeRules(t *testing.T) {
 	if len(last.Volumes) != 1 || last.Volumes[0].Source != fv.Path(v.VolumeID) || last.Volumes[0].Target != "/home/user/data" {
 		t.Errorf("the booted spec's volumes = %+v; want the volume's host path at /home/user/data", last.Volumes)
 	}
-	if err := e.c.DeleteVolume(ctx, "p1", "data"); !errors.Is(err, node.ErrConflict) || !strings.Contains(err.Error(), sb.SandboxID) {
+	if err := e.c.DeleteVolume(ctx, "p1", "data"); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), sb.SandboxID) {
 		t.Errorf("DeleteVolume while mounted = %v; want a conflict naming %s", err, sb.SandboxID)
 	}
-	if _, err := e.c.Snapshot(ctx, "p1", sb.SandboxID); !errors.Is(err, node.ErrConflict) {
+	if _, err := e.c.Snapshot(ctx, "p1", sb.SandboxID); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("Snapshot of a sandbox with a volume = %v; want a conflict", err)
 	}
 	// Pause and resume, fork: each restore mounts the volume again.
 	if _, err := e.c.Pause(ctx, "p1", sb.SandboxID); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.c.DeleteVolume(ctx, "p1", "data"); !errors.Is(err, node.ErrConflict) {
+	if err := e.c.DeleteVolume(ctx, "p1", "data"); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("DeleteVolume while a paused sandbox mounts it = %v; want a conflict", err)
 	}
 	if _, err := e.c.Resume(ctx, "p1", sb.SandboxID, api.ResumeRequest{}); err != nil {
@@ -177,10 +178,10 @@ func TestVolumeMountPaths(t *testing.T) {
 		switch {
 		case tc.ok && err != nil:
 			t.Errorf("mount at %q: %v; want it allowed", tc.path, err)
-		case !tc.ok && !errors.Is(err, node.ErrInvalid):
+		case !tc.ok && !errors.Is(err, errdefs.ErrInvalid):
 			t.Errorf("mount at %q: %v; want invalid", tc.path, err)
-		case !tc.ok && !strings.Contains(node.Message(err), fmt.Sprintf("%q", tc.path)):
-			t.Errorf("mount at %q: message %q does not name the path", tc.path, node.Message(err))
+		case !tc.ok && !strings.Contains(errdefs.Message(err), fmt.Sprintf("%q", tc.path)):
+			t.Errorf("mount at %q: message %q does not name the path", tc.path, errdefs.Message(err))
 		}
 	}
 }
@@ -201,13 +202,13 @@ func TestVolumeBounds(t *testing.T) {
 	}
 	refused := func(what string, err error, words ...string) {
 		t.Helper()
-		if !errors.Is(err, node.ErrRateLimited) {
+		if !errors.Is(err, errdefs.ErrRateLimited) {
 			t.Errorf("%s: %v; want rate limited (429)", what, err)
 			return
 		}
 		for _, w := range words {
-			if !strings.Contains(node.Message(err), w) {
-				t.Errorf("%s: message %q; want it to say %q", what, node.Message(err), w)
+			if !strings.Contains(errdefs.Message(err), w) {
+				t.Errorf("%s: message %q; want it to say %q", what, errdefs.Message(err), w)
 			}
 		}
 	}
@@ -279,7 +280,7 @@ func TestVolumeBoundsRace(t *testing.T) {
 		switch {
 		case err == nil:
 			made++
-		case !errors.Is(err, node.ErrRateLimited):
+		case !errors.Is(err, errdefs.ErrRateLimited):
 			t.Errorf("a racing create: %v; want made or rate limited", err)
 		}
 	}
@@ -303,7 +304,7 @@ func TestVolumeHostDisk(t *testing.T) {
 	ctx := context.Background()
 	mb := free / 4 * 3 >> 20 // fits the disk, not beside the half kept
 	_, err = e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: "huge", SizeMb: mb})
-	if !errors.Is(err, node.ErrDiskFull) || !strings.Contains(node.Message(err), "--min-free-disk-mb") {
+	if !errors.Is(err, errdefs.ErrDiskFull) || !strings.Contains(errdefs.Message(err), "--min-free-disk-mb") {
 		t.Errorf("a volume of %d MiB with %d MiB free: %v; want ErrDiskFull naming --min-free-disk-mb", mb, free>>20, err)
 	}
 	if vs, _ := e.c.ListVolumes(ctx, "p1"); len(vs) != 0 || len(fv.m) != 0 {
