@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/remote"
 	"github.com/lizard-build/lizard/internal/store"
@@ -114,7 +115,7 @@ func (r *Router) client(ctx context.Context, name string) (*remote.Client, error
 			return nil, err
 		}
 		if info, ok = find(nodes, name); !ok {
-			return nil, &node.Error{Kind: node.ErrUnavailable, Msg: fmt.Sprintf("node %s is not registered; is `lizard node` running there?", name)}
+			return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: fmt.Sprintf("node %s is not registered; is `lizard node` running there?", name)}
 		}
 	}
 	return r.clientOf(info), nil
@@ -162,7 +163,7 @@ func (r *Router) place(ctx context.Context, skip map[string]bool) (store.NodeInf
 		if len(skip) > 0 {
 			msg = "no node can take the sandbox: the nodes tried did not answer and no other has a live lease"
 		}
-		return store.NodeInfo{}, &node.Error{Kind: node.ErrUnavailable, Msg: msg + "; check that `lizard node` runs and reaches the database, then retry"}
+		return store.NodeInfo{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: msg + "; check that `lizard node` runs and reaches the database, then retry"}
 	}
 	rand.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
 	r.mu.Lock()
@@ -178,7 +179,7 @@ func (r *Router) place(ctx context.Context, skip map[string]bool) (store.NodeInf
 		}
 	}
 	if best == nil {
-		return store.NodeInfo{}, &node.Error{Kind: node.ErrUnavailable,
+		return store.NodeInfo{}, &errdefs.Error{Kind: errdefs.ErrUnavailable,
 			Msg: "no node can take the sandbox: the nodes sampled have no free sandbox address or memory; kill sandboxes or add nodes"}
 	}
 	r.placing[best.Name]++
@@ -230,7 +231,7 @@ func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
 	if p.Image != "" {
 		name, path := store.SplitImageRef(p.Image)
 		if home != "" && home != name {
-			return store.Sandbox{}, node.Invalidf("the snapshot is on node %s but its volumes are on node %s: a sandbox runs where both are", name, home)
+			return store.Sandbox{}, errdefs.Invalidf("the snapshot is on node %s but its volumes are on node %s: a sandbox runs where both are", name, home)
 		}
 		home = name
 		p.Image = path
@@ -279,7 +280,7 @@ func (r *Router) sandbox(ctx context.Context, id string) (*remote.Client, error)
 	}
 	sb, err := r.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, &node.Error{Kind: node.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found", id)}
+		return nil, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found", id)}
 	}
 	if err != nil {
 		return nil, err
@@ -312,7 +313,7 @@ func (r *Router) Fork(ctx context.Context, parent string, p node.Plan, n int) ([
 // Kill implements node.Node.
 func (r *Router) Kill(ctx context.Context, id string) error {
 	c, err := r.sandbox(ctx, id)
-	if errors.Is(err, node.ErrGone) {
+	if errors.Is(err, errdefs.ErrGone) {
 		return nil
 	}
 	if err != nil {
@@ -462,7 +463,7 @@ func (r *Router) volumesNode(ctx context.Context, p node.Plan) (string, error) {
 		case home == "":
 			home = n
 		case n != home:
-			return "", node.Invalidf("volumes %q and %q are on different nodes (%s, %s): a sandbox can mount volumes of one node only; mount them in two sandboxes",
+			return "", errdefs.Invalidf("volumes %q and %q are on different nodes (%s, %s): a sandbox can mount volumes of one node only; mount them in two sandboxes",
 				p.Volumes[0].Name, v.Name, home, n)
 		}
 	}

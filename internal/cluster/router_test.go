@@ -13,6 +13,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/node/remote"
@@ -207,7 +208,7 @@ func TestNodeFaults(t *testing.T) {
 			t.Errorf("create placed on %s; want %s, the one answering", g.Node, other)
 		}
 	}
-	if _, err := ctl.Pause(ctx, "p1", sb.SandboxID); !errors.Is(err, node.ErrUnavailable) || !strings.Contains(node.Message(err), "did not answer") {
+	if _, err := ctl.Pause(ctx, "p1", sb.SandboxID); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(err), "did not answer") {
 		t.Errorf("Pause on a node that does not answer: %v; want ErrUnavailable saying so", err)
 	}
 
@@ -224,7 +225,7 @@ func TestNodeFaults(t *testing.T) {
 		t.Fatalf("sandbox of the lost node = %+v, %v; want failed", got, err)
 	}
 	_, err = ctl.Acquire(ctx, "p1", sb.SandboxID)
-	if !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "node lost") {
+	if !errors.Is(err, errdefs.ErrGone) || !strings.Contains(errdefs.Message(err), "node lost") {
 		t.Errorf("Acquire on a lost node's sandbox: %v; want ErrGone naming node lost", err)
 	}
 	if len(events) != 1 || events[0].SandboxID != sb.SandboxID || events[0].State != api.StateFailed {
@@ -232,7 +233,7 @@ func TestNodeFaults(t *testing.T) {
 	}
 	// Creates never go to it, and with no node left they say why.
 	beat(t, st, other, nodes[other].srv.Listener.Addr().String(), time.Now().Add(-time.Second))
-	if _, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{}); !errors.Is(err, node.ErrUnavailable) || !strings.Contains(node.Message(err), "live lease") {
+	if _, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{}); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(err), "live lease") {
 		t.Errorf("Create with no live node: %v; want ErrUnavailable naming the lease", err)
 	}
 	// Just after a database failure the sweeper waits a lease.
@@ -266,7 +267,7 @@ func TestQuotaOnNodes(t *testing.T) {
 		}
 	}
 	_, err = ctl2.Create(ctx, "p1", api.CreateSandboxRequest{})
-	if !errors.Is(err, node.ErrRateLimited) || !strings.Contains(node.Message(err), "its maximum") {
+	if !errors.Is(err, errdefs.ErrRateLimited) || !strings.Contains(errdefs.Message(err), "its maximum") {
 		t.Errorf("a third create with a quota of 2: %v; want ErrRateLimited naming the maximum", err)
 	}
 }
@@ -295,7 +296,7 @@ func TestDiskOnNodes(t *testing.T) {
 		}
 	}
 	_, err := ctls[1].Create(ctx, "p1", api.CreateSandboxRequest{})
-	if !errors.Is(err, node.ErrRateLimited) || !strings.Contains(node.Message(err), "--max-disk-per-project-mb") {
+	if !errors.Is(err, errdefs.ErrRateLimited) || !strings.Contains(errdefs.Message(err), "--max-disk-per-project-mb") {
 		t.Errorf("a third sandbox of 1 GiB within 2.5 GiB: %v; want ErrRateLimited naming --max-disk-per-project-mb", err)
 	}
 }
@@ -318,7 +319,7 @@ func TestWrongSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := badCtl.Create(ctx, "p1", api.CreateSandboxRequest{}); !errors.Is(err, node.ErrUnavailable) || !strings.Contains(node.Message(err), "LIZARD_CLUSTER_SECRET") {
+	if _, err := badCtl.Create(ctx, "p1", api.CreateSandboxRequest{}); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(err), "LIZARD_CLUSTER_SECRET") {
 		t.Errorf("Create with the wrong secret: %v; want ErrUnavailable naming LIZARD_CLUSTER_SECRET", err)
 	}
 	call, err := badCtl.Acquire(ctx, "p1", sb.SandboxID)
@@ -327,7 +328,7 @@ func TestWrongSecret(t *testing.T) {
 	}
 	defer call.Release()
 	req, _ := http.NewRequestWithContext(auth.WithProjectID(call.Ctx, "p1"), http.MethodGet, call.URL.String()+"/health", nil)
-	if _, err := bad.Transport().RoundTrip(req); err == nil || !strings.Contains(node.Message(context.Cause(call.Ctx)), "LIZARD_CLUSTER_SECRET") {
+	if _, err := bad.Transport().RoundTrip(req); err == nil || !strings.Contains(errdefs.Message(context.Cause(call.Ctx)), "LIZARD_CLUSTER_SECRET") {
 		t.Errorf("forwarded call with the wrong secret: %v (call ended by %v); want it ended naming LIZARD_CLUSTER_SECRET", err, context.Cause(call.Ctx))
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -205,7 +206,7 @@ func TestWarmPool(t *testing.T) {
 	// The quota of one is now used by the claimed sandbox alone: a claim
 	// passes admission, and a refused one takes nothing from the pool.
 	pool = e.warmIDs(t)
-	if _, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{}); !errors.Is(err, node.ErrRateLimited) {
+	if _, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{}); !errors.Is(err, errdefs.ErrRateLimited) {
 		t.Errorf("second create with a quota of 1: err = %v; want ErrRateLimited", err)
 	}
 	if ids := e.warmIDs(t); !slices.Equal(ids, pool) {
