@@ -57,6 +57,20 @@ func TestTable(t *testing.T) {
 	}
 }
 
+// TestMessage: the caller is told the message, the log gets the cause too.
+func TestMessage(t *testing.T) {
+	err := fmt.Errorf("wrapping: %w", &Error{Kind: ErrGone, Msg: "for the client", Cause: errors.New("internal")})
+	if !errors.Is(err, ErrGone) || Message(err) != "for the client" || !strings.Contains(err.Error(), "internal") {
+		t.Errorf("Error: Is=%v Message=%q Error=%q", errors.Is(err, ErrGone), Message(err), err.Error())
+	}
+	if err := Invalidf("bad %d", 1); !errors.Is(err, ErrInvalid) || Message(err) != "bad 1" {
+		t.Errorf("Invalidf = %v; want ErrInvalid saying bad 1", err)
+	}
+	if Message(errors.New("internal")) != "" {
+		t.Error("an error of no Error has a message for the caller")
+	}
+}
+
 func TestInternal(t *testing.T) {
 	tests := []struct {
 		err    error

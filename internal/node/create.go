@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -71,7 +72,7 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 // no address, bad input) rather than a start that failed: trying another
 // source would be refused the same way.
 func isRefusal(err error) bool {
-	return errors.Is(err, ErrRateLimited) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalid)
+	return errors.Is(err, errdefs.ErrRateLimited) || errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, errdefs.ErrInvalid)
 }
 
 // Fork implements Node: the parent is checkpointed (resumed first if
@@ -85,7 +86,7 @@ func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ [
 		return nil, err
 	}
 	if count < 1 || count > MaxForks {
-		return nil, Invalidf("count %d is out of range: want 1 to %d", count, MaxForks)
+		return nil, errdefs.Invalidf("count %d is out of range: want 1 to %d", count, MaxForks)
 	}
 	unlock := n.locks.Lock(parent)
 	sb, err := n.runningLocked(ctx, parent)

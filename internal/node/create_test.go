@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
@@ -208,7 +208,7 @@ func TestCreateFails(t *testing.T) {
 			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
 				t.Fatalf("Create = %v; want %v", err, tt.wantErr)
 			}
-			msg := node.Message(err)
+			msg := errdefs.Message(err)
 			if err == nil || !strings.Contains(msg, tt.wantMsg) || tt.hidden != "" && strings.Contains(msg, tt.hidden) {
 				t.Fatalf("Create = %v (message %q); want a message containing %q without %q", err, msg, tt.wantMsg, tt.hidden)
 			}
@@ -263,8 +263,8 @@ func TestCreateRefused(t *testing.T) {
 			c.Artifact = func(context.Context, string) (sandbox.Artifact, error) {
 				return sandbox.Artifact{}, errors.New("debootstrap: no network")
 			}
-		}, 0, node.ErrUnavailable, "debootstrap"},
-		{"address pool exhausted", func(c *node.Config) { c.Pool = small }, 2, node.ErrUnavailable, ""},
+		}, 0, errdefs.ErrUnavailable, "debootstrap"},
+		{"address pool exhausted", func(c *node.Config) { c.Pool = small }, 2, errdefs.ErrUnavailable, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -273,22 +273,12 @@ func TestCreateRefused(t *testing.T) {
 				e.Create(t, nodetest.Plan(0))
 			}
 			_, err := e.Node.Create(context.Background(), nodetest.Plan(0))
-			if !errors.Is(err, tt.wantErr) || node.Message(err) == "" || tt.hidden != "" && strings.Contains(node.Message(err), tt.hidden) {
-				t.Fatalf("Create = %v (message %q); want %v with a message hiding the cause", err, node.Message(err), tt.wantErr)
+			if !errors.Is(err, tt.wantErr) || errdefs.Message(err) == "" || tt.hidden != "" && strings.Contains(errdefs.Message(err), tt.hidden) {
+				t.Fatalf("Create = %v (message %q); want %v with a message hiding the cause", err, errdefs.Message(err), tt.wantErr)
 			}
 			if n := e.Runtime.Running(); n != tt.creates {
 				t.Errorf("%d sandboxes run; want %d", n, tt.creates)
 			}
 		})
-	}
-}
-
-func TestErrorMessage(t *testing.T) {
-	err := fmt.Errorf("wrapping: %w", &node.Error{Kind: node.ErrGone, Msg: "for the client", Cause: errors.New("internal")})
-	if !errors.Is(err, node.ErrGone) || node.Message(err) != "for the client" || !strings.Contains(err.Error(), "internal") {
-		t.Errorf("Error: Is=%v Message=%q Error=%q", errors.Is(err, node.ErrGone), node.Message(err), err.Error())
-	}
-	if err := node.Invalidf("bad %d", 1); !errors.Is(err, node.ErrInvalid) || node.Message(err) != "bad 1" {
-		t.Errorf("Invalidf = %v; want ErrInvalid saying bad 1", err)
 	}
 }

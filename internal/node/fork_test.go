@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -39,10 +40,10 @@ func TestForkCount(t *testing.T) {
 		{1, nil},
 		{3, nil},
 		{node.MaxForks, nil},
-		{0, node.ErrInvalid},
-		{node.MaxForks + 1, node.ErrInvalid},
-		{400, node.ErrInvalid},
-		{-1, node.ErrInvalid},
+		{0, errdefs.ErrInvalid},
+		{node.MaxForks + 1, errdefs.ErrInvalid},
+		{400, errdefs.ErrInvalid},
+		{-1, errdefs.ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("count %d", tt.count), func(t *testing.T) {
@@ -55,7 +56,7 @@ func TestForkCount(t *testing.T) {
 			p.Metadata = map[string]string{"role": "fork"}
 			got, err := e.Node.Fork(ctx, parent.ID, p, tt.count)
 			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) || !strings.Contains(node.Message(err), "out of range") {
+				if !errors.Is(err, tt.wantErr) || !strings.Contains(errdefs.Message(err), "out of range") {
 					t.Errorf("Fork(count %d) = %v; want %v saying out of range", tt.count, err, tt.wantErr)
 				}
 				if n := len(e.Runtime.Restores()); n != 0 || admits.Load() != 0 {
@@ -183,10 +184,10 @@ func TestSnapshotImage(t *testing.T) {
 	}
 	plain := nodetest.New(t, func(c *node.Config) { c.DataDir = "" })
 	sb = plain.Create(t, nodetest.Plan(0))
-	if _, _, err := plain.Node.Snapshot(ctx, sb.ID, "snap-2"); !errors.Is(err, node.ErrUnavailable) {
+	if _, _, err := plain.Node.Snapshot(ctx, sb.ID, "snap-2"); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("Snapshot without DataDir = %v; want ErrUnavailable", err)
 	}
-	if _, err := plain.Node.Fork(ctx, sb.ID, nodetest.Plan(0), 1); !errors.Is(err, node.ErrUnavailable) {
+	if _, err := plain.Node.Fork(ctx, sb.ID, nodetest.Plan(0), 1); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("Fork without DataDir = %v; want ErrUnavailable", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -46,7 +47,7 @@ func (n *Local) end(ctx context.Context, sb store.Sandbox, state, reason string)
 	defer cancel()
 	log := n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)
 	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
-		return &Error{Msg: fmt.Sprintf("could not kill sandbox %s; try again", sb.ID), Cause: fmt.Errorf("killing sandbox: %w", err)}
+		return &errdefs.Error{Msg: fmt.Sprintf("could not kill sandbox %s; try again", sb.ID), Cause: fmt.Errorf("killing sandbox: %w", err)}
 	}
 	err := n.cfg.Store.EndSandbox(cctx, sb.ID, state, reason, n.now())
 	if errors.Is(err, store.ErrConflict) {
@@ -193,7 +194,7 @@ func (n *Local) endDead(ctx context.Context, id, during string, cause error) err
 		n.log.Error("recording the end of a sandbox that died "+during, "sandbox_id", id, "err", err)
 	}
 	n.log.Warn("sandbox died "+during, "sandbox_id", id, "err", cause)
-	return &Error{Kind: ErrGone, Msg: fmt.Sprintf("sandbox %s stopped %s: its processes died or were killed; create a new sandbox", id, during), Cause: cause}
+	return &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("sandbox %s stopped %s: its processes died or were killed; create a new sandbox", id, during), Cause: cause}
 }
 
 // diesWithin reports whether sandbox id's runtime has stopped or stops

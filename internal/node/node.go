@@ -29,6 +29,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
 	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/keylock"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
@@ -383,7 +384,7 @@ func NewID() string {
 func (n *Local) get(ctx context.Context, id string) (store.Sandbox, error) {
 	sb, err := n.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return sb, &Error{Kind: ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found", id)}
+		return sb, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found", id)}
 	}
 	return sb, err
 }
@@ -406,5 +407,5 @@ func Gone(sb store.Sandbox) error {
 			how += ": " + sb.EndReason
 		}
 	}
-	return &Error{Kind: ErrGone, Msg: fmt.Sprintf("sandbox %s %s; create a new sandbox", sb.ID, how)}
+	return &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("sandbox %s %s; create a new sandbox", sb.ID, how)}
 }

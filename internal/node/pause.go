@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -44,7 +45,7 @@ func (n *Local) Pause(ctx context.Context, id string) (_ store.Sandbox, err erro
 	// calls already in flight get a bounded time to end.
 	err = poll(ctx, n.cfg.PauseWait, 20*time.Millisecond, func() bool { return n.calls.waited(id) == 0 })
 	if errors.Is(err, errWaitedOut) {
-		return sb, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s has a call running; retry when it ends", id)}
+		return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s has a call running; retry when it ends", id)}
 	}
 	if err != nil {
 		return sb, err
@@ -67,7 +68,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	if err := os.RemoveAll(dir); err != nil {
 		// An unwritable image directory (read-only, full) is the
 		// checkpoint failing, and the client must be told so, not a 500.
-		return &Error{Msg: fmt.Sprintf("checkpointing sandbox %s failed (disk full? the server log says why); it keeps running", sb.ID),
+		return &errdefs.Error{Msg: fmt.Sprintf("checkpointing sandbox %s failed (disk full? the server log says why); it keeps running", sb.ID),
 			Cause: fmt.Errorf("clearing old image of sandbox %s: %w", sb.ID, err)}
 	}
 	// Connections to its exposed ports, and calls that follow its
@@ -98,7 +99,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 		}
 		// The checkpoint is good but the sandbox still runs: keep it
 		// running rather than have two copies.
-		return &Error{Msg: fmt.Sprintf("could not stop sandbox %s after checkpointing it; it keeps running", sb.ID),
+		return &errdefs.Error{Msg: fmt.Sprintf("could not stop sandbox %s after checkpointing it; it keeps running", sb.ID),
 			Cause: fmt.Errorf("killing sandbox: %w", err)}
 	}
 	if err := n.cfg.Store.PauseSandbox(cctx, sb.ID, dir, remaining, n.now()); err != nil {
@@ -143,7 +144,7 @@ func (n *Local) moving(ctx context.Context, id, from, to string) (sb store.Sandb
 	case sb.State == to:
 		return sb, true, nil
 	case sb.State != from:
-		return sb, false, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not %s; wait until it is", id, sb.State, from)}
+		return sb, false, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not %s; wait until it is", id, sb.State, from)}
 	}
 	return sb, false, nil
 }
@@ -185,7 +186,7 @@ func (n *Local) runningLocked(ctx context.Context, id string) (store.Sandbox, er
 		return n.resumeLocked(ctx, sb, nil)
 	}
 	if sb.State != api.StateRunning {
-		return sb, &Error{Kind: ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
+		return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
 	}
 	return sb, nil
 }

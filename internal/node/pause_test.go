@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -111,11 +112,11 @@ func TestPauseResumeStates(t *testing.T) {
 		wantErr   error
 	}{
 		{"pause a paused sandbox is a no-op", pauseOp, paused.ID, api.StatePaused, nil},
-		{"pause an ended sandbox", pauseOp, killed.ID, "", node.ErrGone},
-		{"pause an unknown sandbox", pauseOp, "nosuch", "", node.ErrNotFound},
+		{"pause an ended sandbox", pauseOp, killed.ID, "", errdefs.ErrGone},
+		{"pause an unknown sandbox", pauseOp, "nosuch", "", errdefs.ErrNotFound},
 		{"resume a running sandbox is a no-op", resumeOp, running.ID, api.StateRunning, nil},
-		{"resume an ended sandbox", resumeOp, killed.ID, "", node.ErrGone},
-		{"resume an unknown sandbox", resumeOp, "nosuch", "", node.ErrNotFound},
+		{"resume an ended sandbox", resumeOp, killed.ID, "", errdefs.ErrGone},
+		{"resume an unknown sandbox", resumeOp, "nosuch", "", errdefs.ErrNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -143,7 +144,7 @@ func TestPauseResumeStates(t *testing.T) {
 	// Without a data directory there is nothing to pause to.
 	plain := nodetest.New(t, func(c *node.Config) { c.DataDir = "" })
 	sb := plain.Create(t, nodetest.Plan(0))
-	if _, err := plain.Node.Pause(ctx, sb.ID); !errors.Is(err, node.ErrUnavailable) {
+	if _, err := plain.Node.Pause(ctx, sb.ID); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("Pause without DataDir = %v; want ErrUnavailable", err)
 	}
 }
@@ -176,7 +177,7 @@ func TestPauseFails(t *testing.T) {
 			sb := e.Create(t, nodetest.Plan(60_000))
 			tt.setup(e)
 			_, err := e.Node.Pause(ctx, sb.ID)
-			msg := node.Message(err)
+			msg := errdefs.Message(err)
 			if err == nil || !strings.Contains(msg, "checkpointing sandbox") || !strings.Contains(msg, "keeps running") || strings.Contains(msg, "no space") {
 				t.Fatalf("Pause = %v (message %q); want a checkpoint error saying it keeps running, without the cause", err, msg)
 			}
@@ -204,7 +205,7 @@ func TestResumeRestoreFails(t *testing.T) {
 	pause(t, e, sb.ID)
 	e.Runtime.RestoreFunc = func(context.Context, sandbox.Spec, string) error { return errors.New("restore: bad image") }
 	_, err := e.Node.Resume(ctx, sb.ID, nil)
-	if !errors.Is(err, node.ErrGone) || !strings.Contains(node.Message(err), "could not be resumed") {
+	if !errors.Is(err, errdefs.ErrGone) || !strings.Contains(errdefs.Message(err), "could not be resumed") {
 		t.Fatalf("Resume = %v; want ErrGone saying it could not be resumed", err)
 	}
 	row := e.Row(t, sb.ID)

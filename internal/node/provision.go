@@ -131,7 +131,7 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 		// An error that already tells the caller what happened (the agent
 		// timed out, the sandbox died while starting) is returned as it
 		// is, and its message recorded as the reason.
-		var e *Error
+		var e *errdefs.Error
 		told := errors.As(err, &e) && (e.Kind != nil || e.Msg != "")
 		if told && e.Msg != "" {
 			reason = e.Msg
@@ -147,7 +147,7 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 		if told {
 			return store.Sandbox{}, err
 		}
-		return store.Sandbox{}, &Error{Msg: fmt.Sprintf("sandbox %s failed to start: %s", sb.ID, reason), Cause: err}
+		return store.Sandbox{}, &errdefs.Error{Msg: fmt.Sprintf("sandbox %s failed to start: %s", sb.ID, reason), Cause: err}
 	}
 	if src.resume != nil && src.image == "" {
 		return fail("its checkpoint image is missing", errors.New("no image recorded"))
@@ -347,7 +347,7 @@ func (n *Local) record(ctx context.Context, p Plan, src source) (store.Sandbox, 
 	}
 	err := n.cfg.Store.CreateSandbox(ctx, &sb, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings)
 	if errors.Is(err, store.ErrFull) {
-		return sb, &Error{Kind: ErrUnavailable, Cause: err,
+		return sb, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 			Msg: fmt.Sprintf("no free sandbox address: all %d addresses of the pool %s are in use; kill sandboxes or widen --address-pool",
 				n.cfg.Pool.Slots(), n.cfg.Pool.Prefix())}
 	}
@@ -460,9 +460,9 @@ func (n *Local) awaitAgent(ctx context.Context, sb store.Sandbox, what string, w
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case wctx.Err() != nil:
-		return &Error{Msg: fmt.Sprintf("sandbox %s's agent did not answer within %s", sb.ID, n.cfg.StartTimeout), Cause: err}
+		return &errdefs.Error{Msg: fmt.Sprintf("sandbox %s's agent did not answer within %s", sb.ID, n.cfg.StartTimeout), Cause: err}
 	case errors.Is(err, agentclient.ErrStopped):
-		return &Error{Msg: fmt.Sprintf("sandbox %s stopped before its agent %s (the server log says why)", sb.ID, what), Cause: err}
+		return &errdefs.Error{Msg: fmt.Sprintf("sandbox %s stopped before its agent %s (the server log says why)", sb.ID, what), Cause: err}
 	}
 	return err
 }

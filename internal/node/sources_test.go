@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -64,7 +65,7 @@ func TestCreateSources(t *testing.T) {
 			admit := admitFunc(func(context.Context, string, int64) (func(), error) {
 				admits.Add(1)
 				if refusing.Load() {
-					return nil, &node.Error{Kind: node.ErrRateLimited, Msg: "over quota", Cause: refuse}
+					return nil, &errdefs.Error{Kind: errdefs.ErrRateLimited, Msg: "over quota", Cause: refuse}
 				}
 				return func() {}, nil
 			})
@@ -96,7 +97,7 @@ func TestCreateSources(t *testing.T) {
 			}
 			newBoots, newRestores := len(e.Runtime.Creates())-boots, len(e.Runtime.Restores())-restores
 			if tt.wantSource == "" {
-				if !errors.Is(err, node.ErrRateLimited) || newBoots+newRestores != 0 {
+				if !errors.Is(err, errdefs.ErrRateLimited) || newBoots+newRestores != 0 {
 					t.Fatalf("refused Create = %v, with %d boots and %d restores; want ErrRateLimited and neither", err, newBoots, newRestores)
 				}
 				if e.Row(t, warm.ID).Role != store.RoleWarm {

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -52,7 +53,7 @@ func (n *Local) artifact(ctx context.Context, template string) (sandbox.Artifact
 		if ctx.Err() != nil {
 			return a, fmt.Errorf("waiting for template %s: %w", template, ctx.Err())
 		}
-		return a, &Error{Kind: ErrUnavailable, Cause: err,
+		return a, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 			Msg: fmt.Sprintf("template %q is not available: building it failed (the server log says why); try again later", template)}
 	}
 	return a, nil
