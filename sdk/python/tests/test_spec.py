@@ -81,8 +81,6 @@ OMITTED: Dict[Tuple[str, str], str] = {
     ("ProcessStartRequest", "args"): "start takes cmd as a list, [program, *args], or a string run by bash",
     ("ProcessStartRequest", "pty"): "pty.create(cols, rows, cmd=...) starts a process with a terminal (its input always open), commands.start one without",
     ("FileEvent", "abort"): "a watch that ends with an abort gives on_exit the matching exception",
-    ("ExecuteRequest", "bundle"): "E2B's surface asks for every representation (docs/e2b.md); the SDK's results are one MIME type each",
-    ("ExecuteEvent", "bundle"): "only on a request with bundle, which the SDK never sends",
 }
 
 # Schemas the SDK has no model or call of its own for, and why.

@@ -65,8 +65,6 @@ const OMITTED: Record<string, string> = {
   'TemplateFile.size': "in responses only: TemplateInfo.recipe is a built template's recipe as the API gave it",
   'ProcessStartRequest.pty': 'pty.create({ cols, rows, onData }) starts a process with a terminal; commands.start one without',
   'FileEvent.abort': 'a watch that ends with an abort gives onExit the matching error',
-  'ExecuteRequest.bundle': "E2B's surface asks for every representation (docs/e2b.md); the SDK's results are one MIME type each",
-  'ExecuteEvent.bundle': "only on a request with bundle, which the SDK never sends",
 };
 
 // Schemas the SDK has no interface or call of its own for, and why.
