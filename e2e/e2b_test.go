@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,5 +57,60 @@ func TestE2BCluster(t *testing.T) {
 		if sb.State == "running" || sb.State == "paused" {
 			t.Errorf("sandbox %s left %s", sb.SandboxID, sb.State)
 		}
+	}
+}
+
+// TestE2BHostForm: with --ports-domain, E2B's SDKs without E2B_SANDBOX_URL
+// call https://<port>-<id>.<domain> (behind the operator's TLS). Ports
+// 49999 (the code interpreter) and 49983 (envd) there are E2B's sandbox
+// calls, answered by the E2B surface with its auth, not ports of the
+// sandbox, where nothing listens on them.
+func TestE2BHostForm(t *testing.T) {
+	s := startServer(t, "--ports-domain=e2b.test")
+	c := s.createProject("proj_e2bhost")
+	key := s.keys[c]
+	post := func(u, body string, h ...string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		for i := 0; i+1 < len(h); i += 2 {
+			if h[i] == "Host" {
+				req.Host = h[i+1]
+				continue
+			}
+			req.Header.Set(h[i], h[i+1])
+		}
+		resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", u, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := post(s.url+"/e2b/sandboxes", `{"templateID":"code-interpreter-v1","timeout":120}`, "X-API-Key", key)
+	var sb struct {
+		SandboxID       string `json:"sandboxID"`
+		EnvdAccessToken string `json:"envdAccessToken"`
+	}
+	if code != http.StatusCreated && code != http.StatusOK || json.Unmarshal([]byte(body), &sb) != nil || sb.SandboxID == "" || sb.EnvdAccessToken == "" {
+		t.Fatalf("E2B create: %d %s", code, body)
+	}
+	t.Cleanup(func() { c.KillSandbox(context.Background(), sb.SandboxID) })
+
+	interp := "49999-" + sb.SandboxID + ".e2b.test"
+	if code, body := post(s.url+"/execute", `{"code":"6*7"}`, "Host", interp, "X-Access-Token", sb.EnvdAccessToken); code != http.StatusOK || !strings.Contains(body, `"42"`) {
+		t.Errorf("run_code through the host form: %d %s; want a result 42", code, body)
+	}
+	if code, body := post(s.url+"/execute", `{"code":"6*7"}`, "Host", interp); code != http.StatusUnauthorized {
+		t.Errorf("run_code through the host form without a token: %d %s; want 401", code, body)
+	}
+	envd := "49983-" + sb.SandboxID + ".e2b.test"
+	if code, body := post(s.url+"/process.Process/List", `{}`, "Host", envd, "X-Access-Token", sb.EnvdAccessToken); code != http.StatusOK || !strings.Contains(body, "processes") && body != "{}" {
+		t.Errorf("envd List through the host form: %d %s; want 200 and the processes", code, body)
+	}
+	// Another port of the host form is still the sandbox's own port.
+	if code, _, _ := get(t, s.url+"/", "Host", "8000-"+sb.SandboxID+".e2b.test"); code != http.StatusUnauthorized {
+		t.Errorf("port 8000 without a credential: %d; want the ports proxy's 401", code)
 	}
 }

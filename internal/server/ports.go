@@ -30,6 +30,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
@@ -117,8 +118,28 @@ func (s *Server) hostPorts(next http.Handler) http.Handler {
 			s.fail(w, r, errdefs.Invalidf("port %q: want a number from 1 to 65535 without leading zeros", m[1]))
 			return
 		}
+		if s.e2b != nil && (m[1] == e2b.EnvdPort || m[1] == e2b.InterpreterPort) {
+			// E2B's SDKs without E2B_SANDBOX_URL reach a sandbox's envd
+			// and code interpreter at https://<port>-<id>.<domain>: the
+			// same calls as through the sandbox URL, where nothing in
+			// the sandbox listens on those ports itself.
+			s.e2b.ServeHTTP(w, e2bHostCall(r, m[2], m[1]))
+			return
+		}
 		s.servePort(w, r, m[2], port, "")
 	})
+}
+
+// e2bHostCall is r, a call of E2B's host form to port of sandbox id, as
+// the same call to E2B's sandbox URL: the path under /e2b/sandbox and the
+// sandbox and port in the headers the SDKs send there.
+func e2bHostCall(r *http.Request, id, port string) *http.Request {
+	r2 := r.Clone(r.Context())
+	r2.Header.Set("E2b-Sandbox-Id", id)
+	r2.Header.Set("E2b-Sandbox-Port", port)
+	r2.URL.Path = "/e2b/sandbox" + r.URL.Path
+	r2.URL.RawPath = ""
+	return r2
 }
 
 // servePort proxies r, whose path is prefix + the path in the sandbox, to

@@ -65,7 +65,10 @@ type Server struct {
 	auditLog    *slog.Logger
 	keys        *auth.Verifier
 	portsDomain string
-	maxFile     int64
+	// e2b serves E2B's surface, when on; with a ports domain it also takes
+	// E2B's host form of sandbox calls (49983-<id>.D, 49999-<id>.D).
+	e2b     http.Handler
+	maxFile int64
 }
 
 // New returns the API handler.
@@ -116,7 +119,8 @@ func New(cfg Config) *Server {
 			// SDKs gate on it.
 			ec.EnvdVersion = envd.Version
 		}
-		mux.Handle("/e2b/", e2b.New(ec))
+		s.e2b = e2b.New(ec)
+		mux.Handle("/e2b/", s.e2b)
 	}
 	if cfg.Console != nil {
 		mux.Handle("/", cfg.Console)
