@@ -221,8 +221,9 @@ func (k *Kernel) Execute(ctx context.Context, req Request, emit func(api.Execute
 	p.drain()
 	id := k.ids.Add(1)
 	// The per-call envs travel with the code: the kernel sets them before
-	// and restores them after, in the same round trip.
-	if err := p.send(request{Op: "execute", ID: id, Code: req.Code, Envs: req.Envs}); err != nil {
+	// and restores them after, in the same round trip. Bundle asks for the
+	// representations only the E2B surface gives (e2b/chart).
+	if err := p.send(request{Op: "execute", ID: id, Code: req.Code, Envs: req.Envs, Bundle: req.Bundle}); err != nil {
 		if p.awaitExit(sendFailureGrace) {
 			return k.died(ctx, p, emit)
 		}

@@ -41,6 +41,7 @@ class State:
     running = False            # user code is running: SIGINT interrupts it
     main_writing = 0           # the main thread is inside the Channel
     pending_interrupt = False  # SIGINT came meanwhile
+    bundle = False             # the call wants every representation (E2B)
 
 
 state = State()
@@ -317,8 +318,9 @@ os.environ.setdefault("GIT_PAGER", "cat")
 from IPython.core.displayhook import DisplayHook  # noqa: E402
 from IPython.core.displaypub import DisplayPublisher  # noqa: E402
 from IPython.core.error import StdinNotImplementedError  # noqa: E402
+from IPython.core.formatters import BaseFormatter  # noqa: E402
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
-from traitlets import Type  # noqa: E402
+from traitlets import ObjectName, Type, Unicode  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
 
@@ -354,6 +356,29 @@ class Publisher(DisplayPublisher):
 
     def clear_output(self, wait=False):
         chan.send({"t": "clear", "wait": bool(wait)})
+
+
+class ChartFormatter(BaseFormatter):
+    """E2B's chart data (e2b/chart) of a matplotlib figure, as E2B's code
+    interpreter gives it (its template's startup script registers the same
+    formatter over the same package, e2b_charts). Only calls that want the
+    whole bundle get it: the E2B surface's. Lizard's own API sends one MIME
+    type per result and should not pay for the extraction."""
+
+    format_type = Unicode("e2b/chart")
+    print_method = ObjectName("_repr_e2b_chart_")
+    _return_type = (dict, str)
+
+    def __call__(self, obj):
+        mpl = sys.modules.get("matplotlib.figure")
+        if not state.bundle or mpl is None or not isinstance(obj, mpl.Figure):
+            return super().__call__(obj)
+        try:
+            from e2b_charts import chart_figure_to_dict
+
+            return chart_figure_to_dict(obj)
+        except Exception:  # noqa: BLE001 - as E2B: a figure it cannot read has an empty chart
+            return {}
 
 
 class Shell(InteractiveShell):
@@ -483,6 +508,7 @@ def execute(req):
             count = 0  # the code never ran
             return
         state.running = True
+        state.bundle = bool(req.get("bundle"))
         try:
             res = shell.run_cell(req["code"], store_history=True)
         finally:
@@ -492,6 +518,7 @@ def execute(req):
         status = "interrupted"  # landed between user code and here
     finally:
         state.running = False
+        state.bundle = False
         state.pending_interrupt = False
         for k, v in saved.items():
             if v is None:
@@ -551,6 +578,7 @@ def main():
     # call a write and a thread wake-up. In, Out, _ and _i still work.
     cfg.HistoryManager.enabled = False
     shell = Shell.instance(config=cfg, colors="nocolor")
+    shell.display_formatter.formatters["e2b/chart"] = ChartFormatter(parent=shell.display_formatter)
     builtins.input = no_input
     getpass.getpass = no_input
     signal.signal(signal.SIGINT, on_sigint)

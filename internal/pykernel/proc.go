@@ -81,6 +81,7 @@ type request struct {
 	ID      uint32            `json:"id,omitempty"`
 	Code    string            `json:"code,omitempty"`
 	Envs    map[string]string `json:"envs,omitempty"`
+	Bundle  bool              `json:"bundle,omitempty"` // execute: add E2B's chart data
 	Modules []string          `json:"modules,omitempty"`
 	Set     map[string]string `json:"set,omitempty"`
 	Unset   []string          `json:"unset,omitempty"`

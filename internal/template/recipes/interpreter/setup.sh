@@ -80,7 +80,7 @@ verify)
 	as_user env PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" - <<-'EOF'
 	import sys
 	import numpy, pandas, matplotlib, scipy, sklearn, seaborn, PIL, requests
-	import ipykernel, sympy, openpyxl, bs4, lxml, dateutil, matplotlib_inline
+	import ipykernel, sympy, openpyxl, bs4, lxml, dateutil, matplotlib_inline, e2b_charts
 	assert numpy.__version__.startswith("2."), numpy.__version__
 	print("python", sys.version.split()[0])
 	for m in (numpy, pandas, matplotlib, scipy, sklearn, ipykernel):

@@ -13,6 +13,7 @@ from typing import Iterator, List
 import pytest
 from e2b import AuthenticationException, NotFoundException, TimeoutException
 from e2b_code_interpreter import AsyncSandbox, Sandbox, SandboxQuery, SandboxState
+from e2b_code_interpreter.charts import BarChart, ChartType, LineChart
 
 
 @pytest.fixture(autouse=True)
@@ -81,6 +82,29 @@ class Rich:
 
     df = sandbox.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2]})").results[0]
     assert df.html and "<table" in df.html and df.text and "a" in df.text
+
+
+def test_charts(sandbox: Sandbox) -> None:
+    """result.chart as E2B's code interpreter gives it (e2b-charts in the template), beside the PNG."""
+    ex = sandbox.run_code(
+        "import matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3], [1, 4, 9], label='squares')\n"
+        "plt.title('growth'); plt.xlabel('n'); plt.ylabel('n squared')\n"
+        "plt.show()"
+    )
+    assert ex.error is None and len(ex.results) == 1 and ex.results[0].png
+    line = ex.results[0].chart
+    assert isinstance(line, LineChart) and line.type == ChartType.LINE
+    assert (line.title, line.x_label, line.y_label) == ("growth", "n", "n squared")
+    assert [e.label for e in line.elements] == ["squares"]
+    assert [tuple(map(float, p)) for p in line.elements[0].points] == [(1, 1), (2, 4), (3, 9)]
+
+    ex = sandbox.run_code(
+        "plt.bar(['a', 'b', 'c'], [3, 5, 7], label='sold')\nplt.title('sales')\nplt.show()"
+    )
+    bar = ex.results[0].chart
+    assert isinstance(bar, BarChart) and bar.type == ChartType.BAR and bar.title == "sales"
+    assert [(e.label, float(e.value), e.group) for e in bar.elements] == [("a", 3, "sold"), ("b", 5, "sold"), ("c", 7, "sold")]
 
 
 def test_callbacks_stream_as_the_code_runs(sandbox: Sandbox) -> None:
