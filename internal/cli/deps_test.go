@@ -23,7 +23,9 @@ func TestClientDependencies(t *testing.T) {
 		const internal = "github.com/lizard-build/lizard/internal/"
 		for _, dep := range strings.Fields(string(out)) {
 			rest, ok := strings.CutPrefix(dep, internal)
-			if ok && rest != "cli" {
+			// mcp is the MCP server's tools, which call the API through
+			// the Go client too: its own dependencies are in this list.
+			if ok && rest != "cli" && rest != "mcp" {
 				t.Errorf("%s depends on %s; client commands may use only the Go client and api", pkg, dep)
 			}
 			if dep == "modernc.org/sqlite" || strings.HasPrefix(dep, "github.com/vishvananda/") {
