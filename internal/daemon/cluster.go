@@ -24,6 +24,7 @@ import (
 	"github.com/lizard-build/lizard/internal/console"
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/e2b"
+	"github.com/lizard-build/lizard/internal/mcp"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/remote"
@@ -334,6 +335,9 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		Console:      console.Handler(), Metrics: mx,
 		PortsDomain: c.PortsDomain,
 		E2B:         &e2b.Config{},
+		// The MCP tools call this API over loopback with the caller's
+		// key, like any client (internal/mcp's Handler).
+		MCP: mcp.Handler(loopbackURL(ln.Addr()), version(), logger),
 	})
 	sweeper := &cluster.Sweeper{Store: st, Router: router, Lease: c.cluster.Lease, Log: logger}
 	go sweeper.Run(ctx)

@@ -24,6 +24,7 @@ import (
 	"github.com/lizard-build/lizard/internal/console"
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/e2b"
+	"github.com/lizard-build/lizard/internal/mcp"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/node"
@@ -316,6 +317,9 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		Console:      console.Handler(), Metrics: mx,
 		PortsDomain: c.PortsDomain,
 		E2B:         &e2b.Config{},
+		// The MCP tools call this API over loopback with the caller's
+		// key, like any client (internal/mcp's Handler).
+		MCP: mcp.Handler(loopbackURL(ln.Addr()), version(), logger),
 	})
 	// Sandboxes holding a lizardToken reach the API on their own host
 	// address, opened and closed as they start and stop.
@@ -470,4 +474,18 @@ func version() string {
 		return bi.Main.Version
 	}
 	return ""
+}
+
+// loopbackURL is the API's URL on this host for calls the server makes to
+// itself: a listener on every address is reached on loopback.
+func loopbackURL(addr net.Addr) string {
+	ta, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return "http://" + addr.String()
+	}
+	ip := ta.IP
+	if ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return "http://" + (&net.TCPAddr{IP: ip, Port: ta.Port}).String()
 }

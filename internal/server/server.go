@@ -53,6 +53,9 @@ type Config struct {
 	// (internal/e2b) with this API's keys, rate limits, errors and audit;
 	// its Control, Keys, Limit, Audit and Logger are filled here.
 	E2B *e2b.Config
+	// MCP, when set, serves the Model Context Protocol at /mcp
+	// (internal/mcp) to callers with an API key.
+	MCP http.Handler
 }
 
 // Server is the API's http.Handler.
@@ -121,6 +124,9 @@ func New(cfg Config) *Server {
 		}
 		s.e2b = e2b.New(ec)
 		mux.Handle("/e2b/", s.e2b)
+	}
+	if cfg.MCP != nil {
+		mux.Handle("/mcp", authed(cfg.MCP.ServeHTTP))
 	}
 	if cfg.Console != nil {
 		mux.Handle("/", cfg.Console)
