@@ -89,7 +89,7 @@ func NewServer(a API, version string) *sdk.Server {
 	sdk.AddTool(srv, &sdk.Tool{Name: "run_code", Description: "Run code in the sandbox, like a Jupyter cell: Python " +
 		"keeps variables, imports and files between calls; the last expression's value is returned, charts " +
 		"(matplotlib) come back as images. An exception comes back as an error with its traceback."}, s.runCode)
-	sdk.AddTool(srv, &sdk.Tool{Name: "run_command", Description: "Run a shell command in the sandbox (through sh -c) " +
+	sdk.AddTool(srv, &sdk.Tool{Name: "run_command", Description: "Run a shell command line in the sandbox (with bash -c) " +
 		"and return its stdout, stderr and exit code. A non-zero exit code is an error result."}, s.runCommand)
 	sdk.AddTool(srv, &sdk.Tool{Name: "read_file", Description: "Read a text file from the sandbox (up to 1 MiB)."}, s.readFile)
 	sdk.AddTool(srv, &sdk.Tool{Name: "write_file", Description: "Write a text file in the sandbox, replacing it and " +
@@ -219,7 +219,7 @@ func executionResult(x *client.Execution) *sdk.CallToolResult {
 }
 
 type runCommandArgs struct {
-	Command        string `json:"command" jsonschema:"the shell command line, run with sh -c"`
+	Command        string `json:"command" jsonschema:"the shell command line, run with bash -c"`
 	Cwd            string `json:"cwd,omitempty" jsonschema:"working directory; default the sandbox user's home"`
 	SandboxID      string `json:"sandbox_id,omitempty" jsonschema:"the sandbox to run in; default the session's sandbox"`
 	TimeoutSeconds *int64 `json:"timeout_seconds,omitempty" jsonschema:"seconds before the command is stopped; default 60"`
@@ -238,7 +238,7 @@ func (s *session) runCommand(ctx context.Context, _ *sdk.CallToolRequest, in run
 	if in.TimeoutSeconds != nil {
 		ms = *in.TimeoutSeconds * 1000
 	}
-	res, err := s.api.Exec(ctx, id, api.ProcessRequest{Cmd: "sh", Args: []string{"-c", in.Command}, Cwd: in.Cwd, TimeoutMs: &ms}, nil)
+	res, err := s.api.Exec(ctx, id, api.ProcessRequest{Cmd: in.Command, Cwd: in.Cwd, TimeoutMs: &ms}, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("running command in %s: %w", id, err)
 	}

@@ -235,7 +235,7 @@ func TestAPIErrors(t *testing.T) {
 	cs := connect(t, &fake{
 		kill: func(id string) error { return client.ErrUnauthenticated },
 		exec: func(id string, req api.ProcessRequest) (*client.ProcessResult, error) {
-			if req.Cmd != "sh" || strings.Join(req.Args, " ") != "-c false" {
+			if req.Cmd != "false" || len(req.Args) != 0 {
 				t.Errorf("exec %+v", req)
 			}
 			return &client.ProcessResult{ExitCode: 1, Stderr: "boom"}, nil
