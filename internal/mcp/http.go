@@ -30,7 +30,14 @@ func Handler(baseURL, version string, log *slog.Logger) http.Handler {
 			return nil
 		}
 		return NewServer(c, version)
-	}, &sdk.StreamableHTTPOptions{Logger: log})
+	}, &sdk.StreamableHTTPOptions{
+		Logger: log,
+		// The SDK's DNS-rebinding guard refuses a non-loopback Host on a
+		// loopback listener, which is every reverse proxy on the API's
+		// host. A rebinding page cannot send the bearer key, without which
+		// nothing reaches this handler.
+		DisableLocalhostProtection: true,
+	})
 	// The SDK refuses a session's requests whose TokenInfo.UserID differs
 	// from the one that created it; the key's hash stands for the user.
 	bind := sdkauth.RequireBearerToken(func(_ context.Context, token string, _ *http.Request) (*sdkauth.TokenInfo, error) {
