@@ -128,19 +128,30 @@ type createArgs struct {
 
 func (s *session) createSandbox(ctx context.Context, _ *sdk.CallToolRequest, in createArgs) (*sdk.CallToolResult, any, error) {
 	req := api.CreateSandboxRequest{Template: in.Template, AllowInternet: in.AllowInternet, SnapshotID: in.SnapshotID}
-	if in.TimeoutSeconds != nil {
-		if *in.TimeoutSeconds < 0 {
-			return nil, nil, errors.New("timeout_seconds: must not be negative")
-		}
-		ms := *in.TimeoutSeconds * 1000
-		req.TimeoutMs = &ms
+	ms, err := timeoutMs(in.TimeoutSeconds)
+	if err != nil {
+		return nil, nil, err
 	}
+	req.TimeoutMs = ms
 	sb, err := s.api.CreateSandbox(ctx, req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating sandbox: %w", err)
 	}
 	s.setPin(sb.SandboxID)
 	return text("sandbox_id: %s (template %s, now this session's sandbox)", sb.SandboxID, sb.Template), nil, nil
+}
+
+// timeoutMs is a timeout_seconds argument in the API's milliseconds; nil
+// stays nil (the API's default).
+func timeoutMs(seconds *int64) (*int64, error) {
+	if seconds == nil {
+		return nil, nil
+	}
+	if *seconds < 0 {
+		return nil, errors.New("timeout_seconds: must not be negative")
+	}
+	ms := *seconds * 1000
+	return &ms, nil
 }
 
 type useArgs struct {
@@ -175,11 +186,11 @@ func (s *session) runCode(ctx context.Context, _ *sdk.CallToolRequest, in runCod
 	if err != nil {
 		return nil, nil, err
 	}
-	req := api.ExecuteRequest{Code: in.Code, Language: in.Language}
-	if in.TimeoutSeconds != nil {
-		ms := *in.TimeoutSeconds * 1000
-		req.TimeoutMs = &ms
+	ms, err := timeoutMs(in.TimeoutSeconds)
+	if err != nil {
+		return nil, nil, err
 	}
+	req := api.ExecuteRequest{Code: in.Code, Language: in.Language, TimeoutMs: ms}
 	x, err := s.api.Execute(ctx, id, req, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("running code in %s: %w", id, err)
@@ -233,12 +244,16 @@ func (s *session) runCommand(ctx context.Context, _ *sdk.CallToolRequest, in run
 	if err != nil {
 		return nil, nil, err
 	}
-	// A command a model starts should not outlive its turn by default.
-	ms := int64(60000)
-	if in.TimeoutSeconds != nil {
-		ms = *in.TimeoutSeconds * 1000
+	ms, err := timeoutMs(in.TimeoutSeconds)
+	if err != nil {
+		return nil, nil, err
 	}
-	res, err := s.api.Exec(ctx, id, api.ProcessRequest{Cmd: in.Command, Cwd: in.Cwd, TimeoutMs: &ms}, nil)
+	if ms == nil {
+		// A command a model starts should not outlive its turn by default.
+		ms = new(int64)
+		*ms = 60000
+	}
+	res, err := s.api.Exec(ctx, id, api.ProcessRequest{Cmd: in.Command, Cwd: in.Cwd, TimeoutMs: ms}, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("running command in %s: %w", id, err)
 	}

@@ -210,6 +210,8 @@ func TestBadArguments(t *testing.T) {
 		{"create_sandbox", map[string]any{"timeout_seconds": "soon"}, "timeout_seconds"},
 		{"create_sandbox", map[string]any{"timeout_seconds": -1}, "timeout_seconds"},
 		{"run_command", map[string]any{"sandbox_id": "sb"}, "command"},
+		{"run_code", map[string]any{"code": "1", "timeout_seconds": -5, "sandbox_id": "sb"}, "timeout_seconds"},
+		{"run_command", map[string]any{"command": "true", "timeout_seconds": -5, "sandbox_id": "sb"}, "timeout_seconds"},
 		{"read_file", map[string]any{"sandbox_id": "sb"}, "path"},
 		{"write_file", map[string]any{"path": "a", "content": []int{1}, "sandbox_id": "sb"}, "content"},
 		{"use_sandbox", map[string]any{}, "sandbox_id"},
