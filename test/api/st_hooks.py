@@ -48,6 +48,8 @@ RULES = {
     "listDir": [r"^path: "],
     "statFile": [r"^path: "],
     "makeDir": [r"^path: "],
+    "renameFile": [r"^path: ", r"^to: "],
+    "watchDir": [r"^path: "],
     # The recipe's rules the schemas cannot state (docs/templates.md), each message naming its field.
     "buildTemplate": [r"^recipe\.", r"^name \""],
 }
