@@ -278,6 +278,12 @@ type ExecutionError struct {
 type CreateContextRequest struct {
 	Language string `json:"language,omitempty"` // default python
 	Cwd      string `json:"cwd,omitempty"`      // default the sandbox user's home
+	// Stateful makes a javascript context one Node process for all its
+	// calls: variables persist, the last expression's value is a result and
+	// top-level await works, as in E2B's JavaScript kernel (the E2B surface
+	// creates its JavaScript contexts so). Without it each call is a fresh
+	// process.
+	Stateful bool `json:"stateful,omitempty"`
 }
 
 // Context is one execution context: its own kernel, variables and working

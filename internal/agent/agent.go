@@ -46,6 +46,7 @@ type Agent struct {
 	workdir    string   // where code runs by default: the template's, else home
 	scratchDir string   // per-call files (bash scripts, JS error reports)
 	jsHook     string   // node --require file that reports uncaught errors
+	jsRepl     string   // the harness of stateful JavaScript contexts
 	handler    http.Handler
 	guard      guard // who may call (guard.go)
 	watches    watchBudget
@@ -158,6 +159,10 @@ func (a *Agent) prepareRuntimeDir() error {
 	a.jsHook = filepath.Join(dir, "uncaught.cjs")
 	if err := os.WriteFile(a.jsHook, []byte(jsHookSource), 0o644); err != nil {
 		return fmt.Errorf("writing node hook: %w", err)
+	}
+	a.jsRepl = filepath.Join(dir, "jsrepl.cjs")
+	if err := os.WriteFile(a.jsRepl, []byte(jsReplSource), 0o644); err != nil {
+		return fmt.Errorf("writing the javascript context harness: %w", err)
 	}
 	return nil
 }

@@ -46,13 +46,16 @@ var errContextClosed = errors.New("context was deleted")
 // queue on turn.
 type execContext struct {
 	info api.Context
-	turn chan struct{} // held while a js/bash call runs
+	// stateful JavaScript runs in one Node process (repl) for all calls.
+	stateful bool
+	turn     chan struct{} // held while a js/bash call runs
 	// starting is held while a kernel starts or restarts, so concurrent
 	// callers wait for one start instead of racing two.
 	starting chan struct{}
 
 	mu     sync.Mutex
 	kernel Kernel
+	repl   *jsRepl
 	closed bool
 }
 
@@ -141,7 +144,12 @@ func (c *execContext) close() error {
 	c.closed = true
 	k := c.kernel
 	c.kernel = nil
+	r := c.repl
+	c.repl = nil
 	c.mu.Unlock()
+	if r != nil {
+		r.stop()
+	}
 	if k == nil {
 		return nil
 	}
@@ -173,11 +181,16 @@ func (a *Agent) createContext(w http.ResponseWriter, r *http.Request) {
 		invalid(w, "language", "unsupported language %q (want python, javascript or bash)", req.Language)
 		return
 	}
+	if req.Stateful && lang != langJavaScript {
+		invalid(w, "stateful", "only javascript contexts can be made stateful (%s contexts keep their state or run per call as they are)", lang)
+		return
+	}
 	cwd, ok := a.cwdOf(w, req.Cwd)
 	if !ok {
 		return
 	}
 	c := newExecContext("ctx_"+randomHex(8), lang, cwd)
+	c.stateful = req.Stateful
 	if lang == langPython {
 		// Start the kernel now so errors surface here, not on first use.
 		k, err := a.startKernel(r.Context(), cwd)
@@ -262,7 +275,16 @@ func (a *Agent) restartContext(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	// JavaScript and bash keep no state between calls: nothing to restart.
+	if c.stateful {
+		// The next call starts a new Node process, without the variables.
+		c.mu.Lock()
+		r := c.repl
+		c.mu.Unlock()
+		if r != nil {
+			c.dropRepl(r)
+		}
+	}
+	// Other JavaScript and bash contexts keep no state: nothing to restart.
 	a.log.Info("context restarted", "context", c.info.ID)
 	writeJSON(w, http.StatusOK, c.info)
 }

@@ -81,6 +81,10 @@ func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
 		defer func() { <-c.turn }()
 		s := newSink(w, a.cfg.MaxOutputBytes, executeText)
 		defer s.close()
+		if c.stateful {
+			a.executeRepl(ctx, c, req, timeout, s)
+			return
+		}
 		a.executeProcess(ctx, c, req, timeout, s)
 	}
 }

@@ -60,7 +60,8 @@ func writeText(w http.ResponseWriter, status int, msg string) {
 
 // language maps E2B's language names onto the agent's. E2B's
 // code-interpreter also runs R, Java and TypeScript kernels; Lizard's
-// agent has Python contexts and per-call JavaScript and bash.
+// agent has Python contexts, JavaScript (stateful in a context the E2B
+// surface creates, per call otherwise) and per-call bash.
 func language(l string) (string, error) {
 	switch strings.ToLower(strings.TrimSpace(l)) {
 	case "", "python", "python3":
@@ -400,7 +401,9 @@ func (h *Handler) createContext(w http.ResponseWriter, r *http.Request) {
 		cwd = ""
 	}
 	var c api.Context
-	if h.agentJSON(w, r, http.MethodPost, "/contexts", api.CreateContextRequest{Language: lang, Cwd: cwd}, &c) {
+	// E2B's JavaScript kernel keeps its variables: so do its contexts here.
+	creq := api.CreateContextRequest{Language: lang, Cwd: cwd, Stateful: lang == "javascript"}
+	if h.agentJSON(w, r, http.MethodPost, "/contexts", creq, &c) {
 		writeJSON(w, http.StatusOK, c)
 	}
 }

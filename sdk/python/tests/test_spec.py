@@ -77,6 +77,7 @@ OMITTED: Dict[Tuple[str, str], str] = {
     ("Template", "projectId"): "a template is only ever the key's project's: TemplateInfo leaves it out",
     ("ExecuteRequest", "contextId"): "run_code takes context=, a Context or its id",
     ("ExecuteRequest", "bundle"): "the E2B surface's flag (docs/e2b.md): run_code gives the richest MIME per result, as the seed specifies",
+    ("CreateContextRequest", "stateful"): "the E2B surface's flag (docs/e2b.md): a JavaScript context runs per call, as the seed specifies",
     ("ProcessRequest", "args"): "exec takes cmd as a list, [program, *args], or a string run by bash",
     ("ProcessStartRequest", "args"): "start takes cmd as a list, [program, *args], or a string run by bash",
     ("ProcessStartRequest", "pty"): "pty.create(cols, rows, cmd=...) starts a process with a terminal (its input always open), commands.start one without",

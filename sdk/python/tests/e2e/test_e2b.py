@@ -143,6 +143,22 @@ def test_contexts(sandbox: Sandbox) -> None:
     assert sandbox.run_code("echo $((6*7))", language="bash").logs.stdout == ["42\n"]
 
 
+def test_javascript_context(sandbox: Sandbox) -> None:
+    """E2B's JavaScript kernel keeps its variables: so does a JavaScript context here."""
+    js = sandbox.create_code_context(language="javascript")
+    assert js.language == "javascript"
+    assert sandbox.run_code("const a = 20", context=js).results == []
+    ex = sandbox.run_code("a * 2 + 2", context=js)
+    assert ex.error is None and ex.text == "42" and ex.results[0].is_main_result
+    assert sandbox.run_code("await Promise.resolve(5)", context=js).text == "5"
+    ex = sandbox.run_code("console.log('hi', a)", context=js)
+    assert ex.logs.stdout == ["hi 20\n"] and ex.results == []
+    ex = sandbox.run_code("null.x", context=js)
+    assert ex.error is not None and ex.error.name == "TypeError" and "null" in ex.error.value
+    sandbox.restart_code_context(js)
+    assert sandbox.run_code("typeof a", context=js).text == "undefined"
+
+
 def test_info_list_timeout_and_kill() -> None:
     tag = uuid.uuid4().hex[:8]
     sb = Sandbox.create(metadata={"suite": "e2b", "tag": tag}, timeout=120)

@@ -1,0 +1,252 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+// jsReplSource is the harness of a stateful JavaScript context: one Node
+// process per context keeps the context's variables between calls, the
+// last expression's value is a result and top-level await works, as in
+// E2B's JavaScript kernel (the E2B surface creates these contexts; a
+// JavaScript context is otherwise a fresh process per call).
+//
+//go:embed jsrepl.cjs
+var jsReplSource string
+
+// replStartTimeout bounds a Node process's start up to its ready line.
+const replStartTimeout = 30 * time.Second
+
+// replLine is one event line of the harness.
+type replLine struct {
+	T         string `json:"t"` // ready, stdout, stderr, result, error, done
+	Text      string `json:"text"`
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
+}
+
+// jsRepl is the Node process of a stateful JavaScript context.
+type jsRepl struct {
+	cmd    *exec.Cmd
+	calls  *os.File      // the harness's fd 3
+	lines  chan replLine // its fd 4, closed at its end
+	stderr *lockedTail   // what Node itself printed (a crash)
+	exited chan struct{}
+	dead   chan struct{} // closed by stop: nobody reads lines any more
+	once   sync.Once
+}
+
+type lockedTail struct {
+	mu sync.Mutex
+	t  tailBuffer
+}
+
+func (l *lockedTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.t.write(p)
+	return len(p), nil
+}
+
+func (l *lockedTail) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.t.String()
+}
+
+// startRepl starts the Node process of context c, as the code's user in
+// its own process group, and waits for the harness to be ready.
+func (a *Agent) startRepl(ctx context.Context, c *execContext) (*jsRepl, error) {
+	env := a.baseEnv()
+	path, err := lookPath(a.cfg.Node, env)
+	if err != nil {
+		return nil, fmt.Errorf("finding node: %w", err)
+	}
+	callsR, callsW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("starting node: %w", err)
+	}
+	eventsR, eventsW, err := os.Pipe()
+	if err != nil {
+		callsR.Close()
+		callsW.Close()
+		return nil, fmt.Errorf("starting node: %w", err)
+	}
+	r := &jsRepl{
+		calls:  callsW,
+		lines:  make(chan replLine, 64),
+		stderr: &lockedTail{t: tailBuffer{max: stderrTailBytes}},
+		exited: make(chan struct{}),
+		dead:   make(chan struct{}),
+	}
+	r.cmd = exec.Command(path, a.jsRepl)
+	r.cmd.Args[0] = "node"
+	r.cmd.Dir = c.info.Cwd
+	r.cmd.Env = env
+	r.cmd.ExtraFiles = []*os.File{callsR, eventsW}
+	r.cmd.Stderr = r.stderr
+	r.cmd.WaitDelay = waitDelay
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: a.user.cred}
+	err = r.cmd.Start()
+	callsR.Close()
+	eventsW.Close()
+	if err != nil {
+		callsW.Close()
+		eventsR.Close()
+		return nil, fmt.Errorf("starting node: %w", err)
+	}
+	go func() {
+		r.cmd.Wait()
+		close(r.exited)
+	}()
+	go func() {
+		defer close(r.lines)
+		defer eventsR.Close()
+		in := bufio.NewReaderSize(eventsR, 64<<10)
+		for {
+			b, err := in.ReadBytes('\n')
+			if err != nil {
+				return
+			}
+			var l replLine
+			if json.Unmarshal(b, &l) != nil {
+				continue
+			}
+			select {
+			case r.lines <- l:
+			case <-r.dead:
+				return
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, replStartTimeout)
+	defer cancel()
+	select {
+	case l, ok := <-r.lines:
+		if ok && l.T == "ready" {
+			a.log.Info("javascript context started", "context", c.info.ID, "pid", r.cmd.Process.Pid)
+			return r, nil
+		}
+		r.stop()
+		return nil, fmt.Errorf("node ended before it was ready: %s", r.stderr.String())
+	case <-ctx.Done():
+		r.stop()
+		return nil, fmt.Errorf("starting node: %w", ctx.Err())
+	}
+}
+
+// stop kills the process group and waits for the process to be reaped.
+func (r *jsRepl) stop() {
+	r.once.Do(func() { close(r.dead) })
+	if err := syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		r.cmd.Process.Kill()
+	}
+	r.calls.Close()
+	<-r.exited
+}
+
+// executeRepl runs a call in c's Node process, starting it on the first
+// call or after the last one ended. A timeout or a call whose client went
+// away kills the process: a new one, without the variables, serves the
+// next call. The caller holds c.turn.
+func (a *Agent) executeRepl(ctx context.Context, c *execContext, req api.ExecuteRequest, timeout time.Duration, s *sink) {
+	r, err := c.currentRepl()
+	if err != nil {
+		a.endWithError(s, ErrNameStart, err.Error(), "")
+		return
+	}
+	if r == nil {
+		if r, err = a.startRepl(ctx, c); err != nil {
+			if ctx.Err() == nil {
+				a.endWithError(s, ErrNameStart, err.Error(), "")
+			}
+			return
+		}
+		if err := c.setRepl(r); err != nil {
+			r.stop()
+			a.endWithError(s, ErrNameStart, err.Error(), "")
+			return
+		}
+	}
+	call, _ := json.Marshal(map[string]any{"code": req.Code, "envs": req.Envs})
+	if _, err := r.calls.Write(append(call, '\n')); err != nil {
+		c.dropRepl(r)
+		a.endWithError(s, ErrNameExit, "the context's node process has ended; the next call starts a new one", r.stderr.String())
+		return
+	}
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		select {
+		case l, ok := <-r.lines:
+			if !ok {
+				c.dropRepl(r)
+				a.endWithError(s, ErrNameExit, "the context's node process ended during the call (process.exit?); the next call starts a new one, without its variables", r.stderr.String())
+				return
+			}
+			switch l.T {
+			case api.EventStdout, api.EventStderr:
+				s.output(l.T, []byte(l.Text))
+			case "result":
+				s.event(api.ExecuteEvent{Type: api.EventResult, Result: &api.Result{Type: api.ResultTypeResult, Mime: "text/plain", Data: l.Text}})
+			case "error":
+				s.event(api.ExecuteEvent{Type: api.EventError, Error: &api.ExecutionError{Name: l.Name, Message: l.Value, Traceback: l.Traceback}})
+			case "done":
+				s.event(api.ExecuteEvent{Type: api.EventEnd})
+				return
+			}
+		case <-ctx.Done():
+			c.dropRepl(r)
+			return
+		case <-deadline:
+			c.dropRepl(r)
+			a.endWithError(s, ErrNameTimeout, fmt.Sprintf("execution timed out after %v; the context's variables are gone with its node process", timeout), "")
+			return
+		}
+	}
+}
+
+func (c *execContext) currentRepl() (*jsRepl, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errContextClosed
+	}
+	return c.repl, nil
+}
+
+func (c *execContext) setRepl(r *jsRepl) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errContextClosed
+	}
+	c.repl = r
+	return nil
+}
+
+// dropRepl stops r and forgets it if it is still c's.
+func (c *execContext) dropRepl(r *jsRepl) {
+	c.mu.Lock()
+	if c.repl == r {
+		c.repl = nil
+	}
+	c.mu.Unlock()
+	r.stop()
+}

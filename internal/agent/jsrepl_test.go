@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+func TestStatefulJavaScriptContext(t *testing.T) {
+	ta := newTestAgent(t, nil)
+	var js api.Context
+	ta.json(t, "POST", "/contexts", api.CreateContextRequest{Language: "javascript", Stateful: true}, &js, http.StatusCreated)
+	run := func(code string) execution {
+		t.Helper()
+		return ta.execute(t, api.ExecuteRequest{ContextID: js.ID, Code: code, TimeoutMs: i64(10_000)})
+	}
+	steps := []struct {
+		code, result, stdout, errName string
+	}{
+		{code: "let x = 1"},
+		{code: "x + 1", result: "2"},
+		{code: "const a = 20\na * 2 + 2", result: "42"},
+		{code: "await Promise.resolve(5)", result: "5"},
+		{code: "const b = await Promise.resolve(7)\nb * a", result: "140"},
+		{code: "b", result: "7"},
+		{code: "console.log('hi', {a})", stdout: "hi { a: 20 }\n"},
+		{code: "class ParseError extends Error {}\nthrow new ParseError('bad input')", errName: "ParseError"},
+		{code: "x", result: "1"}, // an error keeps the variables
+	}
+	for _, s := range steps {
+		ex := run(s.code)
+		var got string
+		if len(ex.results) == 1 {
+			got = ex.results[0].Data
+		}
+		var errName string
+		if ex.err != nil {
+			errName = ex.err.Name
+		}
+		if got != s.result || ex.stdout != s.stdout || errName != s.errName || !ex.ended || len(ex.results) > 1 {
+			t.Errorf("%q: results %+v stdout %q error %+v ended %v; want result %q stdout %q error %q",
+				s.code, ex.results, ex.stdout, ex.err, ex.ended, s.result, s.stdout, s.errName)
+		}
+	}
+
+	// A timeout ends the process; the next call has a new one.
+	ex := ta.execute(t, api.ExecuteRequest{ContextID: js.ID, Code: "while (true) {}", TimeoutMs: i64(500)})
+	if ex.err == nil || ex.err.Name != ErrNameTimeout {
+		t.Fatalf("endless loop: error %+v, want %s", ex.err, ErrNameTimeout)
+	}
+	if ex := run("typeof x"); len(ex.results) != 1 || ex.results[0].Data != "'undefined'" {
+		t.Errorf("after a timeout: results %+v, want a fresh process", ex.results)
+	}
+	if ex := run("process.exit(3)"); ex.err == nil || ex.err.Name != ErrNameExit || !strings.Contains(ex.err.Message, "ended during the call") {
+		t.Errorf("process.exit: error %+v, want %s", ex.err, ErrNameExit)
+	}
+	if ex := run("1 + 1"); len(ex.results) != 1 || ex.results[0].Data != "2" {
+		t.Errorf("after process.exit: results %+v, want 2", ex.results)
+	}
+
+	ta.json(t, "POST", "/contexts", api.CreateContextRequest{Language: "bash", Stateful: true}, nil, http.StatusBadRequest)
+	ta.json(t, "DELETE", "/contexts/"+js.ID, nil, nil, http.StatusNoContent)
+}
