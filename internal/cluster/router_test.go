@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +19,6 @@ import (
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/node/remote"
 	"github.com/lizard-build/lizard/internal/sandbox"
-	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -29,6 +29,16 @@ const secret = "0123456789abcdef-test-secret"
 type testNode struct {
 	env *nodetest.Env
 	srv *httptest.Server
+
+	mu       sync.Mutex
+	requests map[string]int // path → requests the node's handler got
+}
+
+// Requests is how many requests for path the node's handler got.
+func (n *testNode) Requests(path string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.requests[path]
 }
 
 // newCluster makes nodes named names over one shared store, registered
@@ -57,15 +67,17 @@ func newClusterWith(t *testing.T, mutate func(*node.Quota), names ...string) (*s
 	nodes := map[string]*testNode{}
 	for _, name := range names {
 		env := nodetest.New(t, func(c *node.Config) { c.Store = shared.OnNode(name); c.Now = nil; c.Admission = quota })
-		ctl, err := control.New(control.Config{Node: env.Node, Store: shared, Logger: nodetest.Discard()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		agents := server.New(server.Config{Control: ctl, Keys: remote.Auth{Secret: secret}, Logger: nodetest.Discard()})
-		hcfg := remote.HandlerConfig{Node: env.Node, Secret: secret, Agent: agents, Logger: nodetest.Discard(), DataDir: env.DataDir}
-		srv := httptest.NewServer(remote.Handler(hcfg))
+		tn := &testNode{env: env, requests: map[string]int{}}
+		h := remote.Handler(remote.HandlerConfig{Node: env.Node, Secret: secret, Logger: nodetest.Discard(), DataDir: env.DataDir})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tn.mu.Lock()
+			tn.requests[r.URL.Path]++
+			tn.mu.Unlock()
+			h.ServeHTTP(w, r)
+		}))
+		tn.srv = srv
 		t.Cleanup(srv.Close)
-		nodes[name] = &testNode{env: env, srv: srv}
+		nodes[name] = tn
 		beat(t, shared, name, srv.Listener.Addr().String(), time.Now().Add(time.Minute))
 	}
 	r, err := NewRouter(Config{Store: shared, Secret: secret, Logger: nodetest.Discard(), Refresh: time.Nanosecond})

@@ -153,7 +153,6 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	// The node's own view: its sandboxes, its address slots.
 	st := shared.OnNode(c.Name)
 	forwardingNote(logger, c.policy.Egress)
-	limits, maxLimits := c.policy.limits()
 	mx := metrics.Serve(ctx, c.MetricsListen, logger)
 	var tokenAPI func(string) ([]string, int)
 	if c.SandboxAPIURL != "" {
@@ -171,15 +170,9 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	}
 	defer auditFile.Close()
 	n, pool, rt := parts.node, parts.pool, parts.rt
-	// The API's agent calls are served here by the public API's own proxy
-	// (acquire, resume, abort events), over this node, behind the secret.
-	ctl, err := control.New(control.Config{Node: n, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits,
-		Internet: c.policy.Egress == "internet", DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout})
-	if err != nil {
-		return err
-	}
-	agents := server.New(server.Config{Control: ctl, Keys: remote.Auth{Secret: c.cluster.secret}, Logger: logger, Version: version()})
-	h := remote.Handler(remote.HandlerConfig{Node: n, Secret: c.cluster.secret, Agent: agents, Logger: logger, DataDir: c.DataDir})
+	// The API's agent calls, checked there, reach the agents through the
+	// internal API's node.AgentProxy, behind the secret.
+	h := remote.Handler(remote.HandlerConfig{Node: n, Secret: c.cluster.secret, Logger: logger, DataDir: c.DataDir})
 	n.Subscribe(node.Audit(audit))
 	gauges(mx, st, c.pool.Slots())
 	// This node's volumes first: paused sandboxes that mount them may

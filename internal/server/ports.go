@@ -32,6 +32,7 @@ import (
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/node"
 )
 
 // The names a port's access token travels under.
@@ -224,7 +225,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if cause := stopCause(call.Ctx); cause != nil {
+			if cause := node.StopCause(call.Ctx); cause != nil {
 				s.fail(w, r, cause)
 				return
 			}

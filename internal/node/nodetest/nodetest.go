@@ -52,23 +52,38 @@ func (c *Clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// Agent is a fake lizard-agent: /health answers Health, /ready 204, and
-// /reseed records its requests.
+// Agent is a fake lizard-agent: /health answers Health, /ready 204,
+// /reseed records its requests, and /execute streams a stdout event and
+// the end. It counts the requests to each path (Requests).
 type Agent struct {
 	Srv *httptest.Server
 	// Health is the status /health answers (default 200).
 	Health atomic.Int32
 
-	mu      sync.Mutex
-	reseeds []api.ReseedRequest
+	mu       sync.Mutex
+	reseeds  []api.ReseedRequest
+	requests map[string]int
+}
+
+// Requests is how many requests for path the agent got.
+func (a *Agent) Requests(path string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.requests[path]
 }
 
 // NewAgent starts a fake agent, closed when t ends.
 func NewAgent(t testing.TB) *Agent {
-	a := &Agent{}
+	a := &Agent{requests: map[string]int{}}
 	a.Health.Store(http.StatusOK)
 	a.Srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		a.requests[r.URL.Path]++
+		a.mu.Unlock()
 		switch r.URL.Path {
+		case "/execute":
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			io.WriteString(w, `{"type":"stdout","text":"2\n"}`+"\n"+`{"type":"end"}`+"\n")
 		case "/health":
 			w.WriteHeader(int(a.Health.Load()))
 			io.WriteString(w, `{"status":"ok"}`)

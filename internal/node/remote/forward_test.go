@@ -3,6 +3,7 @@ package remote
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,43 +20,78 @@ import (
 	"github.com/lizard-build/lizard/internal/node"
 )
 
+// agentNode is a node whose one sandbox's agent is agent: its Acquire
+// records the caller it was given and ends the call with whatever cause
+// the test gives end.
+func agentNode(t *testing.T, agent http.Handler) (fn *fakeNode, callers chan auth.Caller, end chan error) {
+	srv := httptest.NewServer(agent)
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	callers, end = make(chan auth.Caller, 10), make(chan error, 1)
+	fn = &fakeNode{acquire: func(ctx context.Context, id string) (node.Call, error) {
+		c, _ := auth.CallerOf(ctx)
+		callers <- c
+		cctx, cancel := context.WithCancelCause(ctx)
+		go func() {
+			select {
+			case err := <-end:
+				cancel(err)
+			case <-cctx.Done():
+			}
+		}()
+		return node.Call{URL: u, Ctx: cctx, Release: func() { cancel(nil) }}, nil
+	}}
+	return fn, callers, end
+}
+
 // TestForwardedCall: an agent call goes to the node with the caller the
-// API checked, streams back line by line, and when the node dies under the
-// stream the call ends saying so.
+// API checked, reaches the agent without the cluster secret, streams back
+// line by line, and ends with the node's abort event when the sandbox
+// stops under it; a node that dies under a stream ends the call saying so.
 func TestForwardedCall(t *testing.T) {
 	lines := make(chan string)
-	agent := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, ok := auth.CallerOf(r.Context())
-		if !ok || r.PathValue("id") != "sb-1" {
-			http.Error(w, "no caller", http.StatusBadRequest)
+	fn, callers, end := agentNode(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/execute" || r.Header.Get("Authorization") != "" {
+			http.Error(w, "want /execute without the secret, got "+r.URL.Path+" "+r.Header.Get("Authorization"), http.StatusBadRequest)
 			return
 		}
 		w.Header().Set("Content-Type", "application/x-ndjson")
-		fmt.Fprintf(w, "{\"caller\":%q}\n", c.ProjectID+"/"+c.KeyID+"/"+c.SandboxID)
 		w.(http.Flusher).Flush()
-		for l := range lines {
-			if l == "die" {
-				panic(http.ErrAbortHandler) // the node's connection breaks
+		for {
+			select {
+			case l := <-lines:
+				fmt.Fprintln(w, l)
+				w.(http.Flusher).Flush()
+			case <-r.Context().Done():
+				return
 			}
-			fmt.Fprintln(w, l)
-			w.(http.Flusher).Flush()
 		}
-	})
-	s := serve(t, &fakeNode{}, agent)
-	ctx := auth.WithCaller(context.Background(), auth.Caller{ProjectID: "p1", KeyID: "k1", SandboxID: "parent"})
-	call, err := s.client.Acquire(ctx, "sb-1")
-	if err != nil {
-		t.Fatal(err)
+	}))
+	s := serve(t, fn)
+	stream := func(t *testing.T) (node.Call, *bufio.Reader) {
+		t.Helper()
+		ctx := auth.WithCaller(context.Background(), auth.Caller{ProjectID: "p1", KeyID: "k1", SandboxID: "parent"})
+		call, err := s.client.Acquire(ctx, "sb-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(call.Release)
+		req, _ := http.NewRequestWithContext(call.Ctx, http.MethodPost, call.URL.String()+"/execute", strings.NewReader(`{"code":"1"}`))
+		resp, err := s.client.Transport().RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			t.Fatalf("forwarded call = %d %s", resp.StatusCode, b)
+		}
+		if c := <-callers; c.ProjectID != "p1" || c.KeyID != "k1" || c.SandboxID != "parent" {
+			t.Errorf("the node acquired the call for %+v; want p1/k1/parent", c)
+		}
+		return call, bufio.NewReader(resp.Body)
 	}
-	defer call.Release()
-	req, _ := http.NewRequestWithContext(call.Ctx, http.MethodPost, call.URL.String()+"/execute", strings.NewReader(`{"code":"1"}`))
-	resp, err := s.client.Transport().RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	r := bufio.NewReader(resp.Body)
-	read := func() string {
+	read := func(t *testing.T, r *bufio.Reader) string {
 		t.Helper()
 		l, err := r.ReadString('\n')
 		if err != nil {
@@ -63,34 +99,50 @@ func TestForwardedCall(t *testing.T) {
 		}
 		return strings.TrimSpace(l)
 	}
-	if got := read(); got != `{"caller":"p1/k1/parent"}` {
-		t.Errorf("the agent saw %s; want the caller p1/k1/parent", got)
-	}
-	// Each line arrives before the next is written: the stream is not
-	// buffered on the way.
-	for _, l := range []string{`{"n":1}`, `{"n":2}`} {
-		lines <- l
-		if got := read(); got != l {
-			t.Errorf("streamed %s; want %s", got, l)
+
+	t.Run("sandbox stops", func(t *testing.T) {
+		_, r := stream(t)
+		// Each line arrives before the next is written: the stream is
+		// not buffered on the way.
+		for _, l := range []string{`{"n":1}`, `{"n":2}`} {
+			lines <- l
+			if got := read(t, r); got != l {
+				t.Errorf("streamed %s; want %s", got, l)
+			}
 		}
-	}
-	lines <- "die"
-	if _, err := io.ReadAll(r); err == nil {
-		t.Error("the stream of a node that died ended cleanly")
-	}
-	cause := context.Cause(call.Ctx)
-	if !errors.Is(cause, errdefs.ErrUnavailable) || !errors.Is(cause, ErrUnreachable) || !strings.Contains(errdefs.Message(cause), "stopped answering") {
-		t.Errorf("the call ended with %v; want ErrUnavailable saying the node stopped answering", cause)
-	}
-	close(lines)
+		end <- &errdefs.Error{Kind: errdefs.ErrGone, Msg: "sandbox sb-1 was killed during the call"}
+		var ev struct {
+			Type  string
+			Abort api.Abort
+		}
+		if err := json.Unmarshal([]byte(read(t, r)), &ev); err != nil || ev.Type != api.EventAbort ||
+			ev.Abort.Status != http.StatusGone || !strings.Contains(ev.Abort.Message, "was killed") {
+			t.Errorf("the stream ended with %+v (%v); want the node's abort event, 410 saying it was killed", ev, err)
+		}
+	})
+
+	t.Run("node dies", func(t *testing.T) {
+		call, r := stream(t)
+		lines <- `{"n":1}`
+		read(t, r)
+		s.srv.CloseClientConnections() // the node's connection breaks
+		if _, err := io.ReadAll(r); err == nil {
+			t.Error("the stream of a node that died ended cleanly")
+		}
+		cause := context.Cause(call.Ctx)
+		if !errors.Is(cause, errdefs.ErrUnavailable) || !errors.Is(cause, ErrUnreachable) || !strings.Contains(errdefs.Message(cause), "stopped answering") {
+			t.Errorf("the call ended with %v; want ErrUnavailable saying the node stopped answering", cause)
+		}
+	})
 }
 
 // TestForwardedCallRefused: a forwarded call the node refuses for the
 // cluster secret ends saying so, never blaming the caller's key.
 func TestForwardedCallRefused(t *testing.T) {
-	s := serve(t, &fakeNode{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	fn, _, _ := agentNode(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Error("a call with the wrong secret reached the agent")
 	}))
+	s := serve(t, fn)
 	bad := NewClient("n1", s.srv.Listener.Addr().String(), NewTransport("another-secret"))
 	call, err := bad.Acquire(auth.WithProjectID(context.Background(), "p1"), "sb-1")
 	if err != nil {
@@ -136,7 +188,7 @@ func TestPorts(t *testing.T) {
 		}
 		return node.Call{URL: portURL, Ctx: ctx, Release: func() { released <- struct{}{} }}, nil
 	}}
-	s := serve(t, fn, nil)
+	s := serve(t, fn)
 
 	do := func(id string, resume bool, path string) (int, string) {
 		t.Helper()

@@ -20,16 +20,15 @@ type HandlerConfig struct {
 	// mints lizardTokens and audits itself.
 	Node   node.Node
 	Secret string
-	// Agent serves the public agent paths of the node's sandboxes to the
-	// API (a server.Server over this node, behind Auth).
-	Agent  http.Handler
 	Logger *slog.Logger
 	// DataDir holds the node's images: RemoveImage refuses paths outside.
 	DataDir string
 }
 
 // Handler returns the node's HTTP handler: GET /v1/health (no secret, for
-// probes), the internal node API, and the forwarded agent paths.
+// probes), the internal node API, and the forwarded agent paths, which
+// node.AgentProxy passes to the agents: the API has checked the caller
+// and that its project owns the sandbox, once; the node does not again.
 func Handler(cfg HandlerConfig) http.Handler {
 	h := &handler{cfg: cfg, log: cfg.Logger}
 	if h.log == nil {
@@ -51,8 +50,9 @@ func Handler(cfg HandlerConfig) http.Handler {
 	mux.HandleFunc("/internal/v1/sandboxes/{id}/ports/{port}/{mode}/{rest...}", h.port)
 	mux.HandleFunc("POST /internal/v1/volumes", h.makeVolume)
 	mux.HandleFunc("DELETE /internal/v1/volumes/{id}", h.removeVolume)
+	agent := node.NewAgentProxy(cfg.Node, h.log)
 	for _, p := range api.AgentPublicPaths {
-		mux.Handle("/v1/sandboxes/{id}"+p, cfg.Agent)
+		mux.Handle("/v1/sandboxes/{id}"+p, agent)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/health" && !validSecret(r, cfg.Secret) {
@@ -74,22 +74,6 @@ func callerContext(r *http.Request) context.Context {
 	}
 	return auth.WithCaller(r.Context(), auth.Caller{ProjectID: project, KeyID: r.Header.Get(HeaderKeyID),
 		SandboxID: r.Header.Get(HeaderCallerSandbox), Remote: r.Header.Get(HeaderRemote)})
-}
-
-// Auth authenticates the API's forwarded agent calls: the cluster secret,
-// and the caller the API checked, named in headers.
-type Auth struct{ Secret string }
-
-// Require implements what server.Config.Keys asks.
-func (a Auth) Require(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		project := r.Header.Get(HeaderProject)
-		if !validSecret(r, a.Secret) || project == "" {
-			auth.Unauthorized(w)
-			return
-		}
-		next.ServeHTTP(w, r.WithContext(callerContext(r)))
-	})
 }
 
 type handler struct {

@@ -36,6 +36,7 @@ type fakeNode struct {
 	makeVolume   func(ctx context.Context, id string, size int64) error
 	removeVolume func(ctx context.Context, id string) error
 	openPort     func(ctx context.Context, id string, port int, resume bool) (node.Call, error)
+	acquire      func(ctx context.Context, id string) (node.Call, error)
 	metrics      func(ctx context.Context, id string) ([]api.SandboxMetric, error)
 }
 
@@ -120,7 +121,6 @@ func (f *fakeNode) OpenPort(ctx context.Context, id string, port int, resume boo
 	return f.openPort(ctx, id, port, resume)
 }
 
-// The handler forwards agent calls to HandlerConfig.Agent, never to these.
 func (f *fakeNode) Metrics(ctx context.Context, id string) ([]api.SandboxMetric, error) {
 	if f.metrics == nil {
 		return nil, errUnexpected
@@ -128,8 +128,11 @@ func (f *fakeNode) Metrics(ctx context.Context, id string) ([]api.SandboxMetric,
 	return f.metrics(ctx, id)
 }
 
-func (f *fakeNode) Acquire(context.Context, string) (node.Call, error) {
-	return node.Call{}, errUnexpected
+func (f *fakeNode) Acquire(ctx context.Context, id string) (node.Call, error) {
+	if f.acquire == nil {
+		return node.Call{}, errUnexpected
+	}
+	return f.acquire(ctx, id)
 }
 func (f *fakeNode) Transport() http.RoundTripper { return http.DefaultTransport }
 func (f *fakeNode) Subscribe(func(node.Event))   {}
@@ -141,15 +144,11 @@ type served struct {
 	dataDir string
 }
 
-// serve serves n, with agent behind Auth for the forwarded agent paths.
-func serve(t *testing.T, n node.Node, agent http.Handler) served {
+// serve serves n.
+func serve(t *testing.T, n node.Node) served {
 	t.Helper()
-	if agent == nil {
-		agent = http.NotFoundHandler()
-	}
 	dir := t.TempDir()
-	srv := httptest.NewServer(Handler(HandlerConfig{Node: n, Secret: testSecret, Agent: Auth{Secret: testSecret}.Require(agent),
-		Logger: discard(), DataDir: dir}))
+	srv := httptest.NewServer(Handler(HandlerConfig{Node: n, Secret: testSecret, Logger: discard(), DataDir: dir}))
 	t.Cleanup(srv.Close)
 	return served{client: NewClient("n1", srv.Listener.Addr().String(), NewTransport(testSecret)), srv: srv, dataDir: dir}
 }
@@ -248,7 +247,7 @@ func TestRoundTrip(t *testing.T) {
 	wantPlan, wantSB := f.plan(t), f.sandbox(t)
 	wantSBs := []store.Sandbox{f.sandbox(t), f.sandbox(t)}
 	fn := &fakeNode{}
-	s := serve(t, fn, nil)
+	s := serve(t, fn)
 	c := s.client
 	ctx := context.Background()
 	checkSB := func(call string, got store.Sandbox, err error) {
@@ -354,7 +353,7 @@ func TestRoundTrip(t *testing.T) {
 // for the API to report its defaults rather than zeros.
 func TestUnrecordedShape(t *testing.T) {
 	sb := store.Sandbox{ID: "sb-1", ProjectID: "p1", State: "running", CreatedAt: time.Unix(1_800_000_000, 0).UTC()}
-	s := serve(t, &fakeNode{pause: func(context.Context, string) (store.Sandbox, error) { return sb, nil }}, nil)
+	s := serve(t, &fakeNode{pause: func(context.Context, string) (store.Sandbox, error) { return sb, nil }})
 	got, err := s.client.Pause(context.Background(), "sb-1")
 	if err != nil || !reflect.DeepEqual(got, sb) {
 		t.Errorf("Pause = %+v, %v; want %+v", got, err, sb)
@@ -363,7 +362,7 @@ func TestUnrecordedShape(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	var fail error
-	s := serve(t, &fakeNode{pause: func(context.Context, string) (store.Sandbox, error) { return store.Sandbox{}, fail }}, nil)
+	s := serve(t, &fakeNode{pause: func(context.Context, string) (store.Sandbox, error) { return store.Sandbox{}, fail }})
 	ctx := context.Background()
 	for _, k := range errdefs.Kinds() {
 		t.Run(k.Wire, func(t *testing.T) {
@@ -452,7 +451,7 @@ func TestMetricsRoundTrip(t *testing.T) {
 		}
 		return want, nil
 	}}
-	got, err := serve(t, fn, nil).client.Metrics(context.Background(), "sb-1")
+	got, err := serve(t, fn).client.Metrics(context.Background(), "sb-1")
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("Metrics = %+v, %v; want %+v", got, err, want)
 	}

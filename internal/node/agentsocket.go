@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func (s *closingSocket) Read(p []byte) (int, error) {
 	if err == nil || s.sawEnd {
 		return n, err
 	}
-	cause := stopCause(s.ctx)
+	cause := StopCause(s.ctx)
 	if cause == nil {
 		cause = waitStopCause(s.ctx, stopWait)
 	}
@@ -50,7 +50,7 @@ func (s *closingSocket) Read(p []byte) (int, error) {
 		return n, err
 	}
 	s.stopped = true
-	status, _, msg := classify(cause)
+	status, _, msg := Classify(cause)
 	var tail bytes.Buffer
 	tail.Write(make([]byte, s.left))
 	tail.Write(closeFrame(socketCloseBase+status, msg))
@@ -63,7 +63,7 @@ func (s *closingSocket) Read(p []byte) (int, error) {
 // the proxy's copy towards the agent does not fail (and close the client's
 // connection) before the close frame has reached the client.
 func (s *closingSocket) Write(p []byte) (int, error) {
-	if s.stopped || stopCause(s.ctx) != nil {
+	if s.stopped || StopCause(s.ctx) != nil {
 		return len(p), nil
 	}
 	return s.ReadWriteCloser.Write(p)

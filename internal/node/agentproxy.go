@@ -1,0 +1,335 @@
+package node
+
+// The agent-call proxy: one call to /v1/sandboxes/{id}/<agent path> passed
+// on to that path of the sandbox's agent, by whoever reaches the agent
+// next — the public API's server on one machine, the API towards the
+// sandbox's node and the node's internal API towards the agent in a
+// cluster. The public concerns (the caller's key, its project owning the
+// sandbox, which paths are public, the socket key) are the server's, done
+// once before the call gets here.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// AgentProxy passes calls to sandboxes' agents. Bodies stream both ways
+// unbuffered: uploads are not bound by a JSON limit, and NDJSON events
+// reach the client as the agent writes them.
+//
+// The outgoing request carries the call's context (Call): a client that
+// disconnects cancels the agent's work, and a sandbox that stops ends the
+// call at once with why. A call that has not answered yet gets the error
+// (410 gone, naming how the sandbox ended); a stream already under way
+// gets one last "abort" event carrying it, so that SDKs raise the same
+// typed error either way; a WebSocket (a process's, /processes/{pid}/ws)
+// gets a close frame carrying it (closingSocket).
+type AgentProxy struct {
+	// Acquire starts the call, resuming a paused sandbox and holding off
+	// a pause until the call has ended: a Node's, or the control plane's,
+	// which checks the caller's project first.
+	Acquire func(ctx context.Context, id string) (Call, error)
+	// Transport carries the call unless the Call names its own.
+	Transport http.RoundTripper
+	// MaxUpload bounds a file upload's body (PUT /files), in bytes; 0: no
+	// bound here. TooLarge is the error for one past it.
+	MaxUpload int64
+	TooLarge  error
+	// Answered, when set, amends the agent's response (the public API's
+	// WebSocket subprotocol).
+	Answered func(r *http.Request, resp *http.Response)
+	// Fail answers a call that failed with err.
+	Fail func(w http.ResponseWriter, r *http.Request, err error)
+	// Unanswered is the error for a call whose agent did not answer or
+	// broke off before its response began (unanswered's).
+	Unanswered func(ctx context.Context, id string) error
+	Log        *slog.Logger
+}
+
+// NewAgentProxy is the proxy of calls to n's sandboxes whose callers have
+// been checked: the node's internal API serves the API's with it.
+func NewAgentProxy(n Node, log *slog.Logger) *AgentProxy {
+	p := &AgentProxy{Acquire: n.Acquire, Transport: n.Transport(), Log: log,
+		Fail: func(w http.ResponseWriter, r *http.Request, err error) {
+			status, code, msg := Classify(err)
+			if status >= 500 {
+				log.Error("agent call failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			json.NewEncoder(w).Encode(api.Error{Code: code, Message: msg})
+		},
+		Unanswered: func(context.Context, string) error { return errAgentUnanswered },
+	}
+	if l, ok := n.(*Local); ok {
+		p.Unanswered = l.unanswered
+	}
+	return p
+}
+
+var errAgentUnanswered = &errdefs.Error{Kind: errdefs.ErrBadGateway,
+	Msg: "the sandbox's agent did not answer; retry shortly, and if it persists kill the sandbox and create a new one"}
+
+// Classify maps an error to its one status, code and client message, by
+// the one table (errdefs.Kinds). Only messages written for the client
+// (errdefs.Error) reach it; every other cause stays in the log.
+func Classify(err error) (status int, code, msg string) {
+	k, msg := errdefs.Classify(err)
+	switch {
+	case msg != "":
+	case k.Err == nil:
+		msg = "internal error; the server log has the details"
+	default:
+		msg = http.StatusText(k.Status)
+	}
+	return k.Status, k.Code, msg
+}
+
+// ServeHTTP passes r, a call to /v1/sandboxes/{id}/<agent path>, on to
+// <agent path> of sandbox id's agent.
+func (p *AgentProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	prefix := "/v1/sandboxes/" + id
+	// A file upload's bound streams: it counts bytes, it does not hold
+	// them.
+	var upload *boundedBody
+	if r.Method == http.MethodPut && strings.TrimPrefix(r.URL.Path, prefix) == "/files" && p.MaxUpload > 0 {
+		if r.ContentLength > p.MaxUpload {
+			p.Fail(w, r, p.TooLarge)
+			return
+		}
+		upload = &boundedBody{ReadCloser: r.Body, left: p.MaxUpload}
+		r.Body = upload
+	}
+	ctx := r.Context()
+	if follows(r) {
+		ctx = Following(ctx)
+	}
+	call, err := p.Acquire(ctx, id)
+	if err != nil {
+		p.Fail(w, r, err)
+		return
+	}
+	defer call.Release()
+	// Without full duplex, net/http consumes what is left of the request
+	// body when the response headers go out; the transport may still be
+	// forwarding that body to the agent, and would then fail the write and
+	// close the agent connection under the streaming response.
+	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+		p.Log.Warn("enabling full duplex for the proxy", "err", err)
+	}
+	transport := call.Transport
+	if transport == nil {
+		transport = p.Transport
+	}
+	target := call.URL
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = target.Scheme
+			pr.Out.URL.Host = target.Host
+			// target.Path is "" for an agent, or the sandbox's path on the
+			// node that runs it (a cluster).
+			pr.Out.URL.Path = target.Path + strings.TrimPrefix(pr.In.URL.Path, prefix)
+			if pr.In.URL.RawPath != "" {
+				pr.Out.URL.RawPath = target.Path + strings.TrimPrefix(pr.In.URL.RawPath, prefix)
+			}
+			pr.Out.Host = target.Host
+			// The agent is not to see the caller's key.
+			pr.Out.Header.Del("Authorization")
+		},
+		Transport:     transport,
+		FlushInterval: -1,
+		ErrorLog:      slog.NewLogLogger(p.Log.Handler(), slog.LevelWarn),
+		ModifyResponse: func(resp *http.Response) error {
+			if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-ndjson") {
+				resp.Body = &abortingBody{ReadCloser: resp.Body, ctx: call.Ctx}
+			}
+			if conn, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+				resp.Body = &closingSocket{ReadWriteCloser: conn, ctx: call.Ctx}
+			}
+			if p.Answered != nil {
+				p.Answered(r, resp)
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			log := p.Log.With("sandbox_id", id, "method", r.Method, "path", r.URL.Path)
+			if cause := StopCause(call.Ctx); cause != nil {
+				log.Info("sandbox stopped during a proxied call", "err", cause)
+				p.Fail(w, r, cause)
+				return
+			}
+			if upload != nil && upload.over {
+				p.Fail(w, r, p.TooLarge)
+				return
+			}
+			if r.Context().Err() != nil {
+				log.Debug("client went away during a proxied request", "err", err)
+				return
+			}
+			log.Warn("agent did not answer", "err", err)
+			p.Fail(w, r, p.Unanswered(r.Context(), id))
+		},
+	}
+	rp.ServeHTTP(w, r.WithContext(call.Ctx))
+}
+
+// follows reports whether r follows a process (its output, its WebSocket,
+// a wait for its end) or watches a directory, which a pause ends rather
+// than waits for (Following).
+func follows(r *http.Request) bool {
+	p := r.Pattern
+	return strings.HasSuffix(p, "/processes/{pid}/output") || strings.HasSuffix(p, "/processes/{pid}/ws") ||
+		strings.HasSuffix(p, "/files/watch") ||
+		(strings.HasSuffix(p, "/processes/{pid}") && r.URL.Query().Get("wait") == "1")
+}
+
+// StopCause is why a call's context ended if its sandbox stopped, or nil.
+func StopCause(ctx context.Context) error {
+	var e *errdefs.Error
+	if cause := context.Cause(ctx); ctx.Err() != nil && errors.As(cause, &e) {
+		return cause
+	}
+	return nil
+}
+
+// agentGoneWait bounds how long unanswered waits for an ending sandbox's
+// state to be recorded.
+const agentGoneWait = 2 * time.Second
+
+// unanswered is the error for a proxied call whose agent did not answer
+// or broke off before its response began. When the sandbox has ended or
+// stopped running meanwhile (killed, expired, failed, paused), that is the
+// answer — 410 naming how it ended, or 409 — not a 502 that tells the
+// client to retry: a sandbox whose timeout passed counts as expired, and
+// one being torn down is given agentGoneWait for its end to be recorded.
+// Only an agent that fails in a sandbox still running is a 502.
+func (n *Local) unanswered(ctx context.Context, id string) error {
+	deadline := time.Now().Add(agentGoneWait)
+	for {
+		sb, err := n.get(ctx, id)
+		switch {
+		case err != nil:
+			return err
+		case !sb.Live():
+			return Gone(sb)
+		case sb.State != api.StateRunning:
+			return &errdefs.Error{Kind: errdefs.ErrConflict, Msg: "sandbox " + id + " is " + sb.State + ", not running; wait until it runs"}
+		}
+		if !time.Now().Before(deadline) {
+			if sb.ExpiresAt != nil && !time.Now().Before(*sb.ExpiresAt) {
+				return &errdefs.Error{Kind: errdefs.ErrGone,
+					Msg: "sandbox " + id + " expired during the call (its timeout passed; extend it with setTimeout next time); create a new sandbox"}
+			}
+			return &errdefs.Error{Kind: errdefs.ErrBadGateway,
+				Msg: "sandbox " + id + "'s agent did not answer; retry shortly, and if it persists kill the sandbox and create a new one"}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// stopWait bounds how long a stream whose agent connection broke waits
+// to learn whether its sandbox has died.
+const stopWait = 2 * time.Second
+
+// waitStopCause waits up to d for ctx to end, and returns why if its
+// sandbox stopped.
+func waitStopCause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return StopCause(ctx)
+}
+
+// abortingBody ends an NDJSON stream cut by its sandbox's end with one
+// more line, {"type":"abort","abort":{"code":...,"message":...}}, instead
+// of a broken connection.
+type abortingBody struct {
+	io.ReadCloser
+	ctx  context.Context
+	tail *strings.Reader
+	// midLine: the last byte passed on was not a newline.
+	midLine bool
+}
+
+func (b *abortingBody) Read(p []byte) (int, error) {
+	if b.tail != nil {
+		return b.tail.Read(p)
+	}
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.midLine = p[n-1] != '\n'
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		return n, err
+	}
+	cause := StopCause(b.ctx)
+	if cause == nil {
+		// The agent's connection broke before the sandbox's end was
+		// noticed (its agent or runtime killed: the node looks at the
+		// sandboxes of calls in flight every 250 ms). Wait a moment for
+		// it, so that the stream of a sandbox that died ends with its
+		// abort event rather than cut.
+		cause = waitStopCause(b.ctx, stopWait)
+	}
+	if cause == nil {
+		return n, err
+	}
+	status, code, msg := Classify(cause)
+	line, _ := json.Marshal(struct {
+		Type  string    `json:"type"`
+		Abort api.Abort `json:"abort"`
+	}{api.EventAbort, api.Abort{Status: status, Code: code, Message: msg}})
+	tail := string(line) + "\n"
+	if b.midLine {
+		// A line cut in the middle is ended first, so the event parses.
+		tail = "\n" + tail
+	}
+	b.tail = strings.NewReader(tail)
+	return n, nil
+}
+
+// boundedBody passes on at most left bytes of an upload, then fails the
+// read (which ends the agent's request) and says so in over.
+type boundedBody struct {
+	io.ReadCloser
+	left int64
+	over bool
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more than the bound tells a file at the bound from
+		// one past it.
+		var one [1]byte
+		n, err := b.ReadCloser.Read(one[:])
+		if n > 0 {
+			b.over = true
+			return 0, errors.New("file upload past its bound")
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
