@@ -27,8 +27,7 @@ import (
 // Config says what the API serves.
 type Config struct {
 	Control *control.Control
-	// Keys authenticates callers: API keys (*auth.Verifier), or on a
-	// cluster node the API's forwarded calls (remote.Auth).
+	// Keys authenticates callers: API keys (*auth.Verifier).
 	Keys interface {
 		Require(next http.Handler) http.Handler
 	}
