@@ -30,7 +30,7 @@ type Call struct {
 	URL *url.URL
 	// Ctx carries the call: it ends when the caller's does, or when the
 	// sandbox stops, with the stop as its cause (context.Cause), an
-	// *Error of kind ErrGone saying why.
+	// *errdefs.Error of kind errdefs.ErrGone saying why.
 	Ctx context.Context
 	// Release ends the call; call it once the response is done.
 	Release func()
