@@ -169,6 +169,20 @@ func TestProcesses(t *testing.T) {
 		if err := term.Resize(ctx, 100, 40); err != nil {
 			t.Fatal(err)
 		}
+		// A resize over the socket has no answer: the agent's record of
+		// the size says it has been applied (frames are handled in order,
+		// but a loaded machine was seen to type before it was).
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			info, err := c.GetProcess(ctx, id, p.Pid)
+			if err == nil && info.Pty != nil && info.Pty.Cols == 100 && info.Pty.Rows == 40 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after a resize to 100x40 over the socket the process says %+v, %v", info, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 		term.Write([]byte("stty size; whoami; echo TERM=$TERM\n"))
 		untilTerminal(t, term, "TERM=xterm-256color")
 		// A second connection replays what the first saw.
