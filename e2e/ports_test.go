@@ -635,7 +635,11 @@ func TestPortsConfined(t *testing.T) {
 		{"0-" + id + "." + domain, []string{"Authorization", auth}, http.StatusBadRequest},
 		{"65536-" + id + "." + domain, []string{"Authorization", auth}, http.StatusBadRequest},
 		{"08003-" + id + "." + domain, []string{"Authorization", auth}, http.StatusBadRequest},
-		{fmt.Sprintf("%d-%s.%s", api.AgentPort, id, domain), []string{"Authorization", auth}, http.StatusNotFound},
+		// The agent's port is never a port of the sandbox: under a ports
+		// domain it is E2B's host form of envd (docs/e2b.md), which takes
+		// its own token or a key in X-API-Key and serves envd's paths only.
+		{fmt.Sprintf("%d-%s.%s", api.AgentPort, id, domain), []string{"Authorization", auth}, http.StatusUnauthorized},
+		{fmt.Sprintf("%d-%s.%s", api.AgentPort, id, domain), []string{"X-API-Key", strings.TrimPrefix(auth, "Bearer ")}, http.StatusNotFound},
 		{strings.ToUpper(host) + ":80", []string{"Authorization", auth}, http.StatusOK},
 	} {
 		resp, body := send(t, "GET", s.url+"/log", "", append([]string{"Host", tc.host}, tc.h...)...)
