@@ -157,6 +157,14 @@ func (p *AgentProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if conn, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
 				resp.Body = &closingSocket{ReadWriteCloser: conn, ctx: call.Ctx}
 			}
+			if r.Method == http.MethodPut && resp.StatusCode >= http.StatusBadRequest {
+				// A refused upload (too large, the disk full) may be
+				// answered before its body has all been sent, and in full
+				// duplex the server closes the connection after the
+				// answer without having said so: the client would reuse
+				// it and see its next request fail with EOF.
+				resp.Header.Set("Connection", "close")
+			}
 			if p.Answered != nil {
 				p.Answered(r, resp)
 			}
@@ -170,6 +178,7 @@ func (p *AgentProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			if upload != nil && upload.over {
+				w.Header().Set("Connection", "close") // as in ModifyResponse
 				p.Fail(w, r, p.TooLarge)
 				return
 			}
