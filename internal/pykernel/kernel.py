@@ -15,6 +15,7 @@
 
 import builtins
 import datetime
+import fcntl
 import getpass
 import importlib
 import json
@@ -22,6 +23,7 @@ import numbers
 import os
 import signal
 import sys
+import termios
 import threading
 import time
 from binascii import b2a_base64
@@ -210,6 +212,25 @@ def _after_fork_in_child():
 def _flush_before_child():
     if not chan.forked:
         chan.flush()
+        _wait_read()
+
+
+def _wait_read(bound=0.2):
+    # A child writes to fds 1 and 2, which the agent reads apart from the
+    # frame pipe: when both have something, it cannot tell which came
+    # first. So the child starts only once the agent has read what was
+    # flushed (FIONREAD on the pipe's write end counts the bytes not read
+    # yet); bounded, for an agent that is slow to read.
+    deadline = time.monotonic() + bound
+    buf = bytearray(4)
+    while time.monotonic() < deadline:
+        try:
+            fcntl.ioctl(chan.fd, termios.FIONREAD, buf)
+        except OSError:
+            return
+        if int.from_bytes(buf, sys.byteorder) == 0:
+            return
+        time.sleep(0.0005)
 
 
 # What the kernel printed goes out before anything a child writes to fds 1
