@@ -36,7 +36,8 @@ RULES = {
     "resumeSandbox": [r" is out of range"],
     "setSandboxTimeout": [r" is out of range"],
     "execute": [r"^language: context \S+ runs \w+, not \w+$"],
-    "createContext": [r"^cwd: "],
+    # stateful is for javascript contexts only (the spec's description of the field says so).
+    "createContext": [r"^cwd: ", r"^stateful: only javascript"],
     "runProcess": [r"^cwd: ", r"^args: the program name args\[0\] is empty$"],
     # The program must exist; the tag's bound is in bytes; the user is root or the sandbox's.
     "startProcess": [r"^cmd: ", r"^cwd: ", r"^args: ", r"^tag: is \d+ bytes", r"^user: "],
