@@ -362,20 +362,33 @@ export class Pty {
     // The key goes as a subprotocol beside "lizard", as a browser's must (it cannot set headers).
     const ws = new Impl(url, ['lizard', `lizard.bearer.${apiKey}`]);
     ws.binaryType = 'arraybuffer';
+    // The agent sends the kept output right after the handshake, and `ws`
+    // may deliver it (on process.nextTick) before the code after the await
+    // below runs: what comes meanwhile is kept for the handle, not lost.
+    const early: Early = { messages: [] };
+    ws.onmessage = (ev) => void early.messages.push(ev);
     await new Promise<void>((resolve, reject) => {
       let failure = '';
-      ws.onopen = () => resolve();
+      let open = false;
+      ws.onopen = () => {
+        open = true;
+        resolve();
+      };
       ws.onerror = (ev) => {
         failure = ev?.message ?? String(ev?.error ?? '');
       };
       ws.onclose = (ev) => {
+        if (open) {
+          early.close = ev;
+          return;
+        }
         // ws names a refused handshake's status ("Unexpected server response: 404"); a browser does not.
         const status = /Unexpected server response: (\d+)/.exec(failure)?.[1];
         if (status) reject(errorFromResponse(Number(status), ''));
         else reject(new LizardConnectionError(`cannot open the terminal's WebSocket at ${apiUrl}: ${failure || `closed with ${ev.code}`}`));
       };
     });
-    return new PtyHandle(this.commands, info, ws, onData);
+    return new PtyHandle(this.commands, info, ws, onData, early);
   }
 
   /** sendInput types into a terminal without attaching to it. */
@@ -392,6 +405,12 @@ export class Pty {
   kill(pid: number): Promise<void> {
     return this.commands.kill(pid, 'KILL');
   }
+}
+
+/** What a terminal's socket delivered before its handle was made. */
+interface Early {
+  messages: { data: unknown }[];
+  close?: { code: number; reason: string };
 }
 
 /** A terminal this client is attached to (pty.create, pty.connect). */
@@ -412,6 +431,7 @@ export class PtyHandle {
     readonly info: ProcessInfo,
     private readonly ws: Socket,
     onData: (data: Uint8Array) => void | Promise<void>,
+    early: Early = { messages: [] },
   ) {
     this.pid = info.pid;
     this.tag = info.tag;
@@ -436,6 +456,8 @@ export class PtyHandle {
       queue = queue.then(() => onData(bytes)).catch(fail);
     };
     ws.onerror = () => {};
+    const onMessage = ws.onmessage;
+    for (const ev of early.messages) onMessage(ev);
     this.closed = new Promise<void>((resolve) => {
       ws.onclose = (ev) => {
         if (!this.disconnected && this.exitCode === undefined) {
@@ -443,6 +465,7 @@ export class PtyHandle {
         }
         queue.then(resolve, resolve);
       };
+      if (early.close) ws.onclose(early.close);
     });
   }
 
