@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -69,24 +68,11 @@ func TestE2BHostForm(t *testing.T) {
 	s := startServer(t, "--ports-domain=e2b.test")
 	c := s.createProject("proj_e2bhost")
 	key := s.keys[c]
+	jsonBody := []string{"Content-Type", "application/json"}
 	post := func(u, body string, h ...string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		for i := 0; i+1 < len(h); i += 2 {
-			if h[i] == "Host" {
-				req.Host = h[i+1]
-				continue
-			}
-			req.Header.Set(h[i], h[i+1])
-		}
-		resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
-		if err != nil {
-			t.Fatalf("POST %s: %v", u, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		resp, b := send(t, http.MethodPost, u, body, append(jsonBody, h...)...)
+		return resp.StatusCode, b
 	}
 	code, body := post(s.url+"/e2b/sandboxes", `{"templateID":"code-interpreter-v1","timeout":120}`, "X-API-Key", key)
 	var sb struct {

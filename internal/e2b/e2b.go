@@ -34,8 +34,8 @@ const (
 
 // Headers E2B's SDKs send on sandbox calls.
 const (
-	headerSandboxID   = "E2b-Sandbox-Id"
-	headerSandboxPort = "E2b-Sandbox-Port"
+	HeaderSandboxID   = "E2b-Sandbox-Id"
+	HeaderSandboxPort = "E2b-Sandbox-Port"
 	headerAccessToken = "X-Access-Token"
 	// The code interpreter's context calls carry only this one (when the
 	// create answered a trafficAccessToken), not X-Access-Token.
@@ -151,8 +151,8 @@ func Target(ctx context.Context) (TargetSandbox, bool) {
 // sandbox routes a call to the sandbox URL by E2b-Sandbox-Port, once the
 // caller has shown the sandbox's access token (or its project's key).
 func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
-	id := r.Header.Get(headerSandboxID)
-	port := r.Header.Get(headerSandboxPort)
+	id := r.Header.Get(HeaderSandboxID)
+	port := r.Header.Get(HeaderSandboxPort)
 	if id == "" || port == "" {
 		writeError(w, http.StatusBadRequest, "calls to the sandbox URL need the headers E2b-Sandbox-Id and E2b-Sandbox-Port, as E2B's SDKs send them when E2B_SANDBOX_URL is set")
 		return

@@ -136,8 +136,8 @@ func (s *Server) hostPorts(next http.Handler) http.Handler {
 // sandbox and port in the headers the SDKs send there.
 func e2bHostCall(r *http.Request, id, port string) *http.Request {
 	r2 := r.Clone(r.Context())
-	r2.Header.Set("E2b-Sandbox-Id", id)
-	r2.Header.Set("E2b-Sandbox-Port", port)
+	r2.Header.Set(e2b.HeaderSandboxID, id)
+	r2.Header.Set(e2b.HeaderSandboxPort, port)
 	r2.URL.Path = "/e2b/sandbox" + r.URL.Path
 	r2.URL.RawPath = ""
 	return r2
