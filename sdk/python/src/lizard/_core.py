@@ -340,10 +340,10 @@ class ProcessAssembler:
 
     def __init__(self) -> None:
         self.ended = False
+        self.exit_code = -1
+        self.error: Optional[str] = None
         self._stdout: List[str] = []
         self._stderr: List[str] = []
-        self._exit_code = -1
-        self._error: Optional[str] = None
 
     def feed(self, event: Mapping[str, Any]) -> Optional[Callback]:
         """Take one event; return the callback it triggers, if any."""
@@ -358,18 +358,22 @@ class ProcessAssembler:
             self.ended = True
             code = event.get("exitCode")
             if isinstance(code, int):
-                self._exit_code = code
+                self.exit_code = code
             if event.get("error"):
-                self._error = str(event["error"])
+                self.error = str(event["error"])
         return None
+
+    def result(self) -> ProcessResult:
+        """The output so far and the exit code (-1 before the end)."""
+        return ProcessResult(
+            stdout="".join(self._stdout), stderr="".join(self._stderr), exit_code=self.exit_code, error=self.error
+        )
 
     def finish(self) -> ProcessResult:
         """Return the ProcessResult; raise SandboxError when the stream had no "end" event."""
         if not self.ended:
             raise SandboxError("process stream ended without an end event (the sandbox may have died)")
-        return ProcessResult(
-            stdout="".join(self._stdout), stderr="".join(self._stderr), exit_code=self._exit_code, error=self._error
-        )
+        return self.result()
 
 
 def fork_body(count: Optional[int], timeout_ms: Optional[int], metadata: Optional[Mapping[str, str]]) -> Dict[str, Any]:
@@ -516,45 +520,23 @@ def stdin_bytes(data: Union[str, bytes, bytearray, memoryview]) -> bytes:
     raise InvalidArgumentError(f"data must be str or bytes, not {type(data).__name__}")
 
 
-class OutputAssembler:
-    """Follows the events of GET /processes/{pid}/output: says which callback each calls, keeps the output
-    and the exit code."""
+class OutputAssembler(ProcessAssembler):
+    """Follows the events of GET /processes/{pid}/output: exec's events, and a terminal's raw bytes and the
+    output a slow reader missed."""
 
     def __init__(self) -> None:
-        self.ended = False
-        self.exit_code = -1
-        self.error: Optional[str] = None
+        super().__init__()
         self.dropped = 0
-        self._stdout: List[str] = []
-        self._stderr: List[str] = []
 
     def feed(self, event: Mapping[str, Any]) -> Optional[Callback]:
         """Take one event; return ("stdout" | "stderr", str) or ("pty", bytes) for a callback, if any."""
         kind = event.get("type")
-        if kind in ("stdout", "stderr"):
-            text = str(event.get("text") or "")
-            (self._stdout if kind == "stdout" else self._stderr).append(text)
-            return (kind, text)
         if kind == "pty":
             return ("pty", base64.b64decode(event.get("data") or ""))
         if kind == "dropped":
             self.dropped += int(event.get("dropped") or 0)
-        if kind == "abort":
-            raise error_from_abort(event.get("abort"))
-        if kind == "end":
-            self.ended = True
-            code = event.get("exitCode")
-            if isinstance(code, int):
-                self.exit_code = code
-            if event.get("error"):
-                self.error = str(event["error"])
-        return None
-
-    def result(self) -> ProcessResult:
-        """The output so far and the exit code (-1 before the end)."""
-        return ProcessResult(
-            stdout="".join(self._stdout), stderr="".join(self._stderr), exit_code=self.exit_code, error=self.error
-        )
+            return None
+        return super().feed(event)
 
 
 def ws_url(api_url: str, path: str) -> str:
