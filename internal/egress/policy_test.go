@@ -1,0 +1,175 @@
+package egress
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+func TestParseRefuses(t *testing.T) {
+	many := make([]string, MaxRules+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("h%d.example.com", i)
+	}
+	cases := []struct {
+		name  string
+		p     Policy
+		field string
+	}{
+		{"bad default", Policy{Default: "maybe"}, "network.default"},
+		{"malformed domain", Policy{Allow: []string{"ok.com", "exa mple.com"}}, "network.allow[1]"},
+		{"label too long", Policy{Allow: []string{strings.Repeat("a", 64) + ".com"}}, "network.allow[0]"},
+		{"hyphen at the edge", Policy{Deny: []string{"-bad.com"}}, "network.deny[0]"},
+		{"wildcard not leftmost", Policy{Allow: []string{"api.*.example.com"}}, "network.allow[0]"},
+		{"wildcard inside a label", Policy{Allow: []string{"*api.example.com"}}, "network.allow[0]"},
+		{"too many rules", Policy{Allow: many}, "network:"},
+		{"bad CIDR", Policy{Allow: []string{"203.0.113.0/33"}}, "network.allow[0]"},
+		{"IPv6", Policy{Deny: []string{"2001:db8::/32"}}, "network.deny[0]"},
+		{"bad rule port", Policy{Allow: []string{"203.0.113.7:99999"}}, "network.allow[0]"},
+		{"bad port", Policy{Ports: []int{443, 0}}, "network.ports[1]"},
+		{"DNS port", Policy{Ports: []int{53}}, "network.ports[0]"},
+		{"header not a token", Policy{Inject: []HeaderRule{{Domain: "api.example.com", Headers: map[string]string{"Bad Header": "x"}}}}, "network.inject[0].headers"},
+		{"template does not parse", Policy{Inject: []HeaderRule{{Domain: "api.example.com", Headers: map[string]string{"Authorization": "Bearer {{ env.X }}"}}}}, "network.inject[0].headers[Authorization]"},
+		{"newline in a header value", Policy{Inject: []HeaderRule{{Domain: "api.example.com", Headers: map[string]string{"X": "a\r\nB: c"}}}}, "network.inject[0].headers[X]"},
+		{"inject domain", Policy{Inject: []HeaderRule{{Domain: "a.*.com", Headers: map[string]string{"X": "y"}}}}, "network.inject[0].domain"},
+		{"inject without headers", Policy{Inject: []HeaderRule{{Domain: "a.com"}}}, "network.inject[0].headers"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(tc.p, "network")
+			if !errors.Is(err, errdefs.ErrInvalid) {
+				t.Fatalf("Parse = %v, want ErrInvalid", err)
+			}
+			if msg := errdefs.Message(err); !strings.HasPrefix(msg, tc.field) {
+				t.Errorf("message %q does not start with the field %q", msg, tc.field)
+			}
+		})
+	}
+}
+
+func TestMatch(t *testing.T) {
+	p, err := Parse(Policy{Default: Deny,
+		Allow: []string{"API.Example.com.", "*.pypi.org", "bücher.example", "203.0.113.0/24", "198.51.100.7:5432"},
+		Deny:  []string{"evil.pypi.org", "203.0.113.66"},
+	}, "network")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(p.Allow, " "), "api.example.com *.pypi.org xn--bcher-kva.example 203.0.113.0/24 198.51.100.7/32:5432"; got != want {
+		t.Errorf("normalized allow = %q, want %q", got, want)
+	}
+	names := []struct {
+		name string
+		want bool
+	}{
+		{"api.example.com", true},
+		{"example.com", false},
+		{"other.example.com", false},
+		{"files.pypi.org", true},
+		{"a.b.pypi.org", true},
+		{"pypi.org", false}, // a wildcard is not its own apex
+		{"evilpypi.org", false},
+		{"evil.pypi.org", false}, // deny wins
+		{"xn--bcher-kva.example", true},
+	}
+	for _, tc := range names {
+		if got := p.AllowName(tc.name); got != tc.want {
+			t.Errorf("AllowName(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// Names as a sandbox sends them are normalized first.
+	for in, want := range map[string]string{"API.EXAMPLE.COM.": "api.example.com", "Bücher.example": "xn--bcher-kva.example"} {
+		if got, err := Name(in); err != nil || got != want {
+			t.Errorf("Name(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := Name("203.0.113.1"); err == nil {
+		t.Error("Name of an IP literal: want an error")
+	}
+	addrs := []struct {
+		addr string
+		port int
+		want bool
+	}{
+		{"203.0.113.9", 22, true},
+		{"203.0.113.66", 22, false},
+		{"198.51.100.7", 5432, true},
+		{"198.51.100.7", 5433, false},
+		{"198.18.0.1", 80, false},
+	}
+	for _, tc := range addrs {
+		if got := p.AllowAddr(netip.MustParseAddr(tc.addr), tc.port); got != tc.want {
+			t.Errorf("AllowAddr(%s, %d) = %v, want %v", tc.addr, tc.port, got, tc.want)
+		}
+	}
+	open, _ := Parse(Policy{Deny: []string{"*.evil.test"}}, "network")
+	if !open.AllowName("anything.test") || open.AllowName("x.evil.test") || !open.AllowAddr(netip.MustParseAddr("198.18.0.1"), 9) {
+		t.Error("default allow: want everything but the deny rules")
+	}
+	if got := open.ProxyPorts(); fmt.Sprint(got) != "[80 443]" {
+		t.Errorf("default ports = %v", got)
+	}
+}
+
+func TestWithinAndTighten(t *testing.T) {
+	bound, _ := Parse(Policy{Default: Deny, Allow: []string{"*.example.com", "pypi.org", "203.0.113.0/24"}, Deny: []string{"bad.example.com"}}, "network")
+	cases := []struct {
+		name  string
+		p     Policy
+		field string // "" when permitted
+	}{
+		{"tighter", Policy{Default: Deny, Allow: []string{"api.example.com", "*.x.example.com", "pypi.org", "203.0.113.8/29"}}, ""},
+		{"default allow is looser", Policy{Default: Allow}, "network.default"},
+		{"name outside", Policy{Default: Deny, Allow: []string{"pypi.org", "github.com"}}, "network.allow[1]"},
+		{"wildcard wider than the bound's", Policy{Default: Deny, Allow: []string{"*.com"}}, "network.allow[0]"},
+		{"prefix wider", Policy{Default: Deny, Allow: []string{"203.0.0.0/16"}}, "network.allow[0]"},
+	}
+	for _, tc := range cases {
+		p, err := Parse(tc.p, "network")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = p.Within(bound, "network")
+		if tc.field == "" && err != nil || tc.field != "" && !strings.HasPrefix(errdefs.Message(err), tc.field) {
+			t.Errorf("%s: Within = %v, want field %q", tc.name, err, tc.field)
+		}
+	}
+	p, _ := Parse(Policy{Default: Deny, Allow: []string{"*.example.com"}}, "network")
+	if got := p.Tighten(bound); got.AllowName("bad.example.com") || !got.AllowName("ok.example.com") {
+		t.Errorf("Tighten: the bound's deny rules must hold: deny = %v", got.Deny)
+	}
+	var none *Policy
+	if err := p.Within(none, "network"); err != nil {
+		t.Errorf("no bound: %v", err)
+	}
+}
+
+func TestTemplates(t *testing.T) {
+	names, err := TemplateSecrets("Bearer {{ secrets.API_KEY }} and {{secrets.other}}")
+	if err != nil || fmt.Sprint(names) != "[API_KEY other]" {
+		t.Fatalf("TemplateSecrets = %v, %v", names, err)
+	}
+	got, err := ExpandTemplate("Bearer {{ secrets.API_KEY }}", func(n string) (string, error) { return "v-" + n, nil })
+	if err != nil || got != "Bearer v-API_KEY" {
+		t.Errorf("ExpandTemplate = %q, %v", got, err)
+	}
+	for _, bad := range []string{"{{ secrets.A-B }}", "{{ secrets }}", "x }}"} {
+		if _, err := TemplateSecrets(bad); err == nil {
+			t.Errorf("TemplateSecrets(%q): want an error", bad)
+		}
+	}
+	p, err := Parse(Policy{Inject: []HeaderRule{{Domain: "*.example.com", Headers: map[string]string{"Authorization": "Bearer {{ secrets.K }}"}}}}, "network")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := p.HeaderRule("api.example.com"); !ok || r.Headers["Authorization"] == "" {
+		t.Errorf("HeaderRule(api.example.com) = %v, %v", r, ok)
+	}
+	if _, ok := p.HeaderRule("example.org"); ok {
+		t.Error("HeaderRule(example.org): want none")
+	}
+}

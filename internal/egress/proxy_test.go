@@ -1,0 +1,356 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// The proxy and the resolver on loopback: the "sandbox" is this test,
+// connecting from 127.0.0.1, the upstreams are servers it starts, and the
+// original destination the redirect would have kept is given by OrigDst.
+type rig struct {
+	table    *Table
+	resolver *Resolver
+	proxy    *Proxy
+	mu       sync.Mutex
+	dst      netip.AddrPort // what OrigDst answers
+}
+
+const sbAddr = "127.0.0.1"
+
+func newRig(t *testing.T, p Policy, records map[string]string, in Interceptor) *rig {
+	t.Helper()
+	pol, err := Parse(p, "network")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{table: &Table{}}
+	r.table.Set(netip.MustParseAddr(sbAddr), Sandbox{ID: "sb1", Project: "p1", Policy: pol})
+	recs := map[string][]netip.Addr{}
+	for k, v := range records {
+		recs[k] = []netip.Addr{netip.MustParseAddr(v)}
+	}
+	r.resolver = &Resolver{Table: r.table, Records: recs, Logger: slog.Default()}
+	if err := r.resolver.Start("127.0.0.1", 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.resolver.Close)
+	r.proxy = &Proxy{Table: r.table, Resolver: r.resolver, Logger: slog.Default(), Interceptor: in,
+		// Loopback stands for the internet here; 10/8 for what it must not reach.
+		Reachable: func(a netip.Addr) bool { return !netip.MustParsePrefix("10.0.0.0/8").Contains(a) },
+		OrigDst: func(net.Conn) (netip.AddrPort, error) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.dst, nil
+		},
+	}
+	if err := r.proxy.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.proxy.Close() })
+	return r
+}
+
+// to says the sandbox's connection was going to addr (a hard-coded
+// address, as far as the proxy cares: it never connects there).
+func (r *rig) to(t *testing.T, u string) {
+	t.Helper()
+	pu, _ := url.Parse(u)
+	r.mu.Lock()
+	r.dst = netip.MustParseAddrPort(pu.Host)
+	r.mu.Unlock()
+}
+
+// get sends a GET with Host host through the proxy.
+func (r *rig) get(t *testing.T, host, rawReq string) (int, string) {
+	t.Helper()
+	c, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", r.proxy.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if rawReq == "" {
+		rawReq = "GET / HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n"
+	}
+	io.WriteString(c, rawReq)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestProxyHTTP(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "upstream saw %s", r.Host)
+	}))
+	defer up.Close()
+	r := newRig(t, Policy{Default: Deny, Allow: []string{"allowed.test", "*.wild.test", "rebind.test"}, Ports: []int{mustPort(up.URL)}},
+		map[string]string{"allowed.test": "127.0.0.1", "a.wild.test": "127.0.0.1", "denied.test": "127.0.0.1", "rebind.test": "10.0.0.1"}, nil)
+	r.to(t, up.URL)
+	cases := []struct {
+		name, host, raw string
+		status          int
+		body            string
+	}{
+		{"allowed name", "allowed.test", "", 200, "upstream saw allowed.test"},
+		{"wildcard", "a.wild.test", "", 200, "upstream saw a.wild.test"},
+		{"denied name", "denied.test", "", 403, "denied by the sandbox's network policy"},
+		{"hard-coded address as Host", "127.0.0.1", "", 403, "is an address"},
+		{"rebinding to a private address", "rebind.test", "", 403, "resolves only to addresses no sandbox may reach"},
+		{"CONNECT", "", "CONNECT denied.test:443 HTTP/1.1\r\nHost: allowed.test\r\n\r\n", 403, "CONNECT is not allowed"},
+		{"absolute URL to another host", "", "GET http://denied.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n", 403, "absolute URL"},
+	}
+	for _, tc := range cases {
+		status, body := r.get(t, tc.host, tc.raw)
+		if status != tc.status || !strings.Contains(body, tc.body) {
+			t.Errorf("%s: got %d %q, want %d %q", tc.name, status, body, tc.status, tc.body)
+		}
+	}
+	// An update applies to the next connection.
+	pol, _ := Parse(Policy{Default: Deny, Ports: []int{mustPort(up.URL)}}, "network")
+	r.table.Update("sb1", pol, false)
+	if status, _ := r.get(t, "allowed.test", ""); status != 403 {
+		t.Errorf("after an update denying it: %d, want 403", status)
+	}
+	// A decision is logged once its connection ends.
+	log := waitLog(t, r.table, len(cases)+1)
+	allowed := 0
+	for _, d := range log {
+		if d.Allowed {
+			allowed++
+			if d.BytesIn == 0 || d.BytesOut == 0 || d.Addr != "127.0.0.1" {
+				t.Errorf("allowed decision without bytes or address: %+v", d)
+			}
+		}
+	}
+	if allowed != 2 {
+		t.Errorf("log has %d allowed decisions, want 2: %+v", allowed, log)
+	}
+}
+
+func TestProxyTLS(t *testing.T) {
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "secure hello")
+	}))
+	defer up.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(up.Certificate())
+	// httptest's certificate is for example.com.
+	r := newRig(t, Policy{Default: Deny, Allow: []string{"example.com"}, Ports: []int{mustPort(up.URL)}},
+		map[string]string{"example.com": "127.0.0.1", "denied.test": "127.0.0.1"}, nil)
+	r.to(t, up.URL)
+	dial := func(sni string) (string, error) {
+		c, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", r.proxy.Port()))
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		tc := tls.Client(c, &tls.Config{ServerName: sni, RootCAs: roots, InsecureSkipVerify: sni == ""})
+		if err := tc.Handshake(); err != nil {
+			return "", err
+		}
+		io.WriteString(tc, "GET / HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			return "", err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		return string(b), nil
+	}
+	if got, err := dial("example.com"); err != nil || got != "secure hello" {
+		t.Errorf("allowed SNI: %q, %v", got, err)
+	}
+	if _, err := dial("denied.test"); err == nil {
+		t.Error("denied SNI: handshake succeeded")
+	}
+	if _, err := dial(""); err == nil {
+		t.Error("no SNI (a bare address): handshake succeeded")
+	}
+}
+
+// interceptor records what it was handed and answers itself.
+type interceptor struct{ got chan InterceptConn }
+
+func (i *interceptor) Intercept(ctx context.Context, c InterceptConn) error {
+	defer c.Conn.Close()
+	req, err := http.ReadRequest(bufio.NewReader(c.Conn))
+	if err != nil {
+		return err
+	}
+	up, err := c.Dial(ctx)
+	if err != nil {
+		return err
+	}
+	up.Close()
+	i.got <- c
+	fmt.Fprintf(c.Conn, "HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\nintercepted")
+	_ = req
+	return nil
+}
+
+func TestProxyInterceptor(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	in := &interceptor{got: make(chan InterceptConn, 1)}
+	r := newRig(t, Policy{Default: Deny, Allow: []string{"api.test", "plain.test"}, Ports: []int{mustPort(up.URL)},
+		Inject: []HeaderRule{{Domain: "api.test", Headers: map[string]string{"Authorization": "Bearer {{ secrets.K }}"}}}},
+		map[string]string{"api.test": "127.0.0.1", "plain.test": "127.0.0.1"}, in)
+	r.to(t, up.URL)
+	if status, body := r.get(t, "api.test", ""); status != 200 || body != "intercepted" {
+		t.Fatalf("inject rule: got %d %q", status, body)
+	}
+	c := <-in.got
+	if c.SandboxID != "sb1" || c.Project != "p1" || c.Name != "api.test" || c.TLS || c.Headers["Authorization"] != "Bearer {{ secrets.K }}" || c.Port != mustPort(up.URL) {
+		t.Errorf("InterceptConn = %+v", c)
+	}
+	if status, _ := r.get(t, "plain.test", ""); status != 200 {
+		t.Errorf("no inject rule: %d, want the upstream's 200", status)
+	}
+	select {
+	case c := <-in.got:
+		t.Errorf("a name without an inject rule was intercepted: %+v", c)
+	default:
+	}
+}
+
+func TestProxyCut(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(c, c) // echo
+		}
+	}()
+	addr := "http://" + ln.Addr().String()
+	r := newRig(t, Policy{Allow: []string{"echo.test"}, Ports: []int{mustPort(addr)}}, map[string]string{"echo.test": "127.0.0.1"}, nil)
+	r.to(t, addr)
+	open := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", r.proxy.Port()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: echo.test\r\n\r\n")
+		br := bufio.NewReader(c)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if l, err := br.ReadString('\n'); err != nil || l != "GET / HTTP/1.1\r\n" {
+			t.Fatalf("echo through the proxy: %q, %v", l, err)
+		}
+		return c, br
+	}
+	c1, br1 := open()
+	defer c1.Close()
+	pol, _ := Parse(Policy{Default: Deny, Ports: []int{mustPort(addr)}}, "network")
+	r.table.Update("sb1", pol, false)
+	io.WriteString(c1, "still here\n")
+	br1.ReadString('\n') // Host line
+	br1.ReadString('\n') // blank line
+	if l, err := br1.ReadString('\n'); err != nil || l != "still here\n" {
+		t.Errorf("an open connection after an update without cut: %q, %v", l, err)
+	}
+	r.table.Update("sb1", pol, true)
+	c1.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(br1); err != nil {
+		t.Errorf("after cut: want the connection closed (EOF), got %v", err)
+	}
+}
+
+func TestResolver(t *testing.T) {
+	r := newRig(t, Policy{Default: Deny, Allow: []string{"allowed.test", "*.wild.test"}},
+		map[string]string{"allowed.test": "203.0.113.10", "x.wild.test": "203.0.113.11", "denied.test": "203.0.113.12"}, nil)
+	server := fmt.Sprintf("127.0.0.1:%d", r.resolver.Port())
+	ask := func(from, net_, name string, qtype uint16) (*dns.Msg, error) {
+		c := &dns.Client{Net: net_, Timeout: 3 * time.Second}
+		if net_ == "tcp" {
+			c.Dialer = &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		} else {
+			c.Dialer = &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(from)}}
+		}
+		m := new(dns.Msg)
+		m.SetQuestion(name, qtype)
+		resp, _, err := c.Exchange(m, server)
+		return resp, err
+	}
+	cases := []struct {
+		from, net, name string
+		qtype           uint16
+		rcode           int
+		answer          string
+	}{
+		{sbAddr, "udp", "allowed.test.", dns.TypeA, dns.RcodeSuccess, "203.0.113.10"},
+		{sbAddr, "tcp", "ALLOWED.test.", dns.TypeA, dns.RcodeSuccess, "203.0.113.10"},
+		{sbAddr, "udp", "x.wild.test.", dns.TypeA, dns.RcodeSuccess, "203.0.113.11"},
+		{sbAddr, "udp", "denied.test.", dns.TypeA, dns.RcodeNameError, ""},
+		{sbAddr, "udp", "allowed.test.", dns.TypeAAAA, dns.RcodeSuccess, ""},
+		{sbAddr, "udp", "nowhere.wild.test.", dns.TypeA, dns.RcodeNameError, ""},
+		{"127.0.0.2", "udp", "allowed.test.", dns.TypeA, dns.RcodeRefused, ""}, // not a sandbox
+	}
+	for _, tc := range cases {
+		resp, err := ask(tc.from, tc.net, tc.name, tc.qtype)
+		if err != nil {
+			t.Errorf("%s %s from %s: %v", tc.name, dns.TypeToString[tc.qtype], tc.from, err)
+			continue
+		}
+		var got string
+		if len(resp.Answer) > 0 {
+			got = resp.Answer[0].(*dns.A).A.String()
+		}
+		if resp.Rcode != tc.rcode || got != tc.answer {
+			t.Errorf("%s %s from %s = %s %q, want %s %q", tc.name, dns.TypeToString[tc.qtype], tc.from,
+				dns.RcodeToString[resp.Rcode], got, dns.RcodeToString[tc.rcode], tc.answer)
+		}
+	}
+	log := r.table.Log("sb1")
+	if len(log) != 6 || log[3].Allowed || log[3].Name != "denied.test" || log[3].Kind != KindDNS {
+		t.Errorf("log = %+v", log)
+	}
+}
+
+func waitLog(t *testing.T, tb *Table, n int) []Decision {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		log := tb.Log("sb1")
+		if len(log) >= n || time.Now().After(deadline) {
+			if len(log) != n {
+				t.Errorf("log has %d decisions, want %d: %+v", len(log), n, log)
+			}
+			return log
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func mustPort(u string) int {
+	pu, _ := url.Parse(u)
+	_, p, _ := net.SplitHostPort(pu.Host)
+	var n int
+	fmt.Sscan(p, &n)
+	return n
+}

@@ -1,0 +1,186 @@
+package egress
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// LogSize bounds each sandbox's decision log: the newest are kept.
+const LogSize = 1000
+
+// Sandbox is what the resolver and the proxy know of a sandbox.
+type Sandbox struct {
+	ID      string
+	Project string
+	Policy  *Policy
+}
+
+// Decision is one egress decision, as counted and logged.
+type Decision struct {
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"` // KindDNS, KindHTTP, KindTLS
+	Name    string    `json:"name,omitempty"`
+	Addr    string    `json:"addr,omitempty"` // the address connected to (or answered)
+	Port    int       `json:"port,omitempty"`
+	Allowed bool      `json:"allowed"`
+	Reason  string    `json:"reason,omitempty"` // why denied
+	// BytesOut and BytesIn are what a connection carried, sandbox to
+	// upstream and back, once it ended.
+	BytesOut int64 `json:"bytesOut,omitempty"`
+	BytesIn  int64 `json:"bytesIn,omitempty"`
+}
+
+// Kinds of decision.
+const (
+	KindDNS  = "dns"
+	KindHTTP = "http"
+	KindTLS  = "tls"
+)
+
+// Table is the node's live view of sandboxes with a policy, keyed by the
+// sandbox's address (what a packet reaching the resolver or the proxy
+// says) and by ID. Its zero value is ready to use. A policy set here is
+// the one the next connection meets: updates take effect at once.
+type Table struct {
+	mu     sync.Mutex
+	byAddr map[netip.Addr]string
+	boxes  map[string]*box
+}
+
+type box struct {
+	Sandbox
+	addr  netip.Addr
+	log   []Decision // ring of LogSize
+	next  int
+	conns map[net.Conn]struct{}
+}
+
+// Set records sandbox sb at guest address addr (a create, restore or
+// resume), keeping its log if it had one.
+func (t *Table) Set(addr netip.Addr, sb Sandbox) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.boxes == nil {
+		t.boxes, t.byAddr = map[string]*box{}, map[netip.Addr]string{}
+	}
+	b := t.boxes[sb.ID]
+	if b == nil {
+		b = &box{conns: map[net.Conn]struct{}{}}
+		t.boxes[sb.ID] = b
+	}
+	if b.addr.IsValid() && t.byAddr[b.addr] == sb.ID {
+		delete(t.byAddr, b.addr)
+	}
+	b.Sandbox, b.addr = sb, addr
+	t.byAddr[addr] = sb.ID
+}
+
+// Unset forgets sandbox id's address (a pause): its log stays.
+func (t *Table) Unset(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b := t.boxes[id]; b != nil {
+		if t.byAddr[b.addr] == id {
+			delete(t.byAddr, b.addr)
+		}
+		b.addr = netip.Addr{}
+	}
+}
+
+// Remove forgets sandbox id and its log (it ended), closing its open
+// connections.
+func (t *Table) Remove(id string) {
+	t.mu.Lock()
+	b := t.boxes[id]
+	if b != nil {
+		if t.byAddr[b.addr] == id {
+			delete(t.byAddr, b.addr)
+		}
+		delete(t.boxes, id)
+	}
+	t.mu.Unlock()
+	if b != nil {
+		for c := range b.conns {
+			c.Close()
+		}
+	}
+}
+
+// ByAddr returns the sandbox at guest address a.
+func (t *Table) ByAddr(a netip.Addr) (Sandbox, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b := t.boxes[t.byAddr[a.Unmap()]]; b != nil && b.addr.IsValid() {
+		return b.Sandbox, true
+	}
+	return Sandbox{}, false
+}
+
+// Update replaces sandbox id's policy; with cut, the connections it has
+// open through the proxy are closed.
+func (t *Table) Update(id string, p *Policy, cut bool) {
+	t.mu.Lock()
+	b := t.boxes[id]
+	var conns []net.Conn
+	if b != nil {
+		b.Policy = p
+		if cut {
+			for c := range b.conns {
+				conns = append(conns, c)
+			}
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// Record appends d to sandbox id's log.
+func (t *Table) Record(id string, d Decision) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.boxes[id]
+	if b == nil {
+		return
+	}
+	if len(b.log) < LogSize {
+		b.log = append(b.log, d)
+		return
+	}
+	b.log[b.next] = d
+	b.next = (b.next + 1) % LogSize
+}
+
+// Log returns sandbox id's decisions, oldest first.
+func (t *Table) Log(id string) []Decision {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.boxes[id]
+	if b == nil {
+		return nil
+	}
+	out := make([]Decision, 0, len(b.log))
+	out = append(out, b.log[b.next:]...)
+	return append(out, b.log[:b.next]...)
+}
+
+// track records c as open for sandbox id (closed by a cut or Remove);
+// the function returned forgets it.
+func (t *Table) track(id string, c net.Conn) func() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.boxes[id]
+	if b == nil {
+		c.Close()
+		return func() {}
+	}
+	b.conns[c] = struct{}{}
+	return func() {
+		t.mu.Lock()
+		delete(b.conns, c)
+		t.mu.Unlock()
+	}
+}
