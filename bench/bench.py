@@ -3,11 +3,15 @@
 Measures, in ONE run on this machine, Lizard through the Python SDK beside its baselines (raw `runsc run`,
 raw `runsc checkpoint`/`restore`, a direct `jupyter_client` round trip to a local ipykernel), prints a
 markdown table of p50/p95 and the ratios to the baselines, and writes the JSON under bench/results/.
+Issue 25's sections come last: a burst of concurrent creates without and with a warm pool, the CPU
+seconds per create→run→kill cycle, and density (idle sandboxes held in steps until memory runs low or
+one stops answering within 1 s).
 
 The machine is shared and noisy: read the ratios (same run, same load), not the milliseconds alone.
 docs/performance.md explains every figure. Run as root from the repository root:
 
     .cache/testvenv/bin/python bench/bench.py [--scale 50] [--sustain 20s] [--warm-pool N]
+    .cache/testvenv/bin/python bench/bench.py --only density,burst,sustain --density-max 50 --burst 10
 
 Everything the bench makes (the server, its sandboxes, raw runsc containers, temp dirs) is removed at the
 end, also when it fails or is interrupted (SIGINT, SIGTERM, SIGHUP).
@@ -206,6 +210,7 @@ class Figure:
 class Results:
     def __init__(self) -> None:
         self.figures: List[Figure] = []
+        self.density: List[Dict[str, Any]] = []  # one row per step of the density section
 
     def add(self, fig: Figure) -> Figure:
         self.figures.append(fig)
@@ -245,6 +250,19 @@ class Results:
                 base = f.baseline
             note = "" if p50 == f.note else f.note
             rows.append(f"| {f.name} | {n} | {p50} | {p95} | {base} | {ratio} | {note} |")
+        return "\n".join(rows)
+
+    def density_table(self) -> str:
+        """The density section's steps, one row each (empty when it did not run)."""
+        if not self.density:
+            return ""
+        rows = ["| idle sandboxes held | started in | creates/s | PSS each (Sentry + gofer) | MemAvailable drop each | MemAvailable left "
+                "| runCode(\"1+1\") p50 / max over all held | answered within 1 s | load average | stopped because |",
+                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+        for d in self.density:
+            rows.append(f"| {d['held']} | {d['startS']:.1f} s | {d['createsPerS']:.2f} | {d['pssMiB']:.1f} ({d['pssRunscMiB']:.1f}) MiB "
+                        f"| {d['dropMiB']:.1f} MiB | {d['availGiB']:.1f} GiB | {d['probeP50Ms']:.1f} / {d['probeMaxMs']:.0f} ms "
+                        f"| {d['answered']}/{d['held']} | {d['load']} | {d.get('stop', '')} |")
         return "\n".join(rows)
 
 
@@ -1022,6 +1040,48 @@ def proc_mem(pids: List[int]) -> tuple:
     return rss, pss
 
 
+def cgroup_pids(sandbox_id: str) -> List[int]:
+    """Every host process of a gVisor sandbox: its memory cgroup's (runsc puts the Sentry, the gofer and
+    the systrap stub processes in /lizard/ID, internal/sandbox/gvisor/spec.go)."""
+    for path in (f"/sys/fs/cgroup/memory/lizard/{sandbox_id}/cgroup.procs", f"/sys/fs/cgroup/lizard/{sandbox_id}/cgroup.procs"):
+        try:
+            return [int(x) for x in Path(path).read_text().split()]
+        except OSError:
+            pass
+    return []
+
+
+_LIBC: Any = None
+
+
+def same_mm(a: int, b: int) -> bool:
+    """Whether processes a and b share one address space (kcmp KCMP_VM). systrap runs each guest address
+    space in several stub processes sharing one mm: their smaps are the same pages, counted once."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC.syscall(312, a, b, 1, 0, 0) == 0  # SYS_kcmp on x86-64, KCMP_VM
+
+
+def sandbox_pss(ids: List[str]) -> tuple:
+    """Summed PSS (bytes) of every host process of the gVisor sandboxes ids, each address space once
+    (with the systrap stubs, which map the guest's memory too), and the number of processes. The
+    "runsc processes" figures count the Sentry and the gofer only (the processes whose command line
+    names the bundle): they miss the stubs' share of the guest's pages."""
+    total, n = 0, 0
+    for sid in ids:
+        spaces: List[int] = []
+        for pid in cgroup_pids(sid):
+            n += 1
+            if any(same_mm(pid, q) for q in spaces):
+                continue
+            spaces.append(pid)
+            total += proc_mem([pid])[1]
+    return total, n
+
+
 def scale(res: Results, srv: Server, n: int) -> None:
     """n sandboxes created at once; time to all answering run_code("1+1"); memory per idle sandbox."""
     from lizard import CodeSandbox
@@ -1065,6 +1125,9 @@ def scale(res: Results, srv: Server, n: int) -> None:
                        unit="MiB"))
         res.add(Figure("scale: memory per idle sandbox, host MemAvailable drop", value=drop / k / 2**20,
                        unit="MiB"))
+        every, procs = sandbox_pss([sb.sandbox_id for sb in sandboxes])
+        res.add(Figure("scale: memory per idle sandbox, PSS of all its processes", value=every / k / 2**20,
+                       unit="MiB", note=f"{procs} processes (Sentry, gofer, systrap stubs), each address space once"))
     finally:
         t1 = time.perf_counter()
         with cf.ThreadPoolExecutor(16) as ex:
@@ -1080,6 +1143,7 @@ def sustained(res: Results, srv: Server, seconds: float, workers: int) -> None:
     cycles: List[float] = []
     errors: List[str] = []
     lock = threading.Lock()
+    box_cpu = [0.0]  # the sandboxes' cgroups, each read just before its kill
 
     def worker() -> None:
         while time.monotonic() < stop_at:
@@ -1087,13 +1151,17 @@ def sustained(res: Results, srv: Server, seconds: float, workers: int) -> None:
             try:
                 with CodeSandbox.create(**srv.sdk(), timeout_ms=600_000) as sb:
                     must_result(sb.run_code("1+1"), "text/plain")
+                    cpu = sandbox_cpu_s(sb.sandbox_id)
                 with lock:
                     cycles.append((time.perf_counter() - t0) * 1000)
+                    box_cpu[0] += cpu
             except Exception as exc:
                 with lock:
                     errors.append(repr(exc))
                 time.sleep(0.5)
 
+    load = loadavg()
+    cpu0 = server_cpu_s(srv)
     t0 = time.perf_counter()
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(workers)]
     for t in threads:
@@ -1101,9 +1169,248 @@ def sustained(res: Results, srv: Server, seconds: float, workers: int) -> None:
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t0
-    note = f"{len(cycles)} cycles in {elapsed:.1f} s, {workers} workers" + (f", {len(errors)} errors" if errors else "")
+    time.sleep(2)  # the kills' background removals
+    cpu = server_cpu_s(srv) - cpu0 + box_cpu[0]
+    note = f"{len(cycles)} cycles in {elapsed:.1f} s, {workers} workers, load {load}" + (
+        f", {len(errors)} errors" if errors else "")
     res.add(Figure("sustained create → runCode → kill", value=len(cycles) / elapsed, unit="sandboxes/s", note=note))
     res.add(Figure("  sustained: one cycle", cycles))
+    res.add(Figure("  sustained: CPU per cycle", value=cpu / max(1, len(cycles)), unit="CPU-s",
+                   note="lizard serve and its runsc children, plus the sandbox's cgroup (read before its kill)"))
+
+
+# --- CPU accounting ----------------------------------------------------------------------------------
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_s(srv: Server) -> float:
+    """CPU seconds of lizard serve itself and of the children it waited for (runsc create, restore,
+    delete...), from /proc/PID/stat: utime + stime + cutime + cstime. The sandboxes' own processes are
+    not its children once their runsc has exited; sandbox_cpu_s counts them."""
+    f = Path(f"/proc/{srv.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in f[11:15]) / CLK_TCK
+
+
+def sandbox_cpu_s(sandbox_id: str) -> float:
+    """CPU seconds of one sandbox so far: its cgroup's (the Sentry, its systrap stubs and the gofer; runsc
+    puts them all in /lizard/ID, internal/sandbox/gvisor/spec.go). 0 once the cgroup is gone."""
+    for path, scale in ((f"/sys/fs/cgroup/cpuacct/lizard/{sandbox_id}/cpuacct.usage", 1e-9),
+                        (f"/sys/fs/cgroup/cpu,cpuacct/lizard/{sandbox_id}/cpuacct.usage", 1e-9)):
+        try:
+            return int(Path(path).read_text()) * scale
+        except OSError:
+            pass
+    try:  # cgroup v2
+        for line in Path(f"/sys/fs/cgroup/lizard/{sandbox_id}/cpu.stat").read_text().splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) * 1e-6
+    except OSError:
+        pass
+    return 0.0
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# --- density and bursts ---------------------------------------------------------------------------------
+
+
+def sdk_http(srv: Server) -> Any:
+    """One connection pool for calls to many sandboxes: holding hundreds of sandboxes must not hold
+    hundreds of pools (and their connections) in the bench."""
+    from lizard._sync import _Http
+
+    return _Http(srv.url, srv.key, 120.0, None)
+
+
+def kill_ids(srv: Server, ids: List[str]) -> None:
+    """Kill sandboxes by id through the API, 16 at a time; a sandbox already gone is fine."""
+    from lizard import CodeSandbox
+
+    http = sdk_http(srv)
+    try:
+        with cf.ThreadPoolExecutor(16) as ex:
+            list(ex.map(lambda i: CodeSandbox(i, _http=http).kill(), list(ids)))
+    finally:
+        http.close()
+
+
+def density(res: Results, srv: Server, steps: List[int], cap: int, margin_gib: float, batch: int) -> None:
+    """Idle interpreter sandboxes held in steps (steps, capped at cap) until host memory runs low
+    (MemAvailable under margin_gib, checked before each batch of creates and projected over the batch), a
+    create fails, or a held sandbox does not answer runCode("1+1") within 1 s. Per step: the sandboxes
+    held, the time to start the step's new ones (batch at a time, each until its first result), PSS of
+    their runsc processes and the drop of MemAvailable, each per sandbox, and one runCode("1+1") to every
+    held sandbox in turn. Everything it started is killed at the end, whatever happened."""
+    from lizard import CodeSandbox
+
+    margin = int(margin_gib * 2**30)
+    time.sleep(3)  # let the previous section's removals settle
+    avail0 = meminfo("MemAvailable")
+    held: List[str] = []
+    lock = threading.Lock()
+    http = sdk_http(srv)
+    done = CLEANUP.push("killing the density section's sandboxes", lambda: (kill_ids(srv, held), http.close()))
+
+    def one() -> None:
+        sb = CodeSandbox.create(**srv.sdk(), timeout_ms=3_600_000)
+        with lock:
+            held.append(sb.sandbox_id)
+        try:
+            must_result(sb.run_code("1+1"), "text/plain")
+        finally:
+            sb.close()
+
+    def probe(sid: str) -> float:
+        t0 = time.perf_counter()
+        run = CodeSandbox(sid, _http=http).run_code("1+1", timeout_ms=10_000)
+        must_result(run, "text/plain")
+        return (time.perf_counter() - t0) * 1000
+
+    targets = sorted({min(s, cap) if cap > 0 else s for s in steps})
+    log(f"density: steps {targets}, stopping under {margin_gib:g} GiB of MemAvailable "
+        f"({avail0 / 2**30:.1f} GiB now), {batch} creates at a time")
+    best = 0
+    stop = ""
+    try:
+        for target in targets:
+            t0 = time.perf_counter()
+            before = len(held)
+            while len(held) < target and not stop:
+                avail = meminfo("MemAvailable")
+                each = (avail0 - avail) / len(held) if held else 150 * 2**20
+                n = min(batch, target - len(held), int((avail - margin) / max(each, 1)))
+                if n <= 0:
+                    stop = f"memory: {avail / 2**30:.1f} GiB available, margin {margin_gib:g} GiB"
+                    break
+                with cf.ThreadPoolExecutor(n) as ex:
+                    for f in [ex.submit(one) for _ in range(n)]:
+                        try:
+                            f.result()
+                        except Exception as exc:
+                            stop = stop or f"a create failed: {exc!r}"[:160]
+            start_s = time.perf_counter() - t0
+            started = len(held) - before
+            if started == 0 and stop:
+                break
+            time.sleep(5)  # into idle
+            pids = srv.runsc_pids()
+            _, pss = proc_mem(pids)
+            every, procs = sandbox_pss(list(held))
+            avail = meminfo("MemAvailable")
+            lat: List[float] = []
+            slow = 0
+            for sid in list(held):
+                try:
+                    ms = probe(sid)
+                except Exception as exc:
+                    log(f"density: {sid} did not answer: {exc!r}")
+                    ms = float("inf")
+                lat.append(ms)
+                slow += ms > 1000
+            row = {"held": len(held), "startS": start_s, "createsPerS": started / start_s if start_s else 0.0,
+                   "pssMiB": every / len(held) / 2**20, "pssRunscMiB": pss / len(held) / 2**20, "dropMiB": (avail0 - avail) / len(held) / 2**20,
+                   "availGiB": avail / 2**30, "probeP50Ms": pct(lat, 50), "probeMaxMs": max(lat),
+                   "answered": len(held) - slow, "load": loadavg(), "processes": procs}
+            if slow:
+                stop = stop or f"{slow} did not answer runCode within 1 s"
+            else:
+                best = len(held)
+            if stop:
+                row["stop"] = stop
+            res.density.append(row)
+            log(f"density: {row}")
+            if stop:
+                break
+        if not stop:
+            stop = f"the last step ({targets[-1]}; --density-max caps it)" if cap > 0 else "the last step"
+        last = res.density[-1] if res.density else None
+        res.add(Figure("density: most idle sandboxes held, every one answering runCode(\"1+1\") within 1 s",
+                       value=best, unit="sandboxes", note=f"stopped at {stop}"[:200]))
+        if last:
+            res.add(Figure(f"density: memory per idle sandbox at {last['held']}, PSS of all its processes",
+                           value=last["pssMiB"], unit="MiB", note=f"Sentry and gofer alone: {last['pssRunscMiB']:.1f} MiB"))
+            res.add(Figure(f"density: memory per idle sandbox at {last['held']}, host MemAvailable drop",
+                           value=last["dropMiB"], unit="MiB"))
+    finally:
+        t1 = time.perf_counter()
+        n = len(held)
+        done()
+        log(f"density: killed {n} sandboxes in {time.perf_counter() - t1:.1f} s")
+
+
+def burst(res: Results, srv: Server, n: int, label: str) -> None:
+    """n concurrent creates, each until its first runCode("1+1") result; the time until all answered,
+    and the CPU seconds it took per create: lizard serve's (with its runsc children) plus each sandbox's
+    cgroup, read before the kill. With a warm pool the restores were done before (and their CPU is in
+    the sandboxes' cgroups); the pool's refill after the burst is not counted."""
+    from lizard import CodeSandbox
+
+    ids: List[str] = []
+    lock = threading.Lock()
+
+    def one() -> float:
+        t0 = time.perf_counter()
+        sb = CodeSandbox.create(**srv.sdk(), timeout_ms=600_000)
+        with lock:
+            ids.append(sb.sandbox_id)
+        try:
+            must_result(sb.run_code("1+1"), "text/plain")
+        finally:
+            sb.close()
+        return (time.perf_counter() - t0) * 1000
+
+    done = CLEANUP.push(f"killing the burst's sandboxes{label}", lambda: kill_ids(srv, ids))
+    lat: List[float] = []
+    errors: List[str] = []
+    try:
+        load = loadavg()
+        cpu0 = server_cpu_s(srv)
+        t0 = time.perf_counter()
+        with cf.ThreadPoolExecutor(n) as ex:
+            for f in cf.as_completed([ex.submit(one) for _ in range(n)]):
+                try:
+                    lat.append(f.result())
+                except Exception as exc:
+                    errors.append(repr(exc))
+        total = time.perf_counter() - t0
+        cpu = server_cpu_s(srv) - cpu0 + sum(sandbox_cpu_s(i) for i in ids)
+        note = f"{len(lat)}/{n} ready, load {load}" + (f"; errors: {errors[0][:80]}" if errors else "")
+        res.add(Figure(f"burst: {n} concurrent creates until all answer runCode{label}", value=total, unit="s",
+                       note=note))
+        res.add(Figure(f"  burst: each create → first result{label}", lat))
+        res.add(Figure(f"  burst: CPU per create → first result{label}", value=cpu / max(1, len(ids)),
+                       unit="CPU-s", note="lizard serve and its runsc children, plus the sandbox's cgroup"))
+    finally:
+        done()
+
+
+def pool_server(bin_dir: Path, cache_dir: str, size: int) -> Server:
+    """A server with --warm-pool size, returned once its pool holds size ready sandboxes (its metrics'
+    lizard_warm_pool_ready)."""
+    import httpx
+
+    port = free_port()
+    srv = Server(bin_dir, cache_dir, ["--warm-pool", str(size), "--metrics-listen", f"127.0.0.1:{port}"],
+                 f"pool{size}")
+    log(f"waiting for a warm pool of {size}")
+    t0 = time.monotonic()
+    while True:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            m = re.search(r'^lizard_warm_pool_ready\{template="interpreter"\} (\S+)', text, re.M)
+            if m and float(m.group(1)) >= size:
+                break
+        except httpx.HTTPError:
+            pass
+        if srv.proc.poll() is not None or time.monotonic() - t0 > 1800:
+            raise RuntimeError(f"the warm pool never held {size}:\n{srv.logs()}")
+        time.sleep(1)
+    log(f"warm pool of {size} ready after {time.monotonic() - t0:.0f} s")
+    time.sleep(5)  # its last restores into idle
+    return srv
 
 
 # --- main ----------------------------------------------------------------------------------------------
@@ -1150,12 +1457,27 @@ def main() -> int:
                     help="QEMU cold boots and template-snapshot creates (default 3; slow under TCG)")
     ap.add_argument("--qemu-code-runs", type=int, default=50, help="QEMU runCode(\"1+1\") calls (default 50)")
     ap.add_argument("--qemu-idle", type=int, default=3, help="idle QEMU VMs for the memory figure (default 3)")
+    ap.add_argument("--only", type=lambda v: set(v.split(",")) - {""}, default=set(),
+                    help="run only these of the density sections, comma-separated: density, burst, sustain "
+                         "(default: the whole bench)")
+    ap.add_argument("--density-steps", type=lambda v: [int(x) for x in v.split(",")], default=[25, 50, 100, 200, 400, 800],
+                    help="idle sandboxes held at each step of the density section (default 25,50,100,200,400,800)")
+    ap.add_argument("--density-max", type=int, default=0,
+                    help="most idle sandboxes the density section holds (default 0: as many as memory allows; "
+                         "-1 skips the section)")
+    ap.add_argument("--density-margin-gib", type=float, default=2.0,
+                    help="the density section stops before MemAvailable falls under this (default 2 GiB)")
+    ap.add_argument("--density-batch", type=int, default=10, help="concurrent creates of the density section (default 10)")
+    ap.add_argument("--burst", type=int, default=50,
+                    help="concurrent creates of the burst rows, without and with a warm pool that size (default 50, 0 skips)")
     ap.add_argument("--address-pool", default=ADDRESS_POOL,
                     help=f"address pool of the bench's servers (default {ADDRESS_POOL})")
     ap.add_argument("--bin-dir", default=str(REPO / "bin"))
     ap.add_argument("--cache-dir", default=os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     a = ap.parse_args()
+    if a.only - {"density", "burst", "sustain"}:
+        ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain'})}")
     globals()["ADDRESS_POOL"] = a.address_pool
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
@@ -1177,60 +1499,62 @@ def main() -> int:
                         key=lambda p: p.stat().st_mtime)[-1]
         raw = RawRunsc(str(bin_dir / "runsc"), str(rootfs))
 
-        log("baseline: raw runsc run /bin/true")
-        res.add(Figure("raw runsc run /bin/true", raw.run_true(a.raw_runs)))
-        res.add(Figure("raw runsc run python -c 'import ipykernel.kernelapp'",
-                       raw.run_kernel_import(max(3, a.raw_runs // 4)), baseline="raw runsc run /bin/true"))
-        log("baseline: raw runsc checkpoint/restore of python with pandas imported")
-        cps, rss, img_mb = raw.checkpoint_restore(a.snapshot_runs)
-        res.add(Figure("raw runsc checkpoint (python+pandas)", cps, note=f"image {img_mb:.0f} MiB"))
-        res.add(Figure("raw runsc restore (python+pandas)", rss))
-        log("baseline: a direct jupyter_client kernel on the host (measured beside runCode, call for call)")
-        direct, direct_at = DirectKernel(), len(res.figures)
+        if not a.only:
+            log("baseline: raw runsc run /bin/true")
+            res.add(Figure("raw runsc run /bin/true", raw.run_true(a.raw_runs)))
+            res.add(Figure("raw runsc run python -c 'import ipykernel.kernelapp'",
+                           raw.run_kernel_import(max(3, a.raw_runs // 4)), baseline="raw runsc run /bin/true"))
+            log("baseline: raw runsc checkpoint/restore of python with pandas imported")
+            cps, rss, img_mb = raw.checkpoint_restore(a.snapshot_runs)
+            res.add(Figure("raw runsc checkpoint (python+pandas)", cps, note=f"image {img_mb:.0f} MiB"))
+            res.add(Figure("raw runsc restore (python+pandas)", rss))
+            log("baseline: a direct jupyter_client kernel on the host (measured beside runCode, call for call)")
+            direct, direct_at = DirectKernel(), len(res.figures)
 
-        # Without the warm pool: the server's own create path (boot, or the template snapshot).
-        srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0"] if has_pool else [], "nopool")
-        warm_up(srv)
-        log("Lizard: create → first result, kill")
-        ids = lizard_lifecycle(res, srv, a.runs, "")
-        lizard_profile(res, srv, ids)
-        log("Lizard: runCode round trips")
-        lizard_code(res, srv, a.code_runs, a.chart_runs, direct, direct_at)
-        direct.close()
-        log("Lizard: pause, resume, snapshot, fork")
-        lizard_pause_fork(res, srv, a.snapshot_runs)
-        lizard_processes(res, srv, a.code_runs)
-        log("Lizard: files (watch events, streamed transfers)")
-        lizard_files(res, srv, a.code_runs)
-        if a.scale > 0:
-            scale(res, srv, a.scale)
-        if a.sustain > 0:
-            log(f"Lizard: sustained create→run→kill for {a.sustain:.0f} s, {a.workers} workers")
-            sustained(res, srv, a.sustain, a.workers)
-        srv.stop()
-
-        # The boot path without the template snapshot: runsc boot, agent, kernel start. Issue 2's
-        # figure, beside raw runsc run in the same run.
-        srv = Server(bin_dir, a.cache_dir, ["--template-snapshot=false", "--warm-pool", "0"], "cold")
-        log("Lizard with --template-snapshot=false (cold boot): create → first result, kill")
-        warm_up(srv)
-        lizard_lifecycle(res, srv, a.runs, " (cold boot)")
-        srv.stop()
-
-        name = f"create → first runCode(\"1+1\") result (warm pool {a.warm_pool})"
-        if has_pool and a.warm_pool > 0:
-            srv = Server(bin_dir, a.cache_dir, ["--warm-pool", str(a.warm_pool)], "pool")
-            time.sleep(max(2.0, a.warm_pool_gap))
-            log(f"Lizard with --warm-pool {a.warm_pool}: create → first result")
+            # Without the warm pool: the server's own create path (boot, or the template snapshot).
+            srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0"] if has_pool else [], "nopool")
             warm_up(srv)
-            lizard_lifecycle(res, srv, a.runs, f" (warm pool {a.warm_pool})", gap=a.warm_pool_gap)
+            log("Lizard: create → first result, kill")
+            ids = lizard_lifecycle(res, srv, a.runs, "")
+            lizard_profile(res, srv, ids)
+            log("Lizard: runCode round trips")
+            lizard_code(res, srv, a.code_runs, a.chart_runs, direct, direct_at)
+            direct.close()
+            log("Lizard: pause, resume, snapshot, fork")
+            lizard_pause_fork(res, srv, a.snapshot_runs)
+            lizard_processes(res, srv, a.code_runs)
+            log("Lizard: files (watch events, streamed transfers)")
+            lizard_files(res, srv, a.code_runs)
+            if a.scale > 0:
+                scale(res, srv, a.scale)
+            if a.sustain > 0:
+                log(f"Lizard: sustained create→run→kill for {a.sustain:.0f} s, {a.workers} workers")
+                sustained(res, srv, a.sustain, a.workers)
             srv.stop()
-        elif has_pool:
-            res.add(Figure(name, note="skipped (--warm-pool 0)"))
-        else:
-            res.add(Figure(name, note="not available (lizard serve has no --warm-pool)"))
-        if a.qemu:
-            qemu_column(res, bin_dir, a.cache_dir, a.qemu_runs, a.qemu_code_runs, a.qemu_idle)
+
+            # The boot path without the template snapshot: runsc boot, agent, kernel start. Issue 2's
+            # figure, beside raw runsc run in the same run.
+            srv = Server(bin_dir, a.cache_dir, ["--template-snapshot=false", "--warm-pool", "0"], "cold")
+            log("Lizard with --template-snapshot=false (cold boot): create → first result, kill")
+            warm_up(srv)
+            lizard_lifecycle(res, srv, a.runs, " (cold boot)")
+            srv.stop()
+
+            name = f"create → first runCode(\"1+1\") result (warm pool {a.warm_pool})"
+            if has_pool and a.warm_pool > 0:
+                srv = Server(bin_dir, a.cache_dir, ["--warm-pool", str(a.warm_pool)], "pool")
+                time.sleep(max(2.0, a.warm_pool_gap))
+                log(f"Lizard with --warm-pool {a.warm_pool}: create → first result")
+                warm_up(srv)
+                lizard_lifecycle(res, srv, a.runs, f" (warm pool {a.warm_pool})", gap=a.warm_pool_gap)
+                srv.stop()
+            elif has_pool:
+                res.add(Figure(name, note="skipped (--warm-pool 0)"))
+            else:
+                res.add(Figure(name, note="not available (lizard serve has no --warm-pool)"))
+            if a.qemu:
+                qemu_column(res, bin_dir, a.cache_dir, a.qemu_runs, a.qemu_code_runs, a.qemu_idle)
+        density_sections(res, a, bin_dir)
     except (Interrupted, KeyboardInterrupt) as exc:
         log(f"interrupted ({exc}); cleaning up")
         CLEANUP.run()
@@ -1246,15 +1570,53 @@ def main() -> int:
           f"{info['memTotalGiB']} GiB, commit {info['commit']}\n")
     print(f"load before: `{info['uptime']}`  \nload after: `{info['uptimeAfter']}`\n")
     print(table)
+    if res.density:
+        print(f"\n### Density (idle interpreter sandboxes held in steps)\n\n{res.density_table()}")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench-{started:%Y%m%d-%H%M%S}.json"
     path.write_text(json.dumps({"started": started.isoformat(), "machine": info,
-                                "flags": {k: v for k, v in vars(a).items()}, "hasWarmPoolFlag": has_pool,
-                                "figures": [f.to_json() for f in res.figures], "table": table},
+                                "flags": {k: sorted(v) if isinstance(v, set) else v for k, v in vars(a).items()}, "hasWarmPoolFlag": has_pool,
+                                "figures": [f.to_json() for f in res.figures], "table": table,
+                                "density": res.density},
                                indent=1, ensure_ascii=False) + "\n")
     print(f"\nresults: {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
     return 0
+
+
+def wait_snapshot(srv: Server, seconds: float = 1800) -> None:
+    """Wait until the server has its template snapshot, so that creates restore (made, or found)."""
+    deadline = time.monotonic() + seconds
+    while not re.search(r'msg="template snapshot (made|found)"', srv.log_path.read_text(errors="replace")):
+        if srv.proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"lizard serve never made its template snapshot:\n{srv.logs()}")
+        time.sleep(0.5)
+
+
+def density_sections(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
+    """Issue 25's figures, each on a server of its own with creates restoring the template snapshot: the
+    burst without a warm pool, the sustained loop's CPU per cycle (with --only sustain; the whole bench
+    measures it on its main server), the density steps, then the burst again with a warm pool of its
+    size. Last in the run: the density section fills the host's memory."""
+    want = (lambda s: s in a.only) if a.only else (lambda s: s != "sustain")
+    if (want("burst") and a.burst > 0) or want("sustain") or (want("density") and a.density_max >= 0):
+        srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0"], "density")
+        wait_snapshot(srv)
+        warm_up(srv)
+        if want("burst") and a.burst > 0:
+            log(f"Lizard: a burst of {a.burst} concurrent creates, no warm pool")
+            burst(res, srv, a.burst, " (no warm pool)")
+        if want("sustain") and a.sustain > 0:
+            log(f"Lizard: sustained create→run→kill for {a.sustain:.0f} s, {a.workers} workers")
+            sustained(res, srv, a.sustain, a.workers)
+        if want("density") and a.density_max >= 0:
+            density(res, srv, a.density_steps, a.density_max, a.density_margin_gib, a.density_batch)
+        srv.stop()
+    if want("burst") and a.burst > 0:
+        srv = pool_server(bin_dir, a.cache_dir, a.burst)
+        log(f"Lizard: a burst of {a.burst} concurrent creates, warm pool {a.burst}")
+        burst(res, srv, a.burst, f" (warm pool {a.burst})")
+        srv.stop()
 
 
 # --- QEMU ------------------------------------------------------------------------------------------------
