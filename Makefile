@@ -11,11 +11,14 @@ TESTVENV := .cache/testvenv
 GO_TEST_FLAGS ?= -count=1 -timeout 45m
 # helm checks the Kubernetes chart (deploy/); built from the Go module proxy into .cache/bin.
 HELM_VERSION := v3.22.0
+# versitygw is the S3-compatible server the image store's tests run against (internal/testenv.S3Server); built
+# from the Go module proxy into .cache/bin like helm.
+VERSITYGW_VERSION := v1.8.0
 SOAK_CYCLES ?= 1000
 
 export CGO_ENABLED := 0
 
-.PHONY: help deps build console runsc qemu template serve test test-go test-python test-typescript test-console test-api testvenv soak helm manifests bench bench-cluster clean
+.PHONY: help deps build console runsc qemu template serve test test-go test-python test-typescript test-console test-api testvenv soak helm versitygw manifests bench bench-cluster clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -92,6 +95,13 @@ helm: ## Build helm $(HELM_VERSION) into .cache/bin for the chart's tests (skipp
 		echo "$(HELM_VERSION)" > .cache/bin/.helm-version; \
 	fi
 
+versitygw: ## Build versitygw $(VERSITYGW_VERSION), the S3 server of the image store's tests, into .cache/bin (skipped when there)
+	@if [ "$$(cat .cache/bin/.versitygw-version 2>/dev/null)" != "$(VERSITYGW_VERSION)" ] || [ ! -x .cache/bin/versitygw ]; then \
+		echo "building versitygw $(VERSITYGW_VERSION) (a few minutes the first time)"; \
+		mkdir -p .cache/bin && GOBIN=$(CURDIR)/.cache/bin timeout 1800 go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION) && \
+		echo "$(VERSITYGW_VERSION)" > .cache/bin/.versitygw-version; \
+	fi
+
 manifests: helm ## Regenerate deploy/manifests/lizard.yaml from the Helm chart (a test checks it is up to date)
 	LIZARD_UPDATE_MANIFESTS=1 go test -count=1 -run '^TestManifestsUpToDate$$' ./deploy
 
@@ -102,7 +112,7 @@ $(TESTVENV)/.ok: sdk/python/pyproject.toml test/requirements.txt
 	$(TESTVENV)/bin/pip install -q -r test/requirements.txt -e './sdk/python[test]'
 	touch $@
 
-test: deps build template testvenv helm qemu ## Run every test: Go (unit with SQLite and PostgreSQL, runtime conformance of gVisor and QEMU, end to end with soak and chaos, the Helm chart), Python SDK, TypeScript SDK, schemathesis on the API, web console in a browser
+test: deps build template testvenv helm versitygw qemu ## Run every test: Go (unit with SQLite and PostgreSQL, runtime conformance of gVisor and QEMU, end to end with soak and chaos, the Helm chart), Python SDK, TypeScript SDK, schemathesis on the API, web console in a browser
 	$(MAKE) test-go test-python test-typescript test-console test-api
 
 test-go: ## Go tests (needs root, bin/, the template, the test venv and make qemu)

@@ -1,0 +1,334 @@
+// Package imagestore keeps checkpoint images (paused sandboxes, snapshots)
+// where they outlive the node that made them (docs/storage.md). An image
+// is a directory of files; the store holds it as one tar stream under a
+// name, checksummed with SHA-256.
+//
+// A Bucket is the backend — a directory (package disk) or S3-compatible
+// object storage (package s3) — and holds plain objects. Store lays images
+// over it so that a half-written upload is never used: the tar goes to a
+// key of its own (name/data-<random>.tar), and only once it is whole is
+// the manifest (name/manifest.json) written, naming that object, its size
+// and its checksum. A reader goes through the manifest, so it sees the
+// previous image or the new one, never a part; and a download whose bytes
+// do not hash to the manifest's checksum is refused with ErrCorrupt.
+package imagestore
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+var (
+	// ErrNotFound: no image (no manifest) under that name.
+	ErrNotFound = errors.New("image not found in the image store")
+	// ErrCorrupt: an image's bytes do not match its manifest (a truncated
+	// or altered object).
+	ErrCorrupt = errors.New("image in the image store is corrupt")
+)
+
+// Bucket is an object store backend. Keys are slash-separated paths
+// relative to the bucket's own prefix.
+type Bucket interface {
+	// Put stores r's bytes, of unknown length, under key, streaming them.
+	Put(ctx context.Context, key string, r io.Reader) error
+	// Get opens key's bytes; ErrNotFound (wrapped) if absent.
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	// Delete removes key; an absent key is not an error.
+	Delete(ctx context.Context, key string) error
+	// List returns the keys under prefix.
+	List(ctx context.Context, prefix string) ([]string, error)
+	// Check tells whether the bucket can be used (it exists, the
+	// credentials are good), naming the setting at fault.
+	Check(ctx context.Context) error
+	// String names the bucket for logs (never its credentials).
+	String() string
+}
+
+// Manifest is an image's commit record.
+type Manifest struct {
+	Object  string    `json:"object"` // key of the tar stream
+	SHA256  string    `json:"sha256"` // hex, of the tar stream
+	Size    int64     `json:"size"`   // bytes of the tar stream
+	Created time.Time `json:"created"`
+}
+
+// Store keeps images in a Bucket.
+type Store struct {
+	b Bucket
+}
+
+// New returns a store over b.
+func New(b Bucket) *Store { return &Store{b: b} }
+
+// Bucket is the store's backend.
+func (s *Store) Bucket() Bucket { return s.b }
+
+func manifestKey(name string) string { return name + "/manifest.json" }
+
+// checkName refuses names that would escape their prefix.
+func checkName(name string) error {
+	if name == "" || path.Clean(name) != name || strings.HasPrefix(name, "/") || strings.HasPrefix(name, "..") || strings.Contains(name, "/../") {
+		return fmt.Errorf("invalid image name %q", name)
+	}
+	return nil
+}
+
+// Put uploads directory dir as image name, replacing what name held once
+// the upload is whole.
+func (s *Store) Put(ctx context.Context, name, dir string) (Manifest, error) {
+	if err := checkName(name); err != nil {
+		return Manifest{}, err
+	}
+	m := Manifest{Object: name + "/data-" + randomID() + ".tar", Created: time.Now().UTC()}
+	pr, pw := io.Pipe()
+	h := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(pw, h)}
+	go func() { pw.CloseWithError(writeTar(cw, dir)) }()
+	err := s.b.Put(ctx, m.Object, pr)
+	pr.CloseWithError(errors.New("upload ended")) // stops the writer if Put returned early
+	if err != nil {
+		s.b.Delete(context.WithoutCancel(ctx), m.Object)
+		return Manifest{}, fmt.Errorf("uploading image %s: %w", name, err)
+	}
+	m.SHA256, m.Size = hex.EncodeToString(h.Sum(nil)), cw.n
+	body, _ := json.Marshal(m)
+	if err := s.b.Put(ctx, manifestKey(name), bytes.NewReader(body)); err != nil {
+		s.b.Delete(context.WithoutCancel(ctx), m.Object)
+		return Manifest{}, fmt.Errorf("publishing image %s: %w", name, err)
+	}
+	// Older versions are unreachable now: remove them (best effort; a
+	// reader that read the old manifest just before fails with
+	// ErrNotFound and reads again).
+	if keys, err := s.b.List(ctx, name+"/data-"); err == nil {
+		for _, k := range keys {
+			if k != m.Object {
+				s.b.Delete(ctx, k)
+			}
+		}
+	}
+	return m, nil
+}
+
+// Stat returns image name's manifest; ErrNotFound if there is none.
+func (s *Store) Stat(ctx context.Context, name string) (Manifest, error) {
+	if err := checkName(name); err != nil {
+		return Manifest{}, err
+	}
+	rc, err := s.b.Get(ctx, manifestKey(name))
+	if err != nil {
+		return Manifest{}, fmt.Errorf("reading the manifest of image %s: %w", name, err)
+	}
+	defer rc.Close()
+	var m Manifest
+	if err := json.NewDecoder(io.LimitReader(rc, 1<<16)).Decode(&m); err != nil {
+		return Manifest{}, fmt.Errorf("reading the manifest of image %s: %w: %v", name, ErrCorrupt, err)
+	}
+	if m.Object == "" || len(m.SHA256) != 64 {
+		return Manifest{}, fmt.Errorf("reading the manifest of image %s: %w: it names no object or checksum", name, ErrCorrupt)
+	}
+	return m, nil
+}
+
+// Get downloads image name into directory dir, which must not exist:
+// the image is unpacked beside it and renamed into place only once its
+// checksum matched, so dir is whole or absent.
+func (s *Store) Get(ctx context.Context, name, dir string) (Manifest, error) {
+	m, err := s.Stat(ctx, name)
+	if err != nil {
+		return m, err
+	}
+	rc, err := s.b.Get(ctx, m.Object)
+	if err != nil {
+		return m, fmt.Errorf("downloading image %s: %w", name, err)
+	}
+	defer rc.Close()
+	tmp := fmt.Sprintf("%s.part-%s", dir, randomID())
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return m, fmt.Errorf("downloading image %s: %w", name, err)
+	}
+	h := sha256.New()
+	cr := &countReader{r: io.TeeReader(rc, h)}
+	err = readTar(cr, tmp)
+	if err == nil {
+		// The tar's end-of-archive blocks may be followed by padding.
+		_, err = io.Copy(io.Discard, cr)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	switch {
+	case ctx.Err() != nil:
+		err = ctx.Err()
+	case err == nil && (cr.n != m.Size || sum != m.SHA256):
+		err = fmt.Errorf("%w: got %d bytes hashing to %s, the manifest says %d bytes hashing to %s", ErrCorrupt, cr.n, sum, m.Size, m.SHA256)
+	case err != nil && !errors.Is(err, ErrCorrupt) && (cr.n != m.Size || sum != m.SHA256):
+		// A broken tar stream is a broken object, unless the
+		// network or the disk said otherwise.
+		err = fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if err == nil {
+		err = os.Rename(tmp, dir)
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return m, fmt.Errorf("downloading image %s: %w", name, err)
+	}
+	return m, nil
+}
+
+// Delete removes image name: its manifest first, so that no reader starts
+// on what goes next.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if err := s.b.Delete(ctx, manifestKey(name)); err != nil {
+		return fmt.Errorf("deleting image %s: %w", name, err)
+	}
+	keys, err := s.b.List(ctx, name+"/")
+	if err != nil {
+		return fmt.Errorf("deleting image %s: %w", name, err)
+	}
+	var errs []error
+	for _, k := range keys {
+		errs = append(errs, s.b.Delete(ctx, k))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("deleting image %s: %w", name, err)
+	}
+	return nil
+}
+
+func randomID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// writeTar writes the regular files, directories and symlinks under dir.
+func writeTar(w io.Writer, dir string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		} else if !fi.Mode().IsRegular() && !fi.IsDir() {
+			return nil // sockets, fifos: nothing a restore reads
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("packing %s: %w", dir, err)
+	}
+	return tw.Close()
+}
+
+// readTar unpacks r into dir, refusing entries that would land outside it.
+func readTar(r io.Reader, dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := path.Clean(hdr.Name)
+		if name == "." || strings.HasPrefix(name, "../") || name == ".." || path.IsAbs(name) {
+			return fmt.Errorf("%w: entry %q leaves the image", ErrCorrupt, hdr.Name)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		mode := fs.FileMode(hdr.Mode).Perm()
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(p, mode|0o700)
+		case tar.TypeSymlink:
+			err = os.Symlink(hdr.Linkname, p)
+		case tar.TypeReg:
+			err = writeFile(p, tr, mode)
+		default:
+			return fmt.Errorf("%w: entry %q is of unknown type %c", ErrCorrupt, hdr.Name, hdr.Typeflag)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func writeFile(p string, r io.Reader, mode fs.FileMode) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, r)
+	return errors.Join(err, f.Close())
+}
