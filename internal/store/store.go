@@ -324,6 +324,20 @@ ALTER TABLE volumes ADD COLUMN node TEXT NOT NULL DEFAULT '';
 	`
 ALTER TABLE api_keys ADD COLUMN expires_at INTEGER;
 `,
+	// Secrets (secrets.go): a project's named values, sealed by package
+	// secrets with the operator's key (key_id names it) before they get
+	// here; the database never holds one in the clear.
+	`
+CREATE TABLE secrets (
+	project_id TEXT NOT NULL REFERENCES projects(id),
+	name       TEXT NOT NULL,
+	key_id     TEXT NOT NULL,
+	sealed     BLOB NOT NULL,
+	created_at INTEGER NOT NULL,
+	updated_at INTEGER NOT NULL,
+	PRIMARY KEY (project_id, name)
+);
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

@@ -1,0 +1,211 @@
+// Package secrets is a project's secret store (docs/secrets.md): named
+// values that code in a sandbox may use but never read. A value is sealed
+// here with the operator's key before the store (package store) records
+// it, is never returned by the API, and is opened only on the node that
+// injects it into a request leaving a sandbox (package inject), at the
+// moment that request goes out.
+//
+// Values are sealed with AES-256-GCM from Go's standard library rather
+// than age (filippo.io/age): the same process seals and opens with one
+// symmetric key, which is exactly an AEAD's job, and it adds no
+// dependency; age's recipients, armour and streaming are for files
+// shared between people. Each value has a fresh random nonce, and its
+// project and name are the additional data, so a sealed value copied to
+// another row (another project's, another name's) does not open.
+package secrets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// MaxValueBytes bounds a secret's value.
+const MaxValueBytes = 64 << 10
+
+// nameRE is a secret's name: an identifier, as a template names it
+// ({{ secrets.NAME }}).
+var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
+// CheckName refuses a name that is not an identifier.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return errdefs.Invalidf("secret name %q: want a letter or '_' then up to 127 letters, digits or '_', such as OPENAI_API_KEY", name)
+	}
+	return nil
+}
+
+// CheckValue refuses a value over MaxValueBytes, or one that no HTTP
+// header could carry (a secret is only ever sent in one): field names
+// the request's field.
+func CheckValue(field, value string) error {
+	switch {
+	case value == "":
+		return errdefs.Invalidf("%s is empty: give the secret's value", field)
+	case len(value) > MaxValueBytes:
+		return errdefs.Invalidf("%s is %d bytes, over the %d bytes (64 KiB) a secret may hold", field, len(value), MaxValueBytes)
+	case strings.ContainsAny(value, "\x00\r\n"):
+		return errdefs.Invalidf("%s holds a NUL, CR or LF, which no HTTP header value may carry (a trailing newline from a file or echo? strip it)", field)
+	}
+	return nil
+}
+
+// Store keeps projects' secrets in the Lizard store, sealed with Key. It
+// is safe for concurrent use.
+type Store struct {
+	Store *store.Store
+	Key   *Key
+	// Audit, when set, records each use of a secret (Open): its name,
+	// never its value.
+	Audit *slog.Logger
+	Now   func() time.Time // default time.Now
+}
+
+// Info is what may be told of a secret: never its value.
+type Info struct {
+	Name      string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+func (s *Store) now() time.Time {
+	if s.Now != nil {
+		return s.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+// errNoKey is the answer of a server that holds no key (a `lizard api`
+// or `lizard node` started without --secrets-key-file).
+var errNoKey = &errdefs.Error{Kind: errdefs.ErrUnavailable,
+	Msg: "this server has no secrets key: its operator must give one (--secrets-key-file or LIZARD_SECRETS_KEY, docs/secrets.md)"}
+
+// Set seals value and records it as projectID's secret name, replacing
+// any value it had.
+func (s *Store) Set(ctx context.Context, projectID, name, value string) (Info, error) {
+	if err := CheckName(name); err != nil {
+		return Info{}, err
+	}
+	if err := CheckValue("value", value); err != nil {
+		return Info{}, err
+	}
+	if s.Key == nil {
+		return Info{}, errNoKey
+	}
+	now := s.now()
+	sealed, err := s.Key.seal([]byte(value), aad(projectID, name))
+	if err != nil {
+		return Info{}, fmt.Errorf("sealing secret %s: %w", name, err)
+	}
+	if err := s.Store.PutSecret(ctx, store.Secret{ProjectID: projectID, Name: name, KeyID: s.Key.ID(), Sealed: sealed,
+		CreatedAt: now, UpdatedAt: now}); err != nil {
+		return Info{}, err
+	}
+	got, err := s.Store.GetSecret(ctx, projectID, name)
+	if err != nil {
+		return Info{}, err
+	}
+	return Info{Name: got.Name, CreatedAt: got.CreatedAt, UpdatedAt: got.UpdatedAt}, nil
+}
+
+// List returns projectID's secrets by name.
+func (s *Store) List(ctx context.Context, projectID string) ([]Info, error) {
+	secs, err := s.Store.ListSecrets(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Info, 0, len(secs))
+	for _, sec := range secs {
+		out = append(out, Info{Name: sec.Name, CreatedAt: sec.CreatedAt, UpdatedAt: sec.UpdatedAt})
+	}
+	return out, nil
+}
+
+// Delete removes projectID's secret name. Requests already sent with it
+// are not recalled; later ones that name it fail.
+func (s *Store) Delete(ctx context.Context, projectID, name string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	err := s.Store.DeleteSecret(ctx, projectID, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound(projectID, name)
+	}
+	return err
+}
+
+func notFound(projectID, name string) error {
+	return &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("secret %s not found in project %s", name, projectID)}
+}
+
+// Ref is a secret named by a request: the field that names it (for the
+// message) and its name.
+type Ref struct {
+	Field string
+	Name  string
+}
+
+// Check refuses the first ref that is not one of projectID's secrets
+// (ErrInvalid naming its field): a policy cannot name a secret its
+// project does not have, another project's included.
+func (s *Store) Check(ctx context.Context, projectID string, refs []Ref) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	secs, err := s.Store.ListSecrets(ctx, projectID)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, sec := range secs {
+		have[sec.Name] = true
+	}
+	for _, r := range refs {
+		if !have[r.Name] {
+			return errdefs.Invalidf("%s names secret %q, which project %s does not have (set it first: lizard secret set %s)", r.Field, r.Name, projectID, r.Name)
+		}
+	}
+	return nil
+}
+
+// Use is who opens a secret, for the audit trail.
+type Use struct {
+	SandboxID string
+	Host      string
+}
+
+// Open returns the value of projectID's secret name, for a request of
+// sandbox u.SandboxID to u.Host, and audits the use. It is the one place
+// a value is opened.
+func (s *Store) Open(ctx context.Context, projectID, name string, u Use) (string, error) {
+	if s.Key == nil {
+		return "", errNoKey
+	}
+	sec, err := s.Store.GetSecret(ctx, projectID, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", notFound(projectID, name)
+	}
+	if err != nil {
+		return "", err
+	}
+	v, err := s.Key.open(sec, aad(projectID, name))
+	if err != nil {
+		return "", err
+	}
+	if s.Audit != nil {
+		s.Audit.Info("secret.use", "project_id", projectID, "secret", name, "sandbox_id", u.SandboxID, "host", u.Host)
+	}
+	return string(v), nil
+}
+
+// aad binds a sealed value to its row.
+func aad(projectID, name string) []byte {
+	return []byte("lizard secret\x00" + projectID + "\x00" + name)
+}

@@ -1,0 +1,205 @@
+package secrets
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+func newStore(t *testing.T) (*Store, *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	for _, p := range []string{"p", "q"} {
+		if err := st.CreateProject(ctx, p, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, err := LoadOrCreateKey(filepath.Join(t.TempDir(), KeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Store{Store: st, Key: k}, st
+}
+
+func TestSetOpen(t *testing.T) {
+	ctx := context.Background()
+	s, st := newStore(t)
+	const value = "sk-live-0123456789"
+	info, err := s.Set(ctx, "p", "TOKEN", value)
+	if err != nil || info.Name != "TOKEN" || info.CreatedAt.IsZero() {
+		t.Fatalf("Set = %+v, %v", info, err)
+	}
+	row, err := st.GetSecret(ctx, "p", "TOKEN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(row.Sealed, []byte(value)) || row.KeyID != s.Key.ID() {
+		t.Errorf("the stored row holds the value in the clear or another key ID: %+v", row)
+	}
+	got, err := s.Open(ctx, "p", "TOKEN", Use{SandboxID: "sb"})
+	if err != nil || got != value {
+		t.Errorf("Open = %q, %v; want %q", got, err, value)
+	}
+	// Another project has no such secret.
+	if _, err := s.Open(ctx, "q", "TOKEN", Use{}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Open of another project's secret: %v; want ErrNotFound", err)
+	}
+	// A sealed value moved to another project's row does not open.
+	row.ProjectID = "q"
+	if err := st.PutSecret(ctx, row); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Open(ctx, "q", "TOKEN", Use{}); err == nil || !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("Open of a sealed value copied to another project = %q, %v; want ErrUnavailable", v, err)
+	}
+	list, err := s.List(ctx, "p")
+	if err != nil || len(list) != 1 || list[0].Name != "TOKEN" {
+		t.Errorf("List = %+v, %v", list, err)
+	}
+	if err := s.Delete(ctx, "p", "TOKEN"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "p", "TOKEN"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Delete again: %v; want ErrNotFound", err)
+	}
+}
+
+func TestWrongKey(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	if _, err := s.Set(ctx, "p", "TOKEN", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	other, err := LoadOrCreateKey(filepath.Join(t.TempDir(), KeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.ID() == s.Key.ID() {
+		t.Fatal("two new keys have one ID")
+	}
+	s2 := &Store{Store: s.Store, Key: other}
+	v, err := s2.Open(ctx, "p", "TOKEN", Use{})
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), s.Key.ID()) || strings.Contains(err.Error(), "v1") {
+		t.Errorf("Open with another key = %q, %v; want ErrUnavailable naming key %s", v, err, s.Key.ID())
+	}
+	// Same ID, other bytes (a forged ID): the tag does not verify.
+	other.id = s.Key.ID()
+	if v, err := s2.Open(ctx, "p", "TOKEN", Use{}); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("Open with other key bytes under the same ID = %q, %v; want ErrUnavailable", v, err)
+	}
+	noKey := &Store{Store: s.Store}
+	if _, err := noKey.Set(ctx, "p", "X", "v"); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("Set without a key: %v; want ErrUnavailable", err)
+	}
+	if _, err := noKey.Open(ctx, "p", "TOKEN", Use{}); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("Open without a key: %v; want ErrUnavailable", err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	for _, tc := range []struct {
+		name, value, want string
+	}{
+		{"1ABC", "v", "secret name"},
+		{"has-dash", "v", "secret name"},
+		{"", "v", "secret name"},
+		{strings.Repeat("A", 129), "v", "secret name"},
+		{"OK", "", "value is empty"},
+		{"OK", strings.Repeat("x", MaxValueBytes+1), "over the 65536 bytes"},
+		{"OK", "line\nbreak", "value holds a NUL, CR or LF"},
+	} {
+		_, err := s.Set(ctx, "p", tc.name, tc.value)
+		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Set(%q, %d bytes) = %v; want ErrInvalid saying %q", tc.name, len(tc.value), err, tc.want)
+		}
+	}
+	if _, err := s.Set(ctx, "p", "MAX", strings.Repeat("x", MaxValueBytes)); err != nil {
+		t.Errorf("Set of exactly 64 KiB: %v", err)
+	}
+	if err := s.Check(ctx, "p", []Ref{{Field: "inject[0].headers.Authorization", Name: "MAX"}}); err != nil {
+		t.Errorf("Check of a secret the project has: %v", err)
+	}
+	err := s.Check(ctx, "q", []Ref{{Field: "inject[0].headers.Authorization", Name: "MAX"}})
+	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "inject[0].headers.Authorization") {
+		t.Errorf("Check of another project's secret = %v; want ErrInvalid naming the field", err)
+	}
+}
+
+func TestKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sub", KeyFile)
+	k1, err := LoadOrCreateKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the key file: %v, %v; want mode 0600", fi, err)
+	}
+	k2, err := LoadOrCreateKey(path)
+	if err != nil || k2.ID() != k1.ID() {
+		t.Errorf("loading the made key again = %v, %v; want ID %s", k2, err, k1.ID())
+	}
+	for _, bad := range []string{"", "short", strings.Repeat("A", 44), "not base64!"} {
+		if _, err := ParseKey(bad); err == nil {
+			t.Errorf("ParseKey(%q) accepted a bad key", bad)
+		}
+	}
+}
+
+func TestTemplate(t *testing.T) {
+	vals := map[string]string{"A": "alpha", "B_2": "beta"}
+	lookup := func(n string) (string, error) {
+		if v, ok := vals[n]; ok {
+			return v, nil
+		}
+		return "", errors.New("no " + n)
+	}
+	for _, tc := range []struct {
+		in, want string
+		refs     []string
+		bad      bool
+	}{
+		{in: "Bearer {{ secrets.A }}", want: "Bearer alpha", refs: []string{"A"}},
+		{in: "{{secrets.A}}:{{  secrets.B_2  }}", want: "alpha:beta", refs: []string{"A", "B_2"}},
+		{in: "plain", want: "plain"},
+		{in: "{{ secrets.A }}{{ secrets.A }}", want: "alphaalpha", refs: []string{"A", "A"}},
+		{in: "{{ env.HOME }}", bad: true},
+		{in: "{{ secrets.A }", bad: true},
+		{in: "x }} y", bad: true},
+		{in: "{{ secrets.1A }}", bad: true},
+	} {
+		refs, err := Refs(tc.in)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("Refs(%q) accepted it", tc.in)
+			}
+			continue
+		}
+		if err != nil || strings.Join(refs, ",") != strings.Join(tc.refs, ",") {
+			t.Errorf("Refs(%q) = %v, %v; want %v", tc.in, refs, err, tc.refs)
+		}
+		got, err := Expand(tc.in, lookup)
+		if err != nil || got != tc.want {
+			t.Errorf("Expand(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	if _, err := Expand("{{ secrets.NONE }}", lookup); err == nil || err.Error() != "no NONE" {
+		t.Errorf("Expand of an unknown name: %v; want lookup's error", err)
+	}
+}

@@ -1,0 +1,96 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Secret is a project's named secret as stored: its value sealed (package
+// secrets encrypts and authenticates it) under the key KeyID names.
+type Secret struct {
+	ProjectID string
+	Name      string
+	KeyID     string
+	Sealed    []byte
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+const secretColumns = `project_id, name, key_id, sealed, created_at, updated_at`
+
+func scanSecret(r scanner) (Secret, error) {
+	var s Secret
+	var created, updated int64
+	if err := r.Scan(&s.ProjectID, &s.Name, &s.KeyID, &s.Sealed, &created, &updated); err != nil {
+		return s, err
+	}
+	s.CreatedAt, s.UpdatedAt = fromMillis(created), fromMillis(updated)
+	return s, nil
+}
+
+// PutSecret records sec, replacing the sealed value of a secret of the
+// same name (which keeps its CreatedAt). One upsert, so that two sets of
+// one name at once leave one of the two values, never an error.
+func (s *Store) PutSecret(ctx context.Context, sec Secret) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO secrets (`+secretColumns+`) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (project_id, name) DO UPDATE SET key_id = excluded.key_id, sealed = excluded.sealed, updated_at = excluded.updated_at`,
+		sec.ProjectID, sec.Name, sec.KeyID, sec.Sealed, toMillis(sec.CreatedAt), toMillis(sec.UpdatedAt))
+	if err != nil {
+		return fmt.Errorf("setting secret %s: %w", sec.Name, err)
+	}
+	return nil
+}
+
+// GetSecret returns projectID's secret called name, or ErrNotFound.
+func (s *Store) GetSecret(ctx context.Context, projectID, name string) (Secret, error) {
+	sec, err := scanSecret(s.db.QueryRowContext(ctx, `SELECT `+secretColumns+` FROM secrets WHERE project_id = ? AND name = ?`, projectID, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return sec, fmt.Errorf("getting secret %s: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return sec, fmt.Errorf("getting secret %s: %w", name, err)
+	}
+	return sec, nil
+}
+
+// ListSecrets returns projectID's secrets by name, without their sealed
+// values: a list never needs them.
+func (s *Store) ListSecrets(ctx context.Context, projectID string) ([]Secret, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT project_id, name, key_id, created_at, updated_at FROM secrets WHERE project_id = ? ORDER BY name`, projectID)
+	if err != nil {
+		return nil, fmt.Errorf("listing secrets: %w", err)
+	}
+	defer rows.Close()
+	var out []Secret
+	for rows.Next() {
+		var sec Secret
+		var created, updated int64
+		if err := rows.Scan(&sec.ProjectID, &sec.Name, &sec.KeyID, &created, &updated); err != nil {
+			return nil, fmt.Errorf("listing secrets: %w", err)
+		}
+		sec.CreatedAt, sec.UpdatedAt = fromMillis(created), fromMillis(updated)
+		out = append(out, sec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing secrets: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteSecret removes projectID's secret called name; ErrNotFound if it
+// has none.
+func (s *Store) DeleteSecret(ctx context.Context, projectID, name string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM secrets WHERE project_id = ? AND name = ?`, projectID, name)
+	if err != nil {
+		return fmt.Errorf("deleting secret %s: %w", name, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("deleting secret %s: %w", name, err)
+	} else if n == 0 {
+		return fmt.Errorf("deleting secret %s: %w", name, ErrNotFound)
+	}
+	return nil
+}
