@@ -119,6 +119,23 @@ type VolumeList struct {
 	Volumes []Volume `json:"volumes"`
 }
 
+// SetSecretRequest is the body of PUT /v1/secrets/{name}.
+type SetSecretRequest struct {
+	Value string `json:"value"`
+}
+
+// Secret is a project's secret as the API tells of it: never its value.
+type Secret struct {
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// SecretList is the body of GET /v1/secrets.
+type SecretList struct {
+	Secrets []Secret `json:"secrets"`
+}
+
 // What OnTimeout may say.
 const (
 	OnTimeoutKill  = "kill"

@@ -28,6 +28,7 @@ import (
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/remote"
+	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -81,6 +82,7 @@ func parseNode(e cli.Env, args []string) (*nodeConfig, error) {
 	fs := cli.NewFlags(e, "node")
 	c := &nodeConfig{}
 	c.serveConfig.register(fs)
+	c.secrets.register(fs, "node")
 	fs.Lookup("listen").DefValue = "127.0.0.1:8081"
 	fs.Set("listen", "127.0.0.1:8081")
 	c.cluster.register(fs)
@@ -219,6 +221,7 @@ type apiConfig struct {
 	MaxVolumeMb int64
 	cluster     clusterFlags
 	policy      policyFlags
+	secrets     secretsFlags
 	level       slog.Level
 }
 
@@ -237,6 +240,7 @@ func parseAPI(e cli.Env, args []string) (*apiConfig, error) {
 	fs.Int64Var(&c.MaxVolumeMb, "max-volume-mb", 10240, "largest persistent volume a project may create (sizeMb), MiB; each lives on one node's disk")
 	c.cluster.register(fs)
 	c.policy.register(fs)
+	c.secrets.register(fs, "api")
 	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
 	}
@@ -297,6 +301,13 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 	// sandboxes of lost nodes) goes to the log, marked, for the cluster's
 	// log collection; sandboxes' and keys' are their nodes' audit.log.
 	audit := logger.With("audit", true)
+	secretsKey, err := c.secrets.key("", false)
+	if err != nil {
+		return err
+	}
+	if secretsKey == nil {
+		logger.Warn("no secrets key (--secrets-key-file or " + secrets.KeyEnv + "): the secrets API answers 503")
+	}
 	limits, maxLimits := c.policy.limits()
 	mx := metrics.Serve(ctx, c.MetricsListen, logger)
 	router, err := cluster.NewRouter(cluster.Config{Store: st, Secret: c.cluster.secret, Logger: logger, Choices: c.Choices})
@@ -328,6 +339,7 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		Console:      console.Handler(), Metrics: mx,
 		PortsDomain: c.PortsDomain,
 		E2B:         &e2b.Config{},
+		Secrets:     secretStore(st, secretsKey),
 		// The MCP tools call this API over loopback with the caller's
 		// key, like any client (internal/mcp's Handler).
 		MCP: mcp.Handler(loopbackURL(ln.Addr()), version(), logger),

@@ -93,6 +93,8 @@ type serveConfig struct {
 	BuildsPerHour float64
 	// policy is untrusted code's limits and network (policyFlags, flags.go).
 	policy policyFlags
+	// secrets is where the secrets key is (secrets.go).
+	secrets secretsFlags
 
 	pool  netns.Pool
 	level slog.Level
@@ -102,6 +104,7 @@ func parseServe(e cli.Env, args []string) (*serveConfig, error) {
 	fs := cli.NewFlags(e, "serve")
 	c := &serveConfig{}
 	c.register(fs)
+	c.secrets.register(fs, "serve")
 	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
 	}
@@ -274,6 +277,12 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	defer auditFile.Close()
+	secretsKey, err := c.secrets.key(c.DataDir, true)
+	if err != nil {
+		return err
+	}
+	secretsStore := secretStore(st, secretsKey)
+	secretsStore.Audit = audit
 	forwardingNote(logger, c.policy.Egress)
 	limits, maxLimits := c.policy.limits()
 	internet := c.policy.Egress == "internet"
@@ -317,6 +326,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		Console:      console.Handler(), Metrics: mx,
 		PortsDomain: c.PortsDomain,
 		E2B:         &e2b.Config{},
+		Secrets:     secretsStore,
 		// The MCP tools call this API over loopback with the caller's
 		// key, like any client (internal/mcp's Handler).
 		MCP: mcp.Handler(loopbackURL(ln.Addr()), version(), logger),

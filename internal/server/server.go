@@ -22,6 +22,7 @@ import (
 	"github.com/lizard-build/lizard/internal/e2b/envd"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
+	"github.com/lizard-build/lizard/internal/secrets"
 )
 
 // Config says what the API serves.
@@ -55,6 +56,9 @@ type Config struct {
 	// MCP, when set, serves the Model Context Protocol at /mcp
 	// (internal/mcp) to callers with an API key.
 	MCP http.Handler
+	// Secrets keeps projects' secrets (/v1/secrets); nil: the calls
+	// answer 503.
+	Secrets *secrets.Store
 }
 
 // Server is the API's http.Handler.
@@ -71,11 +75,12 @@ type Server struct {
 	// E2B's host form of sandbox calls (49983-<id>.D, 49999-<id>.D).
 	e2b     http.Handler
 	maxFile int64
+	secrets *secrets.Store
 }
 
 // New returns the API handler.
 func New(cfg Config) *Server {
-	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain, maxFile: cfg.MaxFileBytes}
+	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain, maxFile: cfg.MaxFileBytes, secrets: cfg.Secrets}
 	// API keys on exposed ports are checked by hand (ports.go); a cluster
 	// node's forwarded calls carry none.
 	s.keys, _ = cfg.Keys.(*auth.Verifier)
@@ -104,6 +109,7 @@ func New(cfg Config) *Server {
 	s.volumeRoutes(mux, authed)
 	s.portRoutes(mux)
 	s.templateRoutes(mux, authed)
+	s.secretRoutes(mux, authed)
 	// Other methods on the server's own paths get a JSON 405, not the
 	// proxy (which would ask the agent for /timeout).
 	for _, p := range []string{"/v1/sandboxes/{id}/timeout", "/v1/sandboxes/{id}/pause", "/v1/sandboxes/{id}/resume", "/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/fork", "/v1/sandboxes/{id}/metrics"} {

@@ -1,0 +1,88 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/secrets"
+)
+
+// secretRoutes registers the project's secrets (docs/secrets.md): write
+// only, so no route returns a value.
+func (s *Server) secretRoutes(mux *http.ServeMux, authed func(http.HandlerFunc) http.Handler) {
+	mux.Handle("GET /v1/secrets", authed(s.listSecrets))
+	mux.Handle("PUT /v1/secrets/{name}", authed(s.setSecret))
+	mux.Handle("DELETE /v1/secrets/{name}", authed(s.deleteSecret))
+}
+
+// errNoSecrets answers on a server built without a secrets store.
+var errNoSecrets = &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this server keeps no secrets"}
+
+func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	name := r.PathValue("name")
+	if err := secrets.CheckName(name); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req api.SetSecretRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		if errors.Is(err, errdefs.ErrTooLarge) {
+			// Whatever its size, an oversized secret is one answer.
+			err = errdefs.Invalidf("value is over %d bytes, the most a secret may hold (64 KiB)", secrets.MaxValueBytes)
+		}
+		s.fail(w, r, err)
+		return
+	}
+	if s.secrets == nil {
+		s.fail(w, r, errNoSecrets)
+		return
+	}
+	info, err := s.secrets.Set(r.Context(), project, name, req.Value)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.audit(r, "secret.set", "secret", name)
+	writeJSON(w, http.StatusOK, secretAPI(info))
+}
+
+func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	if s.secrets == nil {
+		s.fail(w, r, errNoSecrets)
+		return
+	}
+	infos, err := s.secrets.List(r.Context(), project)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	list := api.SecretList{Secrets: []api.Secret{}}
+	for _, i := range infos {
+		list.Secrets = append(list.Secrets, secretAPI(i))
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	name := r.PathValue("name")
+	if s.secrets == nil {
+		s.fail(w, r, errNoSecrets)
+		return
+	}
+	if err := s.secrets.Delete(r.Context(), project, name); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.audit(r, "secret.delete", "secret", name)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func secretAPI(i secrets.Info) api.Secret {
+	return api.Secret{Name: i.Name, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt}
+}
