@@ -53,6 +53,8 @@ RULES = {
     "watchDir": [r"^path: "],
     # The recipe's rules the schemas cannot state (docs/templates.md), each message naming its field.
     "buildTemplate": [r"^recipe\.", r"^name \""],
+    # A value's bound is in bytes, the schema's maxLength would be in characters.
+    "setSecret": [r"^value is \d+ bytes"],
 }
 
 

@@ -33,10 +33,12 @@ export {
   type Result,
   type SandboxInfo,
   type SandboxMetric,
+  type SecretInfo,
   type VolumeInfo,
   type VolumeMount,
 } from './types.js';
 export { Volume, type CreateVolumeOptions } from './volume.js';
+export { Secret } from './secret.js';
 export {
   Template,
   type BuildOptions,

@@ -99,6 +99,14 @@ export interface VolumeInfo {
   createdAt: Date;
 }
 
+/** A secret of the project, without its value (no call returns one). */
+export interface SecretInfo {
+  name: string;
+  createdAt: Date;
+  /** When its value was last set. */
+  updatedAt: Date;
+}
+
 /** One file or directory in a sandbox. */
 export interface EntryInfo {
   name: string;
@@ -194,6 +202,12 @@ export interface WireVolume {
   volumeId: string;
   sizeMb: number;
   createdAt: string;
+}
+
+export interface WireSecret {
+  name: string;
+  createdAt: string;
+  updatedAt: string;
 }
 
 export interface WireEntry {
@@ -319,6 +333,10 @@ export function sandboxInfo(w: WireSandbox): SandboxInfo {
 
 export function volumeInfo(w: WireVolume): VolumeInfo {
   return { name: w.name, volumeId: w.volumeId, sizeMb: w.sizeMb, createdAt: new Date(w.createdAt) };
+}
+
+export function secretInfo(w: WireSecret): SecretInfo {
+  return { name: w.name, createdAt: new Date(w.createdAt), updatedAt: new Date(w.updatedAt) };
 }
 
 export function entryInfo(w: WireEntry): EntryInfo {

@@ -4,11 +4,11 @@
 from explicit arguments, then ``LIZARD_API_URL`` and ``LIZARD_API_KEY``.
 """
 
-from ._async import AsyncCodeSandbox, AsyncFiles, AsyncProcess, AsyncTemplate, AsyncVolume, AsyncWatchHandle
+from ._async import AsyncCodeSandbox, AsyncFiles, AsyncProcess, AsyncSecret, AsyncTemplate, AsyncVolume, AsyncWatchHandle
 from ._async_commands import AsyncCommandHandle, AsyncCommands, AsyncPty, AsyncPtyHandle
 from ._commands import CommandHandle, Commands, Pty, PtyHandle
 from ._core import DEFAULT_API_URL
-from ._sync import CodeSandbox, Files, Process, Template, Volume, WatchHandle
+from ._sync import CodeSandbox, Files, Process, Secret, Template, Volume, WatchHandle
 from .errors import (
     AuthenticationError,
     ConflictError,
@@ -35,6 +35,7 @@ from .models import (
     Result,
     SandboxInfo,
     SandboxMetric,
+    SecretInfo,
     SnapshotInfo,
     TemplateInfo,
     VolumeInfo,
@@ -52,6 +53,9 @@ __all__ = [
     "Volume",
     "AsyncVolume",
     "VolumeInfo",
+    "Secret",
+    "AsyncSecret",
+    "SecretInfo",
     "Template",
     "AsyncTemplate",
     "TemplateInfo",

@@ -44,6 +44,7 @@ from .models import (
     Result,
     SandboxInfo,
     SandboxMetric,
+    SecretInfo,
     SnapshotInfo,
     TemplateInfo,
     VolumeInfo,
@@ -548,6 +549,27 @@ class AsyncVolume:
     async def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
         """Delete a volume and its data; ConflictError while a live sandbox mounts it."""
         await AsyncVolume._call("DELETE", f"/v1/volumes/{quote(name, safe='')}", api_key, api_url)
+
+class AsyncSecret:
+    """Secrets of the key's project, with asyncio (see :class:`lizard.Secret`)."""
+
+    @staticmethod
+    async def set(name: str, value: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> SecretInfo:
+        """Seal value as secret name, replacing any value it had."""
+        body = _core.secret_body(name, value)
+        resp = await AsyncVolume._call("PUT", f"/v1/secrets/{quote(name, safe='')}", api_key, api_url, json=body)
+        return SecretInfo.from_json(resp.json())
+
+    @staticmethod
+    async def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[SecretInfo]:
+        """The project's secrets by name: names and times, never values."""
+        resp = await AsyncVolume._call("GET", "/v1/secrets", api_key, api_url)
+        return [SecretInfo.from_json(s) for s in resp.json().get("secrets") or []]
+
+    @staticmethod
+    async def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
+        """Delete secret name; NotFoundError when the project has none of that name."""
+        await AsyncVolume._call("DELETE", f"/v1/secrets/{quote(name, safe='')}", api_key, api_url)
 
 class AsyncTemplate:
     """Custom templates of the key's project, with asyncio (see :class:`lizard.Template`)."""

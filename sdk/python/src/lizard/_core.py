@@ -167,6 +167,15 @@ def volume_mounts(volumes: Sequence[Mapping[str, str]]) -> List[Dict[str, str]]:
     return out
 
 
+def secret_body(name: str, value: str) -> Dict[str, Any]:
+    """The body of PUT /v1/secrets/{name}; the server checks the name and the value's bounds."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"a secret name must be a non-empty string, not {name!r}")
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"a secret value must be a str, not {type(value).__name__}")
+    return {"value": value}
+
+
 def volume_body(name: str, size_mb: Optional[int]) -> Dict[str, Any]:
     """The body of POST /v1/volumes."""
     if not isinstance(name, str) or not name:

@@ -40,6 +40,7 @@ from .models import (
     Result,
     SandboxInfo,
     SandboxMetric,
+    SecretInfo,
     SnapshotInfo,
     TemplateInfo,
     VolumeInfo,
@@ -537,6 +538,28 @@ class Volume:
     def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
         """Delete a volume and its data; ConflictError while a live sandbox mounts it."""
         Volume._call("DELETE", f"/v1/volumes/{quote(name, safe='')}", api_key, api_url)
+
+class Secret:
+    """Secrets of the key's project (docs/secrets.md): ``Secret.set("OPENAI_API_KEY", value)``, then a
+    sandbox's network policy injects it into its requests; no call returns a value."""
+
+    @staticmethod
+    def set(name: str, value: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> SecretInfo:
+        """Seal value as secret name, replacing any value it had; InvalidArgumentError for a name that
+        is not an identifier or a value over 64 KiB."""
+        body = _core.secret_body(name, value)
+        return SecretInfo.from_json(Volume._call("PUT", f"/v1/secrets/{quote(name, safe='')}", api_key, api_url, json=body).json())
+
+    @staticmethod
+    def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[SecretInfo]:
+        """The project's secrets by name: names and times, never values."""
+        resp = Volume._call("GET", "/v1/secrets", api_key, api_url)
+        return [SecretInfo.from_json(s) for s in resp.json().get("secrets") or []]
+
+    @staticmethod
+    def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
+        """Delete secret name; NotFoundError when the project has none of that name."""
+        Volume._call("DELETE", f"/v1/secrets/{quote(name, safe='')}", api_key, api_url)
 
 class Template:
     """Custom templates of the key's project (docs/templates.md): ``Template.build("my-tpl", {...})``,

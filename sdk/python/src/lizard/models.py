@@ -189,6 +189,30 @@ class VolumeInfo:
 
 
 @dataclass
+class SecretInfo:
+    """A secret of the project, without its value: no call returns a value (docs/secrets.md).
+
+    Attributes:
+        name: its name, unique in the project; a network policy names it as ``{{ secrets.NAME }}``.
+        created_at: when it was first set.
+        updated_at: when its value was last set.
+    """
+
+    name: str
+    created_at: Optional[datetime]
+    updated_at: Optional[datetime]
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "SecretInfo":
+        """Build a SecretInfo from the wire form of a Secret."""
+        return cls(
+            name=str(obj.get("name", "")),
+            created_at=parse_time(obj.get("createdAt")),
+            updated_at=parse_time(obj.get("updatedAt")),
+        )
+
+
+@dataclass
 class TemplateInfo:
     """A custom template of the project (docs/templates.md): create sandboxes from it with
     ``CodeSandbox.create(template=name)``.

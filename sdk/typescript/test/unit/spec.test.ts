@@ -19,6 +19,7 @@ const spec = path.resolve(sdk, '../../api/openapi.yaml');
 const MODELS: Record<string, string[]> = {
   Sandbox: ['WireSandbox', 'SandboxInfo'],
   Volume: ['WireVolume', 'VolumeInfo'],
+  Secret: ['WireSecret', 'SecretInfo'],
   Snapshot: ['SnapshotInfo'],
   Template: ['TemplateInfo'],
   Context: ['Context'],
@@ -48,6 +49,7 @@ const CALLS: Record<string, string> = {
   ResumeRequest: 'CodeSandbox.resume',
   ForkRequest: 'CodeSandbox.fork',
   CreateVolumeRequest: 'Volume.create',
+  SetSecretRequest: 'Secret.set',
   BuildTemplateRequest: 'Template.build',
   ExecuteRequest: 'CodeSandbox.runCode',
   CreateContextRequest: 'CodeSandbox.createContext',
@@ -74,6 +76,7 @@ const UNMODELLED: Record<string, string> = {
   SandboxState: 'an enum: SandboxInfo.state is its string',
   SandboxList: 'list() returns the sandboxes themselves',
   VolumeList: 'Volume.list() returns the volumes themselves',
+  SecretList: 'Secret.list() returns the secrets themselves',
   SnapshotList: 'no call lists snapshots: snapshot() returns each one',
   TemplateList: 'Template.list() returns the templates themselves',
   ContextList: 'listContexts() returns the contexts themselves',

@@ -1,0 +1,54 @@
+"""End-to-end tests of the secret store against a real `lizard serve` (conftest.py): set, list (names and
+times, never values), replace, delete, sync and async; bad names and oversized values refused with the
+rule they break."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+
+from lizard import AsyncSecret, InvalidArgumentError, NotFoundError, Secret
+
+
+def _name() -> str:
+    return f"PY_{uuid.uuid4().hex[:8].upper()}"
+
+
+def test_secret_set_list_replace_delete() -> None:
+    name = _name()
+    first = Secret.set(name, "sk-py-0001")
+    assert first.name == name and first.created_at is not None
+    listed = {s.name: s for s in Secret.list()}
+    assert name in listed
+    assert "sk-py-0001" not in json.dumps([vars(s) for s in listed.values()], default=str)
+    again = Secret.set(name, "sk-py-0002")
+    assert again.created_at == first.created_at and again.updated_at >= first.updated_at
+    Secret.delete(name)
+    assert name not in [s.name for s in Secret.list()]
+    with pytest.raises(NotFoundError):
+        Secret.delete(name)
+
+
+def test_secret_bad_input() -> None:
+    with pytest.raises(InvalidArgumentError, match="secret name"):
+        Secret.set("not-an-identifier", "v")
+    with pytest.raises(InvalidArgumentError, match="65536"):
+        Secret.set(_name(), "x" * (64 * 1024 + 1))
+    with pytest.raises(InvalidArgumentError, match="NUL, CR or LF"):
+        Secret.set(_name(), "two\nlines")
+
+
+def test_async_secret() -> None:
+    async def main() -> None:
+        name = _name()
+        info = await AsyncSecret.set(name, "sk-async")
+        assert info.name == name
+        assert name in [s.name for s in await AsyncSecret.list()]
+        await AsyncSecret.delete(name)
+        with pytest.raises(NotFoundError):
+            await AsyncSecret.delete(name)
+
+    asyncio.run(main())
