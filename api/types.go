@@ -233,6 +233,11 @@ type ExecuteRequest struct {
 	// Bundle asks for every representation of each Python result in the
 	// event's Bundle, beside the richest one (E2B's surface needs them all).
 	Bundle bool `json:"bundle,omitempty"`
+	// Stateful runs a javascript or typescript call with no context in the
+	// sandbox's stateful default context of its language (made on first
+	// use: one Node process keeps the variables), as E2B's default kernel
+	// does; E2B's surface sets it. Without it javascript runs per call.
+	Stateful bool `json:"stateful,omitempty"`
 }
 
 // Execute event types.
@@ -293,9 +298,9 @@ type ExecutionError struct {
 
 // CreateContextRequest is the body of POST /contexts.
 type CreateContextRequest struct {
-	Language string `json:"language,omitempty"` // default python
+	Language string `json:"language,omitempty"` // default python; typescript needs Stateful
 	Cwd      string `json:"cwd,omitempty"`      // default the sandbox user's home
-	// Stateful makes a javascript context one Node process for all its
+	// Stateful makes a javascript (or typescript) context one Node process for all its
 	// calls: variables persist, the last expression's value is a result and
 	// top-level await works, as in E2B's JavaScript kernel (the E2B surface
 	// creates its JavaScript contexts so). Without it each call is a fresh

@@ -21,6 +21,9 @@ const (
 	langPython     = "python"
 	langJavaScript = "javascript"
 	langBash       = "bash"
+	// TypeScript runs only in stateful contexts: the Node process strips
+	// its types (module.stripTypeScriptTypes) before running each call.
+	langTypeScript = "typescript"
 )
 
 // normalizeLanguage maps the names a request may use to the canonical one.
@@ -32,12 +35,22 @@ func normalizeLanguage(s string) (string, bool) {
 		return langJavaScript, true
 	case "bash", "sh", "shell":
 		return langBash, true
+	case "typescript", "ts":
+		return langTypeScript, true
 	}
 	return "", false
 }
 
 // defaultContextID names the context a language uses when a call names none.
 func defaultContextID(lang string) string { return "default-" + lang }
+
+// statefulDefaultID names the stateful context of javascript or typescript
+// that a call with no context and stateful set runs in (E2B's default
+// kernel keeps its variables); it is made on first use.
+func statefulDefaultID(lang string) string { return "default-" + lang + "-stateful" }
+
+// replLanguage reports whether lang runs in a stateful context's Node process.
+func replLanguage(lang string) bool { return lang == langJavaScript || lang == langTypeScript }
 
 var errContextClosed = errors.New("context was deleted")
 
@@ -178,11 +191,15 @@ func (a *Agent) createContext(w http.ResponseWriter, r *http.Request) {
 	}
 	lang, ok := normalizeLanguage(req.Language)
 	if !ok {
-		invalid(w, "language", "unsupported language %q (want python, javascript or bash)", req.Language)
+		invalid(w, "language", "unsupported language %q (want python, javascript, bash or typescript)", req.Language)
 		return
 	}
-	if req.Stateful && lang != langJavaScript {
-		invalid(w, "stateful", "only javascript contexts can be made stateful (%s contexts keep their state or run per call as they are)", lang)
+	if req.Stateful && !replLanguage(lang) {
+		invalid(w, "stateful", "only javascript and typescript contexts can be made stateful (%s contexts keep their state or run per call as they are)", lang)
+		return
+	}
+	if lang == langTypeScript && !req.Stateful {
+		invalid(w, "language", "typescript runs only in a stateful context (set stateful)")
 		return
 	}
 	cwd, ok := a.cwdOf(w, req.Cwd)
@@ -220,6 +237,26 @@ func (a *Agent) createContext(w http.ResponseWriter, r *http.Request) {
 	a.mu.Unlock()
 	a.log.Info("context created", "context", c.info.ID, "language", lang, "cwd", cwd)
 	writeJSON(w, http.StatusCreated, c.info)
+}
+
+// statefulDefault returns the stateful default context of lang, making it
+// on first use, or answers 503 itself when the agent is shutting down.
+func (a *Agent) statefulDefault(w http.ResponseWriter, lang string) *execContext {
+	id := statefulDefaultID(lang)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c, ok := a.contexts[id]; ok {
+		return c
+	}
+	if a.closed {
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "agent is shutting down")
+		return nil
+	}
+	c := newExecContext(id, lang, a.workdir)
+	c.stateful = true
+	a.contexts[id] = c
+	a.order = append(a.order, id)
+	return c
 }
 
 // cwdOf resolves a requested working directory (default home, relative to

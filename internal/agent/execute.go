@@ -39,20 +39,36 @@ func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	lang, ok := normalizeLanguage(req.Language)
 	if !ok {
-		invalid(w, "language", "unsupported language %q (want python, javascript or bash)", req.Language)
+		invalid(w, "language", "unsupported language %q (want python, javascript, bash or typescript)", req.Language)
 		return
 	}
 	timeoutMs, ok := timeoutOf(w, req.TimeoutMs, DefaultExecuteTimeoutMs)
 	if !ok || !checkEnvs(w, req.Envs) {
 		return
 	}
-	id := req.ContextID
-	if id == "" {
-		id = defaultContextID(lang)
-	}
-	c := a.lookup(w, id)
-	if c == nil {
+	var c *execContext
+	switch {
+	case req.Stateful && req.ContextID != "":
+		invalid(w, "stateful", "picks the default context's kind; a context is made stateful when it is created")
 		return
+	case req.Stateful && lang == langBash:
+		invalid(w, "stateful", "bash runs per call; stateful is for javascript and typescript")
+		return
+	case req.Stateful && replLanguage(lang):
+		if c = a.statefulDefault(w, lang); c == nil {
+			return
+		}
+	case lang == langTypeScript && req.ContextID == "":
+		invalid(w, "language", "typescript runs only in a stateful context (set stateful, or name a typescript context)")
+		return
+	default:
+		id := req.ContextID
+		if id == "" {
+			id = defaultContextID(lang)
+		}
+		if c = a.lookup(w, id); c == nil {
+			return
+		}
 	}
 	if req.Language != "" && c.info.Language != lang {
 		invalid(w, "language", "context %s runs %s, not %s", c.info.ID, c.info.Language, lang)

@@ -79,6 +79,26 @@ function asAsync(code) {
   }
 }
 
+// stripTypes turns a TypeScript context's code into JavaScript with Node's
+// own type stripper (Node 22.13 and later; the interpreter template's is 22),
+// enums and namespaces included, without its once-per-process
+// ExperimentalWarning on the call's stderr.
+function stripTypes(code) {
+  const { stripTypeScriptTypes } = require('module');
+  if (typeof stripTypeScriptTypes !== 'function') {
+    const e = new Error(`TypeScript needs Node 22.13 or later (module.stripTypeScriptTypes); this sandbox's node is ${process.version}`);
+    e.name = 'StartError';
+    throw e;
+  }
+  const emit = process.emitWarning;
+  process.emitWarning = () => {};
+  try {
+    return stripTypeScriptTypes(code, { mode: 'transform' });
+  } finally {
+    process.emitWarning = emit;
+  }
+}
+
 async function run(req) {
   const envs = req.envs || {};
   const saved = Object.fromEntries(Object.keys(envs).map((k) => [k, process.env[k]]));
@@ -86,15 +106,16 @@ async function run(req) {
   try {
     let value;
     let script = null;
+    const code = req.typescript ? stripTypes(req.code) : req.code;
     try {
-      script = new vm.Script(req.code, { filename: '<cell>' });
+      script = new vm.Script(code, { filename: '<cell>' });
     } catch (e) {
-      if (!(e instanceof SyntaxError) || !/\bawait\b/.test(req.code)) throw e;
+      if (!(e instanceof SyntaxError) || !/\bawait\b/.test(code)) throw e;
     }
     if (script) {
       value = script.runInThisContext({ displayErrors: false });
     } else {
-      value = await vm.runInThisContext(asAsync(req.code), { filename: '<cell>', displayErrors: false });
+      value = await vm.runInThisContext(asAsync(code), { filename: '<cell>', displayErrors: false });
     }
     if (value !== undefined) send({ t: 'result', text: util.inspect(value) });
   } catch (e) {

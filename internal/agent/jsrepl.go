@@ -180,7 +180,7 @@ func (a *Agent) executeRepl(ctx context.Context, c *execContext, req api.Execute
 			return
 		}
 	}
-	call, _ := json.Marshal(map[string]any{"code": req.Code, "envs": req.Envs})
+	call, _ := json.Marshal(map[string]any{"code": req.Code, "envs": req.Envs, "typescript": c.info.Language == langTypeScript})
 	if _, err := r.calls.Write(append(call, '\n')); err != nil {
 		c.dropRepl(r)
 		a.endWithError(s, ErrNameExit, "the context's node process has ended; the next call starts a new one", r.stderr.String())

@@ -63,3 +63,51 @@ func TestStatefulJavaScriptContext(t *testing.T) {
 	ta.json(t, "POST", "/contexts", api.CreateContextRequest{Language: "bash", Stateful: true}, nil, http.StatusBadRequest)
 	ta.json(t, "DELETE", "/contexts/"+js.ID, nil, nil, http.StatusNoContent)
 }
+
+// TestStatefulDefaultJavaScript: a call with no context and stateful set
+// runs in the sandbox's stateful default context of its language (E2B's
+// default kernel), made on first use; without it JavaScript runs per call.
+func TestStatefulDefaultJavaScript(t *testing.T) {
+	ta := newTestAgent(t, nil)
+	run := func(code string, stateful bool) execution {
+		t.Helper()
+		return ta.execute(t, api.ExecuteRequest{Language: "js", Stateful: stateful, Code: code, TimeoutMs: i64(10_000)})
+	}
+	run("const kept = 41", true)
+	if ex := run("kept + 1", true); len(ex.results) != 1 || ex.results[0].Data != "42" {
+		t.Errorf("stateful default: results %+v err %+v; want 42", ex.results, ex.err)
+	}
+	if ex := run("console.log(typeof kept)", false); ex.stdout != "undefined\n" {
+		t.Errorf("per-call javascript saw the stateful context's variable: stdout %q", ex.stdout)
+	}
+	var list api.ContextList
+	ta.json(t, "GET", "/contexts", nil, &list, http.StatusOK)
+	if got := list.Contexts[len(list.Contexts)-1]; got.ID != "default-javascript-stateful" || got.Language != "javascript" {
+		t.Errorf("contexts %+v; want the stateful default listed last", list.Contexts)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		req   any
+		path  string
+		field string
+	}{
+		{"stateful bash", api.ExecuteRequest{Language: "bash", Stateful: true, Code: "true"}, "/execute", "stateful"},
+		{"stateful with a context", api.ExecuteRequest{ContextID: "default-javascript", Stateful: true, Code: "1"}, "/execute", "stateful"},
+		{"typescript per call", api.ExecuteRequest{Language: "ts", Code: "1"}, "/execute", "language"},
+		{"typescript context not stateful", api.CreateContextRequest{Language: "typescript"}, "/contexts", "language"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var e api.Error
+			ta.json(t, "POST", tc.path, tc.req, &e, http.StatusBadRequest)
+			if !strings.HasPrefix(e.Message, tc.field+": ") {
+				t.Errorf("message %q; want it to name %s", e.Message, tc.field)
+			}
+		})
+	}
+	var ts api.Context
+	ta.json(t, "POST", "/contexts", api.CreateContextRequest{Language: "ts", Stateful: true}, &ts, http.StatusCreated)
+	if ts.Language != "typescript" {
+		t.Errorf("typescript context %+v", ts)
+	}
+}

@@ -59,22 +59,29 @@ func writeText(w http.ResponseWriter, status int, msg string) {
 }
 
 // language maps E2B's language names onto the agent's. E2B's
-// code-interpreter also runs R, Java and TypeScript kernels; Lizard's
-// agent has Python contexts, JavaScript (stateful in a context the E2B
-// surface creates, per call otherwise) and per-call bash.
+// code-interpreter also runs R and Java kernels; Lizard's agent has Python
+// contexts, JavaScript and TypeScript in a stateful Node process (as E2B's
+// JavaScript kernel: the E2B surface asks for it, Lizard's own API runs
+// JavaScript per call) and per-call bash.
 func language(l string) (string, error) {
 	switch strings.ToLower(strings.TrimSpace(l)) {
 	case "", "python", "python3":
 		return "python", nil
 	case "js", "javascript":
 		return "javascript", nil
+	case "ts", "typescript":
+		return "typescript", nil
 	case "bash", "sh":
 		return "bash", nil
-	case "ts", "typescript", "r", "java", "deno":
-		return "", notImplemented("%s contexts are not supported by Lizard's code interpreter: it runs python, javascript and bash (docs/e2b.md)", l)
+	case "r", "java", "deno":
+		return "", notImplemented("%s contexts are not supported by Lizard's code interpreter: it runs python, javascript, typescript and bash (docs/e2b.md)", l)
 	}
-	return "", badRequest("unknown language %q: Lizard's code interpreter runs python, javascript and bash", l)
+	return "", badRequest("unknown language %q: Lizard's code interpreter runs python, javascript, typescript and bash", l)
 }
+
+// stateful reports whether E2B's kernel for lang keeps its variables in a
+// Node process (Python's kernel keeps them anyway; bash runs per call).
+func stateful(lang string) bool { return lang == "javascript" || lang == "typescript" }
 
 // executeRequest is E2B's ExecutionRequest.
 type executeRequest struct {
@@ -171,6 +178,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		areq.Language = lang
+		areq.Stateful = stateful(lang)
 	}
 	// E2B's interpreter puts no bound on a run: the SDK's timeout closes
 	// the connection, which ends the agent's run.
@@ -402,7 +410,7 @@ func (h *Handler) createContext(w http.ResponseWriter, r *http.Request) {
 	}
 	var c api.Context
 	// E2B's JavaScript kernel keeps its variables: so do its contexts here.
-	creq := api.CreateContextRequest{Language: lang, Cwd: cwd, Stateful: lang == "javascript"}
+	creq := api.CreateContextRequest{Language: lang, Cwd: cwd, Stateful: stateful(lang)}
 	if h.agentJSON(w, r, http.MethodPost, "/contexts", creq, &c) {
 		writeJSON(w, http.StatusOK, c)
 	}

@@ -76,6 +76,16 @@ func TestExecuteTranslates(t *testing.T) {
 	if !agent.asked.Bundle || agent.asked.TimeoutMs == nil || *agent.asked.TimeoutMs != 0 || agent.asked.Envs["A"] != "1" || agent.asked.Language != "python" {
 		t.Errorf("agent was asked %+v; want the bundle, no time bound, the envs and the language", agent.asked)
 	}
+	if agent.asked.Stateful {
+		t.Errorf("a python call asked for stateful: %+v", agent.asked)
+	}
+	// E2B's JavaScript and TypeScript keep their variables without a context.
+	for _, lang := range []string{"js", "typescript"} {
+		e.do(t, "POST", "/e2b/sandbox/execute", `{"code":"1","language":"`+lang+`"}`, hdr...)
+		if !agent.asked.Stateful || agent.asked.ContextID != "" {
+			t.Errorf("%s call: agent was asked %+v; want the stateful default context", lang, agent.asked)
+		}
+	}
 	var lines []map[string]any
 	sc := bufio.NewScanner(strings.NewReader(r.body))
 	for sc.Scan() {
@@ -180,7 +190,9 @@ func TestInterpreterRequests(t *testing.T) {
 		{"restart", "POST", "/contexts/ctx_1/restart", "", http.StatusOK, "null"},
 		{"remove", "DELETE", "/contexts/ctx_1", "", http.StatusOK, "null"},
 		{"remove unknown", "DELETE", "/contexts/nope", "", http.StatusNotFound, "context nope not found"},
-		{"typescript", "POST", "/contexts", `{"language":"typescript"}`, http.StatusNotImplemented, ""},
+		{"typescript", "POST", "/contexts", `{"language":"ts"}`, http.StatusOK, `{"id":"ctx_1","language":"typescript","cwd":"/home/user"}`},
+		{"java", "POST", "/contexts", `{"language":"java"}`, http.StatusNotImplemented, ""},
+		{"unknown language", "POST", "/execute", `{"code":"1","language":"cobol"}`, http.StatusBadRequest, ""},
 		{"r", "POST", "/execute", `{"code":"1","language":"r"}`, http.StatusNotImplemented, ""},
 		{"context and language", "POST", "/execute", `{"code":"1","language":"python","context_id":"c"}`, http.StatusBadRequest, "Only one of context_id or language can be provided"},
 		{"unknown route", "GET", "/nope", "", http.StatusNotFound, ""},

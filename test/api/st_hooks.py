@@ -35,9 +35,9 @@ RULES = {
     "forkSandbox": [r" is out of range"],
     "resumeSandbox": [r" is out of range"],
     "setSandboxTimeout": [r" is out of range"],
-    "execute": [r"^language: context \S+ runs \w+, not \w+$"],
-    # stateful is for javascript contexts only (the spec's description of the field says so).
-    "createContext": [r"^cwd: ", r"^stateful: only javascript"],
+    # typescript and stateful: the rules the spec's descriptions of the fields state.
+    "execute": [r"^language: context \S+ runs \w+, not \w+$", r"^language: typescript runs only", r"^stateful: "],
+    "createContext": [r"^cwd: ", r"^stateful: only javascript", r"^language: typescript runs only"],
     "runProcess": [r"^cwd: ", r"^args: the program name args\[0\] is empty$"],
     # The program must exist; the tag's bound is in bytes; the user is root or the sandbox's.
     "startProcess": [r"^cmd: ", r"^cwd: ", r"^args: ", r"^tag: is \d+ bytes", r"^user: "],

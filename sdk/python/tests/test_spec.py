@@ -81,6 +81,7 @@ CALLS: Dict[str, List[Callable[..., Any]]] = {
 OMITTED: Dict[Tuple[str, str], str] = {
     ("Template", "projectId"): "a template is only ever the key's project's: TemplateInfo leaves it out",
     ("ExecuteRequest", "contextId"): "run_code takes context=, a Context or its id",
+    ("ExecuteRequest", "stateful"): "the E2B surface's flag (docs/e2b.md): run_code's JavaScript runs per call, as the seed specifies",
     ("ExecuteRequest", "bundle"): "the E2B surface's flag (docs/e2b.md): run_code gives the richest MIME per result, as the seed specifies",
     ("CreateContextRequest", "stateful"): "the E2B surface's flag (docs/e2b.md): a JavaScript context runs per call, as the seed specifies",
     ("ProcessRequest", "args"): "exec takes cmd as a list, [program, *args], or a string run by bash",

@@ -5,6 +5,8 @@ listing, kill, a wrong key, and a sandbox killed while its code runs."""
 
 from __future__ import annotations
 
+import base64
+import struct
 import threading
 import time
 import uuid
@@ -13,7 +15,15 @@ from typing import Iterator, List
 import pytest
 from e2b import AuthenticationException, NotFoundException, TimeoutException
 from e2b_code_interpreter import AsyncSandbox, Sandbox, SandboxQuery, SandboxState
-from e2b_code_interpreter.charts import BarChart, ChartType, LineChart
+from e2b_code_interpreter.charts import (
+    BarChart,
+    BoxAndWhiskerChart,
+    ChartType,
+    LineChart,
+    PieChart,
+    ScatterChart,
+    SuperChart,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -105,6 +115,89 @@ def test_charts(sandbox: Sandbox) -> None:
     bar = ex.results[0].chart
     assert isinstance(bar, BarChart) and bar.type == ChartType.BAR and bar.title == "sales"
     assert [(e.label, float(e.value), e.group) for e in bar.elements] == [("a", 3, "sold"), ("b", 5, "sold"), ("c", 7, "sold")]
+
+
+def test_more_charts(sandbox: Sandbox) -> None:
+    """Scatter, pie, box-and-whisker and composite (subplots) charts, as e2b-charts reads them."""
+    ex = sandbox.run_code(
+        "import matplotlib.pyplot as plt\n"
+        "plt.scatter([1, 2, 3], [4, 5, 6], label='dots')\n"
+        "plt.title('scattered'); plt.xlabel('x'); plt.ylabel('y')\n"
+        "plt.show()"
+    )
+    sc = ex.results[0].chart
+    assert isinstance(sc, ScatterChart) and sc.type == ChartType.SCATTER, sc
+    assert (sc.title, sc.x_label, sc.y_label) == ("scattered", "x", "y")
+    assert [e.label for e in sc.elements] == ["dots"]
+    assert [tuple(map(float, p)) for p in sc.elements[0].points] == [(1, 4), (2, 5), (3, 6)]
+
+    ex = sandbox.run_code(
+        "plt.pie([1, 3], labels=['small', 'big'])\nplt.title('shares')\nplt.show()"
+    )
+    pie = ex.results[0].chart
+    assert isinstance(pie, PieChart) and pie.type == ChartType.PIE and pie.title == "shares", pie
+    assert [e.label for e in pie.elements] == ["small", "big"]
+    assert [round(float(e.angle)) for e in pie.elements] == [90, 270]
+
+    # Boxes drawn as patches, as E2B's docs draw them (without patch_artist they are lines to e2b-charts).
+    ex = sandbox.run_code(
+        "plt.boxplot([[1, 2, 3, 4, 5, 20], [2, 3, 4]], tick_labels=['a', 'b'], patch_artist=True)\n"
+        "plt.title('spread')\nplt.show()"
+    )
+    box = ex.results[0].chart
+    assert isinstance(box, BoxAndWhiskerChart) and box.type == ChartType.BOX_AND_WHISKER, box
+    assert [e.label for e in box.elements] == ["a", "b"]
+    a = box.elements[0]
+    assert [float(v) for v in (a.min, a.first_quartile, a.median, a.third_quartile, a.max)] == [1, 2.25, 3.5, 4.75, 5]
+    assert [float(o) for o in a.outliers] == [20] and box.elements[1].outliers == []
+
+    ex = sandbox.run_code(
+        "fig, (left, right) = plt.subplots(1, 2)\n"
+        "left.plot([1, 2], [3, 4]); left.set_title('lines')\n"
+        "right.bar(['x', 'y'], [1, 2]); right.set_title('bars')\n"
+        "fig.suptitle('both')\n"
+        "plt.show()"
+    )
+    sup = ex.results[0].chart
+    assert isinstance(sup, SuperChart) and sup.type == ChartType.SUPERCHART and sup.title == "both", sup
+    assert [(type(c), c.title) for c in sup.elements] == [(LineChart, "lines"), (BarChart, "bars")]
+    assert [float(e.value) for e in sup.elements[1].elements] == [1, 2]
+
+
+def test_pil_images(sandbox: Sandbox) -> None:
+    """A PIL image shown (Image.show(), display()) or left as the cell's value is a PNG result, as on E2B."""
+    sandbox.run_code("from PIL import Image\nimg = Image.new('RGB', (8, 4), 'red')")
+    shown = sandbox.run_code("img.show()")
+    assert shown.error is None and len(shown.results) == 1 and shown.results[0].png, shown
+    assert not shown.results[0].is_main_result
+    displayed = sandbox.run_code("display(img)")
+    assert len(displayed.results) == 1 and displayed.results[0].png
+    last = sandbox.run_code("img").results
+    assert len(last) == 1 and last[0].png and last[0].is_main_result
+    png = base64.b64decode(last[0].png)
+    assert png.startswith(b"\x89PNG") and struct.unpack(">II", png[16:24]) == (8, 4)
+    sandbox.run_code("img.save('/tmp/red.png')")
+    assert bytes(sandbox.files.read("/tmp/red.png", format="bytes")).startswith(b"\x89PNG")
+
+
+def test_javascript_and_typescript_keep_variables_without_a_context(sandbox: Sandbox) -> None:
+    """E2B's default JavaScript kernel keeps its variables between run_code calls; so does TypeScript's."""
+    assert sandbox.run_code("const n = 20", language="js").error is None
+    ex = sandbox.run_code("n * 2 + 2", language="javascript")
+    assert ex.error is None and ex.text == "42" and ex.results[0].is_main_result
+    assert sandbox.run_code("await Promise.resolve(n)", language="js").text == "20"
+    ex = sandbox.run_code("interface P { x: number }\nconst p: P = { x: 6 }\nenum E { A = 7 }", language="ts")
+    assert ex.error is None, ex.error
+    ex = sandbox.run_code("p.x * E.A as number", language="typescript")
+    assert ex.error is None and ex.text == "42", (ex.error, ex.text)
+    ex = sandbox.run_code("const bad: number = 'x'; undefinedThing", language="ts")
+    assert ex.error is not None and ex.error.name == "ReferenceError"  # types are stripped, not checked
+    ex = sandbox.run_code("let x: = 1", language="ts")
+    assert ex.error is not None and ex.error.name == "SyntaxError", ex.error
+    ts = sandbox.create_code_context(language="typescript")
+    assert ts.language == "typescript"
+    sandbox.run_code("const t: string = 'ctx'", context=ts)
+    assert sandbox.run_code("t.toUpperCase()", context=ts).text == "CTX"
 
 
 def test_callbacks_stream_as_the_code_runs(sandbox: Sandbox) -> None:

@@ -66,6 +66,22 @@ describe("E2B's JavaScript SDK against lizard serve", { skip: why, timeout: 20 *
     assert.deepEqual((await sandbox.runCode('console.log(6 * 7)', { language: 'javascript' })).logs.stdout, ['42\n']);
   });
 
+  test('JavaScript and TypeScript keep their variables without a context, as E2B\'s kernel', async () => {
+    await sandbox.runCode('const base = 40', { language: 'js' });
+    let ex = await sandbox.runCode('base + 2', { language: 'javascript' });
+    assert.equal(ex.error, undefined);
+    assert.equal(ex.text, '42');
+    assert.equal(ex.results[0].isMainResult, true);
+    ex = await sandbox.runCode('const half = (n: number): number => n / 2', { language: 'ts' });
+    assert.equal(ex.error, undefined);
+    assert.equal((await sandbox.runCode('half(84) as number', { language: 'typescript' })).text, '42');
+    assert.equal((await sandbox.runCode('let x: = 1', { language: 'ts' })).error?.name, 'SyntaxError');
+    const ts = await sandbox.createCodeContext({ language: 'typescript' });
+    assert.equal(ts.language, 'typescript');
+    await sandbox.runCode('type N = number\nconst k: N = 7', { context: ts });
+    assert.equal((await sandbox.runCode('k * 6', { context: ts })).text, '42');
+  });
+
   test('info, list, timeout and a wrong key', async () => {
     const info = await sandbox.getInfo();
     assert.equal(info.sandboxId, sandbox.sandboxId);
