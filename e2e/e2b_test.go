@@ -21,8 +21,12 @@ import (
 // through one api process, then connect, run_code and list through the
 // other, then the sandbox killed under a running cell, whose call must end
 // with the SDK's TimeoutException within 2 s (e2e/testdata/e2b_interpreter.py
-// asserts each). The single-machine suite is sdk/python/tests/e2e/test_e2b.py.
+// asserts each). Then the two files of examples/e2b (TestE2BExamples) run
+// at once, the Python one through one api process and the JavaScript one
+// through the other. The single-machine suite is
+// sdk/python/tests/e2e/test_e2b.py.
 func TestE2BCluster(t *testing.T) {
+	node := e2bNodeExample(t)
 	c, clients := startCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -48,6 +52,7 @@ func TestE2BCluster(t *testing.T) {
 	if figures.KillEndS > 2 {
 		t.Errorf("run_code ended %.3fs after the kill; want within 2s", figures.KillEndS)
 	}
+	runE2BExamples(t, node, [2]string{c.apis[0].url, c.apis[1].url}, c.key)
 	list, err := clients[0].ListSandboxes(ctx, client.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
