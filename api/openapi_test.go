@@ -33,6 +33,11 @@ var wireTypes = map[string]reflect.Type{
 	"Sandbox":              reflect.TypeFor[Sandbox](),
 	"SandboxList":          reflect.TypeFor[SandboxList](),
 	"SetTimeoutRequest":    reflect.TypeFor[SetTimeoutRequest](),
+	"NetworkPolicy":        reflect.TypeFor[NetworkPolicy](),
+	"HeaderRule":           reflect.TypeFor[HeaderRule](),
+	"UpdateNetworkRequest": reflect.TypeFor[UpdateNetworkRequest](),
+	"NetworkLog":           reflect.TypeFor[NetworkLog](),
+	"NetworkLogEntry":      reflect.TypeFor[NetworkLogEntry](),
 	"Health":               reflect.TypeFor[Health](),
 	"ExecuteRequest":       reflect.TypeFor[ExecuteRequest](),
 	"ExecuteEvent":         reflect.TypeFor[ExecuteEvent](),
@@ -517,7 +522,7 @@ func TestErrorResponses(t *testing.T) {
 			t.Errorf("%s does not document 500", key)
 		}
 		proxied := strings.Contains(key, "{sandboxId}/")
-		for _, served := range []string{"/timeout", "/pause", "/resume", "/snapshots", "/fork", "/metrics"} {
+		for _, served := range []string{"/timeout", "/pause", "/resume", "/snapshots", "/fork", "/metrics", "/network", "/network/log"} {
 			proxied = proxied && !strings.HasSuffix(key, served) // served by the server itself
 		}
 		if _, ok := op.Responses["502"]; proxied && !ok {

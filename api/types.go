@@ -85,6 +85,66 @@ type CreateSandboxRequest struct {
 	// exposed ports, without the project's key or the sandbox's access
 	// token (docs/ports.md).
 	PublicPorts bool `json:"publicPorts,omitempty"`
+	// Network is the sandbox's egress by domain name (docs/network.md);
+	// nil: the server's --network-default, if any.
+	Network *NetworkPolicy `json:"network,omitempty"`
+}
+
+// NetworkPolicy is a sandbox's egress by domain name (docs/network.md).
+type NetworkPolicy struct {
+	// Default is what happens to names and addresses no rule names:
+	// "allow" (when empty) or "deny".
+	Default string `json:"default,omitempty"`
+	// Allow and Deny hold domain names ("api.example.com"), wildcards
+	// ("*.example.com": any name under it), IPv4 addresses and prefixes,
+	// optionally with a port ("203.0.113.7/32:5432"). Deny wins.
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+	// Ports are the TCP ports checked by name through the node's proxy
+	// (default 80 and 443).
+	Ports []int `json:"ports,omitempty"`
+	// Inject sets headers on requests to a domain (secrets at the egress).
+	Inject []HeaderRule `json:"inject,omitempty"`
+}
+
+// HeaderRule sets Headers (values may hold {{ secrets.NAME }}) on requests
+// to Domain.
+type HeaderRule struct {
+	Domain  string            `json:"domain"`
+	Headers map[string]string `json:"headers"`
+}
+
+// UpdateNetworkRequest is the body of PATCH /v1/sandboxes/{id}/network:
+// each field given replaces the policy's, those absent are kept. New
+// connections follow it at once; open ones are ended only with Cut.
+type UpdateNetworkRequest struct {
+	Default *string       `json:"default,omitempty"`
+	Allow   *[]string     `json:"allow,omitempty"`
+	Deny    *[]string     `json:"deny,omitempty"`
+	Ports   *[]int        `json:"ports,omitempty"`
+	Inject  *[]HeaderRule `json:"inject,omitempty"`
+	Cut     bool          `json:"cut,omitempty"`
+}
+
+// NetworkLog is the body of GET /v1/sandboxes/{id}/network/log: the
+// sandbox's newest egress decisions (at most 1000), oldest first.
+type NetworkLog struct {
+	Entries []NetworkLogEntry `json:"entries"`
+}
+
+// NetworkLogEntry is one egress decision. Kind is dns, http or tls; Addr
+// the address connected to (or answered); BytesOut and BytesIn what the
+// connection carried each way once it ended.
+type NetworkLogEntry struct {
+	Time     time.Time `json:"time"`
+	Kind     string    `json:"kind"`
+	Name     string    `json:"name,omitempty"`
+	Addr     string    `json:"addr,omitempty"`
+	Port     int       `json:"port,omitempty"`
+	Allowed  bool      `json:"allowed"`
+	Reason   string    `json:"reason,omitempty"`
+	BytesOut int64     `json:"bytesOut,omitempty"`
+	BytesIn  int64     `json:"bytesIn,omitempty"`
 }
 
 // VolumeMount mounts volume Name at Path inside a sandbox.
@@ -202,6 +262,8 @@ type Sandbox struct {
 	AccessToken string `json:"accessToken,omitempty"`
 	PublicPorts bool   `json:"publicPorts,omitempty"`
 	PortsDomain string `json:"portsDomain,omitempty"`
+	// Network is its egress policy by name, when it has one.
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

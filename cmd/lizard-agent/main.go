@@ -45,6 +45,9 @@ func asExit(err error, target *exitError) bool {
 
 func run(ctx context.Context, args []string) error {
 	if pid1.ShouldSupervise() {
+		if err := pid1.WriteResolvConf("/etc/resolv.conf"); err != nil {
+			fmt.Fprintln(os.Stderr, "lizard-agent: writing /etc/resolv.conf:", err) // lookups fail; code still runs
+		}
 		code, err := pid1.Supervise(args[1:])
 		if err != nil {
 			return err

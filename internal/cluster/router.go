@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lizard-build/lizard/internal/egress"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -329,6 +330,24 @@ func (r *Router) SetTimeout(ctx context.Context, id string, ms int64) (store.San
 		return store.Sandbox{}, err
 	}
 	return c.SetTimeout(ctx, id, ms)
+}
+
+// UpdateNetwork implements node.Node.
+func (r *Router) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error) {
+	c, err := r.sandbox(ctx, id)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	return c.UpdateNetwork(ctx, id, p, cut)
+}
+
+// NetworkLog implements node.Node.
+func (r *Router) NetworkLog(ctx context.Context, id string) ([]egress.Decision, error) {
+	c, err := r.sandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.NetworkLog(ctx, id)
 }
 
 // Pause implements node.Node.

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lizard-build/lizard/internal/egress"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -44,6 +45,12 @@ type Config struct {
 	// Internet lets sandboxes reach public addresses unless their create
 	// says allowInternet: false.
 	Internet bool
+	// NetworkDefault is the policy by name of sandboxes whose create gives
+	// none (nil: none, the server's egress as it is); NetworkBound the
+	// loosest a create or update may ask for (nil: any), whose deny rules
+	// every policy gets (lizard serve --network-default, --network-bound).
+	NetworkDefault *egress.Policy
+	NetworkBound   *egress.Policy
 	// DefaultTimeout is a sandbox's life when the request names none
 	// (default 5 minutes); MaxTimeout bounds what a request may ask (default
 	// 24 hours; 0, never expiring, is always allowed).
@@ -425,6 +432,7 @@ func (c *Control) toAPI(sb store.Sandbox) api.Sandbox {
 		AccessToken:     c.accessToken(sb.ID),
 		PublicPorts:     sb.Shape.PublicPorts,
 		PortsDomain:     c.cfg.PortsDomain,
+		Network:         sb.Shape.Network.API(),
 	}
 }
 

@@ -46,6 +46,9 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 			req.OnTimeout, parent, c.cfg.MaxChildTimeout)
 	}
 	if req.SnapshotID != "" {
+		if req.Network != nil {
+			return api.Sandbox{}, errdefs.Invalidf("network: a sandbox restored from a snapshot keeps the snapshot's policy; change it once it runs (PATCH /v1/sandboxes/{id}/network)")
+		}
 		return c.createFromSnapshot(ctx, projectID, parent, req)
 	}
 	ref, err := c.resolveTemplate(ctx, projectID, req.Template)
@@ -124,6 +127,9 @@ func (c *Control) plan(projectID string, req api.CreateSandboxRequest) (node.Pla
 		return p, err
 	}
 	if err := c.planLimits(&p, req); err != nil {
+		return p, err
+	}
+	if err := c.planNetwork(&p, req.Network); err != nil {
 		return p, err
 	}
 	return p, nil

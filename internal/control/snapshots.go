@@ -198,5 +198,6 @@ func (c *Control) copyPlan(projectID, tmpl string, sh store.Shape, timeoutMs *in
 		p.Internet = sh.Internet
 	}
 	p.PublicPorts = sh.PublicPorts
+	p.Network = sh.Network // a copy keeps its original's policy, none included
 	return p, nil
 }

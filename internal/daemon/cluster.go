@@ -316,6 +316,7 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 	}
 	ctl, err := control.New(control.Config{
 		Node: router, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: c.policy.Egress == "internet",
+		NetworkDefault: c.policy.netDefault, NetworkBound: c.policy.netBound,
 		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,
 		CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
 		Audit: audit, PortsKey: portsKey(c.cluster.secret), PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,

@@ -1,8 +1,12 @@
 package daemon
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -41,8 +45,15 @@ type policyFlags struct {
 	KeyRate          float64
 	KeyBurst         int
 	SandboxAPIPort   int
+	// Network policies by name (docs/network.md).
+	NetworkDefault  string
+	NetworkBound    string
+	EgressTestHosts string
 
-	allowTo []netip.Prefix
+	allowTo    []netip.Prefix
+	netDefault *egress.Policy
+	netBound   *egress.Policy
+	testHosts  map[string][]netip.Addr
 }
 
 func (p *policyFlags) register(fs *flag.FlagSet) {
@@ -65,6 +76,9 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.CreateBurst, "create-burst", 20, "burst of sandbox creates per project")
 	fs.Float64Var(&p.KeyRate, "requests-per-second", 100, "API requests per second per key (0: no bound)")
 	fs.IntVar(&p.KeyBurst, "request-burst", 200, "burst of API requests per key")
+	fs.StringVar(&p.NetworkDefault, "network-default", "", `network policy by name (JSON, as a create's "network") of sandboxes whose create gives none; empty: none, --egress as it is (docs/network.md)`)
+	fs.StringVar(&p.NetworkBound, "network-bound", "", `the loosest network policy (JSON) a create or update may ask for: with "default":"deny", a policy must deny by default and allow only within the bound's allow rules; its deny rules are added to every policy; empty: any`)
+	fs.StringVar(&p.EgressTestHosts, "egress-test-hosts", "", "name=IPv4,... the only names the node's egress resolver knows, nothing forwarded to the host's resolvers (tests)")
 	fs.IntVar(&p.SandboxAPIPort, "sandbox-api-port", 0, "port the API is served on to sandboxes with lizardToken, on each one's host address (default: the --listen port)")
 }
 
@@ -83,6 +97,9 @@ func (p *policyFlags) validate() error {
 			return cli.Usagef("--egress-allow %q: want IPv4 prefixes such as 203.0.113.0/24", s)
 		}
 		p.allowTo = append(p.allowTo, pf)
+	}
+	if err := p.validateNetwork(); err != nil {
+		return err
 	}
 	switch {
 	case p.MemoryMb < 64 || p.MemoryMb > p.MaxMemoryMb:
@@ -104,6 +121,44 @@ func (p *policyFlags) validate() error {
 	}
 	if err := netns.CheckEgress(); err != nil {
 		return err
+	}
+	return nil
+}
+
+func (p *policyFlags) validateNetwork() error {
+	parse := func(flag, s string) (*egress.Policy, error) {
+		if s == "" {
+			return nil, nil
+		}
+		var a api.NetworkPolicy
+		dec := json.NewDecoder(strings.NewReader(s))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&a); err != nil {
+			return nil, cli.Usagef("--%s: want a network policy in JSON: %v", flag, err)
+		}
+		pol, err := egress.FromAPI(a, "--"+flag)
+		if err != nil {
+			return nil, cli.Usagef("%s", errdefs.Message(err))
+		}
+		return pol, nil
+	}
+	var err error
+	if p.netBound, err = parse("network-bound", p.NetworkBound); err != nil {
+		return err
+	}
+	if p.netDefault, err = parse("network-default", p.NetworkDefault); err != nil {
+		return err
+	}
+	if p.netDefault != nil {
+		if err := p.netDefault.Within(p.netBound, "--network-default"); err != nil {
+			return cli.Usagef("%s (--network-bound)", errdefs.Message(err))
+		}
+		p.netDefault = p.netDefault.Tighten(p.netBound)
+	}
+	if p.EgressTestHosts != "" {
+		if p.testHosts, err = egress.ParseTestHosts(p.EgressTestHosts); err != nil {
+			return cli.Usagef("--egress-test-hosts: %v", err)
+		}
 	}
 	return nil
 }

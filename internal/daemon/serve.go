@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/lizard-build/lizard/internal/egress"
 	"log/slog"
 	"net"
 	"os"
@@ -301,6 +302,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	builder.Sweep()
 	ccfg := control.Config{
 		Node: n, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: internet,
+		NetworkDefault: c.policy.netDefault, NetworkBound: c.policy.netBound,
 		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,
 		Quota: parts.quota, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
 		Audit: audit, MaxVolumeBytes: c.MaxVolumeMb << 20,
@@ -445,7 +447,15 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 		}
 		pool = warm.New(wcfg)
 	}
+	var enforcer *egress.Enforcer
+	if internet {
+		// Policies by name are enforced here, on the node.
+		if enforcer, err = egress.Start(egress.Config{Records: c.policy.testHosts, AllowTo: c.policy.allowTo, Logger: logger, Metrics: mx}); err != nil {
+			return nodeParts{}, err
+		}
+	}
 	ncfg := node.Config{
+		Egress:  enforcer,
 		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: artifact, Files: files,
 		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: tokenAPI,
 		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/idna"
 
+	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
@@ -472,4 +473,56 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 	}
 	*p = *q
 	return nil
+}
+
+// FromAPI parses a policy as the API gives it; errors name the field
+// under field.
+func FromAPI(a api.NetworkPolicy, field string) (*Policy, error) {
+	p := Policy{Default: a.Default, Allow: a.Allow, Deny: a.Deny, Ports: a.Ports}
+	for _, r := range a.Inject {
+		p.Inject = append(p.Inject, HeaderRule{Domain: r.Domain, Headers: r.Headers})
+	}
+	return Parse(p, field)
+}
+
+// API is p as the API shows it.
+func (p *Policy) API() *api.NetworkPolicy {
+	if p == nil {
+		return nil
+	}
+	a := &api.NetworkPolicy{Default: p.Default, Allow: p.Allow, Deny: p.Deny, Ports: p.Ports}
+	for _, r := range p.Inject {
+		a.Inject = append(a.Inject, api.HeaderRule{Domain: r.Domain, Headers: r.Headers})
+	}
+	return a
+}
+
+// Patch returns p with u's given fields in place of its own, parsed.
+func (p *Policy) Patch(u api.UpdateNetworkRequest, field string) (*Policy, error) {
+	a := *p.API()
+	if u.Default != nil {
+		a.Default = *u.Default
+	}
+	if u.Allow != nil {
+		a.Allow = *u.Allow
+	}
+	if u.Deny != nil {
+		a.Deny = *u.Deny
+	}
+	if u.Ports != nil {
+		a.Ports = *u.Ports
+	}
+	if u.Inject != nil {
+		a.Inject = *u.Inject
+	}
+	return FromAPI(a, field)
+}
+
+// LogAPI is a decision log as the API gives it.
+func LogAPI(ds []Decision) api.NetworkLog {
+	out := api.NetworkLog{Entries: make([]api.NetworkLogEntry, len(ds))}
+	for i, d := range ds {
+		out.Entries[i] = api.NetworkLogEntry(d)
+	}
+	return out
 }

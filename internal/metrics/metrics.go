@@ -73,6 +73,9 @@ type Metrics struct {
 	templateBuilds *prometheus.CounterVec   // template, kind, outcome
 	templateBuild  *prometheus.HistogramVec // template, kind
 
+	egressDecisions *prometheus.CounterVec // kind, verdict
+	egressBytes     *prometheus.CounterVec // direction
+
 	states      *funcCollector
 	warmPool    *funcCollector
 	addressPool *funcCollector
@@ -131,6 +134,14 @@ func New() *Metrics {
 		Name: "lizard_template_build_duration_seconds", Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200},
 		Help: "Duration of successful template builds by template and kind.",
 	}, []string{"template", "kind"})
+	m.egressDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lizard_egress_decisions_total",
+		Help: "Egress decisions of sandboxes with a network policy by kind (dns, http, tls) and verdict (allowed, denied); each sandbox's own log (GET /v1/sandboxes/{id}/network/log) names the sandbox, name, address and port.",
+	}, []string{"kind", "verdict"})
+	m.egressBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lizard_egress_bytes_total",
+		Help: "Bytes carried by the egress proxy by direction (out: sandbox to upstream, in: back), counted when a connection ends.",
+	}, []string{"direction"})
 	m.states = newFuncCollector(prometheus.NewDesc("lizard_sandboxes",
 		"Sandboxes by state (starting, running, paused); ended sandboxes are not counted.", []string{"state"}, nil))
 	m.warmPool = newFuncCollector(prometheus.NewDesc("lizard_warm_pool_ready",
@@ -142,7 +153,7 @@ func New() *Metrics {
 
 	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.executions, m.executionDuration,
 		m.processes, m.processDuration, m.creates, m.createDuration, m.ops, m.kernelDeaths,
-		m.templateBuilds, m.templateBuild, m.states, m.warmPool, m.addressPool, m.diskFree,
+		m.templateBuilds, m.templateBuild, m.egressDecisions, m.egressBytes, m.states, m.warmPool, m.addressPool, m.diskFree,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "lizard_node_memory_available_bytes",
 			Help: "MemAvailable of the node (/proc/meminfo): what new sandboxes can still get.",
@@ -221,6 +232,25 @@ func (m *Metrics) SandboxOp(op string, took time.Duration, err error) {
 		return
 	}
 	m.ops.WithLabelValues(op, outcome(err)).Observe(took.Seconds())
+}
+
+// EgressDecision records one egress decision of kind (dns, http, tls) and
+// the bytes its connection carried each way.
+func (m *Metrics) EgressDecision(kind string, allowed bool, out, in int64) {
+	if m == nil {
+		return
+	}
+	verdict := "denied"
+	if allowed {
+		verdict = "allowed"
+	}
+	m.egressDecisions.WithLabelValues(kind, verdict).Inc()
+	if out > 0 {
+		m.egressBytes.WithLabelValues("out").Add(float64(out))
+	}
+	if in > 0 {
+		m.egressBytes.WithLabelValues("in").Add(float64(in))
+	}
 }
 
 // Template build kinds (the `kind` label of lizard_template_builds_total).

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -43,7 +44,41 @@ type Egress struct {
 	// host address on this port: the Lizard API, for sandboxes with a
 	// lizardToken.
 	APIPort int
+	// Names, when set with Internet, is a policy by name (package egress):
+	// the sandbox's DNS and its TCP to the proxied ports are redirected to
+	// the node's resolver and proxy, and everything else it sends is
+	// narrowed to the policy's address rules.
+	Names *Names
 }
+
+// Names puts a sandbox in the path of the node's resolver and proxy.
+type Names struct {
+	// DNSPort (UDP and TCP) and ProxyPort are where the node's resolver
+	// and proxy listen, on every host address.
+	DNSPort, ProxyPort int
+	// Ports are the TCP ports redirected to the proxy; UDP to them (QUIC)
+	// is dropped, so that clients fall back to TCP through it.
+	Ports []int
+	// Allow and Deny are the policy's address rules; with DefaultDeny an
+	// address neither names is dropped. Deny wins; nothing here opens
+	// Blocked, the host's subnets or a SpecialPurpose range AllowTo has
+	// not opened.
+	Allow, Deny []PortPrefix
+	DefaultDeny bool
+}
+
+// PortPrefix is an address rule: a prefix, and one port of it or (0) all.
+type PortPrefix struct {
+	Prefix netip.Prefix
+	Port   int
+}
+
+// NameServer is the address a sandbox's /etc/resolv.conf names (the agent
+// writes it when the template has none). Every DNS packet of a sandbox
+// with Names is redirected to the node's resolver whatever its address;
+// for the others this address is refused at once (a lookup fails fast,
+// as it did with no resolver at all).
+var NameServer = netip.MustParseAddr("169.254.0.53")
 
 // Blocked are the destinations a sandbox may never reach, even with
 // Internet and whatever AllowTo says: the IANA special-purpose ranges
@@ -108,26 +143,70 @@ func ruleset(id string, l Link, e Egress, hostNets []netip.Prefix, fresh bool) s
 	if e.APIPort > 0 {
 		fmt.Fprintf(&b, "\t\tiifname %q ip saddr %s ip daddr %s tcp dport %d ct state new accept\n", veth, l.GuestAddr, l.HostAddr, e.APIPort)
 	}
+	names := e.Names
+	if !e.Internet {
+		names = nil
+	}
+	if names != nil {
+		// After the redirects below: the resolver and the proxy, on the
+		// host address the redirect chose.
+		fmt.Fprintf(&b, "\t\tiifname %q ip saddr %s ip daddr %s meta l4proto { tcp, udp } th dport %d accept\n", veth, l.GuestAddr, l.HostAddr, names.DNSPort)
+		fmt.Fprintf(&b, "\t\tiifname %q ip saddr %s ip daddr %s tcp dport %d accept\n", veth, l.GuestAddr, l.HostAddr, names.ProxyPort)
+	}
 	fmt.Fprintf(&b, "\t\tiifname %q drop\n\t}\n", veth)
 
 	// Packets through this host, to or from the sandbox.
 	b.WriteString("\tchain forward {\n\t\ttype filter hook forward priority -10; policy accept;\n")
 	fmt.Fprintf(&b, "\t\toifname %q ct state established,related accept\n", veth)
 	fmt.Fprintf(&b, "\t\toifname %q drop\n", veth)
+	// Without a resolver, a lookup fails at once rather than timing out.
+	fmt.Fprintf(&b, "\t\tiifname %q ip daddr %s reject\n", veth, NameServer)
 	if e.Internet {
+		// What passes to an open range: the internet, or the policy's
+		// address rules.
+		pass := "accept"
+		if names != nil {
+			// A policy update does not cut what is open (unless asked:
+			// CutFlows).
+			fmt.Fprintf(&b, "\t\tiifname %q ct state established,related accept\n", veth)
+			pass = "jump names"
+		}
 		fmt.Fprintf(&b, "\t\tiifname %q meta nfproto ipv6 drop\n", veth)
 		fmt.Fprintf(&b, "\t\tiifname %q ip saddr != %s drop\n", veth, l.GuestAddr)
 		fmt.Fprintf(&b, "\t\tiifname %q ip daddr { %s } drop\n", veth, prefixes(merge(append(slices.Clone(Blocked), hostNets...))))
 		if open := opened(e.AllowTo); len(open) > 0 {
-			fmt.Fprintf(&b, "\t\tiifname %q ip daddr { %s } accept\n", veth, prefixes(open))
+			fmt.Fprintf(&b, "\t\tiifname %q ip daddr { %s } %s\n", veth, prefixes(open), pass)
 		}
 		fmt.Fprintf(&b, "\t\tiifname %q ip daddr { %s } drop\n", veth, prefixes(merge(SpecialPurpose)))
 		if len(e.AllowTo) > 0 {
 			fmt.Fprintf(&b, "\t\tiifname %q ip daddr != { %s } drop\n", veth, prefixes(merge(e.AllowTo)))
 		}
-		fmt.Fprintf(&b, "\t\tiifname %q accept\n", veth)
+		fmt.Fprintf(&b, "\t\tiifname %q %s\n", veth, pass)
 	}
 	fmt.Fprintf(&b, "\t\tiifname %q drop\n\t}\n", veth)
+
+	if names != nil {
+		// The policy's address rules, for what the proxy does not see.
+		b.WriteString("\tchain names {\n")
+		fmt.Fprintf(&b, "\t\tudp dport { %s } drop\n", ports(names.Ports))
+		for _, r := range names.Deny {
+			fmt.Fprintf(&b, "\t\t%s drop\n", portPrefix(r))
+		}
+		for _, r := range names.Allow {
+			fmt.Fprintf(&b, "\t\t%s accept\n", portPrefix(r))
+		}
+		if names.DefaultDeny {
+			b.WriteString("\t\tdrop\n\t}\n")
+		} else {
+			b.WriteString("\t\taccept\n\t}\n")
+		}
+		// DNS to any resolver goes to the node's; TCP to the proxied
+		// ports to its proxy, which reads the name and ignores the
+		// address the sandbox asked for.
+		b.WriteString("\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n")
+		fmt.Fprintf(&b, "\t\tiifname %q ip saddr %s meta l4proto { tcp, udp } th dport 53 redirect to :%d\n", veth, l.GuestAddr, names.DNSPort)
+		fmt.Fprintf(&b, "\t\tiifname %q ip saddr %s tcp dport { %s } redirect to :%d\n\t}\n", veth, l.GuestAddr, ports(names.Ports), names.ProxyPort)
+	}
 
 	if e.Internet {
 		// The sandbox's link address is not routable outside this host.
@@ -136,6 +215,21 @@ func ruleset(id string, l Link, e Egress, hostNets []netip.Prefix, fresh bool) s
 	}
 	b.WriteString("}\n")
 	return b.String()
+}
+
+func portPrefix(r PortPrefix) string {
+	if r.Port == 0 {
+		return "ip daddr " + r.Prefix.Masked().String()
+	}
+	return fmt.Sprintf("ip daddr %s meta l4proto { tcp, udp } th dport %d", r.Prefix.Masked(), r.Port)
+}
+
+func ports(ps []int) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = strconv.Itoa(p)
+	}
+	return strings.Join(s, ", ")
 }
 
 // opened are the prefixes of allow that lie inside a SpecialPurpose range:
@@ -281,6 +375,36 @@ func applyEgress(id string, l Link, e Egress) error {
 	return nil
 }
 
+// UpdateEgress replaces the rules of running sandbox id with e's, in one
+// transaction: connections already open are kept (Names lets established
+// flows through; CutFlows ends them).
+func UpdateEgress(id string, l Link, e Egress) error {
+	var hostNets []netip.Prefix
+	if e.Internet {
+		var err error
+		if hostNets, err = HostNets(); err != nil {
+			return fmt.Errorf("updating network policy of sandbox %s: %w", id, err)
+		}
+	}
+	if err := nft(ruleset(id, l, e, hostNets, false)); err != nil {
+		return fmt.Errorf("updating network policy of sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// CutFlows forgets the connections sandbox l opened (its conntrack
+// entries), so that their next packets meet its rules as new ones.
+func CutFlows(l Link) error {
+	f := &netlink.ConntrackFilter{}
+	if err := f.AddIP(netlink.ConntrackOrigSrcIP, l.GuestAddr.AsSlice()); err != nil {
+		return err
+	}
+	if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f); err != nil {
+		return fmt.Errorf("cutting the connections of %s: %w", l.GuestAddr, err)
+	}
+	return nil
+}
+
 // removeEgress deletes sandbox id's rules; gone rules are not an error.
 func removeEgress(id string) error {
 	t := TableName(id)
@@ -314,4 +438,34 @@ func routeOut(id string, l Link, ns netns.NsHandle) error {
 		return fmt.Errorf("enabling forwarding on %s: %w", VethName(id), err)
 	}
 	return nil
+}
+
+// Reachable reports whether a sandbox with Internet and AllowTo allow may
+// reach a, by the same rules as its forward chain: never Blocked or one of
+// hostNets, a SpecialPurpose range only where allow opens it, and only
+// inside allow when it is not empty. The egress proxy connects only to
+// such addresses.
+func Reachable(a netip.Addr, allow, hostNets []netip.Prefix) bool {
+	a = a.Unmap()
+	if !a.Is4() {
+		return false
+	}
+	in := func(ps []netip.Prefix) bool {
+		for _, p := range ps {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	if in(Blocked) || in(hostNets) {
+		return false
+	}
+	if in(opened(allow)) {
+		return true
+	}
+	if in(SpecialPurpose) {
+		return false
+	}
+	return len(allow) == 0 || in(allow)
 }

@@ -3,6 +3,7 @@ package netns
 import (
 	"errors"
 	"fmt"
+	"github.com/lizard-build/lizard/internal/agent/pid1"
 	"io"
 	"net"
 	"net/netip"
@@ -417,5 +418,53 @@ func TestEgressRealListeners(t *testing.T) {
 		if got := l.accepted.Load(); got != want[addr] {
 			t.Errorf("listener on %s accepted %d connections from the sandboxes, want %d", addr, got, want[addr])
 		}
+	}
+}
+
+// TestRulesetNames checks a policy by name's rules: nft accepts them, the
+// redirects go to the node's resolver and proxy, open flows pass before
+// the policy's address rules, and its deny rules come before its allow.
+func TestRulesetNames(t *testing.T) {
+	testenv.RequiresRoot(t)
+	l := Link{netip.MustParseAddr("169.254.251.229"), netip.MustParseAddr("169.254.251.230"), 30}
+	p := netip.MustParsePrefix
+	e := Egress{Internet: true, AllowTo: []netip.Prefix{p("203.0.113.0/24")}, Names: &Names{DNSPort: 5353, ProxyPort: 8081, Ports: []int{80, 443},
+		Allow: []PortPrefix{{p("203.0.113.0/24"), 0}}, Deny: []PortPrefix{{p("203.0.113.9/32"), 22}}, DefaultDeny: true}}
+	rs := ruleset("namestest", l, e, nil, true)
+	order := []string{
+		"th dport 5353 accept",
+		"tcp dport 8081 accept",
+		"ip daddr 169.254.0.53 reject",
+		"ct state established,related accept",
+		"ip daddr { 203.0.113.0/24 } jump names",
+		"chain names",
+		"udp dport { 80, 443 } drop",
+		"ip daddr 203.0.113.9/32 meta l4proto { tcp, udp } th dport 22 drop",
+		"ip daddr 203.0.113.0/24 accept",
+		"drop\n\t}",
+		"th dport 53 redirect to :5353",
+		"tcp dport { 80, 443 } redirect to :8081",
+	}
+	at := 0
+	for _, want := range order {
+		i := strings.Index(rs[at:], want)
+		if i < 0 {
+			t.Fatalf("ruleset lacks %q after offset %d:\n%s", want, at, rs)
+		}
+		at += i + len(want)
+	}
+	if err := nft(rs, "-c"); err != nil {
+		t.Fatalf("nft refuses the ruleset: %v\n%s", err, rs)
+	}
+	if rs := ruleset("namestest", l, Egress{Names: e.Names}, nil, true); strings.Contains(rs, "redirect") {
+		t.Errorf("without Internet a policy by name redirects:\n%s", rs)
+	}
+}
+
+// TestNameServer: the address the agent writes in resolv.conf is the one
+// these rules redirect and refuse.
+func TestNameServer(t *testing.T) {
+	if got := NameServer.String(); got != pid1.NameServer {
+		t.Errorf("netns.NameServer %s, pid1.NameServer %s: want them equal", got, pid1.NameServer)
 	}
 }

@@ -23,6 +23,9 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	if len(p.Volumes) > 0 && n.cfg.Volumes == nil {
 		return store.Sandbox{}, errNoVolumes
 	}
+	if p.Network != nil && n.cfg.Egress == nil {
+		return store.Sandbox{}, errNoEgress
+	}
 	if err := n.roomFor("create a sandbox"); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -39,7 +42,8 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	if w == nil || p.Role == store.RoleTemplate || len(p.Volumes) > 0 || p.Build != nil {
 		return n.provision(ctx, p, boot)
 	}
-	if p.Role == "" && !p.Token && w.Pool(p.Template, p.Limits, p.Internet) {
+	// A warm sandbox was made without a policy's redirects.
+	if p.Role == "" && !p.Token && p.Network == nil && w.Pool(p.Template, p.Limits, p.Internet) {
 		sb, err := n.provision(ctx, p, warmPool)
 		if err == nil || ctx.Err() != nil || isRefusal(err) {
 			if err == nil {

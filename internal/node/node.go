@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/lizard-build/lizard/internal/egress"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -80,6 +81,11 @@ type Node interface {
 	// Metrics returns sandbox id's usage samples of the last minutes,
 	// oldest first (none while it is not running).
 	Metrics(ctx context.Context, id string) ([]api.SandboxMetric, error)
+	// UpdateNetwork replaces sandbox id's network policy for the
+	// connections opened from now on; with cut, open ones are ended too.
+	UpdateNetwork(ctx context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error)
+	// NetworkLog returns sandbox id's egress decisions, oldest first.
+	NetworkLog(ctx context.Context, id string) ([]egress.Decision, error)
 }
 
 // EventKind says what happened to a sandbox.
@@ -193,6 +199,9 @@ type Config struct {
 	// Volumes keeps persistent volumes on this machine (a
 	// *volume.Manager); nil: none (volume calls are refused).
 	Volumes Volumes
+	// Egress enforces sandboxes' policies by name (its resolver, proxy
+	// and table); nil: a create with a policy is refused.
+	Egress *egress.Enforcer
 	// Admission admits each user's sandbox against its project's quotas
 	// as it is recorded (a *Quota); nil admits all.
 	Admission Admission
@@ -340,6 +349,13 @@ func (n *Local) started(sb store.Sandbox) {
 }
 
 func (n *Local) stopped(sb store.Sandbox, state, reason string) {
+	if n.cfg.Egress != nil {
+		if state == api.StatePaused {
+			n.cfg.Egress.Table.Unset(sb.ID) // its log stays for the resume
+		} else {
+			n.cfg.Egress.Table.Remove(sb.ID)
+		}
+	}
 	n.calls.cancelAll(sb.ID, stopReason(sb.ID, state, reason))
 	n.ports.cancelAll(sb.ID, stopReason(sb.ID, state, reason))
 	e := Event{Kind: Stopped, SandboxID: sb.ID, ProjectID: sb.ProjectID, State: state, Reason: reason, Token: sb.Shape.Token}

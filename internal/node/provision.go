@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lizard-build/lizard/internal/egress"
 	"log/slog"
 	"slices"
 	"time"
@@ -37,6 +38,9 @@ type Plan struct {
 	Envs      []string // KEY=VALUE, sorted
 	Limits    sandbox.Limits
 	Internet  bool
+	// Network is the sandbox's policy by name (nil: none); it is
+	// enforced by the node's Egress and recorded in its shape.
+	Network *egress.Policy
 	// Volumes are mounted in the sandbox (and again at each restore);
 	// PublicPorts lets anyone reach its ports through the API.
 	Volumes     []store.VolumeMount

@@ -40,6 +40,9 @@ func (n *Local) Reconcile(ctx context.Context) error {
 			st, err := n.cfg.Runtime.State(ctx, sb.ID)
 			if err == nil && st == sandbox.Running {
 				kept++
+				if err := n.readopt(sb); err != nil {
+					log.Error("reinstalling the network policy of a sandbox kept over a restart", "err", err)
+				}
 				n.started(sb)
 				log.Info("sandbox still running; serving it again", "guest_addr", sb.GuestAddr)
 				continue

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lizard-build/lizard/internal/egress"
 	"net/netip"
 	"slices"
 
@@ -29,7 +30,7 @@ func (p Plan) Shape() store.Shape {
 	l := p.Limits
 	return store.Shape{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, DiskBytes: l.DiskBytes, Pids: l.Pids,
 		OpenFiles: l.OpenFiles, Processes: l.Processes, Internet: p.Internet, Token: p.Token, Recorded: true,
-		Volumes: p.Volumes, PublicPorts: p.PublicPorts}
+		Volumes: p.Volumes, PublicPorts: p.PublicPorts, Network: p.Network}
 }
 
 // Shaped returns p with sh's limits and egress; rows from before shapes
@@ -43,6 +44,7 @@ func (n *Local) Shaped(p Plan, sh store.Shape) Plan {
 		OpenFiles: sh.OpenFiles, Processes: sh.Processes}
 	p.Internet = sh.Internet
 	p.Volumes, p.PublicPorts = sh.Volumes, sh.PublicPorts
+	p.Network = sh.Network
 	return p
 }
 
@@ -80,6 +82,11 @@ func (n *Local) spec(sb store.Sandbox, a sandbox.Artifact, env []string, apiPort
 		}
 		vols = append(vols, sandbox.Volume{Source: n.cfg.Volumes.Path(v.ID), Target: v.Path})
 	}
+	if p.Network != nil && p.Internet && n.cfg.Egress != nil {
+		// The runtime installs the rules; the table must know the
+		// sandbox before its first packet (a restored one sends at once).
+		n.cfg.Egress.Table.Set(guest, egress.Sandbox{ID: sb.ID, Project: sb.ProjectID, Policy: p.Network})
+	}
 	return sandbox.Spec{
 		ID:       sb.ID,
 		Template: a,
@@ -88,7 +95,7 @@ func (n *Local) spec(sb store.Sandbox, a sandbox.Artifact, env []string, apiPort
 		Files:    n.cfg.Files,
 		Volumes:  vols,
 		Network: sandbox.Network{HostAddr: host, GuestAddr: guest, PrefixLen: netns.SlotPrefixLen,
-			Internet: p.Internet, APIPort: apiPort, Allow: n.cfg.Allow},
+			Internet: p.Internet, APIPort: apiPort, Allow: n.cfg.Allow, Names: n.names(p)},
 		Limits: p.Limits,
 	}, nil
 }

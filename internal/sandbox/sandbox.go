@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lizard-build/lizard/internal/netns"
 	"net/netip"
 	"regexp"
 	"time"
@@ -54,6 +55,9 @@ type Network struct {
 	// Allow, when not empty, narrows the internet an Internet sandbox may
 	// reach to these destinations.
 	Allow Prefixes
+	// Names, when set, puts an Internet sandbox's DNS and HTTP/TLS in the
+	// path of the node's resolver and proxy (its policy by name).
+	Names *netns.Names
 }
 
 // Prefixes is an egress allow-list.

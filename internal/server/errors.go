@@ -62,7 +62,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func notFound(mux *http.ServeMux) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var allow []string
-		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 			probe := *r
 			probe.Method = m
 			if _, pattern := mux.Handler(&probe); strings.HasPrefix(pattern, m+" ") {

@@ -102,6 +102,8 @@ func New(cfg Config) *Server {
 	mux.Handle("/v1/sandboxes/{id}", authed(s.sandbox))
 	mux.Handle("POST /v1/sandboxes/{id}/timeout", authed(s.setTimeout))
 	mux.Handle("GET /v1/sandboxes/{id}/metrics", authed(s.metrics))
+	mux.Handle("PATCH /v1/sandboxes/{id}/network", authed(s.updateNetwork))
+	mux.Handle("GET /v1/sandboxes/{id}/network/log", authed(s.networkLog))
 	for _, p := range api.AgentPublicPaths {
 		mux.Handle("/v1/sandboxes/{id}"+p, authed(s.proxy))
 	}
@@ -112,7 +114,7 @@ func New(cfg Config) *Server {
 	s.secretRoutes(mux, authed)
 	// Other methods on the server's own paths get a JSON 405, not the
 	// proxy (which would ask the agent for /timeout).
-	for _, p := range []string{"/v1/sandboxes/{id}/timeout", "/v1/sandboxes/{id}/pause", "/v1/sandboxes/{id}/resume", "/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/fork", "/v1/sandboxes/{id}/metrics"} {
+	for _, p := range []string{"/v1/sandboxes/{id}/timeout", "/v1/sandboxes/{id}/pause", "/v1/sandboxes/{id}/resume", "/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/fork", "/v1/sandboxes/{id}/metrics", "/v1/sandboxes/{id}/network", "/v1/sandboxes/{id}/network/log"} {
 		mux.HandleFunc(p, notFound(mux))
 	}
 	mux.HandleFunc("/v1/", notFound(mux))
@@ -253,6 +255,33 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, sb)
+}
+
+// updateNetwork answers PATCH /v1/sandboxes/{id}/network (docs/network.md).
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	var req api.UpdateNetworkRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	pol, err := s.c.UpdateNetwork(r.Context(), project, r.PathValue("id"), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, pol)
+}
+
+// networkLog answers GET /v1/sandboxes/{id}/network/log.
+func (s *Server) networkLog(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	log, err := s.c.NetworkLog(r.Context(), project, r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, log)
 }
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {

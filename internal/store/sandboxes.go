@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/lizard-build/lizard/internal/egress"
 	"strings"
 	"time"
 )
@@ -245,6 +246,25 @@ func (s *Store) SetTimeout(ctx context.Context, id string, timeoutMs int64, expi
 		return fmt.Errorf("setting timeout of sandbox %s: %w", id, err)
 	}
 	return s.affected(ctx, res, id, "setting timeout of sandbox %s")
+}
+
+// SetNetwork replaces a live sandbox's network policy in its shape, which
+// its snapshots and forks copy from then on.
+func (s *Store) SetNetwork(ctx context.Context, id string, p *egress.Policy) error {
+	sb, err := s.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	sb.Shape.Network = p
+	shape, err := encodeShape(sb.Shape)
+	if err != nil {
+		return err
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET shape = ? WHERE id = ? AND ended_at IS NULL`, shape, id)
+	if err != nil {
+		return fmt.Errorf("setting the network policy of sandbox %s: %w", id, err)
+	}
+	return s.affected(ctx, res, id, "setting the network policy of sandbox %s")
 }
 
 // EndSandbox ends a live sandbox: it takes state (killed, expired, failed),

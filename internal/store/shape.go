@@ -3,6 +3,8 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/lizard-build/lizard/internal/egress"
 )
 
 // Roles of sandboxes the server runs for itself. Users never see them:
@@ -36,6 +38,9 @@ type Shape struct {
 	// anyone reach its ports through the API without a key or token.
 	Volumes     []VolumeMount `json:"volumes,omitempty"`
 	PublicPorts bool          `json:"publicPorts,omitempty"`
+	// Network is its policy by name (nil: none, the server's egress as
+	// it is); an update while it runs replaces it (SetNetwork).
+	Network *egress.Policy `json:"network,omitempty"`
 	// Recorded is false for rows written before shapes were stored; the
 	// control plane then uses the server's current defaults.
 	Recorded bool `json:"-"`

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/lizard-build/lizard/internal/egress"
 	"io"
 	"net/http"
 	"net/url"
@@ -132,6 +133,20 @@ func (c *Client) SetTimeout(ctx context.Context, id string, ms int64) (store.San
 	var sb wireSandbox
 	err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/timeout", timeoutRequest{TimeoutMs: &ms}, &sb)
 	return sb.sandbox(), err
+}
+
+// UpdateNetwork implements node.Node.
+func (c *Client) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error) {
+	var sb wireSandbox
+	err := c.do(ctx, http.MethodPut, "/sandboxes/"+url.PathEscape(id)+"/network", networkRequest{Network: wirePolicy(p), Cut: cut}, &sb)
+	return sb.sandbox(), err
+}
+
+// NetworkLog implements node.Node.
+func (c *Client) NetworkLog(ctx context.Context, id string) ([]egress.Decision, error) {
+	var log []egress.Decision
+	err := c.do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id)+"/network/log", nil, &log)
+	return log, err
 }
 
 // Metrics implements node.Node.

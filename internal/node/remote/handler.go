@@ -44,6 +44,8 @@ func Handler(cfg HandlerConfig) http.Handler {
 	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/timeout", h.setTimeout)
 	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/pause", h.pause)
 	mux.HandleFunc("GET /internal/v1/sandboxes/{id}/metrics", h.metrics)
+	mux.HandleFunc("PUT /internal/v1/sandboxes/{id}/network", h.updateNetwork)
+	mux.HandleFunc("GET /internal/v1/sandboxes/{id}/network/log", h.networkLog)
 	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/resume", h.resume)
 	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/snapshot", h.snapshot)
 	mux.HandleFunc("POST /internal/v1/images/remove", h.removeImage)
@@ -118,6 +120,24 @@ func (h *handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := h.cfg.Node.SetTimeout(r.Context(), r.PathValue("id"), *in.TimeoutMs)
 	h.answer(w, r, sandboxToWire(sb), err)
+}
+
+func (h *handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
+	var in networkRequest
+	if !h.decode(w, r, &in) {
+		return
+	}
+	if in.Network == nil {
+		h.fail(w, r, errdefs.Invalidf("network is missing"))
+		return
+	}
+	sb, err := h.cfg.Node.UpdateNetwork(r.Context(), r.PathValue("id"), in.Network, in.Cut)
+	h.answer(w, r, sandboxToWire(sb), err)
+}
+
+func (h *handler) networkLog(w http.ResponseWriter, r *http.Request) {
+	log, err := h.cfg.Node.NetworkLog(r.Context(), r.PathValue("id"))
+	h.answer(w, r, log, err)
 }
 
 func (h *handler) metrics(w http.ResponseWriter, r *http.Request) {

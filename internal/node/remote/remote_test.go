@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lizard-build/lizard/internal/egress"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -38,6 +39,22 @@ type fakeNode struct {
 	openPort     func(ctx context.Context, id string, port int, resume bool) (node.Call, error)
 	acquire      func(ctx context.Context, id string) (node.Call, error)
 	metrics      func(ctx context.Context, id string) ([]api.SandboxMetric, error)
+	network      func(ctx context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error)
+	networkLog   func(ctx context.Context, id string) ([]egress.Decision, error)
+}
+
+func (f *fakeNode) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error) {
+	if f.network == nil {
+		return store.Sandbox{}, errUnexpected
+	}
+	return f.network(ctx, id, p, cut)
+}
+
+func (f *fakeNode) NetworkLog(ctx context.Context, id string) ([]egress.Decision, error) {
+	if f.networkLog == nil {
+		return nil, errUnexpected
+	}
+	return f.networkLog(ctx, id)
 }
 
 var _ node.Node = (*fakeNode)(nil)
@@ -187,6 +204,18 @@ func (f *filler) fill(t *testing.T, v reflect.Value) {
 		m.SetMapIndex(k, e)
 		v.Set(m)
 	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[egress.Policy]() {
+			// A policy crosses as its rules and is parsed again: fill
+			// it with rules that parse, each its own.
+			p, err := egress.Parse(egress.Policy{Default: egress.Deny, Allow: []string{fmt.Sprintf("a%d.example.com", f.n), "*.example.org", "203.0.113.0/24"},
+				Deny: []string{fmt.Sprintf("d%d.example.com", f.n), "203.0.113.9:22"}, Ports: []int{80, 443, 8000 + f.n},
+				Inject: []egress.HeaderRule{{Domain: "api.example.com", Headers: map[string]string{"Authorization": "Bearer {{ secrets.K }}"}}}}, "network")
+			if err != nil {
+				t.Fatal(err)
+			}
+			v.Set(reflect.ValueOf(*p))
+			return
+		}
 		if v.Type() == reflect.TypeFor[time.Time]() {
 			v.Set(reflect.ValueOf(time.Unix(1_800_000_000+int64(f.n), int64(f.n)).UTC()))
 			return
@@ -298,6 +327,26 @@ func TestRoundTrip(t *testing.T) {
 	}
 	got, err = c.SetTimeout(ctx, "sb-1", 60_000)
 	checkSB("SetTimeout", got, err)
+
+	wantPolicy := wantPlan.Network
+	fn.network = func(_ context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error) {
+		if id != "sb-1" || !cut || !reflect.DeepEqual(p, wantPolicy) {
+			t.Errorf("UpdateNetwork(%q, %+v, %v); want sb-1, %+v, true", id, p, cut, wantPolicy)
+		}
+		return wantSB, nil
+	}
+	got, err = c.UpdateNetwork(ctx, "sb-1", wantPolicy, true)
+	checkSB("UpdateNetwork", got, err)
+	var wantLog []egress.Decision
+	for range 2 {
+		var d egress.Decision
+		f.fill(t, reflect.ValueOf(&d).Elem())
+		wantLog = append(wantLog, d)
+	}
+	fn.networkLog = func(_ context.Context, id string) ([]egress.Decision, error) { return wantLog, nil }
+	if gotLog, err := c.NetworkLog(ctx, "sb-1"); err != nil || !reflect.DeepEqual(gotLog, wantLog) {
+		t.Errorf("NetworkLog = %+v, %v; want %+v", gotLog, err, wantLog)
+	}
 
 	fn.pause = func(_ context.Context, id string) (store.Sandbox, error) {
 		if id != "sb-1" {

@@ -26,6 +26,7 @@ package remote
 
 import (
 	"errors"
+	"github.com/lizard-build/lizard/internal/egress"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -63,6 +64,9 @@ type plan struct {
 	Envs      []string          `json:"envs,omitempty"`
 	Limits    limits            `json:"limits"`
 	Internet  bool              `json:"internet"`
+	// Network is parsed again as it is decoded (egress.Policy's
+	// UnmarshalJSON).
+	Network *egress.Policy `json:"network,omitempty"`
 	// Volumes are on the node's disk: the API places such a plan there.
 	Volumes     []volumeMount `json:"volumes,omitempty"`
 	PublicPorts bool          `json:"publicPorts,omitempty"`
@@ -78,14 +82,23 @@ func toWire(p node.Plan) plan {
 	return plan{ProjectID: p.ProjectID, Role: p.Role, Template: p.Template, TimeoutMs: p.TimeoutMs, Metadata: p.Metadata,
 		OnTimeout: p.OnTimeout, Envs: p.Envs, Limits: limitsToWire(p.Limits), Internet: p.Internet, Image: p.Image,
 		Token: p.Token, TokenExpires: p.KeyExpires, ParentID: p.ParentID, Volumes: volumesToWire(p.Volumes),
-		PublicPorts: p.PublicPorts, SnapshotID: p.SnapshotID}
+		PublicPorts: p.PublicPorts, SnapshotID: p.SnapshotID, Network: wirePolicy(p.Network)}
+}
+
+// wirePolicy is p without its matchers, which the other side rebuilds.
+func wirePolicy(p *egress.Policy) *egress.Policy {
+	if p == nil {
+		return nil
+	}
+	w := p.Wire()
+	return &w
 }
 
 func (w plan) plan() node.Plan {
 	return node.Plan{ProjectID: w.ProjectID, Role: w.Role, Template: w.Template, TimeoutMs: w.TimeoutMs, Metadata: w.Metadata,
 		OnTimeout: w.OnTimeout, Envs: w.Envs, Limits: w.Limits.limits(), Internet: w.Internet, Image: w.Image,
 		ParentID: w.ParentID, Volumes: volumesFromWire(w.Volumes), PublicPorts: w.PublicPorts, KeyExpires: w.TokenExpires,
-		Token: w.Token, SnapshotID: w.SnapshotID}
+		Token: w.Token, SnapshotID: w.SnapshotID, Network: w.Network}
 }
 
 // limits is sandbox.Limits on the wire.
@@ -156,11 +169,12 @@ type wireSandbox struct {
 
 // shape is store.Shape on the wire.
 type shape struct {
-	Limits      limits        `json:"limits"`
-	Internet    bool          `json:"internet,omitempty"`
-	Token       bool          `json:"token,omitempty"`
-	Volumes     []volumeMount `json:"volumes,omitempty"`
-	PublicPorts bool          `json:"publicPorts,omitempty"`
+	Limits      limits         `json:"limits"`
+	Internet    bool           `json:"internet,omitempty"`
+	Token       bool           `json:"token,omitempty"`
+	Volumes     []volumeMount  `json:"volumes,omitempty"`
+	PublicPorts bool           `json:"publicPorts,omitempty"`
+	Network     *egress.Policy `json:"network,omitempty"`
 	// Recorded is false for a row from before shapes were recorded: the
 	// API then reports its own defaults.
 	Recorded bool `json:"recorded"`
@@ -173,7 +187,7 @@ func sandboxToWire(sb store.Sandbox) wireSandbox {
 		Slot: sb.Slot, HostAddr: sb.HostAddr, GuestAddr: sb.GuestAddr, Role: sb.Role, ParentID: sb.ParentID, Node: sb.Node,
 		Shape: shape{Limits: limits{MemoryBytes: sh.MemoryBytes, CPUs: sh.CPUs, DiskBytes: sh.DiskBytes, Pids: sh.Pids,
 			OpenFiles: sh.OpenFiles, Processes: sh.Processes}, Internet: sh.Internet, Token: sh.Token,
-			Volumes: volumesToWire(sh.Volumes), PublicPorts: sh.PublicPorts, Recorded: sh.Recorded}}
+			Volumes: volumesToWire(sh.Volumes), PublicPorts: sh.PublicPorts, Network: wirePolicy(sh.Network), Recorded: sh.Recorded}}
 }
 
 func (w wireSandbox) sandbox() store.Sandbox {
@@ -183,12 +197,17 @@ func (w wireSandbox) sandbox() store.Sandbox {
 		Slot: w.Slot, HostAddr: w.HostAddr, GuestAddr: w.GuestAddr, Role: w.Role, ParentID: w.ParentID, Node: w.Node,
 		Shape: store.Shape{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, DiskBytes: l.DiskBytes, Pids: l.Pids,
 			OpenFiles: l.OpenFiles, Processes: l.Processes, Internet: w.Shape.Internet, Token: w.Shape.Token,
-			Volumes: volumesFromWire(w.Shape.Volumes), PublicPorts: w.Shape.PublicPorts, Recorded: w.Shape.Recorded}}
+			Volumes: volumesFromWire(w.Shape.Volumes), PublicPorts: w.Shape.PublicPorts, Network: w.Shape.Network, Recorded: w.Shape.Recorded}}
 }
 
 type forkRequest struct {
 	Plan  plan `json:"plan"`
 	Count int  `json:"count"`
+}
+
+type networkRequest struct {
+	Network *egress.Policy `json:"network"`
+	Cut     bool           `json:"cut,omitempty"`
 }
 
 type timeoutRequest struct {

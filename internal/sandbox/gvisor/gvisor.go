@@ -569,7 +569,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
 	}
 	link := netns.Link{HostAddr: spec.Network.HostAddr, GuestAddr: spec.Network.GuestAddr, PrefixLen: spec.Network.PrefixLen}
-	egress := &netns.Egress{Internet: spec.Network.Internet, AllowTo: spec.Network.Allow, APIPort: spec.Network.APIPort}
+	egress := &netns.Egress{Internet: spec.Network.Internet, AllowTo: spec.Network.Allow, APIPort: spec.Network.APIPort, Names: spec.Network.Names}
 	if err := netns.CreateWithEgress(id, link, egress); err != nil {
 		return fmt.Errorf("%s sandbox %s: setting up network: %w", verb, id, err)
 	}

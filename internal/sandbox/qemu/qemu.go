@@ -468,7 +468,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 	}
 
 	link := netns.Link{HostAddr: spec.Network.HostAddr, GuestAddr: spec.Network.GuestAddr, PrefixLen: spec.Network.PrefixLen}
-	egress := &netns.Egress{Internet: spec.Network.Internet, AllowTo: spec.Network.Allow, APIPort: spec.Network.APIPort}
+	egress := &netns.Egress{Internet: spec.Network.Internet, AllowTo: spec.Network.Allow, APIPort: spec.Network.APIPort, Names: spec.Network.Names}
 	if err := netns.CreateWithEgress(id, link, egress); err != nil {
 		return fail(fmt.Errorf("setting up network: %w", err))
 	}

@@ -1,0 +1,31 @@
+package client
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+// UpdateNetwork changes the sandbox's network policy by name
+// (docs/network.md): the fields u gives replace the policy's. Connections
+// opened from now on follow it; open ones are ended only with u.Cut.
+func (c *Client) UpdateNetwork(ctx context.Context, id string, u api.UpdateNetworkRequest) (*api.NetworkPolicy, error) {
+	var p api.NetworkPolicy
+	if err := c.call(ctx, request{method: http.MethodPatch, path: sandboxPath(id, "/network"), json: u}, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// NetworkLog returns the sandbox's newest egress decisions, oldest first.
+func (c *Client) NetworkLog(ctx context.Context, id string) ([]api.NetworkLogEntry, error) {
+	var l api.NetworkLog
+	if err := c.call(ctx, request{method: http.MethodGet, path: sandboxPath(id, "/network/log")}, &l); err != nil {
+		return nil, err
+	}
+	if l.Entries == nil {
+		l.Entries = []api.NetworkLogEntry{}
+	}
+	return l.Entries, nil
+}

@@ -1,0 +1,119 @@
+package node
+
+// A sandbox's policy by name is enforced by the node's egress.Enforcer:
+// its table knows the sandbox from its spec on (spec.go), its rules send
+// the sandbox's DNS and HTTP/TLS to the enforcer's resolver and proxy
+// (netns.Names), and an update replaces both at once.
+
+import (
+	"context"
+	"fmt"
+	"github.com/lizard-build/lizard/api"
+	"net/netip"
+
+	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/netns"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+var errNoEgress = &errdefs.Error{Kind: errdefs.ErrUnavailable,
+	Msg: "this server does not enforce network policies by name (its egress resolver and proxy are not running)"}
+
+// names are the rules of plan p's policy by name, nil without one.
+func (n *Local) names(p Plan) *netns.Names {
+	if p.Network == nil || !p.Internet || n.cfg.Egress == nil {
+		return nil
+	}
+	return n.cfg.Egress.Names(p.Network)
+}
+
+// link and egressRules are running sandbox sb's link and rules as its
+// spec made them.
+func (n *Local) egressRules(sb store.Sandbox) (netns.Link, netns.Egress, error) {
+	host, err1 := netip.ParseAddr(sb.HostAddr)
+	guest, err2 := netip.ParseAddr(sb.GuestAddr)
+	if err1 != nil || err2 != nil {
+		return netns.Link{}, netns.Egress{}, fmt.Errorf("parsing the addresses of sandbox %s", sb.ID)
+	}
+	p := n.Shaped(Plan{}, sb.Shape)
+	e := netns.Egress{Internet: p.Internet, AllowTo: n.cfg.Allow, Names: n.names(p)}
+	if sb.Shape.Token && n.cfg.TokenAPI != nil {
+		_, e.APIPort = n.cfg.TokenAPI(sb.HostAddr)
+	}
+	return netns.Link{HostAddr: host, GuestAddr: guest, PrefixLen: netns.SlotPrefixLen}, e, nil
+}
+
+// readopt puts running sandbox sb, kept over a restart, back in the path
+// of this process's resolver and proxy (their ports are new).
+func (n *Local) readopt(sb store.Sandbox) error {
+	if sb.Shape.Network == nil || n.cfg.Egress == nil {
+		return nil
+	}
+	l, e, err := n.egressRules(sb)
+	if err != nil {
+		return err
+	}
+	n.cfg.Egress.Table.Set(l.GuestAddr, egress.Sandbox{ID: sb.ID, Project: sb.ProjectID, Policy: sb.Shape.Network})
+	return netns.UpdateEgress(sb.ID, l, e)
+}
+
+// UpdateNetwork implements Node: sandbox id's policy becomes p for every
+// connection opened from now on (the proxy and resolver read it from the
+// table at each, and its address rules are replaced in one nft
+// transaction); with cut, those open are ended too. A paused sandbox
+// takes it at its resume.
+func (n *Local) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error) {
+	unlock := n.locks.Lock(id)
+	defer unlock()
+	sb, err := n.get(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	if !sb.Live() {
+		return sb, Gone(sb)
+	}
+	if sb.Shape.Network == nil {
+		// Its runtime was set up without the redirects (and a warm or
+		// restored image may hold a resolver setting to match).
+		return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s was created without a network policy; give one (network) at create to change it later", id)}
+	}
+	if n.cfg.Egress == nil {
+		return sb, errNoEgress
+	}
+	if err := n.cfg.Store.SetNetwork(ctx, id, p); err != nil {
+		return sb, err
+	}
+	sb.Shape.Network = p
+	if sb.State == api.StateRunning {
+		l, e, err := n.egressRules(sb)
+		if err != nil {
+			return sb, err
+		}
+		n.cfg.Egress.Table.Update(id, p, cut)
+		if err := netns.UpdateEgress(id, l, e); err != nil {
+			return sb, err
+		}
+		if cut {
+			if err := netns.CutFlows(l); err != nil {
+				return sb, err
+			}
+		}
+	}
+	return n.cfg.Store.GetSandbox(ctx, id)
+}
+
+// NetworkLog implements Node: sandbox id's egress decisions, oldest first.
+func (n *Local) NetworkLog(ctx context.Context, id string) ([]egress.Decision, error) {
+	if _, err := n.get(ctx, id); err != nil {
+		return nil, err
+	}
+	if n.cfg.Egress == nil {
+		return []egress.Decision{}, nil
+	}
+	log := n.cfg.Egress.Table.Log(id)
+	if log == nil {
+		log = []egress.Decision{}
+	}
+	return log, nil
+}
