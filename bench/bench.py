@@ -12,6 +12,7 @@ docs/performance.md explains every figure. Run as root from the repository root:
 
     .cache/testvenv/bin/python bench/bench.py [--scale 50] [--sustain 20s] [--warm-pool N]
     .cache/testvenv/bin/python bench/bench.py --only density,burst,sustain --density-max 50 --burst 10
+    .cache/testvenv/bin/python bench/bench.py --only e2b --runs 5 --code-runs 50
 
 Everything the bench makes (the server, its sandboxes, raw runsc containers, temp dirs) is removed at the
 end, also when it fails or is interrupted (SIGINT, SIGTERM, SIGHUP).
@@ -1458,8 +1459,8 @@ def main() -> int:
     ap.add_argument("--qemu-code-runs", type=int, default=50, help="QEMU runCode(\"1+1\") calls (default 50)")
     ap.add_argument("--qemu-idle", type=int, default=3, help="idle QEMU VMs for the memory figure (default 3)")
     ap.add_argument("--only", type=lambda v: set(v.split(",")) - {""}, default=set(),
-                    help="run only these of the density sections, comma-separated: density, burst, sustain "
-                         "(default: the whole bench)")
+                    help="run only these sections, comma-separated: density, burst, sustain (issue 25), "
+                         "e2b (E2B's SDK beside Lizard's, issue 23) (default: the whole bench)")
     ap.add_argument("--density-steps", type=lambda v: [int(x) for x in v.split(",")], default=[25, 50, 100, 200, 400, 800],
                     help="idle sandboxes held at each step of the density section (default 25,50,100,200,400,800)")
     ap.add_argument("--density-max", type=int, default=0,
@@ -1476,8 +1477,8 @@ def main() -> int:
     ap.add_argument("--cache-dir", default=os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     a = ap.parse_args()
-    if a.only - {"density", "burst", "sustain"}:
-        ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain'})}")
+    if a.only - {"density", "burst", "sustain", "e2b"}:
+        ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain', 'e2b'})}")
     globals()["ADDRESS_POOL"] = a.address_pool
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
@@ -1525,6 +1526,7 @@ def main() -> int:
             lizard_processes(res, srv, a.code_runs)
             log("Lizard: files (watch events, streamed transfers)")
             lizard_files(res, srv, a.code_runs)
+            e2b_figures(res, srv, a.runs, a.code_runs)
             if a.scale > 0:
                 scale(res, srv, a.scale)
             if a.sustain > 0:
@@ -1554,6 +1556,8 @@ def main() -> int:
                 res.add(Figure(name, note="not available (lizard serve has no --warm-pool)"))
             if a.qemu:
                 qemu_column(res, bin_dir, a.cache_dir, a.qemu_runs, a.qemu_code_runs, a.qemu_idle)
+        if "e2b" in a.only:
+            e2b_section(res, a, bin_dir)
         density_sections(res, a, bin_dir)
     except (Interrupted, KeyboardInterrupt) as exc:
         log(f"interrupted ({exc}); cleaning up")
@@ -1582,6 +1586,82 @@ def main() -> int:
                                indent=1, ensure_ascii=False) + "\n")
     print(f"\nresults: {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
     return 0
+
+
+# --- E2B's SDK on Lizard ---------------------------------------------------------------------------------
+
+
+def e2b_figures(res: Results, srv: Server, runs: int, code_runs: int) -> None:
+    """E2B's SDK (e2b-code-interpreter, test/requirements.txt) on Lizard's /e2b surface with only the three
+    variables of docs/e2b.md, beside Lizard's own Python SDK call for call (alternating which goes first):
+    run_code("1+1") round trips on one sandbox each, and create → first result → kill (issue 23)."""
+    from lizard import CodeSandbox
+
+    for var in ("E2B_DOMAIN", "E2B_ACCESS_TOKEN", "E2B_DEBUG"):
+        os.environ.pop(var, None)
+    os.environ.update(E2B_API_URL=f"{srv.url}/e2b", E2B_SANDBOX_URL=f"{srv.url}/e2b/sandbox", E2B_API_KEY=srv.key)
+    from e2b_code_interpreter import Sandbox as E2BSandbox
+
+    def e2b_run(sb: Any) -> None:
+        ex = sb.run_code("1+1")
+        if ex.error is not None or ex.text != "2":
+            raise RuntimeError(f"E2B run_code(\"1+1\") gave {ex!r}")
+
+    def e2b_first() -> float:
+        t0 = time.perf_counter()
+        sb = E2BSandbox.create(timeout=600)
+        try:
+            e2b_run(sb)
+            return (time.perf_counter() - t0) * 1000
+        finally:
+            sb.kill()
+
+    def lizard_first() -> float:
+        t0 = time.perf_counter()
+        sb = CodeSandbox.create(**srv.sdk(), timeout_ms=600_000)
+        try:
+            must_result(sb.run_code("1+1"), "text/plain")
+            return (time.perf_counter() - t0) * 1000
+        finally:
+            sb.kill()
+            sb.close()
+
+    log("E2B's SDK on Lizard beside Lizard's SDK: create → first result, run_code(\"1+1\")")
+    ours, theirs = [], []
+    for i in range(runs):
+        for fn, out in ((lizard_first, ours), (e2b_first, theirs))[:: 1 if i % 2 == 0 else -1]:
+            out.append(fn())
+    base = "create → first runCode(\"1+1\") result, Lizard SDK (beside E2B's)"
+    res.add(Figure(base, ours))
+    res.add(Figure("create → first run_code(\"1+1\") result, E2B SDK on Lizard", theirs, baseline=base))
+
+    e2b_sb = E2BSandbox.create(timeout=600)
+    try:
+        with CodeSandbox.create(**srv.sdk(), timeout_ms=600_000) as sb:
+            def lizard_rt() -> float:
+                ms, run = timed(lambda: sb.run_code("1+1"))
+                must_result(run, "text/plain")
+                return ms
+            ours, theirs = [], []
+            for i in range(code_runs + 10):
+                pair = ((lizard_rt, ours), (lambda: timed(lambda: e2b_run(e2b_sb))[0], theirs))
+                for fn, out in pair[:: 1 if i % 2 == 0 else -1]:
+                    ms = fn()
+                    if i >= 10:
+                        out.append(ms)
+    finally:
+        e2b_sb.kill()
+    base = "runCode(\"1+1\"), Lizard SDK (beside E2B's)"
+    res.add(Figure(base, ours))
+    res.add(Figure("run_code(\"1+1\"), E2B SDK on Lizard", theirs, baseline=base, note="target ≤ 1.2×"))
+
+
+def e2b_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
+    """--only e2b: E2B's figures alone, on a server of their own (no warm pool) after a warm-up."""
+    srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0"], "e2b")
+    warm_up(srv)
+    e2b_figures(res, srv, a.runs, a.code_runs)
+    srv.stop()
 
 
 def wait_snapshot(srv: Server, seconds: float = 1800) -> None:
