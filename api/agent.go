@@ -1,5 +1,10 @@
 package api
 
+import (
+	"strconv"
+	"strings"
+)
+
 // The agent's own endpoints. Public ones are reached through the API at
 // /v1/sandboxes/{sandboxId}/<path> (the server's proxy forwards exactly
 // AgentPublicPaths); internal ones are called by the server alone, are
@@ -65,4 +70,34 @@ type ReseedRequest struct {
 	// Secret, when set, replaces the agent's secret: a copy takes its own
 	// (the request itself carries its source's).
 	Secret string `json:"secret,omitempty"`
+}
+
+// HeaderAgentSpans is the trailer in which the agent reports what it
+// timed on a call whose traceparent asks for the trace to be recorded
+// (TraceSampled): a JSON array of AgentSpan. The agent runs inside the
+// sandbox, whose network reaches no trace collector, so the node, which
+// can export, records these as spans of the call (docs/traces.md)
+// and removes the trailer.
+const HeaderAgentSpans = "Lizard-Agent-Spans"
+
+// AgentSpan is one step the agent timed on a call. Times are offsets from
+// when the agent received the call, not clock readings: a restored
+// sandbox's clock need not agree with its node's.
+type AgentSpan struct {
+	Name    string `json:"name"`
+	StartUs int64  `json:"startUs"` // microseconds after the call was received
+	DurUs   int64  `json:"durUs"`
+	// Error, when set, says the step failed and why.
+	Error string `json:"error,omitempty"`
+}
+
+// TraceSampled reports whether traceparent, a W3C trace-context header
+// ("00-<trace id>-<span id>-<flags>"), asks for its trace to be recorded.
+func TraceSampled(traceparent string) bool {
+	parts := strings.Split(traceparent, "-")
+	if len(parts) < 4 || len(parts[0]) != 2 || len(parts[1]) != 32 || len(parts[2]) != 16 || len(parts[3]) != 2 {
+		return false
+	}
+	flags, err := strconv.ParseUint(parts[3], 16, 8)
+	return err == nil && flags&1 == 1 && parts[1] != strings.Repeat("0", 32)
 }

@@ -125,6 +125,12 @@ type cluster struct {
 }
 
 func startCluster(t *testing.T) (*cluster, []*client.Client) {
+	return startClusterOf(t, 3, 2, nil)
+}
+
+// startClusterOf is startCluster with nodes `lizard node` and apis `lizard
+// api` processes, given extra environment variables.
+func startClusterOf(t *testing.T, nodes, apis int, extraEnv []string) (*cluster, []*client.Client) {
 	testenv.RequiresRoot(t)
 	pg, err := pgtest.Start()
 	if err != nil {
@@ -150,12 +156,13 @@ func startCluster(t *testing.T) (*cluster, []*client.Client) {
 	secret := make([]byte, 24)
 	rand.Read(secret)
 	env := []string{"LIZARD_DATABASE_URL=" + c.dbURL, "LIZARD_CLUSTER_SECRET=" + hex.EncodeToString(secret)}
+	env = append(env, extraEnv...)
 	bin := testenv.Binary(t, "lizard")
 	testenv.Binary(t, "lizard-agent")
 	testenv.Binary(t, "lizard-client")
 	runsc := testenv.Binary(t, "runsc")
 	// Nodes start one after the other: the first migrates the database.
-	for i := range 3 {
+	for i := range nodes {
 		n := &server{t: t, bin: bin, dataDir: t.TempDir(), pool: takePool(t), runsc: runsc, role: "node", env: env,
 			dbURL: c.dbURL, name: fmt.Sprintf("n%d", i+1)}
 		n.listen = freeAddr(t)
@@ -167,7 +174,7 @@ func startCluster(t *testing.T) (*cluster, []*client.Client) {
 		t.Cleanup(n.shutdown)
 		c.nodes = append(c.nodes, n)
 	}
-	for range 2 {
+	for range apis {
 		a := &apiProc{t: t, bin: bin, env: env, listen: freeAddr(t)}
 		a.url = "http://" + a.listen
 		a.start()

@@ -33,6 +33,8 @@ const maxBashArg = 100 << 10
 func executeText(kind, text string) any { return api.ExecuteEvent{Type: kind, Text: text} }
 
 func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
+	t := newTimings(w, r)
+	defer t.report(w, "agent.execute")
 	var req api.ExecuteRequest
 	if !a.decode(w, r, &req, false) {
 		return
@@ -80,7 +82,11 @@ func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
 	case langPython:
 		// Waiting here (for the default kernel's start) happens before the
 		// stream begins, so a kernel that cannot start is a 503, not an event.
-		k, err := a.kernel(ctx, c)
+		var k Kernel
+		err := t.step("agent.kernel_wait", func() (err error) {
+			k, err = a.kernel(ctx, c)
+			return err
+		})
 		if err != nil {
 			if ctx.Err() == nil {
 				writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "%v", err)
@@ -89,7 +95,10 @@ func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
 		}
 		s := newSink(w, a.cfg.MaxOutputBytes, executeText)
 		defer s.close()
-		a.executePython(ctx, k, pykernel.Request{Code: req.Code, Timeout: timeout, Envs: req.Envs, Bundle: req.Bundle}, s)
+		t.step("kernel.execute", func() error {
+			a.executePython(ctx, k, pykernel.Request{Code: req.Code, Timeout: timeout, Envs: req.Envs, Bundle: req.Bundle}, s)
+			return nil
+		})
 	default:
 		if err := acquire(ctx, c.turn); err != nil {
 			return
@@ -98,10 +107,16 @@ func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
 		s := newSink(w, a.cfg.MaxOutputBytes, executeText)
 		defer s.close()
 		if c.stateful {
-			a.executeRepl(ctx, c, req, timeout, s)
+			t.step("kernel.execute", func() error {
+				a.executeRepl(ctx, c, req, timeout, s)
+				return nil
+			})
 			return
 		}
-		a.executeProcess(ctx, c, req, timeout, s)
+		t.step("process.execute", func() error {
+			a.executeProcess(ctx, c, req, timeout, s)
+			return nil
+		})
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/remote"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 // Config says how the API reaches the nodes. Store and Secret are
@@ -246,7 +247,10 @@ func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
 	}
 	skip := map[string]bool{}
 	for {
+		_, sp := trace.Start(ctx, "cluster.place")
 		n, err := r.place(ctx, skip)
+		sp.SetAttributes(trace.String("lizard.node", n.Name))
+		trace.End(sp, err)
 		if err != nil {
 			return store.Sandbox{}, err
 		}

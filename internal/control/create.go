@@ -16,6 +16,7 @@ import (
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 // Bounds on what a create request may ask for.
@@ -80,10 +81,15 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 	if err := c.fits(ctx, projectID, 1, p.Limits.DiskBytes); err != nil {
 		return api.Sandbox{}, err
 	}
-	sb, err := c.node.Create(ctx, p)
+	cctx, sp := trace.Start(ctx, "control.create", trace.Project(projectID), trace.Template(p.Template))
+	sb, err := c.node.Create(cctx, p)
+	sp.SetAttributes(trace.Sandbox(sb.ID))
+	trace.End(sp, err)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	// The API call's span names the sandbox it made.
+	trace.Annotate(ctx, trace.Sandbox(sb.ID))
 	return c.toAPI(sb), nil
 }
 

@@ -156,6 +156,11 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	st := shared.OnNode(c.Name)
 	forwardingNote(logger, c.policy.Egress)
 	mx := metrics.Serve(ctx, c.MetricsListen, logger)
+	stopTracing, err := tracing(ctx, "lizard-node", mx, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	var tokenAPI func(string) ([]string, int)
 	if c.SandboxAPIURL != "" {
 		tokenAPI = c.tokenAPI(ln.Addr())
@@ -310,6 +315,11 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 	}
 	limits, maxLimits := c.policy.limits()
 	mx := metrics.Serve(ctx, c.MetricsListen, logger)
+	stopTracing, err := tracing(ctx, "lizard-api", mx, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	router, err := cluster.NewRouter(cluster.Config{Store: st, Secret: c.cluster.secret, Logger: logger, Choices: c.Choices})
 	if err != nil {
 		return err

@@ -289,6 +289,11 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	internet := c.policy.Egress == "internet"
 
 	mx := metrics.Serve(ctx, c.MetricsListen, logger)
+	stopTracing, err := tracing(ctx, "lizard", mx, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	parts, err := c.newNode(ctx, e, st, st, logger, mx, c.tokenAPI(ln.Addr()))
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox/qemu"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 // gauges feeds the metrics read at scrape time from the store: live
@@ -154,4 +155,27 @@ func (c *serveConfig) tokenAPI(listen net.Addr) func(host string) ([]string, int
 	return func(host string) ([]string, int) {
 		return []string{"LIZARD_API_URL=http://" + net.JoinHostPort(host, strconv.Itoa(port))}, port
 	}
+}
+
+// tracing starts exporting traces as the standard OTEL_* environment
+// variables say (internal/trace: off unless an OTLP endpoint is named),
+// as service unless OTEL_SERVICE_NAME names another. The returned func
+// sends what is queued at exit, for a few seconds at most: a collector
+// that is down must not hold up a stop.
+func tracing(ctx context.Context, service string, mx *metrics.Metrics, logger *slog.Logger) (stop func(), err error) {
+	c, err := trace.LoadConfig(os.Getenv)
+	if err != nil {
+		return nil, cli.Usagef("%v", err)
+	}
+	shutdown, err := trace.Setup(ctx, c, service, mx, logger)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			logger.Warn("sending the last trace spans", "err", err)
+		}
+	}, nil
 }

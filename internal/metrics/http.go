@@ -42,7 +42,7 @@ func (m *Metrics) Middleware(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(rw, r)
 		took := time.Since(start).Seconds()
-		route := routeLabel(r)
+		route := Route(r)
 		m.httpRequests.WithLabelValues(route, r.Method, strconv.Itoa(rw.status)).Inc()
 		m.httpDuration.WithLabelValues(route, r.Method).Observe(took)
 		switch route {
@@ -71,9 +71,10 @@ func (m *Metrics) Middleware(next http.Handler) http.Handler {
 	})
 }
 
-// routeLabel is the request's mux pattern without its method, with the
-// proxy's catch-all narrowed to the agent path it served.
-func routeLabel(r *http.Request) string {
+// Route is the request's mux pattern without its method, with the proxy's
+// catch-all narrowed to the agent path it served: a name for the route
+// that holds no sandbox id (the route label, and traces' span names).
+func Route(r *http.Request) string {
 	p := r.Pattern
 	if _, after, ok := strings.Cut(p, " "); ok {
 		p = after // "GET /v1/health" → "/v1/health"

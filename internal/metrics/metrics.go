@@ -72,6 +72,7 @@ type Metrics struct {
 	kernelDeaths   prometheus.Counter
 	templateBuilds *prometheus.CounterVec   // template, kind, outcome
 	templateBuild  *prometheus.HistogramVec // template, kind
+	spansDropped   *prometheus.CounterVec   // reason
 
 	egressDecisions *prometheus.CounterVec // kind, verdict
 	egressBytes     *prometheus.CounterVec // direction
@@ -142,6 +143,10 @@ func New() *Metrics {
 		Name: "lizard_egress_bytes_total",
 		Help: "Bytes carried by the egress proxy by direction (out: sandbox to upstream, in: back), counted when a connection ends.",
 	}, []string{"direction"})
+	m.spansDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lizard_trace_spans_dropped_total",
+		Help: "Trace spans not exported (docs/traces.md): queue_full (the export queue was full, the collector slow or down), export_failed (the collector refused them or did not answer in time).",
+	}, []string{"reason"})
 	m.states = newFuncCollector(prometheus.NewDesc("lizard_sandboxes",
 		"Sandboxes by state (starting, running, paused); ended sandboxes are not counted.", []string{"state"}, nil))
 	m.warmPool = newFuncCollector(prometheus.NewDesc("lizard_warm_pool_ready",
@@ -153,7 +158,7 @@ func New() *Metrics {
 
 	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.executions, m.executionDuration,
 		m.processes, m.processDuration, m.creates, m.createDuration, m.ops, m.kernelDeaths,
-		m.templateBuilds, m.templateBuild, m.egressDecisions, m.egressBytes, m.states, m.warmPool, m.addressPool, m.diskFree,
+		m.templateBuilds, m.templateBuild, m.egressDecisions, m.egressBytes, m.spansDropped, m.states, m.warmPool, m.addressPool, m.diskFree,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "lizard_node_memory_available_bytes",
 			Help: "MemAvailable of the node (/proc/meminfo): what new sandboxes can still get.",
@@ -269,6 +274,22 @@ func (m *Metrics) TemplateBuilt(template, kind string, took time.Duration, err e
 	if err == nil {
 		m.templateBuild.WithLabelValues(template, kind).Observe(took.Seconds())
 	}
+}
+
+// Reasons a span is dropped (the `reason` label of
+// lizard_trace_spans_dropped_total).
+const (
+	DropQueueFull    = "queue_full"
+	DropExportFailed = "export_failed"
+)
+
+// SpansDropped records n trace spans that were not exported, for reason
+// (DropQueueFull...).
+func (m *Metrics) SpansDropped(reason string, n int) {
+	if m == nil {
+		return
+	}
+	m.spansDropped.WithLabelValues(reason).Add(float64(n))
 }
 
 // SandboxStates makes every scrape call f for the number of live sandboxes

@@ -21,6 +21,8 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/metrics"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 // AgentProxy passes calls to sandboxes' agents. Bodies stream both ways
@@ -95,6 +97,9 @@ func Classify(err error) (status int, code, msg string) {
 	return k.Status, k.Code, msg
 }
 
+// prefixPattern is the head of the proxied routes' patterns.
+const prefixPattern = "/v1/sandboxes/{id}"
+
 // ServeHTTP passes r, a call to /v1/sandboxes/{id}/<agent path>, on to
 // <agent path> of sandbox id's agent.
 func (p *AgentProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -133,6 +138,16 @@ func (p *AgentProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		transport = p.Transport
 	}
 	target := call.URL
+	// A call to the agent itself (target.Path "") is a span of its own,
+	// whose children are the steps the agent reports it timed
+	// (trace.AgentSpans); a call to a node is its internal API's span.
+	hop, agent := call.Ctx, target.Path == ""
+	if agent {
+		var sp trace.Span
+		hop, sp = trace.StartClient(call.Ctx, "agent "+r.Method+" "+strings.TrimPrefix(metrics.Route(r), prefixPattern), trace.Sandbox(id))
+		defer sp.End()
+	}
+	sent := time.Now()
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = target.Scheme
@@ -146,11 +161,15 @@ func (p *AgentProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			pr.Out.Host = target.Host
 			// The agent is not to see the caller's key.
 			pr.Out.Header.Del("Authorization")
+			trace.Inject(pr.Out.Context(), pr.Out.Header)
 		},
 		Transport:     transport,
 		FlushInterval: -1,
 		ErrorLog:      slog.NewLogLogger(p.Log.Handler(), slog.LevelWarn),
 		ModifyResponse: func(resp *http.Response) error {
+			if agent {
+				trace.AgentSpans(hop, resp, sent, trace.Sandbox(id))
+			}
 			if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-ndjson") {
 				resp.Body = &abortingBody{ReadCloser: resp.Body, ctx: call.Ctx}
 			}
@@ -190,7 +209,7 @@ func (p *AgentProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.Fail(w, r, p.Unanswered(r.Context(), id))
 		},
 	}
-	rp.ServeHTTP(w, r.WithContext(call.Ctx))
+	rp.ServeHTTP(w, r.WithContext(hop))
 }
 
 // follows reports whether r follows a process (its output, its WebSocket,

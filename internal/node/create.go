@@ -11,6 +11,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 // MaxForks bounds one fork request.
@@ -83,6 +84,8 @@ func isRefusal(err error) bool {
 // paused) under its lock, then freed while the copies are restored.
 func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ []store.Sandbox, err error) {
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpFork, time.Since(begin), err) }(time.Now())
+	ctx, sp := trace.Start(ctx, "node.fork", trace.Sandbox(parent))
+	defer func() { trace.End(sp, err) }()
 	if err := n.needData(); err != nil {
 		return nil, err
 	}

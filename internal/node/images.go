@@ -16,6 +16,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 func (n *Local) imagesDir() string    { return filepath.Join(n.cfg.DataDir, "images") }
@@ -61,6 +62,8 @@ func FreeBytes(dir string) (int64, error) {
 // Snapshot implements Node; a paused sandbox is resumed first.
 func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (_ string, _ int64, err error) {
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpSnapshot, time.Since(begin), err) }(time.Now())
+	ctx, sp := trace.Start(ctx, "node.snapshot", trace.Sandbox(id))
+	defer func() { trace.End(sp, err) }()
 	if err := n.needData(); err != nil {
 		return "", 0, err
 	}

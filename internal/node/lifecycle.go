@@ -12,11 +12,14 @@ import (
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 // Kill implements Node.
 func (n *Local) Kill(ctx context.Context, id string) (err error) {
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpKill, time.Since(begin), err) }(time.Now())
+	ctx, sp := trace.Start(ctx, "node.kill", trace.Sandbox(id))
+	defer func() { trace.End(sp, err) }()
 	unlock := n.locks.Lock(id)
 	defer unlock()
 	sb, err := n.get(ctx, id)

@@ -18,6 +18,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 // Defaults of the pause settings in Config.
@@ -32,6 +33,8 @@ const (
 // ended instead.
 func (n *Local) Pause(ctx context.Context, id string) (_ store.Sandbox, err error) {
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpPause, time.Since(begin), err) }(time.Now())
+	ctx, sp := trace.Start(ctx, "node.pause", trace.Sandbox(id))
+	defer func() { trace.End(sp, err) }()
 	if err := n.needData(); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -122,6 +125,8 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 // Resume implements Node: resuming a running sandbox returns it as it is.
 func (n *Local) Resume(ctx context.Context, id string, timeoutMs *int64) (_ store.Sandbox, err error) {
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpResume, time.Since(begin), err) }(time.Now())
+	ctx, sp := trace.Start(ctx, "node.resume", trace.Sandbox(id))
+	defer func() { trace.End(sp, err) }()
 	unlock := n.locks.Lock(id)
 	defer unlock()
 	sb, done, err := n.moving(ctx, id, api.StatePaused, api.StateRunning)

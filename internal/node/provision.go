@@ -23,6 +23,7 @@ import (
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 // Plan is one sandbox to make, as the control plane decided it.
@@ -116,6 +117,9 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	if err != nil {
 		return sb, err
 	}
+	ctx, sp := trace.Start(ctx, "node.provision", trace.Sandbox(sb.ID), trace.Project(sb.ProjectID),
+		trace.Template(sb.Template), trace.Runtime(n.cfg.Runtime.Name()), trace.String("lizard.source", src.name))
+	defer func() { trace.End(sp, err) }()
 	if p.Role == "" && src.resume == nil {
 		// Creates for users, from the moment one is admitted and recorded.
 		defer func(begin time.Time) { n.cfg.Metrics.SandboxCreated(src.path, time.Since(begin), err) }(time.Now())
@@ -176,7 +180,11 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 			return fail("its addresses are unusable", err)
 		}
 		spec.WritableRoot = p.Build != nil
-		if err := n.start(ctx, p, spec, src); err != nil {
+		step := "node.start"
+		if src.image != "" {
+			step = "node.restore"
+		}
+		if err := trace.Step(ctx, step, func(ctx context.Context) error { return n.start(ctx, p, spec, src) }); err != nil {
 			if src.resume != nil {
 				if ctx.Err() != nil {
 					// Not the image's fault: the sandbox stays paused.
@@ -190,19 +198,19 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	}
 	switch {
 	case src.resume != nil:
-		if err := n.waitAgent(ctx, sb); err != nil {
+		if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return n.waitAgent(ctx, sb) }); err != nil {
 			return fail("its agent did not answer after the restore", err)
 		}
 		// It keeps its identity and seeds; only the API's address, on
 		// its new host address, is news to it.
 		if len(tokenEnv) > 0 {
 			r := api.ReseedRequest{SandboxID: sb.ID, Envs: envMap(tokenEnv), KeepSeeds: true}
-			if err := n.agents.Reseed(ctx, r, ""); err != nil {
+			if err := trace.Step(ctx, "node.reseed", func(ctx context.Context) error { return n.agents.Reseed(ctx, r, "") }); err != nil {
 				return fail("telling its agent the new API address failed", err)
 			}
 		}
 	case src.image == "" && !src.claim:
-		if err := n.waitAgent(ctx, sb); err != nil {
+		if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return n.waitAgent(ctx, sb) }); err != nil {
 			return fail("its agent did not answer", err)
 		}
 	default:
@@ -213,11 +221,14 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 			// The image may hold another sandbox's lizardToken (a fork's parent).
 			r.Unset = []string{"LIZARD_API_KEY", "LIZARD_API_URL"}
 		}
-		if src.claim {
-			err = n.agents.Reseed(ctx, r, "")
-		} else {
-			err = n.reseedRestored(ctx, sb, r, src.image)
-		}
+		// A restored agent is waited for in the reseed: it answers the
+		// reseed as soon as it is up.
+		err = trace.Step(ctx, "node.reseed", func(ctx context.Context) error {
+			if src.claim {
+				return n.agents.Reseed(ctx, r, "")
+			}
+			return n.reseedRestored(ctx, sb, r, src.image)
+		})
 		if err != nil {
 			return fail("giving it its identity failed", err)
 		}

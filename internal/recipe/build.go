@@ -24,6 +24,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 // stageDir is where the host puts a build's packages and files inside the
@@ -185,7 +186,9 @@ func (b *Builder) Release(key string) (removed bool, err error) {
 
 // Build makes r (validated, with key Key(r, base's key)) unless the cache
 // has it, sending progress to emit. On error nothing of the build is left.
-func (b *Builder) Build(ctx context.Context, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (Result, error) {
+func (b *Builder) Build(ctx context.Context, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (_ Result, err error) {
+	ctx, sp := trace.Start(ctx, "template.build", trace.String("lizard.template.key", key))
+	defer func() { trace.End(sp, err) }()
 	begin := time.Now()
 	if rootfs, ok := template.LayerRootFS(b.cfg.CacheDir, LayerKey(key)); ok {
 		return Result{Key: key, RootFS: rootfs, SizeBytes: template.DiskUsage(rootfs), Cached: true}, nil

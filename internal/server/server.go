@@ -23,6 +23,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/secrets"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 // Config says what the API serves.
@@ -92,7 +93,7 @@ func New(cfg Config) *Server {
 		cfg.Keys = (*auth.Verifier)(nil) // tests of handlers that need no key
 	}
 	lim := &keyLimiter{lim: cfg.KeyLimits, m: map[string]*rate.Limiter{}}
-	authed := func(h http.HandlerFunc) http.Handler { return socketKey(cfg.Keys.Require(lim.limit(h))) }
+	authed := func(h http.HandlerFunc) http.Handler { return socketKey(cfg.Keys.Require(traced(lim.limit(h)))) }
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.health)
@@ -140,8 +141,18 @@ func New(cfg Config) *Server {
 	} else {
 		mux.HandleFunc("/", notFound(mux))
 	}
-	s.handler = cfg.Metrics.Middleware(s.logRequests(s.hostPorts(mux)))
+	s.handler = trace.Middleware(cfg.Metrics.Middleware(s.logRequests(s.hostPorts(mux))))
 	return s
+}
+
+// traced names the caller's project on the request's span.
+func traced(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := auth.CallerOf(r.Context()); ok {
+			trace.Annotate(r.Context(), trace.Project(c.ProjectID))
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }

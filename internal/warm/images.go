@@ -20,6 +20,7 @@ import (
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 // key hashes what a template image depends on.
@@ -113,6 +114,8 @@ func (p *Pool) makeImageOnce(ctx context.Context, name string) (err error) {
 	}
 	begin := time.Now()
 	defer func() { p.cfg.Metrics.TemplateBuilt(name, metrics.BuildSnapshot, time.Since(begin), err) }()
+	ctx, sp := trace.Start(ctx, "template.snapshot", trace.Template(name))
+	defer func() { trace.End(sp, err) }()
 	tmp := dir + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
 		return err

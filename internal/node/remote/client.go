@@ -18,6 +18,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 // Client is the node.Node of one remote node. Its Create is the node's
@@ -57,6 +58,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	trace.Inject(ctx, req.Header)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

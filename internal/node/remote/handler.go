@@ -12,6 +12,7 @@ import (
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 // HandlerConfig says what a node serves.
@@ -56,6 +57,14 @@ func Handler(cfg HandlerConfig) http.Handler {
 	for _, p := range api.AgentPublicPaths {
 		mux.Handle("/v1/sandboxes/{id}"+p, agent)
 	}
+	// The API's span (traceparent) is the parent of this one's, which
+	// names the project the API said called.
+	traced := trace.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := auth.CallerOf(r.Context()); ok {
+			trace.Annotate(r.Context(), trace.Project(c.ProjectID))
+		}
+		mux.ServeHTTP(w, r)
+	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/health" && !validSecret(r, cfg.Secret) {
 			h.log.Warn("refused a request without the cluster secret", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
@@ -63,7 +72,7 @@ func Handler(cfg HandlerConfig) http.Handler {
 			writeJSON(w, http.StatusUnauthorized, wireError{Message: "this is a Lizard node: its API is for `lizard api`, with the cluster secret"})
 			return
 		}
-		mux.ServeHTTP(w, r.WithContext(callerContext(r)))
+		traced.ServeHTTP(w, r.WithContext(callerContext(r)))
 	})
 }
 

@@ -42,6 +42,7 @@ import (
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/hostproc"
+	"github.com/lizard-build/lizard/internal/trace"
 )
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -570,7 +571,8 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 	}
 	link := netns.Link{HostAddr: spec.Network.HostAddr, GuestAddr: spec.Network.GuestAddr, PrefixLen: spec.Network.PrefixLen}
 	egress := &netns.Egress{Internet: spec.Network.Internet, AllowTo: spec.Network.Allow, APIPort: spec.Network.APIPort, Names: spec.Network.Names}
-	if err := netns.CreateWithEgress(id, link, egress); err != nil {
+	err = trace.Step(ctx, "runtime.network", func(context.Context) error { return netns.CreateWithEgress(id, link, egress) })
+	if err != nil {
 		return fmt.Errorf("%s sandbox %s: setting up network: %w", verb, id, err)
 	}
 	if err := os.Mkdir(r.tmpDir(id), 0o700); err != nil {
