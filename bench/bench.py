@@ -1227,13 +1227,25 @@ def sdk_http(srv: Server) -> Any:
 
 
 def kill_ids(srv: Server, ids: List[str]) -> None:
-    """Kill sandboxes by id through the API, 16 at a time; a sandbox already gone is fine."""
+    """Kill sandboxes by id through the API, 16 at a time; a sandbox already gone is fine. A kill the
+    server refuses ("could not kill sandbox; try again", seen with 150 kills at load ~45) is retried
+    three times; what still fails is logged, and the server's stop kills it (Server.kill_all)."""
     from lizard import CodeSandbox
 
     http = sdk_http(srv)
+
+    def kill(sid: str) -> None:
+        for attempt in range(4):
+            try:
+                CodeSandbox(sid, _http=http).kill()
+                return
+            except Exception as exc:
+                log(f"killing {sid} (attempt {attempt + 1}): {exc!r}")
+                time.sleep(1 + attempt)
+
     try:
         with cf.ThreadPoolExecutor(16) as ex:
-            list(ex.map(lambda i: CodeSandbox(i, _http=http).kill(), list(ids)))
+            list(ex.map(kill, list(ids)))
     finally:
         http.close()
 

@@ -114,6 +114,24 @@ func TestTemplateSnapshotOff(t *testing.T) {
 	}
 }
 
+// TestTemplateSnapshotNoPreload checks --preload "": the template
+// snapshot's kernel imports nothing beyond its own, so a restored sandbox
+// has no pandas in sys.modules until a call imports it, which works.
+func TestTemplateSnapshotNoPreload(t *testing.T) {
+	s := startServer(t, "--preload", "")
+	c := s.createProject("proj_tsnap_nopre")
+	s.waitLog(t, 1, "template snapshot made")
+	sb := newSandbox(t, c, api.CreateSandboxRequest{})
+	s.waitLog(t, 1, "sandbox restored", sb.SandboxID, "/templates/interpreter-")
+	ex := run(t, c, sb.SandboxID, "python", "import sys\nprint('pandas' in sys.modules, 'numpy' in sys.modules)\nimport pandas as pd\nprint(pd.DataFrame({'x': [1, 2]}).x.sum())")
+	if got := strings.TrimSpace(ex.Stdout); got != "False False\n3" {
+		t.Errorf("restored without preloads: %q, want False False then 3", got)
+	}
+	if strings.Contains(s.logs(), "preloaded modules") {
+		t.Errorf("the template sandbox preloaded modules under --preload \"\"")
+	}
+}
+
 // TestWarmPool checks that a create claims a warm sandbox and the pool
 // refills, and that pool sandboxes are not listed.
 func TestWarmPool(t *testing.T) {

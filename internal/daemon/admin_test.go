@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/cli"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/warm"
 )
 
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
@@ -101,6 +103,9 @@ func TestServeConfig(t *testing.T) {
 		{"--default-timeout", "48h"},
 		{"--listen", "8080"},
 		{"--log-level", "loud"},
+		{"--preload", "numpy;rm -rf /"},
+		{"--preload", "numpy,9lives"},
+		{"--preload", "pandas..core"},
 	} {
 		c, err := parseServe(cli.Env{Stdout: &errb, Stderr: &errb}, args)
 		if err == nil {
@@ -108,6 +113,27 @@ func TestServeConfig(t *testing.T) {
 		}
 		if err == nil || cli.ExitCode(err) != 2 {
 			t.Errorf("serve %q: %v; want a usage error", args, err)
+		}
+		if args[0] == "--preload" && (err == nil || !strings.Contains(err.Error(), "--preload")) {
+			t.Errorf("serve %q: %v; want the error to name --preload", args, err)
+		}
+	}
+}
+
+// TestPreloads: --preload's default is the warm package's, "" is an empty
+// list (not nil, which would mean the default), and names are trimmed.
+func TestPreloads(t *testing.T) {
+	var errb bytes.Buffer
+	c, err := parseServe(cli.Env{Stdout: &errb, Stderr: &errb}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := preloads(c.Preload); !slices.Equal(got, warm.DefaultPreload) {
+		t.Errorf("default --preload = %q, want %q", got, warm.DefaultPreload)
+	}
+	for in, want := range map[string][]string{"": {}, " numpy , matplotlib.pyplot,": {"numpy", "matplotlib.pyplot"}} {
+		if got := preloads(in); got == nil || !slices.Equal(got, want) {
+			t.Errorf("preloads(%q) = %#v, want %#v", in, got, want)
 		}
 	}
 }

@@ -65,8 +65,8 @@ type Config struct {
 	// into sandboxes. Both are part of an image's key.
 	RuntimeKey string
 	Files      []string
-	// Preload is what the template sandbox's kernel imports (default
-	// DefaultPreload).
+	// Preload is what the template sandbox's kernel imports (nil:
+	// DefaultPreload; empty: nothing).
 	Preload []string
 	// Size is how many restored sandboxes per template are kept ready
 	// for creates of the default shape, Limits and Internet (0: none).
