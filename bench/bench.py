@@ -1162,7 +1162,7 @@ def sustained(res: Results, srv: Server, seconds: float, workers: int) -> None:
                 time.sleep(0.5)
 
     load = loadavg()
-    cpu0 = server_cpu_s(srv)
+    cpu0 = server_cpu(srv)
     t0 = time.perf_counter()
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(workers)]
     for t in threads:
@@ -1171,13 +1171,15 @@ def sustained(res: Results, srv: Server, seconds: float, workers: int) -> None:
         t.join()
     elapsed = time.perf_counter() - t0
     time.sleep(2)  # the kills' background removals
-    cpu = server_cpu_s(srv) - cpu0 + box_cpu[0]
+    own, kids = (b - a for a, b in zip(cpu0, server_cpu(srv)))
+    cpu = own + kids + box_cpu[0]
     note = f"{len(cycles)} cycles in {elapsed:.1f} s, {workers} workers, load {load}" + (
         f", {len(errors)} errors" if errors else "")
     res.add(Figure("sustained create → runCode → kill", value=len(cycles) / elapsed, unit="sandboxes/s", note=note))
     res.add(Figure("  sustained: one cycle", cycles))
-    res.add(Figure("  sustained: CPU per cycle", value=cpu / max(1, len(cycles)), unit="CPU-s",
-                   note="lizard serve and its runsc children, plus the sandbox's cgroup (read before its kill)"))
+    k = max(1, len(cycles))
+    res.add(Figure("  sustained: CPU per cycle", value=cpu / k, unit="CPU-s",
+                   note=f"lizard serve {own / k:.2f}, its runsc children {kids / k:.2f}, the sandbox's cgroup (read before its kill) {box_cpu[0] / k:.2f}"))
 
 
 # --- CPU accounting ----------------------------------------------------------------------------------
@@ -1185,12 +1187,12 @@ def sustained(res: Results, srv: Server, seconds: float, workers: int) -> None:
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def server_cpu_s(srv: Server) -> float:
-    """CPU seconds of lizard serve itself and of the children it waited for (runsc create, restore,
-    delete...), from /proc/PID/stat: utime + stime + cutime + cstime. The sandboxes' own processes are
-    not its children once their runsc has exited; sandbox_cpu_s counts them."""
+def server_cpu(srv: Server) -> tuple:
+    """CPU seconds of lizard serve itself (utime + stime) and of the children it waited for (runsc
+    create, restore, delete...: cutime + cstime), from /proc/PID/stat. The sandboxes' own processes
+    are not its children once their runsc has exited; sandbox_cpu_s counts them."""
     f = Path(f"/proc/{srv.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in f[11:15]) / CLK_TCK
+    return (int(f[11]) + int(f[12])) / CLK_TCK, (int(f[13]) + int(f[14])) / CLK_TCK
 
 
 def sandbox_cpu_s(sandbox_id: str) -> float:
@@ -1380,7 +1382,7 @@ def burst(res: Results, srv: Server, n: int, label: str) -> None:
     errors: List[str] = []
     try:
         load = loadavg()
-        cpu0 = server_cpu_s(srv)
+        cpu0 = server_cpu(srv)
         t0 = time.perf_counter()
         with cf.ThreadPoolExecutor(n) as ex:
             for f in cf.as_completed([ex.submit(one) for _ in range(n)]):
@@ -1389,24 +1391,27 @@ def burst(res: Results, srv: Server, n: int, label: str) -> None:
                 except Exception as exc:
                     errors.append(repr(exc))
         total = time.perf_counter() - t0
-        cpu = server_cpu_s(srv) - cpu0 + sum(sandbox_cpu_s(i) for i in ids)
+        own, kids = (b - a for a, b in zip(cpu0, server_cpu(srv)))
+        boxes = sum(sandbox_cpu_s(i) for i in ids)
+        cpu = own + kids + boxes
         note = f"{len(lat)}/{n} ready, load {load}" + (f"; errors: {errors[0][:80]}" if errors else "")
         res.add(Figure(f"burst: {n} concurrent creates until all answer runCode{label}", value=total, unit="s",
                        note=note))
         res.add(Figure(f"  burst: each create → first result{label}", lat))
-        res.add(Figure(f"  burst: CPU per create → first result{label}", value=cpu / max(1, len(ids)),
-                       unit="CPU-s", note="lizard serve and its runsc children, plus the sandbox's cgroup"))
+        k = max(1, len(ids))
+        res.add(Figure(f"  burst: CPU per create → first result{label}", value=cpu / k, unit="CPU-s",
+                       note=f"lizard serve {own / k:.2f}, its runsc children {kids / k:.2f}, the sandbox's cgroup {boxes / k:.2f}"))
     finally:
         done()
 
 
-def pool_server(bin_dir: Path, cache_dir: str, size: int) -> Server:
+def pool_server(bin_dir: Path, cache_dir: str, size: int, extra: List[str]) -> Server:
     """A server with --warm-pool size, returned once its pool holds size ready sandboxes (its metrics'
     lizard_warm_pool_ready)."""
     import httpx
 
     port = free_port()
-    srv = Server(bin_dir, cache_dir, ["--warm-pool", str(size), "--metrics-listen", f"127.0.0.1:{port}"],
+    srv = Server(bin_dir, cache_dir, ["--warm-pool", str(size), "--metrics-listen", f"127.0.0.1:{port}", *extra],
                  f"pool{size}")
     log(f"waiting for a warm pool of {size}")
     t0 = time.monotonic()
@@ -1473,6 +1478,9 @@ def main() -> int:
     ap.add_argument("--only", type=lambda v: set(v.split(",")) - {""}, default=set(),
                     help="run only these sections, comma-separated: density, burst, sustain (issue 25), "
                          "e2b (E2B's SDK beside Lizard's, issue 23) (default: the whole bench)")
+    ap.add_argument("--serve-flag", action="append", default=[],
+                    help="a flag for the lizard serve of the density, burst and sustain sections (repeat for more), "
+                         "to measure a lever beside the default, e.g. --serve-flag=--preload=")
     ap.add_argument("--density-steps", type=lambda v: [int(x) for x in v.split(",")], default=[25, 50, 100, 200, 400, 800],
                     help="idle sandboxes held at each step of the density section (default 25,50,100,200,400,800)")
     ap.add_argument("--density-max", type=int, default=0,
@@ -1692,7 +1700,7 @@ def density_sections(res: Results, a: argparse.Namespace, bin_dir: Path) -> None
     size. Last in the run: the density section fills the host's memory."""
     want = (lambda s: s in a.only) if a.only else (lambda s: s != "sustain")
     if (want("burst") and a.burst > 0) or want("sustain") or (want("density") and a.density_max >= 0):
-        srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0"], "density")
+        srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0", *a.serve_flag], "density")
         wait_snapshot(srv)
         warm_up(srv)
         if want("burst") and a.burst > 0:
@@ -1705,7 +1713,7 @@ def density_sections(res: Results, a: argparse.Namespace, bin_dir: Path) -> None
             density(res, srv, a.density_steps, a.density_max, a.density_margin_gib, a.density_batch)
         srv.stop()
     if want("burst") and a.burst > 0:
-        srv = pool_server(bin_dir, a.cache_dir, a.burst)
+        srv = pool_server(bin_dir, a.cache_dir, a.burst, a.serve_flag)
         log(f"Lizard: a burst of {a.burst} concurrent creates, warm pool {a.burst}")
         burst(res, srv, a.burst, f" (warm pool {a.burst})")
         srv.stop()
