@@ -258,11 +258,12 @@ class Results:
         if not self.density:
             return ""
         rows = ["| idle sandboxes held | started in | creates/s | PSS each (Sentry + gofer) | MemAvailable drop each | MemAvailable left "
-                "| runCode(\"1+1\") p50 / max over all held | answered within 1 s | load average | stopped because |",
-                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+                "| idle CPU each | runCode(\"1+1\") p50 / max over all held | answered within 1 s | load average | stopped because |",
+                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
         for d in self.density:
             rows.append(f"| {d['held']} | {d['startS']:.1f} s | {d['createsPerS']:.2f} | {d['pssMiB']:.1f} ({d['pssRunscMiB']:.1f}) MiB "
-                        f"| {d['dropMiB']:.1f} MiB | {d['availGiB']:.1f} GiB | {d['probeP50Ms']:.1f} / {d['probeMaxMs']:.0f} ms "
+                        f"| {d['dropMiB']:.1f} MiB | {d['availGiB']:.1f} GiB | {d['idleCpuMsPerS']:.2f} ms/s "
+                        f"| {d['probeP50Ms']:.1f} / {d['probeMaxMs']:.0f} ms "
                         f"| {d['answered']}/{d['held']} | {d['load']} | {d.get('stop', '')} |")
         return "\n".join(rows)
 
@@ -1311,6 +1312,9 @@ def density(res: Results, srv: Server, steps: List[int], cap: int, margin_gib: f
             if started == 0 and stop:
                 break
             time.sleep(5)  # into idle
+            c0, t1 = sum(sandbox_cpu_s(i) for i in held), time.perf_counter()
+            time.sleep(5)  # idle: what the held sandboxes burn doing nothing
+            idle = (sum(sandbox_cpu_s(i) for i in held) - c0) / (time.perf_counter() - t1)
             pids = srv.runsc_pids()
             _, pss = proc_mem(pids)
             every, procs = sandbox_pss(list(held))
@@ -1328,7 +1332,8 @@ def density(res: Results, srv: Server, steps: List[int], cap: int, margin_gib: f
             row = {"held": len(held), "startS": start_s, "createsPerS": started / start_s if start_s else 0.0,
                    "pssMiB": every / len(held) / 2**20, "pssRunscMiB": pss / len(held) / 2**20, "dropMiB": (avail0 - avail) / len(held) / 2**20,
                    "availGiB": avail / 2**30, "probeP50Ms": pct(lat, 50), "probeMaxMs": max(lat),
-                   "answered": len(held) - slow, "load": loadavg(), "processes": procs}
+                   "answered": len(held) - slow, "load": loadavg(), "processes": procs,
+                   "idleCpuMsPerS": idle * 1000 / len(held)}
             if slow:
                 stop = stop or f"{slow} did not answer runCode within 1 s"
             else:
