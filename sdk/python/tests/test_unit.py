@@ -76,6 +76,47 @@ async def test_explicit_config_wins_over_env(mode: str, monkeypatch: pytest.Monk
     assert sb._http.api_url == "http://127.0.0.1:9999"
 
 
+# Trace context ------------------------------------------------------------------------------------------
+
+
+async def test_traceparent_of_the_callers_span(mode: str) -> None:
+    """With an OpenTelemetry span active, every call (a create, a runCode's stream) carries its traceparent."""
+    from opentelemetry import context, trace
+
+    span = trace.NonRecordingSpan(
+        trace.SpanContext(
+            trace_id=0x4BF92F3577B34DA6A3CE929D0E0E4736,
+            span_id=0x00F067AA0BA902B7,
+            is_remote=False,
+            trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+        )
+    )
+    srv = server(mode)
+    srv.route("POST", PREFIX + "/execute", content=ndjson({"type": "end"}))
+    token = context.attach(trace.set_span_in_context(span))
+    try:
+        sb = await sandbox(srv)
+        await r(sb.run_code("1"))
+    finally:
+        context.detach(token)
+    want = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    assert srv.last("POST", "/v1/sandboxes").headers.get("traceparent") == want
+    assert srv.last("POST", PREFIX + "/execute").headers.get("traceparent") == want
+    # Without an active span, nothing is sent.
+    await r(sb.run_code("1"))
+    assert "traceparent" not in srv.last("POST", PREFIX + "/execute").headers
+
+
+async def test_no_traceparent_without_opentelemetry(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The opentelemetry package is optional: without it calls go out as ever."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)  # import fails
+    srv = server(mode)
+    await sandbox(srv)
+    assert "traceparent" not in srv.last("POST", "/v1/sandboxes").headers
+
+
 async def test_env_url(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LIZARD_API_URL", "http://127.0.0.2:7000")
     sb = await sandbox(server(mode))

@@ -129,7 +129,7 @@ export class HttpClient {
       );
     };
 
-    const headers: Record<string, string> = { authorization: `Bearer ${this.config.apiKey}`, ...opts.headers };
+    const headers: Record<string, string> = { authorization: `Bearer ${this.config.apiKey}`, ...traceContext(), ...opts.headers };
     let body: RequestInit['body'];
     const init: RequestInit & { duplex?: 'half' } = { method, headers, signal: controller.signal };
     if (opts.json !== undefined) {
@@ -292,4 +292,32 @@ function linkSignal(signal: AbortSignal | undefined, controller: AbortController
   const abort = () => controller.abort();
   signal.addEventListener('abort', abort, { once: true });
   return () => signal.removeEventListener('abort', abort);
+}
+
+/** What traceContext reads of the global the OpenTelemetry API (`@opentelemetry/api` 1.x) registers. */
+interface OTelGlobal {
+  context?: { active(): unknown };
+  propagation?: {
+    inject(context: unknown, carrier: Record<string, string>, setter: { set(c: Record<string, string>, k: string, v: string): void }): void;
+  };
+}
+
+/**
+ * traceContext is the caller's W3C trace context (`traceparent`, `tracestate`) when the calling program uses
+ * OpenTelemetry: a request carrying it continues the caller's trace through Lizard (docs/traces.md). It is
+ * read from the global that `@opentelemetry/api` registers its context manager and propagator in, so the SDK
+ * neither depends on nor imports the package; without it, or with no active span, it is empty.
+ */
+export function traceContext(): Record<string, string> {
+  const api = (globalThis as Record<symbol, unknown>)[Symbol.for('opentelemetry.js.api.1')] as OTelGlobal | undefined;
+  if (api?.context === undefined || api.propagation === undefined) return {};
+  const carrier: Record<string, string> = {};
+  try {
+    api.propagation.inject(api.context.active(), carrier, { set: (c, k, v) => { c[k] = v; } });
+  } catch {
+    return {}; // a broken propagator must not break the call
+  }
+  const out: Record<string, string> = {};
+  for (const k of ['traceparent', 'tracestate']) if (carrier[k] !== undefined) out[k] = carrier[k];
+  return out;
 }

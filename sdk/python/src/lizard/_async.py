@@ -85,6 +85,7 @@ class _AsyncHttp:
             headers=_core.headers(api_key),
             timeout=_core.timeout(request_timeout),
             transport=transport,
+            event_hooks={"request": [_core.ainject_trace]},
         )
 
     async def request(

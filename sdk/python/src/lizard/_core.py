@@ -62,6 +62,32 @@ def headers(api_key: str) -> Dict[str, str]:
     return {"Authorization": f"Bearer {api_key}", "User-Agent": USER_AGENT}
 
 
+def trace_context() -> Dict[str, str]:
+    """The caller's W3C trace context (traceparent, tracestate) when the calling program uses OpenTelemetry:
+    a request carrying it continues the caller's trace through Lizard (docs/traces.md). Empty when the
+    opentelemetry package is not installed or no span is active; it is never a dependency."""
+    try:
+        from opentelemetry import propagate
+    except ImportError:
+        return {}
+    carrier: Dict[str, str] = {}
+    try:
+        propagate.inject(carrier)
+    except Exception:  # a broken propagator must not break the call
+        return {}
+    return {k: v for k, v in carrier.items() if k in ("traceparent", "tracestate")}
+
+
+def inject_trace(request: httpx.Request) -> None:
+    """An httpx request hook: adds trace_context() to every request."""
+    request.headers.update(trace_context())
+
+
+async def ainject_trace(request: httpx.Request) -> None:
+    """inject_trace for the async client."""
+    inject_trace(request)
+
+
 def timeout(request_timeout: Optional[float], read: Any = UNSET) -> httpx.Timeout:
     """An httpx timeout: request_timeout for connecting, writing and the pool, read for reading."""
     return httpx.Timeout(request_timeout, read=request_timeout if read is UNSET else read)

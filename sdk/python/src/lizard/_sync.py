@@ -71,6 +71,7 @@ class _Http:
             headers=_core.headers(api_key),
             timeout=_core.timeout(request_timeout),
             transport=transport,
+            event_hooks={"request": [_core.inject_trace]},
         )
 
     def request(

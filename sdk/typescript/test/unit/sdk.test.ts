@@ -121,6 +121,49 @@ describe('configuration', () => {
   });
 });
 
+describe('trace context', () => {
+  const key = Symbol.for('opentelemetry.js.api.1');
+  const g = globalThis as Record<symbol, unknown>;
+  const tp = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+
+  test("sends the traceparent of the caller's active span, as @opentelemetry/api registers it", async () => {
+    // What the OpenTelemetry API registers: a context manager whose active
+    // context holds the span, and the W3C propagator (baggage left out).
+    const active = { span: tp };
+    g[key] = {
+      version: '1.9.0',
+      context: { active: () => active },
+      propagation: {
+        inject(ctx: unknown, carrier: Record<string, string>, setter: { set(c: Record<string, string>, k: string, v: string): void }) {
+          setter.set(carrier, 'traceparent', (ctx as typeof active).span);
+          setter.set(carrier, 'baggage', 'user=secret');
+        },
+      },
+    };
+    try {
+      fake.handler = (_req, res) => FakeServer.json(res, 201, sandboxJSON('sbx_t'));
+      await CodeSandbox.create(opts);
+    } finally {
+      delete g[key];
+    }
+    assert.equal(fake.requests[0]?.headers.traceparent, tp);
+    assert.equal(fake.requests[0]?.headers.baggage, undefined, 'only the trace context goes out');
+  });
+
+  test('sends none without OpenTelemetry, or when its propagator throws', async () => {
+    fake.handler = (_req, res) => FakeServer.json(res, 201, sandboxJSON('sbx_t'));
+    await CodeSandbox.create(opts);
+    g[key] = { context: { active: () => ({}) }, propagation: { inject: () => { throw new Error('broken'); } } };
+    try {
+      await CodeSandbox.create(opts);
+    } finally {
+      delete g[key];
+    }
+    assert.equal(fake.requests.length, 2);
+    for (const r of fake.requests) assert.equal(r.headers.traceparent, undefined);
+  });
+});
+
 describe('sandboxes', () => {
   test('create sends the defaults and returns the id', async () => {
     fake.handler = (_req, res) => FakeServer.json(res, 201, sandboxJSON('sbx_new'));
