@@ -24,7 +24,7 @@ type subcommand struct {
 }
 
 var sandboxCommands = map[string]subcommand{
-	"create":  {"create [--template T] [--timeout 5m|0] [--env K=V]... [--metadata K=V]... [--lizard-token] [--volume NAME:PATH]... [--public-ports] [--json]", sandboxCreate},
+	"create":  {"create [--template T] [--timeout 5m|0] [--env K=V]... [--metadata K=V]... [--lizard-token] [--volume NAME:PATH]... [--public-ports] [--allow-domain D]... [--deny-domain D]... [--network-default allow|deny] [--json]", sandboxCreate},
 	"list":    {"list [--metadata K=V]... [--state S] [--json]", sandboxList},
 	"get":     {"get ID [--json]", sandboxGet},
 	"kill":    {"kill ID...", sandboxKill},
@@ -73,6 +73,10 @@ func parseSandboxCreate(e Env, args []string) (*sandboxCreateArgs, error) {
 	fs.BoolVar(&a.req.LizardToken, "lizard-token", false, "give the sandbox an API key scoped to its project")
 	fs.Var(volumeFlag{&a.req.Volumes}, "volume", "mount the project's volume NAME at PATH, as NAME:PATH (repeatable; docs/volumes.md)")
 	fs.BoolVar(&a.req.PublicPorts, "public-ports", false, "let anyone with a port's URL reach the sandbox's ports, without a key or its access token (docs/ports.md)")
+	var nf networkFlags
+	fs.Var(&nf.allow, "allow-domain", "give the sandbox a network policy allowing this name, *.wildcard or IPv4 prefix (repeatable; docs/network.md)")
+	fs.Var(&nf.deny, "deny-domain", "give the sandbox a network policy denying this name, *.wildcard or IPv4 prefix (repeatable)")
+	fs.StringVar(&nf.def, "network-default", "", "allow or deny: what the network policy does with names no rule names (default allow)")
 	fs.BoolVar(&a.json, "json", false, "print the sandbox as JSON instead of its id")
 	pos, err := ParseInterspersed(fs, args)
 	if err != nil {
@@ -81,6 +85,7 @@ func parseSandboxCreate(e Env, args []string) (*sandboxCreateArgs, error) {
 	if len(pos) > 0 {
 		return nil, Usagef("sandbox create takes no arguments, got %q", pos)
 	}
+	a.req.Network = nf.policy()
 	a.req.TimeoutMs = timeout.ms
 	if len(envs) > 0 {
 		a.req.Envs = envs

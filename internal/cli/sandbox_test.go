@@ -31,6 +31,8 @@ func TestParseSandboxCreate(t *testing.T) {
 			json: true,
 		},
 		{args: []string{"--timeout", "0"}, want: api.CreateSandboxRequest{TimeoutMs: ptr(int64(0))}},
+		{args: []string{"--allow-domain", "pypi.org", "--allow-domain", "*.pythonhosted.org", "--deny-domain", "evil.test", "--network-default", "deny"},
+			want: api.CreateSandboxRequest{Network: &api.NetworkPolicy{Default: "deny", Allow: []string{"pypi.org", "*.pythonhosted.org"}, Deny: []string{"evil.test"}}}},
 		{args: []string{"--timeout", "forever"}, wantErr: true},
 		{args: []string{"--env", "A"}, wantErr: true},
 		{args: []string{"extra"}, wantErr: true},
@@ -242,5 +244,34 @@ func TestSandboxMetrics(t *testing.T) {
 	}
 	if _, _, err := lizard(t, "sandbox", "metrics"); ExitCode(err) != 2 {
 		t.Errorf("metrics with no ID: %v, want a usage error", err)
+	}
+}
+
+func TestSandboxNetwork(t *testing.T) {
+	f := newFakeAPI(t, map[string]http.HandlerFunc{
+		"PATCH /v1/sandboxes/sb_1/network":   reply(200, `{"default":"deny","allow":["a.test"],"deny":["b.test"]}`),
+		"GET /v1/sandboxes/sb_1/network/log": reply(200, `{"entries":[{"time":"2026-01-01T00:00:05Z","kind":"tls","name":"a.test","addr":"203.0.113.1","port":443,"allowed":true,"bytesOut":10,"bytesIn":20}]}`),
+		"GET /v1/sandboxes/sb_2":             reply(200, sbJSON),
+	})
+	out, _, err := lizard(t, "sandbox", "network", "sb_1", "--default", "deny", "--allow-domain", "a.test", "--cut")
+	if err != nil || !strings.Contains(out, "default: deny") {
+		t.Fatalf("network: %q (%v)", out, err)
+	}
+	// Only the fields given are sent: the deny rules are kept.
+	if got, want := f.last().body, map[string]any{"default": "deny", "allow": []any{"a.test"}, "cut": true}; !reflect.DeepEqual(got, want) {
+		t.Errorf("body = %v, want %v", got, want)
+	}
+	out, _, err = lizard(t, "sandbox", "network", "sb_1", "--log")
+	if err != nil || !strings.Contains(out, "a.test") || !strings.Contains(out, "allowed") {
+		t.Errorf("network --log: %q (%v)", out, err)
+	}
+	out, _, err = lizard(t, "sandbox", "network", "sb_2")
+	if err != nil || !strings.Contains(out, "no network policy") {
+		t.Errorf("network of a sandbox without one: %q (%v)", out, err)
+	}
+	for _, args := range [][]string{{}, {"sb_1", "--log", "--cut"}} {
+		if _, _, err := lizard(t, append([]string{"sandbox", "network"}, args...)...); ExitCode(err) != 2 {
+			t.Errorf("network %q: %v, want a usage error", args, err)
+		}
 	}
 }

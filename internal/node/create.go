@@ -24,7 +24,7 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	if len(p.Volumes) > 0 && n.cfg.Volumes == nil {
 		return store.Sandbox{}, errNoVolumes
 	}
-	if p.Network != nil && n.cfg.Egress == nil {
+	if p.Network != nil && p.Internet && n.cfg.Egress == nil {
 		return store.Sandbox{}, errNoEgress
 	}
 	if err := n.roomFor("create a sandbox"); err != nil {

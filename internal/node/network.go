@@ -78,14 +78,13 @@ func (n *Local) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, 
 		// restored image may hold a resolver setting to match).
 		return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s was created without a network policy; give one (network) at create to change it later", id)}
 	}
-	if n.cfg.Egress == nil {
-		return sb, errNoEgress
-	}
 	if err := n.cfg.Store.SetNetwork(ctx, id, p); err != nil {
 		return sb, err
 	}
 	sb.Shape.Network = p
-	if sb.State == api.StateRunning {
+	// Without an enforcer the node has no internet to give (--egress
+	// none): the policy is recorded, and nothing else leaves anyway.
+	if sb.State == api.StateRunning && n.cfg.Egress != nil {
 		l, e, err := n.egressRules(sb)
 		if err != nil {
 			return sb, err

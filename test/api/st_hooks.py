@@ -30,7 +30,10 @@ RULES = {
     "createSandbox": [r" is out of range", r"cannot be set when creating from a snapshot", r"is set by Lizard when lizardToken",
                       r"envs total \d+ bytes", r"metadata (key|value) .* bytes", r"differs from snapshot",
                       r"^volume path ", r"^a volume cannot be mounted at /", r"^volume \S+ is listed twice",
-                      r"^volume paths .* overlap", r"^volumes cannot be mounted in a sandbox created from a snapshot"],
+                      r"^volume paths .* overlap", r"^volumes cannot be mounted in a sandbox created from a snapshot",
+                      r"^network"],
+    # A policy's rules are checked beyond the schema (docs/network.md), each message naming its field.
+    "updateSandboxNetwork": [r"^network"],
     "createVolume": [r"^sizeMb \d+ is out of range"],
     "forkSandbox": [r" is out of range"],
     "resumeSandbox": [r" is out of range"],

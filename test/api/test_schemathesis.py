@@ -169,13 +169,14 @@ def _make_targets(srv: Server) -> Dict[str, str]:
     """The sandboxes and the snapshot schemathesis.toml points operations at."""
     env: Dict[str, str] = {}
     with srv.client() as c:
-        def create() -> str:
-            r = c.post("/v1/sandboxes", json={"timeoutMs": SANDBOX_TIMEOUT_MS})
+        def create(**extra: object) -> str:
+            r = c.post("/v1/sandboxes", json={"timeoutMs": SANDBOX_TIMEOUT_MS, **extra})
             assert r.status_code == 201, f"create: {r.status_code} {r.text}"
             return r.json()["sandboxId"]
 
         for name in ("WORK", "KILL", "TIMEOUT", "PAUSE", "SNAP"):
             env[f"LZ_{name}_ID"] = create()
+        env["LZ_NET_ID"] = create(network={"default": "deny", "allow": ["pypi.org"]})
         r = c.post(f"/v1/sandboxes/{env['LZ_SNAP_ID']}/snapshots")
         assert r.status_code == 201, f"snapshot: {r.status_code} {r.text}"
         env["LZ_SNAPSHOT_ID"] = r.json()["snapshotId"]

@@ -14,6 +14,9 @@ import pytest
 import yaml
 
 from lizard import (
+    AsyncNetwork,
+    Network,
+    NetworkLogEntry,
     AsyncCodeSandbox,
     AsyncCommands,
     AsyncProcess,
@@ -60,6 +63,7 @@ MODELS: Dict[str, type] = {
     "ProcessInfo": ProcessInfo,
     "PtySize": PtySize,
     "SandboxMetric": SandboxMetric,
+    "NetworkLogEntry": NetworkLogEntry,
 }
 
 # Request objects: the schema and the calls that send it, sync and async.
@@ -75,6 +79,7 @@ CALLS: Dict[str, List[Callable[..., Any]]] = {
     "CreateContextRequest": [CodeSandbox.create_context, AsyncCodeSandbox.create_context],
     "ProcessRequest": [Process.exec, AsyncProcess.exec],
     "ProcessStartRequest": [Commands.start, AsyncCommands.start],
+    "UpdateNetworkRequest": [Network.update, AsyncNetwork.update],
 }
 
 # Fields of those objects the SDK takes or gives under another shape, and why.
@@ -103,6 +108,9 @@ UNMODELLED: Dict[str, str] = {
     "EntryList": "files.list() returns the entries themselves",
     "VolumeMount": 'a dict {"name", "path"} in create(volumes=...)',
     "SandboxVolume": 'a dict {"name", "path"} in SandboxInfo.volumes',
+    "NetworkPolicy": "a dict as the spec describes it, in create(network=...), SandboxInfo.network and network.update's answer",
+    "HeaderRule": "a dict {\"domain\", \"headers\"} in a policy's inject",
+    "NetworkLog": "network.log() returns the entries themselves",
     "TemplateRecipe": "the recipe is passed to Template.build as the dict the spec describes",
     "TemplateFile": "part of the recipe's dict (content may be str or bytes: the SDK encodes it)",
     "TemplateCommand": "part of the recipe's dict",

@@ -38,6 +38,7 @@ export {
   type VolumeMount,
 } from './types.js';
 export { Volume, type CreateVolumeOptions } from './volume.js';
+export { Network, type NetworkLogEntry, type NetworkPolicy, type NetworkUpdate } from './network.js';
 export { Secret } from './secret.js';
 export {
   Template,

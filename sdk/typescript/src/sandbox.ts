@@ -6,6 +6,7 @@ import { HttpClient, resolveConfig, streamTimeout, type ConnectionOptions } from
 import { Files } from './files.js';
 import { Commands, Pty } from './commands.js';
 import { Process } from './process.js';
+import { Network, type NetworkPolicy } from './network.js';
 import {
   Execution,
   sandboxInfo,
@@ -78,6 +79,11 @@ export interface CreateOptions extends ConnectionOptions {
   onTimeout?: 'kill' | 'pause';
   /** false takes all network egress away from the sandbox; absent or true leaves what the server allows. */
   allowInternet?: boolean;
+  /**
+   * Its network policy by domain name, such as { default: 'deny', allow: ['pypi.org'] }
+   * (docs/network.md); change it later with sandbox.network.update.
+   */
+  network?: NetworkPolicy;
 }
 
 export interface ListOptions extends ConnectionOptions {
@@ -139,6 +145,8 @@ export class CodeSandbox {
   readonly commands: Commands;
   /** Terminals: sandbox.pty.create({ cols, rows, onData }), .connect(pid, { onData }), ... */
   readonly pty: Pty;
+  /** Its network policy: sandbox.network.update({ deny: [...] }), .log(). */
+  readonly network: Network;
 
   private readonly http: HttpClient;
   private readonly prefix: string;
@@ -154,6 +162,7 @@ export class CodeSandbox {
     this.files = new Files(http, this.prefix);
     this.commands = new Commands(http, this.prefix);
     this.pty = new Pty(this.commands);
+    this.network = new Network(http, this.prefix);
   }
 
   /** create boots a new sandbox and returns once it is ready to run code. */
@@ -187,6 +196,7 @@ export class CodeSandbox {
         diskMb: opts.diskMb,
         onTimeout: opts.onTimeout,
         allowInternet: opts.allowInternet,
+        network: opts.network,
       },
       timeoutMs: opts.requestTimeoutMs ?? DEFAULT_CREATE_REQUEST_TIMEOUT_MS,
     });

@@ -1,6 +1,8 @@
 // Wire types of the HTTP API (api/types.go, api/openapi.yaml) and the
 // public shapes built from them.
 
+import type { NetworkPolicy } from './network.js';
+
 /** One output of a run, with exactly one MIME type: the richest one offered. */
 export interface Result {
   /** 'result' for the value of the last expression, 'display' for displayed output such as plt.show(). */
@@ -82,6 +84,8 @@ export interface SandboxInfo {
   publicPorts: boolean;
   /** The server's wildcard domain for ports, if it has one. */
   portsDomain?: string;
+  /** Its network policy by domain name, if it has one. */
+  network?: NetworkPolicy;
 }
 
 /** A volume mounted in a sandbox: its name and where. */
@@ -195,6 +199,7 @@ export interface WireSandbox {
   accessToken?: string;
   publicPorts?: boolean;
   portsDomain?: string;
+  network?: NetworkPolicy;
 }
 
 export interface WireVolume {
@@ -328,6 +333,7 @@ export function sandboxInfo(w: WireSandbox): SandboxInfo {
     accessToken: w.accessToken || undefined,
     publicPorts: w.publicPorts ?? false,
     portsDomain: w.portsDomain || undefined,
+    network: w.network ?? undefined,
   };
 }
 

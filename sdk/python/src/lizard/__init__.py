@@ -4,11 +4,11 @@
 from explicit arguments, then ``LIZARD_API_URL`` and ``LIZARD_API_KEY``.
 """
 
-from ._async import AsyncCodeSandbox, AsyncFiles, AsyncProcess, AsyncSecret, AsyncTemplate, AsyncVolume, AsyncWatchHandle
+from ._async import AsyncCodeSandbox, AsyncNetwork, AsyncFiles, AsyncProcess, AsyncSecret, AsyncTemplate, AsyncVolume, AsyncWatchHandle
 from ._async_commands import AsyncCommandHandle, AsyncCommands, AsyncPty, AsyncPtyHandle
 from ._commands import CommandHandle, Commands, Pty, PtyHandle
 from ._core import DEFAULT_API_URL
-from ._sync import CodeSandbox, Files, Process, Secret, Template, Volume, WatchHandle
+from ._sync import CodeSandbox, Network, Files, Process, Secret, Template, Volume, WatchHandle
 from .errors import (
     AuthenticationError,
     ConflictError,
@@ -25,6 +25,7 @@ from .errors import (
 )
 from .models import (
     Context,
+    NetworkLogEntry,
     EntryInfo,
     Execution,
     FilesystemEvent,
@@ -50,6 +51,9 @@ __all__ = [
     "AsyncFiles",
     "Process",
     "AsyncProcess",
+    "Network",
+    "AsyncNetwork",
+    "NetworkLogEntry",
     "Volume",
     "AsyncVolume",
     "VolumeInfo",

@@ -43,6 +43,7 @@ from .models import (
     ProcessResult,
     Result,
     SandboxInfo,
+    NetworkLogEntry,
     SandboxMetric,
     SecretInfo,
     SnapshotInfo,
@@ -50,7 +51,7 @@ from .models import (
     VolumeInfo,
 )
 
-__all__ = ["AsyncCodeSandbox", "AsyncFiles", "AsyncProcess", "AsyncVolume", "AsyncTemplate", "AsyncWatchHandle"]
+__all__ = ["AsyncNetwork", "AsyncCodeSandbox", "AsyncFiles", "AsyncProcess", "AsyncVolume", "AsyncTemplate", "AsyncWatchHandle"]
 
 _CHUNK = 64 * 1024
 
@@ -225,6 +226,7 @@ class AsyncCodeSandbox:
         self.process = AsyncProcess(self)
         self.commands = AsyncCommands(self)
         self.pty = AsyncPty(self)
+        self.network = AsyncNetwork(self)
         self._info: Optional[SandboxInfo] = None
 
     # Lifecycle -----------------------------------------------------------------------------------------
@@ -250,6 +252,7 @@ class AsyncCodeSandbox:
         disk_mb: Optional[int] = None,
         on_timeout: Optional[str] = None,
         allow_internet: Optional[bool] = None,
+        network: Optional[Mapping[str, Any]] = None,
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> _PendingSandbox:
         """Create a sandbox; await the result, or use it in ``async with``.
@@ -258,7 +261,7 @@ class AsyncCodeSandbox:
         """
         body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id, volumes, public_ports,
                                  memory_mb=memory_mb, cpus=cpus, disk_mb=disk_mb, on_timeout=on_timeout,
-                                 allow_internet=allow_internet)
+                                 allow_internet=allow_internet, network=network)
         return _PendingSandbox(cls._create(project_id, body, api_key, api_url, request_timeout, transport))
 
     @classmethod
@@ -513,6 +516,38 @@ class AsyncCodeSandbox:
         """Delete a context and stop its kernel."""
         cid = quote(_core.context_id(context), safe="")
         await self._http.request("DELETE", f"{self._prefix}/contexts/{cid}")
+
+
+class AsyncNetwork:
+    """A sandbox's network policy by domain name (docs/network.md): ``sandbox.network``."""
+
+    def __init__(self, sandbox: "AsyncCodeSandbox") -> None:
+        self._sandbox = sandbox
+
+    async def update(
+        self,
+        *,
+        default: Optional[str] = None,
+        allow: Optional[Sequence[str]] = None,
+        deny: Optional[Sequence[str]] = None,
+        ports: Optional[Sequence[int]] = None,
+        inject: Optional[Sequence[Mapping[str, Any]]] = None,
+        cut: bool = False,
+    ) -> Dict[str, Any]:
+        """Change the policy while the sandbox runs; each argument given replaces that part of it.
+
+        New connections follow it at once; open ones go on unless ``cut``. Returns the policy now in force.
+        Raises InvalidArgumentError naming the field for a bad rule, ConflictError for a sandbox created
+        without a policy.
+        """
+        body = _core.network_update(default, allow, deny, ports, inject, cut)
+        resp = await self._sandbox._http.request("PATCH", f"{self._sandbox._prefix}/network", json=body)
+        return dict(resp.json())
+
+    async def log(self) -> List[NetworkLogEntry]:
+        """The sandbox's newest egress decisions (at most 1000), oldest first."""
+        resp = await self._sandbox._http.request("GET", f"{self._sandbox._prefix}/network/log")
+        return [NetworkLogEntry.from_json(e) for e in resp.json().get("entries") or []]
 
 
 class AsyncVolume:

@@ -144,6 +144,7 @@ def create_body(
     disk_mb: Optional[int] = None,
     on_timeout: Optional[str] = None,
     allow_internet: Optional[bool] = None,
+    network: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """The body of POST /v1/sandboxes."""
     check_ms("timeout_ms", timeout_ms)
@@ -180,6 +181,39 @@ def create_body(
         body["onTimeout"] = on_timeout
     if allow_internet is not None:
         body["allowInternet"] = bool(allow_internet)
+    if network is not None:
+        body["network"] = network_policy(network, "network")
+    return body
+
+
+_POLICY_FIELDS = ("default", "allow", "deny", "ports", "inject")
+
+
+def network_policy(policy: Mapping[str, Any], name: str) -> Dict[str, Any]:
+    """A network policy (docs/network.md) as the API takes it; the server checks the rules."""
+    if not isinstance(policy, Mapping):
+        raise InvalidArgumentError(f"{name} must be a mapping such as {{'default': 'deny', 'allow': ['pypi.org']}}")
+    unknown = [k for k in policy if k not in _POLICY_FIELDS]
+    if unknown:
+        raise InvalidArgumentError(f"{name}: unknown field {unknown[0]!r}; the fields are {', '.join(_POLICY_FIELDS)}")
+    return {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in policy.items() if v is not None}
+
+
+def network_update(
+    default: Optional[str],
+    allow: Optional[Sequence[str]],
+    deny: Optional[Sequence[str]],
+    ports: Optional[Sequence[int]],
+    inject: Optional[Sequence[Mapping[str, Any]]],
+    cut: bool,
+) -> Dict[str, Any]:
+    """The body of PATCH /v1/sandboxes/{id}/network: only the fields given."""
+    body: Dict[str, Any] = network_policy({"default": default, "allow": allow, "deny": deny, "ports": ports,
+                                           "inject": inject}, "update")
+    if isinstance(allow, str) or isinstance(deny, str):
+        raise InvalidArgumentError("allow and deny are lists of rules, not one string")
+    if cut:
+        body["cut"] = True
     return body
 
 

@@ -39,6 +39,7 @@ from .models import (
     ProcessResult,
     Result,
     SandboxInfo,
+    NetworkLogEntry,
     SandboxMetric,
     SecretInfo,
     SnapshotInfo,
@@ -46,7 +47,7 @@ from .models import (
     VolumeInfo,
 )
 
-__all__ = ["CodeSandbox", "Files", "Process", "Volume", "Template", "WatchHandle"]
+__all__ = ["Network", "CodeSandbox", "Files", "Process", "Volume", "Template", "WatchHandle"]
 
 _CHUNK = 64 * 1024
 FileData = Union[str, bytes, bytearray, memoryview, IO[bytes], IO[str], Iterable[bytes]]
@@ -185,6 +186,7 @@ class CodeSandbox:
         self.process = Process(self)
         self.commands = Commands(self)
         self.pty = Pty(self)
+        self.network = Network(self)
         self._info: Optional[SandboxInfo] = None
 
     # Lifecycle -----------------------------------------------------------------------------------------
@@ -210,6 +212,7 @@ class CodeSandbox:
         disk_mb: Optional[int] = None,
         on_timeout: Optional[str] = None,
         allow_internet: Optional[bool] = None,
+        network: Optional[Mapping[str, Any]] = None,
         transport: Optional[httpx.BaseTransport] = None,
     ) -> "CodeSandbox":
         """Create a sandbox and return it once it runs.
@@ -242,12 +245,14 @@ class CodeSandbox:
             on_timeout: what happens when the timeout passes: ``"kill"`` (the default) or ``"pause"``.
             allow_internet: False takes all network egress away from the sandbox; None or True leaves what the
                 server allows.
+            network: its network policy by domain name, such as ``{"default": "deny", "allow": ["pypi.org",
+                "*.pythonhosted.org"]}`` (docs/network.md); change it later with ``sandbox.network.update``.
             transport: an httpx transport to send requests through (tests, custom networking).
         """
         url, key = _core.resolve_config(api_key, api_url)
         body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id, volumes, public_ports,
                                  memory_mb=memory_mb, cpus=cpus, disk_mb=disk_mb, on_timeout=on_timeout,
-                                 allow_internet=allow_internet)
+                                 allow_internet=allow_internet, network=network)
         http = _Http(url, key, _core.DEFAULT_REQUEST_TIMEOUT if request_timeout is UNSET else request_timeout, transport)
         try:
             create_timeout = _core.DEFAULT_CREATE_TIMEOUT if request_timeout is UNSET else request_timeout
@@ -502,6 +507,38 @@ class CodeSandbox:
         """Delete a context and stop its kernel."""
         cid = quote(_core.context_id(context), safe="")
         self._http.request("DELETE", f"{self._prefix}/contexts/{cid}")
+
+
+class Network:
+    """A sandbox's network policy by domain name (docs/network.md): ``sandbox.network``."""
+
+    def __init__(self, sandbox: "CodeSandbox") -> None:
+        self._sandbox = sandbox
+
+    def update(
+        self,
+        *,
+        default: Optional[str] = None,
+        allow: Optional[Sequence[str]] = None,
+        deny: Optional[Sequence[str]] = None,
+        ports: Optional[Sequence[int]] = None,
+        inject: Optional[Sequence[Mapping[str, Any]]] = None,
+        cut: bool = False,
+    ) -> Dict[str, Any]:
+        """Change the policy while the sandbox runs; each argument given replaces that part of it.
+
+        New connections follow it at once; open ones go on unless ``cut``. Returns the policy now in force.
+        Raises InvalidArgumentError naming the field for a bad rule, ConflictError for a sandbox created
+        without a policy.
+        """
+        body = _core.network_update(default, allow, deny, ports, inject, cut)
+        resp = self._sandbox._http.request("PATCH", f"{self._sandbox._prefix}/network", json=body)
+        return dict(resp.json())
+
+    def log(self) -> List[NetworkLogEntry]:
+        """The sandbox's newest egress decisions (at most 1000), oldest first."""
+        resp = self._sandbox._http.request("GET", f"{self._sandbox._prefix}/network/log")
+        return [NetworkLogEntry.from_json(e) for e in resp.json().get("entries") or []]
 
 
 class Volume:

@@ -16,6 +16,7 @@ __all__ = [
     "EntryInfo",
     "FilesystemEvent",
     "SandboxMetric",
+    "NetworkLogEntry",
     "ProcessResult",
     "ProcessInfo",
     "PtySize",
@@ -117,6 +118,7 @@ class SandboxInfo:
         access_token: opens its exposed ports (``get_host``) to whoever holds it, or None.
         public_ports: its ports need no credential.
         ports_domain: the server's wildcard domain for ports, or None (path-based URLs only).
+        network: its network policy by name (``{"default": ..., "allow": [...], ...}``), or None.
     """
 
     sandbox_id: str
@@ -136,6 +138,7 @@ class SandboxInfo:
     access_token: Optional[str] = None
     public_ports: bool = False
     ports_domain: Optional[str] = None
+    network: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "SandboxInfo":
@@ -158,6 +161,7 @@ class SandboxInfo:
             access_token=str(obj["accessToken"]) if obj.get("accessToken") else None,
             public_ports=bool(obj.get("publicPorts")),
             ports_domain=str(obj["portsDomain"]) if obj.get("portsDomain") else None,
+            network=dict(obj["network"]) if isinstance(obj.get("network"), dict) else None,
         )
 
 
@@ -378,6 +382,46 @@ class SandboxMetric:
             mem_total=int(obj.get("memTotal") or 0),
             disk_used=int(obj.get("diskUsed") or 0),
             disk_total=int(obj.get("diskTotal") or 0),
+        )
+
+
+@dataclass
+class NetworkLogEntry:
+    """One egress decision of a sandbox with a network policy (``sandbox.network.log()``).
+
+    Attributes:
+        time: when it was decided.
+        kind: ``dns``, ``http`` or ``tls``.
+        name: the name asked for (lower-case punycode).
+        addr: the address connected to (or answered), or "".
+        port: the port the sandbox connected to (0 for DNS).
+        allowed: whether it was let through; ``reason`` says why not.
+        bytes_out, bytes_in: what the connection carried each way, once it ended.
+    """
+
+    time: Optional[datetime]
+    kind: str
+    name: str
+    addr: str
+    port: int
+    allowed: bool
+    reason: str
+    bytes_out: int
+    bytes_in: int
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "NetworkLogEntry":
+        """Build a NetworkLogEntry from its wire form."""
+        return cls(
+            time=parse_time(obj.get("time")),
+            kind=str(obj.get("kind", "")),
+            name=str(obj.get("name", "")),
+            addr=str(obj.get("addr", "")),
+            port=int(obj.get("port") or 0),
+            allowed=bool(obj.get("allowed")),
+            reason=str(obj.get("reason", "")),
+            bytes_out=int(obj.get("bytesOut") or 0),
+            bytes_in=int(obj.get("bytesIn") or 0),
         )
 
 

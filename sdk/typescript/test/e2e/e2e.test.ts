@@ -735,4 +735,29 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
       }
     }),
   );
+
+  // The suite's server has no internet (--egress=none): policies are recorded, not enforced; the Go e2e
+  // suite (e2e/network_test.go) tries their enforcement and each bypass.
+  test(
+    'network policy: given at create, updated and logged; bad rules refused naming the field',
+    e2e(async () => {
+      const sb = await CodeSandbox.create({ network: { default: 'deny', allow: ['PyPI.org', '*.pythonhosted.org'] } });
+      try {
+        assert.deepEqual((await sb.getInfo()).network, { default: 'deny', allow: ['pypi.org', '*.pythonhosted.org'] });
+        const pol = await sb.network.update({ deny: ['evil.test'], cut: true });
+        assert.deepEqual(pol.deny, ['evil.test']);
+        assert.deepEqual(pol.allow, ['pypi.org', '*.pythonhosted.org']);
+        assert.ok(Array.isArray(await sb.network.log()));
+        await assert.rejects(sb.network.update({ allow: ['ok.test', 'api.*.test'] }), (err: unknown) =>
+          err instanceof InvalidArgumentError && err.message.startsWith('network.allow[1]'));
+        await assert.rejects(sb.network.update({ ports: [70000] }), (err: unknown) =>
+          err instanceof InvalidArgumentError && err.message.startsWith('network.ports[0]'));
+        assert.deepEqual((await sb.getInfo()).network?.allow, ['pypi.org', '*.pythonhosted.org']);
+      } finally {
+        await sb.kill();
+      }
+      await assert.rejects(CodeSandbox.create({ network: { default: 'sometimes' as 'deny' } }), InvalidArgumentError);
+      await assert.rejects(sandbox.network.update({ default: 'deny' }), ConflictError);
+    }),
+  );
 });

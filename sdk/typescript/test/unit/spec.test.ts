@@ -40,6 +40,8 @@ const MODELS: Record<string, string[]> = {
   PtySize: ['PtySize'],
   ProcessOutputEvent: ['ProcessOutputEvent'],
   ProcessControl: ['ProcessControl'],
+  NetworkPolicy: ['NetworkPolicy'],
+  NetworkLogEntry: ['WireLogEntry', 'NetworkLogEntry'],
 };
 
 // Request objects: the schema and the call that sends it (Class.method).
@@ -55,6 +57,7 @@ const CALLS: Record<string, string> = {
   CreateContextRequest: 'CodeSandbox.createContext',
   ProcessRequest: 'Process.exec',
   ProcessStartRequest: 'Commands.start',
+  UpdateNetworkRequest: 'Network.update',
 };
 
 // Fields the SDK takes or gives under another shape, and why.
@@ -88,6 +91,8 @@ const UNMODELLED: Record<string, string> = {
   ProcessList: 'commands.list() returns the processes themselves',
   ProcessStdinRequest: 'sendStdin sends its bytes as the raw body, the other form the API takes',
   ProcessSignalRequest: 'commands.kill(pid, signal) and the handles\' kill(signal)',
+  HeaderRule: 'inline in NetworkPolicy.inject, { domain, headers }',
+  NetworkLog: 'network.log() returns the entries themselves',
 };
 
 /**

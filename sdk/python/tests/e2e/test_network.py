@@ -1,0 +1,47 @@
+"""End-to-end tests of network policies by name through the SDK against a real `lizard serve`
+(conftest.py): a policy at create, sandbox.network.update and .log, sync and async, bad rules refused
+naming the field. The suite's server has no internet (--egress=none), so it records policies without
+enforcing them; the Go e2e suite (e2e/network_test.go) tries their enforcement and each bypass."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from lizard import AsyncCodeSandbox, CodeSandbox, ConflictError, InvalidArgumentError, NetworkLogEntry
+
+
+def test_network_policy_sync() -> None:
+    with CodeSandbox.create(network={"default": "deny", "allow": ["PyPI.org", "*.pythonhosted.org"]}) as sb:
+        info = sb.get_info()
+        assert info.network == {"default": "deny", "allow": ["pypi.org", "*.pythonhosted.org"]}
+        pol = sb.network.update(deny=["evil.test"], cut=True)
+        assert pol["deny"] == ["evil.test"] and pol["allow"] == ["pypi.org", "*.pythonhosted.org"]
+        assert sb.get_info().network["deny"] == ["evil.test"]
+        log = sb.network.log()
+        assert isinstance(log, list) and all(isinstance(e, NetworkLogEntry) for e in log)
+        with pytest.raises(InvalidArgumentError, match=r"^network\.allow\[1\]"):
+            sb.network.update(allow=["ok.test", "api.*.test"])
+        with pytest.raises(InvalidArgumentError, match=r"^network\.inject\[0\]\.headers"):
+            sb.network.update(inject=[{"domain": "api.test", "headers": {"Bad Header": "x"}}])
+        assert sb.get_info().network["allow"] == ["pypi.org", "*.pythonhosted.org"]  # nothing applied
+    with pytest.raises(InvalidArgumentError, match=r"^network\.default"):
+        CodeSandbox.create(network={"default": "sometimes"})
+    with pytest.raises(InvalidArgumentError, match="unknown field"):
+        CodeSandbox.create(network={"alow": ["pypi.org"]})
+
+
+def test_network_policy_async() -> None:
+    async def main() -> None:
+        async with AsyncCodeSandbox.create(network={"default": "allow", "deny": ["*.evil.test"]}) as sb:
+            pol = await sb.network.update(default="deny", allow=["203.0.113.0/24"])
+            assert pol == {"default": "deny", "allow": ["203.0.113.0/24"], "deny": ["*.evil.test"]}
+            assert isinstance(await sb.network.log(), list)
+            with pytest.raises(InvalidArgumentError, match=r"^network\.ports\[0\]"):
+                await sb.network.update(ports=[70000])
+        async with AsyncCodeSandbox.create() as plain:
+            with pytest.raises(ConflictError, match="without a network policy"):
+                await plain.network.update(default="deny")
+
+    asyncio.run(main())
