@@ -163,6 +163,7 @@ func TestTemplateValidates(t *testing.T) {
 		"defaults":        {"database.url=" + placeholderURL, "clusterSecret=" + placeholderSecret},
 		"existing secret": {"database.existingSecret=lizard-db", "api.replicas=1", "api.service.type=LoadBalancer"},
 		"tolerations":     {"database.url=" + placeholderURL, "clusterSecret=" + placeholderSecret, "node.tolerations[0].operator=Exists", "node.updateStrategy.type=OnDelete", "node.updateStrategy.rollingUpdate=null"},
+		"tracing":         {"database.url=" + placeholderURL, "clusterSecret=" + placeholderSecret, "tracing.endpoint=http://otel-collector:4318", "tracing.env.OTEL_EXPORTER_OTLP_HEADERS=x-key=y"},
 	}
 	dir := t.TempDir()
 	for name, set := range variants {
@@ -205,6 +206,41 @@ func TestTemplateValidates(t *testing.T) {
 				t.Errorf("%s: %d %s; want %d (kinds: %v)", name, kinds[k], k, n, kinds)
 			}
 		}
+	}
+}
+
+// Tracing is off by default (no OTEL_* variable at all); its values become
+// the standard variables on both the api Deployment and the node
+// DaemonSet, and a name outside OTEL_* is refused.
+func TestTemplateTracing(t *testing.T) {
+	helm := helmBin(t)
+	base := []string{"template", "lizard", chart, "--namespace", "lizard", "--set", "database.url=" + placeholderURL, "--set", "clusterSecret=" + placeholderSecret}
+	out, err := run(t, helm, base...)
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	if strings.Contains(string(out), "OTEL_") {
+		t.Errorf("the default chart sets OTEL_* variables; tracing must be off by default")
+	}
+	out, err = run(t, helm, append(base, "--set", "tracing.endpoint=http://otel-collector.observability:4318",
+		"--set", "tracing.sampler=parentbased_traceidratio", "--set", "tracing.samplerArg=0.25",
+		"--set", "tracing.env.OTEL_BSP_MAX_QUEUE_SIZE=4096")...)
+	if err != nil {
+		t.Fatalf("helm template with tracing: %v", err)
+	}
+	for _, want := range []string{
+		"- name: OTEL_EXPORTER_OTLP_ENDPOINT\n              value: \"http://otel-collector.observability:4318\"",
+		"- name: OTEL_TRACES_SAMPLER\n              value: \"parentbased_traceidratio\"",
+		"- name: OTEL_TRACES_SAMPLER_ARG\n              value: \"0.25\"",
+		"- name: OTEL_BSP_MAX_QUEUE_SIZE\n              value: \"4096\"",
+	} {
+		if n := strings.Count(string(out), want); n != 2 {
+			t.Errorf("%q appears %d times; want once on the api pods and once on the node pods", want, n)
+		}
+	}
+	_, err = run(t, helm, append(base, "--set", "tracing.env.LIZARD_SECRET=x")...)
+	if err == nil || !strings.Contains(err.Error(), "tracing.env.LIZARD_SECRET") {
+		t.Errorf("helm template with a non-OTEL tracing.env = %v; want an error naming it", err)
 	}
 }
 

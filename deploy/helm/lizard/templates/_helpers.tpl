@@ -79,6 +79,32 @@ app.kubernetes.io/component: {{ index . 1 }}
       name: {{ include "lizard.fullname" $root }}-flags
       key: {{ $role }}.{{ $k }}
 {{- end }}
+{{- include "lizard.tracingEnv" $root }}
+{{- end -}}
+
+{{- /* The standard OTEL_* variables of tracing (docs/traces.md); none by default. */ -}}
+{{- define "lizard.tracingEnv" -}}
+{{- with .Values.tracing }}
+{{- if .endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .endpoint | quote }}
+{{- end }}
+{{- if .sampler }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ .sampler | quote }}
+{{- end }}
+{{- if .samplerArg }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .samplerArg | quote }}
+{{- end }}
+{{- range $k, $v := .env }}
+{{- if not (hasPrefix "OTEL_" $k) }}
+{{- fail (printf "tracing.env.%s: only OTEL_* variables are set from tracing.env" $k) }}
+{{- end }}
+- name: {{ $k }}
+  value: {{ $v | toString | quote }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{- define "lizard.probe" -}}
