@@ -1482,7 +1482,8 @@ def main() -> int:
     ap.add_argument("--qemu-idle", type=int, default=3, help="idle QEMU VMs for the memory figure (default 3)")
     ap.add_argument("--only", type=lambda v: set(v.split(",")) - {""}, default=set(),
                     help="run only these sections, comma-separated: density, burst, sustain (issue 25), "
-                         "e2b (E2B's SDK beside Lizard's, issue 23) (default: the whole bench)")
+                         "e2b (E2B's SDK beside Lizard's, issue 23), egress (the network policy proxy, issue 24) "
+                         "(default: the whole bench)")
     ap.add_argument("--serve-flag", action="append", default=[],
                     help="a flag for the lizard serve of the density, burst and sustain sections (repeat for more), "
                          "to measure a lever beside the default, e.g. --serve-flag=--preload=")
@@ -1502,8 +1503,8 @@ def main() -> int:
     ap.add_argument("--cache-dir", default=os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     a = ap.parse_args()
-    if a.only - {"density", "burst", "sustain", "e2b"}:
-        ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain', 'e2b'})}")
+    if a.only - {"density", "burst", "sustain", "e2b", "egress"}:
+        ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain', 'e2b', 'egress'})}")
     globals()["ADDRESS_POOL"] = a.address_pool
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
@@ -1525,6 +1526,8 @@ def main() -> int:
                         key=lambda p: p.stat().st_mtime)[-1]
         raw = RawRunsc(str(bin_dir / "runsc"), str(rootfs))
 
+        if not a.only or "egress" in a.only:
+            egress_figures(res)
         if not a.only:
             log("baseline: raw runsc run /bin/true")
             res.add(Figure("raw runsc run /bin/true", raw.run_true(a.raw_runs)))
@@ -1611,6 +1614,26 @@ def main() -> int:
                                indent=1, ensure_ascii=False) + "\n")
     print(f"\nresults: {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
     return 0
+
+
+# --- the egress proxy (issue 24) ----------------------------------------------------------------------
+
+
+def egress_figures(res: Results, requests: int = 300, mib: int = 2048) -> None:
+    """The network policy proxy (internal/egress) on loopback, beside the same work without it in the same
+    run (bench/egress, a Go program: the proxy is a Go library): an HTTPS request on a new connection (TLS
+    handshake, GET, answer) through it and direct, interleaved; then MB/s carried through it and direct."""
+    log("egress proxy: HTTPS through the policy proxy vs direct, and throughput on loopback")
+    out = subprocess.run(["go", "run", "./bench/egress", "--requests", str(requests), "--mib", str(mib)],
+                         cwd=REPO, check=True, capture_output=True, text=True).stdout
+    d = json.loads(out)
+    direct = res.add(Figure("HTTPS request, new connection, direct (loopback)", d["directMs"]))
+    proxied = res.add(Figure("HTTPS request through the egress policy proxy (SNI checked, no TLS termination)", d["proxyMs"],
+                             baseline=direct.name))
+    proxied.note = f"p50 {proxied.p50 - direct.p50:+.3f} ms over direct (target ≤ 1 ms)"
+    res.add(Figure(f"TCP throughput direct, loopback, {mib} MiB", value=d["directMBps"], unit="MB/s"))
+    res.add(Figure(f"TCP throughput through the egress proxy, loopback, {mib} MiB", value=d["proxyMBps"], unit="MB/s",
+                   note=f"{d['proxyMBps'] / d['directMBps']:.2f}× direct (target ≥ 500 MB/s)"))
 
 
 # --- E2B's SDK on Lizard ---------------------------------------------------------------------------------

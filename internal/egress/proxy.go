@@ -202,10 +202,9 @@ func (p *Proxy) decide(c net.Conn, sb Sandbox) (*Decision, error) {
 		var dl net.Dialer
 		return dl.DialContext(ctx, "tcp4", target)
 	}
-	client := &replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(rec.buf.Bytes()), c)}
-	counted := &countConn{Conn: client}
 	if rule, ok := sb.Policy.HeaderRule(name); ok && p.Interceptor != nil {
 		d.Allowed = true
+		counted := &countConn{Conn: &replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(rec.buf.Bytes()), c)}}
 		err := p.Interceptor.Intercept(context.Background(), InterceptConn{SandboxID: sb.ID, Project: sb.Project,
 			Conn: counted, Name: name, Port: d.Port, TLS: isTLS, Headers: rule.Headers, Dial: dial})
 		d.BytesOut, d.BytesIn = counted.in.Load(), counted.out.Load()
@@ -221,8 +220,15 @@ func (p *Proxy) decide(c net.Conn, sb Sandbox) (*Decision, error) {
 		return d, fmt.Errorf("connecting to %s: %w", target, err)
 	}
 	d.Allowed = true
-	splice(counted, up)
-	d.BytesOut, d.BytesIn = counted.in.Load(), counted.out.Load()
+	// What was read to find the name goes first; then the two sockets are
+	// joined as they are, so that the kernel moves the bytes (splice(2)).
+	n, err := up.Write(rec.buf.Bytes())
+	if err != nil {
+		up.Close()
+		return d, fmt.Errorf("writing to %s: %w", target, err)
+	}
+	d.BytesOut, d.BytesIn = splice(c, up)
+	d.BytesOut += int64(n)
 	return d, nil
 }
 
@@ -303,12 +309,14 @@ func refuse(c net.Conn, why string) {
 	fmt.Fprintf(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 }
 
-// splice copies both ways until both ends are done.
-func splice(a, b net.Conn) {
+// splice copies both ways until both ends are done and returns the bytes
+// copied from a to b and from b to a. Between two *net.TCPConn, io.Copy
+// is splice(2): the bytes never enter this process.
+func splice(a, b net.Conn) (aToB, bToA int64) {
 	var wg sync.WaitGroup
-	cp := func(dst, src net.Conn) {
+	cp := func(dst, src net.Conn, n *int64) {
 		defer wg.Done()
-		_, _ = io.Copy(dst, src)
+		*n, _ = io.Copy(dst, src)
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		} else {
@@ -316,11 +324,12 @@ func splice(a, b net.Conn) {
 		}
 	}
 	wg.Add(2)
-	go cp(b, a)
-	go cp(a, b)
+	go cp(b, a, &aToB)
+	go cp(a, b, &bToA)
 	wg.Wait()
 	a.Close()
 	b.Close()
+	return aToB, bToA
 }
 
 // recorder keeps every byte read through it, for the replay.
