@@ -167,7 +167,9 @@ func (p *AgentProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		FlushInterval: -1,
 		ErrorLog:      slog.NewLogLogger(p.Log.Handler(), slog.LevelWarn),
 		ModifyResponse: func(resp *http.Response) error {
-			if agent {
+			if agent && resp.StatusCode != http.StatusSwitchingProtocols {
+				// (A WebSocket's body is its connection, which must stay
+				// one: it has no trailer.)
 				trace.AgentSpans(hop, resp, sent, trace.Sandbox(id))
 			}
 			if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-ndjson") {
