@@ -48,6 +48,7 @@ type apiProc struct {
 	listen string
 	url    string
 	env    []string
+	args   []string // more lizard api flags, after the harness's
 	cmd    *exec.Cmd
 	log    *bytes.Buffer
 	done   chan struct{}
@@ -59,6 +60,7 @@ func (a *apiProc) start() {
 	a.log = &bytes.Buffer{}
 	a.cmd = exec.Command(a.bin, "api", "--listen", a.listen, "--metrics-listen=", "--lease", clusterLease.String(), "--egress=none",
 		"--max-child-timeout="+clusterChildBound.String())
+	a.cmd.Args = append(a.cmd.Args, a.args...)
 	a.cmd.Env = append(os.Environ(), a.env...)
 	a.cmd.Stdout = &lockedWriter{w: a.log}
 	a.cmd.Stderr = a.cmd.Stdout
@@ -131,6 +133,12 @@ func startCluster(t *testing.T) (*cluster, []*client.Client) {
 // startClusterOf is startCluster with nodes `lizard node` and apis `lizard
 // api` processes, given extra environment variables.
 func startClusterOf(t *testing.T, nodes, apis int, extraEnv []string) (*cluster, []*client.Client) {
+	return startClusterWith(t, nodes, apis, extraEnv, nil, nil)
+}
+
+// startClusterWith is startClusterOf with more flags for each `lizard
+// node` and each `lizard api`.
+func startClusterWith(t *testing.T, nodes, apis int, extraEnv, nodeArgs, apiArgs []string) (*cluster, []*client.Client) {
 	testenv.RequiresRoot(t)
 	pg, err := pgtest.Start()
 	if err != nil {
@@ -169,13 +177,13 @@ func startClusterOf(t *testing.T, nodes, apis int, extraEnv []string) (*cluster,
 		n.url = "http://" + n.listen
 		// Cold boots: three nodes checkpointing templates at once would
 		// cost the machine's two cores more than the test's creates.
-		n.args = []string{"--name", n.name, "--lease", clusterLease.String(), "--template-snapshot=false"}
+		n.args = append([]string{"--name", n.name, "--lease", clusterLease.String(), "--template-snapshot=false"}, nodeArgs...)
 		n.start()
 		t.Cleanup(n.shutdown)
 		c.nodes = append(c.nodes, n)
 	}
 	for range apis {
-		a := &apiProc{t: t, bin: bin, env: env, listen: freeAddr(t)}
+		a := &apiProc{t: t, bin: bin, env: env, listen: freeAddr(t), args: apiArgs}
 		a.url = "http://" + a.listen
 		a.start()
 		t.Cleanup(a.stop)

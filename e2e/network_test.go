@@ -274,6 +274,15 @@ func TestNetworkPolicy(t *testing.T) {
 		t.Errorf("fork's network = %+v, want its parent's", forks[0].Network)
 	}
 	expect(t, "in a fork", runProbes(t, c, forks[0].SandboxID, ca, persisted), persistedWant)
+	snap, err := c.Snapshot(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored := newSandbox(t, c, api.CreateSandboxRequest{SnapshotID: snap.SnapshotID})
+	if restored.Network == nil || len(restored.Network.Deny) != 1 {
+		t.Errorf("restored sandbox's network = %+v, want the snapshot's", restored.Network)
+	}
+	expect(t, "restored from a snapshot", runProbes(t, c, restored.SandboxID, ca, persisted), persistedWant)
 
 	// Bad input: 400 naming the field, nothing applied.
 	many := make([]string, 1001)
@@ -332,5 +341,30 @@ func TestNetworkPolicy(t *testing.T) {
 	var ce *client.Error
 	if _, err := c.UpdateNetwork(ctx, plain.SandboxID, api.UpdateNetworkRequest{Default: ptr("deny")}); !errors.As(err, &ce) || ce.Status != 409 {
 		t.Errorf("update of a sandbox without a policy: %v, want 409", err)
+	}
+}
+
+// TestNetworkPolicyCluster: in a cluster the API passes the policy to the
+// node, which enforces it. Only names are resolved and a denied name is
+// refused by the proxy before it connects anywhere: no address here needs
+// a listener, and no packet leaves the machine.
+func TestNetworkPolicyCluster(t *testing.T) {
+	_, clients := startClusterWith(t, 1, 1, nil, []string{"--egress=internet", "--egress-allow=203.0.113.16/28",
+		"--egress-test-hosts=allowed.test=" + npAllowed + ",denied.test=" + npDenied}, []string{"--egress=internet"})
+	c := clients[0]
+	ctx := context.Background()
+	sb := newSandbox(t, c, api.CreateSandboxRequest{Network: &api.NetworkPolicy{Default: "deny", Allow: []string{"allowed.test"}}})
+	probes := probeSet{"resolve allowed": `resolve("allowed.test")`, "resolve denied": `resolve("denied.test")`,
+		"http denied": `get("` + npDenied + `", "denied.test")`}
+	expect(t, "at create", runProbes(t, c, sb.SandboxID, "", probes), map[string]string{
+		"resolve allowed": "ok:" + npAllowed, "resolve denied": "err:", "http denied": "ok:HTTP/1.1 403|denied by the sandbox's network policy"})
+	if _, err := c.UpdateNetwork(ctx, sb.SandboxID, api.UpdateNetworkRequest{Allow: &[]string{"allowed.test", "denied.test"}}); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "after the update", runProbes(t, c, sb.SandboxID, "", probeSet{"resolve denied": probes["resolve denied"]}),
+		map[string]string{"resolve denied": "ok:" + npDenied})
+	log, err := c.NetworkLog(ctx, sb.SandboxID)
+	if err != nil || len(log) < 4 {
+		t.Errorf("log through the API = %+v, %v; want the node's decisions", log, err)
 	}
 }
