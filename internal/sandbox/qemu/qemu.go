@@ -19,12 +19,16 @@
 // filter: it is handed every file it needs open (fd sets), so a VMM taken
 // over by its guest holds little more than that guest's own disks.
 //
-// Checkpoints are QEMU migrations to a file (the VM's memory and devices)
-// beside a copy of the writable disk. A restore loads both into a new QEMU
-// in the new sandbox's namespace and then tells the guest's init its new
-// address (and the time) over the control port: every fork answers on its
-// own address, and nothing is shared between sandboxes but read-only
-// images.
+// Checkpoints are QEMU migrations to a file (the VM's devices, and its
+// memory unless it was booted) beside a copy of the writable disk. A
+// booted VM's RAM is copied into the image as a file of its own, which
+// every VM restored from the image maps copy-on-write from one sealed
+// memfd (ram.go): the template snapshot's pages are held once however
+// many VMs run from it. A restore loads the image into a new QEMU in the
+// new sandbox's namespace and then tells the guest's init its new address
+// (and the time) over the control port: every fork answers on its own
+// address, and nothing is shared between sandboxes but read-only images
+// and that read-only RAM.
 package qemu
 
 import (
@@ -108,6 +112,8 @@ type Runtime struct {
 	bootTimeout   time.Duration
 	imageKey      string
 	log           *slog.Logger
+	// shared holds the images' RAM that restored VMs map copy-on-write.
+	shared sharedRAM
 
 	// locks serialises every operation on one sandbox ID.
 	locks keylock.Map
@@ -209,7 +215,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	// A migration stream restores only into the same QEMU, machine and
 	// CPU model, with the same guest kernel and init in memory.
-	r.imageKey = "qemu-" + r.accel + "-" + vmm[:8] + "-" + key[:8]
+	r.imageKey = "qemu-" + r.accel + "-" + vmm[:8] + "-" + key[:8] + "-" + imageFormat
 	return r, nil
 }
 
@@ -243,6 +249,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		r.busy.Wait()
+		r.shared.close()
 		close(done)
 	}()
 	select {
@@ -306,6 +313,13 @@ type record struct {
 	CPUs        int   `json:"cpus"`
 	DiskBytes   int64 `json:"diskBytes"` // as the Spec asked: 0 is the default
 	Files       bool  `json:"files"`
+	// SharedRAM (a VM's record): its RAM is a memfd QEMU maps shared,
+	// which a checkpoint copies out (a booted VM). A restored VM's RAM
+	// is private, and its checkpoints migrate all of it.
+	SharedRAM bool `json:"sharedRAM,omitempty"`
+	// RAMFile (an image's record): the RAM is in the file imageRAM and
+	// the migration stream, made with x-ignore-shared, has none of it.
+	RAMFile bool `json:"ramFile,omitempty"`
 }
 
 const (
@@ -313,6 +327,10 @@ const (
 	imageRecordName = "lizard-qemu.json"
 	imageMemory     = "memory"
 	imageDisk       = "disk.qcow2"
+	// imageFormat changes with what a checkpoint holds: since "r2" the
+	// guest RAM is the memory backend "mem", and a booted VM's checkpoint
+	// keeps it in a file of its own.
+	imageFormat = "r2"
 )
 
 func shape(l sandbox.Limits, files bool) record {
@@ -364,6 +382,11 @@ func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, imageDir strin
 	rec, err := readRecord(filepath.Join(imageDir, imageRecordName))
 	if err != nil {
 		return fmt.Errorf("restoring sandbox %s: %w: %v", spec.ID, sandbox.ErrImage, err)
+	}
+	if rec.RAMFile {
+		if _, err := os.Stat(filepath.Join(imageDir, imageRAM)); err != nil {
+			return fmt.Errorf("restoring sandbox %s: %w: %v", spec.ID, sandbox.ErrImage, err)
+		}
 	}
 	if want := shape(spec.Limits, true); want.MemoryBytes != rec.MemoryBytes || want.CPUs != rec.CPUs {
 		return fmt.Errorf("restoring sandbox %s: %w: it was taken with %d MiB of memory and %d CPUs, which a VM keeps, not the %d MiB and %d asked for; boot the sandbox instead",
@@ -437,10 +460,14 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 	fail := func(err error) error { return fmt.Errorf("%s sandbox %s: %w", verb, id, err) }
 
 	rec := shape(spec.Limits, true)
+	rec.SharedRAM = true
+	var image record
 	if imageDir != "" {
-		if rec, err = readRecord(filepath.Join(imageDir, imageRecordName)); err != nil {
+		if image, err = readRecord(filepath.Join(imageDir, imageRecordName)); err != nil {
 			return fail(fmt.Errorf("%w: %v", sandbox.ErrImage, err))
 		}
+		rec = image
+		rec.SharedRAM, rec.RAMFile = false, false
 	}
 	b, _ := json.Marshal(rec)
 	if err := os.WriteFile(r.recordPath(id), b, 0o600); err != nil {
@@ -479,7 +506,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 		return fail(err)
 	}
 
-	exited, err := r.start(id, rec, rootImg, filesImg, imageDir)
+	exited, err := r.start(id, rec, rootImg, filesImg, imageDir, image)
 	if err != nil {
 		return fail(err)
 	}
@@ -499,7 +526,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 			return fail(err)
 		}
 	} else {
-		if err := r.awaitIncoming(ctx, id, exited); err != nil {
+		if err := r.awaitIncoming(ctx, id, exited, imageDir, image.RAMFile); err != nil {
 			return fail(fmt.Errorf("%w: %w", sandbox.ErrImage, err))
 		}
 		req := vminit.Request{Op: "net", Net: &guestNet, TimeUnixNano: time.Now().UnixNano()}
@@ -620,14 +647,15 @@ func (r *Runtime) attachTap(ctx context.Context, id string, exited <-chan struct
 	}
 }
 
-// start launches QEMU for sandbox id inside its namespace, from a
-// checkpoint when imageDir is set, and returns a channel closed when it
-// exits.
-func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir string) (<-chan struct{}, error) {
+// start launches QEMU for sandbox id inside its namespace, to be restored
+// from the checkpoint in imageDir (recorded as image) when set, and
+// returns a channel closed when it exits.
+func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir string, image record) (<-chan struct{}, error) {
 	machine, cpu := "q35,accel=tcg", "max"
 	if r.accel == AccelKVM {
 		machine, cpu = "q35,accel=kvm", "host"
 	}
+	machine += ",memory-backend=mem"
 	// QEMU gets its disks (and a checkpoint's memory) as open files, in
 	// fd sets: confined, it could not open them by path, and the block
 	// layer reopens an image (read-only, when a migration ends) from its
@@ -638,7 +666,25 @@ func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir strin
 			f.Close()
 		}
 	}()
-	var fdArgs []string
+	var fdArgs, ramArg []string
+	switch {
+	case imageDir == "":
+		ram, err := newRAM(rec.MemoryBytes)
+		if err != nil {
+			return nil, err
+		}
+		extra = append(extra, ram)
+		ramArg = ramArgs(rec.MemoryBytes, true)
+	case image.RAMFile:
+		ram, err := r.shared.get(filepath.Join(imageDir, imageRAM))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", sandbox.ErrImage, err)
+		}
+		extra = append(extra, ram)
+		ramArg = ramArgs(rec.MemoryBytes, false)
+	default:
+		ramArg = []string{"-object", fmt.Sprintf("memory-backend-ram,id=mem,size=%dM", rec.MemoryBytes>>20)}
+	}
 	add := func(path string, flag, set int) error {
 		f, err := os.OpenFile(path, flag, 0)
 		if err != nil {
@@ -667,6 +713,7 @@ func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir strin
 		"-name", "lizard-" + id,
 		"-machine", machine, "-cpu", cpu,
 		"-smp", strconv.Itoa(rec.CPUs), "-m", strconv.FormatInt(rec.MemoryBytes>>20, 10) + "M",
+		ramArg[0], ramArg[1],
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 		"-kernel", r.kernel, "-initrd", r.initramfs,
 		"-append", "console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check reboot=t",
@@ -695,12 +742,9 @@ func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir strin
 		"-sandbox", "on,obsolete=deny,spawn=deny,resourcecontrol=deny",
 	)
 	if imageDir != "" {
-		mem, err := os.Open(filepath.Join(imageDir, imageMemory))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", sandbox.ErrImage, err)
-		}
-		extra = append(extra, mem)
-		args = append(args, "-incoming", fmt.Sprintf("fd:%d", 2+len(extra)))
+		// awaitIncoming starts the migration in once the capabilities
+		// the image was made with are set.
+		args = append(args, "-incoming", "defer")
 	}
 	logf, err := os.OpenFile(r.qemuLog(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -806,9 +850,10 @@ func (r *Runtime) dialWhileUp(ctx context.Context, id, path string, exited <-cha
 	}
 }
 
-// awaitIncoming waits for QEMU to have loaded the checkpoint and to run
-// the guest.
-func (r *Runtime) awaitIncoming(ctx context.Context, id string, exited <-chan struct{}) error {
+// awaitIncoming loads the checkpoint in imageDir into the waiting QEMU
+// and waits for it to run the guest; ramFile says the image's RAM is
+// mapped from its file, not in the migration stream.
+func (r *Runtime) awaitIncoming(ctx context.Context, id string, exited <-chan struct{}, imageDir string, ramFile bool) error {
 	conn, err := r.dialWhileUp(ctx, id, r.qmpPath(id), exited)
 	if err != nil {
 		return err
@@ -819,6 +864,21 @@ func (r *Runtime) awaitIncoming(ctx context.Context, id string, exited <-chan st
 		return r.whyNoAnswer(ctx, id, exited, err)
 	}
 	defer q.Close()
+	if err := q.ignoreShared(ramFile); err != nil {
+		return err
+	}
+	mem, err := os.Open(filepath.Join(imageDir, imageMemory))
+	if err != nil {
+		return err
+	}
+	err = q.sendFile("incoming", mem)
+	mem.Close()
+	if err != nil {
+		return err
+	}
+	if _, err := q.do("migrate-incoming", map[string]any{"uri": "fd:incoming"}); err != nil {
+		return r.whyNoAnswer(ctx, id, exited, err)
+	}
 	for {
 		st, err := q.status()
 		if err != nil {
@@ -959,6 +1019,14 @@ func (r *Runtime) checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 	if err := os.MkdirAll(imageDir, 0o700); err != nil {
 		return err
 	}
+	rec, err := readRecord(r.recordPath(id))
+	if err != nil {
+		return fmt.Errorf("reading the VM's record: %w", err)
+	}
+	pid, ok := r.qemuProc(id)
+	if !ok {
+		return sandbox.ErrNotRunning
+	}
 	q, err := dialQMP(ctx, r.qmpPath(id))
 	if err != nil {
 		return err
@@ -983,7 +1051,20 @@ func (r *Runtime) checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 	if err := q.sendFile("image", mem); err != nil {
 		return err
 	}
+	// A booted VM's RAM goes to a file of its own, which VMs restored
+	// from the image share; the stream gets the devices.
+	if err := q.ignoreShared(rec.SharedRAM); err != nil {
+		return err
+	}
 	if err := q.migrate(ctx, "fd:image"); err != nil {
+		return err
+	}
+	ramPath := filepath.Join(imageDir, imageRAM)
+	if rec.SharedRAM {
+		if err := copyRAMOut(pid, ramPath, rec.MemoryBytes); err != nil {
+			return err
+		}
+	} else if err := os.Remove(ramPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	// The migration flushed the disk and let go of it until cont: the
@@ -994,10 +1075,9 @@ func (r *Runtime) checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 	if err := os.Rename(filepath.Join(imageDir, imageDisk+".tmp"), filepath.Join(imageDir, imageDisk)); err != nil {
 		return err
 	}
-	b, err := os.ReadFile(r.recordPath(id))
-	if err != nil {
-		return fmt.Errorf("reading the VM's record: %w", err)
-	}
+	image := rec
+	image.SharedRAM, image.RAMFile = false, rec.SharedRAM
+	b, _ := json.Marshal(image)
 	return os.WriteFile(filepath.Join(imageDir, imageRecordName), b, 0o600)
 }
 

@@ -117,6 +117,14 @@ func (q *qmp) status() (string, error) {
 	return st.Status, err
 }
 
+// ignoreShared sets the migration capability x-ignore-shared, which
+// leaves RAM mapped shared out of the stream; both ends must agree.
+func (q *qmp) ignoreShared(on bool) error {
+	_, err := q.do("migrate-set-capabilities", map[string]any{"capabilities": []map[string]any{
+		{"capability": "x-ignore-shared", "state": on}}})
+	return err
+}
+
 // migrate saves the stopped VM's state through the migration URI uri and
 // waits, as ctx allows, for it to complete.
 func (q *qmp) migrate(ctx context.Context, uri string) error {
