@@ -1,8 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,6 +121,46 @@ func TestQEMU(t *testing.T) {
 		}
 		if got := strings.TrimSpace(run(t, c, f.SandboxID, "bash", "uname -r; cat /tmp/f").Stdout); !strings.Contains(got, "cloud") || !strings.HasSuffix(got, "kept") {
 			t.Errorf("fork's kernel and file: %q, want Debian's cloud kernel and \"kept\"", got)
+		}
+	})
+
+	t.Run("SharedTemplateIsolated", func(t *testing.T) {
+		// Two VMs restored from the template snapshot map its RAM from
+		// one sealed memfd copy-on-write: what one writes, in memory or
+		// on disk, the other never sees, and the snapshot is not changed.
+		rams, _ := filepath.Glob(filepath.Join(s.dataDir, "templates", "interpreter-*", "ram"))
+		if len(rams) != 1 {
+			t.Fatalf("the template snapshot's RAM files: %v, want one", rams)
+		}
+		before := hashFile(t, rams[0])
+		a := newSandbox(t, c, api.CreateSandboxRequest{})
+		b := newSandbox(t, c, api.CreateSandboxRequest{})
+		pa, pb := qemuPid(t, a.SandboxID), qemuPid(t, b.SandboxID)
+		ia, ib := templateRAMInode(t, pa), templateRAMInode(t, pb)
+		if ia == "" || ia != ib {
+			t.Fatalf("the VMs' RAM mappings: %q and %q, want one shared template memfd", ia, ib)
+		}
+		token := fmt.Sprintf("lizard-%d-only-in-a", time.Now().UnixNano())
+		// 64 MiB of the token in the kernel's Python, a file in the
+		// guest's tmpfs (kernel memory) and one on its disk.
+		run(t, c, a.SandboxID, "python", fmt.Sprintf("import os\nx = bytearray(%q.encode() * ((64 << 20) // %d))\nopen('/dev/shm/probe', 'w').write(%q)\nopen(os.path.expanduser('~/probe'), 'w').write(%q)", token, len(token), token, token))
+		got := strings.TrimSpace(run(t, c, b.SandboxID, "python", "import os\nprint('x' in globals(), os.path.exists('/dev/shm/probe'), os.path.exists(os.path.expanduser('~/probe')))").Stdout)
+		if got != "False False False" {
+			t.Errorf("the other VM sees (x, /dev/shm/probe, ~/probe) = %s, want False False False", got)
+		}
+		if got := strings.TrimSpace(run(t, c, a.SandboxID, "python", "print(len(x), open('/dev/shm/probe').read() == open(os.path.expanduser('~/probe')).read())").Stdout); got != fmt.Sprintf("%d True", 64<<20/len(token)*len(token)) {
+			t.Errorf("the writing VM's own state: %q", got)
+		}
+		// On the host: the token is in the writer's guest RAM, nowhere in
+		// the other's.
+		if !guestRAMHas(t, pa, []byte(token)) {
+			t.Errorf("the token is not in the RAM of the VM that wrote it (QEMU %d): the probe reads the wrong memory", pa)
+		}
+		if guestRAMHas(t, pb, []byte(token)) {
+			t.Errorf("the token written in %s is in the RAM of %s", a.SandboxID, b.SandboxID)
+		}
+		if after := hashFile(t, rams[0]); after != before {
+			t.Errorf("the template snapshot's RAM file changed while VMs restored from it ran: %s, was %s", after, before)
 		}
 	})
 
@@ -234,4 +279,90 @@ print([l.split()[3].split(',')[0] for l in open('/proc/mounts') if l.split()[1] 
 func netnsExists(name string) bool {
 	_, err := os.Stat(filepath.Join("/var/run/netns", name))
 	return err == nil
+}
+
+func hashFile(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// qemuPid is the pid of sandbox id's QEMU.
+func qemuPid(t *testing.T, id string) int {
+	t.Helper()
+	procs := hostProcs("lizard-" + id + "\x00")
+	if len(procs) != 1 {
+		t.Fatalf("QEMU processes of %s: %v, want one", id, procs)
+	}
+	return procs[0].pid
+}
+
+// templateRAM is the line of /proc/PID/maps mapping a restored VM's RAM:
+// the image's sealed memfd.
+func templateRAM(t *testing.T, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) >= 6 && strings.HasPrefix(f[5], "/memfd:lizard-image-ram:") {
+			return f
+		}
+	}
+	t.Fatalf("QEMU %d maps no template RAM:\n%s", pid, b)
+	return nil
+}
+
+// templateRAMInode names the memfd a VM's RAM maps (device and inode).
+func templateRAMInode(t *testing.T, pid int) string {
+	f := templateRAM(t, pid)
+	return f[3] + " " + f[4]
+}
+
+// guestRAMHas says whether the guest RAM of the VM whose QEMU is pid holds
+// b in a page the guest has touched (read from /proc/PID/mem where
+// /proc/PID/pagemap says a page is present, so that reading does not
+// fault in the rest).
+func guestRAMHas(t *testing.T, pid int, b []byte) bool {
+	t.Helper()
+	f := templateRAM(t, pid)
+	var lo, hi uint64
+	if _, err := fmt.Sscanf(f[0], "%x-%x", &lo, &hi); err != nil {
+		t.Fatalf("parsing %q: %v", f[0], err)
+	}
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	pm, err := os.Open(fmt.Sprintf("/proc/%d/pagemap", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pm.Close()
+	const page = 4096
+	entries := make([]byte, (hi-lo)/page*8)
+	if _, err := pm.ReadAt(entries, int64(lo/page*8)); err != nil {
+		t.Fatalf("reading QEMU %d's pagemap: %v", pid, err)
+	}
+	buf := make([]byte, page+len(b))
+	for i := uint64(0); i < (hi-lo)/page; i++ {
+		if binary.LittleEndian.Uint64(entries[i*8:])>>63 == 0 {
+			continue
+		}
+		n, _ := mem.ReadAt(buf, int64(lo+i*page))
+		if bytes.Contains(buf[:n], b) {
+			return true
+		}
+	}
+	return false
 }
