@@ -1479,10 +1479,11 @@ def main() -> int:
     ap.add_argument("--qemu-runs", type=int, default=3,
                     help="QEMU cold boots and template-snapshot creates (default 3; slow under TCG)")
     ap.add_argument("--qemu-code-runs", type=int, default=50, help="QEMU runCode(\"1+1\") calls (default 50)")
-    ap.add_argument("--qemu-idle", type=int, default=3, help="idle QEMU VMs for the memory figure (default 3)")
+    ap.add_argument("--qemu-idle", type=int, default=4, help="idle QEMU VMs for the memory figures (default 4)")
     ap.add_argument("--only", type=lambda v: set(v.split(",")) - {""}, default=set(),
                     help="run only these sections, comma-separated: density, burst, sustain (issue 25), "
-                         "e2b (E2B's SDK beside Lizard's, issue 23), egress (the network policy proxy, issue 24) "
+                         "e2b (E2B's SDK beside Lizard's, issue 23), egress (the network policy proxy, issue 24), "
+                         "qemu (the QEMU rows with gVisor's create → first result beside them, issue 25) "
                          "(default: the whole bench)")
     ap.add_argument("--serve-flag", action="append", default=[],
                     help="a flag for the lizard serve of the density, burst and sustain sections (repeat for more), "
@@ -1503,8 +1504,8 @@ def main() -> int:
     ap.add_argument("--cache-dir", default=os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     a = ap.parse_args()
-    if a.only - {"density", "burst", "sustain", "e2b", "egress"}:
-        ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain', 'e2b', 'egress'})}")
+    if a.only - {"density", "burst", "sustain", "e2b", "egress", "qemu"}:
+        ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain', 'e2b', 'egress', 'qemu'})}")
     globals()["ADDRESS_POOL"] = a.address_pool
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
@@ -1586,6 +1587,9 @@ def main() -> int:
                 qemu_column(res, bin_dir, a.cache_dir, a.qemu_runs, a.qemu_code_runs, a.qemu_idle)
         if "e2b" in a.only:
             e2b_section(res, a, bin_dir)
+        if "qemu" in a.only:
+            gvisor_first(res, bin_dir, a.cache_dir, a.runs)
+            qemu_column(res, bin_dir, a.cache_dir, a.qemu_runs, a.qemu_code_runs, a.qemu_idle)
         density_sections(res, a, bin_dir)
     except (Interrupted, KeyboardInterrupt) as exc:
         log(f"interrupted ({exc}); cleaning up")
@@ -1750,6 +1754,27 @@ def density_sections(res: Results, a: argparse.Namespace, bin_dir: Path) -> None
 # --- QEMU ------------------------------------------------------------------------------------------------
 
 
+def gvisor_first(res: Results, bin_dir: Path, cache_dir: str, runs: int) -> None:
+    """gVisor's create → first result, the QEMU rows' baseline, when the main section does not run."""
+    srv = Server(bin_dir, cache_dir, ["--warm-pool", "0"], "nopool")
+    warm_up(srv)
+    log("Lizard (gVisor): create → first result, kill")
+    lizard_lifecycle(res, srv, runs, "")
+    srv.stop()
+
+
+def smaps(pid: int) -> Dict[str, int]:
+    """/proc/PID/smaps_rollup in bytes (Rss, Pss, Shared_Clean, Private_Dirty...)."""
+    out: Dict[str, int] = {}
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+            k, v = line.split(":", 1)
+            out[k] = int(v.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
 def wait_log(srv: Server, text: str, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while text not in srv.log_path.read_text(errors="replace"):
@@ -1803,6 +1828,8 @@ def qemu_column(res: Results, bin_dir: Path, cache_dir: str, runs: int, code_run
     res.add(Figure(f"qemu ({accel}):   server: restore, VM up and re-addressed", [t[i]["up"] for i in ids if "up" in t.get(i, {})],
                    baseline="  server: runtime up (netns + runsc run/restore)"))
     log(f"QEMU ({accel}): runCode round trips, memory of {idle} idle VMs")
+    time.sleep(2)
+    avail0 = meminfo("MemAvailable")
     sandboxes = [CodeSandbox.create(**srv.sdk(), timeout_ms=600_000) for _ in range(max(1, idle))]
     try:
         sb = sandboxes[0]
@@ -1817,11 +1844,26 @@ def qemu_column(res: Results, bin_dir: Path, cache_dir: str, runs: int, code_run
             must_result(s.run_code("1+1"), "text/plain")
         time.sleep(5)  # let the guests settle into idle
         pids = srv.runsc_pids()  # QEMU's command line names the sandbox directory too
-        rss, pss = proc_mem(pids)
-        res.add(Figure(f"qemu ({accel}): memory per idle VM, PSS of its QEMU process", value=pss / len(sandboxes) / 2**20,
-                       unit="MiB", note=f"{len(pids)} processes; guest RAM is touched memory, not the -m size"))
-        res.add(Figure(f"qemu ({accel}): memory per idle VM, RSS of its QEMU process", value=rss / len(sandboxes) / 2**20,
-                       unit="MiB"))
+        mem = [smaps(p) for p in pids]
+        k = len(sandboxes)
+
+        def each(*keys: str) -> float:
+            return sum(m.get(key, 0) for m in mem for key in keys) / k / 2**20
+
+        drop = (avail0 - meminfo("MemAvailable")) / k / 2**20
+        res.add(Figure(f"qemu ({accel}): memory per idle VM, PSS of its QEMU process", value=each("Pss"), unit="MiB",
+                       note=f"{k} VMs from one template snapshot: pages shared with the others count 1/{k}"))
+        res.add(Figure(f"qemu ({accel}): memory per idle VM, private (its own COW copies, QEMU, TCG code)",
+                       value=each("Private_Clean", "Private_Dirty"), unit="MiB"))
+        res.add(Figure(f"qemu ({accel}): memory per idle VM, RSS of its QEMU process", value=each("Rss"), unit="MiB",
+                       note="shared template pages in full"))
+        res.add(Figure(f"qemu ({accel}): memory per idle VM, host MemAvailable drop", value=drop, unit="MiB",
+                       note=f"{k} VMs made after the first creates, so without the template's RAM (next row)"))
+        rams = list(srv.dir.glob("templates/interpreter-*/ram"))
+        if rams:
+            res.add(Figure(f"qemu ({accel}): template RAM every VM maps copy-on-write, held once",
+                           value=rams[0].stat().st_blocks * 512 / 2**20, unit="MiB",
+                           note="the snapshot's RAM file, loaded into one sealed memfd per server"))
     finally:
         for s in sandboxes:
             s.kill()
