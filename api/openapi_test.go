@@ -81,6 +81,9 @@ var wireTypes = map[string]reflect.Type{
 	"Template":             reflect.TypeFor[Template](),
 	"TemplateList":         reflect.TypeFor[TemplateList](),
 	"TemplateBuildEvent":   reflect.TypeFor[TemplateBuildEvent](),
+	"Event":                reflect.TypeFor[Event](),
+	"EventData":            reflect.TypeFor[EventData](),
+	"EventList":            reflect.TypeFor[EventList](),
 }
 
 // enumSchemas are schemas with no Go struct behind them: named string enums.
@@ -96,6 +99,7 @@ var enums = map[string]string{
 	"Result.type":                    "ResultType",
 	"CreateSandboxRequest.onTimeout": "OnTimeout",
 	"TemplateBuildEvent.type":        "BuildEvent",
+	"Event.type":                     "Lifecycle",
 }
 
 type schema struct {

@@ -760,3 +760,57 @@ type TemplateBuildEvent struct {
 	Message  string    `json:"message,omitempty"`
 	Log      string    `json:"log,omitempty"` // the failing step's last output
 }
+
+// Lifecycle event types (Event.type, docs/events.md). Each names what
+// happened to the sandbox; Event.data.state is its state afterwards.
+const (
+	LifecycleCreated  = "sandbox.created"   // a new sandbox runs (made, restored from a snapshot, or forked)
+	LifecyclePaused   = "sandbox.paused"    // checkpointed to disk and stopped
+	LifecycleResumed  = "sandbox.resumed"   // running again after a pause
+	LifecycleForked   = "sandbox.forked"    // copied into data.sandboxIds
+	LifecycleSnapshot = "sandbox.snapshot"  // saved as snapshot data.snapshotId, still running
+	LifecycleKilled   = "sandbox.killed"    // ended through the API
+	LifecycleExpired  = "sandbox.expired"   // ended when its timeout (or paused retention) passed
+	LifecycleFailed   = "sandbox.failed"    // ended on its own: data.reason says why (died, out of memory, could not start)
+	LifecycleNodeLost = "sandbox.node_lost" // ended because its cluster node missed its lease (data.node)
+)
+
+// Event is one lifecycle event of a sandbox (GET /v1/events). IDs grow:
+// a reader resumes after the last it saw (?after=).
+type Event struct {
+	ID        int64     `json:"id"`
+	Type      string    `json:"type"`
+	Time      time.Time `json:"time"`
+	ProjectID string    `json:"projectId"`
+	SandboxID string    `json:"sandboxId"`
+	// Metadata is the sandbox's, as it was when the event happened.
+	Metadata map[string]string `json:"metadata"`
+	Data     EventData         `json:"data"`
+}
+
+// EventData is what an event says beyond its type; fields that do not
+// apply to a type are left out.
+type EventData struct {
+	// State is the sandbox's state after the event.
+	State  string `json:"state,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Template, SnapshotID (restored from, or saved as), ForkedFrom and
+	// ParentSandboxID (the sandbox whose lizardToken created it) describe
+	// a created sandbox; SnapshotID also a snapshot.
+	Template        string `json:"template,omitempty"`
+	SnapshotID      string `json:"snapshotId,omitempty"`
+	ForkedFrom      string `json:"forkedFrom,omitempty"`
+	ParentSandboxID string `json:"parentSandboxId,omitempty"`
+	// SandboxIDs are a fork's copies.
+	SandboxIDs []string `json:"sandboxIds,omitempty"`
+	// Node is the lost node of a sandbox.node_lost.
+	Node string `json:"node,omitempty"`
+}
+
+// EventList is one page of GET /v1/events. Next is the cursor of the
+// following page (?after=Next); HasMore says whether it has events yet.
+type EventList struct {
+	Events  []Event `json:"events"`
+	Next    int64   `json:"next"`
+	HasMore bool    `json:"hasMore"`
+}

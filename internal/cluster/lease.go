@@ -154,7 +154,7 @@ func (s *Sweeper) sweep(ctx context.Context, lastFailure time.Time) error {
 	for _, sb := range ended {
 		s.Log.Warn("sandbox ended: its node was lost", "sandbox_id", sb.ID, "project_id", sb.ProjectID, "node", sb.Node)
 		if s.Router != nil {
-			e := node.Event{Kind: node.Stopped, SandboxID: sb.ID, ProjectID: sb.ProjectID, State: api.StateFailed, Reason: "node lost", Token: sb.Shape.Token}
+			e := node.Event{Kind: node.Stopped, SandboxID: sb.ID, ProjectID: sb.ProjectID, State: api.StateFailed, Reason: "node lost", Token: sb.Shape.Token, LostNode: sb.Node}
 			if sb.Shape.Token {
 				// Its keys were revoked with its end: the audit names them.
 				ids, kerr := s.Store.SandboxKeyIDs(ctx, sb.ID)

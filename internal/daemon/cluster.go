@@ -24,6 +24,7 @@ import (
 	"github.com/lizard-build/lizard/internal/console"
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/e2b"
+	"github.com/lizard-build/lizard/internal/events"
 	"github.com/lizard-build/lizard/internal/mcp"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/node"
@@ -181,6 +182,9 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	// internal API's node.AgentProxy, behind the secret.
 	h := remote.Handler(remote.HandlerConfig{Node: n, Secret: c.cluster.secret, Logger: logger, DataDir: c.DataDir})
 	n.Subscribe(node.Audit(audit))
+	// Its sandboxes' lifecycle events go to the shared database, where
+	// the api processes read them.
+	n.Subscribe((&events.Recorder{Store: shared, Log: logger}).Handle)
 	gauges(mx, st, c.pool.Slots())
 	// This node's volumes first: paused sandboxes that mount them may
 	// resume as soon as it serves.
@@ -227,6 +231,7 @@ type apiConfig struct {
 	cluster     clusterFlags
 	policy      policyFlags
 	secrets     secretsFlags
+	events      eventFlags
 	level       slog.Level
 }
 
@@ -246,6 +251,7 @@ func parseAPI(e cli.Env, args []string) (*apiConfig, error) {
 	c.cluster.register(fs)
 	c.policy.register(fs)
 	c.secrets.register(fs, "api")
+	c.events.register(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
 	}
@@ -272,6 +278,9 @@ func (c *apiConfig) validate() error {
 		return cli.Usagef("--placement-choices %d: want at least 1", c.Choices)
 	}
 	if err := c.policy.validate(); err != nil {
+		return err
+	}
+	if err := c.events.validate(); err != nil {
 		return err
 	}
 	if err := c.level.UnmarshalText([]byte(c.LogLevel)); err != nil {
@@ -339,6 +348,11 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 	}
 	router.Subscribe(ctl.Events)
 	router.Subscribe(node.Audit(audit))
+	// The router tells only of the ends it records (lost nodes, once per
+	// cluster under the sweeper's lock); nodes record the rest.
+	router.Subscribe((&events.Recorder{Store: st, Log: logger}).Handle)
+	evlog := &events.Log{Store: st}
+	go evlog.RunPruner(ctx, c.events.Retention, logger)
 	h := server.New(server.Config{
 		Control:      ctl,
 		Keys:         &auth.Verifier{Store: st, Logger: logger},
@@ -353,7 +367,8 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		Secrets:     secretStore(st, secretsKey),
 		// The MCP tools call this API over loopback with the caller's
 		// key, like any client (internal/mcp's Handler).
-		MCP: mcp.Handler(loopbackURL(ln.Addr()), version(), logger),
+		MCP:    mcp.Handler(loopbackURL(ln.Addr()), version(), logger),
+		Events: evlog,
 	})
 	sweeper := &cluster.Sweeper{Store: st, Router: router, Lease: c.cluster.Lease, Log: logger}
 	go sweeper.Run(ctx)

@@ -26,6 +26,7 @@ import (
 	"github.com/lizard-build/lizard/internal/console"
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/e2b"
+	"github.com/lizard-build/lizard/internal/events"
 	"github.com/lizard-build/lizard/internal/mcp"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
@@ -102,6 +103,8 @@ type serveConfig struct {
 	policy policyFlags
 	// secrets is where the secrets key is (secrets.go).
 	secrets secretsFlags
+	// events: serve's only (events.go); `lizard node` records, not serves.
+	events eventFlags
 
 	pool  netns.Pool
 	level slog.Level
@@ -112,6 +115,7 @@ func parseServe(e cli.Env, args []string) (*serveConfig, error) {
 	c := &serveConfig{}
 	c.register(fs)
 	c.secrets.register(fs, "serve")
+	c.events.register(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
 	}
@@ -266,6 +270,9 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
+	if err := c.events.validate(); err != nil {
+		return err
+	}
 	logger := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: c.level}))
 
 	// Listen first: a taken port is the likeliest mistake, and the cheapest
@@ -334,6 +341,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	evlog := &events.Log{Store: st}
 	h := server.New(server.Config{
 		Control:      ctl,
 		Keys:         &auth.Verifier{Store: st, Logger: logger},
@@ -348,7 +356,8 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		Secrets:     secretsStore,
 		// The MCP tools call this API over loopback with the caller's
 		// key, like any client (internal/mcp's Handler).
-		MCP: mcp.Handler(loopbackURL(ln.Addr()), version(), logger),
+		MCP:    mcp.Handler(loopbackURL(ln.Addr()), version(), logger),
+		Events: evlog,
 	})
 	// Sandboxes holding a lizardToken reach the API on their own host
 	// address, opened and closed as they start and stop.
@@ -359,6 +368,8 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	}
 	n.Subscribe(ctl.Events)
 	n.Subscribe(node.Audit(audit))
+	n.Subscribe((&events.Recorder{Store: st, Log: logger}).Handle)
+	go evlog.RunPruner(ctx, c.events.Retention, logger)
 	gauges(mx, st, c.pool.Slots())
 	// Volumes first: paused sandboxes that mount them may resume as soon
 	// as the API serves.

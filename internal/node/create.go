@@ -134,6 +134,13 @@ func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ [
 	if checkpointErr != nil {
 		return nil, checkpointErr
 	}
+	if r.err == nil {
+		e := Event{Kind: Forked, SandboxID: parent, ProjectID: sb.ProjectID, Token: sb.Shape.Token}
+		for _, c := range r.out {
+			e.Children = append(e.Children, c.ID)
+		}
+		n.emit(e)
+	}
 	return r.out, r.err
 }
 

@@ -72,7 +72,8 @@ func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (_ string, 
 	}
 	unlock := n.locks.Lock(id)
 	defer unlock()
-	if _, err := n.runningLocked(ctx, id); err != nil {
+	sb, err := n.runningLocked(ctx, id)
+	if err != nil {
 		return "", 0, err
 	}
 	begin := time.Now()
@@ -83,6 +84,7 @@ func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (_ string, 
 	size := dirSize(dir)
 	n.log.Info("snapshot taken", "sandbox_id", id, "snapshot_id", snapshotID, "size_bytes", size,
 		"took", time.Since(begin).Round(time.Millisecond))
+	n.emit(Event{Kind: Snapshotted, SandboxID: id, ProjectID: sb.ProjectID, SnapshotID: snapshotID, Token: sb.Shape.Token})
 	return dir, size, nil
 }
 

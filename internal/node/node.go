@@ -105,6 +105,12 @@ const (
 	Killed EventKind = "killed"
 	// KeyCreated: the sandbox's lizardToken was minted, KeyIDs[0].
 	KeyCreated EventKind = "key.created"
+	// Resumed: a paused sandbox runs again (after its Started).
+	Resumed EventKind = "resumed"
+	// Forked: the sandbox was copied into Children.
+	Forked EventKind = "forked"
+	// Snapshotted: the sandbox was saved as snapshot SnapshotID.
+	Snapshotted EventKind = "snapshotted"
 )
 
 // Event is a change in a sandbox's life, for those who hold something per
@@ -134,6 +140,11 @@ type Event struct {
 	ParentID   string
 	SnapshotID string
 	ForkedFrom string
+	// Children are a Forked sandbox's copies.
+	Children []string
+	// LostNode, for a Stopped: the cluster node whose lost lease ended
+	// the sandbox (cluster.Sweeper).
+	LostNode string
 }
 
 // Config says how a node works. Runtime, Store, Pool and Artifact are

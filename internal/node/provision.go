@@ -252,6 +252,9 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	log.Info(msg, "source", src.name, "image", src.image, "template", sb.Template, "role", sb.Role, "guest_addr", sb.GuestAddr,
 		"timeout_ms", p.TimeoutMs, "took", time.Since(begin).Round(time.Millisecond))
 	n.started(got)
+	if src.resume != nil {
+		n.emit(Event{Kind: Resumed, SandboxID: got.ID, ProjectID: got.ProjectID, Token: p.Token})
+	}
 	if p.Role == "" && src.resume == nil {
 		caller, _ := auth.CallerOf(ctx)
 		e := Event{Kind: Created, SandboxID: got.ID, ProjectID: got.ProjectID, Token: p.Token, Caller: caller,

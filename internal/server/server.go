@@ -21,6 +21,7 @@ import (
 	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/e2b/envd"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/events"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/trace"
@@ -60,6 +61,9 @@ type Config struct {
 	// Secrets keeps projects' secrets (/v1/secrets); nil: the calls
 	// answer 503.
 	Secrets *secrets.Store
+	// Events, when set, serves GET /v1/events from the lifecycle events
+	// recorded in its store.
+	Events *events.Log
 }
 
 // Server is the API's http.Handler.
@@ -77,11 +81,13 @@ type Server struct {
 	e2b     http.Handler
 	maxFile int64
 	secrets *secrets.Store
+	events  *events.Log
 }
 
 // New returns the API handler.
 func New(cfg Config) *Server {
-	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain, maxFile: cfg.MaxFileBytes, secrets: cfg.Secrets}
+	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain, maxFile: cfg.MaxFileBytes, secrets: cfg.Secrets,
+		events: cfg.Events}
 	// API keys on exposed ports are checked by hand (ports.go); a cluster
 	// node's forwarded calls carry none.
 	s.keys, _ = cfg.Keys.(*auth.Verifier)
@@ -113,6 +119,9 @@ func New(cfg Config) *Server {
 	s.portRoutes(mux)
 	s.templateRoutes(mux, authed)
 	s.secretRoutes(mux, authed)
+	if cfg.Events != nil {
+		mux.Handle("GET /v1/events", authed(s.listEvents))
+	}
 	// Other methods on the server's own paths get a JSON 405, not the
 	// proxy (which would ask the agent for /timeout).
 	for _, p := range []string{"/v1/sandboxes/{id}/timeout", "/v1/sandboxes/{id}/pause", "/v1/sandboxes/{id}/resume", "/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/fork", "/v1/sandboxes/{id}/metrics", "/v1/sandboxes/{id}/network", "/v1/sandboxes/{id}/network/log"} {

@@ -39,11 +39,13 @@ func (d dialect) String() string {
 // ddl renders a migration for the engine. The migrations are written in
 // SQLite's words and run unchanged there (so that databases made before
 // PostgreSQL existed see the same text); PostgreSQL gets 64-bit integers
-// (times are Unix milliseconds) and BYTEA for blobs.
+// (times are Unix milliseconds), BYTEA for blobs and BIGSERIAL for
+// SQLite's AUTOINCREMENT keys.
 func (d dialect) ddl(m string) string {
 	if d != postgresDialect {
 		return m
 	}
+	m = strings.ReplaceAll(m, "INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
 	m = integerWord.ReplaceAllString(m, "BIGINT")
 	return blobWord.ReplaceAllString(m, "BYTEA")
 }
@@ -94,6 +96,7 @@ func (d dialect) skipLocked() string {
 var (
 	migrateLockKey = lockKey("lizard:migrate")
 	slotsLockKey   = lockKey("lizard:slots")
+	eventsLockKey  = lockKey("lizard:events")
 )
 
 // lockKey maps a lock's name to PostgreSQL's 64-bit advisory lock key.

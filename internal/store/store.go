@@ -338,6 +338,22 @@ CREATE TABLE secrets (
 	PRIMARY KEY (project_id, name)
 );
 `,
+	// Lifecycle events (events.go): appended in ID order, read by ID
+	// (a follower resumes after the last it saw), pruned by time.
+	`
+CREATE TABLE events (
+	id         INTEGER PRIMARY KEY AUTOINCREMENT,
+	project_id TEXT NOT NULL,
+	sandbox_id TEXT NOT NULL,
+	type       TEXT NOT NULL,
+	at         INTEGER NOT NULL,
+	metadata   TEXT NOT NULL DEFAULT '{}',
+	data       TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX events_project ON events(project_id, id);
+CREATE INDEX events_sandbox ON events(sandbox_id, id);
+CREATE INDEX events_at ON events(at);
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

@@ -1,0 +1,137 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestEvents(t *testing.T) {
+	forEachStore(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		s := be.open(t)
+		old := time.Now().Add(-time.Hour)
+		add := func(project, sandbox, typ string, at time.Time) int64 {
+			t.Helper()
+			e := Event{Type: typ, At: at, ProjectID: project, SandboxID: sandbox,
+				Metadata: map[string]string{"user": project}, Data: json.RawMessage(`{"state":"running"}`)}
+			if err := s.AppendEvent(ctx, &e); err != nil {
+				t.Fatalf("AppendEvent: %v", err)
+			}
+			return e.ID
+		}
+		a := add("p", "s1", "sandbox.created", old)
+		b := add("q", "s2", "sandbox.created", time.Now())
+		c := add("p", "s1", "sandbox.paused", time.Now())
+		d := add("p", "s3", "sandbox.killed", time.Now())
+		if !(a < b && b < c && c < d) {
+			t.Fatalf("IDs %d %d %d %d; want increasing", a, b, c, d)
+		}
+		ids := func(f EventFilter) []int64 {
+			t.Helper()
+			evs, err := s.ListEvents(ctx, f)
+			if err != nil {
+				t.Fatalf("ListEvents(%+v): %v", f, err)
+			}
+			var out []int64
+			for _, e := range evs {
+				out = append(out, e.ID)
+			}
+			return out
+		}
+		for _, tc := range []struct {
+			name string
+			f    EventFilter
+			want []int64
+		}{
+			{"project", EventFilter{ProjectID: "p"}, []int64{a, c, d}},
+			{"other project", EventFilter{ProjectID: "q"}, []int64{b}},
+			{"all projects", EventFilter{}, []int64{a, b, c, d}},
+			{"after", EventFilter{ProjectID: "p", After: a}, []int64{c, d}},
+			{"limit", EventFilter{ProjectID: "p", Limit: 2}, []int64{a, c}},
+			{"sandbox", EventFilter{ProjectID: "p", SandboxID: "s1"}, []int64{a, c}},
+			{"types", EventFilter{ProjectID: "p", Types: []string{"sandbox.paused", "sandbox.killed"}}, []int64{c, d}},
+			{"none", EventFilter{ProjectID: "p", SandboxID: "s2"}, nil},
+		} {
+			if got := ids(tc.f); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+			}
+		}
+		evs, _ := s.ListEvents(ctx, EventFilter{ProjectID: "p", Limit: 1})
+		if e := evs[0]; e.Metadata["user"] != "p" || string(e.Data) != `{"state":"running"}` || e.At.UnixMilli() != old.UnixMilli() {
+			t.Errorf("event read back as %+v", e)
+		}
+		n, err := s.PruneEvents(ctx, time.Now().Add(-time.Minute))
+		if err != nil || n != 1 {
+			t.Fatalf("PruneEvents = %d, %v; want 1 pruned", n, err)
+		}
+		if got := ids(EventFilter{}); fmt.Sprint(got) != fmt.Sprint([]int64{b, c, d}) {
+			t.Errorf("after pruning: %v", got)
+		}
+		// IDs are never reused, even after the newest is pruned.
+		if _, err := s.PruneEvents(ctx, time.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if e := add("p", "s1", "sandbox.resumed", time.Now()); e <= d {
+			t.Errorf("ID after pruning everything = %d; want > %d", e, d)
+		}
+	})
+}
+
+// TestEventsFollowMissesNone appends from several connections while a
+// reader resumes after the last ID it saw, as GET /v1/events?follow=1
+// does: it must see every event.
+func TestEventsFollowMissesNone(t *testing.T) {
+	forEachStore(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		u := be.newURL(t)
+		const writers, each = 4, 40
+		var wg sync.WaitGroup
+		for w := range writers {
+			s := openURL(t, u)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					e := Event{Type: "sandbox.created", At: time.Now(), ProjectID: "p", SandboxID: fmt.Sprintf("s%d-%d", w, i)}
+					if err := s.AppendEvent(ctx, &e); err != nil {
+						t.Errorf("AppendEvent: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		r := openURL(t, u)
+		seen := map[string]bool{}
+		var after int64
+		for finished := false; ; {
+			select {
+			case <-done:
+				finished = true
+			default:
+			}
+			evs, err := r.ListEvents(ctx, EventFilter{ProjectID: "p", After: after, Limit: 7})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evs {
+				if seen[e.SandboxID] {
+					t.Fatalf("event of %s seen twice", e.SandboxID)
+				}
+				seen[e.SandboxID] = true
+				after = e.ID
+			}
+			if finished && len(evs) == 0 {
+				break
+			}
+		}
+		if len(seen) != writers*each {
+			t.Errorf("follower saw %d events; want %d", len(seen), writers*each)
+		}
+	})
+}
