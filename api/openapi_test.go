@@ -84,10 +84,16 @@ var wireTypes = map[string]reflect.Type{
 	"Event":                reflect.TypeFor[Event](),
 	"EventData":            reflect.TypeFor[EventData](),
 	"EventList":            reflect.TypeFor[EventList](),
+	"CreateWebhookRequest": reflect.TypeFor[CreateWebhookRequest](),
+	"Webhook":              reflect.TypeFor[Webhook](),
+	"WebhookList":          reflect.TypeFor[WebhookList](),
+	"WebhookDelivery":      reflect.TypeFor[WebhookDelivery](),
+	"WebhookAttempt":       reflect.TypeFor[WebhookAttempt](),
+	"WebhookDeliveryList":  reflect.TypeFor[WebhookDeliveryList](),
 }
 
 // enumSchemas are schemas with no Go struct behind them: named string enums.
-var enumSchemas = map[string]bool{"SandboxState": true}
+var enumSchemas = map[string]bool{"SandboxState": true, "EventType": true}
 
 // enums ties each enum in openapi.yaml (schema, or schema.property) to the
 // prefix of the Go constants that list its values in types.go.
@@ -99,7 +105,8 @@ var enums = map[string]string{
 	"Result.type":                    "ResultType",
 	"CreateSandboxRequest.onTimeout": "OnTimeout",
 	"TemplateBuildEvent.type":        "BuildEvent",
-	"Event.type":                     "Lifecycle",
+	"EventType":                      "Lifecycle",
+	"WebhookDelivery.state":          "Delivery",
 }
 
 type schema struct {

@@ -814,3 +814,60 @@ type EventList struct {
 	Next    int64   `json:"next"`
 	HasMore bool    `json:"hasMore"`
 }
+
+// CreateWebhookRequest is the body of POST /v1/webhooks: where to send the
+// project's events, and which types (none: every type).
+type CreateWebhookRequest struct {
+	URL   string   `json:"url"`
+	Types []string `json:"types,omitempty"`
+}
+
+// Webhook is a URL a project's events are sent to (docs/events.md). Its
+// secret, which signs every delivery, is shown once: in the answer to the
+// create.
+type Webhook struct {
+	WebhookID string    `json:"webhookId"`
+	URL       string    `json:"url"`
+	Types     []string  `json:"types"`
+	CreatedAt time.Time `json:"createdAt"`
+	Secret    string    `json:"secret,omitempty"`
+}
+
+// WebhookList is the body of GET /v1/webhooks.
+type WebhookList struct {
+	Webhooks []Webhook `json:"webhooks"`
+}
+
+// Delivery states: pending (to be tried, or tried again at nextAttemptAt),
+// delivered (a 2xx came back), failed (retried for the time allowed).
+const (
+	DeliveryPending   = "pending"
+	DeliveryDelivered = "delivered"
+	DeliveryFailed    = "failed"
+)
+
+// WebhookDelivery is one event sent (or being sent) to a webhook.
+type WebhookDelivery struct {
+	EventID   int64  `json:"eventId"`
+	SandboxID string `json:"sandboxId"`
+	State     string `json:"state"`
+	// NextAttemptAt, while pending, is when it is tried next.
+	NextAttemptAt *time.Time       `json:"nextAttemptAt,omitempty"`
+	Attempts      []WebhookAttempt `json:"attempts"`
+}
+
+// WebhookAttempt is one try at a delivery: the receiver's HTTP status, or
+// why none came back.
+type WebhookAttempt struct {
+	Attempt int       `json:"attempt"`
+	Time    time.Time `json:"time"`
+	Status  int       `json:"status,omitempty"`
+	Error   string    `json:"error,omitempty"`
+	TookMs  int64     `json:"tookMs"`
+}
+
+// WebhookDeliveryList is the body of GET /v1/webhooks/{id}/deliveries:
+// the latest deliveries, newest first.
+type WebhookDeliveryList struct {
+	Deliveries []WebhookDelivery `json:"deliveries"`
+}

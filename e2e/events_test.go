@@ -155,6 +155,11 @@ func TestEvents(t *testing.T) {
 			t.Errorf("GET /v1/events?%s = %d %s; want 400 naming %s", q, resp.StatusCode, body, name)
 		}
 	}
+	// Without --webhook-allow-private a webhook may not reach loopback.
+	resp, body := send(t, http.MethodPost, s.url+"/v1/webhooks", `{"url":"http://127.0.0.1:9/hook"}`, "Authorization", "Bearer "+s.keys[c])
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "loopback") {
+		t.Errorf("webhook to loopback = %d %s; want 400 saying loopback", resp.StatusCode, body)
+	}
 	if resp, _ := send(t, http.MethodGet, s.url+"/v1/events", ""); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("GET /v1/events without a key = %d; want 401", resp.StatusCode)
 	}

@@ -353,6 +353,8 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 	router.Subscribe((&events.Recorder{Store: st, Log: logger}).Handle)
 	evlog := &events.Log{Store: st}
 	go evlog.RunPruner(ctx, c.events.Retention, logger)
+	hooks := c.events.webhooks(st, logger)
+	go hooks.Run(ctx)
 	h := server.New(server.Config{
 		Control:      ctl,
 		Keys:         &auth.Verifier{Store: st, Logger: logger},
@@ -367,8 +369,9 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		Secrets:     secretStore(st, secretsKey),
 		// The MCP tools call this API over loopback with the caller's
 		// key, like any client (internal/mcp's Handler).
-		MCP:    mcp.Handler(loopbackURL(ln.Addr()), version(), logger),
-		Events: evlog,
+		MCP:      mcp.Handler(loopbackURL(ln.Addr()), version(), logger),
+		Events:   evlog,
+		Webhooks: hooks,
 	})
 	sweeper := &cluster.Sweeper{Store: st, Router: router, Lease: c.cluster.Lease, Log: logger}
 	go sweeper.Run(ctx)

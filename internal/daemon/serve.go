@@ -342,6 +342,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	evlog := &events.Log{Store: st}
+	hooks := c.events.webhooks(st, logger)
 	h := server.New(server.Config{
 		Control:      ctl,
 		Keys:         &auth.Verifier{Store: st, Logger: logger},
@@ -356,8 +357,9 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		Secrets:     secretsStore,
 		// The MCP tools call this API over loopback with the caller's
 		// key, like any client (internal/mcp's Handler).
-		MCP:    mcp.Handler(loopbackURL(ln.Addr()), version(), logger),
-		Events: evlog,
+		MCP:      mcp.Handler(loopbackURL(ln.Addr()), version(), logger),
+		Events:   evlog,
+		Webhooks: hooks,
 	})
 	// Sandboxes holding a lizardToken reach the API on their own host
 	// address, opened and closed as they start and stop.
@@ -370,6 +372,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	n.Subscribe(node.Audit(audit))
 	n.Subscribe((&events.Recorder{Store: st, Log: logger}).Handle)
 	go evlog.RunPruner(ctx, c.events.Retention, logger)
+	go hooks.Run(ctx)
 	gauges(mx, st, c.pool.Slots())
 	// Volumes first: paused sandboxes that mount them may resume as soon
 	// as the API serves.

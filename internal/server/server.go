@@ -25,6 +25,7 @@ import (
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/trace"
+	"github.com/lizard-build/lizard/internal/webhook"
 )
 
 // Config says what the API serves.
@@ -64,6 +65,8 @@ type Config struct {
 	// Events, when set, serves GET /v1/events from the lifecycle events
 	// recorded in its store.
 	Events *events.Log
+	// Webhooks, when set, serves /v1/webhooks.
+	Webhooks *webhook.Service
 }
 
 // Server is the API's http.Handler.
@@ -78,16 +81,17 @@ type Server struct {
 	portsDomain string
 	// e2b serves E2B's surface, when on; with a ports domain it also takes
 	// E2B's host form of sandbox calls (49983-<id>.D, 49999-<id>.D).
-	e2b     http.Handler
-	maxFile int64
-	secrets *secrets.Store
-	events  *events.Log
+	e2b      http.Handler
+	maxFile  int64
+	secrets  *secrets.Store
+	events   *events.Log
+	webhooks *webhook.Service
 }
 
 // New returns the API handler.
 func New(cfg Config) *Server {
 	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain, maxFile: cfg.MaxFileBytes, secrets: cfg.Secrets,
-		events: cfg.Events}
+		events: cfg.Events, webhooks: cfg.Webhooks}
 	// API keys on exposed ports are checked by hand (ports.go); a cluster
 	// node's forwarded calls carry none.
 	s.keys, _ = cfg.Keys.(*auth.Verifier)
@@ -122,6 +126,7 @@ func New(cfg Config) *Server {
 	if cfg.Events != nil {
 		mux.Handle("GET /v1/events", authed(s.listEvents))
 	}
+	s.webhookRoutes(mux, authed)
 	// Other methods on the server's own paths get a JSON 405, not the
 	// proxy (which would ask the agent for /timeout).
 	for _, p := range []string{"/v1/sandboxes/{id}/timeout", "/v1/sandboxes/{id}/pause", "/v1/sandboxes/{id}/resume", "/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/fork", "/v1/sandboxes/{id}/metrics", "/v1/sandboxes/{id}/network", "/v1/sandboxes/{id}/network/log"} {

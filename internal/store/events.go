@@ -113,13 +113,30 @@ func (s *Store) ListEvents(ctx context.Context, f EventFilter) ([]Event, error) 
 	return out, nil
 }
 
-// PruneEvents deletes the events recorded before before and says how many.
+// PruneEvents deletes the events recorded before before, and the webhook
+// deliveries of such events with their attempts, and says how many events.
 func (s *Store) PruneEvents(ctx context.Context, before time.Time) (int64, error) {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE at < ?`, toMillis(before))
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("pruning events: %w", err)
 	}
-	return res.RowsAffected()
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM webhook_attempts WHERE delivery_id IN
+		(SELECT id FROM webhook_deliveries WHERE created_at < ?)`, toMillis(before)); err != nil {
+		return 0, fmt.Errorf("pruning webhook attempts: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE created_at < ?`, toMillis(before)); err != nil {
+		return 0, fmt.Errorf("pruning webhook deliveries: %w", err)
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE at < ?`, toMillis(before))
+	if err != nil {
+		return 0, fmt.Errorf("pruning events: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	return n, tx.Commit()
 }
 
 // LastEventID is the ID of the newest event (0: none).

@@ -354,6 +354,44 @@ CREATE INDEX events_project ON events(project_id, id);
 CREATE INDEX events_sandbox ON events(sandbox_id, id);
 CREATE INDEX events_at ON events(at);
 `,
+	// Webhooks (webhooks.go): a project's URLs, the events each is yet to
+	// be sent (one delivery per webhook and event, claimed with a lease)
+	// and every attempt's outcome.
+	`
+CREATE TABLE webhooks (
+	id         TEXT PRIMARY KEY,
+	project_id TEXT NOT NULL REFERENCES projects(id),
+	url        TEXT NOT NULL,
+	types      TEXT NOT NULL DEFAULT '',
+	secret     TEXT NOT NULL,
+	created_at INTEGER NOT NULL,
+	cursor     INTEGER NOT NULL
+);
+CREATE INDEX webhooks_project ON webhooks(project_id, created_at);
+CREATE TABLE webhook_deliveries (
+	id            INTEGER PRIMARY KEY AUTOINCREMENT,
+	webhook_id    TEXT NOT NULL,
+	event_id      INTEGER NOT NULL,
+	sandbox_id    TEXT NOT NULL,
+	state         TEXT NOT NULL,
+	attempts      INTEGER NOT NULL DEFAULT 0,
+	next_at       INTEGER NOT NULL,
+	claimed_until INTEGER NOT NULL DEFAULT 0,
+	created_at    INTEGER NOT NULL,
+	UNIQUE (webhook_id, event_id)
+);
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries(state, next_at);
+CREATE INDEX webhook_deliveries_order ON webhook_deliveries(webhook_id, sandbox_id, event_id);
+CREATE TABLE webhook_attempts (
+	delivery_id INTEGER NOT NULL,
+	attempt     INTEGER NOT NULL,
+	at          INTEGER NOT NULL,
+	status      INTEGER NOT NULL,
+	error       TEXT NOT NULL DEFAULT '',
+	took_ms     INTEGER NOT NULL,
+	PRIMARY KEY (delivery_id, attempt)
+);
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

@@ -1,0 +1,65 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
+)
+
+// webhookRoutes serves a project's webhooks (docs/events.md).
+func (s *Server) webhookRoutes(mux *http.ServeMux, authed func(http.HandlerFunc) http.Handler) {
+	if s.webhooks == nil {
+		return
+	}
+	mux.Handle("POST /v1/webhooks", authed(s.createWebhook))
+	mux.Handle("GET /v1/webhooks", authed(s.listWebhooks))
+	mux.Handle("DELETE /v1/webhooks/{webhook}", authed(s.deleteWebhook))
+	mux.Handle("GET /v1/webhooks/{webhook}/deliveries", authed(s.webhookDeliveries))
+}
+
+func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	var req api.CreateWebhookRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	wh, err := s.webhooks.Create(r.Context(), project, req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.audit(r, "webhook.create", "webhook_id", wh.WebhookID, "url", wh.URL)
+	writeJSON(w, http.StatusCreated, wh)
+}
+
+func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	ws, err := s.webhooks.List(r.Context(), project)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.WebhookList{Webhooks: ws})
+}
+
+func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	if err := s.webhooks.Delete(r.Context(), project, r.PathValue("webhook")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.audit(r, "webhook.delete", "webhook_id", r.PathValue("webhook"))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) webhookDeliveries(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	ds, err := s.webhooks.Deliveries(r.Context(), project, r.PathValue("webhook"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.WebhookDeliveryList{Deliveries: ds})
+}

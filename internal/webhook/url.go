@@ -1,0 +1,96 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"syscall"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// CheckURL refuses, with errdefs.ErrInvalid saying why, a webhook URL that
+// is not http(s), is longer than MaxURL, has no host, or (unless
+// allowPrivate) names or resolves to an address that is not public:
+// loopback, link-local, private, unspecified or multicast. Deliveries
+// check the address they connect to again (refusedDial), so a name that
+// later resolves elsewhere (DNS rebinding) is refused then.
+func CheckURL(ctx context.Context, raw string, allowPrivate bool, r *net.Resolver) error {
+	if len(raw) > MaxURL {
+		return errdefs.Invalidf("url: %d bytes, over the %d allowed", len(raw), MaxURL)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errdefs.Invalidf("url %q does not parse: %v", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return errdefs.Invalidf("url %q: want an http:// or https:// URL", raw)
+	}
+	if u.Hostname() == "" {
+		return errdefs.Invalidf("url %q has no host", raw)
+	}
+	if u.User != nil {
+		return errdefs.Invalidf("url %q carries a user name or password; authenticate deliveries by their signature instead", raw)
+	}
+	if allowPrivate {
+		return nil
+	}
+	host := u.Hostname()
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{a}
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		ips, err := r.LookupNetIP(ctx, "ip", host)
+		if err != nil || len(ips) == 0 {
+			return errdefs.Invalidf("url %q: its host %s does not resolve", raw, host)
+		}
+		addrs = ips
+	}
+	for _, a := range addrs {
+		if why := refused(a); why != "" {
+			return errdefs.Invalidf("url %q: %s resolves to %s, a %s address; webhooks reach public addresses only (the operator may allow others with --webhook-allow-private)", raw, host, a, why)
+		}
+	}
+	return nil
+}
+
+// refused says what kind of non-public address a is ("" for a public one).
+func refused(a netip.Addr) string {
+	a = a.Unmap()
+	switch {
+	case a.IsLoopback():
+		return "loopback"
+	case a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast():
+		return "link-local"
+	case a.IsPrivate(), cgnat.Contains(a):
+		return "private"
+	case a.IsUnspecified(), thisNetwork.Contains(a):
+		return "unspecified"
+	case a.IsMulticast(), a.IsInterfaceLocalMulticast():
+		return "multicast"
+	}
+	return ""
+}
+
+var (
+	cgnat       = netip.MustParsePrefix("100.64.0.0/10")
+	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
+)
+
+// refusedDial is a net.Dialer's Control: it refuses a connection to an
+// address that is not public, whatever name led to it.
+func refusedDial(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("webhook address %s: %w", address, err)
+	}
+	if why := refused(ap.Addr()); why != "" {
+		return fmt.Errorf("refused: the webhook's host resolved to %s, a %s address", ap.Addr(), why)
+	}
+	return nil
+}

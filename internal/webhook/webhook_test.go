@@ -1,0 +1,106 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+func TestSign(t *testing.T) {
+	// Computed apart, with Python's hmac (docs/events.md shows the check).
+	const want = "t=1700000000,v1=2f441ba4b3b2d50d28a9ab9d9fd8880376ecd1eb5d0435401553f5d8d0a5dcf8"
+	if got := Sign("whsec_test", time.Unix(1700000000, 0), []byte(`{"id":1}`)); got != want {
+		t.Errorf("Sign = %s; want %s", got, want)
+	}
+	if Sign("other", time.Unix(1700000000, 0), []byte(`{"id":1}`)) == want {
+		t.Error("another secret signs alike")
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want time.Duration
+	}{
+		{0, time.Second}, {1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second}, {10, 512 * time.Second},
+		{11, 10 * time.Minute}, {64, 10 * time.Minute}, {1000, 10 * time.Minute},
+	} {
+		if got := Backoff(tc.n); got != tc.want {
+			t.Errorf("Backoff(%d) = %s; want %s", tc.n, got, tc.want)
+		}
+	}
+}
+
+func TestCheckURL(t *testing.T) {
+	ctx := context.Background()
+	// Only literal addresses and localhost (/etc/hosts): the test resolves
+	// no name over the network.
+	for _, tc := range []struct {
+		url     string
+		private bool   // --webhook-allow-private
+		want    string // "" accepted, else in the message
+	}{
+		{"https://93.184.215.14/hook", false, ""},
+		{"http://[2606:4700::1111]:8080/x", false, ""},
+		{"ftp://93.184.215.14/", false, "http:// or https://"},
+		{"javascript:alert(1)", false, "http:// or https://"},
+		{"93.184.215.14/hook", false, "http:// or https://"},
+		{"https:///nohost", false, "no host"},
+		{"https://user:pw@93.184.215.14/", false, "user name or password"},
+		{"https://93.184.215.14/" + strings.Repeat("a", MaxURL), false, "over the 2048"},
+		{"http://127.0.0.1:9000/", false, "loopback"},
+		{"http://localhost:9000/", false, "loopback"},
+		{"http://[::1]/", false, "loopback"},
+		{"http://[::ffff:127.0.0.1]/", false, "loopback"},
+		{"http://169.254.169.254/latest/meta-data", false, "link-local"},
+		{"http://[fe80::1]/", false, "link-local"},
+		{"http://10.1.2.3/", false, "private"},
+		{"http://172.16.0.1/", false, "private"},
+		{"http://192.168.1.1/", false, "private"},
+		{"http://100.64.0.1/", false, "private"},
+		{"http://[fd00::1]/", false, "private"},
+		{"http://0.0.0.0/", false, "unspecified"},
+		{"http://239.1.1.1/", false, "multicast"},
+		{"http://127.0.0.1:9000/", true, ""},
+		{"http://10.1.2.3/", true, ""},
+		{"ftp://127.0.0.1/", true, "http:// or https://"},
+	} {
+		err := CheckURL(ctx, tc.url, tc.private, net.DefaultResolver)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("CheckURL(%.60q, private %v) = %v; want accepted", tc.url, tc.private, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("CheckURL(%.60q, private %v) = %v; want refused with %q", tc.url, tc.private, err, tc.want)
+		case tc.want != "" && !errors.Is(err, errdefs.ErrInvalid):
+			t.Errorf("CheckURL(%.60q) = %v; want errdefs.ErrInvalid (a 400)", tc.url, err)
+		}
+	}
+}
+
+// TestDialRefused: a delivery checks the address it connects to, so a
+// name that resolved to a public address at registration and to loopback
+// now (DNS rebinding) is refused.
+func TestDialRefused(t *testing.T) {
+	hits := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
+	defer srv.Close()
+	_, err := deliveryClient(false).Post(srv.URL, "application/json", strings.NewReader("{}"))
+	if err == nil || !strings.Contains(err.Error(), "loopback") || hits != 0 {
+		t.Errorf("delivery to %s = %v, %d requests; want refused as loopback, none sent", srv.URL, err, hits)
+	}
+	resp, err := deliveryClient(true).Post(srv.URL, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatalf("with private addresses allowed: %v", err)
+	}
+	resp.Body.Close()
+	if hits != 1 {
+		t.Errorf("receiver got %d requests; want 1", hits)
+	}
+}
