@@ -28,6 +28,8 @@ from lizard import (
     Commands,
     Context,
     EntryInfo,
+    Event,
+    EventPage,
     ExecutionError,
     FilesystemEvent,
     Process,
@@ -64,6 +66,8 @@ MODELS: Dict[str, type] = {
     "PtySize": PtySize,
     "SandboxMetric": SandboxMetric,
     "NetworkLogEntry": NetworkLogEntry,
+    "Event": Event,
+    "EventList": EventPage,
 }
 
 # Request objects: the schema and the calls that send it, sync and async.
@@ -125,6 +129,14 @@ UNMODELLED: Dict[str, str] = {
     "ProcessOutputEvent": "folded into the on_stdout/on_stderr callbacks and wait() of a command's handle",
     "ProcessControl": "a terminal handle's resize() sends it; its end gives wait() the exit code",
     "Abort": "a stream that ends with an abort raises the matching exception",
+    "EventType": "an enum: Event.type is its string",
+    "EventData": "Event.data is the dict it is, in the API's names (its fields vary by type)",
+    "CreateWebhookRequest": "webhooks are an operator's setup, registered once with the API or the Go client, not from sandbox code",
+    "Webhook": "see CreateWebhookRequest",
+    "WebhookList": "see CreateWebhookRequest",
+    "WebhookDelivery": "see CreateWebhookRequest",
+    "WebhookAttempt": "see CreateWebhookRequest",
+    "WebhookDeliveryList": "see CreateWebhookRequest",
 }
 
 

@@ -4,11 +4,22 @@
 from explicit arguments, then ``LIZARD_API_URL`` and ``LIZARD_API_KEY``.
 """
 
-from ._async import AsyncCodeSandbox, AsyncNetwork, AsyncFiles, AsyncProcess, AsyncSecret, AsyncTemplate, AsyncVolume, AsyncWatchHandle
+from ._async import (
+    AsyncCodeSandbox,
+    AsyncEvents,
+    AsyncEventStream,
+    AsyncFiles,
+    AsyncNetwork,
+    AsyncProcess,
+    AsyncSecret,
+    AsyncTemplate,
+    AsyncVolume,
+    AsyncWatchHandle,
+)
 from ._async_commands import AsyncCommandHandle, AsyncCommands, AsyncPty, AsyncPtyHandle
 from ._commands import CommandHandle, Commands, Pty, PtyHandle
 from ._core import DEFAULT_API_URL
-from ._sync import CodeSandbox, Network, Files, Process, Secret, Template, Volume, WatchHandle
+from ._sync import CodeSandbox, Events, EventStream, Files, Network, Process, Secret, Template, Volume, WatchHandle
 from .errors import (
     AuthenticationError,
     ConflictError,
@@ -27,6 +38,8 @@ from .models import (
     Context,
     NetworkLogEntry,
     EntryInfo,
+    Event,
+    EventPage,
     Execution,
     FilesystemEvent,
     ExecutionError,
@@ -45,6 +58,12 @@ from .models import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Events",
+    "AsyncEvents",
+    "EventStream",
+    "AsyncEventStream",
+    "Event",
+    "EventPage",
     "CodeSandbox",
     "AsyncCodeSandbox",
     "Files",

@@ -37,6 +37,8 @@ from .errors import InvalidArgumentError, LizardError, NotFoundError, SandboxGon
 from .models import (
     Context,
     EntryInfo,
+    Event,
+    EventPage,
     Execution,
     ExecutionError,
     FilesystemEvent,
@@ -51,7 +53,8 @@ from .models import (
     VolumeInfo,
 )
 
-__all__ = ["AsyncNetwork", "AsyncCodeSandbox", "AsyncFiles", "AsyncProcess", "AsyncVolume", "AsyncTemplate", "AsyncWatchHandle"]
+__all__ = ["AsyncNetwork", "AsyncCodeSandbox", "AsyncFiles", "AsyncProcess", "AsyncVolume", "AsyncTemplate", "AsyncWatchHandle",
+           "AsyncEvents", "AsyncEventStream"]
 
 _CHUNK = 64 * 1024
 
@@ -548,6 +551,91 @@ class AsyncNetwork:
         """The sandbox's newest egress decisions (at most 1000), oldest first."""
         resp = await self._sandbox._http.request("GET", f"{self._sandbox._prefix}/network/log")
         return [NetworkLogEntry.from_json(e) for e in resp.json().get("entries") or []]
+
+
+class AsyncEvents:
+    """The key's project's sandbox lifecycle events, with asyncio (see :class:`lizard.Events`)."""
+
+    @staticmethod
+    async def list(
+        *,
+        sandbox_id: Optional[str] = None,
+        types: Optional[Sequence[str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        after: Optional[int] = None,
+        limit: Optional[int] = None,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+    ) -> EventPage:
+        """One page of events, oldest first; pass ``next`` as ``after`` for the following one."""
+        params = _core.event_params(sandbox_id, types, metadata, after, limit, False)
+        url, key = _core.resolve_config(api_key, api_url)
+        http = _AsyncHttp(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
+        try:
+            return EventPage.from_json((await http.request("GET", "/v1/events", params=params)).json())
+        finally:
+            await http.close()
+
+    @staticmethod
+    async def follow(
+        *,
+        sandbox_id: Optional[str] = None,
+        types: Optional[Sequence[str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        after: Optional[int] = None,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+    ) -> "AsyncEventStream":
+        """Follow events as they are recorded: from now, or after event ``after``. The server follows once
+        this returns; ``async for`` over the stream and close it, or use it in ``async with``."""
+        params = _core.event_params(sandbox_id, types, metadata, after, None, True)
+        url, key = _core.resolve_config(api_key, api_url)
+        http = _AsyncHttp(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
+        try:
+            resp = await http.open("/v1/events", params, None)
+        except BaseException:
+            await http.close()
+            raise
+        return AsyncEventStream(http, resp, after or 0)
+
+
+class AsyncEventStream:
+    """A live follow of events (:meth:`AsyncEvents.follow`): ``async for`` it for :class:`Event` values."""
+
+    def __init__(self, http: _AsyncHttp, resp: httpx.Response, after: int) -> None:
+        self._http = http
+        self._resp = resp
+        self._events = self._read()
+        self.last = after
+        """The ID of the last event returned: ``follow(after=stream.last)`` resumes without a gap."""
+
+    async def _read(self) -> AsyncIterator[Event]:
+        splitter = _core.LineSplitter()
+        try:
+            async for chunk in self._resp.aiter_bytes():
+                for obj in splitter.feed(chunk):
+                    yield Event.from_json(obj)
+        except httpx.TransportError as exc:
+            raise _core.transport_error(exc, self._http.api_url) from exc
+
+    def __aiter__(self) -> "AsyncEventStream":
+        return self
+
+    async def __anext__(self) -> Event:
+        ev = await self._events.__anext__()
+        self.last = ev.id
+        return ev
+
+    async def close(self) -> None:
+        """Stop following."""
+        await self._resp.aclose()
+        await self._http.close()
+
+    async def __aenter__(self) -> "AsyncEventStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
 
 
 class AsyncVolume:

@@ -270,6 +270,31 @@ def list_params(metadata: Optional[Mapping[str, str]], state: Optional[str]) -> 
     return params
 
 
+def event_params(
+    sandbox_id: Optional[str],
+    types: Optional[Sequence[str]],
+    metadata: Optional[Mapping[str, str]],
+    after: Optional[int],
+    limit: Optional[int],
+    follow: bool,
+) -> List[Tuple[str, str]]:
+    """Query parameters of GET /v1/events."""
+    params: List[Tuple[str, str]] = []
+    if sandbox_id:
+        params.append(("sandbox", sandbox_id))
+    if isinstance(types, str):
+        types = [types]
+    params += [("type", t) for t in types or []]
+    params += [("metadata", f"{k}={v}") for k, v in (metadata or {}).items()]
+    if after is not None:
+        params.append(("after", str(after)))
+    if limit is not None:
+        params.append(("limit", str(limit)))
+    if follow:
+        params.append(("follow", "1"))
+    return params
+
+
 def execute_body(
     code: str,
     language: Optional[str],

@@ -33,6 +33,8 @@ from .errors import InvalidArgumentError, LizardError, NotFoundError, SandboxGon
 from .models import (
     Context,
     EntryInfo,
+    Event,
+    EventPage,
     Execution,
     ExecutionError,
     FilesystemEvent,
@@ -47,7 +49,7 @@ from .models import (
     VolumeInfo,
 )
 
-__all__ = ["Network", "CodeSandbox", "Files", "Process", "Volume", "Template", "WatchHandle"]
+__all__ = ["Network", "CodeSandbox", "Files", "Process", "Volume", "Template", "WatchHandle", "Events", "EventStream"]
 
 _CHUNK = 64 * 1024
 FileData = Union[str, bytes, bytearray, memoryview, IO[bytes], IO[str], Iterable[bytes]]
@@ -598,6 +600,94 @@ class Secret:
     def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
         """Delete secret name; NotFoundError when the project has none of that name."""
         Volume._call("DELETE", f"/v1/secrets/{quote(name, safe='')}", api_key, api_url)
+
+
+class Events:
+    """The key's project's sandbox lifecycle events (docs/events.md): ``Events.list(...)`` for a page,
+    ``for ev in Events.follow(...)`` to see them as they happen."""
+
+    @staticmethod
+    def list(
+        *,
+        sandbox_id: Optional[str] = None,
+        types: Optional[Sequence[str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        after: Optional[int] = None,
+        limit: Optional[int] = None,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+    ) -> EventPage:
+        """One page of events, oldest first, filtered by sandbox, types and metadata (all must match).
+        Pass the page's ``next`` as ``after`` for the following one while ``has_more``."""
+        params = _core.event_params(sandbox_id, types, metadata, after, limit, False)
+        url, key = _core.resolve_config(api_key, api_url)
+        http = _Http(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
+        try:
+            return EventPage.from_json(http.request("GET", "/v1/events", params=params).json())
+        finally:
+            http.close()
+
+    @staticmethod
+    def follow(
+        *,
+        sandbox_id: Optional[str] = None,
+        types: Optional[Sequence[str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        after: Optional[int] = None,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+    ) -> "EventStream":
+        """Follow events as they are recorded: from now, or after event ``after``. The server follows once
+        this returns; iterate the stream (it never ends by itself) and close it, or use it in ``with``."""
+        params = _core.event_params(sandbox_id, types, metadata, after, None, True)
+        url, key = _core.resolve_config(api_key, api_url)
+        http = _Http(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
+        try:
+            resp = http.open("/v1/events", params, None)
+        except BaseException:
+            http.close()
+            raise
+        return EventStream(http, resp, after or 0)
+
+
+class EventStream:
+    """A live follow of events (:meth:`Events.follow`): iterate it for :class:`Event` values."""
+
+    def __init__(self, http: _Http, resp: httpx.Response, after: int) -> None:
+        self._http = http
+        self._resp = resp
+        self._events = self._read()
+        self.last = after
+        """The ID of the last event returned: ``Events.follow(after=stream.last)`` resumes without a gap."""
+
+    def _read(self) -> Iterator[Event]:
+        splitter = _core.LineSplitter()
+        try:
+            for chunk in self._resp.iter_bytes():
+                for obj in splitter.feed(chunk):
+                    yield Event.from_json(obj)
+        except httpx.TransportError as exc:
+            raise _core.transport_error(exc, self._http.api_url) from exc
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        ev = next(self._events)
+        self.last = ev.id
+        return ev
+
+    def close(self) -> None:
+        """Stop following."""
+        self._resp.close()
+        self._http.close()
+
+    def __enter__(self) -> "EventStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
 
 class Template:
     """Custom templates of the key's project (docs/templates.md): ``Template.build("my-tpl", {...})``,

@@ -20,6 +20,8 @@ __all__ = [
     "ProcessResult",
     "ProcessInfo",
     "PtySize",
+    "Event",
+    "EventPage",
 ]
 
 
@@ -525,3 +527,58 @@ def parse_time(value: Any) -> Optional[datetime]:
         offset = timedelta(hours=int(m.group(10)), minutes=int(m.group(11)))
         tz = timezone(offset if m.group(9) == "+" else -offset)
     return datetime(year, month, day, hour, minute, second, micro, tzinfo=tz)
+
+
+@dataclass
+class Event:
+    """One lifecycle event of a sandbox (docs/events.md).
+
+    Attributes:
+        id: grows in the order events are recorded; pass the last one seen as ``after`` to resume.
+        type: what happened, such as ``"sandbox.created"``, ``"sandbox.paused"``, ``"sandbox.killed"``.
+        time: when it happened.
+        project_id: the project of the sandbox.
+        sandbox_id: the sandbox it happened to.
+        metadata: the sandbox's metadata when it happened.
+        data: what else it says, in the API's names: ``state`` (after the event), ``reason``, ``template``,
+            ``snapshotId``, ``forkedFrom``, ``parentSandboxId``, ``sandboxIds`` (a fork's copies), ``node``.
+    """
+
+    id: int
+    type: str
+    time: Optional[datetime]
+    project_id: str
+    sandbox_id: str
+    metadata: Dict[str, str] = field(default_factory=dict)
+    data: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "Event":
+        """Build an Event from the wire form of an Event."""
+        return cls(
+            id=int(obj.get("id") or 0),
+            type=str(obj.get("type", "")),
+            time=parse_time(obj.get("time")),
+            project_id=str(obj.get("projectId", "")),
+            sandbox_id=str(obj.get("sandboxId", "")),
+            metadata=dict(obj.get("metadata") or {}),
+            data=dict(obj.get("data") or {}),
+        )
+
+
+@dataclass
+class EventPage:
+    """One page of events, oldest first: pass ``next`` as ``after`` for the following page while ``has_more``."""
+
+    events: List[Event]
+    next: int
+    has_more: bool
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "EventPage":
+        """Build an EventPage from the wire form of an EventList."""
+        return cls(
+            events=[Event.from_json(e) for e in obj.get("events") or []],
+            next=int(obj.get("next") or 0),
+            has_more=bool(obj.get("hasMore")),
+        )
