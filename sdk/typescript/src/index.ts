@@ -41,6 +41,14 @@ export { Volume, type CreateVolumeOptions } from './volume.js';
 export { Network, type NetworkLogEntry, type NetworkPolicy, type NetworkUpdate } from './network.js';
 export { Secret } from './secret.js';
 export {
+  Events,
+  EventStream,
+  type EventFilter,
+  type EventPage,
+  type ListEventsOptions,
+  type SandboxEvent,
+} from './events.js';
+export {
   Template,
   type BuildOptions,
   type Recipe,

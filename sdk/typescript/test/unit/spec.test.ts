@@ -42,6 +42,8 @@ const MODELS: Record<string, string[]> = {
   ProcessControl: ['ProcessControl'],
   NetworkPolicy: ['NetworkPolicy'],
   NetworkLogEntry: ['WireLogEntry', 'NetworkLogEntry'],
+  Event: ['WireEvent', 'SandboxEvent'],
+  EventList: ['EventPage'],
 };
 
 // Request objects: the schema and the call that sends it (Class.method).
@@ -93,6 +95,14 @@ const UNMODELLED: Record<string, string> = {
   ProcessSignalRequest: 'commands.kill(pid, signal) and the handles\' kill(signal)',
   HeaderRule: 'inline in NetworkPolicy.inject, { domain, headers }',
   NetworkLog: 'network.log() returns the entries themselves',
+  EventType: 'an enum: SandboxEvent.type is its string',
+  EventData: 'SandboxEvent.data is the object it is, in the API\'s names (its fields vary by type)',
+  CreateWebhookRequest: 'webhooks are an operator\'s setup, registered once with the API or the Go client, not from sandbox code',
+  Webhook: 'see CreateWebhookRequest',
+  WebhookList: 'see CreateWebhookRequest',
+  WebhookDelivery: 'see CreateWebhookRequest',
+  WebhookAttempt: 'see CreateWebhookRequest',
+  WebhookDeliveryList: 'see CreateWebhookRequest',
 };
 
 /**
