@@ -46,7 +46,18 @@ const (
 	// AgentDiskPath answers what the sandbox's root filesystem holds
 	// (DiskUsage), for the node's metrics.
 	AgentDiskPath = "/disk"
+	// AgentTrustPath installs (or removes) the sandbox's egress CA
+	// (TrustRequest).
+	AgentTrustPath = "/trust"
 )
+
+// TrustRequest is the body of the agent's internal POST /trust: the
+// certificate of the authority with which the node terminates the TLS of
+// requests its network policy injects secrets into, to trust inside the
+// sandbox; empty removes it (docs/secrets.md).
+type TrustRequest struct {
+	CertPEM string `json:"certPem"`
+}
 
 // DiskUsage is the body of the agent's internal GET /disk: statfs of the
 // sandbox's root, whose writable layer is what its disk limit bounds.

@@ -244,6 +244,7 @@ func (a *Agent) routes() http.Handler {
 	handle("/health", map[string]http.HandlerFunc{"GET": a.health})
 	handle("/reseed", map[string]http.HandlerFunc{"POST": a.reseed})
 	handle("/ready", map[string]http.HandlerFunc{"GET": a.readyz})
+	handle(api.AgentTrustPath, map[string]http.HandlerFunc{"POST": a.trust})
 	handle(api.AgentDiskPath, map[string]http.HandlerFunc{"GET": a.disk})
 	handle("/execute", map[string]http.HandlerFunc{"POST": a.execute})
 	handle("/contexts", map[string]http.HandlerFunc{"GET": a.listContexts, "POST": a.createContext})

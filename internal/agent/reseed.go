@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -49,12 +50,49 @@ func (a *Agent) reseed(w http.ResponseWriter, r *http.Request) {
 	if req.SandboxID != "" {
 		set["LIZARD_SANDBOX_ID"] = req.SandboxID
 	}
-	changed := len(set) > 0 || len(req.Unset) > 0
+	n, err := a.renewEnv(ctx, set, req.Unset, !req.KeepSeeds)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, api.CodeInternal, "%v", err)
+		return
+	}
+	if req.Secret != "" {
+		// The copy's own secret; its source's no longer opens it.
+		a.guard.set(req.Secret)
+	}
+	a.log.Info("reseeded", "kernels", n, "envs", len(set), "unset", len(req.Unset), "keep_seeds", req.KeepSeeds)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// readyz answers GET /ready (internal, for the server's template
+// snapshots): 204 once the default Python kernel runs with its preloaded
+// modules, 500 if that failed, waiting up to 2 minutes.
+func (a *Agent) readyz(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-a.ready:
+	case <-r.Context().Done():
+		return
+	case <-time.After(kernelStartTimeout):
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the default kernel is still starting")
+		return
+	}
+	if a.readyErr != nil {
+		writeError(w, http.StatusInternalServerError, api.CodeInternal, "starting the default kernel: %v", a.readyErr)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// renewEnv sets set and removes unset in the environment of every kernel
+// and process started from now on and in running Python kernels'
+// os.environ, reseeding those kernels' generators too with reseed. It
+// returns how many kernels it renewed.
+func (a *Agent) renewEnv(ctx context.Context, set map[string]string, unset []string, reseed bool) (int, error) {
+	changed := len(set) > 0 || len(unset) > 0
 	if changed {
 		a.envMu.Lock()
 		env := withEnvs(a.env, set)
 		a.env = slices.DeleteFunc(env, func(kv string) bool {
-			for _, u := range req.Unset {
+			for _, u := range unset {
 				if len(kv) > len(u) && kv[:len(u)] == u && kv[len(u)] == '=' {
 					return true
 				}
@@ -88,40 +126,15 @@ func (a *Agent) reseed(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if rk, ok := k.(renewer); ok {
-			r := pykernel.Renewal{Reseed: !req.KeepSeeds}
+			r := pykernel.Renewal{Reseed: reseed}
 			if changed {
-				r.Set, r.Unset = set, req.Unset
+				r.Set, r.Unset = set, unset
 			}
 			if err := rk.Renew(ctx, r); err != nil {
-				writeError(w, http.StatusInternalServerError, api.CodeInternal, "renewing context %s: %v", c.info.ID, err)
-				return
+				return n, fmt.Errorf("renewing context %s: %w", c.info.ID, err)
 			}
 		}
 		n++
 	}
-	if req.Secret != "" {
-		// The copy's own secret; its source's no longer opens it.
-		a.guard.set(req.Secret)
-	}
-	a.log.Info("reseeded", "kernels", n, "envs", len(set), "unset", len(req.Unset), "keep_seeds", req.KeepSeeds)
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// readyz answers GET /ready (internal, for the server's template
-// snapshots): 204 once the default Python kernel runs with its preloaded
-// modules, 500 if that failed, waiting up to 2 minutes.
-func (a *Agent) readyz(w http.ResponseWriter, r *http.Request) {
-	select {
-	case <-a.ready:
-	case <-r.Context().Done():
-		return
-	case <-time.After(kernelStartTimeout):
-		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the default kernel is still starting")
-		return
-	}
-	if a.readyErr != nil {
-		writeError(w, http.StatusInternalServerError, api.CodeInternal, "starting the default kernel: %v", a.readyErr)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	return n, nil
 }

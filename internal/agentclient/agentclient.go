@@ -278,6 +278,30 @@ func (c *Client) Reseed(ctx context.Context, r api.ReseedRequest, auth string) e
 	return nil
 }
 
+// Trust has sandbox id's agent trust certPEM as its egress CA ("":
+// trust none again).
+func (c *Client) Trust(ctx context.Context, id, certPEM string) error {
+	body, err := json.Marshal(api.TrustRequest{CertPEM: certPEM})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, URL(id).String()+api.AgentTrustPath, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Transport: c.transport, Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return fmt.Errorf("installing the egress CA in sandbox %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("installing the egress CA in sandbox %s: agent answered %s: %s", id, resp.Status, msg)
+	}
+	return nil
+}
+
 // Disk asks sandbox id's agent what its root filesystem holds.
 func (c *Client) Disk(ctx context.Context, id string) (api.DiskUsage, error) {
 	var d api.DiskUsage

@@ -30,8 +30,8 @@ import (
 // MaxValueBytes bounds a secret's value.
 const MaxValueBytes = 64 << 10
 
-// nameRE is a secret's name: an identifier, as a template names it
-// ({{ secrets.NAME }}).
+// nameRE is a secret's name: an identifier, as a policy's header
+// template names it ({{ secrets.NAME }}, egress.TemplateSecrets).
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
 // CheckName refuses a name that is not an identifier.
