@@ -26,6 +26,7 @@ import (
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 )
@@ -96,6 +97,9 @@ type Config struct {
 	Builder       TemplateBuilder
 	BuildsPerHour float64
 	Forget        func(ctx context.Context, ref string)
+	// Secrets are the projects' secrets, which a policy's inject rules
+	// must name (docs/secrets.md); nil: not checked here.
+	Secrets *secrets.Store
 }
 
 // Control serves the API's sandbox operations. It is safe for concurrent

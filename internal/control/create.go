@@ -61,6 +61,11 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	if req.Network != nil {
+		if err := c.checkSecrets(ctx, projectID, p.Network); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
 	p.ParentID = parent
 	if req.LizardToken {
 		if parent != "" {

@@ -8,6 +8,7 @@ import (
 	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/secrets/inject"
 )
 
 // planNetwork gives p the policy by name req asks for, within the
@@ -35,6 +36,15 @@ func (c *Control) bound(pol *egress.Policy) (*egress.Policy, error) {
 	return pol.Tighten(c.cfg.NetworkBound), nil
 }
 
+// checkSecrets refuses a policy whose inject rules name a secret
+// projectID does not have (docs/secrets.md): a 400 naming the header.
+func (c *Control) checkSecrets(ctx context.Context, projectID string, pol *egress.Policy) error {
+	if c.cfg.Secrets == nil {
+		return nil
+	}
+	return inject.Check(ctx, c.cfg.Secrets, projectID, "network", pol)
+}
+
 // UpdateNetwork changes projectID's sandbox id's policy by name: the
 // fields req gives replace the policy's. It applies to the connections
 // the sandbox opens from now on; with req.Cut, those open are ended.
@@ -52,6 +62,9 @@ func (c *Control) UpdateNetwork(ctx context.Context, projectID, id string, req a
 		return api.NetworkPolicy{}, err
 	}
 	if pol, err = c.bound(pol); err != nil {
+		return api.NetworkPolicy{}, err
+	}
+	if err := c.checkSecrets(ctx, projectID, pol); err != nil {
 		return api.NetworkPolicy{}, err
 	}
 	sb, err = c.node.UpdateNetwork(ctx, id, pol, req.Cut)

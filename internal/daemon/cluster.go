@@ -166,17 +166,29 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	if c.SandboxAPIURL != "" {
 		tokenAPI = c.tokenAPI(ln.Addr())
 	}
-	parts, err := c.newNode(ctx, e, st, shared, logger, mx, tokenAPI)
-	if err != nil {
-		return err
-	}
 	// The node writes the audit trail of its sandboxes and their keys,
-	// every path that makes or ends one, as `lizard serve` does.
+	// every path that makes or ends one, and of the secrets it injects,
+	// as `lizard serve` does.
 	audit, auditFile, err := openAudit(c.DataDir)
 	if err != nil {
 		return err
 	}
 	defer auditFile.Close()
+	secretsKey, err := c.secrets.key("", false)
+	if err != nil {
+		return err
+	}
+	if secretsKey == nil {
+		logger.Warn("no secrets key (--secrets-key-file or " + secrets.KeyEnv + "): requests whose policy injects a secret are answered 502")
+	}
+	inj, err := c.secrets.injector(shared, secretsKey, c.DataDir, audit, logger)
+	if err != nil {
+		return err
+	}
+	parts, err := c.newNode(ctx, e, st, shared, logger, mx, tokenAPI, inj)
+	if err != nil {
+		return err
+	}
 	n, pool, rt := parts.node, parts.pool, parts.rt
 	// The API's agent calls, checked there, reach the agents through the
 	// internal API's node.AgentProxy, behind the secret.
@@ -333,6 +345,7 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	sec := secretStore(st, secretsKey)
 	ctl, err := control.New(control.Config{
 		Node: router, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: c.policy.Egress == "internet",
 		NetworkDefault: c.policy.netDefault, NetworkBound: c.policy.netBound,
@@ -341,7 +354,8 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		Audit: audit, PortsKey: portsKey(c.cluster.secret), PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
 		MaxVolumeBytes: c.MaxVolumeMb << 20,
 		MaxVolumes:     c.policy.MaxVolumes, MaxVolumeTotalBytes: c.policy.MaxVolumeTotalMb << 20,
-		Quota: &node.Quota{Store: st, MaxLive: c.policy.MaxSandboxes, MaxDisk: c.policy.MaxProjectDiskMb << 20, DefaultDisk: limits.DiskBytes},
+		Quota:   &node.Quota{Store: st, MaxLive: c.policy.MaxSandboxes, MaxDisk: c.policy.MaxProjectDiskMb << 20, DefaultDisk: limits.DiskBytes},
+		Secrets: sec,
 	})
 	if err != nil {
 		return err
@@ -366,7 +380,7 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		Console:      console.Handler(), Metrics: mx,
 		PortsDomain: c.PortsDomain,
 		E2B:         &e2b.Config{},
-		Secrets:     secretStore(st, secretsKey),
+		Secrets:     sec,
 		// The MCP tools call this API over loopback with the caller's
 		// key, like any client (internal/mcp's Handler).
 		MCP:      mcp.Handler(loopbackURL(ln.Addr()), version(), logger),

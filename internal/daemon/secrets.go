@@ -4,10 +4,12 @@ import (
 	"crypto/x509"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/lizard-build/lizard/internal/secrets"
+	"github.com/lizard-build/lizard/internal/secrets/inject"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -74,4 +76,19 @@ func (f *secretsFlags) roots() (*x509.CertPool, error) {
 // answers 503 and nothing is injected).
 func secretStore(st *store.Store, key *secrets.Key) *secrets.Store {
 	return &secrets.Store{Store: st, Key: key}
+}
+
+// injector is a node's egress Interceptor (docs/secrets.md): secrets
+// opened with key and audited to audit, each sandbox's CA under
+// DATA/egress-ca, upstreams verified against the host's roots and
+// --egress-extra-roots.
+func (f *secretsFlags) injector(st *store.Store, key *secrets.Key, dataDir string, audit, logger *slog.Logger) (*inject.Injector, error) {
+	roots, err := f.roots()
+	if err != nil {
+		return nil, err
+	}
+	sec := secretStore(st, key)
+	sec.Audit = audit
+	return &inject.Injector{Secrets: sec, Authorities: &inject.Authorities{Dir: filepath.Join(dataDir, "egress-ca")},
+		Roots: roots, Logger: logger}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/secrets/inject"
 	"log/slog"
 	"net"
 	"os"
@@ -313,7 +314,11 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	defer stopTracing()
-	parts, err := c.newNode(ctx, e, st, st, logger, mx, c.tokenAPI(ln.Addr()))
+	inj, err := c.secrets.injector(st, secretsKey, c.DataDir, audit, logger)
+	if err != nil {
+		return err
+	}
+	parts, err := c.newNode(ctx, e, st, st, logger, mx, c.tokenAPI(ln.Addr()), inj)
 	if err != nil {
 		return err
 	}
@@ -333,6 +338,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		MaxVolumes: c.policy.MaxVolumes, MaxVolumeTotalBytes: c.policy.MaxVolumeTotalMb << 20,
 		PortsKey: agentKey, PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
 		Builder: builder, BuildsPerHour: c.BuildsPerHour,
+		Secrets: secretsStore,
 	}
 	if pool != nil {
 		ccfg.Forget = pool.Forget
@@ -437,7 +443,7 @@ type nodeParts struct {
 // Its admission is the project quotas counted in shared, the database every
 // node and API process shares (st itself under serve).
 func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.Store, logger *slog.Logger, mx *metrics.Metrics,
-	tokenAPI func(host string) ([]string, int)) (nodeParts, error) {
+	tokenAPI func(host string) ([]string, int), inj *inject.Injector) (nodeParts, error) {
 	limits, _ := c.policy.limits()
 	internet := c.policy.Egress == "internet"
 	agentKey, err := loadAgentKey(c.DataDir)
@@ -481,12 +487,13 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 	var enforcer *egress.Enforcer
 	if internet {
 		// Policies by name are enforced here, on the node.
-		if enforcer, err = egress.Start(egress.Config{Records: c.policy.testHosts, AllowTo: c.policy.allowTo, Logger: logger, Metrics: mx}); err != nil {
+		if enforcer, err = egress.Start(egress.Config{Records: c.policy.testHosts, AllowTo: c.policy.allowTo, Logger: logger, Metrics: mx,
+			Interceptor: inj}); err != nil {
 			return nodeParts{}, err
 		}
 	}
 	ncfg := node.Config{
-		Egress:  enforcer,
+		Egress: enforcer, EgressCAs: inj.Authorities,
 		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: artifact, Files: files,
 		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: tokenAPI,
 		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,

@@ -35,6 +35,7 @@ import (
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/secrets/inject"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/volume"
 )
@@ -216,6 +217,10 @@ type Config struct {
 	// Admission admits each user's sandbox against its project's quotas
 	// as it is recorded (a *Quota); nil admits all.
 	Admission Admission
+	// EgressCAs are the sandboxes' egress certificate authorities
+	// (trust.go): a sandbox whose policy injects secrets trusts its own;
+	// nil: none is made or installed.
+	EgressCAs *inject.Authorities
 }
 
 // Volumes makes, mounts and removes persistent volumes' filesystems on this
@@ -366,6 +371,9 @@ func (n *Local) stopped(sb store.Sandbox, state, reason string) {
 		} else {
 			n.cfg.Egress.Table.Remove(sb.ID)
 		}
+	}
+	if state != api.StatePaused {
+		n.forgetEgressCA(sb.ID)
 	}
 	n.calls.cancelAll(sb.ID, stopReason(sb.ID, state, reason))
 	n.ports.cancelAll(sb.ID, stopReason(sb.ID, state, reason))

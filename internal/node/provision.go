@@ -233,6 +233,16 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 			return fail("giving it its identity failed", err)
 		}
 	}
+	// An image of another sandbox (a fork's parent, a snapshot's), or its
+	// own from before an update while paused, may trust a CA it must not.
+	fromImage := src.resume != nil || p.forked || p.SnapshotID != ""
+	parent := ""
+	if p.fork != nil {
+		parent = p.fork.parent
+	}
+	if err := n.trustEgress(ctx, sb.ID, p.Network, fromImage, parent); err != nil {
+		return fail("installing its egress CA failed", err)
+	}
 	if err := n.markRunning(ctx, log, sb, p, src); err != nil {
 		return fail("recording the running sandbox failed", err)
 	}

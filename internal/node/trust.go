@@ -1,0 +1,58 @@
+package node
+
+// A sandbox whose network policy injects secrets (docs/secrets.md) has
+// its HTTPS to the names of those rules terminated by the node's
+// injector with a certificate authority of its own, which it must trust:
+// the node makes the CA when the sandbox first has such rules and has
+// its agent install the certificate (never the key). A fork takes a copy
+// of its parent's CA, which its processes' memory trusts already; a
+// sandbox restored from a snapshot gets a CA of its own, which replaces
+// the one its image trusted (or removes it, when its policy injects
+// nothing); a paused sandbox keeps its CA.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lizard-build/lizard/internal/egress"
+)
+
+// injects reports whether policy p sets headers on any request.
+func injects(p *egress.Policy) bool { return p != nil && len(p.Inject) > 0 }
+
+// trustEgress has sandbox id trust its egress CA if policy p injects
+// secrets: its parent's, for a fork. Otherwise, when restored (its image
+// may come from a sandbox that did), it has it trust none.
+func (n *Local) trustEgress(ctx context.Context, id string, p *egress.Policy, restored bool, parent string) error {
+	if n.cfg.EgressCAs == nil {
+		return nil
+	}
+	if !injects(p) {
+		if !restored || p == nil {
+			// Without a policy no connection is intercepted: a CA left
+			// in its image signs nothing it will be shown.
+			return nil
+		}
+		return n.agents.Trust(ctx, id, "")
+	}
+	if parent != "" {
+		if err := n.cfg.EgressCAs.Inherit(id, parent); err != nil {
+			return err
+		}
+	}
+	ca, err := n.cfg.EgressCAs.Get(id)
+	if err != nil {
+		return fmt.Errorf("making sandbox %s's egress CA: %w", id, err)
+	}
+	return n.agents.Trust(ctx, id, string(ca.CertPEM()))
+}
+
+// forgetEgressCA deletes ended sandbox id's CA key.
+func (n *Local) forgetEgressCA(id string) {
+	if n.cfg.EgressCAs == nil {
+		return
+	}
+	if err := n.cfg.EgressCAs.Remove(id); err != nil {
+		n.log.Warn("removing the egress CA of an ended sandbox", "sandbox_id", id, "err", err)
+	}
+}
