@@ -78,7 +78,7 @@ func (n *Local) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, 
 		// restored image may hold a resolver setting to match).
 		return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s was created without a network policy; give one (network) at create to change it later", id)}
 	}
-	running := sb.State == api.StateRunning && n.cfg.Egress != nil
+	running := sb.State == api.StateRunning
 	if running && injects(p) {
 		// Trusted before the first connection the new rules intercept.
 		if err := n.trustEgress(ctx, id, p, false, ""); err != nil {
@@ -92,17 +92,12 @@ func (n *Local) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, 
 	sb.Shape.Network = p
 	// Without an enforcer the node has no internet to give (--egress
 	// none): the policy is recorded, and nothing else leaves anyway.
-	if running {
+	if running && n.cfg.Egress != nil {
 		l, e, err := n.egressRules(sb)
 		if err != nil {
 			return sb, err
 		}
 		n.cfg.Egress.Table.Update(id, p, cut)
-		if injects(old) && !injects(p) {
-			if err := n.trustEgress(ctx, id, p, true, ""); err != nil {
-				return sb, err
-			}
-		}
 		if err := netns.UpdateEgress(id, l, e); err != nil {
 			return sb, err
 		}
@@ -110,6 +105,11 @@ func (n *Local) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, 
 			if err := netns.CutFlows(l); err != nil {
 				return sb, err
 			}
+		}
+	}
+	if running && injects(old) && !injects(p) {
+		if err := n.trustEgress(ctx, id, p, true, ""); err != nil {
+			return sb, err
 		}
 	}
 	return n.cfg.Store.GetSandbox(ctx, id)

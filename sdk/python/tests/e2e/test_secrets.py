@@ -1,6 +1,6 @@
 """End-to-end tests of the secret store against a real `lizard serve` (conftest.py): set, list (names and
 times, never values), replace, delete, sync and async; bad names and oversized values refused with the
-rule they break."""
+rule they break; a network policy injecting one."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from lizard import AsyncSecret, InvalidArgumentError, NotFoundError, Secret
+from lizard import AsyncSecret, CodeSandbox, InvalidArgumentError, NotFoundError, Secret
 
 
 def _name() -> str:
@@ -52,3 +52,29 @@ def test_async_secret() -> None:
             await AsyncSecret.delete(name)
 
     asyncio.run(main())
+
+
+def test_policy_injecting_a_secret() -> None:
+    """A policy naming the project's secret: the sandbox trusts its own egress CA (this suite's server
+    has no internet, so nothing goes out; e2e/secrets_inject_test.go follows a request to an upstream) and
+    holds no value; a policy naming a secret the project lacks is refused naming the header."""
+    name = _name()
+    value = "sk-py-" + uuid.uuid4().hex
+    Secret.set(name, value)
+    inject = [{"domain": "api.example.test", "headers": {"Authorization": "Bearer {{ secrets.%s }}" % name}}]
+    try:
+        with CodeSandbox.create(network={"default": "deny", "allow": ["api.example.test"], "inject": inject}) as sb:
+            bundle = sb.process.exec("cat /etc/ssl/certs/ca-certificates.crt").stdout
+            assert "BEGIN lizard egress CA" in bundle
+            assert sb.run_code("import os; print(os.environ.get('NODE_EXTRA_CA_CERTS'))").stdout == (
+                "/usr/local/share/ca-certificates/lizard-egress-ca.crt\n")
+            env = sb.process.exec("env").stdout
+            assert value not in env and value not in bundle
+            # Removing the rules removes the CA.
+            sb.network.update(inject=[])
+            assert "BEGIN lizard egress CA" not in sb.process.exec("cat /etc/ssl/certs/ca-certificates.crt").stdout
+        with pytest.raises(InvalidArgumentError, match=r"^network\.inject\[0\]\.headers\[Authorization\] names secret"):
+            CodeSandbox.create(network={"default": "deny", "inject": [
+                {"domain": "api.example.test", "headers": {"Authorization": "{{ secrets.NOT_A_SECRET_OF_MINE }}"}}]})
+    finally:
+        Secret.delete(name)
