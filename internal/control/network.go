@@ -33,7 +33,7 @@ func (c *Control) bound(pol *egress.Policy) (*egress.Policy, error) {
 	if err := pol.Within(c.cfg.NetworkBound, "network"); err != nil {
 		return nil, err
 	}
-	return pol.Tighten(c.cfg.NetworkBound), nil
+	return pol.Tighten(c.cfg.NetworkBound, "network")
 }
 
 // checkSecrets refuses a policy whose inject rules name a secret

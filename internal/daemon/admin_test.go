@@ -137,3 +137,39 @@ func TestPreloads(t *testing.T) {
 		}
 	}
 }
+
+// TestNetworkFlags: --network-default and --network-bound parse as
+// policies; a bad one, or a default looser than the bound, is a usage
+// error naming the flag; the bound's deny rules join the default.
+func TestNetworkFlags(t *testing.T) {
+	var errb bytes.Buffer
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--network-default", `{"default":"deny","allow":["a.*.com"]}`}, "--network-default.allow[0]"},
+		{[]string{"--network-default", `{"defualt":"deny"}`}, "--network-default"},
+		{[]string{"--network-bound", `not json`}, "--network-bound"},
+		{[]string{"--network-bound", `{"default":"deny","allow":["pypi.org"]}`, "--network-default", `{"default":"deny","allow":["github.com"]}`}, "--network-default.allow[0]"},
+		{[]string{"--egress-test-hosts", "a.test=not-an-ip"}, "--egress-test-hosts"},
+	} {
+		c, err := parseServe(cli.Env{Stdout: &errb, Stderr: &errb}, tc.args)
+		if err == nil {
+			err = c.validate()
+		}
+		if err == nil || cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("serve %q: %v; want a usage error naming %s", tc.args, err, tc.want)
+		}
+	}
+	c, err := parseServe(cli.Env{Stdout: &errb, Stderr: &errb}, []string{"--network-bound", `{"deny":["*.evil.test"]}`,
+		"--network-default", `{"default":"deny","allow":["pypi.org"]}`, "--egress-test-hosts", "a.test=203.0.113.7"})
+	if err == nil {
+		err = c.policy.validateNetwork() // the rest of validate wants runsc beside the binary
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.policy.netDefault; d == nil || d.AllowName("x.evil.test") || !d.AllowName("pypi.org") || len(c.policy.testHosts["a.test"]) != 1 {
+		t.Errorf("default policy %+v, test hosts %v; want pypi.org allowed, the bound's *.evil.test denied, a.test recorded", d, c.policy.testHosts)
+	}
+}

@@ -153,7 +153,9 @@ func (p *policyFlags) validateNetwork() error {
 		if err := p.netDefault.Within(p.netBound, "--network-default"); err != nil {
 			return cli.Usagef("%s (--network-bound)", errdefs.Message(err))
 		}
-		p.netDefault = p.netDefault.Tighten(p.netBound)
+		if p.netDefault, err = p.netDefault.Tighten(p.netBound, "--network-default"); err != nil {
+			return cli.Usagef("%s", errdefs.Message(err))
+		}
 	}
 	if p.EgressTestHosts != "" {
 		if p.testHosts, err = egress.ParseTestHosts(p.EgressTestHosts); err != nil {

@@ -404,10 +404,11 @@ func (p *Policy) covers(r string) bool {
 }
 
 // Tighten returns p with bound's deny rules added: what the operator
-// denies, every sandbox is denied.
-func (p *Policy) Tighten(bound *Policy) *Policy {
+// denies, every sandbox is denied. It fails (naming field) only when the
+// rules together pass MaxRules.
+func (p *Policy) Tighten(bound *Policy, field string) (*Policy, error) {
 	if bound == nil || len(bound.Deny) == 0 {
-		return p
+		return p, nil
 	}
 	w := p.Wire()
 	w.Deny = slices.Clone(w.Deny)
@@ -416,11 +417,11 @@ func (p *Policy) Tighten(bound *Policy) *Policy {
 			w.Deny = append(w.Deny, d)
 		}
 	}
-	out, err := Parse(w, "network")
+	out, err := Parse(w, field)
 	if err != nil {
-		return p // both halves parsed already; only MaxRules can refuse, keep p
+		return nil, errdefs.Invalidf("%s: with the server's %d deny rules (--network-bound) added: %s", field, len(bound.Deny), errdefs.Message(err))
 	}
-	return out
+	return out, nil
 }
 
 // secretRef is one {{ secrets.NAME }} in a header template.

@@ -139,8 +139,20 @@ func TestWithinAndTighten(t *testing.T) {
 		}
 	}
 	p, _ := Parse(Policy{Default: Deny, Allow: []string{"*.example.com"}}, "network")
-	if got := p.Tighten(bound); got.AllowName("bad.example.com") || !got.AllowName("ok.example.com") {
-		t.Errorf("Tighten: the bound's deny rules must hold: deny = %v", got.Deny)
+	if got, err := p.Tighten(bound, "network"); err != nil || got.AllowName("bad.example.com") || !got.AllowName("ok.example.com") {
+		t.Errorf("Tighten: the bound's deny rules must hold: %+v, %v", got, err)
+	}
+	// A policy at MaxRules cannot take the bound's deny rules: refused, never let through without them.
+	full := make([]string, MaxRules)
+	for i := range full {
+		full[i] = fmt.Sprintf("h%d.example.com", i)
+	}
+	big, err := Parse(Policy{Default: Deny, Allow: full}, "network")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := big.Tighten(bound, "network"); got != nil || !strings.HasPrefix(errdefs.Message(err), "network:") {
+		t.Errorf("Tighten past MaxRules = %v, %v; want an error naming network", got, err)
 	}
 	var none *Policy
 	if err := p.Within(none, "network"); err != nil {
