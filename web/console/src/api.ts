@@ -49,6 +49,7 @@ export interface Sandbox {
   publicPorts?: boolean;
   /** The server's wildcard domain for ports, if it has one. */
   portsDomain?: string;
+  network?: NetworkPolicy;
 }
 
 /** A volume of the project mounted in a sandbox at path. */
@@ -167,6 +168,25 @@ export interface ProcessControl {
 }
 
 /** One sample of GET /v1/sandboxes/{id}/metrics (SandboxMetric). */
+export interface NetworkPolicy {
+  default?: "allow" | "deny";
+  allow?: string[];
+  deny?: string[];
+  ports?: number[];
+}
+
+export interface NetworkLogEntry {
+  time: string;
+  kind: string;
+  name?: string;
+  addr?: string;
+  port?: number;
+  allowed: boolean;
+  reason?: string;
+  bytesOut?: number;
+  bytesIn?: number;
+}
+
 export interface SandboxMetric {
   timestamp: string;
   cpuUsedPct: number;
@@ -321,6 +341,7 @@ export const api = {
   getProcess: (id: string, pid: number) => json<ProcessInfo>("GET", `${sb(id)}/processes/${pid}`),
   signal: (id: string, pid: number, signal: string) => request("POST", `${sb(id)}/processes/${pid}/signal`, { json: { signal } }).then(() => undefined),
   metrics: (id: string) => json<{ metrics: SandboxMetric[] }>("GET", `${sb(id)}/metrics`).then((r) => r.metrics),
+  networkLog: (id: string) => json<{ entries: NetworkLogEntry[] }>("GET", `${sb(id)}/network/log`).then((r) => r.entries),
 };
 
 /** The subprotocols that carry the key on a process's WebSocket, which a

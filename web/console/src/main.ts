@@ -29,8 +29,8 @@ function route(): void {
     }
     leave = signInPage(main);
   } else {
-    const m = /^\/sandboxes\/([^/]+)(?:\/(terminal|processes))?$/.exec(path);
-    if (m) leave = sandboxPage(main, decodeURIComponent(m[1]), (m[2] as "terminal" | "processes" | undefined) ?? "playground");
+    const m = /^\/sandboxes\/([^/]+)(?:\/(terminal|processes|network))?$/.exec(path);
+    if (m) leave = sandboxPage(main, decodeURIComponent(m[1]), (m[2] as "terminal" | "processes" | "network" | undefined) ?? "playground");
     else if (path === "/snapshots") leave = snapshotsPage(main);
     else leave = sandboxesPage(main);
   }

@@ -1,10 +1,11 @@
-// One sandbox: its facts and actions, then one of three tabs: a playground
+// One sandbox: its facts and actions, then one of four tabs: a playground
 // of code cells (Python in a chosen context, JavaScript, bash) whose output
 // streams as it comes, a command runner and a files panel; a terminal; its
-// background processes.
+// background processes; its network policy and egress log.
 import { api, ApiError, stream, type Context, type EntryInfo, type ExecuteEvent, type ProcessEvent, type Sandbox } from "./api";
 import { metricsChart } from "./metrics";
 import { processesTab, terminalTab } from "./processes";
+import { networkTab } from "./network";
 import { actionButtons } from "./actions";
 import { ago, bytes, field, h, replace, uid } from "./dom";
 import * as render from "./render";
@@ -13,7 +14,7 @@ import { act, say, showError } from "./ui";
 
 const REFRESH_MS = 3000;
 
-export type SandboxTab = "playground" | "terminal" | "processes";
+export type SandboxTab = "playground" | "terminal" | "processes" | "network";
 
 export function sandboxPage(main: HTMLElement, id: string, tab: SandboxTab = "playground"): () => void {
   const facts = h("dl", { class: "facts" });
@@ -219,13 +220,13 @@ export function sandboxPage(main: HTMLElement, id: string, tab: SandboxTab = "pl
   const tabs = h(
     "nav",
     { class: "tabs", "aria-label": "Sandbox views" },
-    ([["playground", "Playground", base], ["terminal", "Terminal", `${base}/terminal`], ["processes", "Processes", `${base}/processes`]] as const).map(
+    ([["playground", "Playground", base], ["terminal", "Terminal", `${base}/terminal`], ["processes", "Processes", `${base}/processes`], ["network", "Network", `${base}/network`]] as const).map(
       ([t, label, href]) => h("a", { href, "aria-current": t === tab ? "page" : undefined }, label),
     ),
   );
   // The terminal and processes tabs look inside the sandbox only once it
   // runs, as the playground does.
-  const other = tab === "terminal" ? terminalTab(id) : tab === "processes" ? processesTab(id) : undefined;
+  const other = tab === "terminal" ? terminalTab(id) : tab === "processes" ? processesTab(id) : tab === "network" ? networkTab(id) : undefined;
   main.append(
     h("p", {}, h("a", { href: "#/sandboxes" }, "← All sandboxes")),
     h("h1", {}, `Sandbox ${id}`),

@@ -339,6 +339,27 @@ display(SVG('<svg xmlns="http://www.w3.org/2000/svg" width="60" height="20" onlo
     assert.equal(await page.evaluate(() => location.hash), hash);
   });
 
+  await step("the network tab shows a sandbox's policy and its egress log", async () => {
+    const r = await fetch(lz.url + "/v1/sandboxes", {
+      method: "POST",
+      headers: { authorization: `Bearer ${lz.apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ network: { default: "deny", allow: ["pypi.org", "*.pythonhosted.org"] } }),
+    });
+    assert.equal(r.status, 201);
+    const netId = (await r.json()).sandboxId;
+    try {
+      await page.goto(`${lz.url}/#/sandboxes/${netId}/network`);
+      await appear(page.getByRole("heading", { name: "Network" }));
+      await page.locator("#network-policy").getByText("pypi.org *.pythonhosted.org").waitFor();
+      await page.locator("#network-log").getByText("No egress decisions yet.").waitFor();
+      assert.equal(await page.getByRole("link", { name: "Network" }).getAttribute("aria-current"), "page");
+      await shot("network");
+      await a11y("the network tab");
+    } finally {
+      await fetch(`${lz.url}/v1/sandboxes/${netId}`, { method: "DELETE", headers: { authorization: `Bearer ${lz.apiKey}` } });
+    }
+  });
+
   await step("the key only ever travelled in the Authorization header; sign out forgets it", async () => {
     const api = requests.filter((r) => new URL(r.url).pathname.startsWith("/v1/"));
     assert.ok(api.length > 20, `only ${api.length} API calls recorded`);
