@@ -62,6 +62,7 @@ var wireTypes = map[string]reflect.Type{
 	"FileEvent":            reflect.TypeFor[FileEvent](),
 	"SandboxMetric":        reflect.TypeFor[SandboxMetric](),
 	"SandboxMetrics":       reflect.TypeFor[SandboxMetrics](),
+	"PauseRequest":         reflect.TypeFor[PauseRequest](),
 	"ResumeRequest":        reflect.TypeFor[ResumeRequest](),
 	"ForkRequest":          reflect.TypeFor[ForkRequest](),
 	"Snapshot":             reflect.TypeFor[Snapshot](),

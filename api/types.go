@@ -202,6 +202,12 @@ const (
 	OnTimeoutPause = "pause"
 )
 
+// PauseRequest is the optional body of POST /v1/sandboxes/{id}/pause.
+// WaitDurable answers only once the image is in the image store.
+type PauseRequest struct {
+	WaitDurable bool `json:"waitDurable,omitempty"`
+}
+
 // ResumeRequest is the optional body of POST /v1/sandboxes/{id}/resume.
 // TimeoutMs, when set, replaces the time the sandbox had left when paused.
 type ResumeRequest struct {
@@ -225,6 +231,8 @@ type Snapshot struct {
 	Template   string    `json:"template"`
 	CreatedAt  time.Time `json:"createdAt"`
 	SizeBytes  int64     `json:"sizeBytes"`
+	// Durable: its image is in the image store (docs/storage.md).
+	Durable bool `json:"durable"`
 }
 
 // SnapshotList is the body of GET /v1/snapshots.
@@ -264,6 +272,9 @@ type Sandbox struct {
 	PortsDomain string `json:"portsDomain,omitempty"`
 	// Network is its egress policy by name, when it has one.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Durable: it is paused and its image is in the image store, so it
+	// outlives the node that paused it (docs/storage.md).
+	Durable bool `json:"durable"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -11,8 +11,14 @@ import (
 // PauseSandbox checkpoints a running sandbox to disk and stops it; its
 // timeout clock stops too. Any call on it, or ResumeSandbox, resumes it.
 func (c *Client) PauseSandbox(ctx context.Context, id string) (*api.Sandbox, error) {
+	return c.PauseSandboxWith(ctx, id, api.PauseRequest{})
+}
+
+// PauseSandboxWith is PauseSandbox with options: req.WaitDurable answers
+// only once the image is in the image store (Durable).
+func (c *Client) PauseSandboxWith(ctx context.Context, id string, req api.PauseRequest) (*api.Sandbox, error) {
 	var sb api.Sandbox
-	if err := c.call(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/pause")}, &sb); err != nil {
+	if err := c.call(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/pause"), json: req}, &sb); err != nil {
 		return nil, err
 	}
 	return &sb, nil

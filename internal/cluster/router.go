@@ -223,20 +223,27 @@ func (r *Router) done(name string) {
 }
 
 // Create implements node.Node: a plan with a snapshot's image goes to the
-// node holding it; any other to a node placement picks, and to another
-// one if that node does not answer.
+// node holding it if that node is live and has room, else, once the image
+// is durable, to any node placement picks, which fetches it from the image
+// store; any other plan to a node placement picks, and to another one if
+// that node does not answer.
 func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error) {
 	home, err := r.volumesNode(ctx, p)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
+	skip := map[string]bool{}
 	if p.Image != "" {
 		name, path := store.SplitImageRef(p.Image)
 		if home != "" && home != name {
 			return store.Sandbox{}, errdefs.Invalidf("the snapshot is on node %s but its volumes are on node %s: a sandbox runs where both are", name, home)
 		}
-		home = name
 		p.Image = path
+		if home == "" && !r.usable(ctx, name) && r.durableSnapshot(ctx, p.SnapshotID) {
+			skip[name] = true
+		} else {
+			home = name
+		}
 	}
 	if home != "" {
 		c, err := r.client(ctx, home)
@@ -245,7 +252,6 @@ func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
 		}
 		return c.Create(ctx, p)
 	}
-	skip := map[string]bool{}
 	for {
 		_, sp := trace.Start(ctx, "cluster.place")
 		n, err := r.place(ctx, skip)
@@ -263,6 +269,40 @@ func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
 		}
 		return sb, err
 	}
+}
+
+// usable reports whether node name has a live lease and room for one more
+// sandbox: where a snapshot's image is on disk, its creates go first.
+func (r *Router) usable(ctx context.Context, name string) bool {
+	info, ok, err := r.live(ctx, name)
+	if err != nil {
+		return true // let the call to it say why
+	}
+	if !ok {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.room(info)
+}
+
+// live returns node name's row and whether its lease runs.
+func (r *Router) live(ctx context.Context, name string) (store.NodeInfo, bool, error) {
+	nodes, err := r.list(ctx, false)
+	if err != nil {
+		return store.NodeInfo{}, false, err
+	}
+	info, ok := find(nodes, name)
+	return info, ok && info.Live(r.cfg.Now()) && info.LostAt == nil, nil
+}
+
+// durableSnapshot reports whether snapshot id's image is in the image store.
+func (r *Router) durableSnapshot(ctx context.Context, id string) bool {
+	if id == "" {
+		return false
+	}
+	sn, err := r.cfg.Store.GetSnapshot(ctx, id)
+	return err == nil && sn.Durable
 }
 
 // sandbox returns the client of the node sandbox id runs on. A sandbox
@@ -293,6 +333,13 @@ func (r *Router) sandbox(ctx context.Context, id string) (*remote.Client, error)
 	if !sb.Live() {
 		return nil, node.Gone(sb)
 	}
+	if sb.State == api.StatePaused && sb.Durable && len(sb.Shape.Volumes) == 0 {
+		if _, live, err := r.live(ctx, sb.Node); err == nil && !live {
+			if sb, err = r.adopt(ctx, sb); err != nil {
+				return nil, err
+			}
+		}
+	}
 	r.mu.Lock()
 	if len(r.homes) >= maxHomes {
 		clear(r.homes)
@@ -300,6 +347,33 @@ func (r *Router) sandbox(ctx context.Context, id string) (*remote.Client, error)
 	r.homes[id] = sb.Node
 	r.mu.Unlock()
 	return r.client(ctx, sb.Node)
+}
+
+// adopt moves paused sandbox sb, whose image is durable and whose node has
+// no live lease (lost, or stopped), to a node placement picks, which
+// resumes it from the image store on its next call. Another API process
+// may move it first: then it goes where that one put it.
+func (r *Router) adopt(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
+	n, err := r.place(ctx, map[string]bool{sb.Node: true})
+	if err != nil {
+		return sb, err
+	}
+	defer r.done(n.Name)
+	err = r.cfg.Store.AdoptPaused(ctx, sb.ID, sb.Node, n.Name)
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		return sb, err
+	}
+	if err == nil {
+		r.log.Info("paused sandbox moved off a node without a lease; it resumes from the image store", "sandbox_id", sb.ID, "from", sb.Node, "to", n.Name)
+	}
+	moved, err := r.cfg.Store.GetSandbox(ctx, sb.ID)
+	if err != nil {
+		return sb, err
+	}
+	if !moved.Live() {
+		return moved, node.Gone(moved)
+	}
+	return moved, nil
 }
 
 // maxHomes bounds the sandboxes whose node is remembered.

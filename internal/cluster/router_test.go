@@ -119,7 +119,7 @@ func TestPlacementAndRouting(t *testing.T) {
 
 	// Lifecycle calls reach the sandbox's node.
 	id := ids[0]
-	if sb, err := ctl.Pause(ctx, "p1", id); err != nil || sb.State != api.StatePaused {
+	if sb, err := ctl.Pause(ctx, "p1", id, api.PauseRequest{}); err != nil || sb.State != api.StatePaused {
 		t.Fatalf("Pause = %+v, %v", sb, err)
 	}
 	if sb, err := ctl.Resume(ctx, "p1", id, api.ResumeRequest{}); err != nil || sb.State != api.StateRunning {
@@ -220,7 +220,7 @@ func TestNodeFaults(t *testing.T) {
 			t.Errorf("create placed on %s; want %s, the one answering", g.Node, other)
 		}
 	}
-	if _, err := ctl.Pause(ctx, "p1", sb.SandboxID); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(err), "did not answer") {
+	if _, err := ctl.Pause(ctx, "p1", sb.SandboxID, api.PauseRequest{}); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(err), "did not answer") {
 		t.Errorf("Pause on a node that does not answer: %v; want ErrUnavailable saying so", err)
 	}
 

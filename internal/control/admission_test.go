@@ -57,7 +57,7 @@ func TestQuotaCreates(t *testing.T) {
 	// Other projects have their own quota; a paused sandbox still counts;
 	// an ended one does not.
 	e.create(t, "p2", api.CreateSandboxRequest{})
-	if _, err := e.c.Pause(ctx, "p1", a.SandboxID); err != nil {
+	if _, err := e.c.Pause(ctx, "p1", a.SandboxID, api.PauseRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = e.c.Create(ctx, "p1", api.CreateSandboxRequest{})

@@ -90,6 +90,9 @@ type Config struct {
 	PortsKey    []byte
 	PortsDomain string
 	PortsResume bool
+	// ImagesOnDisk: the node's disk is the image store (`lizard serve`
+	// without --image-store), so a snapshot is durable once taken.
+	ImagesOnDisk bool
 	// Builder builds custom templates (templates.go); nil: none can be
 	// built. BuildsPerHour bounds each project's builds that are not
 	// found in the cache (0: no bound). Forget is told a custom template
@@ -299,7 +302,7 @@ func (c *Control) Metrics(ctx context.Context, projectID, id string) (api.Sandbo
 }
 
 // Pause checkpoints projectID's running sandbox id to disk and stops it.
-func (c *Control) Pause(ctx context.Context, projectID, id string) (api.Sandbox, error) {
+func (c *Control) Pause(ctx context.Context, projectID, id string, req api.PauseRequest) (api.Sandbox, error) {
 	if _, err := c.lookup(ctx, projectID, id); err != nil {
 		return api.Sandbox{}, err
 	}
@@ -307,7 +310,44 @@ func (c *Control) Pause(ctx context.Context, projectID, id string) (api.Sandbox,
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	if req.WaitDurable && !sb.Durable {
+		if sb, err = c.waitDurable(ctx, id); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
 	return c.toAPI(sb), nil
+}
+
+// DurableWait bounds a pause's wait for its image to reach the image store.
+const DurableWait = 5 * time.Minute
+
+// waitDurable waits until paused sandbox id's image is in the image store
+// (the node uploads it in the background), reading the record the node
+// writes, which is shared in a cluster.
+func (c *Control) waitDurable(ctx context.Context, id string) (store.Sandbox, error) {
+	ctx, cancel := context.WithTimeout(ctx, DurableWait)
+	defer cancel()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		sb, err := c.cfg.Store.GetSandbox(ctx, id)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			return sb, err
+		case err == nil && sb.Durable:
+			return sb, nil
+		case err == nil && (sb.State != api.StatePaused || !sb.Live()):
+			return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s: it left its pause before its image was durable", id, sb.State)}
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return sb, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: fmt.Sprintf("sandbox %s is paused but its image did not reach the image store within %s (is the store reachable? the node log says); it keeps uploading: GET the sandbox for durable", id, DurableWait)}
+			}
+			return sb, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // Resume restores projectID's paused sandbox id; req.TimeoutMs, when set,
@@ -437,6 +477,7 @@ func (c *Control) toAPI(sb store.Sandbox) api.Sandbox {
 		PublicPorts:     sb.Shape.PublicPorts,
 		PortsDomain:     c.cfg.PortsDomain,
 		Network:         sb.Shape.Network.API(),
+		Durable:         sb.Durable,
 	}
 }
 

@@ -249,7 +249,7 @@ func TestChildBound(t *testing.T) {
 		t.Fatalf("Acquire within the bound: %v", err)
 	}
 	call.Release()
-	if _, err := e.c.Pause(ctx, "p1", child.SandboxID); err != nil {
+	if _, err := e.c.Pause(ctx, "p1", child.SandboxID, api.PauseRequest{}); err != nil {
 		t.Fatalf("Pause: %v", err)
 	}
 	e.Clock.Add(5 * time.Minute)

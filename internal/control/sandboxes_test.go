@@ -22,14 +22,14 @@ func TestOtherProject(t *testing.T) {
 	ctx := context.Background()
 	sb := e.create(t, "p1", api.CreateSandboxRequest{TimeoutMs: ms(60_000)})
 	paused := e.create(t, "p1", api.CreateSandboxRequest{})
-	if _, err := e.c.Pause(ctx, "p1", paused.SandboxID); err != nil {
+	if _, err := e.c.Pause(ctx, "p1", paused.SandboxID, api.PauseRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	ops := map[string]func(id string) error{
 		"Get":          func(id string) error { _, err := e.c.Get(ctx, "p2", id); return err },
 		"Kill":         func(id string) error { return e.c.Kill(ctx, "p2", id) },
 		"SetTimeout":   func(id string) error { _, err := e.c.SetTimeout(ctx, "p2", id, 1); return err },
-		"Pause":        func(id string) error { _, err := e.c.Pause(ctx, "p2", id); return err },
+		"Pause":        func(id string) error { _, err := e.c.Pause(ctx, "p2", id, api.PauseRequest{}); return err },
 		"Resume":       func(id string) error { _, err := e.c.Resume(ctx, "p2", id, api.ResumeRequest{}); return err },
 		"Acquire":      func(id string) error { _, err := e.c.Acquire(ctx, "p2", id); return err },
 		"CheckRunning": func(id string) error { return e.c.CheckRunning(ctx, "p2", id) },
@@ -63,7 +63,7 @@ func TestStates(t *testing.T) {
 	ctx := context.Background()
 	running := e.create(t, "p1", api.CreateSandboxRequest{})
 	paused := e.create(t, "p1", api.CreateSandboxRequest{})
-	if _, err := e.c.Pause(ctx, "p1", paused.SandboxID); err != nil {
+	if _, err := e.c.Pause(ctx, "p1", paused.SandboxID, api.PauseRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	killed := e.create(t, "p1", api.CreateSandboxRequest{})

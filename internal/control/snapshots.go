@@ -24,7 +24,7 @@ func (c *Control) Snapshot(ctx context.Context, projectID, id string) (api.Snaps
 			"(it would restore against whatever they hold later); fork it instead (the copies mount the same volumes), or snapshot a sandbox without volumes", id)}
 	}
 	sn := store.Snapshot{ID: "snap-" + node.NewID(), ProjectID: projectID, SandboxID: id, Template: sb.Template,
-		CreatedAt: c.now(), Shape: sb.Shape}
+		CreatedAt: c.now(), Shape: sb.Shape, Durable: c.cfg.ImagesOnDisk}
 	if sn.ImageDir, sn.SizeBytes, err = c.node.Snapshot(ctx, id, sn.ID); err != nil {
 		return api.Snapshot{}, err
 	}
@@ -42,7 +42,7 @@ func (c *Control) Snapshot(ctx context.Context, projectID, id string) (api.Snaps
 
 func snapshotAPI(sn store.Snapshot) api.Snapshot {
 	return api.Snapshot{SnapshotID: sn.ID, SandboxID: sn.SandboxID, ProjectID: sn.ProjectID, Template: recipe.Name(sn.Template),
-		CreatedAt: sn.CreatedAt, SizeBytes: sn.SizeBytes}
+		CreatedAt: sn.CreatedAt, SizeBytes: sn.SizeBytes, Durable: sn.Durable}
 }
 
 func (c *Control) lookupSnapshot(ctx context.Context, projectID, id string) (store.Snapshot, error) {

@@ -125,7 +125,7 @@ func TestRestoresKeepShape(t *testing.T) {
 	if want := (store.Shape{MemoryBytes: mem, CPUs: 1, DiskBytes: 1 << 30, Token: true, Recorded: true}); !reflect.DeepEqual(row.Shape, want) {
 		t.Errorf("recorded shape = %+v, want %+v", row.Shape, want)
 	}
-	if _, err := e.c.Pause(ctx, "p1", sb.SandboxID); err != nil {
+	if _, err := e.c.Pause(ctx, "p1", sb.SandboxID, api.PauseRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.c.Resume(ctx, "p1", sb.SandboxID, api.ResumeRequest{}); err != nil {

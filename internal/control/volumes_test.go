@@ -90,7 +90,7 @@ func TestVolumeRules(t *testing.T) {
 		t.Errorf("Snapshot of a sandbox with a volume = %v; want a conflict", err)
 	}
 	// Pause and resume, fork: each restore mounts the volume again.
-	if _, err := e.c.Pause(ctx, "p1", sb.SandboxID); err != nil {
+	if _, err := e.c.Pause(ctx, "p1", sb.SandboxID, api.PauseRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.c.DeleteVolume(ctx, "p1", "data"); !errors.Is(err, errdefs.ErrConflict) {

@@ -207,6 +207,7 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 		return fmt.Errorf("reconciling sandboxes with the runtime and the database: %w", err)
 	}
 	go n.RunReaper(ctx)
+	go n.RunUploader(ctx)
 	go n.RunSampler(ctx)
 	if pool != nil {
 		go pool.Run(ctx, n)

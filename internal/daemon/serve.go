@@ -106,6 +106,8 @@ type serveConfig struct {
 	secrets secretsFlags
 	// events: serve's only (events.go); `lizard node` records, not serves.
 	events eventFlags
+	// images is where checkpoint images outlive the node (imagestore.go).
+	images imageStoreFlags
 
 	pool  netns.Pool
 	level slog.Level
@@ -147,6 +149,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Runtime, "runtime", "gvisor", "sandbox backend: gvisor (runsc; works without KVM) or qemu (a VM with its own kernel per sandbox; KVM where it works, else slow software emulation: docs/qemu.md)")
 	fs.DurationVar(&c.StartTimeout, "start-timeout", 0, "how long a new sandbox's agent may take to answer (default: 30s with gvisor, 5m with qemu)")
 	c.qemu.register(fs)
+	c.images.register(fs)
 	fs.DurationVar(&c.PausedRetention, "paused-retention", node.DefaultPausedRetention, "how long a paused sandbox is kept before it is ended")
 	fs.Int64Var(&c.MinFreeDiskMb, "min-free-disk-mb", 512, "free space kept on the data directory's disk, MiB: below it creates, forks, snapshots, pauses and volumes are refused (507) so that state changes can still be recorded; 0: no bound")
 	fs.BoolVar(&c.TemplateSnapshot, "template-snapshot", true, "create sandboxes by restoring a checkpoint of each template's booted sandbox (kernel started, numpy/pandas/matplotlib imported) instead of booting; false boots every sandbox")
@@ -171,6 +174,9 @@ func (c *serveConfig) validate() error {
 		return cli.Usagef("--default-timeout %s and --max-timeout %s: want 0 < default <= max", c.DefaultTimeout, c.MaxTimeout)
 	}
 	if err := c.policy.validate(); err != nil {
+		return err
+	}
+	if err := c.images.validate(); err != nil {
 		return err
 	}
 	if err := c.level.UnmarshalText([]byte(c.LogLevel)); err != nil {
@@ -338,7 +344,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		MaxVolumes: c.policy.MaxVolumes, MaxVolumeTotalBytes: c.policy.MaxVolumeTotalMb << 20,
 		PortsKey: agentKey, PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
 		Builder: builder, BuildsPerHour: c.BuildsPerHour,
-		Secrets: secretsStore,
+		Secrets: secretsStore, ImagesOnDisk: c.images.URL == "",
 	}
 	if pool != nil {
 		ccfg.Forget = pool.Forget
@@ -389,6 +395,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		return fmt.Errorf("reconciling sandboxes with the runtime: %w", err)
 	}
 	go n.RunReaper(ctx)
+	go n.RunUploader(ctx)
 	go n.RunSampler(ctx)
 	if pool != nil {
 		go pool.Run(ctx, n)
@@ -450,6 +457,10 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 	if err != nil {
 		return nodeParts{}, err
 	}
+	images, imageCache, err := c.images.open(ctx, c.DataDir, os.Getenv, logger)
+	if err != nil {
+		return nodeParts{}, err
+	}
 	rt, err := newRuntime(c, logger)
 	if err != nil {
 		return nodeParts{}, err
@@ -498,6 +509,7 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: tokenAPI,
 		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,
 		StartTimeout: c.startTimeout(), MinFreeDisk: c.MinFreeDiskMb << 20,
+		Images: images, ImageCache: imageCache,
 	}
 	quota := &node.Quota{Store: shared, MaxLive: c.policy.MaxSandboxes, MaxDisk: c.policy.MaxProjectDiskMb << 20, DefaultDisk: limits.DiskBytes}
 	ncfg.Admission = quota

@@ -392,7 +392,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, &httpError{status: http.StatusConflict, msg: fmt.Sprintf("sandbox %s is already paused", id)})
 		return
 	}
-	if _, err := h.cfg.Control.Pause(r.Context(), project, id); err != nil {
+	if _, err := h.cfg.Control.Pause(r.Context(), project, id, api.PauseRequest{}); err != nil {
 		h.fail(w, r, notGone(err))
 		return
 	}

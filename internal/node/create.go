@@ -35,7 +35,21 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 		if p.forked {
 			path = metrics.PathFork
 		}
-		return n.provision(ctx, p, restoreOf("image", path, p.Image))
+		src := restoreOf("image", path, p.Image)
+		if !n.local(p.Image) && p.SnapshotID != "" {
+			// A snapshot another node took: from the image store.
+			dir, release, lost, err := n.fetch(ctx, snapshotImage(p.SnapshotID))
+			if lost {
+				return store.Sandbox{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
+					Msg: fmt.Sprintf("snapshot %s's image is lost from the image store (missing or corrupt); its node may still hold it", p.SnapshotID)}
+			}
+			if err != nil {
+				return store.Sandbox{}, err
+			}
+			defer release()
+			src.image = dir
+		}
+		return n.provision(ctx, p, src)
 	}
 	w := n.cfg.Warm
 	// A sandbox with volumes boots: runsc restores an image only into

@@ -82,14 +82,19 @@ func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (_ string, 
 		return "", 0, err
 	}
 	size := dirSize(dir)
+	n.wakeUploader()
 	n.log.Info("snapshot taken", "sandbox_id", id, "snapshot_id", snapshotID, "size_bytes", size,
 		"took", time.Since(begin).Round(time.Millisecond))
 	n.emit(Event{Kind: Snapshotted, SandboxID: id, ProjectID: sb.ProjectID, SnapshotID: snapshotID, Token: sb.Shape.Token})
 	return dir, size, nil
 }
 
-// RemoveImage implements Node.
+// RemoveImage implements Node: a snapshot's image goes from the image
+// store too.
 func (n *Local) RemoveImage(ctx context.Context, image string) error {
+	if filepath.Dir(filepath.Clean(image)) == n.snapshotsDir() {
+		n.forget(snapshotImage(filepath.Base(image)))
+	}
 	if err := os.RemoveAll(image); err != nil {
 		return fmt.Errorf("removing image %s: %w", image, err)
 	}
@@ -151,6 +156,7 @@ func (n *Local) removeImage(id string) {
 	if err := os.RemoveAll(filepath.Join(n.imagesDir(), id)); err != nil {
 		n.log.Error("removing the image of an ended sandbox", "sandbox_id", id, "err", err)
 	}
+	n.forget(pausedImage(id))
 }
 
 // sweepImages removes images no paused sandbox or snapshot accounts for

@@ -31,6 +31,7 @@ import (
 	"github.com/lizard-build/lizard/internal/agentclient"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/keylock"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
@@ -221,6 +222,13 @@ type Config struct {
 	// (trust.go): a sandbox whose policy injects secrets trusts its own;
 	// nil: none is made or installed.
 	EgressCAs *inject.Authorities
+	// Images is the image store (docs/storage.md): paused sandboxes' and
+	// snapshots' images are uploaded to it in the background
+	// (RunUploader), and an image another node made is fetched from it,
+	// through ImageCache, which is required with it. nil: the node's disk
+	// is the store, and an image is durable once written.
+	Images     *imagestore.Store
+	ImageCache *imagestore.Cache
 }
 
 // Volumes makes, mounts and removes persistent volumes' filesystems on this
@@ -261,9 +269,10 @@ type Local struct {
 	log    *slog.Logger
 	agents *agentclient.Client
 	locks  keylock.Map
-	calls  inflight // proxied calls in flight, per sandbox (pause.go)
-	ports  inflight // proxied connections to exposed ports (ports.go)
-	meters meters   // each running sandbox's metrics samples (metrics.go)
+	calls  inflight      // proxied calls in flight, per sandbox (pause.go)
+	ports  inflight      // proxied connections to exposed ports (ports.go)
+	meters meters        // each running sandbox's metrics samples (metrics.go)
+	kick   chan struct{} // wakes RunUploader (durable.go)
 
 	mu   sync.Mutex
 	subs []func(Event)
@@ -283,6 +292,8 @@ func New(cfg Config) (*Local, error) {
 		return nil, errors.New("node: no template artifacts")
 	case !cfg.Pool.Prefix().IsValid():
 		return nil, errors.New("node: no address pool")
+	case cfg.Images != nil && cfg.ImageCache == nil:
+		return nil, errors.New("node: an image store without an image cache")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -308,7 +319,7 @@ func New(cfg Config) (*Local, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	n := &Local{cfg: cfg, log: cfg.Logger}
+	n := &Local{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1)}
 	n.agents = agentclient.New(n.resolveAgent, n.agentSecret, cfg.Transport)
 	return n, nil
 }

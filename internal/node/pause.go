@@ -105,7 +105,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 		return &errdefs.Error{Msg: fmt.Sprintf("could not stop sandbox %s after checkpointing it; it keeps running", sb.ID),
 			Cause: fmt.Errorf("killing sandbox: %w", err)}
 	}
-	if err := n.cfg.Store.PauseSandbox(cctx, sb.ID, dir, remaining, n.now()); err != nil {
+	if err := n.cfg.Store.PauseSandbox(cctx, sb.ID, dir, remaining, n.now(), n.durableNow()); err != nil {
 		// The sandbox is gone and unrecorded as paused: reconciliation
 		// would end it anyway, so end it now and say so.
 		if eerr := n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, "recording its pause failed", n.now()); eerr != nil {
@@ -118,6 +118,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	// Its address is free for others now, and so must be anything held
 	// on it (the API listener of a lizardToken).
 	n.stopped(sb, api.StatePaused, "paused")
+	n.wakeUploader()
 	log.Info("sandbox paused", "image", dir, "size_bytes", dirSize(dir), "took", time.Since(begin).Round(time.Millisecond))
 	return nil
 }
@@ -174,7 +175,24 @@ func (n *Local) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs *i
 		r.expires = n.deadline(*p.RemainingMs)
 	}
 	plan := Plan{ProjectID: sb.ProjectID, Role: sb.Role, Template: sb.Template, TimeoutMs: r.timeoutMs, Token: sb.Shape.Token}
-	return n.provision(ctx, plan, source{name: "resume", image: p.ImageDir, resume: r})
+	src := source{name: "resume", image: p.ImageDir, resume: r}
+	if p.ImageDir != "" && !n.local(p.ImageDir) {
+		// Paused on another node, since lost: its image comes from the
+		// image store.
+		if !p.Durable {
+			return sb, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: fmt.Sprintf("sandbox %s was paused on node %s, whose disk holds its image, which is not in the image store yet; retry when that node is back", sb.ID, sb.Node)}
+		}
+		dir, release, lost, err := n.fetch(ctx, pausedImage(sb.ID))
+		if lost {
+			return n.failResume(ctx, n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID), sb, "", "its image was lost from the image store", err)
+		}
+		if err != nil {
+			return sb, err
+		}
+		defer release()
+		src.image, src.cached = dir, true
+	}
+	return n.provision(ctx, plan, src)
 }
 
 // runningLocked returns sandbox id, resuming it if paused; the caller

@@ -82,6 +82,9 @@ type source struct {
 	// image into a new address slot: its row is kept, its caller holds
 	// its lock, and it keeps its identity and its lizardToken's key.
 	resume *resumeOf
+	// cached: image is the image cache's (durable.go), not to be removed
+	// after a resume.
+	cached bool
 }
 
 // resumeOf is a paused sandbox to resume, and the deadline it resumes
@@ -90,6 +93,15 @@ type resumeOf struct {
 	row       store.Sandbox
 	timeoutMs int64
 	expires   *time.Time
+}
+
+// ownImage is the image a failed resume removes: none when it is the
+// cache's.
+func (s source) ownImage() string {
+	if s.cached {
+		return ""
+	}
+	return s.image
 }
 
 var (
@@ -134,7 +146,7 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	begin := time.Now()
 	fail := func(reason string, err error) (store.Sandbox, error) {
 		if src.resume != nil {
-			return n.failResume(ctx, log, sb, src.image, reason, err)
+			return n.failResume(ctx, log, sb, src.ownImage(), reason, err)
 		}
 		// An error that already tells the caller what happened (the agent
 		// timed out, the sandbox died while starting) is returned as it
@@ -289,7 +301,9 @@ func (n *Local) markRunning(ctx context.Context, log *slog.Logger, sb store.Sand
 		if err := n.cfg.Store.MarkResumed(cctx, sb.ID, src.resume.timeoutMs, src.resume.expires); err != nil {
 			return err
 		}
-		removeDir(log, "the image of a resumed sandbox", src.image)
+		if !src.cached {
+			removeDir(log, "the image of a resumed sandbox", src.image)
+		}
 		return nil
 	}
 	return n.cfg.Store.MarkRunning(ctx, sb.ID, n.deadline(p.TimeoutMs))
@@ -309,6 +323,7 @@ func (n *Local) failResume(ctx context.Context, log *slog.Logger, sb store.Sandb
 	if image != "" {
 		removeDir(log, "the image of a sandbox that failed to resume", image)
 	}
+	n.forget(pausedImage(sb.ID))
 	n.stopped(sb, api.StateFailed, reason)
 	log.Warn("sandbox failed to resume", "reason", reason, "err", err)
 	return sb, &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("sandbox %s could not be resumed: %s", sb.ID, reason), Cause: err}

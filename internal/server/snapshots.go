@@ -20,7 +20,12 @@ func (s *Server) snapshotRoutes(mux *http.ServeMux, authed func(http.HandlerFunc
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	sb, err := s.c.Pause(r.Context(), project, r.PathValue("id"))
+	var req api.PauseRequest
+	if err := decodeJSON(w, r, &req, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sb, err := s.c.Pause(r.Context(), project, r.PathValue("id"), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -92,7 +92,7 @@ func TestLostNodes(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := s.PauseSandbox(ctx, paused.ID, "/img", nil, now); err != nil {
+		if err := s.PauseSandbox(ctx, paused.ID, "/img", nil, now, false); err != nil {
 			t.Fatal(err)
 		}
 		nodes, err := s.ListNodes(ctx)

@@ -36,10 +36,10 @@ func TestPauseResumeAndSnapshots(t *testing.T) {
 		}
 		rem := int64(4000)
 		pausedAt := time.UnixMilli(time.Now().UnixMilli()).UTC()
-		if err := s.PauseSandbox(ctx, "a", "/img/a", &rem, pausedAt); err != nil {
+		if err := s.PauseSandbox(ctx, "a", "/img/a", &rem, pausedAt, false); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.PauseSandbox(ctx, "a", "/img/a", &rem, pausedAt); !errors.Is(err, ErrConflict) {
+		if err := s.PauseSandbox(ctx, "a", "/img/a", &rem, pausedAt, false); !errors.Is(err, ErrConflict) {
 			t.Fatalf("PauseSandbox of a paused sandbox = %v; want ErrConflict", err)
 		}
 		got, _ := s.GetSandbox(ctx, "a")
@@ -149,7 +149,7 @@ func TestConcurrentPauses(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := s.PauseSandbox(ctx, fmt.Sprintf("s%d", i), "/img", nil, time.Now()); err != nil {
+				if err := s.PauseSandbox(ctx, fmt.Sprintf("s%d", i), "/img", nil, time.Now(), false); err != nil {
 					t.Errorf("PauseSandbox: %v", err)
 				}
 			}()
@@ -249,10 +249,82 @@ func TestPausedSlotCounterStartsPastOldSlots(t *testing.T) {
 	if err := s.MarkRunning(ctx, "new", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PauseSandbox(ctx, "new", "/img", nil, time.Now()); err != nil {
+	if err := s.PauseSandbox(ctx, "new", "/img", nil, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.GetSandbox(ctx, "new"); got.Slot != -8 {
 		t.Fatalf("slot of a sandbox paused after the migration = %d; want -8 (past the old -7)", got.Slot)
 	}
+}
+
+// A pause is durable once SetPauseDurable says so for that pause, and
+// only then; a resume or a new pause forgets it. A durable paused sandbox
+// can move to another node.
+func TestPauseDurable(t *testing.T) {
+	forEachStore(t, func(t *testing.T, be backend) {
+		s := be.open(t)
+		ctx := context.Background()
+		if err := s.CreateProject(ctx, "p", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		newSandbox(t, s, "a", "p", 2)
+		if err := s.MarkRunning(ctx, "a", nil); err != nil {
+			t.Fatal(err)
+		}
+		at := time.UnixMilli(time.Now().UnixMilli()).UTC()
+		if ok, err := s.SetPauseDurable(ctx, "a", at); err != nil || ok {
+			t.Fatalf("SetPauseDurable of a running sandbox = %v, %v; want false", ok, err)
+		}
+		if err := s.PauseSandbox(ctx, "a", "/img/a", nil, at, false); err != nil {
+			t.Fatal(err)
+		}
+		if sb, _ := s.GetSandbox(ctx, "a"); sb.Durable {
+			t.Fatal("a pause is durable before its upload")
+		}
+		if ok, err := s.SetPauseDurable(ctx, "a", at.Add(-time.Second)); err != nil || ok {
+			t.Fatalf("SetPauseDurable of an older pause = %v, %v; want false", ok, err)
+		}
+		if ok, err := s.SetPauseDurable(ctx, "a", at); err != nil || !ok {
+			t.Fatalf("SetPauseDurable = %v, %v; want true", ok, err)
+		}
+		sb, _ := s.GetSandbox(ctx, "a")
+		p, _ := s.GetPause(ctx, "a")
+		if !sb.Durable || !p.Durable {
+			t.Fatalf("after SetPauseDurable: sandbox durable %v, pause durable %v; want both", sb.Durable, p.Durable)
+		}
+		if list, _ := s.ListSandboxes(ctx, Filter{}); len(list) != 1 || !list[0].Durable {
+			t.Fatalf("ListSandboxes = %+v; want a durable", list)
+		}
+		if err := s.AdoptPaused(ctx, "a", "wrong-node", "n2"); !errors.Is(err, ErrConflict) {
+			t.Fatalf("AdoptPaused from another node = %v; want ErrConflict", err)
+		}
+		if err := s.AdoptPaused(ctx, "a", sb.Node, "n2"); err != nil {
+			t.Fatal(err)
+		}
+		if sb, _ := s.GetSandbox(ctx, "a"); sb.Node != "n2" || sb.State != "paused" || !sb.Durable {
+			t.Fatalf("adopted sandbox = %+v; want paused and durable on n2", sb)
+		}
+		if _, _, err := s.AssignSlot(ctx, "a", 2, addrs); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.MarkResumed(ctx, "a", 1000, nil); err != nil {
+			t.Fatal(err)
+		}
+		if p, _ := s.GetPause(ctx, "a"); p.Durable {
+			t.Fatal("a resumed sandbox's pause is still durable")
+		}
+		sn := Snapshot{ID: "snap", ProjectID: "p", SandboxID: "a", CreatedAt: time.Now(), ImageDir: "/img/s"}
+		if err := s.CreateSnapshot(ctx, sn); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s.SetSnapshotDurable(ctx, "snap"); err != nil || !ok {
+			t.Fatalf("SetSnapshotDurable = %v, %v", ok, err)
+		}
+		if got, _ := s.GetSnapshot(ctx, "snap"); !got.Durable {
+			t.Fatal("snapshot not durable after SetSnapshotDurable")
+		}
+		if ok, _ := s.SetSnapshotDurable(ctx, "nope"); ok {
+			t.Fatal("SetSnapshotDurable of a missing snapshot said true")
+		}
+	})
 }

@@ -34,6 +34,9 @@ type Sandbox struct {
 	ParentID string
 	// Node is the cluster node it runs on ("": the one `lizard serve`).
 	Node string
+	// Durable: it is paused and its image is in the image store (read,
+	// never written, with the row: SetPauseDurable).
+	Durable bool
 }
 
 // Live reports whether the sandbox has not ended.
@@ -42,6 +45,11 @@ func (sb Sandbox) Live() bool { return sb.EndedAt == nil }
 const sandboxColumns = `id, project_id, template, state, timeout_ms, metadata, created_at,
 	expires_at, ended_at, end_reason, slot, host_addr, guest_addr, shape, role, parent_id, node`
 
+// sandboxSelect is what reads a row: its columns and whether its pause is
+// durable.
+const sandboxSelect = sandboxColumns + `, COALESCE((SELECT p.durable FROM sandbox_pause p
+	WHERE p.sandbox_id = sandboxes.id AND sandboxes.state = 'paused'), 0)`
+
 type scanner interface{ Scan(dest ...any) error }
 
 func scanSandbox(r scanner) (Sandbox, error) {
@@ -49,8 +57,9 @@ func scanSandbox(r scanner) (Sandbox, error) {
 	var meta, shape string
 	var created int64
 	var expires, ended sql.NullInt64
+	var durable int64
 	if err := r.Scan(&sb.ID, &sb.ProjectID, &sb.Template, &sb.State, &sb.TimeoutMs, &meta, &created,
-		&expires, &ended, &sb.EndReason, &sb.Slot, &sb.HostAddr, &sb.GuestAddr, &shape, &sb.Role, &sb.ParentID, &sb.Node); err != nil {
+		&expires, &ended, &sb.EndReason, &sb.Slot, &sb.HostAddr, &sb.GuestAddr, &shape, &sb.Role, &sb.ParentID, &sb.Node, &durable); err != nil {
 		return Sandbox{}, err
 	}
 	sh, err := decodeShape(shape)
@@ -58,6 +67,7 @@ func scanSandbox(r scanner) (Sandbox, error) {
 		return Sandbox{}, fmt.Errorf("sandbox %s: %w", sb.ID, err)
 	}
 	sb.Shape = sh
+	sb.Durable = durable != 0
 	if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
 		return Sandbox{}, fmt.Errorf("decoding metadata of sandbox %s: %w", sb.ID, err)
 	}
@@ -146,7 +156,7 @@ func nonNil(m map[string]string) map[string]string {
 
 // GetSandbox returns the sandbox with that ID, live or ended, or ErrNotFound.
 func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
-	sb, err := scanSandbox(s.db.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id))
+	sb, err := scanSandbox(s.db.QueryRowContext(ctx, `SELECT `+sandboxSelect+` FROM sandboxes WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Sandbox{}, fmt.Errorf("getting sandbox %s: %w", id, ErrNotFound)
 	}
@@ -200,7 +210,7 @@ func (s *Store) ListSandboxes(ctx context.Context, f Filter) ([]Sandbox, error) 
 		where = append(where, "ended_at IS NULL AND expires_at IS NOT NULL AND expires_at <= ?")
 		args = append(args, toMillis(*f.ExpiredBy))
 	}
-	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
+	q := `SELECT ` + sandboxSelect + ` FROM sandboxes`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}

@@ -18,6 +18,8 @@ type Pause struct {
 	ImageDir    string // "" unless paused
 	RemainingMs *int64 // nil: never expires
 	PausedAt    *time.Time
+	// Durable: the image is in the image store too (SetPauseDurable).
+	Durable bool
 }
 
 // SetOnTimeout records what sandbox id does when its timeout passes.
@@ -35,8 +37,8 @@ func (s *Store) SetOnTimeout(ctx context.Context, id, onTimeout string) error {
 func (s *Store) GetPause(ctx context.Context, id string) (Pause, error) {
 	p := Pause{SandboxID: id, OnTimeout: "kill"}
 	var remaining, pausedAt sql.NullInt64
-	err := s.db.QueryRowContext(ctx, `SELECT on_timeout, image_dir, remaining_ms, paused_at FROM sandbox_pause WHERE sandbox_id = ?`, id).
-		Scan(&p.OnTimeout, &p.ImageDir, &remaining, &pausedAt)
+	err := s.db.QueryRowContext(ctx, `SELECT on_timeout, image_dir, remaining_ms, paused_at, durable FROM sandbox_pause WHERE sandbox_id = ?`, id).
+		Scan(&p.OnTimeout, &p.ImageDir, &remaining, &pausedAt, &p.Durable)
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, nil
 	}
@@ -51,9 +53,10 @@ func (s *Store) GetPause(ctx context.Context, id string) (Pause, error) {
 }
 
 // PauseSandbox moves a running sandbox to paused: it frees its address
-// slot, stops its clock (expires_at NULL) and records its image and the
-// life it had left (nil: never expires). ErrConflict if it was not running.
-func (s *Store) PauseSandbox(ctx context.Context, id, imageDir string, remainingMs *int64, now time.Time) error {
+// slot, stops its clock (expires_at NULL) and records its image, the life
+// it had left (nil: never expires) and whether the image is durable
+// already. ErrConflict if it was not running.
+func (s *Store) PauseSandbox(ctx context.Context, id, imageDir string, remainingMs *int64, now time.Time, durable bool) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", id, err)
@@ -74,9 +77,9 @@ func (s *Store) PauseSandbox(ctx context.Context, id, imageDir string, remaining
 	if remainingMs != nil {
 		rem = sql.NullInt64{Int64: *remainingMs, Valid: true}
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_pause (sandbox_id, image_dir, remaining_ms, paused_at) VALUES (?, ?, ?, ?)
+	if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_pause (sandbox_id, image_dir, remaining_ms, paused_at, durable) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT(sandbox_id) DO UPDATE SET image_dir = excluded.image_dir, remaining_ms = excluded.remaining_ms,
-		paused_at = excluded.paused_at`, id, imageDir, rem, toMillis(now)); err != nil {
+		paused_at = excluded.paused_at, durable = excluded.durable`, id, imageDir, rem, toMillis(now), boolInt(durable)); err != nil {
 		return fmt.Errorf("recording pause of sandbox %s: %w", id, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -169,7 +172,7 @@ func (s *Store) MarkResumed(ctx context.Context, id string, timeoutMs int64, exp
 	if err := s.affected(ctx, res, id, "resuming sandbox %s"); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE sandbox_pause SET image_dir = '', remaining_ms = NULL, paused_at = NULL
+	if _, err := tx.ExecContext(ctx, `UPDATE sandbox_pause SET image_dir = '', remaining_ms = NULL, paused_at = NULL, durable = 0
 		WHERE sandbox_id = ?`, id); err != nil {
 		return fmt.Errorf("resuming sandbox %s: %w", id, err)
 	}
@@ -179,7 +182,7 @@ func (s *Store) MarkResumed(ctx context.Context, id string, timeoutMs int64, exp
 // ListPaused returns the live paused sandboxes paused at or before t, or
 // all of them when t is nil.
 func (s *Store) ListPaused(ctx context.Context, t *time.Time) ([]Pause, error) {
-	q := `SELECT p.sandbox_id, p.on_timeout, p.image_dir, p.remaining_ms, p.paused_at FROM sandbox_pause p
+	q := `SELECT p.sandbox_id, p.on_timeout, p.image_dir, p.remaining_ms, p.paused_at, p.durable FROM sandbox_pause p
 		JOIN sandboxes s ON s.id = p.sandbox_id WHERE s.state = 'paused' AND s.ended_at IS NULL`
 	var args []any
 	if s.scoped {
@@ -199,7 +202,7 @@ func (s *Store) ListPaused(ctx context.Context, t *time.Time) ([]Pause, error) {
 	for rows.Next() {
 		var p Pause
 		var remaining, pausedAt sql.NullInt64
-		if err := rows.Scan(&p.SandboxID, &p.OnTimeout, &p.ImageDir, &remaining, &pausedAt); err != nil {
+		if err := rows.Scan(&p.SandboxID, &p.OnTimeout, &p.ImageDir, &remaining, &pausedAt, &p.Durable); err != nil {
 			return nil, fmt.Errorf("listing paused sandboxes: %w", err)
 		}
 		if remaining.Valid {
@@ -221,15 +224,17 @@ type Snapshot struct {
 	SizeBytes int64
 	ImageDir  string
 	Shape     Shape // of the sandbox it was taken from
+	// Durable: its image is in the image store (SetSnapshotDurable).
+	Durable bool
 }
 
-const snapshotColumns = `id, project_id, sandbox_id, template, created_at, size_bytes, image_dir, shape`
+const snapshotColumns = `id, project_id, sandbox_id, template, created_at, size_bytes, image_dir, shape, durable`
 
 func scanSnapshot(r scanner) (Snapshot, error) {
 	var sn Snapshot
 	var created int64
 	var shape string
-	if err := r.Scan(&sn.ID, &sn.ProjectID, &sn.SandboxID, &sn.Template, &created, &sn.SizeBytes, &sn.ImageDir, &shape); err != nil {
+	if err := r.Scan(&sn.ID, &sn.ProjectID, &sn.SandboxID, &sn.Template, &created, &sn.SizeBytes, &sn.ImageDir, &shape, &sn.Durable); err != nil {
 		return Snapshot{}, err
 	}
 	sh, err := decodeShape(shape)
@@ -247,8 +252,8 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn Snapshot) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		sn.ID, sn.ProjectID, sn.SandboxID, sn.Template, toMillis(sn.CreatedAt), sn.SizeBytes, sn.ImageDir, shape)
+	_, err = s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sn.ID, sn.ProjectID, sn.SandboxID, sn.Template, toMillis(sn.CreatedAt), sn.SizeBytes, sn.ImageDir, shape, boolInt(sn.Durable))
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("creating snapshot %s: %w", sn.ID, ErrConflict)
@@ -332,4 +337,48 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 		return fmt.Errorf("deleting snapshot %s: %w", id, ErrNotFound)
 	}
 	return err
+}
+
+// SetPauseDurable records that paused sandbox id's image, of the pause at
+// pausedAt, is in the image store. It reports false when that pause is
+// over (resumed, paused again, ended): the upload was for nothing.
+func (s *Store) SetPauseDurable(ctx context.Context, id string, pausedAt time.Time) (bool, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE sandbox_pause SET durable = 1 WHERE sandbox_id = ? AND paused_at = ?
+		AND EXISTS (SELECT 1 FROM sandboxes s WHERE s.id = sandbox_pause.sandbox_id AND s.state = 'paused' AND s.ended_at IS NULL)`,
+		id, toMillis(pausedAt))
+	if err != nil {
+		return false, fmt.Errorf("recording the durable image of sandbox %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// SetSnapshotDurable records that snapshot id's image is in the image
+// store; false if there is no such snapshot (deleted, or not recorded yet).
+func (s *Store) SetSnapshotDurable(ctx context.Context, id string) (bool, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET durable = 1 WHERE id = ?`, id)
+	if err != nil {
+		return false, fmt.Errorf("recording the durable image of snapshot %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// AdoptPaused moves paused sandbox id from node from to node to (its image
+// is durable, and from was lost): to resumes it. ErrConflict if it is not
+// paused on from any more (another API process moved it first).
+func (s *Store) AdoptPaused(ctx context.Context, id, from, to string) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET node = ? WHERE id = ? AND node = ? AND state = 'paused' AND ended_at IS NULL`, to, id, from)
+	if err != nil {
+		return fmt.Errorf("moving paused sandbox %s to node %s: %w", id, to, err)
+	}
+	return s.affected(ctx, res, id, "moving paused sandbox %s")
+}
+
+// boolInt is b as the 0 or 1 an INTEGER column holds on both databases.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -392,6 +392,12 @@ CREATE TABLE webhook_attempts (
 	PRIMARY KEY (delivery_id, attempt)
 );
 `,
+	// A paused sandbox's image, and a snapshot's, is durable once it is
+	// in the image store (docs/storage.md): it then outlives its node.
+	`
+ALTER TABLE sandbox_pause ADD COLUMN durable INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE snapshots ADD COLUMN durable INTEGER NOT NULL DEFAULT 0;
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

@@ -165,6 +165,7 @@ type wireSandbox struct {
 	Role      string            `json:"role,omitempty"`
 	ParentID  string            `json:"parentId,omitempty"`
 	Node      string            `json:"node,omitempty"`
+	Durable   bool              `json:"durable,omitempty"`
 }
 
 // shape is store.Shape on the wire.
@@ -185,6 +186,7 @@ func sandboxToWire(sb store.Sandbox) wireSandbox {
 	return wireSandbox{ID: sb.ID, ProjectID: sb.ProjectID, Template: sb.Template, State: sb.State, TimeoutMs: sb.TimeoutMs,
 		Metadata: sb.Metadata, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, EndedAt: sb.EndedAt, EndReason: sb.EndReason,
 		Slot: sb.Slot, HostAddr: sb.HostAddr, GuestAddr: sb.GuestAddr, Role: sb.Role, ParentID: sb.ParentID, Node: sb.Node,
+		Durable: sb.Durable,
 		Shape: shape{Limits: limits{MemoryBytes: sh.MemoryBytes, CPUs: sh.CPUs, DiskBytes: sh.DiskBytes, Pids: sh.Pids,
 			OpenFiles: sh.OpenFiles, Processes: sh.Processes}, Internet: sh.Internet, Token: sh.Token,
 			Volumes: volumesToWire(sh.Volumes), PublicPorts: sh.PublicPorts, Network: wirePolicy(sh.Network), Recorded: sh.Recorded}}
@@ -195,6 +197,7 @@ func (w wireSandbox) sandbox() store.Sandbox {
 	return store.Sandbox{ID: w.ID, ProjectID: w.ProjectID, Template: w.Template, State: w.State, TimeoutMs: w.TimeoutMs,
 		Metadata: w.Metadata, CreatedAt: w.CreatedAt, ExpiresAt: w.ExpiresAt, EndedAt: w.EndedAt, EndReason: w.EndReason,
 		Slot: w.Slot, HostAddr: w.HostAddr, GuestAddr: w.GuestAddr, Role: w.Role, ParentID: w.ParentID, Node: w.Node,
+		Durable: w.Durable,
 		Shape: store.Shape{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, DiskBytes: l.DiskBytes, Pids: l.Pids,
 			OpenFiles: l.OpenFiles, Processes: l.Processes, Internet: w.Shape.Internet, Token: w.Shape.Token,
 			Volumes: volumesFromWire(w.Shape.Volumes), PublicPorts: w.Shape.PublicPorts, Network: w.Shape.Network, Recorded: w.Shape.Recorded}}

@@ -74,6 +74,7 @@ MODELS: Dict[str, type] = {
 CALLS: Dict[str, List[Callable[..., Any]]] = {
     "CreateSandboxRequest": [CodeSandbox.create, AsyncCodeSandbox.create],
     "SetTimeoutRequest": [CodeSandbox.set_timeout, AsyncCodeSandbox.set_timeout],
+    "PauseRequest": [CodeSandbox.pause, AsyncCodeSandbox.pause],
     "ResumeRequest": [CodeSandbox.resume, AsyncCodeSandbox.resume],
     "ForkRequest": [CodeSandbox.fork, AsyncCodeSandbox.fork],
     "CreateVolumeRequest": [Volume.create, AsyncVolume.create],

@@ -131,6 +131,8 @@ export interface SnapshotInfo {
   template: string;
   createdAt: string;
   sizeBytes: number;
+  /** Its image is in the server's image store (uploaded in the background after the snapshot). */
+  durable: boolean;
 }
 
 /** A sandbox that runs code. Make one with CodeSandbox.create or CodeSandbox.connect. */
@@ -357,9 +359,17 @@ export class CodeSandbox {
    * the server's disk and stops it; its timeout clock stops too. Any call on
    * it, resume() or connect() resumes it. Throws ConflictError when a call is
    * still running after 10 s.
+   *
+   * The image is copied to the server's image store in the background;
+   * waitDurable returns only once it is there (durable), so that the sandbox
+   * outlives the machine that paused it, and throws SandboxError (503) if that
+   * takes over 5 minutes.
    */
-  async pause(): Promise<void> {
-    await this.http.request<unknown>('POST', `${this.prefix}/pause`, { timeoutMs: this.longTimeout() });
+  async pause(opts: { waitDurable?: boolean } = {}): Promise<void> {
+    await this.http.request<unknown>('POST', `${this.prefix}/pause`, {
+      json: opts.waitDurable ? { waitDurable: true } : {},
+      timeoutMs: this.longTimeout(),
+    });
   }
 
   /**

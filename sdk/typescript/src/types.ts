@@ -86,6 +86,8 @@ export interface SandboxInfo {
   portsDomain?: string;
   /** Its network policy by domain name, if it has one. */
   network?: NetworkPolicy;
+  /** It is paused and its image is in the server's image store: it outlives the machine that paused it. */
+  durable: boolean;
 }
 
 /** A volume mounted in a sandbox: its name and where. */
@@ -200,6 +202,7 @@ export interface WireSandbox {
   publicPorts?: boolean;
   portsDomain?: string;
   network?: NetworkPolicy;
+  durable?: boolean;
 }
 
 export interface WireVolume {
@@ -334,6 +337,7 @@ export function sandboxInfo(w: WireSandbox): SandboxInfo {
     publicPorts: w.publicPorts ?? false,
     portsDomain: w.portsDomain || undefined,
     network: w.network ?? undefined,
+    durable: w.durable ?? false,
   };
 }
 

@@ -367,12 +367,17 @@ class CodeSandbox:
         except LizardError:
             pass
 
-    def pause(self) -> None:
+    def pause(self, wait_durable: bool = False) -> None:
         """Pause the sandbox: its memory, kernel variables, processes and files are saved to the server's
         disk and it stops using CPU and memory. Its timeout clock stops too. Any call on it (run_code,
         commands, files), :meth:`resume` or ``connect`` resumes it. Raises ConflictError when a call
-        is still running after 10 s."""
-        self._http.request("POST", f"{self._prefix}/pause", timeout=_core.DEFAULT_CREATE_TIMEOUT)
+        is still running after 10 s.
+
+        The image is copied to the server's image store in the background; ``wait_durable=True``
+        returns only once it is there (``durable``), so that the sandbox outlives the machine that
+        paused it, and raises SandboxError (503) if that takes over 5 minutes."""
+        body = {"waitDurable": True} if wait_durable else {}
+        self._http.request("POST", f"{self._prefix}/pause", json=body, timeout=_core.DEFAULT_CREATE_TIMEOUT)
 
     def resume(self, timeout_ms: Optional[int] = None) -> None:
         """Resume a paused sandbox (a running one is left as is). timeout_ms, when given, replaces the time

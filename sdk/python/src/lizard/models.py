@@ -121,6 +121,8 @@ class SandboxInfo:
         public_ports: its ports need no credential.
         ports_domain: the server's wildcard domain for ports, or None (path-based URLs only).
         network: its network policy by name (``{"default": ..., "allow": [...], ...}``), or None.
+        durable: it is paused and its image is in the server's image store, so it outlives the
+            machine that paused it (docs/storage.md).
     """
 
     sandbox_id: str
@@ -141,6 +143,7 @@ class SandboxInfo:
     public_ports: bool = False
     ports_domain: Optional[str] = None
     network: Optional[Dict[str, Any]] = None
+    durable: bool = False
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "SandboxInfo":
@@ -164,6 +167,7 @@ class SandboxInfo:
             public_ports=bool(obj.get("publicPorts")),
             ports_domain=str(obj["portsDomain"]) if obj.get("portsDomain") else None,
             network=dict(obj["network"]) if isinstance(obj.get("network"), dict) else None,
+            durable=bool(obj.get("durable")),
         )
 
 
@@ -259,7 +263,8 @@ class TemplateInfo:
 class SnapshotInfo:
     """A saved copy of a sandbox (memory, kernel variables, processes, files).
 
-    Create sandboxes from it with ``CodeSandbox.create(snapshot_id=...)``.
+    Create sandboxes from it with ``CodeSandbox.create(snapshot_id=...)``. ``durable`` says its
+    image is in the server's image store, uploaded in the background after the snapshot answers.
     """
 
     snapshot_id: str
@@ -268,6 +273,7 @@ class SnapshotInfo:
     template: str
     created_at: Optional[datetime]
     size_bytes: int
+    durable: bool = False
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "SnapshotInfo":
@@ -279,6 +285,7 @@ class SnapshotInfo:
             template=str(obj.get("template", "")),
             created_at=parse_time(obj.get("createdAt")),
             size_bytes=int(obj.get("sizeBytes") or 0),
+            durable=bool(obj.get("durable")),
         )
 
 

@@ -50,6 +50,7 @@ const MODELS: Record<string, string[]> = {
 const CALLS: Record<string, string> = {
   CreateSandboxRequest: 'CodeSandbox.create',
   SetTimeoutRequest: 'CodeSandbox.setTimeout',
+  PauseRequest: 'CodeSandbox.pause',
   ResumeRequest: 'CodeSandbox.resume',
   ForkRequest: 'CodeSandbox.fork',
   CreateVolumeRequest: 'Volume.create',

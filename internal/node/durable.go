@@ -1,0 +1,184 @@
+package node
+
+// Durable images (docs/storage.md). A pause or a snapshot answers once its
+// image is on this node's disk; RunUploader then copies it to the image
+// store and records it durable, retrying while the store is away, so
+// durability catches up when it is back. An image that is not on this
+// node's disk (its sandbox was paused on a node since lost, its snapshot
+// taken on another) is fetched from the store through the image cache.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/imagestore"
+)
+
+// UploadInterval is how often RunUploader looks for images not yet durable
+// when nothing woke it.
+const UploadInterval = 2 * time.Second
+
+// Names of images in the image store.
+func pausedImage(sandboxID string) string    { return "paused/" + sandboxID }
+func snapshotImage(snapshotID string) string { return "snapshots/" + snapshotID }
+
+// durableNow is whether an image is durable as soon as it is on this
+// node's disk: when the node's disk is the image store, under `lizard
+// serve`. A cluster node without an image store has nothing durable: its
+// paused sandboxes wait for it when it is lost.
+func (n *Local) durableNow() bool { return n.cfg.Images == nil && n.cfg.Store.Node() == "" }
+
+// local reports whether image is on this node's disk.
+func (n *Local) local(image string) bool {
+	return n.cfg.DataDir != "" && strings.HasPrefix(filepath.Clean(image), n.cfg.DataDir+string(filepath.Separator))
+}
+
+// wakeUploader has RunUploader look for new images now.
+func (n *Local) wakeUploader() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// RunUploader makes this node's images durable until ctx ends: the images
+// of its paused sandboxes and of its snapshots that the store does not
+// hold yet are uploaded, one at a time, and recorded durable.
+func (n *Local) RunUploader(ctx context.Context) {
+	if n.cfg.Images == nil {
+		return
+	}
+	t := time.NewTicker(UploadInterval)
+	defer t.Stop()
+	failing := false
+	for {
+		err := n.uploadPending(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			n.log.Error("making images durable failed; retrying", "store", n.cfg.Images.Bucket().String(), "err", err)
+			failing = true
+		case err == nil && failing:
+			n.log.Info("images durable again", "store", n.cfg.Images.Bucket().String())
+			failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-n.kick:
+		}
+	}
+}
+
+// uploadPending uploads what is not durable yet; it returns the first
+// upload's failure (the store is away: the others would fail alike).
+func (n *Local) uploadPending(ctx context.Context) error {
+	paused, err := n.cfg.Store.ListPaused(ctx, nil)
+	if err != nil {
+		return err
+	}
+	for _, p := range paused {
+		if p.Durable || p.PausedAt == nil || !n.local(p.ImageDir) {
+			continue
+		}
+		sb, err := n.cfg.Store.GetSandbox(ctx, p.SandboxID)
+		if err != nil {
+			return err
+		}
+		if len(sb.Shape.Volumes) > 0 {
+			// It restores only where its volumes are, on this node's
+			// disk: an image elsewhere would serve nothing.
+			continue
+		}
+		if err := n.upload(ctx, pausedImage(p.SandboxID), p.ImageDir); err != nil {
+			return err
+		}
+		ok, err := n.cfg.Store.SetPauseDurable(ctx, p.SandboxID, *p.PausedAt)
+		if err != nil {
+			return err
+		}
+		if ok {
+			n.log.Info("paused sandbox durable", "sandbox_id", p.SandboxID)
+		}
+		// Not ok: resumed or paused again meanwhile; the next pause's
+		// upload replaces this one, the end of the sandbox deletes it.
+	}
+	snaps, err := n.cfg.Store.ListSnapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, sn := range snaps {
+		if sn.Durable || !n.local(sn.ImageDir) {
+			continue
+		}
+		if err := n.upload(ctx, snapshotImage(sn.ID), sn.ImageDir); err != nil {
+			return err
+		}
+		if ok, err := n.cfg.Store.SetSnapshotDurable(ctx, sn.ID); err != nil {
+			return err
+		} else if !ok {
+			// Deleted while it uploaded.
+			n.forget(snapshotImage(sn.ID))
+		} else {
+			n.log.Info("snapshot durable", "snapshot_id", sn.ID)
+		}
+	}
+	return nil
+}
+
+func (n *Local) upload(ctx context.Context, name, dir string) error {
+	begin := time.Now()
+	m, err := n.cfg.Images.Put(ctx, name, dir)
+	if err != nil {
+		return err
+	}
+	n.log.Info("image uploaded to the image store", "image", name, "size_bytes", m.Size, "took", time.Since(begin).Round(time.Millisecond))
+	return nil
+}
+
+// forget deletes image name from the store in the background (an ended
+// sandbox's, a deleted snapshot's); what fails to go is only space.
+func (n *Local) forget(name string) {
+	if n.cfg.Images == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := n.cfg.Images.Delete(ctx, name); err != nil {
+			n.log.Warn("deleting an image from the image store", "image", name, "err", err)
+		}
+	}()
+}
+
+// fetch returns a local directory of image name, which another node made:
+// from the image cache, fetched from the store if the cache lacks it. A
+// corrupt download is fetched once more; an image corrupt or missing in
+// the store is reported lost (lost true), one the store could not serve
+// (away) is ErrUnavailable.
+func (n *Local) fetch(ctx context.Context, name string) (dir string, release func(), lost bool, err error) {
+	if n.cfg.Images == nil {
+		return "", nil, false, &errdefs.Error{Kind: errdefs.ErrUnavailable,
+			Msg: "the image is on another node's disk and this node has no image store (--image-store)"}
+	}
+	for try := 0; ; try++ {
+		dir, release, err = n.cfg.ImageCache.Get(ctx, name)
+		if err == nil {
+			return dir, release, false, nil
+		}
+		if errors.Is(err, imagestore.ErrCorrupt) && try == 0 && ctx.Err() == nil {
+			n.log.Warn("an image from the image store failed its checksum; fetching it again", "image", name, "err", err)
+			continue
+		}
+		if imagestore.IsLost(err) {
+			return "", nil, true, err
+		}
+		return "", nil, false, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
+			Msg: fmt.Sprintf("the image store did not serve image %s; retry when it is back", name)}
+	}
+}

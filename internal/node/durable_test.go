@@ -1,0 +1,201 @@
+package node_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/imagestore"
+	"github.com/lizard-build/lizard/internal/imagestore/disk"
+	"github.com/lizard-build/lizard/internal/imagestore/s3"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/node/nodetest"
+	"github.com/lizard-build/lizard/internal/testenv"
+)
+
+// imageBackends are the image stores the node's durability runs against;
+// stop and start (S3 only) take the store away and bring it back.
+var imageBackends = []struct {
+	name string
+	open func(t *testing.T) (b imagestore.Bucket, stop, start func())
+}{
+	{"disk", func(t *testing.T) (imagestore.Bucket, func(), func()) {
+		return &disk.Bucket{Root: t.TempDir()}, nil, nil
+	}},
+	{"s3", func(t *testing.T) (imagestore.Bucket, func(), func()) {
+		srv := testenv.S3Server(t)
+		u, _ := url.Parse("s3://" + srv.Bucket + "/lizard")
+		b, err := s3.Open(u, srv.Getenv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, srv.Stop, srv.Start
+	}},
+}
+
+// withImages gives a node the image store over b and a cache of its own
+// in cache.
+func withImages(t *testing.T, b imagestore.Bucket, cache string) func(*node.Config) {
+	return func(cfg *node.Config) {
+		cfg.Images = imagestore.New(b)
+		c, err := imagestore.NewCache(cfg.Images, cache, 1<<30, nodetest.Discard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ImageCache = c
+	}
+}
+
+// otherNode is a second node on env's database and image store with a disk
+// of its own: what resumes a sandbox paused on a lost node.
+func otherNode(t *testing.T, e *nodetest.Env, b imagestore.Bucket) other {
+	cfg := e.Config
+	cfg.DataDir = t.TempDir()
+	cache := filepath.Join(cfg.DataDir, "image-cache")
+	withImages(t, b, cache)(&cfg)
+	n, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return other{node: n, cache: cache}
+}
+
+type other struct {
+	node  *node.Local
+	cache string
+}
+
+func waitDurable(t *testing.T, e *nodetest.Env, id string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !e.Row(t, id).Durable {
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s not durable after %s", id, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func runUploader(t *testing.T, n *node.Local) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.RunUploader(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// A pause answers before its image is durable; the uploader makes it so;
+// another node, whose disk lacks the image, resumes it from the store.
+func TestPauseDurableResumesElsewhere(t *testing.T) {
+	for _, be := range imageBackends {
+		t.Run(be.name, func(t *testing.T) {
+			b, _, _ := be.open(t)
+			e := nodetest.New(t, withImages(t, b, t.TempDir()))
+			ctx := context.Background()
+			sb := e.Create(t, nodetest.Plan(60_000))
+			if p := pause(t, e, sb.ID); p.Durable {
+				t.Fatal("a pause with an image store is durable before any upload")
+			}
+			runUploader(t, e.Node)
+			waitDurable(t, e, sb.ID, 20*time.Second)
+
+			other := otherNode(t, e, b)
+			r, err := other.node.Resume(ctx, sb.ID, nil)
+			if err != nil {
+				t.Fatalf("Resume on another node: %v", err)
+			}
+			rs := e.Runtime.Restores()
+			last := rs[len(rs)-1].Dir
+			if r.State != api.StateRunning || !strings.HasPrefix(last, other.cache) {
+				t.Fatalf("resumed %s from %s; want running, restored from the other node's image cache %s", r.State, last, other.cache)
+			}
+			if e.Row(t, sb.ID).Durable {
+				t.Fatal("a running sandbox reports durable")
+			}
+		})
+	}
+}
+
+// A corrupt image in the store is caught by its checksum: fetched again,
+// then reported lost, the resume failing with a typed error.
+func TestCorruptImageReportedLost(t *testing.T) {
+	for _, be := range imageBackends {
+		t.Run(be.name, func(t *testing.T) {
+			b, _, _ := be.open(t)
+			e := nodetest.New(t, withImages(t, b, t.TempDir()))
+			ctx := context.Background()
+			sb := e.Create(t, nodetest.Plan(60_000))
+			pause(t, e, sb.ID)
+			runUploader(t, e.Node)
+			waitDurable(t, e, sb.ID, 20*time.Second)
+			m, err := e.Config.Images.Stat(ctx, "paused/"+sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc, err := b.Get(ctx, m.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, _ := io.ReadAll(rc)
+			rc.Close()
+			data[len(data)/3] ^= 0x55
+			if err := b.Put(ctx, m.Object, bytes.NewReader(data)); err != nil {
+				t.Fatal(err)
+			}
+			other := otherNode(t, e, b)
+			_, err = other.node.Resume(ctx, sb.ID, nil)
+			if !errors.Is(err, errdefs.ErrGone) || !strings.Contains(errdefs.Message(err), "lost from the image store") {
+				t.Fatalf("Resume from a corrupt image: %v; want ErrGone saying the image was lost", err)
+			}
+			if row := e.Row(t, sb.ID); row.Live() || row.State != api.StateFailed {
+				t.Fatalf("after a lost image the sandbox is %s (live %v); want failed", row.State, row.Live())
+			}
+		})
+	}
+}
+
+// With the store away a pause still answers, not durable, and a resume
+// elsewhere is refused as unavailable, the sandbox kept paused; once the
+// store is back durability catches up.
+func TestStoreAwayThenBack(t *testing.T) {
+	b, stop, start := imageBackends[1].open(t)
+	e := nodetest.New(t, withImages(t, b, t.TempDir()))
+	ctx := context.Background()
+	sb := e.Create(t, nodetest.Plan(60_000))
+	stop()
+	if p := pause(t, e, sb.ID); p.State != api.StatePaused || p.Durable {
+		t.Fatalf("pause with the store away = %s durable %v; want paused, not durable", p.State, p.Durable)
+	}
+	runUploader(t, e.Node)
+	time.Sleep(node.UploadInterval + time.Second)
+	if e.Row(t, sb.ID).Durable {
+		t.Fatal("durable while the store is away")
+	}
+	other := otherNode(t, e, b)
+	if _, err := other.node.Resume(ctx, sb.ID, nil); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("resume elsewhere of a pause not durable: %v; want ErrUnavailable", err)
+	}
+	if row := e.Row(t, sb.ID); row.State != api.StatePaused {
+		t.Fatalf("sandbox %s after a refused resume; want paused", row.State)
+	}
+	start()
+	waitDurable(t, e, sb.ID, 30*time.Second)
+	stop()
+	if _, err := other.node.Resume(ctx, sb.ID, nil); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("resume elsewhere with the store away: %v; want ErrUnavailable", err)
+	}
+	if row := e.Row(t, sb.ID); row.State != api.StatePaused || !row.Live() {
+		t.Fatalf("sandbox %s after the store was away; want still paused", row.State)
+	}
+	start()
+	if r, err := other.node.Resume(ctx, sb.ID, nil); err != nil || r.State != api.StateRunning {
+		t.Fatalf("resume once the store is back: %v, %v", r.State, err)
+	}
+}
