@@ -51,8 +51,8 @@ func TestPauseResume(t *testing.T) {
 	if err != nil {
 		t.Fatalf("PauseSandbox: %v", err)
 	}
-	if p.State != api.StatePaused || p.ExpiresAt != nil {
-		t.Fatalf("paused sandbox = state %s expiresAt %v, want paused with no deadline", p.State, p.ExpiresAt)
+	if p.State != api.StatePaused || p.ExpiresAt != nil || !p.Durable {
+		t.Fatalf("paused sandbox = state %s expiresAt %v durable %v, want paused with no deadline, durable (the disk is the image store)", p.State, p.ExpiresAt, p.Durable)
 	}
 	image := filepath.Join(s.dataDir, "images", id)
 	if !exists(filepath.Join(image, "checkpoint.img")) {

@@ -460,9 +460,15 @@ func (r *Router) Snapshot(ctx context.Context, id, snapshotID string) (string, i
 	return store.ImageRef(c.Name(), image), size, nil
 }
 
-// RemoveImage implements node.Node.
+// RemoveImage implements node.Node. The image of a node without a live
+// lease is left to it: it removes images no row accounts for when it is
+// back (and the copy in the image store stays: docs/storage.md).
 func (r *Router) RemoveImage(ctx context.Context, image string) error {
 	name, path := store.SplitImageRef(image)
+	if _, live, err := r.live(ctx, name); err == nil && !live {
+		r.log.Warn("not removing an image of a node without a live lease; it sweeps it when back", "node", name, "image", path)
+		return nil
+	}
 	c, err := r.client(ctx, name)
 	if err != nil {
 		return err

@@ -1,0 +1,285 @@
+package e2e
+
+// The image store (docs/storage.md) against a real S3 server (versitygw,
+// testenv.S3Server): `lizard serve` refusing a store it cannot use, pauses
+// and snapshots made durable, the store down and back; and a cluster whose
+// paused sandbox and snapshot outlive the node that made them.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/client"
+	"github.com/lizard-build/lizard/internal/testenv"
+)
+
+// startServerEnv is startServer with env added to the server's
+// environment.
+func startServerEnv(t *testing.T, env []string, args ...string) *server {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	s := &server{t: t, bin: testenv.Binary(t, "lizard"), dataDir: t.TempDir(), pool: takePool(t), args: args, env: env}
+	testenv.Binary(t, "lizard-agent")
+	testenv.Binary(t, "lizard-client")
+	s.runsc = testenv.Binary(t, "runsc")
+	s.listen = freeAddr(t)
+	s.url = "http://" + s.listen
+	s.start()
+	t.Cleanup(s.shutdown)
+	return s
+}
+
+// waitSnapshotDurable polls snapshot id until it is durable.
+func waitSnapshotDurable(t *testing.T, c *client.Client, id string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		sn, err := c.GetSnapshot(context.Background(), id)
+		if err == nil && sn.Durable {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("snapshot %s not durable after %s: %+v, %v", id, within, sn, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func waitSandboxDurable(t *testing.T, c *client.Client, id string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		sb, err := c.GetSandbox(context.Background(), id)
+		if err == nil && sb.Durable {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s not durable after %s: %+v, %v", id, within, sb, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestImageStoreServe(t *testing.T) {
+	testenv.RequiresRoot(t)
+	s3 := testenv.S3Server(t)
+	storeURL := "s3://" + s3.Bucket + "/lizard"
+
+	// A store the server cannot use: it refuses to start, naming the
+	// setting.
+	t.Run("RefusesBadStore", func(t *testing.T) {
+		for _, tc := range []struct {
+			name, url string
+			env       []string
+			want      string
+		}{
+			{"wrong secret", storeURL, []string{"AWS_SECRET_ACCESS_KEY=wrong"}, "AWS_SECRET_ACCESS_KEY"},
+			{"missing bucket", "s3://nosuchbucket/x", nil, `bucket "nosuchbucket" does not exist`},
+			{"no credentials", storeURL, []string{"AWS_ACCESS_KEY_ID="}, "AWS_ACCESS_KEY_ID"},
+			{"bad scheme", "ftp://x/y", nil, "--image-store"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, testenv.Binary(t, "lizard"), "serve", "--listen", freeAddr(t), "--data-dir", t.TempDir(),
+					"--cache-dir", cacheDir(), "--egress=none", "--metrics-listen=", "--image-store", tc.url)
+				cmd.Env = append(append(os.Environ(), s3.Env()...), tc.env...)
+				var out bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &out
+				err := cmd.Run()
+				if err == nil || ctx.Err() != nil || !strings.Contains(out.String(), tc.want) {
+					t.Fatalf("lizard serve with %s: %v; want it to exit naming %s:\n%s", tc.name, err, tc.want, out.String())
+				}
+			})
+		}
+	})
+
+	s := startServerEnv(t, s3.Env(), "--image-store", storeURL)
+	c := s.createProject("proj_store")
+	ctx := context.Background()
+	sb := newSandbox(t, c, api.CreateSandboxRequest{TimeoutMs: ms(600_000)})
+	id := sb.SandboxID
+	if sb.Durable {
+		t.Fatal("a running sandbox reports durable")
+	}
+	py(t, c, id, "x = 41")
+
+	t.Run("SnapshotDurable", func(t *testing.T) {
+		sn, err := c.Snapshot(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitSnapshotDurable(t, c, sn.SnapshotID, time.Minute)
+		if err := c.DeleteSnapshot(ctx, sn.SnapshotID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("PauseWaitDurable", func(t *testing.T) {
+		p, err := c.PauseSandboxWith(ctx, id, api.PauseRequest{WaitDurable: true})
+		if err != nil || p.State != api.StatePaused || !p.Durable {
+			t.Fatalf("pause waitDurable = %+v, %v; want paused and durable", p, err)
+		}
+		if got := py(t, c, id, "print(x + 1)"); got != "42" {
+			t.Fatalf("after a durable pause x + 1 = %q, want 42", got)
+		}
+		if got, _ := c.GetSandbox(ctx, id); got.Durable {
+			t.Fatal("a resumed sandbox reports durable")
+		}
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodPost, s.url+"/v1/sandboxes/"+id+"/pause", strings.NewReader(`{"waitDurable": "yes"}`))
+		req.Header.Set("Authorization", "Bearer "+s.keys[c])
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body bytes.Buffer
+		body.ReadFrom(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body.String(), "waitDurable") {
+			t.Fatalf("pause with waitDurable a string: %d %s; want 400 naming waitDurable", resp.StatusCode, body.String())
+		}
+		other := s.createProject("proj_store_other")
+		var ce *client.Error
+		if _, err := other.PauseSandboxWith(ctx, id, api.PauseRequest{WaitDurable: true}); !errors.As(err, &ce) || ce.Status != http.StatusNotFound {
+			t.Fatalf("pause of another project's sandbox: %v; want 404", err)
+		}
+	})
+
+	// The store down: a pause still answers, not durable; back: durable.
+	t.Run("StoreDownThenUp", func(t *testing.T) {
+		s3.Stop()
+		p, err := c.PauseSandbox(ctx, id)
+		if err != nil || p.State != api.StatePaused || p.Durable {
+			s3.Start()
+			t.Fatalf("pause with the store down = %+v, %v; want paused, not durable", p, err)
+		}
+		time.Sleep(3 * time.Second)
+		if got, _ := c.GetSandbox(ctx, id); got.Durable {
+			s3.Start()
+			t.Fatal("durable while the store is down")
+		}
+		s3.Start()
+		waitSandboxDurable(t, c, id, time.Minute)
+		if got := py(t, c, id, "print(x)"); got != "41" {
+			t.Fatalf("x = %q after the store came back, want 41", got)
+		}
+	})
+	if err := c.KillSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// killProcsOf kills -9, by pid, every process whose command line names
+// dir: a node's runsc and sandbox processes, as the loss of its machine
+// would.
+func killProcsOf(t *testing.T, dir string) {
+	t.Helper()
+	for _, p := range hostProcs(dir) {
+		if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("killing %s: %v", p, err)
+		}
+	}
+}
+
+// TestClusterImageStore: a paused sandbox and a snapshot outlive the node
+// that made them, which is killed with its sandboxes' processes; with the
+// store down pauses still answer and become durable once it is back.
+func TestClusterImageStore(t *testing.T) {
+	testenv.RequiresRoot(t)
+	s3 := testenv.S3Server(t)
+	c, cl := startClusterWith(t, 3, 2, s3.Env(), []string{"--image-store", "s3://" + s3.Bucket + "/cluster"}, nil)
+	ctx := context.Background()
+
+	sb := newSandbox(t, cl[0], api.CreateSandboxRequest{TimeoutMs: ms(600_000)})
+	a := c.nodeOf(sb.SandboxID)
+	run(t, cl[0], sb.SandboxID, "python", "x = 41")
+	sn, err := cl[0].Snapshot(ctx, sb.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cl[1].PauseSandboxWith(ctx, sb.SandboxID, api.PauseRequest{WaitDurable: true})
+	if err != nil || !p.Durable {
+		t.Fatalf("pause waitDurable = %+v, %v; want durable", p, err)
+	}
+	waitSnapshotDurable(t, cl[0], sn.SnapshotID, time.Minute)
+
+	// Node A and everything it ran die; its lease runs out.
+	killedAt := time.Now()
+	c.node(a).kill9()
+	killProcsOf(t, c.node(a).dataDir)
+	deadline := time.Now().Add(3*clusterLease + 10*time.Second)
+	for {
+		var lost bool
+		if err := c.db.QueryRow(`SELECT lost_at IS NOT NULL FROM nodes WHERE name = $1`, a).Scan(&lost); err != nil {
+			t.Fatal(err)
+		}
+		if lost {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s not lost %s after it was killed", a, time.Since(killedAt))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got, err := cl[0].GetSandbox(ctx, sb.SandboxID); err != nil || got.State != api.StatePaused || !got.Durable {
+		t.Fatalf("durable paused sandbox of a lost node = %+v, %v; want still paused and durable", got, err)
+	}
+
+	t.Run("ResumeElsewhere", func(t *testing.T) {
+		ex := run(t, cl[1], sb.SandboxID, "python", "x + 1")
+		if len(ex.Results) == 0 || ex.Results[0].Data != "42" {
+			t.Fatalf("x + 1 after resuming on another node = %+v; want 42", ex.Results)
+		}
+		if n := c.nodeOf(sb.SandboxID); n == a {
+			t.Fatalf("sandbox still on lost node %s", a)
+		}
+		t.Logf("resumed on %s, %s after node %s was killed", c.nodeOf(sb.SandboxID), time.Since(killedAt).Round(time.Millisecond), a)
+	})
+
+	t.Run("SnapshotRestoresElsewhere", func(t *testing.T) {
+		cp := newSandbox(t, cl[0], api.CreateSandboxRequest{SnapshotID: sn.SnapshotID, TimeoutMs: ms(600_000)})
+		if n := c.nodeOf(cp.SandboxID); n == a {
+			t.Fatalf("create from a snapshot placed on lost node %s", a)
+		}
+		if ex := run(t, cl[0], cp.SandboxID, "python", "x"); len(ex.Results) == 0 || ex.Results[0].Data != "41" {
+			t.Fatalf("x in a copy of the snapshot on another node = %+v; want 41", ex.Results)
+		}
+		if err := cl[0].KillSandbox(ctx, cp.SandboxID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("StoreDownThenUp", func(t *testing.T) {
+		s3.Stop()
+		p, err := cl[0].PauseSandbox(ctx, sb.SandboxID)
+		if err != nil || p.State != api.StatePaused || p.Durable {
+			s3.Start()
+			t.Fatalf("pause with the store down = %+v, %v; want paused, not durable", p, err)
+		}
+		s3.Start()
+		waitSandboxDurable(t, cl[1], sb.SandboxID, time.Minute)
+	})
+
+	for _, id := range []string{sb.SandboxID} {
+		if err := cl[0].KillSandbox(ctx, id); err != nil {
+			t.Errorf("KillSandbox(%s): %v", id, err)
+		}
+	}
+	// Its node is lost: the snapshot goes all the same.
+	if err := cl[0].DeleteSnapshot(ctx, sn.SnapshotID); err != nil {
+		t.Errorf("DeleteSnapshot of a lost node's snapshot: %v", err)
+	}
+}
