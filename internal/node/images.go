@@ -113,6 +113,12 @@ func (n *Local) Checkpoint(ctx context.Context, id, dir string) error {
 // agent holds that sandbox's secret until it is reseeded.
 const sourceFile = "lizard-source"
 
+// authFile, in an image, is the secret its agent holds (that of the
+// sandbox it was taken from, derived from the agent key of the node that
+// took it): another node, whose key differs, reseeds the agent with it.
+// It adds nothing to what the image holds: the agent's memory has it.
+const authFile = "lizard-agent-auth"
+
 // imageSource is the ID of the sandbox image was taken from, or "" for an
 // image from before sources were recorded (whose agent takes no secret).
 func imageSource(image string) string {
@@ -123,6 +129,19 @@ func imageSource(image string) string {
 	return string(b)
 }
 
+// imageAuth is the secret image's agent holds: recorded in the image, or
+// for an image from before that was recorded, derived here as the node
+// that took it did.
+func (n *Local) imageAuth(image string) string {
+	if b, err := os.ReadFile(filepath.Join(image, authFile)); err == nil {
+		return string(b)
+	}
+	if source := imageSource(image); source != "" {
+		return n.agentSecret(source)
+	}
+	return ""
+}
+
 // checkpoint saves running sandbox id into dir, leaving it running. On
 // failure dir is removed and the error says why in words for the caller.
 func (n *Local) checkpoint(ctx context.Context, id, dir string) error {
@@ -131,6 +150,9 @@ func (n *Local) checkpoint(ctx context.Context, id, dir string) error {
 		err = n.cfg.Runtime.Checkpoint(ctx, id, dir, true)
 		if err == nil {
 			err = os.WriteFile(filepath.Join(dir, sourceFile), []byte(id), 0o600)
+		}
+		if err == nil && len(n.cfg.AgentKey) > 0 {
+			err = os.WriteFile(filepath.Join(dir, authFile), []byte(n.agentSecret(id)), 0o600)
 		}
 		if err != nil {
 			removeDir(n.log.With("sandbox_id", id), "a failed checkpoint's image", dir)

@@ -209,6 +209,13 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 		}
 	}
 	switch {
+	case src.resume != nil && src.cached:
+		// Paused on another node: its agent holds the secret that node
+		// gave it, and takes this node's (and the API's new address).
+		r := api.ReseedRequest{SandboxID: sb.ID, Envs: envMap(tokenEnv), KeepSeeds: true}
+		if err := n.reseedRestored(ctx, sb, r, src.image); err != nil {
+			return fail("its agent did not take this node's secret after the restore", err)
+		}
 	case src.resume != nil:
 		if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return n.waitAgent(ctx, sb) }); err != nil {
 			return fail("its agent did not answer after the restore", err)
@@ -468,10 +475,7 @@ func (n *Local) token(ctx context.Context, sb store.Sandbox, p Plan, src source)
 // the secret of the sandbox the image was taken from until then.
 func (n *Local) reseedRestored(ctx context.Context, sb store.Sandbox, r api.ReseedRequest, image string) error {
 	r.Secret = n.agentSecret(sb.ID)
-	auth := ""
-	if source := imageSource(image); source != "" {
-		auth = n.agentSecret(source)
-	}
+	auth := n.imageAuth(image)
 	return n.awaitAgent(ctx, sb, "answered after the restore", func(ctx context.Context, alive func(context.Context) error) error {
 		return n.agents.ReseedWhenUp(ctx, r, auth, alive)
 	})
