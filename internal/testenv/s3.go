@@ -82,7 +82,7 @@ func (s *S3) Start() {
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("starting versitygw: %v", err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // a loaded machine starts it slowly
 	for {
 		c, err := net.DialTimeout("tcp", s.addr, time.Second)
 		if err == nil {
