@@ -1483,6 +1483,7 @@ def main() -> int:
     ap.add_argument("--only", type=lambda v: set(v.split(",")) - {""}, default=set(),
                     help="run only these sections, comma-separated: density, burst, sustain (issue 25), "
                          "e2b (E2B's SDK beside Lizard's, issue 23), egress (the network policy proxy, issue 24), "
+                         "secrets (HTTPS with a secret set by the node, issue 24), "
                          "qemu (the QEMU rows with gVisor's create → first result beside them, issue 25) "
                          "(default: the whole bench)")
     ap.add_argument("--serve-flag", action="append", default=[],
@@ -1504,8 +1505,8 @@ def main() -> int:
     ap.add_argument("--cache-dir", default=os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     a = ap.parse_args()
-    if a.only - {"density", "burst", "sustain", "e2b", "egress", "qemu"}:
-        ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain', 'e2b', 'egress', 'qemu'})}")
+    if a.only - {"density", "burst", "sustain", "e2b", "egress", "secrets", "qemu"}:
+        ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain', 'e2b', 'egress', 'secrets', 'qemu'})}")
     globals()["ADDRESS_POOL"] = a.address_pool
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
@@ -1590,6 +1591,9 @@ def main() -> int:
         if "qemu" in a.only:
             gvisor_first(res, bin_dir, a.cache_dir, a.runs)
             qemu_column(res, bin_dir, a.cache_dir, a.qemu_runs, a.qemu_code_runs, a.qemu_idle)
+        if not a.only or "secrets" in a.only:
+            log("Lizard: HTTPS with a secret set by the node, beside direct")
+            secrets_section(res, a, bin_dir)
         density_sections(res, a, bin_dir)
     except (Interrupted, KeyboardInterrupt) as exc:
         log(f"interrupted ({exc}); cleaning up")
@@ -1707,6 +1711,136 @@ def e2b_figures(res: Results, srv: Server, runs: int, code_runs: int) -> None:
     res.add(Figure(base, ours))
     res.add(Figure("run_code(\"1+1\"), E2B SDK on Lizard", theirs, baseline=base, note="target ≤ 1.2×"))
 
+
+# The secrets section's "internet": a namespace of the bench's own with one address, named only by the node
+# resolver's test records, serving HTTPS with a CA made for the run (docs/secrets.md). No packet leaves.
+SECRETS_NS, SECRETS_IF, SECRETS_HOST_ADDR, SECRETS_ADDR = "lizb-sec", "lzb-sec0", "198.51.100.29", "203.0.113.29"
+SECRETS_NAME = "bench.secret.test"
+
+# The upstream, run in the namespace by the host's python3: HTTPS on 443, "ok" to every GET, with the
+# Authorization it got checked (a 403 without the secret, so a run that injects nothing shows).
+SECRETS_UPSTREAM = r"""
+import http.server, socketserver, ssl, sys
+want = "Bearer " + sys.argv[3]
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def do_GET(self):
+        ok = self.path != "/secret" or self.headers.get("Authorization") == want
+        body = b"ok" if ok else b"no secret"
+        # One write: the head and the body in one segment, as a real server sends a small answer.
+        self.wfile.write(b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (200 if ok else 403, len(body), body))
+    def log_message(self, *a): pass
+class S(http.server.ThreadingHTTPServer):
+    def server_bind(self):  # without HTTPServer's reverse lookup of the address: no DNS in the namespace
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = sys.argv[1], 443
+srv = S((sys.argv[1], 443), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[2])
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()
+"""
+
+# Timed inside the sandbox, so that only the network path differs: n HTTPS GETs, each on a new
+# connection (TCP, the TLS handshake, the request, the answer), to ADDR with SNI NAME.
+SECRETS_CLIENT = r"""
+import json, socket, ssl, time
+def _bench(path, ctx, n):
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        s = ctx.wrap_socket(socket.create_connection(("%(addr)s", 443), timeout=10), server_hostname="%(name)s")
+        s.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: %(name)s\r\nConnection: close\r\n\r\n")
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+        s.close()
+        if not data.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(data[:400])
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+"""
+
+
+def secrets_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
+    """--only secrets (and the whole bench): an HTTPS request whose header the node sets from a secret (TLS
+    terminated with the sandbox's CA, the upstream verified) against the same request straight to the
+    upstream, call for call in one sandbox each, the connection new each time (issue 24: ≤ 3 ms p50 over
+    direct)."""
+    import httpx
+    from lizard import CodeSandbox
+
+    tmp = Path(tempfile.mkdtemp(prefix="lizard-bench-secrets-"))
+    undo = [CLEANUP.push(f"removing {tmp}", lambda: shutil.rmtree(tmp, ignore_errors=True))]
+    # A CA and a certificate for the name, made for this run.
+    ca_key, ca, key, csr, crt = (tmp / n for n in ("ca.key", "ca.pem", "leaf.key", "leaf.csr", "leaf.pem"))
+    ossl = lambda *args: subprocess.run(["openssl", *args], check=True, capture_output=True)
+    ossl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(ca_key),
+         "-out", str(ca), "-days", "1", "-subj", "/CN=lizard bench CA",
+         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    ossl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(key), "-out", str(csr),
+         "-subj", f"/CN={SECRETS_NAME}")
+    (tmp / "ext").write_text(f"subjectAltName=DNS:{SECRETS_NAME}\nextendedKeyUsage=serverAuth\n"
+                             "keyUsage=critical,digitalSignature\nauthorityKeyIdentifier=keyid\nsubjectKeyIdentifier=hash\n")
+    ossl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial", "-out", str(crt),
+         "-days", "1", "-extfile", str(tmp / "ext"))
+    (tmp / "chain.pem").write_text(crt.read_text() + key.read_text())
+
+    ip = lambda *args: subprocess.run(["ip", *args], check=True, capture_output=True)
+    subprocess.run(["ip", "netns", "del", SECRETS_NS], capture_output=True)
+    subprocess.run(["ip", "link", "del", SECRETS_IF], capture_output=True)
+    ip("netns", "add", SECRETS_NS)
+    undo.append(CLEANUP.push(f"deleting namespace {SECRETS_NS}", lambda: subprocess.run(["ip", "netns", "del", SECRETS_NS])))
+    ip("link", "add", SECRETS_IF, "type", "veth", "peer", "name", "lzb-peer", "netns", SECRETS_NS)
+    undo.append(CLEANUP.push(f"deleting link {SECRETS_IF}",
+                             lambda: subprocess.run(["ip", "link", "del", SECRETS_IF], capture_output=True)))
+    ip("addr", "add", SECRETS_HOST_ADDR + "/32", "dev", SECRETS_IF)
+    ip("link", "set", SECRETS_IF, "up")
+    subprocess.run(["sysctl", "-qw", f"net.ipv4.conf.{SECRETS_IF}.forwarding=1"], check=True)
+    for args in (("link", "set", "lo", "up"), ("link", "set", "lzb-peer", "up"),
+                 ("addr", "add", SECRETS_ADDR + "/32", "dev", "lzb-peer"),
+                 ("route", "add", SECRETS_HOST_ADDR + "/32", "dev", "lzb-peer"),
+                 ("route", "add", "default", "via", SECRETS_HOST_ADDR, "dev", "lzb-peer", "onlink")):
+        ip("-n", SECRETS_NS, *args)
+    ip("route", "add", SECRETS_ADDR + "/32", "dev", SECRETS_IF)
+    value = "bench-" + os.urandom(12).hex()
+    up = subprocess.Popen(["ip", "netns", "exec", SECRETS_NS, "python3", "-c", SECRETS_UPSTREAM, SECRETS_ADDR,
+                           str(tmp / "chain.pem"), value], start_new_session=True)
+    undo.append(CLEANUP.push(f"stopping the upstream (pid {up.pid})", lambda: (up.kill(), up.wait())))
+
+    srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0", "--egress=internet", "--egress-allow=203.0.113.28/30",
+                                        f"--egress-test-hosts={SECRETS_NAME}={SECRETS_ADDR}",
+                                        f"--egress-extra-roots={ca}"], "secrets")
+    with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {srv.key}"}, timeout=60) as c:
+        c.put("/v1/secrets/BENCH_TOKEN", json={"value": value}).raise_for_status()
+    inject = [{"domain": SECRETS_NAME, "headers": {"Authorization": "Bearer {{ secrets.BENCH_TOKEN }}"}}]
+    client = SECRETS_CLIENT % {"addr": SECRETS_ADDR, "name": SECRETS_NAME}
+    with CodeSandbox.create(**srv.sdk(), timeout_ms=600_000,
+                            network={"default": "deny", "allow": [SECRETS_NAME], "inject": inject}) as via, \
+            CodeSandbox.create(**srv.sdk(), timeout_ms=600_000) as direct:
+        via.run_code(client + "_ctx = ssl.create_default_context()")  # the system bundle, with its CA
+        direct.run_code(client + f"_ctx = ssl.create_default_context(cadata={ca.read_text()!r})")
+        ours: List[float] = []
+        base: List[float] = []
+        n, rounds = max(10, a.code_runs // 10), 10
+        for i in range(rounds + 1):  # round 0 warms both paths (leaf certificate, sessions) and is dropped
+            for sb, path, into in ((via, "/secret", ours), (direct, "/", base)):
+                run = sb.run_code(f"print(json.dumps(_bench({path!r}, _ctx, {n})))")
+                if run.error:
+                    raise RuntimeError(f"secrets bench: {run.error.name}: {run.error.message}")
+                if i:
+                    into.extend(json.loads(run.stdout))
+    srv.stop()
+    for done in reversed(undo):
+        done()
+    direct_name = "HTTPS GET on a new connection, direct"
+    res.add(Figure(direct_name, base))
+    res.add(Figure("HTTPS GET on a new connection, secret header set by the node (TLS terminated)", ours,
+                   baseline=direct_name, note="target ≤ 3 ms over direct (p50)"))
 
 def e2b_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
     """--only e2b: E2B's figures alone, on a server of their own (no warm pool) after a warm-up."""

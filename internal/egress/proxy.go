@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -367,6 +368,9 @@ type replayConn struct {
 
 func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
+// SyscallConn reaches the socket: an Interceptor may tune it.
+func (c *replayConn) SyscallConn() (syscall.RawConn, error) { return rawConn(c.Conn) }
+
 func (c *replayConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
@@ -385,6 +389,16 @@ func (c *countConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	c.in.Add(int64(n))
 	return n, err
+}
+
+// SyscallConn reaches the socket: an Interceptor may tune it.
+func (c *countConn) SyscallConn() (syscall.RawConn, error) { return rawConn(c.Conn) }
+
+func rawConn(c net.Conn) (syscall.RawConn, error) {
+	if sc, ok := c.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
 }
 
 func (c *countConn) Write(p []byte) (int, error) {

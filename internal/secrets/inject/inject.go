@@ -26,7 +26,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/secrets"
@@ -85,6 +88,11 @@ func (in *Injector) Intercept(ctx context.Context, c egress.InterceptConn) error
 			return nil
 		}
 		client = tc
+		// The sandbox's client may hold its request back (Nagle) until
+		// its Finished is acknowledged, and Go's server sends nothing
+		// after Finished (its ticket went with its own flight): without
+		// this, the request waits for the delayed ACK, 40 ms and more.
+		quickAck(c.Conn)
 	}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return c.Dial(ctx) },
@@ -200,6 +208,19 @@ func (in *Injector) fail(w http.ResponseWriter, log *slog.Logger, err error) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
 	fmt.Fprintln(w, msg)
+}
+
+// quickAck acknowledges at once what conn's socket has received.
+func quickAck(conn net.Conn) {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_QUICKACK, 1) })
 }
 
 // serveOne serves HTTP/1.1 on conn alone until it closes or ctx ends.
