@@ -105,3 +105,95 @@ func TestE2BHostForm(t *testing.T) {
 		t.Errorf("port 8000 without a credential: %d; want the ports proxy's 401", code)
 	}
 }
+
+// e2bNetScript creates a sandbox through E2B's SDK with E2B's network
+// options (allowOut names, denyOut ALL_TRAFFIC: an allow list), probes
+// from inside it, widens it with update_network and probes again; it
+// prints the sandbox's ID and both probes' results as JSON.
+const e2bNetScript = `
+import json
+from e2b import ALL_TRAFFIC
+from e2b_code_interpreter import Sandbox
+PROBE = r'''
+import json, socket
+def get(host, ip=None):
+    try:
+        s = socket.create_connection((ip or host, 80), timeout=3)
+        s.sendall(("GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host).encode())
+        d = b""
+        while True:
+            b = s.recv(4096)
+            if not b: break
+            d += b
+        return "ok:" + d.decode(errors="replace")
+    except Exception as e:
+        return "err:" + type(e).__name__
+def resolve(n):
+    try: return "ok:" + socket.gethostbyname(n)
+    except Exception as e: return "err:" + type(e).__name__
+print(json.dumps({"resolve allowed": resolve("allowed.test"), "resolve denied": resolve("denied.test"),
+                  "http allowed": get("allowed.test"), "http denied": get("denied.test", "` + e2bNetDenied + `")}))
+'''
+def probe(sb):
+    ex = sb.run_code(PROBE)
+    assert ex.error is None, ex.error
+    return json.loads(ex.logs.stdout[-1])
+sb = Sandbox.create(timeout=120, network={"allow_out": ["Allowed.test"], "deny_out": [ALL_TRAFFIC]})
+before = probe(sb)
+sb.update_network({"allow_out": ["allowed.test", "denied.test"], "deny_out": [ALL_TRAFFIC]})
+print(json.dumps({"id": sb.sandbox_id, "before": before, "after": probe(sb)}))
+`
+
+const (
+	e2bNetAllowed = "203.0.113.33"
+	e2bNetDenied  = "203.0.113.34"
+)
+
+// TestE2BNetwork: E2B's network options at create and update_network,
+// through E2B's SDK, become Lizard's policy by name (docs/e2b.md) and are
+// enforced: a name outside the allow list does not resolve and its HTTP
+// is refused by the node's proxy, an allowed one answers, until the update
+// allows it too. Names come from the node resolver's test records and the
+// servers stand in a namespace of the test's (as in TestNetworkPolicy).
+func TestE2BNetwork(t *testing.T) {
+	s := startServer(t, "--egress=internet", "--egress-allow=203.0.113.32/28",
+		"--egress-test-hosts=allowed.test="+e2bNetAllowed+",denied.test="+e2bNetDenied)
+	testNet(t, "lizt-e2bnp", "lzt-e2bnp0", "198.51.100.33", []string{e2bNetAllowed, e2bNetDenied})
+	npServers(t, "lizt-e2bnp", e2bNetAllowed, e2bNetDenied)
+	c := s.createProject("proj_e2bnet")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Python(t), "-c", e2bNetScript)
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.url+"/e2b", "E2B_SANDBOX_URL="+s.url+"/e2b/sandbox", "E2B_API_KEY="+s.keys[c])
+	out, err := cmd.Output()
+	var got struct {
+		ID            string
+		Before, After map[string]string
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err != nil || json.Unmarshal([]byte(lines[len(lines)-1]), &got) != nil || got.ID == "" {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("the E2B script: %v\n%s\n%s", err, out, stderr)
+	}
+	t.Cleanup(func() { c.KillSandbox(context.Background(), got.ID) })
+	expect(t, "at create", got.Before, map[string]string{
+		"resolve allowed": "ok:" + e2bNetAllowed,
+		"resolve denied":  "err:",
+		"http allowed":    "ok:HTTP/1.1 200|hello http allowed.test via " + e2bNetAllowed,
+		"http denied":     "ok:HTTP/1.1 403|denied by the sandbox's network policy",
+	})
+	expect(t, "after update_network", got.After, map[string]string{
+		"resolve denied": "ok:" + e2bNetDenied,
+		"http denied":    "ok:HTTP/1.1 200|hello http denied.test via " + e2bNetDenied,
+	})
+	sb, err := c.GetSandbox(ctx, got.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := sb.Network; n == nil || n.Default != "deny" || strings.Join(n.Allow, ",") != "allowed.test,denied.test" || len(n.Deny) != 0 {
+		t.Errorf("the sandbox's policy through Lizard's API = %+v; want default deny, allow allowed.test and denied.test", n)
+	}
+}

@@ -124,7 +124,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		{"another project's kill", "DELETE", path, []string{"X-API-Key", e.key2}, http.StatusNotFound},
 		{"unknown", "GET", "/e2b/sandboxes/nope", key, http.StatusNotFound},
 		{"named snapshot", "POST", path + "/snapshots", key, http.StatusNotImplemented},
-		{"network", "PUT", path + "/network", key, http.StatusNotImplemented},
+		{"network of one made without rules", "PUT", path + "/network", key, http.StatusConflict},
 		{"templates", "POST", "/e2b/v3/templates", key, http.StatusNotImplemented},
 		{"kill", "DELETE", path, key, http.StatusNoContent},
 		{"info of a killed one", "GET", path, key, http.StatusNotFound},

@@ -56,8 +56,8 @@ func (h *Handler) controlRoutes(mux *http.ServeMux) {
 	mux.Handle("POST /e2b/sandboxes/{id}/snapshots", h.authed(h.snapshot))
 	mux.Handle("GET /e2b/snapshots", h.authed(h.listSnapshots))
 	mux.Handle("DELETE /e2b/templates/{id}", h.authed(h.deleteTemplate))
+	mux.Handle("PUT /e2b/sandboxes/{id}/network", h.authed(h.updateNetwork))
 	unsupported := map[string]string{
-		"PUT /e2b/sandboxes/{id}/network": "changing a sandbox's network rules",
 		"GET /e2b/sandboxes/{id}/logs":    "sandbox logs",
 		"GET /e2b/v2/sandboxes/{id}/logs": "sandbox logs",
 		"GET /e2b/sandboxes/metrics":      "metrics of many sandboxes in one call (GET /sandboxes/{id}/metrics is served)",
@@ -96,11 +96,12 @@ type newSandbox struct {
 	VolumeMounts        []api.VolumeMount `json:"volumeMounts"`
 }
 
+// networkConfig is E2B's SandboxNetworkConfig.
 type networkConfig struct {
-	AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
-	AllowOut           []string `json:"allowOut"`
-	DenyOut            []string `json:"denyOut"`
-	MaskRequestHost    *string  `json:"maskRequestHost"`
+	egressRules
+	AllowPublicTraffic *bool   `json:"allowPublicTraffic"`
+	MaskRequestHost    *string `json:"maskRequestHost"`
+	HTTPSPorts         []int   `json:"httpsPorts"`
 }
 
 // sandboxJSON is E2B's Sandbox: the answer of create, resume and connect.
@@ -184,12 +185,25 @@ func createRequest(n newSandbox) (api.CreateSandboxRequest, error) {
 		return req, notImplemented("workload identity (iam) is not supported by Lizard's E2B surface")
 	}
 	if nw := n.Network; nw != nil {
-		if len(nw.AllowOut) > 0 || len(nw.DenyOut) > 0 {
-			return req, notImplemented("per-sandbox egress rules (network.allowOut, network.denyOut) are not supported by Lizard's E2B surface; " +
-				"allow_internet_access=false takes all egress away, and the operator's --egress sets the rest")
-		}
 		if nw.MaskRequestHost != nil {
 			return req, notImplemented("network.maskRequestHost is not supported by Lizard's E2B surface")
+		}
+		if len(nw.HTTPSPorts) > 0 {
+			return req, notImplemented("network.httpsPorts is not supported by Lizard's E2B surface: its ports proxy plain HTTP to the sandbox")
+		}
+		if err := nw.unsupported(); err != nil {
+			return req, err
+		}
+		if nw.given() {
+			// allow_internet_access=false is denyOut 0.0.0.0/0 to E2B: with
+			// rules it makes them an allow list rather than take all
+			// egress away.
+			noInternet := n.AllowInternetAccess != nil && !*n.AllowInternetAccess
+			pol, err := nw.policy(noInternet)
+			if err != nil {
+				return req, err
+			}
+			req.Network, req.AllowInternet = pol, nil
 		}
 		if nw.AllowPublicTraffic != nil {
 			req.PublicPorts = *nw.AllowPublicTraffic

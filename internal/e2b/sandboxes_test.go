@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestTemplateName(t *testing.T) {
 
 func TestCreateRequest(t *testing.T) {
 	ms := func(n int64) *int64 { return &n }
-	yes := true
+	yes, no := true, false
 	for _, tc := range []struct {
 		name       string
 		body       string
@@ -51,8 +52,19 @@ func TestCreateRequest(t *testing.T) {
 		{"mcp", `{"templateID":"base","mcp":{"x":{}}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
 		{"mcp null is none", `{"templateID":"base","mcp":null}`, api.CreateSandboxRequest{Template: "interpreter", TimeoutMs: ms(15000)}, 0},
 		{"iam", `{"templateID":"base","iam":{"tokens":{}}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
-		{"egress rules", `{"templateID":"base","network":{"allowOut":["example.com"]}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
+		{"allow list", `{"templateID":"base","network":{"allowOut":["Example.com","1.2.3.4"],"denyOut":["0.0.0.0/0"]}}`,
+			api.CreateSandboxRequest{Template: "interpreter", TimeoutMs: ms(15000),
+				Network: &api.NetworkPolicy{Default: "deny", Allow: []string{"example.com", "1.2.3.4/32"}}}, 0},
+		{"no internet with an allow list", `{"templateID":"base","allow_internet_access":false,"network":{"allowOut":["example.com"]}}`,
+			api.CreateSandboxRequest{Template: "interpreter", TimeoutMs: ms(15000),
+				Network: &api.NetworkPolicy{Default: "deny", Allow: []string{"example.com"}}}, 0},
+		{"no internet alone", `{"templateID":"base","allow_internet_access":false}`,
+			api.CreateSandboxRequest{Template: "interpreter", TimeoutMs: ms(15000), AllowInternet: &no}, 0},
 		{"masked host", `{"templateID":"base","network":{"maskRequestHost":"x"}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
+		{"https ports", `{"templateID":"base","network":{"httpsPorts":[3000]}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
+		{"egress proxy", `{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
+		{"transform rules", `{"templateID":"base","network":{"rules":{"a.test":[{}]}}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
+		{"bad allow entry", `{"templateID":"base","network":{"allowOut":["a b"]}}`, api.CreateSandboxRequest{}, http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var n newSandbox
@@ -68,6 +80,58 @@ func TestCreateRequest(t *testing.T) {
 				t.Fatalf("createRequest: %v; want a %d", err, tc.wantStatus)
 			case tc.wantStatus == 0 && !reflect.DeepEqual(got, tc.want):
 				t.Errorf("createRequest = %+v; want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestEgressPolicy: E2B's allowOut and denyOut (allow wins, then deny,
+// then everything else allowed) as Lizard's policy (deny wins), and what
+// cannot be said refused naming the field.
+func TestEgressPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		rules     egressRules
+		denyAll   bool
+		want      *api.NetworkPolicy
+		status    int // 0: mapped
+		wantField string
+	}{
+		{"ALL_TRAFFIC denied: an allow list", egressRules{AllowOut: []string{"allowed.test", "*.wild.test", "203.0.113.0/24"}, DenyOut: []string{"0.0.0.0/0", "10.0.0.0/8"}}, false,
+			&api.NetworkPolicy{Default: "deny", Allow: []string{"allowed.test", "*.wild.test", "203.0.113.0/24"}}, 0, ""},
+		{"allow_internet_access=false is ALL_TRAFFIC denied", egressRules{AllowOut: []string{"allowed.test"}}, true,
+			&api.NetworkPolicy{Default: "deny", Allow: []string{"allowed.test"}}, 0, ""},
+		{"dns servers opened with a name allowed", egressRules{AllowOut: []string{"allowed.test"}, DenyOut: []string{"0.0.0.0/0"}, DNSServers: []string{"1.1.1.1"}}, false,
+			&api.NetworkPolicy{Default: "deny", Allow: []string{"allowed.test", "1.1.1.1"}}, 0, ""},
+		{"dns servers not opened without a name", egressRules{AllowOut: []string{"1.2.3.4"}, DenyOut: []string{"0.0.0.0/0"}, DNSServers: []string{"1.1.1.1"}}, false,
+			&api.NetworkPolicy{Default: "deny", Allow: []string{"1.2.3.4/32"}}, 0, ""},
+		{"some addresses denied", egressRules{DenyOut: []string{"10.0.0.0/8", "192.0.2.1"}}, false,
+			&api.NetworkPolicy{Default: "allow", Deny: []string{"10.0.0.0/8", "192.0.2.1/32"}}, 0, ""},
+		{"allow alone allows everything", egressRules{AllowOut: []string{"allowed.test"}}, false,
+			&api.NetworkPolicy{Default: "allow", Allow: []string{"allowed.test"}}, 0, ""},
+		{"ALL_TRAFFIC allowed wins", egressRules{AllowOut: []string{"0.0.0.0/0"}, DenyOut: []string{"0.0.0.0/0", "10.0.0.0/8"}}, false,
+			&api.NetworkPolicy{Default: "allow"}, 0, ""},
+		{"an allow inside a narrower deny", egressRules{AllowOut: []string{"10.1.2.3"}, DenyOut: []string{"10.0.0.0/8"}}, false,
+			nil, http.StatusNotImplemented, "network.allowOut[0]"},
+		{"an allow inside a deny, ALL_TRAFFIC denied after", egressRules{AllowOut: []string{"10.1.2.3"}, DenyOut: []string{"10.0.0.0/8", "0.0.0.0/0"}}, false,
+			&api.NetworkPolicy{Default: "deny", Allow: []string{"10.1.2.3/32"}}, 0, ""},
+		{"a name denied", egressRules{DenyOut: []string{"0.0.0.0/0", "evil.test"}}, false, nil, http.StatusBadRequest, "network.denyOut[1]"},
+		{"a bad allow", egressRules{AllowOut: []string{"ok.test", "api.*.test"}}, false, nil, http.StatusBadRequest, "network.allowOut[1]"},
+		{"IPv6", egressRules{DenyOut: []string{"::/0"}}, false, nil, http.StatusBadRequest, "network.denyOut[0]"},
+		{"a bad prefix", egressRules{DenyOut: []string{"10.0.0.0/33"}}, false, nil, http.StatusBadRequest, "network.denyOut[0]"},
+		{"a DNS server by name", egressRules{AllowOut: []string{"a.test"}, DenyOut: []string{"0.0.0.0/0"}, DNSServers: []string{"dns.test"}}, false,
+			nil, http.StatusBadRequest, "network.dnsServers[0]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.rules.policy(tc.denyAll)
+			var he *httpError
+			switch {
+			case tc.status == 0 && err != nil:
+				t.Fatalf("policy: %v", err)
+			case tc.status == 0 && !reflect.DeepEqual(got, tc.want):
+				t.Errorf("policy = %+v; want %+v", got, tc.want)
+			case tc.status != 0 && (!errors.As(err, &he) || he.status != tc.status || !strings.HasPrefix(he.msg, tc.wantField)):
+				t.Errorf("policy: %v; want a %d naming %s", err, tc.status, tc.wantField)
 			}
 		})
 	}

@@ -175,6 +175,20 @@ func parseRules(rules []string, field string, names *nameSet, nets *[]netRule) (
 	return slices.Compact(out), nil
 }
 
+// ParseRule validates one allow or deny rule on its own and returns its
+// normal form and, for an address rule, its prefix (the zero Prefix for a
+// name): for surfaces whose rule lists are not a Policy's (E2B's allowOut
+// and denyOut, internal/e2b), which name their own fields in errors.
+func ParseRule(r string) (string, netip.Prefix, error) {
+	var names nameSet
+	var nets []netRule
+	n, err := parseRule(r, &names, &nets)
+	if err != nil || len(nets) == 0 {
+		return n, netip.Prefix{}, err
+	}
+	return n, nets[0].prefix, nil
+}
+
 // parseRule adds rule r to names or nets and returns its normal form.
 func parseRule(r string, names *nameSet, nets *[]netRule) (string, error) {
 	r = strings.TrimSpace(r)

@@ -185,3 +185,30 @@ func TestTemplates(t *testing.T) {
 		t.Error("HeaderRule(example.org): want none")
 	}
 }
+
+func TestParseRule(t *testing.T) {
+	for _, tc := range []struct {
+		rule, want, prefix string // prefix "": a name
+		bad                bool
+	}{
+		{rule: "API.Example.com.", want: "api.example.com"},
+		{rule: "*.example.com", want: "*.example.com"},
+		{rule: "203.0.113.7", want: "203.0.113.7/32", prefix: "203.0.113.7/32"},
+		{rule: "10.1.2.3/8", want: "10.0.0.0/8", prefix: "10.0.0.0/8"},
+		{rule: "0.0.0.0/0", want: "0.0.0.0/0", prefix: "0.0.0.0/0"},
+		{rule: "203.0.113.7/32:5432", want: "203.0.113.7/32:5432", prefix: "203.0.113.7/32"},
+		{rule: "::/0", bad: true},
+		{rule: "api.*.example.com", bad: true},
+		{rule: "", bad: true},
+	} {
+		got, pf, err := ParseRule(tc.rule)
+		switch {
+		case tc.bad && err == nil:
+			t.Errorf("ParseRule(%q) = %q; want an error", tc.rule, got)
+		case !tc.bad && err != nil:
+			t.Errorf("ParseRule(%q): %v", tc.rule, err)
+		case !tc.bad && (got != tc.want || tc.prefix == "" && pf.IsValid() || tc.prefix != "" && pf.String() != tc.prefix):
+			t.Errorf("ParseRule(%q) = %q, %v; want %q, %q", tc.rule, got, pf, tc.want, tc.prefix)
+		}
+	}
+}

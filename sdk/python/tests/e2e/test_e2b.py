@@ -12,8 +12,9 @@ import time
 import uuid
 from typing import Iterator, List
 
+import httpx
 import pytest
-from e2b import AuthenticationException, NotFoundException, TimeoutException
+from e2b import ALL_TRAFFIC, AuthenticationException, NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter import AsyncSandbox, Sandbox, SandboxQuery, SandboxState
 from e2b_code_interpreter.charts import (
     BarChart,
@@ -305,6 +306,46 @@ def test_fork_and_snapshots(sandbox: Sandbox) -> None:
         copy.kill()
     assert Sandbox.delete_snapshot(snap.snapshot_id)
     assert not Sandbox.delete_snapshot(snap.snapshot_id)
+
+
+def _native_network(server, sandbox_id: str):  # type: ignore[no-untyped-def]
+    """The sandbox's policy by name as Lizard's own API gives it."""
+    resp = httpx.get(f"{server.url}/v1/sandboxes/{sandbox_id}", headers={"Authorization": f"Bearer {server.api_key}"}, timeout=30)
+    resp.raise_for_status()
+    return resp.json().get("network")
+
+
+def test_network_options_are_lizards_policy(lizard_server) -> None:  # type: ignore[no-untyped-def]
+    """E2B's allow_out/deny_out (allow wins, then deny, then the rest allowed) become Lizard's policy by
+    name (docs/e2b.md), read back through Lizard's API; update_network replaces them; what Lizard cannot
+    say is refused naming the field. This suite's server has no internet, so enforcement is
+    e2e/e2b_test.go's TestE2BNetwork."""
+    sb = Sandbox.create(network={"allow_out": ["Allowed.test", "*.wild.test"], "deny_out": [ALL_TRAFFIC]})
+    try:
+        assert _native_network(lizard_server, sb.sandbox_id) == {"default": "deny", "allow": ["allowed.test", "*.wild.test"]}
+        sb.update_network({"deny_out": ["203.0.113.0/24"]})
+        assert _native_network(lizard_server, sb.sandbox_id) == {"default": "allow", "deny": ["203.0.113.0/24"]}
+        sb.update_network({"allow_out": ["allowed.test"], "allow_internet_access": False})
+        assert _native_network(lizard_server, sb.sandbox_id) == {"default": "deny", "allow": ["allowed.test"]}
+        with pytest.raises(SandboxException, match=r"^400: network\.denyOut\[0\]: .*domain name"):
+            sb.update_network({"deny_out": ["evil.test"]})
+        with pytest.raises(SandboxException, match=r"^501: network\.egressProxy"):
+            sb.update_network({"allow_out": ["allowed.test"], "egress_proxy": {"address": "127.0.0.1:1080"}})
+        assert _native_network(lizard_server, sb.sandbox_id) == {"default": "deny", "allow": ["allowed.test"]}  # nothing applied
+    finally:
+        sb.kill()
+    with pytest.raises(SandboxException, match=r"^400: network\.allowOut\[1\]"):
+        Sandbox.create(network={"allow_out": ["ok.test", "api.*.test"], "deny_out": [ALL_TRAFFIC]})
+    with pytest.raises(SandboxException, match=r"^501: network\.allowOut\[0\] .*overlaps network\.denyOut\[0\]"):
+        Sandbox.create(network={"allow_out": ["10.1.2.3"], "deny_out": ["10.0.0.0/8"]})
+    with pytest.raises(SandboxException, match=r"^501: network\.maskRequestHost"):
+        Sandbox.create(network={"mask_request_host": "${PORT}-x.example.com"})
+    plain = Sandbox.create()
+    try:
+        with pytest.raises(SandboxException, match="without a network policy"):
+            plain.update_network({"allow_out": ["allowed.test"], "deny_out": [ALL_TRAFFIC]})
+    finally:
+        plain.kill()
 
 
 def test_wrong_key_is_authentication_exception(monkeypatch: pytest.MonkeyPatch) -> None:
