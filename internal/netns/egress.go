@@ -288,7 +288,7 @@ func merge(ps []netip.Prefix) []netip.Prefix {
 // private uplink, so only a host renumbered onto new public addresses
 // while sandboxes run is exposed, to those sandboxes, until they end.
 func HostNets() ([]netip.Prefix, error) {
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return nil, fmt.Errorf("listing the host's addresses: %w", err)
 	}
@@ -304,7 +304,9 @@ func HostNets() ([]netip.Prefix, error) {
 		bits, _ := a.IPNet.Mask.Size()
 		out = append(out, netip.PrefixFrom(ip, bits))
 	}
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	routes, err := retryDump(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("listing the host's routes: %w", err)
 	}

@@ -245,7 +245,7 @@ func validate(l Link) error {
 // route is more specific.
 func checkFree(l Link) error {
 	link := netip.PrefixFrom(l.HostAddr, l.PrefixLen).Masked()
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return fmt.Errorf("listing host addresses: %w", err)
 	}
@@ -259,7 +259,7 @@ func checkFree(l Link) error {
 			return fmt.Errorf("link %s: %s is already on interface %s%s: %w", link, a.IPNet, linkName(a.LinkIndex), leftoverHint(a.LinkIndex), ErrAddrInUse)
 		}
 	}
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	routes, err := retryDump(func() ([]netlink.Route, error) { return netlink.RouteList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return fmt.Errorf("listing host routes: %w", err)
 	}

@@ -45,7 +45,7 @@ type release struct {
 func Release(id string, done func(error)) error {
 	var errs []error
 	if l, err := netlink.LinkByName(VethName(id)); err == nil {
-		addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
+		addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_V4) })
 		if err != nil {
 			errs = append(errs, fmt.Errorf("listing addresses of %s: %w", VethName(id), err))
 		}

@@ -268,7 +268,7 @@ func scrubGuest(id string) error {
 	if err := h.LinkSetDown(eth0); err != nil {
 		return err
 	}
-	routes, err := h.RouteList(eth0, netlink.FAMILY_ALL)
+	routes, err := retryDump(func() ([]netlink.Route, error) { return h.RouteList(eth0, netlink.FAMILY_ALL) })
 	if err != nil {
 		return err
 	}
@@ -277,7 +277,7 @@ func scrubGuest(id string) error {
 			return err
 		}
 	}
-	addrs, err := h.AddrList(eth0, netlink.FAMILY_V4)
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return h.AddrList(eth0, netlink.FAMILY_V4) })
 	if err != nil {
 		return err
 	}
