@@ -784,6 +784,11 @@ const (
 	LifecycleExpired  = "sandbox.expired"   // ended when its timeout (or paused retention) passed
 	LifecycleFailed   = "sandbox.failed"    // ended on its own: data.reason says why (died, out of memory, could not start)
 	LifecycleNodeLost = "sandbox.node_lost" // ended because its cluster node missed its lease (data.node)
+	// Runs that ended notably; the sandbox lives on. data.reason is the
+	// run's error message.
+	LifecycleCallTimeout     = "call.timeout"       // a run passed its timeoutMs
+	LifecycleCallKernelDied  = "call.kernel_died"   // the Python kernel died during a run and was restarted
+	LifecycleCallOutOfMemory = "call.out_of_memory" // ... killed by SIGKILL, most likely for memory
 )
 
 // Event is one lifecycle event of a sandbox (GET /v1/events). IDs grow:

@@ -145,6 +145,22 @@ func TestEvents(t *testing.T) {
 		t.Errorf("lizard events --json = %q, %v; want the kill as one JSON line", out, err)
 	}
 
+	// Runs that time out or lose their kernel are events of a sandbox
+	// that lives on.
+	runner := newSandbox(t, c, api.CreateSandboxRequest{Metadata: map[string]string{"run": run + "-calls"}})
+	if _, err := c.Execute(ctx, runner.SandboxID, api.ExecuteRequest{Code: "import time\ntime.sleep(30)", TimeoutMs: ms(1000)}, nil); err != nil {
+		t.Fatalf("Execute (timeout): %v", err)
+	}
+	if _, err := c.Execute(ctx, runner.SandboxID, api.ExecuteRequest{Code: "import os\nos._exit(3)"}, nil); err != nil {
+		t.Fatalf("Execute (os._exit): %v", err)
+	}
+	calls, err := c.ListEvents(ctx, client.EventOptions{SandboxID: runner.SandboxID,
+		Types: []string{api.LifecycleCallTimeout, api.LifecycleCallKernelDied, api.LifecycleCallOutOfMemory}})
+	if err != nil || len(calls.Events) != 2 || calls.Events[0].Type != api.LifecycleCallTimeout || calls.Events[1].Type != api.LifecycleCallKernelDied ||
+		!strings.Contains(calls.Events[1].Data.Reason, "exit status 3") || calls.Events[1].Data.State != api.StateRunning {
+		t.Errorf("call events of %s: %+v, %v; want a call.timeout then a call.kernel_died (exit status 3)", runner.SandboxID, calls, err)
+	}
+
 	// Bad filters: 400 naming the parameter.
 	for q, name := range map[string]string{
 		"type=sandbox.bogus": "type", "after=-1": "after", "after=x": "after", "limit=0": "limit",

@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
@@ -72,7 +73,9 @@ func (r *Recorder) Handle(e node.Event) {
 
 // lifecycle maps a node event to a lifecycle event type and its data; ok
 // is false for node events that are not one (Started, Killed — whose
-// Stopped follows — and key events).
+// Stopped follows — and key events). A CallFailed is a timeout or a
+// kernel that died, out of memory when the kernel's message says it was
+// SIGKILLed (pykernel's "perhaps for running out of memory").
 func lifecycle(e node.Event) (typ string, data api.EventData, ok bool) {
 	switch e.Kind {
 	case node.Created:
@@ -84,6 +87,16 @@ func lifecycle(e node.Event) (typ string, data api.EventData, ok bool) {
 		return api.LifecycleForked, api.EventData{State: api.StateRunning, SandboxIDs: e.Children}, true
 	case node.Snapshotted:
 		return api.LifecycleSnapshot, api.EventData{State: api.StateRunning, SnapshotID: e.SnapshotID}, true
+	case node.CallFailed:
+		data = api.EventData{State: api.StateRunning, Reason: e.Reason}
+		switch {
+		case e.ErrorName == "TimeoutError":
+			return api.LifecycleCallTimeout, data, true
+		case strings.Contains(e.Reason, "out of memory"):
+			return api.LifecycleCallOutOfMemory, data, true
+		default:
+			return api.LifecycleCallKernelDied, data, true
+		}
 	case node.Stopped:
 		data = api.EventData{State: e.State, Reason: e.Reason}
 		switch {
@@ -105,7 +118,8 @@ func lifecycle(e node.Event) (typ string, data api.EventData, ok bool) {
 
 // Types are the lifecycle event types, for checking filters.
 var Types = []string{api.LifecycleCreated, api.LifecyclePaused, api.LifecycleResumed, api.LifecycleForked,
-	api.LifecycleSnapshot, api.LifecycleKilled, api.LifecycleExpired, api.LifecycleFailed, api.LifecycleNodeLost}
+	api.LifecycleSnapshot, api.LifecycleKilled, api.LifecycleExpired, api.LifecycleFailed, api.LifecycleNodeLost,
+	api.LifecycleCallTimeout, api.LifecycleCallKernelDied, api.LifecycleCallOutOfMemory}
 
 // Wire is a stored event as the API shows it.
 func Wire(e store.Event) api.Event {

@@ -32,6 +32,12 @@ func TestLifecycle(t *testing.T) {
 		{node.Event{Kind: node.Stopped, State: api.StateFailed, Reason: "oom?"}, api.LifecycleFailed, api.EventData{State: api.StateFailed, Reason: "oom?"}},
 		{node.Event{Kind: node.Stopped, State: api.StateFailed, Reason: "node lost", LostNode: "n1"}, api.LifecycleNodeLost,
 			api.EventData{State: api.StateFailed, Reason: "node lost", Node: "n1"}},
+		{node.Event{Kind: node.CallFailed, ErrorName: "TimeoutError", Reason: "execution timed out after 1s"}, api.LifecycleCallTimeout,
+			api.EventData{State: api.StateRunning, Reason: "execution timed out after 1s"}},
+		{node.Event{Kind: node.CallFailed, ErrorName: "KernelDiedError", Reason: "the kernel died (exit status 1)"}, api.LifecycleCallKernelDied,
+			api.EventData{State: api.StateRunning, Reason: "the kernel died (exit status 1)"}},
+		{node.Event{Kind: node.CallFailed, ErrorName: "KernelDiedError", Reason: "killed by signal KILL, perhaps for running out of memory"},
+			api.LifecycleCallOutOfMemory, api.EventData{State: api.StateRunning, Reason: "killed by signal KILL, perhaps for running out of memory"}},
 		{node.Event{Kind: node.Started}, "", api.EventData{}},
 		{node.Event{Kind: node.Killed}, "", api.EventData{}}, // its Stopped follows
 		{node.Event{Kind: node.KeyCreated}, "", api.EventData{}},

@@ -9,6 +9,7 @@ package node
 // once before the call gets here.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -173,6 +174,9 @@ func (p *AgentProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				trace.AgentSpans(hop, resp, sent, trace.Sandbox(id))
 			}
 			if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-ndjson") {
+				if agent && call.Outcome != nil && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/execute") {
+					resp.Body = &outcomeBody{ReadCloser: resp.Body, report: call.Outcome}
+				}
 				resp.Body = &abortingBody{ReadCloser: resp.Body, ctx: call.Ctx}
 			}
 			if conn, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
@@ -362,4 +366,71 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.left -= int64(n)
 	return n, err
+}
+
+// Error names of runs that end notably: a timeout (the agent's, for
+// every language) and a Python kernel that died (pykernel's, its message
+// saying when the kernel was killed, perhaps for memory).
+const (
+	errNameTimeout    = "TimeoutError"
+	errNameKernelDied = "KernelDiedError"
+)
+
+// outcomeBody passes an /execute stream through and reports its error
+// event when the run timed out or its kernel died, before the client gets
+// it. It sits on the hop to the agent, which every run passes once,
+// whichever process serves the API. Only lines that begin as an error
+// event are kept, and those only up to maxOutcomeLine.
+type outcomeBody struct {
+	io.ReadCloser
+	report func(errorName, message string)
+	line   []byte // the current line, while it may be an error event
+	skip   bool   // the current line is not one
+	done   bool
+}
+
+const maxOutcomeLine = 64 << 10
+
+var errorLinePrefix = []byte(`{"type":"` + api.EventError + `"`)
+
+func (b *outcomeBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.scan(p[:n])
+	return n, err
+}
+
+func (b *outcomeBody) scan(p []byte) {
+	for len(p) > 0 && !b.done {
+		i := bytes.IndexByte(p, '\n')
+		part := p
+		if i >= 0 {
+			part = p[:i]
+		}
+		if !b.skip {
+			b.line = append(b.line, part...)
+			n := min(len(b.line), len(errorLinePrefix))
+			if len(b.line) > maxOutcomeLine || !bytes.Equal(b.line[:n], errorLinePrefix[:n]) {
+				b.line, b.skip = b.line[:0], true
+			}
+		}
+		if i < 0 {
+			return
+		}
+		if !b.skip && len(b.line) > 0 {
+			b.check(b.line)
+		}
+		b.line, b.skip = b.line[:0], false
+		p = p[i+1:]
+	}
+}
+
+func (b *outcomeBody) check(line []byte) {
+	var ev api.ExecuteEvent
+	if json.Unmarshal(line, &ev) != nil || ev.Error == nil {
+		return
+	}
+	if ev.Error.Name == errNameTimeout || ev.Error.Name == errNameKernelDied {
+		b.done = true
+		b.report(ev.Error.Name, ev.Error.Message)
+	}
 }

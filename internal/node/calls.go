@@ -37,6 +37,10 @@ type Call struct {
 	// Transport, when set, carries the call instead of the caller's own
 	// (a cluster's node, which reaches the sandbox on the caller's behalf).
 	Transport http.RoundTripper
+	// Outcome, when set (a call to the agent itself, not to another
+	// node), is told of a run that ended with a notable error
+	// (outcomeBody).
+	Outcome func(errorName, message string)
 }
 
 // inflight holds the calls in flight, per sandbox, each marked whether it
@@ -183,7 +187,10 @@ func (n *Local) Acquire(ctx context.Context, id string) (Call, error) {
 			cancel(nil)
 		})
 	}
-	return Call{URL: agentclient.URL(id), Ctx: cctx, Release: release}, nil
+	outcome := func(name, msg string) {
+		n.emit(Event{Kind: CallFailed, SandboxID: id, ErrorName: name, Reason: msg})
+	}
+	return Call{URL: agentclient.URL(id), Ctx: cctx, Release: release, Outcome: outcome}, nil
 }
 
 // watch checks sandbox id's runtime while it has calls in flight, and

@@ -113,6 +113,10 @@ const (
 	Forked EventKind = "forked"
 	// Snapshotted: the sandbox was saved as snapshot SnapshotID.
 	Snapshotted EventKind = "snapshotted"
+	// CallFailed: a run in the sandbox ended with error ErrorName (the
+	// agent's TimeoutError, or KernelDiedError) and message Reason; the
+	// sandbox lives on.
+	CallFailed EventKind = "call.failed"
 )
 
 // Event is a change in a sandbox's life, for those who hold something per
@@ -147,6 +151,8 @@ type Event struct {
 	// LostNode, for a Stopped: the cluster node whose lost lease ended
 	// the sandbox (cluster.Sweeper).
 	LostNode string
+	// ErrorName, for a CallFailed: the run's error.
+	ErrorName string
 }
 
 // Config says how a node works. Runtime, Store, Pool and Artifact are
