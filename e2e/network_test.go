@@ -241,6 +241,39 @@ func TestNetworkPolicy(t *testing.T) {
 	expect(t, "after denying it again", runProbes(t, c, id, ca, probeSet{"http denied": base["http denied"]}),
 		map[string]string{"http denied": want["http denied"]})
 
+	// A connection open before an update goes on; a cut ends it.
+	keep := `import socket
+ks = socket.create_connection(("allowed.test", 80), timeout=3)
+def kreq():
+    try:
+        ks.sendall(b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+        return "ok:" + ks.recv(4096).decode(errors="replace")
+    except Exception as e:
+        return "err:" + type(e).__name__
+print(kreq())`
+	if got := runPy(t, c, id, keep); !strings.Contains(got, "200 OK") {
+		t.Fatalf("a kept-alive connection through the proxy: %q", got)
+	}
+	denyBoth := &[]string{"denied.test", "allowed.test"}
+	if _, err := c.UpdateNetwork(ctx, id, api.UpdateNetworkRequest{Deny: denyBoth}); err != nil {
+		t.Fatal(err)
+	}
+	if got := runPy(t, c, id, "print(kreq())"); !strings.Contains(got, "200 OK") {
+		t.Errorf("the open connection after an update without cut: %q, want it to go on", got)
+	}
+	expect(t, "new connections after denying allowed.test", runProbes(t, c, id, ca, probeSet{
+		"resolve allowed": base["resolve allowed"], "http allowed": `get("` + npAllowed + `", "allowed.test")`}),
+		map[string]string{"resolve allowed": "err:", "http allowed": "ok:HTTP/1.1 403"})
+	if _, err := c.UpdateNetwork(ctx, id, api.UpdateNetworkRequest{Deny: denyBoth, Cut: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := runPy(t, c, id, "print(kreq())"); strings.Contains(got, "200 OK") || !strings.HasPrefix(got, "ok:") && !strings.HasPrefix(got, "err:") {
+		t.Errorf("the open connection after an update with cut: %q, want it ended", got)
+	}
+	if _, err := c.UpdateNetwork(ctx, id, api.UpdateNetworkRequest{Deny: &[]string{"denied.test"}}); err != nil {
+		t.Fatal(err)
+	}
+
 	// The log names each decision.
 	log, err := c.NetworkLog(ctx, id)
 	if err != nil {
