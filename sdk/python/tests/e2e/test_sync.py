@@ -263,12 +263,15 @@ def test_pause_resume_snapshot_fork(sandbox: CodeSandbox) -> None:
     assert sandbox.run_code("survives").results[0].data == "'pause'"
     sandbox.pause()
     assert sandbox.run_code("survives").results[0].data == "'pause'", "a call resumes a paused sandbox"
-    sandbox.pause()
+    sandbox.pause(wait_durable=True)  # the server's disk is its image store: durable at once
+    info = sandbox.get_info()
+    assert info.state == "paused" and info.durable, info
     again = CodeSandbox.connect(sandbox.sandbox_id)  # not `with`: leaving it would kill the sandbox
     assert again.get_info().state == "running", "connect resumes a paused sandbox"
     again.close()
     snap = sandbox.snapshot()
     assert isinstance(snap, lizard.SnapshotInfo) and snap.sandbox_id == sandbox.sandbox_id and snap.size_bytes > 0
+    assert snap.durable and not sandbox.get_info().durable, "a snapshot is durable, a running sandbox is not"
     try:
         with CodeSandbox.create(snapshot_id=snap.snapshot_id) as restored:
             assert restored.run_code("survives").results[0].data == "'pause'"

@@ -323,12 +323,15 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
         assert.equal((await sb.runCode('survivor')).results[0]?.data, '99');
         await sb.pause();
         assert.equal((await sb.runCode('survivor')).results[0]?.data, '99', 'a call resumes a paused sandbox');
-        await sb.pause();
+        await sb.pause({ waitDurable: true }); // the server's disk is its image store: durable at once
+        const info = await sb.getInfo();
+        assert.ok(info.state === 'paused' && info.durable, JSON.stringify(info));
         await CodeSandbox.connect(sb.sandboxId);
         assert.equal((await sb.getInfo()).state, 'running', 'connect resumes a paused sandbox');
         const snap = await sb.snapshot();
         assert.equal(snap.sandboxId, sb.sandboxId);
         assert.ok(snap.sizeBytes > 0);
+        assert.equal(snap.durable, true);
         try {
           const restored = await CodeSandbox.create({ snapshotId: snap.snapshotId });
           try {
