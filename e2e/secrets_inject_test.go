@@ -14,8 +14,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
@@ -27,8 +29,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"encoding/pem"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/client"
@@ -343,4 +343,40 @@ func TestSecretsInjected(t *testing.T) {
 	}
 	noValueOnDisk(t, s, value)
 	noValueOnDisk(t, s, otherValue)
+}
+
+// TestSecretsInjectedCluster: in a cluster the api process seals the
+// secret and checks the policy, and the node, holding the same key
+// (LIZARD_SECRETS_KEY), opens it for the sandbox's requests and audits
+// the use in its own audit trail.
+func TestSecretsInjectedCluster(t *testing.T) {
+	testNet(t, "lizt-sec", "lzt-sec0", "198.51.100.25", []string{secUpstream})
+	up, ca := newSecUpstreams(t, "lizt-sec", secUpstream)
+	roots := filepath.Join(t.TempDir(), "roots.pem")
+	if err := os.WriteFile(roots, []byte(ca), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key := make([]byte, 32)
+	rand.Read(key)
+	cl, clients := startClusterWith(t, 1, 1, []string{"LIZARD_SECRETS_KEY=" + base64.StdEncoding.EncodeToString(key)},
+		[]string{"--egress=internet", "--egress-allow=203.0.113.24/30", "--egress-test-hosts=" + secHost + "=" + secUpstream,
+			"--egress-extra-roots=" + roots}, []string{"--egress=internet"})
+	c := clients[0]
+	value := secValue()
+	if _, err := c.SetSecret(context.Background(), "TOKEN", value); err != nil {
+		t.Fatal(err)
+	}
+	var ce *client.Error
+	bad := &api.NetworkPolicy{Default: "deny", Allow: []string{secHost},
+		Inject: []api.HeaderRule{{Domain: secHost, Headers: map[string]string{"Authorization": "{{ secrets.NOPE }}"}}}}
+	if _, err := c.CreateSandbox(context.Background(), api.CreateSandboxRequest{Network: bad}); !errors.As(err, &ce) || ce.Status != 400 {
+		t.Errorf("a create naming an unknown secret through the api process: %v; want 400", err)
+	}
+	sb := newSandbox(t, c, api.CreateSandboxRequest{Network: &api.NetworkPolicy{Default: "deny", Allow: []string{secHost},
+		Inject: []api.HeaderRule{{Domain: secHost, Headers: map[string]string{"Authorization": "Bearer {{ secrets.TOKEN }}"}}}}})
+	expectInjected(t, c, sb.SandboxID, "cluster", value, up, false)
+	audit, err := os.ReadFile(filepath.Join(cl.nodes[0].dataDir, "audit.log"))
+	if err != nil || !strings.Contains(string(audit), `"msg":"secret.use"`) || strings.Contains(string(audit), value) {
+		t.Errorf("the node's audit trail: %v; want secret.use without the value", err)
+	}
 }
