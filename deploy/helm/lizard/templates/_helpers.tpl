@@ -72,6 +72,12 @@ app.kubernetes.io/component: {{ index . 1 }}
     secretKeyRef:
       name: {{ include "lizard.databaseSecret" $root }}
       key: {{ $root.Values.database.existingSecretClusterKey }}
+- name: LIZARD_SECRETS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "lizard.databaseSecret" $root }}
+      key: {{ $root.Values.database.existingSecretSecretsKey }}
+      optional: true
 {{- range $k, $v := include "lizard.flags" . | fromYaml }}
 - name: {{ include "lizard.flagVar" $k }}
   valueFrom:
