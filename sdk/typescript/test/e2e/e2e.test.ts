@@ -20,6 +20,7 @@ import {
   LizardError,
   NotFoundError,
   SandboxGoneError,
+  Secret,
   Template,
   TemplateBuildError,
   type Context,
@@ -397,6 +398,28 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
       await assert.rejects(CodeSandbox.create({ volumes: [{ name, path: '/home/user/../../etc' }] }), InvalidArgumentError);
       await Volume.delete(name);
       await assert.rejects(Volume.get(name), NotFoundError);
+    }),
+  );
+
+  test(
+    'a secret is set, listed without its value, replaced, deleted, and its bad input refused',
+    e2e(async () => {
+      const name = `TS_${Math.random().toString(36).slice(2, 10).toUpperCase()}`;
+      const first = await Secret.set(name, 'sk-ts-0001');
+      assert.equal(first.name, name);
+      const listed = await Secret.list();
+      assert.ok(listed.some((s) => s.name === name));
+      assert.ok(!JSON.stringify(listed).includes('sk-ts-0001'));
+      const again = await Secret.set(name, 'sk-ts-0002');
+      assert.equal(again.createdAt.getTime(), first.createdAt.getTime());
+      await assert.rejects(Secret.set('not-an-identifier', 'v'), (e: unknown) => e instanceof InvalidArgumentError && /secret name/.test(e.message));
+      await assert.rejects(Secret.set(name, 'x'.repeat(64 * 1024 + 1)), InvalidArgumentError);
+      await assert.rejects(
+        CodeSandbox.create({ network: { default: 'deny', inject: [{ domain: 'api.example.test', headers: { Authorization: '{{ secrets.NOT_MINE }}' } }] } }),
+        (e: unknown) => e instanceof InvalidArgumentError && e.message.startsWith('network.inject[0].headers[Authorization]'),
+      );
+      await Secret.delete(name);
+      await assert.rejects(Secret.delete(name), NotFoundError);
     }),
   );
 
