@@ -200,8 +200,19 @@ func killProcsOf(t *testing.T, dir string) {
 func TestClusterImageStore(t *testing.T) {
 	testenv.RequiresRoot(t)
 	s3 := testenv.S3Server(t)
-	c, cl := startClusterWith(t, 3, 2, s3.Env(), []string{"--image-store", "s3://" + s3.Bucket + "/cluster"}, nil)
+	c, cl := startClusterWith(t, 3, 2, s3.Env(), []string{"--image-store", "s3://" + s3.Bucket + "/cluster", "--template-snapshot=true"}, nil)
 	ctx := context.Background()
+	// Creates restore each node's template snapshot, as in production:
+	// the images moved are of restored sandboxes.
+	for _, n := range c.nodes {
+		deadline := time.Now().Add(5 * time.Minute)
+		for l := n.logs(); !strings.Contains(l, `msg="template snapshot made"`) && !strings.Contains(l, `msg="template snapshot found"`); l = n.logs() {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s made no template snapshot", n.name)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 
 	sb := newSandbox(t, cl[0], api.CreateSandboxRequest{TimeoutMs: ms(600_000)})
 	a := c.nodeOf(sb.SandboxID)
@@ -259,6 +270,41 @@ func TestClusterImageStore(t *testing.T) {
 		}
 		if err := cl[0].KillSandbox(ctx, cp.SandboxID); err != nil {
 			t.Fatal(err)
+		}
+	})
+
+	// Paused again on its new node, resumed there, paused again: that
+	// node is lost in turn, and the third resumes it.
+	t.Run("RepausedThenLostAgain", func(t *testing.T) {
+		b := c.nodeOf(sb.SandboxID)
+		if _, err := cl[0].PauseSandboxWith(ctx, sb.SandboxID, api.PauseRequest{WaitDurable: true}); err != nil {
+			t.Fatal(err)
+		}
+		run(t, cl[0], sb.SandboxID, "python", "x = 43")
+		if p, err := cl[1].PauseSandboxWith(ctx, sb.SandboxID, api.PauseRequest{WaitDurable: true}); err != nil || !p.Durable {
+			t.Fatalf("pause waitDurable = %+v, %v", p, err)
+		}
+		c.node(b).kill9()
+		killProcsOf(t, c.node(b).dataDir)
+		deadline := time.Now().Add(3*clusterLease + 10*time.Second)
+		for {
+			var lost bool
+			if err := c.db.QueryRow(`SELECT lost_at IS NOT NULL FROM nodes WHERE name = $1`, b).Scan(&lost); err != nil {
+				t.Fatal(err)
+			}
+			if lost {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s not lost", b)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if ex := run(t, cl[1], sb.SandboxID, "python", "x"); len(ex.Results) == 0 || ex.Results[0].Data != "43" {
+			t.Fatalf("x after a second move = %+v; want 43", ex.Results)
+		}
+		if n := c.nodeOf(sb.SandboxID); n == a || n == b {
+			t.Fatalf("sandbox on lost node %s", n)
 		}
 	})
 

@@ -5,7 +5,10 @@
 //     beside `lizard serve` on the same machine, interleaved (the ratio);
 //   - creates per second through the API with 1, 2 and 3 nodes;
 //   - from a node's kill -9 to its sandboxes reported `node lost`, and to
-//     the first create placed on another node.
+//     the first create placed on another node;
+//   - with the image store on an S3 server (versitygw, docs/storage.md):
+//     pause → durable, and a paused sandbox's resume → first result on
+//     another node, which fetches its image, beside one on its own node.
 //
 // Everything runs on this machine: PostgreSQL from Debian's packages
 // (internal/store/pgtest), the nodes with their own data directories,
@@ -53,6 +56,7 @@ var (
 	sustain  = flag.Duration("sustain", 15*time.Second, "length of each creates-per-second run")
 	workers  = flag.Int("workers", 4, "concurrent create → kill loops")
 	lease    = flag.Duration("lease", 15*time.Second, "the nodes' lease (the default of lizard node)")
+	imgRuns  = flag.Int("image-runs", 5, "pauses and resumes timed for the image store")
 	out      = flag.String("out", "bench/results", "directory for the JSON results")
 )
 
@@ -231,6 +235,9 @@ func newProc(name string, args, env []string) *proc {
 	return p
 }
 
+// nodeArgs are more flags of every node (the image store).
+var nodeArgs []string
+
 func newNode(name string, env []string) (*proc, error) {
 	pool, err := takePool()
 	if err != nil {
@@ -238,8 +245,8 @@ func newNode(name string, env []string) (*proc, error) {
 	}
 	dir, _ := os.MkdirTemp("", "lizard-bench-"+name+"-")
 	cleanFn = append(cleanFn, func() { endLeftovers(dir); os.RemoveAll(dir) })
-	return newProc(name, []string{"node", "--name", name, "--data-dir", dir, "--cache-dir", *cacheDir,
-		"--address-pool", pool, "--lease", lease.String()}, env), nil
+	return newProc(name, append([]string{"node", "--name", name, "--data-dir", dir, "--cache-dir", *cacheDir,
+		"--address-pool", pool, "--lease", lease.String()}, nodeArgs...), env), nil
 }
 
 // target is what is measured: serve, or the cluster's API.
@@ -337,6 +344,18 @@ func run() error {
 	secret := make([]byte, 24)
 	rand.Read(secret)
 	env := []string{"LIZARD_DATABASE_URL=" + dbURL, "LIZARD_CLUSTER_SECRET=" + hex.EncodeToString(secret)}
+	s3, err := testenv.StartS3()
+	if s3 == nil && err == nil {
+		err = fmt.Errorf("no .cache/bin/versitygw: run make versitygw")
+	}
+	if s3 != nil {
+		cleanFn = append(cleanFn, s3.Close)
+	}
+	if err != nil {
+		return err
+	}
+	nodeEnv := append(append([]string{}, env...), s3.Env()...)
+	nodeArgs = []string{"--image-store", "s3://" + s3.Bucket + "/bench"}
 
 	// `lizard serve` and a one-node cluster, each with its template
 	// snapshot made before anything is timed.
@@ -347,7 +366,7 @@ func run() error {
 	serveDir, _ := os.MkdirTemp("", "lizard-bench-serve-")
 	cleanFn = append(cleanFn, func() { endLeftovers(serveDir); os.RemoveAll(serveDir) })
 	serve := newProc("serve", []string{"serve", "--data-dir", serveDir, "--cache-dir", *cacheDir, "--address-pool", pool}, nil)
-	n1, err := newNode("n1", env)
+	n1, err := newNode("n1", nodeEnv)
 	if err != nil {
 		return err
 	}
@@ -444,7 +463,7 @@ func run() error {
 	nodes := []*proc{n1}
 	for k := 1; k <= 3; k++ {
 		if k > 1 {
-			n, err := newNode(fmt.Sprintf("n%d", k), env)
+			n, err := newNode(fmt.Sprintf("n%d", k), nodeEnv)
 			if err != nil {
 				return err
 			}
@@ -465,6 +484,93 @@ func run() error {
 		fmt.Printf("  creates/s with %d node(s), %d workers, %s: %.2f\n", k, *workers, *sustain, rate)
 	}
 	res["creates_per_second"] = perSecond
+
+	// The image store: pause → durable, and resume → first result on the
+	// sandbox's own node beside on another, which fetches the image. The
+	// move is the one a lost node's sandbox makes (store.AdoptPaused),
+	// done in the database and read by a second API process, whose
+	// routing has not seen the sandbox yet.
+	api2 := newProc("api2", []string{"api", "--lease", lease.String()}, env)
+	if err := api2.start(); err != nil {
+		return err
+	}
+	keyCmd := exec.Command(filepath.Join(*binDir, "lizard"), "admin", "create-key", "--project", "bench", "--json")
+	keyCmd.Env = append(os.Environ(), env...)
+	kb, err := keyCmd.Output()
+	if err != nil {
+		return fmt.Errorf("admin create-key: %w", err)
+	}
+	var key struct{ APIKey string }
+	if err := json.Unmarshal(kb, &key); err != nil {
+		return err
+	}
+	c2, err := client.New(client.Config{BaseURL: api2.url, APIKey: key.APIKey})
+	if err != nil {
+		return err
+	}
+	images := map[string][]float64{}
+	for i := range *imgRuns {
+		sb, _, err := create(ctx, cc)
+		if err != nil {
+			return err
+		}
+		if _, err := runCode(ctx, cc, sb.SandboxID); err != nil {
+			return err
+		}
+		begin := time.Now()
+		if _, err := cc.PauseSandbox(ctx, sb.SandboxID); err != nil {
+			return err
+		}
+		paused := time.Now()
+		for {
+			got, err := cc.GetSandbox(ctx, sb.SandboxID)
+			if err != nil {
+				return err
+			}
+			if got.Durable {
+				break
+			}
+			if time.Since(paused) > 5*time.Minute {
+				return fmt.Errorf("sandbox %s not durable 5 minutes after its pause", sb.SandboxID)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		images["pause_ms"] = append(images["pause_ms"], ms(paused.Sub(begin)))
+		images["pause_to_durable_ms"] = append(images["pause_to_durable_ms"], ms(time.Since(paused)))
+		d, err := runCode(ctx, cc, sb.SandboxID)
+		if err != nil {
+			return err
+		}
+		images["resume_same_node_ms"] = append(images["resume_same_node_ms"], ms(d))
+		if _, err := cc.PauseSandboxWith(ctx, sb.SandboxID, api.PauseRequest{WaitDurable: true}); err != nil {
+			return err
+		}
+		var home string
+		db.QueryRow(`SELECT node FROM sandboxes WHERE id = $1`, sb.SandboxID).Scan(&home)
+		other := nodes[(slices.IndexFunc(nodes, func(p *proc) bool { return p.name == home })+1+i)%len(nodes)].name
+		if other == home {
+			other = nodes[(slices.IndexFunc(nodes, func(p *proc) bool { return p.name == home })+1)%len(nodes)].name
+		}
+		if _, err := db.Exec(`UPDATE sandboxes SET node = $1 WHERE id = $2 AND state = 'paused'`, other, sb.SandboxID); err != nil {
+			return err
+		}
+		if d, err = runCode(ctx, c2, sb.SandboxID); err != nil {
+			return fmt.Errorf("resume on another node: %w", err)
+		}
+		images["resume_other_node_ms"] = append(images["resume_other_node_ms"], ms(d))
+		// Through the second API process: the first remembers the
+		// sandbox's old node, which is live (a lost node's is not).
+		c2.KillSandbox(ctx, sb.SandboxID)
+	}
+	api2.stop()
+	imgRes := map[string]float64{}
+	for k, v := range images {
+		imgRes[k+"_p50"] = p50(v)
+	}
+	imgRes["resume_other_vs_same_ratio"] = imgRes["resume_other_node_ms_p50"] / imgRes["resume_same_node_ms_p50"]
+	fmt.Printf("  image store: pause p50 %.0f ms → durable p50 %.0f ms later; resume → first result p50: same node %.0f ms, another node %.0f ms (%.2f×)\n",
+		imgRes["pause_ms_p50"], imgRes["pause_to_durable_ms_p50"], imgRes["resume_same_node_ms_p50"], imgRes["resume_other_node_ms_p50"], imgRes["resume_other_vs_same_ratio"])
+	res["image_store"] = imgRes
 
 	// A node's death: to node lost, and to the first create elsewhere.
 	victim := nodes[2]

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -29,31 +30,49 @@ type S3 struct {
 // removes its directory, when t ends.
 func S3Server(t testing.TB) *S3 {
 	t.Helper()
+	s, err := StartS3()
+	if s == nil && err == nil {
+		missing(t, "no versitygw (run `make versitygw`, which builds it into .cache/bin)")
+	}
+	if s != nil {
+		t.Cleanup(s.Close)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.t = t
+	return s
+}
+
+// StartS3 is S3Server for programs (the bench): nil and no error when
+// versitygw is not built; Close stops it and removes its directory.
+func StartS3() (*S3, error) {
 	bin := findCacheBin("versitygw", "LIZARD_VERSITYGW")
 	if bin == "" {
-		missing(t, "no versitygw (run `make versitygw`, which builds it into .cache/bin)")
+		return nil, nil
 	}
 	dir, err := os.MkdirTemp("", "lizard-s3-")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	s := &S3{Access: "lizardtest", Secret: "lizardtestsecret", Bucket: "images", bin: bin, dir: dir, t: t}
-	t.Cleanup(func() {
-		s.Stop()
-		os.RemoveAll(dir)
-	})
+	s := &S3{Access: "lizardtest", Secret: "lizardtestsecret", Bucket: "images", bin: bin, dir: dir}
 	if err := os.Mkdir(filepath.Join(dir, s.Bucket), 0o700); err != nil {
-		t.Fatal(err)
+		return s, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return s, err
 	}
 	s.addr = ln.Addr().String()
 	ln.Close()
 	s.Endpoint = "http://" + s.addr
-	s.Start()
-	return s
+	return s, s.start()
+}
+
+// Close stops the server and removes its directory.
+func (s *S3) Close() {
+	s.Stop()
+	os.RemoveAll(s.dir)
 }
 
 // Env is the environment an image store client needs to reach s.
@@ -72,25 +91,30 @@ func (s *S3) Getenv(name string) string {
 	return ""
 }
 
-// Start starts the server (again, after Stop) on the same address and
+// Start starts the server again after Stop, on the same address and
 // directory, and waits until it accepts connections.
 func (s *S3) Start() {
-	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Helper()
+		s.t.Fatal(err)
+	}
+}
+
+func (s *S3) start() error {
 	s.cmd = exec.Command(s.bin, "--access", s.Access, "--secret", s.Secret, "--port", s.addr, "posix", s.dir)
-	s.cmd.Stdout, s.cmd.Stderr = nil, nil
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("starting versitygw: %v", err)
+		return fmt.Errorf("starting versitygw: %w", err)
 	}
 	deadline := time.Now().Add(60 * time.Second) // a loaded machine starts it slowly
 	for {
 		c, err := net.DialTimeout("tcp", s.addr, time.Second)
 		if err == nil {
 			c.Close()
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("versitygw did not listen on %s: %v", s.addr, err)
+			return fmt.Errorf("versitygw did not listen on %s: %w", s.addr, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
