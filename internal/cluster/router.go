@@ -56,7 +56,7 @@ type Router struct {
 	placing map[string]int
 	placed  map[string]int
 	// homes remembers the node of each sandbox called (sandbox).
-	homes map[string]string
+	homes map[string]home
 	subs  []func(node.Event)
 }
 
@@ -83,7 +83,7 @@ func NewRouter(cfg Config) (*Router, error) {
 		cfg.Now = time.Now
 	}
 	return &Router{cfg: cfg, log: cfg.Logger, tr: remote.NewTransport(cfg.Secret),
-		clients: map[string]*remote.Client{}, placing: map[string]int{}, placed: map[string]int{}, homes: map[string]string{}}, nil
+		clients: map[string]*remote.Client{}, placing: map[string]int{}, placed: map[string]int{}, homes: map[string]home{}}, nil
 }
 
 // list returns the registered nodes, read at most Refresh ago.
@@ -305,21 +305,30 @@ func (r *Router) durableSnapshot(ctx context.Context, id string) bool {
 	return err == nil && sn.Durable
 }
 
-// sandbox returns the client of the node sandbox id runs on. A sandbox
-// never moves, so its node is remembered: a call to a sandbox on a node
-// with a live lease goes there without reading its row (the node checks
-// the sandbox's state itself). On a node whose lease has run out the row
-// is read, and an ended sandbox is ErrGone naming why ("node lost").
+// home is the node a sandbox was found on, and when that node started: a
+// sandbox moves only off a node without a live lease (adopt), so while
+// the same run of its node keeps its lease the sandbox is still there.
+type home struct {
+	node    string
+	started time.Time
+}
+
+// sandbox returns the client of the node sandbox id runs on. Its node is
+// remembered: a call to a sandbox on a node with a live lease, in the run
+// it was found on, goes there without reading its row (the node checks
+// the sandbox's state itself). Otherwise the row is read: an ended
+// sandbox is ErrGone naming why ("node lost"), and a durable paused one on
+// a node without a live lease is moved (adopt).
 func (r *Router) sandbox(ctx context.Context, id string) (*remote.Client, error) {
 	r.mu.Lock()
-	name, known := r.homes[id]
+	h, known := r.homes[id]
 	r.mu.Unlock()
 	if known {
 		nodes, err := r.list(ctx, false)
 		if err != nil {
 			return nil, err
 		}
-		if info, ok := find(nodes, name); ok && info.Live(r.cfg.Now()) && info.LostAt == nil {
+		if info, ok := find(nodes, h.node); ok && info.Live(r.cfg.Now()) && info.LostAt == nil && info.StartedAt.Equal(h.started) {
 			return r.clientOf(info), nil
 		}
 	}
@@ -340,13 +349,23 @@ func (r *Router) sandbox(ctx context.Context, id string) (*remote.Client, error)
 			}
 		}
 	}
-	r.mu.Lock()
-	if len(r.homes) >= maxHomes {
-		clear(r.homes)
+	c, err := r.client(ctx, sb.Node)
+	if err != nil {
+		return nil, err
 	}
-	r.homes[id] = sb.Node
-	r.mu.Unlock()
-	return r.client(ctx, sb.Node)
+	nodes, err := r.list(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	if info, ok := find(nodes, sb.Node); ok {
+		r.mu.Lock()
+		if len(r.homes) >= maxHomes {
+			clear(r.homes)
+		}
+		r.homes[id] = home{node: sb.Node, started: info.StartedAt}
+		r.mu.Unlock()
+	}
+	return c, nil
 }
 
 // adopt moves paused sandbox sb, whose image is durable and whose node has

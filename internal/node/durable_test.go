@@ -199,3 +199,27 @@ func TestStoreAwayThenBack(t *testing.T) {
 		t.Fatalf("resume once the store is back: %v, %v", r.State, err)
 	}
 }
+
+// A node refuses to act on a sandbox moved to another node while it was
+// lost: an API process that remembered the sandbox here is told to retry.
+func TestMovedSandboxRefused(t *testing.T) {
+	e := nodetest.New(t, func(cfg *node.Config) { cfg.Store = cfg.Store.OnNode("n1") })
+	ctx := context.Background()
+	sb := e.Create(t, nodetest.Plan(60_000))
+	pause(t, e, sb.ID)
+	if err := e.Store.AdoptPaused(ctx, sb.ID, "n1", "n2"); err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"Resume": func() error { _, err := e.Node.Resume(ctx, sb.ID, nil); return err },
+		"Kill":   func() error { return e.Node.Kill(ctx, sb.ID) },
+		"Pause":  func() error { _, err := e.Node.Pause(ctx, sb.ID); return err },
+	} {
+		if err := call(); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(err), "runs on node n2") {
+			t.Errorf("%s of a sandbox moved to n2: %v; want ErrUnavailable naming n2", name, err)
+		}
+	}
+	if row := e.Row(t, sb.ID); !row.Live() || row.State != api.StatePaused {
+		t.Fatalf("the moved sandbox is %s (live %v); want left paused for n2", row.State, row.Live())
+	}
+}

@@ -438,6 +438,12 @@ func (n *Local) get(ctx context.Context, id string) (store.Sandbox, error) {
 	if errors.Is(err, store.ErrNotFound) {
 		return sb, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found", id)}
 	}
+	if me := n.cfg.Store.Node(); err == nil && me != "" && sb.Live() && sb.Node != me {
+		// Moved to another node while this one was lost (docs/storage.md):
+		// an API process that remembered it here must not have it acted
+		// on here.
+		return sb, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: fmt.Sprintf("sandbox %s runs on node %s now, not on %s; retry", id, sb.Node, me)}
+	}
 	return sb, err
 }
 
