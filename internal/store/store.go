@@ -398,6 +398,11 @@ CREATE TABLE webhook_attempts (
 ALTER TABLE sandbox_pause ADD COLUMN durable INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE snapshots ADD COLUMN durable INTEGER NOT NULL DEFAULT 0;
 `,
+	// A project's default network policy by name (docs/network.md), JSON
+	// as a sandbox shape's; '' is none: the server's --network-default.
+	`
+ALTER TABLE projects ADD COLUMN network TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // SchemaVersion is the schema version this code writes.
