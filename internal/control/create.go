@@ -57,6 +57,16 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 		return api.Sandbox{}, err
 	}
 	req.Template = ref
+	if req.Network == nil {
+		// The project's default comes before the server's, and is
+		// bounded at each create: the operator's bound may have
+		// narrowed since it was set.
+		pol, err := c.cfg.Store.ProjectNetwork(ctx, projectID)
+		if err != nil {
+			return api.Sandbox{}, err
+		}
+		req.Network = pol.API()
+	}
 	p, err := c.plan(projectID, req)
 	if err != nil {
 		return api.Sandbox{}, err

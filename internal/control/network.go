@@ -11,8 +11,9 @@ import (
 	"github.com/lizard-build/lizard/internal/secrets/inject"
 )
 
-// planNetwork gives p the policy by name req asks for, within the
-// server's bound, or the server's default.
+// planNetwork gives p the policy by name req asks for (the create's own,
+// else its project's default), within the server's bound, or the
+// server's default.
 func (c *Control) planNetwork(p *node.Plan, req *api.NetworkPolicy) error {
 	if req == nil {
 		p.Network = c.cfg.NetworkDefault
@@ -84,4 +85,47 @@ func (c *Control) NetworkLog(ctx context.Context, projectID, id string) (api.Net
 		return api.NetworkLog{}, err
 	}
 	return egress.LogAPI(log), nil
+}
+
+// ProjectNetwork returns projectID's default network policy; not found
+// if it has none (its sandboxes then get the server's --network-default).
+func (c *Control) ProjectNetwork(ctx context.Context, projectID string) (api.NetworkPolicy, error) {
+	pol, err := c.cfg.Store.ProjectNetwork(ctx, projectID)
+	if err != nil {
+		return api.NetworkPolicy{}, err
+	}
+	if pol == nil {
+		return api.NetworkPolicy{}, &errdefs.Error{Kind: errdefs.ErrNotFound,
+			Msg: "this project has no default network policy; its sandboxes created without one get the server's (docs/network.md)"}
+	}
+	return *pol.API(), nil
+}
+
+// SetProjectNetwork makes req projectID's default network policy, that
+// of its sandboxes whose create gives none. It is checked as a create's
+// is: a looser policy than the server's bound is refused.
+func (c *Control) SetProjectNetwork(ctx context.Context, projectID string, req api.NetworkPolicy) (api.NetworkPolicy, error) {
+	pol, err := egress.FromAPI(req, "network")
+	if err != nil {
+		return api.NetworkPolicy{}, err
+	}
+	// Stored as given: the bound's deny rules are added at each create,
+	// so that a later bound applies to it too.
+	bounded, err := c.bound(pol)
+	if err != nil {
+		return api.NetworkPolicy{}, err
+	}
+	if err := c.checkSecrets(ctx, projectID, bounded); err != nil {
+		return api.NetworkPolicy{}, err
+	}
+	if err := c.cfg.Store.SetProjectNetwork(ctx, projectID, pol); err != nil {
+		return api.NetworkPolicy{}, err
+	}
+	return *pol.API(), nil
+}
+
+// ClearProjectNetwork removes projectID's default network policy: its
+// sandboxes created without one get the server's again.
+func (c *Control) ClearProjectNetwork(ctx context.Context, projectID string) error {
+	return c.cfg.Store.SetProjectNetwork(ctx, projectID, nil)
 }
