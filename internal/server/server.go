@@ -123,6 +123,7 @@ func New(cfg Config) *Server {
 	s.portRoutes(mux)
 	s.templateRoutes(mux, authed)
 	s.secretRoutes(mux, authed)
+	s.projectNetworkRoutes(mux, authed)
 	if cfg.Events != nil {
 		mux.Handle("GET /v1/events", authed(s.listEvents))
 	}

@@ -1,0 +1,52 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/auth"
+)
+
+// projectNetworkRoutes registers the key's project's default network
+// policy (docs/network.md).
+func (s *Server) projectNetworkRoutes(mux *http.ServeMux, authed func(http.HandlerFunc) http.Handler) {
+	mux.Handle("GET /v1/network/default", authed(s.getProjectNetwork))
+	mux.Handle("PUT /v1/network/default", authed(s.setProjectNetwork))
+	mux.Handle("DELETE /v1/network/default", authed(s.clearProjectNetwork))
+}
+
+func (s *Server) getProjectNetwork(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	pol, err := s.c.ProjectNetwork(r.Context(), project)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, pol)
+}
+
+func (s *Server) setProjectNetwork(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	var req api.NetworkPolicy
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	pol, err := s.c.SetProjectNetwork(r.Context(), project, req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.audit(r, "network.default.set")
+	writeJSON(w, http.StatusOK, pol)
+}
+
+func (s *Server) clearProjectNetwork(w http.ResponseWriter, r *http.Request) {
+	project, _ := auth.ProjectID(r.Context())
+	if err := s.c.ClearProjectNetwork(r.Context(), project); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.audit(r, "network.default.clear")
+	w.WriteHeader(http.StatusNoContent)
+}
