@@ -369,8 +369,45 @@ print(kreq())`
 	if _, err := other.NetworkLog(ctx, id); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("another project's log read: %v, want not found", err)
 	}
+	// A project's default policy: its sandboxes created without one get
+	// it; another project's get the server's (here none), as do its own
+	// once it is cleared.
+	def := api.NetworkPolicy{Default: "deny", Allow: []string{"allowed.test"}}
+	if _, err := c.SetProjectNetwork(ctx, def); err != nil {
+		t.Fatalf("SetProjectNetwork: %v", err)
+	}
+	if got, err := c.ProjectNetwork(ctx); err != nil || got.Default != "deny" || strings.Join(got.Allow, ",") != "allowed.test" {
+		t.Errorf("ProjectNetwork = %+v, %v; want %+v", got, err, def)
+	}
+	withDef := newSandbox(t, c, api.CreateSandboxRequest{})
+	if got, err := c.GetSandbox(ctx, withDef.SandboxID); err != nil || got.Network == nil || got.Network.Default != "deny" || strings.Join(got.Network.Allow, ",") != "allowed.test" {
+		t.Errorf("a sandbox created without a policy has %+v, %v; want the project's %+v", got, err, def)
+	}
+	expect(t, "with the project's default", runProbes(t, c, withDef.SandboxID, ca, probeSet{
+		"resolve allowed": base["resolve allowed"], "resolve denied": base["resolve denied"]}),
+		map[string]string{"resolve allowed": want["resolve allowed"], "resolve denied": "err:"})
+	if sb := newSandbox(t, other, api.CreateSandboxRequest{}); sb.Network != nil {
+		t.Errorf("another project's sandbox has %+v; want the server's default, none", sb.Network)
+	}
+	if _, err := other.ProjectNetwork(ctx); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("another project's default: %v, want not found", err)
+	}
+	var bad *client.Error
+	if _, err := c.SetProjectNetwork(ctx, api.NetworkPolicy{Allow: []string{"api.*.example.com"}}); !errors.As(err, &bad) || bad.Status != 400 || !strings.HasPrefix(bad.Message, "network.allow[0]") {
+		t.Errorf("a bad default: %v, want a 400 naming network.allow[0]", err)
+	}
+	if err := c.ClearProjectNetwork(ctx); err != nil {
+		t.Fatalf("ClearProjectNetwork: %v", err)
+	}
+	if _, err := c.ProjectNetwork(ctx); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("the default once cleared: %v, want not found", err)
+	}
+
 	// A sandbox made without a policy keeps the server's egress: no update.
 	plain := newSandbox(t, c, api.CreateSandboxRequest{})
+	if plain.Network != nil {
+		t.Errorf("a sandbox created without a policy once the default is cleared has %+v; want none", plain.Network)
+	}
 	var ce *client.Error
 	if _, err := c.UpdateNetwork(ctx, plain.SandboxID, api.UpdateNetworkRequest{Default: ptr("deny")}); !errors.As(err, &ce) || ce.Status != 409 {
 		t.Errorf("update of a sandbox without a policy: %v, want 409", err)
