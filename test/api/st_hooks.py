@@ -34,6 +34,7 @@ RULES = {
                       r"^network"],
     # A policy's rules are checked beyond the schema (docs/network.md), each message naming its field.
     "updateSandboxNetwork": [r"^network"],
+    "setProjectNetwork": [r"^network"],
     "createVolume": [r"^sizeMb \d+ is out of range"],
     "forkSandbox": [r" is out of range"],
     "resumeSandbox": [r" is out of range"],
