@@ -437,4 +437,14 @@ func TestNetworkPolicyCluster(t *testing.T) {
 	if err != nil || len(log) < 4 {
 		t.Errorf("log through the API = %+v, %v; want the node's decisions", log, err)
 	}
+	// The API applies the project's default at create; the node enforces it.
+	if _, err := c.SetProjectNetwork(ctx, api.NetworkPolicy{Default: "deny", Allow: []string{"allowed.test"}}); err != nil {
+		t.Fatal(err)
+	}
+	withDef := newSandbox(t, c, api.CreateSandboxRequest{})
+	if withDef.Network == nil || withDef.Network.Default != "deny" {
+		t.Errorf("a sandbox created without a policy has %+v; want the project's default", withDef.Network)
+	}
+	expect(t, "with the project's default", runProbes(t, c, withDef.SandboxID, "", probeSet{"resolve denied": probes["resolve denied"]}),
+		map[string]string{"resolve denied": "err:"})
 }
