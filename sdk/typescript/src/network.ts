@@ -1,6 +1,7 @@
 // Network: a sandbox's network policy by domain name (docs/network.md).
 
-import type { HttpClient } from './http.js';
+import { NotFoundError } from './errors.js';
+import { HttpClient, resolveConfig, type ConnectionOptions } from './http.js';
 
 /** A sandbox's egress by domain name; deny rules win over allow rules. */
 export interface NetworkPolicy {
@@ -84,5 +85,36 @@ export class Network {
       bytesOut: e.bytesOut ?? 0,
       bytesIn: e.bytesIn ?? 0,
     }));
+  }
+
+  /**
+   * getDefault returns the key's project's default policy, which sandboxes
+   * created without `network` get; undefined when the project has none (they
+   * get the server's --network-default).
+   */
+  static async getDefault(opts: ConnectionOptions = {}): Promise<NetworkPolicy | undefined> {
+    const http = new HttpClient(resolveConfig(opts));
+    try {
+      return await http.request<NetworkPolicy>('GET', '/v1/network/default');
+    } catch (err) {
+      if (err instanceof NotFoundError) return undefined;
+      throw err;
+    }
+  }
+
+  /**
+   * setDefault sets the project's default policy for sandboxes created from
+   * now on; InvalidArgumentError naming the field for a bad rule or one looser
+   * than the server permits.
+   */
+  static async setDefault(policy: NetworkPolicy, opts: ConnectionOptions = {}): Promise<NetworkPolicy> {
+    const http = new HttpClient(resolveConfig(opts));
+    return http.request<NetworkPolicy>('PUT', '/v1/network/default', { json: policy });
+  }
+
+  /** clearDefault clears the project's default policy: new sandboxes get the server's again. */
+  static async clearDefault(opts: ConnectionOptions = {}): Promise<void> {
+    const http = new HttpClient(resolveConfig(opts));
+    await http.request<unknown>('DELETE', '/v1/network/default');
   }
 }

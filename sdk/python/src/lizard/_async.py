@@ -557,6 +557,26 @@ class AsyncNetwork:
         resp = await self._sandbox._http.request("GET", f"{self._sandbox._prefix}/network/log")
         return [NetworkLogEntry.from_json(e) for e in resp.json().get("entries") or []]
 
+    @staticmethod
+    async def get_default(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> Optional[Dict[str, Any]]:
+        """The key's project's default policy; None when it has none (see :meth:`lizard.Network.get_default`)."""
+        try:
+            return dict((await AsyncVolume._call("GET", "/v1/network/default", api_key, api_url)).json())
+        except NotFoundError:
+            return None
+
+    @staticmethod
+    async def set_default(policy: Mapping[str, Any], *, api_key: Optional[str] = None,
+                          api_url: Optional[str] = None) -> Dict[str, Any]:
+        """Set the project's default policy for sandboxes created from now on."""
+        body = _core.network_policy(policy, "policy")
+        return dict((await AsyncVolume._call("PUT", "/v1/network/default", api_key, api_url, json=body)).json())
+
+    @staticmethod
+    async def clear_default(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
+        """Clear the project's default policy: new sandboxes get the server's again."""
+        await AsyncVolume._call("DELETE", "/v1/network/default", api_key, api_url)
+
 
 class AsyncEvents:
     """The key's project's sandbox lifecycle events, with asyncio (see :class:`lizard.Events`)."""

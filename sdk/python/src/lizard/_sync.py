@@ -547,6 +547,29 @@ class Network:
         resp = self._sandbox._http.request("GET", f"{self._sandbox._prefix}/network/log")
         return [NetworkLogEntry.from_json(e) for e in resp.json().get("entries") or []]
 
+    @staticmethod
+    def get_default(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> Optional[Dict[str, Any]]:
+        """The key's project's default policy, which sandboxes created without ``network`` get; None when
+        the project has none (they get the server's ``--network-default``)."""
+        try:
+            return dict(Volume._call("GET", "/v1/network/default", api_key, api_url).json())
+        except NotFoundError:
+            return None
+
+    @staticmethod
+    def set_default(policy: Mapping[str, Any], *, api_key: Optional[str] = None,
+                    api_url: Optional[str] = None) -> Dict[str, Any]:
+        """Set the project's default policy, such as ``{"default": "deny", "allow": ["pypi.org"]}``, for
+        sandboxes created from now on; InvalidArgumentError naming the field for a bad rule or one looser
+        than the server permits."""
+        body = _core.network_policy(policy, "policy")
+        return dict(Volume._call("PUT", "/v1/network/default", api_key, api_url, json=body).json())
+
+    @staticmethod
+    def clear_default(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
+        """Clear the project's default policy: new sandboxes get the server's again."""
+        Volume._call("DELETE", "/v1/network/default", api_key, api_url)
+
 
 class Volume:
     """Persistent volumes of the key's project: ``Volume.create("data")``, then

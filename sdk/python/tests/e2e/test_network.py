@@ -1,6 +1,6 @@
 """End-to-end tests of network policies by name through the SDK against a real `lizard serve`
-(conftest.py): a policy at create, sandbox.network.update and .log, sync and async, bad rules refused
-naming the field. The suite's server has no internet (--egress=none), so it records policies without
+(conftest.py): a policy at create, sandbox.network.update and .log, the project's default, sync and
+async, bad rules refused naming the field. The suite's server has no internet (--egress=none), so it records policies without
 enforcing them; the Go e2e suite (e2e/network_test.go) tries their enforcement and each bypass."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from lizard import AsyncCodeSandbox, CodeSandbox, ConflictError, InvalidArgumentError, NetworkLogEntry
+from lizard import AsyncCodeSandbox, AsyncNetwork, CodeSandbox, ConflictError, InvalidArgumentError, Network, NetworkLogEntry
 
 
 def test_network_policy_sync() -> None:
@@ -45,3 +45,34 @@ def test_network_policy_async() -> None:
                 await plain.network.update(default="deny")
 
     asyncio.run(main())
+
+
+def test_project_default_policy() -> None:
+    """The project's default policy is what a sandbox created without ``network`` gets; cleared, it is
+    gone again. The suite shares one project, so the default is cleared whatever happens."""
+    try:
+        assert Network.get_default() is None
+        pol = Network.set_default({"default": "deny", "allow": ["PyPI.org"]})
+        assert pol == {"default": "deny", "allow": ["pypi.org"]}
+        assert Network.get_default() == pol
+        with CodeSandbox.create() as sb:
+            assert sb.get_info().network == pol
+        with CodeSandbox.create(network={"default": "allow", "deny": ["evil.test"]}) as own:
+            assert own.get_info().network == {"default": "allow", "deny": ["evil.test"]}  # a create's own wins
+        with pytest.raises(InvalidArgumentError, match=r"^network\.allow\[0\]"):
+            Network.set_default({"allow": ["api.*.test"]})
+        assert Network.get_default() == pol  # nothing applied
+        with pytest.raises(InvalidArgumentError, match="unknown field"):
+            Network.set_default({"alow": ["pypi.org"]})
+
+        async def main() -> None:
+            assert await AsyncNetwork.get_default() == pol
+            assert await AsyncNetwork.set_default({"default": "deny"}) == {"default": "deny"}
+            await AsyncNetwork.clear_default()
+            assert await AsyncNetwork.get_default() is None
+
+        asyncio.run(main())
+        with CodeSandbox.create() as sb:
+            assert sb.get_info().network is None
+    finally:
+        Network.clear_default()

@@ -18,6 +18,7 @@ import {
   Volume,
   LizardConnectionError,
   LizardError,
+  Network,
   NotFoundError,
   SandboxGoneError,
   Secret,
@@ -784,6 +785,37 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
       }
       await assert.rejects(CodeSandbox.create({ network: { default: 'sometimes' as 'deny' } }), InvalidArgumentError);
       await assert.rejects(sandbox.network.update({ default: 'deny' }), ConflictError);
+    }),
+  );
+
+  test(
+    "network policy: the project's default is what a create without network gets; cleared, it is gone",
+    e2e(async () => {
+      try {
+        assert.equal(await Network.getDefault(), undefined);
+        const pol = await Network.setDefault({ default: 'deny', allow: ['PyPI.org'] });
+        assert.deepEqual(pol, { default: 'deny', allow: ['pypi.org'] });
+        assert.deepEqual(await Network.getDefault(), pol);
+        const sb = await CodeSandbox.create();
+        try {
+          assert.deepEqual((await sb.getInfo()).network, pol);
+        } finally {
+          await sb.kill();
+        }
+        await assert.rejects(Network.setDefault({ allow: ['api.*.test'] }), (err: unknown) =>
+          err instanceof InvalidArgumentError && err.message.startsWith('network.allow[0]'));
+        assert.deepEqual(await Network.getDefault(), pol); // nothing applied
+        await Network.clearDefault();
+        assert.equal(await Network.getDefault(), undefined);
+        const plain = await CodeSandbox.create();
+        try {
+          assert.equal((await plain.getInfo()).network, undefined);
+        } finally {
+          await plain.kill();
+        }
+      } finally {
+        await Network.clearDefault();
+      }
     }),
   );
 });
