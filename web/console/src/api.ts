@@ -50,6 +50,8 @@ export interface Sandbox {
   /** The server's wildcard domain for ports, if it has one. */
   portsDomain?: string;
   network?: NetworkPolicy;
+  /** Paused with its image in the image store: it outlives its node (docs/storage.md). */
+  durable?: boolean;
 }
 
 /** A volume of the project mounted in a sandbox at path. */
@@ -65,6 +67,8 @@ export interface Snapshot {
   template: string;
   createdAt: string;
   sizeBytes: number;
+  /** Its image is in the image store: creates from it may run on any node. */
+  durable?: boolean;
 }
 
 export interface CreateSandboxRequest {
@@ -81,6 +85,7 @@ export interface CreateSandboxRequest {
   lizardToken?: boolean;
   volumes?: VolumeMount[];
   publicPorts?: boolean;
+  network?: NetworkPolicy;
 }
 
 export interface Result {
@@ -173,6 +178,13 @@ export interface NetworkPolicy {
   allow?: string[];
   deny?: string[];
   ports?: number[];
+  /** Headers the node sets on requests to a domain, secrets expanded there (docs/secrets.md). */
+  inject?: HeaderRule[];
+}
+
+export interface HeaderRule {
+  domain: string;
+  headers: Record<string, string>;
 }
 
 export interface NetworkLogEntry {
