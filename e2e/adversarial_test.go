@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"os/exec"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +27,6 @@ import (
 	"path/filepath"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/client"
@@ -79,24 +77,7 @@ func testNet(t *testing.T, name, hostIf, hostAddr string, addrs []string) {
 // listenIn serves "hello from ADDR" on addr inside namespace name.
 func listenIn(t *testing.T, name, addr string) {
 	t.Helper()
-	errc := make(chan error, 1)
-	var ln net.Listener
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with us
-		ns, err := netns.GetFromName(name)
-		if err == nil {
-			defer ns.Close()
-			err = netns.Set(ns)
-		}
-		if err == nil {
-			ln, err = net.Listen("tcp4", addr)
-		}
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
-		t.Fatalf("listening on %s in %s: %v", addr, name, err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln := listenNS(t, name, addr)
 	go func() {
 		for {
 			c, err := ln.Accept()
