@@ -10,7 +10,7 @@ import { after, before, describe, test } from 'node:test';
 
 import { CommandExitError, FileType, NotFoundError, Sandbox } from '@e2b/code-interpreter';
 
-import { missing, startLizard, strict, type Lizard } from './harness.js';
+import { missing, pointE2B, startLizard, strict, type Lizard } from './harness.js';
 
 const why = missing();
 
@@ -26,10 +26,7 @@ describe("E2B's JavaScript SDK: commands, PTY and files", { skip: why, timeout: 
 
   before(async () => {
     lizard = await startLizard('proj_123');
-    for (const v of ['E2B_DOMAIN', 'E2B_DEBUG', 'E2B_ACCESS_TOKEN']) delete process.env[v];
-    process.env.E2B_API_URL = `${lizard.url}/e2b`;
-    process.env.E2B_SANDBOX_URL = `${lizard.url}/e2b/sandbox`;
-    process.env.E2B_API_KEY = lizard.apiKey;
+    pointE2B(lizard);
     sandbox = await Sandbox.create();
   });
 

@@ -153,3 +153,15 @@ export async function startLizard(projectId = 'proj_123'): Promise<Lizard> {
   }
   return { url, apiKey: created.apiKey, projectId, dataDir, logs, stop };
 }
+
+/**
+ * pointE2B sets the environment E2B's SDKs read, and only that, to reach
+ * lizard's E2B surface (docs/e2b.md): the three variables a user sets, with
+ * any other E2B setting of the caller's environment removed.
+ */
+export function pointE2B(lizard: Lizard): void {
+  for (const v of ['E2B_DOMAIN', 'E2B_DEBUG', 'E2B_ACCESS_TOKEN']) delete process.env[v];
+  process.env.E2B_API_URL = `${lizard.url}/e2b`;
+  process.env.E2B_SANDBOX_URL = `${lizard.url}/e2b/sandbox`;
+  process.env.E2B_API_KEY = lizard.apiKey;
+}
