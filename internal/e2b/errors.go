@@ -64,13 +64,6 @@ func (h *Handler) classify(err error) (int, string) {
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return http.StatusUnauthorized, msgBadKey
 	}
-	k, msg := errdefs.Classify(err)
-	switch {
-	case msg != "":
-	case k.Err == nil:
-		msg = "internal error; the server log has the details"
-	default:
-		msg = http.StatusText(k.Status)
-	}
+	k, msg := errdefs.Public(err)
 	return k.Status, msg
 }

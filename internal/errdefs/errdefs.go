@@ -108,6 +108,21 @@ func Classify(err error) (Kind, string) {
 	return internal, msg
 }
 
+// Public is Classify with the message a client is always shown: err's
+// own; else, for a failure of the server's own, a pointer to its log
+// (the cause stays there); else the status's text.
+func Public(err error) (Kind, string) {
+	k, msg := Classify(err)
+	switch {
+	case msg != "":
+	case k.Err == nil:
+		msg = "internal error; the server log has the details"
+	default:
+		msg = http.StatusText(k.Status)
+	}
+	return k, msg
+}
+
 // ByWire returns the row named name on the node's internal API.
 func ByWire(name string) (Kind, bool) {
 	for _, k := range kinds {

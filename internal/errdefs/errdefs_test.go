@@ -130,3 +130,21 @@ func TestDiskFull(t *testing.T) {
 		t.Error("DiskFull(nil) != nil")
 	}
 }
+
+func TestPublic(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		msg  string
+	}{
+		{"its own message", &Error{Kind: ErrNotFound, Msg: "no such sandbox"}, "no such sandbox"},
+		{"a kind without words", fmt.Errorf("finding: %w", ErrNotFound), http.StatusText(http.StatusNotFound)},
+		{"the server's own failure", errors.New("database: disk I/O"), "internal error; the server log has the details"},
+	}
+	for _, tt := range tests {
+		k, msg := Public(tt.err)
+		if wk, _ := Classify(tt.err); k != wk || msg != tt.msg {
+			t.Errorf("%s: Public = %+v %q; want %+v %q", tt.name, k, msg, wk, tt.msg)
+		}
+	}
+}

@@ -87,14 +87,7 @@ var errAgentUnanswered = &errdefs.Error{Kind: errdefs.ErrBadGateway,
 // the one table (errdefs.Kinds). Only messages written for the client
 // (errdefs.Error) reach it; every other cause stays in the log.
 func Classify(err error) (status int, code, msg string) {
-	k, msg := errdefs.Classify(err)
-	switch {
-	case msg != "":
-	case k.Err == nil:
-		msg = "internal error; the server log has the details"
-	default:
-		msg = http.StatusText(k.Status)
-	}
+	k, msg := errdefs.Public(err)
 	return k.Status, k.Code, msg
 }
 

@@ -15,14 +15,7 @@ import (
 // the one table (errdefs.Kinds). Only messages written for the client
 // (errdefs.Error) reach it; every other cause stays in the log.
 func classify(err error) (status int, code, msg string) {
-	k, msg := errdefs.Classify(err)
-	switch {
-	case msg != "":
-	case k.Err == nil:
-		msg = "internal error; the server log has the details"
-	default:
-		msg = http.StatusText(k.Status)
-	}
+	k, msg := errdefs.Public(err)
 	return k.Status, k.Code, msg
 }
 
