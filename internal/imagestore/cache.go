@@ -58,7 +58,7 @@ func NewCache(store *Store, dir string, max int64, log *slog.Logger) (*Cache, er
 			continue
 		}
 		fi, _ := e.Info()
-		size := dirSize(p)
+		size := DirSize(p)
 		c.entries[obj] = &entry{size: size, used: fi.ModTime()}
 		c.total += size
 	}
@@ -82,7 +82,7 @@ func (c *Cache) Get(ctx context.Context, name string) (dir string, release func(
 		if _, err := c.store.Get(ctx, name, dir); err != nil {
 			return "", nil, err
 		}
-		size := dirSize(dir)
+		size := DirSize(dir)
 		c.log.Info("image fetched from the image store", "image", name, "size_bytes", size, "took", time.Since(begin).Round(time.Millisecond))
 		c.mu.Lock()
 		c.entries[m.Object] = &entry{size: size, used: time.Now(), pins: 1}
@@ -162,8 +162,8 @@ func (c *Cache) Size() int64 {
 	return c.total
 }
 
-// dirSize is the bytes the files under dir hold.
-func dirSize(dir string) int64 {
+// DirSize is the bytes the files under dir hold: an image's size on disk.
+func DirSize(dir string) int64 {
 	var size int64
 	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {

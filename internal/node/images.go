@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/trace"
 )
@@ -81,7 +82,7 @@ func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (_ string, 
 	if err := n.checkpoint(ctx, id, dir); err != nil {
 		return "", 0, err
 	}
-	size := dirSize(dir)
+	size := imagestore.DirSize(dir)
 	n.wakeUploader()
 	n.log.Info("snapshot taken", "sandbox_id", id, "snapshot_id", snapshotID, "size_bytes", size,
 		"took", time.Since(begin).Round(time.Millisecond))
@@ -217,18 +218,4 @@ func (n *Local) sweepImages(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// dirSize is the bytes the files under dir hold.
-func dirSize(dir string) int64 {
-	var size int64
-	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				size += fi.Size()
-			}
-		}
-		return nil
-	})
-	return size
 }

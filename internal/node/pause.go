@@ -16,6 +16,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/trace"
@@ -119,7 +120,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	// on it (the API listener of a lizardToken).
 	n.stopped(sb, api.StatePaused, "paused")
 	n.wakeUploader()
-	log.Info("sandbox paused", "image", dir, "size_bytes", dirSize(dir), "took", time.Since(begin).Round(time.Millisecond))
+	log.Info("sandbox paused", "image", dir, "size_bytes", imagestore.DirSize(dir), "took", time.Since(begin).Round(time.Millisecond))
 	return nil
 }
 
