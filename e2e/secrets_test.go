@@ -129,37 +129,15 @@ func noValueOnDisk(t *testing.T, s *server, value string) {
 // rawCall sends one request with key and returns the body.
 func rawCall(t *testing.T, s *server, key, method, path, body string) string {
 	t.Helper()
-	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	b.ReadFrom(resp.Body)
-	return b.String()
+	_, b := send(t, method, s.url+path, body, "Authorization", "Bearer "+key, "Content-Type", "application/json")
+	return b
 }
 
 // rawErr sends one request that must fail and returns its error.
 func rawErr(t *testing.T, s *server, key, method, path, body string) client.Error {
 	t.Helper()
-	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp, b := send(t, method, s.url+path, body, "Authorization", "Bearer "+key, "Content-Type", "application/json")
 	var e struct{ Code, Message string }
-	json.NewDecoder(resp.Body).Decode(&e)
+	json.Unmarshal([]byte(b), &e)
 	return client.Error{Status: resp.StatusCode, Code: e.Code, Message: e.Message}
 }
