@@ -614,14 +614,19 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 			return fmt.Errorf("creating sandbox %s: %w", id, err)
 		}
 	} else {
-		if err := r.start(ctx, id, disk, lay, "create", "--bundle", bundle, cid); err != nil {
-			return fmt.Errorf("restoring sandbox %s: %w", id, err)
-		}
 		if wait != nil {
+			// A fork's copy: runsc create now, while its parent is
+			// being checkpointed, and runsc restore once the image is
+			// there.
+			if err := r.start(ctx, id, disk, lay, "create", "--bundle", bundle, cid); err != nil {
+				return fmt.Errorf("restoring sandbox %s: %w", id, err)
+			}
 			if err := wait(ctx); err != nil {
 				return fmt.Errorf("restoring sandbox %s: its image was not made: %w", id, err)
 			}
 		}
+		// Otherwise runsc restore makes the container itself (it
+		// creates one it does not find): one runsc process, not two.
 		// --background: the sandbox runs while the rest of its memory
 		// loads, instead of after all of it has.
 		if err := r.start(ctx, id, disk, lay, "restore", "--detach", "--background", "--image-path", imageDir, "--bundle", bundle, cid); err != nil {
@@ -629,6 +634,13 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 		}
 	}
 	if pid, err := r.sentryPid(id); err == nil {
+		// State, asked every half second while the node waits for the
+		// agent, then needs no runsc state while this process lives.
+		if start := hostproc.Start(pid); start != "" {
+			r.mu.Lock()
+			r.procs[id] = hostProc{pid: pid, start: start}
+			r.mu.Unlock()
+		}
 		r.watch(id, memory, pid)
 	} else {
 		log.Warn("not guarding the sandbox's memory", "err", err)
@@ -648,24 +660,42 @@ func globEscape(s string) string {
 	return strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `\`, `\\`).Replace(s)
 }
 
-// sentryPid reads the host pid of sandbox id's Sentry from runsc's state
-// file, without the cost of a runsc state on every create.
-func (r *Runtime) sentryPid(id string) (int, error) {
+// stateFile is the part of runsc's state file of a sandbox this package
+// reads: the host pids of its Sentry and gofer.
+type stateFile struct {
+	GoferPid int `json:"goferPid"`
+	Sandbox  struct {
+		Pid int `json:"pid"`
+	} `json:"sandbox"`
+}
+
+// readState reads runsc's state file of sandbox id, without the cost of a
+// runsc state.
+func (r *Runtime) readState(id string) (stateFile, error) {
+	var st stateFile
 	m, _ := filepath.Glob(filepath.Join(r.stateDir, globEscape(containerID(id))+"_sandbox:*.state"))
 	if len(m) != 1 {
-		return 0, fmt.Errorf("finding runsc's state file of %s: %d matches", id, len(m))
+		return st, fmt.Errorf("finding runsc's state file of %s: %d matches", id, len(m))
 	}
 	b, err := os.ReadFile(m[0])
 	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("decoding %s: %w", m[0], err)
+	}
+	return st, nil
+}
+
+// sentryPid reads the host pid of sandbox id's Sentry from runsc's state
+// file.
+func (r *Runtime) sentryPid(id string) (int, error) {
+	st, err := r.readState(id)
+	if err != nil {
 		return 0, err
 	}
-	var st struct {
-		Sandbox struct {
-			Pid int `json:"pid"`
-		} `json:"sandbox"`
-	}
-	if err := json.Unmarshal(b, &st); err != nil || st.Sandbox.Pid <= 0 {
-		return 0, fmt.Errorf("reading the Sentry's pid from %s: %v", m[0], err)
+	if st.Sandbox.Pid <= 0 {
+		return 0, fmt.Errorf("no Sentry pid in runsc's state of %s", id)
 	}
 	return st.Sandbox.Pid, nil
 }
@@ -876,12 +906,14 @@ func (r *Runtime) remove(ctx context.Context, id string, background bool) error 
 	// The bundle directory is on the command line of the sandbox, its
 	// gofer and systrap stubs: killing them ends the sandbox at once, and
 	// spares two runsc calls (state, kill) a sandbox being removed does
-	// not need. runsc delete then only forgets it.
+	// not need. runsc delete would then only remove the cgroups and state
+	// files removed below, at the cost of a runsc process per kill: it
+	// runs only if runsc's state names a live process not killed here.
 	pids := procsWithBundle(r.dir(id))
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	if r.hasState(id) {
+	if r.hasState(id) && !r.allKilled(id, pids) {
 		if _, err := r.command(ctx, id, "delete", "--force", containerID(id)); err != nil && r.hasState(id) {
 			errs = append(errs, err)
 		}
@@ -923,6 +955,21 @@ func (r *Runtime) remove(ctx context.Context, id string, background bool) error 
 			r.log.Error("removing the owner record of a removed sandbox", "sandbox_id", id, "err", err)
 		}
 	})
+}
+
+// allKilled reports whether the sandbox and gofer processes runsc's state
+// file names for sandbox id are among pids or gone.
+func (r *Runtime) allKilled(id string, pids []int) bool {
+	st, err := r.readState(id)
+	if err != nil {
+		return false
+	}
+	for _, pid := range []int{st.Sandbox.Pid, st.GoferPid} {
+		if pid > 0 && !slices.Contains(pids, pid) && hostproc.Alive(pid) {
+			return false
+		}
+	}
+	return true
 }
 
 // removeStateFiles removes what runsc keeps in its state directory for
