@@ -208,6 +208,15 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 			return fail(fmt.Sprintf("the %s runtime could not start it (the server log says why)", n.cfg.Runtime.Name()), err)
 		}
 	}
+	if src.claim {
+		// Restored in the background (sandbox.Spec.Background), it runs
+		// for its caller from now on.
+		if pr, ok := n.cfg.Runtime.(sandbox.Prioritizer); ok {
+			if err := trace.Step(ctx, "node.foreground", func(ctx context.Context) error { return pr.Foreground(ctx, sb.ID) }); err != nil {
+				return fail("raising its CPU share failed", err)
+			}
+		}
+	}
 	switch {
 	case src.resume != nil && src.cached:
 		// Paused on another node: its agent holds the secret that node

@@ -97,6 +97,9 @@ func (n *Local) spec(sb store.Sandbox, a sandbox.Artifact, env []string, apiPort
 		Network: sandbox.Network{HostAddr: host, GuestAddr: guest, PrefixLen: netns.SlotPrefixLen,
 			Internet: p.Internet, APIPort: apiPort, Allow: n.cfg.Allow, Names: n.names(p)},
 		Limits: p.Limits,
+		// A warm-pool sandbox is restored ahead of need: it yields the CPU
+		// to sandboxes in use until claimed (provision).
+		Background: sb.Role == store.RoleWarm,
 	}, nil
 }
 

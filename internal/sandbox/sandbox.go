@@ -118,6 +118,11 @@ type Spec struct {
 	// a per-sandbox layer: a template build's sandbox, which fills a
 	// private copy of its base. Such a sandbox is never checkpointed.
 	WritableRoot bool
+	// Background starts the sandbox with a small share of the CPU, so
+	// that one made ahead of need (a warm-pool sandbox) yields to the
+	// sandboxes in use; Prioritizer.Foreground gives it a full share.
+	// Runtimes that are not Prioritizers ignore it.
+	Background bool
 }
 
 // State is what the runtime reports about a sandbox.
@@ -137,6 +142,14 @@ type ForkRestorer interface {
 	// its error) before the image is read. If wait fails, nothing is
 	// left and its error is returned, wrapped.
 	RestoreFork(ctx context.Context, spec Spec, parent, imageDir string, wait func(context.Context) error) error
+}
+
+// Prioritizer is a Runtime that can start sandboxes in the background
+// (Spec.Background) and bring them to the foreground.
+type Prioritizer interface {
+	// Foreground gives running sandbox id the CPU share of any sandbox
+	// started without Spec.Background; ErrNotFound if unknown.
+	Foreground(ctx context.Context, id string) error
 }
 
 // Usage is what a running sandbox uses of its host at one moment.

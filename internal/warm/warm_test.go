@@ -16,6 +16,7 @@ import (
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/warm"
 )
@@ -199,6 +200,16 @@ func TestWarmPool(t *testing.T) {
 	if last := r[len(r)-1]; last.Envs["K"] != "V" || last.Envs["LIZARD_PROJECT_ID"] != "p1" || last.Envs["LIZARD_SANDBOX_ID"] != sb.SandboxID {
 		t.Errorf("reseed at claim = %+v; want K=V, LIZARD_PROJECT_ID=p1 and its ID", last)
 	}
+	// The pool restores in the background, and a claim brings its
+	// sandbox, and no other, to the foreground.
+	for _, r := range e.Runtime.Restores() {
+		if slices.Contains(pool, r.Spec.ID) && !r.Spec.Background {
+			t.Errorf("pool sandbox %s restored with Background false; want true", r.Spec.ID)
+		}
+	}
+	if got := e.Runtime.Foregrounded(); !slices.Equal(got, []string{sb.SandboxID}) {
+		t.Errorf("sandboxes brought to the foreground = %v; want the claimed %s alone", got, sb.SandboxID)
+	}
 	nodetest.WaitFor(t, "the pool to refill", func() bool {
 		ids := e.warmIDs(t)
 		return len(ids) == 2 && !slices.Contains(ids, sb.SandboxID)
@@ -219,6 +230,11 @@ func TestWarmPool(t *testing.T) {
 	}
 	if slices.Contains(pool, sb2.SandboxID) {
 		t.Errorf("a create with memoryMb claimed pool sandbox %s", sb2.SandboxID)
+	}
+	for _, r := range e.Runtime.Restores() {
+		if r.Spec.ID == sb2.SandboxID && r.Spec.Background {
+			t.Errorf("a user's sandbox %s restored with Background true; want false", sb2.SandboxID)
+		}
 	}
 	// Under memory pressure the pool gives its sandboxes back, one per
 	// wake-up (Claimed wakes it, rather than waiting for its tick).
@@ -249,5 +265,29 @@ func TestWarmPool(t *testing.T) {
 	}
 	if !e.Runtime.IsRunning(sb.SandboxID) || !e.Runtime.IsRunning(sb2.SandboxID) {
 		t.Error("Drain ended users' sandboxes")
+	}
+}
+
+// A claimed sandbox that cannot be brought to the foreground is not handed
+// out at its background share: it is ended, and a fresh restore serves.
+func TestWarmClaimForegroundFails(t *testing.T) {
+	e := newEnv(t, 1, 0)
+	e.Runtime.ForegroundFunc = func(context.Context, string) error { return errors.New("no cpu cgroup") }
+	ctx, _, _ := e.run(t, e.pool)
+	nodetest.WaitFor(t, "a full pool", func() bool {
+		rows, _ := e.Store.ListSandboxes(ctx, store.Filter{Role: store.RoleWarm, LiveOnly: true})
+		return len(rows) == 1 && rows[0].State == api.StateRunning
+	})
+	claimed := e.warmIDs(t)[0]
+	sb, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.SandboxID == claimed || !e.Runtime.WasKilled(claimed) {
+		t.Errorf("created %s, pool sandbox %s killed: %v; want a fresh sandbox and the pool's killed", sb.SandboxID, claimed, e.Runtime.WasKilled(claimed))
+	}
+	i := slices.IndexFunc(e.Runtime.Restores(), func(r sandboxtest.Restore) bool { return r.Spec.ID == sb.SandboxID })
+	if i < 0 || e.Runtime.Restores()[i].Spec.Background {
+		t.Errorf("sandbox %s: restored %v, in the background; want restored in the foreground", sb.SandboxID, i >= 0)
 	}
 }

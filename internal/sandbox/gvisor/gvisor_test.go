@@ -135,6 +135,35 @@ func TestKilledBehindItsBack(t *testing.T) {
 	sandboxtest.AssertGone(t, r, spec.ID, pids)
 }
 
+// TestForeground: a sandbox started in the background has a small CPU
+// share in its cgroup until Foreground gives it the default; an unknown
+// sandbox is ErrNotFound.
+func TestForeground(t *testing.T) {
+	r := newTestRuntime(t)
+	ctx := context.Background()
+	spec := sandboxtest.Spec(sandboxtest.BuildRootFS(t))
+	spec.Background = true
+	t.Cleanup(func() { r.Kill(ctx, spec.ID) })
+	if err := r.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	shares := filepath.Join(cgroupRoot, "cpu", cgroupPath(spec.ID), "cpu.shares")
+	if b, err := os.ReadFile(shares); err != nil || strings.TrimSpace(string(b)) != "64" {
+		t.Errorf("cpu.shares in the background = %q, %v; want 64", b, err)
+	}
+	if err := r.Foreground(ctx, spec.ID); err != nil {
+		t.Fatalf("Foreground: %v", err)
+	}
+	if b, err := os.ReadFile(shares); err != nil || strings.TrimSpace(string(b)) != "1024" {
+		t.Errorf("cpu.shares in the foreground = %q, %v; want 1024", b, err)
+	}
+	for _, id := range []string{"no-such-sandbox", "../escape"} {
+		if err := r.Foreground(ctx, id); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("Foreground(%q) = %v; want ErrNotFound", id, err)
+		}
+	}
+}
+
 // TestStateDuringKill: State asked again and again while the sandbox is
 // being killed (a call's watcher does this) neither crashes nor leaves a
 // memory guard behind. A bench run once hit the window (State guarding a
@@ -253,7 +282,8 @@ func TestOCISpec(t *testing.T) {
 		edit       func(*sandbox.Spec)
 		wantMemory int64
 		wantPids   int64
-		wantQuota  int64 // 0: no CPU limit
+		wantQuota  int64  // 0: no CPU limit
+		wantShares uint64 // 0: none set, the kernel's default
 		wantPath   string
 		wantMounts map[string]string // destination -> type
 		wantBinds  map[string][]string
@@ -298,6 +328,20 @@ func TestOCISpec(t *testing.T) {
 			wantMounts: map[string]string{"/mnt/a": "bind", "/mnt/b": "bind"},
 			wantBinds:  map[string][]string{"/mnt/a": {"rbind", "ro"}, "/mnt/b": {"rbind", "ro"}},
 		},
+		{
+			name:       "in the background, a small CPU share",
+			layout:     currentLayout,
+			edit:       func(s *sandbox.Spec) { s.Background = true },
+			wantMemory: 1 << 30, wantPids: 1024, wantShares: backgroundShares,
+			wantPath: defaultPath,
+		},
+		{
+			name:       "in the background with a CPU limit",
+			layout:     currentLayout,
+			edit:       func(s *sandbox.Spec) { s.Background, s.Limits.CPUs = true, 1 },
+			wantMemory: 1 << 30, wantPids: 1024, wantQuota: 100_000, wantShares: backgroundShares,
+			wantPath: defaultPath,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -326,10 +370,16 @@ func TestOCISpec(t *testing.T) {
 			}
 			cpu := got.Linux.Resources.CPU
 			switch {
-			case tt.wantQuota == 0 && cpu != nil:
+			case tt.wantQuota == 0 && cpu != nil && cpu.Quota != nil:
 				t.Errorf("CPU = %+v, want no limit", cpu)
-			case tt.wantQuota != 0 && (cpu == nil || *cpu.Quota != tt.wantQuota || *cpu.Period != 100_000):
+			case tt.wantQuota != 0 && (cpu == nil || cpu.Quota == nil || *cpu.Quota != tt.wantQuota || *cpu.Period != 100_000):
 				t.Errorf("CPU = %+v, want quota %d per 100000", cpu, tt.wantQuota)
+			}
+			switch {
+			case tt.wantShares == 0 && cpu != nil && cpu.Shares != nil:
+				t.Errorf("CPU shares = %d, want none set", *cpu.Shares)
+			case tt.wantShares != 0 && (cpu == nil || cpu.Shares == nil || *cpu.Shares != tt.wantShares):
+				t.Errorf("CPU = %+v, want shares %d", cpu, tt.wantShares)
 			}
 			if got.Linux.CgroupsPath != "/lizard/sbx-1" {
 				t.Errorf("cgroupsPath = %q, want /lizard/sbx-1", got.Linux.CgroupsPath)

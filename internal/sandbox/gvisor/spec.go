@@ -153,6 +153,13 @@ func ociSpec(spec sandbox.Spec, netnsPath, tmpDir string, lay layout) *specs.Spe
 		quota := int64(spec.Limits.CPUs * float64(period))
 		res.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
 	}
+	if spec.Background {
+		if res.CPU == nil {
+			res.CPU = &specs.LinuxCPU{}
+		}
+		shares := uint64(backgroundShares)
+		res.CPU.Shares = &shares
+	}
 
 	return &specs.Spec{
 		Version: specs.Version,
@@ -187,6 +194,15 @@ func ociSpec(spec sandbox.Spec, netnsPath, tmpDir string, lay layout) *specs.Spe
 		},
 	}
 }
+
+// The cgroup cpu.shares of a sandbox started in the background
+// (sandbox.Spec.Background), and of one in the foreground: the kernel's
+// default. A background restore gets a sixteenth of the CPU a sandbox in
+// use gets when both want it, and all it wants of an idle machine.
+const (
+	backgroundShares = 64
+	foregroundShares = 1024
+)
 
 // cgroupPath is the cgroup (under every v1 controller) of sandbox id.
 func cgroupPath(id string) string { return "/lizard/" + id }

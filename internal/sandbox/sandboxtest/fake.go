@@ -21,10 +21,12 @@ type Fake struct {
 	StateFunc      func(ctx context.Context, id string) (sandbox.State, error)
 	KillFunc       func(ctx context.Context, id string) error
 	ListFunc       func(ctx context.Context) ([]string, error)
+	ForegroundFunc func(ctx context.Context, id string) error
 
 	mu       sync.Mutex
 	running  map[string]sandbox.Spec
 	killed   []string
+	fronted  []string
 	created  []sandbox.Spec
 	restored []Restore
 }
@@ -35,7 +37,10 @@ type Restore struct {
 	Dir  string
 }
 
-var _ sandbox.Runtime = (*Fake)(nil)
+var (
+	_ sandbox.Runtime     = (*Fake)(nil)
+	_ sandbox.Prioritizer = (*Fake)(nil)
+)
 
 // NewFake returns a Fake whose sandboxes run until killed, and whose
 // checkpoints are a file naming the sandbox in the image directory.
@@ -88,6 +93,15 @@ func NewFake() *Fake {
 		}
 		return ids, nil
 	}
+	f.ForegroundFunc = func(_ context.Context, id string) error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if _, ok := f.running[id]; !ok {
+			return sandbox.ErrNotFound
+		}
+		f.fronted = append(f.fronted, id)
+		return nil
+	}
 	return f
 }
 
@@ -108,6 +122,9 @@ func (f *Fake) State(ctx context.Context, id string) (sandbox.State, error) {
 func (f *Fake) Kill(ctx context.Context, id string) error  { return f.KillFunc(ctx, id) }
 func (f *Fake) Close(context.Context) error                { return nil }
 func (f *Fake) List(ctx context.Context) ([]string, error) { return f.ListFunc(ctx) }
+func (f *Fake) Foreground(ctx context.Context, id string) error {
+	return f.ForegroundFunc(ctx, id)
+}
 
 // Stop makes sandbox id stop as if its processes died.
 func (f *Fake) Stop(id string) {
@@ -128,6 +145,13 @@ func (f *Fake) Creates() []sandbox.Spec {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.created)
+}
+
+// Foregrounded returns the sandboxes Foreground succeeded for so far.
+func (f *Fake) Foregrounded() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.fronted)
 }
 
 // WasKilled reports whether Kill was called for id.
