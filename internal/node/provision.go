@@ -244,7 +244,9 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	default:
 		// A copy of another sandbox takes its own identity, seeds and
 		// agent secret, in the first request its agent gets.
-		r := api.ReseedRequest{SandboxID: sb.ID, Envs: envMap(append(env, tokenEnv...))}
+		// A warm-pool sandbox took fresh seeds at its own restore: its
+		// claim only gives it its caller's identity.
+		r := api.ReseedRequest{SandboxID: sb.ID, Envs: envMap(append(env, tokenEnv...)), KeepSeeds: src.claim}
 		if !p.Token {
 			// The image may hold another sandbox's lizardToken (a fork's parent).
 			r.Unset = []string{"LIZARD_API_KEY", "LIZARD_API_URL"}

@@ -200,6 +200,10 @@ func TestWarmPool(t *testing.T) {
 	if last := r[len(r)-1]; last.Envs["K"] != "V" || last.Envs["LIZARD_PROJECT_ID"] != "p1" || last.Envs["LIZARD_SANDBOX_ID"] != sb.SandboxID {
 		t.Errorf("reseed at claim = %+v; want K=V, LIZARD_PROJECT_ID=p1 and its ID", last)
 	}
+	// Its seeds were made fresh when the pool restored it, and only then.
+	if len(r) != 2 || r[0].KeepSeeds || !r[1].KeepSeeds {
+		t.Errorf("reseeds of a claimed sandbox = %+v; want two: fresh seeds at the pool's restore, kept at the claim", r)
+	}
 	// The pool restores in the background, and a claim brings its
 	// sandbox, and no other, to the foreground.
 	for _, r := range e.Runtime.Restores() {
