@@ -110,6 +110,9 @@ func (p *Pool) fillTemplate(ctx context.Context, name string) {
 		if len(warm) >= p.size(name) || dir == "" {
 			return
 		}
+		if !p.settle(ctx) {
+			return
+		}
 		_, err := p.node.Create(ctx, node.Plan{ProjectID: store.InternalProject, Role: store.RoleWarm, Template: name,
 			Limits: p.cfg.Limits, Internet: p.cfg.Internet, Image: dir})
 		if err != nil {
@@ -118,6 +121,28 @@ func (p *Pool) fillTemplate(ctx context.Context, name string) {
 				p.Restored(ctx, name, dir, err)
 			}
 			return
+		}
+	}
+}
+
+// settle waits until creates have claimed nothing for RefillQuiet, or
+// RefillWait has passed: a refill restore started amid a burst of claims
+// would take CPU from their own work (the reseeds, the first calls), even
+// in the background. False if ctx ended.
+func (p *Pool) settle(ctx context.Context) bool {
+	deadline := time.Now().Add(p.cfg.RefillWait)
+	for {
+		wait := p.cfg.RefillQuiet - time.Since(time.Unix(0, p.lastClaim.Load()))
+		if left := time.Until(deadline); wait > left {
+			wait = left
+		}
+		if wait <= 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
 		}
 	}
 }

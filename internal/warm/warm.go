@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/agentclient"
@@ -43,6 +44,10 @@ const (
 	// may fail before it is thrown away and made again.
 	templateFailures = 3
 	readyMarker      = "lizard-template-ready"
+	// DefaultRefillQuiet and DefaultRefillWait pace the refill after
+	// claims (Config.RefillQuiet).
+	DefaultRefillQuiet = 250 * time.Millisecond
+	DefaultRefillWait  = 5 * time.Second
 )
 
 // Node is what template snapshots and the pool need of the node they
@@ -87,7 +92,13 @@ type Config struct {
 	Internet        bool
 	MinAvailable    int64
 	MemAvailable    func() (int64, error)
-	Logger          *slog.Logger
+	// RefillQuiet: a refill restore waits until creates have claimed
+	// nothing for this long, and RefillWait at most (defaults
+	// DefaultRefillQuiet and DefaultRefillWait), so that a burst of
+	// claims is served by the sandboxes restored for it before the pool
+	// restores more beside it.
+	RefillQuiet, RefillWait time.Duration
+	Logger                  *slog.Logger
 	// Metrics receives each template snapshot made; nil records nothing.
 	Metrics *metrics.Metrics
 }
@@ -108,6 +119,8 @@ type Pool struct {
 	node   Node            // set by Run
 	ctx    context.Context // Run's, for remaking an image
 	kick   chan struct{}   // wakes the pool
+	// lastClaim is when a create last claimed a warm sandbox (UnixNano).
+	lastClaim atomic.Int64
 	// running counts Run and the image makers it started, for Drain to
 	// wait on: a template sandbox being booted when the server stops must
 	// be ended before the server exits.
@@ -129,6 +142,12 @@ func New(cfg Config) *Pool {
 	}
 	if cfg.MemAvailable == nil {
 		cfg.MemAvailable = memAvailable
+	}
+	if cfg.RefillQuiet == 0 {
+		cfg.RefillQuiet = DefaultRefillQuiet
+	}
+	if cfg.RefillWait == 0 {
+		cfg.RefillWait = DefaultRefillWait
 	}
 	return &Pool{cfg: cfg, log: cfg.Logger, dirs: map[string]string{}, failures: map[string]int{}, kick: make(chan struct{}, 1),
 		making: map[string]*maker{}, sizes: map[string]int{}}
@@ -225,7 +244,10 @@ func (p *Pool) Forget(ctx context.Context, template string) {
 }
 
 // Claimed implements node.Warm.
-func (p *Pool) Claimed(string) { p.wake() }
+func (p *Pool) Claimed(string) {
+	p.lastClaim.Store(time.Now().UnixNano())
+	p.wake()
+}
 
 func (p *Pool) wake() {
 	select {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/control"
@@ -37,6 +38,12 @@ type env struct {
 // and a control plane allowing maxRunning live sandboxes per project.
 func newEnv(t *testing.T, size, maxRunning int) *env {
 	t.Helper()
+	return newEnvWith(t, size, maxRunning, func(*warm.Config) {})
+}
+
+// newEnvWith is newEnv with edit applied to the pool's Config.
+func newEnvWith(t *testing.T, size, maxRunning int, edit func(*warm.Config)) *env {
+	t.Helper()
 	e := &env{}
 	e.avail.Store(8 << 30)
 	bin := t.TempDir()
@@ -54,6 +61,7 @@ func newEnv(t *testing.T, size, maxRunning int) *env {
 		e.cfg = warm.Config{Store: c.Store, Templates: []string{nodetest.Template}, Artifact: c.Artifact, DataDir: c.DataDir,
 			RuntimeKey: c.Runtime.ImageKey(), Files: files, Size: size, Limits: limits, Internet: true,
 			MemAvailable: func() (int64, error) { return e.avail.Load(), nil }, Logger: nodetest.Discard()}
+		edit(&e.cfg)
 		e.pool = warm.New(e.cfg)
 		c.Warm = e.pool
 	})
@@ -294,4 +302,24 @@ func TestWarmClaimForegroundFails(t *testing.T) {
 	if i < 0 || e.Runtime.Restores()[i].Spec.Background {
 		t.Errorf("sandbox %s: restored %v, in the background; want restored in the foreground", sb.SandboxID, i >= 0)
 	}
+}
+
+// While creates keep claiming, the pool restores nothing beside them; once
+// they pause for RefillQuiet it refills.
+func TestWarmRefillAfterClaims(t *testing.T) {
+	e := newEnvWith(t, 2, 0, func(c *warm.Config) { c.RefillQuiet, c.RefillWait = 500*time.Millisecond, time.Hour })
+	ctx, _, _ := e.run(t, e.pool)
+	nodetest.WaitFor(t, "a full pool", func() bool { return len(e.warmIDs(t)) == 2 })
+	restores := len(e.Runtime.Restores())
+	if _, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 15 { // claims go on for 1.5 s
+		e.pool.Claimed(nodetest.Template)
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := len(e.Runtime.Restores()); n != restores {
+		t.Errorf("%d restores while claims went on; want none", n-restores)
+	}
+	nodetest.WaitFor(t, "the pool to refill after the claims", func() bool { return len(e.warmIDs(t)) == 2 })
 }
