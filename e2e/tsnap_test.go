@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,6 +38,33 @@ func (s *server) waitLog(t *testing.T, n int, parts ...string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// logField returns field's value on the first server log line holding
+// every one of parts.
+func logField(t *testing.T, logs, field string, parts ...string) string {
+	t.Helper()
+	for _, line := range strings.Split(logs, "\n") {
+		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
+			for _, f := range strings.Fields(line) {
+				if v, ok := strings.CutPrefix(f, field+"="); ok {
+					return v
+				}
+			}
+		}
+	}
+	t.Fatalf("no log line with %q has %s=", parts, field)
+	return ""
+}
+
+// cpuShares reads the cpu.shares of gVisor sandbox id's cgroup (v1).
+func cpuShares(t *testing.T, id string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu/lizard", id, "cpu.shares"))
+	if err != nil {
+		t.Fatalf("reading the CPU share of sandbox %s: %v", id, err)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // run executes code in language and returns the execution, failing on an
@@ -142,8 +172,17 @@ func TestWarmPool(t *testing.T) {
 	if err != nil || len(list) != 0 {
 		t.Errorf("ListSandboxes with a full pool = %v, %v; want none", list, err)
 	}
+	// The pool's sandbox yields the CPU until a claim brings it to the
+	// foreground.
+	warmID := logField(t, s.logs(), "sandbox_id", "sandbox restored", "role=warm")
+	if got := cpuShares(t, warmID); got != "64" {
+		t.Errorf("cpu.shares of pool sandbox %s = %s; want 64", warmID, got)
+	}
 	sb := newSandbox(t, c, api.CreateSandboxRequest{Envs: map[string]string{"LZ_E2E": "warm"}})
 	s.waitLog(t, 1, "sandbox claimed from the warm pool", sb.SandboxID)
+	if got := cpuShares(t, sb.SandboxID); sb.SandboxID != warmID || got != "1024" {
+		t.Errorf("claimed sandbox %s (the pool's was %s): cpu.shares %s; want the pool's, 1024", sb.SandboxID, warmID, got)
+	}
 	ex := run(t, c, sb.SandboxID, "python", "import os\nprint(os.environ['LZ_E2E'], os.environ['LIZARD_SANDBOX_ID'], os.environ['LIZARD_PROJECT_ID'])")
 	if want := "warm " + sb.SandboxID + " proj_warm"; strings.TrimSpace(ex.Stdout) != want || ex.ExecutionCount != 1 {
 		t.Errorf("claimed sandbox: %q [%d], want %q [1]", ex.Stdout, ex.ExecutionCount, want)
