@@ -29,6 +29,10 @@ import (
 // fails TestEveryWireTypeHasASchema.
 var wireTypes = map[string]reflect.Type{
 	"Error":                reflect.TypeFor[Error](),
+	"NodeDrain":            reflect.TypeFor[NodeDrain](),
+	"SandboxMove":          reflect.TypeFor[SandboxMove](),
+	"SandboxLeft":          reflect.TypeFor[SandboxLeft](),
+	"NodeState":            reflect.TypeFor[NodeState](),
 	"CreateSandboxRequest": reflect.TypeFor[CreateSandboxRequest](),
 	"Sandbox":              reflect.TypeFor[Sandbox](),
 	"SandboxList":          reflect.TypeFor[SandboxList](),

@@ -784,6 +784,7 @@ const (
 	LifecycleExpired  = "sandbox.expired"   // ended when its timeout (or paused retention) passed
 	LifecycleFailed   = "sandbox.failed"    // ended on its own: data.reason says why (died, out of memory, could not start)
 	LifecycleNodeLost = "sandbox.node_lost" // ended because its cluster node missed its lease (data.node)
+	LifecycleMoved    = "sandbox.moved"     // moved off a draining node to data.node (from data.from; data.downtimeMs)
 	// Runs that ended notably; the sandbox lives on. data.reason is the
 	// run's error message.
 	LifecycleCallTimeout     = "call.timeout"       // a run passed its timeoutMs
@@ -819,8 +820,12 @@ type EventData struct {
 	ParentSandboxID string `json:"parentSandboxId,omitempty"`
 	// SandboxIDs are a fork's copies.
 	SandboxIDs []string `json:"sandboxIds,omitempty"`
-	// Node is the lost node of a sandbox.node_lost.
-	Node string `json:"node,omitempty"`
+	// Node is the lost node of a sandbox.node_lost, the node a
+	// sandbox.moved went to; From the node it left, DowntimeMs the stall
+	// of its move (0 for a paused sandbox, which only changed home).
+	Node       string `json:"node,omitempty"`
+	From       string `json:"from,omitempty"`
+	DowntimeMs int64  `json:"downtimeMs,omitempty"`
 }
 
 // EventList is one page of GET /v1/events. Next is the cursor of the
@@ -886,4 +891,41 @@ type WebhookAttempt struct {
 // the latest deliveries, newest first.
 type WebhookDeliveryList struct {
 	Deliveries []WebhookDelivery `json:"deliveries"`
+}
+
+// NodeDrain is the answer of POST /v1/nodes/{name}/drain (docs/cluster.md):
+// the node takes no new sandboxes, and what ran on it was moved.
+type NodeDrain struct {
+	Node     string `json:"node"`
+	Draining bool   `json:"draining"`
+	// Moved are the sandboxes this drain moved, Left those it could not
+	// (they mount volumes, or a move failed), each with why.
+	Moved  []SandboxMove `json:"moved"`
+	Left   []SandboxLeft `json:"left"`
+	TookMs int64         `json:"tookMs"`
+}
+
+// SandboxMove is one sandbox moved off a draining node. A running one was
+// paused, its image put in the image store and resumed on To (Resumed);
+// DowntimeMs is from its pause to its resume, the stall its callers saw.
+// A paused one was only re-homed: it resumes on To at its next call.
+type SandboxMove struct {
+	SandboxID  string `json:"sandboxId"`
+	From       string `json:"from"`
+	To         string `json:"to"`
+	Resumed    bool   `json:"resumed"`
+	DowntimeMs int64  `json:"downtimeMs"`
+}
+
+// SandboxLeft is a sandbox a drain left on its node, and why.
+type SandboxLeft struct {
+	SandboxID string `json:"sandboxId"`
+	Reason    string `json:"reason"`
+}
+
+// NodeState is the answer of POST /v1/nodes/{name}/undrain.
+type NodeState struct {
+	Node     string `json:"node"`
+	Draining bool   `json:"draining"`
+	Live     bool   `json:"live"`
 }

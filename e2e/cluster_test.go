@@ -124,6 +124,8 @@ type cluster struct {
 	apis  []*apiProc
 	db    *sql.DB
 	key   string // project p1's API key
+	// secret is the cluster secret, the operators' credential (drain).
+	secret string
 }
 
 func startCluster(t *testing.T) (*cluster, []*client.Client) {
@@ -163,7 +165,8 @@ func startClusterWith(t *testing.T, nodes, apis int, extraEnv, nodeArgs, apiArgs
 	t.Cleanup(func() { c.db.Close() })
 	secret := make([]byte, 24)
 	rand.Read(secret)
-	env := []string{"LIZARD_DATABASE_URL=" + c.dbURL, "LIZARD_CLUSTER_SECRET=" + hex.EncodeToString(secret)}
+	c.secret = hex.EncodeToString(secret)
+	env := []string{"LIZARD_DATABASE_URL=" + c.dbURL, "LIZARD_CLUSTER_SECRET=" + c.secret}
 	env = append(env, extraEnv...)
 	bin := testenv.Binary(t, "lizard")
 	testenv.Binary(t, "lizard-agent")

@@ -25,8 +25,11 @@ type Member struct {
 	Name  string
 	Addr  string // host:port the API reaches the node at
 	Slots int    // the node's address pool
-	Lease time.Duration
-	Log   *slog.Logger
+	// ImageStore is the node's --image-store ("" none), which a drain
+	// needs the other nodes to share.
+	ImageStore string
+	Lease      time.Duration
+	Log        *slog.Logger
 }
 
 // Run renews the lease until ctx ends. A renewal that fails (the database
@@ -81,7 +84,7 @@ func (m *Member) Beat(ctx context.Context, started time.Time) error {
 	total, free := memory()
 	now := time.Now()
 	return m.Store.Heartbeat(ctx, store.NodeInfo{Name: m.Name, Addr: m.Addr, Slots: m.Slots, Sandboxes: n,
-		MemoryBytes: total, FreeMemory: free, StartedAt: started, LeaseUntil: now.Add(m.Lease)})
+		MemoryBytes: total, FreeMemory: free, StartedAt: started, LeaseUntil: now.Add(m.Lease), ImageStore: m.ImageStore})
 }
 
 // memory is the machine's memory and what of it is available

@@ -156,7 +156,7 @@ func (r *Router) place(ctx context.Context, skip map[string]bool) (store.NodeInf
 	now := r.cfg.Now()
 	var live []store.NodeInfo
 	for _, n := range nodes {
-		if n.Live(now) && !skip[n.Name] {
+		if n.Live(now) && !n.Draining && !skip[n.Name] {
 			live = append(live, n)
 		}
 	}
@@ -278,7 +278,7 @@ func (r *Router) usable(ctx context.Context, name string) bool {
 	if err != nil {
 		return true // let the call to it say why
 	}
-	if !ok {
+	if !ok || info.Draining {
 		return false
 	}
 	r.mu.Lock()
@@ -328,7 +328,7 @@ func (r *Router) sandbox(ctx context.Context, id string) (*remote.Client, error)
 		if err != nil {
 			return nil, err
 		}
-		if info, ok := find(nodes, h.node); ok && info.Live(r.cfg.Now()) && info.LostAt == nil && info.StartedAt.Equal(h.started) {
+		if info, ok := find(nodes, h.node); ok && info.Live(r.cfg.Now()) && info.LostAt == nil && !info.Draining && info.StartedAt.Equal(h.started) {
 			return r.clientOf(info), nil
 		}
 	}
@@ -343,7 +343,7 @@ func (r *Router) sandbox(ctx context.Context, id string) (*remote.Client, error)
 		return nil, node.Gone(sb)
 	}
 	if sb.State == api.StatePaused && sb.Durable && len(sb.Shape.Volumes) == 0 {
-		if _, live, err := r.live(ctx, sb.Node); err == nil && !live {
+		if info, live, err := r.live(ctx, sb.Node); err == nil && (!live || info.Draining) {
 			if sb, err = r.adopt(ctx, sb); err != nil {
 				return nil, err
 			}
@@ -369,7 +369,7 @@ func (r *Router) sandbox(ctx context.Context, id string) (*remote.Client, error)
 }
 
 // adopt moves paused sandbox sb, whose image is durable and whose node has
-// no live lease (lost, or stopped), to a node placement picks, which
+// no live lease (lost, or stopped) or is draining, to a node placement picks, which
 // resumes it from the image store on its next call. Another API process
 // may move it first: then it goes where that one put it.
 func (r *Router) adopt(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
@@ -383,7 +383,7 @@ func (r *Router) adopt(ctx context.Context, sb store.Sandbox) (store.Sandbox, er
 		return sb, err
 	}
 	if err == nil {
-		r.log.Info("paused sandbox moved off a node without a lease; it resumes from the image store", "sandbox_id", sb.ID, "from", sb.Node, "to", n.Name)
+		r.log.Info("paused sandbox moved off a node without a lease or draining; it resumes from the image store", "sandbox_id", sb.ID, "from", sb.Node, "to", n.Name)
 	}
 	moved, err := r.cfg.Store.GetSandbox(ctx, sb.ID)
 	if err != nil {
@@ -398,85 +398,108 @@ func (r *Router) adopt(ctx context.Context, sb store.Sandbox) (store.Sandbox, er
 // maxHomes bounds the sandboxes whose node is remembered.
 const maxHomes = 100_000
 
+// onNode runs call on the node of sandbox id. A node that refuses it
+// because the sandbox moved meanwhile (a drain: the call waited for the
+// move under the sandbox's lock) has it run once more on the node the
+// sandbox's row names now, so that its caller sees a stall, not an error.
+func (r *Router) onNode(ctx context.Context, id string, call func(c *remote.Client) error) error {
+	c, err := r.sandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	err = call(c)
+	if !errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, remote.ErrUnreachable) {
+		return err
+	}
+	sb, gerr := r.cfg.Store.GetSandbox(ctx, id)
+	if gerr != nil || sb.Node == c.Name() || !sb.Live() {
+		return err
+	}
+	r.mu.Lock()
+	delete(r.homes, id)
+	r.mu.Unlock()
+	if c, err = r.sandbox(ctx, id); err != nil {
+		return err
+	}
+	return call(c)
+}
+
 // Fork implements node.Node: on the parent's node, which holds its
 // memory.
-func (r *Router) Fork(ctx context.Context, parent string, p node.Plan, n int) ([]store.Sandbox, error) {
-	c, err := r.sandbox(ctx, parent)
-	if err != nil {
-		return nil, err
-	}
-	return c.Fork(ctx, parent, p, n)
+func (r *Router) Fork(ctx context.Context, parent string, p node.Plan, n int) (out []store.Sandbox, err error) {
+	err = r.onNode(ctx, parent, func(c *remote.Client) error {
+		out, err = c.Fork(ctx, parent, p, n)
+		return err
+	})
+	return out, err
 }
 
 // Kill implements node.Node.
 func (r *Router) Kill(ctx context.Context, id string) error {
-	c, err := r.sandbox(ctx, id)
+	err := r.onNode(ctx, id, func(c *remote.Client) error { return c.Kill(ctx, id) })
 	if errors.Is(err, errdefs.ErrGone) {
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	return c.Kill(ctx, id)
+	return err
 }
 
 // SetTimeout implements node.Node.
-func (r *Router) SetTimeout(ctx context.Context, id string, ms int64) (store.Sandbox, error) {
-	c, err := r.sandbox(ctx, id)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	return c.SetTimeout(ctx, id, ms)
+func (r *Router) SetTimeout(ctx context.Context, id string, ms int64) (sb store.Sandbox, err error) {
+	err = r.onNode(ctx, id, func(c *remote.Client) error {
+		sb, err = c.SetTimeout(ctx, id, ms)
+		return err
+	})
+	return sb, err
 }
 
 // UpdateNetwork implements node.Node.
-func (r *Router) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error) {
-	c, err := r.sandbox(ctx, id)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	return c.UpdateNetwork(ctx, id, p, cut)
+func (r *Router) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, cut bool) (sb store.Sandbox, err error) {
+	err = r.onNode(ctx, id, func(c *remote.Client) error {
+		sb, err = c.UpdateNetwork(ctx, id, p, cut)
+		return err
+	})
+	return sb, err
 }
 
 // NetworkLog implements node.Node.
-func (r *Router) NetworkLog(ctx context.Context, id string) ([]egress.Decision, error) {
-	c, err := r.sandbox(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return c.NetworkLog(ctx, id)
+func (r *Router) NetworkLog(ctx context.Context, id string) (log []egress.Decision, err error) {
+	err = r.onNode(ctx, id, func(c *remote.Client) error {
+		log, err = c.NetworkLog(ctx, id)
+		return err
+	})
+	return log, err
 }
 
 // Pause implements node.Node.
-func (r *Router) Pause(ctx context.Context, id string) (store.Sandbox, error) {
-	c, err := r.sandbox(ctx, id)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	return c.Pause(ctx, id)
+func (r *Router) Pause(ctx context.Context, id string) (sb store.Sandbox, err error) {
+	err = r.onNode(ctx, id, func(c *remote.Client) error {
+		sb, err = c.Pause(ctx, id)
+		return err
+	})
+	return sb, err
 }
 
 // Resume implements node.Node: on the node that holds the image.
-func (r *Router) Resume(ctx context.Context, id string, timeoutMs *int64) (store.Sandbox, error) {
-	c, err := r.sandbox(ctx, id)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	return c.Resume(ctx, id, timeoutMs)
+func (r *Router) Resume(ctx context.Context, id string, timeoutMs *int64) (sb store.Sandbox, err error) {
+	err = r.onNode(ctx, id, func(c *remote.Client) error {
+		sb, err = c.Resume(ctx, id, timeoutMs)
+		return err
+	})
+	return sb, err
 }
 
 // Snapshot implements node.Node: the image is named with its node
 // (store.ImageRef), where creates from it are sent.
-func (r *Router) Snapshot(ctx context.Context, id, snapshotID string) (string, int64, error) {
-	c, err := r.sandbox(ctx, id)
+func (r *Router) Snapshot(ctx context.Context, id, snapshotID string) (image string, size int64, err error) {
+	err = r.onNode(ctx, id, func(c *remote.Client) error {
+		image, size, err = c.Snapshot(ctx, id, snapshotID)
+		image = store.ImageRef(c.Name(), image)
+		return err
+	})
 	if err != nil {
 		return "", 0, err
 	}
-	image, size, err := c.Snapshot(ctx, id, snapshotID)
-	if err != nil {
-		return "", 0, err
-	}
-	return store.ImageRef(c.Name(), image), size, nil
+	return image, size, nil
 }
 
 // RemoveImage implements node.Node. The image of a node without a live
@@ -603,10 +626,10 @@ func (r *Router) OpenPort(ctx context.Context, id string, port int, resume bool)
 }
 
 // Metrics implements node.Node: the samples are kept by the sandbox's node.
-func (r *Router) Metrics(ctx context.Context, id string) ([]api.SandboxMetric, error) {
-	c, err := r.sandbox(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return c.Metrics(ctx, id)
+func (r *Router) Metrics(ctx context.Context, id string) (m []api.SandboxMetric, err error) {
+	err = r.onNode(ctx, id, func(c *remote.Client) error {
+		m, err = c.Metrics(ctx, id)
+		return err
+	})
+	return m, err
 }

@@ -38,7 +38,7 @@ import (
 // show in `ps`.
 const (
 	envDatabaseURL   = "LIZARD_DATABASE_URL"
-	envClusterSecret = "LIZARD_CLUSTER_SECRET"
+	envClusterSecret = cli.EnvClusterSecret
 )
 
 // clusterFlags are the flags both roles share.
@@ -132,6 +132,9 @@ func (c *nodeConfig) validate() error {
 }
 
 func runNode(ctx context.Context, e cli.Env, args []string) error {
+	if len(args) > 0 && (args[0] == "drain" || args[0] == "undrain") {
+		return cli.NodeCommand(ctx, e, args[0], args[1:])
+	}
 	c, err := parseNode(e, args)
 	if err != nil {
 		return err
@@ -192,7 +195,11 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	n, pool, rt := parts.node, parts.pool, parts.rt
 	// The API's agent calls, checked there, reach the agents through the
 	// internal API's node.AgentProxy, behind the secret.
-	h := remote.Handler(remote.HandlerConfig{Node: n, Secret: c.cluster.secret, Logger: logger, DataDir: c.DataDir})
+	h := remote.Handler(remote.HandlerConfig{Node: n, Secret: c.cluster.secret, Logger: logger, DataDir: c.DataDir,
+		Peers: func(ctx context.Context, name string) (string, error) {
+			peer, err := shared.GetNode(ctx, name)
+			return peer.Addr, err
+		}})
 	n.Subscribe(node.Audit(audit))
 	// Its sandboxes' lifecycle events go to the shared database, where
 	// the api processes read them.
@@ -212,7 +219,7 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	if pool != nil {
 		go pool.Run(ctx, n)
 	}
-	member := &cluster.Member{Store: shared, Name: c.Name, Addr: c.Advertise, Slots: c.pool.Slots(), Lease: c.cluster.Lease, Log: logger}
+	member := &cluster.Member{Store: shared, Name: c.Name, Addr: c.Advertise, Slots: c.pool.Slots(), ImageStore: c.images.URL, Lease: c.cluster.Lease, Log: logger}
 	go member.Run(ctx)
 	go func() {
 		<-ctx.Done()
@@ -387,6 +394,7 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		MCP:      mcp.Handler(loopbackURL(ln.Addr()), version(), logger),
 		Events:   evlog,
 		Webhooks: hooks,
+		Nodes:    router.AdminHandler(),
 	})
 	sweeper := &cluster.Sweeper{Store: st, Router: router, Lease: c.cluster.Lease, Log: logger}
 	go sweeper.Run(ctx)

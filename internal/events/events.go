@@ -81,6 +81,8 @@ func lifecycle(e node.Event) (typ string, data api.EventData, ok bool) {
 	case node.Created:
 		return api.LifecycleCreated, api.EventData{State: api.StateRunning, Template: e.Template, SnapshotID: e.SnapshotID,
 			ForkedFrom: e.ForkedFrom, ParentSandboxID: e.ParentID}, true
+	case node.Moved:
+		return api.LifecycleMoved, api.EventData{State: e.State, Node: e.To, From: e.From, DowntimeMs: e.Downtime.Milliseconds()}, true
 	case node.Resumed:
 		return api.LifecycleResumed, api.EventData{State: api.StateRunning}, true
 	case node.Forked:
@@ -118,7 +120,7 @@ func lifecycle(e node.Event) (typ string, data api.EventData, ok bool) {
 
 // Types are the lifecycle event types, for checking filters.
 var Types = []string{api.LifecycleCreated, api.LifecyclePaused, api.LifecycleResumed, api.LifecycleForked,
-	api.LifecycleSnapshot, api.LifecycleKilled, api.LifecycleExpired, api.LifecycleFailed, api.LifecycleNodeLost,
+	api.LifecycleSnapshot, api.LifecycleKilled, api.LifecycleExpired, api.LifecycleFailed, api.LifecycleNodeLost, api.LifecycleMoved,
 	api.LifecycleCallTimeout, api.LifecycleCallKernelDied, api.LifecycleCallOutOfMemory}
 
 // Wire is a stored event as the API shows it.

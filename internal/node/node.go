@@ -117,6 +117,9 @@ const (
 	// agent's TimeoutError, or KernelDiedError) and message Reason; the
 	// sandbox lives on.
 	CallFailed EventKind = "call.failed"
+	// Moved: a drain moved the sandbox off node From to node To;
+	// Downtime is the stall of its move.
+	Moved EventKind = "moved"
 )
 
 // Event is a change in a sandbox's life, for those who hold something per
@@ -153,6 +156,9 @@ type Event struct {
 	LostNode string
 	// ErrorName, for a CallFailed: the run's error.
 	ErrorName string
+	// From, To and Downtime describe a Moved.
+	From, To string
+	Downtime time.Duration
 }
 
 // Config says how a node works. Runtime, Store, Pool and Artifact are
@@ -442,7 +448,8 @@ func (n *Local) get(ctx context.Context, id string) (store.Sandbox, error) {
 		// Moved to another node while this one was lost (docs/storage.md):
 		// an API process that remembered it here must not have it acted
 		// on here.
-		return sb, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: fmt.Sprintf("sandbox %s runs on node %s now, not on %s; retry", id, sb.Node, me)}
+		return sb, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: fmt.Sprintf("sandbox %s runs on node %s now, not on %s; retry", id, sb.Node, me),
+			Cause: &MovedTo{To: sb.Node}}
 	}
 	return sb, err
 }

@@ -67,6 +67,9 @@ type Config struct {
 	Events *events.Log
 	// Webhooks, when set, serves /v1/webhooks.
 	Webhooks *webhook.Service
+	// Nodes, when set, serves /v1/nodes/ (a cluster's drain and undrain,
+	// cluster.Router.AdminHandler), which checks its own credential.
+	Nodes http.Handler
 }
 
 // Server is the API's http.Handler.
@@ -128,6 +131,9 @@ func New(cfg Config) *Server {
 		mux.Handle("GET /v1/events", authed(s.listEvents))
 	}
 	s.webhookRoutes(mux, authed)
+	if cfg.Nodes != nil {
+		mux.Handle("/v1/nodes/", cfg.Nodes)
+	}
 	// Other methods on the server's own paths get a JSON 405, not the
 	// proxy (which would ask the agent for /timeout).
 	for _, p := range []string{"/v1/sandboxes/{id}/timeout", "/v1/sandboxes/{id}/pause", "/v1/sandboxes/{id}/resume", "/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/fork", "/v1/sandboxes/{id}/metrics", "/v1/sandboxes/{id}/network", "/v1/sandboxes/{id}/network/log"} {

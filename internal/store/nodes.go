@@ -26,6 +26,11 @@ type NodeInfo struct {
 	LeaseUntil  time.Time
 	// LostAt is when its lease was found run out (nil: not lost).
 	LostAt *time.Time
+	// ImageStore is its --image-store ("" none: its images stay on its
+	// disk); Draining is set by a drain (SetDraining), never by the
+	// node's heartbeat.
+	ImageStore string
+	Draining   bool
 }
 
 // Live reports whether n's lease runs at now.
@@ -35,13 +40,13 @@ func (n NodeInfo) Live(now time.Time) bool { return now.Before(n.LeaseUntil) }
 // first heartbeat registers it, and one after it was lost brings it back.
 func (s *Store) Heartbeat(ctx context.Context, n NodeInfo) error {
 	_, err := s.db.ExecContext(ctx, `INSERT INTO nodes
-		(name, addr, slots, memory_bytes, free_memory, sandboxes, started_at, lease_until, lost_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)
+		(name, addr, slots, memory_bytes, free_memory, sandboxes, started_at, lease_until, lost_at, image_store)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)
 		ON CONFLICT (name) DO UPDATE SET addr = excluded.addr, slots = excluded.slots,
 			memory_bytes = excluded.memory_bytes, free_memory = excluded.free_memory,
 			sandboxes = excluded.sandboxes, started_at = excluded.started_at,
-			lease_until = excluded.lease_until, lost_at = NULL`,
-		n.Name, n.Addr, n.Slots, n.MemoryBytes, n.FreeMemory, n.Sandboxes, toMillis(n.StartedAt), toMillis(n.LeaseUntil))
+			lease_until = excluded.lease_until, lost_at = NULL, image_store = excluded.image_store`,
+		n.Name, n.Addr, n.Slots, n.MemoryBytes, n.FreeMemory, n.Sandboxes, toMillis(n.StartedAt), toMillis(n.LeaseUntil), n.ImageStore)
 	if err != nil {
 		return fmt.Errorf("renewing the lease of node %s: %w", n.Name, err)
 	}
@@ -63,16 +68,17 @@ func (s *Store) CountLive(ctx context.Context, node string) (int, error) {
 // moments, from every API process.
 const nodeColumns = `name, addr, slots, memory_bytes, free_memory,
 	(SELECT COUNT(*) FROM sandboxes s WHERE s.node = nodes.name AND s.ended_at IS NULL),
-	started_at, lease_until, lost_at`
+	started_at, lease_until, lost_at, image_store, draining`
 
 func scanNode(r scanner) (NodeInfo, error) {
 	var n NodeInfo
 	var started, lease int64
 	var lost sql.NullInt64
-	if err := r.Scan(&n.Name, &n.Addr, &n.Slots, &n.MemoryBytes, &n.FreeMemory, &n.Sandboxes, &started, &lease, &lost); err != nil {
+	var draining int
+	if err := r.Scan(&n.Name, &n.Addr, &n.Slots, &n.MemoryBytes, &n.FreeMemory, &n.Sandboxes, &started, &lease, &lost, &n.ImageStore, &draining); err != nil {
 		return NodeInfo{}, err
 	}
-	n.StartedAt, n.LeaseUntil, n.LostAt = fromMillis(started), fromMillis(lease), timePtr(lost)
+	n.StartedAt, n.LeaseUntil, n.LostAt, n.Draining = fromMillis(started), fromMillis(lease), timePtr(lost), draining != 0
 	return n, nil
 }
 
@@ -86,6 +92,22 @@ func (s *Store) GetNode(ctx context.Context, name string) (NodeInfo, error) {
 		return NodeInfo{}, fmt.Errorf("getting node %s: %w", name, err)
 	}
 	return n, nil
+}
+
+// SetDraining marks node name draining or not (docs/cluster.md): every
+// API process's placement reads it with the nodes. ErrNotFound if no node
+// of that name ever registered.
+func (s *Store) SetDraining(ctx context.Context, name string, draining bool) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET draining = ? WHERE name = ?`, boolInt(draining), name)
+	if err != nil {
+		return fmt.Errorf("marking node %s draining=%v: %w", name, draining, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("marking node %s draining=%v: %w", name, draining, err)
+	} else if n == 0 {
+		return fmt.Errorf("marking node %s draining: %w", name, ErrNotFound)
+	}
+	return nil
 }
 
 // ListNodes returns every registered node, by name.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -164,6 +165,39 @@ func TestLockProject(t *testing.T) {
 			r()
 		case <-time.After(10 * time.Second):
 			t.Fatal("the lock was not passed on after release")
+		}
+	})
+}
+
+// TestDraining: a drain's mark outlives the node's heartbeats, which
+// record its image store; an unknown node is ErrNotFound.
+func TestDraining(t *testing.T) {
+	forEachStore(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		s := be.open(t)
+		now := time.Now()
+		beat := func() {
+			t.Helper()
+			if err := s.Heartbeat(ctx, NodeInfo{Name: "n1", Addr: "n1:1", Slots: 10, MemoryBytes: 1 << 30,
+				StartedAt: now, LeaseUntil: now.Add(time.Minute), ImageStore: "s3://b/p"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		beat()
+		for _, tc := range []struct {
+			draining bool
+		}{{true}, {true}, {false}} {
+			if err := s.SetDraining(ctx, "n1", tc.draining); err != nil {
+				t.Fatal(err)
+			}
+			beat()
+			n, err := s.GetNode(ctx, "n1")
+			if err != nil || n.Draining != tc.draining || n.ImageStore != "s3://b/p" {
+				t.Fatalf("after SetDraining(%v) and a heartbeat: %+v, %v", tc.draining, n, err)
+			}
+		}
+		if err := s.SetDraining(ctx, "nope", true); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("SetDraining of an unknown node: %v; want ErrNotFound", err)
 		}
 	})
 }

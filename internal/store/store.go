@@ -403,6 +403,12 @@ ALTER TABLE snapshots ADD COLUMN durable INTEGER NOT NULL DEFAULT 0;
 	`
 ALTER TABLE projects ADD COLUMN network TEXT NOT NULL DEFAULT '';
 `,
+	// A node being drained (docs/cluster.md) takes no new sandboxes, and
+	// the image store it records is where its images can be moved from.
+	`
+ALTER TABLE nodes ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN image_store TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

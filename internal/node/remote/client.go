@@ -177,6 +177,13 @@ func (c *Client) Resume(ctx context.Context, id string, timeoutMs *int64) (store
 	return sb.sandbox(), err
 }
 
+// MoveOut has the node hand sandbox id to node to (node.Local.MoveOut).
+func (c *Client) MoveOut(ctx context.Context, id, to string) (node.Move, error) {
+	var r moveResponse
+	err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/move", moveRequest{To: to}, &r)
+	return node.Move{Sandbox: r.Sandbox.sandbox(), Paused: r.Paused}, err
+}
+
 // Snapshot implements node.Node; the image is a path on the node.
 func (c *Client) Snapshot(ctx context.Context, id, snapshotID string) (string, int64, error) {
 	var r snapshotResponse

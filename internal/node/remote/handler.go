@@ -24,6 +24,10 @@ type HandlerConfig struct {
 	Logger *slog.Logger
 	// DataDir holds the node's images: RemoveImage refuses paths outside.
 	DataDir string
+	// Peers, when set, finds the address of another node: an agent call
+	// for a sandbox moved off this node while it waited (a drain) is
+	// passed on to the node it runs on now.
+	Peers func(ctx context.Context, name string) (addr string, err error)
 }
 
 // Handler returns the node's HTTP handler: GET /v1/health (no secret, for
@@ -49,11 +53,15 @@ func Handler(cfg HandlerConfig) http.Handler {
 	mux.HandleFunc("GET /internal/v1/sandboxes/{id}/network/log", h.networkLog)
 	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/resume", h.resume)
 	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/snapshot", h.snapshot)
+	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/move", h.move)
 	mux.HandleFunc("POST /internal/v1/images/remove", h.removeImage)
 	mux.HandleFunc("/internal/v1/sandboxes/{id}/ports/{port}/{mode}/{rest...}", h.port)
 	mux.HandleFunc("POST /internal/v1/volumes", h.makeVolume)
 	mux.HandleFunc("DELETE /internal/v1/volumes/{id}", h.removeVolume)
 	agent := node.NewAgentProxy(cfg.Node, h.log)
+	if cfg.Peers != nil {
+		agent.Acquire = h.acquireOrPass(NewTransport(cfg.Secret))
+	}
 	for _, p := range api.AgentPublicPaths {
 		mux.Handle("/v1/sandboxes/{id}"+p, agent)
 	}
@@ -112,6 +120,45 @@ func (h *handler) fork(w http.ResponseWriter, r *http.Request) {
 		ws[i] = sandboxToWire(sb)
 	}
 	h.answer(w, r, ws, err)
+}
+
+// acquireOrPass acquires a call on this node, or, for a sandbox that
+// moved to another node while the call waited for it, on that node,
+// through its internal API: the caller sees a stall, not an error.
+func (h *handler) acquireOrPass(tr *Transport) func(ctx context.Context, id string) (node.Call, error) {
+	return func(ctx context.Context, id string) (node.Call, error) {
+		call, err := h.cfg.Node.Acquire(ctx, id)
+		var moved *node.MovedTo
+		if !errors.As(err, &moved) {
+			return call, err
+		}
+		addr, perr := h.cfg.Peers(ctx, moved.To)
+		if perr != nil {
+			h.log.Warn("finding the node a sandbox moved to", "sandbox_id", id, "node", moved.To, "err", perr)
+			return call, err
+		}
+		call, err = NewClient(moved.To, addr, tr).Acquire(ctx, id)
+		call.Transport = tr
+		return call, err
+	}
+}
+
+type mover interface {
+	MoveOut(ctx context.Context, id, to string) (node.Move, error)
+}
+
+func (h *handler) move(w http.ResponseWriter, r *http.Request) {
+	var in moveRequest
+	if !h.decode(w, r, &in) {
+		return
+	}
+	m, ok := h.cfg.Node.(mover)
+	if !ok || in.To == "" {
+		h.fail(w, r, errdefs.Invalidf("to: want the node the sandbox moves to"))
+		return
+	}
+	mv, err := m.MoveOut(r.Context(), r.PathValue("id"), in.To)
+	h.answer(w, r, moveResponse{Sandbox: sandboxToWire(mv.Sandbox), Paused: mv.Paused}, err)
 }
 
 func (h *handler) kill(w http.ResponseWriter, r *http.Request) {

@@ -217,6 +217,16 @@ type timeoutRequest struct {
 	TimeoutMs *int64 `json:"timeoutMs"`
 }
 
+// moveRequest and moveResponse are a drain's move (node.Local.MoveOut).
+type moveRequest struct {
+	To string `json:"to"`
+}
+
+type moveResponse struct {
+	Sandbox wireSandbox `json:"sandbox"`
+	Paused  bool        `json:"paused"`
+}
+
 type snapshotRequest struct {
 	SnapshotID string `json:"snapshotId"`
 }

@@ -104,6 +104,10 @@ const UNMODELLED: Record<string, string> = {
   WebhookDelivery: 'see CreateWebhookRequest',
   WebhookAttempt: 'see CreateWebhookRequest',
   WebhookDeliveryList: 'see CreateWebhookRequest',
+  NodeDrain: 'draining a cluster node is an operator\'s, with the cluster secret (lizard node drain, the Go client)',
+  SandboxMove: 'see NodeDrain',
+  SandboxLeft: 'see NodeDrain',
+  NodeState: 'see NodeDrain',
 };
 
 /**

@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/lizard-build/lizard/client"
+)
+
+// EnvClusterSecret is the cluster's shared secret (docs/cluster.md), the
+// credential of the node commands.
+const EnvClusterSecret = "LIZARD_CLUSTER_SECRET"
+
+// NodeCommand runs `lizard node drain|undrain NAME` against a cluster's
+// `lizard api` (LIZARD_API_URL or --api-url) with the cluster secret from
+// the environment (never a flag, which shows in ps).
+func NodeCommand(ctx context.Context, e Env, verb string, args []string) error {
+	fs := NewFlags(e, "node "+verb)
+	apiURL := fs.String("api-url", "", "the cluster's lizard api URL (default $"+client.EnvAPIURL+")")
+	asJSON := fs.Bool("json", false, "print the API's answer as JSON")
+	names, err := ParseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(names) != 1 {
+		return Usagef("usage: lizard node %s NAME [--api-url URL] [--json] (with %s set)", verb, EnvClusterSecret)
+	}
+	secret := os.Getenv(EnvClusterSecret)
+	if secret == "" {
+		return Usagef("set %s to the cluster's secret: draining nodes takes it, not an API key", EnvClusterSecret)
+	}
+	c, err := client.New(client.Config{BaseURL: *apiURL, APIKey: secret})
+	if err != nil {
+		return err
+	}
+	if verb == "undrain" {
+		s, err := c.UndrainNode(ctx, names[0])
+		if err != nil {
+			return fmt.Errorf("undraining node %s: %w", names[0], err)
+		}
+		if *asJSON {
+			return printJSON(e.Stdout, s)
+		}
+		fmt.Fprintf(e.Stdout, "node %s takes new sandboxes again\n", s.Node)
+		return nil
+	}
+	d, err := c.DrainNode(ctx, names[0])
+	if err != nil {
+		return fmt.Errorf("draining node %s: %w", names[0], err)
+	}
+	if *asJSON {
+		return printJSON(e.Stdout, d)
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SANDBOX\tFROM\tTO\tRESUMED\tDOWNTIME")
+	for _, m := range d.Moved {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d ms\n", m.SandboxID, m.From, m.To, m.Resumed, m.DowntimeMs)
+	}
+	tw.Flush()
+	for _, l := range d.Left {
+		fmt.Fprintf(e.Stdout, "left %s on %s: %s\n", l.SandboxID, d.Node, l.Reason)
+	}
+	fmt.Fprintf(e.Stdout, "node %s drained in %d ms: %d moved, %d left; it takes no new sandboxes until `lizard node undrain %s`\n",
+		d.Node, d.TookMs, len(d.Moved), len(d.Left), d.Node)
+	return nil
+}

@@ -1,0 +1,107 @@
+package node
+
+// Moving a sandbox off this node, for a drain (docs/cluster.md): the API
+// picks the node it goes to, this node hands it over with its image in
+// the image store, and the new node resumes it from there.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// MovedTo is the cause of the refusal of a call for a sandbox whose row
+// names another node (get): To is the node it runs on now.
+type MovedTo struct{ To string }
+
+func (m *MovedTo) Error() string { return "the sandbox moved to node " + m.To }
+
+// MoveWait bounds how long a move waits for the image store to take the
+// sandbox's image.
+const MoveWait = 2 * time.Minute
+
+// Move is what MoveOut did: the sandbox's row after it (paused, on the
+// node it went to) and whether the move paused it (it was running: the
+// new node is to resume it).
+type Move struct {
+	Sandbox store.Sandbox
+	Paused  bool
+}
+
+// MoveOut hands sandbox id to node to: a running sandbox is paused as by
+// Pause, a paused one kept paused; its image is made durable and its row
+// then names node to, which resumes it from the image store. All of it
+// under the sandbox's lock: calls that arrive meanwhile wait, then find
+// it on node to (Moved), where the API or this node's internal API sends
+// them. A sandbox that mounts volumes is refused (they stay on this
+// node's disk), as is one starting. Moving a sandbox already on node to
+// is a no-op.
+func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
+	me := n.cfg.Store.Node()
+	if n.cfg.Images == nil || me == "" {
+		return Move{}, &errdefs.Error{Kind: errdefs.ErrConflict,
+			Msg: fmt.Sprintf("sandbox %s cannot move: its node has no image store (--image-store) for another node to resume it from", id)}
+	}
+	unlock := n.locks.Lock(id)
+	defer unlock()
+	sb, err := n.get(ctx, id)
+	if m := (*MovedTo)(nil); errors.As(err, &m) {
+		return Move{Sandbox: sb}, nil
+	}
+	switch {
+	case err != nil:
+		return Move{}, err
+	case !sb.Live():
+		return Move{}, Gone(sb)
+	case len(sb.Shape.Volumes) > 0:
+		return Move{}, &errdefs.Error{Kind: errdefs.ErrConflict,
+			Msg: fmt.Sprintf("sandbox %s mounts volumes, which stay on node %s's disk: it cannot move", id, me)}
+	case sb.State != api.StateRunning && sb.State != api.StatePaused:
+		return Move{}, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s; retry once it runs", id, sb.State)}
+	}
+	log := n.log.With("sandbox_id", id, "project_id", sb.ProjectID, "to", to)
+	paused := sb.State == api.StateRunning
+	if paused {
+		err = poll(ctx, n.cfg.PauseWait, 20*time.Millisecond, func() bool { return n.calls.waited(id) == 0 })
+		if errors.Is(err, errWaitedOut) {
+			return Move{}, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s has a call running; retry when it ends", id)}
+		}
+		if err != nil {
+			return Move{}, err
+		}
+		if err := n.pauseLocked(ctx, sb); err != nil {
+			return Move{}, err
+		}
+	}
+	// The uploader (woken by the pause) puts the image in the store.
+	n.wakeUploader()
+	var cur store.Sandbox
+	var gerr error
+	err = poll(ctx, MoveWait, 50*time.Millisecond, func() bool {
+		cur, gerr = n.cfg.Store.GetSandbox(ctx, id)
+		return gerr != nil || cur.Durable
+	})
+	if err == nil {
+		err = gerr
+	}
+	if err != nil {
+		log.Warn("moving a sandbox: its image did not become durable; it stays paused here", "err", err)
+		return Move{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
+			Msg: fmt.Sprintf("sandbox %s is paused on node %s but its image did not reach the image store within %s (is the store reachable? the node log says); it resumes on its next call", id, me, MoveWait)}
+	}
+	if err := n.cfg.Store.AdoptPaused(ctx, id, me, to); err != nil && !errors.Is(err, store.ErrConflict) {
+		return Move{}, err
+	}
+	// ErrConflict: an API process moved it first (a call to it, which a
+	// draining node's durable paused sandboxes are moved by).
+	if cur, err = n.cfg.Store.GetSandbox(ctx, id); err != nil {
+		return Move{}, err
+	}
+	log.Info("sandbox moved off this node", "now_on", cur.Node, "was_running", paused)
+	return Move{Sandbox: cur, Paused: paused}, nil
+}
