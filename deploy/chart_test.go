@@ -251,3 +251,48 @@ func TestTemplateNeedsDatabase(t *testing.T) {
 		t.Fatalf("helm template without a database = %v; want an error naming database.url", err)
 	}
 }
+
+// A node pod drains itself before it stops: its preStop runs `lizard node
+// drain` (the node named by LIZARD_NODE_NAME) against the api Service,
+// within a grace period long enough for the moves, and the next pod takes
+// sandboxes again (--undrain-at-start). node.drainOnStop=false renders
+// neither the hook nor its API URL.
+func TestTemplateDrainOnStop(t *testing.T) {
+	helm := helmBin(t)
+	base := []string{"template", "lizard", chart, "--namespace", "lizard", "--set", "database.url=" + placeholderURL, "--set", "clusterSecret=" + placeholderSecret}
+	for _, tc := range []struct {
+		name string
+		set  []string
+		want bool
+	}{
+		{"default", nil, true},
+		{"off", []string{"--set", "node.drainOnStop=false"}, false},
+	} {
+		out, err := run(t, helm, append(base, tc.set...)...)
+		if err != nil {
+			t.Fatalf("%s: helm template: %v", tc.name, err)
+		}
+		ds := string(out)
+		if i := strings.Index(ds, "kind: DaemonSet"); i >= 0 {
+			ds = ds[i:]
+		} else {
+			t.Fatalf("%s: no DaemonSet rendered", tc.name)
+		}
+		for _, want := range []string{
+			"preStop:\n              exec:\n                command: [\"/usr/local/bin/lizard\", \"node\", \"drain\"]",
+			"- name: LIZARD_API_URL\n              value: \"http://lizard-api.lizard.svc:80\"",
+		} {
+			if got := strings.Contains(ds, want); got != tc.want {
+				t.Errorf("%s: the node DaemonSet has %q: %v; want %v", tc.name, want, got, tc.want)
+			}
+		}
+		for _, want := range []string{"- name: LIZARD_NODE_NAME", "- name: LIZARD_CLUSTER_SECRET", "--undrain-at-start=$(LIZARD_FLAG_UNDRAIN_AT_START)"} {
+			if !strings.Contains(ds, want) {
+				t.Errorf("%s: the node DaemonSet lacks %q, which the drain needs", tc.name, want)
+			}
+		}
+		if !strings.Contains(ds, "terminationGracePeriodSeconds: 600") {
+			t.Errorf("%s: the node pods' grace period is not the 600 s a drain may take", tc.name)
+		}
+	}
+}

@@ -68,8 +68,10 @@ func TestClusterDrain(t *testing.T) {
 
 	// n1 drained through the CLI, n3 through the API, twice: creates can
 	// only land on n2 then, which is the last placeable node.
-	cmd := exec.Command(testenv.Binary(t, "lizard"), "node", "drain", "n1", "--json")
-	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+c.apis[0].url, "LIZARD_CLUSTER_SECRET="+c.secret)
+	// (As the Helm chart's preStop runs it: the node named by its
+	// environment.)
+	cmd := exec.Command(testenv.Binary(t, "lizard"), "node", "drain", "--json")
+	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+c.apis[0].url, "LIZARD_CLUSTER_SECRET="+c.secret, "LIZARD_NODE_NAME=n1")
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), `"draining": true`) {
 		t.Fatalf("lizard node drain n1: %v\n%s", err, out)
 	}
@@ -103,10 +105,13 @@ func TestClusterDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	withVol := newSandbox(t, cl[1], api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: vol.Name, Path: "/home/user/data"}}, TimeoutMs: ms(600_000)})
-	for _, n := range []string{"n1", "n3"} {
-		if s, err := adm[0].UndrainNode(ctx, n); err != nil || s.Draining || !s.Live {
-			t.Fatalf("undrain %s = %+v, %v", n, s, err)
-		}
+	cmd = exec.Command(testenv.Binary(t, "lizard"), "node", "undrain", "n1")
+	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+c.apis[1].url, "LIZARD_CLUSTER_SECRET="+c.secret)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "node n1 takes new sandboxes again") {
+		t.Fatalf("lizard node undrain n1: %v\n%s", err, out)
+	}
+	if s, err := adm[0].UndrainNode(ctx, "n3"); err != nil || s.Draining || !s.Live {
+		t.Fatalf("undrain n3 = %+v, %v", s, err)
 	}
 	if _, err := adm[1].DrainNode(ctx, "n2"); status(err) != http.StatusConflict || !strings.Contains(err.Error(), withVol.SandboxID) || !strings.Contains(err.Error(), "volume") {
 		t.Fatalf("drain of a node running a sandbox that mounts a volume: %v; want 409 naming %s", err, withVol.SandboxID)

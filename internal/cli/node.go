@@ -13,6 +13,9 @@ import (
 // credential of the node commands.
 const EnvClusterSecret = "LIZARD_CLUSTER_SECRET"
 
+// EnvNodeName is a node's name in its own environment (lizard node --name's default).
+const EnvNodeName = "LIZARD_NODE_NAME"
+
 // NodeCommand runs `lizard node drain|undrain NAME` against a cluster's
 // `lizard api` (LIZARD_API_URL or --api-url) with the cluster secret from
 // the environment (never a flag, which shows in ps).
@@ -24,8 +27,13 @@ func NodeCommand(ctx context.Context, e Env, verb string, args []string) error {
 	if err != nil {
 		return err
 	}
+	if len(names) == 0 && os.Getenv(EnvNodeName) != "" {
+		// A node's own pod drains itself before it stops (the Helm
+		// chart's preStop), which names it in the environment.
+		names = []string{os.Getenv(EnvNodeName)}
+	}
 	if len(names) != 1 {
-		return Usagef("usage: lizard node %s NAME [--api-url URL] [--json] (with %s set)", verb, EnvClusterSecret)
+		return Usagef("usage: lizard node %s NAME [--api-url URL] [--json] (with %s set; NAME defaults to $%s)", verb, EnvClusterSecret, EnvNodeName)
 	}
 	secret := os.Getenv(EnvClusterSecret)
 	if secret == "" {

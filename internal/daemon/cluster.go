@@ -77,6 +77,9 @@ type nodeConfig struct {
 	cluster   clusterFlags
 	Name      string
 	Advertise string
+	// UndrainAtStart: a drained node takes sandboxes again when it starts
+	// (the Helm chart's preStop drains each node pod that stops).
+	UndrainAtStart bool
 }
 
 func parseNode(e cli.Env, args []string) (*nodeConfig, error) {
@@ -90,11 +93,12 @@ func parseNode(e cli.Env, args []string) (*nodeConfig, error) {
 	host, _ := os.Hostname()
 	fs.StringVar(&c.Name, "name", cmpOr(os.Getenv("LIZARD_NODE_NAME"), host), "the node's name in the cluster, unique and stable across restarts (default: env LIZARD_NODE_NAME, else the host name)")
 	fs.StringVar(&c.Advertise, "advertise", os.Getenv("LIZARD_NODE_ADDRESS"), "HOST or HOST:PORT the api processes reach this node at (default: env LIZARD_NODE_ADDRESS, else the --listen address; the port defaults to --listen's)")
+	fs.BoolVar(&c.UndrainAtStart, "undrain-at-start", false, "take new sandboxes at start even if this node was drained (`lizard node drain`); for a drain before each stop, as the Helm chart's preStop does")
 	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, cli.Usagef("lizard node takes no arguments, got %q", fs.Args())
+		return nil, cli.Usagef("lizard node takes no arguments (but drain NAME and undrain NAME), got %q", fs.Args())
 	}
 	return c, nil
 }
@@ -158,6 +162,11 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	defer shared.Close()
 	// The node's own view: its sandboxes, its address slots.
 	st := shared.OnNode(c.Name)
+	if c.UndrainAtStart {
+		if err := shared.SetDraining(ctx, c.Name, false); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("undraining node %s at start: %w", c.Name, err)
+		}
+	}
 	forwardingNote(logger, c.policy.Egress)
 	mx := metrics.Serve(ctx, c.MetricsListen, logger)
 	stopTracing, err := tracing(ctx, "lizard-node", mx, logger)
