@@ -140,7 +140,7 @@ soak: deps build template ## The soak suite at full length: 1,000 create → run
 bench: deps build template testvenv qemu ## Benchmarks in one run: Lizard on gVisor beside raw runsc and direct Jupyter, and on QEMU (BENCH_FLAGS="--scale 5 --sustain 5s" for a quick one)
 	LIZARD_CACHE_DIR=$(CACHE_DIR) $(TESTVENV)/bin/python bench/bench.py --cache-dir $(CACHE_DIR) --qemu $(BENCH_FLAGS)
 
-bench-cluster: deps build template versitygw ## Many machines on one: api→node vs serve (runCode, create), creates/s with 1-3 nodes, pause → durable and resume on another node (image store), time to node lost
+bench-cluster: deps build template versitygw ## Many machines on one: api→node vs serve (runCode, create), creates/s with 1-3 nodes, pause → durable and resume on another node (image store), a drain of 10 idle sandboxes, time to node lost
 	LIZARD_CACHE_DIR=$(CACHE_DIR) go run ./bench/cluster --cache-dir $(CACHE_DIR) $(BENCH_CLUSTER_FLAGS)
 
 clean: ## Remove build outputs (not the template cache)

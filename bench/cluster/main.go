@@ -8,7 +8,10 @@
 //     the first create placed on another node;
 //   - with the image store on an S3 server (versitygw, docs/storage.md):
 //     pause → durable, and a paused sandbox's resume → first result on
-//     another node, which fetches its image, beside one on its own node.
+//     another node, which fetches its image, beside one on its own node;
+//   - a drain of a node holding 10 idle sandboxes (docs/cluster.md): its
+//     total time and each sandbox's stall, beside a move by hand (pause,
+//     durable, resume elsewhere) measured above.
 //
 // Everything runs on this machine: PostgreSQL from Debian's packages
 // (internal/store/pgtest), the nodes with their own data directories,
@@ -49,15 +52,16 @@ import (
 )
 
 var (
-	binDir   = flag.String("bin-dir", "bin", "directory of lizard, lizard-agent, lizard-client and runsc")
-	cacheDir = flag.String("cache-dir", cmpOr(os.Getenv("LIZARD_CACHE_DIR"), "/var/cache/lizard"), "template cache")
-	runs     = flag.Int("runs", 20, "creates timed per target")
-	codeRuns = flag.Int("code-runs", 200, "runCode(\"1+1\") calls timed per target")
-	sustain  = flag.Duration("sustain", 15*time.Second, "length of each creates-per-second run")
-	workers  = flag.Int("workers", 4, "concurrent create → kill loops")
-	lease    = flag.Duration("lease", 15*time.Second, "the nodes' lease (the default of lizard node)")
-	imgRuns  = flag.Int("image-runs", 5, "pauses and resumes timed for the image store")
-	out      = flag.String("out", "bench/results", "directory for the JSON results")
+	binDir         = flag.String("bin-dir", "bin", "directory of lizard, lizard-agent, lizard-client and runsc")
+	cacheDir       = flag.String("cache-dir", cmpOr(os.Getenv("LIZARD_CACHE_DIR"), "/var/cache/lizard"), "template cache")
+	runs           = flag.Int("runs", 20, "creates timed per target")
+	codeRuns       = flag.Int("code-runs", 200, "runCode(\"1+1\") calls timed per target")
+	sustain        = flag.Duration("sustain", 15*time.Second, "length of each creates-per-second run")
+	workers        = flag.Int("workers", 4, "concurrent create → kill loops")
+	lease          = flag.Duration("lease", 15*time.Second, "the nodes' lease (the default of lizard node)")
+	imgRuns        = flag.Int("image-runs", 5, "pauses and resumes timed for the image store")
+	drainSandboxes = flag.Int("drain-sandboxes", 10, "idle sandboxes on the node the drain row drains")
+	out            = flag.String("out", "bench/results", "directory for the JSON results")
 )
 
 func cmpOr(a, b string) string {
@@ -276,6 +280,16 @@ func p50(xs []float64) float64 {
 		return 0
 	}
 	return s[len(s)/2]
+}
+
+// p95 is the 95th percentile (the nearest rank).
+func p95(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(len(s)-1, (len(s)*95+99)/100-1)]
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -572,6 +586,17 @@ func run() error {
 		imgRes["pause_ms_p50"], imgRes["pause_to_durable_ms_p50"], imgRes["resume_same_node_ms_p50"], imgRes["resume_other_node_ms_p50"], imgRes["resume_other_vs_same_ratio"])
 	res["image_store"] = imgRes
 
+	drainRes, err := drainRow(ctx, db, cc, apiP.url, secretHex, nodes[0].name, *drainSandboxes)
+	if err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	manual := imgRes["pause_ms_p50"] + imgRes["pause_to_durable_ms_p50"] + imgRes["resume_other_node_ms_p50"]
+	drainRes["manual_move_ms"] = manual
+	drainRes["stall_p50_vs_manual_move_ratio"] = drainRes["stall_ms_p50"] / manual
+	fmt.Printf("  drain of %d idle sandboxes: %.0f ms in all; stall p50 %.0f ms, p95 %.0f ms (%.2f× a move by hand: pause + durable + resume elsewhere, %.0f ms)\n",
+		*drainSandboxes, drainRes["total_ms"], drainRes["stall_ms_p50"], drainRes["stall_ms_p95"], drainRes["stall_p50_vs_manual_move_ratio"], manual)
+	res["drain"] = drainRes
+
 	// A node's death: to node lost, and to the first create elsewhere.
 	victim := nodes[2]
 	var sbID string
@@ -676,4 +701,63 @@ func sustained(ctx context.Context, c *client.Client, d time.Duration, workers i
 		return 0, err
 	}
 	return float64(n.Load()) / time.Since(begin).Seconds(), nil
+}
+
+// drainRow drains node name holding n idle sandboxes (each has run code
+// once) through the API at apiURL with the cluster secret, and returns
+// the drain's total time and the sandboxes' stalls (the API's downtime of
+// each move). The other nodes are marked draining in the database while
+// the sandboxes are made, so that all land on name; name is undrained
+// after.
+func drainRow(ctx context.Context, db *sql.DB, c *client.Client, apiURL, secret, name string, n int) (map[string]float64, error) {
+	if _, err := db.Exec(`UPDATE nodes SET draining = 1 WHERE name <> $1`, name); err != nil {
+		return nil, err
+	}
+	var ids []string
+	defer func() {
+		for _, id := range ids {
+			c.KillSandbox(ctx, id)
+		}
+	}()
+	for range n {
+		sb, _, err := create(ctx, c)
+		if err != nil {
+			db.Exec(`UPDATE nodes SET draining = 0`)
+			return nil, err
+		}
+		ids = append(ids, sb.SandboxID)
+		if _, err := runCode(ctx, c, sb.SandboxID); err != nil {
+			db.Exec(`UPDATE nodes SET draining = 0`)
+			return nil, err
+		}
+	}
+	if _, err := db.Exec(`UPDATE nodes SET draining = 0`); err != nil {
+		return nil, err
+	}
+	adm, err := client.New(client.Config{BaseURL: apiURL, APIKey: secret})
+	if err != nil {
+		return nil, err
+	}
+	begin := time.Now()
+	d, err := adm.DrainNode(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	total := time.Since(begin)
+	if _, err := adm.UndrainNode(ctx, name); err != nil {
+		return nil, err
+	}
+	if len(d.Moved) != n || len(d.Left) != 0 {
+		return nil, fmt.Errorf("drain of %s moved %d and left %v; want %d moved", name, len(d.Moved), d.Left, n)
+	}
+	var stalls []float64
+	for _, mv := range d.Moved {
+		stalls = append(stalls, float64(mv.DowntimeMs))
+	}
+	for _, id := range ids {
+		if _, err := runCode(ctx, c, id); err != nil {
+			return nil, fmt.Errorf("runCode after the drain: %w", err)
+		}
+	}
+	return map[string]float64{"sandboxes": float64(n), "total_ms": ms(total), "stall_ms_p50": p50(stalls), "stall_ms_p95": p95(stalls)}, nil
 }
