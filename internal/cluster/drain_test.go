@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -173,5 +174,57 @@ func TestDrain(t *testing.T) {
 	}
 	if row, _ := st.GetSandbox(ctx, sb.SandboxID); row.Node != "a" {
 		t.Fatalf("create after undrain of a placed on %s", row.Node)
+	}
+}
+
+// An agent call that reaches a node after its sandbox moved off it (it
+// waited there for the move) is passed on to the node the sandbox's row
+// names, which resumes the sandbox and answers; a lifecycle call the old
+// node refuses is retried by the router on the new node.
+func TestMovedCallPassedOn(t *testing.T) {
+	st, r, ctl := newDrainCluster(t, nil, "a", "b")
+	ctx := context.Background()
+	if err := st.SetDraining(ctx, "b", true); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetDraining(ctx, "b", false); err != nil {
+		t.Fatal(err)
+	}
+	// The router has seen it on a.
+	if status, _ := forward(t, r, ctl, sb.SandboxID); status != http.StatusOK {
+		t.Fatalf("agent call on a = %d", status)
+	}
+	if _, err := ctl.Pause(ctx, "p1", sb.SandboxID, api.PauseRequest{WaitDurable: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AdoptPaused(ctx, sb.SandboxID, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	a, err := st.GetNode(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+a.Addr+"/v1/sandboxes/"+sb.SandboxID+"/health", nil)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "ok") {
+		t.Fatalf("agent call sent to the old node = %d %s; want 200 from the agent on b", resp.StatusCode, body)
+	}
+	if row, _ := st.GetSandbox(ctx, sb.SandboxID); row.Node != "b" || row.State != api.StateRunning {
+		t.Fatalf("after the call: %s on %s; want running on b", row.State, row.Node)
+	}
+	// The router still remembers a (same run, live, not draining): its
+	// setTimeout is refused there and sent once more to b.
+	if got, err := ctl.SetTimeout(ctx, "p1", sb.SandboxID, 90_000); err != nil || got.TimeoutMs != 90_000 {
+		t.Fatalf("setTimeout through a router that remembered the old node = %+v, %v", got, err)
 	}
 }
