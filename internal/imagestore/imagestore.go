@@ -267,7 +267,12 @@ func writeTar(w io.Writer, dir string) error {
 			return err
 		}
 		hdr.Name = filepath.ToSlash(rel)
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		// Owners travel by number (a template's /home/user is the
+		// sandbox user's), never by name, which differs between hosts.
+		hdr.Uname, hdr.Gname = "", ""
+		// PAX: times to the nanosecond (Python checks a module's cache
+		// by its source's time).
+		hdr.Format = tar.FormatPAX
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
@@ -294,9 +299,16 @@ func readTar(r io.Reader, dir string) error {
 		return err
 	}
 	tr := tar.NewReader(r)
+	var dirs []dirMode
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
+			for i := len(dirs) - 1; i >= 0; i-- {
+				d := dirs[i]
+				if err := errors.Join(os.Chmod(d.path, d.mode), os.Chtimes(d.path, d.mtime, d.mtime)); err != nil {
+					return err
+				}
+			}
 			return nil
 		}
 		if err != nil {
@@ -307,21 +319,43 @@ func readTar(r io.Reader, dir string) error {
 			return fmt.Errorf("%w: entry %q leaves the image", ErrCorrupt, hdr.Name)
 		}
 		p := filepath.Join(dir, filepath.FromSlash(name))
-		mode := fs.FileMode(hdr.Mode).Perm()
+		// Permissions and the sticky bit (a root filesystem's /tmp);
+		// never set-ID bits, which would be a privilege on this host.
+		mode := hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSticky)
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			err = os.MkdirAll(p, mode|0o700)
+			err = os.MkdirAll(p, 0o700)
+			if err == nil {
+				dirs = append(dirs, dirMode{p, mode, hdr.ModTime})
+			}
 		case tar.TypeSymlink:
 			err = os.Symlink(hdr.Linkname, p)
 		case tar.TypeReg:
-			err = writeFile(p, tr, mode)
+			err = writeFile(p, tr, mode.Perm())
+			if err == nil {
+				err = os.Chmod(p, mode) // past the umask
+			}
+			if err == nil {
+				err = os.Chtimes(p, hdr.ModTime, hdr.ModTime)
+			}
 		default:
 			return fmt.Errorf("%w: entry %q is of unknown type %c", ErrCorrupt, hdr.Name, hdr.Typeflag)
+		}
+		if err == nil && (hdr.Uid != 0 || hdr.Gid != 0) {
+			err = os.Lchown(p, hdr.Uid, hdr.Gid)
 		}
 		if err != nil {
 			return err
 		}
 	}
+}
+
+// dirMode is a directory's mode, set once its entries are written: a
+// read-only directory is filled first.
+type dirMode struct {
+	path  string
+	mode  fs.FileMode
+	mtime time.Time
 }
 
 func writeFile(p string, r io.Reader, mode fs.FileMode) error {
