@@ -115,12 +115,30 @@ func Ensure(ctx context.Context, cacheDir, name string, progress io.Writer) (roo
 	if err != nil {
 		return "", fmt.Errorf("reading recipe of template %s: %w", name, err)
 	}
+	key, err := Key(name)
+	if err != nil {
+		return "", err
+	}
+	b := &interpreterBuild{cacheDir: cacheDir, recipe: files, p: newProgress(progress)}
+	return ensureLayer(ctx, cacheDir, key, b.p, stripped(b.build, b.p))
+}
+
+// Key is built-in template name's key (its artifact's, and its cache
+// directory's name), known without building it: a cluster's api process,
+// which builds nothing, keys custom templates on it as the nodes do.
+func Key(name string) (string, error) {
+	if name != Default {
+		return "", fmt.Errorf("%w: %q", ErrUnknown, name)
+	}
+	files, err := fs.Sub(recipes, "recipes/"+name)
+	if err != nil {
+		return "", fmt.Errorf("reading recipe of template %s: %w", name, err)
+	}
 	hash, err := recipeHash(files, PublishVersion)
 	if err != nil {
 		return "", fmt.Errorf("hashing recipe of template %s: %w", name, err)
 	}
-	b := &interpreterBuild{cacheDir: cacheDir, recipe: files, p: newProgress(progress)}
-	return ensureLayer(ctx, cacheDir, name+"-"+hash[:12], b.p, stripped(b.build, b.p))
+	return name + "-" + hash[:12], nil
 }
 
 // recipeHash hashes every file of a recipe, by path and content, with the

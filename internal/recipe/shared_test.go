@@ -1,0 +1,137 @@
+package recipe
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/lizard-build/lizard/internal/imagestore"
+	"github.com/lizard-build/lizard/internal/imagestore/disk"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/testenv"
+)
+
+// TestExportApply: a build's difference from its base, through the image
+// store (owners, modes, the sticky bit and times kept), applied to a copy
+// of the base, gives the build's tree; and it holds only what changed.
+func TestExportApply(t *testing.T) {
+	testenv.RequiresRoot(t)
+	tmp := t.TempDir()
+	base := filepath.Join(tmp, "base")
+	write := func(root, rel, data string, mode fs.FileMode, uid int) {
+		t.Helper()
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(base, "usr/lib/python/mod.py", "x = 1\n", 0o644, 0)
+	write(base, "usr/lib/python/big.bin", strings.Repeat("b", 1<<20), 0o644, 0)
+	write(base, "etc/gone.conf", "old\n", 0o644, 0)
+	write(base, "opt/tool/bin/run", "#!/bin/sh\n", 0o755, 0)
+	write(base, "home/user/.profile", "PATH=$PATH\n", 0o644, 1000)
+	must(t, os.Symlink("python", filepath.Join(base, "usr/lib/py")))
+	must(t, os.Mkdir(filepath.Join(base, "tmp"), 0o755))
+	must(t, os.Chmod(filepath.Join(base, "tmp"), 0o777|fs.ModeSticky))
+
+	build := filepath.Join(tmp, "build")
+	must(t, os.Mkdir(build, 0o755))
+	cp(t, base, build)
+	write(build, "home/user/data/hello.txt", "hello\n", 0o640, 1000)
+	write(build, "usr/lib/python/mod.py", "x = 2\n", 0o644, 0) // same size
+	must(t, os.Remove(filepath.Join(build, "etc/gone.conf")))
+	must(t, os.RemoveAll(filepath.Join(build, "opt/tool")))
+	must(t, os.Symlink("/usr/bin", filepath.Join(build, "opt/tool"))) // a directory became a link
+	must(t, os.Remove(filepath.Join(build, "usr/lib/py")))
+	must(t, os.Symlink("python3", filepath.Join(build, "usr/lib/py")))
+
+	exported := filepath.Join(tmp, "exported")
+	must(t, os.Mkdir(exported, 0o700))
+	if err := Export(build, sandbox.Artifact{Name: "base", Key: "base-1", RootFS: base}, exported); err != nil {
+		t.Fatalf("Export: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(exported, "rootfs/usr/lib/python/big.bin")); err == nil {
+		t.Errorf("an unchanged file was exported")
+	}
+	deleted, _ := os.ReadFile(filepath.Join(exported, "deleted"))
+	if got, want := strings.ReplaceAll(string(deleted), "\x00", " "), "etc/gone.conf opt/tool "; got != want {
+		t.Errorf("deleted = %q; want %q", got, want)
+	}
+
+	st := imagestore.New(&disk.Bucket{Root: filepath.Join(tmp, "store")})
+	ctx := context.Background()
+	if _, err := st.Put(ctx, ImageName("k"), exported); err != nil {
+		t.Fatal(err)
+	}
+	fetched := filepath.Join(tmp, "fetched")
+	if _, err := st.Get(ctx, ImageName("k"), fetched); err != nil {
+		t.Fatal(err)
+	}
+	got := filepath.Join(tmp, "got")
+	must(t, os.Mkdir(got, 0o755))
+	if err := apply(ctx, base, fetched, got); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if a, b := tree(t, build), tree(t, got); a != b {
+		t.Errorf("applied tree differs from the build:\nbuild:\n%s\napplied:\n%s", a, b)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func cp(t *testing.T, from, to string) {
+	t.Helper()
+	if out, err := exec.Command("cp", "-a", from+"/.", to+"/").CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+}
+
+// tree describes every entry under root: type and mode, owner, content
+// or link target, and a file's time.
+func tree(t *testing.T, root string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == root {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		fmt.Fprintf(&b, "%s %v %d:%d", rel, fi.Mode(), st.Uid, st.Gid)
+		switch {
+		case fi.Mode().IsRegular():
+			data, _ := os.ReadFile(p)
+			fmt.Fprintf(&b, " %q %d", data[:min(len(data), 16)], fi.ModTime().UnixNano())
+		case fi.Mode().Type() == fs.ModeSymlink:
+			l, _ := os.Readlink(p)
+			fmt.Fprintf(&b, " -> %s", l)
+		}
+		b.WriteByte('\n')
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
