@@ -30,6 +30,9 @@ type Member struct {
 	ImageStore string
 	Lease      time.Duration
 	Log        *slog.Logger
+	// Images returns the image store names of the images on the node's
+	// disk, which placement prefers it for (nil: none).
+	Images func() []string
 }
 
 // Run renews the lease until ctx ends. A renewal that fails (the database
@@ -83,8 +86,13 @@ func (m *Member) Beat(ctx context.Context, started time.Time) error {
 	}
 	total, free := memory()
 	now := time.Now()
+	var images []string
+	if m.Images != nil {
+		images = m.Images()
+	}
 	return m.Store.Heartbeat(ctx, store.NodeInfo{Name: m.Name, Addr: m.Addr, Slots: m.Slots, Sandboxes: n,
-		MemoryBytes: total, FreeMemory: free, StartedAt: started, LeaseUntil: now.Add(m.Lease), ImageStore: m.ImageStore})
+		MemoryBytes: total, FreeMemory: free, StartedAt: started, LeaseUntil: now.Add(m.Lease),
+		ImageStore: m.ImageStore, Images: images})
 }
 
 // memory is the machine's memory and what of it is available

@@ -155,6 +155,25 @@ func (c *Cache) evict() {
 	}
 }
 
+// Names returns the names of the images the cache holds, the most
+// recently used first, at most max of them.
+func (c *Cache) Names(max int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	objs := make([]string, 0, len(c.entries))
+	for k := range c.entries {
+		objs = append(objs, k)
+	}
+	sort.Slice(objs, func(i, j int) bool { return c.entries[objs[i]].used.After(c.entries[objs[j]].used) })
+	var out []string
+	for _, o := range objs[:min(len(objs), max)] {
+		if i := strings.LastIndex(o, "/data-"); i > 0 {
+			out = append(out, o[:i])
+		}
+	}
+	return out
+}
+
 // Size is the bytes the cache holds.
 func (c *Cache) Size() int64 {
 	c.mu.Lock()

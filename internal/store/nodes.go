@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -31,6 +32,24 @@ type NodeInfo struct {
 	// node's heartbeat.
 	ImageStore string
 	Draining   bool
+	// Images are the image store names of the images it holds on its
+	// disk (at most MaxNodeImages, the most recently used), which
+	// placement prefers it for.
+	Images []string
+}
+
+// MaxNodeImages bounds NodeInfo.Images: a heartbeat stays small, and
+// placement's preference is a hint, not an inventory.
+const MaxNodeImages = 256
+
+// Holds reports whether n reported holding image name.
+func (n NodeInfo) Holds(name string) bool {
+	for _, i := range n.Images {
+		if i == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Live reports whether n's lease runs at now.
@@ -39,14 +58,21 @@ func (n NodeInfo) Live(now time.Time) bool { return now.Before(n.LeaseUntil) }
 // Heartbeat records node n and renews its lease to n.LeaseUntil: the
 // first heartbeat registers it, and one after it was lost brings it back.
 func (s *Store) Heartbeat(ctx context.Context, n NodeInfo) error {
+	images := ""
+	if len(n.Images) > 0 {
+		b, _ := json.Marshal(n.Images[:min(len(n.Images), MaxNodeImages)])
+		images = string(b)
+	}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO nodes
-		(name, addr, slots, memory_bytes, free_memory, sandboxes, started_at, lease_until, lost_at, image_store)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)
+		(name, addr, slots, memory_bytes, free_memory, sandboxes, started_at, lease_until, lost_at, image_store, images)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET addr = excluded.addr, slots = excluded.slots,
 			memory_bytes = excluded.memory_bytes, free_memory = excluded.free_memory,
 			sandboxes = excluded.sandboxes, started_at = excluded.started_at,
-			lease_until = excluded.lease_until, lost_at = NULL, image_store = excluded.image_store`,
-		n.Name, n.Addr, n.Slots, n.MemoryBytes, n.FreeMemory, n.Sandboxes, toMillis(n.StartedAt), toMillis(n.LeaseUntil), n.ImageStore)
+			lease_until = excluded.lease_until, lost_at = NULL,
+			image_store = excluded.image_store, images = excluded.images`,
+		n.Name, n.Addr, n.Slots, n.MemoryBytes, n.FreeMemory, n.Sandboxes, toMillis(n.StartedAt), toMillis(n.LeaseUntil),
+		n.ImageStore, images)
 	if err != nil {
 		return fmt.Errorf("renewing the lease of node %s: %w", n.Name, err)
 	}
@@ -68,15 +94,20 @@ func (s *Store) CountLive(ctx context.Context, node string) (int, error) {
 // moments, from every API process.
 const nodeColumns = `name, addr, slots, memory_bytes, free_memory,
 	(SELECT COUNT(*) FROM sandboxes s WHERE s.node = nodes.name AND s.ended_at IS NULL),
-	started_at, lease_until, lost_at, image_store, draining`
+	started_at, lease_until, lost_at, image_store, draining, images`
 
 func scanNode(r scanner) (NodeInfo, error) {
 	var n NodeInfo
 	var started, lease int64
 	var lost sql.NullInt64
 	var draining int
-	if err := r.Scan(&n.Name, &n.Addr, &n.Slots, &n.MemoryBytes, &n.FreeMemory, &n.Sandboxes, &started, &lease, &lost, &n.ImageStore, &draining); err != nil {
+	var images string
+	if err := r.Scan(&n.Name, &n.Addr, &n.Slots, &n.MemoryBytes, &n.FreeMemory, &n.Sandboxes, &started, &lease, &lost, &n.ImageStore, &draining, &images); err != nil {
 		return NodeInfo{}, err
+	}
+	if images != "" {
+		// A hint: one that does not parse prefers nothing.
+		json.Unmarshal([]byte(images), &n.Images)
 	}
 	n.StartedAt, n.LeaseUntil, n.LostAt, n.Draining = fromMillis(started), fromMillis(lease), timePtr(lost), draining != 0
 	return n, nil

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -198,6 +199,38 @@ func TestDraining(t *testing.T) {
 		}
 		if err := s.SetDraining(ctx, "nope", true); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("SetDraining of an unknown node: %v; want ErrNotFound", err)
+		}
+	})
+}
+
+// TestNodeImages: a heartbeat records the node's image store and the
+// images it holds, at most MaxNodeImages; the next replaces them.
+func TestNodeImages(t *testing.T) {
+	forEachStore(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		s := be.open(t)
+		now := time.Now()
+		many := make([]string, MaxNodeImages+10)
+		for i := range many {
+			many[i] = fmt.Sprintf("templates/k%d", i)
+		}
+		for _, tc := range []struct {
+			store  string
+			images []string
+			want   int
+		}{
+			{"s3://b/p", many, MaxNodeImages},
+			{"", nil, 0},
+			{"file:///x", []string{"snapshots/sn1"}, 1},
+		} {
+			if err := s.Heartbeat(ctx, NodeInfo{Name: "n", Addr: "n:1", StartedAt: now, LeaseUntil: now.Add(time.Minute),
+				ImageStore: tc.store, Images: tc.images}); err != nil {
+				t.Fatal(err)
+			}
+			n, err := s.GetNode(ctx, "n")
+			if err != nil || n.ImageStore != tc.store || len(n.Images) != tc.want || tc.want > 0 && !n.Holds(tc.images[0]) {
+				t.Errorf("node after a heartbeat with %q, %d images = %q, %d images, %v; want %q, %d", tc.store, len(tc.images), n.ImageStore, len(n.Images), err, tc.store, tc.want)
+			}
 		}
 	})
 }

@@ -409,6 +409,12 @@ ALTER TABLE projects ADD COLUMN network TEXT NOT NULL DEFAULT '';
 ALTER TABLE nodes ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE nodes ADD COLUMN image_store TEXT NOT NULL DEFAULT '';
 `,
+	// The images a node holds on its disk, as its heartbeat reports them
+	// for placement (nodes.go): a JSON array of image store names,
+	// bounded; '' none.
+	`
+ALTER TABLE nodes ADD COLUMN images TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // SchemaVersion is the schema version this code writes.
