@@ -28,6 +28,11 @@ type HandlerConfig struct {
 	// for a sandbox moved off this node while it waited (a drain) is
 	// passed on to the node it runs on now.
 	Peers func(ctx context.Context, name string) (addr string, err error)
+	// Templates builds and removes custom templates (nil: none here);
+	// Forget drops what the node keeps for a template reference (its
+	// warm pool's; nil: nothing).
+	Templates Templates
+	Forget    func(ctx context.Context, ref string)
 }
 
 // Handler returns the node's HTTP handler: GET /v1/health (no secret, for
@@ -58,6 +63,9 @@ func Handler(cfg HandlerConfig) http.Handler {
 	mux.HandleFunc("/internal/v1/sandboxes/{id}/ports/{port}/{mode}/{rest...}", h.port)
 	mux.HandleFunc("POST /internal/v1/volumes", h.makeVolume)
 	mux.HandleFunc("DELETE /internal/v1/volumes/{id}", h.removeVolume)
+	mux.HandleFunc("POST /internal/v1/templates/build", h.buildTemplate)
+	mux.HandleFunc("POST /internal/v1/templates/forget", h.forgetTemplate)
+	mux.HandleFunc("POST /internal/v1/templates/remove", h.removeTemplate)
 	agent := node.NewAgentProxy(cfg.Node, h.log)
 	if cfg.Peers != nil {
 		agent.Acquire = h.acquireOrPass(NewTransport(cfg.Secret))

@@ -16,6 +16,8 @@
 //	POST   /internal/v1/images/remove             {image}
 //	POST   /internal/v1/volumes                   {id, sizeBytes}: make a volume here
 //	DELETE /internal/v1/volumes/{id}              remove it
+//	POST   /internal/v1/templates/build           build a custom template here (templates.go)
+//	POST   /internal/v1/templates/{forget,remove}  drop one
 //	*      /internal/v1/sandboxes/{id}/ports/{port}/{resume|no-resume}/...  an exposed port
 //
 // and the public agent paths, /v1/sandboxes/{id}/execute and the rest
