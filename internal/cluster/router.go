@@ -21,6 +21,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/remote"
+	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/trace"
 )
@@ -145,8 +146,9 @@ func find(nodes []store.NodeInfo, name string) (store.NodeInfo, bool) {
 
 // place picks the node for a new sandbox among those with a live lease
 // and not in skip: of Choices sampled at random, the least loaded with
-// room (load, free).
-func (r *Router) place(ctx context.Context, skip map[string]bool) (store.NodeInfo, error) {
+// room (load, free) — among the nodes that hold image on their disk if
+// any of them has room (prefer).
+func (r *Router) place(ctx context.Context, skip map[string]bool, image string) (store.NodeInfo, error) {
 	// Read fresh: one query is nothing beside a create, and the other API
 	// processes' creates of the last moments count.
 	nodes, err := r.list(ctx, true)
@@ -170,6 +172,7 @@ func (r *Router) place(ctx context.Context, skip map[string]bool) (store.NodeInf
 	rand.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	live = r.prefer(live, image)
 	var best *store.NodeInfo
 	for i := range live[:min(r.cfg.Choices, len(live))] {
 		n := &live[i]
@@ -186,6 +189,27 @@ func (r *Router) place(ctx context.Context, skip map[string]bool) (store.NodeInf
 	}
 	r.placing[best.Name]++
 	return *best, nil
+}
+
+// prefer narrows nodes to those that reported holding image (an image
+// store name: a custom template's build, a snapshot's or a paused
+// sandbox's image) and have room: a create there starts without fetching
+// it. With none such (or no image), nodes are left as they are, and the
+// node picked fetches the image. The caller holds mu.
+func (r *Router) prefer(nodes []store.NodeInfo, image string) []store.NodeInfo {
+	if image == "" {
+		return nodes
+	}
+	var holding []store.NodeInfo
+	for _, n := range nodes {
+		if n.Holds(image) && r.room(n) {
+			holding = append(holding, n)
+		}
+	}
+	if len(holding) == 0 {
+		return nodes
+	}
+	return holding
 }
 
 // sandboxMemory is what placement counts a sandbox as holding: an idle
@@ -233,6 +257,10 @@ func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
 		return store.Sandbox{}, err
 	}
 	skip := map[string]bool{}
+	image := ""
+	if _, key, ok := recipe.SplitRef(p.Template); ok {
+		image = recipe.ImageName(key)
+	}
 	if p.Image != "" {
 		name, path := store.SplitImageRef(p.Image)
 		if home != "" && home != name {
@@ -241,6 +269,7 @@ func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
 		p.Image = path
 		if home == "" && !r.usable(ctx, name) && r.durableSnapshot(ctx, p.SnapshotID) {
 			skip[name] = true
+			image = node.SnapshotImage(p.SnapshotID)
 		} else {
 			home = name
 		}
@@ -254,7 +283,7 @@ func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
 	}
 	for {
 		_, sp := trace.Start(ctx, "cluster.place")
-		n, err := r.place(ctx, skip)
+		n, err := r.place(ctx, skip, image)
 		sp.SetAttributes(trace.String("lizard.node", n.Name))
 		trace.End(sp, err)
 		if err != nil {
@@ -373,7 +402,7 @@ func (r *Router) sandbox(ctx context.Context, id string) (*remote.Client, error)
 // resumes it from the image store on its next call. Another API process
 // may move it first: then it goes where that one put it.
 func (r *Router) adopt(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
-	n, err := r.place(ctx, map[string]bool{sb.Node: true})
+	n, err := r.place(ctx, map[string]bool{sb.Node: true}, node.PausedImage(sb.ID))
 	if err != nil {
 		return sb, err
 	}
@@ -551,7 +580,7 @@ func (r *Router) emit(e node.Event) {
 // MakeVolume implements node.Node: the volume is made on a node placement
 // picks, and recorded there; sandboxes that mount it are placed on it.
 func (r *Router) MakeVolume(ctx context.Context, id string, size int64) error {
-	n, err := r.place(ctx, nil)
+	n, err := r.place(ctx, nil, "")
 	if err != nil {
 		return err
 	}

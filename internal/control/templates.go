@@ -1,7 +1,8 @@
 package control
 
 // Custom templates (docs/templates.md): built per project from a recipe by
-// the node's Builder, recorded in the store, and named by creates. A
+// the Builder — the node's under `lizard serve`, one node's in a cluster
+// (cluster.Templates), recorded in the store, and named by creates. A
 // sandbox records its template's reference (recipe.Ref: name@key), so a
 // rebuild under the same name never changes what a running, paused or
 // snapshotted sandbox boots from; a build stays in the cache while any
@@ -83,7 +84,7 @@ func (c *Control) PlanTemplate(ctx context.Context, projectID string, req api.Bu
 		return nil, err
 	}
 	if c.cfg.Builder == nil {
-		return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this server builds no custom templates (lizard serve does; the many-machine roles do not yet)"}
+		return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this server builds no custom templates (it was started without a template builder)"}
 	}
 	base, err := c.cfg.Builder.Base(ctx, r.Base)
 	if err != nil {

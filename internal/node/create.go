@@ -38,7 +38,7 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 		src := restoreOf("image", path, p.Image)
 		if !n.local(p.Image) && p.SnapshotID != "" {
 			// A snapshot another node took: from the image store.
-			dir, release, lost, err := n.fetch(ctx, snapshotImage(p.SnapshotID))
+			dir, release, lost, err := n.fetch(ctx, SnapshotImage(p.SnapshotID))
 			if lost {
 				return store.Sandbox{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 					Msg: fmt.Sprintf("snapshot %s's image is lost from the image store (missing or corrupt); its node may still hold it", p.SnapshotID)}

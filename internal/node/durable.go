@@ -23,9 +23,10 @@ import (
 // when nothing woke it.
 const UploadInterval = 2 * time.Second
 
-// Names of images in the image store.
-func pausedImage(sandboxID string) string    { return "paused/" + sandboxID }
-func snapshotImage(snapshotID string) string { return "snapshots/" + snapshotID }
+// Names of images in the image store (placement prefers the nodes whose
+// disk holds one: cluster.Router).
+func PausedImage(sandboxID string) string    { return "paused/" + sandboxID }
+func SnapshotImage(snapshotID string) string { return "snapshots/" + snapshotID }
 
 // durableNow is whether an image is durable as soon as it is on this
 // node's disk: when the node's disk is the image store, under `lizard
@@ -95,7 +96,7 @@ func (n *Local) uploadPending(ctx context.Context) error {
 			// disk: an image elsewhere would serve nothing.
 			continue
 		}
-		if err := n.upload(ctx, pausedImage(p.SandboxID), p.ImageDir); err != nil {
+		if err := n.upload(ctx, PausedImage(p.SandboxID), p.ImageDir); err != nil {
 			return err
 		}
 		ok, err := n.cfg.Store.SetPauseDurable(ctx, p.SandboxID, *p.PausedAt)
@@ -116,14 +117,14 @@ func (n *Local) uploadPending(ctx context.Context) error {
 		if sn.Durable || !n.local(sn.ImageDir) {
 			continue
 		}
-		if err := n.upload(ctx, snapshotImage(sn.ID), sn.ImageDir); err != nil {
+		if err := n.upload(ctx, SnapshotImage(sn.ID), sn.ImageDir); err != nil {
 			return err
 		}
 		if ok, err := n.cfg.Store.SetSnapshotDurable(ctx, sn.ID); err != nil {
 			return err
 		} else if !ok {
 			// Deleted while it uploaded.
-			n.forget(snapshotImage(sn.ID))
+			n.forget(SnapshotImage(sn.ID))
 		} else {
 			n.log.Info("snapshot durable", "snapshot_id", sn.ID)
 		}

@@ -94,7 +94,7 @@ func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (_ string, 
 // store too.
 func (n *Local) RemoveImage(ctx context.Context, image string) error {
 	if filepath.Dir(filepath.Clean(image)) == n.snapshotsDir() {
-		n.forget(snapshotImage(filepath.Base(image)))
+		n.forget(SnapshotImage(filepath.Base(image)))
 	}
 	if err := os.RemoveAll(image); err != nil {
 		return fmt.Errorf("removing image %s: %w", image, err)
@@ -179,7 +179,7 @@ func (n *Local) removeImage(id string) {
 	if err := os.RemoveAll(filepath.Join(n.imagesDir(), id)); err != nil {
 		n.log.Error("removing the image of an ended sandbox", "sandbox_id", id, "err", err)
 	}
-	n.forget(pausedImage(id))
+	n.forget(PausedImage(id))
 }
 
 // sweepImages removes images no paused sandbox or snapshot accounts for

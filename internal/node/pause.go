@@ -183,7 +183,7 @@ func (n *Local) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs *i
 		if !p.Durable {
 			return sb, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: fmt.Sprintf("sandbox %s was paused on node %s, whose disk holds its image, which is not in the image store yet; retry when that node is back", sb.ID, sb.Node)}
 		}
-		dir, release, lost, err := n.fetch(ctx, pausedImage(sb.ID))
+		dir, release, lost, err := n.fetch(ctx, PausedImage(sb.ID))
 		if lost {
 			return n.failResume(ctx, n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID), sb, "", "its image was lost from the image store", err)
 		}

@@ -341,7 +341,7 @@ func (n *Local) failResume(ctx context.Context, log *slog.Logger, sb store.Sandb
 	if image != "" {
 		removeDir(log, "the image of a sandbox that failed to resume", image)
 	}
-	n.forget(pausedImage(sb.ID))
+	n.forget(PausedImage(sb.ID))
 	n.stopped(sb, api.StateFailed, reason)
 	log.Warn("sandbox failed to resume", "reason", reason, "err", err)
 	return sb, &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("sandbox %s could not be resumed: %s", sb.ID, reason), Cause: err}

@@ -55,6 +55,10 @@ func (n *Local) artifact(ctx context.Context, template string) (sandbox.Artifact
 		if ctx.Err() != nil {
 			return a, fmt.Errorf("waiting for template %s: %w", template, ctx.Err())
 		}
+		var e *errdefs.Error
+		if errors.As(err, &e) && e.Kind != nil {
+			return a, err // says itself why (a custom template lost from the image store)
+		}
 		return a, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 			Msg: fmt.Sprintf("template %q is not available: building it failed (the server log says why); try again later", template)}
 	}
