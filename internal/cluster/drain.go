@@ -202,7 +202,7 @@ func (r *Router) move(ctx context.Context, from store.NodeInfo, sb store.Sandbox
 	if err != nil {
 		return api.SandboxMove{}, err
 	}
-	to, err := r.place(ctx, skip)
+	to, err := r.place(ctx, skip, "")
 	if err != nil {
 		return api.SandboxMove{}, err
 	}

@@ -204,11 +204,15 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	n, pool, rt := parts.node, parts.pool, parts.rt
 	// The API's agent calls, checked there, reach the agents through the
 	// internal API's node.AgentProxy, behind the secret.
-	h := remote.Handler(remote.HandlerConfig{Node: n, Secret: c.cluster.secret, Logger: logger, DataDir: c.DataDir,
+	hcfg := remote.HandlerConfig{Node: n, Secret: c.cluster.secret, Logger: logger, DataDir: c.DataDir, Templates: parts.templates,
 		Peers: func(ctx context.Context, name string) (string, error) {
 			peer, err := shared.GetNode(ctx, name)
 			return peer.Addr, err
-		}})
+		}}
+	if pool != nil {
+		hcfg.Forget = pool.Forget
+	}
+	h := remote.Handler(hcfg)
 	n.Subscribe(node.Audit(audit))
 	// Its sandboxes' lifecycle events go to the shared database, where
 	// the api processes read them.
@@ -228,7 +232,15 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	if pool != nil {
 		go pool.Run(ctx, n)
 	}
-	member := &cluster.Member{Store: shared, Name: c.Name, Addr: c.Advertise, Slots: c.pool.Slots(), ImageStore: c.images.URL, Lease: c.cluster.Lease, Log: logger}
+	member := &cluster.Member{Store: shared, Name: c.Name, Addr: c.Advertise, Slots: c.pool.Slots(), ImageStore: c.images.URL, Lease: c.cluster.Lease, Log: logger,
+		Images: func() []string {
+			// Custom template builds first: they are what creates name.
+			held := parts.templates.Held()
+			if parts.images != nil {
+				held = append(held, parts.images.Names(store.MaxNodeImages)...)
+			}
+			return held
+		}}
 	go member.Run(ctx)
 	go func() {
 		<-ctx.Done()
@@ -257,11 +269,14 @@ type apiConfig struct {
 	PortsDomain string
 	PortsResume bool
 	MaxVolumeMb int64
-	cluster     clusterFlags
-	policy      policyFlags
-	secrets     secretsFlags
-	events      eventFlags
-	level       slog.Level
+	// BuildsPerHour bounds each project's custom template builds, which
+	// nodes make.
+	BuildsPerHour float64
+	cluster       clusterFlags
+	policy        policyFlags
+	secrets       secretsFlags
+	events        eventFlags
+	level         slog.Level
 }
 
 func parseAPI(e cli.Env, args []string) (*apiConfig, error) {
@@ -277,6 +292,7 @@ func parseAPI(e cli.Env, args []string) (*apiConfig, error) {
 	fs.StringVar(&c.PortsDomain, "ports-domain", "", "wildcard domain whose hosts <port>-<sandboxId>.<domain> reach sandboxes' exposed ports, each its own origin (point *.<domain> at the api processes; make it a registrable domain apart from the API's, docs/ports.md); \"\": path-based URLs only, where pages run in an opaque origin")
 	fs.BoolVar(&c.PortsResume, "ports-resume", false, "resume a paused sandbox when one of its exposed ports is reached, instead of answering 409")
 	fs.Int64Var(&c.MaxVolumeMb, "max-volume-mb", 10240, "largest persistent volume a project may create (sizeMb), MiB; each lives on one node's disk")
+	fs.Float64Var(&c.BuildsPerHour, "template-builds-per-hour", 20, "custom template builds per hour per project, not counting builds found in the cache (0: no bound); a node placement picks builds each, which needs --image-store on every node of a cluster of several")
 	c.cluster.register(fs)
 	c.policy.register(fs)
 	c.secrets.register(fs, "api")
@@ -302,6 +318,9 @@ func (c *apiConfig) validate() error {
 	}
 	if c.MaxVolumeMb < 16 {
 		return cli.Usagef("--max-volume-mb %d: want at least 16", c.MaxVolumeMb)
+	}
+	if c.BuildsPerHour < 0 {
+		return cli.Usagef("--template-builds-per-hour cannot be negative")
 	}
 	if c.Choices < 1 {
 		return cli.Usagef("--placement-choices %d: want at least 1", c.Choices)
@@ -363,7 +382,9 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	sec := secretStore(st, secretsKey)
+	templates := cluster.Templates{Router: router}
 	ctl, err := control.New(control.Config{
+		Builder: templates, Forget: templates.Forget, BuildsPerHour: c.BuildsPerHour,
 		Node: router, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: c.policy.Egress == "internet",
 		NetworkDefault: c.policy.netDefault, NetworkBound: c.policy.netBound,
 		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,

@@ -28,6 +28,7 @@ import (
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/events"
+	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/mcp"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
@@ -441,6 +442,11 @@ type nodeParts struct {
 	// quota is the node's admission, which the control plane refuses
 	// early by.
 	quota *node.Quota
+	// templates are a cluster node's custom templates (nil under serve,
+	// whose builder is the control plane's); images its cache of the
+	// image store (nil without one).
+	templates *recipe.Shared
+	images    *imagestore.Cache
 }
 
 // newNode starts the runtime, the template builds and the warm pool, and
@@ -475,9 +481,14 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 	files := []sandbox.File{{Source: c.Agent, Target: node.AgentPath}, {Source: c.Lizard, Target: node.LizardPath}}
 
 	// A built-in template by name, a custom one by its reference
-	// (recipe.Ref) from the template cache.
+	// (recipe.Ref) from the template cache; a cluster node's from its own
+	// (templates, set below), fetched from the image store if need be.
+	var templates *recipe.Shared
 	artifact := func(ctx context.Context, name string) (sandbox.Artifact, error) {
 		if _, _, custom := recipe.SplitRef(name); custom {
+			if templates != nil {
+				return templates.Artifact(ctx, name)
+			}
 			return recipe.Artifact(c.CacheDir, name)
 		}
 		return builds.Artifact(ctx, name)
@@ -526,7 +537,16 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 	if err != nil {
 		return nodeParts{}, err
 	}
-	return nodeParts{node: n, pool: pool, rt: rt, builds: builds, quota: quota}, nil
+	if st.Node() != "" {
+		// A cluster node keeps custom templates under its data directory,
+		// not in the template cache other data directories on the machine
+		// share: its copies are of the image store's, its own to remove.
+		b := recipe.New(recipe.Config{CacheDir: filepath.Join(c.DataDir, "template-cache"), DataDir: c.DataDir, Node: n, Store: st,
+			Base: builds.Artifact, Limits: limits, Logger: logger})
+		b.Sweep()
+		templates = &recipe.Shared{Builder: b, Images: images, Cache: imageCache, Log: logger}
+	}
+	return nodeParts{node: n, pool: pool, rt: rt, builds: builds, quota: quota, templates: templates, images: imageCache}, nil
 }
 
 // version names the build: its VCS revision, or its module version.
