@@ -91,6 +91,10 @@ func (c *Control) PlanTemplate(ctx context.Context, projectID string, req api.Bu
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		var e *errdefs.Error
+		if errors.As(err, &e) && e.Kind != nil {
+			return nil, err // says itself why (a cluster that cannot share builds)
+		}
 		return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 			Msg: fmt.Sprintf("base template %s is not available: building it failed (the server log says why); try again later", r.Base)}
 	}

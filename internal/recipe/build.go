@@ -360,6 +360,11 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 	}
 
 	bd.next(nextName())
+	// The build sandbox is the server's own, whose project the warm pool
+	// makes when there is one (not on a node without template snapshots).
+	if err := bd.b.cfg.Store.CreateProject(ctx, store.InternalProject, time.Now().UTC()); err != nil && !errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("booting the build sandbox: %w", err)
+	}
 	sb, err := bd.b.cfg.Node.Create(ctx, node.Plan{ProjectID: store.InternalProject, Role: store.RoleBuild, Template: bd.r.Base,
 		Limits: bd.b.cfg.Limits, Internet: false, Envs: []string{"LIZARD_AGENT_USER_NAME=root"},
 		Build: &sandbox.Artifact{Name: "build-" + bd.key, Key: "build-" + bd.key, RootFS: rootfs}})

@@ -102,7 +102,9 @@ func (h *handler) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &se):
 		send(buildLine{Step: &wireStep{Step: se.Step, Log: se.Log, Message: se.Err.Error()}})
 	case err != nil:
-		if !errors.Is(err, context.Canceled) {
+		if r.Context().Err() != nil {
+			h.log.Info("a custom template build ended: the api process went away", "key", in.Key, "err", err)
+		} else {
 			h.log.Error("building a custom template", "key", in.Key, "err", err)
 		}
 		_, we := encodeError(err)
