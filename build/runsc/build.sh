@@ -1,0 +1,38 @@
+#!/bin/bash
+# build.sh VERSION OUT WORK: builds runsc of gVisor VERSION into OUT, static,
+# with its seccomp filters precompiled (precompile.go says why), from a copy
+# of the module (from the Go module proxy, as `go install` would fetch it)
+# in WORK. No Bazel: the copy gets this directory's patches and three Go
+# files, runs one of them to write the two filter_precompiled.go files, and
+# go-builds runsc.
+#
+# systrap-self-pid.patch: the systrap platform's rule for
+# rt_tgsigqueueinfo names the Sentry's PID as os.Getpid() when the rules
+# are built, which in a precompiled program would be the precompiling
+# process's PID; the patch makes it the self_pid variable, rendered at
+# start with the Sentry's own (precompile.go's second-process check fails
+# without it).
+set -euo pipefail
+shopt -s nullglob
+version=$1 out=$2 work=$3
+here=$(cd "$(dirname "$0")" && pwd)
+export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=readonly
+
+mod=$(go mod download -json "gvisor.dev/gvisor@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+[ -d "$mod" ] || { echo "build.sh: gvisor.dev/gvisor@$version not downloaded" >&2; exit 1; }
+src=$work/gvisor
+rm -rf "$src" && mkdir -p "$work" && cp -r "$mod" "$src" && chmod -R u+w "$src"
+for p in "$here"/*.patch; do patch -s -p1 -d "$src" <"$p"; done
+mkdir "$src/lizardprecompile"
+cp "$here/precompile.go" "$src/lizardprecompile/main.go"
+cp "$here/sentry_config.go" "$src/runsc/boot/filter/config/lizard_precompile.go"
+cp "$here/gofer_config.go" "$src/runsc/fsgofer/filter/config/lizard_precompile.go"
+
+cd "$src"
+# -trimpath and -buildvcs=false make the binary the same wherever WORK is
+# (each worktree has its own, inside its git checkout): its hash is part of
+# the template cache's key (internal/sandbox/gvisor ImageKey).
+go run -trimpath -buildvcs=false -tags lizard_runsc_gen ./lizardprecompile \
+	-sentry runsc/boot/filter/filter_precompiled.go -gofer runsc/fsgofer/filter/filter_precompiled.go
+go build -trimpath -buildvcs=false -o "$out.tmp" ./runsc
+mv "$out.tmp" "$out"
