@@ -81,7 +81,7 @@ bin/lizard-agent: FORCE
 RUNSC_STAMP = $(GVISOR_VERSION) $(shell cat build/runsc/* | sha256sum | cut -c1-16)
 runsc: ## Build the pinned static runsc, seccomp filters precompiled, into bin/runsc (skipped when up to date)
 	@if [ "$$(cat bin/.runsc-version 2>/dev/null)" != "$(RUNSC_STAMP)" ] || [ ! -x bin/runsc ]; then \
-		echo "building runsc $(GVISOR_VERSION) with precompiled seccomp filters (about 3 minutes the first time)"; \
+		echo "building runsc $(GVISOR_VERSION) with precompiled seccomp filters (2 to 8 minutes the first time)"; \
 		mkdir -p bin && build/runsc/build.sh $(GVISOR_VERSION) $(CURDIR)/bin/runsc $(CURDIR)/.cache/runsc-src && \
 		echo "$(RUNSC_STAMP)" > bin/.runsc-version; \
 	fi

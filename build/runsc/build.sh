@@ -22,7 +22,9 @@ mod=$(go mod download -json "gvisor.dev/gvisor@$version" | sed -n 's/^\t"Dir": "
 [ -d "$mod" ] || { echo "build.sh: gvisor.dev/gvisor@$version not downloaded" >&2; exit 1; }
 src=$work/gvisor
 rm -rf "$src" && mkdir -p "$work" && cp -r "$mod" "$src" && chmod -R u+w "$src"
-for p in "$here"/*.patch; do patch -s -p1 -d "$src" <"$p"; done
+# git apply, not patch(1), which a Debian without build tools lacks; the ceiling keeps git from
+# taking the copy for part of the checkout around it.
+for p in "$here"/*.patch; do (cd "$src" && GIT_CEILING_DIRECTORIES="$work" git apply "$p"); done
 mkdir "$src/lizardprecompile"
 cp "$here/precompile.go" "$src/lizardprecompile/main.go"
 cp "$here/sentry_config.go" "$src/runsc/boot/filter/config/lizard_precompile.go"
