@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Two runsc binaries side by side in one run: CPU-seconds of a raw `runsc create` + `runsc restore
+--background` of a python+pandas image (bench.py's raw restore baseline) until 2 s after the restore
+returned, alternating the binaries pair by pair so that the machine's load falls on both alike.
+
+    bench/runsc_ab.py OLD_RUNSC NEW_RUNSC [RUNS]     (as root; RUNS pairs, default 30)
+
+For a change to how runsc is built (docs/architecture.md, "How runsc is built"): keep the old binary
+(cp bin/runsc bin/runsc.old before make runsc). Both restore one image, checkpointed by OLD: they must
+share gVisor's state format. The CPU is the cpuacct (cgroup v1) or cpu.stat (v2) usage of a cgroup of this
+run holding the runsc commands and, below it, each sandbox (Sentry, gofer, stubs). Prints each binary's
+median and mean, and the paired difference with its standard error."""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402
+
+CODE = ("import numpy, pandas, matplotlib\nmatplotlib.use('agg')\nimport matplotlib.pyplot\n"
+        "open('/tmp/ready', 'w').close()\nimport time\nwhile True: time.sleep(3600)\n")
+
+
+class Cgroup:
+    """A cgroup of this run: v1's cpuacct hierarchy, or v2's."""
+
+    def __init__(self) -> None:
+        name = f"lizard-runsc-ab-{os.getpid()}"
+        v1 = Path("/sys/fs/cgroup/cpuacct")
+        self.v1 = v1.is_dir()
+        self.path = (v1 if self.v1 else Path("/sys/fs/cgroup")) / name
+        self.path.mkdir()
+        self.name = name
+        bench.CLEANUP.push(f"removing cgroup {name}", self.remove)
+
+    def usage(self) -> float:
+        if self.v1:
+            return int((self.path / "cpuacct.usage").read_text()) / 1e9
+        for line in (self.path / "cpu.stat").read_text().splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6
+        raise RuntimeError("no usage_usec in cpu.stat")
+
+    def join(self) -> None:
+        """In a child before exec: move it here."""
+        (self.path / "cgroup.procs").write_text("0")
+
+    def remove(self) -> None:
+        # runsc leaves its sandboxes' parents (this name) in the other v1 hierarchies.
+        for c in Path("/sys/fs/cgroup").glob(f"*/{self.name}") if self.v1 else [self.path]:
+            for sub in [p for p in c.iterdir() if p.is_dir()]:
+                sub.rmdir()
+            c.rmdir()
+
+
+def main() -> int:
+    if len(sys.argv) not in (3, 4):
+        print(__doc__, file=sys.stderr)
+        return 2
+    old, new = sys.argv[1], sys.argv[2]
+    runs = int(sys.argv[3]) if len(sys.argv) == 4 else 30
+    rootfs = sorted(Path(os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"), "templates")
+                    .glob("interpreter-*/rootfs"), key=lambda p: p.stat().st_mtime)[-1]
+    try:
+        cg = Cgroup()
+        raws = {"old": bench.RawRunsc(old, str(rootfs)), "new": bench.RawRunsc(new, str(rootfs))}
+        r = raws["old"]
+        b = r.bundle([bench.PY_IN_TEMPLATE, "-c", CODE])
+        cid = f"lizard-runsc-ab-{os.getpid()}-src"
+        r.live.append(cid)
+        r.run(r.cmd(b, "run", "--detach", "--bundle", str(b), cid), detach=True, timeout=120)
+        deadline = time.monotonic() + 120
+        while subprocess.run(r.cmd(b, "exec", cid, "/bin/sh", "-c", "test -e /tmp/ready"),
+                             capture_output=True, start_new_session=True, timeout=60).returncode:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the python sandbox never imported pandas")
+            time.sleep(0.5)
+        img = r.dir / "image"
+        img.mkdir()
+        r.run(r.cmd(b, "checkpoint", "--image-path", str(img), "--exclude-committed-zero-pages", cid), timeout=300)
+        r.delete(cid)
+
+        cpu = {"old": [], "new": []}
+        for i in range(runs):
+            for name in ("old", "new") if i % 2 == 0 else ("new", "old"):
+                r = raws[name]
+                b = r.bundle([bench.PY_IN_TEMPLATE, "-c", CODE])
+                cid = f"lizard-runsc-ab-{os.getpid()}-{name}-{i}"
+                spec = json.loads((b / "config.json").read_text())
+                spec["linux"]["cgroupsPath"] = f"/{cg.name}/{cid}"  # below ours, as Lizard's /lizard/ID
+                (b / "config.json").write_text(json.dumps(spec))
+                r.live.append(cid)
+                u0 = cg.usage()
+                for args in (("create", "--bundle", str(b), cid),
+                             ("restore", "--detach", "--background", "--image-path", str(img), "--bundle", str(b), cid)):
+                    with open(r.dir / "console.log", "a") as f:
+                        subprocess.run(r.cmd(b, *args), stdout=f, stderr=f, stdin=subprocess.DEVNULL, check=True,
+                                       start_new_session=True, preexec_fn=cg.join, timeout=300)
+                time.sleep(2)
+                cpu[name].append(cg.usage() - u0)
+                r.delete(cid)
+        for name, path in (("old", old), ("new", new)):
+            print(f"{name} ({path}): CPU-s per create + restore (+2 s): median {statistics.median(cpu[name]):.3f}, "
+                  f"mean {statistics.mean(cpu[name]):.3f} (n={runs})")
+        diff = [a - b for a, b in zip(cpu["old"], cpu["new"])]
+        print(f"old − new, paired: mean {statistics.mean(diff):.4f} CPU-s, standard error "
+              f"{statistics.stdev(diff) / len(diff) ** 0.5:.4f}; new lower in {sum(d > 0 for d in diff)} of {runs}; "
+              f"new/old (means) {statistics.mean(cpu['new']) / statistics.mean(cpu['old']):.3f}")
+    finally:
+        bench.CLEANUP.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
