@@ -13,6 +13,7 @@ docs/performance.md explains every figure. Run as root from the repository root:
     .cache/testvenv/bin/python bench/bench.py [--scale 50] [--sustain 20s] [--warm-pool N]
     .cache/testvenv/bin/python bench/bench.py --only density,burst,sustain --density-max 50 --burst 10
     .cache/testvenv/bin/python bench/bench.py --only e2b --runs 5 --code-runs 50
+    .cache/testvenv/bin/python bench/bench.py --only burst,sustain --baseline-bin-dir /tmp/main-bin --ab-rounds 3
 
 Everything the bench makes (the server, its sandboxes, raw runsc containers, temp dirs) is removed at the
 end, also when it fails or is interrupted (SIGINT, SIGTERM, SIGHUP).
@@ -1138,7 +1139,7 @@ def scale(res: Results, srv: Server, n: int) -> None:
                        unit="s"))
 
 
-def sustained(res: Results, srv: Server, seconds: float, workers: int) -> None:
+def sustained(res: Results, srv: Server, seconds: float, workers: int, label: str = "") -> None:
     from lizard import CodeSandbox
 
     stop_at = time.monotonic() + seconds
@@ -1176,10 +1177,11 @@ def sustained(res: Results, srv: Server, seconds: float, workers: int) -> None:
     cpu = own + kids + box_cpu[0]
     note = f"{len(cycles)} cycles in {elapsed:.1f} s, {workers} workers, load {load}" + (
         f", {len(errors)} errors" if errors else "")
-    res.add(Figure("sustained create → runCode → kill", value=len(cycles) / elapsed, unit="sandboxes/s", note=note))
-    res.add(Figure("  sustained: one cycle", cycles))
+    res.add(Figure(f"sustained create → runCode → kill{label}", value=len(cycles) / elapsed, unit="sandboxes/s",
+                   note=note))
+    res.add(Figure(f"  sustained: one cycle{label}", cycles))
     k = max(1, len(cycles))
-    res.add(Figure("  sustained: CPU per cycle", value=cpu / k, unit="CPU-s",
+    res.add(Figure(f"  sustained: CPU per cycle{label}", value=cpu / k, unit="CPU-s",
                    note=f"lizard serve {own / k:.2f}, its runsc children {kids / k:.2f}, the sandbox's cgroup (read before its kill) {box_cpu[0] / k:.2f}"))
 
 
@@ -1499,6 +1501,10 @@ def main() -> int:
     ap.add_argument("--density-batch", type=int, default=10, help="concurrent creates of the density section (default 10)")
     ap.add_argument("--burst", type=int, default=50,
                     help="concurrent creates of the burst rows, without and with a warm pool that size (default 50, 0 skips)")
+    ap.add_argument("--baseline-bin-dir", default="",
+                    help="with --only burst and/or sustain: measure them for the binaries of this directory and "
+                         "--bin-dir's in turn, interleaved, --ab-rounds times (issue 25)")
+    ap.add_argument("--ab-rounds", type=int, default=3, help="rounds of --baseline-bin-dir (default 3)")
     ap.add_argument("--address-pool", default=ADDRESS_POOL,
                     help=f"address pool of the bench's servers (default {ADDRESS_POOL})")
     ap.add_argument("--bin-dir", default=str(REPO / "bin"))
@@ -1507,6 +1513,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.only - {"density", "burst", "sustain", "e2b", "egress", "secrets", "qemu"}:
         ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain', 'e2b', 'egress', 'secrets', 'qemu'})}")
+    if a.baseline_bin_dir and not (a.only and a.only <= {"burst", "sustain"}):
+        ap.error("--baseline-bin-dir: give --only burst, sustain or burst,sustain")
     globals()["ADDRESS_POOL"] = a.address_pool
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
@@ -1594,7 +1602,10 @@ def main() -> int:
         if not a.only or "secrets" in a.only:
             log("Lizard: HTTPS with a secret set by the node, beside direct")
             secrets_section(res, a, bin_dir)
-        density_sections(res, a, bin_dir)
+        if a.baseline_bin_dir:
+            ab_sections(res, a, bin_dir, Path(a.baseline_bin_dir))
+        else:
+            density_sections(res, a, bin_dir)
     except (Interrupted, KeyboardInterrupt) as exc:
         log(f"interrupted ({exc}); cleaning up")
         CLEANUP.run()
@@ -1883,6 +1894,33 @@ def density_sections(res: Results, a: argparse.Namespace, bin_dir: Path) -> None
         log(f"Lizard: a burst of {a.burst} concurrent creates, warm pool {a.burst}")
         burst(res, srv, a.burst, f" (warm pool {a.burst})")
         srv.stop()
+
+
+def ab_sections(res: Results, a: argparse.Namespace, bin_dir: Path, base_dir: Path) -> None:
+    """--baseline-bin-dir: the burst (without and with a warm pool) and sustained sections, each on a server
+    of its own, for the baseline's binaries and these in turn, --ab-rounds times, the order swapped every
+    round so that the load of the moment falls on both alike. Rows end in [baseline] or [this] and #round."""
+    want = (lambda s: s in a.only) if a.only else (lambda s: s in ("burst", "sustain"))
+    for r in range(a.ab_rounds):
+        sides = [(base_dir, "baseline"), (bin_dir, "this")]
+        for d, side in sides if r % 2 == 0 else sides[::-1]:
+            tag = f" [{side}] #{r + 1}"
+            if (want("burst") and a.burst > 0) or (want("sustain") and a.sustain > 0):
+                srv = Server(d, a.cache_dir, ["--warm-pool", "0", *a.serve_flag], f"ab-{side}")
+                wait_snapshot(srv)
+                warm_up(srv)
+                if want("burst") and a.burst > 0:
+                    log(f"A/B round {r + 1}, {side}: a burst of {a.burst} concurrent creates, no warm pool")
+                    burst(res, srv, a.burst, f" (no warm pool){tag}")
+                if want("sustain") and a.sustain > 0:
+                    log(f"A/B round {r + 1}, {side}: sustained create→run→kill for {a.sustain:.0f} s")
+                    sustained(res, srv, a.sustain, a.workers, tag)
+                srv.stop()
+            if want("burst") and a.burst > 0:
+                srv = pool_server(d, a.cache_dir, a.burst, a.serve_flag)
+                log(f"A/B round {r + 1}, {side}: a burst of {a.burst} concurrent creates, warm pool {a.burst}")
+                burst(res, srv, a.burst, f" (warm pool {a.burst}){tag}")
+                srv.stop()
 
 
 # --- QEMU ------------------------------------------------------------------------------------------------
