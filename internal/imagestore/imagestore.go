@@ -293,19 +293,32 @@ func writeTar(w io.Writer, dir string) error {
 	return tw.Close()
 }
 
-// readTar unpacks r into dir, refusing entries that would land outside it.
+// readTar unpacks r into dir, refusing entries that would land outside
+// it. An image comes from the store, which another node, a corrupt object
+// or whoever can write the bucket made, and the node unpacks it as root:
+// every write goes through an os.Root on dir (no path, link or ".."
+// resolves outside it), an entry below a link the image itself made is
+// refused, as are hard links, devices, fifos and sparse files (a few
+// bytes of header standing for terabytes of zeros), and set-ID bits are
+// dropped.
 func readTar(r io.Reader, dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	tr := tar.NewReader(r)
 	var dirs []dirMode
+	links := map[string]bool{}
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
 			for i := len(dirs) - 1; i >= 0; i-- {
 				d := dirs[i]
-				if err := errors.Join(os.Chmod(d.path, d.mode), os.Chtimes(d.path, d.mtime, d.mtime)); err != nil {
+				if err := errors.Join(root.Chmod(d.path, d.mode), root.Chtimes(d.path, d.mtime, d.mtime)); err != nil {
 					return err
 				}
 			}
@@ -315,39 +328,62 @@ func readTar(r io.Reader, dir string) error {
 			return err
 		}
 		name := path.Clean(hdr.Name)
-		if name == "." || strings.HasPrefix(name, "../") || name == ".." || path.IsAbs(name) {
+		if name == "." || !filepath.IsLocal(filepath.FromSlash(name)) {
 			return fmt.Errorf("%w: entry %q leaves the image", ErrCorrupt, hdr.Name)
 		}
-		p := filepath.Join(dir, filepath.FromSlash(name))
+		if under := linkAbove(links, name); under != "" {
+			return fmt.Errorf("%w: entry %q is below link %q", ErrCorrupt, hdr.Name, under)
+		}
+		for k := range hdr.PAXRecords {
+			if strings.HasPrefix(k, "GNU.sparse.") {
+				return fmt.Errorf("%w: entry %q is a sparse file", ErrCorrupt, hdr.Name)
+			}
+		}
+		p := filepath.FromSlash(name)
 		// Permissions and the sticky bit (a root filesystem's /tmp);
 		// never set-ID bits, which would be a privilege on this host.
 		mode := hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSticky)
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			err = os.MkdirAll(p, 0o700)
+			if fi, err := root.Lstat(p); err == nil && !fi.IsDir() {
+				return fmt.Errorf("%w: directory %q is already another entry", ErrCorrupt, hdr.Name)
+			}
+			err = root.MkdirAll(p, 0o700)
 			if err == nil {
 				dirs = append(dirs, dirMode{p, mode, hdr.ModTime})
 			}
 		case tar.TypeSymlink:
-			err = os.Symlink(hdr.Linkname, p)
+			err = root.Symlink(hdr.Linkname, p)
+			links[name] = true
 		case tar.TypeReg:
-			err = writeFile(p, tr, mode.Perm())
+			err = writeFile(root, p, tr, mode.Perm())
 			if err == nil {
-				err = os.Chmod(p, mode) // past the umask
+				err = root.Chmod(p, mode) // past the umask
 			}
 			if err == nil {
-				err = os.Chtimes(p, hdr.ModTime, hdr.ModTime)
+				err = root.Chtimes(p, hdr.ModTime, hdr.ModTime)
 			}
 		default:
 			return fmt.Errorf("%w: entry %q is of unknown type %c", ErrCorrupt, hdr.Name, hdr.Typeflag)
 		}
 		if err == nil && (hdr.Uid != 0 || hdr.Gid != 0) {
-			err = os.Lchown(p, hdr.Uid, hdr.Gid)
+			err = root.Lchown(p, hdr.Uid, hdr.Gid)
 		}
 		if err != nil {
 			return err
 		}
 	}
+}
+
+// linkAbove returns the parent of slash-separated name that is one of
+// links, if any.
+func linkAbove(links map[string]bool, name string) string {
+	for i := range len(name) {
+		if name[i] == '/' && links[name[:i]] {
+			return name[:i]
+		}
+	}
+	return ""
 }
 
 // dirMode is a directory's mode, set once its entries are written: a
@@ -358,8 +394,8 @@ type dirMode struct {
 	mtime time.Time
 }
 
-func writeFile(p string, r io.Reader, mode fs.FileMode) error {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+func writeFile(root *os.Root, p string, r io.Reader, mode fs.FileMode) error {
+	f, err := root.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
 	if err != nil {
 		return err
 	}

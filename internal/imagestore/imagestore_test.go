@@ -1,11 +1,17 @@
 package imagestore_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -266,4 +272,134 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// TestHostileImage: an image's tar comes from whoever can write the
+// bucket, with a manifest that matches it. Unpacking it as root must
+// never write, chmod or link anything outside the target, nor make a
+// set-ID file, a device or terabytes from a sparse header.
+func TestHostileImage(t *testing.T) {
+	type entry struct {
+		hdr  tar.Header
+		body string
+	}
+	reg := func(name, body string) entry {
+		return entry{tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(body))}, body}
+	}
+	outside := t.TempDir()
+	must(t, os.Chmod(outside, 0o700))
+	victim := filepath.Join(outside, "victim")
+	must(t, os.WriteFile(victim, []byte("host"), 0o600))
+	for _, tc := range []struct {
+		name    string
+		entries []entry
+	}{
+		{"dot-dot", []entry{reg("../escaped", "x")}},
+		{"absolute", []entry{reg(outside+"/escaped", "x")}},
+		{"write through an absolute link", []entry{
+			{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "a", Linkname: outside}}, reg("a/escaped", "x")}},
+		{"write through a relative link", []entry{
+			{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "d", Mode: 0o755}},
+			{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "d/l", Linkname: "../../../../../../../../../../" + outside}},
+			reg("d/l/escaped", "x")}},
+		{"chmod through a link", []entry{
+			{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "a", Linkname: outside}},
+			{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "a", Mode: 0o777}}}},
+		{"mkdir through a link", []entry{
+			{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "a", Linkname: outside}},
+			{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "a/escaped", Mode: 0o777}}}},
+		{"file over a link", []entry{
+			{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "a", Linkname: victim}}, reg("a", "x")}},
+		{"hard link to a host file", []entry{
+			{hdr: tar.Header{Typeflag: tar.TypeLink, Name: "a", Linkname: victim}}}},
+		{"device", []entry{
+			{hdr: tar.Header{Typeflag: tar.TypeChar, Name: "mem", Mode: 0o666, Devmajor: 1, Devminor: 1}}}},
+		{"fifo", []entry{{hdr: tar.Header{Typeflag: tar.TypeFifo, Name: "f", Mode: 0o666}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			tw := tar.NewWriter(&buf)
+			for _, e := range tc.entries {
+				e.hdr.Format = tar.FormatPAX
+				must(t, tw.WriteHeader(&e.hdr))
+				_, err := tw.Write([]byte(e.body))
+				must(t, err)
+			}
+			must(t, tw.Close())
+			dst := filepath.Join(t.TempDir(), "got")
+			_, err := putRaw(t, buf.Bytes()).Get(context.Background(), "snapshots/evil", dst)
+			if !errors.Is(err, imagestore.ErrCorrupt) {
+				t.Fatalf("Get of a hostile image: %v, want ErrCorrupt", err)
+			}
+			ents, _ := os.ReadDir(outside)
+			fi, _ := os.Stat(outside)
+			if b, _ := os.ReadFile(victim); len(ents) != 1 || string(b) != "host" || fi.Mode().Perm() != 0o700 {
+				t.Fatalf("Get (%v) touched %s: %v, victim %q, mode %v", err, outside, ents, b, fi.Mode())
+			}
+			if ents, _ := os.ReadDir(filepath.Dir(dst)); len(ents) != 0 {
+				t.Fatalf("a failed Get left %v", ents)
+			}
+		})
+	}
+	t.Run("sparse", func(t *testing.T) {
+		// A GNU 0.1 sparse file standing for a terabyte of zeros and
+		// one byte: a PAX header ('x') Go's writer will not make, so
+		// written as a file and retyped.
+		recs := ""
+		for _, kv := range [][2]string{{"GNU.sparse.numblocks", "1"}, {"GNU.sparse.map", "1099511627775,1"}, {"GNU.sparse.size", "1099511627776"}} {
+			r := " " + kv[0] + "=" + kv[1] + "\n"
+			n := len(r) + 2
+			for len(fmt.Sprint(n))+len(r) != n {
+				n++
+			}
+			recs += fmt.Sprint(n) + r
+		}
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		must(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "PaxHeaders/big", Mode: 0o644, Size: int64(len(recs)), Format: tar.FormatUSTAR}))
+		tw.Write([]byte(recs))
+		must(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "big", Mode: 0o644, Size: 1, Format: tar.FormatUSTAR}))
+		tw.Write([]byte("x"))
+		must(t, tw.Close())
+		data := buf.Bytes()
+		data[156] = tar.TypeXHeader
+		copy(data[148:156], "        ")
+		sum := 0
+		for _, c := range data[:512] {
+			sum += int(c)
+		}
+		copy(data[148:156], fmt.Sprintf("%06o\x00 ", sum))
+		dst := filepath.Join(t.TempDir(), "got")
+		if _, err := putRaw(t, data).Get(context.Background(), "snapshots/evil", dst); !errors.Is(err, imagestore.ErrCorrupt) {
+			t.Fatalf("Get of a sparse file: %v, want ErrCorrupt", err)
+		}
+	})
+	t.Run("set-ID bits dropped", func(t *testing.T) {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		must(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "su", Mode: 0o6755 | 0o1000, Size: 1, Format: tar.FormatPAX}))
+		tw.Write([]byte("x"))
+		must(t, tw.Close())
+		dst := filepath.Join(t.TempDir(), "got")
+		_, err := putRaw(t, buf.Bytes()).Get(context.Background(), "snapshots/evil", dst)
+		must(t, err)
+		fi, err := os.Stat(filepath.Join(dst, "su"))
+		must(t, err)
+		if fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
+			t.Fatalf("mode %v keeps a set-ID bit", fi.Mode())
+		}
+	})
+}
+
+// putRaw stores tar stream data as image snapshots/evil with a manifest
+// that matches it, as a party writing the bucket could.
+func putRaw(t *testing.T, data []byte) *imagestore.Store {
+	t.Helper()
+	b := &disk.Bucket{Root: t.TempDir()}
+	ctx := context.Background()
+	sum := sha256.Sum256(data)
+	must(t, b.Put(ctx, "snapshots/evil/data-1.tar", bytes.NewReader(data)))
+	m, _ := json.Marshal(imagestore.Manifest{Object: "snapshots/evil/data-1.tar", SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))})
+	must(t, b.Put(ctx, "snapshots/evil/manifest.json", bytes.NewReader(m)))
+	return imagestore.New(b)
 }
