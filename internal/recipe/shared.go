@@ -362,6 +362,16 @@ func copyEntry(src, dst string, fi fs.FileInfo) error {
 
 // apply makes rootfs (empty) from a copy of baseRootFS with published
 // image dir applied: its deleted paths removed, its rootfs/ copied over.
+//
+// The image is whatever the store holds (another node's export, a
+// corrupt object, or one written by whoever can write the bucket), and
+// the base's copy has links to absolute paths (var/run -> /run,
+// etc/alternatives/*), which on this host name the host's files. So no
+// deleted path may pass through a link, and before cp(1) copies rootfs/
+// over, every directory of it must be a directory of the copy, and each
+// other entry's counterpart is removed: cp writes through a link it finds
+// where it copies a file. An Export names a type change as deleted, so
+// none of this refuses one.
 func apply(ctx context.Context, baseRootFS, dir, rootfs string) error {
 	if out, err := exec.CommandContext(ctx, "cp", "-a", baseRootFS+"/.", rootfs+"/").CombinedOutput(); err != nil {
 		return fmt.Errorf("copying the base template: %w: %s", err, bytes.TrimSpace(out))
@@ -370,21 +380,66 @@ func apply(ctx context.Context, baseRootFS, dir, rootfs string) error {
 	if err != nil {
 		return err
 	}
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	for _, rel := range strings.Split(string(deleted), "\x00") {
 		if rel == "" {
 			continue
 		}
-		// Every parent is a directory of the base's copy (Export walked
-		// only below those): no link is followed.
 		if !filepath.IsLocal(rel) {
 			return fmt.Errorf("%w: deleted path %q leaves the root filesystem", imagestore.ErrCorrupt, rel)
 		}
-		if err := os.RemoveAll(filepath.Join(rootfs, rel)); err != nil {
+		if err := dirsAbove(root, rel); err != nil {
+			return err
+		}
+		if err := root.RemoveAll(rel); err != nil {
 			return err
 		}
 	}
-	if out, err := exec.CommandContext(ctx, "cp", "-a", filepath.Join(dir, "rootfs")+"/.", rootfs+"/").CombinedOutput(); err != nil {
+	changes := filepath.Join(dir, "rootfs")
+	err = filepath.WalkDir(changes, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == changes {
+			return err
+		}
+		// Walked top down: every parent of rel was checked a
+		// directory of the copy, or is absent from it.
+		rel, _ := filepath.Rel(changes, p)
+		fi, err := root.Lstat(rel)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil
+		case err != nil:
+			return err
+		case d.Type() != fi.Mode().Type():
+			return fmt.Errorf("%w: %q changes an entry's type without deleting it", imagestore.ErrCorrupt, rel)
+		case d.IsDir():
+			return nil
+		}
+		return root.Remove(rel)
+	})
+	if err != nil {
+		return fmt.Errorf("checking the template's changes: %w", err)
+	}
+	if out, err := exec.CommandContext(ctx, "cp", "-a", changes+"/.", rootfs+"/").CombinedOutput(); err != nil {
 		return fmt.Errorf("copying the template's changes: %w: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// dirsAbove fails unless every parent of rel in root is a directory, not
+// a link.
+func dirsAbove(root *os.Root, rel string) error {
+	for p := filepath.Dir(rel); p != "."; p = filepath.Dir(p) {
+		fi, err := root.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%w: deleted path %q is below %q, not a directory", imagestore.ErrCorrupt, rel, p)
+		}
 	}
 	return nil
 }

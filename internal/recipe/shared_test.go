@@ -2,6 +2,7 @@ package recipe
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -134,4 +135,66 @@ func tree(t *testing.T, root string) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// TestApplyHostile: a published build is whatever the image store holds.
+// Applied on a base whose copy has links to absolute paths (var/run ->
+// /run, etc/alternatives/*), which name the host's files, it must not
+// remove, write or chmod anything outside the root filesystem it makes.
+func TestApplyHostile(t *testing.T) {
+	testenv.RequiresRoot(t)
+	tmp := t.TempDir()
+	host := filepath.Join(tmp, "host")
+	must(t, os.MkdirAll(filepath.Join(host, "run"), 0o700))
+	victim := filepath.Join(host, "run", "victim")
+	must(t, os.WriteFile(victim, []byte("host"), 0o600))
+	base := filepath.Join(tmp, "base")
+	must(t, os.MkdirAll(filepath.Join(base, "var"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(base, "etc"), 0o755))
+	must(t, os.Symlink(filepath.Join(host, "run"), filepath.Join(base, "var/run")))
+	must(t, os.Symlink(victim, filepath.Join(base, "etc/alt")))
+
+	for _, tc := range []struct {
+		name    string
+		deleted string
+		files   map[string]string // under rootfs/; a name ending in / is a directory, "->x" a link to x
+		ok      bool
+	}{
+		{name: "deleted below a link", deleted: "var/run/victim"},
+		{name: "deleted out of the tree", deleted: "../host/run/victim"},
+		{name: "file over a link", files: map[string]string{"etc/alt": "pwned"}},
+		{name: "directory over a link", files: map[string]string{"var/run/": "", "var/run/victim2": "pwned"}},
+		{name: "link changed", files: map[string]string{"etc/alt": "->/usr/bin/python3"}, ok: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			must(t, os.WriteFile(victim, []byte("host"), 0o600))
+			img := t.TempDir()
+			must(t, os.WriteFile(filepath.Join(img, "deleted"), []byte(tc.deleted), 0o600))
+			must(t, os.MkdirAll(filepath.Join(img, "rootfs/var"), 0o755))
+			must(t, os.MkdirAll(filepath.Join(img, "rootfs/etc"), 0o755))
+			for _, name := range []string{"var/run/", "var/run/victim2", "etc/alt"} { // parents first
+				data, ok := tc.files[name]
+				p := filepath.Join(img, "rootfs", name)
+				switch {
+				case !ok:
+				case strings.HasSuffix(name, "/"):
+					must(t, os.Mkdir(p, 0o777))
+				case strings.HasPrefix(data, "->"):
+					must(t, os.Symlink(data[2:], p))
+				default:
+					must(t, os.WriteFile(p, []byte(data), 0o4755))
+				}
+			}
+			got := t.TempDir()
+			err := apply(context.Background(), base, img, got)
+			if tc.ok && err != nil || !tc.ok && !errors.Is(err, imagestore.ErrCorrupt) {
+				t.Errorf("apply: %v; want ok %v, else ErrCorrupt", err, tc.ok)
+			}
+			ents, _ := os.ReadDir(filepath.Join(host, "run"))
+			fi, _ := os.Stat(filepath.Join(host, "run"))
+			if b, _ := os.ReadFile(victim); string(b) != "host" || len(ents) != 1 || fi.Mode().Perm() != 0o700 {
+				t.Fatalf("apply touched the host: victim %q, %v, mode %v", b, ents, fi.Mode())
+			}
+		})
+	}
 }
