@@ -51,6 +51,21 @@ func KeyOfImage(name string) (string, bool) {
 	return key, ok && key != ""
 }
 
+// ValidKey reports whether key is a build key as Key makes them: 16 hex
+// digits. A key names directories on a node's disk and objects in the
+// image store; the node's internal API takes one from the wire.
+func ValidKey(key string) bool {
+	if len(key) != 16 {
+		return false
+	}
+	for _, c := range key {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // baseFile records what a published build was made on.
 type baseFile struct {
 	Name string `json:"name"`
@@ -122,6 +137,9 @@ func (s *Shared) Artifact(ctx context.Context, ref string) (sandbox.Artifact, er
 		return a, err
 	}
 	name, key, _ := SplitRef(ref)
+	if !ValidKey(key) {
+		return a, errdefs.Invalidf("%q is not a custom template reference", ref)
+	}
 	var dir string
 	var release func()
 	for try := 0; ; try++ {
@@ -181,6 +199,9 @@ func (s *Shared) importBuild(ctx context.Context, key, dir string) error {
 
 // Remove drops build key: from the node's cache, and from the image store.
 func (s *Shared) Remove(ctx context.Context, key string) error {
+	if !ValidKey(key) {
+		return errdefs.Invalidf("%q is not a template build's key", key)
+	}
 	err := template.RemoveLayer(s.Builder.cfg.CacheDir, LayerKey(key))
 	if s.Images != nil {
 		if derr := s.Images.Delete(ctx, ImageName(key)); derr != nil {

@@ -82,7 +82,7 @@ func (h *handler) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this node builds no custom templates"})
 		return
 	}
-	if err := recipe.Validate(&in.Recipe, template.Names()); err != nil || len(in.Key) != 16 {
+	if err := recipe.Validate(&in.Recipe, template.Names()); err != nil || !recipe.ValidKey(in.Key) {
 		h.fail(w, r, errdefs.Invalidf("the build's recipe or key is not valid: %v", err))
 		return
 	}
@@ -119,7 +119,7 @@ func (h *handler) forgetTemplate(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &in) {
 		return
 	}
-	if _, _, ok := recipe.SplitRef(in.Ref); !ok {
+	if _, key, ok := recipe.SplitRef(in.Ref); !ok || !recipe.ValidKey(key) {
 		h.fail(w, r, errdefs.Invalidf("%q is not a custom template reference", in.Ref))
 		return
 	}
@@ -134,7 +134,7 @@ func (h *handler) removeTemplate(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &in) {
 		return
 	}
-	if len(in.Key) != 16 {
+	if !recipe.ValidKey(in.Key) {
 		h.fail(w, r, errdefs.Invalidf("%q is not a template build's key", in.Key))
 		return
 	}

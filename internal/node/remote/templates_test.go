@@ -90,8 +90,18 @@ func TestBuildTemplateRoundTrip(t *testing.T) {
 			if err := c.RemoveTemplate(context.Background(), key); err != nil || removed != key {
 				t.Errorf("RemoveTemplate = %v, removed %q; want %q", err, removed, key)
 			}
-			if err := c.RemoveTemplate(context.Background(), "../x"); !errors.Is(err, errdefs.ErrInvalid) {
-				t.Errorf("RemoveTemplate of a bad key = %v; want invalid", err)
+			// 16 characters, as a key's, naming a directory far above
+			// the template cache: RemoveLayer would remove it.
+			for _, bad := range []string{"../x", "../../../../../x", "0123456789ABCDEF", "01234567/9abcdef"} {
+				if err := c.RemoveTemplate(context.Background(), bad); !errors.Is(err, errdefs.ErrInvalid) || removed != key {
+					t.Errorf("RemoveTemplate(%q) = %v, removed %q; want invalid", bad, err, removed)
+				}
+				if _, err := c.BuildTemplate(context.Background(), sent, bad, func(api.TemplateBuildEvent) {}); !errors.Is(err, errdefs.ErrInvalid) {
+					t.Errorf("BuildTemplate(key %q) = %v; want invalid", bad, err)
+				}
+				if err := c.ForgetTemplate(context.Background(), "x@"+bad); !errors.Is(err, errdefs.ErrInvalid) {
+					t.Errorf("ForgetTemplate(x@%q) = %v; want invalid", bad, err)
+				}
 			}
 			if err := c.ForgetTemplate(context.Background(), "plain"); !errors.Is(err, errdefs.ErrInvalid) {
 				t.Errorf("ForgetTemplate of a built-in name = %v; want invalid", err)
