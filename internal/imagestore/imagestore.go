@@ -140,6 +140,12 @@ func (s *Store) Stat(ctx context.Context, name string) (Manifest, error) {
 	if m.Object == "" || len(m.SHA256) != 64 {
 		return Manifest{}, fmt.Errorf("reading the manifest of image %s: %w: it names no object or checksum", name, ErrCorrupt)
 	}
+	// Put names the object name/data-<random>.tar. Whoever wrote this
+	// manifest could name another image's object, or on a disk bucket
+	// a path up and out of it (../../etc/shadow).
+	if rest, ok := strings.CutPrefix(m.Object, name+"/data-"); !ok || strings.Contains(rest, "/") || checkName(m.Object) != nil {
+		return Manifest{}, fmt.Errorf("reading the manifest of image %s: %w: it names object %q, not one of its own", name, ErrCorrupt, m.Object)
+	}
 	return m, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -402,4 +403,24 @@ func putRaw(t *testing.T, data []byte) *imagestore.Store {
 	m, _ := json.Marshal(imagestore.Manifest{Object: "snapshots/evil/data-1.tar", SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))})
 	must(t, b.Put(ctx, "snapshots/evil/manifest.json", bytes.NewReader(m)))
 	return imagestore.New(b)
+}
+
+// TestManifestNamesOtherObject: a manifest naming an object that is not
+// its image's own (another image's, or a path out of a disk bucket) is
+// corrupt, and nothing is read from it.
+func TestManifestNamesOtherObject(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	b := &disk.Bucket{Root: filepath.Join(root, "bucket")}
+	s := imagestore.New(b)
+	m, err := s.Put(ctx, "snapshots/other", image(t, 100))
+	must(t, err)
+	for _, obj := range []string{m.Object, "../outside.tar", "snapshots/evil/data-1/../../other/" + path.Base(m.Object), "snapshots/evil/data-x/y.tar"} {
+		body, _ := json.Marshal(imagestore.Manifest{Object: obj, SHA256: m.SHA256, Size: m.Size})
+		must(t, b.Put(ctx, "snapshots/evil/manifest.json", bytes.NewReader(body)))
+		dst := filepath.Join(t.TempDir(), "got")
+		if _, err := s.Get(ctx, "snapshots/evil", dst); !errors.Is(err, imagestore.ErrCorrupt) {
+			t.Errorf("Get through a manifest naming %q: %v; want ErrCorrupt", obj, err)
+		}
+	}
 }
