@@ -167,7 +167,9 @@ func (s *Store) Get(ctx context.Context, name, dir string) (Manifest, error) {
 		return m, fmt.Errorf("downloading image %s: %w", name, err)
 	}
 	h := sha256.New()
-	cr := &countReader{r: io.TeeReader(rc, h)}
+	// A byte past the manifest's size is enough to know the object is
+	// not the image: an endless or oversized object is not read on.
+	cr := &countReader{r: io.TeeReader(io.LimitReader(rc, m.Size+1), h)}
 	err = readTar(cr, tmp)
 	if err == nil {
 		// The tar's end-of-archive blocks may be followed by padding.

@@ -18,7 +18,9 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/imagestore/disk"
@@ -422,5 +424,49 @@ func TestManifestNamesOtherObject(t *testing.T) {
 		if _, err := s.Get(ctx, "snapshots/evil", dst); !errors.Is(err, imagestore.ErrCorrupt) {
 			t.Errorf("Get through a manifest naming %q: %v; want ErrCorrupt", obj, err)
 		}
+	}
+}
+
+// endless is a bucket whose objects never end (zeros: the tar's end,
+// then padding forever), as a broken or hostile server could serve.
+type endless struct {
+	imagestore.Bucket
+	served atomic.Int64
+}
+
+func (e *endless) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if strings.HasSuffix(key, "manifest.json") {
+		return e.Bucket.Get(ctx, key)
+	}
+	return io.NopCloser(&zeros{n: &e.served}), nil
+}
+
+type zeros struct{ n *atomic.Int64 }
+
+func (z *zeros) Read(p []byte) (int, error) {
+	clear(p)
+	z.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// TestEndlessObject: a download stops a byte past the manifest's size,
+// corrupt, rather than reading an endless object on.
+func TestEndlessObject(t *testing.T) {
+	ctx := context.Background()
+	b := &endless{Bucket: &disk.Bucket{Root: t.TempDir()}}
+	m, err := imagestore.New(b.Bucket).Put(ctx, "snapshots/s", image(t, 1000))
+	must(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := imagestore.New(b).Get(ctx, "snapshots/s", filepath.Join(t.TempDir(), "got"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, imagestore.ErrCorrupt) || b.served.Load() > m.Size+1<<20 {
+			t.Fatalf("Get of an endless object: %v after %d bytes; want ErrCorrupt within the manifest's %d", err, b.served.Load(), m.Size)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Get of an endless object still reading after 10 s")
 	}
 }
