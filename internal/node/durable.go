@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"time"
@@ -157,6 +158,21 @@ func (n *Local) forget(name string) {
 	}()
 }
 
+// regularOnly fails unless dir holds only directories and regular files,
+// as every checkpoint's image does. Whoever can write the image store can
+// write an image and its manifest; a link in it would have the runtime
+// restore, and this node read (the agent's secret file), a file of the
+// host's instead.
+func regularOnly(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && !d.Type().IsRegular() {
+			rel, _ := filepath.Rel(dir, p)
+			return fmt.Errorf("%w: %s is a link or a special file, not part of a checkpoint", imagestore.ErrCorrupt, rel)
+		}
+		return err
+	})
+}
+
 // fetch returns a local directory of image name, which another node made:
 // from the image cache, fetched from the store if the cache lacks it. A
 // corrupt download is fetched once more; an image corrupt or missing in
@@ -170,6 +186,10 @@ func (n *Local) fetch(ctx context.Context, name string) (dir string, release fun
 	for try := 0; ; try++ {
 		dir, release, err = n.cfg.ImageCache.Get(ctx, name)
 		if err == nil {
+			if err = regularOnly(dir); err != nil {
+				release()
+				return "", nil, true, fmt.Errorf("image %s: %w", name, err)
+			}
 			return dir, release, false, nil
 		}
 		if errors.Is(err, imagestore.ErrCorrupt) && try == 0 && ctx.Err() == nil {

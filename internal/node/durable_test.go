@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net/url"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -221,5 +223,43 @@ func TestMovedSandboxRefused(t *testing.T) {
 	}
 	if row := e.Row(t, sb.ID); !row.Live() || row.State != api.StatePaused {
 		t.Fatalf("the moved sandbox is %s (live %v); want left paused for n2", row.State, row.Live())
+	}
+}
+
+// TestImageWithLinkReportedLost: whoever can write the image store can
+// put a paused sandbox's image there with a manifest that matches it. One
+// holding a link (its agent secret file or its pages naming a host file)
+// is reported lost, never restored nor read.
+func TestImageWithLinkReportedLost(t *testing.T) {
+	b := &disk.Bucket{Root: t.TempDir()}
+	e := nodetest.New(t, withImages(t, b, t.TempDir()))
+	ctx := context.Background()
+	sb := e.Create(t, nodetest.Plan(60_000))
+	pause(t, e, sb.ID)
+	runUploader(t, e.Node)
+	waitDurable(t, e, sb.ID, 20*time.Second)
+	victim := filepath.Join(t.TempDir(), "host-secret")
+	if err := os.WriteFile(victim, []byte("host"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The sandbox's own image, with a link added.
+	evil := t.TempDir()
+	if out, err := exec.Command("cp", "-a", filepath.Join(e.Config.DataDir, "images", sb.ID)+"/.", evil+"/").CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	if err := os.Symlink(victim, filepath.Join(evil, "pages.img")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Config.Images.Put(ctx, "paused/"+sb.ID, evil); err != nil {
+		t.Fatal(err)
+	}
+	restores := len(e.Runtime.Restores())
+	other := otherNode(t, e, b)
+	_, err := other.node.Resume(ctx, sb.ID, nil)
+	if !errors.Is(err, errdefs.ErrGone) || !strings.Contains(errdefs.Message(err), "lost from the image store") {
+		t.Fatalf("Resume from an image holding a link: %v; want ErrGone saying the image was lost", err)
+	}
+	if got := len(e.Runtime.Restores()); got != restores {
+		t.Fatalf("the runtime restored %d images from it; want none", got-restores)
 	}
 }
