@@ -2,9 +2,13 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
 // TestAdminRefusals: drain and undrain take exactly the cluster secret —
@@ -55,5 +59,33 @@ func TestAdminRefusals(t *testing.T) {
 		if n, err := st.GetNode(context.Background(), name); err != nil || n.Draining {
 			t.Errorf("node %s after the refusals: draining %v, %v; want not draining", name, n.Draining, err)
 		}
+	}
+}
+
+// TestMoveOutRefusals: a node's move takes another registered node — not
+// an unknown name (which calls would then be passed on to), itself or
+// nothing — and a refused move leaves the sandbox running where it was.
+func TestMoveOutRefusals(t *testing.T) {
+	st, r, ctl := newDrainCluster(t, nil, "a", "b")
+	ctx := context.Background()
+	if err := st.SetDraining(ctx, "b", true); err != nil {
+		t.Fatal(err)
+	}
+	r.list(ctx, true)
+	sb, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := st.GetNode(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range []string{"", "nope", "a", "b' OR '1'='1", "../b"} {
+		if _, err := r.clientOf(a).MoveOut(ctx, sb.SandboxID, to); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("move to %q: %v; want invalid", to, err)
+		}
+	}
+	if row, err := st.GetSandbox(ctx, sb.SandboxID); err != nil || row.Node != "a" || row.State != api.StateRunning {
+		t.Fatalf("after the refused moves: %s on %s, %v; want running on a", row.State, row.Node, err)
 	}
 }

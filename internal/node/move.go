@@ -47,6 +47,13 @@ func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
 		return Move{}, &errdefs.Error{Kind: errdefs.ErrConflict,
 			Msg: fmt.Sprintf("sandbox %s cannot move: its node has no image store (--image-store) for another node to resume it from", id)}
 	}
+	// The row will name node to, and calls for the sandbox go to the
+	// address its heartbeat gives: it must be another registered node.
+	if _, err := n.cfg.Store.GetNode(ctx, to); errors.Is(err, store.ErrNotFound) || to == me {
+		return Move{}, errdefs.Invalidf("to: %q is not another registered node", to)
+	} else if err != nil {
+		return Move{}, err
+	}
 	unlock := n.locks.Lock(id)
 	defer unlock()
 	sb, err := n.get(ctx, id)
