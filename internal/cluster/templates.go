@@ -68,7 +68,7 @@ func (t Templates) usable(ctx context.Context) error {
 
 // Build has a node build r, preferring one that holds key's build
 // already, and relays its progress.
-func (t Templates) Build(ctx context.Context, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error) {
+func (t Templates) Build(ctx context.Context, projectID string, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error) {
 	rt := t.Router
 	n, err := rt.place(ctx, nil, recipe.ImageName(key))
 	if err != nil {
@@ -76,7 +76,7 @@ func (t Templates) Build(ctx context.Context, r api.TemplateRecipe, key string, 
 	}
 	defer rt.done(n.Name)
 	emit(api.TemplateBuildEvent{Type: api.BuildEventLog, Text: "building on node " + n.Name})
-	res, err := rt.clientOf(n).BuildTemplate(ctx, r, key, emit)
+	res, err := rt.clientOf(n).BuildTemplate(ctx, projectID, r, key, emit)
 	if err != nil {
 		return recipe.Result{}, err
 	}

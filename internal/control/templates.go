@@ -29,7 +29,7 @@ import (
 // TemplateBuilder builds custom templates; *recipe.Builder is one.
 type TemplateBuilder interface {
 	Base(ctx context.Context, base string) (sandbox.Artifact, error)
-	Build(ctx context.Context, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error)
+	Build(ctx context.Context, projectID string, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error)
 	// Hold records that this server refers to key's build; Release drops
 	// that and removes the build unless another server holds it.
 	Hold(key string) error
@@ -98,7 +98,7 @@ func (c *Control) PlanTemplate(ctx context.Context, projectID string, req api.Bu
 		return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 			Msg: fmt.Sprintf("base template %s is not available: building it failed (the server log says why); try again later", r.Base)}
 	}
-	b := &TemplateBuild{c: c, projectID: projectID, name: req.Name, recipe: r, key: recipe.Key(r, base.Key)}
+	b := &TemplateBuild{c: c, projectID: projectID, name: req.Name, recipe: r, key: recipe.Key(projectID, r, base.Key)}
 	old, err := c.cfg.Store.GetTemplate(ctx, projectID, req.Name)
 	switch {
 	case err == nil && old.Key == b.key:
@@ -143,7 +143,7 @@ func (b *TemplateBuild) Run(ctx context.Context, emit func(api.TemplateBuildEven
 		delete(c.building, b.projectID+"/"+b.name)
 		c.tmplMu.Unlock()
 	}()
-	res, err := c.cfg.Builder.Build(ctx, b.recipe, b.key, emit)
+	res, err := c.cfg.Builder.Build(ctx, b.projectID, b.recipe, b.key, emit)
 	if err != nil {
 		return api.Template{}, false, err
 	}

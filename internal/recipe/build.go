@@ -184,10 +184,10 @@ func (b *Builder) Release(key string) (removed bool, err error) {
 	return true, os.RemoveAll(b.holders(key))
 }
 
-// Build makes r (validated, with key Key(r, base's key)) unless the cache
+// Build makes projectID's r (validated, with key Key(projectID, r, base's key)) unless the cache
 // has it, sending progress to emit. On error nothing of the build is left.
-func (b *Builder) Build(ctx context.Context, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (_ Result, err error) {
-	ctx, sp := trace.Start(ctx, "template.build", trace.String("lizard.template.key", key))
+func (b *Builder) Build(ctx context.Context, projectID string, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (_ Result, err error) {
+	ctx, sp := trace.Start(ctx, "template.build", trace.String("lizard.template.key", key), trace.String("lizard.project", projectID))
 	defer func() { trace.End(sp, err) }()
 	begin := time.Now()
 	if rootfs, ok := template.LayerRootFS(b.cfg.CacheDir, LayerKey(key)); ok {

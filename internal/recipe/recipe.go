@@ -195,12 +195,16 @@ func reservedPattern() string {
 	return strings.Join(alts, "|")
 }
 
-// Key is the cache key of r (validated) built on a base whose artifact key
-// is baseKey: it changes with the recipe, the files' contents and the base.
-func Key(r api.TemplateRecipe, baseKey string) string {
+// Key is the cache key of projectID's recipe r (validated) built on a base
+// whose artifact key is baseKey: it changes with the project, the recipe,
+// the files' contents and the base. The project is in it so that projects
+// never share a build: a shared one would tell a project, by a build
+// answered from the cache, that another built the same recipe, and so
+// whether a guess at another's file contents (a key, a password) is right.
+func Key(projectID string, r api.TemplateRecipe, baseKey string) string {
 	b, _ := json.Marshal(r) // map keys sorted, struct fields in order
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\nbase %s\n", formatVersion, template.PublishVersion, baseKey)
+	fmt.Fprintf(h, "%s\n%s\nbase %s\nproject %s\n", formatVersion, template.PublishVersion, baseKey, projectID)
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }

@@ -137,15 +137,21 @@ func TestKey(t *testing.T) {
 	a := valid(api.TemplateRecipe{Pip: []string{"six==1.16.0"}, Files: []api.TemplateFile{{Path: "/a", Content: b64("x")}}, Env: map[string]string{"A": "1", "B": "2"}})
 	same := valid(api.TemplateRecipe{Base: "interpreter", Pip: []string{"six==1.16.0"}, Files: []api.TemplateFile{{Path: "/a", Content: b64("x"), Mode: 0o644, Owner: "user"}}, Env: map[string]string{"B": "2", "A": "1"}})
 	content := valid(api.TemplateRecipe{Pip: []string{"six==1.16.0"}, Files: []api.TemplateFile{{Path: "/a", Content: b64("y")}}, Env: map[string]string{"A": "1", "B": "2"}})
-	k := Key(a, "interpreter-abc")
-	if got := Key(same, "interpreter-abc"); got != k {
+	k := Key("proj_a", a, "interpreter-abc")
+	if got := Key("proj_a", same, "interpreter-abc"); got != k {
 		t.Errorf("the same recipe spelt with its defaults has key %s, want %s", got, k)
 	}
-	if Key(content, "interpreter-abc") == k {
+	if Key("proj_a", content, "interpreter-abc") == k {
 		t.Error("a file's content changed and the key did not")
 	}
-	if Key(a, "interpreter-def") == k {
+	if Key("proj_a", a, "interpreter-def") == k {
 		t.Error("the base's build changed and the key did not")
+	}
+	// Projects never share a build: one answered from the cache would
+	// tell a project that another built the same recipe (file contents
+	// included).
+	if Key("proj_b", a, "interpreter-abc") == k {
+		t.Error("another project's same recipe has the same key")
 	}
 	if len(k) != 16 {
 		t.Errorf("key %q: want 16 hex digits", k)

@@ -83,18 +83,18 @@ type Shared struct {
 	Log     *slog.Logger
 }
 
-// Build builds r (key Key(r, base's key)) and publishes it unless the
+// Build builds projectID's r (key Key(projectID, r, base's key)) and publishes it unless the
 // image store holds it already.
-func (s *Shared) Build(ctx context.Context, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (Result, error) {
+func (s *Shared) Build(ctx context.Context, projectID string, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (Result, error) {
 	base, err := s.Builder.Base(ctx, r.Base)
 	if err != nil {
 		return Result{}, fmt.Errorf("waiting for base template %s: %w", r.Base, err)
 	}
-	if got := Key(r, base.Key); got != key {
+	if got := Key(projectID, r, base.Key); got != key {
 		return Result{}, &errdefs.Error{Kind: errdefs.ErrUnavailable,
 			Msg: fmt.Sprintf("this node's base template %s is another build (%s) than the api process keyed the recipe on: run one Lizard version on every api and node process", r.Base, base.Key)}
 	}
-	res, err := s.Builder.Build(ctx, r, key, emit)
+	res, err := s.Builder.Build(ctx, projectID, r, key, emit)
 	if err != nil || s.Images == nil {
 		return res, err
 	}

@@ -29,7 +29,7 @@ import (
 // Templates is what a node does with custom templates; *recipe.Shared is
 // one.
 type Templates interface {
-	Build(ctx context.Context, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error)
+	Build(ctx context.Context, projectID string, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error)
 	Remove(ctx context.Context, key string) error
 }
 
@@ -39,8 +39,9 @@ var _ Templates = (*recipe.Shared)(nil)
 // public API has it (api.TemplateRecipe, checked by the API's
 // recipe.Validate), file contents included.
 type buildRequest struct {
-	Recipe api.TemplateRecipe `json:"recipe"`
-	Key    string             `json:"key"`
+	Project string             `json:"project"`
+	Recipe  api.TemplateRecipe `json:"recipe"`
+	Key     string             `json:"key"`
 }
 
 // buildLine is one line of a build's stream: a progress event, then the
@@ -96,7 +97,7 @@ func (h *handler) buildTemplate(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 	}
-	res, err := h.cfg.Templates.Build(r.Context(), in.Recipe, in.Key, func(ev api.TemplateBuildEvent) { send(buildLine{Event: &ev}) })
+	res, err := h.cfg.Templates.Build(r.Context(), in.Project, in.Recipe, in.Key, func(ev api.TemplateBuildEvent) { send(buildLine{Event: &ev}) })
 	var se *recipe.StepError
 	switch {
 	case errors.As(err, &se):
@@ -145,11 +146,11 @@ func (h *handler) removeTemplate(w http.ResponseWriter, r *http.Request) {
 	h.answer(w, r, struct{}{}, err)
 }
 
-// BuildTemplate has the node build r (key Key(r, its base's key)),
+// BuildTemplate has the node build projectID's r (key Key(projectID, r, its base's key)),
 // sending its progress to emit. A failed step is a *recipe.StepError, as
 // on the node.
-func (c *Client) BuildTemplate(ctx context.Context, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error) {
-	b, err := json.Marshal(buildRequest{Recipe: r, Key: key})
+func (c *Client) BuildTemplate(ctx context.Context, projectID string, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error) {
+	b, err := json.Marshal(buildRequest{Project: projectID, Recipe: r, Key: key})
 	if err != nil {
 		return recipe.Result{}, err
 	}

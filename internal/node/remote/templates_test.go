@@ -17,9 +17,12 @@ import (
 type fakeTemplates struct {
 	build  func(ctx context.Context, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error)
 	remove func(ctx context.Context, key string) error
+	// project is the project of the last build asked for.
+	project string
 }
 
-func (f *fakeTemplates) Build(ctx context.Context, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error) {
+func (f *fakeTemplates) Build(ctx context.Context, projectID string, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error) {
+	f.project = projectID
 	return f.build(ctx, r, key, emit)
 }
 
@@ -74,9 +77,9 @@ func TestBuildTemplateRoundTrip(t *testing.T) {
 			defer srv.Close()
 			c := NewClient("n1", srv.Listener.Addr().String(), NewTransport(testSecret))
 			var relayed []api.TemplateBuildEvent
-			res, err := c.BuildTemplate(context.Background(), sent, key, func(ev api.TemplateBuildEvent) { relayed = append(relayed, ev) })
-			if !reflect.DeepEqual(got, sent) {
-				t.Errorf("the node got recipe %+v; want %+v", got, sent)
+			res, err := c.BuildTemplate(context.Background(), "proj_a", sent, key, func(ev api.TemplateBuildEvent) { relayed = append(relayed, ev) })
+			if !reflect.DeepEqual(got, sent) || ft.project != "proj_a" {
+				t.Errorf("the node got recipe %+v of project %q; want %+v of proj_a", got, ft.project, sent)
 			}
 			if !reflect.DeepEqual(relayed, events) {
 				t.Errorf("relayed events %+v; want %+v", relayed, events)
@@ -96,7 +99,7 @@ func TestBuildTemplateRoundTrip(t *testing.T) {
 				if err := c.RemoveTemplate(context.Background(), bad); !errors.Is(err, errdefs.ErrInvalid) || removed != key {
 					t.Errorf("RemoveTemplate(%q) = %v, removed %q; want invalid", bad, err, removed)
 				}
-				if _, err := c.BuildTemplate(context.Background(), sent, bad, func(api.TemplateBuildEvent) {}); !errors.Is(err, errdefs.ErrInvalid) {
+				if _, err := c.BuildTemplate(context.Background(), "proj_a", sent, bad, func(api.TemplateBuildEvent) {}); !errors.Is(err, errdefs.ErrInvalid) {
 					t.Errorf("BuildTemplate(key %q) = %v; want invalid", bad, err)
 				}
 				if err := c.ForgetTemplate(context.Background(), "x@"+bad); !errors.Is(err, errdefs.ErrInvalid) {
