@@ -106,11 +106,17 @@ func (p *Pool) fillTemplate(ctx context.Context, name string) {
 			p.endWarm(ctx, p.node, warm[len(warm)-1].ID, "the warm pool of its template shrank")
 			continue
 		}
-		dir := p.Image(name, p.cfg.Limits)
-		if len(warm) >= p.size(name) || dir == "" {
+		if len(warm) >= p.size(name) {
 			return
 		}
-		if !p.settle(ctx) {
+		// The wait may outlast the template: deleted or rebuilt
+		// meanwhile (Forget), it must get neither a sandbox nor, through
+		// Image, a new template snapshot, which would hold its build.
+		if !p.settle(ctx) || !p.wanted(ctx, name) {
+			return
+		}
+		dir := p.Image(name, p.cfg.Limits)
+		if dir == "" {
 			return
 		}
 		_, err := p.node.Create(ctx, node.Plan{ProjectID: store.InternalProject, Role: store.RoleWarm, Template: name,
@@ -182,15 +188,9 @@ func memAvailable() (int64, error) {
 // pool no longer wanted drains.
 func (p *Pool) templates(ctx context.Context) []string {
 	names := slices.Clone(p.cfg.Templates)
-	if p.cfg.Sizes != nil {
-		sizes := p.cfg.Sizes(ctx)
-		p.mu.Lock()
-		p.sizes = sizes
-		p.mu.Unlock()
-		for name := range sizes {
-			if !slices.Contains(names, name) {
-				names = append(names, name)
-			}
+	for name := range p.readSizes(ctx) {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
 		}
 	}
 	for _, sb := range p.warm(ctx, "") {
@@ -199,4 +199,23 @@ func (p *Pool) templates(ctx context.Context) []string {
 		}
 	}
 	return names
+}
+
+// readSizes reads Config.Sizes again (nil without it).
+func (p *Pool) readSizes(ctx context.Context) map[string]int {
+	if p.cfg.Sizes == nil {
+		return nil
+	}
+	sizes := p.cfg.Sizes(ctx)
+	p.mu.Lock()
+	p.sizes = sizes
+	p.mu.Unlock()
+	return sizes
+}
+
+// wanted reports whether template still gets a pool, reading the sizes
+// again.
+func (p *Pool) wanted(ctx context.Context, template string) bool {
+	p.readSizes(ctx)
+	return p.size(template) > 0
 }

@@ -323,3 +323,40 @@ func TestWarmRefillAfterClaims(t *testing.T) {
 	}
 	nodetest.WaitFor(t, "the pool to refill after the claims", func() bool { return len(e.warmIDs(t)) == 2 })
 }
+
+// A template deleted (Forget, its size gone) while the pool waits for
+// claims to pause gets neither a sandbox nor a new template snapshot
+// after the wait: before, the pool restored one from the image it had
+// looked up before waiting, or booted a template sandbox for it (Image
+// was asked before the size), either of which held the deleted
+// template's build.
+func TestWarmForgottenWhileSettling(t *testing.T) {
+	var sizes atomic.Int64
+	sizes.Store(2)
+	e := newEnvWith(t, 2, 0, func(c *warm.Config) {
+		c.RefillQuiet, c.RefillWait = 500*time.Millisecond, time.Hour
+		c.Sizes = func(context.Context) map[string]int { return map[string]int{nodetest.Template: int(sizes.Load())} }
+	})
+	ctx, _, _ := e.run(t, e.pool)
+	nodetest.WaitFor(t, "a full pool", func() bool { return len(e.warmIDs(t)) == 2 })
+	if _, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	var restores, creates int
+	for i := range 10 { // claims go on for 1 s; the pool waits to refill
+		e.pool.Claimed(nodetest.Template)
+		if i == 5 {
+			sizes.Store(0)
+			e.pool.Forget(ctx, nodetest.Template)
+			restores, creates = len(e.Runtime.Restores()), len(e.Runtime.Creates())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // the quiet time, and then some
+	if n, m := len(e.Runtime.Restores()), len(e.Runtime.Creates()); n != restores || m != creates {
+		t.Errorf("%d restores and %d template sandboxes booted after the template was forgotten; want none", n-restores, m-creates)
+	}
+	if ids := e.warmIDs(t); len(ids) != 0 {
+		t.Errorf("warm sandboxes of a forgotten template: %v", ids)
+	}
+}
