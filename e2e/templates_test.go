@@ -242,7 +242,7 @@ print(six.__version__, os.getcwd(), os.environ["GREETING"], open("/home/user/dat
 	if err := recipe.Validate(&r, template.Names()); err != nil {
 		t.Fatal(err)
 	}
-	if left := cacheEntries(recipe.Key(r, filepath.Base(filepath.Dir(base)))); len(left) > 0 {
+	if left := cacheEntries(recipe.Key("proj_tpl", r, filepath.Base(filepath.Dir(base)))); len(left) > 0 {
 		t.Errorf("the failed build left in the cache: %v", left)
 	}
 	s.stopAndExpectNothingLeft(t)
