@@ -91,6 +91,43 @@ func findKernel(dir string) (kernel, modDir string, err error) {
 	return kernel, modDir, nil
 }
 
+// kernelStub returns the head of a bzImage kernel: its boot sector and
+// setup code, as long as the boot protocol's header says, and a page
+// more. A restored VM gets it as its -kernel instead of the kernel: QEMU
+// keeps a copy of the kernel in its own memory for the firmware to load
+// at boot (14 MiB for Debian's cloud kernel, in every VM), while a
+// restored guest is past its boot and never loads it again (with
+// -no-reboot a reset ends QEMU). QEMU still reads the header, so it must
+// be the real one.
+func kernelStub(kernel []byte) ([]byte, error) {
+	const hdr = 0x202 // "HdrS": the boot protocol's header
+	if len(kernel) < hdr+4 || string(kernel[hdr:hdr+4]) != "HdrS" {
+		return nil, errors.New("not a bzImage kernel (no HdrS boot header)")
+	}
+	sects := int(kernel[0x1f1])
+	if sects == 0 {
+		sects = 4
+	}
+	n := (sects+1)*512 + 4096
+	if n > len(kernel) {
+		return nil, fmt.Errorf("bzImage kernel of %d bytes shorter than its setup (%d)", len(kernel), n)
+	}
+	return kernel[:n], nil
+}
+
+// writeKernelStub writes kernel's stub (kernelStub) at dst.
+func writeKernelStub(dst, kernel string) error {
+	b, err := os.ReadFile(kernel)
+	if err != nil {
+		return err
+	}
+	stub, err := kernelStub(b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", kernel, err)
+	}
+	return writeAtomic(dst, stub)
+}
+
 // modulePath finds module name (its file name, with - or _) under modDir.
 func modulePath(modDir, name string) (string, error) {
 	var found string

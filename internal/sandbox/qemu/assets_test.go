@@ -62,3 +62,44 @@ func TestLoadOrder(t *testing.T) {
 		}
 	}
 }
+
+// kernelStub keeps a bzImage's boot sector and setup (setup_sects, 0
+// meaning 4) and a page, and refuses what has no boot header.
+func TestKernelStub(t *testing.T) {
+	bz := func(size int, sects byte) []byte {
+		b := make([]byte, size)
+		for i := range b {
+			b[i] = byte(i)
+		}
+		b[0x1f1] = sects
+		copy(b[0x202:], "HdrS")
+		return b
+	}
+	for _, tc := range []struct {
+		name   string
+		kernel []byte
+		want   int // stub length; 0: refused
+	}{
+		{"39 setup sectors", bz(1<<20, 39), 40*512 + 4096},
+		{"setup_sects 0 means 4", bz(1<<20, 0), 5*512 + 4096},
+		{"shorter than its setup", bz(40*512, 39), 0},
+		{"no boot header", make([]byte, 1<<20), 0},
+		{"empty", nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := kernelStub(tc.kernel)
+			if tc.want == 0 {
+				if err == nil {
+					t.Fatalf("stub of %d bytes, want refused", len(got))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != tc.want || !slices.Equal(got, tc.kernel[:tc.want]) {
+				t.Errorf("stub of %d bytes, want the kernel's first %d", len(got), tc.want)
+			}
+		})
+	}
+}

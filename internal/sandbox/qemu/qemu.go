@@ -54,6 +54,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/internal/keylock"
 	"github.com/lizard-build/lizard/internal/netns"
@@ -105,6 +106,7 @@ type Config struct {
 type Runtime struct {
 	qemu, qemuImg string
 	kernel        string
+	kernelStub    string // the kernel's header, restored VMs' -kernel
 	initramfs     string
 	root, boxDir  string
 	cacheDir      string
@@ -202,6 +204,28 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		if err := prune(r.cacheDir, "initramfs-*.cpio", keepImages); err != nil {
 			r.log.Warn("removing old initramfs images", "err", err)
 		}
+	}
+	kkey, err := hashFiles(kernel)
+	if err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	r.kernelStub = filepath.Join(r.cacheDir, "kernel-stub-"+kkey+".img")
+	if _, err := os.Stat(r.kernelStub); err != nil {
+		if err := writeKernelStub(r.kernelStub, kernel); err != nil {
+			return nil, fmt.Errorf("qemu: the kernel stub restored VMs load: %w", err)
+		}
+		if err := prune(r.cacheDir, "kernel-stub-*.img", keepImages); err != nil {
+			r.log.Warn("removing old kernel stubs", "err", err)
+		}
+	}
+	// No transparent huge pages for QEMU, which inherits this from the
+	// server: QEMU asks for them on every RAM block and on TCG's code
+	// buffer, and an idle VM then holds whole 2 MiB pages of which it
+	// uses a few KiB (the ACPI tables' block) or part (TCG's code).
+	// The setting is the process's, so the server's own heap goes
+	// without them too, which costs it nothing measurable.
+	if err := unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0); err != nil {
+		r.log.Warn("transparent huge pages left on for QEMU", "err", err)
 	}
 	if err := os.MkdirAll(r.emptyDir(), 0o755); err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
@@ -656,6 +680,10 @@ func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir strin
 		machine, cpu = "q35,accel=kvm", "host"
 	}
 	machine += ",memory-backend=mem"
+	kernel := r.kernel
+	if imageDir != "" {
+		kernel = r.kernelStub
+	}
 	// QEMU gets its disks (and a checkpoint's memory) as open files, in
 	// fd sets: confined, it could not open them by path, and the block
 	// layer reopens an image (read-only, when a migration ends) from its
@@ -715,8 +743,12 @@ func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir strin
 		"-smp", strconv.Itoa(rec.CPUs), "-m", strconv.FormatInt(rec.MemoryBytes>>20, 10) + "M",
 		ramArg[0], ramArg[1],
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-		"-kernel", r.kernel, "-initrd", r.initramfs,
-		"-append", "console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check reboot=t",
+		"-kernel", kernel, "-initrd", r.initramfs,
+		// No transparent huge pages in the guest: its kernel would back
+		// Python's heap with 2 MiB pages, zero them whole and copy small
+		// pages into them (khugepaged), and each page so written in a
+		// restored VM is a copy of its own instead of the template's.
+		"-append", "console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check reboot=t transparent_hugepage=never",
 		"-serial", "file:" + r.consolePath(id),
 		"-qmp", "unix:" + r.qmpPath(id) + ",server=on,wait=off",
 	}
