@@ -248,6 +248,9 @@ class Results:
             if b is not None and b.samples_ms and f.samples_ms and b.p50 > 0:
                 base = b.name
                 ratio = f"{f.p50 / b.p50:.2f}× ({f.p50 - b.p50:+.1f} ms)"
+            elif b is not None and b.value and f.value is not None:
+                base = b.name
+                ratio = f"{f.value / b.value:.2f}× ({f.value - b.value:+.1f} {f.unit})"
             elif f.baseline:
                 base = f.baseline
             note = "" if p50 == f.note else f.note
@@ -1482,6 +1485,12 @@ def main() -> int:
                     help="QEMU cold boots and template-snapshot creates (default 3; slow under TCG)")
     ap.add_argument("--qemu-code-runs", type=int, default=50, help="QEMU runCode(\"1+1\") calls (default 50)")
     ap.add_argument("--qemu-idle", type=int, default=4, help="idle QEMU VMs for the memory figures (default 4)")
+    ap.add_argument("--qemu-baseline", default="",
+                    help="a directory of other lizard binaries (e.g. /work/main/bin) whose QEMU create and idle-memory "
+                         "rows are measured too, beside this build's, in the same run")
+    ap.add_argument("--qemu-ksm", type=parse_duration, default=0.0,
+                    help="with the idle VMs held, turn KSM on (/sys/kernel/mm/ksm/run) for this long and measure "
+                         "their memory again and ksmd's CPU, then set it back (default 0: not measured)")
     ap.add_argument("--only", type=lambda v: set(v.split(",")) - {""}, default=set(),
                     help="run only these sections, comma-separated: density, burst, sustain (issue 25), "
                          "e2b (E2B's SDK beside Lizard's, issue 23), egress (the network policy proxy, issue 24), "
@@ -1593,12 +1602,12 @@ def main() -> int:
             else:
                 res.add(Figure(name, note="not available (lizard serve has no --warm-pool)"))
             if a.qemu:
-                qemu_column(res, bin_dir, a.cache_dir, a.qemu_runs, a.qemu_code_runs, a.qemu_idle)
+                qemu_column(res, bin_dir, a)
         if "e2b" in a.only:
             e2b_section(res, a, bin_dir)
         if "qemu" in a.only:
             gvisor_first(res, bin_dir, a.cache_dir, a.runs)
-            qemu_column(res, bin_dir, a.cache_dir, a.qemu_runs, a.qemu_code_runs, a.qemu_idle)
+            qemu_column(res, bin_dir, a)
         if not a.only or "secrets" in a.only:
             log("Lizard: HTTPS with a secret set by the node, beside direct")
             secrets_section(res, a, bin_dir)
@@ -1955,19 +1964,51 @@ def wait_log(srv: Server, text: str, seconds: float) -> None:
         time.sleep(0.5)
 
 
-def qemu_column(res: Results, bin_dir: Path, cache_dir: str, runs: int, code_runs: int, idle: int) -> None:
+def smaps_parts(pid: int) -> Dict[str, int]:
+    """PSS (bytes) of a QEMU process by what its mappings hold: the guest's RAM (the lizard memfds), TCG's
+    translated code (its one anonymous executable mapping), and everything else of QEMU's."""
+    out = {"guest": 0, "tcg": 0, "other": 0}
+    part = "other"
+    try:
+        for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+            head = line.split(None, 5)
+            if len(head) >= 5 and "-" in head[0] and ":" not in head[0]:
+                name = head[5] if len(head) > 5 else ""
+                part = ("guest" if name.startswith("/memfd:lizard-") else
+                        "tcg" if not name and "x" in head[1] else "other")
+            elif line.startswith("Pss:"):
+                out[part] += int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def ksmd_cpu_s() -> float:
+    """CPU-seconds ksmd has used since boot."""
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            if (p / "comm").read_text().strip() == "ksmd":
+                f = (p / "stat").read_text().rsplit(")", 1)[1].split()
+                return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            continue
+    raise RuntimeError("no ksmd thread")
+
+
+def qemu_column(res: Results, bin_dir: Path, a: argparse.Namespace) -> None:
     """The QEMU backend (--runtime qemu) beside gVisor in the same run: boot, restore, runCode and memory
     per idle VM, each row compared with gVisor's figure of the same kind. Under TCG (no usable KVM) every
-    figure is software emulation's, which says nothing of KVM's (docs/qemu.md)."""
+    figure is software emulation's, which says nothing of KVM's (docs/qemu.md). With --qemu-baseline the
+    restore and memory rows are measured for those binaries too, each of this build's rows beside theirs."""
     from lizard import CodeSandbox
 
     # Cold boots: the VM's boot to its first process, from the runtime's own log line.
-    srv = Server(bin_dir, cache_dir, ["--runtime", "qemu", "--template-snapshot=false", "--warm-pool", "0"],
+    srv = Server(bin_dir, a.cache_dir, ["--runtime", "qemu", "--template-snapshot=false", "--warm-pool", "0"],
                  "qemu-cold", runtime="qemu")
     accel = "KVM" if "using KVM" in srv.logs() else "TCG"
-    log(f"QEMU ({accel}): {runs} cold boots")
+    log(f"QEMU ({accel}): {a.qemu_runs} cold boots")
     ids = []
-    for _ in range(runs):
+    for _ in range(a.qemu_runs):
         with CodeSandbox.create(**srv.sdk(), timeout_ms=600_000) as sb:
             ids.append(sb.sandbox_id)
     t = srv.log_timings()
@@ -1977,14 +2018,24 @@ def qemu_column(res: Results, bin_dir: Path, cache_dir: str, runs: int, code_run
                    note="gVisor's row is a template-snapshot restore; with --template-snapshot=false gVisor boots in ~0.3 s"))
     res.add(Figure(f"qemu ({accel}): boot → agent healthy", [t[i]["running"] - t[i]["up"] for i in ids
                                                              if {"up", "running"} <= set(t.get(i, {}))]))
+    if a.qemu_baseline:
+        qemu_restored(res, Path(a.qemu_baseline), a, f"qemu ({accel}, {a.qemu_baseline})", "")
+    qemu_restored(res, bin_dir, a, f"qemu ({accel})", f"qemu ({accel}, {a.qemu_baseline})" if a.qemu_baseline else "")
 
-    srv = Server(bin_dir, cache_dir, ["--runtime", "qemu", "--warm-pool", "0"], "qemu", runtime="qemu")
-    log(f"QEMU ({accel}): waiting for the template snapshot")
+
+def qemu_restored(res: Results, bin_dir: Path, a: argparse.Namespace, label: str, beside: str) -> None:
+    """Creates from the template snapshot, runCode and the memory of idle restored VMs of bin_dir's
+    lizard serve --runtime qemu, rows named after label; with beside, each memory row is compared with
+    beside's row of the same kind."""
+    from lizard import CodeSandbox
+
+    srv = Server(bin_dir, a.cache_dir, ["--runtime", "qemu", "--warm-pool", "0"], "qemu", runtime="qemu")
+    log(f"{label}: waiting for the template snapshot")
     wait_log(srv, "template snapshot made", 1800)
     warm_up(srv)
-    log(f"QEMU ({accel}): create (template-snapshot restore) → first result, kill")
+    log(f"{label}: create (template-snapshot restore) → first result, kill")
     first, ids = [], []
-    for _ in range(runs):
+    for _ in range(a.qemu_runs):
         t0 = time.perf_counter()
         sb = CodeSandbox.create(**srv.sdk(), timeout_ms=600_000)
         try:
@@ -1994,48 +2045,73 @@ def qemu_column(res: Results, bin_dir: Path, cache_dir: str, runs: int, code_run
             sb.kill()
             sb.close()
         ids.append(sb.sandbox_id)
-    res.add(Figure(f"qemu ({accel}): create → first runCode(\"1+1\") result", first,
+    res.add(Figure(f"{label}: create → first runCode(\"1+1\") result", first,
                    baseline="create → first runCode(\"1+1\") result"))
     t = srv.log_timings()
-    res.add(Figure(f"qemu ({accel}):   server: restore, VM up and re-addressed", [t[i]["up"] for i in ids if "up" in t.get(i, {})],
+    res.add(Figure(f"{label}:   server: restore, VM up and re-addressed", [t[i]["up"] for i in ids if "up" in t.get(i, {})],
                    baseline="  server: runtime up (netns + runsc run/restore)"))
-    log(f"QEMU ({accel}): runCode round trips, memory of {idle} idle VMs")
+    log(f"{label}: runCode round trips, memory of {a.qemu_idle} idle VMs")
     time.sleep(2)
     avail0 = meminfo("MemAvailable")
-    sandboxes = [CodeSandbox.create(**srv.sdk(), timeout_ms=600_000) for _ in range(max(1, idle))]
+    sandboxes = [CodeSandbox.create(**srv.sdk(), timeout_ms=3_600_000) for _ in range(max(1, a.qemu_idle))]
     try:
         sb = sandboxes[0]
         must_result(sb.run_code("1+1"), "text/plain")
         one = []
-        for _ in range(code_runs):
+        for _ in range(a.qemu_code_runs):
             ms, run = timed(lambda: sb.run_code("1+1"))
             must_result(run, "text/plain")
             one.append(ms)
-        res.add(Figure(f"qemu ({accel}): runCode(\"1+1\")", one, baseline="runCode(\"1+1\")"))
+        res.add(Figure(f"{label}: runCode(\"1+1\")", one, baseline="runCode(\"1+1\")"))
         for s in sandboxes[1:]:
             must_result(s.run_code("1+1"), "text/plain")
         time.sleep(5)  # let the guests settle into idle
         pids = srv.runsc_pids()  # QEMU's command line names the sandbox directory too
-        mem = [smaps(p) for p in pids]
         k = len(sandboxes)
 
-        def each(*keys: str) -> float:
-            return sum(m.get(key, 0) for m in mem for key in keys) / k / 2**20
+        def mem_rows(when: str) -> None:
+            mem = [smaps(p) for p in pids]
+            parts = [smaps_parts(p) for p in pids]
 
-        drop = (avail0 - meminfo("MemAvailable")) / k / 2**20
-        res.add(Figure(f"qemu ({accel}): memory per idle VM, PSS of its QEMU process", value=each("Pss"), unit="MiB",
-                       note=f"{k} VMs from one template snapshot: pages shared with the others count 1/{k}"))
-        res.add(Figure(f"qemu ({accel}): memory per idle VM, private (its own COW copies, QEMU, TCG code)",
-                       value=each("Private_Clean", "Private_Dirty"), unit="MiB"))
-        res.add(Figure(f"qemu ({accel}): memory per idle VM, RSS of its QEMU process", value=each("Rss"), unit="MiB",
-                       note="shared template pages in full"))
-        res.add(Figure(f"qemu ({accel}): memory per idle VM, host MemAvailable drop", value=drop, unit="MiB",
-                       note=f"{k} VMs made after the first creates, so without the template's RAM (next row)"))
+            def each(*keys: str) -> float:
+                return sum(m.get(key, 0) for m in mem for key in keys) / k / 2**20
+
+            def add(what: str, value: float, note: str = "") -> None:
+                res.add(Figure(f"{label}: memory per idle VM{when}, {what}", value=value, unit="MiB", note=note,
+                               baseline=f"{beside}: memory per idle VM{when}, {what}" if beside else ""))
+
+            add("PSS of its QEMU process", each("Pss"),
+                f"{k} VMs from one template snapshot: pages shared with the others count 1/{k}")
+            for part, what in (("guest", "guest RAM"), ("tcg", "TCG's translated code"), ("other", "QEMU's own")):
+                add(f"  PSS: {what}", sum(p[part] for p in parts) / k / 2**20)
+            add("private (its own COW copies, QEMU, TCG code)", each("Private_Clean", "Private_Dirty"))
+            add("RSS of its QEMU process", each("Rss"), "shared template pages in full")
+            add("host MemAvailable drop", (avail0 - meminfo("MemAvailable")) / k / 2**20,
+                f"{k} VMs made after the first creates, so without the template's RAM (next row)")
+
+        mem_rows("")
         rams = list(srv.dir.glob("templates/interpreter-*/ram"))
         if rams:
-            res.add(Figure(f"qemu ({accel}): template RAM every VM maps copy-on-write, held once",
+            res.add(Figure(f"{label}: template RAM every VM maps copy-on-write, held once",
                            value=rams[0].stat().st_blocks * 512 / 2**20, unit="MiB",
                            note="the snapshot's RAM file, loaded into one sealed memfd per server"))
+        if a.qemu_ksm > 0:
+            ksm = Path("/sys/kernel/mm/ksm")
+            was = (ksm / "run").read_text().strip()
+            cpu0 = ksmd_cpu_s()
+            log(f"{label}: KSM on for {a.qemu_ksm:.0f} s (was run={was})")
+            (ksm / "run").write_text("1")
+            try:
+                time.sleep(a.qemu_ksm)
+                mem_rows(f" with KSM after {a.qemu_ksm:.0f} s")
+                sharing = int((ksm / "pages_sharing").read_text())
+                res.add(Figure(f"{label}: KSM: ksmd CPU", value=(ksmd_cpu_s() - cpu0) * 1000 / a.qemu_ksm, unit="ms/s",
+                               note=f"pages_to_scan {(ksm / 'pages_to_scan').read_text().strip()}, sleep "
+                                    f"{(ksm / 'sleep_millisecs').read_text().strip()} ms; {sharing * 4096 / 2**20:.0f} MiB "
+                                    f"deduplicated over {k} VMs"))
+            finally:
+                (ksm / "run").write_text(was)
+                log(f"KSM set back to run={was}")
     finally:
         for s in sandboxes:
             s.kill()
