@@ -1485,9 +1485,6 @@ def main() -> int:
                     help="QEMU cold boots and template-snapshot creates (default 3; slow under TCG)")
     ap.add_argument("--qemu-code-runs", type=int, default=50, help="QEMU runCode(\"1+1\") calls (default 50)")
     ap.add_argument("--qemu-idle", type=int, default=4, help="idle QEMU VMs for the memory figures (default 4)")
-    ap.add_argument("--qemu-baseline", default="",
-                    help="a directory of other lizard binaries (e.g. /work/main/bin) whose QEMU create and idle-memory "
-                         "rows are measured too, beside this build's, in the same run")
     ap.add_argument("--qemu-ksm", type=parse_duration, default=0.0,
                     help="with the idle VMs held, turn KSM on (/sys/kernel/mm/ksm/run) for this long and measure "
                          "their memory again and ksmd's CPU, then set it back (default 0: not measured)")
@@ -1512,7 +1509,8 @@ def main() -> int:
                     help="concurrent creates of the burst rows, without and with a warm pool that size (default 50, 0 skips)")
     ap.add_argument("--baseline-bin-dir", default="",
                     help="with --only burst and/or sustain: measure them for the binaries of this directory and "
-                         "--bin-dir's in turn, interleaved, --ab-rounds times (issue 25)")
+                         "--bin-dir's in turn, interleaved, --ab-rounds times; with --only qemu: the QEMU create "
+                         "and idle-memory rows of these binaries first, each of --bin-dir's rows beside theirs (issue 25)")
     ap.add_argument("--ab-rounds", type=int, default=3, help="rounds of --baseline-bin-dir (default 3)")
     ap.add_argument("--address-pool", default=ADDRESS_POOL,
                     help=f"address pool of the bench's servers (default {ADDRESS_POOL})")
@@ -1522,8 +1520,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.only - {"density", "burst", "sustain", "e2b", "egress", "secrets", "qemu"}:
         ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain', 'e2b', 'egress', 'secrets', 'qemu'})}")
-    if a.baseline_bin_dir and not (a.only and a.only <= {"burst", "sustain"}):
-        ap.error("--baseline-bin-dir: give --only burst, sustain or burst,sustain")
+    if a.baseline_bin_dir and not (a.only and a.only <= {"burst", "sustain", "qemu"}):
+        ap.error("--baseline-bin-dir: give --only with burst, sustain or qemu")
     globals()["ADDRESS_POOL"] = a.address_pool
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
@@ -1612,7 +1610,8 @@ def main() -> int:
             log("Lizard: HTTPS with a secret set by the node, beside direct")
             secrets_section(res, a, bin_dir)
         if a.baseline_bin_dir:
-            ab_sections(res, a, bin_dir, Path(a.baseline_bin_dir))
+            if a.only & {"burst", "sustain"}:
+                ab_sections(res, a, bin_dir, Path(a.baseline_bin_dir))
         else:
             density_sections(res, a, bin_dir)
     except (Interrupted, KeyboardInterrupt) as exc:
@@ -1998,7 +1997,7 @@ def ksmd_cpu_s() -> float:
 def qemu_column(res: Results, bin_dir: Path, a: argparse.Namespace) -> None:
     """The QEMU backend (--runtime qemu) beside gVisor in the same run: boot, restore, runCode and memory
     per idle VM, each row compared with gVisor's figure of the same kind. Under TCG (no usable KVM) every
-    figure is software emulation's, which says nothing of KVM's (docs/qemu.md). With --qemu-baseline the
+    figure is software emulation's, which says nothing of KVM's (docs/qemu.md). With --baseline-bin-dir the
     restore and memory rows are measured for those binaries too, each of this build's rows beside theirs."""
     from lizard import CodeSandbox
 
@@ -2018,9 +2017,10 @@ def qemu_column(res: Results, bin_dir: Path, a: argparse.Namespace) -> None:
                    note="gVisor's row is a template-snapshot restore; with --template-snapshot=false gVisor boots in ~0.3 s"))
     res.add(Figure(f"qemu ({accel}): boot → agent healthy", [t[i]["running"] - t[i]["up"] for i in ids
                                                              if {"up", "running"} <= set(t.get(i, {}))]))
-    if a.qemu_baseline:
-        qemu_restored(res, Path(a.qemu_baseline), a, f"qemu ({accel}, {a.qemu_baseline})", "")
-    qemu_restored(res, bin_dir, a, f"qemu ({accel})", f"qemu ({accel}, {a.qemu_baseline})" if a.qemu_baseline else "")
+    base = f"qemu ({accel}, {a.baseline_bin_dir})" if a.baseline_bin_dir else ""
+    if base:
+        qemu_restored(res, Path(a.baseline_bin_dir), a, base, "")
+    qemu_restored(res, bin_dir, a, f"qemu ({accel})", base)
 
 
 def qemu_restored(res: Results, bin_dir: Path, a: argparse.Namespace, label: str, beside: str) -> None:
