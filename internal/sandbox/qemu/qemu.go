@@ -54,7 +54,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/internal/keylock"
 	"github.com/lizard-build/lizard/internal/netns"
@@ -217,15 +216,6 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		if err := prune(r.cacheDir, "kernel-stub-*.img", keepImages); err != nil {
 			r.log.Warn("removing old kernel stubs", "err", err)
 		}
-	}
-	// No transparent huge pages for QEMU, which inherits this from the
-	// server: QEMU asks for them on every RAM block and on TCG's code
-	// buffer, and an idle VM then holds whole 2 MiB pages of which it
-	// uses a few KiB (the ACPI tables' block) or part (TCG's code).
-	// The setting is the process's, so the server's own heap goes
-	// without them too, which costs it nothing measurable.
-	if err := unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0); err != nil {
-		r.log.Warn("transparent huge pages left on for QEMU", "err", err)
 	}
 	if err := os.MkdirAll(r.emptyDir(), 0o755); err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
