@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,6 +29,15 @@ import (
 // upload their images.
 func newDrainCluster(t *testing.T, local map[string]bool, names ...string) (*store.Store, *Router, *control.Control) {
 	t.Helper()
+	st, r, ctl, _ := newDrainClusterDirs(t, local, names...)
+	return st, r, ctl
+}
+
+// newDrainClusterDirs is newDrainCluster that also returns each node's
+// data directory by name.
+func newDrainClusterDirs(t *testing.T, local map[string]bool, names ...string) (*store.Store, *Router, *control.Control, map[string]string) {
+	t.Helper()
+	dirs := map[string]string{}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	shared, err := store.Open(ctx, t.TempDir())
@@ -51,6 +62,7 @@ func newDrainCluster(t *testing.T, local map[string]bool, names ...string) (*sto
 			}
 			c.ImageCache = cache
 		})
+		dirs[name] = env.DataDir
 		go env.Node.RunUploader(ctx)
 		h := remote.Handler(remote.HandlerConfig{Node: env.Node, Secret: secret, Logger: nodetest.Discard(), DataDir: env.DataDir,
 			Peers: func(ctx context.Context, name string) (string, error) {
@@ -76,7 +88,7 @@ func newDrainCluster(t *testing.T, local map[string]bool, names ...string) (*sto
 	if err != nil {
 		t.Fatal(err)
 	}
-	return shared, r, ctl
+	return shared, r, ctl, dirs
 }
 
 // TestDrain: a drained node takes no creates; its running sandboxes run
@@ -84,7 +96,7 @@ func newDrainCluster(t *testing.T, local map[string]bool, names ...string) (*sto
 // keep being answered; undrain makes it placeable again; the refusals
 // name what is wrong.
 func TestDrain(t *testing.T) {
-	st, r, ctl := newDrainCluster(t, map[string]bool{"c": true}, "a", "b", "c")
+	st, r, ctl, dirs := newDrainClusterDirs(t, map[string]bool{"c": true}, "a", "b", "c")
 	ctx := context.Background()
 	// c keeps its images on its own disk: it cannot be drained, and takes
 	// none of a's or b's sandboxes.
@@ -153,6 +165,12 @@ func TestDrain(t *testing.T) {
 		}
 		if row, _ := st.GetSandbox(ctx, id); row.Node != "b" || row.State != want {
 			t.Errorf("sandbox %d after the drain: %s on %s; want %s on b", i, row.State, row.Node, want)
+		}
+	}
+	// a's images went with the moves: b resumes from the image store.
+	for i, id := range ids {
+		if _, err := os.Stat(filepath.Join(dirs["a"], "images", id)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("a's image of moved sandbox %d: %v; want removed", i, err)
 		}
 	}
 	if sb, err := ctl.Resume(ctx, "p1", ids[2], api.ResumeRequest{}); err != nil || sb.State != api.StateRunning {

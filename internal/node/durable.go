@@ -60,6 +60,9 @@ func (n *Local) RunUploader(ctx context.Context) {
 	failing := false
 	for {
 		err := n.uploadPending(ctx)
+		if derr := n.dropMovedImages(ctx); derr != nil && ctx.Err() == nil {
+			n.log.Warn("removing the images of sandboxes that moved off this node", "err", derr)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			n.log.Error("making images durable failed; retrying", "store", n.cfg.Images.Bucket().String(), "err", err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"github.com/lizard-build/lizard/internal/imagestore/s3"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
+	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/testenv"
 )
 
@@ -261,5 +263,57 @@ func TestImageWithLinkReportedLost(t *testing.T) {
 	}
 	if got := len(e.Runtime.Restores()); got != restores {
 		t.Fatalf("the runtime restored %d images from it; want none", got-restores)
+	}
+}
+
+// TestMoveOutDropsImage: a move that fails (its image never became
+// durable) keeps the sandbox's image on this node; one that succeeds
+// removes it, as does the uploader for a sandbox an API process re-homed
+// (its row names another node, its image durable).
+func TestMoveOutDropsImage(t *testing.T) {
+	b := &disk.Bucket{Root: t.TempDir()}
+	e := nodetest.New(t, withImages(t, b, t.TempDir()), func(cfg *node.Config) { cfg.Store = cfg.Store.OnNode("n1") })
+	ctx := context.Background()
+	if err := e.Store.Heartbeat(ctx, store.NodeInfo{Name: "n2", Addr: "127.0.0.1:1", Slots: 1, StartedAt: time.Now(), LeaseUntil: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	sb := e.Create(t, nodetest.Plan(60_000))
+	pause(t, e, sb.ID)
+	// No uploader yet: the image never becomes durable.
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := e.Node.MoveOut(short, sb.ID, "n2"); err == nil {
+		t.Fatal("a move whose image never became durable succeeded")
+	}
+	if _, err := os.Stat(e.Image(sb.ID)); err != nil {
+		t.Fatalf("the image after a failed move: %v; want kept", err)
+	}
+	if row := e.Row(t, sb.ID); row.Node != "n1" {
+		t.Fatalf("a failed move left the sandbox on %s; want n1", row.Node)
+	}
+	runUploader(t, e.Node)
+	if mv, err := e.Node.MoveOut(ctx, sb.ID, "n2"); err != nil || mv.Sandbox.Node != "n2" {
+		t.Fatalf("MoveOut = %+v, %v; want on n2", mv.Sandbox, err)
+	}
+	if _, err := os.Stat(e.Image(sb.ID)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the image after the move: %v; want removed", err)
+	}
+
+	// Re-homed by an API process, not by this node.
+	sb2 := e.Create(t, nodetest.Plan(60_000))
+	pause(t, e, sb2.ID)
+	waitDurable(t, e, sb2.ID, 20*time.Second)
+	if err := e.Store.AdoptPaused(ctx, sb2.ID, "n1", "n2"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * node.UploadInterval)
+	for {
+		if _, err := os.Stat(e.Image(sb2.ID)); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the image of a sandbox re-homed to n2 still on n1 after %s", 3*node.UploadInterval)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

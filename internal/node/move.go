@@ -8,6 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
@@ -109,6 +113,87 @@ func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
 	if cur, err = n.cfg.Store.GetSandbox(ctx, id); err != nil {
 		return Move{}, err
 	}
+	if cur.Node != me {
+		// Its image is durable and its row names the other node, which
+		// resumes it from the store: this node's copy serves nothing.
+		n.dropImage(log, id)
+	}
 	log.Info("sandbox moved off this node", "now_on", cur.Node, "was_running", paused)
 	return Move{Sandbox: cur, Paused: paused}, nil
+}
+
+// dropImage removes this node's checkpoint image of sandbox id, which moved
+// to another node; the image store's copy stays, the other node's.
+func (n *Local) dropImage(log *slog.Logger, id string) {
+	if n.cfg.DataDir == "" {
+		return
+	}
+	dir := filepath.Join(n.imagesDir(), id)
+	if _, err := os.Stat(dir); err != nil {
+		return
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		log.Warn("removing the image of a sandbox that moved off this node; the next start sweeps it", "err", err)
+		return
+	}
+	log.Info("removed the image of a sandbox that moved off this node", "dir", dir)
+}
+
+// dropMovedImages removes the images on this node's disk of sandboxes that
+// moved off it without it (an API process re-homed a durable paused
+// sandbox of this draining node on a call): the row names another node and
+// the image there is durable or the sandbox no longer paused. Under the
+// sandbox's lock, under which alone this node writes an image of it (a
+// pause), and only while its row names this node.
+func (n *Local) dropMovedImages(ctx context.Context) error {
+	me := n.cfg.Store.Node()
+	if n.cfg.DataDir == "" || me == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(n.imagesDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("listing checkpoint images: %w", err)
+	}
+	paused, err := n.cfg.Store.ListPaused(ctx, nil)
+	if err != nil {
+		return err
+	}
+	mine := make(map[string]bool, len(paused))
+	for _, p := range paused {
+		mine[p.SandboxID] = true
+	}
+	moved := func(id string) (store.Sandbox, bool, error) {
+		sb, err := n.cfg.Store.GetSandbox(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return sb, false, nil
+		}
+		return sb, err == nil && sb.Node != me && (!sb.Live() || sb.State != api.StatePaused || sb.Durable), err
+	}
+	for _, e := range entries {
+		id := e.Name()
+		if mine[id] {
+			continue
+		}
+		// Read first without the lock: one held by a pause or a move of a
+		// sandbox whose row names this node may be held until this
+		// uploader makes its image durable.
+		if _, ok, err := moved(id); err != nil {
+			return err
+		} else if !ok {
+			continue
+		}
+		unlock := n.locks.Lock(id)
+		sb, ok, err := moved(id)
+		if ok {
+			n.dropImage(n.log.With("sandbox_id", id, "project_id", sb.ProjectID, "now_on", sb.Node), id)
+		}
+		unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
