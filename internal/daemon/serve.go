@@ -545,6 +545,11 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 			Base: builds.Artifact, Limits: limits, Logger: logger})
 		b.Sweep()
 		templates = &recipe.Shared{Builder: b, Images: images, Cache: imageCache, Log: logger}
+		if err := templates.SweepUnused(ctx, shared); err != nil {
+			// Left over builds cost disk, nothing else; the next start
+			// sweeps again.
+			logger.Error("sweeping unused template builds", "err", err)
+		}
 	}
 	return nodeParts{node: n, pool: pool, rt: rt, builds: builds, quota: quota, templates: templates, images: imageCache}, nil
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
@@ -209,6 +210,62 @@ func (s *Shared) Remove(ctx context.Context, key string) error {
 		}
 	}
 	return err
+}
+
+// SweepUnused removes, at the node's start, the builds in its cache that
+// nothing refers to — no template row, live sandbox or snapshot of any
+// node (the rules of the API's collection of a deleted template's build)
+// — which a template deleted while the node was down left here. st is the
+// cluster's whole database, not the node's scoped handle. The image store
+// is left alone: the deletion removed the build there, or something
+// still refers to it.
+func (s *Shared) SweepUnused(ctx context.Context, st *store.Store) error {
+	dirs, _ := filepath.Glob(filepath.Join(s.Builder.cfg.CacheDir, "templates", LayerKey("*")))
+	if len(dirs) == 0 {
+		return nil
+	}
+	used := map[string]bool{}
+	tmpls, err := st.ListTemplates(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, t := range tmpls {
+		used[t.Key] = true
+	}
+	live, err := st.ListSandboxes(ctx, store.Filter{LiveOnly: true})
+	if err != nil {
+		return err
+	}
+	for _, sb := range live {
+		// The server's own (template snapshot, warm pool) hold nothing a
+		// removal could hurt: none outlives the node's restart.
+		if _, k, ok := SplitRef(sb.Template); ok && sb.Role == "" {
+			used[k] = true
+		}
+	}
+	sns, err := st.ListSnapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, sn := range sns {
+		if _, k, ok := SplitRef(sn.Template); ok {
+			used[k] = true
+		}
+	}
+	var errs []error
+	for _, d := range dirs {
+		key := strings.TrimPrefix(filepath.Base(d), LayerKey(""))
+		if !ValidKey(key) || used[key] {
+			continue
+		}
+		if err := template.RemoveLayer(s.Builder.cfg.CacheDir, LayerKey(key)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		os.RemoveAll(s.Builder.holders(key))
+		s.Log.Info("removed a template build no template, sandbox or snapshot refers to (its template was deleted while this node was down)", "key", key)
+	}
+	return errors.Join(errs...)
 }
 
 // Held names the image store names of the builds in the node's cache.

@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/imagestore/disk"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/testenv"
 )
 
@@ -196,5 +199,58 @@ func TestApplyHostile(t *testing.T) {
 				t.Fatalf("apply touched the host: victim %q, %v, mode %v", b, ents, fi.Mode())
 			}
 		})
+	}
+}
+
+// TestSweepUnused: at a node's start, a build in its cache that no
+// template row, live sandbox (of any node) or snapshot refers to is
+// removed; one with a row, or referred to by a paused sandbox or a
+// snapshot, is kept.
+func TestSweepUnused(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	must(t, st.CreateProject(ctx, "p1", time.Now()))
+	cache := t.TempDir()
+	s := &Shared{Builder: New(Config{CacheDir: cache, Store: st}), Log: slog.New(slog.DiscardHandler)}
+	const (
+		row    = "00000000000000a1"
+		paused = "00000000000000a2"
+		snap   = "00000000000000a3"
+		none   = "00000000000000a4"
+		ended  = "00000000000000a5"
+		warm   = "00000000000000a6"
+	)
+	for _, k := range []string{row, paused, snap, none, ended, warm} {
+		must(t, os.MkdirAll(filepath.Join(cache, "templates", LayerKey(k), "rootfs"), 0o700))
+	}
+	must(t, st.PutTemplate(ctx, store.Template{ProjectID: "p1", Name: "t", Key: row, Base: "default", Recipe: "{}", CreatedAt: time.Now()}))
+	addrs := func(int) (string, string) { return "10.0.0.1", "10.0.0.2" }
+	now := time.Now()
+	mk := func(id, key, role string) {
+		t.Helper()
+		// On another node: the rules are the cluster's, not this node's.
+		sb := store.Sandbox{ID: id, ProjectID: "p1", Template: Ref("t", key), State: "running", CreatedAt: now, Role: role}
+		must(t, st.OnNode("n2").CreateSandbox(ctx, &sb, 10, addrs))
+	}
+	mk("sb-paused", paused, "")
+	must(t, st.PauseSandbox(ctx, "sb-paused", "/data/images/sb-paused", nil, now, true))
+	mk("sb-ended", ended, "")
+	must(t, st.EndSandbox(ctx, "sb-ended", "killed", "", now))
+	mk("sb-warm", warm, "warm")
+	must(t, st.CreateSnapshot(ctx, store.Snapshot{ID: "sn-1", ProjectID: "p1", SandboxID: "sb-ended", Template: Ref("t", snap),
+		CreatedAt: now, ImageDir: "n2:/data/snapshots/sn-1"}))
+
+	if err := s.SweepUnused(ctx, st); err != nil {
+		t.Fatalf("SweepUnused: %v", err)
+	}
+	for k, kept := range map[string]bool{row: true, paused: true, snap: true, none: false, ended: false, warm: false} {
+		_, err := os.Stat(filepath.Join(cache, "templates", LayerKey(k)))
+		if got := err == nil; got != kept {
+			t.Errorf("build %s kept %v (%v); want %v", k, got, err, kept)
+		}
 	}
 }
