@@ -271,36 +271,8 @@ func (c *Control) collect(ctx context.Context, name, key string) {
 
 // keyInUse names something that refers to build key, or "".
 func (c *Control) keyInUse(ctx context.Context, key string) (string, error) {
-	tmpls, err := c.cfg.Store.ListTemplates(ctx, "")
-	if err != nil {
-		return "", err
-	}
-	for _, t := range tmpls {
-		if t.Key == key {
-			return "template " + t.ProjectID + "/" + t.Name, nil
-		}
-	}
-	live, err := c.cfg.Store.ListSandboxes(ctx, store.Filter{LiveOnly: true})
-	if err != nil {
-		return "", err
-	}
-	for _, sb := range live {
-		// The server's own (template snapshot, warm pool) were ended by
-		// Forget; one still ending holds nothing a removal could hurt.
-		if _, k, ok := recipe.SplitRef(sb.Template); ok && k == key && sb.Role == "" {
-			return "sandbox " + sb.ID, nil
-		}
-	}
-	sns, err := c.cfg.Store.ListSnapshots(ctx, "")
-	if err != nil {
-		return "", err
-	}
-	for _, sn := range sns {
-		if _, k, ok := recipe.SplitRef(sn.Template); ok && k == key {
-			return "snapshot " + sn.ID, nil
-		}
-	}
-	return "", nil
+	used, err := recipe.Uses(ctx, c.cfg.Store)
+	return used[key], err
 }
 
 // collectOrphan collects the build of ended sandbox id's custom template

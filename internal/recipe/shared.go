@@ -213,9 +213,8 @@ func (s *Shared) Remove(ctx context.Context, key string) error {
 }
 
 // SweepUnused removes, at the node's start, the builds in its cache that
-// nothing refers to — no template row, live sandbox or snapshot of any
-// node (the rules of the API's collection of a deleted template's build)
-// — which a template deleted while the node was down left here. st is the
+// nothing refers to (Uses, the rules the API removes a deleted
+// template's build by) — which a template deleted while the node was down left here. st is the
 // cluster's whole database, not the node's scoped handle. The image store
 // is left alone: the deletion removed the build there, or something
 // still refers to it.
@@ -224,38 +223,14 @@ func (s *Shared) SweepUnused(ctx context.Context, st *store.Store) error {
 	if len(dirs) == 0 {
 		return nil
 	}
-	used := map[string]bool{}
-	tmpls, err := st.ListTemplates(ctx, "")
+	used, err := Uses(ctx, st)
 	if err != nil {
 		return err
-	}
-	for _, t := range tmpls {
-		used[t.Key] = true
-	}
-	live, err := st.ListSandboxes(ctx, store.Filter{LiveOnly: true})
-	if err != nil {
-		return err
-	}
-	for _, sb := range live {
-		// The server's own (template snapshot, warm pool) hold nothing a
-		// removal could hurt: none outlives the node's restart.
-		if _, k, ok := SplitRef(sb.Template); ok && sb.Role == "" {
-			used[k] = true
-		}
-	}
-	sns, err := st.ListSnapshots(ctx, "")
-	if err != nil {
-		return err
-	}
-	for _, sn := range sns {
-		if _, k, ok := SplitRef(sn.Template); ok {
-			used[k] = true
-		}
 	}
 	var errs []error
 	for _, d := range dirs {
 		key := strings.TrimPrefix(filepath.Base(d), LayerKey(""))
-		if !ValidKey(key) || used[key] {
+		if _, ok := used[key]; !ValidKey(key) || ok {
 			continue
 		}
 		if err := template.RemoveLayer(s.Builder.cfg.CacheDir, LayerKey(key)); err != nil {
