@@ -80,14 +80,7 @@ func newDrainClusterDirs(t *testing.T, local map[string]bool, names ...string) (
 			t.Fatal(err)
 		}
 	}
-	r, err := NewRouter(Config{Store: shared, Secret: secret, Logger: nodetest.Discard(), Refresh: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl, err := control.New(control.Config{Node: r, Store: shared, Logger: nodetest.Discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, ctl := newRouter(t, shared)
 	return shared, r, ctl, dirs
 }
 

@@ -80,6 +80,14 @@ func newClusterWith(t *testing.T, mutate func(*node.Quota), names ...string) (*s
 		nodes[name] = tn
 		beat(t, shared, name, srv.Listener.Addr().String(), time.Now().Add(time.Minute))
 	}
+	r, ctl := newRouter(t, shared)
+	return shared, nodes, r, ctl
+}
+
+// newRouter is the API of a test cluster on shared: its Router, which
+// reads the nodes at every call, and the control plane over it.
+func newRouter(t *testing.T, shared *store.Store) (*Router, *control.Control) {
+	t.Helper()
 	r, err := NewRouter(Config{Store: shared, Secret: secret, Logger: nodetest.Discard(), Refresh: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +96,7 @@ func newClusterWith(t *testing.T, mutate func(*node.Quota), names ...string) (*s
 	if err != nil {
 		t.Fatal(err)
 	}
-	return shared, nodes, r, ctl
+	return r, ctl
 }
 
 func beat(t *testing.T, st *store.Store, name, addr string, lease time.Time) {
