@@ -1878,29 +1878,34 @@ def wait_snapshot(srv: Server, seconds: float = 1800) -> None:
         time.sleep(0.5)
 
 
-def density_sections(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
+def density_sections(res: Results, a: argparse.Namespace, bin_dir: Path, want=None, tag: str = "",
+                     label: str = "Lizard", name: str = "density") -> None:
     """Issue 25's figures, each on a server of its own with creates restoring the template snapshot: the
     burst without a warm pool, the sustained loop's CPU per cycle (with --only sustain; the whole bench
     measures it on its main server), the density steps, then the burst again with a warm pool of its
-    size. Last in the run: the density section fills the host's memory."""
-    want = (lambda s: s in a.only) if a.only else (lambda s: s != "sustain")
-    if (want("burst") and a.burst > 0) or want("sustain") or (want("density") and a.density_max >= 0):
-        srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0", *a.serve_flag], "density")
+    size. Last in the run: the density section fills the host's memory. want picks the sections (default:
+    --only's); tag ends each row's name, label each log line, name the servers' data directories."""
+    if want is None:
+        want = (lambda s: s in a.only) if a.only else (lambda s: s != "sustain")
+    bursts, sustain = want("burst") and a.burst > 0, want("sustain") and a.sustain > 0
+    dense = want("density") and a.density_max >= 0
+    if bursts or sustain or dense:
+        srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0", *a.serve_flag], name)
         wait_snapshot(srv)
         warm_up(srv)
-        if want("burst") and a.burst > 0:
-            log(f"Lizard: a burst of {a.burst} concurrent creates, no warm pool")
-            burst(res, srv, a.burst, " (no warm pool)")
-        if want("sustain") and a.sustain > 0:
-            log(f"Lizard: sustained create→run→kill for {a.sustain:.0f} s, {a.workers} workers")
-            sustained(res, srv, a.sustain, a.workers)
-        if want("density") and a.density_max >= 0:
+        if bursts:
+            log(f"{label}: a burst of {a.burst} concurrent creates, no warm pool")
+            burst(res, srv, a.burst, f" (no warm pool){tag}")
+        if sustain:
+            log(f"{label}: sustained create→run→kill for {a.sustain:.0f} s, {a.workers} workers")
+            sustained(res, srv, a.sustain, a.workers, tag)
+        if dense:
             density(res, srv, a.density_steps, a.density_max, a.density_margin_gib, a.density_batch)
         srv.stop()
-    if want("burst") and a.burst > 0:
+    if bursts:
         srv = pool_server(bin_dir, a.cache_dir, a.burst, a.serve_flag)
-        log(f"Lizard: a burst of {a.burst} concurrent creates, warm pool {a.burst}")
-        burst(res, srv, a.burst, f" (warm pool {a.burst})")
+        log(f"{label}: a burst of {a.burst} concurrent creates, warm pool {a.burst}")
+        burst(res, srv, a.burst, f" (warm pool {a.burst}){tag}")
         srv.stop()
 
 
@@ -1912,23 +1917,8 @@ def ab_sections(res: Results, a: argparse.Namespace, bin_dir: Path, base_dir: Pa
     for r in range(a.ab_rounds):
         sides = [(base_dir, "baseline"), (bin_dir, "this")]
         for d, side in sides if r % 2 == 0 else sides[::-1]:
-            tag = f" [{side}] #{r + 1}"
-            if (want("burst") and a.burst > 0) or (want("sustain") and a.sustain > 0):
-                srv = Server(d, a.cache_dir, ["--warm-pool", "0", *a.serve_flag], f"ab-{side}")
-                wait_snapshot(srv)
-                warm_up(srv)
-                if want("burst") and a.burst > 0:
-                    log(f"A/B round {r + 1}, {side}: a burst of {a.burst} concurrent creates, no warm pool")
-                    burst(res, srv, a.burst, f" (no warm pool){tag}")
-                if want("sustain") and a.sustain > 0:
-                    log(f"A/B round {r + 1}, {side}: sustained create→run→kill for {a.sustain:.0f} s")
-                    sustained(res, srv, a.sustain, a.workers, tag)
-                srv.stop()
-            if want("burst") and a.burst > 0:
-                srv = pool_server(d, a.cache_dir, a.burst, a.serve_flag)
-                log(f"A/B round {r + 1}, {side}: a burst of {a.burst} concurrent creates, warm pool {a.burst}")
-                burst(res, srv, a.burst, f" (warm pool {a.burst}){tag}")
-                srv.stop()
+            density_sections(res, a, d, lambda s: s != "density" and want(s), f" [{side}] #{r + 1}",
+                             f"A/B round {r + 1}, {side}", f"ab-{side}")
 
 
 # --- QEMU ------------------------------------------------------------------------------------------------
