@@ -178,10 +178,7 @@ func (r *Router) moveAll(ctx context.Context, from store.NodeInfo, sbs []store.S
 			defer mu.Unlock()
 			if err != nil {
 				r.log.Warn("drain: a sandbox did not move", "sandbox_id", sb.ID, "node", from.Name, "err", err)
-				failed[sb.ID] = errdefs.Message(err)
-				if failed[sb.ID] == "" {
-					failed[sb.ID] = "its move failed (the API log says why)"
-				}
+				_, failed[sb.ID] = errdefs.Public(err)
 				return
 			}
 			moved = append(moved, mv)
