@@ -18,6 +18,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/imagestore"
+	"github.com/lizard-build/lizard/internal/store"
 )
 
 // UploadInterval is how often RunUploader looks for images not yet durable
@@ -59,9 +60,15 @@ func (n *Local) RunUploader(ctx context.Context) {
 	defer t.Stop()
 	failing := false
 	for {
-		err := n.uploadPending(ctx)
-		if derr := n.dropMovedImages(ctx); derr != nil && ctx.Err() == nil {
-			n.log.Warn("removing the images of sandboxes that moved off this node", "err", derr)
+		// One list of this node's paused sandboxes for both: an image
+		// paused meanwhile is one dropMovedImages finds its row names
+		// this node for.
+		paused, err := n.cfg.Store.ListPaused(ctx, nil)
+		if err == nil {
+			err = n.uploadPending(ctx, paused)
+			if derr := n.dropMovedImages(ctx, paused); derr != nil && ctx.Err() == nil {
+				n.log.Warn("removing the images of sandboxes that moved off this node", "err", derr)
+			}
 		}
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
@@ -80,13 +87,10 @@ func (n *Local) RunUploader(ctx context.Context) {
 	}
 }
 
-// uploadPending uploads what is not durable yet; it returns the first
-// upload's failure (the store is away: the others would fail alike).
-func (n *Local) uploadPending(ctx context.Context) error {
-	paused, err := n.cfg.Store.ListPaused(ctx, nil)
-	if err != nil {
-		return err
-	}
+// uploadPending uploads the images of paused that are not durable yet;
+// it returns the first upload's failure (the store is away: the others
+// would fail alike).
+func (n *Local) uploadPending(ctx context.Context, paused []store.Pause) error {
 	for _, p := range paused {
 		if p.Durable || p.PausedAt == nil || !n.local(p.ImageDir) {
 			continue

@@ -141,11 +141,12 @@ func (n *Local) dropImage(log *slog.Logger, id string) {
 
 // dropMovedImages removes the images on this node's disk of sandboxes that
 // moved off it without it (an API process re-homed a durable paused
-// sandbox of this draining node on a call): the row names another node and
+// sandbox of this draining node on a call), paused being this node's
+// paused sandboxes (their images stay): the row names another node and
 // the image there is durable or the sandbox no longer paused. Under the
 // sandbox's lock, under which alone this node writes an image of it (a
 // pause), and only while its row names this node.
-func (n *Local) dropMovedImages(ctx context.Context) error {
+func (n *Local) dropMovedImages(ctx context.Context, paused []store.Pause) error {
 	me := n.cfg.Store.Node()
 	if n.cfg.DataDir == "" || me == "" {
 		return nil
@@ -156,10 +157,6 @@ func (n *Local) dropMovedImages(ctx context.Context) error {
 	}
 	if err != nil {
 		return fmt.Errorf("listing checkpoint images: %w", err)
-	}
-	paused, err := n.cfg.Store.ListPaused(ctx, nil)
-	if err != nil {
-		return err
 	}
 	mine := make(map[string]bool, len(paused))
 	for _, p := range paused {
