@@ -304,6 +304,17 @@ func TestAdversarialResources(t *testing.T) {
 		defer cancel()
 		c.Exec(ctx, id, api.ProcessRequest{Cmd: "f(){ f | f & }; f; sleep 5", TimeoutMs: ms(20000)}, nil)
 		n.check(t)
+		// The bomb's last processes may outlive its call for a moment,
+		// holding the process limit; then the sandbox recovers: its
+		// kernel starts a thread again (the next case needs one).
+		const thread = "import threading\nt = threading.Thread(target=lambda: None); t.start(); t.join(); print('ok')"
+		deadline := time.Now().Add(30 * time.Second)
+		for out := runPy(t, c, id, thread); out != "ok\n"; out = runPy(t, c, id, thread) {
+			if time.Now().After(deadline) {
+				t.Fatalf("30 s after the fork bomb the kernel still cannot start a thread: %q", out)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
 	})
 	t.Run("disk fill stops at the disk limit", func(t *testing.T) {
 		out := runPy(t, c, id, `n = 0
