@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -63,7 +62,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Version = version
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg.Logger = agent.NewLogger(os.Stderr)
 	a, err := agent.New(cfg)
 	if err != nil {
 		return err
