@@ -24,7 +24,7 @@ type eventFlags struct {
 func (f *eventFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.Retention, "event-retention", events.DefaultRetention, "how long lifecycle events (GET /v1/events) and webhook deliveries are kept")
 	fs.DurationVar(&f.RetryFor, "webhook-retry-for", webhook.DefaultRetryFor, "how long a webhook delivery is retried (exponential backoff from 1s, at most 10m apart) before it is given up as failed")
-	fs.BoolVar(&f.AllowPrivate, "webhook-allow-private", false, "let webhooks reach loopback, link-local and private addresses (receivers on the operator's own network); by default they are refused, at registration and at every delivery")
+	fs.BoolVar(&f.AllowPrivate, "webhook-allow-private", false, "let webhooks reach loopback, link-local, private and reserved addresses and this host's own (receivers on the operator's own network); by default they are refused, at registration and at every delivery")
 	fs.IntVar(&f.WebhookSends, "webhook-workers", 4, "webhook deliveries sent at once by this process")
 }
 

@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/netns"
 )
 
 // CheckURL refuses, with errdefs.ErrInvalid saying why, a webhook URL that
 // is not http(s), is longer than MaxURL, has no host, or (unless
 // allowPrivate) names or resolves to an address that is not public:
-// loopback, link-local, private, unspecified or multicast. Deliveries
+// loopback, link-local, private, unspecified, multicast, reserved or
+// special-purpose, or this host's own. Deliveries
 // check the address they connect to again (refusedDial), so a name that
 // later resolves elsewhere (DNS rebinding) is refused then.
 func CheckURL(ctx context.Context, raw string, allowPrivate bool, r *net.Resolver) error {
@@ -59,9 +61,18 @@ func CheckURL(ctx context.Context, raw string, allowPrivate bool, r *net.Resolve
 	return nil
 }
 
-// refused says what kind of non-public address a is ("" for a public one).
+// refused says what kind of non-public address a is ("" for a public
+// one): besides the kinds named, every range a sandbox may never reach
+// either (netns.Blocked, netns.SpecialPurpose), and this host's own
+// addresses, whatever their range — a receiver there is the host's own
+// services listening on all addresses.
 func refused(a netip.Addr) string {
 	a = a.Unmap()
+	if nat64.Contains(a) {
+		// A NAT64 gateway connects to the IPv4 address in the last 32 bits.
+		b := a.As16()
+		a = netip.AddrFrom4([4]byte(b[12:]))
+	}
 	switch {
 	case a.IsLoopback():
 		return "loopback"
@@ -73,6 +84,10 @@ func refused(a netip.Addr) string {
 		return "unspecified"
 	case a.IsMulticast(), a.IsInterfaceLocalMulticast():
 		return "multicast"
+	case inAny(netns.Blocked, a), inAny(netns.SpecialPurpose, a):
+		return "reserved or special-purpose"
+	case hostOwn(a):
+		return "this host's own"
 	}
 	return ""
 }
@@ -80,7 +95,35 @@ func refused(a netip.Addr) string {
 var (
 	cgnat       = netip.MustParsePrefix("100.64.0.0/10")
 	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
+	nat64       = netip.MustParsePrefix("64:ff9b::/96")
 )
+
+func inAny(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// hostOwn reports whether a is an address of one of this host's
+// interfaces, or whether they cannot be listed (refused, then, rather
+// than sent unchecked).
+func hostOwn(a netip.Addr) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true
+	}
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // refusedDial is a net.Dialer's Control: it refuses a connection to an
 // address that is not public, whatever name led to it.

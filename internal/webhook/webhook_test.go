@@ -3,9 +3,11 @@ package webhook
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +70,13 @@ func TestCheckURL(t *testing.T) {
 		{"http://[fd00::1]/", false, "private"},
 		{"http://0.0.0.0/", false, "unspecified"},
 		{"http://239.1.1.1/", false, "multicast"},
+		{"http://192.0.0.170/", false, "reserved"},
+		{"http://240.0.0.1/", false, "reserved"},
+		{"http://255.255.255.255/", false, "reserved"},
+		{"http://198.18.0.1/", false, "special-purpose"},
+		{"http://[64:ff9b::a9fe:a9fe]/", false, "link-local"},
+		{"http://[64:ff9b::7f00:1]/", false, "loopback"},
+		{"http://[64:ff9b::5db8:d70e]/", false, ""},
 		{"http://127.0.0.1:9000/", true, ""},
 		{"http://10.1.2.3/", true, ""},
 		{"ftp://127.0.0.1/", true, "http:// or https://"},
@@ -81,6 +90,53 @@ func TestCheckURL(t *testing.T) {
 		case tc.want != "" && !errors.Is(err, errdefs.ErrInvalid):
 			t.Errorf("CheckURL(%.60q) = %v; want errdefs.ErrInvalid (a 400)", tc.url, err)
 		}
+	}
+}
+
+// TestHostOwnRefused: a webhook never reaches this host's own services
+// through one of its addresses, public ones included (this machine's
+// eth0 is 192.0.2.2, a documentation address, which passed as public).
+func TestHostOwnRefused(t *testing.T) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own []netip.Addr
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.(*net.IPNet).IP); ok && !ip.Unmap().IsLoopback() && ip.Unmap().Is4() {
+			own = append(own, ip.Unmap())
+		}
+	}
+	if len(own) == 0 {
+		t.Fatal("this host has no IPv4 address but loopback")
+	}
+	if hostOwn(netip.MustParseAddr("93.184.215.14")) {
+		t.Error("hostOwn(93.184.215.14) = true; want false")
+	}
+	for _, a := range own {
+		if !hostOwn(a) {
+			t.Errorf("hostOwn(%s) = false; want true", a)
+		}
+		if refused(a) == "" {
+			t.Errorf("refused(%s) = \"\"; want this host's address refused", a)
+		}
+		if err := CheckURL(context.Background(), "http://"+a.String()+"/", false, net.DefaultResolver); err == nil {
+			t.Errorf("CheckURL(http://%s/) = nil; want refused", a)
+		}
+	}
+	hits := 0
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
+	srv.Listener = ln
+	srv.Start()
+	defer srv.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	u := fmt.Sprintf("http://%s/", netip.AddrPortFrom(own[0], uint16(port)))
+	if _, err := deliveryClient(false).Post(u, "application/json", strings.NewReader("{}")); err == nil || hits != 0 {
+		t.Errorf("delivery to %s = %v, %d requests; want refused, none sent", u, err, hits)
 	}
 }
 
