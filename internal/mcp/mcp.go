@@ -41,6 +41,13 @@ type API interface {
 // context window, and a model that wants a slice can run a command.
 const maxReadBytes = 1 << 20
 
+// maxRunBytes bounds the output and results run_code holds of one run.
+// The client keeps every event of a run until its end, and /mcp is served
+// in the API's process: code that prints or displays without end (the
+// agent bounds stdout and stderr, not results) would grow the server's
+// memory until it died. A model could not read more anyway.
+const maxRunBytes = 16 << 20
+
 // session is one MCP session's state: its API and the sandbox it pinned.
 type session struct {
 	api API
@@ -191,7 +198,22 @@ func (s *session) runCode(ctx context.Context, _ *sdk.CallToolRequest, in runCod
 		return nil, nil, err
 	}
 	req := api.ExecuteRequest{Code: in.Code, Language: in.Language, TimeoutMs: ms}
-	x, err := s.api.Execute(ctx, id, req, nil)
+	over := fmt.Errorf("its output and results passed %d MiB, more than a model can read, and the run was stopped: write them to a file and read a part of it", maxRunBytes>>20)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	held := 0
+	x, err := s.api.Execute(ctx, id, req, func(ev api.ExecuteEvent) {
+		held += len(ev.Text)
+		if ev.Result != nil {
+			held += len(ev.Result.Data)
+		}
+		if held > maxRunBytes {
+			cancel(over)
+		}
+	})
+	if errors.Is(context.Cause(ctx), over) {
+		err = over
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("running code in %s: %w", id, err)
 	}

@@ -25,6 +25,9 @@ type fake struct {
 	snap    func(id string) (*api.Snapshot, error)
 	fork    func(id string, req api.ForkRequest) ([]api.Sandbox, error)
 	execute func(id string, req api.ExecuteRequest) (*client.Execution, error)
+	// stream, when set, is Execute as the client runs it: each event
+	// handed to onEvent as it comes, until ctx ends.
+	stream  func(ctx context.Context, onEvent func(api.ExecuteEvent)) (*client.Execution, error)
 	exec    func(id string, req api.ProcessRequest) (*client.ProcessResult, error)
 	read    func(id, path string) (io.ReadCloser, error)
 	write   func(id, path, content string) (*api.EntryInfo, error)
@@ -48,7 +51,13 @@ func (f *fake) Snapshot(_ context.Context, id string) (*api.Snapshot, error) { r
 func (f *fake) Fork(_ context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
 	return f.fork(id, req)
 }
-func (f *fake) Execute(_ context.Context, id string, req api.ExecuteRequest, _ func(api.ExecuteEvent)) (*client.Execution, error) {
+func (f *fake) Execute(ctx context.Context, id string, req api.ExecuteRequest, onEvent func(api.ExecuteEvent)) (*client.Execution, error) {
+	if f.stream != nil {
+		if onEvent == nil {
+			onEvent = func(api.ExecuteEvent) {}
+		}
+		return f.stream(ctx, onEvent)
+	}
 	return f.execute(id, req)
 }
 func (f *fake) Exec(_ context.Context, id string, req api.ProcessRequest, _ func(api.ProcessEvent)) (*client.ProcessResult, error) {
@@ -283,5 +292,35 @@ func TestFileTools(t *testing.T) {
 		if err != nil || res.IsError || !strings.Contains(out, tc.want) {
 			t.Errorf("%s: %q %v, want %q", tc.tool, out, err, tc.want)
 		}
+	}
+}
+
+// Code that displays results without end is stopped once they pass
+// maxRunBytes: the API process that serves /mcp holds each run's events
+// until its end.
+func TestRunCodeBounded(t *testing.T) {
+	sent := 0
+	cs := connect(t, &fake{stream: func(ctx context.Context, onEvent func(api.ExecuteEvent)) (*client.Execution, error) {
+		x := &client.Execution{}
+		for ctx.Err() == nil {
+			if sent > 4*maxRunBytes {
+				return x, nil // unbounded: the test fails below
+			}
+			r := api.Result{Type: "display_data", Mime: "text/plain", Data: strings.Repeat("x", 1<<20)}
+			x.Results = append(x.Results, r)
+			sent += len(r.Data)
+			onEvent(api.ExecuteEvent{Type: api.EventResult, Result: &r})
+		}
+		return nil, ctx.Err()
+	}})
+	text, res, err := call(t, cs, "run_code", map[string]any{"code": "while True: display(...)", "sandbox_id": "sb_1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || !strings.Contains(text, "passed 16 MiB") {
+		t.Errorf("run_code of endless results = %.200q (error %v); want an error naming the 16 MiB bound", text, res.IsError)
+	}
+	if sent > maxRunBytes+1<<20 {
+		t.Errorf("the run went on to %d bytes; want it stopped past %d", sent, maxRunBytes)
 	}
 }
