@@ -106,7 +106,14 @@ func (p *Proxy) handle(c net.Conn) {
 		c.Close() // not a sandbox with a policy
 		return
 	}
-	untrack := p.Table.track(sb.ID, c)
+	untrack, ok, first := p.Table.track(sb.ID, c)
+	if !ok {
+		if first {
+			p.Logger.Warn("egress proxy: a sandbox has the most connections open at once; further ones are closed",
+				"sandbox_id", sb.ID, "max", MaxConns)
+		}
+		return
+	}
 	defer untrack()
 	d, err := p.decide(c, sb)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -353,4 +354,49 @@ func mustPort(u string) int {
 	var n int
 	fmt.Sscan(p, &n)
 	return n
+}
+
+// A sandbox holds at most MaxConns connections through the proxy: one
+// that opens connections and sends nothing cannot take the node's file
+// descriptors, which the API's listener and other sandboxes share.
+func TestProxyMaxConns(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	r := newRig(t, Policy{Default: Deny, Allow: []string{"allowed.test"}, Ports: []int{mustPort(up.URL)}},
+		map[string]string{"allowed.test": "127.0.0.1"}, nil)
+	r.to(t, up.URL)
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", r.proxy.Port()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// closed reports whether the proxy closed c within wait.
+	closed := func(c net.Conn, wait time.Duration) bool {
+		c.SetReadDeadline(time.Now().Add(wait))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		return !(errors.As(err, &ne) && ne.Timeout())
+	}
+	held := make([]net.Conn, MaxConns)
+	for i := range held {
+		held[i] = dial()
+	}
+	// The proxy has taken them all once the next one is refused.
+	deadline := time.Now().Add(5 * time.Second)
+	for !closed(dial(), time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("connection %d was not closed: want each past %d closed at once", MaxConns+1, MaxConns)
+		}
+	}
+	if closed(held[0], 100*time.Millisecond) {
+		t.Errorf("a connection within the bound was closed")
+	}
+	held[0].Close()
+	time.Sleep(200 * time.Millisecond)
+	if status, body := r.get(t, "allowed.test", ""); status != 200 || body != "ok" {
+		t.Errorf("a request once one was closed = %d %q; want 200 ok", status, body)
+	}
 }

@@ -10,6 +10,13 @@ import (
 // LogSize bounds each sandbox's decision log: the newest are kept.
 const LogSize = 1000
 
+// MaxConns bounds each sandbox's connections through the proxy at once.
+// Each holds one of the node's file descriptors (two once joined to its
+// upstream), which the API's listener and every other sandbox share: a
+// sandbox that opened connections and sent nothing took them all before,
+// and the node accepted nothing more.
+const MaxConns = 1024
+
 // Sandbox is what the resolver and the proxy know of a sandbox.
 type Sandbox struct {
 	ID      string
@@ -55,6 +62,8 @@ type box struct {
 	log   []Decision // ring of LogSize
 	next  int
 	conns map[net.Conn]struct{}
+	// full is set once the sandbox met MaxConns (told once in the log).
+	full bool
 }
 
 // Set records sandbox sb at guest address addr (a create, restore or
@@ -168,19 +177,25 @@ func (t *Table) Log(id string) []Decision {
 }
 
 // track records c as open for sandbox id (closed by a cut or Remove);
-// the function returned forgets it.
-func (t *Table) track(id string, c net.Conn) func() {
+// the function returned forgets it. When the sandbox has MaxConns open,
+// c is closed and ok is false; first is set the first time.
+func (t *Table) track(id string, c net.Conn) (untrack func(), ok, first bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.boxes[id]
 	if b == nil {
 		c.Close()
-		return func() {}
+		return func() {}, true, false
+	}
+	if len(b.conns) >= MaxConns {
+		c.Close()
+		first, b.full = !b.full, true
+		return nil, false, first
 	}
 	b.conns[c] = struct{}{}
 	return func() {
 		t.mu.Lock()
 		delete(b.conns, c)
 		t.mu.Unlock()
-	}
+	}, true, false
 }
