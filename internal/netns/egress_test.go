@@ -104,7 +104,7 @@ func TestOpened(t *testing.T) {
 func TestRulesetOrder(t *testing.T) {
 	l := Link{netip.MustParseAddr("169.254.251.229"), netip.MustParseAddr("169.254.251.230"), 30}
 	host := []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("45.1.2.0/24")}
-	rs := ruleset("ordertest", l, Egress{Internet: true, AllowTo: []netip.Prefix{netip.MustParsePrefix("203.0.113.1/32"), netip.MustParsePrefix("45.1.2.0/23")}}, host, false)
+	rs := nftScript("ordertest", l, Egress{Internet: true, AllowTo: []netip.Prefix{netip.MustParsePrefix("203.0.113.1/32"), netip.MustParsePrefix("45.1.2.0/23")}}, host, false)
 	order := []string{
 		"ip daddr { 0.0.0.0/8, 10.0.0.0/8, 45.1.2.0/24, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, 172.16.0.0/12, 192.0.0.0/24, 192.0.2.0/24, 192.168.0.0/16, 224.0.0.0/4, 240.0.0.0/4 } drop",
 		"ip daddr { 203.0.113.1/32 } accept",
@@ -120,7 +120,7 @@ func TestRulesetOrder(t *testing.T) {
 		}
 		at += i + len(want)
 	}
-	if rs := ruleset("ordertest", l, Egress{}, host, false); strings.Contains(rs, "45.1.2.0") || strings.Contains(rs, "masquerade") {
+	if rs := nftScript("ordertest", l, Egress{}, host, false); strings.Contains(rs, "45.1.2.0") || strings.Contains(rs, "masquerade") {
 		t.Errorf("without Internet the ruleset forwards or names host subnets:\n%s", rs)
 	}
 }
@@ -430,7 +430,7 @@ func TestRulesetNames(t *testing.T) {
 	p := netip.MustParsePrefix
 	e := Egress{Internet: true, AllowTo: []netip.Prefix{p("203.0.113.0/24")}, Names: &Names{DNSPort: 5353, ProxyPort: 8081, Ports: []int{80, 443},
 		Allow: []PortPrefix{{p("203.0.113.0/24"), 0}}, Deny: []PortPrefix{{p("203.0.113.9/32"), 22}}, DefaultDeny: true}}
-	rs := ruleset("namestest", l, e, nil, true)
+	rs := nftScript("namestest", l, e, nil, true)
 	order := []string{
 		"th dport 5353 accept",
 		"tcp dport 8081 accept",
@@ -456,7 +456,7 @@ func TestRulesetNames(t *testing.T) {
 	if err := nft(rs, "-c"); err != nil {
 		t.Fatalf("nft refuses the ruleset: %v\n%s", err, rs)
 	}
-	if rs := ruleset("namestest", l, Egress{Names: e.Names}, nil, true); strings.Contains(rs, "redirect") {
+	if rs := nftScript("namestest", l, Egress{Names: e.Names}, nil, true); strings.Contains(rs, "redirect") {
 		t.Errorf("without Internet a policy by name redirects:\n%s", rs)
 	}
 }

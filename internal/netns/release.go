@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -116,7 +116,6 @@ func reap() {
 				break
 			}
 			errs := make([]error, len(batch))
-			var script strings.Builder
 			for i, r := range batch {
 				recycled, err := recycle(r.id)
 				if err != nil {
@@ -130,14 +129,13 @@ func reap() {
 						}
 					}
 				}
-				t := TableName(r.id)
-				fmt.Fprintf(&script, "table inet %s {}\ndelete table inet %s\n", t, t)
 			}
-			if err := nft(script.String()); err != nil {
-				// One bad table fails the whole transaction: retry one by one.
-				for i, r := range batch {
-					errs[i] = errors.Join(errs[i], removeEgress(r.id))
-				}
+			ids := make([]string, len(batch))
+			for i, r := range batch {
+				ids[i] = r.id
+			}
+			for i, err := range deleteTables(ids) {
+				errs[i] = errors.Join(errs[i], err)
 			}
 			for i, r := range batch {
 				if errs[i] != nil {
@@ -157,6 +155,25 @@ func reap() {
 			reaper.mu.Unlock()
 		}
 	}
+}
+
+// deleteTables deletes the tables of sandboxes ids, missing ones being no
+// error, in one transaction; if it fails — one bad table fails them all —
+// one by one. It returns the outcome of each.
+func deleteTables(ids []string) []error {
+	errs := make([]error, len(ids))
+	err := flush(func(c *nftables.Conn) error {
+		for _, id := range ids {
+			queueDelete(c, id)
+		}
+		return nil
+	})
+	if err != nil {
+		for i, id := range ids {
+			errs[i] = removeEgress(id)
+		}
+	}
+	return errs
 }
 
 // queuedAgain reports whether id was released again after the batch being
