@@ -60,7 +60,7 @@ func (n *Local) readopt(sb store.Sandbox) error {
 
 // UpdateNetwork implements Node: sandbox id's policy becomes p for every
 // connection opened from now on (the proxy and resolver read it from the
-// table at each, and its address rules are replaced in one nft
+// table at each, and its address rules are replaced in one nftables
 // transaction); with cut, those open are ended too. A paused sandbox
 // takes it at its resume.
 func (n *Local) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error) {
