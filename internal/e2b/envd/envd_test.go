@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime/multipart"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/e2b/envd/proto/filesystem"
@@ -925,5 +927,42 @@ func TestUser(t *testing.T) {
 		if got := user(h); got != tc.want {
 			t.Errorf("user(%q) = %q, want %q", tc.header, got, tc.want)
 		}
+	}
+}
+
+// TestWatcherHolds: what a polled watcher keeps for a client that does
+// not poll is bounded in bytes, not only in events (code in the sandbox
+// names the files: 10,000 paths of 4 KiB were 40 MB of the server's
+// memory per watcher), and one project's sandboxes cannot take every
+// watcher of the server.
+func TestWatcherHolds(t *testing.T) {
+	var w watcher
+	name := strings.Repeat("d/", 2000)
+	for i := range maxWatcherEvents {
+		w.add(&filesystem.FilesystemEvent{Name: name + fmt.Sprint(i), Type: filesystem.EventType_EVENT_TYPE_CREATE})
+	}
+	held := 0
+	for _, ev := range w.events {
+		held += proto.Size(ev)
+	}
+	if held > maxWatcherBytes || w.bytes != held {
+		t.Errorf("a watcher holds %d bytes (counted %d) of %d events of 4 KiB; want at most %d", held, w.bytes, len(w.events), maxWatcherBytes)
+	}
+	if last := w.events[len(w.events)-1].GetName(); last != name+fmt.Sprint(maxWatcherEvents-1) {
+		t.Errorf("the newest event kept is %.20q...; want the last one added", last)
+	}
+
+	ws := newWatchers()
+	for i := range maxProjectWatchers {
+		if _, err := ws.add(&watcher{project: "p1", sandbox: fmt.Sprintf("sb%d", i/maxSandboxWatchers)}); err != nil {
+			t.Fatalf("watcher %d of project p1: %v", i, err)
+		}
+	}
+	_, err := ws.add(&watcher{project: "p1", sandbox: "sb-new"})
+	if !errors.Is(err, errdefs.ErrRateLimited) || !strings.Contains(err.Error(), "project p1") {
+		t.Errorf("watcher %d of project p1, in a sandbox of its own: %v; want rate_limited naming the project", maxProjectWatchers+1, err)
+	}
+	if _, err := ws.add(&watcher{project: "p2", sandbox: "sb-other"}); err != nil {
+		t.Errorf("another project's watcher: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/e2b/envd/proto/filesystem"
@@ -21,13 +22,17 @@ import (
 // holds a call to its sandbox open for its life, which a pause or the
 // sandbox's end ends; the next poll then reports why.
 
-// Bounds: a watcher keeps at most maxWatcherEvents unread events (the
-// oldest go first); a sandbox has at most maxSandboxWatchers, the server
+// Bounds: a watcher keeps at most maxWatcherEvents unread events and
+// maxWatcherBytes of them (the oldest go first: a path may be 4 KiB, and
+// code in the sandbox makes the events); a sandbox has at most
+// maxSandboxWatchers, a project maxProjectWatchers and the server
 // maxWatchers, so that one project cannot take them all; a watcher that
 // ended is forgotten endedWatcherTTL later if nobody asked for why.
 const (
 	maxWatcherEvents   = 10_000
+	maxWatcherBytes    = 1 << 20
 	maxSandboxWatchers = 64
+	maxProjectWatchers = 256
 	maxWatchers        = 4096
 )
 
@@ -46,16 +51,20 @@ type watcher struct {
 
 	mu     sync.Mutex
 	events []*filesystem.FilesystemEvent
+	bytes  int   // the events' size
 	err    error // why the watch ended; nil while it runs
 }
 
 func (w *watcher) add(ev *filesystem.FilesystemEvent) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.events) >= maxWatcherEvents {
+	n := proto.Size(ev)
+	for len(w.events) > 0 && (len(w.events) >= maxWatcherEvents || w.bytes+n > maxWatcherBytes) {
+		w.bytes -= proto.Size(w.events[0])
 		w.events = w.events[1:]
 	}
 	w.events = append(w.events, ev)
+	w.bytes += n
 }
 
 func (w *watcher) end(err error) {
@@ -75,7 +84,7 @@ func (w *watcher) take() ([]*filesystem.FilesystemEvent, error) {
 		return nil, w.err
 	}
 	ev := w.events
-	w.events = nil
+	w.events, w.bytes = nil, 0
 	return ev, nil
 }
 
@@ -130,14 +139,20 @@ func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 func (ws *watchers) add(w *watcher) (string, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	n := 0
+	n, inProject := 0, 0
 	for _, o := range ws.byID {
-		if o.sandbox == w.sandbox && o.project == w.project {
-			n++
+		if o.project == w.project {
+			inProject++
+			if o.sandbox == w.sandbox {
+				n++
+			}
 		}
 	}
 	if n >= maxSandboxWatchers {
 		return "", &errdefs.Error{Kind: errdefs.ErrRateLimited, Msg: fmt.Sprintf("sandbox %s has %d watchers, its most; stop some (RemoveWatcher) or watch with WatchDir", w.sandbox, maxSandboxWatchers)}
+	}
+	if inProject >= maxProjectWatchers {
+		return "", &errdefs.Error{Kind: errdefs.ErrRateLimited, Msg: fmt.Sprintf("project %s has %d watchers, its most; stop some (RemoveWatcher) or watch with WatchDir", w.project, maxProjectWatchers)}
 	}
 	if len(ws.byID) >= maxWatchers {
 		return "", &errdefs.Error{Kind: errdefs.ErrRateLimited, Msg: fmt.Sprintf("this server holds %d watchers, its most; stop some (RemoveWatcher) or watch with WatchDir", maxWatchers)}
