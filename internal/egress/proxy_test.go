@@ -400,3 +400,53 @@ func TestProxyMaxConns(t *testing.T) {
 		t.Errorf("a request once one was closed = %d %q; want 200 ok", status, body)
 	}
 }
+
+// TestResolverTCPConns: the resolver's TCP side keeps no connection of
+// an address that is not a sandbox (it would stay open as long as it
+// asked something every few seconds), and a sandbox's count among its
+// MaxConns.
+func TestResolverTCPConns(t *testing.T) {
+	r := newRig(t, Policy{Default: Deny, Allow: []string{"allowed.test"}}, map[string]string{"allowed.test": "203.0.113.10"}, nil)
+	server := fmt.Sprintf("127.0.0.1:%d", r.resolver.Port())
+	dial := func(from string) *dns.Conn {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp4", server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return &dns.Conn{Conn: c}
+	}
+	// answered reports whether c gets an answer to a query.
+	answered := func(c *dns.Conn) bool {
+		m := new(dns.Msg)
+		m.SetQuestion("allowed.test.", dns.TypeA)
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		if err := c.WriteMsg(m); err != nil {
+			return false
+		}
+		_, err := c.ReadMsg()
+		return err == nil
+	}
+	if answered(dial("127.0.0.2")) {
+		t.Error("a TCP query from an address that is no sandbox was answered; want its connection closed")
+	}
+	held := make([]*dns.Conn, MaxConns)
+	for i := range held {
+		held[i] = dial(sbAddr)
+	}
+	if !answered(held[0]) {
+		t.Fatal("the sandbox's first TCP connection got no answer")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for answered(dial(sbAddr)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("TCP connections past %d were answered; want them closed", MaxConns)
+		}
+	}
+	held[0].Close()
+	time.Sleep(200 * time.Millisecond)
+	if !answered(dial(sbAddr)) {
+		t.Error("a TCP query once one of the sandbox's connections closed got no answer")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -96,11 +97,54 @@ func (r *Resolver) Start(host string, port int) error {
 		}
 		r.port = p
 		r.udp = &dns.Server{PacketConn: pc, Handler: r}
-		r.tcp = &dns.Server{Listener: ln, Handler: r}
+		r.tcp = &dns.Server{Listener: sandboxListener{Listener: ln, table: r.Table}, Handler: r}
 		go r.udp.ActivateAndServe()
 		go r.tcp.ActivateAndServe()
 		return nil
 	}
+}
+
+// sandboxListener hands the TCP resolver only connections from sandboxes
+// with a policy, each counted among the sandbox's MaxConns with its
+// connections through the proxy; any other is closed at once. The DNS
+// server keeps a connection for up to 128 queries 8 s apart, REFUSED or
+// not, each holding one of the node's file descriptors: a sandbox, or
+// anyone who could reach the port, could hold them all.
+type sandboxListener struct {
+	net.Listener
+	table *Table
+}
+
+func (l sandboxListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+		sb, ok := l.table.ByAddr(src.Addr())
+		if !ok {
+			c.Close()
+			continue
+		}
+		untrack, ok, _ := l.table.track(sb.ID, c)
+		if !ok {
+			continue // over MaxConns: closed
+		}
+		return &trackedConn{Conn: c, untrack: untrack}, nil
+	}
+}
+
+// trackedConn forgets itself in the table when closed.
+type trackedConn struct {
+	net.Conn
+	once    sync.Once
+	untrack func()
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(c.untrack)
+	return c.Conn.Close()
 }
 
 // Port is the port Start serves on.
