@@ -18,9 +18,10 @@ import (
 // process start and reads the kernel's whole ruleset before each change —
 // under churn, with hundreds of sandbox tables coming and going, that read
 // restarts whenever another change lands meanwhile. The rules are the ones
-// an nft script would make, expression for expression (egress_test.go keeps
-// such a script and compares the listings), so `nft list table inet
-// lizard-ID` still shows them as the script read.
+// the nft script the server ran before made, expression for expression
+// (nftscript_test.go keeps that script; TestRulesMatchScript compares
+// nft's listings of both), so `nft list table inet lizard-ID` still shows
+// them as the script read.
 
 // icmpPortUnreachable is the code of ICMP's destination unreachable
 // message a plain `reject` sends (RFC 792).
@@ -265,6 +266,9 @@ func (r *rules) daddrIn(invert bool, ps []netip.Prefix) []expr.Any {
 // run of adjacent prefixes is one interval, from its first address to the
 // end element after its last, and an end element at 0.0.0.0 comes first
 // when no interval starts there — the elements nft sends for the same set.
+// (nft also marks an interval that runs to 255.255.255.255 in the element's
+// user data, which the kernel keeps for nft's listings only; nft lists the
+// set the same without it.)
 func intervals(ps []netip.Prefix) []nftables.SetElement {
 	key := func(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
 	var out []nftables.SetElement
