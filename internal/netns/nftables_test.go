@@ -1,8 +1,10 @@
 package netns
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -168,6 +170,34 @@ func TestDeleteTables(t *testing.T) {
 	for _, id := range []string{ids[0], ids[3]} {
 		if got := listTable(t, id); got != "" {
 			t.Errorf("table %s left after the batch delete", TableName(id))
+		}
+	}
+}
+
+// TestCheckEgressRefused: where nftables does not answer — here a process
+// without CAP_NET_ADMIN over the host's network namespace (in a user
+// namespace of its own) — CheckEgress fails and says what is needed.
+func TestCheckEgressRefused(t *testing.T) {
+	if os.Getenv("LIZARD_NETNS_CHECK_CHILD") == "1" {
+		if err := CheckEgress(); err != nil {
+			fmt.Println(err)
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
+	if err := CheckEgress(); err != nil && os.Geteuid() == 0 {
+		t.Fatalf("CheckEgress as root: %v", err)
+	}
+	cmd := exec.Command("unshare", "--user", os.Args[0], "-test.run=^TestCheckEgressRefused$")
+	cmd.Env = append(os.Environ(), "LIZARD_NETNS_CHECK_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("CheckEgress without CAP_NET_ADMIN: %v: %s; want it to fail", err, out)
+	}
+	for _, want := range []string{"nftables does not answer over netlink", "operation not permitted", "nf_tables", "root"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("CheckEgress without CAP_NET_ADMIN said %q, want it to name %q", out, want)
 		}
 	}
 }
