@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -37,6 +40,7 @@ func Handler(baseURL, version string, log *slog.Logger) http.Handler {
 		// host. A rebinding page cannot send the bearer key, without which
 		// nothing reaches this handler.
 		DisableLocalhostProtection: true,
+		SessionTimeout:             sessionIdle,
 	})
 	// The SDK refuses a session's requests whose TokenInfo.UserID differs
 	// from the one that created it; the key's hash stands for the user.
@@ -44,7 +48,62 @@ func Handler(baseURL, version string, log *slog.Logger) http.Handler {
 		sum := sha256.Sum256([]byte(token))
 		return &sdkauth.TokenInfo{UserID: hex.EncodeToString(sum[:])}, nil
 	}, &sdkauth.RequireBearerTokenOptions{AllowMissingExpiration: true})
-	return bind(h)
+	return bind(limitSessions(h))
+}
+
+// A key holds at most maxSessions sessions open, and one no request came
+// for in sessionIdle is closed: each holds about 90 KB and a goroutine of
+// the API process, and before, a key opening sessions at its request rate
+// grew the server by 9 MB a second, for good.
+const (
+	maxSessions = 64
+	sessionIdle = 30 * time.Minute
+)
+
+// limitSessions refuses a key's new session (a POST without
+// Mcp-Session-Id) while it has maxSessions open: those it opened, less
+// those it closed (DELETE) or left idle for sessionIdle, as the SDK
+// closes them.
+func limitSessions(next http.Handler) http.Handler {
+	var mu sync.Mutex
+	open := map[string]map[string]time.Time{} // key's hash -> session ID -> its last request
+	live := func(key string, now time.Time) map[string]time.Time {
+		ids := open[key]
+		for id, last := range ids {
+			if now.Sub(last) >= sessionIdle {
+				delete(ids, id)
+			}
+		}
+		return ids
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sum := sha256.Sum256([]byte(bearer(r)))
+		key, id, now := hex.EncodeToString(sum[:]), r.Header.Get("Mcp-Session-Id"), time.Now()
+		mu.Lock()
+		ids := live(key, now)
+		if id == "" && r.Method == http.MethodPost && len(ids) >= maxSessions {
+			mu.Unlock()
+			http.Error(w, fmt.Sprintf("this key has %d MCP sessions open, its most: end one (DELETE with its Mcp-Session-Id); one idle for %v ends by itself",
+				maxSessions, sessionIdle), http.StatusTooManyRequests)
+			return
+		}
+		if _, ok := ids[id]; ok {
+			ids[id] = now
+		}
+		mu.Unlock()
+		next.ServeHTTP(w, r)
+		mu.Lock()
+		defer mu.Unlock()
+		switch made := w.Header().Get("Mcp-Session-Id"); {
+		case id != "" && r.Method == http.MethodDelete:
+			delete(open[key], id)
+		case id == "" && made != "":
+			if open[key] == nil {
+				open[key] = map[string]time.Time{}
+			}
+			open[key][made] = now
+		}
+	})
 }
 
 func bearer(r *http.Request) string {
