@@ -25,11 +25,20 @@ type KeyLimits struct {
 	Burst int
 }
 
-// keyLimiter holds one token bucket per API key ID.
+// maxInFlight bounds the requests of one API key under way at once. Each
+// holds file descriptors of the server (the caller's connection, and the
+// agent's for a call into a sandbox), which every project shares, and a
+// stream (a process's output followed, a watch) may last hours: within
+// its rate, one key could open them until the server accepted nothing.
+const maxInFlight = 1024
+
+// keyLimiter holds one token bucket per API key ID, and its requests
+// under way.
 type keyLimiter struct {
-	lim KeyLimits
-	mu  sync.Mutex
-	m   map[string]*rate.Limiter
+	lim      KeyLimits
+	mu       sync.Mutex
+	m        map[string]*rate.Limiter
+	inFlight map[string]int
 }
 
 // keyID is the public ID of the request's key; Require has already
@@ -47,25 +56,39 @@ func keyID(r *http.Request) string {
 	return k.ID
 }
 
-// limit serves next only while the request's key is within its rate; over
-// it, 429 with Retry-After. It runs after authentication, so a stranger
-// cannot use up a real key's budget.
+// limit serves next only while the request's key is within its rate and
+// has fewer than maxInFlight requests under way; over either, 429 with
+// Retry-After. It runs after authentication, so a stranger cannot use up
+// a real key's budget.
 func (l *keyLimiter) limit(next http.Handler) http.Handler {
-	if l == nil || l.lim.Rate <= 0 {
+	if l == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := keyID(r)
 		l.mu.Lock()
-		b := l.m[id]
-		if b == nil {
-			b = rate.NewLimiter(rate.Limit(l.lim.Rate), max(l.lim.Burst, 1))
-			l.m[id] = b
+		if l.inFlight[id] >= maxInFlight {
+			l.mu.Unlock()
+			writeRateLimited(w, time.Second, fmt.Sprintf("API key %s has %d requests under way, its most: end some (streams it follows) first", id, maxInFlight))
+			return
 		}
-		res := b.Reserve()
-		d := res.Delay()
-		if d > 0 {
-			res.Cancel()
+		var d time.Duration
+		if l.lim.Rate > 0 {
+			b := l.m[id]
+			if b == nil {
+				b = rate.NewLimiter(rate.Limit(l.lim.Rate), max(l.lim.Burst, 1))
+				l.m[id] = b
+			}
+			res := b.Reserve()
+			if d = res.Delay(); d > 0 {
+				res.Cancel()
+			}
+		}
+		if d == 0 {
+			if l.inFlight == nil {
+				l.inFlight = map[string]int{}
+			}
+			l.inFlight[id]++
 		}
 		l.mu.Unlock()
 		if d > 0 {
@@ -73,6 +96,13 @@ func (l *keyLimiter) limit(next http.Handler) http.Handler {
 				id, l.lim.Rate, max(l.lim.Burst, 1), d.Round(time.Millisecond)))
 			return
 		}
+		defer func() {
+			l.mu.Lock()
+			if l.inFlight[id]--; l.inFlight[id] == 0 {
+				delete(l.inFlight, id)
+			}
+			l.mu.Unlock()
+		}()
 		next.ServeHTTP(w, r)
 	})
 }

@@ -1,0 +1,55 @@
+package server
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lizard-build/lizard/internal/auth"
+)
+
+// TestKeyInFlight: a key has at most maxInFlight requests under way (each
+// holds the server's file descriptors, a stream for hours), whatever its
+// rate allows; one that ends makes room, and another key is not counted
+// with it.
+func TestKeyInFlight(t *testing.T) {
+	l := &keyLimiter{lim: KeyLimits{}, m: nil} // no rate bound: only the requests under way
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	h := l.limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			started.Done()
+			<-release
+		}
+	}))
+	call := func(key, path string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		r = r.WithContext(auth.WithCaller(r.Context(), auth.Caller{ProjectID: "p-" + key, KeyID: key}))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	var done sync.WaitGroup
+	started.Add(maxInFlight)
+	for range maxInFlight {
+		done.Add(1)
+		go func() { defer done.Done(); call("key-a", "/hold") }()
+	}
+	started.Wait()
+	if w := call("key-a", "/"); w.Code != http.StatusTooManyRequests || !strings.Contains(w.Body.String(), "1024 requests under way") || w.Header().Get("Retry-After") == "" {
+		t.Errorf("request %d of a key under way: %d %q; want 429 naming the bound, with Retry-After", maxInFlight+1, w.Code, w.Body.String())
+	}
+	if w := call("key-b", "/"); w.Code != http.StatusOK {
+		t.Errorf("another key: %d %q; want 200", w.Code, w.Body.String())
+	}
+	close(release)
+	done.Wait()
+	if w := call("key-a", "/"); w.Code != http.StatusOK {
+		t.Errorf("once its requests ended: %d %q; want 200", w.Code, w.Body.String())
+	}
+	if len(l.inFlight) != 0 {
+		t.Errorf("requests under way once all ended: %v; want none kept", l.inFlight)
+	}
+}
