@@ -17,9 +17,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
@@ -82,6 +84,40 @@ type Handler struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
+
+	mu sync.Mutex
+	// inFlight counts each sandbox's calls under way through the sandbox
+	// URL, which no key's bounds cover (an access token opens them).
+	inFlight map[string]int
+}
+
+// maxSandboxInFlight bounds one sandbox's calls under way through the
+// sandbox URL, as a key's are bounded on the control API: each holds file
+// descriptors of the server, which every project shares, and a stream (a
+// command followed, a watch) may last hours.
+const maxSandboxInFlight = 1024
+
+// enter counts a call of sandbox id under way, or is false when it has
+// maxSandboxInFlight already; leave ends it.
+func (h *Handler) enter(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inFlight[id] >= maxSandboxInFlight {
+		return false
+	}
+	if h.inFlight == nil {
+		h.inFlight = map[string]int{}
+	}
+	h.inFlight[id]++
+	return true
+}
+
+func (h *Handler) leave(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inFlight[id]--; h.inFlight[id] == 0 {
+		delete(h.inFlight, id)
+	}
 }
 
 // New returns the E2B surface's handler; mount it at /e2b/.
@@ -172,6 +208,12 @@ func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	if !h.enter(t.SandboxID) {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("sandbox %s has %d calls under way, its most: end some (commands followed, watches) first", t.SandboxID, maxSandboxInFlight))
+		return
+	}
+	defer h.leave(t.SandboxID)
 	ctx := context.WithValue(r.Context(), targetKey{}, t)
 	ctx = auth.WithCaller(ctx, auth.Caller{ProjectID: t.ProjectID})
 	r2 := r.WithContext(ctx)

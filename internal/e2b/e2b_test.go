@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/lizard-build/lizard/internal/e2b"
@@ -116,5 +117,57 @@ func TestEndedSandboxIs502(t *testing.T) {
 		if r := e.do(t, "GET", "/e2b/sandbox/health", "", "E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", port, "X-Access-Token", tok); r.status != http.StatusBadGateway {
 			t.Errorf("port %s of a killed sandbox: %d %s; want 502", port, r.status, r.body)
 		}
+	}
+}
+
+// TestSandboxRouterInFlight: a sandbox has at most 1024 calls under way
+// through the sandbox URL, which an access token opens and no key's
+// bounds cover; another sandbox is not counted with it, and a call that
+// ends makes room.
+func TestSandboxRouterInFlight(t *testing.T) {
+	const most = 1024
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	envd := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			started.Done()
+			<-release
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	e := newEnv(t, nil, envd)
+	sb := e.createNative(t, e.key1)
+	other := e.createNative(t, e.key1)
+	call := func(id, path string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, e.url+"/e2b/sandbox"+path, nil)
+		req.Header.Set("E2b-Sandbox-Id", id)
+		req.Header.Set("E2b-Sandbox-Port", "49983")
+		req.Header.Set("X-Access-Token", e.c.EnvdToken(id))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var done sync.WaitGroup
+	started.Add(most)
+	for range most {
+		done.Add(1)
+		go func() { defer done.Done(); call(sb.SandboxID, "/hold") }()
+	}
+	started.Wait()
+	if status, body := call(sb.SandboxID, "/health"); status != http.StatusTooManyRequests || !strings.Contains(body, "1024 calls under way") {
+		t.Errorf("call %d of a sandbox under way: %d %s; want 429 naming the bound", most+1, status, body)
+	}
+	if status, body := call(other.SandboxID, "/health"); status != http.StatusNoContent {
+		t.Errorf("another sandbox's call: %d %s; want 204", status, body)
+	}
+	close(release)
+	done.Wait()
+	if status, body := call(sb.SandboxID, "/health"); status != http.StatusNoContent {
+		t.Errorf("once its calls ended: %d %s; want 204", status, body)
 	}
 }
