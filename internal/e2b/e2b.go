@@ -86,23 +86,23 @@ type Handler struct {
 	mux *http.ServeMux
 
 	mu sync.Mutex
-	// inFlight counts each sandbox's calls under way through the sandbox
+	// inFlight counts each project's calls under way through the sandbox
 	// URL, which no key's bounds cover (an access token opens them).
 	inFlight map[string]int
 }
 
-// maxSandboxInFlight bounds one sandbox's calls under way through the
-// sandbox URL, as a key's are bounded on the control API: each holds file
+// maxInFlight bounds one project's calls under way through the sandbox
+// URL, as they are bounded on the control API: each holds file
 // descriptors of the server, which every project shares, and a stream (a
 // command followed, a watch) may last hours.
-const maxSandboxInFlight = 1024
+const maxInFlight = 1024
 
-// enter counts a call of sandbox id under way, or is false when it has
-// maxSandboxInFlight already; leave ends it.
+// enter counts a call of project id under way, or is false when it has
+// maxInFlight already; leave ends it.
 func (h *Handler) enter(id string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.inFlight[id] >= maxSandboxInFlight {
+	if h.inFlight[id] >= maxInFlight {
 		return false
 	}
 	if h.inFlight == nil {
@@ -208,12 +208,12 @@ func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if !h.enter(t.SandboxID) {
+	if !h.enter(t.ProjectID) {
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("sandbox %s has %d calls under way, its most: end some (commands followed, watches) first", t.SandboxID, maxSandboxInFlight))
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("project %s has %d calls under way through the sandbox URL, its most: end some (commands followed, watches) first", t.ProjectID, maxInFlight))
 		return
 	}
-	defer h.leave(t.SandboxID)
+	defer h.leave(t.ProjectID)
 	ctx := context.WithValue(r.Context(), targetKey{}, t)
 	ctx = auth.WithCaller(ctx, auth.Caller{ProjectID: t.ProjectID})
 	r2 := r.WithContext(ctx)

@@ -120,10 +120,10 @@ func TestEndedSandboxIs502(t *testing.T) {
 	}
 }
 
-// TestSandboxRouterInFlight: a sandbox has at most 1024 calls under way
+// TestSandboxRouterInFlight: a project has at most 1024 calls under way
 // through the sandbox URL, which an access token opens and no key's
-// bounds cover; another sandbox is not counted with it, and a call that
-// ends makes room.
+// bounds cover, all its sandboxes together; another project's are not
+// counted with them, and a call that ends makes room.
 func TestSandboxRouterInFlight(t *testing.T) {
 	const most = 1024
 	release := make(chan struct{})
@@ -137,7 +137,8 @@ func TestSandboxRouterInFlight(t *testing.T) {
 	})
 	e := newEnv(t, nil, envd)
 	sb := e.createNative(t, e.key1)
-	other := e.createNative(t, e.key1)
+	same := e.createNative(t, e.key1)
+	other := e.createNative(t, e.key2)
 	call := func(id, path string) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, e.url+"/e2b/sandbox"+path, nil)
 		req.Header.Set("E2b-Sandbox-Id", id)
@@ -159,11 +160,11 @@ func TestSandboxRouterInFlight(t *testing.T) {
 		go func() { defer done.Done(); call(sb.SandboxID, "/hold") }()
 	}
 	started.Wait()
-	if status, body := call(sb.SandboxID, "/health"); status != http.StatusTooManyRequests || !strings.Contains(body, "1024 calls under way") {
-		t.Errorf("call %d of a sandbox under way: %d %s; want 429 naming the bound", most+1, status, body)
+	if status, body := call(same.SandboxID, "/health"); status != http.StatusTooManyRequests || !strings.Contains(body, "project p1 has 1024 calls under way") {
+		t.Errorf("call %d of a project under way, to another of its sandboxes: %d %s; want 429 naming the bound", most+1, status, body)
 	}
 	if status, body := call(other.SandboxID, "/health"); status != http.StatusNoContent {
-		t.Errorf("another sandbox's call: %d %s; want 204", status, body)
+		t.Errorf("another project's call: %d %s; want 204", status, body)
 	}
 	close(release)
 	done.Wait()

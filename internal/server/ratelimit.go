@@ -25,20 +25,21 @@ type KeyLimits struct {
 	Burst int
 }
 
-// maxInFlight bounds the requests of one API key under way at once. Each
-// holds file descriptors of the server (the caller's connection, and the
+// maxInFlight bounds the requests of one project under way at once, all
+// its keys together (each lizardToken is a key of its own). Each holds
+// file descriptors of the server (the caller's connection, and the
 // agent's for a call into a sandbox), which every project shares, and a
 // stream (a process's output followed, a watch) may last hours: within
 // its rate, one key could open them until the server accepted nothing.
 const maxInFlight = 1024
 
-// keyLimiter holds one token bucket per API key ID, and its requests
-// under way.
+// keyLimiter holds one token bucket per API key ID, and each project's
+// requests under way.
 type keyLimiter struct {
 	lim      KeyLimits
 	mu       sync.Mutex
 	m        map[string]*rate.Limiter
-	inFlight map[string]int
+	inFlight map[string]int // by project
 }
 
 // keyID is the public ID of the request's key; Require has already
@@ -57,19 +58,20 @@ func keyID(r *http.Request) string {
 }
 
 // limit serves next only while the request's key is within its rate and
-// has fewer than maxInFlight requests under way; over either, 429 with
-// Retry-After. It runs after authentication, so a stranger cannot use up
-// a real key's budget.
+// its project has fewer than maxInFlight requests under way; over either,
+// 429 with Retry-After. It runs after authentication, so a stranger
+// cannot use up a real key's budget.
 func (l *keyLimiter) limit(next http.Handler) http.Handler {
 	if l == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := keyID(r)
+		project, _ := auth.ProjectID(r.Context())
 		l.mu.Lock()
-		if l.inFlight[id] >= maxInFlight {
+		if l.inFlight[project] >= maxInFlight {
 			l.mu.Unlock()
-			writeRateLimited(w, time.Second, fmt.Sprintf("API key %s has %d requests under way, its most: end some (streams it follows) first", id, maxInFlight))
+			writeRateLimited(w, time.Second, fmt.Sprintf("project %s has %d requests under way, its most: end some (streams it follows) first", project, maxInFlight))
 			return
 		}
 		var d time.Duration
@@ -88,7 +90,7 @@ func (l *keyLimiter) limit(next http.Handler) http.Handler {
 			if l.inFlight == nil {
 				l.inFlight = map[string]int{}
 			}
-			l.inFlight[id]++
+			l.inFlight[project]++
 		}
 		l.mu.Unlock()
 		if d > 0 {
@@ -98,8 +100,8 @@ func (l *keyLimiter) limit(next http.Handler) http.Handler {
 		}
 		defer func() {
 			l.mu.Lock()
-			if l.inFlight[id]--; l.inFlight[id] == 0 {
-				delete(l.inFlight, id)
+			if l.inFlight[project]--; l.inFlight[project] == 0 {
+				delete(l.inFlight, project)
 			}
 			l.mu.Unlock()
 		}()

@@ -10,10 +10,10 @@ import (
 	"github.com/lizard-build/lizard/internal/auth"
 )
 
-// TestKeyInFlight: a key has at most maxInFlight requests under way (each
-// holds the server's file descriptors, a stream for hours), whatever its
-// rate allows; one that ends makes room, and another key is not counted
-// with it.
+// TestKeyInFlight: a project has at most maxInFlight requests under way,
+// all its keys together (each holds the server's file descriptors, a
+// stream for hours), whatever their rate allows; one that ends makes
+// room, and another project is not counted with it.
 func TestKeyInFlight(t *testing.T) {
 	l := &keyLimiter{lim: KeyLimits{}, m: nil} // no rate bound: only the requests under way
 	release := make(chan struct{})
@@ -24,9 +24,9 @@ func TestKeyInFlight(t *testing.T) {
 			<-release
 		}
 	}))
-	call := func(key, path string) *httptest.ResponseRecorder {
+	call := func(project, key, path string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodGet, path, nil)
-		r = r.WithContext(auth.WithCaller(r.Context(), auth.Caller{ProjectID: "p-" + key, KeyID: key}))
+		r = r.WithContext(auth.WithCaller(r.Context(), auth.Caller{ProjectID: project, KeyID: key}))
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		return w
@@ -35,18 +35,18 @@ func TestKeyInFlight(t *testing.T) {
 	started.Add(maxInFlight)
 	for range maxInFlight {
 		done.Add(1)
-		go func() { defer done.Done(); call("key-a", "/hold") }()
+		go func() { defer done.Done(); call("p1", "key-a", "/hold") }()
 	}
 	started.Wait()
-	if w := call("key-a", "/"); w.Code != http.StatusTooManyRequests || !strings.Contains(w.Body.String(), "1024 requests under way") || w.Header().Get("Retry-After") == "" {
-		t.Errorf("request %d of a key under way: %d %q; want 429 naming the bound, with Retry-After", maxInFlight+1, w.Code, w.Body.String())
+	if w := call("p1", "key-b", "/"); w.Code != http.StatusTooManyRequests || !strings.Contains(w.Body.String(), "project p1 has 1024 requests under way") || w.Header().Get("Retry-After") == "" {
+		t.Errorf("request %d of a project under way, with another of its keys: %d %q; want 429 naming the bound, with Retry-After", maxInFlight+1, w.Code, w.Body.String())
 	}
-	if w := call("key-b", "/"); w.Code != http.StatusOK {
-		t.Errorf("another key: %d %q; want 200", w.Code, w.Body.String())
+	if w := call("p2", "key-c", "/"); w.Code != http.StatusOK {
+		t.Errorf("another project: %d %q; want 200", w.Code, w.Body.String())
 	}
 	close(release)
 	done.Wait()
-	if w := call("key-a", "/"); w.Code != http.StatusOK {
+	if w := call("p1", "key-a", "/"); w.Code != http.StatusOK {
 		t.Errorf("once its requests ended: %d %q; want 200", w.Code, w.Body.String())
 	}
 	if len(l.inFlight) != 0 {
