@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -646,5 +647,80 @@ func TestPortsConfined(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("Host %s %s: %d %.100s; want %d", tc.host, tc.h[0], resp.StatusCode, body, tc.want)
 		}
+	}
+}
+
+// TestPortsInFlight: a sandbox has at most 1024 requests to its ports
+// under way through the API. No key's bounds cover them (a token or
+// public ports open them) and each holds the server's file descriptors
+// for as long as the program keeps it; before the bound, one program
+// that never answered, and a client opening requests to it, could hold
+// every descriptor of the server.
+func TestPortsInFlight(t *testing.T) {
+	const most = 1024
+	s := startServer(t)
+	c := s.createProject("proj_ports_inflight")
+	id := newSandbox(t, c, api.CreateSandboxRequest{}).SandboxID
+	// A program that answers /quick at once and holds every other request.
+	py(t, c, id, `
+import subprocess, sys, textwrap
+src = textwrap.dedent('''
+    import asyncio
+    async def serve(r, w):
+        line = await r.readline()
+        while (await r.readline()) not in (b"\\r\\n", b""):
+            pass
+        if b"/quick" not in line:
+            await asyncio.sleep(120)
+        w.write(b"HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\nok"); await w.drain(); w.close()
+    async def main():
+        srv = await asyncio.start_server(serve, "0.0.0.0", 8004, backlog=4096)
+        await srv.serve_forever()
+    asyncio.run(main())
+''')
+open('/home/user/hold.py', 'w').write(src)
+subprocess.Popen([sys.executable, '/home/user/hold.py'], start_new_session=True)`)
+	auth := "Bearer " + s.keys[c]
+	base := c.PortURL(id, 8004)
+	if body := waitPort(t, base+"quick", "Authorization", auth); body != "ok" {
+		t.Fatalf("GET /quick through the port = %q", body)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr := &http.Transport{MaxConnsPerHost: 0, DisableKeepAlives: true}
+	hc := &http.Client{Transport: tr}
+	var wg sync.WaitGroup
+	for range most {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"hold", nil)
+			req.Header.Set("Authorization", auth)
+			if resp, err := hc.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	// Once the held requests are all under way, one more is refused.
+	var code int
+	var body string
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if code, body, _ = get(t, base+"quick", "Authorization", auth); code == http.StatusTooManyRequests {
+			break
+		}
+	}
+	if code != http.StatusTooManyRequests || !strings.Contains(body, "1024 requests to its ports under way") {
+		t.Errorf("a request past %d under way: %d %.200s; want 429 naming the bound", most, code, body)
+	}
+	cancel()
+	wg.Wait()
+	tr.CloseIdleConnections()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if code, body, _ = get(t, base+"quick", "Authorization", auth); code == http.StatusOK || time.Now().After(deadline) {
+			break
+		}
+	}
+	if code != http.StatusOK || body != "ok" {
+		t.Errorf("once the held requests ended: %d %.200s; want 200 ok", code, body)
 	}
 }

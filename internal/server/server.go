@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -89,6 +90,11 @@ type Server struct {
 	secrets  *secrets.Store
 	events   *events.Log
 	webhooks *webhook.Service
+
+	portsMu sync.Mutex
+	// portsInFlight counts each sandbox's requests to its ports under way
+	// (ports.go), which no key's bounds cover.
+	portsInFlight map[string]int
 }
 
 // New returns the API handler.
