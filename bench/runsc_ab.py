@@ -6,17 +6,21 @@ returned, alternating the binaries pair by pair so that the machine's load falls
     bench/runsc_ab.py OLD_RUNSC NEW_RUNSC [RUNS]     (as root; RUNS pairs, default 30)
 
 For a change to how runsc is built (docs/architecture.md, "How runsc is built"): keep the old binary
-(cp bin/runsc bin/runsc.old before make runsc). Both restore one image, checkpointed by OLD: they must
-share gVisor's state format. The CPU is the cpuacct (cgroup v1) or cpu.stat (v2) usage of a cgroup of this
-run holding the runsc commands and, below it, each sandbox (Sentry, gofer, stubs). Prints each binary's
-median and mean, and the paired difference with its standard error."""
+(cp bin/runsc bin/runsc.old before make runsc). OLD_RUNSC and NEW_RUNSC may carry runsc flags after the
+path, for a change of flags: 'bin/runsc --app-huge-pages=false' bin/runsc. Each side restores an image it
+checkpointed itself (a flag may change what the image holds). The CPU is the cpuacct (cgroup v1) or
+cpu.stat (v2) usage of a cgroup of this run holding the runsc commands and, below it, each sandbox (Sentry,
+gofer, stubs). Prints each side's median and mean, the paired difference with its standard error, and the
+median PSS of each side's sandbox processes 2 s after its restore."""
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
@@ -57,34 +61,70 @@ class Cgroup:
             c.rmdir()
 
 
+class FlaggedRunsc(bench.RawRunsc):
+    """RawRunsc with global flags of its own: "PATH [FLAG...]"."""
+
+    def __init__(self, argv: str, rootfs: str) -> None:
+        runsc, *self.flags = shlex.split(argv)
+        super().__init__(runsc, rootfs)
+
+    def cmd(self, bundle: Path, *args: str) -> List[str]:
+        c = super().cmd(bundle, *args)
+        return c[:1] + self.flags + c[1:]
+
+
+def pss_mib(cgroup: Path) -> float:
+    """PSS of the processes in cgroup and below it, in MiB."""
+    kb = 0
+    for procs in cgroup.rglob("cgroup.procs"):
+        for pid in procs.read_text().split():
+            try:
+                for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                    if line.startswith("Pss:"):
+                        kb += int(line.split()[1])
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+    return kb / 1024
+
+
+def template_rootfs() -> Path:
+    return sorted(Path(os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"), "templates")
+                  .glob("interpreter-*/rootfs"), key=lambda p: p.stat().st_mtime)[-1]
+
+
+def checkpoint_image(r: bench.RawRunsc) -> Path:
+    """The python+pandas image: a sandbox of r's runsc that imported them, checkpointed into r's directory."""
+    b = r.bundle([bench.PY_IN_TEMPLATE, "-c", CODE])
+    cid = f"lizard-runsc-ab-{os.getpid()}-src"
+    r.live.append(cid)
+    r.run(r.cmd(b, "run", "--detach", "--bundle", str(b), cid), detach=True, timeout=120)
+    deadline = time.monotonic() + 120
+    while subprocess.run(r.cmd(b, "exec", cid, "/bin/sh", "-c", "test -e /tmp/ready"),
+                         capture_output=True, start_new_session=True, timeout=60).returncode:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the python sandbox never imported pandas")
+        time.sleep(0.5)
+    img = r.dir / "image"
+    img.mkdir()
+    r.run(r.cmd(b, "checkpoint", "--image-path", str(img), "--exclude-committed-zero-pages", cid), timeout=300)
+    r.delete(cid)
+    return img
+
+
 def main() -> int:
     if len(sys.argv) not in (3, 4):
         print(__doc__, file=sys.stderr)
         return 2
     old, new = sys.argv[1], sys.argv[2]
     runs = int(sys.argv[3]) if len(sys.argv) == 4 else 30
-    rootfs = sorted(Path(os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"), "templates")
-                    .glob("interpreter-*/rootfs"), key=lambda p: p.stat().st_mtime)[-1]
+    rootfs = template_rootfs()
     try:
         cg = Cgroup()
-        raws = {"old": bench.RawRunsc(old, str(rootfs)), "new": bench.RawRunsc(new, str(rootfs))}
-        r = raws["old"]
-        b = r.bundle([bench.PY_IN_TEMPLATE, "-c", CODE])
-        cid = f"lizard-runsc-ab-{os.getpid()}-src"
-        r.live.append(cid)
-        r.run(r.cmd(b, "run", "--detach", "--bundle", str(b), cid), detach=True, timeout=120)
-        deadline = time.monotonic() + 120
-        while subprocess.run(r.cmd(b, "exec", cid, "/bin/sh", "-c", "test -e /tmp/ready"),
-                             capture_output=True, start_new_session=True, timeout=60).returncode:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the python sandbox never imported pandas")
-            time.sleep(0.5)
-        img = r.dir / "image"
-        img.mkdir()
-        r.run(r.cmd(b, "checkpoint", "--image-path", str(img), "--exclude-committed-zero-pages", cid), timeout=300)
-        r.delete(cid)
+        raws = {"old": FlaggedRunsc(old, str(rootfs)), "new": FlaggedRunsc(new, str(rootfs))}
+        imgs = {name: checkpoint_image(r) for name, r in raws.items()}
 
         cpu = {"old": [], "new": []}
+        pss = {"old": [], "new": []}
         for i in range(runs):
             for name in ("old", "new") if i % 2 == 0 else ("new", "old"):
                 r = raws[name]
@@ -96,16 +136,17 @@ def main() -> int:
                 r.live.append(cid)
                 u0 = cg.usage()
                 for args in (("create", "--bundle", str(b), cid),
-                             ("restore", "--detach", "--background", "--image-path", str(img), "--bundle", str(b), cid)):
+                             ("restore", "--detach", "--background", "--image-path", str(imgs[name]), "--bundle", str(b), cid)):
                     with open(r.dir / "console.log", "a") as f:
                         subprocess.run(r.cmd(b, *args), stdout=f, stderr=f, stdin=subprocess.DEVNULL, check=True,
                                        start_new_session=True, preexec_fn=cg.join, timeout=300)
                 time.sleep(2)
                 cpu[name].append(cg.usage() - u0)
+                pss[name].append(pss_mib(cg.path / cid))
                 r.delete(cid)
         for name, path in (("old", old), ("new", new)):
             print(f"{name} ({path}): CPU-s per create + restore (+2 s): median {statistics.median(cpu[name]):.3f}, "
-                  f"mean {statistics.mean(cpu[name]):.3f} (n={runs})")
+                  f"mean {statistics.mean(cpu[name]):.3f} (n={runs}); PSS median {statistics.median(pss[name]):.1f} MiB")
         diff = [a - b for a, b in zip(cpu["old"], cpu["new"])]
         print(f"old − new, paired: mean {statistics.mean(diff):.4f} CPU-s, standard error "
               f"{statistics.stdev(diff) / len(diff) ** 0.5:.4f}; new lower in {sum(d > 0 for d in diff)} of {runs}; "
