@@ -12,6 +12,17 @@
 # process's PID; the patch makes it the self_pid variable, rendered at
 # start with the Sentry's own (precompile.go's second-process check fails
 # without it).
+#
+# pages-reader-parallel.patch: a restore reads the pages file with two
+# reads per CPU in flight instead of 128, each of which raised the Sentry's
+# GOMAXPROCS by one for the load (threads, scheduling and GC workers for
+# copies that a 2-CPU host cannot overlap anyway).
+#
+# pages-write.patch: a restore loads the pages into the Sentry's memory
+# file (a memfd) by pwrite(2)s from a read-only mapping of the pages file,
+# instead of preads into the memfd's mapping, which fault in, zero and map
+# every page before the copy overwrites it. internal/sandbox/gvisor's
+# TestRestorePagesWritten fails without either.
 set -euo pipefail
 shopt -s nullglob
 version=$1 out=$2 work=$3

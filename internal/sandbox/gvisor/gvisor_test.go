@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -715,5 +716,73 @@ func TestSeccompPrecompiled(t *testing.T) {
 				t.Errorf("%s (%s) did not install a precompiled seccomp filter; its log says: %.300s", proc, filepath.Base(f), log[max(i-100, 0):])
 			}
 		}
+	}
+}
+
+// TestRestorePagesWritten: a restore loads the checkpoint's pages into the
+// Sentry's memory file by pwrite(2)s from a mapping of the pages file
+// (build/runsc/pages-write.patch; runsc's own reads went into the memory
+// file's mapping, faulting in, zeroing and mapping every page before the copy
+// overwrote it), two reads per CPU at a time (pages-reader-parallel.patch;
+// runsc's 128 raised the Sentry's GOMAXPROCS by as many). The restored
+// sandbox answering is the check that the pages arrived.
+func TestRestorePagesWritten(t *testing.T) {
+	testenv.RequiresRoot(t)
+	logs := t.TempDir()
+	wrapper := filepath.Join(t.TempDir(), "runsc")
+	script := fmt.Sprintf("#!/bin/sh\nexec %s --debug --debug-log=%s/ \"$@\"\n", testenv.Runsc(t), logs)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("LIZARD_RUNSC", wrapper)
+	r := newTestRuntime(t)
+	ctx := context.Background()
+	rootfs := sandboxtest.BuildRootFS(t)
+
+	a := sandboxtest.Spec(rootfs)
+	t.Cleanup(func() { r.Kill(ctx, a.ID) })
+	if err := r.Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := sandboxtest.WaitReady(a.Network, sandboxtest.ReadyTimeout); err != nil {
+		t.Fatal(err)
+	}
+	image := filepath.Join(t.TempDir(), "image")
+	if err := r.Checkpoint(ctx, a.ID, image, true); err != nil {
+		t.Fatal(err)
+	}
+	created, _ := filepath.Glob(filepath.Join(logs, "*.boot.txt"))
+	b := sandboxtest.Spec(rootfs)
+	t.Cleanup(func() { r.Kill(ctx, b.ID) })
+	if err := r.Restore(ctx, b, image); err != nil {
+		t.Fatal(err)
+	}
+	if err := sandboxtest.WaitReady(b.Network, sandboxtest.ReadyTimeout); err != nil {
+		t.Fatal(err)
+	}
+
+	all, _ := filepath.Glob(filepath.Join(logs, "*.boot.txt"))
+	boot := slices.DeleteFunc(all, func(f string) bool { return slices.Contains(created, f) })
+	if len(boot) != 1 {
+		t.Fatalf("boot logs of the restore: %v, want one", boot)
+	}
+	var log string
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(log, "Async page loading completed"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the restore's pages did not finish loading in 30 s; its log ends: %.500s", log[max(len(log)-500, 0):])
+		}
+		data, err := os.ReadFile(boot[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		log = string(data)
+	}
+	if !strings.Contains(log, "lizard: pages file: loads of") {
+		i := strings.Index(log, "Async page loading started")
+		t.Errorf("the restore's Sentry did not load its pages by writes; its log says: %.300s", log[max(i, 0):])
+	}
+	want := fmt.Sprintf("lizard: pages file: %d reads at a time", min(128, max(2*runtime.NumCPU(), 4)))
+	if !strings.Contains(log, want) {
+		t.Errorf("the restore's Sentry log has no %q", want)
 	}
 }
