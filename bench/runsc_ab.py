@@ -10,8 +10,9 @@ For a change to how runsc is built (docs/architecture.md, "How runsc is built"):
 path, for a change of flags: 'bin/runsc --app-huge-pages=false' bin/runsc. Each side restores an image it
 checkpointed itself (a flag may change what the image holds). The CPU is the cpuacct (cgroup v1) or
 cpu.stat (v2) usage of a cgroup of this run holding the runsc commands and, below it, each sandbox (Sentry,
-gofer, stubs). Prints each side's median and mean, the paired difference with its standard error, and the
-median PSS of each side's sandbox processes 2 s after its restore."""
+gofer, stubs). Prints each side's median and mean, the paired difference with its standard error, and, 2 s
+after each restore, the median PSS of the sandbox's processes and the shmem + anonymous memory of its memory
+cgroup (the memory file's pages count there whether or not a process maps them)."""
 import json
 import os
 import shlex
@@ -87,6 +88,16 @@ def pss_mib(cgroup: Path) -> float:
     return kb / 1024
 
 
+def memcg_mib(name: str) -> float:
+    """The shmem and anonymous memory charged to cgroup v1 memory/NAME and below it, in MiB (0 without v1):
+    the memory file's pages, mapped or not, which PSS counts only where a process maps them."""
+    stat = Path("/sys/fs/cgroup/memory", name, "memory.stat")
+    if not stat.exists():
+        return 0.0
+    kv = dict(line.split() for line in stat.read_text().splitlines())
+    return (int(kv["total_shmem"]) + int(kv["total_rss"])) / 2**20
+
+
 def template_rootfs() -> Path:
     return sorted(Path(os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"), "templates")
                   .glob("interpreter-*/rootfs"), key=lambda p: p.stat().st_mtime)[-1]
@@ -125,6 +136,7 @@ def main() -> int:
 
         cpu = {"old": [], "new": []}
         pss = {"old": [], "new": []}
+        mem = {"old": [], "new": []}
         for i in range(runs):
             for name in ("old", "new") if i % 2 == 0 else ("new", "old"):
                 r = raws[name]
@@ -143,10 +155,12 @@ def main() -> int:
                 time.sleep(2)
                 cpu[name].append(cg.usage() - u0)
                 pss[name].append(pss_mib(cg.path / cid))
+                mem[name].append(memcg_mib(f"{cg.name}/{cid}"))
                 r.delete(cid)
         for name, path in (("old", old), ("new", new)):
             print(f"{name} ({path}): CPU-s per create + restore (+2 s): median {statistics.median(cpu[name]):.3f}, "
-                  f"mean {statistics.mean(cpu[name]):.3f} (n={runs}); PSS median {statistics.median(pss[name]):.1f} MiB")
+                  f"mean {statistics.mean(cpu[name]):.3f} (n={runs}); PSS median {statistics.median(pss[name]):.1f} MiB, "
+                  f"shmem + anonymous memory median {statistics.median(mem[name]):.1f} MiB")
         diff = [a - b for a, b in zip(cpu["old"], cpu["new"])]
         print(f"old − new, paired: mean {statistics.mean(diff):.4f} CPU-s, standard error "
               f"{statistics.stdev(diff) / len(diff) ** 0.5:.4f}; new lower in {sum(d > 0 for d in diff)} of {runs}; "
