@@ -30,6 +30,11 @@ import (
 // MaxValueBytes bounds a secret's value.
 const MaxValueBytes = 64 << 10
 
+// MaxPerProject bounds a project's secrets: with MaxValueBytes each, a
+// key setting new names at its 100 requests a second could grow the
+// store, on the server's disk, by 6 MB a second without end.
+const MaxPerProject = 100
+
 // nameRE is a secret's name: an identifier, as a policy's header
 // template names it ({{ secrets.NAME }}, egress.TemplateSecrets).
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
@@ -98,6 +103,18 @@ func (s *Store) Set(ctx context.Context, projectID, name, value string) (Info, e
 	}
 	if s.Key == nil {
 		return Info{}, errNoKey
+	}
+	if _, err := s.Store.GetSecret(ctx, projectID, name); errors.Is(err, store.ErrNotFound) {
+		have, err := s.Store.ListSecrets(ctx, projectID)
+		if err != nil {
+			return Info{}, err
+		}
+		if len(have) >= MaxPerProject {
+			return Info{}, &errdefs.Error{Kind: errdefs.ErrConflict,
+				Msg: fmt.Sprintf("project %s has %d secrets, the most allowed; delete one first (or set one it has again)", projectID, MaxPerProject)}
+		}
+	} else if err != nil {
+		return Info{}, err
 	}
 	now := s.now()
 	sealed, err := s.Key.seal([]byte(value), aad(projectID, name))

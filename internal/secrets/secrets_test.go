@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,5 +160,28 @@ func TestKeyFile(t *testing.T) {
 		if _, err := ParseKey(bad); err == nil {
 			t.Errorf("ParseKey(%q) accepted a bad key", bad)
 		}
+	}
+}
+
+// TestMaxPerProject: a project has at most MaxPerProject secrets (each up
+// to 64 KiB of the store, on the server's disk); one it has may be set
+// again, and another project is not counted with it.
+func TestMaxPerProject(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	for i := range MaxPerProject {
+		if _, err := s.Set(ctx, "p", fmt.Sprintf("S%d", i), "v"); err != nil {
+			t.Fatalf("secret %d: %v", i+1, err)
+		}
+	}
+	_, err := s.Set(ctx, "p", "ONE_MORE", "v")
+	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "100 secrets") {
+		t.Errorf("secret %d of a project: %v; want a conflict naming the bound", MaxPerProject+1, err)
+	}
+	if _, err := s.Set(ctx, "p", "S0", "again"); err != nil {
+		t.Errorf("setting a secret the project has again: %v", err)
+	}
+	if _, err := s.Set(ctx, "q", "ONE_MORE", "v"); err != nil {
+		t.Errorf("another project's secret: %v", err)
 	}
 }
