@@ -20,6 +20,16 @@ const (
 	SampleEvery = 5 * time.Second
 	// keepSamples is 5 minutes of them.
 	keepSamples = 60
+	// diskQuietCPU and diskMaxAge spare an idle sandbox the disk probe,
+	// which is a request to its agent: under gVisor a few milliseconds of
+	// the Sentry's and the agent's CPU, every sample, and most of what an
+	// idle sandbox burnt (docs/performance.md, "An idle sandbox's CPU and
+	// tasks"). Its filesystem changes only when something in it runs, so
+	// a sandbox that used less CPU than diskQuietCPU since its last probe
+	// (the probe's own cost included) keeps that figure, for at most
+	// diskMaxAge.
+	diskQuietCPU = 50 * time.Millisecond
+	diskMaxAge   = time.Minute
 )
 
 // meters holds each running sandbox's samples.
@@ -34,6 +44,10 @@ type ring struct {
 	samples []api.SandboxMetric // oldest first, at most keepSamples
 	lastCPU time.Duration
 	lastAt  time.Time
+	// The last disk probe's answer, and the CPU and time it was asked at.
+	disk    api.DiskUsage
+	diskCPU time.Duration
+	diskAt  time.Time
 }
 
 // Metrics implements Node: sandbox id's samples, oldest first. One that is
@@ -91,9 +105,13 @@ func (n *Local) sample(ctx context.Context, m sandbox.Meter) {
 			continue // stopped meanwhile, or not this node's
 		}
 		at := n.now()
-		disk, err := n.disk(ctx, sb.ID)
-		if err != nil {
-			n.log.Debug("sampling a sandbox's disk", "sandbox_id", sb.ID, "err", err)
+		disk, fresh := n.lastDisk(sb.ID, u.CPU, at)
+		if !fresh {
+			if disk, err = n.disk(ctx, sb.ID); err != nil {
+				n.log.Debug("sampling a sandbox's disk", "sandbox_id", sb.ID, "err", err)
+			} else {
+				n.keepDisk(sb.ID, disk, u.CPU, at)
+			}
 		}
 		n.addSample(sb, u, disk, at)
 	}
@@ -103,6 +121,29 @@ func (n *Local) sample(ctx context.Context, m sandbox.Meter) {
 		if !running[id] {
 			delete(n.meters.rings, id)
 		}
+	}
+}
+
+// lastDisk returns sandbox id's last disk figure while it still holds: the
+// sandbox has used less than diskQuietCPU since it was asked (cpu is its
+// CPU time now) and it is younger than diskMaxAge.
+func (n *Local) lastDisk(id string, cpu time.Duration, at time.Time) (api.DiskUsage, bool) {
+	n.meters.mu.Lock()
+	defer n.meters.mu.Unlock()
+	r := n.meters.rings[id]
+	if r == nil || r.diskAt.IsZero() || cpu < r.diskCPU || cpu-r.diskCPU >= diskQuietCPU || at.Sub(r.diskAt) >= diskMaxAge {
+		return api.DiskUsage{}, false
+	}
+	return r.disk, true
+}
+
+// keepDisk records a disk probe's answer for lastDisk. The ring is made by
+// addSample, so the first sample's probe is asked again at the second.
+func (n *Local) keepDisk(id string, disk api.DiskUsage, cpu time.Duration, at time.Time) {
+	n.meters.mu.Lock()
+	defer n.meters.mu.Unlock()
+	if r := n.meters.rings[id]; r != nil {
+		r.disk, r.diskCPU, r.diskAt = disk, cpu, at
 	}
 }
 

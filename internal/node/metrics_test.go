@@ -42,3 +42,42 @@ func TestAddSample(t *testing.T) {
 		t.Errorf("after %d more samples: %d kept, last at %v; want %d, oldest first", keepSamples+10, len(s), s[len(s)-1].Timestamp, keepSamples)
 	}
 }
+
+// TestLastDisk: an idle sandbox keeps its last disk figure, one that ran
+// something, or whose figure is a minute old, is asked again.
+func TestLastDisk(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	disk := api.DiskUsage{UsedBytes: 10, TotalBytes: 100}
+	for _, tc := range []struct {
+		name  string
+		kept  bool // a probe was recorded at t0 with 1 s of CPU
+		cpu   time.Duration
+		after time.Duration
+		want  bool
+	}{
+		{"never probed", false, time.Second, SampleEvery, false},
+		{"idle", true, time.Second + 4*time.Millisecond, SampleEvery, true},
+		{"idle just under a minute", true, time.Second + 40*time.Millisecond, diskMaxAge - time.Millisecond, true},
+		{"a minute old", true, time.Second, diskMaxAge, false},
+		{"ran something", true, time.Second + diskQuietCPU, SampleEvery, false},
+		{"CPU counter restarted", true, time.Millisecond, SampleEvery, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &Local{}
+			n.addSample(store.Sandbox{ID: "a"}, sandbox.Usage{CPU: time.Second}, disk, t0)
+			if tc.kept {
+				n.keepDisk("a", disk, time.Second, t0)
+			}
+			got, ok := n.lastDisk("a", tc.cpu, t0.Add(tc.after))
+			if ok != tc.want || (ok && got != disk) {
+				t.Errorf("lastDisk = %+v, %v; want %v", got, ok, tc.want)
+			}
+		})
+	}
+	// No ring yet (the sandbox's first sample): nothing is kept.
+	n := &Local{}
+	n.keepDisk("a", disk, time.Second, t0)
+	if _, ok := n.lastDisk("a", time.Second, t0); ok {
+		t.Error("a disk figure kept before the sandbox's first sample")
+	}
+}
