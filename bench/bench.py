@@ -262,11 +262,11 @@ class Results:
         if not self.density:
             return ""
         rows = ["| idle sandboxes held | started in | creates/s | PSS each (Sentry + gofer) | MemAvailable drop each | MemAvailable left "
-                "| idle CPU each | runCode(\"1+1\") p50 / max over all held | answered within 1 s | load average | stopped because |",
-                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+                "| idle CPU each | host tasks each | runCode(\"1+1\") p50 / max over all held | answered within 1 s | load average | stopped because |",
+                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
         for d in self.density:
-            rows.append(f"| {d['held']} | {d['startS']:.1f} s | {d['createsPerS']:.2f} | {d['pssMiB']:.1f} ({d['pssRunscMiB']:.1f}) MiB "
-                        f"| {d['dropMiB']:.1f} MiB | {d['availGiB']:.1f} GiB | {d['idleCpuMsPerS']:.2f} ms/s "
+            rows.append(f"| {d['held']}{d.get('tag', '')} | {d['startS']:.1f} s | {d['createsPerS']:.2f} | {d['pssMiB']:.1f} ({d['pssRunscMiB']:.1f}) MiB "
+                        f"| {d['dropMiB']:.1f} MiB | {d['availGiB']:.1f} GiB | {d['idleCpuMsPerS']:.2f} ms/s | {d.get('tasksEach', 0):.1f} "
                         f"| {d['probeP50Ms']:.1f} / {d['probeMaxMs']:.0f} ms "
                         f"| {d['answered']}/{d['held']} | {d['load']} | {d.get('stop', '')} |")
         return "\n".join(rows)
@@ -1219,6 +1219,17 @@ def sandbox_cpu_s(sandbox_id: str) -> float:
     return 0.0
 
 
+def sandbox_tasks(sandbox_id: str) -> int:
+    """Host tasks (threads) of one gVisor sandbox: its pids cgroup's pids.current (the Sentry's threads, the
+    gofer's, the systrap stubs). Each counts against the host's kernel.pid_max. 0 once the cgroup is gone."""
+    for path in (f"/sys/fs/cgroup/pids/lizard/{sandbox_id}/pids.current", f"/sys/fs/cgroup/lizard/{sandbox_id}/pids.current"):
+        try:
+            return int(Path(path).read_text())
+        except (OSError, ValueError):
+            pass
+    return 0
+
+
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -1258,13 +1269,15 @@ def kill_ids(srv: Server, ids: List[str]) -> None:
         http.close()
 
 
-def density(res: Results, srv: Server, steps: List[int], cap: int, margin_gib: float, batch: int) -> None:
+def density(res: Results, srv: Server, steps: List[int], cap: int, margin_gib: float, batch: int,
+            idle_s: float = 30, tag: str = "") -> None:
     """Idle interpreter sandboxes held in steps (steps, capped at cap) until host memory runs low
     (MemAvailable under margin_gib, checked before each batch of creates and projected over the batch), a
     create fails, or a held sandbox does not answer runCode("1+1") within 1 s. Per step: the sandboxes
     held, the time to start the step's new ones (batch at a time, each until its first result), PSS of
-    their runsc processes and the drop of MemAvailable, each per sandbox, and one runCode("1+1") to every
-    held sandbox in turn. Everything it started is killed at the end, whatever happened."""
+    their runsc processes and the drop of MemAvailable, each per sandbox, their CPU over idle_s seconds
+    of idling and their host tasks (threads) per sandbox, and one runCode("1+1") to every held sandbox
+    in turn. Everything it started is killed at the end, whatever happened."""
     from lizard import CodeSandbox
 
     margin = int(margin_gib * 2**30)
@@ -1318,8 +1331,9 @@ def density(res: Results, srv: Server, steps: List[int], cap: int, margin_gib: f
                 break
             time.sleep(5)  # into idle
             c0, t1 = sum(sandbox_cpu_s(i) for i in held), time.perf_counter()
-            time.sleep(5)  # idle: what the held sandboxes burn doing nothing
+            time.sleep(idle_s)  # idle: what the held sandboxes burn doing nothing
             idle = (sum(sandbox_cpu_s(i) for i in held) - c0) / (time.perf_counter() - t1)
+            tasks = sum(sandbox_tasks(i) for i in held)
             pids = srv.runsc_pids()
             _, pss = proc_mem(pids)
             every, procs = sandbox_pss(list(held))
@@ -1338,7 +1352,7 @@ def density(res: Results, srv: Server, steps: List[int], cap: int, margin_gib: f
                    "pssMiB": every / len(held) / 2**20, "pssRunscMiB": pss / len(held) / 2**20, "dropMiB": (avail0 - avail) / len(held) / 2**20,
                    "availGiB": avail / 2**30, "probeP50Ms": pct(lat, 50), "probeMaxMs": max(lat),
                    "answered": len(held) - slow, "load": loadavg(), "processes": procs,
-                   "idleCpuMsPerS": idle * 1000 / len(held)}
+                   "idleCpuMsPerS": idle * 1000 / len(held), "tasksEach": tasks / len(held), "tag": tag}
             if slow:
                 stop = stop or f"{slow} did not answer runCode within 1 s"
             else:
@@ -1352,13 +1366,17 @@ def density(res: Results, srv: Server, steps: List[int], cap: int, margin_gib: f
         if not stop:
             stop = f"the last step ({targets[-1]}; --density-max caps it)" if cap > 0 else "the last step"
         last = res.density[-1] if res.density else None
-        res.add(Figure("density: most idle sandboxes held, every one answering runCode(\"1+1\") within 1 s",
+        res.add(Figure(f"density: most idle sandboxes held, every one answering runCode(\"1+1\") within 1 s{tag}",
                        value=best, unit="sandboxes", note=f"stopped at {stop}"[:200]))
         if last:
-            res.add(Figure(f"density: memory per idle sandbox at {last['held']}, PSS of all its processes",
+            res.add(Figure(f"density: memory per idle sandbox at {last['held']}, PSS of all its processes{tag}",
                            value=last["pssMiB"], unit="MiB", note=f"Sentry and gofer alone: {last['pssRunscMiB']:.1f} MiB"))
-            res.add(Figure(f"density: memory per idle sandbox at {last['held']}, host MemAvailable drop",
+            res.add(Figure(f"density: memory per idle sandbox at {last['held']}, host MemAvailable drop{tag}",
                            value=last["dropMiB"], unit="MiB"))
+            res.add(Figure(f"density: idle CPU per sandbox at {last['held']}{tag}", value=last["idleCpuMsPerS"],
+                           unit="ms/s", note=f"over {idle_s:g} s"))
+            res.add(Figure(f"density: host tasks per idle sandbox at {last['held']}{tag}", value=last["tasksEach"],
+                           unit="tasks", note="its pids cgroup's pids.current: Sentry, gofer and systrap stub threads"))
     finally:
         t1 = time.perf_counter()
         n = len(held)
@@ -1505,10 +1523,12 @@ def main() -> int:
     ap.add_argument("--density-margin-gib", type=float, default=2.0,
                     help="the density section stops before MemAvailable falls under this (default 2 GiB)")
     ap.add_argument("--density-batch", type=int, default=10, help="concurrent creates of the density section (default 10)")
+    ap.add_argument("--density-idle", type=float, default=30,
+                    help="seconds over which each density step measures the held sandboxes' idle CPU (default 30)")
     ap.add_argument("--burst", type=int, default=50,
                     help="concurrent creates of the burst rows, without and with a warm pool that size (default 50, 0 skips)")
     ap.add_argument("--baseline-bin-dir", default="",
-                    help="with --only burst and/or sustain: measure them for the binaries of this directory and "
+                    help="with --only burst, sustain and/or density: measure them for the binaries of this directory and "
                          "--bin-dir's in turn, interleaved, --ab-rounds times; with --only qemu: the QEMU create "
                          "and idle-memory rows of these binaries first, each of --bin-dir's rows beside theirs (issue 25)")
     ap.add_argument("--ab-rounds", type=int, default=3, help="rounds of --baseline-bin-dir (default 3)")
@@ -1520,8 +1540,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.only - {"density", "burst", "sustain", "e2b", "egress", "secrets", "qemu"}:
         ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain', 'e2b', 'egress', 'secrets', 'qemu'})}")
-    if a.baseline_bin_dir and not (a.only and a.only <= {"burst", "sustain", "qemu"}):
-        ap.error("--baseline-bin-dir: give --only with burst, sustain or qemu")
+    if a.baseline_bin_dir and not (a.only and a.only <= {"burst", "sustain", "density", "qemu"}):
+        ap.error("--baseline-bin-dir: give --only with burst, sustain, density or qemu")
     globals()["ADDRESS_POOL"] = a.address_pool
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
@@ -1610,7 +1630,7 @@ def main() -> int:
             log("Lizard: HTTPS with a secret set by the node, beside direct")
             secrets_section(res, a, bin_dir)
         if a.baseline_bin_dir:
-            if a.only & {"burst", "sustain"}:
+            if a.only & {"burst", "sustain", "density"}:
                 ab_sections(res, a, bin_dir, Path(a.baseline_bin_dir))
         else:
             density_sections(res, a, bin_dir)
@@ -1900,7 +1920,7 @@ def density_sections(res: Results, a: argparse.Namespace, bin_dir: Path, want=No
             log(f"{label}: sustained create→run→kill for {a.sustain:.0f} s, {a.workers} workers")
             sustained(res, srv, a.sustain, a.workers, tag)
         if dense:
-            density(res, srv, a.density_steps, a.density_max, a.density_margin_gib, a.density_batch)
+            density(res, srv, a.density_steps, a.density_max, a.density_margin_gib, a.density_batch, a.density_idle, tag)
         srv.stop()
     if bursts:
         srv = pool_server(bin_dir, a.cache_dir, a.burst, a.serve_flag)
@@ -1910,14 +1930,14 @@ def density_sections(res: Results, a: argparse.Namespace, bin_dir: Path, want=No
 
 
 def ab_sections(res: Results, a: argparse.Namespace, bin_dir: Path, base_dir: Path) -> None:
-    """--baseline-bin-dir: the burst (without and with a warm pool) and sustained sections, each on a server
+    """--baseline-bin-dir: the burst (without and with a warm pool), sustained and density sections, each on a server
     of its own, for the baseline's binaries and these in turn, --ab-rounds times, the order swapped every
     round so that the load of the moment falls on both alike. Rows end in [baseline] or [this] and #round."""
     want = (lambda s: s in a.only) if a.only else (lambda s: s in ("burst", "sustain"))
     for r in range(a.ab_rounds):
         sides = [(base_dir, "baseline"), (bin_dir, "this")]
         for d, side in sides if r % 2 == 0 else sides[::-1]:
-            density_sections(res, a, d, lambda s: s != "density" and want(s), f" [{side}] #{r + 1}",
+            density_sections(res, a, d, want, f" [{side}] #{r + 1}",
                              f"A/B round {r + 1}, {side}", f"ab-{side}")
 
 
