@@ -12,12 +12,26 @@ import (
 	"github.com/lizard-build/lizard/internal/store"
 )
 
+// MaxSnapshotsPerProject bounds a project's snapshots. Each is an image
+// of its sandbox's memory and files on the server's disk, which no other
+// bound counts: without it one key's snapshots could take the disk down
+// to the server's --min-free-disk-mb, where every project's pauses and
+// snapshots fail.
+const MaxSnapshotsPerProject = 100
+
 // Snapshot saves projectID's running sandbox id (resuming it if paused)
 // without stopping it.
 func (c *Control) Snapshot(ctx context.Context, projectID, id string) (api.Snapshot, error) {
 	sb, err := c.lookup(ctx, projectID, id)
 	if err != nil {
 		return api.Snapshot{}, err
+	}
+	have, err := c.cfg.Store.ListSnapshots(ctx, projectID)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	if len(have) >= MaxSnapshotsPerProject {
+		return api.Snapshot{}, overBound(fmt.Sprintf("project %s already has %d snapshots, its maximum; delete one it no longer needs to make room", projectID, MaxSnapshotsPerProject))
 	}
 	if len(sb.Shape.Volumes) > 0 {
 		return api.Snapshot{}, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s mounts volumes, and a snapshot cannot hold their data "+

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
@@ -206,5 +207,38 @@ func TestForkCount(t *testing.T) {
 				t.Errorf("the fork's image was left on disk: %d entries", len(left))
 			}
 		})
+	}
+}
+
+// TestSnapshotsBound: a project keeps at most MaxSnapshotsPerProject
+// snapshots (images on the server's disk no other bound counts); deleting
+// one makes room, and another project is not counted with it.
+func TestSnapshotsBound(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	sb := e.create(t, "p1", api.CreateSandboxRequest{})
+	var first string
+	for i := range control.MaxSnapshotsPerProject {
+		sn, err := e.c.Snapshot(ctx, "p1", sb.SandboxID)
+		if err != nil {
+			t.Fatalf("snapshot %d: %v", i+1, err)
+		}
+		if i == 0 {
+			first = sn.SnapshotID
+		}
+	}
+	_, err := e.c.Snapshot(ctx, "p1", sb.SandboxID)
+	if !errors.Is(err, errdefs.ErrRateLimited) || !strings.Contains(errdefs.Message(err), "100 snapshots, its maximum") {
+		t.Errorf("snapshot %d of a project: %v; want rate_limited naming the bound", control.MaxSnapshotsPerProject+1, err)
+	}
+	other := e.create(t, "p2", api.CreateSandboxRequest{})
+	if _, err := e.c.Snapshot(ctx, "p2", other.SandboxID); err != nil {
+		t.Errorf("another project's snapshot: %v", err)
+	}
+	if err := e.c.DeleteSnapshot(ctx, "p1", first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Snapshot(ctx, "p1", sb.SandboxID); err != nil {
+		t.Errorf("a snapshot once one was deleted: %v", err)
 	}
 }
