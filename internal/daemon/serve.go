@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -78,6 +79,8 @@ type serveConfig struct {
 	// MinFreeDiskMb is the free space kept on the data directory's disk
 	// (node.Config.MinFreeDisk).
 	MinFreeDiskMb int64
+	// MaxRestores bounds the restores run at once (node.Config.MaxRestores).
+	MaxRestores int
 	// TemplateSnapshot makes creates restore a checkpoint of each
 	// template's booted sandbox instead of booting; WarmPool keeps that
 	// many restored sandboxes per template ready.
@@ -153,6 +156,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	c.images.register(fs)
 	fs.DurationVar(&c.PausedRetention, "paused-retention", node.DefaultPausedRetention, "how long a paused sandbox is kept before it is ended")
 	fs.Int64Var(&c.MinFreeDiskMb, "min-free-disk-mb", 512, "free space kept on the data directory's disk, MiB: below it creates, forks, snapshots, pauses and volumes are refused (507) so that state changes can still be recorded; 0: no bound")
+	fs.IntVar(&c.MaxRestores, "max-restores", max(2, 2*runtime.NumCPU()), "restores run at once (creates from the template snapshot or a snapshot, forks' copies, resumes), each until its agent answers; more wait their turn in order, so that the first creates of a burst answer first (default: twice the CPUs, at least 2; 0: no bound)")
 	fs.BoolVar(&c.TemplateSnapshot, "template-snapshot", true, "create sandboxes by restoring a checkpoint of each template's booted sandbox (kernel started, numpy/pandas/matplotlib imported) instead of booting; false boots every sandbox")
 	fs.StringVar(&c.Preload, "preload", strings.Join(warm.DefaultPreload, ","), "Python modules the template snapshot's kernel imports before it is checkpointed, comma-separated: restored sandboxes start with them imported, and each holds their memory (\"\": none, about 58 MiB less per idle sandbox, and the first call importing them pays it: docs/performance.md)")
 	fs.IntVar(&c.WarmPool, "warm-pool", 0, "restored sandboxes per template kept ready for creates with the default limits (needs --template-snapshot; each costs an idle sandbox's memory)")
@@ -194,6 +198,9 @@ func (c *serveConfig) validate() error {
 	}
 	if d := c.PortsDomain; d != "" && (strings.ContainsAny(d, "/:* ") || strings.HasPrefix(d, ".") || strings.HasSuffix(d, ".")) {
 		return cli.Usagef("--ports-domain %q: want a domain such as sandboxes.example.com, without scheme, port or '*'", d)
+	}
+	if c.MaxRestores < 0 {
+		return cli.Usagef("--max-restores %d: want 0 (no bound) or more", c.MaxRestores)
 	}
 	if c.WarmPool < 0 || c.WarmPool > 64 {
 		return cli.Usagef("--warm-pool %d: want 0 to 64", c.WarmPool)
@@ -519,7 +526,7 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: artifact, Files: files,
 		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: tokenAPI,
 		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,
-		StartTimeout: c.startTimeout(), MinFreeDisk: c.MinFreeDiskMb << 20,
+		StartTimeout: c.startTimeout(), MinFreeDisk: c.MinFreeDiskMb << 20, MaxRestores: c.MaxRestores,
 		Images: images, ImageCache: imageCache,
 	}
 	quota := &node.Quota{Store: shared, MaxLive: c.policy.MaxSandboxes, MaxDisk: c.policy.MaxProjectDiskMb << 20, DefaultDisk: limits.DiskBytes}

@@ -69,6 +69,7 @@ type Metrics struct {
 	creates        *prometheus.CounterVec   // path, outcome
 	createDuration *prometheus.HistogramVec // path (successful creates)
 	ops            *prometheus.HistogramVec // op, outcome
+	restoreQueue   *prometheus.HistogramVec // outcome
 	kernelDeaths   prometheus.Counter
 	templateBuilds *prometheus.CounterVec   // template, kind, outcome
 	templateBuild  *prometheus.HistogramVec // template, kind
@@ -79,6 +80,7 @@ type Metrics struct {
 
 	states      *funcCollector
 	warmPool    *funcCollector
+	restores    *funcCollector
 	addressPool *funcCollector
 	diskFree    *funcCollector
 }
@@ -123,6 +125,10 @@ func New() *Metrics {
 		Name: "lizard_sandbox_op_duration_seconds", Buckets: sandboxBuckets,
 		Help: "Duration of pause, resume, fork, kill and snapshot by outcome (ok, error).",
 	}, []string{"op", "outcome"})
+	m.restoreQueue = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "lizard_restore_queue_seconds", Buckets: sandboxBuckets,
+		Help: "Time a restore (a create from an image, a fork's copy, a resume) waited for its turn (--max-restores), by outcome: ok (it started), error (its client went away first).",
+	}, []string{"outcome"})
 	m.kernelDeaths = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lizard_kernel_deaths_total",
 		Help: "Python kernels that died (out of memory, killed) and were restarted, as the agent reported them in runCode streams.",
@@ -151,14 +157,16 @@ func New() *Metrics {
 		"Sandboxes by state (starting, running, paused); ended sandboxes are not counted.", []string{"state"}, nil))
 	m.warmPool = newFuncCollector(prometheus.NewDesc("lizard_warm_pool_ready",
 		"Restored sandboxes ready in the warm pool, by template.", []string{"template"}, nil))
+	m.restores = newFuncCollector(prometheus.NewDesc("lizard_restores",
+		"Restores of users' sandboxes by state: waiting for their turn (--max-restores), running (until the agent answers).", []string{"state"}, nil))
 	m.addressPool = newFuncCollector(prometheus.NewDesc("lizard_address_pool_slots",
 		"Sandbox address slots (a /30 each) in the address pool: used and total.", []string{"kind"}, nil))
 	m.diskFree = newFuncCollector(prometheus.NewDesc("lizard_disk_free_bytes",
 		"Space available to new files on the disk of the data directory (dir=\"data\") and of the template cache (dir=\"cache\").", []string{"dir"}, nil))
 
 	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.executions, m.executionDuration,
-		m.processes, m.processDuration, m.creates, m.createDuration, m.ops, m.kernelDeaths,
-		m.templateBuilds, m.templateBuild, m.egressDecisions, m.egressBytes, m.spansDropped, m.states, m.warmPool, m.addressPool, m.diskFree,
+		m.processes, m.processDuration, m.creates, m.createDuration, m.ops, m.restoreQueue, m.kernelDeaths,
+		m.templateBuilds, m.templateBuild, m.egressDecisions, m.egressBytes, m.spansDropped, m.states, m.warmPool, m.restores, m.addressPool, m.diskFree,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "lizard_node_memory_available_bytes",
 			Help: "MemAvailable of the node (/proc/meminfo): what new sandboxes can still get.",
@@ -308,6 +316,23 @@ func (m *Metrics) WarmPool(f func() map[string]int) {
 		return
 	}
 	m.warmPool.set(f)
+}
+
+// RestoreQueued records how long one restore waited for its turn, and
+// whether it got one (err nil) or its caller gave up.
+func (m *Metrics) RestoreQueued(took time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.restoreQueue.WithLabelValues(outcome(err)).Observe(took.Seconds())
+}
+
+// Restores makes every scrape call f for the restores waiting and running.
+func (m *Metrics) Restores(f func() map[string]int) {
+	if m == nil {
+		return
+	}
+	m.restores.set(f)
 }
 
 // AddressPool makes every scrape call f for the used and total address

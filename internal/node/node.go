@@ -183,6 +183,10 @@ type Config struct {
 	// address is host, the environment telling it where the API is and
 	// the port its egress must let through to host (0: none).
 	TokenAPI func(host string) (env []string, port int)
+	// MaxRestores is how many restores of users' sandboxes (creates from
+	// an image, forks' copies, resumes) run at once, each until its agent
+	// answers; more wait their turn in order (restores.go). 0: no bound.
+	MaxRestores int
 	// StartTimeout bounds the wait for a new sandbox's agent (default 30 s).
 	StartTimeout time.Duration
 	// ReapInterval is how often expired sandboxes are looked for (default
@@ -285,6 +289,8 @@ type Local struct {
 	ports  inflight      // proxied connections to exposed ports (ports.go)
 	meters meters        // each running sandbox's metrics samples (metrics.go)
 	kick   chan struct{} // wakes RunUploader (durable.go)
+	// restores admits restores of users' sandboxes (restores.go).
+	restores *restoreGate
 
 	mu   sync.Mutex
 	subs []func(Event)
@@ -331,7 +337,7 @@ func New(cfg Config) (*Local, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	n := &Local{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1)}
+	n := &Local{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), restores: newRestoreGate(cfg.MaxRestores, cfg.Metrics)}
 	n.agents = agentclient.New(n.resolveAgent, n.agentSecret, cfg.Transport)
 	return n, nil
 }

@@ -125,6 +125,19 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	} else if a, err = n.artifact(ctx, p.Template); err != nil {
 		return store.Sandbox{}, err
 	}
+	// A restore waits its turn before anything is recorded (restores.go),
+	// and keeps it until its agent answers: the restore's CPU goes on
+	// after runsc returns, while the guest's pages load.
+	restored := func() {}
+	if queues(p, src) {
+		if restored, err = n.restores.enter(ctx); err != nil {
+			if src.resume != nil {
+				return src.resume.row, err
+			}
+			return store.Sandbox{}, err
+		}
+		defer restored()
+	}
 	sb, err := n.record(ctx, p, src)
 	if err != nil {
 		return sb, err
@@ -263,6 +276,7 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 			return fail("giving it its identity failed", err)
 		}
 	}
+	restored()
 	// An image of another sandbox (a fork's parent, a snapshot's), or its
 	// own from before an update while paused, may trust a CA it must not.
 	fromImage := src.resume != nil || p.forked || p.SnapshotID != ""
