@@ -216,6 +216,28 @@ func TestRestoreQueueResume(t *testing.T) {
 	}
 }
 
+// TestRestoreQueueFork: a fork of more copies than --max-restores, of a
+// paused parent (whose resume queues too), takes its turns and makes them
+// all.
+func TestRestoreQueueFork(t *testing.T) {
+	e := nodetest.New(t, func(c *node.Config) { c.MaxRestores = 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	parent := e.Create(t, nodetest.Plan(0))
+	if _, err := e.Node.Pause(ctx, parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.Node.Fork(ctx, parent.ID, nodetest.Plan(0), 3)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("Fork of 3 under a limit of 1 = %d copies, %v; want 3", len(got), err)
+	}
+	for _, sb := range got {
+		if !e.Runtime.IsRunning(sb.ID) {
+			t.Errorf("copy %s does not run", sb.ID)
+		}
+	}
+}
+
 // gauge is the value of metric name's series whose one label is value.
 func gauge(t *testing.T, m *metrics.Metrics, name, value string) float64 {
 	t.Helper()
