@@ -186,7 +186,9 @@ func (s *Service) send(ctx context.Context, w store.Webhook, ev store.Event) (in
 	resp, err := s.client.Do(req)
 	if err != nil {
 		var ue interface{ Unwrap() error }
-		if errors.As(err, &ue) {
+		if errors.Is(err, errNotPublic) {
+			err = errNotPublic // without the dialled address
+		} else if errors.As(err, &ue) {
 			err = ue.Unwrap() // the cause, without the URL repeated
 		}
 		return 0, err.Error()

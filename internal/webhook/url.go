@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -41,25 +42,28 @@ func CheckURL(ctx context.Context, raw string, allowPrivate bool, r *net.Resolve
 		return nil
 	}
 	host := u.Hostname()
-	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
-		addrs = []netip.Addr{a}
-	} else {
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		ips, err := r.LookupNetIP(ctx, "ip", host)
-		if err != nil || len(ips) == 0 {
-			return errdefs.Invalidf("url %q: its host %s does not resolve", raw, host)
-		}
-		addrs = ips
-	}
-	for _, a := range addrs {
 		if why := refused(a); why != "" {
-			return errdefs.Invalidf("url %q: %s resolves to %s, a %s address; webhooks reach public addresses only (the operator may allow others with --webhook-allow-private)", raw, host, a, why)
+			return errdefs.Invalidf("url %q: %s is a %s address; %s", raw, a, why, publicOnly)
 		}
+		return nil
+	}
+	// A name's answer is not told: what an internal name resolves to, or
+	// whether it resolves at all, is the operator's network, not the key's.
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ips, err := r.LookupNetIP(ctx, "ip", host)
+	ok := err == nil && len(ips) > 0
+	for _, a := range ips {
+		ok = ok && refused(a) == ""
+	}
+	if !ok {
+		return errdefs.Invalidf("url %q: the webhook URL's host must resolve to a public address; %s", raw, publicOnly)
 	}
 	return nil
 }
+
+const publicOnly = "webhooks reach public addresses only (the operator may allow others with --webhook-allow-private)"
 
 // refused says what kind of non-public address a is ("" for a public
 // one): besides the kinds named, every range a sandbox may never reach
@@ -125,6 +129,11 @@ func hostOwn(a netip.Addr) bool {
 	return false
 }
 
+// errNotPublic is a delivery's refusal. The attempt's error, which the key
+// reads, is it alone, naming no address: the host may be a name the key
+// made resolve (a CNAME) to an internal one.
+var errNotPublic = errors.New("refused: the webhook's host resolved to an address that is not public")
+
 // refusedDial is a net.Dialer's Control: it refuses a connection to an
 // address that is not public, whatever name led to it.
 func refusedDial(_, address string, _ syscall.RawConn) error {
@@ -132,8 +141,8 @@ func refusedDial(_, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return fmt.Errorf("webhook address %s: %w", address, err)
 	}
-	if why := refused(ap.Addr()); why != "" {
-		return fmt.Errorf("refused: the webhook's host resolved to %s, a %s address", ap.Addr(), why)
+	if refused(ap.Addr()) != "" {
+		return errNotPublic
 	}
 	return nil
 }

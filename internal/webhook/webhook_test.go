@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
 )
 
 func TestSign(t *testing.T) {
@@ -58,7 +59,7 @@ func TestCheckURL(t *testing.T) {
 		{"https://user:pw@93.184.215.14/", false, "user name or password"},
 		{"https://93.184.215.14/" + strings.Repeat("a", MaxURL), false, "over the 2048"},
 		{"http://127.0.0.1:9000/", false, "loopback"},
-		{"http://localhost:9000/", false, "loopback"},
+		{"http://localhost:9000/", false, "must resolve to a public address"},
 		{"http://[::1]/", false, "loopback"},
 		{"http://[::ffff:127.0.0.1]/", false, "loopback"},
 		{"http://169.254.169.254/latest/meta-data", false, "link-local"},
@@ -90,6 +91,36 @@ func TestCheckURL(t *testing.T) {
 		case tc.want != "" && !errors.Is(err, errdefs.ErrInvalid):
 			t.Errorf("CheckURL(%.60q) = %v; want errdefs.ErrInvalid (a 400)", tc.url, err)
 		}
+	}
+}
+
+// TestCheckURLNoOracle: registering a name tells the key neither what it
+// resolves to nor whether a refused name resolves at all, so webhooks do
+// not map the operator's internal names.
+func TestCheckURLNoOracle(t *testing.T) {
+	// localhost comes from /etc/hosts; every other name fails without a
+	// packet sent (the resolver's dial refuses).
+	r := &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+		return nil, errors.New("no DNS in this test")
+	}}
+	msg := func(host string) string {
+		err := CheckURL(context.Background(), "http://"+host+":9000/hook", false, r)
+		if !errors.Is(err, errdefs.ErrInvalid) {
+			t.Fatalf("CheckURL(http://%s:9000/hook) = %v; want errdefs.ErrInvalid (a 400)", host, err)
+		}
+		return strings.ReplaceAll(err.Error(), host, "HOST")
+	}
+	resolves, not := msg("localhost"), msg("nowhere.invalid")
+	if resolves != not {
+		t.Errorf("a name resolving to loopback is refused with %q, one not resolving with %q; want the same", resolves, not)
+	}
+	for _, leak := range []string{"127.0.0.1", "::1", "loopback", "does not resolve"} {
+		if strings.Contains(resolves, leak) {
+			t.Errorf("refusal %q tells %q", resolves, leak)
+		}
+	}
+	if !strings.Contains(resolves, "must resolve to a public address") {
+		t.Errorf("refusal %q; want it to say the host must resolve to a public address", resolves)
 	}
 }
 
@@ -147,9 +178,11 @@ func TestDialRefused(t *testing.T) {
 	hits := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
 	defer srv.Close()
-	_, err := deliveryClient(false).Post(srv.URL, "application/json", strings.NewReader("{}"))
-	if err == nil || !strings.Contains(err.Error(), "loopback") || hits != 0 {
-		t.Errorf("delivery to %s = %v, %d requests; want refused as loopback, none sent", srv.URL, err, hits)
+	// The attempt's error, which the key reads, names no address.
+	s := &Service{client: deliveryClient(false)}
+	status, why := s.send(context.Background(), store.Webhook{ID: "wh_1", URL: srv.URL}, store.Event{ID: 1, Type: "sandbox.created"})
+	if status != 0 || !strings.Contains(why, "not public") || strings.Contains(why, "127.0.0.1") || hits != 0 {
+		t.Errorf("delivery to %s = %d %q, %d requests; want refused as not public, the address not named, none sent", srv.URL, status, why, hits)
 	}
 	resp, err := deliveryClient(true).Post(srv.URL, "application/json", strings.NewReader("{}"))
 	if err != nil {
