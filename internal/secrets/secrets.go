@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -67,10 +68,30 @@ func CheckValue(field, value string) error {
 type Store struct {
 	Store *store.Store
 	Key   *Key
-	// Audit, when set, records each use of a secret (Open): its name,
-	// never its value.
-	Audit *slog.Logger
-	Now   func() time.Time // default time.Now
+	// Audit, when set, records uses of a secret (Open): its name, never
+	// its value. The first use by a sandbox is a line at once; its further
+	// uses within AuditEvery (default DefaultAuditEvery) are one line at
+	// that interval's end, with their count. A line per use let code in a
+	// sandbox write the node's audit log at its request rate, without bound.
+	Audit      *slog.Logger
+	AuditEvery time.Duration
+	Now        func() time.Time // default time.Now
+
+	// mu guards uses: the uses of a secret by a sandbox counted since its
+	// last line, for those used within the last AuditEvery.
+	mu   sync.Mutex
+	uses map[useKey]*useCount
+}
+
+// DefaultAuditEvery is how often a secret's use by one sandbox makes an
+// audit line while it goes on.
+const DefaultAuditEvery = time.Minute
+
+type useKey struct{ project, secret, sandbox string }
+
+type useCount struct {
+	n    int
+	host string // the last use's
 }
 
 // Info is what may be told of a secret: never its value.
@@ -216,10 +237,49 @@ func (s *Store) Open(ctx context.Context, projectID, name string, u Use) (string
 	if err != nil {
 		return "", err
 	}
-	if s.Audit != nil {
-		s.Audit.Info("secret.use", "project_id", projectID, "secret", name, "sandbox_id", u.SandboxID, "host", u.Host)
-	}
+	s.audit(useKey{projectID, name, u.SandboxID}, u.Host)
 	return string(v), nil
+}
+
+// audit records a use: a line at once when the secret was not used by the
+// sandbox in the last interval, else counted towards the interval's line.
+func (s *Store) audit(k useKey, host string) {
+	if s.Audit == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.uses[k]; c != nil {
+		c.n++
+		c.host = host
+		return
+	}
+	if s.uses == nil {
+		s.uses = map[useKey]*useCount{}
+	}
+	s.uses[k] = &useCount{}
+	s.logUse(k, 1, host)
+	every := s.AuditEvery
+	if every <= 0 {
+		every = DefaultAuditEvery
+	}
+	var t *time.Timer
+	t = time.AfterFunc(every, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c := s.uses[k]
+		if c.n == 0 {
+			delete(s.uses, k)
+			return
+		}
+		s.logUse(k, c.n, c.host)
+		s.uses[k] = &useCount{}
+		t.Reset(every)
+	})
+}
+
+func (s *Store) logUse(k useKey, n int, host string) {
+	s.Audit.Info("secret.use", "project_id", k.project, "secret", k.secret, "sandbox_id", k.sandbox, "host", host, "count", n)
 }
 
 // aad binds a sealed value to its row.

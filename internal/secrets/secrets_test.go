@@ -3,11 +3,15 @@ package secrets
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -184,4 +188,82 @@ func TestMaxPerProject(t *testing.T) {
 	if _, err := s.Set(ctx, "q", "ONE_MORE", "v"); err != nil {
 		t.Errorf("another project's secret: %v", err)
 	}
+}
+
+// TestAuditCoalesced: a sandbox's uses of a secret are one audit line at
+// once and at most one an interval after it, counting the uses, not one a
+// use — a line per request let code in a sandbox write the node's audit
+// log at its request rate, without bound — and another sandbox's first use
+// has its own line at once.
+func TestAuditCoalesced(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	s.Audit = slog.New(slog.NewJSONHandler(lockedWriter{&mu, &buf}, nil))
+	s.AuditEvery = 100 * time.Millisecond
+	if _, err := s.Set(ctx, "p", "TOKEN", "sk-live-0123456789"); err != nil {
+		t.Fatal(err)
+	}
+	lines := func(sandbox string) (out []map[string]any) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "secret.use" && m["sandbox_id"] == sandbox {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	open := func(sandbox string) {
+		if _, err := s.Open(ctx, "p", "TOKEN", Use{SandboxID: sandbox, Host: "api.example.com"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const uses = 1000
+	start := time.Now()
+	open("sb1")
+	if got := lines("sb1"); len(got) != 1 || got[0]["count"] != 1.0 || got[0]["host"] != "api.example.com" {
+		t.Fatalf("audit lines right after the first use: %v; want one, count 1", got)
+	}
+	for i := 1; i < uses; i++ {
+		open("sb1")
+	}
+	open("sb2")
+	if got := lines("sb2"); len(got) != 1 {
+		t.Errorf("sb2's lines right after its first use: %v; want one", got)
+	}
+	time.Sleep(3 * s.AuditEvery) // the last interval's line at 1×, its end at 2×
+	got := lines("sb1")
+	sum := 0.0
+	for _, l := range got {
+		n, _ := l["count"].(float64)
+		sum += n
+	}
+	if most := int(time.Since(start)/s.AuditEvery) + 2; len(got) > most || sum != uses {
+		t.Errorf("%d uses in %v made %d audit lines counting %v uses; want at most %d, counting %d", uses, time.Since(start), len(got), sum, most, uses)
+	}
+	s.mu.Lock()
+	left := len(s.uses)
+	s.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d secret uses still held after an idle interval; want none", left)
+	}
+	// Used again after an idle interval: a line at once.
+	open("sb1")
+	if again := lines("sb1"); len(again) != len(got)+1 || again[len(got)]["count"] != 1.0 {
+		t.Errorf("audit lines after a use past an idle interval: %v; want one more at once", again[len(got):])
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -184,8 +184,10 @@ func TestInjectHTTPS(t *testing.T) {
 		}
 	}
 	up.mu.Unlock()
-	if n := strings.Count(r.audit.String(), `"msg":"secret.use"`); n != 3 || strings.Contains(r.audit.String(), value) {
-		t.Errorf("audit trail: %d uses (want 3), value in it: %v\n%s", n, strings.Contains(r.audit.String(), value), r.audit)
+	// The first use is a line at once; the two after it, within the
+	// minute, are counted towards a later one (secrets.TestAuditCoalesced).
+	if n := strings.Count(r.audit.String(), `"msg":"secret.use"`); n != 1 || strings.Contains(r.audit.String(), value) {
+		t.Errorf("audit trail: %d uses (want 1), value in it: %v\n%s", n, strings.Contains(r.audit.String(), value), r.audit)
 	}
 
 	// A client that does not trust the sandbox's CA (its own roots)
