@@ -1088,6 +1088,24 @@ def sandbox_pss(ids: List[str]) -> tuple:
     return total, n
 
 
+def sandbox_memcg(ids: List[str]) -> int:
+    """Summed shmem + anonymous memory (bytes) charged to the gVisor sandboxes ids' memory cgroups: the
+    Sentry's memory file (the guest's memory, a memfd) whether or not a process maps its pages, which PSS
+    counts only where one does (a restore that writes the pages into the memfd leaves most unmapped,
+    build/runsc/pages-write.patch), and the processes' own heaps and stacks."""
+    total = 0
+    for sid in ids:
+        for path, keys in ((f"/sys/fs/cgroup/memory/lizard/{sid}/memory.stat", ("total_shmem", "total_rss")),
+                           (f"/sys/fs/cgroup/lizard/{sid}/memory.stat", ("shmem", "anon"))):
+            try:
+                kv = dict(line.split() for line in Path(path).read_text().splitlines())
+            except FileNotFoundError:
+                continue
+            total += sum(int(kv[k]) for k in keys)
+            break
+    return total
+
+
 def scale(res: Results, srv: Server, n: int) -> None:
     """n sandboxes created at once; time to all answering run_code("1+1"); memory per idle sandbox."""
     from lizard import CodeSandbox
@@ -1359,6 +1377,7 @@ def density(res: Results, srv: Server, steps: List[int], cap: int, margin_gib: f
             pids = srv.runsc_pids()
             _, pss = proc_mem(pids)
             every, procs = sandbox_pss(list(held))
+            memcg = sandbox_memcg(list(held))
             avail = meminfo("MemAvailable")
             lat: List[float] = []
             slow = 0
@@ -1371,7 +1390,8 @@ def density(res: Results, srv: Server, steps: List[int], cap: int, margin_gib: f
                 lat.append(ms)
                 slow += ms > 1000
             row = {"held": len(held), "startS": start_s, "createsPerS": started / start_s if start_s else 0.0,
-                   "pssMiB": every / len(held) / 2**20, "pssRunscMiB": pss / len(held) / 2**20, "dropMiB": (avail0 - avail) / len(held) / 2**20,
+                   "pssMiB": every / len(held) / 2**20, "pssRunscMiB": pss / len(held) / 2**20,
+                   "memcgMiB": memcg / len(held) / 2**20, "dropMiB": (avail0 - avail) / len(held) / 2**20,
                    "availGiB": avail / 2**30, "probeP50Ms": pct(lat, 50), "probeMaxMs": max(lat),
                    "answered": len(held) - slow, "load": loadavg(), "processes": procs,
                    "idleCpuMsPerS": idle * 1000 / len(held), "tasksEach": tasks / len(held), "tag": tag}
@@ -1393,6 +1413,8 @@ def density(res: Results, srv: Server, steps: List[int], cap: int, margin_gib: f
         if last:
             res.add(Figure(f"density: memory per idle sandbox at {last['held']}, PSS of all its processes{tag}",
                            value=last["pssMiB"], unit="MiB", note=f"Sentry and gofer alone: {last['pssRunscMiB']:.1f} MiB"))
+            res.add(Figure(f"density: memory per idle sandbox at {last['held']}, its memory cgroup's shmem + anonymous{tag}",
+                           value=last["memcgMiB"], unit="MiB", note="the memory file counted whether mapped or not"))
             res.add(Figure(f"density: memory per idle sandbox at {last['held']}, host MemAvailable drop{tag}",
                            value=last["dropMiB"], unit="MiB"))
             res.add(Figure(f"density: idle CPU per sandbox at {last['held']}{tag}", value=last["idleCpuMsPerS"],
