@@ -53,6 +53,10 @@ type Config struct {
 	Keys *auth.Verifier
 	// Limit bounds each key's request rate as on the native API; nil: none.
 	Limit func(http.Handler) http.Handler
+	// Rate bounds the sandbox URL's calls by their key's rate, those made
+	// with a sandbox's access token by their project's; it counts no call
+	// under way (the router bounds those itself). nil: none.
+	Rate func(http.Handler) http.Handler
 	// Audit records an event of the request's key; nil: none.
 	Audit func(r *http.Request, msg string, attrs ...any)
 	// Envd serves E2B's sandbox daemon protocol (port 49983: process and
@@ -129,6 +133,9 @@ func New(cfg Config) *Handler {
 	if h.cfg.Limit == nil {
 		h.cfg.Limit = func(next http.Handler) http.Handler { return next }
 	}
+	if h.cfg.Rate == nil {
+		h.cfg.Rate = func(next http.Handler) http.Handler { return next }
+	}
 	if h.cfg.Audit == nil {
 		h.cfg.Audit = func(*http.Request, string, ...any) {}
 	}
@@ -193,7 +200,7 @@ func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "calls to the sandbox URL need the headers E2b-Sandbox-Id and E2b-Sandbox-Port, as E2B's SDKs send them when E2B_SANDBOX_URL is set")
 		return
 	}
-	t, err := h.sandboxCaller(r, id)
+	t, keyID, err := h.sandboxCaller(r, id)
 	if errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrNotFound) {
 		// E2B's proxy answers 502 for a sandbox that is no more: the SDKs
 		// read it as "not running" (is_running) or its timeout.
@@ -208,30 +215,36 @@ func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	ctx := context.WithValue(r.Context(), targetKey{}, t)
+	ctx = auth.WithCaller(ctx, auth.Caller{ProjectID: t.ProjectID, KeyID: keyID})
+	h.cfg.Rate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.route(w, r, port) })).ServeHTTP(w, r.WithContext(ctx))
+}
+
+// route serves a sandbox call the router authenticated, within its
+// project's calls under way, by port.
+func (h *Handler) route(w http.ResponseWriter, r *http.Request, port string) {
+	t, _ := Target(r.Context())
 	if !h.enter(t.ProjectID) {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("project %s has %d calls under way through the sandbox URL, its most: end some (commands followed, watches) first", t.ProjectID, maxInFlight))
 		return
 	}
 	defer h.leave(t.ProjectID)
-	ctx := context.WithValue(r.Context(), targetKey{}, t)
-	ctx = auth.WithCaller(ctx, auth.Caller{ProjectID: t.ProjectID})
-	r2 := r.WithContext(ctx)
 	// Path as the sandbox's own server would see it.
-	r2.URL.Path = strings.TrimPrefix(r.URL.Path, "/e2b/sandbox")
-	if r2.URL.Path == "" {
-		r2.URL.Path = "/"
+	r.URL.Path = strings.TrimPrefix(r.URL.Path, "/e2b/sandbox")
+	if r.URL.Path == "" {
+		r.URL.Path = "/"
 	}
-	r2.URL.RawPath = ""
+	r.URL.RawPath = ""
 	switch port {
 	case InterpreterPort:
-		h.interpreter(w, r2)
+		h.interpreter(w, r)
 	case EnvdPort:
 		if h.cfg.Envd == nil {
 			writeError(w, http.StatusNotImplemented, "the sandbox daemon's protocol (port 49983: commands, files, PTY) is not served by this Lizard yet; run_code and contexts (port 49999) are")
 			return
 		}
-		h.cfg.Envd.ServeHTTP(w, r2)
+		h.cfg.Envd.ServeHTTP(w, r)
 	default:
 		writeError(w, http.StatusNotImplemented, "port "+port+" of a sandbox is not served through E2B_SANDBOX_URL: only 49983 (envd) and 49999 (code interpreter) are; "+
 			"reach a sandbox's own servers through Lizard's exposed ports (docs/ports.md)")
@@ -240,34 +253,35 @@ func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
 
 // sandboxCaller authenticates a sandbox call: the sandbox's
 // envdAccessToken in X-Access-Token or E2B-Traffic-Access-Token, or a key
-// of its project in X-API-Key.
-func (h *Handler) sandboxCaller(r *http.Request, id string) (TargetSandbox, error) {
+// of its project in X-API-Key, whose ID it returns (none for a token).
+func (h *Handler) sandboxCaller(r *http.Request, id string) (TargetSandbox, string, error) {
 	for _, name := range []string{headerAccessToken, headerTrafficToken} {
 		if tok := r.Header.Get(name); tok != "" {
 			project, err := h.cfg.Control.EnvdProject(r.Context(), id, tok)
 			if err != nil {
-				return TargetSandbox{}, err
+				return TargetSandbox{}, "", err
 			}
-			return TargetSandbox{ProjectID: project, SandboxID: id}, nil
+			return TargetSandbox{ProjectID: project, SandboxID: id}, "", nil
 		}
 	}
 	if key := r.Header.Get(headerAPIKey); key != "" {
 		project, err := h.cfg.Keys.Verify(r.Context(), key)
 		if err != nil {
-			return TargetSandbox{}, err
+			return TargetSandbox{}, "", err
 		}
 		// Handlers trust the target: another project's sandbox is not
 		// found here, as on the native API.
 		sb, err := h.cfg.Control.Get(r.Context(), project, id)
 		if err != nil {
-			return TargetSandbox{}, err
+			return TargetSandbox{}, "", err
 		}
 		if ended(sb) {
-			return TargetSandbox{}, gone(sb)
+			return TargetSandbox{}, "", gone(sb)
 		}
-		return TargetSandbox{ProjectID: project, SandboxID: id}, nil
+		k, _ := auth.Parse(key) // Verify parsed it
+		return TargetSandbox{ProjectID: project, SandboxID: id}, k.ID, nil
 	}
-	return TargetSandbox{}, errNoToken
+	return TargetSandbox{}, "", errNoToken
 }
 
 // apiError is E2B's error body.

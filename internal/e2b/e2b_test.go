@@ -1,13 +1,16 @@
 package e2b_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/e2b"
+	"github.com/lizard-build/lizard/internal/server"
 )
 
 func TestControlAPINeedsKey(t *testing.T) {
@@ -170,5 +173,77 @@ func TestSandboxRouterInFlight(t *testing.T) {
 	done.Wait()
 	if status, body := call(sb.SandboxID, "/health"); status != http.StatusNoContent {
 		t.Errorf("once its calls ended: %d %s; want 204", status, body)
+	}
+}
+
+// TestSandboxRouterRate: calls to the sandbox URL count against the
+// caller's request rate as /v1's do (429 with Retry-After past it): a
+// key's against the bucket its control API calls spend too, access
+// tokens' against their project's, all its sandboxes together; another
+// project's are not counted with them. Before, only the calls under way
+// were bounded, and a token sent calls at any rate.
+func TestSandboxRouterRate(t *testing.T) {
+	envd := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	e := newEnvLimits(t, nil, envd, server.KeyLimits{Rate: 0.01, Burst: 3})
+	// The creates spend key1's and key2's buckets; keys made after them
+	// have their own.
+	sb := e.createNative(t, e.key1)
+	same := e.createNative(t, e.key1)
+	other := e.createNative(t, e.key2)
+	call := func(id string, headers ...string) (int, string, string) {
+		req, _ := http.NewRequest(http.MethodGet, e.url+"/e2b/sandbox/health", nil)
+		req.Header.Set("E2b-Sandbox-Id", id)
+		req.Header.Set("E2b-Sandbox-Port", "49983")
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Retry-After"), string(b)
+	}
+	token := func(id string) []string { return []string{"X-Access-Token", e.c.EnvdToken(id)} }
+	for i := range 3 {
+		id := sb.SandboxID
+		if i == 2 {
+			id = same.SandboxID
+		}
+		if status, _, body := call(id, token(id)...); status != http.StatusNoContent {
+			t.Fatalf("token call %d within the burst: %d %s; want 204", i+1, status, body)
+		}
+	}
+	status, after, body := call(same.SandboxID, token(same.SandboxID)...)
+	if status != http.StatusTooManyRequests || after == "" || !strings.Contains(body, "sandbox access tokens of project p1 sends requests too fast") {
+		t.Errorf("token call 4 of project p1: %d, Retry-After %q, %s; want 429 naming the project, with Retry-After", status, after, body)
+	}
+	if status, _, body := call(other.SandboxID, token(other.SandboxID)...); status != http.StatusNoContent {
+		t.Errorf("project p2's token call: %d %s; want 204", status, body)
+	}
+	// A key's sandbox URL calls and its control API calls share its bucket.
+	k, err := auth.Create(context.Background(), e.st, "p1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := []string{"X-API-Key", k.String()}
+	for i := range 3 {
+		if status, _, body := call(sb.SandboxID, key...); status != http.StatusNoContent {
+			t.Fatalf("key call %d within the burst: %d %s; want 204", i+1, status, body)
+		}
+	}
+	if status, after, body := call(sb.SandboxID, key...); status != http.StatusTooManyRequests || after == "" || !strings.Contains(body, "API key "+k.ID+" sends requests too fast") {
+		t.Errorf("key call 4: %d, Retry-After %q, %s; want 429 naming the key", status, after, body)
+	}
+	req, _ := http.NewRequest(http.MethodGet, e.url+"/e2b/sandboxes", nil)
+	req.Header.Set("X-API-Key", k.String())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the key's control API call after its sandbox URL calls: %d; want 429", resp.StatusCode)
 	}
 }

@@ -30,9 +30,16 @@ type env struct {
 	key1 string // project p1
 	key2 string // project p2
 	c    *control.Control
+	st   *store.Store
 }
 
 func newEnv(t *testing.T, agent http.Handler, envd http.Handler) *env {
+	t.Helper()
+	return newEnvLimits(t, agent, envd, server.KeyLimits{})
+}
+
+// newEnvLimits is newEnv with each key's request rate bounded by lim.
+func newEnvLimits(t *testing.T, agent http.Handler, envd http.Handler, lim server.KeyLimits) *env {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, t.TempDir())
@@ -40,7 +47,7 @@ func newEnv(t *testing.T, agent http.Handler, envd http.Handler) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	e := &env{}
+	e := &env{st: st}
 	for i, p := range []string{"p1", "p2"} {
 		if err := st.CreateProject(ctx, p, time.Now()); err != nil {
 			t.Fatal(err)
@@ -81,7 +88,7 @@ func newEnv(t *testing.T, agent http.Handler, envd http.Handler) *env {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(server.New(server.Config{Control: e.c, Keys: &auth.Verifier{Store: st, Logger: logger}, Logger: logger,
-		E2B: &e2b.Config{Envd: envd}}))
+		KeyLimits: lim, E2B: &e2b.Config{Envd: envd}}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e

@@ -74,18 +74,7 @@ func (l *keyLimiter) limit(next http.Handler) http.Handler {
 			writeRateLimited(w, time.Second, fmt.Sprintf("project %s has %d requests under way, its most: end some (streams it follows) first", project, maxInFlight))
 			return
 		}
-		var d time.Duration
-		if l.lim.Rate > 0 {
-			b := l.m[id]
-			if b == nil {
-				b = rate.NewLimiter(rate.Limit(l.lim.Rate), max(l.lim.Burst, 1))
-				l.m[id] = b
-			}
-			res := b.Reserve()
-			if d = res.Delay(); d > 0 {
-				res.Cancel()
-			}
-		}
+		d := l.reserveLocked(id)
 		if d == 0 {
 			if l.inFlight == nil {
 				l.inFlight = map[string]int{}
@@ -94,8 +83,7 @@ func (l *keyLimiter) limit(next http.Handler) http.Handler {
 		}
 		l.mu.Unlock()
 		if d > 0 {
-			writeRateLimited(w, d, fmt.Sprintf("API key %s sends requests too fast: at most %g per second (bursts of %d); retry in %s",
-				id, l.lim.Rate, max(l.lim.Burst, 1), d.Round(time.Millisecond)))
+			l.tooFast(w, "API key "+id, d)
 			return
 		}
 		defer func() {
@@ -107,6 +95,59 @@ func (l *keyLimiter) limit(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// limitRate serves next only while the request's key is within its rate,
+// the bucket its /v1 calls use; past it, 429 with Retry-After. It leaves
+// the calls under way to next: E2B's sandbox URL counts its own. A call
+// made with a sandbox's access token has no key: it is counted in its
+// project's bucket, at a key's rate, all its sandboxes' tokens together,
+// so that more sandboxes do not make a faster rate.
+func (l *keyLimiter) limitRate(next http.Handler) http.Handler {
+	if l == nil || l.lim.Rate <= 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The caller's, not keyID's: a token call's Authorization header
+		// is nobody's checked key, and would spend another key's bucket.
+		c, _ := auth.CallerOf(r.Context())
+		id, who := c.KeyID, "API key "+c.KeyID
+		if id == "" {
+			id, who = "project "+c.ProjectID, "the sandbox access tokens of project "+c.ProjectID
+		}
+		l.mu.Lock()
+		d := l.reserveLocked(id)
+		l.mu.Unlock()
+		if d > 0 {
+			l.tooFast(w, who, d)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// reserveLocked takes a request from id's bucket, or returns how long
+// until it could (and takes nothing).
+func (l *keyLimiter) reserveLocked(id string) time.Duration {
+	if l.lim.Rate <= 0 {
+		return 0
+	}
+	b := l.m[id]
+	if b == nil {
+		b = rate.NewLimiter(rate.Limit(l.lim.Rate), max(l.lim.Burst, 1))
+		l.m[id] = b
+	}
+	res := b.Reserve()
+	d := res.Delay()
+	if d > 0 {
+		res.Cancel()
+	}
+	return d
+}
+
+func (l *keyLimiter) tooFast(w http.ResponseWriter, who string, d time.Duration) {
+	writeRateLimited(w, d, fmt.Sprintf("%s sends requests too fast: at most %g per second (bursts of %d); retry in %s",
+		who, l.lim.Rate, max(l.lim.Burst, 1), d.Round(time.Millisecond)))
 }
 
 func writeRateLimited(w http.ResponseWriter, after time.Duration, msg string) {

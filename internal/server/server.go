@@ -149,7 +149,7 @@ func New(cfg Config) *Server {
 	if cfg.E2B != nil && s.keys != nil {
 		ec := *cfg.E2B
 		ec.Control, ec.Keys, ec.Logger = s.c, s.keys, s.log
-		ec.Limit = lim.limit
+		ec.Limit, ec.Rate = lim.limit, lim.limitRate
 		ec.Audit = s.audit
 		if ec.Envd == nil {
 			ec.Envd = envd.New(envd.Config{Sandboxes: s.c, Logger: s.log, Target: e2bTarget, MaxFileBytes: s.maxFile})
