@@ -362,6 +362,24 @@ type Result struct {
 	Data string `json:"data"`
 }
 
+// MaxResultBytes bounds the results (display data: images, HTML, JSON) of
+// one run of code, all together, as their lines of the /execute stream
+// count them: the agent sends an error event (ResultTooLarge, "result too
+// large: N bytes, limit M") in place of a result past it. Readers of the
+// stream hold a line whole, and the sandbox's code may make one as long as
+// the kernel's frame (256 MiB).
+const MaxResultBytes = 32 << 20
+
+// ErrorNameResultTooLarge names the error event that stands in for a
+// result past MaxResultBytes, or ends a stream whose line passed
+// MaxExecuteLine.
+const ErrorNameResultTooLarge = "ResultTooLarge"
+
+// MaxExecuteLine bounds one line of an /execute stream as the agent sends
+// it: a result within MaxResultBytes, or an output chunk or error, each
+// well under a MiB. A reader refuses a longer line rather than hold it.
+const MaxExecuteLine = MaxResultBytes + 1<<20
+
 // ExecutionError is an error raised by the code, not by the request.
 type ExecutionError struct {
 	Name      string `json:"name"`

@@ -24,6 +24,9 @@ const (
 	ErrNameExit    = "ExitError"    // bash or node exited non-zero without a thrown error
 	ErrNameStart   = "StartError"   // the interpreter could not be started
 	ErrNameKernel  = "KernelError"  // the Python kernel could not run the code
+	// ErrNameResultTooLarge stands in for a result past the run's
+	// api.MaxResultBytes.
+	ErrNameResultTooLarge = api.ErrorNameResultTooLarge
 )
 
 // maxBashArg is how much code goes to bash -c; longer code goes through a

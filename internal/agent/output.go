@@ -47,6 +47,7 @@ type sink struct {
 	sent      int64 // output bytes forwarded
 	truncated bool
 	dropped   int64 // output bytes dropped since the last marker
+	results   int64 // bytes of result lines sent (api.MaxResultBytes)
 }
 
 func newSink(w http.ResponseWriter, limit int64, text func(kind, text string) any) *sink {
@@ -126,7 +127,73 @@ func (s *sink) event(v any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.markerLocked()
+	if e, ok := v.(api.ExecuteEvent); ok {
+		v = s.boundLocked(e)
+	}
 	s.write(v, isEnd(v))
+}
+
+// maxErrorText bounds an error's message (its start kept) and traceback
+// (its end kept): the code chooses them, and the readers of the stream
+// hold its lines whole (api.MaxExecuteLine).
+const maxErrorText = 64 << 10
+
+// boundLocked keeps e's line within what the stream's readers take: a
+// result past the run's api.MaxResultBytes becomes an error saying so,
+// and an error's text is cut to maxErrorText.
+func (s *sink) boundLocked(e api.ExecuteEvent) api.ExecuteEvent {
+	if e.Error != nil && (len(e.Error.Message) > maxErrorText || len(e.Error.Traceback) > maxErrorText) {
+		x := *e.Error
+		x.Message = cutHead(x.Message, maxErrorText)
+		x.Traceback = cutTail(x.Traceback, maxErrorText)
+		e.Error = &x
+	}
+	if e.Type != api.EventResult || e.Result == nil {
+		return e
+	}
+	var n lineCounter
+	enc := json.NewEncoder(&n)
+	enc.SetEscapeHTML(false)
+	enc.Encode(e)
+	if s.results+int64(n) > api.MaxResultBytes {
+		return api.ExecuteEvent{Type: api.EventError, Error: &api.ExecutionError{Name: ErrNameResultTooLarge, Message: fmt.Sprintf(
+			"result too large: %d bytes, limit %d (%s of results a run, %d left); write it to a file and download that instead",
+			int64(n), api.MaxResultBytes, sizeString(api.MaxResultBytes), api.MaxResultBytes-s.results)}}
+	}
+	s.results += int64(n)
+	return e
+}
+
+// lineCounter counts the bytes of an encoding without keeping them.
+type lineCounter int64
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	*c += lineCounter(len(p))
+	return len(p), nil
+}
+
+// cutHead keeps the first max bytes of t (whole runes), saying what was cut.
+func cutHead(t string, max int) string {
+	if len(t) <= max {
+		return t
+	}
+	n := max
+	for n > 0 && !utf8.RuneStart(t[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s\n[lizard: %d bytes cut]", t[:n], len(t)-n)
+}
+
+// cutTail keeps the last max bytes of t (whole runes), saying what was cut.
+func cutTail(t string, max int) string {
+	if len(t) <= max {
+		return t
+	}
+	i := len(t) - max
+	for i < len(t) && !utf8.RuneStart(t[i]) {
+		i++
+	}
+	return fmt.Sprintf("[lizard: %d bytes cut]\n%s", i, t[i:])
 }
 
 // isEnd reports whether v is the last event of a stream.

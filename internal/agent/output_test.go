@@ -258,3 +258,56 @@ func TestSinkFlushes(t *testing.T) {
 		}
 	})
 }
+
+// TestSinkResultsBounded: a run's results pass as long as they fit in
+// api.MaxResultBytes together, charts of a few MB included; one past it is
+// an error event saying so in its place, and later results that fit still
+// pass. An error's text is cut. No line is longer than api.MaxExecuteLine,
+// which the API process's readers hold whole: before, a result was as long
+// as the kernel's 256 MiB frame, and each concurrent one was that much of
+// the API process's memory.
+func TestSinkResultsBounded(t *testing.T) {
+	rec := httptest.NewRecorder()
+	s := newSink(rec, 0, executeText)
+	chart := strings.Repeat("iVBORw0KGgo", 3<<20/11) // a 3 MB PNG's base64
+	const charts = 12                                // 36 MB: past the 32 MiB
+	for range charts {
+		s.event(api.ExecuteEvent{Type: api.EventResult, Result: &api.Result{Type: "display_data", Mime: "image/png", Data: chart}})
+	}
+	s.event(api.ExecuteEvent{Type: api.EventResult, Result: &api.Result{Type: "result", Mime: "text/plain", Data: "2"}})
+	huge := "é" + strings.Repeat("x", 10<<20) + "end"
+	s.event(api.ExecuteEvent{Type: api.EventError, Error: &api.ExecutionError{Name: "ValueError", Message: huge, Traceback: huge}})
+	s.event(api.ExecuteEvent{Type: api.EventEnd})
+	s.close()
+	var pngs, small, tooLarge int
+	for i, line := range strings.SplitAfter(rec.Body.String(), "\n") {
+		if line == "" {
+			continue
+		}
+		if len(line) > api.MaxExecuteLine {
+			t.Errorf("line %d is %d bytes; want at most api.MaxExecuteLine (%d)", i, len(line), api.MaxExecuteLine)
+		}
+		var ev api.ExecuteEvent
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("line %d: %v", i, err)
+		}
+		switch {
+		case ev.Result != nil && ev.Result.Mime == "image/png":
+			pngs++
+		case ev.Result != nil:
+			small++
+		case ev.Error != nil && ev.Error.Name == ErrNameResultTooLarge:
+			tooLarge++
+			if !strings.HasPrefix(ev.Error.Message, fmt.Sprintf("result too large: %d bytes, limit %d", len(chart)+len(`{"type":"result","result":{"type":"display_data","mime":"image/png","data":""}}`+"\n"), api.MaxResultBytes)) {
+				t.Errorf("the stand-in's message = %q; want it to say the result's size and the limit", ev.Error.Message)
+			}
+		case ev.Error != nil:
+			if len(line) > 4*maxErrorText || !strings.HasPrefix(ev.Error.Message, "éxxx") || !strings.HasSuffix(ev.Error.Traceback, "xxend") || !utf8.ValidString(line) {
+				t.Errorf("the error's line is %d bytes, message starting %.10q, traceback ending %q; want it cut to its start and end", len(line), ev.Error.Message, ev.Error.Traceback[max(0, len(ev.Error.Traceback)-10):])
+			}
+		}
+	}
+	if want := int(api.MaxResultBytes / (len(chart) + 100)); pngs != want || tooLarge != charts-want || small != 1 {
+		t.Errorf("%d charts of %d bytes made %d results and %d stand-ins, and the small result after them %d; want %d, %d and 1", charts, len(chart), pngs, tooLarge, small, want, charts-want)
+	}
+}

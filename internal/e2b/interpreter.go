@@ -202,7 +202,21 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 	in := bufio.NewReaderSize(resp.Body, 64<<10)
 	enc := json.NewEncoder(w)
 	for {
-		line, err := in.ReadBytes('\n')
+		line, err := readLine(in, api.MaxExecuteLine)
+		if errors.Is(err, errLineTooLong) {
+			// The agent bounds its lines; code in the sandbox (root) may
+			// have replaced it. The line is not held: the run ends here,
+			// the agent's connection closed under it.
+			h.log.Warn("agent sent an /execute line past its bound", "max_bytes", api.MaxExecuteLine)
+			for _, ev := range []api.ExecuteEvent{{Type: api.EventError, Error: &api.ExecutionError{Name: api.ErrorNameResultTooLarge,
+				Message: fmt.Sprintf("result too large: over %d bytes, limit %d", api.MaxExecuteLine, api.MaxResultBytes)}}, {Type: api.EventEnd}} {
+				for _, out := range translate(ev) {
+					enc.Encode(out)
+				}
+			}
+			rc.Flush()
+			return
+		}
 		if len(line) > 0 && err == nil {
 			var ev api.ExecuteEvent
 			if jerr := json.Unmarshal(line, &ev); jerr != nil {
@@ -233,6 +247,26 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		// expired, died) or its agent did.
 		rc.Flush()
 		cut(call, stopWait)
+	}
+}
+
+// errLineTooLong is a stream line past readLine's bound.
+var errLineTooLong = errors.New("line too long")
+
+// readLine reads one line of at most max bytes, its newline included, as
+// bufio.Reader.ReadBytes does, but holds no more than that: a longer line
+// is errLineTooLong, its rest unread.
+func readLine(in *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := in.ReadSlice('\n')
+		if len(line)+len(frag) > max {
+			return nil, errLineTooLong
+		}
+		line = append(line, frag...)
+		if err != bufio.ErrBufferFull {
+			return line, err
+		}
 	}
 }
 

@@ -214,3 +214,59 @@ func TestInterpreterRequests(t *testing.T) {
 		})
 	}
 }
+
+// TestExecuteLineBounded: an agent's line past api.MaxExecuteLine (the
+// agent keeps its own within it; code in the sandbox, as root, may have
+// replaced it) ends the run with a ResultTooLarge error instead of being
+// held whole: before, each concurrent run held up to the kernel's 256 MiB
+// frame in the API process.
+func TestExecuteLineBounded(t *testing.T) {
+	sent := make(chan int64, 1)
+	agent := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		io.WriteString(w, `{"type":"stdout","text":"before\n"}`+"\n"+`{"type":"result","result":{"type":"display_data","mime":"image/png","data":"`)
+		chunk := strings.Repeat("A", 64<<10)
+		var n int64
+		for n < 2*api.MaxExecuteLine {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				break // the API closed the stream
+			}
+			n += int64(len(chunk))
+		}
+		io.WriteString(w, `"}}`+"\n"+`{"type":"end"}`+"\n")
+		sent <- n
+	})
+	e := newEnv(t, agent, nil)
+	sb := e.createNative(t, e.key1)
+	r := e.do(t, "POST", "/e2b/sandbox/execute", `{"code":"x"}`, "E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49999", "X-Access-Token", e.c.EnvdToken(sb.SandboxID))
+	if r.status != http.StatusOK {
+		t.Fatalf("execute: %d %s", r.status, r.body)
+	}
+	var types []string
+	var errLine map[string]any
+	sc := bufio.NewScanner(strings.NewReader(r.body))
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("line %.80q: %v", sc.Text(), err)
+		}
+		types = append(types, m["type"].(string))
+		if m["type"] == "error" {
+			errLine = m
+		}
+	}
+	if got := strings.Join(types, ","); got != "stdout,error,end_of_execution" {
+		t.Errorf("lines %s; want stdout,error,end_of_execution", got)
+	}
+	if errLine["name"] != api.ErrorNameResultTooLarge || !strings.HasPrefix(errLine["value"].(string), "result too large: over ") {
+		t.Errorf("error line %v; want ResultTooLarge saying the result is too large", errLine)
+	}
+	select {
+	case n := <-sent:
+		if n >= 2*api.MaxExecuteLine {
+			t.Errorf("the agent wrote all %d bytes of its line; want the stream closed under it", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the agent's stream was not closed")
+	}
+}

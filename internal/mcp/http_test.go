@@ -1,12 +1,18 @@
 package mcp
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/lizard-build/lizard/client"
 )
 
 // TestHandlerSessions: a session opens through a reverse proxy's Host on
@@ -99,5 +105,61 @@ func TestHandlerSessionBound(t *testing.T) {
 	}
 	if status, _ := do(http.MethodPost, "key-a", ""); status != http.StatusOK {
 		t.Errorf("a session once one ended: %d; want 200", status)
+	}
+}
+
+// TestRunCodeLineBounded: the API process's sessions read a run's stream
+// through apiHTTP, which fails a line past maxLine instead of holding it:
+// the run is stopped as one past maxRunBytes is, and the rest of the line
+// is never read. Before, the client's decoder held the whole line (up to
+// the kernel's 256 MiB frame, from code that replaced the agent) and only
+// then counted it.
+func TestRunCodeLineBounded(t *testing.T) {
+	const line = 4 * maxLine
+	sent := make(chan int, 1)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		io.WriteString(w, `{"type":"result","result":{"type":"display_data","mime":"image/png","data":"`)
+		chunk := strings.Repeat("A", 64<<10)
+		n := 0
+		for ; n < line; n += len(chunk) {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				break // the reader closed the stream
+			}
+		}
+		io.WriteString(w, `"}}`+"\n"+`{"type":"end"}`+"\n")
+		sent <- n
+	}))
+	defer api.Close()
+	c, err := client.New(client.Config{BaseURL: api.URL, APIKey: "lz_test_key", HTTPClient: apiHTTP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st, ct := sdk.NewInMemoryTransports()
+	ss, err := NewServer(c, "test").Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	text, res, err := call(t, cs, "run_code", map[string]any{"code": "display(huge)", "sandbox_id": "sb_1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || !strings.Contains(text, "passed 16 MiB") {
+		t.Errorf("run_code of one huge result = %.200q (error %v); want an error naming the 16 MiB bound", text, res.IsError)
+	}
+	select {
+	case n := <-sent:
+		if n >= line {
+			t.Errorf("the API wrote all %d bytes of the line; want the stream closed under it", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the API's stream was not closed")
 	}
 }
