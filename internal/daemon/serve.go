@@ -474,6 +474,14 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 	if err != nil {
 		return nodeParts{}, err
 	}
+	// Before any sandbox is made: the released slots of a server that
+	// crashed may hold connection tracking entries a new owner of the
+	// address would inherit (netns/conntrack.go).
+	if n, err := netns.ForgetPoolFlows(c.pool); err != nil {
+		logger.Error("deleting the connection tracking entries of unused address slots", "err", err)
+	} else if n > 0 {
+		logger.Info("deleted the connection tracking entries of unused address slots", "entries", n)
+	}
 	rt, err := newRuntime(c, logger)
 	if err != nil {
 		return nodeParts{}, err

@@ -77,6 +77,7 @@ func CreateWithEgress(id string, l Link, e *Egress) (err error) {
 	}
 	hostName := VethName(id)
 	settle(id)
+	awaitForgotten(l)
 	if _, err := os.Lstat(Path(id)); err == nil {
 		return fmt.Errorf("creating namespace %s: %w", Name(id), ErrExists)
 	}
@@ -375,15 +376,26 @@ func sharedDir() error {
 	return nil
 }
 
-// Remove deletes the namespace of sandbox id and its host veth. Removing
-// what is already gone is not an error.
+// Remove deletes the namespace of sandbox id and its host veth, and the
+// conntrack entries of its link (conntrack.go). Removing what is already
+// gone is not an error.
 func Remove(id string) error {
 	settle(id)
 	var errs []error
 	if l, err := netlink.LinkByName(VethName(id)); err == nil {
+		addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_V4) })
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing addresses of %s: %w", VethName(id), err))
+		}
+		nets := linkNets(addrs)
+		markForgetting(nets)
 		if err := netlink.LinkDel(l); err != nil && !isNotFound(err) {
 			errs = append(errs, fmt.Errorf("deleting veth %s: %w", VethName(id), err))
 		}
+		if err := forgetLinks(nets); err != nil {
+			errs = append(errs, err)
+		}
+		forgotten(nets)
 	} else if !isNotFound(err) {
 		errs = append(errs, fmt.Errorf("finding veth %s: %w", VethName(id), err))
 	}

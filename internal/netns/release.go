@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 
 	"github.com/google/nftables"
@@ -18,7 +19,8 @@ import (
 // the host addresses and the namespace's name — and leaves the two
 // deletions to one background reaper, which deletes the tables of every
 // sandbox released meanwhile in one nftables transaction, one grace
-// period for all of them.
+// period for all of them. The slot's conntrack entries are deleted in
+// the background too, by a goroutine of their own (conntrack.go).
 
 var reaper struct {
 	mu sync.Mutex
@@ -41,14 +43,23 @@ type release struct {
 // in the background: the namespace and veth are scrubbed and kept as a
 // spare if spares are short (spares.go), else deleted, and the nftables
 // table is deleted; done, when not nil, is called with the outcome then.
+// The link's conntrack entries go in the background as well, and a
+// Create of the link waits for that (conntrack.go).
 // If the process dies before that, Remove of the ID finishes the job.
 func Release(id string, done func(error)) error {
-	var errs []error
+	var (
+		errs []error
+		nets []netip.Prefix
+	)
 	if l, err := netlink.LinkByName(VethName(id)); err == nil {
 		addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_V4) })
 		if err != nil {
 			errs = append(errs, fmt.Errorf("listing addresses of %s: %w", VethName(id), err))
 		}
+		// Marked before the addresses go, so that no Create of the link
+		// comes between.
+		nets = linkNets(addrs)
+		markForgetting(nets)
 		for _, a := range addrs {
 			if err := netlink.AddrDel(l, &a); err != nil && !isNotFound(err) && !errors.Is(err, unix.EADDRNOTAVAIL) {
 				errs = append(errs, fmt.Errorf("removing %s from %s: %w", a.IPNet, VethName(id), err))
@@ -59,8 +70,11 @@ func Release(id string, done func(error)) error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		// What is left is for Remove, now, rather than in the background.
-		return errors.Join(err, Remove(id))
+		err = errors.Join(err, Remove(id), forgetLinks(nets))
+		forgotten(nets)
+		return err
 	}
+	queueForgetting(nets)
 
 	reaper.once.Do(func() {
 		reaper.busy = map[string]chan struct{}{}
@@ -99,6 +113,11 @@ func Settle() {
 		chs = append(chs, ch)
 	}
 	reaper.mu.Unlock()
+	forgetting.mu.Lock()
+	for _, ch := range forgetting.pending {
+		chs = append(chs, ch)
+	}
+	forgetting.mu.Unlock()
 	for _, ch := range chs {
 		<-ch
 	}

@@ -1,0 +1,255 @@
+package netns
+
+// Addresses are recycled: a slot released by one sandbox is the next
+// one's. The kernel's connection tracking outlives the sandbox, though:
+// an established TCP entry of a dead sandbox lasts 5 days, and a new
+// owner of the address reusing a source port would inherit it — the
+// forward chain's `ct state established,related accept` letting through
+// a flow its own policy forbids, the prerouting nat keeping the old
+// redirect. So a slot's entries are deleted when it is released, before
+// it can be taken again: Release marks the slot's link as having flows
+// to forget, a background forgetter deletes them (one dump of the table
+// for all the links released meanwhile), and a Create of the link waits
+// until they are gone — only when the slot is taken again that soon.
+// Deleting them then, not as the next owner's Create begins, also keeps
+// the deletion from cutting the new owner's own connections.
+// Remove, which is synchronous, deletes them itself, and a starting
+// server deletes those of its pool's unused slots, which a crash before
+// the reaper got to them leaves (ForgetPoolFlows).
+//
+// Nothing else keyed by the address outlives the slot: neighbour
+// entries and routes belong to the host veth, which is deleted or, as a
+// spare, taken down (flushing its neighbours) with its addresses gone;
+// the guest side's likewise (scrubGuest).
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+var forgetting struct {
+	mu sync.Mutex
+	// pending holds, per link whose flows are still to be deleted, a
+	// channel closed once they are; queued are those not yet taken up.
+	pending map[netip.Prefix]chan struct{}
+	queued  []netip.Prefix
+	wake    chan struct{}
+	once    sync.Once
+}
+
+// linkNets returns the links (host address and prefix, masked) of
+// addrs, the addresses of a host veth.
+func linkNets(addrs []netlink.Addr) []netip.Prefix {
+	var nets []netip.Prefix
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP.To4())
+		if !ok {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		nets = append(nets, netip.PrefixFrom(ip, ones).Masked())
+	}
+	return nets
+}
+
+// markForgetting records that the flows of nets are still to be
+// deleted: a Create on one of them waits (awaitForgotten) until
+// forgotten(nets) or, after queueForgetting(nets), the forgetter
+// deleted them.
+func markForgetting(nets []netip.Prefix) {
+	forgetting.mu.Lock()
+	defer forgetting.mu.Unlock()
+	if forgetting.pending == nil {
+		forgetting.pending = map[netip.Prefix]chan struct{}{}
+	}
+	for _, n := range nets {
+		if _, ok := forgetting.pending[n]; !ok {
+			forgetting.pending[n] = make(chan struct{})
+		}
+	}
+}
+
+// queueForgetting has the flows of nets, marked, deleted in the
+// background. The forgetter is a goroutine of its own, not a step of
+// the reaper's batch, so that a Create waiting on it does not wait for
+// the deletion of other sandboxes' veths too.
+func queueForgetting(nets []netip.Prefix) {
+	if len(nets) == 0 {
+		return
+	}
+	forgetting.once.Do(func() {
+		forgetting.wake = make(chan struct{}, 1)
+		go forget()
+	})
+	forgetting.mu.Lock()
+	forgetting.queued = append(forgetting.queued, nets...)
+	forgetting.mu.Unlock()
+	select {
+	case forgetting.wake <- struct{}{}:
+	default:
+	}
+}
+
+// forget deletes the flows of the links queued, all those queued
+// meanwhile in one dump of the table. A failure is logged: the entries
+// left are deleted at the next start (ForgetPoolFlows).
+func forget() {
+	for range forgetting.wake {
+		for {
+			forgetting.mu.Lock()
+			batch := forgetting.queued
+			forgetting.queued = nil
+			forgetting.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			if err := forgetLinks(batch); err != nil {
+				slog.Error("deleting the connection tracking entries of released sandbox links; the next start deletes them", "links", batch, "err", err)
+			}
+			forgotten(batch)
+		}
+	}
+}
+
+// forgotten ends the wait of Creates on nets.
+func forgotten(nets []netip.Prefix) {
+	forgetting.mu.Lock()
+	defer forgetting.mu.Unlock()
+	for _, n := range nets {
+		if ch, ok := forgetting.pending[n]; ok {
+			close(ch)
+			delete(forgetting.pending, n)
+		}
+	}
+}
+
+// awaitForgotten waits until no flows of a link overlapping l's are
+// left to delete, so that l's new owner starts with none of the last
+// one's, and the deletion cannot cut the new owner's own.
+func awaitForgotten(l Link) {
+	link := netip.PrefixFrom(l.HostAddr, l.PrefixLen).Masked()
+	for {
+		forgetting.mu.Lock()
+		var ch chan struct{}
+		for n, c := range forgetting.pending {
+			if n.Overlaps(link) {
+				ch = c
+				break
+			}
+		}
+		forgetting.mu.Unlock()
+		if ch == nil {
+			return
+		}
+		<-ch
+	}
+}
+
+// flowFilter matches the conntrack entries with an address inside one
+// of nets (either side, either direction: the sandbox's own connections,
+// those redirected or translated to it, and the host's to it) and none
+// of skip.
+type flowFilter struct {
+	nets, skip prefixSet
+}
+
+func (f flowFilter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
+	for _, ip := range []net.IP{flow.Forward.SrcIP, flow.Forward.DstIP, flow.Reverse.SrcIP, flow.Reverse.DstIP} {
+		if a, ok := netip.AddrFromSlice(ip.To4()); ok && f.nets.contains(a) && !f.skip.contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// prefixSet tells in a map lookup per prefix length whether an address
+// is in one of its prefixes: the filter runs on every entry of a table
+// of tens of thousands against as many links.
+type prefixSet struct {
+	bits []int
+	set  map[netip.Prefix]bool
+}
+
+func newPrefixSet(nets []netip.Prefix) prefixSet {
+	s := prefixSet{set: make(map[netip.Prefix]bool, len(nets))}
+	for _, n := range nets {
+		n = n.Masked()
+		if !slices.Contains(s.bits, n.Bits()) {
+			s.bits = append(s.bits, n.Bits())
+		}
+		s.set[n] = true
+	}
+	return s
+}
+
+func (s prefixSet) contains(a netip.Addr) bool {
+	for _, b := range s.bits {
+		if p, err := a.Prefix(b); err == nil && s.set[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// forgetFlows deletes the IPv4 conntrack entries f matches from h's
+// namespace (nil: this process's), reading the table once. It returns
+// how many it deleted.
+func forgetFlows(h *netlink.Handle, f flowFilter) (uint, error) {
+	if len(f.nets.set) == 0 {
+		return 0, nil
+	}
+	if h == nil {
+		h = &netlink.Handle{}
+	}
+	var (
+		n   uint
+		err error
+	)
+	// An interrupted dump still deletes what it read; the next reads the
+	// rest.
+	for range dumpTries {
+		var d uint
+		d, err = h.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f)
+		n += d
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	if err != nil {
+		return n, fmt.Errorf("deleting connection tracking entries: %w", err)
+	}
+	return n, nil
+}
+
+// ForgetPoolFlows deletes the conntrack entries of every slot of pool
+// that no interface of this host is addressed in: those of sandboxes a
+// crashed server released but whose entries its reaper never deleted.
+// A starting server calls it before it creates any sandbox; sandboxes
+// kept over the restart keep their addresses, and so their connections.
+func ForgetPoolFlows(pool Pool) (uint, error) {
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
+	if err != nil {
+		return 0, fmt.Errorf("listing host addresses: %w", err)
+	}
+	var inUse []netip.Prefix
+	for _, n := range linkNets(addrs) {
+		if n.Overlaps(pool.Prefix()) {
+			inUse = append(inUse, n)
+		}
+	}
+	return forgetFlows(nil, flowFilter{nets: newPrefixSet([]netip.Prefix{pool.Prefix()}), skip: newPrefixSet(inUse)})
+}
+
+// forgetLinks deletes the conntrack entries of links nets, released.
+func forgetLinks(nets []netip.Prefix) error {
+	_, err := forgetFlows(nil, flowFilter{nets: newPrefixSet(nets)})
+	return err
+}
