@@ -32,6 +32,7 @@ import (
 	"sync"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -45,8 +46,8 @@ var forgetting struct {
 	once    sync.Once
 }
 
-// linkNets returns the links (host address and prefix, masked) of
-// addrs, the addresses of a host veth.
+// linkNets returns the links of addrs, the addresses of a host veth:
+// each the host's address with the link's prefix length.
 func linkNets(addrs []netlink.Addr) []netip.Prefix {
 	var nets []netip.Prefix
 	for _, a := range addrs {
@@ -55,7 +56,7 @@ func linkNets(addrs []netlink.Addr) []netip.Prefix {
 			continue
 		}
 		ones, _ := a.Mask.Size()
-		nets = append(nets, netip.PrefixFrom(ip, ones).Masked())
+		nets = append(nets, netip.PrefixFrom(ip, ones))
 	}
 	return nets
 }
@@ -248,8 +249,97 @@ func ForgetPoolFlows(pool Pool) (uint, error) {
 	return forgetFlows(nil, flowFilter{nets: newPrefixSet([]netip.Prefix{pool.Prefix()}), skip: newPrefixSet(inUse)})
 }
 
-// forgetLinks deletes the conntrack entries of links nets, released.
+// flushesPerDump is about how many of the kernel's filtered flushes
+// cost what one dump of the table filtered here does
+// (BenchmarkForgetFlows: 7 at 6,000 entries, 14 at 50,000).
+const flushesPerDump = 8
+
+// forgetLinks deletes the conntrack entries of links nets, released:
+// those of each guest address (every address of the link but the host's,
+// network and broadcast). The kernel deletes them, two filtered flushes
+// an address (flushGuest), unless there are so many that one dump of the
+// table filtered here costs less, as for a burst of kills or a link
+// wider than a pool's.
 func forgetLinks(nets []netip.Prefix) error {
-	_, err := forgetFlows(nil, flowFilter{nets: newPrefixSet(nets)})
-	return err
+	var (
+		guests []netip.Prefix
+		wide   bool
+	)
+	for _, n := range nets {
+		if n.Bits() < 28 {
+			guests, wide = append(guests, n), true
+			continue
+		}
+		first, last := toUint(n.Masked().Addr()), toUint(n.Masked().Addr())|(1<<(32-n.Bits())-1)
+		for a := first + 1; a < last; a++ {
+			if fromUint(a) != n.Addr() {
+				guests = append(guests, netip.PrefixFrom(fromUint(a), 32))
+			}
+		}
+	}
+	if len(guests) == 0 {
+		return nil
+	}
+	if wide || 2*len(guests) > flushesPerDump {
+		_, err := forgetFlows(nil, flowFilter{nets: newPrefixSet(guests)})
+		return err
+	}
+	var errs []error
+	for _, g := range guests {
+		err := flushGuest(g.Addr())
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) {
+			// A kernel older than 6.3 takes no filter on a flush; the
+			// tuple sent with it, incomplete, makes it refuse rather
+			// than flush everything.
+			_, err := forgetFlows(nil, flowFilter{nets: newPrefixSet(guests)})
+			return err
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// ctnetlink's CTA_FILTER (linux/netfilter/nfnetlink_conntrack.h) and the
+// kernel's flags of the tuple fields it compares
+// (net/netfilter/nf_conntrack_netlink.c), which x/sys and netlink lack.
+const (
+	ctaFilter            = 25
+	ctaFilterOrigFlags   = 1
+	ctaFilterReplyFlags  = 2
+	ctaFilterFlagIPSrc   = 1 << 0
+	ctnetlinkSubsys      = unix.NFNL_SUBSYS_CTNETLINK
+	ctnetlinkDeleteFlows = nl.IPCTNL_MSG_CT_DELETE
+)
+
+// flushGuest has the kernel delete every IPv4 conntrack entry of guest
+// address a: those it opened (original source; their replies come back
+// to it, or to the host's address if masqueraded) and those opened to it
+// (reply source: the host's connections to it, anything translated to
+// it), one filtered flush each. The kernel walks its table and deletes
+// in place; a dump filtered here, as ConntrackDeleteFilters does, copies
+// the whole table out, 2–5 times the CPU (BenchmarkForgetFlows). Linux
+// 6.3 and later take a filter on a flush.
+func flushGuest(a netip.Addr) error {
+	for _, f := range []struct {
+		tuple, flags, flag int
+		field              int
+	}{
+		{nl.CTA_TUPLE_ORIG, ctaFilterOrigFlags, ctaFilterFlagIPSrc, nl.CTA_IP_V4_SRC},
+		{nl.CTA_TUPLE_REPLY, ctaFilterReplyFlags, ctaFilterFlagIPSrc, nl.CTA_IP_V4_SRC},
+	} {
+		req := nl.NewNetlinkRequest(ctnetlinkSubsys<<8|ctnetlinkDeleteFlows, unix.NLM_F_ACK)
+		req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
+		tuple := nl.NewRtAttr(unix.NLA_F_NESTED|f.tuple, nil)
+		ip := tuple.AddRtAttr(unix.NLA_F_NESTED|nl.CTA_TUPLE_IP, nil)
+		ip.AddRtAttr(f.field, a.AsSlice())
+		req.AddData(tuple)
+		filter := nl.NewRtAttr(unix.NLA_F_NESTED|ctaFilter, nil)
+		filter.AddRtAttr(f.flags, nl.Uint32Attr(uint32(f.flag)))
+		req.AddData(filter)
+		// ENOENT: nothing matched.
+		if _, err := req.Execute(unix.NETLINK_NETFILTER, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("deleting the connection tracking entries of %s: %w", a, err)
+		}
+	}
+	return nil
 }

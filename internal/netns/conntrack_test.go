@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/lizard-build/lizard/internal/testenv"
@@ -187,12 +188,52 @@ func TestForgetPoolFlows(t *testing.T) {
 	}
 }
 
-// BenchmarkForgetFlows measures deleting one released link's entries —
-// one dump of the table, none of it the link's — beside 0, 6,000 and
-// 50,000 other entries, in a namespace of the benchmark's own (entries
-// inserted over netlink, no packet sent). ns/op is the wall time,
-// cpu-ms/op the CPU of this process (the kernel's work for the dump is
-// counted as its system time).
+// TestForgetLinks: released links' entries are deleted both ways —
+// the kernel's flushes for a few links, one dump of the table for a
+// burst — each guest's own connections and the host's to it, and no
+// other address's.
+func TestForgetLinks(t *testing.T) {
+	testenv.RequiresRoot(t)
+	out := netip.MustParseAddrPort("203.0.113.21:80")
+	other := flow(netip.MustParseAddrPort("169.254.251.250:40002"), out)
+	insertFlows(t, nil, other)
+	for _, links := range []int{1, flushesPerDump} {
+		t.Run(fmt.Sprintf("links=%d", links), func(t *testing.T) {
+			var nets []netip.Prefix
+			var flows []*netlink.ConntrackFlow
+			for i := range links {
+				// Slots of 169.254.251.128/27, which nothing else uses.
+				host := fromUint(toUint(netip.MustParseAddr("169.254.251.129")) + 4*uint32(i))
+				guest := host.Next()
+				nets = append(nets, netip.PrefixFrom(host, SlotPrefixLen))
+				flows = append(flows,
+					flow(netip.AddrPortFrom(guest, 40000), out),
+					flow(netip.AddrPortFrom(host, 50000), netip.AddrPortFrom(guest, 49999)))
+			}
+			insertFlows(t, nil, flows...)
+			if err := forgetLinks(nets); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range flows {
+				if tracked(t, f) {
+					t.Errorf("the entry %s of a released link survived", f)
+				}
+			}
+			if !tracked(t, other) {
+				t.Errorf("the entry %s of another address was deleted", other)
+			}
+		})
+	}
+}
+
+// BenchmarkForgetFlows measures deleting one released guest address's
+// entries — none of the table's — beside 0, 6,000 and 50,000 other
+// entries, in a namespace of the benchmark's own (entries inserted over
+// netlink, no packet sent), two ways: the kernel's filtered flushes
+// (flushGuest, what a release does) and one dump of the table filtered
+// here (forgetFlows, what a server start does over its pool). ns/op is
+// the wall time, cpu-ms/op this process's CPU, the kernel's work for it
+// included (system time).
 //
 //	go test -run '^$' -bench ForgetFlows -benchtime 20x ./internal/netns
 func BenchmarkForgetFlows(b *testing.B) {
@@ -217,7 +258,23 @@ func BenchmarkForgetFlows(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer h.Close()
-	released := newPrefixSet([]netip.Prefix{netip.MustParsePrefix("169.254.251.224/30")})
+	guest := netip.MustParseAddr("169.254.251.226")
+	released := newPrefixSet([]netip.Prefix{netip.PrefixFrom(guest, 32)})
+	// inNS runs f on a thread in the benchmark's namespace: flushGuest
+	// speaks to the namespace of the thread it runs on.
+	inNS := func(f func() error) error {
+		errc := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread()
+			// No UnlockOSThread: the thread dies with this goroutine.
+			if err := netns.Set(ns); err != nil {
+				errc <- err
+				return
+			}
+			errc <- f()
+		}()
+		return <-errc
+	}
 	out := netip.MustParseAddrPort("203.0.113.21:80")
 	base := toUint(netip.MustParseAddr("169.254.128.2"))
 	have := 0
@@ -227,16 +284,24 @@ func BenchmarkForgetFlows(b *testing.B) {
 			src := netip.AddrPortFrom(fromUint(base+4*uint32(have%1000)), uint16(30000+have/1000))
 			insertFlows(b, h, flow(src, out))
 		}
-		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
-			cpu := cpuTime()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := forgetFlows(h, flowFilter{nets: released}); err != nil {
-					b.Fatal(err)
+		for _, way := range []struct {
+			name   string
+			forget func() error
+		}{
+			{"kernel", func() error { return inNS(func() error { return flushGuest(guest) }) }},
+			{"dump", func() error { _, err := forgetFlows(h, flowFilter{nets: released}); return err }},
+		} {
+			b.Run(fmt.Sprintf("%s/entries=%d", way.name, n), func(b *testing.B) {
+				cpu := cpuTime()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := way.forget(); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-			b.StopTimer()
-			b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
-		})
+				b.StopTimer()
+				b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+			})
+		}
 	}
 }
