@@ -8,14 +8,15 @@ package netns
 // a flow its own policy forbids, the prerouting nat keeping the old
 // redirect. So a slot's entries are deleted when it is released, before
 // it can be taken again: Release marks the slot's link as having flows
-// to forget, a background forgetter deletes them (one dump of the table
-// for all the links released meanwhile), and a Create of the link waits
+// to forget, a background forgetter deletes them (the kernel's filtered
+// flushes, or one dump of the table for a burst: forgetLinks), and a
+// Create of the link waits
 // until they are gone — only when the slot is taken again that soon.
 // Deleting them then, not as the next owner's Create begins, also keeps
 // the deletion from cutting the new owner's own connections.
 // Remove, which is synchronous, deletes them itself, and a starting
 // server deletes those of its pool's unused slots, which a crash before
-// the reaper got to them leaves (ForgetPoolFlows).
+// the forgetter got to them leaves (ForgetPoolFlows).
 //
 // Nothing else keyed by the address outlives the slot: neighbour
 // entries and routes belong to the host veth, which is deleted or, as a
@@ -232,7 +233,7 @@ func forgetFlows(h *netlink.Handle, f flowFilter) (uint, error) {
 
 // ForgetPoolFlows deletes the conntrack entries of every slot of pool
 // that no interface of this host is addressed in: those of sandboxes a
-// crashed server released but whose entries its reaper never deleted.
+// crashed server released but whose entries it never deleted.
 // A starting server calls it before it creates any sandbox; sandboxes
 // kept over the restart keep their addresses, and so their connections.
 func ForgetPoolFlows(pool Pool) (uint, error) {
@@ -251,7 +252,7 @@ func ForgetPoolFlows(pool Pool) (uint, error) {
 
 // flushesPerDump is about how many of the kernel's filtered flushes
 // cost what one dump of the table filtered here does
-// (BenchmarkForgetFlows: 7 at 6,000 entries, 14 at 50,000).
+// (BenchmarkForgetFlows: 7–8 at 6,000 entries, 15 at 50,000).
 const flushesPerDump = 8
 
 // forgetLinks deletes the conntrack entries of links nets, released:
