@@ -125,8 +125,31 @@ func (a *httpAgent) call(ctx context.Context, method, path string, q url.Values,
 	if out == nil {
 		return nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("reading the agent's answer to %s %s: %w", method, path, err)
+	return decodeAnswer(resp.Body, method+" "+path, out)
+}
+
+// maxAnswerBytes bounds one JSON answer of the agent (a list, a stat, a
+// process's info): code in the sandbox can replace the agent and answer
+// without end, which would be held whole in the API process. The largest
+// legitimate one is a directory's list: maxListEntries (100,000) entries
+// at about 670 bytes each (~200 for a short path).
+const maxAnswerBytes = 64 << 20
+
+// errAnswerTooLarge marks an agent's answer over maxAnswerBytes: a 502 on
+// envd's HTTP routes, UNAVAILABLE on its RPCs, as for an agent that did
+// not answer.
+var errAnswerTooLarge = fmt.Errorf("agent's answer over its bound: %w", errdefs.ErrBadGateway)
+
+// decodeAnswer decodes the agent's answer to what from body into out,
+// reading at most maxAnswerBytes of it.
+func decodeAnswer(body io.Reader, what string, out any) error {
+	lr := &io.LimitedReader{R: body, N: maxAnswerBytes + 1}
+	if err := json.NewDecoder(lr).Decode(out); err != nil {
+		if lr.N <= 0 {
+			return &errdefs.Error{Kind: errAnswerTooLarge,
+				Msg: fmt.Sprintf("the sandbox's answer to %s was too large: over %d MiB", what, maxAnswerBytes>>20)}
+		}
+		return fmt.Errorf("reading the agent's answer to %s: %w", what, err)
 	}
 	return nil
 }
@@ -219,10 +242,8 @@ func (a *httpAgent) WriteFile(ctx context.Context, path string, body io.Reader) 
 		return e, err
 	}
 	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
-		return e, fmt.Errorf("reading the agent's answer to an upload: %w", err)
-	}
-	return e, nil
+	err = decodeAnswer(resp.Body, "an upload", &e)
+	return e, err
 }
 
 // ndjson reads one JSON value a line from an agent's stream.
