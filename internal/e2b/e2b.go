@@ -21,11 +21,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/inflight"
 )
 
 // The ports E2B's SDKs name in E2b-Sandbox-Port.
@@ -89,10 +89,9 @@ type Handler struct {
 	log *slog.Logger
 	mux *http.ServeMux
 
-	mu sync.Mutex
 	// inFlight counts each project's calls under way through the sandbox
 	// URL, which no key's bounds cover (an access token opens them).
-	inFlight map[string]int
+	inFlight *inflight.Limit
 }
 
 // maxInFlight bounds one project's calls under way through the sandbox
@@ -101,32 +100,9 @@ type Handler struct {
 // command followed, a watch) may last hours.
 const maxInFlight = 1024
 
-// enter counts a call of project id under way, or is false when it has
-// maxInFlight already; leave ends it.
-func (h *Handler) enter(id string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.inFlight[id] >= maxInFlight {
-		return false
-	}
-	if h.inFlight == nil {
-		h.inFlight = map[string]int{}
-	}
-	h.inFlight[id]++
-	return true
-}
-
-func (h *Handler) leave(id string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.inFlight[id]--; h.inFlight[id] == 0 {
-		delete(h.inFlight, id)
-	}
-}
-
 // New returns the E2B surface's handler; mount it at /e2b/.
 func New(cfg Config) *Handler {
-	h := &Handler{cfg: cfg, log: cfg.Logger}
+	h := &Handler{cfg: cfg, log: cfg.Logger, inFlight: inflight.New(maxInFlight)}
 	if h.log == nil {
 		h.log = slog.Default()
 	}
@@ -224,12 +200,13 @@ func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
 // project's calls under way, by port.
 func (h *Handler) route(w http.ResponseWriter, r *http.Request, port string) {
 	t, _ := Target(r.Context())
-	if !h.enter(t.ProjectID) {
+	leave, ok := h.inFlight.Enter(t.ProjectID)
+	if !ok {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("project %s has %d calls under way through the sandbox URL, its most: end some (commands followed, watches) first", t.ProjectID, maxInFlight))
 		return
 	}
-	defer h.leave(t.ProjectID)
+	defer leave()
 	// Path as the sandbox's own server would see it.
 	r.URL.Path = strings.TrimPrefix(r.URL.Path, "/e2b/sandbox")
 	if r.URL.Path == "" {

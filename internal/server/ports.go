@@ -158,11 +158,12 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 		return
 	}
 	defer call.Release()
-	if !s.enterPort(id) {
+	leave, ok := s.portsInFlight.Enter(id)
+	if !ok {
 		writeRateLimited(w, time.Second, fmt.Sprintf("sandbox %s has %d requests to its ports under way, its most: end some (streams, WebSockets) first", id, maxPortsInFlight))
 		return
 	}
-	defer s.leavePort(id)
+	defer leave()
 	// The cookie covers the prefix itself and everything under it (a
 	// cookie path of /a/b matches /a/b and /a/b/..., not /a/bc).
 	cookiePath := prefix
@@ -253,29 +254,6 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 // each holds file descriptors of the server, which every project shares,
 // for as long as the program keeps it (a stream, a WebSocket).
 const maxPortsInFlight = 1024
-
-// enterPort counts a request to sandbox id's ports under way, or is false
-// when it has maxPortsInFlight already; leavePort ends it.
-func (s *Server) enterPort(id string) bool {
-	s.portsMu.Lock()
-	defer s.portsMu.Unlock()
-	if s.portsInFlight[id] >= maxPortsInFlight {
-		return false
-	}
-	if s.portsInFlight == nil {
-		s.portsInFlight = map[string]int{}
-	}
-	s.portsInFlight[id]++
-	return true
-}
-
-func (s *Server) leavePort(id string) {
-	s.portsMu.Lock()
-	defer s.portsMu.Unlock()
-	if s.portsInFlight[id]--; s.portsInFlight[id] == 0 {
-		delete(s.portsInFlight, id)
-	}
-}
 
 // portAccess reads the credentials of a request to a port. A Bearer key
 // that Lizard would accept must be valid (a wrong one is a 401); a Bearer

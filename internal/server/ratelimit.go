@@ -16,6 +16,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/inflight"
 )
 
 // KeyLimits bound the requests of one API key: Rate per second with bursts
@@ -39,7 +40,7 @@ type keyLimiter struct {
 	lim      KeyLimits
 	mu       sync.Mutex
 	m        map[string]*rate.Limiter
-	inFlight map[string]int // by project
+	inFlight *inflight.Limit // by project
 }
 
 // keyID is the public ID of the request's key; Require has already
@@ -68,31 +69,19 @@ func (l *keyLimiter) limit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := keyID(r)
 		project, _ := auth.ProjectID(r.Context())
-		l.mu.Lock()
-		if l.inFlight[project] >= maxInFlight {
-			l.mu.Unlock()
+		leave, ok := l.inFlight.Enter(project)
+		if !ok {
 			writeRateLimited(w, time.Second, fmt.Sprintf("project %s has %d requests under way, its most: end some (streams it follows) first", project, maxInFlight))
 			return
 		}
+		defer leave()
+		l.mu.Lock()
 		d := l.reserveLocked(id)
-		if d == 0 {
-			if l.inFlight == nil {
-				l.inFlight = map[string]int{}
-			}
-			l.inFlight[project]++
-		}
 		l.mu.Unlock()
 		if d > 0 {
 			l.tooFast(w, "API key "+id, d)
 			return
 		}
-		defer func() {
-			l.mu.Lock()
-			if l.inFlight[project]--; l.inFlight[project] == 0 {
-				delete(l.inFlight, project)
-			}
-			l.mu.Unlock()
-		}()
 		next.ServeHTTP(w, r)
 	})
 }

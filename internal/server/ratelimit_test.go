@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/inflight"
 )
 
 // TestKeyInFlight: a project has at most maxInFlight requests under way,
@@ -15,7 +16,7 @@ import (
 // stream for hours), whatever their rate allows; one that ends makes
 // room, and another project is not counted with it.
 func TestKeyInFlight(t *testing.T) {
-	l := &keyLimiter{lim: KeyLimits{}, m: nil} // no rate bound: only the requests under way
+	l := &keyLimiter{lim: KeyLimits{}, inFlight: inflight.New(maxInFlight)} // no rate bound: only the requests under way
 	release := make(chan struct{})
 	var started sync.WaitGroup
 	h := l.limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -49,7 +50,7 @@ func TestKeyInFlight(t *testing.T) {
 	if w := call("p1", "key-a", "/"); w.Code != http.StatusOK {
 		t.Errorf("once its requests ended: %d %q; want 200", w.Code, w.Body.String())
 	}
-	if len(l.inFlight) != 0 {
-		t.Errorf("requests under way once all ended: %v; want none kept", l.inFlight)
+	if n := l.inFlight.Keys(); n != 0 {
+		t.Errorf("projects with requests under way once all ended: %d; want none kept", n)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -23,6 +22,7 @@ import (
 	"github.com/lizard-build/lizard/internal/e2b/envd"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/events"
+	"github.com/lizard-build/lizard/internal/inflight"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/trace"
@@ -91,15 +91,14 @@ type Server struct {
 	events   *events.Log
 	webhooks *webhook.Service
 
-	portsMu sync.Mutex
 	// portsInFlight counts each sandbox's requests to its ports under way
 	// (ports.go), which no key's bounds cover.
-	portsInFlight map[string]int
+	portsInFlight *inflight.Limit
 }
 
 // New returns the API handler.
 func New(cfg Config) *Server {
-	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain, maxFile: cfg.MaxFileBytes, secrets: cfg.Secrets,
+	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain, maxFile: cfg.MaxFileBytes, secrets: cfg.Secrets, portsInFlight: inflight.New(maxPortsInFlight),
 		events: cfg.Events, webhooks: cfg.Webhooks}
 	// API keys on exposed ports are checked by hand (ports.go); a cluster
 	// node's forwarded calls carry none.
@@ -111,7 +110,7 @@ func New(cfg Config) *Server {
 	if cfg.Keys == nil {
 		cfg.Keys = (*auth.Verifier)(nil) // tests of handlers that need no key
 	}
-	lim := &keyLimiter{lim: cfg.KeyLimits, m: map[string]*rate.Limiter{}}
+	lim := &keyLimiter{lim: cfg.KeyLimits, m: map[string]*rate.Limiter{}, inFlight: inflight.New(maxInFlight)}
 	authed := func(h http.HandlerFunc) http.Handler { return socketKey(cfg.Keys.Require(traced(lim.limit(h)))) }
 
 	mux := http.NewServeMux()
