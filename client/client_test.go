@@ -383,6 +383,65 @@ func TestStreamsWithoutEndFail(t *testing.T) {
 	}
 }
 
+// TestStreamLineBounded: a stream's line of api.MaxExecuteLine bytes, the
+// longest the server sends, is read; one a byte longer, and one without
+// end (an agent replaced by code in the sandbox), end the stream with an
+// error naming the bound instead of growing the decoder's buffer.
+func TestStreamLineBounded(t *testing.T) {
+	const head = `{"type":"stdout","text":"`
+	tests := []struct {
+		name string
+		text int // bytes of the line's text; -1: without end
+		ok   bool
+	}{
+		{"at the bound", api.MaxExecuteLine - len(head) - 2, true},
+		{"a byte past it", api.MaxExecuteLine - len(head) - 1, false},
+		{"without end", -1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sent := make(chan int, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/x-ndjson")
+				n, _ := io.WriteString(w, head)
+				chunk := []byte(strings.Repeat("a", 64<<10))
+				// Past 4× the bound the client is holding it: stop, so
+				// that the test fails rather than the machine.
+				for left := tt.text; n < 4*api.MaxExecuteLine && left != 0; {
+					c := chunk
+					if left > 0 {
+						c = c[:min(left, len(c))]
+						left -= len(c)
+					}
+					m, err := w.Write(c)
+					n += m
+					if err != nil {
+						break
+					}
+				}
+				m, _ := io.WriteString(w, `"}`+"\n"+`{"type":"end"}`+"\n")
+				sent <- n + m
+			}))
+			defer srv.Close()
+			c, _ := New(Config{BaseURL: srv.URL, APIKey: "k"})
+			x, err := c.Execute(context.Background(), "sb_1", api.ExecuteRequest{Code: "x"}, nil)
+			if tt.ok {
+				if err != nil || len(x.Stdout) != tt.text {
+					t.Fatalf("Execute = %d bytes of stdout, %v; want %d", len(x.Stdout), err, tt.text)
+				}
+				return
+			}
+			if !errors.Is(err, ErrTruncated) || !strings.Contains(err.Error(), "a line of the stream is over 34603008 bytes (api.MaxExecuteLine)") {
+				t.Errorf("Execute = %v; want ErrTruncated naming the bound", err)
+			}
+			// The loopback's socket buffers hold a few MiB more.
+			if n := <-sent; n > api.MaxExecuteLine+16<<20 {
+				t.Errorf("the server got %d bytes out; want at most the bound %d and the socket buffers", n, api.MaxExecuteLine)
+			}
+		})
+	}
+}
+
 func TestExec(t *testing.T) {
 	stream := `{"type":"stdout","text":"out"}
 {"type":"stderr","text":"err"}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -132,9 +133,11 @@ func abortError(a *api.Abort) error {
 // readStream decodes NDJSON events from body, handing each to handle, until
 // handle reports the end event.
 func readStream[E any](ctx context.Context, body io.Reader, what string, handle func(E) (end bool)) error {
-	// A json.Decoder has no line-length limit, which matters: a result line
-	// can hold a base64 image of several megabytes.
-	dec := json.NewDecoder(body)
+	// A result line can hold a base64 image of several megabytes, but none
+	// the server sends passes api.MaxExecuteLine: a longer one (from an
+	// agent replaced by code in the sandbox) ends the stream instead of
+	// growing the decoder's buffer without end.
+	dec := json.NewDecoder(&boundedLines{r: body})
 	for {
 		var ev E
 		if err := dec.Decode(&ev); err != nil {
@@ -152,6 +155,34 @@ func readStream[E any](ctx context.Context, body io.Reader, what string, handle 
 			return nil
 		}
 	}
+}
+
+// errLineTooLong is a stream's line past api.MaxExecuteLine.
+var errLineTooLong = fmt.Errorf("a line of the stream is over %d bytes (api.MaxExecuteLine)", api.MaxExecuteLine)
+
+// boundedLines fails a read once a line passes api.MaxExecuteLine.
+type boundedLines struct {
+	r    io.Reader
+	line int // bytes of the line under way
+}
+
+func (b *boundedLines) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	for rest := p[:n]; ; {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			b.line += len(rest)
+			break
+		}
+		if b.line+i > api.MaxExecuteLine {
+			return 0, errLineTooLong
+		}
+		b.line, rest = 0, rest[i+1:]
+	}
+	if b.line > api.MaxExecuteLine {
+		return 0, errLineTooLong
+	}
+	return n, err
 }
 
 // CreateContext starts a new execution context (its own kernel) in the sandbox.
