@@ -51,12 +51,16 @@ type Config struct {
 	// Keys checks the X-API-Key of control API calls: the native API's
 	// verifier, so one key works on both surfaces.
 	Keys *auth.Verifier
-	// Limit bounds each key's request rate as on the native API; nil: none.
-	Limit func(http.Handler) http.Handler
+	// Limit bounds each key's request rate and its project's requests
+	// under way as on the native API, answering a request past them with
+	// refuse (an errdefs.ErrRateLimited error: E2B's 429 shape, which its
+	// SDKs raise as RateLimitException); nil: none.
+	Limit func(next http.Handler, refuse func(http.ResponseWriter, *http.Request, error)) http.Handler
 	// Rate bounds the sandbox URL's calls by their key's rate, those made
-	// with a sandbox's access token by their project's; it counts no call
-	// under way (the router bounds those itself). nil: none.
-	Rate func(http.Handler) http.Handler
+	// with a sandbox's access token by their project's, answering as
+	// Limit; it counts no call under way (the router bounds those
+	// itself). nil: none.
+	Rate func(next http.Handler, refuse func(http.ResponseWriter, *http.Request, error)) http.Handler
 	// Audit records an event of the request's key; nil: none.
 	Audit func(r *http.Request, msg string, attrs ...any)
 	// Envd serves E2B's sandbox daemon protocol (port 49983: process and
@@ -106,11 +110,12 @@ func New(cfg Config) *Handler {
 	if h.log == nil {
 		h.log = slog.Default()
 	}
+	none := func(next http.Handler, _ func(http.ResponseWriter, *http.Request, error)) http.Handler { return next }
 	if h.cfg.Limit == nil {
-		h.cfg.Limit = func(next http.Handler) http.Handler { return next }
+		h.cfg.Limit = none
 	}
 	if h.cfg.Rate == nil {
-		h.cfg.Rate = func(next http.Handler) http.Handler { return next }
+		h.cfg.Rate = none
 	}
 	if h.cfg.Audit == nil {
 		h.cfg.Audit = func(*http.Request, string, ...any) {}
@@ -131,7 +136,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 // authed serves next to control API calls with a valid X-API-Key, within
 // the key's rate.
 func (h *Handler) authed(next http.HandlerFunc) http.Handler {
-	return h.cfg.Keys.RequireWith(apiKey, refuse, h.cfg.Limit(next))
+	return h.cfg.Keys.RequireWith(apiKey, refuse, h.cfg.Limit(next, h.fail))
 }
 
 // refuse answers a request whose key was not accepted, naming E2B's
@@ -193,7 +198,7 @@ func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := context.WithValue(r.Context(), targetKey{}, t)
 	ctx = auth.WithCaller(ctx, auth.Caller{ProjectID: t.ProjectID, KeyID: keyID})
-	h.cfg.Rate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.route(w, r, port) })).ServeHTTP(w, r.WithContext(ctx))
+	h.cfg.Rate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.route(w, r, port) }), h.fail).ServeHTTP(w, r.WithContext(ctx))
 }
 
 // route serves a sandbox call the router authenticated, within its

@@ -2,6 +2,7 @@ package e2b_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -181,7 +182,8 @@ func TestSandboxRouterInFlight(t *testing.T) {
 // key's against the bucket its control API calls spend too, access
 // tokens' against their project's, all its sandboxes together; another
 // project's are not counted with them. Before, only the calls under way
-// were bounded, and a token sent calls at any rate.
+// were bounded, and a token sent calls at any rate. Its 429s, and the
+// control API's, are in E2B's error shape, as its other errors.
 func TestSandboxRouterRate(t *testing.T) {
 	envd := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	e := newEnvLimits(t, nil, envd, server.KeyLimits{Rate: 0.01, Burst: 3})
@@ -216,8 +218,8 @@ func TestSandboxRouterRate(t *testing.T) {
 		}
 	}
 	status, after, body := call(same.SandboxID, token(same.SandboxID)...)
-	if status != http.StatusTooManyRequests || after == "" || !strings.Contains(body, "sandbox access tokens of project p1 sends requests too fast") {
-		t.Errorf("token call 4 of project p1: %d, Retry-After %q, %s; want 429 naming the project, with Retry-After", status, after, body)
+	if status != http.StatusTooManyRequests || after == "" || !e2bRateLimited(body, "sandbox access tokens of project p1 sends requests too fast") {
+		t.Errorf("token call 4 of project p1: %d, Retry-After %q, %s; want 429 naming the project in E2B's shape, with Retry-After", status, after, body)
 	}
 	if status, _, body := call(other.SandboxID, token(other.SandboxID)...); status != http.StatusNoContent {
 		t.Errorf("project p2's token call: %d %s; want 204", status, body)
@@ -233,8 +235,8 @@ func TestSandboxRouterRate(t *testing.T) {
 			t.Fatalf("key call %d within the burst: %d %s; want 204", i+1, status, body)
 		}
 	}
-	if status, after, body := call(sb.SandboxID, key...); status != http.StatusTooManyRequests || after == "" || !strings.Contains(body, "API key "+k.ID+" sends requests too fast") {
-		t.Errorf("key call 4: %d, Retry-After %q, %s; want 429 naming the key", status, after, body)
+	if status, after, body := call(sb.SandboxID, key...); status != http.StatusTooManyRequests || after == "" || !e2bRateLimited(body, "API key "+k.ID+" sends requests too fast") {
+		t.Errorf("key call 4: %d, Retry-After %q, %s; want 429 naming the key in E2B's shape", status, after, body)
 	}
 	req, _ := http.NewRequest(http.MethodGet, e.url+"/e2b/sandboxes", nil)
 	req.Header.Set("X-API-Key", k.String())
@@ -242,8 +244,21 @@ func TestSandboxRouterRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusTooManyRequests {
-		t.Errorf("the key's control API call after its sandbox URL calls: %d; want 429", resp.StatusCode)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !e2bRateLimited(string(b), "API key "+k.ID+" sends requests too fast") {
+		t.Errorf("the key's control API call after its sandbox URL calls: %d, Retry-After %q, %s; want 429 in E2B's shape, with Retry-After",
+			resp.StatusCode, resp.Header.Get("Retry-After"), b)
 	}
+}
+
+// e2bRateLimited says whether body is E2B's error shape for a 429, whose
+// code its SDKs read as a number, with msg in its message (not the native
+// API's {"code":"rate_limited"}).
+func e2bRateLimited(body, msg string) bool {
+	var e struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	return json.Unmarshal([]byte(body), &e) == nil && e.Code == http.StatusTooManyRequests && strings.Contains(e.Message, msg)
 }

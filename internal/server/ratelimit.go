@@ -58,11 +58,17 @@ func keyID(r *http.Request) string {
 	return k.ID
 }
 
+// refuseNative answers a request over its key's bounds (err, an
+// errdefs.ErrRateLimited error with its RetryAfter) in the native API's
+// shape, with Retry-After. The limiter takes the refusal of its surface:
+// E2B's answers in E2B's shape, which its SDKs read.
+func refuseNative(w http.ResponseWriter, _ *http.Request, err error) { rateLimited(w, err) }
+
 // limit serves next only while the request's key is within its rate and
 // its project has fewer than maxInFlight requests under way; over either,
-// 429 with Retry-After. It runs after authentication, so a stranger
-// cannot use up a real key's budget.
-func (l *keyLimiter) limit(next http.Handler) http.Handler {
+// refuse answers (429 with Retry-After). It runs after authentication,
+// so a stranger cannot use up a real key's budget.
+func (l *keyLimiter) limit(next http.Handler, refuse func(http.ResponseWriter, *http.Request, error)) http.Handler {
 	if l == nil {
 		return next
 	}
@@ -71,7 +77,8 @@ func (l *keyLimiter) limit(next http.Handler) http.Handler {
 		project, _ := auth.ProjectID(r.Context())
 		leave, ok := l.inFlight.Enter(project)
 		if !ok {
-			writeRateLimited(w, time.Second, fmt.Sprintf("project %s has %d requests under way, its most: end some (streams it follows) first", project, maxInFlight))
+			refuse(w, r, &errdefs.Error{Kind: errdefs.ErrRateLimited, RetryAfter: time.Second,
+				Msg: fmt.Sprintf("project %s has %d requests under way, its most: end some (streams it follows) first", project, maxInFlight)})
 			return
 		}
 		defer leave()
@@ -79,7 +86,7 @@ func (l *keyLimiter) limit(next http.Handler) http.Handler {
 		d := l.reserveLocked(id)
 		l.mu.Unlock()
 		if d > 0 {
-			l.tooFast(w, "API key "+id, d)
+			refuse(w, r, l.tooFast("API key "+id, d))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -87,12 +94,12 @@ func (l *keyLimiter) limit(next http.Handler) http.Handler {
 }
 
 // limitRate serves next only while the request's key is within its rate,
-// the bucket its /v1 calls use; past it, 429 with Retry-After. It leaves
+// the bucket its /v1 calls use; past it, refuse answers. It leaves
 // the calls under way to next: E2B's sandbox URL counts its own. A call
 // made with a sandbox's access token has no key: it is counted in its
 // project's bucket, at a key's rate, all its sandboxes' tokens together,
 // so that more sandboxes do not make a faster rate.
-func (l *keyLimiter) limitRate(next http.Handler) http.Handler {
+func (l *keyLimiter) limitRate(next http.Handler, refuse func(http.ResponseWriter, *http.Request, error)) http.Handler {
 	if l == nil || l.lim.Rate <= 0 {
 		return next
 	}
@@ -108,7 +115,7 @@ func (l *keyLimiter) limitRate(next http.Handler) http.Handler {
 		d := l.reserveLocked(id)
 		l.mu.Unlock()
 		if d > 0 {
-			l.tooFast(w, who, d)
+			refuse(w, r, l.tooFast(who, d))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -134,9 +141,11 @@ func (l *keyLimiter) reserveLocked(id string) time.Duration {
 	return d
 }
 
-func (l *keyLimiter) tooFast(w http.ResponseWriter, who string, d time.Duration) {
-	writeRateLimited(w, d, fmt.Sprintf("%s sends requests too fast: at most %g per second (bursts of %d); retry in %s",
-		who, l.lim.Rate, max(l.lim.Burst, 1), d.Round(time.Millisecond)))
+// tooFast is the error of who's request d too early for its rate.
+func (l *keyLimiter) tooFast(who string, d time.Duration) error {
+	return &errdefs.Error{Kind: errdefs.ErrRateLimited, RetryAfter: d,
+		Msg: fmt.Sprintf("%s sends requests too fast: at most %g per second (bursts of %d); retry in %s",
+			who, l.lim.Rate, max(l.lim.Burst, 1), d.Round(time.Millisecond))}
 }
 
 func writeRateLimited(w http.ResponseWriter, after time.Duration, msg string) {

@@ -24,7 +24,7 @@ func TestKeyInFlight(t *testing.T) {
 			started.Done()
 			<-release
 		}
-	}))
+	}), refuseNative)
 	call := func(project, key, path string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodGet, path, nil)
 		r = r.WithContext(auth.WithCaller(r.Context(), auth.Caller{ProjectID: project, KeyID: key}))
@@ -39,7 +39,7 @@ func TestKeyInFlight(t *testing.T) {
 		go func() { defer done.Done(); call("p1", "key-a", "/hold") }()
 	}
 	started.Wait()
-	if w := call("p1", "key-b", "/"); w.Code != http.StatusTooManyRequests || !strings.Contains(w.Body.String(), "project p1 has 1024 requests under way") || w.Header().Get("Retry-After") == "" {
+	if w := call("p1", "key-b", "/"); w.Code != http.StatusTooManyRequests || !strings.Contains(w.Body.String(), `"code":"rate_limited","message":"project p1 has 1024 requests under way`) || w.Header().Get("Retry-After") == "" {
 		t.Errorf("request %d of a project under way, with another of its keys: %d %q; want 429 naming the bound, with Retry-After", maxInFlight+1, w.Code, w.Body.String())
 	}
 	if w := call("p2", "key-c", "/"); w.Code != http.StatusOK {

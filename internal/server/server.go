@@ -111,7 +111,9 @@ func New(cfg Config) *Server {
 		cfg.Keys = (*auth.Verifier)(nil) // tests of handlers that need no key
 	}
 	lim := &keyLimiter{lim: cfg.KeyLimits, m: map[string]*rate.Limiter{}, inFlight: inflight.New(maxInFlight)}
-	authed := func(h http.HandlerFunc) http.Handler { return socketKey(cfg.Keys.Require(traced(lim.limit(h)))) }
+	authed := func(h http.HandlerFunc) http.Handler {
+		return socketKey(cfg.Keys.Require(traced(lim.limit(h, refuseNative))))
+	}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.health)
