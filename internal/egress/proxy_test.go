@@ -450,3 +450,89 @@ func TestResolverTCPConns(t *testing.T) {
 		t.Error("a TCP query once one of the sandbox's connections closed got no answer")
 	}
 }
+
+// TestUnsetClosesConns: a pause (Unset) closes the sandbox's connections
+// through the proxy and the resolver's TCP side, as an end does: its
+// address is released and may be a new sandbox's while it is paused, and
+// the frozen processes lose their connections on restore anyway. Its log
+// stays for the resume, which connects again.
+func TestUnsetClosesConns(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(c, c) // echo
+		}
+	}()
+	addr := "http://" + ln.Addr().String()
+	r := newRig(t, Policy{Allow: []string{"echo.test"}, Ports: []int{mustPort(addr)}}, map[string]string{"echo.test": "127.0.0.1"}, nil)
+	r.to(t, addr)
+	echo := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", r.proxy.Port()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: echo.test\r\n\r\n")
+		return c, bufio.NewReader(c)
+	}
+	c1, br1 := echo()
+	c1.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if l, err := br1.ReadString('\n'); err != nil || l != "GET / HTTP/1.1\r\n" {
+		t.Fatalf("echo through the proxy: %q, %v", l, err)
+	}
+	dc, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", r.resolver.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close() })
+	d1 := &dns.Conn{Conn: dc}
+	m := new(dns.Msg)
+	m.SetQuestion("echo.test.", dns.TypeA)
+	d1.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := d1.WriteMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d1.ReadMsg(); err != nil {
+		t.Fatalf("a TCP query before the pause: %v", err)
+	}
+	logged := len(r.table.Log("sb1"))
+
+	r.table.Unset("sb1")
+	// closed reports whether r ends well within the resolver's 8 s idle
+	// timeout (a reset counts: the proxy may close a connection it has not
+	// read).
+	closed := func(r io.Reader, c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err := io.ReadAll(r)
+		var ne net.Error
+		return !(errors.As(err, &ne) && ne.Timeout())
+	}
+	if !closed(dc, dc) {
+		t.Error("the resolver's TCP connection stayed open after Unset; want it closed")
+	}
+	if !closed(br1, c1) {
+		t.Error("the proxied connection stayed open after Unset; want it closed")
+	}
+	if c2, br2 := echo(); !closed(br2, c2) {
+		t.Error("a connection from the address while paused was kept; want it closed")
+	}
+	if n := len(r.table.Log("sb1")); n != logged {
+		t.Errorf("the log after Unset has %d decisions, want the %d before kept", n, logged)
+	}
+
+	pol, _ := Parse(Policy{Allow: []string{"echo.test"}, Ports: []int{mustPort(addr)}}, "network")
+	r.table.Set(netip.MustParseAddr(sbAddr), Sandbox{ID: "sb1", Project: "p1", Policy: pol}) // the resume
+	c3, br3 := echo()
+	c3.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if l, err := br3.ReadString('\n'); err != nil || l != "GET / HTTP/1.1\r\n" {
+		t.Errorf("echo through the proxy after the resume: %q, %v", l, err)
+	}
+}

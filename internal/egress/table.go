@@ -86,15 +86,26 @@ func (t *Table) Set(addr netip.Addr, sb Sandbox) {
 	t.byAddr[addr] = sb.ID
 }
 
-// Unset forgets sandbox id's address (a pause): its log stays.
+// Unset forgets sandbox id's address (a pause), closing its open
+// connections: its log stays. The address is released while it is paused
+// and may be another sandbox's, and its frozen processes lose their
+// connections on restore anyway.
 func (t *Table) Unset(id string) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if b := t.boxes[id]; b != nil {
+	b := t.boxes[id]
+	var conns []net.Conn
+	if b != nil {
 		if t.byAddr[b.addr] == id {
 			delete(t.byAddr, b.addr)
 		}
 		b.addr = netip.Addr{}
+		for c := range b.conns {
+			conns = append(conns, c)
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
 	}
 }
 
@@ -176,16 +187,17 @@ func (t *Table) Log(id string) []Decision {
 	return append(out, b.log[:b.next]...)
 }
 
-// track records c as open for sandbox id (closed by a cut or Remove);
-// the function returned forgets it. When the sandbox has MaxConns open,
-// c is closed and ok is false; first is set the first time.
+// track records c as open for sandbox id (closed by a cut, Unset or
+// Remove); the function returned forgets it. When the sandbox is gone or
+// paused since c's address was looked up, c is closed and ok is false;
+// when it has MaxConns open, too, and first is set the first time.
 func (t *Table) track(id string, c net.Conn) (untrack func(), ok, first bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.boxes[id]
-	if b == nil {
+	if b == nil || !b.addr.IsValid() {
 		c.Close()
-		return func() {}, true, false
+		return nil, false, false
 	}
 	if len(b.conns) >= MaxConns {
 		c.Close()
