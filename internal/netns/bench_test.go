@@ -3,6 +3,7 @@ package netns
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,27 +17,54 @@ import (
 // (Remove: the veth and the table deleted before it returns), released
 // (Release: both deleted in the background), and released with spares
 // (made ahead, given back). ns/op is the time a create plus a kill wait.
+// Released, each create takes the link just released, as an allocation
+// of the lowest free slot would, and waits for its conntrack entries to
+// go (conntrack.go); "release-other" takes the lowest link not settling
+// (Pool.Settling), as the store's allocation does. Both take their links
+// from a test pool (testenv.TakePool). create-ms/op is a create's own
+// wait.
 //
 //	go test -run '^$' -bench Network -benchtime 50x ./internal/netns
 func BenchmarkNetwork(b *testing.B) {
 	testenv.RequiresRoot(b)
 	l := Link{netip.MustParseAddr("169.254.251.209"), netip.MustParseAddr("169.254.251.210"), 30}
+	n, free, err := testenv.TakePool()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(free)
+	pool, err := ParsePool(fmt.Sprintf("169.254.%d.0/24", n))
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, c := range []struct {
-		name    string
-		spares  int
-		release bool
-	}{{"remove", 0, false}, {"release", 0, true}, {"spares", 4, true}} {
+		name      string
+		spares    int
+		release   bool
+		alternate bool
+	}{{"remove", 0, false, false}, {"release", 0, true, false}, {"release-other", 0, true, true}, {"spares", 4, true, false}} {
 		b.Run(c.name, func(b *testing.B) {
 			Prepare(c.spares)
 			for Spares() < c.spares {
 			}
+			var create time.Duration
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				// A new ID each time, as sandboxes have.
 				id := fmt.Sprintf("nsbench-%s-%d", c.name, i)
-				if err := CreateWithEgress(id, l, &Egress{Internet: true}); err != nil {
+				link := l
+				if c.release && c.spares == 0 {
+					slot := 0 // the lowest free, just released
+					for settling := pool.Settling(); c.alternate && slices.Contains(settling, slot); {
+						slot++
+					}
+					link.HostAddr, link.GuestAddr = pool.Addrs(slot)
+				}
+				start := time.Now()
+				if err := CreateWithEgress(id, link, &Egress{Internet: true}); err != nil {
 					b.Fatal(err)
 				}
+				create += time.Since(start)
 				var err error
 				if c.release {
 					err = Release(id, nil)
@@ -48,6 +76,7 @@ func BenchmarkNetwork(b *testing.B) {
 				}
 			}
 			b.StopTimer()
+			b.ReportMetric(float64(create.Microseconds())/1000/float64(b.N), "create-ms/op")
 			Drain()
 		})
 	}

@@ -155,6 +155,25 @@ func awaitForgotten(l Link) {
 	}
 }
 
+// Settling returns the slots of p whose last owner's conntrack entries
+// are still to be deleted: a Create of one waits until they are
+// (20–30 ms at ~12,700 entries), so an allocation takes one only when no
+// other slot is free.
+func (p Pool) Settling() []int {
+	forgetting.mu.Lock()
+	defer forgetting.mu.Unlock()
+	var slots []int
+	for n := range forgetting.pending {
+		if n.Bits() != SlotPrefixLen {
+			continue // not a slot's link
+		}
+		if s, ok := p.slotOf(n.Addr()); ok {
+			slots = append(slots, s)
+		}
+	}
+	return slots
+}
+
 // flowFilter matches the conntrack entries with an address inside one
 // of nets (either side, either direction: the sandbox's own connections,
 // those redirected or translated to it, and the host's to it) and none

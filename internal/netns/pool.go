@@ -77,6 +77,24 @@ func (p Pool) Addrs(n int) (host, guest netip.Addr) {
 	return fromUint(base + 1), fromUint(base + 2)
 }
 
+// slotOf returns the slot whose link holds address a (ok false: none of
+// the pool's, or in the hole).
+func (p Pool) slotOf(a netip.Addr) (int, bool) {
+	if !a.Is4() || !p.prefix.Contains(a) {
+		return 0, false
+	}
+	link := int((toUint(a) - toUint(p.prefix.Addr())) / 4)
+	switch {
+	case link >= p.links:
+		return 0, false
+	case p.holeLen > 0 && link >= p.holeStart+p.holeLen:
+		return link - p.holeLen, true
+	case p.holeLen > 0 && link >= p.holeStart:
+		return 0, false
+	}
+	return link, true
+}
+
 func toUint(a netip.Addr) uint32 {
 	b := a.As4()
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])

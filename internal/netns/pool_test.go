@@ -1,6 +1,10 @@
 package netns
 
-import "testing"
+import (
+	"net/netip"
+	"slices"
+	"testing"
+)
 
 func TestPoolSlots(t *testing.T) {
 	p, err := ParsePool("169.254.128.0/17")
@@ -55,5 +59,53 @@ func TestPoolSkipsMetadata(t *testing.T) {
 		if h, g := wide.Addrs(n); metadataNet.Contains(h) || metadataNet.Contains(g) {
 			t.Fatalf("slot %d of %s = %s %s, inside %s", n, wide.Prefix(), h, g, metadataNet)
 		}
+	}
+}
+
+// TestPoolSettling: the slots whose links still have conntrack entries to
+// delete are the pool's Settling, by either address of the link, until
+// they are forgotten; a link of another pool, or of no slot, is none.
+func TestPoolSettling(t *testing.T) {
+	p, err := ParsePool("169.254.128.0/17")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		a    string
+		slot int
+		ok   bool
+	}{
+		{"169.254.128.1", 0, true},
+		{"169.254.128.2", 0, true},
+		{"169.254.168.254", 41*64 - 1, true},
+		{"169.254.169.5", 0, false}, // the metadata /24
+		{"169.254.170.1", 41 * 64, true},
+		{"169.254.255.254", 8127, true},
+		{"169.254.127.254", 0, false},
+		{"10.0.0.1", 0, false},
+	} {
+		if s, ok := p.slotOf(netip.MustParseAddr(tt.a)); ok != tt.ok || (ok && s != tt.slot) {
+			t.Errorf("slotOf(%s) = %d, %v; want %d, %v", tt.a, s, ok, tt.slot, tt.ok)
+		}
+	}
+	// A pool of its own: no other test's release settles in it.
+	q, err := ParsePool("10.77.0.0/24")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := func(slot int) netip.Prefix {
+		h, _ := q.Addrs(slot)
+		return netip.PrefixFrom(h, SlotPrefixLen)
+	}
+	nets := []netip.Prefix{link(3), link(63), netip.MustParsePrefix("10.9.0.1/30"), netip.MustParsePrefix("10.77.0.1/24")}
+	markForgetting(nets)
+	got := q.Settling()
+	slices.Sort(got)
+	if !slices.Equal(got, []int{3, 63}) {
+		t.Errorf("Settling = %v; want [3 63] (not another pool's link, nor a wider one)", got)
+	}
+	forgotten(nets)
+	if got := q.Settling(); len(got) != 0 {
+		t.Errorf("Settling once forgotten = %v; want none", got)
 	}
 }

@@ -420,7 +420,9 @@ func (n *Local) record(ctx context.Context, p Plan, src source) (store.Sandbox, 
 		TimeoutMs: p.TimeoutMs, Metadata: p.Metadata, CreatedAt: n.now(), Shape: p.Shape(), Role: p.Role,
 		ParentID: p.ParentID,
 	}
-	err := n.cfg.Store.CreateSandbox(ctx, &sb, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings)
+	// A slot released just before is the lowest free under churn, and its
+	// Create would wait for its conntrack entries to go (netns.Pool.Settling).
+	err := n.cfg.Store.CreateSandbox(ctx, &sb, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings, n.cfg.Pool.Settling()...)
 	if errors.Is(err, store.ErrFull) {
 		return sb, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 			Msg: fmt.Sprintf("no free sandbox address: all %d addresses of the pool %s are in use; kill sandboxes or widen --address-pool",
@@ -443,7 +445,7 @@ func (n *Local) reslot(ctx context.Context, r resumeOf) (store.Sandbox, error) {
 	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
 		return sb, fmt.Errorf("clearing sandbox %s before resuming it: %w", sb.ID, err)
 	}
-	host, guest, err := n.cfg.Store.AssignSlot(ctx, sb.ID, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings)
+	host, guest, err := n.cfg.Store.AssignSlot(ctx, sb.ID, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings, n.cfg.Pool.Settling()...)
 	if errors.Is(err, store.ErrFull) {
 		return sb, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 			Msg: fmt.Sprintf("no free sandbox address to resume sandbox %s; it stays paused; kill sandboxes or widen --address-pool", sb.ID)}

@@ -217,6 +217,14 @@ func (t *tx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result
 	return res, t.d.wrap(err)
 }
 
+func (t *tx) QueryContext(ctx context.Context, q string, args ...any) (*rows, error) {
+	r, err := t.Tx.QueryContext(ctx, t.d.rebind(q), args...)
+	if err != nil {
+		return nil, t.d.wrap(err)
+	}
+	return &rows{Rows: r, d: t.d}, nil
+}
+
 func (t *tx) QueryRowContext(ctx context.Context, q string, args ...any) *row {
 	return &row{r: t.Tx.QueryRowContext(ctx, t.d.rebind(q), args...), d: t.d}
 }

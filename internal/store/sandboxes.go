@@ -81,12 +81,15 @@ func scanSandbox(r scanner) (Sandbox, error) {
 }
 
 // CreateSandbox inserts sb as a live sandbox holding the lowest address slot
-// below slots that no live sandbox holds, and sets sb.Slot. addrs turns the
+// below slots that no live sandbox holds, and sets sb.Slot. A slot in
+// settling is taken only when no other is free: the node is still deleting
+// its last owner's connection tracking entries, which the new owner's
+// network would wait for. addrs turns the
 // slot into the sandbox's host and guest addresses, stored with the row so
 // that a server restarted with another pool still reaches old sandboxes.
 // ErrFull if every slot is taken, ErrNotFound if the project does not exist,
 // ErrConflict if the ID is taken.
-func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs func(slot int) (host, guest string)) error {
+func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs func(slot int) (host, guest string), settling ...int) error {
 	meta, err := json.Marshal(nonNil(sb.Metadata))
 	if err != nil {
 		return fmt.Errorf("encoding metadata: %w", err)
@@ -100,7 +103,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 		return fmt.Errorf("creating sandbox %s: %w", sb.ID, err)
 	}
 	defer tx.Rollback()
-	slot, err := tx.freeSlot(ctx, s.node, slots)
+	slot, err := tx.freeSlot(ctx, s.node, slots, settling)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("creating sandbox %s: %w", sb.ID, ErrFull)
 	}
@@ -128,23 +131,70 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 }
 
 // freeSlot returns the lowest address slot below slots that no live
-// sandbox of node holds (sql.ErrNoRows: none). The lowest free slot is 0 or one
-// past a taken slot. The transaction keeps others from taking it before
-// the caller writes it: SQLite's holds the write lock, PostgreSQL's takes
-// the slots' advisory lock first.
-func (t *tx) freeSlot(ctx context.Context, node string, slots int) (int, error) {
+// sandbox of node holds and that is not in settling, else the lowest of
+// settling free (sql.ErrNoRows: none). The transaction keeps others from
+// taking it before the caller writes it: SQLite's holds the write lock,
+// PostgreSQL's takes the slots' advisory lock first.
+func (t *tx) freeSlot(ctx context.Context, node string, slots int, settling []int) (int, error) {
 	if err := t.serialize(ctx, slotsLockKey); err != nil {
 		return 0, err
 	}
-	var slot int
-	err := t.QueryRowContext(ctx, `
-		SELECT s FROM (
-			SELECT 0 AS s
-			UNION SELECT slot + 1 FROM sandboxes WHERE ended_at IS NULL AND slot >= 0 AND node = ?
-		) AS candidates
-		WHERE s < ? AND s NOT IN (SELECT slot FROM sandboxes WHERE ended_at IS NULL AND node = ?)
-		ORDER BY s LIMIT 1`, node, slots, node).Scan(&slot)
-	return slot, err
+	rows, err := t.QueryContext(ctx, `SELECT slot FROM sandboxes WHERE ended_at IS NULL AND node = ? AND slot >= 0 AND slot < ?`, node, slots)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	taken := map[int]bool{}
+	for rows.Next() {
+		var n int
+		if err := rows.Scan(&n); err != nil {
+			return 0, err
+		}
+		taken[n] = true
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	slot, ok := lowestSlot(taken, settling, slots)
+	if !ok {
+		return 0, sql.ErrNoRows
+	}
+	return slot, nil
+}
+
+// lowestSlot returns the lowest slot below slots not taken, preferring one
+// not in settling. The lowest free slot is 0 or one past a taken slot, and
+// the lowest not settling also may be one past a settling one: those are
+// all it looks at, not every slot of a pool of up to a million.
+func lowestSlot(taken map[int]bool, settling []int, slots int) (int, bool) {
+	avoid := make(map[int]bool, len(settling))
+	for _, n := range settling {
+		avoid[n] = true
+	}
+	best, fallback := -1, -1
+	consider := func(n int) {
+		switch {
+		case n < 0 || n >= slots || taken[n]:
+		case !avoid[n]:
+			if best < 0 || n < best {
+				best = n
+			}
+		case fallback < 0 || n < fallback:
+			fallback = n
+		}
+	}
+	consider(0)
+	for n := range taken {
+		consider(n + 1)
+	}
+	for n := range avoid {
+		consider(n + 1)
+		consider(n) // free or not, it is a candidate for the fallback
+	}
+	if best >= 0 {
+		return best, true
+	}
+	return fallback, fallback >= 0
 }
 
 func nonNil(m map[string]string) map[string]string {

@@ -89,10 +89,11 @@ func (s *Store) PauseSandbox(ctx context.Context, id, imageDir string, remaining
 }
 
 // AssignSlot gives a paused sandbox the lowest free address slot below
-// slots, as CreateSandbox does, and returns its addresses. The sandbox
+// slots, one in settling only if no other is free, as CreateSandbox does,
+// and returns its addresses. The sandbox
 // stays paused until MarkResumed. ErrFull if every slot is taken,
 // ErrConflict if it is not paused.
-func (s *Store) AssignSlot(ctx context.Context, id string, slots int, addrs func(slot int) (host, guest string)) (host, guest string, err error) {
+func (s *Store) AssignSlot(ctx context.Context, id string, slots int, addrs func(slot int) (host, guest string), settling ...int) (host, guest string, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return "", "", fmt.Errorf("assigning a slot to sandbox %s: %w", id, err)
@@ -105,7 +106,7 @@ func (s *Store) AssignSlot(ctx context.Context, id string, slots int, addrs func
 	} else if err != nil {
 		return "", "", fmt.Errorf("assigning a slot to sandbox %s: %w", id, err)
 	}
-	slot, err := tx.freeSlot(ctx, node, slots)
+	slot, err := tx.freeSlot(ctx, node, slots, settling)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", "", fmt.Errorf("assigning a slot to sandbox %s: %w", id, ErrFull)
 	}
