@@ -19,6 +19,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/lizard-build/lizard/api"
 )
 
 // DefaultBaseURL is where `lizard serve` listens unless told otherwise.
@@ -46,6 +48,11 @@ type Config struct {
 	// files metadata...); 0 means only ctx bounds it. Streaming calls
 	// (Execute, Exec, ReadFile) are bounded by ctx and their own timeoutMs.
 	Timeout time.Duration
+	// MaxStreamLine bounds one line of a stream (Execute, Exec, process
+	// output, template builds): a longer one ends the call with
+	// ErrTruncated and ErrLineTooLong instead of being held whole
+	// (default: api.MaxExecuteLine, the longest a Lizard server sends).
+	MaxStreamLine int
 }
 
 // Client calls one Lizard server. It is safe for concurrent use.
@@ -54,6 +61,7 @@ type Client struct {
 	apiKey  string
 	http    *http.Client
 	timeout time.Duration
+	maxLine int // Config.MaxStreamLine
 }
 
 // New returns a client for cfg, filling empty fields from the environment
@@ -77,7 +85,10 @@ func New(cfg Config) (*Client, error) {
 	}
 	// Accept the URL with or without the API version, since both are common.
 	base := strings.TrimSuffix(strings.TrimRight(cfg.BaseURL, "/"), "/v1")
-	return &Client{baseURL: base, apiKey: cfg.APIKey, http: cfg.HTTPClient, timeout: cfg.Timeout}, nil
+	if cfg.MaxStreamLine <= 0 {
+		cfg.MaxStreamLine = api.MaxExecuteLine
+	}
+	return &Client{baseURL: base, apiKey: cfg.APIKey, http: cfg.HTTPClient, timeout: cfg.Timeout, maxLine: cfg.MaxStreamLine}, nil
 }
 
 // BaseURL returns the server address the client calls, without /v1.

@@ -14,17 +14,18 @@ import (
 // Sentinels for the API's error statuses. An *Error matches the one of its
 // status: errors.Is(err, client.ErrNotFound).
 var (
-	ErrInvalidArgument = errors.New("invalid argument")    // 400
-	ErrUnauthenticated = errors.New("unauthenticated")     // 401
-	ErrNotFound        = errors.New("not found")           // 404
-	ErrConflict        = errors.New("conflict")            // 409
-	ErrGone            = errors.New("gone")                // 410
-	ErrTooLarge        = errors.New("too large")           // 413
-	ErrRateLimited     = errors.New("rate limited")        // 429
-	ErrDiskFull        = errors.New("server disk full")    // 507; also matches ErrServer
-	ErrServer          = errors.New("server error")        // 5xx
-	ErrUnreachable     = errors.New("cannot reach Lizard") // no HTTP response at all
-	ErrTruncated       = errors.New("stream ended early")  // an NDJSON stream without its end event
+	ErrInvalidArgument = errors.New("invalid argument")     // 400
+	ErrUnauthenticated = errors.New("unauthenticated")      // 401
+	ErrNotFound        = errors.New("not found")            // 404
+	ErrConflict        = errors.New("conflict")             // 409
+	ErrGone            = errors.New("gone")                 // 410
+	ErrTooLarge        = errors.New("too large")            // 413
+	ErrRateLimited     = errors.New("rate limited")         // 429
+	ErrDiskFull        = errors.New("server disk full")     // 507; also matches ErrServer
+	ErrServer          = errors.New("server error")         // 5xx
+	ErrUnreachable     = errors.New("cannot reach Lizard")  // no HTTP response at all
+	ErrTruncated       = errors.New("stream ended early")   // an NDJSON stream without its end event
+	ErrLineTooLong     = errors.New("stream line too long") // a stream's line past Config.MaxStreamLine (with ErrTruncated)
 )
 
 // ErrNoAPIKey is returned, before any request is sent, by calls that need an

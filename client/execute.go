@@ -35,7 +35,7 @@ func (c *Client) Execute(ctx context.Context, id string, req api.ExecuteRequest,
 	defer drainClose(resp.Body)
 	x := &Execution{Results: []api.Result{}}
 	var abort *api.Abort
-	err = readStream(ctx, resp.Body, "execute", func(ev api.ExecuteEvent) bool {
+	err = readStream(ctx, resp.Body, c.maxLine, "execute", func(ev api.ExecuteEvent) bool {
 		if ev.Type == api.EventAbort {
 			abort = ev.Abort
 			return true
@@ -91,7 +91,7 @@ func (c *Client) Exec(ctx context.Context, id string, req api.ProcessRequest, on
 	defer drainClose(resp.Body)
 	res := &ProcessResult{ExitCode: -1}
 	var abort *api.Abort
-	err = readStream(ctx, resp.Body, "process", func(ev api.ProcessEvent) bool {
+	err = readStream(ctx, resp.Body, c.maxLine, "process", func(ev api.ProcessEvent) bool {
 		if ev.Type == api.EventAbort {
 			abort = ev.Abort
 			return true
@@ -132,12 +132,12 @@ func abortError(a *api.Abort) error {
 
 // readStream decodes NDJSON events from body, handing each to handle, until
 // handle reports the end event.
-func readStream[E any](ctx context.Context, body io.Reader, what string, handle func(E) (end bool)) error {
+func readStream[E any](ctx context.Context, body io.Reader, maxLine int, what string, handle func(E) (end bool)) error {
 	// A result line can hold a base64 image of several megabytes, but none
 	// the server sends passes api.MaxExecuteLine: a longer one (from an
 	// agent replaced by code in the sandbox) ends the stream instead of
 	// growing the decoder's buffer without end.
-	dec := json.NewDecoder(&boundedLines{r: body})
+	dec := json.NewDecoder(&boundedLines{r: body, max: maxLine})
 	for {
 		var ev E
 		if err := dec.Decode(&ev); err != nil {
@@ -157,12 +157,23 @@ func readStream[E any](ctx context.Context, body io.Reader, what string, handle 
 	}
 }
 
-// errLineTooLong is a stream's line past api.MaxExecuteLine.
-var errLineTooLong = fmt.Errorf("a line of the stream is over %d bytes (api.MaxExecuteLine)", api.MaxExecuteLine)
+// lineTooLong is a stream's line past max bytes (Config.MaxStreamLine).
+type lineTooLong struct{ max int }
 
-// boundedLines fails a read once a line passes api.MaxExecuteLine.
+func (e lineTooLong) Error() string {
+	from := "Config.MaxStreamLine"
+	if e.max == api.MaxExecuteLine {
+		from = "api.MaxExecuteLine"
+	}
+	return fmt.Sprintf("a line of the stream is over %d bytes (%s)", e.max, from)
+}
+
+func (lineTooLong) Is(target error) bool { return target == ErrLineTooLong }
+
+// boundedLines fails a read once a line passes max bytes.
 type boundedLines struct {
 	r    io.Reader
+	max  int
 	line int // bytes of the line under way
 }
 
@@ -174,13 +185,13 @@ func (b *boundedLines) Read(p []byte) (int, error) {
 			b.line += len(rest)
 			break
 		}
-		if b.line+i > api.MaxExecuteLine {
-			return 0, errLineTooLong
+		if b.line+i > b.max {
+			return 0, lineTooLong{b.max}
 		}
 		b.line, rest = 0, rest[i+1:]
 	}
-	if b.line > api.MaxExecuteLine {
-		return 0, errLineTooLong
+	if b.line > b.max {
+		return 0, lineTooLong{b.max}
 	}
 	return n, err
 }

@@ -82,7 +82,7 @@ func (c *Client) ConnectProcess(ctx context.Context, id string, pid int, onEvent
 	res := &ProcessResult{ExitCode: -1}
 	var stdout, stderr strings.Builder
 	var abort *api.Abort
-	err = readStream(ctx, resp.Body, "process output", func(ev api.ProcessOutputEvent) bool {
+	err = readStream(ctx, resp.Body, c.maxLine, "process output", func(ev api.ProcessOutputEvent) bool {
 		switch ev.Type {
 		case api.EventAbort:
 			abort = ev.Abort

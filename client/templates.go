@@ -41,7 +41,7 @@ func (c *Client) BuildTemplate(ctx context.Context, req api.BuildTemplateRequest
 	defer cancel()
 	defer drainClose(resp.Body)
 	var failed error
-	err = readStream(ctx, resp.Body, "template build", func(ev api.TemplateBuildEvent) bool {
+	err = readStream(ctx, resp.Body, c.maxLine, "template build", func(ev api.TemplateBuildEvent) bool {
 		if onEvent != nil {
 			onEvent(ev)
 		}

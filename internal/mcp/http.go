@@ -1,13 +1,10 @@
 package mcp
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -29,7 +26,7 @@ import (
 // key cannot use a session ID it learns.
 func Handler(baseURL, version string, log *slog.Logger) http.Handler {
 	h := sdk.NewStreamableHTTPHandler(func(r *http.Request) *sdk.Server {
-		c, err := client.New(client.Config{BaseURL: baseURL, APIKey: bearer(r), HTTPClient: apiHTTP})
+		c, err := client.New(client.Config{BaseURL: baseURL, APIKey: bearer(r), MaxStreamLine: maxLine})
 		if err != nil {
 			// Only a malformed baseURL fails, which Handler's caller made.
 			log.Error("mcp: API client", "err", err)
@@ -117,51 +114,10 @@ func bearer(r *http.Request) string {
 	return strings.TrimSpace(token)
 }
 
-// apiHTTP is the sessions' client of the API. An NDJSON stream's line
-// longer than maxLine fails the read (errLineTooLong) instead of being
-// held whole by the client's decoder: a run past maxRunBytes is stopped
-// anyway, and the agent's lines are within api.MaxExecuteLine, but code in
-// a sandbox (as root) may replace the agent and send one as long as it
-// likes, and every session's runs are this process's memory.
-var apiHTTP = &http.Client{Transport: lineBound{http.DefaultTransport}}
-
-// maxLine bounds a stream's line in the API process: one result longer
-// than the whole run's maxRunBytes stops it anyway.
+// maxLine bounds a stream's line in the API process, where every
+// session's runs are held: one result longer than the whole run's
+// maxRunBytes stops it anyway. The agent's lines are within
+// api.MaxExecuteLine, but code in a sandbox (as root) may replace the agent
+// and send one as long as it likes; the client ends the stream past it
+// (client.ErrLineTooLong) instead of holding the line whole.
 const maxLine = maxRunBytes + 1<<20
-
-var errLineTooLong = errors.New("a line of the stream is too long")
-
-type lineBound struct{ next http.RoundTripper }
-
-func (l lineBound) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := l.next.RoundTrip(r)
-	if err == nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-ndjson") {
-		resp.Body = &boundedLines{ReadCloser: resp.Body}
-	}
-	return resp, err
-}
-
-// boundedLines fails a read once a line passes maxLine.
-type boundedLines struct {
-	io.ReadCloser
-	line int // bytes of the line under way
-}
-
-func (b *boundedLines) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	for rest := p[:n]; ; {
-		i := bytes.IndexByte(rest, '\n')
-		if i < 0 {
-			b.line += len(rest)
-			break
-		}
-		if b.line+i > maxLine {
-			return 0, errLineTooLong
-		}
-		b.line, rest = 0, rest[i+1:]
-	}
-	if b.line > maxLine {
-		return 0, errLineTooLong
-	}
-	return n, err
-}

@@ -109,9 +109,9 @@ func TestHandlerSessionBound(t *testing.T) {
 }
 
 // TestRunCodeLineBounded: the API process's sessions read a run's stream
-// through apiHTTP, which fails a line past maxLine instead of holding it:
-// the run is stopped as one past maxRunBytes is, and the rest of the line
-// is never read. Before, the client's decoder held the whole line (up to
+// with a client whose MaxStreamLine is maxLine, which fails a line past it
+// instead of holding it: the run is stopped as one past maxRunBytes is,
+// and the rest of the line is never read. Before, the client's decoder held the whole line (up to
 // the kernel's 256 MiB frame, from code that replaced the agent) and only
 // then counted it.
 func TestRunCodeLineBounded(t *testing.T) {
@@ -131,7 +131,7 @@ func TestRunCodeLineBounded(t *testing.T) {
 		sent <- n
 	}))
 	defer api.Close()
-	c, err := client.New(client.Config{BaseURL: api.URL, APIKey: "lz_test_key", HTTPClient: apiHTTP})
+	c, err := client.New(client.Config{BaseURL: api.URL, APIKey: "lz_test_key", MaxStreamLine: maxLine})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -211,7 +211,7 @@ func (s *session) runCode(ctx context.Context, _ *sdk.CallToolRequest, in runCod
 			cancel(over)
 		}
 	})
-	if errors.Is(context.Cause(ctx), over) || errors.Is(err, errLineTooLong) {
+	if errors.Is(context.Cause(ctx), over) || errors.Is(err, client.ErrLineTooLong) {
 		err = over
 	}
 	if err != nil {
