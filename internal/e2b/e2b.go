@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
@@ -207,8 +208,8 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, port string) {
 	t, _ := Target(r.Context())
 	leave, ok := h.inFlight.Enter(t.ProjectID)
 	if !ok {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("project %s has %d calls under way through the sandbox URL, its most: end some (commands followed, watches) first", t.ProjectID, maxInFlight))
+		h.fail(w, r, &errdefs.Error{Kind: errdefs.ErrRateLimited, RetryAfter: time.Second,
+			Msg: fmt.Sprintf("project %s has %d calls under way through the sandbox URL, its most: end some (commands followed, watches) first", t.ProjectID, maxInFlight)})
 		return
 	}
 	defer leave()

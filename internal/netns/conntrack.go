@@ -340,21 +340,18 @@ const (
 // the whole table out, 2–5 times the CPU (BenchmarkForgetFlows). Linux
 // 6.3 and later take a filter on a flush.
 func flushGuest(a netip.Addr) error {
-	for _, f := range []struct {
-		tuple, flags, flag int
-		field              int
-	}{
-		{nl.CTA_TUPLE_ORIG, ctaFilterOrigFlags, ctaFilterFlagIPSrc, nl.CTA_IP_V4_SRC},
-		{nl.CTA_TUPLE_REPLY, ctaFilterReplyFlags, ctaFilterFlagIPSrc, nl.CTA_IP_V4_SRC},
+	for _, f := range []struct{ tuple, flags int }{
+		{nl.CTA_TUPLE_ORIG, ctaFilterOrigFlags},
+		{nl.CTA_TUPLE_REPLY, ctaFilterReplyFlags},
 	} {
 		req := nl.NewNetlinkRequest(ctnetlinkSubsys<<8|ctnetlinkDeleteFlows, unix.NLM_F_ACK)
 		req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
 		tuple := nl.NewRtAttr(unix.NLA_F_NESTED|f.tuple, nil)
 		ip := tuple.AddRtAttr(unix.NLA_F_NESTED|nl.CTA_TUPLE_IP, nil)
-		ip.AddRtAttr(f.field, a.AsSlice())
+		ip.AddRtAttr(nl.CTA_IP_V4_SRC, a.AsSlice())
 		req.AddData(tuple)
 		filter := nl.NewRtAttr(unix.NLA_F_NESTED|ctaFilter, nil)
-		filter.AddRtAttr(f.flags, nl.Uint32Attr(uint32(f.flag)))
+		filter.AddRtAttr(f.flags, nl.Uint32Attr(ctaFilterFlagIPSrc))
 		req.AddData(filter)
 		// ENOENT: nothing matched.
 		if _, err := req.Execute(unix.NETLINK_NETFILTER, 0); err != nil && !errors.Is(err, unix.ENOENT) {

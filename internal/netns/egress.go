@@ -231,16 +231,22 @@ func flush(queue func(c *nftables.Conn) error) error {
 	return c.Flush()
 }
 
+// hostNetsFor returns the host's subnets a sandbox with e must be denied:
+// HostNets when it reaches out at all, else none (nothing is forwarded).
+func hostNetsFor(e Egress) ([]netip.Prefix, error) {
+	if !e.Internet {
+		return nil, nil
+	}
+	return HostNets()
+}
+
 // applyEgress installs sandbox id's rules. It runs before the veth
 // exists: the rules match interface names, so the sandbox's first packet
 // already meets them.
 func applyEgress(id string, l Link, e Egress) error {
-	var hostNets []netip.Prefix
-	if e.Internet {
-		var err error
-		if hostNets, err = HostNets(); err != nil {
-			return fmt.Errorf("installing network policy of sandbox %s: %w", id, err)
-		}
+	hostNets, err := hostNetsFor(e)
+	if err != nil {
+		return fmt.Errorf("installing network policy of sandbox %s: %w", id, err)
 	}
 	// A table left by a crash makes the fresh batch fail; then replace it.
 	if flush(func(c *nftables.Conn) error { return addRules(c, id, l, e, hostNets, true) }) == nil {
@@ -256,12 +262,9 @@ func applyEgress(id string, l Link, e Egress) error {
 // transaction: connections already open are kept (Names lets established
 // flows through; CutFlows ends them).
 func UpdateEgress(id string, l Link, e Egress) error {
-	var hostNets []netip.Prefix
-	if e.Internet {
-		var err error
-		if hostNets, err = HostNets(); err != nil {
-			return fmt.Errorf("updating network policy of sandbox %s: %w", id, err)
-		}
+	hostNets, err := hostNetsFor(e)
+	if err != nil {
+		return fmt.Errorf("updating network policy of sandbox %s: %w", id, err)
 	}
 	if err := flush(func(c *nftables.Conn) error { return addRules(c, id, l, e, hostNets, false) }); err != nil {
 		return fmt.Errorf("updating network policy of sandbox %s: %w", id, err)

@@ -82,10 +82,7 @@ func (l *keyLimiter) limit(next http.Handler, refuse func(http.ResponseWriter, *
 			return
 		}
 		defer leave()
-		l.mu.Lock()
-		d := l.reserveLocked(id)
-		l.mu.Unlock()
-		if d > 0 {
+		if d := l.reserve(id); d > 0 {
 			refuse(w, r, l.tooFast("API key "+id, d))
 			return
 		}
@@ -111,10 +108,7 @@ func (l *keyLimiter) limitRate(next http.Handler, refuse func(http.ResponseWrite
 		if id == "" {
 			id, who = "project "+c.ProjectID, "the sandbox access tokens of project "+c.ProjectID
 		}
-		l.mu.Lock()
-		d := l.reserveLocked(id)
-		l.mu.Unlock()
-		if d > 0 {
+		if d := l.reserve(id); d > 0 {
 			refuse(w, r, l.tooFast(who, d))
 			return
 		}
@@ -122,12 +116,14 @@ func (l *keyLimiter) limitRate(next http.Handler, refuse func(http.ResponseWrite
 	})
 }
 
-// reserveLocked takes a request from id's bucket, or returns how long
-// until it could (and takes nothing).
-func (l *keyLimiter) reserveLocked(id string) time.Duration {
+// reserve takes a request from id's bucket, or returns how long until it
+// could (and takes nothing).
+func (l *keyLimiter) reserve(id string) time.Duration {
 	if l.lim.Rate <= 0 {
 		return 0
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	b := l.m[id]
 	if b == nil {
 		b = rate.NewLimiter(rate.Limit(l.lim.Rate), max(l.lim.Burst, 1))
