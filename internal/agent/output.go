@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -128,7 +129,12 @@ func (s *sink) event(v any) {
 	defer s.mu.Unlock()
 	s.markerLocked()
 	if e, ok := v.(api.ExecuteEvent); ok {
-		v = s.boundLocked(e)
+		var line []byte
+		if e, line = s.boundLocked(e); line != nil {
+			s.writeLine(line, false)
+			return
+		}
+		v = e
 	}
 	s.write(v, isEnd(v))
 }
@@ -140,8 +146,10 @@ const maxErrorText = 64 << 10
 
 // boundLocked keeps e's line within what the stream's readers take: a
 // result past the run's api.MaxResultBytes becomes an error saying so,
-// and an error's text is cut to maxErrorText.
-func (s *sink) boundLocked(e api.ExecuteEvent) api.ExecuteEvent {
+// and an error's text is cut to maxErrorText. A result within the bound
+// comes back encoded, its line as write would send it, so that a chart of
+// megabytes is encoded once.
+func (s *sink) boundLocked(e api.ExecuteEvent) (api.ExecuteEvent, []byte) {
 	if e.Error != nil && (len(e.Error.Message) > maxErrorText || len(e.Error.Traceback) > maxErrorText) {
 		x := *e.Error
 		x.Message = cutHead(x.Message, maxErrorText)
@@ -149,27 +157,22 @@ func (s *sink) boundLocked(e api.ExecuteEvent) api.ExecuteEvent {
 		e.Error = &x
 	}
 	if e.Type != api.EventResult || e.Result == nil {
-		return e
+		return e, nil
 	}
-	var n lineCounter
-	enc := json.NewEncoder(&n)
+	var line bytes.Buffer
+	enc := json.NewEncoder(&line)
 	enc.SetEscapeHTML(false)
-	enc.Encode(e)
-	if s.results+int64(n) > api.MaxResultBytes {
+	if err := enc.Encode(e); err != nil {
+		return e, nil // write meets the same error and ends the stream
+	}
+	n := int64(line.Len())
+	if s.results+n > api.MaxResultBytes {
 		return api.ExecuteEvent{Type: api.EventError, Error: &api.ExecutionError{Name: ErrNameResultTooLarge, Message: fmt.Sprintf(
 			"result too large: %d bytes, limit %d (%s of results a run, %d left); write it to a file and download that instead",
-			int64(n), api.MaxResultBytes, sizeString(api.MaxResultBytes), api.MaxResultBytes-s.results)}}
+			n, api.MaxResultBytes, sizeString(api.MaxResultBytes), api.MaxResultBytes-s.results)}}, nil
 	}
-	s.results += int64(n)
-	return e
-}
-
-// lineCounter counts the bytes of an encoding without keeping them.
-type lineCounter int64
-
-func (c *lineCounter) Write(p []byte) (int, error) {
-	*c += lineCounter(len(p))
-	return len(p), nil
+	s.results += n
+	return e, line.Bytes()
 }
 
 // cutHead keeps the first max bytes of t (whole runes), saying what was cut.
@@ -224,6 +227,24 @@ func (s *sink) write(v any, end bool) {
 		s.failed = true
 		return
 	}
+	s.wroteLocked(end)
+}
+
+// writeLine is write of a line already encoded as s.enc would.
+func (s *sink) writeLine(line []byte, end bool) {
+	if s.failed || s.closed {
+		return
+	}
+	if _, err := s.w.Write(line); err != nil {
+		s.failed = true
+		return
+	}
+	s.wroteLocked(end)
+}
+
+// wroteLocked follows a line written: the end event waits for the
+// handler's return, any other for the flush timer.
+func (s *sink) wroteLocked(end bool) {
 	if end {
 		s.timer.Stop()
 		s.ended = true
