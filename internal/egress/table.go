@@ -99,14 +99,10 @@ func (t *Table) Unset(id string) {
 			delete(t.byAddr, b.addr)
 		}
 		b.addr = netip.Addr{}
-		for c := range b.conns {
-			conns = append(conns, c)
-		}
+		conns = b.open()
 	}
 	t.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
-	}
+	closeAll(conns)
 }
 
 // Remove forgets sandbox id and its log (it ended), closing its open
@@ -114,17 +110,32 @@ func (t *Table) Unset(id string) {
 func (t *Table) Remove(id string) {
 	t.mu.Lock()
 	b := t.boxes[id]
+	var conns []net.Conn
 	if b != nil {
 		if t.byAddr[b.addr] == id {
 			delete(t.byAddr, b.addr)
 		}
 		delete(t.boxes, id)
+		conns = b.open()
 	}
 	t.mu.Unlock()
-	if b != nil {
-		for c := range b.conns {
-			c.Close()
-		}
+	closeAll(conns)
+}
+
+// open lists b's connections; the caller holds the table's lock, and
+// closes them after releasing it (a close can block, and an untrack takes
+// the lock).
+func (b *box) open() []net.Conn {
+	conns := make([]net.Conn, 0, len(b.conns))
+	for c := range b.conns {
+		conns = append(conns, c)
+	}
+	return conns
+}
+
+func closeAll(conns []net.Conn) {
+	for _, c := range conns {
+		c.Close()
 	}
 }
 
@@ -147,15 +158,11 @@ func (t *Table) Update(id string, p *Policy, cut bool) {
 	if b != nil {
 		b.Policy = p
 		if cut {
-			for c := range b.conns {
-				conns = append(conns, c)
-			}
+			conns = b.open()
 		}
 	}
 	t.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
-	}
+	closeAll(conns)
 }
 
 // Record appends d to sandbox id's log.
