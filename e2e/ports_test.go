@@ -694,17 +694,25 @@ subprocess.Popen([sys.executable, '/home/user/hold.py'], start_new_session=True)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"hold", nil)
-			req.Header.Set("Authorization", auth)
-			if resp, err := hc.Do(req); err == nil {
-				resp.Body.Close()
+			// A held request that fails early (a loaded machine's refused
+			// connection) is sent again, so that most stay under way.
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"hold", nil)
+				req.Header.Set("Authorization", auth)
+				if resp, err := hc.Do(req); err == nil {
+					resp.Body.Close()
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
 			}
 		}()
 	}
 	// Once the held requests are all under way, one more is refused.
 	var code int
 	var body string
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	for deadline := time.Now().Add(120 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		if code, body, _ = get(t, base+"quick", "Authorization", auth); code == http.StatusTooManyRequests {
 			break
 		}

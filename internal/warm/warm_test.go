@@ -307,14 +307,17 @@ func TestWarmClaimForegroundFails(t *testing.T) {
 // While creates keep claiming, the pool restores nothing beside them; once
 // they pause for RefillQuiet it refills.
 func TestWarmRefillAfterClaims(t *testing.T) {
-	e := newEnvWith(t, 2, 0, func(c *warm.Config) { c.RefillQuiet, c.RefillWait = 500*time.Millisecond, time.Hour })
+	// Claims 100 ms apart for longer than the quiet time; the quiet time is
+	// long enough that a loaded machine's stalls between them do not make
+	// one.
+	e := newEnvWith(t, 2, 0, func(c *warm.Config) { c.RefillQuiet, c.RefillWait = 2*time.Second, time.Hour })
 	ctx, _, _ := e.run(t, e.pool)
 	nodetest.WaitFor(t, "a full pool", func() bool { return len(e.warmIDs(t)) == 2 })
 	restores := len(e.Runtime.Restores())
 	if _, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	for range 15 { // claims go on for 1.5 s
+	for range 30 { // claims go on for 3 s
 		e.pool.Claimed(nodetest.Template)
 		time.Sleep(100 * time.Millisecond)
 	}
