@@ -23,6 +23,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/deathsig"
 )
 
 const debianMirror = "http://deb.debian.org/debian"
@@ -40,7 +41,7 @@ func hostCommand(ctx context.Context, bd *build, name string, prog string, args 
 		}
 	}
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	pr, pw := io.Pipe()
@@ -61,7 +62,7 @@ func hostCommand(ctx context.Context, bd *build, name string, prog string, args 
 		}
 		io.Copy(io.Discard, pr)
 	}()
-	err := cmd.Run()
+	err := deathsig.Run(cmd) // dies with the server
 	pw.Close()
 	<-done
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/deathsig"
 )
 
 // The interpreter template's Debian base. The Debian mirror is fetched over
@@ -218,15 +220,15 @@ func run(ctx context.Context, p *progress, tag string, env []string, name string
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = env
 	cmd.Dir = "/"
-	// Pdeathsig: if this process dies, so does the build (and, through
-	// unshare --kill-child, everything it started).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	out := p.lineWriter(tag)
 	errOut := out.split()
 	cmd.Stdout, cmd.Stderr = out, errOut
-	err := cmd.Run()
+	// If this process dies, so does the build (and, through unshare
+	// --kill-child, everything it started).
+	err := deathsig.Run(cmd)
 	out.Flush()
 	errOut.Flush()
 	if err != nil {

@@ -7,9 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/deathsig"
 )
 
 // S3 is an S3-compatible server for tests: versitygw over a directory, on
@@ -23,6 +24,7 @@ type S3 struct {
 	dir      string
 	addr     string
 	cmd      *exec.Cmd
+	wait     func() error // the versitygw's, from deathsig.Start
 	t        testing.TB
 }
 
@@ -102,10 +104,11 @@ func (s *S3) Start() {
 
 func (s *S3) start() error {
 	s.cmd = exec.Command(s.bin, "--access", s.Access, "--secret", s.Secret, "--port", s.addr, "posix", s.dir)
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
+	wait, err := deathsig.Start(s.cmd) // dies with the test binary
+	if err != nil {
 		return fmt.Errorf("starting versitygw: %w", err)
 	}
+	s.wait = wait
 	deadline := time.Now().Add(60 * time.Second) // a loaded machine starts it slowly
 	for {
 		c, err := net.DialTimeout("tcp", s.addr, time.Second)
@@ -126,7 +129,7 @@ func (s *S3) Stop() {
 		return
 	}
 	s.cmd.Process.Kill()
-	s.cmd.Wait()
+	s.wait()
 	s.cmd = nil
 }
 
