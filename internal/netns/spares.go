@@ -63,14 +63,19 @@ func Prepare(n int) {
 	fill()
 }
 
-// Drain stops keeping spares and removes those ready, and waits for the
-// releases under way (Settle): what a stopping server calls.
+// Drain stops keeping spares, waits for the releases under way (Settle)
+// and removes the spares ready: what a stopping server calls. The spares
+// are taken after Settle, for a release that found spares short before
+// want went to zero still makes one.
 func Drain() {
 	spares.mu.Lock()
 	spares.want = 0
 	for spares.filling {
 		spares.idle.Wait()
 	}
+	spares.mu.Unlock()
+	Settle()
+	spares.mu.Lock()
 	free := spares.free
 	spares.free = nil
 	spares.mu.Unlock()
@@ -79,7 +84,6 @@ func Drain() {
 			slog.Error("removing a spare network namespace", "namespace", spareName(n), "err", err)
 		}
 	}
-	Settle()
 }
 
 // fill starts making spares until there are as many as wanted, unless
@@ -215,6 +219,10 @@ func adopt(n int, id string) error {
 	return nil
 }
 
+// recycling, when set (by tests), runs in recycle once it has decided to
+// keep a spare.
+var recycling func()
+
 // recycle scrubs the network of removed sandbox id — addresses, routes,
 // neighbours, forwarding — and keeps it as a spare, if spares are short;
 // false if it was not wanted. Its table is the caller's to delete.
@@ -227,6 +235,9 @@ func recycle(id string) (bool, error) {
 	n := spares.next
 	spares.next++
 	spares.mu.Unlock()
+	if recycling != nil {
+		recycling()
+	}
 
 	host, err := netlink.LinkByName(VethName(id))
 	if err != nil {

@@ -132,3 +132,52 @@ func waitSpares(t *testing.T, n int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestDrainDuringRecycle: a release that found spares short just before
+// Drain still makes its spare, and Drain removes it too (it used to take
+// the spares before the release ended, leaving that one behind).
+func TestDrainDuringRecycle(t *testing.T) {
+	testenv.RequiresRoot(t)
+	t.Cleanup(func() {
+		recycling = nil
+		Drain()
+		_ = Remove("nssp-d")
+	})
+	Prepare(0)
+	l := Link{netip.MustParseAddr("169.254.251.245"), netip.MustParseAddr("169.254.251.246"), 30}
+	if err := CreateWithEgress("nssp-d", l, &Egress{}); err != nil {
+		t.Fatal(err)
+	}
+	spares.mu.Lock()
+	spares.want = 1
+	spares.mu.Unlock()
+	// The release decides to keep a spare, then goes on once Drain has
+	// stopped keeping spares.
+	decided := make(chan struct{})
+	recycling = func() {
+		close(decided)
+		for {
+			spares.mu.Lock()
+			want := spares.want
+			spares.mu.Unlock()
+			if want == 0 {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if err := Release("nssp-d", nil); err != nil {
+		t.Fatal(err)
+	}
+	<-decided
+	Drain()
+	if m, _ := filepath.Glob(filepath.Join(Dir, Prefix+"spare."+pid36+".*")); len(m) > 0 {
+		t.Errorf("spare namespaces left after Drain: %v", m)
+	}
+	links, _ := netlink.LinkList()
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, "lzs"+pid36+".") {
+			t.Errorf("spare veth %s left after Drain", l.Attrs().Name)
+		}
+	}
+}
