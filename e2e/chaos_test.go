@@ -130,6 +130,7 @@ type chaosRound struct {
 	target  string          // the sandbox whose processes were killed
 	faultAt time.Time
 	ids     map[string]bool // every sandbox of the round, once known
+	log     []string        // what happened, in order (logf)
 }
 
 // seen lists the round's sandboxes known so far.
@@ -152,9 +153,11 @@ type opResult struct {
 	at  time.Time
 }
 
+// logf adds to the round's log, which is printed after the round: first
+// its errors, then the log, so that a failure's cause leads the test's
+// output (which CI may show only the head and tail of).
 func (ch *chaosRound) logf(format string, args ...any) {
-	ch.t.Helper()
-	ch.t.Logf("round %d (%s during %s after %s): %s", ch.n, ch.fault, ch.op, ch.delay, fmt.Sprintf(format, args...))
+	ch.log = append(ch.log, fmt.Sprintf("round %d (%s during %s after %s): %s", ch.n, ch.fault, ch.op, ch.delay, fmt.Sprintf(format, args...)))
 }
 
 func (ch *chaosRound) run() {
@@ -162,6 +165,12 @@ func (ch *chaosRound) run() {
 	t.Helper()
 	ctx := context.Background()
 	ch.hasX = map[string]bool{}
+	// Printed when the round ends, also by a t.Fatalf within it.
+	defer func() {
+		if t.Failed() || testing.Verbose() {
+			t.Logf("round %d's log:\n%s", ch.n, strings.Join(ch.log, "\n"))
+		}
+	}()
 	before := ch.s.dbSandboxes(t)
 
 	if ch.op != "create" {

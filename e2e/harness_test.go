@@ -82,6 +82,9 @@ type server struct {
 	// dbURL and name: a node's database and its name there, where its
 	// sandboxes' rows are (dbSandboxes).
 	dbURL, name string
+	// pids are the server's processes so far that were not killed
+	// (kill9): a stopped server may leave no spare network of them.
+	pids []int
 }
 
 func cacheDir() string {
@@ -194,6 +197,7 @@ func (s *server) start() {
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("starting lizard serve: %v", err)
 	}
+	s.pids = append(s.pids, s.cmd.Process.Pid)
 	s.done = make(chan struct{})
 	go func() { s.cmd.Wait(); close(s.done) }()
 	deadline := time.Now().Add(10 * time.Minute) // the first start may build the template

@@ -206,6 +206,20 @@ func (s *server) leftovers(t *testing.T, c leftoverCheck) []string {
 	}
 
 	if c.stopped {
+		// Spare networks (netns.Prepare) are named after the server's
+		// pid: a stop drains them, the next start sweeps a crash's.
+		for _, pid := range s.pids {
+			p36 := strconv.FormatInt(int64(pid), 36)
+			m, _ := filepath.Glob(filepath.Join(netns.Dir, netns.Prefix+"spare."+p36+".*"))
+			for _, ns := range m {
+				left = append(left, "spare network namespace "+filepath.Base(ns))
+			}
+			for name := range ifaces {
+				if strings.HasPrefix(name, "lzs"+p36+".") {
+					left = append(left, "spare veth "+name)
+				}
+			}
+		}
 		pool := fmt.Sprintf("169.254.%d.", s.pool)
 		for _, cmd := range [][]string{{"ip", "-o", "-4", "addr", "show"}, {"ip", "-4", "route", "show"}} {
 			out, err := exec.Command(cmd[0], cmd[1:]...).Output()
@@ -277,11 +291,13 @@ func (s *server) serverRSS(t *testing.T) int64 {
 }
 
 // kill9 ends the server with SIGKILL, as a crash would, and waits for it.
-// Its sandboxes are left as a crash leaves them.
+// Its sandboxes are left as a crash leaves them, and its spare networks
+// until the next start sweeps them.
 func (s *server) kill9() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
+	s.pids = slices.DeleteFunc(s.pids, func(p int) bool { return p == s.cmd.Process.Pid })
 	s.cmd.Process.Kill()
 	<-s.done
 	s.cmd = nil
