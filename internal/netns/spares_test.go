@@ -84,15 +84,7 @@ func TestSpares(t *testing.T) {
 		t.Fatal(err)
 	}
 	Drain()
-	if m, _ := filepath.Glob(filepath.Join(Dir, Prefix+"spare."+pid36+".*")); len(m) > 0 {
-		t.Errorf("spare namespaces left after Drain: %v", m)
-	}
-	links, _ := netlink.LinkList()
-	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Name, "lzs"+pid36+".") {
-			t.Errorf("spare veth %s left after Drain", l.Attrs().Name)
-		}
-	}
+	expectNoSpares(t)
 	if _, err := os.Lstat(Path("nssp-b")); err == nil {
 		t.Errorf("namespace of nssp-b left")
 	}
@@ -171,6 +163,12 @@ func TestDrainDuringRecycle(t *testing.T) {
 	}
 	<-decided
 	Drain()
+	expectNoSpares(t)
+}
+
+// expectNoSpares fails t if this process has a spare namespace or veth.
+func expectNoSpares(t *testing.T) {
+	t.Helper()
 	if m, _ := filepath.Glob(filepath.Join(Dir, Prefix+"spare."+pid36+".*")); len(m) > 0 {
 		t.Errorf("spare namespaces left after Drain: %v", m)
 	}
