@@ -536,3 +536,91 @@ func TestUnsetClosesConns(t *testing.T) {
 		t.Errorf("echo through the proxy after the resume: %q, %v", l, err)
 	}
 }
+
+// TestResolverLookupsBounded: a sandbox has at most MaxLookups of its
+// queries forwarded upstream at once, and one past them is answered
+// SERVFAIL at once. Each forward holds a node UDP socket (and a
+// goroutine) for up to the upstream's timeout: a sandbox sending
+// queries for names its policy allows that the upstream never answered
+// held one per query, without bound, the file descriptors the API's
+// listener and every other sandbox share.
+func TestResolverLookupsBounded(t *testing.T) {
+	pol, err := Parse(Policy{Default: Deny, Allow: []string{"*.slow.test"}}, "network")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The upstream reads every query and answers none, counting the
+	// sockets they came from (each forward dials its own).
+	up, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	var mu sync.Mutex
+	sources := map[string]bool{}
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			_, from, err := up.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			sources[from.String()] = true
+			mu.Unlock()
+		}
+	}()
+	table := &Table{}
+	table.Set(netip.MustParseAddr(sbAddr), Sandbox{ID: "sb1", Project: "p1", Policy: pol})
+	res := &Resolver{Table: table, Upstream: []string{up.LocalAddr().String()}, Logger: slog.Default()}
+	if err := res.Start("127.0.0.1", 0); err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	c, err := net.Dial("udp4", fmt.Sprintf("127.0.0.1:%d", res.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Those past the bound are answered SERVFAIL at once (read as they
+	// come: the socket's buffer holds a few hundred).
+	servfail := make(chan int)
+	go func() {
+		n := 0
+		buf := make([]byte, 512)
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		for {
+			k, err := c.Read(buf)
+			if err != nil {
+				servfail <- n
+				return
+			}
+			m := new(dns.Msg)
+			if m.Unpack(buf[:k]) == nil && m.Rcode == dns.RcodeServerFailure {
+				n++
+			}
+		}
+	}()
+	const sent = 1000
+	for i := range sent {
+		m := new(dns.Msg)
+		m.SetQuestion(fmt.Sprintf("n%d.slow.test.", i), dns.TypeA)
+		b, _ := m.Pack()
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if i%100 == 99 {
+			time.Sleep(10 * time.Millisecond) // within the resolver's socket buffer
+		}
+	}
+	n := <-servfail
+	mu.Lock()
+	forwarded := len(sources)
+	mu.Unlock()
+	if forwarded > MaxLookups {
+		t.Errorf("%d of %d queries were forwarded at once; want at most %d", forwarded, sent, MaxLookups)
+	}
+	if n < sent/2 {
+		t.Errorf("%d of %d queries were answered SERVFAIL within 2 s; want those past the bound at once", n, sent)
+	}
+}

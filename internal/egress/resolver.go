@@ -187,6 +187,16 @@ func (r *Resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		r.decided(sb, d)
 		return
 	}
+	if r.Records == nil && q.Qtype != dns.TypeAAAA {
+		done, ok := r.Table.lookup(sb.ID)
+		if !ok {
+			m.Rcode = dns.RcodeServerFailure
+			d.Reason = "too many lookups at once"
+			r.decided(sb, d)
+			return
+		}
+		defer done()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	switch q.Qtype {

@@ -17,6 +17,13 @@ const LogSize = 1000
 // and the node accepted nothing more.
 const MaxConns = 1024
 
+// MaxLookups bounds each sandbox's DNS queries the resolver has forwarded
+// upstream at once. Each holds one of the node's UDP sockets and a
+// goroutine until the upstream answers or times out (seconds), and a
+// sandbox sends queries over UDP as fast as it likes: past the bound a
+// query is answered SERVFAIL at once.
+const MaxLookups = 64
+
 // Sandbox is what the resolver and the proxy know of a sandbox.
 type Sandbox struct {
 	ID      string
@@ -62,6 +69,8 @@ type box struct {
 	log   []Decision // ring of LogSize
 	next  int
 	conns map[net.Conn]struct{}
+	// lookups counts its queries forwarded upstream (MaxLookups).
+	lookups int
 	// full is set once the sandbox met MaxConns (told once in the log).
 	full bool
 }
@@ -217,4 +226,22 @@ func (t *Table) track(id string, c net.Conn) (untrack func(), ok, first bool) {
 		delete(b.conns, c)
 		t.mu.Unlock()
 	}, true, false
+}
+
+// lookup counts one of sandbox id's queries forwarded upstream; the
+// function returned ends it. ok is false when the sandbox is gone or has
+// MaxLookups under way.
+func (t *Table) lookup(id string) (done func(), ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.boxes[id]
+	if b == nil || b.lookups >= MaxLookups {
+		return nil, false
+	}
+	b.lookups++
+	return func() {
+		t.mu.Lock()
+		b.lookups--
+		t.mu.Unlock()
+	}, true
 }
