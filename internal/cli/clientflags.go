@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -25,7 +26,13 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 }
 
 // client builds the API client; explicit flags win over the environment.
+// Without a key from either it is a usage error naming both, and where a
+// key comes from: the client's own error says "pass an API key", which a
+// CLI user cannot map to a flag.
 func (f *clientFlags) client() (*client.Client, error) {
+	if f.key == "" && os.Getenv(client.EnvAPIKey) == "" {
+		return nil, Usagef("no API key: pass --api-key or set %s (`lizard admin create-project` makes a project and its key)", client.EnvAPIKey)
+	}
 	return client.New(client.Config{BaseURL: f.url, APIKey: f.key})
 }
 

@@ -176,8 +176,8 @@ func TestMissingKeyAndUnreachable(t *testing.T) {
 	t.Setenv("LIZARD_API_URL", "http://127.0.0.1:1")
 	t.Setenv("LIZARD_API_KEY", "")
 	_, _, err := lizard(t, "sandbox", "list")
-	if err == nil || !strings.Contains(err.Error(), "set LIZARD_API_KEY or pass an API key") {
-		t.Errorf("without a key: got %v, want the LIZARD_API_KEY hint", err)
+	if err == nil || !strings.Contains(err.Error(), "pass --api-key or set LIZARD_API_KEY") || ExitCode(err) != 2 {
+		t.Errorf("without a key: got %v (exit %d), want a usage error naming --api-key and LIZARD_API_KEY", err, ExitCode(err))
 	}
 	_, _, err = lizard(t, "sandbox", "list", "--api-key", "k")
 	if err == nil || !strings.Contains(err.Error(), "cannot reach Lizard at http://127.0.0.1:1") {
