@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +93,61 @@ print(open("/etc/passwd").read().startswith("root::0:0"))`, guest, api.AgentPort
 				t.Errorf("host: GET /health = %v %v; want 200 (health needs no secret)", resp, err)
 			} else {
 				resp.Body.Close()
+			}
+		})
+	}
+}
+
+// TestAgentProcHidden: code running as root inside a sandbox (a process
+// the caller started with user "root") cannot reach the agent's host
+// files through /proc: writing to the agent's stdout or stderr, which are
+// the sandbox's console log on the host, wrote to the host's disk outside
+// every bound of the sandbox (25 MB in a second) and past the agent's log
+// budget; its environment held its secret and, in a copy restored from
+// another sandbox's image, that sandbox's ID and secret.
+func TestAgentProcHidden(t *testing.T) {
+	s := startServer(t)
+	c := s.createProject("prochidden")
+	ctx := context.Background()
+	booted := newSandbox(t, c, api.CreateSandboxRequest{})
+	s.waitLog(t, 1, "template snapshot made")
+	restored := newSandbox(t, c, api.CreateSandboxRequest{})
+	const mib = 1 << 20
+	for name, id := range map[string]string{"booted": booted.SandboxID, "template snapshot": restored.SandboxID} {
+		t.Run(name, func(t *testing.T) {
+			log := filepath.Join(s.dataDir, "gvisor", "sandboxes", id, "console.log")
+			before, err := os.Stat(log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Each of the agent's processes (the supervisor and the agent).
+			p, err := c.StartProcess(ctx, id, api.ProcessStartRequest{Args: []string{"sh", "-c", `
+for d in /proc/[0-9]*; do
+  case "$(tr '\0' ' ' < $d/cmdline 2>/dev/null)" in /opt/lizard/bin/lizard-agent*) echo "agent $d" ;; *) continue ;; esac
+  for fd in 1 2; do
+    head -c ` + fmt.Sprint(mib) + ` /dev/zero 2>/dev/null > $d/fd/$fd && echo "wrote $d/fd/$fd"
+  done
+  tr '\0' '\n' < $d/environ
+done; true`}, User: "root"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.ConnectProcess(ctx, id, p.Pid, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(res.Stdout, "agent /proc/"); n != 2 {
+				t.Errorf("found %d agent processes (the supervisor and the agent); want 2:\n%s", n, res.Stdout)
+			}
+			after, err := os.Stat(log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if grew := after.Size() - before.Size(); grew >= mib || strings.Contains(res.Stdout, "wrote") {
+				t.Errorf("root inside wrote to the agent's stdout or stderr: the console log on the host grew by %d bytes\n%s", grew, res.Stdout)
+			}
+			if strings.Contains(res.Stdout, "LIZARD_AGENT_SECRET") || strings.Contains(res.Stdout, "LIZARD_SANDBOX_ID") {
+				t.Errorf("root inside read the agent's environment:\n%s", res.Stdout)
 			}
 		})
 	}

@@ -9,6 +9,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/agent/pid1"
 )
@@ -43,6 +45,16 @@ func asExit(err error, target *exitError) bool {
 }
 
 func run(ctx context.Context, args []string) error {
+	// Not dumpable: code running as root inside the sandbox (without
+	// CAP_SYS_PTRACE) cannot open this process's /proc files. Its stdout
+	// and stderr are the sandbox's console log on the host, which root
+	// wrote through /proc/1/fd/2 past the agent's log budget and every
+	// disk bound, and its environment holds its secret (a restored copy's,
+	// that of the sandbox it was copied from). An exec makes a process
+	// dumpable again: the supervisor and the agent each say so.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("making the agent not dumpable: %w", err)
+	}
 	if pid1.ShouldSupervise() {
 		if err := pid1.WriteResolvConf("/etc/resolv.conf"); err != nil {
 			fmt.Fprintln(os.Stderr, "lizard-agent: writing /etc/resolv.conf:", err) // lookups fail; code still runs
