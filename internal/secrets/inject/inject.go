@@ -49,6 +49,17 @@ type Injector struct {
 	// saves a full handshake on each new connection to the same one.
 	once     sync.Once
 	sessions tls.ClientSessionCache
+
+	logMu  sync.Mutex
+	logged map[logKey]*logged
+}
+
+// logKey is one kind of line of one sandbox's (logLimited).
+type logKey struct{ sandbox, msg string }
+
+type logged struct {
+	at      time.Time
+	dropped int
 }
 
 var _ egress.Interceptor = (*Injector)(nil)
@@ -84,7 +95,7 @@ func (in *Injector) Intercept(ctx context.Context, c egress.InterceptConn) error
 			// its own roots): it sees a certificate error, and nothing
 			// was sent.
 			c.Conn.Close()
-			log.Info("egress TLS handshake with the sandbox failed", "err", err)
+			in.logLimited(log, c.SandboxID, "egress TLS handshake with the sandbox failed", "err", err)
 			return nil
 		}
 		client = tc
@@ -123,7 +134,7 @@ func (in *Injector) Intercept(ctx context.Context, c egress.InterceptConn) error
 	rp := &httputil.ReverseProxy{
 		Rewrite:      func(pr *httputil.ProxyRequest) { in.rewrite(pr, c) },
 		Transport:    &injecting{in: in, c: c, next: tr},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { in.fail(w, log, err) },
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { in.fail(w, log, c.SandboxID, err) },
 	}
 	return serveOne(ctx, client, rp, log)
 }
@@ -190,7 +201,7 @@ func (e *injectError) Unwrap() error { return e.err }
 // fail answers the sandbox a request that did not go out or got no
 // answer. The message names what failed, never a value: errors from
 // secrets say the name of the secret alone.
-func (in *Injector) fail(w http.ResponseWriter, log *slog.Logger, err error) {
+func (in *Injector) fail(w http.ResponseWriter, log *slog.Logger, sandboxID string, err error) {
 	status, msg := http.StatusBadGateway, "lizard egress: the upstream did not answer: "+err.Error()
 	var ie *injectError
 	var ve *tls.CertificateVerificationError
@@ -204,10 +215,48 @@ func (in *Injector) fail(w http.ResponseWriter, log *slog.Logger, err error) {
 	case errors.Is(err, context.Canceled):
 		return // the sandbox went away
 	}
-	log.Info("egress request with secrets failed", "status", status, "err", err)
+	in.logLimited(log, sandboxID, "egress request with secrets failed", "status", status, "err", err)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
 	fmt.Fprintln(w, msg)
+}
+
+// logLimited logs msg for sandbox id at most once a second, counting the
+// lines dropped in between in the next one. Code in the sandbox makes
+// these failures at its own rate (a connection or a request each), and
+// the node's log is a file on the host outside every bound of the
+// sandbox.
+func (in *Injector) logLimited(log *slog.Logger, id, msg string, args ...any) {
+	now := time.Now()
+	k := logKey{id, msg}
+	in.logMu.Lock()
+	if in.logged == nil {
+		in.logged = map[logKey]*logged{}
+	}
+	l := in.logged[k]
+	if l != nil && now.Sub(l.at) < time.Second {
+		l.dropped++
+		in.logMu.Unlock()
+		return
+	}
+	if l == nil {
+		if len(in.logged) >= 4096 {
+			for k, l := range in.logged {
+				if now.Sub(l.at) >= time.Second {
+					delete(in.logged, k)
+				}
+			}
+		}
+		l = &logged{}
+		in.logged[k] = l
+	}
+	dropped := l.dropped
+	l.at, l.dropped = now, 0
+	in.logMu.Unlock()
+	if dropped > 0 {
+		args = append(args, "dropped", dropped)
+	}
+	log.Info(msg, args...)
 }
 
 // quickAck acknowledges at once what conn's socket has received.

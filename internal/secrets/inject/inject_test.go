@@ -363,3 +363,46 @@ func TestCheck(t *testing.T) {
 		t.Errorf("Check of no policy: %v", err)
 	}
 }
+
+// TestInjectLogBounded: a sandbox's failed handshakes and requests are
+// at most a line of the node's log a second each: code in the sandbox
+// makes one per connection or request, at its own rate, and the node's
+// log is a file on the host outside every bound of the sandbox.
+func TestInjectLogBounded(t *testing.T) {
+	up := newUpstream(t, true)
+	roots := x509.NewCertPool()
+	roots.AddCert(up.srv.Certificate())
+	var mu sync.Mutex
+	logs := &bytes.Buffer{}
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, logs}, nil))
+	r := newRig(t, roots, func() egress.InterceptConn {
+		return egress.InterceptConn{SandboxID: "sb1", Project: "p", Name: "example.com", Port: 443, TLS: true,
+			Headers: map[string]string{"Authorization": "Bearer {{ secrets.MISSING }}"}, Dial: up.dial}
+	})
+	r.in.Logger = logger
+	// A client with its own roots refuses the sandbox's CA; one trusting
+	// it asks for a secret that does not exist (502), each time anew.
+	refusing, trusting := r.sandboxClient(roots), r.sandboxClient(r.caPool)
+	trusting.Transport.(*http.Transport).DisableKeepAlives = true
+	for i := 0; i < 50; i++ {
+		if _, err := refusing.Get("https://example.com/"); err == nil {
+			t.Fatal("a client trusting only the upstream's roots got through")
+		}
+		resp, err := trusting.Get("https://example.com/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("a request naming a missing secret = %d; want 502", resp.StatusCode)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the last handshake's line
+	mu.Lock()
+	defer mu.Unlock()
+	for _, msg := range []string{"egress TLS handshake with the sandbox failed", "egress request with secrets failed"} {
+		if n := strings.Count(logs.String(), msg); n < 1 || n > 2 {
+			t.Errorf("%d lines %q for 50 failures within a second or so; want at most one a second", n, msg)
+		}
+	}
+}
