@@ -129,7 +129,7 @@ export interface SnapshotInfo {
   sandboxId: string;
   projectId: string;
   template: string;
-  createdAt: string;
+  createdAt: Date;
   sizeBytes: number;
   /** Its image is in the server's image store (uploaded in the background after the snapshot). */
   durable: boolean;
@@ -386,7 +386,13 @@ export class CodeSandbox {
 
   /** snapshot saves the running sandbox without stopping it; create({snapshotId}) restores it. */
   async snapshot(): Promise<SnapshotInfo> {
-    return this.http.request<SnapshotInfo>('POST', `${this.prefix}/snapshots`, { timeoutMs: this.longTimeout() });
+    const w = await this.http.request<Omit<SnapshotInfo, 'createdAt'> & { createdAt: string }>(
+      'POST',
+      `${this.prefix}/snapshots`,
+      { timeoutMs: this.longTimeout() },
+    );
+    // A Date, as every other time the SDK returns (getInfo, Volume, Secret, Template).
+    return { ...w, createdAt: new Date(w.createdAt) };
   }
 
   /** deleteSnapshot removes a snapshot of the key's project and its image. */

@@ -279,6 +279,19 @@ describe('sandboxes', () => {
     );
   });
 
+  test('snapshot returns its info, createdAt a Date as the other times', async () => {
+    const sb = await connected('sbx_1');
+    fake.handler = (_req, res) =>
+      FakeServer.json(res, 201, {
+        snapshotId: 'snap-1', sandboxId: 'sbx_1', projectId: 'proj_123', template: 'interpreter',
+        createdAt: '2026-12-02T03:56:16.723976Z', sizeBytes: 5, durable: false,
+      });
+    const snap = await sb.snapshot();
+    assert.equal(snap.snapshotId, 'snap-1');
+    assert.ok(snap.createdAt instanceof Date);
+    assert.equal(snap.createdAt.toISOString(), '2026-12-02T03:56:16.723Z');
+  });
+
   test('fork returns a handle on the new sandbox', async () => {
     const sb = await connected('sbx_1');
     fake.handler = (_req, res) => FakeServer.json(res, 201, { sandboxes: [sandboxJSON('sbx_2')] });
