@@ -18,6 +18,13 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
+// MaxPortHeaderBytes bounds the headers of a program's answer through a
+// port, which the proxy holds whole before passing them on; one past it
+// is a failed call (502). The transport's default, 10 MiB, for each of
+// a sandbox's 1024 requests under way (a public port's need no key) let a
+// program grow the proxying process by gigabytes.
+const MaxPortHeaderBytes = 256 << 10
+
 // OpenPort implements Node.
 func (n *Local) OpenPort(ctx context.Context, id string, port int, resume bool) (Call, error) {
 	if port < 1 || port > 65535 {

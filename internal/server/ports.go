@@ -47,10 +47,11 @@ const (
 // so that none outlives a pause into a checkpoint image, nor is reused for
 // another sandbox given the same address later.
 var portTransport = &http.Transport{
-	Proxy:                 nil,
-	DisableKeepAlives:     true,
-	ResponseHeaderTimeout: 0, // a program may take its time to answer
-	TLSHandshakeTimeout:   10 * time.Second,
+	Proxy:                  nil,
+	DisableKeepAlives:      true,
+	ResponseHeaderTimeout:  0, // a program may take its time to answer
+	TLSHandshakeTimeout:    10 * time.Second,
+	MaxResponseHeaderBytes: node.MaxPortHeaderBytes,
 }
 
 func (s *Server) portRoutes(mux *http.ServeMux) {

@@ -1,10 +1,17 @@
 package server
 
 import (
+	"bufio"
+	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/lizard-build/lizard/internal/node"
 )
 
 func TestDropParam(t *testing.T) {
@@ -191,6 +198,54 @@ func TestCodeForAPIOrigin(t *testing.T) {
 		}
 		if got := codeForAPIOrigin(r); got != tc.want {
 			t.Errorf("codeForAPIOrigin(%s, %s) = %q; want %q", tc.site, tc.dest, got, tc.want)
+		}
+	}
+}
+
+// TestPortHeaderBounded: the headers of a program's answer through a port
+// are read up to node.MaxPortHeaderBytes, and one past it is a failed
+// call. Before, the transport's default held up to 10 MiB of them for
+// each of a sandbox's 1024 requests under way (a public port's need no
+// key): a program answering each with 10 MiB of headers grew the API
+// process by gigabytes.
+func TestPortHeaderBounded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				n, _ := strconv.Atoi(strings.TrimPrefix(req.URL.Path, "/"))
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Big: %s\r\nContent-Length: 2\r\n\r\nok", strings.Repeat("x", n))
+			}()
+		}
+	}()
+	for _, tc := range []struct {
+		size int
+		ok   bool
+	}{
+		{16 << 10, true},
+		{node.MaxPortHeaderBytes + 1, false},
+		{4 << 20, false},
+	} {
+		req, _ := http.NewRequest("GET", fmt.Sprintf("http://%s/%d", ln.Addr(), tc.size), nil)
+		resp, err := portTransport.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("an answer with a %d-byte header: err %v; want ok %v", tc.size, err, tc.ok)
 		}
 	}
 }

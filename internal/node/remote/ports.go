@@ -29,7 +29,8 @@ const HeaderSecret = "X-Lizard-Cluster-Secret"
 // portTransport dials ports: no connection kept alive, as the API's own
 // (server/ports.go), so that none outlives a pause or is reused for
 // another sandbox given the address later.
-var portTransport = &http.Transport{DisableKeepAlives: true, TLSHandshakeTimeout: 10 * time.Second}
+var portTransport = &http.Transport{DisableKeepAlives: true, TLSHandshakeTimeout: 10 * time.Second,
+	MaxResponseHeaderBytes: node.MaxPortHeaderBytes}
 
 // OpenPort implements node.Node: the call is forwarded to the node, which
 // opens the port there (resuming a paused sandbox if resume) and proxies
