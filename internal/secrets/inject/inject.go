@@ -272,6 +272,11 @@ func quickAck(conn net.Conn) {
 	raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_QUICKACK, 1) })
 }
 
+// maxRequestHeader bounds a request's headers from the sandbox, which the
+// server holds whole: as much as the proxy reads to find a plain
+// request's Host (egress.maxPeek).
+const maxRequestHeader = 64 << 10
+
 // serveOne serves HTTP/1.1 on conn alone until it closes or ctx ends.
 func serveOne(ctx context.Context, conn net.Conn, h http.Handler, log *slog.Logger) error {
 	ln := &oneConn{conn: conn, done: make(chan struct{})}
@@ -279,6 +284,7 @@ func serveOne(ctx context.Context, conn net.Conn, h http.Handler, log *slog.Logg
 		Handler:           h,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    maxRequestHeader,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ConnState: func(_ net.Conn, s http.ConnState) {
 			if s == http.StateClosed || s == http.StateHijacked {

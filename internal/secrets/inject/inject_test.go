@@ -406,3 +406,38 @@ func TestInjectLogBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestInjectHeaderBounded: a request's headers through the injection are
+// read up to maxRequestHeader, as much as the proxy reads to find a
+// plain request's Host; past it the sandbox gets 431 and nothing is sent.
+// Before, the server's default held up to 1 MiB of them for each of the
+// sandbox's 1024 connections through the proxy.
+func TestInjectHeaderBounded(t *testing.T) {
+	up := newUpstream(t, false)
+	r := newRig(t, nil, func() egress.InterceptConn {
+		return egress.InterceptConn{SandboxID: "sb1", Project: "p", Name: "api.test", Port: 80,
+			Headers: map[string]string{"Authorization": "token {{ secrets.TOKEN }}"}, Dial: up.dial}
+	})
+	c := r.sandboxClient(nil)
+	for _, tc := range []struct {
+		size   int
+		status int
+	}{
+		{8 << 10, http.StatusOK},
+		{maxRequestHeader + 8<<10, http.StatusRequestHeaderFieldsTooLarge}, // Go's server allows 4 KiB over
+		{512 << 10, http.StatusRequestHeaderFieldsTooLarge},
+	} {
+		hits := up.hits.Load()
+		req, _ := http.NewRequest("GET", "http://api.test/", nil)
+		req.Header.Set("X-Big", strings.Repeat("x", tc.size))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%d bytes of headers: %v", tc.size, err)
+		}
+		resp.Body.Close()
+		sent := up.hits.Load() - hits
+		if resp.StatusCode != tc.status || (tc.status != http.StatusOK && sent != 0) {
+			t.Errorf("%d bytes of headers = %d, %d sent; want %d", tc.size, resp.StatusCode, sent, tc.status)
+		}
+	}
+}
