@@ -76,6 +76,16 @@ type PortPrefix struct {
 // as it did with no resolver at all).
 var NameServer = netip.MustParseAddr("169.254.0.53")
 
+// MaxFlows bounds a sandbox's live entries in the host's connection
+// tracking table, new flows to the host and through it each: the table
+// (nf_conntrack_max) is every sandbox's and the host's own, and once it is
+// full the kernel drops every new connection. A UDP packet from a new
+// port is an entry for 30 s, a SYN nobody answers for 120 s: a sandbox
+// made one per packet and filled the table in seconds. A new flow past
+// the bound is dropped. TCP connections that ended (TIME_WAIT) do not
+// count.
+const MaxFlows = 4096
+
 // Blocked are the destinations a sandbox may never reach, even with
 // Internet and whatever AllowTo says: the IANA special-purpose ranges
 // (RFC 6890 and the IANA IPv4 Special-Purpose Address Registry) where real

@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/testenv"
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // ianaSpecial is the IANA IPv4 Special-Purpose Address Registry (RFC 6890
@@ -466,5 +468,64 @@ func TestRulesetNames(t *testing.T) {
 func TestNameServer(t *testing.T) {
 	if got := NameServer.String(); got != pid1.NameServer {
 		t.Errorf("netns.NameServer %s, pid1.NameServer %s: want them equal", got, pid1.NameServer)
+	}
+}
+
+// TestFlowsBounded: a sandbox holds at most MaxFlows live entries of the
+// host's connection-tracking table, which every sandbox and the host's
+// own connections share (nf_conntrack_max): a new flow past them is
+// dropped. Before, UDP from a new port each time (30 s an entry) or SYNs
+// nobody answers (120 s) made an entry per packet, and one sandbox filled
+// the table in seconds, after which the kernel dropped everyone's new
+// connections.
+func TestFlowsBounded(t *testing.T) {
+	testenv.RequiresRoot(t)
+	if err := CheckEgress(); err != nil {
+		t.Fatal(err)
+	}
+	makeWorld(t)
+	const id = "egtest-flows"
+	l := Link{netip.MustParseAddr("169.254.251.197"), netip.MustParseAddr("169.254.251.198"), 30}
+	_ = Remove(id)
+	t.Cleanup(func() {
+		if err := Remove(id); err != nil {
+			t.Errorf("removing %s: %v", id, err)
+		}
+	})
+	if err := CreateWithEgress(id, l, &Egress{Internet: true, AllowTo: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}}); err != nil {
+		t.Fatal(err)
+	}
+	const sent = MaxFlows + 2000
+	err := inNamespace(func() (netns.NsHandle, error) { return netns.GetFromPath(Path(id)) }, func() error {
+		for range sent {
+			c, err := net.Dial("udp4", "203.0.113.77:9")
+			if err != nil {
+				return err
+			}
+			c.Write([]byte("x"))
+			c.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flows, err := retryDump(func() ([]*netlink.ConntrackFlow, error) {
+		return netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range flows {
+		if f.Forward.SrcIP.Equal(l.GuestAddr.AsSlice()) {
+			n++
+		}
+	}
+	if n > MaxFlows {
+		t.Errorf("the sandbox holds %d conntrack entries after %d UDP packets from new ports; want at most %d", n, sent, MaxFlows)
+	}
+	if n < MaxFlows/2 {
+		t.Errorf("the sandbox holds %d conntrack entries after %d UDP packets from new ports; want its flows up to %d tracked", n, sent, MaxFlows)
 	}
 }

@@ -72,6 +72,7 @@ func addRules(c *nftables.Conn, id string, l Link, e Egress, hostNets []netip.Pr
 
 	// Packets from the sandbox to this host, any of its addresses.
 	r.add(input, r.iif(), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
+	r.add(input, r.iif(), ctState(expr.CtStateBitNEW), flowsOver(MaxFlows), verdict(expr.VerdictDrop))
 	if e.APIPort > 0 {
 		r.add(input, r.iif(), ipv4(), saddr(expr.CmpOpEq, guest), daddr(expr.CmpOpEq, host), l4proto(unix.IPPROTO_TCP),
 			dport(e.APIPort), ctState(expr.CtStateBitNEW), verdict(expr.VerdictAccept))
@@ -89,6 +90,7 @@ func addRules(c *nftables.Conn, id string, l Link, e Egress, hostNets []netip.Pr
 	// Packets through this host, to or from the sandbox.
 	r.add(forward, r.oif(expr.CmpOpEq), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
 	r.add(forward, r.oif(expr.CmpOpEq), verdict(expr.VerdictDrop))
+	r.add(forward, r.iif(), ctState(expr.CtStateBitNEW), flowsOver(MaxFlows), verdict(expr.VerdictDrop))
 	// Without a resolver, a lookup fails at once rather than timing out.
 	r.add(forward, r.iif(), ipv4(), daddr(expr.CmpOpEq, NameServer.AsSlice()),
 		[]expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: icmpPortUnreachable}})
@@ -343,6 +345,12 @@ func (r *rules) portPrefix(pp PortPrefix) []expr.Any {
 		return m
 	}
 	return append(append(m, r.tcpOrUDP()...), dport(pp.Port)...)
+}
+
+// flowsOver matches while the rule's connections still tracked (TCP ones
+// that ended aside) number more than n.
+func flowsOver(n uint32) []expr.Any {
+	return []expr.Any{&expr.Connlimit{Count: n, Flags: expr.NFT_CONNLIMIT_F_INV}}
 }
 
 func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }

@@ -34,6 +34,7 @@ func nftScript(id string, l Link, e Egress, hostNets []netip.Prefix, fresh bool)
 	// Packets from the sandbox to this host, any of its addresses.
 	b.WriteString("\tchain input {\n\t\ttype filter hook input priority -10; policy accept;\n")
 	fmt.Fprintf(&b, "\t\tiifname %q ct state established,related accept\n", veth)
+	fmt.Fprintf(&b, "\t\tiifname %q ct state new ct count over %d drop\n", veth, MaxFlows)
 	if e.APIPort > 0 {
 		fmt.Fprintf(&b, "\t\tiifname %q ip saddr %s ip daddr %s tcp dport %d ct state new accept\n", veth, l.GuestAddr, l.HostAddr, e.APIPort)
 	}
@@ -53,6 +54,7 @@ func nftScript(id string, l Link, e Egress, hostNets []netip.Prefix, fresh bool)
 	b.WriteString("\tchain forward {\n\t\ttype filter hook forward priority -10; policy accept;\n")
 	fmt.Fprintf(&b, "\t\toifname %q ct state established,related accept\n", veth)
 	fmt.Fprintf(&b, "\t\toifname %q drop\n", veth)
+	fmt.Fprintf(&b, "\t\tiifname %q ct state new ct count over %d drop\n", veth, MaxFlows)
 	// Without a resolver, a lookup fails at once rather than timing out.
 	fmt.Fprintf(&b, "\t\tiifname %q ip daddr %s reject\n", veth, NameServer)
 	if e.Internet {
