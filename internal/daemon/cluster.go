@@ -150,6 +150,11 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	if err := secureDirs(c.DataDir, c.CacheDir); err != nil {
 		return err
 	}
+	unlock, err := lockDataDir(c.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", c.Listen, err)

@@ -301,6 +301,11 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	if err := secureDirs(c.DataDir, c.CacheDir); err != nil {
 		return err
 	}
+	unlock, err := lockDataDir(c.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	st, err := store.Open(ctx, c.DataDir)
 	if err != nil {
 		return fmt.Errorf("opening the store: %w", err)

@@ -14,6 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/cli"
@@ -87,6 +89,36 @@ func secureDirs(dataDir, cacheDir string) error {
 		}
 	}
 	return template.Secure(cacheDir)
+}
+
+// lockDataDir takes DATA/serve.lock for the life of this process (the
+// kernel drops it however the process ends): a data directory is one
+// `lizard serve`'s or `lizard node`'s. A second one started on it would
+// reconcile the first's sandboxes as its own, hand out address slots the
+// first's new sandboxes hold, and end or pause sandboxes under it. `lizard
+// admin` takes no lock: it is run beside the server.
+func lockDataDir(dataDir string) (release func(), err error) {
+	p := filepath.Join(dataDir, "serve.lock")
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("locking the data directory: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("locking the data directory: %w", err)
+		}
+		holder := "another process"
+		if b, _ := os.ReadFile(p); len(strings.TrimSpace(string(b))) > 0 {
+			holder = "pid " + strings.TrimSpace(string(b))
+		}
+		return nil, fmt.Errorf("data directory %s is in use by another lizard serve or node (%s): stop it, or give this one its own --data-dir", dataDir, holder)
+	}
+	// The holder's pid, for the message above; the lock, not the file, decides.
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return func() { f.Close() }, nil
 }
 
 // loadAgentKey reads DATA/agent.key, making it the first time: the key
