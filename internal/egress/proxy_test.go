@@ -624,3 +624,59 @@ func TestResolverLookupsBounded(t *testing.T) {
 		t.Errorf("%d of %d queries were answered SERVFAIL within 2 s; want those past the bound at once", n, sent)
 	}
 }
+
+// TestResolverLogBounded: a sandbox's failed lookups are at most a line of
+// the node's log a second: code in the sandbox asks for names whose
+// lookup fails (an upstream answering SERVFAIL) at its own rate, and the
+// node's log is a file on the host outside every bound of the sandbox.
+func TestResolverLogBounded(t *testing.T) {
+	pol, err := Parse(Policy{Default: Allow}, "network")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &dns.Server{Addr: "127.0.0.1:0", Net: "udp", Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetRcode(q, dns.RcodeServerFailure)
+		w.WriteMsg(m)
+	})}
+	started := make(chan struct{})
+	up.NotifyStartedFunc = func() { close(started) }
+	go up.ListenAndServe()
+	<-started
+	defer up.Shutdown()
+	var mu sync.Mutex
+	logs := &strings.Builder{}
+	table := &Table{}
+	table.Set(netip.MustParseAddr(sbAddr), Sandbox{ID: "sb1", Project: "p1", Policy: pol})
+	res := &Resolver{Table: table, Upstream: []string{up.PacketConn.LocalAddr().String()},
+		Logger: slog.New(slog.NewTextHandler(lockedBuilder{&mu, logs}, nil))}
+	if err := res.Start("127.0.0.1", 0); err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	c := &dns.Client{Timeout: 3 * time.Second}
+	for i := range 50 {
+		m := new(dns.Msg)
+		m.SetQuestion(fmt.Sprintf("n%d.failing.test.", i), dns.TypeA)
+		resp, _, err := c.Exchange(m, fmt.Sprintf("127.0.0.1:%d", res.Port()))
+		if err != nil || resp.Rcode != dns.RcodeServerFailure {
+			t.Fatalf("query %d: %v %v; want SERVFAIL", i, resp, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "resolving for a sandbox"); n < 1 || n > 2 {
+		t.Errorf("%d log lines for 50 failed lookups within a second or so; want at most one a second:\n%s", n, logs)
+	}
+}
+
+type lockedBuilder struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (l lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}

@@ -210,7 +210,9 @@ func (r *Resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		if err != nil {
 			m.Rcode = dns.RcodeServerFailure
 			d.Reason = "lookup failed"
-			r.Logger.Warn("resolving for a sandbox", "sandbox_id", sb.ID, "name", name, "err", err)
+			if dropped, ok := r.Table.logLine(sb.ID, time.Now()); ok {
+				r.Logger.Warn("resolving for a sandbox", "sandbox_id", sb.ID, "name", name, "err", err, "dropped", dropped)
+			}
 			break
 		}
 		d.Allowed = true

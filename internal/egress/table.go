@@ -71,6 +71,10 @@ type box struct {
 	conns map[net.Conn]struct{}
 	// lookups counts its queries forwarded upstream (MaxLookups).
 	lookups int
+	// warned is when its last line of the node's log was written, and
+	// unwarned how many were dropped since (logLine).
+	warned   time.Time
+	unwarned int
 	// full is set once the sandbox met MaxConns (told once in the log).
 	full bool
 }
@@ -244,4 +248,24 @@ func (t *Table) lookup(id string) (done func(), ok bool) {
 		b.lookups--
 		t.mu.Unlock()
 	}, true
+}
+
+// logLine reports whether sandbox id may write a line of the node's log
+// at now, at most one a second, and how many it was refused since its
+// last. Code in the sandbox makes the failures logged at its own rate,
+// and the node's log is a file on the host outside every bound of the
+// sandbox.
+func (t *Table) logLine(id string, now time.Time) (dropped int, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.boxes[id]
+	if b == nil {
+		return 0, false
+	}
+	if now.Sub(b.warned) < time.Second {
+		b.unwarned++
+		return 0, false
+	}
+	dropped, b.warned, b.unwarned = b.unwarned, now, 0
+	return dropped, true
 }
