@@ -94,6 +94,13 @@ func parseNode(e cli.Env, args []string) (*nodeConfig, error) {
 	fs.StringVar(&c.Name, "name", cmpOr(os.Getenv("LIZARD_NODE_NAME"), host), "the node's name in the cluster, unique and stable across restarts (default: env LIZARD_NODE_NAME, else the host name)")
 	fs.StringVar(&c.Advertise, "advertise", os.Getenv("LIZARD_NODE_ADDRESS"), "HOST or HOST:PORT the api processes reach this node at (default: env LIZARD_NODE_ADDRESS, else the --listen address; the port defaults to --listen's)")
 	fs.BoolVar(&c.UndrainAtStart, "undrain-at-start", false, "take new sandboxes at start even if this node was drained (`lizard node drain`); for a drain before each stop, as the Helm chart's preStop does")
+	fs.Usage = func() {
+		// The drain commands are parsed before these flags, so name them here.
+		fmt.Fprintf(e.Stderr, "Usage: lizard node [flags]   (run sandboxes for a cluster's lizard api; docs/cluster.md)\n"+
+			"       lizard node drain NAME [--api-url URL] [--json]     (move its sandboxes to other nodes; needs $%[1]s)\n"+
+			"       lizard node undrain NAME [--api-url URL] [--json]   (it takes new sandboxes again; needs $%[1]s)\n\nFlags:\n", envClusterSecret)
+		fs.PrintDefaults()
+	}
 	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
 	}

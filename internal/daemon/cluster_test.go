@@ -81,3 +81,17 @@ func TestClusterConfig(t *testing.T) {
 		t.Errorf("node listening on 0.0.0.0 with no --advertise: %v; want an error naming --advertise", err)
 	}
 }
+
+// TestNodeUsage: `lizard node -h` names the drain commands, which are
+// parsed before its flags and so are not among them.
+func TestNodeUsage(t *testing.T) {
+	_, stderr, err := runCLI(t, "node", "-h")
+	if err != nil {
+		t.Fatalf("lizard node -h: %v", err)
+	}
+	for _, want := range []string{"lizard node drain NAME", "lizard node undrain NAME", "LIZARD_CLUSTER_SECRET", "-advertise"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("lizard node -h does not say %q:\n%s", want, stderr)
+		}
+	}
+}
