@@ -86,6 +86,15 @@ var NameServer = netip.MustParseAddr("169.254.0.53")
 // count.
 const MaxFlows = 4096
 
+// MaxQueries bounds the packets a second (and as many at once) a sandbox
+// with a policy sends the node's resolver, over UDP and TCP together; the
+// rest are dropped
+// by the kernel. The resolver runs in the node's process, whose CPU every
+// sandbox and the API share and no bound of the sandbox counts: one
+// socket sending queries as fast as it could (one flow, which MaxFlows
+// does not bound) had it answer 50,000 a second, half a core.
+const MaxQueries = 1000
+
 // Blocked are the destinations a sandbox may never reach, even with
 // Internet and whatever AllowTo says: the IANA special-purpose ranges
 // (RFC 6890 and the IANA IPv4 Special-Purpose Address Registry) where real

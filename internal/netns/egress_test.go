@@ -529,3 +529,75 @@ func TestFlowsBounded(t *testing.T) {
 		t.Errorf("the sandbox holds %d conntrack entries after %d UDP packets from new ports; want its flows up to %d tracked", n, sent, MaxFlows)
 	}
 }
+
+// TestQueriesBounded: a sandbox with a policy reaches the node's resolver
+// with at most MaxQueries UDP packets a second (and as many at once), the
+// rest dropped by the kernel. Before, one socket sending queries as fast
+// as it could (one flow: no count of flows bounds it) had the API process
+// answer 50,000 a second, half a core of the machine every sandbox and
+// the API share, counted in no bound of the sandbox.
+func TestQueriesBounded(t *testing.T) {
+	testenv.RequiresRoot(t)
+	if err := CheckEgress(); err != nil {
+		t.Fatal(err)
+	}
+	const id = "egtest-dns"
+	l := Link{netip.MustParseAddr("169.254.251.201"), netip.MustParseAddr("169.254.251.202"), 30}
+	_ = Remove(id)
+	t.Cleanup(func() {
+		if err := Remove(id); err != nil {
+			t.Errorf("removing %s: %v", id, err)
+		}
+	})
+	// The resolver, on a free port of every host address.
+	ln, err := net.ListenPacket("udp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.LocalAddr().(*net.UDPAddr).Port
+	names := &Names{DNSPort: port, ProxyPort: 9, Ports: []int{80}, DefaultDeny: true}
+	if err := CreateWithEgress(id, l, &Egress{Internet: true, Names: names}); err != nil {
+		t.Fatal(err)
+	}
+	var got atomic.Int32
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			if _, _, err := ln.ReadFrom(buf); err != nil {
+				return
+			}
+			got.Add(1)
+		}
+	}()
+	const sent = 5 * MaxQueries
+	start := time.Now()
+	err = inNamespace(func() (netns.NsHandle, error) { return netns.GetFromPath(Path(id)) }, func() error {
+		c, err := net.Dial("udp4", net.JoinHostPort(NameServer.String(), "53"))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for i := range sent {
+			if _, err := c.Write([]byte("query")); err != nil {
+				return err
+			}
+			if i%200 == 199 {
+				time.Sleep(time.Millisecond) // within the receiving socket's buffer
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	time.Sleep(100 * time.Millisecond)
+	n := int(got.Load())
+	if max := 2*MaxQueries + int(took.Seconds()*MaxQueries); n > max {
+		t.Errorf("the resolver got %d of %d packets sent in %v; want at most %d (%d a second and as many at once)", n, sent, took, max, MaxQueries)
+	}
+	if n < MaxQueries/2 {
+		t.Errorf("the resolver got %d of %d packets; want up to the bound delivered", n, sent)
+	}
+}

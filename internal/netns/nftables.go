@@ -71,6 +71,10 @@ func addRules(c *nftables.Conn, id string, l Link, e Egress, hostNets []netip.Pr
 	guest, host := l.GuestAddr.AsSlice(), l.HostAddr.AsSlice()
 
 	// Packets from the sandbox to this host, any of its addresses.
+	if names != nil {
+		// Before the established ones: a flood of queries is one flow.
+		r.add(input, r.iif(), r.tcpOrUDP(), dport(names.DNSPort), rateOver(MaxQueries), verdict(expr.VerdictDrop))
+	}
 	r.add(input, r.iif(), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
 	r.add(input, r.iif(), ctState(expr.CtStateBitNEW), flowsOver(MaxFlows), verdict(expr.VerdictDrop))
 	if e.APIPort > 0 {
@@ -351,6 +355,11 @@ func (r *rules) portPrefix(pp PortPrefix) []expr.Any {
 // that ended aside) number more than n.
 func flowsOver(n uint32) []expr.Any {
 	return []expr.Any{&expr.Connlimit{Count: n, Flags: expr.NFT_CONNLIMIT_F_INV}}
+}
+
+// rateOver matches the packets past n a second (with a burst of n).
+func rateOver(n uint64) []expr.Any {
+	return []expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: n, Over: true, Unit: expr.LimitTimeSecond, Burst: uint32(n)}}
 }
 
 func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }

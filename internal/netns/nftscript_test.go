@@ -32,15 +32,18 @@ func nftScript(id string, l Link, e Egress, hostNets []netip.Prefix, fresh bool)
 	}
 
 	// Packets from the sandbox to this host, any of its addresses.
+	names := e.Names
+	if !e.Internet {
+		names = nil
+	}
 	b.WriteString("\tchain input {\n\t\ttype filter hook input priority -10; policy accept;\n")
+	if names != nil {
+		fmt.Fprintf(&b, "\t\tiifname %q meta l4proto { tcp, udp } th dport %d limit rate over %d/second burst %d packets drop\n", veth, names.DNSPort, MaxQueries, MaxQueries)
+	}
 	fmt.Fprintf(&b, "\t\tiifname %q ct state established,related accept\n", veth)
 	fmt.Fprintf(&b, "\t\tiifname %q ct state new ct count over %d drop\n", veth, MaxFlows)
 	if e.APIPort > 0 {
 		fmt.Fprintf(&b, "\t\tiifname %q ip saddr %s ip daddr %s tcp dport %d ct state new accept\n", veth, l.GuestAddr, l.HostAddr, e.APIPort)
-	}
-	names := e.Names
-	if !e.Internet {
-		names = nil
 	}
 	if names != nil {
 		// After the redirects below: the resolver and the proxy, on the
