@@ -1,7 +1,8 @@
 """The docs' Python against the SDK: what a new user copies must exist and parse.
 
 Every method a docs table names in its Python column is an attribute of one of the SDK's public
-classes; every Python block of README.md and docs/ parses; README.md's example is examples/python's
+classes, and each keyword argument it shows one that a method of that name takes; every Python block of
+README.md and docs/ parses; README.md's example is examples/python's
 run_with_state.py, which tests/e2e/test_examples.py runs against a real server.
 """
 
@@ -12,7 +13,7 @@ import builtins
 import inspect
 import re
 from pathlib import Path
-from typing import Iterator, List, Set, Tuple
+from typing import Dict, Iterator, List, Set, Tuple
 
 import pytest
 
@@ -61,6 +62,37 @@ def test_tables_name_methods_the_sdk_has() -> None:
     assert len(calls) > 40, f"found {len(calls)} calls in the docs' Python columns: the parsing is broken"
     missing = sorted({f"{doc}: {name}( in {row!r}" for doc, row, name in calls if name not in have})
     assert not missing, "the docs name calls the Python SDK lacks:\n" + "\n".join(missing)
+
+
+def sdk_params() -> Dict[str, Set[str]]:
+    """Each public method's name → the parameter names of every SDK method of that name ("*" for **kwargs)."""
+    params: Dict[str, Set[str]] = {}
+    for _, obj in inspect.getmembers(lizard):
+        if not (inspect.isclass(obj) and obj.__module__.startswith("lizard")):
+            continue
+        for name, fn in inspect.getmembers(obj, callable):
+            if name.startswith("_"):
+                continue
+            try:
+                sig = inspect.signature(fn)
+            except (TypeError, ValueError):
+                continue
+            got = params.setdefault(name, set())
+            for p in sig.parameters.values():
+                got.add("*" if p.kind is p.VAR_KEYWORD else p.name)
+    return params
+
+
+def test_tables_name_arguments_the_sdk_takes() -> None:
+    params = sdk_params()
+    wrong = set()
+    for doc, row, name in python_column_calls():
+        for args in re.findall(r"\b" + re.escape(name) + r"\(([^()]*)\)", row):
+            for kw in re.findall(r"\b([a-z_][a-z0-9_]*)=", args):
+                have = params.get(name, set())
+                if have and kw not in have and "*" not in have:
+                    wrong.add(f"{doc}: {name}({kw}=...) in {row!r}")
+    assert not wrong, "the docs pass arguments the Python SDK's calls do not take:\n" + "\n".join(sorted(wrong))
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
