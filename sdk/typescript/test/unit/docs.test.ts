@@ -1,6 +1,6 @@
 // The docs' TypeScript against the SDK: every call a docs table names in its
 // TypeScript column is declared in src/ (a method, or a member of an
-// interface such as a handle's), and the README's example is
+// interface such as a handle's) with each option it shows, and the README's example is
 // examples/typescript's run-with-state.ts, which the e2e tests run.
 
 import assert from 'node:assert/strict';
@@ -58,6 +58,20 @@ test('the docs name only calls the SDK declares', () => {
     if (!declared.test(src) && !new RegExp(`\\bclass ${name}\\b`).test(src)) missing.add(`${doc}: ${name}( in ${cell}`);
   }
   assert.deepEqual([...missing], [], 'the docs name calls the TypeScript SDK lacks');
+
+  // The options a call shows, `create({ projectId, timeoutMs })`: each a member declared in src/.
+  const unknown = new Set<string>();
+  for (const [doc, cell, name] of calls) {
+    for (const m of cell.matchAll(new RegExp(`\\b${name}\\(([^()]*)\\)`, 'g'))) {
+      const braces = /\{([^{}]*)\}/.exec(m[1].replace(/'[^']*'|"[^"]*"/g, "''"));
+      if (!braces) continue;
+      for (const opt of braces[1].matchAll(/\b([a-z][A-Za-z0-9]*)\b/g)) {
+        // An interface's member or an inline option type's: `name?: T`, `{ name: T }`.
+        if (!new RegExp(`[{\\s,;]${opt[1]}\\??\\s*:`).test(src)) unknown.add(`${doc}: ${name}({ ${opt[1]} }) in ${cell}`);
+      }
+    }
+  }
+  assert.deepEqual([...unknown], [], 'the docs pass options the TypeScript SDK does not declare');
 });
 
 test("the README's example is the one the e2e tests run", () => {
