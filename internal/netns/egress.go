@@ -95,6 +95,16 @@ const MaxFlows = 4096
 // does not bound) had it answer 50,000 a second, half a core.
 const MaxQueries = 1000
 
+// MaxNewFlows bounds the new flows a second (and as many at once) a
+// sandbox opens to the host, and as many through it; the rest are
+// dropped (a TCP client sends its SYN again). A TCP connection that ended
+// stays in the host's connection-tracking table for two minutes
+// (TIME_WAIT), which MaxFlows does not count: a sandbox opening and
+// closing connections to the egress proxy as fast as it could left
+// thousands a second there. At this rate one sandbox holds at most about
+// 24,000 such entries.
+const MaxNewFlows = 200
+
 // Blocked are the destinations a sandbox may never reach, even with
 // Internet and whatever AllowTo says: the IANA special-purpose ranges
 // (RFC 6890 and the IANA IPv4 Special-Purpose Address Registry) where real

@@ -77,6 +77,7 @@ func addRules(c *nftables.Conn, id string, l Link, e Egress, hostNets []netip.Pr
 	}
 	r.add(input, r.iif(), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
 	r.add(input, r.iif(), ctState(expr.CtStateBitNEW), flowsOver(MaxFlows), verdict(expr.VerdictDrop))
+	r.add(input, r.iif(), ctState(expr.CtStateBitNEW), rateOver(MaxNewFlows), verdict(expr.VerdictDrop))
 	if e.APIPort > 0 {
 		r.add(input, r.iif(), ipv4(), saddr(expr.CmpOpEq, guest), daddr(expr.CmpOpEq, host), l4proto(unix.IPPROTO_TCP),
 			dport(e.APIPort), ctState(expr.CtStateBitNEW), verdict(expr.VerdictAccept))
@@ -95,6 +96,7 @@ func addRules(c *nftables.Conn, id string, l Link, e Egress, hostNets []netip.Pr
 	r.add(forward, r.oif(expr.CmpOpEq), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
 	r.add(forward, r.oif(expr.CmpOpEq), verdict(expr.VerdictDrop))
 	r.add(forward, r.iif(), ctState(expr.CtStateBitNEW), flowsOver(MaxFlows), verdict(expr.VerdictDrop))
+	r.add(forward, r.iif(), ctState(expr.CtStateBitNEW), rateOver(MaxNewFlows), verdict(expr.VerdictDrop))
 	// Without a resolver, a lookup fails at once rather than timing out.
 	r.add(forward, r.iif(), ipv4(), daddr(expr.CmpOpEq, NameServer.AsSlice()),
 		[]expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: icmpPortUnreachable}})

@@ -42,6 +42,7 @@ func nftScript(id string, l Link, e Egress, hostNets []netip.Prefix, fresh bool)
 	}
 	fmt.Fprintf(&b, "\t\tiifname %q ct state established,related accept\n", veth)
 	fmt.Fprintf(&b, "\t\tiifname %q ct state new ct count over %d drop\n", veth, MaxFlows)
+	fmt.Fprintf(&b, "\t\tiifname %q ct state new limit rate over %d/second burst %d packets drop\n", veth, MaxNewFlows, MaxNewFlows)
 	if e.APIPort > 0 {
 		fmt.Fprintf(&b, "\t\tiifname %q ip saddr %s ip daddr %s tcp dport %d ct state new accept\n", veth, l.GuestAddr, l.HostAddr, e.APIPort)
 	}
@@ -58,6 +59,7 @@ func nftScript(id string, l Link, e Egress, hostNets []netip.Prefix, fresh bool)
 	fmt.Fprintf(&b, "\t\toifname %q ct state established,related accept\n", veth)
 	fmt.Fprintf(&b, "\t\toifname %q drop\n", veth)
 	fmt.Fprintf(&b, "\t\tiifname %q ct state new ct count over %d drop\n", veth, MaxFlows)
+	fmt.Fprintf(&b, "\t\tiifname %q ct state new limit rate over %d/second burst %d packets drop\n", veth, MaxNewFlows, MaxNewFlows)
 	// Without a resolver, a lookup fails at once rather than timing out.
 	fmt.Fprintf(&b, "\t\tiifname %q ip daddr %s reject\n", veth, NameServer)
 	if e.Internet {
