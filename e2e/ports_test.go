@@ -732,3 +732,53 @@ subprocess.Popen([sys.executable, '/home/user/hold.py'], start_new_session=True)
 		t.Errorf("once the held requests ended: %d %.200s; want 200 ok", code, body)
 	}
 }
+
+// TestPortsLogBounded: a program's answers that break off (a body shorter
+// than its length) write nothing to the server's log at its default
+// level. Before, each was a warning of the API process ("ReverseProxy
+// read error during body copy"): a program and its clients, who need no
+// key for a public port, wrote the server's log at their request rate.
+func TestPortsLogBounded(t *testing.T) {
+	s := startServer(t)
+	c := s.createProject("proj_ports_log")
+	id := newSandbox(t, c, api.CreateSandboxRequest{}).SandboxID
+	py(t, c, id, `
+import subprocess, sys, textwrap
+src = textwrap.dedent('''
+    import asyncio
+    async def serve(r, w):
+        line = await r.readline()
+        while (await r.readline()) not in (b"\\r\\n", b""):
+            pass
+        if b"/quick" in line:
+            w.write(b"HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\nok")
+        else:
+            w.write(b"HTTP/1.1 200 OK\\r\\nContent-Length: 100\\r\\nConnection: close\\r\\n\\r\\nshort")
+        await w.drain(); w.close()
+    async def main():
+        srv = await asyncio.start_server(serve, "0.0.0.0", 8005)
+        await srv.serve_forever()
+    asyncio.run(main())
+''')
+open('/home/user/short.py', 'w').write(src)
+subprocess.Popen([sys.executable, '/home/user/short.py'], start_new_session=True)`)
+	auth := "Bearer " + s.keys[c]
+	base := c.PortURL(id, 8005)
+	if body := waitPort(t, base+"quick", "Authorization", auth); body != "ok" {
+		t.Fatalf("GET /quick through the port = %q", body)
+	}
+	const sent = 30
+	for range sent {
+		req, _ := http.NewRequest(http.MethodGet, base+"short", nil)
+		req.Header.Set("Authorization", auth)
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := strings.Count(s.logs(), "during body copy"); n > 0 {
+		t.Errorf("%d lines of the server's log for %d answers broken off by the program; want none", n, sent)
+	}
+}

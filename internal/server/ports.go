@@ -221,7 +221,10 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 		},
 		Transport:     transport,
 		FlushInterval: -1,
-		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// What it logs (an answer broken off) is the program's doing,
+		// at its clients' request rate, which no key bounds on a public
+		// port: at debug level, not the server's default.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ModifyResponse: func(resp *http.Response) error {
 			confineResponse(resp.Header, prefix)
 			if fromQuery {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -79,6 +80,9 @@ func (h *handler) port(w http.ResponseWriter, r *http.Request) {
 		},
 		Transport:     portTransport,
 		FlushInterval: -1,
+		// As the API's (server/ports.go): what it logs is the program's
+		// doing. Unset, it went to the standard logger, at every level.
+		ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var e *errdefs.Error
 			if cause := context.Cause(call.Ctx); call.Ctx.Err() != nil && errors.As(cause, &e) {
