@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,6 +102,21 @@ func TestE2BHostForm(t *testing.T) {
 	envd := "49983-" + sb.SandboxID + ".e2b.test"
 	if code, body := post(s.url+"/process.Process/List", `{}`, "Host", envd, "X-Access-Token", sb.EnvdAccessToken); code != http.StatusOK || !strings.Contains(body, "processes") && body != "{}" {
 		t.Errorf("envd List through the host form: %d %s; want 200 and the processes", code, body)
+	}
+	// upload_url/download_url: E2B's signed URLs, used as they are, with
+	// no header but the host.
+	sign := func(path, op string) string {
+		sum := sha256.Sum256([]byte(path + ":" + op + "::" + sb.EnvdAccessToken))
+		return "/files?path=" + url.QueryEscape(path) + "&signature=v1_" + url.QueryEscape(base64.RawStdEncoding.EncodeToString(sum[:]))
+	}
+	if resp, body := send(t, http.MethodPost, s.url+sign("/tmp/signed.txt", "write"), "signed", "Host", envd, "Content-Type", "application/octet-stream"); resp.StatusCode != http.StatusOK {
+		t.Errorf("upload to a signed URL: %d %s; want 200", resp.StatusCode, body)
+	}
+	if code, body, _ := get(t, s.url+sign("/tmp/signed.txt", "read"), "Host", envd); code != http.StatusOK || body != "signed" {
+		t.Errorf("download from a signed URL: %d %q; want 200 and the upload", code, body)
+	}
+	if code, body, _ := get(t, s.url+sign("/tmp/signed.txt", "write"), "Host", envd); code != http.StatusUnauthorized {
+		t.Errorf("download with an upload's signature: %d %s; want 401", code, body)
 	}
 	// Another port of the host form is still the sandbox's own port.
 	if code, _, _ := get(t, s.url+"/", "Host", "8000-"+sb.SandboxID+".e2b.test"); code != http.StatusUnauthorized {

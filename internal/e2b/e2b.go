@@ -235,8 +235,9 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, port string) {
 }
 
 // sandboxCaller authenticates a sandbox call: the sandbox's
-// envdAccessToken in X-Access-Token or E2B-Traffic-Access-Token, or a key
-// of its project in X-API-Key, whose ID it returns (none for a token).
+// envdAccessToken in X-Access-Token or E2B-Traffic-Access-Token, E2B's
+// signature of it on a file URL (signed.go), or a key of its project in
+// X-API-Key, whose ID it returns (none for a token).
 func (h *Handler) sandboxCaller(r *http.Request, id string) (TargetSandbox, string, error) {
 	for _, name := range []string{headerAccessToken, headerTrafficToken} {
 		if tok := r.Header.Get(name); tok != "" {
@@ -246,6 +247,16 @@ func (h *Handler) sandboxCaller(r *http.Request, id string) (TargetSandbox, stri
 			}
 			return TargetSandbox{ProjectID: project, SandboxID: id}, "", nil
 		}
+	}
+	if signedFileCall(r, r.Header.Get(HeaderSandboxPort)) {
+		if err := h.checkSignature(r, id); err != nil {
+			return TargetSandbox{}, "", err
+		}
+		project, err := h.cfg.Control.EnvdProject(r.Context(), id, h.cfg.Control.EnvdToken(id))
+		if err != nil {
+			return TargetSandbox{}, "", err
+		}
+		return TargetSandbox{ProjectID: project, SandboxID: id}, "", nil
 	}
 	if key := r.Header.Get(headerAPIKey); key != "" {
 		project, err := h.cfg.Keys.Verify(r.Context(), key)

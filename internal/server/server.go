@@ -160,6 +160,19 @@ func New(cfg Config) *Server {
 		}
 		s.e2b = e2b.New(ec)
 		mux.Handle("/e2b/", s.e2b)
+		// E2B's SDK makes a signed file URL from E2B_SANDBOX_URL's host
+		// alone: say why it reaches no sandbox here, not the console.
+		mux.HandleFunc("/files", func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Has("signature") {
+				e2b.UnroutedFileURL(w, r)
+				return
+			}
+			if cfg.Console != nil {
+				cfg.Console.ServeHTTP(w, r)
+				return
+			}
+			notFound(mux)(w, r)
+		})
 	}
 	if cfg.MCP != nil {
 		mux.Handle("/mcp", authed(cfg.MCP.ServeHTTP))

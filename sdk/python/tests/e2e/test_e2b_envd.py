@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import urllib.parse
 from typing import Iterator
 
+import httpx
 import pytest
 from packaging.version import Version
 
@@ -137,6 +139,35 @@ def test_files(sbx: Sandbox) -> None:
         sbx.files.read("/tmp/e2b/none.txt")
     with pytest.raises(NotFoundException):
         sbx.files.get_info("/tmp/e2b/none.txt")
+
+
+def test_signed_file_urls(sbx: Sandbox, lizard_server) -> None:  # type: ignore[no-untyped-def]
+    """upload_url/download_url: E2B's signature of the sandbox's token stands in for it. With
+    E2B_SANDBOX_URL the SDK's URL names no sandbox (it is that URL's host + /files): a 400 says so, and
+    the same query to /e2b/sandbox/files with the sandbox headers works (the host form's URL as is:
+    e2e TestE2BHostForm)."""
+    heads = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"}
+
+    def via(u: str) -> str:
+        return f"{lizard_server.url}/e2b/sandbox/files?{urllib.parse.urlsplit(u).query}"
+
+    up = sbx.upload_url("/tmp/signed.txt")
+    r = httpx.post(up, files={"file": ("signed.txt", b"x")})
+    assert r.status_code == 400 and "names no sandbox" in r.json()["message"]
+    assert httpx.post(via(up), headers=heads, files={"file": ("signed.txt", b"signed")}).status_code == 200
+    down = sbx.download_url("/tmp/signed.txt", use_signature_expiration=60)
+    assert httpx.get(via(down), headers=heads).text == "signed" and sbx.files.read("/tmp/signed.txt") == "signed"
+    # Refused: an upload's signature to read, another path's, an expired one, another sandbox's.
+    assert httpx.get(via(up), headers=heads).status_code == 401
+    assert httpx.get(via(down).replace("signed.txt", "other.txt"), headers=heads).status_code == 401
+    r = httpx.get(via(sbx.download_url("/tmp/signed.txt", use_signature_expiration=-5)), headers=heads)
+    assert r.status_code == 401 and "expired" in r.json()["message"]
+    other = Sandbox.create(timeout=60)
+    try:
+        r = httpx.get(via(down), headers={**heads, "E2b-Sandbox-Id": other.sandbox_id})
+        assert r.status_code == 401
+    finally:
+        other.kill()
 
 
 def test_watch_polled_and_streamed(sbx: Sandbox) -> None:
