@@ -212,6 +212,7 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	}()
 	tick := time.NewTicker(keepaliveInterval(req.Header()))
 	defer tick.Stop()
+	var ups uploads
 	for {
 		select {
 		case <-tick.C:
@@ -227,9 +228,11 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 			if n.err != nil {
 				return watchEnd(s, n.err)
 			}
-			if ev := fsEvent(s, dir.Path, n.ev, m.GetIncludeEntry()); ev != nil {
-				if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
-					return err
+			for _, fe := range ups.events(n.ev) {
+				if ev := fsEvent(s, dir.Path, fe, m.GetIncludeEntry()); ev != nil {
+					if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
+						return err
+					}
 				}
 			}
 		}

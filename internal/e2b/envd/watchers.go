@@ -115,6 +115,7 @@ func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 				defer s.release()
 				defer stop()
 				defer ws.Close()
+				var ups uploads
 				for {
 					ev, err := ws.Next()
 					if err != nil {
@@ -122,8 +123,10 @@ func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 						time.AfterFunc(endedWatcherTTL, func() { f.h.watchers.forget(id, w) })
 						return
 					}
-					if e := fsEvent(s, dir.Path, ev, m.GetIncludeEntry()); e != nil {
-						w.add(e)
+					for _, fe := range ups.events(ev) {
+						if e := fsEvent(s, dir.Path, fe, m.GetIncludeEntry()); e != nil {
+							w.add(e)
+						}
 					}
 				}
 			}()

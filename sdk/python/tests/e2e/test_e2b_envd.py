@@ -177,11 +177,13 @@ def test_watch_polled_and_streamed(sbx: Sandbox) -> None:
     sbx.files.write("/tmp/w/new.txt", "x")
     events = []
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not any(e.name == "new.txt" for e in events):
+    while time.monotonic() < deadline and not any(e.name == "new.txt" and e.type == FilesystemEventType.WRITE for e in events):
         events += w.get_new_events()
         time.sleep(0.2)
     w.stop()
-    assert any(e.name == "new.txt" and e.type == FilesystemEventType.CREATE for e in events), events
+    # As envd's: the file's create, then its write; not the agent's temporary file.
+    assert [e.type for e in events if e.name == "new.txt"] == [FilesystemEventType.CREATE, FilesystemEventType.WRITE], events
+    assert all(e.name == "new.txt" for e in events), events
 
     # The async SDK streams (WatchDir).
     async def streamed() -> list:
@@ -191,7 +193,7 @@ def test_watch_polled_and_streamed(sbx: Sandbox) -> None:
 
         def on_event(e) -> None:
             got.append(e)
-            if e.name == "streamed.txt":
+            if e.name == "streamed.txt" and e.type == FilesystemEventType.WRITE:
                 done.set()
 
         h = await a.files.watch_dir("/tmp/w", on_event=on_event, recursive=True)
@@ -201,7 +203,7 @@ def test_watch_polled_and_streamed(sbx: Sandbox) -> None:
         return got
 
     got = asyncio.run(streamed())
-    assert any(e.name == "streamed.txt" for e in got), got
+    assert [(e.name, e.type) for e in got] == [("streamed.txt", FilesystemEventType.CREATE), ("streamed.txt", FilesystemEventType.WRITE)], got
 
 
 def test_wrong_access_token(sbx: Sandbox) -> None:
