@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/e2b"
 )
@@ -84,6 +85,26 @@ func TestSandboxLifecycle(t *testing.T) {
 	}
 	if r := e.do(t, "POST", "/e2b/v2/sandboxes/"+sb.SandboxID+"/connect", `{}`, key...); r.status != http.StatusOK {
 		t.Errorf("connect to a running sandbox: %d %s; want 200", r.status, r.body)
+	}
+	// The v2 connect without a timeout, as the SDKs' connect() sends it:
+	// E2B's default of 5 minutes, not create's 15 seconds; and a resume
+	// from disk alone (on_resume="reboot") is refused by name.
+	if r := e.do(t, "POST", path+"/pause", `{}`, key...); r.status != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", r.status, r.body)
+	}
+	for _, route := range []string{"/e2b/v2/sandboxes/" + sb.SandboxID + "/connect", path + "/resume"} {
+		if r := e.do(t, "POST", route, `{"memory":false}`, key...); r.status != http.StatusNotImplemented || !strings.Contains(r.body, "memory: false") {
+			t.Errorf("%s with memory false: %d %s; want 501 naming it", route, r.status, r.body)
+		}
+	}
+	if r := e.do(t, "POST", "/e2b/v2/sandboxes/"+sb.SandboxID+"/connect", ``, key...); r.status != http.StatusCreated {
+		t.Errorf("connect to a paused sandbox without a body: %d %s; want 201 resumed", r.status, r.body)
+	}
+	r = e.do(t, "GET", path, "", key...)
+	var resumed struct{ EndAt time.Time }
+	json.Unmarshal([]byte(r.body), &resumed)
+	if left := time.Until(resumed.EndAt); left < 290*time.Second || left > 301*time.Second {
+		t.Errorf("a sandbox resumed by connect without a timeout ends in %v (%s); want 300 s", left, r.body)
 	}
 	// Forks and snapshots, as E2B's SDKs call them.
 	r = e.do(t, "POST", path+"/fork", `{"count":2,"timeout":60}`, key...)

@@ -29,6 +29,20 @@ const clientID = "lizard"
 // seconds. The SDKs always send one (300).
 const defaultTimeout = 15
 
+// defaultTimeoutV2 is the v2 routes' default (NewSandboxV2,
+// ConnectSandboxV2): the SDKs' connect() sends none unless asked, and a
+// sandbox resumed by it on E2B lives 5 minutes, not 15 seconds.
+const defaultTimeoutV2 = 300
+
+// v2Default sets *timeout to defaultTimeoutV2 when r is a v2 route's and
+// left it out.
+func v2Default(r *http.Request, timeout **int64) {
+	if *timeout == nil && strings.HasPrefix(r.URL.Path, "/e2b/v2/") {
+		t := int64(defaultTimeoutV2)
+		*timeout = &t
+	}
+}
+
 // neverEnds stands in for endAt, which E2B's answers always carry, when a
 // sandbox has no timeout.
 var neverEnds = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
@@ -218,6 +232,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	v2Default(r, &n.Timeout)
 	req, err := createRequest(n)
 	if err != nil {
 		h.fail(w, r, err)
@@ -343,6 +358,19 @@ type timeoutRequest struct {
 	Timeout *int64 `json:"timeout"`
 	// AutoPause is ResumedSandbox's; Lizard keeps the sandbox's own.
 	AutoPause *bool `json:"autoPause"`
+	// Memory false (the SDKs' on_resume="reboot") asks a paused sandbox
+	// to boot from its disk alone.
+	Memory *bool `json:"memory"`
+}
+
+// noReboot refuses a resume from disk alone, which E2B's SDKs warn an
+// older control plane answers as a memory restore; Lizard's pause keeps
+// memory and has no other.
+func noReboot(req timeoutRequest, id string) error {
+	if req.Memory != nil && !*req.Memory {
+		return notImplemented("memory: false (on_resume=\"reboot\": resume sandbox %s from its disk alone) is not supported: Lizard's pause keeps a sandbox's memory and resumes it with it; connect without on_resume", id)
+	}
+	return nil
 }
 
 func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
@@ -425,6 +453,10 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	if err := noReboot(req, id); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	secs := int64(defaultTimeout)
 	if req.Timeout != nil {
 		secs = *req.Timeout
@@ -440,14 +472,16 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 
 // connect answers a sandbox's details, resuming it if paused (201), else
 // only lengthening its life to timeout seconds from now if that is
-// longer (200). Without a timeout a resumed sandbox gets E2B's default
-// and a running one keeps its own.
+// longer (200). Without a timeout the v2 route's is 5 minutes, as E2B's;
+// on the v1 route (where E2B requires one) a resumed sandbox gets
+// E2B's create default and a running one keeps its own.
 func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 	var req timeoutRequest
 	if err := decode(r, &req); err != nil {
 		h.fail(w, r, err)
 		return
 	}
+	v2Default(r, &req.Timeout)
 	if req.Timeout != nil && *req.Timeout < 0 {
 		h.fail(w, r, badRequest("timeout must be seconds from now, not %d", *req.Timeout))
 		return
@@ -465,6 +499,10 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	ms := secs * 1000
 	if sb.State == api.StatePaused {
+		if err := noReboot(req, id); err != nil {
+			h.fail(w, r, err)
+			return
+		}
 		sb, err = h.cfg.Control.Resume(r.Context(), project, id, api.ResumeRequest{TimeoutMs: &ms})
 		if err != nil {
 			h.fail(w, r, notGone(err))

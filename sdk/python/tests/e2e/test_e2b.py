@@ -10,6 +10,7 @@ import struct
 import threading
 import time
 import uuid
+from datetime import datetime, timezone
 from typing import Iterator, List
 
 import httpx
@@ -280,8 +281,14 @@ def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:
     sandbox.run_code("kept = 'across a pause'")
     assert sandbox.pause()
     assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.PAUSED
+    # A resume from disk alone is refused by name, not answered as a memory restore.
+    with pytest.raises(SandboxException, match="memory: false"):
+        Sandbox.connect(sandbox.sandbox_id, on_resume="reboot")
     again = Sandbox.connect(sandbox.sandbox_id)
-    assert again.get_info().state == SandboxState.RUNNING
+    info = again.get_info()
+    assert info.state == SandboxState.RUNNING
+    # connect() sends no timeout: E2B's v2 default of 5 minutes, not 15 seconds.
+    assert 290 <= (info.end_at - datetime.now(timezone.utc)).total_seconds() <= 301
     assert again.run_code("kept").text == "across a pause"
 
 
