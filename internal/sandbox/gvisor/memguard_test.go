@@ -1,7 +1,15 @@
 package gvisor
 
 import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 )
 
 func TestChooseVictim(t *testing.T) {
@@ -84,5 +92,96 @@ func TestParseProcfs(t *testing.T) {
 	want := []guestProcess{{PID: 1, PGID: 1, UID: 0, Comm: "server", RSS: 2 << 20}, {PID: 12, PGID: 12, UID: 1000, Comm: "python3", RSS: 4 << 20}}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("parseProcfs = %+v, want %+v", got, want)
+	}
+}
+
+// TestRunawayRate: a sandbox's runaways cost its guard at most
+// runawayBurst at once and then one each runawayEvery; one that comes
+// earlier has the guest held frozen until it is due. Code in a sandbox
+// started runaways as fast as the guard ended them: 19 in 15 s, 0.11 of a
+// core of the host.
+func TestRunawayRate(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var r runawayRate
+	for i := range runawayBurst {
+		if w := r.take(t0); w != 0 {
+			t.Fatalf("runaway %d of a burst: held %v, want not", i+1, w)
+		}
+	}
+	// A loop making the next runaway as soon as the guest runs again:
+	// one each runawayEvery.
+	now := t0
+	n := 0
+	for now.Before(t0.Add(time.Minute)) {
+		w := r.take(now)
+		if w <= 0 || w > runawayEvery {
+			t.Fatalf("runaway %d past the burst at %v: held %v, want (0, %v]", n+1, now.Sub(t0), w, runawayEvery)
+		}
+		now = now.Add(w)
+		n++
+	}
+	if want := int(time.Minute / runawayEvery); n > want {
+		t.Errorf("%d runaways past the burst in a minute, want at most %d", n, want)
+	}
+	// One each runawayEvery is never held, nor is a burst after a quiet
+	// spell as long.
+	r = runawayRate{}
+	for i := range 20 {
+		if w := r.take(t0.Add(time.Duration(i) * runawayEvery)); w != 0 {
+			t.Fatalf("runaway %d at its rate: held %v, want not", i+1, w)
+		}
+	}
+	quiet := t0.Add(20*runawayEvery + runawayBurst*runawayEvery)
+	for i := range runawayBurst {
+		if w := r.take(quiet); w != 0 {
+			t.Fatalf("runaway %d of a burst after a quiet spell: held %v, want not", i+1, w)
+		}
+	}
+}
+
+// TestGuardHold: a hold (a runaway that came early) freezes the guest,
+// and a guard that stops (the sandbox paused, killed, the server
+// stopping) ends it at once and thaws the guest: a hold never outlives
+// its guard or holds up what stops it.
+func TestGuardHold(t *testing.T) {
+	r := newTestRuntime(t)
+	ctx := context.Background()
+	spec := sandboxtest.Spec(sandboxtest.BuildRootFS(t))
+	spec.Limits.MemoryBytes = 256 << 20
+	t.Cleanup(func() { r.Kill(ctx, spec.ID) })
+	if err := r.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := sandboxtest.WaitReady(spec.Network, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	g := r.guards[spec.ID]
+	r.mu.Unlock()
+	if g == nil {
+		t.Fatal("the sandbox has no memory guard")
+	}
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		g.hold(time.Hour)
+	}()
+	_, dir := freezerDirs(spec.ID)
+	state := filepath.Join(dir, "freezer.state")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, _ := os.ReadFile(state); strings.TrimSpace(string(st)) == "FROZEN" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the guest is not frozen during a hold")
+		}
+	}
+	r.unwatch(spec.ID)
+	<-held // a test timeout, not an hour, if the stop does not end it
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("freezer cgroup %s after the hold ended: %v; want it gone (thawed)", dir, err)
+	}
+	if _, err := sandboxtest.Do(spec.Network, "GET", "/count", nil); err != nil {
+		t.Errorf("the sandbox does not answer after the hold: %v", err)
 	}
 }
