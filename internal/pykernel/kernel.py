@@ -19,6 +19,7 @@ import fcntl
 import getpass
 import importlib
 import json
+import math
 import numbers
 import os
 import signal
@@ -339,7 +340,7 @@ os.environ.setdefault("GIT_PAGER", "cat")
 from IPython.core.displayhook import DisplayHook  # noqa: E402
 from IPython.core.displaypub import DisplayPublisher  # noqa: E402
 from IPython.core.error import StdinNotImplementedError  # noqa: E402
-from IPython.core.formatters import BaseFormatter  # noqa: E402
+from IPython.core.formatters import BaseFormatter, JSONFormatter  # noqa: E402
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from traitlets import ObjectName, Type, Unicode  # noqa: E402
 from traitlets.config import Config  # noqa: E402
@@ -400,6 +401,49 @@ class ChartFormatter(BaseFormatter):
             return chart_figure_to_dict(obj)
         except Exception:  # noqa: BLE001 - as E2B: a figure it cannot read has an empty chart
             return {}
+
+
+class DataFormatter(BaseFormatter):
+    """E2B's data (e2b/data) of a pandas DataFrame: its columns as lists, times in ISO 8601, as E2B's
+    template's startup script gives it. Only for the E2B surface's calls, as ChartFormatter."""
+
+    format_type = Unicode("e2b/data")
+    print_method = ObjectName("_repr_e2b_data_")
+    _return_type = (dict, str)
+
+    def __call__(self, obj):
+        pandas = sys.modules.get("pandas")
+        if not state.bundle or pandas is None or not isinstance(obj, pandas.DataFrame):
+            return super().__call__(obj)
+        data = obj.to_dict(orient="list")
+        return {str(k): [_data_value(pandas, v) for v in col] for k, col in data.items()}
+
+
+def _data_value(pandas, v):
+    if isinstance(v, pandas.Timestamp):
+        return v.isoformat()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None  # a missing value (NaN) is null, as orjson writes it; NaN is no JSON
+    return v
+
+
+class ListJSONFormatter(JSONFormatter):
+    """A list or dict is also application/json (result.json) for the E2B surface's calls, as E2B's
+    template makes it (numpy values as lists and numbers); one JSON cannot say stays text alone."""
+
+    def __call__(self, obj):
+        if state.bundle and isinstance(obj, (list, dict)):
+            try:
+                return json.loads(json.dumps(obj, default=_numpy_json, allow_nan=False))
+            except (TypeError, ValueError):
+                pass
+        return super().__call__(obj)
+
+
+def _numpy_json(o):
+    if hasattr(o, "tolist"):  # numpy arrays and scalars
+        return o.tolist()
+    raise TypeError(f"{type(o).__name__} is not JSON")
 
 
 class Shell(InteractiveShell):
@@ -600,6 +644,8 @@ def main():
     cfg.HistoryManager.enabled = False
     shell = Shell.instance(config=cfg, colors="nocolor")
     shell.display_formatter.formatters["e2b/chart"] = ChartFormatter(parent=shell.display_formatter)
+    shell.display_formatter.formatters["e2b/data"] = DataFormatter(parent=shell.display_formatter)
+    shell.display_formatter.formatters["application/json"] = ListJSONFormatter(parent=shell.display_formatter)
     builtins.input = no_input
     getpass.getpass = no_input
     signal.signal(signal.SIGINT, on_sigint)

@@ -94,6 +94,17 @@ class Rich:
 
     df = sandbox.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2]})").results[0]
     assert df.html and "<table" in df.html and df.text and "a" in df.text
+    # E2B's data: the columns as lists, times in ISO 8601, a missing value null.
+    assert df.data == {"a": [1, 2]} and "data" in df.formats()
+    df = sandbox.run_code(
+        "pd.DataFrame({'t': pd.to_datetime(['2024-01-02']), 'x': [float('nan')]})"
+    ).results[0]
+    assert df.data == {"t": ["2024-01-02T00:00:00"], "x": [None]}
+    # A list or dict is also JSON, as E2B's template makes it (numpy values too); text stays.
+    r = sandbox.run_code("import numpy as np\n{'a': [1, 2], 'n': np.int64(3), 'v': np.array([1.5])}").results[0]
+    assert r.json == {"a": [1, 2], "n": 3, "v": [1.5]} and r.text
+    assert sandbox.run_code("[1, 'two']").results[0].json == [1, "two"]
+    assert sandbox.run_code("[float('nan')]").results[0].json is None  # no JSON says NaN: text alone
 
 
 def test_charts(sandbox: Sandbox) -> None:
