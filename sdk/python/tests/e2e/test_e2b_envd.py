@@ -58,6 +58,8 @@ def test_commands(sbx: Sandbox) -> None:
     assert exc.value.exit_code == 3
     assert sbx.commands.run("whoami", user="root").stdout == "root\n"
     assert sbx.commands.run("whoami").stdout != "root\n"
+    # E2B's templates have git, and agent code uses it (sandbox.git too).
+    assert sbx.commands.run("git --version").stdout.startswith("git version ")
 
     seen = []
     sbx.commands.run("for i in 1 2 3; do echo $i; sleep 0.2; done", on_stdout=seen.append)
