@@ -403,6 +403,11 @@ class ChartFormatter(BaseFormatter):
             return {}
 
 
+# MAX_DATA_CELLS bounds the DataFrames that carry e2b/data (about 10 bytes of
+# JSON a cell, well within api.MaxResultBytes).
+MAX_DATA_CELLS = 500_000
+
+
 class DataFormatter(BaseFormatter):
     """E2B's data (e2b/data) of a pandas DataFrame: its columns as lists, times in ISO 8601, as E2B's
     template's startup script gives it. Only for the E2B surface's calls, as ChartFormatter."""
@@ -415,6 +420,11 @@ class DataFormatter(BaseFormatter):
         pandas = sys.modules.get("pandas")
         if not state.bundle or pandas is None or not isinstance(obj, pandas.DataFrame):
             return super().__call__(obj)
+        if obj.size > MAX_DATA_CELLS:
+            # Its HTML and text are pandas' truncated views, its data would be
+            # every cell: past the run's results budget, the whole result
+            # would become an error. The views stay.
+            return None
         data = obj.to_dict(orient="list")
         return {str(k): [_data_value(pandas, v) for v in col] for k, col in data.items()}
 

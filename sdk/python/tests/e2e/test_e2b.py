@@ -100,6 +100,9 @@ class Rich:
         "pd.DataFrame({'t': pd.to_datetime(['2024-01-02']), 'x': [float('nan')]})"
     ).results[0]
     assert df.data == {"t": ["2024-01-02T00:00:00"], "x": [None]}
+    # A frame past 500,000 cells keeps its (truncated) views and no data, which would be every cell.
+    big = sandbox.run_code("import numpy as np\npd.DataFrame(np.zeros((60_000, 10)))").results[0]
+    assert big.data is None and big.html and "<table" in big.html
     # A list or dict is also JSON, as E2B's template makes it (numpy values too); text stays.
     r = sandbox.run_code("import numpy as np\n{'a': [1, 2], 'n': np.int64(3), 'v': np.array([1.5])}").results[0]
     assert r.json == {"a": [1, 2], "n": 3, "v": [1.5]} and r.text
