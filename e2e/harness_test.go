@@ -230,6 +230,8 @@ func (s *server) stop() {
 	select {
 	case <-s.done:
 	case <-time.After(30 * time.Second):
+		// Killed, its spare networks are left for the next start's sweep.
+		s.pids = slices.DeleteFunc(s.pids, func(p int) bool { return p == s.cmd.Process.Pid })
 		s.cmd.Process.Kill()
 		<-s.done
 	}
