@@ -220,6 +220,15 @@ func (s *server) start() {
 	}
 }
 
+// stopWait is how long stop waits for a server to end before killing it:
+// the server's own bounds, with room. It waits up to server.ShutdownTimeout
+// (10 s) for requests in flight, then up to 30 s for the warm pool and the
+// runtime's removals under way (daemon's stopNode); a kill within those cuts
+// short a stop that keeps to them, and leaves what it was removing. Stops
+// take under a second (TestChaos's, three at once beside the QEMU suite,
+// load average 28: at most 1.5 s), so a kill means a stop that hung.
+const stopWait = 45 * time.Second
+
 // stop ends the server gracefully (SIGTERM) and waits for it. Sandboxes are
 // left running, as a restart must find them.
 func (s *server) stop() {
@@ -229,7 +238,10 @@ func (s *server) stop() {
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(stopWait):
+		// Said, as what the kill leaves behind (a network being removed)
+		// would otherwise read as the failure's cause.
+		s.t.Logf("lizard did not stop within %s of SIGTERM; killing it. Its log's tail:\n%s", stopWait, tail(s.logs(), 30))
 		// Killed, its spare networks are left for the next start's sweep.
 		s.pids = slices.DeleteFunc(s.pids, func(p int) bool { return p == s.cmd.Process.Pid })
 		s.cmd.Process.Kill()

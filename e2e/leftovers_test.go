@@ -278,10 +278,16 @@ func (s *server) expectNoLeftovers(t *testing.T, c leftoverCheck) {
 
 // stopAndExpectNothingLeft stops the server gracefully and checks that
 // nothing of it or of any sandbox it ever had is left on the host.
+// What is left is listed with the tail of the server's log, which says
+// what its stop did.
 func (s *server) stopAndExpectNothingLeft(t *testing.T) {
 	t.Helper()
+	failed := t.Failed()
 	s.stop()
 	s.expectNoLeftovers(t, leftoverCheck{stopped: true})
+	if !failed && t.Failed() {
+		t.Logf("the stopped server's log tail:\n%s", tail(s.logs(), 30))
+	}
 }
 
 // serverRSS is the resident memory of the running server, in bytes.
