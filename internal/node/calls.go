@@ -209,7 +209,12 @@ func (n *Local) watch(id string) {
 		unlock := n.locks.Lock(id)
 		cur, err := n.cfg.Store.GetSandbox(ctx, id)
 		if err == nil && cur.Live() && cur.State == api.StateRunning && n.dead(ctx, id) {
-			err = n.end(ctx, cur, api.StateFailed, "its runtime stopped: the sandbox's processes died or were killed (out of memory?)")
+			const reason = "its runtime stopped: the sandbox's processes died or were killed (out of memory?)"
+			// The calls end now, not after the removal end makes (the
+			// processes' exit, the cgroups), which a loaded host may take
+			// seconds over, up to the runtime's cleanup timeout.
+			n.calls.cancelAll(id, stopReason(id, api.StateFailed, reason))
+			err = n.end(ctx, cur, api.StateFailed, reason)
 		}
 		unlock()
 		if err != nil {

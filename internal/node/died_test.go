@@ -98,3 +98,40 @@ func TestPauseStopCutShort(t *testing.T) {
 		}
 	})
 }
+
+// TestDeadSandboxEndsCallsAtOnce checks that the calls to a sandbox whose
+// processes died end with ErrGone once the node sees it dead, not after
+// its removal (the processes' exit, its cgroups), which a loaded host may
+// take seconds over; the chaos suite holds a run in a killed sandbox to
+// ending within 3 s.
+func TestDeadSandboxEndsCallsAtOnce(t *testing.T) {
+	e := nodetest.New(t)
+	sb := e.Create(t, nodetest.Plan(60_000))
+	call, err := e.Node.Acquire(context.Background(), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer call.Release()
+	kill, removed := e.Runtime.KillFunc, make(chan struct{})
+	e.Runtime.KillFunc = func(ctx context.Context, id string) error {
+		<-removed
+		return kill(ctx, id)
+	}
+	e.Runtime.Stop(sb.ID)
+	select {
+	case <-call.Ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call did not end while the dead sandbox was being removed")
+	}
+	if cause := context.Cause(call.Ctx); !errors.Is(cause, errdefs.ErrGone) || !strings.Contains(errdefs.Message(cause), "runtime stopped") {
+		t.Errorf("the call ended with %v; want ErrGone saying its runtime stopped", cause)
+	}
+	close(removed)
+	deadline := time.Now().Add(5 * time.Second)
+	for e.Row(t, sb.ID).State != api.StateFailed && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if row := e.Row(t, sb.ID); row.State != api.StateFailed || !strings.Contains(row.EndReason, "runtime stopped") {
+		t.Errorf("row = %s, reason %q; want failed, its runtime stopped", row.State, row.EndReason)
+	}
+}
