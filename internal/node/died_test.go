@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,6 +114,9 @@ func TestDeadSandboxEndsCallsAtOnce(t *testing.T) {
 	}
 	defer call.Release()
 	kill, removed := e.Runtime.KillFunc, make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(removed) }) }
+	t.Cleanup(release) // a failure below must not leave the removal, and the cleanup after it, waiting
 	e.Runtime.KillFunc = func(ctx context.Context, id string) error {
 		<-removed
 		return kill(ctx, id)
@@ -126,7 +130,7 @@ func TestDeadSandboxEndsCallsAtOnce(t *testing.T) {
 	if cause := context.Cause(call.Ctx); !errors.Is(cause, errdefs.ErrGone) || !strings.Contains(errdefs.Message(cause), "runtime stopped") {
 		t.Errorf("the call ended with %v; want ErrGone saying its runtime stopped", cause)
 	}
-	close(removed)
+	release()
 	deadline := time.Now().Add(5 * time.Second)
 	for e.Row(t, sb.ID).State != api.StateFailed && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
