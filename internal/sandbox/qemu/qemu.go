@@ -314,6 +314,7 @@ func (r *Runtime) socks(id string) string {
 
 func (r *Runtime) qmpPath(id string) string     { return filepath.Join(r.socks(id), "qmp") }
 func (r *Runtime) ctlPath(id string) string     { return filepath.Join(r.socks(id), "ctl") }
+func (r *Runtime) consoleSock(id string) string { return filepath.Join(r.socks(id), "console") }
 func (r *Runtime) consolePath(id string) string { return filepath.Join(r.dir(id), "console.log") }
 func (r *Runtime) qemuLog(id string) string     { return filepath.Join(r.dir(id), "qemu.log") }
 func (r *Runtime) upperPath(id string) string   { return filepath.Join(r.dir(id), "upper.qcow2") }
@@ -522,6 +523,13 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 
 	exited, err := r.start(id, rec, rootImg, filesImg, imageDir, image)
 	if err != nil {
+		return fail(err)
+	}
+	console, err := r.dialWhileUp(ctx, id, r.consoleSock(id), exited)
+	if err != nil {
+		return fail(fmt.Errorf("connecting to the VM's console: %w", err))
+	}
+	if err := logConsole(console, r.consolePath(id)); err != nil {
 		return fail(err)
 	}
 	if err := r.attachTap(ctx, id, exited); err != nil {
@@ -739,7 +747,11 @@ func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir strin
 		// pages into them (khugepaged), and each page so written in a
 		// restored VM is a copy of its own instead of the template's.
 		"-append", "console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check reboot=t transparent_hugepage=never",
-		"-serial", "file:" + r.consolePath(id),
+		// The serial console is a socket the Runtime copies to
+		// console.log within a budget (logConsole). QEMU waits for that
+		// reader before it runs the guest, so the log holds the boot.
+		"-chardev", "socket,id=console,path=" + r.consoleSock(id) + ",server=on,wait=on",
+		"-serial", "chardev:console",
 		"-qmp", "unix:" + r.qmpPath(id) + ",server=on,wait=off",
 	}
 	args = append(args, fdArgs...)
