@@ -133,7 +133,7 @@ func (s *server) shutdown() {
 			Init: testenv.Binary(s.t, "lizard-vminit"), Dir: filepath.Join(s.dataDir, "qemu"),
 			CacheDir: filepath.Join(cacheDir(), "qemu", "images"), Accel: qemu.AccelTCG})
 	} else {
-		rt, err = gvisor.New(gvisor.Config{Runsc: s.runsc, Dir: filepath.Join(s.dataDir, "gvisor")})
+		rt, err = gvisor.New(gvisor.Config{Runsc: s.runsc, Dir: filepath.Join(s.dataDir, "gvisor"), SpareNetworks: -1})
 	}
 	if err != nil {
 		s.t.Errorf("opening the server's runtime to clean up: %v", err)
