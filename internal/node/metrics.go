@@ -30,26 +30,12 @@ const (
 	// diskMaxAge.
 	diskQuietCPU = 50 * time.Millisecond
 	diskMaxAge   = time.Minute
-	// maxProbes is how many disk probes are out at once. A probe is out
-	// of the round (the round's sample takes the last figure), and a
-	// sandbox has at most one out: code in a sandbox can stop its agent
-	// (SIGSTOP, as root in its own namespaces), whose probe then holds a
-	// slot for the client's 2 s; when the probes were asked one after
-	// another in the round, each such sandbox delayed every other
-	// sandbox's samples by that much. Now it delays only disk figures,
-	// and only once its kind hold every slot. A few slots keep the
-	// agents' CPU spread out as the one-at-a-time round did.
-	maxProbes = 4
 )
 
 // meters holds each running sandbox's samples.
 type meters struct {
 	mu    sync.Mutex
 	rings map[string]*ring
-	// probing holds the sandboxes whose disk probe is out, slots one
-	// token per probe asking its agent (maxProbes).
-	probing map[string]bool
-	slots   chan struct{}
 }
 
 // ring is one sandbox's samples, and what the next CPU percentage is
@@ -120,10 +106,14 @@ func (n *Local) sample(ctx context.Context, m sandbox.Meter) {
 		}
 		at := n.now()
 		disk, fresh := n.lastDisk(sb.ID, u.CPU, at)
-		n.addSample(sb, u, disk, at)
-		if !fresh && n.startProbe(sb.ID) {
-			go n.probeDisk(ctx, sb.ID, u.CPU, at)
+		if !fresh {
+			if disk, err = n.disk(ctx, sb.ID); err != nil {
+				n.log.Debug("sampling a sandbox's disk", "sandbox_id", sb.ID, "err", err)
+			} else {
+				n.keepDisk(sb.ID, disk, u.CPU, at)
+			}
 		}
+		n.addSample(sb, u, disk, at)
 	}
 	n.meters.mu.Lock()
 	defer n.meters.mu.Unlock()
@@ -134,65 +124,21 @@ func (n *Local) sample(ctx context.Context, m sandbox.Meter) {
 	}
 }
 
-// lastDisk returns sandbox id's last disk figure (none before its first
-// probe's answer), and whether it still holds: the sandbox has used less
-// than diskQuietCPU since it was asked (cpu is its CPU time now) and it is
-// younger than diskMaxAge. One that does not hold is still the sample's
-// figure until the next probe's answer.
+// lastDisk returns sandbox id's last disk figure while it still holds: the
+// sandbox has used less than diskQuietCPU since it was asked (cpu is its
+// CPU time now) and it is younger than diskMaxAge.
 func (n *Local) lastDisk(id string, cpu time.Duration, at time.Time) (api.DiskUsage, bool) {
 	n.meters.mu.Lock()
 	defer n.meters.mu.Unlock()
 	r := n.meters.rings[id]
-	if r == nil {
+	if r == nil || r.diskAt.IsZero() || cpu < r.diskCPU || cpu-r.diskCPU >= diskQuietCPU || at.Sub(r.diskAt) >= diskMaxAge {
 		return api.DiskUsage{}, false
-	}
-	if r.diskAt.IsZero() || cpu < r.diskCPU || cpu-r.diskCPU >= diskQuietCPU || at.Sub(r.diskAt) >= diskMaxAge {
-		return r.disk, false
 	}
 	return r.disk, true
 }
 
-// startProbe marks sandbox id's disk probe out, false if one already is.
-func (n *Local) startProbe(id string) bool {
-	n.meters.mu.Lock()
-	defer n.meters.mu.Unlock()
-	if n.meters.probing[id] {
-		return false
-	}
-	if n.meters.probing == nil {
-		n.meters.probing = map[string]bool{}
-		n.meters.slots = make(chan struct{}, maxProbes)
-	}
-	n.meters.probing[id] = true
-	return true
-}
-
-// probeDisk asks sandbox id's agent for its disk figure once a slot is
-// free, and keeps the answer as of the sample that asked (its CPU time
-// cpu, at time at), then marks the probe done.
-func (n *Local) probeDisk(ctx context.Context, id string, cpu time.Duration, at time.Time) {
-	defer func() {
-		n.meters.mu.Lock()
-		delete(n.meters.probing, id)
-		n.meters.mu.Unlock()
-	}()
-	select {
-	case n.meters.slots <- struct{}{}:
-	case <-ctx.Done():
-		return
-	}
-	disk, err := n.disk(ctx, id)
-	<-n.meters.slots
-	if err != nil {
-		n.log.Debug("sampling a sandbox's disk", "sandbox_id", id, "err", err)
-		return
-	}
-	n.keepDisk(id, disk, cpu, at)
-}
-
 // keepDisk records a disk probe's answer for lastDisk. The ring is made by
-// addSample, which the sample asking the probe calls first; a sandbox that
-// stopped meanwhile has none, and the answer is dropped.
+// addSample, so the first sample's probe is asked again at the second.
 func (n *Local) keepDisk(id string, disk api.DiskUsage, cpu time.Duration, at time.Time) {
 	n.meters.mu.Lock()
 	defer n.meters.mu.Unlock()

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -54,41 +53,16 @@ func (c *Clock) Add(d time.Duration) {
 }
 
 // Agent is a fake lizard-agent: /health answers Health, /ready 204,
-// /reseed records its requests, /disk answers DiskUsed (HoldDisk holds
-// one), and /execute streams a stdout event and the end. It counts the
-// requests to each path (Requests).
+// /reseed records its requests, and /execute streams a stdout event and
+// the end. It counts the requests to each path (Requests).
 type Agent struct {
 	Srv *httptest.Server
 	// Health is the status /health answers (default 200).
 	Health atomic.Int32
-	// DiskUsed is the usedBytes /disk answers, of a totalBytes DiskTotal.
-	DiskUsed atomic.Int64
 
 	mu       sync.Mutex
 	reseeds  []api.ReseedRequest
 	requests map[string]int
-	hold     *diskHold
-}
-
-// DiskTotal is the totalBytes /disk answers.
-const DiskTotal = 1 << 30
-
-// diskHold is a /disk request to hold (HoldDisk).
-type diskHold struct {
-	held    chan string
-	release chan int64
-}
-
-// HoldDisk holds the next /disk request: held is sent the sandbox it asks
-// (its URL's host) when it arrives, and it answers the usedBytes sent to
-// release (buffered: the test need not wait for it). A request whose
-// client gives up first answers nothing.
-func (a *Agent) HoldDisk() (held <-chan string, release chan<- int64) {
-	h := &diskHold{held: make(chan string, 1), release: make(chan int64, 1)}
-	a.mu.Lock()
-	a.hold = h
-	a.mu.Unlock()
-	return h.held, h.release
 }
 
 // Requests is how many requests for path the agent got.
@@ -115,22 +89,6 @@ func NewAgent(t testing.TB) *Agent {
 			io.WriteString(w, `{"status":"ok"}`)
 		case api.AgentReadyPath:
 			w.WriteHeader(http.StatusNoContent)
-		case api.AgentDiskPath:
-			a.mu.Lock()
-			h := a.hold
-			a.hold = nil
-			a.mu.Unlock()
-			used := a.DiskUsed.Load()
-			if h != nil {
-				id, _, _ := net.SplitHostPort(r.Host)
-				h.held <- id
-				select {
-				case used = <-h.release:
-				case <-r.Context().Done():
-					return
-				}
-			}
-			json.NewEncoder(w).Encode(api.DiskUsage{UsedBytes: used, TotalBytes: DiskTotal})
 		case api.AgentReseedPath:
 			var req api.ReseedRequest
 			if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
