@@ -12,7 +12,7 @@ import (
 func TestLogBudget(t *testing.T) {
 	var out bytes.Buffer
 	now := time.Unix(1000, 0)
-	b := &logBudget{w: &out, now: func() time.Time { return now }}
+	b := newLogBudget(&out, func() time.Time { return now })
 	line := func(n int) []byte { return []byte(strings.Repeat("x", n-1) + "\n") }
 	steps := []struct {
 		name    string

@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/budget"
 )
 
 // The console's budget, the agent's log budget (internal/agent): a
@@ -31,47 +33,16 @@ func logConsole(conn net.Conn, path string) error {
 		defer conn.Close()
 		defer f.Close()
 		// It ends when QEMU exits or is killed, or the file fails.
-		_, _ = io.Copy(&consoleBudget{w: f, now: time.Now}, conn)
+		_, _ = io.Copy(newConsoleBudget(f, time.Now), conn)
 	}()
 	return nil
 }
 
-// consoleBudget writes to w what fits in a bucket of consoleBurst bytes
-// refilled at consoleRate bytes a second, each Write whole or not at
-// all; the first that fits after some did not is preceded by a line
-// saying how many bytes were dropped.
-type consoleBudget struct {
-	w   io.Writer
-	now func() time.Time
-
-	tokens  float64
-	last    time.Time
-	dropped int
-}
-
-func (b *consoleBudget) Write(p []byte) (int, error) {
-	now := b.now()
-	if b.last.IsZero() {
-		b.tokens = consoleBurst
-	} else {
-		b.tokens = min(consoleBurst, b.tokens+now.Sub(b.last).Seconds()*consoleRate)
-	}
-	b.last = now
-	var note string
-	if b.dropped > 0 {
-		note = fmt.Sprintf("\nlizard: %d bytes of console output dropped, over the console's budget (%d bytes a second)\n", b.dropped, consoleRate)
-	}
-	need := float64(len(note) + len(p))
-	if need > b.tokens {
-		b.dropped += len(p)
-		return len(p), nil
-	}
-	b.tokens -= need
-	if note != "" {
-		b.dropped = 0
-		if _, err := io.WriteString(b.w, note); err != nil {
-			return 0, err
-		}
-	}
-	return b.w.Write(p)
+// newConsoleBudget writes to w within the console budget; the first
+// Write that fits after some did not is preceded by a line saying how
+// many bytes were dropped.
+func newConsoleBudget(w io.Writer, now func() time.Time) *budget.Writer {
+	return &budget.Writer{W: w, Burst: consoleBurst, Rate: consoleRate, Now: now, Note: func(_, bytes int) string {
+		return fmt.Sprintf("\nlizard: %d bytes of console output dropped, over the console's budget (%d bytes a second)\n", bytes, consoleRate)
+	}}
 }

@@ -29,7 +29,7 @@ func TestConsoleBudget(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
 			now := time.Unix(1, 0)
-			b := &consoleBudget{w: &out, now: func() time.Time { return now }}
+			b := newConsoleBudget(&out, func() time.Time { return now })
 			for range tc.writes {
 				if n, err := b.Write(chunk); n != len(chunk) || err != nil {
 					t.Fatalf("Write = %d, %v", n, err)
