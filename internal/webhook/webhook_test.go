@@ -94,6 +94,58 @@ func TestCheckURL(t *testing.T) {
 	}
 }
 
+// TestEmbeddedIPv4: an IPv6 address that a translator or tunnel turns
+// into an IPv4 one is refused as that IPv4 address is, at registration
+// (CheckURL) and at connect (refusedDial, the dialer's Control); each was
+// accepted and dialled before.
+func TestEmbeddedIPv4(t *testing.T) {
+	for _, tc := range []struct {
+		form, addr string
+		want       string // "" accepted, else in the refusal
+	}{
+		{"IPv4-compatible ::/96", "::127.0.0.1", "embedding 127.0.0.1, a loopback"},
+		{"IPv4-compatible ::/96", "::10.1.2.3", "embedding 10.1.2.3, a private"},
+		{"IPv4-compatible ::/96", "::169.254.169.254", "link-local"},
+		{"IPv4-compatible ::/96", "::93.184.215.14", ""},
+		{"IPv4-mapped ::ffff:0:0/96", "::ffff:127.0.0.1", "loopback"},
+		{"IPv4-mapped ::ffff:0:0/96", "::ffff:192.168.0.1", "private"},
+		{"IPv4-mapped ::ffff:0:0/96", "::ffff:93.184.215.14", ""},
+		{"SIIT ::ffff:0:0:0/96", "::ffff:0:7f00:1", "embedding 127.0.0.1, a loopback"},
+		{"SIIT ::ffff:0:0:0/96", "::ffff:0:a9fe:a9fe", "embedding 169.254.169.254, a link-local"},
+		{"SIIT ::ffff:0:0:0/96", "::ffff:0:5db8:d70e", ""},
+		{"6to4 2002::/16", "2002:7f00:1::1", "embedding 127.0.0.1, a loopback"},
+		{"6to4 2002::/16", "2002:a9fe:a9fe::", "embedding 169.254.169.254, a link-local"},
+		{"6to4 2002::/16", "2002:ac10:1:1::2", "embedding 172.16.0.1, a private"},
+		{"6to4 2002::/16", "2002:5db8:d70e::1", ""},
+		{"NAT64 64:ff9b::/96", "64:ff9b::7f00:1", "embedding 127.0.0.1, a loopback"},
+		{"NAT64 64:ff9b::/96", "64:ff9b::a00:1", "embedding 10.0.0.1, a private"},
+		{"NAT64 64:ff9b::/96", "64:ff9b::5db8:d70e", ""},
+		{"local NAT64 64:ff9b:1::/48", "64:ff9b:1::7f00:1", "local-use NAT64"},
+		{"local NAT64 64:ff9b:1::/48", "64:ff9b:1:7f00:0:100::", "local-use NAT64"},
+		{"local NAT64 64:ff9b:1::/48", "64:ff9b:1::5db8:d70e", "local-use NAT64"},
+		// Teredo: server 93.184.215.14 in bits 32-63, the client inverted
+		// in the last 32 (127.0.0.1 is 80ff:fffe, 93.184.215.14 a247:28f1).
+		{"Teredo 2001::/32 client", "2001:0:5db8:d70e::80ff:fffe", "embedding 127.0.0.1, a loopback"},
+		{"Teredo 2001::/32 client", "2001:0:5db8:d70e:8000:f227:f5ff:fffe", "embedding 10.0.0.1, a private"},
+		{"Teredo 2001::/32 server", "2001:0:a00:1::a247:28f1", "embedding 10.0.0.1, a private"},
+		{"Teredo 2001::/32 server", "2001:0:7f00:1::a247:28f1", "embedding 127.0.0.1, a loopback"},
+		{"Teredo 2001::/32", "2001:0:5db8:d70e::a247:28f1", ""},
+		{"plain IPv6", "2606:4700::1111", ""},
+	} {
+		a := netip.MustParseAddr(tc.addr)
+		err := CheckURL(context.Background(), "http://"+netip.AddrPortFrom(a, 8080).String()+"/hook", false, net.DefaultResolver)
+		dial := refusedDial("tcp6", netip.AddrPortFrom(a, 443).String(), nil)
+		switch {
+		case tc.want == "" && (err != nil || dial != nil):
+			t.Errorf("%s %s: CheckURL = %v, dial = %v; want both accepted", tc.form, tc.addr, err, dial)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, errdefs.ErrInvalid)):
+			t.Errorf("%s %s: CheckURL = %v; want an errdefs.ErrInvalid refusal with %q", tc.form, tc.addr, err, tc.want)
+		case tc.want != "" && !errors.Is(dial, errNotPublic):
+			t.Errorf("%s %s: dial = %v; want errNotPublic", tc.form, tc.addr, dial)
+		}
+	}
+}
+
 // TestCheckURLNoOracle: registering a name tells the key neither what it
 // resolves to nor whether a refused name resolves at all, so webhooks do
 // not map the operator's internal names.
