@@ -2,12 +2,17 @@ package e2b_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/e2b"
@@ -261,4 +266,57 @@ func e2bRateLimited(body, msg string) bool {
 		Message string `json:"message"`
 	}
 	return json.Unmarshal([]byte(body), &e) == nil && e.Code == http.StatusTooManyRequests && strings.Contains(e.Message, msg)
+}
+
+// TestSignedFileURLFields: E2B's file URL signature joins path,
+// operation, user and token with ':' unescaped, as its SDKs compute it;
+// a user holding ':' or a parameter given twice is refused, so that one
+// signature cannot stand for another path, operation or user. Before, a
+// read signature of the path "t:write:u" was a write of "t" by user
+// "u:read:user".
+func TestSignedFileURLFields(t *testing.T) {
+	var calls []string
+	envd := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls = append(calls, r.Method+" "+r.URL.Query().Get("path")+" as "+r.URL.Query().Get("username"))
+		w.WriteHeader(http.StatusAccepted)
+	})
+	e := newEnv(t, nil, envd)
+	sb := e.createNative(t, e.key1)
+	tok := e.c.EnvdToken(sb.SandboxID)
+	// sign is E2B's get_signature (python-sdk e2b/sandbox/signature.py).
+	sign := func(path, op, user, exp string) string {
+		raw := path + ":" + op + ":" + user + ":" + tok
+		if exp != "" {
+			raw += ":" + exp
+		}
+		sum := sha256.Sum256([]byte(raw))
+		return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	}
+	exp := strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10)
+	heads := []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983"}
+	for _, tc := range []struct {
+		name, method string
+		query        url.Values
+		want         int
+	}{
+		{"read as signed", "GET", url.Values{"path": {"/tmp/a:b"}, "username": {"user"}, "signature": {sign("/tmp/a:b", "read", "user", "")}}, http.StatusAccepted},
+		{"write as signed, expiring", "POST", url.Values{"path": {"/tmp/x"}, "signature": {sign("/tmp/x", "write", "", exp)}, "signature_expiration": {exp}}, http.StatusAccepted},
+		{"a read signature shifted into a write", "POST", url.Values{"path": {"t"}, "username": {"u:read:user"}, "signature": {sign("t:write:u", "read", "user", "")}}, http.StatusBadRequest},
+		{"a write signature shifted into a read", "GET", url.Values{"path": {"t"}, "username": {"u:write:user"}, "signature": {sign("t:read:u", "write", "user", "")}}, http.StatusBadRequest},
+		{"a user with ':' signed as such", "GET", url.Values{"path": {"/tmp/x"}, "username": {"a:b"}, "signature": {sign("/tmp/x", "read", "a:b", "")}}, http.StatusBadRequest},
+		{"path twice", "GET", url.Values{"path": {"/tmp/x", "/etc/shadow"}, "signature": {sign("/tmp/x", "read", "", "")}}, http.StatusBadRequest},
+		{"username twice", "GET", url.Values{"path": {"/tmp/x"}, "username": {"user", "root"}, "signature": {sign("/tmp/x", "read", "user", "")}}, http.StatusBadRequest},
+		{"another operation's signature", "POST", url.Values{"path": {"/tmp/x"}, "signature": {sign("/tmp/x", "read", "", "")}}, http.StatusUnauthorized},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls = nil
+			r := e.do(t, tc.method, "/e2b/sandbox/files?"+tc.query.Encode(), "", heads...)
+			if r.status != tc.want {
+				t.Fatalf("%s /files?%s: %d %s; want %d", tc.method, tc.query.Encode(), r.status, r.body, tc.want)
+			}
+			if tc.want != http.StatusAccepted && len(calls) != 0 {
+				t.Errorf("refused, yet envd served %q", calls)
+			}
+		})
+	}
 }

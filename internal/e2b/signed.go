@@ -18,6 +18,16 @@ import (
 // "path:operation:username:envdAccessToken[:expiration]">, so that a
 // browser or curl with no header reaches one file. The SDK signs them with
 // the sandbox's envdAccessToken; this checks them against it.
+//
+// The fields are joined by ':' unescaped, and a path may hold ':' (a file
+// may be named so), so a user with ':' would let one signature stand for
+// another: a read of "t:write:u" as user "user" is the same string as a
+// write of "t" as user "u:read:user". With no ':' in the user (which no
+// Linux user name has), the string splits one way only, from its end:
+// expiration (digits) and token (hex) hold none, the user none, the
+// operation is the field before the user, the path all that is left. A
+// parameter given twice is refused too, so that the value signed is the
+// value the call acts on.
 
 // signedFileCall reports whether r is a call to envd's /files carrying
 // E2B's signature in place of a token.
@@ -29,6 +39,14 @@ func signedFileCall(r *http.Request, port string) bool {
 // makes for its path, user, operation and expiration.
 func (h *Handler) checkSignature(r *http.Request, id string) error {
 	q := r.URL.Query()
+	for _, name := range []string{"path", "username", "signature", "signature_expiration"} {
+		if len(q[name]) > 1 {
+			return badRequest("a signed file URL names %s %d times; want it once", name, len(q[name]))
+		}
+	}
+	if strings.Contains(q.Get("username"), ":") {
+		return badRequest("username %q holds ':', which no user name has and which would make the signature stand for another path, operation or user", q.Get("username"))
+	}
 	op := "read"
 	if r.Method == http.MethodPost {
 		op = "write"
