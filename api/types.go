@@ -31,6 +31,7 @@ type Error struct {
 const (
 	CodeInvalidArgument  = "invalid_argument"   // 400
 	CodeUnauthenticated  = "unauthenticated"    // 401
+	CodeForbidden        = "forbidden"          // 403: the key may not do this (a sandbox's key, where a project key is needed)
 	CodeNotFound         = "not_found"          // 404
 	CodeConflict         = "conflict"           // 409
 	CodeGone             = "gone"               // 410

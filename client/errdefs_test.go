@@ -22,6 +22,7 @@ func TestErrorsFollowTheServerTable(t *testing.T) {
 		api.CodeDiskFull:        ErrDiskFull,
 		api.CodeInvalidArgument: ErrInvalidArgument,
 		api.CodeUnauthenticated: ErrUnauthenticated,
+		api.CodeForbidden:       ErrForbidden,
 		api.CodeNotFound:        ErrNotFound,
 		api.CodeConflict:        ErrConflict,
 		api.CodeGone:            ErrGone,

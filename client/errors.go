@@ -16,6 +16,7 @@ import (
 var (
 	ErrInvalidArgument = errors.New("invalid argument")     // 400
 	ErrUnauthenticated = errors.New("unauthenticated")      // 401
+	ErrForbidden       = errors.New("forbidden")            // 403
 	ErrNotFound        = errors.New("not found")            // 404
 	ErrConflict        = errors.New("conflict")             // 409
 	ErrGone            = errors.New("gone")                 // 410
@@ -83,6 +84,8 @@ func sentinel(status int) error {
 		return ErrInvalidArgument
 	case status == http.StatusUnauthorized:
 		return ErrUnauthenticated
+	case status == http.StatusForbidden:
+		return ErrForbidden
 	case status == http.StatusNotFound:
 		return ErrNotFound
 	case status == http.StatusConflict:
@@ -107,6 +110,8 @@ func codeFor(status int) string {
 		return api.CodeInvalidArgument
 	case http.StatusUnauthorized:
 		return api.CodeUnauthenticated
+	case http.StatusForbidden:
+		return api.CodeForbidden
 	case http.StatusNotFound:
 		return api.CodeNotFound
 	case http.StatusMethodNotAllowed:

@@ -32,6 +32,10 @@ var (
 	// ErrUnauthenticated means the caller did not prove it may do this
 	// (such as reaching a sandbox's ports without its token or key).
 	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrForbidden means the caller's key may not do this, whatever the
+	// request says: a key minted for a sandbox (lizardToken) asking for
+	// what only a project key may (secrets, a wider network policy).
+	ErrForbidden = errors.New("forbidden")
 	// ErrNotFound means no sandbox (template, volume, ...) with that name
 	// belongs to the project.
 	ErrNotFound = errors.New("not found")
@@ -71,6 +75,7 @@ var kinds = []Kind{
 	{ErrDiskFull, http.StatusInsufficientStorage, api.CodeDiskFull, "disk_full"},
 	{ErrInvalid, http.StatusBadRequest, api.CodeInvalidArgument, "invalid"},
 	{ErrUnauthenticated, http.StatusUnauthorized, api.CodeUnauthenticated, "unauthenticated"},
+	{ErrForbidden, http.StatusForbidden, api.CodeForbidden, "forbidden"},
 	{ErrNotFound, http.StatusNotFound, api.CodeNotFound, "not_found"},
 	{ErrConflict, http.StatusConflict, api.CodeConflict, "conflict"},
 	{ErrGone, http.StatusGone, api.CodeGone, "gone"},

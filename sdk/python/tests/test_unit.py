@@ -295,6 +295,7 @@ async def test_snapshot_returns_info(mode: str) -> None:
     [
         (400, "invalid_argument", lizard.InvalidArgumentError),
         (401, "unauthenticated", lizard.AuthenticationError),
+        (403, "forbidden", lizard.PermissionDeniedError),
         (404, "not_found", lizard.NotFoundError),
         (409, "conflict", lizard.ConflictError),
         (410, "gone", lizard.SandboxGoneError),

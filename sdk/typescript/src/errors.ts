@@ -23,6 +23,13 @@ export class LizardError extends Error {
 /** The API key is missing, wrong or revoked (401). */
 export class AuthenticationError extends LizardError {}
 
+/**
+ * The key may not do this whatever the request says (403 forbidden): a key
+ * minted for a sandbox (lizardToken) asking for what only a project key may,
+ * such as setting or listing secrets or widening a network policy.
+ */
+export class PermissionDeniedError extends LizardError {}
+
 /** The sandbox, context or file does not exist (404). */
 export class NotFoundError extends LizardError {}
 
@@ -79,6 +86,8 @@ function classForStatus(status: number): ErrorClass {
       return InvalidArgumentError;
     case 401:
       return AuthenticationError;
+    case 403:
+      return PermissionDeniedError;
     case 404:
       return NotFoundError;
     case 409:

@@ -78,6 +78,7 @@ export {
   LizardConnectionError,
   LizardError,
   NotFoundError,
+  PermissionDeniedError,
   RateLimitError,
   RequestTimeoutError,
   SandboxError,

@@ -13,6 +13,7 @@ from typing import Dict, Optional, Type
 __all__ = [
     "LizardError",
     "AuthenticationError",
+    "PermissionDeniedError",
     "InvalidArgumentError",
     "NotFoundError",
     "SandboxGoneError",
@@ -47,6 +48,12 @@ class LizardError(Exception):
 
 class AuthenticationError(LizardError):
     """The API key is missing, unknown or revoked (HTTP 401)."""
+
+
+class PermissionDeniedError(LizardError):
+    """The key may not do this whatever the request says (HTTP 403 ``forbidden``): a key minted for a sandbox
+    (``lizardToken``) asking for what only a project key may, such as setting or listing secrets or widening
+    a network policy."""
 
 
 class InvalidArgumentError(LizardError):
@@ -105,6 +112,7 @@ class RequestTimeoutError(LizardError):
 _BY_STATUS: Dict[int, Type[LizardError]] = {
     400: InvalidArgumentError,
     401: AuthenticationError,
+    403: PermissionDeniedError,
     404: NotFoundError,
     409: ConflictError,
     410: SandboxGoneError,

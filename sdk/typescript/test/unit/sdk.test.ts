@@ -14,6 +14,7 @@ import {
   LizardConnectionError,
   LizardError,
   NotFoundError,
+  PermissionDeniedError,
   RateLimitError,
   RequestTimeoutError,
   SandboxError,
@@ -704,6 +705,7 @@ describe('errors', () => {
     const cases: [number, string, new (...a: never[]) => LizardError][] = [
       [400, 'invalid_argument', InvalidArgumentError],
       [401, 'unauthenticated', AuthenticationError],
+      [403, 'forbidden', PermissionDeniedError],
       [404, 'not_found', NotFoundError],
       [409, 'conflict', ConflictError],
       [410, 'gone', SandboxGoneError],
