@@ -10,6 +10,7 @@ package egress
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -393,28 +394,106 @@ func (p *Policy) Within(bound *Policy, field string) error {
 }
 
 // covers reports whether one of p's allow rules holds rule r (normalized).
-func (p *Policy) covers(r string) bool {
+func (p *Policy) covers(r string) bool { return covers(p.names, p.nets, r) }
+
+// covers reports whether one of the rules names and nets hold holds rule
+// r (normalized): a name they match, a wildcard under one of their
+// wildcards, a prefix inside one of their prefixes.
+func covers(names nameSet, nets []netRule, r string) bool {
 	if looksLikeAddress(r) {
 		nr, err := parseNet(r)
 		if err != nil {
 			return false
 		}
-		for _, b := range p.nets {
+		for _, b := range nets {
 			if b.prefix.Bits() <= nr.prefix.Bits() && b.prefix.Contains(nr.prefix.Addr()) && (b.port == 0 || b.port == nr.port) {
 				return true
 			}
 		}
 		return false
 	}
+	return names.covers(r)
+}
+
+// covers reports whether every name name rule r (a name or a wildcard)
+// matches is matched by s.
+func (s *nameSet) covers(r string) bool {
 	if rest, ok := strings.CutPrefix(r, "*."); ok {
-		for _, suf := range p.names.suffixes {
+		for _, suf := range s.suffixes {
 			if strings.HasSuffix("."+rest, suf) {
 				return true
 			}
 		}
 		return false
 	}
-	return p.names.match(r)
+	return s.match(r)
+}
+
+// Widening says what p lets a sandbox do that cur, its current policy,
+// does not — "" when p is no wider. A sandbox's own key may only narrow
+// (docs/network.md), so this is the one test of every policy such a key
+// asks for: under a deny default, every allow rule must lie inside one of
+// cur's; every deny rule of cur must stay (inside one of p's); the
+// proxied ports must be the same (a port leaving the proxy is reached by
+// address rules instead, and one joining it by name); and every inject
+// rule must be one of cur's, headers and all (a new one sends a secret
+// where cur does not).
+func (p *Policy) Widening(cur *Policy) string {
+	if cur.Default == Deny {
+		if p.Default == Allow {
+			return "default: allow where the policy's default is deny"
+		}
+		for i, r := range p.Allow {
+			if !cur.covers(r) {
+				return fmt.Sprintf("allow[%d]: %q is not within the policy's allow rules", i, r)
+			}
+		}
+	}
+	for _, d := range cur.Deny {
+		if !covers(p.denied, p.blocked, d) {
+			return fmt.Sprintf("deny: the policy's rule %q is not kept", d)
+		}
+	}
+	if !slices.Equal(p.ProxyPorts(), cur.ProxyPorts()) {
+		return fmt.Sprintf("ports: %v where the policy's are %v", p.ProxyPorts(), cur.ProxyPorts())
+	}
+	for i, r := range p.Inject {
+		if !slices.ContainsFunc(cur.Inject, func(c HeaderRule) bool { return c.Domain == r.Domain && maps.Equal(c.Headers, r.Headers) }) {
+			return fmt.Sprintf("inject[%d]: the rule for %s is not one of the policy's", i, r.Domain)
+		}
+	}
+	return ""
+}
+
+// ParseHost returns host, a name or a wildcard ("*.example.com") where a
+// secret may be sent (package secrets), in the form a policy's name
+// rules have; an address is refused: inject rules are by name.
+func ParseHost(host string) (string, error) {
+	if looksLikeAddress(strings.TrimSpace(host)) {
+		return "", fmt.Errorf("%q is an address; a secret's hosts are names or wildcards (*.example.com), as inject rules are", host)
+	}
+	return normalizeName(host, true)
+}
+
+// MatchHost reports whether name (in Name's form) is one of hosts (in
+// ParseHost's form) or under one of their wildcards, as a policy's name
+// rules match.
+func MatchHost(hosts []string, name string) bool {
+	var s nameSet
+	for _, h := range hosts {
+		s.add(h)
+	}
+	return s.match(name)
+}
+
+// CoversHost reports whether every name domain (an inject rule's: a name
+// or a wildcard) matches is matched by one of hosts.
+func CoversHost(hosts []string, domain string) bool {
+	var s nameSet
+	for _, h := range hosts {
+		s.add(h)
+	}
+	return s.covers(domain)
 }
 
 // Tighten returns p with bound's deny rules added: what the operator

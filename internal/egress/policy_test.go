@@ -212,3 +212,78 @@ func TestParseRule(t *testing.T) {
 		}
 	}
 }
+
+// TestWidening: what a sandbox's own key may set (docs/network.md) — a
+// policy no wider than the current one — and each way of widening it,
+// named.
+func TestWidening(t *testing.T) {
+	inj := []HeaderRule{{Domain: "api.example.com", Headers: map[string]string{"Authorization": "Bearer {{ secrets.K }}"}}}
+	cur, err := Parse(Policy{Default: Deny, Allow: []string{"*.example.com", "pypi.org", "203.0.113.0/24"}, Deny: []string{"bad.example.com"}, Inject: inj}, "network")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, _ := Parse(Policy{Default: Allow, Deny: []string{"evil.test", "198.18.0.0/15"}}, "network")
+	cases := []struct {
+		name string
+		cur  *Policy
+		p    Policy
+		want string // a prefix of the reason; "" when no wider
+	}{
+		{"the same", cur, Policy{Default: Deny, Allow: []string{"*.example.com", "pypi.org", "203.0.113.0/24"}, Deny: []string{"bad.example.com"}, Inject: inj}, ""},
+		{"narrower", cur, Policy{Default: Deny, Allow: []string{"api.example.com", "203.0.113.8/29"}, Deny: []string{"bad.example.com", "x.example.com"}}, ""},
+		{"deny default to allow", cur, Policy{Default: Allow, Deny: []string{"bad.example.com"}}, "default"},
+		{"a name outside", cur, Policy{Default: Deny, Allow: []string{"pypi.org", "evil.test"}, Deny: []string{"bad.example.com"}}, "allow[1]"},
+		{"a wider wildcard", cur, Policy{Default: Deny, Allow: []string{"*.com"}, Deny: []string{"bad.example.com"}}, "allow[0]"},
+		{"a wider prefix", cur, Policy{Default: Deny, Allow: []string{"203.0.0.0/16"}, Deny: []string{"bad.example.com"}}, "allow[0]"},
+		{"a deny dropped", cur, Policy{Default: Deny, Allow: []string{"pypi.org"}}, "deny"},
+		{"ports changed", cur, Policy{Default: Deny, Allow: []string{"pypi.org"}, Deny: []string{"bad.example.com"}, Ports: []int{443}}, "ports"},
+		{"a new inject rule", cur, Policy{Default: Deny, Allow: []string{"*.example.com"}, Deny: []string{"bad.example.com"},
+			Inject: []HeaderRule{{Domain: "echo.example.com", Headers: map[string]string{"Authorization": "Bearer {{ secrets.K }}"}}}}, "inject[0]"},
+		{"an inject rule's headers changed", cur, Policy{Default: Deny, Allow: []string{"*.example.com"}, Deny: []string{"bad.example.com"},
+			Inject: []HeaderRule{{Domain: "api.example.com", Headers: map[string]string{"X-Leak": "{{ secrets.K }}"}}}}, "inject[0]"},
+		{"default allow, more denied", open, Policy{Default: Allow, Deny: []string{"evil.test", "198.18.0.0/15", "other.test"}}, ""},
+		{"default allow to deny", open, Policy{Default: Deny, Allow: []string{"anything.test"}, Deny: []string{"evil.test", "198.18.0.0/15"}}, ""},
+		// Narrower in fact, but the rule is simple: the deny rules stay.
+		{"default allow to deny, the denies dropped", open, Policy{Default: Deny, Allow: []string{"anything.test"}}, "deny"},
+		{"default allow, a deny dropped", open, Policy{Default: Allow, Deny: []string{"evil.test"}}, "deny"},
+		{"default allow, a deny narrowed", open, Policy{Default: Allow, Deny: []string{"evil.test", "198.18.0.0/16"}}, "deny"},
+	}
+	for _, tc := range cases {
+		p, err := Parse(tc.p, "network")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := p.Widening(tc.cur)
+		if tc.want == "" && got != "" || tc.want != "" && !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s: Widening = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestHosts: a secret's hosts are matched and cover inject domains as
+// name rules do (one matcher), and are names only.
+func TestHosts(t *testing.T) {
+	for in, want := range map[string]string{"API.OpenAI.com.": "api.openai.com", "*.Example.COM": "*.example.com"} {
+		if got, err := ParseHost(in); err != nil || got != want {
+			t.Errorf("ParseHost(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "203.0.113.7", "10.0.0.0/8", "a.*.com", "exa mple.com"} {
+		if _, err := ParseHost(bad); err == nil {
+			t.Errorf("ParseHost(%q) accepted", bad)
+		}
+	}
+	hosts := []string{"api.openai.com", "*.example.com"}
+	for name, want := range map[string]bool{"api.openai.com": true, "x.api.openai.com": false, "a.example.com": true,
+		"a.b.example.com": true, "example.com": false, "echo.attacker.test": false} {
+		if got := MatchHost(hosts, name); got != want {
+			t.Errorf("MatchHost(%q) = %v, want %v", name, got, want)
+		}
+	}
+	for domain, want := range map[string]bool{"api.openai.com": true, "*.openai.com": false, "a.example.com": true,
+		"*.b.example.com": true, "*.example.com": true, "*.com": false, "echo.attacker.test": false} {
+		if got := CoversHost(hosts, domain); got != want {
+			t.Errorf("CoversHost(%q) = %v, want %v", domain, got, want)
+		}
+	}
+}
