@@ -183,11 +183,21 @@ type VolumeList struct {
 // SetSecretRequest is the body of PUT /v1/secrets/{name}.
 type SetSecretRequest struct {
 	Value string `json:"value"`
+	// Hosts are the names and wildcards (*.example.com) the secret may
+	// be sent to: a policy's inject rule for any other is refused, and
+	// so is a request to any other at the egress. Required.
+	Hosts []string `json:"hosts"`
+	// AllowHTTP lets it go over plain HTTP to them too (in the clear).
+	AllowHTTP bool `json:"allowHttp,omitempty"`
 }
 
 // Secret is a project's secret as the API tells of it: never its value.
 type Secret struct {
-	Name      string    `json:"name"`
+	Name string `json:"name"`
+	// Hosts are where it may be sent; empty for a secret set before
+	// secrets named their hosts, which is sent nowhere until set again.
+	Hosts     []string  `json:"hosts"`
+	AllowHTTP bool      `json:"allowHttp"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }

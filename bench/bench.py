@@ -1909,7 +1909,7 @@ def secrets_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
                                         f"--egress-test-hosts={SECRETS_NAME}={SECRETS_ADDR}",
                                         f"--egress-extra-roots={ca}"], "secrets")
     with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {srv.key}"}, timeout=60) as c:
-        c.put("/v1/secrets/BENCH_TOKEN", json={"value": value}).raise_for_status()
+        c.put("/v1/secrets/BENCH_TOKEN", json={"value": value, "hosts": [SECRETS_NAME]}).raise_for_status()
     inject = [{"domain": SECRETS_NAME, "headers": {"Authorization": "Bearer {{ secrets.BENCH_TOKEN }}"}}]
     client = SECRETS_CLIENT % {"addr": SECRETS_ADDR, "name": SECRETS_NAME}
     with CodeSandbox.create(**srv.sdk(), timeout_ms=600_000,

@@ -11,9 +11,9 @@ import (
 // SetSecret seals value as the key's project's secret name, replacing
 // any value it had. No call returns it again: a sandbox's network policy
 // injects it into its requests (docs/secrets.md).
-func (c *Client) SetSecret(ctx context.Context, name, value string) (*api.Secret, error) {
+func (c *Client) SetSecret(ctx context.Context, name string, req api.SetSecretRequest) (*api.Secret, error) {
 	var s api.Secret
-	if err := c.call(ctx, request{method: http.MethodPut, path: "/secrets/" + url.PathEscape(name), json: api.SetSecretRequest{Value: value}}, &s); err != nil {
+	if err := c.call(ctx, request{method: http.MethodPut, path: "/secrets/" + url.PathEscape(name), json: req}, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil

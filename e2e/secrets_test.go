@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/client"
 )
 
@@ -34,14 +35,14 @@ func TestSecretsAPI(t *testing.T) {
 	}
 
 	// The CLI reads the value from stdin, never from its arguments.
-	cli := exec.Command(s.bin, "secret", "set", "API_TOKEN", "--json")
+	cli := exec.Command(s.bin, "secret", "set", "API_TOKEN", "--host", "api.example.test", "--json")
 	cli.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.keys[c])
 	cli.Stdin = strings.NewReader(value + "\n")
 	out, err := cli.CombinedOutput()
-	if err != nil || strings.Contains(string(out), value) || !strings.Contains(string(out), `"name": "API_TOKEN"`) {
+	if err != nil || strings.Contains(string(out), value) || !strings.Contains(string(out), `"name": "API_TOKEN"`) || !strings.Contains(string(out), `"api.example.test"`) {
 		t.Fatalf("lizard secret set: %v\n%s", err, out)
 	}
-	if _, err := c.SetSecret(ctx, "OTHER", "x"); err != nil {
+	if _, err := c.SetSecret(ctx, "OTHER", api.SetSecretRequest{Value: "x", Hosts: []string{"api.example.test"}}); err != nil {
 		t.Fatal(err)
 	}
 	list, err := c.ListSecrets(ctx)
@@ -53,7 +54,7 @@ func TestSecretsAPI(t *testing.T) {
 	if strings.Contains(raw, value) || strings.Contains(raw, "value") {
 		t.Errorf("GET /v1/secrets shows a value: %s", raw)
 	}
-	again, err := c.SetSecret(ctx, "API_TOKEN", value+"-2")
+	again, err := c.SetSecret(ctx, "API_TOKEN", api.SetSecretRequest{Value: value + "-2", Hosts: []string{"api.example.test"}})
 	if err != nil || !again.UpdatedAt.After(list[0].CreatedAt) && !again.UpdatedAt.Equal(list[0].CreatedAt) || !again.CreatedAt.Equal(list[0].CreatedAt) {
 		t.Errorf("replacing API_TOKEN = %+v, %v; want its CreatedAt kept", again, err)
 	}

@@ -21,7 +21,9 @@ func secretUsage(w io.Writer) {
 		fmt.Fprintf(w, "  lizard secret %s\n", secretCommands[n].usage)
 	}
 	fmt.Fprintln(w, "\nA value is read from standard input (or typed at a prompt), never from the command line,")
-	fmt.Fprintln(w, "and no command shows it again. A sandbox's network policy injects it (docs/secrets.md).")
+	fmt.Fprintln(w, "and no command shows it again. A sandbox's network policy injects it (docs/secrets.md), only into")
+	fmt.Fprintln(w, "requests to the hosts it was set with (--host, required), and over HTTPS unless --allow-http.")
+	fmt.Fprintln(w, "They need a project key: a sandbox's own key (lizardToken) may not set, list or remove them.")
 	fmt.Fprintln(w, "Every command takes --api-url and --api-key (default $LIZARD_API_URL, $LIZARD_API_KEY).")
 }
 

@@ -8,10 +8,12 @@ import (
 	"strings"
 
 	"golang.org/x/term"
+
+	"github.com/lizard-build/lizard/api"
 )
 
 func init() {
-	secretCommands["set"] = subcommand{"set NAME [--json]   (the value on stdin, or at a prompt)", secretSet}
+	secretCommands["set"] = subcommand{"set NAME --host HOST... [--allow-http] [--json]   (the value on stdin, or at a prompt)", secretSet}
 }
 
 // secretSet reads the value from stdin, or from a prompt without echo
@@ -20,13 +22,19 @@ func init() {
 func secretSet(ctx context.Context, e Env, args []string) error {
 	fs := NewFlags(e, "secret set")
 	cf := addClientFlags(fs)
-	asJSON := fs.Bool("json", false, "print the secret's name and times as JSON")
+	var hosts listFlag
+	fs.Var(&hosts, "host", "a name or *.wildcard the secret may be sent to (repeatable; required): policies may inject it for these alone")
+	allowHTTP := fs.Bool("allow-http", false, "let it go to those hosts over plain HTTP too, in the clear (default: HTTPS only)")
+	asJSON := fs.Bool("json", false, "print the secret's name, hosts and times as JSON")
 	pos, err := ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return Usagef("usage: lizard secret set NAME, the value on stdin (printf %%s \"$TOKEN\" | lizard secret set NAME) or at the prompt")
+		return Usagef("usage: lizard secret set NAME --host HOST..., the value on stdin (printf %%s \"$TOKEN\" | lizard secret set NAME --host api.example.com) or at the prompt")
+	}
+	if len(hosts.vals) == 0 {
+		return Usagef("lizard secret set %s: give the hosts it may be sent to, --host api.example.com (repeatable, *.wildcards allowed): policies may inject it for these alone", pos[0])
 	}
 	value, err := readSecretValue(e, stdin)
 	if err != nil {
@@ -36,14 +44,14 @@ func secretSet(ctx context.Context, e Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := c.SetSecret(ctx, pos[0], value)
+	s, err := c.SetSecret(ctx, pos[0], api.SetSecretRequest{Value: value, Hosts: hosts.vals, AllowHTTP: *allowHTTP})
 	if err != nil {
 		return fmt.Errorf("setting secret %s: %w", pos[0], err)
 	}
 	if *asJSON {
 		return printJSON(e.Stdout, s)
 	}
-	fmt.Fprintln(e.Stdout, s.Name)
+	fmt.Fprintf(e.Stdout, "%s (hosts: %s)\n", s.Name, strings.Join(s.Hosts, ", "))
 	return nil
 }
 

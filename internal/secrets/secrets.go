@@ -20,10 +20,12 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -35,6 +37,43 @@ const MaxValueBytes = 64 << 10
 // key setting new names at its 100 requests a second could grow the
 // store, on the server's disk, by 6 MB a second without end.
 const MaxPerProject = 100
+
+// MaxHosts bounds the hosts a secret names.
+const MaxHosts = 100
+
+// Scope is where a secret may be sent. Hosts are names and wildcards
+// (*.example.com), matched as a network policy's name rules are
+// (package egress); a secret is injected into requests to them alone, so
+// that code able to write a policy cannot aim it at a host of its own
+// that echoes it back. AllowHTTP lets it go over plain HTTP too, in the
+// clear on the wire; without it, only over TLS the node verified.
+type Scope struct {
+	Hosts     []string
+	AllowHTTP bool
+}
+
+// CheckHosts returns hosts (the request's field) normalized, or
+// ErrInvalid naming the field: at least one is required.
+func CheckHosts(field string, hosts []string) ([]string, error) {
+	if len(hosts) == 0 {
+		return nil, errdefs.Invalidf("%s: give the hosts this secret may be sent to (names or *.wildcards, as network rules name them: "+
+			"lizard secret set NAME --host api.openai.com); a secret is injected into requests to them alone", field)
+	}
+	if len(hosts) > MaxHosts {
+		return nil, errdefs.Invalidf("%s: %d hosts, at most %d", field, len(hosts), MaxHosts)
+	}
+	out := make([]string, 0, len(hosts))
+	for i, h := range hosts {
+		n, err := egress.ParseHost(h)
+		if err != nil {
+			return nil, errdefs.Invalidf("%s[%d]: %v", field, i, err)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
 
 // nameRE is a secret's name: an identifier, as a policy's header
 // template names it ({{ secrets.NAME }}, egress.TemplateSecrets).
@@ -96,9 +135,14 @@ type useCount struct {
 
 // Info is what may be told of a secret: never its value.
 type Info struct {
-	Name      string
+	Name string
+	Scope
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+func info(s store.Secret) Info {
+	return Info{Name: s.Name, Scope: Scope{Hosts: s.Hosts, AllowHTTP: s.AllowHTTP}, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
 }
 
 func (s *Store) now() time.Time {
@@ -113,13 +157,18 @@ func (s *Store) now() time.Time {
 var errNoKey = &errdefs.Error{Kind: errdefs.ErrUnavailable,
 	Msg: "this server has no secrets key: its operator must give one (--secrets-key-file or LIZARD_SECRETS_KEY, docs/secrets.md)"}
 
-// Set seals value and records it as projectID's secret name, replacing
-// any value it had.
-func (s *Store) Set(ctx context.Context, projectID, name, value string) (Info, error) {
+// Set seals value and records it as projectID's secret name, to be sent
+// where sc says, replacing any value and scope it had: requests sent
+// after that use the new ones.
+func (s *Store) Set(ctx context.Context, projectID, name, value string, sc Scope) (Info, error) {
 	if err := CheckName(name); err != nil {
 		return Info{}, err
 	}
 	if err := CheckValue("value", value); err != nil {
+		return Info{}, err
+	}
+	hosts, err := CheckHosts("hosts", sc.Hosts)
+	if err != nil {
 		return Info{}, err
 	}
 	if s.Key == nil {
@@ -143,14 +192,14 @@ func (s *Store) Set(ctx context.Context, projectID, name, value string) (Info, e
 		return Info{}, fmt.Errorf("sealing secret %s: %w", name, err)
 	}
 	if err := s.Store.PutSecret(ctx, store.Secret{ProjectID: projectID, Name: name, KeyID: s.Key.ID(), Sealed: sealed,
-		CreatedAt: now, UpdatedAt: now}); err != nil {
+		Hosts: hosts, AllowHTTP: sc.AllowHTTP, CreatedAt: now, UpdatedAt: now}); err != nil {
 		return Info{}, err
 	}
 	got, err := s.Store.GetSecret(ctx, projectID, name)
 	if err != nil {
 		return Info{}, err
 	}
-	return Info{Name: got.Name, CreatedAt: got.CreatedAt, UpdatedAt: got.UpdatedAt}, nil
+	return info(got), nil
 }
 
 // List returns projectID's secrets by name.
@@ -161,7 +210,7 @@ func (s *Store) List(ctx context.Context, projectID string) ([]Info, error) {
 	}
 	out := make([]Info, 0, len(secs))
 	for _, sec := range secs {
-		out = append(out, Info{Name: sec.Name, CreatedAt: sec.CreatedAt, UpdatedAt: sec.UpdatedAt})
+		out = append(out, info(sec))
 	}
 	return out, nil
 }
@@ -184,15 +233,19 @@ func notFound(projectID, name string) error {
 }
 
 // Ref is a secret named by a request: the field that names it (for the
-// message) and its name.
+// message), its name, and the domain of the inject rule it is in (a name
+// or a wildcard).
 type Ref struct {
-	Field string
-	Name  string
+	Field  string
+	Name   string
+	Domain string
 }
 
-// Check refuses the first ref that is not one of projectID's secrets
-// (ErrInvalid naming its field): a policy cannot name a secret its
-// project does not have, another project's included.
+// Check refuses the first ref that is not one of projectID's secrets, or
+// whose domain is not within the secret's hosts (ErrInvalid naming its
+// field, the secret and the domain): a policy cannot name a secret its
+// project does not have, another project's included, nor send one to a
+// host it was not set for.
 func (s *Store) Check(ctx context.Context, projectID string, refs []Ref) error {
 	if len(refs) == 0 {
 		return nil
@@ -201,27 +254,40 @@ func (s *Store) Check(ctx context.Context, projectID string, refs []Ref) error {
 	if err != nil {
 		return err
 	}
-	have := map[string]bool{}
+	have := map[string]store.Secret{}
 	for _, sec := range secs {
-		have[sec.Name] = true
+		have[sec.Name] = sec
 	}
 	for _, r := range refs {
-		if !have[r.Name] {
-			return errdefs.Invalidf("%s names secret %q, which project %s does not have (set it first: lizard secret set %s)", r.Field, r.Name, projectID, r.Name)
+		sec, ok := have[r.Name]
+		switch {
+		case !ok:
+			return errdefs.Invalidf("%s names secret %q, which project %s does not have (set it first: lizard secret set %s --host HOST)", r.Field, r.Name, projectID, r.Name)
+		case len(sec.Hosts) == 0:
+			return errdefs.Invalidf("%s names secret %q, which was set before secrets named their hosts and may be sent nowhere: "+
+				"set it again with its hosts (lizard secret set %s --host %s)", r.Field, r.Name, r.Name, strings.TrimPrefix(r.Domain, "*."))
+		case !egress.CoversHost(sec.Hosts, r.Domain):
+			return errdefs.Invalidf("%s names secret %q for %s, which is not one of the hosts it may be sent to (%s): "+
+				"inject it for those, or set it again with that host (lizard secret set %s --host %s)",
+				r.Field, r.Name, r.Domain, strings.Join(sec.Hosts, ", "), r.Name, r.Domain)
 		}
 	}
 	return nil
 }
 
-// Use is who opens a secret, for the audit trail.
+// Use is who opens a secret, and for what: the request's host, and
+// whether it goes over plain HTTP.
 type Use struct {
 	SandboxID string
 	Host      string
+	Plain     bool
 }
 
 // Open returns the value of projectID's secret name, for a request of
 // sandbox u.SandboxID to u.Host, and audits the use. It is the one place
-// a value is opened.
+// a value is opened, and it checks the secret's scope again at that
+// moment (ErrForbidden): a policy checked when it was set may name a
+// secret whose hosts were narrowed since.
 func (s *Store) Open(ctx context.Context, projectID, name string, u Use) (string, error) {
 	if s.Key == nil {
 		return "", errNoKey
@@ -232,6 +298,12 @@ func (s *Store) Open(ctx context.Context, projectID, name string, u Use) (string
 	}
 	if err != nil {
 		return "", err
+	}
+	if !egress.MatchHost(sec.Hosts, u.Host) {
+		return "", &errdefs.Error{Kind: errdefs.ErrForbidden, Msg: fmt.Sprintf("secret %s may not be sent to %s, which is not one of its hosts (set it again with that host to allow it)", name, u.Host)}
+	}
+	if u.Plain && !sec.AllowHTTP {
+		return "", &errdefs.Error{Kind: errdefs.ErrForbidden, Msg: fmt.Sprintf("secret %s may not be sent over plain HTTP (to %s), where anything on the way reads it: use https://, or set the secret again with --allow-http", name, u.Host)}
 	}
 	v, err := s.Key.open(sec, aad(projectID, name))
 	if err != nil {

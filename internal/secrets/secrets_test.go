@@ -39,11 +39,14 @@ func newStore(t *testing.T) (*Store, *store.Store) {
 	return &Store{Store: st, Key: k}, st
 }
 
+// testScope is where the tests' secrets may be sent.
+var testScope = Scope{Hosts: []string{"api.example.com"}}
+
 func TestSetOpen(t *testing.T) {
 	ctx := context.Background()
 	s, st := newStore(t)
 	const value = "sk-live-0123456789"
-	info, err := s.Set(ctx, "p", "TOKEN", value)
+	info, err := s.Set(ctx, "p", "TOKEN", value, testScope)
 	if err != nil || info.Name != "TOKEN" || info.CreatedAt.IsZero() {
 		t.Fatalf("Set = %+v, %v", info, err)
 	}
@@ -54,12 +57,12 @@ func TestSetOpen(t *testing.T) {
 	if bytes.Contains(row.Sealed, []byte(value)) || row.KeyID != s.Key.ID() {
 		t.Errorf("the stored row holds the value in the clear or another key ID: %+v", row)
 	}
-	got, err := s.Open(ctx, "p", "TOKEN", Use{SandboxID: "sb"})
+	got, err := s.Open(ctx, "p", "TOKEN", Use{SandboxID: "sb", Host: "api.example.com"})
 	if err != nil || got != value {
 		t.Errorf("Open = %q, %v; want %q", got, err, value)
 	}
 	// Another project has no such secret.
-	if _, err := s.Open(ctx, "q", "TOKEN", Use{}); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.Open(ctx, "q", "TOKEN", Use{Host: "api.example.com"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Open of another project's secret: %v; want ErrNotFound", err)
 	}
 	// A sealed value moved to another project's row does not open.
@@ -67,7 +70,7 @@ func TestSetOpen(t *testing.T) {
 	if err := st.PutSecret(ctx, row); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := s.Open(ctx, "q", "TOKEN", Use{}); err == nil || !errors.Is(err, errdefs.ErrUnavailable) {
+	if v, err := s.Open(ctx, "q", "TOKEN", Use{Host: "api.example.com"}); err == nil || !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("Open of a sealed value copied to another project = %q, %v; want ErrUnavailable", v, err)
 	}
 	list, err := s.List(ctx, "p")
@@ -85,7 +88,7 @@ func TestSetOpen(t *testing.T) {
 func TestWrongKey(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newStore(t)
-	if _, err := s.Set(ctx, "p", "TOKEN", "v1"); err != nil {
+	if _, err := s.Set(ctx, "p", "TOKEN", "v1", testScope); err != nil {
 		t.Fatal(err)
 	}
 	other, err := LoadOrCreateKey(filepath.Join(t.TempDir(), KeyFile))
@@ -96,20 +99,20 @@ func TestWrongKey(t *testing.T) {
 		t.Fatal("two new keys have one ID")
 	}
 	s2 := &Store{Store: s.Store, Key: other}
-	v, err := s2.Open(ctx, "p", "TOKEN", Use{})
+	v, err := s2.Open(ctx, "p", "TOKEN", Use{Host: "api.example.com"})
 	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), s.Key.ID()) || strings.Contains(err.Error(), "v1") {
 		t.Errorf("Open with another key = %q, %v; want ErrUnavailable naming key %s", v, err, s.Key.ID())
 	}
 	// Same ID, other bytes (a forged ID): the tag does not verify.
 	other.id = s.Key.ID()
-	if v, err := s2.Open(ctx, "p", "TOKEN", Use{}); !errors.Is(err, errdefs.ErrUnavailable) {
+	if v, err := s2.Open(ctx, "p", "TOKEN", Use{Host: "api.example.com"}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("Open with other key bytes under the same ID = %q, %v; want ErrUnavailable", v, err)
 	}
 	noKey := &Store{Store: s.Store}
-	if _, err := noKey.Set(ctx, "p", "X", "v"); !errors.Is(err, errdefs.ErrUnavailable) {
+	if _, err := noKey.Set(ctx, "p", "X", "v", testScope); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("Set without a key: %v; want ErrUnavailable", err)
 	}
-	if _, err := noKey.Open(ctx, "p", "TOKEN", Use{}); !errors.Is(err, errdefs.ErrUnavailable) {
+	if _, err := noKey.Open(ctx, "p", "TOKEN", Use{Host: "api.example.com"}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("Open without a key: %v; want ErrUnavailable", err)
 	}
 }
@@ -128,18 +131,18 @@ func TestBadInput(t *testing.T) {
 		{"OK", strings.Repeat("x", MaxValueBytes+1), "over the 65536 bytes"},
 		{"OK", "line\nbreak", "value holds a NUL, CR or LF"},
 	} {
-		_, err := s.Set(ctx, "p", tc.name, tc.value)
+		_, err := s.Set(ctx, "p", tc.name, tc.value, testScope)
 		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Set(%q, %d bytes) = %v; want ErrInvalid saying %q", tc.name, len(tc.value), err, tc.want)
 		}
 	}
-	if _, err := s.Set(ctx, "p", "MAX", strings.Repeat("x", MaxValueBytes)); err != nil {
+	if _, err := s.Set(ctx, "p", "MAX", strings.Repeat("x", MaxValueBytes), testScope); err != nil {
 		t.Errorf("Set of exactly 64 KiB: %v", err)
 	}
-	if err := s.Check(ctx, "p", []Ref{{Field: "inject[0].headers.Authorization", Name: "MAX"}}); err != nil {
+	if err := s.Check(ctx, "p", []Ref{{Field: "inject[0].headers.Authorization", Name: "MAX", Domain: "api.example.com"}}); err != nil {
 		t.Errorf("Check of a secret the project has: %v", err)
 	}
-	err := s.Check(ctx, "q", []Ref{{Field: "inject[0].headers.Authorization", Name: "MAX"}})
+	err := s.Check(ctx, "q", []Ref{{Field: "inject[0].headers.Authorization", Name: "MAX", Domain: "api.example.com"}})
 	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "inject[0].headers.Authorization") {
 		t.Errorf("Check of another project's secret = %v; want ErrInvalid naming the field", err)
 	}
@@ -174,18 +177,18 @@ func TestMaxPerProject(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
 	for i := range MaxPerProject {
-		if _, err := s.Set(ctx, "p", fmt.Sprintf("S%d", i), "v"); err != nil {
+		if _, err := s.Set(ctx, "p", fmt.Sprintf("S%d", i), "v", testScope); err != nil {
 			t.Fatalf("secret %d: %v", i+1, err)
 		}
 	}
-	_, err := s.Set(ctx, "p", "ONE_MORE", "v")
+	_, err := s.Set(ctx, "p", "ONE_MORE", "v", testScope)
 	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "100 secrets") {
 		t.Errorf("secret %d of a project: %v; want a conflict naming the bound", MaxPerProject+1, err)
 	}
-	if _, err := s.Set(ctx, "p", "S0", "again"); err != nil {
+	if _, err := s.Set(ctx, "p", "S0", "again", testScope); err != nil {
 		t.Errorf("setting a secret the project has again: %v", err)
 	}
-	if _, err := s.Set(ctx, "q", "ONE_MORE", "v"); err != nil {
+	if _, err := s.Set(ctx, "q", "ONE_MORE", "v", testScope); err != nil {
 		t.Errorf("another project's secret: %v", err)
 	}
 }
@@ -202,7 +205,7 @@ func TestAuditCoalesced(t *testing.T) {
 	var buf bytes.Buffer
 	s.Audit = slog.New(slog.NewJSONHandler(lockedWriter{&mu, &buf}, nil))
 	s.AuditEvery = 100 * time.Millisecond
-	if _, err := s.Set(ctx, "p", "TOKEN", "sk-live-0123456789"); err != nil {
+	if _, err := s.Set(ctx, "p", "TOKEN", "sk-live-0123456789", testScope); err != nil {
 		t.Fatal(err)
 	}
 	lines := func(sandbox string) (out []map[string]any) {
@@ -266,4 +269,77 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestScope: a secret names where it may be sent, at set (required,
+// normalized as network rules are); a policy aiming it elsewhere is
+// refused naming the secret and the host; a secret set before hosts
+// existed goes nowhere; and Open checks the host and plain HTTP again.
+func TestScope(t *testing.T) {
+	ctx := context.Background()
+	s, st := newStore(t)
+	for _, tc := range []struct {
+		hosts []string
+		want  string
+	}{
+		{nil, "hosts: give the hosts"},
+		{[]string{}, "hosts: give the hosts"},
+		{[]string{"api.example.com", "203.0.113.7"}, "hosts[1]"},
+		{[]string{"a.*.example.com"}, "hosts[0]"},
+	} {
+		if _, err := s.Set(ctx, "p", "T", "v", Scope{Hosts: tc.hosts}); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Set with hosts %q = %v; want ErrInvalid saying %q", tc.hosts, err, tc.want)
+		}
+	}
+	info, err := s.Set(ctx, "p", "T", "v", Scope{Hosts: []string{"API.Example.COM.", "*.openai.com", "api.example.com"}})
+	if err != nil || fmt.Sprint(info.Hosts) != "[api.example.com *.openai.com]" || info.AllowHTTP {
+		t.Fatalf("Set = %+v, %v; want the hosts normalized, once each", info, err)
+	}
+	ref := func(domain string) []Ref {
+		return []Ref{{Field: "network.inject[0].headers[Authorization]", Name: "T", Domain: domain}}
+	}
+	for _, ok := range []string{"api.example.com", "api.openai.com", "*.eu.openai.com"} {
+		if err := s.Check(ctx, "p", ref(ok)); err != nil {
+			t.Errorf("Check for %s: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"echo.attacker.test", "example.com", "*.example.com", "openai.com"} {
+		err := s.Check(ctx, "p", ref(bad))
+		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), `secret "T" for `+bad+", which is not one of the hosts") {
+			t.Errorf("Check for %s = %v; want ErrInvalid naming T and %s", bad, err, bad)
+		}
+	}
+	// A row from before hosts were recorded: refused, saying to set it again.
+	row, _ := st.GetSecret(ctx, "p", "T")
+	row.Name, row.Hosts = "OLD", nil
+	if err := st.PutSecret(ctx, row); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Check(ctx, "p", []Ref{{Field: "network.inject[0].headers[X]", Name: "OLD", Domain: "api.example.com"}})
+	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "set before secrets named their hosts") {
+		t.Errorf("Check of a secret without hosts = %v; want ErrInvalid saying to set it again", err)
+	}
+	if _, err := s.Open(ctx, "p", "OLD", Use{Host: "api.example.com"}); !errors.Is(err, errdefs.ErrForbidden) {
+		t.Errorf("Open of a secret without hosts = %v; want ErrForbidden", err)
+	}
+	for _, tc := range []struct {
+		use  Use
+		want string // "" for opened
+	}{
+		{Use{Host: "api.example.com"}, ""},
+		{Use{Host: "x.api.openai.com"}, ""},
+		{Use{Host: "echo.attacker.test"}, "may not be sent to echo.attacker.test"},
+		{Use{Host: "api.example.com", Plain: true}, "may not be sent over plain HTTP"},
+	} {
+		v, err := s.Open(ctx, "p", "T", tc.use)
+		if tc.want == "" && (err != nil || v != "v") || tc.want != "" && (!errors.Is(err, errdefs.ErrForbidden) || v != "" || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("Open(%+v) = %q, %v; want %q", tc.use, v, err, tc.want)
+		}
+	}
+	if _, err := s.Set(ctx, "p", "T", "v", Scope{Hosts: []string{"api.example.com"}, AllowHTTP: true}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Open(ctx, "p", "T", Use{Host: "api.example.com", Plain: true}); err != nil || v != "v" {
+		t.Errorf("Open over plain HTTP of a secret that allows it = %q, %v", v, err)
+	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/lizard-build/lizard/api"
@@ -21,8 +22,25 @@ func (s *Server) secretRoutes(mux *http.ServeMux, authed func(http.HandlerFunc) 
 // errNoSecrets answers on a server built without a secrets store.
 var errNoSecrets = &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this server keeps no secrets"}
 
+// projectKeyOnly refuses a key minted for a sandbox (lizardToken, and its
+// children's): code in a sandbox holds it, and code may use the
+// project's secrets through its policy but never set, list or remove
+// them — setting one with a host of its own would send it there.
+func projectKeyOnly(r *http.Request, what string) error {
+	c, _ := auth.CallerOf(r.Context())
+	if c.SandboxID == "" {
+		return nil
+	}
+	return &errdefs.Error{Kind: errdefs.ErrForbidden, Msg: fmt.Sprintf(
+		"this key was minted for sandbox %s (lizardToken), and %s needs a project key: a sandbox's code may use the project's secrets through its network policy, never manage them", c.SandboxID, what)}
+}
+
 func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
+	if err := projectKeyOnly(r, "setting a secret"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	name := r.PathValue("name")
 	if err := secrets.CheckName(name); err != nil {
 		s.fail(w, r, err)
@@ -41,7 +59,7 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, errNoSecrets)
 		return
 	}
-	info, err := s.secrets.Set(r.Context(), project, name, req.Value)
+	info, err := s.secrets.Set(r.Context(), project, name, req.Value, secrets.Scope{Hosts: req.Hosts, AllowHTTP: req.AllowHTTP})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -52,6 +70,10 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
+	if err := projectKeyOnly(r, "listing secrets"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	if s.secrets == nil {
 		s.fail(w, r, errNoSecrets)
 		return
@@ -70,6 +92,10 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
+	if err := projectKeyOnly(r, "removing a secret"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	name := r.PathValue("name")
 	if s.secrets == nil {
 		s.fail(w, r, errNoSecrets)
@@ -84,5 +110,9 @@ func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
 }
 
 func secretAPI(i secrets.Info) api.Secret {
-	return api.Secret{Name: i.Name, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt}
+	hosts := i.Hosts
+	if hosts == nil {
+		hosts = []string{}
+	}
+	return api.Secret{Name: i.Name, Hosts: hosts, AllowHTTP: i.AllowHTTP, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt}
 }

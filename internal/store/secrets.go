@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -15,29 +16,62 @@ type Secret struct {
 	Name      string
 	KeyID     string
 	Sealed    []byte
+	// Hosts are the names and wildcards it may be sent to (none for a
+	// secret set before they were recorded: it goes nowhere), AllowHTTP
+	// whether over plain HTTP too.
+	Hosts     []string
+	AllowHTTP bool
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
 
-const secretColumns = `project_id, name, key_id, sealed, created_at, updated_at`
+const secretColumns = `project_id, name, key_id, sealed, hosts, allow_http, created_at, updated_at`
 
 func scanSecret(r scanner) (Secret, error) {
 	var s Secret
-	var created, updated int64
-	if err := r.Scan(&s.ProjectID, &s.Name, &s.KeyID, &s.Sealed, &created, &updated); err != nil {
+	var hosts string
+	var allowHTTP, created, updated int64
+	if err := r.Scan(&s.ProjectID, &s.Name, &s.KeyID, &s.Sealed, &hosts, &allowHTTP, &created, &updated); err != nil {
 		return s, err
 	}
+	return s, s.fill(hosts, allowHTTP, created, updated)
+}
+
+func (s *Secret) fill(hosts string, allowHTTP, created, updated int64) error {
+	if hosts != "" {
+		if err := json.Unmarshal([]byte(hosts), &s.Hosts); err != nil {
+			return fmt.Errorf("decoding the hosts of secret %s: %w", s.Name, err)
+		}
+	}
+	s.AllowHTTP = allowHTTP != 0
 	s.CreatedAt, s.UpdatedAt = fromMillis(created), fromMillis(updated)
-	return s, nil
+	return nil
+}
+
+func encodeHosts(hosts []string) (string, error) {
+	if len(hosts) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(hosts)
+	return string(b), err
 }
 
 // PutSecret records sec, replacing the sealed value of a secret of the
 // same name (which keeps its CreatedAt). One upsert, so that two sets of
 // one name at once leave one of the two values, never an error.
 func (s *Store) PutSecret(ctx context.Context, sec Secret) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO secrets (`+secretColumns+`) VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (project_id, name) DO UPDATE SET key_id = excluded.key_id, sealed = excluded.sealed, updated_at = excluded.updated_at`,
-		sec.ProjectID, sec.Name, sec.KeyID, sec.Sealed, toMillis(sec.CreatedAt), toMillis(sec.UpdatedAt))
+	hosts, err := encodeHosts(sec.Hosts)
+	if err != nil {
+		return fmt.Errorf("setting secret %s: %w", sec.Name, err)
+	}
+	allowHTTP := 0
+	if sec.AllowHTTP {
+		allowHTTP = 1
+	}
+	_, err = s.db.ExecContext(ctx, `INSERT INTO secrets (`+secretColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (project_id, name) DO UPDATE SET key_id = excluded.key_id, sealed = excluded.sealed,
+			hosts = excluded.hosts, allow_http = excluded.allow_http, updated_at = excluded.updated_at`,
+		sec.ProjectID, sec.Name, sec.KeyID, sec.Sealed, hosts, allowHTTP, toMillis(sec.CreatedAt), toMillis(sec.UpdatedAt))
 	if err != nil {
 		return fmt.Errorf("setting secret %s: %w", sec.Name, err)
 	}
@@ -59,7 +93,7 @@ func (s *Store) GetSecret(ctx context.Context, projectID, name string) (Secret, 
 // ListSecrets returns projectID's secrets by name, without their sealed
 // values: a list never needs them.
 func (s *Store) ListSecrets(ctx context.Context, projectID string) ([]Secret, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT project_id, name, key_id, created_at, updated_at FROM secrets WHERE project_id = ? ORDER BY name`, projectID)
+	rows, err := s.db.QueryContext(ctx, `SELECT project_id, name, key_id, hosts, allow_http, created_at, updated_at FROM secrets WHERE project_id = ? ORDER BY name`, projectID)
 	if err != nil {
 		return nil, fmt.Errorf("listing secrets: %w", err)
 	}
@@ -67,11 +101,14 @@ func (s *Store) ListSecrets(ctx context.Context, projectID string) ([]Secret, er
 	var out []Secret
 	for rows.Next() {
 		var sec Secret
-		var created, updated int64
-		if err := rows.Scan(&sec.ProjectID, &sec.Name, &sec.KeyID, &created, &updated); err != nil {
+		var hosts string
+		var allowHTTP, created, updated int64
+		if err := rows.Scan(&sec.ProjectID, &sec.Name, &sec.KeyID, &hosts, &allowHTTP, &created, &updated); err != nil {
 			return nil, fmt.Errorf("listing secrets: %w", err)
 		}
-		sec.CreatedAt, sec.UpdatedAt = fromMillis(created), fromMillis(updated)
+		if err := sec.fill(hosts, allowHTTP, created, updated); err != nil {
+			return nil, fmt.Errorf("listing secrets: %w", err)
+		}
 		out = append(out, sec)
 	}
 	if err := rows.Err(); err != nil {

@@ -62,6 +62,24 @@ func TestSecrets(t *testing.T) {
 		if got, err := s.GetSecret(ctx, "q", "TOKEN"); err != nil || string(got.Sealed) != "other project" {
 			t.Errorf("q's TOKEN after p's was deleted = %+v, %v", got, err)
 		}
+		// Hosts and allow_http are recorded, replaced by a later set
+		// (narrowed here), and listed; a secret without them (as one set
+		// before they were recorded) reads back with none.
+		if err := s.PutSecret(ctx, Secret{ProjectID: "p", Name: "H", KeyID: "k1", Sealed: []byte("h"), Hosts: []string{"api.example.com", "*.example.org"},
+			AllowHTTP: true, CreatedAt: t0, UpdatedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.GetSecret(ctx, "p", "H"); err != nil || len(got.Hosts) != 2 || got.Hosts[1] != "*.example.org" || !got.AllowHTTP {
+			t.Errorf("GetSecret(H) = %+v, %v; want its two hosts and AllowHTTP", got, err)
+		}
+		if err := s.PutSecret(ctx, Secret{ProjectID: "p", Name: "H", KeyID: "k1", Sealed: []byte("h"), Hosts: []string{"api.example.com"},
+			CreatedAt: t1, UpdatedAt: t1}); err != nil {
+			t.Fatal(err)
+		}
+		list, err = s.ListSecrets(ctx, "p")
+		if err != nil || len(list) != 2 || list[1].Name != "H" || len(list[1].Hosts) != 1 || list[1].AllowHTTP || list[0].Hosts != nil {
+			t.Errorf("ListSecrets(p) after H was narrowed = %+v, %v; want A without hosts, H with api.example.com alone", list, err)
+		}
 		if err := s.PutSecret(ctx, Secret{ProjectID: "ghost", Name: "X", KeyID: "k", Sealed: []byte("x"), CreatedAt: t0, UpdatedAt: t0}); err == nil {
 			t.Errorf("a secret of a project that does not exist was recorded")
 		}

@@ -415,6 +415,14 @@ ALTER TABLE nodes ADD COLUMN image_store TEXT NOT NULL DEFAULT '';
 	`
 ALTER TABLE nodes ADD COLUMN images TEXT NOT NULL DEFAULT '';
 `,
+	// The hosts a secret may be sent to (secrets.go): a JSON array of
+	// names and wildcards; '' for a secret set before, which is sent
+	// nowhere until it is set again with its hosts. allow_http: it may
+	// also go over plain HTTP.
+	`
+ALTER TABLE secrets ADD COLUMN hosts TEXT NOT NULL DEFAULT '';
+ALTER TABLE secrets ADD COLUMN allow_http INTEGER NOT NULL DEFAULT 0;
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

@@ -12,7 +12,8 @@ import (
 
 // Check refuses policy p (its field in the request: "network") if an
 // inject rule names a secret projectID does not have — another project's
-// included — with ErrInvalid naming the header that names it. The
+// included — or one that may not be sent to the rule's domain, with
+// ErrInvalid naming the header that names it. The
 // policy's syntax is egress.Parse's to check, first.
 func Check(ctx context.Context, s *secrets.Store, projectID, field string, p *egress.Policy) error {
 	if p == nil || len(p.Inject) == 0 {
@@ -26,7 +27,7 @@ func Check(ctx context.Context, s *secrets.Store, projectID, field string, p *eg
 				return err // Parse refused it already
 			}
 			for _, n := range names {
-				refs = append(refs, secrets.Ref{Field: fmt.Sprintf("%s.inject[%d].headers[%s]", field, i, h), Name: n})
+				refs = append(refs, secrets.Ref{Field: fmt.Sprintf("%s.inject[%d].headers[%s]", field, i, h), Name: n, Domain: r.Domain})
 			}
 		}
 	}

@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/secrets"
 )
 
@@ -177,7 +178,7 @@ func (t *injecting) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	for name, tmpl := range t.c.Headers {
 		v, err := egress.ExpandTemplate(tmpl, func(secret string) (string, error) {
-			return t.in.Secrets.Open(r.Context(), t.c.Project, secret, secrets.Use{SandboxID: t.c.SandboxID, Host: t.c.Name})
+			return t.in.Secrets.Open(r.Context(), t.c.Project, secret, secrets.Use{SandboxID: t.c.SandboxID, Host: t.c.Name, Plain: !t.c.TLS})
 		})
 		if err != nil {
 			return nil, &injectError{header: name, err: err}
@@ -210,6 +211,9 @@ func (in *Injector) fail(w http.ResponseWriter, log *slog.Logger, sandboxID stri
 		status, msg = http.StatusMisdirectedRequest, "lizard egress: "+err.Error()
 	case errors.As(err, &ie):
 		msg = "lizard egress: the request was not sent: " + err.Error()
+		if errors.Is(err, errdefs.ErrForbidden) {
+			status = http.StatusForbidden // the secret's scope refused it
+		}
 	case errors.As(err, &ve):
 		msg = "lizard egress: the upstream's certificate is not trusted by the node: " + ve.Err.Error()
 	case errors.Is(err, context.Canceled):

@@ -56,7 +56,10 @@ func newRig(t *testing.T, roots *x509.CertPool, conn func() egress.InterceptConn
 	audit := &bytes.Buffer{}
 	var auditMu sync.Mutex
 	sec := &secrets.Store{Store: st, Key: key, Audit: slog.New(slog.NewJSONHandler(lockedWriter{&auditMu, audit}, nil))}
-	if _, err := sec.Set(ctx, "p", "TOKEN", value); err != nil {
+	if _, err := sec.Set(ctx, "p", "TOKEN", value, secrets.Scope{Hosts: rigHosts, AllowHTTP: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sec.Set(ctx, "p", "STRICT", value, secrets.Scope{Hosts: rigHosts}); err != nil {
 		t.Fatal(err)
 	}
 	r := &rig{audit: audit, secrets: sec}
@@ -90,6 +93,10 @@ func newRig(t *testing.T, roots *x509.CertPool, conn func() egress.InterceptConn
 	}()
 	return r
 }
+
+// rigHosts are where the rig's secrets may be sent: httptest's TLS
+// certificate's name and the plain tests' host.
+var rigHosts = []string{"example.com", "api.test"}
 
 type lockedWriter struct {
 	mu *sync.Mutex
@@ -342,7 +349,7 @@ func TestCheck(t *testing.T) {
 	ctx := context.Background()
 	p, err := egress.Parse(egress.Policy{Default: "deny", Allow: []string{"api.test"}, Inject: []egress.HeaderRule{
 		{Domain: "api.test", Headers: map[string]string{"Authorization": "Bearer {{ secrets.TOKEN }}"}},
-		{Domain: "other.test", Headers: map[string]string{"X-A": "x", "X-Key": "{{ secrets.TOKEN }}:{{ secrets.MISSING }}"}},
+		{Domain: "api.test", Headers: map[string]string{"X-A": "x", "X-Key": "{{ secrets.TOKEN }}:{{ secrets.MISSING }}"}},
 	}}, "network")
 	if err != nil {
 		t.Fatal(err)
@@ -362,6 +369,56 @@ func TestCheck(t *testing.T) {
 	if err := Check(ctx, r.secrets, "q", "network", nil); err != nil {
 		t.Errorf("Check of no policy: %v", err)
 	}
+	// A rule for a host the secret may not be sent to — the red team's
+	// echo server — is refused naming the secret and the host, and so is
+	// a wildcard wider than its hosts.
+	for _, domain := range []string{"echo.attacker.test", "*.test", "*.example.com"} {
+		p, _ := egress.Parse(egress.Policy{Default: "allow", Inject: []egress.HeaderRule{
+			{Domain: domain, Headers: map[string]string{"Authorization": "Bearer {{ secrets.TOKEN }}"}}}}, "network")
+		err := Check(ctx, r.secrets, "p", "network", p)
+		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), `secret "TOKEN" for `+domain) {
+			t.Errorf("Check of an inject rule for %s = %v; want ErrInvalid naming TOKEN and %s", domain, err, domain)
+		}
+	}
+}
+
+// TestInjectScope: at the moment a request goes out the secret's scope is
+// checked again — a host it may not be sent to (the policy predates a
+// narrowing), and plain HTTP unless it allows it — and nothing is sent.
+// Before, a policy naming any host got the value, over plain HTTP too.
+func TestInjectScope(t *testing.T) {
+	up := newUpstream(t, false)
+	var name, header atomic.Value
+	name.Store("api.test")
+	header.Store("token {{ secrets.STRICT }}")
+	r := newRig(t, nil, func() egress.InterceptConn {
+		return egress.InterceptConn{SandboxID: "sb1", Project: "p", Name: name.Load().(string), Port: 80,
+			Headers: map[string]string{"Authorization": header.Load().(string)}, Dial: up.dial}
+	})
+	c := r.sandboxClient(nil)
+	refused := func(what, host, want string) {
+		t.Helper()
+		c.CloseIdleConnections()
+		resp, err := c.Get("http://" + host + "/")
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), want) || strings.Contains(string(b), value) || up.hits.Load() != 0 {
+			t.Errorf("%s = %d %q, %d sent; want 403 saying %q, nothing sent", what, resp.StatusCode, b, up.hits.Load(), want)
+		}
+	}
+	refused("plain HTTP with a secret that does not allow it", "api.test", "may not be sent over plain HTTP")
+	header.Store("token {{ secrets.TOKEN }}")
+	name.Store("echo.attacker.test")
+	refused("a host not among the secret's", "echo.attacker.test", "may not be sent to echo.attacker.test")
+	// Narrowed after the policy was set: the old host gets nothing.
+	if _, err := r.secrets.Set(context.Background(), "p", "TOKEN", value, secrets.Scope{Hosts: []string{"example.com"}, AllowHTTP: true}); err != nil {
+		t.Fatal(err)
+	}
+	name.Store("api.test")
+	refused("a host the secret was narrowed away from", "api.test", "may not be sent to api.test")
 }
 
 // TestInjectLogBounded: a sandbox's failed handshakes and requests are

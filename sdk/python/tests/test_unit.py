@@ -685,6 +685,32 @@ def test_port_url_and_volume_bodies() -> None:
         _core.volume_body("d", 0)
 
 
+async def test_secret_set_sends_hosts(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Secret.set takes the hosts a secret may be sent to (required) and allow_http, sends them as the
+    spec's hosts and allowHttp, and SecretInfo gives them back; no hosts is refused before any request."""
+    srv = FakeServer(mode)
+    srv.route("PUT", "/v1/secrets/K", json={"name": "K", "hosts": ["api.openai.com", "*.example.com"], "allowHttp": True,
+                                             "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z"})
+    mod, name = (lizard._sync, "_Http") if mode == "sync" else (lizard._async, "_AsyncHttp")
+    real = getattr(mod, name)
+    monkeypatch.setattr(mod, name, lambda url, key, timeout, _t: real(url, key, timeout, srv.transport()))
+    sec: Any = lizard.Secret if mode == "sync" else lizard.AsyncSecret
+    got = await r(sec.set("K", "v", hosts=["api.openai.com", "*.example.com"], allow_http=True))
+    assert srv.last("PUT", "/v1/secrets/K").json() == {"value": "v", "hosts": ["api.openai.com", "*.example.com"], "allowHttp": True}
+    assert got.hosts == ["api.openai.com", "*.example.com"] and got.allow_http is True
+    await r(sec.set("K", "v", hosts=("api.openai.com",)))
+    assert srv.last("PUT", "/v1/secrets/K").json() == {"value": "v", "hosts": ["api.openai.com"]}, "allowHttp is sent only when asked"
+    sent = len(srv.requests)
+    for bad in ([], "api.openai.com", [3]):
+        with pytest.raises(lizard.InvalidArgumentError, match="hosts"):
+            await r(sec.set("K", "v", hosts=bad))
+    with pytest.raises(TypeError):
+        sec.set("K", "v")  # hosts is required
+    assert len(srv.requests) == sent, "a refused set sent nothing"
+    old = lizard.SecretInfo.from_json({"name": "OLD", "createdAt": None, "updatedAt": None})
+    assert old.hosts == [] and old.allow_http is False
+
+
 def test_template_body_encodes_file_contents() -> None:
     from lizard import _core
 

@@ -39,7 +39,7 @@ export {
 } from './types.js';
 export { Volume, type CreateVolumeOptions } from './volume.js';
 export { Network, type NetworkLogEntry, type NetworkPolicy, type NetworkUpdate } from './network.js';
-export { Secret } from './secret.js';
+export { Secret, type SetSecretOptions } from './secret.js';
 export {
   Events,
   EventStream,

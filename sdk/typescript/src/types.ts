@@ -108,6 +108,13 @@ export interface VolumeInfo {
 /** A secret of the project, without its value (no call returns one). */
 export interface SecretInfo {
   name: string;
+  /**
+   * The names and wildcards it may be sent to; empty for a secret set
+   * before secrets named their hosts, which is sent nowhere until set again.
+   */
+  hosts: string[];
+  /** Whether it may go over plain HTTP too. */
+  allowHttp: boolean;
   createdAt: Date;
   /** When its value was last set. */
   updatedAt: Date;
@@ -214,6 +221,8 @@ export interface WireVolume {
 
 export interface WireSecret {
   name: string;
+  hosts?: string[] | null;
+  allowHttp?: boolean;
   createdAt: string;
   updatedAt: string;
 }
@@ -346,7 +355,13 @@ export function volumeInfo(w: WireVolume): VolumeInfo {
 }
 
 export function secretInfo(w: WireSecret): SecretInfo {
-  return { name: w.name, createdAt: new Date(w.createdAt), updatedAt: new Date(w.updatedAt) };
+  return {
+    name: w.name,
+    hosts: w.hosts ?? [],
+    allowHttp: w.allowHttp ?? false,
+    createdAt: new Date(w.createdAt),
+    updatedAt: new Date(w.updatedAt),
+  };
 }
 
 export function entryInfo(w: WireEntry): EntryInfo {

@@ -703,9 +703,17 @@ class AsyncSecret:
     """Secrets of the key's project, with asyncio (see :class:`lizard.Secret`)."""
 
     @staticmethod
-    async def set(name: str, value: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> SecretInfo:
-        """Seal value as secret name, replacing any value it had."""
-        body = _core.secret_body(name, value)
+    async def set(
+        name: str,
+        value: str,
+        *,
+        hosts: Sequence[str],
+        allow_http: bool = False,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+    ) -> SecretInfo:
+        """Seal value as secret name, to be sent to ``hosts`` alone (see :meth:`lizard.Secret.set`)."""
+        body = _core.secret_body(name, value, hosts, allow_http)
         resp = await AsyncVolume._call("PUT", f"/v1/secrets/{quote(name, safe='')}", api_key, api_url, json=body)
         return SecretInfo.from_json(resp.json())
 

@@ -227,13 +227,20 @@ def volume_mounts(volumes: Sequence[Mapping[str, str]]) -> List[Dict[str, str]]:
     return out
 
 
-def secret_body(name: str, value: str) -> Dict[str, Any]:
-    """The body of PUT /v1/secrets/{name}; the server checks the name and the value's bounds."""
+def secret_body(name: str, value: str, hosts: Sequence[str], allow_http: bool) -> Dict[str, Any]:
+    """The body of PUT /v1/secrets/{name}; the server checks the name, the value's bounds and the hosts."""
     if not isinstance(name, str) or not name:
         raise InvalidArgumentError(f"a secret name must be a non-empty string, not {name!r}")
     if not isinstance(value, str):
         raise InvalidArgumentError(f"a secret value must be a str, not {type(value).__name__}")
-    return {"value": value}
+    if isinstance(hosts, str) or not all(isinstance(h, str) for h in hosts) or not hosts:
+        raise InvalidArgumentError(
+            f"hosts must be a non-empty list of the names or *.wildcards the secret may be sent to, "
+            f"such as ['api.openai.com'], not {hosts!r}")
+    body: Dict[str, Any] = {"value": value, "hosts": list(hosts)}
+    if allow_http:
+        body["allowHttp"] = True
+    return body
 
 
 def volume_body(name: str, size_mb: Optional[int]) -> Dict[str, Any]:

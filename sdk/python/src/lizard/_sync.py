@@ -608,14 +608,24 @@ class Volume:
         Volume._call("DELETE", f"/v1/volumes/{quote(name, safe='')}", api_key, api_url)
 
 class Secret:
-    """Secrets of the key's project (docs/secrets.md): ``Secret.set("OPENAI_API_KEY", value)``, then a
-    sandbox's network policy injects it into its requests; no call returns a value."""
+    """Secrets of the key's project (docs/secrets.md): ``Secret.set("OPENAI_API_KEY", value,
+    hosts=["api.openai.com"])``, then a sandbox's network policy injects it into its requests to those hosts;
+    no call returns a value. They need a project key: a sandbox's own key gets PermissionDeniedError."""
 
     @staticmethod
-    def set(name: str, value: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> SecretInfo:
-        """Seal value as secret name, replacing any value it had; InvalidArgumentError for a name that
-        is not an identifier or a value over 64 KiB."""
-        body = _core.secret_body(name, value)
+    def set(
+        name: str,
+        value: str,
+        *,
+        hosts: Sequence[str],
+        allow_http: bool = False,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+    ) -> SecretInfo:
+        """Seal value as secret name, to be sent to ``hosts`` alone (names or ``*.`` wildcards, as network
+        rules name them) and over HTTPS only unless ``allow_http``, replacing any value and hosts it had;
+        InvalidArgumentError for a name that is not an identifier, a value over 64 KiB or no hosts."""
+        body = _core.secret_body(name, value, hosts, allow_http)
         return SecretInfo.from_json(Volume._call("PUT", f"/v1/secrets/{quote(name, safe='')}", api_key, api_url, json=body).json())
 
     @staticmethod

@@ -204,11 +204,16 @@ class SecretInfo:
 
     Attributes:
         name: its name, unique in the project; a network policy names it as ``{{ secrets.NAME }}``.
+        hosts: the names and wildcards it may be sent to; empty for a secret set before secrets named
+            their hosts, which is sent nowhere until it is set again.
+        allow_http: whether it may go to them over plain HTTP too.
         created_at: when it was first set.
         updated_at: when its value was last set.
     """
 
     name: str
+    hosts: List[str]
+    allow_http: bool
     created_at: Optional[datetime]
     updated_at: Optional[datetime]
 
@@ -217,6 +222,8 @@ class SecretInfo:
         """Build a SecretInfo from the wire form of a Secret."""
         return cls(
             name=str(obj.get("name", "")),
+            hosts=[str(h) for h in obj.get("hosts") or []],
+            allow_http=bool(obj.get("allowHttp", False)),
             created_at=parse_time(obj.get("createdAt")),
             updated_at=parse_time(obj.get("updatedAt")),
         )

@@ -406,15 +406,30 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
     'a secret is set, listed without its value, replaced, deleted, and its bad input refused',
     e2e(async () => {
       const name = `TS_${Math.random().toString(36).slice(2, 10).toUpperCase()}`;
-      const first = await Secret.set(name, 'sk-ts-0001');
+      const first = await Secret.set(name, 'sk-ts-0001', { hosts: ['api.example.test'] });
       assert.equal(first.name, name);
+      assert.deepEqual(first.hosts, ['api.example.test']);
       const listed = await Secret.list();
       assert.ok(listed.some((s) => s.name === name));
       assert.ok(!JSON.stringify(listed).includes('sk-ts-0001'));
-      const again = await Secret.set(name, 'sk-ts-0002');
+      const again = await Secret.set(name, 'sk-ts-0002', { hosts: ['API.example.test', '*.example.org'], allowHttp: true });
+      assert.deepEqual(again.hosts, ['api.example.test', '*.example.org']);
+      assert.equal(again.allowHttp, true);
       assert.equal(again.createdAt.getTime(), first.createdAt.getTime());
-      await assert.rejects(Secret.set('not-an-identifier', 'v'), (e: unknown) => e instanceof InvalidArgumentError && /secret name/.test(e.message));
-      await assert.rejects(Secret.set(name, 'x'.repeat(64 * 1024 + 1)), InvalidArgumentError);
+      await assert.rejects(
+        Secret.set('not-an-identifier', 'v', { hosts: ['api.example.test'] }),
+        (e: unknown) => e instanceof InvalidArgumentError && /secret name/.test(e.message),
+      );
+      await assert.rejects(Secret.set(name, 'x'.repeat(64 * 1024 + 1), { hosts: ['api.example.test'] }), InvalidArgumentError);
+      await assert.rejects(
+        Secret.set(name, 'v', { hosts: ['203.0.113.7'] }),
+        (e: unknown) => e instanceof InvalidArgumentError && e.message.startsWith('hosts[0]'),
+      );
+      // An inject rule for a host the secret may not be sent to: 400 naming both.
+      await assert.rejects(
+        CodeSandbox.create({ network: { default: 'deny', inject: [{ domain: 'echo.attacker.test', headers: { Authorization: `{{ secrets.${name} }}` } }] } }),
+        (e: unknown) => e instanceof InvalidArgumentError && e.message.includes(`secret "${name}" for echo.attacker.test`),
+      );
       await assert.rejects(
         CodeSandbox.create({ network: { default: 'deny', inject: [{ domain: 'api.example.test', headers: { Authorization: '{{ secrets.NOT_MINE }}' } }] } }),
         (e: unknown) => e instanceof InvalidArgumentError && e.message.startsWith('network.inject[0].headers[Authorization]'),

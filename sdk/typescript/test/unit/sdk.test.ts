@@ -19,6 +19,7 @@ import {
   RequestTimeoutError,
   SandboxError,
   SandboxGoneError,
+  Secret,
   portUrl,
 } from '../../src/index.js';
 import { errorFromResponse } from '../../src/errors.js';
@@ -697,6 +698,40 @@ describe('files', () => {
         'GET /v1/sandboxes/sbx_1/files/stat',
       ],
     );
+  });
+});
+
+describe('secrets', () => {
+  test('set sends the hosts a secret may be sent to, and allowHttp only when asked', async () => {
+    fake.handler = (_req, res) =>
+      FakeServer.json(res, 200, {
+        name: 'K', hosts: ['api.openai.com', '*.example.com'], allowHttp: true,
+        createdAt: '2025-01-01T00:00:00Z', updatedAt: '2025-01-01T00:00:00Z',
+      });
+    const info = await Secret.set('K', 'v', { ...opts, hosts: ['api.openai.com', '*.example.com'], allowHttp: true });
+    assert.deepEqual(info.hosts, ['api.openai.com', '*.example.com']);
+    assert.equal(info.allowHttp, true);
+    await Secret.set('K', 'v', { ...opts, hosts: ['api.openai.com'] });
+    const bodies = fake.requests.map((r) => `${r.method} ${r.path} ${r.body.toString()}`);
+    assert.deepEqual(bodies, [
+      'PUT /v1/secrets/K {"value":"v","hosts":["api.openai.com","*.example.com"],"allowHttp":true}',
+      'PUT /v1/secrets/K {"value":"v","hosts":["api.openai.com"]}',
+    ]);
+    for (const hosts of [[], 'api.openai.com', [3], undefined]) {
+      await assert.rejects(
+        Secret.set('K', 'v', { ...opts, hosts: hosts as unknown as string[] }),
+        (e: unknown) => e instanceof InvalidArgumentError && /hosts/.test(e.message),
+      );
+    }
+    assert.equal(fake.requests.length, 2, 'a refused set sends nothing');
+  });
+
+  test('a secret set before hosts reads back with none', async () => {
+    fake.handler = (_req, res) =>
+      FakeServer.json(res, 200, { secrets: [{ name: 'OLD', createdAt: '2025-01-01T00:00:00Z', updatedAt: '2025-01-01T00:00:00Z' }] });
+    const [old] = await Secret.list(opts);
+    assert.deepEqual(old?.hosts, []);
+    assert.equal(old?.allowHttp, false);
   });
 });
 
