@@ -57,6 +57,20 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 		return api.Sandbox{}, err
 	}
 	req.Template = ref
+	if parent != "" {
+		// A child asked for with a sandbox's key reaches no further than
+		// that sandbox: without a word of its own, it gets its egress.
+		ownNet, own, err := c.ownEgress(ctx, parent)
+		if err != nil {
+			return api.Sandbox{}, err
+		}
+		if req.Network == nil && own != nil {
+			req.Network = own.API()
+		}
+		if req.AllowInternet == nil && !ownNet {
+			req.AllowInternet = new(bool)
+		}
+	}
 	if req.Network == nil {
 		// The project's default comes before the server's, and is
 		// bounded at each create: the operator's bound may have
@@ -75,6 +89,9 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 		if err := c.checkSecrets(ctx, projectID, p.Network); err != nil {
 			return api.Sandbox{}, err
 		}
+	}
+	if err := c.noWider(ctx, parent, p.Internet, p.Network); err != nil {
+		return api.Sandbox{}, err
 	}
 	p.ParentID = parent
 	if req.LizardToken {

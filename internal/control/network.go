@@ -50,6 +50,14 @@ func (c *Control) checkSecrets(ctx context.Context, projectID string, pol *egres
 // fields req gives replace the policy's. It applies to the connections
 // the sandbox opens from now on; with req.Cut, those open are ended.
 func (c *Control) UpdateNetwork(ctx context.Context, projectID, id string, req api.UpdateNetworkRequest) (api.NetworkPolicy, error) {
+	return c.UpdateNetworkBy(ctx, projectID, "", id, req)
+}
+
+// UpdateNetworkBy is UpdateNetwork asked for with the lizardToken of
+// sandbox by ("": with a project key), which may only narrow the policy:
+// code in a sandbox lifted its own from deny to allow with the key it
+// holds.
+func (c *Control) UpdateNetworkBy(ctx context.Context, projectID, by, id string, req api.UpdateNetworkRequest) (api.NetworkPolicy, error) {
 	sb, err := c.lookup(ctx, projectID, id)
 	if err != nil {
 		return api.NetworkPolicy{}, err
@@ -68,11 +76,67 @@ func (c *Control) UpdateNetwork(ctx context.Context, projectID, id string, req a
 	if err := c.checkSecrets(ctx, projectID, pol); err != nil {
 		return api.NetworkPolicy{}, err
 	}
+	if by != "" {
+		if why := pol.Widening(sb.Shape.Network); why != "" {
+			return api.NetworkPolicy{}, narrowOnly(by, fmt.Sprintf("sandbox %s's policy", id), why)
+		}
+	}
 	sb, err = c.node.UpdateNetwork(ctx, id, pol, req.Cut)
 	if err != nil {
 		return api.NetworkPolicy{}, err
 	}
 	return *sb.Shape.Network.API(), nil
+}
+
+// narrowOnly is the refusal of a wider egress asked for with sandbox
+// by's key: what (a policy) would allow why.
+func narrowOnly(by, what, why string) error {
+	return &errdefs.Error{Kind: errdefs.ErrForbidden, Msg: fmt.Sprintf(
+		"this key was minted for sandbox %s (lizardToken), which may only narrow network policies, and %s would be wider (%s): a project key may widen it", by, what, why)}
+}
+
+// ownEgress is the egress of sandbox by, whose key (lizardToken) asks
+// for another sandbox: whether it reaches the internet, and its policy.
+func (c *Control) ownEgress(ctx context.Context, by string) (bool, *egress.Policy, error) {
+	sb, err := c.cfg.Store.GetSandbox(ctx, by)
+	if err != nil {
+		return false, nil, fmt.Errorf("looking up sandbox %s, whose key asks: %w", by, err)
+	}
+	if !sb.Shape.Recorded {
+		return c.cfg.Internet, nil, nil
+	}
+	return sb.Shape.Internet, sb.Shape.Network, nil
+}
+
+// noWider refuses a sandbox asked for with sandbox by's key (a create, a
+// fork, a create from a snapshot, E2B's create) whose egress — internet,
+// policy — is wider than by's own: a key minted for a sandbox makes
+// nothing that reaches further than the sandbox that holds it, nor
+// injects a secret its own policy does not. by "" (a project key) may.
+func (c *Control) noWider(ctx context.Context, by string, internet bool, pol *egress.Policy) error {
+	if by == "" || !internet {
+		return nil // nothing leaves a sandbox without internet
+	}
+	ownNet, own, err := c.ownEgress(ctx, by)
+	if err != nil {
+		return err
+	}
+	why := ""
+	switch {
+	case !ownNet:
+		why = "allowInternet, where the sandbox has no internet"
+	case own == nil && pol != nil && len(pol.Inject) > 0:
+		why = "inject rules, where the sandbox's policy has none"
+	case own == nil:
+	case pol == nil:
+		why = "no policy, all the internet the server allows, where the sandbox's policy limits it"
+	default:
+		why = pol.Widening(own)
+	}
+	if why == "" {
+		return nil
+	}
+	return narrowOnly(by, "the new sandbox's egress", why)
 }
 
 // NetworkLog returns projectID's sandbox id's egress decisions.

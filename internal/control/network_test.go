@@ -101,3 +101,96 @@ func TestProjectNetwork(t *testing.T) {
 		t.Errorf("policy after a clear = %+v; want the server's %+v", got, server)
 	}
 }
+
+// TestSandboxKeyNarrowsOnly: a key minted for a sandbox (CreateBy,
+// ForkBy, UpdateNetworkBy with its ID) may only narrow — its own policy
+// or another's — and makes no sandbox (create, fork, create from a
+// snapshot) whose egress is wider than its own sandbox's; a child that
+// names none gets its sandbox's. A project key may widen. Before, code in
+// a lizardToken sandbox PATCHed its own policy from deny to allow.
+func TestSandboxKeyNarrowsOnly(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil, func(c *node.Config) {
+		enf, err := egress.Start(egress.Config{Records: map[string][]netip.Addr{}, Logger: nodetest.Discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { enf.Close() })
+		c.Egress = enf
+	})
+	deny := api.NetworkPolicy{Default: "deny", Allow: []string{"a.example.com", "*.pypi.org"}}
+	parent := e.create(t, "p1", api.CreateSandboxRequest{LizardToken: true, Network: &deny})
+	by := parent.SandboxID
+	forbidden := func(what string, err error, want string) {
+		t.Helper()
+		if !errors.Is(err, errdefs.ErrForbidden) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "project key") {
+			t.Errorf("%s = %v; want forbidden saying %q and that a project key may", what, err, want)
+		}
+	}
+	allow, none := "allow", []string{}
+	_, err := e.c.UpdateNetworkBy(ctx, "p1", by, by, api.UpdateNetworkRequest{Default: &allow})
+	forbidden("its own policy lifted to allow", err, "default: allow")
+	wider := []string{"a.example.com", "evil.test"}
+	_, err = e.c.UpdateNetworkBy(ctx, "p1", by, by, api.UpdateNetworkRequest{Allow: &wider})
+	forbidden("its own policy given a name", err, `"evil.test"`)
+	if got := e.Row(t, by).Shape.Network; got.Default != "deny" || len(got.Allow) != 2 {
+		t.Errorf("after refused updates the policy is %+v; want it unchanged", got.Wire())
+	}
+	narrower := []string{"a.example.com"}
+	if _, err := e.c.UpdateNetworkBy(ctx, "p1", by, by, api.UpdateNetworkRequest{Allow: &narrower}); err != nil {
+		t.Errorf("narrowing with its own key: %v", err)
+	}
+
+	// Children: one naming no policy gets its sandbox's; a wider one, one
+	// with inject rules, or with allowInternet where it has none, is refused.
+	kid, err := e.c.CreateBy(ctx, "p1", by, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatalf("a child naming no policy: %v", err)
+	}
+	if got := e.Row(t, kid.SandboxID).Shape.Network; got == nil || got.Default != "deny" || !reflect.DeepEqual(got.Allow, narrower) {
+		t.Errorf("a child naming no policy got %+v; want its parent's", got)
+	}
+	_, err = e.c.CreateBy(ctx, "p1", by, api.CreateSandboxRequest{Network: &api.NetworkPolicy{Default: "allow"}})
+	forbidden("a child with default allow", err, "default: allow")
+	inject := []api.HeaderRule{{Domain: "a.example.com", Headers: map[string]string{"X-Echo": "x"}}}
+	_, err = e.c.CreateBy(ctx, "p1", by, api.CreateSandboxRequest{Network: &api.NetworkPolicy{Default: "deny", Allow: narrower, Inject: inject}})
+	forbidden("a child with an inject rule its parent lacks", err, "inject[0]")
+	if _, err := e.c.CreateBy(ctx, "p1", by, api.CreateSandboxRequest{Network: &api.NetworkPolicy{Default: "deny", Allow: none}}); err != nil {
+		t.Errorf("a narrower child: %v", err)
+	}
+
+	// A sandbox of the project's with a wider policy: its fork and a
+	// restore of its snapshot, asked for with the narrow sandbox's key,
+	// are refused; with a project key they are made.
+	wide := e.create(t, "p1", api.CreateSandboxRequest{Network: &api.NetworkPolicy{Default: "allow"}})
+	_, err = e.c.ForkBy(ctx, "p1", by, wide.SandboxID, api.ForkRequest{})
+	forbidden("a fork of a wider sandbox", err, "default: allow")
+	snap, err := e.c.Snapshot(ctx, "p1", wide.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.c.CreateBy(ctx, "p1", by, api.CreateSandboxRequest{SnapshotID: snap.SnapshotID})
+	forbidden("a restore of a wider sandbox's snapshot", err, "default: allow")
+	if _, err := e.c.ForkBy(ctx, "p1", by, by, api.ForkRequest{}); err != nil {
+		t.Errorf("a fork of its own sandbox: %v", err)
+	}
+	if _, err := e.c.Fork(ctx, "p1", wide.SandboxID, api.ForkRequest{}); err != nil {
+		t.Errorf("a fork of the wide sandbox with a project key: %v", err)
+	}
+	// A project key widens what it likes.
+	if _, err := e.c.UpdateNetwork(ctx, "p1", by, api.UpdateNetworkRequest{Default: &allow}); err != nil {
+		t.Errorf("widening with a project key: %v", err)
+	}
+
+	// A sandbox without internet: its children have none unless asked,
+	// and asking is refused.
+	no := false
+	offline := e.create(t, "p1", api.CreateSandboxRequest{AllowInternet: &no})
+	kid, err = e.c.CreateBy(ctx, "p1", offline.SandboxID, api.CreateSandboxRequest{})
+	if err != nil || e.Row(t, kid.SandboxID).Shape.Internet {
+		t.Errorf("a child of a sandbox without internet = %v; want made, without internet", err)
+	}
+	yes := true
+	_, err = e.c.CreateBy(ctx, "p1", offline.SandboxID, api.CreateSandboxRequest{AllowInternet: &yes})
+	forbidden("a child with internet of a sandbox without", err, "allowInternet")
+}

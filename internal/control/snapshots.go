@@ -132,6 +132,9 @@ func (c *Control) createFromSnapshot(ctx context.Context, projectID, parent stri
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	if err := c.noWider(ctx, parent, p.Internet, p.Network); err != nil {
+		return api.Sandbox{}, err
+	}
 	c.snapMu.RLock() // DeleteSnapshot waits for the restore
 	defer c.snapMu.RUnlock()
 	// Deleted before we held the lock? Then it is not found, as if the
@@ -181,6 +184,9 @@ func (c *Control) ForkBy(ctx context.Context, projectID, parent, id string, req 
 	}
 	p, err := c.copyPlan(projectID, sb.Template, sb.Shape, req.TimeoutMs, req.Metadata, "")
 	if err != nil {
+		return nil, err
+	}
+	if err := c.noWider(ctx, parent, p.Internet, p.Network); err != nil {
 		return nil, err
 	}
 	if err := c.fits(ctx, projectID, req.Count, p.Limits.DiskBytes); err != nil {

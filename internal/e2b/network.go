@@ -148,9 +148,9 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
 	if deny == nil {
 		deny = []string{}
 	}
-	project, _ := auth.ProjectID(r.Context())
+	caller, _ := auth.CallerOf(r.Context())
 	id := r.PathValue("id")
-	if _, err := h.cfg.Control.UpdateNetwork(r.Context(), project, id,
+	if _, err := h.cfg.Control.UpdateNetworkBy(r.Context(), caller.ProjectID, caller.SandboxID, id,
 		api.UpdateNetworkRequest{Default: &pol.Default, Allow: &allow, Deny: &deny}); err != nil {
 		h.fail(w, r, err)
 		return

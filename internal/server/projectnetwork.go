@@ -27,6 +27,12 @@ func (s *Server) getProjectNetwork(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) setProjectNetwork(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
+	// It is the policy of the project's sandboxes made without one, by
+	// any key: a sandbox's own key would widen its children's through it.
+	if err := projectKeyOnly(r, "setting the project's default network policy"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	var req api.NetworkPolicy
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		s.fail(w, r, err)
@@ -43,6 +49,10 @@ func (s *Server) setProjectNetwork(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) clearProjectNetwork(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
+	if err := projectKeyOnly(r, "clearing the project's default network policy"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	if err := s.c.ClearProjectNetwork(r.Context(), project); err != nil {
 		s.fail(w, r, err)
 		return

@@ -23,16 +23,17 @@ func (s *Server) secretRoutes(mux *http.ServeMux, authed func(http.HandlerFunc) 
 var errNoSecrets = &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this server keeps no secrets"}
 
 // projectKeyOnly refuses a key minted for a sandbox (lizardToken, and its
-// children's): code in a sandbox holds it, and code may use the
-// project's secrets through its policy but never set, list or remove
-// them — setting one with a host of its own would send it there.
+// children's), which code in a sandbox holds, for what only a project key
+// may do: code may use the project's secrets through its policy but
+// never set, list or remove them — setting one with a host of its own
+// would send it there — nor set the project's default policy.
 func projectKeyOnly(r *http.Request, what string) error {
 	c, _ := auth.CallerOf(r.Context())
 	if c.SandboxID == "" {
 		return nil
 	}
 	return &errdefs.Error{Kind: errdefs.ErrForbidden, Msg: fmt.Sprintf(
-		"this key was minted for sandbox %s (lizardToken), and %s needs a project key: a sandbox's code may use the project's secrets through its network policy, never manage them", c.SandboxID, what)}
+		"this key was minted for sandbox %s (lizardToken), and %s needs a project key: code in a sandbox uses the project's secrets and network only as its own policy lets it", c.SandboxID, what)}
 }
 
 func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {

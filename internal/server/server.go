@@ -317,7 +317,8 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	pol, err := s.c.UpdateNetwork(r.Context(), project, r.PathValue("id"), req)
+	caller, _ := auth.CallerOf(r.Context())
+	pol, err := s.c.UpdateNetworkBy(r.Context(), project, caller.SandboxID, r.PathValue("id"), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
