@@ -419,12 +419,17 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 	go evlog.RunPruner(ctx, c.events.Retention, logger)
 	hooks := c.events.webhooks(st, logger)
 	go hooks.Run(ctx)
+	// The API's own descriptors: its requests under way, per project.
+	descriptors, err := c.policy.descriptorBudget(logger, mx)
+	if err != nil {
+		return err
+	}
 	h := server.New(server.Config{
-		Control:      ctl,
-		Keys:         &auth.Verifier{Store: st, Logger: logger},
-		Logger:       logger,
-		Version:      version(),
-		KeyLimits:    server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst},
+		Control:   ctl,
+		Keys:      &auth.Verifier{Store: st, Logger: logger},
+		Logger:    logger,
+		Version:   version(),
+		KeyLimits: server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst}, Descriptors: descriptors,
 		MaxFileBytes: c.policy.MaxFileMb << 20,
 		Audit:        audit,
 		Console:      console.Handler(), Metrics: mx,

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/cli"
+	"github.com/lizard-build/lizard/internal/fdbudget"
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/qemu"
@@ -35,6 +37,9 @@ type policyFlags struct {
 	Processes    int64
 	OpenFiles    int64
 	MaxSandboxes int
+	// MaxDescriptors bounds the node's file descriptors one project's
+	// sandboxes and keys hold (package fdbudget); 0: fdbudget.Split's.
+	MaxDescriptors int
 	// Per project: volumes, their sizes in all, and the disk promised
 	// to live sandboxes and volumes together (docs/volumes.md).
 	MaxVolumes       int
@@ -69,6 +74,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&p.Processes, "processes", 512, "processes the sandbox user may run at once (RLIMIT_NPROC)")
 	fs.Int64Var(&p.OpenFiles, "open-files", 8192, "open files per sandbox process (RLIMIT_NOFILE)")
 	fs.IntVar(&p.MaxSandboxes, "max-sandboxes-per-project", 100, "live sandboxes a project may have (0: no bound)")
+	fs.IntVar(&p.MaxDescriptors, "max-descriptors-per-project", 0, "the node's file descriptors one project's sandboxes and keys may hold at once: proxied connections (6 each), DNS queries forwarded (1), calls, streams, terminals, watches and port requests (2); past it the next is reset or 429 (default: a quarter of what the node leaves its tenants, at most 65536; docs/security.md)")
 	fs.IntVar(&p.MaxVolumes, "max-volumes-per-project", 32, "persistent volumes a project may have (0: no bound)")
 	fs.Int64Var(&p.MaxVolumeTotalMb, "max-volume-total-mb", 51200, "sizes of a project's persistent volumes added up, MiB (0: no bound)")
 	fs.Int64Var(&p.MaxProjectDiskMb, "max-disk-per-project-mb", 256000, "disk a project is promised, MiB: its live sandboxes' diskMb and its volumes' sizes added up (0: no bound; the default fits 100 sandboxes of 2048 MiB and 51200 MiB of volumes)")
@@ -112,8 +118,8 @@ func (p *policyFlags) validate() error {
 		return cli.Usagef("--max-file-mb %d: want at least 1", p.MaxFileMb)
 	case p.Processes < 16 || p.OpenFiles < 64:
 		return cli.Usagef("--processes %d and --open-files %d: want at least 16 and 64", p.Processes, p.OpenFiles)
-	case p.MaxSandboxes < 0 || p.CreateRate < 0 || p.KeyRate < 0:
-		return cli.Usagef("--max-sandboxes-per-project, --creates-per-second and --requests-per-second cannot be negative")
+	case p.MaxSandboxes < 0 || p.CreateRate < 0 || p.KeyRate < 0 || p.MaxDescriptors < 0:
+		return cli.Usagef("--max-sandboxes-per-project, --max-descriptors-per-project, --creates-per-second and --requests-per-second cannot be negative")
 	case p.MaxVolumes < 0 || p.MaxVolumeTotalMb < 0 || p.MaxProjectDiskMb < 0:
 		return cli.Usagef("--max-volumes-per-project, --max-volume-total-mb and --max-disk-per-project-mb cannot be negative")
 	case p.MaxProjectDiskMb > 0 && p.DiskMb > p.MaxProjectDiskMb:
@@ -248,4 +254,29 @@ func (c *serveConfig) startTimeout() time.Duration {
 		return 5 * time.Minute
 	}
 	return 0
+}
+
+// descriptorBudget raises the process's descriptor limit as far as the
+// kernel allows and splits it between the node's reserve and its tenants
+// (package fdbudget), saying the figures in the log.
+func (p *policyFlags) descriptorBudget(log *slog.Logger, mx *metrics.Metrics) (*fdbudget.Budget, error) {
+	limit, err := fdbudget.RaiseLimit()
+	if err != nil {
+		return nil, err
+	}
+	tenants, project := fdbudget.Split(limit)
+	if p.MaxDescriptors > 0 {
+		project = p.MaxDescriptors
+	}
+	if project > tenants {
+		log.Warn("--max-descriptors-per-project is over what the node leaves its tenants: one project can hold all of it", "max_descriptors_per_project", project, "tenants_max", tenants)
+	}
+	b := fdbudget.New(tenants, project, log)
+	b.Refused = func(k fdbudget.Kind, bound string) { mx.DescriptorRefused(string(k), bound) }
+	mx.Descriptors(func() map[string]int {
+		_, held := b.Held("")
+		return map[string]int{"limit": limit, "tenants_max": tenants, "tenants_held": held}
+	})
+	log.Info("file descriptors", "limit", limit, "reserve", limit-tenants, "tenants_max", tenants, "per_project", b.Project)
+	return b, nil
 }

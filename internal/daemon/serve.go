@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/fdbudget"
 	"github.com/lizard-build/lizard/internal/secrets/inject"
 	"log/slog"
 	"net"
@@ -369,11 +370,11 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	evlog := &events.Log{Store: st}
 	hooks := c.events.webhooks(st, logger)
 	h := server.New(server.Config{
-		Control:      ctl,
-		Keys:         &auth.Verifier{Store: st, Logger: logger},
-		Logger:       logger,
-		Version:      version(),
-		KeyLimits:    server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst},
+		Control:   ctl,
+		Keys:      &auth.Verifier{Store: st, Logger: logger},
+		Logger:    logger,
+		Version:   version(),
+		KeyLimits: server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst}, Descriptors: parts.descriptors,
 		MaxFileBytes: c.policy.MaxFileMb << 20,
 		Audit:        audit,
 		Console:      console.Handler(), Metrics: mx,
@@ -459,6 +460,9 @@ type nodeParts struct {
 	// image store (nil without one).
 	templates *recipe.Shared
 	images    *imagestore.Cache
+	// descriptors is the node's budget of file descriptors, which its
+	// API's requests count against too.
+	descriptors *fdbudget.Budget
 }
 
 // newNode starts the runtime, the template builds and the warm pool, and
@@ -471,6 +475,10 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 	tokenAPI func(host string) ([]string, int), inj *inject.Injector) (nodeParts, error) {
 	limits, _ := c.policy.limits()
 	internet := c.policy.Egress == "internet"
+	descriptors, err := c.policy.descriptorBudget(logger, mx)
+	if err != nil {
+		return nodeParts{}, err
+	}
 	agentKey, err := loadAgentKey(c.DataDir)
 	if err != nil {
 		return nodeParts{}, err
@@ -530,12 +538,12 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 	if internet {
 		// Policies by name are enforced here, on the node.
 		if enforcer, err = egress.Start(egress.Config{Records: c.policy.testHosts, AllowTo: c.policy.allowTo, Logger: logger, Metrics: mx,
-			Interceptor: inj}); err != nil {
+			Interceptor: inj, Budget: descriptors}); err != nil {
 			return nodeParts{}, err
 		}
 	}
 	ncfg := node.Config{
-		Egress: enforcer, EgressCAs: inj.Authorities,
+		Egress: enforcer, EgressCAs: inj.Authorities, Descriptors: descriptors,
 		Runtime: rt, Store: st, Pool: c.pool, Logger: logger, Artifact: artifact, Files: files,
 		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: tokenAPI,
 		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,
@@ -571,7 +579,7 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 			logger.Error("sweeping unused template builds", "err", err)
 		}
 	}
-	return nodeParts{node: n, pool: pool, rt: rt, builds: builds, quota: quota, templates: templates, images: imageCache}, nil
+	return nodeParts{node: n, pool: pool, rt: rt, builds: builds, quota: quota, templates: templates, images: imageCache, descriptors: descriptors}, nil
 }
 
 // version names the build: its VCS revision, or its module version.

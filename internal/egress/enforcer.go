@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 
+	"github.com/lizard-build/lizard/internal/fdbudget"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
 )
@@ -28,6 +29,9 @@ type Config struct {
 	Interceptor Interceptor
 	Logger      *slog.Logger
 	Metrics     *metrics.Metrics
+	// Budget counts the node's descriptors each project's proxied
+	// connections and forwarded queries hold (Table.Budget).
+	Budget *fdbudget.Budget
 }
 
 // Start serves the resolver and the proxy on free ports of every host
@@ -38,7 +42,7 @@ func Start(cfg Config) (*Enforcer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Table{}
+	t := &Table{Budget: cfg.Budget}
 	decided := func(sb Sandbox, d Decision) {
 		cfg.Metrics.EgressDecision(d.Kind, d.Allowed, d.BytesOut, d.BytesIn)
 	}

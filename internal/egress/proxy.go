@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lizard-build/lizard/internal/fdbudget"
 )
 
 // peekTimeout bounds how long a sandbox may take to send the first bytes
@@ -106,11 +108,14 @@ func (p *Proxy) handle(c net.Conn) {
 		c.Close() // not a sandbox with a policy
 		return
 	}
-	untrack, ok, first := p.Table.track(sb.ID, c)
+	untrack, ok, full, refused := p.Table.track(sb.ID, c, fdbudget.Egress)
 	if !ok {
-		if first {
-			p.Logger.Warn("egress proxy: a sandbox has the most connections open at once; further ones are closed",
+		if full {
+			p.Logger.Warn("egress proxy: a sandbox has the most connections open at once; further ones are reset",
 				"sandbox_id", sb.ID, "max", MaxConns)
+		}
+		if refused != nil {
+			p.decided(sb, Decision{Time: time.Now(), Kind: KindTCP, Reason: refused.Error()})
 		}
 		return
 	}

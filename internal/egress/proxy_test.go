@@ -16,10 +16,13 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/lizard-build/lizard/internal/fdbudget"
 )
 
 // The proxy and the resolver on loopback: the "sandbox" is this test,
@@ -384,9 +387,19 @@ func TestProxyMaxConns(t *testing.T) {
 	for i := range held {
 		held[i] = dial()
 	}
+	// refused reports whether the proxy reset a new connection: at once,
+	// which the dial itself may see.
+	refused := func() bool {
+		c, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", r.proxy.Port()))
+		if err != nil {
+			return errors.Is(err, syscall.ECONNRESET)
+		}
+		defer c.Close()
+		return closed(c, time.Second)
+	}
 	// The proxy has taken them all once the next one is refused.
 	deadline := time.Now().Add(5 * time.Second)
-	for !closed(dial(), time.Second) {
+	for !refused() {
 		if time.Now().After(deadline) {
 			t.Fatalf("connection %d was not closed: want each past %d closed at once", MaxConns+1, MaxConns)
 		}
@@ -408,9 +421,14 @@ func TestProxyMaxConns(t *testing.T) {
 func TestResolverTCPConns(t *testing.T) {
 	r := newRig(t, Policy{Default: Deny, Allow: []string{"allowed.test"}}, map[string]string{"allowed.test": "203.0.113.10"}, nil)
 	server := fmt.Sprintf("127.0.0.1:%d", r.resolver.Port())
+	// dial returns nil when the resolver reset the connection at once,
+	// which the dial itself may see.
 	dial := func(from string) *dns.Conn {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
 		c, err := d.Dial("tcp4", server)
+		if errors.Is(err, syscall.ECONNRESET) {
+			return nil
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -419,6 +437,9 @@ func TestResolverTCPConns(t *testing.T) {
 	}
 	// answered reports whether c gets an answer to a query.
 	answered := func(c *dns.Conn) bool {
+		if c == nil {
+			return false
+		}
 		m := new(dns.Msg)
 		m.SetQuestion("allowed.test.", dns.TypeA)
 		c.SetDeadline(time.Now().Add(2 * time.Second))
@@ -679,4 +700,111 @@ func (l lockedBuilder) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
+}
+
+// One project's sandboxes hold at most its budget of the node's
+// descriptors through the proxy and the resolver together, whatever each
+// sandbox's own bound: the next connection is reset at once, logged as
+// refused, and another project's sandbox still connects (issue 33: four
+// sandboxes of one project took the node's 20,000 descriptors).
+func TestProxyProjectBudget(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	pol := Policy{Default: Deny, Allow: []string{"allowed.test"}, Ports: []int{mustPort(up.URL)}}
+	r := newRig(t, pol, map[string]string{"allowed.test": "127.0.0.1"}, nil)
+	r.to(t, up.URL)
+	parsed, err := Parse(pol, "network")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sb1's project p1 gets a second sandbox, sb3; p2 has sb2.
+	r.table.Set(netip.MustParseAddr("127.0.0.3"), Sandbox{ID: "sb3", Project: "p1", Policy: parsed})
+	r.table.Set(netip.MustParseAddr("127.0.0.2"), Sandbox{ID: "sb2", Project: "p2", Policy: parsed})
+	var refusals []string
+	var mu sync.Mutex
+	r.table.Budget = fdbudget.New(1000, 10*fdbudget.Egress.Cost(), slog.Default())
+	r.table.Budget.Refused = func(k fdbudget.Kind, bound string) {
+		mu.Lock()
+		refusals = append(refusals, string(k)+"/"+bound)
+		mu.Unlock()
+	}
+	connect := func(from string) (net.Conn, error) {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", r.proxy.Port()))
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+		return c, err
+	}
+	dial := func(from string) net.Conn {
+		c, err := connect(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// get's reset may come as early as the dial.
+	get := func(from string) (string, error) {
+		c, err := connect(from)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return "", err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		return string(b), nil
+	}
+	// Five idle connections from each of p1's two sandboxes: its ten.
+	var held []net.Conn
+	for i := 0; i < 5; i++ {
+		held = append(held, dial(sbAddr), dial("127.0.0.3"))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if p1, _ := r.table.Budget.Held("p1"); p1 == 10*fdbudget.Egress.Cost() {
+			break
+		}
+		if time.Now().After(deadline) {
+			p1, _ := r.table.Budget.Held("p1")
+			t.Fatalf("p1 holds %d descriptors after 10 connections; want %d", p1, 10*fdbudget.Egress.Cost())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The eleventh, from either sandbox, is reset at once.
+	for _, from := range []string{sbAddr, "127.0.0.3"} {
+		if body, err := get(from); !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("an 11th connection of p1 from %s: %q, %v; want it reset", from, body, err)
+		}
+	}
+	// p2 is not affected.
+	if body, err := get("127.0.0.2"); err != nil || body != "ok" {
+		t.Errorf("p2's request with p1 at its budget: %q, %v; want ok", body, err)
+	}
+	log := waitLog(t, r.table, 1)
+	if d := log[len(log)-1]; d.Kind != KindTCP || d.Allowed || !strings.Contains(d.Reason, "--max-descriptors-per-project") {
+		t.Errorf("sb1's log ends with %+v; want a tcp refusal naming the flag", d)
+	}
+	mu.Lock()
+	if len(refusals) != 2 || refusals[0] != "egress/project" {
+		t.Errorf("refusals told: %v; want two egress/project", refusals)
+	}
+	mu.Unlock()
+	// A connection closed gives its descriptors back.
+	held[0].Close()
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		body, err := get(sbAddr)
+		if err == nil && body == "ok" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("p1 once a connection closed: %q, %v; want ok", body, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/lizard-build/lizard/internal/fdbudget"
 )
 
 // ErrNoName means a name has no IPv4 address.
@@ -127,9 +129,9 @@ func (l sandboxListener) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
-		untrack, ok, _ := l.table.track(sb.ID, c)
+		untrack, ok, _, _ := l.table.track(sb.ID, c, fdbudget.Lookup)
 		if !ok {
-			continue // over MaxConns: closed
+			continue // over MaxConns or the project's budget: reset
 		}
 		return &trackedConn{Conn: c, untrack: untrack}, nil
 	}

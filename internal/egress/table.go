@@ -1,10 +1,13 @@
 package egress
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/fdbudget"
 )
 
 // LogSize bounds each sandbox's decision log: the newest are kept.
@@ -51,6 +54,9 @@ const (
 	KindDNS  = "dns"
 	KindHTTP = "http"
 	KindTLS  = "tls"
+	// KindTCP is a connection refused before its first bytes were read
+	// (the sandbox's or its project's bound met).
+	KindTCP = "tcp"
 )
 
 // Table is the node's live view of sandboxes with a policy, keyed by the
@@ -58,6 +64,12 @@ const (
 // says) and by ID. Its zero value is ready to use. A policy set here is
 // the one the next connection meets: updates take effect at once.
 type Table struct {
+	// Budget, when set, counts what each project's sandboxes hold on the
+	// node through the proxy and the resolver (package fdbudget): the
+	// per-sandbox bounds alone let one project's sandboxes together take
+	// every descriptor of the node.
+	Budget *fdbudget.Budget
+
 	mu     sync.Mutex
 	byAddr map[netip.Addr]string
 	boxes  map[string]*box
@@ -207,34 +219,53 @@ func (t *Table) Log(id string) []Decision {
 	return append(out, b.log[:b.next]...)
 }
 
-// track records c as open for sandbox id (closed by a cut, Unset or
+// track records c, a hold of kind k, as open for sandbox id (closed by a cut, Unset or
 // Remove); the function returned forgets it. When the sandbox is gone or
-// paused since c's address was looked up, c is closed and ok is false;
-// when it has MaxConns open, too, and first is set the first time.
-func (t *Table) track(id string, c net.Conn) (untrack func(), ok, first bool) {
+// paused since c's address was looked up, c is closed and ok is false.
+// When the sandbox has MaxConns open, or its project its budget of the
+// node's descriptors, c is reset (the code in the sandbox sees
+// ECONNRESET at once rather than a connection that hangs), ok is false
+// and refused says why; full is set the first time the sandbox met
+// MaxConns.
+func (t *Table) track(id string, c net.Conn, k fdbudget.Kind) (untrack func(), ok, full bool, refused error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.boxes[id]
 	if b == nil || !b.addr.IsValid() {
 		c.Close()
-		return nil, false, false
+		return nil, false, false, nil
 	}
 	if len(b.conns) >= MaxConns {
-		c.Close()
-		first, b.full = !b.full, true
-		return nil, false, first
+		reset(c)
+		full, b.full = !b.full, true
+		return nil, false, full, fmt.Errorf("the sandbox has %d connections open through the proxy, its most", MaxConns)
+	}
+	release, err := t.Budget.Take(b.Project, k)
+	if err != nil {
+		reset(c)
+		return nil, false, false, err
 	}
 	b.conns[c] = struct{}{}
 	return func() {
+		release()
 		t.mu.Lock()
 		delete(b.conns, c)
 		t.mu.Unlock()
-	}, true, false
+	}, true, false, nil
+}
+
+// reset closes c with a TCP reset: a refused connection must not look
+// like one the upstream closed after accepting it.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	c.Close()
 }
 
 // lookup counts one of sandbox id's queries forwarded upstream; the
 // function returned ends it. ok is false when the sandbox is gone or has
-// MaxLookups under way.
+// MaxLookups under way, or its project its budget of descriptors.
 func (t *Table) lookup(id string) (done func(), ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -242,8 +273,13 @@ func (t *Table) lookup(id string) (done func(), ok bool) {
 	if b == nil || b.lookups >= MaxLookups {
 		return nil, false
 	}
+	release, err := t.Budget.Take(b.Project, fdbudget.Lookup)
+	if err != nil {
+		return nil, false
+	}
 	b.lookups++
 	return func() {
+		release()
 		t.mu.Lock()
 		b.lookups--
 		t.mu.Unlock()

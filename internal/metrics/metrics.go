@@ -77,12 +77,14 @@ type Metrics struct {
 
 	egressDecisions *prometheus.CounterVec // kind, verdict
 	egressBytes     *prometheus.CounterVec // direction
+	fdRefusals      *prometheus.CounterVec // kind, bound
 
 	states      *funcCollector
 	warmPool    *funcCollector
 	restores    *funcCollector
 	addressPool *funcCollector
 	diskFree    *funcCollector
+	descriptors *funcCollector
 }
 
 // New returns Metrics with every collector registered, plus Go runtime and
@@ -149,6 +151,10 @@ func New() *Metrics {
 		Name: "lizard_egress_bytes_total",
 		Help: "Bytes carried by the egress proxy by direction (out: sandbox to upstream, in: back), counted when a connection ends.",
 	}, []string{"direction"})
+	m.fdRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lizard_descriptor_refusals_total",
+		Help: "Holds of the node's file descriptors refused (docs/security.md, the descriptor budget) by kind (egress: a proxied connection, reset; dns: a query forwarded upstream, SERVFAIL; call: a call or stream to an agent, 429; port: a request to an exposed port, 429) and the bound met (project, node).",
+	}, []string{"kind", "bound"})
 	m.spansDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lizard_trace_spans_dropped_total",
 		Help: "Trace spans not exported (docs/traces.md): queue_full (the export queue was full, the collector slow or down), export_failed (the collector refused them or did not answer in time).",
@@ -161,12 +167,14 @@ func New() *Metrics {
 		"Restores of users' sandboxes by state: waiting for their turn (--max-restores), running (until the agent answers).", []string{"state"}, nil))
 	m.addressPool = newFuncCollector(prometheus.NewDesc("lizard_address_pool_slots",
 		"Sandbox address slots (a /30 each) in the address pool: used and total.", []string{"kind"}, nil))
+	m.descriptors = newFuncCollector(prometheus.NewDesc("lizard_descriptors",
+		"The node's file descriptors: limit (the process's, raised at start), tenants_max (what sandboxes and keys may hold together; the rest is the node's reserve), tenants_held (what they hold now).", []string{"kind"}, nil))
 	m.diskFree = newFuncCollector(prometheus.NewDesc("lizard_disk_free_bytes",
 		"Space available to new files on the disk of the data directory (dir=\"data\") and of the template cache (dir=\"cache\").", []string{"dir"}, nil))
 
 	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.executions, m.executionDuration,
 		m.processes, m.processDuration, m.creates, m.createDuration, m.ops, m.restoreQueue, m.kernelDeaths,
-		m.templateBuilds, m.templateBuild, m.egressDecisions, m.egressBytes, m.spansDropped, m.states, m.warmPool, m.restores, m.addressPool, m.diskFree,
+		m.templateBuilds, m.templateBuild, m.egressDecisions, m.egressBytes, m.fdRefusals, m.descriptors, m.spansDropped, m.states, m.warmPool, m.restores, m.addressPool, m.diskFree,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "lizard_node_memory_available_bytes",
 			Help: "MemAvailable of the node (/proc/meminfo): what new sandboxes can still get.",
@@ -298,6 +306,24 @@ func (m *Metrics) SpansDropped(reason string, n int) {
 		return
 	}
 	m.spansDropped.WithLabelValues(reason).Add(float64(n))
+}
+
+// DescriptorRefused records a hold of the node's descriptors refused: its
+// kind and the bound it met.
+func (m *Metrics) DescriptorRefused(kind, bound string) {
+	if m == nil {
+		return
+	}
+	m.fdRefusals.WithLabelValues(kind, bound).Inc()
+}
+
+// Descriptors makes every scrape call f for the node's descriptor limit,
+// what tenants may hold and what they hold.
+func (m *Metrics) Descriptors(f func() map[string]int) {
+	if m == nil {
+		return
+	}
+	m.descriptors.set(f)
 }
 
 // SandboxStates makes every scrape call f for the number of live sandboxes

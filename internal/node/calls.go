@@ -19,6 +19,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/fdbudget"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -173,7 +174,12 @@ func (n *Local) reachable(ctx context.Context, id string, resume bool, paused st
 func (n *Local) Acquire(ctx context.Context, id string) (Call, error) {
 	unlock := n.locks.Lock(id)
 	defer unlock()
-	if _, err := n.reachable(ctx, id, true, ""); err != nil {
+	sb, err := n.reachable(ctx, id, true, "")
+	if err != nil {
+		return Call{}, err
+	}
+	held, err := n.cfg.Descriptors.Take(sb.ProjectID, fdbudget.Call)
+	if err != nil {
 		return Call{}, err
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
@@ -185,6 +191,7 @@ func (n *Local) Acquire(ctx context.Context, id string) (Call, error) {
 		once.Do(func() {
 			n.calls.remove(id, &cancel)
 			cancel(nil)
+			held()
 		})
 	}
 	outcome := func(name, msg string) {

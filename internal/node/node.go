@@ -31,6 +31,7 @@ import (
 	"github.com/lizard-build/lizard/internal/agentclient"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/fdbudget"
 	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/keylock"
 	"github.com/lizard-build/lizard/internal/metrics"
@@ -231,6 +232,11 @@ type Config struct {
 	// Egress enforces sandboxes' policies by name (its resolver, proxy
 	// and table); nil: a create with a policy is refused.
 	Egress *egress.Enforcer
+	// Descriptors, when set, counts the node's file descriptors each
+	// project's calls, streams and port requests hold (package fdbudget;
+	// the egress proxy counts its own against the same budget): past
+	// the project's bound, or all tenants', the next is a 429.
+	Descriptors *fdbudget.Budget
 	// Admission admits each user's sandbox against its project's quotas
 	// as it is recorded (a *Quota); nil admits all.
 	Admission Admission

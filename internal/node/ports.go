@@ -16,6 +16,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/fdbudget"
 )
 
 // MaxPortHeaderBytes bounds the headers of a program's answer through a
@@ -39,6 +40,10 @@ func (n *Local) OpenPort(ctx context.Context, id string, port int, resume bool) 
 	if err != nil {
 		return Call{}, err
 	}
+	held, err := n.cfg.Descriptors.Take(sb.ProjectID, fdbudget.Port)
+	if err != nil {
+		return Call{}, err
+	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	n.ports.add(id, &cancel, false)
 	var once sync.Once
@@ -46,6 +51,7 @@ func (n *Local) OpenPort(ctx context.Context, id string, port int, resume bool) 
 		once.Do(func() {
 			n.ports.remove(id, &cancel)
 			cancel(nil)
+			held()
 		})
 	}
 	u := &url.URL{Scheme: "http", Host: net.JoinHostPort(sb.GuestAddr, strconv.Itoa(port))}

@@ -16,6 +16,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/fdbudget"
 	"github.com/lizard-build/lizard/internal/inflight"
 )
 
@@ -41,6 +42,7 @@ type keyLimiter struct {
 	mu       sync.Mutex
 	m        map[string]*rate.Limiter
 	inFlight *inflight.Limit // by project
+	fds      *fdbudget.Budget
 }
 
 // keyID is the public ID of the request's key; Require has already
@@ -82,6 +84,12 @@ func (l *keyLimiter) limit(next http.Handler, refuse func(http.ResponseWriter, *
 			return
 		}
 		defer leave()
+		release, err := l.fds.Take(project, fdbudget.Request)
+		if err != nil {
+			refuse(w, r, err)
+			return
+		}
+		defer release()
 		if d := l.reserve(id); d > 0 {
 			refuse(w, r, l.tooFast("API key "+id, d))
 			return

@@ -22,6 +22,7 @@ import (
 	"github.com/lizard-build/lizard/internal/e2b/envd"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/events"
+	"github.com/lizard-build/lizard/internal/fdbudget"
 	"github.com/lizard-build/lizard/internal/inflight"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/secrets"
@@ -40,6 +41,11 @@ type Config struct {
 	Version string       // reported by /v1/health
 	// KeyLimits bound each API key's request rate (ratelimit.go).
 	KeyLimits KeyLimits
+	// Descriptors, when set, counts each project's requests under way
+	// against its budget of this process's file descriptors (package
+	// fdbudget; on `lizard serve` the node's, shared with its sandboxes'
+	// connections).
+	Descriptors *fdbudget.Budget
 	// Audit receives create and kill events with key IDs; nil: none.
 	Audit *slog.Logger
 	// Console serves every path outside /v1 (the web console); nil: a
@@ -110,7 +116,7 @@ func New(cfg Config) *Server {
 	if cfg.Keys == nil {
 		cfg.Keys = (*auth.Verifier)(nil) // tests of handlers that need no key
 	}
-	lim := &keyLimiter{lim: cfg.KeyLimits, m: map[string]*rate.Limiter{}, inFlight: inflight.New(maxInFlight)}
+	lim := &keyLimiter{lim: cfg.KeyLimits, m: map[string]*rate.Limiter{}, inFlight: inflight.New(maxInFlight), fds: cfg.Descriptors}
 	authed := func(h http.HandlerFunc) http.Handler {
 		return socketKey(cfg.Keys.Require(traced(lim.limit(h, refuseNative))))
 	}
