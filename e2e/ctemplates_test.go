@@ -41,7 +41,7 @@ func TestClusterTemplates(t *testing.T) {
 	testenv.RequiresRoot(t)
 	srv := testenv.S3Server(t)
 	const prefix = "ctemplates"
-	c, cl := startClusterWith(t, 2, 1, srv.Env(), []string{"--image-store", "s3://" + srv.Bucket + "/" + prefix}, nil)
+	c, cl := startClusterWith(t, 2, 1, sealedStoreEnv(srv), []string{"--image-store", "s3://" + srv.Bucket + "/" + prefix}, nil)
 	api0 := cl[0]
 	ctx := context.Background()
 
@@ -141,7 +141,7 @@ func TestClusterTemplates(t *testing.T) {
 		}
 		t.Errorf("create from a template whose object is corrupt = %v; want unavailable, lost from the image store", err)
 	}
-	if l := c.node(other).logs(); !strings.Contains(l, "failed its checksum; fetching it again") {
+	if l := c.node(other).logs(); !strings.Contains(l, "failed its check; fetching it again") {
 		t.Errorf("node %s did not fetch the corrupt build again:\n%s", other, l)
 	}
 	if err := bucket.Put(ctx, objs[0], bytes.NewReader(original)); err != nil {

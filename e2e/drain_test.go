@@ -28,7 +28,7 @@ import (
 func TestClusterDrain(t *testing.T) {
 	testenv.RequiresRoot(t)
 	s3 := testenv.S3Server(t)
-	c, cl := startClusterWith(t, 3, 2, s3.Env(), []string{"--image-store", "s3://" + s3.Bucket + "/drain"}, nil)
+	c, cl := startClusterWith(t, 3, 2, sealedStoreEnv(s3), []string{"--image-store", "s3://" + s3.Bucket + "/drain"}, nil)
 	ctx := context.Background()
 	var adm []*client.Client
 	for _, a := range c.apis {

@@ -6,12 +6,22 @@ package e2e
 // paused sandbox and snapshot outlive the node that made them.
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,6 +46,15 @@ func startServerEnv(t *testing.T, env []string, args ...string) *server {
 	s.start()
 	t.Cleanup(s.shutdown)
 	return s
+}
+
+// sealedStoreEnv is the environment of a cluster's processes on image
+// store s: its credentials, and the secrets key every node derives the
+// image key from (docs/storage.md#sealing).
+func sealedStoreEnv(s *testenv.S3) []string {
+	key := make([]byte, 32)
+	rand.Read(key)
+	return append(s.Env(), "LIZARD_SECRETS_KEY="+base64.StdEncoding.EncodeToString(key))
 }
 
 // waitSnapshotDurable polls snapshot id until it is durable.
@@ -200,7 +219,7 @@ func killProcsOf(t *testing.T, dir string) {
 func TestClusterImageStore(t *testing.T) {
 	testenv.RequiresRoot(t)
 	s3 := testenv.S3Server(t)
-	c, cl := startClusterWith(t, 3, 2, s3.Env(), []string{"--image-store", "s3://" + s3.Bucket + "/cluster", "--template-snapshot=true"}, nil)
+	c, cl := startClusterWith(t, 3, 2, sealedStoreEnv(s3), []string{"--image-store", "s3://" + s3.Bucket + "/cluster", "--template-snapshot=true"}, nil)
 	ctx := context.Background()
 	// Creates restore each node's template snapshot, as in production:
 	// the images moved are of restored sandboxes.
@@ -327,5 +346,151 @@ func TestClusterImageStore(t *testing.T) {
 	// Its node is lost: the snapshot goes all the same.
 	if err := cl[0].DeleteSnapshot(ctx, sn.SnapshotID); err != nil {
 		t.Errorf("DeleteSnapshot of a lost node's snapshot: %v", err)
+	}
+}
+
+// TestClusterTamperedImage: the red-team's attack on the image store. A
+// sandbox holds a marker in its memory and in a file; paused durable, its
+// image in the bucket must hold neither in clear. Then, as someone who can
+// write the bucket, its object is replaced with a tar of the image and its
+// manifest recomputed to match (SHA-256, as Lizard wrote before sealing),
+// and a second sandbox's object has a byte flipped. Its node is drained,
+// which moves both to the other node; there each resume ends the sandbox
+// failed with a 410 naming the image and why, a sandbox.failed event and
+// a count in lizard_images_rejected_total, and nothing is restored.
+func TestClusterTamperedImage(t *testing.T) {
+	testenv.RequiresRoot(t)
+	s3 := testenv.S3Server(t)
+	const prefix = "tamper"
+	c, cl := startClusterWith(t, 2, 1, sealedStoreEnv(s3), []string{"--image-store", "s3://" + s3.Bucket + "/" + prefix, "--metrics-listen=127.0.0.1:0"}, nil)
+	ctx := context.Background()
+	bucket := openBucket(t, s3, prefix)
+	marker := fmt.Sprintf("lizard-marker-%d-%x", time.Now().UnixNano(), time.Now().UnixNano()*7919)
+
+	adm, err := client.New(client.Config{BaseURL: c.apis[0].url, APIKey: c.secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both on n1: n2 takes nothing until they are paused.
+	if _, err := adm.DrainNode(ctx, "n2"); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 2 {
+		sb := newSandbox(t, cl[0], api.CreateSandboxRequest{TimeoutMs: ms(600_000)})
+		ids = append(ids, sb.SandboxID)
+		py(t, cl[0], sb.SandboxID, fmt.Sprintf("m = %q * 4096\nopen('/home/user/secret.txt', 'w').write(%q * 64)", marker, marker))
+		if p, err := cl[0].PauseSandboxWith(ctx, sb.SandboxID, api.PauseRequest{WaitDurable: true}); err != nil || !p.Durable {
+			t.Fatalf("pause waitDurable = %+v, %v; want durable", p, err)
+		}
+	}
+	const from = "n1"
+	if _, err := adm.UndrainNode(ctx, "n2"); err != nil {
+		t.Fatal(err)
+	}
+	var imageDir string
+	if err := c.db.QueryRow(`SELECT image_dir FROM sandbox_pause WHERE sandbox_id = $1`, ids[0]).Scan(&imageDir); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("EncryptedAtRest", func(t *testing.T) {
+		// The image on the node's disk holds the marker (else this
+		// proves nothing); the bucket's bytes do not.
+		local := false
+		filepath.WalkDir(imageDir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if b, _ := os.ReadFile(p); bytes.Contains(b, []byte(marker)) {
+					local = true
+				}
+			}
+			return nil
+		})
+		if !local {
+			t.Fatalf("the marker is not in the image on the node's disk %s: the check below would prove nothing", imageDir)
+		}
+		for _, id := range ids {
+			keys, err := bucket.List(ctx, "paused/"+id+"/")
+			if err != nil || len(keys) != 2 {
+				t.Fatalf("objects of paused/%s = %v, %v; want a manifest and an object", id, keys, err)
+			}
+			for _, k := range keys {
+				if data := getObject(t, bucket, k); bytes.Contains(data, []byte(marker)) || bytes.Contains(data, []byte("lizard-agent")) {
+					t.Fatalf("object %s (%d bytes) holds the sandbox's bytes in clear", k, len(data))
+				}
+			}
+		}
+	})
+
+	// As the red-team: a tar of the image, a manifest of its SHA-256.
+	image0 := "paused/" + ids[0]
+	var tarBuf bytes.Buffer
+	tw := tar.NewWriter(&tarBuf)
+	if err := tw.AddFS(os.DirFS(imageDir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	obj := image0 + "/data-attacker.tar"
+	if err := bucket.Put(ctx, obj, bytes.NewReader(tarBuf.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(tarBuf.Bytes())
+	manifest, _ := json.Marshal(map[string]any{"object": obj, "sha256": hex.EncodeToString(sum[:]), "size": tarBuf.Len(), "created": time.Now().UTC()})
+	if err := bucket.Put(ctx, image0+"/manifest.json", bytes.NewReader(manifest)); err != nil {
+		t.Fatal(err)
+	}
+	// A byte flipped in the second's object.
+	image1 := "paused/" + ids[1]
+	keys, _ := bucket.List(ctx, image1+"/data-")
+	if len(keys) != 1 {
+		t.Fatalf("objects of %s: %v; want one", image1, keys)
+	}
+	data := getObject(t, bucket, keys[0])
+	data[len(data)/2] ^= 0x40
+	if err := bucket.Put(ctx, keys[0], bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+
+	if d, err := adm.DrainNode(ctx, from); err != nil || !d.Draining {
+		t.Fatalf("drain of %s = %+v, %v", from, d, err)
+	}
+	for i, tc := range []struct{ image, says, reason string }{
+		{image0, "stored unsealed", "unsealed"},
+		{image1, "failed its authentication", "tampered"},
+	} {
+		id := ids[i]
+		_, err := cl[0].ResumeSandbox(ctx, id, api.ResumeRequest{})
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Status != http.StatusGone || !strings.Contains(ce.Message, tc.image) || !strings.Contains(ce.Message, tc.says) {
+			t.Fatalf("resume of %s after its image was altered: %v; want 410 naming %s, saying %q", id, err, tc.image, tc.says)
+		}
+		to := c.nodeOf(id)
+		if to == from {
+			t.Fatalf("sandbox %s still on drained node %s", id, from)
+		}
+		if sb, err := cl[0].GetSandbox(ctx, id); err != nil || sb.State != api.StateFailed {
+			t.Fatalf("sandbox after a refused image = %+v, %v; want failed", sb, err)
+		}
+		evs, err := cl[0].ListEvents(ctx, client.EventOptions{SandboxID: id, Types: []string{api.LifecycleFailed}, FromStart: true})
+		if err != nil || len(evs.Events) != 1 || !strings.Contains(evs.Events[0].Data.Reason, tc.says) {
+			t.Fatalf("sandbox.failed events of %s = %+v, %v; want one saying %q", id, evs, err, tc.says)
+		}
+		n := c.node(to)
+		murl := regexp.MustCompile(`msg="serving metrics".* url=(\S+)`).FindStringSubmatch(n.logs())
+		if murl == nil {
+			t.Fatalf("node %s logged no metrics URL", to)
+		}
+		if got := scrape(t, murl[1])[fmt.Sprintf(`lizard_images_rejected_total{reason=%q}`, tc.reason)]; got != 1 {
+			t.Fatalf("lizard_images_rejected_total{reason=%q} on %s = %v, want 1", tc.reason, to, got)
+		}
+		// Nothing restored: the image cache holds nothing of it, and
+		// no runsc of the sandbox ran there.
+		if ents, _ := os.ReadDir(filepath.Join(n.dataDir, "image-cache")); len(ents) != 0 {
+			t.Fatalf("node %s's image cache holds %v after a refused image", to, ents)
+		}
+		if procs := hostProcs(id); len(procs) != 0 {
+			t.Fatalf("processes of refused sandbox %s: %v", id, procs)
+		}
 	}
 }

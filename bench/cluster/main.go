@@ -24,6 +24,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -368,7 +369,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// The image store seals images with a key derived from the secrets
+	// key, which every node has (docs/storage.md#sealing).
+	secretsKey := make([]byte, 32)
+	rand.Read(secretsKey)
 	nodeEnv := append(append([]string{}, env...), s3.Env()...)
+	nodeEnv = append(nodeEnv, "LIZARD_SECRETS_KEY="+base64.StdEncoding.EncodeToString(secretsKey))
 	nodeArgs = []string{"--image-store", "s3://" + s3.Bucket + "/bench"}
 
 	// `lizard serve` and a one-node cluster, each with its template

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"io"
 	"io/fs"
@@ -49,13 +50,21 @@ func newDrainClusterDirs(t *testing.T, local map[string]bool, names ...string) (
 		t.Fatal(err)
 	}
 	bucket := &disk.Bucket{Root: t.TempDir()}
+	// Every node has the same key, as every node has the operator's
+	// secrets key.
+	keySecret := make([]byte, 32)
+	rand.Read(keySecret)
+	key, err := imagestore.NewKey(keySecret)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range names {
 		env := nodetest.New(t, func(c *node.Config) {
 			c.Store, c.Now = shared.OnNode(name), nil
 			if local[name] {
 				return
 			}
-			c.Images = imagestore.New(bucket)
+			c.Images = imagestore.New(bucket, key)
 			cache, err := imagestore.NewCache(c.Images, filepath.Join(t.TempDir(), "cache"), 1<<30, nodetest.Discard())
 			if err != nil {
 				t.Fatal(err)

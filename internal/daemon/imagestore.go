@@ -13,6 +13,7 @@ import (
 	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/imagestore/disk"
 	"github.com/lizard-build/lizard/internal/imagestore/s3"
+	"github.com/lizard-build/lizard/internal/secrets"
 )
 
 // imageStoreFlags say where checkpoint images outlive their node
@@ -48,9 +49,21 @@ func (f *imageStoreFlags) validate() error {
 // nils for the node's disk. It refuses a store it cannot use (no bucket,
 // wrong credentials, unreachable), naming the setting at fault, so that a
 // node never runs believing its images durable when they cannot be.
-func (f *imageStoreFlags) open(ctx context.Context, dataDir string, getenv func(string) string, log *slog.Logger) (*imagestore.Store, *imagestore.Cache, error) {
+//
+// Images are sealed with a key derived from the operator's secrets key
+// (docs/storage.md#sealing): every node of a cluster has it the same way,
+// and the bucket never holds it. A node given a store and no key refuses
+// to start rather than keep images in clear.
+func (f *imageStoreFlags) open(ctx context.Context, dataDir string, getenv func(string) string, secretsKey *secrets.Key, log *slog.Logger) (*imagestore.Store, *imagestore.Cache, error) {
 	if f.URL == "" {
 		return nil, nil, nil
+	}
+	if secretsKey == nil {
+		return nil, nil, cli.Usagef("--image-store seals images with a key derived from the secrets key: give this node the one every node and api process has (--secrets-key-file or %s; docs/storage.md#sealing)", secrets.KeyEnv)
+	}
+	key, err := imagestore.NewKey(secretsKey.Derive("image store"))
+	if err != nil {
+		return nil, nil, err
 	}
 	u, err := url.Parse(f.URL)
 	if err != nil {
@@ -70,11 +83,11 @@ func (f *imageStoreFlags) open(ctx context.Context, dataDir string, getenv func(
 	if err := b.Check(cctx); err != nil {
 		return nil, nil, fmt.Errorf("checking the image store: %w", err)
 	}
-	st := imagestore.New(b)
+	st := imagestore.New(b, key)
 	cache, err := imagestore.NewCache(st, filepath.Join(dataDir, "image-cache"), f.CacheMb<<20, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	log.Info("image store", "store", b.String(), "cache_mb", f.CacheMb)
+	log.Info("image store", "store", b.String(), "cache_mb", f.CacheMb, "image_key", key.ID())
 	return st, cache, nil
 }

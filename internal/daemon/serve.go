@@ -483,7 +483,9 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 	if err != nil {
 		return nodeParts{}, err
 	}
-	images, imageCache, err := c.images.open(ctx, c.DataDir, os.Getenv, logger)
+	// The secrets key the injector holds also seals the image store's
+	// images (imagestore.go).
+	images, imageCache, err := c.images.open(ctx, c.DataDir, os.Getenv, inj.Secrets.Key, logger)
 	if err != nil {
 		return nodeParts{}, err
 	}

@@ -197,4 +197,6 @@ func DirSize(dir string) int64 {
 
 // IsLost reports whether err means the image cannot be had from the store
 // (absent, or corrupt as stored), as opposed to the store being away.
-func IsLost(err error) bool { return errors.Is(err, ErrNotFound) || errors.Is(err, ErrCorrupt) }
+func IsLost(err error) bool {
+	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrTampered)
+}

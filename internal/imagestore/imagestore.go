@@ -1,24 +1,26 @@
 // Package imagestore keeps checkpoint images (paused sandboxes, snapshots)
 // where they outlive the node that made them (docs/storage.md). An image
 // is a directory of files; the store holds it as one tar stream under a
-// name, checksummed with SHA-256.
+// name, sealed: encrypted and authenticated with a key the bucket does
+// not hold (seal.go).
 //
 // A Bucket is the backend — a directory (package disk) or S3-compatible
 // object storage (package s3) — and holds plain objects. Store lays images
-// over it so that a half-written upload is never used: the tar goes to a
-// key of its own (name/data-<random>.tar), and only once it is whole is
-// the manifest (name/manifest.json) written, naming that object, its size
-// and its checksum. A reader goes through the manifest, so it sees the
-// previous image or the new one, never a part; and a download whose bytes
-// do not hash to the manifest's checksum is refused with ErrCorrupt.
+// over it so that a half-written upload is never used: the sealed tar goes
+// to a key of its own (name/data-<random>.img), and only once it is whole
+// is the manifest (name/manifest.json) written, naming that object, its
+// size and the image's random ID, under a MAC. A reader goes through the
+// manifest, so it sees the previous image or the new one, never a part;
+// an image that does not open with the node's key is refused with
+// ErrTampered, and nothing of it is unpacked into place.
 package imagestore
 
 import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -29,6 +31,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -37,6 +40,9 @@ var (
 	ErrNotFound = errors.New("image not found in the image store")
 	// ErrCorrupt: an image's bytes do not match its manifest (a truncated
 	// or altered object).
+	// ErrCorrupt: an image that opened with the node's key holds what
+	// no node writes (an entry out of the image, a device): written by a
+	// holder of the key, through a fault of its own.
 	ErrCorrupt = errors.New("image in the image store is corrupt")
 )
 
@@ -60,19 +66,20 @@ type Bucket interface {
 
 // Manifest is an image's commit record.
 type Manifest struct {
-	Object  string    `json:"object"` // key of the tar stream
-	SHA256  string    `json:"sha256"` // hex, of the tar stream
-	Size    int64     `json:"size"`   // bytes of the tar stream
+	Object  string    `json:"object"` // key of the sealed tar stream
+	ID      string    `json:"id"`     // hex, 32 random bytes: the image's stream key is derived from it
+	Size    int64     `json:"size"`   // bytes of the sealed object
 	Created time.Time `json:"created"`
 }
 
-// Store keeps images in a Bucket.
+// Store keeps images in a Bucket, sealed with a Key.
 type Store struct {
-	b Bucket
+	b   Bucket
+	key *Key
 }
 
-// New returns a store over b.
-func New(b Bucket) *Store { return &Store{b: b} }
+// New returns a store over b sealing and opening images with key.
+func New(b Bucket, key *Key) *Store { return &Store{b: b, key: key} }
 
 // Bucket is the store's backend.
 func (s *Store) Bucket() Bucket { return s.b }
@@ -93,20 +100,38 @@ func (s *Store) Put(ctx context.Context, name, dir string) (Manifest, error) {
 	if err := checkName(name); err != nil {
 		return Manifest{}, err
 	}
-	m := Manifest{Object: name + "/data-" + randomID() + ".tar", Created: time.Now().UTC()}
+	return s.put(ctx, name, func(w io.Writer) error { return writeTar(w, dir) })
+}
+
+// put uploads what write writes as image name, sealed.
+func (s *Store) put(ctx context.Context, name string, write func(io.Writer) error) (Manifest, error) {
+	id := make([]byte, 32)
+	rand.Read(id)
+	aead, err := s.key.stream(name, id)
+	if err != nil {
+		return Manifest{}, err
+	}
+	m := Manifest{Object: name + "/data-" + randomID() + ".img", ID: hex.EncodeToString(id), Created: time.Now().UTC()}
 	pr, pw := io.Pipe()
-	h := sha256.New()
-	cw := &countWriter{w: io.MultiWriter(pw, h)}
-	go func() { pw.CloseWithError(writeTar(cw, dir)) }()
-	err := s.b.Put(ctx, m.Object, pr)
+	cw := &countWriter{w: pw}
+	sw := newSealer(cw, aead, name)
+	go func() {
+		err := write(sw)
+		if err == nil {
+			err = sw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	err = s.b.Put(ctx, m.Object, pr)
 	pr.CloseWithError(errors.New("upload ended")) // stops the writer if Put returned early
 	if err != nil {
 		s.b.Delete(context.WithoutCancel(ctx), m.Object)
 		return Manifest{}, fmt.Errorf("uploading image %s: %w", name, err)
 	}
-	m.SHA256, m.Size = hex.EncodeToString(h.Sum(nil)), cw.n
+	m.Size = cw.n
 	body, _ := json.Marshal(m)
-	if err := s.b.Put(ctx, manifestKey(name), bytes.NewReader(body)); err != nil {
+	env, _ := json.Marshal(envelope{Format: format, KeyID: s.key.ID(), Manifest: body, MAC: hex.EncodeToString(s.key.manifestMAC(name, body))})
+	if err := s.b.Put(ctx, manifestKey(name), bytes.NewReader(env)); err != nil {
 		s.b.Delete(context.WithoutCancel(ctx), m.Object)
 		return Manifest{}, fmt.Errorf("publishing image %s: %w", name, err)
 	}
@@ -123,7 +148,8 @@ func (s *Store) Put(ctx context.Context, name, dir string) (Manifest, error) {
 	return m, nil
 }
 
-// Stat returns image name's manifest; ErrNotFound if there is none.
+// Stat returns image name's manifest; ErrNotFound if there is none,
+// ErrTampered if it does not authenticate with the store's key.
 func (s *Store) Stat(ctx context.Context, name string) (Manifest, error) {
 	if err := checkName(name); err != nil {
 		return Manifest{}, err
@@ -133,27 +159,52 @@ func (s *Store) Stat(ctx context.Context, name string) (Manifest, error) {
 		return Manifest{}, fmt.Errorf("reading the manifest of image %s: %w", name, err)
 	}
 	defer rc.Close()
+	var env struct {
+		envelope
+		SHA256 string `json:"sha256"` // an unsealed manifest's
+	}
+	if err := json.NewDecoder(io.LimitReader(rc, 1<<16)).Decode(&env); err != nil {
+		return Manifest{}, fmt.Errorf("reading the manifest of image %s: %w: %v", name, ErrTampered, err)
+	}
+	switch {
+	case env.Format == "" && env.SHA256 != "":
+		return Manifest{}, fmt.Errorf("image %s: %w; it is refused (docs/storage.md#images-from-before-sealing)", name, ErrUnsealed)
+	case env.Format != format:
+		return Manifest{}, fmt.Errorf("image %s: %w: its manifest is of format %q, not %q", name, ErrTampered, env.Format, format)
+	case env.KeyID != s.key.ID():
+		// The ID is not authenticated: it only words the refusal.
+		return Manifest{}, fmt.Errorf("image %s: %w (%s), and this node holds image key %s: give every node the same secrets key (docs/storage.md#sealing)", name, ErrWrongKey, env.KeyID, s.key.ID())
+	}
+	mac, err := hex.DecodeString(env.MAC)
+	if err != nil || !hmac.Equal(mac, s.key.manifestMAC(name, env.Manifest)) {
+		return Manifest{}, fmt.Errorf("image %s: %w: its manifest's MAC does not match (rewritten, or another image's)", name, ErrTampered)
+	}
 	var m Manifest
-	if err := json.NewDecoder(io.LimitReader(rc, 1<<16)).Decode(&m); err != nil {
-		return Manifest{}, fmt.Errorf("reading the manifest of image %s: %w: %v", name, ErrCorrupt, err)
+	if err := json.Unmarshal(env.Manifest, &m); err != nil {
+		return Manifest{}, fmt.Errorf("reading the manifest of image %s: %w", name, err)
 	}
-	if m.Object == "" || len(m.SHA256) != 64 {
-		return Manifest{}, fmt.Errorf("reading the manifest of image %s: %w: it names no object or checksum", name, ErrCorrupt)
-	}
-	// Put names the object name/data-<random>.tar. Whoever wrote this
-	// manifest could name another image's object, or on a disk bucket
-	// a path up and out of it (../../etc/shadow).
+	// Put names the object name/data-<random>.img; the MAC says this
+	// store's key wrote it, which a check costs nothing to back.
 	if rest, ok := strings.CutPrefix(m.Object, name+"/data-"); !ok || strings.Contains(rest, "/") || checkName(m.Object) != nil {
 		return Manifest{}, fmt.Errorf("reading the manifest of image %s: %w: it names object %q, not one of its own", name, ErrCorrupt, m.Object)
+	}
+	if id, err := hex.DecodeString(m.ID); err != nil || len(id) != 32 {
+		return Manifest{}, fmt.Errorf("reading the manifest of image %s: %w: its ID %q is not 32 bytes of hex", name, ErrCorrupt, m.ID)
 	}
 	return m, nil
 }
 
 // Get downloads image name into directory dir, which must not exist:
 // the image is unpacked beside it and renamed into place only once its
-// checksum matched, so dir is whole or absent.
+// manifest and every chunk opened with the store's key, to the marked
+// last one, so dir is whole and authentic, or absent.
 func (s *Store) Get(ctx context.Context, name, dir string) (Manifest, error) {
 	m, err := s.Stat(ctx, name)
+	if err != nil {
+		return m, err
+	}
+	id, _ := hex.DecodeString(m.ID)
+	aead, err := s.key.stream(name, id)
 	if err != nil {
 		return m, err
 	}
@@ -166,24 +217,28 @@ func (s *Store) Get(ctx context.Context, name, dir string) (Manifest, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return m, fmt.Errorf("downloading image %s: %w", name, err)
 	}
-	h := sha256.New()
 	// A byte past the manifest's size is enough to know the object is
 	// not the image: an endless or oversized object is not read on.
-	cr := &countReader{r: io.TeeReader(io.LimitReader(rc, m.Size+1), h)}
-	err = readTar(cr, tmp)
+	cr := &countReader{r: io.LimitReader(rc, m.Size+1)}
+	op := newOpener(cr, aead, name)
+	err = readTar(op, tmp)
 	if err == nil {
-		// The tar's end-of-archive blocks may be followed by padding.
-		_, err = io.Copy(io.Discard, cr)
+		// The tar's end-of-archive blocks may be followed by padding;
+		// and the last chunk must open, marked so.
+		_, err = io.Copy(io.Discard, op)
 	}
-	sum := hex.EncodeToString(h.Sum(nil))
 	switch {
 	case ctx.Err() != nil:
 		err = ctx.Err()
-	case err == nil && (cr.n != m.Size || sum != m.SHA256):
-		err = fmt.Errorf("%w: got %d bytes hashing to %s, the manifest says %d bytes hashing to %s", ErrCorrupt, cr.n, sum, m.Size, m.SHA256)
-	case err != nil && !errors.Is(err, ErrCorrupt) && (cr.n != m.Size || sum != m.SHA256):
-		// A broken tar stream is a broken object, unless the
-		// network or the disk said otherwise.
+	case op.err != nil:
+		// The opener's failure is the cause of whatever the tar
+		// reader made of it.
+		err = op.err
+	case err == nil && cr.n != m.Size:
+		err = fmt.Errorf("%w: its object is %d bytes, the manifest says %d", ErrTampered, cr.n, m.Size)
+	case err != nil && !errors.Is(err, ErrCorrupt) && !localFault(err):
+		// What opened is a tar this node will not unpack (broken, an
+		// entry twice), which a holder of the key wrote.
 		err = fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	if err == nil {
@@ -217,6 +272,17 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 		return fmt.Errorf("deleting image %s: %w", name, err)
 	}
 	return nil
+}
+
+// localFault reports whether err is this node's disk failing, not the
+// image.
+func localFault(err error) bool {
+	for _, e := range []error{syscall.ENOSPC, syscall.EDQUOT, syscall.EIO, syscall.EROFS} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func randomID() string {

@@ -28,6 +28,19 @@ import (
 	"github.com/lizard-build/lizard/internal/testenv"
 )
 
+// testKey seals the tests' images; otherKey is another node's.
+var testKey, otherKey = newKey(), newKey()
+
+func newKey() *imagestore.Key {
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	k, err := imagestore.NewKey(secret)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
 // backends is the conformance table: every test runs against each.
 var backends = []struct {
 	name string
@@ -95,12 +108,12 @@ func same(t *testing.T, a, b string) {
 func TestRoundTrip(t *testing.T) {
 	forEach(t, func(t *testing.T, b imagestore.Bucket) {
 		ctx := context.Background()
-		s := imagestore.New(b)
+		s := imagestore.New(b, testKey)
 		src := image(t, 3*s3.PartSize+123)
 		m, err := s.Put(ctx, "snapshots/snap-1", src)
 		must(t, err)
-		if m.Size < 3*s3.PartSize || len(m.SHA256) != 64 {
-			t.Fatalf("manifest %+v: want the tar's size and checksum", m)
+		if m.Size < 3*s3.PartSize || len(m.ID) != 64 {
+			t.Fatalf("manifest %+v: want the sealed object's size and the image's ID", m)
 		}
 		dst := filepath.Join(t.TempDir(), "got")
 		if _, err := s.Get(ctx, "snapshots/snap-1", dst); err != nil {
@@ -119,7 +132,7 @@ func TestRoundTrip(t *testing.T) {
 func TestReplaceKeepsOneVersion(t *testing.T) {
 	forEach(t, func(t *testing.T, b imagestore.Bucket) {
 		ctx := context.Background()
-		s := imagestore.New(b)
+		s := imagestore.New(b, testKey)
 		_, err := s.Put(ctx, "paused/sb", image(t, 1000))
 		must(t, err)
 		src := image(t, 2000)
@@ -142,7 +155,7 @@ func TestReplaceKeepsOneVersion(t *testing.T) {
 func TestHalfWrittenUploadUnused(t *testing.T) {
 	forEach(t, func(t *testing.T, b imagestore.Bucket) {
 		ctx := context.Background()
-		s := imagestore.New(b)
+		s := imagestore.New(b, testKey)
 		src := image(t, 5000)
 		_, err := s.Put(ctx, "paused/sb", src)
 		must(t, err)
@@ -160,32 +173,44 @@ func TestHalfWrittenUploadUnused(t *testing.T) {
 	})
 }
 
-// A corrupted or truncated object is ErrCorrupt, and nothing is left
-// where the image was to go.
-func TestCorruptObject(t *testing.T) {
+// sealed is one chunk's bytes in the object.
+const sealed = imagestore.ChunkSize + imagestore.Overhead
+
+// TestTamperedObject: an object altered in any way — a byte, cut short
+// (mid-chunk or at a chunk's end), a chunk dropped, reordered or added,
+// emptied — is ErrTampered, and nothing is left where the image was to
+// go.
+func TestTamperedObject(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		alter func([]byte) []byte
 	}{
 		{"flipped byte", func(b []byte) []byte { b[len(b)/2] ^= 0xff; return b }},
-		{"truncated", func(b []byte) []byte { return b[:len(b)/2] }},
+		{"flipped byte of the last chunk", func(b []byte) []byte { b[len(b)-20] ^= 1; return b }},
+		{"truncated mid-chunk", func(b []byte) []byte { return b[:len(b)/2] }},
+		{"truncated at a chunk's end", func(b []byte) []byte { return b[:2*sealed] }},
+		{"last chunk dropped", func(b []byte) []byte { return b[:len(b)-(len(b)%sealed)] }},
+		{"chunks swapped", func(b []byte) []byte {
+			c := append([]byte(nil), b[:sealed]...)
+			copy(b[:sealed], b[sealed:2*sealed])
+			copy(b[sealed:2*sealed], c)
+			return b
+		}},
+		{"chunk repeated", func(b []byte) []byte { return append(b[:sealed:sealed], b...) }},
+		{"bytes appended", func(b []byte) []byte { return append(b, make([]byte, 100)...) }},
 		{"emptied", func([]byte) []byte { return nil }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			forEach(t, func(t *testing.T, b imagestore.Bucket) {
 				ctx := context.Background()
-				s := imagestore.New(b)
-				m, err := s.Put(ctx, "snapshots/s", image(t, 100000))
+				s := imagestore.New(b, testKey)
+				m, err := s.Put(ctx, "snapshots/s", image(t, 3*imagestore.ChunkSize+1000))
 				must(t, err)
-				rc, err := b.Get(ctx, m.Object)
-				must(t, err)
-				data, err := io.ReadAll(rc)
-				rc.Close()
-				must(t, err)
+				data := object(t, b, m.Object)
 				must(t, b.Put(ctx, m.Object, bytes.NewReader(tc.alter(data))))
 				dst := filepath.Join(t.TempDir(), "got")
-				if _, err := s.Get(ctx, "snapshots/s", dst); !errors.Is(err, imagestore.ErrCorrupt) || !imagestore.IsLost(err) {
-					t.Fatalf("Get of a %s object: %v, want ErrCorrupt", tc.name, err)
+				if _, err := s.Get(ctx, "snapshots/s", dst); !errors.Is(err, imagestore.ErrTampered) || !imagestore.IsLost(err) || !strings.Contains(err.Error(), "snapshots/s") {
+					t.Fatalf("Get of a %s object: %v, want ErrTampered naming the image", tc.name, err)
 				}
 				if ents, _ := os.ReadDir(filepath.Dir(dst)); len(ents) != 0 {
 					t.Fatalf("a failed Get left %v", ents)
@@ -195,10 +220,201 @@ func TestCorruptObject(t *testing.T) {
 	}
 }
 
+func object(t *testing.T, b imagestore.Bucket, key string) []byte {
+	t.Helper()
+	rc, err := b.Get(context.Background(), key)
+	must(t, err)
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	must(t, err)
+	return data
+}
+
+// TestForgedManifest: what the red-team did — the object rewritten and
+// its manifest recomputed to match — and the other ways to point a
+// manifest at bytes the key did not seal: all ErrTampered, nothing
+// unpacked.
+func TestForgedManifest(t *testing.T) {
+	evil := tarOf(t, "pages.img", "attacker's memory")
+	evilSum := sha256.Sum256(evil)
+	for _, tc := range []struct {
+		name  string
+		forge func(t *testing.T, b imagestore.Bucket, m, other imagestore.Manifest)
+		want  error
+	}{
+		{"object replaced, manifest recomputed as before sealing", func(t *testing.T, b imagestore.Bucket, m, _ imagestore.Manifest) {
+			must(t, b.Put(context.Background(), m.Object, bytes.NewReader(evil)))
+			body, _ := json.Marshal(map[string]any{"object": m.Object, "sha256": hex.EncodeToString(evilSum[:]), "size": len(evil)})
+			must(t, b.Put(context.Background(), "snapshots/a/manifest.json", bytes.NewReader(body)))
+		}, imagestore.ErrUnsealed},
+		{"object resealed with the attacker's key, manifest signed with it and our key's ID", func(t *testing.T, b imagestore.Bucket, m, _ imagestore.Manifest) {
+			mine := imagestore.New(b, otherKey)
+			_, err := mine.PutTar(context.Background(), "snapshots/a", evil)
+			must(t, err)
+			env := envelopeOf(t, b, "snapshots/a")
+			env["keyId"] = testKey.ID()
+			putJSON(t, b, "snapshots/a/manifest.json", env)
+		}, imagestore.ErrTampered},
+		{"manifest's size changed", func(t *testing.T, b imagestore.Bucket, m, _ imagestore.Manifest) {
+			env := envelopeOf(t, b, "snapshots/a")
+			var mm map[string]any
+			must(t, json.Unmarshal(env["manifest"].([]byte), &mm))
+			mm["size"] = m.Size + 1
+			env["manifest"], _ = json.Marshal(mm)
+			putJSON(t, b, "snapshots/a/manifest.json", env)
+		}, imagestore.ErrTampered},
+		{"another image's manifest copied over", func(t *testing.T, b imagestore.Bucket, _, _ imagestore.Manifest) {
+			must(t, b.Put(context.Background(), "snapshots/a/manifest.json", bytes.NewReader(object(t, b, "snapshots/b/manifest.json"))))
+		}, imagestore.ErrTampered},
+		{"another image's object copied over", func(t *testing.T, b imagestore.Bucket, m, other imagestore.Manifest) {
+			must(t, b.Put(context.Background(), m.Object, bytes.NewReader(object(t, b, other.Object))))
+		}, imagestore.ErrTampered},
+		{"sealed with another node's key", func(t *testing.T, b imagestore.Bucket, _, _ imagestore.Manifest) {
+			_, err := imagestore.New(b, otherKey).Put(context.Background(), "snapshots/a", image(t, 1000))
+			must(t, err)
+		}, imagestore.ErrWrongKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			forEach(t, func(t *testing.T, b imagestore.Bucket) {
+				ctx := context.Background()
+				s := imagestore.New(b, testKey)
+				m, err := s.Put(ctx, "snapshots/a", image(t, 2*imagestore.ChunkSize))
+				must(t, err)
+				other, err := s.Put(ctx, "snapshots/b", image(t, 2*imagestore.ChunkSize))
+				must(t, err)
+				tc.forge(t, b, m, other)
+				dst := filepath.Join(t.TempDir(), "got")
+				_, err = s.Get(ctx, "snapshots/a", dst)
+				if !errors.Is(err, tc.want) || !errors.Is(err, imagestore.ErrTampered) || !strings.Contains(err.Error(), "snapshots/a") {
+					t.Fatalf("Get: %v; want %v naming the image", err, tc.want)
+				}
+				if ents, _ := os.ReadDir(filepath.Dir(dst)); len(ents) != 0 {
+					t.Fatalf("a failed Get left %v", ents)
+				}
+				// The other image is untouched.
+				_, err = s.Get(ctx, "snapshots/b", filepath.Join(t.TempDir(), "b"))
+				must(t, err)
+			})
+		})
+	}
+}
+
+// TestReasons: the metric's label for each refusal.
+func TestReasons(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("x: %w", imagestore.ErrUnsealed), "unsealed"},
+		{fmt.Errorf("x: %w", imagestore.ErrWrongKey), "wrong_key"},
+		{fmt.Errorf("x: %w", imagestore.ErrTampered), "tampered"},
+		{imagestore.ErrCorrupt, ""},
+		{nil, ""},
+	} {
+		if got := imagestore.Reason(tc.err); got != tc.want {
+			t.Errorf("Reason(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestEncryptedAtRest: no byte of the image is in the bucket in clear.
+func TestEncryptedAtRest(t *testing.T) {
+	forEach(t, func(t *testing.T, b imagestore.Bucket) {
+		ctx := context.Background()
+		s := imagestore.New(b, testKey)
+		src := image(t, 1000)
+		marker := "lizard-marker-" + hex.EncodeToString(randBytes(8))
+		must(t, os.WriteFile(filepath.Join(src, "memory"), bytes.Repeat([]byte(marker), 1000), 0o600))
+		m, err := s.Put(ctx, "paused/sb", src)
+		must(t, err)
+		keys, err := b.List(ctx, "paused/sb/")
+		must(t, err)
+		for _, k := range keys {
+			if data := object(t, b, k); bytes.Contains(data, []byte(marker)) || bytes.Contains(data, []byte("pages.img")) {
+				t.Fatalf("object %s holds the image's bytes in clear", k)
+			}
+		}
+		if m.Size < 1000*int64(len(marker)) {
+			t.Fatalf("object is %d bytes, less than the image", m.Size)
+		}
+	})
+}
+
+// TestChunkBoundaries: tars ending just before, at and just after a
+// chunk's end round-trip (at the end, the last chunk is an empty one).
+func TestChunkBoundaries(t *testing.T) {
+	ctx := context.Background()
+	s := imagestore.New(&disk.Bucket{Root: t.TempDir()}, testKey)
+	for _, size := range []int{2*imagestore.ChunkSize - 512, 2 * imagestore.ChunkSize, 2*imagestore.ChunkSize + 512} {
+		// USTAR: a 512-byte header, the body in 512-byte blocks, two
+		// blocks of end.
+		body := strings.Repeat("x", size-3*512)
+		data := tarOf(t, "f", body)
+		if len(data) != size {
+			t.Fatalf("tar of %d bytes, want %d", len(data), size)
+		}
+		_, err := s.PutTar(ctx, "snapshots/edge", data)
+		must(t, err)
+		dst := filepath.Join(t.TempDir(), "got")
+		_, err = s.Get(ctx, "snapshots/edge", dst)
+		must(t, err)
+		if got, err := os.ReadFile(filepath.Join(dst, "f")); err != nil || string(got) != body {
+			t.Fatalf("a %d-byte tar: read back %d bytes, %v", size, len(got), err)
+		}
+	}
+}
+
+// TestOldFormat: an image stored before sealing (a tar and a manifest
+// with its SHA-256) is refused, naming why, and nothing is unpacked.
+func TestOldFormat(t *testing.T) {
+	s := putRaw(t, tarOf(t, "pages.img", "old"))
+	dst := filepath.Join(t.TempDir(), "got")
+	_, err := s.Get(context.Background(), "snapshots/evil", dst)
+	if !errors.Is(err, imagestore.ErrUnsealed) || !imagestore.IsLost(err) || !strings.Contains(err.Error(), "docs/storage.md") {
+		t.Fatalf("Get of an unsealed image: %v; want ErrUnsealed pointing at the docs", err)
+	}
+	if _, err := os.Stat(dst); err == nil {
+		t.Fatal("an unsealed image was unpacked")
+	}
+}
+
+func randBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
+// tarOf is a USTAR tar of one file.
+func tarOf(t *testing.T, name, body string) []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	must(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(body)), Format: tar.FormatUSTAR}))
+	_, err := tw.Write([]byte(body))
+	must(t, err)
+	must(t, tw.Close())
+	return buf.Bytes()
+}
+
+// envelopeOf reads image name's manifest.json.
+func envelopeOf(t *testing.T, b imagestore.Bucket, name string) map[string]any {
+	var env struct {
+		Format, KeyID, MAC string
+		Manifest           []byte
+	}
+	must(t, json.Unmarshal(object(t, b, name+"/manifest.json"), &env))
+	return map[string]any{"format": env.Format, "keyId": env.KeyID, "mac": env.MAC, "manifest": env.Manifest}
+}
+
+func putJSON(t *testing.T, b imagestore.Bucket, key string, v any) {
+	body, err := json.Marshal(v)
+	must(t, err)
+	must(t, b.Put(context.Background(), key, bytes.NewReader(body)))
+}
+
 func TestDelete(t *testing.T) {
 	forEach(t, func(t *testing.T, b imagestore.Bucket) {
 		ctx := context.Background()
-		s := imagestore.New(b)
+		s := imagestore.New(b, testKey)
 		_, err := s.Put(ctx, "snapshots/a", image(t, 100))
 		must(t, err)
 		_, err = s.Put(ctx, "snapshots/ab", image(t, 100))
@@ -215,7 +431,7 @@ func TestDelete(t *testing.T) {
 }
 
 func TestBadNames(t *testing.T) {
-	s := imagestore.New(&disk.Bucket{Root: t.TempDir()})
+	s := imagestore.New(&disk.Bucket{Root: t.TempDir()}, testKey)
 	for _, name := range []string{"", "/abs", "../up", "a/../../b", "a//b", "a/"} {
 		if _, err := s.Put(context.Background(), name, t.TempDir()); err == nil {
 			t.Errorf("Put(%q) worked; want an error", name)
@@ -226,7 +442,7 @@ func TestBadNames(t *testing.T) {
 func TestCacheBoundedLRU(t *testing.T) {
 	forEach(t, func(t *testing.T, b imagestore.Bucket) {
 		ctx := context.Background()
-		s := imagestore.New(b)
+		s := imagestore.New(b, testKey)
 		for _, n := range []string{"a", "b", "c"} {
 			_, err := s.Put(ctx, "snapshots/"+n, image(t, 1000))
 			must(t, err)
@@ -277,8 +493,8 @@ func contains(s []string, v string) bool {
 	return false
 }
 
-// TestHostileImage: an image's tar comes from whoever can write the
-// bucket, with a manifest that matches it. Unpacking it as root must
+// TestHostileImage: an image's tar that opens with the key was still
+// written by another node, which may be compromised. Unpacking it as root must
 // never write, chmod or link anything outside the target, nor make a
 // set-ID file, a device or terabytes from a sparse header.
 func TestHostileImage(t *testing.T) {
@@ -330,7 +546,7 @@ func TestHostileImage(t *testing.T) {
 			}
 			must(t, tw.Close())
 			dst := filepath.Join(t.TempDir(), "got")
-			_, err := putRaw(t, buf.Bytes()).Get(context.Background(), "snapshots/evil", dst)
+			_, err := putSealed(t, buf.Bytes()).Get(context.Background(), "snapshots/evil", dst)
 			if !errors.Is(err, imagestore.ErrCorrupt) {
 				t.Fatalf("Get of a hostile image: %v, want ErrCorrupt", err)
 			}
@@ -373,7 +589,7 @@ func TestHostileImage(t *testing.T) {
 		}
 		copy(data[148:156], fmt.Sprintf("%06o\x00 ", sum))
 		dst := filepath.Join(t.TempDir(), "got")
-		if _, err := putRaw(t, data).Get(context.Background(), "snapshots/evil", dst); !errors.Is(err, imagestore.ErrCorrupt) {
+		if _, err := putSealed(t, data).Get(context.Background(), "snapshots/evil", dst); !errors.Is(err, imagestore.ErrCorrupt) {
 			t.Fatalf("Get of a sparse file: %v, want ErrCorrupt", err)
 		}
 	})
@@ -384,7 +600,7 @@ func TestHostileImage(t *testing.T) {
 		tw.Write([]byte("x"))
 		must(t, tw.Close())
 		dst := filepath.Join(t.TempDir(), "got")
-		_, err := putRaw(t, buf.Bytes()).Get(context.Background(), "snapshots/evil", dst)
+		_, err := putSealed(t, buf.Bytes()).Get(context.Background(), "snapshots/evil", dst)
 		must(t, err)
 		fi, err := os.Stat(filepath.Join(dst, "su"))
 		must(t, err)
@@ -394,32 +610,41 @@ func TestHostileImage(t *testing.T) {
 	})
 }
 
-// putRaw stores tar stream data as image snapshots/evil with a manifest
-// that matches it, as a party writing the bucket could.
+// putSealed stores tar stream data as image snapshots/evil sealed with
+// the key, as a holder of it could (another node, compromised).
+func putSealed(t *testing.T, data []byte) *imagestore.Store {
+	t.Helper()
+	s := imagestore.New(&disk.Bucket{Root: t.TempDir()}, testKey)
+	_, err := s.PutTar(context.Background(), "snapshots/evil", data)
+	must(t, err)
+	return s
+}
+
+// putRaw stores tar stream data as image snapshots/evil as a Lizard
+// from before sealing did: in clear, with a manifest of its SHA-256.
 func putRaw(t *testing.T, data []byte) *imagestore.Store {
 	t.Helper()
 	b := &disk.Bucket{Root: t.TempDir()}
 	ctx := context.Background()
 	sum := sha256.Sum256(data)
 	must(t, b.Put(ctx, "snapshots/evil/data-1.tar", bytes.NewReader(data)))
-	m, _ := json.Marshal(imagestore.Manifest{Object: "snapshots/evil/data-1.tar", SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))})
+	m, _ := json.Marshal(map[string]any{"object": "snapshots/evil/data-1.tar", "sha256": hex.EncodeToString(sum[:]), "size": len(data)})
 	must(t, b.Put(ctx, "snapshots/evil/manifest.json", bytes.NewReader(m)))
-	return imagestore.New(b)
+	return imagestore.New(b, testKey)
 }
 
 // TestManifestNamesOtherObject: a manifest naming an object that is not
 // its image's own (another image's, or a path out of a disk bucket) is
-// corrupt, and nothing is read from it.
+// corrupt, and nothing is read from it, even under a good MAC.
 func TestManifestNamesOtherObject(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
 	b := &disk.Bucket{Root: filepath.Join(root, "bucket")}
-	s := imagestore.New(b)
+	s := imagestore.New(b, testKey)
 	m, err := s.Put(ctx, "snapshots/other", image(t, 100))
 	must(t, err)
 	for _, obj := range []string{m.Object, "../outside.tar", "snapshots/evil/data-1/../../other/" + path.Base(m.Object), "snapshots/evil/data-x/y.tar"} {
-		body, _ := json.Marshal(imagestore.Manifest{Object: obj, SHA256: m.SHA256, Size: m.Size})
-		must(t, b.Put(ctx, "snapshots/evil/manifest.json", bytes.NewReader(body)))
+		must(t, s.PutManifest(ctx, "snapshots/evil", imagestore.Manifest{Object: obj, ID: m.ID, Size: m.Size}))
 		dst := filepath.Join(t.TempDir(), "got")
 		if _, err := s.Get(ctx, "snapshots/evil", dst); !errors.Is(err, imagestore.ErrCorrupt) {
 			t.Errorf("Get through a manifest naming %q: %v; want ErrCorrupt", obj, err)
@@ -449,24 +674,53 @@ func (z *zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestEndlessObject: a download stops a byte past the manifest's size,
-// corrupt, rather than reading an endless object on.
+// TestEndlessObject: a download stops at the first chunk that does not
+// open, and never past a byte beyond the manifest's size, rather than
+// reading an endless object on.
 func TestEndlessObject(t *testing.T) {
 	ctx := context.Background()
 	b := &endless{Bucket: &disk.Bucket{Root: t.TempDir()}}
-	m, err := imagestore.New(b.Bucket).Put(ctx, "snapshots/s", image(t, 1000))
+	m, err := imagestore.New(b.Bucket, testKey).Put(ctx, "snapshots/s", image(t, 1000))
 	must(t, err)
 	done := make(chan error, 1)
 	go func() {
-		_, err := imagestore.New(b).Get(ctx, "snapshots/s", filepath.Join(t.TempDir(), "got"))
+		_, err := imagestore.New(b, testKey).Get(ctx, "snapshots/s", filepath.Join(t.TempDir(), "got"))
 		done <- err
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, imagestore.ErrCorrupt) || b.served.Load() > m.Size+1<<20 {
-			t.Fatalf("Get of an endless object: %v after %d bytes; want ErrCorrupt within the manifest's %d", err, b.served.Load(), m.Size)
+		if !errors.Is(err, imagestore.ErrTampered) || b.served.Load() > m.Size+1<<21 {
+			t.Fatalf("Get of an endless object: %v after %d bytes; want ErrTampered within the manifest's %d", err, b.served.Load(), m.Size)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Get of an endless object still reading after 10 s")
+	}
+}
+
+// BenchmarkPutGet256MiB uploads and downloads a 256 MiB image through a
+// disk bucket: the cost of sealing against the copy itself
+// (docs/storage.md#figures).
+func BenchmarkPutGet256MiB(b *testing.B) {
+	ctx := context.Background()
+	src := filepath.Join(b.TempDir(), "img")
+	if err := os.Mkdir(src, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	data := make([]byte, 256<<20)
+	rand.Read(data)
+	if err := os.WriteFile(filepath.Join(src, "pages.img"), data, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	s := imagestore.New(&disk.Bucket{Root: b.TempDir()}, testKey)
+	b.SetBytes(int64(len(data)))
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.Put(ctx, "snapshots/bench", src); err != nil {
+			b.Fatal(err)
+		}
+		dst := filepath.Join(b.TempDir(), fmt.Sprint(i))
+		if _, err := s.Get(ctx, "snapshots/bench", dst); err != nil {
+			b.Fatal(err)
+		}
+		os.RemoveAll(dst)
 	}
 }

@@ -85,6 +85,8 @@ type Metrics struct {
 	addressPool *funcCollector
 	diskFree    *funcCollector
 	descriptors *funcCollector
+
+	imagesRejected *prometheus.CounterVec // reason
 }
 
 // New returns Metrics with every collector registered, plus Go runtime and
@@ -182,7 +184,21 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.imagesRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lizard_images_rejected_total",
+		Help: "Images from the image store that failed their authentication and were not restored (docs/storage.md#sealing), by reason: tampered (a manifest or chunk does not open: altered in the bucket), unsealed (stored before images were sealed), wrong_key (sealed with another key).",
+	}, []string{"reason"})
+	m.reg.MustRegister(m.imagesRejected)
 	return m
+}
+
+// ImageRejected records one image from the image store refused for
+// reason (imagestore.Reason): nothing of it was restored.
+func (m *Metrics) ImageRejected(reason string) {
+	if m == nil {
+		return
+	}
+	m.imagesRejected.WithLabelValues(reason).Inc()
 }
 
 // Handler serves the registry in the Prometheus text format.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/trace"
@@ -40,8 +41,11 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 			// A snapshot another node took: from the image store.
 			dir, release, lost, err := n.fetch(ctx, SnapshotImage(p.SnapshotID))
 			if lost {
-				return store.Sandbox{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
-					Msg: fmt.Sprintf("snapshot %s's image is lost from the image store (missing or corrupt); its node may still hold it", p.SnapshotID)}
+				msg := fmt.Sprintf("snapshot %s's image is lost from the image store (missing or corrupt); its node may still hold it", p.SnapshotID)
+				if imagestore.Reason(err) != "" {
+					msg = fmt.Sprintf("snapshot %s cannot be restored: %s; its node may still hold it", p.SnapshotID, lostWhy(SnapshotImage(p.SnapshotID), err))
+				}
+				return store.Sandbox{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err, Msg: msg}
 			}
 			if err != nil {
 				return store.Sandbox{}, err

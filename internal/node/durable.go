@@ -58,12 +58,16 @@ func (n *Local) RunUploader(ctx context.Context) {
 	}
 	t := time.NewTicker(UploadInterval)
 	defer t.Stop()
-	failing := false
+	failing, resealed := false, false
 	for {
 		// One list of this node's paused sandboxes for both: an image
 		// paused meanwhile is one dropMovedImages finds its row names
 		// this node for.
 		paused, err := n.cfg.Store.ListPaused(ctx, nil)
+		if err == nil && !resealed {
+			err = n.resealUnsealed(ctx, paused)
+			resealed = err == nil
+		}
 		if err == nil {
 			err = n.uploadPending(ctx, paused)
 			if derr := n.dropMovedImages(ctx, paused); derr != nil && ctx.Err() == nil {
@@ -140,6 +144,43 @@ func (n *Local) uploadPending(ctx context.Context, paused []store.Pause) error {
 	return nil
 }
 
+// resealUnsealed uploads again, sealed, the durable images on this node's
+// disk that the store holds unsealed, as a Lizard from before images were
+// sealed stored them, so that another node can restore them
+// (docs/storage.md#images-from-before-sealing). It runs once a start.
+func (n *Local) resealUnsealed(ctx context.Context, paused []store.Pause) error {
+	reseal := func(name, dir string) error {
+		_, err := n.cfg.Images.Stat(ctx, name)
+		if !errors.Is(err, imagestore.ErrUnsealed) {
+			if imagestore.IsLost(err) {
+				err = nil // the uploader's or a resume's to answer
+			}
+			return err
+		}
+		n.log.Info("sealing an image the image store held unsealed", "image", name)
+		return n.upload(ctx, name, dir)
+	}
+	for _, p := range paused {
+		if p.Durable && p.PausedAt != nil && n.local(p.ImageDir) {
+			if err := reseal(PausedImage(p.SandboxID), p.ImageDir); err != nil {
+				return err
+			}
+		}
+	}
+	snaps, err := n.cfg.Store.ListSnapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, sn := range snaps {
+		if sn.Durable && n.local(sn.ImageDir) {
+			if err := reseal(SnapshotImage(sn.ID), sn.ImageDir); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func (n *Local) upload(ctx context.Context, name, dir string) error {
 	begin := time.Now()
 	m, err := n.cfg.Images.Put(ctx, name, dir)
@@ -182,9 +223,12 @@ func regularOnly(dir string) error {
 
 // fetch returns a local directory of image name, which another node made:
 // from the image cache, fetched from the store if the cache lacks it. A
-// corrupt download is fetched once more; an image corrupt or missing in
-// the store is reported lost (lost true), one the store could not serve
-// (away) is ErrUnavailable.
+// download that fails its check is fetched once more (a transfer cut
+// short fails it too); an image that fails it again, or is missing, is
+// reported lost (lost true), one the store could not serve (away) is
+// ErrUnavailable. An image that failed its authentication is counted
+// (lizard_images_rejected_total) and logged: someone may have altered the
+// bucket.
 func (n *Local) fetch(ctx context.Context, name string) (dir string, release func(), lost bool, err error) {
 	if n.cfg.Images == nil {
 		return "", nil, false, &errdefs.Error{Kind: errdefs.ErrUnavailable,
@@ -199,9 +243,14 @@ func (n *Local) fetch(ctx context.Context, name string) (dir string, release fun
 			}
 			return dir, release, false, nil
 		}
-		if errors.Is(err, imagestore.ErrCorrupt) && try == 0 && ctx.Err() == nil {
-			n.log.Warn("an image from the image store failed its checksum; fetching it again", "image", name, "err", err)
+		again := errors.Is(err, imagestore.ErrCorrupt) || imagestore.Reason(err) == "tampered"
+		if again && try == 0 && ctx.Err() == nil {
+			n.log.Warn("an image from the image store failed its check; fetching it again", "image", name, "err", err)
 			continue
+		}
+		if reason := imagestore.Reason(err); reason != "" {
+			n.cfg.Metrics.ImageRejected(reason)
+			n.log.Error("an image from the image store failed its authentication; nothing of it is restored", "image", name, "reason", reason, "err", err)
 		}
 		if imagestore.IsLost(err) {
 			return "", nil, true, err
@@ -209,4 +258,18 @@ func (n *Local) fetch(ctx context.Context, name string) (dir string, release fun
 		return "", nil, false, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 			Msg: fmt.Sprintf("the image store did not serve image %s; retry when it is back", name)}
 	}
+}
+
+// lostWhy says why image name, which fetch reported lost with err, cannot
+// be restored, for the caller and the sandbox's end.
+func lostWhy(name string, err error) string {
+	switch imagestore.Reason(err) {
+	case "unsealed":
+		return fmt.Sprintf("its image %s in the image store was stored unsealed, by a Lizard from before images were sealed, and is refused (docs/storage.md#images-from-before-sealing)", name)
+	case "wrong_key":
+		return fmt.Sprintf("its image %s in the image store was sealed with another key than this node's (docs/storage.md#sealing)", name)
+	case "tampered":
+		return fmt.Sprintf("its image %s in the image store failed its authentication (altered in the bucket); nothing of it was restored", name)
+	}
+	return fmt.Sprintf("its image %s was lost from the image store", name)
 }

@@ -3,6 +3,10 @@ package node_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -19,6 +23,7 @@ import (
 	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/imagestore/disk"
 	"github.com/lizard-build/lizard/internal/imagestore/s3"
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/store"
@@ -45,11 +50,29 @@ var imageBackends = []struct {
 	}},
 }
 
+// imageKey seals the tests' images, the same on every node as the
+// operator's secrets key is; otherImageKey is another cluster's.
+var imageKey, otherImageKey = newImageKey(), newImageKey()
+
+func newImageKey() *imagestore.Key {
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	k, err := imagestore.NewKey(secret)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
 // withImages gives a node the image store over b and a cache of its own
 // in cache.
 func withImages(t *testing.T, b imagestore.Bucket, cache string) func(*node.Config) {
+	return withImagesKey(t, b, cache, imageKey)
+}
+
+func withImagesKey(t *testing.T, b imagestore.Bucket, cache string, key *imagestore.Key) func(*node.Config) {
 	return func(cfg *node.Config) {
-		cfg.Images = imagestore.New(b)
+		cfg.Images = imagestore.New(b, key)
 		c, err := imagestore.NewCache(cfg.Images, cache, 1<<30, nodetest.Discard())
 		if err != nil {
 			t.Fatal(err)
@@ -127,41 +150,177 @@ func TestPauseDurableResumesElsewhere(t *testing.T) {
 	}
 }
 
-// A corrupt image in the store is caught by its checksum: fetched again,
-// then reported lost, the resume failing with a typed error.
-func TestCorruptImageReportedLost(t *testing.T) {
-	for _, be := range imageBackends {
-		t.Run(be.name, func(t *testing.T) {
-			b, _, _ := be.open(t)
-			e := nodetest.New(t, withImages(t, b, t.TempDir()))
-			ctx := context.Background()
-			sb := e.Create(t, nodetest.Plan(60_000))
-			pause(t, e, sb.ID)
-			runUploader(t, e.Node)
-			waitDurable(t, e, sb.ID, 20*time.Second)
-			m, err := e.Config.Images.Stat(ctx, "paused/"+sb.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rc, err := b.Get(ctx, m.Object)
-			if err != nil {
-				t.Fatal(err)
-			}
-			data, _ := io.ReadAll(rc)
-			rc.Close()
+// An image changed in the store is refused before the runtime reads a
+// byte of it: the resume ends the sandbox failed with a typed error naming
+// the image and why, a sandbox.failed event (Stopped, failed), a count in
+// lizard_images_rejected_total, and nothing restored.
+func TestTamperedImageRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		tamper func(t *testing.T, b imagestore.Bucket, image string, m imagestore.Manifest)
+		reason string
+		says   string
+	}{
+		{"flipped byte", func(t *testing.T, b imagestore.Bucket, _ string, m imagestore.Manifest) {
+			data := readObject(t, b, m.Object)
 			data[len(data)/3] ^= 0x55
-			if err := b.Put(ctx, m.Object, bytes.NewReader(data)); err != nil {
+			putObject(t, b, m.Object, data)
+		}, "tampered", "failed its authentication"},
+		{"object rewritten, manifest recomputed", func(t *testing.T, b imagestore.Bucket, image string, m imagestore.Manifest) {
+			// What the red-team did: their own tar, and a manifest of
+			// its SHA-256 as Lizard wrote before images were sealed.
+			tarData := readObject(t, b, m.Object)
+			sum := sha256.Sum256(tarData)
+			body, _ := json.Marshal(map[string]any{"object": m.Object, "sha256": hex.EncodeToString(sum[:]), "size": len(tarData)})
+			putObject(t, b, image+"/manifest.json", body)
+		}, "unsealed", "stored unsealed"},
+		{"sealed with another key", func(t *testing.T, b imagestore.Bucket, image string, _ imagestore.Manifest) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte("attacker's state"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			other := otherNode(t, e, b)
-			_, err = other.node.Resume(ctx, sb.ID, nil)
-			if !errors.Is(err, errdefs.ErrGone) || !strings.Contains(errdefs.Message(err), "lost from the image store") {
-				t.Fatalf("Resume from a corrupt image: %v; want ErrGone saying the image was lost", err)
+			if _, err := imagestore.New(b, otherImageKey).Put(context.Background(), image, dir); err != nil {
+				t.Fatal(err)
 			}
-			if row := e.Row(t, sb.ID); row.Live() || row.State != api.StateFailed {
-				t.Fatalf("after a lost image the sandbox is %s (live %v); want failed", row.State, row.Live())
+		}, "wrong_key", "sealed with another key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, be := range imageBackends {
+				t.Run(be.name, func(t *testing.T) {
+					b, _, _ := be.open(t)
+					e := nodetest.New(t, withImages(t, b, t.TempDir()))
+					ctx := context.Background()
+					sb := e.Create(t, nodetest.Plan(60_000))
+					pause(t, e, sb.ID)
+					runUploader(t, e.Node)
+					waitDurable(t, e, sb.ID, 20*time.Second)
+					image := node.PausedImage(sb.ID)
+					m, err := e.Config.Images.Stat(ctx, image)
+					if err != nil {
+						t.Fatal(err)
+					}
+					tc.tamper(t, b, image, m)
+
+					cfg := e.Config
+					cfg.DataDir = t.TempDir()
+					cfg.Metrics = metrics.New()
+					withImages(t, b, filepath.Join(cfg.DataDir, "image-cache"))(&cfg)
+					other, err := node.New(cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var stops []node.Event
+					other.Subscribe(func(ev node.Event) {
+						if ev.Kind == node.Stopped && ev.SandboxID == sb.ID {
+							stops = append(stops, ev)
+						}
+					})
+					restores := len(e.Runtime.Restores())
+					_, err = other.Resume(ctx, sb.ID, nil)
+					if !errors.Is(err, errdefs.ErrGone) || !errors.Is(err, imagestore.ErrTampered) ||
+						!strings.Contains(errdefs.Message(err), image) || !strings.Contains(errdefs.Message(err), tc.says) {
+						t.Fatalf("Resume from a %s image: %v (%q); want ErrGone, ErrTampered, naming %s and saying %q", tc.name, err, errdefs.Message(err), image, tc.says)
+					}
+					if got := len(e.Runtime.Restores()); got != restores {
+						t.Fatalf("the runtime restored %d images after the refusal; want none", got-restores)
+					}
+					if ents, _ := os.ReadDir(filepath.Join(cfg.DataDir, "image-cache")); len(ents) != 0 {
+						t.Fatalf("the refused image left %v in the cache", ents)
+					}
+					if row := e.Row(t, sb.ID); row.Live() || row.State != api.StateFailed || !strings.Contains(row.EndReason, image) {
+						t.Fatalf("after a refused image the sandbox is %s (%q, live %v); want failed naming the image", row.State, row.EndReason, row.Live())
+					}
+					if len(stops) != 1 || stops[0].State != api.StateFailed || !strings.Contains(stops[0].Reason, tc.says) {
+						t.Fatalf("events %+v; want one Stopped, failed, saying %q", stops, tc.says)
+					}
+					if n := metricsCounter(t, cfg.Metrics, tc.reason); n != 1 {
+						t.Fatalf("lizard_images_rejected_total{reason=%q} = %v, want 1", tc.reason, n)
+					}
+				})
 			}
 		})
+	}
+}
+
+// metricsCounter reads lizard_images_rejected_total{reason} of m.
+func metricsCounter(t *testing.T, m *metrics.Metrics, reason string) float64 {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "lizard_images_rejected_total" {
+			continue
+		}
+		for _, c := range mf.GetMetric() {
+			for _, l := range c.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return c.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// An image a Lizard from before sealing stored is sealed again by the
+// node whose disk holds it when that node starts (its uploader), and
+// then resumes elsewhere.
+func TestUnsealedImageResealed(t *testing.T) {
+	b := &disk.Bucket{Root: t.TempDir()}
+	e := nodetest.New(t, withImages(t, b, t.TempDir()))
+	ctx := context.Background()
+	sb := e.Create(t, nodetest.Plan(60_000))
+	pause(t, e, sb.ID)
+	runUploader(t, e.Node)
+	waitDurable(t, e, sb.ID, 20*time.Second)
+	image := node.PausedImage(sb.ID)
+	m, err := e.Config.Images.Stat(ctx, image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := []byte("a tar from before")
+	sum := sha256.Sum256(old)
+	putObject(t, b, m.Object, old)
+	body, _ := json.Marshal(map[string]any{"object": m.Object, "sha256": hex.EncodeToString(sum[:]), "size": len(old)})
+	putObject(t, b, image+"/manifest.json", body)
+	if _, err := e.Config.Images.Stat(ctx, image); !errors.Is(err, imagestore.ErrUnsealed) {
+		t.Fatalf("Stat of the old image: %v; want ErrUnsealed", err)
+	}
+
+	runUploader(t, e.Node) // as the node's start does
+	deadline := time.Now().Add(20 * time.Second)
+	for _, err := e.Config.Images.Stat(ctx, image); err != nil; _, err = e.Config.Images.Stat(ctx, image) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the unsealed image was not sealed again: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	other := otherNode(t, e, b)
+	if r, err := other.node.Resume(ctx, sb.ID, nil); err != nil || r.State != api.StateRunning {
+		t.Fatalf("Resume elsewhere of the sealed-again image: %s, %v", r.State, err)
+	}
+}
+
+func readObject(t *testing.T, b imagestore.Bucket, key string) []byte {
+	t.Helper()
+	rc, err := b.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func putObject(t *testing.T, b imagestore.Bucket, key string, data []byte) {
+	t.Helper()
+	if err := b.Put(context.Background(), key, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -185,7 +185,7 @@ func (n *Local) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs *i
 		}
 		dir, release, lost, err := n.fetch(ctx, PausedImage(sb.ID))
 		if lost {
-			return n.failResume(ctx, n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID), sb, "", "its image was lost from the image store", err)
+			return n.failResume(ctx, n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID), sb, "", lostWhy(PausedImage(sb.ID), err), err)
 		}
 		if err != nil {
 			return sb, err

@@ -99,9 +99,12 @@ func (s *Shared) Build(ctx context.Context, projectID string, r api.TemplateReci
 	if err != nil || s.Images == nil {
 		return res, err
 	}
+	// A build the store holds but that does not open with this node's
+	// key (stored unsealed by an older Lizard, or altered) is published
+	// again over it.
 	if _, err := s.Images.Stat(ctx, ImageName(key)); err == nil {
 		return res, nil
-	} else if !errors.Is(err, imagestore.ErrNotFound) {
+	} else if !errors.Is(err, imagestore.ErrNotFound) && !errors.Is(err, imagestore.ErrTampered) {
 		return Result{}, storeAway(err)
 	}
 	emit(api.TemplateBuildEvent{Type: api.BuildEventLog, Text: "publishing the build to the image store"})
@@ -148,8 +151,8 @@ func (s *Shared) Artifact(ctx context.Context, ref string) (sandbox.Artifact, er
 		if err == nil {
 			break
 		}
-		if errors.Is(err, imagestore.ErrCorrupt) && try == 0 && ctx.Err() == nil {
-			s.Log.Warn("a template build from the image store failed its checksum; fetching it again", "key", key, "err", err)
+		if (errors.Is(err, imagestore.ErrCorrupt) || imagestore.Reason(err) == "tampered") && try == 0 && ctx.Err() == nil {
+			s.Log.Warn("a template build from the image store failed its check; fetching it again", "key", key, "err", err)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -157,7 +160,7 @@ func (s *Shared) Artifact(ctx context.Context, ref string) (sandbox.Artifact, er
 		}
 		if imagestore.IsLost(err) {
 			return a, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
-				Msg: fmt.Sprintf("template %q is lost from the image store (missing or corrupt): build it again (POST /v1/templates)", name)}
+				Msg: fmt.Sprintf("template %q is lost from the image store (missing, corrupt, or failing its authentication): build it again (POST /v1/templates)", name)}
 		}
 		return a, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 			Msg: fmt.Sprintf("the image store did not serve template %q; retry when it is back", name)}

@@ -2,6 +2,7 @@ package recipe
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -74,7 +75,7 @@ func TestExportApply(t *testing.T) {
 		t.Errorf("deleted = %q; want %q", got, want)
 	}
 
-	st := imagestore.New(&disk.Bucket{Root: filepath.Join(tmp, "store")})
+	st := imagestore.New(&disk.Bucket{Root: filepath.Join(tmp, "store")}, testImageKey(t))
 	ctx := context.Background()
 	if _, err := st.Put(ctx, ImageName("k"), exported); err != nil {
 		t.Fatal(err)
@@ -253,4 +254,15 @@ func TestSweepUnused(t *testing.T) {
 			t.Errorf("build %s kept %v (%v); want %v", k, got, err, kept)
 		}
 	}
+}
+
+// testImageKey is an image store key for a test.
+func testImageKey(t *testing.T) *imagestore.Key {
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	k, err := imagestore.NewKey(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

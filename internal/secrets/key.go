@@ -3,6 +3,7 @@ package secrets
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -31,6 +32,7 @@ const KeyEnv = "LIZARD_SECRETS_KEY"
 type Key struct {
 	aead cipher.AEAD
 	id   string
+	raw  []byte // for Derive
 }
 
 // ParseKey reads a key's text form.
@@ -50,11 +52,23 @@ func ParseKey(text string) (*Key, error) {
 	// The ID tells keys apart (a value sealed with another key is named
 	// so, not reported as corrupt) and says nothing of the key.
 	sum := sha256.Sum256(append([]byte("lizard secrets key id\x00"), b...))
-	return &Key{aead: aead, id: hex.EncodeToString(sum[:8])}, nil
+	return &Key{aead: aead, id: hex.EncodeToString(sum[:8]), raw: b}, nil
 }
 
 // ID names the key without revealing it.
 func (k *Key) ID() string { return k.id }
+
+// Derive returns 32 bytes for purpose derived from the key (HKDF-SHA256):
+// another use of the operator's key (the image store's, docs/storage.md)
+// gets a key of its own, so that every process that has this one has
+// that one too, and neither use's output tells anything of the other's.
+func (k *Key) Derive(purpose string) []byte {
+	b, err := hkdf.Key(sha256.New, k.raw, nil, "lizard "+purpose, 32)
+	if err != nil {
+		panic(err) // only for a length SHA-256 cannot give
+	}
+	return b
+}
 
 // LoadKey reads the key file at path.
 func LoadKey(path string) (*Key, error) {
