@@ -19,9 +19,9 @@ import (
 )
 
 // resolve turns an API path into an absolute one: relative paths are
-// relative to the user's home. Any absolute path is allowed: the sandbox,
-// not the agent, is the boundary.
-func (a *Agent) resolve(p string) (string, error) {
+// relative to home (the acting user's). Any absolute path is allowed: the
+// sandbox, not the agent, is the boundary, and the call acts as its user.
+func resolve(p, home string) (string, error) {
 	if p == "" {
 		return "", errors.New("must not be empty")
 	}
@@ -29,19 +29,27 @@ func (a *Agent) resolve(p string) (string, error) {
 		return "", errors.New("contains a NUL byte")
 	}
 	if !filepath.IsAbs(p) {
-		p = filepath.Join(a.user.home, p)
+		p = filepath.Join(home, p)
 	}
 	return filepath.Clean(p), nil
 }
 
-// pathParam resolves the path query parameter, answering 400 itself.
-func (a *Agent) pathParam(w http.ResponseWriter, r *http.Request) (string, bool) {
-	p, err := a.resolve(r.URL.Query().Get("path"))
+// resolve is resolve relative to the sandbox user's home.
+func (a *Agent) resolve(p string) (string, error) { return resolve(p, a.user.home) }
+
+// fileCall resolves a file call's user and path query parameters,
+// answering 400 itself.
+func (a *Agent) fileCall(w http.ResponseWriter, r *http.Request) (fsUser, string, bool) {
+	u, ok := a.fileUser(w, r)
+	if !ok {
+		return u, "", false
+	}
+	p, err := resolve(r.URL.Query().Get("path"), u.home)
 	if err != nil {
 		invalid(w, "path", "%v", err)
-		return "", false
+		return u, "", false
 	}
-	return p, true
+	return u, p, true
 }
 
 // fileError answers for a failed file operation on p.
@@ -59,6 +67,22 @@ func fileError(w http.ResponseWriter, p string, err error) {
 		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "the sandbox's disk is full (its diskMb limit): %v", err)
 	default:
 		writeError(w, http.StatusInternalServerError, api.CodeInternal, "%v", err)
+	}
+}
+
+// fileError is fileError for a call acting as u: a refusal by the
+// kernel's permission checks names the user and how to act as root.
+func (u fsUser) fileError(w http.ResponseWriter, p string, err error) {
+	var pe *os.PathError
+	switch {
+	case errors.As(err, &pe) && pe.Op == "write" && errors.Is(err, syscall.EISDIR):
+		invalid(w, "path", "%s is a directory", p)
+	case errors.As(err, &pe) && pe.Op == "list" && errors.Is(err, syscall.ENOTDIR):
+		invalid(w, "path", "%s is not a directory", p)
+	case errors.Is(err, fs.ErrPermission) && u.cred != nil:
+		invalid(w, "path", "%v: the call acts as %q (its user parameter), who may not do this; pass user \"root\" to act as root", err, u.name)
+	default:
+		fileError(w, p, err)
 	}
 }
 
@@ -173,21 +197,26 @@ func (n *idNames) lookup(m *map[uint32]string, id uint32, find func(string) (str
 }
 
 func (a *Agent) readFile(w http.ResponseWriter, r *http.Request) {
-	p, ok := a.pathParam(w, r)
+	u, p, ok := a.fileCall(w, r)
 	if !ok {
 		return
 	}
-	f, err := os.Open(p)
+	var f *os.File
+	var fi fs.FileInfo
+	err := u.do(func() (err error) {
+		if f, err = os.Open(p); err != nil {
+			return err
+		}
+		if fi, err = f.Stat(); err != nil {
+			f.Close()
+		}
+		return err
+	})
 	if err != nil {
-		fileError(w, p, err)
+		u.fileError(w, p, err)
 		return
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		fileError(w, p, err)
-		return
-	}
 	if fi.IsDir() {
 		invalid(w, "path", "%s is a directory", p)
 		return
@@ -197,7 +226,8 @@ func (a *Agent) readFile(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
 	}
 	w.WriteHeader(http.StatusOK)
-	// Stream: files may be far larger than the agent should hold.
+	// Stream: files may be far larger than the agent should hold. The file
+	// is open, so this needs no credentials: it runs on any thread.
 	if _, err := copyFile(w, f); err != nil && r.Context().Err() == nil {
 		a.log.Warn("sending file", "path", p, "err", err)
 	}
@@ -240,39 +270,45 @@ func copyFile(dst io.Writer, src io.Reader) (int64, error) {
 }
 
 // writeFile streams the body into a temporary file beside the target and
-// renames it into place, so readers never see half a file.
+// renames it into place, so readers never see half a file. The temporary
+// file is made, and renamed, as the call's user, who thus owns what it
+// wrote; the body is copied into it on the handler's goroutine.
 func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
-	p, ok := a.pathParam(w, r)
+	u, p, ok := a.fileCall(w, r)
 	if !ok {
 		return
 	}
-	// Writing through a symlink updates its target, as open(2) would.
-	if real, err := filepath.EvalSymlinks(p); err == nil {
-		p = real
-	}
+	var tmp *os.File
 	mode := fs.FileMode(0o644)
-	if fi, err := os.Stat(p); err == nil {
-		if fi.IsDir() {
-			invalid(w, "path", "%s is a directory", p)
-			return
+	err := u.do(func() error {
+		// Writing through a symlink updates its target, as open(2) would.
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
 		}
-		mode = fi.Mode().Perm()
-	}
-	dir := filepath.Dir(p)
-	if err := a.user.mkdirAll(dir, 0o755); err != nil {
-		fileError(w, dir, err)
-		return
-	}
-	tmp, err := os.CreateTemp(dir, ".lizard-upload-*")
+		if fi, err := os.Stat(p); err == nil {
+			if fi.IsDir() {
+				return &os.PathError{Op: "write", Path: p, Err: syscall.EISDIR}
+			}
+			mode = fi.Mode().Perm()
+		}
+		dir := filepath.Dir(p)
+		if err := mkdirAll(dir); err != nil {
+			return err
+		}
+		var err error
+		tmp, err = os.CreateTemp(dir, ".lizard-upload-*")
+		return err
+	})
 	if err != nil {
-		fileError(w, dir, err)
+		u.fileError(w, p, err)
 		return
 	}
 	committed := false
 	defer func() {
 		if !committed {
 			tmp.Close()
-			os.Remove(tmp.Name())
+			// As the user who made it, in the directory it could write.
+			_ = u.do(func() error { return os.Remove(tmp.Name()) })
 		}
 	}()
 	body := http.MaxBytesReader(w, r.Body, a.cfg.MaxFileBytes)
@@ -283,35 +319,44 @@ func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "file is larger than %d bytes", tooBig.Limit)
 		case r.Context().Err() != nil:
 		default:
-			fileError(w, p, fmt.Errorf("writing %s: %w", p, err))
+			u.fileError(w, p, fmt.Errorf("writing %s: %w", p, err))
 		}
 		return
 	}
-	err = tmp.Chmod(mode)
-	if err == nil {
-		err = a.user.chown(tmp.Name())
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), p)
-	}
+	var fi fs.FileInfo
+	err = u.do(func() error {
+		err := tmp.Chmod(mode)
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), p)
+		}
+		if err != nil {
+			return err
+		}
+		committed = true
+		fi, err = os.Lstat(p)
+		return err
+	})
 	if err != nil {
-		fileError(w, p, err)
-		return
-	}
-	committed = true
-	fi, err := os.Lstat(p)
-	if err != nil {
-		fileError(w, p, err)
+		u.fileError(w, p, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, entryInfo(p, fi, new(idNames)))
 }
 
+// mkdirAll is os.MkdirAll run as the call's user: what it makes is theirs.
+func mkdirAll(dir string) error {
+	fi, err := os.Stat(dir)
+	if err == nil && !fi.IsDir() {
+		return &os.PathError{Op: "mkdir", Path: dir, Err: syscall.ENOTDIR}
+	}
+	return os.MkdirAll(dir, 0o755)
+}
+
 func (a *Agent) removeFile(w http.ResponseWriter, r *http.Request) {
-	p, ok := a.pathParam(w, r)
+	u, p, ok := a.fileCall(w, r)
 	if !ok {
 		return
 	}
@@ -319,87 +364,107 @@ func (a *Agent) removeFile(w http.ResponseWriter, r *http.Request) {
 		invalid(w, "path", "refusing to remove /")
 		return
 	}
-	if _, err := os.Lstat(p); err != nil {
-		fileError(w, p, err)
-		return
-	}
-	if err := os.RemoveAll(p); err != nil {
-		fileError(w, p, err)
+	err := u.do(func() error {
+		if _, err := os.Lstat(p); err != nil {
+			return err
+		}
+		return os.RemoveAll(p)
+	})
+	if err != nil {
+		u.fileError(w, p, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (a *Agent) listDir(w http.ResponseWriter, r *http.Request) {
-	p, ok := a.pathParam(w, r)
+	u, p, ok := a.fileCall(w, r)
 	if !ok {
 		return
 	}
-	fi, err := os.Stat(p)
-	if err != nil {
-		fileError(w, p, err)
-		return
-	}
-	if !fi.IsDir() {
-		invalid(w, "path", "%s is not a directory", p)
-		return
-	}
-	entries, err := os.ReadDir(p) // sorted by name
-	if err != nil {
-		fileError(w, p, err)
-		return
-	}
-	list := api.EntryList{Entries: make([]api.EntryInfo, 0, len(entries))}
-	names := new(idNames)
-	for _, e := range entries {
-		info, err := e.Info()
+	var list api.EntryList
+	err := u.do(func() error {
+		fi, err := os.Stat(p)
 		if err != nil {
-			continue // removed while listing
+			return err
 		}
-		list.Entries = append(list.Entries, entryInfo(filepath.Join(p, e.Name()), info, names))
+		if !fi.IsDir() {
+			return &os.PathError{Op: "list", Path: p, Err: syscall.ENOTDIR}
+		}
+		entries, err := os.ReadDir(p) // sorted by name
+		if err != nil {
+			return err
+		}
+		list.Entries = make([]api.EntryInfo, 0, len(entries))
+		names := new(idNames)
+		for _, e := range entries {
+			info, err := e.Info()
+			if err != nil {
+				continue // removed while listing
+			}
+			list.Entries = append(list.Entries, entryInfo(filepath.Join(p, e.Name()), info, names))
+		}
+		return nil
+	})
+	if err != nil {
+		u.fileError(w, p, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, list)
 }
 
 func (a *Agent) statFile(w http.ResponseWriter, r *http.Request) {
-	p, ok := a.pathParam(w, r)
+	u, p, ok := a.fileCall(w, r)
 	if !ok {
 		return
 	}
-	fi, err := os.Lstat(p)
+	var info api.EntryInfo
+	err := u.do(func() error {
+		fi, err := os.Lstat(p)
+		if err == nil {
+			info = entryInfo(p, fi, new(idNames))
+		}
+		return err
+	})
 	if err != nil {
-		fileError(w, p, err)
+		u.fileError(w, p, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, entryInfo(p, fi, new(idNames)))
+	writeJSON(w, http.StatusOK, info)
 }
 
 func (a *Agent) mkdir(w http.ResponseWriter, r *http.Request) {
-	p, ok := a.pathParam(w, r)
+	u, p, ok := a.fileCall(w, r)
 	if !ok {
 		return
 	}
-	if err := a.user.mkdirAll(p, 0o755); err != nil {
-		fileError(w, p, err)
-		return
-	}
-	fi, err := os.Stat(p)
+	var info api.EntryInfo
+	err := u.do(func() error {
+		if err := mkdirAll(p); err != nil {
+			return err
+		}
+		fi, err := os.Stat(p)
+		if err == nil {
+			info = entryInfo(p, fi, new(idNames))
+		}
+		return err
+	})
 	if err != nil {
-		fileError(w, p, err)
+		u.fileError(w, p, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, entryInfo(p, fi, new(idNames)))
+	writeJSON(w, http.StatusOK, info)
 }
 
-// rename moves path to to, as rename(2) does: a file at to is replaced,
-// an empty directory too; to's directory must exist. It answers the entry
-// at its new place.
+// rename moves path to to, as rename(2): a file at to is replaced, an empty
+// directory too; to's directory must exist. It answers the entry at its
+// new place.
 func (a *Agent) rename(w http.ResponseWriter, r *http.Request) {
-	from, ok := a.pathParam(w, r)
+	u, from, ok := a.fileCall(w, r)
 	if !ok {
 		return
 	}
-	to, err := a.resolve(r.URL.Query().Get("to"))
+	to, err := resolve(r.URL.Query().Get("to"), u.home)
 	if err != nil {
 		invalid(w, "to", "%v", err)
 		return
@@ -408,25 +473,31 @@ func (a *Agent) rename(w http.ResponseWriter, r *http.Request) {
 		invalid(w, "path", "refusing to rename /")
 		return
 	}
-	if _, err := os.Lstat(from); err != nil {
-		fileError(w, from, err)
-		return
-	}
-	if err := os.Rename(from, to); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			// from was there a moment ago: to's directory is missing.
-			writeError(w, http.StatusNotFound, api.CodeNotFound, "%s does not exist", filepath.Dir(to))
-			return
+	var info api.EntryInfo
+	failed := from
+	err = u.do(func() error {
+		if _, err := os.Lstat(from); err != nil {
+			return err
 		}
-		fileError(w, to, err)
-		return
-	}
-	fi, err := os.Lstat(to)
+		failed = to
+		if err := os.Rename(from, to); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				// from was there a moment ago: to's directory is missing.
+				failed = filepath.Dir(to)
+			}
+			return err
+		}
+		fi, err := os.Lstat(to)
+		if err == nil {
+			info = entryInfo(to, fi, new(idNames))
+		}
+		return err
+	})
 	if err != nil {
-		fileError(w, to, err)
+		u.fileError(w, failed, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, entryInfo(to, fi, new(idNames)))
+	writeJSON(w, http.StatusOK, info)
 }
 
 // disk answers statfs of the sandbox's root: under gVisor its overlay's

@@ -262,9 +262,11 @@ func (w *watcher) read(buf []byte, emit func(api.FileEvent)) bool {
 // watch streams the changes under a directory as NDJSON FileEvents until
 // the client goes away or the directory does. The response's headers go
 // out once the watch is in place: a client that has them sees every
-// change made after.
+// change made after. The whole watch runs as the call's user, on a thread
+// of its own (fsuser.go): every directory it adds, then and as they are
+// made, is one that user may read.
 func (a *Agent) watch(w http.ResponseWriter, r *http.Request) {
-	p, ok := a.pathParam(w, r)
+	u, p, ok := a.fileCall(w, r)
 	if !ok {
 		return
 	}
@@ -277,9 +279,15 @@ func (a *Agent) watch(w http.ResponseWriter, r *http.Request) {
 		}
 		recursive = b
 	}
+	if err := u.do(func() error { a.watchAs(w, r, u, p, recursive); return nil }); err != nil {
+		u.fileError(w, p, err)
+	}
+}
+
+func (a *Agent) watchAs(w http.ResponseWriter, r *http.Request, u fsUser, p string, recursive bool) {
 	fi, err := os.Stat(p)
 	if err != nil {
-		fileError(w, p, err)
+		u.fileError(w, p, err)
 		return
 	}
 	if !fi.IsDir() {
@@ -297,7 +305,7 @@ func (a *Agent) watch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		fileError(w, p, err)
+		u.fileError(w, p, err)
 		return
 	}
 	defer wt.close()

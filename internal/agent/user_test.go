@@ -5,7 +5,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -175,4 +178,148 @@ func TestCanEnter(t *testing.T) {
 	if err := root.canEnter(private); err != nil {
 		t.Errorf("root canEnter(%s) = %v, want nil", private, err)
 	}
+}
+
+// TestFilesActAsUser: run by root, the agent acts on files as the user a
+// call names — the sandbox user by default, root when asked — for every
+// file call, so a file call cannot do what the user could not (issue 33:
+// an upload wrote under /etc and gave the file to the user). Nothing of
+// the user's credentials is left on the agent's own threads.
+func TestFilesActAsUser(t *testing.T) {
+	testenv.RequiresRoot(t)
+	const name, uid = "nobody", 65534
+	root := t.TempDir()
+	for _, d := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	home := filepath.Join(root, "home", name)
+	ta := newTestAgent(t, func(c *Config) {
+		c.User = name
+		c.Home = home
+	})
+	// etc stands for /etc: root's, others may read it; private for a 0700 directory.
+	etc, private := filepath.Join(root, "etc"), filepath.Join(root, "private")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(private, "secret"), []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(etc, "passwd"), []byte("root:x:0:0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	owner := func(p string) int {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(fi.Sys().(*syscall.Stat_t).Uid)
+	}
+	q := func(p string, more ...string) string {
+		s := "path=" + p
+		for i := 0; i+1 < len(more); i += 2 {
+			s += "&" + more[i] + "=" + more[i+1]
+		}
+		return s
+	}
+	denied := []struct {
+		name, method, path string
+		body               any
+	}{
+		{"write", "PUT", "/files?" + q(etc+"/x"), "owned"},
+		{"write over", "PUT", "/files?" + q(etc+"/passwd"), "owned"},
+		{"write below", "PUT", "/files?" + q(etc+"/new/x"), "owned"},
+		{"read", "GET", "/files?" + q(private+"/secret"), nil},
+		{"list", "GET", "/files/list?" + q(private), nil},
+		{"stat", "GET", "/files/stat?" + q(private+"/secret"), nil},
+		{"mkdir", "POST", "/files/mkdir?" + q(etc+"/d"), nil},
+		{"rename", "POST", "/files/rename?" + q(etc+"/passwd", "to", home+"/passwd"), nil},
+		{"rename into", "POST", "/files/rename?" + q(home, "to", etc+"/home"), nil},
+		{"watch", "GET", "/files/watch?" + q(private), nil},
+		{"remove", "DELETE", "/files?" + q(etc+"/passwd"), nil},
+	}
+	for _, tt := range denied {
+		t.Run("user/"+tt.name, func(t *testing.T) {
+			status, body := ta.do(t, tt.method, tt.path, tt.body)
+			if status != http.StatusBadRequest || !strings.Contains(string(body), "permission denied") || !strings.Contains(string(body), `\"root\"`) {
+				t.Errorf("%s %s as the sandbox user: %d %s; want 400 saying permission denied and how to ask for root", tt.method, tt.path, status, body)
+			}
+		})
+	}
+	if b, _ := os.ReadFile(filepath.Join(etc, "passwd")); string(b) != "root:x:0:0" {
+		t.Errorf("etc/passwd is %q after the refused calls, want it unchanged", b)
+	}
+	if ents, _ := os.ReadDir(etc); len(ents) != 1 {
+		t.Errorf("etc holds %v after the refused calls, want passwd alone (no temporary file)", ents)
+	}
+	for _, tt := range denied {
+		t.Run("root/"+tt.name, func(t *testing.T) {
+			if tt.name == "watch" {
+				resp := ta.send(t, t.Context(), tt.method, tt.path+"&user=root", nil)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("watch as root: %d, want 200", resp.StatusCode)
+				}
+				return
+			}
+			status, body := ta.do(t, tt.method, tt.path+"&user=root", tt.body)
+			if status/100 != 2 {
+				t.Errorf("%s %s as root: %d %s; want it done", tt.method, tt.path, status, body)
+			}
+			if tt.name == "rename" {
+				// Put it back for "rename into" and the checks below.
+				ta.do(t, "POST", "/files/rename?"+q(home+"/passwd", "to", etc+"/passwd", "user", "root"), nil)
+			}
+		})
+	}
+	if _, err := os.Lstat(etc + "/passwd"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("etc/passwd after a remove as root: %v, want it gone", err)
+	}
+	if got := owner(etc + "/x"); got != 0 {
+		t.Errorf("a file written as root is owned by %d, want 0", got)
+	}
+	ta.json(t, "PUT", "/files?path=mine/f.txt", "mine", nil, http.StatusOK)
+	for _, p := range []string{"mine", "mine/f.txt"} {
+		if got := owner(filepath.Join(home, p)); got != uid {
+			t.Errorf("%s written as the sandbox user is owned by %d, want %d", p, got, uid)
+		}
+	}
+	ta.json(t, "PUT", "/files?path=mine/f.txt&user="+name, "again", nil, http.StatusOK)
+	if status, body := ta.do(t, "GET", "/files/stat?path=x&user=mallory", nil); status != http.StatusBadRequest || !strings.Contains(string(body), "user") {
+		t.Errorf("an unknown user: %d %s; want 400 naming user", status, body)
+	}
+
+	// The agent's own threads stay root: calls as the user in parallel,
+	// then files made by many goroutines at once are all root's.
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ta.do(t, "PUT", "/files?path=par/"+strconv.Itoa(i), "x")
+			ta.do(t, "GET", "/files/list?path=par", nil)
+		}()
+	}
+	wg.Wait()
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.Gosched()
+			p := filepath.Join(root, "agent-"+strconv.Itoa(i))
+			if err := os.WriteFile(p, nil, 0o600); err != nil {
+				t.Errorf("the agent's own write: %v", err)
+				return
+			}
+			if got := owner(p); got != 0 {
+				t.Errorf("a file the agent made is owned by %d, want 0: a thread kept a file call's user", got)
+			}
+		}()
+	}
+	wg.Wait()
 }
