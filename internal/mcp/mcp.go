@@ -32,9 +32,9 @@ type API interface {
 	Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error)
 	Execute(ctx context.Context, id string, req api.ExecuteRequest, onEvent func(api.ExecuteEvent)) (*client.Execution, error)
 	Exec(ctx context.Context, id string, req api.ProcessRequest, onEvent func(api.ProcessEvent)) (*client.ProcessResult, error)
-	ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error)
-	WriteFile(ctx context.Context, id, path string, r io.Reader) (*api.EntryInfo, error)
-	ListDir(ctx context.Context, id, path string) ([]api.EntryInfo, error)
+	ReadFile(ctx context.Context, id, path string, opts ...client.FileOption) (io.ReadCloser, error)
+	WriteFile(ctx context.Context, id, path string, r io.Reader, opts ...client.FileOption) (*api.EntryInfo, error)
+	ListDir(ctx context.Context, id, path string, opts ...client.FileOption) ([]api.EntryInfo, error)
 }
 
 // maxReadBytes bounds what read_file hands a model: more would flood its

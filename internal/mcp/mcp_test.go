@@ -63,17 +63,17 @@ func (f *fake) Execute(ctx context.Context, id string, req api.ExecuteRequest, o
 func (f *fake) Exec(_ context.Context, id string, req api.ProcessRequest, _ func(api.ProcessEvent)) (*client.ProcessResult, error) {
 	return f.exec(id, req)
 }
-func (f *fake) ReadFile(_ context.Context, id, path string) (io.ReadCloser, error) {
+func (f *fake) ReadFile(_ context.Context, id, path string, _ ...client.FileOption) (io.ReadCloser, error) {
 	return f.read(id, path)
 }
-func (f *fake) WriteFile(_ context.Context, id, path string, r io.Reader) (*api.EntryInfo, error) {
+func (f *fake) WriteFile(_ context.Context, id, path string, r io.Reader, _ ...client.FileOption) (*api.EntryInfo, error) {
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return nil, err
 	}
 	return f.write(id, path, string(b))
 }
-func (f *fake) ListDir(_ context.Context, id, path string) ([]api.EntryInfo, error) {
+func (f *fake) ListDir(_ context.Context, id, path string, _ ...client.FileOption) ([]api.EntryInfo, error) {
 	return f.listDir(id, path)
 }
 

@@ -31,15 +31,17 @@ type Agent interface {
 	Signal(ctx context.Context, pid int, signal string) error
 	Resize(ctx context.Context, pid int, size api.PtySize) error
 
-	Stat(ctx context.Context, path string) (api.EntryInfo, error)
-	List(ctx context.Context, path string) ([]api.EntryInfo, error)
-	MakeDir(ctx context.Context, path string) (api.EntryInfo, error)
-	Rename(ctx context.Context, from, to string) (api.EntryInfo, error)
-	Remove(ctx context.Context, path string) error
+	// The file calls act as user: "" the sandbox user, or "root" (the
+	// agent's user parameter, docs/files.md).
+	Stat(ctx context.Context, user, path string) (api.EntryInfo, error)
+	List(ctx context.Context, user, path string) ([]api.EntryInfo, error)
+	MakeDir(ctx context.Context, user, path string) (api.EntryInfo, error)
+	Rename(ctx context.Context, user, from, to string) (api.EntryInfo, error)
+	Remove(ctx context.Context, user, path string) error
 	// Watch returns once the watch is in place.
-	Watch(ctx context.Context, path string, recursive bool) (Stream[api.FileEvent], error)
-	ReadFile(ctx context.Context, path string) (io.ReadCloser, error)
-	WriteFile(ctx context.Context, path string, body io.Reader) (api.EntryInfo, error)
+	Watch(ctx context.Context, user, path string, recursive bool) (Stream[api.FileEvent], error)
+	ReadFile(ctx context.Context, user, path string) (io.ReadCloser, error)
+	WriteFile(ctx context.Context, user, path string, body io.Reader) (api.EntryInfo, error)
 }
 
 // Stream is a sequence of events read from the agent. Next returns io.EOF
@@ -192,52 +194,66 @@ func (a *httpAgent) Resize(ctx context.Context, pid int, size api.PtySize) error
 	return a.call(ctx, http.MethodPost, pidPath(pid, "/resize"), nil, size, nil)
 }
 
-func pathQuery(p string) url.Values { return url.Values{"path": {p}} }
+// fileQuery is a file call's query: its path, and its user unless the
+// sandbox user (the agent's default).
+func fileQuery(user, p string) url.Values {
+	q := url.Values{"path": {p}}
+	if user != "" {
+		q.Set("user", user)
+	}
+	return q
+}
 
-func (a *httpAgent) Stat(ctx context.Context, path string) (api.EntryInfo, error) {
+func withTo(q url.Values, to string) url.Values {
+	q.Set("to", to)
+	return q
+}
+
+func (a *httpAgent) Stat(ctx context.Context, user, path string) (api.EntryInfo, error) {
 	var e api.EntryInfo
-	err := a.call(ctx, http.MethodGet, "/files/stat", pathQuery(path), nil, &e)
+	err := a.call(ctx, http.MethodGet, "/files/stat", fileQuery(user, path), nil, &e)
 	return e, err
 }
 
-func (a *httpAgent) List(ctx context.Context, path string) ([]api.EntryInfo, error) {
+func (a *httpAgent) List(ctx context.Context, user, path string) ([]api.EntryInfo, error) {
 	var l api.EntryList
-	err := a.call(ctx, http.MethodGet, "/files/list", pathQuery(path), nil, &l)
+	err := a.call(ctx, http.MethodGet, "/files/list", fileQuery(user, path), nil, &l)
 	return l.Entries, err
 }
 
-func (a *httpAgent) MakeDir(ctx context.Context, path string) (api.EntryInfo, error) {
+func (a *httpAgent) MakeDir(ctx context.Context, user, path string) (api.EntryInfo, error) {
 	var e api.EntryInfo
-	err := a.call(ctx, http.MethodPost, "/files/mkdir", pathQuery(path), nil, &e)
+	err := a.call(ctx, http.MethodPost, "/files/mkdir", fileQuery(user, path), nil, &e)
 	return e, err
 }
 
-func (a *httpAgent) Rename(ctx context.Context, from, to string) (api.EntryInfo, error) {
+func (a *httpAgent) Rename(ctx context.Context, user, from, to string) (api.EntryInfo, error) {
 	var e api.EntryInfo
-	err := a.call(ctx, http.MethodPost, "/files/rename", url.Values{"path": {from}, "to": {to}}, nil, &e)
+	err := a.call(ctx, http.MethodPost, "/files/rename", withTo(fileQuery(user, from), to), nil, &e)
 	return e, err
 }
 
-func (a *httpAgent) Remove(ctx context.Context, path string) error {
-	return a.call(ctx, http.MethodDelete, "/files", pathQuery(path), nil, nil)
+func (a *httpAgent) Remove(ctx context.Context, user, path string) error {
+	return a.call(ctx, http.MethodDelete, "/files", fileQuery(user, path), nil, nil)
 }
 
-func (a *httpAgent) Watch(ctx context.Context, path string, recursive bool) (Stream[api.FileEvent], error) {
-	q := url.Values{"path": {path}, "recursive": {strconv.FormatBool(recursive)}}
+func (a *httpAgent) Watch(ctx context.Context, user, path string, recursive bool) (Stream[api.FileEvent], error) {
+	q := fileQuery(user, path)
+	q.Set("recursive", strconv.FormatBool(recursive))
 	return openStream[api.FileEvent](ctx, a, "/files/watch", q)
 }
 
-func (a *httpAgent) ReadFile(ctx context.Context, path string) (io.ReadCloser, error) {
-	resp, err := a.do(ctx, http.MethodGet, "/files", pathQuery(path), "", nil)
+func (a *httpAgent) ReadFile(ctx context.Context, user, path string) (io.ReadCloser, error) {
+	resp, err := a.do(ctx, http.MethodGet, "/files", fileQuery(user, path), "", nil)
 	if err != nil {
 		return nil, err
 	}
 	return resp.Body, nil
 }
 
-func (a *httpAgent) WriteFile(ctx context.Context, path string, body io.Reader) (api.EntryInfo, error) {
+func (a *httpAgent) WriteFile(ctx context.Context, user, path string, body io.Reader) (api.EntryInfo, error) {
 	var e api.EntryInfo
-	resp, err := a.do(ctx, http.MethodPut, "/files", pathQuery(path), "application/octet-stream", body)
+	resp, err := a.do(ctx, http.MethodPut, "/files", fileQuery(user, path), "application/octet-stream", body)
 	if err != nil {
 		return e, err
 	}

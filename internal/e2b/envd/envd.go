@@ -217,6 +217,18 @@ func user(h http.Header) string {
 	return name
 }
 
+// fileUser is the Lizard user of an HTTP /files call: its ?username=
+// (E2B's SDKs send it, and a signed URL signs it), else its basic auth's.
+func fileUser(r *http.Request) string {
+	if name := r.URL.Query().Get("username"); name != "" {
+		if name == "user" {
+			return ""
+		}
+		return name
+	}
+	return user(r.Header)
+}
+
 func basicUser(v string) string {
 	enc, ok := strings.CutPrefix(v, "Basic ")
 	if !ok {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -48,6 +49,16 @@ type fakeAgent struct {
 	watch         func(ctx context.Context, path string, recursive bool) (Stream[api.FileEvent], error)
 	readFile      func(path string) (io.ReadCloser, error)
 	writeFile     func(path string, body []byte) (api.EntryInfo, error)
+
+	mu    sync.Mutex
+	users []string // the user each file call named, in order
+}
+
+// as records a file call's user.
+func (a *fakeAgent) as(user string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.users = append(a.users, user)
 }
 
 func must[F any](t *testing.T, f F, name string) F {
@@ -79,28 +90,36 @@ func (a *fakeAgent) Signal(_ context.Context, pid int, s string) error {
 func (a *fakeAgent) Resize(_ context.Context, pid int, s api.PtySize) error {
 	return must(a.t, a.resize, "Resize")(pid, s)
 }
-func (a *fakeAgent) Stat(_ context.Context, p string) (api.EntryInfo, error) {
+func (a *fakeAgent) Stat(_ context.Context, u, p string) (api.EntryInfo, error) {
+	a.as(u)
 	return must(a.t, a.stat, "Stat")(p)
 }
-func (a *fakeAgent) List(_ context.Context, p string) ([]api.EntryInfo, error) {
+func (a *fakeAgent) List(_ context.Context, u, p string) ([]api.EntryInfo, error) {
+	a.as(u)
 	return must(a.t, a.list, "List")(p)
 }
-func (a *fakeAgent) MakeDir(_ context.Context, p string) (api.EntryInfo, error) {
+func (a *fakeAgent) MakeDir(_ context.Context, u, p string) (api.EntryInfo, error) {
+	a.as(u)
 	return must(a.t, a.makeDir, "MakeDir")(p)
 }
-func (a *fakeAgent) Rename(_ context.Context, f, to string) (api.EntryInfo, error) {
+func (a *fakeAgent) Rename(_ context.Context, u, f, to string) (api.EntryInfo, error) {
+	a.as(u)
 	return must(a.t, a.rename, "Rename")(f, to)
 }
-func (a *fakeAgent) Remove(_ context.Context, p string) error {
+func (a *fakeAgent) Remove(_ context.Context, u, p string) error {
+	a.as(u)
 	return must(a.t, a.remove, "Remove")(p)
 }
-func (a *fakeAgent) Watch(ctx context.Context, p string, r bool) (Stream[api.FileEvent], error) {
+func (a *fakeAgent) Watch(ctx context.Context, u, p string, r bool) (Stream[api.FileEvent], error) {
+	a.as(u)
 	return must(a.t, a.watch, "Watch")(ctx, p, r)
 }
-func (a *fakeAgent) ReadFile(_ context.Context, p string) (io.ReadCloser, error) {
+func (a *fakeAgent) ReadFile(_ context.Context, u, p string) (io.ReadCloser, error) {
+	a.as(u)
 	return must(a.t, a.readFile, "ReadFile")(p)
 }
-func (a *fakeAgent) WriteFile(_ context.Context, p string, body io.Reader) (api.EntryInfo, error) {
+func (a *fakeAgent) WriteFile(_ context.Context, u, p string, body io.Reader) (api.EntryInfo, error) {
+	a.as(u)
 	b, err := io.ReadAll(body)
 	if err != nil {
 		return api.EntryInfo{}, err
@@ -964,5 +983,89 @@ func TestWatcherHolds(t *testing.T) {
 	}
 	if _, err := ws.add(&watcher{project: "p2", sandbox: "sb-other"}); err != nil {
 		t.Errorf("another project's watcher: %v", err)
+	}
+}
+
+// TestFilesActAsUser: every file call passes on the user it names — an
+// HTTP /files call's ?username= (what a signed URL signs) or its basic
+// auth, an RPC's basic auth — so the agent acts as that user (issue 33: a
+// signed upload without a user wrote /etc as root); E2B's default "user"
+// is the sandbox user ("").
+func TestFilesActAsUser(t *testing.T) {
+	e := newEnv(t)
+	e.agent.stat = func(p string) (api.EntryInfo, error) {
+		return api.EntryInfo{Name: "f", Path: p, Type: "file", Size: 1}, nil
+	}
+	e.agent.readFile = func(string) (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("x")), nil }
+	e.agent.writeFile = func(p string, _ []byte) (api.EntryInfo, error) { return api.EntryInfo{Name: "f", Path: p}, nil }
+	e.agent.remove = func(string) error { return nil }
+	e.agent.list = func(string) ([]api.EntryInfo, error) { return nil, nil }
+	e.agent.makeDir = func(p string) (api.EntryInfo, error) { return api.EntryInfo{Path: p}, nil }
+	e.agent.rename = func(_, to string) (api.EntryInfo, error) { return api.EntryInfo{Path: to}, nil }
+	send := func(method, query, auth string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, e.url+"/files?path=/etc/x"+query, strings.NewReader("x"))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s /files%s: %d", method, query, resp.StatusCode)
+		}
+	}
+	send("POST", "", "")
+	send("POST", "&username=user", "")
+	send("POST", "&username=root", "")
+	send("POST", "", "Basic cm9vdDo=")               // root:
+	send("POST", "&username=user", "Basic cm9vdDo=") // the signed user wins
+	send("GET", "&username=root", "")
+	send("GET", "", "")
+	rpc := func(call func(ctx context.Context, c filesystemconnect.FilesystemClient, auth string) error) {
+		t.Helper()
+		if err := call(context.Background(), e.fs(), "Basic cm9vdDo="); err != nil {
+			t.Fatal(err)
+		}
+		if err := call(context.Background(), e.fs(), "Basic dXNlcjo="); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rpc(func(ctx context.Context, c filesystemconnect.FilesystemClient, auth string) error {
+		r := connect.NewRequest(&filesystem.RemoveRequest{Path: "/etc/x"})
+		r.Header().Set("Authorization", auth)
+		_, err := c.Remove(ctx, r)
+		return err
+	})
+	rpc(func(ctx context.Context, c filesystemconnect.FilesystemClient, auth string) error {
+		r := connect.NewRequest(&filesystem.MoveRequest{Source: "/etc/x", Destination: "/etc/y"})
+		r.Header().Set("Authorization", auth)
+		_, err := c.Move(ctx, r)
+		return err
+	})
+	rpc(func(ctx context.Context, c filesystemconnect.FilesystemClient, auth string) error {
+		r := connect.NewRequest(&filesystem.ListDirRequest{Path: "/etc"})
+		r.Header().Set("Authorization", auth)
+		_, err := c.ListDir(ctx, r)
+		return err
+	})
+	want := []string{
+		"", "", // upload: stat-free write as the default user; E2B's "user" is it
+		"root",         // ?username=root
+		"root",         // basic auth root
+		"",             // ?username=user over basic auth root
+		"root", "root", // download as root: stat, read
+		"", "", // download as the sandbox user
+		"root", "", // Remove
+		"root", "", // Move
+		"root", "", // ListDir
+	}
+	e.agent.mu.Lock()
+	defer e.agent.mu.Unlock()
+	if !slices.Equal(e.agent.users, want) {
+		t.Errorf("the agent was called as %q, want %q", e.agent.users, want)
 	}
 }

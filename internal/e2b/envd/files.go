@@ -17,9 +17,10 @@ import (
 // envd's HTTP /files: GET downloads the file at ?path=, POST uploads one
 // (a raw application/octet-stream body to ?path=, gzip or not) or several
 // (multipart/form-data, each part named "file" and its filename its path
-// unless ?path= names one) and answers what it wrote. ?username= is
-// accepted and, as for every call here, the agent acts as the sandbox
-// user.
+// unless ?path= names one) and answers what it wrote. Each acts as the
+// user ?username= names (what a signed URL signs), else its basic auth's
+// (fileUser): E2B's default "user" is the sandbox user, so an upload
+// cannot write where that user could not (/etc); "root" asks for root.
 
 // writeInfo is one entry of an upload's answer, as envd sends it.
 type writeInfo struct {
@@ -81,13 +82,13 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.release()
-	p := r.URL.Query().Get("path")
-	e, err := s.agent.Stat(s.ctx, p)
+	p, as := r.URL.Query().Get("path"), fileUser(r)
+	e, err := s.agent.Stat(s.ctx, as, p)
 	if err != nil {
 		h.httpFail(w, s, err)
 		return
 	}
-	body, err := s.agent.ReadFile(s.ctx, p)
+	body, err := s.agent.ReadFile(s.ctx, as, p)
 	if err != nil {
 		h.httpFail(w, s, err)
 		return
@@ -133,11 +134,11 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := &boundedBody{r: raw, max: h.maxFile}
-	path := r.URL.Query().Get("path")
+	path, as := r.URL.Query().Get("path"), fileUser(r)
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var written []writeInfo
 	put := func(p string, content io.Reader) bool {
-		e, err := s.agent.WriteFile(s.ctx, p, content)
+		e, err := s.agent.WriteFile(s.ctx, as, p, content)
 		if body.over {
 			err = h.tooLarge()
 		}

@@ -17,8 +17,10 @@ import (
 )
 
 // filesystemService is filesystem.Filesystem over the agent's /files
-// calls (docs/files.md). The agent acts as the sandbox user whatever user
-// a call names.
+// calls (docs/files.md). Each call acts as the user its basic auth names
+// (E2B's default "user" is the sandbox user, "root" is root): the agent
+// checks what that user may do, so a call cannot write where the user
+// could not.
 type filesystemService struct{ h *handler }
 
 // entry is the envd form of an agent's EntryInfo. A symlink is described
@@ -50,7 +52,7 @@ func entry(e api.EntryInfo) *filesystem.EntryInfo {
 
 func (f *filesystemService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
 	return call(f.h, ctx, func(s *session) (*filesystem.StatResponse, error) {
-		e, err := s.agent.Stat(s.ctx, req.Msg.GetPath())
+		e, err := s.agent.Stat(s.ctx, user(req.Header()), req.Msg.GetPath())
 		if err != nil {
 			return nil, err
 		}
@@ -63,12 +65,12 @@ func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fi
 		// envd answers already_exists for a directory that is there (the
 		// SDKs' make_dir then returns false); the agent's mkdir -p would
 		// not say.
-		if e, err := s.agent.Stat(s.ctx, req.Msg.GetPath()); err == nil {
+		if e, err := s.agent.Stat(s.ctx, user(req.Header()), req.Msg.GetPath()); err == nil {
 			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists", e.Path))
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
 			return nil, err
 		}
-		e, err := s.agent.MakeDir(s.ctx, req.Msg.GetPath())
+		e, err := s.agent.MakeDir(s.ctx, user(req.Header()), req.Msg.GetPath())
 		if err != nil {
 			return nil, err
 		}
@@ -78,7 +80,7 @@ func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fi
 
 func (f *filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
 	return call(f.h, ctx, func(s *session) (*filesystem.MoveResponse, error) {
-		e, err := s.agent.Rename(s.ctx, req.Msg.GetSource(), req.Msg.GetDestination())
+		e, err := s.agent.Rename(s.ctx, user(req.Header()), req.Msg.GetSource(), req.Msg.GetDestination())
 		if err != nil {
 			return nil, err
 		}
@@ -101,7 +103,7 @@ func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 		// not following symlinks, as envd does.
 		var list func(dir string, level int) error
 		list = func(dir string, level int) error {
-			entries, err := s.agent.List(s.ctx, dir)
+			entries, err := s.agent.List(s.ctx, user(req.Header()), dir)
 			if err != nil {
 				return err
 			}
@@ -127,7 +129,7 @@ func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 
 func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
 	return call(f.h, ctx, func(s *session) (*filesystem.RemoveResponse, error) {
-		if err := s.agent.Remove(s.ctx, req.Msg.GetPath()); err != nil {
+		if err := s.agent.Remove(s.ctx, user(req.Header()), req.Msg.GetPath()); err != nil {
 			return nil, err
 		}
 		return &filesystem.RemoveResponse{}, nil
@@ -136,7 +138,7 @@ func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[fil
 
 // fsEvent is the envd event of an agent's watch event (nil for none),
 // with the entry's description when asked and it can still be read.
-func fsEvent(s *session, dir string, ev api.FileEvent, includeEntry bool) *filesystem.FilesystemEvent {
+func fsEvent(s *session, as, dir string, ev api.FileEvent, includeEntry bool) *filesystem.FilesystemEvent {
 	out := &filesystem.FilesystemEvent{Name: ev.Name}
 	switch ev.Type {
 	case api.FileCreate:
@@ -153,7 +155,7 @@ func fsEvent(s *session, dir string, ev api.FileEvent, includeEntry bool) *files
 		return nil
 	}
 	if includeEntry && (out.Type == filesystem.EventType_EVENT_TYPE_CREATE || out.Type == filesystem.EventType_EVENT_TYPE_WRITE || out.Type == filesystem.EventType_EVENT_TYPE_CHMOD) {
-		if e, err := s.agent.Stat(s.ctx, path.Join(dir, ev.Name)); err == nil {
+		if e, err := s.agent.Stat(s.ctx, as, path.Join(dir, ev.Name)); err == nil {
 			out.Entry = entry(e)
 		}
 	}
@@ -179,11 +181,12 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	}
 	defer s.release()
 	m := req.Msg
-	dir, err := s.agent.Stat(s.ctx, m.GetPath())
+	as := user(req.Header())
+	dir, err := s.agent.Stat(s.ctx, as, m.GetPath())
 	if err != nil {
 		return s.fail(err)
 	}
-	w, err := s.agent.Watch(s.ctx, dir.Path, m.GetRecursive())
+	w, err := s.agent.Watch(s.ctx, as, dir.Path, m.GetRecursive())
 	if err != nil {
 		return s.fail(err)
 	}
@@ -229,7 +232,7 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 				return watchEnd(s, n.err)
 			}
 			for _, fe := range ups.events(n.ev) {
-				if ev := fsEvent(s, dir.Path, fe, m.GetIncludeEntry()); ev != nil {
+				if ev := fsEvent(s, as, dir.Path, fe, m.GetIncludeEntry()); ev != nil {
 					if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
 						return err
 					}

@@ -98,10 +98,11 @@ func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 		return nil, rpcError(err)
 	}
 	m := req.Msg
-	dir, err := s.agent.Stat(s.ctx, m.GetPath())
+	as := user(req.Header())
+	dir, err := s.agent.Stat(s.ctx, as, m.GetPath())
 	if err == nil {
 		var ws Stream[api.FileEvent]
-		ws, err = s.agent.Watch(s.ctx, dir.Path, m.GetRecursive())
+		ws, err = s.agent.Watch(s.ctx, as, dir.Path, m.GetRecursive())
 		if err == nil {
 			w := &watcher{project: s.project, sandbox: s.sandbox, stop: stop}
 			id, err := f.h.watchers.add(w)
@@ -124,7 +125,7 @@ func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 						return
 					}
 					for _, fe := range ups.events(ev) {
-						if e := fsEvent(s, dir.Path, fe, m.GetIncludeEntry()); e != nil {
+						if e := fsEvent(s, as, dir.Path, fe, m.GetIncludeEntry()); e != nil {
 							w.add(e)
 						}
 					}
