@@ -20,7 +20,7 @@ type FileOption func(url.Values)
 
 // AsUser makes a file call act as user: "root", or "user" (the sandbox
 // user, the default). A call may do what its user may do (writing under
-// /etc as the sandbox user is refused, errors.Is ErrInvalid), and what it
+// /etc as the sandbox user is refused, errors.Is ErrInvalidArgument), and what it
 // makes belongs to its user.
 func AsUser(user string) FileOption {
 	return func(q url.Values) {

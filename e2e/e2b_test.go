@@ -118,6 +118,25 @@ func TestE2BHostForm(t *testing.T) {
 	if code, body, _ := get(t, s.url+sign("/tmp/signed.txt", "write"), "Host", envd); code != http.StatusUnauthorized {
 		t.Errorf("download with an upload's signature: %d %s; want 401", code, body)
 	}
+	// A signed URL acts as the user it signs (issue 33): without one, the
+	// sandbox user, who may not write /etc; E2B's SDK raises its
+	// InvalidArgumentException for the 400. With username=root, root.
+	if resp, body := send(t, http.MethodPost, s.url+sign("/etc/signed.txt", "write"), "signed", "Host", envd, "Content-Type", "application/octet-stream"); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "permission denied") {
+		t.Errorf("upload to /etc through a signed URL without a user: %d %s; want 400 saying permission denied", resp.StatusCode, body)
+	}
+	signAs := func(path, op, user string) string {
+		sum := sha256.Sum256([]byte(path + ":" + op + ":" + user + ":" + sb.EnvdAccessToken))
+		return "/files?path=" + url.QueryEscape(path) + "&username=" + user + "&signature=v1_" + url.QueryEscape(base64.RawStdEncoding.EncodeToString(sum[:]))
+	}
+	if resp, body := send(t, http.MethodPost, s.url+signAs("/etc/signed.txt", "write", "user"), "signed", "Host", envd, "Content-Type", "application/octet-stream"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("upload to /etc through a URL signed for user: %d %s; want 400", resp.StatusCode, body)
+	}
+	if resp, body := send(t, http.MethodPost, s.url+signAs("/etc/signed.txt", "write", "root"), "signed", "Host", envd, "Content-Type", "application/octet-stream"); resp.StatusCode != http.StatusOK {
+		t.Errorf("upload to /etc through a URL signed for root: %d %s; want 200", resp.StatusCode, body)
+	}
+	if info, err := c.Stat(context.Background(), sb.SandboxID, "/etc/signed.txt"); err != nil || info.Owner != "root" {
+		t.Errorf("/etc/signed.txt uploaded as root: %+v, %v; want owned by root", info, err)
+	}
 	// Another port of the host form is still the sandbox's own port.
 	if code, _, _ := get(t, s.url+"/", "Host", "8000-"+sb.SandboxID+".e2b.test"); code != http.StatusUnauthorized {
 		t.Errorf("port 8000 without a credential: %d; want the ports proxy's 401", code)

@@ -359,3 +359,123 @@ func TestFilesLimits(t *testing.T) {
 		t.Errorf("stat after the refusals: %v", err)
 	}
 }
+
+// TestFilesActAsUser: file calls act as the user they name — the sandbox
+// user by default, root only when asked — in a real sandbox, where gVisor
+// keeps each thread's credentials apart (issue 33: the agent, root, wrote
+// /etc for any caller and gave the file to the sandbox user, a way to root
+// inside). Each file operation as the default user where only root may is
+// a 400 saying permission was denied, leaving nothing behind; as root it
+// works; and after many calls as the user in parallel, calls as root in
+// parallel all work (no thread kept the user's credentials).
+func TestFilesActAsUser(t *testing.T) {
+	s := startServer(t)
+	c := s.createProject("proj_filesuser")
+	sb := newSandbox(t, c, api.CreateSandboxRequest{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	id := sb.SandboxID
+	root := client.AsUser("root")
+	// A directory only root may read, as /root often is.
+	p, err := c.StartProcess(ctx, id, api.ProcessStartRequest{Cmd: "mkdir -m 700 /srv/private && echo s > /srv/private/secret", User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := c.WaitProcess(ctx, id, p.Pid); err != nil || info.ExitCode == nil || *info.ExitCode != 0 {
+		t.Fatalf("making /srv/private as root: %+v, %v", info, err)
+	}
+	denied := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, client.ErrInvalidArgument) || !strings.Contains(err.Error(), "permission denied") || !strings.Contains(err.Error(), `"root"`) {
+			t.Errorf("%s as the sandbox user: %v; want 400 saying permission denied and how to ask for root", what, err)
+		}
+	}
+	_, err = c.WriteFile(ctx, id, "/etc/x", strings.NewReader("owned"))
+	denied("write /etc/x", err)
+	_, err = c.WriteFile(ctx, id, "/etc/hostname", strings.NewReader("owned"))
+	denied("write over /etc/hostname", err)
+	_, err = c.WriteFile(ctx, id, "/etc/lizard-new/x", strings.NewReader("owned"))
+	denied("write /etc/lizard-new/x", err)
+	_, err = c.ReadFile(ctx, id, "/srv/private/secret")
+	denied("read /srv/private/secret", err)
+	_, err = c.ListDir(ctx, id, "/srv/private")
+	denied("list /srv/private", err)
+	_, err = c.Stat(ctx, id, "/srv/private/secret")
+	denied("stat /srv/private/secret", err)
+	_, err = c.MakeDir(ctx, id, "/opt/made")
+	denied("mkdir /opt/made", err)
+	denied("remove /etc/hostname", c.Remove(ctx, id, "/etc/hostname"))
+	_, err = c.Rename(ctx, id, "/etc/hostname", "/home/user/hostname")
+	denied("rename /etc/hostname", err)
+	_, err = c.WatchDir(ctx, id, "/srv/private", false)
+	denied("watch /srv/private", err)
+	if got := execOK(t, c, id, "bash", "-c", "ls -a /etc /opt | grep -c -e lizard-upload -e lizard-new -e '^x$' -e made; true"); strings.TrimSpace(got) != "0" {
+		t.Errorf("refused calls left %s entries in /etc or /opt", got)
+	}
+
+	if _, err := c.WriteFile(ctx, id, "/etc/x", strings.NewReader("root's"), root); err != nil {
+		t.Fatalf("write /etc/x as root: %v", err)
+	}
+	if info, err := c.Stat(ctx, id, "/etc/x", root); err != nil || info.Owner != "root" {
+		t.Errorf("/etc/x written as root: %+v, %v; want owned by root", info, err)
+	}
+	if rc, err := c.ReadFile(ctx, id, "/srv/private/secret", root); err != nil {
+		t.Errorf("read /srv/private/secret as root: %v", err)
+	} else {
+		rc.Close()
+	}
+	if _, err := c.ListDir(ctx, id, "/srv/private", root); err != nil {
+		t.Errorf("list /srv/private as root: %v", err)
+	}
+	if w, err := c.WatchDir(ctx, id, "/srv/private", false, root); err != nil {
+		t.Errorf("watch /srv/private as root: %v", err)
+	} else {
+		w.Close()
+	}
+	if _, err := c.MakeDir(ctx, id, "/opt/made", root); err != nil {
+		t.Errorf("mkdir /opt/made as root: %v", err)
+	}
+	if err := c.Remove(ctx, id, "/etc/x", root); err != nil {
+		t.Errorf("remove /etc/x as root: %v", err)
+	}
+	if info, err := c.WriteFile(ctx, id, "mine/f.txt", strings.NewReader("mine")); err != nil || info.Owner != "user" {
+		t.Errorf("write mine/f.txt as the sandbox user: %+v, %v; want owned by user", info, err)
+	}
+	if got := execOK(t, c, id, "stat", "-c", "%U", "/home/user/mine"); strings.TrimSpace(got) != "user" {
+		t.Errorf("the directory made for mine/f.txt is %s's, want user's", got)
+	}
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var fails []string
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.WriteFile(ctx, id, "par/"+strconv.Itoa(i), strings.NewReader("x")); err != nil {
+				mu.Lock()
+				fails = append(fails, "as user: "+err.Error())
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.WriteFile(ctx, id, "/etc/par-"+strconv.Itoa(i), strings.NewReader("x"), root); err != nil {
+				mu.Lock()
+				fails = append(fails, "as root: "+err.Error())
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(fails) > 0 {
+		t.Errorf("%d parallel writes failed, first %s", len(fails), fails[0])
+	}
+	if got := strings.TrimSpace(runPy(t, c, id, "import os; print(os.getuid(), open('/home/user/mine/f.txt').read())")); got != "1000 mine" {
+		t.Errorf("the kernel after the file calls: %q, want 1000 mine", got)
+	}
+}

@@ -117,11 +117,15 @@ func (w *watcher) add(rel string) (int32, error) {
 	}
 	// Not following symlinks: a link in the tree must not extend the
 	// watch to wherever it points.
+	dir := filepath.Join(w.root, rel)
 	var wd int
-	err := w.ctl(func(fd int) (err error) {
-		wd, err = unix.InotifyAddWatch(fd, filepath.Join(w.root, rel), watchMask|unix.IN_DONT_FOLLOW)
-		return err
-	})
+	err := mayRead(dir)
+	if err == nil {
+		err = w.ctl(func(fd int) (err error) {
+			wd, err = unix.InotifyAddWatch(fd, dir, watchMask|unix.IN_DONT_FOLLOW)
+			return err
+		})
+	}
 	if err != nil {
 		w.budget.giveDir()
 		return 0, err
@@ -132,6 +136,18 @@ func (w *watcher) add(rel string) (int32, error) {
 	}
 	w.dirs[int32(wd)] = rel
 	return int32(wd), nil
+}
+
+// mayRead returns an error unless the calling thread's user may read
+// directory dir: Linux's inotify_add_watch asks for read permission, but
+// gVisor's Sentry does not, so a watch run as the sandbox user (watch)
+// would otherwise see the names made in a directory it may not list.
+func mayRead(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "watch", Path: dir, Err: err}
+	}
+	return unix.Close(fd)
 }
 
 // addBelow watches every directory below rel. With emit, entries found

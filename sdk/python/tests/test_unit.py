@@ -657,6 +657,43 @@ async def test_file_upload_is_streamed(mode: str) -> None:
     assert srv.last("PUT", PREFIX + "/files").headers.get("content-length") == "3"
 
 
+async def test_files_user(mode: str) -> None:
+    # Every file call names its user only when asked: the default is the sandbox user (the server's
+    # default), "root" is sent as user=root, anything else is refused before any request.
+    srv = server(mode)
+    for method, sub in (("GET", ""), ("PUT", ""), ("DELETE", ""), ("GET", "/list"), ("GET", "/stat"),
+                        ("POST", "/mkdir"), ("POST", "/rename")):
+        srv.route(method, PREFIX + "/files" + sub, json={"entries": []} if sub == "/list" else ENTRY)
+    sb = await sandbox(srv)
+    f = sb.files
+    calls = [
+        (lambda **kw: f.read("/etc/x", **kw), "GET", ""),
+        (lambda **kw: f.read("/etc/x", format="bytes", **kw), "GET", ""),
+        (lambda **kw: f.write("/etc/x", b"x", **kw), "PUT", ""),
+        (lambda **kw: f.remove("/etc/x", **kw), "DELETE", ""),
+        (lambda **kw: f.list("/etc", **kw), "GET", "/list"),
+        (lambda **kw: f.stat("/etc/x", **kw), "GET", "/stat"),
+        (lambda **kw: f.get_info("/etc/x", **kw), "GET", "/stat"),
+        (lambda **kw: f.exists("/etc/x", **kw), "GET", "/stat"),
+        (lambda **kw: f.make_dir("/etc/d", **kw), "POST", "/mkdir"),
+        (lambda **kw: f.rename("/etc/x", "/etc/y", **kw), "POST", "/rename"),
+    ]
+    for call, method, sub in calls:
+        await r(call())
+        params = dict(srv.last(method, PREFIX + "/files" + sub).params)
+        assert "user" not in params, (method, sub, params)
+        await r(call(user="root"))
+        params = dict(srv.last(method, PREFIX + "/files" + sub).params)
+        assert params["user"] == "root" and params["path"].startswith("/etc"), (method, sub, params)
+        await r(call(user="user"))
+        assert dict(srv.last(method, PREFIX + "/files" + sub).params)["user"] == "user"
+        n = len(srv.requests)
+        with pytest.raises(lizard.InvalidArgumentError):
+            await r(call(user="mallory"))
+        assert len(srv.requests) == n, "a bad user is refused before any request"
+    assert dict(srv.last("POST", PREFIX + "/files/rename").params) == {"path": "/etc/x", "to": "/etc/y", "user": "user"}
+
+
 def test_line_splitter() -> None:
     from lizard._core import LineSplitter
     s = LineSplitter()

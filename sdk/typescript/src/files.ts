@@ -1,7 +1,7 @@
 // Files inside a sandbox (the agent's /files endpoints). Relative paths are
 // relative to the sandbox user's home, /home/user.
 
-import { NotFoundError, SandboxError, SandboxGoneError, errorFromAbort } from './errors.js';
+import { InvalidArgumentError, NotFoundError, SandboxError, SandboxGoneError, errorFromAbort } from './errors.js';
 import { ndjsonLines, type HttpClient } from './http.js';
 import { entryInfo, type Abort, type EntryInfo, type FilesystemEvent, type WireEntry } from './types.js';
 
@@ -11,8 +11,35 @@ import { entryInfo, type Abort, type EntryInfo, type FilesystemEvent, type WireE
  */
 export type WriteData = string | Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>;
 
+/**
+ * Who a file call acts as: the sandbox user ('user', the default) or 'root'.
+ * A call may do what its user may (writing under /etc as the sandbox user
+ * throws InvalidArgumentError saying permission was denied), and what it
+ * makes belongs to its user.
+ */
+export type FileUser = 'user' | 'root';
+
+/** The option every file call takes. */
+export interface FileOptions {
+  /** Who the call acts as; default the sandbox user. */
+  user?: FileUser;
+}
+
+/** fileQuery is a file call's query: its path, its user when one is named, and extra. */
+function fileQuery(path: string, opts: FileOptions | undefined, extra: Record<string, string> = {}): Record<string, string> {
+  const q: Record<string, string> = { path };
+  const user = opts?.user;
+  if (user !== undefined) {
+    if (user !== 'user' && user !== 'root') {
+      throw new InvalidArgumentError(`user must be 'user' (the sandbox user) or 'root', not ${JSON.stringify(user)}`);
+    }
+    q.user = user;
+  }
+  return { ...q, ...extra };
+}
+
 /** Options of files.write and of a streamed files.read. */
-export interface TransferOptions {
+export interface TransferOptions extends FileOptions {
   /**
    * Bound on the whole transfer in ms; 0 = none. Default: none for a stream
    * (a large file takes as long as it takes), the request timeout otherwise.
@@ -21,7 +48,7 @@ export interface TransferOptions {
 }
 
 /** Options of files.watchDir. */
-export interface WatchOptions {
+export interface WatchOptions extends FileOptions {
   /** Also watch every directory below, including those made later. */
   recursive?: boolean;
   /** Called once the watch has ended: with undefined after stop() or when the directory was removed, else with the error (SandboxGoneError when the sandbox ended). */
@@ -61,15 +88,15 @@ export class Files {
    * (format 'stream') as a ReadableStream that holds a few chunks of it at a
    * time. A missing file throws here, before the stream is returned.
    */
-  read(path: string, opts?: { format?: 'text' }): Promise<string>;
-  read(path: string, opts: { format: 'bytes' }): Promise<Uint8Array>;
+  read(path: string, opts?: { format?: 'text' } & FileOptions): Promise<string>;
+  read(path: string, opts: { format: 'bytes' } & FileOptions): Promise<Uint8Array>;
   read(path: string, opts: { format: 'stream' } & TransferOptions): Promise<ReadableStream<Uint8Array>>;
   async read(
     path: string,
     opts: { format?: 'text' | 'bytes' | 'stream' } & TransferOptions = {},
   ): Promise<string | Uint8Array | ReadableStream<Uint8Array>> {
     if (opts.format === 'stream') {
-      const open = await this.http.open('GET', `${this.prefix}/files`, { query: { path }, timeoutMs: opts.timeoutMs ?? 0 });
+      const open = await this.http.open('GET', `${this.prefix}/files`, { query: fileQuery(path, opts), timeoutMs: opts.timeoutMs ?? 0 });
       const chunks = open.reader();
       return new ReadableStream<Uint8Array>({
         async pull(controller) {
@@ -90,7 +117,7 @@ export class Files {
         },
       });
     }
-    const bytes = await this.http.bytes('GET', `${this.prefix}/files`, { query: { path } });
+    const bytes = await this.http.bytes('GET', `${this.prefix}/files`, { query: fileQuery(path, opts) });
     return opts.format === 'bytes' ? bytes : new TextDecoder().decode(bytes);
   }
 
@@ -106,7 +133,7 @@ export class Files {
     else body = toStream(data);
     const streamed = body instanceof ReadableStream;
     const w = await this.http.request<WireEntry>('PUT', `${this.prefix}/files`, {
-      query: { path },
+      query: fileQuery(path, opts),
       body,
       headers: { 'content-type': 'application/octet-stream' },
       timeoutMs: opts.timeoutMs ?? (streamed ? 0 : undefined),
@@ -115,15 +142,15 @@ export class Files {
   }
 
   /** rename moves a file or directory, as rename(2): a file at newPath is replaced. It returns the entry at its new path. */
-  async rename(oldPath: string, newPath: string): Promise<EntryInfo> {
+  async rename(oldPath: string, newPath: string, opts?: FileOptions): Promise<EntryInfo> {
     return entryInfo(
-      await this.http.request<WireEntry>('POST', `${this.prefix}/files/rename`, { query: { path: oldPath, to: newPath } }),
+      await this.http.request<WireEntry>('POST', `${this.prefix}/files/rename`, { query: fileQuery(oldPath, opts, { to: newPath }) }),
     );
   }
 
   /** getInfo describes a file or directory (owner, group, permissions, symlink target...); the same as stat. */
-  async getInfo(path: string): Promise<EntryInfo> {
-    return this.stat(path);
+  async getInfo(path: string, opts?: FileOptions): Promise<EntryInfo> {
+    return this.stat(path, opts);
   }
 
   /**
@@ -140,7 +167,7 @@ export class Files {
   ): Promise<WatchHandle> {
     const stopper = new AbortController();
     const open = await this.http.open('GET', `${this.prefix}/files/watch`, {
-      query: { path, recursive: opts.recursive ? 'true' : 'false' },
+      query: fileQuery(path, opts, { recursive: opts.recursive ? 'true' : 'false' }),
       timeoutMs: 0,
       signal: stopper.signal,
     });
@@ -174,35 +201,35 @@ export class Files {
   }
 
   /** list returns the entries of a directory. */
-  async list(path: string): Promise<EntryInfo[]> {
+  async list(path: string, opts?: FileOptions): Promise<EntryInfo[]> {
     const w = await this.http.request<{ entries: WireEntry[] | null }>('GET', `${this.prefix}/files/list`, {
-      query: { path },
+      query: fileQuery(path, opts),
     });
     return (w.entries ?? []).map(entryInfo);
   }
 
   /** remove deletes a file or a directory tree. */
-  async remove(path: string): Promise<void> {
-    await this.http.request<void>('DELETE', `${this.prefix}/files`, { query: { path } });
+  async remove(path: string, opts?: FileOptions): Promise<void> {
+    await this.http.request<void>('DELETE', `${this.prefix}/files`, { query: fileQuery(path, opts) });
   }
 
   /** makeDir makes a directory and its parents. */
-  async makeDir(path: string): Promise<EntryInfo> {
-    return entryInfo(await this.http.request<WireEntry>('POST', `${this.prefix}/files/mkdir`, { query: { path } }));
+  async makeDir(path: string, opts?: FileOptions): Promise<EntryInfo> {
+    return entryInfo(await this.http.request<WireEntry>('POST', `${this.prefix}/files/mkdir`, { query: fileQuery(path, opts) }));
   }
 
   /** stat describes one file or directory. */
-  async stat(path: string): Promise<EntryInfo> {
-    return entryInfo(await this.http.request<WireEntry>('GET', `${this.prefix}/files/stat`, { query: { path } }));
+  async stat(path: string, opts?: FileOptions): Promise<EntryInfo> {
+    return entryInfo(await this.http.request<WireEntry>('GET', `${this.prefix}/files/stat`, { query: fileQuery(path, opts) }));
   }
 
   /**
    * exists tells whether something is at path. An ended sandbox still
    * throws SandboxGoneError rather than answering false.
    */
-  async exists(path: string): Promise<boolean> {
+  async exists(path: string, opts?: FileOptions): Promise<boolean> {
     try {
-      await this.stat(path);
+      await this.stat(path, opts);
       return true;
     } catch (err) {
       if (err instanceof NotFoundError && !(err instanceof SandboxGoneError)) return false;

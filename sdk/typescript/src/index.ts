@@ -68,7 +68,7 @@ export {
   type Signal,
   type StartOptions,
 } from './commands.js';
-export { Files, type TransferOptions, type WatchHandle, type WatchOptions, type WriteData } from './files.js';
+export { Files, type FileOptions, type FileUser, type TransferOptions, type WatchHandle, type WatchOptions, type WriteData } from './files.js';
 export { DEFAULT_API_URL, DEFAULT_REQUEST_TIMEOUT_MS, type ConnectionOptions } from './http.js';
 export {
   AuthenticationError,

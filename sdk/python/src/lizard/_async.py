@@ -809,38 +809,42 @@ class AsyncProcess:
 
 
 class AsyncFiles:
-    """Reads and writes files in a sandbox (``sandbox.files``). Relative paths start at ``/home/user``."""
+    """Reads and writes files in a sandbox (``sandbox.files``). Relative paths start at ``/home/user``.
+
+    Every call takes ``user``: who it acts as, the sandbox user (the default) or ``"root"``. A call may do
+    what its user may (writing under ``/etc`` as the sandbox user raises InvalidArgumentError saying
+    permission was denied), and what it makes belongs to its user."""
 
     def __init__(self, sandbox: AsyncCodeSandbox) -> None:
         """Bind to a sandbox; reach it as ``sandbox.files``."""
         self._sandbox = sandbox
 
-    async def _request(self, method: str, sub: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def _request(self, method: str, sub: str, path: str, user: Optional[str], **kwargs: Any) -> httpx.Response:
         s = self._sandbox
-        return await s._http.request(method, f"{s._prefix}/files{sub}", params={"path": path}, **kwargs)
+        return await s._http.request(method, f"{s._prefix}/files{sub}", params=_core.file_params(path, user), **kwargs)
 
     @overload
-    async def read(self, path: str, format: Literal["text"] = "text") -> str: ...
+    async def read(self, path: str, format: Literal["text"] = "text", *, user: Optional[str] = None) -> str: ...
 
     @overload
-    async def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
+    async def read(self, path: str, format: Literal["bytes"], *, user: Optional[str] = None) -> bytes: ...
 
     @overload
-    async def read(self, path: str, format: Literal["stream"]) -> AsyncIterator[bytes]: ...
+    async def read(self, path: str, format: Literal["stream"], *, user: Optional[str] = None) -> AsyncIterator[bytes]: ...
 
-    async def read(self, path: str, format: str = "text") -> Union[str, bytes, AsyncIterator[bytes]]:
+    async def read(self, path: str, format: str = "text", *, user: Optional[str] = None) -> Union[str, bytes, AsyncIterator[bytes]]:
         """Read a file: whole, as text or bytes, or as an async stream of chunks (``format="stream"``); see
         :meth:`lizard.Files.read`."""
         if format not in ("text", "bytes", "stream"):
             raise InvalidArgumentError(f"format must be 'text', 'bytes' or 'stream', not {format!r}")
         if format == "stream":
-            return await self._stream(path)
-        data = (await self._request("GET", "", path)).content
+            return await self._stream(path, user)
+        data = (await self._request("GET", "", path, user)).content
         return data.decode("utf-8") if format == "text" else data
 
-    async def _stream(self, path: str) -> AsyncIterator[bytes]:
+    async def _stream(self, path: str, user: Optional[str] = None) -> AsyncIterator[bytes]:
         s = self._sandbox
-        resp = await s._http.open(f"{s._prefix}/files", {"path": path}, s._http.request_timeout)
+        resp = await s._http.open(f"{s._prefix}/files", _core.file_params(path, user), s._http.request_timeout)
 
         async def chunks() -> AsyncIterator[bytes]:
             try:
@@ -853,10 +857,10 @@ class AsyncFiles:
 
         return chunks()
 
-    async def download(self, path: str, dest: Union[str, "os.PathLike[str]", IO[bytes]]) -> int:
+    async def download(self, path: str, dest: Union[str, "os.PathLike[str]", IO[bytes]], *, user: Optional[str] = None) -> int:
         """Stream a file into dest (a local path, or a binary file object) and return its size."""
         n = 0
-        stream = await self._stream(path)
+        stream = await self._stream(path, user)
         if isinstance(dest, (str, os.PathLike)):
             with open(dest, "wb") as f:
                 async for chunk in stream:
@@ -868,20 +872,20 @@ class AsyncFiles:
             n += len(chunk)
         return n
 
-    async def write(self, path: str, data: Union[FileData, IO[Any], AsyncIterator[bytes]]) -> EntryInfo:
+    async def write(self, path: str, data: Union[FileData, IO[Any], AsyncIterator[bytes]], *, user: Optional[str] = None) -> EntryInfo:
         """Write a file, creating parent directories. File-like data (sync or async) and (async) iterables
         of bytes are streamed in chunks."""
-        return EntryInfo.from_json((await self._request("PUT", "", path, content=_achunks(data))).json())
+        return EntryInfo.from_json((await self._request("PUT", "", path, user, content=_achunks(data))).json())
 
-    async def rename(self, old_path: str, new_path: str) -> EntryInfo:
+    async def rename(self, old_path: str, new_path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Rename or move a file or directory, as rename(2); see :meth:`lizard.Files.rename`."""
         s = self._sandbox
-        resp = await s._http.request("POST", f"{s._prefix}/files/rename", params={"path": old_path, "to": new_path})
+        resp = await s._http.request("POST", f"{s._prefix}/files/rename", params=_core.file_params(old_path, user, to=new_path))
         return EntryInfo.from_json(resp.json())
 
-    async def get_info(self, path: str) -> EntryInfo:
+    async def get_info(self, path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Describe a file or directory; the same as :meth:`stat`."""
-        return await self.stat(path)
+        return await self.stat(path, user=user)
 
     async def watch_dir(
         self,
@@ -890,41 +894,42 @@ class AsyncFiles:
         *,
         recursive: bool = False,
         on_exit: Optional[Callable[[Optional[Exception]], Any]] = None,
+        user: Optional[str] = None,
     ) -> "AsyncWatchHandle":
         """Watch a directory for changes: ``on_event`` (a function or a coroutine function) gets each
         :class:`FilesystemEvent` from a task; see :meth:`lizard.Files.watch_dir`."""
         s = self._sandbox
         resp = await s._http.open(
-            f"{s._prefix}/files/watch", {"path": path, "recursive": "true" if recursive else "false"}, None
+            f"{s._prefix}/files/watch", _core.file_params(path, user, recursive="true" if recursive else "false"), None
         )
         return AsyncWatchHandle(resp, s._http.api_url, on_event, on_exit)
 
-    async def list(self, path: str = ".") -> List[EntryInfo]:
+    async def list(self, path: str = ".", *, user: Optional[str] = None) -> List[EntryInfo]:
         """List a directory."""
-        resp = await self._request("GET", "/list", path)
+        resp = await self._request("GET", "/list", path, user)
         return [EntryInfo.from_json(e) for e in resp.json().get("entries") or []]
 
-    async def stat(self, path: str) -> EntryInfo:
+    async def stat(self, path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Describe a file or directory; raises NotFoundError when it does not exist."""
-        return EntryInfo.from_json((await self._request("GET", "/stat", path)).json())
+        return EntryInfo.from_json((await self._request("GET", "/stat", path, user)).json())
 
-    async def exists(self, path: str) -> bool:
+    async def exists(self, path: str, *, user: Optional[str] = None) -> bool:
         """Whether a file or directory exists."""
         try:
-            await self.stat(path)
+            await self.stat(path, user=user)
         except SandboxGoneError:
             raise
         except NotFoundError:
             return False
         return True
 
-    async def remove(self, path: str) -> None:
+    async def remove(self, path: str, *, user: Optional[str] = None) -> None:
         """Remove a file or a directory tree."""
-        await self._request("DELETE", "", path)
+        await self._request("DELETE", "", path, user)
 
-    async def make_dir(self, path: str) -> EntryInfo:
+    async def make_dir(self, path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Make a directory and its parents."""
-        return EntryInfo.from_json((await self._request("POST", "/mkdir", path)).json())
+        return EntryInfo.from_json((await self._request("POST", "/mkdir", path, user)).json())
 
 
 class AsyncWatchHandle:

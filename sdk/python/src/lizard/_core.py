@@ -269,6 +269,17 @@ def port_url(api_url: str, sandbox_id: str, port: int, ports_domain: Optional[st
     return f"{api_url.rstrip('/')}/v1/sandboxes/{quote(sandbox_id, safe='')}/ports/{port}/"
 
 
+def file_params(path: str, user: Optional[str], **extra: str) -> Dict[str, str]:
+    """The query of a file call: its path, its user unless the default (the sandbox user), and extra."""
+    params = {"path": path}
+    if user is not None:
+        if user not in ("user", "root"):
+            raise InvalidArgumentError(f"user must be 'user' (the sandbox user) or 'root', not {user!r}")
+        params["user"] = user
+    params.update(extra)
+    return params
+
+
 def list_params(metadata: Optional[Mapping[str, str]], state: Optional[str]) -> List[Tuple[str, str]]:
     """Query parameters of GET /v1/sandboxes."""
     params = [("metadata", f"{k}={v}") for k, v in (metadata or {}).items()]

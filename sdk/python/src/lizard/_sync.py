@@ -819,39 +819,43 @@ class Process:
 
 
 class Files:
-    """Reads and writes files in a sandbox (``sandbox.files``). Relative paths start at ``/home/user``."""
+    """Reads and writes files in a sandbox (``sandbox.files``). Relative paths start at ``/home/user``.
+
+    Every call takes ``user``: who it acts as, the sandbox user (the default) or ``"root"``. A call may do
+    what its user may (writing under ``/etc`` as the sandbox user raises InvalidArgumentError saying
+    permission was denied), and what it makes belongs to its user."""
 
     def __init__(self, sandbox: CodeSandbox) -> None:
         """Bind to a sandbox; reach it as ``sandbox.files``."""
         self._sandbox = sandbox
 
-    def _request(self, method: str, sub: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _request(self, method: str, sub: str, path: str, user: Optional[str], **kwargs: Any) -> httpx.Response:
         s = self._sandbox
-        return s._http.request(method, f"{s._prefix}/files{sub}", params={"path": path}, **kwargs)
+        return s._http.request(method, f"{s._prefix}/files{sub}", params=_core.file_params(path, user), **kwargs)
 
     @overload
-    def read(self, path: str, format: Literal["text"] = "text") -> str: ...
+    def read(self, path: str, format: Literal["text"] = "text", *, user: Optional[str] = None) -> str: ...
 
     @overload
-    def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
+    def read(self, path: str, format: Literal["bytes"], *, user: Optional[str] = None) -> bytes: ...
 
     @overload
-    def read(self, path: str, format: Literal["stream"]) -> Iterator[bytes]: ...
+    def read(self, path: str, format: Literal["stream"], *, user: Optional[str] = None) -> Iterator[bytes]: ...
 
-    def read(self, path: str, format: str = "text") -> Union[str, bytes, Iterator[bytes]]:
+    def read(self, path: str, format: str = "text", *, user: Optional[str] = None) -> Union[str, bytes, Iterator[bytes]]:
         """Read a file: whole, as text (UTF-8) or bytes, or as a stream of chunks (``format="stream"``), which
         holds no more than a chunk of it at a time. The stream is opened at once (a missing file raises
         here); iterate it to the end or close it."""
         if format not in ("text", "bytes", "stream"):
             raise InvalidArgumentError(f"format must be 'text', 'bytes' or 'stream', not {format!r}")
         if format == "stream":
-            return self._stream(path)
-        data = self._request("GET", "", path).content
+            return self._stream(path, user)
+        data = self._request("GET", "", path, user).content
         return data.decode("utf-8") if format == "text" else data
 
-    def _stream(self, path: str) -> Iterator[bytes]:
+    def _stream(self, path: str, user: Optional[str] = None) -> Iterator[bytes]:
         s = self._sandbox
-        resp = s._http.open(f"{s._prefix}/files", {"path": path}, s._http.request_timeout)
+        resp = s._http.open(f"{s._prefix}/files", _core.file_params(path, user), s._http.request_timeout)
 
         def chunks() -> Iterator[bytes]:
             try:
@@ -863,10 +867,10 @@ class Files:
 
         return chunks()
 
-    def download(self, path: str, dest: Union[str, "os.PathLike[str]", IO[bytes]]) -> int:
+    def download(self, path: str, dest: Union[str, "os.PathLike[str]", IO[bytes]], *, user: Optional[str] = None) -> int:
         """Stream a file into dest (a local path, or a binary file object) and return its size."""
         n = 0
-        stream = self._stream(path)
+        stream = self._stream(path, user)
         if isinstance(dest, (str, os.PathLike)):
             with open(dest, "wb") as f:
                 for chunk in stream:
@@ -878,22 +882,22 @@ class Files:
             n += len(chunk)
         return n
 
-    def write(self, path: str, data: FileData) -> EntryInfo:
+    def write(self, path: str, data: FileData, *, user: Optional[str] = None) -> EntryInfo:
         """Write a file, creating parent directories. A file object or an iterable of bytes is streamed in
         chunks, so a file of any size passes through; the file appears whole once all of it is written."""
-        return EntryInfo.from_json(self._request("PUT", "", path, content=_chunks(data)).json())
+        return EntryInfo.from_json(self._request("PUT", "", path, user, content=_chunks(data)).json())
 
-    def rename(self, old_path: str, new_path: str) -> EntryInfo:
+    def rename(self, old_path: str, new_path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Rename or move a file or directory, as rename(2): a file at new_path is replaced. Returns the entry
         at its new path."""
         s = self._sandbox
-        resp = s._http.request("POST", f"{s._prefix}/files/rename", params={"path": old_path, "to": new_path})
+        resp = s._http.request("POST", f"{s._prefix}/files/rename", params=_core.file_params(old_path, user, to=new_path))
         return EntryInfo.from_json(resp.json())
 
-    def get_info(self, path: str) -> EntryInfo:
+    def get_info(self, path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Describe a file or directory (owner, group, permissions, symlink target...); raises
         NotFoundError when it does not exist. The same as :meth:`stat`."""
-        return self.stat(path)
+        return self.stat(path, user=user)
 
     def watch_dir(
         self,
@@ -902,6 +906,7 @@ class Files:
         *,
         recursive: bool = False,
         on_exit: Optional[Callable[[Optional[Exception]], Any]] = None,
+        user: Optional[str] = None,
     ) -> "WatchHandle":
         """Watch a directory for changes: ``on_event`` gets each :class:`FilesystemEvent` in a background
         thread. Returns once the watch is in place (every change after it is reported). The watch ends with
@@ -910,35 +915,35 @@ class Files:
         NotFoundError here, a file InvalidArgumentError."""
         s = self._sandbox
         resp = s._http.open(
-            f"{s._prefix}/files/watch", {"path": path, "recursive": "true" if recursive else "false"}, None
+            f"{s._prefix}/files/watch", _core.file_params(path, user, recursive="true" if recursive else "false"), None
         )
         return WatchHandle(resp, s._http.api_url, on_event, on_exit)
 
-    def list(self, path: str = ".") -> List[EntryInfo]:
+    def list(self, path: str = ".", *, user: Optional[str] = None) -> List[EntryInfo]:
         """List a directory."""
-        return [EntryInfo.from_json(e) for e in self._request("GET", "/list", path).json().get("entries") or []]
+        return [EntryInfo.from_json(e) for e in self._request("GET", "/list", path, user).json().get("entries") or []]
 
-    def stat(self, path: str) -> EntryInfo:
+    def stat(self, path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Describe a file or directory; raises NotFoundError when it does not exist."""
-        return EntryInfo.from_json(self._request("GET", "/stat", path).json())
+        return EntryInfo.from_json(self._request("GET", "/stat", path, user).json())
 
-    def exists(self, path: str) -> bool:
+    def exists(self, path: str, *, user: Optional[str] = None) -> bool:
         """Whether a file or directory exists."""
         try:
-            self.stat(path)
+            self.stat(path, user=user)
         except SandboxGoneError:
             raise
         except NotFoundError:
             return False
         return True
 
-    def remove(self, path: str) -> None:
+    def remove(self, path: str, *, user: Optional[str] = None) -> None:
         """Remove a file or a directory tree."""
-        self._request("DELETE", "", path)
+        self._request("DELETE", "", path, user)
 
-    def make_dir(self, path: str) -> EntryInfo:
+    def make_dir(self, path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Make a directory and its parents."""
-        return EntryInfo.from_json(self._request("POST", "/mkdir", path).json())
+        return EntryInfo.from_json(self._request("POST", "/mkdir", path, user).json())
 
 
 

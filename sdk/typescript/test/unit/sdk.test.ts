@@ -670,6 +670,43 @@ describe('files', () => {
     }
   });
 
+  test('every file call sends its user only when one is named', async () => {
+    const sb = await connected();
+    fake.handler = (req: Seen, res) => {
+      if (req.method === 'DELETE') return void res.writeHead(204).end();
+      if (req.path.endsWith('/list')) return FakeServer.json(res, 200, { entries: [entry] });
+      if (req.method === 'GET' && req.path.endsWith('/files')) return void res.writeHead(200).end('x');
+      FakeServer.json(res, 200, entry);
+    };
+    const calls: [string, (o?: { user?: 'user' | 'root' }) => Promise<unknown>][] = [
+      ['read', (o) => sb.files.read('/etc/x', o)],
+      ['read bytes', (o) => sb.files.read('/etc/x', { format: 'bytes', ...o })],
+      ['write', (o) => sb.files.write('/etc/x', 'x', o)],
+      ['remove', (o) => sb.files.remove('/etc/x', o)],
+      ['list', (o) => sb.files.list('/etc', o)],
+      ['stat', (o) => sb.files.stat('/etc/x', o)],
+      ['getInfo', (o) => sb.files.getInfo('/etc/x', o)],
+      ['exists', (o) => sb.files.exists('/etc/x', o)],
+      ['makeDir', (o) => sb.files.makeDir('/etc/d', o)],
+      ['rename', (o) => sb.files.rename('/etc/x', '/etc/y', o)],
+    ];
+    for (const [name, call] of calls) {
+      fake.requests.length = 0;
+      await call();
+      await call({ user: 'root' });
+      await call({ user: 'user' });
+      assert.deepEqual(
+        fake.requests.map((r) => r.query.get('user')),
+        [null, 'root', 'user'],
+        name,
+      );
+      assert.ok(fake.requests.every((r) => r.query.get('path')?.startsWith('/etc')), name);
+      await assert.rejects(call({ user: 'mallory' as 'root' }), InvalidArgumentError, name);
+      assert.equal(fake.requests.length, 3, `${name}: a bad user is refused before any request`);
+    }
+    assert.equal(fake.requests[2]!.query.get('to'), '/etc/y');
+  });
+
   test('list, stat, makeDir, remove, exists', async () => {
     const sb = await connected();
     fake.handler = (req: Seen, res) => {
