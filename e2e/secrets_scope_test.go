@@ -46,7 +46,8 @@ func TestSecretsScopeAttacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := startServer(t, "--egress=internet", "--egress-allow=203.0.113.24/30",
-		"--egress-test-hosts="+secHost+"="+secUpstream+","+echoHost+"="+echoAddr, "--egress-extra-roots="+roots)
+		"--egress-test-hosts="+secHost+"="+secUpstream+","+echoHost+"="+echoAddr, "--egress-extra-roots="+roots,
+		"--webhook-allow-private") // the webhook below is on loopback: nothing is ever sent off the machine
 	c := s.createProject("scope")
 	ctx := context.Background()
 	value := secValue()
@@ -102,6 +103,27 @@ for u in ("https://api.secret.test/scope-https", "http://api.secret.test/scope-p
 	}
 	if _, err := kc.SetProjectNetwork(ctx, api.NetworkPolicy{Default: "allow"}); !isStatus(err, 403) {
 		t.Errorf("setting the project's default policy with the sandbox's key = %v; want 403", err)
+	}
+	// Nor webhooks: one would go on sending the project's events to the
+	// code's server after the sandbox and its key were gone.
+	wh, err := c.CreateWebhook(ctx, api.CreateWebhookRequest{URL: "http://127.0.0.1:9/lizard"})
+	if err != nil {
+		t.Fatalf("creating a webhook with a project key: %v", err)
+	}
+	if _, err := kc.CreateWebhook(ctx, api.CreateWebhookRequest{URL: "http://127.0.0.1:9/mine"}); !isStatus(err, 403) || !strings.Contains(err.Error(), "project key") {
+		t.Errorf("creating a webhook with the sandbox's key = %v; want 403 saying a project key is needed", err)
+	}
+	if _, err := kc.ListWebhooks(ctx); !isStatus(err, 403) {
+		t.Errorf("listing webhooks with the sandbox's key = %v; want 403", err)
+	}
+	if _, err := kc.WebhookDeliveries(ctx, wh.WebhookID); !isStatus(err, 403) {
+		t.Errorf("reading a webhook's deliveries with the sandbox's key = %v; want 403", err)
+	}
+	if err := kc.DeleteWebhook(ctx, wh.WebhookID); !isStatus(err, 403) {
+		t.Errorf("removing a webhook with the sandbox's key = %v; want 403", err)
+	}
+	if ws, err := c.ListWebhooks(ctx); err != nil || len(ws) != 1 {
+		t.Errorf("the project's webhooks after the sandbox key's tries = %+v, %v; want the one it had", ws, err)
 	}
 
 	// Self-widening: its own policy from deny to allow, a wider child.

@@ -26,14 +26,15 @@ var errNoSecrets = &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this serve
 // children's), which code in a sandbox holds, for what only a project key
 // may do: code may use the project's secrets through its policy but
 // never set, list or remove them — setting one with a host of its own
-// would send it there — nor set the project's default policy.
+// would send it there — nor set the project's default policy, nor
+// manage webhooks.
 func projectKeyOnly(r *http.Request, what string) error {
 	c, _ := auth.CallerOf(r.Context())
 	if c.SandboxID == "" {
 		return nil
 	}
 	return &errdefs.Error{Kind: errdefs.ErrForbidden, Msg: fmt.Sprintf(
-		"this key was minted for sandbox %s (lizardToken), and %s needs a project key: code in a sandbox uses the project's secrets and network only as its own policy lets it", c.SandboxID, what)}
+		"this key was minted for sandbox %s (lizardToken), and %s needs a project key: code in a sandbox uses the project's secrets, network and events only as its own key lets it", c.SandboxID, what)}
 }
 
 func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {

@@ -12,10 +12,23 @@ func (s *Server) webhookRoutes(mux *http.ServeMux, authed func(http.HandlerFunc)
 	if s.webhooks == nil {
 		return
 	}
-	mux.Handle("POST /v1/webhooks", authed(s.createWebhook))
-	mux.Handle("GET /v1/webhooks", authed(s.listWebhooks))
-	mux.Handle("DELETE /v1/webhooks/{webhook}", authed(s.deleteWebhook))
-	mux.Handle("GET /v1/webhooks/{webhook}/deliveries", authed(s.webhookDeliveries))
+	// A project key only: a webhook outlives the key that made it, and
+	// one made by code in a sandbox would go on sending the project's
+	// events to the code's server after the sandbox ended and its key
+	// was revoked.
+	projectKey := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if err := projectKeyOnly(r, "managing webhooks"); err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			h(w, r)
+		}
+	}
+	mux.Handle("POST /v1/webhooks", authed(projectKey(s.createWebhook)))
+	mux.Handle("GET /v1/webhooks", authed(projectKey(s.listWebhooks)))
+	mux.Handle("DELETE /v1/webhooks/{webhook}", authed(projectKey(s.deleteWebhook)))
+	mux.Handle("GET /v1/webhooks/{webhook}/deliveries", authed(projectKey(s.webhookDeliveries)))
 }
 
 func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) {
