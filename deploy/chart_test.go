@@ -252,6 +252,15 @@ func TestTemplateNeedsDatabase(t *testing.T) {
 	}
 }
 
+// TestTemplateShortSecret: the chart refuses a cluster secret under 32
+// bytes, which lizard would refuse at start.
+func TestTemplateShortSecret(t *testing.T) {
+	_, err := run(t, helmBin(t), "template", "lizard", chart, "--set", "database.url="+placeholderURL, "--set", "clusterSecret=0123456789abcdef0123")
+	if err == nil || !strings.Contains(err.Error(), "clusterSecret is 20 bytes") || !strings.Contains(err.Error(), "openssl rand -hex 32") {
+		t.Fatalf("helm template with a 20-byte cluster secret = %v; want an error naming clusterSecret and openssl rand -hex 32", err)
+	}
+}
+
 // A node pod drains itself before it stops: its preStop runs `lizard node
 // drain` (the node named by LIZARD_NODE_NAME) against the api Service,
 // within a grace period long enough for the moves, and the next pod takes

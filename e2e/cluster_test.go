@@ -707,3 +707,23 @@ finally:
 		n.stopAndExpectNothingLeft(t)
 	}
 }
+
+// TestClusterShortSecret: `lizard api` and `lizard node` refuse at start
+// a cluster secret under 32 bytes (it was 16) or the chart's placeholder,
+// saying how to make one, before they reach the database.
+func TestClusterShortSecret(t *testing.T) {
+	for _, role := range []string{"api", "node"} {
+		for _, sec := range []string{"0123456789abcdef0123", "CHANGE-ME-to-openssl-rand-hex-32"} {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			cmd := exec.CommandContext(ctx, testenv.Binary(t, "lizard"), role)
+			cmd.Env = append(os.Environ(), "LIZARD_DATABASE_URL=postgres://u:p@127.0.0.1:1/db", "LIZARD_CLUSTER_SECRET="+sec)
+			out, err := cmd.CombinedOutput()
+			timedOut := ctx.Err() != nil
+			cancel()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() == 0 || timedOut || !strings.Contains(string(out), "openssl rand -hex 32") || !strings.Contains(string(out), "LIZARD_CLUSTER_SECRET") {
+				t.Errorf("lizard %s with LIZARD_CLUSTER_SECRET=%s: %v\n%s\nwant it refused at start, naming the variable and openssl rand -hex 32", role, sec, err, out)
+			}
+		}
+	}
+}

@@ -1,12 +1,15 @@
 package cluster
 
 import (
-	"crypto/subtle"
 	"encoding/json"
+	"errors"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/cluster/secret"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 )
@@ -15,8 +18,10 @@ import (
 // POST /v1/nodes/{name}/drain and /undrain. Its credential is the
 // cluster secret (Authorization: Bearer $LIZARD_CLUSTER_SECRET), which
 // every node and API process holds and which already commands every
-// sandbox; a project's API key is refused.
+// sandbox; a project's API key is refused. Failed checks are throttled
+// per source address (package secret).
 func (r *Router) AdminHandler() http.Handler {
+	check := secret.NewChecker(r.cfg.Secret, "api", r.log, r.cfg.Metrics)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/nodes/{name}/drain", func(w http.ResponseWriter, req *http.Request) {
 		d, err := r.Drain(req.Context(), req.PathValue("name"))
@@ -30,20 +35,24 @@ func (r *Router) AdminHandler() http.Handler {
 		r.answer(w, req, nil, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: "no such node request: POST /v1/nodes/{name}/drain or /undrain"})
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if !r.operator(req) {
-			r.log.Warn("refused a node request without the cluster secret", "method", req.Method, "path", req.URL.Path, "remote", req.RemoteAddr)
+		key, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+		if !ok {
+			key = ""
+		}
+		if err := check.Check(req, key); err != nil {
+			// The checker logs, at most one line each 10 s.
+			var e *errdefs.Error
+			if errors.Is(err, errdefs.ErrRateLimited) && errors.As(err, &e) {
+				w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
+				r.answer(w, req, nil, err)
+				return
+			}
 			r.answer(w, req, nil, &errdefs.Error{Kind: errdefs.ErrUnauthenticated,
 				Msg: "draining nodes takes the cluster secret: send Authorization: Bearer $LIZARD_CLUSTER_SECRET (a project's API key is not enough)"})
 			return
 		}
 		mux.ServeHTTP(w, req)
 	})
-}
-
-// operator reports whether req carries the cluster secret.
-func (r *Router) operator(req *http.Request) bool {
-	key, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(key), []byte(r.cfg.Secret)) == 1
 }
 
 func (r *Router) answer(w http.ResponseWriter, req *http.Request, v any, err error) {

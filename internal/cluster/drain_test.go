@@ -73,7 +73,7 @@ func newDrainClusterDirs(t *testing.T, local map[string]bool, names ...string) (
 		})
 		dirs[name] = env.DataDir
 		go env.Node.RunUploader(ctx)
-		h := remote.Handler(remote.HandlerConfig{Node: env.Node, Secret: secret, Logger: nodetest.Discard(), DataDir: env.DataDir,
+		h := remote.Handler(remote.HandlerConfig{Node: env.Node, Secret: testSecret, Logger: nodetest.Discard(), DataDir: env.DataDir,
 			Peers: func(ctx context.Context, name string) (string, error) {
 				n, err := shared.GetNode(ctx, name)
 				return n.Addr, err
@@ -229,7 +229,7 @@ func TestMovedCallPassedOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	req, _ := http.NewRequest(http.MethodGet, "http://"+a.Addr+"/v1/sandboxes/"+sb.SandboxID+"/health", nil)
-	req.Header.Set("Authorization", "Bearer "+secret)
+	req.Header.Set("Authorization", "Bearer "+testSecret)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

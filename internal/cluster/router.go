@@ -19,6 +19,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/remote"
 	"github.com/lizard-build/lizard/internal/recipe"
@@ -38,6 +39,8 @@ type Config struct {
 	// Refresh is how long the list of nodes is reused (default 1 s).
 	Refresh time.Duration
 	Now     func() time.Time // default time.Now
+	// Metrics counts the refusals of the secret on /v1/nodes (nil: none).
+	Metrics *metrics.Metrics
 }
 
 // Router is the node.Node of the API in a cluster: it places creates and

@@ -22,7 +22,8 @@ import (
 	"github.com/lizard-build/lizard/internal/store"
 )
 
-const secret = "0123456789abcdef-test-secret"
+// testSecret is the test cluster's secret, as long as a real one must be (secret.MinLen).
+const testSecret = "0123456789abcdef-test-secret-0123456789abcdef"
 
 // testNode is one node of the test's cluster: a real node.Local on the
 // fake runtime, served over HTTP by remote.Handler.
@@ -68,7 +69,7 @@ func newClusterWith(t *testing.T, mutate func(*node.Quota), names ...string) (*s
 	for _, name := range names {
 		env := nodetest.New(t, func(c *node.Config) { c.Store = shared.OnNode(name); c.Now = nil; c.Admission = quota })
 		tn := &testNode{env: env, requests: map[string]int{}}
-		h := remote.Handler(remote.HandlerConfig{Node: env.Node, Secret: secret, Logger: nodetest.Discard(), DataDir: env.DataDir})
+		h := remote.Handler(remote.HandlerConfig{Node: env.Node, Secret: testSecret, Logger: nodetest.Discard(), DataDir: env.DataDir})
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			tn.mu.Lock()
 			tn.requests[r.URL.Path]++
@@ -88,7 +89,7 @@ func newClusterWith(t *testing.T, mutate func(*node.Quota), names ...string) (*s
 // reads the nodes at every call, and the control plane over it.
 func newRouter(t *testing.T, shared *store.Store) (*Router, *control.Control) {
 	t.Helper()
-	r, err := NewRouter(Config{Store: shared, Secret: secret, Logger: nodetest.Discard(), Refresh: time.Nanosecond})
+	r, err := NewRouter(Config{Store: shared, Secret: testSecret, Logger: nodetest.Discard(), Refresh: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +274,7 @@ func TestQuotaOnNodes(t *testing.T) {
 	st, _, _, ctl := newCluster(t, 2, "a", "b")
 	ctx := context.Background()
 	// A second API process: its own router and control plane.
-	r2, err := NewRouter(Config{Store: st, Secret: secret, Logger: nodetest.Discard()})
+	r2, err := NewRouter(Config{Store: st, Secret: testSecret, Logger: nodetest.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +301,7 @@ func TestDiskOnNodes(t *testing.T) {
 	ctx := context.Background()
 	var ctls []*control.Control
 	for range 2 {
-		r, err := NewRouter(Config{Store: st, Secret: secret, Logger: nodetest.Discard()})
+		r, err := NewRouter(Config{Store: st, Secret: testSecret, Logger: nodetest.Discard()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,7 +332,7 @@ func TestWrongSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad, err := NewRouter(Config{Store: st, Secret: "another-secret-entirely", Logger: nodetest.Discard()})
+	bad, err := NewRouter(Config{Store: st, Secret: "another-secret-entirely-0123456789abcdef", Logger: nodetest.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}

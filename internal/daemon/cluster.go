@@ -21,6 +21,7 @@ import (
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/cli"
 	"github.com/lizard-build/lizard/internal/cluster"
+	"github.com/lizard-build/lizard/internal/cluster/secret"
 	"github.com/lizard-build/lizard/internal/console"
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/e2b"
@@ -61,8 +62,8 @@ func (f *clusterFlags) validate() error {
 		return cli.Usagef("a cluster needs PostgreSQL: set %s (or --database-url) to postgres://USER:PASSWORD@HOST:5432/DB", envDatabaseURL)
 	}
 	f.secret = os.Getenv(envClusterSecret)
-	if len(f.secret) < 16 {
-		return cli.Usagef("set %s to the cluster's shared secret, the same on every node and api process, at least 16 characters (openssl rand -hex 32)", envClusterSecret)
+	if err := secret.Validate(f.secret, envClusterSecret); err != nil {
+		return cli.Usagef("%v", err)
 	}
 	if f.Lease < 2*time.Second {
 		return cli.Usagef("--lease %s: want at least 2s", f.Lease)
@@ -216,7 +217,7 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	n, pool, rt := parts.node, parts.pool, parts.rt
 	// The API's agent calls, checked there, reach the agents through the
 	// internal API's node.AgentProxy, behind the secret.
-	hcfg := remote.HandlerConfig{Node: n, Secret: c.cluster.secret, Logger: logger, DataDir: c.DataDir, Templates: parts.templates,
+	hcfg := remote.HandlerConfig{Node: n, Secret: c.cluster.secret, Logger: logger, Metrics: mx, DataDir: c.DataDir, Templates: parts.templates,
 		Peers: func(ctx context.Context, name string) (string, error) {
 			peer, err := shared.GetNode(ctx, name)
 			return peer.Addr, err
@@ -389,7 +390,7 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	defer stopTracing()
-	router, err := cluster.NewRouter(cluster.Config{Store: st, Secret: c.cluster.secret, Logger: logger, Choices: c.Choices})
+	router, err := cluster.NewRouter(cluster.Config{Store: st, Secret: c.cluster.secret, Logger: logger, Choices: c.Choices, Metrics: mx})
 	if err != nil {
 		return err
 	}

@@ -55,10 +55,12 @@ func TestClusterConfig(t *testing.T) {
 		url, secret string
 		want        string
 	}{
-		{"", "0123456789abcdef0123", "LIZARD_DATABASE_URL"},
-		{"sqlite:/tmp/x.db", "0123456789abcdef0123", "needs PostgreSQL"},
+		{"", "0123456789abcdef0123456789abcdef0123", "LIZARD_DATABASE_URL"},
+		{"sqlite:/tmp/x.db", "0123456789abcdef0123456789abcdef0123", "needs PostgreSQL"},
 		{"postgres://u:p@h/db", "", "LIZARD_CLUSTER_SECRET"},
-		{"postgres://u:p@h/db", "short", "at least 16"},
+		{"postgres://u:p@h/db", "short", "5 bytes, under the 32"},
+		{"postgres://u:p@h/db", "0123456789abcdef0123", "openssl rand -hex 32"},
+		{"postgres://u:p@h/db", "CHANGE-ME-to-openssl-rand-hex-32", "placeholder"},
 	} {
 		t.Setenv(envDatabaseURL, tc.url)
 		t.Setenv(envClusterSecret, tc.secret)
@@ -68,7 +70,7 @@ func TestClusterConfig(t *testing.T) {
 		}
 	}
 	t.Setenv(envDatabaseURL, "postgres://u:p@h/db")
-	t.Setenv(envClusterSecret, "0123456789abcdef0123")
+	t.Setenv(envClusterSecret, "0123456789abcdef0123456789abcdef0123")
 	c, err := parseNode(cli.Env{Stdout: io.Discard, Stderr: io.Discard}, []string{"--name", "n1", "--listen", "0.0.0.0:8081"})
 	if err != nil {
 		t.Fatal(err)

@@ -74,6 +74,7 @@ type Metrics struct {
 	templateBuilds *prometheus.CounterVec   // template, kind, outcome
 	templateBuild  *prometheus.HistogramVec // template, kind
 	spansDropped   *prometheus.CounterVec   // reason
+	secretRefusals *prometheus.CounterVec   // surface, reason
 
 	egressDecisions *prometheus.CounterVec // kind, verdict
 	egressBytes     *prometheus.CounterVec // direction
@@ -161,6 +162,10 @@ func New() *Metrics {
 		Name: "lizard_trace_spans_dropped_total",
 		Help: "Trace spans not exported (docs/traces.md): queue_full (the export queue was full, the collector slow or down), export_failed (the collector refused them or did not answer in time).",
 	}, []string{"reason"})
+	m.secretRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lizard_cluster_secret_refusals_total",
+		Help: "Requests refused for the cluster secret by surface (node: a node's API; api: the API's /v1/nodes) and reason: wrong (no or a wrong secret), throttled (429: the address failed too often).",
+	}, []string{"surface", "reason"})
 	m.states = newFuncCollector(prometheus.NewDesc("lizard_sandboxes",
 		"Sandboxes by state (starting, running, paused); ended sandboxes are not counted.", []string{"state"}, nil))
 	m.warmPool = newFuncCollector(prometheus.NewDesc("lizard_warm_pool_ready",
@@ -176,7 +181,7 @@ func New() *Metrics {
 
 	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.executions, m.executionDuration,
 		m.processes, m.processDuration, m.creates, m.createDuration, m.ops, m.restoreQueue, m.kernelDeaths,
-		m.templateBuilds, m.templateBuild, m.egressDecisions, m.egressBytes, m.fdRefusals, m.descriptors, m.spansDropped, m.states, m.warmPool, m.restores, m.addressPool, m.diskFree,
+		m.templateBuilds, m.templateBuild, m.egressDecisions, m.egressBytes, m.fdRefusals, m.descriptors, m.spansDropped, m.secretRefusals, m.states, m.warmPool, m.restores, m.addressPool, m.diskFree,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "lizard_node_memory_available_bytes",
 			Help: "MemAvailable of the node (/proc/meminfo): what new sandboxes can still get.",
@@ -340,6 +345,21 @@ func (m *Metrics) Descriptors(f func() map[string]int) {
 		return
 	}
 	m.descriptors.set(f)
+}
+
+// Reasons of lizard_cluster_secret_refusals_total.
+const (
+	SecretWrong     = "wrong"
+	SecretThrottled = "throttled"
+)
+
+// ClusterSecretRefused records a request that surface ("node", "api")
+// refused for the cluster secret, for reason (SecretWrong...).
+func (m *Metrics) ClusterSecretRefused(surface, reason string) {
+	if m == nil {
+		return
+	}
+	m.secretRefusals.WithLabelValues(surface, reason).Inc()
 }
 
 // SandboxStates makes every scrape call f for the number of live sandboxes

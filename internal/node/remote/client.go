@@ -3,7 +3,6 @@ package remote
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
@@ -67,7 +67,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return c.unreachable(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusUnauthorized && resp.Header.Get(HeaderSecret) == "refused" {
+	if refusedStatus(resp) {
 		return c.refused()
 	}
 	if resp.StatusCode >= 300 {
@@ -97,7 +97,7 @@ func (c *Client) refused() error {
 
 func refusedBy(name string) error {
 	return &errdefs.Error{Kind: errdefs.ErrUnavailable,
-		Msg: fmt.Sprintf("node %s refused this API's cluster secret: give every api and node process the same LIZARD_CLUSTER_SECRET", name)}
+		Msg: fmt.Sprintf("node %s refused this API's cluster secret (or throttles this address's checks after failed ones): give every api and node process the same LIZARD_CLUSTER_SECRET", name)}
 }
 
 func (c *Client) unreachable(err error) error {
@@ -291,7 +291,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if !forwarded {
 		return resp, nil
 	}
-	if resp.StatusCode == http.StatusUnauthorized && (!fc.port || resp.Header.Get(HeaderSecret) == "refused") {
+	if refusedStatus(resp) || (resp.StatusCode == http.StatusUnauthorized && !fc.port) {
 		// Not the caller's key, which the API has checked: the node
 		// refused the cluster secret. (A port's own 401 is the program's.)
 		resp.Body.Close()
@@ -325,17 +325,25 @@ func (b *failingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// validSecret reports whether r carries the cluster secret.
-func validSecret(r *http.Request, secret string) bool {
+// presentedSecret is the cluster secret r carries: in HeaderSecret on a
+// forwarded port call (whose Authorization is the caller's), else as
+// Authorization's bearer token.
+func presentedSecret(r *http.Request) string {
 	if s := r.Header.Get(HeaderSecret); s != "" {
-		return subtle.ConstantTimeCompare([]byte(s), []byte(secret)) == 1
+		return s
 	}
-	h := r.Header.Get("Authorization")
-	const prefix = "Bearer "
-	if len(h) <= len(prefix) || h[:len(prefix)] != prefix {
-		return false
+	s, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
 	}
-	return subtle.ConstantTimeCompare([]byte(h[len(prefix):]), []byte(secret)) == 1
+	return s
+}
+
+// refusedStatus reports whether a node's answer is its refusal of the
+// cluster secret: a 401, or a 429 throttling this address's failures,
+// marked in HeaderSecret (a port's own 401 or 429 is the program's).
+func refusedStatus(resp *http.Response) bool {
+	return (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusTooManyRequests) && resp.Header.Get(HeaderSecret) == "refused"
 }
 
 // MakeVolume implements node.Node: the volume is made on this node's disk.

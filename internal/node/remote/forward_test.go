@@ -143,7 +143,7 @@ func TestForwardedCallRefused(t *testing.T) {
 		t.Error("a call with the wrong secret reached the agent")
 	}))
 	s := serve(t, fn)
-	bad := NewClient("n1", s.srv.Listener.Addr().String(), NewTransport("another-secret"))
+	bad := NewClient("n1", s.srv.Listener.Addr().String(), NewTransport("another-secret-0123456789abcdef-0123456789"))
 	call, err := bad.Acquire(auth.WithProjectID(context.Background(), "p1"), "sb-1")
 	if err != nil {
 		t.Fatal(err)

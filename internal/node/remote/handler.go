@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
 	"path/filepath"
+	"strconv"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
+	"github.com/lizard-build/lizard/internal/cluster/secret"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/trace"
 )
@@ -22,6 +26,8 @@ type HandlerConfig struct {
 	Node   node.Node
 	Secret string
 	Logger *slog.Logger
+	// Metrics counts the refusals of the secret (nil: none).
+	Metrics *metrics.Metrics
 	// DataDir holds the node's images: RemoveImage refuses paths outside.
 	DataDir string
 	// Peers, when set, finds the address of another node: an agent call
@@ -44,6 +50,7 @@ func Handler(cfg HandlerConfig) http.Handler {
 	if h.log == nil {
 		h.log = slog.Default()
 	}
+	check := secret.NewChecker(cfg.Secret, "node", h.log, cfg.Metrics)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
@@ -82,11 +89,19 @@ func Handler(cfg HandlerConfig) http.Handler {
 		mux.ServeHTTP(w, r)
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/health" && !validSecret(r, cfg.Secret) {
-			h.log.Warn("refused a request without the cluster secret", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
-			w.Header().Set(HeaderSecret, "refused")
-			writeJSON(w, http.StatusUnauthorized, wireError{Message: "this is a Lizard node: its API is for `lizard api`, with the cluster secret"})
-			return
+		if r.URL.Path != "/v1/health" {
+			if err := check.Check(r, presentedSecret(r)); err != nil {
+				// The checker logs, at most one line each 10 s.
+				w.Header().Set(HeaderSecret, "refused")
+				var e *errdefs.Error
+				if errors.Is(err, errdefs.ErrRateLimited) && errors.As(err, &e) {
+					w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
+					writeJSON(w, http.StatusTooManyRequests, wireError{Message: "this is a Lizard node: " + e.Msg})
+					return
+				}
+				writeJSON(w, http.StatusUnauthorized, wireError{Message: "this is a Lizard node: its API is for `lizard api`, with the cluster secret"})
+				return
+			}
 		}
 		traced.ServeHTTP(w, r.WithContext(callerContext(r)))
 	})

@@ -21,7 +21,7 @@ import (
 	"github.com/lizard-build/lizard/internal/store"
 )
 
-const testSecret = "0123456789abcdef-test-secret"
+const testSecret = "0123456789abcdef-test-secret-0123456789abcdef"
 
 // fakeNode is a node.Node whose methods are its fields; a method whose
 // field is nil fails as a node would on a call nobody expected.
@@ -475,7 +475,7 @@ func TestErrors(t *testing.T) {
 		}
 	})
 	t.Run("wrong secret", func(t *testing.T) {
-		_, err := NewClient("n1", s.srv.Listener.Addr().String(), NewTransport("another-secret")).Pause(ctx, "sb-1")
+		_, err := NewClient("n1", s.srv.Listener.Addr().String(), NewTransport("another-secret-0123456789abcdef-0123456789")).Pause(ctx, "sb-1")
 		if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(err), "LIZARD_CLUSTER_SECRET") {
 			t.Errorf("Pause with the wrong secret = %v; want ErrUnavailable naming LIZARD_CLUSTER_SECRET", err)
 		}

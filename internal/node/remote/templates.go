@@ -168,7 +168,7 @@ func (c *Client) BuildTemplate(ctx context.Context, projectID string, r api.Temp
 		return recipe.Result{}, c.unreachable(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusUnauthorized && resp.Header.Get(HeaderSecret) == "refused" {
+	if refusedStatus(resp) {
 		return recipe.Result{}, c.refused()
 	}
 	if resp.StatusCode >= 300 {
