@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,13 +85,17 @@ func TestE2BHostForm(t *testing.T) {
 	}
 	code, body := post(s.url+"/e2b/sandboxes", `{"templateID":"code-interpreter-v1","timeout":120}`, "X-API-Key", key)
 	var sb struct {
-		SandboxID       string `json:"sandboxID"`
-		EnvdAccessToken string `json:"envdAccessToken"`
+		SandboxID          string `json:"sandboxID"`
+		EnvdAccessToken    string `json:"envdAccessToken"`
+		TrafficAccessToken string `json:"trafficAccessToken"`
 	}
 	if code != http.StatusCreated && code != http.StatusOK || json.Unmarshal([]byte(body), &sb) != nil || sb.SandboxID == "" || sb.EnvdAccessToken == "" {
 		t.Fatalf("E2B create: %d %s", code, body)
 	}
 	t.Cleanup(func() { c.KillSandbox(context.Background(), sb.SandboxID) })
+	if sb.TrafficAccessToken == "" || sb.TrafficAccessToken == sb.EnvdAccessToken {
+		t.Errorf("trafficAccessToken %q, envdAccessToken %q; want a token of its own", sb.TrafficAccessToken, sb.EnvdAccessToken)
+	}
 
 	interp := "49999-" + sb.SandboxID + ".e2b.test"
 	if code, body := post(s.url+"/execute", `{"code":"6*7"}`, "Host", interp, "X-Access-Token", sb.EnvdAccessToken); code != http.StatusOK || !strings.Contains(body, `"42"`) {
@@ -140,6 +145,45 @@ func TestE2BHostForm(t *testing.T) {
 	// Another port of the host form is still the sandbox's own port.
 	if code, _, _ := get(t, s.url+"/", "Host", "8000-"+sb.SandboxID+".e2b.test"); code != http.StatusUnauthorized {
 		t.Errorf("port 8000 without a credential: %d; want the ports proxy's 401", code)
+	}
+
+	// The trafficAccessToken opens the sandbox's ports, as E2B's SDK's
+	// users send it (e2b-traffic-access-token), and nothing that runs
+	// code: it was the envdAccessToken, and ran commands as root.
+	serve := `import subprocess; subprocess.Popen(["python3", "-m", "http.server", "8000", "--directory", "/tmp"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)`
+	if code, body := post(s.url+"/execute", `{"code":`+strconv.Quote(serve)+`}`, "Host", interp, "X-Access-Token", sb.EnvdAccessToken); code != http.StatusOK {
+		t.Fatalf("starting a server on port 8000: %d %s", code, body)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body, _ := get(t, s.url+"/signed.txt", "Host", "8000-"+sb.SandboxID+".e2b.test", "e2b-traffic-access-token", sb.TrafficAccessToken)
+		if code == http.StatusOK && body == "signed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("port 8000 with the trafficAccessToken: %d %q; want 200 and the file", code, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if code, body, _ := get(t, s.url+"/v1/sandboxes/"+sb.SandboxID+"/ports/8000/signed.txt", "e2b-traffic-access-token", sb.TrafficAccessToken); code != http.StatusOK || body != "signed" {
+		t.Errorf("port 8000, path form, with the trafficAccessToken: %d %q; want 200 and the file", code, body)
+	}
+	for _, tc := range []struct{ what, method, path, host, body string }{
+		{"envd's process List", http.MethodPost, "/process.Process/List", envd, `{}`},
+		{"envd's process Start", http.MethodPost, "/process.Process/Start", envd, `{"process":{"cmd":"/bin/sh","args":["-c","echo x > /etc/ld.so.preload"]}}`},
+		{"envd's /files read", http.MethodGet, "/files?path=/tmp/signed.txt", envd, ""},
+		{"envd's /files write", http.MethodPost, "/files?path=/tmp/owned.txt", envd, "owned"},
+		{"the interpreter's /execute", http.MethodPost, "/execute", interp, `{"code":"6*7"}`},
+	} {
+		for _, header := range []string{"E2B-Traffic-Access-Token", "X-Access-Token"} {
+			resp, body := send(t, tc.method, s.url+tc.path, tc.body, "Host", tc.host, "Content-Type", "application/json", header, sb.TrafficAccessToken)
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("%s with the trafficAccessToken in %s: %d %s; want 401", tc.what, header, resp.StatusCode, body)
+			}
+		}
+	}
+	if code, body := post(s.url+"/execute", `{"code":"import os; print(os.path.exists('/tmp/owned.txt'))"}`, "Host", interp, "X-Access-Token", sb.EnvdAccessToken); code != http.StatusOK || !strings.Contains(body, "False") {
+		t.Errorf("after the refused write: %d %s; want /tmp/owned.txt absent", code, body)
 	}
 }
 

@@ -21,15 +21,46 @@ var ErrBadSandboxToken = fmt.Errorf("no valid access token for the sandbox: %w",
 // let them run code.
 func (c *Control) EnvdToken(id string) string { return c.sandboxToken("lze_", "lizard e2b envd ", id) }
 
+// TrafficToken is the trafficAccessToken E2B's SDKs are given for
+// sandbox id: E2B's credential for a sandbox's ports alone (its SDK's
+// users send it as e2b-traffic-access-token to a private sandbox's
+// ports). It opens the sandbox's exposed ports, as its port access token
+// does, and the code interpreter's context calls, which E2B's SDKs send
+// with it alone; never envd (commands, files: root) nor the interpreter's
+// /execute. Derived apart from both other tokens, so it opens neither's
+// doors.
+func (c *Control) TrafficToken(id string) string {
+	return c.sandboxToken("lzt_", "lizard e2b traffic ", id)
+}
+
+// IsTrafficToken reports whether token is sandbox id's TrafficToken.
+func (c *Control) IsTrafficToken(id, token string) bool {
+	want := c.TrafficToken(id)
+	return token != "" && want != "" && hmac.Equal([]byte(token), []byte(want))
+}
+
 // EnvdProject returns the project of sandbox id when token is its
 // EnvdToken, or ErrGone once the sandbox has ended. An unknown sandbox and a wrong token are the same refusal, so
 // the existence of a sandbox is not told to strangers.
 func (c *Control) EnvdProject(ctx context.Context, id, token string) (string, error) {
 	want := c.EnvdToken(id)
-	refused := &errdefs.Error{Kind: ErrBadSandboxToken, Msg: fmt.Sprintf("sandbox %s needs its envdAccessToken (X-Access-Token) or its project's API key (X-API-Key)", id)}
 	if token == "" || want == "" || !hmac.Equal([]byte(token), []byte(want)) {
-		return "", refused
+		return "", &errdefs.Error{Kind: ErrBadSandboxToken, Msg: fmt.Sprintf("sandbox %s needs its envdAccessToken (X-Access-Token) or its project's API key (X-API-Key)", id)}
 	}
+	return c.tokenProject(ctx, id)
+}
+
+// TrafficProject is EnvdProject for sandbox id's TrafficToken.
+func (c *Control) TrafficProject(ctx context.Context, id, token string) (string, error) {
+	if !c.IsTrafficToken(id, token) {
+		return "", &errdefs.Error{Kind: ErrBadSandboxToken, Msg: fmt.Sprintf("sandbox %s needs its trafficAccessToken (E2B-Traffic-Access-Token), its envdAccessToken (X-Access-Token) or its project's API key (X-API-Key)", id)}
+	}
+	return c.tokenProject(ctx, id)
+}
+
+// tokenProject is the project of live sandbox id, whose token the caller
+// has shown.
+func (c *Control) tokenProject(ctx context.Context, id string) (string, error) {
 	sb, err := c.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && sb.Role != "") {
 		return "", &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found", id)}

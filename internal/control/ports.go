@@ -56,7 +56,8 @@ func (c *Control) OpenPort(ctx context.Context, a PortAccess, id string, port in
 		return node.Call{}, err
 	}
 	found := err == nil && sb.Role == ""
-	tokenOK := a.Token != "" && c.accessToken(id) != "" && hmac.Equal([]byte(a.Token), []byte(c.accessToken(id)))
+	// E2B's trafficAccessToken opens the ports as their own token does.
+	tokenOK := a.Token != "" && c.accessToken(id) != "" && hmac.Equal([]byte(a.Token), []byte(c.accessToken(id))) || c.IsTrafficToken(id, a.Token)
 	switch {
 	case a.ProjectID != "" && (!found || sb.ProjectID != a.ProjectID):
 		return node.Call{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found in project %s", id, a.ProjectID)}

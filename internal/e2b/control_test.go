@@ -27,7 +27,8 @@ func TestSandboxLifecycle(t *testing.T) {
 	}
 	json.Unmarshal([]byte(r.body), &sb)
 	if sb.SandboxID == "" || sb.TemplateID != "interpreter" || sb.ClientID == "" || sb.EnvdVersion != e2b.DefaultEnvdVersion ||
-		sb.EnvdAccessToken != e.c.EnvdToken(sb.SandboxID) || sb.TrafficAccessToken == nil || *sb.TrafficAccessToken != sb.EnvdAccessToken {
+		sb.EnvdAccessToken != e.c.EnvdToken(sb.SandboxID) || sb.TrafficAccessToken == nil || *sb.TrafficAccessToken != e.c.TrafficToken(sb.SandboxID) ||
+		*sb.TrafficAccessToken == sb.EnvdAccessToken || *sb.TrafficAccessToken == "" {
 		t.Fatalf("create answered %s", r.body)
 	}
 	other := e.do(t, "POST", "/e2b/sandboxes", `{"templateID":"base","metadata":{"user":"bob"}}`, key...)

@@ -40,9 +40,10 @@ const (
 	HeaderSandboxID   = "E2b-Sandbox-Id"
 	HeaderSandboxPort = "E2b-Sandbox-Port"
 	headerAccessToken = "X-Access-Token"
-	// The code interpreter's context calls carry only this one (when the
-	// create answered a trafficAccessToken), not X-Access-Token.
-	headerTrafficToken = "E2b-Traffic-Access-Token"
+	// HeaderTrafficToken carries the trafficAccessToken: E2B's SDK users
+	// send it to a private sandbox's ports, and the code interpreter's
+	// context calls carry only this one, not X-Access-Token.
+	HeaderTrafficToken = "E2b-Traffic-Access-Token"
 	headerAPIKey       = "X-Api-Key"
 )
 
@@ -182,7 +183,14 @@ func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "calls to the sandbox URL need the headers E2b-Sandbox-Id and E2b-Sandbox-Port, as E2B's SDKs send them when E2B_SANDBOX_URL is set")
 		return
 	}
-	t, keyID, err := h.sandboxCaller(r, id)
+	t, keyID, traffic, err := h.sandboxCaller(r, id)
+	if err == nil && traffic && !trafficOpens(port, r) {
+		// The trafficAccessToken is E2B's credential for the ports: it
+		// must not run commands as root or write files through envd, nor
+		// run code through the interpreter.
+		err = &errdefs.Error{Kind: control.ErrBadSandboxToken, Msg: fmt.Sprintf("the trafficAccessToken (E2B-Traffic-Access-Token) opens sandbox %s's ports and its code interpreter's contexts only: "+
+			"envd (port 49983: commands, files) and run_code (/execute) need its envdAccessToken in X-Access-Token, or its project's key in X-API-Key", id)}
+	}
 	if errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrNotFound) {
 		// E2B's proxy answers 502 for a sandbox that is no more: the SDKs
 		// read it as "not running" (is_running) or its timeout.
@@ -234,48 +242,72 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, port string) {
 	}
 }
 
+// trafficOpens reports whether a call to port authenticated by the
+// trafficAccessToken alone may go on: the code interpreter's context
+// calls and health, which E2B's SDKs send with it alone. Not envd, not
+// /execute.
+func trafficOpens(port string, r *http.Request) bool {
+	p := strings.TrimPrefix(r.URL.Path, "/e2b/sandbox")
+	return port == InterpreterPort && (p == "/contexts" || strings.HasPrefix(p, "/contexts/") || p == "/health")
+}
+
 // sandboxCaller authenticates a sandbox call: the sandbox's
-// envdAccessToken in X-Access-Token or E2B-Traffic-Access-Token, E2B's
-// signature of it on a file URL (signed.go), or a key of its project in
-// X-API-Key, whose ID it returns (none for a token).
-func (h *Handler) sandboxCaller(r *http.Request, id string) (TargetSandbox, string, error) {
-	for _, name := range []string{headerAccessToken, headerTrafficToken} {
-		if tok := r.Header.Get(name); tok != "" {
+// envdAccessToken in X-Access-Token, E2B's signature of it on a file URL
+// (signed.go), or a key of its project in X-API-Key, whose ID it returns
+// (none for a token) — or its trafficAccessToken in
+// E2B-Traffic-Access-Token, which opens less (traffic: trafficOpens). The
+// envdAccessToken there is taken as itself: sandboxes created before the
+// two differed hold it as their trafficAccessToken.
+func (h *Handler) sandboxCaller(r *http.Request, id string) (t TargetSandbox, keyID string, traffic bool, err error) {
+	if tok := r.Header.Get(headerAccessToken); tok != "" {
+		project, err := h.cfg.Control.EnvdProject(r.Context(), id, tok)
+		if err != nil {
+			return TargetSandbox{}, "", false, err
+		}
+		return TargetSandbox{ProjectID: project, SandboxID: id}, "", false, nil
+	}
+	if tok := r.Header.Get(HeaderTrafficToken); tok != "" {
+		if !h.cfg.Control.IsTrafficToken(id, tok) {
 			project, err := h.cfg.Control.EnvdProject(r.Context(), id, tok)
 			if err != nil {
-				return TargetSandbox{}, "", err
+				return TargetSandbox{}, "", false, err
 			}
-			return TargetSandbox{ProjectID: project, SandboxID: id}, "", nil
+			return TargetSandbox{ProjectID: project, SandboxID: id}, "", false, nil
 		}
+		project, err := h.cfg.Control.TrafficProject(r.Context(), id, tok)
+		if err != nil {
+			return TargetSandbox{}, "", false, err
+		}
+		return TargetSandbox{ProjectID: project, SandboxID: id}, "", true, nil
 	}
 	if signedFileCall(r, r.Header.Get(HeaderSandboxPort)) {
 		if err := h.checkSignature(r, id); err != nil {
-			return TargetSandbox{}, "", err
+			return TargetSandbox{}, "", false, err
 		}
 		project, err := h.cfg.Control.EnvdProject(r.Context(), id, h.cfg.Control.EnvdToken(id))
 		if err != nil {
-			return TargetSandbox{}, "", err
+			return TargetSandbox{}, "", false, err
 		}
-		return TargetSandbox{ProjectID: project, SandboxID: id}, "", nil
+		return TargetSandbox{ProjectID: project, SandboxID: id}, "", false, nil
 	}
 	if key := r.Header.Get(headerAPIKey); key != "" {
 		project, err := h.cfg.Keys.Verify(r.Context(), key)
 		if err != nil {
-			return TargetSandbox{}, "", err
+			return TargetSandbox{}, "", false, err
 		}
 		// Handlers trust the target: another project's sandbox is not
 		// found here, as on the native API.
 		sb, err := h.cfg.Control.Get(r.Context(), project, id)
 		if err != nil {
-			return TargetSandbox{}, "", err
+			return TargetSandbox{}, "", false, err
 		}
 		if ended(sb) {
-			return TargetSandbox{}, "", gone(sb)
+			return TargetSandbox{}, "", false, gone(sb)
 		}
 		k, _ := auth.Parse(key) // Verify parsed it
-		return TargetSandbox{ProjectID: project, SandboxID: id}, k.ID, nil
+		return TargetSandbox{ProjectID: project, SandboxID: id}, k.ID, false, nil
 	}
-	return TargetSandbox{}, "", errNoToken
+	return TargetSandbox{}, "", false, errNoToken
 }
 
 // apiError is E2B's error body.

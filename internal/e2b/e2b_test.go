@@ -74,7 +74,15 @@ func TestSandboxRouter(t *testing.T) {
 		{"port token", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-Access-Token", sb.AccessToken}, http.StatusUnauthorized},
 		{"another project's key", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-API-Key", e.key2}, http.StatusBadGateway},
 		{"token to envd", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-Access-Token", tok}, http.StatusAccepted},
-		{"traffic token to envd", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "E2B-Traffic-Access-Token", tok}, http.StatusAccepted},
+		// The trafficAccessToken opens the ports, not envd (issue 33: it
+		// ran commands as root and wrote /etc/ld.so.preload there).
+		{"traffic token to envd", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "E2B-Traffic-Access-Token", e.c.TrafficToken(sb.SandboxID)}, http.StatusUnauthorized},
+		{"traffic token as the envd token", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-Access-Token", e.c.TrafficToken(sb.SandboxID)}, http.StatusUnauthorized},
+		{"port token in the traffic header", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "E2B-Traffic-Access-Token", sb.AccessToken}, http.StatusUnauthorized},
+		{"another sandbox's traffic token", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49999", "E2B-Traffic-Access-Token", e.c.TrafficToken(other.SandboxID)}, http.StatusUnauthorized},
+		// A sandbox made before the two differed holds the envd token as
+		// its trafficAccessToken.
+		{"envd token in the traffic header", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "E2B-Traffic-Access-Token", tok}, http.StatusAccepted},
 		{"key to envd", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-API-Key", e.key1}, http.StatusAccepted},
 		{"other port", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "8080", "X-Access-Token", tok}, http.StatusNotImplemented},
 	} {

@@ -270,3 +270,39 @@ func TestExecuteLineBounded(t *testing.T) {
 		t.Error("the agent's stream was not closed")
 	}
 }
+
+// TestTrafficTokenScope: the trafficAccessToken (E2B-Traffic-Access-Token
+// alone) reaches the code interpreter's context calls, which E2B's SDKs
+// send with it alone, and not /execute, which runs code; before, it was
+// the envdAccessToken and ran anything.
+func TestTrafficTokenScope(t *testing.T) {
+	agent := &fakeInterpreterAgent{events: []api.ExecuteEvent{{Type: "end"}}}
+	e := newEnv(t, agent, nil)
+	sb := e.createNative(t, e.key1)
+	traffic := []string{"Content-Type", "application/json", "E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49999", "E2B-Traffic-Access-Token", e.c.TrafficToken(sb.SandboxID)}
+	for _, tc := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"POST", "/execute", `{"code":"open('/etc/ld.so.preload','w')"}`, http.StatusUnauthorized},
+		{"GET", "/contexts", "", http.StatusOK},
+		{"POST", "/contexts", `{"language":"python"}`, http.StatusOK},
+		{"POST", "/contexts/ctx_1/restart", "", http.StatusOK},
+		{"DELETE", "/contexts/ctx_1", "", http.StatusOK},
+		{"GET", "/health", "", http.StatusOK},
+	} {
+		if r := e.do(t, tc.method, "/e2b/sandbox"+tc.path, tc.body, traffic...); r.status != tc.want {
+			t.Errorf("%s %s with the trafficAccessToken: %d %s; want %d", tc.method, tc.path, r.status, r.body, tc.want)
+		}
+	}
+	for _, p := range agent.paths {
+		if p == "POST /execute" {
+			t.Errorf("the agent ran code for the trafficAccessToken")
+		}
+	}
+	// The envdAccessToken still runs code.
+	if r := e.do(t, "POST", "/e2b/sandbox/execute", `{"code":"1"}`, "Content-Type", "application/json", "E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49999",
+		"X-Access-Token", e.c.EnvdToken(sb.SandboxID), "E2B-Traffic-Access-Token", e.c.TrafficToken(sb.SandboxID)); r.status != http.StatusOK {
+		t.Errorf("execute with both tokens, as E2B's SDKs send them: %d %s; want 200", r.status, r.body)
+	}
+}

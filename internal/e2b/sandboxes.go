@@ -126,8 +126,9 @@ type sandboxJSON struct {
 	EnvdVersion     string `json:"envdVersion"`
 	Alias           string `json:"alias,omitempty"`
 	EnvdAccessToken string `json:"envdAccessToken,omitempty"`
-	// TrafficAccessToken is the envd token again: the code interpreter's
-	// context calls carry only this header.
+	// TrafficAccessToken opens the sandbox's ports and the code
+	// interpreter's context calls (which carry only this header), not envd
+	// nor /execute: control.TrafficToken.
 	TrafficAccessToken *string `json:"trafficAccessToken"`
 	Domain             *string `json:"domain"`
 }
@@ -250,10 +251,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) sandboxJSON(sb api.Sandbox) sandboxJSON {
-	tok := h.cfg.Control.EnvdToken(sb.SandboxID)
+	traffic := h.cfg.Control.TrafficToken(sb.SandboxID)
 	return sandboxJSON{
 		TemplateID: sb.Template, Alias: sb.Template, SandboxID: sb.SandboxID, ClientID: clientID,
-		EnvdVersion: h.envdVersion(), EnvdAccessToken: tok, TrafficAccessToken: &tok, Domain: domain(sb),
+		EnvdVersion: h.envdVersion(), EnvdAccessToken: h.cfg.Control.EnvdToken(sb.SandboxID), TrafficAccessToken: &traffic, Domain: domain(sb),
 	}
 }
 

@@ -213,6 +213,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 			// any reverse proxy; Lizard's credentials stay out.
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Del(AccessTokenHeader)
+			pr.Out.Header.Del(e2b.HeaderTrafficToken)
 			if keyed {
 				pr.Out.Header.Del("Authorization")
 			}
@@ -280,6 +281,11 @@ func (s *Server) portAccess(w http.ResponseWriter, r *http.Request) (a control.P
 	a.Token = r.URL.Query().Get(AccessTokenParam)
 	if a.Token == "" {
 		a.Token = r.Header.Get(AccessTokenHeader)
+	}
+	if a.Token == "" {
+		// E2B's trafficAccessToken, as its SDK's users send it to a
+		// private sandbox's ports.
+		a.Token = r.Header.Get(e2b.HeaderTrafficToken)
 	}
 	if a.Token == "" {
 		if c, err := r.Cookie(accessTokenCookie); err == nil {
