@@ -678,3 +678,58 @@ func TestProcessesSocketKey(t *testing.T) {
 		seen.Write(data)
 	}
 }
+
+// TestProcessesBounded: 300 terminals asked of one 1 GiB sandbox, eight at
+// a time (issue 33: they ended the sandbox failed; one by one, the 165th
+// was a 500). The sandbox runs 64 and answers the rest 429 naming the
+// bound, stays running with its kernel's variables, and still starts a
+// background process.
+func TestProcessesBounded(t *testing.T) {
+	s := startServer(t)
+	c := s.createProject("proj_procbound")
+	sb := newSandbox(t, c, api.CreateSandboxRequest{TimeoutMs: ms(600_000), MemoryMb: ptr(int64(1024))})
+	id := sb.SandboxID
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	runPy(t, c, id, "kept = 42")
+	var mu sync.Mutex
+	var ok, limited int
+	var other []string
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for range 300 {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_, err := c.StartProcess(ctx, id, api.ProcessStartRequest{Pty: &api.PtySize{Cols: 80, Rows: 24}})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, client.ErrRateLimited) && strings.Contains(err.Error(), "64 terminals"):
+				limited++
+			default:
+				other = append(other, err.Error())
+			}
+		}()
+	}
+	wg.Wait()
+	if ok != 64 || limited != 236 || len(other) > 0 {
+		t.Errorf("300 terminals: %d started, %d refused 429 naming the bound, %d otherwise (first %q); want 64 and 236",
+			ok, limited, len(other), other[:min(len(other), 3)])
+	}
+	if got, err := c.GetSandbox(ctx, id); err != nil || got.State != api.StateRunning {
+		t.Fatalf("after 300 terminals the sandbox is %+v, %v; want running", got, err)
+	}
+	if got := strings.TrimSpace(runPy(t, c, id, "print(kept)")); got != "42" {
+		t.Errorf("kept = %q after the terminals, want 42", got)
+	}
+	p, err := c.StartProcess(ctx, id, api.ProcessStartRequest{Cmd: "echo still here"})
+	if err != nil {
+		t.Fatalf("a background process beside 64 terminals: %v", err)
+	}
+	untilOutput(t, c, id, p.Pid, "still here")
+}

@@ -49,6 +49,25 @@ const (
 	streamBatch = 256 << 10
 )
 
+// Bounds on what runs in the background at once, per sandbox (429 past
+// them). Memory is not what runs out first: a terminal (a login bash) takes
+// about 0.8 MiB of a sandbox's memory (20 MiB per 25 terminals, measured in
+// a 1 GiB sandbox). Tasks are: gVisor counts every task of the sandbox,
+// the agent's threads included, against RLIMIT_NPROC (--processes, 512 by
+// default), and each terminal costs three (its shell, and the agent's
+// threads waiting on its exit and reading its terminal), each other
+// background process two (it and the waiting thread). 300 terminals asked
+// for one by one stopped at 165 with the sandbox's 514th task (fork
+// EAGAIN, a 500); with more at once the agent itself could not make a
+// thread, and a Go program that cannot is ended: the sandbox failed. So
+// 64 terminals (192 tasks) and 64 other processes (128) leave the kernels,
+// the agent and the processes' own children nearly 200 tasks under the
+// default bound.
+const (
+	maxTerminals  = 64
+	maxBackground = 64
+)
+
 // bgProcess is one background process.
 type bgProcess struct {
 	pid   int
@@ -81,10 +100,45 @@ func (p *bgProcess) snapshot() api.ProcessInfo {
 
 // processTable holds the agent's background processes.
 type processTable struct {
-	mu     sync.Mutex
-	procs  map[int]*bgProcess
-	ends   int64 // counts ends, for endOrder
-	closed bool
+	mu        sync.Mutex
+	procs     map[int]*bgProcess
+	ends      int64 // counts ends, for endOrder
+	closed    bool
+	terminals int // running terminals, started or starting
+	others    int // other running background processes, started or starting
+}
+
+// errShuttingDown: the agent is closing and starts nothing more.
+var errShuttingDown = errors.New("agent is shutting down")
+
+// reserve takes a place for a process about to start (a terminal or not),
+// or says why there is none: the sandbox runs as many as it may, or the
+// agent is shutting down. release gives the place back once it has ended
+// or failed to start.
+func (t *processTable) reserve(terminal bool) (release func(), err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.closed:
+		return nil, errShuttingDown
+	case terminal && t.terminals >= maxTerminals:
+		return nil, fmt.Errorf("%d terminals run in this sandbox already, its bound: close one (exit its shell or signal it) first", maxTerminals)
+	case !terminal && t.others >= maxBackground:
+		return nil, fmt.Errorf("%d background processes run in this sandbox already, its bound: wait for one to end or signal it first", maxBackground)
+	}
+	n := &t.others
+	if terminal {
+		n = &t.terminals
+	}
+	*n++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			*n--
+		})
+	}, nil
 }
 
 func (t *processTable) get(pid int) *bgProcess {
@@ -273,12 +327,14 @@ func (a *Agent) startProcess(w http.ResponseWriter, r *http.Request) {
 		flush = func() { stdout.flush(); stderr.flush() }
 	}
 
-	a.procs.mu.Lock()
-	closed := a.procs.closed
-	a.procs.mu.Unlock()
-	if closed {
+	release, err := a.procs.reserve(req.Pty != nil)
+	if err != nil {
 		p.closeIO()
-		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "agent is shutting down")
+		if errors.Is(err, errShuttingDown) {
+			writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "%v", err)
+			return
+		}
+		writeError(w, http.StatusTooManyRequests, api.CodeRateLimited, "%v", err)
 		return
 	}
 	err = cmd.Start()
@@ -287,12 +343,18 @@ func (a *Agent) startProcess(w http.ResponseWriter, r *http.Request) {
 		cmd.Stdin.(*os.File).Close()
 	}
 	if err != nil {
+		release()
 		p.closeIO()
-		if errors.Is(err, os.ErrPermission) || errors.Is(err, exec.ErrNotFound) || errors.Is(err, syscall.ENOEXEC) {
+		switch {
+		case errors.Is(err, os.ErrPermission) || errors.Is(err, exec.ErrNotFound) || errors.Is(err, syscall.ENOEXEC):
 			invalid(w, "cmd", "starting %s: %v", path, err)
-			return
+		case errors.Is(err, syscall.EAGAIN):
+			// The sandbox runs as many tasks as it may (--processes).
+			writeError(w, http.StatusTooManyRequests, api.CodeRateLimited,
+				"starting %s: %v: the sandbox runs as many processes as it may; end some first", path, err)
+		default:
+			writeError(w, http.StatusInternalServerError, api.CodeInternal, "starting %s: %v", path, err)
 		}
-		writeError(w, http.StatusInternalServerError, api.CodeInternal, "starting %s: %v", path, err)
 		return
 	}
 	p.pid, p.group = cmd.Process.Pid, cmd.Process.Pid
@@ -348,6 +410,7 @@ func (a *Agent) startProcess(w http.ResponseWriter, r *http.Request) {
 			msg = err.Error()
 		}
 		p.finish(code, msg)
+		release()
 		a.procs.ended(p)
 		a.log.Info("process ended", "pid", p.pid, "exit_code", code)
 	}()

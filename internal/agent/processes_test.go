@@ -354,9 +354,11 @@ func TestOutputLogBound(t *testing.T) {
 	}
 }
 
-func TestProcessesListThousand(t *testing.T) {
+// TestProcessesListFull lists as many running processes as a sandbox may
+// run (maxBackground; it was 1000 before the bound).
+func TestProcessesListFull(t *testing.T) {
 	ta := newTestAgent(t, nil)
-	const n = 1000
+	const n = maxBackground
 	for i := 0; i < n; i++ {
 		ta.start(t, api.ProcessStartRequest{Args: []string{"sleep", "120"}, Tag: fmt.Sprintf("p%d", i)})
 	}
@@ -387,3 +389,53 @@ func TestProcessesListThousand(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestProcessesBounded: a sandbox runs at most maxTerminals terminals and
+// maxBackground other background processes at once (issue 33: 300
+// terminals in a 1 GiB sandbox ended it); past either the start is a 429
+// naming the bound, the other kind still starts, and a place comes back
+// when its process ends.
+func TestProcessesBounded(t *testing.T) {
+	ta := newTestAgent(t, nil)
+	term := api.ProcessStartRequest{Cmd: "sleep 600", Pty: &api.PtySize{Cols: 80, Rows: 24}}
+	bg := api.ProcessStartRequest{Cmd: "sleep 600"}
+	var terms, bgs []api.ProcessInfo
+	for range maxTerminals {
+		terms = append(terms, ta.start(t, term))
+	}
+	for range maxBackground {
+		bgs = append(bgs, ta.start(t, bg))
+	}
+	for _, tc := range []struct {
+		name string
+		req  api.ProcessStartRequest
+		want string
+	}{
+		{"terminal", term, fmt.Sprintf("%d terminals", maxTerminals)},
+		{"background", bg, fmt.Sprintf("%d background processes", maxBackground)},
+	} {
+		var e api.Error
+		ta.json(t, "POST", "/processes", tc.req, &e, http.StatusTooManyRequests)
+		if e.Code != api.CodeRateLimited || !strings.Contains(e.Message, tc.want) {
+			t.Errorf("one %s past the bound: %+v; want rate_limited naming %q", tc.name, e, tc.want)
+		}
+	}
+	// A place comes back once its process has ended.
+	for _, p := range []api.ProcessInfo{terms[0], bgs[0]} {
+		ta.json(t, "POST", fmt.Sprintf("/processes/%d/signal", p.Pid), api.ProcessSignalRequest{Signal: "SIGKILL"}, nil, http.StatusNoContent)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var info api.ProcessInfo
+			ta.json(t, "GET", fmt.Sprintf("/processes/%d", p.Pid), nil, &info, http.StatusOK)
+			if !info.Running {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d still runs 10 s after SIGKILL", p.Pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	ta.start(t, term)
+	ta.start(t, bg)
+}
