@@ -471,19 +471,20 @@ class Shell(InteractiveShell):
         print("exit() does not end this kernel; restart the context for a fresh one", file=sys.stderr)
 
 
-class FontFinder:
-    """Patches matplotlib.font_manager as it is imported so that fonts are
-    read from memory. FreeType reads a font file through many small seeks
-    and reads (about 800 system calls per chart); under gVisor each is a
-    trap, which made rendering a chart in a sandbox twice as slow as on
-    the host. The files are read once per kernel instead."""
+class PatchFinder:
+    """Patches modules as they are imported (PATCHES), so that a kernel
+    that never imports them pays nothing. Each patch runs once, after the
+    module's own code; one that fails leaves the module as it is."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != "matplotlib.font_manager":
+        patch = PATCHES.pop(name, None)
+        if patch is None:
             return None
+        if not PATCHES:
+            sys.meta_path.remove(self)
         import importlib.util
 
-        sys.meta_path.remove(self)
+        # find_spec does not come back here: name is out of PATCHES.
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
             load = spec.loader.exec_module
@@ -491,12 +492,64 @@ class FontFinder:
             def exec_module(module):
                 load(module)
                 try:
-                    fonts_in_memory(module)
-                except Exception:  # noqa: BLE001 - only an optimisation
+                    patch(module)
+                except Exception:  # noqa: BLE001 - a patch is a nicety, never the module's failure
                     pass
 
             spec.loader.exec_module = exec_module
         return spec
+
+
+def display_on_save(image_module):
+    """As E2B's interpreter does (its startup script 0003_images.py): an
+    image saved to a path (img.save("chart.png")) is also shown, so the
+    call has its PNG without a display(img) — E2B's suite and code written
+    for it expect one."""
+    save = image_module.Image.save
+
+    def shown_save(self, fp, format=None, **params):
+        if isinstance(fp, (str, os.PathLike)):
+            from IPython.display import display
+
+            display(self)
+        return save(self, fp, format, **params)
+
+    shown_save.__doc__ = save.__doc__
+    shown_save.__wrapped__ = save
+    image_module.Image.save = shown_save
+
+
+def boxplot_labels(axes_module):
+    """boxplot(labels=...) as matplotlib 3.9 and 3.10 took it (renamed
+    tick_labels in 3.9, the old name removed in 3.11): E2B's interpreter has
+    matplotlib 3.10, and code written for it (E2B's own box-and-whisker
+    example) passes labels=, a TypeError on the template's 3.11."""
+    for owner in (axes_module.Axes,):
+        boxplot = owner.boxplot
+
+        def renamed(self, *args, _boxplot=boxplot, **kwargs):
+            if "labels" in kwargs and "tick_labels" not in kwargs:
+                kwargs["tick_labels"] = kwargs.pop("labels")
+            return _boxplot(self, *args, **kwargs)
+
+        renamed.__doc__ = boxplot.__doc__
+        renamed.__wrapped__ = boxplot
+        owner.boxplot = renamed
+
+
+def pyplot_boxplot_labels(pyplot):
+    """plt.boxplot(labels=...): pyplot's wrapper names its parameters, so it
+    refuses labels= before Axes.boxplot sees it (boxplot_labels)."""
+    boxplot = pyplot.boxplot
+
+    def renamed(*args, **kwargs):
+        if "labels" in kwargs and "tick_labels" not in kwargs:
+            kwargs["tick_labels"] = kwargs.pop("labels")
+        return boxplot(*args, **kwargs)
+
+    renamed.__doc__ = boxplot.__doc__
+    renamed.__wrapped__ = boxplot
+    pyplot.boxplot = renamed
 
 
 def fonts_in_memory(fm):
@@ -552,6 +605,19 @@ def fonts_in_memory(fm):
     shim.__dict__.update(real.__dict__)
     shim.FT2Font = FT2Font
     fm.ft2font = shim
+
+
+# PATCHES are applied by PatchFinder as each module is imported. The fonts
+# one: FreeType reads a font file through many small seeks and reads (about
+# 800 system calls per chart); under gVisor each is a trap, which made
+# rendering a chart in a sandbox twice as slow as on the host, so the files
+# are read once per kernel instead.
+PATCHES = {
+    "matplotlib.font_manager": fonts_in_memory,
+    "matplotlib.axes._axes": boxplot_labels,
+    "matplotlib.pyplot": pyplot_boxplot_labels,
+    "PIL.Image": display_on_save,
+}
 
 
 def no_input(*args, **kwargs):
@@ -659,8 +725,10 @@ def main():
     builtins.input = no_input
     getpass.getpass = no_input
     signal.signal(signal.SIGINT, on_sigint)
-    if "matplotlib.font_manager" not in sys.modules:
-        sys.meta_path.insert(0, FontFinder())
+    for name in [n for n in PATCHES if n in sys.modules]:
+        PATCHES.pop(name)(sys.modules[name])
+    if PATCHES:
+        sys.meta_path.insert(0, PatchFinder())
     chan.send({"t": "ready", "pid": os.getpid()}, now=True)
     reqs = Requests(REQ_FD)
     handlers = {"execute": execute, "import": run_silently, "renew": renew}

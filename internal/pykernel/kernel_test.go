@@ -1022,3 +1022,42 @@ class Rich:
 		}
 	}
 }
+
+// TestImageSaveShows: a PIL image saved to a path is shown too, a PNG
+// result of the call, as in E2B's interpreter; one saved to a file object
+// is not, and the file is written either way.
+func TestImageSaveShows(t *testing.T) {
+	k := startKernel(t)
+	o := run(t, k, `from PIL import Image
+import io, os
+img = Image.new('RGBA', (16, 16), (255, 0, 0, 255))
+img.save('test.png')
+img.save(io.BytesIO(), format='PNG')
+print(os.path.getsize('test.png') > 0)`)
+	var pngs int
+	for _, r := range o.results {
+		if r.Mime == "image/png" && r.Type == "display" {
+			pngs++
+		}
+	}
+	if pngs != 1 || o.stdout != "True\n" || len(o.errors) != 0 {
+		t.Errorf("results %v stdout %q errors %+v; want one display image/png and the file written", mimes(o.results), o.stdout, o.errors)
+	}
+}
+
+// TestBoxplotTakesLabels: boxplot(labels=...), matplotlib 3.10's name
+// (E2B's interpreter's version) for what 3.11 calls only tick_labels, is
+// taken by Axes.boxplot and plt.boxplot whichever matplotlib the sandbox
+// has.
+func TestBoxplotTakesLabels(t *testing.T) {
+	k := startKernel(t)
+	o := run(t, k, `import matplotlib.pyplot as plt
+fig, ax = plt.subplots()
+ax.boxplot([[1, 2, 3], [4, 5, 6]], labels=['a', 'b'], patch_artist=True)
+plt.figure()
+plt.boxplot([[1, 2, 3]], labels=['c'])
+[t.get_text() for t in ax.get_xticklabels()], [t.get_text() for t in plt.gca().get_xticklabels()]`)
+	if len(o.errors) != 0 || len(o.results) == 0 || o.results[0].Data != "(['a', 'b'], ['c'])" {
+		t.Errorf("results %v %+v errors %+v; want (['a', 'b'], ['c'])", mimes(o.results), o.results[:min(1, len(o.results))], o.errors)
+	}
+}
