@@ -257,6 +257,47 @@ func TestInterpreter(t *testing.T) {
 		}
 	})
 
+	// E2B's JavaScript kernel takes static imports and top-level await;
+	// so do per-call JavaScript (Node 22 reads the code as a module) and
+	// stateful contexts, whose imports bind variables later calls see.
+	t.Run("javascript and typescript imports", func(t *testing.T) {
+		in.t = t
+		js := in.run(api.ExecuteRequest{Language: "javascript", Code: "import { readFileSync } from 'fs'\nimport * as p from 'path'\nconsole.log(typeof readFileSync, typeof p.join, await Promise.resolve(3))"})
+		if js.Stdout != "function function 3\n" || js.Error != nil {
+			t.Errorf("per-call imports: stdout %q error %+v, want function function 3", js.Stdout, js.Error)
+		}
+		for _, step := range []struct{ lang, code, stdout, result string }{
+			{"javascript", "\n    import { readFileSync } from 'fs'\n    console.log(typeof readFileSync)\n    ", "function\n", ""},
+			{"javascript", "import os, { EOL } from 'os'\ntypeof readFileSync + typeof os.cpus + EOL.length", "", "'functionfunction1'"},
+			{"typescript", "import { join } from 'path'\nconst joined: string = join('a', 'b')", "", ""},
+			{"typescript", "await Promise.resolve(joined)", "", "'a/b'"},
+		} {
+			run := in.run(api.ExecuteRequest{Language: step.lang, Stateful: true, Code: step.code})
+			var result string
+			if len(run.Results) == 1 {
+				result = run.Results[0].Data
+			}
+			if run.Error != nil || run.Stdout != step.stdout || result != step.result || len(run.Results) > 1 {
+				t.Errorf("%s %q: stdout %q results %+v error %+v, want stdout %q result %q", step.lang, step.code, run.Stdout, run.Results, run.Error, step.stdout, step.result)
+			}
+		}
+	})
+
+	// A PIL image saved to a path is shown too (E2B's interpreter does
+	// so, and its suite expects the PNG), and boxplot takes labels=, the
+	// name of E2B's matplotlib (3.10) that the template's 3.11 dropped.
+	t.Run("image saved and boxplot labels", func(t *testing.T) {
+		in.t = t
+		r := one(t, in.code("from PIL import Image\nImage.new('RGB', (4, 4), 'red').save('/tmp/red.png')"))
+		if r.Type != "display" || r.Mime != "image/png" {
+			t.Errorf("saved image = %s %s, want a display image/png", r.Type, r.Mime)
+		}
+		box := in.code("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.boxplot([[1, 2, 3], [4, 5]], labels=['a', 'b'], patch_artist=True)\nplt.show()\n[t.get_text() for t in ax.get_xticklabels()]")
+		if box.Error != nil || len(box.Results) != 2 || box.Results[0].Mime != "image/png" || box.Results[1].Data != "['a', 'b']" {
+			t.Errorf("boxplot(labels=) = results %+v error %+v, want its PNG and ['a', 'b']", box.Results, box.Error)
+		}
+	})
+
 	t.Run("large output is bounded", func(t *testing.T) {
 		in.t = t
 		before := rss(t, s.cmd.Process.Pid)

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -109,5 +111,50 @@ func TestStatefulDefaultJavaScript(t *testing.T) {
 	ta.json(t, "POST", "/contexts", api.CreateContextRequest{Language: "ts", Stateful: true}, &ts, http.StatusCreated)
 	if ts.Language != "typescript" {
 		t.Errorf("typescript context %+v", ts)
+	}
+}
+
+// TestStatefulJavaScriptImports: static import statements in a stateful
+// context — default, named (renamed too), namespace, side-effect, mixed,
+// across lines, indented as E2B's suites send cells, from a builtin or a
+// file beside the context's cwd — bind global variables the next calls
+// still see, beside top-level await, as E2B's JavaScript kernel takes them.
+func TestStatefulJavaScriptImports(t *testing.T) {
+	ta := newTestAgent(t, nil)
+	if err := os.WriteFile(filepath.Join(ta.home, "mod.mjs"), []byte("export const answer = 42\nexport default 'dflt'\nglobalThis.sideEffect = 'ran'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var js api.Context
+	ta.json(t, "POST", "/contexts", api.CreateContextRequest{Language: "javascript", Stateful: true}, &js, http.StatusCreated)
+	steps := []struct {
+		code, result, stdout, errName string
+	}{
+		{code: "\n    import { readFileSync } from 'fs'\n    console.log(typeof readFileSync)\n    ", stdout: "function\n"},
+		{code: "typeof readFileSync", result: "'function'"},
+		{code: "import path from 'path'", result: ""},
+		{code: "import * as os from 'node:os';\nimport { join as j, sep } from \"path\";\nj('a', 'b') === path.join('a', 'b') && typeof os.cpus", result: "'function'"},
+		{code: "import util, {\n  inspect,\n  format as f,\n} from 'util'\nf('%s=%d', typeof util.inspect, inspect === util.inspect ? 1 : 0)", result: "'function=1'"},
+		{code: "import './mod.mjs'\nsideEffect", result: "'ran'"},
+		{code: "  import d, * as m from './mod.mjs'\n  const total = await Promise.resolve(m.answer)\n  `${d} ${total}`", result: "'dflt 42'"},
+		{code: "total + 1", result: "43"},
+		{code: "const last = await Promise.resolve(total)", result: ""},
+		{code: "last", result: "42"},
+		{code: "const s = 'import x from \"nothing\"'\ns.length", result: "23"},
+		{code: "import { nope } from './missing.mjs'", errName: "Error"},
+	}
+	for _, s := range steps {
+		ex := ta.execute(t, api.ExecuteRequest{ContextID: js.ID, Code: s.code, TimeoutMs: i64(10_000)})
+		var got string
+		if len(ex.results) == 1 {
+			got = ex.results[0].Data
+		}
+		var errName string
+		if ex.err != nil {
+			errName = ex.err.Name
+		}
+		if got != s.result || ex.stdout != s.stdout || errName != s.errName || !ex.ended || len(ex.results) > 1 {
+			t.Errorf("%q: results %+v stdout %q error %+v ended %v; want result %q stdout %q error %q",
+				s.code, ex.results, ex.stdout, ex.err, ex.ended, s.result, s.stdout, s.errName)
+		}
 	}
 }

@@ -155,11 +155,14 @@ def test_more_charts(sandbox: Sandbox) -> None:
     assert [e.label for e in pie.elements] == ["small", "big"]
     assert [round(float(e.angle)) for e in pie.elements] == [90, 270]
 
-    # Boxes drawn as patches, as E2B's docs draw them (without patch_artist they are lines to e2b-charts).
+    # Boxes drawn as patches, as E2B's docs draw them (without patch_artist they are lines to e2b-charts),
+    # labelled with labels=, matplotlib 3.10's name (E2B's interpreter's) that 3.11 dropped for tick_labels.
     ex = sandbox.run_code(
-        "plt.boxplot([[1, 2, 3, 4, 5, 20], [2, 3, 4]], tick_labels=['a', 'b'], patch_artist=True)\n"
-        "plt.title('spread')\nplt.show()"
+        "fig, ax = plt.subplots()\n"
+        "ax.boxplot([[1, 2, 3, 4, 5, 20], [2, 3, 4]], labels=['a', 'b'], patch_artist=True)\n"
+        "ax.set_title('spread')\nplt.show()"
     )
+    assert ex.error is None, ex.error
     box = ex.results[0].chart
     assert isinstance(box, BoxAndWhiskerChart) and box.type == ChartType.BOX_AND_WHISKER, box
     assert [e.label for e in box.elements] == ["a", "b"]
@@ -192,7 +195,9 @@ def test_pil_images(sandbox: Sandbox) -> None:
     assert len(last) == 1 and last[0].png and last[0].is_main_result
     png = base64.b64decode(last[0].png)
     assert png.startswith(b"\x89PNG") and struct.unpack(">II", png[16:24]) == (8, 4)
-    sandbox.run_code("img.save('/tmp/red.png')")
+    # Saved to a path, it is shown too, as E2B's interpreter does (its suite's test_get_image_on_save).
+    saved = sandbox.run_code("img.save('/tmp/red.png')\nprint('saved')")
+    assert saved.error is None and len(saved.results) == 1 and saved.results[0].png, saved
     assert bytes(sandbox.files.read("/tmp/red.png", format="bytes")).startswith(b"\x89PNG")
 
 
@@ -214,6 +219,19 @@ def test_javascript_and_typescript_keep_variables_without_a_context(sandbox: San
     assert ts.language == "typescript"
     sandbox.run_code("const t: string = 'ctx'", context=ts)
     assert sandbox.run_code("t.toUpperCase()", context=ts).text == "CTX"
+
+
+def test_javascript_imports_and_top_level_await(sandbox: Sandbox) -> None:
+    """E2B's JavaScript kernel takes static imports (bindings kept for later calls) and top-level await."""
+    ex = sandbox.run_code("\n    import { readFileSync } from 'fs'\n    console.log(typeof readFileSync)\n    ", language="js")
+    assert ex.error is None and ex.logs.stdout == ["function\n"], (ex.error, ex.logs)
+    ex = sandbox.run_code("import * as path from 'node:path'\nimport os, { EOL } from 'os'", language="js")
+    assert ex.error is None and ex.results == [], (ex.error, ex.results)
+    assert sandbox.run_code("typeof readFileSync + path.join('a', 'b') + EOL.length", language="js").text == "functiona/b1"
+    assert sandbox.run_code("\n    await Promise.resolve('Hello World!')\n    ", language="js").text == "Hello World!"
+    ts = sandbox.create_code_context(language="ts")
+    sandbox.run_code("import { join } from 'path'\nconst j: string = join('x', 'y')", context=ts)
+    assert sandbox.run_code("j", context=ts).text == "x/y"
 
 
 def test_callbacks_stream_as_the_code_runs(sandbox: Sandbox) -> None:
