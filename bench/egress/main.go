@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 )
 
 type result struct {
@@ -67,7 +68,7 @@ func run() error {
 	// This process is the "sandbox" (127.0.0.1); the original destination a
 	// redirect keeps is the port it dialled, given here by OrigDst.
 	table := &egress.Table{}
-	pol, err := egress.Parse(egress.Policy{Default: egress.Deny, Allow: []string{"example.com", "sink.test"}, Ports: []int{upPort, sinkPort}}, "network")
+	pol, err := netpolicy.Parse(netpolicy.Policy{Default: netpolicy.Deny, Allow: []string{"example.com", "sink.test"}, Ports: []int{upPort, sinkPort}}, "network")
 	if err != nil {
 		return err
 	}

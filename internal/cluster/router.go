@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -485,7 +486,7 @@ func (r *Router) SetTimeout(ctx context.Context, id string, ms int64) (sb store.
 }
 
 // UpdateNetwork implements node.Node.
-func (r *Router) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, cut bool) (sb store.Sandbox, err error) {
+func (r *Router) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (sb store.Sandbox, err error) {
 	err = r.onNode(ctx, id, func(c *remote.Client) error {
 		sb, err = c.UpdateNetwork(ctx, id, p, cut)
 		return err

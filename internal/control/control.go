@@ -11,7 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -50,8 +50,8 @@ type Config struct {
 	// none (nil: none, the server's egress as it is); NetworkBound the
 	// loosest a create or update may ask for (nil: any), whose deny rules
 	// every policy gets (lizard serve --network-default, --network-bound).
-	NetworkDefault *egress.Policy
-	NetworkBound   *egress.Policy
+	NetworkDefault *netpolicy.Policy
+	NetworkBound   *netpolicy.Policy
 	// DefaultTimeout is a sandbox's life when the request names none
 	// (default 5 minutes); MaxTimeout bounds what a request may ask (default
 	// 24 hours; 0, never expiring, is always allowed).

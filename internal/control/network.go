@@ -7,6 +7,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/secrets/inject"
 )
@@ -19,7 +20,7 @@ func (c *Control) planNetwork(p *node.Plan, req *api.NetworkPolicy) error {
 		p.Network = c.cfg.NetworkDefault
 		return nil
 	}
-	pol, err := egress.FromAPI(*req, "network")
+	pol, err := netpolicy.FromAPI(*req, "network")
 	if err != nil {
 		return err
 	}
@@ -30,7 +31,7 @@ func (c *Control) planNetwork(p *node.Plan, req *api.NetworkPolicy) error {
 }
 
 // bound checks pol against the server's bound and adds its deny rules.
-func (c *Control) bound(pol *egress.Policy) (*egress.Policy, error) {
+func (c *Control) bound(pol *netpolicy.Policy) (*netpolicy.Policy, error) {
 	if err := pol.Within(c.cfg.NetworkBound, "network"); err != nil {
 		return nil, err
 	}
@@ -39,7 +40,7 @@ func (c *Control) bound(pol *egress.Policy) (*egress.Policy, error) {
 
 // checkSecrets refuses a policy whose inject rules name a secret
 // projectID does not have (docs/secrets.md): a 400 naming the header.
-func (c *Control) checkSecrets(ctx context.Context, projectID string, pol *egress.Policy) error {
+func (c *Control) checkSecrets(ctx context.Context, projectID string, pol *netpolicy.Policy) error {
 	if c.cfg.Secrets == nil {
 		return nil
 	}
@@ -97,7 +98,7 @@ func narrowOnly(by, what, why string) error {
 
 // ownEgress is the egress of sandbox by, whose key (lizardToken) asks
 // for another sandbox: whether it reaches the internet, and its policy.
-func (c *Control) ownEgress(ctx context.Context, by string) (bool, *egress.Policy, error) {
+func (c *Control) ownEgress(ctx context.Context, by string) (bool, *netpolicy.Policy, error) {
 	sb, err := c.cfg.Store.GetSandbox(ctx, by)
 	if err != nil {
 		return false, nil, fmt.Errorf("looking up sandbox %s, whose key asks: %w", by, err)
@@ -113,7 +114,7 @@ func (c *Control) ownEgress(ctx context.Context, by string) (bool, *egress.Polic
 // policy — is wider than by's own: a key minted for a sandbox makes
 // nothing that reaches further than the sandbox that holds it, nor
 // injects a secret its own policy does not. by "" (a project key) may.
-func (c *Control) noWider(ctx context.Context, by string, internet bool, pol *egress.Policy) error {
+func (c *Control) noWider(ctx context.Context, by string, internet bool, pol *netpolicy.Policy) error {
 	if by == "" || !internet {
 		return nil // nothing leaves a sandbox without internet
 	}
@@ -169,7 +170,7 @@ func (c *Control) ProjectNetwork(ctx context.Context, projectID string) (api.Net
 // of its sandboxes whose create gives none. It is checked as a create's
 // is: a looser policy than the server's bound is refused.
 func (c *Control) SetProjectNetwork(ctx context.Context, projectID string, req api.NetworkPolicy) (api.NetworkPolicy, error) {
-	pol, err := egress.FromAPI(req, "network")
+	pol, err := netpolicy.FromAPI(req, "network")
 	if err != nil {
 		return api.NetworkPolicy{}, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 )
@@ -21,9 +22,9 @@ import (
 // project's default is held to the server's bound.
 func TestProjectNetwork(t *testing.T) {
 	ctx := context.Background()
-	mustPolicy := func(a api.NetworkPolicy) *egress.Policy {
+	mustPolicy := func(a api.NetworkPolicy) *netpolicy.Policy {
 		t.Helper()
-		p, err := egress.FromAPI(a, "network")
+		p, err := netpolicy.FromAPI(a, "network")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -56,8 +57,8 @@ type policyFlags struct {
 	EgressTestHosts string
 
 	allowTo    []netip.Prefix
-	netDefault *egress.Policy
-	netBound   *egress.Policy
+	netDefault *netpolicy.Policy
+	netBound   *netpolicy.Policy
 	testHosts  map[string][]netip.Addr
 }
 
@@ -132,7 +133,7 @@ func (p *policyFlags) validate() error {
 }
 
 func (p *policyFlags) validateNetwork() error {
-	parse := func(flag, s string) (*egress.Policy, error) {
+	parse := func(flag, s string) (*netpolicy.Policy, error) {
 		if s == "" {
 			return nil, nil
 		}
@@ -142,7 +143,7 @@ func (p *policyFlags) validateNetwork() error {
 		if err := dec.Decode(&a); err != nil {
 			return nil, cli.Usagef("--%s: want a network policy in JSON: %v", flag, err)
 		}
-		pol, err := egress.FromAPI(a, "--"+flag)
+		pol, err := netpolicy.FromAPI(a, "--"+flag)
 		if err != nil {
 			return nil, cli.Usagef("%s", errdefs.Message(err))
 		}

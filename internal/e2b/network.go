@@ -7,7 +7,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
-	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 )
 
 // allTraffic is E2B's ALL_TRAFFIC (e2b.sandbox.network): the denyOut
@@ -56,7 +56,7 @@ func (e egressRules) policy(denyAll bool) (*api.NetworkPolicy, error) {
 	var allowIdx []int
 	hasName, allowAll := false, false
 	for i, r := range e.AllowOut {
-		n, pf, err := egress.ParseRule(r)
+		n, pf, err := netpolicy.ParseRule(r)
 		if err != nil {
 			return nil, badRequest("network.allowOut[%d]: %v", i, err)
 		}
@@ -71,7 +71,7 @@ func (e egressRules) policy(denyAll bool) (*api.NetworkPolicy, error) {
 	var deny []string
 	var denyNets []netip.Prefix
 	for i, r := range e.DenyOut {
-		n, pf, err := egress.ParseRule(r)
+		n, pf, err := netpolicy.ParseRule(r)
 		if err != nil {
 			return nil, badRequest("network.denyOut[%d]: %v", i, err)
 		}
@@ -103,7 +103,7 @@ func (e egressRules) policy(denyAll bool) (*api.NetworkPolicy, error) {
 	switch {
 	case allowAll:
 		// An allow of everything wins over every deny.
-		return &api.NetworkPolicy{Default: egress.Allow}, nil
+		return &api.NetworkPolicy{Default: netpolicy.Allow}, nil
 	case denyAll:
 		// E2B opens the DNS servers named when a name is allowed; with
 		// none named a sandbox's DNS, to any server, is answered by the
@@ -111,9 +111,9 @@ func (e egressRules) policy(denyAll bool) (*api.NetworkPolicy, error) {
 		if hasName {
 			allow = append(allow, dns...)
 		}
-		return &api.NetworkPolicy{Default: egress.Deny, Allow: allow}, nil
+		return &api.NetworkPolicy{Default: netpolicy.Deny, Allow: allow}, nil
 	}
-	return &api.NetworkPolicy{Default: egress.Allow, Allow: allow, Deny: deny}, nil
+	return &api.NetworkPolicy{Default: netpolicy.Allow, Allow: allow, Deny: deny}, nil
 }
 
 // networkUpdate is E2B's SandboxNetworkUpdateConfig: it replaces the

@@ -8,6 +8,7 @@ import (
 	"github.com/lizard-build/lizard/internal/fdbudget"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 )
 
 // Enforcer is a node's resolver and proxy with the table they share.
@@ -76,8 +77,8 @@ func (e *Enforcer) Close() error {
 }
 
 // Names are the rules that put a sandbox with policy p in the path of e.
-func (e *Enforcer) Names(p *Policy) *netns.Names {
-	n := &netns.Names{DNSPort: e.Resolver.Port(), ProxyPort: e.Proxy.Port(), Ports: p.ProxyPorts(), DefaultDeny: p.Default == Deny}
+func (e *Enforcer) Names(p *netpolicy.Policy) *netns.Names {
+	n := &netns.Names{DNSPort: e.Resolver.Port(), ProxyPort: e.Proxy.Port(), Ports: p.ProxyPorts(), DefaultDeny: p.Default == netpolicy.Deny}
 	allow, deny := p.NetRules()
 	for _, r := range allow {
 		n.Allow = append(n.Allow, netns.PortPrefix(r))

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/internal/fdbudget"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 )
 
 // peekTimeout bounds how long a sandbox may take to send the first bytes
@@ -287,7 +288,7 @@ func serverName(br *bufio.Reader) (string, error) {
 	if hello.ServerName == "" {
 		return "", errors.New("TLS without a server name (SNI): a bare address is never allowed")
 	}
-	return Name(hello.ServerName)
+	return netpolicy.Name(hello.ServerName)
 }
 
 // httpHost reads an HTTP request head from br and returns its host name.
@@ -312,7 +313,7 @@ func httpHost(br *bufio.Reader) (string, error) {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	return Name(host)
+	return netpolicy.Name(host)
 }
 
 // refuse answers an HTTP client that its request is not let through.

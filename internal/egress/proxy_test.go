@@ -23,6 +23,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/lizard-build/lizard/internal/fdbudget"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 )
 
 // The proxy and the resolver on loopback: the "sandbox" is this test,
@@ -38,9 +39,9 @@ type rig struct {
 
 const sbAddr = "127.0.0.1"
 
-func newRig(t *testing.T, p Policy, records map[string]string, in Interceptor) *rig {
+func newRig(t *testing.T, p netpolicy.Policy, records map[string]string, in Interceptor) *rig {
 	t.Helper()
-	pol, err := Parse(p, "network")
+	pol, err := netpolicy.Parse(p, "network")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestProxyHTTP(t *testing.T) {
 		fmt.Fprintf(w, "upstream saw %s", r.Host)
 	}))
 	defer up.Close()
-	r := newRig(t, Policy{Default: Deny, Allow: []string{"allowed.test", "*.wild.test", "rebind.test"}, Ports: []int{mustPort(up.URL)}},
+	r := newRig(t, netpolicy.Policy{Default: netpolicy.Deny, Allow: []string{"allowed.test", "*.wild.test", "rebind.test"}, Ports: []int{mustPort(up.URL)}},
 		map[string]string{"allowed.test": "127.0.0.1", "a.wild.test": "127.0.0.1", "denied.test": "127.0.0.1", "rebind.test": "10.0.0.1"}, nil)
 	r.to(t, up.URL)
 	cases := []struct {
@@ -130,7 +131,7 @@ func TestProxyHTTP(t *testing.T) {
 		}
 	}
 	// An update applies to the next connection.
-	pol, _ := Parse(Policy{Default: Deny, Ports: []int{mustPort(up.URL)}}, "network")
+	pol, _ := netpolicy.Parse(netpolicy.Policy{Default: netpolicy.Deny, Ports: []int{mustPort(up.URL)}}, "network")
 	r.table.Update("sb1", pol, false)
 	if status, _ := r.get(t, "allowed.test", ""); status != 403 {
 		t.Errorf("after an update denying it: %d, want 403", status)
@@ -159,7 +160,7 @@ func TestProxyTLS(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AddCert(up.Certificate())
 	// httptest's certificate is for example.com.
-	r := newRig(t, Policy{Default: Deny, Allow: []string{"example.com"}, Ports: []int{mustPort(up.URL)}},
+	r := newRig(t, netpolicy.Policy{Default: netpolicy.Deny, Allow: []string{"example.com"}, Ports: []int{mustPort(up.URL)}},
 		map[string]string{"example.com": "127.0.0.1", "denied.test": "127.0.0.1"}, nil)
 	r.to(t, up.URL)
 	dial := func(sni string) (string, error) {
@@ -216,8 +217,8 @@ func TestProxyInterceptor(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
 	in := &interceptor{got: make(chan InterceptConn, 1)}
-	r := newRig(t, Policy{Default: Deny, Allow: []string{"api.test", "plain.test"}, Ports: []int{mustPort(up.URL)},
-		Inject: []HeaderRule{{Domain: "api.test", Headers: map[string]string{"Authorization": "Bearer {{ secrets.K }}"}}}},
+	r := newRig(t, netpolicy.Policy{Default: netpolicy.Deny, Allow: []string{"api.test", "plain.test"}, Ports: []int{mustPort(up.URL)},
+		Inject: []netpolicy.HeaderRule{{Domain: "api.test", Headers: map[string]string{"Authorization": "Bearer {{ secrets.K }}"}}}},
 		map[string]string{"api.test": "127.0.0.1", "plain.test": "127.0.0.1"}, in)
 	r.to(t, up.URL)
 	if status, body := r.get(t, "api.test", ""); status != 200 || body != "intercepted" {
@@ -253,7 +254,7 @@ func TestProxyCut(t *testing.T) {
 		}
 	}()
 	addr := "http://" + ln.Addr().String()
-	r := newRig(t, Policy{Allow: []string{"echo.test"}, Ports: []int{mustPort(addr)}}, map[string]string{"echo.test": "127.0.0.1"}, nil)
+	r := newRig(t, netpolicy.Policy{Allow: []string{"echo.test"}, Ports: []int{mustPort(addr)}}, map[string]string{"echo.test": "127.0.0.1"}, nil)
 	r.to(t, addr)
 	open := func() (net.Conn, *bufio.Reader) {
 		c, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", r.proxy.Port()))
@@ -270,7 +271,7 @@ func TestProxyCut(t *testing.T) {
 	}
 	c1, br1 := open()
 	defer c1.Close()
-	pol, _ := Parse(Policy{Default: Deny, Ports: []int{mustPort(addr)}}, "network")
+	pol, _ := netpolicy.Parse(netpolicy.Policy{Default: netpolicy.Deny, Ports: []int{mustPort(addr)}}, "network")
 	r.table.Update("sb1", pol, false)
 	io.WriteString(c1, "still here\n")
 	br1.ReadString('\n') // Host line
@@ -286,7 +287,7 @@ func TestProxyCut(t *testing.T) {
 }
 
 func TestResolver(t *testing.T) {
-	r := newRig(t, Policy{Default: Deny, Allow: []string{"allowed.test", "*.wild.test"}},
+	r := newRig(t, netpolicy.Policy{Default: netpolicy.Deny, Allow: []string{"allowed.test", "*.wild.test"}},
 		map[string]string{"allowed.test": "203.0.113.10", "x.wild.test": "203.0.113.11", "denied.test": "203.0.113.12"}, nil)
 	server := fmt.Sprintf("127.0.0.1:%d", r.resolver.Port())
 	ask := func(from, net_, name string, qtype uint16) (*dns.Msg, error) {
@@ -365,7 +366,7 @@ func mustPort(u string) int {
 func TestProxyMaxConns(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer up.Close()
-	r := newRig(t, Policy{Default: Deny, Allow: []string{"allowed.test"}, Ports: []int{mustPort(up.URL)}},
+	r := newRig(t, netpolicy.Policy{Default: netpolicy.Deny, Allow: []string{"allowed.test"}, Ports: []int{mustPort(up.URL)}},
 		map[string]string{"allowed.test": "127.0.0.1"}, nil)
 	r.to(t, up.URL)
 	dial := func() net.Conn {
@@ -419,7 +420,7 @@ func TestProxyMaxConns(t *testing.T) {
 // asked something every few seconds), and a sandbox's count among its
 // MaxConns.
 func TestResolverTCPConns(t *testing.T) {
-	r := newRig(t, Policy{Default: Deny, Allow: []string{"allowed.test"}}, map[string]string{"allowed.test": "203.0.113.10"}, nil)
+	r := newRig(t, netpolicy.Policy{Default: netpolicy.Deny, Allow: []string{"allowed.test"}}, map[string]string{"allowed.test": "203.0.113.10"}, nil)
 	server := fmt.Sprintf("127.0.0.1:%d", r.resolver.Port())
 	// dial returns nil when the resolver reset the connection at once,
 	// which the dial itself may see.
@@ -493,7 +494,7 @@ func TestUnsetClosesConns(t *testing.T) {
 		}
 	}()
 	addr := "http://" + ln.Addr().String()
-	r := newRig(t, Policy{Allow: []string{"echo.test"}, Ports: []int{mustPort(addr)}}, map[string]string{"echo.test": "127.0.0.1"}, nil)
+	r := newRig(t, netpolicy.Policy{Allow: []string{"echo.test"}, Ports: []int{mustPort(addr)}}, map[string]string{"echo.test": "127.0.0.1"}, nil)
 	r.to(t, addr)
 	echo := func() (net.Conn, *bufio.Reader) {
 		c, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", r.proxy.Port()))
@@ -549,7 +550,7 @@ func TestUnsetClosesConns(t *testing.T) {
 		t.Errorf("the log after Unset has %d decisions, want the %d before kept", n, logged)
 	}
 
-	pol, _ := Parse(Policy{Allow: []string{"echo.test"}, Ports: []int{mustPort(addr)}}, "network")
+	pol, _ := netpolicy.Parse(netpolicy.Policy{Allow: []string{"echo.test"}, Ports: []int{mustPort(addr)}}, "network")
 	r.table.Set(netip.MustParseAddr(sbAddr), Sandbox{ID: "sb1", Project: "p1", Policy: pol}) // the resume
 	c3, br3 := echo()
 	c3.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -566,7 +567,7 @@ func TestUnsetClosesConns(t *testing.T) {
 // held one per query, without bound, the file descriptors the API's
 // listener and every other sandbox share.
 func TestResolverLookupsBounded(t *testing.T) {
-	pol, err := Parse(Policy{Default: Deny, Allow: []string{"*.slow.test"}}, "network")
+	pol, err := netpolicy.Parse(netpolicy.Policy{Default: netpolicy.Deny, Allow: []string{"*.slow.test"}}, "network")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -651,7 +652,7 @@ func TestResolverLookupsBounded(t *testing.T) {
 // lookup fails (an upstream answering SERVFAIL) at its own rate, and the
 // node's log is a file on the host outside every bound of the sandbox.
 func TestResolverLogBounded(t *testing.T) {
-	pol, err := Parse(Policy{Default: Allow}, "network")
+	pol, err := netpolicy.Parse(netpolicy.Policy{Default: netpolicy.Allow}, "network")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -710,10 +711,10 @@ func (l lockedBuilder) Write(p []byte) (int, error) {
 func TestProxyProjectBudget(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer up.Close()
-	pol := Policy{Default: Deny, Allow: []string{"allowed.test"}, Ports: []int{mustPort(up.URL)}}
+	pol := netpolicy.Policy{Default: netpolicy.Deny, Allow: []string{"allowed.test"}, Ports: []int{mustPort(up.URL)}}
 	r := newRig(t, pol, map[string]string{"allowed.test": "127.0.0.1"}, nil)
 	r.to(t, up.URL)
-	parsed, err := Parse(pol, "network")
+	parsed, err := netpolicy.Parse(pol, "network")
 	if err != nil {
 		t.Fatal(err)
 	}

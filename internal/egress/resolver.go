@@ -15,6 +15,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/lizard-build/lizard/internal/fdbudget"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 )
 
 // ErrNoName means a name has no IPv4 address.
@@ -71,7 +72,7 @@ func ParseTestHosts(s string) (map[string][]netip.Addr, error) {
 		if !ok || err != nil || !a.Is4() {
 			return nil, fmt.Errorf("%q: want name=IPv4", kv)
 		}
-		name, err := Name(strings.TrimSpace(k))
+		name, err := netpolicy.Name(strings.TrimSpace(k))
 		if err != nil {
 			return nil, err
 		}
@@ -173,7 +174,7 @@ func (r *Resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		return
 	}
 	q := req.Question[0]
-	name, err := Name(q.Name)
+	name, err := netpolicy.Name(q.Name)
 	d := Decision{Time: time.Now(), Kind: KindDNS, Name: strings.TrimSuffix(strings.ToLower(q.Name), ".")}
 	if err == nil {
 		d.Name = name

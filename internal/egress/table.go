@@ -2,6 +2,8 @@ package egress
 
 import (
 	"fmt"
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"net"
 	"net/netip"
 	"sync"
@@ -31,7 +33,7 @@ const MaxLookups = 64
 type Sandbox struct {
 	ID      string
 	Project string
-	Policy  *Policy
+	Policy  *netpolicy.Policy
 }
 
 // Decision is one egress decision, as counted and logged.
@@ -176,7 +178,7 @@ func (t *Table) ByAddr(a netip.Addr) (Sandbox, bool) {
 
 // Update replaces sandbox id's policy; with cut, the connections it has
 // open through the proxy are closed.
-func (t *Table) Update(id string, p *Policy, cut bool) {
+func (t *Table) Update(id string, p *netpolicy.Policy, cut bool) {
 	t.mu.Lock()
 	b := t.boxes[id]
 	var conns []net.Conn
@@ -304,4 +306,13 @@ func (t *Table) logLine(id string, now time.Time) (dropped int, ok bool) {
 	}
 	dropped, b.warned, b.unwarned = b.unwarned, now, 0
 	return dropped, true
+}
+
+// LogAPI is a decision log as the API gives it.
+func LogAPI(ds []Decision) api.NetworkLog {
+	out := api.NetworkLog{Entries: make([]api.NetworkLogEntry, len(ds))}
+	for i, d := range ds {
+		out.Entries[i] = api.NetworkLogEntry(d)
+	}
+	return out
 }

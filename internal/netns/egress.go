@@ -40,7 +40,7 @@ type Egress struct {
 	// host address on this port: the Lizard API, for sandboxes with a
 	// lizardToken.
 	APIPort int
-	// Names, when set with Internet, is a policy by name (package egress):
+	// Names, when set with Internet, is a policy by name (package netpolicy, enforced by package egress):
 	// the sandbox's DNS and its TCP to the proxied ports are redirected to
 	// the node's resolver and proxy, and everything else it sends is
 	// narrowed to the policy's address rules.

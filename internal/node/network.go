@@ -14,6 +14,7 @@ import (
 	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/netns"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -63,7 +64,7 @@ func (n *Local) readopt(sb store.Sandbox) error {
 // table at each, and its address rules are replaced in one nftables
 // transaction); with cut, those open are ended too. A paused sandbox
 // takes it at its resume.
-func (n *Local) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error) {
+func (n *Local) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (store.Sandbox, error) {
 	unlock := n.locks.Lock(id)
 	defer unlock()
 	sb, err := n.get(ctx, id)

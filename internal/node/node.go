@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -86,7 +87,7 @@ type Node interface {
 	Metrics(ctx context.Context, id string) ([]api.SandboxMetric, error)
 	// UpdateNetwork replaces sandbox id's network policy for the
 	// connections opened from now on; with cut, open ones are ended too.
-	UpdateNetwork(ctx context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error)
+	UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (store.Sandbox, error)
 	// NetworkLog returns sandbox id's egress decisions, oldest first.
 	NetworkLog(ctx context.Context, id string) ([]egress.Decision, error)
 }

@@ -11,7 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"log/slog"
 	"slices"
 	"time"
@@ -41,7 +41,7 @@ type Plan struct {
 	Internet  bool
 	// Network is the sandbox's policy by name (nil: none); it is
 	// enforced by the node's Egress and recorded in its shape.
-	Network *egress.Policy
+	Network *netpolicy.Policy
 	// Volumes are mounted in the sandbox (and again at each restore);
 	// PublicPorts lets anyone reach its ports through the API.
 	Volumes     []store.VolumeMount

@@ -14,16 +14,16 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 )
 
 // injects reports whether policy p sets headers on any request.
-func injects(p *egress.Policy) bool { return p != nil && len(p.Inject) > 0 }
+func injects(p *netpolicy.Policy) bool { return p != nil && len(p.Inject) > 0 }
 
 // trustEgress has sandbox id trust its egress CA if policy p injects
 // secrets: its parent's, for a fork. Otherwise, when restored (its image
 // may come from a sandbox that did), it has it trust none.
-func (n *Local) trustEgress(ctx context.Context, id string, p *egress.Policy, restored bool, parent string) error {
+func (n *Local) trustEgress(ctx context.Context, id string, p *netpolicy.Policy, restored bool, parent string) error {
 	if n.cfg.EgressCAs == nil {
 		return nil
 	}

@@ -25,8 +25,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -43,7 +43,7 @@ const MaxHosts = 100
 
 // Scope is where a secret may be sent. Hosts are names and wildcards
 // (*.example.com), matched as a network policy's name rules are
-// (package egress); a secret is injected into requests to them alone, so
+// (package netpolicy); a secret is injected into requests to them alone, so
 // that code able to write a policy cannot aim it at a host of its own
 // that echoes it back. AllowHTTP lets it go over plain HTTP too, in the
 // clear on the wire; without it, only over TLS the node verified.
@@ -64,7 +64,7 @@ func CheckHosts(field string, hosts []string) ([]string, error) {
 	}
 	out := make([]string, 0, len(hosts))
 	for i, h := range hosts {
-		n, err := egress.ParseHost(h)
+		n, err := netpolicy.ParseHost(h)
 		if err != nil {
 			return nil, errdefs.Invalidf("%s[%d]: %v", field, i, err)
 		}
@@ -76,7 +76,7 @@ func CheckHosts(field string, hosts []string) ([]string, error) {
 }
 
 // nameRE is a secret's name: an identifier, as a policy's header
-// template names it ({{ secrets.NAME }}, egress.TemplateSecrets).
+// template names it ({{ secrets.NAME }}, netpolicy.TemplateSecrets).
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
 // CheckName refuses a name that is not an identifier.
@@ -266,7 +266,7 @@ func (s *Store) Check(ctx context.Context, projectID string, refs []Ref) error {
 		case len(sec.Hosts) == 0:
 			return errdefs.Invalidf("%s names secret %q, which was set before secrets named their hosts and may be sent nowhere: "+
 				"set it again with its hosts (lizard secret set %s --host %s)", r.Field, r.Name, r.Name, strings.TrimPrefix(r.Domain, "*."))
-		case !egress.CoversHost(sec.Hosts, r.Domain):
+		case !netpolicy.CoversHost(sec.Hosts, r.Domain):
 			return errdefs.Invalidf("%s names secret %q for %s, which is not one of the hosts it may be sent to (%s): "+
 				"inject it for those, or set it again with that host (lizard secret set %s --host %s)",
 				r.Field, r.Name, r.Domain, strings.Join(sec.Hosts, ", "), r.Name, r.Domain)
@@ -299,7 +299,7 @@ func (s *Store) Open(ctx context.Context, projectID, name string, u Use) (string
 	if err != nil {
 		return "", err
 	}
-	if !egress.MatchHost(sec.Hosts, u.Host) {
+	if !netpolicy.MatchHost(sec.Hosts, u.Host) {
 		return "", &errdefs.Error{Kind: errdefs.ErrForbidden, Msg: fmt.Sprintf("secret %s may not be sent to %s, which is not one of its hosts (set it again with that host to allow it)", name, u.Host)}
 	}
 	if u.Plain && !sec.AllowHTTP {

@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 )
 
 // SetProjectNetwork makes pol (nil: none) projectID's default network
 // policy, that of its sandboxes whose create gives none; ErrNotFound if
 // there is no such project.
-func (s *Store) SetProjectNetwork(ctx context.Context, projectID string, pol *egress.Policy) error {
+func (s *Store) SetProjectNetwork(ctx context.Context, projectID string, pol *netpolicy.Policy) error {
 	enc := ""
 	if pol != nil {
 		b, err := json.Marshal(pol)
@@ -36,7 +36,7 @@ func (s *Store) SetProjectNetwork(ctx context.Context, projectID string, pol *eg
 
 // ProjectNetwork returns projectID's default network policy, nil if it
 // has none; ErrNotFound if there is no such project.
-func (s *Store) ProjectNetwork(ctx context.Context, projectID string) (*egress.Policy, error) {
+func (s *Store) ProjectNetwork(ctx context.Context, projectID string) (*netpolicy.Policy, error) {
 	var enc string
 	err := s.db.QueryRowContext(ctx, `SELECT network FROM projects WHERE id = ?`, projectID).Scan(&enc)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -48,7 +48,7 @@ func (s *Store) ProjectNetwork(ctx context.Context, projectID string) (*egress.P
 	if enc == "" {
 		return nil, nil
 	}
-	var pol egress.Policy
+	var pol netpolicy.Policy
 	if err := json.Unmarshal([]byte(enc), &pol); err != nil {
 		return nil, fmt.Errorf("decoding project %q's network policy: %w", projectID, err)
 	}

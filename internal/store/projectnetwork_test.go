@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 )
 
 func TestProjectNetwork(t *testing.T) {
@@ -23,7 +23,7 @@ func TestProjectNetwork(t *testing.T) {
 		if got, err := s.ProjectNetwork(ctx, "p"); err != nil || got != nil {
 			t.Fatalf("ProjectNetwork of a new project = %v, %v; want none", got, err)
 		}
-		pol, err := egress.FromAPI(api.NetworkPolicy{Default: "deny", Allow: []string{"pypi.org", "*.example.com"}}, "network")
+		pol, err := netpolicy.FromAPI(api.NetworkPolicy{Default: "deny", Allow: []string{"pypi.org", "*.example.com"}}, "network")
 		if err != nil {
 			t.Fatal(err)
 		}

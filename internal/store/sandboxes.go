@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"strings"
 	"time"
 )
@@ -310,7 +310,7 @@ func (s *Store) SetTimeout(ctx context.Context, id string, timeoutMs int64, expi
 
 // SetNetwork replaces a live sandbox's network policy in its shape, which
 // its snapshots and forks copy from then on.
-func (s *Store) SetNetwork(ctx context.Context, id string, p *egress.Policy) error {
+func (s *Store) SetNetwork(ctx context.Context, id string, p *netpolicy.Policy) error {
 	sb, err := s.GetSandbox(ctx, id)
 	if err != nil {
 		return err

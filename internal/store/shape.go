@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 )
 
 // Roles of sandboxes the server runs for itself. Users never see them:
@@ -40,7 +40,7 @@ type Shape struct {
 	PublicPorts bool          `json:"publicPorts,omitempty"`
 	// Network is its policy by name (nil: none, the server's egress as
 	// it is); an update while it runs replaces it (SetNetwork).
-	Network *egress.Policy `json:"network,omitempty"`
+	Network *netpolicy.Policy `json:"network,omitempty"`
 	// Recorded is false for rows written before shapes were stored; the
 	// control plane then uses the server's current defaults.
 	Recorded bool `json:"-"`

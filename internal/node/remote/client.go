@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"io"
 	"net/http"
 	"net/url"
@@ -138,7 +139,7 @@ func (c *Client) SetTimeout(ctx context.Context, id string, ms int64) (store.San
 }
 
 // UpdateNetwork implements node.Node.
-func (c *Client) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error) {
+func (c *Client) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (store.Sandbox, error) {
 	var sb wireSandbox
 	err := c.do(ctx, http.MethodPut, "/sandboxes/"+url.PathEscape(id)+"/network", networkRequest{Network: wirePolicy(p), Cut: cut}, &sb)
 	return sb.sandbox(), err

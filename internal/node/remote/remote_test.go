@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -39,11 +40,11 @@ type fakeNode struct {
 	openPort     func(ctx context.Context, id string, port int, resume bool) (node.Call, error)
 	acquire      func(ctx context.Context, id string) (node.Call, error)
 	metrics      func(ctx context.Context, id string) ([]api.SandboxMetric, error)
-	network      func(ctx context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error)
+	network      func(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (store.Sandbox, error)
 	networkLog   func(ctx context.Context, id string) ([]egress.Decision, error)
 }
 
-func (f *fakeNode) UpdateNetwork(ctx context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error) {
+func (f *fakeNode) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (store.Sandbox, error) {
 	if f.network == nil {
 		return store.Sandbox{}, errUnexpected
 	}
@@ -204,12 +205,12 @@ func (f *filler) fill(t *testing.T, v reflect.Value) {
 		m.SetMapIndex(k, e)
 		v.Set(m)
 	case reflect.Struct:
-		if v.Type() == reflect.TypeFor[egress.Policy]() {
+		if v.Type() == reflect.TypeFor[netpolicy.Policy]() {
 			// A policy crosses as its rules and is parsed again: fill
 			// it with rules that parse, each its own.
-			p, err := egress.Parse(egress.Policy{Default: egress.Deny, Allow: []string{fmt.Sprintf("a%d.example.com", f.n), "*.example.org", "203.0.113.0/24"},
+			p, err := netpolicy.Parse(netpolicy.Policy{Default: netpolicy.Deny, Allow: []string{fmt.Sprintf("a%d.example.com", f.n), "*.example.org", "203.0.113.0/24"},
 				Deny: []string{fmt.Sprintf("d%d.example.com", f.n), "203.0.113.9:22"}, Ports: []int{80, 443, 8000 + f.n},
-				Inject: []egress.HeaderRule{{Domain: "api.example.com", Headers: map[string]string{"Authorization": "Bearer {{ secrets.K }}"}}}}, "network")
+				Inject: []netpolicy.HeaderRule{{Domain: "api.example.com", Headers: map[string]string{"Authorization": "Bearer {{ secrets.K }}"}}}}, "network")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -329,7 +330,7 @@ func TestRoundTrip(t *testing.T) {
 	checkSB("SetTimeout", got, err)
 
 	wantPolicy := wantPlan.Network
-	fn.network = func(_ context.Context, id string, p *egress.Policy, cut bool) (store.Sandbox, error) {
+	fn.network = func(_ context.Context, id string, p *netpolicy.Policy, cut bool) (store.Sandbox, error) {
 		if id != "sb-1" || !cut || !reflect.DeepEqual(p, wantPolicy) {
 			t.Errorf("UpdateNetwork(%q, %+v, %v); want sb-1, %+v, true", id, p, cut, wantPolicy)
 		}

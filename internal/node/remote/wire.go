@@ -28,7 +28,7 @@ package remote
 
 import (
 	"errors"
-	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -66,9 +66,9 @@ type plan struct {
 	Envs      []string          `json:"envs,omitempty"`
 	Limits    limits            `json:"limits"`
 	Internet  bool              `json:"internet"`
-	// Network is parsed again as it is decoded (egress.Policy's
+	// Network is parsed again as it is decoded (netpolicy.Policy's
 	// UnmarshalJSON).
-	Network *egress.Policy `json:"network,omitempty"`
+	Network *netpolicy.Policy `json:"network,omitempty"`
 	// Volumes are on the node's disk: the API places such a plan there.
 	Volumes     []volumeMount `json:"volumes,omitempty"`
 	PublicPorts bool          `json:"publicPorts,omitempty"`
@@ -88,7 +88,7 @@ func toWire(p node.Plan) plan {
 }
 
 // wirePolicy is p without its matchers, which the other side rebuilds.
-func wirePolicy(p *egress.Policy) *egress.Policy {
+func wirePolicy(p *netpolicy.Policy) *netpolicy.Policy {
 	if p == nil {
 		return nil
 	}
@@ -172,12 +172,12 @@ type wireSandbox struct {
 
 // shape is store.Shape on the wire.
 type shape struct {
-	Limits      limits         `json:"limits"`
-	Internet    bool           `json:"internet,omitempty"`
-	Token       bool           `json:"token,omitempty"`
-	Volumes     []volumeMount  `json:"volumes,omitempty"`
-	PublicPorts bool           `json:"publicPorts,omitempty"`
-	Network     *egress.Policy `json:"network,omitempty"`
+	Limits      limits            `json:"limits"`
+	Internet    bool              `json:"internet,omitempty"`
+	Token       bool              `json:"token,omitempty"`
+	Volumes     []volumeMount     `json:"volumes,omitempty"`
+	PublicPorts bool              `json:"publicPorts,omitempty"`
+	Network     *netpolicy.Policy `json:"network,omitempty"`
 	// Recorded is false for a row from before shapes were recorded: the
 	// API then reports its own defaults.
 	Recorded bool `json:"recorded"`
@@ -211,8 +211,8 @@ type forkRequest struct {
 }
 
 type networkRequest struct {
-	Network *egress.Policy `json:"network"`
-	Cut     bool           `json:"cut,omitempty"`
+	Network *netpolicy.Policy `json:"network"`
+	Cut     bool              `json:"cut,omitempty"`
 }
 
 type timeoutRequest struct {

@@ -33,6 +33,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"github.com/lizard-build/lizard/internal/secrets"
 )
 
@@ -177,7 +178,7 @@ func (t *injecting) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("%w: Host %q on a connection to %s", errMisdirected, r.Host, t.c.Name)
 	}
 	for name, tmpl := range t.c.Headers {
-		v, err := egress.ExpandTemplate(tmpl, func(secret string) (string, error) {
+		v, err := netpolicy.ExpandTemplate(tmpl, func(secret string) (string, error) {
 			return t.in.Secrets.Open(r.Context(), t.c.Project, secret, secrets.Use{SandboxID: t.c.SandboxID, Host: t.c.Name, Plain: !t.c.TLS})
 		})
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -347,7 +348,7 @@ func TestAuthorities(t *testing.T) {
 func TestCheck(t *testing.T) {
 	r := newRig(t, nil, func() egress.InterceptConn { return egress.InterceptConn{} })
 	ctx := context.Background()
-	p, err := egress.Parse(egress.Policy{Default: "deny", Allow: []string{"api.test"}, Inject: []egress.HeaderRule{
+	p, err := netpolicy.Parse(netpolicy.Policy{Default: "deny", Allow: []string{"api.test"}, Inject: []netpolicy.HeaderRule{
 		{Domain: "api.test", Headers: map[string]string{"Authorization": "Bearer {{ secrets.TOKEN }}"}},
 		{Domain: "api.test", Headers: map[string]string{"X-A": "x", "X-Key": "{{ secrets.TOKEN }}:{{ secrets.MISSING }}"}},
 	}}, "network")
@@ -373,7 +374,7 @@ func TestCheck(t *testing.T) {
 	// echo server — is refused naming the secret and the host, and so is
 	// a wildcard wider than its hosts.
 	for _, domain := range []string{"echo.attacker.test", "*.test", "*.example.com"} {
-		p, _ := egress.Parse(egress.Policy{Default: "allow", Inject: []egress.HeaderRule{
+		p, _ := netpolicy.Parse(netpolicy.Policy{Default: "allow", Inject: []netpolicy.HeaderRule{
 			{Domain: domain, Headers: map[string]string{"Authorization": "Bearer {{ secrets.TOKEN }}"}}}}, "network")
 		err := Check(ctx, r.secrets, "p", "network", p)
 		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), `secret "TOKEN" for `+domain) {

@@ -1,11 +1,11 @@
-// Package egress is a sandbox's network policy by name and its
-// enforcement on the node (docs/network.md): the Policy (what a create or
-// an update says, validated and normalized here), the Resolver that
-// answers the sandbox's DNS, and the Proxy that every HTTP and TLS
-// connection of a sandbox with a policy is redirected to, which checks the
-// Host or SNI name and connects to an address it resolved itself. The
-// nftables rules that put both in the sandbox's path are package netns's.
-package egress
+// Package netpolicy is a sandbox's network policy by name (docs/network.md):
+// what a create or an update says, validated and normalized here, and the
+// matching of names, addresses and a secret's hosts against it. It is a
+// leaf: the store records policies and the control plane checks them
+// without linking the node's resolver and proxy (package egress), which
+// enforce them, nor the nftables rules (package netns) that put both in a
+// sandbox's path.
+package netpolicy
 
 import (
 	"encoding/json"
@@ -610,13 +610,4 @@ func (p *Policy) Patch(u api.UpdateNetworkRequest, field string) (*Policy, error
 		a.Inject = *u.Inject
 	}
 	return FromAPI(a, field)
-}
-
-// LogAPI is a decision log as the API gives it.
-func LogAPI(ds []Decision) api.NetworkLog {
-	out := api.NetworkLog{Entries: make([]api.NetworkLogEntry, len(ds))}
-	for i, d := range ds {
-		out.Entries[i] = api.NetworkLogEntry(d)
-	}
-	return out
 }
