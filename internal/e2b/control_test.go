@@ -90,7 +90,15 @@ func TestSandboxLifecycle(t *testing.T) {
 	// The v2 connect without a timeout, as the SDKs' connect() sends it:
 	// E2B's default of 5 minutes, not create's 15 seconds; and a resume
 	// from disk alone (on_resume="reboot") is refused by name.
-	if r := e.do(t, "POST", path+"/pause", `{}`, key...); r.status != http.StatusNoContent {
+	// A pause keeping the disk alone (mode="filesystem", keep_memory=False)
+	// is refused by name, not taken as one keeping memory: the sandbox runs on.
+	if r := e.do(t, "POST", path+"/pause", `{"memory":false}`, key...); r.status != http.StatusNotImplemented || !strings.Contains(r.body, "memory: false") {
+		t.Errorf("pause with memory false: %d %s; want 501 naming it", r.status, r.body)
+	}
+	if r := e.do(t, "GET", path, "", key...); !strings.Contains(r.body, `"state":"running"`) {
+		t.Errorf("after a refused pause: %s; want running", r.body)
+	}
+	if r := e.do(t, "POST", path+"/pause", `{"memory":true,"requireHealthyGuest":true}`, key...); r.status != http.StatusNoContent {
 		t.Fatalf("pause: %d %s", r.status, r.body)
 	}
 	for _, route := range []string{"/e2b/v2/sandboxes/" + sb.SandboxID + "/connect", path + "/resume"} {

@@ -190,6 +190,11 @@ func createRequest(n newSandbox) (api.CreateSandboxRequest, error) {
 	if n.AutoPause {
 		req.OnTimeout = "pause"
 	}
+	if n.AutoPauseMemory != nil && !*n.AutoPauseMemory {
+		// on_timeout {"mode": "filesystem"} (keep_memory: False): an
+		// auto-pause keeping the disk alone, which Lizard's pause is not.
+		return req, notImplemented("autoPauseMemory: false (lifecycle on_timeout pause with mode \"filesystem\" or keep_memory False) is not supported: Lizard's pause keeps a sandbox's memory; leave it out to auto-pause with memory")
+	}
 	if n.AutoResume != nil && n.AutoResume.Enabled && !n.AutoPause {
 		return req, badRequest("autoResume needs autoPause: only a sandbox paused at its timeout can be resumed")
 	}
@@ -422,12 +427,29 @@ func (h *Handler) extend(w http.ResponseWriter, r *http.Request, ms int64) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// pauseRequest is E2B's SandboxPauseRequest. Memory false (the SDKs'
+// mode="filesystem", keep_memory=False) asks for a pause that keeps the
+// disk alone; Lizard's keeps memory, and taking the request as that would
+// silently keep what the caller asked to drop, so it is refused by name.
+type pauseRequest struct {
+	Memory *bool `json:"memory"`
+}
+
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
 	id := r.PathValue("id")
 	sb, err := h.lookup(r, id)
 	if err != nil {
 		h.fail(w, r, err)
+		return
+	}
+	var req pauseRequest
+	if err := decode(r, &req); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if req.Memory != nil && !*req.Memory {
+		h.fail(w, r, notImplemented("memory: false (pause(mode=\"filesystem\"), keep_memory=False: pause sandbox %s keeping its disk alone) is not supported: Lizard's pause keeps a sandbox's memory; pause without it", id))
 		return
 	}
 	if sb.State == api.StatePaused {

@@ -49,6 +49,7 @@ func TestCreateRequest(t *testing.T) {
 			api.CreateSandboxRequest{SnapshotID: "snap-abc", TimeoutMs: ms(15000)}, 0},
 		{"zero timeout", `{"templateID":"base","timeout":0}`, api.CreateSandboxRequest{}, http.StatusBadRequest},
 		{"auto-resume without auto-pause", `{"templateID":"base","autoResume":{"enabled":true}}`, api.CreateSandboxRequest{}, http.StatusBadRequest},
+		{"auto-pause keeping the disk alone", `{"templateID":"base","autoPause":true,"autoPauseMemory":false}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
 		{"mcp", `{"templateID":"base","mcp":{"x":{}}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
 		{"mcp null is none", `{"templateID":"base","mcp":null}`, api.CreateSandboxRequest{Template: "interpreter", TimeoutMs: ms(15000)}, 0},
 		{"iam", `{"templateID":"base","iam":{"tokens":{}}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},

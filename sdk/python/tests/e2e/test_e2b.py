@@ -311,6 +311,14 @@ def test_info_list_timeout_and_kill() -> None:
 
 def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:
     sandbox.run_code("kept = 'across a pause'")
+    # A pause keeping the disk alone is refused by name, not taken as one keeping memory.
+    with pytest.raises(SandboxException, match="memory: false"):
+        sandbox.pause(keep_memory=False)
+    with pytest.raises(SandboxException, match="memory: false"):
+        sandbox.pause(mode="filesystem")
+    assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.RUNNING
+    with pytest.raises(SandboxException, match="autoPauseMemory: false"):
+        Sandbox.create(lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}})
     assert sandbox.pause()
     assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.PAUSED
     # A resume from disk alone is refused by name, not answered as a memory restore.
