@@ -408,6 +408,10 @@ type CreateContextRequest struct {
 	// creates its JavaScript contexts so). Without it each call is a fresh
 	// process.
 	Stateful bool `json:"stateful,omitempty"`
+	// User is "root" or the sandbox user (the default), as for a process:
+	// who runs the context's kernel or calls. E2B's surface makes its
+	// contexts root's, as E2B's interpreter runs its kernels.
+	User string `json:"user,omitempty"`
 }
 
 // Context is one execution context: its own kernel, variables and working

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
@@ -61,7 +62,10 @@ type execContext struct {
 	info api.Context
 	// stateful JavaScript runs in one Node process (repl) for all calls.
 	stateful bool
-	turn     chan struct{} // held while a js/bash call runs
+	// root runs the context's code as root rather than the sandbox user
+	// (CreateContextRequest.User).
+	root bool
+	turn chan struct{} // held while a js/bash call runs
 	// starting is held while a kernel starts or restarts, so concurrent
 	// callers wait for one start instead of racing two.
 	starting chan struct{}
@@ -118,7 +122,7 @@ func (a *Agent) kernel(ctx context.Context, c *execContext) (Kernel, error) {
 
 // startInto starts a kernel for c; the caller holds c.starting.
 func (a *Agent) startInto(ctx context.Context, c *execContext) (Kernel, error) {
-	k, err := a.startKernel(ctx, c.info.Cwd)
+	k, err := a.startKernel(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -132,15 +136,16 @@ func (a *Agent) startInto(ctx context.Context, c *execContext) (Kernel, error) {
 	return k, nil
 }
 
-func (a *Agent) startKernel(ctx context.Context, cwd string) (Kernel, error) {
+func (a *Agent) startKernel(ctx context.Context, c *execContext) (Kernel, error) {
 	ctx, cancel := context.WithTimeout(ctx, kernelStartTimeout)
 	defer cancel()
 	start := time.Now()
+	cwd := c.info.Cwd
 	k, err := a.cfg.StartKernel(ctx, pykernel.Config{
 		Python:     a.cfg.Python,
 		Cwd:        cwd,
-		Env:        a.baseEnv(),
-		Credential: a.user.cred,
+		Env:        a.contextEnv(c),
+		Credential: a.contextCred(c),
 		Logger:     a.log.With("component", "pykernel", "cwd", cwd),
 	})
 	if err != nil {
@@ -202,15 +207,25 @@ func (a *Agent) createContext(w http.ResponseWriter, r *http.Request) {
 		invalid(w, "language", "typescript runs only in a stateful context (set stateful)")
 		return
 	}
-	cwd, ok := a.cwdOf(w, req.Cwd)
+	root, ok := a.contextUser(w, req.User)
+	if !ok {
+		return
+	}
+	var cwd string
+	if root {
+		cwd, ok = a.dirOf(w, req.Cwd)
+	} else {
+		cwd, ok = a.cwdOf(w, req.Cwd)
+	}
 	if !ok {
 		return
 	}
 	c := newExecContext("ctx_"+randomHex(8), lang, cwd)
 	c.stateful = req.Stateful
+	c.root = root
 	if lang == langPython {
 		// Start the kernel now so errors surface here, not on first use.
-		k, err := a.startKernel(r.Context(), cwd)
+		k, err := a.startKernel(r.Context(), c)
 		if err != nil {
 			if r.Context().Err() != nil {
 				return
@@ -235,7 +250,7 @@ func (a *Agent) createContext(w http.ResponseWriter, r *http.Request) {
 	a.contexts[c.info.ID] = c
 	a.order = append(a.order, c.info.ID)
 	a.mu.Unlock()
-	a.log.Info("context created", "context", c.info.ID, "language", lang, "cwd", cwd)
+	a.log.Info("context created", "context", c.info.ID, "language", lang, "cwd", cwd, "root", root)
 	writeJSON(w, http.StatusCreated, c.info)
 }
 
@@ -260,8 +275,25 @@ func (a *Agent) statefulDefault(w http.ResponseWriter, lang string) *execContext
 }
 
 // cwdOf resolves a requested working directory (default home, relative to
-// home), answering 400 itself when it is not an existing directory.
+// home), answering 400 itself when it is not an existing directory the
+// sandbox user can enter.
 func (a *Agent) cwdOf(w http.ResponseWriter, cwd string) (string, bool) {
+	p, ok := a.dirOf(w, cwd)
+	if !ok || cwd == "" {
+		return p, ok
+	}
+	// Checked here, not left to the kernel's start (a 500 that names
+	// fork/exec) or to every later bash call.
+	if err := a.user.canEnter(p); err != nil {
+		invalid(w, "cwd", "the sandbox user %s cannot enter %s (%v); use a directory the user can enter, such as %s", a.user.displayName(), p, err, a.user.home)
+		return "", false
+	}
+	return p, true
+}
+
+// dirOf resolves a requested working directory as cwdOf does, for root,
+// who enters every directory.
+func (a *Agent) dirOf(w http.ResponseWriter, cwd string) (string, bool) {
 	if cwd == "" {
 		return a.workdir, true
 	}
@@ -279,13 +311,44 @@ func (a *Agent) cwdOf(w http.ResponseWriter, cwd string) (string, bool) {
 		invalid(w, "cwd", "%s is not a directory", p)
 		return "", false
 	}
-	// Checked here, not left to the kernel's start (a 500 that names
-	// fork/exec) or to every later bash call.
-	if err := a.user.canEnter(p); err != nil {
-		invalid(w, "cwd", "the sandbox user %s cannot enter %s (%v); use a directory the user can enter, such as %s", a.user.displayName(), p, err, a.user.home)
-		return "", false
-	}
 	return p, true
+}
+
+// contextUser resolves a context's user, as processUser a process's:
+// true for root, false for the sandbox user.
+func (a *Agent) contextUser(w http.ResponseWriter, name string) (root, ok bool) {
+	switch name {
+	case "", a.user.name:
+		return false, true
+	case "root":
+		if os.Getuid() != 0 {
+			invalid(w, "user", "the agent is not root, so it cannot run code as root")
+			return false, false
+		}
+		return true, true
+	}
+	invalid(w, "user", "unknown user %q: want root or the sandbox user %s", name, a.user.displayName())
+	return false, false
+}
+
+// contextCred is who runs c's code: nil (the agent's own user, root in a
+// sandbox) for a root context.
+func (a *Agent) contextCred(c *execContext) *syscall.Credential {
+	if c.root {
+		return nil
+	}
+	return a.user.cred
+}
+
+// contextEnv is the environment c's code starts with: a root context's
+// HOME is root's, so what its kernel writes there (IPython's profile) is
+// not root's files in the sandbox user's home.
+func (a *Agent) contextEnv(c *execContext) []string {
+	env := a.baseEnv()
+	if c.root && a.user.cred != nil {
+		env = withEnvs(env, map[string]string{"HOME": "/root", "USER": "root", "LOGNAME": "root"})
+	}
+	return env
 }
 
 func (a *Agent) listContexts(w http.ResponseWriter, r *http.Request) {

@@ -148,8 +148,8 @@ func (a *Agent) executePython(ctx context.Context, k Kernel, req pykernel.Reques
 // executeProcess runs JavaScript or bash code in a fresh process in the
 // context's working directory.
 func (a *Agent) executeProcess(ctx context.Context, c *execContext, req api.ExecuteRequest, timeout time.Duration, s *sink) {
-	env := withEnvs(a.baseEnv(), req.Envs)
-	spec := runSpec{dir: c.info.Cwd, timeout: timeout}
+	env := withEnvs(a.contextEnv(c), req.Envs)
+	spec := runSpec{dir: c.info.Cwd, timeout: timeout, root: c.root}
 	var errFile string
 	switch c.info.Language {
 	case langJavaScript:

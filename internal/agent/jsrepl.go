@@ -69,7 +69,7 @@ func (l *lockedTail) String() string {
 // startRepl starts the Node process of context c, as the code's user in
 // its own process group, and waits for the harness to be ready.
 func (a *Agent) startRepl(ctx context.Context, c *execContext) (*jsRepl, error) {
-	env := a.baseEnv()
+	env := a.contextEnv(c)
 	path, err := lookPath(a.cfg.Node, env)
 	if err != nil {
 		return nil, fmt.Errorf("finding node: %w", err)
@@ -98,7 +98,7 @@ func (a *Agent) startRepl(ctx context.Context, c *execContext) (*jsRepl, error) 
 	r.cmd.ExtraFiles = []*os.File{callsR, eventsW}
 	r.cmd.Stderr = r.stderr
 	r.cmd.WaitDelay = waitDelay
-	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: a.user.cred}
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: a.contextCred(c)}
 	err = r.cmd.Start()
 	callsR.Close()
 	eventsW.Close()

@@ -26,6 +26,7 @@ type runSpec struct {
 	env     []string
 	stdin   io.Reader // nil: /dev/null
 	timeout time.Duration
+	root    bool // run as the agent's own user (root), not the sandbox user
 }
 
 type runResult struct {
@@ -70,7 +71,11 @@ func (a *Agent) run(ctx context.Context, spec runSpec, s *sink) runResult {
 	cmd.Dir = spec.dir
 	cmd.Env = spec.env
 	cmd.Stdin = spec.stdin
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: a.user.cred}
+	cred := a.user.cred
+	if spec.root {
+		cred = nil
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	cmd.Cancel = func() error {
 		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		if errors.Is(err, syscall.ESRCH) {

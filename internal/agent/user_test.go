@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"runtime"
 	"strconv"
 	"strings"
@@ -322,4 +323,59 @@ func TestFilesActAsUser(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestRootContext: a context made with user "root" (E2B's surface makes
+// its contexts so, as E2B's interpreter runs its kernels) runs its calls as
+// root with root's HOME, in a directory the sandbox user cannot enter; the
+// sandbox user's contexts are refused it as before, and another user is a
+// 400 naming the field.
+func TestRootContext(t *testing.T) {
+	testenv.RequiresRoot(t)
+	root := t.TempDir()
+	for _, d := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ta := newTestAgent(t, func(c *Config) {
+		c.User = "nobody"
+		c.Home = filepath.Join(root, "home", "nobody")
+	})
+	private := filepath.Join(root, "private")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var e api.Error
+	ta.json(t, "POST", "/contexts", api.CreateContextRequest{Language: "bash", Cwd: private}, &e, http.StatusBadRequest)
+	ta.json(t, "POST", "/contexts", api.CreateContextRequest{Language: "bash", User: "mallory"}, &e, http.StatusBadRequest)
+	if !strings.HasPrefix(e.Message, "user: ") {
+		t.Errorf("unknown user: message %q, want it to name user", e.Message)
+	}
+	for _, tc := range []struct{ lang, code, want string }{
+		{"bash", `echo "$(id -u) $HOME $(pwd)"`, "0 /root " + private + "\n"},
+		{"javascript", "console.log(process.getuid(), process.env.HOME, process.cwd())", "0 /root " + private + "\n"},
+	} {
+		for _, stateful := range []bool{false, true} {
+			if stateful && tc.lang == "bash" {
+				continue
+			}
+			var c api.Context
+			ta.json(t, "POST", "/contexts", api.CreateContextRequest{Language: tc.lang, Cwd: private, User: "root", Stateful: stateful}, &c, http.StatusCreated)
+			ex := ta.execute(t, api.ExecuteRequest{ContextID: c.ID, Code: tc.code, TimeoutMs: i64(10_000)})
+			if ex.stdout != tc.want || ex.err != nil {
+				t.Errorf("%s (stateful %v) as root: stdout %q error %+v, want %q", tc.lang, stateful, ex.stdout, ex.err, tc.want)
+			}
+		}
+	}
+	// A Python context's kernel starts as root, with root's HOME.
+	ta.json(t, "POST", "/contexts", api.CreateContextRequest{Cwd: private, User: "root"}, nil, http.StatusCreated)
+	ks := ta.kernels.list()
+	if cfg := ks[len(ks)-1].cfg; cfg.Credential != nil || cfg.Cwd != private || !slices.Contains(cfg.Env, "HOME=/root") {
+		t.Errorf("root python kernel: credential %+v cwd %s env %v; want none, %s, HOME=/root", cfg.Credential, cfg.Cwd, cfg.Env, private)
+	}
+	// The sandbox user's calls are still the user's.
+	if ex := ta.execute(t, api.ExecuteRequest{Language: "bash", Code: "id -u"}); ex.stdout != "65534\n" {
+		t.Errorf("default bash after root contexts: stdout %q, want 65534", ex.stdout)
+	}
 }

@@ -444,7 +444,10 @@ func (h *Handler) createContext(w http.ResponseWriter, r *http.Request) {
 	}
 	var c api.Context
 	// E2B's JavaScript kernel keeps its variables: so do its contexts here.
-	creq := api.CreateContextRequest{Language: lang, Cwd: cwd, Stateful: stateful(lang)}
+	// E2B's interpreter runs its kernels as root (code written for it makes
+	// contexts in /root): so do the contexts made here. It opens nothing
+	// new: the same caller may run any command as root (user="root").
+	creq := api.CreateContextRequest{Language: lang, Cwd: cwd, Stateful: stateful(lang), User: "root"}
 	if h.agentJSON(w, r, http.MethodPost, "/contexts", creq, &c) {
 		writeJSON(w, http.StatusOK, c)
 	}

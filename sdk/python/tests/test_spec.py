@@ -94,6 +94,7 @@ OMITTED: Dict[Tuple[str, str], str] = {
     ("ExecuteRequest", "stateful"): "the E2B surface's flag (docs/e2b.md): run_code's JavaScript runs per call, as the seed specifies",
     ("ExecuteRequest", "bundle"): "the E2B surface's flag (docs/e2b.md): run_code gives the richest MIME per result, as the seed specifies",
     ("CreateContextRequest", "stateful"): "the E2B surface's flag (docs/e2b.md): a JavaScript context runs per call, as the seed specifies",
+    ("CreateContextRequest", "user"): "the E2B surface's (docs/e2b.md): its contexts are root's, as E2B's kernels; a context of the SDK's is the sandbox user's",
     ("ProcessRequest", "args"): "exec takes cmd as a list, [program, *args], or a string run by bash",
     ("ProcessStartRequest", "args"): "start takes cmd as a list, [program, *args], or a string run by bash",
     ("ProcessStartRequest", "pty"): "pty.create(cols, rows, cmd=...) starts a process with a terminal (its input always open), commands.start one without",

@@ -270,6 +270,20 @@ def test_contexts(sandbox: Sandbox) -> None:
     assert sandbox.run_code("echo $((6*7))", language="bash").logs.stdout == ["42\n"]
 
 
+def test_contexts_run_as_root(sandbox: Sandbox) -> None:
+    """E2B's interpreter runs its kernels as root: contexts made through E2B's surface do too, in /root if asked."""
+    ctx = sandbox.create_code_context(language="python", cwd="/root")
+    assert ctx.cwd == "/root" and ctx.id in [c.id for c in sandbox.list_code_contexts()]
+    ex = sandbox.run_code("import os\nos.getcwd(), os.getuid(), os.environ['HOME']", context=ctx)
+    assert ex.error is None and ex.text == "('/root', 0, '/root')", (ex.error, ex.text)
+    js = sandbox.create_code_context(language="js", cwd="/root")
+    assert sandbox.run_code("[process.cwd(), process.getuid()]", context=js).text == "[ '/root', 0 ]"
+    sh = sandbox.create_code_context(language="bash", cwd="/root")
+    assert sandbox.run_code("echo $(pwd) $(id -u)", context=sh).logs.stdout == ["/root 0\n"]
+    # The default contexts, shared with Lizard's own API, stay the sandbox user's.
+    assert sandbox.run_code("import os\nos.getuid()").text != "0"
+
+
 def test_javascript_context(sandbox: Sandbox) -> None:
     """E2B's JavaScript kernel keeps its variables: so does a JavaScript context here."""
     js = sandbox.create_code_context(language="javascript")

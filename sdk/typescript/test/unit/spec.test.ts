@@ -68,6 +68,7 @@ const OMITTED: Record<string, string> = {
   'Template.projectId': "a template is only ever the key's project's: TemplateInfo leaves it out",
   'ExecuteRequest.contextId': 'runCode takes context, a Context or its id',
   'CreateContextRequest.stateful': "the E2B surface's flag (docs/e2b.md): a JavaScript context runs per call, as the seed specifies",
+  'CreateContextRequest.user': "the E2B surface's (docs/e2b.md): its contexts are root's, as E2B's kernels; a context of the SDK's is the sandbox user's",
   'ExecuteRequest.stateful': "the E2B surface's flag (docs/e2b.md): runCode's JavaScript runs per call, as the seed specifies",
   'ExecuteRequest.bundle': "the E2B surface's flag (docs/e2b.md): runCode gives the richest MIME per result, as the seed specifies",
   'ExecuteEvent.bundle': 'only on streams that asked for bundle, which runCode never does',
