@@ -222,13 +222,34 @@ func (a *Agent) readFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	if fi.Mode().IsRegular() {
-		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+	// The length is not the stat's: /proc and /sys files stat as 0 bytes
+	// and a file may grow or shrink as it is read. A Content-Length from
+	// the stat cut such a file to its stat's size (nothing, for /proc),
+	// and the short or long body made net/http close the connection after
+	// the answer, which the caller had already taken back to its pool: its
+	// next request on it (a command's start, not retried) failed. So a
+	// file that ends within the first chunk read is sent with that
+	// length, exactly; a longer one is streamed chunked to its real end.
+	// The file is open, so this needs no credentials: it runs on any
+	// thread.
+	buf := make([]byte, copyChunk)
+	n, err := io.ReadFull(f, buf)
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		w.WriteHeader(http.StatusOK)
+		_, err = w.Write(buf[:n])
+	case err != nil:
+		u.fileError(w, p, err)
+		return
+	default:
+		w.WriteHeader(http.StatusOK)
+		if _, err = w.Write(buf[:n]); err == nil {
+			// Stream: files may be far larger than the agent should hold.
+			_, err = copyFileBuf(w, f, buf)
+		}
 	}
-	w.WriteHeader(http.StatusOK)
-	// Stream: files may be far larger than the agent should hold. The file
-	// is open, so this needs no credentials: it runs on any thread.
-	if _, err := copyFile(w, f); err != nil && r.Context().Err() == nil {
+	if err != nil && r.Context().Err() == nil {
 		a.log.Warn("sending file", "path", p, "err", err)
 	}
 }
@@ -243,7 +264,11 @@ const copyChunk = 1 << 20
 
 // copyFile copies src to dst in copyChunk writes (the last one shorter).
 func copyFile(dst io.Writer, src io.Reader) (int64, error) {
-	buf := make([]byte, copyChunk)
+	return copyFileBuf(dst, src, make([]byte, copyChunk))
+}
+
+// copyFileBuf is copyFile through buf.
+func copyFileBuf(dst io.Writer, src io.Reader, buf []byte) (int64, error) {
 	var n int64
 	for {
 		filled := 0

@@ -6,12 +6,15 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/user"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -295,5 +298,59 @@ func TestCopyFileWholeChunks(t *testing.T) {
 	_, err := copyFile(&sizesWriter{}, io.MultiReader(bytes.NewReader(make([]byte, 10)), iotest.ErrReader(io.ErrUnexpectedEOF)))
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("copyFile of a cut body: %v, want ErrUnexpectedEOF", err)
+	}
+}
+
+// TestFilesReadRealLength: a file's content is sent to its real end, not
+// cut to its stat's size (/proc files stat as 0 bytes; a file may grow as
+// it is read), and the connection outlives the answer, so the caller's
+// next request on it does not fail.
+func TestFilesReadRealLength(t *testing.T) {
+	ta := newTestAgent(t, nil)
+	want, err := os.ReadFile("/proc/self/mountinfo") // the agent's: the same process
+	if err != nil || len(want) == 0 {
+		t.Fatalf("reading /proc/self/mountinfo here: %d bytes, %v", len(want), err)
+	}
+	if fi, err := os.Stat("/proc/self/mountinfo"); err != nil || fi.Size() != 0 {
+		t.Fatalf("/proc/self/mountinfo stats as %v, %v; the test wants a file that stats as 0 bytes", fi, err)
+	}
+	// One connection, watched: the server closing it after the answer is
+	// what failed the next command.
+	var closed atomic.Int32
+	srv := httptest.NewUnstartedServer(ta.Agent.Handler())
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			closed.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	client := srv.Client()
+	get := func(path string) []byte {
+		t.Helper()
+		resp, err := client.Get(srv.URL + "/files?path=" + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d, %v", path, resp.StatusCode, err)
+		}
+		return b
+	}
+	if got := get("/proc/self/mountinfo"); !bytes.Equal(got, want) {
+		t.Errorf("read /proc/self/mountinfo: %d bytes, want its %d", len(got), len(want))
+	}
+	// A file over one chunk is streamed to its end as well.
+	big := bytes.Repeat([]byte("0123456789abcdef"), copyChunk/16*2+7)
+	must(t, os.WriteFile(filepath.Join(ta.home, "big"), big, 0o644))
+	if got := get(filepath.Join(ta.home, "big")); !bytes.Equal(got, big) {
+		t.Errorf("read big: %d bytes, want %d", len(got), len(big))
+	}
+	get(filepath.Join(ta.home, "big"))
+	time.Sleep(100 * time.Millisecond) // a close after the answer comes now
+	if n := closed.Load(); n != 0 {
+		t.Errorf("the agent closed %d connections after reading files; want them kept for the next request", n)
 	}
 }

@@ -630,8 +630,11 @@ func TestFilesystemCalls(t *testing.T) {
 	if _, err := c.Remove(ctx, connect.NewRequest(&filesystem.RemoveRequest{Path: "/a"})); err != nil {
 		t.Error(err)
 	}
-	if _, err := c.Remove(ctx, connect.NewRequest(&filesystem.RemoveRequest{Path: "/nope"})); codeOf(err) != connect.CodeNotFound {
-		t.Errorf("remove of a missing file: %v, want not_found", err)
+	// envd's remove is RemoveAll: a missing path is no error (E2B's
+	// test_remove_non_existing_file, and recursive watch tests that start
+	// by removing a directory).
+	if _, err := c.Remove(ctx, connect.NewRequest(&filesystem.RemoveRequest{Path: "/nope"})); err != nil {
+		t.Errorf("remove of a missing file: %v, want success as envd's RemoveAll", err)
 	}
 	for _, tc := range []struct {
 		depth uint32
@@ -817,7 +820,11 @@ func TestFilesHTTP(t *testing.T) {
 		if p == "/nope" {
 			return api.EntryInfo{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: "/nope does not exist"}
 		}
-		return fileEntry(p, "file"), nil
+		f := fileEntry(p, "file")
+		if strings.HasPrefix(p, "/proc/") {
+			f.Size = 0 // as /proc and /sys files stat
+		}
+		return f, nil
 	}
 	e.agent.readFile = func(p string) (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("hello")), nil }
 
@@ -900,6 +907,16 @@ func TestFilesHTTP(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || string(b) != "hello" || resp.Header.Get("Content-Length") != "5" {
 		t.Errorf("download: %d %q %v", resp.StatusCode, b, resp.Header)
+	}
+	// A file that stats as 0 bytes is sent to its real end.
+	resp, err = http.Get(e.url + "/files?path=/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "hello" {
+		t.Errorf("download of a file that stats as 0 bytes: %d %q %v, want its content", resp.StatusCode, b, resp.Header)
 	}
 	resp, err = http.Get(e.url + "/files?path=/nope")
 	if err != nil {

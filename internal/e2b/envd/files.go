@@ -9,7 +9,6 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
-	"strconv"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
@@ -96,9 +95,9 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request) {
 	defer body.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": e.Name}))
-	if e.Type == "file" {
-		w.Header().Set("Content-Length", strconv.FormatInt(e.Size, 10))
-	}
+	// No Content-Length from the stat: a /proc file stats as 0 bytes and a
+	// file may grow as it is read; the body is the file to its real end
+	// (net/http gives a short one its exact length, a long one chunked).
 	w.WriteHeader(http.StatusOK)
 	if _, err := io.Copy(w, body); err != nil && r.Context().Err() == nil {
 		h.log.Debug("sending a file", "sandbox_id", s.sandbox, "err", err)

@@ -129,7 +129,10 @@ func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 
 func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
 	return call(f.h, ctx, func(s *session) (*filesystem.RemoveResponse, error) {
-		if err := s.agent.Remove(s.ctx, user(req.Header()), req.Msg.GetPath()); err != nil {
+		// envd's remove is os.RemoveAll: a path that is not there is
+		// removed already (E2B's files.remove of a missing path succeeds;
+		// Lizard's own DELETE /files answers 404).
+		if err := s.agent.Remove(s.ctx, user(req.Header()), req.Msg.GetPath()); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return nil, err
 		}
 		return &filesystem.RemoveResponse{}, nil

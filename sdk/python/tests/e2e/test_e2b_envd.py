@@ -143,6 +143,19 @@ def test_files(sbx: Sandbox) -> None:
         sbx.files.get_info("/tmp/e2b/none.txt")
 
 
+def test_files_as_envd(sbx: Sandbox) -> None:
+    # envd's remove is RemoveAll: a missing path is removed already.
+    sbx.files.remove("/tmp/e2b-none/nothing.txt")
+    sbx.files.remove("/tmp/e2b-none")
+    # A /proc file stats as 0 bytes and is read to its real end, and the next command runs (it failed
+    # INTERNAL when the agent's connection closed under it).
+    for _ in range(10):
+        status = sbx.files.read("/proc/self/status")
+        assert "Name:" in status and "Pid:" in status, status
+        assert sbx.commands.run("echo after").stdout == "after\n"
+    assert sbx.files.read("/proc/cpuinfo").strip() != ""
+
+
 def test_signed_file_urls(sbx: Sandbox, lizard_server) -> None:  # type: ignore[no-untyped-def]
     """upload_url/download_url: E2B's signature of the sandbox's token stands in for it. With
     E2B_SANDBOX_URL the SDK's URL names no sandbox (it is that URL's host + /files): a 400 says so, and

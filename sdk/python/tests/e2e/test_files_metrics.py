@@ -147,3 +147,14 @@ async def test_watch_rename_info_stream_metrics_async() -> None:
         assert isinstance(await asyncio.wait_for(exited.get(), 5), SandboxGoneError)
 
 
+
+
+def test_read_proc_files_whole() -> None:
+    # A /proc file stats as 0 bytes: it is read to its real end, and the next call on the agent's
+    # connection works (it was closed under it when the stat's length was declared).
+    with CodeSandbox.create(timeout_ms=300_000, metadata={"suite": "files-proc"}) as sb:
+        for _ in range(5):
+            status = sb.files.read("/proc/self/status")
+            assert "Name:" in status and "Pid:" in status, status
+            assert sb.process.exec("echo after").stdout == "after\n"
+        assert sb.files.read("/proc/meminfo").startswith("MemTotal:")
