@@ -178,6 +178,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", a.cfg.Listen, err)
 	}
+	healthCtx, stopHealth := context.WithCancel(ctx)
+	defer stopHealth()
+	go a.serveHealth(healthCtx)
 	return a.Serve(ctx, ln)
 }
 

@@ -33,6 +33,10 @@ const (
 type Config struct {
 	// Listen is the TCP address of the HTTP API.
 	Listen string
+	// HealthListen is where the code interpreter's GET /health is answered
+	// for code inside the sandbox, as E2B's on port 49999
+	// (interphealth.go); empty serves none.
+	HealthListen string
 	// Python is the interpreter with IPython; its directory goes first on
 	// the PATH of everything the agent runs.
 	Python string
@@ -92,6 +96,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	fs := flag.NewFlagSet("lizard-agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.Listen, "listen", envOr("LISTEN", net.JoinHostPort("0.0.0.0", strconv.Itoa(api.AgentPort))), "TCP address to serve the agent API on")
+	fs.StringVar(&cfg.HealthListen, "health-listen", envOr("HEALTH_LISTEN", DefaultHealthListen), "TCP address of the code interpreter's GET /health for code inside the sandbox, as E2B's (\"none\": not served)")
 	fs.StringVar(&cfg.Python, "python", envOr("PYTHON", DefaultPython), "Python interpreter with IPython")
 	fs.StringVar(&cfg.Node, "node", envOr("NODE", "node"), "Node.js binary (looked up on PATH)")
 	fs.StringVar(&cfg.Bash, "bash", envOr("BASH", "bash"), "bash binary (looked up on PATH)")
@@ -113,6 +118,9 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cfg.MaxOutputBytes, cfg.MaxFileBytes = *maxOut, *maxFile
+	if cfg.HealthListen == "none" {
+		cfg.HealthListen = ""
+	}
 	cfg.Secret = getenv("LIZARD_AGENT_SECRET")
 	cfg.TemplateConfig = envOr("TEMPLATE_CONFIG", DefaultTemplateConfig)
 	return cfg, cfg.validate()
@@ -129,6 +137,11 @@ func (c *Config) validate() error {
 	if c.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 			return fmt.Errorf("--listen %q: %w", c.Listen, err)
+		}
+	}
+	if c.HealthListen != "" {
+		if _, _, err := net.SplitHostPort(c.HealthListen); err != nil {
+			return fmt.Errorf("--health-listen %q: %w", c.HealthListen, err)
 		}
 	}
 	if c.MaxOutputBytes < 0 || c.MaxRequestBytes < 0 || c.MaxFileBytes < 0 {

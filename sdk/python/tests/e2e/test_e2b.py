@@ -15,7 +15,7 @@ from typing import Iterator, List
 
 import httpx
 import pytest
-from e2b import ALL_TRAFFIC, AuthenticationException, NotFoundException, SandboxException, TimeoutException
+from e2b import ALL_TRAFFIC, AuthenticationException, CommandExitException, NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter import AsyncSandbox, Sandbox, SandboxQuery, SandboxState
 from e2b_code_interpreter.charts import (
     BarChart,
@@ -282,6 +282,29 @@ def test_contexts_run_as_root(sandbox: Sandbox) -> None:
     assert sandbox.run_code("echo $(pwd) $(id -u)", context=sh).logs.stdout == ["/root 0\n"]
     # The default contexts, shared with Lizard's own API, stay the sandbox user's.
     assert sandbox.run_code("import os\nos.getuid()").text != "0"
+
+
+def test_interpreter_health_inside_and_kernel_killed(sandbox: Sandbox) -> None:
+    """E2B's interpreter answers GET http://0.0.0.0:49999/health inside its sandbox (its suite checks it before and
+    after killing the interpreter as root); so does the agent there, that path alone. A kernel killed as root is
+    restarted by the next run_code."""
+    get = (
+        "python3 -c \"import sys, urllib.request as u, urllib.error as e\n"
+        "try: print(u.urlopen('http://0.0.0.0:49999' + sys.argv[1]).status)\n"
+        "except e.HTTPError as x: print(x.code)\" "
+    )
+    assert sandbox.commands.run(get + "/health").stdout == "200\n"
+    assert sandbox.commands.run(get + "/execute").stdout == "404\n"
+    assert sandbox.run_code("y = 2; y").text == "2"
+    try:
+        sandbox.commands.run("kill -9 $(pgrep -f lizard-kernel)", user="root")
+    except CommandExitException:
+        pass  # the kill may take the command's own shell, whose line names the kernel too
+    started = time.monotonic()
+    ex = sandbox.run_code("x = 1; x")
+    assert ex.error is None and ex.text == "1", ex.error
+    assert time.monotonic() - started < 30
+    assert sandbox.commands.run(get + "/health").stdout == "200\n"
 
 
 def test_javascript_context(sandbox: Sandbox) -> None:
