@@ -294,6 +294,16 @@ func copyFileBuf(dst io.Writer, src io.Reader, buf []byte) (int64, error) {
 	}
 }
 
+// The temporary file an upload is written to, beside its path, before
+// it is renamed over it: its name says whether the upload makes the file
+// or replaces one, which a watch reports as an in-place write would be
+// (files_watch.go). Both start with uploadTemp.
+const (
+	uploadTemp     = ".lizard-upload-"
+	uploadTempNew  = uploadTemp + "new-"
+	uploadTempOver = uploadTemp + "over-"
+)
+
 // writeFile streams the body into a temporary file beside the target and
 // renames it into place, so readers never see half a file. The temporary
 // file is made, and renamed, as the call's user, who thus owns what it
@@ -305,6 +315,7 @@ func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
 	}
 	var tmp *os.File
 	mode := fs.FileMode(0o644)
+	temp := uploadTempNew
 	err := u.do(func() error {
 		// Writing through a symlink updates its target, as open(2) would.
 		if real, err := filepath.EvalSymlinks(p); err == nil {
@@ -315,13 +326,14 @@ func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
 				return &os.PathError{Op: "write", Path: p, Err: syscall.EISDIR}
 			}
 			mode = fi.Mode().Perm()
+			temp = uploadTempOver
 		}
 		dir := filepath.Dir(p)
 		if err := mkdirAll(dir); err != nil {
 			return err
 		}
 		var err error
-		tmp, err = os.CreateTemp(dir, ".lizard-upload-*")
+		tmp, err = os.CreateTemp(dir, temp+"*")
 		return err
 	})
 	if err != nil {

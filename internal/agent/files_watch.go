@@ -87,7 +87,15 @@ type watcher struct {
 	root      string
 	rootWD    int32
 	dirs      map[int32]string // watch descriptor -> directory relative to root ("" for root)
+	// uploads holds the rename cookies of upload temporaries moved away
+	// and whether each made its file (true) or replaced one, until the
+	// move's other half names the file.
+	uploads map[uint32]bool
 }
+
+// maxPendingUploads bounds uploads: a rename's two halves come together,
+// so more pending means halves that never came (moved out of the tree).
+const maxPendingUploads = 64
 
 func newWatcher(root string, recursive bool, budget *watchBudget) (*watcher, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
@@ -163,7 +171,7 @@ func (w *watcher) addBelow(rel string, emit func(name string)) error {
 		if sub == rel {
 			return nil
 		}
-		if emit != nil {
+		if emit != nil && !(strings.HasPrefix(d.Name(), uploadTemp) && !d.IsDir()) {
 			emit(sub)
 		}
 		if !d.IsDir() {
@@ -251,6 +259,35 @@ func (w *watcher) read(buf []byte, emit func(api.FileEvent)) bool {
 		rel := filepath.Join(dir, name)
 		isDir := ev.Mask&unix.IN_ISDIR != 0
 		send := func(typ, name string) { emit(api.FileEvent{Type: typ, Name: name, Time: now}) }
+		if strings.HasPrefix(name, uploadTemp) && !isDir {
+			// An upload's temporary file (writeFile): its own events are
+			// not the caller's file's, and nobody knows its name; its
+			// rename over the file is reported as the file's below.
+			if ev.Mask&unix.IN_MOVED_FROM != 0 {
+				if len(w.uploads) >= maxPendingUploads || w.uploads == nil {
+					w.uploads = map[uint32]bool{}
+				}
+				w.uploads[ev.Cookie] = strings.HasPrefix(name, uploadTempNew)
+			}
+			continue
+		}
+		if made, ok := w.uploads[ev.Cookie]; ok && ev.Cookie != 0 && ev.Mask&unix.IN_MOVED_TO != 0 {
+			// An upload put in place: the events of the in-place write
+			// E2B's envd makes (open, chown, write), so that both of
+			// Lizard's surfaces and E2B's show a files.write the same:
+			// a new file's create, chmod, write; a replaced one's chmod,
+			// write (its truncation), write.
+			delete(w.uploads, ev.Cookie)
+			if made {
+				send(api.FileCreate, rel)
+				send(api.FileChmod, rel)
+			} else {
+				send(api.FileChmod, rel)
+				send(api.FileWrite, rel)
+			}
+			send(api.FileWrite, rel)
+			continue
+		}
 		switch {
 		case ev.Mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
 			send(api.FileCreate, rel)

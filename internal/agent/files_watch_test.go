@@ -197,3 +197,48 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestFilesWatchUploads: a watch sees PUT /files (the SDKs' write) as the
+// file's own events, as E2B's envd's in-place write makes them — a new
+// file's create, chmod, write; a replaced one's chmod, write, write — and
+// never the temporary file the upload goes through, on both surfaces.
+func TestFilesWatchUploads(t *testing.T) {
+	ta := newTestAgent(t, nil)
+	must(t, os.MkdirAll(filepath.Join(ta.home, "w/sub"), 0o755))
+	ws := ta.watchDir(t, "path=w&recursive=true")
+	// quiet collects the events until none came for a while.
+	quiet := func() []string {
+		var got []string
+		for {
+			select {
+			case ev := <-ws.events:
+				got = append(got, ev.Type+" "+ev.Name)
+			case <-time.After(300 * time.Millisecond):
+				return got
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name, path string
+		want       []string
+	}{
+		{"new file", "w/watched.txt", []string{"create watched.txt", "chmod watched.txt", "write watched.txt"}},
+		{"replaced file", "w/watched.txt", []string{"chmod watched.txt", "write watched.txt", "write watched.txt"}},
+		{"in a subdirectory", "w/sub/f", []string{"create sub/f", "chmod sub/f", "write sub/f"}},
+	} {
+		ta.json(t, "PUT", "/files?path="+tc.path, "content of "+tc.name, nil, http.StatusOK)
+		if got := quiet(); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: a watch saw %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	// An upload refused midway leaves no event: its temporary file was never
+	// the caller's.
+	ta.Agent.cfg.MaxFileBytes = 4
+	ta.do(t, "PUT", "/files?path=w/big.txt", "more than four bytes")
+	if got := quiet(); len(got) != 0 {
+		t.Errorf("a refused upload: a watch saw %q, want nothing", got)
+	}
+	// A file a program makes is reported as inotify says.
+	must(t, os.WriteFile(filepath.Join(ta.home, "w/plain"), []byte("x"), 0o644))
+	ws.expect(t, "create plain", "write plain")
+}

@@ -218,7 +218,6 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	}()
 	tick := time.NewTicker(keepaliveInterval(req.Header()))
 	defer tick.Stop()
-	var ups uploads
 	for {
 		select {
 		case <-tick.C:
@@ -234,11 +233,11 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 			if n.err != nil {
 				return watchEnd(s, n.err)
 			}
-			for _, fe := range ups.events(n.ev) {
-				if ev := fsEvent(s, as, dir.Path, fe, m.GetIncludeEntry()); ev != nil {
-					if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
-						return err
-					}
+			// The agent reports an upload as the file's own events, as
+			// envd's write makes them (internal/agent/files_watch.go).
+			if ev := fsEvent(s, as, dir.Path, n.ev, m.GetIncludeEntry()); ev != nil {
+				if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
+					return err
 				}
 			}
 		}

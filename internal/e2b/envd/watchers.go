@@ -116,7 +116,6 @@ func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 				defer s.release()
 				defer stop()
 				defer ws.Close()
-				var ups uploads
 				for {
 					ev, err := ws.Next()
 					if err != nil {
@@ -124,10 +123,8 @@ func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 						time.AfterFunc(endedWatcherTTL, func() { f.h.watchers.forget(id, w) })
 						return
 					}
-					for _, fe := range ups.events(ev) {
-						if e := fsEvent(s, as, dir.Path, fe, m.GetIncludeEntry()); e != nil {
-							w.add(e)
-						}
+					if e := fsEvent(s, as, dir.Path, ev, m.GetIncludeEntry()); e != nil {
+						w.add(e)
 					}
 				}
 			}()

@@ -195,10 +195,21 @@ def test_watch_polled_and_streamed(sbx: Sandbox) -> None:
     while time.monotonic() < deadline and not any(e.name == "new.txt" and e.type == FilesystemEventType.WRITE for e in events):
         events += w.get_new_events()
         time.sleep(0.2)
-    w.stop()
-    # As envd's: the file's create, then its write; not the agent's temporary file.
-    assert [e.type for e in events if e.name == "new.txt"] == [FilesystemEventType.CREATE, FilesystemEventType.WRITE], events
+    # As envd's: the file's create, chmod (envd chowns it) and write; not the agent's temporary file.
+    assert [e.type for e in events] == [FilesystemEventType.CREATE, FilesystemEventType.CHMOD, FilesystemEventType.WRITE], events
     assert all(e.name == "new.txt" for e in events), events
+    # Written again: envd's chmod, write (the truncation), write.
+    sbx.files.write("/tmp/w/new.txt", "xy")
+    events = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(events) < 3:
+        events += w.get_new_events()
+        time.sleep(0.2)
+    time.sleep(0.3)
+    events += w.get_new_events()
+    w.stop()
+    assert [(e.name, e.type) for e in events] == [
+        ("new.txt", FilesystemEventType.CHMOD), ("new.txt", FilesystemEventType.WRITE), ("new.txt", FilesystemEventType.WRITE)], events
 
     # The async SDK streams (WatchDir).
     async def streamed() -> list:
@@ -218,7 +229,8 @@ def test_watch_polled_and_streamed(sbx: Sandbox) -> None:
         return got
 
     got = asyncio.run(streamed())
-    assert [(e.name, e.type) for e in got] == [("streamed.txt", FilesystemEventType.CREATE), ("streamed.txt", FilesystemEventType.WRITE)], got
+    assert [(e.name, e.type) for e in got] == [
+        ("streamed.txt", FilesystemEventType.CREATE), ("streamed.txt", FilesystemEventType.CHMOD), ("streamed.txt", FilesystemEventType.WRITE)], got
 
 
 def test_wrong_access_token(sbx: Sandbox) -> None:

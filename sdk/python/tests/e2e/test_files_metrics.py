@@ -158,3 +158,26 @@ def test_read_proc_files_whole() -> None:
             assert "Name:" in status and "Pid:" in status, status
             assert sb.process.exec("echo after").stdout == "after\n"
         assert sb.files.read("/proc/meminfo").startswith("MemTotal:")
+
+
+def test_watch_sees_writes_not_temporaries() -> None:
+    # files.write goes through a temporary file renamed over the path; a watch sees the file's own
+    # events (as E2B's envd's in-place write makes them), never the temporary's .lizard-upload-* name.
+    with CodeSandbox.create(timeout_ms=300_000, metadata={"suite": "files-watch-write"}) as sb:
+        sb.files.make_dir("/home/user/wd")
+        events: "queue.Queue[FilesystemEvent]" = queue.Queue()
+        handle = sb.files.watch_dir("/home/user/wd", events.put)
+
+        def next3() -> List[str]:
+            return [f"{ev.type} {ev.name}" for ev in (events.get(timeout=5) for _ in range(3))]
+
+        sb.files.write("/home/user/wd/watched.txt", "one")
+        assert next3() == ["create watched.txt", "chmod watched.txt", "write watched.txt"]
+        sb.files.write("/home/user/wd/watched.txt", "two")
+        assert next3() == ["chmod watched.txt", "write watched.txt", "write watched.txt"]
+        time.sleep(0.5)
+        handle.stop()
+        rest = []
+        while not events.empty():
+            rest.append(events.get())
+        assert rest == [], rest

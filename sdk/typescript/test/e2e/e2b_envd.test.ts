@@ -82,7 +82,8 @@ describe("E2B's JavaScript SDK: commands, PTY and files", { skip: why, timeout: 
     await assert.rejects(sandbox.files.read('/tmp/js/b.txt'), NotFoundError);
     for (let i = 0; i < 50 && !events.includes('remove:b.txt'); i++) await new Promise((r) => setTimeout(r, 100));
     await w.stop();
-    // As envd's: a write is the file's create and write, not the agent's temporary file's events.
-    assert.deepEqual(events, ['create:a.txt', 'write:a.txt', 'rename:a.txt', 'create:b.txt', 'remove:b.txt']);
+    // As envd's: a new file's write is its create, chmod (envd's chown) and write, not the agent's
+    // temporary file's events.
+    assert.deepEqual(events, ['create:a.txt', 'chmod:a.txt', 'write:a.txt', 'rename:a.txt', 'create:b.txt', 'remove:b.txt']);
   });
 });
