@@ -192,13 +192,7 @@ func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
 			"envd (port 49983: commands, files) and run_code (/execute) need its envdAccessToken in X-Access-Token, or its project's key in X-API-Key", id)}
 	}
 	if errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrNotFound) {
-		// E2B's proxy answers 502 for a sandbox that is no more: the SDKs
-		// read it as "not running" (is_running) or its timeout.
-		msg := errdefs.Message(err)
-		if msg == "" {
-			msg = "sandbox " + id + " not found"
-		}
-		writeError(w, http.StatusBadGateway, msg)
+		notRunning(w, id, errdefs.Message(err))
 		return
 	}
 	if err != nil {
@@ -208,6 +202,20 @@ func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
 	ctx := context.WithValue(r.Context(), targetKey{}, t)
 	ctx = auth.WithCaller(ctx, auth.Caller{ProjectID: t.ProjectID, KeyID: keyID})
 	h.cfg.Rate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.route(w, r, port) }), h.fail).ServeHTTP(w, r.WithContext(ctx))
+}
+
+// notRunning answers a call into a sandbox that is not running as E2B's
+// proxy does: 502, its message saying the sandbox "was not found", which
+// the SDKs read as not running (is_running() False; SandboxNotRunning-
+// Exception). The SDKs' probe after a dropped connection (e2b 2.63's
+// check_sandbox_health) takes a 502 without those words for a sandbox
+// running with envd unreachable.
+func notRunning(w http.ResponseWriter, id, why string) {
+	msg := "sandbox " + id + " was not found"
+	if why != "" {
+		msg += ": " + why
+	}
+	writeError(w, http.StatusBadGateway, msg)
 }
 
 // route serves a sandbox call the router authenticated, within its

@@ -347,25 +347,29 @@ func TestStartErrors(t *testing.T) {
 }
 
 // TestStreamEndsWhenSandboxStops: a sandbox that stops under a process's
-// output stream or a watch ends it at once with UNAVAILABLE and E2B's
-// "was not found", which the SDKs raise as SandboxNotRunningException.
+// output stream or a watch ends it at once. A process followed when its
+// sandbox ends has its connection dropped (no Connect status: E2B's proxy
+// drops it, and the SDKs then ask /health and raise "killed or reached its
+// end of life"); a watch ends with UNAVAILABLE and E2B's "was not found",
+// which the SDKs raise as SandboxNotRunningException.
 func TestStreamEndsWhenSandboxStops(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		cause error
-		code  connect.Code
-		msg   string
+		name    string
+		cause   error
+		dropped bool // the process's stream: connection dropped
+		code    connect.Code
+		msg     string
 	}{
-		{"killed", &errdefs.Error{Kind: errdefs.ErrGone, Msg: "sandbox sb1 was killed"}, connect.CodeUnavailable, "sandbox sb1 was not found: sandbox sb1 was killed"},
+		{"killed", &errdefs.Error{Kind: errdefs.ErrGone, Msg: "sandbox sb1 was killed"}, true, connect.CodeUnavailable, "sandbox sb1 was not found: sandbox sb1 was killed"},
 		// A pause ends the streams that follow (node.Following): the SDKs'
 		// TimeoutException, naming the pause.
-		{"paused", &errdefs.Error{Kind: errdefs.ErrConflict, Msg: "sandbox sb1 was paused during the call; retry it"}, connect.CodeCanceled, "was paused"},
+		{"paused", &errdefs.Error{Kind: errdefs.ErrConflict, Msg: "sandbox sb1 was paused during the call; retry it"}, false, connect.CodeCanceled, "was paused"},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testStreamEnds(t, tc.cause, tc.code, tc.msg) })
+		t.Run(tc.name, func(t *testing.T) { testStreamEnds(t, tc.cause, tc.dropped, tc.code, tc.msg) })
 	}
 }
 
-func testStreamEnds(t *testing.T, cause error, code connect.Code, msg string) {
+func testStreamEnds(t *testing.T, cause error, dropped bool, code connect.Code, msg string) {
 	e := newEnv(t)
 	e.agent.listProcesses = func() ([]api.ProcessInfo, error) { return nil, nil }
 	e.agent.processOutput = func(int) (Stream[api.ProcessOutputEvent], error) {
@@ -398,7 +402,16 @@ func testStreamEnds(t *testing.T, cause error, code connect.Code, msg string) {
 	if d := time.Since(began); d > 2*time.Second {
 		t.Errorf("streams ended %v after the sandbox, want within 2s", d)
 	}
-	for _, err := range []error{ps.Err(), ws.Err()} {
+	errs := []error{ws.Err()}
+	if dropped {
+		// Read as a transport failure: the body cut short, no end message.
+		if err := ps.Err(); !errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "was not found") {
+			t.Errorf("process stream err = %v (code %v), want its connection dropped (unexpected EOF), no status", err, codeOf(err))
+		}
+	} else {
+		errs = append(errs, ps.Err())
+	}
+	for _, err := range errs {
 		if codeOf(err) != code || !strings.Contains(err.Error(), msg) {
 			t.Errorf("stream err = %v, want %v with %q", err, code, msg)
 		}

@@ -150,10 +150,10 @@ func follow(s *session, pid int, h http.Header, send func(*process.ProcessEvent)
 			}
 			continue
 		case <-s.ctx.Done():
-			return s.fail(s.ctx.Err())
+			return s.endFollow(s.ctx.Err())
 		case got, ok := <-events:
 			if !ok {
-				return s.fail(s.ctx.Err())
+				return s.endFollow(s.ctx.Err())
 			}
 			n = got
 		}
@@ -161,7 +161,7 @@ func follow(s *session, pid int, h http.Header, send func(*process.ProcessEvent)
 			if n.err == io.EOF {
 				n.err = &errdefs.Error{Kind: errdefs.ErrBadGateway, Msg: fmt.Sprintf("the output of process %d ended before its end", pid)}
 			}
-			return s.fail(n.err)
+			return s.endFollow(n.err)
 		}
 		ev, end := outputEvent(n.ev)
 		if ev == nil {
@@ -174,6 +174,34 @@ func follow(s *session, pid int, h http.Header, send func(*process.ProcessEvent)
 			return nil
 		}
 	}
+}
+
+// endWait bounds how long a followed process whose output failed waits
+// to learn whether its sandbox ended: the sandbox's end usually cuts the
+// agent's stream before the node has said so.
+const endWait = 2 * time.Second
+
+// endFollow ends a stream that follows a process, once it has begun, with
+// err. A sandbox that ended under it (killed, expired, failed) drops the
+// connection instead, as E2B's proxy does when the sandbox behind it goes:
+// E2B's SDKs (Python and JavaScript, 2.45 to 2.63) read a dropped
+// connection by asking the sandbox's /health, which then answers 502, and
+// raise "the sandbox was killed or reached its end of life"; an error
+// status would be read by its code alone, and the SDKs before 2.63 read
+// UNAVAILABLE as the sandbox's timeout whatever ended it.
+func (s *session) endFollow(err error) error {
+	if s.ctx.Err() == nil {
+		t := time.NewTimer(endWait)
+		select {
+		case <-s.ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	if stop := s.stopped(); stop != nil && errors.Is(stop, errGoneSandbox) {
+		panic(http.ErrAbortHandler)
+	}
+	return s.fail(err)
 }
 
 // outputEvent is the envd event of one of the agent's output events (nil

@@ -270,7 +270,19 @@ def test_sandbox_killed_under_a_command() -> None:
     th.join(10)
     assert "err" in caught, "the command outlived its sandbox"
     assert isinstance(caught["err"], SandboxNotRunningException), repr(caught["err"])
+    # The connection dropped, as E2B's proxy drops it: the SDK asked /health (502) and says what E2B's says.
+    assert "killed or reached its end of life" in str(caught["err"]), str(caught["err"])
     assert caught["at"] - killed_at < 2, caught["at"] - killed_at
+
+
+def test_sandbox_killed_under_a_background_command() -> None:
+    """As E2B's own test: a background command's wait() on a sandbox killed under it."""
+    sbx = Sandbox.create()
+    h = sbx.commands.run("sleep 60", background=True, timeout=0)
+    sbx.kill()
+    with pytest.raises(TimeoutException, match="killed or reached its end of life"):
+        h.wait()
+    assert not sbx.is_running()
 
 
 def test_pause_ends_a_followed_command(sbx: Sandbox) -> None:
