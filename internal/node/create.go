@@ -36,7 +36,7 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 		if p.forked {
 			path = metrics.PathFork
 		}
-		src := restoreOf("image", path, p.Image)
+		src := restoreSource{what: "image", metricsPath: path, dir: p.Image}
 		if !n.local(p.Image) && p.SnapshotID != "" {
 			// A snapshot another node took: from the image store.
 			dir, release, lost, err := n.fetch(ctx, SnapshotImage(p.SnapshotID))
@@ -51,7 +51,7 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 				return store.Sandbox{}, err
 			}
 			defer release()
-			src.image = dir
+			src.dir = dir
 		}
 		return n.provision(ctx, p, src)
 	}
@@ -59,11 +59,11 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	// A sandbox with volumes boots: runsc restores an image only into
 	// the mounts it was taken with, and the template's has none.
 	if w == nil || p.Role == store.RoleTemplate || len(p.Volumes) > 0 || p.Build != nil {
-		return n.provision(ctx, p, boot)
+		return n.provision(ctx, p, bootSource{})
 	}
 	// A warm sandbox was made without a policy's redirects.
 	if p.Role == "" && !p.Token && p.Network == nil && w.Pool(p.Template, p.Limits, p.Internet) {
-		sb, err := n.provision(ctx, p, warmPool)
+		sb, err := n.provision(ctx, p, claimSource{})
 		if err == nil || ctx.Err() != nil || isRefusal(err) {
 			if err == nil {
 				w.Claimed(p.Template)
@@ -77,9 +77,9 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	}
 	image := w.Image(p.Template, p.Limits)
 	if image == "" {
-		return n.provision(ctx, p, boot)
+		return n.provision(ctx, p, bootSource{})
 	}
-	sb, err := n.provision(ctx, p, restoreOf("template snapshot", metrics.PathTemplateRestore, image))
+	sb, err := n.provision(ctx, p, restoreSource{what: "template snapshot", metricsPath: metrics.PathTemplateRestore, dir: image})
 	if err == nil || ctx.Err() != nil || isRefusal(err) {
 		if err == nil {
 			w.Restored(ctx, p.Template, image, nil)
@@ -88,7 +88,7 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	}
 	n.log.Warn("restoring the template snapshot failed; booting cold", "template", p.Template, "image", image, "err", err)
 	w.Restored(ctx, p.Template, image, err)
-	return n.provision(ctx, p, boot)
+	return n.provision(ctx, p, bootSource{})
 }
 
 // isRefusal reports whether err is the plan being refused (quota, rate,
@@ -167,6 +167,14 @@ func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ [
 type forkOf struct {
 	parent string
 	wait   func(context.Context) error
+}
+
+// parentID is the parent f is a fork of; "" for no fork.
+func (f *forkOf) parentID() string {
+	if f == nil {
+		return ""
+	}
+	return f.parent
 }
 
 // createN makes count sandboxes of plan p at once, all or nothing.

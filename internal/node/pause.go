@@ -157,7 +157,7 @@ func (n *Local) moving(ctx context.Context, id, from, to string) (sb store.Sandb
 }
 
 // resumeLocked restores paused sandbox sb; the caller holds its lock. It is
-// the provisioning pipeline's resume source (provision.go): its row, a new
+// the provisioning pipeline's resume source (source_resume.go): its row, a new
 // address slot, its image. An image that cannot be restored fails the
 // sandbox; a lack of addresses, or a client gone during the restore,
 // leaves it paused.
@@ -166,17 +166,16 @@ func (n *Local) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs *i
 	if err != nil {
 		return sb, err
 	}
-	r := &resumeOf{row: sb, timeoutMs: sb.TimeoutMs}
+	src := resumeSource{row: sb, timeoutMs: sb.TimeoutMs, dir: p.ImageDir}
 	switch {
 	case timeoutMs != nil:
-		r.timeoutMs = *timeoutMs
-		r.expires = n.deadline(r.timeoutMs)
+		src.timeoutMs = *timeoutMs
+		src.expires = n.deadline(src.timeoutMs)
 	case p.RemainingMs != nil:
 		// It resumes with the time it had left, its timeout unchanged.
-		r.expires = n.deadline(*p.RemainingMs)
+		src.expires = n.deadline(*p.RemainingMs)
 	}
-	plan := Plan{ProjectID: sb.ProjectID, Role: sb.Role, Template: sb.Template, TimeoutMs: r.timeoutMs, Token: sb.Shape.Token}
-	src := source{name: "resume", image: p.ImageDir, resume: r}
+	plan := Plan{ProjectID: sb.ProjectID, Role: sb.Role, Template: sb.Template, TimeoutMs: src.timeoutMs, Token: sb.Shape.Token}
 	if p.ImageDir != "" && !n.local(p.ImageDir) {
 		// Paused on another node, since lost: its image comes from the
 		// image store.
@@ -191,7 +190,7 @@ func (n *Local) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs *i
 			return sb, err
 		}
 		defer release()
-		src.image, src.cached = dir, true
+		src.dir, src.cached = dir, true
 	}
 	return n.provision(ctx, plan, src)
 }

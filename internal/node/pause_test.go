@@ -264,3 +264,32 @@ func TestResumeToken(t *testing.T) {
 		t.Errorf("reseeds after resume = %+v; want LIZARD_API_URL=%s keeping seeds", rs, wantURL)
 	}
 }
+
+// TestResumeImageMissing: a paused sandbox whose pause recorded no image
+// cannot be resumed. It ends failed saying so (410), nothing is restored,
+// and its address slot is free again.
+func TestResumeImageMissing(t *testing.T) {
+	e := nodetest.New(t)
+	ctx := context.Background()
+	sb := e.Create(t, nodetest.Plan(0))
+	if err := e.Store.PauseSandbox(ctx, sb.ID, "", nil, e.Clock.Now(), false); err != nil {
+		t.Fatalf("PauseSandbox: %v", err)
+	}
+	_, err := e.Node.Resume(ctx, sb.ID, nil)
+	if !errors.Is(err, errdefs.ErrGone) || !strings.Contains(errdefs.Message(err), "its checkpoint image is missing") {
+		t.Fatalf("Resume = %v; want ErrGone saying its checkpoint image is missing", err)
+	}
+	row := e.Row(t, sb.ID)
+	if row.State != api.StateFailed || row.EndReason != "its checkpoint image is missing" {
+		t.Errorf("row = %s reason %q; want failed, its checkpoint image is missing", row.State, row.EndReason)
+	}
+	if n := len(e.Runtime.Restores()); n != 0 || e.Runtime.IsRunning(sb.ID) {
+		t.Errorf("restores %d, running=%v; want none and not running", n, e.Runtime.IsRunning(sb.ID))
+	}
+	if ev := e.Events(sb.ID); len(ev) == 0 || ev[len(ev)-1].Kind != node.Stopped || ev[len(ev)-1].State != api.StateFailed {
+		t.Errorf("events = %+v; want the last Stopped as failed", ev)
+	}
+	if next := e.Create(t, nodetest.Plan(0)); next.GuestAddr != "169.254.128.2" {
+		t.Errorf("next sandbox got %s; want slot 0's 169.254.128.2", next.GuestAddr)
+	}
+}

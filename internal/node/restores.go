@@ -70,9 +70,3 @@ func (g *restoreGate) enter(ctx context.Context) (leave func(), err error) {
 		}
 	}), nil
 }
-
-// queues reports whether a sandbox of plan p from src takes a turn at
-// the restore gate: a user's sandbox restored from an image.
-func queues(p Plan, src source) bool {
-	return p.Role == "" && src.image != "" && !src.claim
-}

@@ -1,0 +1,42 @@
+package node
+
+import (
+	"context"
+	"slices"
+
+	"github.com/lizard-build/lizard/internal/metrics"
+	"github.com/lizard-build/lizard/internal/trace"
+)
+
+// bootSource boots the plan's template (or a template build's root) cold:
+// the source when no image serves, and of the node's own template and
+// build sandboxes.
+type bootSource struct{ fresh }
+
+func (bootSource) name() string     { return "boot" }
+func (bootSource) image() string    { return "" }
+func (bootSource) path() string     { return metrics.PathBoot }
+func (bootSource) running() string  { return "sandbox running" }
+func (bootSource) queues(Plan) bool { return false } // a boot yields no restore's CPU burst
+
+// start has the runtime create the sandbox, its lizardToken in its
+// environment.
+func (bootSource) start(ctx context.Context, l *launch) (string, error) {
+	spec, err := l.spec(append(slices.Clone(l.env), l.tokenEnv...))
+	if err != nil {
+		return "its addresses are unusable", err
+	}
+	if err := trace.Step(ctx, "node.start", func(ctx context.Context) error { return l.n.cfg.Runtime.Create(ctx, spec) }); err != nil {
+		return l.runtimeFailed(), err
+	}
+	return "", nil
+}
+
+// identify waits for the agent: a booted agent has its identity from its
+// environment.
+func (bootSource) identify(ctx context.Context, l *launch) (string, error) {
+	if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return l.n.waitAgent(ctx, l.sb) }); err != nil {
+		return "its agent did not answer", err
+	}
+	return "", nil
+}

@@ -1,0 +1,69 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/trace"
+)
+
+// restoreSource restores a checkpoint image as a new sandbox: the
+// template snapshot, a user's snapshot, or a fork's parent (Plan.fork:
+// restored while the parent is checkpointed).
+type restoreSource struct {
+	fresh
+	what        string // for logs: "template snapshot", "image"
+	metricsPath string // metrics.PathTemplateRestore, PathSnapshot, PathFork
+	dir         string // the image
+}
+
+func (r restoreSource) name() string  { return r.what }
+func (r restoreSource) image() string { return r.dir }
+func (r restoreSource) path() string  { return r.metricsPath }
+func (restoreSource) running() string { return "sandbox restored" }
+
+// queues: a user's restore waits its turn; the node's own (the pool's
+// refills) yield their CPU already.
+func (restoreSource) queues(p Plan) bool { return p.Role == "" }
+
+// start has the runtime restore the image, its lizardToken in its
+// environment.
+func (r restoreSource) start(ctx context.Context, l *launch) (string, error) {
+	spec, err := l.spec(append(slices.Clone(l.env), l.tokenEnv...))
+	if err != nil {
+		return "its addresses are unusable", err
+	}
+	if err := trace.Step(ctx, "node.restore", func(ctx context.Context) error { return l.n.restoreImage(ctx, l.p, spec, r.dir) }); err != nil {
+		return l.runtimeFailed(), err
+	}
+	return "", nil
+}
+
+// identify gives the copy of another sandbox its own identity, seeds and
+// agent secret, in the first request its agent gets: a restored agent is
+// waited for in the reseed, which it answers as soon as it is up.
+func (r restoreSource) identify(ctx context.Context, l *launch) (string, error) {
+	req := l.identity(false)
+	if err := trace.Step(ctx, "node.reseed", func(ctx context.Context) error { return l.n.reseedRestored(ctx, l.sb, req, r.dir) }); err != nil {
+		return "giving it its identity failed", err
+	}
+	return "", nil
+}
+
+// restoreImage has the runtime restore spec from image: a fork's copy
+// overlapped with its parent's checkpoint where the runtime can
+// (sandbox.ForkRestorer), else once the image is made.
+func (n *Local) restoreImage(ctx context.Context, p Plan, spec sandbox.Spec, image string) error {
+	if p.fork == nil {
+		return n.cfg.Runtime.Restore(ctx, spec, image)
+	}
+	if fr, ok := n.cfg.Runtime.(sandbox.ForkRestorer); ok {
+		return fr.RestoreFork(ctx, spec, p.fork.parent, image, p.fork.wait)
+	}
+	if err := p.fork.wait(ctx); err != nil {
+		return fmt.Errorf("restoring sandbox %s: its image was not made: %w", spec.ID, err)
+	}
+	return n.cfg.Runtime.Restore(ctx, spec, image)
+}

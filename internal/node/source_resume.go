@@ -1,0 +1,204 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/trace"
+)
+
+// resumeSource restores a paused sandbox (resumeLocked, pause.go) from its
+// own image into a new address slot: its row is kept, its caller holds its
+// lock, and it keeps its identity and its lizardToken's key. An image that
+// cannot be restored fails the sandbox; a lack of addresses, or a client
+// gone during the restore, leaves it paused.
+type resumeSource struct {
+	row store.Sandbox
+	// timeoutMs and expires are the deadline it resumes with.
+	timeoutMs int64
+	expires   *time.Time
+	dir       string // its image; "" if none was recorded
+	// cached: dir is the image cache's (durable.go), fetched from the
+	// image store, not to be removed after the resume.
+	cached bool
+}
+
+func (resumeSource) name() string           { return "resume" }
+func (r resumeSource) image() string        { return r.dir }
+func (resumeSource) running() string        { return "sandbox resumed" }
+func (r resumeSource) prior() store.Sandbox { return r.row }
+
+// path: a resume is not a create (an explicit Resume is counted as
+// metrics.OpResume).
+func (resumeSource) path() string { return "" }
+
+// lock: its caller (resumeLocked) holds its lock already.
+func (resumeSource) lock(*Local, string) func() { return func() {} }
+
+// fromImage: its own image, from before an update while paused, may trust
+// a CA it must not.
+func (resumeSource) fromImage(Plan) bool { return true }
+
+// queues: a user's sandbox with an image to restore waits its turn.
+func (r resumeSource) queues(p Plan) bool { return p.Role == "" && r.dir != "" }
+
+// record gives the paused row a new address slot to resume into. It is
+// not admitted again: it counted against its project's quotas all along.
+// On failure it stays paused.
+func (r resumeSource) record(ctx context.Context, n *Local, _ Plan) (store.Sandbox, error) {
+	sb := r.row
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	// A resume cut short by a server crash may have left the sandbox up.
+	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
+		return sb, fmt.Errorf("clearing sandbox %s before resuming it: %w", sb.ID, err)
+	}
+	host, guest, err := n.cfg.Store.AssignSlot(ctx, sb.ID, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings, n.cfg.Pool.Settling()...)
+	if errors.Is(err, store.ErrFull) {
+		return sb, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
+			Msg: fmt.Sprintf("no free sandbox address to resume sandbox %s; it stays paused; kill sandboxes or widen --address-pool", sb.ID)}
+	}
+	if err != nil {
+		return sb, err
+	}
+	sb.HostAddr, sb.GuestAddr = host, guest
+	return sb, nil
+}
+
+// token: a resumed sandbox keeps its key while it is good; only the API's
+// address, on its new host address, is given again.
+func (resumeSource) token(ctx context.Context, l *launch) (env []string, apiPort int, err error) {
+	n, sb := l.n, l.sb
+	if !l.p.Token || n.cfg.TokenAPI == nil {
+		return nil, 0, nil
+	}
+	has, err := n.cfg.Store.SandboxHasLiveKey(ctx, sb.ID, n.now())
+	if err != nil {
+		// It resumes without the API: its code can still run.
+		n.log.Error("looking up the lizardToken of a resumed sandbox", "sandbox_id", sb.ID, "err", err)
+	}
+	if err != nil || !has {
+		return nil, 0, nil
+	}
+	env, apiPort = n.cfg.TokenAPI(sb.HostAddr)
+	return env, apiPort, nil
+}
+
+// cutShort is a restore whose client went away: not the image's fault, so
+// fail leaves the sandbox paused.
+type cutShort struct{ error }
+
+func (c cutShort) Unwrap() error { return c.error }
+
+// start has the runtime restore its image. Its environment is in the
+// image already; the API's address is told to its agent (identify).
+func (r resumeSource) start(ctx context.Context, l *launch) (string, error) {
+	if r.dir == "" {
+		return "its checkpoint image is missing", errors.New("no image recorded")
+	}
+	spec, err := l.spec(l.env)
+	if err != nil {
+		return "its addresses are unusable", err
+	}
+	if err := trace.Step(ctx, "node.restore", func(ctx context.Context) error { return l.n.restoreImage(ctx, l.p, spec, r.dir) }); err != nil {
+		if ctx.Err() != nil {
+			return "", cutShort{ctx.Err()}
+		}
+		return "its checkpoint image is missing or corrupt", err
+	}
+	return "", nil
+}
+
+// identify: it keeps its identity and seeds. Only the API's address, on
+// its new host address, is news to it — and, paused on another node (its
+// image the cache's), the secret this node gives its agent.
+func (r resumeSource) identify(ctx context.Context, l *launch) (string, error) {
+	if r.cached {
+		req := api.ReseedRequest{SandboxID: l.sb.ID, Envs: envMap(l.tokenEnv), KeepSeeds: true}
+		if err := l.n.reseedRestored(ctx, l.sb, req, r.dir); err != nil {
+			return "its agent did not take this node's secret after the restore", err
+		}
+		return "", nil
+	}
+	if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return l.n.waitAgent(ctx, l.sb) }); err != nil {
+		return "its agent did not answer after the restore", err
+	}
+	if len(l.tokenEnv) > 0 {
+		req := api.ReseedRequest{SandboxID: l.sb.ID, Envs: envMap(l.tokenEnv), KeepSeeds: true}
+		if err := trace.Step(ctx, "node.reseed", func(ctx context.Context) error { return l.n.agents.Reseed(ctx, req, "") }); err != nil {
+			return "telling its agent the new API address failed", err
+		}
+	}
+	return "", nil
+}
+
+// markRunning gives it its deadline back; its image goes.
+func (r resumeSource) markRunning(ctx context.Context, l *launch) error {
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if err := l.n.cfg.Store.MarkResumed(cctx, l.sb.ID, r.timeoutMs, r.expires); err != nil {
+		return err
+	}
+	if !r.cached {
+		removeDir(l.log, "the image of a resumed sandbox", r.dir)
+	}
+	return nil
+}
+
+// fail ends the sandbox failed (its own image removed, the cache's kept),
+// unless its restore was only cut short: then it stays paused, its runtime
+// sandbox killed and its address slot freed.
+func (r resumeSource) fail(ctx context.Context, l *launch, reason string, err error) (store.Sandbox, error) {
+	if errors.As(err, new(cutShort)) {
+		l.n.unslot(ctx, l.log, l.sb)
+		return l.sb, ctx.Err()
+	}
+	image := r.dir
+	if r.cached {
+		image = ""
+	}
+	return l.n.failResume(ctx, l.log, l.sb, image, reason, err)
+}
+
+func (resumeSource) announce(_ context.Context, l *launch, got store.Sandbox) {
+	l.n.emit(Event{Kind: Resumed, SandboxID: got.ID, ProjectID: got.ProjectID, Token: l.p.Token})
+}
+
+// failResume ends sandbox sb, which could not be resumed from image, as
+// failed for reason, and returns the gone error its caller gets.
+func (n *Local) failResume(ctx context.Context, log *slog.Logger, sb store.Sandbox, image, reason string, err error) (store.Sandbox, error) {
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if kerr := n.cfg.Runtime.Kill(cctx, sb.ID); kerr != nil {
+		log.Error("killing a sandbox that failed to resume", "err", kerr)
+	}
+	if eerr := n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, reason, n.now()); eerr != nil {
+		log.Error("recording a sandbox that failed to resume", "err", eerr)
+	}
+	if image != "" {
+		removeDir(log, "the image of a sandbox that failed to resume", image)
+	}
+	n.forget(PausedImage(sb.ID))
+	n.stopped(sb, api.StateFailed, reason)
+	log.Warn("sandbox failed to resume", "reason", reason, "err", err)
+	return sb, &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("sandbox %s could not be resumed: %s", sb.ID, reason), Cause: err}
+}
+
+// unslot puts sandbox sb, whose resume was cut short, back to paused: its
+// runtime sandbox killed and its address slot freed.
+func (n *Local) unslot(ctx context.Context, log *slog.Logger, sb store.Sandbox) {
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
+		log.Error("killing a sandbox whose resume was cut short", "err", err)
+	}
+	if err := n.cfg.Store.ReleaseSlot(cctx, sb.ID); err != nil {
+		log.Error("freeing the address of a sandbox whose resume was cut short", "err", err)
+	}
+}
