@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -195,6 +196,13 @@ func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
 		notRunning(w, id, errdefs.Message(err))
 		return
 	}
+	if err == nil {
+		err = h.notPaused(r.Context(), t)
+	}
+	if errors.Is(err, errPaused) || errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrNotFound) {
+		notRunning(w, id, errdefs.Message(err))
+		return
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -202,6 +210,40 @@ func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
 	ctx := context.WithValue(r.Context(), targetKey{}, t)
 	ctx = auth.WithCaller(ctx, auth.Caller{ProjectID: t.ProjectID, KeyID: keyID})
 	h.cfg.Rate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.route(w, r, port) }), h.fail).ServeHTTP(w, r.WithContext(ctx))
+}
+
+// errPaused marks a call into a paused sandbox that does not resume on
+// traffic.
+var errPaused = errors.New("sandbox paused")
+
+// notPaused refuses a call into t's sandbox while it is paused, unless it
+// was created with E2B's auto_resume: E2B's proxy answers such a call 502
+// (the sandbox is not found among those running), which the SDKs read as
+// not running — is_running() False after pause() — and Sandbox.connect()
+// resumes it. Passed on, the call would resume it (Control.Acquire), as
+// calls do on Lizard's own API.
+func (h *Handler) notPaused(ctx context.Context, t TargetSandbox) error {
+	sb, err := h.cfg.Control.Get(ctx, t.ProjectID, t.SandboxID)
+	if err != nil {
+		return err
+	}
+	if ended(sb) {
+		return &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("it has ended (%s)", sb.State)}
+	}
+	if sb.State != api.StatePaused {
+		return nil
+	}
+	if !autoResumes(sb) {
+		return &errdefs.Error{Kind: errPaused, Msg: "it is paused: Sandbox.connect() resumes it (calls resume a sandbox created with lifecycle auto_resume)"}
+	}
+	// Resumed as any call resumes it, so that calls no call reaches the
+	// agent for (envd's /health) resume it too, as on E2B.
+	call, err := h.cfg.Control.Acquire(ctx, t.ProjectID, t.SandboxID)
+	if err != nil {
+		return err
+	}
+	call.Release()
+	return nil
 }
 
 // notRunning answers a call into a sandbox that is not running as E2B's
@@ -212,6 +254,7 @@ func (h *Handler) sandbox(w http.ResponseWriter, r *http.Request) {
 // running with envd unreachable.
 func notRunning(w http.ResponseWriter, id, why string) {
 	msg := "sandbox " + id + " was not found"
+	why = strings.TrimPrefix(why, "sandbox "+id+" ")
 	if why != "" {
 		msg += ": " + why
 	}

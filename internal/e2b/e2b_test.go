@@ -139,6 +139,88 @@ func TestEndedSandboxIs502(t *testing.T) {
 	}
 }
 
+// TestPausedSandboxIs502: calls through the sandbox URL into a paused
+// sandbox get E2B's proxy's 502 "was not found" (is_running() False after
+// pause()) and leave it paused, on both ports and with either token or
+// its key; connect() resumes it. One created with E2B's lifecycle
+// auto_resume is resumed by the call instead, as E2B's proxy does, and
+// get_info does not show the metadata pair that records it.
+func TestPausedSandboxIs502(t *testing.T) {
+	e := newEnv(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	key := []string{"X-API-Key", e.key1}
+	create := func(body string) string {
+		t.Helper()
+		r := e.do(t, "POST", "/e2b/v2/sandboxes", body, key...)
+		var sb struct{ SandboxID string }
+		json.Unmarshal([]byte(r.body), &sb)
+		if r.status != http.StatusCreated || sb.SandboxID == "" {
+			t.Fatalf("create %s: %d %s", body, r.status, r.body)
+		}
+		return sb.SandboxID
+	}
+	state := func(id string) string {
+		t.Helper()
+		var info struct {
+			State    string
+			Metadata map[string]string
+		}
+		r := e.do(t, "GET", "/e2b/sandboxes/"+id, "", key...)
+		json.Unmarshal([]byte(r.body), &info)
+		if _, ok := info.Metadata[e2b.AutoResumeKey]; ok {
+			t.Errorf("get_info shows %s: %s", e2b.AutoResumeKey, r.body)
+		}
+		return info.State
+	}
+	pause := func(id string) {
+		t.Helper()
+		if r := e.do(t, "POST", "/e2b/sandboxes/"+id+"/pause", "", key...); r.status != http.StatusNoContent {
+			t.Fatalf("pause: %d %s", r.status, r.body)
+		}
+	}
+	health := func(id, port string, auth ...string) response {
+		t.Helper()
+		return e.do(t, "GET", "/e2b/sandbox/health", "", append([]string{"E2b-Sandbox-Id", id, "E2b-Sandbox-Port", port}, auth...)...)
+	}
+
+	id := create(`{"templateID":"base","timeout":300,"autoPause":true}`)
+	if r := health(id, "49983", "X-Access-Token", e.c.EnvdToken(id)); r.status != http.StatusNoContent {
+		t.Fatalf("health of a running sandbox: %d %s", r.status, r.body)
+	}
+	pause(id)
+	for _, c := range []struct{ port, header, cred string }{
+		{"49983", "X-Access-Token", e.c.EnvdToken(id)},
+		{"49999", "X-Access-Token", e.c.EnvdToken(id)},
+		{"49999", "E2b-Traffic-Access-Token", e.c.TrafficToken(id)},
+		{"49983", "X-API-Key", e.key1},
+	} {
+		if r := health(id, c.port, c.header, c.cred); r.status != http.StatusBadGateway || !strings.Contains(r.body, "sandbox "+id+" was not found: it is paused") {
+			t.Errorf("port %s (%s) of a paused sandbox: %d %s; want 502, not found, paused", c.port, c.header, r.status, r.body)
+		}
+	}
+	if r := e.do(t, "POST", "/e2b/sandbox/process.Process/List", "{}", "Content-Type", "application/json",
+		"E2b-Sandbox-Id", id, "E2b-Sandbox-Port", "49983", "X-Access-Token", e.c.EnvdToken(id)); r.status != http.StatusBadGateway {
+		t.Errorf("envd call into a paused sandbox: %d %s; want 502", r.status, r.body)
+	}
+	if s := state(id); s != "paused" {
+		t.Errorf("after calls into it, a paused sandbox is %s; want still paused", s)
+	}
+	if r := e.do(t, "POST", "/e2b/v2/sandboxes/"+id+"/connect", `{}`, key...); r.status != http.StatusCreated {
+		t.Fatalf("connect: %d %s; want 201 resumed", r.status, r.body)
+	}
+	if r := health(id, "49983", "X-Access-Token", e.c.EnvdToken(id)); r.status != http.StatusNoContent {
+		t.Errorf("health after connect: %d %s; want 204", r.status, r.body)
+	}
+
+	auto := create(`{"templateID":"base","timeout":300,"autoPause":true,"autoResume":{"enabled":true},"metadata":{"a":"b"}}`)
+	pause(auto)
+	if r := health(auto, "49983", "X-Access-Token", e.c.EnvdToken(auto)); r.status != http.StatusNoContent {
+		t.Errorf("health of a paused auto_resume sandbox: %d %s; want 204, resumed", r.status, r.body)
+	}
+	if s := state(auto); s != "running" {
+		t.Errorf("a paused auto_resume sandbox called into is %s; want running", s)
+	}
+}
+
 // TestSandboxRouterInFlight: a project has at most 1024 calls under way
 // through the sandbox URL, which an access token opens and no key's
 // bounds cover, all its sandboxes together; another project's are not

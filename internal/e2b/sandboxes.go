@@ -156,6 +156,16 @@ type sandboxDetail struct {
 	Domain          *string `json:"domain"`
 }
 
+// AutoResumeKey is the metadata pair ("true") that records E2B's
+// lifecycle auto_resume (autoResume.enabled) on a sandbox: calls through
+// the sandbox URL resume such a sandbox when it is paused, as E2B's proxy
+// resumes it on traffic, and answer 502 for any other paused sandbox.
+// Lizard's own API shows it; the E2B surface hides it.
+const AutoResumeKey = "e2b.autoResume"
+
+// autoResumes says whether calls into sb resume it when paused.
+func autoResumes(sb api.Sandbox) bool { return sb.Metadata[AutoResumeKey] == "true" }
+
 // templateName maps E2B's template IDs onto Lizard's templates: E2B's
 // code interpreter and base images are Lizard's interpreter template;
 // any other name is a template of the project's (or a built-in) by name.
@@ -197,6 +207,17 @@ func createRequest(n newSandbox) (api.CreateSandboxRequest, error) {
 	}
 	if n.AutoResume != nil && n.AutoResume.Enabled && !n.AutoPause {
 		return req, badRequest("autoResume needs autoPause: only a sandbox paused at its timeout can be resumed")
+	}
+	if _, ok := n.Metadata[AutoResumeKey]; ok {
+		return req, badRequest("metadata key %s is Lizard's record of lifecycle auto_resume; set auto_resume instead", AutoResumeKey)
+	}
+	if n.AutoResume != nil && n.AutoResume.Enabled {
+		meta := make(map[string]string, len(n.Metadata)+1)
+		for k, v := range n.Metadata {
+			meta[k] = v
+		}
+		meta[AutoResumeKey] = "true"
+		req.Metadata = meta
 	}
 	if len(n.MCP) > 0 && string(n.MCP) != "null" {
 		return req, notImplemented("MCP servers in a sandbox (mcp) are not supported by Lizard's E2B surface; Lizard's own MCP server is `lizard mcp`")
@@ -282,9 +303,11 @@ func (h *Handler) listed(sb api.Sandbox) listedSandbox {
 	for _, v := range sb.Volumes {
 		mounts = append(mounts, api.VolumeMount{Name: v.Name, Path: v.Path})
 	}
-	meta := sb.Metadata
-	if meta == nil {
-		meta = map[string]string{}
+	meta := map[string]string{}
+	for k, v := range sb.Metadata {
+		if k != AutoResumeKey {
+			meta[k] = v
+		}
 	}
 	return listedSandbox{
 		TemplateID: sb.Template, Alias: sb.Template, SandboxID: sb.SandboxID, ClientID: clientID,

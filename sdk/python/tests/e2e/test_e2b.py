@@ -358,6 +358,9 @@ def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:
         Sandbox.create(lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}})
     assert sandbox.pause()
     assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.PAUSED
+    # Not running to E2B's SDK, as E2B's proxy answers (502), and the check does not resume it.
+    assert not sandbox.is_running()
+    assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.PAUSED
     # A resume from disk alone is refused by name, not answered as a memory restore.
     with pytest.raises(SandboxException, match="memory: false"):
         Sandbox.connect(sandbox.sandbox_id, on_resume="reboot")
@@ -367,6 +370,34 @@ def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:
     # connect() sends no timeout: E2B's v2 default of 5 minutes, not 15 seconds.
     assert 290 <= (info.end_at - datetime.now(timezone.utc)).total_seconds() <= 301
     assert again.run_code("kept").text == "across a pause"
+
+
+def test_auto_pause_and_auto_resume() -> None:
+    """An auto-paused sandbox is not running (E2B's proxy's 502) until connect(); one created with
+    auto_resume is resumed by the next call into it, as E2B's proxy resumes it on traffic."""
+    sb = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"})
+    auto = Sandbox.create(timeout=300, lifecycle={"on_timeout": "pause", "auto_resume": True}, metadata={"k": "v"})
+    try:
+        sb.run_code("kept = 7")
+        deadline = time.monotonic() + 30
+        while Sandbox.get_info(sb.sandbox_id).state != SandboxState.PAUSED and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert Sandbox.get_info(sb.sandbox_id).state == SandboxState.PAUSED
+        assert not sb.is_running()
+        with pytest.raises(SandboxException):
+            sb.run_code("kept")
+        sb = Sandbox.connect(sb.sandbox_id, timeout=60)
+        assert sb.is_running() and sb.run_code("kept").text == "7"
+
+        auto.run_code("kept = 8")
+        assert auto.pause()
+        assert auto.is_running()  # the call resumed it
+        assert Sandbox.get_info(auto.sandbox_id).state == SandboxState.RUNNING
+        assert auto.run_code("kept").text == "8"
+        assert auto.get_info().metadata == {"k": "v"}
+    finally:
+        sb.kill()
+        auto.kill()
 
 
 def test_fork_and_snapshots(sandbox: Sandbox) -> None:

@@ -287,7 +287,8 @@ def test_sandbox_killed_under_a_background_command() -> None:
 
 def test_pause_ends_a_followed_command(sbx: Sandbox) -> None:
     """A pause does not wait for a command being followed: it ends its stream (CANCELED naming the pause,
-    the SDK's TimeoutException) within 2 s, and the next call resumes the sandbox."""
+    the SDK's TimeoutException) within 2 s; the next call is E2B's proxy's 502 (not running), and
+    connect() resumes the sandbox."""
     h = sbx.commands.run("sleep 120", background=True, timeout=0)
     caught: dict = {}
 
@@ -306,4 +307,10 @@ def test_pause_ends_a_followed_command(sbx: Sandbox) -> None:
     assert "err" in caught, "the followed command kept the pause waiting"
     assert isinstance(caught["err"], TimeoutException) and "paused" in str(caught["err"]), repr(caught["err"])
     assert caught["at"] - began < 2, caught["at"] - began
+    assert not sbx.is_running()
+    with pytest.raises(SandboxNotRunningException, match="is paused"):
+        sbx.commands.run("echo back")
+    assert Sandbox.get_info(sbx.sandbox_id).state.value == "paused"
+    sbx.connect()
+    assert sbx.is_running()
     assert sbx.commands.run("echo back").stdout == "back\n"
