@@ -86,17 +86,22 @@ func (u fsUser) fileError(w http.ResponseWriter, p string, err error) {
 	}
 }
 
+// entryType is the API's type of a file of mode m.
+func entryType(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "file"
+	case m.IsDir():
+		return "dir"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	}
+	return "other"
+}
+
 // entryInfo describes p, whose Lstat is fi; names resolves its owner.
 func entryInfo(p string, fi fs.FileInfo, names *idNames) api.EntryInfo {
-	typ := "other"
-	switch {
-	case fi.Mode().IsRegular():
-		typ = "file"
-	case fi.IsDir():
-		typ = "dir"
-	case fi.Mode()&fs.ModeSymlink != 0:
-		typ = "symlink"
-	}
+	typ := entryType(fi.Mode())
 	info := api.EntryInfo{
 		Name:        fi.Name(),
 		Path:        p,
@@ -114,6 +119,43 @@ func entryInfo(p string, fi fs.FileInfo, names *idNames) api.EntryInfo {
 		info.SymlinkTarget, _ = os.Readlink(p)
 	}
 	return info
+}
+
+// resolveLink describes the symlink info at p by what it points to, as
+// E2B's envd does (resolveSymlinks): type and mode are its target's, and
+// symlinkTarget is the target's absolute path with every link on the way
+// resolved. A link that resolves to nothing (dangling, a loop, a directory
+// the user may not search) is type other, mode 0, and names itself, as in
+// envd. Name, path, size, permissions, owner and times stay the link's.
+// Run as the call's user: what it cannot resolve, it does not see.
+func resolveLink(info *api.EntryInfo) {
+	if info.Type != "symlink" {
+		return
+	}
+	info.Type, info.Mode, info.SymlinkTarget = "other", 0, info.Path
+	target, err := filepath.EvalSymlinks(info.Path)
+	if err != nil {
+		return
+	}
+	info.SymlinkTarget = target
+	if fi, err := os.Stat(target); err == nil {
+		info.Type, info.Mode = entryType(fi.Mode()), uint32(fi.Mode().Perm())
+	}
+}
+
+// resolveSymlinks reads a stat's or list's resolveSymlinks parameter,
+// answering 400 itself.
+func resolveSymlinks(w http.ResponseWriter, r *http.Request) (resolve, ok bool) {
+	v := r.URL.Query().Get("resolveSymlinks")
+	if v == "" {
+		return false, true
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		invalid(w, "resolveSymlinks", "must be true or false, not %q", v)
+		return false, false
+	}
+	return b, true
 }
 
 // permissions is mode as ls -l shows it: the type letter, then rwx
@@ -419,6 +461,10 @@ func (a *Agent) listDir(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	resolve, ok := resolveSymlinks(w, r)
+	if !ok {
+		return
+	}
 	var list api.EntryList
 	err := u.do(func() error {
 		fi, err := os.Stat(p)
@@ -439,7 +485,11 @@ func (a *Agent) listDir(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				continue // removed while listing
 			}
-			list.Entries = append(list.Entries, entryInfo(filepath.Join(p, e.Name()), info, names))
+			entry := entryInfo(filepath.Join(p, e.Name()), info, names)
+			if resolve {
+				resolveLink(&entry)
+			}
+			list.Entries = append(list.Entries, entry)
 		}
 		return nil
 	})
@@ -455,11 +505,18 @@ func (a *Agent) statFile(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	resolve, ok := resolveSymlinks(w, r)
+	if !ok {
+		return
+	}
 	var info api.EntryInfo
 	err := u.do(func() error {
 		fi, err := os.Lstat(p)
 		if err == nil {
 			info = entryInfo(p, fi, new(idNames))
+			if resolve {
+				resolveLink(&info)
+			}
 		}
 		return err
 	})

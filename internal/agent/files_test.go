@@ -354,3 +354,69 @@ func TestFilesReadRealLength(t *testing.T) {
 		t.Errorf("the agent closed %d connections after reading files; want them kept for the next request", n)
 	}
 }
+
+// TestFilesResolveSymlinks: with resolveSymlinks (E2B's surface asks for
+// it), a symlink is described by what it resolves to, as E2B's envd does:
+// its target's type and mode, and the target's absolute path with every
+// link resolved; a dangling one is other, mode 0, naming itself. Without
+// it a symlink is described itself (TestFilesStatDetails).
+func TestFilesResolveSymlinks(t *testing.T) {
+	ta := newTestAgent(t, nil)
+	h := ta.home
+	must(t, os.MkdirAll(filepath.Join(h, "d/real"), 0o750))
+	must(t, os.Chmod(filepath.Join(h, "d/real"), 0o750))
+	must(t, os.WriteFile(filepath.Join(h, "d/real/f"), []byte("abc"), 0o640))
+	must(t, os.Chmod(filepath.Join(h, "d/real/f"), 0o640))
+	must(t, os.Symlink("real/f", filepath.Join(h, "d/link")))
+	must(t, os.Symlink("link", filepath.Join(h, "d/chain")))
+	must(t, os.Symlink(filepath.Join(h, "d/real"), filepath.Join(h, "d/dirlink")))
+	must(t, os.Symlink("nowhere", filepath.Join(h, "d/dangling")))
+	realHome, err := filepath.EvalSymlinks(h)
+	must(t, err)
+	f := filepath.Join(realHome, "d/real/f")
+	want := map[string]struct {
+		typ    string
+		mode   uint32
+		target string
+	}{
+		"link":     {"file", 0o640, f},
+		"chain":    {"file", 0o640, f},
+		"dirlink":  {"dir", 0o750, filepath.Join(realHome, "d/real")},
+		"dangling": {"other", 0, filepath.Join(h, "d/dangling")},
+		"real":     {"dir", 0o750, ""},
+	}
+	check := func(how string, info api.EntryInfo) {
+		t.Helper()
+		w, ok := want[info.Name]
+		if !ok {
+			t.Errorf("%s: unexpected entry %+v", how, info)
+			return
+		}
+		if info.Type != w.typ || info.Mode != w.mode || info.SymlinkTarget != w.target || info.Path != filepath.Join(h, "d", info.Name) {
+			t.Errorf("%s %s = type %s mode %o target %q path %s; want %s %o %q", how, info.Name, info.Type, info.Mode, info.SymlinkTarget, info.Path, w.typ, w.mode, w.target)
+		}
+		if w.target != "" && !strings.HasPrefix(info.Permissions, "l") {
+			t.Errorf("%s %s: permissions %q, want the link's own (l...)", how, info.Name, info.Permissions)
+		}
+	}
+	for name := range want {
+		var info api.EntryInfo
+		ta.json(t, "GET", "/files/stat?resolveSymlinks=true&path=d/"+name, nil, &info, http.StatusOK)
+		check("stat", info)
+	}
+	var list api.EntryList
+	ta.json(t, "GET", "/files/list?resolveSymlinks=true&path=d", nil, &list, http.StatusOK)
+	if len(list.Entries) != len(want) {
+		t.Errorf("list: %d entries, want %d", len(list.Entries), len(want))
+	}
+	for _, e := range list.Entries {
+		check("list", e)
+	}
+	ta.json(t, "GET", "/files/stat?path=d/link", nil, &list.Entries[0], http.StatusOK)
+	if e := list.Entries[0]; e.Type != "symlink" || e.SymlinkTarget != "real/f" {
+		t.Errorf("stat without resolveSymlinks = %+v, want the link itself", e)
+	}
+	if status, body := ta.do(t, "GET", "/files/stat?resolveSymlinks=maybe&path=d", nil); status != http.StatusBadRequest || !strings.Contains(string(body), "resolveSymlinks") {
+		t.Errorf("resolveSymlinks=maybe: %d %s, want 400 naming it", status, body)
+	}
+}

@@ -32,7 +32,9 @@ type Agent interface {
 	Resize(ctx context.Context, pid int, size api.PtySize) error
 
 	// The file calls act as user: "" the sandbox user, or "root" (the
-	// agent's user parameter, docs/files.md).
+	// agent's user parameter, docs/files.md). Stat and List describe a
+	// symlink as envd does (the agent's resolveSymlinks): its target's
+	// type and mode, and the resolved path as SymlinkTarget.
 	Stat(ctx context.Context, user, path string) (api.EntryInfo, error)
 	List(ctx context.Context, user, path string) ([]api.EntryInfo, error)
 	MakeDir(ctx context.Context, user, path string) (api.EntryInfo, error)
@@ -209,15 +211,22 @@ func withTo(q url.Values, to string) url.Values {
 	return q
 }
 
+// resolving is q asking the agent to describe symlinks as envd does: by
+// their target's type and mode, with the resolved absolute path.
+func resolving(q url.Values) url.Values {
+	q.Set("resolveSymlinks", "true")
+	return q
+}
+
 func (a *httpAgent) Stat(ctx context.Context, user, path string) (api.EntryInfo, error) {
 	var e api.EntryInfo
-	err := a.call(ctx, http.MethodGet, "/files/stat", fileQuery(user, path), nil, &e)
+	err := a.call(ctx, http.MethodGet, "/files/stat", resolving(fileQuery(user, path)), nil, &e)
 	return e, err
 }
 
 func (a *httpAgent) List(ctx context.Context, user, path string) ([]api.EntryInfo, error) {
 	var l api.EntryList
-	err := a.call(ctx, http.MethodGet, "/files/list", fileQuery(user, path), nil, &l)
+	err := a.call(ctx, http.MethodGet, "/files/list", resolving(fileQuery(user, path)), nil, &l)
 	return l.Entries, err
 }
 

@@ -99,3 +99,32 @@ func TestAgentAnswerBounded(t *testing.T) {
 	}
 	bounded("upload")
 }
+
+// TestAgentResolvesSymlinks: envd's Stat and List ask the agent to
+// describe symlinks as envd does (resolveSymlinks), and only they: a
+// download or a watch names the path as given.
+func TestAgentResolvesSymlinks(t *testing.T) {
+	asked := map[string]string{}
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked[r.URL.Path] = r.URL.Query().Get("resolveSymlinks")
+		switch r.URL.Path {
+		case "/files/list":
+			json.NewEncoder(w).Encode(api.EntryList{})
+		default:
+			json.NewEncoder(w).Encode(fileEntry("/x", "file"))
+		}
+	}))
+	t.Cleanup(agent.Close)
+	base, _ := url.Parse(agent.URL)
+	a := &httpAgent{base: base, client: agent.Client()}
+	ctx := context.Background()
+	if _, err := a.Stat(ctx, "", "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.List(ctx, "root", "/"); err != nil {
+		t.Fatal(err)
+	}
+	if asked["/files/stat"] != "true" || asked["/files/list"] != "true" {
+		t.Errorf("resolveSymlinks asked of stat %q, list %q; want true and true", asked["/files/stat"], asked["/files/list"])
+	}
+}

@@ -573,6 +573,12 @@ func fileEntry(p, typ string) api.EntryInfo {
 	return api.EntryInfo{Name: p[strings.LastIndex(p, "/")+1:], Path: p, Type: typ, Size: 5, Mode: 0o644, ModTime: modTime, Permissions: "-rw-r--r--", Owner: "user", Group: "user"}
 }
 
+// linkTo is e as the agent describes a symlink to target, resolved.
+func linkTo(e api.EntryInfo, target string) api.EntryInfo {
+	e.SymlinkTarget = target
+	return e
+}
+
 func TestFilesystemCalls(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -583,7 +589,8 @@ func TestFilesystemCalls(t *testing.T) {
 		case "/nope", "/new":
 			return api.EntryInfo{}, notFound
 		case "/link":
-			e := fileEntry(p, "symlink")
+			// The agent describes a link resolved, as envd does.
+			e := fileEntry(p, "file")
 			e.SymlinkTarget = "/etc/hosts"
 			return e, nil
 		}
@@ -603,7 +610,7 @@ func TestFilesystemCalls(t *testing.T) {
 		return nil
 	}
 	tree := map[string][]api.EntryInfo{
-		"/d":     {fileEntry("/d/a", "dir"), fileEntry("/d/f", "file"), fileEntry("/d/l", "symlink")},
+		"/d":     {fileEntry("/d/a", "dir"), fileEntry("/d/f", "file"), linkTo(fileEntry("/d/l", "dir"), "/d/a")},
 		"/d/a":   {fileEntry("/d/a/b", "dir")},
 		"/d/a/b": {fileEntry("/d/a/b/c", "file")},
 	}
@@ -618,7 +625,7 @@ func TestFilesystemCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if en := st.Msg.GetEntry(); en.GetName() != "link" || en.GetType() != filesystem.FileType_FILE_TYPE_SYMLINK || !en.GetIsSymlink() ||
+	if en := st.Msg.GetEntry(); en.GetName() != "link" || en.GetType() != filesystem.FileType_FILE_TYPE_FILE || !en.GetIsSymlink() ||
 		en.GetSymlinkTarget() != "/etc/hosts" || en.GetMode() != 0o644 || en.GetPermissions() != "-rw-r--r--" || en.GetOwner() != "user" ||
 		en.GetSize() != 5 || !en.GetModifiedTime().AsTime().Equal(modTime) {
 		t.Errorf("stat = %v", en)

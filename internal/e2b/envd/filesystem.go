@@ -23,8 +23,10 @@ import (
 // could not.
 type filesystemService struct{ h *handler }
 
-// entry is the envd form of an agent's EntryInfo. A symlink is described
-// itself, as is_symlink with type SYMLINK (what older envds send too).
+// entry is the envd form of an agent's EntryInfo. A symlink comes
+// resolved (the agent's resolveSymlinks), as envd describes it: its
+// target's type and mode, and symlink_target the target's absolute path
+// (the link's own path when it resolves to nothing); is_symlink marks it.
 func entry(e api.EntryInfo) *filesystem.EntryInfo {
 	out := &filesystem.EntryInfo{
 		Name:         e.Name,
@@ -43,6 +45,8 @@ func entry(e api.EntryInfo) *filesystem.EntryInfo {
 		out.Type = filesystem.FileType_FILE_TYPE_DIRECTORY
 	case "symlink":
 		out.Type = filesystem.FileType_FILE_TYPE_SYMLINK
+	}
+	if e.SymlinkTarget != "" || e.Type == "symlink" {
 		out.IsSymlink = true
 		target := e.SymlinkTarget
 		out.SymlinkTarget = &target
@@ -112,7 +116,8 @@ func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 					return errdefs.Invalidf("depth: the listing is over %d entries; list a smaller depth", maxListEntries)
 				}
 				out.Entries = append(out.Entries, entry(e))
-				if e.Type == "dir" && level < depth {
+				// A link to a directory is listed, not entered.
+				if e.Type == "dir" && e.SymlinkTarget == "" && level < depth {
 					if err := list(e.Path, level+1); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 						return err
 					}

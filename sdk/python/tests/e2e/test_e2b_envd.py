@@ -154,6 +154,24 @@ def test_files_as_envd(sbx: Sandbox) -> None:
         assert "Name:" in status and "Pid:" in status, status
         assert sbx.commands.run("echo after").stdout == "after\n"
     assert sbx.files.read("/proc/cpuinfo").strip() != ""
+    # A symlink is described as envd does: its target's type (on the wire; this SDK shows is_symlink as
+    # SYMLINK, e2b 2.45 shows the target's type) and mode, and the target's resolved absolute path.
+    sbx.files.write("/tmp/e2b-links/real/f.txt", "target")
+    sbx.commands.run("cd /tmp/e2b-links && chmod 640 real/f.txt && chmod 750 real && ln -s real/f.txt link && ln -s link chain"
+                     " && ln -s /tmp/e2b-links/real dirlink && ln -s nowhere dangling")
+    link = sbx.files.get_info("/tmp/e2b-links/link")
+    assert (link.type, link.mode, link.symlink_target, link.path) == (
+        FileType.SYMLINK, 0o640, "/tmp/e2b-links/real/f.txt", "/tmp/e2b-links/link"), link
+    by_name = {e.name: e for e in sbx.files.list("/tmp/e2b-links")}
+    assert (by_name["chain"].mode, by_name["chain"].symlink_target) == (0o640, "/tmp/e2b-links/real/f.txt")
+    assert (by_name["dirlink"].mode, by_name["dirlink"].symlink_target) == (0o750, "/tmp/e2b-links/real")
+    # A dangling link's type is envd's unknown, which the SDK's list leaves out; get_info names it itself.
+    assert "dangling" not in by_name
+    dangling = sbx.files.get_info("/tmp/e2b-links/dangling")
+    assert (dangling.mode, dangling.symlink_target) == (0, "/tmp/e2b-links/dangling")
+    assert by_name["real"].symlink_target is None and by_name["real"].type == FileType.DIR
+    # A link to a directory is listed, not entered.
+    assert "/tmp/e2b-links/dirlink/f.txt" not in [e.path for e in sbx.files.list("/tmp/e2b-links", depth=3)]
 
 
 def test_signed_file_urls(sbx: Sandbox, lizard_server) -> None:  # type: ignore[no-untyped-def]
