@@ -49,12 +49,17 @@ func agentNode(t *testing.T, agent http.Handler) (fn *fakeNode, callers chan aut
 // line by line, and ends with the node's abort event when the sandbox
 // stops under it; a node that dies under a stream ends the call saying so.
 func TestForwardedCall(t *testing.T) {
-	lines := make(chan string)
+	// Each stream has its lines of its own: with one channel for all, a
+	// stream whose end the agent had not seen yet took the next
+	// subtest's line, which then waited for it forever (a loaded run).
+	streams := make(chan chan string, 2)
 	fn, callers, end := agentNode(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/execute" || r.Header.Get("Authorization") != "" {
 			http.Error(w, "want /execute without the secret, got "+r.URL.Path+" "+r.Header.Get("Authorization"), http.StatusBadRequest)
 			return
 		}
+		lines := make(chan string)
+		streams <- lines
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.(http.Flusher).Flush()
 		for {
@@ -68,7 +73,7 @@ func TestForwardedCall(t *testing.T) {
 		}
 	}))
 	s := serve(t, fn)
-	stream := func(t *testing.T) (node.Call, *bufio.Reader) {
+	stream := func(t *testing.T) (node.Call, *bufio.Reader, chan string) {
 		t.Helper()
 		ctx := auth.WithCaller(context.Background(), auth.Caller{ProjectID: "p1", KeyID: "k1", SandboxID: "parent"})
 		call, err := s.client.Acquire(ctx, "sb-1")
@@ -89,7 +94,7 @@ func TestForwardedCall(t *testing.T) {
 		if c := <-callers; c.ProjectID != "p1" || c.KeyID != "k1" || c.SandboxID != "parent" {
 			t.Errorf("the node acquired the call for %+v; want p1/k1/parent", c)
 		}
-		return call, bufio.NewReader(resp.Body)
+		return call, bufio.NewReader(resp.Body), <-streams
 	}
 	read := func(t *testing.T, r *bufio.Reader) string {
 		t.Helper()
@@ -101,7 +106,7 @@ func TestForwardedCall(t *testing.T) {
 	}
 
 	t.Run("sandbox stops", func(t *testing.T) {
-		_, r := stream(t)
+		_, r, lines := stream(t)
 		// Each line arrives before the next is written: the stream is
 		// not buffered on the way.
 		for _, l := range []string{`{"n":1}`, `{"n":2}`} {
@@ -122,7 +127,7 @@ func TestForwardedCall(t *testing.T) {
 	})
 
 	t.Run("node dies", func(t *testing.T) {
-		call, r := stream(t)
+		call, r, lines := stream(t)
 		lines <- `{"n":1}`
 		read(t, r)
 		s.srv.CloseClientConnections() // the node's connection breaks
