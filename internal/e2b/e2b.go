@@ -152,12 +152,38 @@ func refuse(w http.ResponseWriter, status int, msg string) {
 }
 
 func apiKey(r *http.Request) (string, error) {
-	k := strings.TrimSpace(r.Header.Get(headerAPIKey))
+	k := lizardKey(strings.TrimSpace(r.Header.Get(headerAPIKey)))
 	if k == "" {
 		return "", errNoKey
 	}
 	return k, nil
 }
+
+// e2bKeyPrefix starts a Lizard key in the form E2B's SDKs 2.25 to 2.45
+// accept: they refuse, before sending anything, a key that is not "e2b_"
+// and lowercase hex (Python from 2.25.0, JavaScript from 2.27.0; only
+// from Python 2.29.1 and JavaScript 2.30.1 can E2B_VALIDATE_API_KEY=false
+// turn that off). A Lizard key lz_<id>_<secret> is all hex but its
+// prefix and separator, so e2b_<id><secret> says the same key.
+const e2bKeyPrefix = "e2b_"
+
+// lizardKey is the Lizard key k says: k itself, or the lz_ form of a key
+// in the e2b_ form (e2bKeyPrefix). Anything else is left for the
+// verifier to refuse.
+func lizardKey(k string) string {
+	hex, ok := strings.CutPrefix(k, e2bKeyPrefix)
+	if !ok || len(hex) != e2bKeyIDLen+e2bKeySecretLen {
+		return k
+	}
+	return auth.Prefix + hex[:e2bKeyIDLen] + "_" + hex[e2bKeyIDLen:]
+}
+
+// The lengths of a Lizard key's ID and secret, in hex characters
+// (auth.Parse checks them, and that they are hex).
+const (
+	e2bKeyIDLen     = 8
+	e2bKeySecretLen = 64
+)
 
 // targetKey carries the sandbox a sandbox call is for.
 type targetKey struct{}
@@ -341,7 +367,7 @@ func (h *Handler) sandboxCaller(r *http.Request, id string) (t TargetSandbox, ke
 		}
 		return TargetSandbox{ProjectID: project, SandboxID: id}, "", false, nil
 	}
-	if key := r.Header.Get(headerAPIKey); key != "" {
+	if key := lizardKey(strings.TrimSpace(r.Header.Get(headerAPIKey))); key != "" {
 		project, err := h.cfg.Keys.Verify(r.Context(), key)
 		if err != nil {
 			return TargetSandbox{}, "", false, err

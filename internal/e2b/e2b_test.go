@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,8 +20,28 @@ import (
 	"github.com/lizard-build/lizard/internal/server"
 )
 
+// e2bForm is key as E2B's SDKs 2.25 to 2.45 accept it, ^e2b_[0-9a-f]+$:
+// lz_<id>_<secret> as e2b_<id><secret>.
+func e2bForm(t *testing.T, key string) string {
+	t.Helper()
+	k, err := auth.Parse(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := "e2b_" + k.ID + k.Secret
+	if !regexp.MustCompile(`^e2b_[0-9a-f]+$`).MatchString(f) {
+		t.Fatalf("%s is not what E2B's SDKs 2.25 to 2.45 accept", f)
+	}
+	return f
+}
+
 func TestControlAPINeedsKey(t *testing.T) {
 	e := newEnv(t, nil, nil)
+	e2bKey := e2bForm(t, e.key1)
+	wrongSecret := e2bKey[:len(e2bKey)-1] + "0"
+	if wrongSecret == e2bKey {
+		wrongSecret = e2bKey[:len(e2bKey)-1] + "1"
+	}
 	for _, tc := range []struct {
 		name    string
 		headers []string
@@ -28,6 +49,11 @@ func TestControlAPINeedsKey(t *testing.T) {
 	}{
 		{"no key", nil, http.StatusUnauthorized},
 		{"wrong key", []string{"X-API-Key", "lz_nope_nope"}, http.StatusUnauthorized},
+		// The e2b_ form, which E2B's SDKs 2.25 to 2.45 require, is the
+		// same key; a wrong secret in that form is still refused.
+		{"right key in the e2b_ form", []string{"X-API-Key", e2bKey}, http.StatusOK},
+		{"wrong secret in the e2b_ form", []string{"X-API-Key", wrongSecret}, http.StatusUnauthorized},
+		{"short e2b_ key", []string{"X-API-Key", e2bKey[:len(e2bKey)-2]}, http.StatusUnauthorized},
 		{"bearer is not E2B's", []string{"Authorization", "Bearer " + e.key1}, http.StatusUnauthorized},
 		{"right key", []string{"X-API-Key", e.key1}, http.StatusOK},
 	} {
@@ -84,6 +110,8 @@ func TestSandboxRouter(t *testing.T) {
 		// its trafficAccessToken.
 		{"envd token in the traffic header", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "E2B-Traffic-Access-Token", tok}, http.StatusAccepted},
 		{"key to envd", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-API-Key", e.key1}, http.StatusAccepted},
+		{"key in the e2b_ form to envd", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-API-Key", e2bForm(t, e.key1)}, http.StatusAccepted},
+		{"another project's key in the e2b_ form", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983", "X-API-Key", e2bForm(t, e.key2)}, http.StatusBadGateway},
 		{"other port", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "8080", "X-Access-Token", tok}, http.StatusNotImplemented},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,7 +17,7 @@ var (
 	errNoToken = fmt.Errorf("no X-Access-Token header: %w", auth.ErrUnauthenticated)
 )
 
-const msgBadKey = "missing or invalid API key: send X-API-Key with a Lizard project key (E2B_API_KEY), made by `lizard admin create-project`"
+const msgBadKey = "missing or invalid API key: send X-API-Key with a Lizard project key (E2B_API_KEY), made by `lizard admin create-project` (or the same key as e2b_<id><secret>, for E2B's SDKs 2.25 to 2.45)"
 
 // httpError is a refusal this package decides itself, with its status.
 type httpError struct {

@@ -6,6 +6,7 @@ listing, kill, a wrong key, and a sandbox killed while its code runs."""
 from __future__ import annotations
 
 import base64
+import re
 import struct
 import threading
 import time
@@ -472,6 +473,24 @@ def test_wrong_key_is_authentication_exception(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("E2B_API_KEY", "lz_00000000_" + "0" * 64)
     with pytest.raises(AuthenticationException):
         Sandbox.create()
+    with pytest.raises(AuthenticationException):
+        Sandbox.list().next_items()
+
+
+def test_key_in_the_e2b_form(lizard_server, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """E2B's SDKs 2.25 to 2.45 refuse a key that is not e2b_ and hex before sending it (docs/e2b.md): the
+    Lizard key lz_<id>_<secret> is taken as e2b_<id><secret> too, on the control API and the sandbox URL."""
+    key_id, secret = lizard_server.api_key.removeprefix("lz_").split("_")
+    e2b_key = f"e2b_{key_id}{secret}"
+    assert re.fullmatch(r"e2b_[0-9a-f]+", e2b_key)  # those SDKs' own check
+    monkeypatch.setenv("E2B_API_KEY", e2b_key)
+    sb = Sandbox.create()
+    try:
+        assert sb.run_code("6 * 7").text == "42"
+        assert sb.sandbox_id in [s.sandbox_id for s in Sandbox.list().next_items()]
+    finally:
+        sb.kill()
+    monkeypatch.setenv("E2B_API_KEY", f"e2b_{key_id}{'0' * 64}")
     with pytest.raises(AuthenticationException):
         Sandbox.list().next_items()
 
