@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -101,5 +103,74 @@ func TestClusterE2BEnvd(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || string(got) != "cluster" {
 		t.Errorf("download: %d %q, want the uploaded bytes", resp.StatusCode, got)
+	}
+
+	// Paused through one api, the sandbox is not running through the
+	// other's sandbox URL (E2B's proxy's 502, is_running() False) and
+	// stays paused, until connect resumes it.
+	control := func(api int, method, path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, c.apis[api].url+"/e2b"+path, nil)
+		req.Header.Set("X-API-Key", c.key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	health := func() (int, string) {
+		t.Helper()
+		resp, err := hc.Get(base + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, b := control(0, "POST", "/sandboxes/"+sb.SandboxID+"/pause"); code != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", code, b)
+	}
+	if code, b := health(); code != http.StatusBadGateway || !strings.Contains(b, "was not found: it is paused") {
+		t.Errorf("health of the paused sandbox through the other api: %d %s; want 502, not found, paused", code, b)
+	}
+	if code, b := control(1, "GET", "/sandboxes/"+sb.SandboxID); !strings.Contains(b, `"state":"paused"`) {
+		t.Errorf("after a call into it, the sandbox is %d %s; want still paused", code, b)
+	}
+	if code, b := control(1, "POST", "/v2/sandboxes/"+sb.SandboxID+"/connect"); code != http.StatusCreated {
+		t.Fatalf("connect: %d %s; want 201 resumed", code, b)
+	}
+	if code, b := health(); code != http.StatusNoContent {
+		t.Errorf("health after connect: %d %s; want 204", code, b)
+	}
+
+	// Killed through one api under a command followed through the other:
+	// the stream's connection drops, as E2B's proxy drops it, and /health
+	// then says the sandbox was not found (the SDKs' "killed or reached
+	// its end of life").
+	follow, err := processconnect.NewProcessClient(hc, base).Start(ctx, connect.NewRequest(&process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "sleep 120"}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !follow.Receive() || follow.Msg().GetEvent().GetStart() == nil {
+		t.Fatalf("followed command: %v, %v; want its start", follow.Msg(), follow.Err())
+	}
+	if code, b := control(0, "DELETE", "/sandboxes/"+sb.SandboxID); code != http.StatusNoContent {
+		t.Fatalf("kill: %d %s", code, b)
+	}
+	began := time.Now()
+	for follow.Receive() {
+	}
+	took := time.Since(began)
+	if err := follow.Err(); !errors.Is(err, io.ErrUnexpectedEOF) || took > 3*time.Second {
+		t.Errorf("followed command of the killed sandbox ended after %v with %v (code %v); want its connection dropped within 3 s", took, err, connect.CodeOf(err))
+	}
+	t.Logf("the followed command's connection dropped %v after the kill", took)
+	if code, b := health(); code != http.StatusBadGateway || !strings.Contains(b, "sandbox "+sb.SandboxID+" was not found") {
+		t.Errorf("health of the killed sandbox: %d %s; want 502, not found", code, b)
 	}
 }

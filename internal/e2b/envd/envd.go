@@ -18,9 +18,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/e2b/envd/proto/filesystem/filesystemconnect"
 	"github.com/lizard-build/lizard/internal/e2b/envd/proto/process/processconnect"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -38,6 +40,10 @@ const Version = "0.5.7"
 type Sandboxes interface {
 	Acquire(ctx context.Context, projectID, id string) (node.Call, error)
 	Transport() http.RoundTripper
+	// Get tells a followed stream whose output failed whether its sandbox
+	// has ended: in a cluster, a kill through another lizard api does not
+	// end this one's call.
+	Get(ctx context.Context, projectID, id string) (api.Sandbox, error)
 }
 
 // Config says what envd serves with.
@@ -61,6 +67,9 @@ type session struct {
 	agent   Agent
 	ctx     context.Context
 	release func()
+	// ended reports whether the sandbox has ended by the control plane's
+	// record; nil: only ctx tells.
+	ended func() bool
 }
 
 // opener starts a session for a request's sandbox.
@@ -97,6 +106,15 @@ func New(cfg Config) http.Handler {
 			agent:   &httpAgent{base: call.URL, client: &http.Client{Transport: transport}},
 			ctx:     call.Ctx,
 			release: call.Release,
+			ended: func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				sb, err := cfg.Sandboxes.Get(ctx, project, id)
+				if err != nil {
+					return errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrNotFound)
+				}
+				return sb.EndedAt != nil || sb.State == api.StateKilled || sb.State == api.StateExpired || sb.State == api.StateFailed
+			},
 		}, nil
 	}
 	log := cfg.Logger

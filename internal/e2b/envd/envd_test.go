@@ -172,6 +172,7 @@ type env struct {
 	agent   *fakeAgent
 	stop    context.CancelCauseFunc
 	openErr error
+	ended   func() bool // the session's; nil: none
 }
 
 func newEnv(t *testing.T) *env {
@@ -187,7 +188,7 @@ func newEnv(t *testing.T) *env {
 		// As node.Call's: it ends with the caller's or the sandbox's.
 		ctx, cancel := context.WithCancelCause(ctx)
 		stopWatch := context.AfterFunc(sandboxCtx, func() { cancel(context.Cause(sandboxCtx)) })
-		return &session{sandbox: "sb1", project: "p1", agent: e.agent, ctx: ctx, release: func() { stopWatch(); cancel(nil) }}, nil
+		return &session{sandbox: "sb1", project: "p1", agent: e.agent, ctx: ctx, release: func() { stopWatch(); cancel(nil) }, ended: e.ended}, nil
 	}
 	h := newHandler(open, slog.New(slog.DiscardHandler), 1<<20)
 	e.handler = h
@@ -414,6 +415,34 @@ func testStreamEnds(t *testing.T, cause error, dropped bool, code connect.Code, 
 	for _, err := range errs {
 		if codeOf(err) != code || !strings.Contains(err.Error(), msg) {
 			t.Errorf("stream err = %v, want %v with %q", err, code, msg)
+		}
+	}
+}
+
+// TestStreamDroppedWhenSandboxEndedElsewhere: in a cluster a kill through
+// another lizard api cuts the agent's output without ending this call;
+// the record saying the sandbox ended drops the stream's connection all
+// the same, and an output that fails while the sandbox lives is still an
+// error status.
+func TestStreamDroppedWhenSandboxEndedElsewhere(t *testing.T) {
+	for _, ended := range []bool{true, false} {
+		e := newEnv(t)
+		e.ended = func() bool { return ended }
+		e.agent.processOutput = func(int) (Stream[api.ProcessOutputEvent], error) {
+			return newStream[api.ProcessOutputEvent](context.Background(), errors.New("connection reset by peer")), nil
+		}
+		ps, err := e.proc().Connect(context.Background(), connect.NewRequest(&process.ConnectRequest{Process: pidSel(9)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ps.Receive() {
+		}
+		err = ps.Err()
+		if dropped := errors.Is(err, io.ErrUnexpectedEOF); dropped != ended {
+			t.Errorf("sandbox ended %v: stream err %v (code %v); want dropped %v", ended, err, codeOf(err), ended)
+		}
+		if !ended && codeOf(err) != connect.CodeInternal && codeOf(err) != connect.CodeUnavailable {
+			t.Errorf("output failed in a live sandbox: %v; want an error status", err)
 		}
 	}
 }

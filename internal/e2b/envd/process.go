@@ -178,7 +178,8 @@ func follow(s *session, pid int, h http.Header, send func(*process.ProcessEvent)
 
 // endWait bounds how long a followed process whose output failed waits
 // to learn whether its sandbox ended: the sandbox's end usually cuts the
-// agent's stream before the node has said so.
+// agent's stream before the node has said so, and in a cluster a kill
+// through another lizard api is known here only by its record (ended).
 const endWait = 2 * time.Second
 
 // endFollow ends a stream that follows a process, once it has begun, with
@@ -190,8 +191,16 @@ const endWait = 2 * time.Second
 // status would be read by its code alone, and the SDKs before 2.63 read
 // UNAVAILABLE as the sandbox's timeout whatever ended it.
 func (s *session) endFollow(err error) error {
-	if s.ctx.Err() == nil {
-		t := time.NewTimer(endWait)
+	deadline := time.Now().Add(endWait)
+	for s.ctx.Err() == nil {
+		if s.ended != nil && s.ended() {
+			panic(http.ErrAbortHandler)
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			break
+		}
+		t := time.NewTimer(min(left, endPoll))
 		select {
 		case <-s.ctx.Done():
 		case <-t.C:
@@ -203,6 +212,9 @@ func (s *session) endFollow(err error) error {
 	}
 	return s.fail(err)
 }
+
+// endPoll is how often endFollow asks whether the sandbox has ended.
+const endPoll = 100 * time.Millisecond
 
 // outputEvent is the envd event of one of the agent's output events (nil
 // for those envd has none for), and whether it is the last.
