@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { CommandExitError, FileType, NotFoundError, Sandbox } from '@e2b/code-interpreter';
+import { CommandExitError, FileType, NotFoundError, Sandbox, TimeoutError } from '@e2b/code-interpreter';
 
 import { missing, pointE2B, startLizard, strict, type Lizard } from './harness.js';
 
@@ -85,5 +85,32 @@ describe("E2B's JavaScript SDK: commands, PTY and files", { skip: why, timeout: 
     // As envd's: a new file's write is its create, chmod (envd's chown) and write, not the agent's
     // temporary file's events.
     assert.deepEqual(events, ['create:a.txt', 'chmod:a.txt', 'write:a.txt', 'rename:a.txt', 'create:b.txt', 'remove:b.txt']);
+  });
+
+  test('a paused sandbox is not running until connect', async () => {
+    const sbx = await Sandbox.create();
+    try {
+      assert.equal(await sbx.pause(), true);
+      // E2B's proxy's 502: not running, and the check leaves it paused.
+      assert.equal(await sbx.isRunning(), false);
+      await assert.rejects(sbx.commands.run('echo back'), /not running/);
+      assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused');
+      const again = await Sandbox.connect(sbx.sandboxId);
+      assert.equal(await again.isRunning(), true);
+      assert.equal((await again.commands.run('echo back')).stdout, 'back\n');
+    } finally {
+      await sbx.kill().catch(() => undefined);
+    }
+  });
+
+  test('a sandbox killed under a followed command: "killed or reached its end of life"', async () => {
+    const sbx = await Sandbox.create();
+    const h = await sbx.commands.run('sleep 60', { background: true, timeoutMs: 0 });
+    await sbx.kill();
+    const began = Date.now();
+    // The connection dropped, as E2B's proxy drops it; the SDK asked /health (502) and says so.
+    await assert.rejects(h.wait(), (e: unknown) => e instanceof TimeoutError && /killed or reached its end of life/.test(e.message));
+    assert.ok(Date.now() - began < 3000, `ended ${Date.now() - began} ms after the kill`);
+    assert.equal(await sbx.isRunning(), false);
   });
 });
