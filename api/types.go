@@ -386,6 +386,17 @@ const MaxResultBytes = 32 << 20
 // MaxExecuteLine.
 const ErrorNameResultTooLarge = "ResultTooLarge"
 
+// Names of the error events of runs that end notably, made by Lizard
+// rather than raised by the code; the proxy, metrics and events tell a
+// call's outcome by them, and only this file spells them.
+const (
+	// ErrorNameTimeout: the run passed its timeoutMs (every language).
+	ErrorNameTimeout = "TimeoutError"
+	// ErrorNameKernelDied: the Python kernel died during the run, its
+	// message saying why (killed, perhaps for memory).
+	ErrorNameKernelDied = "KernelDiedError"
+)
+
 // MaxExecuteLine bounds one line of an /execute stream as the agent sends
 // it: a result within MaxResultBytes, or an output chunk or error, each
 // well under a MiB. A reader refuses a longer line rather than hold it.

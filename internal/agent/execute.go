@@ -20,10 +20,10 @@ const DefaultExecuteTimeoutMs = 60_000
 // Error names of execution errors the agent itself reports (Python's come
 // from the kernel; JavaScript's are the thrown error's name).
 const (
-	ErrNameTimeout = "TimeoutError" // the call ran past timeoutMs
-	ErrNameExit    = "ExitError"    // bash or node exited non-zero without a thrown error
-	ErrNameStart   = "StartError"   // the interpreter could not be started
-	ErrNameKernel  = "KernelError"  // the Python kernel could not run the code
+	ErrNameTimeout = api.ErrorNameTimeout // the call ran past timeoutMs
+	ErrNameExit    = "ExitError"          // bash or node exited non-zero without a thrown error
+	ErrNameStart   = "StartError"         // the interpreter could not be started
+	ErrNameKernel  = "KernelError"        // the Python kernel could not run the code
 	// ErrNameResultTooLarge stands in for a result past the run's
 	// api.MaxResultBytes.
 	ErrNameResultTooLarge = api.ErrorNameResultTooLarge

@@ -367,13 +367,13 @@ func (r *Router) sandbox(ctx context.Context, id string) (*remote.Client, error)
 	}
 	sb, err := r.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found", id)}
+		return nil, store.NotFound(id)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if !sb.Live() {
-		return nil, node.Gone(sb)
+	if err := sb.Check(store.WantLive); err != nil {
+		return nil, err
 	}
 	if sb.State == api.StatePaused && sb.Durable && len(sb.Shape.Volumes) == 0 {
 		if info, live, err := r.live(ctx, sb.Node); err == nil && (!live || info.Draining) {
@@ -422,10 +422,7 @@ func (r *Router) adopt(ctx context.Context, sb store.Sandbox) (store.Sandbox, er
 	if err != nil {
 		return sb, err
 	}
-	if !moved.Live() {
-		return moved, node.Gone(moved)
-	}
-	return moved, nil
+	return moved, moved.Check(store.WantLive)
 }
 
 // maxHomes bounds the sandboxes whose node is remembered.

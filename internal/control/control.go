@@ -433,15 +433,10 @@ func (c *Control) own(id string, o owner) {
 // naming how it ended, or ErrConflict if it is paused or starting.
 func (c *Control) CheckRunning(ctx context.Context, projectID, id string) error {
 	sb, err := c.lookup(ctx, projectID, id)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case !sb.Live():
-		return node.Gone(sb)
-	case sb.State != api.StateRunning:
-		return &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
 	}
-	return nil
+	return sb.Check(store.WantRunning)
 }
 
 // Transport carries proxied calls to agents.

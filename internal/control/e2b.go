@@ -63,13 +63,13 @@ func (c *Control) TrafficProject(ctx context.Context, id, token string) (string,
 func (c *Control) tokenProject(ctx context.Context, id string) (string, error) {
 	sb, err := c.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && sb.Role != "") {
-		return "", &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found", id)}
+		return "", store.NotFound(id)
+	}
+	if err == nil {
+		err = sb.Check(store.WantLive)
 	}
 	if err != nil {
 		return "", err
-	}
-	if !sb.Live() {
-		return "", &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("sandbox %s has ended (%s)", id, sb.State)}
 	}
 	return sb.ProjectID, nil
 }

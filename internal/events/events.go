@@ -92,7 +92,7 @@ func lifecycle(e node.Event) (typ string, data api.EventData, ok bool) {
 	case node.CallFailed:
 		data = api.EventData{State: api.StateRunning, Reason: e.Reason}
 		switch {
-		case e.ErrorName == "TimeoutError":
+		case e.ErrorName == api.ErrorNameTimeout:
 			return api.LifecycleCallTimeout, data, true
 		case strings.Contains(e.Reason, "out of memory"):
 			return api.LifecycleCallOutOfMemory, data, true

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lizard-build/lizard/api"
 )
 
 // agentRoutes are the sandbox-scoped paths the API proxies to the agent
@@ -166,10 +168,10 @@ func (s *streamSniffer) endLine() {
 	switch {
 	case strings.HasPrefix(h, `{"type":"error"`):
 		s.sawError = true
-		if strings.Contains(h, `"name":"TimeoutError"`) {
+		if strings.Contains(h, `"name":"`+api.ErrorNameTimeout+`"`) {
 			s.timeout = true
 		}
-		if strings.Contains(h, `"name":"KernelDiedError"`) {
+		if strings.Contains(h, `"name":"`+api.ErrorNameKernelDied+`"`) {
 			s.kernelDied = true // died during this call
 		}
 	case strings.HasPrefix(h, `{"type":"stderr","text":"[lizard] the kernel died`):

@@ -23,6 +23,7 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
+	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/trace"
 )
 
@@ -245,13 +246,11 @@ func (n *Local) unanswered(ctx context.Context, id string) error {
 	deadline := time.Now().Add(agentGoneWait)
 	for {
 		sb, err := n.get(ctx, id)
-		switch {
-		case err != nil:
+		if err == nil {
+			err = sb.Check(store.WantRunning)
+		}
+		if err != nil {
 			return err
-		case !sb.Live():
-			return Gone(sb)
-		case sb.State != api.StateRunning:
-			return &errdefs.Error{Kind: errdefs.ErrConflict, Msg: "sandbox " + id + " is " + sb.State + ", not running; wait until it runs"}
 		}
 		if !time.Now().Before(deadline) {
 			if sb.ExpiresAt != nil && !time.Now().Before(*sb.ExpiresAt) {
@@ -361,14 +360,6 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Error names of runs that end notably: a timeout (the agent's, for
-// every language) and a Python kernel that died (pykernel's, its message
-// saying when the kernel was killed, perhaps for memory).
-const (
-	errNameTimeout    = "TimeoutError"
-	errNameKernelDied = "KernelDiedError"
-)
-
 // outcomeBody passes an /execute stream through and reports its error
 // event when the run timed out or its kernel died, before the client gets
 // it. It sits on the hop to the agent, which every run passes once,
@@ -422,7 +413,7 @@ func (b *outcomeBody) check(line []byte) {
 	if json.Unmarshal(line, &ev) != nil || ev.Error == nil {
 		return
 	}
-	if ev.Error.Name == errNameTimeout || ev.Error.Name == errNameKernelDied {
+	if ev.Error.Name == api.ErrorNameTimeout || ev.Error.Name == api.ErrorNameKernelDied {
 		b.done = true
 		b.report(ev.Error.Name, ev.Error.Message)
 	}

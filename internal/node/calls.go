@@ -10,6 +10,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -153,21 +154,17 @@ func (n *Local) reachable(ctx context.Context, id string, resume bool, paused st
 	if err != nil {
 		return sb, err
 	}
-	if sb.Live() && sb.State == api.StatePaused {
+	err = sb.Check(store.WantRunning)
+	if errors.Is(err, store.ErrPaused) {
 		if !resume {
 			return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: paused}
 		}
 		if sb, err = n.resumeLocked(ctx, sb, nil); err != nil {
 			return sb, err
 		}
+		err = sb.Check(store.WantRunning)
 	}
-	switch {
-	case !sb.Live():
-		return sb, Gone(sb)
-	case sb.State != api.StateRunning:
-		return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
-	}
-	return sb, nil
+	return sb, err
 }
 
 // Acquire implements Node.
@@ -215,7 +212,7 @@ func (n *Local) watch(id string) {
 		}
 		unlock := n.locks.Lock(id)
 		cur, err := n.cfg.Store.GetSandbox(ctx, id)
-		if err == nil && cur.Live() && cur.State == api.StateRunning && n.dead(ctx, id) {
+		if err == nil && cur.Check(store.WantRunning) == nil && n.dead(ctx, id) {
 			const reason = "its runtime stopped: the sandbox's processes died or were killed (out of memory?)"
 			// The calls end now, not after the removal end makes (the
 			// processes' exit, the cgroups), which a loaded host may take

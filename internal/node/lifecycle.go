@@ -74,8 +74,8 @@ func (n *Local) SetTimeout(ctx context.Context, id string, ms int64) (store.Sand
 	if err != nil {
 		return sb, err
 	}
-	if !sb.Live() {
-		return sb, Gone(sb)
+	if err := sb.Check(store.WantLive); err != nil {
+		return sb, err
 	}
 	if err := n.cfg.Store.SetTimeout(ctx, id, ms, n.deadline(ms)); err != nil {
 		return sb, err
@@ -165,7 +165,7 @@ func (n *Local) checkLiveness(ctx context.Context) {
 		unlock := n.locks.Lock(sb.ID)
 		// Re-read under the lock: a pause or kill may have moved it on.
 		cur, err := n.cfg.Store.GetSandbox(ctx, sb.ID)
-		if err == nil && cur.State == api.StateRunning && cur.Live() && n.dead(ctx, sb.ID) {
+		if err == nil && cur.Check(store.WantRunning) == nil && n.dead(ctx, sb.ID) {
 			err = n.end(ctx, cur, api.StateFailed, "its runtime stopped: the sandbox's processes died or were killed")
 		}
 		unlock()

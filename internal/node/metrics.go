@@ -190,7 +190,7 @@ func (n *Local) addSample(sb store.Sandbox, u sandbox.Usage, disk api.DiskUsage,
 func (n *Local) disk(ctx context.Context, id string) (api.DiskUsage, error) {
 	unlock := n.locks.Lock(id)
 	sb, err := n.get(ctx, id)
-	if err != nil || !sb.Live() || sb.State != api.StateRunning {
+	if err != nil || sb.Check(store.WantRunning) != nil {
 		unlock()
 		return api.DiskUsage{}, err
 	}

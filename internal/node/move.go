@@ -64,11 +64,12 @@ func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
 	if m := (*MovedTo)(nil); errors.As(err, &m) {
 		return Move{Sandbox: sb}, nil
 	}
+	if err == nil {
+		err = sb.Check(store.WantLive)
+	}
 	switch {
 	case err != nil:
 		return Move{}, err
-	case !sb.Live():
-		return Move{}, Gone(sb)
 	case len(sb.Shape.Volumes) > 0:
 		return Move{}, &errdefs.Error{Kind: errdefs.ErrConflict,
 			Msg: fmt.Sprintf("sandbox %s mounts volumes, which stay on node %s's disk: it cannot move", id, me)}

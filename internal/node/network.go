@@ -71,8 +71,8 @@ func (n *Local) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Polic
 	if err != nil {
 		return sb, err
 	}
-	if !sb.Live() {
-		return sb, Gone(sb)
+	if err := sb.Check(store.WantLive); err != nil {
+		return sb, err
 	}
 	if sb.Shape.Network == nil {
 		// Its runtime was set up without the redirects (and a warm or

@@ -455,7 +455,7 @@ func NewID() string {
 func (n *Local) get(ctx context.Context, id string) (store.Sandbox, error) {
 	sb, err := n.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return sb, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found", id)}
+		return sb, store.NotFound(id)
 	}
 	if me := n.cfg.Store.Node(); err == nil && me != "" && sb.Live() && sb.Node != me {
 		// Moved to another node while this one was lost (docs/storage.md):
@@ -465,25 +465,4 @@ func (n *Local) get(ctx context.Context, id string) (store.Sandbox, error) {
 			Cause: &MovedTo{To: sb.Node}}
 	}
 	return sb, err
-}
-
-// Gone is the error for using an ended sandbox.
-func Gone(sb store.Sandbox) error {
-	at := ""
-	if sb.EndedAt != nil {
-		at = " at " + sb.EndedAt.Format(time.RFC3339)
-	}
-	var how string
-	switch sb.State {
-	case api.StateKilled:
-		how = "was killed" + at
-	case api.StateExpired:
-		how = "expired" + at + " (its timeout passed; extend it with setTimeout next time)"
-	default:
-		how = "failed" + at
-		if sb.EndReason != "" {
-			how += ": " + sb.EndReason
-		}
-	}
-	return &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("sandbox %s %s; create a new sandbox", sb.ID, how)}
 }

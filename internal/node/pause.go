@@ -143,11 +143,12 @@ func (n *Local) Resume(ctx context.Context, id string, timeoutMs *int64) (_ stor
 // has ended; ErrConflict if it is in neither state.
 func (n *Local) moving(ctx context.Context, id, from, to string) (sb store.Sandbox, done bool, err error) {
 	sb, err = n.get(ctx, id)
+	if err == nil {
+		err = sb.Check(store.WantLive)
+	}
 	switch {
 	case err != nil:
 		return sb, false, err
-	case !sb.Live():
-		return sb, false, Gone(sb)
 	case sb.State == to:
 		return sb, true, nil
 	case sb.State != from:
@@ -202,14 +203,10 @@ func (n *Local) runningLocked(ctx context.Context, id string) (store.Sandbox, er
 	if err != nil {
 		return sb, err
 	}
-	if !sb.Live() {
-		return sb, Gone(sb)
-	}
-	if sb.State == api.StatePaused {
+	if err := sb.Check(store.WantRunning); errors.Is(err, store.ErrPaused) {
 		return n.resumeLocked(ctx, sb, nil)
-	}
-	if sb.State != api.StateRunning {
-		return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s, not running; wait until it runs", id, sb.State)}
+	} else if err != nil {
+		return sb, err
 	}
 	return sb, nil
 }

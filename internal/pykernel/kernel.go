@@ -50,8 +50,8 @@ type Request struct {
 
 // Error names of execution errors made here rather than raised by the code.
 const (
-	ErrNameTimeout    = "TimeoutError"
-	ErrNameKernelDied = "KernelDiedError"
+	ErrNameTimeout    = api.ErrorNameTimeout
+	ErrNameKernelDied = api.ErrorNameKernelDied
 )
 
 // ErrClosed is returned by calls on a closed Kernel.
