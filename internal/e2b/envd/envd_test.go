@@ -654,7 +654,7 @@ func TestFilesystemCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if en := st.Msg.GetEntry(); en.GetName() != "link" || en.GetType() != filesystem.FileType_FILE_TYPE_FILE || !en.GetIsSymlink() ||
+	if en := st.Msg.GetEntry(); en.GetName() != "link" || en.GetType() != filesystem.FileType_FILE_TYPE_FILE || en.GetIsSymlink() ||
 		en.GetSymlinkTarget() != "/etc/hosts" || en.GetMode() != 0o644 || en.GetPermissions() != "-rw-r--r--" || en.GetOwner() != "user" ||
 		en.GetSize() != 5 || !en.GetModifiedTime().AsTime().Equal(modTime) {
 		t.Errorf("stat = %v", en)

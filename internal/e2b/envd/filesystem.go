@@ -26,7 +26,10 @@ type filesystemService struct{ h *handler }
 // entry is the envd form of an agent's EntryInfo. A symlink comes
 // resolved (the agent's resolveSymlinks), as envd describes it: its
 // target's type and mode, and symlink_target the target's absolute path
-// (the link's own path when it resolves to nothing); is_symlink marks it.
+// (the link's own path when it resolves to nothing). is_symlink is not
+// set: the envd Lizard reports (0.5.7) has no such field, and SDKs that
+// know it (e2b 2.63) would then show the link as SYMLINK rather than its
+// target's type, which E2B's test_file_symlink wants.
 func entry(e api.EntryInfo) *filesystem.EntryInfo {
 	out := &filesystem.EntryInfo{
 		Name:         e.Name,
@@ -47,7 +50,6 @@ func entry(e api.EntryInfo) *filesystem.EntryInfo {
 		out.Type = filesystem.FileType_FILE_TYPE_SYMLINK
 	}
 	if e.SymlinkTarget != "" || e.Type == "symlink" {
-		out.IsSymlink = true
 		target := e.SymlinkTarget
 		out.SymlinkTarget = &target
 	}

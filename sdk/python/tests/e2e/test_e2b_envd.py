@@ -154,17 +154,18 @@ def test_files_as_envd(sbx: Sandbox) -> None:
         assert "Name:" in status and "Pid:" in status, status
         assert sbx.commands.run("echo after").stdout == "after\n"
     assert sbx.files.read("/proc/cpuinfo").strip() != ""
-    # A symlink is described as envd does: its target's type (on the wire; this SDK shows is_symlink as
-    # SYMLINK, e2b 2.45 shows the target's type) and mode, and the target's resolved absolute path.
+    # A symlink is described as envd 0.5.x does: its target's type and mode, and the target's resolved
+    # absolute path (no is_symlink, which this SDK would show as SYMLINK).
     sbx.files.write("/tmp/e2b-links/real/f.txt", "target")
     sbx.commands.run("cd /tmp/e2b-links && chmod 640 real/f.txt && chmod 750 real && ln -s real/f.txt link && ln -s link chain"
                      " && ln -s /tmp/e2b-links/real dirlink && ln -s nowhere dangling")
     link = sbx.files.get_info("/tmp/e2b-links/link")
     assert (link.type, link.mode, link.symlink_target, link.path) == (
-        FileType.SYMLINK, 0o640, "/tmp/e2b-links/real/f.txt", "/tmp/e2b-links/link"), link
+        FileType.FILE, 0o640, "/tmp/e2b-links/real/f.txt", "/tmp/e2b-links/link"), link
     by_name = {e.name: e for e in sbx.files.list("/tmp/e2b-links")}
     assert (by_name["chain"].mode, by_name["chain"].symlink_target) == (0o640, "/tmp/e2b-links/real/f.txt")
-    assert (by_name["dirlink"].mode, by_name["dirlink"].symlink_target) == (0o750, "/tmp/e2b-links/real")
+    assert (by_name["dirlink"].type, by_name["dirlink"].mode, by_name["dirlink"].symlink_target) == (
+        FileType.DIR, 0o750, "/tmp/e2b-links/real")
     # A dangling link's type is envd's unknown, which the SDK's list leaves out; get_info names it itself.
     assert "dangling" not in by_name
     dangling = sbx.files.get_info("/tmp/e2b-links/dangling")
