@@ -9,7 +9,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -770,5 +772,44 @@ func TestIntegralNumbers(t *testing.T) {
 		if got := string(IntegralNumbers([]byte(tt.in))); got != tt.want {
 			t.Errorf("IntegralNumbers(%s) = %s, want %s", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestPackageMapComplete keeps docs/architecture.md's package map whole: a
+// newcomer finds every package of internal/ there, by its path, with its
+// one job. A package added without a line fails here.
+func TestPackageMapComplete(t *testing.T) {
+	b, err := os.ReadFile("../docs/architecture.md")
+	if err != nil {
+		t.Fatalf("reading docs/architecture.md: %v", err)
+	}
+	doc := string(b)
+	err = filepath.WalkDir("../internal", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if d.Name() == "testdata" || d.Name() == "node_modules" || d.Name() == "dist" {
+			return filepath.SkipDir
+		}
+		gos, _ := filepath.Glob(filepath.Join(p, "*.go"))
+		code := false
+		for _, g := range gos {
+			if !strings.HasSuffix(g, "_test.go") {
+				code = true
+			}
+		}
+		rel := strings.TrimPrefix(filepath.ToSlash(p), "../")
+		// Generated protocol packages are described with the package
+		// that serves them.
+		if !code || strings.Contains(rel, "/proto") {
+			return nil
+		}
+		if !regexp.MustCompile(regexp.QuoteMeta(rel) + `\b`).MatchString(doc) {
+			t.Errorf("docs/architecture.md does not name %s: add it to the package map with its one job", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
