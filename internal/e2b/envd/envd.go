@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -140,7 +141,34 @@ func newHandler(open opener, log *slog.Logger, maxFile int64) *handler {
 	return h
 }
 
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), writerKey{}, w)))
+}
+
+// writerKey carries a request's ResponseWriter, which Connect's handlers
+// do not see, to drop (reset) its connection.
+type writerKey struct{}
+
+// dropConnection ends the request of ctx by resetting its connection, as
+// a proxy that loses the sandbox behind it does (E2B's: an HTTP/2 stream
+// reset). The SDKs before 2.63 take only a failed read for a dropped
+// connection, not a body cut short (its own error: a protocol violation);
+// a TCP reset is a failed read to them. Where the connection cannot be
+// taken over (HTTP/2, a writer that hides it) the handler is aborted,
+// which cuts the body short.
+func dropConnection(ctx context.Context) {
+	if w, ok := ctx.Value(writerKey{}).(http.ResponseWriter); ok {
+		rc := http.NewResponseController(w)
+		rc.Flush()
+		if conn, _, err := rc.Hijack(); err == nil {
+			if tc, ok := conn.(*net.TCPConn); ok {
+				tc.SetLinger(0) // close sends RST
+			}
+			conn.Close()
+		}
+	}
+	panic(http.ErrAbortHandler)
+}
 
 // sandboxError is the error of a sandbox that could not be reached: one
 // that does not exist (any more) is "not found" in the words E2B's proxy

@@ -194,7 +194,7 @@ func (s *session) endFollow(err error) error {
 	deadline := time.Now().Add(endWait)
 	for s.ctx.Err() == nil {
 		if s.ended != nil && s.ended() {
-			panic(http.ErrAbortHandler)
+			dropConnection(s.ctx)
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -208,7 +208,7 @@ func (s *session) endFollow(err error) error {
 		t.Stop()
 	}
 	if stop := s.stopped(); stop != nil && errors.Is(stop, errGoneSandbox) {
-		panic(http.ErrAbortHandler)
+		dropConnection(s.ctx)
 	}
 	return s.fail(err)
 }
