@@ -174,3 +174,27 @@ func TestSandboxLifecycle(t *testing.T) {
 		t.Errorf("create with broken JSON: %d %s; want 400", r.status, r.body)
 	}
 }
+
+// TestSetTimeoutZeroEndsNow: E2B's set_timeout(0) ends a sandbox's time
+// now (the reaper then pauses or kills it, as its on_timeout says), where
+// Lizard's 0 means it never ends.
+func TestSetTimeoutZeroEndsNow(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	key := []string{"X-API-Key", e.key1}
+	r := e.do(t, "POST", "/e2b/v2/sandboxes", `{"templateID":"base","timeout":300,"autoPause":true}`, key...)
+	var sb struct{ SandboxID string }
+	json.Unmarshal([]byte(r.body), &sb)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	path := "/e2b/sandboxes/" + sb.SandboxID
+	if r := e.do(t, "POST", path+"/timeout", `{"timeout":0}`, key...); r.status != http.StatusNoContent {
+		t.Fatalf("set_timeout(0): %d %s", r.status, r.body)
+	}
+	r = e.do(t, "GET", path, "", key...)
+	var info struct{ EndAt time.Time }
+	json.Unmarshal([]byte(r.body), &info)
+	if left := time.Until(info.EndAt); left > time.Second {
+		t.Errorf("after set_timeout(0) the sandbox ends in %v (%s); want now", left, r.body)
+	}
+}

@@ -412,7 +412,13 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, badRequest("timeout is required: seconds from now"))
 		return
 	}
-	h.extend(w, r, *req.Timeout*1000)
+	ms := *req.Timeout * 1000
+	if ms == 0 {
+		// E2B's set_timeout(0) ends the sandbox's time now (its
+		// on_timeout: killed, or paused); Lizard's 0 is "never".
+		ms = 1
+	}
+	h.extend(w, r, ms)
 }
 
 // refresh is E2B's keep-alive: the sandbox lives duration seconds from

@@ -381,11 +381,12 @@ def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:
 def test_auto_pause_and_auto_resume() -> None:
     """An auto-paused sandbox is not running (E2B's proxy's 502) until connect(); one created with
     auto_resume is resumed by the next call into it, as E2B's proxy resumes it on traffic."""
-    sb = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"})
+    sb = Sandbox.create(timeout=120, lifecycle={"on_timeout": "pause"})
     auto = Sandbox.create(timeout=300, lifecycle={"on_timeout": "pause", "auto_resume": True}, metadata={"k": "v"})
     try:
         sb.run_code("kept = 7")
-        deadline = time.monotonic() + 30
+        sb.set_timeout(0)  # E2B's: its time is up now, so it auto-pauses (Lizard's own 0 is "never")
+        deadline = time.monotonic() + 10
         while Sandbox.get_info(sb.sandbox_id).state != SandboxState.PAUSED and time.monotonic() < deadline:
             time.sleep(0.5)
         assert Sandbox.get_info(sb.sandbox_id).state == SandboxState.PAUSED
