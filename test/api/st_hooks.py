@@ -57,8 +57,9 @@ RULES = {
     "watchDir": [r"^path: "],
     # The recipe's rules the schemas cannot state (docs/templates.md), each message naming its field.
     "buildTemplate": [r"^recipe\.", r"^name \""],
-    # A value's bound is in bytes, the schema's maxLength would be in characters.
-    "setSecret": [r"^value is \d+ bytes"],
+    # A value's bound is in bytes, the schema's maxLength would be in characters; hosts are names or
+    # wildcards as network rules name them, never addresses (the description of hosts).
+    "setSecret": [r"^value is \d+ bytes", r"^hosts(\[\d+\])?: "],
 }
 
 
