@@ -2,7 +2,7 @@
 // caller is told about, an Error that keeps the message meant for the
 // caller apart from the internal cause, and the one table that gives each
 // kind its HTTP status, its API code (api.Code*) and its name on the
-// node's internal API. The server, the node's internal API (node/remote)
+// node's internal API. The server, the node's internal API (cluster/remote)
 // and the ports proxy all answer through this table, and client/errors.go
 // maps the statuses back, so errors.Is works across both wires.
 //
