@@ -12,6 +12,7 @@ import (
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/netpolicy"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
@@ -122,6 +123,9 @@ func TestSandboxKeyNarrowsOnly(t *testing.T) {
 	deny := api.NetworkPolicy{Default: "deny", Allow: []string{"a.example.com", "*.pypi.org"}}
 	parent := e.create(t, "p1", api.CreateSandboxRequest{LizardToken: true, Network: &deny})
 	by := parent.SandboxID
+	// An update writes the sandbox's nftables table on the host, which the
+	// fake runtime never removes as a real one's end does.
+	t.Cleanup(func() { netns.Remove(by) })
 	forbidden := func(what string, err error, want string) {
 		t.Helper()
 		if !errors.Is(err, errdefs.ErrForbidden) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "project key") {
