@@ -18,7 +18,6 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
-	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -305,7 +304,7 @@ func TestDiskOnNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := control.New(control.Config{Node: r, Store: st, Logger: nodetest.Discard(), Limits: sandbox.Limits{DiskBytes: 1 << 30}})
+		c, err := control.New(control.Config{Node: r, Store: st, Logger: nodetest.Discard(), Limits: node.Limits{DiskBytes: 1 << 30}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/recipe"
-	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 )
@@ -25,19 +24,14 @@ type Templates struct {
 	Router *Router
 }
 
-// Base is built-in template base's artifact as far as an api process
-// knows it: its key, known without building it. It is the first thing a
+// BaseKey is built-in template base's key, known without building it. It is the first thing a
 // build's plan asks, so a cluster that cannot share builds is refused
 // here, before the build's stream starts (usable).
-func (t Templates) Base(ctx context.Context, base string) (sandbox.Artifact, error) {
+func (t Templates) BaseKey(ctx context.Context, base string) (string, error) {
 	if err := t.usable(ctx); err != nil {
-		return sandbox.Artifact{}, err
+		return "", err
 	}
-	key, err := template.Key(base)
-	if err != nil {
-		return sandbox.Artifact{}, err
-	}
-	return sandbox.Artifact{Name: base, Key: key}, nil
+	return template.Key(base)
 }
 
 // usable refuses builds in a cluster of several live nodes of which one

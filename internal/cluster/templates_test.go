@@ -81,12 +81,12 @@ func TestTemplatesUsable(t *testing.T) {
 			for n, s := range tc.stores {
 				heartbeat(t, st, n, 100, s)
 			}
-			a, err := Templates{Router: r}.Base(context.Background(), template.Default)
+			got, err := Templates{Router: r}.BaseKey(context.Background(), template.Default)
 			switch {
-			case tc.refuse == "" && (err != nil || a.Key != key):
-				t.Errorf("Base = %+v, %v; want key %s", a, err, key)
+			case tc.refuse == "" && (err != nil || got != key):
+				t.Errorf("BaseKey = %q, %v; want key %s", got, err, key)
 			case tc.refuse != "" && (!errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "--image-store") || !strings.Contains(err.Error(), tc.refuse)):
-				t.Errorf("Base = %v; want unavailable naming node %s and --image-store", err, tc.refuse)
+				t.Errorf("BaseKey = %v; want unavailable naming node %s and --image-store", err, tc.refuse)
 			}
 		})
 	}

@@ -25,7 +25,6 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/recipe"
-	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -41,8 +40,8 @@ type Config struct {
 	Templates []string
 	// Limits is a sandbox's default shape and MaxLimits bounds what a
 	// create may ask for (zero fields: nothing above the default).
-	Limits    sandbox.Limits
-	MaxLimits sandbox.Limits
+	Limits    node.Limits
+	MaxLimits node.Limits
 	// Internet lets sandboxes reach public addresses unless their create
 	// says allowInternet: false.
 	Internet bool

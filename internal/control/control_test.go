@@ -31,8 +31,8 @@ type env struct {
 }
 
 var (
-	defaultLimits = sandbox.Limits{MemoryBytes: 512 << 20, CPUs: 1, DiskBytes: 1 << 30}
-	maxLimits     = sandbox.Limits{MemoryBytes: 1 << 30, CPUs: 2, DiskBytes: 2 << 30}
+	defaultLimits = node.Limits{MemoryBytes: 512 << 20, CPUs: 1, DiskBytes: 1 << 30}
+	maxLimits     = node.Limits{MemoryBytes: 1 << 30, CPUs: 2, DiskBytes: 2 << 30}
 )
 
 func newEnv(t *testing.T, mutate func(*control.Config), nodeMutate ...func(*node.Config)) *env {
@@ -105,7 +105,7 @@ func TestCreate(t *testing.T) {
 	if want := []string{"A=1", "B=2", "LIZARD_SANDBOX_ID=" + sb.SandboxID, "LIZARD_PROJECT_ID=p1"}; !slices.Equal(spec.Env, want) {
 		t.Errorf("env = %q; want %q", spec.Env, want)
 	}
-	if spec.Limits != defaultLimits || !spec.Network.Internet || spec.Network.APIPort != 0 {
+	if spec.Limits != sandbox.Limits(defaultLimits) || !spec.Network.Internet || spec.Network.APIPort != 0 {
 		t.Errorf("spec limits %+v internet %v API port %d; want the defaults %+v, the internet, no API", spec.Limits, spec.Network.Internet, spec.Network.APIPort, defaultLimits)
 	}
 	// Limits asked for within the maxima, and no internet.

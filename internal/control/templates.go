@@ -22,13 +22,14 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/recipe"
-	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
 // TemplateBuilder builds custom templates; *recipe.Builder is one.
 type TemplateBuilder interface {
-	Base(ctx context.Context, base string) (sandbox.Artifact, error)
+	// BaseKey is built-in template base's key (part of a recipe's),
+	// waiting while it builds.
+	BaseKey(ctx context.Context, base string) (string, error)
 	Build(ctx context.Context, projectID string, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error)
 	// Hold records that this server refers to key's build; Release drops
 	// that and removes the build unless another server holds it.
@@ -86,7 +87,7 @@ func (c *Control) PlanTemplate(ctx context.Context, projectID string, req api.Bu
 	if c.cfg.Builder == nil {
 		return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this server builds no custom templates (it was started without a template builder)"}
 	}
-	base, err := c.cfg.Builder.Base(ctx, r.Base)
+	baseKey, err := c.cfg.Builder.BaseKey(ctx, r.Base)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -98,7 +99,7 @@ func (c *Control) PlanTemplate(ctx context.Context, projectID string, req api.Bu
 		return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 			Msg: fmt.Sprintf("base template %s is not available: building it failed (the server log says why); try again later", r.Base)}
 	}
-	b := &TemplateBuild{c: c, projectID: projectID, name: req.Name, recipe: r, key: recipe.Key(projectID, r, base.Key)}
+	b := &TemplateBuild{c: c, projectID: projectID, name: req.Name, recipe: r, key: recipe.Key(projectID, r, baseKey)}
 	old, err := c.cfg.Store.GetTemplate(ctx, projectID, req.Name)
 	switch {
 	case err == nil && old.Key == b.key:

@@ -19,7 +19,7 @@ import (
 	"github.com/lizard-build/lizard/internal/fdbudget"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
-	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/sandbox/qemu"
 )
 
@@ -172,10 +172,10 @@ func (p *policyFlags) validateNetwork() error {
 	return nil
 }
 
-func (p *policyFlags) limits() (def, max sandbox.Limits) {
-	def = sandbox.Limits{MemoryBytes: p.MemoryMb << 20, CPUs: p.CPUs, DiskBytes: p.DiskMb << 20,
+func (p *policyFlags) limits() (def, max node.Limits) {
+	def = node.Limits{MemoryBytes: p.MemoryMb << 20, CPUs: p.CPUs, DiskBytes: p.DiskMb << 20,
 		Processes: p.Processes, OpenFiles: p.OpenFiles}
-	max = sandbox.Limits{MemoryBytes: p.MaxMemoryMb << 20, CPUs: p.MaxCPUs, DiskBytes: p.MaxDiskMb << 20}
+	max = node.Limits{MemoryBytes: p.MaxMemoryMb << 20, CPUs: p.MaxCPUs, DiskBytes: p.MaxDiskMb << 20}
 	return def, max
 }
 

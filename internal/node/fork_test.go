@@ -130,11 +130,11 @@ func TestForkKeepsShape(t *testing.T) {
 	e := nodetest.New(t)
 	ctx := context.Background()
 	pp := nodetest.Plan(0)
-	pp.Limits = sandbox.Limits{MemoryBytes: 256 << 20, CPUs: 1}
+	pp.Limits = node.Limits{MemoryBytes: 256 << 20, CPUs: 1}
 	parent := e.Create(t, pp)
 	pause(t, e, parent.ID)
 	p := nodetest.Plan(0)
-	p.Limits, p.Internet = sandbox.Limits{MemoryBytes: 1 << 30, CPUs: 2}, true
+	p.Limits, p.Internet = node.Limits{MemoryBytes: 1 << 30, CPUs: 2}, true
 	got, err := e.Node.Fork(ctx, parent.ID, p, 2)
 	if err != nil || len(got) != 2 {
 		t.Fatalf("Fork of a paused parent = %d, %v; want 2", len(got), err)
@@ -147,7 +147,7 @@ func TestForkKeepsShape(t *testing.T) {
 		t.Fatalf("restores = %d; want the parent's resume and 2 copies", len(rs))
 	}
 	for _, r := range rs {
-		if r.Spec.Limits != pp.Limits || r.Spec.Network.Internet {
+		if r.Spec.Limits != sandbox.Limits(pp.Limits) || r.Spec.Network.Internet {
 			t.Errorf("restore of %s: limits %+v internet %v; want the parent's %+v without internet", r.Spec.ID, r.Spec.Limits, r.Spec.Network.Internet, pp.Limits)
 		}
 	}

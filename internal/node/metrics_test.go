@@ -10,7 +10,7 @@ import (
 )
 
 func TestAddSample(t *testing.T) {
-	n := &Local{cfg: Config{Limits: sandbox.Limits{CPUs: 1, MemoryBytes: 1 << 30}}}
+	n := &Local{cfg: Config{Limits: Limits{CPUs: 1, MemoryBytes: 1 << 30}}}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	sb := store.Sandbox{ID: "a", Shape: store.Shape{CPUs: 2, MemoryBytes: 512 << 20}}
 	disk := api.DiskUsage{UsedBytes: 10, TotalBytes: 100}

@@ -178,7 +178,7 @@ type Config struct {
 	Files []sandbox.File
 	// Limits are the default shape of a sandbox; Internet its default
 	// egress; Allow narrows the internet it may reach (tests).
-	Limits   sandbox.Limits
+	Limits   Limits
 	Internet bool
 	Allow    sandbox.Prefixes
 	// TokenAPI returns, for a sandbox holding a lizardToken whose host
@@ -274,10 +274,10 @@ type Warm interface {
 	// Image returns template's snapshot image for a sandbox of limits, or
 	// "" if there is none yet or it cannot serve them (a checkpoint
 	// restores only under the disk limit it was taken with).
-	Image(template string, limits sandbox.Limits) string
+	Image(template string, limits Limits) string
 	// Pool reports whether warm-pool sandboxes of template are kept for
 	// creates shaped like limits and internet.
-	Pool(template string, limits sandbox.Limits, internet bool) bool
+	Pool(template string, limits Limits, internet bool) bool
 	// Claimed is told a warm-pool sandbox of template was taken, so the
 	// pool fills again.
 	Claimed(template string)

@@ -38,7 +38,7 @@ type Plan struct {
 	Metadata  map[string]string
 	OnTimeout string   // "", api.OnTimeoutKill or api.OnTimeoutPause
 	Envs      []string // KEY=VALUE, sorted
-	Limits    sandbox.Limits
+	Limits    Limits
 	Internet  bool
 	// Network is the sandbox's policy by name (nil: none); it is
 	// enforced by the node's Egress and recorded in its shape.

@@ -26,9 +26,9 @@ type fakeWarm struct {
 	restored []error
 }
 
-func (w *fakeWarm) Image(string, sandbox.Limits) string    { return w.image }
-func (w *fakeWarm) Pool(string, sandbox.Limits, bool) bool { return w.pool }
-func (w *fakeWarm) Claimed(string)                         { w.mu.Lock(); w.claimed++; w.mu.Unlock() }
+func (w *fakeWarm) Image(string, node.Limits) string    { return w.image }
+func (w *fakeWarm) Pool(string, node.Limits, bool) bool { return w.pool }
+func (w *fakeWarm) Claimed(string)                      { w.mu.Lock(); w.claimed++; w.mu.Unlock() }
 func (w *fakeWarm) Restored(_ context.Context, _, _ string, err error) {
 	w.mu.Lock()
 	w.restored = append(w.restored, err)

@@ -40,7 +40,7 @@ func (n *Local) Shaped(p Plan, sh store.Shape) Plan {
 		p.Limits, p.Internet = n.cfg.Limits, n.cfg.Internet
 		return p
 	}
-	p.Limits = sandbox.Limits{MemoryBytes: sh.MemoryBytes, CPUs: sh.CPUs, DiskBytes: sh.DiskBytes, Pids: sh.Pids,
+	p.Limits = Limits{MemoryBytes: sh.MemoryBytes, CPUs: sh.CPUs, DiskBytes: sh.DiskBytes, Pids: sh.Pids,
 		OpenFiles: sh.OpenFiles, Processes: sh.Processes}
 	p.Internet = sh.Internet
 	p.Volumes, p.PublicPorts = sh.Volumes, sh.PublicPorts
@@ -100,7 +100,7 @@ func (n *Local) spec(sb store.Sandbox, a sandbox.Artifact, env []string, apiPort
 		Volumes:  vols,
 		Network: sandbox.Network{HostAddr: host, GuestAddr: guest, PrefixLen: netns.SlotPrefixLen,
 			Internet: p.Internet, APIPort: apiPort, Allow: n.cfg.Allow, Names: n.names(p)},
-		Limits: p.Limits,
+		Limits: p.Limits.runtime(),
 		// A warm-pool sandbox is restored ahead of need: it yields the CPU
 		// to sandboxes in use until claimed (provision).
 		Background: sb.Role == store.RoleWarm,

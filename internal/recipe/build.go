@@ -50,7 +50,7 @@ type Config struct {
 	// Base returns a built-in template's artifact, waiting while it builds.
 	Base func(ctx context.Context, name string) (sandbox.Artifact, error)
 	// Limits are the build sandbox's (default: the node's defaults).
-	Limits sandbox.Limits
+	Limits node.Limits
 	// Python runs `pip download` on the host (default python3); Apt is
 	// apt-get (default apt-get).
 	Python string
@@ -129,6 +129,14 @@ func (e *StepError) Unwrap() error { return e.Err }
 // Base returns built-in template base's artifact (waiting while it builds): its key is part of a recipe's.
 func (b *Builder) Base(ctx context.Context, base string) (sandbox.Artifact, error) {
 	return b.cfg.Base(ctx, base)
+}
+
+// BaseKey is the key of built-in template base's artifact (waiting while
+// it builds): what the control plane needs of a base, which it names
+// without the runtime's artifact.
+func (b *Builder) BaseKey(ctx context.Context, base string) (string, error) {
+	a, err := b.Base(ctx, base)
+	return a.Key, err
 }
 
 // Artifact returns the build of custom template reference ref, if it is

@@ -3,13 +3,13 @@ package warm
 import (
 	"testing"
 
-	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/node"
 )
 
 // A template image restores only under the disk limit it was taken with:
 // a create asking another disk gets no image, and boots.
 func TestImageOnlyForItsDisk(t *testing.T) {
-	def := sandbox.Limits{MemoryBytes: 512 << 20, CPUs: 1, DiskBytes: 1 << 30}
+	def := node.Limits{MemoryBytes: 512 << 20, CPUs: 1, DiskBytes: 1 << 30}
 	p := New(Config{Limits: def})
 	p.setImage("interpreter", "/data/templates/interpreter-0123456789abcdef")
 	other := def
@@ -27,19 +27,19 @@ func TestImageOnlyForItsDisk(t *testing.T) {
 // With a runtime whose images keep their memory and CPUs (a VM), a create
 // asking other memory or CPUs gets no image either; the default shape does.
 func TestImageKeepsShape(t *testing.T) {
-	def := sandbox.Limits{MemoryBytes: 512 << 20, CPUs: 1, DiskBytes: 1 << 30}
+	def := node.Limits{MemoryBytes: 512 << 20, CPUs: 1, DiskBytes: 1 << 30}
 	p := New(Config{Limits: def, ImagesKeepShape: true})
 	p.setImage("interpreter", "/data/templates/interpreter-0123456789abcdef")
 	tests := []struct {
 		name string
-		edit func(*sandbox.Limits)
+		edit func(*node.Limits)
 		want bool
 	}{
-		{"default shape", func(*sandbox.Limits) {}, true},
-		{"more memory", func(l *sandbox.Limits) { l.MemoryBytes = 2 << 30 }, false},
-		{"more CPUs", func(l *sandbox.Limits) { l.CPUs = 2 }, false},
-		{"other disk", func(l *sandbox.Limits) { l.DiskBytes = 256 << 20 }, false},
-		{"more processes", func(l *sandbox.Limits) { l.Processes = 64 }, true},
+		{"default shape", func(*node.Limits) {}, true},
+		{"more memory", func(l *node.Limits) { l.MemoryBytes = 2 << 30 }, false},
+		{"more CPUs", func(l *node.Limits) { l.CPUs = 2 }, false},
+		{"other disk", func(l *node.Limits) { l.DiskBytes = 256 << 20 }, false},
+		{"more processes", func(l *node.Limits) { l.Processes = 64 }, true},
 	}
 	for _, tt := range tests {
 		l := def

@@ -84,7 +84,7 @@ type Config struct {
 	// template built after the start gets its pool then. A built-in named
 	// there takes that size instead of Size.
 	Sizes  func(ctx context.Context) map[string]int
-	Limits sandbox.Limits
+	Limits node.Limits
 	// ImagesKeepShape says the runtime restores an image with the memory
 	// and CPUs it was taken with, whatever a create asks (a VM's RAM and
 	// vCPUs are part of its saved state): creates asking others boot.
@@ -178,7 +178,7 @@ func (p *Pool) templatesDir() string { return filepath.Join(p.cfg.DataDir, "temp
 // Image implements node.Warm. The image is taken with the default disk
 // limit, which its restores keep: a sandbox asking another boots; so does
 // one asking other memory or CPUs when the runtime keeps those too.
-func (p *Pool) Image(template string, limits sandbox.Limits) string {
+func (p *Pool) Image(template string, limits node.Limits) string {
 	if limits.DiskBytes != p.cfg.Limits.DiskBytes {
 		return ""
 	}
@@ -198,7 +198,7 @@ func (p *Pool) Image(template string, limits sandbox.Limits) string {
 // Pool implements node.Warm: the pool serves creates of the default shape
 // only, since a claimed sandbox's limits and egress were fixed when it
 // started.
-func (p *Pool) Pool(template string, limits sandbox.Limits, internet bool) bool {
+func (p *Pool) Pool(template string, limits node.Limits, internet bool) bool {
 	return p.size(template) > 0 && limits == p.cfg.Limits && internet == p.cfg.Internet
 }
 

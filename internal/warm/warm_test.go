@@ -22,7 +22,7 @@ import (
 	"github.com/lizard-build/lizard/internal/warm"
 )
 
-var limits = sandbox.Limits{MemoryBytes: 512 << 20, CPUs: 1, DiskBytes: 1 << 30}
+var limits = node.Limits{MemoryBytes: 512 << 20, CPUs: 1, DiskBytes: 1 << 30}
 
 // env is a warm pool serving a real node on the fake runtime, behind the
 // control plane.
@@ -67,7 +67,7 @@ func newEnvWith(t *testing.T, size, maxRunning int, edit func(*warm.Config)) *en
 	})
 	var err error
 	e.c, err = control.New(control.Config{Node: e.Node, Store: e.Store, Logger: nodetest.Discard(), Templates: []string{nodetest.Template},
-		Limits: limits, MaxLimits: sandbox.Limits{MemoryBytes: 1 << 30, CPUs: 2, DiskBytes: 2 << 30}, Internet: true,
+		Limits: limits, MaxLimits: node.Limits{MemoryBytes: 1 << 30, CPUs: 2, DiskBytes: 2 << 30}, Internet: true,
 		Quota: quota, Now: e.Clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestTemplateSnapshot(t *testing.T) {
 	}
 	// The sandbox booted for it preloaded modules, and is gone.
 	boot := e.Runtime.Creates()[0]
-	if !slices.Contains(boot.Env, "LIZARD_AGENT_PRELOAD=numpy,pandas,matplotlib.pyplot") || boot.Limits != limits {
+	if !slices.Contains(boot.Env, "LIZARD_AGENT_PRELOAD=numpy,pandas,matplotlib.pyplot") || boot.Limits != sandbox.Limits(limits) {
 		t.Errorf("template sandbox env %q limits %+v; want LIZARD_AGENT_PRELOAD and the default limits", boot.Env, boot.Limits)
 	}
 	nodetest.WaitFor(t, "the template sandbox to end", func() bool { return !e.Row(t, boot.ID).Live() })

@@ -33,7 +33,6 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
-	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -64,7 +63,7 @@ type plan struct {
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	OnTimeout string            `json:"onTimeout,omitempty"`
 	Envs      []string          `json:"envs,omitempty"`
-	Limits    limits            `json:"limits"`
+	Limits    node.Limits       `json:"limits"`
 	Internet  bool              `json:"internet"`
 	// Network is parsed again as it is decoded (netpolicy.Policy's
 	// UnmarshalJSON).
@@ -82,7 +81,7 @@ type plan struct {
 
 func toWire(p node.Plan) plan {
 	return plan{ProjectID: p.ProjectID, Role: p.Role, Template: p.Template, TimeoutMs: p.TimeoutMs, Metadata: p.Metadata,
-		OnTimeout: p.OnTimeout, Envs: p.Envs, Limits: limitsToWire(p.Limits), Internet: p.Internet, Image: p.Image,
+		OnTimeout: p.OnTimeout, Envs: p.Envs, Limits: p.Limits, Internet: p.Internet, Image: p.Image,
 		Token: p.Token, TokenExpires: p.KeyExpires, ParentID: p.ParentID, Volumes: volumesToWire(p.Volumes),
 		PublicPorts: p.PublicPorts, SnapshotID: p.SnapshotID, Network: wirePolicy(p.Network)}
 }
@@ -98,27 +97,9 @@ func wirePolicy(p *netpolicy.Policy) *netpolicy.Policy {
 
 func (w plan) plan() node.Plan {
 	return node.Plan{ProjectID: w.ProjectID, Role: w.Role, Template: w.Template, TimeoutMs: w.TimeoutMs, Metadata: w.Metadata,
-		OnTimeout: w.OnTimeout, Envs: w.Envs, Limits: w.Limits.limits(), Internet: w.Internet, Image: w.Image,
+		OnTimeout: w.OnTimeout, Envs: w.Envs, Limits: w.Limits, Internet: w.Internet, Image: w.Image,
 		ParentID: w.ParentID, Volumes: volumesFromWire(w.Volumes), PublicPorts: w.PublicPorts, KeyExpires: w.TokenExpires,
 		Token: w.Token, SnapshotID: w.SnapshotID, Network: w.Network}
-}
-
-// limits is sandbox.Limits on the wire.
-type limits struct {
-	MemoryBytes int64   `json:"memoryBytes,omitempty"`
-	CPUs        float64 `json:"cpus,omitempty"`
-	DiskBytes   int64   `json:"diskBytes,omitempty"`
-	Pids        int64   `json:"pids,omitempty"`
-	OpenFiles   int64   `json:"openFiles,omitempty"`
-	Processes   int64   `json:"processes,omitempty"`
-}
-
-func limitsToWire(l sandbox.Limits) limits {
-	return limits{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, DiskBytes: l.DiskBytes, Pids: l.Pids, OpenFiles: l.OpenFiles, Processes: l.Processes}
-}
-
-func (w limits) limits() sandbox.Limits {
-	return sandbox.Limits{MemoryBytes: w.MemoryBytes, CPUs: w.CPUs, DiskBytes: w.DiskBytes, Pids: w.Pids, OpenFiles: w.OpenFiles, Processes: w.Processes}
 }
 
 // volumeMount is store.VolumeMount on the wire.
@@ -172,7 +153,7 @@ type wireSandbox struct {
 
 // shape is store.Shape on the wire.
 type shape struct {
-	Limits      limits            `json:"limits"`
+	Limits      node.Limits       `json:"limits"`
 	Internet    bool              `json:"internet,omitempty"`
 	Token       bool              `json:"token,omitempty"`
 	Volumes     []volumeMount     `json:"volumes,omitempty"`
@@ -189,7 +170,7 @@ func sandboxToWire(sb store.Sandbox) wireSandbox {
 		Metadata: sb.Metadata, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, EndedAt: sb.EndedAt, EndReason: sb.EndReason,
 		Slot: sb.Slot, HostAddr: sb.HostAddr, GuestAddr: sb.GuestAddr, Role: sb.Role, ParentID: sb.ParentID, Node: sb.Node,
 		Durable: sb.Durable,
-		Shape: shape{Limits: limits{MemoryBytes: sh.MemoryBytes, CPUs: sh.CPUs, DiskBytes: sh.DiskBytes, Pids: sh.Pids,
+		Shape: shape{Limits: node.Limits{MemoryBytes: sh.MemoryBytes, CPUs: sh.CPUs, DiskBytes: sh.DiskBytes, Pids: sh.Pids,
 			OpenFiles: sh.OpenFiles, Processes: sh.Processes}, Internet: sh.Internet, Token: sh.Token,
 			Volumes: volumesToWire(sh.Volumes), PublicPorts: sh.PublicPorts, Network: wirePolicy(sh.Network), Recorded: sh.Recorded}}
 }
