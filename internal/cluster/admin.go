@@ -9,9 +9,9 @@ import (
 	"strings"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/cluster/secret"
 	"github.com/lizard-build/lizard/internal/errdefs"
-	"github.com/lizard-build/lizard/internal/node"
 )
 
 // AdminHandler serves the operators' node API of `lizard api`:
@@ -58,7 +58,7 @@ func (r *Router) AdminHandler() http.Handler {
 func (r *Router) answer(w http.ResponseWriter, req *http.Request, v any, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
-		status, code, msg := node.Classify(err)
+		status, code, msg := agentproxy.Classify(err)
 		if status >= 500 {
 			r.log.Error("node request failed", "method", req.Method, "path", req.URL.Path, "err", err)
 		}

@@ -10,13 +10,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lizard-build/lizard/internal/egress"
-	"github.com/lizard-build/lizard/internal/netpolicy"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/agentproxy"
+	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/cluster/remote"
@@ -550,10 +552,10 @@ func (r *Router) RemoveImage(ctx context.Context, image string) error {
 
 // Acquire implements node.Node: the call goes to the sandbox's node,
 // which resumes it if paused.
-func (r *Router) Acquire(ctx context.Context, id string) (node.Call, error) {
+func (r *Router) Acquire(ctx context.Context, id string) (agentproxy.Call, error) {
 	c, err := r.sandbox(ctx, id)
 	if err != nil {
-		return node.Call{}, err
+		return agentproxy.Call{}, err
 	}
 	return c.Acquire(ctx, id)
 }
@@ -647,10 +649,10 @@ func (r *Router) volumesNode(ctx context.Context, p node.Plan) (string, error) {
 
 // OpenPort implements node.Node: the request goes to the sandbox's node,
 // which dials the port.
-func (r *Router) OpenPort(ctx context.Context, id string, port int, resume bool) (node.Call, error) {
+func (r *Router) OpenPort(ctx context.Context, id string, port int, resume bool) (agentproxy.Call, error) {
 	c, err := r.sandbox(ctx, id)
 	if err != nil {
-		return node.Call{}, err
+		return agentproxy.Call{}, err
 	}
 	return c.OpenPort(ctx, id, port, resume)
 }

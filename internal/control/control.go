@@ -11,13 +11,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lizard-build/lizard/internal/netpolicy"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/agentproxy"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 
 	"golang.org/x/time/rate"
 
@@ -379,12 +381,12 @@ func (c *Control) Resume(ctx context.Context, projectID, id string, req api.Resu
 // Acquire starts one proxied call to projectID's sandbox id, resuming the
 // sandbox first if it is paused. Release the call when it has ended: a
 // pause waits for calls in flight.
-func (c *Control) Acquire(ctx context.Context, projectID, id string) (node.Call, error) {
+func (c *Control) Acquire(ctx context.Context, projectID, id string) (agentproxy.Call, error) {
 	o, ok := c.owned(projectID, id)
 	if !ok {
 		sb, err := c.lookup(ctx, projectID, id)
 		if err != nil {
-			return node.Call{}, err
+			return agentproxy.Call{}, err
 		}
 		o = owner{project: projectID, parent: sb.ParentID, bound: c.childBound(sb)}
 		c.own(id, o)
@@ -392,7 +394,7 @@ func (c *Control) Acquire(ctx context.Context, projectID, id string) (node.Call,
 	// A call would resume a paused child: not past its bound, as with
 	// Resume itself.
 	if err := c.pastBound(id, o.parent, o.bound); err != nil {
-		return node.Call{}, err
+		return agentproxy.Call{}, err
 	}
 	return c.node.Acquire(ctx, id)
 }

@@ -14,8 +14,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/errdefs"
-	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -50,32 +50,32 @@ func (c *Control) sandboxToken(prefix, purpose, id string) string {
 // connection to port. Without any credential a sandbox that is not
 // public, or does not exist, is ErrNoPortAccess alike: its existence is
 // not told to strangers.
-func (c *Control) OpenPort(ctx context.Context, a PortAccess, id string, port int) (node.Call, error) {
+func (c *Control) OpenPort(ctx context.Context, a PortAccess, id string, port int) (agentproxy.Call, error) {
 	sb, err := c.cfg.Store.GetSandbox(ctx, id)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return node.Call{}, err
+		return agentproxy.Call{}, err
 	}
 	found := err == nil && sb.Role == ""
 	// E2B's trafficAccessToken opens the ports as their own token does.
 	tokenOK := a.Token != "" && c.accessToken(id) != "" && hmac.Equal([]byte(a.Token), []byte(c.accessToken(id))) || c.IsTrafficToken(id, a.Token)
 	switch {
 	case a.ProjectID != "" && (!found || sb.ProjectID != a.ProjectID):
-		return node.Call{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found in project %s", id, a.ProjectID)}
+		return agentproxy.Call{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found in project %s", id, a.ProjectID)}
 	case a.ProjectID != "":
 	case !found && a.Token != "":
-		return node.Call{}, &errdefs.Error{Kind: ErrNoPortAccess, Msg: "the access token does not open this sandbox's ports: use the accessToken of the sandbox the URL names"}
+		return agentproxy.Call{}, &errdefs.Error{Kind: ErrNoPortAccess, Msg: "the access token does not open this sandbox's ports: use the accessToken of the sandbox the URL names"}
 	case !found:
-		return node.Call{}, noAccess(id)
+		return agentproxy.Call{}, noAccess(id)
 	case tokenOK, sb.Shape.PublicPorts:
 	case a.Token != "":
-		return node.Call{}, &errdefs.Error{Kind: ErrNoPortAccess, Msg: "the access token does not open this sandbox's ports: use the accessToken of the sandbox the URL names"}
+		return agentproxy.Call{}, &errdefs.Error{Kind: ErrNoPortAccess, Msg: "the access token does not open this sandbox's ports: use the accessToken of the sandbox the URL names"}
 	default:
-		return node.Call{}, noAccess(id)
+		return agentproxy.Call{}, noAccess(id)
 	}
 	// With PortsResume a request would resume a paused token child: not
 	// past its bound.
 	if err := c.pastBound(id, sb.ParentID, c.childBound(sb)); err != nil {
-		return node.Call{}, err
+		return agentproxy.Call{}, err
 	}
 	return c.node.OpenPort(ctx, id, port, c.cfg.PortsResume)
 }

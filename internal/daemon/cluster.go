@@ -216,7 +216,7 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	}
 	n, pool, rt := parts.node, parts.pool, parts.rt
 	// The API's agent calls, checked there, reach the agents through the
-	// internal API's node.AgentProxy, behind the secret.
+	// internal API's agentproxy.Proxy, behind the secret.
 	hcfg := remote.HandlerConfig{Node: n, Secret: c.cluster.secret, Logger: logger, Metrics: mx, DataDir: c.DataDir, Templates: parts.templates,
 		Peers: func(ctx context.Context, name string) (string, error) {
 			peer, err := shared.GetNode(ctx, name)

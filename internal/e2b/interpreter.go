@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/errdefs"
-	"github.com/lizard-build/lizard/internal/node"
 )
 
 // interpreter serves the code interpreter's routes; r's path is the
@@ -93,7 +93,7 @@ type executeRequest struct {
 
 // agentCall sends one request to the target sandbox's agent. The caller
 // releases the call once it is done with the response.
-func (h *Handler) agentCall(r *http.Request, method, path string, body any) (*http.Response, node.Call, error) {
+func (h *Handler) agentCall(r *http.Request, method, path string, body any) (*http.Response, agentproxy.Call, error) {
 	t, _ := Target(r.Context())
 	call, err := h.cfg.Control.Acquire(r.Context(), t.ProjectID, t.SandboxID)
 	if err != nil {
@@ -280,7 +280,7 @@ const stopWait = 2 * time.Second
 // SDKs then ask whether the sandbox still runs and raise their
 // TimeoutException ("the sandbox was killed while the request was in
 // progress") if not. A last line would be read as a normal end instead.
-func cut(call node.Call, wait time.Duration) {
+func cut(call agentproxy.Call, wait time.Duration) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {

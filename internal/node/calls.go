@@ -10,15 +10,17 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
-	"net/url"
 	"sync"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/fdbudget"
 	"github.com/lizard-build/lizard/internal/store"
@@ -27,26 +29,8 @@ import (
 // watchEvery is how often a sandbox with calls in flight is checked.
 const watchEvery = 250 * time.Millisecond
 
-// Call is one proxied call to a sandbox's agent.
-type Call struct {
-	URL *url.URL
-	// Ctx carries the call: it ends when the caller's does, or when the
-	// sandbox stops, with the stop as its cause (context.Cause), an
-	// *errdefs.Error of kind errdefs.ErrGone saying why.
-	Ctx context.Context
-	// Release ends the call; call it once the response is done.
-	Release func()
-	// Transport, when set, carries the call instead of the caller's own
-	// (a cluster's node, which reaches the sandbox on the caller's behalf).
-	Transport http.RoundTripper
-	// Outcome, when set (a call to the agent itself, not to another
-	// node), is told of a run that ended with a notable error
-	// (outcomeBody).
-	Outcome func(errorName, message string)
-}
-
 // inflight holds the calls in flight, per sandbox, each marked whether it
-// is a follower (Following).
+// is a follower (agentproxy.Following).
 type inflight struct {
 	mu    sync.Mutex
 	calls map[string]map[*context.CancelCauseFunc]bool
@@ -113,28 +97,6 @@ func (f *inflight) cancelFollowers(id string, cause error) {
 	}
 }
 
-// followingKey marks a follower's context (Following).
-type followingKey struct{}
-
-// Following marks a call, for Acquire, as one that follows a sandbox's
-// process or terminal (its output stream, its WebSocket, a wait for its
-// end): such a call may stay open for hours, so a pause does not wait for
-// it as it does for other calls, but ends it first, with the pause as its
-// cause (409: the client reattaches, which resumes the sandbox), as it
-// does connections to exposed ports. Until then it counts as a call in
-// flight: the sandbox's runtime is watched, and its end ends the call at
-// once. A context value rather than another Acquire: a cluster's API
-// forwards the call to the node unchanged, and the node's own proxy marks
-// it there.
-func Following(ctx context.Context) context.Context {
-	return context.WithValue(ctx, followingKey{}, true)
-}
-
-func following(ctx context.Context) bool {
-	b, _ := ctx.Value(followingKey{}).(bool)
-	return b
-}
-
 // cancelAll ends every call to sandbox id with cause.
 func (f *inflight) cancelAll(id string, cause error) {
 	f.mu.Lock()
@@ -168,19 +130,19 @@ func (n *Local) reachable(ctx context.Context, id string, resume bool, paused st
 }
 
 // Acquire implements Node.
-func (n *Local) Acquire(ctx context.Context, id string) (Call, error) {
+func (n *Local) Acquire(ctx context.Context, id string) (agentproxy.Call, error) {
 	unlock := n.locks.Lock(id)
 	defer unlock()
 	sb, err := n.reachable(ctx, id, true, "")
 	if err != nil {
-		return Call{}, err
+		return agentproxy.Call{}, err
 	}
 	held, err := n.cfg.Descriptors.Take(sb.ProjectID, fdbudget.Call)
 	if err != nil {
-		return Call{}, err
+		return agentproxy.Call{}, err
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
-	if first := n.calls.add(id, &cancel, following(ctx)); first {
+	if first := n.calls.add(id, &cancel, agentproxy.Follows(ctx)); first {
 		go n.watch(id)
 	}
 	var once sync.Once
@@ -194,7 +156,7 @@ func (n *Local) Acquire(ctx context.Context, id string) (Call, error) {
 	outcome := func(name, msg string) {
 		n.emit(Event{Kind: CallFailed, SandboxID: id, ErrorName: name, Reason: msg})
 	}
-	return Call{URL: agentclient.URL(id), Ctx: cctx, Release: release, Outcome: outcome}, nil
+	return agentproxy.Call{URL: agentclient.URL(id), Ctx: cctx, Release: release, Outcome: outcome}, nil
 }
 
 // watch checks sandbox id's runtime while it has calls in flight, and
@@ -245,4 +207,65 @@ func stopReason(id, state, reason string) error {
 		how += " (" + reason + ")"
 	}
 	return &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("sandbox %s %s during the call; create a new sandbox", id, how)}
+}
+
+// NewAgentProxy is the proxy of calls to n's sandboxes whose callers have
+// been checked: the node's internal API serves the API's with it.
+func NewAgentProxy(n Node, log *slog.Logger) *agentproxy.Proxy {
+	p := &agentproxy.Proxy{Acquire: n.Acquire, Transport: n.Transport(), Log: log,
+		Fail: func(w http.ResponseWriter, r *http.Request, err error) {
+			status, code, msg := agentproxy.Classify(err)
+			if status >= 500 {
+				log.Error("agent call failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			json.NewEncoder(w).Encode(api.Error{Code: code, Message: msg})
+		},
+		Unanswered: func(context.Context, string) error { return errAgentUnanswered },
+	}
+	if l, ok := n.(*Local); ok {
+		p.Unanswered = l.unanswered
+	}
+	return p
+}
+
+var errAgentUnanswered = &errdefs.Error{Kind: errdefs.ErrBadGateway,
+	Msg: "the sandbox's agent did not answer; retry shortly, and if it persists kill the sandbox and create a new one"}
+
+// agentGoneWait bounds how long unanswered waits for an ending sandbox's
+// state to be recorded.
+const agentGoneWait = 2 * time.Second
+
+// unanswered is the error for a proxied call whose agent did not answer
+// or broke off before its response began. When the sandbox has ended or
+// stopped running meanwhile (killed, expired, failed, paused), that is the
+// answer — 410 naming how it ended, or 409 — not a 502 that tells the
+// client to retry: a sandbox whose timeout passed counts as expired, and
+// one being torn down is given agentGoneWait for its end to be recorded.
+// Only an agent that fails in a sandbox still running is a 502.
+func (n *Local) unanswered(ctx context.Context, id string) error {
+	deadline := time.Now().Add(agentGoneWait)
+	for {
+		sb, err := n.get(ctx, id)
+		if err == nil {
+			err = sb.Check(store.WantRunning)
+		}
+		if err != nil {
+			return err
+		}
+		if !time.Now().Before(deadline) {
+			if sb.ExpiresAt != nil && !time.Now().Before(*sb.ExpiresAt) {
+				return &errdefs.Error{Kind: errdefs.ErrGone,
+					Msg: "sandbox " + id + " expired during the call (its timeout passed; extend it with setTimeout next time); create a new sandbox"}
+			}
+			return &errdefs.Error{Kind: errdefs.ErrBadGateway,
+				Msg: "sandbox " + id + "'s agent did not answer; retry shortly, and if it persists kill the sandbox and create a new one"}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/fdbudget"
@@ -68,7 +69,7 @@ type Node interface {
 	// Acquire starts one proxied call to sandbox id's agent, resuming the
 	// sandbox first if it is paused. The call's context ends when the
 	// sandbox stops, with why as its cause.
-	Acquire(ctx context.Context, id string) (Call, error)
+	Acquire(ctx context.Context, id string) (agentproxy.Call, error)
 	// Transport carries proxied calls to agents.
 	Transport() http.RoundTripper
 	// Subscribe calls fn with every lifecycle event from now on.
@@ -81,7 +82,7 @@ type Node interface {
 	// exposed port): its URL is the port's, dialled directly, and its
 	// context ends when the sandbox stops or is paused. A paused sandbox
 	// is resumed first with resume, else refused (ErrConflict).
-	OpenPort(ctx context.Context, id string, port int, resume bool) (Call, error)
+	OpenPort(ctx context.Context, id string, port int, resume bool) (agentproxy.Call, error)
 	// Metrics returns sandbox id's usage samples of the last minutes,
 	// oldest first (none while it is not running).
 	Metrics(ctx context.Context, id string) ([]api.SandboxMetric, error)

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/fdbudget"
 )
@@ -27,22 +28,22 @@ import (
 const MaxPortHeaderBytes = 256 << 10
 
 // OpenPort implements Node.
-func (n *Local) OpenPort(ctx context.Context, id string, port int, resume bool) (Call, error) {
+func (n *Local) OpenPort(ctx context.Context, id string, port int, resume bool) (agentproxy.Call, error) {
 	if port < 1 || port > 65535 {
-		return Call{}, errdefs.Invalidf("port %d is out of range: want 1 to 65535", port)
+		return agentproxy.Call{}, errdefs.Invalidf("port %d is out of range: want 1 to 65535", port)
 	}
 	if port == api.AgentPort {
-		return Call{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("port %d is the Lizard agent's, internal to Lizard and never exposed; serve your program on another port", port)}
+		return agentproxy.Call{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("port %d is the Lizard agent's, internal to Lizard and never exposed; serve your program on another port", port)}
 	}
 	unlock := n.locks.Lock(id)
 	defer unlock()
 	sb, err := n.reachable(ctx, id, resume, fmt.Sprintf("sandbox %s is paused: resume it (POST /v1/sandboxes/%s/resume) to reach its ports", id, id))
 	if err != nil {
-		return Call{}, err
+		return agentproxy.Call{}, err
 	}
 	held, err := n.cfg.Descriptors.Take(sb.ProjectID, fdbudget.Port)
 	if err != nil {
-		return Call{}, err
+		return agentproxy.Call{}, err
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	n.ports.add(id, &cancel, false)
@@ -55,5 +56,5 @@ func (n *Local) OpenPort(ctx context.Context, id string, port int, resume bool) 
 		})
 	}
 	u := &url.URL{Scheme: "http", Host: net.JoinHostPort(sb.GuestAddr, strconv.Itoa(port))}
-	return Call{URL: u, Ctx: cctx, Release: release}, nil
+	return agentproxy.Call{URL: u, Ctx: cctx, Release: release}, nil
 }

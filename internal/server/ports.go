@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/e2b"
@@ -236,7 +237,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if cause := node.StopCause(call.Ctx); cause != nil {
+			if cause := agentproxy.StopCause(call.Ctx); cause != nil {
 				s.fail(w, r, cause)
 				return
 			}

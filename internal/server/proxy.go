@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/errdefs"
-	"github.com/lizard-build/lizard/internal/node"
 )
 
 // proxy passes /v1/sandboxes/{id}/<agent path> to the sandbox's agent as
@@ -17,13 +17,13 @@ import (
 // own the sandbox (the control plane's Acquire), an upload is bound by
 // --max-file-mb, and a WebSocket offered the key as a subprotocol is
 // answered with SocketProtocol. The call itself — streaming, abort events,
-// a WebSocket's closing frame, the sandbox's end — is node.AgentProxy's,
+// a WebSocket's closing frame, the sandbox's end — is agentproxy.Proxy's,
 // which in a cluster forwards it to the node's internal API, whose own
-// node.AgentProxy reaches the agent without checking the caller again.
+// agentproxy.Proxy reaches the agent without checking the caller again.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	p := &node.AgentProxy{
-		Acquire: func(ctx context.Context, id string) (node.Call, error) {
+	p := &agentproxy.Proxy{
+		Acquire: func(ctx context.Context, id string) (agentproxy.Call, error) {
 			return s.c.Acquire(ctx, project, id)
 		},
 		Transport: s.c.Transport(),

@@ -6,13 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/lizard-build/lizard/internal/egress"
-	"github.com/lizard-build/lizard/internal/netpolicy"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/agentproxy"
+	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
@@ -201,13 +203,13 @@ func (c *Client) RemoveImage(ctx context.Context, image string) error {
 // acquires it there (resuming a paused sandbox) and proxies it to the
 // agent. The call's context ends, with an ErrUnavailable cause, if the
 // node stops answering in the middle of it (Transport).
-func (c *Client) Acquire(ctx context.Context, id string) (node.Call, error) {
+func (c *Client) Acquire(ctx context.Context, id string) (agentproxy.Call, error) {
 	msg := fmt.Sprintf("sandbox %s's node %s stopped answering during the call (its process or machine went down?); "+
 		"if it is not back within its lease the sandbox is reported failed (node lost); retry shortly, or create a new sandbox", id, c.name)
 	cctx, release := c.forwarded(ctx, msg, false)
 	u := *c.base
 	u.Path = "/v1/sandboxes/" + id
-	return node.Call{URL: &u, Ctx: cctx, Release: release}, nil
+	return agentproxy.Call{URL: &u, Ctx: cctx, Release: release}, nil
 }
 
 // forwarded is the context of a call forwarded to the node: it ends with

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/errdefs"
-	"github.com/lizard-build/lizard/internal/node"
 )
 
 // agentNode is a node whose one sandbox's agent is agent: its Acquire
@@ -28,7 +28,7 @@ func agentNode(t *testing.T, agent http.Handler) (fn *fakeNode, callers chan aut
 	t.Cleanup(srv.Close)
 	u, _ := url.Parse(srv.URL)
 	callers, end = make(chan auth.Caller, 10), make(chan error, 1)
-	fn = &fakeNode{acquire: func(ctx context.Context, id string) (node.Call, error) {
+	fn = &fakeNode{acquire: func(ctx context.Context, id string) (agentproxy.Call, error) {
 		c, _ := auth.CallerOf(ctx)
 		callers <- c
 		cctx, cancel := context.WithCancelCause(ctx)
@@ -39,7 +39,7 @@ func agentNode(t *testing.T, agent http.Handler) (fn *fakeNode, callers chan aut
 			case <-cctx.Done():
 			}
 		}()
-		return node.Call{URL: u, Ctx: cctx, Release: func() { cancel(nil) }}, nil
+		return agentproxy.Call{URL: u, Ctx: cctx, Release: func() { cancel(nil) }}, nil
 	}}
 	return fn, callers, end
 }
@@ -73,7 +73,7 @@ func TestForwardedCall(t *testing.T) {
 		}
 	}))
 	s := serve(t, fn)
-	stream := func(t *testing.T) (node.Call, *bufio.Reader, chan string) {
+	stream := func(t *testing.T) (agentproxy.Call, *bufio.Reader, chan string) {
 		t.Helper()
 		ctx := auth.WithCaller(context.Background(), auth.Caller{ProjectID: "p1", KeyID: "k1", SandboxID: "parent"})
 		call, err := s.client.Acquire(ctx, "sb-1")
@@ -183,15 +183,15 @@ func TestPorts(t *testing.T) {
 
 	var opened []string
 	released := make(chan struct{}, 10)
-	fn := &fakeNode{openPort: func(ctx context.Context, id string, p int, resume bool) (node.Call, error) {
+	fn := &fakeNode{openPort: func(ctx context.Context, id string, p int, resume bool) (agentproxy.Call, error) {
 		opened = append(opened, fmt.Sprintf("%s:%d resume=%v", id, p, resume))
 		switch id {
 		case "paused":
-			return node.Call{}, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: "sandbox paused is paused"}
+			return agentproxy.Call{}, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: "sandbox paused is paused"}
 		case "deaf":
-			return node.Call{URL: refusedURL, Ctx: ctx, Release: func() { released <- struct{}{} }}, nil
+			return agentproxy.Call{URL: refusedURL, Ctx: ctx, Release: func() { released <- struct{}{} }}, nil
 		}
-		return node.Call{URL: portURL, Ctx: ctx, Release: func() { released <- struct{}{} }}, nil
+		return agentproxy.Call{URL: portURL, Ctx: ctx, Release: func() { released <- struct{}{} }}, nil
 	}}
 	s := serve(t, fn)
 

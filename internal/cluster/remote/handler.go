@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/cluster/secret"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -43,7 +44,7 @@ type HandlerConfig struct {
 
 // Handler returns the node's HTTP handler: GET /v1/health (no secret, for
 // probes), the internal node API, and the forwarded agent paths, which
-// node.AgentProxy passes to the agents: the API has checked the caller
+// agentproxy.Proxy passes to the agents: the API has checked the caller
 // and that its project owns the sandbox, once; the node does not again.
 func Handler(cfg HandlerConfig) http.Handler {
 	h := &handler{cfg: cfg, log: cfg.Logger}
@@ -148,8 +149,8 @@ func (h *handler) fork(w http.ResponseWriter, r *http.Request) {
 // acquireOrPass acquires a call on this node, or, for a sandbox that
 // moved to another node while the call waited for it, on that node,
 // through its internal API: the caller sees a stall, not an error.
-func (h *handler) acquireOrPass(tr *Transport) func(ctx context.Context, id string) (node.Call, error) {
-	return func(ctx context.Context, id string) (node.Call, error) {
+func (h *handler) acquireOrPass(tr *Transport) func(ctx context.Context, id string) (agentproxy.Call, error) {
+	return func(ctx context.Context, id string) (agentproxy.Call, error) {
 		call, err := h.cfg.Node.Acquire(ctx, id)
 		var moved *node.MovedTo
 		if !errors.As(err, &moved) {

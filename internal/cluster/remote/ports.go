@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 )
@@ -36,7 +37,7 @@ var portTransport = &http.Transport{DisableKeepAlives: true, TLSHandshakeTimeout
 // OpenPort implements node.Node: the call is forwarded to the node, which
 // opens the port there (resuming a paused sandbox if resume) and proxies
 // to it.
-func (c *Client) OpenPort(ctx context.Context, id string, port int, resume bool) (node.Call, error) {
+func (c *Client) OpenPort(ctx context.Context, id string, port int, resume bool) (agentproxy.Call, error) {
 	mode := "no-resume"
 	if resume {
 		mode = "resume"
@@ -45,7 +46,7 @@ func (c *Client) OpenPort(ctx context.Context, id string, port int, resume bool)
 	cctx, release := c.forwarded(ctx, msg, true)
 	u := *c.base
 	u.Path = fmt.Sprintf("/internal/v1/sandboxes/%s/ports/%d/%s", url.PathEscape(id), port, mode)
-	return node.Call{URL: &u, Ctx: cctx, Release: release, Transport: c.tr}, nil
+	return agentproxy.Call{URL: &u, Ctx: cctx, Release: release, Transport: c.tr}, nil
 }
 
 func (h *handler) port(w http.ResponseWriter, r *http.Request) {

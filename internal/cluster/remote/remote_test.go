@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lizard-build/lizard/internal/egress"
-	"github.com/lizard-build/lizard/internal/netpolicy"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +12,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/agentproxy"
+	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
@@ -37,8 +39,8 @@ type fakeNode struct {
 	removeImage  func(ctx context.Context, image string) error
 	makeVolume   func(ctx context.Context, id string, size int64) error
 	removeVolume func(ctx context.Context, id string) error
-	openPort     func(ctx context.Context, id string, port int, resume bool) (node.Call, error)
-	acquire      func(ctx context.Context, id string) (node.Call, error)
+	openPort     func(ctx context.Context, id string, port int, resume bool) (agentproxy.Call, error)
+	acquire      func(ctx context.Context, id string) (agentproxy.Call, error)
 	metrics      func(ctx context.Context, id string) ([]api.SandboxMetric, error)
 	network      func(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (store.Sandbox, error)
 	networkLog   func(ctx context.Context, id string) ([]egress.Decision, error)
@@ -132,9 +134,9 @@ func (f *fakeNode) RemoveVolume(ctx context.Context, id string) error {
 	return f.removeVolume(ctx, id)
 }
 
-func (f *fakeNode) OpenPort(ctx context.Context, id string, port int, resume bool) (node.Call, error) {
+func (f *fakeNode) OpenPort(ctx context.Context, id string, port int, resume bool) (agentproxy.Call, error) {
 	if f.openPort == nil {
-		return node.Call{}, errUnexpected
+		return agentproxy.Call{}, errUnexpected
 	}
 	return f.openPort(ctx, id, port, resume)
 }
@@ -146,9 +148,9 @@ func (f *fakeNode) Metrics(ctx context.Context, id string) ([]api.SandboxMetric,
 	return f.metrics(ctx, id)
 }
 
-func (f *fakeNode) Acquire(ctx context.Context, id string) (node.Call, error) {
+func (f *fakeNode) Acquire(ctx context.Context, id string) (agentproxy.Call, error) {
 	if f.acquire == nil {
-		return node.Call{}, errUnexpected
+		return agentproxy.Call{}, errUnexpected
 	}
 	return f.acquire(ctx, id)
 }

@@ -24,10 +24,10 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/e2b/envd/proto/filesystem/filesystemconnect"
 	"github.com/lizard-build/lizard/internal/e2b/envd/proto/process/processconnect"
 	"github.com/lizard-build/lizard/internal/errdefs"
-	"github.com/lizard-build/lizard/internal/node"
 )
 
 // Version is the envd version Lizard's envd speaks as: the E2B router
@@ -39,7 +39,7 @@ const Version = "0.5.7"
 
 // Sandboxes starts calls to sandboxes' agents: control.Control.
 type Sandboxes interface {
-	Acquire(ctx context.Context, projectID, id string) (node.Call, error)
+	Acquire(ctx context.Context, projectID, id string) (agentproxy.Call, error)
 	Transport() http.RoundTripper
 	// Get tells a followed stream whose output failed whether its sandbox
 	// has ended: in a cluster, a kill through another lizard api does not
@@ -61,7 +61,7 @@ type Config struct {
 }
 
 // session is one call to a sandbox's agent: Ctx ends when the caller goes
-// away or the sandbox stops (node.Call), release ends the call.
+// away or the sandbox stops (agentproxy.Call), release ends the call.
 type session struct {
 	sandbox string
 	project string
@@ -213,8 +213,8 @@ func (s *session) stopped() error {
 
 // following marks ctx as that of a call that follows a process or
 // watches a directory and may stay open for hours: a pause ends it rather
-// than waiting for it (node.Following), as on the native API.
-func following(ctx context.Context) context.Context { return node.Following(ctx) }
+// than waiting for it (agentproxy.Following), as on the native API.
+func following(ctx context.Context) context.Context { return agentproxy.Following(ctx) }
 
 // rpcError maps an error onto the Connect code E2B's SDKs map to their
 // exceptions (e2b/envd/rpc.py).

@@ -186,7 +186,7 @@ func newEnv(t *testing.T) *env {
 		if e.openErr != nil {
 			return nil, sandboxError("sb1", e.openErr)
 		}
-		// As node.Call's: it ends with the caller's or the sandbox's.
+		// As agentproxy.Call's: it ends with the caller's or the sandbox's.
 		ctx, cancel := context.WithCancelCause(ctx)
 		stopWatch := context.AfterFunc(sandboxCtx, func() { cancel(context.Cause(sandboxCtx)) })
 		return &session{sandbox: "sb1", project: "p1", agent: e.agent, ctx: ctx, release: func() { stopWatch(); cancel(nil) }, ended: e.ended}, nil
@@ -363,7 +363,7 @@ func TestStreamEndsWhenSandboxStops(t *testing.T) {
 		msg     string
 	}{
 		{"killed", &errdefs.Error{Kind: errdefs.ErrGone, Msg: "sandbox sb1 was killed"}, true, connect.CodeUnavailable, "sandbox sb1 was not found: sandbox sb1 was killed"},
-		// A pause ends the streams that follow (node.Following): the SDKs'
+		// A pause ends the streams that follow (agentproxy.Following): the SDKs'
 		// TimeoutException, naming the pause.
 		{"paused", &errdefs.Error{Kind: errdefs.ErrConflict, Msg: "sandbox sb1 was paused during the call; retry it"}, false, connect.CodeCanceled, "was paused"},
 	} {

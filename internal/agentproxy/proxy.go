@@ -1,12 +1,13 @@
-package node
-
-// The agent-call proxy: one call to /v1/sandboxes/{id}/<agent path> passed
-// on to that path of the sandbox's agent, by whoever reaches the agent
+// Package agentproxy is the one way to a sandbox's agent: a call to
+// /v1/sandboxes/{id}/<agent path> passed on to that path of the sandbox's agent, by whoever reaches the agent
 // next — the public API's server on one machine, the API towards the
 // sandbox's node and the node's internal API towards the agent in a
 // cluster. The public concerns (the caller's key, its project owning the
 // sandbox, which paths are public, the socket key) are the server's, done
-// once before the call gets here.
+// once before the call gets here. The E2B surface's interpreter and envd
+// reach the agent through it too (Transport), so a call's outcome, its
+// span and its end are the same whichever surface made it.
+package agentproxy
 
 import (
 	"bytes"
@@ -23,11 +24,10 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
-	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/trace"
 )
 
-// AgentProxy passes calls to sandboxes' agents. Bodies stream both ways
+// Proxy passes calls to sandboxes' agents. Bodies stream both ways
 // unbuffered: uploads are not bound by a JSON limit, and NDJSON events
 // reach the client as the agent writes them.
 //
@@ -38,7 +38,7 @@ import (
 // gets one last "abort" event carrying it, so that SDKs raise the same
 // typed error either way; a WebSocket (a process's, /processes/{pid}/ws)
 // gets a close frame carrying it (closingSocket).
-type AgentProxy struct {
+type Proxy struct {
 	// Acquire starts the call, resuming a paused sandbox and holding off
 	// a pause until the call has ended: a Node's, or the control plane's,
 	// which checks the caller's project first.
@@ -60,30 +60,6 @@ type AgentProxy struct {
 	Log        *slog.Logger
 }
 
-// NewAgentProxy is the proxy of calls to n's sandboxes whose callers have
-// been checked: the node's internal API serves the API's with it.
-func NewAgentProxy(n Node, log *slog.Logger) *AgentProxy {
-	p := &AgentProxy{Acquire: n.Acquire, Transport: n.Transport(), Log: log,
-		Fail: func(w http.ResponseWriter, r *http.Request, err error) {
-			status, code, msg := Classify(err)
-			if status >= 500 {
-				log.Error("agent call failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
-			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(status)
-			json.NewEncoder(w).Encode(api.Error{Code: code, Message: msg})
-		},
-		Unanswered: func(context.Context, string) error { return errAgentUnanswered },
-	}
-	if l, ok := n.(*Local); ok {
-		p.Unanswered = l.unanswered
-	}
-	return p
-}
-
-var errAgentUnanswered = &errdefs.Error{Kind: errdefs.ErrBadGateway,
-	Msg: "the sandbox's agent did not answer; retry shortly, and if it persists kill the sandbox and create a new one"}
-
 // Classify maps an error to its one status, code and client message, by
 // the one table (errdefs.Kinds). Only messages written for the client
 // (errdefs.Error) reach it; every other cause stays in the log.
@@ -97,7 +73,7 @@ const prefixPattern = "/v1/sandboxes/{id}"
 
 // ServeHTTP passes r, a call to /v1/sandboxes/{id}/<agent path>, on to
 // <agent path> of sandbox id's agent.
-func (p *AgentProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	prefix := "/v1/sandboxes/" + id
 	// A file upload's bound streams: it counts bytes, it does not hold
@@ -220,68 +196,6 @@ func follows(r *http.Request) bool {
 	return strings.HasSuffix(p, "/processes/{pid}/output") || strings.HasSuffix(p, "/processes/{pid}/ws") ||
 		strings.HasSuffix(p, "/files/watch") ||
 		(strings.HasSuffix(p, "/processes/{pid}") && r.URL.Query().Get("wait") == "1")
-}
-
-// StopCause is why a call's context ended if its sandbox stopped, or nil.
-func StopCause(ctx context.Context) error {
-	var e *errdefs.Error
-	if cause := context.Cause(ctx); ctx.Err() != nil && errors.As(cause, &e) {
-		return cause
-	}
-	return nil
-}
-
-// agentGoneWait bounds how long unanswered waits for an ending sandbox's
-// state to be recorded.
-const agentGoneWait = 2 * time.Second
-
-// unanswered is the error for a proxied call whose agent did not answer
-// or broke off before its response began. When the sandbox has ended or
-// stopped running meanwhile (killed, expired, failed, paused), that is the
-// answer — 410 naming how it ended, or 409 — not a 502 that tells the
-// client to retry: a sandbox whose timeout passed counts as expired, and
-// one being torn down is given agentGoneWait for its end to be recorded.
-// Only an agent that fails in a sandbox still running is a 502.
-func (n *Local) unanswered(ctx context.Context, id string) error {
-	deadline := time.Now().Add(agentGoneWait)
-	for {
-		sb, err := n.get(ctx, id)
-		if err == nil {
-			err = sb.Check(store.WantRunning)
-		}
-		if err != nil {
-			return err
-		}
-		if !time.Now().Before(deadline) {
-			if sb.ExpiresAt != nil && !time.Now().Before(*sb.ExpiresAt) {
-				return &errdefs.Error{Kind: errdefs.ErrGone,
-					Msg: "sandbox " + id + " expired during the call (its timeout passed; extend it with setTimeout next time); create a new sandbox"}
-			}
-			return &errdefs.Error{Kind: errdefs.ErrBadGateway,
-				Msg: "sandbox " + id + "'s agent did not answer; retry shortly, and if it persists kill the sandbox and create a new one"}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// stopWait bounds how long a stream whose agent connection broke waits
-// to learn whether its sandbox has died.
-const stopWait = 2 * time.Second
-
-// waitStopCause waits up to d for ctx to end, and returns why if its
-// sandbox stopped.
-func waitStopCause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	return StopCause(ctx)
 }
 
 // abortingBody ends an NDJSON stream cut by its sandbox's end with one
