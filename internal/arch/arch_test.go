@@ -93,7 +93,7 @@ var floors = []struct {
 		"internal/sandbox/sandboxtest", "internal/sandbox/hostproc",
 		"internal/egress", "internal/secrets/inject", "internal/netns",
 		"internal/imagestore", "internal/imagestore/disk", "internal/imagestore/s3",
-		"internal/agentclient", "internal/fdbudget",
+		"internal/agentclient", "internal/agentproxy", "internal/fdbudget",
 	}},
 	{"records: the store and what is kept in it", []string{
 		"internal/store", "internal/store/pgtest", "internal/auth", "internal/secrets",
