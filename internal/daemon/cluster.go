@@ -86,10 +86,7 @@ type nodeConfig struct {
 func parseNode(e cli.Env, args []string) (*nodeConfig, error) {
 	fs := cli.NewFlags(e, "node")
 	c := &nodeConfig{}
-	c.serveConfig.register(fs)
-	c.secrets.register(fs, "node")
-	fs.Lookup("listen").DefValue = "127.0.0.1:8081"
-	fs.Set("listen", "127.0.0.1:8081")
+	c.serveConfig.register(fs, roleNode)
 	c.cluster.register(fs)
 	host, _ := os.Hostname()
 	fs.StringVar(&c.Name, "name", cmpOr(os.Getenv("LIZARD_NODE_NAME"), host), "the node's name in the cluster, unique and stable across restarts (default: env LIZARD_NODE_NAME, else the host name)")
@@ -270,45 +267,19 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 
 // apiConfig is what `lizard api` is told.
 type apiConfig struct {
-	Listen          string
-	MetricsListen   string
-	LogLevel        string
-	DefaultTimeout  time.Duration
-	MaxTimeout      time.Duration
-	MaxChildTimeout time.Duration
-	Choices         int
-	// PortsDomain and PortsResume: exposed ports, as `lizard serve`'s
-	// (docs/ports.md).
-	PortsDomain string
-	PortsResume bool
-	MaxVolumeMb int64
-	// BuildsPerHour bounds each project's custom template builds, which
-	// nodes make.
-	BuildsPerHour float64
-	cluster       clusterFlags
-	policy        policyFlags
-	secrets       secretsFlags
-	events        eventFlags
-	level         slog.Level
+	sharedFlags
+	// Choices is how many nodes a placement samples.
+	Choices int
+	cluster clusterFlags
+	events  eventFlags
 }
 
 func parseAPI(e cli.Env, args []string) (*apiConfig, error) {
 	fs := cli.NewFlags(e, "api")
 	c := &apiConfig{}
-	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "address to serve the public API on")
-	fs.StringVar(&c.MetricsListen, "metrics-listen", "127.0.0.1:9464", "address to serve Prometheus metrics on at /metrics; \"\" turns them off")
-	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
-	fs.DurationVar(&c.DefaultTimeout, "default-timeout", 5*time.Minute, "life of a sandbox whose create names no timeout")
-	fs.DurationVar(&c.MaxTimeout, "max-timeout", 24*time.Hour, "longest timeout a create or setTimeout may ask for")
-	fs.DurationVar(&c.MaxChildTimeout, "max-child-timeout", time.Hour, "longest life of a sandbox created with another sandbox's lizardToken")
+	c.sharedFlags.register(fs, roleAPI)
 	fs.IntVar(&c.Choices, "placement-choices", 2, "live nodes sampled per create; the one with the most free capacity gets it")
-	fs.StringVar(&c.PortsDomain, "ports-domain", "", "wildcard domain whose hosts <port>-<sandboxId>.<domain> reach sandboxes' exposed ports, each its own origin (point *.<domain> at the api processes; make it a registrable domain apart from the API's, docs/ports.md); \"\": path-based URLs only, where pages run in an opaque origin")
-	fs.BoolVar(&c.PortsResume, "ports-resume", false, "resume a paused sandbox when one of its exposed ports is reached, instead of answering 409")
-	fs.Int64Var(&c.MaxVolumeMb, "max-volume-mb", 10240, "largest persistent volume a project may create (sizeMb), MiB; each lives on one node's disk")
-	fs.Float64Var(&c.BuildsPerHour, "template-builds-per-hour", 20, "custom template builds per hour per project, not counting builds found in the cache (0: no bound); a node placement picks builds each, which needs --image-store on every node of a cluster of several")
 	c.cluster.register(fs)
-	c.policy.register(fs)
-	c.secrets.register(fs, "api")
 	c.events.register(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
@@ -323,34 +294,13 @@ func (c *apiConfig) validate() error {
 	if err := c.cluster.validate(); err != nil {
 		return err
 	}
-	if c.DefaultTimeout <= 0 || c.MaxTimeout <= 0 || c.DefaultTimeout > c.MaxTimeout {
-		return cli.Usagef("--default-timeout %s and --max-timeout %s: want 0 < default <= max", c.DefaultTimeout, c.MaxTimeout)
-	}
-	if d := c.PortsDomain; d != "" && (strings.ContainsAny(d, "/:* ") || strings.HasPrefix(d, ".") || strings.HasSuffix(d, ".")) {
-		return cli.Usagef("--ports-domain %q: want a domain such as sandboxes.example.com, without scheme, port or '*'", d)
-	}
-	if c.MaxVolumeMb < 16 {
-		return cli.Usagef("--max-volume-mb %d: want at least 16", c.MaxVolumeMb)
-	}
-	if c.BuildsPerHour < 0 {
-		return cli.Usagef("--template-builds-per-hour cannot be negative")
-	}
 	if c.Choices < 1 {
 		return cli.Usagef("--placement-choices %d: want at least 1", c.Choices)
 	}
-	if err := c.policy.validate(); err != nil {
+	if err := c.sharedFlags.validate(); err != nil {
 		return err
 	}
-	if err := c.events.validate(); err != nil {
-		return err
-	}
-	if err := c.level.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return cli.Usagef("--log-level %q: want debug, info, warn or error", c.LogLevel)
-	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return cli.Usagef("--listen %q: want HOST:PORT, such as 127.0.0.1:8080", c.Listen)
-	}
-	return nil
+	return c.events.validate()
 }
 
 func runAPI(ctx context.Context, e cli.Env, args []string) error {

@@ -9,6 +9,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/netpolicy"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -22,6 +23,99 @@ import (
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/sandbox/qemu"
 )
+
+// sharedFlags are the flags `lizard serve`, `lizard api` and `lizard node`
+// all take, each declared once here — name, default, help and check — so a
+// flag cannot mean one thing on one machine and another in a cluster. Each
+// command adds its own beside them: serve and node the machine's
+// (serveConfig), api and node the cluster's (clusterFlags), serve and api
+// the events' (eventFlags). `lizard node` takes the control plane's flags
+// too, without using them, so that one set of flags (the Helm chart's
+// shared ones) starts either role.
+type sharedFlags struct {
+	Listen        string
+	MetricsListen string // Prometheus /metrics listener; "": none
+	LogLevel      string
+	// DefaultTimeout and MaxTimeout bound a sandbox's life;
+	// MaxChildTimeout bounds sandboxes made with a sandbox's lizardToken.
+	DefaultTimeout  time.Duration
+	MaxTimeout      time.Duration
+	MaxChildTimeout time.Duration
+	// PortsDomain serves exposed ports at <port>-<id>.<domain>;
+	// PortsResume resumes a paused sandbox when its port is reached
+	// (docs/ports.md).
+	PortsDomain string
+	PortsResume bool
+	// MaxVolumeMb bounds a persistent volume's size (docs/volumes.md).
+	MaxVolumeMb int64
+	// BuildsPerHour bounds each project's custom template builds.
+	BuildsPerHour float64
+	// policy is untrusted code's limits and network (policyFlags).
+	policy policyFlags
+	// secrets is where the secrets key is (secrets.go).
+	secrets secretsFlags
+
+	level slog.Level
+}
+
+// The roles, as register tells them apart where a flag's default or a note
+// of its help is one role's.
+const (
+	roleServe = "serve"
+	roleAPI   = "api"
+	roleNode  = "node"
+)
+
+func (f *sharedFlags) register(fs *flag.FlagSet, role string) {
+	listen, listenHelp := "127.0.0.1:8080", "address to serve the API on"
+	portsAt, volumes, builds := "this listener", "volumes are sparse files under DATA/volumes", ""
+	switch role {
+	case roleAPI:
+		listenHelp = "address to serve the public API on"
+		portsAt, volumes = "the api processes", "each lives on one node's disk"
+		builds = "; a node placement picks builds each, which needs --image-store on every node of a cluster of several"
+	case roleNode:
+		listen = "127.0.0.1:8081" // beside an api process on 8080
+	}
+	fs.StringVar(&f.Listen, "listen", listen, listenHelp)
+	fs.StringVar(&f.MetricsListen, "metrics-listen", "127.0.0.1:9464", "address to serve Prometheus metrics on at /metrics (docs/metrics.md); \"\" turns them off")
+	fs.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&f.DefaultTimeout, "default-timeout", 5*time.Minute, "life of a sandbox whose create names no timeout")
+	fs.DurationVar(&f.MaxTimeout, "max-timeout", 24*time.Hour, "longest timeout a create or setTimeout may ask for (0, never expire, is always allowed)")
+	fs.DurationVar(&f.MaxChildTimeout, "max-child-timeout", time.Hour, "longest life of a sandbox created with another sandbox's lizardToken (it must expire; forks and creates from snapshots alike)")
+	fs.StringVar(&f.PortsDomain, "ports-domain", "", "wildcard domain whose hosts <port>-<sandboxId>.<domain> reach sandboxes' exposed ports, each its own origin (point *.<domain> at "+portsAt+"; make it a registrable domain apart from the API's, docs/ports.md); \"\": path-based URLs only, where pages run in an opaque origin")
+	fs.BoolVar(&f.PortsResume, "ports-resume", false, "resume a paused sandbox when one of its exposed ports is reached, instead of answering 409")
+	fs.Int64Var(&f.MaxVolumeMb, "max-volume-mb", 10240, "largest persistent volume a project may create (sizeMb), MiB; "+volumes)
+	fs.Float64Var(&f.BuildsPerHour, "template-builds-per-hour", 20, "custom template builds per hour per project, not counting builds found in the cache (0: no bound)"+builds)
+	f.policy.register(fs)
+	f.secrets.register(fs, role)
+}
+
+// validate checks the shared flags, the same on every role.
+func (f *sharedFlags) validate() error {
+	if f.DefaultTimeout <= 0 || f.MaxTimeout <= 0 || f.DefaultTimeout > f.MaxTimeout {
+		return cli.Usagef("--default-timeout %s and --max-timeout %s: want 0 < default <= max", f.DefaultTimeout, f.MaxTimeout)
+	}
+	if err := f.policy.validate(); err != nil {
+		return err
+	}
+	if err := f.level.UnmarshalText([]byte(f.LogLevel)); err != nil {
+		return cli.Usagef("--log-level %q: want debug, info, warn or error", f.LogLevel)
+	}
+	if _, _, err := net.SplitHostPort(f.Listen); err != nil {
+		return cli.Usagef("--listen %q: want HOST:PORT, such as 127.0.0.1:8080", f.Listen)
+	}
+	if f.MaxVolumeMb < 16 {
+		return cli.Usagef("--max-volume-mb %d: want at least 16", f.MaxVolumeMb)
+	}
+	if d := f.PortsDomain; d != "" && (strings.ContainsAny(d, "/:* ") || strings.HasPrefix(d, ".") || strings.HasSuffix(d, ".")) {
+		return cli.Usagef("--ports-domain %q: want a domain such as sandboxes.example.com, without scheme, port or '*'", d)
+	}
+	if f.BuildsPerHour < 0 {
+		return cli.Usagef("--template-builds-per-hour cannot be negative")
+	}
+	return nil
+}
 
 // policyFlags are serve's flags for untrusted code and clients: sandbox
 // limits, project quotas, key rates and network egress (docs/security.md).

@@ -57,20 +57,15 @@ func Commands() []cli.Command {
 // serveConfig is everything `lizard serve` is told, from flags and the
 // environment, checked once by validate.
 type serveConfig struct {
-	Listen         string
-	DataDir        string
-	CacheDir       string
-	Runsc          string // "": next to the lizard binary, then PATH
-	Agent          string // "": next to the lizard binary
-	Lizard         string // this binary, mounted into sandboxes
-	AddressPool    string
-	DefaultTimeout time.Duration
-	MaxTimeout     time.Duration
-	// MaxChildTimeout bounds sandboxes made with a sandbox's lizardToken.
-	MaxChildTimeout time.Duration
-	SandboxAPIURL   string
-	LogLevel        string
-	Runtime         string // the backend: gvisor or qemu
+	sharedFlags
+	DataDir       string
+	CacheDir      string
+	Runsc         string // "": next to the lizard binary, then PATH
+	Agent         string // "": next to the lizard binary
+	Lizard        string // this binary, mounted into sandboxes
+	AddressPool   string
+	SandboxAPIURL string
+	Runtime       string // the backend: gvisor or qemu
 	// StartTimeout bounds the wait for a new sandbox's agent; 0 is the
 	// backend's default.
 	StartTimeout time.Duration
@@ -91,38 +86,22 @@ type serveConfig struct {
 	// before the checkpoint, comma-separated (warm.Config.Preload; "":
 	// none, which halves an idle sandbox's memory and makes the first
 	// call that needs them pay the imports).
-	Preload       string
-	MetricsListen string // Prometheus /metrics listener; "": none
-	// MaxVolumeMb bounds a persistent volume's size (docs/volumes.md).
-	MaxVolumeMb int64
-	// PortsDomain serves exposed ports at <port>-<id>.<domain>;
-	// PortsResume resumes a paused sandbox when its port is reached
-	// (docs/ports.md).
-	PortsDomain string
-	PortsResume bool
+	Preload string
 	// Warm sizes the warm pool of named templates ([PROJECT/]NAME=N,
-	// --warm, repeated); BuildsPerHour bounds each project's template
-	// builds.
-	Warm          warmFlag
-	BuildsPerHour float64
-	// policy is untrusted code's limits and network (policyFlags, flags.go).
-	policy policyFlags
-	// secrets is where the secrets key is (secrets.go).
-	secrets secretsFlags
+	// --warm, repeated).
+	Warm warmFlag
 	// events: serve's only (events.go); `lizard node` records, not serves.
 	events eventFlags
 	// images is where checkpoint images outlive the node (imagestore.go).
 	images imageStoreFlags
 
-	pool  netns.Pool
-	level slog.Level
+	pool netns.Pool
 }
 
 func parseServe(e cli.Env, args []string) (*serveConfig, error) {
 	fs := cli.NewFlags(e, "serve")
 	c := &serveConfig{}
-	c.register(fs)
-	c.secrets.register(fs, "serve")
+	c.register(fs, roleServe)
 	c.events.register(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
@@ -133,24 +112,21 @@ func parseServe(e cli.Env, args []string) (*serveConfig, error) {
 	return c, nil
 }
 
-// register adds serve's flags to fs; `lizard node` takes them too.
-func (c *serveConfig) register(fs *flag.FlagSet) {
+// register adds serve's flags to fs, the shared ones (sharedFlags) and
+// the machine's; `lizard node` takes them too.
+func (c *serveConfig) register(fs *flag.FlagSet, role string) {
+	c.sharedFlags.register(fs, role)
 	cacheDefault := template.DefaultCacheDir
 	if d := os.Getenv("LIZARD_CACHE_DIR"); d != "" {
 		cacheDefault = d
 	}
-	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "address to serve the API on")
 	fs.StringVar(&c.DataDir, "data-dir", "data", "directory for the database and sandbox state")
 	fs.StringVar(&c.CacheDir, "cache-dir", cacheDefault, "template cache, shared by every data directory (env LIZARD_CACHE_DIR)")
 	fs.StringVar(&c.Runsc, "runsc", "", "runsc binary (default: runsc next to lizard, then on PATH)")
 	fs.StringVar(&c.Agent, "agent", "", "lizard-agent binary mounted into sandboxes (default: lizard-agent next to lizard)")
 	fs.StringVar(&c.Lizard, "lizard", "", "client-only lizard CLI given to sandboxes as /usr/local/bin/lizard (default: lizard-client next to lizard)")
 	fs.StringVar(&c.AddressPool, "address-pool", netns.DefaultPool.String(), "IPv4 prefix sandbox links are taken from, a /30 each")
-	fs.DurationVar(&c.DefaultTimeout, "default-timeout", 5*time.Minute, "life of a sandbox whose create names no timeout")
-	fs.DurationVar(&c.MaxTimeout, "max-timeout", 24*time.Hour, "longest timeout a create or setTimeout may ask for (0, never expire, is always allowed)")
-	fs.DurationVar(&c.MaxChildTimeout, "max-child-timeout", time.Hour, "longest life of a sandbox created with another sandbox's lizardToken (it must expire; forks and creates from snapshots alike)")
 	fs.StringVar(&c.SandboxAPIURL, "sandbox-api-url", "", "API URL given to sandboxes created with lizardToken as LIZARD_API_URL (the server must be reachable there from inside sandboxes)")
-	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.Runtime, "runtime", "gvisor", "sandbox backend: gvisor (runsc; works without KVM) or qemu (a VM with its own kernel per sandbox; KVM where it works, else slow software emulation: docs/qemu.md)")
 	fs.DurationVar(&c.StartTimeout, "start-timeout", 0, "how long a new sandbox's agent may take to answer (default: 30s with gvisor, 5m with qemu)")
 	c.qemu.register(fs)
@@ -162,12 +138,6 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Preload, "preload", strings.Join(warm.DefaultPreload, ","), "Python modules the template snapshot's kernel imports before it is checkpointed, comma-separated: restored sandboxes start with them imported, and each holds their memory (\"\": none, about 58 MiB less per idle sandbox, and the first call importing them pays it: docs/performance.md)")
 	fs.IntVar(&c.WarmPool, "warm-pool", 0, "restored sandboxes per template kept ready for creates with the default limits (needs --template-snapshot; each costs an idle sandbox's memory)")
 	fs.Var(&c.Warm, "warm", "warm pool of one template, [PROJECT/]NAME=N (repeat for more): a custom template by name (in PROJECT, or in every project having one of that name), or a built-in to override --warm-pool for it")
-	fs.Float64Var(&c.BuildsPerHour, "template-builds-per-hour", 20, "custom template builds per hour per project, not counting builds found in the cache (0: no bound)")
-	fs.StringVar(&c.MetricsListen, "metrics-listen", "127.0.0.1:9464", "address to serve Prometheus metrics on at /metrics (docs/metrics.md); \"\" turns them off")
-	fs.Int64Var(&c.MaxVolumeMb, "max-volume-mb", 10240, "largest persistent volume a project may create (sizeMb), MiB; volumes are sparse files under DATA/volumes")
-	fs.StringVar(&c.PortsDomain, "ports-domain", "", "wildcard domain whose hosts <port>-<sandboxId>.<domain> reach sandboxes' exposed ports, each its own origin (point *.<domain> at this listener; make it a registrable domain apart from the API's, docs/ports.md); \"\": path-based URLs only, where pages run in an opaque origin")
-	fs.BoolVar(&c.PortsResume, "ports-resume", false, "resume a paused sandbox when one of its exposed ports is reached, instead of answering 409")
-	c.policy.register(fs)
 }
 
 // validate checks c and fills in the defaults that depend on the machine.
@@ -176,29 +146,14 @@ func (c *serveConfig) validate() error {
 	if c.pool, err = netns.ParsePool(c.AddressPool); err != nil {
 		return cli.Usagef("--address-pool: %v", err)
 	}
-	if c.DefaultTimeout <= 0 || c.MaxTimeout <= 0 || c.DefaultTimeout > c.MaxTimeout {
-		return cli.Usagef("--default-timeout %s and --max-timeout %s: want 0 < default <= max", c.DefaultTimeout, c.MaxTimeout)
-	}
-	if err := c.policy.validate(); err != nil {
+	if err := c.sharedFlags.validate(); err != nil {
 		return err
 	}
 	if err := c.images.validate(); err != nil {
 		return err
 	}
-	if err := c.level.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return cli.Usagef("--log-level %q: want debug, info, warn or error", c.LogLevel)
-	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return cli.Usagef("--listen %q: want HOST:PORT, such as 127.0.0.1:8080", c.Listen)
-	}
 	if c.DataDir == "" {
 		return cli.Usagef("--data-dir must not be empty")
-	}
-	if c.MaxVolumeMb < 16 {
-		return cli.Usagef("--max-volume-mb %d: want at least 16", c.MaxVolumeMb)
-	}
-	if d := c.PortsDomain; d != "" && (strings.ContainsAny(d, "/:* ") || strings.HasPrefix(d, ".") || strings.HasSuffix(d, ".")) {
-		return cli.Usagef("--ports-domain %q: want a domain such as sandboxes.example.com, without scheme, port or '*'", d)
 	}
 	if c.MaxRestores < 0 {
 		return cli.Usagef("--max-restores %d: want 0 (no bound) or more", c.MaxRestores)
@@ -208,9 +163,6 @@ func (c *serveConfig) validate() error {
 	}
 	if len(c.Warm) > 0 && !c.TemplateSnapshot {
 		return cli.Usagef("--warm needs --template-snapshot=true: the pool is restored from template snapshots")
-	}
-	if c.BuildsPerHour < 0 {
-		return cli.Usagef("--template-builds-per-hour cannot be negative")
 	}
 	for _, m := range preloads(c.Preload) {
 		if !moduleName.MatchString(m) {

@@ -1,0 +1,146 @@
+package daemon
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"reflect"
+	"testing"
+
+	"github.com/lizard-build/lizard/internal/cli"
+	"github.com/lizard-build/lizard/internal/testenv"
+)
+
+// TestSharedFlagsEveryRole: every shared flag parses to the same value on
+// `lizard serve`, `lizard api` and `lizard node`, and is refused (or not)
+// with the same message, so a flag means one thing on one machine and in a
+// cluster. A flag added to sharedFlags without a row here fails.
+func TestSharedFlagsEveryRole(t *testing.T) {
+	testenv.RequiresRoot(t) // the policy's check asks nftables over netlink
+	e := cli.Env{Stdout: io.Discard, Stderr: io.Discard}
+	roles := []struct {
+		name  string
+		parse func(args []string) (*sharedFlags, error)
+	}{
+		{roleServe, func(a []string) (*sharedFlags, error) {
+			c, err := parseServe(e, a)
+			if err != nil {
+				return nil, err
+			}
+			return &c.sharedFlags, nil
+		}},
+		{roleAPI, func(a []string) (*sharedFlags, error) {
+			c, err := parseAPI(e, a)
+			if err != nil {
+				return nil, err
+			}
+			return &c.sharedFlags, nil
+		}},
+		{roleNode, func(a []string) (*sharedFlags, error) {
+			c, err := parseNode(e, a)
+			if err != nil {
+				return nil, err
+			}
+			return &c.sharedFlags, nil
+		}},
+	}
+	tests := []struct {
+		flag, value string
+		bad         bool // validate refuses it
+	}{
+		{"listen", "0.0.0.0:9000", false},
+		{"listen", "9000", true},
+		{"metrics-listen", "", false},
+		{"log-level", "debug", false},
+		{"log-level", "loud", true},
+		{"default-timeout", "10m", false},
+		{"default-timeout", "0s", true},
+		{"max-timeout", "48h", false},
+		{"max-timeout", "1m", true},
+		{"max-child-timeout", "30m", false},
+		{"ports-domain", "sandboxes.example.com", false},
+		{"ports-domain", "*.example.com", true},
+		{"ports-resume", "true", false},
+		{"max-volume-mb", "2048", false},
+		{"max-volume-mb", "8", true},
+		{"template-builds-per-hour", "5", false},
+		{"template-builds-per-hour", "-1", true},
+		{"secrets-key-file", "/etc/lizard/secrets.key", false},
+		{"egress", "none", false},
+		{"egress", "sideways", true},
+		{"egress-allow", "203.0.113.0/24", false},
+		{"egress-allow", "example.com", true},
+		{"memory-mb", "512", false},
+		{"memory-mb", "32", true},
+		{"max-memory-mb", "8192", false},
+		{"cpus", "2", false},
+		{"max-cpus", "8", false},
+		{"max-cpus", "0.5", true},
+		{"disk-mb", "4096", false},
+		{"max-disk-mb", "20480", false},
+		{"max-file-mb", "5", false},
+		{"max-file-mb", "0", true},
+		{"processes", "256", false},
+		{"open-files", "1024", false},
+		{"open-files", "8", true},
+		{"max-sandboxes-per-project", "10", false},
+		{"max-descriptors-per-project", "1000", false},
+		{"max-descriptors-per-project", "-1", true},
+		{"max-volumes-per-project", "4", false},
+		{"max-volume-total-mb", "1000", false},
+		{"max-disk-per-project-mb", "100000", false},
+		{"max-disk-per-project-mb", "1000", true}, // under --disk-mb
+		{"creates-per-second", "2", false},
+		{"create-burst", "5", false},
+		{"requests-per-second", "50", false},
+		{"request-burst", "60", false},
+		{"network-default", `{"default":"deny","allow":["pypi.org"]}`, false},
+		{"network-default", `not json`, true},
+		{"network-bound", `{"deny":["*.evil.test"]}`, false},
+		{"egress-test-hosts", "a.test=203.0.113.7", false},
+		{"egress-test-hosts", "a.test=not-an-ip", true},
+		{"sandbox-api-port", "9000", false},
+	}
+
+	// Every flag sharedFlags registers has a row. --egress-extra-roots is
+	// the node's alone (secretsFlags: roots of the egress it runs).
+	all := flag.NewFlagSet("", flag.ContinueOnError)
+	new(sharedFlags).register(all, roleServe)
+	rows := map[string]bool{"egress-extra-roots": true}
+	for _, tt := range tests {
+		rows[tt.flag] = true
+	}
+	all.VisitAll(func(f *flag.Flag) {
+		if !rows[f.Name] {
+			t.Errorf("--%s is a shared flag with no row in TestSharedFlagsEveryRole", f.Name)
+		}
+	})
+
+	for _, tt := range tests {
+		// --listen given, as node's default port is its own.
+		args := []string{"--listen=127.0.0.1:7000", "--" + tt.flag + "=" + tt.value}
+		var first *sharedFlags
+		var firstErr string
+		for i, r := range roles {
+			f, err := r.parse(args)
+			if err != nil {
+				t.Errorf("lizard %s %q: %v", r.name, args, err)
+				continue
+			}
+			verr := fmt.Sprint(f.validate())
+			if (verr != "<nil>") != tt.bad {
+				t.Errorf("lizard %s --%s=%s: validate = %s, want refused %v", r.name, tt.flag, tt.value, verr, tt.bad)
+			}
+			if i == 0 {
+				first, firstErr = f, verr
+				continue
+			}
+			if first != nil && !reflect.DeepEqual(f, first) {
+				t.Errorf("lizard %s --%s=%s parses to\n%+v\nlizard serve to\n%+v", r.name, tt.flag, tt.value, *f, *first)
+			}
+			if verr != firstErr {
+				t.Errorf("lizard %s --%s=%s: validate = %s; lizard serve's %s", r.name, tt.flag, tt.value, verr, firstErr)
+			}
+		}
+	}
+}
