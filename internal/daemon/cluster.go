@@ -18,16 +18,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/cli"
 	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/cluster/remote"
 	"github.com/lizard-build/lizard/internal/cluster/secret"
-	"github.com/lizard-build/lizard/internal/console"
 	"github.com/lizard-build/lizard/internal/control"
-	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/events"
-	"github.com/lizard-build/lizard/internal/mcp"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/secrets"
@@ -228,19 +224,8 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	// the api processes read them.
 	n.Subscribe((&events.Recorder{Store: shared, Log: logger}).Handle)
 	gauges(mx, st, c.pool.Slots())
-	// This node's volumes first: paused sandboxes that mount them may
-	// resume as soon as it serves.
-	if err := n.MountVolumes(ctx); err != nil {
-		logger.Error("mounting persistent volumes; sandboxes using the ones named cannot start", "err", err)
-	}
-	if err := n.Reconcile(ctx); err != nil {
+	if err := startNode(ctx, logger, parts); err != nil {
 		return fmt.Errorf("reconciling sandboxes with the runtime and the database: %w", err)
-	}
-	go n.RunReaper(ctx)
-	go n.RunUploader(ctx)
-	go n.RunSampler(ctx)
-	if pool != nil {
-		go pool.Run(ctx, n)
 	}
 	member := &cluster.Member{Store: shared, Name: c.Name, Addr: c.Advertise, Slots: c.pool.Slots(), ImageStore: c.images.URL, Lease: c.cluster.Lease, Log: logger,
 		Images: func() []string {
@@ -375,25 +360,10 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	h := server.New(server.Config{
-		Control:   ctl,
-		Keys:      &auth.Verifier{Store: st, Logger: logger},
-		Logger:    logger,
-		Version:   version(),
-		KeyLimits: server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst}, Descriptors: descriptors,
-		MaxFileBytes: c.policy.MaxFileMb << 20,
-		Audit:        audit,
-		Console:      console.Handler(), Metrics: mx,
-		PortsDomain: c.PortsDomain,
-		E2B:         &e2b.Config{},
-		Secrets:     sec,
-		// The MCP tools call this API over loopback with the caller's
-		// key, like any client (internal/mcp's Handler).
-		MCP:      mcp.Handler(loopbackURL(ln.Addr()), version(), logger),
-		Events:   evlog,
-		Webhooks: hooks,
-		Nodes:    router.AdminHandler(),
-	})
+	scfg := c.serverConfig(ln, apiParts{control: ctl, store: st, secrets: sec, events: evlog, webhooks: hooks,
+		descriptors: descriptors, audit: audit, logger: logger, metrics: mx})
+	scfg.Nodes = router.AdminHandler()
+	h := server.New(scfg)
 	sweeper := &cluster.Sweeper{Store: st, Router: router, Lease: c.cluster.Lease, Log: logger}
 	go sweeper.Run(ctx)
 	logger.Info("lizard api serving", "url", "http://"+ln.Addr().String(), "lease", c.cluster.Lease)

@@ -40,8 +40,10 @@ import (
 	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/volume"
 	"github.com/lizard-build/lizard/internal/warm"
+	"github.com/lizard-build/lizard/internal/webhook"
 )
 
 // Commands are the server's commands, added to the client's by cmd/lizard.
@@ -277,8 +279,6 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	secretsStore := secretStore(st, secretsKey)
 	secretsStore.Audit = audit
 	forwardingNote(logger, c.policy.Egress)
-	limits, maxLimits := c.policy.limits()
-	internet := c.policy.Egress == "internet"
 
 	mx := metrics.Serve(ctx, c.MetricsListen, logger)
 	stopTracing, err := tracing(ctx, "lizard", mx, logger)
@@ -295,50 +295,14 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	n, pool, rt := parts.node, parts.pool, parts.rt
-	agentKey, err := loadAgentKey(c.DataDir) // the ports' access tokens derive from it too
-	if err != nil {
-		return err
-	}
-	builder := recipe.New(recipe.Config{CacheDir: c.CacheDir, DataDir: c.DataDir, Node: n, Store: st, Base: parts.builds.Artifact, Limits: limits, Logger: logger})
-	builder.Sweep()
-	ccfg := control.Config{
-		Node: n, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: internet,
-		NetworkDefault: c.policy.netDefault, NetworkBound: c.policy.netBound,
-		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,
-		Quota: parts.quota, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
-		Audit: audit, MaxVolumeBytes: c.MaxVolumeMb << 20,
-		MaxVolumes: c.policy.MaxVolumes, MaxVolumeTotalBytes: c.policy.MaxVolumeTotalMb << 20,
-		PortsKey: agentKey, PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
-		Builder: builder, BuildsPerHour: c.BuildsPerHour,
-		Secrets: secretsStore, ImagesOnDisk: c.images.URL == "",
-	}
-	if pool != nil {
-		ccfg.Forget = pool.Forget
-	}
-	ctl, err := control.New(ccfg)
+	ctl, err := c.newControl(parts, st, secretsStore, audit, logger)
 	if err != nil {
 		return err
 	}
 	evlog := &events.Log{Store: st}
 	hooks := c.events.webhooks(st, logger)
-	h := server.New(server.Config{
-		Control:   ctl,
-		Keys:      &auth.Verifier{Store: st, Logger: logger},
-		Logger:    logger,
-		Version:   version(),
-		KeyLimits: server.KeyLimits{Rate: c.policy.KeyRate, Burst: c.policy.KeyBurst}, Descriptors: parts.descriptors,
-		MaxFileBytes: c.policy.MaxFileMb << 20,
-		Audit:        audit,
-		Console:      console.Handler(), Metrics: mx,
-		PortsDomain: c.PortsDomain,
-		E2B:         &e2b.Config{},
-		Secrets:     secretsStore,
-		// The MCP tools call this API over loopback with the caller's
-		// key, like any client (internal/mcp's Handler).
-		MCP:      mcp.Handler(loopbackURL(ln.Addr()), version(), logger),
-		Events:   evlog,
-		Webhooks: hooks,
-	})
+	h := server.New(c.serverConfig(ln, apiParts{control: ctl, store: st, secrets: secretsStore, events: evlog, webhooks: hooks,
+		descriptors: parts.descriptors, audit: audit, logger: logger, metrics: mx}))
 	// Sandboxes holding a lizardToken reach the API on their own host
 	// address, opened and closed as they start and stop.
 	listeners := server.NewSandboxListeners(c.sandboxAPIPort(ln.Addr()), h, logger)
@@ -352,19 +316,8 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	go evlog.RunPruner(ctx, c.events.Retention, logger)
 	go hooks.Run(ctx)
 	gauges(mx, st, c.pool.Slots())
-	// Volumes first: paused sandboxes that mount them may resume as soon
-	// as the API serves.
-	if err := n.MountVolumes(ctx); err != nil {
-		logger.Error("mounting persistent volumes; sandboxes using the ones named cannot start", "err", err)
-	}
-	if err := n.Reconcile(ctx); err != nil {
+	if err := startNode(ctx, logger, parts); err != nil {
 		return fmt.Errorf("reconciling sandboxes with the runtime: %w", err)
-	}
-	go n.RunReaper(ctx)
-	go n.RunUploader(ctx)
-	go n.RunSampler(ctx)
-	if pool != nil {
-		go pool.Run(ctx, n)
 	}
 
 	logger.Info("lizard serving", "url", "http://"+ln.Addr().String(), "data_dir", c.DataDir,
@@ -376,6 +329,92 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	err = server.Run(ctx, ln, h, logger)
 	stopNode(ctx, logger, n, pool, rt)
 	return err
+}
+
+// newControl is serve's control plane over its node, with the builder of
+// custom templates it runs itself.
+func (c *serveConfig) newControl(parts nodeParts, st *store.Store, sec *secrets.Store, audit, logger *slog.Logger) (*control.Control, error) {
+	agentKey, err := loadAgentKey(c.DataDir) // the ports' access tokens derive from it too
+	if err != nil {
+		return nil, err
+	}
+	limits, maxLimits := c.policy.limits()
+	builder := recipe.New(recipe.Config{CacheDir: c.CacheDir, DataDir: c.DataDir, Node: parts.node, Store: st, Base: parts.builds.Artifact, Limits: limits, Logger: logger})
+	builder.Sweep()
+	ccfg := control.Config{
+		Node: parts.node, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: c.policy.Egress == "internet",
+		NetworkDefault: c.policy.netDefault, NetworkBound: c.policy.netBound,
+		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,
+		Quota: parts.quota, CreateRate: c.policy.CreateRate, CreateBurst: c.policy.CreateBurst,
+		Audit: audit, MaxVolumeBytes: c.MaxVolumeMb << 20,
+		MaxVolumes: c.policy.MaxVolumes, MaxVolumeTotalBytes: c.policy.MaxVolumeTotalMb << 20,
+		PortsKey: agentKey, PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
+		Builder: builder, BuildsPerHour: c.BuildsPerHour,
+		Secrets: sec, ImagesOnDisk: c.images.URL == "",
+	}
+	if parts.pool != nil {
+		ccfg.Forget = parts.pool.Forget
+	}
+	return control.New(ccfg)
+}
+
+// apiParts are what the public API is served over, under serve and api
+// alike.
+type apiParts struct {
+	control     *control.Control
+	store       *store.Store
+	secrets     *secrets.Store
+	events      *events.Log
+	webhooks    *webhook.Service
+	descriptors *fdbudget.Budget
+	audit       *slog.Logger
+	logger      *slog.Logger
+	metrics     *metrics.Metrics
+}
+
+// serverConfig is the public API's configuration on ln, from the shared
+// flags: `lizard serve` and `lizard api` serve the same API.
+func (f *sharedFlags) serverConfig(ln net.Listener, p apiParts) server.Config {
+	return server.Config{
+		Control:   p.control,
+		Keys:      &auth.Verifier{Store: p.store, Logger: p.logger},
+		Logger:    p.logger,
+		Version:   version(),
+		KeyLimits: server.KeyLimits{Rate: f.policy.KeyRate, Burst: f.policy.KeyBurst}, Descriptors: p.descriptors,
+		MaxFileBytes: f.policy.MaxFileMb << 20,
+		Audit:        p.audit,
+		Console:      console.Handler(), Metrics: p.metrics,
+		PortsDomain: f.PortsDomain,
+		E2B:         &e2b.Config{},
+		Secrets:     p.secrets,
+		// The MCP tools call this API over loopback with the caller's
+		// key, like any client (internal/mcp's Handler).
+		MCP:      mcp.Handler(loopbackURL(ln.Addr()), version(), p.logger),
+		Events:   p.events,
+		Webhooks: p.webhooks,
+	}
+}
+
+// startNode brings a node's sandboxes back and starts its loops, under
+// serve and node alike: the volumes first, since paused sandboxes that
+// mount them may resume as soon as the API serves, then the sandboxes as
+// the runtime and the store find them (Reconcile's error is returned
+// unwrapped), then the reaper, the uploader, the sampler and the warm pool.
+func startNode(ctx context.Context, logger *slog.Logger, parts nodeParts) error {
+	n := parts.node
+	if err := n.MountVolumes(ctx); err != nil {
+		logger.Error("mounting persistent volumes; sandboxes using the ones named cannot start", "err", err)
+	}
+	if err := n.Reconcile(ctx); err != nil {
+		return err
+	}
+	go n.RunReaper(ctx)
+	go n.RunUploader(ctx)
+	go n.RunSampler(ctx)
+	if parts.pool != nil {
+		go parts.pool.Run(ctx, n)
+	}
+	return nil
 }
 
 // stopNode ends what a node runs once its server has stopped serving: the
