@@ -47,8 +47,9 @@ const (
 // 443 with a certificate from a new test CA (returned as PEM), HTTP on
 // 80. Each answers "ok PATH" and records the Authorization it got.
 type secUpstreams struct {
-	mu   sync.Mutex
-	seen map[string][]string // path -> Authorization values
+	mu     sync.Mutex
+	seen   map[string][]string // path -> Authorization values
+	static map[string][]string // path -> X-Static values (TestE2BTransformRules)
 }
 
 func newSecUpstreams(t *testing.T, ns, addr string) (*secUpstreams, string) {
@@ -69,10 +70,11 @@ func newSecUpstreams(t *testing.T, ns, addr string) (*secUpstreams, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &secUpstreams{seen: map[string][]string{}}
+	u := &secUpstreams{seen: map[string][]string{}, static: map[string][]string{}}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		u.seen[r.URL.Path] = append(u.seen[r.URL.Path], r.Header.Get("Authorization"))
+		u.static[r.URL.Path] = append(u.static[r.URL.Path], r.Header.Get("X-Static"))
 		u.mu.Unlock()
 		fmt.Fprintf(w, "ok %s", r.URL.Path)
 	})
@@ -93,6 +95,13 @@ func (u *secUpstreams) got(path string) []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]string(nil), u.seen[path]...)
+}
+
+// gotStatic returns the X-Static values path was requested with.
+func (u *secUpstreams) gotStatic(path string) []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.static[path]...)
 }
 
 // secClients is Python that requests https://api.secret.test/<tag>-<lib>

@@ -235,7 +235,11 @@ func createRequest(n newSandbox) (api.CreateSandboxRequest, error) {
 		if err := nw.unsupported(); err != nil {
 			return req, err
 		}
-		if nw.given() {
+		inject, err := nw.inject()
+		if err != nil {
+			return req, err
+		}
+		if nw.given() || len(inject) > 0 {
 			// allow_internet_access=false is denyOut 0.0.0.0/0 to E2B: with
 			// rules it makes them an allow list rather than take all
 			// egress away.
@@ -244,6 +248,7 @@ func createRequest(n newSandbox) (api.CreateSandboxRequest, error) {
 			if err != nil {
 				return req, err
 			}
+			pol.Inject = inject
 			req.Network, req.AllowInternet = pol, nil
 		}
 		if nw.AllowPublicTraffic != nil {

@@ -3,6 +3,7 @@ package e2b
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 )
 
 func TestTemplateName(t *testing.T) {
@@ -67,7 +69,22 @@ func TestCreateRequest(t *testing.T) {
 		{"masked host", `{"templateID":"base","network":{"maskRequestHost":"x"}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
 		{"https ports", `{"templateID":"base","network":{"httpsPorts":[3000]}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
 		{"egress proxy", `{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
-		{"transform rules", `{"templateID":"base","network":{"rules":{"a.test":[{}]}}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
+		{"transform rules with an allow list", `{"templateID":"base","network":{"allowOut":["api.test"],"denyOut":["0.0.0.0/0"],
+			"rules":{"api.test":[{"transform":{"headers":{"authorization":"Bearer ${e2b.secrets.TOKEN}","X-Static":"v"}}}]}}}`,
+			api.CreateSandboxRequest{Template: "interpreter", TimeoutMs: ms(15000), Network: &api.NetworkPolicy{Default: "deny", Allow: []string{"api.test"},
+				Inject: []api.HeaderRule{{Domain: "api.test", Headers: map[string]string{"Authorization": "Bearer {{ secrets.TOKEN }}", "X-Static": "v"}}}}}, 0},
+		// A rule alone filters nothing, as on E2B: the traffic goes through
+		// the node's proxy with everything allowed.
+		{"transform rules alone", `{"templateID":"base","network":{"rules":{"api.test":[{"transform":{"headers":{"X-A":"1"}}}]}}}`,
+			api.CreateSandboxRequest{Template: "interpreter", TimeoutMs: ms(15000), Network: &api.NetworkPolicy{Default: "allow",
+				Inject: []api.HeaderRule{{Domain: "api.test", Headers: map[string]string{"X-A": "1"}}}}}, 0},
+		{"a rule without a transform", `{"templateID":"base","network":{"rules":{"a.test":[{}]}}}`,
+			api.CreateSandboxRequest{Template: "interpreter", TimeoutMs: ms(15000)}, 0},
+		{"transform rules without internet", `{"templateID":"base","allow_internet_access":false,"network":{"rules":{"api.test":[{"transform":{"headers":{"X-A":"1"}}}]}}}`,
+			api.CreateSandboxRequest{Template: "interpreter", TimeoutMs: ms(15000), Network: &api.NetworkPolicy{Default: "deny",
+				Inject: []api.HeaderRule{{Domain: "api.test", Headers: map[string]string{"X-A": "1"}}}}}, 0},
+		{"an identity token", `{"templateID":"base","network":{"rules":{"a.test":[{"transform":{"headers":{"A":"${e2b.identity.tokens.aws}"}}}]}}}`,
+			api.CreateSandboxRequest{}, http.StatusNotImplemented},
 		{"bad allow entry", `{"templateID":"base","network":{"allowOut":["a b"]}}`, api.CreateSandboxRequest{}, http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -233,5 +250,130 @@ func TestPage(t *testing.T) {
 	}
 	if got := walk(sbs, listQuery{limit: 10, template: "code-interpreter-v1"}); len(got) != 5 {
 		t.Errorf("template filter by E2B's name = %v; want all", got)
+	}
+}
+
+// TestTransformRules: E2B's transform rules as Lizard's inject rules, and
+// what is refused — naming the field — before anything reaches the node:
+// E2B's own bounds, header smuggling, addresses, framing headers, and
+// placeholders Lizard cannot say.
+func TestTransformRules(t *testing.T) {
+	rule := func(h map[string]string) []networkRule {
+		r := networkRule{Transform: &struct {
+			Headers map[string]string `json:"headers"`
+		}{Headers: h}}
+		return []networkRule{r}
+	}
+	many := func(n int, f func(i int) (string, string)) map[string]string {
+		m := map[string]string{}
+		for i := range n {
+			k, v := f(i)
+			m[k] = v
+		}
+		return m
+	}
+	domains := func(n int) map[string][]networkRule {
+		m := map[string][]networkRule{}
+		for i := range n {
+			m[fmt.Sprintf("d%d.test", i)] = rule(map[string]string{"X": "1"})
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name   string
+		rules  map[string][]networkRule
+		want   []api.HeaderRule
+		status int    // 0: mapped
+		field  string // what the message starts with
+	}{
+		{"secrets and text, sorted by domain", map[string][]networkRule{
+			"b.test":      rule(map[string]string{"x-key": "k=${e2b.secrets.B_KEY};v=${e2b.secrets.B2}"}),
+			"*.A.test":    rule(map[string]string{"Authorization": "Bearer ${e2b.secrets.TOKEN}"}),
+			"other.test.": rule(map[string]string{"X-Not": "${e2b.other} and ${HOME} and $${e2b.secrets.S}"}),
+		}, []api.HeaderRule{
+			{Domain: "*.a.test", Headers: map[string]string{"Authorization": "Bearer {{ secrets.TOKEN }}"}},
+			{Domain: "b.test", Headers: map[string]string{"X-Key": "k={{ secrets.B_KEY }};v={{ secrets.B2 }}"}},
+			{Domain: "other.test", Headers: map[string]string{"X-Not": "${e2b.other} and ${HOME} and ${{ secrets.S }}"}},
+		}, 0, ""},
+		{"at E2B's bounds", map[string][]networkRule{
+			strings.Repeat("a", 59) + "." + strings.Repeat("b", 63) + ".test": rule(many(20, func(i int) (string, string) {
+				return fmt.Sprintf("X-%s%02d", strings.Repeat("h", 59), i), strings.Repeat("v", 2048)
+			})),
+		}, nil, -1, ""},
+		{"11 domains", domains(11), nil, http.StatusBadRequest, "network.rules: 11 domains, at most 10"},
+		{"a domain of 129 characters", map[string][]networkRule{strings.Repeat("a", 60) + "." + strings.Repeat("b", 63) + ".test": rule(map[string]string{"X": "1"})},
+			nil, http.StatusBadRequest, "network.rules[\"aaaa"},
+		{"two rules for a domain", map[string][]networkRule{"a.test": append(rule(map[string]string{"X": "1"}), rule(map[string]string{"Y": "2"})...)},
+			nil, http.StatusBadRequest, `network.rules["a.test"]: 2 rules, at most 1`},
+		{"21 headers", map[string][]networkRule{"a.test": rule(many(21, func(i int) (string, string) { return fmt.Sprintf("X-%d", i), "v" }))},
+			nil, http.StatusBadRequest, `network.rules["a.test"][0].transform.headers: 21 headers, at most 20`},
+		{"a value of 2049 bytes", map[string][]networkRule{"a.test": rule(map[string]string{"X": strings.Repeat("v", 2049)})},
+			nil, http.StatusBadRequest, `network.rules["a.test"][0].transform.headers["X"]: the value is 2049 bytes, at most 2048`},
+		{"a header name of 65 characters", map[string][]networkRule{"a.test": rule(map[string]string{strings.Repeat("h", 65): "v"})},
+			nil, http.StatusBadRequest, `network.rules["a.test"][0].transform.headers["hhh`},
+		{"33 secrets for a domain", map[string][]networkRule{"a.test": rule(many(17, func(i int) (string, string) {
+			return fmt.Sprintf("X-%d", i), fmt.Sprintf("${e2b.secrets.S%da}${e2b.secrets.S%db}", i, i)
+		}))}, nil, http.StatusBadRequest, `network.rules["a.test"]: 34 secrets, at most 32`},
+		{"CR LF in a value: a header smuggled in", map[string][]networkRule{"a.test": rule(map[string]string{"X": "v\r\nX-Evil: 1"})},
+			nil, http.StatusBadRequest, `network.rules["a.test"][0].transform.headers["X"]: the value holds a character`},
+		{"LF alone", map[string][]networkRule{"a.test": rule(map[string]string{"X": "v\nGET / HTTP/1.1"})},
+			nil, http.StatusBadRequest, `network.rules["a.test"][0].transform.headers["X"]: the value holds a character`},
+		{"NUL", map[string][]networkRule{"a.test": rule(map[string]string{"X": "v\x00"})},
+			nil, http.StatusBadRequest, `network.rules["a.test"][0].transform.headers["X"]: the value holds a character`},
+		{"CR LF in a name", map[string][]networkRule{"a.test": rule(map[string]string{"X\r\nEvil": "1"})},
+			nil, http.StatusBadRequest, `network.rules["a.test"][0].transform.headers["X\r\nEvil"]: a header name`},
+		{"CR LF in a secret's name", map[string][]networkRule{"a.test": rule(map[string]string{"X": "${e2b.secrets.A\r\nB}"})},
+			nil, http.StatusBadRequest, `network.rules["a.test"][0].transform.headers["X"]: the value holds a character`},
+		{"Host", map[string][]networkRule{"a.test": rule(map[string]string{"host": "evil.test"})},
+			nil, http.StatusBadRequest, `network.rules["a.test"][0].transform.headers["host"]: host frames the request`},
+		{"Transfer-Encoding", map[string][]networkRule{"a.test": rule(map[string]string{"Transfer-Encoding": "chunked"})},
+			nil, http.StatusBadRequest, `network.rules["a.test"][0].transform.headers["Transfer-Encoding"]: Transfer-Encoding frames`},
+		{"Content-Length", map[string][]networkRule{"a.test": rule(map[string]string{"Content-Length": "0"})},
+			nil, http.StatusBadRequest, `network.rules["a.test"][0].transform.headers["Content-Length"]: Content-Length frames`},
+		{"an address", map[string][]networkRule{"203.0.113.5": rule(map[string]string{"X": "1"})},
+			nil, http.StatusBadRequest, `network.rules["203.0.113.5"]: rules are by domain name`},
+		{"a prefix", map[string][]networkRule{"0.0.0.0/0": rule(map[string]string{"X": "1"})},
+			nil, http.StatusBadRequest, `network.rules["0.0.0.0/0"]: rules are by domain name`},
+		{"a port", map[string][]networkRule{"a.test:8080": rule(map[string]string{"X": "1"})},
+			nil, http.StatusBadRequest, `network.rules["a.test:8080"]`},
+		{"an empty domain", map[string][]networkRule{"": rule(map[string]string{"X": "1"})},
+			nil, http.StatusBadRequest, `network.rules[""]`},
+		{"Lizard's template marks", map[string][]networkRule{"a.test": rule(map[string]string{"X": "{{ secrets.OTHER }}"})},
+			nil, http.StatusBadRequest, `network.rules["a.test"][0].transform.headers["X"]: the value holds {{ or }}`},
+		{"a secret name Lizard cannot hold", map[string][]networkRule{"a.test": rule(map[string]string{"X": "${e2b.secrets.openai-key}"})},
+			nil, http.StatusBadRequest, `network.rules["a.test"][0].transform.headers["X"]: secret "openai-key"`},
+		{"an unclosed placeholder", map[string][]networkRule{"a.test": rule(map[string]string{"X": "${e2b.secrets.A"})},
+			nil, http.StatusBadRequest, `network.rules["a.test"][0].transform.headers["X"]: a ${e2b.secrets. placeholder`},
+		{"an identity token", map[string][]networkRule{"a.test": rule(map[string]string{"X": "Bearer ${e2b.identity.tokens.aws}"})},
+			nil, http.StatusNotImplemented, `network.rules["a.test"][0].transform.headers["X"]: workload identity`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := egressRules{Rules: tc.rules}.inject()
+			var he *httpError
+			switch {
+			case tc.status == -1 && err != nil:
+				t.Fatalf("inject at the bounds: %v", err)
+			case tc.status == 0 && err != nil:
+				t.Fatalf("inject: %v", err)
+			case tc.status == 0 && !reflect.DeepEqual(got, tc.want):
+				t.Errorf("inject = %+v; want %+v", got, tc.want)
+			case tc.status > 0 && (!errors.As(err, &he) || he.status != tc.status || !strings.HasPrefix(he.msg, tc.field)):
+				t.Errorf("inject: %v; want a %d starting %q", err, tc.status, tc.field)
+			}
+		})
+	}
+	// What the mapping makes is a policy Lizard takes, at E2B's bounds too.
+	at := map[string][]networkRule{}
+	for i := range 10 {
+		at[fmt.Sprintf("d%d.test", i)] = rule(many(20, func(j int) (string, string) {
+			return fmt.Sprintf("X-%d", j), fmt.Sprintf("${e2b.secrets.S%d}", j) + strings.Repeat("v", 2000)
+		}))
+	}
+	inject, err := egressRules{Rules: at}.inject()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netpolicy.FromAPI(api.NetworkPolicy{Default: "allow", Inject: inject}, "network"); err != nil {
+		t.Errorf("Lizard's policy refuses the mapped rules: %v", err)
 	}
 }
