@@ -38,7 +38,6 @@ const (
 // receivers). Lower an entry as its type sheds methods; remove it when the
 // type is under the bound.
 var methodsAllowed = map[string]int{
-	"internal/node.Local":      93,
 	"internal/store.Store":     79,
 	"internal/control.Control": 78,
 	"client.Client":            68, // the Go SDK: a method per API call

@@ -154,7 +154,7 @@ func (n *Local) Acquire(ctx context.Context, id string) (agentproxy.Call, error)
 		})
 	}
 	outcome := func(name, msg string) {
-		n.emit(Event{Kind: CallFailed, SandboxID: id, ErrorName: name, Reason: msg})
+		n.bus.emit(Event{Kind: CallFailed, SandboxID: id, ErrorName: name, Reason: msg})
 	}
 	return agentproxy.Call{URL: agentclient.URL(id), Ctx: cctx, Release: release, Outcome: outcome}, nil
 }

@@ -28,7 +28,7 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	if p.Network != nil && p.Internet && n.cfg.Egress == nil {
 		return store.Sandbox{}, errNoEgress
 	}
-	if err := n.roomFor("create a sandbox"); err != nil {
+	if err := n.images.roomFor("create a sandbox"); err != nil {
 		return store.Sandbox{}, err
 	}
 	if p.Image != "" {
@@ -37,9 +37,9 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 			path = metrics.PathFork
 		}
 		src := restoreSource{what: "image", metricsPath: path, dir: p.Image}
-		if !n.local(p.Image) && p.SnapshotID != "" {
+		if !n.images.local(p.Image) && p.SnapshotID != "" {
 			// A snapshot another node took: from the image store.
-			dir, release, lost, err := n.fetch(ctx, SnapshotImage(p.SnapshotID))
+			dir, release, lost, err := n.images.fetch(ctx, SnapshotImage(p.SnapshotID))
 			if lost {
 				msg := fmt.Sprintf("snapshot %s's image is lost from the image store (missing or corrupt); its node may still hold it", p.SnapshotID)
 				if imagestore.Reason(err) != "" {
@@ -104,10 +104,10 @@ func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ [
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpFork, time.Since(begin), err) }(time.Now())
 	ctx, sp := trace.Start(ctx, "node.fork", trace.Sandbox(parent))
 	defer func() { trace.End(sp, err) }()
-	if err := n.needData(); err != nil {
+	if err := n.images.needData(); err != nil {
 		return nil, err
 	}
-	if err := n.roomFor("fork a sandbox"); err != nil {
+	if err := n.images.roomFor("fork a sandbox"); err != nil {
 		return nil, err
 	}
 	if count < 1 || count > MaxForks {
@@ -119,7 +119,7 @@ func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ [
 		unlock()
 		return nil, err
 	}
-	dir := filepath.Join(n.snapshotsDir(), "fork-"+NewID())
+	dir := filepath.Join(n.images.snapshotsDir(), "fork-"+NewID())
 	defer removeDir(n.log.With("sandbox_id", parent), "a fork's image", dir)
 	p.Template = sb.Template
 	p = n.Shaped(p, sb.Shape)
@@ -157,7 +157,7 @@ func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ [
 		for _, c := range r.out {
 			e.Children = append(e.Children, c.ID)
 		}
-		n.emit(e)
+		n.bus.emit(e)
 	}
 	return r.out, r.err
 }

@@ -12,12 +12,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/imagestore"
+	"github.com/lizard-build/lizard/internal/keylock"
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -34,26 +37,48 @@ func SnapshotImage(snapshotID string) string { return "snapshots/" + snapshotID 
 // node's disk: when the node's disk is the image store, under `lizard
 // serve`. A cluster node without an image store has nothing durable: its
 // paused sandboxes wait for it when it is lost.
-func (n *Local) durableNow() bool { return n.cfg.Images == nil && n.cfg.Store.Node() == "" }
+func (im *images) durableNow() bool { return im.remote == nil && im.store.Node() == "" }
 
 // local reports whether image is on this node's disk.
-func (n *Local) local(image string) bool {
-	return n.cfg.DataDir != "" && strings.HasPrefix(filepath.Clean(image), n.cfg.DataDir+string(filepath.Separator))
+func (im *images) local(image string) bool {
+	return im.dataDir != "" && strings.HasPrefix(filepath.Clean(image), im.dataDir+string(filepath.Separator))
 }
 
-// wakeUploader has RunUploader look for new images now.
-func (n *Local) wakeUploader() {
+// wake has runUploader look for new images now.
+func (im *images) wake() {
 	select {
-	case n.kick <- struct{}{}:
+	case im.kick <- struct{}{}:
 	default:
 	}
+}
+
+// images keeps this node's checkpoint images: on its disk, under
+// DataDir, and with an image store (Config.Images) durable there too. The
+// node's disk bound (MinFreeDisk) is kept here, for images and volumes.
+type images struct {
+	dataDir string
+	minFree int64
+	store   *store.Store
+	remote  *imagestore.Store
+	cache   *imagestore.Cache
+	metrics *metrics.Metrics
+	locks   *keylock.Map
+	log     *slog.Logger
+	kick    chan struct{} // wakes runUploader
+	// secret is a sandbox's agent secret (Local.agentSecret).
+	secret func(id string) string
 }
 
 // RunUploader makes this node's images durable until ctx ends: the images
 // of its paused sandboxes and of its snapshots that the store does not
 // hold yet are uploaded, one at a time, and recorded durable.
-func (n *Local) RunUploader(ctx context.Context) {
-	if n.cfg.Images == nil {
+func (n *Local) RunUploader(ctx context.Context) { n.images.runUploader(ctx) }
+
+// runUploader makes this node's images durable until ctx ends: the images
+// of its paused sandboxes and of its snapshots that the store does not
+// hold yet are uploaded, one at a time, and recorded durable.
+func (im *images) runUploader(ctx context.Context) {
+	if im.remote == nil {
 		return
 	}
 	t := time.NewTicker(UploadInterval)
@@ -63,30 +88,30 @@ func (n *Local) RunUploader(ctx context.Context) {
 		// One list of this node's paused sandboxes for both: an image
 		// paused meanwhile is one dropMovedImages finds its row names
 		// this node for.
-		paused, err := n.cfg.Store.ListPaused(ctx, nil)
+		paused, err := im.store.ListPaused(ctx, nil)
 		if err == nil && !resealed {
-			err = n.resealUnsealed(ctx, paused)
+			err = im.resealUnsealed(ctx, paused)
 			resealed = err == nil
 		}
 		if err == nil {
-			err = n.uploadPending(ctx, paused)
-			if derr := n.dropMovedImages(ctx, paused); derr != nil && ctx.Err() == nil {
-				n.log.Warn("removing the images of sandboxes that moved off this node", "err", derr)
+			err = im.uploadPending(ctx, paused)
+			if derr := im.dropMovedImages(ctx, paused); derr != nil && ctx.Err() == nil {
+				im.log.Warn("removing the images of sandboxes that moved off this node", "err", derr)
 			}
 		}
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
-			n.log.Error("making images durable failed; retrying", "store", n.cfg.Images.Bucket().String(), "err", err)
+			im.log.Error("making images durable failed; retrying", "store", im.remote.Bucket().String(), "err", err)
 			failing = true
 		case err == nil && failing:
-			n.log.Info("images durable again", "store", n.cfg.Images.Bucket().String())
+			im.log.Info("images durable again", "store", im.remote.Bucket().String())
 			failing = false
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-n.kick:
+		case <-im.kick:
 		}
 	}
 }
@@ -94,12 +119,12 @@ func (n *Local) RunUploader(ctx context.Context) {
 // uploadPending uploads the images of paused that are not durable yet;
 // it returns the first upload's failure (the store is away: the others
 // would fail alike).
-func (n *Local) uploadPending(ctx context.Context, paused []store.Pause) error {
+func (im *images) uploadPending(ctx context.Context, paused []store.Pause) error {
 	for _, p := range paused {
-		if p.Durable || p.PausedAt == nil || !n.local(p.ImageDir) {
+		if p.Durable || p.PausedAt == nil || !im.local(p.ImageDir) {
 			continue
 		}
-		sb, err := n.cfg.Store.GetSandbox(ctx, p.SandboxID)
+		sb, err := im.store.GetSandbox(ctx, p.SandboxID)
 		if err != nil {
 			return err
 		}
@@ -108,37 +133,37 @@ func (n *Local) uploadPending(ctx context.Context, paused []store.Pause) error {
 			// disk: an image elsewhere would serve nothing.
 			continue
 		}
-		if err := n.upload(ctx, PausedImage(p.SandboxID), p.ImageDir); err != nil {
+		if err := im.upload(ctx, PausedImage(p.SandboxID), p.ImageDir); err != nil {
 			return err
 		}
-		ok, err := n.cfg.Store.SetPauseDurable(ctx, p.SandboxID, *p.PausedAt)
+		ok, err := im.store.SetPauseDurable(ctx, p.SandboxID, *p.PausedAt)
 		if err != nil {
 			return err
 		}
 		if ok {
-			n.log.Info("paused sandbox durable", "sandbox_id", p.SandboxID)
+			im.log.Info("paused sandbox durable", "sandbox_id", p.SandboxID)
 		}
 		// Not ok: resumed or paused again meanwhile; the next pause's
 		// upload replaces this one, the end of the sandbox deletes it.
 	}
-	snaps, err := n.cfg.Store.ListSnapshots(ctx, "")
+	snaps, err := im.store.ListSnapshots(ctx, "")
 	if err != nil {
 		return err
 	}
 	for _, sn := range snaps {
-		if sn.Durable || !n.local(sn.ImageDir) {
+		if sn.Durable || !im.local(sn.ImageDir) {
 			continue
 		}
-		if err := n.upload(ctx, SnapshotImage(sn.ID), sn.ImageDir); err != nil {
+		if err := im.upload(ctx, SnapshotImage(sn.ID), sn.ImageDir); err != nil {
 			return err
 		}
-		if ok, err := n.cfg.Store.SetSnapshotDurable(ctx, sn.ID); err != nil {
+		if ok, err := im.store.SetSnapshotDurable(ctx, sn.ID); err != nil {
 			return err
 		} else if !ok {
 			// Deleted while it uploaded.
-			n.forget(SnapshotImage(sn.ID))
+			im.forget(SnapshotImage(sn.ID))
 		} else {
-			n.log.Info("snapshot durable", "snapshot_id", sn.ID)
+			im.log.Info("snapshot durable", "snapshot_id", sn.ID)
 		}
 	}
 	return nil
@@ -148,31 +173,31 @@ func (n *Local) uploadPending(ctx context.Context, paused []store.Pause) error {
 // disk that the store holds unsealed, as a Lizard from before images were
 // sealed stored them, so that another node can restore them
 // (docs/storage.md#images-from-before-sealing). It runs once a start.
-func (n *Local) resealUnsealed(ctx context.Context, paused []store.Pause) error {
+func (im *images) resealUnsealed(ctx context.Context, paused []store.Pause) error {
 	reseal := func(name, dir string) error {
-		_, err := n.cfg.Images.Stat(ctx, name)
+		_, err := im.remote.Stat(ctx, name)
 		if !errors.Is(err, imagestore.ErrUnsealed) {
 			if imagestore.IsLost(err) {
 				err = nil // the uploader's or a resume's to answer
 			}
 			return err
 		}
-		n.log.Info("sealing an image the image store held unsealed", "image", name)
-		return n.upload(ctx, name, dir)
+		im.log.Info("sealing an image the image store held unsealed", "image", name)
+		return im.upload(ctx, name, dir)
 	}
 	for _, p := range paused {
-		if p.Durable && p.PausedAt != nil && n.local(p.ImageDir) {
+		if p.Durable && p.PausedAt != nil && im.local(p.ImageDir) {
 			if err := reseal(PausedImage(p.SandboxID), p.ImageDir); err != nil {
 				return err
 			}
 		}
 	}
-	snaps, err := n.cfg.Store.ListSnapshots(ctx, "")
+	snaps, err := im.store.ListSnapshots(ctx, "")
 	if err != nil {
 		return err
 	}
 	for _, sn := range snaps {
-		if sn.Durable && n.local(sn.ImageDir) {
+		if sn.Durable && im.local(sn.ImageDir) {
 			if err := reseal(SnapshotImage(sn.ID), sn.ImageDir); err != nil {
 				return err
 			}
@@ -181,27 +206,27 @@ func (n *Local) resealUnsealed(ctx context.Context, paused []store.Pause) error 
 	return nil
 }
 
-func (n *Local) upload(ctx context.Context, name, dir string) error {
+func (im *images) upload(ctx context.Context, name, dir string) error {
 	begin := time.Now()
-	m, err := n.cfg.Images.Put(ctx, name, dir)
+	m, err := im.remote.Put(ctx, name, dir)
 	if err != nil {
 		return err
 	}
-	n.log.Info("image uploaded to the image store", "image", name, "size_bytes", m.Size, "took", time.Since(begin).Round(time.Millisecond))
+	im.log.Info("image uploaded to the image store", "image", name, "size_bytes", m.Size, "took", time.Since(begin).Round(time.Millisecond))
 	return nil
 }
 
 // forget deletes image name from the store in the background (an ended
 // sandbox's, a deleted snapshot's); what fails to go is only space.
-func (n *Local) forget(name string) {
-	if n.cfg.Images == nil {
+func (im *images) forget(name string) {
+	if im.remote == nil {
 		return
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := n.cfg.Images.Delete(ctx, name); err != nil {
-			n.log.Warn("deleting an image from the image store", "image", name, "err", err)
+		if err := im.remote.Delete(ctx, name); err != nil {
+			im.log.Warn("deleting an image from the image store", "image", name, "err", err)
 		}
 	}()
 }
@@ -229,13 +254,13 @@ func regularOnly(dir string) error {
 // ErrUnavailable. An image that failed its authentication is counted
 // (lizard_images_rejected_total) and logged: someone may have altered the
 // bucket.
-func (n *Local) fetch(ctx context.Context, name string) (dir string, release func(), lost bool, err error) {
-	if n.cfg.Images == nil {
+func (im *images) fetch(ctx context.Context, name string) (dir string, release func(), lost bool, err error) {
+	if im.remote == nil {
 		return "", nil, false, &errdefs.Error{Kind: errdefs.ErrUnavailable,
 			Msg: "the image is on another node's disk and this node has no image store (--image-store)"}
 	}
 	for try := 0; ; try++ {
-		dir, release, err = n.cfg.ImageCache.Get(ctx, name)
+		dir, release, err = im.cache.Get(ctx, name)
 		if err == nil {
 			if err = regularOnly(dir); err != nil {
 				release()
@@ -245,12 +270,12 @@ func (n *Local) fetch(ctx context.Context, name string) (dir string, release fun
 		}
 		again := errors.Is(err, imagestore.ErrCorrupt) || imagestore.Reason(err) == "tampered"
 		if again && try == 0 && ctx.Err() == nil {
-			n.log.Warn("an image from the image store failed its check; fetching it again", "image", name, "err", err)
+			im.log.Warn("an image from the image store failed its check; fetching it again", "image", name, "err", err)
 			continue
 		}
 		if reason := imagestore.Reason(err); reason != "" {
-			n.cfg.Metrics.ImageRejected(reason)
-			n.log.Error("an image from the image store failed its authentication; nothing of it is restored", "image", name, "reason", reason, "err", err)
+			im.metrics.ImageRejected(reason)
+			im.log.Error("an image from the image store failed its authentication; nothing of it is restored", "image", name, "reason", reason, "err", err)
 		}
 		if imagestore.IsLost(err) {
 			return "", nil, true, err

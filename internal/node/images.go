@@ -20,11 +20,11 @@ import (
 	"github.com/lizard-build/lizard/internal/trace"
 )
 
-func (n *Local) imagesDir() string    { return filepath.Join(n.cfg.DataDir, "images") }
-func (n *Local) snapshotsDir() string { return filepath.Join(n.cfg.DataDir, "snapshots") }
+func (im *images) pausedDir() string    { return filepath.Join(im.dataDir, "images") }
+func (im *images) snapshotsDir() string { return filepath.Join(im.dataDir, "snapshots") }
 
-func (n *Local) needData() error {
-	if n.cfg.DataDir == "" {
+func (im *images) needData() error {
+	if im.dataDir == "" {
 		return &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this server keeps no checkpoint images (no data directory configured)"}
 	}
 	return nil
@@ -35,20 +35,20 @@ func (n *Local) needData() error {
 // a call that would fill the disk leaves nothing half-written, and the
 // store keeps the room to record state changes. It looks each time
 // (statfs is cheap), so the server recovers as soon as space is freed.
-func (n *Local) roomFor(what string) error {
-	if n.cfg.DataDir == "" || n.cfg.MinFreeDisk <= 0 {
+func (im *images) roomFor(what string) error {
+	if im.dataDir == "" || im.minFree <= 0 {
 		return nil
 	}
-	free, err := FreeBytes(n.cfg.DataDir)
+	free, err := FreeBytes(im.dataDir)
 	if err != nil {
-		n.log.Warn("reading the data directory's free space", "err", err)
+		im.log.Warn("reading the data directory's free space", "err", err)
 		return nil // unknown: the write itself will tell
 	}
-	if free >= n.cfg.MinFreeDisk {
+	if free >= im.minFree {
 		return nil
 	}
 	return &errdefs.Error{Kind: errdefs.ErrDiskFull, Msg: fmt.Sprintf("cannot %s: the server's disk is full (%d MB free, under the %d MB it keeps free to record state changes: --min-free-disk-mb); %s",
-		what, free>>20, n.cfg.MinFreeDisk>>20, errdefs.DiskFullAdvice)}
+		what, free>>20, im.minFree>>20, errdefs.DiskFullAdvice)}
 }
 
 // FreeBytes is the space on dir's file system available to new files.
@@ -65,10 +65,10 @@ func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (_ string, 
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpSnapshot, time.Since(begin), err) }(time.Now())
 	ctx, sp := trace.Start(ctx, "node.snapshot", trace.Sandbox(id))
 	defer func() { trace.End(sp, err) }()
-	if err := n.needData(); err != nil {
+	if err := n.images.needData(); err != nil {
 		return "", 0, err
 	}
-	if err := n.roomFor("snapshot a sandbox"); err != nil {
+	if err := n.images.roomFor("snapshot a sandbox"); err != nil {
 		return "", 0, err
 	}
 	unlock := n.locks.Lock(id)
@@ -78,23 +78,23 @@ func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (_ string, 
 		return "", 0, err
 	}
 	begin := time.Now()
-	dir := filepath.Join(n.snapshotsDir(), snapshotID)
+	dir := filepath.Join(n.images.snapshotsDir(), snapshotID)
 	if err := n.checkpoint(ctx, id, dir); err != nil {
 		return "", 0, err
 	}
 	size := imagestore.DirSize(dir)
-	n.wakeUploader()
+	n.images.wake()
 	n.log.Info("snapshot taken", "sandbox_id", id, "snapshot_id", snapshotID, "size_bytes", size,
 		"took", time.Since(begin).Round(time.Millisecond))
-	n.emit(Event{Kind: Snapshotted, SandboxID: id, ProjectID: sb.ProjectID, SnapshotID: snapshotID, Token: sb.Shape.Token})
+	n.bus.emit(Event{Kind: Snapshotted, SandboxID: id, ProjectID: sb.ProjectID, SnapshotID: snapshotID, Token: sb.Shape.Token})
 	return dir, size, nil
 }
 
 // RemoveImage implements Node: a snapshot's image goes from the image
 // store too.
 func (n *Local) RemoveImage(ctx context.Context, image string) error {
-	if filepath.Dir(filepath.Clean(image)) == n.snapshotsDir() {
-		n.forget(SnapshotImage(filepath.Base(image)))
+	if filepath.Dir(filepath.Clean(image)) == n.images.snapshotsDir() {
+		n.images.forget(SnapshotImage(filepath.Base(image)))
 	}
 	if err := os.RemoveAll(image); err != nil {
 		return fmt.Errorf("removing image %s: %w", image, err)
@@ -133,12 +133,12 @@ func imageSource(image string) string {
 // imageAuth is the secret image's agent holds: recorded in the image, or
 // for an image from before that was recorded, derived here as the node
 // that took it did.
-func (n *Local) imageAuth(image string) string {
+func (im *images) imageAuth(image string) string {
 	if b, err := os.ReadFile(filepath.Join(image, authFile)); err == nil {
 		return string(b)
 	}
 	if source := imageSource(image); source != "" {
-		return n.agentSecret(source)
+		return im.secret(source)
 	}
 	return ""
 }
@@ -153,7 +153,7 @@ func (n *Local) checkpoint(ctx context.Context, id, dir string) error {
 			err = os.WriteFile(filepath.Join(dir, sourceFile), []byte(id), 0o600)
 		}
 		if err == nil && len(n.cfg.AgentKey) > 0 {
-			err = os.WriteFile(filepath.Join(dir, authFile), []byte(n.agentSecret(id)), 0o600)
+			err = os.WriteFile(filepath.Join(dir, authFile), []byte(n.agents.secret(id)), 0o600)
 		}
 		if err != nil {
 			removeDir(n.log.With("sandbox_id", id), "a failed checkpoint's image", dir)
@@ -172,27 +172,27 @@ func (n *Local) checkpoint(ctx context.Context, id, dir string) error {
 }
 
 // removeImage removes what a paused sandbox left on disk; end calls it.
-func (n *Local) removeImage(id string) {
-	if n.cfg.DataDir == "" {
+func (im *images) removeImage(id string) {
+	if im.dataDir == "" {
 		return
 	}
-	if err := os.RemoveAll(filepath.Join(n.imagesDir(), id)); err != nil {
-		n.log.Error("removing the image of an ended sandbox", "sandbox_id", id, "err", err)
+	if err := os.RemoveAll(filepath.Join(im.pausedDir(), id)); err != nil {
+		im.log.Error("removing the image of an ended sandbox", "sandbox_id", id, "err", err)
 	}
-	n.forget(PausedImage(id))
+	im.forget(PausedImage(id))
 }
 
 // sweepImages removes images no paused sandbox or snapshot accounts for
 // (left by a crash in the middle of a pause or a fork).
-func (n *Local) sweepImages(ctx context.Context) error {
-	if n.cfg.DataDir == "" {
+func (im *images) sweepImages(ctx context.Context) error {
+	if im.dataDir == "" {
 		return nil
 	}
-	paused, err := n.cfg.Store.ListPaused(ctx, nil)
+	paused, err := im.store.ListPaused(ctx, nil)
 	if err != nil {
 		return err
 	}
-	snaps, err := n.cfg.Store.ListSnapshots(ctx, "")
+	snaps, err := im.store.ListSnapshots(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -204,7 +204,7 @@ func (n *Local) sweepImages(ctx context.Context) error {
 		keep[filepath.Clean(sn.ImageDir)] = true
 	}
 	var errs []error
-	for _, parent := range []string{n.imagesDir(), n.snapshotsDir()} {
+	for _, parent := range []string{im.pausedDir(), im.snapshotsDir()} {
 		entries, err := os.ReadDir(parent)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
@@ -212,7 +212,7 @@ func (n *Local) sweepImages(ctx context.Context) error {
 		for _, e := range entries {
 			p := filepath.Join(parent, e.Name())
 			if !keep[p] {
-				n.log.Warn("removing orphan checkpoint image", "dir", p)
+				im.log.Warn("removing orphan checkpoint image", "dir", p)
 				errs = append(errs, os.RemoveAll(p))
 			}
 		}

@@ -27,7 +27,7 @@ func (n *Local) Kill(ctx context.Context, id string) (err error) {
 		return err
 	}
 	caller, _ := auth.CallerOf(ctx)
-	n.emit(Event{Kind: Killed, SandboxID: sb.ID, ProjectID: sb.ProjectID, Caller: caller, Token: sb.Shape.Token})
+	n.bus.emit(Event{Kind: Killed, SandboxID: sb.ID, ProjectID: sb.ProjectID, Caller: caller, Token: sb.Shape.Token})
 	return n.end(ctx, sb, api.StateKilled, "killed through the API")
 }
 
@@ -52,14 +52,14 @@ func (n *Local) end(ctx context.Context, sb store.Sandbox, state, reason string)
 	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
 		return &errdefs.Error{Msg: fmt.Sprintf("could not kill sandbox %s; try again", sb.ID), Cause: fmt.Errorf("killing sandbox: %w", err)}
 	}
-	err := n.cfg.Store.EndSandbox(cctx, sb.ID, state, reason, n.now())
+	err := n.cfg.Store.EndSandbox(cctx, sb.ID, state, reason, n.clock.now())
 	if errors.Is(err, store.ErrConflict) {
 		return nil // ended meanwhile by another server process
 	}
 	if err != nil {
 		return fmt.Errorf("recording the end of sandbox %s: %w", sb.ID, err)
 	}
-	n.removeImage(sb.ID) // a paused sandbox's checkpoint
+	n.images.removeImage(sb.ID) // a paused sandbox's checkpoint
 	n.stopped(sb, state, reason)
 	log.Info("sandbox ended", "state", state, "reason", reason)
 	return nil
@@ -77,7 +77,7 @@ func (n *Local) SetTimeout(ctx context.Context, id string, ms int64) (store.Sand
 	if err := sb.Check(store.WantLive); err != nil {
 		return sb, err
 	}
-	if err := n.cfg.Store.SetTimeout(ctx, id, ms, n.deadline(ms)); err != nil {
+	if err := n.cfg.Store.SetTimeout(ctx, id, ms, n.clock.deadline(ms)); err != nil {
 		return sb, err
 	}
 	return n.cfg.Store.GetSandbox(ctx, id)
@@ -113,7 +113,7 @@ func (n *Local) RunReaper(ctx context.Context) {
 
 // Reap ends every sandbox whose deadline has passed.
 func (n *Local) Reap(ctx context.Context) {
-	now := n.now()
+	now := n.clock.now()
 	due, err := n.cfg.Store.ListSandboxes(ctx, store.Filter{ExpiredBy: &now})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -188,7 +188,7 @@ func (n *Local) endDead(ctx context.Context, id, during string, cause error) err
 			// The row ends regardless, so that the sandbox is not served;
 			// the reaper's sweep removes what is left of it.
 			n.log.Error("ending a sandbox that died "+during, "sandbox_id", id, "err", err)
-			if err = n.cfg.Store.EndSandbox(context.WithoutCancel(ctx), id, api.StateFailed, reason, n.now()); err == nil {
+			if err = n.cfg.Store.EndSandbox(context.WithoutCancel(ctx), id, api.StateFailed, reason, n.clock.now()); err == nil {
 				n.stopped(sb, api.StateFailed, reason)
 			}
 		}

@@ -34,6 +34,10 @@ const (
 
 // meters holds each running sandbox's samples.
 type meters struct {
+	// limits are the node's default shape, for a sandbox whose row
+	// records none.
+	limits Limits
+
 	mu    sync.Mutex
 	rings map[string]*ring
 }
@@ -104,16 +108,16 @@ func (n *Local) sample(ctx context.Context, m sandbox.Meter) {
 		if err != nil {
 			continue // stopped meanwhile, or not this node's
 		}
-		at := n.now()
-		disk, fresh := n.lastDisk(sb.ID, u.CPU, at)
+		at := n.clock.now()
+		disk, fresh := n.meters.lastDisk(sb.ID, u.CPU, at)
 		if !fresh {
 			if disk, err = n.disk(ctx, sb.ID); err != nil {
 				n.log.Debug("sampling a sandbox's disk", "sandbox_id", sb.ID, "err", err)
 			} else {
-				n.keepDisk(sb.ID, disk, u.CPU, at)
+				n.meters.keepDisk(sb.ID, disk, u.CPU, at)
 			}
 		}
-		n.addSample(sb, u, disk, at)
+		n.meters.addSample(sb, u, disk, at)
 	}
 	n.meters.mu.Lock()
 	defer n.meters.mu.Unlock()
@@ -127,10 +131,10 @@ func (n *Local) sample(ctx context.Context, m sandbox.Meter) {
 // lastDisk returns sandbox id's last disk figure while it still holds: the
 // sandbox has used less than diskQuietCPU since it was asked (cpu is its
 // CPU time now) and it is younger than diskMaxAge.
-func (n *Local) lastDisk(id string, cpu time.Duration, at time.Time) (api.DiskUsage, bool) {
-	n.meters.mu.Lock()
-	defer n.meters.mu.Unlock()
-	r := n.meters.rings[id]
+func (m *meters) lastDisk(id string, cpu time.Duration, at time.Time) (api.DiskUsage, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.rings[id]
 	if r == nil || r.diskAt.IsZero() || cpu < r.diskCPU || cpu-r.diskCPU >= diskQuietCPU || at.Sub(r.diskAt) >= diskMaxAge {
 		return api.DiskUsage{}, false
 	}
@@ -139,37 +143,37 @@ func (n *Local) lastDisk(id string, cpu time.Duration, at time.Time) (api.DiskUs
 
 // keepDisk records a disk probe's answer for lastDisk. The ring is made by
 // addSample, so the first sample's probe is asked again at the second.
-func (n *Local) keepDisk(id string, disk api.DiskUsage, cpu time.Duration, at time.Time) {
-	n.meters.mu.Lock()
-	defer n.meters.mu.Unlock()
-	if r := n.meters.rings[id]; r != nil {
+func (m *meters) keepDisk(id string, disk api.DiskUsage, cpu time.Duration, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r := m.rings[id]; r != nil {
 		r.disk, r.diskCPU, r.diskAt = disk, cpu, at
 	}
 }
 
 // addSample adds sandbox sb's usage u at time at to its ring. The first
 // usage seen only sets where the CPU percentage is measured from.
-func (n *Local) addSample(sb store.Sandbox, u sandbox.Usage, disk api.DiskUsage, at time.Time) {
-	n.meters.mu.Lock()
-	defer n.meters.mu.Unlock()
-	if n.meters.rings == nil {
-		n.meters.rings = map[string]*ring{}
+func (m *meters) addSample(sb store.Sandbox, u sandbox.Usage, disk api.DiskUsage, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rings == nil {
+		m.rings = map[string]*ring{}
 	}
-	r := n.meters.rings[sb.ID]
+	r := m.rings[sb.ID]
 	if r == nil {
-		n.meters.rings[sb.ID] = &ring{lastCPU: u.CPU, lastAt: at}
+		m.rings[sb.ID] = &ring{lastCPU: u.CPU, lastAt: at}
 		return
 	}
 	cpus := sb.Shape.CPUs
 	if cpus <= 0 {
-		cpus = n.cfg.Limits.CPUs
+		cpus = m.limits.CPUs
 	}
 	if cpus <= 0 {
 		cpus = 1
 	}
 	mem := sb.Shape.MemoryBytes
 	if mem <= 0 {
-		mem = n.cfg.Limits.MemoryBytes
+		mem = m.limits.MemoryBytes
 	}
 	pct := 0.0
 	if wall := at.Sub(r.lastAt); wall > 0 && u.CPU >= r.lastCPU {

@@ -91,7 +91,7 @@ func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
 		}
 	}
 	// The uploader (woken by the pause) puts the image in the store.
-	n.wakeUploader()
+	n.images.wake()
 	var cur store.Sandbox
 	var gerr error
 	err = poll(ctx, MoveWait, 50*time.Millisecond, func() bool {
@@ -117,7 +117,7 @@ func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
 	if cur.Node != me {
 		// Its image is durable and its row names the other node, which
 		// resumes it from the store: this node's copy serves nothing.
-		n.dropImage(log, id)
+		n.images.dropImage(log, id)
 	}
 	log.Info("sandbox moved off this node", "now_on", cur.Node, "was_running", paused)
 	return Move{Sandbox: cur, Paused: paused}, nil
@@ -125,11 +125,11 @@ func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
 
 // dropImage removes this node's checkpoint image of sandbox id, which moved
 // to another node; the image store's copy stays, the other node's.
-func (n *Local) dropImage(log *slog.Logger, id string) {
-	if n.cfg.DataDir == "" {
+func (im *images) dropImage(log *slog.Logger, id string) {
+	if im.dataDir == "" {
 		return
 	}
-	dir := filepath.Join(n.imagesDir(), id)
+	dir := filepath.Join(im.pausedDir(), id)
 	if _, err := os.Stat(dir); err != nil {
 		return
 	}
@@ -147,12 +147,12 @@ func (n *Local) dropImage(log *slog.Logger, id string) {
 // the image there is durable or the sandbox no longer paused. Under the
 // sandbox's lock, under which alone this node writes an image of it (a
 // pause), and only while its row names this node.
-func (n *Local) dropMovedImages(ctx context.Context, paused []store.Pause) error {
-	me := n.cfg.Store.Node()
-	if n.cfg.DataDir == "" || me == "" {
+func (im *images) dropMovedImages(ctx context.Context, paused []store.Pause) error {
+	me := im.store.Node()
+	if im.dataDir == "" || me == "" {
 		return nil
 	}
-	entries, err := os.ReadDir(n.imagesDir())
+	entries, err := os.ReadDir(im.pausedDir())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -164,7 +164,7 @@ func (n *Local) dropMovedImages(ctx context.Context, paused []store.Pause) error
 		mine[p.SandboxID] = true
 	}
 	moved := func(id string) (store.Sandbox, bool, error) {
-		sb, err := n.cfg.Store.GetSandbox(ctx, id)
+		sb, err := im.store.GetSandbox(ctx, id)
 		if errors.Is(err, store.ErrNotFound) {
 			return sb, false, nil
 		}
@@ -183,10 +183,10 @@ func (n *Local) dropMovedImages(ctx context.Context, paused []store.Pause) error
 		} else if !ok {
 			continue
 		}
-		unlock := n.locks.Lock(id)
+		unlock := im.locks.Lock(id)
 		sb, ok, err := moved(id)
 		if ok {
-			n.dropImage(n.log.With("sandbox_id", id, "project_id", sb.ProjectID, "now_on", sb.Node), id)
+			im.dropImage(im.log.With("sandbox_id", id, "project_id", sb.ProjectID, "now_on", sb.Node), id)
 		}
 		unlock()
 		if err != nil {

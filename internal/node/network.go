@@ -8,8 +8,13 @@ package node
 import (
 	"context"
 	"fmt"
-	"github.com/lizard-build/lizard/api"
+	"log/slog"
 	"net/netip"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/secrets/inject"
 
 	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -18,44 +23,58 @@ import (
 	"github.com/lizard-build/lizard/internal/store"
 )
 
+// network is what enforces the node's sandboxes' policies by name: the
+// egress enforcer's table and rules, and the certificate authorities of
+// the policies that inject secrets (trust.go).
+type network struct {
+	enforcer *egress.Enforcer
+	allow    sandbox.Prefixes
+	tokenAPI func(host string) (env []string, port int)
+	cas      *inject.Authorities
+	agents   *agentclient.Client
+	log      *slog.Logger
+	// shaped is Local.Shaped: a row's plan.
+	shaped func(Plan, store.Shape) Plan
+}
+
 var errNoEgress = &errdefs.Error{Kind: errdefs.ErrUnavailable,
 	Msg: "this server does not enforce network policies by name (its egress resolver and proxy are not running)"}
 
 // names are the rules of plan p's policy by name, nil without one.
-func (n *Local) names(p Plan) *netns.Names {
-	if p.Network == nil || !p.Internet || n.cfg.Egress == nil {
+func (nw *network) names(p Plan) *netns.Names {
+	if p.Network == nil || !p.Internet || nw.enforcer == nil {
 		return nil
 	}
-	return n.cfg.Egress.Names(p.Network)
+	return nw.enforcer.Names(p.Network)
 }
 
 // link and egressRules are running sandbox sb's link and rules as its
 // spec made them.
-func (n *Local) egressRules(sb store.Sandbox) (netns.Link, netns.Egress, error) {
+func (nw *network) egressRules(sb store.Sandbox) (netns.Link, netns.Egress, error) {
 	host, err1 := netip.ParseAddr(sb.HostAddr)
 	guest, err2 := netip.ParseAddr(sb.GuestAddr)
 	if err1 != nil || err2 != nil {
 		return netns.Link{}, netns.Egress{}, fmt.Errorf("parsing the addresses of sandbox %s", sb.ID)
 	}
-	p := n.Shaped(Plan{}, sb.Shape)
-	e := netns.Egress{Internet: p.Internet, AllowTo: n.cfg.Allow, Names: n.names(p)}
-	if sb.Shape.Token && n.cfg.TokenAPI != nil {
-		_, e.APIPort = n.cfg.TokenAPI(sb.HostAddr)
+	p := nw.shaped(Plan{}, sb.Shape)
+	e := netns.Egress{Internet: p.Internet, AllowTo: nw.allow, Names: nw.names(p)}
+	if sb.Shape.Token && nw.tokenAPI != nil {
+		_, e.APIPort = nw.tokenAPI(sb.HostAddr)
 	}
 	return netns.Link{HostAddr: host, GuestAddr: guest, PrefixLen: netns.SlotPrefixLen}, e, nil
 }
 
 // readopt puts running sandbox sb, kept over a restart, back in the path
 // of this process's resolver and proxy (their ports are new).
-func (n *Local) readopt(sb store.Sandbox) error {
-	if sb.Shape.Network == nil || n.cfg.Egress == nil {
+func (nw *network) readopt(sb store.Sandbox) error {
+	if sb.Shape.Network == nil || nw.enforcer == nil {
 		return nil
 	}
-	l, e, err := n.egressRules(sb)
+	l, e, err := nw.egressRules(sb)
 	if err != nil {
 		return err
 	}
-	n.cfg.Egress.Table.Set(l.GuestAddr, egress.Sandbox{ID: sb.ID, Project: sb.ProjectID, Policy: sb.Shape.Network})
+	nw.enforcer.Table.Set(l.GuestAddr, egress.Sandbox{ID: sb.ID, Project: sb.ProjectID, Policy: sb.Shape.Network})
 	return netns.UpdateEgress(sb.ID, l, e)
 }
 
@@ -82,7 +101,7 @@ func (n *Local) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Polic
 	running := sb.State == api.StateRunning
 	if running && injects(p) {
 		// Trusted before the first connection the new rules intercept.
-		if err := n.trustEgress(ctx, id, p, false, ""); err != nil {
+		if err := n.network.trustEgress(ctx, id, p, false, ""); err != nil {
 			return sb, err
 		}
 	}
@@ -94,7 +113,7 @@ func (n *Local) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Polic
 	// Without an enforcer the node has no internet to give (--egress
 	// none): the policy is recorded, and nothing else leaves anyway.
 	if running && n.cfg.Egress != nil {
-		l, e, err := n.egressRules(sb)
+		l, e, err := n.network.egressRules(sb)
 		if err != nil {
 			return sb, err
 		}
@@ -109,7 +128,7 @@ func (n *Local) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Polic
 		}
 	}
 	if running && injects(old) && !injects(p) {
-		if err := n.trustEgress(ctx, id, p, true, ""); err != nil {
+		if err := n.network.trustEgress(ctx, id, p, true, ""); err != nil {
 			return sb, err
 		}
 	}

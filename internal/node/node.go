@@ -15,18 +15,16 @@ package node
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/lizard-build/lizard/internal/egress"
-	"github.com/lizard-build/lizard/internal/netpolicy"
 	"log/slog"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/netpolicy"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
@@ -291,18 +289,28 @@ type Warm interface {
 type Local struct {
 	cfg    Config
 	log    *slog.Logger
-	agents *agentclient.Client
+	agents *agents
 	locks  keylock.Map
-	calls  inflight      // proxied calls in flight, per sandbox (pause.go)
-	ports  inflight      // proxied connections to exposed ports (ports.go)
-	meters meters        // each running sandbox's metrics samples (metrics.go)
-	kick   chan struct{} // wakes RunUploader (durable.go)
+	calls  inflight // proxied calls in flight, per sandbox (pause.go)
+	ports  inflight // proxied connections to exposed ports (ports.go)
+	meters meters   // each running sandbox's metrics samples (metrics.go)
 	// restores admits restores of users' sandboxes (restores.go).
 	restores *restoreGate
 
+	images  images  // checkpoint images, on disk and in the image store (durable.go)
+	network network // policies by name and their egress CAs (network.go, trust.go)
+	bus     bus     // lifecycle events' subscribers
+	clock   clock
+}
+
+// bus calls every subscriber with each lifecycle event.
+type bus struct {
 	mu   sync.Mutex
 	subs []func(Event)
 }
+
+// clock is the node's time (Config.Now), in UTC.
+type clock func() time.Time
 
 var _ Node = (*Local)(nil)
 
@@ -345,59 +353,42 @@ func New(cfg Config) (*Local, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	n := &Local{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), restores: newRestoreGate(cfg.MaxRestores, cfg.Metrics)}
-	n.agents = agentclient.New(n.resolveAgent, n.agentSecret, cfg.Transport)
+	n := &Local{cfg: cfg, log: cfg.Logger, restores: newRestoreGate(cfg.MaxRestores, cfg.Metrics), clock: cfg.Now}
+	n.agents = &agents{store: cfg.Store, addr: cfg.AgentAddr, key: cfg.AgentKey, timeout: cfg.StartTimeout, dead: n.dead}
+	n.agents.Client = agentclient.New(n.agents.resolve, n.agents.secret, cfg.Transport)
+	n.meters.limits = cfg.Limits
+	n.images = images{dataDir: cfg.DataDir, minFree: cfg.MinFreeDisk, store: cfg.Store, remote: cfg.Images, cache: cfg.ImageCache,
+		metrics: cfg.Metrics, locks: &n.locks, log: cfg.Logger, kick: make(chan struct{}, 1), secret: n.agents.secret}
+	n.network = network{enforcer: cfg.Egress, allow: cfg.Allow, tokenAPI: cfg.TokenAPI, cas: cfg.EgressCAs, agents: n.agents.Client,
+		log: cfg.Logger, shaped: n.Shaped}
 	return n, nil
-}
-
-// resolveAgent is where a live sandbox's agent listens.
-func (n *Local) resolveAgent(ctx context.Context, id string) (string, error) {
-	sb, err := n.cfg.Store.GetSandbox(ctx, id)
-	if err != nil {
-		return "", err
-	}
-	if !sb.Live() {
-		return "", errors.New("it has ended")
-	}
-	return n.cfg.AgentAddr(sb.ID, sb.GuestAddr), nil
-}
-
-// agentSecret is sandbox id's agent secret: derived from AgentKey and the
-// ID, so the node needs no record of it, and each sandbox's differs.
-func (n *Local) agentSecret(id string) string {
-	if len(n.cfg.AgentKey) == 0 {
-		return ""
-	}
-	m := hmac.New(sha256.New, n.cfg.AgentKey)
-	m.Write([]byte("lizard agent " + id))
-	return hex.EncodeToString(m.Sum(nil))
 }
 
 // Transport implements Node.
 func (n *Local) Transport() http.RoundTripper { return n.agents.Transport() }
 
 // Agents is the node's client for agents (the warm pool waits on them).
-func (n *Local) Agents() *agentclient.Client { return n.agents }
+func (n *Local) Agents() *agentclient.Client { return n.agents.Client }
 
 // Subscribe implements Node. Subscribers run synchronously and must not
 // block.
 func (n *Local) Subscribe(fn func(Event)) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.subs = append(n.subs, fn)
+	n.bus.mu.Lock()
+	defer n.bus.mu.Unlock()
+	n.bus.subs = append(n.bus.subs, fn)
 }
 
-func (n *Local) emit(e Event) {
-	n.mu.Lock()
-	subs := n.subs
-	n.mu.Unlock()
+func (b *bus) emit(e Event) {
+	b.mu.Lock()
+	subs := b.subs
+	b.mu.Unlock()
 	for _, fn := range subs {
 		fn(e)
 	}
 }
 
 func (n *Local) started(sb store.Sandbox) {
-	n.emit(Event{Kind: Started, SandboxID: sb.ID, ProjectID: sb.ProjectID, HostAddr: sb.HostAddr,
+	n.bus.emit(Event{Kind: Started, SandboxID: sb.ID, ProjectID: sb.ProjectID, HostAddr: sb.HostAddr,
 		GuestAddr: sb.GuestAddr, Token: sb.Shape.Token})
 }
 
@@ -410,7 +401,7 @@ func (n *Local) stopped(sb store.Sandbox, state, reason string) {
 		}
 	}
 	if state != api.StatePaused {
-		n.forgetEgressCA(sb.ID)
+		n.network.forgetEgressCA(sb.ID)
 	}
 	n.calls.cancelAll(sb.ID, stopReason(sb.ID, state, reason))
 	n.ports.cancelAll(sb.ID, stopReason(sb.ID, state, reason))
@@ -425,18 +416,18 @@ func (n *Local) stopped(sb store.Sandbox, state, reason string) {
 		}
 		e.KeyIDs = ids
 	}
-	n.emit(e)
+	n.bus.emit(e)
 }
 
-func (n *Local) now() time.Time { return n.cfg.Now().UTC() }
+func (c clock) now() time.Time { return c().UTC() }
 
 // deadline is when a sandbox given ms from now expires; nil for 0, never.
 // Every deadline is computed here.
-func (n *Local) deadline(ms int64) *time.Time {
+func (c clock) deadline(ms int64) *time.Time {
 	if ms <= 0 {
 		return nil
 	}
-	t := n.now().Add(time.Duration(ms) * time.Millisecond)
+	t := c.now().Add(time.Duration(ms) * time.Millisecond)
 	return &t
 }
 

@@ -36,7 +36,7 @@ func (n *Local) Pause(ctx context.Context, id string) (_ store.Sandbox, err erro
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpPause, time.Since(begin), err) }(time.Now())
 	ctx, sp := trace.Start(ctx, "node.pause", trace.Sandbox(id))
 	defer func() { trace.End(sp, err) }()
-	if err := n.needData(); err != nil {
+	if err := n.images.needData(); err != nil {
 		return store.Sandbox{}, err
 	}
 	unlock := n.locks.Lock(id)
@@ -64,11 +64,11 @@ func (n *Local) Pause(ctx context.Context, id string) (_ store.Sandbox, err erro
 // failure the sandbox keeps running.
 func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	log := n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)
-	if err := n.roomFor("pause sandbox " + sb.ID + " (it keeps running)"); err != nil {
+	if err := n.images.roomFor("pause sandbox " + sb.ID + " (it keeps running)"); err != nil {
 		return err
 	}
 	begin := time.Now()
-	dir := filepath.Join(n.imagesDir(), sb.ID)
+	dir := filepath.Join(n.images.pausedDir(), sb.ID)
 	if err := os.RemoveAll(dir); err != nil {
 		// An unwritable image directory (read-only, full) is the
 		// checkpoint failing, and the client must be told so, not a 500.
@@ -84,7 +84,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	}
 	var remaining *int64
 	if sb.ExpiresAt != nil {
-		r := max(sb.ExpiresAt.Sub(n.now()).Milliseconds(), 1)
+		r := max(sb.ExpiresAt.Sub(n.clock.now()).Milliseconds(), 1)
 		remaining = &r
 	}
 	cctx, cancel := cleanupContext(ctx)
@@ -106,10 +106,10 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 		return &errdefs.Error{Msg: fmt.Sprintf("could not stop sandbox %s after checkpointing it; it keeps running", sb.ID),
 			Cause: fmt.Errorf("killing sandbox: %w", err)}
 	}
-	if err := n.cfg.Store.PauseSandbox(cctx, sb.ID, dir, remaining, n.now(), n.durableNow()); err != nil {
+	if err := n.cfg.Store.PauseSandbox(cctx, sb.ID, dir, remaining, n.clock.now(), n.images.durableNow()); err != nil {
 		// The sandbox is gone and unrecorded as paused: reconciliation
 		// would end it anyway, so end it now and say so.
-		if eerr := n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, "recording its pause failed", n.now()); eerr != nil {
+		if eerr := n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, "recording its pause failed", n.clock.now()); eerr != nil {
 			log.Error("recording the end of a sandbox whose pause was not recorded", "err", eerr)
 		}
 		removeDir(log, "the image of an unrecorded pause", dir)
@@ -119,7 +119,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	// Its address is free for others now, and so must be anything held
 	// on it (the API listener of a lizardToken).
 	n.stopped(sb, api.StatePaused, "paused")
-	n.wakeUploader()
+	n.images.wake()
 	log.Info("sandbox paused", "image", dir, "size_bytes", imagestore.DirSize(dir), "took", time.Since(begin).Round(time.Millisecond))
 	return nil
 }
@@ -171,19 +171,19 @@ func (n *Local) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs *i
 	switch {
 	case timeoutMs != nil:
 		src.timeoutMs = *timeoutMs
-		src.expires = n.deadline(src.timeoutMs)
+		src.expires = n.clock.deadline(src.timeoutMs)
 	case p.RemainingMs != nil:
 		// It resumes with the time it had left, its timeout unchanged.
-		src.expires = n.deadline(*p.RemainingMs)
+		src.expires = n.clock.deadline(*p.RemainingMs)
 	}
 	plan := Plan{ProjectID: sb.ProjectID, Role: sb.Role, Template: sb.Template, TimeoutMs: src.timeoutMs, Token: sb.Shape.Token}
-	if p.ImageDir != "" && !n.local(p.ImageDir) {
+	if p.ImageDir != "" && !n.images.local(p.ImageDir) {
 		// Paused on another node, since lost: its image comes from the
 		// image store.
 		if !p.Durable {
 			return sb, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: fmt.Sprintf("sandbox %s was paused on node %s, whose disk holds its image, which is not in the image store yet; retry when that node is back", sb.ID, sb.Node)}
 		}
-		dir, release, lost, err := n.fetch(ctx, PausedImage(sb.ID))
+		dir, release, lost, err := n.images.fetch(ctx, PausedImage(sb.ID))
 		if lost {
 			return n.failResume(ctx, n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID), sb, "", lostWhy(PausedImage(sb.ID), err), err)
 		}
@@ -226,7 +226,7 @@ func (n *Local) expirePaused(ctx context.Context, sb store.Sandbox) (bool, error
 		return true, nil
 	}
 	// Its time is up: it resumes with its full timeout.
-	full := n.now().Add(time.Duration(sb.TimeoutMs) * time.Millisecond)
+	full := n.clock.now().Add(time.Duration(sb.TimeoutMs) * time.Millisecond)
 	sb.ExpiresAt = &full
 	return true, n.pauseLocked(ctx, sb)
 }
@@ -236,7 +236,7 @@ func (n *Local) reapPaused(ctx context.Context) {
 	if n.cfg.DataDir == "" {
 		return
 	}
-	before := n.now().Add(-n.cfg.PausedRetention)
+	before := n.clock.now().Add(-n.cfg.PausedRetention)
 	old, err := n.cfg.Store.ListPaused(ctx, &before)
 	if err != nil {
 		if ctx.Err() == nil {

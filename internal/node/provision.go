@@ -12,16 +12,14 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"github.com/lizard-build/lizard/internal/netpolicy"
 	"log/slog"
 	"slices"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/netpolicy"
+
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/internal/agentclient"
-	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/trace"
@@ -125,7 +123,7 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 		return fail(reason, err)
 	}
 	restored()
-	if err := n.trustEgress(ctx, sb.ID, p.Network, src.fromImage(p), p.fork.parentID()); err != nil {
+	if err := n.network.trustEgress(ctx, sb.ID, p.Network, src.fromImage(p), p.fork.parentID()); err != nil {
 		return fail("installing its egress CA failed", err)
 	}
 	if err := src.markRunning(ctx, l); err != nil {
@@ -181,48 +179,4 @@ func (l *launch) identity(keepSeeds bool) api.ReseedRequest {
 		r.Unset = []string{"LIZARD_API_KEY", "LIZARD_API_URL"}
 	}
 	return r
-}
-
-// reseedRestored gives sandbox sb, just restored from image, its identity
-// r and its own agent secret as soon as its agent answers. Its agent holds
-// the secret of the sandbox the image was taken from until then.
-func (n *Local) reseedRestored(ctx context.Context, sb store.Sandbox, r api.ReseedRequest, image string) error {
-	r.Secret = n.agentSecret(sb.ID)
-	auth := n.imageAuth(image)
-	return n.awaitAgent(ctx, sb, "answered after the restore", func(ctx context.Context, alive func(context.Context) error) error {
-		return n.agents.ReseedWhenUp(ctx, r, auth, alive)
-	})
-}
-
-// waitAgent waits for sandbox sb's agent to answer.
-func (n *Local) waitAgent(ctx context.Context, sb store.Sandbox) error {
-	return n.awaitAgent(ctx, sb, "started", func(ctx context.Context, alive func(context.Context) error) error {
-		return n.agents.Wait(ctx, sb.ID, alive)
-	})
-}
-
-// awaitAgent runs wait, which waits on sandbox sb's agent, for at most
-// StartTimeout and no longer than sb's runtime runs, and says in words for
-// the caller which ended it: "did not answer within", or "stopped before
-// its agent <what>".
-func (n *Local) awaitAgent(ctx context.Context, sb store.Sandbox, what string, wait func(context.Context, func(context.Context) error) error) error {
-	wctx, cancel := context.WithTimeout(ctx, n.cfg.StartTimeout)
-	defer cancel()
-	err := wait(wctx, func(ctx context.Context) error {
-		if n.dead(ctx, sb.ID) {
-			return errors.New("its runtime stopped")
-		}
-		return nil
-	})
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case wctx.Err() != nil:
-		return &errdefs.Error{Msg: fmt.Sprintf("sandbox %s's agent did not answer within %s", sb.ID, n.cfg.StartTimeout), Cause: err}
-	case errors.Is(err, agentclient.ErrStopped):
-		return &errdefs.Error{Msg: fmt.Sprintf("sandbox %s stopped before its agent %s (the server log says why)", sb.ID, what), Cause: err}
-	}
-	return err
 }

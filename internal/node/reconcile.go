@@ -40,7 +40,7 @@ func (n *Local) Reconcile(ctx context.Context) error {
 			st, err := n.cfg.Runtime.State(ctx, sb.ID)
 			if err == nil && st == sandbox.Running {
 				kept++
-				if err := n.readopt(sb); err != nil {
+				if err := n.network.readopt(sb); err != nil {
 					log.Error("reinstalling the network policy of a sandbox kept over a restart", "err", err)
 				}
 				n.started(sb)
@@ -60,7 +60,7 @@ func (n *Local) Reconcile(ctx context.Context) error {
 			// The row ends regardless, so that the sandbox is not served;
 			// being unrecorded, it is then an orphan the sweep kills.
 			log.Error("killing a sandbox that did not survive the restart", "err", err)
-			if err = n.cfg.Store.EndSandbox(ctx, sb.ID, api.StateFailed, reason, n.now()); err == nil {
+			if err = n.cfg.Store.EndSandbox(ctx, sb.ID, api.StateFailed, reason, n.clock.now()); err == nil {
 				n.stopped(sb, api.StateFailed, reason)
 			}
 		}
@@ -74,7 +74,7 @@ func (n *Local) Reconcile(ctx context.Context) error {
 		// reaper sweeps again later.
 		n.log.Error("sweeping orphan sandboxes", "err", err)
 	}
-	if err := n.sweepImages(ctx); err != nil {
+	if err := n.images.sweepImages(ctx); err != nil {
 		n.log.Error("sweeping orphan checkpoint images", "err", err)
 	}
 	n.log.Info("reconciled sandboxes", "kept", kept, "ended", len(live)-kept)

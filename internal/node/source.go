@@ -98,7 +98,7 @@ func (f fresh) record(ctx context.Context, n *Local, p Plan) (store.Sandbox, err
 	defer release()
 	sb := store.Sandbox{
 		ID: NewID(), ProjectID: p.ProjectID, Template: p.Template, State: api.StateStarting,
-		TimeoutMs: p.TimeoutMs, Metadata: p.Metadata, CreatedAt: n.now(), Shape: p.Shape(), Role: p.Role,
+		TimeoutMs: p.TimeoutMs, Metadata: p.Metadata, CreatedAt: n.clock.now(), Shape: p.Shape(), Role: p.Role,
 		ParentID: p.ParentID,
 	}
 	// A slot released just before is the lowest free under churn, and its
@@ -128,7 +128,7 @@ func (fresh) token(ctx context.Context, l *launch) (env []string, apiPort int, e
 	if err != nil {
 		return nil, 0, fmt.Errorf("minting the sandbox's API key: %w", err)
 	}
-	n.emit(Event{Kind: KeyCreated, SandboxID: sb.ID, ProjectID: sb.ProjectID, KeyIDs: []string{k.ID}})
+	n.bus.emit(Event{Kind: KeyCreated, SandboxID: sb.ID, ProjectID: sb.ProjectID, KeyIDs: []string{k.ID}})
 	env = []string{"LIZARD_API_KEY=" + k.String()}
 	if n.cfg.TokenAPI != nil {
 		apiEnv, port := n.cfg.TokenAPI(sb.HostAddr)
@@ -138,7 +138,7 @@ func (fresh) token(ctx context.Context, l *launch) (env []string, apiPort int, e
 }
 
 func (fresh) markRunning(ctx context.Context, l *launch) error {
-	return l.n.cfg.Store.MarkRunning(ctx, l.sb.ID, l.n.deadline(l.p.TimeoutMs))
+	return l.n.cfg.Store.MarkRunning(ctx, l.sb.ID, l.n.clock.deadline(l.p.TimeoutMs))
 }
 
 // fail removes the sandbox and records why. An error that already tells
@@ -171,7 +171,7 @@ func (fresh) announce(ctx context.Context, l *launch, got store.Sandbox) {
 		return
 	}
 	caller, _ := auth.CallerOf(ctx)
-	l.n.emit(Event{Kind: Created, SandboxID: got.ID, ProjectID: got.ProjectID, Token: l.p.Token, Caller: caller,
+	l.n.bus.emit(Event{Kind: Created, SandboxID: got.ID, ProjectID: got.ProjectID, Token: l.p.Token, Caller: caller,
 		Template: got.Template, ParentID: l.p.ParentID, SnapshotID: l.p.SnapshotID, ForkedFrom: l.p.fork.parentID()})
 }
 
@@ -194,7 +194,7 @@ func (n *Local) cleanupFailed(ctx context.Context, log *slog.Logger, sb store.Sa
 		// The row ends anyway; the orphan sweep retries the kill.
 		log.Error("killing a sandbox that failed to start", "err", err)
 	}
-	if err := n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, reason, n.now()); err != nil {
+	if err := n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, reason, n.clock.now()); err != nil {
 		log.Error("recording a failed sandbox", "err", err)
 	}
 	n.stopped(sb, api.StateFailed, reason)

@@ -35,7 +35,7 @@ func (bootSource) start(ctx context.Context, l *launch) (string, error) {
 // identify waits for the agent: a booted agent has its identity from its
 // environment.
 func (bootSource) identify(ctx context.Context, l *launch) (string, error) {
-	if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return l.n.waitAgent(ctx, l.sb) }); err != nil {
+	if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return l.n.agents.wait(ctx, l.sb) }); err != nil {
 		return "its agent did not answer", err
 	}
 	return "", nil

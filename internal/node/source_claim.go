@@ -31,7 +31,7 @@ func (c claimSource) record(ctx context.Context, n *Local, p Plan) (store.Sandbo
 		return store.Sandbox{}, err
 	}
 	defer release()
-	sb, err := n.cfg.Store.ClaimWarm(ctx, p.Template, p.ProjectID, p.Metadata, p.TimeoutMs, n.now(), n.deadline(p.TimeoutMs))
+	sb, err := n.cfg.Store.ClaimWarm(ctx, p.Template, p.ProjectID, p.Metadata, p.TimeoutMs, n.clock.now(), n.clock.deadline(p.TimeoutMs))
 	if errors.Is(err, store.ErrNotFound) {
 		return sb, errNoWarm
 	}

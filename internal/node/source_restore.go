@@ -46,7 +46,9 @@ func (r restoreSource) start(ctx context.Context, l *launch) (string, error) {
 // waited for in the reseed, which it answers as soon as it is up.
 func (r restoreSource) identify(ctx context.Context, l *launch) (string, error) {
 	req := l.identity(false)
-	if err := trace.Step(ctx, "node.reseed", func(ctx context.Context) error { return l.n.reseedRestored(ctx, l.sb, req, r.dir) }); err != nil {
+	if err := trace.Step(ctx, "node.reseed", func(ctx context.Context) error {
+		return l.n.agents.reseedRestored(ctx, l.sb, req, l.n.images.imageAuth(r.dir))
+	}); err != nil {
 		return "giving it its identity failed", err
 	}
 	return "", nil

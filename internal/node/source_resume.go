@@ -78,7 +78,7 @@ func (resumeSource) token(ctx context.Context, l *launch) (env []string, apiPort
 	if !l.p.Token || n.cfg.TokenAPI == nil {
 		return nil, 0, nil
 	}
-	has, err := n.cfg.Store.SandboxHasLiveKey(ctx, sb.ID, n.now())
+	has, err := n.cfg.Store.SandboxHasLiveKey(ctx, sb.ID, n.clock.now())
 	if err != nil {
 		// It resumes without the API: its code can still run.
 		n.log.Error("looking up the lizardToken of a resumed sandbox", "sandbox_id", sb.ID, "err", err)
@@ -121,12 +121,12 @@ func (r resumeSource) start(ctx context.Context, l *launch) (string, error) {
 func (r resumeSource) identify(ctx context.Context, l *launch) (string, error) {
 	if r.cached {
 		req := api.ReseedRequest{SandboxID: l.sb.ID, Envs: envMap(l.tokenEnv), KeepSeeds: true}
-		if err := l.n.reseedRestored(ctx, l.sb, req, r.dir); err != nil {
+		if err := l.n.agents.reseedRestored(ctx, l.sb, req, l.n.images.imageAuth(r.dir)); err != nil {
 			return "its agent did not take this node's secret after the restore", err
 		}
 		return "", nil
 	}
-	if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return l.n.waitAgent(ctx, l.sb) }); err != nil {
+	if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return l.n.agents.wait(ctx, l.sb) }); err != nil {
 		return "its agent did not answer after the restore", err
 	}
 	if len(l.tokenEnv) > 0 {
@@ -167,7 +167,7 @@ func (r resumeSource) fail(ctx context.Context, l *launch, reason string, err er
 }
 
 func (resumeSource) announce(_ context.Context, l *launch, got store.Sandbox) {
-	l.n.emit(Event{Kind: Resumed, SandboxID: got.ID, ProjectID: got.ProjectID, Token: l.p.Token})
+	l.n.bus.emit(Event{Kind: Resumed, SandboxID: got.ID, ProjectID: got.ProjectID, Token: l.p.Token})
 }
 
 // failResume ends sandbox sb, which could not be resumed from image, as
@@ -178,13 +178,13 @@ func (n *Local) failResume(ctx context.Context, log *slog.Logger, sb store.Sandb
 	if kerr := n.cfg.Runtime.Kill(cctx, sb.ID); kerr != nil {
 		log.Error("killing a sandbox that failed to resume", "err", kerr)
 	}
-	if eerr := n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, reason, n.now()); eerr != nil {
+	if eerr := n.cfg.Store.EndSandbox(cctx, sb.ID, api.StateFailed, reason, n.clock.now()); eerr != nil {
 		log.Error("recording a sandbox that failed to resume", "err", eerr)
 	}
 	if image != "" {
 		removeDir(log, "the image of a sandbox that failed to resume", image)
 	}
-	n.forget(PausedImage(sb.ID))
+	n.images.forget(PausedImage(sb.ID))
 	n.stopped(sb, api.StateFailed, reason)
 	log.Warn("sandbox failed to resume", "reason", reason, "err", err)
 	return sb, &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("sandbox %s could not be resumed: %s", sb.ID, reason), Cause: err}

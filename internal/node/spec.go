@@ -9,9 +9,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lizard-build/lizard/internal/egress"
 	"net/netip"
 	"slices"
+
+	"github.com/lizard-build/lizard/internal/egress"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/netns"
@@ -76,7 +77,7 @@ func (n *Local) spec(sb store.Sandbox, a sandbox.Artifact, env []string, apiPort
 		return sandbox.Spec{}, fmt.Errorf("parsing sandbox addresses: %w", err)
 	}
 	p := n.Shaped(Plan{}, sb.Shape)
-	if secret := n.agentSecret(sb.ID); secret != "" {
+	if secret := n.agents.secret(sb.ID); secret != "" {
 		env = append(slices.Clone(env), "LIZARD_AGENT_SECRET="+secret)
 	}
 	var vols []sandbox.Volume
@@ -99,7 +100,7 @@ func (n *Local) spec(sb store.Sandbox, a sandbox.Artifact, env []string, apiPort
 		Files:    n.cfg.Files,
 		Volumes:  vols,
 		Network: sandbox.Network{HostAddr: host, GuestAddr: guest, PrefixLen: netns.SlotPrefixLen,
-			Internet: p.Internet, APIPort: apiPort, Allow: n.cfg.Allow, Names: n.names(p)},
+			Internet: p.Internet, APIPort: apiPort, Allow: n.cfg.Allow, Names: n.network.names(p)},
 		Limits: p.Limits.runtime(),
 		// A warm-pool sandbox is restored ahead of need: it yields the CPU
 		// to sandboxes in use until claimed (provision).

@@ -23,8 +23,8 @@ func injects(p *netpolicy.Policy) bool { return p != nil && len(p.Inject) > 0 }
 // trustEgress has sandbox id trust its egress CA if policy p injects
 // secrets: its parent's, for a fork. Otherwise, when restored (its image
 // may come from a sandbox that did), it has it trust none.
-func (n *Local) trustEgress(ctx context.Context, id string, p *netpolicy.Policy, restored bool, parent string) error {
-	if n.cfg.EgressCAs == nil {
+func (nw *network) trustEgress(ctx context.Context, id string, p *netpolicy.Policy, restored bool, parent string) error {
+	if nw.cas == nil {
 		return nil
 	}
 	if !injects(p) {
@@ -33,26 +33,26 @@ func (n *Local) trustEgress(ctx context.Context, id string, p *netpolicy.Policy,
 			// in its image signs nothing it will be shown.
 			return nil
 		}
-		return n.agents.Trust(ctx, id, "")
+		return nw.agents.Trust(ctx, id, "")
 	}
 	if parent != "" {
-		if err := n.cfg.EgressCAs.Inherit(id, parent); err != nil {
+		if err := nw.cas.Inherit(id, parent); err != nil {
 			return err
 		}
 	}
-	ca, err := n.cfg.EgressCAs.Get(id)
+	ca, err := nw.cas.Get(id)
 	if err != nil {
 		return fmt.Errorf("making sandbox %s's egress CA: %w", id, err)
 	}
-	return n.agents.Trust(ctx, id, string(ca.CertPEM()))
+	return nw.agents.Trust(ctx, id, string(ca.CertPEM()))
 }
 
 // forgetEgressCA deletes ended sandbox id's CA key.
-func (n *Local) forgetEgressCA(id string) {
-	if n.cfg.EgressCAs == nil {
+func (nw *network) forgetEgressCA(id string) {
+	if nw.cas == nil {
 		return
 	}
-	if err := n.cfg.EgressCAs.Remove(id); err != nil {
-		n.log.Warn("removing the egress CA of an ended sandbox", "sandbox_id", id, "err", err)
+	if err := nw.cas.Remove(id); err != nil {
+		nw.log.Warn("removing the egress CA of an ended sandbox", "sandbox_id", id, "err", err)
 	}
 }

@@ -30,10 +30,10 @@ func (n *Local) MakeVolume(ctx context.Context, id string, size int64) error {
 	if n.cfg.Volumes == nil {
 		return errNoVolumes
 	}
-	if err := n.roomFor("make a volume"); err != nil {
+	if err := n.images.roomFor("make a volume"); err != nil {
 		return err
 	}
-	if err := n.roomForVolume(size); err != nil {
+	if err := n.images.roomForVolume(size); err != nil {
 		return err
 	}
 	if err := n.cfg.Volumes.Create(ctx, id, size); err != nil {
@@ -48,20 +48,20 @@ func (n *Local) MakeVolume(ctx context.Context, id string, size int64) error {
 // through (a 10 GiB volume cost 69 MB), while code in a sandbox may write
 // all of it. The size promised is what is checked; other volumes' unwritten
 // space is not added up (the projects' bounds keep it in proportion).
-func (n *Local) roomForVolume(size int64) error {
-	if n.cfg.DataDir == "" {
+func (im *images) roomForVolume(size int64) error {
+	if im.dataDir == "" {
 		return nil
 	}
-	free, err := FreeBytes(n.cfg.DataDir)
+	free, err := FreeBytes(im.dataDir)
 	if err != nil {
-		n.log.Warn("reading the data directory's free space", "err", err)
+		im.log.Warn("reading the data directory's free space", "err", err)
 		return nil // unknown: a write will tell
 	}
-	if free-n.cfg.MinFreeDisk >= size {
+	if free-im.minFree >= size {
 		return nil
 	}
 	return &errdefs.Error{Kind: errdefs.ErrDiskFull, Msg: fmt.Sprintf("cannot make a volume of %d MiB: the server's disk has %d MiB free and keeps %d MiB of it (--min-free-disk-mb); ask for a smaller volume, or ask the operator to free disk space",
-		size>>20, free>>20, n.cfg.MinFreeDisk>>20)}
+		size>>20, free>>20, im.minFree>>20)}
 }
 
 // RemoveVolume implements Node.

@@ -1,0 +1,96 @@
+package node
+
+// The node's way to its sandboxes' agents: dialled by sandbox ID, each
+// with its own secret, and waited for while a sandbox starts or restores.
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// agents is the node's client for its sandboxes' agents.
+type agents struct {
+	*agentclient.Client
+	store   *store.Store
+	addr    func(sandboxID, guestAddr string) string // Config.AgentAddr
+	key     []byte                                   // Config.AgentKey
+	timeout time.Duration                            // Config.StartTimeout
+	// dead reports whether sandbox id's runtime has stopped (Local.dead).
+	dead func(ctx context.Context, id string) bool
+}
+
+// resolve is where a live sandbox's agent listens.
+func (a *agents) resolve(ctx context.Context, id string) (string, error) {
+	sb, err := a.store.GetSandbox(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if !sb.Live() {
+		return "", errors.New("it has ended")
+	}
+	return a.addr(sb.ID, sb.GuestAddr), nil
+}
+
+// secret is sandbox id's agent secret: derived from AgentKey and the
+// ID, so the node needs no record of it, and each sandbox's differs.
+func (a *agents) secret(id string) string {
+	if len(a.key) == 0 {
+		return ""
+	}
+	m := hmac.New(sha256.New, a.key)
+	m.Write([]byte("lizard agent " + id))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// reseedRestored gives sandbox sb, just restored from image, its identity
+// r and its own agent secret as soon as its agent answers. Its agent holds
+// auth, the secret of the sandbox the image was taken from, until then.
+func (a *agents) reseedRestored(ctx context.Context, sb store.Sandbox, r api.ReseedRequest, auth string) error {
+	r.Secret = a.secret(sb.ID)
+	return a.await(ctx, sb, "answered after the restore", func(ctx context.Context, alive func(context.Context) error) error {
+		return a.ReseedWhenUp(ctx, r, auth, alive)
+	})
+}
+
+// wait waits for sandbox sb's agent to answer.
+func (a *agents) wait(ctx context.Context, sb store.Sandbox) error {
+	return a.await(ctx, sb, "started", func(ctx context.Context, alive func(context.Context) error) error {
+		return a.Wait(ctx, sb.ID, alive)
+	})
+}
+
+// await runs wait, which waits on sandbox sb's agent, for at most
+// StartTimeout and no longer than sb's runtime runs, and says in words for
+// the caller which ended it: "did not answer within", or "stopped before
+// its agent <what>".
+func (a *agents) await(ctx context.Context, sb store.Sandbox, what string, wait func(context.Context, func(context.Context) error) error) error {
+	wctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	err := wait(wctx, func(ctx context.Context) error {
+		if a.dead(ctx, sb.ID) {
+			return errors.New("its runtime stopped")
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case wctx.Err() != nil:
+		return &errdefs.Error{Msg: fmt.Sprintf("sandbox %s's agent did not answer within %s", sb.ID, a.timeout), Cause: err}
+	case errors.Is(err, agentclient.ErrStopped):
+		return &errdefs.Error{Msg: fmt.Sprintf("sandbox %s stopped before its agent %s (the server log says why)", sb.ID, what), Cause: err}
+	}
+	return err
+}
