@@ -88,10 +88,11 @@ def test_watch_rename_info_stream_metrics(tmp_path: Path) -> None:
         with open(dest, "rb") as f:  # a file object uploads streamed too
             assert sb.files.write("copy.bin", f).size == SIZE
 
-        # Metrics: the first sample comes within 5 s of the start.
+        # Metrics: a sample comes every 5 s, so one taken after both writes (disk_used counts them) comes
+        # within 20 s; the newest sample when the writes end may predate the second.
         deadline = time.monotonic() + 20
         metrics = sb.get_metrics()
-        while not metrics and time.monotonic() < deadline:
+        while (not metrics or metrics[-1].disk_used < 2 * SIZE) and time.monotonic() < deadline:
             time.sleep(1)
             metrics = sb.get_metrics()
         assert metrics, "no metrics within 20 s"
