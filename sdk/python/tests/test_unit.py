@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import io
 import json
+import re
 from typing import Any, List
 
 import httpx
@@ -771,3 +772,15 @@ def test_template_build_outcome() -> None:
     assert (exc.value.code, exc.value.step, exc.value.log) == ("invalid_argument", "run: x", "boom")
     with pytest.raises(lizard.SandboxError):
         _core.TemplateBuild(None).finish()
+
+
+def test_requests_are_written_once_in_calls() -> None:
+    """Every request of the API is spelled in _calls.py alone: the sync and async clients send its Calls and
+    name no path and make no request of their own, so a feature is written once for both."""
+    from pathlib import Path
+
+    src = Path(lizard.__file__).parent
+    for name in ("_sync.py", "_async.py", "_commands.py", "_async_commands.py"):
+        text = (src / name).read_text()
+        assert not re.search(r"""["']/v1/""", text), f"{name} names an API path; put the request in _calls.py"
+        assert "http.request(" not in text, f"{name} makes a request of its own; send a _calls.Call"

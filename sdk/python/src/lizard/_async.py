@@ -1,4 +1,7 @@
-"""The asyncio client: AsyncCodeSandbox and its files and process helpers, the same surface as CodeSandbox."""
+"""The asyncio client: AsyncCodeSandbox and its files and process helpers, the same surface as CodeSandbox.
+
+What each call sends and how its answer is read is in _calls.py, shared with the sync client; this module
+sends it (see _calls.py's docstring for why the two clients share a core rather than one being generated)."""
 
 from __future__ import annotations
 
@@ -15,25 +18,24 @@ from typing import (
     Coroutine,
     Dict,
     Generator,
-    Iterable,
     List,
     Literal,
     Mapping,
     Optional,
     Sequence,
     Type,
+    TypeVar,
     Union,
     overload,
 )
-from urllib.parse import quote
 
 import httpx
 
-from . import _core
+from . import _calls, _core
 from ._async_commands import AsyncCommands, AsyncPty
 from ._core import UNSET, ContextLike
-from ._sync import FileData, _sandbox_path
-from .errors import InvalidArgumentError, LizardError, NotFoundError, SandboxGoneError, error_from_response
+from ._sync import FileData
+from .errors import InvalidArgumentError, LizardError, error_from_response
 from .models import (
     Context,
     EntryInfo,
@@ -57,6 +59,7 @@ __all__ = ["AsyncNetwork", "AsyncCodeSandbox", "AsyncFiles", "AsyncProcess", "As
            "AsyncEvents", "AsyncEventStream"]
 
 _CHUNK = 64 * 1024
+T = TypeVar("T")
 
 # A callback of the async client may be a plain function or a coroutine function.
 AsyncCallback = Callable[[Any], Union[Any, Awaitable[Any]]]
@@ -113,17 +116,29 @@ class _AsyncHttp:
             raise error_from_response(resp.status_code, resp.content)
         return resp
 
-    async def stream(
-        self,
-        path: str,
-        body: Any,
-        read_timeout: Optional[float],
-        on_event: Callable[[Dict[str, Any]], Awaitable[None]],
-    ) -> None:
-        splitter = _core.LineSplitter()
-        timeout = _core.timeout(self.request_timeout, read_timeout)
+    async def call(self, call: _calls.Call[T]) -> T:
+        """Send a call and read its answer."""
         try:
-            async with self.client.stream("POST", path, json=body, timeout=timeout) as resp:
+            resp = await self.request(call.method, call.path, json=call.json, params=call.params,
+                                      content=call.content, timeout=call.timeout)
+        except LizardError as err:
+            if call.rescue is None:
+                raise
+            return call.rescue(err)
+        return call.read(resp)
+
+    async def stream(self, stream: _calls.Stream[T]) -> T:
+        """Send a stream's POST, feed it each event as it comes and call (or await) the callbacks it names."""
+        splitter = _core.LineSplitter()
+        timeout = _core.timeout(self.request_timeout, stream.read_timeout)
+
+        async def on_event(event: Dict[str, Any]) -> None:
+            call = stream.feed(event)
+            if call is not None:
+                await _call(stream.callbacks.get(call[0]), call[1])
+
+        try:
+            async with self.client.stream("POST", stream.path, json=stream.json, timeout=timeout) as resp:
                 if resp.status_code >= 300:
                     raise error_from_response(resp.status_code, await resp.aread())
                 async for chunk in resp.aiter_bytes():
@@ -133,10 +148,12 @@ class _AsyncHttp:
                     await on_event(event)
         except httpx.TransportError as exc:
             raise _core.transport_error(exc, self.api_url) from exc
+        return stream.finish()
 
-    async def open(self, path: str, params: Any, read_timeout: Optional[float]) -> httpx.Response:
+    async def open(self, follow: _calls.Open) -> httpx.Response:
         """Send a GET whose body is read as it comes; the caller closes the response."""
-        req = self.client.build_request("GET", path, params=params, timeout=_core.timeout(self.request_timeout, read_timeout))
+        timeout = _core.timeout(self.request_timeout, follow.read_timeout)
+        req = self.client.build_request("GET", follow.path, params=follow.params, timeout=timeout)
         try:
             resp = await self.client.send(req, stream=True)
         except httpx.TransportError as exc:
@@ -154,6 +171,22 @@ class _AsyncHttp:
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+async def _once(
+    send: Union[_calls.Call[T], _calls.Stream[T]],
+    api_key: Optional[str],
+    api_url: Optional[str],
+    request_timeout: Optional[float] = _core.DEFAULT_REQUEST_TIMEOUT,
+    transport: Optional[httpx.AsyncBaseTransport] = None,
+) -> T:
+    """Send one call (or stream) of the key's project on a pool of its own."""
+    url, key = _core.resolve_config(api_key, api_url)
+    http = _AsyncHttp(url, key, request_timeout, transport)
+    try:
+        return await (http.stream(send) if isinstance(send, _calls.Stream) else http.call(send))
+    finally:
+        await http.close()
 
 
 def _achunks(data: FileData) -> Union[bytes, AsyncIterator[bytes]]:
@@ -224,7 +257,7 @@ class AsyncCodeSandbox:
         """Wrap an existing sandbox; use :meth:`create` or :meth:`connect` instead."""
         self.sandbox_id = sandbox_id
         self._http = _http
-        self._prefix = _sandbox_path(sandbox_id)
+        self._prefix = _calls.sandbox_path(sandbox_id)  # for raw requests (bench/bench.py)
         self.files = AsyncFiles(self)
         self.process = AsyncProcess(self)
         self.commands = AsyncCommands(self)
@@ -278,20 +311,15 @@ class AsyncCodeSandbox:
         transport: Optional[httpx.AsyncBaseTransport],
     ) -> "AsyncCodeSandbox":
         url, key = _core.resolve_config(api_key, api_url)
-        http = _AsyncHttp(
-            url, key, _core.DEFAULT_REQUEST_TIMEOUT if request_timeout is UNSET else request_timeout, transport
-        )
+        http = _AsyncHttp(url, key, _calls.client_timeout(request_timeout), transport)
         try:
-            create_timeout = _core.DEFAULT_CREATE_TIMEOUT if request_timeout is UNSET else request_timeout
-            resp = await http.request("POST", "/v1/sandboxes", json=body, timeout=create_timeout)
-            info = SandboxInfo.from_json(resp.json())
+            info = await http.call(_calls.create(body, request_timeout))
             sandbox = cls(info.sandbox_id, _http=http)
             sandbox._info = info
-            if project_id is not None and info.project_id and info.project_id != project_id:
+            wrong = _calls.wrong_project(project_id, info)
+            if wrong is not None:
                 await sandbox._kill_quietly()
-                raise InvalidArgumentError(
-                    f"project_id {project_id!r} does not match the API key's project {info.project_id!r}"
-                )
+                raise wrong
             return sandbox
         except BaseException:
             await http.close()
@@ -316,10 +344,7 @@ class AsyncCodeSandbox:
         http = _AsyncHttp(url, key, request_timeout, transport)
         try:
             sandbox = cls(sandbox_id, _http=http)
-            info = await sandbox.get_info()
-            if info.state in ("killed", "expired", "failed"):
-                raise SandboxGoneError(f"sandbox {sandbox_id} has ended ({info.state})", status=None, code="gone")
-            if info.state == "paused":
+            if _calls.check_connectable(sandbox_id, await sandbox.get_info()):
                 await sandbox.resume()
             return sandbox
         except BaseException:
@@ -338,17 +363,11 @@ class AsyncCodeSandbox:
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> List[SandboxInfo]:
         """List the sandboxes of the key's project, filtered by metadata (all pairs must match) and state."""
-        url, key = _core.resolve_config(api_key, api_url)
-        http = _AsyncHttp(url, key, request_timeout, transport)
-        try:
-            resp = await http.request("GET", "/v1/sandboxes", params=_core.list_params(metadata, state))
-            return [SandboxInfo.from_json(s) for s in resp.json().get("sandboxes") or []]
-        finally:
-            await http.close()
+        return await _once(_calls.list_sandboxes(metadata, state), api_key, api_url, request_timeout, transport)
 
     async def get_info(self) -> SandboxInfo:
         """Return what the server knows about this sandbox."""
-        self._info = SandboxInfo.from_json((await self._http.request("GET", self._prefix)).json())
+        self._info = await self._http.call(_calls.get_info(self.sandbox_id))
         return self._info
 
     @property
@@ -364,21 +383,16 @@ class AsyncCodeSandbox:
 
     async def set_timeout(self, timeout_ms: int) -> None:
         """Reset the sandbox's deadline to timeout_ms from now; 0 means it never ends by itself."""
-        _core.check_ms("timeout_ms", timeout_ms)
-        await self._http.request("POST", f"{self._prefix}/timeout", json={"timeoutMs": timeout_ms})
+        await self._http.call(_calls.set_timeout(self.sandbox_id, timeout_ms))
 
     async def get_metrics(self) -> List[SandboxMetric]:
         """The sandbox's CPU, memory and disk samples of the last 5 minutes; see
         :meth:`lizard.CodeSandbox.get_metrics`."""
-        data = (await self._http.request("GET", f"{self._prefix}/metrics")).json()
-        return [SandboxMetric.from_json(m) for m in data.get("metrics") or []]
+        return await self._http.call(_calls.get_metrics(self.sandbox_id))
 
     async def kill(self) -> None:
         """End the sandbox now. Killing a sandbox that is already gone is not an error."""
-        try:
-            await self._http.request("DELETE", self._prefix)
-        except NotFoundError:
-            pass
+        await self._http.call(_calls.kill(self.sandbox_id))
 
     async def _kill_quietly(self) -> None:
         try:
@@ -395,25 +409,21 @@ class AsyncCodeSandbox:
         The image is copied to the server's image store in the background; ``wait_durable=True``
         returns only once it is there (``durable``), so that the sandbox outlives the machine that
         paused it, and raises SandboxError (503) if that takes over 5 minutes."""
-        body = {"waitDurable": True} if wait_durable else {}
-        await self._http.request("POST", f"{self._prefix}/pause", json=body, timeout=_core.DEFAULT_CREATE_TIMEOUT)
+        await self._http.call(_calls.pause(self.sandbox_id, wait_durable))
 
     async def resume(self, timeout_ms: Optional[int] = None) -> None:
         """Resume a paused sandbox (a running one is left as is). timeout_ms, when given, replaces the time
         it had left when paused. Raises SandboxGoneError when its image could not be restored."""
-        _core.check_ms("timeout_ms", timeout_ms)
-        body = {"timeoutMs": timeout_ms} if timeout_ms is not None else {}
-        await self._http.request("POST", f"{self._prefix}/resume", json=body, timeout=_core.DEFAULT_CREATE_TIMEOUT)
+        await self._http.call(_calls.resume(self.sandbox_id, timeout_ms))
 
     async def snapshot(self) -> SnapshotInfo:
         """Save the sandbox, kernel state included, without stopping it. Create sandboxes from it with
         ``create(snapshot_id=...)``; delete it with :meth:`delete_snapshot`."""
-        resp = await self._http.request("POST", f"{self._prefix}/snapshots", timeout=_core.DEFAULT_CREATE_TIMEOUT)
-        return SnapshotInfo.from_json(resp.json())
+        return await self._http.call(_calls.snapshot(self.sandbox_id))
 
     async def delete_snapshot(self, snapshot_id: str) -> None:
         """Delete a snapshot of the key's project and its image."""
-        await self._http.request("DELETE", f"/v1/snapshots/{quote(snapshot_id, safe='')}")
+        await self._http.call(_calls.delete_snapshot(snapshot_id))
 
     @overload
     async def fork(self, *, timeout_ms: Optional[int] = ..., metadata: Optional[Mapping[str, str]] = ...) -> "AsyncCodeSandbox": ...
@@ -435,10 +445,8 @@ class AsyncCodeSandbox:
         ``fork()`` returns one new sandbox; ``fork(count=N)`` (1 to 16) returns a list of N. Each fork
         has its own address, and Python's ``random`` and NumPy's global generator are reseeded in each.
         """
-        body = _core.fork_body(count, timeout_ms, metadata)
-        resp = await self._http.request("POST", f"{self._prefix}/fork", json=body, timeout=_core.DEFAULT_CREATE_TIMEOUT)
-        forks = [type(self)(SandboxInfo.from_json(s).sandbox_id, _http=self._http.clone())
-                 for s in resp.json().get("sandboxes") or []]
+        ids = await self._http.call(_calls.fork(self.sandbox_id, count, timeout_ms, metadata))
+        forks = [type(self)(sandbox_id, _http=self._http.clone()) for sandbox_id in ids]
         return forks if count is not None else forks[0]
 
     async def close(self) -> None:
@@ -485,45 +493,24 @@ class AsyncCodeSandbox:
 
         Callbacks may be plain functions or coroutine functions; they are awaited in order.
         """
-        body = _core.execute_body(code, language, context, timeout_ms, envs)
-        asm = _core.ExecutionAssembler()
-        callbacks: Dict[str, Optional[Callable[[Any], Any]]] = {
-            "stdout": on_stdout,
-            "stderr": on_stderr,
-            "result": on_result,
-            "error": on_error,
-        }
-
-        async def on_event(event: Dict[str, Any]) -> None:
-            call = asm.feed(event)
-            if call is not None:
-                await _call(callbacks[call[0]], call[1])
-
-        await self._http.stream(f"{self._prefix}/execute", body, _core.stream_read_timeout(timeout_ms), on_event)
-        return asm.finish()
+        return await self._http.stream(_calls.run_code(self.sandbox_id, code, language, context, timeout_ms, envs,
+                                                       on_stdout, on_stderr, on_result, on_error))
 
     async def create_context(self, language: str = "python", cwd: Optional[str] = None) -> Context:
         """Start a new context: its own kernel, variables and working directory (default the home)."""
-        body: Dict[str, Any] = {"language": language}
-        if cwd:
-            body["cwd"] = cwd
-        return Context.from_json((await self._http.request("POST", f"{self._prefix}/contexts", json=body)).json())
+        return await self._http.call(_calls.create_context(self.sandbox_id, language, cwd))
 
     async def list_contexts(self) -> List[Context]:
         """List the sandbox's contexts, default ones included."""
-        resp = await self._http.request("GET", f"{self._prefix}/contexts")
-        return [Context.from_json(c) for c in resp.json().get("contexts") or []]
+        return await self._http.call(_calls.list_contexts(self.sandbox_id))
 
     async def restart_context(self, context: ContextLike) -> Context:
         """Restart a context's kernel, dropping its variables."""
-        cid = quote(_core.context_id(context), safe="")
-        resp = await self._http.request("POST", f"{self._prefix}/contexts/{cid}/restart")
-        return Context.from_json(resp.json())
+        return await self._http.call(_calls.restart_context(self.sandbox_id, context))
 
     async def delete_context(self, context: ContextLike) -> None:
         """Delete a context and stop its kernel."""
-        cid = quote(_core.context_id(context), safe="")
-        await self._http.request("DELETE", f"{self._prefix}/contexts/{cid}")
+        await self._http.call(_calls.delete_context(self.sandbox_id, context))
 
 
 class AsyncNetwork:
@@ -548,34 +535,28 @@ class AsyncNetwork:
         Raises InvalidArgumentError naming the field for a bad rule, ConflictError for a sandbox created
         without a policy.
         """
-        body = _core.network_update(default, allow, deny, ports, inject, cut)
-        resp = await self._sandbox._http.request("PATCH", f"{self._sandbox._prefix}/network", json=body)
-        return dict(resp.json())
+        s = self._sandbox
+        return await s._http.call(_calls.update_network(s.sandbox_id, default, allow, deny, ports, inject, cut))
 
     async def log(self) -> List[NetworkLogEntry]:
         """The sandbox's newest egress decisions (at most 1000), oldest first."""
-        resp = await self._sandbox._http.request("GET", f"{self._sandbox._prefix}/network/log")
-        return [NetworkLogEntry.from_json(e) for e in resp.json().get("entries") or []]
+        return await self._sandbox._http.call(_calls.network_log(self._sandbox.sandbox_id))
 
     @staticmethod
     async def get_default(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> Optional[Dict[str, Any]]:
         """The key's project's default policy; None when it has none (see :meth:`lizard.Network.get_default`)."""
-        try:
-            return dict((await AsyncVolume._call("GET", "/v1/network/default", api_key, api_url)).json())
-        except NotFoundError:
-            return None
+        return await _once(_calls.get_network_default(), api_key, api_url)
 
     @staticmethod
     async def set_default(policy: Mapping[str, Any], *, api_key: Optional[str] = None,
                           api_url: Optional[str] = None) -> Dict[str, Any]:
         """Set the project's default policy for sandboxes created from now on."""
-        body = _core.network_policy(policy, "policy")
-        return dict((await AsyncVolume._call("PUT", "/v1/network/default", api_key, api_url, json=body)).json())
+        return await _once(_calls.set_network_default(policy), api_key, api_url)
 
     @staticmethod
     async def clear_default(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
         """Clear the project's default policy: new sandboxes get the server's again."""
-        await AsyncVolume._call("DELETE", "/v1/network/default", api_key, api_url)
+        await _once(_calls.clear_network_default(), api_key, api_url)
 
 
 class AsyncEvents:
@@ -593,13 +574,7 @@ class AsyncEvents:
         api_url: Optional[str] = None,
     ) -> EventPage:
         """One page of events, oldest first; pass ``next`` as ``after`` for the following one."""
-        params = _core.event_params(sandbox_id, types, metadata, after, limit, False)
-        url, key = _core.resolve_config(api_key, api_url)
-        http = _AsyncHttp(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
-        try:
-            return EventPage.from_json((await http.request("GET", "/v1/events", params=params)).json())
-        finally:
-            await http.close()
+        return await _once(_calls.list_events(sandbox_id, types, metadata, after, limit), api_key, api_url)
 
     @staticmethod
     async def follow(
@@ -613,11 +588,11 @@ class AsyncEvents:
     ) -> "AsyncEventStream":
         """Follow events as they are recorded: from now, or after event ``after``. The server follows once
         this returns; ``async for`` over the stream and close it, or use it in ``async with``."""
-        params = _core.event_params(sandbox_id, types, metadata, after, None, True)
+        follow = _calls.follow_events(sandbox_id, types, metadata, after)
         url, key = _core.resolve_config(api_key, api_url)
         http = _AsyncHttp(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
         try:
-            resp = await http.open("/v1/events", params, None)
+            resp = await http.open(follow)
         except BaseException:
             await http.close()
             raise
@@ -666,38 +641,27 @@ class AsyncEventStream:
 class AsyncVolume:
     """Persistent volumes of the key's project, with asyncio (see :class:`lizard.Volume`)."""
 
-    @staticmethod
-    async def _call(method: str, path: str, api_key: Optional[str], api_url: Optional[str], json: Any = None) -> httpx.Response:
-        url, key = _core.resolve_config(api_key, api_url)
-        http = _AsyncHttp(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
-        try:
-            return await http.request(method, path, json=json)
-        finally:
-            await http.close()
 
     @staticmethod
     async def create(name: str, size_mb: Optional[int] = None, *, api_key: Optional[str] = None,
                      api_url: Optional[str] = None) -> VolumeInfo:
         """Make a volume of size_mb MiB (default the server's, 1024)."""
-        resp = await AsyncVolume._call("POST", "/v1/volumes", api_key, api_url, json=_core.volume_body(name, size_mb))
-        return VolumeInfo.from_json(resp.json())
+        return await _once(_calls.create_volume(name, size_mb), api_key, api_url)
 
     @staticmethod
     async def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[VolumeInfo]:
         """The project's volumes, by name."""
-        resp = await AsyncVolume._call("GET", "/v1/volumes", api_key, api_url)
-        return [VolumeInfo.from_json(v) for v in resp.json().get("volumes") or []]
+        return await _once(_calls.list_volumes(), api_key, api_url)
 
     @staticmethod
     async def get(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> VolumeInfo:
         """One volume; NotFoundError when the project has none of that name."""
-        resp = await AsyncVolume._call("GET", f"/v1/volumes/{quote(name, safe='')}", api_key, api_url)
-        return VolumeInfo.from_json(resp.json())
+        return await _once(_calls.get_volume(name), api_key, api_url)
 
     @staticmethod
     async def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
         """Delete a volume and its data; ConflictError while a live sandbox mounts it."""
-        await AsyncVolume._call("DELETE", f"/v1/volumes/{quote(name, safe='')}", api_key, api_url)
+        await _once(_calls.delete_volume(name), api_key, api_url)
 
 class AsyncSecret:
     """Secrets of the key's project, with asyncio (see :class:`lizard.Secret`)."""
@@ -713,20 +677,17 @@ class AsyncSecret:
         api_url: Optional[str] = None,
     ) -> SecretInfo:
         """Seal value as secret name, to be sent to ``hosts`` alone (see :meth:`lizard.Secret.set`)."""
-        body = _core.secret_body(name, value, hosts, allow_http)
-        resp = await AsyncVolume._call("PUT", f"/v1/secrets/{quote(name, safe='')}", api_key, api_url, json=body)
-        return SecretInfo.from_json(resp.json())
+        return await _once(_calls.set_secret(name, value, hosts, allow_http), api_key, api_url)
 
     @staticmethod
     async def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[SecretInfo]:
         """The project's secrets by name: names and times, never values."""
-        resp = await AsyncVolume._call("GET", "/v1/secrets", api_key, api_url)
-        return [SecretInfo.from_json(s) for s in resp.json().get("secrets") or []]
+        return await _once(_calls.list_secrets(), api_key, api_url)
 
     @staticmethod
     async def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
         """Delete secret name; NotFoundError when the project has none of that name."""
-        await AsyncVolume._call("DELETE", f"/v1/secrets/{quote(name, safe='')}", api_key, api_url)
+        await _once(_calls.delete_secret(name), api_key, api_url)
 
 class AsyncTemplate:
     """Custom templates of the key's project, with asyncio (see :class:`lizard.Template`)."""
@@ -742,37 +703,22 @@ class AsyncTemplate:
         timeout: Optional[float] = _core.DEFAULT_BUILD_TIMEOUT,
     ) -> TemplateInfo:
         """Build (or find in the cache) template name from recipe (see :meth:`lizard.Template.build`)."""
-        url, key = _core.resolve_config(api_key, api_url)
-        http = _AsyncHttp(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
-        follow = _core.TemplateBuild(on_event)
-
-        async def handle(event: Dict[str, Any]) -> None:
-            follow.feed(event)
-            if on_event is not None:
-                on_event(event)
-
-        try:
-            await http.stream("/v1/templates", _core.template_body(name, recipe), timeout, handle)
-        finally:
-            await http.close()
-        return TemplateInfo.from_json(follow.finish())
+        return await _once(_calls.build_template(name, recipe, on_event, timeout), api_key, api_url)
 
     @staticmethod
     async def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[TemplateInfo]:
         """The project's custom templates, by name."""
-        resp = await AsyncVolume._call("GET", "/v1/templates", api_key, api_url)
-        return [TemplateInfo.from_json(t) for t in resp.json().get("templates") or []]
+        return await _once(_calls.list_templates(), api_key, api_url)
 
     @staticmethod
     async def get(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> TemplateInfo:
         """One template; NotFoundError when the project has none of that name."""
-        resp = await AsyncVolume._call("GET", f"/v1/templates/{quote(name, safe='')}", api_key, api_url)
-        return TemplateInfo.from_json(resp.json())
+        return await _once(_calls.get_template(name), api_key, api_url)
 
     @staticmethod
     async def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
         """Delete a template; ConflictError while live sandboxes of the project use it."""
-        await AsyncVolume._call("DELETE", f"/v1/templates/{quote(name, safe='')}", api_key, api_url)
+        await _once(_calls.delete_template(name), api_key, api_url)
 
 
 class AsyncProcess:
@@ -794,18 +740,9 @@ class AsyncProcess:
         on_stderr: Optional[Callable[[str], Any]] = None,
     ) -> ProcessResult:
         """Run a command and wait for it; see :meth:`lizard.Process.exec`."""
-        body = _core.process_body(cmd, cwd, envs, timeout_ms, stdin)
-        asm = _core.ProcessAssembler()
-        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
-
-        async def on_event(event: Dict[str, Any]) -> None:
-            call = asm.feed(event)
-            if call is not None:
-                await _call(callbacks.get(call[0]), call[1])
-
         s = self._sandbox
-        await s._http.stream(f"{s._prefix}/process", body, _core.stream_read_timeout(timeout_ms), on_event)
-        return asm.finish()
+        return await s._http.stream(_calls.exec_process(s.sandbox_id, cmd, cwd, envs, timeout_ms, stdin, on_stdout,
+                                                        on_stderr))
 
 
 class AsyncFiles:
@@ -819,10 +756,6 @@ class AsyncFiles:
         """Bind to a sandbox; reach it as ``sandbox.files``."""
         self._sandbox = sandbox
 
-    async def _request(self, method: str, sub: str, path: str, user: Optional[str], **kwargs: Any) -> httpx.Response:
-        s = self._sandbox
-        return await s._http.request(method, f"{s._prefix}/files{sub}", params=_core.file_params(path, user), **kwargs)
-
     @overload
     async def read(self, path: str, format: Literal["text"] = "text", *, user: Optional[str] = None) -> str: ...
 
@@ -835,16 +768,14 @@ class AsyncFiles:
     async def read(self, path: str, format: str = "text", *, user: Optional[str] = None) -> Union[str, bytes, AsyncIterator[bytes]]:
         """Read a file: whole, as text or bytes, or as an async stream of chunks (``format="stream"``); see
         :meth:`lizard.Files.read`."""
-        if format not in ("text", "bytes", "stream"):
-            raise InvalidArgumentError(f"format must be 'text', 'bytes' or 'stream', not {format!r}")
         if format == "stream":
             return await self._stream(path, user)
-        data = (await self._request("GET", "", path, user)).content
-        return data.decode("utf-8") if format == "text" else data
+        s = self._sandbox
+        return await s._http.call(_calls.read_file(s.sandbox_id, path, format, user))
 
     async def _stream(self, path: str, user: Optional[str] = None) -> AsyncIterator[bytes]:
         s = self._sandbox
-        resp = await s._http.open(f"{s._prefix}/files", _core.file_params(path, user), s._http.request_timeout)
+        resp = await s._http.open(_calls.open_file(s.sandbox_id, path, user))
 
         async def chunks() -> AsyncIterator[bytes]:
             try:
@@ -875,13 +806,13 @@ class AsyncFiles:
     async def write(self, path: str, data: Union[FileData, IO[Any], AsyncIterator[bytes]], *, user: Optional[str] = None) -> EntryInfo:
         """Write a file, creating parent directories. File-like data (sync or async) and (async) iterables
         of bytes are streamed in chunks."""
-        return EntryInfo.from_json((await self._request("PUT", "", path, user, content=_achunks(data))).json())
+        s = self._sandbox
+        return await s._http.call(_calls.write_file(s.sandbox_id, path, user, _achunks(data)))
 
     async def rename(self, old_path: str, new_path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Rename or move a file or directory, as rename(2); see :meth:`lizard.Files.rename`."""
         s = self._sandbox
-        resp = await s._http.request("POST", f"{s._prefix}/files/rename", params=_core.file_params(old_path, user, to=new_path))
-        return EntryInfo.from_json(resp.json())
+        return await s._http.call(_calls.rename_file(s.sandbox_id, old_path, new_path, user))
 
     async def get_info(self, path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Describe a file or directory; the same as :meth:`stat`."""
@@ -899,37 +830,33 @@ class AsyncFiles:
         """Watch a directory for changes: ``on_event`` (a function or a coroutine function) gets each
         :class:`FilesystemEvent` from a task; see :meth:`lizard.Files.watch_dir`."""
         s = self._sandbox
-        resp = await s._http.open(
-            f"{s._prefix}/files/watch", _core.file_params(path, user, recursive="true" if recursive else "false"), None
-        )
+        resp = await s._http.open(_calls.watch_dir(s.sandbox_id, path, recursive, user))
         return AsyncWatchHandle(resp, s._http.api_url, on_event, on_exit)
 
     async def list(self, path: str = ".", *, user: Optional[str] = None) -> List[EntryInfo]:
         """List a directory."""
-        resp = await self._request("GET", "/list", path, user)
-        return [EntryInfo.from_json(e) for e in resp.json().get("entries") or []]
+        s = self._sandbox
+        return await s._http.call(_calls.list_dir(s.sandbox_id, path, user))
 
     async def stat(self, path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Describe a file or directory; raises NotFoundError when it does not exist."""
-        return EntryInfo.from_json((await self._request("GET", "/stat", path, user)).json())
+        s = self._sandbox
+        return await s._http.call(_calls.stat(s.sandbox_id, path, user))
 
     async def exists(self, path: str, *, user: Optional[str] = None) -> bool:
         """Whether a file or directory exists."""
-        try:
-            await self.stat(path, user=user)
-        except SandboxGoneError:
-            raise
-        except NotFoundError:
-            return False
-        return True
+        s = self._sandbox
+        return await s._http.call(_calls.exists(s.sandbox_id, path, user))
 
     async def remove(self, path: str, *, user: Optional[str] = None) -> None:
         """Remove a file or a directory tree."""
-        await self._request("DELETE", "", path, user)
+        s = self._sandbox
+        await s._http.call(_calls.remove(s.sandbox_id, path, user))
 
     async def make_dir(self, path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Make a directory and its parents."""
-        return EntryInfo.from_json((await self._request("POST", "/mkdir", path, user)).json())
+        s = self._sandbox
+        return await s._http.call(_calls.make_dir(s.sandbox_id, path, user))
 
 
 class AsyncWatchHandle:

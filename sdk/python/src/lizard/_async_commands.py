@@ -13,7 +13,7 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from . import _core
+from . import _calls, _core
 from ._commands import Data
 from .errors import LizardError, error_from_response
 from .models import ProcessInfo, ProcessResult
@@ -39,10 +39,6 @@ class AsyncCommands:
         """Bind to a sandbox; reach it as ``sandbox.commands``."""
         self._sandbox = sandbox
 
-    def _path(self, pid: Optional[int] = None, rest: str = "") -> str:
-        base = f"{self._sandbox._prefix}/processes"
-        return base if pid is None else f"{base}/{int(pid)}{rest}"
-
     async def start(
         self,
         cmd: Union[str, Sequence[str]],
@@ -58,18 +54,17 @@ class AsyncCommands:
     ) -> "AsyncCommandHandle":
         """Start a command in the background and return at once with its handle, which follows its output
         (``on_stdout``/``on_stderr`` get it in a task)."""
-        body = _core.start_body(cmd, cwd, envs, stdin, timeout_ms, tag, user, None)
-        info = ProcessInfo.from_json((await self._sandbox._http.request("POST", self._path(), json=body)).json())
+        s = self._sandbox
+        info = await s._http.call(_calls.start_process(s.sandbox_id, cmd, cwd, envs, stdin, timeout_ms, tag, user))
         return await self._attach(info, on_stdout, on_stderr)
 
     async def list(self) -> List[ProcessInfo]:
         """The sandbox's background processes: running ones first, then the last 64 that ended."""
-        resp = await self._sandbox._http.request("GET", self._path())
-        return [ProcessInfo.from_json(p) for p in resp.json().get("processes") or []]
+        return await self._sandbox._http.call(_calls.list_processes(self._sandbox.sandbox_id))
 
     async def get(self, pid: int) -> ProcessInfo:
         """One background process; raises NotFoundError for an unknown pid."""
-        return ProcessInfo.from_json((await self._sandbox._http.request("GET", self._path(pid))).json())
+        return await self._sandbox._http.call(_calls.get_process(self._sandbox.sandbox_id, pid))
 
     async def connect(
         self,
@@ -87,27 +82,24 @@ class AsyncCommands:
         on_stdout: Optional[Callable[[str], Any]],
         on_stderr: Optional[Callable[[str], Any]],
     ) -> "AsyncCommandHandle":
-        resp = await self._sandbox._http.open(self._path(info.pid, "/output"), None, None)
+        resp = await self._sandbox._http.open(_calls.process_output(self._sandbox.sandbox_id, info.pid))
         return AsyncCommandHandle(self, info, resp, on_stdout, on_stderr)
 
     async def send_stdin(self, pid: int, data: Data) -> None:
         """Write to a process's stdin (started with ``stdin=True``); returns once it took the bytes."""
-        await self._sandbox._http.request(
-            "POST", self._path(pid, "/stdin"), content=_core.stdin_bytes(data), timeout=None
-        )
+        await self._sandbox._http.call(_calls.send_stdin(self._sandbox.sandbox_id, pid, data))
 
     async def close_stdin(self, pid: int) -> None:
         """End a process's stdin (it reads end of file)."""
-        await self._sandbox._http.request("POST", self._path(pid, "/stdin/close"))
+        await self._sandbox._http.call(_calls.close_stdin(self._sandbox.sandbox_id, pid))
 
     async def kill(self, pid: int, signal: Union[str, int] = _core.DEFAULT_SIGNAL) -> None:
         """Send a signal (a name such as ``"TERM"`` or a number) to a process's group."""
-        await self._sandbox._http.request("POST", self._path(pid, "/signal"), json=_core.signal_body(signal))
+        await self._sandbox._http.call(_calls.signal_process(self._sandbox.sandbox_id, pid, signal))
 
     async def wait_exit(self, pid: int) -> ProcessInfo:
         """Wait until a process has ended and return it with its exit code (no output)."""
-        resp = await self._sandbox._http.request("GET", self._path(pid), params={"wait": "1"}, timeout=None)
-        return ProcessInfo.from_json(resp.json())
+        return await self._sandbox._http.call(_calls.wait_exit(self._sandbox.sandbox_id, pid))
 
 
 class AsyncCommandHandle:
@@ -221,9 +213,10 @@ class AsyncPty:
     ) -> "AsyncPtyHandle":
         """Start a terminal of cols x rows running ``cmd`` (default: the user's login shell) and attach to
         it: ``on_data`` gets its output as raw bytes."""
-        body = _core.start_body(cmd, cwd, envs, False, timeout_ms, tag, user, (cols, rows))
-        resp = await self._sandbox._http.request("POST", self._commands._path(), json=body)
-        return await self._attach(ProcessInfo.from_json(resp.json()), on_data)
+        s = self._sandbox
+        info = await s._http.call(_calls.start_process(s.sandbox_id, cmd, cwd, envs, False, timeout_ms, tag, user,
+                                                       (cols, rows)))
+        return await self._attach(info, on_data)
 
     async def connect(self, pid: int, on_data: Callable[[bytes], Any]) -> "AsyncPtyHandle":
         """Reattach to a terminal: ``on_data`` gets the output it kept, then what comes."""
@@ -231,7 +224,7 @@ class AsyncPty:
 
     async def _attach(self, info: ProcessInfo, on_data: Callable[[bytes], Any]) -> "AsyncPtyHandle":
         http = self._sandbox._http
-        url = _core.ws_url(http.api_url, self._commands._path(info.pid, "/ws"))
+        url = _core.ws_url(http.api_url, _calls.terminal_path(self._sandbox.sandbox_id, info.pid))
         try:
             ws = await ws_connect(
                 url,
@@ -252,9 +245,7 @@ class AsyncPty:
 
     async def resize(self, pid: int, cols: int, rows: int) -> None:
         """Give a terminal a new size without attaching to it."""
-        await self._sandbox._http.request(
-            "POST", self._commands._path(pid, "/resize"), json=_core.size_body(cols, rows)
-        )
+        await self._sandbox._http.call(_calls.resize(self._sandbox.sandbox_id, pid, cols, rows))
 
     async def kill(self, pid: int) -> None:
         """Kill a terminal's process group (SIGKILL)."""

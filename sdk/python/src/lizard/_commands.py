@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Union
 
 import httpx
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import ClientConnection, connect as ws_connect
 
-from . import _core
+from . import _calls, _core
 from .errors import LizardError, error_from_response
 from .models import ProcessInfo, ProcessResult
 
@@ -32,9 +32,6 @@ class Commands:
         """Bind to a sandbox; reach it as ``sandbox.commands``."""
         self._sandbox = sandbox
 
-    def _path(self, pid: Optional[int] = None, rest: str = "") -> str:
-        base = f"{self._sandbox._prefix}/processes"
-        return base if pid is None else f"{base}/{int(pid)}{rest}"
 
     def start(
         self,
@@ -53,18 +50,17 @@ class Commands:
         (``on_stdout``/``on_stderr`` get it in a thread). A string runs with ``bash -c``; a list runs as is.
         ``stdin=True`` keeps its stdin open for :meth:`CommandHandle.send_stdin`; ``timeout_ms`` kills it
         after that long (exit code 124); ``user="root"`` runs it as root."""
-        body = _core.start_body(cmd, cwd, envs, stdin, timeout_ms, tag, user, None)
-        info = ProcessInfo.from_json(self._sandbox._http.request("POST", self._path(), json=body).json())
+        s = self._sandbox
+        info = s._http.call(_calls.start_process(s.sandbox_id, cmd, cwd, envs, stdin, timeout_ms, tag, user))
         return self._attach(info, on_stdout, on_stderr)
 
     def list(self) -> List[ProcessInfo]:
         """The sandbox's background processes: running ones first, then the last 64 that ended."""
-        resp = self._sandbox._http.request("GET", self._path())
-        return [ProcessInfo.from_json(p) for p in resp.json().get("processes") or []]
+        return self._sandbox._http.call(_calls.list_processes(self._sandbox.sandbox_id))
 
     def get(self, pid: int) -> ProcessInfo:
         """One background process; raises NotFoundError for an unknown pid."""
-        return ProcessInfo.from_json(self._sandbox._http.request("GET", self._path(pid)).json())
+        return self._sandbox._http.call(_calls.get_process(self._sandbox.sandbox_id, pid))
 
     def connect(
         self,
@@ -83,29 +79,26 @@ class Commands:
         on_stdout: Optional[Callable[[str], Any]],
         on_stderr: Optional[Callable[[str], Any]],
     ) -> "CommandHandle":
-        resp = self._sandbox._http.open(self._path(info.pid, "/output"), None, None)
+        resp = self._sandbox._http.open(_calls.process_output(self._sandbox.sandbox_id, info.pid))
         return CommandHandle(self, info, resp, on_stdout, on_stderr)
 
     def send_stdin(self, pid: int, data: Data) -> None:
         """Write to a process's stdin (started with ``stdin=True``); returns once it took the bytes. Raises
         ConflictError when its stdin is closed, NotFoundError when it ended."""
-        self._sandbox._http.request(
-            "POST", self._path(pid, "/stdin"), content=_core.stdin_bytes(data), timeout=None
-        )
+        self._sandbox._http.call(_calls.send_stdin(self._sandbox.sandbox_id, pid, data))
 
     def close_stdin(self, pid: int) -> None:
         """End a process's stdin (it reads end of file)."""
-        self._sandbox._http.request("POST", self._path(pid, "/stdin/close"))
+        self._sandbox._http.call(_calls.close_stdin(self._sandbox.sandbox_id, pid))
 
     def kill(self, pid: int, signal: Union[str, int] = _core.DEFAULT_SIGNAL) -> None:
         """Send a signal (``"TERM"``, ``"INT"``, ``"KILL"``, ``"HUP"``, ``"USR1"``... or a number) to a
         process's group. Raises NotFoundError when it ended."""
-        self._sandbox._http.request("POST", self._path(pid, "/signal"), json=_core.signal_body(signal))
+        self._sandbox._http.call(_calls.signal_process(self._sandbox.sandbox_id, pid, signal))
 
     def wait_exit(self, pid: int) -> ProcessInfo:
         """Wait until a process has ended and return it with its exit code (no output)."""
-        resp = self._sandbox._http.request("GET", self._path(pid), params={"wait": "1"}, timeout=None)
-        return ProcessInfo.from_json(resp.json())
+        return self._sandbox._http.call(_calls.wait_exit(self._sandbox.sandbox_id, pid))
 
 
 def _shutdown(resp: httpx.Response) -> None:
@@ -234,8 +227,8 @@ class Pty:
     ) -> "PtyHandle":
         """Start a terminal of cols x rows running ``cmd`` (default: the user's login shell, with
         TERM=xterm-256color) and attach to it: ``on_data`` gets its output as raw bytes in a thread."""
-        body = _core.start_body(cmd, cwd, envs, False, timeout_ms, tag, user, (cols, rows))
-        info = ProcessInfo.from_json(self._sandbox._http.request("POST", self._commands._path(), json=body).json())
+        s = self._sandbox
+        info = s._http.call(_calls.start_process(s.sandbox_id, cmd, cwd, envs, False, timeout_ms, tag, user, (cols, rows)))
         return self._attach(info, on_data)
 
     def connect(self, pid: int, on_data: Callable[[bytes], Any]) -> "PtyHandle":
@@ -244,7 +237,7 @@ class Pty:
 
     def _attach(self, info: ProcessInfo, on_data: Callable[[bytes], Any]) -> "PtyHandle":
         http = self._sandbox._http
-        url = _core.ws_url(http.api_url, self._commands._path(info.pid, "/ws"))
+        url = _core.ws_url(http.api_url, _calls.terminal_path(self._sandbox.sandbox_id, info.pid))
         try:
             ws = ws_connect(
                 url,
@@ -267,7 +260,8 @@ class Pty:
 
     def resize(self, pid: int, cols: int, rows: int) -> None:
         """Give a terminal a new size without attaching to it."""
-        self._sandbox._http.request("POST", self._commands._path(pid, "/resize"), json=_core.size_body(cols, rows))
+        self._sandbox._http.call(_calls.resize(self._sandbox.sandbox_id, pid, cols, rows))
+
 
     def kill(self, pid: int) -> None:
         """Kill a terminal's process group (SIGKILL)."""

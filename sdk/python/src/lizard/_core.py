@@ -1,5 +1,7 @@
 """Logic shared by the sync and async clients: configuration, request bodies, error mapping and the
-assembly of NDJSON streams into results. Nothing here does I/O."""
+assembly of NDJSON streams into results. Nothing here does I/O; _calls.py puts these together into the
+API's requests."""
+
 
 from __future__ import annotations
 
@@ -531,13 +533,15 @@ class TemplateBuild:
         self.cached = False
         self.error: Optional[Dict[str, Any]] = None
 
-    def feed(self, event: Dict[str, Any]) -> None:
+    def feed(self, event: Dict[str, Any]) -> Optional[Callback]:
+        """Take one event; every event goes to on_event (``("event", event)``)."""
         kind = event.get("type")
         if kind == "done":
             self.template = event.get("template") or {}
             self.cached = bool(event.get("cached"))
         elif kind == "error":
             self.error = event
+        return ("event", event)
 
     def finish(self) -> Dict[str, Any]:
         """The built template's wire form; raises TemplateBuildError when the build failed."""

@@ -1,4 +1,7 @@
-"""The synchronous client: CodeSandbox and its files and process helpers."""
+"""The synchronous client: CodeSandbox and its files and process helpers.
+
+What each call sends and how its answer is read is in _calls.py, shared with the async client; this module
+sends it (see _calls.py's docstring for why the two clients share a core rather than one being generated)."""
 
 from __future__ import annotations
 
@@ -19,17 +22,17 @@ from typing import (
     Optional,
     Sequence,
     Type,
+    TypeVar,
     Union,
     overload,
 )
-from urllib.parse import quote
 
 import httpx
 
-from . import _core
+from . import _calls, _core
 from ._commands import Commands, Pty
 from ._core import UNSET, ContextLike
-from .errors import InvalidArgumentError, LizardError, NotFoundError, SandboxGoneError, error_from_response
+from .errors import InvalidArgumentError, LizardError, error_from_response
 from .models import (
     Context,
     EntryInfo,
@@ -53,6 +56,7 @@ __all__ = ["Network", "CodeSandbox", "Files", "Process", "Volume", "Template", "
 
 _CHUNK = 64 * 1024
 FileData = Union[str, bytes, bytearray, memoryview, IO[bytes], IO[str], Iterable[bytes]]
+T = TypeVar("T")
 
 
 class _Http:
@@ -98,17 +102,30 @@ class _Http:
             raise error_from_response(resp.status_code, resp.content)
         return resp
 
-    def stream(
-        self,
-        path: str,
-        body: Any,
-        read_timeout: Optional[float],
-        on_event: Callable[[Dict[str, Any]], None],
-    ) -> None:
-        splitter = _core.LineSplitter()
-        timeout = _core.timeout(self.request_timeout, read_timeout)
+    def call(self, call: _calls.Call[T]) -> T:
+        """Send a call and read its answer."""
         try:
-            with self.client.stream("POST", path, json=body, timeout=timeout) as resp:
+            resp = self.request(call.method, call.path, json=call.json, params=call.params, content=call.content,
+                                timeout=call.timeout)
+        except LizardError as err:
+            if call.rescue is None:
+                raise
+            return call.rescue(err)
+        return call.read(resp)
+
+    def stream(self, stream: _calls.Stream[T]) -> T:
+        """Send a stream's POST, feed it each event as it comes and call the callbacks it names."""
+        splitter = _core.LineSplitter()
+        timeout = _core.timeout(self.request_timeout, stream.read_timeout)
+
+        def on_event(event: Dict[str, Any]) -> None:
+            call = stream.feed(event)
+            cb = stream.callbacks.get(call[0]) if call is not None else None
+            if cb is not None and call is not None:
+                cb(call[1])
+
+        try:
+            with self.client.stream("POST", stream.path, json=stream.json, timeout=timeout) as resp:
                 if resp.status_code >= 300:
                     raise error_from_response(resp.status_code, resp.read())
                 for chunk in resp.iter_bytes():
@@ -118,10 +135,12 @@ class _Http:
                     on_event(event)
         except httpx.TransportError as exc:
             raise _core.transport_error(exc, self.api_url) from exc
+        return stream.finish()
 
-    def open(self, path: str, params: Any, read_timeout: Optional[float]) -> httpx.Response:
+    def open(self, follow: _calls.Open) -> httpx.Response:
         """Send a GET whose body is read as it comes; the caller closes the response."""
-        req = self.client.build_request("GET", path, params=params, timeout=_core.timeout(self.request_timeout, read_timeout))
+        timeout = _core.timeout(self.request_timeout, follow.read_timeout)
+        req = self.client.build_request("GET", follow.path, params=follow.params, timeout=timeout)
         try:
             resp = self.client.send(req, stream=True)
         except httpx.TransportError as exc:
@@ -141,8 +160,20 @@ class _Http:
         self.client.close()
 
 
-def _sandbox_path(sandbox_id: str) -> str:
-    return f"/v1/sandboxes/{quote(sandbox_id, safe='')}"
+def _once(
+    send: Union[_calls.Call[T], _calls.Stream[T]],
+    api_key: Optional[str],
+    api_url: Optional[str],
+    request_timeout: Optional[float] = _core.DEFAULT_REQUEST_TIMEOUT,
+    transport: Optional[httpx.BaseTransport] = None,
+) -> T:
+    """Send one call (or stream) of the key's project on a pool of its own."""
+    url, key = _core.resolve_config(api_key, api_url)
+    http = _Http(url, key, request_timeout, transport)
+    try:
+        return http.stream(send) if isinstance(send, _calls.Stream) else http.call(send)
+    finally:
+        http.close()
 
 
 def _chunks(data: FileData) -> Union[bytes, Iterator[bytes]]:
@@ -183,7 +214,7 @@ class CodeSandbox:
         """Wrap an existing sandbox; use :meth:`create` or :meth:`connect` instead."""
         self.sandbox_id = sandbox_id
         self._http = _http
-        self._prefix = _sandbox_path(sandbox_id)
+        self._prefix = _calls.sandbox_path(sandbox_id)  # for raw requests (bench/bench.py)
         self.files = Files(self)
         self.process = Process(self)
         self.commands = Commands(self)
@@ -255,18 +286,15 @@ class CodeSandbox:
         body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id, volumes, public_ports,
                                  memory_mb=memory_mb, cpus=cpus, disk_mb=disk_mb, on_timeout=on_timeout,
                                  allow_internet=allow_internet, network=network)
-        http = _Http(url, key, _core.DEFAULT_REQUEST_TIMEOUT if request_timeout is UNSET else request_timeout, transport)
+        http = _Http(url, key, _calls.client_timeout(request_timeout), transport)
         try:
-            create_timeout = _core.DEFAULT_CREATE_TIMEOUT if request_timeout is UNSET else request_timeout
-            resp = http.request("POST", "/v1/sandboxes", json=body, timeout=create_timeout)
-            info = SandboxInfo.from_json(resp.json())
+            info = http.call(_calls.create(body, request_timeout))
             sandbox = cls(info.sandbox_id, _http=http)
             sandbox._info = info
-            if project_id is not None and info.project_id and info.project_id != project_id:
+            wrong = _calls.wrong_project(project_id, info)
+            if wrong is not None:
                 sandbox._kill_quietly()
-                raise InvalidArgumentError(
-                    f"project_id {project_id!r} does not match the API key's project {info.project_id!r}"
-                )
+                raise wrong
             return sandbox
         except BaseException:
             http.close()
@@ -291,10 +319,7 @@ class CodeSandbox:
         http = _Http(url, key, request_timeout, transport)
         try:
             sandbox = cls(sandbox_id, _http=http)
-            info = sandbox.get_info()
-            if info.state in ("killed", "expired", "failed"):
-                raise SandboxGoneError(f"sandbox {sandbox_id} has ended ({info.state})", status=None, code="gone")
-            if info.state == "paused":
+            if _calls.check_connectable(sandbox_id, sandbox.get_info()):
                 sandbox.resume()
             return sandbox
         except BaseException:
@@ -313,17 +338,11 @@ class CodeSandbox:
         transport: Optional[httpx.BaseTransport] = None,
     ) -> List[SandboxInfo]:
         """List the sandboxes of the key's project, filtered by metadata (all pairs must match) and state."""
-        url, key = _core.resolve_config(api_key, api_url)
-        http = _Http(url, key, request_timeout, transport)
-        try:
-            resp = http.request("GET", "/v1/sandboxes", params=_core.list_params(metadata, state))
-            return [SandboxInfo.from_json(s) for s in resp.json().get("sandboxes") or []]
-        finally:
-            http.close()
+        return _once(_calls.list_sandboxes(metadata, state), api_key, api_url, request_timeout, transport)
 
     def get_info(self) -> SandboxInfo:
         """Return what the server knows about this sandbox."""
-        self._info = SandboxInfo.from_json(self._http.request("GET", self._prefix).json())
+        self._info = self._http.call(_calls.get_info(self.sandbox_id))
         return self._info
 
     def _known(self) -> SandboxInfo:
@@ -345,21 +364,16 @@ class CodeSandbox:
 
     def set_timeout(self, timeout_ms: int) -> None:
         """Reset the sandbox's deadline to timeout_ms from now; 0 means it never ends by itself."""
-        _core.check_ms("timeout_ms", timeout_ms)
-        self._http.request("POST", f"{self._prefix}/timeout", json={"timeoutMs": timeout_ms})
+        self._http.call(_calls.set_timeout(self.sandbox_id, timeout_ms))
 
     def get_metrics(self) -> List[SandboxMetric]:
         """The sandbox's CPU, memory and disk samples of the last 5 minutes, oldest first (one every 5 s;
         none while it is paused or in its first seconds)."""
-        data = self._http.request("GET", f"{self._prefix}/metrics").json()
-        return [SandboxMetric.from_json(m) for m in data.get("metrics") or []]
+        return self._http.call(_calls.get_metrics(self.sandbox_id))
 
     def kill(self) -> None:
         """End the sandbox now. Killing a sandbox that is already gone is not an error."""
-        try:
-            self._http.request("DELETE", self._prefix)
-        except NotFoundError:
-            pass
+        self._http.call(_calls.kill(self.sandbox_id))
 
     def _kill_quietly(self) -> None:
         try:
@@ -376,25 +390,21 @@ class CodeSandbox:
         The image is copied to the server's image store in the background; ``wait_durable=True``
         returns only once it is there (``durable``), so that the sandbox outlives the machine that
         paused it, and raises SandboxError (503) if that takes over 5 minutes."""
-        body = {"waitDurable": True} if wait_durable else {}
-        self._http.request("POST", f"{self._prefix}/pause", json=body, timeout=_core.DEFAULT_CREATE_TIMEOUT)
+        self._http.call(_calls.pause(self.sandbox_id, wait_durable))
 
     def resume(self, timeout_ms: Optional[int] = None) -> None:
         """Resume a paused sandbox (a running one is left as is). timeout_ms, when given, replaces the time
         it had left when paused. Raises SandboxGoneError when its image could not be restored."""
-        _core.check_ms("timeout_ms", timeout_ms)
-        body = {"timeoutMs": timeout_ms} if timeout_ms is not None else {}
-        self._http.request("POST", f"{self._prefix}/resume", json=body, timeout=_core.DEFAULT_CREATE_TIMEOUT)
+        self._http.call(_calls.resume(self.sandbox_id, timeout_ms))
 
     def snapshot(self) -> SnapshotInfo:
         """Save the sandbox, kernel state included, without stopping it. Create sandboxes from it with
         ``create(snapshot_id=...)``; delete it with :meth:`delete_snapshot`."""
-        resp = self._http.request("POST", f"{self._prefix}/snapshots", timeout=_core.DEFAULT_CREATE_TIMEOUT)
-        return SnapshotInfo.from_json(resp.json())
+        return self._http.call(_calls.snapshot(self.sandbox_id))
 
     def delete_snapshot(self, snapshot_id: str) -> None:
         """Delete a snapshot of the key's project and its image."""
-        self._http.request("DELETE", f"/v1/snapshots/{quote(snapshot_id, safe='')}")
+        self._http.call(_calls.delete_snapshot(snapshot_id))
 
     @overload
     def fork(self, *, timeout_ms: Optional[int] = ..., metadata: Optional[Mapping[str, str]] = ...) -> "CodeSandbox": ...
@@ -416,10 +426,8 @@ class CodeSandbox:
         ``fork()`` returns one new sandbox; ``fork(count=N)`` (1 to 16) returns a list of N. Each fork
         has its own address, and Python's ``random`` and NumPy's global generator are reseeded in each.
         """
-        body = _core.fork_body(count, timeout_ms, metadata)
-        resp = self._http.request("POST", f"{self._prefix}/fork", json=body, timeout=_core.DEFAULT_CREATE_TIMEOUT)
-        forks = [type(self)(SandboxInfo.from_json(s).sandbox_id, _http=self._http.clone())
-                 for s in resp.json().get("sandboxes") or []]
+        ids = self._http.call(_calls.fork(self.sandbox_id, count, timeout_ms, metadata))
+        forks = [type(self)(sandbox_id, _http=self._http.clone()) for sandbox_id in ids]
         return forks if count is not None else forks[0]
 
     def close(self) -> None:
@@ -474,46 +482,24 @@ class CodeSandbox:
             on_stdout, on_stderr, on_result, on_error: called as output arrives, in order, while the code
                 runs.
         """
-        body = _core.execute_body(code, language, context, timeout_ms, envs)
-        asm = _core.ExecutionAssembler()
-        callbacks: Dict[str, Optional[Callable[[Any], Any]]] = {
-            "stdout": on_stdout,
-            "stderr": on_stderr,
-            "result": on_result,
-            "error": on_error,
-        }
-
-        def on_event(event: Dict[str, Any]) -> None:
-            call = asm.feed(event)
-            if call is not None:
-                cb = callbacks[call[0]]
-                if cb is not None:
-                    cb(call[1])
-
-        self._http.stream(f"{self._prefix}/execute", body, _core.stream_read_timeout(timeout_ms), on_event)
-        return asm.finish()
+        return self._http.stream(_calls.run_code(self.sandbox_id, code, language, context, timeout_ms, envs,
+                                                 on_stdout, on_stderr, on_result, on_error))
 
     def create_context(self, language: str = "python", cwd: Optional[str] = None) -> Context:
         """Start a new context: its own kernel, variables and working directory (default the home)."""
-        body: Dict[str, Any] = {"language": language}
-        if cwd:
-            body["cwd"] = cwd
-        return Context.from_json(self._http.request("POST", f"{self._prefix}/contexts", json=body).json())
+        return self._http.call(_calls.create_context(self.sandbox_id, language, cwd))
 
     def list_contexts(self) -> List[Context]:
         """List the sandbox's contexts, default ones included."""
-        resp = self._http.request("GET", f"{self._prefix}/contexts")
-        return [Context.from_json(c) for c in resp.json().get("contexts") or []]
+        return self._http.call(_calls.list_contexts(self.sandbox_id))
 
     def restart_context(self, context: ContextLike) -> Context:
         """Restart a context's kernel, dropping its variables."""
-        cid = quote(_core.context_id(context), safe="")
-        return Context.from_json(self._http.request("POST", f"{self._prefix}/contexts/{cid}/restart").json())
+        return self._http.call(_calls.restart_context(self.sandbox_id, context))
 
     def delete_context(self, context: ContextLike) -> None:
         """Delete a context and stop its kernel."""
-        cid = quote(_core.context_id(context), safe="")
-        self._http.request("DELETE", f"{self._prefix}/contexts/{cid}")
+        self._http.call(_calls.delete_context(self.sandbox_id, context))
 
 
 class Network:
@@ -538,23 +524,18 @@ class Network:
         Raises InvalidArgumentError naming the field for a bad rule, ConflictError for a sandbox created
         without a policy.
         """
-        body = _core.network_update(default, allow, deny, ports, inject, cut)
-        resp = self._sandbox._http.request("PATCH", f"{self._sandbox._prefix}/network", json=body)
-        return dict(resp.json())
+        s = self._sandbox
+        return s._http.call(_calls.update_network(s.sandbox_id, default, allow, deny, ports, inject, cut))
 
     def log(self) -> List[NetworkLogEntry]:
         """The sandbox's newest egress decisions (at most 1000), oldest first."""
-        resp = self._sandbox._http.request("GET", f"{self._sandbox._prefix}/network/log")
-        return [NetworkLogEntry.from_json(e) for e in resp.json().get("entries") or []]
+        return self._sandbox._http.call(_calls.network_log(self._sandbox.sandbox_id))
 
     @staticmethod
     def get_default(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> Optional[Dict[str, Any]]:
         """The key's project's default policy, which sandboxes created without ``network`` get; None when
         the project has none (they get the server's ``--network-default``)."""
-        try:
-            return dict(Volume._call("GET", "/v1/network/default", api_key, api_url).json())
-        except NotFoundError:
-            return None
+        return _once(_calls.get_network_default(), api_key, api_url)
 
     @staticmethod
     def set_default(policy: Mapping[str, Any], *, api_key: Optional[str] = None,
@@ -562,50 +543,39 @@ class Network:
         """Set the project's default policy, such as ``{"default": "deny", "allow": ["pypi.org"]}``, for
         sandboxes created from now on; InvalidArgumentError naming the field for a bad rule or one looser
         than the server permits."""
-        body = _core.network_policy(policy, "policy")
-        return dict(Volume._call("PUT", "/v1/network/default", api_key, api_url, json=body).json())
+        return _once(_calls.set_network_default(policy), api_key, api_url)
 
     @staticmethod
     def clear_default(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
         """Clear the project's default policy: new sandboxes get the server's again."""
-        Volume._call("DELETE", "/v1/network/default", api_key, api_url)
+        _once(_calls.clear_network_default(), api_key, api_url)
 
 
 class Volume:
     """Persistent volumes of the key's project: ``Volume.create("data")``, then
     ``CodeSandbox.create(volumes=[{"name": "data", "path": "/home/user/data"}])``."""
 
-    @staticmethod
-    def _call(method: str, path: str, api_key: Optional[str], api_url: Optional[str], json: Any = None) -> httpx.Response:
-        url, key = _core.resolve_config(api_key, api_url)
-        http = _Http(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
-        try:
-            return http.request(method, path, json=json)
-        finally:
-            http.close()
 
     @staticmethod
     def create(name: str, size_mb: Optional[int] = None, *, api_key: Optional[str] = None,
                api_url: Optional[str] = None) -> VolumeInfo:
         """Make a volume of size_mb MiB (default the server's, 1024); the size is its filesystem's."""
-        resp = Volume._call("POST", "/v1/volumes", api_key, api_url, json=_core.volume_body(name, size_mb))
-        return VolumeInfo.from_json(resp.json())
+        return _once(_calls.create_volume(name, size_mb), api_key, api_url)
 
     @staticmethod
     def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[VolumeInfo]:
         """The project's volumes, by name."""
-        resp = Volume._call("GET", "/v1/volumes", api_key, api_url)
-        return [VolumeInfo.from_json(v) for v in resp.json().get("volumes") or []]
+        return _once(_calls.list_volumes(), api_key, api_url)
 
     @staticmethod
     def get(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> VolumeInfo:
         """One volume; NotFoundError when the project has none of that name."""
-        return VolumeInfo.from_json(Volume._call("GET", f"/v1/volumes/{quote(name, safe='')}", api_key, api_url).json())
+        return _once(_calls.get_volume(name), api_key, api_url)
 
     @staticmethod
     def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
         """Delete a volume and its data; ConflictError while a live sandbox mounts it."""
-        Volume._call("DELETE", f"/v1/volumes/{quote(name, safe='')}", api_key, api_url)
+        _once(_calls.delete_volume(name), api_key, api_url)
 
 class Secret:
     """Secrets of the key's project (docs/secrets.md): ``Secret.set("OPENAI_API_KEY", value,
@@ -625,19 +595,17 @@ class Secret:
         """Seal value as secret name, to be sent to ``hosts`` alone (names or ``*.`` wildcards, as network
         rules name them) and over HTTPS only unless ``allow_http``, replacing any value and hosts it had;
         InvalidArgumentError for a name that is not an identifier, a value over 64 KiB or no hosts."""
-        body = _core.secret_body(name, value, hosts, allow_http)
-        return SecretInfo.from_json(Volume._call("PUT", f"/v1/secrets/{quote(name, safe='')}", api_key, api_url, json=body).json())
+        return _once(_calls.set_secret(name, value, hosts, allow_http), api_key, api_url)
 
     @staticmethod
     def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[SecretInfo]:
         """The project's secrets by name: names and times, never values."""
-        resp = Volume._call("GET", "/v1/secrets", api_key, api_url)
-        return [SecretInfo.from_json(s) for s in resp.json().get("secrets") or []]
+        return _once(_calls.list_secrets(), api_key, api_url)
 
     @staticmethod
     def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
         """Delete secret name; NotFoundError when the project has none of that name."""
-        Volume._call("DELETE", f"/v1/secrets/{quote(name, safe='')}", api_key, api_url)
+        _once(_calls.delete_secret(name), api_key, api_url)
 
 
 class Events:
@@ -657,13 +625,7 @@ class Events:
     ) -> EventPage:
         """One page of events, oldest first, filtered by sandbox, types and metadata (all must match).
         Pass the page's ``next`` as ``after`` for the following one while ``has_more``."""
-        params = _core.event_params(sandbox_id, types, metadata, after, limit, False)
-        url, key = _core.resolve_config(api_key, api_url)
-        http = _Http(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
-        try:
-            return EventPage.from_json(http.request("GET", "/v1/events", params=params).json())
-        finally:
-            http.close()
+        return _once(_calls.list_events(sandbox_id, types, metadata, after, limit), api_key, api_url)
 
     @staticmethod
     def follow(
@@ -677,11 +639,11 @@ class Events:
     ) -> "EventStream":
         """Follow events as they are recorded: from now, or after event ``after``. The server follows once
         this returns; iterate the stream (it never ends by itself) and close it, or use it in ``with``."""
-        params = _core.event_params(sandbox_id, types, metadata, after, None, True)
+        follow = _calls.follow_events(sandbox_id, types, metadata, after)
         url, key = _core.resolve_config(api_key, api_url)
         http = _Http(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
         try:
-            resp = http.open("/v1/events", params, None)
+            resp = http.open(follow)
         except BaseException:
             http.close()
             raise
@@ -748,36 +710,22 @@ class Template:
         Raises TemplateBuildError when a step fails (its ``step`` and ``log``), InvalidArgumentError
         when the request is refused.
         """
-        url, key = _core.resolve_config(api_key, api_url)
-        http = _Http(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
-        follow = _core.TemplateBuild(on_event)
-
-        def handle(event: Dict[str, Any]) -> None:
-            follow.feed(event)
-            if on_event is not None:
-                on_event(event)
-
-        try:
-            http.stream("/v1/templates", _core.template_body(name, recipe), timeout, handle)
-        finally:
-            http.close()
-        return TemplateInfo.from_json(follow.finish())
+        return _once(_calls.build_template(name, recipe, on_event, timeout), api_key, api_url)
 
     @staticmethod
     def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[TemplateInfo]:
         """The project's custom templates, by name (built-in ones are not listed)."""
-        resp = Volume._call("GET", "/v1/templates", api_key, api_url)
-        return [TemplateInfo.from_json(t) for t in resp.json().get("templates") or []]
+        return _once(_calls.list_templates(), api_key, api_url)
 
     @staticmethod
     def get(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> TemplateInfo:
         """One template; NotFoundError when the project has none of that name."""
-        return TemplateInfo.from_json(Volume._call("GET", f"/v1/templates/{quote(name, safe='')}", api_key, api_url).json())
+        return _once(_calls.get_template(name), api_key, api_url)
 
     @staticmethod
     def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
         """Delete a template; ConflictError while live sandboxes of the project use it."""
-        Volume._call("DELETE", f"/v1/templates/{quote(name, safe='')}", api_key, api_url)
+        _once(_calls.delete_template(name), api_key, api_url)
 
 
 class Process:
@@ -802,20 +750,9 @@ class Process:
 
         A non-zero exit is not an exception: check ``exit_code``. timeout_ms None means no bound.
         """
-        body = _core.process_body(cmd, cwd, envs, timeout_ms, stdin)
-        asm = _core.ProcessAssembler()
-        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
-
-        def on_event(event: Dict[str, Any]) -> None:
-            call = asm.feed(event)
-            if call is not None:
-                cb = callbacks.get(call[0])
-                if cb is not None:
-                    cb(call[1])
-
         s = self._sandbox
-        s._http.stream(f"{s._prefix}/process", body, _core.stream_read_timeout(timeout_ms), on_event)
-        return asm.finish()
+        return s._http.stream(_calls.exec_process(s.sandbox_id, cmd, cwd, envs, timeout_ms, stdin, on_stdout, on_stderr))
+
 
 
 class Files:
@@ -829,9 +766,6 @@ class Files:
         """Bind to a sandbox; reach it as ``sandbox.files``."""
         self._sandbox = sandbox
 
-    def _request(self, method: str, sub: str, path: str, user: Optional[str], **kwargs: Any) -> httpx.Response:
-        s = self._sandbox
-        return s._http.request(method, f"{s._prefix}/files{sub}", params=_core.file_params(path, user), **kwargs)
 
     @overload
     def read(self, path: str, format: Literal["text"] = "text", *, user: Optional[str] = None) -> str: ...
@@ -846,16 +780,14 @@ class Files:
         """Read a file: whole, as text (UTF-8) or bytes, or as a stream of chunks (``format="stream"``), which
         holds no more than a chunk of it at a time. The stream is opened at once (a missing file raises
         here); iterate it to the end or close it."""
-        if format not in ("text", "bytes", "stream"):
-            raise InvalidArgumentError(f"format must be 'text', 'bytes' or 'stream', not {format!r}")
         if format == "stream":
             return self._stream(path, user)
-        data = self._request("GET", "", path, user).content
-        return data.decode("utf-8") if format == "text" else data
+        s = self._sandbox
+        return s._http.call(_calls.read_file(s.sandbox_id, path, format, user))
 
     def _stream(self, path: str, user: Optional[str] = None) -> Iterator[bytes]:
         s = self._sandbox
-        resp = s._http.open(f"{s._prefix}/files", _core.file_params(path, user), s._http.request_timeout)
+        resp = s._http.open(_calls.open_file(s.sandbox_id, path, user))
 
         def chunks() -> Iterator[bytes]:
             try:
@@ -885,14 +817,14 @@ class Files:
     def write(self, path: str, data: FileData, *, user: Optional[str] = None) -> EntryInfo:
         """Write a file, creating parent directories. A file object or an iterable of bytes is streamed in
         chunks, so a file of any size passes through; the file appears whole once all of it is written."""
-        return EntryInfo.from_json(self._request("PUT", "", path, user, content=_chunks(data)).json())
+        s = self._sandbox
+        return s._http.call(_calls.write_file(s.sandbox_id, path, user, _chunks(data)))
 
     def rename(self, old_path: str, new_path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Rename or move a file or directory, as rename(2): a file at new_path is replaced. Returns the entry
         at its new path."""
         s = self._sandbox
-        resp = s._http.request("POST", f"{s._prefix}/files/rename", params=_core.file_params(old_path, user, to=new_path))
-        return EntryInfo.from_json(resp.json())
+        return s._http.call(_calls.rename_file(s.sandbox_id, old_path, new_path, user))
 
     def get_info(self, path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Describe a file or directory (owner, group, permissions, symlink target...); raises
@@ -914,36 +846,34 @@ class Files:
         gets None, or the error (SandboxGoneError when the sandbox ended). A missing directory raises
         NotFoundError here, a file InvalidArgumentError."""
         s = self._sandbox
-        resp = s._http.open(
-            f"{s._prefix}/files/watch", _core.file_params(path, user, recursive="true" if recursive else "false"), None
-        )
+        resp = s._http.open(_calls.watch_dir(s.sandbox_id, path, recursive, user))
         return WatchHandle(resp, s._http.api_url, on_event, on_exit)
 
     def list(self, path: str = ".", *, user: Optional[str] = None) -> List[EntryInfo]:
         """List a directory."""
-        return [EntryInfo.from_json(e) for e in self._request("GET", "/list", path, user).json().get("entries") or []]
+        s = self._sandbox
+        return s._http.call(_calls.list_dir(s.sandbox_id, path, user))
 
     def stat(self, path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Describe a file or directory; raises NotFoundError when it does not exist."""
-        return EntryInfo.from_json(self._request("GET", "/stat", path, user).json())
+        s = self._sandbox
+        return s._http.call(_calls.stat(s.sandbox_id, path, user))
 
     def exists(self, path: str, *, user: Optional[str] = None) -> bool:
         """Whether a file or directory exists."""
-        try:
-            self.stat(path, user=user)
-        except SandboxGoneError:
-            raise
-        except NotFoundError:
-            return False
-        return True
+        s = self._sandbox
+        return s._http.call(_calls.exists(s.sandbox_id, path, user))
 
     def remove(self, path: str, *, user: Optional[str] = None) -> None:
         """Remove a file or a directory tree."""
-        self._request("DELETE", "", path, user)
+        s = self._sandbox
+        s._http.call(_calls.remove(s.sandbox_id, path, user))
 
     def make_dir(self, path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Make a directory and its parents."""
-        return EntryInfo.from_json(self._request("POST", "/mkdir", path, user).json())
+        s = self._sandbox
+        return s._http.call(_calls.make_dir(s.sandbox_id, path, user))
+
 
 
 
