@@ -40,7 +40,7 @@ allow = {"allow_out": ["api.secret.test"], "deny_out": [ALL_TRAFFIC]}
 sb = Sandbox.create(timeout=180, network={**allow, "rules": rules})
 def curl(args):
     return sb.commands.run("curl -sS -m 15 -w ' %{http_code}' " + args + " 2>&1 || true", timeout=60).stdout.strip()
-out = {"id": sb.sandbox_id}
+out = {"id": sb.sandbox_id, "info": json.dumps(sb.get_info().network, sort_keys=True, default=str)}
 out["tls"] = curl("-H 'Authorization: Bearer mine' -H 'X-Static: mine' https://api.secret.test/e2b-tls")
 out["plain"] = curl("http://api.secret.test/e2b-plain")
 out["leak"] = curl("--resolve leak.secret.test:80:` + e2bRulesUpstream + ` http://leak.secret.test/e2b-leak")
@@ -58,7 +58,8 @@ print(json.dumps(out))
 // allow list leaves out sends nothing; update_network without rules
 // clears them and with rules sets them again. Refused before anything
 // runs: a rule putting the secret on a host outside the secret's hosts,
-// CR/LF in a value, more domains than E2B's bound.
+// CR/LF in a value, more domains than E2B's bound. get_info shows the
+// rules as E2B's, the secret as its placeholder.
 func TestE2BTransformRules(t *testing.T) {
 	testNet(t, "lizt-e2bsec", "lzt-e2bsec0", "198.51.100.53", []string{e2bRulesUpstream})
 	up, ca := newSecUpstreams(t, "lizt-e2bsec", e2bRulesUpstream)
@@ -138,6 +139,12 @@ func TestE2BTransformRules(t *testing.T) {
 		}
 		if a, st := up.got(tc.path), up.gotStatic(tc.path); fmt.Sprint(a) != fmt.Sprint(tc.auth) || fmt.Sprint(st) != fmt.Sprint(tc.static) {
 			t.Errorf("%s: the upstream got Authorization %q, X-Static %q; want %q, %q", tc.probe, a, st, tc.auth, tc.static)
+		}
+	}
+	// get_info says the policy in E2B's words, the secret as its placeholder.
+	for _, want := range []string{`"allow_out": ["api.secret.test"]`, `"deny_out": ["0.0.0.0/0"]`, `"Authorization": "Bearer ${e2b.secrets.TOKEN}"`, `"X-Static": "leak"`} {
+		if !strings.Contains(got["info"], want) {
+			t.Errorf("get_info().network = %s; want it to hold %s", got["info"], want)
 		}
 	}
 	sb, err := c.GetSandbox(ctx, got["id"])

@@ -35,9 +35,49 @@ type egressRules struct {
 
 // networkRule is E2B's SandboxNetworkRule.
 type networkRule struct {
-	Transform *struct {
-		Headers map[string]string `json:"headers"`
-	} `json:"transform"`
+	Transform *transform `json:"transform,omitempty"`
+}
+
+// transform is E2B's SandboxNetworkTransform.
+type transform struct {
+	Headers map[string]string `json:"headers"`
+}
+
+// networkInfo is E2B's SandboxNetworkConfig as get_info reads it: the
+// sandbox's policy in E2B's words.
+type networkInfo struct {
+	AllowOut           []string                 `json:"allowOut,omitempty"`
+	DenyOut            []string                 `json:"denyOut,omitempty"`
+	Rules              map[string][]networkRule `json:"rules,omitempty"`
+	AllowPublicTraffic bool                     `json:"allowPublicTraffic"`
+}
+
+// networkOf says sb's network as E2B's get_info does: a deny default is
+// ALL_TRAFFIC denied, the inject rules are transform rules with each
+// {{ secrets.NAME }} as E2B's ${e2b.secrets.NAME} (templates only: no
+// secret's value is in a policy).
+func networkOf(sb api.Sandbox) *networkInfo {
+	n := &networkInfo{AllowPublicTraffic: sb.PublicPorts}
+	p := sb.Network
+	if p == nil {
+		return n
+	}
+	n.AllowOut = slices.Clone(p.Allow)
+	if p.Default == netpolicy.Deny {
+		n.DenyOut = append(n.DenyOut, allTraffic)
+	}
+	n.DenyOut = append(n.DenyOut, p.Deny...)
+	for _, r := range p.Inject {
+		h := make(map[string]string, len(r.Headers))
+		for k, v := range r.Headers {
+			h[k], _ = netpolicy.ExpandTemplate(v, func(name string) (string, error) { return secretPlaceholder + name + "}", nil })
+		}
+		if n.Rules == nil {
+			n.Rules = map[string][]networkRule{}
+		}
+		n.Rules[r.Domain] = []networkRule{{Transform: &transform{Headers: h}}}
+	}
+	return n
 }
 
 // given reports whether e asks for egress rules at all.

@@ -152,8 +152,9 @@ type listedSandbox struct {
 
 type sandboxDetail struct {
 	listedSandbox
-	EnvdAccessToken string  `json:"envdAccessToken,omitempty"`
-	Domain          *string `json:"domain"`
+	EnvdAccessToken string       `json:"envdAccessToken,omitempty"`
+	Domain          *string      `json:"domain"`
+	Network         *networkInfo `json:"network"`
 }
 
 // AutoResumeKey is the metadata pair ("true") that records E2B's
@@ -371,7 +372,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sandboxDetail{listedSandbox: h.listed(sb), EnvdAccessToken: h.cfg.Control.EnvdToken(sb.SandboxID), Domain: domain(sb)})
+	writeJSON(w, http.StatusOK, sandboxDetail{listedSandbox: h.listed(sb), EnvdAccessToken: h.cfg.Control.EnvdToken(sb.SandboxID), Domain: domain(sb), Network: networkOf(sb)})
 }
 
 func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {

@@ -259,10 +259,7 @@ func TestPage(t *testing.T) {
 // placeholders Lizard cannot say.
 func TestTransformRules(t *testing.T) {
 	rule := func(h map[string]string) []networkRule {
-		r := networkRule{Transform: &struct {
-			Headers map[string]string `json:"headers"`
-		}{Headers: h}}
-		return []networkRule{r}
+		return []networkRule{{Transform: &transform{Headers: h}}}
 	}
 	many := func(n int, f func(i int) (string, string)) map[string]string {
 		m := map[string]string{}
@@ -375,5 +372,45 @@ func TestTransformRules(t *testing.T) {
 	}
 	if _, err := netpolicy.FromAPI(api.NetworkPolicy{Default: "allow", Inject: inject}, "network"); err != nil {
 		t.Errorf("Lizard's policy refuses the mapped rules: %v", err)
+	}
+}
+
+// TestNetworkOf: get_info's network is the sandbox's policy in E2B's
+// words, and what E2B's create sent comes back from it.
+func TestNetworkOf(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sb   api.Sandbox
+		want *networkInfo
+	}{
+		{"no policy", api.Sandbox{}, &networkInfo{}},
+		{"public ports", api.Sandbox{PublicPorts: true}, &networkInfo{AllowPublicTraffic: true}},
+		{"a deny default is ALL_TRAFFIC denied", api.Sandbox{Network: &api.NetworkPolicy{Default: "deny", Allow: []string{"a.test", "1.2.3.4/32"}}},
+			&networkInfo{AllowOut: []string{"a.test", "1.2.3.4/32"}, DenyOut: []string{"0.0.0.0/0"}}},
+		{"an allow default with denies", api.Sandbox{Network: &api.NetworkPolicy{Default: "allow", Deny: []string{"10.0.0.0/8"}}},
+			&networkInfo{DenyOut: []string{"10.0.0.0/8"}}},
+		{"inject rules are transform rules", api.Sandbox{Network: &api.NetworkPolicy{Default: "allow",
+			Inject: []api.HeaderRule{{Domain: "a.test", Headers: map[string]string{"Authorization": "Bearer {{ secrets.T }}", "X": "{{secrets.A}}-{{ secrets.B }}", "Y": "v"}}}}},
+			&networkInfo{Rules: map[string][]networkRule{"a.test": {{Transform: &transform{Headers: map[string]string{
+				"Authorization": "Bearer ${e2b.secrets.T}", "X": "${e2b.secrets.A}-${e2b.secrets.B}", "Y": "v"}}}}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := networkOf(tc.sb); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("networkOf = %+v; want %+v", got, tc.want)
+			}
+		})
+	}
+	var n newSandbox
+	body := `{"network":{"allowOut":["api.test"],"denyOut":["0.0.0.0/0"],"rules":{"api.test":[{"transform":{"headers":{"Authorization":"Bearer ${e2b.secrets.TOKEN}"}}}]}}}`
+	if err := json.Unmarshal([]byte(body), &n); err != nil {
+		t.Fatal(err)
+	}
+	req, err := createRequest(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := networkOf(api.Sandbox{Network: req.Network})
+	if !reflect.DeepEqual(got.Rules, n.Network.Rules) || !reflect.DeepEqual(got.AllowOut, n.Network.AllowOut) || !reflect.DeepEqual(got.DenyOut, n.Network.DenyOut) {
+		t.Errorf("E2B's network %s came back as %+v", body, got)
 	}
 }
