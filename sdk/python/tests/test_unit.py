@@ -604,6 +604,19 @@ def test_socket_helpers() -> None:
     assert type(_core.ws_close_error(1011, "x")) is lizard.SandboxError
     assert _core.ws_control('{"type":"end","exitCode":3}') == {"type": "end", "exitCode": 3}
     assert _core.ws_control("nope") is None
+    assert _core.ws_exit_code('{"type":"end","exitCode":3}') == 3 and _core.ws_exit_code('{"type":"x"}') is None
+    assert str(_core.ws_closed_early(1000, "")) == "the terminal's connection closed before its end"
+    assert isinstance(_core.ws_closed_early(4410, "killed"), lizard.SandboxGoneError)
+    assert _core.ws_options("k", 5.0)["subprotocols"] == ["lizard", "lizard.bearer.k"]
+    from websockets.datastructures import Headers
+    from websockets.exceptions import InvalidStatus
+    from websockets.http11 import Response
+
+    refused = InvalidStatus(Response(404, "Not Found", Headers(), b'{"code":"not_found","message":"no process 9"}'))
+    err = _core.ws_connect_error(refused, "http://h")
+    assert isinstance(err, lizard.NotFoundError) and "no process 9" in str(err)
+    assert isinstance(_core.ws_connect_error(OSError("refused"), "http://h"), lizard.LizardConnectionError)
+    assert isinstance(refused, _core.WS_CONNECT_ERRORS)
 
 
 # files --------------------------------------------------------------------------------------------------

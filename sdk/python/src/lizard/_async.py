@@ -885,12 +885,9 @@ class AsyncWatchHandle:
                             await _call(on_event, ev)
             except asyncio.CancelledError:
                 pass
-            except httpx.TransportError as exc:
+            except Exception as exc:  # the connection's failure, the sandbox's end, or on_event's own error
                 if not self._stopped:
-                    err = _core.transport_error(exc, api_url)
-            except Exception as exc:  # the sandbox's end, or on_event's own error
-                if not self._stopped:
-                    err = exc
+                    err = _core.follow_error(exc, api_url)
             finally:
                 await resp.aclose()
             self.error = err

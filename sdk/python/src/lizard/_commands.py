@@ -9,11 +9,11 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Union
 
 import httpx
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect as ws_connect
 
 from . import _calls, _core
-from .errors import LizardError, error_from_response
+from .errors import LizardError
 from .models import ProcessInfo, ProcessResult
 
 if TYPE_CHECKING:
@@ -146,12 +146,9 @@ class CommandHandle:
                         cb = callbacks.get(call[0]) if call is not None else None
                         if cb is not None and call is not None:
                             cb(call[1])
-            except httpx.TransportError as exc:
+            except Exception as exc:  # the connection's failure, the sandbox's end, or a callback's own error
                 if not self._disconnected.is_set():
-                    self.error = _core.transport_error(exc, api_url)
-            except Exception as exc:  # the sandbox's end, or a callback's own error
-                if not self._disconnected.is_set():
-                    self.error = exc
+                    self.error = _core.follow_error(exc, api_url)
             finally:
                 resp.close()
 
@@ -176,11 +173,7 @@ class CommandHandle:
         if self.error is not None:
             raise self.error
         if not self._asm.ended:
-            info = self._commands.wait_exit(self.pid)
-            result = self._asm.result()
-            result.exit_code = info.exit_code if info.exit_code is not None else -1
-            result.error = info.error
-            return result
+            return self._asm.exited(self._commands.wait_exit(self.pid))
         return self._asm.result()
 
     def send_stdin(self, data: Data) -> None:
@@ -239,17 +232,9 @@ class Pty:
         http = self._sandbox._http
         url = _core.ws_url(http.api_url, _calls.terminal_path(self._sandbox.sandbox_id, info.pid))
         try:
-            ws = ws_connect(
-                url,
-                subprotocols=_core.ws_subprotocols(http.api_key),  # type: ignore[arg-type]
-                max_size=_core.WS_MAX_MESSAGE,
-                open_timeout=http.request_timeout,
-                user_agent_header=_core.USER_AGENT,
-            )
-        except InvalidStatus as exc:
-            raise error_from_response(exc.response.status_code, bytes(exc.response.body or b"")) from exc
-        except (InvalidHandshake, OSError, TimeoutError) as exc:
-            raise _core.transport_error(httpx.ConnectError(str(exc)), http.api_url) from exc
+            ws = ws_connect(url, **_core.ws_options(http.api_key, http.request_timeout))
+        except _core.WS_CONNECT_ERRORS as exc:
+            raise _core.ws_connect_error(exc, http.api_url) from exc
         # The handle owns the connection as a `with` would (websockets 17 warns about a connection used
         # without one) and closes it when its thread ends or on disconnect.
         return PtyHandle(self._commands, info, ws.__enter__(), on_data)
@@ -294,14 +279,13 @@ class PtyHandle:
                     if isinstance(msg, bytes):
                         on_data(msg)
                         continue
-                    control = _core.ws_control(msg) or {}
-                    if control.get("type") == "end" and isinstance(control.get("exitCode"), int):
-                        self.exit_code = control["exitCode"]
+                    code = _core.ws_exit_code(msg)
+                    if code is not None:
+                        self.exit_code = code
             except ConnectionClosed as exc:
                 if not self._disconnected.is_set() and self.exit_code is None:
                     rcvd = exc.rcvd
-                    err = _core.ws_close_error(rcvd.code if rcvd else 1006, rcvd.reason if rcvd else "")
-                    self.error = err or LizardError("the terminal's connection closed before its end")
+                    self.error = _core.ws_closed_early(rcvd.code if rcvd else 1006, rcvd.reason if rcvd else "")
             except Exception as exc:  # on_data's own error
                 if not self._disconnected.is_set():
                     self.error = exc

@@ -12,6 +12,7 @@ from urllib.parse import quote, urlsplit
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import httpx
+from websockets.exceptions import InvalidHandshake, InvalidStatus
 
 from .errors import (
     AuthenticationError,
@@ -24,8 +25,9 @@ from .errors import (
     SandboxGoneError,
     TemplateBuildError,
     error_from_abort,
+    error_from_response,
 )
-from .models import Context, Execution, ExecutionError, FilesystemEvent, ProcessResult, Result
+from .models import Context, Execution, ExecutionError, FilesystemEvent, ProcessInfo, ProcessResult, Result
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 # Ordinary requests (info, contexts, files) answer quickly; a minute leaves room for a busy machine.
@@ -100,6 +102,14 @@ def stream_read_timeout(timeout_ms: Optional[int]) -> Optional[float]:
     if not timeout_ms:
         return None
     return timeout_ms / 1000.0 + STREAM_TIMEOUT_MARGIN
+
+
+def follow_error(exc: Exception, api_url: str) -> Exception:
+    """Why following a response (a watch, a process's output) ended: a broken connection as the SDK's error;
+    the sandbox's end (an "abort" line) or a callback's own error as it is."""
+    if isinstance(exc, httpx.TransportError):
+        return transport_error(exc, api_url)
+    return exc
 
 
 def transport_error(exc: Exception, api_url: str) -> LizardError:
@@ -644,6 +654,14 @@ class OutputAssembler(ProcessAssembler):
         super().__init__()
         self.dropped = 0
 
+    def exited(self, info: ProcessInfo) -> ProcessResult:
+        """The result of a process whose output was not followed to its end (after a disconnect): the
+        output received and the exit code of info (from wait_exit)."""
+        result = self.result()
+        result.exit_code = info.exit_code if info.exit_code is not None else -1
+        result.error = info.error
+        return result
+
     def feed(self, event: Mapping[str, Any]) -> Optional[Callback]:
         """Take one event; return ("stdout" | "stderr", str) or ("pty", bytes) for a callback, if any."""
         kind = event.get("type")
@@ -670,6 +688,31 @@ def ws_subprotocols(api_key: str) -> List[str]:
     return ["lizard", "lizard.bearer." + api_key]
 
 
+def ws_options(api_key: str, open_timeout: Optional[float]) -> Dict[str, Any]:
+    """The options of a terminal's WebSocket, which websockets' sync and asyncio connect both take."""
+    return {"subprotocols": ws_subprotocols(api_key), "max_size": WS_MAX_MESSAGE, "open_timeout": open_timeout,
+            "user_agent_header": USER_AGENT}
+
+
+# What a terminal's WebSocket connect raises when it does not open.
+WS_CONNECT_ERRORS = (InvalidHandshake, OSError, TimeoutError)
+
+
+def ws_connect_error(exc: Exception, api_url: str) -> LizardError:
+    """The SDK's error for a terminal's WebSocket that did not open: the server's refusal as its answer, else
+    the connection's failure."""
+    if isinstance(exc, InvalidStatus):
+        return error_from_response(exc.response.status_code, bytes(exc.response.body or b""))
+    return transport_error(httpx.ConnectError(str(exc)), api_url)
+
+
+def ws_exit_code(message: Union[str, bytes]) -> Optional[int]:
+    """The exit code a terminal's text frame carries when it is its end ({"type": "end", "exitCode": N})."""
+    control = ws_control(message) or {}
+    code = control.get("exitCode")
+    return code if control.get("type") == "end" and isinstance(code, int) else None
+
+
 def ws_control(message: Union[str, bytes]) -> Optional[Dict[str, Any]]:
     """A text frame of a process's WebSocket (ProcessControl), or None when it is not one."""
     try:
@@ -677,6 +720,11 @@ def ws_control(message: Union[str, bytes]) -> Optional[Dict[str, Any]]:
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
+
+
+def ws_closed_early(code: Optional[int], reason: str) -> LizardError:
+    """The error of a terminal's connection that closed before the terminal's end (see ws_close_error)."""
+    return ws_close_error(code, reason) or LizardError("the terminal's connection closed before its end")
 
 
 def ws_close_error(code: Optional[int], reason: str) -> Optional[LizardError]:

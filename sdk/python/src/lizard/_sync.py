@@ -901,12 +901,9 @@ class WatchHandle:
                         ev = _core.watch_event(line)
                         if ev is not None:
                             on_event(ev)
-            except httpx.TransportError as exc:
+            except Exception as exc:  # the connection's failure, the sandbox's end, or on_event's own error
                 if not self._stopped.is_set():
-                    err = _core.transport_error(exc, api_url)
-            except Exception as exc:  # the sandbox's end, or on_event's own error
-                if not self._stopped.is_set():
-                    err = exc
+                    err = _core.follow_error(exc, api_url)
             finally:
                 resp.close()
             self.error = err
