@@ -58,7 +58,8 @@ print(json.dumps(out))
 // allow list leaves out sends nothing; update_network without rules
 // clears them and with rules sets them again. Refused before anything
 // runs: a rule putting the secret on a host outside the secret's hosts,
-// CR/LF in a value, more domains than E2B's bound. get_info shows the
+// CR/LF in a value, more domains than E2B's bound; a sandbox's own key
+// adding a rule (403), by update or create. get_info shows the
 // rules as E2B's, the secret as its placeholder.
 func TestE2BTransformRules(t *testing.T) {
 	testNet(t, "lizt-e2bsec", "lzt-e2bsec0", "198.51.100.53", []string{e2bRulesUpstream})
@@ -107,6 +108,32 @@ func TestE2BTransformRules(t *testing.T) {
 	if list, err := c.ListSandboxes(ctx, client.ListOptions{}); err != nil || len(list) != 0 {
 		t.Errorf("after the refused creates: %d sandboxes, %v; want none", len(list), err)
 	}
+
+	// A sandbox's own key (code inside holds it) may add no rule, through
+	// E2B's update or create: a rule sends the project's secret.
+	own := newSandbox(t, c, api.CreateSandboxRequest{LizardToken: true, Network: &api.NetworkPolicy{Default: "deny", Allow: []string{secHost}}})
+	ownKey := strings.TrimSpace(execOK(t, c, own.SandboxID, "sh", "-c", "echo $LIZARD_API_KEY"))
+	secretRules := `{"api.secret.test":[{"transform":{"headers":{"Authorization":"Bearer ${e2b.secrets.TOKEN}"}}}]}`
+	for _, call := range []struct{ method, path, body string }{
+		{"PUT", "/e2b/sandboxes/" + own.SandboxID + "/network", `{"allowOut":["api.secret.test"],"denyOut":["0.0.0.0/0"],"rules":` + secretRules + `}`},
+		{"POST", "/e2b/v2/sandboxes", `{"templateID":"base","network":{"allowOut":["api.secret.test"],"denyOut":["0.0.0.0/0"],"rules":` + secretRules + `}}`},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, call.method, s.url+call.path, strings.NewReader(call.body))
+		req.Header.Set("X-API-Key", ownKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "inject") {
+			t.Errorf("%s %s with the sandbox's own key: %d %s; want 403 naming the inject rule", call.method, call.path, resp.StatusCode, b)
+		}
+	}
+	if sb, err := c.GetSandbox(ctx, own.SandboxID); err != nil || sb.Network == nil || len(sb.Network.Inject) != 0 {
+		t.Errorf("after the refused update the policy is %+v (%v); want no inject rules", sb.Network, err)
+	}
+	c.KillSandbox(ctx, own.SandboxID)
 
 	cmd := exec.CommandContext(ctx, testenv.Python(t), "-c", e2bRulesScript)
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.url+"/e2b", "E2B_SANDBOX_URL="+s.url+"/e2b/sandbox", "E2B_API_KEY="+s.keys[c])
