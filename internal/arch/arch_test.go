@@ -50,12 +50,6 @@ var methodsAllowed = map[string]int{
 var linesAllowed = map[string]int{
 	"internal/agent/processes.go Agent.startProcess": 205,
 	"bench/cluster/main.go run":                      333, // the cluster benchmark's script, one scenario after another
-	// Being split now (issue 35); removed as each lands.
-	"internal/sandbox/qemu/qemu.go Runtime.boot":                136,
-	"internal/sandbox/qemu/qemu.go Runtime.start":               135,
-	"internal/sandbox/gvisor/gvisor.go Runtime.boot":            134,
-	"internal/sandbox/qemu/vminit/init_linux.go start":          128,
-	"internal/sandbox/sandboxtest/testdata/server/main.go main": 131,
 }
 
 // floors are the packages of the module from the top down: a package

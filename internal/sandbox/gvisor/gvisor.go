@@ -565,39 +565,11 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
 	}
-
-	if err := os.Mkdir(r.overlayDir(id), 0o700); err != nil {
-		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
-	}
-	link := netns.Link{HostAddr: spec.Network.HostAddr, GuestAddr: spec.Network.GuestAddr, PrefixLen: spec.Network.PrefixLen}
-	egress := &netns.Egress{Internet: spec.Network.Internet, AllowTo: spec.Network.Allow, APIPort: spec.Network.APIPort, Names: spec.Network.Names}
-	err = trace.Step(ctx, "runtime.network", func(context.Context) error { return netns.CreateWithEgress(id, link, egress) })
+	memory, err := r.prepare(ctx, spec, lay)
 	if err != nil {
-		return fmt.Errorf("%s sandbox %s: setting up network: %w", verb, id, err)
-	}
-	if err := os.Mkdir(r.tmpDir(id), 0o700); err != nil {
 		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
-	}
-	if err := os.Chmod(r.tmpDir(id), 0o1777); err != nil { // as /tmp is, over the umask
-		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
-	}
-	b, err := json.MarshalIndent(ociSpec(spec, netns.Path(id), r.tmpDir(id), lay), "", "\t")
-	if err != nil {
-		return fmt.Errorf("%s sandbox %s: encoding OCI spec: %w", verb, id, err)
-	}
-	if err := os.WriteFile(filepath.Join(r.dir(id), "config.json"), b, 0o600); err != nil {
-		return fmt.Errorf("%s sandbox %s: writing OCI spec: %w", verb, id, err)
-	}
-	memory := spec.Limits.MemoryBytes
-	if memory <= 0 {
-		memory = DefaultMemoryBytes
-	}
-	b, _ = json.Marshal(imageRecord{Layout: lay, DiskBytes: spec.Limits.DiskBytes, MemoryBytes: memory})
-	if err := os.WriteFile(filepath.Join(r.dir(id), recordName), b, 0o600); err != nil {
-		return fmt.Errorf("%s sandbox %s: writing runtime record: %w", verb, id, err)
 	}
 
-	cid, bundle, disk := containerID(id), r.dir(id), spec.Limits.DiskBytes
 	if len(spec.Volumes) > 0 && lay != layoutDirect {
 		// Not into the shared template (mountpoints.go).
 		mountPoints.Lock()
@@ -609,29 +581,8 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 			mountPoints.Unlock()
 		}()
 	}
-	if imageDir == "" {
-		if err := r.start(ctx, id, disk, lay, "run", "--detach", "--bundle", bundle, cid); err != nil {
-			return fmt.Errorf("creating sandbox %s: %w", id, err)
-		}
-	} else {
-		if wait != nil {
-			// A fork's copy: runsc create now, while its parent is
-			// being checkpointed, and runsc restore once the image is
-			// there.
-			if err := r.start(ctx, id, disk, lay, "create", "--bundle", bundle, cid); err != nil {
-				return fmt.Errorf("restoring sandbox %s: %w", id, err)
-			}
-			if err := wait(ctx); err != nil {
-				return fmt.Errorf("restoring sandbox %s: its image was not made: %w", id, err)
-			}
-		}
-		// Otherwise runsc restore makes the container itself (it
-		// creates one it does not find): one runsc process, not two.
-		// --background: the sandbox runs while the rest of its memory
-		// loads, instead of after all of it has.
-		if err := r.start(ctx, id, disk, lay, "restore", "--detach", "--background", "--image-path", imageDir, "--bundle", bundle, cid); err != nil {
-			return fmt.Errorf("restoring sandbox %s: %w: %w", id, sandbox.ErrImage, err)
-		}
+	if err := r.launch(ctx, id, spec.Limits.DiskBytes, lay, imageDir, wait); err != nil {
+		return err
 	}
 	if pid, err := r.sentryPid(id); err == nil {
 		// State, asked every half second while the node waits for the
@@ -646,6 +597,74 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 		log.Warn("not guarding the sandbox's memory", "err", err)
 	}
 	log.Info("sandbox up", "restored_from", imageDir, "addr", spec.Network.GuestAddr, "took", time.Since(begin))
+	return nil
+}
+
+// prepare makes what runsc is given in a claimed sandbox directory: the
+// overlay's and /tmp's directories, the network namespace with its egress,
+// the OCI spec and the runtime's record. It returns the sandbox's memory.
+func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec, lay layout) (memory int64, err error) {
+	id := spec.ID
+	if err := os.Mkdir(r.overlayDir(id), 0o700); err != nil {
+		return 0, err
+	}
+	link := netns.Link{HostAddr: spec.Network.HostAddr, GuestAddr: spec.Network.GuestAddr, PrefixLen: spec.Network.PrefixLen}
+	egress := &netns.Egress{Internet: spec.Network.Internet, AllowTo: spec.Network.Allow, APIPort: spec.Network.APIPort, Names: spec.Network.Names}
+	err = trace.Step(ctx, "runtime.network", func(context.Context) error { return netns.CreateWithEgress(id, link, egress) })
+	if err != nil {
+		return 0, fmt.Errorf("setting up network: %w", err)
+	}
+	if err := os.Mkdir(r.tmpDir(id), 0o700); err != nil {
+		return 0, err
+	}
+	if err := os.Chmod(r.tmpDir(id), 0o1777); err != nil { // as /tmp is, over the umask
+		return 0, err
+	}
+	b, err := json.MarshalIndent(ociSpec(spec, netns.Path(id), r.tmpDir(id), lay), "", "\t")
+	if err != nil {
+		return 0, fmt.Errorf("encoding OCI spec: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(r.dir(id), "config.json"), b, 0o600); err != nil {
+		return 0, fmt.Errorf("writing OCI spec: %w", err)
+	}
+	memory = spec.Limits.MemoryBytes
+	if memory <= 0 {
+		memory = DefaultMemoryBytes
+	}
+	b, _ = json.Marshal(imageRecord{Layout: lay, DiskBytes: spec.Limits.DiskBytes, MemoryBytes: memory})
+	if err := os.WriteFile(filepath.Join(r.dir(id), recordName), b, 0o600); err != nil {
+		return 0, fmt.Errorf("writing runtime record: %w", err)
+	}
+	return memory, nil
+}
+
+// launch runs runsc over the prepared bundle: run for a boot; restore from
+// imageDir for a restore, after create and wait for a fork's copy.
+func (r *Runtime) launch(ctx context.Context, id string, disk int64, lay layout, imageDir string, wait func(context.Context) error) error {
+	cid, bundle := containerID(id), r.dir(id)
+	if imageDir == "" {
+		if err := r.start(ctx, id, disk, lay, "run", "--detach", "--bundle", bundle, cid); err != nil {
+			return fmt.Errorf("creating sandbox %s: %w", id, err)
+		}
+		return nil
+	}
+	if wait != nil {
+		// A fork's copy: runsc create now, while its parent is being
+		// checkpointed, and runsc restore once the image is there.
+		if err := r.start(ctx, id, disk, lay, "create", "--bundle", bundle, cid); err != nil {
+			return fmt.Errorf("restoring sandbox %s: %w", id, err)
+		}
+		if err := wait(ctx); err != nil {
+			return fmt.Errorf("restoring sandbox %s: its image was not made: %w", id, err)
+		}
+	}
+	// Otherwise runsc restore makes the container itself (it creates one
+	// it does not find): one runsc process, not two. --background: the
+	// sandbox runs while the rest of its memory loads, instead of after
+	// all of it has.
+	if err := r.start(ctx, id, disk, lay, "restore", "--detach", "--background", "--image-path", imageDir, "--bundle", bundle, cid); err != nil {
+		return fmt.Errorf("restoring sandbox %s: %w: %w", id, sandbox.ErrImage, err)
+	}
 	return nil
 }
 

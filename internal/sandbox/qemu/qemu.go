@@ -509,12 +509,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 		return fail(fmt.Errorf("making the writable disk: %w", err))
 	}
 
-	link := netns.Link{HostAddr: spec.Network.HostAddr, GuestAddr: spec.Network.GuestAddr, PrefixLen: spec.Network.PrefixLen}
-	egress := &netns.Egress{Internet: spec.Network.Internet, AllowTo: spec.Network.Allow, APIPort: spec.Network.APIPort, Names: spec.Network.Names}
-	if err := netns.CreateWithEgress(id, link, egress); err != nil {
-		return fail(fmt.Errorf("setting up network: %w", err))
-	}
-	if err := bridge(id); err != nil {
+	if err := network(spec); err != nil {
 		return fail(fmt.Errorf("setting up network: %w", err))
 	}
 	if err := os.MkdirAll(r.socks(id), 0o700); err != nil {
@@ -535,26 +530,8 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 	if err := r.attachTap(ctx, id, exited); err != nil {
 		return fail(fmt.Errorf("setting up network: %w", err))
 	}
-	guestNet := vminit.Net{Addr: spec.Network.GuestAddr.String(), PrefixLen: spec.Network.PrefixLen, Gateway: spec.Network.HostAddr.String()}
-	if imageDir == "" {
-		pids := spec.Limits.Pids
-		if pids > 0 && spec.Limits.Processes > 0 {
-			pids = max(pids, spec.Limits.Processes)
-		}
-		req := vminit.Request{Op: "start", TimeUnixNano: time.Now().UnixNano(), Start: &vminit.Start{
-			Args: spec.Args, Env: spec.Env, Files: files, Net: guestNet,
-			Pids: pids, OpenFiles: spec.Limits.OpenFiles, Processes: spec.Limits.Processes}}
-		if _, err := r.ask(ctx, id, exited, req); err != nil {
-			return fail(err)
-		}
-	} else {
-		if err := r.awaitIncoming(ctx, id, exited, imageDir, image.RAMFile); err != nil {
-			return fail(fmt.Errorf("%w: %w", sandbox.ErrImage, err))
-		}
-		req := vminit.Request{Op: "net", Net: &guestNet, TimeUnixNano: time.Now().UnixNano()}
-		if _, err := r.ask(ctx, id, exited, req); err != nil {
-			return fail(fmt.Errorf("re-addressing the restored guest: %w", err))
-		}
+	if err := r.startGuest(ctx, spec, exited, files, imageDir, image); err != nil {
+		return fail(err)
 	}
 	log.Info("sandbox up", "restored_from", imageDir, "addr", spec.Network.GuestAddr, "accel", r.accel, "took", time.Since(begin))
 	return nil
@@ -669,19 +646,47 @@ func (r *Runtime) attachTap(ctx context.Context, id string, exited <-chan struct
 	}
 }
 
+// network makes the sandbox's network namespace, its egress and the
+// bridge its VM's tap joins.
+func network(spec sandbox.Spec) error {
+	link := netns.Link{HostAddr: spec.Network.HostAddr, GuestAddr: spec.Network.GuestAddr, PrefixLen: spec.Network.PrefixLen}
+	egress := &netns.Egress{Internet: spec.Network.Internet, AllowTo: spec.Network.Allow, APIPort: spec.Network.APIPort, Names: spec.Network.Names}
+	if err := netns.CreateWithEgress(spec.ID, link, egress); err != nil {
+		return err
+	}
+	return bridge(spec.ID)
+}
+
+// startGuest tells a booted VM's init its first process, or brings a
+// restored one in from imageDir and gives it its new address.
+func (r *Runtime) startGuest(ctx context.Context, spec sandbox.Spec, exited <-chan struct{}, files []vminit.File, imageDir string, image record) error {
+	id := spec.ID
+	guestNet := vminit.Net{Addr: spec.Network.GuestAddr.String(), PrefixLen: spec.Network.PrefixLen, Gateway: spec.Network.HostAddr.String()}
+	if imageDir == "" {
+		pids := spec.Limits.Pids
+		if pids > 0 && spec.Limits.Processes > 0 {
+			pids = max(pids, spec.Limits.Processes)
+		}
+		req := vminit.Request{Op: "start", TimeUnixNano: time.Now().UnixNano(), Start: &vminit.Start{
+			Args: spec.Args, Env: spec.Env, Files: files, Net: guestNet,
+			Pids: pids, OpenFiles: spec.Limits.OpenFiles, Processes: spec.Limits.Processes}}
+		_, err := r.ask(ctx, id, exited, req)
+		return err
+	}
+	if err := r.awaitIncoming(ctx, id, exited, imageDir, image.RAMFile); err != nil {
+		return fmt.Errorf("%w: %w", sandbox.ErrImage, err)
+	}
+	req := vminit.Request{Op: "net", Net: &guestNet, TimeUnixNano: time.Now().UnixNano()}
+	if _, err := r.ask(ctx, id, exited, req); err != nil {
+		return fmt.Errorf("re-addressing the restored guest: %w", err)
+	}
+	return nil
+}
+
 // start launches QEMU for sandbox id inside its namespace, to be restored
 // from the checkpoint in imageDir (recorded as image) when set, and
 // returns a channel closed when it exits.
 func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir string, image record) (<-chan struct{}, error) {
-	machine, cpu := "q35,accel=tcg", "max"
-	if r.accel == AccelKVM {
-		machine, cpu = "q35,accel=kvm", "host"
-	}
-	machine += ",memory-backend=mem"
-	kernel := r.kernel
-	if imageDir != "" {
-		kernel = r.kernelStub
-	}
 	// QEMU gets its disks (and a checkpoint's memory) as open files, in
 	// fd sets: confined, it could not open them by path, and the block
 	// layer reopens an image (read-only, when a migration ends) from its
@@ -734,6 +739,49 @@ func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir strin
 			}
 		}
 	}
+	args := r.args(id, rec, ramArg, fdArgs, imageDir)
+	logf, err := os.OpenFile(r.qemuLog(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command("nsenter", args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = extra
+	cmd.Dir = r.dir(id)
+	// Its own session: the VM outlives the server.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting QEMU: %w", err)
+	}
+	pid := cmd.Process.Pid
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	start := hostproc.Start(pid)
+	if err := os.WriteFile(r.pidPath(id), []byte(strconv.Itoa(pid)+" "+start+"\n"), 0o600); err != nil {
+		_ = cmd.Process.Kill()
+		return nil, err
+	}
+	return exited, nil
+}
+
+// args is QEMU's command line (under nsenter, in the sandbox's network
+// namespace): the machine, its memory (ramArg), the disks and memory
+// image in fd sets (fdArgs), the console, control and network devices, and
+// how QEMU confines itself.
+func (r *Runtime) args(id string, rec record, ramArg, fdArgs []string, imageDir string) []string {
+	machine, cpu := "q35,accel=tcg", "max"
+	if r.accel == AccelKVM {
+		machine, cpu = "q35,accel=kvm", "host"
+	}
+	machine += ",memory-backend=mem"
+	kernel := r.kernel
+	if imageDir != "" {
+		kernel = r.kernelStub
+	}
 	args := []string{
 		"--net=" + netns.Path(id), "--", r.qemu,
 		"-name", "lizard-" + id,
@@ -780,32 +828,7 @@ func (r *Runtime) start(id string, rec record, rootImg, filesImg, imageDir strin
 		// the image was made with are set.
 		args = append(args, "-incoming", "defer")
 	}
-	logf, err := os.OpenFile(r.qemuLog(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	cmd := exec.Command("nsenter", args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.ExtraFiles = extra
-	cmd.Dir = r.dir(id)
-	// Its own session: the VM outlives the server.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting QEMU: %w", err)
-	}
-	pid := cmd.Process.Pid
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	start := hostproc.Start(pid)
-	if err := os.WriteFile(r.pidPath(id), []byte(strconv.Itoa(pid)+" "+start+"\n"), 0o600); err != nil {
-		_ = cmd.Process.Kill()
-		return nil, err
-	}
-	return exited, nil
+	return args
 }
 
 // maxReply bounds one answer of the guest's init.

@@ -207,79 +207,9 @@ func mount(src, dst, typ string, flags uintptr, data string) error {
 // start makes the sandbox's root, moves into it and starts its first
 // process.
 func start(s Start) (int, error) {
-	root, err := disk(SerialRoot)
-	if err != nil {
+	if err := enterRoot(s); err != nil {
 		return 0, err
 	}
-	upper, err := disk(SerialUpper)
-	if err != nil {
-		return 0, err
-	}
-	if err := mount(root, "/lower", "ext4", unix.MS_RDONLY, ""); err != nil {
-		return 0, err
-	}
-	if err := mount(upper, "/upper", "ext4", unix.MS_NOATIME, ""); err != nil {
-		return 0, err
-	}
-	for _, d := range []string{"/upper/root", "/upper/work"} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return 0, err
-		}
-	}
-	if err := mount("overlay", "/newroot", "overlay", 0, "lowerdir=/lower,upperdir=/upper/root,workdir=/upper/work"); err != nil {
-		return 0, err
-	}
-	nr := func(p string) string { return filepath.Join("/newroot", p) }
-	for _, m := range []struct {
-		src, dst, typ string
-		flags         uintptr
-		data          string
-	}{
-		{"proc", "/proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
-		{"sysfs", "/sys", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
-		{"cgroup2", "/sys/fs/cgroup", "cgroup2", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
-		{"devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, ""},
-		{"devpts", "/dev/pts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"},
-		{"shm", "/dev/shm", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, "mode=1777,size=65536k"},
-	} {
-		if err := mount(m.src, nr(m.dst), m.typ, m.flags, m.data); err != nil {
-			return 0, err
-		}
-	}
-	_ = os.Remove(nr("/dev/ptmx"))
-	_ = os.Symlink("pts/ptmx", nr("/dev/ptmx"))
-	if err := os.MkdirAll(nr("/tmp"), 0o1777); err == nil {
-		_ = os.Chmod(nr("/tmp"), 0o1777)
-	}
-	if len(s.Files) > 0 {
-		files, err := disk(SerialFiles)
-		if err != nil {
-			return 0, err
-		}
-		if err := mount(files, "/files", "ext4", unix.MS_RDONLY, ""); err != nil {
-			return 0, err
-		}
-		for _, f := range s.Files {
-			if err := bindFile(filepath.Join("/files", f.Name), nr(f.Target)); err != nil {
-				return 0, err
-			}
-		}
-	}
-	if err := configureNet(s.Net); err != nil {
-		return 0, err
-	}
-	_ = unix.Sethostname([]byte("lizard"))
-
-	if err := os.Chdir("/newroot"); err != nil {
-		return 0, err
-	}
-	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
-		return 0, fmt.Errorf("moving the root: %w", err)
-	}
-	if err := unix.Chroot("."); err != nil {
-		return 0, fmt.Errorf("entering the root: %w", err)
-	}
-	_ = os.Chdir("/")
 
 	cg, err := sandboxCgroup(s.Pids)
 	if err != nil {
@@ -333,6 +263,87 @@ func start(s Start) (int, error) {
 		return 0, fmt.Errorf("starting %s: %w", s.Args[0], err)
 	}
 	return p.Pid, nil
+}
+
+// enterRoot makes the sandbox's root — the template's disk under an
+// overlay on the writable disk, the kernel's file systems, the injected
+// files, the network — and makes it this process's root, as the first
+// process will see it.
+func enterRoot(s Start) error {
+	root, err := disk(SerialRoot)
+	if err != nil {
+		return err
+	}
+	upper, err := disk(SerialUpper)
+	if err != nil {
+		return err
+	}
+	if err := mount(root, "/lower", "ext4", unix.MS_RDONLY, ""); err != nil {
+		return err
+	}
+	if err := mount(upper, "/upper", "ext4", unix.MS_NOATIME, ""); err != nil {
+		return err
+	}
+	for _, d := range []string{"/upper/root", "/upper/work"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := mount("overlay", "/newroot", "overlay", 0, "lowerdir=/lower,upperdir=/upper/root,workdir=/upper/work"); err != nil {
+		return err
+	}
+	nr := func(p string) string { return filepath.Join("/newroot", p) }
+	for _, m := range []struct {
+		src, dst, typ string
+		flags         uintptr
+		data          string
+	}{
+		{"proc", "/proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"sysfs", "/sys", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"cgroup2", "/sys/fs/cgroup", "cgroup2", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, ""},
+		{"devpts", "/dev/pts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"},
+		{"shm", "/dev/shm", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, "mode=1777,size=65536k"},
+	} {
+		if err := mount(m.src, nr(m.dst), m.typ, m.flags, m.data); err != nil {
+			return err
+		}
+	}
+	_ = os.Remove(nr("/dev/ptmx"))
+	_ = os.Symlink("pts/ptmx", nr("/dev/ptmx"))
+	if err := os.MkdirAll(nr("/tmp"), 0o1777); err == nil {
+		_ = os.Chmod(nr("/tmp"), 0o1777)
+	}
+	if len(s.Files) > 0 {
+		files, err := disk(SerialFiles)
+		if err != nil {
+			return err
+		}
+		if err := mount(files, "/files", "ext4", unix.MS_RDONLY, ""); err != nil {
+			return err
+		}
+		for _, f := range s.Files {
+			if err := bindFile(filepath.Join("/files", f.Name), nr(f.Target)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := configureNet(s.Net); err != nil {
+		return err
+	}
+	_ = unix.Sethostname([]byte("lizard"))
+
+	if err := os.Chdir("/newroot"); err != nil {
+		return err
+	}
+	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("moving the root: %w", err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return fmt.Errorf("entering the root: %w", err)
+	}
+	_ = os.Chdir("/")
+	return nil
 }
 
 // bindFile shows host file src read-only at dst, made (empty) if missing.

@@ -39,11 +39,7 @@ func main() {
 		mb, _ := strconv.Atoi(os.Args[2])
 		var hoard [][]byte
 		for range mb {
-			b := make([]byte, 1<<20)
-			for i := 0; i < len(b); i += 4096 {
-				b[i] = 1
-			}
-			hoard = append(hoard, b)
+			hoard = append(hoard, touched())
 		}
 		fmt.Println(len(hoard))
 		return
@@ -51,113 +47,141 @@ func main() {
 	listen := flag.String("listen", ":49983", "address to listen on")
 	flag.Parse()
 
-	var (
-		mu       sync.Mutex
-		count    int
-		hoard    [][]byte
-		children []*exec.Cmd
-	)
-	http.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		count++
-		n := count
-		mu.Unlock()
-		fmt.Fprint(w, n)
-	})
-	http.HandleFunc("GET /count", func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		fmt.Fprint(w, count)
-	})
-	http.HandleFunc("PUT /file", func(w http.ResponseWriter, r *http.Request) {
-		b, err := io.ReadAll(r.Body)
-		if err == nil {
-			err = os.WriteFile(r.URL.Query().Get("path"), b, 0o644)
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-		}
-	})
-	http.HandleFunc("GET /file", func(w http.ResponseWriter, r *http.Request) {
-		b, err := os.ReadFile(r.URL.Query().Get("path"))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusNotFound)
-			return
-		}
-		w.Write(b)
-	})
-	http.HandleFunc("POST /alloc", func(w http.ResponseWriter, r *http.Request) {
-		mb, err := strconv.Atoi(r.URL.Query().Get("mb"))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		for range mb {
-			b := make([]byte, 1<<20)
-			for i := 0; i < len(b); i += 4096 {
-				b[i] = 1
-			}
-			mu.Lock()
-			hoard = append(hoard, b)
-			mu.Unlock()
-		}
-		fmt.Fprintf(w, "allocated %d MiB", mb)
-	})
-	http.HandleFunc("POST /spawn", func(w http.ResponseWriter, r *http.Request) {
-		n, err := strconv.Atoi(r.URL.Query().Get("n"))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		started := 0
-		var lastErr error
-		for range n {
-			c := exec.Command("/proc/self/exe", "sleep")
-			if err := c.Start(); err != nil {
-				lastErr = err
-				continue
-			}
-			started++
-			mu.Lock()
-			children = append(children, c)
-			mu.Unlock()
-		}
-		fmt.Fprintf(w, "%d", started)
-		if lastErr != nil {
-			log.Printf("spawn: %v", lastErr)
-		}
-	})
-	http.HandleFunc("POST /child-alloc", func(w http.ResponseWriter, r *http.Request) {
-		mb := r.URL.Query().Get("mb")
-		if _, err := strconv.Atoi(mb); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		err := exec.Command("/proc/self/exe", "alloc", mb).Run()
-		if err == nil {
-			fmt.Fprint(w, "exited 0")
-			return
-		}
-		fmt.Fprint(w, err.Error())
-	})
-	http.HandleFunc("GET /statfs", func(w http.ResponseWriter, r *http.Request) {
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(r.URL.Query().Get("path"), &st); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		fmt.Fprint(w, st.Blocks*uint64(st.Bsize))
-	})
-	http.HandleFunc("GET /addrs", func(w http.ResponseWriter, r *http.Request) {
-		addrs, err := net.InterfaceAddrs()
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		for _, a := range addrs {
-			fmt.Fprintln(w, a)
-		}
-	})
+	s := &server{}
+	http.HandleFunc("GET /{$}", s.increment)
+	http.HandleFunc("GET /count", s.count)
+	http.HandleFunc("PUT /file", putFile)
+	http.HandleFunc("GET /file", getFile)
+	http.HandleFunc("POST /alloc", s.alloc)
+	http.HandleFunc("POST /spawn", s.spawn)
+	http.HandleFunc("POST /child-alloc", childAlloc)
+	http.HandleFunc("GET /statfs", statfs)
+	http.HandleFunc("GET /addrs", addrs)
 	log.Printf("listening on %s", *listen)
 	log.Fatal(http.ListenAndServe(*listen, nil))
+}
+
+// server is what the suite checks survives a checkpoint: a counter, the
+// memory allocated and the children started, all kept until exit.
+type server struct {
+	mu       sync.Mutex
+	counter  int
+	hoard    [][]byte
+	children []*exec.Cmd
+}
+
+// touched is a MiB with every page written, so that it counts.
+func touched() []byte {
+	b := make([]byte, 1<<20)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	return b
+}
+
+func (s *server) increment(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.counter++
+	n := s.counter
+	s.mu.Unlock()
+	fmt.Fprint(w, n)
+}
+
+func (s *server) count(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprint(w, s.counter)
+}
+
+func putFile(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(r.Body)
+	if err == nil {
+		err = os.WriteFile(r.URL.Query().Get("path"), b, 0o644)
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+func getFile(w http.ResponseWriter, r *http.Request) {
+	b, err := os.ReadFile(r.URL.Query().Get("path"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	w.Write(b)
+}
+
+func (s *server) alloc(w http.ResponseWriter, r *http.Request) {
+	mb, err := strconv.Atoi(r.URL.Query().Get("mb"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	for range mb {
+		b := touched()
+		s.mu.Lock()
+		s.hoard = append(s.hoard, b)
+		s.mu.Unlock()
+	}
+	fmt.Fprintf(w, "allocated %d MiB", mb)
+}
+
+func (s *server) spawn(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.Atoi(r.URL.Query().Get("n"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	started := 0
+	var lastErr error
+	for range n {
+		c := exec.Command("/proc/self/exe", "sleep")
+		if err := c.Start(); err != nil {
+			lastErr = err
+			continue
+		}
+		started++
+		s.mu.Lock()
+		s.children = append(s.children, c)
+		s.mu.Unlock()
+	}
+	fmt.Fprintf(w, "%d", started)
+	if lastErr != nil {
+		log.Printf("spawn: %v", lastErr)
+	}
+}
+
+func childAlloc(w http.ResponseWriter, r *http.Request) {
+	mb := r.URL.Query().Get("mb")
+	if _, err := strconv.Atoi(mb); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	err := exec.Command("/proc/self/exe", "alloc", mb).Run()
+	if err == nil {
+		fmt.Fprint(w, "exited 0")
+		return
+	}
+	fmt.Fprint(w, err.Error())
+}
+
+func statfs(w http.ResponseWriter, r *http.Request) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(r.URL.Query().Get("path"), &st); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	fmt.Fprint(w, st.Blocks*uint64(st.Bsize))
+}
+
+func addrs(w http.ResponseWriter, r *http.Request) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	for _, a := range addrs {
+		fmt.Fprintln(w, a)
+	}
 }
