@@ -1,6 +1,7 @@
 // Package arch holds the tests that keep the code's shape what
 // docs/architecture.md says it is (issue 35's "Shown by"): no type over 60
-// methods, no function over 120 lines, no import back up the floors. It has
+// methods, no function over 120 lines, no import back up the floors; and
+// that docs/architecture.md's walks name functions that exist. It has
 // no code of its own: it reads every package's source, which no one package's
 // tests should have to, and it is where the next such rule goes.
 //
@@ -15,7 +16,9 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -368,3 +371,47 @@ func (r *recorder) Errorf(format string, a ...any) {
 	r.msgs = append(r.msgs, fmt.Sprintf(format, a...))
 }
 func (r *recorder) Logf(format string, a ...any) { r.msgs = append(r.msgs, fmt.Sprintf(format, a...)) }
+
+// step is one step of docs/architecture.md's walks: "N. `file` `Func`".
+var step = regexp.MustCompile("(?m)^\\d+\\. `([^`]+\\.go)` `([A-Za-z_][A-Za-z0-9_.]*)`")
+
+// TestWalksNameRealCode: every step of docs/architecture.md's three walks
+// (a create, a runCode, a create in a cluster) names a function that is in
+// the file it names, so the walks cannot drift from the code a newcomer
+// opens. A step's function is a function (Audit) or a method
+// (Local.Create).
+func TestWalksNameRealCode(t *testing.T) {
+	s := parseSource(t)
+	declared := map[string]bool{} // "file Name"
+	s.funcs(func(file string, _ *ast.FuncDecl, name string) { declared[file+" "+name] = true })
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	walks := 0
+	for _, title := range []string{"#### A create\n", "#### A runCode\n", "#### A create in a cluster\n"} {
+		i := strings.Index(doc, title)
+		if i < 0 {
+			t.Errorf("docs/architecture.md has no walk %q", strings.TrimSpace(title))
+			continue
+		}
+		walk := doc[i+len(title):]
+		if j := strings.Index(walk, "\n#"); j >= 0 {
+			walk = walk[:j]
+		}
+		steps := step.FindAllStringSubmatch(walk, -1)
+		if len(steps) < 3 {
+			t.Errorf("walk %q has %d steps; want each as \"N. `file.go` `Function` — what it does\"", strings.TrimSpace(title), len(steps))
+		}
+		for _, m := range steps {
+			if !declared[m[1]+" "+m[2]] {
+				t.Errorf("walk %q: %s declares no %s (renamed or moved? update docs/architecture.md)", strings.TrimSpace(title), m[1], m[2])
+			}
+		}
+		walks++
+	}
+	if walks != 3 {
+		t.Errorf("%d walks found, want 3", walks)
+	}
+}
