@@ -10,7 +10,6 @@
 package agentproxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,12 +18,9 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strings"
-	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
-	"github.com/lizard-build/lizard/internal/metrics"
-	"github.com/lizard-build/lizard/internal/trace"
 )
 
 // Proxy passes calls to sandboxes' agents. Bodies stream both ways
@@ -57,7 +53,9 @@ type Proxy struct {
 	// Unanswered is the error for a call whose agent did not answer or
 	// broke off before its response began (unanswered's).
 	Unanswered func(ctx context.Context, id string) error
-	Log        *slog.Logger
+	// Observe, when set, is told how each run ended (Transport.Observe).
+	Observe func(Outcome)
+	Log     *slog.Logger
 }
 
 // Classify maps an error to its one status, code and client message, by
@@ -67,9 +65,6 @@ func Classify(err error) (status int, code, msg string) {
 	k, msg := errdefs.Public(err)
 	return k.Status, k.Code, msg
 }
-
-// prefixPattern is the head of the proxied routes' patterns.
-const prefixPattern = "/v1/sandboxes/{id}"
 
 // ServeHTTP passes r, a call to /v1/sandboxes/{id}/<agent path>, on to
 // <agent path> of sandbox id's agent.
@@ -93,6 +88,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	call, err := p.Acquire(ctx, id)
 	if err != nil {
+		if o := op(r.Method, r.URL.Path); o != "" && p.Observe != nil {
+			p.Observe(Outcome{Op: o, Language: "unknown", Result: ResultRejected})
+		}
 		p.Fail(w, r, err)
 		return
 	}
@@ -104,54 +102,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
 		p.Log.Warn("enabling full duplex for the proxy", "err", err)
 	}
-	transport := call.Transport
-	if transport == nil {
-		transport = p.Transport
-	}
-	target := call.URL
-	// A call to the agent itself (target.Path "") is a span of its own,
-	// whose children are the steps the agent reports it timed
-	// (trace.AgentSpans); a call to a node is its internal API's span.
-	hop, agent := call.Ctx, target.Path == ""
-	if agent {
-		var sp trace.Span
-		hop, sp = trace.StartClient(call.Ctx, "agent "+r.Method+" "+strings.TrimPrefix(metrics.Route(r), prefixPattern), trace.Sandbox(id))
-		defer sp.End()
-	}
-	sent := time.Now()
 	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = target.Scheme
-			pr.Out.URL.Host = target.Host
-			// target.Path is "" for an agent, or the sandbox's path on the
-			// node that runs it (a cluster).
-			pr.Out.URL.Path = target.Path + strings.TrimPrefix(pr.In.URL.Path, prefix)
-			if pr.In.URL.RawPath != "" {
-				pr.Out.URL.RawPath = target.Path + strings.TrimPrefix(pr.In.URL.RawPath, prefix)
-			}
-			pr.Out.Host = target.Host
-			// The agent is not to see the caller's key.
-			pr.Out.Header.Del("Authorization")
-			trace.Inject(pr.Out.Context(), pr.Out.Header)
-		},
-		Transport:     transport,
+		// The request stays in the public API's form: Transport takes it
+		// to the agent.
+		Rewrite:       func(*httputil.ProxyRequest) {},
+		Transport:     &Transport{Call: call, Base: p.Transport, Observe: p.Observe},
 		FlushInterval: -1,
 		ErrorLog:      slog.NewLogLogger(p.Log.Handler(), slog.LevelWarn),
 		ModifyResponse: func(resp *http.Response) error {
-			if agent && resp.StatusCode != http.StatusSwitchingProtocols {
-				// (A WebSocket's body is its connection, which must stay
-				// one: it has no trailer.)
-				trace.AgentSpans(hop, resp, sent, trace.Sandbox(id))
-			}
-			if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-ndjson") {
-				if agent && call.Outcome != nil && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/execute") {
-					resp.Body = &outcomeBody{ReadCloser: resp.Body, report: call.Outcome}
-				}
-				resp.Body = &abortingBody{ReadCloser: resp.Body, ctx: call.Ctx}
-			}
-			if conn, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-				resp.Body = &closingSocket{ReadWriteCloser: conn, ctx: call.Ctx}
-			}
 			if r.Method == http.MethodPut && resp.StatusCode >= http.StatusBadRequest {
 				// A refused upload (too large, the disk full) may be
 				// answered before its body has all been sent, and in full
@@ -185,7 +143,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.Fail(w, r, p.Unanswered(r.Context(), id))
 		},
 	}
-	rp.ServeHTTP(w, r.WithContext(hop))
+	rp.ServeHTTP(w, r.WithContext(call.Ctx))
 }
 
 // follows reports whether r follows a process (its output, its WebSocket,
@@ -272,63 +230,4 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.left -= int64(n)
 	return n, err
-}
-
-// outcomeBody passes an /execute stream through and reports its error
-// event when the run timed out or its kernel died, before the client gets
-// it. It sits on the hop to the agent, which every run passes once,
-// whichever process serves the API. Only lines that begin as an error
-// event are kept, and those only up to maxOutcomeLine.
-type outcomeBody struct {
-	io.ReadCloser
-	report func(errorName, message string)
-	line   []byte // the current line, while it may be an error event
-	skip   bool   // the current line is not one
-	done   bool
-}
-
-const maxOutcomeLine = 64 << 10
-
-var errorLinePrefix = []byte(`{"type":"` + api.EventError + `"`)
-
-func (b *outcomeBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	b.scan(p[:n])
-	return n, err
-}
-
-func (b *outcomeBody) scan(p []byte) {
-	for len(p) > 0 && !b.done {
-		i := bytes.IndexByte(p, '\n')
-		part := p
-		if i >= 0 {
-			part = p[:i]
-		}
-		if !b.skip {
-			b.line = append(b.line, part...)
-			n := min(len(b.line), len(errorLinePrefix))
-			if len(b.line) > maxOutcomeLine || !bytes.Equal(b.line[:n], errorLinePrefix[:n]) {
-				b.line, b.skip = b.line[:0], true
-			}
-		}
-		if i < 0 {
-			return
-		}
-		if !b.skip && len(b.line) > 0 {
-			b.check(b.line)
-		}
-		b.line, b.skip = b.line[:0], false
-		p = p[i+1:]
-	}
-}
-
-func (b *outcomeBody) check(line []byte) {
-	var ev api.ExecuteEvent
-	if json.Unmarshal(line, &ev) != nil || ev.Error == nil {
-		return
-	}
-	if ev.Error.Name == api.ErrorNameTimeout || ev.Error.Name == api.ErrorNameKernelDied {
-		b.done = true
-		b.report(ev.Error.Name, ev.Error.Message)
-	}
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -76,7 +77,10 @@ type Config struct {
 	// SDKs gate envd features on it (e2b/envd/versions.py), so it is the
 	// version Envd speaks. Default DefaultEnvdVersion.
 	EnvdVersion string
-	Logger      *slog.Logger
+	// Observe is told how each runCode ended (agentproxy.Transport);
+	// nil: nothing.
+	Observe func(agentproxy.Outcome)
+	Logger  *slog.Logger
 }
 
 // DefaultEnvdVersion is Config.EnvdVersion's default: one at which the

@@ -14,7 +14,6 @@ package e2b
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -91,8 +90,10 @@ type executeRequest struct {
 	EnvVars   map[string]string `json:"env_vars"`
 }
 
-// agentCall sends one request to the target sandbox's agent. The caller
-// releases the call once it is done with the response.
+// agentCall sends one request to the target sandbox's agent, through the
+// agent proxy's transport as every surface's calls go (its span, its
+// outcome, the sandbox's end). The caller releases the call once it is
+// done with the response.
 func (h *Handler) agentCall(r *http.Request, method, path string, body any) (*http.Response, agentproxy.Call, error) {
 	t, _ := Target(r.Context())
 	call, err := h.cfg.Control.Acquire(r.Context(), t.ProjectID, t.SandboxID)
@@ -108,9 +109,7 @@ func (h *Handler) agentCall(r *http.Request, method, path string, body any) (*ht
 		}
 		rd = bytes.NewReader(b)
 	}
-	u := *call.URL
-	u.Path += path
-	req, err := http.NewRequestWithContext(call.Ctx, method, u.String(), rd)
+	req, err := http.NewRequestWithContext(call.Ctx, method, "http://sandbox/v1/sandboxes/"+t.SandboxID+path, rd)
 	if err != nil {
 		call.Release()
 		return nil, call, err
@@ -118,16 +117,10 @@ func (h *Handler) agentCall(r *http.Request, method, path string, body any) (*ht
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	tr := call.Transport
-	if tr == nil {
-		tr = h.cfg.Control.Transport()
-	}
+	tr := &agentproxy.Transport{Call: call, Base: h.cfg.Control.Transport(), Observe: h.cfg.Observe}
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
 		call.Release()
-		if cause := context.Cause(call.Ctx); call.Ctx.Err() != nil && cause != nil {
-			err = cause
-		}
 		return nil, call, fmt.Errorf("calling the sandbox's agent: %w", err)
 	}
 	return resp, call, nil

@@ -38,7 +38,8 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		Unanswered: func(ctx context.Context, id string) error {
 			return s.agentFailed(ctx, project, id)
 		},
-		Log: s.log.With("project_id", project),
+		Observe: s.observe,
+		Log:     s.log.With("project_id", project),
 	}
 	p.ServeHTTP(w, r)
 }

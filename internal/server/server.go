@@ -16,6 +16,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/e2b"
@@ -96,6 +97,9 @@ type Server struct {
 	secrets  *secrets.Store
 	events   *events.Log
 	webhooks *webhook.Service
+	// observe counts how each run through the agent proxy ended, on
+	// every surface (agentproxy.Metered).
+	observe func(agentproxy.Outcome)
 
 	// portsInFlight counts each sandbox's requests to its ports under way
 	// (ports.go), which no key's bounds cover.
@@ -105,7 +109,7 @@ type Server struct {
 // New returns the API handler.
 func New(cfg Config) *Server {
 	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain, maxFile: cfg.MaxFileBytes, secrets: cfg.Secrets, portsInFlight: inflight.New(maxPortsInFlight),
-		events: cfg.Events, webhooks: cfg.Webhooks}
+		events: cfg.Events, webhooks: cfg.Webhooks, observe: agentproxy.Metered(cfg.Metrics)}
 	// API keys on exposed ports are checked by hand (ports.go); a cluster
 	// node's forwarded calls carry none.
 	s.keys, _ = cfg.Keys.(*auth.Verifier)
@@ -158,6 +162,7 @@ func New(cfg Config) *Server {
 		ec.Control, ec.Keys, ec.Logger = s.c, s.keys, s.log
 		ec.Limit, ec.Rate = lim.limit, lim.limitRate
 		ec.Audit = s.audit
+		ec.Observe = s.observe
 		if ec.Envd == nil {
 			ec.Envd = envd.New(envd.Config{Sandboxes: s.c, Logger: s.log, Target: e2bTarget, MaxFileBytes: s.maxFile})
 			// Sandboxes say the version whose features envd serves: the

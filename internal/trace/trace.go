@@ -46,6 +46,9 @@ const (
 	KeyProject  = "lizard.project"
 	KeyTemplate = "lizard.template"
 	KeyRuntime  = "lizard.runtime"
+	// KeyOutcome is how a run (a runCode, a command) ended, as the
+	// metrics' outcome label says it (agentproxy.Outcome).
+	KeyOutcome = "lizard.outcome"
 )
 
 // Sandbox, Project, Template and Runtime are the attributes Lizard's
