@@ -58,7 +58,7 @@ func TestAdminRefusals(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"a", "b"} {
-		if n, err := st.GetNode(context.Background(), name); err != nil || n.Draining {
+		if n, err := st.Nodes().Get(context.Background(), name); err != nil || n.Draining {
 			t.Errorf("node %s after the refusals: draining %v, %v; want not draining", name, n.Draining, err)
 		}
 	}
@@ -137,7 +137,7 @@ func TestAdminThrottle(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the operator's drain and undrain took %s during the guessing; want no wait", d)
 	}
-	if n, err := st.GetNode(context.Background(), "a"); err != nil || n.Draining {
+	if n, err := st.Nodes().Get(context.Background(), "a"); err != nil || n.Draining {
 		t.Errorf("node a after the guesses: draining %v, %v; want not draining", n.Draining, err)
 	}
 }
@@ -148,7 +148,7 @@ func TestAdminThrottle(t *testing.T) {
 func TestMoveOutRefusals(t *testing.T) {
 	st, r, ctl := newDrainCluster(t, nil, "a", "b")
 	ctx := context.Background()
-	if err := st.SetDraining(ctx, "b", true); err != nil {
+	if err := st.Nodes().SetDraining(ctx, "b", true); err != nil {
 		t.Fatal(err)
 	}
 	r.list(ctx, true)
@@ -156,7 +156,7 @@ func TestMoveOutRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := st.GetNode(ctx, "a")
+	a, err := st.Nodes().Get(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
 	}

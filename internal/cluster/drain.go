@@ -39,7 +39,7 @@ const drainRounds = 3
 // volumes, naming them.
 func (r *Router) Drain(ctx context.Context, name string) (api.NodeDrain, error) {
 	begin := time.Now()
-	info, err := r.cfg.Store.GetNode(ctx, name)
+	info, err := r.cfg.Store.Nodes().Get(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return api.NodeDrain{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("node %s is not registered (GET the cluster's nodes from its database's nodes table; names are lizard node's --name)", name)}
 	}
@@ -68,7 +68,7 @@ func (r *Router) Drain(ctx context.Context, name string) (api.NodeDrain, error) 
 			"node %s runs sandboxes that mount volumes, which stay on its disk: %s; pause or kill them, then drain (their paused images stay on the node and resume there once it is undrained)",
 			name, strings.Join(mounting, ", "))}
 	}
-	if err := r.cfg.Store.SetDraining(ctx, name, true); err != nil {
+	if err := r.cfg.Store.Nodes().SetDraining(ctx, name, true); err != nil {
 		return api.NodeDrain{}, err
 	}
 	r.list(ctx, true) // this process's placement sees it at once
@@ -118,7 +118,7 @@ func (r *Router) Drain(ctx context.Context, name string) (api.NodeDrain, error) 
 
 // Undrain makes node name placeable again.
 func (r *Router) Undrain(ctx context.Context, name string) (api.NodeState, error) {
-	err := r.cfg.Store.SetDraining(ctx, name, false)
+	err := r.cfg.Store.Nodes().SetDraining(ctx, name, false)
 	if errors.Is(err, store.ErrNotFound) {
 		return api.NodeState{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("node %s is not registered", name)}
 	}
@@ -126,7 +126,7 @@ func (r *Router) Undrain(ctx context.Context, name string) (api.NodeState, error
 		return api.NodeState{}, err
 	}
 	r.list(ctx, true)
-	info, err := r.cfg.Store.GetNode(ctx, name)
+	info, err := r.cfg.Store.Nodes().Get(ctx, name)
 	if err != nil {
 		return api.NodeState{}, err
 	}

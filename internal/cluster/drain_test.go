@@ -75,7 +75,7 @@ func newDrainClusterDirs(t *testing.T, local map[string]bool, names ...string) (
 		go env.Node.RunUploader(ctx)
 		h := remote.Handler(remote.HandlerConfig{Node: env.Node, Secret: testSecret, Logger: nodetest.Discard(), DataDir: env.DataDir,
 			Peers: func(ctx context.Context, name string) (string, error) {
-				n, err := shared.GetNode(ctx, name)
+				n, err := shared.Nodes().Get(ctx, name)
 				return n.Addr, err
 			}})
 		srv := httptest.NewServer(h)
@@ -85,7 +85,7 @@ func newDrainClusterDirs(t *testing.T, local map[string]bool, names ...string) (
 		if !local[name] {
 			info.ImageStore = "file://" + bucket.Root
 		}
-		if err := shared.Heartbeat(ctx, info); err != nil {
+		if err := shared.Nodes().Heartbeat(ctx, info); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -111,7 +111,7 @@ func TestDrain(t *testing.T) {
 	if _, err := r.Undrain(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("undrain of an unknown node: %v; want ErrNotFound", err)
 	}
-	if err := st.SetDraining(ctx, "c", true); err != nil {
+	if err := st.Nodes().SetDraining(ctx, "c", true); err != nil {
 		t.Fatal(err)
 	}
 	if d, err := r.Drain(ctx, "b"); err != nil || len(d.Moved) != 0 || !d.Draining {
@@ -185,7 +185,7 @@ func TestDrain(t *testing.T) {
 	if _, err := r.Undrain(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetDraining(ctx, "b", true); err != nil {
+	if err := st.Nodes().SetDraining(ctx, "b", true); err != nil {
 		t.Fatal(err)
 	}
 	sb, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{})
@@ -204,14 +204,14 @@ func TestDrain(t *testing.T) {
 func TestMovedCallPassedOn(t *testing.T) {
 	st, r, ctl := newDrainCluster(t, nil, "a", "b")
 	ctx := context.Background()
-	if err := st.SetDraining(ctx, "b", true); err != nil {
+	if err := st.Nodes().SetDraining(ctx, "b", true); err != nil {
 		t.Fatal(err)
 	}
 	sb, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetDraining(ctx, "b", false); err != nil {
+	if err := st.Nodes().SetDraining(ctx, "b", false); err != nil {
 		t.Fatal(err)
 	}
 	// The router has seen it on a.
@@ -224,7 +224,7 @@ func TestMovedCallPassedOn(t *testing.T) {
 	if err := st.AdoptPaused(ctx, sb.SandboxID, "a", "b"); err != nil {
 		t.Fatal(err)
 	}
-	a, err := st.GetNode(ctx, "a")
+	a, err := st.Nodes().Get(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,19 +68,19 @@ func (m *Member) Run(ctx context.Context) {
 func (m *Member) Drain(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, m.Lease/3)
 	defer cancel()
-	n, err := m.Store.GetNode(ctx, m.Name)
+	n, err := m.Store.Nodes().Get(ctx, m.Name)
 	if err != nil {
 		return err
 	}
 	n.Slots = 0
-	return m.Store.Heartbeat(ctx, n)
+	return m.Store.Nodes().Heartbeat(ctx, n)
 }
 
 // Beat renews the lease once.
 func (m *Member) Beat(ctx context.Context, started time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, m.Lease/3)
 	defer cancel()
-	n, err := m.Store.CountLive(ctx, m.Name)
+	n, err := m.Store.Nodes().CountLive(ctx, m.Name)
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func (m *Member) Beat(ctx context.Context, started time.Time) error {
 	if m.Images != nil {
 		images = m.Images()
 	}
-	return m.Store.Heartbeat(ctx, store.NodeInfo{Name: m.Name, Addr: m.Addr, Slots: m.Slots, Sandboxes: n,
+	return m.Store.Nodes().Heartbeat(ctx, store.NodeInfo{Name: m.Name, Addr: m.Addr, Slots: m.Slots, Sandboxes: n,
 		MemoryBytes: total, FreeMemory: free, StartedAt: started, LeaseUntil: now.Add(m.Lease),
 		ImageStore: m.ImageStore, Images: images})
 }
@@ -159,7 +159,7 @@ func (s *Sweeper) sweep(ctx context.Context, lastFailure time.Time) error {
 		return nil
 	}
 	now := time.Now()
-	ended, err := s.Store.EndLostNodes(ctx, now, func(n store.NodeInfo) string {
+	ended, err := s.Store.Nodes().EndLost(ctx, now, func(n store.NodeInfo) string {
 		return fmt.Sprintf("node lost: node %s missed its lease (last renewed to %s)", n.Name, n.LeaseUntil.UTC().Format(time.RFC3339))
 	})
 	for _, sb := range ended {

@@ -101,7 +101,7 @@ func (r *Router) list(ctx context.Context, fresh bool) ([]store.NodeInfo, error)
 		return r.nodes, nil
 	}
 	r.mu.Unlock()
-	nodes, err := r.cfg.Store.ListNodes(ctx)
+	nodes, err := r.cfg.Store.Nodes().List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -592,7 +592,7 @@ func (r *Router) MakeVolume(ctx context.Context, id string, size int64) error {
 	if err != nil {
 		return err
 	}
-	if err := r.cfg.Store.SetVolumeNode(context.WithoutCancel(ctx), id, n.Name); err != nil {
+	if err := r.cfg.Store.Volumes().SetNode(context.WithoutCancel(ctx), id, n.Name); err != nil {
 		if rerr := r.clientOf(n).RemoveVolume(context.WithoutCancel(ctx), id); rerr != nil {
 			r.log.Error("removing a volume whose node could not be recorded", "volume_id", id, "node", n.Name, "err", rerr)
 		}
@@ -603,7 +603,7 @@ func (r *Router) MakeVolume(ctx context.Context, id string, size int64) error {
 
 // RemoveVolume implements node.Node: on the node that holds it.
 func (r *Router) RemoveVolume(ctx context.Context, id string) error {
-	nodes, err := r.cfg.Store.VolumeNodes(ctx, []string{id})
+	nodes, err := r.cfg.Store.Volumes().Nodes(ctx, []string{id})
 	if err != nil {
 		return err
 	}
@@ -629,7 +629,7 @@ func (r *Router) volumesNode(ctx context.Context, p node.Plan) (string, error) {
 	for i, v := range p.Volumes {
 		ids[i] = v.ID
 	}
-	nodes, err := r.cfg.Store.VolumeNodes(ctx, ids)
+	nodes, err := r.cfg.Store.Volumes().Nodes(ctx, ids)
 	if err != nil {
 		return "", err
 	}

@@ -101,7 +101,7 @@ func newRouter(t *testing.T, shared *store.Store) (*Router, *control.Control) {
 
 func beat(t *testing.T, st *store.Store, name, addr string, lease time.Time) {
 	t.Helper()
-	if err := st.Heartbeat(context.Background(), store.NodeInfo{Name: name, Addr: addr, Slots: 100, MemoryBytes: 8 << 30,
+	if err := st.Nodes().Heartbeat(context.Background(), store.NodeInfo{Name: name, Addr: addr, Slots: 100, MemoryBytes: 8 << 30,
 		FreeMemory: 4 << 30, StartedAt: time.Now(), LeaseUntil: lease}); err != nil {
 		t.Fatal(err)
 	}

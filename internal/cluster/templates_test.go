@@ -15,12 +15,12 @@ import (
 // heartbeat records node name with the image store and images given.
 func heartbeat(t *testing.T, st *store.Store, name string, slots int, imageStore string, images ...string) {
 	t.Helper()
-	n, err := st.GetNode(context.Background(), name)
+	n, err := st.Nodes().Get(context.Background(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.Slots, n.ImageStore, n.Images, n.LeaseUntil = slots, imageStore, images, time.Now().Add(time.Minute)
-	if err := st.Heartbeat(context.Background(), n); err != nil {
+	if err := st.Nodes().Heartbeat(context.Background(), n); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -60,7 +60,7 @@ func (c *Control) resolveTemplate(ctx context.Context, projectID, name string) (
 	if err := recipe.ValidName(name); err != nil {
 		return "", err
 	}
-	t, err := c.cfg.Store.GetTemplate(ctx, projectID, name)
+	t, err := c.cfg.Store.Templates().Get(ctx, projectID, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("template %q not found in project %s: build it first (lizard template build, POST /v1/templates); built in: %s",
 			name, projectID, strings.Join(c.cfg.Templates, ", "))}
@@ -100,7 +100,7 @@ func (c *Control) PlanTemplate(ctx context.Context, projectID string, req api.Bu
 			Msg: fmt.Sprintf("base template %s is not available: building it failed (the server log says why); try again later", r.Base)}
 	}
 	b := &TemplateBuild{c: c, projectID: projectID, name: req.Name, recipe: r, key: recipe.Key(projectID, r, baseKey)}
-	old, err := c.cfg.Store.GetTemplate(ctx, projectID, req.Name)
+	old, err := c.cfg.Store.Templates().Get(ctx, projectID, req.Name)
 	switch {
 	case err == nil && old.Key == b.key:
 		b.cached = &old
@@ -151,11 +151,11 @@ func (b *TemplateBuild) Run(ctx context.Context, emit func(api.TemplateBuildEven
 	stored, _ := json.Marshal(recipe.Stored(b.recipe))
 	t := store.Template{ProjectID: b.projectID, Name: b.name, Key: b.key, Base: b.recipe.Base, Recipe: string(stored),
 		CreatedAt: c.now(), BuildMs: res.BuildMs, SizeBytes: res.SizeBytes}
-	old, oerr := c.cfg.Store.GetTemplate(ctx, b.projectID, b.name)
+	old, oerr := c.cfg.Store.Templates().Get(ctx, b.projectID, b.name)
 	if err := c.cfg.Builder.Hold(b.key); err != nil {
 		return api.Template{}, false, err
 	}
-	if err := c.cfg.Store.PutTemplate(context.WithoutCancel(ctx), t); err != nil {
+	if err := c.cfg.Store.Templates().Put(context.WithoutCancel(ctx), t); err != nil {
 		return api.Template{}, false, err
 	}
 	if oerr == nil && old.Key != b.key {
@@ -172,7 +172,7 @@ func templateAPI(t store.Template) api.Template {
 }
 
 func (c *Control) lookupTemplate(ctx context.Context, projectID, name string) (store.Template, error) {
-	t, err := c.cfg.Store.GetTemplate(ctx, projectID, name)
+	t, err := c.cfg.Store.Templates().Get(ctx, projectID, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return t, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("template %q not found in project %s", name, projectID)}
 	}
@@ -190,7 +190,7 @@ func (c *Control) GetTemplate(ctx context.Context, projectID, name string) (api.
 
 // ListTemplates returns projectID's custom templates, by name.
 func (c *Control) ListTemplates(ctx context.Context, projectID string) ([]api.Template, error) {
-	rows, err := c.cfg.Store.ListTemplates(ctx, projectID)
+	rows, err := c.cfg.Store.Templates().List(ctx, projectID)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +230,7 @@ func (c *Control) DeleteTemplate(ctx context.Context, projectID, name string) er
 		return &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("template %q is used by %d live sandbox(es) (%s); kill them first",
 			name, len(using), strings.Join(using[:min(len(using), 5)], ", "))}
 	}
-	if err := c.cfg.Store.DeleteTemplate(ctx, projectID, name); err != nil {
+	if err := c.cfg.Store.Templates().Delete(ctx, projectID, name); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("template %q not found in project %s", name, projectID)}
 		}
@@ -295,7 +295,7 @@ func (c *Control) collectTemplate(ctx context.Context, ref string) {
 	if !ok {
 		return
 	}
-	tmpls, err := c.cfg.Store.ListTemplates(ctx, "")
+	tmpls, err := c.cfg.Store.Templates().List(ctx, "")
 	if err != nil {
 		return
 	}

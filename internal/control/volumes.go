@@ -73,7 +73,7 @@ func (c *Control) CreateVolume(ctx context.Context, projectID string, req api.Cr
 		return api.Volume{}, err
 	}
 	if err := c.node.MakeVolume(ctx, v.ID, v.SizeBytes); err != nil {
-		if derr := c.cfg.Store.DeleteVolume(context.WithoutCancel(ctx), v.ID); derr != nil {
+		if derr := c.cfg.Store.Volumes().Delete(context.WithoutCancel(ctx), v.ID); derr != nil {
 			c.log.Error("removing the record of a volume that could not be made", "volume_id", v.ID, "err", derr)
 		}
 		return api.Volume{}, err
@@ -96,7 +96,7 @@ func (c *Control) recordVolume(ctx context.Context, v store.Volume) error {
 	if err := c.volumeRoom(ctx, v.ProjectID, v.SizeBytes); err != nil {
 		return err
 	}
-	if err := c.cfg.Store.CreateVolume(ctx, v); err != nil {
+	if err := c.cfg.Store.Volumes().Create(ctx, v); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("project %s already has a volume named %q; choose another name or delete it first", v.ProjectID, v.Name)}
 		}
@@ -108,7 +108,7 @@ func (c *Control) recordVolume(ctx context.Context, v store.Volume) error {
 // volumeRoom checks that projectID may have one more volume of size
 // bytes; the caller holds the project's admission lock.
 func (c *Control) volumeRoom(ctx context.Context, projectID string, size int64) error {
-	vols, err := c.cfg.Store.ListVolumes(ctx, projectID)
+	vols, err := c.cfg.Store.Volumes().List(ctx, projectID)
 	if err != nil {
 		return fmt.Errorf("counting volumes: %w", err)
 	}
@@ -147,7 +147,7 @@ func (c *Control) GetVolume(ctx context.Context, projectID, name string) (api.Vo
 }
 
 func (c *Control) lookupVolume(ctx context.Context, projectID, name string) (store.Volume, error) {
-	v, err := c.cfg.Store.GetVolume(ctx, projectID, name)
+	v, err := c.cfg.Store.Volumes().Get(ctx, projectID, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return v, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("volume %q not found in project %s; create it with POST /v1/volumes", name, projectID)}
 	}
@@ -156,7 +156,7 @@ func (c *Control) lookupVolume(ctx context.Context, projectID, name string) (sto
 
 // ListVolumes returns projectID's volumes by name.
 func (c *Control) ListVolumes(ctx context.Context, projectID string) ([]api.Volume, error) {
-	vs, err := c.cfg.Store.ListVolumes(ctx, projectID)
+	vs, err := c.cfg.Store.Volumes().List(ctx, projectID)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +195,7 @@ func (c *Control) DeleteVolume(ctx context.Context, projectID, name string) erro
 	if err := c.node.RemoveVolume(ctx, v.ID); err != nil {
 		return err
 	}
-	if err := c.cfg.Store.DeleteVolume(context.WithoutCancel(ctx), v.ID); err != nil {
+	if err := c.cfg.Store.Volumes().Delete(context.WithoutCancel(ctx), v.ID); err != nil {
 		return err
 	}
 	c.audit("volume.delete", "project_id", projectID, "volume", v.Name, "volume_id", v.ID)

@@ -169,7 +169,7 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	// The node's own view: its sandboxes, its address slots.
 	st := shared.OnNode(c.Name)
 	if c.UndrainAtStart {
-		if err := shared.SetDraining(ctx, c.Name, false); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := shared.Nodes().SetDraining(ctx, c.Name, false); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("undraining node %s at start: %w", c.Name, err)
 		}
 	}
@@ -212,7 +212,7 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	// internal API's agentproxy.Proxy, behind the secret.
 	hcfg := remote.HandlerConfig{Node: n, Secret: c.cluster.secret, Logger: logger, Metrics: mx, DataDir: c.DataDir, Templates: parts.templates,
 		Peers: func(ctx context.Context, name string) (string, error) {
-			peer, err := shared.GetNode(ctx, name)
+			peer, err := shared.Nodes().Get(ctx, name)
 			return peer.Addr, err
 		}}
 	if pool != nil {

@@ -73,7 +73,7 @@ func (w warmFlag) sizes(st *store.Store, logger *slog.Logger) func(ctx context.C
 		if !custom {
 			return out
 		}
-		all, err := st.ListTemplates(ctx, "")
+		all, err := st.Templates().List(ctx, "")
 		if err != nil {
 			// Not an empty answer: that would drain the pools.
 			logger.Error("listing templates for the warm pool; keeping the last sizes", "err", err)

@@ -66,7 +66,7 @@ func (r *Recorder) Handle(e node.Event) {
 		now = r.Now
 	}
 	ev := store.Event{Type: typ, At: now().UTC(), ProjectID: sb.ProjectID, SandboxID: sb.ID, Metadata: sb.Metadata, Data: b}
-	if err := r.Store.AppendEvent(ctx, &ev); err != nil {
+	if err := r.Store.Events().Append(ctx, &ev); err != nil {
 		log.Error("recording a lifecycle event", "err", err)
 	}
 }

@@ -59,7 +59,7 @@ func (l *Log) List(ctx context.Context, projectID string, q Query) (api.EventLis
 		batch = max(batch, 500)
 	}
 	for scanned := 0; scanned < maxScan; {
-		rows, err := l.Store.ListEvents(ctx, store.EventFilter{ProjectID: projectID, SandboxID: q.SandboxID, Types: q.Types,
+		rows, err := l.Store.Events().List(ctx, store.EventFilter{ProjectID: projectID, SandboxID: q.SandboxID, Types: q.Types,
 			After: out.Next, Limit: batch})
 		if err != nil {
 			return api.EventList{}, err
@@ -88,7 +88,7 @@ func (l *Log) List(ctx context.Context, projectID string, q Query) (api.EventLis
 // Last is the ID of the newest event recorded (0: none), where a follow
 // that names no start begins.
 func (l *Log) Last(ctx context.Context) (int64, error) {
-	return l.Store.LastEventID(ctx)
+	return l.Store.Events().LastID(ctx)
 }
 
 // Follow sends projectID's events q selects, after q.After, as they are
@@ -134,7 +134,7 @@ func (l *Log) RunPruner(ctx context.Context, retention time.Duration, log *slog.
 		if err != nil || !ok {
 			continue
 		}
-		if _, err := l.Store.PruneEvents(ctx, time.Now().Add(-retention)); err != nil && ctx.Err() == nil {
+		if _, err := l.Store.Events().Prune(ctx, time.Now().Add(-retention)); err != nil && ctx.Err() == nil {
 			log.Error("pruning old events", "err", err)
 		}
 		release()

@@ -109,7 +109,7 @@ func (q *Quota) DiskRoom(ctx context.Context, projectID string, extra int64, wha
 	if q.MaxDisk <= 0 {
 		return nil
 	}
-	p, err := q.Store.PromisedDisk(ctx, projectID, q.DefaultDisk)
+	p, err := q.Store.Volumes().PromisedDisk(ctx, projectID, q.DefaultDisk)
 	if err != nil {
 		return err
 	}

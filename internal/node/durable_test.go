@@ -433,7 +433,7 @@ func TestMoveOutDropsImage(t *testing.T) {
 	b := &disk.Bucket{Root: t.TempDir()}
 	e := nodetest.New(t, withImages(t, b, t.TempDir()), func(cfg *node.Config) { cfg.Store = cfg.Store.OnNode("n1") })
 	ctx := context.Background()
-	if err := e.Store.Heartbeat(ctx, store.NodeInfo{Name: "n2", Addr: "127.0.0.1:1", Slots: 1, StartedAt: time.Now(), LeaseUntil: time.Now().Add(time.Hour)}); err != nil {
+	if err := e.Store.Nodes().Heartbeat(ctx, store.NodeInfo{Name: "n2", Addr: "127.0.0.1:1", Slots: 1, StartedAt: time.Now(), LeaseUntil: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	sb := e.Create(t, nodetest.Plan(60_000))

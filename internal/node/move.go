@@ -53,7 +53,7 @@ func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
 	}
 	// The row will name node to, and calls for the sandbox go to the
 	// address its heartbeat gives: it must be another registered node.
-	if _, err := n.cfg.Store.GetNode(ctx, to); errors.Is(err, store.ErrNotFound) || to == me {
+	if _, err := n.cfg.Store.Nodes().Get(ctx, to); errors.Is(err, store.ErrNotFound) || to == me {
 		return Move{}, errdefs.Invalidf("to: %q is not another registered node", to)
 	} else if err != nil {
 		return Move{}, err

@@ -82,7 +82,7 @@ func (n *Local) MountVolumes(ctx context.Context) error {
 	if n.cfg.Volumes == nil {
 		return nil
 	}
-	vols, err := n.cfg.Store.ListVolumes(ctx, "")
+	vols, err := n.cfg.Store.Volumes().List(ctx, "")
 	if err != nil {
 		return err
 	}

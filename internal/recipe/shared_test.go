@@ -228,7 +228,7 @@ func TestSweepUnused(t *testing.T) {
 	for _, k := range []string{row, paused, snap, none, ended, warm} {
 		must(t, os.MkdirAll(filepath.Join(cache, "templates", LayerKey(k), "rootfs"), 0o700))
 	}
-	must(t, st.PutTemplate(ctx, store.Template{ProjectID: "p1", Name: "t", Key: row, Base: "default", Recipe: "{}", CreatedAt: time.Now()}))
+	must(t, st.Templates().Put(ctx, store.Template{ProjectID: "p1", Name: "t", Key: row, Base: "default", Recipe: "{}", CreatedAt: time.Now()}))
 	addrs := func(int) (string, string) { return "10.0.0.1", "10.0.0.2" }
 	now := time.Now()
 	mk := func(id, key, role string) {

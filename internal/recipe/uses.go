@@ -19,7 +19,7 @@ func Uses(ctx context.Context, st *store.Store) (map[string]string, error) {
 			used[key] = what
 		}
 	}
-	tmpls, err := st.ListTemplates(ctx, "")
+	tmpls, err := st.Templates().List(ctx, "")
 	if err != nil {
 		return nil, err
 	}

@@ -174,8 +174,8 @@ func (s *Store) Set(ctx context.Context, projectID, name, value string, sc Scope
 	if s.Key == nil {
 		return Info{}, errNoKey
 	}
-	if _, err := s.Store.GetSecret(ctx, projectID, name); errors.Is(err, store.ErrNotFound) {
-		have, err := s.Store.ListSecrets(ctx, projectID)
+	if _, err := s.Store.Secrets().Get(ctx, projectID, name); errors.Is(err, store.ErrNotFound) {
+		have, err := s.Store.Secrets().List(ctx, projectID)
 		if err != nil {
 			return Info{}, err
 		}
@@ -191,11 +191,11 @@ func (s *Store) Set(ctx context.Context, projectID, name, value string, sc Scope
 	if err != nil {
 		return Info{}, fmt.Errorf("sealing secret %s: %w", name, err)
 	}
-	if err := s.Store.PutSecret(ctx, store.Secret{ProjectID: projectID, Name: name, KeyID: s.Key.ID(), Sealed: sealed,
+	if err := s.Store.Secrets().Put(ctx, store.Secret{ProjectID: projectID, Name: name, KeyID: s.Key.ID(), Sealed: sealed,
 		Hosts: hosts, AllowHTTP: sc.AllowHTTP, CreatedAt: now, UpdatedAt: now}); err != nil {
 		return Info{}, err
 	}
-	got, err := s.Store.GetSecret(ctx, projectID, name)
+	got, err := s.Store.Secrets().Get(ctx, projectID, name)
 	if err != nil {
 		return Info{}, err
 	}
@@ -204,7 +204,7 @@ func (s *Store) Set(ctx context.Context, projectID, name, value string, sc Scope
 
 // List returns projectID's secrets by name.
 func (s *Store) List(ctx context.Context, projectID string) ([]Info, error) {
-	secs, err := s.Store.ListSecrets(ctx, projectID)
+	secs, err := s.Store.Secrets().List(ctx, projectID)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +221,7 @@ func (s *Store) Delete(ctx context.Context, projectID, name string) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
-	err := s.Store.DeleteSecret(ctx, projectID, name)
+	err := s.Store.Secrets().Delete(ctx, projectID, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return notFound(projectID, name)
 	}
@@ -250,7 +250,7 @@ func (s *Store) Check(ctx context.Context, projectID string, refs []Ref) error {
 	if len(refs) == 0 {
 		return nil
 	}
-	secs, err := s.Store.ListSecrets(ctx, projectID)
+	secs, err := s.Store.Secrets().List(ctx, projectID)
 	if err != nil {
 		return err
 	}
@@ -292,7 +292,7 @@ func (s *Store) Open(ctx context.Context, projectID, name string, u Use) (string
 	if s.Key == nil {
 		return "", errNoKey
 	}
-	sec, err := s.Store.GetSecret(ctx, projectID, name)
+	sec, err := s.Store.Secrets().Get(ctx, projectID, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", notFound(projectID, name)
 	}

@@ -50,7 +50,7 @@ func TestSetOpen(t *testing.T) {
 	if err != nil || info.Name != "TOKEN" || info.CreatedAt.IsZero() {
 		t.Fatalf("Set = %+v, %v", info, err)
 	}
-	row, err := st.GetSecret(ctx, "p", "TOKEN")
+	row, err := st.Secrets().Get(ctx, "p", "TOKEN")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestSetOpen(t *testing.T) {
 	}
 	// A sealed value moved to another project's row does not open.
 	row.ProjectID = "q"
-	if err := st.PutSecret(ctx, row); err != nil {
+	if err := st.Secrets().Put(ctx, row); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := s.Open(ctx, "q", "TOKEN", Use{Host: "api.example.com"}); err == nil || !errors.Is(err, errdefs.ErrUnavailable) {
@@ -310,9 +310,9 @@ func TestScope(t *testing.T) {
 		}
 	}
 	// A row from before hosts were recorded: refused, saying to set it again.
-	row, _ := st.GetSecret(ctx, "p", "T")
+	row, _ := st.Secrets().Get(ctx, "p", "T")
 	row.Name, row.Hosts = "OLD", nil
-	if err := st.PutSecret(ctx, row); err != nil {
+	if err := st.Secrets().Put(ctx, row); err != nil {
 		t.Fatal(err)
 	}
 	err = s.Check(ctx, "p", []Ref{{Field: "network.inject[0].headers[X]", Name: "OLD", Domain: "api.example.com"}})

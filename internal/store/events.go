@@ -8,6 +8,13 @@ import (
 	"time"
 )
 
+// Events is the event log: what happened to a project's sandboxes, in the
+// order it was committed (package events gives it meaning).
+type Events struct{ s *Store }
+
+// Events is the event log in s's database.
+func (s *Store) Events() Events { return Events{s} }
+
 // Event is one lifecycle event's row (package events gives it meaning).
 // IDs grow in the order events are committed, so a reader that has seen
 // every event up to ID n misses none by asking for those after n.
@@ -22,11 +29,11 @@ type Event struct {
 	Data json.RawMessage
 }
 
-// AppendEvent records e and sets e.ID. On PostgreSQL the appends take one
+// Append records e and sets e.ID. On PostgreSQL the appends take one
 // advisory lock, so that IDs (a sequence, handed out at insert) become
 // visible in their order: without it a reader could see 8 committed before
 // 7 and, resuming after 8, never see 7. SQLite's writers are serial.
-func (s *Store) AppendEvent(ctx context.Context, e *Event) error {
+func (el Events) Append(ctx context.Context, e *Event) error {
 	meta, err := json.Marshal(nonNil(e.Metadata))
 	if err != nil {
 		return fmt.Errorf("encoding metadata: %w", err)
@@ -35,7 +42,7 @@ func (s *Store) AppendEvent(ctx context.Context, e *Event) error {
 	if data == "" {
 		data = "{}"
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := el.s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("appending event: %w", err)
 	}
@@ -65,8 +72,8 @@ type EventFilter struct {
 	Limit     int      // at most this many (0: 100)
 }
 
-// ListEvents returns the events f selects, in ID order.
-func (s *Store) ListEvents(ctx context.Context, f EventFilter) ([]Event, error) {
+// List returns the events f selects, in ID order.
+func (el Events) List(ctx context.Context, f EventFilter) ([]Event, error) {
 	where := []string{"id > ?"}
 	args := []any{f.After}
 	if f.ProjectID != "" {
@@ -87,7 +94,7 @@ func (s *Store) ListEvents(ctx context.Context, f EventFilter) ([]Event, error) 
 		f.Limit = 100
 	}
 	args = append(args, f.Limit)
-	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, sandbox_id, type, at, metadata, data FROM events
+	rows, err := el.s.db.QueryContext(ctx, `SELECT id, project_id, sandbox_id, type, at, metadata, data FROM events
 		WHERE `+strings.Join(where, " AND ")+` ORDER BY id LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing events: %w", err)
@@ -113,10 +120,10 @@ func (s *Store) ListEvents(ctx context.Context, f EventFilter) ([]Event, error) 
 	return out, nil
 }
 
-// PruneEvents deletes the events recorded before before, and the webhook
+// Prune deletes the events recorded before before, and the webhook
 // deliveries of such events with their attempts, and says how many events.
-func (s *Store) PruneEvents(ctx context.Context, before time.Time) (int64, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+func (el Events) Prune(ctx context.Context, before time.Time) (int64, error) {
+	tx, err := el.s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("pruning events: %w", err)
 	}
@@ -139,11 +146,23 @@ func (s *Store) PruneEvents(ctx context.Context, before time.Time) (int64, error
 	return n, tx.Commit()
 }
 
-// LastEventID is the ID of the newest event (0: none).
-func (s *Store) LastEventID(ctx context.Context) (int64, error) {
+// LastID is the ID of the newest event (0: none).
+func (el Events) LastID(ctx context.Context) (int64, error) {
 	var id int64
-	if err := s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM events`).Scan(&id); err != nil {
+	if err := el.s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM events`).Scan(&id); err != nil {
 		return 0, fmt.Errorf("reading the last event: %w", err)
 	}
 	return id, nil
+}
+
+// Get returns event id, or ErrNotFound (never recorded, or pruned).
+func (el Events) Get(ctx context.Context, id int64) (Event, error) {
+	evs, err := el.List(ctx, EventFilter{After: id - 1, Limit: 1})
+	if err != nil {
+		return Event{}, err
+	}
+	if len(evs) == 0 || evs[0].ID != id {
+		return Event{}, fmt.Errorf("getting event %d: %w", id, ErrNotFound)
+	}
+	return evs[0], nil
 }

@@ -18,7 +18,7 @@ func TestEvents(t *testing.T) {
 			t.Helper()
 			e := Event{Type: typ, At: at, ProjectID: project, SandboxID: sandbox,
 				Metadata: map[string]string{"user": project}, Data: json.RawMessage(`{"state":"running"}`)}
-			if err := s.AppendEvent(ctx, &e); err != nil {
+			if err := s.Events().Append(ctx, &e); err != nil {
 				t.Fatalf("AppendEvent: %v", err)
 			}
 			return e.ID
@@ -32,7 +32,7 @@ func TestEvents(t *testing.T) {
 		}
 		ids := func(f EventFilter) []int64 {
 			t.Helper()
-			evs, err := s.ListEvents(ctx, f)
+			evs, err := s.Events().List(ctx, f)
 			if err != nil {
 				t.Fatalf("ListEvents(%+v): %v", f, err)
 			}
@@ -60,11 +60,11 @@ func TestEvents(t *testing.T) {
 				t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 			}
 		}
-		evs, _ := s.ListEvents(ctx, EventFilter{ProjectID: "p", Limit: 1})
+		evs, _ := s.Events().List(ctx, EventFilter{ProjectID: "p", Limit: 1})
 		if e := evs[0]; e.Metadata["user"] != "p" || string(e.Data) != `{"state":"running"}` || e.At.UnixMilli() != old.UnixMilli() {
 			t.Errorf("event read back as %+v", e)
 		}
-		n, err := s.PruneEvents(ctx, time.Now().Add(-time.Minute))
+		n, err := s.Events().Prune(ctx, time.Now().Add(-time.Minute))
 		if err != nil || n != 1 {
 			t.Fatalf("PruneEvents = %d, %v; want 1 pruned", n, err)
 		}
@@ -72,7 +72,7 @@ func TestEvents(t *testing.T) {
 			t.Errorf("after pruning: %v", got)
 		}
 		// IDs are never reused, even after the newest is pruned.
-		if _, err := s.PruneEvents(ctx, time.Now().Add(time.Minute)); err != nil {
+		if _, err := s.Events().Prune(ctx, time.Now().Add(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		if e := add("p", "s1", "sandbox.resumed", time.Now()); e <= d {
@@ -97,7 +97,7 @@ func TestEventsFollowMissesNone(t *testing.T) {
 				defer wg.Done()
 				for i := range each {
 					e := Event{Type: "sandbox.created", At: time.Now(), ProjectID: "p", SandboxID: fmt.Sprintf("s%d-%d", w, i)}
-					if err := s.AppendEvent(ctx, &e); err != nil {
+					if err := s.Events().Append(ctx, &e); err != nil {
 						t.Errorf("AppendEvent: %v", err)
 						return
 					}
@@ -115,7 +115,7 @@ func TestEventsFollowMissesNone(t *testing.T) {
 				finished = true
 			default:
 			}
-			evs, err := r.ListEvents(ctx, EventFilter{ProjectID: "p", After: after, Limit: 7})
+			evs, err := r.Events().List(ctx, EventFilter{ProjectID: "p", After: after, Limit: 7})
 			if err != nil {
 				t.Fatal(err)
 			}

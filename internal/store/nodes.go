@@ -9,10 +9,16 @@ import (
 	"time"
 )
 
+// Nodes are the cluster's registered nodes and their leases.
+type Nodes struct{ s *Store }
+
+// Nodes are the nodes registered in s's database.
+func (s *Store) Nodes() Nodes { return Nodes{s} }
+
 // NodeInfo is one cluster node's row (docs/cluster.md): where the API
 // reaches it, what it can hold and holds, and its lease. A node renews
 // its lease with every heartbeat; one whose lease has run out is lost,
-// and its running sandboxes are ended (EndLostNodes).
+// and its running sandboxes are ended (Nodes.EndLost).
 type NodeInfo struct {
 	Name string
 	Addr string // host:port of its internal API
@@ -28,7 +34,7 @@ type NodeInfo struct {
 	// LostAt is when its lease was found run out (nil: not lost).
 	LostAt *time.Time
 	// ImageStore is its --image-store ("" none: its images stay on its
-	// disk); Draining is set by a drain (SetDraining), never by the
+	// disk); Draining is set by a drain (Nodes.SetDraining), never by the
 	// node's heartbeat.
 	ImageStore string
 	Draining   bool
@@ -57,13 +63,13 @@ func (n NodeInfo) Live(now time.Time) bool { return now.Before(n.LeaseUntil) }
 
 // Heartbeat records node n and renews its lease to n.LeaseUntil: the
 // first heartbeat registers it, and one after it was lost brings it back.
-func (s *Store) Heartbeat(ctx context.Context, n NodeInfo) error {
+func (ns Nodes) Heartbeat(ctx context.Context, n NodeInfo) error {
 	images := ""
 	if len(n.Images) > 0 {
 		b, _ := json.Marshal(n.Images[:min(len(n.Images), MaxNodeImages)])
 		images = string(b)
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO nodes
+	_, err := ns.s.db.ExecContext(ctx, `INSERT INTO nodes
 		(name, addr, slots, memory_bytes, free_memory, sandboxes, started_at, lease_until, lost_at, image_store, images)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET addr = excluded.addr, slots = excluded.slots,
@@ -80,9 +86,9 @@ func (s *Store) Heartbeat(ctx context.Context, n NodeInfo) error {
 }
 
 // CountLive is how many live sandboxes node has.
-func (s *Store) CountLive(ctx context.Context, node string) (int, error) {
+func (ns Nodes) CountLive(ctx context.Context, node string) (int, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE node = ? AND ended_at IS NULL`, node).Scan(&n)
+	err := ns.s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE node = ? AND ended_at IS NULL`, node).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("counting the sandboxes of node %s: %w", node, err)
 	}
@@ -113,9 +119,9 @@ func scanNode(r scanner) (NodeInfo, error) {
 	return n, nil
 }
 
-// GetNode returns node name's row, or ErrNotFound.
-func (s *Store) GetNode(ctx context.Context, name string) (NodeInfo, error) {
-	n, err := scanNode(s.db.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = ?`, name))
+// Get returns node name's row, or ErrNotFound.
+func (ns Nodes) Get(ctx context.Context, name string) (NodeInfo, error) {
+	n, err := scanNode(ns.s.db.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return NodeInfo{}, fmt.Errorf("getting node %s: %w", name, ErrNotFound)
 	}
@@ -128,8 +134,8 @@ func (s *Store) GetNode(ctx context.Context, name string) (NodeInfo, error) {
 // SetDraining marks node name draining or not (docs/cluster.md): every
 // API process's placement reads it with the nodes. ErrNotFound if no node
 // of that name ever registered.
-func (s *Store) SetDraining(ctx context.Context, name string, draining bool) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET draining = ? WHERE name = ?`, boolInt(draining), name)
+func (ns Nodes) SetDraining(ctx context.Context, name string, draining bool) error {
+	res, err := ns.s.db.ExecContext(ctx, `UPDATE nodes SET draining = ? WHERE name = ?`, boolInt(draining), name)
 	if err != nil {
 		return fmt.Errorf("marking node %s draining=%v: %w", name, draining, err)
 	}
@@ -141,9 +147,9 @@ func (s *Store) SetDraining(ctx context.Context, name string, draining bool) err
 	return nil
 }
 
-// ListNodes returns every registered node, by name.
-func (s *Store) ListNodes(ctx context.Context) ([]NodeInfo, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
+// List returns every registered node, by name.
+func (ns Nodes) List(ctx context.Context) ([]NodeInfo, error) {
+	rows, err := ns.s.db.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
@@ -159,14 +165,14 @@ func (s *Store) ListNodes(ctx context.Context) ([]NodeInfo, error) {
 	return out, rows.Err()
 }
 
-// EndLostNodes finds the nodes whose lease ran out before now and that are
+// EndLost finds the nodes whose lease ran out before now and that are
 // not yet marked lost, ends their starting and running sandboxes as failed
 // for reason(node) — their paused ones keep their image on the node's
 // disk and resume when it is back — and marks the nodes lost. It returns
 // the sandboxes it ended. Safe to run from several processes at once: each
 // end is conditional on the row being live, as EndSandbox's is.
-func (s *Store) EndLostNodes(ctx context.Context, now time.Time, reason func(NodeInfo) string) ([]Sandbox, error) {
-	nodes, err := s.ListNodes(ctx)
+func (ns Nodes) EndLost(ctx context.Context, now time.Time, reason func(NodeInfo) string) ([]Sandbox, error) {
+	nodes, err := ns.List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -175,12 +181,12 @@ func (s *Store) EndLostNodes(ctx context.Context, now time.Time, reason func(Nod
 		if n.Live(now) || n.LostAt != nil {
 			continue
 		}
-		rows, err := s.OnNode(n.Name).ListSandboxes(ctx, Filter{States: []string{"starting", "running"}, LiveOnly: true})
+		rows, err := ns.s.OnNode(n.Name).ListSandboxes(ctx, Filter{States: []string{"starting", "running"}, LiveOnly: true})
 		if err != nil {
 			return ended, err
 		}
 		for _, sb := range rows {
-			err := s.EndSandbox(ctx, sb.ID, "failed", reason(n), now)
+			err := ns.s.EndSandbox(ctx, sb.ID, "failed", reason(n), now)
 			if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
 				continue
 			}
@@ -190,7 +196,7 @@ func (s *Store) EndLostNodes(ctx context.Context, now time.Time, reason func(Nod
 			ended = append(ended, sb)
 		}
 		// Conditional: a heartbeat that came meanwhile wins.
-		if _, err := s.db.ExecContext(ctx, `UPDATE nodes SET lost_at = ? WHERE name = ? AND lease_until < ? AND lost_at IS NULL`,
+		if _, err := ns.s.db.ExecContext(ctx, `UPDATE nodes SET lost_at = ? WHERE name = ? AND lease_until < ? AND lost_at IS NULL`,
 			toMillis(now), n.Name, toMillis(now)); err != nil {
 			return ended, fmt.Errorf("marking node %s lost: %w", n.Name, err)
 		}

@@ -79,7 +79,7 @@ func TestLostNodes(t *testing.T) {
 		now := time.Now()
 		beat := func(name string, lease time.Time) {
 			t.Helper()
-			if err := s.Heartbeat(ctx, NodeInfo{Name: name, Addr: name + ":1", Slots: 10, MemoryBytes: 1 << 30,
+			if err := s.Nodes().Heartbeat(ctx, NodeInfo{Name: name, Addr: name + ":1", Slots: 10, MemoryBytes: 1 << 30,
 				FreeMemory: 1 << 29, StartedAt: now, LeaseUntil: lease}); err != nil {
 				t.Fatal(err)
 			}
@@ -97,12 +97,12 @@ func TestLostNodes(t *testing.T) {
 		if err := s.PauseSandbox(ctx, paused.ID, "/img", nil, now, false); err != nil {
 			t.Fatal(err)
 		}
-		nodes, err := s.ListNodes(ctx)
+		nodes, err := s.Nodes().List(ctx)
 		if err != nil || len(nodes) != 2 || nodes[0].Name != "dead" || nodes[0].Sandboxes != 2 || nodes[0].Live(now) || !nodes[1].Live(now) {
 			t.Fatalf("ListNodes = %+v, %v; want dead (2 sandboxes, expired) and live", nodes, err)
 		}
 		reason := func(n NodeInfo) string { return "node lost: " + n.Name }
-		ended, err := s.EndLostNodes(ctx, now, reason)
+		ended, err := s.Nodes().EndLost(ctx, now, reason)
 		if err != nil || len(ended) != 1 || ended[0].ID != "run" {
 			t.Fatalf("EndLostNodes = %+v, %v; want [run]", ended, err)
 		}
@@ -115,14 +115,14 @@ func TestLostNodes(t *testing.T) {
 				t.Errorf("%s ended; want it kept", id)
 			}
 		}
-		if ended, err := s.EndLostNodes(ctx, now, reason); err != nil || len(ended) != 0 {
+		if ended, err := s.Nodes().EndLost(ctx, now, reason); err != nil || len(ended) != 0 {
 			t.Errorf("second EndLostNodes = %+v, %v; want nothing", ended, err)
 		}
-		if n, _ := s.GetNode(ctx, "dead"); n.LostAt == nil {
+		if n, _ := s.Nodes().Get(ctx, "dead"); n.LostAt == nil {
 			t.Errorf("dead node not marked lost")
 		}
 		beat("dead", now.Add(time.Minute))
-		if n, _ := s.GetNode(ctx, "dead"); n.LostAt != nil || !n.Live(now) {
+		if n, _ := s.Nodes().Get(ctx, "dead"); n.LostAt != nil || !n.Live(now) {
 			t.Errorf("node after a heartbeat = %+v; want live, not lost", n)
 		}
 	})
@@ -179,7 +179,7 @@ func TestDraining(t *testing.T) {
 		now := time.Now()
 		beat := func() {
 			t.Helper()
-			if err := s.Heartbeat(ctx, NodeInfo{Name: "n1", Addr: "n1:1", Slots: 10, MemoryBytes: 1 << 30,
+			if err := s.Nodes().Heartbeat(ctx, NodeInfo{Name: "n1", Addr: "n1:1", Slots: 10, MemoryBytes: 1 << 30,
 				StartedAt: now, LeaseUntil: now.Add(time.Minute), ImageStore: "s3://b/p"}); err != nil {
 				t.Fatal(err)
 			}
@@ -188,16 +188,16 @@ func TestDraining(t *testing.T) {
 		for _, tc := range []struct {
 			draining bool
 		}{{true}, {true}, {false}} {
-			if err := s.SetDraining(ctx, "n1", tc.draining); err != nil {
+			if err := s.Nodes().SetDraining(ctx, "n1", tc.draining); err != nil {
 				t.Fatal(err)
 			}
 			beat()
-			n, err := s.GetNode(ctx, "n1")
+			n, err := s.Nodes().Get(ctx, "n1")
 			if err != nil || n.Draining != tc.draining || n.ImageStore != "s3://b/p" {
 				t.Fatalf("after SetDraining(%v) and a heartbeat: %+v, %v", tc.draining, n, err)
 			}
 		}
-		if err := s.SetDraining(ctx, "nope", true); !errors.Is(err, ErrNotFound) {
+		if err := s.Nodes().SetDraining(ctx, "nope", true); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("SetDraining of an unknown node: %v; want ErrNotFound", err)
 		}
 	})
@@ -223,11 +223,11 @@ func TestNodeImages(t *testing.T) {
 			{"", nil, 0},
 			{"file:///x", []string{"snapshots/sn1"}, 1},
 		} {
-			if err := s.Heartbeat(ctx, NodeInfo{Name: "n", Addr: "n:1", StartedAt: now, LeaseUntil: now.Add(time.Minute),
+			if err := s.Nodes().Heartbeat(ctx, NodeInfo{Name: "n", Addr: "n:1", StartedAt: now, LeaseUntil: now.Add(time.Minute),
 				ImageStore: tc.store, Images: tc.images}); err != nil {
 				t.Fatal(err)
 			}
-			n, err := s.GetNode(ctx, "n")
+			n, err := s.Nodes().Get(ctx, "n")
 			if err != nil || n.ImageStore != tc.store || len(n.Images) != tc.want || tc.want > 0 && !n.Holds(tc.images[0]) {
 				t.Errorf("node after a heartbeat with %q, %d images = %q, %d images, %v; want %q, %d", tc.store, len(tc.images), n.ImageStore, len(n.Images), err, tc.store, tc.want)
 			}

@@ -9,6 +9,12 @@ import (
 	"time"
 )
 
+// Secrets are the projects' sealed secrets.
+type Secrets struct{ s *Store }
+
+// Secrets are the secrets in s's database.
+func (s *Store) Secrets() Secrets { return Secrets{s} }
+
 // Secret is a project's named secret as stored: its value sealed (package
 // secrets encrypts and authenticates it) under the key KeyID names.
 type Secret struct {
@@ -56,10 +62,10 @@ func encodeHosts(hosts []string) (string, error) {
 	return string(b), err
 }
 
-// PutSecret records sec, replacing the sealed value of a secret of the
+// Put records sec, replacing the sealed value of a secret of the
 // same name (which keeps its CreatedAt). One upsert, so that two sets of
 // one name at once leave one of the two values, never an error.
-func (s *Store) PutSecret(ctx context.Context, sec Secret) error {
+func (ss Secrets) Put(ctx context.Context, sec Secret) error {
 	hosts, err := encodeHosts(sec.Hosts)
 	if err != nil {
 		return fmt.Errorf("setting secret %s: %w", sec.Name, err)
@@ -68,7 +74,7 @@ func (s *Store) PutSecret(ctx context.Context, sec Secret) error {
 	if sec.AllowHTTP {
 		allowHTTP = 1
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO secrets (`+secretColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+	_, err = ss.s.db.ExecContext(ctx, `INSERT INTO secrets (`+secretColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (project_id, name) DO UPDATE SET key_id = excluded.key_id, sealed = excluded.sealed,
 			hosts = excluded.hosts, allow_http = excluded.allow_http, updated_at = excluded.updated_at`,
 		sec.ProjectID, sec.Name, sec.KeyID, sec.Sealed, hosts, allowHTTP, toMillis(sec.CreatedAt), toMillis(sec.UpdatedAt))
@@ -78,9 +84,9 @@ func (s *Store) PutSecret(ctx context.Context, sec Secret) error {
 	return nil
 }
 
-// GetSecret returns projectID's secret called name, or ErrNotFound.
-func (s *Store) GetSecret(ctx context.Context, projectID, name string) (Secret, error) {
-	sec, err := scanSecret(s.db.QueryRowContext(ctx, `SELECT `+secretColumns+` FROM secrets WHERE project_id = ? AND name = ?`, projectID, name))
+// Get returns projectID's secret called name, or ErrNotFound.
+func (ss Secrets) Get(ctx context.Context, projectID, name string) (Secret, error) {
+	sec, err := scanSecret(ss.s.db.QueryRowContext(ctx, `SELECT `+secretColumns+` FROM secrets WHERE project_id = ? AND name = ?`, projectID, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return sec, fmt.Errorf("getting secret %s: %w", name, ErrNotFound)
 	}
@@ -90,10 +96,10 @@ func (s *Store) GetSecret(ctx context.Context, projectID, name string) (Secret, 
 	return sec, nil
 }
 
-// ListSecrets returns projectID's secrets by name, without their sealed
+// List returns projectID's secrets by name, without their sealed
 // values: a list never needs them.
-func (s *Store) ListSecrets(ctx context.Context, projectID string) ([]Secret, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT project_id, name, key_id, hosts, allow_http, created_at, updated_at FROM secrets WHERE project_id = ? ORDER BY name`, projectID)
+func (ss Secrets) List(ctx context.Context, projectID string) ([]Secret, error) {
+	rows, err := ss.s.db.QueryContext(ctx, `SELECT project_id, name, key_id, hosts, allow_http, created_at, updated_at FROM secrets WHERE project_id = ? ORDER BY name`, projectID)
 	if err != nil {
 		return nil, fmt.Errorf("listing secrets: %w", err)
 	}
@@ -117,10 +123,10 @@ func (s *Store) ListSecrets(ctx context.Context, projectID string) ([]Secret, er
 	return out, nil
 }
 
-// DeleteSecret removes projectID's secret called name; ErrNotFound if it
+// Delete removes projectID's secret called name; ErrNotFound if it
 // has none.
-func (s *Store) DeleteSecret(ctx context.Context, projectID, name string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM secrets WHERE project_id = ? AND name = ?`, projectID, name)
+func (ss Secrets) Delete(ctx context.Context, projectID, name string) error {
+	res, err := ss.s.db.ExecContext(ctx, `DELETE FROM secrets WHERE project_id = ? AND name = ?`, projectID, name)
 	if err != nil {
 		return fmt.Errorf("deleting secret %s: %w", name, err)
 	}

@@ -8,6 +8,12 @@ import (
 	"time"
 )
 
+// Templates are the projects' custom templates.
+type Templates struct{ s *Store }
+
+// Templates are the templates in s's database.
+func (s *Store) Templates() Templates { return Templates{s} }
+
 // Template is a project's custom template: its name, the key of its build
 // in the template cache (the recipe's hash) and the recipe, as JSON.
 type Template struct {
@@ -31,9 +37,9 @@ func scanTemplate(row interface{ Scan(...any) error }) (Template, error) {
 	return t, err
 }
 
-// PutTemplate records t, replacing the project's template of that name.
-func (s *Store) PutTemplate(ctx context.Context, t Template) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO templates (`+templateColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+// Put records t, replacing the project's template of that name.
+func (ts Templates) Put(ctx context.Context, t Template) error {
+	_, err := ts.s.db.ExecContext(ctx, `INSERT INTO templates (`+templateColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT(project_id, name) DO UPDATE SET tkey = excluded.tkey, base = excluded.base, recipe = excluded.recipe,
 		created_at = excluded.created_at, build_ms = excluded.build_ms, size_bytes = excluded.size_bytes`,
 		t.ProjectID, t.Name, t.Key, t.Base, t.Recipe, toMillis(t.CreatedAt), t.BuildMs, t.SizeBytes)
@@ -43,9 +49,9 @@ func (s *Store) PutTemplate(ctx context.Context, t Template) error {
 	return nil
 }
 
-// GetTemplate returns projectID's template name or ErrNotFound.
-func (s *Store) GetTemplate(ctx context.Context, projectID, name string) (Template, error) {
-	t, err := scanTemplate(s.db.QueryRowContext(ctx, `SELECT `+templateColumns+` FROM templates WHERE project_id = ? AND name = ?`, projectID, name))
+// Get returns projectID's template name or ErrNotFound.
+func (ts Templates) Get(ctx context.Context, projectID, name string) (Template, error) {
+	t, err := scanTemplate(ts.s.db.QueryRowContext(ctx, `SELECT `+templateColumns+` FROM templates WHERE project_id = ? AND name = ?`, projectID, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Template{}, fmt.Errorf("getting template %s: %w", name, ErrNotFound)
 	}
@@ -55,16 +61,16 @@ func (s *Store) GetTemplate(ctx context.Context, projectID, name string) (Templa
 	return t, nil
 }
 
-// ListTemplates returns projectID's templates (every project's when
+// List returns projectID's templates (every project's when
 // projectID is ""), by name.
-func (s *Store) ListTemplates(ctx context.Context, projectID string) ([]Template, error) {
+func (ts Templates) List(ctx context.Context, projectID string) ([]Template, error) {
 	q := `SELECT ` + templateColumns + ` FROM templates`
 	var args []any
 	if projectID != "" {
 		q += ` WHERE project_id = ?`
 		args = append(args, projectID)
 	}
-	rows, err := s.db.QueryContext(ctx, q+` ORDER BY name, project_id`, args...)
+	rows, err := ts.s.db.QueryContext(ctx, q+` ORDER BY name, project_id`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing templates: %w", err)
 	}
@@ -80,9 +86,9 @@ func (s *Store) ListTemplates(ctx context.Context, projectID string) ([]Template
 	return out, rows.Err()
 }
 
-// DeleteTemplate removes projectID's template name; ErrNotFound if absent.
-func (s *Store) DeleteTemplate(ctx context.Context, projectID, name string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM templates WHERE project_id = ? AND name = ?`, projectID, name)
+// Delete removes projectID's template name; ErrNotFound if absent.
+func (ts Templates) Delete(ctx context.Context, projectID, name string) error {
+	res, err := ts.s.db.ExecContext(ctx, `DELETE FROM templates WHERE project_id = ? AND name = ?`, projectID, name)
 	if err != nil {
 		return fmt.Errorf("deleting template %s: %w", name, err)
 	}

@@ -8,6 +8,14 @@ import (
 	"time"
 )
 
+// Volumes are the projects' persistent volumes. Scoped like the Store
+// that handed them out: on a node's handle (OnNode), List and
+// PromisedDisk see that node's alone.
+type Volumes struct{ s *Store }
+
+// Volumes are the volumes in s's database.
+func (s *Store) Volumes() Volumes { return Volumes{s} }
+
 // Volume is a project's named persistent volume.
 type Volume struct {
 	ID        string
@@ -38,10 +46,10 @@ func scanVolume(r scanner) (Volume, error) {
 	return v, nil
 }
 
-// CreateVolume records v; ErrConflict if its project has a volume of that
+// Create records v; ErrConflict if its project has a volume of that
 // name.
-func (s *Store) CreateVolume(ctx context.Context, v Volume) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO volumes (`+volumeColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
+func (vs Volumes) Create(ctx context.Context, v Volume) error {
+	_, err := vs.s.db.ExecContext(ctx, `INSERT INTO volumes (`+volumeColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
 		v.ID, v.ProjectID, v.Name, v.SizeBytes, toMillis(v.CreatedAt), v.Node)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("creating volume %s: %w", v.Name, ErrConflict)
@@ -52,9 +60,9 @@ func (s *Store) CreateVolume(ctx context.Context, v Volume) error {
 	return nil
 }
 
-// GetVolume returns projectID's volume called name.
-func (s *Store) GetVolume(ctx context.Context, projectID, name string) (Volume, error) {
-	v, err := scanVolume(s.db.QueryRowContext(ctx, `SELECT `+volumeColumns+` FROM volumes WHERE project_id = ? AND name = ?`, projectID, name))
+// Get returns projectID's volume called name.
+func (vs Volumes) Get(ctx context.Context, projectID, name string) (Volume, error) {
+	v, err := scanVolume(vs.s.db.QueryRowContext(ctx, `SELECT `+volumeColumns+` FROM volumes WHERE project_id = ? AND name = ?`, projectID, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return v, fmt.Errorf("getting volume %s: %w", name, ErrNotFound)
 	}
@@ -64,18 +72,18 @@ func (s *Store) GetVolume(ctx context.Context, projectID, name string) (Volume, 
 	return v, nil
 }
 
-// ListVolumes returns projectID's volumes by name, or every project's
+// List returns projectID's volumes by name, or every project's
 // with projectID "". On a handle scoped to a node (OnNode), only the
 // volumes on that node's disk.
-func (s *Store) ListVolumes(ctx context.Context, projectID string) ([]Volume, error) {
+func (vs Volumes) List(ctx context.Context, projectID string) ([]Volume, error) {
 	q, args := `SELECT `+volumeColumns+` FROM volumes WHERE 1 = 1`, []any{}
 	if projectID != "" {
 		q, args = q+` AND project_id = ?`, append(args, projectID)
 	}
-	if s.scoped {
-		q, args = q+` AND node = ?`, append(args, s.node)
+	if vs.s.scoped {
+		q, args = q+` AND node = ?`, append(args, vs.s.node)
 	}
-	rows, err := s.db.QueryContext(ctx, q+` ORDER BY project_id, name`, args...)
+	rows, err := vs.s.db.QueryContext(ctx, q+` ORDER BY project_id, name`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing volumes: %w", err)
 	}
@@ -94,8 +102,8 @@ func (s *Store) ListVolumes(ctx context.Context, projectID string) ([]Volume, er
 	return out, nil
 }
 
-// VolumeNodes returns the node of each of the volumes ids that exist.
-func (s *Store) VolumeNodes(ctx context.Context, ids []string) (map[string]string, error) {
+// Nodes returns the node of each of the volumes ids that exist.
+func (vs Volumes) Nodes(ctx context.Context, ids []string) (map[string]string, error) {
 	out := map[string]string{}
 	if len(ids) == 0 {
 		return out, nil
@@ -104,7 +112,7 @@ func (s *Store) VolumeNodes(ctx context.Context, ids []string) (map[string]strin
 	for i, id := range ids {
 		args[i] = id
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT id, node FROM volumes WHERE id IN (`+placeholders(len(ids))+`)`, args...)
+	rows, err := vs.s.db.QueryContext(ctx, `SELECT id, node FROM volumes WHERE id IN (`+placeholders(len(ids))+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("finding the nodes of volumes: %w", err)
 	}
@@ -119,17 +127,17 @@ func (s *Store) VolumeNodes(ctx context.Context, ids []string) (map[string]strin
 	return out, rows.Err()
 }
 
-// SetVolumeNode records that volume id lives on node.
-func (s *Store) SetVolumeNode(ctx context.Context, id, node string) error {
-	if _, err := s.db.ExecContext(ctx, `UPDATE volumes SET node = ? WHERE id = ?`, node, id); err != nil {
+// SetNode records that volume id lives on node.
+func (vs Volumes) SetNode(ctx context.Context, id, node string) error {
+	if _, err := vs.s.db.ExecContext(ctx, `UPDATE volumes SET node = ? WHERE id = ?`, node, id); err != nil {
 		return fmt.Errorf("recording the node of volume %s: %w", id, err)
 	}
 	return nil
 }
 
-// DeleteVolume removes volume id's record.
-func (s *Store) DeleteVolume(ctx context.Context, id string) error {
-	if _, err := s.db.ExecContext(ctx, `DELETE FROM volumes WHERE id = ?`, id); err != nil {
+// Delete removes volume id's record.
+func (vs Volumes) Delete(ctx context.Context, id string) error {
+	if _, err := vs.s.db.ExecContext(ctx, `DELETE FROM volumes WHERE id = ?`, id); err != nil {
 		return fmt.Errorf("deleting volume %s: %w", id, err)
 	}
 	return nil
@@ -150,9 +158,9 @@ func (p Promised) Total() int64 { return p.SandboxBytes + p.VolumeBytes }
 // PromisedDisk is what projectID is promised (on a handle scoped to a
 // node, on that node alone); def is the disk of sandboxes recorded
 // without a shape (the server's default).
-func (s *Store) PromisedDisk(ctx context.Context, projectID string, def int64) (Promised, error) {
+func (vs Volumes) PromisedDisk(ctx context.Context, projectID string, def int64) (Promised, error) {
 	var p Promised
-	live, err := s.ListSandboxes(ctx, Filter{ProjectID: projectID, LiveOnly: true})
+	live, err := vs.s.ListSandboxes(ctx, Filter{ProjectID: projectID, LiveOnly: true})
 	if err != nil {
 		return p, fmt.Errorf("counting the disk of project %s: %w", projectID, err)
 	}
@@ -164,7 +172,7 @@ func (s *Store) PromisedDisk(ctx context.Context, projectID string, def int64) (
 			p.SandboxBytes += def
 		}
 	}
-	vols, err := s.ListVolumes(ctx, projectID)
+	vols, err := vs.List(ctx, projectID)
 	if err != nil {
 		return p, fmt.Errorf("counting the disk of project %s: %w", projectID, err)
 	}

@@ -19,31 +19,31 @@ func TestVolumes(t *testing.T) {
 		}
 		now := time.UnixMilli(time.Now().UnixMilli()).UTC()
 		v := Volume{ID: "vol_a", ProjectID: "p", Name: "data", SizeBytes: 5 << 30, CreatedAt: now}
-		if err := s.CreateVolume(ctx, v); err != nil {
+		if err := s.Volumes().Create(ctx, v); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.CreateVolume(ctx, Volume{ID: "vol_b", ProjectID: "p", Name: "data", SizeBytes: 1, CreatedAt: now}); !errors.Is(err, ErrConflict) {
+		if err := s.Volumes().Create(ctx, Volume{ID: "vol_b", ProjectID: "p", Name: "data", SizeBytes: 1, CreatedAt: now}); !errors.Is(err, ErrConflict) {
 			t.Errorf("a second volume named data in p: %v; want ErrConflict", err)
 		}
-		if err := s.CreateVolume(ctx, Volume{ID: "vol_c", ProjectID: "q", Name: "data", SizeBytes: 1, CreatedAt: now}); err != nil {
+		if err := s.Volumes().Create(ctx, Volume{ID: "vol_c", ProjectID: "q", Name: "data", SizeBytes: 1, CreatedAt: now}); err != nil {
 			t.Errorf("volume data in another project: %v", err)
 		}
-		if got, err := s.GetVolume(ctx, "p", "data"); err != nil || !reflect.DeepEqual(got, v) {
+		if got, err := s.Volumes().Get(ctx, "p", "data"); err != nil || !reflect.DeepEqual(got, v) {
 			t.Errorf("GetVolume = %+v, %v; want %+v", got, err, v)
 		}
-		if _, err := s.GetVolume(ctx, "p", "nope"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.Volumes().Get(ctx, "p", "nope"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("GetVolume of an unknown name: %v; want ErrNotFound", err)
 		}
-		if vs, err := s.ListVolumes(ctx, "p"); err != nil || len(vs) != 1 || vs[0].ID != "vol_a" {
+		if vs, err := s.Volumes().List(ctx, "p"); err != nil || len(vs) != 1 || vs[0].ID != "vol_a" {
 			t.Errorf("ListVolumes(p) = %+v, %v", vs, err)
 		}
-		if vs, err := s.ListVolumes(ctx, ""); err != nil || len(vs) != 2 {
+		if vs, err := s.Volumes().List(ctx, ""); err != nil || len(vs) != 2 {
 			t.Errorf("ListVolumes() = %+v, %v; want both projects'", vs, err)
 		}
-		if err := s.DeleteVolume(ctx, "vol_a"); err != nil {
+		if err := s.Volumes().Delete(ctx, "vol_a"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.GetVolume(ctx, "p", "data"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.Volumes().Get(ctx, "p", "data"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("GetVolume after delete: %v; want ErrNotFound", err)
 		}
 	})

@@ -9,6 +9,12 @@ import (
 	"time"
 )
 
+// Webhooks are the projects' registered webhooks and their deliveries.
+type Webhooks struct{ s *Store }
+
+// Webhooks are the webhooks in s's database.
+func (s *Store) Webhooks() Webhooks { return Webhooks{s} }
+
 // Webhook is one project's registered URL. Cursor is the ID of the last
 // event it has been given a delivery for (events before its creation
 // never are).
@@ -39,7 +45,7 @@ type Delivery struct {
 	Attempts  int
 	NextAt    time.Time
 	CreatedAt time.Time
-	// Tries are its attempts, oldest first (ListDeliveries only).
+	// Tries are its attempts, oldest first (Webhooks.ListDeliveries only).
 	Tries []Attempt
 }
 
@@ -68,15 +74,15 @@ func scanWebhook(r scanner) (Webhook, error) {
 	return w, nil
 }
 
-// CreateWebhook records w; its cursor is the newest event now, so that it
+// Create records w; its cursor is the newest event now, so that it
 // is sent only what happens from now on. ErrNotFound if the project does
 // not exist, ErrConflict if the ID is taken.
-func (s *Store) CreateWebhook(ctx context.Context, w *Webhook) error {
-	last, err := s.LastEventID(ctx)
+func (wh Webhooks) Create(ctx context.Context, w *Webhook) error {
+	last, err := wh.s.Events().LastID(ctx)
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO webhooks (`+webhookColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+	_, err = wh.s.db.ExecContext(ctx, `INSERT INTO webhooks (`+webhookColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		w.ID, w.ProjectID, w.URL, strings.Join(w.Types, ","), w.Secret, toMillis(w.CreatedAt), last)
 	switch {
 	case isUniqueViolation(err):
@@ -90,15 +96,15 @@ func (s *Store) CreateWebhook(ctx context.Context, w *Webhook) error {
 	return nil
 }
 
-// ListWebhooks returns projectID's webhooks ("": every project's), oldest
+// List returns projectID's webhooks ("": every project's), oldest
 // first.
-func (s *Store) ListWebhooks(ctx context.Context, projectID string) ([]Webhook, error) {
+func (wh Webhooks) List(ctx context.Context, projectID string) ([]Webhook, error) {
 	q, args := `SELECT `+webhookColumns+` FROM webhooks`, []any{}
 	if projectID != "" {
 		q += ` WHERE project_id = ?`
 		args = append(args, projectID)
 	}
-	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created_at, id`, args...)
+	rows, err := wh.s.db.QueryContext(ctx, q+` ORDER BY created_at, id`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing webhooks: %w", err)
 	}
@@ -114,9 +120,9 @@ func (s *Store) ListWebhooks(ctx context.Context, projectID string) ([]Webhook, 
 	return out, rows.Err()
 }
 
-// GetWebhook returns webhook id, or ErrNotFound.
-func (s *Store) GetWebhook(ctx context.Context, id string) (Webhook, error) {
-	w, err := scanWebhook(s.db.QueryRowContext(ctx, `SELECT `+webhookColumns+` FROM webhooks WHERE id = ?`, id))
+// Get returns webhook id, or ErrNotFound.
+func (wh Webhooks) Get(ctx context.Context, id string) (Webhook, error) {
+	w, err := scanWebhook(wh.s.db.QueryRowContext(ctx, `SELECT `+webhookColumns+` FROM webhooks WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Webhook{}, fmt.Errorf("getting webhook %s: %w", id, ErrNotFound)
 	}
@@ -126,10 +132,10 @@ func (s *Store) GetWebhook(ctx context.Context, id string) (Webhook, error) {
 	return w, nil
 }
 
-// DeleteWebhook deletes webhook id and its deliveries; nothing more is
+// Delete deletes webhook id and its deliveries; nothing more is
 // sent to it. ErrNotFound if absent.
-func (s *Store) DeleteWebhook(ctx context.Context, id string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+func (wh Webhooks) Delete(ctx context.Context, id string) error {
+	tx, err := wh.s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("deleting webhook %s: %w", id, err)
 	}
@@ -157,8 +163,8 @@ func (s *Store) DeleteWebhook(ctx context.Context, id string) error {
 // QueueDeliveries makes one pending delivery of each of evs (events after
 // w's cursor, in ID order) to w and moves its cursor past them, at once.
 // Run twice (two API processes) it makes no second delivery of an event.
-func (s *Store) QueueDeliveries(ctx context.Context, w Webhook, evs []Event, cursor int64, now time.Time) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+func (wh Webhooks) QueueDeliveries(ctx context.Context, w Webhook, evs []Event, cursor int64, now time.Time) error {
+	tx, err := wh.s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("queueing deliveries to webhook %s: %w", w.ID, err)
 	}
@@ -198,14 +204,14 @@ func scanDelivery(r scanner) (Delivery, error) {
 // earlier event of the same sandbox is still pending to the same webhook,
 // so each sandbox's events arrive in order. Attempts counts this one.
 // ErrNotFound: none is due.
-func (s *Store) ClaimDelivery(ctx context.Context, now time.Time, lease time.Duration) (Delivery, error) {
+func (wh Webhooks) ClaimDelivery(ctx context.Context, now time.Time, lease time.Duration) (Delivery, error) {
 	at := toMillis(now)
-	d, err := scanDelivery(s.db.QueryRowContext(ctx, `UPDATE webhook_deliveries SET claimed_until = ?, attempts = attempts + 1
+	d, err := scanDelivery(wh.s.db.QueryRowContext(ctx, `UPDATE webhook_deliveries SET claimed_until = ?, attempts = attempts + 1
 		WHERE id = (SELECT d.id FROM webhook_deliveries d
 			WHERE d.state = 'pending' AND d.next_at <= ? AND d.claimed_until < ?
 			AND NOT EXISTS (SELECT 1 FROM webhook_deliveries e WHERE e.webhook_id = d.webhook_id
 				AND e.sandbox_id = d.sandbox_id AND e.state = 'pending' AND e.event_id < d.event_id)
-			ORDER BY d.next_at, d.id LIMIT 1`+s.db.d.skipLocked()+`)
+			ORDER BY d.next_at, d.id LIMIT 1`+wh.s.db.d.skipLocked()+`)
 		AND state = 'pending' AND claimed_until < ?
 		RETURNING `+deliveryColumns, toMillis(now.Add(lease)), at, at, at))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -219,8 +225,8 @@ func (s *Store) ClaimDelivery(ctx context.Context, now time.Time, lease time.Dur
 
 // FinishAttempt records attempt a of delivery d and moves d to state:
 // pending again from next, delivered or failed.
-func (s *Store) FinishAttempt(ctx context.Context, d Delivery, a Attempt, state string, next time.Time) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+func (wh Webhooks) FinishAttempt(ctx context.Context, d Delivery, a Attempt, state string, next time.Time) error {
+	tx, err := wh.s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("recording an attempt of delivery %d: %w", d.ID, err)
 	}
@@ -241,8 +247,8 @@ func (s *Store) FinishAttempt(ctx context.Context, d Delivery, a Attempt, state 
 
 // ListDeliveries returns webhook id's latest deliveries, newest first,
 // each with its attempts.
-func (s *Store) ListDeliveries(ctx context.Context, webhookID string, limit int) ([]Delivery, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
+func (wh Webhooks) ListDeliveries(ctx context.Context, webhookID string, limit int) ([]Delivery, error) {
+	rows, err := wh.s.db.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
 		WHERE webhook_id = ? ORDER BY event_id DESC LIMIT ?`, webhookID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("listing deliveries of webhook %s: %w", webhookID, err)
@@ -261,15 +267,15 @@ func (s *Store) ListDeliveries(ctx context.Context, webhookID string, limit int)
 		return nil, fmt.Errorf("listing deliveries of webhook %s: %w", webhookID, err)
 	}
 	for i := range out {
-		if out[i].Tries, err = s.attempts(ctx, out[i].ID); err != nil {
+		if out[i].Tries, err = wh.attempts(ctx, out[i].ID); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-func (s *Store) attempts(ctx context.Context, deliveryID int64) ([]Attempt, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT attempt, at, status, error, took_ms FROM webhook_attempts
+func (wh Webhooks) attempts(ctx context.Context, deliveryID int64) ([]Attempt, error) {
+	rows, err := wh.s.db.QueryContext(ctx, `SELECT attempt, at, status, error, took_ms FROM webhook_attempts
 		WHERE delivery_id = ? ORDER BY attempt`, deliveryID)
 	if err != nil {
 		return nil, fmt.Errorf("listing attempts of delivery %d: %w", deliveryID, err)
@@ -286,16 +292,4 @@ func (s *Store) attempts(ctx context.Context, deliveryID int64) ([]Attempt, erro
 		out = append(out, a)
 	}
 	return out, rows.Err()
-}
-
-// GetEvent returns event id, or ErrNotFound (never recorded, or pruned).
-func (s *Store) GetEvent(ctx context.Context, id int64) (Event, error) {
-	evs, err := s.ListEvents(ctx, EventFilter{After: id - 1, Limit: 1})
-	if err != nil {
-		return Event{}, err
-	}
-	if len(evs) == 0 || evs[0].ID != id {
-		return Event{}, fmt.Errorf("getting event %d: %w", id, ErrNotFound)
-	}
-	return evs[0], nil
 }

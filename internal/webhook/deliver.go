@@ -93,19 +93,19 @@ func (s *Service) fanOut(ctx context.Context) error {
 		return err
 	}
 	defer release()
-	ws, err := s.cfg.Store.ListWebhooks(ctx, "")
+	ws, err := s.cfg.Store.Webhooks().List(ctx, "")
 	if err != nil {
 		return err
 	}
 	for _, w := range ws {
-		evs, err := s.cfg.Store.ListEvents(ctx, store.EventFilter{ProjectID: w.ProjectID, Types: w.Types, After: w.Cursor, Limit: 500})
+		evs, err := s.cfg.Store.Events().List(ctx, store.EventFilter{ProjectID: w.ProjectID, Types: w.Types, After: w.Cursor, Limit: 500})
 		if err != nil {
 			return err
 		}
 		if len(evs) == 0 {
 			continue
 		}
-		if err := s.cfg.Store.QueueDeliveries(ctx, w, evs, evs[len(evs)-1].ID, time.Now()); err != nil {
+		if err := s.cfg.Store.Webhooks().QueueDeliveries(ctx, w, evs, evs[len(evs)-1].ID, time.Now()); err != nil {
 			return err
 		}
 	}
@@ -115,7 +115,7 @@ func (s *Service) fanOut(ctx context.Context) error {
 // work sends due deliveries until ctx ends.
 func (s *Service) work(ctx context.Context) {
 	for ctx.Err() == nil {
-		d, err := s.cfg.Store.ClaimDelivery(ctx, time.Now(), lease)
+		d, err := s.cfg.Store.Webhooks().ClaimDelivery(ctx, time.Now(), lease)
 		if err != nil {
 			if !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
 				s.cfg.Log.Error("claiming a webhook delivery", "err", err)
@@ -136,8 +136,8 @@ func (s *Service) deliver(ctx context.Context, d store.Delivery) {
 	now := time.Now()
 	a := store.Attempt{N: d.Attempts, At: now.UTC()}
 	state, next := store.DeliveryDelivered, now
-	w, werr := s.cfg.Store.GetWebhook(ctx, d.WebhookID)
-	ev, eerr := s.cfg.Store.GetEvent(ctx, d.EventID)
+	w, werr := s.cfg.Store.Webhooks().Get(ctx, d.WebhookID)
+	ev, eerr := s.cfg.Store.Events().Get(ctx, d.EventID)
 	switch {
 	case errors.Is(werr, store.ErrNotFound):
 		return // deleted: its deliveries went with it
@@ -161,7 +161,7 @@ func (s *Service) deliver(ctx context.Context, d store.Delivery) {
 	// The outcome is recorded even if ctx just ended: the send happened.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := s.cfg.Store.FinishAttempt(rctx, d, a, state, next); err != nil {
+	if err := s.cfg.Store.Webhooks().FinishAttempt(rctx, d, a, state, next); err != nil {
 		log.Error("recording a webhook attempt", "err", err)
 	}
 }

@@ -6,7 +6,7 @@
 //
 // Several API processes may share one database: a fan-out under a lock
 // queues one delivery per webhook and event, and workers claim deliveries
-// with a lease (store.ClaimDelivery), so each event is sent once, and each
+// with a lease (store.Webhooks.ClaimDelivery), so each event is sent once, and each
 // sandbox's events in order.
 package webhook
 
@@ -105,7 +105,7 @@ func (s *Service) Create(ctx context.Context, projectID string, req api.CreateWe
 			types = append(types, t)
 		}
 	}
-	have, err := s.cfg.Store.ListWebhooks(ctx, projectID)
+	have, err := s.cfg.Store.Webhooks().List(ctx, projectID)
 	if err != nil {
 		return api.Webhook{}, err
 	}
@@ -115,7 +115,7 @@ func (s *Service) Create(ctx context.Context, projectID string, req api.CreateWe
 	}
 	w := store.Webhook{ID: "wh_" + random(10), ProjectID: projectID, URL: req.URL, Types: types,
 		Secret: "whsec_" + random(32), CreatedAt: time.Now().UTC()}
-	if err := s.cfg.Store.CreateWebhook(ctx, &w); err != nil {
+	if err := s.cfg.Store.Webhooks().Create(ctx, &w); err != nil {
 		return api.Webhook{}, err
 	}
 	out := wire(w)
@@ -125,7 +125,7 @@ func (s *Service) Create(ctx context.Context, projectID string, req api.CreateWe
 
 // List returns projectID's webhooks, without their secrets.
 func (s *Service) List(ctx context.Context, projectID string) ([]api.Webhook, error) {
-	ws, err := s.cfg.Store.ListWebhooks(ctx, projectID)
+	ws, err := s.cfg.Store.Webhooks().List(ctx, projectID)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +139,7 @@ func (s *Service) List(ctx context.Context, projectID string) ([]api.Webhook, er
 // lookup returns projectID's webhook id; another project's is not found,
 // exactly like a missing one.
 func (s *Service) lookup(ctx context.Context, projectID, id string) (store.Webhook, error) {
-	w, err := s.cfg.Store.GetWebhook(ctx, id)
+	w, err := s.cfg.Store.Webhooks().Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && w.ProjectID != projectID {
 		return store.Webhook{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("webhook %s not found in project %s", id, projectID)}
 	}
@@ -151,7 +151,7 @@ func (s *Service) Delete(ctx context.Context, projectID, id string) error {
 	if _, err := s.lookup(ctx, projectID, id); err != nil {
 		return err
 	}
-	err := s.cfg.Store.DeleteWebhook(ctx, id)
+	err := s.cfg.Store.Webhooks().Delete(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // deleted meanwhile
 	}
@@ -163,7 +163,7 @@ func (s *Service) Deliveries(ctx context.Context, projectID, id string) ([]api.W
 	if _, err := s.lookup(ctx, projectID, id); err != nil {
 		return nil, err
 	}
-	ds, err := s.cfg.Store.ListDeliveries(ctx, id, deliveriesShown)
+	ds, err := s.cfg.Store.Webhooks().ListDeliveries(ctx, id, deliveriesShown)
 	if err != nil {
 		return nil, err
 	}
