@@ -583,6 +583,9 @@ type EntryInfo struct {
 	Group string `json:"group"`
 	// SymlinkTarget is where a symlink points, as stored in it.
 	SymlinkTarget string `json:"symlinkTarget,omitempty"`
+	// Metadata is the file's metadata (an upload's metadata[key]), kept
+	// as its user.e2b.* extended attributes; none is left out.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Filesystem event types of a /files/watch stream, as inotify reports
@@ -604,6 +607,10 @@ type FileEvent struct {
 	Name  string    `json:"name,omitempty"`
 	Time  time.Time `json:"time,omitzero"`
 	Abort *Abort    `json:"abort,omitempty"`
+	// Entry describes the file as it is when the event is read, asked
+	// for with includeEntry: create, write and chmod events of a file
+	// still there.
+	Entry *EntryInfo `json:"entry,omitempty"`
 }
 
 // SandboxMetric is one sample of a sandbox's use of its machine, taken by

@@ -355,10 +355,16 @@ func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// Refused before anything is made: a refused upload leaves no file.
+	md, err := parseMetadata(r.URL.Query())
+	if err != nil {
+		invalid(w, "metadata", "%v", err)
+		return
+	}
 	var tmp *os.File
 	mode := fs.FileMode(0o644)
 	temp := uploadTempNew
-	err := u.do(func() error {
+	err = u.do(func() error {
 		// Writing through a symlink updates its target, as open(2) would.
 		if real, err := filepath.EvalSymlinks(p); err == nil {
 			p = real
@@ -402,9 +408,14 @@ func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	var fi fs.FileInfo
+	var info api.EntryInfo
 	err = u.do(func() error {
-		err := tmp.Chmod(mode)
+		// The file is new (renamed over the old one), so its metadata is
+		// md alone: an upload without any leaves none of the old file's.
+		err := setMetadata(tmp, md)
+		if err == nil {
+			err = tmp.Chmod(mode)
+		}
 		if cerr := tmp.Close(); err == nil {
 			err = cerr
 		}
@@ -415,14 +426,18 @@ func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		committed = true
-		fi, err = os.Lstat(p)
+		fi, err := os.Lstat(p)
+		if err == nil {
+			info = entryInfo(p, fi, new(idNames))
+			readMetadata(&info)
+		}
 		return err
 	})
 	if err != nil {
 		u.fileError(w, p, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, entryInfo(p, fi, new(idNames)))
+	writeJSON(w, http.StatusOK, info)
 }
 
 // mkdirAll is os.MkdirAll run as the call's user: what it makes is theirs.
@@ -489,6 +504,7 @@ func (a *Agent) listDir(w http.ResponseWriter, r *http.Request) {
 			if resolve {
 				resolveLink(&entry)
 			}
+			readMetadata(&entry)
 			list.Entries = append(list.Entries, entry)
 		}
 		return nil
@@ -517,6 +533,7 @@ func (a *Agent) statFile(w http.ResponseWriter, r *http.Request) {
 			if resolve {
 				resolveLink(&info)
 			}
+			readMetadata(&info)
 		}
 		return err
 	})
@@ -584,6 +601,7 @@ func (a *Agent) rename(w http.ResponseWriter, r *http.Request) {
 		fi, err := os.Lstat(to)
 		if err == nil {
 			info = entryInfo(to, fi, new(idNames))
+			readMetadata(&info)
 		}
 		return err
 	})

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -332,12 +333,41 @@ func (a *Agent) watch(w http.ResponseWriter, r *http.Request) {
 		}
 		recursive = b
 	}
-	if err := u.do(func() error { a.watchAs(w, r, u, p, recursive); return nil }); err != nil {
+	// Each event's entry, when asked for, is read as the event is sent:
+	// by the agent beside the file, not by a caller's stat a round trip
+	// later, when a polling caller may have asked for events already.
+	var describe func(*api.FileEvent)
+	if v := r.URL.Query().Get("includeEntry"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			invalid(w, "includeEntry", "must be true or false, not %q", v)
+			return
+		}
+		resolve, ok := resolveSymlinks(w, r)
+		if !ok {
+			return
+		}
+		if b {
+			// One name cache for the stream, its owners looked up before
+			// the first event: in a sandbox, reading /etc/passwd and
+			// /etc/group for each event made a polled watcher's events
+			// come milliseconds after the write that made them.
+			names := new(idNames)
+			if fi, err := os.Stat(p); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					names.user(st.Uid)
+					names.group(st.Gid)
+				}
+			}
+			describe = func(ev *api.FileEvent) { ev.Entry = eventEntry(p, *ev, resolve, names) }
+		}
+	}
+	if err := u.do(func() error { a.watchAs(w, r, u, p, recursive, describe); return nil }); err != nil {
 		u.fileError(w, p, err)
 	}
 }
 
-func (a *Agent) watchAs(w http.ResponseWriter, r *http.Request, u fsUser, p string, recursive bool) {
+func (a *Agent) watchAs(w http.ResponseWriter, r *http.Request, u fsUser, p string, recursive bool, describe func(*api.FileEvent)) {
 	fi, err := os.Stat(p)
 	if err != nil {
 		u.fileError(w, p, err)
@@ -374,6 +404,9 @@ func (a *Agent) watchAs(w http.ResponseWriter, r *http.Request, u fsUser, p stri
 	for {
 		var werr error
 		live := wt.read(buf, func(ev api.FileEvent) {
+			if describe != nil {
+				describe(&ev)
+			}
 			if werr == nil {
 				werr = enc.Encode(ev)
 			}
@@ -385,4 +418,24 @@ func (a *Agent) watchAs(w http.ResponseWriter, r *http.Request, u fsUser, p stri
 			return
 		}
 	}
+}
+
+// eventEntry describes the file of ev under the watched directory dir,
+// as stat does, for a create, write or chmod of a file still there (nil
+// otherwise: a removed or renamed-away file is not at its name).
+func eventEntry(dir string, ev api.FileEvent, resolve bool, names *idNames) *api.EntryInfo {
+	if ev.Name == "" || (ev.Type != api.FileCreate && ev.Type != api.FileWrite && ev.Type != api.FileChmod) {
+		return nil
+	}
+	p := filepath.Join(dir, ev.Name)
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil
+	}
+	info := entryInfo(p, fi, names)
+	if resolve {
+		resolveLink(&info)
+	}
+	readMetadata(&info)
+	return &info
 }

@@ -73,3 +73,41 @@ func (c *Control) tokenProject(ctx context.Context, id string) (string, error) {
 	}
 	return sb.ProjectID, nil
 }
+
+// MaxSignatureCandidates bounds the live sandboxes SignedSandbox tries:
+// each costs two hashes, and the call carries no credential but the
+// signature, so its work must not grow without end with the server.
+const MaxSignatureCandidates = 10_000
+
+// SignedSandbox returns the live sandbox (and its project) whose
+// EnvdToken makes signature by sign: E2B's signed file URLs, made from
+// E2B_SANDBOX_URL's host alone, name no sandbox but are signed with its
+// token (docs/e2b.md). Every candidate is tried, with a constant-time
+// compare and no early end, so the time a call takes tells nothing of
+// the signature but the number of live sandboxes; a signature no live
+// sandbox's token makes is ErrBadSandboxToken, however close it came.
+// Past MaxSignatureCandidates live sandboxes the newest are not tried.
+func (c *Control) SignedSandbox(ctx context.Context, signature string, sign func(token string) string) (id, projectID string, err error) {
+	sbs, err := c.cfg.Store.ListSandboxes(ctx, store.Filter{LiveOnly: true})
+	if err != nil {
+		return "", "", err
+	}
+	tried := 0
+	for _, sb := range sbs {
+		if sb.Role != "" { // a warm pool's or a build's: no E2B caller has its token
+			continue
+		}
+		if tried++; tried > MaxSignatureCandidates {
+			break
+		}
+		want := c.EnvdToken(sb.ID)
+		if want != "" && hmac.Equal([]byte(signature), []byte(sign(want))) && id == "" {
+			id, projectID = sb.ID, sb.ProjectID
+		}
+	}
+	if id == "" {
+		return "", "", &errdefs.Error{Kind: ErrBadSandboxToken, Msg: "the file URL's signature is not that of any running sandbox for this path, operation, user and expiry: " +
+			"sign it with the sandbox's envdAccessToken (the SDK's upload_url/download_url), before it expires"}
+	}
+	return id, projectID, nil
+}

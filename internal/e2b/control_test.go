@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lizard-build/lizard/internal/e2b"
+	"github.com/lizard-build/lizard/internal/e2b/envd"
 )
 
 // TestSandboxLifecycle drives E2B's control API through create, info,
@@ -26,7 +26,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		TrafficAccessToken                                            *string
 	}
 	json.Unmarshal([]byte(r.body), &sb)
-	if sb.SandboxID == "" || sb.TemplateID != "interpreter" || sb.ClientID == "" || sb.EnvdVersion != e2b.DefaultEnvdVersion ||
+	if sb.SandboxID == "" || sb.TemplateID != "interpreter" || sb.ClientID == "" || sb.EnvdVersion != envd.Version ||
 		sb.EnvdAccessToken != e.c.EnvdToken(sb.SandboxID) || sb.TrafficAccessToken == nil || *sb.TrafficAccessToken != e.c.TrafficToken(sb.SandboxID) ||
 		*sb.TrafficAccessToken == sb.EnvdAccessToken || *sb.TrafficAccessToken == "" {
 		t.Fatalf("create answered %s", r.body)

@@ -23,6 +23,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/auth"
@@ -103,6 +105,9 @@ type Handler struct {
 	// inFlight counts each project's calls under way through the sandbox
 	// URL, which no key's bounds cover (an access token opens them).
 	inFlight *inflight.Limit
+	// unrouted bounds the server's signed file URLs that name no
+	// sandbox (signed.go).
+	unrouted *rate.Limiter
 }
 
 // maxInFlight bounds one project's calls under way through the sandbox
@@ -113,7 +118,7 @@ const maxInFlight = 1024
 
 // New returns the E2B surface's handler; mount it at /e2b/.
 func New(cfg Config) *Handler {
-	h := &Handler{cfg: cfg, log: cfg.Logger, inFlight: inflight.New(maxInFlight)}
+	h := &Handler{cfg: cfg, log: cfg.Logger, inFlight: inflight.New(maxInFlight), unrouted: rate.NewLimiter(unroutedRate, unroutedBurst)}
 	if h.log == nil {
 		h.log = slog.Default()
 	}

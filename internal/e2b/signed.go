@@ -35,48 +35,98 @@ func signedFileCall(r *http.Request, port string) bool {
 	return port == EnvdPort && strings.TrimPrefix(r.URL.Path, "/e2b/sandbox") == "/files" && r.URL.Query().Has("signature")
 }
 
-// checkSignature returns nil when r's signature is the one id's token
-// makes for its path, user, operation and expiration.
-func (h *Handler) checkSignature(r *http.Request, id string) error {
+// signedFields is a signed file URL's query, checked: each field once,
+// a user without ':', an expiry in the future. signature is what the URL
+// carries; sign makes it from a sandbox's envdAccessToken.
+type signedFields struct {
+	signature string
+	sign      func(token string) string
+	op        string
+}
+
+func parseSigned(r *http.Request) (signedFields, error) {
 	q := r.URL.Query()
 	for _, name := range []string{"path", "username", "signature", "signature_expiration"} {
 		if len(q[name]) > 1 {
-			return badRequest("a signed file URL names %s %d times; want it once", name, len(q[name]))
+			return signedFields{}, badRequest("a signed file URL names %s %d times; want it once", name, len(q[name]))
 		}
 	}
 	if strings.Contains(q.Get("username"), ":") {
-		return badRequest("username %q holds ':', which no user name has and which would make the signature stand for another path, operation or user", q.Get("username"))
+		return signedFields{}, badRequest("username %q holds ':', which no user name has and which would make the signature stand for another path, operation or user", q.Get("username"))
 	}
 	op := "read"
 	if r.Method == http.MethodPost {
 		op = "write"
 	}
-	raw := fmt.Sprintf("%s:%s:%s:%s", q.Get("path"), op, q.Get("username"), h.cfg.Control.EnvdToken(id))
+	suffix := ""
 	if exp := q.Get("signature_expiration"); exp != "" {
 		n, err := strconv.ParseInt(exp, 10, 64)
 		if err != nil {
-			return badRequest("signature_expiration: want a Unix time in seconds, got %q", exp)
+			return signedFields{}, badRequest("signature_expiration: want a Unix time in seconds, got %q", exp)
 		}
 		if time.Now().Unix() > n {
-			return &errdefs.Error{Kind: errdefs.ErrUnauthenticated, Msg: fmt.Sprintf("the file URL's signature expired at %s", time.Unix(n, 0).UTC().Format(time.RFC3339))}
+			// envd's words, which E2B's suite checks.
+			return signedFields{}, &errdefs.Error{Kind: errdefs.ErrUnauthenticated, Msg: "signature is already expired"}
 		}
-		raw += ":" + exp
+		suffix = ":" + exp
 	}
-	sum := sha256.Sum256([]byte(raw))
-	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
-	if !hmac.Equal([]byte(q.Get("signature")), []byte(want)) {
-		return &errdefs.Error{Kind: errdefs.ErrUnauthenticated, Msg: fmt.Sprintf("the file URL's signature is not sandbox %s's for %s of this path and user", id, op)}
+	prefix := fmt.Sprintf("%s:%s:%s:", q.Get("path"), op, q.Get("username"))
+	return signedFields{signature: q.Get("signature"), op: op, sign: func(token string) string {
+		sum := sha256.Sum256([]byte(prefix + token + suffix))
+		return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	}}, nil
+}
+
+// checkSignature returns nil when r's signature is the one id's token
+// makes for its path, user, operation and expiration.
+func (h *Handler) checkSignature(r *http.Request, id string) error {
+	f, err := parseSigned(r)
+	if err != nil {
+		return err
+	}
+	if !hmac.Equal([]byte(f.signature), []byte(f.sign(h.cfg.Control.EnvdToken(id)))) {
+		return &errdefs.Error{Kind: errdefs.ErrUnauthenticated, Msg: fmt.Sprintf("the file URL's signature is not sandbox %s's for %s of this path and user", id, f.op)}
 	}
 	return nil
 }
 
-// UnroutedFileURL answers a signed file URL that reached the API's root:
-// with E2B_SANDBOX_URL set, E2B's SDK joins /files to that URL's host and
-// drops both its path and the sandbox, which it sends in a header the URL
-// cannot carry.
-func UnroutedFileURL(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusBadRequest, "this E2B signed file URL (upload_url/download_url) names no sandbox: with E2B_SANDBOX_URL set, "+
-		"E2B's SDK makes it from that URL's host alone. Call /e2b/sandbox/files with the same query and the headers "+
-		HeaderSandboxID+" and "+HeaderSandboxPort+": "+EnvdPort+", or serve E2B's host form (lizard serve --ports-domain D, E2B_DOMAIN=D, no E2B_SANDBOX_URL), "+
-		"whose URLs https://49983-{id}.D/files work as they are (docs/e2b.md)")
+// Unrouted signed file URLs are tried against every live sandbox's token
+// (Control.SignedSandbox), work a caller with no credential asks for:
+// the server's such calls are bounded by one rate, apart from every
+// key's (each tries up to 10,000 sandboxes: 20 ms of hashing measured).
+const (
+	unroutedRate  = 20 // per second
+	unroutedBurst = 40
+)
+
+// UnroutedFile serves a signed file URL that reached the API's root: with
+// E2B_SANDBOX_URL set, E2B's SDK joins /files to that URL's host, dropping
+// its path and the sandbox, which it sends in a header the URL cannot
+// carry. The signature names the sandbox instead: the one live sandbox
+// whose envdAccessToken makes it. The call then goes the way of one with
+// E2b-Sandbox-Id (a paused sandbox 502, the project's rate and calls under
+// way), with no credential but the signature.
+func (h *Handler) UnroutedFile(w http.ResponseWriter, r *http.Request) {
+	if !h.unrouted.Allow() {
+		h.fail(w, r, &errdefs.Error{Kind: errdefs.ErrRateLimited, RetryAfter: time.Second,
+			Msg: fmt.Sprintf("this server answers at most %d signed file URLs a second that name no sandbox; retry, or call /e2b/sandbox/files with the same query and the header %s", unroutedRate, HeaderSandboxID)})
+		return
+	}
+	f, err := parseSigned(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	id, _, err := h.cfg.Control.SignedSandbox(r.Context(), f.signature, f.sign)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	// The signature alone opens it: no other credential is read.
+	for _, name := range []string{headerAccessToken, HeaderTrafficToken, headerAPIKey} {
+		r.Header.Del(name)
+	}
+	r.Header.Set(HeaderSandboxID, id)
+	r.Header.Set(HeaderSandboxPort, EnvdPort)
+	h.sandbox(w, r)
 }

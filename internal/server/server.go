@@ -169,13 +169,14 @@ func New(cfg Config) *Server {
 			// SDKs gate on it.
 			ec.EnvdVersion = envd.Version
 		}
-		s.e2b = e2b.New(ec)
+		e2bh := e2b.New(ec)
+		s.e2b = e2bh
 		mux.Handle("/e2b/", s.e2b)
 		// E2B's SDK makes a signed file URL from E2B_SANDBOX_URL's host
-		// alone: say why it reaches no sandbox here, not the console.
+		// alone: the signature names the sandbox (not the console).
 		mux.HandleFunc("/files", func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Query().Has("signature") {
-				e2b.UnroutedFileURL(w, r)
+				e2bh.UnroutedFile(w, r)
 				return
 			}
 			if cfg.Console != nil {

@@ -40,10 +40,14 @@ type Agent interface {
 	MakeDir(ctx context.Context, user, path string) (api.EntryInfo, error)
 	Rename(ctx context.Context, user, from, to string) (api.EntryInfo, error)
 	Remove(ctx context.Context, user, path string) error
-	// Watch returns once the watch is in place.
-	Watch(ctx context.Context, user, path string, recursive bool) (Stream[api.FileEvent], error)
+	// Watch returns once the watch is in place. With includeEntry each
+	// create, write and chmod event carries its file's entry, resolved
+	// as Stat's, read by the agent as it sends the event.
+	Watch(ctx context.Context, user, path string, recursive, includeEntry bool) (Stream[api.FileEvent], error)
 	ReadFile(ctx context.Context, user, path string) (io.ReadCloser, error)
-	WriteFile(ctx context.Context, user, path string, body io.Reader) (api.EntryInfo, error)
+	// WriteFile replaces path with body, its metadata (extended
+	// attributes, docs/files.md) md alone.
+	WriteFile(ctx context.Context, user, path string, md map[string]string, body io.Reader) (api.EntryInfo, error)
 }
 
 // Stream is a sequence of events read from the agent. Next returns io.EOF
@@ -246,9 +250,13 @@ func (a *httpAgent) Remove(ctx context.Context, user, path string) error {
 	return a.call(ctx, http.MethodDelete, "/files", fileQuery(user, path), nil, nil)
 }
 
-func (a *httpAgent) Watch(ctx context.Context, user, path string, recursive bool) (Stream[api.FileEvent], error) {
+func (a *httpAgent) Watch(ctx context.Context, user, path string, recursive, includeEntry bool) (Stream[api.FileEvent], error) {
 	q := fileQuery(user, path)
 	q.Set("recursive", strconv.FormatBool(recursive))
+	if includeEntry {
+		q.Set("includeEntry", "true")
+		resolving(q)
+	}
 	return openStream[api.FileEvent](ctx, a, "/files/watch", q)
 }
 
@@ -260,9 +268,13 @@ func (a *httpAgent) ReadFile(ctx context.Context, user, path string) (io.ReadClo
 	return resp.Body, nil
 }
 
-func (a *httpAgent) WriteFile(ctx context.Context, user, path string, body io.Reader) (api.EntryInfo, error) {
+func (a *httpAgent) WriteFile(ctx context.Context, user, path string, md map[string]string, body io.Reader) (api.EntryInfo, error) {
 	var e api.EntryInfo
-	resp, err := a.do(ctx, http.MethodPut, "/files", fileQuery(user, path), "application/octet-stream", body)
+	q := fileQuery(user, path)
+	for k, v := range md {
+		q.Set("metadata["+k+"]", v)
+	}
+	resp, err := a.do(ctx, http.MethodPut, "/files", q, "application/octet-stream", body)
 	if err != nil {
 		return e, err
 	}

@@ -32,10 +32,14 @@ import (
 
 // Version is the envd version Lizard's envd speaks as: the E2B router
 // answers it as a sandbox's envdVersion, and the SDKs gate features on it
-// (e2b/envd/versions.py: default user 0.4.0, octet-stream upload 0.5.7,
-// event entries 0.6.3). Below 0.6.2 the SDKs do not send file metadata,
-// which Lizard does not keep.
-const Version = "0.5.7"
+// (e2b/envd/versions.py, js-sdk src/envd/versions.ts, the same gates to
+// 0.6.4): default user 0.4.0, octet-stream upload 0.5.7, file metadata
+// 0.6.2 (X-Metadata-* on an upload, kept as the file's user.e2b.*
+// attributes by the agent), watch events' entries 0.6.3 (include_entry),
+// and allow_network_mounts 0.6.4, which lifts a refusal Lizard's watch
+// never makes. Below a gate the SDKs refuse the feature themselves, so
+// this is the highest gate Lizard serves, not a later one.
+const Version = "0.6.4"
 
 // Sandboxes starts calls to sandboxes' agents: control.Control.
 type Sandboxes interface {

@@ -47,9 +47,10 @@ type fakeAgent struct {
 	makeDir       func(path string) (api.EntryInfo, error)
 	rename        func(from, to string) (api.EntryInfo, error)
 	remove        func(path string) error
-	watch         func(ctx context.Context, path string, recursive bool) (Stream[api.FileEvent], error)
+	watch         func(ctx context.Context, path string, recursive, includeEntry bool) (Stream[api.FileEvent], error)
 	readFile      func(path string) (io.ReadCloser, error)
 	writeFile     func(path string, body []byte) (api.EntryInfo, error)
+	metadata      map[string]map[string]string // each WriteFile's, when not nil
 
 	mu    sync.Mutex
 	users []string // the user each file call named, in order
@@ -111,21 +112,28 @@ func (a *fakeAgent) Remove(_ context.Context, u, p string) error {
 	a.as(u)
 	return must(a.t, a.remove, "Remove")(p)
 }
-func (a *fakeAgent) Watch(ctx context.Context, u, p string, r bool) (Stream[api.FileEvent], error) {
+func (a *fakeAgent) Watch(ctx context.Context, u, p string, r, entries bool) (Stream[api.FileEvent], error) {
 	a.as(u)
-	return must(a.t, a.watch, "Watch")(ctx, p, r)
+	return must(a.t, a.watch, "Watch")(ctx, p, r, entries)
 }
 func (a *fakeAgent) ReadFile(_ context.Context, u, p string) (io.ReadCloser, error) {
 	a.as(u)
 	return must(a.t, a.readFile, "ReadFile")(p)
 }
-func (a *fakeAgent) WriteFile(_ context.Context, u, p string, body io.Reader) (api.EntryInfo, error) {
+func (a *fakeAgent) WriteFile(_ context.Context, u, p string, md map[string]string, body io.Reader) (api.EntryInfo, error) {
 	a.as(u)
 	b, err := io.ReadAll(body)
 	if err != nil {
 		return api.EntryInfo{}, err
 	}
-	return must(a.t, a.writeFile, "WriteFile")(p, b)
+	if a.metadata != nil {
+		a.metadata[p] = md
+	}
+	e, err := must(a.t, a.writeFile, "WriteFile")(p, b)
+	if err == nil && e.Metadata == nil {
+		e.Metadata = md // as the agent answers what it kept
+	}
+	return e, err
 }
 
 // sliceStream replays events, then blocks until closed or its context
@@ -378,7 +386,7 @@ func testStreamEnds(t *testing.T, cause error, dropped bool, code connect.Code, 
 		return newStream[api.ProcessOutputEvent](context.Background(), nil), nil
 	}
 	e.agent.stat = func(p string) (api.EntryInfo, error) { return api.EntryInfo{Path: p, Type: "dir"}, nil }
-	e.agent.watch = func(ctx context.Context, p string, r bool) (Stream[api.FileEvent], error) {
+	e.agent.watch = func(ctx context.Context, p string, r, _ bool) (Stream[api.FileEvent], error) {
 		return newStream[api.FileEvent](ctx, nil), nil
 	}
 	ps, err := e.proc().Connect(context.Background(), connect.NewRequest(&process.ConnectRequest{Process: pidSel(9)}))
@@ -731,11 +739,17 @@ func TestWatchDirAndWatchers(t *testing.T) {
 		return fileEntry(p, "file"), nil
 	}
 	var recursive bool
-	e.agent.watch = func(ctx context.Context, p string, r bool) (Stream[api.FileEvent], error) {
+	e.agent.watch = func(ctx context.Context, p string, r, entries bool) (Stream[api.FileEvent], error) {
 		recursive = r
+		// The agent reads the entry beside the event when asked.
+		var a *api.EntryInfo
+		if entries {
+			f := fileEntry(p+"/a.txt", "file")
+			a = &f
+		}
 		return newStream(ctx, nil,
-			api.FileEvent{Type: api.FileCreate, Name: "a.txt"},
-			api.FileEvent{Type: api.FileWrite, Name: "a.txt"},
+			api.FileEvent{Type: api.FileCreate, Name: "a.txt", Entry: a},
+			api.FileEvent{Type: api.FileWrite, Name: "a.txt", Entry: a},
 			api.FileEvent{Type: api.FileRename, Name: "a.txt"},
 			api.FileEvent{Type: api.FileRemove, Name: "b.txt"},
 			api.FileEvent{Type: api.FileChmod, Name: "c"},
@@ -832,7 +846,7 @@ func TestWatcherBounds(t *testing.T) {
 	ctx := context.Background()
 	c := e.fs()
 	e.agent.stat = func(p string) (api.EntryInfo, error) { return fileEntry(p, "dir"), nil }
-	e.agent.watch = func(ctx context.Context, p string, r bool) (Stream[api.FileEvent], error) {
+	e.agent.watch = func(ctx context.Context, p string, r, _ bool) (Stream[api.FileEvent], error) {
 		return newStream[api.FileEvent](ctx, nil), nil
 	}
 	for i := range maxSandboxWatchers {
@@ -1142,5 +1156,60 @@ func TestFilesActAsUser(t *testing.T) {
 	defer e.agent.mu.Unlock()
 	if !slices.Equal(e.agent.users, want) {
 		t.Errorf("the agent was called as %q, want %q", e.agent.users, want)
+	}
+}
+
+// TestFileMetadata: an upload's X-Metadata-* headers (envd 0.6.2) reach
+// the agent as the file's metadata, keys lowercased as envd keeps them,
+// for every file of a multipart upload; the answer and a Stat carry what
+// the agent kept; a header given twice is a 400 that writes nothing.
+func TestFileMetadata(t *testing.T) {
+	e := newEnv(t)
+	got := map[string]map[string]string{}
+	e.agent.writeFile = func(p string, _ []byte) (api.EntryInfo, error) { return fileEntry(p, "file"), nil }
+	e.agent.metadata = got
+	send := func(q, ct string, body io.Reader, hdr http.Header) (int, []writeInfo, string) {
+		req, _ := http.NewRequest("POST", e.url+"/files"+q, body)
+		req.Header = hdr
+		req.Header.Set("Content-Type", ct)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var infos []writeInfo
+		json.Unmarshal(b, &infos)
+		return resp.StatusCode, infos, string(b)
+	}
+	want := map[string]string{"author": "mish", "purpose": "upload"}
+	st, infos, body := send("?path=/m.txt", "application/octet-stream", strings.NewReader("x"), http.Header{"X-Metadata-Author": {"mish"}, "X-Metadata-PURPOSE": {"upload"}})
+	if st != 200 || len(infos) != 1 || !reflect.DeepEqual(infos[0].Metadata, want) || !reflect.DeepEqual(got["/m.txt"], want) {
+		t.Errorf("octet upload with metadata: %d %s, agent given %v; want %v", st, body, got, want)
+	}
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for _, p := range []string{"/a", "/b"} {
+		w, _ := mw.CreateFormFile("file", p)
+		w.Write([]byte(p))
+	}
+	mw.Close()
+	st, infos, body = send("", mw.FormDataContentType(), &buf, http.Header{"X-Metadata-Source": {"suite"}})
+	if st != 200 || len(infos) != 2 || infos[1].Metadata["source"] != "suite" || got["/a"]["source"] != "suite" || got["/b"]["source"] != "suite" {
+		t.Errorf("multipart upload with metadata: %d %s, agent given %v", st, body, got)
+	}
+	st, _, body = send("?path=/twice", "application/octet-stream", strings.NewReader("x"), http.Header{"X-Metadata-K": {"1", "2"}, "X-Metadata-Z": {"z"}})
+	if _, wrote := got["/twice"]; st != 400 || !strings.Contains(body, "given 2 times") || wrote {
+		t.Errorf("a metadata header twice: %d %s, want 400", st, body)
+	}
+	// Stat shows the agent's metadata.
+	e.agent.stat = func(p string) (api.EntryInfo, error) {
+		f := fileEntry(p, "file")
+		f.Metadata = want
+		return f, nil
+	}
+	res, err := e.fs().Stat(context.Background(), connect.NewRequest(&filesystem.StatRequest{Path: "/m.txt"}))
+	if err != nil || !reflect.DeepEqual(res.Msg.GetEntry().GetMetadata(), want) {
+		t.Errorf("Stat: %v %v, want metadata %v", res, err, want)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"strings"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
@@ -23,9 +24,38 @@ import (
 
 // writeInfo is one entry of an upload's answer, as envd sends it.
 type writeInfo struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// metadataHeader starts the headers of an upload's file metadata (envd
+// 0.6.2): X-Metadata-<key>: <value> is the file's metadata key, its name
+// lowercased, as envd keeps it (a header's name has no case).
+const metadataHeader = "X-Metadata-"
+
+// uploadMetadata is the metadata r's headers give every file it uploads,
+// nil for none; a header given twice is refused, as the value kept would
+// be one of them. The agent checks keys and values (printable, 4 KiB in
+// all) before writing anything.
+func uploadMetadata(r *http.Request) (map[string]string, error) {
+	var md map[string]string
+	for name, vals := range r.Header {
+		key, ok := strings.CutPrefix(name, metadataHeader)
+		if !ok {
+			continue
+		}
+		key = strings.ToLower(key)
+		if len(vals) != 1 {
+			return nil, fmt.Errorf("invalid metadata: %s%s is given %d times; want it once", metadataHeader, key, len(vals))
+		}
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[key] = vals[0]
+	}
+	return md, nil
 }
 
 // envdError is envd's error body.
@@ -132,12 +162,17 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "Content-Encoding "+ce+" is not supported: upload as is or with gzip")
 		return
 	}
+	md, err := uploadMetadata(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	body := &boundedBody{r: raw, max: h.maxFile}
 	path, as := r.URL.Query().Get("path"), fileUser(r)
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var written []writeInfo
 	put := func(p string, content io.Reader) bool {
-		e, err := s.agent.WriteFile(s.ctx, as, p, content)
+		e, err := s.agent.WriteFile(s.ctx, as, p, md, content)
 		if body.over {
 			err = h.tooLarge()
 		}
@@ -145,7 +180,7 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request) {
 			h.httpFail(w, s, err)
 			return false
 		}
-		written = append(written, writeInfo{Name: e.Name, Type: "file", Path: e.Path})
+		written = append(written, writeInfo{Name: e.Name, Type: "file", Path: e.Path, Metadata: e.Metadata})
 		return true
 	}
 	switch mt {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path"
 	"time"
 
 	"connectrpc.com/connect"
@@ -27,9 +26,10 @@ type filesystemService struct{ h *handler }
 // resolved (the agent's resolveSymlinks), as envd describes it: its
 // target's type and mode, and symlink_target the target's absolute path
 // (the link's own path when it resolves to nothing). is_symlink is not
-// set: the envd Lizard reports (0.5.7) has no such field, and SDKs that
-// know it (e2b 2.63) would then show the link as SYMLINK rather than its
-// target's type, which E2B's test_file_symlink wants.
+// set: envd has no such field (to 0.6.13), and SDKs that know it (e2b
+// 2.63) would then show the link as SYMLINK rather than its target's
+// type, which E2B's test_file_symlink wants. metadata is the file's
+// user.e2b.* attributes, as envd 0.6.2's.
 func entry(e api.EntryInfo) *filesystem.EntryInfo {
 	out := &filesystem.EntryInfo{
 		Name:         e.Name,
@@ -40,6 +40,7 @@ func entry(e api.EntryInfo) *filesystem.EntryInfo {
 		Owner:        e.Owner,
 		Group:        e.Group,
 		ModifiedTime: timestamppb.New(e.ModTime),
+		Metadata:     e.Metadata,
 	}
 	switch e.Type {
 	case "file":
@@ -147,8 +148,8 @@ func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[fil
 }
 
 // fsEvent is the envd event of an agent's watch event (nil for none),
-// with the entry's description when asked and it can still be read.
-func fsEvent(s *session, as, dir string, ev api.FileEvent, includeEntry bool) *filesystem.FilesystemEvent {
+// with the entry the agent read beside it (include_entry, envd 0.6.3).
+func fsEvent(ev api.FileEvent) *filesystem.FilesystemEvent {
 	out := &filesystem.FilesystemEvent{Name: ev.Name}
 	switch ev.Type {
 	case api.FileCreate:
@@ -164,10 +165,8 @@ func fsEvent(s *session, as, dir string, ev api.FileEvent, includeEntry bool) *f
 	default:
 		return nil
 	}
-	if includeEntry && (out.Type == filesystem.EventType_EVENT_TYPE_CREATE || out.Type == filesystem.EventType_EVENT_TYPE_WRITE || out.Type == filesystem.EventType_EVENT_TYPE_CHMOD) {
-		if e, err := s.agent.Stat(s.ctx, as, path.Join(dir, ev.Name)); err == nil {
-			out.Entry = entry(e)
-		}
+	if ev.Entry != nil {
+		out.Entry = entry(*ev.Entry)
 	}
 	return out
 }
@@ -196,7 +195,7 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	if err != nil {
 		return s.fail(err)
 	}
-	w, err := s.agent.Watch(s.ctx, as, dir.Path, m.GetRecursive())
+	w, err := s.agent.Watch(s.ctx, as, dir.Path, m.GetRecursive(), m.GetIncludeEntry())
 	if err != nil {
 		return s.fail(err)
 	}
@@ -242,7 +241,7 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 			}
 			// The agent reports an upload as the file's own events, as
 			// envd's write makes them (internal/agent/files_watch.go).
-			if ev := fsEvent(s, as, dir.Path, n.ev, m.GetIncludeEntry()); ev != nil {
+			if ev := fsEvent(n.ev); ev != nil {
 				if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
 					return err
 				}

@@ -102,7 +102,7 @@ func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 	dir, err := s.agent.Stat(s.ctx, as, m.GetPath())
 	if err == nil {
 		var ws Stream[api.FileEvent]
-		ws, err = s.agent.Watch(s.ctx, as, dir.Path, m.GetRecursive())
+		ws, err = s.agent.Watch(s.ctx, as, dir.Path, m.GetRecursive(), m.GetIncludeEntry())
 		if err == nil {
 			w := &watcher{project: s.project, sandbox: s.sandbox, stop: stop}
 			id, err := f.h.watchers.add(w)
@@ -123,7 +123,7 @@ func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 						time.AfterFunc(endedWatcherTTL, func() { f.h.watchers.forget(id, w) })
 						return
 					}
-					if e := fsEvent(s, as, dir.Path, ev, m.GetIncludeEntry()); e != nil {
+					if e := fsEvent(ev); e != nil {
 						w.add(e)
 					}
 				}

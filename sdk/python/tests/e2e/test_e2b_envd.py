@@ -21,6 +21,7 @@ from e2b import (
     ConnectionConfig,
     FileType,
     FilesystemEventType,
+    InvalidArgumentException,
     NotFoundException,
     PtySize,
     Sandbox,
@@ -177,31 +178,40 @@ def test_files_as_envd(sbx: Sandbox) -> None:
 
 def test_signed_file_urls(sbx: Sandbox, lizard_server) -> None:  # type: ignore[no-untyped-def]
     """upload_url/download_url: E2B's signature of the sandbox's token stands in for it. With
-    E2B_SANDBOX_URL the SDK's URL names no sandbox (it is that URL's host + /files): a 400 says so, and
-    the same query to /e2b/sandbox/files with the sandbox headers works (the host form's URL as is:
-    e2e TestE2BHostForm)."""
+    E2B_SANDBOX_URL the SDK's URL names no sandbox (it is that URL's host + /files): the server finds
+    the sandbox whose token made the signature and serves it there, as the same query to
+    /e2b/sandbox/files with the sandbox headers is (the host form's URL as is: e2e TestE2BHostForm)."""
     heads = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"}
 
     def via(u: str) -> str:
         return f"{lizard_server.url}/e2b/sandbox/files?{urllib.parse.urlsplit(u).query}"
 
     up = sbx.upload_url("/tmp/signed.txt")
-    r = httpx.post(up, files={"file": ("signed.txt", b"x")})
-    assert r.status_code == 400 and "names no sandbox" in r.json()["message"]
-    assert httpx.post(via(up), headers=heads, files={"file": ("signed.txt", b"signed")}).status_code == 200
+    assert urllib.parse.urlsplit(up).path == "/files"  # the SDK's URL, as it is
+    assert httpx.post(up, files={"file": ("signed.txt", b"signed")}).status_code == 200
     down = sbx.download_url("/tmp/signed.txt", use_signature_expiration=60)
-    assert httpx.get(via(down), headers=heads).text == "signed" and sbx.files.read("/tmp/signed.txt") == "signed"
-    # Refused: an upload's signature to read, another path's, an expired one, another sandbox's.
-    assert httpx.get(via(up), headers=heads).status_code == 401
-    assert httpx.get(via(down).replace("signed.txt", "other.txt"), headers=heads).status_code == 401
-    r = httpx.get(via(sbx.download_url("/tmp/signed.txt", use_signature_expiration=-5)), headers=heads)
-    assert r.status_code == 401 and "expired" in r.json()["message"]
+    assert httpx.get(down).text == "signed" and sbx.files.read("/tmp/signed.txt") == "signed"
+    assert httpx.get(via(down), headers=heads).text == "signed"
+    # Refused: an upload's signature to read, another path's, an expired one (envd's words), another
+    # sandbox's — in either form.
+    for u, h in ((lambda u: u, {}), (via, heads)):
+        assert httpx.get(u(up), headers=h).status_code == 401
+        assert httpx.get(u(down).replace("signed.txt", "other.txt"), headers=h).status_code == 401
+        r = httpx.get(u(sbx.download_url("/tmp/signed.txt", use_signature_expiration=-5)), headers=h)
+        assert r.status_code == 401 and r.json() == {"code": 401, "message": "signature is already expired"}
     other = Sandbox.create(timeout=60)
     try:
+        other.files.write("/tmp/signed.txt", "other's")
         r = httpx.get(via(down), headers={**heads, "E2b-Sandbox-Id": other.sandbox_id})
         assert r.status_code == 401
+        # Without the header, each signature reaches its own sandbox.
+        assert httpx.get(other.download_url("/tmp/signed.txt")).text == "other's"
+        assert httpx.get(down, headers={"E2b-Sandbox-Id": other.sandbox_id}).text == "signed"
     finally:
         other.kill()
+    # Once the sandbox has ended, its URLs open nothing.
+    sbx.kill()
+    assert httpx.get(down).status_code == 401
 
 
 def test_watch_polled_and_streamed(sbx: Sandbox) -> None:
@@ -333,3 +343,47 @@ def test_pause_ends_a_followed_command(sbx: Sandbox) -> None:
     sbx.connect()
     assert sbx.is_running()
     assert sbx.commands.run("echo back").stdout == "back\n"
+
+
+def test_file_metadata_and_watch_entries(sbx: Sandbox) -> None:
+    """envd 0.6.x, which the sandbox reports (the SDK refuses these below 0.6.2 to 0.6.4): an upload's
+    metadata is kept as the file's user.e2b.* extended attributes — shown by write, get_info, list and
+    rename, read and set by code in the sandbox too, gone when the file is written again without it —
+    and a watch with include_entry gives each event's entry."""
+    assert sbx._envd_version >= Version("0.6.4")
+    info = sbx.files.write("/tmp/meta/a.txt", "a", metadata={"Author": "mish", "purpose": "up load"})
+    assert info.metadata == {"author": "mish", "purpose": "up load"}  # keys lowercased, as envd's
+    assert sbx.files.get_info("/tmp/meta/a.txt").metadata == info.metadata
+    got = sbx.commands.run("python3 -c \"import os; print(os.getxattr('/tmp/meta/a.txt', 'user.e2b.author').decode())\"")
+    assert got.stdout.strip() == "mish"
+    sbx.commands.run("python3 -c \"import os; os.setxattr('/tmp/meta/a.txt', 'user.e2b.tag', b'inside')\"")
+    assert sbx.files.get_info("/tmp/meta/a.txt").metadata == {"author": "mish", "purpose": "up load", "tag": "inside"}
+    infos = sbx.files.write_files([{"path": "/tmp/meta/b.txt", "data": "b"}, {"path": "/tmp/meta/c.txt", "data": "c"}],
+                                  metadata={"source": "suite"})
+    assert [i.metadata for i in infos] == [{"source": "suite"}] * 2
+    listed = {e.name: e.metadata for e in sbx.files.list("/tmp/meta")}
+    assert listed["b.txt"] == {"source": "suite"} and listed["a.txt"]["tag"] == "inside"
+    assert sbx.files.rename("/tmp/meta/b.txt", "/tmp/meta/d.txt").metadata == {"source": "suite"}
+    assert sbx.files.write("/tmp/meta/d.txt", "again").metadata is None
+    assert sbx.files.get_info("/tmp/meta/d.txt").metadata is None
+    # Over the 4 KiB a file keeps: refused, nothing written.
+    with pytest.raises(InvalidArgumentException):
+        sbx.files.write("/tmp/meta/big.txt", "x", metadata={"k": "v" * 5000})
+    assert not sbx.files.exists("/tmp/meta/big.txt")
+
+    w = sbx.files.watch_dir("/tmp/meta", include_entry=True, allow_network_mounts=True)
+    sbx.files.write("/tmp/meta/a.txt", "changed", metadata={"v": "2"})
+    events: list = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(e.type == FilesystemEventType.WRITE for e in events):
+        events += w.get_new_events()
+        time.sleep(0.2)
+    w.stop()
+    write = next(e for e in events if e.type == FilesystemEventType.WRITE)
+    assert write.entry is not None and (write.entry.name, write.entry.path, write.entry.type) == (
+        "a.txt", "/tmp/meta/a.txt", FileType.FILE), write
+    assert write.entry.metadata == {"v": "2"}
+    # Kept through a pause: the attributes are in the checkpoint of the overlay's upper layer.
+    sbx.pause()
+    again = Sandbox.connect(sbx.sandbox_id)
+    assert again.files.get_info("/tmp/meta/a.txt").metadata == {"v": "2"}
