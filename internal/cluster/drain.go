@@ -59,7 +59,7 @@ func (r *Router) Drain(ctx context.Context, name string) (api.NodeDrain, error) 
 	}
 	var mounting []string
 	for _, sb := range sbs {
-		if sb.Role == "" && sb.State == api.StateRunning && len(sb.Shape.Volumes) > 0 {
+		if sb.Role == "" && node.SandboxOf(sb).Check(node.WantRunning) == nil && len(sb.Shape.Volumes) > 0 {
 			mounting = append(mounting, sb.ID)
 		}
 	}

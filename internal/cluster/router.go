@@ -257,10 +257,10 @@ func (r *Router) done(name string) {
 // is durable, to any node placement picks, which fetches it from the image
 // store; any other plan to a node placement picks, and to another one if
 // that node does not answer.
-func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error) {
+func (r *Router) Create(ctx context.Context, p node.Plan) (node.Sandbox, error) {
 	home, err := r.volumesNode(ctx, p)
 	if err != nil {
-		return store.Sandbox{}, err
+		return node.Sandbox{}, err
 	}
 	skip := map[string]bool{}
 	image := ""
@@ -270,7 +270,7 @@ func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
 	if p.Image != "" {
 		name, path := store.SplitImageRef(p.Image)
 		if home != "" && home != name {
-			return store.Sandbox{}, errdefs.Invalidf("the snapshot is on node %s but its volumes are on node %s: a sandbox runs where both are", name, home)
+			return node.Sandbox{}, errdefs.Invalidf("the snapshot is on node %s but its volumes are on node %s: a sandbox runs where both are", name, home)
 		}
 		p.Image = path
 		if home == "" && !r.usable(ctx, name) && r.durableSnapshot(ctx, p.SnapshotID) {
@@ -283,7 +283,7 @@ func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
 	if home != "" {
 		c, err := r.client(ctx, home)
 		if err != nil {
-			return store.Sandbox{}, err
+			return node.Sandbox{}, err
 		}
 		return c.Create(ctx, p)
 	}
@@ -293,7 +293,7 @@ func (r *Router) Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
 		sp.SetAttributes(trace.String("lizard.node", n.Name))
 		trace.End(sp, err)
 		if err != nil {
-			return store.Sandbox{}, err
+			return node.Sandbox{}, err
 		}
 		sb, err := r.clientOf(n).Create(ctx, p)
 		r.done(n.Name)
@@ -367,17 +367,18 @@ func (r *Router) sandbox(ctx context.Context, id string) (*remote.Client, error)
 			return r.clientOf(info), nil
 		}
 	}
-	sb, err := r.cfg.Store.GetSandbox(ctx, id)
+	row, err := r.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, store.NotFound(id)
+		return nil, node.NotFound(id)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := sb.Check(store.WantLive); err != nil {
+	sb := node.SandboxOf(row)
+	if err := sb.Check(node.WantLive); err != nil {
 		return nil, err
 	}
-	if sb.State == api.StatePaused && sb.Durable && len(sb.Shape.Volumes) == 0 {
+	if errors.Is(sb.Check(node.WantRunning), node.ErrPaused) && sb.Durable && len(sb.Shape.Volumes) == 0 {
 		if info, live, err := r.live(ctx, sb.Node); err == nil && (!live || info.Draining) {
 			if sb, err = r.adopt(ctx, sb); err != nil {
 				return nil, err
@@ -407,7 +408,7 @@ func (r *Router) sandbox(ctx context.Context, id string) (*remote.Client, error)
 // no live lease (lost, or stopped) or is draining, to a node placement picks, which
 // resumes it from the image store on its next call. Another API process
 // may move it first: then it goes where that one put it.
-func (r *Router) adopt(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
+func (r *Router) adopt(ctx context.Context, sb node.Sandbox) (node.Sandbox, error) {
 	n, err := r.place(ctx, map[string]bool{sb.Node: true}, node.PausedImage(sb.ID))
 	if err != nil {
 		return sb, err
@@ -420,11 +421,12 @@ func (r *Router) adopt(ctx context.Context, sb store.Sandbox) (store.Sandbox, er
 	if err == nil {
 		r.log.Info("paused sandbox moved off a node without a lease or draining; it resumes from the image store", "sandbox_id", sb.ID, "from", sb.Node, "to", n.Name)
 	}
-	moved, err := r.cfg.Store.GetSandbox(ctx, sb.ID)
+	row, err := r.cfg.Store.GetSandbox(ctx, sb.ID)
 	if err != nil {
 		return sb, err
 	}
-	return moved, moved.Check(store.WantLive)
+	moved := node.SandboxOf(row)
+	return moved, moved.Check(node.WantLive)
 }
 
 // maxHomes bounds the sandboxes whose node is remembered.
@@ -444,7 +446,7 @@ func (r *Router) onNode(ctx context.Context, id string, call func(c *remote.Clie
 		return err
 	}
 	sb, gerr := r.cfg.Store.GetSandbox(ctx, id)
-	if gerr != nil || sb.Node == c.Name() || !sb.Live() {
+	if gerr != nil || sb.Node == c.Name() || node.SandboxOf(sb).Check(node.WantLive) != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -458,7 +460,7 @@ func (r *Router) onNode(ctx context.Context, id string, call func(c *remote.Clie
 
 // Fork implements node.Node: on the parent's node, which holds its
 // memory.
-func (r *Router) Fork(ctx context.Context, parent string, p node.Plan, n int) (out []store.Sandbox, err error) {
+func (r *Router) Fork(ctx context.Context, parent string, p node.Plan, n int) (out []node.Sandbox, err error) {
 	err = r.onNode(ctx, parent, func(c *remote.Client) error {
 		out, err = c.Fork(ctx, parent, p, n)
 		return err
@@ -476,7 +478,7 @@ func (r *Router) Kill(ctx context.Context, id string) error {
 }
 
 // SetTimeout implements node.Node.
-func (r *Router) SetTimeout(ctx context.Context, id string, ms int64) (sb store.Sandbox, err error) {
+func (r *Router) SetTimeout(ctx context.Context, id string, ms int64) (sb node.Sandbox, err error) {
 	err = r.onNode(ctx, id, func(c *remote.Client) error {
 		sb, err = c.SetTimeout(ctx, id, ms)
 		return err
@@ -485,7 +487,7 @@ func (r *Router) SetTimeout(ctx context.Context, id string, ms int64) (sb store.
 }
 
 // UpdateNetwork implements node.Node.
-func (r *Router) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (sb store.Sandbox, err error) {
+func (r *Router) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (sb node.Sandbox, err error) {
 	err = r.onNode(ctx, id, func(c *remote.Client) error {
 		sb, err = c.UpdateNetwork(ctx, id, p, cut)
 		return err
@@ -503,7 +505,7 @@ func (r *Router) NetworkLog(ctx context.Context, id string) (log []egress.Decisi
 }
 
 // Pause implements node.Node.
-func (r *Router) Pause(ctx context.Context, id string) (sb store.Sandbox, err error) {
+func (r *Router) Pause(ctx context.Context, id string) (sb node.Sandbox, err error) {
 	err = r.onNode(ctx, id, func(c *remote.Client) error {
 		sb, err = c.Pause(ctx, id)
 		return err
@@ -512,7 +514,7 @@ func (r *Router) Pause(ctx context.Context, id string) (sb store.Sandbox, err er
 }
 
 // Resume implements node.Node: on the node that holds the image.
-func (r *Router) Resume(ctx context.Context, id string, timeoutMs *int64) (sb store.Sandbox, err error) {
+func (r *Router) Resume(ctx context.Context, id string, timeoutMs *int64) (sb node.Sandbox, err error) {
 	err = r.onNode(ctx, id, func(c *remote.Client) error {
 		sb, err = c.Resume(ctx, id, timeoutMs)
 		return err

@@ -202,15 +202,15 @@ func (c *Control) Events(e node.Event) {
 
 // lookup returns projectID's sandbox id; another project's sandbox is
 // ErrNotFound, exactly like a missing one.
-func (c *Control) lookup(ctx context.Context, projectID, id string) (store.Sandbox, error) {
+func (c *Control) lookup(ctx context.Context, projectID, id string) (node.Sandbox, error) {
 	sb, err := c.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && sb.ProjectID != projectID {
-		return store.Sandbox{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found in project %s", id, projectID)}
+		return node.Sandbox{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found in project %s", id, projectID)}
 	}
 	if err != nil {
-		return store.Sandbox{}, err
+		return node.Sandbox{}, err
 	}
-	return sb, nil
+	return node.SandboxOf(sb), nil
 }
 
 // Get returns projectID's sandbox id, live or ended.
@@ -254,7 +254,7 @@ func (c *Control) List(ctx context.Context, projectID string, f ListFilter) ([]a
 			}
 		}
 		if match {
-			out = append(out, c.toAPI(sb))
+			out = append(out, c.toAPI(node.SandboxOf(sb)))
 		}
 	}
 	return out, nil
@@ -325,19 +325,20 @@ const DurableWait = 5 * time.Minute
 // waitDurable waits until paused sandbox id's image is in the image store
 // (the node uploads it in the background), reading the record the node
 // writes, which is shared in a cluster.
-func (c *Control) waitDurable(ctx context.Context, id string) (store.Sandbox, error) {
+func (c *Control) waitDurable(ctx context.Context, id string) (node.Sandbox, error) {
 	ctx, cancel := context.WithTimeout(ctx, DurableWait)
 	defer cancel()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
-		sb, err := c.cfg.Store.GetSandbox(ctx, id)
+		row, err := c.cfg.Store.GetSandbox(ctx, id)
+		sb := node.SandboxOf(row)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			return sb, err
 		case err == nil && sb.Durable:
 			return sb, nil
-		case err == nil && (sb.State != api.StatePaused || !sb.Live()):
+		case err == nil && !errors.Is(sb.Check(node.WantRunning), node.ErrPaused):
 			return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s is %s: it left its pause before its image was durable", id, sb.State)}
 		}
 		select {
@@ -358,7 +359,7 @@ func (c *Control) Resume(ctx context.Context, projectID, id string, req api.Resu
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if sb.Live() {
+	if sb.Check(node.WantLive) == nil {
 		if err := c.pastBound(id, sb.ParentID, c.childBound(sb)); err != nil {
 			return api.Sandbox{}, err
 		}
@@ -437,13 +438,21 @@ func (c *Control) CheckRunning(ctx context.Context, projectID, id string) error 
 	if err != nil {
 		return err
 	}
-	return sb.Check(store.WantRunning)
+	return sb.Check(node.WantRunning)
+}
+
+// Check is node.Sandbox.Check of sb as the API shows it, for a surface
+// that holds one (E2B's, envd) and must not decide from its state itself
+// whether it has ended or is paused. Go by the error's kind: the API's
+// sandbox has no end reason for the message.
+func Check(sb api.Sandbox, want node.Want) error {
+	return node.Sandbox{ID: sb.SandboxID, State: sb.State, EndedAt: sb.EndedAt}.Check(want)
 }
 
 // Transport carries proxied calls to agents.
 func (c *Control) Transport() http.RoundTripper { return c.node.Transport() }
 
-func (c *Control) toAPI(sb store.Sandbox) api.Sandbox {
+func (c *Control) toAPI(sb node.Sandbox) api.Sandbox {
 	meta := sb.Metadata
 	if meta == nil {
 		meta = map[string]string{}

@@ -14,7 +14,6 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/recipe"
-	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/trace"
 )
@@ -267,7 +266,7 @@ func (c *Control) checkChildTimeout(parent string, ms int64) error {
 // childBound is the end of sandbox sb's life if it was made with another
 // sandbox's lizardToken (its creation + MaxChildTimeout, when its key
 // dies), or zero.
-func (c *Control) childBound(sb store.Sandbox) time.Time {
+func (c *Control) childBound(sb node.Sandbox) time.Time {
 	if sb.ParentID == "" {
 		return time.Time{}
 	}
@@ -288,7 +287,7 @@ func (c *Control) pastBound(id, parent string, bound time.Time) error {
 // checkChildDeadline checks a new timeout of ms from now for sandbox sb:
 // a token child's may not reach past its bound, so that neither its
 // parent nor anyone else keeps it alive after its key has died.
-func (c *Control) checkChildDeadline(sb store.Sandbox, ms int64) error {
+func (c *Control) checkChildDeadline(sb node.Sandbox, ms int64) error {
 	if err := c.checkChildTimeout(sb.ParentID, ms); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -63,10 +64,10 @@ func (c *Control) TrafficProject(ctx context.Context, id, token string) (string,
 func (c *Control) tokenProject(ctx context.Context, id string) (string, error) {
 	sb, err := c.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && sb.Role != "") {
-		return "", store.NotFound(id)
+		return "", node.NotFound(id)
 	}
 	if err == nil {
-		err = sb.Check(store.WantLive)
+		err = node.SandboxOf(sb).Check(node.WantLive)
 	}
 	if err != nil {
 		return "", err

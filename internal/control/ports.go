@@ -16,6 +16,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -74,7 +75,7 @@ func (c *Control) OpenPort(ctx context.Context, a PortAccess, id string, port in
 	}
 	// With PortsResume a request would resume a paused token child: not
 	// past its bound.
-	if err := c.pastBound(id, sb.ParentID, c.childBound(sb)); err != nil {
+	if err := c.pastBound(id, sb.ParentID, c.childBound(node.SandboxOf(sb))); err != nil {
 		return agentproxy.Call{}, err
 	}
 	return c.node.OpenPort(ctx, id, port, c.cfg.PortsResume)

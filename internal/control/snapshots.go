@@ -38,7 +38,7 @@ func (c *Control) Snapshot(ctx context.Context, projectID, id string) (api.Snaps
 			"(it would restore against whatever they hold later); fork it instead (the copies mount the same volumes), or snapshot a sandbox without volumes", id)}
 	}
 	sn := store.Snapshot{ID: "snap-" + node.NewID(), ProjectID: projectID, SandboxID: id, Template: sb.Template,
-		CreatedAt: c.now(), Shape: sb.Shape, Durable: c.cfg.ImagesOnDisk}
+		CreatedAt: c.now(), Shape: sb.Shape.Record(), Durable: c.cfg.ImagesOnDisk}
 	if sn.ImageDir, sn.SizeBytes, err = c.node.Snapshot(ctx, id, sn.ID); err != nil {
 		return api.Snapshot{}, err
 	}
@@ -182,7 +182,7 @@ func (c *Control) ForkBy(ctx context.Context, projectID, parent, id string, req 
 		c.volMu.RLock()
 		defer c.volMu.RUnlock()
 	}
-	p, err := c.copyPlan(projectID, sb.Template, sb.Shape, req.TimeoutMs, req.Metadata, "")
+	p, err := c.copyPlan(projectID, sb.Template, sb.Shape.Record(), req.TimeoutMs, req.Metadata, "")
 	if err != nil {
 		return nil, err
 	}

@@ -25,12 +25,12 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/inflight"
+	"github.com/lizard-build/lizard/internal/node"
 )
 
 // The ports E2B's SDKs name in E2b-Sandbox-Port.
@@ -262,10 +262,10 @@ func (h *Handler) notPaused(ctx context.Context, t TargetSandbox) error {
 	if err != nil {
 		return err
 	}
-	if ended(sb) {
+	switch err := control.Check(sb, node.WantRunning); {
+	case errors.Is(err, errdefs.ErrGone):
 		return &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("it has ended (%s)", sb.State)}
-	}
-	if sb.State != api.StatePaused {
+	case !errors.Is(err, node.ErrPaused):
 		return nil
 	}
 	if !autoResumes(sb) {

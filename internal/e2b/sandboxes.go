@@ -19,6 +19,7 @@ import (
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/node"
 )
 
 // clientID is what E2B's answers call the client (the node, in E2B's
@@ -336,7 +337,12 @@ func e2bState(s string) string {
 
 // ended says whether a sandbox is over: E2B's API no longer knows it.
 func ended(sb api.Sandbox) bool {
-	return sb.EndedAt != nil || sb.State == api.StateKilled || sb.State == api.StateExpired || sb.State == api.StateFailed
+	return errors.Is(control.Check(sb, node.WantLive), errdefs.ErrGone)
+}
+
+// paused says whether a live sandbox is paused.
+func paused(sb api.Sandbox) bool {
+	return errors.Is(control.Check(sb, node.WantRunning), node.ErrPaused)
 }
 
 // lookup returns the caller's live sandbox id; an ended one is not found,
@@ -490,7 +496,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, notImplemented("memory: false (pause(mode=\"filesystem\"), keep_memory=False: pause sandbox %s keeping its disk alone) is not supported: Lizard's pause keeps a sandbox's memory; pause without it", id))
 		return
 	}
-	if sb.State == api.StatePaused {
+	if paused(sb) {
 		// E2B says so with a 409, which the SDKs' pause() reads as false.
 		h.fail(w, r, &httpError{status: http.StatusConflict, msg: fmt.Sprintf("sandbox %s is already paused", id)})
 		return
@@ -559,7 +565,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 		secs = *req.Timeout
 	}
 	ms := secs * 1000
-	if sb.State == api.StatePaused {
+	if paused(sb) {
 		if err := noReboot(req, id); err != nil {
 			h.fail(w, r, err)
 			return

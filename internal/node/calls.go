@@ -116,15 +116,15 @@ func (n *Local) reachable(ctx context.Context, id string, resume bool, paused st
 	if err != nil {
 		return sb, err
 	}
-	err = sb.Check(store.WantRunning)
-	if errors.Is(err, store.ErrPaused) {
+	err = check(sb, WantRunning)
+	if errors.Is(err, ErrPaused) {
 		if !resume {
 			return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: paused}
 		}
 		if sb, err = n.resumeLocked(ctx, sb, nil); err != nil {
 			return sb, err
 		}
-		err = sb.Check(store.WantRunning)
+		err = check(sb, WantRunning)
 	}
 	return sb, err
 }
@@ -174,7 +174,7 @@ func (n *Local) watch(id string) {
 		}
 		unlock := n.locks.Lock(id)
 		cur, err := n.cfg.Store.GetSandbox(ctx, id)
-		if err == nil && cur.Check(store.WantRunning) == nil && n.dead(ctx, id) {
+		if err == nil && check(cur, WantRunning) == nil && n.dead(ctx, id) {
 			const reason = "its runtime stopped: the sandbox's processes died or were killed (out of memory?)"
 			// The calls end now, not after the removal end makes (the
 			// processes' exit, the cgroups), which a loaded host may take
@@ -249,7 +249,7 @@ func (n *Local) unanswered(ctx context.Context, id string) error {
 	for {
 		sb, err := n.get(ctx, id)
 		if err == nil {
-			err = sb.Check(store.WantRunning)
+			err = check(sb, WantRunning)
 		}
 		if err != nil {
 			return err

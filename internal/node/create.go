@@ -21,15 +21,15 @@ const MaxForks = 16
 // Create implements Node. A plan with an image restores it; otherwise a
 // warm-pool sandbox is claimed if the plan has the pool's shape, else the
 // template snapshot is restored, else the template boots.
-func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
+func (n *Local) Create(ctx context.Context, p Plan) (Sandbox, error) {
 	if len(p.Volumes) > 0 && n.cfg.Volumes == nil {
-		return store.Sandbox{}, errNoVolumes
+		return Sandbox{}, errNoVolumes
 	}
 	if p.Network != nil && p.Internet && n.cfg.Egress == nil {
-		return store.Sandbox{}, errNoEgress
+		return Sandbox{}, errNoEgress
 	}
 	if err := n.images.roomFor("create a sandbox"); err != nil {
-		return store.Sandbox{}, err
+		return Sandbox{}, err
 	}
 	if p.Image != "" {
 		path := metrics.PathSnapshot
@@ -45,25 +45,25 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 				if imagestore.Reason(err) != "" {
 					msg = fmt.Sprintf("snapshot %s cannot be restored: %s; its node may still hold it", p.SnapshotID, lostWhy(SnapshotImage(p.SnapshotID), err))
 				}
-				return store.Sandbox{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err, Msg: msg}
+				return Sandbox{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err, Msg: msg}
 			}
 			if err != nil {
-				return store.Sandbox{}, err
+				return Sandbox{}, err
 			}
 			defer release()
 			src.dir = dir
 		}
-		return n.provision(ctx, p, src)
+		return seam(n.provision(ctx, p, src))
 	}
 	w := n.cfg.Warm
 	// A sandbox with volumes boots: runsc restores an image only into
 	// the mounts it was taken with, and the template's has none.
 	if w == nil || p.Role == store.RoleTemplate || len(p.Volumes) > 0 || p.Build != nil {
-		return n.provision(ctx, p, bootSource{})
+		return seam(n.provision(ctx, p, bootSource{}))
 	}
 	// A warm sandbox was made without a policy's redirects.
 	if p.Role == "" && !p.Token && p.Network == nil && w.Pool(p.Template, p.Limits, p.Internet) {
-		sb, err := n.provision(ctx, p, claimSource{})
+		sb, err := seam(n.provision(ctx, p, claimSource{}))
 		if err == nil || ctx.Err() != nil || isRefusal(err) {
 			if err == nil {
 				w.Claimed(p.Template)
@@ -77,9 +77,9 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	}
 	image := w.Image(p.Template, p.Limits)
 	if image == "" {
-		return n.provision(ctx, p, bootSource{})
+		return seam(n.provision(ctx, p, bootSource{}))
 	}
-	sb, err := n.provision(ctx, p, restoreSource{what: "template snapshot", metricsPath: metrics.PathTemplateRestore, dir: image})
+	sb, err := seam(n.provision(ctx, p, restoreSource{what: "template snapshot", metricsPath: metrics.PathTemplateRestore, dir: image}))
 	if err == nil || ctx.Err() != nil || isRefusal(err) {
 		if err == nil {
 			w.Restored(ctx, p.Template, image, nil)
@@ -88,7 +88,7 @@ func (n *Local) Create(ctx context.Context, p Plan) (store.Sandbox, error) {
 	}
 	n.log.Warn("restoring the template snapshot failed; booting cold", "template", p.Template, "image", image, "err", err)
 	w.Restored(ctx, p.Template, image, err)
-	return n.provision(ctx, p, bootSource{})
+	return seam(n.provision(ctx, p, bootSource{}))
 }
 
 // isRefusal reports whether err is the plan being refused (quota, rate,
@@ -100,7 +100,7 @@ func isRefusal(err error) bool {
 
 // Fork implements Node: the parent is checkpointed (resumed first if
 // paused) under its lock, then freed while the copies are restored.
-func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ []store.Sandbox, err error) {
+func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ []Sandbox, err error) {
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpFork, time.Since(begin), err) }(time.Now())
 	ctx, sp := trace.Start(ctx, "node.fork", trace.Sandbox(parent))
 	defer func() { trace.End(sp, err) }()
@@ -137,7 +137,7 @@ func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ [
 		}
 	}}
 	type result struct {
-		out []store.Sandbox
+		out []Sandbox
 		err error
 	}
 	copies := make(chan result, 1)
@@ -178,8 +178,8 @@ func (f *forkOf) parentID() string {
 }
 
 // createN makes count sandboxes of plan p at once, all or nothing.
-func (n *Local) createN(ctx context.Context, p Plan, count int) ([]store.Sandbox, error) {
-	out := make([]store.Sandbox, count)
+func (n *Local) createN(ctx context.Context, p Plan, count int) ([]Sandbox, error) {
+	out := make([]Sandbox, count)
 	errs := make([]error, count)
 	var wg sync.WaitGroup
 	for i := range count {

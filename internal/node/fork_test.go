@@ -152,8 +152,8 @@ func TestForkKeepsShape(t *testing.T) {
 		}
 	}
 	for _, f := range got {
-		if r := e.Row(t, f.ID); !reflect.DeepEqual(r.Shape, parent.Shape) {
-			t.Errorf("fork %s recorded shape %+v; want the parent's %+v", f.ID, r.Shape, parent.Shape)
+		if r := e.Row(t, f.ID); !reflect.DeepEqual(r.Shape, parent.Shape.Record()) {
+			t.Errorf("fork %s recorded shape %+v; want the parent's %+v", f.ID, r.Shape, parent.Shape.Record())
 		}
 	}
 }

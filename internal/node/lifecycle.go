@@ -67,20 +67,20 @@ func (n *Local) end(ctx context.Context, sb store.Sandbox, state, reason string)
 
 // SetTimeout gives sandbox id a new deadline ms from now; 0 means it never
 // expires.
-func (n *Local) SetTimeout(ctx context.Context, id string, ms int64) (store.Sandbox, error) {
+func (n *Local) SetTimeout(ctx context.Context, id string, ms int64) (Sandbox, error) {
 	unlock := n.locks.Lock(id)
 	defer unlock()
 	sb, err := n.get(ctx, id)
 	if err != nil {
-		return sb, err
+		return SandboxOf(sb), err
 	}
-	if err := sb.Check(store.WantLive); err != nil {
-		return sb, err
+	if err := check(sb, WantLive); err != nil {
+		return SandboxOf(sb), err
 	}
 	if err := n.cfg.Store.SetTimeout(ctx, id, ms, n.clock.deadline(ms)); err != nil {
-		return sb, err
+		return SandboxOf(sb), err
 	}
-	return n.cfg.Store.GetSandbox(ctx, id)
+	return seam(n.cfg.Store.GetSandbox(ctx, id))
 }
 
 // sweepEvery is how many reaper ticks pass between orphan sweeps.
@@ -165,7 +165,7 @@ func (n *Local) checkLiveness(ctx context.Context) {
 		unlock := n.locks.Lock(sb.ID)
 		// Re-read under the lock: a pause or kill may have moved it on.
 		cur, err := n.cfg.Store.GetSandbox(ctx, sb.ID)
-		if err == nil && cur.Check(store.WantRunning) == nil && n.dead(ctx, sb.ID) {
+		if err == nil && check(cur, WantRunning) == nil && n.dead(ctx, sb.ID) {
 			err = n.end(ctx, cur, api.StateFailed, "its runtime stopped: the sandbox's processes died or were killed")
 		}
 		unlock()

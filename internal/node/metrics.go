@@ -194,7 +194,7 @@ func (m *meters) addSample(sb store.Sandbox, u sandbox.Usage, disk api.DiskUsage
 func (n *Local) disk(ctx context.Context, id string) (api.DiskUsage, error) {
 	unlock := n.locks.Lock(id)
 	sb, err := n.get(ctx, id)
-	if err != nil || sb.Check(store.WantRunning) != nil {
+	if err != nil || check(sb, WantRunning) != nil {
 		unlock()
 		return api.DiskUsage{}, err
 	}

@@ -33,7 +33,7 @@ const MoveWait = 2 * time.Minute
 // node it went to) and whether the move paused it (it was running: the
 // new node is to resume it).
 type Move struct {
-	Sandbox store.Sandbox
+	Sandbox Sandbox
 	Paused  bool
 }
 
@@ -62,10 +62,10 @@ func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
 	defer unlock()
 	sb, err := n.get(ctx, id)
 	if m := (*MovedTo)(nil); errors.As(err, &m) {
-		return Move{Sandbox: sb}, nil
+		return Move{Sandbox: SandboxOf(sb)}, nil
 	}
 	if err == nil {
-		err = sb.Check(store.WantLive)
+		err = check(sb, WantLive)
 	}
 	switch {
 	case err != nil:
@@ -120,7 +120,7 @@ func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
 		n.images.dropImage(log, id)
 	}
 	log.Info("sandbox moved off this node", "now_on", cur.Node, "was_running", paused)
-	return Move{Sandbox: cur, Paused: paused}, nil
+	return Move{Sandbox: SandboxOf(cur), Paused: paused}, nil
 }
 
 // dropImage removes this node's checkpoint image of sandbox id, which moved

@@ -83,30 +83,30 @@ func (nw *network) readopt(sb store.Sandbox) error {
 // table at each, and its address rules are replaced in one nftables
 // transaction); with cut, those open are ended too. A paused sandbox
 // takes it at its resume.
-func (n *Local) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (store.Sandbox, error) {
+func (n *Local) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (Sandbox, error) {
 	unlock := n.locks.Lock(id)
 	defer unlock()
 	sb, err := n.get(ctx, id)
 	if err != nil {
-		return sb, err
+		return SandboxOf(sb), err
 	}
-	if err := sb.Check(store.WantLive); err != nil {
-		return sb, err
+	if err := check(sb, WantLive); err != nil {
+		return SandboxOf(sb), err
 	}
 	if sb.Shape.Network == nil {
 		// Its runtime was set up without the redirects (and a warm or
 		// restored image may hold a resolver setting to match).
-		return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s was created without a network policy; give one (network) at create to change it later", id)}
+		return SandboxOf(sb), &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s was created without a network policy; give one (network) at create to change it later", id)}
 	}
 	running := sb.State == api.StateRunning
 	if running && injects(p) {
 		// Trusted before the first connection the new rules intercept.
 		if err := n.network.trustEgress(ctx, id, p, false, ""); err != nil {
-			return sb, err
+			return SandboxOf(sb), err
 		}
 	}
 	if err := n.cfg.Store.SetNetwork(ctx, id, p); err != nil {
-		return sb, err
+		return SandboxOf(sb), err
 	}
 	old := sb.Shape.Network
 	sb.Shape.Network = p
@@ -115,24 +115,24 @@ func (n *Local) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Polic
 	if running && n.cfg.Egress != nil {
 		l, e, err := n.network.egressRules(sb)
 		if err != nil {
-			return sb, err
+			return SandboxOf(sb), err
 		}
 		n.cfg.Egress.Table.Update(id, p, cut)
 		if err := netns.UpdateEgress(id, l, e); err != nil {
-			return sb, err
+			return SandboxOf(sb), err
 		}
 		if cut {
 			if err := netns.CutFlows(l); err != nil {
-				return sb, err
+				return SandboxOf(sb), err
 			}
 		}
 	}
 	if running && injects(old) && !injects(p) {
 		if err := n.network.trustEgress(ctx, id, p, true, ""); err != nil {
-			return sb, err
+			return SandboxOf(sb), err
 		}
 	}
-	return n.cfg.Store.GetSandbox(ctx, id)
+	return seam(n.cfg.Store.GetSandbox(ctx, id))
 }
 
 // NetworkLog implements Node: sandbox id's egress decisions, oldest first.

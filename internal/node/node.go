@@ -46,19 +46,19 @@ import (
 // Sandboxes are named by ID; the caller has checked who may touch them.
 type Node interface {
 	// Create provisions one sandbox as p says and returns it running.
-	Create(ctx context.Context, p Plan) (store.Sandbox, error)
+	Create(ctx context.Context, p Plan) (Sandbox, error)
 	// Fork checkpoints running (or paused) sandbox parent and restores n
 	// copies of it shaped by p, all or nothing.
-	Fork(ctx context.Context, parent string, p Plan, n int) ([]store.Sandbox, error)
+	Fork(ctx context.Context, parent string, p Plan, n int) ([]Sandbox, error)
 	// Kill ends sandbox id; ending an ended sandbox is not an error.
 	Kill(ctx context.Context, id string) error
 	// SetTimeout gives sandbox id a new deadline ms from now (0: never).
-	SetTimeout(ctx context.Context, id string, ms int64) (store.Sandbox, error)
+	SetTimeout(ctx context.Context, id string, ms int64) (Sandbox, error)
 	// Pause checkpoints running sandbox id to disk and stops it.
-	Pause(ctx context.Context, id string) (store.Sandbox, error)
+	Pause(ctx context.Context, id string) (Sandbox, error)
 	// Resume restores paused sandbox id; timeoutMs, when set, replaces the
 	// time it had left.
-	Resume(ctx context.Context, id string, timeoutMs *int64) (store.Sandbox, error)
+	Resume(ctx context.Context, id string, timeoutMs *int64) (Sandbox, error)
 	// Snapshot saves running sandbox id into an image of its own, leaving
 	// it running, and returns the image and its size in bytes.
 	Snapshot(ctx context.Context, id, snapshotID string) (image string, size int64, err error)
@@ -86,7 +86,7 @@ type Node interface {
 	Metrics(ctx context.Context, id string) ([]api.SandboxMetric, error)
 	// UpdateNetwork replaces sandbox id's network policy for the
 	// connections opened from now on; with cut, open ones are ended too.
-	UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (store.Sandbox, error)
+	UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (Sandbox, error)
 	// NetworkLog returns sandbox id's egress decisions, oldest first.
 	NetworkLog(ctx context.Context, id string) ([]egress.Decision, error)
 }
@@ -447,7 +447,7 @@ func NewID() string {
 func (n *Local) get(ctx context.Context, id string) (store.Sandbox, error) {
 	sb, err := n.cfg.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return sb, store.NotFound(id)
+		return sb, NotFound(id)
 	}
 	if me := n.cfg.Store.Node(); err == nil && me != "" && sb.Live() && sb.Node != me {
 		// Moved to another node while this one was lost (docs/storage.md):

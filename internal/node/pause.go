@@ -32,32 +32,32 @@ const (
 // Calls in flight are waited for up to PauseWait, after which the pause
 // fails with ErrConflict; calls that follow a process (Following) are
 // ended instead.
-func (n *Local) Pause(ctx context.Context, id string) (_ store.Sandbox, err error) {
+func (n *Local) Pause(ctx context.Context, id string) (_ Sandbox, err error) {
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpPause, time.Since(begin), err) }(time.Now())
 	ctx, sp := trace.Start(ctx, "node.pause", trace.Sandbox(id))
 	defer func() { trace.End(sp, err) }()
 	if err := n.images.needData(); err != nil {
-		return store.Sandbox{}, err
+		return Sandbox{}, err
 	}
 	unlock := n.locks.Lock(id)
 	defer unlock()
 	sb, done, err := n.moving(ctx, id, api.StateRunning, api.StatePaused)
 	if done || err != nil {
-		return sb, err
+		return SandboxOf(sb), err
 	}
 	// New calls wait for the lock we hold (and then resume the sandbox);
 	// calls already in flight get a bounded time to end.
 	err = poll(ctx, n.cfg.PauseWait, 20*time.Millisecond, func() bool { return n.calls.waited(id) == 0 })
 	if errors.Is(err, errWaitedOut) {
-		return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s has a call running; retry when it ends", id)}
+		return SandboxOf(sb), &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("sandbox %s has a call running; retry when it ends", id)}
 	}
 	if err != nil {
-		return sb, err
+		return SandboxOf(sb), err
 	}
 	if err := n.pauseLocked(ctx, sb); err != nil {
-		return sb, err
+		return SandboxOf(sb), err
 	}
-	return n.cfg.Store.GetSandbox(ctx, id)
+	return seam(n.cfg.Store.GetSandbox(ctx, id))
 }
 
 // pauseLocked pauses running sandbox sb; the caller holds its lock. On
@@ -125,7 +125,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 }
 
 // Resume implements Node: resuming a running sandbox returns it as it is.
-func (n *Local) Resume(ctx context.Context, id string, timeoutMs *int64) (_ store.Sandbox, err error) {
+func (n *Local) Resume(ctx context.Context, id string, timeoutMs *int64) (_ Sandbox, err error) {
 	defer func(begin time.Time) { n.cfg.Metrics.SandboxOp(metrics.OpResume, time.Since(begin), err) }(time.Now())
 	ctx, sp := trace.Start(ctx, "node.resume", trace.Sandbox(id))
 	defer func() { trace.End(sp, err) }()
@@ -133,9 +133,9 @@ func (n *Local) Resume(ctx context.Context, id string, timeoutMs *int64) (_ stor
 	defer unlock()
 	sb, done, err := n.moving(ctx, id, api.StatePaused, api.StateRunning)
 	if done || err != nil {
-		return sb, err
+		return SandboxOf(sb), err
 	}
-	return n.resumeLocked(ctx, sb, timeoutMs)
+	return seam(n.resumeLocked(ctx, sb, timeoutMs))
 }
 
 // moving reads sandbox id, under its lock, for a move from state from to
@@ -144,7 +144,7 @@ func (n *Local) Resume(ctx context.Context, id string, timeoutMs *int64) (_ stor
 func (n *Local) moving(ctx context.Context, id, from, to string) (sb store.Sandbox, done bool, err error) {
 	sb, err = n.get(ctx, id)
 	if err == nil {
-		err = sb.Check(store.WantLive)
+		err = check(sb, WantLive)
 	}
 	switch {
 	case err != nil:
@@ -203,7 +203,7 @@ func (n *Local) runningLocked(ctx context.Context, id string) (store.Sandbox, er
 	if err != nil {
 		return sb, err
 	}
-	if err := sb.Check(store.WantRunning); errors.Is(err, store.ErrPaused) {
+	if err := check(sb, WantRunning); errors.Is(err, ErrPaused) {
 		return n.resumeLocked(ctx, sb, nil)
 	} else if err != nil {
 		return sb, err

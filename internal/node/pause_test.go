@@ -14,12 +14,11 @@ import (
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/sandbox"
-	"github.com/lizard-build/lizard/internal/store"
 )
 
 func ms(v int64) *int64 { return &v }
 
-func pause(t *testing.T, e *nodetest.Env, id string) store.Sandbox {
+func pause(t *testing.T, e *nodetest.Env, id string) node.Sandbox {
 	t.Helper()
 	sb, err := e.Node.Pause(context.Background(), id)
 	if err != nil {
@@ -102,11 +101,11 @@ func TestPauseResumeStates(t *testing.T) {
 	if err := e.Node.Kill(ctx, killed.ID); err != nil {
 		t.Fatal(err)
 	}
-	pauseOp := func(id string) (store.Sandbox, error) { return e.Node.Pause(ctx, id) }
-	resumeOp := func(id string) (store.Sandbox, error) { return e.Node.Resume(ctx, id, nil) }
+	pauseOp := func(id string) (node.Sandbox, error) { return e.Node.Pause(ctx, id) }
+	resumeOp := func(id string) (node.Sandbox, error) { return e.Node.Resume(ctx, id, nil) }
 	tests := []struct {
 		name      string
-		op        func(string) (store.Sandbox, error)
+		op        func(string) (node.Sandbox, error)
 		id        string
 		wantState string
 		wantErr   error

@@ -32,7 +32,7 @@ func TestReconcile(t *testing.T) {
 	if err := e.Store.CreateProject(ctx, store.InternalProject, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	own := []store.Sandbox{e.Create(t, tmpl), e.Create(t, warm)}
+	own := []node.Sandbox{e.Create(t, tmpl), e.Create(t, warm)}
 	// The server "restarts": dead's sandbox vanished, one sandbox was left
 	// starting, the runtime holds an orphan nobody recorded, and a crash
 	// mid-pause left an image no sandbox accounts for.

@@ -58,7 +58,7 @@ func TestRestoreQueue(t *testing.T) {
 	started := func() int { mu.Lock(); defer mu.Unlock(); return len(order) }
 
 	type result struct {
-		sb  store.Sandbox
+		sb  node.Sandbox
 		err error
 	}
 	results := make([]chan result, burst)

@@ -34,7 +34,7 @@ const stageDir = "var/cache/lizard-build"
 // Node is what a build needs of the node: a sandbox, ended afterwards, and
 // its agent. *node.Local is one.
 type Node interface {
-	Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
+	Create(ctx context.Context, p node.Plan) (node.Sandbox, error)
 	End(ctx context.Context, id, state, reason string) error
 	Agents() *agentclient.Client
 }

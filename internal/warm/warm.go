@@ -53,7 +53,7 @@ const (
 // Node is what template snapshots and the pool need of the node they
 // serve; *node.Local is one.
 type Node interface {
-	Create(ctx context.Context, p node.Plan) (store.Sandbox, error)
+	Create(ctx context.Context, p node.Plan) (node.Sandbox, error)
 	End(ctx context.Context, id, state, reason string) error
 	Checkpoint(ctx context.Context, id, dir string) error
 	Agents() *agentclient.Client

@@ -20,7 +20,6 @@ import (
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
-	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/trace"
 )
 
@@ -109,21 +108,17 @@ func (c *Client) unreachable(err error) error {
 }
 
 // Create implements node.Node.
-func (c *Client) Create(ctx context.Context, p node.Plan) (store.Sandbox, error) {
-	var sb wireSandbox
+func (c *Client) Create(ctx context.Context, p node.Plan) (node.Sandbox, error) {
+	var sb node.Sandbox
 	err := c.do(ctx, http.MethodPost, "/sandboxes", toWire(p), &sb)
-	return sb.sandbox(), err
+	return sb, err
 }
 
 // Fork implements node.Node.
-func (c *Client) Fork(ctx context.Context, parent string, p node.Plan, n int) ([]store.Sandbox, error) {
-	var ws []wireSandbox
-	if err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(parent)+"/fork", forkRequest{Plan: toWire(p), Count: n}, &ws); err != nil {
+func (c *Client) Fork(ctx context.Context, parent string, p node.Plan, n int) ([]node.Sandbox, error) {
+	var sbs []node.Sandbox
+	if err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(parent)+"/fork", forkRequest{Plan: toWire(p), Count: n}, &sbs); err != nil {
 		return nil, err
-	}
-	sbs := make([]store.Sandbox, len(ws))
-	for i, w := range ws {
-		sbs[i] = w.sandbox()
 	}
 	return sbs, nil
 }
@@ -134,17 +129,17 @@ func (c *Client) Kill(ctx context.Context, id string) error {
 }
 
 // SetTimeout implements node.Node.
-func (c *Client) SetTimeout(ctx context.Context, id string, ms int64) (store.Sandbox, error) {
-	var sb wireSandbox
+func (c *Client) SetTimeout(ctx context.Context, id string, ms int64) (node.Sandbox, error) {
+	var sb node.Sandbox
 	err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/timeout", timeoutRequest{TimeoutMs: &ms}, &sb)
-	return sb.sandbox(), err
+	return sb, err
 }
 
 // UpdateNetwork implements node.Node.
-func (c *Client) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (store.Sandbox, error) {
-	var sb wireSandbox
+func (c *Client) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (node.Sandbox, error) {
+	var sb node.Sandbox
 	err := c.do(ctx, http.MethodPut, "/sandboxes/"+url.PathEscape(id)+"/network", networkRequest{Network: wirePolicy(p), Cut: cut}, &sb)
-	return sb.sandbox(), err
+	return sb, err
 }
 
 // NetworkLog implements node.Node.
@@ -167,24 +162,24 @@ func (c *Client) Metrics(ctx context.Context, id string) ([]api.SandboxMetric, e
 }
 
 // Pause implements node.Node.
-func (c *Client) Pause(ctx context.Context, id string) (store.Sandbox, error) {
-	var sb wireSandbox
+func (c *Client) Pause(ctx context.Context, id string) (node.Sandbox, error) {
+	var sb node.Sandbox
 	err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/pause", nil, &sb)
-	return sb.sandbox(), err
+	return sb, err
 }
 
 // Resume implements node.Node.
-func (c *Client) Resume(ctx context.Context, id string, timeoutMs *int64) (store.Sandbox, error) {
-	var sb wireSandbox
+func (c *Client) Resume(ctx context.Context, id string, timeoutMs *int64) (node.Sandbox, error) {
+	var sb node.Sandbox
 	err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/resume", timeoutRequest{TimeoutMs: timeoutMs}, &sb)
-	return sb.sandbox(), err
+	return sb, err
 }
 
 // MoveOut has the node hand sandbox id to node to (node.Local.MoveOut).
 func (c *Client) MoveOut(ctx context.Context, id, to string) (node.Move, error) {
 	var r moveResponse
 	err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/move", moveRequest{To: to}, &r)
-	return node.Move{Sandbox: r.Sandbox.sandbox(), Paused: r.Paused}, err
+	return node.Move{Sandbox: r.Sandbox, Paused: r.Paused}, err
 }
 
 // Snapshot implements node.Node; the image is a path on the node.

@@ -130,7 +130,7 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := h.cfg.Node.Create(r.Context(), in.plan())
-	h.answer(w, r, sandboxToWire(sb), err)
+	h.answer(w, r, sb, err)
 }
 
 func (h *handler) fork(w http.ResponseWriter, r *http.Request) {
@@ -139,11 +139,7 @@ func (h *handler) fork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sbs, err := h.cfg.Node.Fork(r.Context(), r.PathValue("id"), in.Plan.plan(), in.Count)
-	ws := make([]wireSandbox, len(sbs))
-	for i, sb := range sbs {
-		ws[i] = sandboxToWire(sb)
-	}
-	h.answer(w, r, ws, err)
+	h.answer(w, r, sbs, err)
 }
 
 // acquireOrPass acquires a call on this node, or, for a sandbox that
@@ -182,7 +178,7 @@ func (h *handler) move(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mv, err := m.MoveOut(r.Context(), r.PathValue("id"), in.To)
-	h.answer(w, r, moveResponse{Sandbox: sandboxToWire(mv.Sandbox), Paused: mv.Paused}, err)
+	h.answer(w, r, moveResponse{Sandbox: mv.Sandbox, Paused: mv.Paused}, err)
 }
 
 func (h *handler) kill(w http.ResponseWriter, r *http.Request) {
@@ -199,7 +195,7 @@ func (h *handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := h.cfg.Node.SetTimeout(r.Context(), r.PathValue("id"), *in.TimeoutMs)
-	h.answer(w, r, sandboxToWire(sb), err)
+	h.answer(w, r, sb, err)
 }
 
 func (h *handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
@@ -212,7 +208,7 @@ func (h *handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := h.cfg.Node.UpdateNetwork(r.Context(), r.PathValue("id"), in.Network, in.Cut)
-	h.answer(w, r, sandboxToWire(sb), err)
+	h.answer(w, r, sb, err)
 }
 
 func (h *handler) networkLog(w http.ResponseWriter, r *http.Request) {
@@ -227,7 +223,7 @@ func (h *handler) metrics(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) pause(w http.ResponseWriter, r *http.Request) {
 	sb, err := h.cfg.Node.Pause(r.Context(), r.PathValue("id"))
-	h.answer(w, r, sandboxToWire(sb), err)
+	h.answer(w, r, sb, err)
 }
 
 func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
@@ -236,7 +232,7 @@ func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := h.cfg.Node.Resume(r.Context(), r.PathValue("id"), in.TimeoutMs)
-	h.answer(w, r, sandboxToWire(sb), err)
+	h.answer(w, r, sb, err)
 }
 
 func (h *handler) snapshot(w http.ResponseWriter, r *http.Request) {

@@ -29,12 +29,12 @@ const testSecret = "0123456789abcdef-test-secret-0123456789abcdef"
 // fakeNode is a node.Node whose methods are its fields; a method whose
 // field is nil fails as a node would on a call nobody expected.
 type fakeNode struct {
-	create       func(ctx context.Context, p node.Plan) (store.Sandbox, error)
-	fork         func(ctx context.Context, parent string, p node.Plan, n int) ([]store.Sandbox, error)
+	create       func(ctx context.Context, p node.Plan) (node.Sandbox, error)
+	fork         func(ctx context.Context, parent string, p node.Plan, n int) ([]node.Sandbox, error)
 	kill         func(ctx context.Context, id string) error
-	setTimeout   func(ctx context.Context, id string, ms int64) (store.Sandbox, error)
-	pause        func(ctx context.Context, id string) (store.Sandbox, error)
-	resume       func(ctx context.Context, id string, timeoutMs *int64) (store.Sandbox, error)
+	setTimeout   func(ctx context.Context, id string, ms int64) (node.Sandbox, error)
+	pause        func(ctx context.Context, id string) (node.Sandbox, error)
+	resume       func(ctx context.Context, id string, timeoutMs *int64) (node.Sandbox, error)
 	snapshot     func(ctx context.Context, id, snapshotID string) (string, int64, error)
 	removeImage  func(ctx context.Context, image string) error
 	makeVolume   func(ctx context.Context, id string, size int64) error
@@ -42,13 +42,13 @@ type fakeNode struct {
 	openPort     func(ctx context.Context, id string, port int, resume bool) (agentproxy.Call, error)
 	acquire      func(ctx context.Context, id string) (agentproxy.Call, error)
 	metrics      func(ctx context.Context, id string) ([]api.SandboxMetric, error)
-	network      func(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (store.Sandbox, error)
+	network      func(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (node.Sandbox, error)
 	networkLog   func(ctx context.Context, id string) ([]egress.Decision, error)
 }
 
-func (f *fakeNode) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (store.Sandbox, error) {
+func (f *fakeNode) UpdateNetwork(ctx context.Context, id string, p *netpolicy.Policy, cut bool) (node.Sandbox, error) {
 	if f.network == nil {
-		return store.Sandbox{}, errUnexpected
+		return node.Sandbox{}, errUnexpected
 	}
 	return f.network(ctx, id, p, cut)
 }
@@ -64,14 +64,14 @@ var _ node.Node = (*fakeNode)(nil)
 
 var errUnexpected = errors.New("fakeNode: call not expected by the test")
 
-func (f *fakeNode) Create(ctx context.Context, p node.Plan) (store.Sandbox, error) {
+func (f *fakeNode) Create(ctx context.Context, p node.Plan) (node.Sandbox, error) {
 	if f.create == nil {
-		return store.Sandbox{}, errUnexpected
+		return node.Sandbox{}, errUnexpected
 	}
 	return f.create(ctx, p)
 }
 
-func (f *fakeNode) Fork(ctx context.Context, parent string, p node.Plan, n int) ([]store.Sandbox, error) {
+func (f *fakeNode) Fork(ctx context.Context, parent string, p node.Plan, n int) ([]node.Sandbox, error) {
 	if f.fork == nil {
 		return nil, errUnexpected
 	}
@@ -85,23 +85,23 @@ func (f *fakeNode) Kill(ctx context.Context, id string) error {
 	return f.kill(ctx, id)
 }
 
-func (f *fakeNode) SetTimeout(ctx context.Context, id string, ms int64) (store.Sandbox, error) {
+func (f *fakeNode) SetTimeout(ctx context.Context, id string, ms int64) (node.Sandbox, error) {
 	if f.setTimeout == nil {
-		return store.Sandbox{}, errUnexpected
+		return node.Sandbox{}, errUnexpected
 	}
 	return f.setTimeout(ctx, id, ms)
 }
 
-func (f *fakeNode) Pause(ctx context.Context, id string) (store.Sandbox, error) {
+func (f *fakeNode) Pause(ctx context.Context, id string) (node.Sandbox, error) {
 	if f.pause == nil {
-		return store.Sandbox{}, errUnexpected
+		return node.Sandbox{}, errUnexpected
 	}
 	return f.pause(ctx, id)
 }
 
-func (f *fakeNode) Resume(ctx context.Context, id string, timeoutMs *int64) (store.Sandbox, error) {
+func (f *fakeNode) Resume(ctx context.Context, id string, timeoutMs *int64) (node.Sandbox, error) {
 	if f.resume == nil {
-		return store.Sandbox{}, errUnexpected
+		return node.Sandbox{}, errUnexpected
 	}
 	return f.resume(ctx, id, timeoutMs)
 }
@@ -234,8 +234,8 @@ func (f *filler) fill(t *testing.T, v reflect.Value) {
 }
 
 // filledSandbox is a sandbox with every field set.
-func (f *filler) sandbox(t *testing.T) store.Sandbox {
-	var sb store.Sandbox
+func (f *filler) sandbox(t *testing.T) node.Sandbox {
+	var sb node.Sandbox
 	f.fill(t, reflect.ValueOf(&sb).Elem())
 	if !sb.Shape.Recorded {
 		t.Fatal("filler left Shape.Recorded false")
@@ -273,16 +273,16 @@ func TestPlanLocalFields(t *testing.T) {
 
 // TestRoundTrip sends every field of every request and answer of the node
 // API through the real client and handler: a field of node.Plan or
-// store.Sandbox (its shape included) that does not cross fails it.
+// node.Sandbox (its shape included) that does not cross fails it.
 func TestRoundTrip(t *testing.T) {
 	var f filler
 	wantPlan, wantSB := f.plan(t), f.sandbox(t)
-	wantSBs := []store.Sandbox{f.sandbox(t), f.sandbox(t)}
+	wantSBs := []node.Sandbox{f.sandbox(t), f.sandbox(t)}
 	fn := &fakeNode{}
 	s := serve(t, fn)
 	c := s.client
 	ctx := context.Background()
-	checkSB := func(call string, got store.Sandbox, err error) {
+	checkSB := func(call string, got node.Sandbox, err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatalf("%s: %v", call, err)
@@ -300,7 +300,7 @@ func TestRoundTrip(t *testing.T) {
 
 	// The API's caller crosses too: the node audits who asked.
 	caller := auth.Caller{ProjectID: "p1", KeyID: "key1", SandboxID: "parent-1", Remote: "192.0.2.1:5555"}
-	fn.create = func(ctx context.Context, p node.Plan) (store.Sandbox, error) {
+	fn.create = func(ctx context.Context, p node.Plan) (node.Sandbox, error) {
 		checkPlan("Create", p)
 		if got, _ := auth.CallerOf(ctx); got != caller {
 			t.Errorf("Create: the node got caller %+v; want %+v", got, caller)
@@ -310,7 +310,7 @@ func TestRoundTrip(t *testing.T) {
 	got, err := c.Create(auth.WithCaller(ctx, caller), wantPlan)
 	checkSB("Create", got, err)
 
-	fn.fork = func(_ context.Context, parent string, p node.Plan, n int) ([]store.Sandbox, error) {
+	fn.fork = func(_ context.Context, parent string, p node.Plan, n int) ([]node.Sandbox, error) {
 		checkPlan("Fork", p)
 		if parent != "parent-1" || n != 2 {
 			t.Errorf("Fork(%q, %d); want parent-1, 2", parent, n)
@@ -322,7 +322,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("Fork = %+v, %v; want %+v", gotSBs, err, wantSBs)
 	}
 
-	fn.setTimeout = func(_ context.Context, id string, ms int64) (store.Sandbox, error) {
+	fn.setTimeout = func(_ context.Context, id string, ms int64) (node.Sandbox, error) {
 		if id != "sb-1" || ms != 60_000 {
 			t.Errorf("SetTimeout(%q, %d); want sb-1, 60000", id, ms)
 		}
@@ -332,7 +332,7 @@ func TestRoundTrip(t *testing.T) {
 	checkSB("SetTimeout", got, err)
 
 	wantPolicy := wantPlan.Network
-	fn.network = func(_ context.Context, id string, p *netpolicy.Policy, cut bool) (store.Sandbox, error) {
+	fn.network = func(_ context.Context, id string, p *netpolicy.Policy, cut bool) (node.Sandbox, error) {
 		if id != "sb-1" || !cut || !reflect.DeepEqual(p, wantPolicy) {
 			t.Errorf("UpdateNetwork(%q, %+v, %v); want sb-1, %+v, true", id, p, cut, wantPolicy)
 		}
@@ -351,7 +351,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("NetworkLog = %+v, %v; want %+v", gotLog, err, wantLog)
 	}
 
-	fn.pause = func(_ context.Context, id string) (store.Sandbox, error) {
+	fn.pause = func(_ context.Context, id string) (node.Sandbox, error) {
 		if id != "sb-1" {
 			t.Errorf("Pause(%q); want sb-1", id)
 		}
@@ -361,7 +361,7 @@ func TestRoundTrip(t *testing.T) {
 	checkSB("Pause", got, err)
 
 	for _, ms := range []*int64{nil, new(int64(5000))} {
-		fn.resume = func(_ context.Context, id string, timeoutMs *int64) (store.Sandbox, error) {
+		fn.resume = func(_ context.Context, id string, timeoutMs *int64) (node.Sandbox, error) {
 			if id != "sb-1" || !reflect.DeepEqual(timeoutMs, ms) {
 				t.Errorf("Resume(%q, %v); want sb-1, %v", id, timeoutMs, ms)
 			}
@@ -404,8 +404,8 @@ func TestRoundTrip(t *testing.T) {
 // TestUnrecordedShape: a row from before shapes were recorded arrives so,
 // for the API to report its defaults rather than zeros.
 func TestUnrecordedShape(t *testing.T) {
-	sb := store.Sandbox{ID: "sb-1", ProjectID: "p1", State: "running", CreatedAt: time.Unix(1_800_000_000, 0).UTC()}
-	s := serve(t, &fakeNode{pause: func(context.Context, string) (store.Sandbox, error) { return sb, nil }})
+	sb := node.Sandbox{ID: "sb-1", ProjectID: "p1", State: "running", CreatedAt: time.Unix(1_800_000_000, 0).UTC()}
+	s := serve(t, &fakeNode{pause: func(context.Context, string) (node.Sandbox, error) { return sb, nil }})
 	got, err := s.client.Pause(context.Background(), "sb-1")
 	if err != nil || !reflect.DeepEqual(got, sb) {
 		t.Errorf("Pause = %+v, %v; want %+v", got, err, sb)
@@ -414,7 +414,7 @@ func TestUnrecordedShape(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	var fail error
-	s := serve(t, &fakeNode{pause: func(context.Context, string) (store.Sandbox, error) { return store.Sandbox{}, fail }})
+	s := serve(t, &fakeNode{pause: func(context.Context, string) (node.Sandbox, error) { return node.Sandbox{}, fail }})
 	ctx := context.Background()
 	for _, k := range errdefs.Kinds() {
 		t.Run(k.Wire, func(t *testing.T) {

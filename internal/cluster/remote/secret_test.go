@@ -10,7 +10,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/cluster/secret"
 	"github.com/lizard-build/lizard/internal/errdefs"
-	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/node"
 )
 
 // TestNodeSecretThrottle: a node's API throttles failed checks of the
@@ -20,8 +20,8 @@ import (
 // served.
 func TestNodeSecretThrottle(t *testing.T) {
 	ctx := context.Background()
-	s := serve(t, &fakeNode{pause: func(ctx context.Context, id string) (store.Sandbox, error) {
-		return store.Sandbox{ID: id, State: "paused"}, nil
+	s := serve(t, &fakeNode{pause: func(ctx context.Context, id string) (node.Sandbox, error) {
+		return node.Sandbox{ID: id, State: "paused"}, nil
 	}})
 	from := func(local, sec string) *Client {
 		tr := NewTransport(sec)

@@ -28,8 +28,9 @@ package remote
 
 import (
 	"errors"
-	"github.com/lizard-build/lizard/internal/netpolicy"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/netpolicy"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
@@ -125,67 +126,6 @@ func volumesFromWire(ws []volumeMount) []store.VolumeMount {
 	return out
 }
 
-// wireSandbox is a sandbox as the node answers for it: its record, with
-// the shape it runs with, of which the API reports the resources. Its own
-// type, not the database row's, so that a field the row gains or hides
-// from JSON (Shape.Recorded) is carried on purpose or the round-trip test
-// fails.
-type wireSandbox struct {
-	ID        string            `json:"id"`
-	ProjectID string            `json:"projectId"`
-	Template  string            `json:"template"`
-	State     string            `json:"state"`
-	TimeoutMs int64             `json:"timeoutMs"`
-	Metadata  map[string]string `json:"metadata,omitempty"`
-	CreatedAt time.Time         `json:"createdAt"`
-	ExpiresAt *time.Time        `json:"expiresAt,omitempty"`
-	EndedAt   *time.Time        `json:"endedAt,omitempty"`
-	EndReason string            `json:"endReason,omitempty"`
-	Slot      int               `json:"slot"`
-	HostAddr  string            `json:"hostAddr"`
-	GuestAddr string            `json:"guestAddr"`
-	Shape     shape             `json:"shape"`
-	Role      string            `json:"role,omitempty"`
-	ParentID  string            `json:"parentId,omitempty"`
-	Node      string            `json:"node,omitempty"`
-	Durable   bool              `json:"durable,omitempty"`
-}
-
-// shape is store.Shape on the wire.
-type shape struct {
-	Limits      node.Limits       `json:"limits"`
-	Internet    bool              `json:"internet,omitempty"`
-	Token       bool              `json:"token,omitempty"`
-	Volumes     []volumeMount     `json:"volumes,omitempty"`
-	PublicPorts bool              `json:"publicPorts,omitempty"`
-	Network     *netpolicy.Policy `json:"network,omitempty"`
-	// Recorded is false for a row from before shapes were recorded: the
-	// API then reports its own defaults.
-	Recorded bool `json:"recorded"`
-}
-
-func sandboxToWire(sb store.Sandbox) wireSandbox {
-	sh := sb.Shape
-	return wireSandbox{ID: sb.ID, ProjectID: sb.ProjectID, Template: sb.Template, State: sb.State, TimeoutMs: sb.TimeoutMs,
-		Metadata: sb.Metadata, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, EndedAt: sb.EndedAt, EndReason: sb.EndReason,
-		Slot: sb.Slot, HostAddr: sb.HostAddr, GuestAddr: sb.GuestAddr, Role: sb.Role, ParentID: sb.ParentID, Node: sb.Node,
-		Durable: sb.Durable,
-		Shape: shape{Limits: node.Limits{MemoryBytes: sh.MemoryBytes, CPUs: sh.CPUs, DiskBytes: sh.DiskBytes, Pids: sh.Pids,
-			OpenFiles: sh.OpenFiles, Processes: sh.Processes}, Internet: sh.Internet, Token: sh.Token,
-			Volumes: volumesToWire(sh.Volumes), PublicPorts: sh.PublicPorts, Network: wirePolicy(sh.Network), Recorded: sh.Recorded}}
-}
-
-func (w wireSandbox) sandbox() store.Sandbox {
-	l := w.Shape.Limits
-	return store.Sandbox{ID: w.ID, ProjectID: w.ProjectID, Template: w.Template, State: w.State, TimeoutMs: w.TimeoutMs,
-		Metadata: w.Metadata, CreatedAt: w.CreatedAt, ExpiresAt: w.ExpiresAt, EndedAt: w.EndedAt, EndReason: w.EndReason,
-		Slot: w.Slot, HostAddr: w.HostAddr, GuestAddr: w.GuestAddr, Role: w.Role, ParentID: w.ParentID, Node: w.Node,
-		Durable: w.Durable,
-		Shape: store.Shape{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, DiskBytes: l.DiskBytes, Pids: l.Pids,
-			OpenFiles: l.OpenFiles, Processes: l.Processes, Internet: w.Shape.Internet, Token: w.Shape.Token,
-			Volumes: volumesFromWire(w.Shape.Volumes), PublicPorts: w.Shape.PublicPorts, Network: w.Shape.Network, Recorded: w.Shape.Recorded}}
-}
-
 type forkRequest struct {
 	Plan  plan `json:"plan"`
 	Count int  `json:"count"`
@@ -206,8 +146,8 @@ type moveRequest struct {
 }
 
 type moveResponse struct {
-	Sandbox wireSandbox `json:"sandbox"`
-	Paused  bool        `json:"paused"`
+	Sandbox node.Sandbox `json:"sandbox"`
+	Paused  bool         `json:"paused"`
 }
 
 type snapshotRequest struct {

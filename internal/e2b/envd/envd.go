@@ -25,9 +25,11 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentproxy"
+	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/e2b/envd/proto/filesystem/filesystemconnect"
 	"github.com/lizard-build/lizard/internal/e2b/envd/proto/process/processconnect"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/node"
 )
 
 // Version is the envd version Lizard's envd speaks as: the E2B router
@@ -118,7 +120,7 @@ func New(cfg Config) http.Handler {
 				if err != nil {
 					return errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrNotFound)
 				}
-				return sb.EndedAt != nil || sb.State == api.StateKilled || sb.State == api.StateExpired || sb.State == api.StateFailed
+				return errors.Is(control.Check(sb, node.WantLive), errdefs.ErrGone)
 			},
 		}, nil
 	}

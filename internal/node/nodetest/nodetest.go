@@ -240,7 +240,7 @@ func Plan(timeoutMs int64) node.Plan {
 }
 
 // Create makes a sandbox of plan p, failing the test if it cannot.
-func (e *Env) Create(t testing.TB, p node.Plan) store.Sandbox {
+func (e *Env) Create(t testing.TB, p node.Plan) node.Sandbox {
 	t.Helper()
 	sb, err := e.Node.Create(context.Background(), p)
 	if err != nil {
