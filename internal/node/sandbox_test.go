@@ -161,7 +161,7 @@ func TestOneDecision(t *testing.T) {
 // deciders are the packages above the node that ask whether a sandbox is
 // live and running: the control plane, the cluster and the surfaces.
 var deciders = []string{"internal/control", "internal/cluster", "internal/cluster/remote", "internal/server",
-	"internal/e2b", "internal/e2b/envd", "internal/mcp"}
+	"internal/e2b", "internal/e2b/envd", "internal/mcp", "internal/agentproxy"}
 
 // stateReads are the reads of a state that decide nothing of the sort,
 // by file and expression.
