@@ -262,6 +262,9 @@ func (h *Handler) notPaused(ctx context.Context, t TargetSandbox) error {
 	if err != nil {
 		return err
 	}
+	if sb, err = h.settled(ctx, t.ProjectID, sb); err != nil {
+		return err
+	}
 	switch err := control.Check(sb, node.WantRunning); {
 	case errors.Is(err, errdefs.ErrGone):
 		return &errdefs.Error{Kind: errdefs.ErrGone, Msg: fmt.Sprintf("it has ended (%s)", sb.State)}

@@ -31,6 +31,7 @@ type env struct {
 	key2 string // project p2
 	c    *control.Control
 	st   *store.Store
+	n    *node.Local // its Reap stands in for the reaper, which no test runs
 }
 
 func newEnv(t *testing.T, agent http.Handler, envd http.Handler) *env {
@@ -83,6 +84,7 @@ func newEnvLimits(t *testing.T, agent http.Handler, envd http.Handler, lim serve
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.n = n
 	e.c, err = control.New(control.Config{Node: n, Store: st, Logger: logger, PortsKey: []byte("test ports key")})
 	if err != nil {
 		t.Fatal(err)

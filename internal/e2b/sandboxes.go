@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -335,6 +336,36 @@ func e2bState(s string) string {
 	return "running"
 }
 
+// settleWait bounds how long a call waits for the end of a sandbox whose
+// time is up: the reaper takes it within its second, and a pause then
+// takes 1 to 3 s under load.
+const settleWait = 10 * time.Second
+
+// settled returns sb once what its timeout does has been done. A sandbox
+// still running past its end is being paused or killed by the reaper;
+// E2B's API shows such a one as paused (pausing) or not found (killing)
+// at once, while Lizard's record says so when the reaper is done: the E2B
+// surface waits for that, polling, up to settleWait, so that get_info and
+// is_running() just after a timeout are E2B's answers, and connect()
+// resumes the paused sandbox rather than find one about to be paused.
+func (h *Handler) settled(ctx context.Context, project string, sb api.Sandbox) (api.Sandbox, error) {
+	give := time.Now().Add(settleWait)
+	for (sb.State == api.StateRunning || sb.State == api.StateStarting) && sb.ExpiresAt != nil &&
+		time.Now().After(*sb.ExpiresAt) && time.Now().Before(give) {
+		select {
+		case <-ctx.Done():
+			return sb, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		next, err := h.cfg.Control.Get(ctx, project, sb.SandboxID)
+		if err != nil {
+			return sb, err
+		}
+		sb = next
+	}
+	return sb, nil
+}
+
 // ended says whether a sandbox is over: E2B's API no longer knows it.
 func ended(sb api.Sandbox) bool {
 	return errors.Is(control.Check(sb, node.WantLive), errdefs.ErrGone)
@@ -359,6 +390,23 @@ func (h *Handler) lookup(r *http.Request, id string) (api.Sandbox, error) {
 	return sb, nil
 }
 
+// lookupSettled is lookup of a sandbox once what its timeout does is
+// done (settled).
+func (h *Handler) lookupSettled(r *http.Request, id string) (api.Sandbox, error) {
+	sb, err := h.lookup(r, id)
+	if err != nil {
+		return sb, err
+	}
+	project, _ := auth.ProjectID(r.Context())
+	if sb, err = h.settled(r.Context(), project, sb); err != nil {
+		return sb, err
+	}
+	if ended(sb) {
+		return sb, gone(sb)
+	}
+	return sb, nil
+}
+
 // gone is E2B's answer for a sandbox that has ended: not found.
 func gone(sb api.Sandbox) error {
 	return &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found: it has ended (%s)", sb.SandboxID, sb.State)}
@@ -373,7 +421,7 @@ func notGone(err error) error {
 }
 
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
-	sb, err := h.lookup(r, r.PathValue("id"))
+	sb, err := h.lookupSettled(r, r.PathValue("id"))
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -555,7 +603,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	project, _ := auth.ProjectID(r.Context())
 	id := r.PathValue("id")
-	sb, err := h.lookup(r, id)
+	sb, err := h.lookupSettled(r, id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
