@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/trace"
 )
 
@@ -33,7 +34,16 @@ type Transport struct {
 	// Observe, when set, is told how each run (POST /execute, /process)
 	// ended, once its stream has (the API process's metrics).
 	Observe func(Outcome)
+	// MaxJSON, when set, bounds a JSON answer read through the transport
+	// (envd's, which decodes them): past it the read fails with an error
+	// of kind ErrAnswerTooLarge, so that an agent replaced by code in the
+	// sandbox cannot have an answer without end held whole.
+	MaxJSON int64
 }
+
+// ErrAnswerTooLarge marks an agent's JSON answer past Transport.MaxJSON:
+// a bad gateway, as an agent that did not answer.
+var ErrAnswerTooLarge = fmt.Errorf("agent's answer over its bound: %w", errdefs.ErrBadGateway)
 
 // sandboxPrefix heads the paths Transport takes.
 const sandboxPrefix = "/v1/sandboxes/"
@@ -160,6 +170,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if conn, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
 		resp.Body = &closingSocket{ReadWriteCloser: conn, ctx: call.Ctx}
 	}
+	if t.MaxJSON > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		what := req.Method + " " + rest
+		if req.Method == http.MethodPut && rest == "/files" {
+			what = "an upload"
+		}
+		resp.Body = &boundedAnswer{ReadCloser: resp.Body, max: t.MaxJSON, what: what}
+	}
 	if sp != nil {
 		resp.Body = spanBody(resp.Body, sp)
 	}
@@ -212,4 +229,30 @@ func (s *spanConn) Close() error {
 // form, go to the call's sandbox's agent (Transport).
 func Client(call Call, base http.RoundTripper, observe func(Outcome)) *http.Client {
 	return &http.Client{Transport: &Transport{Call: call, Base: base, Observe: observe}}
+}
+
+// boundedAnswer fails a read past max bytes (Transport.MaxJSON).
+type boundedAnswer struct {
+	io.ReadCloser
+	max, read int64
+	what      string
+}
+
+func (b *boundedAnswer) Read(p []byte) (int, error) {
+	if b.read >= b.max {
+		// One byte more than the bound tells an answer at the bound from
+		// one past it.
+		var one [1]byte
+		if n, err := b.ReadCloser.Read(one[:]); n == 0 {
+			return 0, err
+		}
+		return 0, &errdefs.Error{Kind: ErrAnswerTooLarge,
+			Msg: fmt.Sprintf("the sandbox's answer to %s was too large: over %d MiB", b.what, b.max>>20)}
+	}
+	if int64(len(p)) > b.max-b.read {
+		p = p[:b.max-b.read]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.read += int64(n)
+	return n, err
 }

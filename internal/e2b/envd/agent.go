@@ -1,24 +1,21 @@
 package envd
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/client"
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
 // Agent is what envd needs of one sandbox's agent: its background
 // processes (docs/processes.md) and files (docs/files.md). The services
-// are written against it so that tests can fake it; httpAgent is the real
+// are written against it so that tests can fake it; clientAgent is the real
 // one.
 type Agent interface {
 	StartProcess(ctx context.Context, req api.ProcessStartRequest) (api.ProcessInfo, error)
@@ -57,264 +54,222 @@ type Stream[T any] interface {
 	Close() error
 }
 
-// httpAgent calls a sandbox's agent over HTTP: base is its URL (on a
-// node, the sandbox's path there), client carries the calls.
-type httpAgent struct {
-	base   *url.URL
-	client *http.Client
+// clientAgent is Agent over the Go client (package client), whose
+// requests the agent proxy's transport carries to the sandbox's agent
+// (agentproxy.Transport): envd is one more client of the agent's API, as
+// MCP is of the public one, and keeps no calls of its own.
+type clientAgent struct {
+	c  *client.Client
+	id string
 }
 
-func (a *httpAgent) url(path string, q url.Values) string {
-	u := *a.base
-	u.Path += path
-	u.RawPath = ""
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// do sends a request and returns the response of a 2xx answer, else the
-// agent's error as an errdefs.Error of the status's kind.
-func (a *httpAgent) do(ctx context.Context, method, path string, q url.Values, contentType string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, a.url(path, q), body)
+// newAgent is sandbox id's agent over tr, a transport of the sandbox's
+// call (agentproxy.Transport), which takes the public API's paths.
+func newAgent(id string, tr http.RoundTripper) *clientAgent {
+	// The transport keeps the key from the agent; the client will not
+	// send a request without one.
+	c, err := client.New(client.Config{BaseURL: "http://sandbox", APIKey: "agent-call", HTTPClient: &http.Client{Transport: tr}})
 	if err != nil {
-		return nil, err
+		panic(err) // a constant URL
 	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode/100 == 2 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	return nil, agentError(resp)
+	return &clientAgent{c: c, id: id}
 }
 
-// agentError is the error an agent answered with, of the kind its status
-// has in errdefs' table, with the agent's message for the caller.
-func agentError(resp *http.Response) error {
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var body api.Error
-	msg := string(bytes.TrimSpace(raw))
-	if json.Unmarshal(raw, &body) == nil && body.Message != "" {
-		msg = body.Message
+// agentError is err with the agent's answer (a *client.Error) as an
+// errdefs.Error of the kind its status has in errdefs' table, with the
+// agent's message for the caller.
+func agentError(err error) error {
+	var ce *client.Error
+	if !errors.As(err, &ce) {
+		return err
 	}
+	msg := ce.Message
 	if msg == "" {
-		msg = http.StatusText(resp.StatusCode)
+		msg = http.StatusText(ce.Status)
 	}
 	for _, k := range errdefs.Kinds() {
-		if k.Status == resp.StatusCode {
+		if k.Status == ce.Status {
 			return &errdefs.Error{Kind: k.Err, Msg: msg}
 		}
 	}
-	return &errdefs.Error{Msg: msg, Cause: fmt.Errorf("agent answered %d", resp.StatusCode)}
-}
-
-// call sends a JSON request (in, when non-nil) and decodes the answer into
-// out (when non-nil).
-func (a *httpAgent) call(ctx context.Context, method, path string, q url.Values, in, out any) error {
-	var body io.Reader
-	ct := ""
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body, ct = bytes.NewReader(b), "application/json"
-	}
-	resp, err := a.do(ctx, method, path, q, ct, body)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if out == nil {
-		return nil
-	}
-	return decodeAnswer(resp.Body, method+" "+path, out)
+	return &errdefs.Error{Msg: msg, Cause: fmt.Errorf("agent answered %d", ce.Status)}
 }
 
 // maxAnswerBytes bounds one JSON answer of the agent (a list, a stat, a
-// process's info): code in the sandbox can replace the agent and answer
-// without end, which would be held whole in the API process. The largest
+// process's info), read through the transport (agentproxy.Transport's
+// MaxJSON): code in the sandbox can replace the agent and answer without
+// end, which would be held whole in the API process. The largest
 // legitimate one is a directory's list: maxListEntries (100,000) entries
 // at about 670 bytes each (~200 for a short path).
 const maxAnswerBytes = 64 << 20
 
-// errAnswerTooLarge marks an agent's answer over maxAnswerBytes: a 502 on
-// envd's HTTP routes, UNAVAILABLE on its RPCs, as for an agent that did
-// not answer.
-var errAnswerTooLarge = fmt.Errorf("agent's answer over its bound: %w", errdefs.ErrBadGateway)
+// asUser makes a file call act as user ("" the sandbox user).
+func asUser(user string) client.FileOption { return client.AsUser(user) }
 
-// decodeAnswer decodes the agent's answer to what from body into out,
-// reading at most maxAnswerBytes of it.
-func decodeAnswer(body io.Reader, what string, out any) error {
-	lr := &io.LimitedReader{R: body, N: maxAnswerBytes + 1}
-	if err := json.NewDecoder(lr).Decode(out); err != nil {
-		if lr.N <= 0 {
-			return &errdefs.Error{Kind: errAnswerTooLarge,
-				Msg: fmt.Sprintf("the sandbox's answer to %s was too large: over %d MiB", what, maxAnswerBytes>>20)}
-		}
-		return fmt.Errorf("reading the agent's answer to %s: %w", what, err)
+// resolving asks the agent to describe symlinks as envd does: by their
+// target's type and mode, with the resolved absolute path.
+var resolving client.FileOption = func(q url.Values) { q.Set("resolveSymlinks", "true") }
+
+func deref[T any](v *T, err error) (T, error) {
+	var zero T
+	if err != nil {
+		return zero, agentError(err)
 	}
+	return *v, nil
+}
+
+func (a *clientAgent) StartProcess(ctx context.Context, req api.ProcessStartRequest) (api.ProcessInfo, error) {
+	return deref(a.c.StartProcess(ctx, a.id, req))
+}
+
+func (a *clientAgent) ListProcesses(ctx context.Context) ([]api.ProcessInfo, error) {
+	list, err := a.c.ListProcesses(ctx, a.id)
+	return list, agentError(err)
+}
+
+// ProcessOutput follows pid's output with the client's ConnectProcess.
+// That reads to the end before it returns, so it runs beside the stream;
+// the process is asked for first, so that one that does not exist fails
+// here, before a follower has said it started.
+func (a *clientAgent) ProcessOutput(ctx context.Context, pid int) (Stream[api.ProcessOutputEvent], error) {
+	if _, err := a.c.GetProcess(ctx, a.id, pid); err != nil {
+		return nil, agentError(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &pushed[api.ProcessOutputEvent]{next: make(chan pushedItem[api.ProcessOutputEvent]), ctx: ctx, cancel: cancel}
+	go func() {
+		_, err := a.c.ConnectProcess(ctx, a.id, pid, s.push)
+		if err == nil {
+			err = io.EOF
+		}
+		s.end(agentError(err))
+	}()
+	return s, nil
+}
+
+func (a *clientAgent) SendStdin(ctx context.Context, pid int, data []byte) error {
+	return agentError(a.c.SendStdin(ctx, a.id, pid, data))
+}
+
+func (a *clientAgent) CloseStdin(ctx context.Context, pid int) error {
+	return agentError(a.c.CloseStdin(ctx, a.id, pid))
+}
+
+func (a *clientAgent) Signal(ctx context.Context, pid int, signal string) error {
+	return agentError(a.c.Signal(ctx, a.id, pid, signal))
+}
+
+func (a *clientAgent) Resize(ctx context.Context, pid int, size api.PtySize) error {
+	return agentError(a.c.Resize(ctx, a.id, pid, size.Cols, size.Rows))
+}
+
+func (a *clientAgent) Stat(ctx context.Context, user, path string) (api.EntryInfo, error) {
+	return deref(a.c.Stat(ctx, a.id, path, asUser(user), resolving))
+}
+
+func (a *clientAgent) List(ctx context.Context, user, path string) ([]api.EntryInfo, error) {
+	list, err := a.c.ListDir(ctx, a.id, path, asUser(user), resolving)
+	return list, agentError(err)
+}
+
+func (a *clientAgent) MakeDir(ctx context.Context, user, path string) (api.EntryInfo, error) {
+	return deref(a.c.MakeDir(ctx, a.id, path, asUser(user)))
+}
+
+func (a *clientAgent) Rename(ctx context.Context, user, from, to string) (api.EntryInfo, error) {
+	return deref(a.c.Rename(ctx, a.id, from, to, asUser(user)))
+}
+
+func (a *clientAgent) Remove(ctx context.Context, user, path string) error {
+	return agentError(a.c.Remove(ctx, a.id, path, asUser(user)))
+}
+
+func (a *clientAgent) Watch(ctx context.Context, user, path string, recursive, includeEntry bool) (Stream[api.FileEvent], error) {
+	opts := []client.FileOption{asUser(user)}
+	if includeEntry {
+		opts = append(opts, func(q url.Values) { q.Set("includeEntry", "true") }, resolving)
+	}
+	w, err := a.c.WatchDir(ctx, a.id, path, recursive, opts...)
+	if err != nil {
+		return nil, agentError(err)
+	}
+	return dirWatch{w}, nil
+}
+
+// dirWatch is a client.Watcher as a Stream, its errors as envd's.
+type dirWatch struct{ w *client.Watcher }
+
+func (w dirWatch) Next() (api.FileEvent, error) {
+	ev, err := w.w.Next()
+	return ev, agentError(err)
+}
+
+func (w dirWatch) Close() error { return w.w.Close() }
+
+func (a *clientAgent) ReadFile(ctx context.Context, user, path string) (io.ReadCloser, error) {
+	body, err := a.c.ReadFile(ctx, a.id, path, asUser(user))
+	return body, agentError(err)
+}
+
+func (a *clientAgent) WriteFile(ctx context.Context, user, path string, md map[string]string, body io.Reader) (api.EntryInfo, error) {
+	metadata := func(q url.Values) {
+		for k, v := range md {
+			q.Set("metadata["+k+"]", v)
+		}
+	}
+	return deref(a.c.WriteFile(ctx, a.id, path, body, asUser(user), metadata))
+}
+
+// pushed is a Stream of the events a callback is given (ConnectProcess's
+// onEvent), and then of the error it ended with.
+type pushed[T any] struct {
+	next   chan pushedItem[T]
+	ctx    context.Context
+	cancel context.CancelFunc
+	err    error // once the last item was taken
+}
+
+type pushedItem[T any] struct {
+	v    T
+	err  error
+	last bool
+}
+
+func (s *pushed[T]) push(v T) {
+	select {
+	case s.next <- pushedItem[T]{v: v}:
+	case <-s.ctx.Done():
+	}
+}
+
+func (s *pushed[T]) end(err error) {
+	select {
+	case s.next <- pushedItem[T]{err: err, last: true}:
+	case <-s.ctx.Done():
+	}
+}
+
+func (s *pushed[T]) Next() (T, error) {
+	var zero T
+	if s.err != nil {
+		return zero, s.err
+	}
+	select {
+	case it := <-s.next:
+		if it.last {
+			s.err = it.err
+			return zero, it.err
+		}
+		return it.v, nil
+	case <-s.ctx.Done():
+		return zero, io.EOF
+	}
+}
+
+func (s *pushed[T]) Close() error {
+	s.cancel()
 	return nil
 }
-
-func pidPath(pid int, rest string) string { return "/processes/" + strconv.Itoa(pid) + rest }
-
-func (a *httpAgent) StartProcess(ctx context.Context, req api.ProcessStartRequest) (api.ProcessInfo, error) {
-	var info api.ProcessInfo
-	err := a.call(ctx, http.MethodPost, "/processes", nil, req, &info)
-	return info, err
-}
-
-func (a *httpAgent) ListProcesses(ctx context.Context) ([]api.ProcessInfo, error) {
-	var list api.ProcessList
-	err := a.call(ctx, http.MethodGet, "/processes", nil, nil, &list)
-	return list.Processes, err
-}
-
-func (a *httpAgent) ProcessOutput(ctx context.Context, pid int) (Stream[api.ProcessOutputEvent], error) {
-	return openStream[api.ProcessOutputEvent](ctx, a, pidPath(pid, "/output"), nil)
-}
-
-func (a *httpAgent) SendStdin(ctx context.Context, pid int, data []byte) error {
-	resp, err := a.do(ctx, http.MethodPost, pidPath(pid, "/stdin"), nil, "application/octet-stream", bytes.NewReader(data))
-	if err != nil {
-		return err
-	}
-	return resp.Body.Close()
-}
-
-func (a *httpAgent) CloseStdin(ctx context.Context, pid int) error {
-	return a.call(ctx, http.MethodPost, pidPath(pid, "/stdin/close"), nil, nil, nil)
-}
-
-func (a *httpAgent) Signal(ctx context.Context, pid int, signal string) error {
-	return a.call(ctx, http.MethodPost, pidPath(pid, "/signal"), nil, api.ProcessSignalRequest{Signal: signal}, nil)
-}
-
-func (a *httpAgent) Resize(ctx context.Context, pid int, size api.PtySize) error {
-	return a.call(ctx, http.MethodPost, pidPath(pid, "/resize"), nil, size, nil)
-}
-
-// fileQuery is a file call's query: its path, and its user unless the
-// sandbox user (the agent's default).
-func fileQuery(user, p string) url.Values {
-	q := url.Values{"path": {p}}
-	if user != "" {
-		q.Set("user", user)
-	}
-	return q
-}
-
-func withTo(q url.Values, to string) url.Values {
-	q.Set("to", to)
-	return q
-}
-
-// resolving is q asking the agent to describe symlinks as envd does: by
-// their target's type and mode, with the resolved absolute path.
-func resolving(q url.Values) url.Values {
-	q.Set("resolveSymlinks", "true")
-	return q
-}
-
-func (a *httpAgent) Stat(ctx context.Context, user, path string) (api.EntryInfo, error) {
-	var e api.EntryInfo
-	err := a.call(ctx, http.MethodGet, "/files/stat", resolving(fileQuery(user, path)), nil, &e)
-	return e, err
-}
-
-func (a *httpAgent) List(ctx context.Context, user, path string) ([]api.EntryInfo, error) {
-	var l api.EntryList
-	err := a.call(ctx, http.MethodGet, "/files/list", resolving(fileQuery(user, path)), nil, &l)
-	return l.Entries, err
-}
-
-func (a *httpAgent) MakeDir(ctx context.Context, user, path string) (api.EntryInfo, error) {
-	var e api.EntryInfo
-	err := a.call(ctx, http.MethodPost, "/files/mkdir", fileQuery(user, path), nil, &e)
-	return e, err
-}
-
-func (a *httpAgent) Rename(ctx context.Context, user, from, to string) (api.EntryInfo, error) {
-	var e api.EntryInfo
-	err := a.call(ctx, http.MethodPost, "/files/rename", withTo(fileQuery(user, from), to), nil, &e)
-	return e, err
-}
-
-func (a *httpAgent) Remove(ctx context.Context, user, path string) error {
-	return a.call(ctx, http.MethodDelete, "/files", fileQuery(user, path), nil, nil)
-}
-
-func (a *httpAgent) Watch(ctx context.Context, user, path string, recursive, includeEntry bool) (Stream[api.FileEvent], error) {
-	q := fileQuery(user, path)
-	q.Set("recursive", strconv.FormatBool(recursive))
-	if includeEntry {
-		q.Set("includeEntry", "true")
-		resolving(q)
-	}
-	return openStream[api.FileEvent](ctx, a, "/files/watch", q)
-}
-
-func (a *httpAgent) ReadFile(ctx context.Context, user, path string) (io.ReadCloser, error) {
-	resp, err := a.do(ctx, http.MethodGet, "/files", fileQuery(user, path), "", nil)
-	if err != nil {
-		return nil, err
-	}
-	return resp.Body, nil
-}
-
-func (a *httpAgent) WriteFile(ctx context.Context, user, path string, md map[string]string, body io.Reader) (api.EntryInfo, error) {
-	var e api.EntryInfo
-	q := fileQuery(user, path)
-	for k, v := range md {
-		q.Set("metadata["+k+"]", v)
-	}
-	resp, err := a.do(ctx, http.MethodPut, "/files", q, "application/octet-stream", body)
-	if err != nil {
-		return e, err
-	}
-	defer resp.Body.Close()
-	err = decodeAnswer(resp.Body, "an upload", &e)
-	return e, err
-}
-
-// ndjson reads one JSON value a line from an agent's stream.
-type ndjson[T any] struct {
-	body io.ReadCloser
-	sc   *bufio.Scanner
-}
-
-func openStream[T any](ctx context.Context, a *httpAgent, path string, q url.Values) (Stream[T], error) {
-	resp, err := a.do(ctx, http.MethodGet, path, q, "", nil)
-	if err != nil {
-		return nil, err
-	}
-	sc := bufio.NewScanner(resp.Body)
-	// A terminal's output event carries up to the agent's chunk as base64.
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	return &ndjson[T]{body: resp.Body, sc: sc}, nil
-}
-
-func (s *ndjson[T]) Next() (T, error) {
-	var v T
-	if !s.sc.Scan() {
-		if err := s.sc.Err(); err != nil {
-			return v, err
-		}
-		return v, io.EOF
-	}
-	if err := json.Unmarshal(s.sc.Bytes(), &v); err != nil {
-		return v, fmt.Errorf("reading the agent's stream: %w", err)
-	}
-	return v, nil
-}
-
-func (s *ndjson[T]) Close() error { return s.body.Close() }
 
 // errUnsupported marks what Lizard's agent cannot do for an envd call.
 var errUnsupported = errors.New("not supported by Lizard")

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/e2b/envd/proto/filesystem"
 	"github.com/lizard-build/lizard/internal/e2b/envd/proto/filesystem/filesystemconnect"
 )
@@ -58,7 +59,7 @@ func TestAgentAnswerBounded(t *testing.T) {
 	base, _ := url.Parse(agent.URL)
 	open := func(ctx context.Context) (*session, error) {
 		return &session{sandbox: "sb1", project: "p1", ctx: ctx, release: func() {},
-			agent: &httpAgent{base: base, client: agent.Client()}}, nil
+			agent: overAgent(ctx, base, agent)}, nil
 	}
 	srv := httptest.NewServer(newHandler(open, slog.New(slog.DiscardHandler), 1<<20))
 	t.Cleanup(srv.Close)
@@ -116,8 +117,8 @@ func TestAgentResolvesSymlinks(t *testing.T) {
 	}))
 	t.Cleanup(agent.Close)
 	base, _ := url.Parse(agent.URL)
-	a := &httpAgent{base: base, client: agent.Client()}
 	ctx := context.Background()
+	a := overAgent(ctx, base, agent)
 	if _, err := a.Stat(ctx, "", "/x"); err != nil {
 		t.Fatal(err)
 	}
@@ -127,4 +128,10 @@ func TestAgentResolvesSymlinks(t *testing.T) {
 	if asked["/files/stat"] != "true" || asked["/files/list"] != "true" {
 		t.Errorf("resolveSymlinks asked of stat %q, list %q; want true and true", asked["/files/stat"], asked["/files/list"])
 	}
+}
+
+// overAgent is envd's agent of sandbox sb1 over the agent proxy's
+// transport to a fake agent at base.
+func overAgent(ctx context.Context, base *url.URL, agent *httptest.Server) Agent {
+	return newAgent("sb1", &agentproxy.Transport{Call: agentproxy.Call{URL: base, Ctx: ctx}, Base: agent.Client().Transport, MaxJSON: maxAnswerBytes})
 }

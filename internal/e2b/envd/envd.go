@@ -103,14 +103,11 @@ func New(cfg Config) http.Handler {
 		if err != nil {
 			return nil, sandboxError(id, err)
 		}
-		transport := call.Transport
-		if transport == nil {
-			transport = cfg.Sandboxes.Transport()
-		}
+		tr := &agentproxy.Transport{Call: call, Base: cfg.Sandboxes.Transport(), MaxJSON: maxAnswerBytes}
 		return &session{
 			sandbox: id,
 			project: project,
-			agent:   &httpAgent{base: call.URL, client: &http.Client{Transport: transport}},
+			agent:   newAgent(id, tr),
 			ctx:     call.Ctx,
 			release: call.Release,
 			ended: func() bool {
