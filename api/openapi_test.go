@@ -73,6 +73,7 @@ var wireTypes = map[string]reflect.Type{
 	"ForkRequest":          reflect.TypeFor[ForkRequest](),
 	"Snapshot":             reflect.TypeFor[Snapshot](),
 	"SnapshotList":         reflect.TypeFor[SnapshotList](),
+	"SnapshotRequest":      reflect.TypeFor[SnapshotRequest](),
 	"VolumeMount":          reflect.TypeFor[VolumeMount](),
 	"SandboxVolume":        reflect.TypeFor[SandboxVolume](),
 	"CreateVolumeRequest":  reflect.TypeFor[CreateVolumeRequest](),

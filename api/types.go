@@ -244,6 +244,17 @@ type Snapshot struct {
 	SizeBytes  int64     `json:"sizeBytes"`
 	// Durable: its image is in the image store (docs/storage.md).
 	Durable bool `json:"durable"`
+	// Name is the name it was taken with, while no newer snapshot of the
+	// project has taken it; "" none.
+	Name string `json:"name,omitempty"`
+}
+
+// SnapshotRequest is the optional body of POST
+// /v1/sandboxes/{id}/snapshots.
+type SnapshotRequest struct {
+	// Name names the snapshot in its project; a snapshot that held it
+	// keeps being, unnamed. Creates take the name in place of its ID.
+	Name string `json:"name,omitempty"`
 }
 
 // SnapshotList is the body of GET /v1/snapshots.

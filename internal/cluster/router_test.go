@@ -157,7 +157,7 @@ func TestPlacementAndRouting(t *testing.T) {
 	}
 
 	// Snapshots are named with their node; creates from them go there.
-	snap, err := ctl.Snapshot(ctx, "p1", id)
+	snap, err := ctl.Snapshot(ctx, "p1", id, api.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

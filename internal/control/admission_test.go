@@ -116,7 +116,7 @@ func TestQuotaSnapshotCreates(t *testing.T) {
 	e := newEnv(t, func(c *control.Config) { c.Quota.MaxLive = 3 })
 	ctx := context.Background()
 	sb := e.create(t, "p1", api.CreateSandboxRequest{})
-	sn, err := e.c.Snapshot(ctx, "p1", sb.SandboxID)
+	sn, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestCreateRate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, rate)
 			parent := e.create(t, "p1", api.CreateSandboxRequest{})
-			sn, err := e.c.Snapshot(context.Background(), "p1", parent.SandboxID)
+			sn, err := e.c.Snapshot(context.Background(), "p1", parent.SandboxID, api.SnapshotRequest{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -170,7 +170,7 @@ func TestSandboxKeyNarrowsOnly(t *testing.T) {
 	wide := e.create(t, "p1", api.CreateSandboxRequest{Network: &api.NetworkPolicy{Default: "allow"}})
 	_, err = e.c.ForkBy(ctx, "p1", by, wide.SandboxID, api.ForkRequest{})
 	forbidden("a fork of a wider sandbox", err, "default: allow")
-	snap, err := e.c.Snapshot(ctx, "p1", wide.SandboxID)
+	snap, err := e.c.Snapshot(ctx, "p1", wide.SandboxID, api.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

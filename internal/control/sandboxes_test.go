@@ -33,7 +33,7 @@ func TestOtherProject(t *testing.T) {
 		"Resume":       func(id string) error { _, err := e.c.Resume(ctx, "p2", id, api.ResumeRequest{}); return err },
 		"Acquire":      func(id string) error { _, err := e.c.Acquire(ctx, "p2", id); return err },
 		"CheckRunning": func(id string) error { return e.c.CheckRunning(ctx, "p2", id) },
-		"Snapshot":     func(id string) error { _, err := e.c.Snapshot(ctx, "p2", id); return err },
+		"Snapshot":     func(id string) error { _, err := e.c.Snapshot(ctx, "p2", id, api.SnapshotRequest{}); return err },
 		"Fork":         func(id string) error { _, err := e.c.Fork(ctx, "p2", id, api.ForkRequest{}); return err },
 	}
 	for name, op := range ops {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -19,9 +20,17 @@ import (
 // snapshots fail.
 const MaxSnapshotsPerProject = 100
 
+// snapshotNameRE is what a snapshot's name may be: E2B's names as its
+// SDKs' users write them (letters, digits, '-', '_', '.'), 128 at most.
+var snapshotNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
 // Snapshot saves projectID's running sandbox id (resuming it if paused)
-// without stopping it.
-func (c *Control) Snapshot(ctx context.Context, projectID, id string) (api.Snapshot, error) {
+// without stopping it, named req.Name when it is set: the name moves from
+// the project's snapshot that held it, if any, to this one.
+func (c *Control) Snapshot(ctx context.Context, projectID, id string, req api.SnapshotRequest) (api.Snapshot, error) {
+	if req.Name != "" && !snapshotNameRE.MatchString(req.Name) {
+		return api.Snapshot{}, errdefs.Invalidf("name: %q is not a snapshot name: want 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit", req.Name)
+	}
 	sb, err := c.lookup(ctx, projectID, id)
 	if err != nil {
 		return api.Snapshot{}, err
@@ -38,7 +47,7 @@ func (c *Control) Snapshot(ctx context.Context, projectID, id string) (api.Snaps
 			"(it would restore against whatever they hold later); fork it instead (the copies mount the same volumes), or snapshot a sandbox without volumes", id)}
 	}
 	sn := store.Snapshot{ID: "snap-" + node.NewID(), ProjectID: projectID, SandboxID: id, Template: sb.Template,
-		CreatedAt: c.now(), Shape: sb.Shape.Record(), Durable: c.cfg.ImagesOnDisk}
+		CreatedAt: c.now(), Shape: sb.Shape.Record(), Durable: c.cfg.ImagesOnDisk, Name: req.Name}
 	if sn.ImageDir, sn.SizeBytes, err = c.node.Snapshot(ctx, id, sn.ID); err != nil {
 		return api.Snapshot{}, err
 	}
@@ -56,12 +65,17 @@ func (c *Control) Snapshot(ctx context.Context, projectID, id string) (api.Snaps
 
 func snapshotAPI(sn store.Snapshot) api.Snapshot {
 	return api.Snapshot{SnapshotID: sn.ID, SandboxID: sn.SandboxID, ProjectID: sn.ProjectID, Template: recipe.Name(sn.Template),
-		CreatedAt: sn.CreatedAt, SizeBytes: sn.SizeBytes, Durable: sn.Durable}
+		CreatedAt: sn.CreatedAt, SizeBytes: sn.SizeBytes, Durable: sn.Durable, Name: sn.Name}
 }
 
+// lookupSnapshot is projectID's snapshot of ID id, or else the one named
+// id.
 func (c *Control) lookupSnapshot(ctx context.Context, projectID, id string) (store.Snapshot, error) {
 	sn, err := c.cfg.Store.GetSnapshot(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && sn.ProjectID != projectID {
+		if named, ok, nerr := c.namedSnapshot(ctx, projectID, id); nerr != nil || ok {
+			return named, nerr
+		}
 		return store.Snapshot{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("snapshot %s not found in project %s", id, projectID)}
 	}
 	return sn, err
@@ -97,6 +111,7 @@ func (c *Control) DeleteSnapshot(ctx context.Context, projectID, id string) erro
 	if err != nil {
 		return err
 	}
+	id = sn.ID // id may be its name
 	c.snapMu.Lock()
 	defer c.snapMu.Unlock()
 	if err := c.cfg.Store.DeleteSnapshot(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -220,4 +235,21 @@ func (c *Control) copyPlan(projectID, tmpl string, sh store.Shape, timeoutMs *in
 	p.PublicPorts = sh.PublicPorts
 	p.Network = sh.Network // a copy keeps its original's policy, none included
 	return p, nil
+}
+
+// namedSnapshot is projectID's snapshot named name, if one is.
+func (c *Control) namedSnapshot(ctx context.Context, projectID, name string) (store.Snapshot, bool, error) {
+	if name == "" {
+		return store.Snapshot{}, false, nil
+	}
+	rows, err := c.cfg.Store.ListSnapshots(ctx, projectID)
+	if err != nil {
+		return store.Snapshot{}, false, err
+	}
+	for _, sn := range rows {
+		if sn.Name == name {
+			return sn, true, nil
+		}
+	}
+	return store.Snapshot{}, false, nil
 }

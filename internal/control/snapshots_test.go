@@ -25,7 +25,7 @@ func TestSnapshotsPerProject(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	sb := e.create(t, "p1", api.CreateSandboxRequest{})
-	sn, err := e.c.Snapshot(ctx, "p1", sb.SandboxID)
+	sn, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{})
 	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
@@ -80,7 +80,7 @@ func TestCreateFromSnapshotInvalid(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	sb := e.create(t, "p1", api.CreateSandboxRequest{})
-	sn, err := e.c.Snapshot(ctx, "p1", sb.SandboxID)
+	sn, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestRestoresKeepShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantShape(t, "resume", e.Runtime.Restores()[0].Spec, mem, false)
-	sn, err := e.c.Snapshot(ctx, "p1", sb.SandboxID)
+	sn, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestSnapshotsBound(t *testing.T) {
 	sb := e.create(t, "p1", api.CreateSandboxRequest{})
 	var first string
 	for i := range control.MaxSnapshotsPerProject {
-		sn, err := e.c.Snapshot(ctx, "p1", sb.SandboxID)
+		sn, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{})
 		if err != nil {
 			t.Fatalf("snapshot %d: %v", i+1, err)
 		}
@@ -227,18 +227,71 @@ func TestSnapshotsBound(t *testing.T) {
 			first = sn.SnapshotID
 		}
 	}
-	_, err := e.c.Snapshot(ctx, "p1", sb.SandboxID)
+	_, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{})
 	if !errors.Is(err, errdefs.ErrRateLimited) || !strings.Contains(errdefs.Message(err), "100 snapshots, its maximum") {
 		t.Errorf("snapshot %d of a project: %v; want rate_limited naming the bound", control.MaxSnapshotsPerProject+1, err)
 	}
 	other := e.create(t, "p2", api.CreateSandboxRequest{})
-	if _, err := e.c.Snapshot(ctx, "p2", other.SandboxID); err != nil {
+	if _, err := e.c.Snapshot(ctx, "p2", other.SandboxID, api.SnapshotRequest{}); err != nil {
 		t.Errorf("another project's snapshot: %v", err)
 	}
 	if err := e.c.DeleteSnapshot(ctx, "p1", first); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.Snapshot(ctx, "p1", sb.SandboxID); err != nil {
+	if _, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{}); err != nil {
 		t.Errorf("a snapshot once one was deleted: %v", err)
+	}
+}
+
+// TestSnapshotNames: a snapshot taken with a name is found and created
+// from by that name in its project only; the name given again moves to
+// the newer snapshot, the older one staying under its ID; a name that is
+// not one is refused before anything is taken.
+func TestSnapshotNames(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	sb := e.create(t, "p1", api.CreateSandboxRequest{})
+	first, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{Name: "base_v1.x"})
+	if err != nil || first.Name != "base_v1.x" {
+		t.Fatalf("named Snapshot = %+v, %v", first, err)
+	}
+	if got, err := e.c.GetSnapshot(ctx, "p1", "base_v1.x"); err != nil || got.SnapshotID != first.SnapshotID {
+		t.Errorf("GetSnapshot by name = %+v, %v; want %s", got, err, first.SnapshotID)
+	}
+	if _, err := e.c.GetSnapshot(ctx, "p2", "base_v1.x"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("p1's name from p2 = %v; want ErrNotFound", err)
+	}
+	cp, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{SnapshotID: "base_v1.x"})
+	if err != nil || cp.State != api.StateRunning {
+		t.Fatalf("Create from a snapshot's name = %+v, %v", cp, err)
+	}
+	second, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{Name: "base_v1.x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.c.GetSnapshot(ctx, "p1", "base_v1.x"); got.SnapshotID != second.SnapshotID {
+		t.Errorf("the name names %s after it was given again; want the newer %s", got.SnapshotID, second.SnapshotID)
+	}
+	if got, err := e.c.GetSnapshot(ctx, "p1", first.SnapshotID); err != nil || got.Name != "" {
+		t.Errorf("the older snapshot = %+v, %v; want it kept, unnamed", got, err)
+	}
+	// Deleted by its name: the row and the image.
+	if err := e.c.DeleteSnapshot(ctx, "p1", "base_v1.x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.GetSnapshot(ctx, "p1", second.SnapshotID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("after deleting by name, its snapshot = %v; want not found", err)
+	}
+	if nodetest.Exists(filepath.Join(e.DataDir, "snapshots", second.SnapshotID)) {
+		t.Error("deleting by name left the image")
+	}
+	before, _ := e.c.ListSnapshots(ctx, "p1")
+	for _, name := range []string{"-lead", "has space", "a/b", "x:tag", strings.Repeat("n", 129)} {
+		if _, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{Name: name}); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("Snapshot named %q = %v; want invalid argument", name, err)
+		}
+	}
+	if after, _ := e.c.ListSnapshots(ctx, "p1"); len(after) != len(before) {
+		t.Errorf("refused names took %d snapshots", len(after)-len(before))
 	}
 }

@@ -86,7 +86,7 @@ func TestVolumeRules(t *testing.T) {
 	if err := e.c.DeleteVolume(ctx, "p1", "data"); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), sb.SandboxID) {
 		t.Errorf("DeleteVolume while mounted = %v; want a conflict naming %s", err, sb.SandboxID)
 	}
-	if _, err := e.c.Snapshot(ctx, "p1", sb.SandboxID); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("Snapshot of a sandbox with a volume = %v; want a conflict", err)
 	}
 	// Pause and resume, fork: each restore mounts the volume again.

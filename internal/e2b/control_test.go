@@ -146,6 +146,27 @@ func TestSandboxLifecycle(t *testing.T) {
 	if r := e.do(t, "DELETE", "/e2b/templates/"+snap.SnapshotID, "", key...); r.status != http.StatusNotFound {
 		t.Errorf("delete it again: %d %s; want 404 (the SDK's false)", r.status, r.body)
 	}
+	// Named snapshots: the name is in names, the list filters by it, and
+	// a create takes it as the template — one like an ID's too.
+	for _, name := range []string{"snap-named_1", "golden.v2"} {
+		r = e.do(t, "POST", path+"/snapshots", `{"name":"`+name+`"}`, key...)
+		json.Unmarshal([]byte(r.body), &snap)
+		if r.status != http.StatusCreated || len(snap.Names) != 1 || snap.Names[0] != name {
+			t.Fatalf("snapshot named %s: %d %s", name, r.status, r.body)
+		}
+		if r := e.do(t, "GET", "/e2b/snapshots?name="+name, "", key...); r.status != http.StatusOK || !strings.Contains(r.body, snap.SnapshotID) || strings.Count(r.body, "snapshotID") != 1 {
+			t.Errorf("list by name %s: %d %s; want %s alone", name, r.status, r.body, snap.SnapshotID)
+		}
+		if r := e.do(t, "GET", "/e2b/snapshots?name="+name, "", "X-API-Key", e.key2); r.body != "[]\n" {
+			t.Errorf("another project lists by name %s: %q; want none", name, r.body)
+		}
+		if r := e.do(t, "POST", "/e2b/v2/sandboxes", `{"templateID":"`+name+`"}`, key...); r.status != http.StatusCreated {
+			t.Errorf("create from the snapshot named %s: %d %s", name, r.status, r.body)
+		}
+	}
+	if r := e.do(t, "GET", "/e2b/snapshots?name=nobody", "", key...); r.body != "[]\n" {
+		t.Errorf("list by a name no snapshot has: %q; want []", r.body)
+	}
 	for _, tc := range []struct {
 		name, method, path string
 		headers            []string
@@ -154,7 +175,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		{"another project's", "GET", path, []string{"X-API-Key", e.key2}, http.StatusNotFound},
 		{"another project's kill", "DELETE", path, []string{"X-API-Key", e.key2}, http.StatusNotFound},
 		{"unknown", "GET", "/e2b/sandboxes/nope", key, http.StatusNotFound},
-		{"named snapshot", "POST", path + "/snapshots", key, http.StatusNotImplemented},
+		{"a snapshot named what no name is", "POST", path + "/snapshots", key, http.StatusBadRequest},
 		{"network of one made without rules", "PUT", path + "/network", key, http.StatusConflict},
 		{"templates", "POST", "/e2b/v3/templates", key, http.StatusNotImplemented},
 		{"kill", "DELETE", path, key, http.StatusNoContent},
@@ -163,7 +184,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		{"timeout of a killed one", "POST", path + "/timeout", key, http.StatusNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if r := e.do(t, tc.method, tc.path, `{"timeout":1,"name":"n"}`, tc.headers...); r.status != tc.want {
+			if r := e.do(t, tc.method, tc.path, `{"timeout":1,"name":"n/o"}`, tc.headers...); r.status != tc.want {
 				t.Errorf("%s %s: %d %s; want %d", tc.method, tc.path, r.status, r.body, tc.want)
 			}
 		})

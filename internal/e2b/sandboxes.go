@@ -278,6 +278,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	project, _ := auth.ProjectID(r.Context())
 	caller, _ := auth.CallerOf(r.Context())
+	if req.SnapshotID == "" && n.TemplateID != "" {
+		// A snapshot's name as the template, as on E2B, where a named
+		// snapshot is a template: it comes before a template of that name.
+		if sn, err := h.cfg.Control.GetSnapshot(r.Context(), project, n.TemplateID); err == nil {
+			req.Template, req.SnapshotID = "", sn.SnapshotID
+		}
+	}
 	sb, err := h.cfg.Control.CreateBy(r.Context(), project, caller.SandboxID, req)
 	if err != nil {
 		h.fail(w, r, err)

@@ -57,10 +57,20 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, out)
 }
 
-// snapshotInfo is E2B's SnapshotInfo. Lizard's snapshots have no names.
+// snapshotInfo is E2B's SnapshotInfo: names holds the snapshot's name,
+// while it holds one (E2B's are "team/name:tag"; a Lizard name is its
+// project's, with no team or tag).
 type snapshotInfo struct {
 	SnapshotID string   `json:"snapshotID"`
 	Names      []string `json:"names"`
+}
+
+func snapshotJSON(sn api.Snapshot) snapshotInfo {
+	names := []string{}
+	if sn.Name != "" {
+		names = append(names, sn.Name)
+	}
+	return snapshotInfo{SnapshotID: sn.SnapshotID, Names: names}
 }
 
 func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request) {
@@ -71,27 +81,23 @@ func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if req.Name != "" {
-		h.fail(w, r, notImplemented("named snapshots are not supported by Lizard's E2B surface: create it without a name and use its snapshotID as the template"))
-		return
-	}
 	project, _ := auth.ProjectID(r.Context())
 	id := r.PathValue("id")
 	if _, err := h.lookup(r, id); err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	sn, err := h.cfg.Control.Snapshot(r.Context(), project, id)
+	sn, err := h.cfg.Control.Snapshot(r.Context(), project, id, api.SnapshotRequest{Name: req.Name})
 	if err != nil {
 		h.fail(w, r, notGone(err))
 		return
 	}
-	writeJSON(w, http.StatusCreated, snapshotInfo{SnapshotID: sn.SnapshotID, Names: []string{}})
+	writeJSON(w, http.StatusCreated, snapshotJSON(sn))
 }
 
 // listSnapshots answers the project's snapshots, of one sandbox with
-// ?sandboxID= (or the one ?name=, which can only be its ID here), in pages of ?limit= (at most 100) after ?nextToken= (the
-// last snapshot ID given).
+// ?sandboxID=, the one ?name= names (its name or its ID), in pages of
+// ?limit= (at most 100) after ?nextToken= (the last snapshot ID given).
 func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit := maxPage
@@ -113,8 +119,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		sns = slices.DeleteFunc(sns, func(s api.Snapshot) bool { return s.SandboxID != sb })
 	}
 	if name := q.Get("name"); name != "" {
-		// Lizard's snapshots have an ID only.
-		sns = slices.DeleteFunc(sns, func(s api.Snapshot) bool { return s.SnapshotID != name })
+		sns = slices.DeleteFunc(sns, func(s api.Snapshot) bool { return s.SnapshotID != name && s.Name != name })
 	}
 	if next := q.Get("nextToken"); next != "" {
 		i := slices.IndexFunc(sns, func(s api.Snapshot) bool { return s.SnapshotID == next })
@@ -130,7 +135,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]snapshotInfo, 0, len(sns))
 	for _, s := range sns {
-		out = append(out, snapshotInfo{SnapshotID: s.SnapshotID, Names: []string{}})
+		out = append(out, snapshotJSON(s))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"slices"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
@@ -50,7 +51,12 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	sn, err := s.c.Snapshot(r.Context(), project, r.PathValue("id"))
+	var req api.SnapshotRequest
+	if err := decodeJSON(w, r, &req, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sn, err := s.c.Snapshot(r.Context(), project, r.PathValue("id"), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -80,6 +86,9 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if name := r.URL.Query().Get("name"); name != "" {
+		sns = slices.DeleteFunc(sns, func(sn api.Snapshot) bool { return sn.Name != name })
 	}
 	writeJSON(w, http.StatusOK, api.SnapshotList{Snapshots: sns})
 }

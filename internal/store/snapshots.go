@@ -227,15 +227,17 @@ type Snapshot struct {
 	Shape     Shape // of the sandbox it was taken from
 	// Durable: its image is in the image store (SetSnapshotDurable).
 	Durable bool
+	// Name is the name it is known by in its project, "" none.
+	Name string
 }
 
-const snapshotColumns = `id, project_id, sandbox_id, template, created_at, size_bytes, image_dir, shape, durable`
+const snapshotColumns = `id, project_id, sandbox_id, template, created_at, size_bytes, image_dir, shape, durable, name`
 
 func scanSnapshot(r scanner) (Snapshot, error) {
 	var sn Snapshot
 	var created int64
 	var shape string
-	if err := r.Scan(&sn.ID, &sn.ProjectID, &sn.SandboxID, &sn.Template, &created, &sn.SizeBytes, &sn.ImageDir, &shape, &sn.Durable); err != nil {
+	if err := r.Scan(&sn.ID, &sn.ProjectID, &sn.SandboxID, &sn.Template, &created, &sn.SizeBytes, &sn.ImageDir, &shape, &sn.Durable, &sn.Name); err != nil {
 		return Snapshot{}, err
 	}
 	sh, err := decodeShape(shape)
@@ -247,14 +249,30 @@ func scanSnapshot(r scanner) (Snapshot, error) {
 	return sn, nil
 }
 
-// CreateSnapshot records a snapshot. ErrConflict if the ID is taken.
+// CreateSnapshot records a snapshot. ErrConflict if the ID is taken. A
+// name another snapshot of the project holds moves to this one, which the
+// other keeps being under its ID alone: the name is the newest's, as an
+// E2B snapshot name is its latest build's.
 func (s *Store) CreateSnapshot(ctx context.Context, sn Snapshot) error {
 	shape, err := encodeShape(sn.Shape)
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		sn.ID, sn.ProjectID, sn.SandboxID, sn.Template, toMillis(sn.CreatedAt), sn.SizeBytes, sn.ImageDir, shape, boolInt(sn.Durable))
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("creating snapshot %s: %w", sn.ID, err)
+	}
+	defer tx.Rollback()
+	if sn.Name != "" {
+		if _, err := tx.ExecContext(ctx, `UPDATE snapshots SET name = '' WHERE project_id = ? AND name = ?`, sn.ProjectID, sn.Name); err != nil {
+			return fmt.Errorf("creating snapshot %s: taking its name: %w", sn.ID, err)
+		}
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sn.ID, sn.ProjectID, sn.SandboxID, sn.Template, toMillis(sn.CreatedAt), sn.SizeBytes, sn.ImageDir, shape, boolInt(sn.Durable), sn.Name)
+	if err == nil {
+		err = tx.Commit()
+	}
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("creating snapshot %s: %w", sn.ID, ErrConflict)

@@ -423,6 +423,12 @@ ALTER TABLE nodes ADD COLUMN images TEXT NOT NULL DEFAULT '';
 ALTER TABLE secrets ADD COLUMN hosts TEXT NOT NULL DEFAULT '';
 ALTER TABLE secrets ADD COLUMN allow_http INTEGER NOT NULL DEFAULT 0;
 `,
+	// A snapshot's name (snapshots.go), '' none: one snapshot of a
+	// project holds a name at a time.
+	`
+ALTER TABLE snapshots ADD COLUMN name TEXT NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX snapshots_name ON snapshots(project_id, name) WHERE name <> '';
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

@@ -109,6 +109,7 @@ UNMODELLED: Dict[str, str] = {
     "VolumeList": "Volume.list() returns the volumes themselves",
     "SecretList": "Secret.list() returns the secrets themselves",
     "SnapshotList": "list_snapshots() returns the snapshots themselves",
+    "SnapshotRequest": "snapshot(name=...)",
     "TemplateList": "Template.list() returns the templates themselves",
     "ContextList": "list_contexts() returns the contexts themselves",
     "EntryList": "files.list() returns the entries themselves",

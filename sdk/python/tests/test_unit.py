@@ -288,6 +288,30 @@ async def test_snapshot_returns_info(mode: str) -> None:
     assert isinstance(snap, lizard.SnapshotInfo) and snap.snapshot_id == "snap-1" and snap.size_bytes == 42
 
 
+async def test_named_snapshots(mode: str) -> None:
+    srv = server(mode)
+    snap = {"snapshotId": "snap-1", "sandboxId": "sbx_1", "projectId": "p", "template": "interpreter",
+            "createdAt": "2026-01-01T00:00:00Z", "sizeBytes": 42, "name": "golden"}
+    srv.route("POST", PREFIX + "/snapshots", status=201, json=snap)
+    srv.route("GET", "/v1/snapshots", json={"snapshots": [snap]})
+    got = await r((await sandbox(srv)).snapshot(name="golden"))
+    assert got.name == "golden" and srv.last("POST", PREFIX + "/snapshots").json() == {"name": "golden"}
+    listed = await r(cls(mode).list_snapshots(name="golden", transport=srv.transport()))
+    assert [s.name for s in listed] == ["golden"] and srv.last("GET", "/v1/snapshots").params == [("name", "golden")]
+    await r(cls(mode).list_snapshots(transport=srv.transport()))
+    assert srv.last("GET", "/v1/snapshots").params == []
+
+
+async def test_file_metadata(mode: str) -> None:
+    srv = server(mode)
+    srv.route("PUT", PREFIX + "/files", json={**ENTRY, "metadata": {"author": "al"}})
+    info = await r((await sandbox(srv)).files.write("a.txt", "x", metadata={"author": "al"}))
+    assert info.metadata == {"author": "al"}
+    assert srv.last("PUT", PREFIX + "/files").params == [("path", "a.txt"), ("metadata[author]", "al")]
+    ev = lizard.FilesystemEvent.from_json({"type": "write", "name": "a.txt", "entry": {**ENTRY, "metadata": {"k": "v"}}})
+    assert ev.entry is not None and ev.entry.metadata == {"k": "v"}
+
+
 # Errors -------------------------------------------------------------------------------------------------
 
 

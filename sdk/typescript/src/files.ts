@@ -47,10 +47,22 @@ export interface TransferOptions extends FileOptions {
   timeoutMs?: number;
 }
 
+/** Options of files.write. */
+export interface WriteOptions extends TransferOptions {
+  /**
+   * The file's metadata, kept with it as its extended attributes
+   * (user.e2b.<key>) and shown as EntryInfo.metadata; a file written again
+   * keeps only that write's.
+   */
+  metadata?: Record<string, string>;
+}
+
 /** Options of files.watchDir. */
 export interface WatchOptions extends FileOptions {
   /** Also watch every directory below, including those made later. */
   recursive?: boolean;
+  /** Give each create, write and chmod event the file's entry (FilesystemEvent.entry). */
+  includeEntry?: boolean;
   /** Called once the watch has ended: with undefined after stop() or when the directory was removed, else with the error (SandboxGoneError when the sandbox ended). */
   onExit?: (err?: Error) => void | Promise<void>;
 }
@@ -126,14 +138,15 @@ export class Files {
    * written as UTF-8; a ReadableStream or AsyncIterable is sent as it is
    * read. The file appears whole once all of it is written.
    */
-  async write(path: string, data: WriteData, opts: TransferOptions = {}): Promise<EntryInfo> {
+  async write(path: string, data: WriteData, opts: WriteOptions = {}): Promise<EntryInfo> {
     let body: string | Uint8Array | Blob | ReadableStream<Uint8Array>;
     if (data instanceof ArrayBuffer) body = new Uint8Array(data);
     else if (typeof data === 'string' || data instanceof Uint8Array || data instanceof Blob || data instanceof ReadableStream) body = data;
     else body = toStream(data);
     const streamed = body instanceof ReadableStream;
+    const metadata = Object.fromEntries(Object.entries(opts.metadata ?? {}).map(([k, v]) => [`metadata[${k}]`, v]));
     const w = await this.http.request<WireEntry>('PUT', `${this.prefix}/files`, {
-      query: fileQuery(path, opts),
+      query: fileQuery(path, opts, metadata),
       body,
       headers: { 'content-type': 'application/octet-stream' },
       timeoutMs: opts.timeoutMs ?? (streamed ? 0 : undefined),
@@ -167,7 +180,10 @@ export class Files {
   ): Promise<WatchHandle> {
     const stopper = new AbortController();
     const open = await this.http.open('GET', `${this.prefix}/files/watch`, {
-      query: fileQuery(path, opts, { recursive: opts.recursive ? 'true' : 'false' }),
+      query: fileQuery(path, opts, {
+        recursive: opts.recursive ? 'true' : 'false',
+        ...(opts.includeEntry ? { includeEntry: 'true' } : {}),
+      }),
       timeoutMs: 0,
       signal: stopper.signal,
     });
@@ -175,7 +191,7 @@ export class Files {
       let failure: Error | undefined;
       try {
         for await (const line of ndjsonLines(open.reader())) {
-          let ev: { type?: string; name?: string; time?: string; abort?: Abort };
+          let ev: { type?: string; name?: string; time?: string; abort?: Abort; entry?: WireEntry };
           try {
             ev = JSON.parse(line);
           } catch (err) {
@@ -183,7 +199,7 @@ export class Files {
           }
           if (ev.type === 'abort') throw errorFromAbort(ev.abort);
           if (!ev.type) continue;
-          await onEvent({ type: ev.type, name: ev.name ?? '', time: new Date(ev.time ?? 0) });
+          await onEvent({ type: ev.type, name: ev.name ?? '', time: new Date(ev.time ?? 0), entry: ev.entry ? entryInfo(ev.entry) : undefined });
         }
       } catch (err) {
         if (!stopper.signal.aborted) failure = err instanceof Error ? err : new Error(String(err));

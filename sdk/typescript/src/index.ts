@@ -19,7 +19,9 @@ export {
   type CreateOptions,
   type ListOptions,
   type RunCodeOptions,
+  type ListSnapshotsOptions,
   type SnapshotInfo,
+  type SnapshotOptions,
 } from './sandbox.js';
 export {
   Execution,

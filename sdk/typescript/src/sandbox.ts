@@ -133,6 +133,24 @@ export interface SnapshotInfo {
   sizeBytes: number;
   /** Its image is in the server's image store (uploaded in the background after the snapshot). */
   durable: boolean;
+  /** The name it was taken with, while no newer snapshot of the project has taken it. */
+  name?: string;
+}
+
+/** Options of snapshot(). */
+export interface SnapshotOptions {
+  /**
+   * Names the snapshot in the project: create({ snapshotId: name }) and
+   * listSnapshots({ name }) take it; a name given again moves to the newer
+   * snapshot (the older one keeps its id).
+   */
+  name?: string;
+}
+
+/** Options of CodeSandbox.listSnapshots. */
+export interface ListSnapshotsOptions extends ConnectionOptions {
+  /** Only the snapshot of this name (none when no snapshot holds it). */
+  name?: string;
 }
 
 /** A sandbox that runs code. Make one with CodeSandbox.create or CodeSandbox.connect. */
@@ -385,14 +403,21 @@ export class CodeSandbox {
   }
 
   /** snapshot saves the running sandbox without stopping it; create({snapshotId}) restores it. */
-  async snapshot(): Promise<SnapshotInfo> {
-    const w = await this.http.request<Omit<SnapshotInfo, 'createdAt'> & { createdAt: string }>(
-      'POST',
-      `${this.prefix}/snapshots`,
-      { timeoutMs: this.longTimeout() },
-    );
-    // A Date, as every other time the SDK returns (getInfo, Volume, Secret, Template).
-    return { ...w, createdAt: new Date(w.createdAt) };
+  async snapshot(opts: SnapshotOptions = {}): Promise<SnapshotInfo> {
+    const w = await this.http.request<WireSnapshot>('POST', `${this.prefix}/snapshots`, {
+      json: opts.name ? { name: opts.name } : {},
+      timeoutMs: this.longTimeout(),
+    });
+    return snapshotInfo(w);
+  }
+
+  /** listSnapshots lists the key's project's snapshots, newest first; with name, the one of that name. */
+  static async listSnapshots(opts: ListSnapshotsOptions = {}): Promise<SnapshotInfo[]> {
+    const http = new HttpClient(resolveConfig(opts));
+    const w = await http.request<{ snapshots: WireSnapshot[] | null }>('GET', '/v1/snapshots', {
+      query: opts.name ? { name: opts.name } : {},
+    });
+    return (w.snapshots ?? []).map(snapshotInfo);
   }
 
   /** deleteSnapshot removes a snapshot of the key's project and its image. */
@@ -452,4 +477,11 @@ export function portUrl(apiUrl: string, sandboxId: string, port: number, portsDo
     return `${u.protocol}//${port}-${sandboxId}.${portsDomain}${u.port ? `:${u.port}` : ''}/`;
   }
   return `${apiUrl.replace(/\/+$/, '')}/v1/sandboxes/${encodeURIComponent(sandboxId)}/ports/${port}/`;
+}
+
+type WireSnapshot = Omit<SnapshotInfo, 'createdAt'> & { createdAt: string };
+
+// A Date, as every other time the SDK returns (getInfo, Volume, Secret, Template).
+function snapshotInfo(w: WireSnapshot): SnapshotInfo {
+  return { ...w, createdAt: new Date(w.createdAt), name: w.name || undefined };
 }

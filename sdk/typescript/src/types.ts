@@ -138,6 +138,8 @@ export interface EntryInfo {
   group: string;
   /** Where a symlink points, as stored in it; undefined for other types. */
   symlinkTarget?: string;
+  /** The file's metadata (files.write's metadata, its user.e2b.* extended attributes); undefined for none. */
+  metadata?: Record<string, string>;
 }
 
 /** One change under a watched directory (files.watchDir). */
@@ -148,6 +150,8 @@ export interface FilesystemEvent {
   name: string;
   /** When the sandbox saw it. */
   time: Date;
+  /** The file as it was when the event was sent, with watchDir's includeEntry. */
+  entry?: EntryInfo;
 }
 
 /** One sample of a sandbox's use of its machine (getMetrics), taken every 5 s. */
@@ -238,6 +242,7 @@ export interface WireEntry {
   owner?: string;
   group?: string;
   symlinkTarget?: string;
+  metadata?: Record<string, string>;
 }
 
 /** The API error a stream ended with when the sandbox stopped during the call. */
@@ -376,5 +381,6 @@ export function entryInfo(w: WireEntry): EntryInfo {
     owner: w.owner ?? '',
     group: w.group ?? '',
     symlinkTarget: w.symlinkTarget || undefined,
+    metadata: w.metadata && Object.keys(w.metadata).length > 0 ? { ...w.metadata } : undefined,
   };
 }

@@ -352,6 +352,19 @@ class AsyncCodeSandbox:
             raise
 
     @classmethod
+    async def list_snapshots(
+        cls,
+        name: Optional[str] = None,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+        request_timeout: Optional[float] = _core.DEFAULT_REQUEST_TIMEOUT,
+        *,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+    ) -> List[SnapshotInfo]:
+        """The key's project's snapshots, newest first; with ``name``, the one of that name (or none)."""
+        return await _once(_calls.list_snapshots(name), api_key, api_url, request_timeout, transport)
+
+    @classmethod
     async def list(
         cls,
         metadata: Optional[Mapping[str, str]] = None,
@@ -416,10 +429,12 @@ class AsyncCodeSandbox:
         it had left when paused. Raises SandboxGoneError when its image could not be restored."""
         await self._http.call(_calls.resume(self.sandbox_id, timeout_ms))
 
-    async def snapshot(self) -> SnapshotInfo:
+    async def snapshot(self, name: Optional[str] = None) -> SnapshotInfo:
         """Save the sandbox, kernel state included, without stopping it. Create sandboxes from it with
-        ``create(snapshot_id=...)``; delete it with :meth:`delete_snapshot`."""
-        return await self._http.call(_calls.snapshot(self.sandbox_id))
+        ``create(snapshot_id=...)``; delete it with :meth:`delete_snapshot`. A ``name`` names it in the
+        project: ``create(snapshot_id=name)`` and ``list_snapshots(name=name)`` take it, and a name given
+        again moves to the newer snapshot (the older one keeps its ID)."""
+        return await self._http.call(_calls.snapshot(self.sandbox_id, name))
 
     async def delete_snapshot(self, snapshot_id: str) -> None:
         """Delete a snapshot of the key's project and its image."""
@@ -803,11 +818,12 @@ class AsyncFiles:
             n += len(chunk)
         return n
 
-    async def write(self, path: str, data: Union[FileData, IO[Any], AsyncIterator[bytes]], *, user: Optional[str] = None) -> EntryInfo:
+    async def write(self, path: str, data: Union[FileData, IO[Any], AsyncIterator[bytes]], *, user: Optional[str] = None,
+                    metadata: Optional[Mapping[str, str]] = None) -> EntryInfo:
         """Write a file, creating parent directories. File-like data (sync or async) and (async) iterables
-        of bytes are streamed in chunks."""
+        of bytes are streamed in chunks. ``metadata``: see :meth:`lizard.Files.write`."""
         s = self._sandbox
-        return await s._http.call(_calls.write_file(s.sandbox_id, path, user, _achunks(data)))
+        return await s._http.call(_calls.write_file(s.sandbox_id, path, user, _achunks(data), metadata))
 
     async def rename(self, old_path: str, new_path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Rename or move a file or directory, as rename(2); see :meth:`lizard.Files.rename`."""

@@ -196,9 +196,14 @@ def resume(sandbox_id: str, timeout_ms: Optional[int]) -> Call[None]:
     return Call("POST", sandbox_path(sandbox_id, "/resume"), _nothing, json=body, timeout=_core.DEFAULT_CREATE_TIMEOUT)
 
 
-def snapshot(sandbox_id: str) -> Call[SnapshotInfo]:
+def snapshot(sandbox_id: str, name: Optional[str]) -> Call[SnapshotInfo]:
     return Call("POST", sandbox_path(sandbox_id, "/snapshots"), _one(SnapshotInfo.from_json),
-                timeout=_core.DEFAULT_CREATE_TIMEOUT)
+                json={"name": name} if name else {}, timeout=_core.DEFAULT_CREATE_TIMEOUT)
+
+
+def list_snapshots(name: Optional[str]) -> Call[List[SnapshotInfo]]:
+    return Call("GET", "/v1/snapshots", _many(SnapshotInfo.from_json, "snapshots"),
+                params={"name": name} if name else None)
 
 
 def delete_snapshot(snapshot_id: str) -> Call[None]:
@@ -325,10 +330,14 @@ def open_file(sandbox_id: str, path: str, user: Optional[str]) -> Open:
     return Open(_files(sandbox_id), _core.file_params(path, user), read_timeout=UNSET)
 
 
-def write_file(sandbox_id: str, path: str, user: Optional[str], content: Any) -> Call[EntryInfo]:
-    """PUT a file; content is bytes or an iterator of them (each client makes it from what the caller gave)."""
-    return Call("PUT", _files(sandbox_id), _one(EntryInfo.from_json), params=_core.file_params(path, user),
-                content=content)
+def write_file(sandbox_id: str, path: str, user: Optional[str], content: Any,
+               metadata: Optional[Mapping[str, str]] = None) -> Call[EntryInfo]:
+    """PUT a file; content is bytes or an iterator of them (each client makes it from what the caller gave).
+    metadata goes as metadata[key]=value parameters, kept as the file's extended attributes."""
+    params = _core.file_params(path, user)
+    for k, v in (metadata or {}).items():
+        params[f"metadata[{k}]"] = v
+    return Call("PUT", _files(sandbox_id), _one(EntryInfo.from_json), params=params, content=content)
 
 
 def rename_file(sandbox_id: str, old_path: str, new_path: str, user: Optional[str]) -> Call[EntryInfo]:

@@ -327,6 +327,19 @@ class CodeSandbox:
             raise
 
     @classmethod
+    def list_snapshots(
+        cls,
+        name: Optional[str] = None,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+        request_timeout: Optional[float] = _core.DEFAULT_REQUEST_TIMEOUT,
+        *,
+        transport: Optional[httpx.BaseTransport] = None,
+    ) -> List[SnapshotInfo]:
+        """The key's project's snapshots, newest first; with ``name``, the one of that name (or none)."""
+        return _once(_calls.list_snapshots(name), api_key, api_url, request_timeout, transport)
+
+    @classmethod
     def list(
         cls,
         metadata: Optional[Mapping[str, str]] = None,
@@ -397,10 +410,12 @@ class CodeSandbox:
         it had left when paused. Raises SandboxGoneError when its image could not be restored."""
         self._http.call(_calls.resume(self.sandbox_id, timeout_ms))
 
-    def snapshot(self) -> SnapshotInfo:
+    def snapshot(self, name: Optional[str] = None) -> SnapshotInfo:
         """Save the sandbox, kernel state included, without stopping it. Create sandboxes from it with
-        ``create(snapshot_id=...)``; delete it with :meth:`delete_snapshot`."""
-        return self._http.call(_calls.snapshot(self.sandbox_id))
+        ``create(snapshot_id=...)``; delete it with :meth:`delete_snapshot`. A ``name`` names it in the
+        project: ``create(snapshot_id=name)`` and ``list_snapshots(name=name)`` take it, and a name given
+        again moves to the newer snapshot (the older one keeps its ID)."""
+        return self._http.call(_calls.snapshot(self.sandbox_id, name))
 
     def delete_snapshot(self, snapshot_id: str) -> None:
         """Delete a snapshot of the key's project and its image."""
@@ -814,11 +829,14 @@ class Files:
             n += len(chunk)
         return n
 
-    def write(self, path: str, data: FileData, *, user: Optional[str] = None) -> EntryInfo:
+    def write(self, path: str, data: FileData, *, user: Optional[str] = None,
+              metadata: Optional[Mapping[str, str]] = None) -> EntryInfo:
         """Write a file, creating parent directories. A file object or an iterable of bytes is streamed in
-        chunks, so a file of any size passes through; the file appears whole once all of it is written."""
+        chunks, so a file of any size passes through; the file appears whole once all of it is written.
+        ``metadata`` is kept with the file as its extended attributes (``user.e2b.<key>``) and shown as
+        :attr:`EntryInfo.metadata`; a file written again keeps only that write's."""
         s = self._sandbox
-        return s._http.call(_calls.write_file(s.sandbox_id, path, user, _chunks(data)))
+        return s._http.call(_calls.write_file(s.sandbox_id, path, user, _chunks(data), metadata))
 
     def rename(self, old_path: str, new_path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Rename or move a file or directory, as rename(2): a file at new_path is replaced. Returns the entry

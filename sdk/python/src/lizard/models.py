@@ -281,6 +281,8 @@ class SnapshotInfo:
     created_at: Optional[datetime]
     size_bytes: int
     durable: bool = False
+    name: Optional[str] = None
+    """The name it was taken with, while no newer snapshot of the project has taken it."""
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "SnapshotInfo":
@@ -293,6 +295,7 @@ class SnapshotInfo:
             created_at=parse_time(obj.get("createdAt")),
             size_bytes=int(obj.get("sizeBytes") or 0),
             durable=bool(obj.get("durable")),
+            name=obj.get("name") or None,
         )
 
 
@@ -311,6 +314,8 @@ class EntryInfo:
         owner: the owner's user name (the uid when the sandbox has no name for it).
         group: the group's name (the gid when the sandbox has no name for it).
         symlink_target: where a symlink points, as stored in it; None for other types.
+        metadata: the file's metadata (``files.write(..., metadata=)``, its ``user.e2b.*`` extended
+            attributes); None when it has none.
     """
 
     name: str
@@ -323,6 +328,7 @@ class EntryInfo:
     owner: str = ""
     group: str = ""
     symlink_target: Optional[str] = None
+    metadata: Optional[Dict[str, str]] = None
 
     @property
     def modified_time(self) -> Optional[datetime]:
@@ -343,6 +349,7 @@ class EntryInfo:
             owner=str(obj.get("owner") or ""),
             group=str(obj.get("group") or ""),
             symlink_target=obj.get("symlinkTarget") or None,
+            metadata=dict(obj["metadata"]) if obj.get("metadata") else None,
         )
 
 
@@ -355,16 +362,20 @@ class FilesystemEvent:
             or ``chmod``.
         name: the path that changed, relative to the watched directory.
         time: when the sandbox saw it.
+        entry: the file as it was when the event was sent, for a watch asked to include it (the API's
+            ``includeEntry``); None otherwise.
     """
 
     type: str
     name: str
     time: Optional[datetime]
+    entry: Optional[EntryInfo] = None
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "FilesystemEvent":
         """Build a FilesystemEvent from its wire form."""
-        return cls(type=str(obj.get("type", "")), name=str(obj.get("name", "")), time=parse_time(obj.get("time")))
+        entry = EntryInfo.from_json(obj["entry"]) if obj.get("entry") else None
+        return cls(type=str(obj.get("type", "")), name=str(obj.get("name", "")), time=parse_time(obj.get("time")), entry=entry)
 
 
 @dataclass

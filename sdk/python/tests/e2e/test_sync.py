@@ -269,11 +269,14 @@ def test_pause_resume_snapshot_fork(sandbox: CodeSandbox) -> None:
     again = CodeSandbox.connect(sandbox.sandbox_id)  # not `with`: leaving it would kill the sandbox
     assert again.get_info().state == "running", "connect resumes a paused sandbox"
     again.close()
-    snap = sandbox.snapshot()
+    snap = sandbox.snapshot(name="e2e-golden")
     assert isinstance(snap, lizard.SnapshotInfo) and snap.sandbox_id == sandbox.sandbox_id and snap.size_bytes > 0
     assert snap.durable and not sandbox.get_info().durable, "a snapshot is durable, a running sandbox is not"
+    assert snap.name == "e2e-golden"
     try:
-        with CodeSandbox.create(snapshot_id=snap.snapshot_id) as restored:
+        assert [s.snapshot_id for s in CodeSandbox.list_snapshots(name="e2e-golden")] == [snap.snapshot_id]
+        assert CodeSandbox.list_snapshots(name="no-such-name") == []
+        with CodeSandbox.create(snapshot_id="e2e-golden") as restored:  # by its name
             assert restored.run_code("survives").results[0].data == "'pause'"
     finally:
         sandbox.delete_snapshot(snap.snapshot_id)

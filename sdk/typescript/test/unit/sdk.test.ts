@@ -294,6 +294,22 @@ describe('sandboxes', () => {
     assert.equal(snap.createdAt.toISOString(), '2026-12-02T03:56:16.723Z');
   });
 
+  test('named snapshots: snapshot({ name }) sends it, listSnapshots({ name }) filters by it', async () => {
+    const sb = await connected('sbx_1');
+    const snap = {
+      snapshotId: 'snap-1', sandboxId: 'sbx_1', projectId: 'proj_123', template: 'interpreter',
+      createdAt: '2026-12-02T03:56:16.723976Z', sizeBytes: 5, durable: true, name: 'golden',
+    };
+    fake.handler = (req, res) =>
+      req.method === 'POST' ? FakeServer.json(res, 201, snap) : FakeServer.json(res, 200, { snapshots: [snap] });
+    assert.equal((await sb.snapshot({ name: 'golden' })).name, 'golden');
+    const listed = await CodeSandbox.listSnapshots({ ...opts, name: 'golden' });
+    assert.deepEqual(listed.map((s) => [s.snapshotId, s.name]), [['snap-1', 'golden']]);
+    const [post, get] = fake.requests.slice(-2);
+    assert.deepEqual(JSON.parse(post!.body.toString()), { name: 'golden' });
+    assert.equal(`${get!.method} ${get!.path} ${get!.query.get('name')}`, 'GET /v1/snapshots golden');
+  });
+
   test('fork returns a handle on the new sandbox', async () => {
     const sb = await connected('sbx_1');
     fake.handler = (_req, res) => FakeServer.json(res, 201, { sandboxes: [sandboxJSON('sbx_2')] });
@@ -668,6 +684,15 @@ describe('files', () => {
       assert.equal(`${r.method} ${r.path} ${r.query.get('path')}`, 'PUT /v1/sandboxes/sbx_1/files a b/c.bin', name);
       assert.deepEqual(r.body, body, `${name}: body`);
     }
+  });
+
+  test('write sends metadata as metadata[key] and reads it back', async () => {
+    const sb = await connected();
+    fake.handler = (_req, res) => FakeServer.json(res, 200, { ...entry, metadata: { author: 'al' } });
+    fake.requests.length = 0;
+    const info = await sb.files.write('a.txt', 'x', { metadata: { author: 'al' } });
+    assert.deepEqual(info.metadata, { author: 'al' });
+    assert.equal(fake.requests[0]!.query.get('metadata[author]'), 'al');
   });
 
   test('every file call sends its user only when one is named', async () => {

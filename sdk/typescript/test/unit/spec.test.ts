@@ -61,6 +61,7 @@ const CALLS: Record<string, string> = {
   ProcessRequest: 'Process.exec',
   ProcessStartRequest: 'Commands.start',
   UpdateNetworkRequest: 'Network.update',
+  SnapshotRequest: 'CodeSandbox.snapshot',
 };
 
 // Fields the SDK takes or gives under another shape, and why.
@@ -85,7 +86,7 @@ const UNMODELLED: Record<string, string> = {
   SandboxList: 'list() returns the sandboxes themselves',
   VolumeList: 'Volume.list() returns the volumes themselves',
   SecretList: 'Secret.list() returns the secrets themselves',
-  SnapshotList: 'no call lists snapshots: snapshot() returns each one',
+  SnapshotList: 'CodeSandbox.listSnapshots() returns the snapshots themselves',
   TemplateList: 'Template.list() returns the templates themselves',
   ContextList: 'listContexts() returns the contexts themselves',
   EntryList: 'files.list() returns the entries themselves',
