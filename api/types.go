@@ -321,7 +321,7 @@ type Health struct {
 // an event of type "end".
 type ExecuteRequest struct {
 	Code      string            `json:"code"`
-	Language  string            `json:"language,omitempty"`  // python (default), javascript, bash
+	Language  string            `json:"language,omitempty"`  // python (default), javascript, bash, typescript, r, java
 	ContextID string            `json:"contextId,omitempty"` // default: the language's default context
 	TimeoutMs *int64            `json:"timeoutMs,omitempty"` // default 60000; 0 = no limit
 	Envs      map[string]string `json:"envs,omitempty"`      // for this call only
@@ -422,7 +422,7 @@ type ExecutionError struct {
 
 // CreateContextRequest is the body of POST /contexts.
 type CreateContextRequest struct {
-	Language string `json:"language,omitempty"` // default python; typescript needs Stateful
+	Language string `json:"language,omitempty"` // default python; typescript needs Stateful; r and java are kernels, stateful anyway
 	Cwd      string `json:"cwd,omitempty"`      // default the sandbox user's home
 	// Stateful makes a javascript (or typescript) context one Node process for all its
 	// calls: variables persist, the last expression's value is a result and

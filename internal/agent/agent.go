@@ -2,7 +2,8 @@
 // HTTP API (health, execute, contexts, process, files; see
 // docs/architecture.md) and runs code as the sandbox user — Python in
 // IPython kernels (internal/pykernel), JavaScript and bash in a fresh
-// process per call. It is built into the static lizard-agent binary and must not depend on any
+// process per call or a stateful Node process, R and Java in stateful
+// kernels (kernels.go). It is built into the static lizard-agent binary and must not depend on any
 // server package (deps_test.go checks).
 package agent
 
@@ -47,6 +48,7 @@ type Agent struct {
 	scratchDir string   // per-call files (bash scripts, JS error reports)
 	jsHook     string   // node --require file that reports uncaught errors
 	jsRepl     string   // the harness of stateful JavaScript contexts
+	rKernel    string   // the harness of R contexts (kernels.go)
 	handler    http.Handler
 	guard      guard // who may call (guard.go)
 	watches    watchBudget
@@ -164,7 +166,7 @@ func (a *Agent) prepareRuntimeDir() error {
 	if err := os.WriteFile(a.jsRepl, []byte(jsReplSource), 0o644); err != nil {
 		return fmt.Errorf("writing the javascript context harness: %w", err)
 	}
-	return nil
+	return a.writeKernelHarnesses(dir)
 }
 
 // Handler returns the HTTP handler of the agent API.

@@ -38,6 +38,10 @@ func normalizeLanguage(s string) (string, bool) {
 		return langBash, true
 	case "typescript", "ts":
 		return langTypeScript, true
+	case "r":
+		return langR, true
+	case "java":
+		return langJava, true
 	}
 	return "", false
 }
@@ -60,7 +64,8 @@ var errContextClosed = errors.New("context was deleted")
 // queue on turn.
 type execContext struct {
 	info api.Context
-	// stateful JavaScript runs in one Node process (repl) for all calls.
+	// stateful JavaScript runs in one Node process (repl) for all calls,
+	// as R and Java contexts always do in their kernel's.
 	stateful bool
 	// root runs the context's code as root rather than the sandbox user
 	// (CreateContextRequest.User).
@@ -196,10 +201,10 @@ func (a *Agent) createContext(w http.ResponseWriter, r *http.Request) {
 	}
 	lang, ok := normalizeLanguage(req.Language)
 	if !ok {
-		invalid(w, "language", "unsupported language %q (want python, javascript, bash or typescript)", req.Language)
+		invalid(w, "language", "unsupported language %q (want %s)", req.Language, languages)
 		return
 	}
-	if req.Stateful && !replLanguage(lang) {
+	if req.Stateful && !replLanguage(lang) && !kernelLanguage(lang) {
 		invalid(w, "stateful", "only javascript and typescript contexts can be made stateful (%s contexts keep their state or run per call as they are)", lang)
 		return
 	}
@@ -221,7 +226,7 @@ func (a *Agent) createContext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := newExecContext("ctx_"+randomHex(8), lang, cwd)
-	c.stateful = req.Stateful
+	c.stateful = req.Stateful || kernelLanguage(lang)
 	c.root = root
 	if lang == langPython {
 		// Start the kernel now so errors surface here, not on first use.
@@ -254,10 +259,11 @@ func (a *Agent) createContext(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, c.info)
 }
 
-// statefulDefault returns the stateful default context of lang, making it
-// on first use, or answers 503 itself when the agent is shutting down.
-func (a *Agent) statefulDefault(w http.ResponseWriter, lang string) *execContext {
-	id := statefulDefaultID(lang)
+// statefulDefault returns the stateful default context id of lang (the
+// stateful one of javascript or typescript, the default one of r or java),
+// making it on first use, or answers 503 itself when the agent is shutting
+// down.
+func (a *Agent) statefulDefault(w http.ResponseWriter, lang, id string) *execContext {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if c, ok := a.contexts[id]; ok {

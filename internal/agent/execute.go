@@ -44,7 +44,7 @@ func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	lang, ok := normalizeLanguage(req.Language)
 	if !ok {
-		invalid(w, "language", "unsupported language %q (want python, javascript, bash or typescript)", req.Language)
+		invalid(w, "language", "unsupported language %q (want %s)", req.Language, languages)
 		return
 	}
 	timeoutMs, ok := timeoutOf(w, req.TimeoutMs, DefaultExecuteTimeoutMs)
@@ -59,8 +59,13 @@ func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
 	case req.Stateful && lang == langBash:
 		invalid(w, "stateful", "bash runs per call; stateful is for javascript and typescript")
 		return
+	case kernelLanguage(lang) && req.ContextID == "":
+		// R and Java keep their state anyway: stateful changes nothing.
+		if c = a.statefulDefault(w, lang, defaultContextID(lang)); c == nil {
+			return
+		}
 	case req.Stateful && replLanguage(lang):
-		if c = a.statefulDefault(w, lang); c == nil {
+		if c = a.statefulDefault(w, lang, statefulDefaultID(lang)); c == nil {
 			return
 		}
 	case lang == langTypeScript && req.ContextID == "":

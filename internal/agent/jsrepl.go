@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -35,6 +36,9 @@ type replLine struct {
 	Name      string `json:"name"`
 	Value     string `json:"value"`
 	Traceback string `json:"traceback"`
+	// Data is a result's or display's MIME bundle (R's); without it a
+	// result is Text.
+	Data map[string]json.RawMessage `json:"data"`
 }
 
 // jsRepl is the Node process of a stateful JavaScript context.
@@ -66,23 +70,25 @@ func (l *lockedTail) String() string {
 	return l.t.String()
 }
 
-// startRepl starts the Node process of context c, as the code's user in
-// its own process group, and waits for the harness to be ready.
+// startRepl starts the process of context c (Node, or an R or Java
+// kernel's harness: kernels.go), as the code's user in its own process
+// group, and waits for the harness to be ready.
 func (a *Agent) startRepl(ctx context.Context, c *execContext) (*jsRepl, error) {
 	env := a.contextEnv(c)
-	path, err := lookPath(a.cfg.Node, env)
+	path, args, err := a.replCommand(c, env)
 	if err != nil {
-		return nil, fmt.Errorf("finding node: %w", err)
+		return nil, err
 	}
+	name := kernelName(c.info.Language)
 	callsR, callsW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("starting node: %w", err)
+		return nil, fmt.Errorf("starting the %s: %w", name, err)
 	}
 	eventsR, eventsW, err := os.Pipe()
 	if err != nil {
 		callsR.Close()
 		callsW.Close()
-		return nil, fmt.Errorf("starting node: %w", err)
+		return nil, fmt.Errorf("starting the %s: %w", name, err)
 	}
 	r := &jsRepl{
 		calls:  callsW,
@@ -91,8 +97,8 @@ func (a *Agent) startRepl(ctx context.Context, c *execContext) (*jsRepl, error) 
 		exited: make(chan struct{}),
 		dead:   make(chan struct{}),
 	}
-	r.cmd = exec.Command(path, a.jsRepl)
-	r.cmd.Args[0] = "node"
+	r.cmd = exec.Command(path, args...)
+	r.cmd.Args[0] = filepath.Base(path)
 	r.cmd.Dir = c.info.Cwd
 	r.cmd.Env = env
 	r.cmd.ExtraFiles = []*os.File{callsR, eventsW}
@@ -105,7 +111,7 @@ func (a *Agent) startRepl(ctx context.Context, c *execContext) (*jsRepl, error) 
 	if err != nil {
 		callsW.Close()
 		eventsR.Close()
-		return nil, fmt.Errorf("starting node: %w", err)
+		return nil, fmt.Errorf("starting the %s: %w", name, err)
 	}
 	go func() {
 		r.cmd.Wait()
@@ -131,19 +137,23 @@ func (a *Agent) startRepl(ctx context.Context, c *execContext) (*jsRepl, error) 
 			}
 		}
 	}()
-	ctx, cancel := context.WithTimeout(ctx, replStartTimeout)
+	timeout := replStartTimeout
+	if kernelLanguage(c.info.Language) {
+		timeout = kernelStartTimeout // a JVM and JShell's javac, IRkernel: seconds under gVisor
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	select {
 	case l, ok := <-r.lines:
 		if ok && l.T == "ready" {
-			a.log.Info("javascript context started", "context", c.info.ID, "pid", r.cmd.Process.Pid)
+			a.log.Info("context process started", "context", c.info.ID, "language", c.info.Language, "pid", r.cmd.Process.Pid)
 			return r, nil
 		}
 		r.stop()
-		return nil, fmt.Errorf("node ended before it was ready: %s", r.stderr.String())
+		return nil, fmt.Errorf("the %s ended before it was ready: %s", name, r.stderr.String())
 	case <-ctx.Done():
 		r.stop()
-		return nil, fmt.Errorf("starting node: %w", ctx.Err())
+		return nil, fmt.Errorf("starting the %s: %w", name, ctx.Err())
 	}
 }
 
@@ -157,15 +167,26 @@ func (r *jsRepl) stop() {
 	<-r.exited
 }
 
-// executeRepl runs a call in c's Node process, starting it on the first
-// call or after the last one ended. A timeout or a call whose client went
-// away kills the process: a new one, without the variables, serves the
-// next call. The caller holds c.turn.
+// executeRepl runs a call in c's process, starting it on the first call
+// or after the last one ended. In a JavaScript context a timeout or a call
+// whose client went away kills the process: a new one, without the
+// variables, serves the next call. An R or Java context's call is
+// interrupted instead and the context keeps its state (kernels.go). The
+// caller holds c.turn.
 func (a *Agent) executeRepl(ctx context.Context, c *execContext, req api.ExecuteRequest, timeout time.Duration, s *sink) {
+	kernel := kernelLanguage(c.info.Language)
 	r, err := c.currentRepl()
 	if err != nil {
 		a.endWithError(s, ErrNameStart, err.Error(), "")
 		return
+	}
+	if r != nil && kernel && r.hasExited() {
+		// Killed (or out of memory) since the last call: this call runs in
+		// a new kernel, as a Python context's does, and is told so.
+		c.dropRepl(r)
+		a.log.Warn("context process died between calls", "context", c.info.ID, "language", c.info.Language)
+		s.output(api.EventStderr, []byte(fmt.Sprintf("[lizard] the %s died after the previous call and was restarted; variables from earlier calls are gone\n", kernelName(c.info.Language))))
+		r = nil
 	}
 	if r == nil {
 		if r, err = a.startRepl(ctx, c); err != nil {
@@ -183,6 +204,10 @@ func (a *Agent) executeRepl(ctx context.Context, c *execContext, req api.Execute
 	call, _ := json.Marshal(map[string]any{"code": req.Code, "envs": req.Envs, "typescript": c.info.Language == langTypeScript})
 	if _, err := r.calls.Write(append(call, '\n')); err != nil {
 		c.dropRepl(r)
+		if kernel {
+			a.endWithError(s, api.ErrorNameKernelDied, r.diedMessage(c.info.Language), r.stderr.String())
+			return
+		}
 		a.endWithError(s, ErrNameExit, "the context's node process has ended; the next call starts a new one", r.stderr.String())
 		return
 	}
@@ -197,14 +222,20 @@ func (a *Agent) executeRepl(ctx context.Context, c *execContext, req api.Execute
 		case l, ok := <-r.lines:
 			if !ok {
 				c.dropRepl(r)
+				if kernel {
+					a.endWithError(s, api.ErrorNameKernelDied, r.diedMessage(c.info.Language), r.stderr.String())
+					return
+				}
 				a.endWithError(s, ErrNameExit, "the context's node process ended during the call (process.exit?); the next call starts a new one, without its variables", r.stderr.String())
 				return
 			}
 			switch l.T {
 			case api.EventStdout, api.EventStderr:
 				s.output(l.T, []byte(l.Text))
-			case "result":
-				s.event(api.ExecuteEvent{Type: api.EventResult, Result: &api.Result{Type: api.ResultTypeResult, Mime: "text/plain", Data: l.Text}})
+			case "result", "display":
+				if ev, ok := replResult(l, req.Bundle); ok {
+					s.event(ev)
+				}
 			case "error":
 				s.event(api.ExecuteEvent{Type: api.EventError, Error: &api.ExecutionError{Name: l.Name, Message: l.Value, Traceback: l.Traceback}})
 			case "done":
@@ -212,9 +243,21 @@ func (a *Agent) executeRepl(ctx context.Context, c *execContext, req api.Execute
 				return
 			}
 		case <-ctx.Done():
+			if kernel {
+				c.interrupt(r)
+				return
+			}
 			c.dropRepl(r)
 			return
 		case <-deadline:
+			if kernel {
+				msg := fmt.Sprintf("execution timed out after %v; the call was interrupted and the context keeps its variables", timeout)
+				if !c.interrupt(r) {
+					msg = fmt.Sprintf("execution timed out after %v; the %s did not stop within %v of its interrupt and was killed: the next call starts a new one, without its variables", timeout, kernelName(c.info.Language), kernelInterruptGrace)
+				}
+				a.endWithError(s, ErrNameTimeout, msg, "")
+				return
+			}
 			c.dropRepl(r)
 			a.endWithError(s, ErrNameTimeout, fmt.Sprintf("execution timed out after %v; the context's variables are gone with its node process", timeout), "")
 			return

@@ -57,11 +57,11 @@ func writeText(w http.ResponseWriter, status int, msg string) {
 	io.WriteString(w, msg)
 }
 
-// language maps E2B's language names onto the agent's. E2B's
-// code-interpreter also runs R and Java kernels; Lizard's agent has Python
-// contexts, JavaScript and TypeScript in a stateful Node process (as E2B's
+// language maps E2B's language names onto the agent's: Python contexts,
+// JavaScript and TypeScript in a stateful Node process (as E2B's
 // JavaScript kernel: the E2B surface asks for it, Lizard's own API runs
-// JavaScript per call) and per-call bash.
+// JavaScript per call), per-call bash, and R (IRkernel, E2B's own R
+// kernel) and Java (JShell) kernels, stateful on both surfaces.
 func language(l string) (string, error) {
 	switch strings.ToLower(strings.TrimSpace(l)) {
 	case "", "python", "python3":
@@ -72,10 +72,14 @@ func language(l string) (string, error) {
 		return "typescript", nil
 	case "bash", "sh":
 		return "bash", nil
-	case "r", "java", "deno":
-		return "", notImplemented("%s contexts are not supported by Lizard's code interpreter: it runs python, javascript, typescript and bash (docs/e2b.md)", l)
+	case "r":
+		return "r", nil
+	case "java":
+		return "java", nil
+	case "deno":
+		return "", notImplemented("%s contexts are not supported by Lizard's code interpreter: it runs python, javascript, typescript, bash, r and java (docs/e2b.md)", l)
 	}
-	return "", badRequest("unknown language %q: Lizard's code interpreter runs python, javascript, typescript and bash", l)
+	return "", badRequest("unknown language %q: Lizard's code interpreter runs python, javascript, typescript, bash, r and java", l)
 }
 
 // stateful reports whether E2B's kernel for lang keeps its variables in a

