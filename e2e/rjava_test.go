@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -190,6 +191,36 @@ func TestRAndJava(t *testing.T) {
 		}
 	})
 
+	t.Run("Adversarial: the sandbox user forges Jupyter messages to a root R kernel", func(t *testing.T) {
+		// A root R context's IRkernel listens on loopback ports any code in
+		// the sandbox can reach; its messages must carry the HMAC of a key
+		// only root can read (the bridge's 0700 directory). The sandbox
+		// user sends execute requests signed with a guess, and unsigned,
+		// to every listening loopback port.
+		in.t = t
+		rootCtx, err := c.CreateContext(ctx, sb.SandboxID, api.CreateContextRequest{Language: "r", User: "root"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := only(api.ExecuteRequest{ContextID: rootCtx.ID, Code: "secret <- 7; Sys.info()[['effective_user']]"}); got != `[1] "root"` {
+			t.Fatalf("root R context runs as %q, want root", got)
+		}
+		run := in.run(api.ExecuteRequest{Code: forgeJupyter})
+		if run.Error != nil || !strings.HasPrefix(strings.TrimSpace(run.Stdout), "sent ") {
+			t.Fatalf("forging as the sandbox user: %q %+v", run.Stdout, run.Error)
+		}
+		var ports int
+		fmt.Sscanf(strings.TrimSpace(run.Stdout), "sent %d", &ports)
+		if ports < 5 {
+			t.Fatalf("the sandbox user saw %d listening loopback ports (%q), want IRkernel's 5 among them", ports, run.Stdout)
+		}
+		time.Sleep(2 * time.Second)
+		if got := only(api.ExecuteRequest{ContextID: rootCtx.ID, Code: `c(file.exists("/root/pwned"), secret == 7)`}); got != "[1] FALSE  TRUE" {
+			t.Errorf("after forged messages: %q, want [1] FALSE  TRUE (nothing run, the kernel and its state intact)", got)
+		}
+		c.DeleteContext(ctx, sb.SandboxID, rootCtx.ID)
+	})
+
 	t.Run("kernels' memory", func(t *testing.T) {
 		// The figures docs/templates.md gives: each kernel's resident memory
 		// once it has run a few calls (R: the bridge and R; Java: the JVM).
@@ -342,3 +373,34 @@ func TestRAndJavaE2B(t *testing.T) {
 		})
 	}
 }
+
+// forgeJupyter, run by the sandbox user, sends a Jupyter execute request
+// (R code creating /root/pwned) to every loopback port listening, signed
+// with a guessed key, then unsigned, and prints how many ports it tried.
+const forgeJupyter = `
+import hashlib, hmac, json, uuid, zmq
+ports = []
+for line in open("/proc/net/tcp").read().splitlines()[1:]:
+    f = line.split()
+    ip, port = f[1].split(":")
+    if f[3] == "0A" and ip == "0100007F":
+        ports.append(int(port, 16))
+ctx = zmq.Context()
+for port in ports:
+    for kind in (zmq.DEALER, zmq.REQ):
+        s = ctx.socket(kind)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect("tcp://127.0.0.1:%d" % port)
+        header = json.dumps({"msg_id": uuid.uuid4().hex, "username": "u", "session": uuid.uuid4().hex,
+                             "msg_type": "execute_request", "version": "5.3"}).encode()
+        content = json.dumps({"code": 'file.create("/root/pwned")', "silent": False, "store_history": True,
+                              "user_expressions": {}, "allow_stdin": False}).encode()
+        parts = [header, b"{}", b"{}", content]
+        for sig in (hmac.new(b"a-guess", b"".join(parts), hashlib.sha256).hexdigest().encode(), b""):
+            try:
+                s.send_multipart([b"<IDS|MSG>", sig] + parts, flags=zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+        s.close()
+print("sent", len(ports))
+`
