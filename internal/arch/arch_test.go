@@ -42,11 +42,14 @@ const (
 // type is under the bound.
 var methodsAllowed = map[string]int{
 	// 78 when this list was made (cafef21); Control.SignedSandbox
-	// (567b241) landed without this test run. Control's split (issue 35)
-	// takes it under the bound: then remove the entry.
-	"internal/control.Control": 79,
+	// (567b241) and namedSnapshot (21ec4b4) landed without this test
+	// run. Control's split (issue 35) takes it under the bound: then
+	// remove the entry.
+	"internal/control.Control": 80,
 	"client.Client":            68, // the Go SDK: a method per API call
-	"internal/agent.Agent":     68,
+	// 68 when this list was made; R and Java contexts (1669f20) added
+	// two. The agent's split (issue 35) takes it under the bound.
+	"internal/agent.Agent": 70,
 }
 
 // linesAllowed are the functions over maxLines today, keyed by file and
