@@ -840,13 +840,14 @@ class AsyncFiles:
         on_event: Callable[[FilesystemEvent], Any],
         *,
         recursive: bool = False,
+        include_entry: bool = False,
         on_exit: Optional[Callable[[Optional[Exception]], Any]] = None,
         user: Optional[str] = None,
     ) -> "AsyncWatchHandle":
         """Watch a directory for changes: ``on_event`` (a function or a coroutine function) gets each
         :class:`FilesystemEvent` from a task; see :meth:`lizard.Files.watch_dir`."""
         s = self._sandbox
-        resp = await s._http.open(_calls.watch_dir(s.sandbox_id, path, recursive, user))
+        resp = await s._http.open(_calls.watch_dir(s.sandbox_id, path, recursive, user, include_entry))
         return AsyncWatchHandle(resp, s._http.api_url, on_event, on_exit)
 
     async def list(self, path: str = ".", *, user: Optional[str] = None) -> List[EntryInfo]:

@@ -374,8 +374,11 @@ def make_dir(sandbox_id: str, path: str, user: Optional[str]) -> Call[EntryInfo]
     return Call("POST", _files(sandbox_id, "/mkdir"), _one(EntryInfo.from_json), params=_core.file_params(path, user))
 
 
-def watch_dir(sandbox_id: str, path: str, recursive: bool, user: Optional[str]) -> Open:
-    return Open(_files(sandbox_id, "/watch"), _core.file_params(path, user, recursive="true" if recursive else "false"))
+def watch_dir(sandbox_id: str, path: str, recursive: bool, user: Optional[str], include_entry: bool = False) -> Open:
+    extra = {"recursive": "true" if recursive else "false"}
+    if include_entry:
+        extra["includeEntry"] = "true"
+    return Open(_files(sandbox_id, "/watch"), _core.file_params(path, user, **extra))
 
 
 # Background processes and terminals ---------------------------------------------------------------------

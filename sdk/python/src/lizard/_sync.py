@@ -855,6 +855,7 @@ class Files:
         on_event: Callable[[FilesystemEvent], Any],
         *,
         recursive: bool = False,
+        include_entry: bool = False,
         on_exit: Optional[Callable[[Optional[Exception]], Any]] = None,
         user: Optional[str] = None,
     ) -> "WatchHandle":
@@ -862,9 +863,10 @@ class Files:
         thread. Returns once the watch is in place (every change after it is reported). The watch ends with
         :meth:`WatchHandle.stop`, when the directory is removed, or when the sandbox ends; ``on_exit`` then
         gets None, or the error (SandboxGoneError when the sandbox ended). A missing directory raises
-        NotFoundError here, a file InvalidArgumentError."""
+        NotFoundError here, a file InvalidArgumentError. With ``include_entry`` each create, write and
+        chmod event carries the file's :class:`EntryInfo` as ``entry``."""
         s = self._sandbox
-        resp = s._http.open(_calls.watch_dir(s.sandbox_id, path, recursive, user))
+        resp = s._http.open(_calls.watch_dir(s.sandbox_id, path, recursive, user, include_entry))
         return WatchHandle(resp, s._http.api_url, on_event, on_exit)
 
     def list(self, path: str = ".", *, user: Optional[str] = None) -> List[EntryInfo]:

@@ -182,3 +182,27 @@ def test_watch_sees_writes_not_temporaries() -> None:
         while not events.empty():
             rest.append(events.get())
         assert rest == [], rest
+
+
+def test_metadata_and_watch_entries() -> None:
+    # A file's metadata (its user.e2b.* extended attributes) written, read back by stat, list and a
+    # watch's entries, set in the sandbox too, and gone when the file is written again without it.
+    with CodeSandbox.create(timeout_ms=300_000, metadata={"suite": "files-metadata"}) as sb:
+        sb.files.make_dir("/home/user/md")
+        events: "queue.Queue[FilesystemEvent]" = queue.Queue()
+        handle = sb.files.watch_dir("/home/user/md", events.put, include_entry=True)
+        info = sb.files.write("/home/user/md/a.txt", "one", metadata={"Author": "al", "step": "1"})
+        assert info.metadata == {"Author": "al", "step": "1"}
+        ev = events.get(timeout=5)
+        while ev.type != "write":
+            ev = events.get(timeout=5)
+        assert ev.entry is not None and ev.entry.path == "/home/user/md/a.txt" and ev.entry.metadata == info.metadata
+        handle.stop()
+        sb.process.exec("python3 -c \"import os; os.setxattr('/home/user/md/a.txt', 'user.e2b.tag', b'inside')\"")
+        assert sb.files.get_info("/home/user/md/a.txt").metadata == {"Author": "al", "step": "1", "tag": "inside"}
+        assert [e.metadata for e in sb.files.list("/home/user/md")] == [{"Author": "al", "step": "1", "tag": "inside"}]
+        assert sb.files.write("/home/user/md/a.txt", "two").metadata is None
+        assert sb.files.get_info("/home/user/md/a.txt").metadata is None
+        with pytest.raises(InvalidArgumentError):
+            sb.files.write("/home/user/md/b.txt", "x", metadata={"bad\nkey": "v"})
+        assert not sb.files.exists("/home/user/md/b.txt")
