@@ -94,14 +94,17 @@ export interface ListOptions extends ConnectionOptions {
 }
 
 export interface RunCodeOptions {
-  /** python (default), javascript or bash. A context's own language wins. */
-  language?: 'python' | 'javascript' | 'bash' | string;
+  /**
+   * python (default), javascript, bash, r or java (r and java: a kernel that
+   * keeps its state, IRkernel and JShell). A context's own language wins.
+   */
+  language?: 'python' | 'javascript' | 'bash' | 'typescript' | 'r' | 'java' | string;
   /** The context to run in; default the language's default context. */
   context?: Context | string;
   /**
    * Bounds this call in milliseconds (default 60 000; 0 = no limit). On expiry
-   * the Python kernel is interrupted, keeps its state, and error.name is
-   * 'TimeoutError'.
+   * a Python, R or Java kernel is interrupted, keeps its state, and error.name
+   * is 'TimeoutError'.
    */
   timeoutMs?: number;
   /** Environment variables for this call only. */
@@ -117,8 +120,8 @@ export interface RunCodeOptions {
 }
 
 export interface CreateContextOptions {
-  /** python (default), javascript or bash. */
-  language?: 'python' | 'javascript' | 'bash' | string;
+  /** python (default), javascript, bash, r or java. */
+  language?: 'python' | 'javascript' | 'bash' | 'typescript' | 'r' | 'java' | string;
   /** Working directory; default the sandbox user's home. */
   cwd?: string;
 }

@@ -489,9 +489,10 @@ class CodeSandbox:
 
         Args:
             code: the code to run.
-            language: ``"python"`` (default), ``"javascript"`` or ``"bash"``; defaults to the context's.
+            language: ``"python"`` (default), ``"javascript"``, ``"bash"``, ``"r"`` or ``"java"`` (R and Java
+                run in a kernel that keeps its state: IRkernel, JShell); defaults to the context's.
             context: a Context (or its id) to run in; default the language's default context.
-            timeout_ms: bound on this call; on expiry the kernel is interrupted, its state kept, and
+            timeout_ms: bound on this call; on expiry a Python, R or Java kernel is interrupted, its state kept, and
                 ``error.name`` is ``"TimeoutError"``. 0 means no bound.
             envs: environment variables for this call only.
             on_stdout, on_stderr, on_result, on_error: called as output arrives, in order, while the code
