@@ -357,7 +357,7 @@ const settleWait = 10 * time.Second
 // resumes the paused sandbox rather than find one about to be paused.
 func (h *Handler) settled(ctx context.Context, project string, sb api.Sandbox) (api.Sandbox, error) {
 	give := time.Now().Add(settleWait)
-	for (sb.State == api.StateRunning || sb.State == api.StateStarting) && sb.ExpiresAt != nil &&
+	for !ended(sb) && !paused(sb) && sb.ExpiresAt != nil &&
 		time.Now().After(*sb.ExpiresAt) && time.Now().Before(give) {
 		select {
 		case <-ctx.Done():
