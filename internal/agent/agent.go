@@ -39,20 +39,18 @@ const kernelStartTimeout = 2 * time.Minute
 // Agent serves the agent API. Create it with New; it owns kernels and
 // scratch files until Close.
 type Agent struct {
+	decoder
 	cfg        Config
 	log        *slog.Logger
-	user       identity
-	envMu      sync.RWMutex
-	env        []string // base environment of all code; /reseed changes it
-	workdir    string   // where code runs by default: the template's, else home
-	scratchDir string   // per-call files (bash scripts, JS error reports)
-	jsHook     string   // node --require file that reports uncaught errors
-	jsRepl     string   // the harness of stateful JavaScript contexts
-	rKernel    string   // the harness of R contexts (kernels.go)
+	launch     *launcher // starts every process for code
+	scratchDir string    // per-call files (bash scripts, JS error reports)
+	jsHook     string    // node --require file that reports uncaught errors
+	jsRepl     string    // the harness of stateful JavaScript contexts
+	rKernel    string    // the harness of R contexts (kernels.go)
 	handler    http.Handler
 	guard      guard // who may call (guard.go)
-	watches    watchBudget
-	procs      processTable
+	files      *fileAPI
+	procs      *processAPI
 
 	mu       sync.Mutex
 	contexts map[string]*execContext
@@ -65,13 +63,6 @@ type Agent struct {
 	readyErr error
 }
 
-// baseEnv returns the environment every new kernel and process gets.
-func (a *Agent) baseEnv() []string {
-	a.envMu.RLock()
-	defer a.envMu.RUnlock()
-	return a.env
-}
-
 // New prepares an agent from cfg and starts the default Python context's
 // kernel in the background, so the first /execute is fast while /health
 // answers at once.
@@ -80,11 +71,13 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, contexts: make(map[string]*execContext), ready: make(chan struct{})}
+	a := &Agent{decoder: decoder{max: cfg.MaxRequestBytes}, cfg: cfg, log: cfg.Logger, contexts: make(map[string]*execContext), ready: make(chan struct{})}
 	a.guard.set(cfg.Secret)
-	a.user = lookupIdentity(cfg.User, cfg.Home, a.log)
-	if err := a.user.mkdirAll(a.user.home, 0o755); err != nil {
-		return nil, fmt.Errorf("creating home %s: %w", a.user.home, err)
+	a.launch = &launcher{user: lookupIdentity(cfg.User, cfg.Home, a.log)}
+	a.files = &fileAPI{launch: a.launch, maxBytes: cfg.MaxFileBytes, log: a.log}
+	a.procs = &processAPI{decoder: a.decoder, launch: a.launch, log: a.log, bash: cfg.Bash, maxOutput: cfg.MaxOutputBytes}
+	if err := a.launch.user.mkdirAll(a.launch.user.home, 0o755); err != nil {
+		return nil, fmt.Errorf("creating home %s: %w", a.launch.user.home, err)
 	}
 	base := cfg.Env
 	if base == nil {
@@ -95,16 +88,16 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	// The template's envs come first: the sandbox's own (its create's) win.
-	a.env = buildEnv(append(tmpl.envList(), base...), a.user, cfg.Python)
-	a.workdir = a.user.home
+	a.launch.env = buildEnv(append(tmpl.envList(), base...), a.launch.user, cfg.Python)
+	a.launch.workdir = a.launch.user.home
 	if tmpl.Workdir != "" {
-		a.workdir = tmpl.Workdir
+		a.launch.workdir = tmpl.Workdir
 	}
 	if err := a.prepareRuntimeDir(); err != nil {
 		return nil, err
 	}
 	for _, lang := range []string{langPython, langJavaScript, langBash} {
-		c := newExecContext(defaultContextID(lang), lang, a.workdir)
+		c := newExecContext(defaultContextID(lang), lang, a.launch.workdir)
 		a.contexts[c.info.ID] = c
 		a.order = append(a.order, c.info.ID)
 	}
@@ -133,7 +126,7 @@ func New(cfg Config) (*Agent, error) {
 	if tmpl.Start != "" {
 		a.startCommand(tmpl.Start)
 	}
-	a.log.Info("agent ready", "user", a.user.name, "uid", a.user.uid, "home", a.user.home, "switch_user", a.user.cred != nil)
+	a.log.Info("agent ready", "user", a.launch.user.name, "uid", a.launch.user.uid, "home", a.launch.user.home, "switch_user", a.launch.user.cred != nil)
 	return a, nil
 }
 
@@ -154,7 +147,7 @@ func (a *Agent) prepareRuntimeDir() error {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("creating runtime dir: %w", err)
 		}
-		if err := a.user.chown(d); err != nil {
+		if err := a.launch.user.chown(d); err != nil {
 			return err
 		}
 	}
@@ -224,7 +217,7 @@ func (a *Agent) Close() error {
 		cs = append(cs, a.contexts[id])
 	}
 	a.mu.Unlock()
-	a.procs.killAll()
+	a.launch.procs.killAll()
 	var errs []error
 	for _, c := range cs {
 		errs = append(errs, c.close())
@@ -250,26 +243,26 @@ func (a *Agent) routes() http.Handler {
 	handle("/reseed", map[string]http.HandlerFunc{"POST": a.reseed})
 	handle("/ready", map[string]http.HandlerFunc{"GET": a.readyz})
 	handle(api.AgentTrustPath, map[string]http.HandlerFunc{"POST": a.trust})
-	handle(api.AgentDiskPath, map[string]http.HandlerFunc{"GET": a.disk})
+	handle(api.AgentDiskPath, map[string]http.HandlerFunc{"GET": a.files.disk})
 	handle("/execute", map[string]http.HandlerFunc{"POST": a.execute})
 	handle("/contexts", map[string]http.HandlerFunc{"GET": a.listContexts, "POST": a.createContext})
 	handle("/contexts/{id}", map[string]http.HandlerFunc{"DELETE": a.deleteContext})
 	handle("/contexts/{id}/restart", map[string]http.HandlerFunc{"POST": a.restartContext})
-	handle("/process", map[string]http.HandlerFunc{"POST": a.process})
-	handle("/processes", map[string]http.HandlerFunc{"GET": a.listProcesses, "POST": a.startProcess})
-	handle("/processes/{pid}", map[string]http.HandlerFunc{"GET": a.getProcess})
-	handle("/processes/{pid}/output", map[string]http.HandlerFunc{"GET": a.processOutput})
-	handle("/processes/{pid}/ws", map[string]http.HandlerFunc{"GET": a.processSocket})
-	handle("/processes/{pid}/stdin", map[string]http.HandlerFunc{"POST": a.processStdin})
-	handle("/processes/{pid}/stdin/close", map[string]http.HandlerFunc{"POST": a.closeStdin})
-	handle("/processes/{pid}/signal", map[string]http.HandlerFunc{"POST": a.signalProcess})
-	handle("/processes/{pid}/resize", map[string]http.HandlerFunc{"POST": a.resizeProcess})
-	handle("/files", map[string]http.HandlerFunc{"GET": a.readFile, "PUT": a.writeFile, "DELETE": a.removeFile})
-	handle("/files/list", map[string]http.HandlerFunc{"GET": a.listDir})
-	handle("/files/stat", map[string]http.HandlerFunc{"GET": a.statFile})
-	handle("/files/mkdir", map[string]http.HandlerFunc{"POST": a.mkdir})
-	handle("/files/rename", map[string]http.HandlerFunc{"POST": a.rename})
-	handle("/files/watch", map[string]http.HandlerFunc{"GET": a.watch})
+	handle("/process", map[string]http.HandlerFunc{"POST": a.procs.process})
+	handle("/processes", map[string]http.HandlerFunc{"GET": a.procs.listProcesses, "POST": a.procs.startProcess})
+	handle("/processes/{pid}", map[string]http.HandlerFunc{"GET": a.procs.getProcess})
+	handle("/processes/{pid}/output", map[string]http.HandlerFunc{"GET": a.procs.processOutput})
+	handle("/processes/{pid}/ws", map[string]http.HandlerFunc{"GET": a.procs.processSocket})
+	handle("/processes/{pid}/stdin", map[string]http.HandlerFunc{"POST": a.procs.processStdin})
+	handle("/processes/{pid}/stdin/close", map[string]http.HandlerFunc{"POST": a.procs.closeStdin})
+	handle("/processes/{pid}/signal", map[string]http.HandlerFunc{"POST": a.procs.signalProcess})
+	handle("/processes/{pid}/resize", map[string]http.HandlerFunc{"POST": a.procs.resizeProcess})
+	handle("/files", map[string]http.HandlerFunc{"GET": a.files.readFile, "PUT": a.files.writeFile, "DELETE": a.files.removeFile})
+	handle("/files/list", map[string]http.HandlerFunc{"GET": a.files.listDir})
+	handle("/files/stat", map[string]http.HandlerFunc{"GET": a.files.statFile})
+	handle("/files/mkdir", map[string]http.HandlerFunc{"POST": a.files.mkdir})
+	handle("/files/rename", map[string]http.HandlerFunc{"POST": a.files.rename})
+	handle("/files/watch", map[string]http.HandlerFunc{"GET": a.files.watch})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such endpoint %s", r.URL.Path)
 	})

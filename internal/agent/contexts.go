@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
@@ -81,6 +80,9 @@ type execContext struct {
 	closed bool
 }
 
+// as is who runs c's code.
+func (c *execContext) as() runAs { return runAs{root: c.root} }
+
 func newExecContext(id, lang, cwd string) *execContext {
 	return &execContext{
 		info:     api.Context{ID: id, Language: lang, Cwd: cwd},
@@ -149,8 +151,8 @@ func (a *Agent) startKernel(ctx context.Context, c *execContext) (Kernel, error)
 	k, err := a.cfg.StartKernel(ctx, pykernel.Config{
 		Python:     a.cfg.Python,
 		Cwd:        cwd,
-		Env:        a.contextEnv(c),
-		Credential: a.contextCred(c),
+		Env:        a.launch.envFor(c.as()),
+		Credential: a.launch.cred(c.as()),
 		Logger:     a.log.With("component", "pykernel", "cwd", cwd),
 	})
 	if err != nil {
@@ -212,15 +214,16 @@ func (a *Agent) createContext(w http.ResponseWriter, r *http.Request) {
 		invalid(w, "language", "typescript runs only in a stateful context (set stateful)")
 		return
 	}
-	root, ok := a.contextUser(w, req.User)
+	as, ok := a.launch.runAs(w, req.User)
 	if !ok {
 		return
 	}
+	root := as.root
 	var cwd string
 	if root {
-		cwd, ok = a.dirOf(w, req.Cwd)
+		cwd, ok = a.launch.dirOf(w, req.Cwd)
 	} else {
-		cwd, ok = a.cwdOf(w, req.Cwd)
+		cwd, ok = a.launch.cwdOf(w, req.Cwd)
 	}
 	if !ok {
 		return
@@ -273,88 +276,11 @@ func (a *Agent) statefulDefault(w http.ResponseWriter, lang, id string) *execCon
 		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "agent is shutting down")
 		return nil
 	}
-	c := newExecContext(id, lang, a.workdir)
+	c := newExecContext(id, lang, a.launch.workdir)
 	c.stateful = true
 	a.contexts[id] = c
 	a.order = append(a.order, id)
 	return c
-}
-
-// cwdOf resolves a requested working directory (default home, relative to
-// home), answering 400 itself when it is not an existing directory the
-// sandbox user can enter.
-func (a *Agent) cwdOf(w http.ResponseWriter, cwd string) (string, bool) {
-	p, ok := a.dirOf(w, cwd)
-	if !ok || cwd == "" {
-		return p, ok
-	}
-	// Checked here, not left to the kernel's start (a 500 that names
-	// fork/exec) or to every later bash call.
-	if err := a.user.canEnter(p); err != nil {
-		invalid(w, "cwd", "the sandbox user %s cannot enter %s (%v); use a directory the user can enter, such as %s", a.user.displayName(), p, err, a.user.home)
-		return "", false
-	}
-	return p, true
-}
-
-// dirOf resolves a requested working directory as cwdOf does, for root,
-// who enters every directory.
-func (a *Agent) dirOf(w http.ResponseWriter, cwd string) (string, bool) {
-	if cwd == "" {
-		return a.workdir, true
-	}
-	p, err := a.resolve(cwd)
-	if err != nil {
-		invalid(w, "cwd", "%v", err)
-		return "", false
-	}
-	fi, err := os.Stat(p)
-	if err != nil {
-		invalid(w, "cwd", "%s does not exist", p)
-		return "", false
-	}
-	if !fi.IsDir() {
-		invalid(w, "cwd", "%s is not a directory", p)
-		return "", false
-	}
-	return p, true
-}
-
-// contextUser resolves a context's user, as processUser a process's:
-// true for root, false for the sandbox user.
-func (a *Agent) contextUser(w http.ResponseWriter, name string) (root, ok bool) {
-	switch name {
-	case "", a.user.name:
-		return false, true
-	case "root":
-		if os.Getuid() != 0 {
-			invalid(w, "user", "the agent is not root, so it cannot run code as root")
-			return false, false
-		}
-		return true, true
-	}
-	invalid(w, "user", "unknown user %q: want root or the sandbox user %s", name, a.user.displayName())
-	return false, false
-}
-
-// contextCred is who runs c's code: nil (the agent's own user, root in a
-// sandbox) for a root context.
-func (a *Agent) contextCred(c *execContext) *syscall.Credential {
-	if c.root {
-		return nil
-	}
-	return a.user.cred
-}
-
-// contextEnv is the environment c's code starts with: a root context's
-// HOME is root's, so what its kernel writes there (IPython's profile) is
-// not root's files in the sandbox user's home.
-func (a *Agent) contextEnv(c *execContext) []string {
-	env := a.baseEnv()
-	if c.root && a.user.cred != nil {
-		env = withEnvs(env, map[string]string{"HOME": "/root", "USER": "root", "LOGNAME": "root"})
-	}
-	return env
 }
 
 func (a *Agent) listContexts(w http.ResponseWriter, r *http.Request) {

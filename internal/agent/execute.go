@@ -153,8 +153,8 @@ func (a *Agent) executePython(ctx context.Context, k Kernel, req pykernel.Reques
 // executeProcess runs JavaScript or bash code in a fresh process in the
 // context's working directory.
 func (a *Agent) executeProcess(ctx context.Context, c *execContext, req api.ExecuteRequest, timeout time.Duration, s *sink) {
-	env := withEnvs(a.contextEnv(c), req.Envs)
-	spec := runSpec{dir: c.info.Cwd, timeout: timeout, root: c.root}
+	env := a.launch.envFor(c.as(), req.Envs)
+	spec := runSpec{dir: c.info.Cwd, timeout: timeout, as: c.as()}
 	var errFile string
 	switch c.info.Language {
 	case langJavaScript:
@@ -196,7 +196,7 @@ func (a *Agent) executeProcess(ctx context.Context, c *execContext, req api.Exec
 			spec.args = []string{script}
 		}
 	}
-	res := a.run(ctx, spec, s)
+	res := a.launch.run(ctx, spec, s)
 	switch {
 	case res.cancelled:
 		return

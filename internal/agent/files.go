@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/user"
@@ -34,13 +35,20 @@ func resolve(p, home string) (string, error) {
 	return filepath.Clean(p), nil
 }
 
-// resolve is resolve relative to the sandbox user's home.
-func (a *Agent) resolve(p string) (string, error) { return resolve(p, a.user.home) }
+// fileAPI serves /files: reads, writes, lists and watches of the
+// sandbox's file system, each acting as the user the call names
+// (fsuser.go).
+type fileAPI struct {
+	launch   *launcher // whose users a call may act as
+	maxBytes int64     // bounds one read or write
+	log      *slog.Logger
+	watches  watchBudget
+}
 
 // fileCall resolves a file call's user and path query parameters,
 // answering 400 itself.
-func (a *Agent) fileCall(w http.ResponseWriter, r *http.Request) (fsUser, string, bool) {
-	u, ok := a.fileUser(w, r)
+func (fa *fileAPI) fileCall(w http.ResponseWriter, r *http.Request) (fsUser, string, bool) {
+	u, ok := fa.fileUser(w, r)
 	if !ok {
 		return u, "", false
 	}
@@ -238,8 +246,8 @@ func (n *idNames) lookup(m *map[uint32]string, id uint32, find func(string) (str
 	return s
 }
 
-func (a *Agent) readFile(w http.ResponseWriter, r *http.Request) {
-	u, p, ok := a.fileCall(w, r)
+func (fa *fileAPI) readFile(w http.ResponseWriter, r *http.Request) {
+	u, p, ok := fa.fileCall(w, r)
 	if !ok {
 		return
 	}
@@ -292,7 +300,7 @@ func (a *Agent) readFile(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil && r.Context().Err() == nil {
-		a.log.Warn("sending file", "path", p, "err", err)
+		fa.log.Warn("sending file", "path", p, "err", err)
 	}
 }
 
@@ -350,8 +358,8 @@ const (
 // renames it into place, so readers never see half a file. The temporary
 // file is made, and renamed, as the call's user, who thus owns what it
 // wrote; the body is copied into it on the handler's goroutine.
-func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
-	u, p, ok := a.fileCall(w, r)
+func (fa *fileAPI) writeFile(w http.ResponseWriter, r *http.Request) {
+	u, p, ok := fa.fileCall(w, r)
 	if !ok {
 		return
 	}
@@ -396,7 +404,7 @@ func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
 			_ = u.do(func() error { return os.Remove(tmp.Name()) })
 		}
 	}()
-	body := http.MaxBytesReader(w, r.Body, a.cfg.MaxFileBytes)
+	body := http.MaxBytesReader(w, r.Body, fa.maxBytes)
 	if _, err := copyFile(tmp, body); err != nil {
 		var tooBig *http.MaxBytesError
 		switch {
@@ -449,8 +457,8 @@ func mkdirAll(dir string) error {
 	return os.MkdirAll(dir, 0o755)
 }
 
-func (a *Agent) removeFile(w http.ResponseWriter, r *http.Request) {
-	u, p, ok := a.fileCall(w, r)
+func (fa *fileAPI) removeFile(w http.ResponseWriter, r *http.Request) {
+	u, p, ok := fa.fileCall(w, r)
 	if !ok {
 		return
 	}
@@ -471,8 +479,8 @@ func (a *Agent) removeFile(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (a *Agent) listDir(w http.ResponseWriter, r *http.Request) {
-	u, p, ok := a.fileCall(w, r)
+func (fa *fileAPI) listDir(w http.ResponseWriter, r *http.Request) {
+	u, p, ok := fa.fileCall(w, r)
 	if !ok {
 		return
 	}
@@ -516,8 +524,8 @@ func (a *Agent) listDir(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
-func (a *Agent) statFile(w http.ResponseWriter, r *http.Request) {
-	u, p, ok := a.fileCall(w, r)
+func (fa *fileAPI) statFile(w http.ResponseWriter, r *http.Request) {
+	u, p, ok := fa.fileCall(w, r)
 	if !ok {
 		return
 	}
@@ -544,8 +552,8 @@ func (a *Agent) statFile(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, info)
 }
 
-func (a *Agent) mkdir(w http.ResponseWriter, r *http.Request) {
-	u, p, ok := a.fileCall(w, r)
+func (fa *fileAPI) mkdir(w http.ResponseWriter, r *http.Request) {
+	u, p, ok := fa.fileCall(w, r)
 	if !ok {
 		return
 	}
@@ -570,8 +578,8 @@ func (a *Agent) mkdir(w http.ResponseWriter, r *http.Request) {
 // rename moves path to to, as rename(2): a file at to is replaced, an empty
 // directory too; to's directory must exist. It answers the entry at its
 // new place.
-func (a *Agent) rename(w http.ResponseWriter, r *http.Request) {
-	u, from, ok := a.fileCall(w, r)
+func (fa *fileAPI) rename(w http.ResponseWriter, r *http.Request) {
+	u, from, ok := fa.fileCall(w, r)
 	if !ok {
 		return
 	}
@@ -615,7 +623,7 @@ func (a *Agent) rename(w http.ResponseWriter, r *http.Request) {
 // disk answers statfs of the sandbox's root: under gVisor its overlay's
 // upper layer, sized by the sandbox's disk limit, so what the guest's df
 // shows and what fills the limit are the same numbers.
-func (a *Agent) disk(w http.ResponseWriter, r *http.Request) {
+func (fa *fileAPI) disk(w http.ResponseWriter, r *http.Request) {
 	var st unix.Statfs_t
 	if err := unix.Statfs("/", &st); err != nil {
 		writeError(w, http.StatusInternalServerError, api.CodeInternal, "statfs /: %v", err)

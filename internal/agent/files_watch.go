@@ -319,8 +319,8 @@ func (w *watcher) read(buf []byte, emit func(api.FileEvent)) bool {
 // change made after. The whole watch runs as the call's user, on a thread
 // of its own (fsuser.go): every directory it adds, then and as they are
 // made, is one that user may read.
-func (a *Agent) watch(w http.ResponseWriter, r *http.Request) {
-	u, p, ok := a.fileCall(w, r)
+func (fa *fileAPI) watch(w http.ResponseWriter, r *http.Request) {
+	u, p, ok := fa.fileCall(w, r)
 	if !ok {
 		return
 	}
@@ -362,12 +362,12 @@ func (a *Agent) watch(w http.ResponseWriter, r *http.Request) {
 			describe = func(ev *api.FileEvent) { ev.Entry = eventEntry(p, *ev, resolve, names) }
 		}
 	}
-	if err := u.do(func() error { a.watchAs(w, r, u, p, recursive, describe); return nil }); err != nil {
+	if err := u.do(func() error { fa.watchAs(w, r, u, p, recursive, describe); return nil }); err != nil {
 		u.fileError(w, p, err)
 	}
 }
 
-func (a *Agent) watchAs(w http.ResponseWriter, r *http.Request, u fsUser, p string, recursive bool, describe func(*api.FileEvent)) {
+func (fa *fileAPI) watchAs(w http.ResponseWriter, r *http.Request, u fsUser, p string, recursive bool, describe func(*api.FileEvent)) {
 	fi, err := os.Stat(p)
 	if err != nil {
 		u.fileError(w, p, err)
@@ -377,12 +377,12 @@ func (a *Agent) watchAs(w http.ResponseWriter, r *http.Request, u fsUser, p stri
 		invalid(w, "path", "%s is not a directory: watch the directory that holds it", p)
 		return
 	}
-	if !a.watches.openStream() {
+	if !fa.watches.openStream() {
 		writeError(w, http.StatusConflict, api.CodeConflict, "%d watches are open in this sandbox already; close one first", maxWatchStreams)
 		return
 	}
-	defer a.watches.closeStream()
-	wt, err := newWatcher(p, recursive, &a.watches)
+	defer fa.watches.closeStream()
+	wt, err := newWatcher(p, recursive, &fa.watches)
 	if errors.Is(err, errTooManyDirs) {
 		writeError(w, http.StatusConflict, api.CodeConflict, "watching %s: %v", p, err)
 		return

@@ -110,9 +110,9 @@ func TestFilesWatch(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("stream still open 5 s after its directory was removed")
 	}
-	ta.Agent.watches.mu.Lock()
-	streams, dirs := ta.Agent.watches.streams, ta.Agent.watches.dirs
-	ta.Agent.watches.mu.Unlock()
+	ta.Agent.files.watches.mu.Lock()
+	streams, dirs := ta.Agent.files.watches.streams, ta.Agent.files.watches.dirs
+	ta.Agent.files.watches.mu.Unlock()
 	if streams != 0 || dirs != 0 {
 		t.Errorf("after the stream: %d streams, %d watched directories counted, want 0 and 0", streams, dirs)
 	}
@@ -130,9 +130,9 @@ func TestFilesWatchNotRecursive(t *testing.T) {
 	<-ws.done
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		ta.Agent.watches.mu.Lock()
-		streams := ta.Agent.watches.streams
-		ta.Agent.watches.mu.Unlock()
+		ta.Agent.files.watches.mu.Lock()
+		streams := ta.Agent.files.watches.streams
+		ta.Agent.files.watches.mu.Unlock()
 		if streams == 0 {
 			break
 		}
@@ -173,9 +173,9 @@ func TestFilesWatchBadInput(t *testing.T) {
 
 func TestFilesWatchTooManyDirs(t *testing.T) {
 	ta := newTestAgent(t, nil)
-	ta.Agent.watches.mu.Lock()
-	ta.Agent.watches.dirs = maxWatchDirs - 3 // as if other streams held them
-	ta.Agent.watches.mu.Unlock()
+	ta.Agent.files.watches.mu.Lock()
+	ta.Agent.files.watches.dirs = maxWatchDirs - 3 // as if other streams held them
+	ta.Agent.files.watches.mu.Unlock()
 	for i := range 5 {
 		must(t, os.MkdirAll(filepath.Join(ta.home, "t", fmt.Sprint(i)), 0o755))
 	}
@@ -183,9 +183,9 @@ func TestFilesWatchTooManyDirs(t *testing.T) {
 	if status != http.StatusConflict || !strings.Contains(string(body), "watch a smaller tree") {
 		t.Errorf("recursive watch over the budget: %d %s, want 409 with words", status, body)
 	}
-	ta.Agent.watches.mu.Lock()
-	dirs := ta.Agent.watches.dirs
-	ta.Agent.watches.mu.Unlock()
+	ta.Agent.files.watches.mu.Lock()
+	dirs := ta.Agent.files.watches.dirs
+	ta.Agent.files.watches.mu.Unlock()
 	if dirs != maxWatchDirs-3 {
 		t.Errorf("after the refused watch %d directories are counted, want %d", dirs, maxWatchDirs-3)
 	}
@@ -233,7 +233,7 @@ func TestFilesWatchUploads(t *testing.T) {
 	}
 	// An upload refused midway leaves no event: its temporary file was never
 	// the caller's.
-	ta.Agent.cfg.MaxFileBytes = 4
+	ta.Agent.files.maxBytes = 4
 	ta.do(t, "PUT", "/files?path=w/big.txt", "more than four bytes")
 	if got := quiet(); len(got) != 0 {
 		t.Errorf("a refused upload: a watch saw %q, want nothing", got)

@@ -39,9 +39,9 @@ type fsUser struct {
 
 // fileUser resolves a file call's user query parameter, answering 400
 // itself: the sandbox user by default, or root.
-func (a *Agent) fileUser(w http.ResponseWriter, r *http.Request) (fsUser, bool) {
-	cred, name, home, ok := a.processUser(w, r.URL.Query().Get("user"))
-	return fsUser{name: name, home: home, cred: cred}, ok
+func (fa *fileAPI) fileUser(w http.ResponseWriter, r *http.Request) (fsUser, bool) {
+	as, ok := fa.launch.runAs(w, r.URL.Query().Get("user"))
+	return fsUser{name: fa.launch.name(as), home: fa.launch.home(as), cred: fa.launch.cred(as)}, ok
 }
 
 // do runs fn with u's credentials (see above) and returns its error.

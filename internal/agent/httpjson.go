@@ -27,12 +27,15 @@ func invalid(w http.ResponseWriter, field, format string, args ...any) {
 	writeError(w, http.StatusBadRequest, api.CodeInvalidArgument, field+": "+format, args...)
 }
 
+// decoder reads request bodies of at most max bytes.
+type decoder struct{ max int64 }
+
 // decode reads a JSON body into v, answering 400 or 413 itself when it
 // cannot. An empty body leaves v as is when emptyOK. As on the server,
 // unknown fields and nulls are refused (api/openapi.yaml): a misspelt or
 // newer option fails loudly instead of being ignored.
-func (a *Agent) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) bool {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxRequestBytes))
+func (d decoder) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) bool {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, d.max))
 	if err == nil {
 		dec := json.NewDecoder(bytes.NewReader(api.IntegralNumbers(data)))
 		dec.DisallowUnknownFields()

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -74,7 +73,7 @@ func (l *lockedTail) String() string {
 // kernel's harness: kernels.go), as the code's user in its own process
 // group, and waits for the harness to be ready.
 func (a *Agent) startRepl(ctx context.Context, c *execContext) (*jsRepl, error) {
-	env := a.contextEnv(c)
+	env := a.launch.envFor(c.as())
 	path, args, err := a.replCommand(c, env)
 	if err != nil {
 		return nil, err
@@ -97,15 +96,12 @@ func (a *Agent) startRepl(ctx context.Context, c *execContext) (*jsRepl, error) 
 		exited: make(chan struct{}),
 		dead:   make(chan struct{}),
 	}
-	r.cmd = exec.Command(path, args...)
-	r.cmd.Args[0] = filepath.Base(path)
-	r.cmd.Dir = c.info.Cwd
-	r.cmd.Env = env
-	r.cmd.ExtraFiles = []*os.File{callsR, eventsW}
-	r.cmd.Stderr = r.stderr
-	r.cmd.WaitDelay = waitDelay
-	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: a.contextCred(c)}
-	err = r.cmd.Start()
+	r.cmd, _, err = a.launch.command(nil, launch{as: c.as(), path: path, args: args, dir: c.info.Cwd, env: env})
+	if err == nil {
+		r.cmd.ExtraFiles = []*os.File{callsR, eventsW}
+		r.cmd.Stderr = r.stderr
+		err = r.cmd.Start()
+	}
 	callsR.Close()
 	eventsW.Close()
 	if err != nil {

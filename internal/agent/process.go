@@ -19,9 +19,9 @@ const (
 
 func processText(kind, text string) any { return api.ProcessEvent{Type: kind, Text: text} }
 
-func (a *Agent) process(w http.ResponseWriter, r *http.Request) {
+func (pa *processAPI) process(w http.ResponseWriter, r *http.Request) {
 	var req api.ProcessRequest
-	if !a.decode(w, r, &req, false) {
+	if !pa.decode(w, r, &req, false) {
 		return
 	}
 	switch {
@@ -45,22 +45,22 @@ func (a *Agent) process(w http.ResponseWriter, r *http.Request) {
 	if !ok || !checkEnvs(w, req.Envs) {
 		return
 	}
-	cwd, ok := a.cwdOf(w, req.Cwd)
+	cwd, ok := pa.launch.cwdOf(w, req.Cwd)
 	if !ok {
 		return
 	}
-	env := withEnvs(a.baseEnv(), req.Envs)
+	env := pa.launch.envFor(runAs{}, req.Envs)
 	timeout := time.Duration(timeoutMs) * time.Millisecond
 	spec := runSpec{dir: cwd, env: env, timeout: timeout}
 	if req.Stdin != "" {
 		spec.stdin = strings.NewReader(req.Stdin)
 	}
-	s := newSink(w, a.cfg.MaxOutputBytes, processText)
+	s := newSink(w, pa.maxOutput, processText)
 	defer s.close()
 	end := func(code int, msg string) {
 		s.event(api.ProcessEvent{Type: "end", ExitCode: &code, Error: msg})
 	}
-	name, args := a.cfg.Bash, []string{"-c", req.Cmd}
+	name, args := pa.bash, []string{"-c", req.Cmd}
 	if req.Cmd == "" {
 		name, args = req.Args[0], req.Args[1:]
 	}
@@ -70,7 +70,7 @@ func (a *Agent) process(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec.path, spec.args = path, args
-	res := a.run(r.Context(), spec, s)
+	res := pa.launch.run(r.Context(), spec, s)
 	switch {
 	case res.cancelled:
 	case res.startErr != nil:

@@ -26,8 +26,8 @@ const maxSocketMessage = 1 << 20
 // "eof" (close stdin). Origins are not checked: only the server reaches
 // the agent (guard.go), and the API authenticates with a bearer key,
 // which a browser never attaches on its own.
-func (a *Agent) processSocket(w http.ResponseWriter, r *http.Request) {
-	p := a.processOf(w, r)
+func (pa *processAPI) processSocket(w http.ResponseWriter, r *http.Request) {
+	p := pa.processOf(w, r)
 	if p == nil {
 		return
 	}
@@ -46,7 +46,7 @@ func (a *Agent) processSocket(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return
 			}
-			if err := a.socketInput(p, typ, msg); err != nil {
+			if err := socketInput(p, typ, msg); err != nil {
 				// Input problems are told, not fatal: output may go on.
 				_ = writeControl(ctx, c, api.ProcessControl{Type: "error", Error: err.Error()})
 			}
@@ -75,7 +75,7 @@ func writeControl(ctx context.Context, c *websocket.Conn, m api.ProcessControl) 
 }
 
 // socketInput acts on one message from the client.
-func (a *Agent) socketInput(p *bgProcess, typ websocket.MessageType, msg []byte) error {
+func socketInput(p *bgProcess, typ websocket.MessageType, msg []byte) error {
 	if typ == websocket.MessageBinary {
 		return p.writeStdin(msg)
 	}

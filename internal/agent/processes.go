@@ -17,14 +17,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -108,9 +109,6 @@ type processTable struct {
 	others    int // other running background processes, started or starting
 }
 
-// errShuttingDown: the agent is closing and starts nothing more.
-var errShuttingDown = errors.New("agent is shutting down")
-
 // reserve takes a place for a process about to start (a terminal or not),
 // or says why there is none: the sandbox runs as many as it may, or the
 // agent is shutting down. release gives the place back once it has ended
@@ -122,9 +120,9 @@ func (t *processTable) reserve(terminal bool) (release func(), err error) {
 	case t.closed:
 		return nil, errShuttingDown
 	case terminal && t.terminals >= maxTerminals:
-		return nil, fmt.Errorf("%d terminals run in this sandbox already, its bound: close one (exit its shell or signal it) first", maxTerminals)
+		return nil, boundError{fmt.Sprintf("%d terminals run in this sandbox already, its bound: close one (exit its shell or signal it) first", maxTerminals)}
 	case !terminal && t.others >= maxBackground:
-		return nil, fmt.Errorf("%d background processes run in this sandbox already, its bound: wait for one to end or signal it first", maxBackground)
+		return nil, boundError{fmt.Sprintf("%d background processes run in this sandbox already, its bound: wait for one to end or signal it first", maxBackground)}
 	}
 	n := &t.others
 	if terminal {
@@ -210,62 +208,46 @@ func (t *processTable) killAll() {
 	}
 }
 
+// processAPI serves /processes — background processes and terminals,
+// which outlive the request that started them — and POST /process, whose
+// process lives as long as its request. The launcher starts them all.
+type processAPI struct {
+	decoder
+	launch    *launcher
+	log       *slog.Logger
+	bash      string // the shell that runs a cmd
+	maxOutput int64  // bounds the output POST /process streams
+}
+
 // startProcess is POST /processes.
-func (a *Agent) startProcess(w http.ResponseWriter, r *http.Request) {
+func (pa *processAPI) startProcess(w http.ResponseWriter, r *http.Request) {
 	var req api.ProcessStartRequest
-	if !a.decode(w, r, &req, false) {
-		return
-	}
-	switch {
-	case req.Cmd == "" && len(req.Args) == 0 && req.Pty == nil:
-		invalid(w, "cmd", "one of cmd and args is required (only a terminal, pty, defaults to the login shell)")
-		return
-	case req.Cmd != "" && len(req.Args) > 0:
-		invalid(w, "cmd", "set only one of cmd and args")
-		return
-	case len(req.Args) > 0 && req.Args[0] == "":
-		invalid(w, "args", "the program name args[0] is empty")
-		return
-	case len(req.Tag) > maxTagBytes:
-		invalid(w, "tag", "is %d bytes; at most %d", len(req.Tag), maxTagBytes)
-		return
-	}
-	for _, s := range append([]string{req.Cmd, req.Tag}, req.Args...) {
-		if strings.ContainsRune(s, 0) {
-			invalid(w, "cmd", "contains a NUL byte")
-			return
-		}
-	}
-	if req.Pty != nil && !checkPtySize(w, "pty", *req.Pty) {
+	if !pa.decode(w, r, &req, false) || !checkStart(w, req) {
 		return
 	}
 	timeoutMs, ok := timeoutOf(w, req.TimeoutMs, 0)
 	if !ok || !checkEnvs(w, req.Envs) {
 		return
 	}
-	cred, userName, home, ok := a.processUser(w, req.User)
+	as, ok := pa.launch.runAs(w, req.User)
 	if !ok {
 		return
 	}
-	cwd, ok := a.cwdOf(w, req.Cwd)
+	cwd, ok := pa.launch.cwdOf(w, req.Cwd)
 	if !ok {
 		return
 	}
-	env := a.baseEnv()
-	if req.User == "root" && a.user.cred != nil {
-		env = withEnvs(env, map[string]string{"HOME": home, "USER": "root", "LOGNAME": "root"})
-	}
+	var term map[string]string
 	if req.Pty != nil {
-		env = withEnvs(env, map[string]string{"TERM": "xterm-256color"})
+		term = map[string]string{"TERM": "xterm-256color"}
 	}
-	env = withEnvs(env, req.Envs)
-
-	name, args := a.cfg.Bash, []string{"-c", req.Cmd}
+	env := pa.launch.envFor(as, term, req.Envs)
+	name, args := pa.bash, []string{"-c", req.Cmd}
 	switch {
 	case len(req.Args) > 0:
 		name, args = req.Args[0], req.Args[1:]
 	case req.Cmd == "":
-		name, args = loginShell(userName, a.cfg.Bash), []string{"-l"}
+		name, args = loginShell(pa.launch.name(as), pa.bash), []string{"-l"}
 	}
 	path, err := lookPath(name, env)
 	if err != nil {
@@ -276,145 +258,200 @@ func (a *Agent) startProcess(w http.ResponseWriter, r *http.Request) {
 		invalid(w, field, "%v", err)
 		return
 	}
-	cmd := exec.Command(path, args...)
-	cmd.Args[0] = filepath.Base(path)
-	cmd.Dir, cmd.Env = cwd, env
-	info := api.ProcessInfo{
-		Tag: req.Tag, Cmd: req.Cmd, Args: slices.Clone(cmd.Args), Cwd: cwd, User: userName,
-		Running: true,
+	info := api.ProcessInfo{Tag: req.Tag, Cmd: req.Cmd, User: pa.launch.name(as)}
+	p, err := pa.launch.background(launch{as: as, path: path, args: args, dir: cwd, env: env, pty: req.Pty}, info,
+		req.Stdin, time.Duration(timeoutMs)*time.Millisecond, pa.log)
+	if err != nil {
+		answerStart(w, path, err)
+		return
 	}
-	p := &bgProcess{out: newOutputLog(outputLogBytes), ended: make(chan struct{})}
-	var copyOut func() // reads a terminal's output until it closes
+	pa.log.Info("process started", "pid", p.pid, "tag", req.Tag, "pty", req.Pty != nil, "user", info.User)
+	writeJSON(w, http.StatusCreated, p.snapshot())
+}
+
+// checkStart answers 400 itself for a start that asks for nothing to run,
+// or for two things, or with a NUL byte, a tag too long or a terminal too
+// large.
+func checkStart(w http.ResponseWriter, req api.ProcessStartRequest) bool {
+	switch {
+	case req.Cmd == "" && len(req.Args) == 0 && req.Pty == nil:
+		invalid(w, "cmd", "one of cmd and args is required (only a terminal, pty, defaults to the login shell)")
+		return false
+	case req.Cmd != "" && len(req.Args) > 0:
+		invalid(w, "cmd", "set only one of cmd and args")
+		return false
+	case len(req.Args) > 0 && req.Args[0] == "":
+		invalid(w, "args", "the program name args[0] is empty")
+		return false
+	case len(req.Tag) > maxTagBytes:
+		invalid(w, "tag", "is %d bytes; at most %d", len(req.Tag), maxTagBytes)
+		return false
+	}
+	for _, s := range append([]string{req.Cmd, req.Tag}, req.Args...) {
+		if strings.ContainsRune(s, 0) {
+			invalid(w, "cmd", "contains a NUL byte")
+			return false
+		}
+	}
+	return req.Pty == nil || checkPtySize(w, "pty", *req.Pty)
+}
+
+// Why a background process did not start, before its own start failed.
+var (
+	// errShuttingDown: the agent is closing and starts nothing more.
+	errShuttingDown = errors.New("agent is shutting down")
+)
+
+// boundError: the sandbox runs as many background processes of a kind
+// as it may (maxTerminals, maxBackground).
+type boundError struct{ msg string }
+
+func (e boundError) Error() string { return e.msg }
+
+// setupError: what the process needs (its terminal, its stdin) could not
+// be made.
+type setupError struct{ err error }
+
+func (e setupError) Error() string { return e.err.Error() }
+
+// answerStart answers for a background process at path that did not start.
+func answerStart(w http.ResponseWriter, path string, err error) {
+	var bound boundError
+	var setup setupError
+	switch {
+	case errors.Is(err, errShuttingDown):
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "%v", err)
+	case errors.As(err, &bound):
+		writeError(w, http.StatusTooManyRequests, api.CodeRateLimited, "%v", err)
+	case errors.As(err, &setup):
+		writeError(w, http.StatusInternalServerError, api.CodeInternal, "%v", err)
+	case errors.Is(err, os.ErrPermission) || errors.Is(err, exec.ErrNotFound) || errors.Is(err, syscall.ENOEXEC):
+		invalid(w, "cmd", "starting %s: %v", path, err)
+	case errors.Is(err, syscall.EAGAIN):
+		// The sandbox runs as many tasks as it may (--processes).
+		writeError(w, http.StatusTooManyRequests, api.CodeRateLimited,
+			"starting %s: %v: the sandbox runs as many processes as it may; end some first", path, err)
+	default:
+		writeError(w, http.StatusInternalServerError, api.CodeInternal, "starting %s: %v", path, err)
+	}
+}
+
+// background starts l as a background process described by info (its tag,
+// cmd and user) within the sandbox's bounds (a terminal when l.pty is
+// set), with a stdin pipe when stdin,
+// killed with its group after timeout (0: never), and registers it in
+// the table; it is waited for by a goroutine of its own. The error is
+// errShuttingDown, a boundError, a setupError or the start's own.
+func (lc *launcher) background(l launch, info api.ProcessInfo, stdin bool, timeout time.Duration, log *slog.Logger) (*bgProcess, error) {
+	cmd, tty, err := lc.command(nil, l)
+	if err != nil {
+		return nil, setupError{fmt.Errorf("opening a terminal: %w", err)}
+	}
+	p := &bgProcess{out: newOutputLog(outputLogBytes), ended: make(chan struct{}), tty: tty}
 	flush := func() {}
-	if req.Pty != nil {
-		size := *req.Pty
-		info.Pty = &size
-		tty, err := a.openPty(cmd, size, cred)
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, api.CodeInternal, "opening a terminal: %v", err)
-			return
-		}
-		p.tty = tty
+	if tty != nil {
 		p.stdin = tty
-		copyOut = func() {
-			buf := make([]byte, readChunk)
-			for {
-				n, err := tty.Read(buf)
-				p.out.write(api.OutputPty, buf[:n])
-				if err != nil {
-					return
-				}
-			}
-		}
 	} else {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 		stdout := &textWriter{log: p.out, kind: api.EventStdout}
 		stderr := &textWriter{log: p.out, kind: api.EventStderr}
 		cmd.Stdout, cmd.Stderr = stdout, stderr
-		// A child that keeps the pipes open must not hold the end back.
-		cmd.WaitDelay = waitDelay
-		if req.Stdin {
+		// exec copies the pipes and Wait waits for that: only what is
+		// left of a UTF-8 sequence remains.
+		flush = func() { stdout.flush(); stderr.flush() }
+		if stdin {
 			in, err := cmd.StdinPipe()
 			if err != nil {
-				writeError(w, http.StatusInternalServerError, api.CodeInternal, "opening stdin: %v", err)
-				return
+				return nil, setupError{fmt.Errorf("opening stdin: %w", err)}
 			}
 			p.stdin = in
 		}
-		// exec copies the pipes and Wait waits for that: only what is
-		// left of a UTF-8 sequence remains.
-		copyOut = func() {}
-		flush = func() { stdout.flush(); stderr.flush() }
 	}
-
-	release, err := a.procs.reserve(req.Pty != nil)
-	if err != nil {
-		p.closeIO()
-		if errors.Is(err, errShuttingDown) {
-			writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "%v", err)
-			return
+	release, err := lc.procs.reserve(tty != nil)
+	if err == nil {
+		if err = cmd.Start(); err != nil {
+			release()
 		}
-		writeError(w, http.StatusTooManyRequests, api.CodeRateLimited, "%v", err)
-		return
 	}
-	err = cmd.Start()
-	if p.tty != nil {
+	if tty != nil {
 		// The child has its own copy of the terminal's slave side.
 		cmd.Stdin.(*os.File).Close()
 	}
 	if err != nil {
-		release()
 		p.closeIO()
-		switch {
-		case errors.Is(err, os.ErrPermission) || errors.Is(err, exec.ErrNotFound) || errors.Is(err, syscall.ENOEXEC):
-			invalid(w, "cmd", "starting %s: %v", path, err)
-		case errors.Is(err, syscall.EAGAIN):
-			// The sandbox runs as many tasks as it may (--processes).
-			writeError(w, http.StatusTooManyRequests, api.CodeRateLimited,
-				"starting %s: %v: the sandbox runs as many processes as it may; end some first", path, err)
-		default:
-			writeError(w, http.StatusInternalServerError, api.CodeInternal, "starting %s: %v", path, err)
-		}
-		return
+		return nil, err
 	}
 	p.pid, p.group = cmd.Process.Pid, cmd.Process.Pid
-	info.Pid, info.StartedAt = p.pid, time.Now().UTC()
+	info.Args, info.Cwd, info.Running, info.Pid, info.StartedAt = slices.Clone(cmd.Args), l.dir, true, p.pid, time.Now().UTC()
+	if l.pty != nil {
+		size := *l.pty
+		info.Pty = &size
+	}
 	p.info = info
-	a.procs.add(p)
-	a.log.Info("process started", "pid", p.pid, "tag", req.Tag, "pty", req.Pty != nil, "user", userName)
+	lc.procs.add(p)
+	go func() {
+		code := p.wait(cmd, timeout, flush)
+		release()
+		lc.procs.ended(p)
+		log.Info("process ended", "pid", p.pid, "exit_code", code)
+	}()
+	return p, nil
+}
 
-	var timedOut bool
-	var timer *time.Timer
-	var timerMu sync.Mutex
-	if timeoutMs > 0 {
-		timeout := time.Duration(timeoutMs) * time.Millisecond
-		timer = time.AfterFunc(timeout, func() {
-			timerMu.Lock()
-			timedOut = true
-			timerMu.Unlock()
+// wait waits for p's cmd to end, killing its group after timeout (0:
+// never), reads the rest of its output and records its end.
+func (p *bgProcess) wait(cmd *exec.Cmd, timeout time.Duration, flush func()) int {
+	var timedOut atomic.Bool
+	if timeout > 0 {
+		timer := time.AfterFunc(timeout, func() {
+			timedOut.Store(true)
 			_ = syscall.Kill(-p.group, syscall.SIGKILL)
 		})
+		defer timer.Stop()
 	}
+	outDone := make(chan struct{})
 	go func() {
-		outDone := make(chan struct{})
-		go func() {
-			defer close(outDone)
-			copyOut()
-		}()
-		err := cmd.Wait()
-		if p.tty == nil {
-			<-outDone
-			flush()
-		} else {
-			// Output still in the terminal is read until its last holder
-			// closes it; a child left behind holding it does not keep
-			// the end back longer than waitDelay.
-			select {
-			case <-outDone:
-			case <-time.After(waitDelay):
-				p.tty.Close()
-				<-outDone
-			}
+		defer close(outDone)
+		if p.tty != nil {
+			p.copyTerminal()
 		}
-		if timer != nil {
-			timer.Stop()
-		}
-		res := runResult{state: cmd.ProcessState}
-		code, msg := res.exitCode(), ""
-		timerMu.Lock()
-		if timedOut {
-			code, msg = ExitCodeTimeout, fmt.Sprintf("timed out after %v", time.Duration(timeoutMs)*time.Millisecond)
-		}
-		timerMu.Unlock()
-		if code < 0 && err != nil {
-			msg = err.Error()
-		}
-		p.finish(code, msg)
-		release()
-		a.procs.ended(p)
-		a.log.Info("process ended", "pid", p.pid, "exit_code", code)
 	}()
-	writeJSON(w, http.StatusCreated, p.snapshot())
+	err := cmd.Wait()
+	if p.tty == nil {
+		<-outDone
+		flush()
+	} else {
+		// Output still in the terminal is read until its last holder
+		// closes it; a child left behind holding it does not keep the
+		// end back longer than waitDelay.
+		select {
+		case <-outDone:
+		case <-time.After(waitDelay):
+			p.tty.Close()
+			<-outDone
+		}
+	}
+	res := runResult{state: cmd.ProcessState}
+	code, msg := res.exitCode(), ""
+	if timedOut.Load() {
+		code, msg = ExitCodeTimeout, fmt.Sprintf("timed out after %v", timeout)
+	}
+	if code < 0 && err != nil {
+		msg = err.Error()
+	}
+	p.finish(code, msg)
+	return code
+}
+
+// copyTerminal reads p's terminal output into its log until it closes.
+func (p *bgProcess) copyTerminal() {
+	buf := make([]byte, readChunk)
+	for {
+		n, err := p.tty.Read(buf)
+		p.out.write(api.OutputPty, buf[:n])
+		if err != nil {
+			return
+		}
+	}
 }
 
 // finish records the exit and closes what the process held.
@@ -443,45 +480,6 @@ func (p *bgProcess) closeIO() {
 	if p.tty != nil {
 		p.tty.Close()
 	}
-}
-
-// openPty gives cmd a new terminal of size as its controlling terminal, in
-// a session of its own, and returns the master side. cmd's stdio is the
-// slave side, which the caller closes after the start.
-func (a *Agent) openPty(cmd *exec.Cmd, size api.PtySize, cred *syscall.Credential) (*os.File, error) {
-	ptmx, tty, err := pty.Open()
-	if err != nil {
-		return nil, err
-	}
-	if err := pty.Setsize(ptmx, &pty.Winsize{Cols: uint16(size.Cols), Rows: uint16(size.Rows)}); err != nil {
-		ptmx.Close()
-		tty.Close()
-		return nil, err
-	}
-	if cred != nil {
-		// The user's shell may chmod/chown its own terminal (mesg, script).
-		_ = tty.Chown(int(cred.Uid), -1)
-	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Credential: cred}
-	return ptmx, nil
-}
-
-// processUser resolves a start's user: the sandbox user by default, or
-// root (the agent's own user).
-func (a *Agent) processUser(w http.ResponseWriter, name string) (*syscall.Credential, string, string, bool) {
-	switch name {
-	case "", a.user.name:
-		return a.user.cred, a.user.displayName(), a.user.home, true
-	case "root":
-		if os.Getuid() != 0 {
-			invalid(w, "user", "the agent is not root, so it cannot run code as root")
-			return nil, "", "", false
-		}
-		return nil, "root", "/root", true
-	}
-	invalid(w, "user", "unknown user %q: want root or the sandbox user %s", name, a.user.displayName())
-	return nil, "", "", false
 }
 
 // loginShell is user's shell in /etc/passwd, or def.
@@ -516,8 +514,8 @@ func checkPtySize(w http.ResponseWriter, field string, s api.PtySize) bool {
 }
 
 // listProcesses is GET /processes: running ones first, each by start.
-func (a *Agent) listProcesses(w http.ResponseWriter, r *http.Request) {
-	ps := a.procs.list()
+func (pa *processAPI) listProcesses(w http.ResponseWriter, r *http.Request) {
+	ps := pa.launch.procs.list()
 	list := api.ProcessList{Processes: make([]api.ProcessInfo, 0, len(ps))}
 	for _, p := range ps {
 		list.Processes = append(list.Processes, p.snapshot())
@@ -538,14 +536,14 @@ func (a *Agent) listProcesses(w http.ResponseWriter, r *http.Request) {
 }
 
 // processOf looks up the {pid} of the path, answering 404 itself.
-func (a *Agent) processOf(w http.ResponseWriter, r *http.Request) *bgProcess {
+func (pa *processAPI) processOf(w http.ResponseWriter, r *http.Request) *bgProcess {
 	s := r.PathValue("pid")
 	pid, err := strconv.Atoi(s)
 	if err != nil || pid <= 0 {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, "no process %q: a pid is a positive number (GET /processes lists them)", s)
 		return nil
 	}
-	p := a.procs.get(pid)
+	p := pa.launch.procs.get(pid)
 	if p == nil {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, "no process %d: not started with POST /processes, or ended long ago (GET /processes lists them)", pid)
 		return nil
@@ -566,8 +564,8 @@ func running(w http.ResponseWriter, p *bgProcess) bool {
 }
 
 // getProcess is GET /processes/{pid}: its info; with ?wait=1 once it ended.
-func (a *Agent) getProcess(w http.ResponseWriter, r *http.Request) {
-	p := a.processOf(w, r)
+func (pa *processAPI) getProcess(w http.ResponseWriter, r *http.Request) {
+	p := pa.processOf(w, r)
 	if p == nil {
 		return
 	}
@@ -589,15 +587,15 @@ const maxStdinBytes = 8 << 20
 // body is a ProcessStdinRequest) go to the process's stdin. The answer
 // waits until the process has taken them (a full pipe waits for it to
 // read), which is the back-pressure a fast writer gets.
-func (a *Agent) processStdin(w http.ResponseWriter, r *http.Request) {
-	p := a.processOf(w, r)
+func (pa *processAPI) processStdin(w http.ResponseWriter, r *http.Request) {
+	p := pa.processOf(w, r)
 	if p == nil {
 		return
 	}
 	var data []byte
 	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
 		var req api.ProcessStdinRequest
-		if !a.decode(w, r, &req, false) {
+		if !pa.decode(w, r, &req, false) {
 			return
 		}
 		data = req.Data
@@ -662,8 +660,8 @@ func (p *bgProcess) writeStdin(data []byte) error {
 
 // closeStdin is POST /processes/{pid}/stdin/close: the process reads end
 // of file. A terminal's input stays open (type Ctrl-D, "\x04", instead).
-func (a *Agent) closeStdin(w http.ResponseWriter, r *http.Request) {
-	p := a.processOf(w, r)
+func (pa *processAPI) closeStdin(w http.ResponseWriter, r *http.Request) {
+	p := pa.processOf(w, r)
 	if p == nil || !running(w, p) {
 		return
 	}
@@ -691,10 +689,10 @@ func (p *bgProcess) closeStdin() error {
 // signalProcess is POST /processes/{pid}/signal: the signal goes to the
 // process's group, so it reaches the children it started too (a shell's
 // pipeline, npm's node) the way Ctrl-C in a terminal does.
-func (a *Agent) signalProcess(w http.ResponseWriter, r *http.Request) {
+func (pa *processAPI) signalProcess(w http.ResponseWriter, r *http.Request) {
 	var req api.ProcessSignalRequest
-	p := a.processOf(w, r)
-	if p == nil || !a.decode(w, r, &req, false) {
+	p := pa.processOf(w, r)
+	if p == nil || !pa.decode(w, r, &req, false) {
 		return
 	}
 	sig, err := parseSignal(req.Signal)
@@ -738,10 +736,10 @@ func parseSignal(s string) (syscall.Signal, error) {
 }
 
 // resizeProcess is POST /processes/{pid}/resize: a terminal's new size.
-func (a *Agent) resizeProcess(w http.ResponseWriter, r *http.Request) {
+func (pa *processAPI) resizeProcess(w http.ResponseWriter, r *http.Request) {
 	var req api.PtySize
-	p := a.processOf(w, r)
-	if p == nil || !a.decode(w, r, &req, false) || !checkPtySize(w, "", req) {
+	p := pa.processOf(w, r)
+	if p == nil || !pa.decode(w, r, &req, false) || !checkPtySize(w, "", req) {
 		return
 	}
 	if !running(w, p) {
@@ -770,8 +768,8 @@ func (p *bgProcess) resize(size api.PtySize) error {
 // processOutput is GET /processes/{pid}/output: the kept output, then live
 // output, then an end event with the exit code, as NDJSON
 // (api.ProcessOutputEvent). Leaving does not touch the process.
-func (a *Agent) processOutput(w http.ResponseWriter, r *http.Request) {
-	p := a.processOf(w, r)
+func (pa *processAPI) processOutput(w http.ResponseWriter, r *http.Request) {
+	p := pa.processOf(w, r)
 	if p == nil {
 		return
 	}

@@ -269,7 +269,7 @@ func TestProcessesFloodBounded(t *testing.T) {
 	stuckCtx, leave := context.WithCancel(ctx)
 	stuck := ta.send(t, stuckCtx, "GET", fmt.Sprintf("/processes/%d/output", info.Pid), nil) // never read
 	defer stuck.Body.Close()
-	p := ta.procs.get(info.Pid)
+	p := ta.launch.procs.get(info.Pid)
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -379,7 +379,7 @@ func TestProcessesListFull(t *testing.T) {
 	}
 	// Close (the test's cleanup) kills them all; check that it does.
 	pid := list.Processes[0].Pid
-	p := ta.procs.get(pid)
+	p := ta.launch.procs.get(pid)
 	ta.Close()
 	select {
 	case <-p.ended:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -89,17 +88,7 @@ func (a *Agent) readyz(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) renewEnv(ctx context.Context, set map[string]string, unset []string, reseed bool) (int, error) {
 	changed := len(set) > 0 || len(unset) > 0
 	if changed {
-		a.envMu.Lock()
-		env := withEnvs(a.env, set)
-		a.env = slices.DeleteFunc(env, func(kv string) bool {
-			for _, u := range unset {
-				if len(kv) > len(u) && kv[:len(u)] == u && kv[len(u)] == '=' {
-					return true
-				}
-			}
-			return false
-		})
-		a.envMu.Unlock()
+		a.launch.renewEnv(set, unset)
 	}
 	a.mu.Lock()
 	var cs []*execContext

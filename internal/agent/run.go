@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"syscall"
 	"time"
 )
@@ -26,7 +24,7 @@ type runSpec struct {
 	env     []string
 	stdin   io.Reader // nil: /dev/null
 	timeout time.Duration
-	root    bool // run as the agent's own user (root), not the sandbox user
+	as      runAs
 }
 
 type runResult struct {
@@ -56,40 +54,27 @@ func (r runResult) exitMessage() string {
 	return fmt.Sprintf("exit status %d", r.state.ExitCode())
 }
 
-// run starts a process in its own process group as the code's user,
-// streams its output into s, and waits for it. On timeout or when ctx ends
-// (the client went away) the whole group is killed.
-func (a *Agent) run(ctx context.Context, spec runSpec, s *sink) runResult {
+// run starts a process in its own process group as its user, streams its
+// output into s, and waits for it. On timeout or when ctx ends (the
+// client went away) the whole group is killed.
+func (l *launcher) run(ctx context.Context, spec runSpec, s *sink) runResult {
 	runCtx := ctx
 	if spec.timeout > 0 {
 		var cancel context.CancelFunc
 		runCtx, cancel = context.WithTimeout(ctx, spec.timeout)
 		defer cancel()
 	}
-	cmd := exec.CommandContext(runCtx, spec.path, spec.args...)
-	cmd.Args[0] = filepath.Base(spec.path)
-	cmd.Dir = spec.dir
-	cmd.Env = spec.env
+	cmd, _, err := l.command(runCtx, launch{as: spec.as, path: spec.path, args: spec.args, dir: spec.dir, env: spec.env})
+	if err != nil {
+		return runResult{startErr: err}
+	}
 	cmd.Stdin = spec.stdin
-	cred := a.user.cred
-	if spec.root {
-		cred = nil
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
-	cmd.Cancel = func() error {
-		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		if errors.Is(err, syscall.ESRCH) {
-			return os.ErrProcessDone
-		}
-		return err
-	}
-	cmd.WaitDelay = waitDelay
 	tail := &tailBuffer{max: stderrTailBytes}
 	stdout := &outWriter{s: s, kind: "stdout"}
 	stderr := &outWriter{s: s, kind: "stderr", tail: tail}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 
-	err := cmd.Run()
+	err = cmd.Run()
 	stdout.flush()
 	stderr.flush()
 	res := runResult{state: cmd.ProcessState, stderr: tail.String()}
@@ -110,7 +95,7 @@ func (a *Agent) scratchFile(pattern string) (string, error) {
 	}
 	name := f.Name()
 	f.Close()
-	if err := a.user.chown(name); err != nil {
+	if err := a.launch.user.chown(name); err != nil {
 		os.Remove(name)
 		return "", err
 	}

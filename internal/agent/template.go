@@ -10,9 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"sort"
-	"syscall"
 )
 
 // DefaultTemplateConfig is where a custom template's build puts its
@@ -68,12 +66,13 @@ func (a *Agent) startCommand(command string) {
 		return
 	}
 	defer out.Close()
-	a.user.chown(startLog)
-	cmd := exec.Command("/bin/sh", "-c", command)
-	cmd.Dir = a.workdir
-	cmd.Env = a.baseEnv()
+	a.launch.user.chown(startLog)
+	cmd, _, err := a.launch.command(nil, launch{path: "/bin/sh", argv0: "/bin/sh", args: []string{"-c", command}, dir: a.launch.workdir, env: a.launch.baseEnv()})
+	if err != nil {
+		a.log.Error("starting the template's start command", "err", err)
+		return
+	}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: a.user.cred}
 	if err := cmd.Start(); err != nil {
 		a.log.Error("starting the template's start command", "err", err)
 		return

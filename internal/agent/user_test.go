@@ -33,8 +33,8 @@ func TestRunsCodeAsUser(t *testing.T) {
 		c.User = name
 		c.Home = home
 	})
-	if ta.user.cred == nil || ta.user.uid != uid {
-		t.Fatalf("identity %+v, want to switch to %s", ta.user, name)
+	if ta.launch.user.cred == nil || ta.launch.user.uid != uid {
+		t.Fatalf("identity %+v, want to switch to %s", ta.launch.user, name)
 	}
 	owner := func(p string) int {
 		fi, err := os.Lstat(p)
