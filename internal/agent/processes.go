@@ -401,12 +401,12 @@ func (lc *launcher) background(l launch, info api.ProcessInfo, stdin bool, timeo
 // never), reads the rest of its output and records its end.
 func (p *bgProcess) wait(cmd *exec.Cmd, timeout time.Duration, flush func()) int {
 	var timedOut atomic.Bool
+	var timer *time.Timer
 	if timeout > 0 {
-		timer := time.AfterFunc(timeout, func() {
+		timer = time.AfterFunc(timeout, func() {
 			timedOut.Store(true)
 			_ = syscall.Kill(-p.group, syscall.SIGKILL)
 		})
-		defer timer.Stop()
 	}
 	outDone := make(chan struct{})
 	go func() {
@@ -429,6 +429,9 @@ func (p *bgProcess) wait(cmd *exec.Cmd, timeout time.Duration, flush func()) int
 			p.tty.Close()
 			<-outDone
 		}
+	}
+	if timer != nil {
+		timer.Stop()
 	}
 	res := runResult{state: cmd.ProcessState}
 	code, msg := res.exitCode(), ""
