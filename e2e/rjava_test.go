@@ -158,6 +158,15 @@ func TestRAndJava(t *testing.T) {
 			if err := c.DeleteContext(ctx, sb.SandboxID, cctx.ID); err != nil {
 				t.Errorf("DeleteContext: %v", err)
 			}
+			if tc.lang == "r" {
+				// The deleted context's kernel took its directory (the
+				// connection file, R's session files) with it; the default
+				// context's kernel keeps its own.
+				run := in.run(api.ExecuteRequest{Language: "bash", Code: "ls -d /tmp/lizard-r-* | wc -l"})
+				if got := strings.TrimSpace(run.Stdout); got != "1" {
+					t.Errorf("R kernel directories in /tmp after the context's deletion: %q, want 1 (the default context's)", got)
+				}
+			}
 
 			// A timeout interrupts the call; the variables stay.
 			start = time.Now()

@@ -49,6 +49,10 @@ type jsRepl struct {
 	exited chan struct{}
 	dead   chan struct{} // closed by stop: nobody reads lines any more
 	once   sync.Once
+	// linger is how long stop lets the process end by itself once its
+	// calls end (a kernel's harness removes its temporary files) before
+	// it kills the process group; 0 kills at once.
+	linger time.Duration
 }
 
 type lockedTail struct {
@@ -95,6 +99,9 @@ func (a *Agent) startRepl(ctx context.Context, c *execContext) (*jsRepl, error) 
 		stderr: &lockedTail{t: tailBuffer{max: stderrTailBytes}},
 		exited: make(chan struct{}),
 		dead:   make(chan struct{}),
+	}
+	if kernelLanguage(c.info.Language) {
+		r.linger = kernelLinger
 	}
 	r.cmd, _, err = a.launch.command(nil, launch{as: c.as(), path: path, args: args, dir: c.info.Cwd, env: env})
 	if err == nil {
@@ -154,8 +161,21 @@ func (a *Agent) startRepl(ctx context.Context, c *execContext) (*jsRepl, error) 
 }
 
 // stop kills the process group and waits for the process to be reaped.
-func (r *jsRepl) stop() {
+func (r *jsRepl) stop() { r.stopAfter(r.linger) }
+
+// stopAfter is stop, with linger as the time the process has to end by
+// itself once its calls end.
+func (r *jsRepl) stopAfter(linger time.Duration) {
 	r.once.Do(func() { close(r.dead) })
+	if linger > 0 {
+		r.calls.Close()
+		t := time.NewTimer(linger)
+		select {
+		case <-r.exited:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	if err := syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		r.cmd.Process.Kill()
 	}

@@ -46,6 +46,12 @@ const javaHarnessDir = "/opt/lizard/kernels"
 // its process is killed (and its state lost), as pykernel's.
 const kernelInterruptGrace = 3 * time.Second
 
+// kernelLinger is how long a kernel's harness has to end by itself when
+// its context is deleted or restarted: rkernel.py then stops R and removes
+// its directory (the connection file, R's temporary files), which a kill
+// of the group would leave in /tmp.
+const kernelLinger = 2 * time.Second
+
 //go:embed rkernel.py
 var rKernelSource string
 
@@ -119,7 +125,7 @@ func replResult(l replLine, bundle bool) (api.ExecuteEvent, bool) {
 // process died, r is dropped (killed) and the next call starts a new one.
 func (c *execContext) interrupt(r *jsRepl) bool {
 	if err := syscall.Kill(-r.cmd.Process.Pid, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
-		c.dropRepl(r)
+		c.killRepl(r)
 		return false
 	}
 	grace := time.NewTimer(kernelInterruptGrace)
@@ -135,13 +141,24 @@ func (c *execContext) interrupt(r *jsRepl) bool {
 				return true
 			}
 		case <-grace.C:
-			c.dropRepl(r)
+			c.killRepl(r)
 			return false
 		}
 	}
 }
 
-// exitedRepl reports whether r's process has ended (between calls: a
+// killRepl is dropRepl for a process that did not stop when asked: it is
+// killed at once, without the linger.
+func (c *execContext) killRepl(r *jsRepl) {
+	c.mu.Lock()
+	if c.repl == r {
+		c.repl = nil
+	}
+	c.mu.Unlock()
+	r.stopAfter(0)
+}
+
+// hasExited reports whether r's process has ended (between calls: a
 // kernel killed, or that ran out of memory).
 func (r *jsRepl) hasExited() bool {
 	select {

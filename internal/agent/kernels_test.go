@@ -152,10 +152,19 @@ func TestKernelContexts(t *testing.T) {
 		t.Errorf("after a kill between calls: results %+v stderr %q, want 42 and a note", ex.results, ex.stderr)
 	}
 
+	// A restart starts a new kernel, without the variables.
+	code("z = 5")
+	if status, body := ta.do(t, "POST", "/contexts/"+cx.ID+"/restart", nil); status != http.StatusOK {
+		t.Errorf("restart: %d %s", status, body)
+	}
+	if ex := code("z"); ex.err == nil || ex.err.Name != "NameError" {
+		t.Errorf("z after a restart: %+v %+v, want NameError", ex.results, ex.err)
+	}
+
 	// Deleting the context ends its process.
 	r, _ = c.currentRepl()
-	if code, _ := ta.do(t, "DELETE", "/contexts/"+cx.ID, nil); code != http.StatusNoContent {
-		t.Errorf("DELETE: %d", code)
+	if status, _ := ta.do(t, "DELETE", "/contexts/"+cx.ID, nil); status != http.StatusNoContent {
+		t.Errorf("DELETE: %d", status)
 	}
 	select {
 	case <-r.exited:

@@ -59,10 +59,12 @@ class Kernel:
         conn = os.path.join(self.dir, "kernel.json")
         write_connection_file(conn, ip="127.0.0.1", transport="tcp")
         # R's own output (what system() prints, R's start-up errors) goes to
-        # this process's stderr, which the agent keeps the end of.
+        # this process's stderr, which the agent keeps the end of. R's
+        # session directory (tempdir()) is made in this one, removed with it.
         self.proc = subprocess.Popen(
             ["R", "--slave", "--no-save", "--no-restore", "-e", "IRkernel::main()", "--args", conn],
-            stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr)
+            stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
+            env=dict(os.environ, TMPDIR=self.dir))
         self.client = BlockingKernelClient(connection_file=conn)
         self.client.load_connection_file()
         # No heartbeat channel: jupyter_client takes a heart not beating yet
