@@ -172,7 +172,7 @@ func TestPlacementAndRouting(t *testing.T) {
 	if c, _ := st.GetSandbox(ctx, restored.SandboxID); c.Node != row.Node {
 		t.Errorf("restore of a snapshot of node %s ran on %s", row.Node, c.Node)
 	}
-	if err := ctl.DeleteSnapshot(ctx, "p1", snap.SnapshotID); err != nil {
+	if err := ctl.Project("p1").Snapshots().Delete(ctx, snap.SnapshotID); err != nil {
 		t.Fatal(err)
 	}
 	if err := ctl.Kill(ctx, "p1", id); err != nil {

@@ -127,6 +127,7 @@ type Control struct {
 	owners   map[string]owner // sandbox ID → its project, of calls (Acquire)
 	// tmplMu guards building (project/name of builds under way) and
 	// buildLimits; it also orders a template's deletion after its build.
+	builds      builds
 	tmplMu      sync.Mutex
 	building    map[string]bool
 	buildLimits map[string]*rate.Limiter
@@ -176,8 +177,10 @@ func New(cfg Config) (*Control, error) {
 	case p.DiskBytes > 0 && d.DiskBytes > p.DiskBytes:
 		return nil, fmt.Errorf("control: default disk %d is over the maximum %d", d.DiskBytes, p.DiskBytes)
 	}
-	return &Control{cfg: cfg, node: cfg.Node, log: cfg.Logger, limiters: map[string]*rate.Limiter{},
-		building: map[string]bool{}, buildLimits: map[string]*rate.Limiter{}}, nil
+	c := &Control{cfg: cfg, node: cfg.Node, log: cfg.Logger, limiters: map[string]*rate.Limiter{},
+		building: map[string]bool{}, buildLimits: map[string]*rate.Limiter{}}
+	c.builds = builds{c}
+	return c, nil
 }
 
 func (c *Control) now() time.Time { return c.cfg.Now().UTC() }
@@ -195,7 +198,7 @@ func (c *Control) Events(e node.Event) {
 	if e.Kind == node.Stopped && e.State != api.StatePaused {
 		if c.cfg.Builder != nil && e.ProjectID != store.InternalProject {
 			// It may have been the last user of a replaced template's build.
-			go c.collectOrphan(context.Background(), e.SandboxID)
+			go c.builds.collectOrphan(context.Background(), e.SandboxID)
 		}
 	}
 }

@@ -51,7 +51,7 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 		}
 		return c.createFromSnapshot(ctx, projectID, parent, req)
 	}
-	ref, err := c.resolveTemplate(ctx, projectID, req.Template)
+	ref, err := c.Project(projectID).Templates().resolve(ctx, req.Template)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -105,7 +105,7 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 	if len(req.Volumes) > 0 {
 		c.volMu.RLock()
 		defer c.volMu.RUnlock()
-		if p.Volumes, err = c.volumeMounts(ctx, projectID, req.Volumes); err != nil {
+		if p.Volumes, err = c.Project(projectID).Volumes().mounts(ctx, req.Volumes); err != nil {
 			return api.Sandbox{}, err
 		}
 	}
@@ -130,7 +130,7 @@ func (c *Control) plan(projectID string, req api.CreateSandboxRequest) (node.Pla
 	if p.Template == "" {
 		p.Template = template.Default
 	}
-	// A custom template's reference comes from resolveTemplate or from
+	// A custom template's reference comes from Templates.resolve or from
 	// the store (a snapshot's, a fork parent's), never from the caller.
 	if _, _, custom := recipe.SplitRef(p.Template); !custom && !slices.Contains(c.cfg.Templates, p.Template) {
 		return p, errdefs.Invalidf("unknown template %q; available: %s", p.Template, strings.Join(c.cfg.Templates, ", "))

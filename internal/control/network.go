@@ -39,7 +39,7 @@ func (c *Control) bound(pol *netpolicy.Policy) (*netpolicy.Policy, error) {
 }
 
 // checkSecrets refuses a policy whose inject rules name a secret
-// projectID does not have (docs/secrets.md): a 400 naming the header.
+// the project does not have (docs/secrets.md): a 400 naming the header.
 func (c *Control) checkSecrets(ctx context.Context, projectID string, pol *netpolicy.Policy) error {
 	if c.cfg.Secrets == nil {
 		return nil
@@ -47,7 +47,7 @@ func (c *Control) checkSecrets(ctx context.Context, projectID string, pol *netpo
 	return inject.Check(ctx, c.cfg.Secrets, projectID, "network", pol)
 }
 
-// UpdateNetwork changes projectID's sandbox id's policy by name: the
+// UpdateNetwork changes the project's sandbox id's policy by name: the
 // fields req gives replace the policy's. It applies to the connections
 // the sandbox opens from now on; with req.Cut, those open are ended.
 func (c *Control) UpdateNetwork(ctx context.Context, projectID, id string, req api.UpdateNetworkRequest) (api.NetworkPolicy, error) {
@@ -140,7 +140,7 @@ func (c *Control) noWider(ctx context.Context, by string, internet bool, pol *ne
 	return narrowOnly(by, "the new sandbox's egress", why)
 }
 
-// NetworkLog returns projectID's sandbox id's egress decisions.
+// NetworkLog returns the project's sandbox id's egress decisions.
 func (c *Control) NetworkLog(ctx context.Context, projectID, id string) (api.NetworkLog, error) {
 	if _, err := c.lookup(ctx, projectID, id); err != nil {
 		return api.NetworkLog{}, err
@@ -152,9 +152,10 @@ func (c *Control) NetworkLog(ctx context.Context, projectID, id string) (api.Net
 	return egress.LogAPI(log), nil
 }
 
-// ProjectNetwork returns projectID's default network policy; not found
+// Get returns the project's default network policy; not found
 // if it has none (its sandboxes then get the server's --network-default).
-func (c *Control) ProjectNetwork(ctx context.Context, projectID string) (api.NetworkPolicy, error) {
+func (pn Network) Get(ctx context.Context) (api.NetworkPolicy, error) {
+	c, projectID := pn.c, pn.project
 	pol, err := c.cfg.Store.ProjectNetwork(ctx, projectID)
 	if err != nil {
 		return api.NetworkPolicy{}, err
@@ -166,10 +167,11 @@ func (c *Control) ProjectNetwork(ctx context.Context, projectID string) (api.Net
 	return *pol.API(), nil
 }
 
-// SetProjectNetwork makes req projectID's default network policy, that
+// Set makes req the project's default network policy, that
 // of its sandboxes whose create gives none. It is checked as a create's
 // is: a looser policy than the server's bound is refused.
-func (c *Control) SetProjectNetwork(ctx context.Context, projectID string, req api.NetworkPolicy) (api.NetworkPolicy, error) {
+func (pn Network) Set(ctx context.Context, req api.NetworkPolicy) (api.NetworkPolicy, error) {
+	c, projectID := pn.c, pn.project
 	pol, err := netpolicy.FromAPI(req, "network")
 	if err != nil {
 		return api.NetworkPolicy{}, err
@@ -189,8 +191,9 @@ func (c *Control) SetProjectNetwork(ctx context.Context, projectID string, req a
 	return *pol.API(), nil
 }
 
-// ClearProjectNetwork removes projectID's default network policy: its
+// Clear removes the project's default network policy: its
 // sandboxes created without one get the server's again.
-func (c *Control) ClearProjectNetwork(ctx context.Context, projectID string) error {
+func (pn Network) Clear(ctx context.Context) error {
+	c, projectID := pn.c, pn.project
 	return c.cfg.Store.SetProjectNetwork(ctx, projectID, nil)
 }

@@ -50,14 +50,14 @@ func TestProjectNetwork(t *testing.T) {
 		t.Helper()
 		return e.Row(t, sb.SandboxID).Shape.Network.API()
 	}
-	if _, err := e.c.ProjectNetwork(ctx, "p1"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.c.Project("p1").Network().Get(ctx); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("ProjectNetwork before a set = %v; want not found", err)
 	}
 	project := canon(api.NetworkPolicy{Default: "deny", Allow: []string{"pypi.org"}})
-	if got, err := e.c.SetProjectNetwork(ctx, "p1", project); err != nil || !reflect.DeepEqual(got, project) {
+	if got, err := e.c.Project("p1").Network().Set(ctx, project); err != nil || !reflect.DeepEqual(got, project) {
 		t.Fatalf("SetProjectNetwork = %+v, %v; want %+v", got, err, project)
 	}
-	if got, err := e.c.ProjectNetwork(ctx, "p1"); err != nil || !reflect.DeepEqual(got, project) {
+	if got, err := e.c.Project("p1").Network().Get(ctx); err != nil || !reflect.DeepEqual(got, project) {
 		t.Errorf("ProjectNetwork = %+v, %v; want %+v", got, err, project)
 	}
 	own := canon(api.NetworkPolicy{Default: "deny", Allow: []string{"a.example.com"}})
@@ -87,16 +87,16 @@ func TestProjectNetwork(t *testing.T) {
 		{api.NetworkPolicy{Default: "allow"}, "network.default: allow is looser than the server permits"},
 		{api.NetworkPolicy{Default: "deny", Allow: []string{"other.org"}}, `network.allow[0]: "other.org" is not within what the server permits`},
 	} {
-		_, err := e.c.SetProjectNetwork(ctx, "p1", tc.req)
+		_, err := e.c.Project("p1").Network().Set(ctx, tc.req)
 		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("SetProjectNetwork(%+v) = %v; want invalid naming %q", tc.req, err, tc.want)
 		}
 	}
-	if got, err := e.c.ProjectNetwork(ctx, "p1"); err != nil || !reflect.DeepEqual(got, project) {
+	if got, err := e.c.Project("p1").Network().Get(ctx); err != nil || !reflect.DeepEqual(got, project) {
 		t.Errorf("ProjectNetwork after refused sets = %+v, %v; want %+v", got, err, project)
 	}
 	// Cleared, p1's sandboxes get the server's again.
-	if err := e.c.ClearProjectNetwork(ctx, "p1"); err != nil {
+	if err := e.c.Project("p1").Network().Clear(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := policyOf(e.create(t, "p1", api.CreateSandboxRequest{})); got == nil || !reflect.DeepEqual(*got, canon(server)) {

@@ -68,12 +68,12 @@ func snapshotAPI(sn store.Snapshot) api.Snapshot {
 		CreatedAt: sn.CreatedAt, SizeBytes: sn.SizeBytes, Durable: sn.Durable, Name: sn.Name}
 }
 
-// lookupSnapshot is projectID's snapshot of ID id, or else the one named
-// id.
-func (c *Control) lookupSnapshot(ctx context.Context, projectID, id string) (store.Snapshot, error) {
+// lookup is the project's snapshot of ID id, or else the one named id.
+func (ss Snapshots) lookup(ctx context.Context, id string) (store.Snapshot, error) {
+	c, projectID := ss.c, ss.project
 	sn, err := c.cfg.Store.GetSnapshot(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && sn.ProjectID != projectID {
-		if named, ok, nerr := c.namedSnapshot(ctx, projectID, id); nerr != nil || ok {
+		if named, ok, nerr := ss.named(ctx, id); nerr != nil || ok {
 			return named, nerr
 		}
 		return store.Snapshot{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("snapshot %s not found in project %s", id, projectID)}
@@ -81,17 +81,18 @@ func (c *Control) lookupSnapshot(ctx context.Context, projectID, id string) (sto
 	return sn, err
 }
 
-// GetSnapshot returns projectID's snapshot id.
-func (c *Control) GetSnapshot(ctx context.Context, projectID, id string) (api.Snapshot, error) {
-	sn, err := c.lookupSnapshot(ctx, projectID, id)
+// Get returns the project's snapshot id.
+func (ss Snapshots) Get(ctx context.Context, id string) (api.Snapshot, error) {
+	sn, err := ss.lookup(ctx, id)
 	if err != nil {
 		return api.Snapshot{}, err
 	}
 	return snapshotAPI(sn), nil
 }
 
-// ListSnapshots returns projectID's snapshots, newest first.
-func (c *Control) ListSnapshots(ctx context.Context, projectID string) ([]api.Snapshot, error) {
+// List returns the project's snapshots, newest first.
+func (ss Snapshots) List(ctx context.Context) ([]api.Snapshot, error) {
+	c, projectID := ss.c, ss.project
 	rows, err := c.cfg.Store.ListSnapshots(ctx, projectID)
 	if err != nil {
 		return nil, err
@@ -103,11 +104,12 @@ func (c *Control) ListSnapshots(ctx context.Context, projectID string) ([]api.Sn
 	return out, nil
 }
 
-// DeleteSnapshot removes projectID's snapshot id and its image, once the
+// Delete removes the project's snapshot id and its image, once the
 // restores from it under way have ended. Sandboxes created from it are
 // not affected.
-func (c *Control) DeleteSnapshot(ctx context.Context, projectID, id string) error {
-	sn, err := c.lookupSnapshot(ctx, projectID, id)
+func (ss Snapshots) Delete(ctx context.Context, id string) error {
+	c := ss.c
+	sn, err := ss.lookup(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -122,7 +124,7 @@ func (c *Control) DeleteSnapshot(ctx context.Context, projectID, id string) erro
 	}
 	c.log.Info("snapshot deleted", "snapshot_id", id)
 	if c.cfg.Builder != nil {
-		c.collectTemplate(context.WithoutCancel(ctx), sn.Template)
+		c.builds.collectTemplate(context.WithoutCancel(ctx), sn.Template)
 	}
 	return nil
 }
@@ -130,7 +132,7 @@ func (c *Control) DeleteSnapshot(ctx context.Context, projectID, id string) erro
 // createFromSnapshot is Create with req.SnapshotID set: the snapshot's
 // sandbox restored, shaped as it was, admitted like any create.
 func (c *Control) createFromSnapshot(ctx context.Context, projectID, parent string, req api.CreateSandboxRequest) (api.Sandbox, error) {
-	sn, err := c.lookupSnapshot(ctx, projectID, req.SnapshotID)
+	sn, err := c.Project(projectID).Snapshots().lookup(ctx, req.SnapshotID)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -150,11 +152,11 @@ func (c *Control) createFromSnapshot(ctx context.Context, projectID, parent stri
 	if err := c.noWider(ctx, parent, p.Internet, p.Network); err != nil {
 		return api.Sandbox{}, err
 	}
-	c.snapMu.RLock() // DeleteSnapshot waits for the restore
+	c.snapMu.RLock() // Snapshots.Delete waits for the restore
 	defer c.snapMu.RUnlock()
 	// Deleted before we held the lock? Then it is not found, as if the
 	// delete had come first (it did).
-	if sn, err = c.lookupSnapshot(ctx, projectID, req.SnapshotID); err != nil {
+	if sn, err = c.Project(projectID).Snapshots().lookup(ctx, req.SnapshotID); err != nil {
 		return api.Sandbox{}, err
 	}
 	p.Image, p.ParentID, p.SnapshotID = sn.ImageDir, parent, sn.ID
@@ -169,7 +171,7 @@ func (c *Control) createFromSnapshot(ctx context.Context, projectID, parent stri
 	return c.toAPI(sb), nil
 }
 
-// Fork makes req.Count new sandboxes, each a copy of projectID's running
+// Fork makes req.Count new sandboxes, each a copy of the project's running
 // sandbox id (resumed first if paused) with its own address and reseeded
 // random generators. All or nothing: if one fork fails, none is kept.
 func (c *Control) Fork(ctx context.Context, projectID, id string, req api.ForkRequest) ([]api.Sandbox, error) {
@@ -237,8 +239,9 @@ func (c *Control) copyPlan(projectID, tmpl string, sh store.Shape, timeoutMs *in
 	return p, nil
 }
 
-// namedSnapshot is projectID's snapshot named name, if one is.
-func (c *Control) namedSnapshot(ctx context.Context, projectID, name string) (store.Snapshot, bool, error) {
+// named is the project's snapshot named name, if one is.
+func (ss Snapshots) named(ctx context.Context, name string) (store.Snapshot, bool, error) {
+	c, projectID := ss.c, ss.project
 	if name == "" {
 		return store.Snapshot{}, false, nil
 	}

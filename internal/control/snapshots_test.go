@@ -34,8 +34,8 @@ func TestSnapshotsPerProject(t *testing.T) {
 		t.Fatalf("snapshot %+v: image=%v; want p1's, of %s, an image on disk and the sandbox still running", sn, nodetest.Exists(dir), sb.SandboxID)
 	}
 	for name, err := range map[string]error{
-		"Get":    func() error { _, err := e.c.GetSnapshot(ctx, "p2", sn.SnapshotID); return err }(),
-		"Delete": e.c.DeleteSnapshot(ctx, "p2", sn.SnapshotID),
+		"Get":    func() error { _, err := e.c.Project("p2").Snapshots().Get(ctx, sn.SnapshotID); return err }(),
+		"Delete": e.c.Project("p2").Snapshots().Delete(ctx, sn.SnapshotID),
 		"Create": func() error {
 			_, err := e.c.Create(ctx, "p2", api.CreateSandboxRequest{SnapshotID: sn.SnapshotID})
 			return err
@@ -45,10 +45,10 @@ func TestSnapshotsPerProject(t *testing.T) {
 			t.Errorf("%s of p1's snapshot from p2 = %v; want ErrNotFound", name, err)
 		}
 	}
-	if list, _ := e.c.ListSnapshots(ctx, "p2"); len(list) != 0 {
+	if list, _ := e.c.Project("p2").Snapshots().List(ctx); len(list) != 0 {
 		t.Errorf("p2 lists %d snapshots; want 0", len(list))
 	}
-	if list, _ := e.c.ListSnapshots(ctx, "p1"); len(list) != 1 || list[0].SnapshotID != sn.SnapshotID {
+	if list, _ := e.c.Project("p1").Snapshots().List(ctx); len(list) != 1 || list[0].SnapshotID != sn.SnapshotID {
 		t.Errorf("p1 lists %+v; want its snapshot", list)
 	}
 	if !nodetest.Exists(dir) {
@@ -62,13 +62,13 @@ func TestSnapshotsPerProject(t *testing.T) {
 	if rs := e.Runtime.Restores(); len(rs) != 1 || rs[0].Dir != dir || rs[0].Spec.ID != cp.SandboxID {
 		t.Errorf("restores = %+v; want %s from %s", rs, cp.SandboxID, dir)
 	}
-	if err := e.c.DeleteSnapshot(ctx, "p1", sn.SnapshotID); err != nil {
+	if err := e.c.Project("p1").Snapshots().Delete(ctx, sn.SnapshotID); err != nil {
 		t.Fatalf("DeleteSnapshot: %v", err)
 	}
 	if nodetest.Exists(dir) {
 		t.Error("DeleteSnapshot left the image directory")
 	}
-	if _, err := e.c.GetSnapshot(ctx, "p1", sn.SnapshotID); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.c.Project("p1").Snapshots().Get(ctx, sn.SnapshotID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("GetSnapshot after delete = %v; want ErrNotFound", err)
 	}
 	if !e.Runtime.IsRunning(cp.SandboxID) {
@@ -235,7 +235,7 @@ func TestSnapshotsBound(t *testing.T) {
 	if _, err := e.c.Snapshot(ctx, "p2", other.SandboxID, api.SnapshotRequest{}); err != nil {
 		t.Errorf("another project's snapshot: %v", err)
 	}
-	if err := e.c.DeleteSnapshot(ctx, "p1", first); err != nil {
+	if err := e.c.Project("p1").Snapshots().Delete(ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{}); err != nil {
@@ -255,10 +255,10 @@ func TestSnapshotNames(t *testing.T) {
 	if err != nil || first.Name != "base_v1.x" {
 		t.Fatalf("named Snapshot = %+v, %v", first, err)
 	}
-	if got, err := e.c.GetSnapshot(ctx, "p1", "base_v1.x"); err != nil || got.SnapshotID != first.SnapshotID {
+	if got, err := e.c.Project("p1").Snapshots().Get(ctx, "base_v1.x"); err != nil || got.SnapshotID != first.SnapshotID {
 		t.Errorf("GetSnapshot by name = %+v, %v; want %s", got, err, first.SnapshotID)
 	}
-	if _, err := e.c.GetSnapshot(ctx, "p2", "base_v1.x"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.c.Project("p2").Snapshots().Get(ctx, "base_v1.x"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("p1's name from p2 = %v; want ErrNotFound", err)
 	}
 	cp, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{SnapshotID: "base_v1.x"})
@@ -269,29 +269,29 @@ func TestSnapshotNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := e.c.GetSnapshot(ctx, "p1", "base_v1.x"); got.SnapshotID != second.SnapshotID {
+	if got, _ := e.c.Project("p1").Snapshots().Get(ctx, "base_v1.x"); got.SnapshotID != second.SnapshotID {
 		t.Errorf("the name names %s after it was given again; want the newer %s", got.SnapshotID, second.SnapshotID)
 	}
-	if got, err := e.c.GetSnapshot(ctx, "p1", first.SnapshotID); err != nil || got.Name != "" {
+	if got, err := e.c.Project("p1").Snapshots().Get(ctx, first.SnapshotID); err != nil || got.Name != "" {
 		t.Errorf("the older snapshot = %+v, %v; want it kept, unnamed", got, err)
 	}
 	// Deleted by its name: the row and the image.
-	if err := e.c.DeleteSnapshot(ctx, "p1", "base_v1.x"); err != nil {
+	if err := e.c.Project("p1").Snapshots().Delete(ctx, "base_v1.x"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.GetSnapshot(ctx, "p1", second.SnapshotID); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.c.Project("p1").Snapshots().Get(ctx, second.SnapshotID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("after deleting by name, its snapshot = %v; want not found", err)
 	}
 	if nodetest.Exists(filepath.Join(e.DataDir, "snapshots", second.SnapshotID)) {
 		t.Error("deleting by name left the image")
 	}
-	before, _ := e.c.ListSnapshots(ctx, "p1")
+	before, _ := e.c.Project("p1").Snapshots().List(ctx)
 	for _, name := range []string{"-lead", "has space", "a/b", "x:tag", strings.Repeat("n", 129)} {
 		if _, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{Name: name}); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("Snapshot named %q = %v; want invalid argument", name, err)
 		}
 	}
-	if after, _ := e.c.ListSnapshots(ctx, "p1"); len(after) != len(before) {
+	if after, _ := e.c.Project("p1").Snapshots().List(ctx); len(after) != len(before) {
 		t.Errorf("refused names took %d snapshots", len(after)-len(before))
 	}
 }

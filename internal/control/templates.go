@@ -50,10 +50,11 @@ type TemplateBuild struct {
 	cached *store.Template
 }
 
-// resolveTemplate turns the template a create names into what the
+// resolve turns the template a create names into what the
 // sandbox records: a built-in's name, or a project's custom template's
 // reference.
-func (c *Control) resolveTemplate(ctx context.Context, projectID, name string) (string, error) {
+func (ts Templates) resolve(ctx context.Context, name string) (string, error) {
+	c, projectID := ts.c, ts.project
 	if name == "" || slices.Contains(c.cfg.Templates, name) {
 		return name, nil
 	}
@@ -71,9 +72,10 @@ func (c *Control) resolveTemplate(ctx context.Context, projectID, name string) (
 	return recipe.Ref(t.Name, t.Key), nil
 }
 
-// PlanTemplate checks a build request for projectID: everything that can
+// Plan checks a build request for the project: everything that can
 // be refused is refused here, before a build's stream starts.
-func (c *Control) PlanTemplate(ctx context.Context, projectID string, req api.BuildTemplateRequest) (*TemplateBuild, error) {
+func (ts Templates) Plan(ctx context.Context, req api.BuildTemplateRequest) (*TemplateBuild, error) {
+	c, projectID := ts.c, ts.project
 	if err := recipe.ValidName(req.Name); err != nil {
 		return nil, err
 	}
@@ -159,7 +161,7 @@ func (b *TemplateBuild) Run(ctx context.Context, emit func(api.TemplateBuildEven
 		return api.Template{}, false, err
 	}
 	if oerr == nil && old.Key != b.key {
-		c.collect(context.WithoutCancel(ctx), old.Name, old.Key)
+		c.builds.collect(context.WithoutCancel(ctx), old.Name, old.Key)
 	}
 	return templateAPI(t), res.Cached, nil
 }
@@ -171,7 +173,8 @@ func templateAPI(t store.Template) api.Template {
 		BuildMs: t.BuildMs, SizeBytes: t.SizeBytes, Recipe: r}
 }
 
-func (c *Control) lookupTemplate(ctx context.Context, projectID, name string) (store.Template, error) {
+func (ts Templates) lookup(ctx context.Context, name string) (store.Template, error) {
+	c, projectID := ts.c, ts.project
 	t, err := c.cfg.Store.Templates().Get(ctx, projectID, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return t, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("template %q not found in project %s", name, projectID)}
@@ -179,17 +182,18 @@ func (c *Control) lookupTemplate(ctx context.Context, projectID, name string) (s
 	return t, err
 }
 
-// GetTemplate returns projectID's custom template name.
-func (c *Control) GetTemplate(ctx context.Context, projectID, name string) (api.Template, error) {
-	t, err := c.lookupTemplate(ctx, projectID, name)
+// Get returns the project's custom template name.
+func (ts Templates) Get(ctx context.Context, name string) (api.Template, error) {
+	t, err := ts.lookup(ctx, name)
 	if err != nil {
 		return api.Template{}, err
 	}
 	return templateAPI(t), nil
 }
 
-// ListTemplates returns projectID's custom templates, by name.
-func (c *Control) ListTemplates(ctx context.Context, projectID string) ([]api.Template, error) {
+// List returns the project's custom templates, by name.
+func (ts Templates) List(ctx context.Context) ([]api.Template, error) {
+	c, projectID := ts.c, ts.project
 	rows, err := c.cfg.Store.Templates().List(ctx, projectID)
 	if err != nil {
 		return nil, err
@@ -201,12 +205,13 @@ func (c *Control) ListTemplates(ctx context.Context, projectID string) ([]api.Te
 	return out, nil
 }
 
-// DeleteTemplate removes projectID's template name. It is refused while
+// Delete removes the project's template name. It is refused while
 // live (running or paused) sandboxes of the project were made from it;
 // its build leaves the cache once nothing refers to it (snapshots keep it
 // until they are deleted).
-func (c *Control) DeleteTemplate(ctx context.Context, projectID, name string) error {
-	t, err := c.lookupTemplate(ctx, projectID, name)
+func (ts Templates) Delete(ctx context.Context, name string) error {
+	c, projectID := ts.c, ts.project
+	t, err := ts.lookup(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -236,21 +241,22 @@ func (c *Control) DeleteTemplate(ctx context.Context, projectID, name string) er
 		}
 		return err
 	}
-	c.collect(context.WithoutCancel(ctx), t.Name, t.Key)
+	c.builds.collect(context.WithoutCancel(ctx), t.Name, t.Key)
 	return nil
 }
 
 // collect drops what the server keeps for reference name@key (warm pool,
 // template snapshot) and removes key's build from the cache unless a
 // template record, a live sandbox or a snapshot still refers to it.
-func (c *Control) collect(ctx context.Context, name, key string) {
+func (b builds) collect(ctx context.Context, name, key string) {
+	c := b.c
 	ref := recipe.Ref(name, key)
 	if c.cfg.Forget != nil {
 		fctx, cancel := context.WithTimeout(ctx, time.Minute)
 		c.cfg.Forget(fctx, ref)
 		cancel()
 	}
-	used, err := c.keyInUse(ctx, key)
+	used, err := c.builds.keyInUse(ctx, key)
 	if err != nil {
 		c.log.Error("checking whether a template build is still used; keeping it", "key", key, "err", err)
 		return
@@ -271,7 +277,8 @@ func (c *Control) collect(ctx context.Context, name, key string) {
 }
 
 // keyInUse names something that refers to build key, or "".
-func (c *Control) keyInUse(ctx context.Context, key string) (string, error) {
+func (b builds) keyInUse(ctx context.Context, key string) (string, error) {
+	c := b.c
 	used, err := recipe.Uses(ctx, c.cfg.Store)
 	return used[key], err
 }
@@ -279,18 +286,20 @@ func (c *Control) keyInUse(ctx context.Context, key string) (string, error) {
 // collectOrphan collects the build of ended sandbox id's custom template
 // if no template record names it any more (deleted, or rebuilt under its
 // name while the sandbox ran).
-func (c *Control) collectOrphan(ctx context.Context, id string) {
+func (b builds) collectOrphan(ctx context.Context, id string) {
+	c := b.c
 	sb, err := c.cfg.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return
 	}
-	c.collectTemplate(ctx, sb.Template)
+	c.builds.collectTemplate(ctx, sb.Template)
 }
 
 // collectTemplate collects ref's build once nothing refers to it, when
 // ref is a custom template's whose record is gone or now names another
 // build.
-func (c *Control) collectTemplate(ctx context.Context, ref string) {
+func (b builds) collectTemplate(ctx context.Context, ref string) {
+	c := b.c
 	name, key, ok := recipe.SplitRef(ref)
 	if !ok {
 		return
@@ -304,5 +313,5 @@ func (c *Control) collectTemplate(ctx context.Context, ref string) {
 			return
 		}
 	}
-	c.collect(ctx, name, key)
+	c.builds.collect(ctx, name, key)
 }

@@ -49,15 +49,17 @@ func checkVolumeName(name string) error {
 	return nil
 }
 
-func (c *Control) maxVolumeMb() int64 {
+func (vol Volumes) maxMb() int64 {
+	c := vol.c
 	if c.cfg.MaxVolumeBytes > 0 {
 		return c.cfg.MaxVolumeBytes >> 20
 	}
 	return 10240
 }
 
-// CreateVolume makes a volume for projectID.
-func (c *Control) CreateVolume(ctx context.Context, projectID string, req api.CreateVolumeRequest) (api.Volume, error) {
+// Create makes a volume for the project.
+func (vol Volumes) Create(ctx context.Context, req api.CreateVolumeRequest) (api.Volume, error) {
+	c, projectID := vol.c, vol.project
 	if err := checkVolumeName(req.Name); err != nil {
 		return api.Volume{}, err
 	}
@@ -65,11 +67,11 @@ func (c *Control) CreateVolume(ctx context.Context, projectID string, req api.Cr
 	if mb == 0 {
 		mb = DefaultVolumeMb
 	}
-	if max := c.maxVolumeMb(); mb < MinVolumeMb || mb > max {
+	if max := vol.maxMb(); mb < MinVolumeMb || mb > max {
 		return api.Volume{}, errdefs.Invalidf("sizeMb %d is out of range: want %d to %d (the server's --max-volume-mb)", mb, MinVolumeMb, max)
 	}
 	v := store.Volume{ID: "vol_" + node.NewID(), ProjectID: projectID, Name: req.Name, SizeBytes: mb << 20, CreatedAt: c.now()}
-	if err := c.recordVolume(ctx, v); err != nil {
+	if err := vol.record(ctx, v); err != nil {
 		return api.Volume{}, err
 	}
 	if err := c.node.MakeVolume(ctx, v.ID, v.SizeBytes); err != nil {
@@ -82,18 +84,19 @@ func (c *Control) CreateVolume(ctx context.Context, projectID string, req api.Cr
 	return volumeAPI(v), nil
 }
 
-// recordVolume records v within its project's bounds. The count and the
+// record records v within its project's bounds. The count and the
 // insert are one step, so that concurrent creates cannot pass a bound
 // together: under the project's admission lock (node.Quota.Lock), which
 // sandbox admission holds too, in this process and in the shared
 // database.
-func (c *Control) recordVolume(ctx context.Context, v store.Volume) error {
+func (vol Volumes) record(ctx context.Context, v store.Volume) error {
+	c := vol.c
 	release, err := c.cfg.Quota.Lock(ctx, v.ProjectID)
 	if err != nil {
 		return err
 	}
 	defer release()
-	if err := c.volumeRoom(ctx, v.ProjectID, v.SizeBytes); err != nil {
+	if err := vol.room(ctx, v.SizeBytes); err != nil {
 		return err
 	}
 	if err := c.cfg.Store.Volumes().Create(ctx, v); err != nil {
@@ -105,9 +108,10 @@ func (c *Control) recordVolume(ctx context.Context, v store.Volume) error {
 	return nil
 }
 
-// volumeRoom checks that projectID may have one more volume of size
+// room checks that the project may have one more volume of size
 // bytes; the caller holds the project's admission lock.
-func (c *Control) volumeRoom(ctx context.Context, projectID string, size int64) error {
+func (vol Volumes) room(ctx context.Context, size int64) error {
+	c, projectID := vol.c, vol.project
 	vols, err := c.cfg.Store.Volumes().List(ctx, projectID)
 	if err != nil {
 		return fmt.Errorf("counting volumes: %w", err)
@@ -137,16 +141,17 @@ func volumeAPI(v store.Volume) api.Volume {
 	return api.Volume{Name: v.Name, VolumeID: v.ID, SizeMb: v.SizeBytes >> 20, CreatedAt: v.CreatedAt}
 }
 
-// GetVolume returns projectID's volume called name.
-func (c *Control) GetVolume(ctx context.Context, projectID, name string) (api.Volume, error) {
-	v, err := c.lookupVolume(ctx, projectID, name)
+// Get returns the project's volume called name.
+func (vol Volumes) Get(ctx context.Context, name string) (api.Volume, error) {
+	v, err := vol.lookup(ctx, name)
 	if err != nil {
 		return api.Volume{}, err
 	}
 	return volumeAPI(v), nil
 }
 
-func (c *Control) lookupVolume(ctx context.Context, projectID, name string) (store.Volume, error) {
+func (vol Volumes) lookup(ctx context.Context, name string) (store.Volume, error) {
+	c, projectID := vol.c, vol.project
 	v, err := c.cfg.Store.Volumes().Get(ctx, projectID, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return v, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("volume %q not found in project %s; create it with POST /v1/volumes", name, projectID)}
@@ -154,8 +159,9 @@ func (c *Control) lookupVolume(ctx context.Context, projectID, name string) (sto
 	return v, err
 }
 
-// ListVolumes returns projectID's volumes by name.
-func (c *Control) ListVolumes(ctx context.Context, projectID string) ([]api.Volume, error) {
+// List returns the project's volumes by name.
+func (vol Volumes) List(ctx context.Context) ([]api.Volume, error) {
+	c, projectID := vol.c, vol.project
 	vs, err := c.cfg.Store.Volumes().List(ctx, projectID)
 	if err != nil {
 		return nil, err
@@ -167,12 +173,13 @@ func (c *Control) ListVolumes(ctx context.Context, projectID string) ([]api.Volu
 	return out, nil
 }
 
-// DeleteVolume deletes projectID's volume called name and its data;
+// Delete deletes the project's volume called name and its data;
 // ErrConflict while a live sandbox mounts it.
-func (c *Control) DeleteVolume(ctx context.Context, projectID, name string) error {
+func (vol Volumes) Delete(ctx context.Context, name string) error {
+	c, projectID := vol.c, vol.project
 	c.volMu.Lock()
 	defer c.volMu.Unlock()
-	v, err := c.lookupVolume(ctx, projectID, name)
+	v, err := vol.lookup(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -202,8 +209,8 @@ func (c *Control) DeleteVolume(ctx context.Context, projectID, name string) erro
 	return nil
 }
 
-// volumeMounts checks a create's volumes and resolves them to projectID's.
-func (c *Control) volumeMounts(ctx context.Context, projectID string, req []api.VolumeMount) ([]store.VolumeMount, error) {
+// mounts checks a create's volumes and resolves them to the project's.
+func (vol Volumes) mounts(ctx context.Context, req []api.VolumeMount) ([]store.VolumeMount, error) {
 	if len(req) > MaxVolumesPerBox {
 		return nil, errdefs.Invalidf("volumes has %d entries; at most %d are allowed", len(req), MaxVolumesPerBox)
 	}
@@ -223,7 +230,7 @@ func (c *Control) volumeMounts(ctx context.Context, projectID string, req []api.
 				return nil, errdefs.Invalidf("volume paths %s and %s overlap; give each volume a path of its own", o.Path, m.Path)
 			}
 		}
-		v, err := c.lookupVolume(ctx, projectID, m.Name)
+		v, err := vol.lookup(ctx, m.Name)
 		if err != nil {
 			return nil, err
 		}

@@ -43,7 +43,7 @@ func TestVolumeRules(t *testing.T) {
 	fv := &fakeVolumes{dir: t.TempDir(), m: map[string]int64{}}
 	e := newEnv(t, nil, func(c *node.Config) { c.Volumes = fv })
 	ctx := context.Background()
-	v, err := e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: "data", SizeMb: 64})
+	v, err := e.c.Project("p1").Volumes().Create(ctx, api.CreateVolumeRequest{Name: "data", SizeMb: 64})
 	if err != nil || fv.m[v.VolumeID] != 64<<20 {
 		t.Fatalf("CreateVolume = %+v, %v; made %v", v, err, fv.m)
 	}
@@ -56,7 +56,7 @@ func TestVolumeRules(t *testing.T) {
 		{api.CreateVolumeRequest{Name: "x", SizeMb: 8}, errdefs.ErrInvalid},
 		{api.CreateVolumeRequest{Name: "x", SizeMb: 1 << 20}, errdefs.ErrInvalid},
 	} {
-		if _, err := e.c.CreateVolume(ctx, "p1", tc.req); !errors.Is(err, tc.want) {
+		if _, err := e.c.Project("p1").Volumes().Create(ctx, tc.req); !errors.Is(err, tc.want) {
 			t.Errorf("CreateVolume(%+v) = %v; want %v", tc.req, err, tc.want)
 		}
 	}
@@ -83,7 +83,7 @@ func TestVolumeRules(t *testing.T) {
 	if len(last.Volumes) != 1 || last.Volumes[0].Source != fv.Path(v.VolumeID) || last.Volumes[0].Target != "/home/user/data" {
 		t.Errorf("the booted spec's volumes = %+v; want the volume's host path at /home/user/data", last.Volumes)
 	}
-	if err := e.c.DeleteVolume(ctx, "p1", "data"); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), sb.SandboxID) {
+	if err := e.c.Project("p1").Volumes().Delete(ctx, "data"); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), sb.SandboxID) {
 		t.Errorf("DeleteVolume while mounted = %v; want a conflict naming %s", err, sb.SandboxID)
 	}
 	if _, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{}); !errors.Is(err, errdefs.ErrConflict) {
@@ -93,7 +93,7 @@ func TestVolumeRules(t *testing.T) {
 	if _, err := e.c.Pause(ctx, "p1", sb.SandboxID, api.PauseRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.c.DeleteVolume(ctx, "p1", "data"); !errors.Is(err, errdefs.ErrConflict) {
+	if err := e.c.Project("p1").Volumes().Delete(ctx, "data"); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("DeleteVolume while a paused sandbox mounts it = %v; want a conflict", err)
 	}
 	if _, err := e.c.Resume(ctx, "p1", sb.SandboxID, api.ResumeRequest{}); err != nil {
@@ -120,7 +120,7 @@ func TestVolumeRules(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := e.c.DeleteVolume(ctx, "p1", "data"); err != nil || len(fv.m) != 0 {
+	if err := e.c.Project("p1").Volumes().Delete(ctx, "data"); err != nil || len(fv.m) != 0 {
 		t.Errorf("DeleteVolume once unmounted = %v; volumes left %v", err, fv.m)
 	}
 }
@@ -134,7 +134,7 @@ func TestVolumeMountPaths(t *testing.T) {
 	fv := &fakeVolumes{dir: t.TempDir(), m: map[string]int64{}}
 	e := newEnv(t, nil, func(c *node.Config) { c.Volumes = fv })
 	ctx := context.Background()
-	if _, err := e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: "data", SizeMb: 64}); err != nil {
+	if _, err := e.c.Project("p1").Volumes().Create(ctx, api.CreateVolumeRequest{Name: "data", SizeMb: 64}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -197,7 +197,7 @@ func TestVolumeBounds(t *testing.T) {
 	}, func(c *node.Config) { c.Volumes = fv })
 	ctx := context.Background()
 	mk := func(name string, mb int64) error {
-		_, err := e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: name, SizeMb: mb})
+		_, err := e.c.Project("p1").Volumes().Create(ctx, api.CreateVolumeRequest{Name: name, SizeMb: mb})
 		return err
 	}
 	refused := func(what string, err error, words ...string) {
@@ -218,7 +218,7 @@ func TestVolumeBounds(t *testing.T) {
 		}
 	}
 	refused("a 4th volume", mk("v3", 16), "3 volumes", "--max-volumes-per-project", "delete one")
-	if err := e.c.DeleteVolume(ctx, "p1", "v2"); err != nil {
+	if err := e.c.Project("p1").Volumes().Delete(ctx, "v2"); err != nil {
 		t.Fatal(err)
 	}
 	refused("128 MiB past 200 MiB in all", mk("v2", 128), "128 MiB", "200 MiB", "--max-volume-total-mb", "delete a volume")
@@ -226,7 +226,7 @@ func TestVolumeBounds(t *testing.T) {
 		t.Fatalf("a volume that fits the total exactly: %v", err)
 	}
 	// Another project's bounds are its own.
-	if _, err := e.c.CreateVolume(ctx, "p2", api.CreateVolumeRequest{Name: "v0", SizeMb: 64}); err != nil {
+	if _, err := e.c.Project("p2").Volumes().Create(ctx, api.CreateVolumeRequest{Name: "v0", SizeMb: 64}); err != nil {
 		t.Errorf("p2's first volume: %v", err)
 	}
 
@@ -240,7 +240,7 @@ func TestVolumeBounds(t *testing.T) {
 	refused("a sandbox past the disk promised", err, "2248 MiB", "--max-disk-per-project-mb", "kill sandboxes or delete volumes")
 	_, err = e.c.Fork(ctx, "p1", a.SandboxID, api.ForkRequest{})
 	refused("a fork past the disk promised", err, "--max-disk-per-project-mb")
-	if err := e.c.DeleteVolume(ctx, "p1", "v0"); err != nil {
+	if err := e.c.Project("p1").Volumes().Delete(ctx, "v0"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.c.Create(ctx, "p1", api.CreateSandboxRequest{DiskMb: ms(16)}); err != nil {
@@ -262,7 +262,7 @@ func TestVolumeBoundsRace(t *testing.T) {
 	const max = 5
 	e := newEnv(t, func(c *control.Config) { c.MaxVolumes = max }, func(c *node.Config) { c.Volumes = fv })
 	ctx := context.Background()
-	if _, err := e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: "first", SizeMb: 16}); err != nil {
+	if _, err := e.c.Project("p1").Volumes().Create(ctx, api.CreateVolumeRequest{Name: "first", SizeMb: 16}); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -271,7 +271,7 @@ func TestVolumeBoundsRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: fmt.Sprintf("v%d", i), SizeMb: 16})
+			_, errs[i] = e.c.Project("p1").Volumes().Create(ctx, api.CreateVolumeRequest{Name: fmt.Sprintf("v%d", i), SizeMb: 16})
 		}()
 	}
 	wg.Wait()
@@ -284,7 +284,7 @@ func TestVolumeBoundsRace(t *testing.T) {
 			t.Errorf("a racing create: %v; want made or rate limited", err)
 		}
 	}
-	vs, err := e.c.ListVolumes(ctx, "p1")
+	vs, err := e.c.Project("p1").Volumes().List(ctx)
 	if made != max-1 || err != nil || len(vs) != max || len(fv.m) != max {
 		t.Errorf("%d racing creates made %d, project lists %d (%v), node has %d; want %d, %d, %d", len(errs), made, len(vs), err, len(fv.m), max-1, max, max)
 	}
@@ -303,14 +303,14 @@ func TestVolumeHostDisk(t *testing.T) {
 	e := newEnv(t, func(c *control.Config) { c.MaxVolumeBytes = 1 << 50 }, func(c *node.Config) { c.Volumes = fv; c.MinFreeDisk = free / 2 })
 	ctx := context.Background()
 	mb := free / 4 * 3 >> 20 // fits the disk, not beside the half kept
-	_, err = e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: "huge", SizeMb: mb})
+	_, err = e.c.Project("p1").Volumes().Create(ctx, api.CreateVolumeRequest{Name: "huge", SizeMb: mb})
 	if !errors.Is(err, errdefs.ErrDiskFull) || !strings.Contains(errdefs.Message(err), "--min-free-disk-mb") {
 		t.Errorf("a volume of %d MiB with %d MiB free: %v; want ErrDiskFull naming --min-free-disk-mb", mb, free>>20, err)
 	}
-	if vs, _ := e.c.ListVolumes(ctx, "p1"); len(vs) != 0 || len(fv.m) != 0 {
+	if vs, _ := e.c.Project("p1").Volumes().List(ctx); len(vs) != 0 || len(fv.m) != 0 {
 		t.Errorf("after the refusal: recorded %v, made %v; want nothing", vs, fv.m)
 	}
-	if _, err := e.c.CreateVolume(ctx, "p1", api.CreateVolumeRequest{Name: "small", SizeMb: 64}); err != nil {
+	if _, err := e.c.Project("p1").Volumes().Create(ctx, api.CreateVolumeRequest{Name: "small", SizeMb: 64}); err != nil {
 		t.Errorf("a small volume: %v", err)
 	}
 }

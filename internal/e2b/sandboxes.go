@@ -281,7 +281,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	if req.SnapshotID == "" && n.TemplateID != "" {
 		// A snapshot's name as the template, as on E2B, where a named
 		// snapshot is a template: it comes before a template of that name.
-		if sn, err := h.cfg.Control.GetSnapshot(r.Context(), project, n.TemplateID); err == nil {
+		if sn, err := h.cfg.Control.Project(project).Snapshots().Get(r.Context(), n.TemplateID); err == nil {
 			req.Template, req.SnapshotID = "", sn.SnapshotID
 		}
 	}

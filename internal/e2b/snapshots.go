@@ -110,7 +110,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	project, _ := auth.ProjectID(r.Context())
-	sns, err := h.cfg.Control.ListSnapshots(r.Context(), project)
+	sns, err := h.cfg.Control.Project(project).Snapshots().List(r.Context())
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -149,7 +149,7 @@ func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	project, _ := auth.ProjectID(r.Context())
-	if err := h.cfg.Control.DeleteSnapshot(r.Context(), project, id); err != nil {
+	if err := h.cfg.Control.Project(project).Snapshots().Delete(r.Context(), id); err != nil {
 		h.fail(w, r, err)
 		return
 	}

@@ -17,7 +17,7 @@ func (s *Server) projectNetworkRoutes(mux *http.ServeMux, authed func(http.Handl
 
 func (s *Server) getProjectNetwork(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	pol, err := s.c.ProjectNetwork(r.Context(), project)
+	pol, err := s.c.Project(project).Network().Get(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -38,7 +38,7 @@ func (s *Server) setProjectNetwork(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	pol, err := s.c.SetProjectNetwork(r.Context(), project, req)
+	pol, err := s.c.Project(project).Network().Set(r.Context(), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -53,7 +53,7 @@ func (s *Server) clearProjectNetwork(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.c.ClearProjectNetwork(r.Context(), project); err != nil {
+	if err := s.c.Project(project).Network().Clear(r.Context()); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -82,7 +82,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	sns, err := s.c.ListSnapshots(r.Context(), project)
+	sns, err := s.c.Project(project).Snapshots().List(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -95,7 +95,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	sn, err := s.c.GetSnapshot(r.Context(), project, r.PathValue("snapshotId"))
+	sn, err := s.c.Project(project).Snapshots().Get(r.Context(), r.PathValue("snapshotId"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -105,7 +105,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	if err := s.c.DeleteSnapshot(r.Context(), project, r.PathValue("snapshotId")); err != nil {
+	if err := s.c.Project(project).Snapshots().Delete(r.Context(), r.PathValue("snapshotId")); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -33,7 +33,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	b, err := s.c.PlanTemplate(r.Context(), project, req)
+	b, err := s.c.Project(project).Templates().Plan(r.Context(), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -69,7 +69,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	ts, err := s.c.ListTemplates(r.Context(), project)
+	ts, err := s.c.Project(project).Templates().List(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -79,7 +79,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	t, err := s.c.GetTemplate(r.Context(), project, r.PathValue("name"))
+	t, err := s.c.Project(project).Templates().Get(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -89,7 +89,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	if err := s.c.DeleteTemplate(r.Context(), project, r.PathValue("name")); err != nil {
+	if err := s.c.Project(project).Templates().Delete(r.Context(), r.PathValue("name")); err != nil {
 		s.fail(w, r, err)
 		return
 	}

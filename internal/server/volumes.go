@@ -22,7 +22,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	v, err := s.c.CreateVolume(r.Context(), project, req)
+	v, err := s.c.Project(project).Volumes().Create(r.Context(), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -32,7 +32,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	vs, err := s.c.ListVolumes(r.Context(), project)
+	vs, err := s.c.Project(project).Volumes().List(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -42,7 +42,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	v, err := s.c.GetVolume(r.Context(), project, r.PathValue("name"))
+	v, err := s.c.Project(project).Volumes().Get(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -52,7 +52,7 @@ func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	if err := s.c.DeleteVolume(r.Context(), project, r.PathValue("name")); err != nil {
+	if err := s.c.Project(project).Volumes().Delete(r.Context(), r.PathValue("name")); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -1,0 +1,56 @@
+package control
+
+// Project is one project's resources beside its sandboxes — its volumes,
+// custom templates, snapshots and default network policy — reached one
+// way: Control.Project(id), then the resource, each a small type of its
+// own (Volumes, Templates, Snapshots, Network), so that Control keeps
+// to sandboxes and what they need.
+type Project struct {
+	c  *Control
+	id string
+}
+
+// Project is project id's resources. It checks nothing: every call on
+// them is scoped to id, as the caller's key is.
+func (c *Control) Project(id string) Project { return Project{c: c, id: id} }
+
+// Volumes are the project's persistent volumes (volumes.go).
+func (p Project) Volumes() Volumes { return Volumes{c: p.c, project: p.id} }
+
+// Templates are the project's custom templates (templates.go).
+func (p Project) Templates() Templates { return Templates{c: p.c, project: p.id} }
+
+// Snapshots are the project's snapshots (snapshots.go).
+func (p Project) Snapshots() Snapshots { return Snapshots{c: p.c, project: p.id} }
+
+// Network is the project's default network policy (network.go).
+func (p Project) Network() Network { return Network{c: p.c, project: p.id} }
+
+// Volumes are one project's persistent volumes.
+type Volumes struct {
+	c       *Control
+	project string
+}
+
+// Templates are one project's custom templates.
+type Templates struct {
+	c       *Control
+	project string
+}
+
+// Snapshots are one project's snapshots.
+type Snapshots struct {
+	c       *Control
+	project string
+}
+
+// Network is one project's default network policy.
+type Network struct {
+	c       *Control
+	project string
+}
+
+// builds are the custom templates' builds in the cache, each removed once
+// nothing refers to it any more (templates.go): the server's, not a
+// project's.
+type builds struct{ c *Control }
