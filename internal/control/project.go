@@ -54,3 +54,13 @@ type Network struct {
 // nothing refers to it any more (templates.go): the server's, not a
 // project's.
 type builds struct{ c *Control }
+
+// Secrets are the project's secrets (docs/secrets.md): write-only, so
+// nothing here returns a value.
+func (p Project) Secrets() Secrets { return Secrets{c: p.c, project: p.id} }
+
+// Secrets are one project's secrets.
+type Secrets struct {
+	c       *Control
+	project string
+}

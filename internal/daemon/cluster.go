@@ -360,7 +360,7 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	scfg := c.serverConfig(ln, apiParts{control: ctl, store: st, secrets: sec, events: evlog, webhooks: hooks,
+	scfg := c.serverConfig(ln, apiParts{control: ctl, store: st, events: evlog, webhooks: hooks,
 		descriptors: descriptors, audit: audit, logger: logger, metrics: mx})
 	scfg.Nodes = router.AdminHandler()
 	h := server.New(scfg)

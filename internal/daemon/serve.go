@@ -37,10 +37,10 @@ import (
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
-	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/volume"
 	"github.com/lizard-build/lizard/internal/warm"
 	"github.com/lizard-build/lizard/internal/webhook"
@@ -301,7 +301,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 	}
 	evlog := &events.Log{Store: st}
 	hooks := c.events.webhooks(st, logger)
-	h := server.New(c.serverConfig(ln, apiParts{control: ctl, store: st, secrets: secretsStore, events: evlog, webhooks: hooks,
+	h := server.New(c.serverConfig(ln, apiParts{control: ctl, store: st, events: evlog, webhooks: hooks,
 		descriptors: parts.descriptors, audit: audit, logger: logger, metrics: mx}))
 	// Sandboxes holding a lizardToken reach the API on their own host
 	// address, opened and closed as they start and stop.
@@ -363,7 +363,6 @@ func (c *serveConfig) newControl(parts nodeParts, st *store.Store, sec *secrets.
 type apiParts struct {
 	control     *control.Control
 	store       *store.Store
-	secrets     *secrets.Store
 	events      *events.Log
 	webhooks    *webhook.Service
 	descriptors *fdbudget.Budget
@@ -386,7 +385,6 @@ func (f *sharedFlags) serverConfig(ln net.Listener, p apiParts) server.Config {
 		Console:      console.Handler(), Metrics: p.metrics,
 		PortsDomain: f.PortsDomain,
 		E2B:         &e2b.Config{},
-		Secrets:     p.secrets,
 		// The MCP tools call this API over loopback with the caller's
 		// key, like any client (internal/mcp's Handler).
 		MCP:      mcp.Handler(loopbackURL(ln.Addr()), version(), p.logger),

@@ -19,9 +19,6 @@ func (s *Server) secretRoutes(mux *http.ServeMux, authed func(http.HandlerFunc) 
 	mux.Handle("DELETE /v1/secrets/{name}", authed(s.deleteSecret))
 }
 
-// errNoSecrets answers on a server built without a secrets store.
-var errNoSecrets = &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this server keeps no secrets"}
-
 // projectKeyOnly refuses a key minted for a sandbox (lizardToken, and its
 // children's), which code in a sandbox holds, for what only a project key
 // may do: code may use the project's secrets through its policy but
@@ -57,17 +54,13 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if s.secrets == nil {
-		s.fail(w, r, errNoSecrets)
-		return
-	}
-	info, err := s.secrets.Set(r.Context(), project, name, req.Value, secrets.Scope{Hosts: req.Hosts, AllowHTTP: req.AllowHTTP})
+	sec, err := s.c.Project(project).Secrets().Set(r.Context(), name, req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	s.audit(r, "secret.set", "secret", name)
-	writeJSON(w, http.StatusOK, secretAPI(info))
+	writeJSON(w, http.StatusOK, sec)
 }
 
 func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
@@ -76,18 +69,10 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if s.secrets == nil {
-		s.fail(w, r, errNoSecrets)
-		return
-	}
-	infos, err := s.secrets.List(r.Context(), project)
+	list, err := s.c.Project(project).Secrets().List(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
-	}
-	list := api.SecretList{Secrets: []api.Secret{}}
-	for _, i := range infos {
-		list.Secrets = append(list.Secrets, secretAPI(i))
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -99,22 +84,10 @@ func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("name")
-	if s.secrets == nil {
-		s.fail(w, r, errNoSecrets)
-		return
-	}
-	if err := s.secrets.Delete(r.Context(), project, name); err != nil {
+	if err := s.c.Project(project).Secrets().Delete(r.Context(), name); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	s.audit(r, "secret.delete", "secret", name)
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func secretAPI(i secrets.Info) api.Secret {
-	hosts := i.Hosts
-	if hosts == nil {
-		hosts = []string{}
-	}
-	return api.Secret{Name: i.Name, Hosts: hosts, AllowHTTP: i.AllowHTTP, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt}
 }

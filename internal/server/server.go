@@ -26,7 +26,6 @@ import (
 	"github.com/lizard-build/lizard/internal/fdbudget"
 	"github.com/lizard-build/lizard/internal/inflight"
 	"github.com/lizard-build/lizard/internal/metrics"
-	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/trace"
 	"github.com/lizard-build/lizard/internal/webhook"
 )
@@ -67,9 +66,6 @@ type Config struct {
 	// MCP, when set, serves the Model Context Protocol at /mcp
 	// (internal/mcp) to callers with an API key.
 	MCP http.Handler
-	// Secrets keeps projects' secrets (/v1/secrets); nil: the calls
-	// answer 503.
-	Secrets *secrets.Store
 	// Events, when set, serves GET /v1/events from the lifecycle events
 	// recorded in its store.
 	Events *events.Log
@@ -94,7 +90,6 @@ type Server struct {
 	// E2B's host form of sandbox calls (49983-<id>.D, 49999-<id>.D).
 	e2b      http.Handler
 	maxFile  int64
-	secrets  *secrets.Store
 	events   *events.Log
 	webhooks *webhook.Service
 	// observe counts how each run through the agent proxy ended, on
@@ -108,7 +103,7 @@ type Server struct {
 
 // New returns the API handler.
 func New(cfg Config) *Server {
-	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain, maxFile: cfg.MaxFileBytes, secrets: cfg.Secrets, portsInFlight: inflight.New(maxPortsInFlight),
+	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain, maxFile: cfg.MaxFileBytes, portsInFlight: inflight.New(maxPortsInFlight),
 		events: cfg.Events, webhooks: cfg.Webhooks, observe: agentproxy.Metered(cfg.Metrics)}
 	// API keys on exposed ports are checked by hand (ports.go); a cluster
 	// node's forwarded calls carry none.
