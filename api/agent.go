@@ -49,7 +49,16 @@ const (
 	// AgentTrustPath installs (or removes) the sandbox's egress CA
 	// (TrustRequest).
 	AgentTrustPath = "/trust"
+	// AgentEnvPath answers the environment the agent gives code
+	// (AgentEnv): what a pause keeping the disk alone saves, for the
+	// fresh boot at resume to give it again.
+	AgentEnvPath = "/env"
 )
+
+// AgentEnv is the body of the agent's internal GET /env: KEY=VALUE.
+type AgentEnv struct {
+	Env []string `json:"env"`
+}
 
 // TrustRequest is the body of the agent's internal POST /trust: the
 // certificate of the authority with which the node terminates the TLS of

@@ -79,6 +79,10 @@ type CreateSandboxRequest struct {
 	// OnTimeout is what happens when the timeout passes: "kill" (default)
 	// or "pause".
 	OnTimeout string `json:"onTimeout,omitempty"`
+	// PauseMemory false has the sandbox's pauses (at its timeout, and
+	// explicit ones that do not say) keep its disk alone: no memory, a
+	// fresh boot at resume (docs/lifecycle.md). nil or true: memory too.
+	PauseMemory *bool `json:"pauseMemory,omitempty"`
 	// Volumes are the project's persistent volumes to mount, each at its
 	// path (docs/volumes.md).
 	Volumes []VolumeMount `json:"volumes,omitempty"`
@@ -217,12 +221,21 @@ const (
 // WaitDurable answers only once the image is in the image store.
 type PauseRequest struct {
 	WaitDurable bool `json:"waitDurable,omitempty"`
+	// Memory false keeps the sandbox's disk alone: its files stay, its
+	// processes and memory go, and it boots fresh at resume. It holds
+	// for later pauses too (as CreateSandboxRequest.PauseMemory); nil
+	// keeps the sandbox's setting.
+	Memory *bool `json:"memory,omitempty"`
 }
 
 // ResumeRequest is the optional body of POST /v1/sandboxes/{id}/resume.
 // TimeoutMs, when set, replaces the time the sandbox had left when paused.
 type ResumeRequest struct {
 	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
+	// Memory false asks for a fresh boot over the sandbox's disk (E2B's
+	// on_resume="reboot"): what a sandbox paused with memory false does;
+	// one paused with its memory is refused (409), not restored silently.
+	Memory *bool `json:"memory,omitempty"`
 }
 
 // ForkRequest is the body of POST /v1/sandboxes/{id}/fork: Count (default

@@ -244,6 +244,7 @@ func (a *Agent) routes() http.Handler {
 	handle("/ready", map[string]http.HandlerFunc{"GET": a.readyz})
 	handle(api.AgentTrustPath, map[string]http.HandlerFunc{"POST": a.trust})
 	handle(api.AgentDiskPath, map[string]http.HandlerFunc{"GET": a.files.disk})
+	handle(api.AgentEnvPath, map[string]http.HandlerFunc{"GET": a.getEnv})
 	handle("/execute", map[string]http.HandlerFunc{"POST": a.execute})
 	handle("/contexts", map[string]http.HandlerFunc{"GET": a.listContexts, "POST": a.createContext})
 	handle("/contexts/{id}", map[string]http.HandlerFunc{"DELETE": a.deleteContext})

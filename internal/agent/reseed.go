@@ -23,6 +23,13 @@ type importer interface {
 	Import(ctx context.Context, modules []string) error
 }
 
+// getEnv answers GET /env: the environment every kernel and process
+// starts with, which code can read already (a pause keeping the disk alone
+// saves it).
+func (a *Agent) getEnv(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, api.AgentEnv{Env: a.launch.baseEnv()})
+}
+
 // reseed answers POST /reseed, which the server calls in every sandbox
 // restored from another's checkpoint (fork, create from a snapshot or a
 // template snapshot, a warm-pool claim) and in resumed sandboxes whose

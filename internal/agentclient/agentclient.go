@@ -302,6 +302,32 @@ func (c *Client) Trust(ctx context.Context, id, certPEM string) error {
 	return nil
 }
 
+// MaxEnvBytes bounds the environment Env takes from an agent: more than
+// a boot can be given anyway (Linux's ARG_MAX is 2 MiB with the args).
+const MaxEnvBytes = 1 << 20
+
+// Env asks sandbox id's agent for the environment it gives code.
+func (c *Client) Env(ctx context.Context, id string) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, URL(id).String()+api.AgentEnvPath, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Transport: c.transport, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("asking sandbox %s for its environment: %w", id, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("asking sandbox %s for its environment: agent answered %s: %s", id, resp.Status, b)
+	}
+	var e api.AgentEnv
+	if err := json.NewDecoder(io.LimitReader(resp.Body, MaxEnvBytes)).Decode(&e); err != nil {
+		return nil, fmt.Errorf("asking sandbox %s for its environment (at most %d bytes): %w", id, MaxEnvBytes, err)
+	}
+	return e.Env, nil
+}
+
 // Disk asks sandbox id's agent what its root filesystem holds.
 func (c *Client) Disk(ctx context.Context, id string) (api.DiskUsage, error) {
 	var d api.DiskUsage

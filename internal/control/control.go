@@ -307,10 +307,19 @@ func (c *Control) Metrics(ctx context.Context, projectID, id string) (api.Sandbo
 
 // Pause checkpoints projectID's running sandbox id to disk and stops it.
 func (c *Control) Pause(ctx context.Context, projectID, id string, req api.PauseRequest) (api.Sandbox, error) {
-	if _, err := c.lookup(ctx, projectID, id); err != nil {
+	sb, err := c.lookup(ctx, projectID, id)
+	if err != nil {
 		return api.Sandbox{}, err
 	}
-	sb, err := c.node.Pause(ctx, id)
+	if req.Memory != nil && sb.Check(node.WantRunning) == nil {
+		// What it keeps is the sandbox's record, which the node reads
+		// at this pause and at later ones (its timeout's). A paused
+		// sandbox's image is as it was paused.
+		if err := c.cfg.Store.SetPauseDiskOnly(ctx, id, !*req.Memory); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
+	sb, err = c.node.Pause(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -373,6 +382,16 @@ func (c *Control) Resume(ctx context.Context, projectID, id string, req api.Resu
 		}
 		if err := c.checkChildDeadline(sb, *req.TimeoutMs); err != nil {
 			return api.Sandbox{}, err
+		}
+	}
+	if req.Memory != nil && !*req.Memory && errors.Is(sb.Check(node.WantRunning), node.ErrPaused) {
+		p, err := c.cfg.Store.GetPause(ctx, id)
+		if err != nil {
+			return api.Sandbox{}, err
+		}
+		if !p.DiskOnly {
+			return api.Sandbox{}, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf(
+				"sandbox %s was paused with its memory, which holds its disk: it cannot boot fresh from the disk alone; resume it without memory: false, or pause it with memory: false", id)}
 		}
 	}
 	sb, err = c.node.Resume(ctx, id, req.TimeoutMs)

@@ -142,6 +142,7 @@ func (c *Control) plan(projectID string, req api.CreateSandboxRequest) (node.Pla
 			return p, err
 		}
 	}
+	p.PauseDiskOnly = req.PauseMemory != nil && !*req.PauseMemory
 	switch req.OnTimeout {
 	case "", api.OnTimeoutKill, api.OnTimeoutPause:
 	default:

@@ -204,9 +204,9 @@ func createRequest(n newSandbox) (api.CreateSandboxRequest, error) {
 		req.OnTimeout = "pause"
 	}
 	if n.AutoPauseMemory != nil && !*n.AutoPauseMemory {
-		// on_timeout {"mode": "filesystem"} (keep_memory: False): an
-		// auto-pause keeping the disk alone, which Lizard's pause is not.
-		return req, notImplemented("autoPauseMemory: false (lifecycle on_timeout pause with mode \"filesystem\" or keep_memory False) is not supported: Lizard's pause keeps a sandbox's memory; leave it out to auto-pause with memory")
+		// on_timeout {"mode": "filesystem"} (keep_memory: False): its
+		// auto-pause keeps the disk alone.
+		req.PauseMemory = n.AutoPauseMemory
 	}
 	if n.AutoResume != nil && n.AutoResume.Enabled && !n.AutoPause {
 		return req, badRequest("autoResume needs autoPause: only a sandbox paused at its timeout can be resumed")
@@ -458,18 +458,8 @@ type timeoutRequest struct {
 	// AutoPause is ResumedSandbox's; Lizard keeps the sandbox's own.
 	AutoPause *bool `json:"autoPause"`
 	// Memory false (the SDKs' on_resume="reboot") asks a paused sandbox
-	// to boot from its disk alone.
+	// to boot from its disk alone (api.ResumeRequest.Memory).
 	Memory *bool `json:"memory"`
-}
-
-// noReboot refuses a resume from disk alone, which E2B's SDKs warn an
-// older control plane answers as a memory restore; Lizard's pause keeps
-// memory and has no other.
-func noReboot(req timeoutRequest, id string) error {
-	if req.Memory != nil && !*req.Memory {
-		return notImplemented("memory: false (on_resume=\"reboot\": resume sandbox %s from its disk alone) is not supported: Lizard's pause keeps a sandbox's memory and resumes it with it; connect without on_resume", id)
-	}
-	return nil
 }
 
 func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
@@ -528,8 +518,7 @@ func (h *Handler) extend(w http.ResponseWriter, r *http.Request, ms int64) {
 
 // pauseRequest is E2B's SandboxPauseRequest. Memory false (the SDKs'
 // mode="filesystem", keep_memory=False) asks for a pause that keeps the
-// disk alone; Lizard's keeps memory, and taking the request as that would
-// silently keep what the caller asked to drop, so it is refused by name.
+// disk alone (api.PauseRequest.Memory).
 type pauseRequest struct {
 	Memory *bool `json:"memory"`
 }
@@ -547,16 +536,12 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if req.Memory != nil && !*req.Memory {
-		h.fail(w, r, notImplemented("memory: false (pause(mode=\"filesystem\"), keep_memory=False: pause sandbox %s keeping its disk alone) is not supported: Lizard's pause keeps a sandbox's memory; pause without it", id))
-		return
-	}
 	if paused(sb) {
 		// E2B says so with a 409, which the SDKs' pause() reads as false.
 		h.fail(w, r, &httpError{status: http.StatusConflict, msg: fmt.Sprintf("sandbox %s is already paused", id)})
 		return
 	}
-	if _, err := h.cfg.Control.Pause(r.Context(), project, id, api.PauseRequest{}); err != nil {
+	if _, err := h.cfg.Control.Pause(r.Context(), project, id, api.PauseRequest{Memory: req.Memory}); err != nil {
 		h.fail(w, r, notGone(err))
 		return
 	}
@@ -575,16 +560,12 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if err := noReboot(req, id); err != nil {
-		h.fail(w, r, err)
-		return
-	}
 	secs := int64(defaultTimeout)
 	if req.Timeout != nil {
 		secs = *req.Timeout
 	}
 	ms := secs * 1000
-	sb, err := h.cfg.Control.Resume(r.Context(), project, id, api.ResumeRequest{TimeoutMs: &ms})
+	sb, err := h.cfg.Control.Resume(r.Context(), project, id, api.ResumeRequest{TimeoutMs: &ms, Memory: req.Memory})
 	if err != nil {
 		h.fail(w, r, notGone(err))
 		return
@@ -621,11 +602,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	ms := secs * 1000
 	if paused(sb) {
-		if err := noReboot(req, id); err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		sb, err = h.cfg.Control.Resume(r.Context(), project, id, api.ResumeRequest{TimeoutMs: &ms})
+		sb, err = h.cfg.Control.Resume(r.Context(), project, id, api.ResumeRequest{TimeoutMs: &ms, Memory: req.Memory})
 		if err != nil {
 			h.fail(w, r, notGone(err))
 			return

@@ -6,17 +6,21 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/metrics"
+	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/trace"
 )
 
@@ -141,6 +145,86 @@ func (im *images) imageAuth(image string) string {
 		return im.secret(source)
 	}
 	return ""
+}
+
+// diskFile, in an image, marks it as a sandbox's disk alone (saveDisk):
+// no memory to restore; the sandbox boots fresh over it at resume.
+const diskFile = "lizard-disk-only"
+
+// envFile, in a disk-only image, is the environment its agent gave code
+// (JSON, api.AgentEnv), which the fresh boot at resume gives it again. It
+// adds nothing to what a memory image holds: the agent's memory has it.
+const envFile = "lizard-env.json"
+
+// diskOnly reports whether image is a disk alone (saveDisk).
+func diskOnly(image string) bool {
+	_, err := os.Stat(filepath.Join(image, diskFile))
+	return err == nil
+}
+
+// saveDisk saves running sandbox id's disk alone into dir, leaving it
+// running; on failure as checkpoint.
+func (n *Local) saveDisk(ctx context.Context, id, dir string) error {
+	ds, ok := n.cfg.Runtime.(sandbox.DiskSaver)
+	if !ok {
+		return errdefs.Invalidf("the %s runtime cannot pause sandbox %s keeping its disk alone; pause it with its memory", n.cfg.Runtime.Name(), id)
+	}
+	err := os.MkdirAll(filepath.Dir(dir), 0o700)
+	if err == nil {
+		var env []string
+		env, err = n.agents.Env(ctx, id)
+		if err == nil {
+			err = ds.SaveDisk(ctx, id, dir)
+		}
+		if err == nil {
+			b, _ := json.Marshal(api.AgentEnv{Env: env})
+			err = os.WriteFile(filepath.Join(dir, envFile), b, 0o600)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, diskFile), nil, 0o600)
+		}
+		if err != nil {
+			removeDir(n.log.With("sandbox_id", id), "a failed disk save's image", dir)
+		}
+	}
+	if err != nil {
+		if n.diesWithin(context.WithoutCancel(ctx), id, time.Second) {
+			return n.endDead(ctx, id, "while its disk was being saved", err)
+		}
+		return &errdefs.Error{Msg: fmt.Sprintf("saving the disk of sandbox %s failed (disk full? the server log says why); it keeps running", id),
+			Cause: err}
+	}
+	return nil
+}
+
+// savedEnv is the environment disk-only image holds, with over on top
+// (later wins, one entry a name): what its fresh boot is given. Entries a
+// boot cannot take (no name, a NUL) and the agent's own settings are
+// dropped.
+func savedEnv(image string, over []string) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(image, envFile))
+	if err != nil {
+		return nil, err
+	}
+	var e api.AgentEnv
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", envFile, err)
+	}
+	at := map[string]int{}
+	var env []string
+	for _, kv := range append(e.Env, over...) {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsRune(kv, 0) || strings.HasPrefix(k, "LIZARD_AGENT_") {
+			continue
+		}
+		if i, seen := at[k]; seen {
+			env[i] = kv
+			continue
+		}
+		at[k] = len(env)
+		env = append(env, kv)
+	}
+	return env, nil
 }
 
 // checkpoint saves running sandbox id into dir, leaving it running. On

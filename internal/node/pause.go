@@ -18,6 +18,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/metrics"
+	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/trace"
 )
@@ -67,6 +68,20 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	if err := n.images.roomFor("pause sandbox " + sb.ID + " (it keeps running)"); err != nil {
 		return err
 	}
+	p, err := n.cfg.Store.GetPause(ctx, sb.ID)
+	if err != nil {
+		return err
+	}
+	// A pause keeping the disk alone (memory: false) saves the root's
+	// writable layer, not the memory: a smaller image, and a fresh boot
+	// at resume (resumeSource).
+	save, kind := n.checkpoint, "memory"
+	if p.DiskOnly {
+		if _, ok := n.cfg.Runtime.(sandbox.DiskSaver); !ok {
+			return errdefs.Invalidf("the %s runtime cannot pause sandbox %s keeping its disk alone; pause it with its memory", n.cfg.Runtime.Name(), sb.ID)
+		}
+		save, kind = n.saveDisk, "disk"
+	}
 	begin := time.Now()
 	dir := filepath.Join(n.images.pausedDir(), sb.ID)
 	if err := os.RemoveAll(dir); err != nil {
@@ -79,7 +94,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	// processes (Following), end now, so that the image holds none.
 	n.ports.cancelAll(sb.ID, stopReason(sb.ID, api.StatePaused, ""))
 	n.calls.cancelFollowers(sb.ID, stopReason(sb.ID, api.StatePaused, ""))
-	if err := n.checkpoint(ctx, sb.ID, dir); err != nil {
+	if err := save(ctx, sb.ID, dir); err != nil {
 		return err
 	}
 	var remaining *int64
@@ -89,7 +104,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	}
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	err := n.cfg.Runtime.Kill(cctx, sb.ID)
+	err = n.cfg.Runtime.Kill(cctx, sb.ID)
 	if err != nil {
 		// A kill cut short (its runsc process killed, a cgroup still
 		// busy) is tried once more: the checkpoint is good.
@@ -120,7 +135,7 @@ func (n *Local) pauseLocked(ctx context.Context, sb store.Sandbox) error {
 	// on it (the API listener of a lizardToken).
 	n.stopped(sb, api.StatePaused, "paused")
 	n.images.wake()
-	log.Info("sandbox paused", "image", dir, "size_bytes", imagestore.DirSize(dir), "took", time.Since(begin).Round(time.Millisecond))
+	log.Info("sandbox paused", "kept", kind, "image", dir, "size_bytes", imagestore.DirSize(dir), "took", time.Since(begin).Round(time.Millisecond))
 	return nil
 }
 

@@ -34,10 +34,12 @@ type Plan struct {
 	Template  string
 	TimeoutMs int64 // 0: never expires
 	Metadata  map[string]string
-	OnTimeout string   // "", api.OnTimeoutKill or api.OnTimeoutPause
-	Envs      []string // KEY=VALUE, sorted
-	Limits    Limits
-	Internet  bool
+	OnTimeout string // "", api.OnTimeoutKill or api.OnTimeoutPause
+	// PauseDiskOnly: its pauses keep its disk alone (store.Pause.DiskOnly).
+	PauseDiskOnly bool
+	Envs          []string // KEY=VALUE, sorted
+	Limits        Limits
+	Internet      bool
 	// Network is the sandbox's policy by name (nil: none); it is
 	// enforced by the node's Egress and recorded in its shape.
 	Network *netpolicy.Policy
@@ -110,6 +112,11 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	if p.OnTimeout != "" {
 		if err := n.cfg.Store.SetOnTimeout(ctx, sb.ID, p.OnTimeout); err != nil {
 			return fail("recording onTimeout failed", err)
+		}
+	}
+	if p.PauseDiskOnly {
+		if err := n.cfg.Store.SetPauseDiskOnly(ctx, sb.ID, true); err != nil {
+			return fail("recording pauseMemory failed", err)
 		}
 	}
 	l.env = append(slices.Clone(p.Envs), identityEnv(sb)...)

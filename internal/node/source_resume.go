@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/trace"
 )
@@ -97,10 +99,15 @@ type cutShort struct{ error }
 func (c cutShort) Unwrap() error { return c.error }
 
 // start has the runtime restore its image. Its environment is in the
-// image already; the API's address is told to its agent (identify).
+// image already; the API's address is told to its agent (identify). An
+// image of its disk alone (a pause with memory: false) has no memory to
+// restore: the template boots fresh with that disk over it.
 func (r resumeSource) start(ctx context.Context, l *launch) (string, error) {
 	if r.dir == "" {
 		return "its checkpoint image is missing", errors.New("no image recorded")
+	}
+	if diskOnly(r.dir) {
+		return r.boot(ctx, l)
 	}
 	spec, err := l.spec(l.env)
 	if err != nil {
@@ -115,11 +122,35 @@ func (r resumeSource) start(ctx context.Context, l *launch) (string, error) {
 	return "", nil
 }
 
+// boot starts a sandbox paused keeping its disk alone: the template,
+// booted with its identity, and its saved disk over the template's root.
+func (r resumeSource) boot(ctx context.Context, l *launch) (string, error) {
+	if _, ok := l.n.cfg.Runtime.(sandbox.DiskSaver); !ok {
+		return "this node's runtime cannot boot it over its saved disk", fmt.Errorf("the %s runtime is no sandbox.DiskSaver", l.n.cfg.Runtime.Name())
+	}
+	env, err := savedEnv(r.dir, append(slices.Clone(l.env), l.tokenEnv...))
+	if err != nil {
+		return "its saved environment is missing or corrupt", err
+	}
+	spec, err := l.spec(env)
+	if err != nil {
+		return "its addresses are unusable", err
+	}
+	spec.Disk = r.dir
+	if err := trace.Step(ctx, "node.start", func(ctx context.Context) error { return l.n.cfg.Runtime.Create(ctx, spec) }); err != nil {
+		if ctx.Err() != nil {
+			return "", cutShort{ctx.Err()}
+		}
+		return "its saved disk could not be booted over (the server log says why)", err
+	}
+	return "", nil
+}
+
 // identify: it keeps its identity and seeds. Only the API's address, on
 // its new host address, is news to it — and, paused on another node (its
 // image the cache's), the secret this node gives its agent.
 func (r resumeSource) identify(ctx context.Context, l *launch) (string, error) {
-	if r.cached {
+	if r.cached && !diskOnly(r.dir) {
 		req := api.ReseedRequest{SandboxID: l.sb.ID, Envs: envMap(l.tokenEnv), KeepSeeds: true}
 		if err := l.n.agents.reseedRestored(ctx, l.sb, req, l.n.images.imageAuth(r.dir)); err != nil {
 			return "its agent did not take this node's secret after the restore", err
@@ -129,7 +160,7 @@ func (r resumeSource) identify(ctx context.Context, l *launch) (string, error) {
 	if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return l.n.agents.wait(ctx, l.sb) }); err != nil {
 		return "its agent did not answer after the restore", err
 	}
-	if len(l.tokenEnv) > 0 {
+	if len(l.tokenEnv) > 0 && !diskOnly(r.dir) {
 		req := api.ReseedRequest{SandboxID: l.sb.ID, Envs: envMap(l.tokenEnv), KeepSeeds: true}
 		if err := trace.Step(ctx, "node.reseed", func(ctx context.Context) error { return l.n.agents.Reseed(ctx, req, "") }); err != nil {
 			return "telling its agent the new API address failed", err

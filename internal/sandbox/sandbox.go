@@ -123,6 +123,10 @@ type Spec struct {
 	// sandboxes in use; Prioritizer.Foreground gives it a full share.
 	// Runtimes that are not Prioritizers ignore it.
 	Background bool
+	// Disk, when set, is an image directory a DiskSaver saved: Create
+	// boots the template with that writable layer over it (a sandbox
+	// paused keeping its disk alone, resumed fresh).
+	Disk string
 }
 
 // State is what the runtime reports about a sandbox.
@@ -142,6 +146,15 @@ type ForkRestorer interface {
 	// its error) before the image is read. If wait fails, nothing is
 	// left and its error is returned, wrapped.
 	RestoreFork(ctx context.Context, spec Spec, parent, imageDir string, wait func(context.Context) error) error
+}
+
+// DiskSaver is a Runtime that can save a sandbox's writable root layer
+// alone — its files, not its memory or processes — into an image
+// directory, and boot a sandbox over such a layer (Spec.Disk).
+type DiskSaver interface {
+	// SaveDisk writes running sandbox id's writable root layer into
+	// imageDir, leaving the sandbox running.
+	SaveDisk(ctx context.Context, id, imageDir string) error
 }
 
 // Prioritizer is a Runtime that can start sandboxes in the background

@@ -20,6 +20,20 @@ type Pause struct {
 	PausedAt    *time.Time
 	// Durable: the image is in the image store too (SetPauseDurable).
 	Durable bool
+	// DiskOnly: its pauses save its disk alone, not its memory, and it
+	// boots fresh over that disk at resume (SetPauseDiskOnly).
+	DiskOnly bool
+}
+
+// SetPauseDiskOnly records whether sandbox id's next pauses, explicit or
+// at its timeout, keep its disk alone (true) or its memory too.
+func (s *Store) SetPauseDiskOnly(ctx context.Context, id string, diskOnly bool) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sandbox_pause (sandbox_id, disk_only) VALUES (?, ?)
+		ON CONFLICT(sandbox_id) DO UPDATE SET disk_only = excluded.disk_only`, id, boolInt(diskOnly))
+	if err != nil {
+		return fmt.Errorf("setting the pause kind of sandbox %s: %w", id, err)
+	}
+	return nil
 }
 
 // SetOnTimeout records what sandbox id does when its timeout passes.
@@ -37,8 +51,8 @@ func (s *Store) SetOnTimeout(ctx context.Context, id, onTimeout string) error {
 func (s *Store) GetPause(ctx context.Context, id string) (Pause, error) {
 	p := Pause{SandboxID: id, OnTimeout: "kill"}
 	var remaining, pausedAt sql.NullInt64
-	err := s.db.QueryRowContext(ctx, `SELECT on_timeout, image_dir, remaining_ms, paused_at, durable FROM sandbox_pause WHERE sandbox_id = ?`, id).
-		Scan(&p.OnTimeout, &p.ImageDir, &remaining, &pausedAt, &p.Durable)
+	err := s.db.QueryRowContext(ctx, `SELECT on_timeout, image_dir, remaining_ms, paused_at, durable, disk_only FROM sandbox_pause WHERE sandbox_id = ?`, id).
+		Scan(&p.OnTimeout, &p.ImageDir, &remaining, &pausedAt, &p.Durable, &p.DiskOnly)
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, nil
 	}

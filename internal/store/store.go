@@ -429,6 +429,11 @@ ALTER TABLE secrets ADD COLUMN allow_http INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE snapshots ADD COLUMN name TEXT NOT NULL DEFAULT '';
 CREATE UNIQUE INDEX snapshots_name ON snapshots(project_id, name) WHERE name <> '';
 `,
+	// disk_only: the sandbox's pauses keep its disk alone, no memory
+	// (Pause.DiskOnly).
+	`
+ALTER TABLE sandbox_pause ADD COLUMN disk_only INTEGER NOT NULL DEFAULT 0;
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

@@ -45,7 +45,10 @@ import (
 	"github.com/lizard-build/lizard/internal/trace"
 )
 
-var _ sandbox.Runtime = (*Runtime)(nil)
+var (
+	_ sandbox.Runtime   = (*Runtime)(nil)
+	_ sandbox.DiskSaver = (*Runtime)(nil)
+)
 
 // Config configures a Runtime.
 type Config struct {
@@ -336,7 +339,10 @@ func (r *Runtime) globalArgs(id string, diskBytes int64, lay layout) []string {
 	// Each gofer gets a new empty network namespace: runsc's default shares
 	// one, bind-mounted into the state directory, which would then never be
 	// removable.
-	return []string{"--root", r.stateDir, "--platform=systrap", "--network=sandbox", "--gofer-network-namespace=new", overlay}
+	// --allow-rootfs-tar-annotation: only Lizard writes the OCI spec, and
+	// it names a saved layer only for a resume from disk (SaveDisk).
+	return []string{"--root", r.stateDir, "--platform=systrap", "--network=sandbox", "--gofer-network-namespace=new", overlay,
+		"--allow-rootfs-tar-annotation"}
 }
 
 // overlayArg is runsc's --overlay2: a writable layer over the root
@@ -833,6 +839,38 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 		return fmt.Errorf("killing sandbox %s: %w", id, err)
 	}
 	r.log.Debug("killed sandbox", "sandbox_id", id, "took", time.Since(begin))
+	return nil
+}
+
+// DiskLayerName is the file in a SaveDisk image that holds the root's
+// writable layer, a tar of what the sandbox added, changed and removed
+// (whiteouts) over its template.
+const DiskLayerName = "rootfs-upper.tar"
+
+// rootfsTarAnnotation names, in an OCI spec, the tar runsc unpacks into a
+// new sandbox's root overlay before it starts.
+const rootfsTarAnnotation = "dev.gvisor.tar.rootfs.upper"
+
+// SaveDisk implements sandbox.DiskSaver with runsc tar rootfs-upper: the
+// sandbox's root layer alone, no memory. /tmp, a layer of its own, is not
+// in it: a boot clears /tmp as any machine's does.
+func (r *Runtime) SaveDisk(ctx context.Context, id, imageDir string) error {
+	if err := sandbox.CheckID(id); err != nil {
+		return fmt.Errorf("saving the disk of sandbox: %w: %v", sandbox.ErrNotFound, err)
+	}
+	unlock := r.lock(id)
+	defer unlock()
+	begin := time.Now()
+	if !r.hasState(id) {
+		return fmt.Errorf("saving the disk of sandbox %s: %w", id, sandbox.ErrNotFound)
+	}
+	if err := os.MkdirAll(imageDir, 0o700); err != nil {
+		return fmt.Errorf("saving the disk of sandbox %s: %w", id, err)
+	}
+	if _, err := r.command(ctx, id, "tar", "rootfs-upper", "--file", filepath.Join(imageDir, DiskLayerName), containerID(id)); err != nil {
+		return fmt.Errorf("saving the disk of sandbox %s: %w", id, err)
+	}
+	r.log.Debug("disk saved", "sandbox_id", id, "took", time.Since(begin).Round(time.Millisecond))
 	return nil
 }
 

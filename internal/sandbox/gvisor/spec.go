@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -161,8 +162,15 @@ func ociSpec(spec sandbox.Spec, netnsPath, tmpDir string, lay layout) *specs.Spe
 		res.CPU.Shares = &shares
 	}
 
+	var annotations map[string]string
+	if spec.Disk != "" {
+		// runsc unpacks the saved layer into the new sandbox's overlay
+		// before its first process starts (--allow-rootfs-tar-annotation).
+		annotations = map[string]string{rootfsTarAnnotation: filepath.Join(spec.Disk, DiskLayerName)}
+	}
 	return &specs.Spec{
-		Version: specs.Version,
+		Version:     specs.Version,
+		Annotations: annotations,
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
 			Args: slices.Clone(spec.Args),

@@ -354,21 +354,14 @@ def test_info_list_timeout_and_kill() -> None:
 
 def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:
     sandbox.run_code("kept = 'across a pause'")
-    # A pause keeping the disk alone is refused by name, not taken as one keeping memory.
-    with pytest.raises(SandboxException, match="memory: false"):
-        sandbox.pause(keep_memory=False)
-    with pytest.raises(SandboxException, match="memory: false"):
-        sandbox.pause(mode="filesystem")
-    assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.RUNNING
-    with pytest.raises(SandboxException, match="autoPauseMemory: false"):
-        Sandbox.create(lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}})
     assert sandbox.pause()
     assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.PAUSED
     # Not running to E2B's SDK, as E2B's proxy answers (502), and the check does not resume it.
     assert not sandbox.is_running()
     assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.PAUSED
-    # A resume from disk alone is refused by name, not answered as a memory restore.
-    with pytest.raises(SandboxException, match="memory: false"):
+    # A sandbox paused with its memory has no disk alone to reboot from: refused by name (409),
+    # not answered as a memory restore.
+    with pytest.raises(SandboxException, match="paused with its memory"):
         Sandbox.connect(sandbox.sandbox_id, on_resume="reboot")
     again = Sandbox.connect(sandbox.sandbox_id)
     info = again.get_info()
@@ -376,6 +369,42 @@ def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:
     # connect() sends no timeout: E2B's v2 default of 5 minutes, not 15 seconds.
     assert 290 <= (info.end_at - datetime.now(timezone.utc)).total_seconds() <= 301
     assert again.run_code("kept").text == "across a pause"
+
+
+def test_filesystem_only_pause(sandbox: Sandbox) -> None:
+    """pause(keep_memory=False) (and mode="filesystem") keeps the disk alone: after the resume,
+    a cold boot, files, envs, metadata and the ID remain and the kernel's variables are gone;
+    connect(on_resume="reboot") resumes it. An auto-pause with mode "filesystem" does the same."""
+    sandbox.run_code("gone = 'with the memory'")
+    sandbox.files.write("/home/user/kept.txt", "on disk")
+    assert sandbox.pause(keep_memory=False)
+    assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.PAUSED
+    again = Sandbox.connect(sandbox.sandbox_id, on_resume="reboot")
+    assert again.sandbox_id == sandbox.sandbox_id
+    assert again.files.read("/home/user/kept.txt") == "on disk"
+    assert again.run_code("'gone' in globals()").text == "False"
+    assert again.commands.run("echo $LIZARD_SANDBOX_ID").stdout.strip() == sandbox.sandbox_id
+    assert again.pause(mode="filesystem")
+    again = Sandbox.connect(sandbox.sandbox_id)  # a plain connect boots it over its disk too
+    assert again.files.read("/home/user/kept.txt") == "on disk"
+
+    auto = Sandbox.create(timeout=120, lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}},
+                          envs={"MY_VAR": "kept"}, metadata={"k": "v"})
+    try:
+        auto.files.write("/home/user/auto.txt", "auto")
+        auto.run_code("gone = 1")
+        auto.set_timeout(0)  # E2B's: its time is up now, so it auto-pauses
+        deadline = time.monotonic() + 15
+        while Sandbox.get_info(auto.sandbox_id).state != SandboxState.PAUSED and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert Sandbox.get_info(auto.sandbox_id).state == SandboxState.PAUSED
+        auto = Sandbox.connect(auto.sandbox_id, timeout=60)
+        assert auto.files.read("/home/user/auto.txt") == "auto"
+        assert auto.run_code("'gone' in globals()").text == "False"
+        assert auto.commands.run("echo $MY_VAR").stdout.strip() == "kept"
+        assert auto.get_info().metadata == {"k": "v"}
+    finally:
+        auto.kill()
 
 
 def test_auto_pause_and_auto_resume() -> None:
