@@ -339,7 +339,7 @@ func (c *serveConfig) newControl(parts nodeParts, st *store.Store, sec *secrets.
 		return nil, err
 	}
 	limits, maxLimits := c.policy.limits()
-	builder := recipe.New(recipe.Config{CacheDir: c.CacheDir, DataDir: c.DataDir, Node: parts.node, Store: st, Base: parts.builds.Artifact, Limits: limits, Logger: logger})
+	builder := recipe.New(recipe.Config{CacheDir: c.CacheDir, DataDir: c.DataDir, Node: buildNode{parts.node, limits}, Store: st, Base: parts.builds.Artifact, Logger: logger})
 	builder.Sweep()
 	ccfg := control.Config{
 		Node: parts.node, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: c.policy.Egress == "internet",
@@ -560,8 +560,8 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 		// A cluster node keeps custom templates under its data directory,
 		// not in the template cache other data directories on the machine
 		// share: its copies are of the image store's, its own to remove.
-		b := recipe.New(recipe.Config{CacheDir: filepath.Join(c.DataDir, "template-cache"), DataDir: c.DataDir, Node: n, Store: st,
-			Base: builds.Artifact, Limits: limits, Logger: logger})
+		b := recipe.New(recipe.Config{CacheDir: filepath.Join(c.DataDir, "template-cache"), DataDir: c.DataDir, Node: buildNode{n, limits}, Store: st,
+			Base: builds.Artifact, Logger: logger})
 		b.Sweep()
 		templates = &recipe.Shared{Builder: b, Images: images, Cache: imageCache, Log: logger}
 		if err := templates.SweepUnused(ctx, shared); err != nil {

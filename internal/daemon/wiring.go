@@ -20,6 +20,8 @@ import (
 
 	"github.com/lizard-build/lizard/internal/cli"
 	"github.com/lizard-build/lizard/internal/metrics"
+	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
 	"github.com/lizard-build/lizard/internal/sandbox/qemu"
@@ -210,4 +212,19 @@ func tracing(ctx context.Context, service string, mx *metrics.Metrics, logger *s
 			logger.Warn("sending the last trace spans", "err", err)
 		}
 	}, nil
+}
+
+// buildNode is the node as a template build needs it: recipe sits below
+// the node and asks for its build sandbox in its own terms, which this
+// turns into a plan with the build sandbox's limits and no network.
+type buildNode struct {
+	*node.Local
+	limits node.Limits
+}
+
+func (n buildNode) Boot(ctx context.Context, b recipe.Boot) (string, error) {
+	build := b.Build
+	sb, err := n.Create(ctx, node.Plan{ProjectID: b.ProjectID, Role: b.Role, Template: b.Template,
+		Limits: n.limits, Internet: false, Envs: b.Envs, Build: &build})
+	return sb.ID, err
 }

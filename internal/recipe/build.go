@@ -20,7 +20,6 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
-	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -31,12 +30,23 @@ import (
 // copy, before any recipe code runs; the last step removes it from inside.
 const stageDir = "var/cache/lizard-build"
 
-// Node is what a build needs of the node: a sandbox, ended afterwards, and
-// its agent. *node.Local is one.
+// Node is what a build needs of the node: a build sandbox, ended
+// afterwards, and its agent. The daemon adapts *node.Local to it with the
+// build sandbox's limits: recipe sits below the node (it is the template
+// layer's), so it names none of the node's types.
 type Node interface {
-	Create(ctx context.Context, p node.Plan) (node.Sandbox, error)
+	Boot(ctx context.Context, b Boot) (id string, err error)
 	End(ctx context.Context, id, state, reason string) error
 	Agents() *agentclient.Client
+}
+
+// Boot is the build sandbox a build asks for: the base template's root
+// filesystem replaced by the build's own copy, no network, its commands
+// run as root.
+type Boot struct {
+	ProjectID, Role, Template string
+	Envs                      []string
+	Build                     sandbox.Artifact
 }
 
 // Config says how builds are made. CacheDir, Node, Store and Base are
@@ -49,8 +59,6 @@ type Config struct {
 	Store   *store.Store
 	// Base returns a built-in template's artifact, waiting while it builds.
 	Base func(ctx context.Context, name string) (sandbox.Artifact, error)
-	// Limits are the build sandbox's (default: the node's defaults).
-	Limits node.Limits
 	// Python runs `pip download` on the host (default python3); Apt is
 	// apt-get (default apt-get).
 	Python string
@@ -373,20 +381,20 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 	if err := bd.b.cfg.Store.CreateProject(ctx, store.InternalProject, time.Now().UTC()); err != nil && !errors.Is(err, store.ErrConflict) {
 		return fmt.Errorf("booting the build sandbox: %w", err)
 	}
-	sb, err := bd.b.cfg.Node.Create(ctx, node.Plan{ProjectID: store.InternalProject, Role: store.RoleBuild, Template: bd.r.Base,
-		Limits: bd.b.cfg.Limits, Internet: false, Envs: []string{"LIZARD_AGENT_USER_NAME=root"},
-		Build: &sandbox.Artifact{Name: "build-" + bd.key, Key: "build-" + bd.key, RootFS: rootfs}})
+	id, err := bd.b.cfg.Node.Boot(ctx, Boot{ProjectID: store.InternalProject, Role: store.RoleBuild, Template: bd.r.Base,
+		Envs:  []string{"LIZARD_AGENT_USER_NAME=root"},
+		Build: sandbox.Artifact{Name: "build-" + bd.key, Key: "build-" + bd.key, RootFS: rootfs}})
 	if err != nil {
 		return fmt.Errorf("booting the build sandbox: %w", err)
 	}
 	defer func() {
 		// Ended before the copy is moved or removed: its gofer holds it.
-		if err := bd.b.cfg.Node.End(context.WithoutCancel(ctx), sb.ID, api.StateKilled, "its template build ended"); err != nil {
-			bd.log.Error("ending the build sandbox", "sandbox_id", sb.ID, "err", err)
+		if err := bd.b.cfg.Node.End(context.WithoutCancel(ctx), id, api.StateKilled, "its template build ended"); err != nil {
+			bd.log.Error("ending the build sandbox", "sandbox_id", id, "err", err)
 		}
 	}()
-	bd.logf("build sandbox %s running", sb.ID)
-	sh := func(name, user, script string) error { return bd.inSandbox(ctx, sb.ID, name, user, script) }
+	bd.logf("build sandbox %s running", id)
+	sh := func(name, user, script string) error { return bd.inSandbox(ctx, id, name, user, script) }
 
 	const s = "/" + stageDir
 	if len(bd.r.Apt) > 0 {
