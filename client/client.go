@@ -3,9 +3,16 @@
 // package api and maps error responses back to sentinels (ErrNotFound, ...)
 // so that errors.Is works across the wire.
 //
+// A sandbox's calls are methods of Client taking its ID; a project's
+// resources are small types the client hands out, as the Python and
+// TypeScript SDKs' Secret, Volume, Template, Network and Events classes:
+// c.Secrets(), c.Volumes(), c.Templates(), c.Snapshots(), c.Network(),
+// c.Webhooks(), c.Events().
+//
 //	c, err := client.New(client.Config{}) // LIZARD_API_URL, LIZARD_API_KEY
 //	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 //	run, err := c.Execute(ctx, sb.SandboxID, api.ExecuteRequest{Code: "1+1"}, nil)
+//	err = c.Secrets().Delete(ctx, "OPENAI_KEY")
 package client
 
 import (

@@ -21,7 +21,7 @@ type EventOptions struct {
 	Types     []string          // api.Lifecycle*; any of these
 	Metadata  map[string]string // every pair, as the sandbox had it
 	// After: events after this ID (a page's Next, or the last event
-	// seen). For FollowEvents, 0 starts from now unless FromStart.
+	// seen). For Follow, 0 starts from now unless FromStart.
 	After     int64
 	FromStart bool
 	Limit     int // page size, 1 to 1000 (0: the server's 100)
@@ -52,11 +52,18 @@ func (o EventOptions) query() url.Values {
 	return q
 }
 
-// ListEvents returns one page of the project's events, oldest first; pass
+// Events are the key's project's lifecycle events (docs/events.md):
+// c.Events().List, Follow.
+type Events struct{ c *Client }
+
+// Events returns the key's project's lifecycle events.
+func (c *Client) Events() Events { return Events{c: c} }
+
+// List returns one page of the project's events, oldest first; pass
 // its Next as After for the following page while HasMore.
-func (c *Client) ListEvents(ctx context.Context, opts EventOptions) (*api.EventList, error) {
+func (e Events) List(ctx context.Context, opts EventOptions) (*api.EventList, error) {
 	var list api.EventList
-	if err := c.call(ctx, request{method: http.MethodGet, path: "/events", query: opts.query()}, &list); err != nil {
+	if err := e.c.call(ctx, request{method: http.MethodGet, path: "/events", query: opts.query()}, &list); err != nil {
 		return nil, err
 	}
 	if list.Events == nil {
@@ -65,7 +72,7 @@ func (c *Client) ListEvents(ctx context.Context, opts EventOptions) (*api.EventL
 	return &list, nil
 }
 
-// EventStream is a live follow of a project's events (FollowEvents).
+// EventStream is a live follow of a project's events (Events.Follow).
 type EventStream struct {
 	body   io.ReadCloser
 	dec    *json.Decoder
@@ -76,14 +83,14 @@ type EventStream struct {
 	Last int64
 }
 
-// FollowEvents starts following the project's events and returns once the
+// Follow starts following the project's events and returns once the
 // server follows: every event recorded from then on (or after
 // opts.After) comes out of Next, in order.
-func (c *Client) FollowEvents(ctx context.Context, opts EventOptions) (*EventStream, error) {
+func (e Events) Follow(ctx context.Context, opts EventOptions) (*EventStream, error) {
 	q := opts.query()
 	q.Set("follow", "1")
 	q.Del("limit")
-	resp, cancel, err := c.do(ctx, request{method: http.MethodGet, path: "/events", query: q, stream: true})
+	resp, cancel, err := e.c.do(ctx, request{method: http.MethodGet, path: "/events", query: q, stream: true})
 	if err != nil {
 		return nil, err
 	}

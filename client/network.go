@@ -30,27 +30,36 @@ func (c *Client) NetworkLog(ctx context.Context, id string) ([]api.NetworkLogEnt
 	return l.Entries, nil
 }
 
-// ProjectNetwork returns the key's project's default network policy, that
+// Network is the key's project's default network policy
+// (docs/network.md), that of its sandboxes created without one:
+// c.Network().Get, Set, Clear. A sandbox's own policy stays
+// c.UpdateNetwork(id, ...).
+type Network struct{ c *Client }
+
+// Network returns the key's project's default network policy.
+func (c *Client) Network() Network { return Network{c: c} }
+
+// Get returns the key's project's default network policy, that
 // of its sandboxes created without one; a not-found error if it has none.
-func (c *Client) ProjectNetwork(ctx context.Context) (*api.NetworkPolicy, error) {
+func (n Network) Get(ctx context.Context) (*api.NetworkPolicy, error) {
 	var p api.NetworkPolicy
-	if err := c.call(ctx, request{method: http.MethodGet, path: "/network/default"}, &p); err != nil {
+	if err := n.c.call(ctx, request{method: http.MethodGet, path: "/network/default"}, &p); err != nil {
 		return nil, err
 	}
 	return &p, nil
 }
 
-// SetProjectNetwork makes p the key's project's default network policy.
-func (c *Client) SetProjectNetwork(ctx context.Context, p api.NetworkPolicy) (*api.NetworkPolicy, error) {
+// Set makes p the key's project's default network policy.
+func (n Network) Set(ctx context.Context, p api.NetworkPolicy) (*api.NetworkPolicy, error) {
 	var out api.NetworkPolicy
-	if err := c.call(ctx, request{method: http.MethodPut, path: "/network/default", json: p}, &out); err != nil {
+	if err := n.c.call(ctx, request{method: http.MethodPut, path: "/network/default", json: p}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
 }
 
-// ClearProjectNetwork removes the key's project's default network policy:
+// Clear removes the key's project's default network policy:
 // its sandboxes created without one get the server's again.
-func (c *Client) ClearProjectNetwork(ctx context.Context) error {
-	return c.call(ctx, request{method: http.MethodDelete, path: "/network/default"}, nil)
+func (n Network) Clear(ctx context.Context) error {
+	return n.c.call(ctx, request{method: http.MethodDelete, path: "/network/default"}, nil)
 }

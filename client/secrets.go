@@ -8,21 +8,28 @@ import (
 	"github.com/lizard-build/lizard/api"
 )
 
-// SetSecret seals value as the key's project's secret name, replacing
+// Secrets are the key's project's secrets (docs/secrets.md): c.Secrets().Set,
+// List, Delete.
+type Secrets struct{ c *Client }
+
+// Secrets returns the key's project's secrets.
+func (c *Client) Secrets() Secrets { return Secrets{c: c} }
+
+// Set seals value as the key's project's secret name, replacing
 // any value it had. No call returns it again: a sandbox's network policy
 // injects it into its requests (docs/secrets.md).
-func (c *Client) SetSecret(ctx context.Context, name string, req api.SetSecretRequest) (*api.Secret, error) {
-	var s api.Secret
-	if err := c.call(ctx, request{method: http.MethodPut, path: "/secrets/" + url.PathEscape(name), json: req}, &s); err != nil {
+func (s Secrets) Set(ctx context.Context, name string, req api.SetSecretRequest) (*api.Secret, error) {
+	var sec api.Secret
+	if err := s.c.call(ctx, request{method: http.MethodPut, path: "/secrets/" + url.PathEscape(name), json: req}, &sec); err != nil {
 		return nil, err
 	}
-	return &s, nil
+	return &sec, nil
 }
 
-// ListSecrets lists the key's project's secrets by name, without values.
-func (c *Client) ListSecrets(ctx context.Context) ([]api.Secret, error) {
+// List lists the key's project's secrets by name, without values.
+func (s Secrets) List(ctx context.Context) ([]api.Secret, error) {
 	var list api.SecretList
-	if err := c.call(ctx, request{method: http.MethodGet, path: "/secrets"}, &list); err != nil {
+	if err := s.c.call(ctx, request{method: http.MethodGet, path: "/secrets"}, &list); err != nil {
 		return nil, err
 	}
 	if list.Secrets == nil {
@@ -31,7 +38,7 @@ func (c *Client) ListSecrets(ctx context.Context) ([]api.Secret, error) {
 	return list.Secrets, nil
 }
 
-// DeleteSecret deletes the secret called name.
-func (c *Client) DeleteSecret(ctx context.Context, name string) error {
-	return c.call(ctx, request{method: http.MethodDelete, path: "/secrets/" + url.PathEscape(name)}, nil)
+// Delete deletes the secret called name.
+func (s Secrets) Delete(ctx context.Context, name string) error {
+	return s.c.call(ctx, request{method: http.MethodDelete, path: "/secrets/" + url.PathEscape(name)}, nil)
 }

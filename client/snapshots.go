@@ -44,10 +44,17 @@ func (c *Client) Snapshot(ctx context.Context, id string) (*api.Snapshot, error)
 	return &sn, nil
 }
 
-// ListSnapshots lists the key's project's snapshots, newest first.
-func (c *Client) ListSnapshots(ctx context.Context) ([]api.Snapshot, error) {
+// Snapshots are the key's project's snapshots: c.Snapshots().List, Get,
+// Delete. A snapshot is taken of a sandbox, so that stays c.Snapshot(id).
+type Snapshots struct{ c *Client }
+
+// Snapshots returns the key's project's snapshots.
+func (c *Client) Snapshots() Snapshots { return Snapshots{c: c} }
+
+// List lists the key's project's snapshots, newest first.
+func (s Snapshots) List(ctx context.Context) ([]api.Snapshot, error) {
 	var list api.SnapshotList
-	if err := c.call(ctx, request{method: http.MethodGet, path: "/snapshots"}, &list); err != nil {
+	if err := s.c.call(ctx, request{method: http.MethodGet, path: "/snapshots"}, &list); err != nil {
 		return nil, err
 	}
 	if list.Snapshots == nil {
@@ -56,18 +63,18 @@ func (c *Client) ListSnapshots(ctx context.Context) ([]api.Snapshot, error) {
 	return list.Snapshots, nil
 }
 
-// GetSnapshot returns one snapshot.
-func (c *Client) GetSnapshot(ctx context.Context, snapshotID string) (*api.Snapshot, error) {
+// Get returns one snapshot.
+func (s Snapshots) Get(ctx context.Context, snapshotID string) (*api.Snapshot, error) {
 	var sn api.Snapshot
-	if err := c.call(ctx, request{method: http.MethodGet, path: "/snapshots/" + url.PathEscape(snapshotID)}, &sn); err != nil {
+	if err := s.c.call(ctx, request{method: http.MethodGet, path: "/snapshots/" + url.PathEscape(snapshotID)}, &sn); err != nil {
 		return nil, err
 	}
 	return &sn, nil
 }
 
-// DeleteSnapshot removes a snapshot and its image.
-func (c *Client) DeleteSnapshot(ctx context.Context, snapshotID string) error {
-	return c.call(ctx, request{method: http.MethodDelete, path: "/snapshots/" + url.PathEscape(snapshotID)}, nil)
+// Delete removes a snapshot and its image.
+func (s Snapshots) Delete(ctx context.Context, snapshotID string) error {
+	return s.c.call(ctx, request{method: http.MethodDelete, path: "/snapshots/" + url.PathEscape(snapshotID)}, nil)
 }
 
 // Fork makes req.Count (default 1) new sandboxes, each a copy of the

@@ -30,18 +30,25 @@ func (e *BuildError) Error() string {
 	return e.Message
 }
 
-// BuildTemplate builds a custom template of the key's project, calling
+// Templates are the key's project's custom templates
+// (docs/templates.md): c.Templates().Build, List, Get, Delete.
+type Templates struct{ c *Client }
+
+// Templates returns the key's project's custom templates.
+func (c *Client) Templates() Templates { return Templates{c: c} }
+
+// Build builds a custom template of the key's project, calling
 // onEvent with each progress event, and returns it (cached: the same
 // recipe was built before, nothing was done).
-func (c *Client) BuildTemplate(ctx context.Context, req api.BuildTemplateRequest, onEvent func(api.TemplateBuildEvent)) (t *api.Template, cached bool, err error) {
-	resp, cancel, err := c.do(ctx, request{method: http.MethodPost, path: "/templates", json: req, stream: true})
+func (ts Templates) Build(ctx context.Context, req api.BuildTemplateRequest, onEvent func(api.TemplateBuildEvent)) (t *api.Template, cached bool, err error) {
+	resp, cancel, err := ts.c.do(ctx, request{method: http.MethodPost, path: "/templates", json: req, stream: true})
 	if err != nil {
 		return nil, false, err
 	}
 	defer cancel()
 	defer drainClose(resp.Body)
 	var failed error
-	err = readStream(ctx, resp.Body, c.maxLine, "template build", func(ev api.TemplateBuildEvent) bool {
+	err = readStream(ctx, resp.Body, ts.c.maxLine, "template build", func(ev api.TemplateBuildEvent) bool {
 		if onEvent != nil {
 			onEvent(ev)
 		}
@@ -67,10 +74,10 @@ func (c *Client) BuildTemplate(ctx context.Context, req api.BuildTemplateRequest
 	return t, cached, nil
 }
 
-// ListTemplates lists the key's project's custom templates.
-func (c *Client) ListTemplates(ctx context.Context) ([]api.Template, error) {
+// List lists the key's project's custom templates.
+func (ts Templates) List(ctx context.Context) ([]api.Template, error) {
 	var list api.TemplateList
-	if err := c.call(ctx, request{method: http.MethodGet, path: "/templates"}, &list); err != nil {
+	if err := ts.c.call(ctx, request{method: http.MethodGet, path: "/templates"}, &list); err != nil {
 		return nil, err
 	}
 	if list.Templates == nil {
@@ -79,19 +86,19 @@ func (c *Client) ListTemplates(ctx context.Context) ([]api.Template, error) {
 	return list.Templates, nil
 }
 
-// GetTemplate returns one custom template.
-func (c *Client) GetTemplate(ctx context.Context, name string) (*api.Template, error) {
+// Get returns one custom template.
+func (ts Templates) Get(ctx context.Context, name string) (*api.Template, error) {
 	var t api.Template
-	if err := c.call(ctx, request{method: http.MethodGet, path: "/templates/" + url.PathEscape(name)}, &t); err != nil {
+	if err := ts.c.call(ctx, request{method: http.MethodGet, path: "/templates/" + url.PathEscape(name)}, &t); err != nil {
 		return nil, err
 	}
 	return &t, nil
 }
 
-// DeleteTemplate deletes a custom template; refused (409) while live
+// Delete deletes a custom template; refused (409) while live
 // sandboxes use it.
-func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
-	return c.call(ctx, request{method: http.MethodDelete, path: "/templates/" + url.PathEscape(name)}, nil)
+func (ts Templates) Delete(ctx context.Context, name string) error {
+	return ts.c.call(ctx, request{method: http.MethodDelete, path: "/templates/" + url.PathEscape(name)}, nil)
 }
 
 // recipeFile is the YAML recipe format (docs/templates.md).

@@ -9,19 +9,26 @@ import (
 	"github.com/lizard-build/lizard/api"
 )
 
-// CreateVolume makes a persistent volume of the key's project.
-func (c *Client) CreateVolume(ctx context.Context, req api.CreateVolumeRequest) (*api.Volume, error) {
-	var v api.Volume
-	if err := c.call(ctx, request{method: http.MethodPost, path: "/volumes", json: req}, &v); err != nil {
+// Volumes are the key's project's persistent volumes (docs/volumes.md):
+// c.Volumes().Create, List, Get, Delete.
+type Volumes struct{ c *Client }
+
+// Volumes returns the key's project's volumes.
+func (c *Client) Volumes() Volumes { return Volumes{c: c} }
+
+// Create makes a persistent volume of the key's project.
+func (v Volumes) Create(ctx context.Context, req api.CreateVolumeRequest) (*api.Volume, error) {
+	var vol api.Volume
+	if err := v.c.call(ctx, request{method: http.MethodPost, path: "/volumes", json: req}, &vol); err != nil {
 		return nil, err
 	}
-	return &v, nil
+	return &vol, nil
 }
 
-// ListVolumes lists the key's project's volumes by name.
-func (c *Client) ListVolumes(ctx context.Context) ([]api.Volume, error) {
+// List lists the key's project's volumes by name.
+func (v Volumes) List(ctx context.Context) ([]api.Volume, error) {
 	var list api.VolumeList
-	if err := c.call(ctx, request{method: http.MethodGet, path: "/volumes"}, &list); err != nil {
+	if err := v.c.call(ctx, request{method: http.MethodGet, path: "/volumes"}, &list); err != nil {
 		return nil, err
 	}
 	if list.Volumes == nil {
@@ -30,19 +37,19 @@ func (c *Client) ListVolumes(ctx context.Context) ([]api.Volume, error) {
 	return list.Volumes, nil
 }
 
-// GetVolume returns the volume called name.
-func (c *Client) GetVolume(ctx context.Context, name string) (*api.Volume, error) {
-	var v api.Volume
-	if err := c.call(ctx, request{method: http.MethodGet, path: "/volumes/" + url.PathEscape(name)}, &v); err != nil {
+// Get returns the volume called name.
+func (v Volumes) Get(ctx context.Context, name string) (*api.Volume, error) {
+	var vol api.Volume
+	if err := v.c.call(ctx, request{method: http.MethodGet, path: "/volumes/" + url.PathEscape(name)}, &vol); err != nil {
 		return nil, err
 	}
-	return &v, nil
+	return &vol, nil
 }
 
-// DeleteVolume deletes the volume called name and its data; a volume a
+// Delete deletes the volume called name and its data; a volume a
 // live sandbox mounts is refused (ErrConflict).
-func (c *Client) DeleteVolume(ctx context.Context, name string) error {
-	return c.call(ctx, request{method: http.MethodDelete, path: "/volumes/" + url.PathEscape(name)}, nil)
+func (v Volumes) Delete(ctx context.Context, name string) error {
+	return v.c.call(ctx, request{method: http.MethodDelete, path: "/volumes/" + url.PathEscape(name)}, nil)
 }
 
 // PortURL is the URL at which port of sandbox id is served through the

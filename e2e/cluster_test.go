@@ -377,8 +377,8 @@ func TestCluster(t *testing.T) {
 
 	// A volume lives on the node that made it; the sandboxes that mount it
 	// are placed there, and see what the last one wrote.
-	if _, err := cl[0].CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeMb: 64}); err != nil {
-		t.Fatalf("CreateVolume: %v", err)
+	if _, err := cl[0].Volumes().Create(ctx, api.CreateVolumeRequest{Name: "data", SizeMb: 64}); err != nil {
+		t.Fatalf("Volumes().Create: %v", err)
 	}
 	var volNode string
 	if err := c.db.QueryRow(`SELECT node FROM volumes WHERE name = 'data'`).Scan(&volNode); err != nil || volNode == "" {
@@ -401,8 +401,8 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := cl[1].DeleteVolume(ctx, "data"); err != nil {
-		t.Errorf("DeleteVolume: %v", err)
+	if err := cl[1].Volumes().Delete(ctx, "data"); err != nil {
+		t.Errorf("Volumes().Delete: %v", err)
 	}
 
 	// Pause on one API, resume on the other: the sandbox stays on its

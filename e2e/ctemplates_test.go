@@ -107,11 +107,11 @@ func TestClusterTemplates(t *testing.T) {
 
 	t.Run("OtherProject", func(t *testing.T) {
 		p2 := otherProject(t, c, "p2")
-		if _, err := p2.GetTemplate(ctx, "ct"); !errors.Is(err, client.ErrNotFound) {
-			t.Errorf("another project's GetTemplate = %v; want not found", err)
+		if _, err := p2.Templates().Get(ctx, "ct"); !errors.Is(err, client.ErrNotFound) {
+			t.Errorf("another project's Templates().Get = %v; want not found", err)
 		}
-		if err := p2.DeleteTemplate(ctx, "ct"); !errors.Is(err, client.ErrNotFound) {
-			t.Errorf("another project's DeleteTemplate = %v; want not found", err)
+		if err := p2.Templates().Delete(ctx, "ct"); !errors.Is(err, client.ErrNotFound) {
+			t.Errorf("another project's Templates().Delete = %v; want not found", err)
 		}
 		if sb, err := p2.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "ct"}); !errors.Is(err, client.ErrNotFound) {
 			if sb != nil {
@@ -163,8 +163,8 @@ func TestClusterTemplates(t *testing.T) {
 			t.Fatalf("KillSandbox(%s): %v", id, err)
 		}
 	}
-	if err := api0.DeleteTemplate(ctx, "ct"); err != nil {
-		t.Fatalf("DeleteTemplate: %v", err)
+	if err := api0.Templates().Delete(ctx, "ct"); err != nil {
+		t.Fatalf("Templates().Delete: %v", err)
 	}
 	if left, err := bucket.List(ctx, image+"/"); err != nil || len(left) != 0 {
 		t.Errorf("the store after the template's deletion holds %v, %v; want nothing of it", left, err)

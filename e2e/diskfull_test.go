@@ -137,7 +137,7 @@ func TestDiskFull(t *testing.T) {
 	}
 	_, err = c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	refused("create", err)
-	_, err = c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "full", SizeMb: 16})
+	_, err = c.Volumes().Create(ctx, api.CreateVolumeRequest{Name: "full", SizeMb: 16})
 	refused("volume create", err)
 	_, err = c.PauseSandbox(ctx, toPause.SandboxID)
 	refused("pause", err)
@@ -202,9 +202,9 @@ func TestDiskFull(t *testing.T) {
 	}
 	again := newSandbox(t, c, api.CreateSandboxRequest{TimeoutMs: ms(600_000)})
 	run(t, c, again.SandboxID, "python", "1 + 1")
-	if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "freed", SizeMb: 16}); err != nil {
+	if _, err := c.Volumes().Create(ctx, api.CreateVolumeRequest{Name: "freed", SizeMb: 16}); err != nil {
 		t.Errorf("volume create once space is freed: %v", err)
-	} else if err := c.DeleteVolume(ctx, "freed"); err != nil {
+	} else if err := c.Volumes().Delete(ctx, "freed"); err != nil {
 		t.Errorf("deleting the volume: %v", err)
 	}
 	if sb, err := c.PauseSandbox(ctx, toPause.SandboxID); err != nil || sb.State != api.StatePaused {

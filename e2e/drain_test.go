@@ -100,7 +100,7 @@ func TestClusterDrain(t *testing.T) {
 			"import subprocess\nx = %d\nopen('/home/user/f.txt', 'w').write(%q)\nbg = subprocess.Popen(['sleep', '600'])", m.x, m.file))
 		sbs = append(sbs, m)
 	}
-	vol, err := cl[0].CreateVolume(ctx, api.CreateVolumeRequest{Name: "drainvol", SizeMb: 64})
+	vol, err := cl[0].Volumes().Create(ctx, api.CreateVolumeRequest{Name: "drainvol", SizeMb: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestClusterDrain(t *testing.T) {
 			t.Errorf("after the move, %s = %+v; want %s (its process still running)", id, ex.Results, want)
 		}
 	}
-	evs, err := cl[0].ListEvents(ctx, client.EventOptions{Types: []string{api.LifecycleMoved}})
+	evs, err := cl[0].Events().List(ctx, client.EventOptions{Types: []string{api.LifecycleMoved}})
 	if err != nil || len(evs.Events) != 3 {
 		t.Fatalf("sandbox.moved events = %+v, %v; want 3", evs, err)
 	}
@@ -249,7 +249,7 @@ func TestClusterDrain(t *testing.T) {
 	if err := cl[0].KillSandbox(ctx, again.SandboxID); err != nil {
 		t.Error(err)
 	}
-	if err := cl[0].DeleteVolume(ctx, vol.Name); err != nil {
+	if err := cl[0].Volumes().Delete(ctx, vol.Name); err != nil {
 		t.Error(err)
 	}
 }

@@ -74,7 +74,7 @@ func TestE2BTransformRules(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	value := secValue()
-	if _, err := c.SetSecret(ctx, "TOKEN", api.SetSecretRequest{Value: value, Hosts: []string{secHost}, AllowHTTP: true}); err != nil {
+	if _, err := c.Secrets().Set(ctx, "TOKEN", api.SetSecretRequest{Value: value, Hosts: []string{secHost}, AllowHTTP: true}); err != nil {
 		t.Fatal(err)
 	}
 

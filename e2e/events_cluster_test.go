@@ -33,18 +33,18 @@ func clusterEvents(t *testing.T, cl []*client.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rcv := newReceiver(t, nil)
-	wh, err := cl[0].CreateWebhook(ctx, api.CreateWebhookRequest{URL: rcv.srv.URL})
+	wh, err := cl[0].Webhooks().Create(ctx, api.CreateWebhookRequest{URL: rcv.srv.URL})
 	if err != nil {
-		t.Fatalf("CreateWebhook through api 0: %v", err)
+		t.Fatalf("Webhooks().Create through api 0: %v", err)
 	}
-	defer cl[1].DeleteWebhook(context.WithoutCancel(ctx), wh.WebhookID)
+	defer cl[1].Webhooks().Delete(context.WithoutCancel(ctx), wh.WebhookID)
 	rcv.mu.Lock()
 	rcv.secret = wh.Secret
 	rcv.mu.Unlock()
 	run := fmt.Sprint(time.Now().UnixNano())
-	follow, err := cl[1].FollowEvents(ctx, client.EventOptions{Metadata: map[string]string{"run": run}})
+	follow, err := cl[1].Events().Follow(ctx, client.EventOptions{Metadata: map[string]string{"run": run}})
 	if err != nil {
-		t.Fatalf("FollowEvents through api 1: %v", err)
+		t.Fatalf("Events().Follow through api 1: %v", err)
 	}
 	defer follow.Close()
 
@@ -86,9 +86,9 @@ func clusterEvents(t *testing.T, cl []*client.Client) {
 	// Both API processes list the same events.
 	var lists [2]string
 	for i := range cl {
-		page, err := cl[i].ListEvents(ctx, client.EventOptions{SandboxID: id})
+		page, err := cl[i].Events().List(ctx, client.EventOptions{SandboxID: id})
 		if err != nil {
-			t.Fatalf("ListEvents through api %d: %v", i, err)
+			t.Fatalf("Events().List through api %d: %v", i, err)
 		}
 		for _, e := range page.Events {
 			lists[i] += fmt.Sprintf("%d:%s ", e.ID, e.Type)
@@ -110,9 +110,9 @@ func clusterEvents(t *testing.T, cl []*client.Client) {
 	if strings.Join(types, " ") != want {
 		t.Errorf("webhook received %v; want %s, each once", types, want)
 	}
-	ds, err := cl[1].WebhookDeliveries(ctx, wh.WebhookID)
+	ds, err := cl[1].Webhooks().Deliveries(ctx, wh.WebhookID)
 	if err != nil {
-		t.Fatalf("WebhookDeliveries through api 1: %v", err)
+		t.Fatalf("Webhooks().Deliveries through api 1: %v", err)
 	}
 	for _, d := range ds {
 		if d.State != api.DeliveryDelivered || len(d.Attempts) != 1 {
@@ -128,17 +128,17 @@ func nodeLostEvent(t *testing.T, c *client.Client, id, node string) {
 	ctx := context.Background()
 	deadline := time.Now().Add(3*clusterLease + 10*time.Second)
 	for {
-		page, err := c.ListEvents(ctx, client.EventOptions{SandboxID: id, Types: []string{api.LifecycleNodeLost, api.LifecycleFailed}})
+		page, err := c.Events().List(ctx, client.EventOptions{SandboxID: id, Types: []string{api.LifecycleNodeLost, api.LifecycleFailed}})
 		if err != nil {
-			t.Fatalf("ListEvents: %v", err)
+			t.Fatalf("Events().List: %v", err)
 		}
 		if len(page.Events) > 0 || time.Now().After(deadline) {
 			if len(page.Events) > 0 {
 				// Both API processes sweep every quarter lease: give the
 				// other its turn before counting.
 				time.Sleep(clusterLease / 2)
-				if page, err = c.ListEvents(ctx, client.EventOptions{SandboxID: id, Types: []string{api.LifecycleNodeLost, api.LifecycleFailed}}); err != nil {
-					t.Fatalf("ListEvents: %v", err)
+				if page, err = c.Events().List(ctx, client.EventOptions{SandboxID: id, Types: []string{api.LifecycleNodeLost, api.LifecycleFailed}}); err != nil {
+					t.Fatalf("Events().List: %v", err)
 				}
 			}
 			if len(page.Events) != 1 || page.Events[0].Type != api.LifecycleNodeLost || page.Events[0].Data.Node != node ||

@@ -27,9 +27,9 @@ func TestEvents(t *testing.T) {
 	defer cancel()
 	run := fmt.Sprint(time.Now().UnixNano())
 
-	follow, err := c.FollowEvents(ctx, client.EventOptions{Metadata: map[string]string{"run": run}})
+	follow, err := c.Events().Follow(ctx, client.EventOptions{Metadata: map[string]string{"run": run}})
 	if err != nil {
-		t.Fatalf("FollowEvents: %v", err)
+		t.Fatalf("Events().Follow: %v", err)
 	}
 	defer follow.Close()
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Metadata: map[string]string{"run": run}})
@@ -47,7 +47,7 @@ func TestEvents(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
-	defer c.DeleteSnapshot(context.WithoutCancel(ctx), snap.SnapshotID)
+	defer c.Snapshots().Delete(context.WithoutCancel(ctx), snap.SnapshotID)
 	forks, err := c.Fork(ctx, sb.SandboxID, api.ForkRequest{Count: 1, Metadata: map[string]string{"run": run}})
 	if err != nil {
 		t.Fatalf("Fork: %v", err)
@@ -107,9 +107,9 @@ func TestEvents(t *testing.T) {
 	var paged []api.Event
 	opts := client.EventOptions{SandboxID: sb.SandboxID, Limit: 2}
 	for {
-		page, err := c.ListEvents(ctx, opts)
+		page, err := c.Events().List(ctx, opts)
 		if err != nil {
-			t.Fatalf("ListEvents: %v", err)
+			t.Fatalf("Events().List: %v", err)
 		}
 		paged = append(paged, page.Events...)
 		if !page.HasMore {
@@ -120,17 +120,17 @@ func TestEvents(t *testing.T) {
 	if len(paged) != 6 {
 		t.Errorf("paged through %d events of %s; want 6 (created, paused, resumed, snapshot, forked, killed)", len(paged), sb.SandboxID)
 	}
-	page, err := c.ListEvents(ctx, client.EventOptions{Types: []string{api.LifecyclePaused, api.LifecycleResumed}, Metadata: map[string]string{"run": run}})
+	page, err := c.Events().List(ctx, client.EventOptions{Types: []string{api.LifecyclePaused, api.LifecycleResumed}, Metadata: map[string]string{"run": run}})
 	if err != nil || len(page.Events) != 2 || page.Events[0].Type != api.LifecyclePaused || page.Events[1].Type != api.LifecycleResumed {
 		t.Errorf("types paused,resumed: %+v, %v; want the pause and the resume", page, err)
 	}
-	if page, err := c.ListEvents(ctx, client.EventOptions{Metadata: map[string]string{"run": "another"}}); err != nil || len(page.Events) != 0 {
+	if page, err := c.Events().List(ctx, client.EventOptions{Metadata: map[string]string{"run": "another"}}); err != nil || len(page.Events) != 0 {
 		t.Errorf("metadata run=another: %+v, %v; want none", page, err)
 	}
 
 	// Another project sees none of them, even asking by sandbox ID.
 	for _, o := range []client.EventOptions{{}, {SandboxID: sb.SandboxID}} {
-		page, err := other.ListEvents(ctx, o)
+		page, err := other.Events().List(ctx, o)
 		if err != nil || len(page.Events) != 0 {
 			t.Errorf("project p2 listing %+v: %+v, %v; want no events", o, page, err)
 		}
@@ -154,7 +154,7 @@ func TestEvents(t *testing.T) {
 	if _, err := c.Execute(ctx, runner.SandboxID, api.ExecuteRequest{Code: "import os\nos._exit(3)"}, nil); err != nil {
 		t.Fatalf("Execute (os._exit): %v", err)
 	}
-	calls, err := c.ListEvents(ctx, client.EventOptions{SandboxID: runner.SandboxID,
+	calls, err := c.Events().List(ctx, client.EventOptions{SandboxID: runner.SandboxID,
 		Types: []string{api.LifecycleCallTimeout, api.LifecycleCallKernelDied, api.LifecycleCallOutOfMemory}})
 	if err != nil || len(calls.Events) != 2 || calls.Events[0].Type != api.LifecycleCallTimeout || calls.Events[1].Type != api.LifecycleCallKernelDied ||
 		!strings.Contains(calls.Events[1].Data.Reason, "exit status 3") || calls.Events[1].Data.State != api.StateRunning {

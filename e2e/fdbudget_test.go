@@ -76,9 +76,9 @@ func TestDescriptorBudget(t *testing.T) {
 	policy := &api.NetworkPolicy{Default: "deny", Allow: []string{"hold.test"}}
 	a, b := s.createProject("fd_a"), s.createProject("fd_b")
 	rcv := newReceiver(t, nil)
-	wh, err := b.CreateWebhook(ctx, api.CreateWebhookRequest{URL: rcv.srv.URL + "/hook"})
+	wh, err := b.Webhooks().Create(ctx, api.CreateWebhookRequest{URL: rcv.srv.URL + "/hook"})
 	if err != nil {
-		t.Fatalf("CreateWebhook: %v", err)
+		t.Fatalf("Webhooks().Create: %v", err)
 	}
 	rcv.mu.Lock()
 	rcv.secret = wh.Secret

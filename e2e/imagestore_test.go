@@ -62,7 +62,7 @@ func waitSnapshotDurable(t *testing.T, c *client.Client, id string, within time.
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		sn, err := c.GetSnapshot(context.Background(), id)
+		sn, err := c.Snapshots().Get(context.Background(), id)
 		if err == nil && sn.Durable {
 			return
 		}
@@ -138,7 +138,7 @@ func TestImageStoreServe(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitSnapshotDurable(t, c, sn.SnapshotID, time.Minute)
-		if err := c.DeleteSnapshot(ctx, sn.SnapshotID); err != nil {
+		if err := c.Snapshots().Delete(ctx, sn.SnapshotID); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -344,8 +344,8 @@ func TestClusterImageStore(t *testing.T) {
 		}
 	}
 	// Its node is lost: the snapshot goes all the same.
-	if err := cl[0].DeleteSnapshot(ctx, sn.SnapshotID); err != nil {
-		t.Errorf("DeleteSnapshot of a lost node's snapshot: %v", err)
+	if err := cl[0].Snapshots().Delete(ctx, sn.SnapshotID); err != nil {
+		t.Errorf("Snapshots().Delete of a lost node's snapshot: %v", err)
 	}
 }
 
@@ -472,7 +472,7 @@ func TestClusterTamperedImage(t *testing.T) {
 		if sb, err := cl[0].GetSandbox(ctx, id); err != nil || sb.State != api.StateFailed {
 			t.Fatalf("sandbox after a refused image = %+v, %v; want failed", sb, err)
 		}
-		evs, err := cl[0].ListEvents(ctx, client.EventOptions{SandboxID: id, Types: []string{api.LifecycleFailed}, FromStart: true})
+		evs, err := cl[0].Events().List(ctx, client.EventOptions{SandboxID: id, Types: []string{api.LifecycleFailed}, FromStart: true})
 		if err != nil || len(evs.Events) != 1 || !strings.Contains(evs.Events[0].Data.Reason, tc.says) {
 			t.Fatalf("sandbox.failed events of %s = %+v, %v; want one saying %q", id, evs, err, tc.says)
 		}

@@ -373,11 +373,11 @@ print(kreq())`
 	// it; another project's get the server's (here none), as do its own
 	// once it is cleared.
 	def := api.NetworkPolicy{Default: "deny", Allow: []string{"allowed.test"}}
-	if _, err := c.SetProjectNetwork(ctx, def); err != nil {
-		t.Fatalf("SetProjectNetwork: %v", err)
+	if _, err := c.Network().Set(ctx, def); err != nil {
+		t.Fatalf("Network().Set: %v", err)
 	}
-	if got, err := c.ProjectNetwork(ctx); err != nil || got.Default != "deny" || strings.Join(got.Allow, ",") != "allowed.test" {
-		t.Errorf("ProjectNetwork = %+v, %v; want %+v", got, err, def)
+	if got, err := c.Network().Get(ctx); err != nil || got.Default != "deny" || strings.Join(got.Allow, ",") != "allowed.test" {
+		t.Errorf("Network().Get = %+v, %v; want %+v", got, err, def)
 	}
 	withDef := newSandbox(t, c, api.CreateSandboxRequest{})
 	if got, err := c.GetSandbox(ctx, withDef.SandboxID); err != nil || got.Network == nil || got.Network.Default != "deny" || strings.Join(got.Network.Allow, ",") != "allowed.test" {
@@ -389,17 +389,17 @@ print(kreq())`
 	if sb := newSandbox(t, other, api.CreateSandboxRequest{}); sb.Network != nil {
 		t.Errorf("another project's sandbox has %+v; want the server's default, none", sb.Network)
 	}
-	if _, err := other.ProjectNetwork(ctx); !errors.Is(err, client.ErrNotFound) {
+	if _, err := other.Network().Get(ctx); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("another project's default: %v, want not found", err)
 	}
 	var bad *client.Error
-	if _, err := c.SetProjectNetwork(ctx, api.NetworkPolicy{Allow: []string{"api.*.example.com"}}); !errors.As(err, &bad) || bad.Status != 400 || !strings.HasPrefix(bad.Message, "network.allow[0]") {
+	if _, err := c.Network().Set(ctx, api.NetworkPolicy{Allow: []string{"api.*.example.com"}}); !errors.As(err, &bad) || bad.Status != 400 || !strings.HasPrefix(bad.Message, "network.allow[0]") {
 		t.Errorf("a bad default: %v, want a 400 naming network.allow[0]", err)
 	}
-	if err := c.ClearProjectNetwork(ctx); err != nil {
-		t.Fatalf("ClearProjectNetwork: %v", err)
+	if err := c.Network().Clear(ctx); err != nil {
+		t.Fatalf("Network().Clear: %v", err)
 	}
-	if _, err := c.ProjectNetwork(ctx); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.Network().Get(ctx); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("the default once cleared: %v, want not found", err)
 	}
 
@@ -438,7 +438,7 @@ func TestNetworkPolicyCluster(t *testing.T) {
 		t.Errorf("log through the API = %+v, %v; want the node's decisions", log, err)
 	}
 	// The API applies the project's default at create; the node enforces it.
-	if _, err := c.SetProjectNetwork(ctx, api.NetworkPolicy{Default: "deny", Allow: []string{"allowed.test"}}); err != nil {
+	if _, err := c.Network().Set(ctx, api.NetworkPolicy{Default: "deny", Allow: []string{"allowed.test"}}); err != nil {
 		t.Fatal(err)
 	}
 	withDef := newSandbox(t, c, api.CreateSandboxRequest{})

@@ -100,7 +100,7 @@ func TestCallTimeoutEverySurface(t *testing.T) {
 					var list *api.EventList
 					deadline := time.Now().Add(10 * time.Second)
 					for {
-						list, err = events.ListEvents(context.Background(), client.EventOptions{SandboxID: id, Types: []string{api.LifecycleCallTimeout}})
+						list, err = events.Events().List(context.Background(), client.EventOptions{SandboxID: id, Types: []string{api.LifecycleCallTimeout}})
 						if err != nil || len(list.Events) > 0 || time.Now().After(deadline) {
 							break
 						}

@@ -249,7 +249,7 @@ func TestSecretsInjected(t *testing.T) {
 	ctx := context.Background()
 	value, otherValue := secValue(), secValue()
 	// Plain HTTP is asked for: expectInjected's clients include it.
-	if _, err := c.SetSecret(ctx, "TOKEN", api.SetSecretRequest{Value: value, Hosts: []string{secHost}, AllowHTTP: true}); err != nil {
+	if _, err := c.Secrets().Set(ctx, "TOKEN", api.SetSecretRequest{Value: value, Hosts: []string{secHost}, AllowHTTP: true}); err != nil {
 		t.Fatal(err)
 	}
 	inject := []api.HeaderRule{{Domain: secHost, Headers: map[string]string{"Authorization": "Bearer {{ secrets.TOKEN }}"}}}
@@ -316,7 +316,7 @@ func TestSecretsInjected(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Status != 400 || !strings.HasPrefix(ce.Message, "network.inject[0].headers[Authorization]") {
 		t.Errorf("another project's create naming TOKEN: %v; want a 400 naming network.inject[0].headers[Authorization]", err)
 	}
-	if _, err := other.SetSecret(ctx, "TOKEN", api.SetSecretRequest{Value: otherValue, Hosts: []string{secHost}, AllowHTTP: true}); err != nil {
+	if _, err := other.Secrets().Set(ctx, "TOKEN", api.SetSecretRequest{Value: otherValue, Hosts: []string{secHost}, AllowHTTP: true}); err != nil {
 		t.Fatal(err)
 	}
 	osb := newSandbox(t, other, api.CreateSandboxRequest{Network: policy})
@@ -373,7 +373,7 @@ func TestSecretsInjectedCluster(t *testing.T) {
 			"--egress-extra-roots=" + roots}, []string{"--egress=internet"})
 	c := clients[0]
 	value := secValue()
-	if _, err := c.SetSecret(context.Background(), "TOKEN", api.SetSecretRequest{Value: value, Hosts: []string{secHost}, AllowHTTP: true}); err != nil {
+	if _, err := c.Secrets().Set(context.Background(), "TOKEN", api.SetSecretRequest{Value: value, Hosts: []string{secHost}, AllowHTTP: true}); err != nil {
 		t.Fatal(err)
 	}
 	var ce *client.Error

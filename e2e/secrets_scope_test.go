@@ -51,7 +51,7 @@ func TestSecretsScopeAttacks(t *testing.T) {
 	c := s.createProject("scope")
 	ctx := context.Background()
 	value := secValue()
-	if _, err := c.SetSecret(ctx, "TOKEN", api.SetSecretRequest{Value: value, Hosts: []string{secHost}}); err != nil {
+	if _, err := c.Secrets().Set(ctx, "TOKEN", api.SetSecretRequest{Value: value, Hosts: []string{secHost}}); err != nil {
 		t.Fatal(err)
 	}
 	inject := []api.HeaderRule{{Domain: secHost, Headers: map[string]string{"Authorization": "Bearer {{ secrets.TOKEN }}"}}}
@@ -92,37 +92,37 @@ for u in ("https://api.secret.test/scope-https", "http://api.secret.test/scope-p
 	}
 
 	// A sandbox's key manages no secrets, nor the project's default policy.
-	if _, err := kc.SetSecret(ctx, "MINE", api.SetSecretRequest{Value: "x", Hosts: []string{echoHost}}); !isStatus(err, 403) || !strings.Contains(err.Error(), "project key") {
+	if _, err := kc.Secrets().Set(ctx, "MINE", api.SetSecretRequest{Value: "x", Hosts: []string{echoHost}}); !isStatus(err, 403) || !strings.Contains(err.Error(), "project key") {
 		t.Errorf("setting a secret with the sandbox's key = %v; want 403 saying a project key is needed", err)
 	}
-	if _, err := kc.ListSecrets(ctx); !isStatus(err, 403) {
+	if _, err := kc.Secrets().List(ctx); !isStatus(err, 403) {
 		t.Errorf("listing secrets with the sandbox's key = %v; want 403", err)
 	}
-	if err := kc.DeleteSecret(ctx, "TOKEN"); !isStatus(err, 403) {
+	if err := kc.Secrets().Delete(ctx, "TOKEN"); !isStatus(err, 403) {
 		t.Errorf("removing a secret with the sandbox's key = %v; want 403", err)
 	}
-	if _, err := kc.SetProjectNetwork(ctx, api.NetworkPolicy{Default: "allow"}); !isStatus(err, 403) {
+	if _, err := kc.Network().Set(ctx, api.NetworkPolicy{Default: "allow"}); !isStatus(err, 403) {
 		t.Errorf("setting the project's default policy with the sandbox's key = %v; want 403", err)
 	}
 	// Nor webhooks: one would go on sending the project's events to the
 	// code's server after the sandbox and its key were gone.
-	wh, err := c.CreateWebhook(ctx, api.CreateWebhookRequest{URL: "http://127.0.0.1:9/lizard"})
+	wh, err := c.Webhooks().Create(ctx, api.CreateWebhookRequest{URL: "http://127.0.0.1:9/lizard"})
 	if err != nil {
 		t.Fatalf("creating a webhook with a project key: %v", err)
 	}
-	if _, err := kc.CreateWebhook(ctx, api.CreateWebhookRequest{URL: "http://127.0.0.1:9/mine"}); !isStatus(err, 403) || !strings.Contains(err.Error(), "project key") {
+	if _, err := kc.Webhooks().Create(ctx, api.CreateWebhookRequest{URL: "http://127.0.0.1:9/mine"}); !isStatus(err, 403) || !strings.Contains(err.Error(), "project key") {
 		t.Errorf("creating a webhook with the sandbox's key = %v; want 403 saying a project key is needed", err)
 	}
-	if _, err := kc.ListWebhooks(ctx); !isStatus(err, 403) {
+	if _, err := kc.Webhooks().List(ctx); !isStatus(err, 403) {
 		t.Errorf("listing webhooks with the sandbox's key = %v; want 403", err)
 	}
-	if _, err := kc.WebhookDeliveries(ctx, wh.WebhookID); !isStatus(err, 403) {
+	if _, err := kc.Webhooks().Deliveries(ctx, wh.WebhookID); !isStatus(err, 403) {
 		t.Errorf("reading a webhook's deliveries with the sandbox's key = %v; want 403", err)
 	}
-	if err := kc.DeleteWebhook(ctx, wh.WebhookID); !isStatus(err, 403) {
+	if err := kc.Webhooks().Delete(ctx, wh.WebhookID); !isStatus(err, 403) {
 		t.Errorf("removing a webhook with the sandbox's key = %v; want 403", err)
 	}
-	if ws, err := c.ListWebhooks(ctx); err != nil || len(ws) != 1 {
+	if ws, err := c.Webhooks().List(ctx); err != nil || len(ws) != 1 {
 		t.Errorf("the project's webhooks after the sandbox key's tries = %+v, %v; want the one it had", ws, err)
 	}
 
@@ -142,7 +142,7 @@ except Exception as e: print("refused", type(e).__name__)`); !strings.HasPrefix(
 	}
 
 	// Narrowed after the policy was set: the old host gets nothing.
-	if _, err := c.SetSecret(ctx, "TOKEN", api.SetSecretRequest{Value: value, Hosts: []string{"other.secret.test"}}); err != nil {
+	if _, err := c.Secrets().Set(ctx, "TOKEN", api.SetSecretRequest{Value: value, Hosts: []string{"other.secret.test"}}); err != nil {
 		t.Fatal(err)
 	}
 	out = runPy(t, c, parent.SandboxID, `import urllib.request, urllib.error

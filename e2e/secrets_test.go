@@ -42,28 +42,28 @@ func TestSecretsAPI(t *testing.T) {
 	if err != nil || strings.Contains(string(out), value) || !strings.Contains(string(out), `"name": "API_TOKEN"`) || !strings.Contains(string(out), `"api.example.test"`) {
 		t.Fatalf("lizard secret set: %v\n%s", err, out)
 	}
-	if _, err := c.SetSecret(ctx, "OTHER", api.SetSecretRequest{Value: "x", Hosts: []string{"api.example.test"}}); err != nil {
+	if _, err := c.Secrets().Set(ctx, "OTHER", api.SetSecretRequest{Value: "x", Hosts: []string{"api.example.test"}}); err != nil {
 		t.Fatal(err)
 	}
-	list, err := c.ListSecrets(ctx)
+	list, err := c.Secrets().List(ctx)
 	if err != nil || len(list) != 2 || list[0].Name != "API_TOKEN" || list[1].Name != "OTHER" {
-		t.Fatalf("ListSecrets = %+v, %v; want API_TOKEN, OTHER", list, err)
+		t.Fatalf("Secrets().List = %+v, %v; want API_TOKEN, OTHER", list, err)
 	}
 	// Listing is names and times: the JSON has no other field.
 	raw := rawCall(t, s, s.keys[c], http.MethodGet, "/v1/secrets", "")
 	if strings.Contains(raw, value) || strings.Contains(raw, "value") {
 		t.Errorf("GET /v1/secrets shows a value: %s", raw)
 	}
-	again, err := c.SetSecret(ctx, "API_TOKEN", api.SetSecretRequest{Value: value + "-2", Hosts: []string{"api.example.test"}})
+	again, err := c.Secrets().Set(ctx, "API_TOKEN", api.SetSecretRequest{Value: value + "-2", Hosts: []string{"api.example.test"}})
 	if err != nil || !again.UpdatedAt.After(list[0].CreatedAt) && !again.UpdatedAt.Equal(list[0].CreatedAt) || !again.CreatedAt.Equal(list[0].CreatedAt) {
 		t.Errorf("replacing API_TOKEN = %+v, %v; want its CreatedAt kept", again, err)
 	}
 
 	// Another project sees none of them and cannot delete them.
-	if l, err := other.ListSecrets(ctx); err != nil || len(l) != 0 {
-		t.Errorf("another project's ListSecrets = %+v, %v; want none", l, err)
+	if l, err := other.Secrets().List(ctx); err != nil || len(l) != 0 {
+		t.Errorf("another project's Secrets().List = %+v, %v; want none", l, err)
 	}
-	if err := other.DeleteSecret(ctx, "API_TOKEN"); !errors.Is(err, client.ErrNotFound) {
+	if err := other.Secrets().Delete(ctx, "API_TOKEN"); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("another project deleting API_TOKEN: %v; want 404", err)
 	}
 
@@ -93,7 +93,7 @@ func TestSecretsAPI(t *testing.T) {
 	if out, err := rm.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "OTHER" {
 		t.Errorf("lizard secret rm OTHER: %v\n%s", err, out)
 	}
-	if err := c.DeleteSecret(ctx, "OTHER"); !errors.Is(err, client.ErrNotFound) {
+	if err := c.Secrets().Delete(ctx, "OTHER"); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("deleting OTHER again: %v; want 404", err)
 	}
 

@@ -207,11 +207,11 @@ func TestForkAndSnapshot(t *testing.T) {
 		if got := state(t, c, child); got != api.StateRunning {
 			t.Errorf("snapshotted sandbox is %s, want still running", got)
 		}
-		if got, err := c.GetSnapshot(ctx, sn.SnapshotID); err != nil || got.SnapshotID != sn.SnapshotID {
-			t.Errorf("GetSnapshot = %+v, %v", got, err)
+		if got, err := c.Snapshots().Get(ctx, sn.SnapshotID); err != nil || got.SnapshotID != sn.SnapshotID {
+			t.Errorf("Snapshots().Get = %+v, %v", got, err)
 		}
-		if list, err := c.ListSnapshots(ctx); err != nil || len(list) != 1 || list[0].SnapshotID != sn.SnapshotID {
-			t.Errorf("ListSnapshots = %+v, %v; want the one snapshot", list, err)
+		if list, err := c.Snapshots().List(ctx); err != nil || len(list) != 1 || list[0].SnapshotID != sn.SnapshotID {
+			t.Errorf("Snapshots().List = %+v, %v; want the one snapshot", list, err)
 		}
 		var made []string
 		for range 2 { // the same snapshot restores more than once
@@ -230,14 +230,14 @@ func TestForkAndSnapshot(t *testing.T) {
 			t.Errorf("sandbox from a snapshot of a restored sandbox sees %q", got)
 		}
 		for _, id := range []string{sn.SnapshotID, sn2.SnapshotID} {
-			if err := c.DeleteSnapshot(ctx, id); err != nil {
-				t.Errorf("DeleteSnapshot: %v", err)
+			if err := c.Snapshots().Delete(ctx, id); err != nil {
+				t.Errorf("Snapshots().Delete: %v", err)
 			}
 			if exists(filepath.Join(s.dataDir, "snapshots", id)) {
 				t.Errorf("snapshot %s left its image", id)
 			}
-			if _, err := c.GetSnapshot(ctx, id); !errors.Is(err, client.ErrNotFound) {
-				t.Errorf("GetSnapshot after delete: %v, want not found", err)
+			if _, err := c.Snapshots().Get(ctx, id); !errors.Is(err, client.ErrNotFound) {
+				t.Errorf("Snapshots().Get after delete: %v, want not found", err)
 			}
 		}
 	})

@@ -121,7 +121,7 @@ func TestSoak(t *testing.T) {
 			t.Errorf("sandbox %s is still %s after its cycle killed it", sb.SandboxID, sb.State)
 		}
 	}
-	if snaps, err := c.ListSnapshots(context.Background()); err != nil || len(snaps) != 0 {
+	if snaps, err := c.Snapshots().List(context.Background()); err != nil || len(snaps) != 0 {
 		t.Errorf("snapshots after the soak: %d, %v; want none", len(snaps), err)
 	}
 	s.expectNoLeftovers(t, leftoverCheck{ids: ids})
@@ -250,7 +250,7 @@ func soakCycle(c *client.Client, i int, record func(string)) (err error) {
 		if cerr == nil {
 			cerr = expectPy(ctx, c, copyID, "x + 1", "42")
 		}
-		if err := c.DeleteSnapshot(ctx, snap.SnapshotID); err != nil {
+		if err := c.Snapshots().Delete(ctx, snap.SnapshotID); err != nil {
 			return errors.Join(cerr, fmt.Errorf("delete snapshot %s: %w", snap.SnapshotID, err))
 		}
 		if cerr != nil {

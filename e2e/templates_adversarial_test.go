@@ -198,7 +198,7 @@ ls -la /usr/local/bin /opt/e2e`},
 	if err := c.KillSandbox(ctx, sb.SandboxID); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.DeleteTemplate(ctx, "e2e-evil"); err != nil {
+	if err := c.Templates().Delete(ctx, "e2e-evil"); err != nil {
 		t.Fatalf("deleting the template: %v", err)
 	}
 	if left := cacheEntries(tpl.Key); len(left) > 0 {

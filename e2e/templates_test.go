@@ -24,7 +24,7 @@ func buildTemplate(t *testing.T, c *client.Client, req api.BuildTemplateRequest)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var events []api.TemplateBuildEvent
-	tpl, cached, err := c.BuildTemplate(ctx, req, func(ev api.TemplateBuildEvent) { events = append(events, ev) })
+	tpl, cached, err := c.Templates().Build(ctx, req, func(ev api.TemplateBuildEvent) { events = append(events, ev) })
 	return tpl, cached, events, err
 }
 
@@ -102,8 +102,8 @@ func TestCustomTemplate(t *testing.T) {
 		t.Errorf("build streamed %d steps, pip install seen %v, dpkg seen %v, root step output seen %v, no network seen %v; want every step and its output:\n%+v",
 			steps, installed, debs, rootStep, offline, events)
 	}
-	if got, err := c.ListTemplates(ctx); err != nil || len(got) != 1 || got[0].Name != name || got[0].Recipe.Files[0].Content != "" || got[0].Recipe.Files[0].Size != 22 {
-		t.Errorf("ListTemplates = %+v, %v; want %s with its recipe, file contents left out", got, err, name)
+	if got, err := c.Templates().List(ctx); err != nil || len(got) != 1 || got[0].Name != name || got[0].Recipe.Files[0].Content != "" || got[0].Recipe.Files[0].Size != 22 {
+		t.Errorf("Templates().List = %+v, %v; want %s with its recipe, file contents left out", got, err, name)
 	}
 
 	// Everything the recipe gave, in a new sandbox.
@@ -141,8 +141,8 @@ print(six.__version__, os.getcwd(), os.environ["GREETING"], open("/home/user/dat
 
 	// Deleting it is refused while a sandbox uses it.
 	var apiErr *client.Error
-	if err := c.DeleteTemplate(ctx, name); !errors.As(err, &apiErr) || apiErr.Status != 409 || !strings.Contains(apiErr.Message, sb.SandboxID) {
-		t.Errorf("DeleteTemplate while %s uses it = %v; want a 409 naming the sandbox", sb.SandboxID, err)
+	if err := c.Templates().Delete(ctx, name); !errors.As(err, &apiErr) || apiErr.Status != 409 || !strings.Contains(apiErr.Message, sb.SandboxID) {
+		t.Errorf("Templates().Delete while %s uses it = %v; want a 409 naming the sandbox", sb.SandboxID, err)
 	}
 
 	// The warm pool of the template (--warm NAME=1) is restored from its
@@ -186,8 +186,8 @@ print(six.__version__, os.getcwd(), os.environ["GREETING"], open("/home/user/dat
 
 	// Records and builds survive a restart.
 	s.restart()
-	if got, err := c.GetTemplate(ctx, name); err != nil || got.Key != tpl.Key {
-		t.Fatalf("GetTemplate after a restart = %+v, %v; want key %s", got, err, tpl.Key)
+	if got, err := c.Templates().Get(ctx, name); err != nil || got.Key != tpl.Key {
+		t.Fatalf("Templates().Get after a restart = %+v, %v; want key %s", got, err, tpl.Key)
 	}
 	check(sb.SandboxID)
 	after, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: name})
@@ -201,11 +201,11 @@ print(six.__version__, os.getcwd(), os.environ["GREETING"], open("/home/user/dat
 			t.Fatalf("killing %s: %v", id, err)
 		}
 	}
-	if err := c.DeleteTemplate(ctx, name); err != nil {
+	if err := c.Templates().Delete(ctx, name); err != nil {
 		t.Fatalf("deleting the template: %v", err)
 	}
-	if _, err := c.GetTemplate(ctx, name); !errors.As(err, &apiErr) || apiErr.Status != 404 {
-		t.Errorf("GetTemplate after delete = %v; want 404", err)
+	if _, err := c.Templates().Get(ctx, name); !errors.As(err, &apiErr) || apiErr.Status != 404 {
+		t.Errorf("Templates().Get after delete = %v; want 404", err)
 	}
 	if left := cacheEntries(tpl.Key); len(left) > 0 {
 		t.Errorf("the deleted template's build is still in the cache: %v", left)
@@ -228,7 +228,7 @@ print(six.__version__, os.getcwd(), os.environ["GREETING"], open("/home/user/dat
 		!strings.Contains(be.Log, "about-to-fail") || !strings.Contains(be.Message, "exit status 3") {
 		t.Fatalf("building a broken recipe = %v (%+v); want the failing step with its output", err, be)
 	}
-	if got, _ := c.ListTemplates(ctx); len(got) != 0 {
+	if got, _ := c.Templates().List(ctx); len(got) != 0 {
 		t.Errorf("templates after a failed build = %+v; want none", got)
 	}
 	if last := events[len(events)-1]; last.Type != api.BuildEventError {

@@ -48,18 +48,18 @@ func TestVolumes(t *testing.T) {
 	ctx := context.Background()
 	volDir := filepath.Join(s.dataDir, "volumes")
 
-	v, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeMb: 32})
+	v, err := c.Volumes().Create(ctx, api.CreateVolumeRequest{Name: "data", SizeMb: 32})
 	if err != nil {
-		t.Fatalf("CreateVolume: %v", err)
+		t.Fatalf("Volumes().Create: %v", err)
 	}
 	if v.SizeMb != 32 || v.Name != "data" || !strings.HasPrefix(v.VolumeID, "vol_") {
-		t.Fatalf("CreateVolume = %+v; want data of 32 MiB", v)
+		t.Fatalf("Volumes().Create = %+v; want data of 32 MiB", v)
 	}
-	if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data"}); !errors.Is(err, client.ErrConflict) {
-		t.Errorf("CreateVolume of a taken name: %v; want 409", err)
+	if _, err := c.Volumes().Create(ctx, api.CreateVolumeRequest{Name: "data"}); !errors.Is(err, client.ErrConflict) {
+		t.Errorf("Volumes().Create of a taken name: %v; want 409", err)
 	}
-	if vs, err := c.ListVolumes(ctx); err != nil || len(vs) != 1 || vs[0].VolumeID != v.VolumeID {
-		t.Errorf("ListVolumes = %+v, %v; want data alone", vs, err)
+	if vs, err := c.Volumes().List(ctx); err != nil || len(vs) != 1 || vs[0].VolumeID != v.VolumeID {
+		t.Errorf("Volumes().List = %+v, %v; want data alone", vs, err)
 	}
 	opts := volumeMounts(t, volDir)[filepath.Join(volDir, v.VolumeID)]
 	if !strings.Contains(opts, "nodev") || !strings.Contains(opts, "nosuid") {
@@ -111,8 +111,8 @@ os.remove('/home/user/data/big')`)
 	}
 
 	// Refusals while mounted, and the snapshot rule.
-	if err := c.DeleteVolume(ctx, "data"); !errors.Is(err, client.ErrConflict) || !strings.Contains(err.Error(), a.SandboxID) {
-		t.Errorf("DeleteVolume while mounted: %v; want 409 naming the sandboxes", err)
+	if err := c.Volumes().Delete(ctx, "data"); !errors.Is(err, client.ErrConflict) || !strings.Contains(err.Error(), a.SandboxID) {
+		t.Errorf("Volumes().Delete while mounted: %v; want 409 naming the sandboxes", err)
 	}
 	if _, err := c.Snapshot(ctx, a.SandboxID); !errors.Is(err, client.ErrConflict) {
 		t.Errorf("Snapshot of a sandbox with a volume: %v; want 409", err)
@@ -178,11 +178,11 @@ os.remove('/home/user/data/big')`)
 	}
 
 	// Deleted: the record, the mount and the image go.
-	if err := c.DeleteVolume(ctx, "data"); err != nil {
-		t.Fatalf("DeleteVolume once unmounted: %v", err)
+	if err := c.Volumes().Delete(ctx, "data"); err != nil {
+		t.Fatalf("Volumes().Delete once unmounted: %v", err)
 	}
-	if _, err := c.GetVolume(ctx, "data"); !errors.Is(err, client.ErrNotFound) {
-		t.Errorf("GetVolume after delete: %v; want 404", err)
+	if _, err := c.Volumes().Get(ctx, "data"); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("Volumes().Get after delete: %v; want 404", err)
 	}
 	if m := volumeMounts(t, volDir); len(m) != 0 {
 		t.Errorf("mounts left after delete: %v", m)
@@ -205,16 +205,16 @@ func TestVolumesAdversarial(t *testing.T) {
 	c := s.createProject("proj_voladv")
 	ctx := context.Background()
 	for _, name := range []string{"../etc", "a/b", "..", "UPPER", "", strings.Repeat("x", 64)} {
-		if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: name}); !errors.Is(err, client.ErrInvalidArgument) {
-			t.Errorf("CreateVolume(%q): %v; want 400", name, err)
+		if _, err := c.Volumes().Create(ctx, api.CreateVolumeRequest{Name: name}); !errors.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("Volumes().Create(%q): %v; want 400", name, err)
 		}
 	}
 	for _, mb := range []int64{1, 1 << 30} {
-		if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "big", SizeMb: mb}); !errors.Is(err, client.ErrInvalidArgument) {
-			t.Errorf("CreateVolume of %d MiB: %v; want 400", mb, err)
+		if _, err := c.Volumes().Create(ctx, api.CreateVolumeRequest{Name: "big", SizeMb: mb}); !errors.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("Volumes().Create of %d MiB: %v; want 400", mb, err)
 		}
 	}
-	if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v", SizeMb: 16}); err != nil {
+	if _, err := c.Volumes().Create(ctx, api.CreateVolumeRequest{Name: "v", SizeMb: 16}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"/home/user/../../etc", "relative", "/", "/proc/x", "/opt/lizard/bin", "/tmp", "/etc", "/home/user/data/", "/home//user"} {
@@ -300,15 +300,15 @@ print(' '.join(out))`)
 	}
 	// The host never follows what the sandbox put there: the links are
 	// links on the host side too, pointing at paths the server never opens.
-	v, _ := c.GetVolume(ctx, "v")
+	v, _ := c.Volumes().Get(ctx, "v")
 	if fi, err := os.Lstat(filepath.Join(s.dataDir, "volumes", v.VolumeID, "to-secret")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
 		t.Errorf("host view of the link: %v %v; want a symlink left as it is", fi, err)
 	}
 	if err := c.KillSandbox(ctx, sb.SandboxID); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.DeleteVolume(ctx, "v"); err != nil {
-		t.Errorf("DeleteVolume: %v", err)
+	if err := c.Volumes().Delete(ctx, "v"); err != nil {
+		t.Errorf("Volumes().Delete: %v", err)
 	}
 	if b, _ := os.ReadFile(secret); string(b) != "HOST-SECRET" {
 		t.Errorf("the host file changed: %q", b)
@@ -350,7 +350,7 @@ func TestVolumesAdversarialPaths(t *testing.T) {
 	c := s.createProject("proj_volpaths")
 	ctx := context.Background()
 	for _, name := range []string{"v", "w"} {
-		if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: name, SizeMb: 16}); err != nil {
+		if _, err := c.Volumes().Create(ctx, api.CreateVolumeRequest{Name: name, SizeMb: 16}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -399,7 +399,7 @@ func TestVolumesAdversarialBounds(t *testing.T) {
 	c := s.createProject("proj_volbounds")
 	ctx := context.Background()
 	mk := func(name string, mb int64) error {
-		_, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: name, SizeMb: mb})
+		_, err := c.Volumes().Create(ctx, api.CreateVolumeRequest{Name: name, SizeMb: mb})
 		return err
 	}
 	refused := func(what string, err error, words ...string) {
@@ -422,7 +422,7 @@ func TestVolumesAdversarialBounds(t *testing.T) {
 		}
 	}
 	refused("a third volume", mk("c", 16), "2 volumes", "--max-volumes-per-project", "delete one")
-	if err := c.DeleteVolume(ctx, "b"); err != nil {
+	if err := c.Volumes().Delete(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
 	refused("volumes of 144 MiB in all", mk("b", 128), "--max-volume-total-mb", "delete a volume")
@@ -430,8 +430,8 @@ func TestVolumesAdversarialBounds(t *testing.T) {
 	if err := mk("b", 72); err != nil {
 		t.Fatalf("a volume filling the disk promised exactly, after a delete: %v", err)
 	}
-	if vs, err := c.ListVolumes(ctx); err != nil || len(vs) != 2 {
-		t.Errorf("ListVolumes = %d, %v; want 2", len(vs), err)
+	if vs, err := c.Volumes().List(ctx); err != nil || len(vs) != 2 {
+		t.Errorf("Volumes().List = %d, %v; want 2", len(vs), err)
 	}
 	_, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	refused("a second sandbox of 512 MiB", err, "600 MiB", "--max-disk-per-project-mb", "kill sandboxes or delete volumes")
@@ -456,9 +456,9 @@ func TestVolumesAdversarialHostDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	mb := int64(fs.Bavail)*fs.Bsize>>20 + 1024
-	_, err := c.CreateVolume(context.Background(), api.CreateVolumeRequest{Name: "huge", SizeMb: mb})
+	_, err := c.Volumes().Create(context.Background(), api.CreateVolumeRequest{Name: "huge", SizeMb: mb})
 	if err == nil {
-		c.DeleteVolume(context.Background(), "huge")
+		c.Volumes().Delete(context.Background(), "huge")
 		t.Fatalf("a volume of %d MiB on a disk with less free: made", mb)
 	}
 	ae := apiError(t, "a volume larger than the free disk", err)
@@ -468,8 +468,8 @@ func TestVolumesAdversarialHostDisk(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(s.dataDir, "volumes", "*")); len(left) != 0 {
 		t.Errorf("left under the volumes directory: %v", left)
 	}
-	if vs, err := c.ListVolumes(context.Background()); err != nil || len(vs) != 0 {
-		t.Errorf("ListVolumes = %+v, %v; want none recorded", vs, err)
+	if vs, err := c.Volumes().List(context.Background()); err != nil || len(vs) != 0 {
+		t.Errorf("Volumes().List = %+v, %v; want none recorded", vs, err)
 	}
 }
 
@@ -483,7 +483,7 @@ func TestVolumesAdversarialContent(t *testing.T) {
 	s := startServer(t)
 	c := s.createProject("proj_volcontent")
 	ctx := context.Background()
-	v, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v", SizeMb: 16})
+	v, err := c.Volumes().Create(ctx, api.CreateVolumeRequest{Name: "v", SizeMb: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,7 +585,7 @@ print(' '.join(out))`)
 	if err := c.KillSandbox(ctx, h.SandboxID); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.DeleteVolume(ctx, "v"); err != nil {
-		t.Errorf("DeleteVolume: %v", err)
+	if err := c.Volumes().Delete(ctx, "v"); err != nil {
+		t.Errorf("Volumes().Delete: %v", err)
 	}
 }

@@ -143,16 +143,16 @@ func TestWebhooks(t *testing.T) {
 		{api.CreateWebhookRequest{URL: rcv.srv.URL + "/" + strings.Repeat("a", 2048)}, "over the 2048"},
 		{api.CreateWebhookRequest{URL: rcv.srv.URL, Types: []string{"sandbox.bogus"}}, "types"},
 	} {
-		_, err := c.CreateWebhook(ctx, tc.req)
+		_, err := c.Webhooks().Create(ctx, tc.req)
 		var ae *client.Error
 		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(ae.Message, tc.want) {
-			t.Errorf("CreateWebhook(%.60q) = %v; want 400 saying %q", tc.req.URL, err, tc.want)
+			t.Errorf("Webhooks().Create(%.60q) = %v; want 400 saying %q", tc.req.URL, err, tc.want)
 		}
 	}
 
-	wh, err := c.CreateWebhook(ctx, api.CreateWebhookRequest{URL: rcv.srv.URL + "/hook"})
+	wh, err := c.Webhooks().Create(ctx, api.CreateWebhookRequest{URL: rcv.srv.URL + "/hook"})
 	if err != nil {
-		t.Fatalf("CreateWebhook: %v", err)
+		t.Fatalf("Webhooks().Create: %v", err)
 	}
 	if !strings.HasPrefix(wh.Secret, "whsec_") {
 		t.Fatalf("webhook secret %q; want whsec_...", wh.Secret)
@@ -160,8 +160,8 @@ func TestWebhooks(t *testing.T) {
 	rcv.mu.Lock()
 	rcv.secret = wh.Secret
 	rcv.mu.Unlock()
-	if ws, err := c.ListWebhooks(ctx); err != nil || len(ws) != 1 || ws[0].Secret != "" {
-		t.Errorf("ListWebhooks = %+v, %v; want the webhook without its secret", ws, err)
+	if ws, err := c.Webhooks().List(ctx); err != nil || len(ws) != 1 || ws[0].Secret != "" {
+		t.Errorf("Webhooks().List = %+v, %v; want the webhook without its secret", ws, err)
 	}
 
 	// Two sandboxes at once: their events interleave, and the first's
@@ -212,9 +212,9 @@ func TestWebhooks(t *testing.T) {
 		}
 	}
 
-	ds, err := c.WebhookDeliveries(ctx, wh.WebhookID)
+	ds, err := c.Webhooks().Deliveries(ctx, wh.WebhookID)
 	if err != nil {
-		t.Fatalf("WebhookDeliveries: %v", err)
+		t.Fatalf("Webhooks().Deliveries: %v", err)
 	}
 	if len(ds) != 2*len(want) {
 		t.Errorf("%d deliveries; want %d", len(ds), 2*len(want))
@@ -239,19 +239,19 @@ func TestWebhooks(t *testing.T) {
 	}
 
 	// Another project: no webhooks, and this one is not found.
-	if ws, err := other.ListWebhooks(ctx); err != nil || len(ws) != 0 {
+	if ws, err := other.Webhooks().List(ctx); err != nil || len(ws) != 0 {
 		t.Errorf("project p2's webhooks = %+v, %v; want none", ws, err)
 	}
-	if _, err := other.WebhookDeliveries(ctx, wh.WebhookID); !errors.Is(err, client.ErrNotFound) {
+	if _, err := other.Webhooks().Deliveries(ctx, wh.WebhookID); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("project p2 reading p1's deliveries = %v; want not found", err)
 	}
-	if err := other.DeleteWebhook(ctx, wh.WebhookID); !errors.Is(err, client.ErrNotFound) {
+	if err := other.Webhooks().Delete(ctx, wh.WebhookID); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("project p2 deleting p1's webhook = %v; want not found", err)
 	}
-	if err := c.DeleteWebhook(ctx, wh.WebhookID); err != nil {
-		t.Fatalf("DeleteWebhook: %v", err)
+	if err := c.Webhooks().Delete(ctx, wh.WebhookID); err != nil {
+		t.Fatalf("Webhooks().Delete: %v", err)
 	}
-	if ws, _ := c.ListWebhooks(ctx); len(ws) != 0 {
+	if ws, _ := c.Webhooks().List(ctx); len(ws) != 0 {
 		t.Errorf("webhooks after the delete: %+v", ws)
 	}
 }

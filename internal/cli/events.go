@@ -55,7 +55,7 @@ func runEvents(ctx context.Context, e Env, args []string) error {
 	opts := client.EventOptions{SandboxID: *sandbox, Types: types, Metadata: metadata, After: *after, FromStart: *after > 0, Limit: *limit}
 	print := func(ev api.Event) error { return printEvent(e.Stdout, ev, *asJSON) }
 	if !*follow {
-		list, err := c.ListEvents(ctx, opts)
+		list, err := c.Events().List(ctx, opts)
 		if err != nil {
 			return fmt.Errorf("listing events: %w", err)
 		}
@@ -69,7 +69,7 @@ func runEvents(ctx context.Context, e Env, args []string) error {
 		}
 		return nil
 	}
-	s, err := c.FollowEvents(ctx, opts)
+	s, err := c.Events().Follow(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("following events: %w", err)
 	}

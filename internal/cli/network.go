@@ -53,17 +53,17 @@ func networkDefault(ctx context.Context, e Env, args []string) error {
 	var pol *api.NetworkPolicy
 	switch {
 	case *clear:
-		if err := c.ClearProjectNetwork(ctx); err != nil {
+		if err := c.Network().Clear(ctx); err != nil {
 			return fmt.Errorf("clearing the project's default network policy: %w", err)
 		}
 		fmt.Fprintln(e.Stdout, "cleared: the project's sandboxes created without a policy get the server's")
 		return nil
 	case nf.given():
-		if pol, err = c.SetProjectNetwork(ctx, *nf.policy()); err != nil {
+		if pol, err = c.Network().Set(ctx, *nf.policy()); err != nil {
 			return fmt.Errorf("setting the project's default network policy: %w", err)
 		}
 	default:
-		pol, err = c.ProjectNetwork(ctx)
+		pol, err = c.Network().Get(ctx)
 		if errors.Is(err, client.ErrNotFound) {
 			fmt.Fprintln(e.Stdout, "the project has no default network policy: its sandboxes created without one get the server's")
 			return nil

@@ -11,7 +11,7 @@ import (
 
 func init() {
 	secretCommands["list"] = subcommand{"list [--json]", listCommand("secret", func(ctx context.Context, c *client.Client) (table, error) {
-		ss, err := c.ListSecrets(ctx)
+		ss, err := c.Secrets().List(ctx)
 		t := table{json: api.SecretList{Secrets: ss}, header: "NAME\tHOSTS\tCREATED\tUPDATED"}
 		for _, s := range ss {
 			hosts := strings.Join(s.Hosts, ",")

@@ -26,7 +26,7 @@ func secretRm(ctx context.Context, e Env, args []string) error {
 	}
 	var errs []error
 	for _, n := range names {
-		if err := c.DeleteSecret(ctx, n); err != nil {
+		if err := c.Secrets().Delete(ctx, n); err != nil {
 			errs = append(errs, fmt.Errorf("removing secret %s: %w", n, err))
 			continue
 		}

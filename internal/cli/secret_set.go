@@ -44,7 +44,7 @@ func secretSet(ctx context.Context, e Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := c.SetSecret(ctx, pos[0], api.SetSecretRequest{Value: value, Hosts: hosts.vals, AllowHTTP: *allowHTTP})
+	s, err := c.Secrets().Set(ctx, pos[0], api.SetSecretRequest{Value: value, Hosts: hosts.vals, AllowHTTP: *allowHTTP})
 	if err != nil {
 		return fmt.Errorf("setting secret %s: %w", pos[0], err)
 	}

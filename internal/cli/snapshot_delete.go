@@ -26,7 +26,7 @@ func snapshotDelete(ctx context.Context, e Env, args []string) error {
 	}
 	var errs []error
 	for _, id := range ids {
-		if err := c.DeleteSnapshot(ctx, id); err != nil {
+		if err := c.Snapshots().Delete(ctx, id); err != nil {
 			errs = append(errs, fmt.Errorf("deleting snapshot %s: %w", id, err))
 			continue
 		}

@@ -22,7 +22,7 @@ func snapshotGet(ctx context.Context, e Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	sn, err := c.GetSnapshot(ctx, id)
+	sn, err := c.Snapshots().Get(ctx, id)
 	if err != nil {
 		return fmt.Errorf("getting snapshot %s: %w", id, err)
 	}

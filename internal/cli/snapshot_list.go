@@ -10,7 +10,7 @@ import (
 
 func init() {
 	snapshotCommands["list"] = subcommand{"list [--json]", listCommand("snapshot", func(ctx context.Context, c *client.Client) (table, error) {
-		sns, err := c.ListSnapshots(ctx)
+		sns, err := c.Snapshots().List(ctx)
 		t := table{json: api.SnapshotList{Snapshots: sns}, header: "ID\tSANDBOX\tTEMPLATE\tCREATED\tSIZE"}
 		for _, sn := range sns {
 			t.rows = append(t.rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%.1f MiB\n", sn.SnapshotID, sn.SandboxID, sn.Template, formatTime(&sn.CreatedAt), float64(sn.SizeBytes)/(1<<20)))

@@ -84,7 +84,7 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 		return err
 	}
 	begin := time.Now()
-	t, cached, err := c.BuildTemplate(ctx, api.BuildTemplateRequest{Name: *name, Recipe: recipe}, func(ev api.TemplateBuildEvent) {
+	t, cached, err := c.Templates().Build(ctx, api.BuildTemplateRequest{Name: *name, Recipe: recipe}, func(ev api.TemplateBuildEvent) {
 		switch ev.Type {
 		case api.BuildEventStep:
 			fmt.Fprintf(e.Stderr, "[%d/%d] %s (%.0fs elapsed)\n", ev.Step, ev.Total, ev.Name, time.Since(begin).Seconds())
@@ -118,7 +118,7 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 
 // templateList is `lizard template list [--json]`.
 var templateList = listCommand("template", func(ctx context.Context, c *client.Client) (table, error) {
-	ts, err := c.ListTemplates(ctx)
+	ts, err := c.Templates().List(ctx)
 	t := table{json: api.TemplateList{Templates: ts}, header: "NAME\tBASE\tKEY\tCREATED\tSIZE"}
 	for _, tp := range ts {
 		t.rows = append(t.rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%.0f MiB\n", tp.Name, tp.Base, tp.Key, formatTime(&tp.CreatedAt), float64(tp.SizeBytes)/(1<<20)))
@@ -138,7 +138,7 @@ func templateGet(ctx context.Context, e Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	t, err := c.GetTemplate(ctx, name)
+	t, err := c.Templates().Get(ctx, name)
 	if err != nil {
 		return fmt.Errorf("getting template %s: %w", name, err)
 	}
@@ -195,7 +195,7 @@ func templateDelete(ctx context.Context, e Env, args []string) error {
 	}
 	var errs []error
 	for _, n := range names {
-		if err := c.DeleteTemplate(ctx, n); err != nil {
+		if err := c.Templates().Delete(ctx, n); err != nil {
 			errs = append(errs, fmt.Errorf("deleting template %s: %w", n, err))
 			continue
 		}

@@ -27,7 +27,7 @@ func volumeCreate(ctx context.Context, e Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	v, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: pos[0], SizeMb: *size})
+	v, err := c.Volumes().Create(ctx, api.CreateVolumeRequest{Name: pos[0], SizeMb: *size})
 	if err != nil {
 		return fmt.Errorf("creating volume %s: %w", pos[0], err)
 	}

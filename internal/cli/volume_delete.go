@@ -26,7 +26,7 @@ func volumeDelete(ctx context.Context, e Env, args []string) error {
 	}
 	var errs []error
 	for _, n := range names {
-		if err := c.DeleteVolume(ctx, n); err != nil {
+		if err := c.Volumes().Delete(ctx, n); err != nil {
 			errs = append(errs, fmt.Errorf("deleting volume %s: %w", n, err))
 			continue
 		}
