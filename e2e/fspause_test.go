@@ -82,6 +82,23 @@ func TestPauseDiskOnly(t *testing.T) {
 	if exists(image) {
 		t.Errorf("image %s still there after resume", image)
 	}
+	// A sandbox booted over its disk is checkpointed and restored as any
+	// other: paused with its memory, and snapshotted into a new sandbox.
+	py(t, c, id, "y = 7")
+	if _, err := c.PauseSandboxWith(ctx, id, api.PauseRequest{Memory: new(true)}); err != nil {
+		t.Fatalf("PauseSandbox(memory true) after a disk-only resume: %v", err)
+	}
+	if got := py(t, c, id, "print(y, open('/home/user/kept.txt').read())"); got != "7 on disk" {
+		t.Errorf("memory pause after a disk-only resume: %q, want the variable and the file", got)
+	}
+	snap, err := c.Snapshot(ctx, id)
+	if err != nil {
+		t.Fatalf("Snapshot after a disk-only resume: %v", err)
+	}
+	copyOf := newSandbox(t, c, api.CreateSandboxRequest{SnapshotID: snap.SnapshotID})
+	if got := py(t, c, copyOf.SandboxID, "print(y, open('/home/user/kept.txt').read())"); got != "7 on disk" {
+		t.Errorf("a snapshot's sandbox after a disk-only resume: %q, want the variable and the file", got)
+	}
 	t.Logf("memory pause: image %d bytes, pause %s, resume %s; disk-only pause: image %d bytes, pause %s, resume %s",
 		memSize, memPause.Round(time.Millisecond), memResume.Round(time.Millisecond),
 		diskSize, diskPause.Round(time.Millisecond), diskResume.Round(time.Millisecond))

@@ -396,6 +396,8 @@ func (r *Runtime) start(ctx context.Context, id string, diskBytes int64, lay lay
 
 	cmd := exec.CommandContext(ctx, r.runsc, append(r.globalArgs(id, diskBytes, lay), args...)...)
 	cmd.Stdout, cmd.Stderr = f, f
+	// The rootfs tar annotation's path is relative to it (ociSpec).
+	cmd.Dir = r.dir(id)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("runsc %s: %w: %s", args[0], err, tail(r.logPath(id), off))
@@ -452,6 +454,9 @@ func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, imageDir strin
 	if err := checkDisk(spec, rec); err != nil {
 		return err
 	}
+	if rec.DiskTar {
+		spec.Disk = restoredDisk
+	}
 	return r.boot(ctx, spec, imageDir, rec.Layout, nil)
 }
 
@@ -479,6 +484,9 @@ func (r *Runtime) RestoreFork(ctx context.Context, spec sandbox.Spec, parent, im
 	if err := checkDisk(spec, rec); err != nil {
 		return err
 	}
+	if rec.DiskTar {
+		spec.Disk = restoredDisk
+	}
 	return r.boot(ctx, spec, imageDir, rec.Layout, wait)
 }
 
@@ -492,6 +500,44 @@ type imageRecord struct {
 	// (memguard.go) when a new Runtime finds it running. Not checked on
 	// restore: the memory limit is the cgroup's, set anew.
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// DiskTar: the sandbox was booted over a saved disk (Spec.Disk), so
+	// its checkpoints carry the rootfs tar annotation, which each
+	// restore's spec must repeat (with an empty tar: the layer is in the
+	// checkpoint by then).
+	DiskTar bool `json:"diskTar,omitempty"`
+}
+
+// restoredDisk is Spec.Disk of a restore of an image with DiskTar.
+const restoredDisk = "\x00restored"
+
+// emptyTar is a tar archive of nothing: its end, two zero blocks.
+var emptyTar = make([]byte, 1024)
+
+// placeDisk puts the tar runsc reads for spec's rootfs annotation into
+// the sandbox's directory: the saved layer, or for a restore an empty one.
+func (r *Runtime) placeDisk(spec sandbox.Spec) error {
+	dst := filepath.Join(r.dir(spec.ID), DiskLayerName)
+	if spec.Disk == restoredDisk {
+		return os.WriteFile(dst, emptyTar, 0o600)
+	}
+	src := filepath.Join(spec.Disk, DiskLayerName)
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("opening the saved disk: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copying the saved disk: %w", err)
+	}
+	return out.Close()
 }
 
 const (
@@ -637,7 +683,12 @@ func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec, lay layout) (m
 	if memory <= 0 {
 		memory = DefaultMemoryBytes
 	}
-	b, _ = json.Marshal(imageRecord{Layout: lay, DiskBytes: spec.Limits.DiskBytes, MemoryBytes: memory})
+	if spec.Disk != "" {
+		if err := r.placeDisk(spec); err != nil {
+			return 0, err
+		}
+	}
+	b, _ = json.Marshal(imageRecord{Layout: lay, DiskBytes: spec.Limits.DiskBytes, MemoryBytes: memory, DiskTar: spec.Disk != ""})
 	if err := os.WriteFile(filepath.Join(r.dir(id), recordName), b, 0o600); err != nil {
 		return 0, fmt.Errorf("writing runtime record: %w", err)
 	}

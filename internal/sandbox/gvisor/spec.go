@@ -1,7 +1,6 @@
 package gvisor
 
 import (
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -166,7 +165,12 @@ func ociSpec(spec sandbox.Spec, netnsPath, tmpDir string, lay layout) *specs.Spe
 	if spec.Disk != "" {
 		// runsc unpacks the saved layer into the new sandbox's overlay
 		// before its first process starts (--allow-rootfs-tar-annotation).
-		annotations = map[string]string{rootfsTarAnnotation: filepath.Join(spec.Disk, DiskLayerName)}
+		// The path is relative to the sandbox's directory, where runsc
+		// runs (start): runsc keeps the annotation in the sandbox's
+		// checkpoints and refuses a restore whose spec differs, so the
+		// same words must name a file in every later restore's
+		// directory too (prepare).
+		annotations = map[string]string{rootfsTarAnnotation: DiskLayerName}
 	}
 	return &specs.Spec{
 		Version:     specs.Version,
