@@ -77,6 +77,11 @@ export interface CreateOptions extends ConnectionOptions {
   diskMb?: number;
   /** What happens when the timeout passes: 'kill' (the default) or 'pause'. */
   onTimeout?: 'kill' | 'pause';
+  /**
+   * false has its pauses (at its timeout, and pause() without memory) keep
+   * its disk alone: no memory, a fresh boot at resume (see pause()).
+   */
+  pauseMemory?: boolean;
   /** false takes all network egress away from the sandbox; absent or true leaves what the server allows. */
   allowInternet?: boolean;
   /**
@@ -218,6 +223,7 @@ export class CodeSandbox {
         cpus: opts.cpus,
         diskMb: opts.diskMb,
         onTimeout: opts.onTimeout,
+        pauseMemory: opts.pauseMemory,
         allowInternet: opts.allowInternet,
         network: opts.network,
       },
@@ -385,10 +391,15 @@ export class CodeSandbox {
    * waitDurable returns only once it is there (durable), so that the sandbox
    * outlives the machine that paused it, and throws SandboxError (503) if that
    * takes over 5 minutes.
+   *
+   * memory: false keeps its disk alone (its files, not its memory, kernel
+   * variables or processes), a far smaller image; the resume boots it fresh
+   * over that disk, with its envs, metadata and ID. It holds for the
+   * sandbox's later pauses too (those at its timeout).
    */
-  async pause(opts: { waitDurable?: boolean } = {}): Promise<void> {
+  async pause(opts: { waitDurable?: boolean; memory?: boolean } = {}): Promise<void> {
     await this.http.request<unknown>('POST', `${this.prefix}/pause`, {
-      json: opts.waitDurable ? { waitDurable: true } : {},
+      json: { ...(opts.waitDurable ? { waitDurable: true } : {}), ...(opts.memory !== undefined ? { memory: opts.memory } : {}) },
       timeoutMs: this.longTimeout(),
     });
   }
@@ -396,11 +407,14 @@ export class CodeSandbox {
   /**
    * resume restores a paused sandbox (a running one is left as is).
    * timeoutMs, when given, replaces the time it had left when paused.
+   * memory: false asks for a fresh boot over its disk, as a sandbox paused
+   * with memory: false resumes anyway; one paused with its memory throws
+   * ConflictError and stays paused.
    */
-  async resume(opts: { timeoutMs?: number } = {}): Promise<void> {
+  async resume(opts: { timeoutMs?: number; memory?: boolean } = {}): Promise<void> {
     if (opts.timeoutMs !== undefined) checkMs('timeoutMs', opts.timeoutMs);
     await this.http.request<unknown>('POST', `${this.prefix}/resume`, {
-      json: { timeoutMs: opts.timeoutMs },
+      json: { timeoutMs: opts.timeoutMs, memory: opts.memory },
       timeoutMs: this.longTimeout(),
     });
   }

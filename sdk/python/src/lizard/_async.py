@@ -289,6 +289,7 @@ class AsyncCodeSandbox:
         on_timeout: Optional[str] = None,
         allow_internet: Optional[bool] = None,
         network: Optional[Mapping[str, Any]] = None,
+        pause_memory: Optional[bool] = None,
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> _PendingSandbox:
         """Create a sandbox; await the result, or use it in ``async with``.
@@ -297,7 +298,7 @@ class AsyncCodeSandbox:
         """
         body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id, volumes, public_ports,
                                  memory_mb=memory_mb, cpus=cpus, disk_mb=disk_mb, on_timeout=on_timeout,
-                                 allow_internet=allow_internet, network=network)
+                                 allow_internet=allow_internet, network=network, pause_memory=pause_memory)
         return _PendingSandbox(cls._create(project_id, body, api_key, api_url, request_timeout, transport))
 
     @classmethod
@@ -413,7 +414,7 @@ class AsyncCodeSandbox:
         except LizardError:
             pass
 
-    async def pause(self, wait_durable: bool = False) -> None:
+    async def pause(self, wait_durable: bool = False, memory: Optional[bool] = None) -> None:
         """Pause the sandbox: its memory, kernel variables, processes and files are saved to the server's
         disk and it stops using CPU and memory. Its timeout clock stops too. Any call on it (run_code,
         commands, files), :meth:`resume` or ``connect`` resumes it. Raises ConflictError when a call
@@ -421,13 +422,20 @@ class AsyncCodeSandbox:
 
         The image is copied to the server's image store in the background; ``wait_durable=True``
         returns only once it is there (``durable``), so that the sandbox outlives the machine that
-        paused it, and raises SandboxError (503) if that takes over 5 minutes."""
-        await self._http.call(_calls.pause(self.sandbox_id, wait_durable))
+        paused it, and raises SandboxError (503) if that takes over 5 minutes.
 
-    async def resume(self, timeout_ms: Optional[int] = None) -> None:
+        ``memory=False`` keeps its disk alone — its files, not its memory, kernel variables or
+        processes — a far smaller image; the resume boots it fresh over that disk, with its envs,
+        metadata and ID. It holds for the sandbox's later pauses too (those at its timeout);
+        ``None`` keeps the sandbox's setting."""
+        await self._http.call(_calls.pause(self.sandbox_id, wait_durable, memory))
+
+    async def resume(self, timeout_ms: Optional[int] = None, memory: Optional[bool] = None) -> None:
         """Resume a paused sandbox (a running one is left as is). timeout_ms, when given, replaces the time
-        it had left when paused. Raises SandboxGoneError when its image could not be restored."""
-        await self._http.call(_calls.resume(self.sandbox_id, timeout_ms))
+        it had left when paused. Raises SandboxGoneError when its image could not be restored. ``memory=False``
+        asks for a fresh boot over its disk, as a sandbox paused with ``memory=False`` resumes anyway; one
+        paused with its memory raises ConflictError and stays paused."""
+        await self._http.call(_calls.resume(self.sandbox_id, timeout_ms, memory))
 
     async def snapshot(self, name: Optional[str] = None) -> SnapshotInfo:
         """Save the sandbox, kernel state included, without stopping it. Create sandboxes from it with

@@ -185,14 +185,18 @@ def kill(sandbox_id: str) -> Call[None]:
     return Call("DELETE", sandbox_path(sandbox_id), _nothing, rescue=_none_if_missing)
 
 
-def pause(sandbox_id: str, wait_durable: bool) -> Call[None]:
-    body = {"waitDurable": True} if wait_durable else {}
+def pause(sandbox_id: str, wait_durable: bool, memory: Optional[bool] = None) -> Call[None]:
+    body: Dict[str, Any] = {"waitDurable": True} if wait_durable else {}
+    if memory is not None:
+        body["memory"] = memory
     return Call("POST", sandbox_path(sandbox_id, "/pause"), _nothing, json=body, timeout=_core.DEFAULT_CREATE_TIMEOUT)
 
 
-def resume(sandbox_id: str, timeout_ms: Optional[int]) -> Call[None]:
+def resume(sandbox_id: str, timeout_ms: Optional[int], memory: Optional[bool] = None) -> Call[None]:
     _core.check_ms("timeout_ms", timeout_ms)
-    body = {"timeoutMs": timeout_ms} if timeout_ms is not None else {}
+    body: Dict[str, Any] = {"timeoutMs": timeout_ms} if timeout_ms is not None else {}
+    if memory is not None:
+        body["memory"] = memory
     return Call("POST", sandbox_path(sandbox_id, "/resume"), _nothing, json=body, timeout=_core.DEFAULT_CREATE_TIMEOUT)
 
 

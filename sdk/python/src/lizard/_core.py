@@ -157,6 +157,7 @@ def create_body(
     on_timeout: Optional[str] = None,
     allow_internet: Optional[bool] = None,
     network: Optional[Mapping[str, Any]] = None,
+    pause_memory: Optional[bool] = None,
 ) -> Dict[str, Any]:
     """The body of POST /v1/sandboxes."""
     check_ms("timeout_ms", timeout_ms)
@@ -191,6 +192,8 @@ def create_body(
         body["diskMb"] = disk_mb
     if on_timeout is not None:
         body["onTimeout"] = on_timeout
+    if pause_memory is not None:
+        body["pauseMemory"] = bool(pause_memory)
     if allow_internet is not None:
         body["allowInternet"] = bool(allow_internet)
     if network is not None:

@@ -246,6 +246,7 @@ class CodeSandbox:
         on_timeout: Optional[str] = None,
         allow_internet: Optional[bool] = None,
         network: Optional[Mapping[str, Any]] = None,
+        pause_memory: Optional[bool] = None,
         transport: Optional[httpx.BaseTransport] = None,
     ) -> "CodeSandbox":
         """Create a sandbox and return it once it runs.
@@ -276,6 +277,8 @@ class CodeSandbox:
             disk_mb: the size of its writable layer in MiB; default and maximum are the server's. Another size
                 than the default boots cold instead of from the template's snapshot.
             on_timeout: what happens when the timeout passes: ``"kill"`` (the default) or ``"pause"``.
+            pause_memory: False has its pauses (at its timeout, and :meth:`pause` without ``memory``) keep its
+                disk alone: no memory, a fresh boot at resume (see :meth:`pause`).
             allow_internet: False takes all network egress away from the sandbox; None or True leaves what the
                 server allows.
             network: its network policy by domain name, such as ``{"default": "deny", "allow": ["pypi.org",
@@ -285,7 +288,7 @@ class CodeSandbox:
         url, key = _core.resolve_config(api_key, api_url)
         body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id, volumes, public_ports,
                                  memory_mb=memory_mb, cpus=cpus, disk_mb=disk_mb, on_timeout=on_timeout,
-                                 allow_internet=allow_internet, network=network)
+                                 allow_internet=allow_internet, network=network, pause_memory=pause_memory)
         http = _Http(url, key, _calls.client_timeout(request_timeout), transport)
         try:
             info = http.call(_calls.create(body, request_timeout))
@@ -394,7 +397,7 @@ class CodeSandbox:
         except LizardError:
             pass
 
-    def pause(self, wait_durable: bool = False) -> None:
+    def pause(self, wait_durable: bool = False, memory: Optional[bool] = None) -> None:
         """Pause the sandbox: its memory, kernel variables, processes and files are saved to the server's
         disk and it stops using CPU and memory. Its timeout clock stops too. Any call on it (run_code,
         commands, files), :meth:`resume` or ``connect`` resumes it. Raises ConflictError when a call
@@ -402,13 +405,20 @@ class CodeSandbox:
 
         The image is copied to the server's image store in the background; ``wait_durable=True``
         returns only once it is there (``durable``), so that the sandbox outlives the machine that
-        paused it, and raises SandboxError (503) if that takes over 5 minutes."""
-        self._http.call(_calls.pause(self.sandbox_id, wait_durable))
+        paused it, and raises SandboxError (503) if that takes over 5 minutes.
 
-    def resume(self, timeout_ms: Optional[int] = None) -> None:
+        ``memory=False`` keeps its disk alone — its files, not its memory, kernel variables or
+        processes — a far smaller image; the resume boots it fresh over that disk, with its envs,
+        metadata and ID. It holds for the sandbox's later pauses too (those at its timeout);
+        ``None`` keeps the sandbox's setting."""
+        self._http.call(_calls.pause(self.sandbox_id, wait_durable, memory))
+
+    def resume(self, timeout_ms: Optional[int] = None, memory: Optional[bool] = None) -> None:
         """Resume a paused sandbox (a running one is left as is). timeout_ms, when given, replaces the time
-        it had left when paused. Raises SandboxGoneError when its image could not be restored."""
-        self._http.call(_calls.resume(self.sandbox_id, timeout_ms))
+        it had left when paused. Raises SandboxGoneError when its image could not be restored. ``memory=False``
+        asks for a fresh boot over its disk, as a sandbox paused with ``memory=False`` resumes anyway; one
+        paused with its memory raises ConflictError and stays paused."""
+        self._http.call(_calls.resume(self.sandbox_id, timeout_ms, memory))
 
     def snapshot(self, name: Optional[str] = None) -> SnapshotInfo:
         """Save the sandbox, kernel state included, without stopping it. Create sandboxes from it with

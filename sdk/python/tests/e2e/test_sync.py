@@ -293,6 +293,10 @@ def test_pause_resume_snapshot_fork(sandbox: CodeSandbox) -> None:
         for f in forks:
             f.kill()
             f.close()
+    sandbox.files.write("/home/user/kept.txt", "on disk")
+    sandbox.pause(memory=False)  # the disk alone: the resume boots fresh over it
+    assert sandbox.files.read("/home/user/kept.txt") == "on disk"
+    assert sandbox.run_code("'survives' in globals()").results[0].data == "False"
 
 
 @pytest.mark.parametrize("call", ["run_code", "process"])

@@ -330,6 +330,11 @@ describe('end to end against lizard serve', { skip: why, timeout: 60 * MIN }, ()
         assert.ok(info.state === 'paused' && info.durable, JSON.stringify(info));
         await CodeSandbox.connect(sb.sandboxId);
         assert.equal((await sb.getInfo()).state, 'running', 'connect resumes a paused sandbox');
+        await sb.files.write('/home/user/kept.txt', 'on disk');
+        await sb.pause({ memory: false }); // the disk alone: the resume boots fresh over it
+        assert.equal(await sb.files.read('/home/user/kept.txt'), 'on disk');
+        assert.equal((await sb.runCode("'survivor' in globals()")).results[0]?.data, 'False', 'kernel state goes with the memory');
+        await sb.runCode('import random\nsurvivor = 99'); // the kernel booted fresh
         const snap = await sb.snapshot();
         assert.equal(snap.sandboxId, sb.sandboxId);
         assert.ok(snap.sizeBytes > 0);
