@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -121,4 +122,49 @@ func TestPauseDiskOnly(t *testing.T) {
 			t.Errorf("after the auto-pause's resume: %q, want the file kept", got)
 		}
 	})
+}
+
+// TestAdversarialDiskOnlyPause: a sandbox's saved disk is its own writes,
+// which it controls. Symlinks to host paths and a disk filled to its limit
+// are saved and put back inside the new sandbox's overlay by the Sentry,
+// never unpacked on the host: the host's files stay as they were, the
+// links resolve inside the sandbox, and the sandbox boots.
+func TestAdversarialDiskOnlyPause(t *testing.T) {
+	s := startServer(t)
+	c := s.createProject("proj_fspause_adv")
+	ctx := context.Background()
+	host := filepath.Join(t.TempDir(), "host-file")
+	if err := os.WriteFile(host, []byte("host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb := newSandbox(t, c, api.CreateSandboxRequest{TimeoutMs: msp(300_000), DiskMb: new(int64(64))})
+	id := sb.SandboxID
+	execOK(t, c, id, "sh", "-c", "ln -s "+host+" /home/user/to-host && ln -s ../../../../.."+host+" /home/user/up && "+
+		"mkdir -p "+filepath.Dir(host)+" && echo sandbox > /home/user/to-host && mkdir -p /home/user/big && "+
+		"{ dd if=/dev/zero of=/home/user/big/fill bs=1M count=100 2>/dev/null; true; }")
+	no := false
+	begin := time.Now()
+	if _, err := c.PauseSandboxWith(ctx, id, api.PauseRequest{Memory: &no}); err != nil {
+		t.Fatalf("PauseSandbox(memory false): %v", err)
+	}
+	t.Logf("a full 64 MiB disk: image %d bytes, pause %s", imagestore.DirSize(filepath.Join(s.dataDir, "images", id)), time.Since(begin).Round(time.Millisecond))
+	begin = time.Now()
+	if _, err := c.ResumeSandbox(ctx, id, api.ResumeRequest{}); err != nil {
+		t.Fatalf("ResumeSandbox: %v", err)
+	}
+	t.Logf("resume %s", time.Since(begin).Round(time.Millisecond))
+	if b, err := os.ReadFile(host); err != nil || string(b) != "host" {
+		t.Errorf("host file after the pause: %q, %v; want it untouched", b, err)
+	}
+	// The link is kept; its target was the sandbox's own /tmp, which a
+	// boot clears: it resolves to nothing, never to the host's file.
+	if got := strings.TrimSpace(execOK(t, c, id, "sh", "-c", "readlink /home/user/to-host; cat /home/user/to-host /home/user/up 2>/dev/null; true")); got != host {
+		t.Errorf("after the disk-only resume: %q; want the link alone, resolving inside the sandbox", got)
+	}
+	if b, err := os.ReadFile(host); err != nil || string(b) != "host" {
+		t.Errorf("host file after the resume: %q, %v; want it untouched", b, err)
+	}
+	if got := py(t, c, id, "print(1 + 1)"); got != "2" {
+		t.Errorf("code after the disk-only resume of a full disk: %q", got)
+	}
 }

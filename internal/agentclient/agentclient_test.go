@@ -22,6 +22,7 @@ type fakeAgent struct {
 	auth    map[string][]string // path → Authorization headers seen
 	healthy bool
 	reseed  api.ReseedRequest
+	env     []byte // GET /env's answer
 }
 
 func newClient(t *testing.T, a *fakeAgent) *Client {
@@ -41,6 +42,8 @@ func newClient(t *testing.T, a *fakeAgent) *Client {
 		case api.AgentReseedPath:
 			json.NewDecoder(r.Body).Decode(&a.reseed)
 			w.WriteHeader(http.StatusNoContent)
+		case api.AgentEnvPath:
+			w.Write(a.env)
 		}
 	}))
 	t.Cleanup(srv.Close)
@@ -150,5 +153,30 @@ func TestReseedWhenUp(t *testing.T) {
 	err = dead.ReseedWhenUp(ctx, api.ReseedRequest{SandboxID: "sbx"}, "", func(context.Context) error { return errors.New("its runtime stopped") })
 	if !errors.Is(err, ErrStopped) {
 		t.Errorf("ReseedWhenUp to a stopped sandbox = %v; want ErrStopped", err)
+	}
+}
+
+// TestEnvBounded: the environment a pause keeping the disk alone saves is
+// taken from the agent, which the sandbox's code may have replaced: an
+// answer past MaxEnvBytes is refused (the pause fails, the sandbox runs
+// on), not read whole.
+func TestEnvBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		body    []byte
+		want    []string
+		wantErr bool
+	}{
+		{"its environment", []byte(`{"env":["A=1","B=2"]}`), []string{"A=1", "B=2"}, false},
+		{"past the bound", []byte(`{"env":["A=` + strings.Repeat("x", MaxEnvBytes) + `"]}`), nil, true},
+		{"not JSON", []byte("garbage"), nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, &fakeAgent{healthy: true, env: tc.body})
+			got, err := c.Env(context.Background(), "sbx")
+			if (err != nil) != tc.wantErr || strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Errorf("Env = %q, %v; want %q, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
 	}
 }
