@@ -377,13 +377,17 @@ def test_filesystem_only_pause(sandbox: Sandbox) -> None:
     connect(on_resume="reboot") resumes it. An auto-pause with mode "filesystem" does the same."""
     sandbox.run_code("gone = 'with the memory'")
     sandbox.files.write("/home/user/kept.txt", "on disk")
+    boot_before = sandbox.commands.run("cat /proc/sys/kernel/random/boot_id").stdout.strip()
     assert sandbox.pause(keep_memory=False)
+    assert not sandbox.is_running()
     assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.PAUSED
     again = Sandbox.connect(sandbox.sandbox_id, on_resume="reboot")
     assert again.sandbox_id == sandbox.sandbox_id
     assert again.files.read("/home/user/kept.txt") == "on disk"
     assert again.run_code("'gone' in globals()").text == "False"
     assert again.commands.run("echo $LIZARD_SANDBOX_ID").stdout.strip() == sandbox.sandbox_id
+    # A fresh kernel boot id: booted cold, not restored from memory.
+    assert again.commands.run("cat /proc/sys/kernel/random/boot_id").stdout.strip() not in ("", boot_before)
     assert again.pause(mode="filesystem")
     again = Sandbox.connect(sandbox.sandbox_id)  # a plain connect boots it over its disk too
     assert again.files.read("/home/user/kept.txt") == "on disk"
