@@ -63,9 +63,12 @@ type plan struct {
 	TimeoutMs int64             `json:"timeoutMs"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	OnTimeout string            `json:"onTimeout,omitempty"`
-	Envs      []string          `json:"envs,omitempty"`
-	Limits    node.Limits       `json:"limits"`
-	Internet  bool              `json:"internet"`
+	// PauseDiskOnly is node.Plan.PauseDiskOnly: its pauses keep the disk
+	// alone, on whichever node it runs.
+	PauseDiskOnly bool        `json:"pauseDiskOnly,omitempty"`
+	Envs          []string    `json:"envs,omitempty"`
+	Limits        node.Limits `json:"limits"`
+	Internet      bool        `json:"internet"`
 	// Network is parsed again as it is decoded (netpolicy.Policy's
 	// UnmarshalJSON).
 	Network *netpolicy.Policy `json:"network,omitempty"`
@@ -82,7 +85,7 @@ type plan struct {
 
 func toWire(p node.Plan) plan {
 	return plan{ProjectID: p.ProjectID, Role: p.Role, Template: p.Template, TimeoutMs: p.TimeoutMs, Metadata: p.Metadata,
-		OnTimeout: p.OnTimeout, Envs: p.Envs, Limits: p.Limits, Internet: p.Internet, Image: p.Image,
+		OnTimeout: p.OnTimeout, PauseDiskOnly: p.PauseDiskOnly, Envs: p.Envs, Limits: p.Limits, Internet: p.Internet, Image: p.Image,
 		Token: p.Token, TokenExpires: p.KeyExpires, ParentID: p.ParentID, Volumes: volumesToWire(p.Volumes),
 		PublicPorts: p.PublicPorts, SnapshotID: p.SnapshotID, Network: wirePolicy(p.Network)}
 }
@@ -98,7 +101,7 @@ func wirePolicy(p *netpolicy.Policy) *netpolicy.Policy {
 
 func (w plan) plan() node.Plan {
 	return node.Plan{ProjectID: w.ProjectID, Role: w.Role, Template: w.Template, TimeoutMs: w.TimeoutMs, Metadata: w.Metadata,
-		OnTimeout: w.OnTimeout, Envs: w.Envs, Limits: w.Limits, Internet: w.Internet, Image: w.Image,
+		OnTimeout: w.OnTimeout, PauseDiskOnly: w.PauseDiskOnly, Envs: w.Envs, Limits: w.Limits, Internet: w.Internet, Image: w.Image,
 		ParentID: w.ParentID, Volumes: volumesFromWire(w.Volumes), PublicPorts: w.PublicPorts, KeyExpires: w.TokenExpires,
 		Token: w.Token, SnapshotID: w.SnapshotID, Network: w.Network}
 }
