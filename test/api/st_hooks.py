@@ -46,9 +46,10 @@ RULES = {
     # The program must exist; the tag's bound is in bytes; the user is root or the sandbox's.
     "startProcess": [r"^cmd: ", r"^cwd: ", r"^args: ", r"^tag: is \d+ bytes", r"^user: "],
     "deleteContext": [r"^id: the default context \S+ cannot be deleted"],
-    # What is at the path, and what the sandbox user may do there.
+    # What is at the path, and what the sandbox user may do there; a file's metadata keys and values
+    # are printable US-ASCII within bytes' bounds (the description of metadata).
     "readFile": [r"^path: "],
-    "writeFile": [r"^path: "],
+    "writeFile": [r"^path: ", r"^metadata: "],
     "removeFile": [r"^path: "],
     "listDir": [r"^path: "],
     "statFile": [r"^path: "],
