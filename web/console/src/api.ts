@@ -69,6 +69,8 @@ export interface Snapshot {
   sizeBytes: number;
   /** Its image is in the image store: creates from it may run on any node. */
   durable?: boolean;
+  /** Its name in the project, when it has one. */
+  name?: string;
 }
 
 export interface CreateSandboxRequest {
@@ -86,6 +88,8 @@ export interface CreateSandboxRequest {
   volumes?: VolumeMount[];
   publicPorts?: boolean;
   network?: NetworkPolicy;
+  /** false: its pauses keep the disk alone and a resume boots afresh. */
+  pauseMemory?: boolean;
 }
 
 export interface Result {
@@ -228,6 +232,8 @@ export interface EntryInfo {
   group?: string;
   /** Where a symlink points; absent for other types. */
   symlinkTarget?: string;
+  /** The file's metadata (its user.e2b.* extended attributes). */
+  metadata?: Record<string, string>;
 }
 
 type Query = Record<string, string | string[] | undefined>;
