@@ -233,29 +233,29 @@ func NewAgentProxy(n Node, log *slog.Logger) *agentproxy.Proxy {
 var errAgentUnanswered = &errdefs.Error{Kind: errdefs.ErrBadGateway,
 	Msg: "the sandbox's agent did not answer; retry shortly, and if it persists kill the sandbox and create a new one"}
 
-// agentGoneWait bounds how long unanswered waits for an ending sandbox's
+// agentGoneWait bounds how long Unanswered waits for an ending sandbox's
 // state to be recorded.
 const agentGoneWait = 2 * time.Second
 
-// unanswered is the error for a proxied call whose agent did not answer
-// or broke off before its response began. When the sandbox has ended or
-// stopped running meanwhile (killed, expired, failed, paused), that is the
-// answer — 410 naming how it ended, or 409 — not a 502 that tells the
-// client to retry: a sandbox whose timeout passed counts as expired, and
-// one being torn down is given agentGoneWait for its end to be recorded.
-// Only an agent that fails in a sandbox still running is a 502.
-func (n *Local) unanswered(ctx context.Context, id string) error {
+// Unanswered is the error for a proxied call to sandbox id whose agent did
+// not answer or broke off before its response began; state reads the
+// sandbox's expiry and whether it still runs (Check's error if not), from
+// wherever its caller sees it (the node's store, or control across a
+// cluster). When the sandbox has ended or stopped running meanwhile
+// (killed, expired, failed, paused), that is the answer — 410 naming how
+// it ended, or 409 — not a 502 that tells the client to retry: a sandbox
+// whose timeout passed counts as expired, and one being torn down is
+// given agentGoneWait for its end to be recorded. Only an agent that
+// fails in a sandbox still running is a 502.
+func Unanswered(ctx context.Context, id string, state func(context.Context) (expires *time.Time, err error)) error {
 	deadline := time.Now().Add(agentGoneWait)
 	for {
-		sb, err := n.get(ctx, id)
-		if err == nil {
-			err = check(sb, WantRunning)
-		}
+		expires, err := state(ctx)
 		if err != nil {
 			return err
 		}
 		if !time.Now().Before(deadline) {
-			if sb.ExpiresAt != nil && !time.Now().Before(*sb.ExpiresAt) {
+			if expires != nil && !time.Now().Before(*expires) {
 				return &errdefs.Error{Kind: errdefs.ErrGone,
 					Msg: "sandbox " + id + " expired during the call (its timeout passed; extend it with setTimeout next time); create a new sandbox"}
 			}
@@ -268,4 +268,15 @@ func (n *Local) unanswered(ctx context.Context, id string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// unanswered is Unanswered as the node sees the sandbox, in its store.
+func (n *Local) unanswered(ctx context.Context, id string) error {
+	return Unanswered(ctx, id, func(ctx context.Context) (*time.Time, error) {
+		sb, err := n.get(ctx, id)
+		if err == nil {
+			err = check(sb, WantRunning)
+		}
+		return sb.ExpiresAt, err
+	})
 }

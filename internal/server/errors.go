@@ -9,6 +9,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/node"
 )
 
 // classify maps an error to its one status, code and client message, by
@@ -70,40 +71,14 @@ func notFound(mux *http.ServeMux) http.HandlerFunc {
 	}
 }
 
-// agentGoneWait bounds how long agentFailed waits for an ending sandbox's
-// state to be recorded.
-const agentGoneWait = 2 * time.Second
-
-// agentFailed is the error for a proxied call whose agent did not answer or
-// broke off before its response began. When the sandbox has ended or
-// stopped running meanwhile (killed, expired, failed, paused), that is the
-// answer — 410 naming how it ended, or 409 — not a 502 that tells the
-// client to retry: a sandbox whose timeout passed counts as expired, and
-// one being torn down is given agentGoneWait for its end to be recorded.
-// Only an agent that fails in a sandbox still running is a 502.
+// agentFailed is node.Unanswered as the control plane sees the sandbox,
+// which is every node's in a cluster.
 func (s *Server) agentFailed(ctx context.Context, project, id string) error {
-	deadline := time.Now().Add(agentGoneWait)
-	for {
+	return node.Unanswered(ctx, id, func(ctx context.Context) (*time.Time, error) {
 		sb, err := s.c.Get(ctx, project, id)
-		if err != nil {
-			return err
+		if err == nil {
+			err = s.c.CheckRunning(ctx, project, id) // gone (410) or not running (409), with the control plane's message
 		}
-		if err := s.c.CheckRunning(ctx, project, id); err != nil {
-			return err // gone (410) or not running (409), with the control plane's message
-		}
-		expired := sb.ExpiresAt != nil && !time.Now().Before(*sb.ExpiresAt)
-		if expired && !time.Now().Before(deadline) {
-			return &errdefs.Error{Kind: errdefs.ErrGone,
-				Msg: "sandbox " + id + " expired during the call (its timeout passed; extend it with setTimeout next time); create a new sandbox"}
-		}
-		if !time.Now().Before(deadline) {
-			return &errdefs.Error{Kind: errdefs.ErrBadGateway,
-				Msg: "sandbox " + id + "'s agent did not answer; retry shortly, and if it persists kill the sandbox and create a new one"}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return sb.ExpiresAt, err
+	})
 }
