@@ -25,7 +25,8 @@ import (
 )
 
 // peekTimeout bounds how long a sandbox may take to send the first bytes
-// (ClientHello or request head) the proxy needs to decide.
+// (ClientHello or request head) the proxy needs to decide, unless
+// Proxy.PeekTimeout says otherwise.
 const peekTimeout = 10 * time.Second
 
 // maxPeek bounds the bytes read to find the name.
@@ -53,6 +54,9 @@ type Proxy struct {
 	Logger      *slog.Logger
 	// Decided, when set, is told every decision (metrics).
 	Decided func(sb Sandbox, d Decision)
+	// PeekTimeout, when set, replaces peekTimeout (tests that hold
+	// connections open longer than a loaded machine takes to open them).
+	PeekTimeout time.Duration
 
 	ln     net.Listener
 	wg     sync.WaitGroup
@@ -174,7 +178,11 @@ func (p *Proxy) decide(c net.Conn, sb Sandbox) (*Decision, error) {
 		return d, fmt.Errorf("port %d is not one the policy proxies", d.Port)
 	}
 	rec := &recorder{r: c}
-	_ = c.SetReadDeadline(time.Now().Add(peekTimeout))
+	wait := peekTimeout
+	if p.PeekTimeout > 0 {
+		wait = p.PeekTimeout
+	}
+	_ = c.SetReadDeadline(time.Now().Add(wait))
 	br := bufio.NewReaderSize(io.LimitReader(rec, maxPeek), 4096)
 	first, err := br.Peek(1)
 	if err != nil {

@@ -42,6 +42,10 @@ type Resolver struct {
 	Logger   *slog.Logger
 	// Decided, when set, is told every decision (metrics).
 	Decided func(sb Sandbox, d Decision)
+	// TCPReadTimeout, when set, is how long a TCP connection may wait for
+	// its first query (the DNS server's 2 s when zero): tests that hold
+	// connections open longer than a loaded machine takes to open them.
+	TCPReadTimeout time.Duration
 
 	udp, tcp *dns.Server
 	port     int
@@ -100,7 +104,7 @@ func (r *Resolver) Start(host string, port int) error {
 		}
 		r.port = p
 		r.udp = &dns.Server{PacketConn: pc, Handler: r}
-		r.tcp = &dns.Server{Listener: sandboxListener{Listener: ln, table: r.Table}, Handler: r}
+		r.tcp = &dns.Server{Listener: sandboxListener{Listener: ln, table: r.Table}, Handler: r, ReadTimeout: r.TCPReadTimeout}
 		go r.udp.ActivateAndServe()
 		go r.tcp.ActivateAndServe()
 		return nil
