@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -65,10 +66,12 @@ var floors = []struct {
 	}},
 	{"surfaces: what answers callers", []string{
 		"internal/server", "internal/e2b", "internal/e2b/envd", "internal/console",
-		"internal/events", "internal/webhook",
 	}},
 	{"the control plane and the cluster", []string{
 		"internal/control", "internal/cluster", "internal/cluster/remote",
+	}},
+	{"what the control plane keeps of a project beside its sandboxes: its lifecycle events and webhooks", []string{
+		"internal/events", "internal/webhook",
 	}},
 	{"the node", []string{
 		"internal/node", "internal/node/nodetest", "internal/warm",
@@ -315,6 +318,33 @@ func TestFloors(t *testing.T) {
 			}
 			if _, ok := imports[p]; !ok {
 				t.Errorf("floors name %s, which has no Go code: remove it", p)
+			}
+		}
+	}
+}
+
+// throughControl are the packages that hold a project's state, which the
+// surfaces reach only through control (Control.Project(id) → Events,
+// Webhooks, Secrets, ...): a surface that held them beside control would
+// answer by rules control does not see (issue 35: "secrets, events and
+// webhooks are called straight from server, beside control").
+var throughControl = []string{"internal/store", "internal/events", "internal/webhook"}
+
+// surfaces are the packages that answer callers over control.
+var surfaces = []string{"internal/server", "internal/e2b", "internal/e2b/envd"}
+
+// TestSurfacesThroughControl: no surface imports a package of
+// throughControl. Floors alone allow it: those sit below the surfaces.
+func TestSurfacesThroughControl(t *testing.T) {
+	s := parseSource(t)
+	for file, f := range s.files {
+		if !slices.Contains(surfaces, pathDir(file)) {
+			continue
+		}
+		for _, im := range f.Imports {
+			p, _ := strconv.Unquote(im.Path.Value)
+			if rest, ok := strings.CutPrefix(p, module); ok && slices.Contains(throughControl, rest) {
+				t.Errorf("%s imports %s: a surface reaches a project's state through control (Control.Project(id)), not beside it", file, rest)
 			}
 		}
 	}

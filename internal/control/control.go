@@ -25,11 +25,13 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/events"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/webhook"
 )
 
 // Config says what the control plane allows. Node and Store are required;
@@ -104,6 +106,11 @@ type Config struct {
 	// Secrets are the projects' secrets, which a policy's inject rules
 	// must name (docs/secrets.md); nil: not checked here.
 	Secrets *secrets.Store
+	// Events reads the lifecycle events recorded in the store, and
+	// Webhooks keeps the projects' webhooks (docs/events.md); nil: the
+	// API serves neither (EventsKept, WebhooksKept).
+	Events   *events.Log
+	Webhooks *webhook.Service
 }
 
 // Control serves the API's sandbox operations. It is safe for concurrent

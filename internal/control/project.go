@@ -1,10 +1,12 @@
 package control
 
 // Project is one project's resources beside its sandboxes — its volumes,
-// custom templates, snapshots and default network policy — reached one
-// way: Control.Project(id), then the resource, each a small type of its
-// own (Volumes, Templates, Snapshots, Network), so that Control keeps
-// to sandboxes and what they need.
+// custom templates, snapshots, default network policy, secrets, lifecycle
+// events and webhooks — reached one way: Control.Project(id), then the
+// resource, each a small type of its own (Volumes, Templates, Snapshots,
+// Network, Secrets, Events, Webhooks), so that Control keeps to
+// sandboxes and what they need, and no surface holds a project's state
+// beside it.
 type Project struct {
 	c  *Control
 	id string
@@ -61,6 +63,25 @@ func (p Project) Secrets() Secrets { return Secrets{c: p.c, project: p.id} }
 
 // Secrets are one project's secrets.
 type Secrets struct {
+	c       *Control
+	project string
+}
+
+// Events are the project's lifecycle events (docs/events.md): pages of
+// them, and a stream of them as they are recorded (events.go).
+func (p Project) Events() Events { return Events{c: p.c, project: p.id} }
+
+// Events are one project's lifecycle events.
+type Events struct {
+	c       *Control
+	project string
+}
+
+// Webhooks are the URLs the project's events are sent to (webhooks.go).
+func (p Project) Webhooks() Webhooks { return Webhooks{c: p.c, project: p.id} }
+
+// Webhooks are one project's webhooks.
+type Webhooks struct {
 	c       *Control
 	project string
 }

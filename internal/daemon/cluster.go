@@ -330,6 +330,8 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	sec := secretStore(st, secretsKey)
+	evlog := &events.Log{Store: st}
+	hooks := c.events.webhooks(st, logger)
 	templates := cluster.Templates{Router: router}
 	ctl, err := control.New(control.Config{
 		Builder: templates, Forget: templates.Forget, BuildsPerHour: c.BuildsPerHour,
@@ -341,7 +343,7 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 		MaxVolumeBytes: c.MaxVolumeMb << 20,
 		MaxVolumes:     c.policy.MaxVolumes, MaxVolumeTotalBytes: c.policy.MaxVolumeTotalMb << 20,
 		Quota:   &node.Quota{Store: st, MaxLive: c.policy.MaxSandboxes, MaxDisk: c.policy.MaxProjectDiskMb << 20, DefaultDisk: limits.DiskBytes},
-		Secrets: sec,
+		Secrets: sec, Events: evlog, Webhooks: hooks,
 	})
 	if err != nil {
 		return err
@@ -351,16 +353,14 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 	// The router tells only of the ends it records (lost nodes, once per
 	// cluster under the sweeper's lock); nodes record the rest.
 	router.Subscribe((&events.Recorder{Store: st, Log: logger}).Handle)
-	evlog := &events.Log{Store: st}
 	go evlog.RunPruner(ctx, c.events.Retention, logger)
-	hooks := c.events.webhooks(st, logger)
 	go hooks.Run(ctx)
 	// The API's own descriptors: its requests under way, per project.
 	descriptors, err := c.policy.descriptorBudget(logger, mx)
 	if err != nil {
 		return err
 	}
-	scfg := c.serverConfig(ln, apiParts{control: ctl, store: st, events: evlog, webhooks: hooks,
+	scfg := c.serverConfig(ln, apiParts{control: ctl, store: st,
 		descriptors: descriptors, audit: audit, logger: logger, metrics: mx})
 	scfg.Nodes = router.AdminHandler()
 	h := server.New(scfg)

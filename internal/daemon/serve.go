@@ -295,13 +295,13 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	n, pool, rt := parts.node, parts.pool, parts.rt
-	ctl, err := c.newControl(parts, st, secretsStore, audit, logger)
+	evlog := &events.Log{Store: st}
+	hooks := c.events.webhooks(st, logger)
+	ctl, err := c.newControl(parts, st, secretsStore, evlog, hooks, audit, logger)
 	if err != nil {
 		return err
 	}
-	evlog := &events.Log{Store: st}
-	hooks := c.events.webhooks(st, logger)
-	h := server.New(c.serverConfig(ln, apiParts{control: ctl, store: st, events: evlog, webhooks: hooks,
+	h := server.New(c.serverConfig(ln, apiParts{control: ctl, store: st,
 		descriptors: parts.descriptors, audit: audit, logger: logger, metrics: mx}))
 	// Sandboxes holding a lizardToken reach the API on their own host
 	// address, opened and closed as they start and stop.
@@ -333,7 +333,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 
 // newControl is serve's control plane over its node, with the builder of
 // custom templates it runs itself.
-func (c *serveConfig) newControl(parts nodeParts, st *store.Store, sec *secrets.Store, audit, logger *slog.Logger) (*control.Control, error) {
+func (c *serveConfig) newControl(parts nodeParts, st *store.Store, sec *secrets.Store, evlog *events.Log, hooks *webhook.Service, audit, logger *slog.Logger) (*control.Control, error) {
 	agentKey, err := loadAgentKey(c.DataDir) // the ports' access tokens derive from it too
 	if err != nil {
 		return nil, err
@@ -351,6 +351,7 @@ func (c *serveConfig) newControl(parts nodeParts, st *store.Store, sec *secrets.
 		PortsKey: agentKey, PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
 		Builder: builder, BuildsPerHour: c.BuildsPerHour,
 		Secrets: sec, ImagesOnDisk: c.images.URL == "",
+		Events: evlog, Webhooks: hooks,
 	}
 	if parts.pool != nil {
 		ccfg.Forget = parts.pool.Forget
@@ -363,8 +364,6 @@ func (c *serveConfig) newControl(parts nodeParts, st *store.Store, sec *secrets.
 type apiParts struct {
 	control     *control.Control
 	store       *store.Store
-	events      *events.Log
-	webhooks    *webhook.Service
 	descriptors *fdbudget.Budget
 	audit       *slog.Logger
 	logger      *slog.Logger
@@ -387,9 +386,7 @@ func (f *sharedFlags) serverConfig(ln net.Listener, p apiParts) server.Config {
 		E2B:         &e2b.Config{},
 		// The MCP tools call this API over loopback with the caller's
 		// key, like any client (internal/mcp's Handler).
-		MCP:      mcp.Handler(loopbackURL(ln.Addr()), version(), p.logger),
-		Events:   p.events,
-		Webhooks: p.webhooks,
+		MCP: mcp.Handler(loopbackURL(ln.Addr()), version(), p.logger),
 	}
 }
 

@@ -22,12 +22,10 @@ import (
 	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/e2b/envd"
 	"github.com/lizard-build/lizard/internal/errdefs"
-	"github.com/lizard-build/lizard/internal/events"
 	"github.com/lizard-build/lizard/internal/fdbudget"
 	"github.com/lizard-build/lizard/internal/inflight"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/trace"
-	"github.com/lizard-build/lizard/internal/webhook"
 )
 
 // Config says what the API serves.
@@ -66,11 +64,6 @@ type Config struct {
 	// MCP, when set, serves the Model Context Protocol at /mcp
 	// (internal/mcp) to callers with an API key.
 	MCP http.Handler
-	// Events, when set, serves GET /v1/events from the lifecycle events
-	// recorded in its store.
-	Events *events.Log
-	// Webhooks, when set, serves /v1/webhooks.
-	Webhooks *webhook.Service
 	// Nodes, when set, serves /v1/nodes/ (a cluster's drain and undrain,
 	// cluster.Router.AdminHandler), which checks its own credential.
 	Nodes http.Handler
@@ -88,10 +81,8 @@ type Server struct {
 	portsDomain string
 	// e2b serves E2B's surface, when on; with a ports domain it also takes
 	// E2B's host form of sandbox calls (49983-<id>.D, 49999-<id>.D).
-	e2b      http.Handler
-	maxFile  int64
-	events   *events.Log
-	webhooks *webhook.Service
+	e2b     http.Handler
+	maxFile int64
 	// observe counts how each run through the agent proxy ended, on
 	// every surface (agentproxy.Metered).
 	observe func(agentproxy.Outcome)
@@ -104,7 +95,7 @@ type Server struct {
 // New returns the API handler.
 func New(cfg Config) *Server {
 	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain, maxFile: cfg.MaxFileBytes, portsInFlight: inflight.New(maxPortsInFlight),
-		events: cfg.Events, webhooks: cfg.Webhooks, observe: agentproxy.Metered(cfg.Metrics)}
+		observe: agentproxy.Metered(cfg.Metrics)}
 	// API keys on exposed ports are checked by hand (ports.go); a cluster
 	// node's forwarded calls carry none.
 	s.keys, _ = cfg.Keys.(*auth.Verifier)
@@ -139,7 +130,10 @@ func New(cfg Config) *Server {
 	s.templateRoutes(mux, authed)
 	s.secretRoutes(mux, authed)
 	s.projectNetworkRoutes(mux, authed)
-	if cfg.Events != nil {
+	// GET /v1/events and /v1/webhooks are API paths only where the
+	// control plane keeps them (Control.EventsKept, WebhooksKept); a
+	// server without one (the console's tests) serves neither.
+	if s.c != nil && s.c.EventsKept() {
 		mux.Handle("GET /v1/events", authed(s.listEvents))
 	}
 	s.webhookRoutes(mux, authed)

@@ -105,7 +105,9 @@ func newFakeAgent(t *testing.T) *fakeAgent {
 	return a
 }
 
-func newTestEnv(t *testing.T) *testEnv {
+// newTestEnv serves p1 and p2 on the fake runtime; mutate changes the
+// control plane's configuration (events, webhooks).
+func newTestEnv(t *testing.T, mutate ...func(*control.Config)) *testEnv {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, t.TempDir())
@@ -153,7 +155,11 @@ func newTestEnv(t *testing.T) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.c, err = control.New(control.Config{Node: e.n, Store: st, Logger: logger})
+	ccfg := control.Config{Node: e.n, Store: st, Logger: logger}
+	for _, m := range mutate {
+		m(&ccfg)
+	}
+	e.c, err = control.New(ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}

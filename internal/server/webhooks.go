@@ -9,7 +9,7 @@ import (
 
 // webhookRoutes serves a project's webhooks (docs/events.md).
 func (s *Server) webhookRoutes(mux *http.ServeMux, authed func(http.HandlerFunc) http.Handler) {
-	if s.webhooks == nil {
+	if s.c == nil || !s.c.WebhooksKept() {
 		return
 	}
 	// A project key only: a webhook outlives the key that made it, and
@@ -38,7 +38,7 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	wh, err := s.webhooks.Create(r.Context(), project, req)
+	wh, err := s.c.Project(project).Webhooks().Create(r.Context(), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -49,17 +49,17 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	ws, err := s.webhooks.List(r.Context(), project)
+	list, err := s.c.Project(project).Webhooks().List(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.WebhookList{Webhooks: ws})
+	writeJSON(w, http.StatusOK, list)
 }
 
 func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	if err := s.webhooks.Delete(r.Context(), project, r.PathValue("webhook")); err != nil {
+	if err := s.c.Project(project).Webhooks().Delete(r.Context(), r.PathValue("webhook")); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -69,10 +69,10 @@ func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) webhookDeliveries(w http.ResponseWriter, r *http.Request) {
 	project, _ := auth.ProjectID(r.Context())
-	ds, err := s.webhooks.Deliveries(r.Context(), project, r.PathValue("webhook"))
+	list, err := s.c.Project(project).Webhooks().Deliveries(r.Context(), r.PathValue("webhook"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.WebhookDeliveryList{Deliveries: ds})
+	writeJSON(w, http.StatusOK, list)
 }
