@@ -77,7 +77,7 @@ var floors = []struct {
 		"internal/node", "internal/node/nodetest", "internal/warm",
 	}},
 	{"what the node drives: runtimes, templates, network, images", []string{
-		"internal/recipe", "internal/template", "internal/volume",
+		"internal/recipe", "internal/template", "internal/oci", "internal/volume",
 		"internal/sandbox", "internal/sandbox/gvisor", "internal/sandbox/qemu",
 		"internal/sandbox/sandboxtest", "internal/sandbox/hostproc",
 		"internal/egress", "internal/secrets/inject", "internal/netns",
