@@ -296,38 +296,7 @@ func (f *flattener) entry(h *tar.Header, r io.Reader) error {
 		f.added[rel] = true
 		return f.chown(rel, h, true)
 	case tar.TypeLink:
-		target, err := clean(h.Linkname)
-		if err != nil {
-			return err
-		}
-		if f.skipped[target] {
-			f.skipped[rel] = true
-			f.rep.Special++
-			return nil
-		}
-		if err := f.parents(target); err != nil {
-			return err
-		}
-		fi, err := f.root.Lstat(target)
-		if err != nil {
-			return errdefs.Invalidf("the image's hard link %q names %q, which is not there", h.Name, h.Linkname)
-		}
-		if fi.IsDir() {
-			return errdefs.Invalidf("the image's hard link %q names a directory, %q", h.Name, h.Linkname)
-		}
-		if target == rel {
-			return nil
-		}
-		if err := f.remove(rel); err != nil {
-			return err
-		}
-		// linkat(2) without AT_SYMLINK_FOLLOW: a link to a symbolic link
-		// is a second name of the link, never of what it points at.
-		if err := f.root.Link(target, rel); err != nil {
-			return err
-		}
-		f.added[rel] = true
-		return nil // the inode's owner and mode are its first name's
+		return f.link(h, rel)
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
 		// Not made: a device node would be a door to the host's device
 		// should a host user reach the tree, and the sandbox's /dev is
@@ -352,6 +321,43 @@ func (f *flattener) entry(h *tar.Header, r io.Reader) error {
 		return f.root.Chtimes(rel, time.Time{}, h.ModTime)
 	}
 	return nil
+}
+
+// link makes rel a hard link to the entry h names, which must be in the
+// root below real directories only, and not a directory.
+func (f *flattener) link(h *tar.Header, rel string) error {
+	target, err := clean(h.Linkname)
+	if err != nil {
+		return err
+	}
+	if f.skipped[target] {
+		f.skipped[rel] = true
+		f.rep.Special++
+		return nil
+	}
+	if err := f.parents(target); err != nil {
+		return err
+	}
+	fi, err := f.root.Lstat(target)
+	if err != nil {
+		return errdefs.Invalidf("the image's hard link %q names %q, which is not there", h.Name, h.Linkname)
+	}
+	if fi.IsDir() {
+		return errdefs.Invalidf("the image's hard link %q names a directory, %q", h.Name, h.Linkname)
+	}
+	if target == rel {
+		return nil
+	}
+	if err := f.remove(rel); err != nil {
+		return err
+	}
+	// linkat(2) without AT_SYMLINK_FOLLOW: a link to a symbolic link
+	// is a second name of the link, never of what it points at.
+	if err := f.root.Link(target, rel); err != nil {
+		return err
+	}
+	f.added[rel] = true
+	return nil // the inode's owner and mode are its first name's
 }
 
 // chown gives rel the image's owner (only root can, and only root runs
