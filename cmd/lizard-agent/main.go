@@ -13,10 +13,8 @@ import (
 
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/agent/pid1"
+	"github.com/lizard-build/lizard/internal/version"
 )
-
-// version is set at build time: -ldflags "-X main.version=...".
-var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -45,6 +43,10 @@ func asExit(err error, target *exitError) bool {
 }
 
 func run(ctx context.Context, args []string) error {
+	if len(args) == 2 && (args[1] == "--version" || args[1] == "-v" || args[1] == "version") {
+		fmt.Println(version.Line("lizard-agent"))
+		return nil
+	}
 	// Not dumpable: code running as root inside the sandbox (without
 	// CAP_SYS_PTRACE) cannot open this process's /proc files. Its stdout
 	// and stderr are the sandbox's console log on the host, which root
@@ -73,7 +75,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.Version = version
+	cfg.Version = version.Version
 	cfg.Logger = agent.NewLogger(os.Stderr)
 	a, err := agent.New(cfg)
 	if err != nil {

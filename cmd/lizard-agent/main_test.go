@@ -18,7 +18,28 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/testenv"
+	"github.com/lizard-build/lizard/internal/version"
 )
+
+// TestVersionFlag: lizard-agent --version prints its version and exits,
+// without needing to be process 1 or root.
+func TestVersionFlag(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "lizard-agent")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building: %v\n%s", err, out)
+	}
+	for _, arg := range []string{"--version", "-v", "version"} {
+		out, err := exec.Command(bin, arg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("lizard-agent %s: %v\n%s", arg, err, out)
+		}
+		if want := "lizard-agent " + version.Version + " ("; !strings.HasPrefix(string(out), want) {
+			t.Errorf("lizard-agent %s printed %q, want it to start %q", arg, out, want)
+		}
+	}
+}
 
 // TestRunsAsPID1 starts the static agent binary as process 1 of a new PID
 // namespace, as in a sandbox, and checks that orphans are reaped, the
@@ -114,8 +135,13 @@ func waitHealthy(t *testing.T, base string) {
 	for {
 		resp, err := http.Get(base + "/health")
 		if err == nil {
+			var h api.Health
+			json.NewDecoder(resp.Body).Decode(&h)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				if h.Version != version.Version {
+					t.Fatalf("agent's /health says version %q, want %q", h.Version, version.Version)
+				}
 				return
 			}
 		}

@@ -77,6 +77,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, extra ...
 		usage(stdout, all)
 		return nil
 	}
+	if args[0] == "-v" || args[0] == "--version" {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	c, ok := all[args[0]]
 	if !ok {
 		usage(stderr, all)

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/version"
 )
 
 // fakeAPI is a Lizard API on loopback: routes map "METHOD /path" to a
@@ -182,5 +184,21 @@ func TestMissingKeyAndUnreachable(t *testing.T) {
 	_, _, err = lizard(t, "sandbox", "list", "--api-key", "k")
 	if err == nil || !strings.Contains(err.Error(), "cannot reach Lizard at http://127.0.0.1:1") {
 		t.Errorf("unreachable: got %v, want the cannot-reach message", err)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"-v"}, {"--version"}} {
+		var out, errb bytes.Buffer
+		if err := Run(context.Background(), args, &out, &errb); err != nil {
+			t.Fatalf("lizard %v: %v", args, err)
+		}
+		if want := "lizard " + version.Version + " ("; !strings.HasPrefix(out.String(), want) {
+			t.Errorf("lizard %v printed %q, want it to start %q", args, out.String(), want)
+		}
+	}
+	var out, errb bytes.Buffer
+	if err := Run(context.Background(), []string{"version", "x"}, &out, &errb); ExitCode(err) != 2 {
+		t.Errorf("lizard version x: %v, want a usage error", err)
 	}
 }

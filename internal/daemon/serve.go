@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -41,6 +40,7 @@ import (
 	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/version"
 	"github.com/lizard-build/lizard/internal/volume"
 	"github.com/lizard-build/lizard/internal/warm"
 	"github.com/lizard-build/lizard/internal/webhook"
@@ -377,7 +377,6 @@ func (f *sharedFlags) serverConfig(ln net.Listener, p apiParts) server.Config {
 		Control:   p.control,
 		Keys:      &auth.Verifier{Store: p.store, Logger: p.logger},
 		Logger:    p.logger,
-		Version:   version(),
 		KeyLimits: server.KeyLimits{Rate: f.policy.KeyRate, Burst: f.policy.KeyBurst}, Descriptors: p.descriptors,
 		MaxFileBytes: f.policy.MaxFileMb << 20,
 		Audit:        p.audit,
@@ -386,7 +385,7 @@ func (f *sharedFlags) serverConfig(ln net.Listener, p apiParts) server.Config {
 		E2B:         &e2b.Config{},
 		// The MCP tools call this API over loopback with the caller's
 		// key, like any client (internal/mcp's Handler).
-		MCP: mcp.Handler(loopbackURL(ln.Addr()), version(), p.logger),
+		MCP: mcp.Handler(loopbackURL(ln.Addr()), version.Version, p.logger),
 	}
 }
 
@@ -568,23 +567,6 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 		}
 	}
 	return nodeParts{node: n, pool: pool, rt: rt, builds: builds, quota: quota, templates: templates, images: imageCache, descriptors: descriptors}, nil
-}
-
-// version names the build: its VCS revision, or its module version.
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return ""
-	}
-	for _, st := range bi.Settings {
-		if st.Key == "vcs.revision" {
-			return st.Value[:min(12, len(st.Value))]
-		}
-	}
-	if bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return ""
 }
 
 // loopbackURL is the API's URL on this host for calls the server makes to

@@ -23,7 +23,7 @@ func TestConsoleAndMetricsWiring(t *testing.T) {
 	})
 	m := metrics.New()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer(New(Config{Keys: &auth.Verifier{Logger: logger}, Logger: logger, Version: "test", Console: console, Metrics: m}))
+	srv := httptest.NewServer(New(Config{Keys: &auth.Verifier{Logger: logger}, Logger: logger, Console: console, Metrics: m}))
 	defer srv.Close()
 
 	for _, c := range []struct {

@@ -26,6 +26,7 @@ import (
 	"github.com/lizard-build/lizard/internal/inflight"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/trace"
+	"github.com/lizard-build/lizard/internal/version"
 )
 
 // Config says what the API serves.
@@ -35,8 +36,7 @@ type Config struct {
 	Keys interface {
 		Require(next http.Handler) http.Handler
 	}
-	Logger  *slog.Logger // default slog.Default()
-	Version string       // reported by /v1/health
+	Logger *slog.Logger // default slog.Default()
 	// KeyLimits bound each API key's request rate (ratelimit.go).
 	KeyLimits KeyLimits
 	// Descriptors, when set, counts each project's requests under way
@@ -73,7 +73,6 @@ type Config struct {
 type Server struct {
 	c       *control.Control
 	log     *slog.Logger
-	version string
 	handler http.Handler
 	// auditLog is Config.Audit.
 	auditLog    *slog.Logger
@@ -94,7 +93,7 @@ type Server struct {
 
 // New returns the API handler.
 func New(cfg Config) *Server {
-	s := &Server{c: cfg.Control, log: cfg.Logger, version: cfg.Version, portsDomain: cfg.PortsDomain, maxFile: cfg.MaxFileBytes, portsInFlight: inflight.New(maxPortsInFlight),
+	s := &Server{c: cfg.Control, log: cfg.Logger, portsDomain: cfg.PortsDomain, maxFile: cfg.MaxFileBytes, portsInFlight: inflight.New(maxPortsInFlight),
 		observe: agentproxy.Metered(cfg.Metrics)}
 	// API keys on exposed ports are checked by hand (ports.go); a cluster
 	// node's forwarded calls carry none.
@@ -210,7 +209,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.version})
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: version.Version})
 }
 
 func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {

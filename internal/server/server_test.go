@@ -24,6 +24,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/version"
 )
 
 type testEnv struct {
@@ -163,7 +164,7 @@ func newTestEnv(t *testing.T, mutate ...func(*control.Config)) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(Config{Control: e.c, Keys: &auth.Verifier{Store: st, Logger: logger}, Logger: logger, Version: "test"}))
+	srv := httptest.NewServer(New(Config{Control: e.c, Keys: &auth.Verifier{Store: st, Logger: logger}, Logger: logger}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e
@@ -220,6 +221,10 @@ func TestHealthNeedsNoKey(t *testing.T) {
 	r := e.do(t, "", "GET", "/v1/health", nil)
 	if r.status != 200 || !strings.Contains(r.body, `"status":"ok"`) {
 		t.Fatalf("health = %d %s; want 200 ok", r.status, r.body)
+	}
+	// It names the server's version, as `lizard version` does the CLI's.
+	if want := `"version":"` + version.Version + `"`; !strings.Contains(r.body, want) {
+		t.Errorf("health = %s; want it to hold %s", r.body, want)
 	}
 }
 

@@ -821,3 +821,15 @@ def test_requests_are_written_once_in_calls() -> None:
         text = (src / name).read_text()
         assert not re.search(r"""["']/v1/""", text), f"{name} names an API path; put the request in _calls.py"
         assert "http.request(" not in text, f"{name} makes a request of its own; send a _calls.Call"
+
+
+def test_version() -> None:
+    """lizard.__version__ is Lizard's version (internal/version/VERSION) and the one the SDK sends as its User-Agent."""
+    import pathlib
+
+    from lizard import _core
+
+    root = pathlib.Path(__file__).resolve().parents[3]
+    assert lizard.__version__ == (root / "internal/version/VERSION").read_text().strip()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", lizard.__version__)
+    assert _core.USER_AGENT == f"lizard-sdk-python/{lizard.__version__}"

@@ -72,6 +72,7 @@ export {
 } from './commands.js';
 export { Files, type FileOptions, type FileUser, type TransferOptions, type WatchHandle, type WatchOptions, type WriteData } from './files.js';
 export { DEFAULT_API_URL, DEFAULT_REQUEST_TIMEOUT_MS, type ConnectionOptions } from './http.js';
+export { VERSION } from './version.js';
 export {
   AuthenticationError,
   ConflictError,

@@ -25,6 +25,19 @@ export class ApiError extends Error {
   }
 }
 
+/** GET /v1/health: the server is up, and its version. */
+export interface Health {
+  status: string;
+  version?: string;
+}
+
+/** health asks the server for its version; it needs no key. */
+export async function health(): Promise<Health> {
+  const r = await fetch("/v1/health");
+  if (!r.ok) throw new ApiError(r.status, "unavailable", `the server answered HTTP ${r.status}`);
+  return (await r.json()) as Health;
+}
+
 export interface Sandbox {
   sandboxId: string;
   projectId: string;

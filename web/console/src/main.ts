@@ -3,7 +3,7 @@
 // by the URL's hash (#/sandboxes, #/sandboxes/ID, #/snapshots), so the
 // server only ever serves index.html and the assets.
 import "./style.css";
-import { apiKey, setApiKey } from "./api";
+import { apiKey, health, setApiKey } from "./api";
 import { clearError, go, say } from "./ui";
 import { signInPage } from "./signin";
 import { sandboxesPage } from "./sandboxes";
@@ -60,3 +60,8 @@ document.querySelector(".skip")?.addEventListener("click", (ev) => {
 });
 window.addEventListener("hashchange", route);
 route();
+// The footer names the server's version, as `lizard version` does the CLI's;
+// a server that does not answer leaves it empty (the pages say why).
+health().then((h) => {
+  if (h.version) document.getElementById("version")!.textContent = `Lizard ${h.version}`;
+}, () => {});

@@ -11,7 +11,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { chromium } from "playwright-core";
 import { createRequire } from "node:module";
-import { artifacts, CHROMIUM, missing, startLizard, strict } from "./lizard.mjs";
+import { artifacts, CHROMIUM, missing, repo, startLizard, strict } from "./lizard.mjs";
 
 const axeSource = fs.readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
@@ -96,6 +96,9 @@ test("web console in a real browser against lizard serve", { skip: !strict && wh
   await step("sign in: a wrong key shows the API's message; the right one is kept in sessionStorage only", async () => {
     await page.goto(lz.url + "/");
     await page.getByRole("heading", { name: "Sign in" }).waitFor();
+    // The footer names the server's version (GET /v1/health).
+    const version = fs.readFileSync(path.join(repo, "internal/version/VERSION"), "utf8").trim();
+    await page.locator("footer").getByText(`Lizard ${version}`, { exact: true }).waitFor();
     await shot("signin");
     await a11y("the sign-in page");
     await page.getByLabel("API key").fill("lz_wrong_key");
@@ -365,6 +368,11 @@ display(SVG('<svg xmlns="http://www.w3.org/2000/svg" width="60" height="20" onlo
     assert.ok(api.length > 20, `only ${api.length} API calls recorded`);
     for (const r of api) {
       assert.ok(!r.url.includes(lz.apiKey), `the key is in a URL: ${r.url}`);
+      if (new URL(r.url).pathname === "/v1/health") {
+        // The footer's version: a call that needs no key is sent none.
+        assert.equal(r.auth, undefined, "GET /v1/health carried the key");
+        continue;
+      }
       assert.ok(r.auth === `Bearer ${lz.apiKey}` || r.auth === "Bearer lz_wrong_key", `${r.url} went without the key (${r.auth})`);
     }
     const foreign = requests.filter((r) => /^https?:/.test(r.url) && new URL(r.url).origin !== lz.url);

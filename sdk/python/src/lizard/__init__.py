@@ -19,6 +19,7 @@ from ._async import (
 from ._async_commands import AsyncCommandHandle, AsyncCommands, AsyncPty, AsyncPtyHandle
 from ._commands import CommandHandle, Commands, Pty, PtyHandle
 from ._core import DEFAULT_API_URL
+from ._version import __version__
 from ._sync import CodeSandbox, Events, EventStream, Files, Network, Process, Secret, Template, Volume, WatchHandle
 from .errors import (
     AuthenticationError,
@@ -56,7 +57,6 @@ from .models import (
     VolumeInfo,
 )
 
-__version__ = "0.1.0"
 
 __all__ = [
     "Events",
@@ -119,4 +119,5 @@ __all__ = [
     "RequestTimeoutError",
     "TemplateBuildError",
     "DEFAULT_API_URL",
+    "__version__",
 ]

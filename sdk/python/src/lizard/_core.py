@@ -28,6 +28,7 @@ from .errors import (
     error_from_response,
 )
 from .models import Context, Execution, ExecutionError, FilesystemEvent, ProcessInfo, ProcessResult, Result
+from ._version import __version__
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 # Ordinary requests (info, contexts, files) answer quickly; a minute leaves room for a busy machine.
@@ -37,7 +38,7 @@ DEFAULT_CREATE_TIMEOUT = 900.0
 # run_code waits this much longer than the code's own timeout, so the kernel's interrupt and the
 # "TimeoutError" result arrive before the HTTP read gives up.
 STREAM_TIMEOUT_MARGIN = 30.0
-USER_AGENT = "lizard-sdk-python/0.1.0"
+USER_AGENT = f"lizard-sdk-python/{__version__}"
 # A template build copies its base and runs every step: minutes, and silent while a step is.
 DEFAULT_BUILD_TIMEOUT = 1800.0
 
