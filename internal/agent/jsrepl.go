@@ -28,6 +28,11 @@ var jsReplSource string
 // replStartTimeout bounds a Node process's start up to its ready line.
 const replStartTimeout = 30 * time.Second
 
+// replExitGrace is how long a failed write of a call waits for the
+// process's exit to be seen: a process killed just before the call breaks
+// its pipe before it is reaped.
+const replExitGrace = 2 * time.Second
+
 // replLine is one event line of the harness.
 type replLine struct {
 	T         string `json:"t"` // ready, stdout, stderr, result, error, done
@@ -196,29 +201,41 @@ func (a *Agent) executeRepl(ctx context.Context, c *execContext, req api.Execute
 		a.endWithError(s, ErrNameStart, err.Error(), "")
 		return
 	}
-	if r != nil && kernel && r.hasExited() {
-		// Killed (or out of memory) since the last call: this call runs in
-		// a new kernel, as a Python context's does, and is told so.
-		c.dropRepl(r)
-		a.log.Warn("context process died between calls", "context", c.info.ID, "language", c.info.Language)
-		s.output(api.EventStderr, []byte(fmt.Sprintf("[lizard] the %s died after the previous call and was restarted; variables from earlier calls are gone\n", kernelName(c.info.Language))))
-		r = nil
-	}
-	if r == nil {
-		if r, err = a.startRepl(ctx, c); err != nil {
-			if ctx.Err() == nil {
-				a.endWithError(s, ErrNameStart, err.Error(), "")
-			}
-			return
-		}
-		if err := c.setRepl(r); err != nil {
-			r.stop()
-			a.endWithError(s, ErrNameStart, err.Error(), "")
-			return
-		}
-	}
 	call, _ := json.Marshal(map[string]any{"code": req.Code, "envs": req.Envs, "typescript": c.info.Language == langTypeScript})
-	if _, err := r.calls.Write(append(call, '\n')); err != nil {
+	call = append(call, '\n')
+	// A process killed since the last call (as root, or out of memory) is
+	// replaced and the call runs in the new one, told so, as a Python
+	// context's does: E2B's kernels come back after such a kill. A write
+	// that fails means the process had gone before it read the call, so
+	// the call runs in a new one too; once it has read it, a death is the
+	// call's (KernelDiedError, ExitError).
+	for attempt := 0; ; attempt++ {
+		if r != nil && (r.hasExited() || attempt > 0) {
+			c.dropRepl(r)
+			a.log.Warn("context process died between calls", "context", c.info.ID, "language", c.info.Language)
+			s.output(api.EventStderr, []byte(fmt.Sprintf("[lizard] the %s died after the previous call and was restarted; variables from earlier calls are gone\n", kernelName(c.info.Language))))
+			r = nil
+		}
+		if r == nil {
+			if r, err = a.startRepl(ctx, c); err != nil {
+				if ctx.Err() == nil {
+					a.endWithError(s, ErrNameStart, err.Error(), "")
+				}
+				return
+			}
+			if err := c.setRepl(r); err != nil {
+				r.stop()
+				a.endWithError(s, ErrNameStart, err.Error(), "")
+				return
+			}
+		}
+		_, err := r.calls.Write(call)
+		if err == nil {
+			break
+		}
+		if attempt == 0 && r.awaitExit(replExitGrace) {
+			continue
+		}
 		c.dropRepl(r)
 		if kernel {
 			a.endWithError(s, api.ErrorNameKernelDied, r.diedMessage(c.info.Language), r.stderr.String())

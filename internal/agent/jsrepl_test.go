@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/api"
 )
@@ -60,6 +63,31 @@ func TestStatefulJavaScriptContext(t *testing.T) {
 	}
 	if ex := run("1 + 1"); len(ex.results) != 1 || ex.results[0].Data != "2" {
 		t.Errorf("after process.exit: results %+v, want 2", ex.results)
+	}
+
+	// Killed as root between calls (E2B's suite kills its interpreter so):
+	// the next call runs in a new process and is told so, whether or not
+	// the agent has seen the death yet (a write to the dead process's
+	// pipe, before its exit is reaped, is the call's too).
+	for _, wait := range []bool{true, false} {
+		run("let kept = 1")
+		ta.mu.Lock()
+		c := ta.contexts[js.ID]
+		ta.mu.Unlock()
+		r, _ := c.currentRepl()
+		if r == nil {
+			t.Fatal("the context has no process after a call")
+		}
+		if wait {
+			syscall.Kill(r.cmd.Process.Pid, syscall.SIGKILL)
+			<-r.exited
+		} else {
+			killDead(t, r.cmd.Process.Pid)
+		}
+		ex := run("typeof kept")
+		if ex.err != nil || len(ex.results) != 1 || ex.results[0].Data != "'undefined'" || !strings.Contains(ex.stderr, "node process died after the previous call and was restarted") {
+			t.Errorf("after a kill between calls (reaped first: %v): results %+v error %+v stderr %q, want 'undefined' in a new process and a note", wait, ex.results, ex.err, ex.stderr)
+		}
 	}
 
 	ta.json(t, "POST", "/contexts", api.CreateContextRequest{Language: "bash", Stateful: true}, nil, http.StatusBadRequest)
@@ -157,4 +185,22 @@ func TestStatefulJavaScriptImports(t *testing.T) {
 				s.code, ex.results, ex.stdout, ex.err, ex.ended, s.result, s.stdout, s.errName)
 		}
 	}
+}
+
+// killDead kills pid with SIGKILL and returns once it is dead, every thread
+// (its pipes closed), whether or not the agent has reaped it yet.
+func killDead(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing %d: %v", pid, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		// A zombie leader's other threads may still hold its files.
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil || strings.Contains(string(stat), ") Z ") && len(tasks) <= 1 {
+			return
+		}
+	}
+	t.Fatalf("%d still alive 5 s after SIGKILL", pid)
 }

@@ -169,6 +169,18 @@ func (r *jsRepl) hasExited() bool {
 	}
 }
 
+// awaitExit reports whether r's process ends within d.
+func (r *jsRepl) awaitExit(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-r.exited:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 // diedMessage says how r's process ended, with what it printed last.
 func (r *jsRepl) diedMessage(lang string) string {
 	<-r.exited

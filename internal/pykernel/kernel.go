@@ -223,11 +223,25 @@ func (k *Kernel) Execute(ctx context.Context, req Request, emit func(api.Execute
 	// The per-call envs travel with the code: the kernel sets them before
 	// and restores them after, in the same round trip. Bundle asks for the
 	// representations only the E2B surface gives (e2b/chart).
-	if err := p.send(request{Op: "execute", ID: id, Code: req.Code, Envs: req.Envs, Bundle: req.Bundle}); err != nil {
-		if p.awaitExit(sendFailureGrace) {
-			return k.died(ctx, p, emit)
+	execute := request{Op: "execute", ID: id, Code: req.Code, Envs: req.Envs, Bundle: req.Bundle}
+	if err := p.send(execute); err != nil {
+		if !p.awaitExit(sendFailureGrace) {
+			return err
 		}
-		return err
+		// A broken pipe: the kernel went before it read the code, so the
+		// code runs in a new kernel, as after a death between calls.
+		if p, err = k.ready(ctx, emit); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if err := p.send(execute); err != nil {
+			if p.awaitExit(sendFailureGrace) {
+				return k.died(ctx, p, emit)
+			}
+			return err
+		}
 	}
 	return k.run(ctx, p, id, req, emit)
 }

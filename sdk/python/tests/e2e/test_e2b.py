@@ -287,8 +287,9 @@ def test_contexts_run_as_root(sandbox: Sandbox) -> None:
 
 def test_interpreter_health_inside_and_kernel_killed(sandbox: Sandbox) -> None:
     """E2B's interpreter answers GET http://0.0.0.0:49999/health inside its sandbox (its suite checks it before and
-    after killing the interpreter as root); so does the agent there, that path alone. A kernel killed as root is
-    back within 30 s, as E2B's suite expects of its interpreter."""
+    after killing the interpreter as root); so does the agent there, that path alone. Every kernel killed as root —
+    the default Python one, a context's, the JavaScript ones — is back within 30 s, as E2B's suite expects of its
+    interpreter: the next call runs in a new kernel and says so on stderr."""
     get = (
         "python3 -c \"import sys, urllib.request as u, urllib.error as e\n"
         "try: print(u.urlopen('http://0.0.0.0:49999' + sys.argv[1]).status)\n"
@@ -296,20 +297,27 @@ def test_interpreter_health_inside_and_kernel_killed(sandbox: Sandbox) -> None:
     )
     assert sandbox.commands.run(get + "/health").stdout == "200\n"
     assert sandbox.commands.run(get + "/execute").stdout == "404\n"
-    assert sandbox.run_code("y = 2; y").text == "2"
+    py = sandbox.create_code_context(language="python")
+    js = sandbox.create_code_context(language="javascript")
+    calls = {"default": {}, "context": {"context": py}, "javascript": {"context": js}, "default javascript": {"language": "javascript"}}
+    for kw in calls.values():
+        assert sandbox.run_code("y = 2", **kw).error is None
     try:
-        sandbox.commands.run("kill -9 $(pgrep -f lizard-kernel)", user="root")
+        sandbox.commands.run("kill -9 $(pgrep -f 'lizard-kernel|jsrepl')", user="root")
     except CommandExitException:
         pass  # the kill may take the command's own shell, whose line names the kernel too
-    # A call that reaches the kernel before the agent has seen it die says so (KernelDiedError) and restarts it.
     started = time.monotonic()
-    while True:
-        ex = sandbox.run_code("x = 1; x")
-        if ex.error is None:
-            break
-        assert ex.error.name == "KernelDiedError", ex.error
-        assert time.monotonic() - started < 30, "no kernel 30 s after the kill"
-    assert ex.text == "1"
+    for name, kw in calls.items():
+        while True:
+            ex = sandbox.run_code("x = 1; x" if "javascript" not in name else "typeof y === 'undefined'", **kw)
+            if ex.error is None:
+                break
+            # A call that reaches a kernel dying as it is sent says so and starts a new one.
+            assert ex.error.name == "KernelDiedError", (name, ex.error)
+            assert time.monotonic() - started < 30, f"no {name} kernel 30 s after the kill"
+        assert ex.text == ("1" if "javascript" not in name else "true"), (name, ex.text)
+        assert any("restarted" in line for line in ex.logs.stderr), (name, ex.logs.stderr)
+    assert time.monotonic() - started < 30
     assert sandbox.commands.run(get + "/health").stdout == "200\n"
 
 
