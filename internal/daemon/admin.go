@@ -25,11 +25,16 @@ func adminUsage(w io.Writer) {
   lizard admin create-key --project ID [--data-dir DIR] [--json]  make another API key for a project
   lizard admin build-template [--cache-dir DIR] [NAME]           build a built-in template's root filesystem
                                                                  here (progress on stderr, its path on stdout)
+  lizard admin backup --to DIR [--data-dir DIR] [--secrets-key-to FILE]
+                                                                 copy a data directory while its server runs
+  lizard admin restore --from DIR [--data-dir DIR] [--secrets-key-from FILE]
+                                                                 a backup onto a new data directory
 
 In a cluster, pass --database-url (or set LIZARD_DATABASE_URL) instead of
 --data-dir.
 
-create-project and create-key work whether or not the server is running on DIR. A key is shown once;
+create-project, create-key and backup work whether or not the server is running on DIR
+(docs/operations.md). A key is shown once;
 only its hash is stored.
 `)
 }
@@ -46,9 +51,13 @@ func runAdmin(ctx context.Context, e cli.Env, args []string) error {
 		return adminCreate(ctx, e, args[1:], false)
 	case "build-template":
 		return adminBuildTemplate(ctx, e, args[1:])
+	case "backup":
+		return adminBackup(ctx, e, args[1:])
+	case "restore":
+		return adminRestore(ctx, e, args[1:])
 	}
 	adminUsage(e.Stderr)
-	return cli.Usagef("unknown admin command %q: want create-project, create-key or build-template", args[0])
+	return cli.Usagef("unknown admin command %q: want create-project, create-key, build-template, backup or restore", args[0])
 }
 
 // adminKey is what create-project and create-key print with --json.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -171,5 +172,35 @@ func TestNetworkFlags(t *testing.T) {
 	}
 	if d := c.policy.netDefault; d == nil || d.AllowName("x.evil.test") || !d.AllowName("pypi.org") || len(c.policy.testHosts["a.test"]) != 1 {
 		t.Errorf("default policy %+v, test hosts %v; want pypi.org allowed, the bound's *.evil.test denied, a.test recorded", d, c.policy.testHosts)
+	}
+}
+
+// TestAdminBackupRestoreFlags: backup and restore say what they need, and
+// a backup of a directory with no store names the flag.
+func TestAdminBackupRestoreFlags(t *testing.T) {
+	if _, _, err := runCLI(t, "admin", "backup", "--data-dir", t.TempDir()); cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), "--to DIR") {
+		t.Errorf("backup without --to: %v, want a usage error naming --to", err)
+	}
+	if _, _, err := runCLI(t, "admin", "restore"); cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), "--from DIR") {
+		t.Errorf("restore without --from: %v, want a usage error naming --from", err)
+	}
+	_, _, err := runCLI(t, "admin", "backup", "--data-dir", t.TempDir(), "--to", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "no store in") {
+		t.Errorf("backup of an empty directory: %v, want it refused", err)
+	}
+	dir := t.TempDir()
+	st, err := store.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	to := filepath.Join(t.TempDir(), "b")
+	out, _, err := runCLI(t, "admin", "backup", "--data-dir", dir, "--to", to)
+	if err != nil || !strings.Contains(out, "Backed up") {
+		t.Fatalf("backup: %q, %v", out, err)
+	}
+	out, _, err = runCLI(t, "admin", "restore", "--from", to, "--data-dir", filepath.Join(t.TempDir(), "new"), "--cache-dir", t.TempDir())
+	if err != nil || !strings.Contains(out, "Restored the backup of") {
+		t.Fatalf("restore: %q, %v", out, err)
 	}
 }

@@ -1,0 +1,143 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+// TestBackupRestore backs up a serving `lizard serve` while two of its
+// sandboxes answer calls in a loop, restores the backup onto a clean data
+// directory and starts a second `lizard serve` on it beside the first: the
+// project's key works there, the paused sandbox resumes with its Python
+// variable, the snapshot restores with its own, the secret is listed and
+// the secrets key is the one the backup wrote apart, and the sandboxes that
+// were running at the backup are ended saying so. Three sandboxes on the
+// first server (one paused, two running), two on the second, for 2 cores.
+func TestBackupRestore(t *testing.T) {
+	ctx := context.Background()
+	s1 := startServer(t)
+	c := s1.createProject("proj_backup")
+	if _, err := c.Secrets().Set(ctx, "TOKEN", api.SetSecretRequest{Value: "s3cret", Hosts: []string{"api.example.com"}}); err != nil {
+		t.Fatal(err)
+	}
+	a := newSandbox(t, c, api.CreateSandboxRequest{})
+	run(t, c, a.SandboxID, "python", "x = 42")
+	if _, err := c.PauseSandbox(ctx, a.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	b := newSandbox(t, c, api.CreateSandboxRequest{})
+	run(t, c, b.SandboxID, "python", "y = 7")
+	snap, err := c.Snapshot(ctx, b.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newSandbox(t, c, api.CreateSandboxRequest{})
+
+	// Calls flow in B and D while the backup runs.
+	var calls, failures atomic.Int64
+	var firstErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, id := range []string{b.SandboxID, d.SandboxID} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cctx, cancel := context.WithTimeout(ctx, time.Minute)
+				ex, err := c.Execute(cctx, id, api.ExecuteRequest{Code: "sum(range(1000))"}, nil)
+				cancel()
+				if err != nil || ex.Error != nil || len(ex.Results) == 0 || ex.Results[0].Data != "499500" {
+					failures.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				calls.Add(1)
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	before := calls.Load()
+	dir := filepath.Join(t.TempDir(), "backup")
+	keyFile := filepath.Join(t.TempDir(), "secrets.key")
+	begin := time.Now()
+	out, err := exec.Command(s1.bin, "admin", "backup", "--data-dir", s1.dataDir, "--to", dir, "--secrets-key-to", keyFile).CombinedOutput()
+	took := time.Since(begin)
+	during := calls.Load() - before
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("lizard admin backup: %v\n%s", err, out)
+	}
+	t.Logf("backup took %s, %d calls answered meanwhile:\n%s", took.Round(time.Millisecond), during, out)
+	if failures.Load() > 0 {
+		t.Fatalf("%d calls failed beside the backup (first: %v)", failures.Load(), firstErr.Load())
+	}
+	if during == 0 {
+		t.Errorf("no call was answered while the backup ran (%s)", took)
+	}
+	for _, want := range []string{"1 paused sandboxes' and 1 snapshots' images", "The secrets key is in " + keyFile} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("backup said %q, want it to say %q", out, want)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "manifest.json")); err != nil || !bytes.Contains(b, []byte(a.SandboxID)) {
+		t.Errorf("the backup's manifest: %s, %v; want it to name %s", b, err, a.SandboxID)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "secrets.key")); err == nil {
+		t.Errorf("the backup holds the secrets key it was told to keep apart")
+	}
+
+	d2 := t.TempDir()
+	out, err = exec.Command(s1.bin, "admin", "restore", "--from", dir, "--data-dir", d2, "--secrets-key-from", keyFile, "--cache-dir", cacheDir()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("lizard admin restore: %v\n%s", err, out)
+	}
+	t.Logf("restore:\n%s", out)
+	if out, err := exec.Command(s1.bin, "admin", "restore", "--from", dir, "--data-dir", d2).CombinedOutput(); err == nil || !strings.Contains(string(out), "already holds a store") {
+		t.Errorf("a second restore onto the same directory: %v %s; want it refused", err, out)
+	}
+	k1, _ := os.ReadFile(filepath.Join(s1.dataDir, "secrets.key"))
+	if k2, err := os.ReadFile(filepath.Join(d2, "secrets.key")); err != nil || !bytes.Equal(k1, k2) {
+		t.Errorf("the restored secrets key differs from the server's (%v)", err)
+	}
+
+	s2 := startServerIn(t, d2)
+	c2 := s2.client(s1.keys[c])
+	got, err := c2.GetSandbox(ctx, a.SandboxID)
+	if err != nil || got.State != api.StatePaused {
+		t.Fatalf("the paused sandbox on the restored server: %+v, %v; want paused", got, err)
+	}
+	t.Cleanup(func() { c2.KillSandbox(context.Background(), a.SandboxID) })
+	if ex := run(t, c2, a.SandboxID, "python", "x"); len(ex.Results) != 1 || ex.Results[0].Data != "42" {
+		t.Errorf("x after the restore = %v, want 42", ex.Results)
+	}
+	for _, id := range []string{b.SandboxID, d.SandboxID} {
+		sb, err := c2.GetSandbox(ctx, id)
+		if err != nil || sb.State != api.StateFailed {
+			t.Errorf("sandbox %s, running at the backup, on the restored server: %+v, %v; want failed", id, sb, err)
+		}
+	}
+	e := newSandbox(t, c2, api.CreateSandboxRequest{SnapshotID: snap.SnapshotID})
+	if ex := run(t, c2, e.SandboxID, "python", "y"); len(ex.Results) != 1 || ex.Results[0].Data != "7" {
+		t.Errorf("y in a sandbox of the restored snapshot = %v, want 7", ex.Results)
+	}
+	secrets, err := c2.Secrets().List(ctx)
+	if err != nil || len(secrets) != 1 || secrets[0].Name != "TOKEN" {
+		t.Errorf("secrets on the restored server = %+v, %v; want TOKEN", secrets, err)
+	}
+}

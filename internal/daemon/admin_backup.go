@@ -1,0 +1,102 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/lizard-build/lizard/internal/backup"
+	"github.com/lizard-build/lizard/internal/cli"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
+)
+
+// adminBackup is `lizard admin backup --to DIR`: a copy of a data directory
+// taken while its server runs (internal/backup, docs/operations.md).
+func adminBackup(ctx context.Context, e cli.Env, args []string) error {
+	fs := cli.NewFlags(e, "admin backup")
+	dataDir := fs.String("data-dir", "data", "the server's data directory")
+	to := fs.String("to", "", "the backup's directory: new, or empty")
+	keyTo := fs.String("secrets-key-to", "", "a file (new) to write the secrets key to, kept apart from the backup; without it the key is not copied and the backup's secrets open only with the key you keep")
+	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return cli.Usagef("lizard admin backup takes no arguments, got %q", fs.Args())
+	}
+	if *to == "" {
+		return cli.Usagef("lizard admin backup needs --to DIR")
+	}
+	if os.Getenv(envDatabaseURL) != "" {
+		return errors.New("a cluster's PostgreSQL database is backed up with pg_dump, its nodes' disks by their image store: docs/operations.md")
+	}
+	if _, err := os.Stat(filepath.Join(*dataDir, store.FileName)); err != nil {
+		return fmt.Errorf("no store in %s: give --data-dir the server's data directory", *dataDir)
+	}
+	st, err := store.Open(ctx, *dataDir)
+	if err != nil {
+		return fmt.Errorf("opening the store in %s: %w", *dataDir, err)
+	}
+	defer st.Close()
+	m, err := backup.Backup(ctx, st, backup.Options{DataDir: *dataDir, To: *to, SecretsKeyTo: *keyTo})
+	if err != nil {
+		return fmt.Errorf("backing up %s: %w", *dataDir, err)
+	}
+	fmt.Fprintf(e.Stdout, "Backed up %s to %s: the store (schema %d), %d paused sandboxes' and %d snapshots' images, %d volumes, %d template recipes.\n",
+		m.DataDir, *to, m.Schema, len(m.Paused), len(m.Snapshots), len(m.Volumes), len(m.Templates))
+	switch m.SecretsKey {
+	case "apart":
+		fmt.Fprintf(e.Stdout, "The secrets key is in %s, not in the backup: keep it apart, and give it to restore (--secrets-key-from).\n", *keyTo)
+	case "not copied":
+		fmt.Fprintf(e.Stdout, "The secrets key (%s/secrets.key) was not copied (--secrets-key-to FILE): without it the backup's secrets do not open.\n", *dataDir)
+	}
+	if len(m.Missing) > 0 {
+		fmt.Fprintf(e.Stdout, "Gone before they were copied (resumed, ended or deleted meanwhile): %s.\n", strings.Join(m.Missing, ", "))
+	}
+	return nil
+}
+
+// adminRestore is `lizard admin restore --from DIR`: a backup onto a new
+// data directory, for a `lizard serve` started on it next.
+func adminRestore(ctx context.Context, e cli.Env, args []string) error {
+	fs := cli.NewFlags(e, "admin restore")
+	from := fs.String("from", "", "the backup's directory (lizard admin backup --to)")
+	dataDir := fs.String("data-dir", "data", "the new data directory: empty, or not there yet")
+	keyFrom := fs.String("secrets-key-from", "", "the secrets key's file (lizard admin backup --secrets-key-to), written to DATA/secrets.key; leave it out when the server is given --secrets-key-file")
+	cacheDefault := template.DefaultCacheDir
+	if d := os.Getenv("LIZARD_CACHE_DIR"); d != "" {
+		cacheDefault = d
+	}
+	cacheDir := fs.String("cache-dir", cacheDefault, "the template cache the server will use (env LIZARD_CACHE_DIR)")
+	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return cli.Usagef("lizard admin restore takes no arguments, got %q", fs.Args())
+	}
+	if *from == "" {
+		return cli.Usagef("lizard admin restore needs --from DIR")
+	}
+	r, err := backup.Restore(ctx, backup.RestoreOptions{From: *from, DataDir: *dataDir, SecretsKeyFrom: *keyFrom, CacheDir: *cacheDir})
+	if err != nil {
+		return fmt.Errorf("restoring %s: %w", *from, err)
+	}
+	m := r.Manifest
+	fmt.Fprintf(e.Stdout, "Restored the backup of %s (Lizard %s, %s) into %s: %d paused sandboxes, %d snapshots, %d volumes.\n",
+		m.DataDir, m.Version, m.CreatedAt.Format("2006-01-02 15:04:05Z"), *dataDir, len(m.Paused), len(m.Snapshots), len(m.Volumes))
+	if len(r.Ended) > 0 {
+		fmt.Fprintf(e.Stdout, "Ended %d sandboxes that were running at the backup (a backup keeps paused ones): %s.\n", len(r.Ended), strings.Join(r.Ended, ", "))
+	}
+	if len(r.Unbuilt) > 0 {
+		fmt.Fprintf(e.Stdout, "Custom templates whose build is not in %s (build each again: POST /v1/templates with the recipe in %s/templates/PROJECT/NAME.json): %s.\n",
+			*cacheDir, *from, strings.Join(r.Unbuilt, ", "))
+	}
+	if *keyFrom == "" && m.SecretsKey != "none" {
+		fmt.Fprintln(e.Stdout, "No secrets key was restored: start the server with the backup's key (--secrets-key-file), or its secrets do not open.")
+	}
+	fmt.Fprintf(e.Stdout, "Start it with: lizard serve --data-dir %s\n", *dataDir)
+	return nil
+}
