@@ -86,6 +86,8 @@ var wireTypes = map[string]reflect.Type{
 	"TemplateRecipe":       reflect.TypeFor[TemplateRecipe](),
 	"TemplateFile":         reflect.TypeFor[TemplateFile](),
 	"TemplateCommand":      reflect.TypeFor[TemplateCommand](),
+	"TemplateStep":         reflect.TypeFor[TemplateStep](),
+	"TemplateSymlink":      reflect.TypeFor[TemplateSymlink](),
 	"Template":             reflect.TypeFor[Template](),
 	"TemplateList":         reflect.TypeFor[TemplateList](),
 	"TemplateBuildEvent":   reflect.TypeFor[TemplateBuildEvent](),

@@ -796,6 +796,41 @@ type TemplateRecipe struct {
 	Run []TemplateCommand `json:"run,omitempty"`
 	// Start runs at boot, in the background, as the sandbox user.
 	Start string `json:"start,omitempty"`
+	// Ready is a shell command that exits 0 once Start is ready (a server
+	// listening): polled every 100 ms at boot, and the template snapshot
+	// is taken only once it passed.
+	Ready string `json:"ready,omitempty"`
+	// Steps run in order after the fixed parts above (which mean the
+	// steps apt, pip, copy, run..., env, workdir, in that order).
+	Steps []TemplateStep `json:"steps,omitempty"`
+}
+
+// TemplateStep is one step of a recipe: exactly one of its fields is set.
+type TemplateStep struct {
+	// Run is a build command; its user defaults to the last User step's
+	// (root before any).
+	Run *TemplateCommand `json:"run,omitempty"`
+	// Copy are files (a directory tree is its files), with their parent
+	// directories made.
+	Copy []TemplateFile `json:"copy,omitempty"`
+	// Env sets variables for later Run steps and the sandbox's code.
+	Env map[string]string `json:"env,omitempty"`
+	// Workdir is where later Run steps and the sandbox's code run; made
+	// if missing.
+	Workdir string `json:"workdir,omitempty"`
+	// User ("root" or "user") runs later Run steps, the start command and
+	// the sandbox's code.
+	User    string           `json:"user,omitempty"`
+	Apt     []string         `json:"apt,omitempty"`
+	Pip     []string         `json:"pip,omitempty"`
+	Symlink *TemplateSymlink `json:"symlink,omitempty"`
+}
+
+// TemplateSymlink makes Path a symbolic link to Target (replacing what
+// is at Path, as ln -sfn).
+type TemplateSymlink struct {
+	Target string `json:"target"`
+	Path   string `json:"path"`
 }
 
 // TemplateFile is a file copied into the template.

@@ -107,16 +107,21 @@ type recipeFile struct {
 	Base  string   `yaml:"base"`
 	Apt   []string `yaml:"apt"`
 	Pip   []string `yaml:"pip"`
-	Files []struct {
-		Src   string `yaml:"src"`
-		Dest  string `yaml:"dest"`
-		Mode  string `yaml:"mode"`
-		Owner string `yaml:"owner"`
-	} `yaml:"files"`
+	Files []recipeCopy `yaml:"files"`
 	Env     map[string]string `yaml:"env"`
 	Workdir string            `yaml:"workdir"`
 	Run     []yaml.Node       `yaml:"run"`
 	Start   string            `yaml:"start"`
+	Ready   string            `yaml:"ready"`
+	Steps   []yaml.Node       `yaml:"steps"`
+}
+
+// recipeCopy is a YAML copy step's file: src relative to the recipe.
+type recipeCopy struct {
+	Src   string `yaml:"src"`
+	Dest  string `yaml:"dest"`
+	Mode  string `yaml:"mode"`
+	Owner string `yaml:"owner"`
 }
 
 // LoadRecipe reads a YAML recipe file; its files' src paths are relative
@@ -135,54 +140,130 @@ func LoadRecipe(path string) (name string, r api.TemplateRecipe, err error) {
 	if err := yaml.Unmarshal(data, &probe); err == nil {
 		for k := range probe {
 			switch k {
-			case "name", "base", "apt", "pip", "files", "env", "workdir", "run", "start":
+			case "name", "base", "apt", "pip", "files", "env", "workdir", "run", "start", "ready", "steps":
 			default:
-				return "", r, fmt.Errorf("recipe %s: unknown key %q (known: name, base, apt, pip, files, env, workdir, run, start)", path, k)
+				return "", r, fmt.Errorf("recipe %s: unknown key %q (known: name, base, apt, pip, files, env, workdir, run, start, ready, steps)", path, k)
 			}
 		}
 	}
-	r = api.TemplateRecipe{Base: f.Base, Apt: f.Apt, Pip: f.Pip, Env: f.Env, Workdir: f.Workdir, Start: f.Start}
+	r = api.TemplateRecipe{Base: f.Base, Apt: f.Apt, Pip: f.Pip, Env: f.Env, Workdir: f.Workdir, Start: f.Start, Ready: f.Ready}
 	dir := filepath.Dir(path)
 	for i, fl := range f.Files {
-		if fl.Src == "" || fl.Dest == "" {
-			return "", r, fmt.Errorf("recipe %s: files[%d] needs src (relative to the recipe) and dest (absolute, in the template)", path, i)
-		}
-		src := fl.Src
-		if !filepath.IsAbs(src) {
-			src = filepath.Join(dir, src)
-		}
-		b, err := os.ReadFile(src)
+		tf, err := fl.load(dir)
 		if err != nil {
 			return "", r, fmt.Errorf("recipe %s: files[%d]: %w", path, i, err)
-		}
-		tf := api.TemplateFile{Path: fl.Dest, Content: base64.StdEncoding.EncodeToString(b), Owner: fl.Owner}
-		if fl.Mode != "" {
-			m, err := strconv.ParseInt(fl.Mode, 8, 32)
-			if err != nil {
-				return "", r, fmt.Errorf("recipe %s: files[%d].mode %q: want octal, such as \"0755\"", path, i, fl.Mode)
-			}
-			tf.Mode = m
 		}
 		r.Files = append(r.Files, tf)
 	}
 	for i, n := range f.Run {
-		var c api.TemplateCommand
-		switch n.Kind {
-		case yaml.ScalarNode:
-			c.Cmd = n.Value
-		case yaml.MappingNode:
-			var m struct {
-				Cmd  string `yaml:"cmd"`
-				User string `yaml:"user"`
-			}
-			if err := n.Decode(&m); err != nil {
-				return "", r, fmt.Errorf("recipe %s: run[%d]: %w", path, i, err)
-			}
-			c.Cmd, c.User = m.Cmd, m.User
-		default:
-			return "", r, fmt.Errorf("recipe %s: run[%d]: want a command, or {cmd: ..., user: root|user}", path, i)
+		c, err := recipeCommand(n)
+		if err != nil {
+			return "", r, fmt.Errorf("recipe %s: run[%d]: %w", path, i, err)
 		}
 		r.Run = append(r.Run, c)
 	}
+	for i, n := range f.Steps {
+		s, err := recipeStep(n, dir)
+		if err != nil {
+			return "", r, fmt.Errorf("recipe %s: steps[%d]: %w", path, i, err)
+		}
+		r.Steps = append(r.Steps, s)
+	}
 	return f.Name, r, nil
+}
+
+// load reads the file c names, relative to dir.
+func (c recipeCopy) load(dir string) (api.TemplateFile, error) {
+	if c.Src == "" || c.Dest == "" {
+		return api.TemplateFile{}, fmt.Errorf("needs src (relative to the recipe) and dest (absolute, in the template)")
+	}
+	src := c.Src
+	if !filepath.IsAbs(src) {
+		src = filepath.Join(dir, src)
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return api.TemplateFile{}, err
+	}
+	tf := api.TemplateFile{Path: c.Dest, Content: base64.StdEncoding.EncodeToString(b), Owner: c.Owner}
+	if c.Mode != "" {
+		m, err := strconv.ParseInt(c.Mode, 8, 32)
+		if err != nil {
+			return tf, fmt.Errorf("mode %q: want octal, such as \"0755\"", c.Mode)
+		}
+		tf.Mode = m
+	}
+	return tf, nil
+}
+
+// recipeCommand is a YAML command: a string, or {cmd, user}.
+func recipeCommand(n yaml.Node) (api.TemplateCommand, error) {
+	var c api.TemplateCommand
+	switch n.Kind {
+	case yaml.ScalarNode:
+		c.Cmd = n.Value
+	case yaml.MappingNode:
+		var m struct {
+			Cmd  string `yaml:"cmd"`
+			User string `yaml:"user"`
+		}
+		if err := n.Decode(&m); err != nil {
+			return c, err
+		}
+		c.Cmd, c.User = m.Cmd, m.User
+	default:
+		return c, fmt.Errorf("want a command, or {cmd: ..., user: root|user}")
+	}
+	return c, nil
+}
+
+// recipeStep is a YAML step: a mapping of one key, its kind.
+func recipeStep(n yaml.Node, dir string) (api.TemplateStep, error) {
+	var s api.TemplateStep
+	if n.Kind != yaml.MappingNode || len(n.Content) != 2 {
+		return s, fmt.Errorf("want one key: run, copy, env, workdir, user, apt, pip or symlink")
+	}
+	key, v := n.Content[0].Value, n.Content[1]
+	var err error
+	switch key {
+	case "run":
+		var c api.TemplateCommand
+		c, err = recipeCommand(*v)
+		s.Run = &c
+	case "copy":
+		var files []recipeCopy
+		if v.Kind == yaml.SequenceNode {
+			err = v.Decode(&files)
+		} else {
+			var one recipeCopy
+			err = v.Decode(&one)
+			files = []recipeCopy{one}
+		}
+		for j := 0; err == nil && j < len(files); j++ {
+			var tf api.TemplateFile
+			if tf, err = files[j].load(dir); err != nil {
+				err = fmt.Errorf("copy[%d]: %w", j, err)
+			}
+			s.Copy = append(s.Copy, tf)
+		}
+	case "env":
+		err = v.Decode(&s.Env)
+	case "workdir":
+		err = v.Decode(&s.Workdir)
+	case "user":
+		err = v.Decode(&s.User)
+	case "apt":
+		err = v.Decode(&s.Apt)
+	case "pip":
+		err = v.Decode(&s.Pip)
+	case "symlink":
+		s.Symlink = &api.TemplateSymlink{}
+		err = v.Decode(s.Symlink)
+	default:
+		return s, fmt.Errorf("unknown kind %q: want run, copy, env, workdir, user, apt, pip or symlink", key)
+	}
+	if err != nil {
+		return s, fmt.Errorf("%s: %w", key, err)
+	}
+	return s, nil
 }

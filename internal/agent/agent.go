@@ -61,6 +61,9 @@ type Agent struct {
 	// imported cfg.Preload (GET /ready waits for it); readyErr says how.
 	ready    chan struct{}
 	readyErr error
+	// start is the template's ready check (nil: none): /health waits
+	// for it a while on a cold boot, /ready until it ends.
+	start *startGate
 }
 
 // New prepares an agent from cfg and starts the default Python context's
@@ -73,6 +76,11 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{decoder: decoder{max: cfg.MaxRequestBytes}, cfg: cfg, log: cfg.Logger, contexts: make(map[string]*execContext), ready: make(chan struct{})}
 	a.guard.set(cfg.Secret)
+	tmpl, err := readTemplateSettings(cfg.TemplateConfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.User = tmpl.codeUser(cfg.User)
 	a.launch = &launcher{user: lookupIdentity(cfg.User, cfg.Home, a.log)}
 	a.files = &fileAPI{launch: a.launch, maxBytes: cfg.MaxFileBytes, log: a.log}
 	a.procs = &processAPI{decoder: a.decoder, launch: a.launch, log: a.log, bash: cfg.Bash, maxOutput: cfg.MaxOutputBytes}
@@ -82,10 +90,6 @@ func New(cfg Config) (*Agent, error) {
 	base := cfg.Env
 	if base == nil {
 		base = os.Environ()
-	}
-	tmpl, err := readTemplateSettings(cfg.TemplateConfig)
-	if err != nil {
-		return nil, err
 	}
 	// The template's envs come first: the sandbox's own (its create's) win.
 	a.launch.env = buildEnv(append(tmpl.envList(), base...), a.launch.user, cfg.Python)
@@ -125,6 +129,9 @@ func New(cfg Config) (*Agent, error) {
 	}()
 	if tmpl.Start != "" {
 		a.startCommand(tmpl.Start)
+	}
+	if tmpl.Ready != "" {
+		a.start = a.readyCheck(tmpl.Ready)
 	}
 	a.log.Info("agent ready", "user", a.launch.user.name, "uid", a.launch.user.uid, "home", a.launch.user.home, "switch_user", a.launch.user.cred != nil)
 	return a, nil
@@ -281,5 +288,11 @@ func (a *Agent) logRequests(next http.Handler) http.Handler {
 }
 
 func (a *Agent) health(w http.ResponseWriter, r *http.Request) {
+	// A sandbox booted cold is created once its template's start command
+	// is ready: the node waits for this answer.
+	if !a.start.open() {
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the template's start command is not ready yet")
+		return
+	}
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: a.cfg.Version})
 }

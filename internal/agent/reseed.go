@@ -71,7 +71,8 @@ func (a *Agent) reseed(w http.ResponseWriter, r *http.Request) {
 
 // readyz answers GET /ready (internal, for the server's template
 // snapshots): 204 once the default Python kernel runs with its preloaded
-// modules, 500 if that failed, waiting up to 2 minutes.
+// modules and the template's ready check passed, 500 if either failed,
+// waiting up to 2 minutes for each.
 func (a *Agent) readyz(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-a.ready:
@@ -83,6 +84,14 @@ func (a *Agent) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	if a.readyErr != nil {
 		writeError(w, http.StatusInternalServerError, api.CodeInternal, "starting the default kernel: %v", a.readyErr)
+		return
+	}
+	// The template snapshot holds the start command ready, or is not
+	// taken.
+	if err := a.start.wait(r.Context()); err != nil {
+		if r.Context().Err() == nil {
+			writeError(w, http.StatusInternalServerError, api.CodeInternal, "%v", err)
+		}
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

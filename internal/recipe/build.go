@@ -9,10 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -292,30 +293,34 @@ type build struct {
 	emit func(api.TemplateBuildEvent)
 	log  *slog.Logger
 
+	steps       []api.TemplateStep // Steps(r)
+	aptUpdated  bool
 	step, total int
 }
 
-// stepNames lists the build's steps, for numbering.
-func (bd *build) steps() []string {
+// names lists the build's steps, for numbering: the host's, then the
+// recipe's.
+func (bd *build) names() []string {
 	var s []string
-	if len(bd.r.Apt)+len(bd.r.Pip) > 0 {
+	if bd.fetches() {
 		s = append(s, "fetching packages on the host (no package code runs there)")
 	}
 	s = append(s, "copying base template "+bd.r.Base)
 	s = append(s, "booting the build sandbox (no network)")
-	if len(bd.r.Apt) > 0 {
-		s = append(s, "installing Debian packages: "+strings.Join(bd.r.Apt, " "))
-	}
-	if len(bd.r.Pip) > 0 {
-		s = append(s, "installing pip packages: "+strings.Join(bd.r.Pip, " "))
-	}
-	if len(bd.r.Files) > 0 {
-		s = append(s, fmt.Sprintf("copying %d file(s)", len(bd.r.Files)))
-	}
-	for _, c := range bd.r.Run {
-		s = append(s, "run: "+firstLine(c.Cmd))
+	for _, st := range bd.steps {
+		s = append(s, stepName(st))
 	}
 	return append(s, "finishing")
+}
+
+// fetches reports whether the build has packages to fetch on the host.
+func (bd *build) fetches() bool {
+	for _, st := range bd.steps {
+		if len(st.Apt)+len(st.Pip) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func firstLine(s string) string {
@@ -337,7 +342,8 @@ func (bd *build) logf(format string, args ...any) {
 
 // run fills rootfs, an empty directory, with the template.
 func (bd *build) run(ctx context.Context, rootfs string) error {
-	names := bd.steps()
+	bd.steps = Steps(bd.r)
+	names := bd.names()
 	bd.total = len(names)
 	i := 0
 	nextName := func() string { i++; return names[i-1] }
@@ -345,13 +351,17 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 	// Packages first, beside the build's rootfs (its temporary directory
 	// goes with a failure): a package that cannot be had fails the build
 	// before the base is copied. What apt and pip read of the base (its
-	// Python version, dpkg status, keyring) is the trusted base's.
+	// Python version, dpkg status, keyring) is the trusted base's. Each
+	// step's packages are fetched apart (debs-N, wheels-N for step N),
+	// to be installed at their step.
 	fetched := filepath.Join(filepath.Dir(rootfs), "fetched")
-	if len(bd.r.Apt)+len(bd.r.Pip) > 0 {
+	if bd.fetches() {
 		name := nextName()
 		bd.next(name)
-		if err := bd.fetch(ctx, name, bd.base.RootFS, fetched); err != nil {
-			return err
+		for n, st := range bd.steps {
+			if err := bd.fetch(ctx, name, bd.base.RootFS, fetched, n, st); err != nil {
+				return err
+			}
 		}
 	}
 	name := nextName()
@@ -363,8 +373,9 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 	if err := os.MkdirAll(filepath.Join(stage, "files"), 0o755); err != nil {
 		return fmt.Errorf("staging files: %w", err)
 	}
-	for _, d := range []string{"wheels", "debs"} {
-		if err := os.Rename(filepath.Join(fetched, d), filepath.Join(stage, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	got, _ := os.ReadDir(fetched)
+	for _, d := range got {
+		if err := os.Rename(filepath.Join(fetched, d.Name()), filepath.Join(stage, d.Name())); err != nil {
 			return fmt.Errorf("staging packages: %w", err)
 		}
 	}
@@ -394,80 +405,107 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 		}
 	}()
 	bd.logf("build sandbox %s running", id)
-	sh := func(name, user, script string) error { return bd.inSandbox(ctx, id, name, user, script) }
 
-	const s = "/" + stageDir
-	if len(bd.r.Apt) > 0 {
-		if err := sh(nextName(), "root", "export DEBIAN_FRONTEND=noninteractive\ndpkg -i "+s+"/debs/*.deb"); err != nil {
-			return err
+	// What env, workdir and user steps set holds for the later steps (a
+	// run step's user was filled in by Validate). A directory a workdir
+	// step makes is the code's user's: user, or root after a user step
+	// said so.
+	env := map[string]string{}
+	workdir := "/"
+	user := "user"
+	sh := func(name, user, script string) error { return bd.inSandbox(ctx, id, name, user, "/", nil, script) }
+	for n, st := range bd.steps {
+		name := nextName()
+		var err error
+		switch k, _ := kind(st); k {
+		case kindApt:
+			err = sh(name, "root", fmt.Sprintf("export DEBIAN_FRONTEND=noninteractive\ndpkg -i /%s/debs-%d/*.deb", stageDir, n))
+		case kindPip:
+			err = sh(name, "user", fmt.Sprintf("cd /home/user && /opt/lizard/venv/bin/pip install --no-index --find-links /%s/wheels-%d --no-cache-dir --no-input --progress-bar off --disable-pip-version-check -- %s", stageDir, n, shellQuote(st.Pip...)))
+		case kindCopy:
+			err = sh(name, "root", copyScript(n, st.Copy))
+		case kindRun:
+			err = bd.inSandbox(ctx, id, name, st.Run.User, workdir, env, st.Run.Cmd)
+		case kindEnv:
+			bd.next(name)
+			maps.Copy(env, st.Env)
+		case kindWorkdir:
+			workdir = st.Workdir
+			err = sh(name, "root", fmt.Sprintf("[ -d %[1]s ] || install -d -o %[2]s -g %[2]s %[1]s", shellQuote(workdir), user))
+		case kindUser:
+			bd.next(name)
+			user = st.User
+		case kindSymlink:
+			err = sh(name, "root", symlinkScript(st.Symlink))
 		}
-	}
-	if len(bd.r.Pip) > 0 {
-		script := "cd /home/user && /opt/lizard/venv/bin/pip install --no-index --find-links " + s + "/wheels --no-cache-dir --no-input --progress-bar off --disable-pip-version-check -- " + shellQuote(bd.r.Pip...)
-		if err := sh(nextName(), "user", script); err != nil {
-			return err
-		}
-	}
-	if len(bd.r.Files) > 0 {
-		var script strings.Builder
-		script.WriteString("set -e\n")
-		for i, f := range bd.r.Files {
-			own := "root"
-			if f.Owner == "user" {
-				own = "user"
-			}
-			// The parent directories a file needs belong to its owner when
-			// made here (install -D makes them root's). The path, checked
-			// by Validate, is checked again as the sandbox resolves it:
-			// a parent may be a symbolic link (from a package) to a
-			// directory Lizard provides at run time. -T: a file, never
-			// into a directory of that name.
-			fmt.Fprintf(&script, "p=%s; d=$(dirname \"$p\"); [ -d \"$d\" ] || { mkdir -p \"$d\" && chown %s:%s \"$d\"; }\n", shellQuote(f.Path), own, own)
-			fmt.Fprintf(&script, "r=$(realpath -m -- \"$p\"); case \"$r\" in %s) echo \"$p resolves to $r, which is provided at run time\" >&2; exit 1;; esac\n", reservedPattern())
-			fmt.Fprintf(&script, "install -T -m %o -o %s -g %s %s/files/%d \"$r\"\n", f.Mode, own, own, s, i)
-		}
-		if err := sh(nextName(), "root", script.String()); err != nil {
-			return err
-		}
-	}
-	for _, c := range bd.r.Run {
-		if err := sh(nextName(), c.User, c.Cmd); err != nil {
+		if err != nil {
 			return err
 		}
 	}
 	finish := "set -e\n"
-	if bd.r.Workdir != "" {
-		finish += fmt.Sprintf("[ -d %[1]s ] || install -d -o user -g user %[1]s\n", shellQuote(bd.r.Workdir))
+	if set := settings(bd.r, bd.steps); !reflect.DeepEqual(set, Settings{}) {
+		finish += "install -d -m 0755 /etc/lizard\ninstall -m 0644 /" + stageDir + "/template.json /etc/lizard/template.json\n"
 	}
-	if len(bd.r.Env) > 0 || bd.r.Workdir != "" || bd.r.Start != "" {
-		finish += "install -d -m 0755 /etc/lizard\ninstall -m 0644 " + s + "/template.json /etc/lizard/template.json\n"
-	}
-	finish += "rm -rf " + s + " /root/.cache /home/user/.cache/pip\n"
-	if err := sh(nextName(), "root", finish); err != nil {
-		return err
-	}
-	return nil
+	finish += "rm -rf /" + stageDir + " /root/.cache /home/user/.cache/pip\n"
+	return sh(nextName(), "root", finish)
 }
 
-// stageFiles writes the recipe's files and settings into the stage.
-func (bd *build) stageFiles(stage string) error {
-	for i, f := range bd.r.Files {
-		data, err := base64.StdEncoding.DecodeString(f.Content)
-		if err != nil {
-			return err
+// copyScript installs copy step n's files, staged by stageFiles.
+func copyScript(n int, files []api.TemplateFile) string {
+	var script strings.Builder
+	script.WriteString("set -e\n")
+	for j, f := range files {
+		own := "root"
+		if f.Owner == "user" {
+			own = "user"
 		}
-		if err := os.WriteFile(filepath.Join(stage, "files", fmt.Sprint(i)), data, 0o600); err != nil {
-			return err
+		// The parent directories a file needs belong to its owner when
+		// made here (install -D makes them root's). The path, checked
+		// by Validate, is checked again as the sandbox resolves it:
+		// a parent may be a symbolic link (from a package) to a
+		// directory Lizard provides at run time. -T: a file, never
+		// into a directory of that name.
+		fmt.Fprintf(&script, "p=%s; d=$(dirname \"$p\"); [ -d \"$d\" ] || { mkdir -p \"$d\" && chown %s:%s \"$d\"; }\n", shellQuote(f.Path), own, own)
+		fmt.Fprintf(&script, "r=$(realpath -m -- \"$p\"); case \"$r\" in %s) echo \"$p resolves to $r, which is provided at run time\" >&2; exit 1;; esac\n", reservedPattern())
+		fmt.Fprintf(&script, "install -T -m %o -o %s -g %s /%s/files/%d-%d \"$r\"\n", f.Mode, own, own, stageDir, n, j)
+	}
+	return script.String()
+}
+
+// symlinkScript makes l's link, its parent resolved by the sandbox and
+// checked as a copy's is; -T: the link itself, never one inside a
+// directory of that name.
+func symlinkScript(l *api.TemplateSymlink) string {
+	return fmt.Sprintf("set -e\np=%s; d=$(dirname \"$p\"); mkdir -p \"$d\"\n"+
+		"r=$(realpath -m -- \"$d\")/$(basename \"$p\"); case \"$r\" in %s) echo \"$p resolves to $r, which is provided at run time\" >&2; exit 1;; esac\n"+
+		"ln -sfnT -- %s \"$r\"\n", shellQuote(l.Path), reservedPattern(), shellQuote(l.Target))
+}
+
+// stageFiles writes the copy steps' files (step N's file J as files/N-J)
+// and the settings into the stage.
+func (bd *build) stageFiles(stage string) error {
+	for n, st := range bd.steps {
+		for j, f := range st.Copy {
+			data, err := base64.StdEncoding.DecodeString(f.Content)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(stage, "files", fmt.Sprintf("%d-%d", n, j)), data, 0o600); err != nil {
+				return err
+			}
 		}
 	}
-	settings, _ := json.MarshalIndent(map[string]any{"env": bd.r.Env, "workdir": bd.r.Workdir, "start": bd.r.Start}, "", "  ")
+	settings, _ := json.MarshalIndent(settings(bd.r, bd.steps), "", "  ")
 	return os.WriteFile(filepath.Join(stage, "template.json"), append(settings, '\n'), 0o644)
 }
 
 // inSandbox runs script by /bin/sh -e in the build sandbox as user (root
 // is the sandbox's root), streaming its output as log events.
-func (bd *build) inSandbox(ctx context.Context, id, name, user, script string) error {
+func (bd *build) inSandbox(ctx context.Context, id, name, user, cwd string, env map[string]string, script string) error {
 	bd.next(name)
+	// The steps' envs win over the build's defaults.
+	envs := map[string]string{"HOME": "/root", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONUNBUFFERED": "1"}
+	maps.Copy(envs, env)
 	args := []string{"/bin/sh", "-ec", script}
 	if user == "user" {
 		args = append([]string{"setpriv", "--reuid=1000", "--regid=1000", "--init-groups", "env", "HOME=/home/user", "USER=user", "LOGNAME=user"}, args...)
@@ -481,8 +519,7 @@ func (bd *build) inSandbox(ctx context.Context, id, name, user, script string) e
 		tail.add(l)
 		bd.emit(api.TemplateBuildEvent{Type: api.BuildEventLog, Text: "  " + l})
 	}
-	code, err := runProcess(ctx, bd.b.cfg.Node.Agents(), id, api.ProcessRequest{Args: args, Cwd: "/",
-		Envs: map[string]string{"HOME": "/root", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONUNBUFFERED": "1"}},
+	code, err := runProcess(ctx, bd.b.cfg.Node.Agents(), id, api.ProcessRequest{Args: args, Cwd: cwd, Envs: envs},
 		func(stream, text string) {
 			lines := strings.Split(partial[stream]+text, "\n")
 			partial[stream] = lines[len(lines)-1]

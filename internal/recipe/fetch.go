@@ -74,19 +74,20 @@ func hostCommand(ctx context.Context, bd *build, name string, prog string, args 
 	return nil
 }
 
-// fetch downloads the recipe's packages into the stage.
-func (bd *build) fetch(ctx context.Context, name, rootfs, stage string) error {
-	if len(bd.r.Pip) > 0 {
+// fetch downloads step n's packages, if it has any, into stage/wheels-n
+// or stage/debs-n.
+func (bd *build) fetch(ctx context.Context, name, rootfs, stage string, n int, st api.TemplateStep) error {
+	if len(st.Pip) > 0 {
 		py, err := pythonVersion(rootfs)
 		if err != nil {
 			return &StepError{Step: name, Err: err}
 		}
-		args := []string{"-m", "pip", "download", "--dest", filepath.Join(stage, "wheels"), "--only-binary=:all:",
+		args := []string{"-m", "pip", "download", "--dest", filepath.Join(stage, fmt.Sprintf("wheels-%d", n)), "--only-binary=:all:",
 			"--python-version", py, "--implementation", "cp", "--progress-bar", "off", "--no-input"}
 		for _, p := range platforms() {
 			args = append(args, "--platform", p)
 		}
-		args = append(append(args, "--"), bd.r.Pip...)
+		args = append(append(args, "--"), st.Pip...)
 		bd.logf("pip download (wheels only, for CPython %s)", py)
 		if err := hostCommand(ctx, bd, name, bd.b.cfg.Python, args...); err != nil {
 			if se, ok := errIsStep(err); ok {
@@ -95,8 +96,8 @@ func (bd *build) fetch(ctx context.Context, name, rootfs, stage string) error {
 			return err
 		}
 	}
-	if len(bd.r.Apt) > 0 {
-		if err := bd.fetchDebs(ctx, name, rootfs, stage); err != nil {
+	if len(st.Apt) > 0 {
+		if err := bd.fetchDebs(ctx, name, rootfs, filepath.Join(stage, fmt.Sprintf("debs-%d", n)), st.Apt); err != nil {
 			return err
 		}
 	}
@@ -124,14 +125,13 @@ func platforms() []string {
 // fetchDebs downloads the Debian packages and what they need beyond what
 // the base has installed, with a private apt state (its own lists in the
 // cache, the base's dpkg status and keyring), into the stage.
-func (bd *build) fetchDebs(ctx context.Context, name, rootfs, stage string) error {
+func (bd *build) fetchDebs(ctx context.Context, name, rootfs, debs string, pkgs []string) error {
 	aptDir := filepath.Join(bd.b.cfg.CacheDir, "apt")
 	for _, d := range []string{"lists/partial", "cache", "empty"} {
 		if err := os.MkdirAll(filepath.Join(aptDir, d), 0o755); err != nil {
 			return err
 		}
 	}
-	debs := filepath.Join(stage, "debs")
 	if err := os.MkdirAll(filepath.Join(debs, "partial"), 0o755); err != nil {
 		return err
 	}
@@ -173,11 +173,14 @@ func (bd *build) fetchDebs(ctx context.Context, name, rootfs, stage string) erro
 	if err := os.MkdirAll(filepath.Join(aptDir, "lists", suite, "partial"), 0o755); err != nil {
 		return err
 	}
-	bd.logf("apt-get update (Debian %s, private lists in %s)", suite, aptDir)
-	if err := hostCommand(ctx, bd, name, bd.b.cfg.Apt, append(opts, "update")...); err != nil {
-		return err
+	if !bd.aptUpdated {
+		bd.logf("apt-get update (Debian %s, private lists in %s)", suite, aptDir)
+		if err := hostCommand(ctx, bd, name, bd.b.cfg.Apt, append(opts, "update")...); err != nil {
+			return err
+		}
+		bd.aptUpdated = true
 	}
-	args := append(append(opts, "install", "-y", "--download-only", "--"), bd.r.Apt...)
+	args := append(append(opts, "install", "-y", "--download-only", "--"), pkgs...)
 	if err := hostCommand(ctx, bd, name, bd.b.cfg.Apt, args...); err != nil {
 		return err
 	}
@@ -185,7 +188,7 @@ func (bd *build) fetchDebs(ctx context.Context, name, rootfs, stage string) erro
 	sort.Strings(got)
 	bd.logf("%d Debian package(s) fetched", len(got))
 	if len(got) == 0 {
-		return &StepError{Step: name, Err: fmt.Errorf("apt fetched no package: are %s already in the base template?", strings.Join(bd.r.Apt, ", "))}
+		return &StepError{Step: name, Err: fmt.Errorf("apt fetched no package: are %s already in the base template?", strings.Join(pkgs, ", "))}
 	}
 	os.RemoveAll(filepath.Join(debs, "partial"))
 	os.Remove(filepath.Join(debs, "lock"))

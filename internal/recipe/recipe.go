@@ -36,7 +36,9 @@ import (
 const (
 	MaxFileBytes  = 16 << 20 // all files together, decoded
 	MaxPackages   = 200      // apt and pip each
-	MaxCommands   = 100
+	MaxCommands   = 100      // build commands: run and run steps
+	MaxFiles      = 10000    // files and copy steps' files
+	MaxSteps      = 500
 	MaxEnvs       = 100
 	MaxStartBytes = 4096
 	MaxNameLen    = 63
@@ -66,7 +68,8 @@ func ValidName(name string) error {
 }
 
 // Validate checks r, whose base must be one of bases, and fills in its
-// defaults (base, file modes and owners, command users).
+// defaults (base, file modes and owners, command users). Bounds count the
+// fixed parts and the steps together.
 func Validate(r *api.TemplateRecipe, bases []string) error {
 	if r.Base == "" {
 		r.Base = bases[0]
@@ -74,64 +77,15 @@ func Validate(r *api.TemplateRecipe, bases []string) error {
 	if !slices.Contains(bases, r.Base) {
 		return errdefs.Invalidf("recipe.base %q: a custom template is built on a built-in template: %s", r.Base, strings.Join(bases, ", "))
 	}
-	if len(r.Apt) > MaxPackages || len(r.Pip) > MaxPackages {
-		return errdefs.Invalidf("recipe: at most %d apt and %d pip packages", MaxPackages, MaxPackages)
+	var t tally
+	if err := t.packages("recipe", r.Apt, r.Pip); err != nil {
+		return err
 	}
-	for _, p := range r.Apt {
-		if !aptRe.MatchString(p) {
-			return errdefs.Invalidf("recipe.apt %q: want a Debian package name, optionally with =version", p)
-		}
+	if err := t.files("recipe.files", r.Files, "user"); err != nil {
+		return err
 	}
-	for _, p := range r.Pip {
-		if !pipRe.MatchString(p) || strings.HasPrefix(p, "-") {
-			return errdefs.Invalidf("recipe.pip %q: want a requirement such as requests or requests==2.32.3 (no URLs, paths or options)", p)
-		}
-	}
-	total := 0
-	seen := map[string]bool{}
-	for i := range r.Files {
-		f := &r.Files[i]
-		if err := checkPath("recipe.files["+fmt.Sprint(i)+"].path", f.Path, true); err != nil {
-			return err
-		}
-		f.Path = path.Clean(f.Path)
-		if seen[f.Path] {
-			return errdefs.Invalidf("recipe.files: %s is given twice", f.Path)
-		}
-		seen[f.Path] = true
-		data, err := base64.StdEncoding.DecodeString(f.Content)
-		if err != nil {
-			return errdefs.Invalidf("recipe.files[%d].content: not base64: %v", i, err)
-		}
-		total += len(data)
-		f.Size = int64(len(data))
-		if f.Mode == 0 {
-			f.Mode = 0o644
-		}
-		if f.Mode < 0 || f.Mode > 0o777 {
-			return errdefs.Invalidf("recipe.files[%d].mode %o: want permission bits, 0 to 0777", i, f.Mode)
-		}
-		switch f.Owner {
-		case "":
-			f.Owner = "user"
-		case "user", "root":
-		default:
-			return errdefs.Invalidf("recipe.files[%d].owner %q: want user or root", i, f.Owner)
-		}
-	}
-	if total > MaxFileBytes {
-		return errdefs.Invalidf("recipe.files hold %d bytes; at most %d are allowed (install large data at run time)", total, MaxFileBytes)
-	}
-	if len(r.Env) > MaxEnvs {
-		return errdefs.Invalidf("recipe.env has %d variables; at most %d are allowed", len(r.Env), MaxEnvs)
-	}
-	for k, v := range r.Env {
-		if !envRe.MatchString(k) || strings.HasPrefix(k, "LIZARD_") {
-			return errdefs.Invalidf("recipe.env name %q: want letters, digits and _, not starting with a digit nor LIZARD_", k)
-		}
-		if strings.ContainsRune(v, 0) {
-			return errdefs.Invalidf("recipe.env %s: values cannot hold NUL bytes", k)
-		}
+	if err := t.env("recipe.env", r.Env); err != nil {
+		return err
 	}
 	if r.Workdir != "" {
 		if err := checkPath("recipe.workdir", r.Workdir, false); err != nil {
@@ -139,24 +93,127 @@ func Validate(r *api.TemplateRecipe, bases []string) error {
 		}
 		r.Workdir = path.Clean(r.Workdir)
 	}
-	if len(r.Run) > MaxCommands {
-		return errdefs.Invalidf("recipe.run has %d commands; at most %d are allowed", len(r.Run), MaxCommands)
-	}
 	for i := range r.Run {
-		c := &r.Run[i]
-		if strings.TrimSpace(c.Cmd) == "" || strings.ContainsRune(c.Cmd, 0) {
-			return errdefs.Invalidf("recipe.run[%d].cmd is empty (or holds NUL): want a shell command", i)
-		}
-		switch c.User {
-		case "":
-			c.User = "root"
-		case "root", "user":
-		default:
-			return errdefs.Invalidf("recipe.run[%d].user %q: want root (the sandbox's) or user", i, c.User)
+		if err := t.command(fmt.Sprintf("recipe.run[%d]", i), &r.Run[i], "root"); err != nil {
+			return err
 		}
 	}
-	if len(r.Start) > MaxStartBytes || strings.ContainsRune(r.Start, 0) {
-		return errdefs.Invalidf("recipe.start: want a shell command of at most %d bytes", MaxStartBytes)
+	if err := validateSteps(r, &t); err != nil {
+		return err
+	}
+	if t.fileBytes > MaxFileBytes {
+		return errdefs.Invalidf("recipe's files hold %d bytes; at most %d are allowed (install large data at run time)", t.fileBytes, MaxFileBytes)
+	}
+	for _, c := range []struct{ field, cmd string }{{"start", r.Start}, {"ready", r.Ready}} {
+		if len(c.cmd) > MaxStartBytes || strings.ContainsRune(c.cmd, 0) {
+			return errdefs.Invalidf("recipe.%s: want a shell command of at most %d bytes", c.field, MaxStartBytes)
+		}
+	}
+	return nil
+}
+
+// tally counts what a recipe holds against its bounds, across the fixed
+// parts and the steps.
+type tally struct {
+	apt, pip, nfiles, commands int
+	fileBytes                 int
+	envs                      map[string]bool
+}
+
+func (t *tally) packages(field string, apt, pip []string) error {
+	t.apt += len(apt)
+	t.pip += len(pip)
+	if t.apt > MaxPackages || t.pip > MaxPackages {
+		return errdefs.Invalidf("%s: at most %d apt and %d pip packages in all", field, MaxPackages, MaxPackages)
+	}
+	for _, p := range apt {
+		if !aptRe.MatchString(p) {
+			return errdefs.Invalidf("%s.apt %q: want a Debian package name, optionally with =version", field, p)
+		}
+	}
+	for _, p := range pip {
+		if !pipRe.MatchString(p) || strings.HasPrefix(p, "-") {
+			return errdefs.Invalidf("%s.pip %q: want a requirement such as requests or requests==2.32.3 (no URLs, paths or options)", field, p)
+		}
+	}
+	return nil
+}
+
+// files checks files (field names them), cleans their paths and fills in
+// their defaults; owner is the default owner.
+func (t *tally) files(field string, files []api.TemplateFile, owner string) error {
+	t.nfiles += len(files)
+	if t.nfiles > MaxFiles {
+		return errdefs.Invalidf("%s: the recipe holds %d files; at most %d are allowed", field, t.nfiles, MaxFiles)
+	}
+	seen := map[string]bool{}
+	for i := range files {
+		f := &files[i]
+		if err := checkPath(fmt.Sprintf("%s[%d].path", field, i), f.Path, true); err != nil {
+			return err
+		}
+		f.Path = path.Clean(f.Path)
+		if seen[f.Path] {
+			return errdefs.Invalidf("%s: %s is given twice", field, f.Path)
+		}
+		seen[f.Path] = true
+		data, err := base64.StdEncoding.DecodeString(f.Content)
+		if err != nil {
+			return errdefs.Invalidf("%s[%d].content: not base64: %v", field, i, err)
+		}
+		t.fileBytes += len(data)
+		f.Size = int64(len(data))
+		if f.Mode == 0 {
+			f.Mode = 0o644
+		}
+		if f.Mode < 0 || f.Mode > 0o777 {
+			return errdefs.Invalidf("%s[%d].mode %o: want permission bits, 0 to 0777", field, i, f.Mode)
+		}
+		switch f.Owner {
+		case "":
+			f.Owner = owner
+		case "user", "root":
+		default:
+			return errdefs.Invalidf("%s[%d].owner %q: want user or root", field, i, f.Owner)
+		}
+	}
+	return nil
+}
+
+func (t *tally) env(field string, env map[string]string) error {
+	if t.envs == nil {
+		t.envs = map[string]bool{}
+	}
+	for k, v := range env {
+		t.envs[k] = true
+		if !envRe.MatchString(k) || strings.HasPrefix(k, "LIZARD_") {
+			return errdefs.Invalidf("%s name %q: want letters, digits and _, not starting with a digit nor LIZARD_", field, k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return errdefs.Invalidf("%s %s: values cannot hold NUL bytes", field, k)
+		}
+	}
+	if len(t.envs) > MaxEnvs {
+		return errdefs.Invalidf("%s: the recipe sets %d variables; at most %d are allowed", field, len(t.envs), MaxEnvs)
+	}
+	return nil
+}
+
+// command checks c and fills in its user (user when it names none).
+func (t *tally) command(field string, c *api.TemplateCommand, user string) error {
+	t.commands++
+	if t.commands > MaxCommands {
+		return errdefs.Invalidf("%s: the recipe has more than %d commands", field, MaxCommands)
+	}
+	if strings.TrimSpace(c.Cmd) == "" || strings.ContainsRune(c.Cmd, 0) {
+		return errdefs.Invalidf("%s.cmd is empty (or holds NUL): want a shell command", field)
+	}
+	switch c.User {
+	case "":
+		c.User = user
+	case "root", "user":
+	default:
+		return errdefs.Invalidf("%s.user %q: want root (the sandbox's) or user", field, c.User)
 	}
 	return nil
 }

@@ -105,6 +105,7 @@ func checkBounds(v any, data []byte) error {
 				Base, Workdir *string
 				Files         []struct{ Owner *string }
 				Run           []struct{ User *string }
+				Steps         []map[string]json.RawMessage
 			}
 		}
 		if json.Unmarshal(data, &given) != nil {
@@ -131,6 +132,29 @@ func checkBounds(v any, data []byte) error {
 		for i, c := range r.Run {
 			if empty(c.User) {
 				return errdefs.Invalidf("recipe.run[%d].user is empty: leave it out for the default (root)", i)
+			}
+		}
+		// A step is exactly one kind, counted as given: an empty value
+		// is absent to the Go type.
+		for i, st := range r.Steps {
+			if len(st) != 1 {
+				return errdefs.Invalidf("recipe.steps[%d] has %d kinds: want exactly one of run, copy, env, workdir, user, apt, pip or symlink", i, len(st))
+			}
+			var step struct {
+				Run  *struct{ User *string }
+				Copy []struct{ Owner *string }
+			}
+			b, _ := json.Marshal(st)
+			if json.Unmarshal(b, &step) != nil {
+				continue
+			}
+			if step.Run != nil && empty(step.Run.User) {
+				return errdefs.Invalidf("recipe.steps[%d].run.user is empty: leave it out for the default (the last user step's, root before any)", i)
+			}
+			for j, f := range step.Copy {
+				if empty(f.Owner) {
+					return errdefs.Invalidf("recipe.steps[%d].copy[%d].owner is empty: leave it out for the default (user)", i, j)
+				}
 			}
 		}
 	case *api.ResumeRequest:

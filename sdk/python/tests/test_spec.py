@@ -121,6 +121,8 @@ UNMODELLED: Dict[str, str] = {
     "TemplateRecipe": "the recipe is passed to Template.build as the dict the spec describes",
     "TemplateFile": "part of the recipe's dict (content may be str or bytes: the SDK encodes it)",
     "TemplateCommand": "part of the recipe's dict",
+    "TemplateStep": "part of the recipe's dict (steps; a copy step's content may be str or bytes: the SDK encodes it)",
+    "TemplateSymlink": "part of a step's dict",
     "TemplateBuildEvent": "given to on_event as the dict it is; a failed step raises TemplateBuildError",
     "Health": "for probes and operators, not for code using sandboxes",
     "SandboxMetrics": "get_metrics() returns the samples themselves",

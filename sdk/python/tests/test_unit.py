@@ -793,6 +793,10 @@ def test_template_body_encodes_file_contents() -> None:
     assert body == {"name": "t", "recipe": {"pip": ["six"], "files": [{"path": "/a", "content": "aMOp"}, {"path": "/b", "content": "AAE="}]}}
     with pytest.raises(lizard.InvalidArgumentError):
         _core.template_body("t", {"files": [{"path": "/a", "content": 3}]})
+    steps = _core.template_body("t", {"start": "s", "ready": "r", "steps": [{"user": "user"}, {"copy": [{"path": "/c", "content": "x"}]}]})
+    assert steps == {"name": "t", "recipe": {"start": "s", "ready": "r", "steps": [{"user": "user"}, {"copy": [{"path": "/c", "content": "eA=="}]}]}}
+    with pytest.raises(lizard.InvalidArgumentError, match=r"steps\[0\]\.copy\[0\]"):
+        _core.template_body("t", {"steps": [{"copy": [{"path": "/a", "content": 3}]}]})
 
 
 def test_template_build_outcome() -> None:

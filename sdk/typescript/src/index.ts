@@ -55,6 +55,8 @@ export {
   type BuildOptions,
   type Recipe,
   type RecipeFile,
+  type RecipeCommand,
+  type RecipeStep,
   type TemplateBuildEvent,
   type TemplateInfo,
 } from './template.js';

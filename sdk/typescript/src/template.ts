@@ -21,8 +21,34 @@ export interface Recipe {
   files?: RecipeFile[];
   env?: Record<string, string>;
   workdir?: string;
-  run?: Array<{ cmd: string; user?: 'root' | 'user' }>;
+  run?: RecipeCommand[];
+  /** Run at every boot in the background; template snapshots hold it running. */
   start?: string;
+  /** Exits 0 once start is ready: polled at boot; the template snapshot waits for it. */
+  ready?: string;
+  /** Steps in order, after the fixed parts above: each exactly one kind. */
+  steps?: RecipeStep[];
+}
+
+/** A build command, run by /bin/sh -ec in the build sandbox (no network). */
+export interface RecipeCommand {
+  cmd: string;
+  user?: 'root' | 'user';
+}
+
+/**
+ * One step of a recipe: exactly one field. env, workdir and user hold for
+ * later steps and for the sandbox's code (docs/templates.md).
+ */
+export interface RecipeStep {
+  run?: RecipeCommand;
+  copy?: RecipeFile[];
+  env?: Record<string, string>;
+  workdir?: string;
+  user?: 'root' | 'user';
+  apt?: string[];
+  pip?: string[];
+  symlink?: { target: string; path: string };
 }
 
 /** One line of a build's progress: a step, a line of output, then done or error. */
@@ -84,13 +110,19 @@ export interface BuildOptions extends ConnectionOptions {
 
 /** templateBody is the wire body of a build: file contents in base64. */
 export function templateBody(name: string, recipe: Recipe): Record<string, unknown> {
-  const files = (recipe.files ?? []).map((f, i) => {
-    if (typeof f.content !== 'string' && !(f.content instanceof Uint8Array)) {
-      throw new InvalidArgumentError(`recipe files[${i}].content must be a string or a Uint8Array`);
-    }
-    return { ...f, content: Buffer.from(f.content).toString('base64') };
-  });
-  return { name, recipe: files.length > 0 ? { ...recipe, files } : { ...recipe } };
+  const encode = (files: RecipeFile[], field: string) =>
+    files.map((f, i) => {
+      if (typeof f.content !== 'string' && !(f.content instanceof Uint8Array)) {
+        throw new InvalidArgumentError(`recipe ${field}[${i}].content must be a string or a Uint8Array`);
+      }
+      return { ...f, content: Buffer.from(f.content).toString('base64') };
+    });
+  const body: Record<string, unknown> = { ...recipe };
+  if (recipe.files && recipe.files.length > 0) body.files = encode(recipe.files, 'files');
+  if (recipe.steps) {
+    body.steps = recipe.steps.map((s, i) => (s.copy ? { ...s, copy: encode(s.copy, `steps[${i}].copy`) } : s));
+  }
+  return { name, recipe: body };
 }
 
 /** Custom templates of the key's project. */

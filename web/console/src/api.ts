@@ -226,6 +226,52 @@ export interface SandboxMetric {
   diskTotal: number;
 }
 
+/** A custom template's recipe, as a template's record shows it (docs/templates.md). */
+export interface TemplateRecipe {
+  base?: string;
+  apt?: string[];
+  pip?: string[];
+  files?: TemplateFile[];
+  env?: Record<string, string>;
+  workdir?: string;
+  run?: TemplateCommand[];
+  start?: string;
+  /** Exits 0 once start is ready; the template snapshot waits for it. */
+  ready?: string;
+  /** Steps in order after the fixed parts: each exactly one kind. */
+  steps?: TemplateStep[];
+}
+
+export interface TemplateFile {
+  path: string;
+  /** Base64; left out of responses. */
+  content?: string;
+  mode?: number;
+  owner?: "user" | "root";
+  size?: number;
+}
+
+export interface TemplateCommand {
+  cmd: string;
+  user?: "root" | "user";
+}
+
+export interface TemplateStep {
+  run?: TemplateCommand;
+  copy?: TemplateFile[];
+  env?: Record<string, string>;
+  workdir?: string;
+  user?: "root" | "user";
+  apt?: string[];
+  pip?: string[];
+  symlink?: TemplateSymlink;
+}
+
+export interface TemplateSymlink {
+  target: string;
+  path: string;
+}
+
 export interface Context {
   id: string;
   language: string;

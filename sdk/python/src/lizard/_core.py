@@ -520,21 +520,30 @@ def fork_body(count: Optional[int], timeout_ms: Optional[int], metadata: Optiona
 
 
 def template_body(name: str, recipe: Mapping[str, Any]) -> Dict[str, Any]:
-    """The body of POST /v1/templates: recipe's files carry their content as str or bytes, which is
-    base64-encoded here (the wire form)."""
+    """The body of POST /v1/templates: recipe's files (and its copy steps' files) carry their content
+    as str or bytes, which is base64-encoded here (the wire form)."""
+
+    def encode(files: Any, field: str) -> List[Dict[str, Any]]:
+        out = []
+        for i, f in enumerate(files or []):
+            f = dict(f)
+            content = f.get("content", b"")
+            if isinstance(content, str):
+                content = content.encode("utf-8")
+            if not isinstance(content, (bytes, bytearray, memoryview)):
+                raise InvalidArgumentError(f"recipe {field}[{i}].content must be str or bytes, not {type(content).__name__}")
+            f["content"] = base64.b64encode(bytes(content)).decode("ascii")
+            out.append(f)
+        return out
+
     body = dict(recipe)
-    files = []
-    for i, f in enumerate(body.get("files") or []):
-        f = dict(f)
-        content = f.get("content", b"")
-        if isinstance(content, str):
-            content = content.encode("utf-8")
-        if not isinstance(content, (bytes, bytearray, memoryview)):
-            raise InvalidArgumentError(f"recipe files[{i}].content must be str or bytes, not {type(content).__name__}")
-        f["content"] = base64.b64encode(bytes(content)).decode("ascii")
-        files.append(f)
+    files = encode(body.get("files"), "files")
     if files:
         body["files"] = files
+    if body.get("steps") is not None:
+        body["steps"] = [
+            {**s, "copy": encode(s["copy"], f"steps[{i}].copy")} if "copy" in s else dict(s) for i, s in enumerate(body["steps"])
+        ]
     return {"name": name, "recipe": body}
 
 

@@ -730,7 +730,8 @@ class Template:
         timeout: Optional[float] = _core.DEFAULT_BUILD_TIMEOUT,
     ) -> TemplateInfo:
         """Build (or find in the cache) template name from recipe, in the wire form of the API's
-        TemplateRecipe, except that files give their ``content`` as str or bytes (the SDK encodes it).
+        TemplateRecipe (``steps``, ``start`` and ``ready`` included), except that files give their ``content``
+        as str or bytes (the SDK encodes it).
         on_event gets each progress event (``{"type": "step"|"log", ...}``) as it comes.
 
         Raises TemplateBuildError when a step fails (its ``step`` and ``log``), InvalidArgumentError

@@ -884,4 +884,8 @@ test('templateBody encodes file contents in base64', async () => {
     { name: 't', recipe: { pip: ['six'], files: [{ path: '/a', content: 'aMOp' }, { path: '/b', content: 'AAE=' }] } },
   );
   assert.deepEqual(templateBody('t', {}), { name: 't', recipe: {} });
+  assert.deepEqual(
+    templateBody('t', { start: 's', ready: 'r', steps: [{ user: 'user' }, { copy: [{ path: '/c', content: 'x' }] }, { run: { cmd: 'true' } }] }),
+    { name: 't', recipe: { start: 's', ready: 'r', steps: [{ user: 'user' }, { copy: [{ path: '/c', content: 'eA==' }] }, { run: { cmd: 'true' } }] } },
+  );
 });
