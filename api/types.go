@@ -90,6 +90,11 @@ type CreateSandboxRequest struct {
 	// exposed ports, without the project's key or the sandbox's access
 	// token (docs/ports.md).
 	PublicPorts bool `json:"publicPorts,omitempty"`
+	// PortsHost, when set, is the Host header requests to the sandbox's
+	// ports carry in place of the caller's, "${PORT}" replaced by the
+	// port (E2B's maskRequestHost; docs/ports.md). The caller's goes in
+	// X-Forwarded-Host.
+	PortsHost string `json:"portsHost,omitempty"`
 	// Network is the sandbox's egress by domain name (docs/network.md);
 	// nil: the server's --network-default, if any.
 	Network *NetworkPolicy `json:"network,omitempty"`
@@ -305,6 +310,9 @@ type Sandbox struct {
 	AccessToken string `json:"accessToken,omitempty"`
 	PublicPorts bool   `json:"publicPorts,omitempty"`
 	PortsDomain string `json:"portsDomain,omitempty"`
+	// PortsHost is the Host its ports' requests carry, when it was
+	// created with one.
+	PortsHost string `json:"portsHost,omitempty"`
 	// Network is its egress policy by name, when it has one.
 	Network *NetworkPolicy `json:"network,omitempty"`
 	// Durable: it is paused and its image is in the image store, so it

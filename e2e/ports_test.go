@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -780,5 +781,49 @@ subprocess.Popen([sys.executable, '/home/user/short.py'], start_new_session=True
 	time.Sleep(200 * time.Millisecond)
 	if n := strings.Count(s.logs(), "during body copy"); n > 0 {
 		t.Errorf("%d lines of the server's log for %d answers broken off by the program; want none", n, sent)
+	}
+}
+
+// TestPortsHost: a sandbox created with portsHost (E2B's maskRequestHost)
+// has its ports' requests carry that Host, ${PORT} the port, in the path
+// and the host form alike, the caller's in X-Forwarded-Host; one that is
+// not a host is refused at create.
+func TestPortsHost(t *testing.T) {
+	const domain = "ports.test"
+	s := startServer(t, "--ports-domain="+domain)
+	c := s.createProject("proj_portshost")
+	auth := "Bearer " + s.keys[c]
+	for _, bad := range []string{"app.test\r\nX-Evil: 1", "app test", "app.test/path", "ünï.test"} {
+		_, err := c.CreateSandbox(context.Background(), api.CreateSandboxRequest{PortsHost: bad})
+		if !errors.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("portsHost %q: %v; want a 400", bad, err)
+		}
+	}
+	sb := newSandbox(t, c, api.CreateSandboxRequest{PortsHost: "app.test:${PORT}"})
+	if got, err := c.GetSandbox(context.Background(), sb.SandboxID); err != nil || got.PortsHost != "app.test:${PORT}" {
+		t.Fatalf("get: %+v %v; want portsHost app.test:${PORT}", got, err)
+	}
+	if got := py(t, c, sb.SandboxID, hostileApp); got != "ok" {
+		t.Fatal(got)
+	}
+	base := s.url + "/v1/sandboxes/" + sb.SandboxID + "/ports/8003"
+	waitPort(t, base+"/log", "Authorization", auth)
+	host := "8003-" + sb.SandboxID + "." + domain
+	for _, tc := range []struct{ name, url, host, forwarded string }{
+		{"path form", base + "/hdr", "", strings.TrimPrefix(s.url, "http://")},
+		{"host form", s.url + "/hdr", host, host},
+	} {
+		h := []string{"Authorization", auth}
+		if tc.host != "" {
+			h = append(h, "Host", tc.host)
+		}
+		resp, seen := send(t, "GET", tc.url, "", h...)
+		var got struct{ Headers map[string]string }
+		if err := json.Unmarshal([]byte(seen), &got); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %.200s (%v)", tc.name, resp.StatusCode, seen, err)
+		}
+		if got.Headers["Host"] != "app.test:8003" || got.Headers["X-Forwarded-Host"] != tc.forwarded {
+			t.Errorf("%s: the program saw Host %q, X-Forwarded-Host %q; want app.test:8003 and %q", tc.name, got.Headers["Host"], got.Headers["X-Forwarded-Host"], tc.forwarded)
+		}
 	}
 }

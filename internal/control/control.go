@@ -510,6 +510,7 @@ func (c *Control) toAPI(sb node.Sandbox) api.Sandbox {
 		AccessToken:     c.accessToken(sb.ID),
 		PublicPorts:     sb.Shape.PublicPorts,
 		PortsDomain:     c.cfg.PortsDomain,
+		PortsHost:       sb.Shape.PortsHost,
 		Network:         sb.Shape.Network.API(),
 		Durable:         sb.Durable,
 	}

@@ -102,6 +102,9 @@ func (c *Control) CreateBy(ctx context.Context, projectID, parent string, req ap
 		p.Token = true
 	}
 	p.PublicPorts = req.PublicPorts
+	if p.PortsHost, err = portsHost(req.PortsHost); err != nil {
+		return api.Sandbox{}, err
+	}
 	if len(req.Volumes) > 0 {
 		c.volMu.RLock()
 		defer c.volMu.RUnlock()

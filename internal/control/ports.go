@@ -13,6 +13,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
 
 	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -47,38 +50,81 @@ func (c *Control) sandboxToken(prefix, purpose, id string) string {
 	return prefix + hex.EncodeToString(m.Sum(nil))[:40]
 }
 
+// PortCall is one connection to a sandbox's port and the Host header its
+// request carries.
+type PortCall struct {
+	agentproxy.Call
+	// Host is the sandbox's PortsHost for the port; "": the caller's.
+	Host string
+}
+
 // OpenPort checks that a may reach sandbox id's ports and opens one
 // connection to port. Without any credential a sandbox that is not
 // public, or does not exist, is ErrNoPortAccess alike: its existence is
 // not told to strangers.
-func (c *Control) OpenPort(ctx context.Context, a PortAccess, id string, port int) (agentproxy.Call, error) {
+func (c *Control) OpenPort(ctx context.Context, a PortAccess, id string, port int) (PortCall, error) {
 	sb, err := c.cfg.Store.GetSandbox(ctx, id)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return agentproxy.Call{}, err
+		return PortCall{}, err
 	}
 	found := err == nil && sb.Role == ""
 	// E2B's trafficAccessToken opens the ports as their own token does.
 	tokenOK := a.Token != "" && c.accessToken(id) != "" && hmac.Equal([]byte(a.Token), []byte(c.accessToken(id))) || c.IsTrafficToken(id, a.Token)
 	switch {
 	case a.ProjectID != "" && (!found || sb.ProjectID != a.ProjectID):
-		return agentproxy.Call{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found in project %s", id, a.ProjectID)}
+		return PortCall{}, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: fmt.Sprintf("sandbox %s not found in project %s", id, a.ProjectID)}
 	case a.ProjectID != "":
 	case !found && a.Token != "":
-		return agentproxy.Call{}, &errdefs.Error{Kind: ErrNoPortAccess, Msg: "the access token does not open this sandbox's ports: use the accessToken of the sandbox the URL names"}
+		return PortCall{}, &errdefs.Error{Kind: ErrNoPortAccess, Msg: "the access token does not open this sandbox's ports: use the accessToken of the sandbox the URL names"}
 	case !found:
-		return agentproxy.Call{}, noAccess(id)
+		return PortCall{}, noAccess(id)
 	case tokenOK, sb.Shape.PublicPorts:
 	case a.Token != "":
-		return agentproxy.Call{}, &errdefs.Error{Kind: ErrNoPortAccess, Msg: "the access token does not open this sandbox's ports: use the accessToken of the sandbox the URL names"}
+		return PortCall{}, &errdefs.Error{Kind: ErrNoPortAccess, Msg: "the access token does not open this sandbox's ports: use the accessToken of the sandbox the URL names"}
 	default:
-		return agentproxy.Call{}, noAccess(id)
+		return PortCall{}, noAccess(id)
 	}
 	// With PortsResume a request would resume a paused token child: not
 	// past its bound.
 	if err := c.pastBound(id, sb.ParentID, c.childBound(node.SandboxOf(sb))); err != nil {
-		return agentproxy.Call{}, err
+		return PortCall{}, err
 	}
-	return c.node.OpenPort(ctx, id, port, c.cfg.PortsResume)
+	call, err := c.node.OpenPort(ctx, id, port, c.cfg.PortsResume)
+	if err != nil {
+		return PortCall{}, err
+	}
+	return PortCall{Call: call, Host: PortsHostFor(sb.Shape.PortsHost, port)}, nil
+}
+
+// PortHostVar in a sandbox's PortsHost stands for the port asked for.
+const PortHostVar = "${PORT}"
+
+// maxPortsHost bounds a PortsHost, a DNS name's longest and a port.
+const maxPortsHost = 255
+
+// portsHostRE is a host name, an IPv4 address or a bracketed IPv6 one,
+// with an optional port, once PortHostVar is replaced: what a Host header
+// may be (RFC 9110), ASCII alone, as E2B's check of maskRequestHost.
+var portsHostRE = regexp.MustCompile(`^([A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$`)
+
+// portsHost checks a sandbox's PortsHost, the Host header its ports'
+// requests carry (E2B's maskRequestHost): a header the proxy writes must
+// be one, not a way to smuggle another line or a second request.
+func portsHost(h string) (string, error) {
+	if h == "" {
+		return "", nil
+	}
+	if len(h) > maxPortsHost || !portsHostRE.MatchString(PortsHostFor(h, 1)) {
+		return "", errdefs.Invalidf("portsHost %q is not a host name or address with an optional port (ASCII letters, digits, '.', '-', '_', %s for the port; at most %d characters)",
+			h, PortHostVar, maxPortsHost)
+	}
+	return h, nil
+}
+
+// PortsHostFor is PortsHost h for a request to port: the Host header it
+// carries ("" for h "": the caller's).
+func PortsHostFor(h string, port int) string {
+	return strings.ReplaceAll(h, PortHostVar, strconv.Itoa(port))
 }
 
 func noAccess(id string) error {

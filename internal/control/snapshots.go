@@ -161,6 +161,11 @@ func (c *Control) createFromSnapshot(ctx context.Context, projectID, parent stri
 	}
 	p.Image, p.ParentID, p.SnapshotID = sn.ImageDir, parent, sn.ID
 	p.PublicPorts = p.PublicPorts || req.PublicPorts
+	if req.PortsHost != "" {
+		if p.PortsHost, err = portsHost(req.PortsHost); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
 	if err := c.fits(ctx, projectID, 1, p.Limits.DiskBytes); err != nil {
 		return api.Sandbox{}, err
 	}
@@ -234,7 +239,7 @@ func (c *Control) copyPlan(projectID, tmpl string, sh store.Shape, timeoutMs *in
 		p.Limits.Pids, p.Limits.OpenFiles, p.Limits.Processes = sh.Pids, sh.OpenFiles, sh.Processes
 		p.Internet = sh.Internet
 	}
-	p.PublicPorts = sh.PublicPorts
+	p.PublicPorts, p.PortsHost = sh.PublicPorts, sh.PortsHost
 	p.Network = sh.Network // a copy keeps its original's policy, none included
 	return p, nil
 }

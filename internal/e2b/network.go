@@ -50,6 +50,7 @@ type networkInfo struct {
 	DenyOut            []string                 `json:"denyOut,omitempty"`
 	Rules              map[string][]networkRule `json:"rules,omitempty"`
 	AllowPublicTraffic bool                     `json:"allowPublicTraffic"`
+	MaskRequestHost    string                   `json:"maskRequestHost,omitempty"`
 }
 
 // networkOf says sb's network as E2B's get_info does: a deny default is
@@ -57,7 +58,7 @@ type networkInfo struct {
 // {{ secrets.NAME }} as E2B's ${e2b.secrets.NAME} (templates only: no
 // secret's value is in a policy).
 func networkOf(sb api.Sandbox) *networkInfo {
-	n := &networkInfo{AllowPublicTraffic: sb.PublicPorts}
+	n := &networkInfo{AllowPublicTraffic: sb.PublicPorts, MaskRequestHost: sb.PortsHost}
 	p := sb.Network
 	if p == nil {
 		return n

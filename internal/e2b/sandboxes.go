@@ -230,10 +230,10 @@ func createRequest(n newSandbox) (api.CreateSandboxRequest, error) {
 	}
 	if nw := n.Network; nw != nil {
 		if nw.MaskRequestHost != nil {
-			// On E2B the Host its proxy gives requests into the sandbox's
-			// ports; Lizard's ports proxy keeps the caller's.
-			return req, notImplemented("network.maskRequestHost (the Host header of requests into the sandbox's ports) is not supported by Lizard's E2B surface: " +
-				"its ports proxy passes on the Host the caller sent")
+			// The Host E2B's proxy gives requests into the sandbox's
+			// ports ("${PORT}" the port): Lizard's ports proxy does the
+			// same with portsHost, which checks it.
+			req.PortsHost = *nw.MaskRequestHost
 		}
 		if len(nw.HTTPSPorts) > 0 {
 			return req, notImplemented("network.httpsPorts is not supported by Lizard's E2B surface: its ports proxy plain HTTP to the sandbox")

@@ -67,7 +67,7 @@ func TestCreateRequest(t *testing.T) {
 				Network: &api.NetworkPolicy{Default: "deny", Allow: []string{"example.com"}}}, 0},
 		{"no internet alone", `{"templateID":"base","allow_internet_access":false}`,
 			api.CreateSandboxRequest{Template: "interpreter", TimeoutMs: ms(15000), AllowInternet: &no}, 0},
-		{"masked host", `{"templateID":"base","network":{"maskRequestHost":"x"}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
+		{"masked host", `{"templateID":"base","network":{"maskRequestHost":"app.local:${PORT}"}}`, api.CreateSandboxRequest{Template: "interpreter", TimeoutMs: ms(15000), PortsHost: "app.local:${PORT}"}, 0},
 		{"https ports", `{"templateID":"base","network":{"httpsPorts":[3000]}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
 		{"egress proxy", `{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}`, api.CreateSandboxRequest{}, http.StatusNotImplemented},
 		{"transform rules with an allow list", `{"templateID":"base","network":{"allowOut":["api.test"],"denyOut":["0.0.0.0/0"],
@@ -386,6 +386,7 @@ func TestNetworkOf(t *testing.T) {
 	}{
 		{"no policy", api.Sandbox{}, &networkInfo{}},
 		{"public ports", api.Sandbox{PublicPorts: true}, &networkInfo{AllowPublicTraffic: true}},
+		{"a masked host", api.Sandbox{PortsHost: "app.local:${PORT}"}, &networkInfo{MaskRequestHost: "app.local:${PORT}"}},
 		{"a deny default is ALL_TRAFFIC denied", api.Sandbox{Network: &api.NetworkPolicy{Default: "deny", Allow: []string{"a.test", "1.2.3.4/32"}}},
 			&networkInfo{AllowOut: []string{"a.test", "1.2.3.4/32"}, DenyOut: []string{"0.0.0.0/0"}}},
 		{"an allow default with denies", api.Sandbox{Network: &api.NetworkPolicy{Default: "allow", Deny: []string{"10.0.0.0/8"}}},

@@ -47,6 +47,8 @@ type Plan struct {
 	// PublicPorts lets anyone reach its ports through the API.
 	Volumes     []store.VolumeMount
 	PublicPorts bool
+	// PortsHost is the Host its ports' requests carry ("": the caller's).
+	PortsHost string
 	// Image, when set, is the checkpoint to restore (a snapshot, a fork's
 	// parent); otherwise the template snapshot or the warm pool may serve,
 	// or the template boots.

@@ -45,6 +45,7 @@ type Shape struct {
 	Token       bool                `json:"token,omitempty"`
 	Volumes     []store.VolumeMount `json:"volumes,omitempty"`
 	PublicPorts bool                `json:"publicPorts,omitempty"`
+	PortsHost   string              `json:"portsHost,omitempty"`
 	Network     *netpolicy.Policy   `json:"network,omitempty"`
 	// Recorded is false for a row from before shapes were recorded: the
 	// control plane then reports its own defaults.
@@ -60,7 +61,7 @@ func SandboxOf(sb store.Sandbox) Sandbox {
 		Durable: sb.Durable,
 		Shape: Shape{Limits: Limits{MemoryBytes: sh.MemoryBytes, CPUs: sh.CPUs, DiskBytes: sh.DiskBytes, Pids: sh.Pids,
 			OpenFiles: sh.OpenFiles, Processes: sh.Processes}, Internet: sh.Internet, Token: sh.Token,
-			Volumes: sh.Volumes, PublicPorts: sh.PublicPorts, Network: sh.Network, Recorded: sh.Recorded}}
+			Volumes: sh.Volumes, PublicPorts: sh.PublicPorts, PortsHost: sh.PortsHost, Network: sh.Network, Recorded: sh.Recorded}}
 }
 
 // Record is sh as a row records it (a snapshot's copy of its sandbox's).
@@ -68,7 +69,7 @@ func (sh Shape) Record() store.Shape {
 	l := sh.Limits
 	return store.Shape{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, DiskBytes: l.DiskBytes, Pids: l.Pids,
 		OpenFiles: l.OpenFiles, Processes: l.Processes, Internet: sh.Internet, Token: sh.Token,
-		Volumes: sh.Volumes, PublicPorts: sh.PublicPorts, Network: sh.Network, Recorded: sh.Recorded}
+		Volumes: sh.Volumes, PublicPorts: sh.PublicPorts, PortsHost: sh.PortsHost, Network: sh.Network, Recorded: sh.Recorded}
 }
 
 // seam is a row and an error as a Node method returns them.

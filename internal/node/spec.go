@@ -31,7 +31,7 @@ func (p Plan) Shape() store.Shape {
 	l := p.Limits
 	return store.Shape{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, DiskBytes: l.DiskBytes, Pids: l.Pids,
 		OpenFiles: l.OpenFiles, Processes: l.Processes, Internet: p.Internet, Token: p.Token, Recorded: true,
-		Volumes: p.Volumes, PublicPorts: p.PublicPorts, Network: p.Network}
+		Volumes: p.Volumes, PublicPorts: p.PublicPorts, PortsHost: p.PortsHost, Network: p.Network}
 }
 
 // Shaped returns p with sh's limits and egress; rows from before shapes
@@ -44,7 +44,7 @@ func (n *Local) Shaped(p Plan, sh store.Shape) Plan {
 	p.Limits = Limits{MemoryBytes: sh.MemoryBytes, CPUs: sh.CPUs, DiskBytes: sh.DiskBytes, Pids: sh.Pids,
 		OpenFiles: sh.OpenFiles, Processes: sh.Processes}
 	p.Internet = sh.Internet
-	p.Volumes, p.PublicPorts = sh.Volumes, sh.PublicPorts
+	p.Volumes, p.PublicPorts, p.PortsHost = sh.Volumes, sh.PublicPorts, sh.PortsHost
 	p.Network = sh.Network
 	return p
 }

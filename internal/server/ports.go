@@ -211,8 +211,13 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 				pr.Out.Header.Del("X-Forwarded-Prefix") // the client's, not ours
 			}
 			// The program keeps the Host it was asked for, as behind
-			// any reverse proxy; Lizard's credentials stay out.
+			// any reverse proxy, unless its sandbox names another (E2B's
+			// maskRequestHost: the caller's is then X-Forwarded-Host
+			// alone); Lizard's credentials stay out.
 			pr.Out.Host = pr.In.Host
+			if call.Host != "" {
+				pr.Out.Host = call.Host
+			}
 			pr.Out.Header.Del(AccessTokenHeader)
 			pr.Out.Header.Del(e2b.HeaderTrafficToken)
 			if keyed {

@@ -38,6 +38,8 @@ type Shape struct {
 	// anyone reach its ports through the API without a key or token.
 	Volumes     []VolumeMount `json:"volumes,omitempty"`
 	PublicPorts bool          `json:"publicPorts,omitempty"`
+	// PortsHost is the Host its ports' requests carry ("": the caller's).
+	PortsHost string `json:"portsHost,omitempty"`
 	// Network is its policy by name (nil: none, the server's egress as
 	// it is); an update while it runs replaces it (SetNetwork).
 	Network *netpolicy.Policy `json:"network,omitempty"`

@@ -75,6 +75,7 @@ type plan struct {
 	// Volumes are on the node's disk: the API places such a plan there.
 	Volumes     []volumeMount `json:"volumes,omitempty"`
 	PublicPorts bool          `json:"publicPorts,omitempty"`
+	PortsHost   string        `json:"portsHost,omitempty"`
 	Image       string        `json:"image,omitempty"`
 	Token       bool          `json:"token,omitempty"`
 	// TokenExpires is node.Plan.KeyExpires (zero: none).
@@ -87,7 +88,7 @@ func toWire(p node.Plan) plan {
 	return plan{ProjectID: p.ProjectID, Role: p.Role, Template: p.Template, TimeoutMs: p.TimeoutMs, Metadata: p.Metadata,
 		OnTimeout: p.OnTimeout, PauseDiskOnly: p.PauseDiskOnly, Envs: p.Envs, Limits: p.Limits, Internet: p.Internet, Image: p.Image,
 		Token: p.Token, TokenExpires: p.KeyExpires, ParentID: p.ParentID, Volumes: volumesToWire(p.Volumes),
-		PublicPorts: p.PublicPorts, SnapshotID: p.SnapshotID, Network: wirePolicy(p.Network)}
+		PublicPorts: p.PublicPorts, PortsHost: p.PortsHost, SnapshotID: p.SnapshotID, Network: wirePolicy(p.Network)}
 }
 
 // wirePolicy is p without its matchers, which the other side rebuilds.
@@ -102,7 +103,7 @@ func wirePolicy(p *netpolicy.Policy) *netpolicy.Policy {
 func (w plan) plan() node.Plan {
 	return node.Plan{ProjectID: w.ProjectID, Role: w.Role, Template: w.Template, TimeoutMs: w.TimeoutMs, Metadata: w.Metadata,
 		OnTimeout: w.OnTimeout, PauseDiskOnly: w.PauseDiskOnly, Envs: w.Envs, Limits: w.Limits, Internet: w.Internet, Image: w.Image,
-		ParentID: w.ParentID, Volumes: volumesFromWire(w.Volumes), PublicPorts: w.PublicPorts, KeyExpires: w.TokenExpires,
+		ParentID: w.ParentID, Volumes: volumesFromWire(w.Volumes), PublicPorts: w.PublicPorts, PortsHost: w.PortsHost, KeyExpires: w.TokenExpires,
 		Token: w.Token, SnapshotID: w.SnapshotID, Network: w.Network}
 }
 

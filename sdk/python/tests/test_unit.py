@@ -753,6 +753,10 @@ def test_port_url_and_volume_bodies() -> None:
             _core.port_url("http://x", "abc", bad, None)  # type: ignore[arg-type]
     body = _core.create_body("interpreter", None, None, None, False, None, [{"name": "d", "path": "/mnt/d"}], True)
     assert body["volumes"] == [{"name": "d", "path": "/mnt/d"}] and body["publicPorts"] is True
+    assert "portsHost" not in body
+    body = _core.create_body("interpreter", None, None, None, False, ports_host="localhost:${PORT}")
+    assert body["portsHost"] == "localhost:${PORT}"
+    assert lizard.SandboxInfo.from_json({"portsHost": "localhost:${PORT}"}).ports_host == "localhost:${PORT}"
     with pytest.raises(lizard.InvalidArgumentError):
         _core.create_body("interpreter", None, None, None, False, None, [{"name": "d"}])
     assert _core.volume_body("d", 16) == {"name": "d", "sizeMb": 16}

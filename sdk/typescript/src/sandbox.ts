@@ -65,6 +65,12 @@ export interface CreateOptions extends ConnectionOptions {
   volumes?: VolumeMount[];
   /** Let anyone with a getHost URL reach the sandbox's ports, without the API key or its access token. */
   publicPorts?: boolean;
+  /**
+   * The Host header requests to the sandbox's ports carry in place of the caller's (which goes in
+   * X-Forwarded-Host), `${PORT}` replaced by the port: 'localhost:${PORT}' for a program that
+   * answers only its own name (docs/ports.md).
+   */
+  portsHost?: string;
   /** The sandbox's memory in MiB; default and maximum are the server's. */
   memoryMb?: number;
   /** Its CPU time in cores (1.5 = one and a half); default and maximum are the server's. */
@@ -219,6 +225,7 @@ export class CodeSandbox {
         lizardToken: opts.lizardToken || undefined,
         volumes: opts.volumes?.length ? opts.volumes.map((v) => ({ name: v.name, path: v.path })) : undefined,
         publicPorts: opts.publicPorts || undefined,
+        portsHost: opts.portsHost || undefined,
         memoryMb: opts.memoryMb,
         cpus: opts.cpus,
         diskMb: opts.diskMb,

@@ -84,6 +84,8 @@ export interface SandboxInfo {
   publicPorts: boolean;
   /** The server's wildcard domain for ports, if it has one. */
   portsDomain?: string;
+  /** The Host its ports' requests carry (`${PORT}` the port), if it was created with one. */
+  portsHost?: string;
   /** Its network policy by domain name, if it has one. */
   network?: NetworkPolicy;
   /** It is paused and its image is in the server's image store: it outlives the machine that paused it. */
@@ -212,6 +214,7 @@ export interface WireSandbox {
   accessToken?: string;
   publicPorts?: boolean;
   portsDomain?: string;
+  portsHost?: string;
   network?: NetworkPolicy;
   durable?: boolean;
 }
@@ -350,6 +353,7 @@ export function sandboxInfo(w: WireSandbox): SandboxInfo {
     accessToken: w.accessToken || undefined,
     publicPorts: w.publicPorts ?? false,
     portsDomain: w.portsDomain || undefined,
+    portsHost: w.portsHost || undefined,
     network: w.network ?? undefined,
     durable: w.durable ?? false,
   };

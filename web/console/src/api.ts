@@ -62,6 +62,8 @@ export interface Sandbox {
   publicPorts?: boolean;
   /** The server's wildcard domain for ports, if it has one. */
   portsDomain?: string;
+  /** The Host its ports' requests carry (${PORT}: the port), when it was created with one. */
+  portsHost?: string;
   network?: NetworkPolicy;
   /** Paused with its image in the image store: it outlives its node (docs/storage.md). */
   durable?: boolean;
@@ -100,6 +102,8 @@ export interface CreateSandboxRequest {
   lizardToken?: boolean;
   volumes?: VolumeMount[];
   publicPorts?: boolean;
+  /** The Host its ports' requests carry, ${PORT} the port (docs/ports.md). */
+  portsHost?: string;
   network?: NetworkPolicy;
   /** false: its pauses keep the disk alone and a resume boots afresh. */
   pauseMemory?: boolean;

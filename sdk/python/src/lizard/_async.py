@@ -290,6 +290,7 @@ class AsyncCodeSandbox:
         allow_internet: Optional[bool] = None,
         network: Optional[Mapping[str, Any]] = None,
         pause_memory: Optional[bool] = None,
+        ports_host: Optional[str] = None,
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> _PendingSandbox:
         """Create a sandbox; await the result, or use it in ``async with``.
@@ -298,7 +299,8 @@ class AsyncCodeSandbox:
         """
         body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id, volumes, public_ports,
                                  memory_mb=memory_mb, cpus=cpus, disk_mb=disk_mb, on_timeout=on_timeout,
-                                 allow_internet=allow_internet, network=network, pause_memory=pause_memory)
+                                 allow_internet=allow_internet, network=network, pause_memory=pause_memory,
+                                 ports_host=ports_host)
         return _PendingSandbox(cls._create(project_id, body, api_key, api_url, request_timeout, transport))
 
     @classmethod

@@ -159,6 +159,7 @@ def create_body(
     allow_internet: Optional[bool] = None,
     network: Optional[Mapping[str, Any]] = None,
     pause_memory: Optional[bool] = None,
+    ports_host: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The body of POST /v1/sandboxes."""
     check_ms("timeout_ms", timeout_ms)
@@ -185,6 +186,8 @@ def create_body(
         body["volumes"] = volume_mounts(volumes)
     if public_ports:
         body["publicPorts"] = True
+    if ports_host:
+        body["portsHost"] = ports_host
     if memory_mb is not None:
         body["memoryMb"] = memory_mb
     if cpus is not None:

@@ -247,6 +247,7 @@ class CodeSandbox:
         allow_internet: Optional[bool] = None,
         network: Optional[Mapping[str, Any]] = None,
         pause_memory: Optional[bool] = None,
+        ports_host: Optional[str] = None,
         transport: Optional[httpx.BaseTransport] = None,
     ) -> "CodeSandbox":
         """Create a sandbox and return it once it runs.
@@ -272,6 +273,9 @@ class CodeSandbox:
                 :class:`Volume`); their files outlive the sandbox.
             public_ports: let anyone with a :meth:`get_host` URL reach the sandbox's ports, without the API key
                 or its access token.
+            ports_host: the ``Host`` header requests to the sandbox's ports carry in place of the caller's (which
+                goes in ``X-Forwarded-Host``), ``${PORT}`` replaced by the port: ``"localhost:${PORT}"`` for a
+                program that answers only its own name (docs/ports.md).
             memory_mb: the sandbox's memory in MiB; default and maximum are the server's.
             cpus: its CPU time in cores (1.5 = one and a half); default and maximum are the server's.
             disk_mb: the size of its writable layer in MiB; default and maximum are the server's. Another size
@@ -288,7 +292,8 @@ class CodeSandbox:
         url, key = _core.resolve_config(api_key, api_url)
         body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id, volumes, public_ports,
                                  memory_mb=memory_mb, cpus=cpus, disk_mb=disk_mb, on_timeout=on_timeout,
-                                 allow_internet=allow_internet, network=network, pause_memory=pause_memory)
+                                 allow_internet=allow_internet, network=network, pause_memory=pause_memory,
+                                 ports_host=ports_host)
         http = _Http(url, key, _calls.client_timeout(request_timeout), transport)
         try:
             info = http.call(_calls.create(body, request_timeout))

@@ -120,6 +120,7 @@ class SandboxInfo:
         access_token: opens its exposed ports (``get_host``) to whoever holds it, or None.
         public_ports: its ports need no credential.
         ports_domain: the server's wildcard domain for ports, or None (path-based URLs only).
+        ports_host: the ``Host`` its ports' requests carry (``${PORT}`` the port), or None: the caller's.
         network: its network policy by name (``{"default": ..., "allow": [...], ...}``), or None.
         durable: it is paused and its image is in the server's image store, so it outlives the
             machine that paused it (docs/storage.md).
@@ -142,6 +143,7 @@ class SandboxInfo:
     access_token: Optional[str] = None
     public_ports: bool = False
     ports_domain: Optional[str] = None
+    ports_host: Optional[str] = None
     network: Optional[Dict[str, Any]] = None
     durable: bool = False
 
@@ -166,6 +168,7 @@ class SandboxInfo:
             access_token=str(obj["accessToken"]) if obj.get("accessToken") else None,
             public_ports=bool(obj.get("publicPorts")),
             ports_domain=str(obj["portsDomain"]) if obj.get("portsDomain") else None,
+            ports_host=str(obj["portsHost"]) if obj.get("portsHost") else None,
             network=dict(obj["network"]) if isinstance(obj.get("network"), dict) else None,
             durable=bool(obj.get("durable")),
         )

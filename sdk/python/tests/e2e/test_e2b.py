@@ -321,6 +321,37 @@ def test_interpreter_health_inside_and_kernel_killed(sandbox: Sandbox) -> None:
     assert sandbox.commands.run(get + "/health").stdout == "200\n"
 
 
+def test_mask_request_host(lizard_server) -> None:
+    """network={"mask_request_host": ...}: requests to the sandbox's ports carry that Host, ${PORT} the port, and the
+    caller's in X-Forwarded-Host, as E2B's proxy gives them; get_info shows it."""
+    sb = Sandbox.create(network={"mask_request_host": "localhost:${PORT}"})
+    try:
+        assert sb.get_info().network["mask_request_host"] == "localhost:${PORT}"
+        sb.commands.run(
+            "python3 -c \"import http.server as h\n"
+            "class H(h.BaseHTTPRequestHandler):\n"
+            " def do_GET(s):\n"
+            "  b = (s.headers['Host'] + ' ' + s.headers['X-Forwarded-Host']).encode()\n"
+            "  s.send_response(200); s.send_header('Content-Length', str(len(b))); s.end_headers(); s.wfile.write(b)\n"
+            "h.HTTPServer(('0.0.0.0', 8000), H).serve_forever()\"",
+            background=True,
+        )
+        url = f"{lizard_server.url}/v1/sandboxes/{sb.sandbox_id}/ports/8000/"
+        headers = {"Authorization": f"Bearer {lizard_server.api_key}"}
+        deadline = time.monotonic() + 30
+        while True:
+            r = httpx.get(url, headers=headers)
+            if r.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert r.status_code == 200, r.text
+        assert r.text == "localhost:8000 " + lizard_server.url.removeprefix("http://")
+    finally:
+        sb.kill()
+    with pytest.raises(SandboxException, match="portsHost"):
+        Sandbox.create(network={"mask_request_host": "bad host\r\nX: 1"})
+
+
 def test_javascript_context(sandbox: Sandbox) -> None:
     """E2B's JavaScript kernel keeps its variables: so does a JavaScript context here."""
     js = sandbox.create_code_context(language="javascript")
