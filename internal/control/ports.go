@@ -102,20 +102,18 @@ const PortHostVar = "${PORT}"
 // maxPortsHost bounds a PortsHost, a DNS name's longest and a port.
 const maxPortsHost = 255
 
-// portsHostRE is a host name, an IPv4 address or a bracketed IPv6 one,
-// with an optional port, once PortHostVar is replaced: what a Host header
-// may be (RFC 9110), ASCII alone, as E2B's check of maskRequestHost.
-var portsHostRE = regexp.MustCompile(`^([A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$`)
+// portsHostRE is what a PortsHost may hold (api/openapi.yaml's pattern):
+// the characters of a host name, an address and a port, and PortHostVar.
+// It becomes a header line of every request to the sandbox's ports, so
+// nothing that could end the line or start another request; E2B asks for
+// a host name with an optional port.
+var portsHostRE = regexp.MustCompile(`^([A-Za-z0-9_.:\[\]-]|\$\{PORT\})*$`)
 
 // portsHost checks a sandbox's PortsHost, the Host header its ports'
-// requests carry (E2B's maskRequestHost): a header the proxy writes must
-// be one, not a way to smuggle another line or a second request.
+// requests carry (E2B's maskRequestHost).
 func portsHost(h string) (string, error) {
-	if h == "" {
-		return "", nil
-	}
-	if len(h) > maxPortsHost || !portsHostRE.MatchString(PortsHostFor(h, 1)) {
-		return "", errdefs.Invalidf("portsHost %q is not a host name or address with an optional port (ASCII letters, digits, '.', '-', '_', %s for the port; at most %d characters)",
+	if len(h) > maxPortsHost || !portsHostRE.MatchString(h) {
+		return "", errdefs.Invalidf("portsHost %q is not a host name or address with an optional port: ASCII letters, digits, '.', '-', '_', ':', '[', ']' and %s for the port, at most %d characters",
 			h, PortHostVar, maxPortsHost)
 	}
 	return h, nil

@@ -9,9 +9,9 @@ import (
 )
 
 // TestPortsHost: a sandbox's portsHost (E2B's maskRequestHost) becomes a
-// header line of every request to its ports: a host name or address with
-// an optional port, ${PORT} the port asked for, and nothing that could
-// end the line or start another request.
+// header line of every request to its ports: the characters of a host
+// name or address with an optional port, ${PORT} the port asked for, and
+// nothing that could end the line or start another request.
 func TestPortsHost(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
@@ -30,9 +30,10 @@ func TestPortsHost(t *testing.T) {
 		{"a/b", false, ""},
 		{"a@b", false, ""},
 		{"ünï.test", false, ""},
-		{"a:port", false, ""},
-		{"a:123456", false, ""},
-		{":80", false, ""},
+		{"a:${HOST}", false, ""},
+		{"a:{PORT}", false, ""},
+		{"a:$PORT", false, ""},
+		{strings.Repeat("a", 255), true, strings.Repeat("a", 255)},
 		{strings.Repeat("a", 256), false, ""},
 	} {
 		got, err := portsHost(tc.in)
