@@ -94,6 +94,14 @@ type executeRequest struct {
 	EnvVars   map[string]string `json:"env_vars"`
 }
 
+// MaxContextAnswer bounds one JSON answer of the agent to the code
+// interpreter's calls (a context, the list of contexts; /execute's lines
+// have their own bound, api.MaxExecuteLine): code in the sandbox can
+// replace the agent and answer without end, which would be held whole in
+// the API process. A list of 250 contexts with cwds of PATH_MAX fits; a
+// sandbox holds some tens of kernels at most.
+const MaxContextAnswer = 1 << 20
+
 // agentCall sends one request to the target sandbox's agent, through the
 // agent proxy's transport as every surface's calls go (its span, its
 // outcome, the sandbox's end). The caller releases the call once it is
@@ -121,7 +129,7 @@ func (h *Handler) agentCall(r *http.Request, method, path string, body any) (*ht
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	tr := &agentproxy.Transport{Call: call, Base: h.cfg.Control.Transport(), Observe: h.cfg.Observe}
+	tr := &agentproxy.Transport{Call: call, Base: h.cfg.Control.Transport(), Observe: h.cfg.Observe, MaxJSON: MaxContextAnswer}
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
 		call.Release()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/e2b"
 )
 
 // fakeInterpreterAgent answers /execute with events chosen per test and
@@ -306,5 +307,52 @@ func TestTrafficTokenScope(t *testing.T) {
 	if r := e.do(t, "POST", "/e2b/sandbox/execute", `{"code":"1"}`, "Content-Type", "application/json", "E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49999",
 		"X-Access-Token", e.c.EnvdToken(sb.SandboxID), "E2B-Traffic-Access-Token", e.c.TrafficToken(sb.SandboxID)); r.status != http.StatusOK {
 		t.Errorf("execute with both tokens, as E2B's SDKs send them: %d %s; want 200", r.status, r.body)
+	}
+}
+
+// TestContextAnswerBounded: an agent's JSON answer to a context call past
+// MaxContextAnswer (code in the sandbox, as root, may have replaced the
+// agent) ends the call with a 502 saying so instead of being held whole;
+// before, the list of contexts was decoded however long it was.
+func TestContextAnswerBounded(t *testing.T) {
+	sent := make(chan int64, 1)
+	agent := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"contexts":[{"id":"`)
+		chunk := strings.Repeat("A", 64<<10)
+		var n int64
+		for n < 64*e2b.MaxContextAnswer {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				break // the API closed the connection
+			}
+			n += int64(len(chunk))
+		}
+		io.WriteString(w, `"}]}`)
+		sent <- n
+	})
+	e := newEnv(t, agent, nil)
+	sb := e.createNative(t, e.key1)
+	// The interpreter's refusals are plain text, as E2B's server's; the
+	// SDKs raise a 502 with its text (TimeoutException).
+	req, _ := http.NewRequest("GET", e.url+"/e2b/sandbox/contexts", nil)
+	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+	req.Header.Set("E2b-Sandbox-Port", "49999")
+	req.Header.Set("X-Access-Token", e.c.EnvdToken(sb.SandboxID))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway || string(body) != "the sandbox's answer to GET /contexts was too large: over 1 MiB" {
+		t.Errorf("list contexts: %d %.200s; want 502 saying the answer was too large", resp.StatusCode, body)
+	}
+	select {
+	case n := <-sent:
+		if n >= 64*e2b.MaxContextAnswer {
+			t.Errorf("the agent wrote all %d bytes of its answer; want the connection closed under it", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the agent's answer was not cut")
 	}
 }
