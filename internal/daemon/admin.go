@@ -29,6 +29,11 @@ func adminUsage(w io.Writer) {
                                                                  copy a data directory while its server runs
   lizard admin restore --from DIR [--data-dir DIR] [--secrets-key-from FILE]
                                                                  a backup onto a new data directory
+  lizard admin check [--data-dir DIR] [--repair] [--json]        list what nothing accounts for (rows without
+                                                                 images, images without rows, leftover network
+                                                                 namespaces, veths, nftables tables, cgroups, loop
+                                                                 devices, volumes, template builds); --repair
+                                                                 removes them, with the server stopped
 
 In a cluster, pass --database-url (or set LIZARD_DATABASE_URL) instead of
 --data-dir.
@@ -55,9 +60,11 @@ func runAdmin(ctx context.Context, e cli.Env, args []string) error {
 		return adminBackup(ctx, e, args[1:])
 	case "restore":
 		return adminRestore(ctx, e, args[1:])
+	case "check":
+		return adminCheck(ctx, e, args[1:])
 	}
 	adminUsage(e.Stderr)
-	return cli.Usagef("unknown admin command %q: want create-project, create-key, build-template, backup or restore", args[0])
+	return cli.Usagef("unknown admin command %q: want create-project, create-key, build-template, backup, restore or check", args[0])
 }
 
 // adminKey is what create-project and create-key print with --json.

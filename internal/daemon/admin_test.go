@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -202,5 +203,43 @@ func TestAdminBackupRestoreFlags(t *testing.T) {
 	out, _, err = runCLI(t, "admin", "restore", "--from", to, "--data-dir", filepath.Join(t.TempDir(), "new"), "--cache-dir", t.TempDir())
 	if err != nil || !strings.Contains(out, "Restored the backup of") {
 		t.Fatalf("restore: %q, %v", out, err)
+	}
+}
+
+// TestAdminCheck: check lists an image no row names and exits non-zero,
+// --repair is refused while a server holds the data directory and removes
+// it otherwise, and a clean directory has nothing left over.
+func TestAdminCheck(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	orphan := filepath.Join(dir, "images", "orphan")
+	if err := os.MkdirAll(orphan, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	out, _, err := runCLI(t, "admin", "check", "--data-dir", dir, "--cache-dir", cache)
+	if cli.ExitCode(err) != 1 || !strings.Contains(out, "image without row") || !strings.Contains(out, orphan) {
+		t.Fatalf("check: %q, %v; want the orphan image listed and exit 1", out, err)
+	}
+	release, err := lockDataDir(dir) // a server on it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runCLI(t, "admin", "check", "--data-dir", dir, "--cache-dir", cache, "--repair"); err == nil || !strings.Contains(err.Error(), "server stopped") {
+		t.Errorf("check --repair beside a server: %v, want it refused", err)
+	}
+	release()
+	if out, _, err := runCLI(t, "admin", "check", "--data-dir", dir, "--cache-dir", cache, "--repair"); err != nil || !strings.Contains(out, "Repaired") {
+		t.Fatalf("check --repair: %q, %v", out, err)
+	}
+	if _, err := os.Stat(orphan); err == nil {
+		t.Error("the orphan image is still there")
+	}
+	if out, _, err := runCLI(t, "admin", "check", "--data-dir", dir, "--cache-dir", cache); err != nil || !strings.Contains(out, "nothing left over") {
+		t.Errorf("check after repair: %q, %v", out, err)
 	}
 }

@@ -166,8 +166,13 @@ func (b *Builder) holders(key string) string {
 
 // holder is this server's file among key's holders.
 func (b *Builder) holder(key string) string {
+	return filepath.Join(b.holders(key), b.holderName())
+}
+
+// holderName names this server's data directory among a build's holders.
+func (b *Builder) holderName() string {
 	sum := sha256.Sum256([]byte(b.cfg.DataDir))
-	return filepath.Join(b.holders(key), hex.EncodeToString(sum[:8]))
+	return hex.EncodeToString(sum[:8])
 }
 
 // Hold records that this server's store refers to key's build.
@@ -620,4 +625,18 @@ func (b *Builder) Sweep() {
 func lastDash(path string) string {
 	base := filepath.Base(path)
 	return base[strings.LastIndexByte(base, '-')+1:]
+}
+
+// Holds are the keys of the builds this server's data directory holds
+// (Hold) in the template cache.
+func (b *Builder) Holds() []string {
+	mine, _ := filepath.Glob(filepath.Join(b.cfg.CacheDir, "templates", LayerKey("*")+".holders", b.holderName()))
+	var keys []string
+	for _, h := range mine {
+		key := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(filepath.Dir(h)), LayerKey("")), ".holders")
+		if ValidKey(key) {
+			keys = append(keys, key)
+		}
+	}
+	return keys
 }

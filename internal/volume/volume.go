@@ -196,3 +196,7 @@ func run(ctx context.Context, name string, args ...string) ([]byte, error) {
 	}
 	return out, nil
 }
+
+// ValidID reports whether id is a volume's ID (vol_...), as the names in
+// Dir are.
+func ValidID(id string) bool { return idRE.MatchString(id) }

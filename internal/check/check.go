@@ -1,0 +1,355 @@
+// Package check finds what a `lizard serve` data directory and its host
+// hold that nothing accounts for — rows whose images are gone, images no
+// row names, network namespaces, veths, nftables tables, cgroups and loop
+// devices no running sandbox owns, volumes without a record, template
+// builds nothing uses — and removes exactly those (`lizard admin check
+// [--repair]`, docs/operations.md).
+//
+// Machine-wide names (a namespace lizard-ID, a veth, a table, a cgroup
+// /lizard/ID) are this data directory's only when the gVisor runtime's
+// owner record of ID names its runtime directory, or, without a record,
+// when ID is a sandbox of its store: many Lizards may run on one machine
+// (the e2e tests run many at once, a restored backup may run beside its
+// original with the same sandbox IDs), and a check never lists, let alone
+// removes, what another one holds.
+package check
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/netns"
+	"github.com/lizard-build/lizard/internal/recipe"
+	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/volume"
+)
+
+// Kinds of findings.
+const (
+	RowWithoutImage     = "row without image"
+	ImageWithoutRow     = "image without row"
+	Namespace           = "network namespace"
+	Veth                = "veth"
+	Table               = "nftables table"
+	Cgroup              = "cgroup"
+	LoopDevice          = "loop device"
+	VolumeWithoutRow    = "volume without owner"
+	VolumeMounted       = "volume mounted by no sandbox"
+	TemplateBuildUnused = "template build nobody uses"
+)
+
+// Finding is one thing nothing accounts for, and how --repair removes it.
+type Finding struct {
+	Kind string `json:"kind"`
+	// What names it: a path, an interface, a table, a sandbox or
+	// snapshot ID.
+	What string `json:"what"`
+	// Why it is a leftover.
+	Why    string `json:"why"`
+	repair func(ctx context.Context) error
+}
+
+// Repair removes what f names.
+func (f Finding) Repair(ctx context.Context) error {
+	if err := f.repair(ctx); err != nil {
+		return fmt.Errorf("repairing %s %s: %w", f.Kind, f.What, err)
+	}
+	return nil
+}
+
+// Config says which data directory to check.
+type Config struct {
+	DataDir  string // absolute
+	CacheDir string // the template cache the server uses, absolute
+	Store    *store.Store
+}
+
+// Check lists what cfg's data directory and this host hold that nothing
+// accounts for, in a stable order. It changes nothing.
+func Check(ctx context.Context, cfg Config) ([]Finding, error) {
+	c := checker{Config: cfg}
+	var err error
+	if c.rows, err = cfg.Store.ListSandboxes(ctx, store.Filter{}); err != nil {
+		return nil, err
+	}
+	for _, step := range []func(context.Context) error{c.images, c.host, c.loops, c.volumes, c.templates} {
+		if err := step(ctx); err != nil {
+			return nil, err
+		}
+	}
+	sort.SliceStable(c.out, func(i, j int) bool {
+		if c.out[i].Kind != c.out[j].Kind {
+			return c.out[i].Kind < c.out[j].Kind
+		}
+		return c.out[i].What < c.out[j].What
+	})
+	return c.out, nil
+}
+
+type checker struct {
+	Config
+	rows []store.Sandbox
+	out  []Finding
+}
+
+func (c *checker) add(kind, what, why string, repair func(context.Context) error) {
+	c.out = append(c.out, Finding{Kind: kind, What: what, Why: why, repair: repair})
+}
+
+// running reports whether sb holds the machine-wide names of a sandbox:
+// starting or running, not ended.
+func running(sb store.Sandbox) bool {
+	return sb.Live() && sb.State != api.StatePaused
+}
+
+// images: the paused sandboxes and snapshots whose images on this disk are
+// gone, and the images under DATA/images and DATA/snapshots no row names.
+func (c *checker) images(ctx context.Context) error {
+	st := c.Store
+	paused, err := st.ListPaused(ctx, nil)
+	if err != nil {
+		return err
+	}
+	snaps, err := st.ListSnapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	named := map[string]bool{}
+	local := func(image string) (string, bool) {
+		_, p := store.SplitImageRef(image)
+		p = filepath.Clean(p)
+		return p, strings.HasPrefix(p, c.DataDir+"/")
+	}
+	for _, p := range paused {
+		path, ok := local(p.ImageDir)
+		if !ok || p.PausedAt == nil {
+			continue // in an image store, or never paused (its on-timeout only)
+		}
+		named[path] = true
+		if !exists(path) {
+			id := p.SandboxID
+			c.add(RowWithoutImage, "paused sandbox "+id, "its image "+path+" is gone: it cannot resume", func(ctx context.Context) error {
+				return st.EndSandbox(ctx, id, api.StateFailed, "its image was lost (lizard admin check --repair)", time.Now())
+			})
+		}
+	}
+	for _, sn := range snaps {
+		path, ok := local(sn.ImageDir)
+		if !ok {
+			continue
+		}
+		named[path] = true
+		if !exists(path) {
+			id := sn.ID
+			c.add(RowWithoutImage, "snapshot "+id, "its image "+path+" is gone: nothing can be created from it", func(ctx context.Context) error {
+				return st.DeleteSnapshot(ctx, id)
+			})
+		}
+	}
+	for _, dir := range []string{"images", "snapshots"} {
+		ents, err := os.ReadDir(filepath.Join(c.DataDir, dir))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		for _, e := range ents {
+			path := filepath.Join(c.DataDir, dir, e.Name())
+			if named[path] {
+				continue
+			}
+			c.add(ImageWithoutRow, path, "no paused sandbox or snapshot names it", func(context.Context) error {
+				return os.RemoveAll(path)
+			})
+		}
+	}
+	return nil
+}
+
+// host: the network namespaces, veths, nftables tables and cgroups of
+// sandboxes of this data directory that are not running.
+func (c *checker) host(ctx context.Context) error {
+	runtimeDir := filepath.Join(c.DataDir, "gvisor")
+	row := map[string]store.Sandbox{}
+	for _, sb := range c.rows {
+		row[sb.ID] = sb
+	}
+	owned, err := gvisor.Owners(runtimeDir)
+	if err != nil {
+		return fmt.Errorf("listing sandbox owner records: %w", err)
+	}
+	ids := map[string]bool{}
+	for _, id := range owned {
+		ids[id] = true
+	}
+	for id := range row {
+		if gvisor.Owner(id) == "" { // unclaimed: ours by the row; else the record's
+			ids[id] = true
+		}
+	}
+	present, err := netns.ReadPresent()
+	if err != nil {
+		return err
+	}
+	for id := range ids {
+		sb, ok := row[id]
+		if ok && running(sb) {
+			continue
+		}
+		var why string
+		if ok {
+			why = fmt.Sprintf("sandbox %s is %s", id, sb.State)
+		} else {
+			why = "sandbox " + id + " has no row in this store; its owner record names " + runtimeDir
+		}
+		network := func(context.Context) error { return netns.Remove(id) }
+		if present.Namespaces[id] {
+			c.add(Namespace, netns.Name(id), why, network)
+		}
+		if present.Veth(id) {
+			c.add(Veth, netns.VethName(id), why, network)
+		}
+		if present.Tables[id] {
+			c.add(Table, "inet "+netns.TableName(id), why, network)
+		}
+		for _, d := range gvisor.Cgroups(id) {
+			c.add(Cgroup, d, why, func(ctx context.Context) error { return gvisor.RemoveLeftovers(ctx, runtimeDir, id) })
+		}
+	}
+	return nil
+}
+
+// loops: loop devices backed by a file under DATA/volumes that nothing
+// mounts (a volume's mount that died half-way, or was torn down without
+// its loop device).
+func (c *checker) loops(ctx context.Context) error {
+	mounted, err := mountSources()
+	if err != nil {
+		return err
+	}
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		backing := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
+		if !strings.HasPrefix(backing, filepath.Join(c.DataDir, "volumes")+"/") {
+			continue
+		}
+		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
+		if mounted[dev] {
+			continue
+		}
+		c.add(LoopDevice, dev, "it is attached to "+backing+", which nothing mounts", func(context.Context) error { return detach(dev) })
+	}
+	return nil
+}
+
+// volumes: volume images no row names, and volumes mounted while no
+// running sandbox mounts them.
+func (c *checker) volumes(ctx context.Context) error {
+	m := &volume.Manager{Dir: filepath.Join(c.DataDir, "volumes")}
+	vols, err := c.Store.Volumes().List(ctx, "")
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, v := range vols {
+		known[v.ID] = true
+	}
+	inUse := map[string]bool{}
+	for _, sb := range c.rows {
+		if running(sb) {
+			for _, v := range sb.Shape.Volumes {
+				inUse[v.ID] = true
+			}
+		}
+	}
+	ents, err := os.ReadDir(m.Dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, e := range ents {
+		id := strings.TrimSuffix(e.Name(), ".img")
+		if seen[id] || !volume.ValidID(id) {
+			continue
+		}
+		seen[id] = true
+		switch {
+		case !known[id]:
+			c.add(VolumeWithoutRow, filepath.Join(m.Dir, id), "no volume of this store has ID "+id, func(ctx context.Context) error { return m.Remove(ctx, id) })
+		case m.Mounted(id) && !inUse[id]:
+			c.add(VolumeMounted, m.Path(id), "no running sandbox mounts volume "+id, func(context.Context) error { return m.Unmount(id) })
+		}
+	}
+	return nil
+}
+
+// templates: custom template builds this data directory holds in the
+// template cache that no template, live sandbox or snapshot of its store
+// uses.
+func (c *checker) templates(ctx context.Context) error {
+	if c.CacheDir == "" {
+		return nil
+	}
+	b := recipe.New(recipe.Config{CacheDir: c.CacheDir, DataDir: c.DataDir})
+	used, err := recipe.Uses(ctx, c.Store)
+	if err != nil {
+		return err
+	}
+	for _, key := range b.Holds() {
+		if _, ok := used[key]; ok {
+			continue
+		}
+		c.add(TemplateBuildUnused, filepath.Join(c.CacheDir, "templates", recipe.LayerKey(key)),
+			"no template, live sandbox or snapshot of this store uses it (removed once no other data directory holds it)",
+			func(context.Context) error { _, err := b.Release(key); return err })
+	}
+	return nil
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// mountSources are the devices mounted in this process's mount namespace.
+func mountSources() (map[string]bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		// ... - FSTYPE SOURCE OPTIONS
+		_, after, ok := strings.Cut(line, " - ")
+		if f := strings.Fields(after); ok && len(f) >= 2 {
+			out[f[1]] = true
+		}
+	}
+	return out, nil
+}
+
+// detach frees loop device dev from its backing file (losetup -d).
+func detach(dev string) error {
+	f, err := os.OpenFile(dev, os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
+		return fmt.Errorf("detaching %s: %w", dev, err)
+	}
+	return nil
+}
