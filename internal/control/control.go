@@ -132,6 +132,9 @@ type Control struct {
 
 	ownersMu sync.Mutex
 	owners   map[string]owner // sandbox ID → its project, of calls (Acquire)
+	// pausingMu guards pausing: sandbox ID → its Pause calls under way.
+	pausingMu sync.Mutex
+	pausing   map[string]int
 	// tmplMu guards building (project/name of builds under way) and
 	// buildLimits; it also orders a template's deletion after its build.
 	builds      builds
@@ -326,7 +329,9 @@ func (c *Control) Pause(ctx context.Context, projectID, id string, req api.Pause
 			return api.Sandbox{}, err
 		}
 	}
+	c.markPausing(id, 1)
 	sb, err = c.node.Pause(ctx, id)
+	c.markPausing(id, -1)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -336,6 +341,54 @@ func (c *Control) Pause(ctx context.Context, projectID, id string, req api.Pause
 		}
 	}
 	return c.toAPI(sb), nil
+}
+
+func (c *Control) markPausing(id string, d int) {
+	c.pausingMu.Lock()
+	defer c.pausingMu.Unlock()
+	if c.pausing == nil {
+		c.pausing = map[string]int{}
+	}
+	if c.pausing[id] += d; c.pausing[id] <= 0 {
+		delete(c.pausing, id)
+	}
+}
+
+// What Settling says is being done to a sandbox whose record still says
+// it runs.
+const (
+	SettlingPause = "pause"
+	SettlingKill  = "kill"
+)
+
+// Settling says what is being done to live sandbox sb, whose record says
+// it runs until that is done: SettlingPause while a Pause through this
+// Control is under way, or while the reaper pauses it at its timeout
+// (onTimeout pause); SettlingKill while the reaper ends it at its
+// timeout; "" otherwise. E2B's API shows a pausing sandbox as paused and
+// a killing one as gone at once. A pause asked of another lizard api of
+// a cluster is not seen here until it is done.
+func (c *Control) Settling(ctx context.Context, sb api.Sandbox) (string, error) {
+	if sb.State != api.StateRunning && sb.State != api.StateStarting {
+		return "", nil
+	}
+	c.pausingMu.Lock()
+	n := c.pausing[sb.SandboxID]
+	c.pausingMu.Unlock()
+	if n > 0 {
+		return SettlingPause, nil
+	}
+	if sb.ExpiresAt == nil || !c.cfg.Now().After(*sb.ExpiresAt) {
+		return "", nil
+	}
+	p, err := c.cfg.Store.GetPause(ctx, sb.SandboxID)
+	if err != nil {
+		return "", err
+	}
+	if p.OnTimeout == api.OnTimeoutPause {
+		return SettlingPause, nil
+	}
+	return SettlingKill, nil
 }
 
 // DurableWait bounds a pause's wait for its image to reach the image store.

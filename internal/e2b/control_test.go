@@ -3,8 +3,10 @@ package e2b_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -282,4 +284,94 @@ func TestTimedOutSandboxSettles(t *testing.T) {
 	if r := e.do(t, "POST", "/e2b/sandboxes/"+sb.SandboxID+"/connect", `{"timeout":60}`, key...); r.status != http.StatusCreated {
 		t.Errorf("connect: %d %s; want 201, resumed", r.status, r.body)
 	}
+}
+
+// TestListShowsPausingAsPaused: E2B's list (and get_info) shows a sandbox
+// being paused as paused — at its timeout with auto-pause, before the reaper's round,
+// and while an explicit pause waits for a call in flight — and one the
+// reaper is killing not at all, as E2B's API does; before, both were
+// listed as running until the reaper or the pause was done.
+func TestListShowsPausingAsPaused(t *testing.T) {
+	e := newEnv(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	key := []string{"X-API-Key", e.key1}
+	create := func(body string) string {
+		t.Helper()
+		r := e.do(t, "POST", "/e2b/v2/sandboxes", body, key...)
+		var sb struct{ SandboxID string }
+		if err := json.Unmarshal([]byte(r.body), &sb); err != nil || r.status != http.StatusCreated {
+			t.Fatalf("create: %d %s", r.status, r.body)
+		}
+		return sb.SandboxID
+	}
+	running := create(`{"templateID":"base","timeout":300}`)
+	pausing := create(`{"templateID":"base","timeout":300,"autoPause":true}`)
+	killing := create(`{"templateID":"base","timeout":300}`)
+	for _, id := range []string{pausing, killing} {
+		if r := e.do(t, "POST", "/e2b/sandboxes/"+id+"/timeout", `{"timeout":0}`, key...); r.status != http.StatusNoContent {
+			t.Fatalf("set_timeout(0): %d %s", r.status, r.body)
+		}
+	}
+	time.Sleep(5 * time.Millisecond) // past their end; no reaper runs here
+	list := func(query string) map[string]string {
+		t.Helper()
+		r := e.do(t, "GET", "/e2b/v2/sandboxes"+query, "", key...)
+		var sbs []struct{ SandboxID, State string }
+		if err := json.Unmarshal([]byte(r.body), &sbs); err != nil || r.status != http.StatusOK {
+			t.Fatalf("list%s: %d %s", query, r.status, r.body)
+		}
+		got := map[string]string{}
+		for _, sb := range sbs {
+			got[sb.SandboxID] = sb.State
+		}
+		return got
+	}
+	check := func(when string, want map[string]map[string]string) {
+		t.Helper()
+		for query, w := range want {
+			if got := list(query); !reflect.DeepEqual(got, w) {
+				t.Errorf("%s: list%s = %v; want %v", when, query, got, w)
+			}
+		}
+	}
+	check("at their timeout, before the reaper's round", map[string]map[string]string{
+		"":               {running: "running", pausing: "paused"},
+		"?state=running": {running: "running"},
+		"?state=paused":  {pausing: "paused"},
+	})
+	e.n.Reap(context.Background())
+	check("after the reaper's round", map[string]map[string]string{
+		"":               {running: "running", pausing: "paused"},
+		"?state=running": {running: "running"},
+	})
+
+	// An explicit pause waiting for a call in flight.
+	call, err := e.c.Acquire(context.Background(), "p1", running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused := make(chan error, 1)
+	go func() {
+		r := e.do(t, "POST", "/e2b/sandboxes/"+running+"/pause", "", key...)
+		if r.status != http.StatusNoContent {
+			paused <- fmt.Errorf("pause: %d %s", r.status, r.body)
+		}
+		paused <- nil
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for list("?state=paused")[running] != "paused" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	check("while a pause waits for a call", map[string]map[string]string{
+		"":               {running: "paused", pausing: "paused"},
+		"?state=running": {},
+	})
+	var info struct{ State string }
+	if r := e.do(t, "GET", "/e2b/sandboxes/"+running, "", key...); json.Unmarshal([]byte(r.body), &info) != nil || info.State != "paused" {
+		t.Errorf("get_info while a pause waits for a call: %d %s; want paused", r.status, r.body)
+	}
+	call.Release()
+	if err := <-paused; err != nil {
+		t.Fatal(err)
+	}
+	check("once paused", map[string]map[string]string{"?state=paused": {running: "paused", pausing: "paused"}})
 }

@@ -433,6 +433,14 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	// A pause under way (its timeout's is waited for above) is paused to
+	// E2B's API, as in its list.
+	if s, err := h.cfg.Control.Settling(r.Context(), sb); err != nil {
+		h.fail(w, r, err)
+		return
+	} else if s == control.SettlingPause {
+		sb.State = api.StatePaused
+	}
 	writeJSON(w, http.StatusOK, sandboxDetail{listedSandbox: h.listed(sb), EnvdAccessToken: h.cfg.Control.EnvdToken(sb.SandboxID), Domain: domain(sb), Network: networkOf(sb)})
 }
 
@@ -673,7 +681,10 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 
 // listQuery is a list's filters and page, read from E2B's query.
 type listQuery struct {
-	filter       control.ListFilter
+	filter control.ListFilter
+	// states are the E2B states asked for (running, paused; none: both),
+	// as E2B shows them: a pausing sandbox is paused.
+	states       []string
 	template     string
 	startedAfter *time.Time
 	asc          bool
@@ -710,12 +721,18 @@ func parseList(q url.Values) (listQuery, error) {
 			case "running":
 				lq.filter.States = append(lq.filter.States, api.StateStarting, api.StateRunning)
 			case "paused":
-				lq.filter.States = append(lq.filter.States, api.StatePaused)
+				// A sandbox being paused is still running to Lizard.
+				lq.filter.States = append(lq.filter.States, api.StatePaused, api.StateStarting, api.StateRunning)
 			default:
 				return lq, badRequest("state %q: E2B's states are running and paused", s)
 			}
+			if !slices.Contains(lq.states, s) {
+				lq.states = append(lq.states, s)
+			}
 		}
 	}
+	slices.Sort(lq.filter.States)
+	lq.filter.States = slices.Compact(lq.filter.States)
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxPage {
@@ -814,10 +831,27 @@ func (h *Handler) listV1(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request, lq listQuery) {
 	project, _ := auth.ProjectID(r.Context())
-	sbs, err := h.cfg.Control.List(r.Context(), project, lq.filter)
+	all, err := h.cfg.Control.List(r.Context(), project, lq.filter)
 	if err != nil {
 		h.fail(w, r, err)
 		return
+	}
+	// As E2B's API lists them: a sandbox being paused (explicitly or at
+	// its timeout) is paused, one the reaper is killing is gone.
+	sbs := all[:0]
+	for _, sb := range all {
+		switch s, err := h.cfg.Control.Settling(r.Context(), sb); {
+		case err != nil:
+			h.fail(w, r, err)
+			return
+		case s == control.SettlingKill:
+			continue
+		case s == control.SettlingPause:
+			sb.State = api.StatePaused
+		}
+		if len(lq.states) == 0 || slices.Contains(lq.states, e2bState(sb.State)) {
+			sbs = append(sbs, sb)
+		}
 	}
 	sel, next, err := page(sbs, lq)
 	if err != nil {

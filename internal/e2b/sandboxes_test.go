@@ -173,7 +173,10 @@ func TestParseList(t *testing.T) {
 		// pairs URL-encoded as one parameter.
 		{"metadata as the SDK sends it", url.Values{"metadata": {"user=al%2520ice&app=prod"}},
 			map[string]string{"user": "al ice", "app": "prod"}, nil, 100, false},
-		{"states", url.Values{"state": {"running,paused"}}, nil, []string{api.StateStarting, api.StateRunning, api.StatePaused}, 100, false},
+		{"states", url.Values{"state": {"running,paused"}}, nil, []string{api.StatePaused, api.StateRunning, api.StateStarting}, 100, false},
+		// A sandbox being paused is running to Lizard and paused to E2B.
+		{"paused", url.Values{"state": {"paused"}}, nil, []string{api.StatePaused, api.StateRunning, api.StateStarting}, 100, false},
+		{"running", url.Values{"state": {"running"}}, nil, []string{api.StateRunning, api.StateStarting}, 100, false},
 		{"limit", url.Values{"limit": {"7"}}, nil, nil, 7, false},
 		{"limit too big", url.Values{"limit": {"101"}}, nil, nil, 0, true},
 		{"limit zero", url.Values{"limit": {"0"}}, nil, nil, 0, true},
