@@ -121,10 +121,8 @@ func (n *Local) reachable(ctx context.Context, id string, resume bool, paused st
 		if !resume {
 			return sb, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: paused}
 		}
-		if sb, err = n.resumeLocked(ctx, sb, nil); err != nil {
-			return sb, err
-		}
-		err = check(sb, WantRunning)
+		// provision returns it running, or an error.
+		return n.resumeLocked(ctx, sb, nil)
 	}
 	return sb, err
 }

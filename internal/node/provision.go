@@ -89,10 +89,11 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	// A restore waits its turn before anything is recorded (restores.go),
 	// and keeps it until its agent answers: the restore's CPU goes on
 	// after runsc returns, while the guest's pages load.
+	ab := src.about(p)
 	restored := func() {}
-	if src.queues(p) {
+	if ab.queues {
 		if restored, err = n.restores.enter(ctx); err != nil {
-			return src.prior(), err
+			return ab.prior, err
 		}
 		defer restored()
 	}
@@ -101,15 +102,19 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 		return sb, err
 	}
 	ctx, sp := trace.Start(ctx, "node.provision", trace.Sandbox(sb.ID), trace.Project(sb.ProjectID),
-		trace.Template(sb.Template), trace.Runtime(n.cfg.Runtime.Name()), trace.String("lizard.source", src.name()))
+		trace.Template(sb.Template), trace.Runtime(n.cfg.Runtime.Name()), trace.String("lizard.source", ab.name))
 	defer func() { trace.End(sp, err) }()
-	if path := src.path(); p.Role == "" && path != "" {
+	if path := ab.path; p.Role == "" && path != "" {
 		// Creates for users, from the moment one is admitted and recorded.
 		defer func(begin time.Time) { n.cfg.Metrics.SandboxCreated(path, time.Since(begin), err) }(time.Now())
 	}
-	defer src.lock(n, sb.ID)()
+	if !ab.locked {
+		// Kill, SetTimeout and the reaper wait until the sandbox is up
+		// or gone.
+		defer n.locks.Lock(sb.ID)()
+	}
 	begin := time.Now()
-	l := &launch{n: n, p: p, src: src, sb: sb, art: a, log: n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)}
+	l := &launch{n: n, p: p, src: src, ab: ab, sb: sb, art: a, log: n.log.With("sandbox_id", sb.ID, "project_id", sb.ProjectID)}
 	fail := func(reason string, err error) (store.Sandbox, error) { return src.fail(ctx, l, reason, err) }
 	if p.OnTimeout != "" {
 		if err := n.cfg.Store.SetOnTimeout(ctx, sb.ID, p.OnTimeout); err != nil {
@@ -132,7 +137,7 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 		return fail(reason, err)
 	}
 	restored()
-	if err := n.network.trustEgress(ctx, sb.ID, p.Network, src.fromImage(p), p.fork.parentID()); err != nil {
+	if err := n.network.trustEgress(ctx, sb.ID, p.Network, ab.fromImage, p.fork.parentID()); err != nil {
 		return fail("installing its egress CA failed", err)
 	}
 	if err := src.markRunning(ctx, l); err != nil {
@@ -142,7 +147,7 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	l.log.Info(src.running(), "source", src.name(), "image", src.image(), "template", sb.Template, "role", sb.Role, "guest_addr", sb.GuestAddr,
+	l.log.Info(ab.running, "source", ab.name, "image", ab.image, "template", sb.Template, "role", sb.Role, "guest_addr", sb.GuestAddr,
 		"timeout_ms", p.TimeoutMs, "took", time.Since(begin).Round(time.Millisecond))
 	n.started(got)
 	src.announce(ctx, l, got)
@@ -155,6 +160,7 @@ type launch struct {
 	n   *Local
 	p   Plan
 	src source
+	ab  about
 	sb  store.Sandbox
 	art sandbox.Artifact
 	log *slog.Logger

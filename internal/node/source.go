@@ -28,25 +28,12 @@ import (
 // the sources differ. Steps that fail say why in words (reason), which
 // fail records.
 type source interface {
-	// name is the source in logs and on the node.provision span
-	// (lizard.source); image is the image it restores, if any.
-	name() string
-	image() string
-	// path is the metrics path a user's create from it counts under
-	// (metrics.PathBoot...): "" for a resume, which is not a create.
-	path() string
-	// queues reports whether a sandbox of plan p from it waits its turn
-	// at the restore gate (restores.go) before it is recorded.
-	queues(p Plan) bool
-	// prior is what a refusal before record returns: a resume's paused
-	// row; nothing for a new sandbox.
-	prior() store.Sandbox
+	// about is what the source is for plan p, asked once: its names and
+	// the answers that do not change along the steps.
+	about(p Plan) about
 	// record admits plan p and records its sandbox, holding an address
 	// slot. On failure nothing is left to clean up.
 	record(ctx context.Context, n *Local, p Plan) (store.Sandbox, error)
-	// lock takes sandbox id's lock for the rest of provision (a resume's
-	// caller holds it already).
-	lock(n *Local, id string) (unlock func())
 	// token gives l's sandbox its lizardToken if its plan asks for one:
 	// the environment to add, and the port its egress must let through.
 	token(ctx context.Context, l *launch) (env []string, apiPort int, err error)
@@ -56,37 +43,52 @@ type source interface {
 	// identify gives the started sandbox's agent its identity, once it
 	// answers.
 	identify(ctx context.Context, l *launch) (reason string, err error)
-	// fromImage reports whether the sandbox runs from an image that may
-	// trust a CA it must not (trustEgress).
-	fromImage(p Plan) bool
 	// markRunning records the sandbox running.
 	markRunning(ctx context.Context, l *launch) error
 	// fail cleans up after a step that failed for reason and returns
 	// what provision returns.
 	fail(ctx context.Context, l *launch, reason string, err error) (store.Sandbox, error)
-	// running is the log message of a sandbox up from it; announce
-	// emits its event (Created or Resumed).
-	running() string
+	// announce emits its event (Created or Resumed).
 	announce(ctx context.Context, l *launch, got store.Sandbox)
 }
 
-// fresh is what the sources of a new sandbox (boot, restore, claim) share:
-// it is admitted and recorded with a row of its own, locked here, minted
-// a key, counted as a create, cleaned up by cleanupFailed, and announced
-// as Created.
-type fresh struct{}
-
-func (fresh) prior() store.Sandbox { return store.Sandbox{} }
-
-func (fresh) lock(n *Local, id string) func() {
-	// Kill, SetTimeout and the reaper wait until the sandbox is up or
-	// gone.
-	return n.locks.Lock(id)
+// about is what a source is for a plan: data, not steps, so that provision
+// asks for it once (issue 35: a runCode's resume passed 14 of its stops
+// through resumeSource, 8 of them such answers).
+type about struct {
+	// name is the source in logs and on the node.provision span
+	// (lizard.source); image is the image it restores, if any; running
+	// is the log message of a sandbox up from it.
+	name, image, running string
+	// path is the metrics path a user's create from it counts under
+	// (metrics.PathBoot...): "" for a resume, which is not a create.
+	path string
+	// queues: the sandbox waits its turn at the restore gate
+	// (restores.go) before it is recorded.
+	queues bool
+	// fromImage: it runs from an image that may trust a CA it must not
+	// (trustEgress).
+	fromImage bool
+	// locked: provision's caller holds the sandbox's lock already (a
+	// resume's); else provision takes it once the sandbox is recorded.
+	locked bool
+	// prior is what a refusal before record returns: a resume's paused
+	// row; nothing for a new sandbox.
+	prior store.Sandbox
 }
 
-// An image of another sandbox (a fork's parent, a snapshot's) may trust a
-// CA it must not.
-func (fresh) fromImage(p Plan) bool { return p.forked || p.SnapshotID != "" }
+// fresh is what the sources of a new sandbox (boot, restore, claim) share:
+// it is admitted and recorded with a row of its own, locked by provision,
+// minted a key, counted as a create, cleaned up by cleanupFailed, and
+// announced as Created.
+type fresh struct{}
+
+// about is a new sandbox's source named name: an image of another sandbox
+// (a fork's parent, a snapshot's) may trust a CA it must not.
+func (fresh) about(p Plan, name, image, path, running string, queues bool) about {
+	return about{name: name, image: image, path: path, running: running, queues: queues,
+		fromImage: p.forked || p.SnapshotID != ""}
+}
 
 // record admits plan p (a user's sandbox, by the node's Admission) and
 // records its sandbox: a new row holding an address slot.
@@ -154,7 +156,7 @@ func (fresh) fail(ctx context.Context, l *launch, reason string, err error) (sto
 		reason = "creation cancelled: the client went away"
 	}
 	l.n.cleanupFailed(ctx, l.log, l.sb, reason)
-	l.log.Warn("sandbox failed to start", "source", l.src.name(), "reason", reason, "err", err)
+	l.log.Warn("sandbox failed to start", "source", l.ab.name, "reason", reason, "err", err)
 	if ctx.Err() != nil {
 		return store.Sandbox{}, ctx.Err()
 	}

@@ -13,11 +13,10 @@ import (
 // build sandboxes.
 type bootSource struct{ fresh }
 
-func (bootSource) name() string     { return "boot" }
-func (bootSource) image() string    { return "" }
-func (bootSource) path() string     { return metrics.PathBoot }
-func (bootSource) running() string  { return "sandbox running" }
-func (bootSource) queues(Plan) bool { return false } // a boot yields no restore's CPU burst
+// about: a boot yields no restore's CPU burst, so it does not queue.
+func (b bootSource) about(p Plan) about {
+	return b.fresh.about(p, "boot", "", metrics.PathBoot, "sandbox running", false)
+}
 
 // start has the runtime create the sandbox, its lizardToken in its
 // environment.

@@ -17,11 +17,10 @@ type claimSource struct{ fresh }
 // errNoWarm: the warm pool had no sandbox to claim.
 var errNoWarm = errors.New("no warm sandbox")
 
-func (claimSource) name() string     { return "warm pool" }
-func (claimSource) image() string    { return "" }
-func (claimSource) path() string     { return metrics.PathWarmPool }
-func (claimSource) running() string  { return "sandbox claimed from the warm pool" }
-func (claimSource) queues(Plan) bool { return false } // restored already
+// about: restored already, it does not queue.
+func (c claimSource) about(p Plan) about {
+	return c.fresh.about(p, "warm pool", "", metrics.PathWarmPool, "sandbox claimed from the warm pool", false)
+}
 
 // record admits plan p and hands it a warm sandbox's row: errNoWarm if
 // the pool has none.

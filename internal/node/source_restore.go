@@ -19,14 +19,11 @@ type restoreSource struct {
 	dir         string // the image
 }
 
-func (r restoreSource) name() string  { return r.what }
-func (r restoreSource) image() string { return r.dir }
-func (r restoreSource) path() string  { return r.metricsPath }
-func (restoreSource) running() string { return "sandbox restored" }
-
-// queues: a user's restore waits its turn; the node's own (the pool's
+// about: a user's restore waits its turn; the node's own (the pool's
 // refills) yield their CPU already.
-func (restoreSource) queues(p Plan) bool { return p.Role == "" }
+func (r restoreSource) about(p Plan) about {
+	return r.fresh.about(p, r.what, r.dir, r.metricsPath, "sandbox restored", p.Role == "")
+}
 
 // start has the runtime restore the image, its lizardToken in its
 // environment.

@@ -31,24 +31,15 @@ type resumeSource struct {
 	cached bool
 }
 
-func (resumeSource) name() string           { return "resume" }
-func (r resumeSource) image() string        { return r.dir }
-func (resumeSource) running() string        { return "sandbox resumed" }
-func (r resumeSource) prior() store.Sandbox { return r.row }
-
-// path: a resume is not a create (an explicit Resume is counted as
-// metrics.OpResume).
-func (resumeSource) path() string { return "" }
-
-// lock: its caller (resumeLocked) holds its lock already.
-func (resumeSource) lock(*Local, string) func() { return func() {} }
-
-// fromImage: its own image, from before an update while paused, may trust
-// a CA it must not.
-func (resumeSource) fromImage(Plan) bool { return true }
-
-// queues: a user's sandbox with an image to restore waits its turn.
-func (r resumeSource) queues(p Plan) bool { return p.Role == "" && r.dir != "" }
+// about: a resume is not a create (no metrics path: an explicit Resume
+// is counted as metrics.OpResume); a user's sandbox with an image to
+// restore waits its turn; its own image, from before an update while
+// paused, may trust a CA it must not; its caller (resumeLocked) holds its
+// lock already; a refusal leaves it as it was, paused.
+func (r resumeSource) about(p Plan) about {
+	return about{name: "resume", image: r.dir, running: "sandbox resumed", queues: p.Role == "" && r.dir != "",
+		fromImage: true, locked: true, prior: r.row}
+}
 
 // record gives the paused row a new address slot to resume into. It is
 // not admitted again: it counted against its project's quotas all along.
