@@ -103,11 +103,11 @@ func (ts Templates) Delete(ctx context.Context, name string) error {
 
 // recipeFile is the YAML recipe format (docs/templates.md).
 type recipeFile struct {
-	Name  string   `yaml:"name"`
-	Base  string   `yaml:"base"`
-	Apt   []string `yaml:"apt"`
-	Pip   []string `yaml:"pip"`
-	Files []recipeCopy `yaml:"files"`
+	Name    string            `yaml:"name"`
+	Base    string            `yaml:"base"`
+	Apt     []string          `yaml:"apt"`
+	Pip     []string          `yaml:"pip"`
+	Files   []recipeCopy      `yaml:"files"`
 	Env     map[string]string `yaml:"env"`
 	Workdir string            `yaml:"workdir"`
 	Run     []yaml.Node       `yaml:"run"`

@@ -92,7 +92,7 @@ func New(cfg Config) (*Agent, error) {
 		base = os.Environ()
 	}
 	// The template's envs come first: the sandbox's own (its create's) win.
-	a.launch.env = buildEnv(append(tmpl.envList(), base...), a.launch.user, cfg.Python)
+	a.launch.env = buildEnv(append(tmpl.envList(), tmpl.runtimeEnv(base)...), a.launch.user, cfg.Python)
 	a.launch.workdir = a.launch.user.home
 	if tmpl.Workdir != "" {
 		a.launch.workdir = tmpl.Workdir

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -75,6 +76,21 @@ func (t TemplateSettings) codeUser(configured string) string {
 		return t.User
 	}
 	return configured
+}
+
+// runtimePath is the PATH the runtime gives a sandbox whose create named
+// none (gvisor and qemu's defaultPath).
+const runtimePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// runtimeEnv is the sandbox's environment base without the runtime's
+// default PATH when the template sets one: a Dockerfile's
+// ENV PATH=/opt/tool/bin:$PATH holds in the sandbox, while a create's own
+// PATH still wins.
+func (t TemplateSettings) runtimeEnv(base []string) []string {
+	if _, ok := t.Env["PATH"]; !ok {
+		return base
+	}
+	return slices.DeleteFunc(slices.Clone(base), func(kv string) bool { return kv == runtimePath })
 }
 
 // envList is Env as sorted KEY=VALUE pairs.

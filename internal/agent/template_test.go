@@ -79,3 +79,24 @@ func TestTemplateUser(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplatePath: a template's PATH wins over the runtime's default,
+// not over a create's own.
+func TestTemplatePath(t *testing.T) {
+	tmpl := TemplateSettings{Env: map[string]string{"PATH": "/srv/bin:/usr/bin:/bin"}}
+	for _, tt := range []struct {
+		base []string
+		want string
+	}{
+		{[]string{runtimePath, "A=1"}, "/srv/bin:/usr/bin:/bin"},
+		{[]string{"PATH=/create/bin:/bin"}, "/create/bin:/bin"},
+	} {
+		env := buildEnv(append(tmpl.envList(), tmpl.runtimeEnv(tt.base)...), identity{home: "/home/user"}, "")
+		if got := getenv(env, "PATH"); got != tt.want {
+			t.Errorf("base %v: PATH %q, want %q", tt.base, got, tt.want)
+		}
+	}
+	if got := (TemplateSettings{}).runtimeEnv([]string{runtimePath}); len(got) != 1 {
+		t.Errorf("no template PATH: base %v, want the runtime's kept", got)
+	}
+}

@@ -65,7 +65,7 @@ var floors = []struct {
 		"internal/daemon", "internal/backup", "internal/check", "bench/cluster", "bench/egress", "web/console/test/cleanup",
 	}},
 	{"clients of the public API", []string{
-		"internal/cli", "internal/mcp",
+		"internal/cli", "internal/mcp", "internal/dockerfile",
 	}},
 	{"surfaces: what answers callers", []string{
 		"internal/server", "internal/e2b", "internal/e2b/envd", "internal/console",

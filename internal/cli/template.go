@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/client"
+	"github.com/lizard-build/lizard/internal/dockerfile"
 )
 
 func init() {
@@ -18,7 +21,7 @@ func init() {
 }
 
 var templateCommands = map[string]subcommand{
-	"build":  {"build -f RECIPE.yaml [--name NAME] [--quiet] [--json]", templateBuild},
+	"build":  {"build -f RECIPE.yaml|Dockerfile [--name NAME] [--context DIR] [--build-arg K=V]... [--start CMD] [--ready CMD] [--quiet] [--json]", templateBuild},
 	"list":   {"list [--json]", templateList},
 	"get":    {"get NAME [--json]", templateGet},
 	"delete": {"delete NAME...", templateDelete},
@@ -31,7 +34,8 @@ func templateUsage(w io.Writer) {
 	for _, n := range templateOrder {
 		fmt.Fprintf(w, "  lizard template %s\n", templateCommands[n].usage)
 	}
-	fmt.Fprintln(w, "\nA recipe is a YAML file (docs/templates.md); create sandboxes from a template with")
+	fmt.Fprintln(w, "\nA recipe is a YAML file, or a Dockerfile (named Dockerfile, Dockerfile.*, *.dockerfile or")
+	fmt.Fprintln(w, "Containerfile, or given with --dockerfile; docs/templates.md); create sandboxes from a template with")
 	fmt.Fprintln(w, "`lizard sandbox create --template NAME`.")
 	fmt.Fprintln(w, "Every command takes --api-url and --api-key (default $LIZARD_API_URL, $LIZARD_API_KEY).")
 }
@@ -55,23 +59,46 @@ func RunTemplate(ctx context.Context, e Env, args []string) error {
 func templateBuild(ctx context.Context, e Env, args []string) error {
 	fs := NewFlags(e, "template build")
 	cf := addClientFlags(fs)
-	file := fs.String("f", "", "the recipe, a YAML file (its files' src paths are relative to it)")
+	file := fs.String("f", "", "the recipe: a YAML file (its files' src paths are relative to it) or a Dockerfile")
 	name := fs.String("name", "", "the template's name (default: the recipe's name:)")
+	isDockerfile := fs.Bool("dockerfile", false, "-f is a Dockerfile, whatever its name")
+	contextDir := fs.String("context", "", "a Dockerfile's build context, which COPY and ADD read (default: the Dockerfile's directory)")
+	buildArgs := kvFlag{}
+	fs.Var(buildArgs, "build-arg", "a Dockerfile's ARG value, NAME=VALUE (repeatable)")
+	start := fs.String("start", "", "the start command, run at boot (instead of the recipe's, or a Dockerfile's CMD/ENTRYPOINT)")
+	ready := fs.String("ready", "", "the ready check: a command that exits 0 once the start command is ready")
 	quiet := fs.Bool("quiet", false, "show the steps only, not their output")
 	asJSON := fs.Bool("json", false, "print the template as JSON when done")
 	pos, err := ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
+	const usage = "usage: lizard template build -f RECIPE.yaml|Dockerfile [--name NAME] [--context DIR] [--build-arg K=V]... [--start CMD] [--ready CMD] [--quiet] [--json]"
 	if *file == "" || len(pos) != 0 {
 		if *file == "" && len(pos) == 1 {
-			return Usagef("usage: lizard template build -f RECIPE.yaml [--name NAME] [--quiet] [--json] (a built-in template such as %q is built on the server's machine: lizard admin build-template %s)", pos[0], pos[0])
+			return Usagef("%s (a built-in template such as %q is built on the server's machine: lizard admin build-template %s)", usage, pos[0], pos[0])
 		}
-		return Usagef("usage: lizard template build -f RECIPE.yaml [--name NAME] [--quiet] [--json]")
+		return Usagef("%s", usage)
 	}
-	fileName, recipe, err := client.LoadRecipe(*file)
-	if err != nil {
-		return err
+	var fileName string
+	var recipe api.TemplateRecipe
+	if *isDockerfile || dockerfileName(*file) {
+		if recipe, err = loadDockerfile(e, *file, *contextDir, buildArgs); err != nil {
+			return err
+		}
+	} else {
+		if *contextDir != "" || len(buildArgs) > 0 {
+			return Usagef("--context and --build-arg are a Dockerfile's; %s is read as a YAML recipe (--dockerfile if it is a Dockerfile)", *file)
+		}
+		if fileName, recipe, err = client.LoadRecipe(*file); err != nil {
+			return err
+		}
+	}
+	if *start != "" {
+		recipe.Start = *start
+	}
+	if *ready != "" {
+		recipe.Ready = *ready
 	}
 	if *name == "" {
 		*name = fileName
@@ -114,6 +141,44 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 	}
 	fmt.Fprintf(e.Stdout, "template %s ready (key %s, %s, %.0f MiB)\n", t.Name, t.Key, how, float64(t.SizeBytes)/(1<<20))
 	return nil
+}
+
+// builtinTemplate is the built-in template a Dockerfile's FROM may name
+// (the recipe's base; TemplateRecipe.base's one value in the API).
+const builtinTemplate = "interpreter"
+
+// dockerfileName reports whether file is named as Dockerfiles are.
+func dockerfileName(file string) bool {
+	base := filepath.Base(file)
+	return base == "Dockerfile" || base == "Containerfile" || strings.HasPrefix(base, "Dockerfile.") ||
+		strings.HasSuffix(strings.ToLower(base), ".dockerfile")
+}
+
+// loadDockerfile converts Dockerfile file, reading its build context
+// (default: its directory), into a recipe.
+func loadDockerfile(e Env, file, contextDir string, buildArgs map[string]string) (api.TemplateRecipe, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return api.TemplateRecipe{}, fmt.Errorf("reading the Dockerfile: %w", err)
+	}
+	if contextDir == "" {
+		contextDir = filepath.Dir(file)
+	}
+	bctx, err := dockerfile.OpenContext(contextDir)
+	if err != nil {
+		return api.TemplateRecipe{}, err
+	}
+	res, err := dockerfile.Convert(data, dockerfile.Options{BuildArgs: buildArgs, Context: bctx, Templates: []string{builtinTemplate}})
+	if err != nil {
+		return api.TemplateRecipe{}, fmt.Errorf("%s: %w", file, err)
+	}
+	for _, l := range res.Ignored {
+		fmt.Fprintf(e.Stderr, "%s: ignored: %s\n", file, l)
+	}
+	if res.Image != "" {
+		return res.Recipe, fmt.Errorf("%s: FROM %s: a template on an image needs Lizard's image support (recipe from:, issue 36); FROM %s builds on Lizard's own template", file, res.Image, builtinTemplate)
+	}
+	return res.Recipe, nil
 }
 
 // templateList is `lizard template list [--json]`.

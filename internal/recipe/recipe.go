@@ -116,8 +116,8 @@ func Validate(r *api.TemplateRecipe, bases []string) error {
 // parts and the steps.
 type tally struct {
 	apt, pip, nfiles, commands int
-	fileBytes                 int
-	envs                      map[string]bool
+	fileBytes                  int
+	envs                       map[string]bool
 }
 
 func (t *tally) packages(field string, apt, pip []string) error {

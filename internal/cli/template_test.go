@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lizard-build/lizard/api"
+)
+
+func TestDockerfileName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"Dockerfile": true, "dir/Dockerfile": true, "Dockerfile.dev": true, "app.Dockerfile": true, "Containerfile": true,
+		"recipe.yaml": false, "Dockerfiles.yaml": false, "mydockerfile.yml": false,
+	} {
+		if got := dockerfileName(name); got != want {
+			t.Errorf("dockerfileName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// TestTemplateBuildDockerfile: `lizard template build -f Dockerfile`
+// sends the Dockerfile as a recipe of steps with its context's files, and
+// a line Lizard cannot honour fails before anything is sent, naming it.
+func TestTemplateBuildDockerfile(t *testing.T) {
+	var got api.BuildTemplateRequest
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/templates" {
+			http.NotFound(w, r)
+			return
+		}
+		json.NewDecoder(r.Body).Decode(&got)
+		json.NewEncoder(w).Encode(api.TemplateBuildEvent{Type: api.BuildEventDone, Template: &api.Template{Name: got.Name, Key: "0123456789abcdef"}})
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "ctx"), 0o755)
+	os.WriteFile(filepath.Join(dir, "ctx", "app.py"), []byte("print(1)"), 0o644)
+	df := filepath.Join(dir, "Dockerfile")
+	os.WriteFile(df, []byte("FROM interpreter\nARG V=1\nCOPY app.py /srv/\nRUN echo $V\nCMD python3 /srv/app.py\n"), 0o644)
+	var stderr bytes.Buffer
+	e := Env{Stdout: &bytes.Buffer{}, Stderr: &stderr}
+	err := RunTemplate(context.Background(), e, []string{"build", "-f", df, "--context", filepath.Join(dir, "ctx"), "--build-arg", "V=2",
+		"--ready", "true", "--name", "df", "--api-url", srv.URL, "--api-key", "k"})
+	if err != nil {
+		t.Fatalf("template build: %v\n%s", err, stderr.String())
+	}
+	r := got.Recipe
+	if got.Name != "df" || r.Base != "interpreter" || r.Start != "python3 /srv/app.py" || r.Ready != "true" || len(r.Steps) != 2 ||
+		len(r.Steps[0].Copy) != 1 || r.Steps[0].Copy[0].Path != "/srv/app.py" || !strings.Contains(r.Steps[1].Run.Cmd, "V='2'") {
+		t.Errorf("sent %+v", got)
+	}
+
+	os.WriteFile(df, []byte("FROM interpreter\nVOLUME /data\n"), 0o644)
+	got = api.BuildTemplateRequest{}
+	err = RunTemplate(context.Background(), e, []string{"build", "-f", df, "--name", "df", "--api-url", srv.URL, "--api-key", "k"})
+	if err == nil || !strings.Contains(err.Error(), "Dockerfile line 2: VOLUME is not supported") || got.Name != "" {
+		t.Errorf("a Dockerfile with VOLUME = %v (sent %q); want refused before sending, naming line 2", err, got.Name)
+	}
+}
