@@ -92,6 +92,19 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 // OpenFile opens (creating if needed) the database at path and brings its
 // schema up to date.
 func OpenFile(ctx context.Context, path string) (*Store, error) {
+	s, err := openSQLite(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("migrating %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// openSQLite opens the SQLite database at path as it is.
+func openSQLite(path string) (*Store, error) {
 	q := url.Values{}
 	// busy_timeout first: the others may need to wait for another process.
 	q.Add("_pragma", "busy_timeout(10000)")
@@ -111,12 +124,7 @@ func OpenFile(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		abs = path
 	}
-	s := &Store{db: &db{DB: sdb, d: sqliteDialect}, path: abs}
-	if err := s.migrate(ctx); err != nil {
-		sdb.Close()
-		return nil, fmt.Errorf("migrating %s: %w", path, err)
-	}
-	return s, nil
+	return &Store{db: &db{DB: sdb, d: sqliteDialect}, path: abs}, nil
 }
 
 // OpenURL opens the database rawURL names and brings its schema up to date:
@@ -142,11 +150,25 @@ func OpenURL(ctx context.Context, rawURL string) (*Store, error) {
 }
 
 func openPostgres(ctx context.Context, rawURL string) (*Store, error) {
+	s, name, err := connectPostgres(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("migrating %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// connectPostgres opens the PostgreSQL database rawURL names as it is;
+// name is how messages call it.
+func connectPostgres(rawURL string) (_ *Store, name string, _ error) {
 	cfg, err := pgx.ParseConfig(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("parsing the PostgreSQL URL %s: %w", redact(rawURL), err)
+		return nil, "", fmt.Errorf("parsing the PostgreSQL URL %s: %w", redact(rawURL), err)
 	}
-	name := fmt.Sprintf("postgres %s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
+	name = fmt.Sprintf("postgres %s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
 	sdb := stdlib.OpenDB(*cfg)
 	// Bounded, so that many API processes stay well under the server's
 	// max_connections (100 by default); idle ones are let go, and every
@@ -155,12 +177,7 @@ func openPostgres(ctx context.Context, rawURL string) (*Store, error) {
 	sdb.SetMaxOpenConns(16)
 	sdb.SetMaxIdleConns(4)
 	sdb.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{db: &db{DB: sdb, d: postgresDialect}}
-	if err := s.migrate(ctx); err != nil {
-		sdb.Close()
-		return nil, fmt.Errorf("migrating %s: %w", name, err)
-	}
-	return s, nil
+	return &Store{db: &db{DB: sdb, d: postgresDialect}}, name, nil
 }
 
 // redact hides the password of a URL in messages.
@@ -439,7 +456,11 @@ ALTER TABLE sandbox_pause ADD COLUMN disk_only INTEGER NOT NULL DEFAULT 0;
 // SchemaVersion is the schema version this code writes.
 var SchemaVersion = len(migrations)
 
-func (s *Store) migrate(ctx context.Context) error {
+func (s *Store) migrate(ctx context.Context) error { return s.migrateTo(ctx, len(migrations)) }
+
+// migrateTo brings the schema to version n (tests make every earlier
+// schema with it).
+func (s *Store) migrateTo(ctx context.Context, n int) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -467,14 +488,14 @@ func (s *Store) migrate(ctx context.Context) error {
 	if v > len(migrations) {
 		return fmt.Errorf("database schema version %d is newer than this lizard (%d): upgrade lizard", v, len(migrations))
 	}
-	for i := v; i < len(migrations); i++ {
+	for i := v; i < n; i++ {
 		// Tx.ExecContext: DDL has no placeholders to rebind, and without
 		// arguments pgx runs the whole script in one simple query.
 		if _, err := tx.Tx.ExecContext(ctx, s.db.d.ddl(migrations[i])); err != nil {
 			return fmt.Errorf("applying migration %d: %w", i+1, err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?`, len(migrations)); err != nil {
+	if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?`, max(v, n)); err != nil {
 		return err
 	}
 	return tx.Commit()
