@@ -68,7 +68,7 @@ var floors = []struct {
 		"internal/cli", "internal/mcp", "internal/dockerfile",
 	}},
 	{"surfaces: what answers callers", []string{
-		"internal/server", "internal/e2b", "internal/e2b/envd", "internal/console",
+		"internal/server", "internal/e2b", "internal/e2b/envd", "internal/e2b/uploads", "internal/console",
 	}},
 	{"the control plane and the cluster", []string{
 		"internal/control", "internal/cluster", "internal/cluster/remote",
