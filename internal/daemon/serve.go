@@ -302,7 +302,7 @@ func runServe(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	h := server.New(c.serverConfig(ln, apiParts{control: ctl, store: st,
-		descriptors: parts.descriptors, audit: audit, logger: logger, metrics: mx}))
+		descriptors: parts.descriptors, audit: audit, logger: logger, metrics: mx, e2bDir: filepath.Join(c.DataDir, "e2b")}))
 	// Sandboxes holding a lizardToken reach the API on their own host
 	// address, opened and closed as they start and stop.
 	listeners := server.NewSandboxListeners(c.sandboxAPIPort(ln.Addr()), h, logger)
@@ -368,6 +368,10 @@ type apiParts struct {
 	audit       *slog.Logger
 	logger      *slog.Logger
 	metrics     *metrics.Metrics
+	// e2bDir keeps what E2B's Template SDK uploads for its builds, and
+	// templates' tags; "" (lizard api, which has no data directory):
+	// copies are refused, tags held in memory.
+	e2bDir string
 }
 
 // serverConfig is the public API's configuration on ln, from the shared
@@ -382,7 +386,7 @@ func (f *sharedFlags) serverConfig(ln net.Listener, p apiParts) server.Config {
 		Audit:        p.audit,
 		Console:      console.Handler(), Metrics: p.metrics,
 		PortsDomain: f.PortsDomain,
-		E2B:         &e2b.Config{},
+		E2B:         &e2b.Config{Dir: p.e2bDir},
 		// The MCP tools call this API over loopback with the caller's
 		// key, like any client (internal/mcp's Handler).
 		MCP: mcp.Handler(loopbackURL(ln.Addr()), version.Version, p.logger),

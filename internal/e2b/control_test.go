@@ -181,7 +181,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		{"unknown", "GET", "/e2b/sandboxes/nope", key, http.StatusNotFound},
 		{"a snapshot named what no name is", "POST", path + "/snapshots", key, http.StatusBadRequest},
 		{"network of one made without rules", "PUT", path + "/network", key, http.StatusConflict},
-		{"templates", "POST", "/e2b/v3/templates", key, http.StatusNotImplemented},
+		{"a template named what no name is", "POST", "/e2b/v3/templates", key, http.StatusBadRequest},
 		{"kill", "DELETE", path, key, http.StatusNoContent},
 		{"info of a killed one", "GET", path, key, http.StatusNotFound},
 		{"kill again", "DELETE", path, key, http.StatusNotFound},

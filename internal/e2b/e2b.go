@@ -28,6 +28,7 @@ import (
 	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/e2b/uploads"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/inflight"
 	"github.com/lizard-build/lizard/internal/node"
@@ -82,6 +83,12 @@ type Config struct {
 	// Observe is told how each runCode ended (agentproxy.Transport);
 	// nil: nothing.
 	Observe func(agentproxy.Outcome)
+	// Dir is where the template builds of E2B's Template SDK keep the
+	// files its copy steps upload (uploads.Store, bounded by Uploads) and
+	// templates' tags: the data directory's e2b/. "": copies are refused
+	// and tags are held in memory.
+	Dir     string
+	Uploads uploads.Limits // zero: uploads.DefaultLimits
 	Logger  *slog.Logger
 }
 
@@ -108,6 +115,13 @@ type Handler struct {
 	// unrouted bounds the server's signed file URLs that name no
 	// sandbox (signed.go).
 	unrouted *rate.Limiter
+
+	// Template builds (templates.go): the builds requested, the copy
+	// steps' uploads and the key their URLs are signed with, the tags.
+	builds    templateBuilds
+	uploads   *uploads.Store
+	uploadKey []byte
+	tags      *tagStore
 }
 
 // maxInFlight bounds one project's calls under way through the sandbox
@@ -132,6 +146,7 @@ func New(cfg Config) *Handler {
 	if h.cfg.Audit == nil {
 		h.cfg.Audit = func(*http.Request, string, ...any) {}
 	}
+	h.openTemplates()
 	mux := http.NewServeMux()
 	mux.Handle("/e2b/sandbox/", http.HandlerFunc(h.sandbox))
 	mux.Handle("/e2b/sandbox", http.HandlerFunc(h.sandbox))

@@ -40,7 +40,7 @@ func newEnv(t *testing.T, agent http.Handler, envd http.Handler) *env {
 }
 
 // newEnvLimits is newEnv with each key's request rate bounded by lim.
-func newEnvLimits(t *testing.T, agent http.Handler, envd http.Handler, lim server.KeyLimits) *env {
+func newEnvLimits(t *testing.T, agent http.Handler, envd http.Handler, lim server.KeyLimits, opts ...envOption) *env {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, t.TempDir())
@@ -85,16 +85,24 @@ func newEnvLimits(t *testing.T, agent http.Handler, envd http.Handler, lim serve
 		t.Fatal(err)
 	}
 	e.n = n
-	e.c, err = control.New(control.Config{Node: n, Store: st, Logger: logger, PortsKey: []byte("test ports key")})
+	cc, ec := control.Config{Node: n, Store: st, Logger: logger, PortsKey: []byte("test ports key")}, e2b.Config{Envd: envd}
+	for _, o := range opts {
+		o(&cc, &ec)
+	}
+	e.c, err = control.New(cc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(server.New(server.Config{Control: e.c, Keys: &auth.Verifier{Store: st, Logger: logger}, Logger: logger,
-		KeyLimits: lim, E2B: &e2b.Config{Envd: envd}}))
+		KeyLimits: lim, E2B: &ec}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e
 }
+
+// envOption sets what a test needs of the control plane or the E2B
+// surface.
+type envOption func(*control.Config, *e2b.Config)
 
 type response struct {
 	status int

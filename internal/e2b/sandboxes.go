@@ -83,12 +83,7 @@ func (h *Handler) controlRoutes(mux *http.ServeMux) {
 			h.fail(w, r, notImplemented("%s is not supported by Lizard's E2B surface (docs/e2b.md)", feature))
 		}))
 	}
-	for _, p := range []string{"/e2b/templates", "/e2b/templates/", "/e2b/v2/templates", "/e2b/v3/templates", "/e2b/v2/templates/"} {
-		mux.Handle(p, h.authed(func(w http.ResponseWriter, r *http.Request) {
-			h.fail(w, r, notImplemented("building templates through E2B's API is not supported: build them with Lizard's POST /v1/templates "+
-				"(docs/templates.md) and create sandboxes from them by name"))
-		}))
-	}
+	h.templateRoutes(mux)
 }
 
 // newSandbox is E2B's NewSandbox. Fields Lizard has no counterpart for
@@ -271,12 +266,23 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v2Default(r, &n.Timeout)
+	project, _ := auth.ProjectID(r.Context())
+	if name, _ := splitName(n.TemplateID); name != n.TemplateID && !strings.HasPrefix(n.TemplateID, snapshotPrefix) {
+		// E2B's name:tag: the template, while the tag names its build.
+		if !builtIn(name) {
+			var err error
+			if name, err = h.resolveTemplate(r.Context(), project, n.TemplateID); err != nil {
+				h.fail(w, r, err)
+				return
+			}
+		}
+		n.TemplateID = name
+	}
 	req, err := createRequest(n)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	project, _ := auth.ProjectID(r.Context())
 	caller, _ := auth.CallerOf(r.Context())
 	if req.SnapshotID == "" && n.TemplateID != "" {
 		// A snapshot's name as the template, as on E2B, where a named

@@ -140,12 +140,11 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// deleteTemplate is how E2B's SDKs delete a snapshot; templates proper
-// are Lizard's own API's.
+// deleteTemplate is how E2B's SDKs delete a snapshot, or a template.
 func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !strings.HasPrefix(id, snapshotPrefix) {
-		h.fail(w, r, notImplemented("deleting templates through E2B's API is not supported: use Lizard's DELETE /v1/templates/{name}"))
+		h.deleteCustomTemplate(w, r, id)
 		return
 	}
 	project, _ := auth.ProjectID(r.Context())

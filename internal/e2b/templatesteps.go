@@ -1,0 +1,358 @@
+package e2b
+
+// E2B's template steps as a Lizard recipe. The SDK sends five kinds of
+// step (COPY, RUN, ENV, WORKDIR, USER); its other calls are RUN commands
+// it writes itself — pip_install, apt_install, npm_install, make_symlink,
+// make_dir, remove... — and from_dockerfile is parsed by the SDK into
+// these same steps. A Lizard build has no network, and fetches pip and
+// Debian packages on the host instead: the commands pip_install and
+// apt_install write are recognised and become pip and apt steps; npm's
+// registry cannot be reached, so npm_install of packages is refused.
+
+import (
+	"archive/tar"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/e2b/uploads"
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// templateStart is E2B's TemplateBuildStartV2.
+type templateStart struct {
+	FromImage         string          `json:"fromImage"`
+	FromTemplate      string          `json:"fromTemplate"`
+	FromImageRegistry json.RawMessage `json:"fromImageRegistry"`
+	// Force (skip_cache) is taken and changes nothing: a Lizard build is
+	// cached by its steps and files, so the same ones make the same
+	// template.
+	Force    bool           `json:"force"`
+	Steps    []templateStep `json:"steps"`
+	StartCmd string         `json:"startCmd"`
+	ReadyCmd string         `json:"readyCmd"`
+}
+
+// templateStep is E2B's TemplateStep.
+type templateStep struct {
+	Type        string   `json:"type"`
+	Args        []string `json:"args"`
+	FilesHash   string   `json:"filesHash"`
+	Force       bool     `json:"force"`
+	ForceUpload *bool    `json:"forceUpload"`
+}
+
+// e2bBaseImages are E2B's own base images, which stand for Lizard's
+// interpreter template as E2B's base template does.
+var e2bBaseImages = []string{"e2bdev/base", "e2bdev/base:latest", "docker.io/e2bdev/base", "docker.io/e2bdev/base:latest"}
+
+// recipeOf translates start into a recipe of project's, reading the
+// files its copy steps uploaded.
+func (h *Handler) recipeOf(project string, start templateStart) (api.TemplateRecipe, error) {
+	var r api.TemplateRecipe
+	switch {
+	case start.FromTemplate != "":
+		if !builtIn(start.FromTemplate) {
+			return r, badRequest("from_template(%q): Lizard builds a template on its built-in one (E2B's base and code-interpreter-v1 are it) or on an image; "+
+				"build %q's steps on the same base instead", start.FromTemplate, start.FromTemplate)
+		}
+		r.Base = "interpreter"
+	case start.FromImage == "" || slices.Contains(e2bBaseImages, start.FromImage):
+		r.Base = "interpreter"
+	default:
+		if err := fromImage(&r, start.FromImage, start.FromImageRegistry); err != nil {
+			return r, err
+		}
+	}
+	t := translation{h: h, project: project, user: e2bDefaultUser}
+	// E2B's builds start as its default user, in that user's home.
+	t.add(api.TemplateStep{User: e2bDefaultUser})
+	t.add(api.TemplateStep{Workdir: home(e2bDefaultUser)})
+	for i, s := range start.Steps {
+		if err := t.step(s); err != nil {
+			return r, inStep(fmt.Sprintf("step %d (%s %s): ", i+1, s.Type, strings.Join(s.Args, " ")), err)
+		}
+	}
+	r.Steps = t.steps
+	r.Start, r.Ready = start.StartCmd, start.ReadyCmd
+	return r, nil
+}
+
+// inStep prefixes err's message, which the caller is shown, with the step
+// it is about.
+func inStep(prefix string, err error) error {
+	var he *httpError
+	if errors.As(err, &he) {
+		return &httpError{status: he.status, msg: prefix + he.msg}
+	}
+	var e *errdefs.Error
+	if errors.As(err, &e) {
+		return &errdefs.Error{Kind: e.Kind, Msg: prefix + errdefs.Message(err), Cause: err}
+	}
+	return fmt.Errorf("%s%w", prefix, err)
+}
+
+// e2bDefaultUser is the user E2B's builds run as until a USER step.
+const e2bDefaultUser = "user"
+
+func home(user string) string {
+	if user == "root" {
+		return "/root"
+	}
+	return "/home/" + user
+}
+
+// translation is the recipe's steps as they are made, with what earlier
+// steps set that later ones read.
+type translation struct {
+	h       *Handler
+	project string
+	steps   []api.TemplateStep
+	user    string
+	workdir string // "": the user's home, as E2B's
+}
+
+func (t *translation) add(s api.TemplateStep) { t.steps = append(t.steps, s) }
+
+func (t *translation) dir() string {
+	if t.workdir != "" {
+		return t.workdir
+	}
+	return home(t.user)
+}
+
+// lizardUser checks that user is one a Lizard template runs as.
+func lizardUser(user string) error {
+	if user != "root" && user != "user" {
+		return badRequest("user %q: a Lizard sandbox has two users, root and user (uid 1000); run as another with su or setpriv in a command", user)
+	}
+	return nil
+}
+
+var (
+	// What apt_install writes (both SDKs).
+	aptCmd = regexp.MustCompile(`^apt-get update && DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get install -y (?:--no-install-recommends )?(?:--fix-missing )?([^&|;<>$` + "`" + `]+)$`)
+	// What pip_install writes, with packages (none: pip install .).
+	pipCmd = regexp.MustCompile(`^pip install (?:--user )?([^&|;<>$` + "`" + `]+)$`)
+	// What npm_install and bun_install write with packages.
+	npmCmd = regexp.MustCompile(`^(npm|bun) install(?: -g)?(?: --save-dev| --dev)?( [^&|;<>$` + "`" + `]+)$`)
+)
+
+func (t *translation) step(s templateStep) error {
+	switch strings.ToUpper(s.Type) {
+	case "RUN":
+		if len(s.Args) < 1 || strings.TrimSpace(s.Args[0]) == "" {
+			return badRequest("RUN needs a command")
+		}
+		cmd, user := s.Args[0], t.user
+		if len(s.Args) > 1 && s.Args[1] != "" {
+			user = s.Args[1]
+		}
+		if err := lizardUser(user); err != nil {
+			return err
+		}
+		if m := aptCmd.FindStringSubmatch(cmd); m != nil {
+			t.add(api.TemplateStep{Apt: strings.Fields(m[1])})
+			return nil
+		}
+		if m := pipCmd.FindStringSubmatch(cmd); m != nil && m[1] != "." {
+			t.add(api.TemplateStep{Pip: strings.Fields(m[1])})
+			return nil
+		}
+		if m := npmCmd.FindStringSubmatch(cmd); m != nil {
+			return badRequest("%s_install of packages (%s) needs their registry, which a Lizard build cannot reach: a build sandbox has no network, and Lizard fetches only pip and Debian packages for it (on the host); "+
+				"copy the project with its node_modules and run %s install --offline, or install the packages at run time", m[1], strings.TrimSpace(m[2]), m[1])
+		}
+		t.add(api.TemplateStep{Run: &api.TemplateCommand{Cmd: cmd, User: user}})
+	case "ENV":
+		if len(s.Args) == 0 || len(s.Args)%2 != 0 {
+			return badRequest("ENV needs names and values in pairs")
+		}
+		env := map[string]string{}
+		for i := 0; i < len(s.Args); i += 2 {
+			env[s.Args[i]] = s.Args[i+1]
+		}
+		t.add(api.TemplateStep{Env: env})
+	case "WORKDIR":
+		if len(s.Args) < 1 || s.Args[0] == "" {
+			return badRequest("WORKDIR needs a path")
+		}
+		dir := s.Args[0]
+		if !path.IsAbs(dir) {
+			// Relative to the last WORKDIR, else to /, as E2B's.
+			dir = path.Join(cmp(t.workdir, "/"), dir)
+		}
+		t.workdir = path.Clean(dir)
+		t.add(api.TemplateStep{Workdir: t.workdir})
+	case "USER":
+		if len(s.Args) < 1 {
+			return badRequest("USER needs a user")
+		}
+		if err := lizardUser(s.Args[0]); err != nil {
+			return err
+		}
+		t.user = s.Args[0]
+		t.add(api.TemplateStep{User: t.user})
+		if t.workdir == "" {
+			t.add(api.TemplateStep{Workdir: home(t.user)})
+		}
+	case "COPY":
+		return t.copy(s)
+	default:
+		return badRequest("step type %q is not one of E2B's (COPY, RUN, ENV, WORKDIR, USER)", s.Type)
+	}
+	return nil
+}
+
+func cmp(s, dflt string) string {
+	if s == "" {
+		return dflt
+	}
+	return s
+}
+
+// copy is a COPY step: the files the SDK uploaded under its hash, checked
+// against it, put where E2B's build puts them — src's files (less the
+// path up to its first glob) under dest, or src alone as dest (inside
+// dest, when it ends with /), relative paths from the working directory.
+func (t *translation) copy(s templateStep) error {
+	if len(s.Args) < 2 {
+		return badRequest("COPY needs a source and a destination")
+	}
+	src, dest := s.Args[0], s.Args[1]
+	if t.h.uploads == nil {
+		return &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this server takes no file uploads for templates (it has no upload store): copy files in with Lizard's POST /v1/templates"}
+	}
+	if err := uploads.ValidHash(s.FilesHash); err != nil {
+		return err
+	}
+	entries, err := t.h.uploads.Read(t.project, s.FilesHash)
+	if err != nil {
+		return err
+	}
+	if got := uploads.FilesHash(src, dest, entries); got != s.FilesHash {
+		return badRequest("the files uploaded for it do not match its hash %s (they hash to %s): upload them again (copy(..., force_upload=True)); "+
+			"copies of whole directories from E2B's JavaScript SDK cannot be checked (it hashes the directories' sizes on your disk) — copy their files with a glob (dir/**)", s.FilesHash, got)
+	}
+	owner := t.user
+	if len(s.Args) > 2 && s.Args[2] != "" {
+		u, g, _ := strings.Cut(s.Args[2], ":")
+		if g != "" && g != u {
+			return badRequest("owner %q: a Lizard template's files are root's or user's, each in its own group", s.Args[2])
+		}
+		owner = u
+	}
+	if err := lizardUser(owner); err != nil {
+		return err
+	}
+	var mode int64 = -1
+	if len(s.Args) > 3 && s.Args[3] != "" {
+		m, err := strconv.ParseInt(s.Args[3], 8, 32)
+		if err != nil || m < 0 || m > 0o7777 {
+			return badRequest("mode %q: want octal permission bits", s.Args[3])
+		}
+		mode = m & 0o777
+	}
+	if !path.IsAbs(dest) {
+		dest = path.Join(t.dir(), dest) + map[bool]string{true: "/"}[strings.HasSuffix(dest, "/")]
+	}
+	base := globBase(src)
+	under := func(name string) (string, bool) {
+		if base == "." {
+			return name, true
+		}
+		rel, ok := strings.CutPrefix(name, base+"/")
+		return rel, ok
+	}
+	// src names a directory when entries are under it (a glob's base
+	// always is one); else the one entry at it.
+	isDir := base == "." || slices.ContainsFunc(entries, func(e uploads.Entry) bool { _, ok := under(e.Name); return ok })
+	target := func(e uploads.Entry) (string, bool) {
+		if isDir {
+			rel, ok := under(e.Name)
+			return path.Join(dest, rel), ok
+		}
+		if e.Name != base {
+			return "", false
+		}
+		if strings.HasSuffix(dest, "/") {
+			return path.Join(dest, path.Base(base)), true
+		}
+		return path.Clean(dest), true
+	}
+	var files []api.TemplateFile
+	var links []api.TemplateStep
+	var dirs []string
+	for _, e := range entries {
+		p, ok := target(e)
+		if !ok {
+			continue
+		}
+		switch e.Type {
+		case tar.TypeReg:
+			m := e.Mode & 0o777
+			if mode >= 0 {
+				m = mode
+			}
+			if m == 0 {
+				m = 0o400 // 0 would be taken as the default, 0644
+			}
+			files = append(files, api.TemplateFile{Path: p, Content: base64.StdEncoding.EncodeToString(e.Content), Mode: m, Owner: owner})
+		case tar.TypeSymlink:
+			links = append(links, api.TemplateStep{Symlink: &api.TemplateSymlink{Target: e.Linkname, Path: p}})
+		case tar.TypeDir:
+			dirs = append(dirs, p)
+		}
+	}
+	if len(files)+len(links)+len(dirs) == 0 {
+		return badRequest("the files uploaded for it hold nothing at %s", src)
+	}
+	if len(dirs) > 0 {
+		// Directories, empty ones too, made as E2B's copy makes them.
+		q := make([]string, len(dirs))
+		for i, d := range dirs {
+			q[i] = shellQuote(d)
+		}
+		cmd := "mkdir -p " + strings.Join(q, " ")
+		if owner != "root" {
+			cmd += " && chown " + owner + ":" + owner + " " + strings.Join(q, " ")
+		}
+		t.add(api.TemplateStep{Run: &api.TemplateCommand{Cmd: cmd, User: "root"}})
+	}
+	if len(files) > 0 {
+		t.add(api.TemplateStep{Copy: files})
+	}
+	for _, l := range links {
+		t.add(l)
+	}
+	return nil
+}
+
+// globBase is the part of an E2B copy's source before its first glob, as
+// E2B's build takes it (doublestar.SplitPattern of src + "/").
+func globBase(src string) string {
+	parts := strings.Split(path.Clean(src), "/")
+	for i, p := range parts {
+		if strings.ContainsAny(p, "*?[{\\") {
+			if i == 0 {
+				return "."
+			}
+			return strings.Join(parts[:i], "/")
+		}
+	}
+	return path.Clean(src)
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// fromImage makes image (from_image, from_dockerfile's FROM) r's base.
+func fromImage(r *api.TemplateRecipe, image string, registry json.RawMessage) error {
+	return notImplemented("from_image(%q): this server builds templates on its built-in template only (from_template(\"base\"), from_base_image()); images as a base are not served here yet", image)
+}
