@@ -85,6 +85,7 @@ var wireTypes = map[string]reflect.Type{
 	"BuildTemplateRequest": reflect.TypeFor[BuildTemplateRequest](),
 	"TemplateRecipe":       reflect.TypeFor[TemplateRecipe](),
 	"TemplateFile":         reflect.TypeFor[TemplateFile](),
+	"RegistryAuth":         reflect.TypeFor[RegistryAuth](),
 	"TemplateCommand":      reflect.TypeFor[TemplateCommand](),
 	"TemplateStep":         reflect.TypeFor[TemplateStep](),
 	"TemplateSymlink":      reflect.TypeFor[TemplateSymlink](),

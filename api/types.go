@@ -785,12 +785,27 @@ const (
 type BuildTemplateRequest struct {
 	Name   string         `json:"name"`
 	Recipe TemplateRecipe `json:"recipe"`
+	// Registry are the credentials that pull Recipe.From's image. They
+	// are used for this build's pull and kept nowhere: not in the
+	// template's record, nor a log.
+	Registry *RegistryAuth `json:"registry,omitempty"`
+}
+
+// RegistryAuth is a container registry's username and password (or
+// token).
+type RegistryAuth struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
 }
 
 // TemplateRecipe is what a custom template is made of, on top of a
 // built-in base template. The CLI reads it from a YAML file.
 type TemplateRecipe struct {
 	Base string `json:"base,omitempty"` // default "interpreter"
+	// From is an OCI or Docker image (by tag or digest) the template is
+	// built on instead of a built-in base; the build records its digest
+	// (Template.Digest).
+	From string `json:"from,omitempty"`
 	// Apt are Debian packages; Pip are pip requirements ("name" or
 	// "name==version"), installed into the template's venv.
 	Apt   []string       `json:"apt,omitempty"`
@@ -859,10 +874,13 @@ type TemplateCommand struct {
 
 // Template is a built custom template.
 type Template struct {
-	Name      string         `json:"name"`
-	ProjectID string         `json:"projectId"`
-	Base      string         `json:"base"`
-	Key       string         `json:"key"` // the hash of its recipe
+	Name      string `json:"name"`
+	ProjectID string `json:"projectId"`
+	Base      string `json:"base"`
+	Key       string `json:"key"` // the hash of its recipe
+	// Digest is the digest of the linux/amd64 image Recipe.From named when
+	// it was built: the image a rebuild of the same key pulls.
+	Digest    string         `json:"digest,omitempty"`
 	CreatedAt time.Time      `json:"createdAt"`
 	BuildMs   int64          `json:"buildMs"`
 	SizeBytes int64          `json:"sizeBytes"`

@@ -105,6 +105,7 @@ func (ts Templates) Delete(ctx context.Context, name string) error {
 type recipeFile struct {
 	Name    string            `yaml:"name"`
 	Base    string            `yaml:"base"`
+	From    string            `yaml:"from"`
 	Apt     []string          `yaml:"apt"`
 	Pip     []string          `yaml:"pip"`
 	Files   []recipeCopy      `yaml:"files"`
@@ -140,13 +141,13 @@ func LoadRecipe(path string) (name string, r api.TemplateRecipe, err error) {
 	if err := yaml.Unmarshal(data, &probe); err == nil {
 		for k := range probe {
 			switch k {
-			case "name", "base", "apt", "pip", "files", "env", "workdir", "run", "start", "ready", "steps":
+			case "name", "base", "from", "apt", "pip", "files", "env", "workdir", "run", "start", "ready", "steps":
 			default:
-				return "", r, fmt.Errorf("recipe %s: unknown key %q (known: name, base, apt, pip, files, env, workdir, run, start, ready, steps)", path, k)
+				return "", r, fmt.Errorf("recipe %s: unknown key %q (known: name, base, from, apt, pip, files, env, workdir, run, start, ready, steps)", path, k)
 			}
 		}
 	}
-	r = api.TemplateRecipe{Base: f.Base, Apt: f.Apt, Pip: f.Pip, Env: f.Env, Workdir: f.Workdir, Start: f.Start, Ready: f.Ready}
+	r = api.TemplateRecipe{Base: f.Base, From: f.From, Apt: f.Apt, Pip: f.Pip, Env: f.Env, Workdir: f.Workdir, Start: f.Start, Ready: f.Ready}
 	dir := filepath.Dir(path)
 	for i, fl := range f.Files {
 		tf, err := fl.load(dir)

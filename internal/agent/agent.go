@@ -110,6 +110,12 @@ func New(cfg Config) (*Agent, error) {
 	go func() {
 		defer close(a.ready)
 		k, err := a.kernel(context.Background(), c)
+		var noPython *errNoPython
+		if errors.As(err, &noPython) {
+			// Nothing to wait for: the sandbox is ready without a kernel.
+			a.log.Info("no default python kernel", "why", err)
+			return
+		}
 		if err != nil {
 			a.log.Error("starting the default python kernel", "err", err)
 			a.readyErr = err

@@ -156,6 +156,9 @@ func (a *Agent) startKernel(ctx context.Context, c *execContext) (Kernel, error)
 		Logger:     a.log.With("component", "pykernel", "cwd", cwd),
 	})
 	if err != nil {
+		if m := a.pythonMissing(err); m != nil {
+			return nil, m
+		}
 		return nil, fmt.Errorf("starting python kernel: %w", err)
 	}
 	a.log.Info("python kernel started", "cwd", cwd, "duration", time.Since(start))

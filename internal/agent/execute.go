@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -95,7 +96,13 @@ func (a *Agent) execute(w http.ResponseWriter, r *http.Request) {
 			k, err = a.kernel(ctx, c)
 			return err
 		})
-		if err != nil {
+		var noPython *errNoPython
+		switch {
+		case errors.As(err, &noPython):
+			// Asking again will not help: a 400, not a 503 to retry.
+			writeError(w, http.StatusBadRequest, api.CodeInvalidArgument, "%v", err)
+			return
+		case err != nil:
 			if ctx.Err() == nil {
 				writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "%v", err)
 			}

@@ -199,3 +199,31 @@ func (a *Agent) readyCheck(command string) *startGate {
 	}()
 	return g
 }
+
+// errNoPython is a template without the Python Lizard's kernel needs (one
+// built on an image that lacks it): everything but Python code works.
+type errNoPython struct{ what string }
+
+func (e *errNoPython) Error() string {
+	return "this sandbox's template has no Python kernel: " + e.what + ". Python code (runCode) cannot run here; " +
+		"commands, files, terminals and processes work. Build the template on an image with python3 and IPython " +
+		"(docs/templates.md: Templates from an image)"
+}
+
+// pythonMissing says what of Lizard's kernel's needs the template lacks,
+// when err (a kernel's failed start) is for want of them; else nil.
+func (a *Agent) pythonMissing(err error) *errNoPython {
+	msg := err.Error()
+	// The kernel's start failed for want of the interpreter itself (not
+	// some other cause), and it is not there.
+	notFound := errors.Is(err, fs.ErrNotExist) || strings.Contains(msg, "no such file or directory")
+	if _, serr := os.Stat(a.cfg.Python); serr != nil && notFound {
+		return &errNoPython{what: "there is no " + a.cfg.Python}
+	}
+	for _, mod := range []string{"IPython", "traitlets"} {
+		if strings.Contains(msg, "No module named '"+mod+"'") {
+			return &errNoPython{what: a.cfg.Python + " has no " + mod + " module"}
+		}
+	}
+	return nil
+}

@@ -49,6 +49,9 @@ func lookupIdentity(name, home string, log *slog.Logger) identity {
 		return self()
 	}
 	u, err := user.Lookup(name)
+	if _, nerr := strconv.Atoi(name); err != nil && nerr == nil {
+		u, err = user.LookupId(name) // an image's USER may be a uid
+	}
 	if err != nil {
 		log.Warn("code user not found; running code as the agent's own user", "user", name, "err", err)
 		return self()

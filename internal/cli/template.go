@@ -21,7 +21,7 @@ func init() {
 }
 
 var templateCommands = map[string]subcommand{
-	"build":  {"build -f RECIPE.yaml|Dockerfile [--name NAME] [--context DIR] [--build-arg K=V]... [--start CMD] [--ready CMD] [--quiet] [--json]", templateBuild},
+	"build":  {"build -f RECIPE.yaml|Dockerfile | --from-image REF [--name NAME] [--context DIR] [--build-arg K=V]... [--start CMD] [--ready CMD] [--registry-username U [--registry-password-stdin]] [--quiet] [--json]", templateBuild},
 	"list":   {"list [--json]", templateList},
 	"get":    {"get NAME [--json]", templateGet},
 	"delete": {"delete NAME...", templateDelete},
@@ -69,12 +69,15 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 	ready := fs.String("ready", "", "the ready check: a command that exits 0 once the start command is ready")
 	quiet := fs.Bool("quiet", false, "show the steps only, not their output")
 	asJSON := fs.Bool("json", false, "print the template as JSON when done")
+	image := fs.String("from-image", "", "build on this OCI/Docker image (tag or digest) instead of a built-in template; with -f, the recipe's from")
+	regUser := fs.String("registry-username", "", "username for the image's registry (with $"+EnvRegistryPassword+" or --registry-password-stdin)")
+	regStdin := fs.Bool("registry-password-stdin", false, "read the registry password from stdin")
 	pos, err := ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	const usage = "usage: lizard template build -f RECIPE.yaml|Dockerfile [--name NAME] [--context DIR] [--build-arg K=V]... [--start CMD] [--ready CMD] [--quiet] [--json]"
-	if *file == "" || len(pos) != 0 {
+	const usage = "usage: lizard template build -f RECIPE.yaml|Dockerfile | --from-image REF [--name NAME] [--context DIR] [--build-arg K=V]... [--start CMD] [--ready CMD] [--registry-username U] [--quiet] [--json]"
+	if (*file == "" && *image == "") || len(pos) != 0 {
 		if *file == "" && len(pos) == 1 {
 			return Usagef("%s (a built-in template such as %q is built on the server's machine: lizard admin build-template %s)", usage, pos[0], pos[0])
 		}
@@ -82,11 +85,14 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 	}
 	var fileName string
 	var recipe api.TemplateRecipe
-	if *isDockerfile || dockerfileName(*file) {
+	switch {
+	case *file == "":
+		// --from-image alone: the image as it is.
+	case *isDockerfile || dockerfileName(*file):
 		if recipe, err = loadDockerfile(e, *file, *contextDir, buildArgs); err != nil {
 			return err
 		}
-	} else {
+	default:
 		if *contextDir != "" || len(buildArgs) > 0 {
 			return Usagef("--context and --build-arg are a Dockerfile's; %s is read as a YAML recipe (--dockerfile if it is a Dockerfile)", *file)
 		}
@@ -103,20 +109,55 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 	if *name == "" {
 		*name = fileName
 	}
+	if *image != "" {
+		recipe.From = *image
+	}
+	auth, err := registryAuth(e, *regUser, *regStdin)
+	if err != nil {
+		return err
+	}
 	if *name == "" {
 		return Usagef("the template needs a name: --name NAME, or name: in the recipe")
 	}
+	return buildTemplate(ctx, e, cf, api.BuildTemplateRequest{Name: *name, Recipe: recipe, Registry: auth}, *quiet, *asJSON)
+}
+
+// EnvRegistryPassword is the registry password of `template build
+// --registry-username` (a flag would show it in ps and the shell's history).
+const EnvRegistryPassword = "LIZARD_REGISTRY_PASSWORD"
+
+// registryAuth is the credentials the flags give, nil for none.
+func registryAuth(_ Env, user string, stdin bool) (*api.RegistryAuth, error) {
+	pass := os.Getenv(EnvRegistryPassword)
+	if stdin {
+		b, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<10))
+		if err != nil {
+			return nil, fmt.Errorf("reading the registry password from stdin: %w", err)
+		}
+		pass = strings.TrimRight(string(b), "\r\n")
+	}
+	if user == "" {
+		if stdin {
+			return nil, Usagef("--registry-password-stdin needs --registry-username")
+		}
+		return nil, nil
+	}
+	return &api.RegistryAuth{Username: user, Password: pass}, nil
+}
+
+// buildTemplate sends req and prints its progress and outcome.
+func buildTemplate(ctx context.Context, e Env, cf *clientFlags, req api.BuildTemplateRequest, quiet, asJSON bool) error {
 	c, err := cf.client()
 	if err != nil {
 		return err
 	}
 	begin := time.Now()
-	t, cached, err := c.Templates().Build(ctx, api.BuildTemplateRequest{Name: *name, Recipe: recipe}, func(ev api.TemplateBuildEvent) {
+	t, cached, err := c.Templates().Build(ctx, req, func(ev api.TemplateBuildEvent) {
 		switch ev.Type {
 		case api.BuildEventStep:
 			fmt.Fprintf(e.Stderr, "[%d/%d] %s (%.0fs elapsed)\n", ev.Step, ev.Total, ev.Name, time.Since(begin).Seconds())
 		case api.BuildEventLog:
-			if !*quiet {
+			if !quiet {
 				fmt.Fprintln(e.Stderr, ev.Text)
 			}
 		}
@@ -130,14 +171,17 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 		return exitError{1}
 	}
 	if err != nil {
-		return fmt.Errorf("building template %s: %w", *name, err)
+		return fmt.Errorf("building template %s: %w", req.Name, err)
 	}
-	if *asJSON {
+	if asJSON {
 		return printJSON(e.Stdout, t)
 	}
 	how := fmt.Sprintf("built in %.1fs", time.Since(begin).Seconds())
 	if cached {
 		how = "cached: the same recipe was built before"
+	}
+	if t.Digest != "" {
+		how = "image " + t.Digest + ", " + how
 	}
 	fmt.Fprintf(e.Stdout, "template %s ready (key %s, %s, %.0f MiB)\n", t.Name, t.Key, how, float64(t.SizeBytes)/(1<<20))
 	return nil
@@ -175,9 +219,7 @@ func loadDockerfile(e Env, file, contextDir string, buildArgs map[string]string)
 	for _, l := range res.Ignored {
 		fmt.Fprintf(e.Stderr, "%s: ignored: %s\n", file, l)
 	}
-	if res.Image != "" {
-		return res.Recipe, fmt.Errorf("%s: FROM %s: a template on an image needs Lizard's image support (recipe from:, issue 36); FROM %s builds on Lizard's own template", file, res.Image, builtinTemplate)
-	}
+	res.Recipe.From = res.Image // FROM an image: the recipe's from
 	return res.Recipe, nil
 }
 

@@ -64,3 +64,45 @@ func TestTemplateBuildDockerfile(t *testing.T) {
 		t.Errorf("a Dockerfile with VOLUME = %v (sent %q); want refused before sending, naming line 2", err, got.Name)
 	}
 }
+
+// TestTemplateBuildFromImage: --from-image alone, a Dockerfile FROM an
+// image and a recipe's from all send from; registry credentials go in
+// the request's registry field, the password from the environment.
+func TestTemplateBuildFromImage(t *testing.T) {
+	var got api.BuildTemplateRequest
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = api.BuildTemplateRequest{}
+		json.NewDecoder(r.Body).Decode(&got)
+		json.NewEncoder(w).Encode(api.TemplateBuildEvent{Type: api.BuildEventDone, Template: &api.Template{Name: got.Name, Key: "0123456789abcdef", Digest: "sha256:abc"}})
+	}))
+	defer srv.Close()
+	t.Setenv(EnvRegistryPassword, "pw")
+	var stdout, stderr bytes.Buffer
+	e := Env{Stdout: &stdout, Stderr: &stderr}
+	run := func(args ...string) {
+		t.Helper()
+		if err := RunTemplate(context.Background(), e, append(append([]string{"build"}, args...), "--api-url", srv.URL, "--api-key", "k")); err != nil {
+			t.Fatalf("template build %v: %v\n%s", args, err, stderr.String())
+		}
+	}
+	run("--from-image", "registry.example.com/app:1", "--name", "img", "--registry-username", "me", "--start", "sleep 9")
+	if got.Recipe.From != "registry.example.com/app:1" || got.Recipe.Start != "sleep 9" || got.Registry == nil || *got.Registry != (api.RegistryAuth{Username: "me", Password: "pw"}) {
+		t.Errorf("--from-image sent %+v", got)
+	}
+	if !strings.Contains(stdout.String(), "image sha256:abc") {
+		t.Errorf("printed %q, want the image's digest", stdout.String())
+	}
+	dir := t.TempDir()
+	df := filepath.Join(dir, "Dockerfile")
+	os.WriteFile(df, []byte("FROM python:3.12\nRUN echo hi\n"), 0o644)
+	run("-f", df, "--name", "df")
+	if got.Recipe.From != "python:3.12" || got.Recipe.Base != "" || got.Registry != nil || len(got.Recipe.Steps) != 1 {
+		t.Errorf("a Dockerfile FROM an image sent %+v", got)
+	}
+	rf := filepath.Join(dir, "recipe.yaml")
+	os.WriteFile(rf, []byte("name: r\nfrom: ghcr.io/team/app@sha256:"+strings.Repeat("a", 64)+"\nenv: {A: b}\n"), 0o644)
+	run("-f", rf)
+	if got.Name != "r" || got.Recipe.From != "ghcr.io/team/app@sha256:"+strings.Repeat("a", 64) || got.Recipe.Env["A"] != "b" {
+		t.Errorf("a recipe with from sent %+v", got)
+	}
+}

@@ -39,6 +39,16 @@ type TemplateBuilder interface {
 
 var _ TemplateBuilder = (*recipe.Builder)(nil)
 
+// ImageResolver is a TemplateBuilder that builds templates on images
+// (a recipe's from): *recipe.Builder is one. ResolveImage pins an image
+// reference to its linux/amd64 image's digest, with the build's
+// credentials (nil: the server's).
+type ImageResolver interface {
+	ResolveImage(ctx context.Context, ref string, auth *api.RegistryAuth) (pinned, digest string, err error)
+}
+
+var _ ImageResolver = (*recipe.Builder)(nil)
+
 // TemplateBuild is a checked request to build a template; Run builds it.
 type TemplateBuild struct {
 	c         *Control
@@ -46,6 +56,10 @@ type TemplateBuild struct {
 	name      string
 	recipe    api.TemplateRecipe
 	key       string
+	// An image base's digest and pinned reference (the from the builder
+	// pulls), and the credentials that pull it: used, never recorded.
+	digest, pinned string
+	auth           *api.RegistryAuth
 	// cached: the project's template of that name is this very build.
 	cached *store.Template
 }
@@ -89,8 +103,19 @@ func (ts Templates) Plan(ctx context.Context, req api.BuildTemplateRequest) (*Te
 	if c.cfg.Builder == nil {
 		return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this server builds no custom templates (it was started without a template builder)"}
 	}
-	baseKey, err := c.cfg.Builder.BaseKey(ctx, r.Base)
-	if err != nil {
+	var pinned, digest string
+	var baseKey string
+	var err error
+	if r.From != "" {
+		ir, ok := c.cfg.Builder.(ImageResolver)
+		if !ok {
+			return nil, &errdefs.Error{Kind: errdefs.ErrInvalid, Msg: "templates built on an image (recipe.from) are built by `lizard serve` only so far, not in a cluster of `lizard api` and `lizard node`: build on a built-in base here"}
+		}
+		if pinned, digest, err = ir.ResolveImage(ctx, r.From, req.Registry); err != nil {
+			return nil, err
+		}
+		baseKey = recipe.ImageBaseKey(digest)
+	} else if baseKey, err = c.cfg.Builder.BaseKey(ctx, r.Base); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -101,7 +126,8 @@ func (ts Templates) Plan(ctx context.Context, req api.BuildTemplateRequest) (*Te
 		return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 			Msg: fmt.Sprintf("base template %s is not available: building it failed (the server log says why); try again later", r.Base)}
 	}
-	b := &TemplateBuild{c: c, projectID: projectID, name: req.Name, recipe: r, key: recipe.Key(projectID, r, baseKey)}
+	b := &TemplateBuild{c: c, projectID: projectID, name: req.Name, recipe: r, key: recipe.Key(projectID, r, baseKey),
+		digest: digest, pinned: pinned, auth: req.Registry}
 	old, err := c.cfg.Store.Templates().Get(ctx, projectID, req.Name)
 	switch {
 	case err == nil && old.Key == b.key:
@@ -146,13 +172,20 @@ func (b *TemplateBuild) Run(ctx context.Context, emit func(api.TemplateBuildEven
 		delete(c.building, b.projectID+"/"+b.name)
 		c.tmplMu.Unlock()
 	}()
-	res, err := c.cfg.Builder.Build(ctx, b.projectID, b.recipe, b.key, emit)
+	r := b.recipe
+	if b.pinned != "" {
+		// The builder pulls the image the key was made of, whatever the
+		// tag names by now; its credentials go beside the recipe.
+		r.From = b.pinned
+		ctx = recipe.WithRegistryAuth(ctx, b.auth)
+	}
+	res, err := c.cfg.Builder.Build(ctx, b.projectID, r, b.key, emit)
 	if err != nil {
 		return api.Template{}, false, err
 	}
 	stored, _ := json.Marshal(recipe.Stored(b.recipe))
 	t := store.Template{ProjectID: b.projectID, Name: b.name, Key: b.key, Base: b.recipe.Base, Recipe: string(stored),
-		CreatedAt: c.now(), BuildMs: res.BuildMs, SizeBytes: res.SizeBytes}
+		CreatedAt: c.now(), BuildMs: res.BuildMs, SizeBytes: res.SizeBytes, Digest: b.digest}
 	old, oerr := c.cfg.Store.Templates().Get(ctx, b.projectID, b.name)
 	if err := c.cfg.Builder.Hold(b.key); err != nil {
 		return api.Template{}, false, err
@@ -169,7 +202,7 @@ func (b *TemplateBuild) Run(ctx context.Context, emit func(api.TemplateBuildEven
 func templateAPI(t store.Template) api.Template {
 	var r api.TemplateRecipe
 	json.Unmarshal([]byte(t.Recipe), &r)
-	return api.Template{Name: t.Name, ProjectID: t.ProjectID, Base: t.Base, Key: t.Key, CreatedAt: t.CreatedAt,
+	return api.Template{Name: t.Name, ProjectID: t.ProjectID, Base: t.Base, Key: t.Key, Digest: t.Digest, CreatedAt: t.CreatedAt,
 		BuildMs: t.BuildMs, SizeBytes: t.SizeBytes, Recipe: r}
 }
 

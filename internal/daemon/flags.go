@@ -50,6 +50,9 @@ type sharedFlags struct {
 	MaxVolumeMb int64
 	// BuildsPerHour bounds each project's custom template builds.
 	BuildsPerHour float64
+	// RegistryConfig is a docker config.json whose credentials pull the
+	// images templates are built on, for builds that bring none.
+	RegistryConfig string
 	// policy is untrusted code's limits and network (policyFlags).
 	policy policyFlags
 	// secrets is where the secrets key is (secrets.go).
@@ -87,6 +90,7 @@ func (f *sharedFlags) register(fs *flag.FlagSet, role string) {
 	fs.BoolVar(&f.PortsResume, "ports-resume", false, "resume a paused sandbox when one of its exposed ports is reached, instead of answering 409")
 	fs.Int64Var(&f.MaxVolumeMb, "max-volume-mb", 10240, "largest persistent volume a project may create (sizeMb), MiB; "+volumes)
 	fs.Float64Var(&f.BuildsPerHour, "template-builds-per-hour", 20, "custom template builds per hour per project, not counting builds found in the cache (0: no bound)"+builds)
+	fs.StringVar(&f.RegistryConfig, "registry-config", os.Getenv("LIZARD_REGISTRY_CONFIG"), "a docker config.json whose auths pull the images templates are built on (recipe from) when a build brings no credentials (default: env LIZARD_REGISTRY_CONFIG; credential helpers are not run; lizard serve only: a cluster builds no templates from images yet)")
 	f.policy.register(fs)
 	f.secrets.register(fs, role)
 }

@@ -65,6 +65,7 @@ func TestSharedFlagsEveryRole(t *testing.T) {
 		{"max-volume-mb", "8", true},
 		{"template-builds-per-hour", "5", false},
 		{"template-builds-per-hour", "-1", true},
+		{"registry-config", "/root/.docker/config.json", false},
 		{"secrets-key-file", "/etc/lizard/secrets.key", false},
 		{"egress", "none", false},
 		{"egress", "sideways", true},

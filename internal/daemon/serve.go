@@ -34,6 +34,7 @@ import (
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/oci"
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/secrets"
@@ -339,7 +340,8 @@ func (c *serveConfig) newControl(parts nodeParts, st *store.Store, sec *secrets.
 		return nil, err
 	}
 	limits, maxLimits := c.policy.limits()
-	builder := recipe.New(recipe.Config{CacheDir: c.CacheDir, DataDir: c.DataDir, Node: buildNode{parts.node, limits}, Store: st, Base: parts.builds.Artifact, Logger: logger})
+	builder := recipe.New(recipe.Config{CacheDir: c.CacheDir, DataDir: c.DataDir, Node: buildNode{parts.node, limits}, Store: st, Base: parts.builds.Artifact, Logger: logger,
+		Images: &oci.Puller{Dir: filepath.Join(c.CacheDir, "oci"), ConfigFile: c.RegistryConfig}})
 	builder.Sweep()
 	ccfg := control.Config{
 		Node: parts.node, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: c.policy.Egress == "internet",

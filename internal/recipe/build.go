@@ -21,6 +21,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/agentclient"
+	"github.com/lizard-build/lizard/internal/oci"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -60,6 +61,9 @@ type Config struct {
 	Store   *store.Store
 	// Base returns a built-in template's artifact, waiting while it builds.
 	Base func(ctx context.Context, name string) (sandbox.Artifact, error)
+	// Images pulls the images recipes are built on (from); nil: the
+	// layer cache in CacheDir/oci, with no credentials of the server's.
+	Images *oci.Puller
 	// Python runs `pip download` on the host (default python3); Apt is
 	// apt-get (default apt-get).
 	Python string
@@ -113,6 +117,12 @@ func New(cfg Config) *Builder {
 	if cfg.MinFreeBytes == 0 {
 		cfg.MinFreeBytes = 2 << 30
 	}
+	if cfg.Images == nil {
+		cfg.Images = &oci.Puller{}
+	}
+	if cfg.Images.Dir == "" {
+		cfg.Images.Dir = filepath.Join(cfg.CacheDir, "oci")
+	}
 	return &Builder{cfg: cfg, sem: make(chan struct{}, 1)}
 }
 
@@ -146,6 +156,35 @@ func (b *Builder) Base(ctx context.Context, base string) (sandbox.Artifact, erro
 func (b *Builder) BaseKey(ctx context.Context, base string) (string, error) {
 	a, err := b.Base(ctx, base)
 	return a.Key, err
+}
+
+// ResolveImage pins image ref (a recipe's from) to the digest of its
+// linux/amd64 image, with auth (nil: the server's registry config), for
+// the recipe's key; Build then pulls the pinned reference.
+func (b *Builder) ResolveImage(ctx context.Context, ref string, auth *api.RegistryAuth) (pinned, digest string, err error) {
+	return b.cfg.Images.Resolve(ctx, ref, pullAuth(auth))
+}
+
+func pullAuth(a *api.RegistryAuth) *oci.Auth {
+	if a == nil {
+		return nil
+	}
+	return &oci.Auth{Username: a.Username, Password: a.Password}
+}
+
+// A build's registry credentials travel beside its recipe, in its
+// context, never in it: the recipe is recorded and crosses the wire.
+type authKey struct{}
+
+// WithRegistryAuth returns ctx carrying the credentials that pull the
+// recipe's image.
+func WithRegistryAuth(ctx context.Context, a *api.RegistryAuth) context.Context {
+	return context.WithValue(ctx, authKey{}, a)
+}
+
+func registryAuth(ctx context.Context) *api.RegistryAuth {
+	a, _ := ctx.Value(authKey{}).(*api.RegistryAuth)
+	return a
 }
 
 // Artifact returns the build of custom template reference ref, if it is
@@ -228,11 +267,13 @@ func (b *Builder) Build(ctx context.Context, projectID string, r api.TemplateRec
 	defer func() { <-b.sem }()
 	ctx, stop := b.bound(ctx)
 	defer stop()
-	base, err := b.cfg.Base(ctx, r.Base)
-	if err != nil {
-		return Result{}, fmt.Errorf("waiting for base template %s: %w", r.Base, err)
+	var base sandbox.Artifact
+	if r.From == "" {
+		if base, err = b.cfg.Base(ctx, r.Base); err != nil {
+			return Result{}, fmt.Errorf("waiting for base template %s: %w", r.Base, err)
+		}
 	}
-	bd := &build{b: b, r: r, key: key, base: base, emit: emit, log: b.cfg.Logger.With("template_key", key)}
+	bd := &build{b: b, r: r, key: key, base: base, auth: registryAuth(ctx), emit: emit, log: b.cfg.Logger.With("template_key", key)}
 	cached := true
 	rootfs, err := template.EnsureLayer(ctx, b.cfg.CacheDir, LayerKey(key), logWriter{emit}, func(ctx context.Context, rootfs string) error {
 		cached = false
@@ -295,6 +336,7 @@ type build struct {
 	r    api.TemplateRecipe
 	key  string
 	base sandbox.Artifact
+	auth *api.RegistryAuth // for an image base (r.From, pinned)
 	emit func(api.TemplateBuildEvent)
 	log  *slog.Logger
 
@@ -310,7 +352,14 @@ func (bd *build) names() []string {
 	if bd.fetches() {
 		s = append(s, "fetching packages on the host (no package code runs there)")
 	}
-	s = append(s, "copying base template "+bd.r.Base)
+	if bd.r.From != "" {
+		s = append(s, "pulling image "+bd.r.From)
+		if len(bd.steps) == 0 {
+			return append(s, "finishing")
+		}
+	} else {
+		s = append(s, "copying base template "+bd.r.Base)
+	}
 	s = append(s, "booting the build sandbox (no network)")
 	for _, st := range bd.steps {
 		s = append(s, stepName(st))
@@ -371,6 +420,9 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 	}
 	name := nextName()
 	bd.next(name)
+	if bd.r.From != "" {
+		return bd.fromImage(ctx, name, rootfs, nextName)
+	}
 	if err := hostCommand(ctx, bd, name, "cp", "-a", bd.base.RootFS+"/.", rootfs+"/"); err != nil {
 		return err
 	}
@@ -390,14 +442,23 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 	if err := bd.stageFiles(stage); err != nil {
 		return fmt.Errorf("staging files: %w", err)
 	}
+	return bd.inBuildSandbox(ctx, rootfs, nextName)
+}
 
+// inBuildSandbox runs the recipe's steps in a build sandbox booted from
+// rootfs, whose stage holds what they install.
+func (bd *build) inBuildSandbox(ctx context.Context, rootfs string, nextName func() string) error {
 	bd.next(nextName())
 	// The build sandbox is the server's own, whose project the warm pool
 	// makes when there is one (not on a node without template snapshots).
 	if err := bd.b.cfg.Store.CreateProject(ctx, store.InternalProject, time.Now().UTC()); err != nil && !errors.Is(err, store.ErrConflict) {
 		return fmt.Errorf("booting the build sandbox: %w", err)
 	}
-	id, err := bd.b.cfg.Node.Boot(ctx, Boot{ProjectID: store.InternalProject, Role: store.RoleBuild, Template: bd.r.Base,
+	tmpl := bd.r.Base
+	if tmpl == "" {
+		tmpl = template.Default // a label: the build boots its own root
+	}
+	id, err := bd.b.cfg.Node.Boot(ctx, Boot{ProjectID: store.InternalProject, Role: store.RoleBuild, Template: tmpl,
 		Envs:  []string{"LIZARD_AGENT_USER_NAME=root"},
 		Build: sandbox.Artifact{Name: "build-" + bd.key, Key: "build-" + bd.key, RootFS: rootfs}})
 	if err != nil {
@@ -418,6 +479,9 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 	env := map[string]string{}
 	workdir := "/"
 	user := "user"
+	if bd.r.From != "" {
+		user = "root" // an image's, as Docker's default: it may have no user
+	}
 	sh := func(name, user, script string) error { return bd.inSandbox(ctx, id, name, user, "/", nil, script) }
 	for n, st := range bd.steps {
 		name := nextName()
@@ -448,7 +512,9 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 		}
 	}
 	finish := "set -e\n"
-	if set := settings(bd.r, bd.steps); !reflect.DeepEqual(set, Settings{}) {
+	// (An image's settings are written on the host once this sandbox
+	// has ended: fromImage.)
+	if set := settings(bd.r, bd.steps); bd.r.From == "" && !reflect.DeepEqual(set, Settings{}) {
 		finish += "install -d -m 0755 /etc/lizard\ninstall -m 0644 /" + stageDir + "/template.json /etc/lizard/template.json\n"
 	}
 	finish += "rm -rf /" + stageDir + " /root/.cache /home/user/.cache/pip\n"

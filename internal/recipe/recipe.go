@@ -28,6 +28,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/oci"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/template"
 )
@@ -71,10 +72,14 @@ func ValidName(name string) error {
 // defaults (base, file modes and owners, command users). Bounds count the
 // fixed parts and the steps together.
 func Validate(r *api.TemplateRecipe, bases []string) error {
-	if r.Base == "" {
+	if r.From != "" {
+		if err := validateFrom(r); err != nil {
+			return err
+		}
+	} else if r.Base == "" {
 		r.Base = bases[0]
 	}
-	if !slices.Contains(bases, r.Base) {
+	if r.From == "" && !slices.Contains(bases, r.Base) {
 		return errdefs.Invalidf("recipe.base %q: a custom template is built on a built-in template: %s", r.Base, strings.Join(bases, ", "))
 	}
 	var t tally
@@ -218,6 +223,32 @@ func (t *tally) command(field string, c *api.TemplateCommand, user string) error
 	return nil
 }
 
+// validateFrom checks a recipe built on an image. Its packages cannot be
+// fetched on the host as a built-in base's are: what apt and pip would
+// read of the base (its Debian release and dpkg status, its Python) is
+// the image's, not a trusted base's, and the build sandbox has no network.
+// The image brings its packages.
+func validateFrom(r *api.TemplateRecipe) error {
+	if len(r.From) > 4096 {
+		return errdefs.Invalidf("recipe.from: at most 4096 bytes")
+	}
+	if err := oci.ParseRef(r.From); err != nil {
+		return errdefs.Invalidf("recipe.from: %v", err)
+	}
+	switch {
+	case r.Base != "":
+		return errdefs.Invalidf("recipe.base %q and recipe.from %q: a template is built on a built-in template or on an image, not both", r.Base, r.From)
+	case len(r.Apt)+len(r.Pip) > 0:
+		return errdefs.Invalidf("recipe.apt and recipe.pip are for built-in bases: a template built on an image (recipe.from) gets its packages from the image; install them there")
+	}
+	for i, s := range r.Steps {
+		if len(s.Apt)+len(s.Pip) > 0 {
+			return errdefs.Invalidf("recipe.steps[%d]: apt and pip steps are for built-in bases: a template built on an image (recipe.from) gets its packages from the image; install them there", i)
+		}
+	}
+	return nil
+}
+
 // reserved are the paths the runtime provides (mounts, Lizard's own
 // files): a recipe cannot put anything there.
 var reserved = []string{"/proc", "/sys", "/dev", "/tmp", "/opt/lizard/bin", "/usr/local/bin/lizard"}
@@ -252,8 +283,13 @@ func reservedPattern() string {
 	return strings.Join(alts, "|")
 }
 
+// ImageBaseKey is what Key takes as the base key of a recipe built on an
+// image: the digest its from resolved to, so that the key of a recipe
+// whose tag moved is a new build.
+func ImageBaseKey(digest string) string { return "image " + digest }
+
 // Key is the cache key of projectID's recipe r (validated) built on a base
-// whose artifact key is baseKey: it changes with the project, the recipe,
+// whose artifact key is baseKey (ImageBaseKey for an image's): it changes with the project, the recipe,
 // the files' contents and the base. The project is in it so that projects
 // never share a build: a shared one would tell a project, by a build
 // answered from the cache, that another built the same recipe, and so

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/oci"
 )
 
 var bases = []string{"interpreter"}
@@ -48,6 +51,12 @@ func TestValidate(t *testing.T) {
 		{"workdir", api.TemplateRecipe{Workdir: "work"}, "recipe.workdir"},
 		{"empty command", api.TemplateRecipe{Run: []api.TemplateCommand{{Cmd: "  "}}}, "recipe.run[0].cmd"},
 		{"command user", api.TemplateRecipe{Run: []api.TemplateCommand{{Cmd: "x", User: "admin"}}}, "recipe.run[0].user"},
+		{"from an image", api.TemplateRecipe{From: "registry.example.com/team/app:1.4", Env: map[string]string{"A": "b"}, Run: []api.TemplateCommand{{Cmd: "true"}}}, ""},
+		{"from by digest", api.TemplateRecipe{From: "python@sha256:" + strings.Repeat("a", 64)}, ""},
+		{"from a bad reference", api.TemplateRecipe{From: "Not A Ref!"}, "recipe.from"},
+		{"from and base", api.TemplateRecipe{From: "python:3.12", Base: "interpreter"}, "not both"},
+		{"from and apt", api.TemplateRecipe{From: "python:3.12", Apt: []string{"jq"}}, "gets its packages from the image"},
+		{"from and pip", api.TemplateRecipe{From: "python:3.12", Pip: []string{"six"}}, "gets its packages from the image"},
 
 		// Adversarial paths: each names a place Lizard provides at run
 		// time, or one holding it, however it is spelt.
@@ -264,3 +273,49 @@ func TestHoldRelease(t *testing.T) {
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func TestImageSettings(t *testing.T) {
+	img := oci.Image{Env: []string{"PATH=/usr/local/bin:/usr/bin", "LANG=C.UTF-8", "LIZARD_AGENT_SECRET=x", "BAD NAME=1"},
+		Workdir: "/srv/../app", User: "1000:1000", Entrypoint: []string{"/bin/server"}, Cmd: []string{"--port", "8000", "it's"}}
+	got := imageSettings(api.TemplateRecipe{From: "x"}, nil, img)
+	want := Settings{Env: map[string]string{"PATH": "/usr/local/bin:/usr/bin", "LANG": "C.UTF-8"}, Workdir: "/app", User: "1000",
+		Start: `exec '/bin/server' '--port' '8000' 'it'\''s'`}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the image's config alone:\n got %+v\nwant %+v", got, want)
+	}
+	r := api.TemplateRecipe{From: "x", Env: map[string]string{"LANG": "en_US.UTF-8"}, Workdir: "/w", Start: "sleep 1", Ready: "true",
+		Steps: []api.TemplateStep{{User: "root"}}}
+	got = imageSettings(r, Steps(r), img)
+	if got.Env["LANG"] != "en_US.UTF-8" || got.Env["PATH"] == "" || got.Workdir != "/w" || got.Start != "sleep 1" || got.Ready != "true" || got.User != "root" {
+		t.Errorf("the recipe over the image: got %+v, want its env, workdir, user, start and ready to win", got)
+	}
+}
+
+func TestLinkPython(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files []string
+		want  string
+	}{
+		{"python image", []string{"usr/local/bin/python3", "usr/local/lib/python3.12/site-packages/IPython/__init__.py"}, "/usr/local/bin/python3"},
+		{"debian python3-ipython", []string{"usr/bin/python3", "usr/lib/python3/dist-packages/IPython/__init__.py"}, "/usr/bin/python3"},
+		{"python without IPython", []string{"usr/bin/python3", "usr/lib/python3/dist-packages/six.py"}, ""},
+		{"IPython without python", []string{"usr/local/lib/python3.12/site-packages/IPython/__init__.py"}, ""},
+		{"the image's own venv", []string{"opt/lizard/venv/bin/python", "usr/bin/python3", "usr/lib/python3/dist-packages/IPython/x.py"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, f := range tc.files {
+				os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755)
+				os.WriteFile(filepath.Join(dir, f), nil, 0o755)
+			}
+			root, _ := os.OpenRoot(dir)
+			defer root.Close()
+			got, ok := linkPython(root)
+			link, _ := os.Readlink(filepath.Join(dir, "opt/lizard/venv/bin/python"))
+			if got != tc.want || ok != (tc.want != "") || (ok && link != tc.want) {
+				t.Errorf("got %q %v (link %q), want %q", got, ok, link, tc.want)
+			}
+		})
+	}
+}

@@ -451,6 +451,11 @@ CREATE UNIQUE INDEX snapshots_name ON snapshots(project_id, name) WHERE name <> 
 	`
 ALTER TABLE sandbox_pause ADD COLUMN disk_only INTEGER NOT NULL DEFAULT 0;
 `,
+	// digest: the image a template built on one (recipe from) was built
+	// from, pinned; '' for a built-in base's.
+	`
+ALTER TABLE templates ADD COLUMN digest TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

@@ -25,24 +25,26 @@ type Template struct {
 	CreatedAt time.Time
 	BuildMs   int64
 	SizeBytes int64
+	// Digest is the image's, for a template built on one.
+	Digest string
 }
 
-const templateColumns = `project_id, name, tkey, base, recipe, created_at, build_ms, size_bytes`
+const templateColumns = `project_id, name, tkey, base, recipe, created_at, build_ms, size_bytes, digest`
 
 func scanTemplate(row interface{ Scan(...any) error }) (Template, error) {
 	var t Template
 	var created int64
-	err := row.Scan(&t.ProjectID, &t.Name, &t.Key, &t.Base, &t.Recipe, &created, &t.BuildMs, &t.SizeBytes)
+	err := row.Scan(&t.ProjectID, &t.Name, &t.Key, &t.Base, &t.Recipe, &created, &t.BuildMs, &t.SizeBytes, &t.Digest)
 	t.CreatedAt = fromMillis(created)
 	return t, err
 }
 
 // Put records t, replacing the project's template of that name.
 func (ts Templates) Put(ctx context.Context, t Template) error {
-	_, err := ts.s.db.ExecContext(ctx, `INSERT INTO templates (`+templateColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+	_, err := ts.s.db.ExecContext(ctx, `INSERT INTO templates (`+templateColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT(project_id, name) DO UPDATE SET tkey = excluded.tkey, base = excluded.base, recipe = excluded.recipe,
-		created_at = excluded.created_at, build_ms = excluded.build_ms, size_bytes = excluded.size_bytes`,
-		t.ProjectID, t.Name, t.Key, t.Base, t.Recipe, toMillis(t.CreatedAt), t.BuildMs, t.SizeBytes)
+		created_at = excluded.created_at, build_ms = excluded.build_ms, size_bytes = excluded.size_bytes, digest = excluded.digest`,
+		t.ProjectID, t.Name, t.Key, t.Base, t.Recipe, toMillis(t.CreatedAt), t.BuildMs, t.SizeBytes, t.Digest)
 	if err != nil {
 		return fmt.Errorf("recording template %s: %w", t.Name, err)
 	}
