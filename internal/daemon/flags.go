@@ -51,8 +51,10 @@ type sharedFlags struct {
 	// BuildsPerHour bounds each project's custom template builds.
 	BuildsPerHour float64
 	// RegistryConfig is a docker config.json whose credentials pull the
-	// images templates are built on, for builds that bring none.
+	// images templates are built on, for builds that bring none;
+	// RegistryAllow the registries they may come from (empty: any).
 	RegistryConfig string
+	RegistryAllow  string
 	// policy is untrusted code's limits and network (policyFlags).
 	policy policyFlags
 	// secrets is where the secrets key is (secrets.go).
@@ -91,6 +93,7 @@ func (f *sharedFlags) register(fs *flag.FlagSet, role string) {
 	fs.Int64Var(&f.MaxVolumeMb, "max-volume-mb", 10240, "largest persistent volume a project may create (sizeMb), MiB; "+volumes)
 	fs.Float64Var(&f.BuildsPerHour, "template-builds-per-hour", 20, "custom template builds per hour per project, not counting builds found in the cache (0: no bound)"+builds)
 	fs.StringVar(&f.RegistryConfig, "registry-config", os.Getenv("LIZARD_REGISTRY_CONFIG"), "a docker config.json whose auths pull the images templates are built on (recipe from) when a build brings no credentials (default: env LIZARD_REGISTRY_CONFIG; credential helpers are not run; lizard serve only: a cluster builds no templates from images yet)")
+	fs.StringVar(&f.RegistryAllow, "registry-allow", "", "comma-separated registry hosts (host[:port], docker.io for Docker Hub) templates' images may be pulled from; \"\": any (the server's host reaches the registry a build names)")
 	f.policy.register(fs)
 	f.secrets.register(fs, role)
 }
@@ -378,4 +381,15 @@ func (p *policyFlags) descriptorBudget(log *slog.Logger, mx *metrics.Metrics) (*
 	})
 	log.Info("file descriptors", "limit", limit, "reserve", limit-tenants, "tenants_max", tenants, "per_project", b.Project)
 	return b, nil
+}
+
+// splitList is a comma-separated flag's items, blanks left out.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }

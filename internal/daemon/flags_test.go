@@ -66,6 +66,7 @@ func TestSharedFlagsEveryRole(t *testing.T) {
 		{"template-builds-per-hour", "5", false},
 		{"template-builds-per-hour", "-1", true},
 		{"registry-config", "/root/.docker/config.json", false},
+		{"registry-allow", "ghcr.io,registry.example.com:5000", false},
 		{"secrets-key-file", "/etc/lizard/secrets.key", false},
 		{"egress", "none", false},
 		{"egress", "sideways", true},

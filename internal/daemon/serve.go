@@ -341,7 +341,7 @@ func (c *serveConfig) newControl(parts nodeParts, st *store.Store, sec *secrets.
 	}
 	limits, maxLimits := c.policy.limits()
 	builder := recipe.New(recipe.Config{CacheDir: c.CacheDir, DataDir: c.DataDir, Node: buildNode{parts.node, limits}, Store: st, Base: parts.builds.Artifact, Logger: logger,
-		Images: &oci.Puller{Dir: filepath.Join(c.CacheDir, "oci"), ConfigFile: c.RegistryConfig}})
+		Images: &oci.Puller{Dir: filepath.Join(c.CacheDir, "oci"), ConfigFile: c.RegistryConfig, Registries: splitList(c.RegistryAllow)}})
 	builder.Sweep()
 	ccfg := control.Config{
 		Node: parts.node, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: c.policy.Egress == "internet",

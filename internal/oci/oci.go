@@ -65,6 +65,11 @@ type Puller struct {
 	// pulls that bring no credentials of their own.
 	ConfigFile string
 	Limits     Limits
+	// Registries are the registry hosts (host or host:port, as in an
+	// image reference; docker.io for Docker Hub) images may come from;
+	// empty: any. A pull is a request from the server's host to where a
+	// user says: an operator may keep it to the registries it trusts.
+	Registries []string
 	// CacheBytes bounds Dir's layers (default MaxCacheBytes).
 	CacheBytes int64
 	// Transport is for tests; nil is http.DefaultTransport.
@@ -97,6 +102,10 @@ func ParseRef(ref string) error {
 }
 
 func (p *Puller) options(ctx context.Context, ref name.Reference, auth *Auth) ([]remote.Option, error) {
+	if reg := ref.Context().RegistryStr(); len(p.Registries) > 0 && !slices.Contains(p.Registries, reg) &&
+		!(reg == name.DefaultRegistry && slices.Contains(p.Registries, "docker.io")) {
+		return nil, errdefs.Invalidf("image %s: its registry %s is not one this server pulls from (--registry-allow %s)", ref, reg, strings.Join(p.Registries, ","))
+	}
 	a, err := p.authenticator(ref.Context().RegistryStr(), auth)
 	if err != nil {
 		return nil, err

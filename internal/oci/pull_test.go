@@ -229,3 +229,23 @@ func TestPullRefusesTooManyLayers(t *testing.T) {
 		t.Errorf("layers were downloaded before the image was refused")
 	}
 }
+
+func TestRegistryAllowList(t *testing.T) {
+	reg := newRegistry(t)
+	ref := reg.push(t, "team/app:1", imageOf(t, v1.Config{}, []entry{file("a", "a")}))
+	p := &Puller{Dir: t.TempDir(), Registries: []string{"registry.example.com"}}
+	before := reg.blobGets.Load()
+	if _, _, err := p.Resolve(context.Background(), ref, nil); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "--registry-allow registry.example.com") {
+		t.Fatalf("an image of a registry not allowed: got %v, want a 400 naming the flag", err)
+	}
+	if _, _, err := p.Resolve(context.Background(), "python:3.12", nil); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("Docker Hub, not allowed: got %v, want a 400 before any request", err)
+	}
+	if reg.blobGets.Load() != before {
+		t.Errorf("the registry was asked")
+	}
+	p.Registries = append(p.Registries, reg.host)
+	if _, _, err := p.Resolve(context.Background(), ref, nil); err != nil {
+		t.Fatalf("an allowed registry: %v", err)
+	}
+}

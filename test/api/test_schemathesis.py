@@ -90,7 +90,9 @@ def server() -> Iterator[Server]:
                 "--max-sandboxes-per-project", "10",
                 # One template build that is not found in the cache, then 429s, as specified: each
                 # build copies the base template and boots a build sandbox.
-                "--template-builds-per-hour", "1"]
+                "--template-builds-per-hour", "1",
+                # A recipe's from names a registry the server would reach: none here.
+                "--registry-allow", "127.0.0.1:9"]
         if os.environ.get("LIZARD_CACHE_DIR"):
             args += ["--cache-dir", os.environ["LIZARD_CACHE_DIR"]]
         with open(log_path, "wb") as log:

@@ -841,3 +841,20 @@ def test_version() -> None:
     assert lizard.__version__ == (root / "internal/version/VERSION").read_text().strip()
     assert re.fullmatch(r"\d+\.\d+\.\d+", lizard.__version__)
     assert _core.USER_AGENT == f"lizard-sdk-python/{lizard.__version__}"
+
+
+def test_template_body_from_an_image_with_registry_credentials() -> None:
+    from lizard import _core
+
+    body = _core.template_body("t", {"from": "registry.example.com/app:1"}, {"username": "me", "password": "pw"})
+    assert body == {"name": "t", "recipe": {"from": "registry.example.com/app:1"},
+                    "registry": {"username": "me", "password": "pw"}}
+    assert "registry" not in _core.template_body("t", {"from": "python:3.12"})
+    with pytest.raises(lizard.InvalidArgumentError):
+        _core.template_body("t", {"from": "x"}, {"user": "me"})
+
+
+def test_template_info_digest() -> None:
+    info = lizard.TemplateInfo.from_json({"name": "t", "base": "", "key": "k", "digest": "sha256:" + "a" * 64, "recipe": {"from": "x"}})
+    assert info.digest == "sha256:" + "a" * 64
+    assert lizard.TemplateInfo.from_json({"name": "t"}).digest == ""

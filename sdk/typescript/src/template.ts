@@ -16,6 +16,8 @@ export interface RecipeFile {
 /** What a custom template is made of, on top of a built-in base (docs/templates.md). */
 export interface Recipe {
   base?: string;
+  /** An OCI/Docker image to build on instead of a built-in base (by tag or digest); not with base, apt or pip. */
+  from?: string;
   apt?: string[];
   pip?: string[];
   files?: RecipeFile[];
@@ -77,12 +79,15 @@ export interface TemplateInfo {
   sizeBytes: number;
   /** Its recipe as sent, file contents left out. */
   recipe: Record<string, unknown>;
+  /** For a template built on an image (recipe.from): the digest of the image it was built from. */
+  digest?: string;
 }
 
 interface WireTemplate {
   name: string;
   base: string;
   key: string;
+  digest?: string;
   createdAt: string;
   buildMs: number;
   sizeBytes: number;
@@ -98,6 +103,7 @@ function templateInfo(w: WireTemplate): TemplateInfo {
     buildMs: w.buildMs ?? 0,
     sizeBytes: w.sizeBytes ?? 0,
     recipe: w.recipe ?? {},
+    ...(w.digest ? { digest: w.digest } : {}),
   };
 }
 
@@ -106,10 +112,12 @@ export interface BuildOptions extends ConnectionOptions {
   onEvent?: (event: TemplateBuildEvent) => void;
   /** Bounds the whole build in milliseconds (default 30 minutes). */
   timeoutMs?: number;
+  /** Credentials for the registry of recipe.from's image, sent with this build only (never stored). */
+  registry?: { username: string; password: string };
 }
 
 /** templateBody is the wire body of a build: file contents in base64. */
-export function templateBody(name: string, recipe: Recipe): Record<string, unknown> {
+export function templateBody(name: string, recipe: Recipe, registry?: { username: string; password: string }): Record<string, unknown> {
   const encode = (files: RecipeFile[], field: string) =>
     files.map((f, i) => {
       if (typeof f.content !== 'string' && !(f.content instanceof Uint8Array)) {
@@ -122,7 +130,9 @@ export function templateBody(name: string, recipe: Recipe): Record<string, unkno
   if (recipe.steps) {
     body.steps = recipe.steps.map((s, i) => (s.copy ? { ...s, copy: encode(s.copy, `steps[${i}].copy`) } : s));
   }
-  return { name, recipe: body };
+  const out: Record<string, unknown> = { name, recipe: body };
+  if (registry) out.registry = { username: registry.username, password: registry.password };
+  return out;
 }
 
 /** Custom templates of the key's project. */
@@ -134,7 +144,7 @@ export class Template {
    */
   static async build(name: string, recipe: Recipe, opts: BuildOptions = {}): Promise<TemplateInfo> {
     const http = new HttpClient(resolveConfig(opts));
-    const body = templateBody(name, recipe);
+    const body = templateBody(name, recipe, opts.registry);
     for await (const ev of http.stream<TemplateBuildEvent>('POST', '/v1/templates', {
       json: body,
       timeoutMs: opts.timeoutMs ?? 30 * 60_000,

@@ -522,9 +522,12 @@ def fork_body(count: Optional[int], timeout_ms: Optional[int], metadata: Optiona
     return body
 
 
-def template_body(name: str, recipe: Mapping[str, Any]) -> Dict[str, Any]:
+def template_body(name: str, recipe: Mapping[str, Any],
+                  registry: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     """The body of POST /v1/templates: recipe's files (and its copy steps' files) carry their content
-    as str or bytes, which is base64-encoded here (the wire form)."""
+    as str or bytes, which is base64-encoded here (the wire form); registry is
+    ``{"username", "password"}`` for the registry of the recipe's ``from`` image, sent with this build
+    only."""
 
     def encode(files: Any, field: str) -> List[Dict[str, Any]]:
         out = []
@@ -547,7 +550,12 @@ def template_body(name: str, recipe: Mapping[str, Any]) -> Dict[str, Any]:
         body["steps"] = [
             {**s, "copy": encode(s["copy"], f"steps[{i}].copy")} if "copy" in s else dict(s) for i, s in enumerate(body["steps"])
         ]
-    return {"name": name, "recipe": body}
+    out: Dict[str, Any] = {"name": name, "recipe": body}
+    if registry is not None:
+        if set(registry) != {"username", "password"}:
+            raise InvalidArgumentError('registry must be {"username": ..., "password": ...}')
+        out["registry"] = {"username": str(registry["username"]), "password": str(registry["password"])}
+    return out
 
 
 class TemplateBuild:

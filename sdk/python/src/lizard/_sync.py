@@ -733,16 +733,19 @@ class Template:
         api_key: Optional[str] = None,
         api_url: Optional[str] = None,
         timeout: Optional[float] = _core.DEFAULT_BUILD_TIMEOUT,
+        registry: Optional[Mapping[str, str]] = None,
     ) -> TemplateInfo:
         """Build (or find in the cache) template name from recipe, in the wire form of the API's
         TemplateRecipe (``steps``, ``start`` and ``ready`` included), except that files give their ``content``
         as str or bytes (the SDK encodes it).
-        on_event gets each progress event (``{"type": "step"|"log", ...}``) as it comes.
+        on_event gets each progress event (``{"type": "step"|"log", ...}``) as it comes. A recipe
+        ``{"from": "registry.example.com/team/app:1.4", ...}`` builds on that image (docs/templates.md);
+        registry (``{"username": ..., "password": ...}``) pulls a private one, sent with this build only.
 
         Raises TemplateBuildError when a step fails (its ``step`` and ``log``), InvalidArgumentError
         when the request is refused.
         """
-        return _once(_calls.build_template(name, recipe, on_event, timeout), api_key, api_url)
+        return _once(_calls.build_template(name, recipe, on_event, timeout, registry), api_key, api_url)
 
     @staticmethod
     def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[TemplateInfo]:

@@ -245,6 +245,8 @@ class TemplateInfo:
         build_ms: how long its build took (0 when it was found in the cache).
         size_bytes: the size of its root filesystem.
         recipe: its recipe as sent, file contents left out.
+        digest: for a template built on an image (recipe ``from``), the digest of the image it was
+            built from; "" otherwise.
     """
 
     name: str
@@ -254,6 +256,7 @@ class TemplateInfo:
     build_ms: int
     size_bytes: int
     recipe: Dict[str, Any]
+    digest: str = ""
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "TemplateInfo":
@@ -266,6 +269,7 @@ class TemplateInfo:
             build_ms=int(obj.get("buildMs") or 0),
             size_bytes=int(obj.get("sizeBytes") or 0),
             recipe=dict(obj.get("recipe") or {}),
+            digest=str(obj.get("digest") or ""),
         )
 
 

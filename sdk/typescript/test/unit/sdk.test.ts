@@ -889,3 +889,13 @@ test('templateBody encodes file contents in base64', async () => {
     { name: 't', recipe: { start: 's', ready: 'r', steps: [{ user: 'user' }, { copy: [{ path: '/c', content: 'eA==' }] }, { run: { cmd: 'true' } }] } },
   );
 });
+
+test('templateBody sends an image and its registry credentials', async () => {
+  const { templateBody } = await import('../../src/template.js');
+  assert.deepEqual(templateBody('t', { from: 'registry.example.com/app:1' }, { username: 'me', password: 'pw' }), {
+    name: 't',
+    recipe: { from: 'registry.example.com/app:1' },
+    registry: { username: 'me', password: 'pw' },
+  });
+  assert.deepEqual(templateBody('t', { from: 'python:3.12' }), { name: 't', recipe: { from: 'python:3.12' } });
+});
