@@ -233,6 +233,8 @@ export interface SandboxMetric {
 /** A custom template's recipe, as a template's record shows it (docs/templates.md). */
 export interface TemplateRecipe {
   base?: string;
+  /** An OCI/Docker image the template is built on instead of a built-in base; its digest is pinned. */
+  from?: string;
   apt?: string[];
   pip?: string[];
   files?: TemplateFile[];
