@@ -173,7 +173,7 @@ func TestImageTemplate(t *testing.T) {
 	nonce := hex.EncodeToString(nonceB) // a fresh image, so fresh layers: the first pull is a real one
 	password := "pw-" + nonce
 	reg := imageRegistry(t, password)
-	s := startServer(t)
+	s := startServer(t, "--template-builds-per-hour", "100") // five builds, past the default burst
 	c := s.createProject("proj_img")
 	ctx := context.Background()
 	img := noPythonImage(t, nonce)
@@ -270,6 +270,27 @@ func TestImageTemplate(t *testing.T) {
 	}
 	if got, err := c.Templates().Get(ctx, "e2e-private"); err != nil || strings.Contains(s.logs(), password) {
 		t.Errorf("the private template's record %+v, %v; the password must be in no record or log line", got, err)
+	}
+
+	// A hostile image: a link to a host directory, then a file written
+	// through it. The build fails naming the entry; the host's file is
+	// not made, nothing of the build is left.
+	hostDir := t.TempDir()
+	rootfs, _ := template.Ensure(ctx, cacheDir(), template.Default, io.Discard)
+	hostile, _ := mutate.AppendLayers(empty.Image,
+		imageLayer(t, rootfs, []layerEntry{{name: "etc", typ: tar.TypeSymlink, link: hostDir}, {name: "dev/sda", typ: tar.TypeBlock, mode: 0o666}}),
+		imageLayer(t, rootfs, []layerEntry{{name: "etc/pwned", body: nonce}}))
+	pushImage(t, reg+"/e2e/hostile:1", password, hostile)
+	_, _, _, err = buildTemplate(t, c, api.BuildTemplateRequest{Name: "e2e-hostile", Recipe: api.TemplateRecipe{From: reg + "/e2e/hostile:1"}})
+	var be *client.BuildError
+	if !errors.As(err, &be) || !strings.Contains(be.Message, `"etc/pwned" is below "etc", a symbolic link`) {
+		t.Errorf("a hostile image's build = %v; want it failed naming the entry below the link", err)
+	}
+	if _, err := os.Stat(filepath.Join(hostDir, "pwned")); !os.IsNotExist(err) {
+		t.Errorf("the hostile image wrote through its link to the host: %v", err)
+	}
+	if _, err := c.Templates().Get(ctx, "e2e-hostile"); !errors.As(err, &apiErr) || apiErr.Status != 404 {
+		t.Errorf("the hostile image's template was recorded: %v", err)
 	}
 
 	for _, id := range []string{sb.SandboxID, sb2.SandboxID} {
