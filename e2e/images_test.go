@@ -148,6 +148,73 @@ func noPythonImage(t *testing.T, nonce string) v1.Image {
 	return img
 }
 
+// treeEntries are the entries of rootfs's directory rel and everything
+// below it (files, directories, links; __pycache__ left out), at the same
+// paths in the layer.
+func treeEntries(t *testing.T, rootfs, rel string) []layerEntry {
+	t.Helper()
+	var out []layerEntry
+	err := filepath.WalkDir(filepath.Join(rootfs, rel), func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Name() == "__pycache__" {
+			return filepath.SkipDir
+		}
+		r, _ := filepath.Rel(rootfs, p)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			out = append(out, layerEntry{name: r, typ: tar.TypeDir, mode: 0o755})
+		case d.Type() == os.ModeSymlink:
+			l, _ := os.Readlink(p)
+			out = append(out, layerEntry{name: r, typ: tar.TypeSymlink, link: l})
+		case d.Type().IsRegular():
+			out = append(out, layerEntry{name: r, src: r, mode: int64(fi.Mode().Perm())})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// pythonLayer adds to an image Debian's python3 (from the interpreter
+// template) with IPython and what it imports in /usr/lib/python3/dist-packages,
+// where Debian's python3-ipython puts it.
+func pythonLayer(t *testing.T, rootfs string) []layerEntry {
+	es := []layerEntry{
+		{name: "usr/bin/python3.13", src: "usr/bin/python3.13", mode: 0o755},
+		{name: "usr/bin/python3", typ: tar.TypeSymlink, link: "python3.13"},
+		{name: "usr/lib/python3", typ: tar.TypeDir, mode: 0o755},
+		{name: "usr/lib/python3/dist-packages", typ: tar.TypeDir, mode: 0o755},
+	}
+	for _, l := range []string{"libm.so.6", "libz.so.1", "libexpat.so.1", "libffi.so.8", "libsqlite3.so.0", "libbz2.so.1.0", "liblzma.so.5"} {
+		if _, err := os.Stat(filepath.Join(rootfs, "usr/lib/x86_64-linux-gnu", l)); err == nil {
+			es = append(es, layerEntry{name: "usr/lib/x86_64-linux-gnu/" + l, src: "usr/lib/x86_64-linux-gnu/" + l, mode: 0o755})
+		}
+	}
+	es = append(es, treeEntries(t, rootfs, "usr/lib/python3.13")...)
+	site := "opt/lizard/venv/lib/python3.13/site-packages"
+	entries, _ := os.ReadDir(filepath.Join(rootfs, site))
+	for _, e := range entries {
+		for _, pkg := range []string{"IPython", "traitlets", "pygments", "prompt_toolkit", "wcwidth", "jedi", "parso", "decorator", "matplotlib_inline",
+			"pexpect", "ptyprocess", "stack_data", "executing", "asttokens", "pure_eval", "ipython_pygments_lexers", "typing_extensions"} {
+			if e.Name() == pkg || e.Name() == pkg+".py" {
+				for _, te := range treeEntries(t, rootfs, filepath.Join(site, e.Name())) {
+					te.name = "usr/lib/python3/dist-packages/" + strings.TrimPrefix(te.name, site+"/")
+					es = append(es, te)
+				}
+			}
+		}
+	}
+	return es
+}
+
 func pushImage(t *testing.T, ref, password string, img v1.Image) string {
 	t.Helper()
 	r, err := name.ParseReference(ref)
@@ -293,17 +360,48 @@ func TestImageTemplate(t *testing.T) {
 		t.Errorf("the hostile image's template was recorded: %v", err)
 	}
 
-	for _, id := range []string{sb.SandboxID, sb2.SandboxID} {
+	// The same image with Debian's python3 and IPython: the build links
+	// it as the kernel's interpreter, and Python code runs.
+	withPy, err := mutate.AppendLayers(img, imageLayer(t, rootfs, pythonLayer(t, rootfs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushImage(t, reg+"/e2e/py:1", password, withPy)
+	ptpl2, _, events, err := buildTemplate(t, c, api.BuildTemplateRequest{Name: "e2e-py", Recipe: api.TemplateRecipe{From: reg + "/e2e/py:1"}})
+	if err != nil {
+		t.Fatalf("building on an image with python3 and IPython: %v\n%s", err, s.logs())
+	}
+	all = ""
+	for _, ev := range events {
+		all += ev.Name + ev.Text + "\n"
+	}
+	if !strings.Contains(all, "the image's /usr/bin/python3 has IPython") {
+		t.Errorf("the build did not say it linked the image's python3:\n%s", all)
+	}
+	sb3, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "e2e-py"})
+	if err != nil {
+		t.Fatalf("creating a sandbox of the image with Python: %v\n%s", err, s.logs())
+	}
+	defer c.KillSandbox(context.WithoutCancel(ctx), sb3.SandboxID)
+	if got := py(t, c, sb3.SandboxID, "import sys, os; x = 6 * 7; print(sys.version_info[:2], os.environ['IMAGE_VAR'], x)"); got != "(3, 13) from-the-image 42" {
+		t.Errorf("Python in the image's interpreter printed %q", got)
+	}
+	if got := py(t, c, sb3.SandboxID, "print(x + 1)"); got != "43" {
+		t.Errorf("the kernel kept no state: printed %q", got)
+	}
+	t.Logf("image with python3 and IPython: template %d MiB", ptpl2.SizeBytes>>20)
+
+	for _, id := range []string{sb.SandboxID, sb2.SandboxID, sb3.SandboxID} {
 		if err := c.KillSandbox(ctx, id); err != nil {
 			t.Errorf("killing %s: %v", id, err)
 		}
 	}
-	for _, n := range []string{"e2e-img", "e2e-img2", "e2e-private"} {
+	for _, n := range []string{"e2e-img", "e2e-img2", "e2e-private", "e2e-py"} {
 		if err := c.Templates().Delete(ctx, n); err != nil {
 			t.Errorf("deleting %s: %v", n, err)
 		}
 	}
-	for _, k := range []string{tpl.Key, tpl2.Key, ptpl.Key} {
+	for _, k := range []string{tpl.Key, tpl2.Key, ptpl.Key, ptpl2.Key} {
 		if left := cacheEntries(k); len(left) > 0 {
 			t.Errorf("a deleted template's build is still in the cache: %v", left)
 		}
