@@ -369,7 +369,9 @@ const (
 // a killing one as gone at once. A pause asked of another lizard api of
 // a cluster is not seen here until it is done.
 func (c *Control) Settling(ctx context.Context, sb api.Sandbox) (string, error) {
-	if sb.State != api.StateRunning && sb.State != api.StateStarting {
+	// Only one starting or running may be settling: one paused or ended
+	// is what it shows (Check decides which, TestOneDecision).
+	if err := Check(sb, node.WantRunning); errors.Is(err, errdefs.ErrGone) || errors.Is(err, node.ErrPaused) {
 		return "", nil
 	}
 	c.pausingMu.Lock()
