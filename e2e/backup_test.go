@@ -145,3 +145,42 @@ func TestBackupRestore(t *testing.T) {
 		t.Errorf("secrets on the restored server = %+v, %v; want TOKEN", secrets, err)
 	}
 }
+
+// TestBackupIncremental: with the server's image store (file:///DIR), a
+// paused sandbox whose image is durable there is recorded by the backup,
+// not copied, and the restored server, given the same store, fetches it
+// and resumes the sandbox with its variable. One sandbox.
+func TestBackupIncremental(t *testing.T) {
+	ctx := context.Background()
+	bucket := "file://" + t.TempDir()
+	s1 := startServer(t, "--image-store", bucket)
+	c := s1.createProject("proj_backup_inc")
+	a := newSandbox(t, c, api.CreateSandboxRequest{})
+	run(t, c, a.SandboxID, "python", "x = 41 + 1")
+	if _, err := c.PauseSandboxWith(ctx, a.SandboxID, api.PauseRequest{WaitDurable: true}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "backup")
+	keyFile := filepath.Join(t.TempDir(), "secrets.key")
+	out, err := exec.Command(s1.bin, "admin", "backup", "--data-dir", s1.dataDir, "--to", dir, "--secrets-key-to", keyFile, "--image-store", bucket).CombinedOutput()
+	if err != nil {
+		t.Fatalf("lizard admin backup: %v\n%s", err, out)
+	}
+	t.Logf("backup:\n%s", out)
+	if !strings.Contains(string(out), "Left in the image store, recorded: 1 images (paused/"+a.SandboxID+")") {
+		t.Errorf("backup said %q, want the paused image left in the image store", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "images", a.SandboxID)); err == nil {
+		t.Error("the backup copied the image the image store holds")
+	}
+	d2 := t.TempDir()
+	if out, err := exec.Command(s1.bin, "admin", "restore", "--from", dir, "--data-dir", d2, "--secrets-key-from", keyFile, "--cache-dir", cacheDir()).CombinedOutput(); err != nil {
+		t.Fatalf("lizard admin restore: %v\n%s", err, out)
+	}
+	s2 := startServerIn(t, d2, "--image-store", bucket)
+	c2 := s2.client(s1.keys[c])
+	t.Cleanup(func() { c2.KillSandbox(context.Background(), a.SandboxID) })
+	if ex := run(t, c2, a.SandboxID, "python", "x"); len(ex.Results) != 1 || ex.Results[0].Data != "42" {
+		t.Errorf("x after the restore = %v, want 42", ex.Results)
+	}
+}

@@ -16,6 +16,9 @@
 //	volumes/        the volumes' ext4 images (sparse)
 //	templates/PROJECT/NAME.json   custom templates' recipes
 //
+// With the server's image store (Options.Images), the images it holds
+// durably are only named in the manifest: the backup is incremental.
+//
 // The secrets key, which opens the sealed secrets in lizard.db (and the
 // images in an image store), is not in it: the operator names where it
 // goes (Options.SecretsKeyTo), so that one leaked backup is not both.
@@ -35,6 +38,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lizard-build/lizard/internal/imagestore"
+	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/version"
@@ -62,6 +67,10 @@ type Manifest struct {
 	Volumes   []string `json:"volumes"`
 	// Templates are the recipes it holds, as PROJECT/NAME.
 	Templates []string `json:"templates"`
+	// InImageStore are the images it does not hold because the image
+	// store does (Options.Images): their names there, paused/ID and
+	// snapshots/ID. A restore leaves them there.
+	InImageStore []string `json:"inImageStore,omitempty"`
 	// Missing are images the store named that were gone when copied (the
 	// sandbox resumed or ended, the snapshot deleted, meanwhile).
 	Missing []string `json:"missing,omitempty"`
@@ -74,6 +83,9 @@ type Options struct {
 	// SecretsKeyTo is a file the secrets key is written to (0600); ""
 	// copies it nowhere.
 	SecretsKeyTo string
+	// Images is the server's image store, or nil: the durable images it
+	// holds are recorded, not copied (an incremental backup).
+	Images *imagestore.Store
 }
 
 // Backup copies the data directory opt.DataDir, whose store is st, to
@@ -108,7 +120,20 @@ func Backup(ctx context.Context, st *store.Store, opt Options) (Manifest, error)
 	if err != nil {
 		return m, err
 	}
+	stored := func(durable bool, name string) bool {
+		if opt.Images == nil || !durable {
+			return false
+		}
+		if _, err := opt.Images.Stat(ctx, name); err != nil {
+			return false // not there, or not one that opens: copied instead
+		}
+		m.InImageStore = append(m.InImageStore, name)
+		return true
+	}
 	for _, p := range paused {
+		if p.PausedAt != nil && stored(p.Durable, node.PausedImage(p.SandboxID)) {
+			continue
+		}
 		if ok, err := copyImage(ctx, dataDir, p.ImageDir, opt.To, "images"); err != nil {
 			return m, fmt.Errorf("copying the image of paused sandbox %s: %w", p.SandboxID, err)
 		} else if ok {
@@ -122,6 +147,9 @@ func Backup(ctx context.Context, st *store.Store, opt Options) (Manifest, error)
 		return m, err
 	}
 	for _, sn := range snaps {
+		if stored(sn.Durable, node.SnapshotImage(sn.ID)) {
+			continue
+		}
 		if ok, err := copyImage(ctx, dataDir, sn.ImageDir, opt.To, "snapshots"); err != nil {
 			return m, fmt.Errorf("copying the image of snapshot %s: %w", sn.ID, err)
 		} else if ok {

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/imagestore"
+	"github.com/lizard-build/lizard/internal/imagestore/disk"
+	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -169,5 +172,47 @@ func TestBackupWithoutKey(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(to, secrets.KeyFile)); err == nil {
 		t.Error("the backup holds the secrets key")
+	}
+}
+
+// TestIncrementalBackup: an image the image store holds durably is
+// recorded, not copied, and the restore names it in the store, where the
+// node fetches it; one that is not there is copied.
+func TestIncrementalBackup(t *testing.T) {
+	ctx := context.Background()
+	src, st := dataDir(t)
+	key, err := imagestore.NewKey(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := imagestore.New(&disk.Bucket{Root: t.TempDir()}, key)
+	if _, err := images.Put(ctx, node.PausedImage("paused"), filepath.Join(src, "images", "paused")); err != nil {
+		t.Fatal(err)
+	}
+	to := t.TempDir()
+	m, err := Backup(ctx, st, Options{DataDir: src, To: to, Images: images})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(m.InImageStore, ",") != "paused/paused" || len(m.Paused) != 0 || strings.Join(m.Snapshots, ",") != "snap1" {
+		t.Fatalf("manifest = %+v; want paused/paused in the image store, snap1 copied", m)
+	}
+	if _, err := os.Stat(filepath.Join(to, "images", "paused")); err == nil {
+		t.Error("the image the store holds was copied")
+	}
+	dst := t.TempDir()
+	if _, err := Restore(ctx, RestoreOptions{From: to, DataDir: dst, CacheDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	rst, err := store.Open(ctx, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rst.Close()
+	if p, err := rst.GetPause(ctx, "paused"); err != nil || p.ImageDir != store.ImageRef(ImageStoreNode, "paused/paused") {
+		t.Errorf("the restored pause's image = %q, %v; want it named in the image store", p.ImageDir, err)
+	}
+	if sn, err := rst.GetSnapshot(ctx, "snap1"); err != nil || sn.ImageDir != filepath.Join(dst, "snapshots", "snap1") {
+		t.Errorf("the restored snapshot's image = %q, %v", sn.ImageDir, err)
 	}
 }

@@ -7,9 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
@@ -42,6 +44,10 @@ type Restored struct {
 	// backup's templates/ again.
 	Unbuilt []string
 }
+
+// ImageStoreNode is the node an image left in the image store is recorded
+// on by a restore: none, so that it is fetched.
+const ImageStoreNode = "image-store"
 
 // endReason is what a sandbox that was running at the backup ends with.
 const endReason = "it was running when the backup it was restored from was taken; a backup keeps paused sandboxes, not running ones"
@@ -94,6 +100,21 @@ func Restore(ctx context.Context, opt RestoreOptions) (Restored, error) {
 	defer st.Close()
 	if _, err := st.MoveImages(ctx, m.DataDir, dataDir); err != nil {
 		return r, err
+	}
+	// An image left in the image store is named by a path of no data
+	// directory, so that the node fetches it from there (as it does an
+	// image of another node's) rather than look for it on its disk.
+	for _, name := range m.InImageStore {
+		ref := store.ImageRef(ImageStoreNode, name)
+		var err error
+		if id, ok := strings.CutPrefix(name, node.PausedImage("")); ok {
+			err = st.SetPauseImage(ctx, id, ref)
+		} else if id, ok := strings.CutPrefix(name, node.SnapshotImage("")); ok {
+			err = st.SetSnapshotImage(ctx, id, ref)
+		}
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return r, err
+		}
 	}
 	live, err := st.ListSandboxes(ctx, store.Filter{LiveOnly: true})
 	if err != nil {

@@ -25,7 +25,7 @@ func adminUsage(w io.Writer) {
   lizard admin create-key --project ID [--data-dir DIR] [--json]  make another API key for a project
   lizard admin build-template [--cache-dir DIR] [NAME]           build a built-in template's root filesystem
                                                                  here (progress on stderr, its path on stdout)
-  lizard admin backup --to DIR [--data-dir DIR] [--secrets-key-to FILE]
+  lizard admin backup --to DIR [--data-dir DIR] [--secrets-key-to FILE] [--image-store URL]
                                                                  copy a data directory while its server runs
   lizard admin restore --from DIR [--data-dir DIR] [--secrets-key-from FILE]
                                                                  a backup onto a new data directory

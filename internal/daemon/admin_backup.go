@@ -10,6 +10,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/backup"
 	"github.com/lizard-build/lizard/internal/cli"
+	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 )
@@ -21,6 +22,8 @@ func adminBackup(ctx context.Context, e cli.Env, args []string) error {
 	dataDir := fs.String("data-dir", "data", "the server's data directory")
 	to := fs.String("to", "", "the backup's directory: new, or empty")
 	keyTo := fs.String("secrets-key-to", "", "a file (new) to write the secrets key to, kept apart from the backup; without it the key is not copied and the backup's secrets open only with the key you keep")
+	imageStore := fs.String("image-store", "", "the server's --image-store: the images it holds durably are recorded, not copied (an incremental backup); it opens them with the secrets key")
+	keyFile := fs.String("secrets-key-file", "", "the server's --secrets-key-file, for --image-store (default: env "+secrets.KeyEnv+", else DATA/"+secrets.KeyFile+")")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -41,12 +44,33 @@ func adminBackup(ctx context.Context, e cli.Env, args []string) error {
 		return fmt.Errorf("opening the store in %s: %w", *dataDir, err)
 	}
 	defer st.Close()
-	m, err := backup.Backup(ctx, st, backup.Options{DataDir: *dataDir, To: *to, SecretsKeyTo: *keyTo})
+	opt := backup.Options{DataDir: *dataDir, To: *to, SecretsKeyTo: *keyTo}
+	if *imageStore != "" {
+		f := imageStoreFlags{URL: *imageStore, CacheMb: 1}
+		if err := f.validate(); err != nil {
+			return err
+		}
+		sf := secretsFlags{KeyFile: *keyFile}
+		key, err := sf.key(*dataDir, false)
+		if err == nil && key == nil {
+			key, err = secrets.LoadKey(filepath.Join(*dataDir, secrets.KeyFile))
+		}
+		if err != nil {
+			return fmt.Errorf("loading the secrets key for --image-store: %w", err)
+		}
+		if opt.Images, err = f.store(ctx, os.Getenv, key); err != nil {
+			return err
+		}
+	}
+	m, err := backup.Backup(ctx, st, opt)
 	if err != nil {
 		return fmt.Errorf("backing up %s: %w", *dataDir, err)
 	}
 	fmt.Fprintf(e.Stdout, "Backed up %s to %s: the store (schema %d), %d paused sandboxes' and %d snapshots' images, %d volumes, %d template recipes.\n",
 		m.DataDir, *to, m.Schema, len(m.Paused), len(m.Snapshots), len(m.Volumes), len(m.Templates))
+	if len(m.InImageStore) > 0 {
+		fmt.Fprintf(e.Stdout, "Left in the image store, recorded: %d images (%s).\n", len(m.InImageStore), strings.Join(m.InImageStore, ", "))
+	}
 	switch m.SecretsKey {
 	case "apart":
 		fmt.Fprintf(e.Stdout, "The secrets key is in %s, not in the backup: keep it apart, and give it to restore (--secrets-key-from).\n", *keyTo)
@@ -96,6 +120,9 @@ func adminRestore(ctx context.Context, e cli.Env, args []string) error {
 	}
 	if *keyFrom == "" && m.SecretsKey != "none" {
 		fmt.Fprintln(e.Stdout, "No secrets key was restored: start the server with the backup's key (--secrets-key-file), or its secrets do not open.")
+	}
+	if len(m.InImageStore) > 0 {
+		fmt.Fprintf(e.Stdout, "%d images were left in the image store: start the server with the same --image-store and secrets key.\n", len(m.InImageStore))
 	}
 	fmt.Fprintf(e.Stdout, "Start it with: lizard serve --data-dir %s\n", *dataDir)
 	return nil

@@ -55,25 +55,40 @@ func (f *imageStoreFlags) validate() error {
 // and the bucket never holds it. A node given a store and no key refuses
 // to start rather than keep images in clear.
 func (f *imageStoreFlags) open(ctx context.Context, dataDir string, getenv func(string) string, secretsKey *secrets.Key, log *slog.Logger) (*imagestore.Store, *imagestore.Cache, error) {
+	st, err := f.store(ctx, getenv, secretsKey)
+	if st == nil || err != nil {
+		return nil, nil, err
+	}
+	cache, err := imagestore.NewCache(st, filepath.Join(dataDir, "image-cache"), f.CacheMb<<20, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Info("image store", "store", st.Bucket().String(), "cache_mb", f.CacheMb, "image_key", st.KeyID())
+	return st, cache, nil
+}
+
+// store opens the image store alone (nil for the node's disk), checked
+// as open's: what `lizard admin backup` asks which images it holds.
+func (f *imageStoreFlags) store(ctx context.Context, getenv func(string) string, secretsKey *secrets.Key) (*imagestore.Store, error) {
 	if f.URL == "" {
-		return nil, nil, nil
+		return nil, nil
 	}
 	if secretsKey == nil {
-		return nil, nil, cli.Usagef("--image-store seals images with a key derived from the secrets key: give this node the one every node and api process has (--secrets-key-file or %s; docs/storage.md#sealing)", secrets.KeyEnv)
+		return nil, cli.Usagef("--image-store seals images with a key derived from the secrets key: give this node the one every node and api process has (--secrets-key-file or %s; docs/storage.md#sealing)", secrets.KeyEnv)
 	}
 	key, err := imagestore.NewKey(secretsKey.Derive("image store"))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	u, err := url.Parse(f.URL)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var b imagestore.Bucket
 	switch u.Scheme {
 	case "s3":
 		if b, err = s3.Open(u, getenv); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	default:
 		b = &disk.Bucket{Root: u.Path}
@@ -81,13 +96,7 @@ func (f *imageStoreFlags) open(ctx context.Context, dataDir string, getenv func(
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := b.Check(cctx); err != nil {
-		return nil, nil, fmt.Errorf("checking the image store: %w", err)
+		return nil, fmt.Errorf("checking the image store: %w", err)
 	}
-	st := imagestore.New(b, key)
-	cache, err := imagestore.NewCache(st, filepath.Join(dataDir, "image-cache"), f.CacheMb<<20, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	log.Info("image store", "store", b.String(), "cache_mb", f.CacheMb, "image_key", key.ID())
-	return st, cache, nil
+	return imagestore.New(b, key), nil
 }

@@ -84,6 +84,9 @@ func New(b Bucket, key *Key) *Store { return &Store{b: b, key: key} }
 // Bucket is the store's backend.
 func (s *Store) Bucket() Bucket { return s.b }
 
+// KeyID names the key images are sealed with (a hash that says nothing of it).
+func (s *Store) KeyID() string { return s.key.ID() }
+
 func manifestKey(name string) string { return name + "/manifest.json" }
 
 // checkName refuses names that would escape their prefix.

@@ -97,8 +97,14 @@ func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (_ string, 
 // RemoveImage implements Node: a snapshot's image goes from the image
 // store too.
 func (n *Local) RemoveImage(ctx context.Context, image string) error {
-	if filepath.Dir(filepath.Clean(image)) == n.images.snapshotsDir() {
+	local := n.images.local(image)
+	if filepath.Dir(filepath.Clean(image)) == n.images.snapshotsDir() || !local {
+		// Not on this disk: a snapshot a restore left in the image store
+		// (backup.ImageStoreNode), named by its name there.
 		n.images.forget(SnapshotImage(filepath.Base(image)))
+	}
+	if !local {
+		return nil
 	}
 	if err := os.RemoveAll(image); err != nil {
 		return fmt.Errorf("removing image %s: %w", image, err)

@@ -52,3 +52,28 @@ func (s *Store) MoveImages(ctx context.Context, from, to string) (int64, error) 
 	}
 	return n, nil
 }
+
+// SetPauseImage records dir as paused sandbox id's image: a restore names
+// the copy it made, or an image it left in the image store.
+func (s *Store) SetPauseImage(ctx context.Context, id, dir string) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE sandbox_pause SET image_dir = ? WHERE sandbox_id = ?`, dir, id)
+	if err != nil {
+		return fmt.Errorf("setting the image of sandbox %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("setting the image of sandbox %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// SetSnapshotImage records dir as snapshot id's image.
+func (s *Store) SetSnapshotImage(ctx context.Context, id, dir string) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET image_dir = ? WHERE id = ?`, dir, id)
+	if err != nil {
+		return fmt.Errorf("setting the image of snapshot %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("setting the image of snapshot %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
