@@ -110,7 +110,11 @@ func Backup(ctx context.Context, st *store.Store, opt Options) (Manifest, error)
 	if err != nil {
 		return m, fmt.Errorf("opening the store's copy: %w", err)
 	}
-	defer c.Close()
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
 	m = Manifest{Version: version.Version, CreatedAt: time.Now().UTC(), DataDir: dataDir,
 		Paused: []string{}, Snapshots: []string{}, Volumes: []string{}, Templates: []string{}}
 	if m.Schema, err = c.Version(ctx); err != nil {
@@ -189,6 +193,13 @@ func Backup(ctx context.Context, st *store.Store, opt Options) (Manifest, error)
 			return m, err
 		}
 		m.Templates = append(m.Templates, t.ProjectID+"/"+t.Name)
+	}
+	// Closed before the manifest says the backup is whole: the copy's own
+	// WAL (opening it wrote one) is folded into lizard.db and removed.
+	err = c.Close()
+	c = nil
+	if err != nil {
+		return m, fmt.Errorf("closing the store's copy: %w", err)
 	}
 	for _, name := range []string{"agent.key", "egress-ca", "audit.log"} {
 		src := filepath.Join(dataDir, name)

@@ -102,7 +102,7 @@ func TestBackupAndRestore(t *testing.T) {
 			t.Errorf("the backup lacks %s: %v", rel, err)
 		}
 	}
-	for _, rel := range []string{secrets.KeyFile, "orphan-not-copied"} {
+	for _, rel := range []string{secrets.KeyFile, "orphan-not-copied", store.FileName + "-wal", store.FileName + "-shm"} {
 		if _, err := os.Stat(filepath.Join(to, rel)); err == nil {
 			t.Errorf("the backup holds %s", rel)
 		}
