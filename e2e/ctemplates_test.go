@@ -175,6 +175,56 @@ func TestClusterTemplates(t *testing.T) {
 		}
 	}
 
+	// A template on an image (from): resolved by the api process, pulled
+	// by the node placement picks, published whole to the image store and
+	// fetched from it by the other node.
+	t.Run("FromImage", func(t *testing.T) {
+		password := "pw-" + want
+		reg := imageRegistry(t, password)
+		pushImage(t, reg+"/private/ct:1", password, noPythonImage(t, want))
+		itpl, _, events, err := buildTemplate(t, api0, api.BuildTemplateRequest{Name: "cimg", Recipe: api.TemplateRecipe{From: reg + "/private/ct:1"},
+			Registry: &api.RegistryAuth{Username: "user", Password: password}})
+		if err != nil {
+			t.Fatalf("building a template on an image through the api: %v; events:\n%+v", err, events)
+		}
+		ibuilder := ""
+		for _, ev := range events {
+			if n, ok := strings.CutPrefix(ev.Text, "building on node "); ok {
+				ibuilder = n
+			}
+		}
+		iother := "n1"
+		if ibuilder == "n1" {
+			iother = "n2"
+		}
+		deadline := time.Now().Add(3 * clusterLease)
+		for !strings.Contains(nodeImages(t, c, ibuilder), "templates/"+itpl.Key) {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s never reported holding the image template's build", ibuilder)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		c.node(ibuilder).stop()
+		sb := newSandbox(t, api0, api.CreateSandboxRequest{Template: "cimg", TimeoutMs: ms(300_000)})
+		if n := c.nodeOf(sb.SandboxID); n != iother {
+			t.Errorf("a sandbox of the image template with %s stopped placed on %s; want %s", ibuilder, n, iother)
+		}
+		res, err := api0.Exec(ctx, sb.SandboxID, api.ProcessRequest{Cmd: "cat /etc/nonce; echo; id -un; echo $IMAGE_VAR"}, nil)
+		if err != nil || res.Stdout != want+"\nuser\nfrom-the-image\n" {
+			t.Errorf("the image template's sandbox on %s = %+v, %v; want the image's file, USER and ENV", iother, res, err)
+		}
+		for _, n := range c.nodes {
+			if strings.Contains(n.logs(), password) {
+				t.Errorf("node %s logged the registry password", n.name)
+			}
+		}
+		c.node(ibuilder).start()
+		api0.KillSandbox(ctx, sb.SandboxID)
+		if err := api0.Templates().Delete(ctx, "cimg"); err != nil {
+			t.Errorf("deleting the image template: %v", err)
+		}
+	})
+
 	t.Run("DiskStoreRefused", func(t *testing.T) {
 		n3 := &server{t: t, bin: c.nodes[0].bin, dataDir: t.TempDir(), pool: takePool(t), runsc: c.nodes[0].runsc, role: "node",
 			env: c.nodes[0].env, dbURL: c.dbURL, name: "n3", listen: freeAddr(t)}

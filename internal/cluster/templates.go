@@ -9,6 +9,7 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/oci"
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -22,6 +23,27 @@ import (
 // live node and from the image store.
 type Templates struct {
 	Router *Router
+	// Images resolves the images templates are built on (a recipe's
+	// from) to their digests, from the api process; the building node
+	// pulls them. Nil: templates from images are refused.
+	Images *oci.Puller
+}
+
+// ResolveImage pins a recipe's image to its linux/amd64 digest, for its
+// key; a cluster that cannot share builds is refused first, as BaseKey
+// refuses it.
+func (t Templates) ResolveImage(ctx context.Context, ref string, auth *api.RegistryAuth) (pinned, digest string, err error) {
+	if err := t.usable(ctx); err != nil {
+		return "", "", err
+	}
+	if t.Images == nil {
+		return "", "", errdefs.Invalidf("this cluster builds no templates from images")
+	}
+	var a *oci.Auth
+	if auth != nil {
+		a = &oci.Auth{Username: auth.Username, Password: auth.Password}
+	}
+	return t.Images.Resolve(ctx, ref, a)
 }
 
 // BaseKey is built-in template base's key, known without building it. It is the first thing a

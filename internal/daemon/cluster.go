@@ -26,6 +26,7 @@ import (
 	"github.com/lizard-build/lizard/internal/events"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/node"
+	"github.com/lizard-build/lizard/internal/oci"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
@@ -332,7 +333,7 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 	sec := secretStore(st, secretsKey)
 	evlog := &events.Log{Store: st}
 	hooks := c.events.webhooks(st, logger)
-	templates := cluster.Templates{Router: router}
+	templates := cluster.Templates{Router: router, Images: &oci.Puller{ConfigFile: c.RegistryConfig, Registries: splitList(c.RegistryAllow)}}
 	ctl, err := control.New(control.Config{
 		Builder: templates, Forget: templates.Forget, BuildsPerHour: c.BuildsPerHour,
 		Node: router, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: c.policy.Egress == "internet",

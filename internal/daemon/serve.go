@@ -563,7 +563,8 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 		// not in the template cache other data directories on the machine
 		// share: its copies are of the image store's, its own to remove.
 		b := recipe.New(recipe.Config{CacheDir: filepath.Join(c.DataDir, "template-cache"), DataDir: c.DataDir, Node: buildNode{n, limits}, Store: st,
-			Base: builds.Artifact, Logger: logger})
+			Base: builds.Artifact, Logger: logger,
+			Images: &oci.Puller{Dir: filepath.Join(c.DataDir, "template-cache", "oci"), ConfigFile: c.RegistryConfig, Registries: splitList(c.RegistryAllow)}})
 		b.Sweep()
 		templates = &recipe.Shared{Builder: b, Images: images, Cache: imageCache, Log: logger}
 		if err := templates.SweepUnused(ctx, shared); err != nil {

@@ -182,6 +182,9 @@ func WithRegistryAuth(ctx context.Context, a *api.RegistryAuth) context.Context 
 	return context.WithValue(ctx, authKey{}, a)
 }
 
+// RegistryAuthOf is what WithRegistryAuth put in ctx (nil: none).
+func RegistryAuthOf(ctx context.Context) *api.RegistryAuth { return registryAuth(ctx) }
+
 func registryAuth(ctx context.Context) *api.RegistryAuth {
 	a, _ := ctx.Value(authKey{}).(*api.RegistryAuth)
 	return a

@@ -9,7 +9,8 @@ package recipe
 //
 // An image "templates/<key>" is a directory of
 //
-//	base      JSON: the base template's name and key
+//	base      JSON: the base template's name and key (none: a build on
+//	          an image, published whole)
 //	deleted   the base's paths the build removed (or turned into another
 //	          type), NUL-separated
 //	rootfs/   the entries the build added or changed, with their parents
@@ -87,13 +88,19 @@ type Shared struct {
 // Build builds projectID's r (key Key(projectID, r, base's key)) and publishes it unless the
 // image store holds it already.
 func (s *Shared) Build(ctx context.Context, projectID string, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (Result, error) {
-	base, err := s.Builder.Base(ctx, r.Base)
-	if err != nil {
-		return Result{}, fmt.Errorf("waiting for base template %s: %w", r.Base, err)
-	}
-	if got := Key(projectID, r, base.Key); got != key {
-		return Result{}, &errdefs.Error{Kind: errdefs.ErrUnavailable,
-			Msg: fmt.Sprintf("this node's base template %s is another build (%s) than the api process keyed the recipe on: run one Lizard version on every api and node process", r.Base, base.Key)}
+	// A build on an image (r.From, pinned by the api process, which keyed
+	// it) has no base the other nodes hold: it is published whole, as the
+	// difference from an empty base.
+	var base sandbox.Artifact
+	if r.From == "" {
+		var err error
+		if base, err = s.Builder.Base(ctx, r.Base); err != nil {
+			return Result{}, fmt.Errorf("waiting for base template %s: %w", r.Base, err)
+		}
+		if got := Key(projectID, r, base.Key); got != key {
+			return Result{}, &errdefs.Error{Kind: errdefs.ErrUnavailable,
+				Msg: fmt.Sprintf("this node's base template %s is another build (%s) than the api process keyed the recipe on: run one Lizard version on every api and node process", r.Base, base.Key)}
+		}
 	}
 	res, err := s.Builder.Build(ctx, projectID, r, key, emit)
 	if err != nil || s.Images == nil {
@@ -114,6 +121,14 @@ func (s *Shared) Build(ctx context.Context, projectID string, r api.TemplateReci
 		return Result{}, fmt.Errorf("publishing template build %s: %w", key, err)
 	}
 	defer os.RemoveAll(dir)
+	if r.From != "" {
+		empty, err := os.MkdirTemp(filepath.Join(s.Builder.cfg.CacheDir, "templates"), ".export-base-")
+		if err != nil {
+			return Result{}, fmt.Errorf("publishing template build %s: %w", key, err)
+		}
+		defer os.RemoveAll(empty)
+		base = sandbox.Artifact{RootFS: empty} // no name: an image's
+	}
 	if err := Export(res.RootFS, base, dir); err != nil {
 		return Result{}, fmt.Errorf("publishing template build %s: %w", key, err)
 	}
@@ -182,11 +197,18 @@ func (s *Shared) importBuild(ctx context.Context, key, dir string) error {
 	if err != nil {
 		return fmt.Errorf("reading the base of template build %s: %w", key, err)
 	}
-	base, err := s.Builder.Base(ctx, bf.Name)
-	if err != nil {
+	var base sandbox.Artifact
+	if bf.Name == "" {
+		// Built on an image: published whole, applied on nothing.
+		empty, err := os.MkdirTemp(filepath.Join(s.Builder.cfg.CacheDir, "templates"), ".import-base-")
+		if err != nil {
+			return fmt.Errorf("unpacking template build %s: %w", key, err)
+		}
+		defer os.RemoveAll(empty)
+		base.RootFS = empty
+	} else if base, err = s.Builder.Base(ctx, bf.Name); err != nil {
 		return fmt.Errorf("waiting for base template %s: %w", bf.Name, err)
-	}
-	if base.Key != bf.Key {
+	} else if base.Key != bf.Key {
 		return &errdefs.Error{Kind: errdefs.ErrUnavailable,
 			Msg: fmt.Sprintf("the template was built on %s, and this node's base template is %s: run one Lizard version on every node", bf.Key, base.Key)}
 	}

@@ -42,6 +42,9 @@ type buildRequest struct {
 	Project string             `json:"project"`
 	Recipe  api.TemplateRecipe `json:"recipe"`
 	Key     string             `json:"key"`
+	// Registry pulls Recipe.From's image (pinned): the build's
+	// credentials, for this build only (recipe.WithRegistryAuth).
+	Registry *api.RegistryAuth `json:"registry,omitempty"`
 }
 
 // buildLine is one line of a build's stream: a progress event, then the
@@ -97,7 +100,8 @@ func (h *handler) buildTemplate(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 	}
-	res, err := h.cfg.Templates.Build(r.Context(), in.Project, in.Recipe, in.Key, func(ev api.TemplateBuildEvent) { send(buildLine{Event: &ev}) })
+	ctx := recipe.WithRegistryAuth(r.Context(), in.Registry)
+	res, err := h.cfg.Templates.Build(ctx, in.Project, in.Recipe, in.Key, func(ev api.TemplateBuildEvent) { send(buildLine{Event: &ev}) })
 	var se *recipe.StepError
 	switch {
 	case errors.As(err, &se):
@@ -150,7 +154,7 @@ func (h *handler) removeTemplate(w http.ResponseWriter, r *http.Request) {
 // sending its progress to emit. A failed step is a *recipe.StepError, as
 // on the node.
 func (c *Client) BuildTemplate(ctx context.Context, projectID string, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error) {
-	b, err := json.Marshal(buildRequest{Project: projectID, Recipe: r, Key: key})
+	b, err := json.Marshal(buildRequest{Project: projectID, Recipe: r, Key: key, Registry: recipe.RegistryAuthOf(ctx)})
 	if err != nil {
 		return recipe.Result{}, err
 	}
