@@ -374,11 +374,11 @@ func (h *Handler) startBuild(w http.ResponseWriter, r *http.Request) {
 // planBuild turns start into a recipe and plans its build as Lizard's
 // own API does, so that whatever is refused is refused before the build.
 func (h *Handler) planBuild(ctx context.Context, b *templateBuild, start templateStart) (plannedBuild, error) {
-	rcp, err := h.recipeOf(b.project, start)
+	rcp, auth, err := h.recipeOf(b.project, start)
 	if err != nil {
 		return nil, err
 	}
-	return h.cfg.Control.Project(b.project).Templates().Plan(ctx, api.BuildTemplateRequest{Name: b.name, Recipe: rcp})
+	return h.cfg.Control.Project(b.project).Templates().Plan(ctx, api.BuildTemplateRequest{Name: b.name, Recipe: rcp, Registry: auth})
 }
 
 // plannedBuild is a build Plan accepted (*control.TemplateBuild).

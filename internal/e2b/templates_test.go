@@ -27,7 +27,19 @@ import (
 type fakeBuilder struct {
 	mu      sync.Mutex
 	recipes []api.TemplateRecipe
+	auths   []*api.RegistryAuth // of images resolved
 	fail    error
+}
+
+// ResolveImage pins any image to one digest, as the builder pins an
+// image's tag (control.ImageResolver).
+func (f *fakeBuilder) ResolveImage(_ context.Context, ref string, auth *api.RegistryAuth) (string, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.auths = append(f.auths, auth)
+	const digest = "sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	name, _, _ := strings.Cut(ref, ":")
+	return name + "@" + digest, digest, nil
 }
 
 func (f *fakeBuilder) BaseKey(context.Context, string) (string, error) { return "basekey", nil }
@@ -315,7 +327,8 @@ func TestTemplateBuildRefused(t *testing.T) {
 		{"another project's upload", e.key2, copyStep(hash), 400, "no files uploaded"},
 		{"npm", e.key1, `{"steps":[{"type":"RUN","args":["npm install -g typescript","root"]}]}`, 400, "npm_install of packages (typescript)"},
 		{"a user Lizard has not", e.key1, `{"steps":[{"type":"RUN","args":["whoami","root123"]}]}`, 400, `step 1 (RUN whoami root123): user \"root123\"`},
-		{"an image", e.key1, `{"fromImage":"ubuntu:22.04","steps":[]}`, 501, "ubuntu:22.04"},
+		{"an AWS registry", e.key1, `{"fromImage":"1.dkr.ecr.test/app:1","fromImageRegistry":{"type":"aws","awsAccessKeyId":"a","awsSecretAccessKey":"s","awsRegion":"r"},"steps":[]}`, 501, "from_aws_registry"},
+		{"a registry without a password", e.key1, `{"fromImage":"reg.test/app:1","fromImageRegistry":{"type":"registry","username":"u"},"steps":[]}`, 400, "username and password"},
 		{"a custom base template", e.key1, `{"fromTemplate":"other","steps":[]}`, 400, "from_template"},
 		{"a step E2B has not", e.key1, `{"steps":[{"type":"HEALTHCHECK","args":["x"]}]}`, 400, "HEALTHCHECK"},
 	} {
@@ -367,5 +380,34 @@ func TestTemplateBuildRefused(t *testing.T) {
 	// A status nobody requested, another project's build.
 	if r := e.do(t, "GET", "/e2b/templates/tpl/builds/00000000-0000-4000-8000-000000000000/status", "", "X-API-Key", e.key1); r.status != http.StatusNotFound {
 		t.Errorf("status of no build: %d, want 404", r.status)
+	}
+}
+
+// TestTemplateFromImage: from_image (and from_dockerfile's FROM) is the
+// recipe's from, pinned by the builder; from_image's username and
+// password pull it, and are in no answer.
+func TestTemplateFromImage(t *testing.T) {
+	b := &fakeBuilder{}
+	e := newTemplateEnv(t, b)
+	bi := e.requestBuild(t, e.key1, "on-image")
+	start := `{"fromImage":"reg.test/app:1","fromImageRegistry":{"type":"registry","username":"u","password":"secret-pw"},"steps":[{"type":"RUN","args":["id -un"]}]}`
+	if r := e.do(t, "POST", "/e2b/v2/templates/on-image/builds/"+bi.BuildID, start, "X-API-Key", e.key1); r.status != http.StatusAccepted {
+		t.Fatalf("start: %d %s", r.status, r.body)
+	}
+	st, logs := e.waitBuild(t, e.key1, bi)
+	if st.Status != "ready" {
+		t.Fatalf("status %+v", st)
+	}
+	if r := b.last(); !strings.HasPrefix(r.From, "reg.test/app@sha256:") || r.Base != "" {
+		t.Errorf("recipe from %q base %q; want the image pinned, no built-in base", r.From, r.Base)
+	} else if len(r.Steps) < 2 || r.Steps[0].Run == nil || r.Steps[0].Run.User != "root" || !strings.Contains(r.Steps[0].Run.Cmd, "useradd -m -u 1000") || r.Steps[1].User != "user" {
+		t.Errorf("steps %+v; want E2B's default user made in the image first, then taken", r.Steps)
+	}
+	if len(b.auths) != 1 || b.auths[0] == nil || *b.auths[0] != (api.RegistryAuth{Username: "u", Password: "secret-pw"}) {
+		t.Errorf("the image was resolved with %+v; want u and its password", b.auths)
+	}
+	r := e.do(t, "GET", "/e2b/templates/aliases/on-image", "", "X-API-Key", e.key1)
+	if r.status != http.StatusOK || strings.Contains(strings.Join(logs, " ")+r.body, "secret-pw") {
+		t.Errorf("exists: %d %s; the password must be in no answer or log (%q)", r.status, r.body, logs)
 	}
 }

@@ -55,34 +55,41 @@ var e2bBaseImages = []string{"e2bdev/base", "e2bdev/base:latest", "docker.io/e2b
 
 // recipeOf translates start into a recipe of project's, reading the
 // files its copy steps uploaded.
-func (h *Handler) recipeOf(project string, start templateStart) (api.TemplateRecipe, error) {
+func (h *Handler) recipeOf(project string, start templateStart) (api.TemplateRecipe, *api.RegistryAuth, error) {
 	var r api.TemplateRecipe
+	var auth *api.RegistryAuth
 	switch {
 	case start.FromTemplate != "":
 		if !builtIn(start.FromTemplate) {
-			return r, badRequest("from_template(%q): Lizard builds a template on its built-in one (E2B's base and code-interpreter-v1 are it) or on an image; "+
+			return r, nil, badRequest("from_template(%q): Lizard builds a template on its built-in one (E2B's base and code-interpreter-v1 are it) or on an image; "+
 				"build %q's steps on the same base instead", start.FromTemplate, start.FromTemplate)
 		}
 		r.Base = "interpreter"
 	case start.FromImage == "" || slices.Contains(e2bBaseImages, start.FromImage):
 		r.Base = "interpreter"
 	default:
-		if err := fromImage(&r, start.FromImage, start.FromImageRegistry); err != nil {
-			return r, err
+		var err error
+		if auth, err = fromImage(&r, start.FromImage, start.FromImageRegistry); err != nil {
+			return r, nil, err
 		}
 	}
 	t := translation{h: h, project: project, user: e2bDefaultUser}
+	if r.From != "" {
+		// E2B's builds make its default user in an image that has none,
+		// as Lizard's sandboxes need it (uid 1000).
+		t.add(api.TemplateStep{Run: &api.TemplateCommand{User: "root", Cmd: ensureUser}})
+	}
 	// E2B's builds start as its default user, in that user's home.
 	t.add(api.TemplateStep{User: e2bDefaultUser})
 	t.add(api.TemplateStep{Workdir: home(e2bDefaultUser)})
 	for i, s := range start.Steps {
 		if err := t.step(s); err != nil {
-			return r, inStep(fmt.Sprintf("step %d (%s %s): ", i+1, s.Type, strings.Join(s.Args, " ")), err)
+			return r, nil, inStep(fmt.Sprintf("step %d (%s %s): ", i+1, s.Type, strings.Join(s.Args, " ")), err)
 		}
 	}
 	r.Steps = t.steps
 	r.Start, r.Ready = start.StartCmd, start.ReadyCmd
-	return r, nil
+	return r, auth, nil
 }
 
 // inStep prefixes err's message, which the caller is shown, with the step
@@ -98,6 +105,12 @@ func inStep(prefix string, err error) error {
 	}
 	return fmt.Errorf("%s%w", prefix, err)
 }
+
+// ensureUser makes the user uid 1000 with its home where an image has
+// none: with useradd (Debian, Ubuntu, Fedora), busybox's adduser
+// (Alpine), or by hand.
+const ensureUser = `id -u user >/dev/null 2>&1 || useradd -m -u 1000 -s /bin/sh user 2>/dev/null || adduser -D -u 1000 user 2>/dev/null || ` +
+	`{ echo 'user:x:1000:1000::/home/user:/bin/sh' >>/etc/passwd && echo 'user:x:1000:' >>/etc/group && mkdir -p /home/user && chown 1000:1000 /home/user; }`
 
 // e2bDefaultUser is the user E2B's builds run as until a USER step.
 const e2bDefaultUser = "user"
@@ -352,7 +365,31 @@ func globBase(src string) string {
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// fromImage makes image (from_image, from_dockerfile's FROM) r's base.
-func fromImage(r *api.TemplateRecipe, image string, registry json.RawMessage) error {
-	return notImplemented("from_image(%q): this server builds templates on its built-in template only (from_template(\"base\"), from_base_image()); images as a base are not served here yet", image)
+// fromImage makes image (from_image, from_dockerfile's FROM) r's base,
+// pulled with registry's credentials (from_image(..., username,
+// password)): used for the build, kept nowhere.
+func fromImage(r *api.TemplateRecipe, image string, registry json.RawMessage) (*api.RegistryAuth, error) {
+	r.From = image
+	if len(registry) == 0 || string(registry) == "null" {
+		return nil, nil
+	}
+	var reg struct {
+		Type     string `json:"type"`
+		Username string `json:"username"`
+		Password string `json:"password"`
+	}
+	if err := json.Unmarshal(registry, &reg); err != nil {
+		return nil, badRequest("fromImageRegistry: %v", err)
+	}
+	switch reg.Type {
+	case "registry":
+		if reg.Username == "" || reg.Password == "" {
+			return nil, badRequest("fromImageRegistry: a registry's username and password are both needed")
+		}
+		return &api.RegistryAuth{Username: reg.Username, Password: reg.Password}, nil
+	case "aws", "gcp":
+		return nil, notImplemented("from_%s_registry: Lizard pulls with a registry's username and password (from_image(image, username, password)) or the server's --registry-config; "+
+			"give the registry's token as the password (aws ecr get-login-password, gcloud auth print-access-token)", reg.Type)
+	}
+	return nil, badRequest("fromImageRegistry.type %q: want registry, aws or gcp", reg.Type)
 }
