@@ -109,7 +109,7 @@ func (ts Templates) Plan(ctx context.Context, req api.BuildTemplateRequest) (*Te
 	if r.From != "" {
 		ir, ok := c.cfg.Builder.(ImageResolver)
 		if !ok {
-			return nil, &errdefs.Error{Kind: errdefs.ErrInvalid, Msg: "templates built on an image (recipe.from) are built by `lizard serve` only so far, not in a cluster of `lizard api` and `lizard node`: build on a built-in base here"}
+			return nil, &errdefs.Error{Kind: errdefs.ErrInvalid, Msg: "this server builds no templates on images (recipe.from): build on a built-in base"}
 		}
 		if pinned, digest, err = ir.ResolveImage(ctx, r.From, req.Registry); err != nil {
 			return nil, err
