@@ -40,7 +40,7 @@ func TestDocsCommands(t *testing.T) {
 				if i := strings.IndexAny(cmdLine, ";|&)#"); i >= 0 {
 					cmdLine = cmdLine[:i] // the command's own end, or a comment
 				}
-				words := strings.Fields(cmdLine)
+				words := shellWords(cmdLine)
 				if len(words) == 0 || !strings.Contains(top, "\n  "+words[0]+" ") {
 					if m[2] >= 0 { // bin/lizard: meant as this program
 						t.Errorf("%s: %q: lizard has no command %q", f, strings.TrimSpace(line), firstOr(words))
@@ -82,6 +82,39 @@ func TestDocsCommands(t *testing.T) {
 	if checked < 50 {
 		t.Errorf("checked %d flags in the docs; the extraction is broken", checked)
 	}
+}
+
+// shellWords splits a command line into words as a shell would, a quoted
+// string being one word (`--ready 'curl -sf x'` passes one flag, not two).
+func shellWords(line string) []string {
+	var words []string
+	var w strings.Builder
+	in, quote := false, rune(0)
+	for _, r := range line {
+		switch {
+		case quote != 0:
+			if r == quote {
+				quote = 0
+			} else {
+				w.WriteRune(r)
+			}
+		case r == '\'' || r == '"':
+			quote, in = r, true
+		case r == ' ' || r == '\t':
+			if in {
+				words = append(words, w.String())
+				w.Reset()
+				in = false
+			}
+		default:
+			w.WriteRune(r)
+			in = true
+		}
+	}
+	if in {
+		words = append(words, w.String())
+	}
+	return words
 }
 
 var (
