@@ -132,3 +132,65 @@ readlink hostname; stat -c '%a %U' bin/e2e-run lib/data.txt; ls secret.key 2>&1 
 	}
 	s.stopAndExpectNothingLeft(t)
 }
+
+// TestDockerfileFromImage builds a Dockerfile FROM an image of the test's
+// registry (no Python, a few coreutils): its steps run in the build
+// sandbox booted on the image, and its ENV, WORKDIR, USER and CMD win
+// over the image's config.
+func TestDockerfileFromImage(t *testing.T) {
+	nonceB := make([]byte, 6)
+	rand.Read(nonceB)
+	nonce := hex.EncodeToString(nonceB)
+	password := "pw-" + nonce
+	reg := imageRegistry(t, password)
+	pushImage(t, reg+"/e2e/dfbase:1", password, noPythonImage(t, nonce))
+	name := "e2e-df-image"
+	s := startServer(t)
+	c := s.createProject("proj_dfimg")
+	key := s.keys[c]
+	ctx := context.Background()
+
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "given.txt"), []byte("from the context"), 0o644)
+	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(`ARG REG
+FROM ${REG}/e2e/dfbase:1
+ENV STAGE=built
+WORKDIR /srv/df
+COPY given.txt ./
+RUN echo "$STAGE by $(id -un)" > built.txt
+USER user
+CMD ["sh", "-c", "echo started-by-dockerfile > /tmp/df.txt; exec sleep 100000"]
+`), 0o644)
+	out, err := exec.Command(s.bin, "template", "build", "--api-url", s.url, "--api-key", key, "--name", name,
+		"-f", filepath.Join(dir, "Dockerfile"), "--build-arg", "REG="+reg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("lizard template build -f Dockerfile (FROM an image): %v\n%s\n%s", err, out, s.logs())
+	}
+	tpl, err := c.Templates().Get(ctx, name)
+	if err != nil || tpl.Recipe.From != reg+"/e2e/dfbase:1" || tpl.Digest == "" {
+		t.Fatalf("the template = %+v, %v; want from the image, its digest pinned", tpl, err)
+	}
+	sb := newSandbox(t, c, api.CreateSandboxRequest{Template: name})
+	deadline := time.Now().Add(10 * time.Second)
+	var got string
+	for {
+		res, err := c.Exec(ctx, sb.SandboxID, api.ProcessRequest{Cmd: `pwd; id -un; echo $STAGE; cat given.txt; echo; cat built.txt /tmp/df.txt; cat /etc/nonce`}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got = res.Stdout; res.ExitCode == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // the start command is not waited for (no ready check)
+	}
+	if want := "/srv/df\nuser\nbuilt\nfrom the context\nbuilt by root\nstarted-by-dockerfile\n" + nonce; got != want {
+		t.Errorf("the Dockerfile's work on the image:\n%q\nwant\n%q", got, want)
+	}
+	if err := c.KillSandbox(ctx, sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Templates().Delete(ctx, name); err != nil {
+		t.Fatalf("deleting the template: %v", err)
+	}
+	s.stopAndExpectNothingLeft(t)
+}
