@@ -23,11 +23,13 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
-// Bounds on tags: of one request, and of one template (past it the
-// oldest go).
+// Bounds on tags: of one request, of one template and of one project's
+// templates (past them the oldest go: a template deleted through Lizard's
+// own API keeps its tags until then).
 const (
 	maxTags            = 16
 	maxTagsPerTemplate = 64
+	maxTaggedTemplates = 1000
 )
 
 type tagRecord struct {
@@ -106,6 +108,21 @@ func (ts *tagStore) set(project, name string, tags []string, buildID, key string
 			}
 		}
 		delete(t, oldest)
+	}
+	for p := ts.m[project]; len(p) > maxTaggedTemplates; {
+		oldest, at := "", time.Time{}
+		for n, tags := range p {
+			var newest time.Time
+			for _, r := range tags {
+				if r.CreatedAt.After(newest) {
+					newest = r.CreatedAt
+				}
+			}
+			if oldest == "" || newest.Before(at) {
+				oldest, at = n, newest
+			}
+		}
+		delete(p, oldest)
 	}
 	return ts.save()
 }
