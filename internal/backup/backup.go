@@ -120,79 +120,11 @@ func Backup(ctx context.Context, st *store.Store, opt Options) (Manifest, error)
 	if m.Schema, err = c.Version(ctx); err != nil {
 		return m, err
 	}
-	paused, err := c.ListPaused(ctx, nil)
-	if err != nil {
-		return m, err
-	}
-	stored := func(durable bool, name string) bool {
-		if opt.Images == nil || !durable {
-			return false
-		}
-		if _, err := opt.Images.Stat(ctx, name); err != nil {
-			return false // not there, or not one that opens: copied instead
-		}
-		m.InImageStore = append(m.InImageStore, name)
-		return true
-	}
-	for _, p := range paused {
-		if p.PausedAt != nil && stored(p.Durable, node.PausedImage(p.SandboxID)) {
-			continue
-		}
-		if ok, err := copyImage(ctx, dataDir, p.ImageDir, opt.To, "images"); err != nil {
-			return m, fmt.Errorf("copying the image of paused sandbox %s: %w", p.SandboxID, err)
-		} else if ok {
-			m.Paused = append(m.Paused, p.SandboxID)
-		} else if p.ImageDir != "" {
-			m.Missing = append(m.Missing, "paused sandbox "+p.SandboxID)
-		}
-	}
-	snaps, err := c.ListSnapshots(ctx, "")
-	if err != nil {
-		return m, err
-	}
-	for _, sn := range snaps {
-		if stored(sn.Durable, node.SnapshotImage(sn.ID)) {
-			continue
-		}
-		if ok, err := copyImage(ctx, dataDir, sn.ImageDir, opt.To, "snapshots"); err != nil {
-			return m, fmt.Errorf("copying the image of snapshot %s: %w", sn.ID, err)
-		} else if ok {
-			m.Snapshots = append(m.Snapshots, sn.ID)
-		} else {
-			m.Missing = append(m.Missing, "snapshot "+sn.ID)
-		}
-	}
-	vols, err := c.Volumes().List(ctx, "")
-	if err != nil {
-		return m, err
-	}
-	for _, v := range vols {
-		src := filepath.Join(dataDir, "volumes", v.ID+".img")
-		if _, err := os.Stat(src); errors.Is(err, fs.ErrNotExist) {
-			m.Missing = append(m.Missing, "volume "+v.ID)
-			continue
-		}
-		if err := os.MkdirAll(filepath.Join(opt.To, "volumes"), 0o700); err != nil {
+	b := copier{st: c, dataDir: dataDir, opt: opt, m: &m}
+	for _, part := range []func(context.Context) error{b.images, b.volumes, b.recipes} {
+		if err := part(ctx); err != nil {
 			return m, err
 		}
-		if err := cp(ctx, src, filepath.Join(opt.To, "volumes", v.ID+".img")); err != nil {
-			return m, fmt.Errorf("copying volume %s: %w", v.ID, err)
-		}
-		m.Volumes = append(m.Volumes, v.ID)
-	}
-	tpls, err := c.Templates().List(ctx, "")
-	if err != nil {
-		return m, err
-	}
-	for _, t := range tpls {
-		dir := filepath.Join(opt.To, "templates", t.ProjectID)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return m, err
-		}
-		if err := os.WriteFile(filepath.Join(dir, t.Name+".json"), []byte(t.Recipe+"\n"), 0o600); err != nil {
-			return m, err
-		}
-		m.Templates = append(m.Templates, t.ProjectID+"/"+t.Name)
 	}
 	// Closed before the manifest says the backup is whole: the copy's own
 	// WAL (opening it wrote one) is folded into lizard.db and removed.
@@ -214,6 +146,108 @@ func Backup(ctx context.Context, st *store.Store, opt Options) (Manifest, error)
 		return m, err
 	}
 	return m, writeManifest(opt.To, m)
+}
+
+// copier copies what the store's copy st names into opt.To, recording it
+// in m: one method for each kind of thing a backup holds.
+type copier struct {
+	st      *store.Store
+	dataDir string
+	opt     Options
+	m       *Manifest
+}
+
+// stored records an image already in the image store (durable, and found
+// there) rather than copying it.
+func (b copier) stored(ctx context.Context, durable bool, name string) bool {
+	if b.opt.Images == nil || !durable {
+		return false
+	}
+	if _, err := b.opt.Images.Stat(ctx, name); err != nil {
+		return false // not there, or not one that opens: copied instead
+	}
+	b.m.InImageStore = append(b.m.InImageStore, name)
+	return true
+}
+
+// images copies the paused sandboxes' and snapshots' images.
+func (b copier) images(ctx context.Context) error {
+	m := b.m
+	paused, err := b.st.ListPaused(ctx, nil)
+	if err != nil {
+		return err
+	}
+	for _, p := range paused {
+		if p.PausedAt != nil && b.stored(ctx, p.Durable, node.PausedImage(p.SandboxID)) {
+			continue
+		}
+		if ok, err := copyImage(ctx, b.dataDir, p.ImageDir, b.opt.To, "images"); err != nil {
+			return fmt.Errorf("copying the image of paused sandbox %s: %w", p.SandboxID, err)
+		} else if ok {
+			m.Paused = append(m.Paused, p.SandboxID)
+		} else if p.ImageDir != "" {
+			m.Missing = append(m.Missing, "paused sandbox "+p.SandboxID)
+		}
+	}
+	snaps, err := b.st.ListSnapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, sn := range snaps {
+		if b.stored(ctx, sn.Durable, node.SnapshotImage(sn.ID)) {
+			continue
+		}
+		if ok, err := copyImage(ctx, b.dataDir, sn.ImageDir, b.opt.To, "snapshots"); err != nil {
+			return fmt.Errorf("copying the image of snapshot %s: %w", sn.ID, err)
+		} else if ok {
+			m.Snapshots = append(m.Snapshots, sn.ID)
+		} else {
+			m.Missing = append(m.Missing, "snapshot "+sn.ID)
+		}
+	}
+	return nil
+}
+
+// volumes copies the volumes' files, sparse.
+func (b copier) volumes(ctx context.Context) error {
+	vols, err := b.st.Volumes().List(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, v := range vols {
+		src := filepath.Join(b.dataDir, "volumes", v.ID+".img")
+		if _, err := os.Stat(src); errors.Is(err, fs.ErrNotExist) {
+			b.m.Missing = append(b.m.Missing, "volume "+v.ID)
+			continue
+		}
+		if err := os.MkdirAll(filepath.Join(b.opt.To, "volumes"), 0o700); err != nil {
+			return err
+		}
+		if err := cp(ctx, src, filepath.Join(b.opt.To, "volumes", v.ID+".img")); err != nil {
+			return fmt.Errorf("copying volume %s: %w", v.ID, err)
+		}
+		b.m.Volumes = append(b.m.Volumes, v.ID)
+	}
+	return nil
+}
+
+// recipes writes each custom template's recipe (its build is remade).
+func (b copier) recipes(ctx context.Context) error {
+	tpls, err := b.st.Templates().List(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, t := range tpls {
+		dir := filepath.Join(b.opt.To, "templates", t.ProjectID)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, t.Name+".json"), []byte(t.Recipe+"\n"), 0o600); err != nil {
+			return err
+		}
+		b.m.Templates = append(b.m.Templates, t.ProjectID+"/"+t.Name)
+	}
+	return nil
 }
 
 // copyImage copies image, a directory under dataDir/kind, to to/kind;
