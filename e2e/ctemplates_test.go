@@ -41,7 +41,7 @@ func TestClusterTemplates(t *testing.T) {
 	testenv.RequiresRoot(t)
 	srv := testenv.S3Server(t)
 	const prefix = "ctemplates"
-	c, cl := startClusterWith(t, 2, 1, sealedStoreEnv(srv), []string{"--image-store", "s3://" + srv.Bucket + "/" + prefix}, nil)
+	c, cl := startClusterWith(t, 2, 1, sealedStoreEnv(srv), []string{"--image-store", "s3://" + srv.Bucket + "/" + prefix, "--registry-allow", "127.0.0.1"}, []string{"--registry-allow", "127.0.0.1"})
 	api0 := cl[0]
 	ctx := context.Background()
 

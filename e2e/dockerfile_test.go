@@ -145,7 +145,7 @@ func TestDockerfileFromImage(t *testing.T) {
 	reg := imageRegistry(t, password)
 	pushImage(t, reg+"/e2e/dfbase:1", password, noPythonImage(t, nonce))
 	name := "e2e-df-image"
-	s := startServer(t)
+	s := startServer(t, "--registry-allow", reg)
 	c := s.createProject("proj_dfimg")
 	key := s.keys[c]
 	ctx := context.Background()

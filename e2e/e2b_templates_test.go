@@ -50,7 +50,7 @@ func TestE2BTemplateFromImage(t *testing.T) {
 	img := noPythonImage(t, nonce)
 	pushImage(t, reg+"/e2e/nopy:1", password, img)
 	pushImage(t, reg+"/private/app:1", password, img)
-	s := startServer(t)
+	s := startServer(t, "--registry-allow", reg)
 	c := s.createProject("proj_e2bimg")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -240,7 +240,7 @@ func TestImageTemplate(t *testing.T) {
 	nonce := hex.EncodeToString(nonceB) // a fresh image, so fresh layers: the first pull is a real one
 	password := "pw-" + nonce
 	reg := imageRegistry(t, password)
-	s := startServer(t, "--template-builds-per-hour", "100") // five builds, past the default burst
+	s := startServer(t, "--template-builds-per-hour", "100", "--registry-allow", reg) // five builds, past the default burst
 	c := s.createProject("proj_img")
 	ctx := context.Background()
 	img := noPythonImage(t, nonce)

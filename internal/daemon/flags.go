@@ -93,7 +93,7 @@ func (f *sharedFlags) register(fs *flag.FlagSet, role string) {
 	fs.Int64Var(&f.MaxVolumeMb, "max-volume-mb", 10240, "largest persistent volume a project may create (sizeMb), MiB; "+volumes)
 	fs.Float64Var(&f.BuildsPerHour, "template-builds-per-hour", 20, "custom template builds per hour per project, not counting builds found in the cache (0: no bound)"+builds)
 	fs.StringVar(&f.RegistryConfig, "registry-config", os.Getenv("LIZARD_REGISTRY_CONFIG"), "a docker config.json whose auths pull the images templates are built on (recipe from) when a build brings no credentials (default: env LIZARD_REGISTRY_CONFIG; credential helpers are not run; in a cluster, give it to the api processes, which resolve images, and the nodes, which pull them)")
-	fs.StringVar(&f.RegistryAllow, "registry-allow", "", "comma-separated registry hosts (host[:port], docker.io for Docker Hub) templates' images may be pulled from; \"\": any (the server's host reaches the registry a build names)")
+	fs.StringVar(&f.RegistryAllow, "registry-allow", "", "comma-separated registries (host:port, or a host for any port; docker.io for Docker Hub) templates' images may be pulled from; \"\": any at a public address (never loopback, private or link-local ones, whatever a name resolves to)")
 	f.policy.register(fs)
 	f.secrets.register(fs, role)
 }

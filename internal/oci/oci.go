@@ -30,11 +30,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -45,6 +48,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/netns"
 )
 
 // MaxCacheBytes bounds the layer cache (compressed layers) on a node:
@@ -65,10 +69,15 @@ type Puller struct {
 	// pulls that bring no credentials of their own.
 	ConfigFile string
 	Limits     Limits
-	// Registries are the registry hosts (host or host:port, as in an
-	// image reference; docker.io for Docker Hub) images may come from;
-	// empty: any. A pull is a request from the server's host to where a
-	// user says: an operator may keep it to the registries it trusts.
+	// Registries are the registry hosts (host:port, or a host for any of
+	// its ports; docker.io for Docker Hub) images may come from;
+	// empty: any registry at a public address. A pull is a request from
+	// the server's host to where a user says: unless the operator names
+	// the registries it trusts, a pull never connects to loopback, a
+	// private range, link-local (cloud metadata) or another
+	// special-purpose address, whatever the name resolves to at the
+	// moment of the connection, so a key cannot aim the server at the
+	// services beside it.
 	Registries []string
 	// CacheBytes bounds Dir's layers (default MaxCacheBytes).
 	CacheBytes int64
@@ -102,8 +111,7 @@ func ParseRef(ref string) error {
 }
 
 func (p *Puller) options(ctx context.Context, ref name.Reference, auth *Auth) ([]remote.Option, error) {
-	if reg := ref.Context().RegistryStr(); len(p.Registries) > 0 && !slices.Contains(p.Registries, reg) &&
-		!(reg == name.DefaultRegistry && slices.Contains(p.Registries, "docker.io")) {
+	if reg := ref.Context().RegistryStr(); len(p.Registries) > 0 && !p.named(reg) {
 		return nil, errdefs.Invalidf("image %s: its registry %s is not one this server pulls from (--registry-allow %s)", ref, reg, strings.Join(p.Registries, ","))
 	}
 	a, err := p.authenticator(ref.Context().RegistryStr(), auth)
@@ -111,8 +119,11 @@ func (p *Puller) options(ctx context.Context, ref name.Reference, auth *Auth) ([
 		return nil, err
 	}
 	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(a), remote.WithPlatform(amd64), remote.WithUserAgent("lizard")}
-	if p.Transport != nil {
+	switch {
+	case p.Transport != nil:
 		opts = append(opts, remote.WithTransport(p.Transport))
+	case len(p.Registries) == 0:
+		opts = append(opts, remote.WithTransport(publicOnly))
 	}
 	return opts, nil
 }
@@ -380,3 +391,33 @@ func fromConfigFile(file, registry string) (authn.Authenticator, error) {
 	}
 	return authn.Anonymous, nil
 }
+
+// named reports whether Registries names registry: as it is, by its host
+// alone (any port), or as docker.io for Docker Hub.
+func (p *Puller) named(registry string) bool {
+	host, _, err := net.SplitHostPort(registry)
+	if err != nil {
+		host = registry
+	}
+	return slices.Contains(p.Registries, registry) || slices.Contains(p.Registries, host) ||
+		(registry == name.DefaultRegistry && slices.Contains(p.Registries, "docker.io"))
+}
+
+// publicOnly is the transport of pulls from registries no operator named:
+// its connections go only to addresses a sandbox with internet access may
+// reach (netns.Reachable), checked on the address dialled, after any
+// resolution or redirect (a registry's blobs are often served elsewhere).
+var publicOnly http.RoundTripper = func() http.RoundTripper {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second,
+		Control: func(network, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil || !netns.Reachable(ap.Addr(), nil, nil) {
+				return errdefs.Invalidf("a registry at %s: this server pulls from loopback, private and special-purpose addresses only from registries --registry-allow names", address)
+			}
+			return nil
+		}}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = d.DialContext
+	t.Proxy = nil // a proxy would dial for it, where Control does not look
+	return t
+}()

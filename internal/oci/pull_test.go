@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -98,7 +99,7 @@ func TestPullPinsCachesAndUnpacks(t *testing.T) {
 		[]entry{file("etc/.wh.gone", ""), file("srv/app.txt", "hi")})
 	ref := reg.push(t, "team/app:1", img)
 	cache := t.TempDir()
-	p := &Puller{Dir: cache}
+	p := &Puller{Dir: cache, Registries: []string{reg.host}}
 	ctx := context.Background()
 
 	pinned, digest, err := p.Resolve(ctx, ref, nil)
@@ -152,7 +153,7 @@ func TestPullPrivateImage(t *testing.T) {
 	reg := newRegistry(t)
 	ref := reg.push(t, "private/app:1", imageOf(t, v1.Config{}, []entry{file("secret.txt", "s")}))
 	ctx := context.Background()
-	p := &Puller{Dir: t.TempDir()}
+	p := &Puller{Dir: t.TempDir(), Registries: []string{reg.host}}
 
 	_, _, err := p.Resolve(ctx, ref, nil)
 	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "HTTP 401") || !strings.Contains(err.Error(), "credentials") {
@@ -195,7 +196,7 @@ func TestPullPicksLinuxAmd64FromAnIndex(t *testing.T) {
 	if err := remote.WriteIndex(ref, idx); err != nil {
 		t.Fatal(err)
 	}
-	_, digest, err := (&Puller{Dir: t.TempDir()}).Resolve(context.Background(), ref.String(), nil)
+	_, digest, err := (&Puller{Dir: t.TempDir(), Registries: []string{reg.host}}).Resolve(context.Background(), ref.String(), nil)
 	want, _ := amd.Digest()
 	if err != nil || digest != want.String() {
 		t.Fatalf("got %s, %v; want the linux/amd64 image %s", digest, err, want)
@@ -204,7 +205,7 @@ func TestPullPicksLinuxAmd64FromAnIndex(t *testing.T) {
 	armOnly := mutate.AppendManifests(empty.Index, mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
 	ref2, _ := name.ParseReference(reg.host + "/armonly:latest")
 	remote.WriteIndex(ref2, armOnly)
-	if _, _, err := (&Puller{Dir: t.TempDir()}).Resolve(context.Background(), ref2.String(), nil); !errors.Is(err, errdefs.ErrInvalid) {
+	if _, _, err := (&Puller{Dir: t.TempDir(), Registries: []string{reg.host}}).Resolve(context.Background(), ref2.String(), nil); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("an arm64-only image: got %v, want a 400", err)
 	}
 }
@@ -216,7 +217,7 @@ func TestPullRefusesTooManyLayers(t *testing.T) {
 		ls = append(ls, []entry{file("f"+string(rune('a'+i)), "x")})
 	}
 	ref := reg.push(t, "deep:1", imageOf(t, v1.Config{}, ls...))
-	p := &Puller{Dir: t.TempDir(), Limits: Limits{Layers: 4}}
+	p := &Puller{Dir: t.TempDir(), Limits: Limits{Layers: 4}, Registries: []string{reg.host}}
 	pinned, _, err := p.Resolve(context.Background(), ref, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -247,5 +248,28 @@ func TestRegistryAllowList(t *testing.T) {
 	p.Registries = append(p.Registries, reg.host)
 	if _, _, err := p.Resolve(context.Background(), ref, nil); err != nil {
 		t.Fatalf("an allowed registry: %v", err)
+	}
+}
+
+// TestPrivateAddresses: a server that names no registries pulls from any
+// registry but at a public address, so an API key cannot aim it at the
+// services beside it (the registry here is on loopback, as a metadata
+// service or an admin port would be).
+func TestPrivateAddresses(t *testing.T) {
+	reg := newRegistry(t)
+	ref := reg.push(t, "team/app:1", imageOf(t, v1.Config{}, []entry{file("a", "a")}))
+	before := reg.blobGets.Load()
+	_, _, err := (&Puller{Dir: t.TempDir()}).Resolve(context.Background(), ref, nil)
+	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "--registry-allow") {
+		t.Fatalf("a registry on loopback, none named: got %v, want a 400 naming --registry-allow", err)
+	}
+	if reg.blobGets.Load() != before {
+		t.Errorf("the registry was asked")
+	}
+	for _, a := range []string{"127.0.0.1", "10.1.2.3", "169.254.169.254", "192.168.1.1", "100.64.0.1", "0.0.0.0", "::1", "203.0.113.5"} {
+		_, _, err := (&Puller{Dir: t.TempDir()}).Resolve(context.Background(), net.JoinHostPort(a, "5000")+"/x:1", nil)
+		if !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("a registry at %s: got %v, want refused before connecting", a, err)
+		}
 	}
 }
