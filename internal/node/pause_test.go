@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -217,6 +218,37 @@ func TestResumeRestoreFails(t *testing.T) {
 	// Its slot is free again.
 	if next := e.Create(t, nodetest.Plan(0)); next.GuestAddr != "169.254.128.2" {
 		t.Errorf("next sandbox got %s; want slot 0's 169.254.128.2", next.GuestAddr)
+	}
+}
+
+// TestResumeOtherBuild: an image another runtime build made (an upgrade
+// changed runsc) is refused with a 409 naming the way out, and nothing is
+// lost: the sandbox stays paused with its image, and resumes once the
+// runtime can restore it.
+func TestResumeOtherBuild(t *testing.T) {
+	e := nodetest.New(t)
+	ctx := context.Background()
+	sb := e.Create(t, nodetest.Plan(0))
+	pause(t, e, sb.ID)
+	restore := e.Runtime.RestoreFunc
+	e.Runtime.RestoreFunc = func(context.Context, sandbox.Spec, string) error {
+		return fmt.Errorf("restoring sandbox %s: %w: made by runsc build gvisor-old", sb.ID, sandbox.ErrOtherBuild)
+	}
+	_, err := e.Node.Resume(ctx, sb.ID, nil)
+	if k, _ := errdefs.Classify(err); k.Status != 409 || !strings.Contains(errdefs.Message(err), "gvisor-old") || !strings.Contains(errdefs.Message(err), "memory: false") {
+		t.Fatalf("Resume = %v (status %d); want a 409 naming the build and the way out", err, k.Status)
+	}
+	if row := e.Row(t, sb.ID); row.State != api.StatePaused || row.EndedAt != nil || !nodetest.Exists(e.Image(sb.ID)) || e.Runtime.IsRunning(sb.ID) {
+		t.Fatalf("after a refused resume: state %s ended %v image=%v running=%v; want paused with its image", row.State, row.EndedAt, nodetest.Exists(e.Image(sb.ID)), e.Runtime.IsRunning(sb.ID))
+	}
+	// Its slot was freed: the next create gets slot 0.
+	next := e.Create(t, nodetest.Plan(0))
+	if next.GuestAddr != "169.254.128.2" {
+		t.Errorf("next sandbox got %s; want slot 0's 169.254.128.2", next.GuestAddr)
+	}
+	e.Runtime.RestoreFunc = restore
+	if got, err := e.Node.Resume(ctx, sb.ID, nil); err != nil || got.State != api.StateRunning {
+		t.Fatalf("Resume with the build that made it = %+v, %v; want running", got, err)
 	}
 }
 

@@ -2,9 +2,11 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/trace"
 )
@@ -56,7 +58,11 @@ func (r restoreSource) identify(ctx context.Context, l *launch) (string, error) 
 // (sandbox.ForkRestorer), else once the image is made.
 func (n *Local) restoreImage(ctx context.Context, p Plan, spec sandbox.Spec, image string) error {
 	if p.fork == nil {
-		return n.cfg.Runtime.Restore(ctx, spec, image)
+		err := n.cfg.Runtime.Restore(ctx, spec, image)
+		if errors.Is(err, sandbox.ErrOtherBuild) {
+			return otherBuild(err)
+		}
+		return err
 	}
 	if fr, ok := n.cfg.Runtime.(sandbox.ForkRestorer); ok {
 		return fr.RestoreFork(ctx, spec, p.fork.parent, image, p.fork.wait)
@@ -64,5 +70,17 @@ func (n *Local) restoreImage(ctx context.Context, p Plan, spec sandbox.Spec, ima
 	if err := p.fork.wait(ctx); err != nil {
 		return fmt.Errorf("restoring sandbox %s: its image was not made: %w", spec.ID, err)
 	}
+	// A fork's image is this runtime's own, just made.
 	return n.cfg.Runtime.Restore(ctx, spec, image)
+}
+
+// otherBuild answers an image another runtime build made (an upgrade
+// changed runsc) as a conflict (409) naming the way out: the image is
+// intact and kept, and no retry on this server restores it — the request
+// is not wrong (400), nor is the server short of anything (503).
+func otherBuild(err error) error {
+	return &errdefs.Error{Kind: errdefs.ErrConflict, Cause: err, Msg: err.Error() +
+		". The image is kept. To keep its sandbox, run the Lizard release that made it (with its runsc) on this data directory, " +
+		"resume the sandbox (or create one from the snapshot) there and pause it with memory: false (its files alone, which any runsc boots), " +
+		"then upgrade again; or kill it (docs/operations.md#upgrading)"}
 }

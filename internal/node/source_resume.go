@@ -18,8 +18,9 @@ import (
 // resumeSource restores a paused sandbox (resumeLocked, pause.go) from its
 // own image into a new address slot: its row is kept, its caller holds its
 // lock, and it keeps its identity and its lizardToken's key. An image that
-// cannot be restored fails the sandbox; a lack of addresses, or a client
-// gone during the restore, leaves it paused.
+// cannot be restored fails the sandbox; a lack of addresses, a client gone
+// during the restore, or an image made by another runtime build (which
+// that build can still restore) leaves it paused.
 type resumeSource struct {
 	row store.Sandbox
 	// timeoutMs and expires are the deadline it resumes with.
@@ -108,10 +109,20 @@ func (r resumeSource) start(ctx context.Context, l *launch) (string, error) {
 		if ctx.Err() != nil {
 			return "", cutShort{ctx.Err()}
 		}
+		if errors.Is(err, sandbox.ErrOtherBuild) {
+			return "", keptImage{err}
+		}
 		return "its checkpoint image is missing or corrupt", err
 	}
 	return "", nil
 }
+
+// keptImage is a restore refused because another runtime build made the
+// image (an upgrade changed runsc): the image is intact, so fail leaves
+// the sandbox paused with it, for the build that made it to resume.
+type keptImage struct{ error }
+
+func (k keptImage) Unwrap() error { return k.error }
 
 // boot starts a sandbox paused keeping its disk alone: the template,
 // booted with its identity, and its saved disk over the template's root.
@@ -180,6 +191,11 @@ func (r resumeSource) fail(ctx context.Context, l *launch, reason string, err er
 	if errors.As(err, new(cutShort)) {
 		l.n.unslot(ctx, l.log, l.sb)
 		return l.sb, ctx.Err()
+	}
+	if errors.As(err, new(keptImage)) {
+		l.n.unslot(ctx, l.log, l.sb)
+		l.log.Warn("sandbox not resumed: its image was made by another runtime build; it stays paused", "image", r.dir, "err", err)
+		return l.sb, err
 	}
 	image := r.dir
 	if r.cached {

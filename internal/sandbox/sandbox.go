@@ -22,6 +22,12 @@ var (
 	ErrNotRunning = errors.New("sandbox not running")
 	// ErrImage means a checkpoint image is missing or unreadable.
 	ErrImage = errors.New("checkpoint image unusable")
+	// ErrOtherBuild means a checkpoint image was made by another build
+	// of the runtime (another runsc) than the one this runtime runs,
+	// which cannot restore it. The image is intact: its owner keeps it
+	// (a paused sandbox stays paused) until it is restored by the build
+	// that made it.
+	ErrOtherBuild = errors.New("checkpoint image made by another runtime build")
 )
 
 var validID = regexp.MustCompile(`^[a-z0-9-]{1,40}$`)

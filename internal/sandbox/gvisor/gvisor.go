@@ -43,6 +43,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/hostproc"
 	"github.com/lizard-build/lizard/internal/trace"
+	"github.com/lizard-build/lizard/internal/version"
 )
 
 var (
@@ -451,6 +452,9 @@ func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, imageDir strin
 	case err != nil:
 		return fmt.Errorf("restoring sandbox %s: %w: %v", spec.ID, sandbox.ErrImage, err)
 	}
+	if err := checkBuild(spec.ID, imageDir, rec, r.ImageKey()); err != nil {
+		return err
+	}
 	if err := checkDisk(spec, rec); err != nil {
 		return err
 	}
@@ -458,6 +462,23 @@ func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, imageDir strin
 		spec.Disk = restoredDisk
 	}
 	return r.boot(ctx, spec, imageDir, rec.Layout, nil)
+}
+
+// checkBuild refuses, with ErrOtherBuild, an image that another runsc
+// build made: a runsc restores only its own checkpoints, and a failed
+// attempt would end the sandbox and lose its image. An image without a
+// record of its build (made before Lizard recorded it) is taken for the
+// current build's.
+func checkBuild(id, imageDir string, rec imageRecord, key string) error {
+	if rec.Runsc == "" || rec.Runsc == key {
+		return nil
+	}
+	made := "runsc build " + rec.Runsc
+	if rec.Lizard != "" {
+		made += " (Lizard " + rec.Lizard + ")"
+	}
+	return fmt.Errorf("restoring sandbox %s: %w: its image %s was made by %s and this server runs runsc build %s (Lizard %s), which cannot restore it",
+		id, sandbox.ErrOtherBuild, imageDir, made, key, version.Version)
 }
 
 func checkDisk(spec sandbox.Spec, rec imageRecord) error {
@@ -505,6 +526,13 @@ type imageRecord struct {
 	// restore's spec must repeat (with an empty tar: the layer is in the
 	// checkpoint by then).
 	DiskTar bool `json:"diskTar,omitempty"`
+	// Runsc is the build of runsc (ImageKey) that made the image, and
+	// Lizard the version of Lizard that ran it: set by Checkpoint, in
+	// the image's copy only. An image made by another build is refused
+	// (checkBuild); one without it is an older Lizard's, taken for the
+	// current build's.
+	Runsc  string `json:"runsc,omitempty"`
+	Lizard string `json:"lizard,omitempty"`
 }
 
 // restoredDisk is Spec.Disk of a restore of an image with DiskTar.
@@ -953,8 +981,10 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 		args = append(args, "--leave-running")
 	}
 	// The record goes in first: an image without one reads as an older
-	// Lizard's.
-	if b, err := os.ReadFile(filepath.Join(r.dir(id), recordName)); err == nil {
+	// Lizard's. Its copy names the runsc build that makes the image.
+	if rec, err := readRecord(filepath.Join(r.dir(id), recordName)); err == nil {
+		rec.Runsc, rec.Lizard = r.ImageKey(), version.Version
+		b, _ := json.Marshal(rec)
 		if err := os.WriteFile(filepath.Join(imageDir, imageRecordName), b, 0o600); err != nil {
 			return fmt.Errorf("checkpointing sandbox %s: writing runtime record: %w", id, err)
 		}

@@ -335,6 +335,12 @@ type record struct {
 	// RAMFile (an image's record): the RAM is in the file imageRAM and
 	// the migration stream, made with x-ignore-shared, has none of it.
 	RAMFile bool `json:"ramFile,omitempty"`
+	// Build (an image's record) is the ImageKey of the runtime that made
+	// it (QEMU, machine, guest kernel and init, image format); an image of
+	// another is refused with ErrOtherBuild, not attempted (a failed
+	// restore costs the image). An image without it is an older Lizard's,
+	// taken for this build's.
+	Build string `json:"build,omitempty"`
 }
 
 const (
@@ -397,6 +403,10 @@ func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, imageDir strin
 	rec, err := readRecord(filepath.Join(imageDir, imageRecordName))
 	if err != nil {
 		return fmt.Errorf("restoring sandbox %s: %w: %v", spec.ID, sandbox.ErrImage, err)
+	}
+	if rec.Build != "" && rec.Build != r.imageKey {
+		return fmt.Errorf("restoring sandbox %s: %w: its image %s was made by the VM build %s and this server runs %s, which cannot restore it",
+			spec.ID, sandbox.ErrOtherBuild, imageDir, rec.Build, r.imageKey)
 	}
 	if rec.RAMFile {
 		if _, err := os.Stat(filepath.Join(imageDir, imageRAM)); err != nil {
@@ -1134,6 +1144,7 @@ func (r *Runtime) checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 	}
 	image := rec
 	image.SharedRAM, image.RAMFile = false, rec.SharedRAM
+	image.Build = r.imageKey
 	b, _ := json.Marshal(image)
 	return os.WriteFile(filepath.Join(imageDir, imageRecordName), b, 0o600)
 }
