@@ -99,13 +99,29 @@ func host(id string) string { return net.JoinHostPort(id, strconv.Itoa(api.Agent
 // Transport.
 func URL(id string) *url.URL { return &url.URL{Scheme: "http", Host: host(id)} }
 
+// known is an agent's address a caller knows already (At).
+type known struct{ id, addr string }
+
+type knownKey struct{}
+
+// At returns ctx under which requests to sandbox id's agent dial addr
+// instead of asking the Resolver: for the caller that has just given the
+// sandbox that address (a node starting it), so that each attempt of a
+// wait does not read back what it holds. Requests to other sandboxes
+// resolve as ever.
+func At(ctx context.Context, id, addr string) context.Context {
+	return context.WithValue(ctx, knownKey{}, known{id: id, addr: addr})
+}
+
 func (c *Client) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	id, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
 	}
-	target, err := c.resolve(ctx, id)
-	if err != nil {
+	target := ""
+	if k, ok := ctx.Value(knownKey{}).(known); ok && k.id == id {
+		target = k.addr
+	} else if target, err = c.resolve(ctx, id); err != nil {
 		return nil, fmt.Errorf("dialing agent of sandbox %s: %w", id, err)
 	}
 	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}

@@ -180,3 +180,47 @@ func TestEnvBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestAt: a wait under At dials the address its caller gave and never
+// asks the resolver, however many attempts it makes (a node starting a
+// sandbox read its row back from the store at each before); a request to
+// another sandbox under the same context still resolves.
+func TestAt(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var healthy atomic.Bool
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !healthy.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	var resolved atomic.Int32
+	c := New(func(context.Context, string) (string, error) {
+		resolved.Add(1)
+		return ln.Addr().String(), nil
+	}, nil, nil)
+	time.AfterFunc(100*time.Millisecond, func() { healthy.Store(true) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	known := At(ctx, "sbx", ln.Addr().String())
+	if err := c.Wait(known, "sbx", nil); err != nil {
+		t.Fatalf("Wait under At = %v", err)
+	}
+	c.CloseIdle() // the next request dials again
+	if err := c.Wait(known, "sbx", nil); err != nil {
+		t.Fatalf("Wait under At = %v", err)
+	}
+	if n := resolved.Load(); n != 0 {
+		t.Errorf("the resolver was asked %d times under At; want 0", n)
+	}
+	if err := c.Wait(known, "other", nil); err != nil {
+		t.Fatalf("Wait for another sandbox = %v", err)
+	}
+	if n := resolved.Load(); n != 1 {
+		t.Errorf("the resolver was asked %d times for another sandbox; want 1", n)
+	}
+}

@@ -72,8 +72,10 @@ func (a *agents) wait(ctx context.Context, sb store.Sandbox) error {
 // await runs wait, which waits on sandbox sb's agent, for at most
 // StartTimeout and no longer than sb's runtime runs, and says in words for
 // the caller which ended it: "did not answer within", or "stopped before
-// its agent <what>".
+// its agent <what>". Its attempts dial the address sb was just given
+// (agentclient.At), not the row read back from the store at each.
 func (a *agents) await(ctx context.Context, sb store.Sandbox, what string, wait func(context.Context, func(context.Context) error) error) error {
+	ctx = agentclient.At(ctx, sb.ID, a.addr(sb.ID, sb.GuestAddr))
 	wctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	err := wait(wctx, func(ctx context.Context) error {

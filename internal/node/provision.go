@@ -127,8 +127,10 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 		}
 	}
 	l.env = append(slices.Clone(p.Envs), identityEnv(sb)...)
-	if l.tokenEnv, l.apiPort, err = src.token(ctx, l); err != nil {
-		return fail("giving it its lizardToken failed", err)
+	if p.Token {
+		if l.tokenEnv, l.apiPort, err = src.token(ctx, l); err != nil {
+			return fail("giving it its lizardToken failed", err)
+		}
 	}
 	if reason, err := src.start(ctx, l); err != nil {
 		return fail(reason, err)
@@ -137,8 +139,10 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 		return fail(reason, err)
 	}
 	restored()
-	if err := n.network.trustEgress(ctx, sb.ID, p.Network, ab.fromImage, p.fork.parentID()); err != nil {
-		return fail("installing its egress CA failed", err)
+	if !ab.keepsCA {
+		if err := n.network.trustEgress(ctx, sb.ID, p.Network, ab.fromImage, p.fork.parentID()); err != nil {
+			return fail("installing its egress CA failed", err)
+		}
 	}
 	if err := src.markRunning(ctx, l); err != nil {
 		return fail("recording the running sandbox failed", err)

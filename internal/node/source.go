@@ -34,8 +34,9 @@ type source interface {
 	// record admits plan p and records its sandbox, holding an address
 	// slot. On failure nothing is left to clean up.
 	record(ctx context.Context, n *Local, p Plan) (store.Sandbox, error)
-	// token gives l's sandbox its lizardToken if its plan asks for one:
+	// token gives l's sandbox, whose plan asks for one, its lizardToken:
 	// the environment to add, and the port its egress must let through.
+	// A plan without a token passes no source's token step.
 	token(ctx context.Context, l *launch) (env []string, apiPort int, err error)
 	// start has the runtime start the sandbox (a claim: bring it to the
 	// foreground).
@@ -69,6 +70,10 @@ type about struct {
 	// fromImage: it runs from an image that may trust a CA it must not
 	// (trustEgress).
 	fromImage bool
+	// keepsCA: it trusts what it trusted when its image was taken, and
+	// provision installs no egress CA (a resume: trust.go, a paused
+	// sandbox keeps its CA).
+	keepsCA bool
 	// locked: provision's caller holds the sandbox's lock already (a
 	// resume's); else provision takes it once the sandbox is recorded.
 	locked bool
@@ -123,9 +128,6 @@ func (f fresh) record(ctx context.Context, n *Local, p Plan) (store.Sandbox, err
 // trail as a KeyCreated event. The API's address comes with it.
 func (fresh) token(ctx context.Context, l *launch) (env []string, apiPort int, err error) {
 	n, sb := l.n, l.sb
-	if !l.p.Token {
-		return nil, 0, nil
-	}
 	k, err := auth.CreateUntil(ctx, n.cfg.Store, sb.ProjectID, sb.ID, l.p.KeyExpires)
 	if err != nil {
 		return nil, 0, fmt.Errorf("minting the sandbox's API key: %w", err)

@@ -34,12 +34,13 @@ type resumeSource struct {
 
 // about: a resume is not a create (no metrics path: an explicit Resume
 // is counted as metrics.OpResume); a user's sandbox with an image to
-// restore waits its turn; its own image, from before an update while
-// paused, may trust a CA it must not; its caller (resumeLocked) holds its
-// lock already; a refusal leaves it as it was, paused.
+// restore waits its turn; it keeps the egress CA its image trusts (its
+// plan names no policy: trustEgress would install and remove nothing);
+// its caller (resumeLocked) holds its lock already; a refusal leaves it
+// as it was, paused.
 func (r resumeSource) about(p Plan) about {
 	return about{name: "resume", image: r.dir, running: "sandbox resumed", queues: p.Role == "" && r.dir != "",
-		fromImage: true, locked: true, prior: r.row}
+		keepsCA: true, locked: true, prior: r.row}
 }
 
 // record gives the paused row a new address slot to resume into. It is
@@ -69,7 +70,7 @@ func (r resumeSource) record(ctx context.Context, n *Local, _ Plan) (store.Sandb
 // address, on its new host address, is given again.
 func (resumeSource) token(ctx context.Context, l *launch) (env []string, apiPort int, err error) {
 	n, sb := l.n, l.sb
-	if !l.p.Token || n.cfg.TokenAPI == nil {
+	if n.cfg.TokenAPI == nil {
 		return nil, 0, nil
 	}
 	has, err := n.cfg.Store.SandboxHasLiveKey(ctx, sb.ID, n.clock.now())
