@@ -208,6 +208,7 @@ func (n *Local) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs *i
 		defer release()
 		src.dir, src.cached = dir, true
 	}
+	src.disk = src.dir != "" && diskOnly(src.dir)
 	return n.provision(ctx, plan, src)
 }
 

@@ -30,6 +30,10 @@ type resumeSource struct {
 	// cached: dir is the image cache's (durable.go), fetched from the
 	// image store, not to be removed after the resume.
 	cached bool
+	// disk: dir is a disk alone (diskOnly), which the template boots
+	// over, not an image of its memory to restore: decided once, when
+	// the source is chosen, for start and identify.
+	disk bool
 }
 
 // about: a resume is not a create (no metrics path: an explicit Resume
@@ -99,7 +103,7 @@ func (r resumeSource) start(ctx context.Context, l *launch) (string, error) {
 	if r.dir == "" {
 		return "its checkpoint image is missing", errors.New("no image recorded")
 	}
-	if diskOnly(r.dir) {
+	if r.disk {
 		return r.boot(ctx, l)
 	}
 	spec, err := l.spec(l.env)
@@ -153,7 +157,7 @@ func (r resumeSource) boot(ctx context.Context, l *launch) (string, error) {
 // its new host address, is news to it — and, paused on another node (its
 // image the cache's), the secret this node gives its agent.
 func (r resumeSource) identify(ctx context.Context, l *launch) (string, error) {
-	if r.cached && !diskOnly(r.dir) {
+	if r.cached && !r.disk {
 		req := api.ReseedRequest{SandboxID: l.sb.ID, Envs: envMap(l.tokenEnv), KeepSeeds: true}
 		if err := l.n.agents.reseedRestored(ctx, l.sb, req, l.n.images.imageAuth(r.dir)); err != nil {
 			return "its agent did not take this node's secret after the restore", err
@@ -163,7 +167,7 @@ func (r resumeSource) identify(ctx context.Context, l *launch) (string, error) {
 	if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return l.n.agents.wait(ctx, l.sb) }); err != nil {
 		return "its agent did not answer after the restore", err
 	}
-	if len(l.tokenEnv) > 0 && !diskOnly(r.dir) {
+	if len(l.tokenEnv) > 0 && !r.disk {
 		req := api.ReseedRequest{SandboxID: l.sb.ID, Envs: envMap(l.tokenEnv), KeepSeeds: true}
 		if err := trace.Step(ctx, "node.reseed", func(ctx context.Context) error { return l.n.agents.Reseed(ctx, req, "") }); err != nil {
 			return "telling its agent the new API address failed", err
