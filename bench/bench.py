@@ -13,6 +13,7 @@ docs/performance.md explains every figure. Run as root from the repository root:
     .cache/testvenv/bin/python bench/bench.py [--scale 50] [--sustain 20s] [--warm-pool N]
     .cache/testvenv/bin/python bench/bench.py --only density,burst,sustain --density-max 50 --burst 10
     .cache/testvenv/bin/python bench/bench.py --only e2b --runs 5 --code-runs 50
+    .cache/testvenv/bin/python bench/bench.py --only images --image-runs 3 --runs 10
     .cache/testvenv/bin/python bench/bench.py --only burst,sustain --baseline-bin-dir /tmp/main-bin --ab-rounds 3
 
 Everything the bench makes (the server, its sandboxes, raw runsc containers, temp dirs) is removed at the
@@ -1569,6 +1570,8 @@ def main() -> int:
     ap.add_argument("--serve-flag", action="append", default=[],
                     help="a flag for the lizard serve of the density, burst and sustain sections (repeat for more), "
                          "to measure a lever beside the default, e.g. --serve-flag=--preload=")
+    ap.add_argument("--image-runs", type=int, default=3,
+                    help="builds of the images section's ~200 MB image, cold and with its layers cached (default 3)")
     ap.add_argument("--density-steps", type=lambda v: [int(x) for x in v.split(",")], default=[25, 50, 100, 200, 400, 800],
                     help="idle sandboxes held at each step of the density section (default 25,50,100,200,400,800)")
     ap.add_argument("--density-max", type=int, default=0,
@@ -1592,8 +1595,8 @@ def main() -> int:
     ap.add_argument("--cache-dir", default=os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     a = ap.parse_args()
-    if a.only - {"density", "burst", "sustain", "e2b", "egress", "secrets", "qemu"}:
-        ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain', 'e2b', 'egress', 'secrets', 'qemu'})}")
+    if a.only - {"density", "burst", "sustain", "e2b", "egress", "secrets", "qemu", "images"}:
+        ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain', 'e2b', 'egress', 'secrets', 'qemu', 'images'})}")
     if a.baseline_bin_dir and not (a.only and a.only <= {"burst", "sustain", "density", "qemu"}):
         ap.error("--baseline-bin-dir: give --only with burst, sustain, density or qemu")
     globals()["ADDRESS_POOL"] = a.address_pool
@@ -1680,6 +1683,9 @@ def main() -> int:
         if "qemu" in a.only:
             gvisor_first(res, bin_dir, a.cache_dir, a.runs)
             qemu_column(res, bin_dir, a)
+        if not a.only or "images" in a.only:
+            log("Lizard: templates from an OCI image (pull + build, cold and cached; create → first command)")
+            image_section(res, a, bin_dir, rootfs)
         if not a.only or "secrets" in a.only:
             log("Lizard: HTTPS with a secret set by the node, beside direct")
             secrets_section(res, a, bin_dir)
@@ -1941,6 +1947,125 @@ def e2b_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
     warm_up(srv)
     e2b_figures(res, srv, a.runs, a.code_runs)
     srv.stop()
+
+
+def image_section(res: Results, a: argparse.Namespace, bin_dir: Path, rootfs: Path) -> None:
+    """--only images (and the whole bench), issue 36: a template built on an OCI image of about 200 MB (cut by
+    bench/images from the interpreter template's files and served by go-containerregistry's registry on
+    loopback), pull + build timed through Template.build, cold (a server and an image repository of its own per run:
+    no layer cached) and with the layers cached (the same image again with another recipe, so a new build); the
+    templates are deleted at the end of each run (built ones live in the shared cache directory); then
+    create → first command (`true`) of a sandbox of that template beside one of the interpreter template,
+    alternating, on the same server."""
+    from lizard import CodeSandbox, Template
+
+    tmp = Path(tempfile.mkdtemp(prefix="lizard-bench-images-"))
+    CLEANUP.push(f"removing {tmp}", lambda: shutil.rmtree(tmp, ignore_errors=True))
+    subprocess.run(["go", "build", "-o", str(tmp / "images"), "./bench/images"], cwd=REPO, check=True)
+    reg = subprocess.Popen([str(tmp / "images"), "--rootfs", str(rootfs), "--repos", str(a.image_runs)], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+    def stop_registry() -> None:
+        reg.stdin.close()  # it serves until its stdin closes
+        try:
+            reg.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            reg.kill()
+            reg.wait()
+    stop = CLEANUP.push(f"stopping the image registry (pid {reg.pid})", stop_registry)
+    line = reg.stdout.readline()
+    if not line:
+        raise RuntimeError(f"bench/images exited ({reg.wait()}) without serving its image")
+    img = json.loads(line)
+    size = f"{img['bytes'] / 1e6:.0f} MB in {img['layers']} layers, {img['compressedBytes'] / 1e6:.0f} MB gzipped"
+    log(f"image {img['digest']} ({size}) on {img['registry']} in {len(img['refs'])} repositories")
+
+    def drop_layers() -> None:
+        # The servers' layer cache is the cache directory's, shared, one directory per repository
+        # (internal/oci, Puller.scope: the first 8 bytes of the SHA-256 of its name, hex): the bench's go.
+        import hashlib
+        for ref in img["refs"]:
+            scope = hashlib.sha256(ref.rsplit(":", 1)[0].encode()).hexdigest()[:16]
+            shutil.rmtree(Path(a.cache_dir, "oci", "blobs", scope), ignore_errors=True)
+    CLEANUP.push("removing the bench image's layers from the layer cache", drop_layers)
+
+    cold, cached, server_cold, server_cached, on_image, on_interp, restored = [], [], [], [], [], [], []
+    pull_cold: List[float] = []
+    pull_cached: List[float] = []
+
+    def build(srv: Server, name: str, recipe: Dict[str, Any], want_cached: int) -> tuple:
+        texts: List[str] = []
+        pulled: List[float] = []  # when the build said it had the image's files (its "pulled ..." line)
+        t0 = time.perf_counter()
+
+        def event(ev: Dict[str, Any]) -> None:
+            texts.append(f"{ev.get('name', '')}{ev.get('text', '')}")
+            if texts[-1].startswith("pulled "):
+                pulled.append((time.perf_counter() - t0) * 1000)
+        ms, info = timed(lambda: Template.build(name, recipe, **srv.sdk(), timeout=1800, on_event=event))
+        hits = sum(": cached" in t for t in texts)
+        if info.digest != img["digest"] or info.build_ms == 0 or hits != want_cached:
+            raise RuntimeError(f"building {name}: digest {info.digest}, build_ms {info.build_ms}, {hits} layers "
+                               f"cached (want {img['digest']}, a fresh build, {want_cached}):\n" + "\n".join(texts))
+        if not pulled:
+            raise RuntimeError(f"building {name}: no \"pulled\" event:\n" + "\n".join(texts))
+        return ms, info.build_ms, pulled[0]
+
+    def first_command(srv: Server, template: Optional[str]) -> float:
+        t0 = time.perf_counter()
+        sb = CodeSandbox.create(**srv.sdk(), timeout_ms=600_000, **({"template": template} if template else {}))
+        try:
+            r = sb.process.exec("true")
+            if r.exit_code != 0:
+                raise RuntimeError(f"`true` in a sandbox of {template or 'interpreter'} exited {r.exit_code}")
+            return (time.perf_counter() - t0) * 1000
+        finally:
+            sb.kill()
+            sb.close()
+
+    for i in range(a.image_runs):
+        srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0", "--registry-allow", img["registry"],
+                                            "--template-builds-per-hour", "0"], f"images{i}")
+        # Built templates and pulled layers sit in the cache directory all servers share: a recipe new to
+        # it (a run's nonce) so that each build is one, a repository of the run's own so that its pull is cold.
+        nonce = os.urandom(6).hex()
+        ms, server_ms, pull_ms = build(srv, "bench-image", {"from": img["refs"][i], "env": {"BENCH_RUN": nonce}}, 0)
+        cold.append(ms)
+        server_cold.append(server_ms)
+        pull_cold.append(pull_ms)
+        ms, server_ms, pull_ms = build(srv, "bench-image-env", {"from": img["refs"][i], "env": {"BENCH_RUN": nonce + "-2"}},
+                                       img["layers"])
+        cached.append(ms)
+        server_cached.append(server_ms)
+        pull_cached.append(pull_ms)
+        if i == a.image_runs - 1:  # creates on the last run's server, once its interpreter snapshot is there
+            wait_snapshot(srv)
+            warm_up(srv)
+            first_command(srv, "bench-image")  # first-use costs out, as warm_up's
+            for j in range(a.runs):
+                pair = ((lambda: first_command(srv, None), on_interp), (lambda: first_command(srv, "bench-image"), on_image))
+                for fn, out in pair[:: 1 if j % 2 == 0 else -1]:
+                    out.append(fn())
+            timings = srv.log_timings()
+            restored = [t.get("restored", 0.0) for t in timings.values()]
+        srv.kill_all()
+        for name in ("bench-image", "bench-image-env"):  # frees them in the shared cache directory
+            Template.delete(name, **srv.sdk())
+        srv.stop()
+    stop()
+
+    base = f"template from a {img['bytes'] / 1e6:.0f} MB OCI image: pull + build, cold (Template.build)"
+    res.add(Figure(base, cold, note=f"{size}, loopback registry; server's build_ms p50 {pct(server_cold, 50):.0f} ms"))
+    res.add(Figure(f"template from the same image, layers cached: pull + build (Template.build)", cached, baseline=base,
+                   note=f"a new recipe on the same image; server's build_ms p50 {pct(server_cached, 50):.0f} ms"))
+    pull = f"the {img['bytes'] / 1e6:.0f} MB image's pull alone (to the build's \"pulled\" line), cold"
+    res.add(Figure(pull, pull_cold, note="fetched, checked, unpacked into the build's root"))
+    res.add(Figure("the same image's pull alone, layers cached", pull_cached, baseline=pull,
+                   note="unpacked from the cache"))
+    interp = "create → first command (`true`), interpreter template (beside the image template)"
+    res.add(Figure(interp, on_interp))
+    res.add(Figure(f"create → first command (`true`), template from the {img['bytes'] / 1e6:.0f} MB image", on_image,
+                   baseline=interp, note=f"{sum(restored):.0f} of {len(restored)} creates restored a snapshot"))
 
 
 def wait_snapshot(srv: Server, seconds: float = 1800) -> None:
