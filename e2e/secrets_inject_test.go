@@ -343,6 +343,22 @@ func TestSecretsInjected(t *testing.T) {
 		t.Errorf("an update naming an unknown secret: %v; want a 400 naming network.inject[0].headers[X-Key]", err)
 	}
 
+	// Rules added while it is paused: its resume has it trust the CA.
+	asleep := newSandbox(t, c, api.CreateSandboxRequest{Network: &api.NetworkPolicy{Default: "deny", Allow: []string{secHost}}})
+	if _, err := c.PauseSandbox(ctx, asleep.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UpdateNetwork(ctx, asleep.SandboxID, api.UpdateNetworkRequest{Inject: &inject}); err != nil {
+		t.Fatalf("UpdateNetwork adding inject rules to a paused sandbox: %v", err)
+	}
+	if _, err := c.ResumeSandbox(ctx, asleep.SandboxID, api.ResumeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := caOf(asleep.SandboxID); got == "" {
+		t.Errorf("a sandbox given inject rules while paused trusts no egress CA after its resume")
+	}
+	expectInjected(t, c, asleep.SandboxID, "paused-late", value, up, false)
+
 	// The audit trail names each use, by secret and sandbox, never a value.
 	audit, err := os.ReadFile(filepath.Join(s.dataDir, "audit.log"))
 	if err != nil {

@@ -140,7 +140,12 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 	}
 	restored()
 	if !ab.keepsCA {
-		if err := n.network.trustEgress(ctx, sb.ID, p.Network, ab.fromImage, p.fork.parentID()); err != nil {
+		// A resume's plan names no policy: its row has the one it has now.
+		pol := p.Network
+		if pol == nil {
+			pol = sb.Shape.Network
+		}
+		if err := n.network.trustEgress(ctx, sb.ID, pol, ab.fromImage, p.fork.parentID()); err != nil {
 			return fail("installing its egress CA failed", err)
 		}
 	}

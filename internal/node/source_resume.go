@@ -38,13 +38,14 @@ type resumeSource struct {
 
 // about: a resume is not a create (no metrics path: an explicit Resume
 // is counted as metrics.OpResume); a user's sandbox with an image to
-// restore waits its turn; it keeps the egress CA its image trusts (its
-// plan names no policy: trustEgress would install and remove nothing);
-// its caller (resumeLocked) holds its lock already; a refusal leaves it
-// as it was, paused.
+// restore waits its turn; it keeps the egress CA its image trusts unless
+// its policy injects now (an UpdateNetwork while it was paused may have
+// added the rules: the CA, its own as before, is installed again — one
+// call to its agent, for such sandboxes alone); its caller (resumeLocked)
+// holds its lock already; a refusal leaves it as it was, paused.
 func (r resumeSource) about(p Plan) about {
 	return about{name: "resume", image: r.dir, running: "sandbox resumed", queues: p.Role == "" && r.dir != "",
-		keepsCA: true, locked: true, prior: r.row}
+		keepsCA: !injects(r.row.Shape.Network), locked: true, prior: r.row}
 }
 
 // record gives the paused row a new address slot to resume into. It is

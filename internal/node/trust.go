@@ -8,7 +8,11 @@ package node
 // of its parent's CA, which its processes' memory trusts already; a
 // sandbox restored from a snapshot gets a CA of its own, which replaces
 // the one its image trusted (or removes it, when its policy injects
-// nothing); a paused sandbox keeps its CA.
+// nothing); a paused sandbox keeps its CA, and is given it again at
+// resume when its policy injects (rules added while it was paused). One
+// whose rules were removed while paused still trusts its own CA, whose
+// key only this node's injector holds and which now signs nothing it is
+// shown.
 
 import (
 	"context"
