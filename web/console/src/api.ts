@@ -248,6 +248,50 @@ export interface TemplateRecipe {
   steps?: TemplateStep[];
 }
 
+/** A built custom template of the project (docs/templates.md). */
+export interface Template {
+  name: string;
+  projectId: string;
+  base: string;
+  /** The hash of its recipe and base: a build is cached under it. */
+  key: string;
+  /** The digest of the image the recipe's `from` named when it was built. */
+  digest?: string;
+  createdAt: string;
+  /** 0 when it was found in the cache. */
+  buildMs: number;
+  sizeBytes: number;
+  recipe: TemplateRecipe;
+}
+
+/** The body of POST /v1/templates. */
+export interface BuildTemplateRequest {
+  name: string;
+  recipe: TemplateRecipe;
+  /** Credentials for the registry of the recipe's `from`, used for this build's pull only. */
+  registry?: RegistryAuth;
+}
+
+export interface RegistryAuth {
+  username: string;
+  password: string;
+}
+
+/** One line of a build's NDJSON stream; it ends with `done` or `error`. */
+export interface TemplateBuildEvent {
+  type: "step" | "log" | "done" | "error";
+  step?: number;
+  total?: number;
+  name?: string;
+  text?: string;
+  cached?: boolean;
+  template?: Template;
+  code?: string;
+  message?: string;
+  /** The failing step's last output. */
+  log?: string;
+}
+
 export interface TemplateFile {
   path: string;
   /** Base64; left out of responses. */
@@ -367,8 +411,9 @@ async function json<T>(method: string, path: string, opts: Parameters<typeof req
 }
 
 /** stream reads an NDJSON body, calling onEvent per line; it throws when
- * the stream ends without an `end` event (the run was cut off). */
-export async function stream<E extends { type: string }>(resp: Response, onEvent: (e: E) => void): Promise<E> {
+ * the stream ends without its last event (`end`, or what last says: the
+ * run was cut off). */
+export async function stream<E extends { type: string }>(resp: Response, onEvent: (e: E) => void, last = (e: E) => e.type === "end"): Promise<E> {
   if (!resp.body) throw new ApiError(0, "cut_off", "The response had no body.");
   const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
@@ -376,7 +421,7 @@ export async function stream<E extends { type: string }>(resp: Response, onEvent
   const line = (l: string) => {
     if (!l.trim()) return;
     const e = JSON.parse(l) as E;
-    if (e.type === "end") end = e;
+    if (last(e)) end = e;
     onEvent(e);
   };
   for (;;) {
@@ -424,6 +469,11 @@ export const api = {
   getProcess: (id: string, pid: number) => json<ProcessInfo>("GET", `${sb(id)}/processes/${pid}`),
   signal: (id: string, pid: number, signal: string) => request("POST", `${sb(id)}/processes/${pid}/signal`, { json: { signal } }).then(() => undefined),
   metrics: (id: string) => json<{ metrics: SandboxMetric[] }>("GET", `${sb(id)}/metrics`).then((r) => r.metrics),
+  listTemplates: () => json<{ templates: Template[] }>("GET", "/v1/templates").then((r) => r.templates),
+  getTemplate: (name: string) => json<Template>("GET", `/v1/templates/${encodeURIComponent(name)}`),
+  deleteTemplate: (name: string) => request("DELETE", `/v1/templates/${encodeURIComponent(name)}`).then(() => undefined),
+  /** The build's events stream as they come (stream(resp, ..., done or error)); leaving cancels it. */
+  buildTemplate: (req: BuildTemplateRequest, signal: AbortSignal) => request("POST", "/v1/templates", { json: req, signal }),
   networkLog: (id: string) => json<{ entries: NetworkLogEntry[] }>("GET", `${sb(id)}/network/log`).then((r) => r.entries),
 };
 

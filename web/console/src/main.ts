@@ -1,6 +1,7 @@
 // Lizard's web console: sign in with an API key, then the project's
-// sandboxes, a playground per sandbox and the snapshots. Pages are chosen
-// by the URL's hash (#/sandboxes, #/sandboxes/ID, #/snapshots), so the
+// sandboxes, a playground per sandbox, the snapshots and the templates.
+// Pages are chosen by the URL's hash (#/sandboxes, #/sandboxes/ID,
+// #/snapshots, #/templates, #/templates/NAME), so the
 // server only ever serves index.html and the assets.
 import "./style.css";
 import { apiKey, health, setApiKey } from "./api";
@@ -9,6 +10,7 @@ import { signInPage } from "./signin";
 import { sandboxesPage } from "./sandboxes";
 import { sandboxPage } from "./sandbox";
 import { snapshotsPage } from "./snapshots";
+import { templatePage, templatesPage } from "./templates";
 
 const main = document.getElementById("main")!;
 const nav = document.getElementById("nav")!;
@@ -32,6 +34,8 @@ function route(): void {
     const m = /^\/sandboxes\/([^/]+)(?:\/(terminal|processes|network))?$/.exec(path);
     if (m) leave = sandboxPage(main, decodeURIComponent(m[1]), (m[2] as "terminal" | "processes" | "network" | undefined) ?? "playground");
     else if (path === "/snapshots") leave = snapshotsPage(main);
+    else if (path === "/templates") leave = templatesPage(main);
+    else if (/^\/templates\/[^/]+$/.test(path)) leave = templatePage(main, decodeURIComponent(path.slice("/templates/".length)));
     else leave = sandboxesPage(main);
   }
   for (const a of nav.querySelectorAll("a")) {
