@@ -1,0 +1,191 @@
+"""E2B's Desktop SDK (PyPI e2b-desktop 2.7.2) unchanged against a real `lizard serve` (docs/desktop.md).
+
+The project's `desktop` template is built from templates/desktop/recipe.yaml with `lizard template build`
+(found in the template cache by its key after the first build: a few seconds; the first build on an empty
+cache takes minutes). `Sandbox.create()` then starts from the template snapshot with the desktop running;
+the SDK's own Xvfb and startxfce4 on every create must leave it as it is. The browser opens a local page
+(no internet), a button found in a screenshot is clicked by its coordinates, text is typed into a field and
+the page's effect is read back from the browser window's title.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import httpx
+import pytest
+from e2b import CommandExitException
+from e2b_desktop import Sandbox
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[4]
+BIN = Path(os.environ.get("LIZARD_TEST_BIN_DIR") or REPO / "bin") / "lizard"
+RECIPE = REPO / "templates" / "desktop" / "recipe.yaml"
+BUILD_TIMEOUT = 1800  # seconds: a first build fetches ~260 MB of Debian packages and installs them
+
+PAGE = """<!doctype html>
+<html><head><title>waiting</title><style>
+body { margin: 0; background: #ffffff; }
+#go { position: absolute; left: 0; top: 0; width: 100%; height: 200px; border: 0; background: #ff00ff; }
+#f { position: absolute; left: 20px; top: 260px; width: 400px; font-size: 24px; }
+</style></head><body>
+<button id="go" onclick="document.getElementById('f').focus(); document.title = 'clicked'"></button>
+<input id="f" onkeydown="if (event.key === 'Enter') { document.title = 'typed:' + this.value; }">
+</body></html>
+"""
+
+
+@pytest.fixture(autouse=True)
+def _e2b_env(lizard_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The three variables of docs/e2b.md, and nothing else of E2B's."""
+    for var in ("E2B_DOMAIN", "E2B_DEBUG", "E2B_ACCESS_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("E2B_API_URL", f"{lizard_server.url}/e2b")
+    monkeypatch.setenv("E2B_SANDBOX_URL", f"{lizard_server.url}/e2b/sandbox")
+    monkeypatch.setenv("E2B_API_KEY", lizard_server.api_key)
+
+
+@pytest.fixture(scope="module")
+def desktop_template(lizard_server: Any) -> None:
+    """The project's `desktop` template, built as docs/desktop.md says (or found in the cache)."""
+    env = dict(os.environ, LIZARD_API_URL=lizard_server.url, LIZARD_API_KEY=lizard_server.api_key)
+    begin = time.monotonic()
+    out = subprocess.run([str(BIN), "template", "build", "--quiet", "-f", str(RECIPE)],
+                         capture_output=True, text=True, timeout=BUILD_TIMEOUT, env=env)
+    assert out.returncode == 0, f"building the desktop template:\n{out.stdout}\n{out.stderr}"
+    print(f"desktop template: {time.monotonic() - begin:.1f} s\n{out.stdout}")
+
+
+def _until(what: str, probe: Callable[[], Optional[Any]], timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = probe()
+        except CommandExitException:
+            got = None
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.5)
+
+
+def _one(sb: Sandbox, name: str) -> None:
+    """Exactly one process named name: the SDK's own start on create opened no second one."""
+    out = sb.commands.run(f"pgrep -x {name} | wc -l").stdout.strip()
+    assert out == "1", f"{out} processes named {name}; want the template's one"
+
+
+def _magenta_centre(png: bytes) -> tuple[int, int]:
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    w, h = img.size
+    px = img.load()
+    xs, ys = [], []
+    for y in range(0, h, 4):
+        for x in range(0, w, 4):
+            r, g, b = px[x, y]
+            if r > 240 and g < 20 and b > 240:
+                xs.append(x)
+                ys.append(y)
+    assert len(xs) > 100, "no magenta button in the screenshot"
+    return (min(xs) + max(xs)) // 2, (min(ys) + max(ys)) // 2
+
+
+def test_desktop_sdk_drives_the_browser(desktop_template: None) -> None:
+    begin = time.monotonic()
+    sb = Sandbox.create(timeout=300)
+    try:
+        created = time.monotonic() - begin
+        # E2B's SDK started Xvfb and startxfce4 again: the template's desktop is the only one.
+        for name in ("Xvfb", "xfce4-session", "xfwm4", "xfdesktop"):
+            _one(sb, name)
+        assert sb.get_screen_size() == (1024, 768)
+        assert sb.get_cursor_position() == (512, 384)
+        png = sb.screenshot()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and Image.open(io.BytesIO(png)).size == (1024, 768)
+
+        sb.files.write("/home/user/page.html", PAGE)
+        sb.open("/home/user/page.html")
+        win = _until("the browser's window of the page",
+                     lambda: sb.commands.run("xdotool search --onlyvisible --name '^waiting'").stdout.split()[0])
+        # Where the button is, from a screenshot (the page may still be painting at first).
+        x, y = _until("the page painted", lambda: _try_centre(sb.screenshot()))
+        sb.left_click(x, y)
+        assert sb.get_cursor_position() == (x, y)
+        _until("the click's effect", lambda: sb.get_window_title(win).startswith("clicked"), 20)
+        sb.write("hello lizard")
+        sb.press("enter")
+        title = _until("the typed text's effect",
+                       lambda: (t := sb.get_window_title(win)).startswith("typed:") and t, 20)
+        assert title.startswith("typed:hello lizard"), title
+        print(f"create with the desktop running: {created:.1f} s; whole test {time.monotonic() - begin:.1f} s")
+    finally:
+        sb.kill()
+
+
+def _try_centre(png: bytes) -> Optional[tuple[int, int]]:
+    try:
+        return _magenta_centre(png)
+    except AssertionError:
+        return None
+
+
+def test_desktop_sdk_resolution_asked_at_create(desktop_template: None) -> None:
+    sb = Sandbox.create(resolution=(1280, 800), dpi=120, timeout=120)
+    try:
+        assert sb.get_screen_size() == (1280, 800)
+        _one(sb, "Xvfb")
+        _one(sb, "xfce4-session")
+        png = sb.screenshot()
+        assert Image.open(io.BytesIO(png)).size == (1280, 800)
+    finally:
+        sb.kill()
+
+
+def test_desktop_sdk_stream_through_the_port_proxy(lizard_server: Any, desktop_template: None) -> None:
+    """stream.start() runs x11vnc and Debian's noVNC (/opt/noVNC); both answer only through Lizard's
+    authenticated port proxy: noVNC's page, and its WebSocket to the VNC server (the RFB greeting)."""
+    sb = Sandbox.create(timeout=120)
+    try:
+        sb.stream.start()
+        assert sb.stream.get_url().startswith(f"https://6080-{sb.sandbox_id}.")
+        base = f"{lizard_server.url}/v1/sandboxes/{sb.sandbox_id}/ports/6080"
+        key = {"Authorization": f"Bearer {lizard_server.api_key}"}
+        assert httpx.get(f"{base}/vnc.html", timeout=30).status_code == 401
+        page = httpx.get(f"{base}/vnc.html", headers=key, timeout=30)
+        assert page.status_code == 200 and "noVNC" in page.text
+        assert _rfb_greeting(lizard_server.url, f"/v1/sandboxes/{sb.sandbox_id}/ports/6080/websockify", key).startswith(b"RFB 003.")
+        sb.stream.stop()
+        _until("x11vnc ended", lambda: sb.commands.run("pgrep -x x11vnc || echo gone").stdout.strip() == "gone", 20)
+    finally:
+        sb.kill()
+
+
+def _rfb_greeting(url: str, path: str, headers: dict) -> bytes:  # type: ignore[type-arg]
+    """The first WebSocket message of websockify's VNC proxy: the VNC server's version line."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        req = (f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}\r\nSec-WebSocket-Version: 13\r\n"
+               f"Sec-WebSocket-Protocol: binary\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n")
+        s.sendall(req.encode())
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = s.recv(4096)
+            assert chunk, f"the upgrade was not answered: {buf!r}"
+            buf += chunk
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101"), head
+        while len(rest) < 2 or len(rest) < 2 + (rest[1] & 0x7F):
+            chunk = s.recv(4096)
+            assert chunk, "no WebSocket frame"
+            rest += chunk
+        assert rest[0] & 0x0F == 2, f"not a binary frame: {rest[:2]!r}"  # websockify sends binary frames
+        return rest[2:2 + (rest[1] & 0x7F)]
