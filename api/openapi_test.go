@@ -35,6 +35,8 @@ var wireTypes = map[string]reflect.Type{
 	"SandboxMove":          reflect.TypeFor[SandboxMove](),
 	"SandboxLeft":          reflect.TypeFor[SandboxLeft](),
 	"NodeState":            reflect.TypeFor[NodeState](),
+	"NodeList":             reflect.TypeFor[NodeList](),
+	"NodeInfo":             reflect.TypeFor[NodeInfo](),
 	"CreateSandboxRequest": reflect.TypeFor[CreateSandboxRequest](),
 	"Sandbox":              reflect.TypeFor[Sandbox](),
 	"SandboxList":          reflect.TypeFor[SandboxList](),

@@ -1059,6 +1059,28 @@ type SandboxLeft struct {
 	Reason    string `json:"reason"`
 }
 
+// NodeList is the answer of GET /v1/nodes: the cluster's registered
+// nodes, by name.
+type NodeList struct {
+	Nodes []NodeInfo `json:"nodes"`
+}
+
+// NodeInfo is one registered node (docs/cluster.md). Version is the
+// Lizard version it registered with ("" a node of a release that reported
+// none, taken as 0.1.0); Compatible whether this API process works with
+// it and places sandboxes on it (same major version, and for 0.x the same
+// minor). Live: its lease runs.
+type NodeInfo struct {
+	Name       string `json:"name"`
+	Addr       string `json:"addr"`
+	Version    string `json:"version"`
+	Compatible bool   `json:"compatible"`
+	Live       bool   `json:"live"`
+	Draining   bool   `json:"draining"`
+	Sandboxes  int    `json:"sandboxes"`
+	Slots      int    `json:"slots"`
+}
+
 // NodeState is the answer of POST /v1/nodes/{name}/undrain.
 type NodeState struct {
 	Node     string `json:"node"`

@@ -27,3 +27,13 @@ func (c *Client) UndrainNode(ctx context.Context, name string) (*api.NodeState, 
 	}
 	return &s, nil
 }
+
+// ListNodes lists a cluster's registered nodes with their versions. The
+// client's key must be the cluster secret.
+func (c *Client) ListNodes(ctx context.Context) (*api.NodeList, error) {
+	var l api.NodeList
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/nodes"}, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}

@@ -15,7 +15,7 @@ import (
 )
 
 // AdminHandler serves the operators' node API of `lizard api`:
-// POST /v1/nodes/{name}/drain and /undrain. Its credential is the
+// GET /v1/nodes, POST /v1/nodes/{name}/drain and /undrain. Its credential is the
 // cluster secret (Authorization: Bearer $LIZARD_CLUSTER_SECRET), which
 // every node and API process holds and which already commands every
 // sandbox; a project's API key is refused. Failed checks are throttled
@@ -23,6 +23,10 @@ import (
 func (r *Router) AdminHandler() http.Handler {
 	check := secret.NewChecker(r.cfg.Secret, "api", r.log, r.cfg.Metrics)
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, req *http.Request) {
+		l, err := r.Nodes(req.Context())
+		r.answer(w, req, l, err)
+	})
 	mux.HandleFunc("POST /v1/nodes/{name}/drain", func(w http.ResponseWriter, req *http.Request) {
 		d, err := r.Drain(req.Context(), req.PathValue("name"))
 		r.answer(w, req, d, err)
@@ -32,7 +36,7 @@ func (r *Router) AdminHandler() http.Handler {
 		r.answer(w, req, s, err)
 	})
 	mux.HandleFunc("/v1/nodes/", func(w http.ResponseWriter, req *http.Request) {
-		r.answer(w, req, nil, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: "no such node request: POST /v1/nodes/{name}/drain or /undrain"})
+		r.answer(w, req, nil, &errdefs.Error{Kind: errdefs.ErrNotFound, Msg: "no such node request: GET /v1/nodes, POST /v1/nodes/{name}/drain or /undrain"})
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		key, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
@@ -48,7 +52,7 @@ func (r *Router) AdminHandler() http.Handler {
 				return
 			}
 			r.answer(w, req, nil, &errdefs.Error{Kind: errdefs.ErrUnauthenticated,
-				Msg: "draining nodes takes the cluster secret: send Authorization: Bearer $LIZARD_CLUSTER_SECRET (a project's API key is not enough)"})
+				Msg: "listing and draining nodes takes the cluster secret: send Authorization: Bearer $LIZARD_CLUSTER_SECRET (a project's API key is not enough)"})
 			return
 		}
 		mux.ServeHTTP(w, req)

@@ -134,6 +134,22 @@ func (r *Router) Undrain(ctx context.Context, name string) (api.NodeState, error
 	return api.NodeState{Node: name, Draining: info.Draining, Live: info.Live(r.cfg.Now()) && info.LostAt == nil}, nil
 }
 
+// Nodes lists the registered nodes with their versions and whether this
+// API process places sandboxes on them (Speaks).
+func (r *Router) Nodes(ctx context.Context) (api.NodeList, error) {
+	nodes, err := r.list(ctx, true)
+	if err != nil {
+		return api.NodeList{}, err
+	}
+	now := r.cfg.Now()
+	l := api.NodeList{Nodes: []api.NodeInfo{}}
+	for _, n := range nodes {
+		l.Nodes = append(l.Nodes, api.NodeInfo{Name: n.Name, Addr: n.Addr, Version: n.Version, Compatible: Speaks(n),
+			Live: n.Live(now) && n.LostAt == nil, Draining: n.Draining, Sandboxes: n.Sandboxes, Slots: n.Slots})
+	}
+	return l, nil
+}
+
 // targets returns the nodes that can take from's sandboxes: live, not
 // draining, of the same image store. None is ErrConflict saying what to
 // do.

@@ -23,6 +23,7 @@ import (
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/version"
 )
 
 // newDrainCluster is newCluster whose nodes share one image store (over a
@@ -81,7 +82,7 @@ func newDrainClusterDirs(t *testing.T, local map[string]bool, names ...string) (
 		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)
 		info := store.NodeInfo{Name: name, Addr: srv.Listener.Addr().String(), Slots: 100, MemoryBytes: 8 << 30,
-			FreeMemory: 4 << 30, StartedAt: time.Now(), LeaseUntil: time.Now().Add(time.Hour)}
+			FreeMemory: 4 << 30, StartedAt: time.Now(), LeaseUntil: time.Now().Add(time.Hour), Version: version.Version}
 		if !local[name] {
 			info.ImageStore = "file://" + bucket.Root
 		}

@@ -33,6 +33,10 @@ type Member struct {
 	// Images returns the image store names of the images on the node's
 	// disk, which placement prefers it for (nil: none).
 	Images func() []string
+	// Version is the Lizard version the node registers with, which the
+	// API processes place by (version.Compatible): its own, or for tests
+	// and upgrade rehearsals the one LIZARD_NODE_VERSION names.
+	Version string
 }
 
 // Run renews the lease until ctx ends. A renewal that fails (the database
@@ -92,7 +96,7 @@ func (m *Member) Beat(ctx context.Context, started time.Time) error {
 	}
 	return m.Store.Nodes().Heartbeat(ctx, store.NodeInfo{Name: m.Name, Addr: m.Addr, Slots: m.Slots, Sandboxes: n,
 		MemoryBytes: total, FreeMemory: free, StartedAt: started, LeaseUntil: now.Add(m.Lease),
-		ImageStore: m.ImageStore, Images: images})
+		ImageStore: m.ImageStore, Images: images, Version: m.Version})
 }
 
 // memory is the machine's memory and what of it is available

@@ -7,12 +7,14 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +30,7 @@ import (
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/trace"
+	"github.com/lizard-build/lizard/internal/version"
 )
 
 // Config says how the API reaches the nodes. Store and Secret are
@@ -162,11 +165,18 @@ func (r *Router) place(ctx context.Context, skip map[string]bool, image string) 
 		return store.NodeInfo{}, err
 	}
 	now := r.cfg.Now()
-	var live []store.NodeInfo
+	var live, other []store.NodeInfo
 	for _, n := range nodes {
-		if n.Live(now) && !n.Draining && !skip[n.Name] {
+		switch {
+		case !n.Live(now) || n.Draining || skip[n.Name]:
+		case !Speaks(n):
+			other = append(other, n)
+		default:
 			live = append(live, n)
 		}
+	}
+	if len(live) == 0 && len(other) > 0 {
+		return store.NodeInfo{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "no node can take the sandbox:" + incompatible(other)}
 	}
 	if len(live) == 0 {
 		msg := "no node can take the sandbox: none has a live lease"
@@ -190,11 +200,34 @@ func (r *Router) place(ctx context.Context, skip map[string]bool, image string) 
 		}
 	}
 	if best == nil {
-		return store.NodeInfo{}, &errdefs.Error{Kind: errdefs.ErrUnavailable,
-			Msg: "no node can take the sandbox: the nodes sampled have no free sandbox address or memory; kill sandboxes or add nodes"}
+		msg := "no node can take the sandbox: the nodes sampled have no free sandbox address or memory; kill sandboxes or add nodes"
+		if len(other) > 0 {
+			msg += ";" + incompatible(other)
+		}
+		return store.NodeInfo{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: msg}
 	}
 	r.placing[best.Name]++
 	return *best, nil
+}
+
+// Speaks reports whether this API process works with node n's version
+// (version.Compatible); a node that reports none is of
+// version.Unreported. Placement uses only such nodes: the internal API
+// and the rows both write change between minor releases of 0.x.
+func Speaks(n store.NodeInfo) bool {
+	return version.Compatible(version.Version, cmp.Or(n.Version, version.Unreported))
+}
+
+// incompatible says which live nodes placement left out for their
+// versions, and what to do.
+func incompatible(nodes []store.NodeInfo) string {
+	var s []string
+	for _, n := range nodes {
+		s = append(s, fmt.Sprintf("%s (%s)", n.Name, cmp.Or(n.Version, "unreported: "+version.Unreported)))
+	}
+	return fmt.Sprintf(" the live nodes %s run versions this lizard api (%s) cannot work with; "+
+		"run nodes of version %s (the same major, and for 0.x the same minor: docs/cluster.md#versions) or an api of theirs",
+		strings.Join(s, ", "), version.Version, version.Span(version.Version))
 }
 
 // prefer narrows nodes to those that reported holding image (an image
@@ -313,7 +346,7 @@ func (r *Router) usable(ctx context.Context, name string) bool {
 	if err != nil {
 		return true // let the call to it say why
 	}
-	if !ok || info.Draining {
+	if !ok || info.Draining || !Speaks(info) {
 		return false
 	}
 	r.mu.Lock()

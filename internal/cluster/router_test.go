@@ -19,6 +19,7 @@ import (
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/version"
 )
 
 // testSecret is the test cluster's secret, as long as a real one must be (secret.MinLen).
@@ -102,7 +103,7 @@ func newRouter(t *testing.T, shared *store.Store) (*Router, *control.Control) {
 func beat(t *testing.T, st *store.Store, name, addr string, lease time.Time) {
 	t.Helper()
 	if err := st.Nodes().Heartbeat(context.Background(), store.NodeInfo{Name: name, Addr: addr, Slots: 100, MemoryBytes: 8 << 30,
-		FreeMemory: 4 << 30, StartedAt: time.Now(), LeaseUntil: lease}); err != nil {
+		FreeMemory: 4 << 30, StartedAt: time.Now(), LeaseUntil: lease, Version: version.Version}); err != nil {
 		t.Fatal(err)
 	}
 }

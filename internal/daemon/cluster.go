@@ -30,6 +30,7 @@ import (
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/version"
 )
 
 // Environment variables of both roles. Secrets are never flags: flags
@@ -93,14 +94,16 @@ func parseNode(e cli.Env, args []string) (*nodeConfig, error) {
 		// The drain commands are parsed before these flags, so name them here.
 		fmt.Fprintf(e.Stderr, "Usage: lizard node [flags]   (run sandboxes for a cluster's lizard api; docs/cluster.md)\n"+
 			"       lizard node drain NAME [--api-url URL] [--json]     (move its sandboxes to other nodes; needs $%[1]s)\n"+
-			"       lizard node undrain NAME [--api-url URL] [--json]   (it takes new sandboxes again; needs $%[1]s)\n\nFlags:\n", envClusterSecret)
+			"       lizard node undrain NAME [--api-url URL] [--json]   (it takes new sandboxes again; needs $%[1]s)\n"+
+			"       lizard node list [--api-url URL] [--json]           (the nodes, their versions and whether the api places on them; needs $%[1]s)\n\n"+
+			"Environment: LIZARD_NODE_VERSION, for tests and upgrade rehearsals only, registers the node as that version instead of its own.\n\nFlags:\n", envClusterSecret)
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, cli.Usagef("lizard node takes no arguments (but drain NAME and undrain NAME), got %q", fs.Args())
+		return nil, cli.Usagef("lizard node takes no arguments (but drain NAME, undrain NAME and list), got %q", fs.Args())
 	}
 	return c, nil
 }
@@ -138,7 +141,7 @@ func (c *nodeConfig) validate() error {
 }
 
 func runNode(ctx context.Context, e cli.Env, args []string) error {
-	if len(args) > 0 && (args[0] == "drain" || args[0] == "undrain") {
+	if len(args) > 0 && (args[0] == "drain" || args[0] == "undrain" || args[0] == "list") {
 		return cli.NodeCommand(ctx, e, args[0], args[1:])
 	}
 	c, err := parseNode(e, args)
@@ -229,6 +232,9 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 		return fmt.Errorf("reconciling sandboxes with the runtime and the database: %w", err)
 	}
 	member := &cluster.Member{Store: shared, Name: c.Name, Addr: c.Advertise, Slots: c.pool.Slots(), ImageStore: c.images.URL, Lease: c.cluster.Lease, Log: logger,
+		// LIZARD_NODE_VERSION: for tests and upgrade rehearsals only, a
+		// node that registers as another version (docs/cluster.md).
+		Version: cmpOr(os.Getenv("LIZARD_NODE_VERSION"), version.Version),
 		Images: func() []string {
 			// Custom template builds first: they are what creates name.
 			held := parts.templates.Held()

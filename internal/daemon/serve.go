@@ -52,7 +52,7 @@ func Commands() []cli.Command {
 	return []cli.Command{
 		{Name: "serve", Summary: "run the Lizard API server", Run: runServe},
 		{Name: "api", Summary: "serve the public API of a cluster, with PostgreSQL and `lizard node`s (docs/cluster.md)", Run: runAPI},
-		{Name: "node", Summary: "run sandboxes on this machine for a cluster's `lizard api`; node drain|undrain NAME moves them off (docs/cluster.md)", Run: runNode},
+		{Name: "node", Summary: "run sandboxes on this machine for a cluster's `lizard api`; node drain|undrain NAME moves them off, node list shows the nodes' versions (docs/cluster.md)", Run: runNode},
 		{Name: "admin", Summary: "administer a data directory or a cluster's database: create-project, create-key, build-template, backup, restore, check", Run: runAdmin},
 	}
 }

@@ -137,6 +137,7 @@ func New(cfg Config) *Server {
 	}
 	s.webhookRoutes(mux, authed)
 	if cfg.Nodes != nil {
+		mux.Handle("/v1/nodes", cfg.Nodes)
 		mux.Handle("/v1/nodes/", cfg.Nodes)
 	}
 	// Other methods on the server's own paths get a JSON 405, not the

@@ -42,6 +42,10 @@ type NodeInfo struct {
 	// disk (at most MaxNodeImages, the most recently used), which
 	// placement prefers it for.
 	Images []string
+	// Version is the Lizard version the node reports ("" a node of a
+	// release that reported none): the API places sandboxes only on
+	// nodes whose version it works with (version.Compatible).
+	Version string
 }
 
 // MaxNodeImages bounds NodeInfo.Images: a heartbeat stays small, and
@@ -70,15 +74,15 @@ func (ns Nodes) Heartbeat(ctx context.Context, n NodeInfo) error {
 		images = string(b)
 	}
 	_, err := ns.s.db.ExecContext(ctx, `INSERT INTO nodes
-		(name, addr, slots, memory_bytes, free_memory, sandboxes, started_at, lease_until, lost_at, image_store, images)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)
+		(name, addr, slots, memory_bytes, free_memory, sandboxes, started_at, lease_until, lost_at, image_store, images, version)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET addr = excluded.addr, slots = excluded.slots,
 			memory_bytes = excluded.memory_bytes, free_memory = excluded.free_memory,
 			sandboxes = excluded.sandboxes, started_at = excluded.started_at,
 			lease_until = excluded.lease_until, lost_at = NULL,
-			image_store = excluded.image_store, images = excluded.images`,
+			image_store = excluded.image_store, images = excluded.images, version = excluded.version`,
 		n.Name, n.Addr, n.Slots, n.MemoryBytes, n.FreeMemory, n.Sandboxes, toMillis(n.StartedAt), toMillis(n.LeaseUntil),
-		n.ImageStore, images)
+		n.ImageStore, images, n.Version)
 	if err != nil {
 		return fmt.Errorf("renewing the lease of node %s: %w", n.Name, err)
 	}
@@ -100,7 +104,7 @@ func (ns Nodes) CountLive(ctx context.Context, node string) (int, error) {
 // moments, from every API process.
 const nodeColumns = `name, addr, slots, memory_bytes, free_memory,
 	(SELECT COUNT(*) FROM sandboxes s WHERE s.node = nodes.name AND s.ended_at IS NULL),
-	started_at, lease_until, lost_at, image_store, draining, images`
+	started_at, lease_until, lost_at, image_store, draining, images, version`
 
 func scanNode(r scanner) (NodeInfo, error) {
 	var n NodeInfo
@@ -108,7 +112,7 @@ func scanNode(r scanner) (NodeInfo, error) {
 	var lost sql.NullInt64
 	var draining int
 	var images string
-	if err := r.Scan(&n.Name, &n.Addr, &n.Slots, &n.MemoryBytes, &n.FreeMemory, &n.Sandboxes, &started, &lease, &lost, &n.ImageStore, &draining, &images); err != nil {
+	if err := r.Scan(&n.Name, &n.Addr, &n.Slots, &n.MemoryBytes, &n.FreeMemory, &n.Sandboxes, &started, &lease, &lost, &n.ImageStore, &draining, &images, &n.Version); err != nil {
 		return NodeInfo{}, err
 	}
 	if images != "" {

@@ -234,3 +234,21 @@ func TestNodeImages(t *testing.T) {
 		}
 	})
 }
+
+// TestNodeVersion: a heartbeat records the node's version, the next
+// replaces it, and a node that reports none reads as "".
+func TestNodeVersion(t *testing.T) {
+	forEachStore(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		s := be.open(t)
+		now := time.Now()
+		for _, v := range []string{"0.1.0", "0.2.0", ""} {
+			if err := s.Nodes().Heartbeat(ctx, NodeInfo{Name: "n1", Addr: "n1:1", Slots: 10, StartedAt: now, LeaseUntil: now.Add(time.Minute), Version: v}); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := s.Nodes().Get(ctx, "n1"); err != nil || n.Version != v {
+				t.Fatalf("after a heartbeat with version %q: %+v, %v", v, n, err)
+			}
+		}
+	})
+}

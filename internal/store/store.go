@@ -456,6 +456,12 @@ ALTER TABLE sandbox_pause ADD COLUMN disk_only INTEGER NOT NULL DEFAULT 0;
 	`
 ALTER TABLE templates ADD COLUMN digest TEXT NOT NULL DEFAULT '';
 `,
+	// version: the Lizard version a node reports with its heartbeat
+	// (nodes.go), which placement checks against the API's; '' for a
+	// node of a release that reported none.
+	`
+ALTER TABLE nodes ADD COLUMN version TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // SchemaVersion is the schema version this code writes.

@@ -56,3 +56,41 @@ func Line(program string) string {
 	}
 	return s
 }
+
+// Unreported is the version of a peer that reports none: 0.1.0, the last
+// release whose `lizard node` did not register with its version.
+const Unreported = "0.1.0"
+
+// Compatible reports whether Lizards of versions a and b work together —
+// a `lizard api` and a `lizard node`, whose internal API and database
+// rows change between releases: the same major version, and while the
+// major is 0 (where any minor release may break, semver's rule), the same
+// minor. Patch releases always work together, so a cluster is upgraded
+// one process at a time (docs/cluster.md). A version that does not parse
+// is compatible with none.
+func Compatible(a, b string) bool {
+	am, an, ok1 := majorMinor(a)
+	bm, bn, ok2 := majorMinor(b)
+	return ok1 && ok2 && am == bm && (am != "0" || an == bn)
+}
+
+// Span names the versions compatible with v: "0.1.x" for 0.1.3, "1.x"
+// for 1.4.0.
+func Span(v string) string {
+	major, minor, ok := majorMinor(v)
+	switch {
+	case !ok:
+		return v
+	case major == "0":
+		return "0." + minor + ".x"
+	}
+	return major + ".x"
+}
+
+func majorMinor(v string) (major, minor string, ok bool) {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
+}

@@ -52,3 +52,36 @@ func TestOneVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestCompatible(t *testing.T) {
+	for _, tt := range []struct {
+		a, b string
+		want bool
+	}{
+		{"0.1.0", "0.1.0", true},
+		{"0.1.0", "0.1.7", true},
+		{"0.1.0", "0.2.0", false},
+		{"1.2.0", "1.9.3", true},
+		{"1.0.0", "2.0.0", false},
+		{"0.9.0", "1.0.0", false},
+		{"1.0.0-rc.1", "1.3.0", true},
+		{"0.1.0", "", false},
+		{"0.1", "0.1.0", false},
+		{"garbage", "garbage", false},
+	} {
+		if got := Compatible(tt.a, tt.b); got != tt.want {
+			t.Errorf("Compatible(%q, %q) = %v, want %v", tt.a, tt.b, got, tt.want)
+		}
+		if got := Compatible(tt.b, tt.a); got != tt.want {
+			t.Errorf("Compatible(%q, %q) = %v, want %v", tt.b, tt.a, got, tt.want)
+		}
+	}
+}
+
+func TestSpan(t *testing.T) {
+	for v, want := range map[string]string{"0.1.3": "0.1.x", "1.4.0": "1.x", "2.0.0-rc.1": "2.x"} {
+		if got := Span(v); got != want {
+			t.Errorf("Span(%q) = %q, want %q", v, got, want)
+		}
+	}
+}

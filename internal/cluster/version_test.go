@@ -1,0 +1,100 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/version"
+)
+
+// otherVersion is a version this Lizard does not work with: the next
+// minor of a 0.x, the next major otherwise.
+func otherVersion(t *testing.T) string {
+	t.Helper()
+	var major, minor int
+	if _, err := fmt.Sscanf(version.Version, "%d.%d.", &major, &minor); err != nil {
+		t.Fatal(err)
+	}
+	if major == 0 {
+		return fmt.Sprintf("0.%d.0", minor+1)
+	}
+	return fmt.Sprintf("%d.0.0", major+1)
+}
+
+// TestPlacementByVersion: a node registered with a version this API does
+// not work with gets no creates, which go to the compatible node; the
+// listing shows both versions; with only incompatible nodes live, a
+// create is a 503 naming them and their versions.
+func TestPlacementByVersion(t *testing.T) {
+	st, nodes, r, ctl := newCluster(t, 0, "new", "old")
+	ctx := context.Background()
+	other := otherVersion(t)
+	setVersion := func(name, v string) {
+		t.Helper()
+		n, err := st.Nodes().Get(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Version = v
+		if err := st.Nodes().Heartbeat(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setVersion("old", other)
+	for range 4 {
+		sb, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		if row, _ := st.GetSandbox(ctx, sb.SandboxID); row.Node != "new" {
+			t.Fatalf("a create went to node %s, of version %s; want node new, of this API's %s", row.Node, other, version.Version)
+		}
+	}
+	if n := nodes["old"].Requests("/internal/v1/sandboxes"); n != 0 {
+		t.Errorf("node old got %d creates", n)
+	}
+
+	// The listing, over the admin API with the cluster secret.
+	srv := httptest.NewServer(r.AdminHandler())
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/nodes", nil)
+	req.Header.Set("Authorization", "Bearer "+testSecret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l api.NodeList
+	err = json.NewDecoder(resp.Body).Decode(&l)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || len(l.Nodes) != 2 {
+		t.Fatalf("GET /v1/nodes = %d %+v, %v; want both nodes", resp.StatusCode, l, err)
+	}
+	want := map[string]api.NodeInfo{"new": {Version: version.Version, Compatible: true, Sandboxes: 4}, "old": {Version: other, Compatible: false}}
+	for _, n := range l.Nodes {
+		w := want[n.Name]
+		if n.Version != w.Version || n.Compatible != w.Compatible || n.Sandboxes != w.Sandboxes || !n.Live {
+			t.Errorf("listed %+v; want version %s compatible %v sandboxes %d, live", n, w.Version, w.Compatible, w.Sandboxes)
+		}
+	}
+
+	// Only the incompatible node live: a 503 naming it.
+	beat(t, st, "new", nodes["new"].srv.Listener.Addr().String(), time.Now().Add(-time.Second))
+	_, err = ctl.Create(ctx, "p1", api.CreateSandboxRequest{})
+	if k, _ := errdefs.Classify(err); k.Status != 503 || !strings.Contains(errdefs.Message(err), "old ("+other+")") || !strings.Contains(errdefs.Message(err), version.Span(version.Version)) {
+		t.Fatalf("Create with only node old (%s) live = %v (status %d); want a 503 naming it, its version and the versions that work", other, err, k.Status)
+	}
+
+	// A node that reports no version is of version.Unreported.
+	if Speaks(store.NodeInfo{}) != version.Compatible(version.Version, version.Unreported) {
+		t.Errorf("Speaks of a node without a version = %v; want that of %s", Speaks(store.NodeInfo{}), version.Unreported)
+	}
+}
