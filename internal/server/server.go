@@ -139,6 +139,12 @@ func New(cfg Config) *Server {
 	if cfg.Nodes != nil {
 		mux.Handle("/v1/nodes", cfg.Nodes)
 		mux.Handle("/v1/nodes/", cfg.Nodes)
+	} else {
+		// lizard serve has no nodes: a key's caller is told so, one
+		// without a key is asked for one first, as on every path.
+		mux.Handle("GET /v1/nodes", authed(func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, http.StatusNotFound, api.CodeNotFound, "lizard serve has no nodes: GET /v1/nodes lists a cluster's, on lizard api (docs/cluster.md)")
+		}))
 	}
 	// Other methods on the server's own paths get a JSON 405, not the
 	// proxy (which would ask the agent for /timeout).
