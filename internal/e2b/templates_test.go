@@ -55,7 +55,7 @@ func (f *fakeBuilder) Build(_ context.Context, _ string, r api.TemplateRecipe, k
 	}
 	return recipe.Result{Key: key, SizeBytes: 1, BuildMs: 1}, nil
 }
-func (f *fakeBuilder) Hold(string) error             { return nil }
+func (f *fakeBuilder) Hold(string) error            { return nil }
 func (f *fakeBuilder) Release(string) (bool, error) { return true, nil }
 
 func (f *fakeBuilder) last() api.TemplateRecipe {
