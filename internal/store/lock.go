@@ -134,12 +134,16 @@ func (s *Store) LockProject(ctx context.Context, projectID string) (release func
 	}, nil
 }
 
+// countProjectLive reads the index sandboxes_live_project alone: a create
+// runs it under its project's lock, so its cost must not grow with the
+// rows of ended sandboxes or of other projects.
+const countProjectLive = `SELECT COUNT(*) FROM sandboxes WHERE project_id = ? AND role = '' AND ended_at IS NULL`
+
 // CountProjectLive is how many live sandboxes projectID has (its own, not
 // the server's).
 func (s *Store) CountProjectLive(ctx context.Context, projectID string) (int, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE project_id = ? AND role = '' AND ended_at IS NULL`,
-		projectID).Scan(&n)
+	err := s.db.QueryRowContext(ctx, countProjectLive, projectID).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("counting the live sandboxes of project %s: %w", projectID, err)
 	}

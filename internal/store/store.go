@@ -462,6 +462,14 @@ ALTER TABLE templates ADD COLUMN digest TEXT NOT NULL DEFAULT '';
 	`
 ALTER TABLE nodes ADD COLUMN version TEXT NOT NULL DEFAULT '';
 `,
+	// A project's live sandboxes, which every create counts under the
+	// project's lock (CountProjectLive): without it the count read every
+	// live row of the cluster, or every row the project ever had, so a
+	// create's cost grew with the fleet's history (bench/fleet: 2,136
+	// blocks and 19.7 ms a count at 100k rows).
+	`
+CREATE INDEX sandboxes_live_project ON sandboxes(project_id, role) WHERE ended_at IS NULL;
+`,
 }
 
 // SchemaVersion is the schema version this code writes.
