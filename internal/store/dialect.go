@@ -95,9 +95,11 @@ func (d dialect) skipLocked() string {
 // on PostgreSQL (SQLite's immediate transactions serialise all writers).
 var (
 	migrateLockKey = lockKey("lizard:migrate")
-	slotsLockKey   = lockKey("lizard:slots")
 	eventsLockKey  = lockKey("lizard:events")
 )
+
+// slotsLockKey serialises the slot allocations of one node.
+func slotsLockKey(node string) int64 { return lockKey("lizard:slots:" + node) }
 
 // lockKey maps a lock's name to PostgreSQL's 64-bit advisory lock key.
 func lockKey(name string) int64 {

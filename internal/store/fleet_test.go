@@ -78,3 +78,41 @@ func TestCountProjectLiveIndexed(t *testing.T) {
 		}
 	})
 }
+
+// TestSlotLockPerNode: on PostgreSQL a node's slot allocation waits only
+// for allocations on the same node (slots are unique per node), not for
+// every node's in the cluster — one lock for all made every create of a
+// fleet wait in one line.
+func TestSlotLockPerNode(t *testing.T) {
+	forEachStore(t, func(t *testing.T, be backend) {
+		if be.pg == nil {
+			return // SQLite serialises every writer: one machine, one node
+		}
+		s := be.open(t)
+		ctx := context.Background()
+		if err := s.CreateProject(ctx, "p", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		// An allocation on node a under way: its transaction holds a's lock.
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.freeSlot(ctx, "a", 10, nil); err != nil {
+			t.Fatal(err)
+		}
+		create := func(node, id string, d time.Duration) error {
+			ctx, cancel := context.WithTimeout(ctx, d)
+			defer cancel()
+			sb := Sandbox{ID: id, ProjectID: "p", Template: "interpreter", State: "starting", TimeoutMs: 1000, CreatedAt: time.Now()}
+			return s.OnNode(node).CreateSandbox(ctx, &sb, 10, addrs)
+		}
+		if err := create("b", "on-b", 5*time.Second); err != nil {
+			t.Fatalf("create on node b while a allocates: %v; want it not to wait for a", err)
+		}
+		if err := create("a", "on-a", 300*time.Millisecond); err == nil {
+			t.Fatal("create on node a while a allocates did not wait: want a's allocations one at a time")
+		}
+	})
+}

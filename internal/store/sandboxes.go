@@ -134,9 +134,11 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 // sandbox of node holds and that is not in settling, else the lowest of
 // settling free (sql.ErrNoRows: none). The transaction keeps others from
 // taking it before the caller writes it: SQLite's holds the write lock,
-// PostgreSQL's takes the slots' advisory lock first.
+// PostgreSQL's takes the node's slots' advisory lock first — the node's
+// only, since slots are unique per node (sandboxes_live_node_slot): one
+// lock for the cluster made every create of every node wait in one line.
 func (t *tx) freeSlot(ctx context.Context, node string, slots int, settling []int) (int, error) {
-	if err := t.serialize(ctx, slotsLockKey); err != nil {
+	if err := t.serialize(ctx, slotsLockKey(node)); err != nil {
 		return 0, err
 	}
 	rows, err := t.QueryContext(ctx, `SELECT slot FROM sandboxes WHERE ended_at IS NULL AND node = ? AND slot >= 0 AND slot < ?`, node, slots)
