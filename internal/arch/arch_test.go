@@ -62,7 +62,7 @@ var floors = []struct {
 }{
 	{"programs: binaries and tools, and the daemon that wires the core", []string{
 		"cmd/lizard", "cmd/lizard-agent", "cmd/lizard-client", "cmd/lizard-vminit",
-		"internal/daemon", "internal/backup", "internal/check", "bench/cluster", "bench/egress", "bench/images", "web/console/test/cleanup",
+		"internal/daemon", "internal/backup", "internal/check", "bench/cluster", "bench/fleet", "bench/egress", "bench/images", "web/console/test/cleanup",
 	}},
 	{"clients of the public API", []string{
 		"internal/cli", "internal/mcp", "internal/dockerfile",
