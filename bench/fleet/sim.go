@@ -22,6 +22,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/version"
 )
 
 // A simulated node is `lizard node` with the runtime taken out: the real
@@ -108,7 +109,7 @@ func startSimNode(ctx context.Context, cfg simConfig, shared *store.Store, name 
 			p, err := shared.Nodes().Get(ctx, peer)
 			return p.Addr, err
 		}})
-	member := &cluster.Member{Store: shared, Name: name, Addr: s.Addr, Slots: pool.Slots(), Lease: cfg.Lease, Log: log}
+	member := &cluster.Member{Store: shared, Name: name, Addr: s.Addr, Slots: pool.Slots(), Lease: cfg.Lease, Log: log, Version: version.Version}
 	// The first beat before serving: the node is placeable on return.
 	if err := member.Beat(ctx, time.Now()); err != nil {
 		cancel()
