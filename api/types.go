@@ -792,10 +792,12 @@ type BuildTemplateRequest struct {
 }
 
 // RegistryAuth is a container registry's username and password (or
-// token).
+// token), or the name of the project's secret that holds the password
+// (docs/secrets.md): one of Password and PasswordSecret.
 type RegistryAuth struct {
-	Username string `json:"username"`
-	Password string `json:"password"`
+	Username       string `json:"username"`
+	Password       string `json:"password,omitempty"`
+	PasswordSecret string `json:"passwordSecret,omitempty"`
 }
 
 // TemplateRecipe is what a custom template is made of, on top of a

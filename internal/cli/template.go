@@ -21,7 +21,7 @@ func init() {
 }
 
 var templateCommands = map[string]subcommand{
-	"build":  {"build -f RECIPE.yaml|Dockerfile | --from-image REF [--name NAME] [--context DIR] [--build-arg K=V]... [--start CMD] [--ready CMD] [--registry-username U [--registry-password-stdin]] [--quiet] [--json]", templateBuild},
+	"build":  {"build -f RECIPE.yaml|Dockerfile | --from-image REF [--name NAME] [--context DIR] [--build-arg K=V]... [--start CMD] [--ready CMD] [--registry-username U [--registry-password-stdin | --registry-password-secret NAME]] [--quiet] [--json]", templateBuild},
 	"list":   {"list [--json]", templateList},
 	"get":    {"get NAME [--json]", templateGet},
 	"delete": {"delete NAME...", templateDelete},
@@ -72,6 +72,7 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 	image := fs.String("from-image", "", "build on this OCI/Docker image (tag or digest) instead of a built-in template; with -f, the recipe's from")
 	regUser := fs.String("registry-username", "", "username for the image's registry (with $"+EnvRegistryPassword+" or --registry-password-stdin)")
 	regStdin := fs.Bool("registry-password-stdin", false, "read the registry password from stdin")
+	regSecret := fs.String("registry-password-secret", "", "the project's secret holding the registry password (lizard secret set NAME --host REGISTRY); the server opens it for this pull")
 	pos, err := ParseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -112,7 +113,7 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 	if *image != "" {
 		recipe.From = *image
 	}
-	auth, err := registryAuth(e, *regUser, *regStdin)
+	auth, err := registryAuth(e, *regUser, *regStdin, *regSecret)
 	if err != nil {
 		return err
 	}
@@ -127,7 +128,13 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 const EnvRegistryPassword = "LIZARD_REGISTRY_PASSWORD"
 
 // registryAuth is the credentials the flags give, nil for none.
-func registryAuth(_ Env, user string, stdin bool) (*api.RegistryAuth, error) {
+func registryAuth(_ Env, user string, stdin bool, secret string) (*api.RegistryAuth, error) {
+	if secret != "" {
+		if user == "" || stdin {
+			return nil, Usagef("--registry-password-secret needs --registry-username, and no --registry-password-stdin")
+		}
+		return &api.RegistryAuth{Username: user, PasswordSecret: secret}, nil
+	}
 	pass := os.Getenv(EnvRegistryPassword)
 	if stdin {
 		b, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<10))

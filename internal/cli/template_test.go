@@ -106,3 +106,33 @@ func TestTemplateBuildFromImage(t *testing.T) {
 		t.Errorf("a recipe with from sent %+v", got)
 	}
 }
+
+// TestRegistryAuthFlags: --registry-password-secret names the project's
+// secret instead of giving a password (sent as passwordSecret, no
+// password), and needs a username and no password on stdin.
+func TestRegistryAuthFlags(t *testing.T) {
+	t.Setenv(EnvRegistryPassword, "from-env")
+	for _, c := range []struct {
+		user, secret string
+		stdin        bool
+		want         *api.RegistryAuth
+		usage        bool
+	}{
+		{user: "u", want: &api.RegistryAuth{Username: "u", Password: "from-env"}},
+		{user: "u", secret: "REG", want: &api.RegistryAuth{Username: "u", PasswordSecret: "REG"}},
+		{secret: "REG", usage: true},
+		{user: "u", secret: "REG", stdin: true, usage: true},
+		{},
+	} {
+		got, err := registryAuth(Env{}, c.user, c.stdin, c.secret)
+		if c.usage {
+			if err == nil || !strings.Contains(err.Error(), "--registry-password-secret needs --registry-username") {
+				t.Errorf("%+v: err = %v; want the usage", c, err)
+			}
+			continue
+		}
+		if err != nil || (got == nil) != (c.want == nil) || (got != nil && *got != *c.want) {
+			t.Errorf("%+v = %+v, %v; want %+v", c, got, err, c.want)
+		}
+	}
+}

@@ -13,15 +13,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/time/rate"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/recipe"
+	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -103,15 +106,17 @@ func (ts Templates) Plan(ctx context.Context, req api.BuildTemplateRequest) (*Te
 	if c.cfg.Builder == nil {
 		return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "this server builds no custom templates (it was started without a template builder)"}
 	}
-	var pinned, digest string
-	var baseKey string
-	var err error
+	auth, err := ts.registryAuth(ctx, r.From, req.Registry)
+	if err != nil {
+		return nil, err
+	}
+	var pinned, digest, baseKey string
 	if r.From != "" {
 		ir, ok := c.cfg.Builder.(ImageResolver)
 		if !ok {
 			return nil, &errdefs.Error{Kind: errdefs.ErrInvalid, Msg: "this server builds no templates on images (recipe.from): build on a built-in base"}
 		}
-		if pinned, digest, err = ir.ResolveImage(ctx, r.From, req.Registry); err != nil {
+		if pinned, digest, err = ir.ResolveImage(ctx, r.From, auth); err != nil {
 			return nil, err
 		}
 		baseKey = recipe.ImageBaseKey(digest)
@@ -127,7 +132,7 @@ func (ts Templates) Plan(ctx context.Context, req api.BuildTemplateRequest) (*Te
 			Msg: fmt.Sprintf("base template %s is not available: building it failed (the server log says why); try again later", r.Base)}
 	}
 	b := &TemplateBuild{c: c, projectID: projectID, name: req.Name, recipe: r, key: recipe.Key(projectID, r, baseKey),
-		digest: digest, pinned: pinned, auth: req.Registry}
+		digest: digest, pinned: pinned, auth: auth}
 	old, err := c.cfg.Store.Templates().Get(ctx, projectID, req.Name)
 	switch {
 	case err == nil && old.Key == b.key:
@@ -157,6 +162,43 @@ func (ts Templates) Plan(ctx context.Context, req api.BuildTemplateRequest) (*Te
 	}
 	c.building[projectID+"/"+req.Name] = true
 	return b, nil
+}
+
+// registryAuth is a build's registry credentials as the pull uses them:
+// a password named by the project's secret (passwordSecret) opened — only
+// for the registry of from among the secret's hosts, over plain HTTP only
+// if the secret allows it, its use audited as an injection's is. The value
+// goes where a given password goes: into this build's pull, and nowhere
+// else (not the template's record, nor a log).
+func (ts Templates) registryAuth(ctx context.Context, from string, a *api.RegistryAuth) (*api.RegistryAuth, error) {
+	if a == nil || a.PasswordSecret == "" || from == "" {
+		return a, nil
+	}
+	if a.Password != "" {
+		return nil, errdefs.Invalidf("registry: give password or passwordSecret, not both")
+	}
+	sec := ts.c.cfg.Secrets
+	if sec == nil {
+		return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "registry.passwordSecret: this server opens no secrets (it has no secrets key); give registry.password instead"}
+	}
+	ref, err := name.ParseReference(from)
+	if err != nil {
+		return nil, errdefs.Invalidf("recipe.from %q: %v", from, err)
+	}
+	reg := ref.Context().Registry
+	host := reg.RegistryStr()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	refs := []secrets.Ref{{Field: "registry.passwordSecret", Name: a.PasswordSecret, Domain: host}}
+	if err := sec.Check(ctx, ts.project, refs); err != nil {
+		return nil, err
+	}
+	v, err := sec.Open(ctx, ts.project, a.PasswordSecret, secrets.Use{Host: host, Plain: reg.Scheme() == "http"})
+	if err != nil {
+		return nil, err
+	}
+	return &api.RegistryAuth{Username: a.Username, Password: v}, nil
 }
 
 // Run builds b, sending progress to emit, records the template and

@@ -119,7 +119,7 @@ UNMODELLED: Dict[str, str] = {
     "HeaderRule": "a dict {\"domain\", \"headers\"} in a policy's inject",
     "NetworkLog": "network.log() returns the entries themselves",
     "TemplateRecipe": "the recipe is passed to Template.build as the dict the spec describes",
-    "RegistryAuth": "Template.build takes it as its registry dict ({\"username\", \"password\"}), sent as the spec describes",
+    "RegistryAuth": "Template.build takes it as its registry dict ({\"username\", \"password\"} or {\"username\", \"passwordSecret\"}), sent as the spec describes",
     "TemplateFile": "part of the recipe's dict (content may be str or bytes: the SDK encodes it)",
     "TemplateCommand": "part of the recipe's dict",
     "TemplateStep": "part of the recipe's dict (steps; a copy step's content may be str or bytes: the SDK encodes it)",

@@ -852,6 +852,11 @@ def test_template_body_from_an_image_with_registry_credentials() -> None:
     assert "registry" not in _core.template_body("t", {"from": "python:3.12"})
     with pytest.raises(lizard.InvalidArgumentError):
         _core.template_body("t", {"from": "x"}, {"user": "me"})
+    # The password named by a secret of the project (docs/secrets.md), not both.
+    body = _core.template_body("t", {"from": "x"}, {"username": "me", "passwordSecret": "REG"})
+    assert body["registry"] == {"username": "me", "passwordSecret": "REG"}
+    with pytest.raises(lizard.InvalidArgumentError):
+        _core.template_body("t", {"from": "x"}, {"username": "me", "password": "pw", "passwordSecret": "REG"})
 
 
 def test_template_info_digest() -> None:

@@ -57,6 +57,7 @@ export {
   type RecipeFile,
   type RecipeCommand,
   type RecipeStep,
+  type RegistryCredentials,
   type TemplateBuildEvent,
   type TemplateInfo,
 } from './template.js';

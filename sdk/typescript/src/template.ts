@@ -112,12 +112,16 @@ export interface BuildOptions extends ConnectionOptions {
   onEvent?: (event: TemplateBuildEvent) => void;
   /** Bounds the whole build in milliseconds (default 30 minutes). */
   timeoutMs?: number;
-  /** Credentials for the registry of recipe.from's image, sent with this build only (never stored). */
-  registry?: { username: string; password: string };
+  /** Credentials for the registry of recipe.from's image, sent with this build only (never stored):
+   * a password, or passwordSecret, the name of the project's secret that holds it (docs/secrets.md). */
+  registry?: RegistryCredentials;
 }
 
+/** A registry's username with its password, or with the name of the project's secret holding it. */
+export type RegistryCredentials = { username: string; password: string } | { username: string; passwordSecret: string };
+
 /** templateBody is the wire body of a build: file contents in base64. */
-export function templateBody(name: string, recipe: Recipe, registry?: { username: string; password: string }): Record<string, unknown> {
+export function templateBody(name: string, recipe: Recipe, registry?: RegistryCredentials): Record<string, unknown> {
   const encode = (files: RecipeFile[], field: string) =>
     files.map((f, i) => {
       if (typeof f.content !== 'string' && !(f.content instanceof Uint8Array)) {
@@ -131,7 +135,12 @@ export function templateBody(name: string, recipe: Recipe, registry?: { username
     body.steps = recipe.steps.map((s, i) => (s.copy ? { ...s, copy: encode(s.copy, `steps[${i}].copy`) } : s));
   }
   const out: Record<string, unknown> = { name, recipe: body };
-  if (registry) out.registry = { username: registry.username, password: registry.password };
+  if (registry) {
+    out.registry =
+      'passwordSecret' in registry
+        ? { username: registry.username, passwordSecret: registry.passwordSecret }
+        : { username: registry.username, password: registry.password };
+  }
   return out;
 }
 

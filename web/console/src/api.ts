@@ -274,7 +274,9 @@ export interface BuildTemplateRequest {
 
 export interface RegistryAuth {
   username: string;
-  password: string;
+  password?: string;
+  /** The name of the project's secret that holds the password, instead of password. */
+  passwordSecret?: string;
 }
 
 /** One line of a build's NDJSON stream; it ends with `done` or `error`. */

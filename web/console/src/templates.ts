@@ -85,6 +85,7 @@ function buildForm(signal: AbortSignal, built: () => Promise<void>): HTMLElement
   const recipe = h("textarea", { name: "recipe", rows: 8, spellcheck: "false", class: "code", placeholder: '{"pip": ["httpx"], "run": [{"cmd": "echo hi"}]}' });
   const user = h("input", { type: "text", name: "username", autocomplete: "off", spellcheck: "false" });
   const pass = h("input", { type: "password", name: "password", autocomplete: "off" });
+  const secret = h("input", { type: "text", name: "passwordSecret", autocomplete: "off", spellcheck: "false" });
   const submit = h("button", { type: "submit" }, "Build template");
   const log = h("pre", { class: "out", id: "build-log", role: "log", "aria-label": "Build log", hidden: true });
   const form = h(
@@ -94,6 +95,7 @@ function buildForm(signal: AbortSignal, built: () => Promise<void>): HTMLElement
     field("Recipe (JSON)", recipe, 'The API\'s TemplateRecipe (docs/templates.md): base or from (an image), apt, pip, files, run, env, workdir, steps, start, ready.'),
     field("Registry user", user, "Only for a private from image: sent with this build, stored nowhere."),
     field("Registry password", pass),
+    field("or the secret holding it", secret, "The name of a secret of the project whose hosts include the registry (docs/secrets.md)."),
     h("div", { class: "buttons" }, submit),
   );
   form.addEventListener("submit", async (ev) => {
@@ -103,7 +105,8 @@ function buildForm(signal: AbortSignal, built: () => Promise<void>): HTMLElement
       const parsed: unknown = JSON.parse(recipe.value.trim() || "{}");
       if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error("the recipe is not a JSON object");
       req = { name: name.value.trim(), recipe: parsed as TemplateRecipe };
-      if (user.value || pass.value) req.registry = { username: user.value, password: pass.value };
+      if (secret.value.trim()) req.registry = { username: user.value, passwordSecret: secret.value.trim() };
+      else if (user.value || pass.value) req.registry = { username: user.value, password: pass.value };
     } catch (e) {
       showError(e instanceof Error ? e.message : String(e), "Reading the recipe");
       return;

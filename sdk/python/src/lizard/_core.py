@@ -527,7 +527,7 @@ def template_body(name: str, recipe: Mapping[str, Any],
     """The body of POST /v1/templates: recipe's files (and its copy steps' files) carry their content
     as str or bytes, which is base64-encoded here (the wire form); registry is
     ``{"username", "password"}`` for the registry of the recipe's ``from`` image, sent with this build
-    only."""
+    only, or ``{"username", "passwordSecret"}`` naming the project's secret that holds the password."""
 
     def encode(files: Any, field: str) -> List[Dict[str, Any]]:
         out = []
@@ -552,9 +552,10 @@ def template_body(name: str, recipe: Mapping[str, Any],
         ]
     out: Dict[str, Any] = {"name": name, "recipe": body}
     if registry is not None:
-        if set(registry) != {"username", "password"}:
-            raise InvalidArgumentError('registry must be {"username": ..., "password": ...}')
-        out["registry"] = {"username": str(registry["username"]), "password": str(registry["password"])}
+        keys = set(registry)
+        if keys not in ({"username", "password"}, {"username", "passwordSecret"}):
+            raise InvalidArgumentError('registry must be {"username": ..., "password": ...} or {"username": ..., "passwordSecret": ...}')
+        out["registry"] = {k: str(v) for k, v in registry.items()}
     return out
 
 

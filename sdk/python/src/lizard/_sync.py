@@ -740,7 +740,8 @@ class Template:
         as str or bytes (the SDK encodes it).
         on_event gets each progress event (``{"type": "step"|"log", ...}``) as it comes. A recipe
         ``{"from": "registry.example.com/team/app:1.4", ...}`` builds on that image (docs/templates.md);
-        registry (``{"username": ..., "password": ...}``) pulls a private one, sent with this build only.
+        registry (``{"username": ..., "password": ...}``, or ``"passwordSecret"``: the name of the project's secret
+        holding the password) pulls a private one, sent with this build only.
 
         Raises TemplateBuildError when a step fails (its ``step`` and ``log``), InvalidArgumentError
         when the request is refused.

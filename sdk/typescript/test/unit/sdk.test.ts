@@ -898,4 +898,6 @@ test('templateBody sends an image and its registry credentials', async () => {
     registry: { username: 'me', password: 'pw' },
   });
   assert.deepEqual(templateBody('t', { from: 'python:3.12' }), { name: 't', recipe: { from: 'python:3.12' } });
+  // The password named by a secret of the project (docs/secrets.md).
+  assert.deepEqual(templateBody('t', { from: 'x' }, { username: 'me', passwordSecret: 'REG' }).registry, { username: 'me', passwordSecret: 'REG' });
 });

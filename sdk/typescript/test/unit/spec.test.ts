@@ -93,7 +93,7 @@ const UNMODELLED: Record<string, string> = {
   ContextList: 'listContexts() returns the contexts themselves',
   EntryList: 'files.list() returns the entries themselves',
   TemplateSymlink: 'inline in RecipeStep.symlink, { target, path }',
-  RegistryAuth: 'inline in Template.build\'s registry option, { username, password }',
+  RegistryAuth: 'Template.build\'s registry option, RegistryCredentials: { username, password } or { username, passwordSecret }',
   Health: 'for probes and operators, not for code using sandboxes',
   SandboxMetrics: 'getMetrics() returns the samples themselves',
   ProcessList: 'commands.list() returns the processes themselves',
