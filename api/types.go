@@ -509,6 +509,11 @@ type ProcessStartRequest struct {
 	// TERM=xterm-256color).
 	Pty       *PtySize `json:"pty,omitempty"`
 	TimeoutMs *int64   `json:"timeoutMs,omitempty"` // default none
+	// TimeoutKills is what timeoutMs kills: "group" (the default: the
+	// process and all it started) or "process" (the process alone, as
+	// E2B's envd does at a command's deadline: an app a shell opened
+	// outlives it).
+	TimeoutKills string `json:"timeoutKills,omitempty"`
 	// Tag is the caller's name for the process (at most 256 bytes).
 	Tag string `json:"tag,omitempty"`
 	// User is "root" or the sandbox user (the default).

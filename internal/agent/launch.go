@@ -174,6 +174,9 @@ type launch struct {
 	// pty, when set, gives the process a new terminal of that size as
 	// its controlling terminal, in a session of its own.
 	pty *api.PtySize
+	// timeoutKillsProcess: a background process's timeout kills it
+	// alone, not its group (api.ProcessStartRequest.TimeoutKills).
+	timeoutKillsProcess bool
 }
 
 // command makes the process l describes, not started: as its user, in

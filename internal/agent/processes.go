@@ -259,7 +259,8 @@ func (pa *processAPI) startProcess(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info := api.ProcessInfo{Tag: req.Tag, Cmd: req.Cmd, User: pa.launch.name(as)}
-	p, err := pa.launch.background(launch{as: as, path: path, args: args, dir: cwd, env: env, pty: req.Pty}, info,
+	p, err := pa.launch.background(launch{as: as, path: path, args: args, dir: cwd, env: env, pty: req.Pty,
+		timeoutKillsProcess: req.TimeoutKills == "process"}, info,
 		req.Stdin, time.Duration(timeoutMs)*time.Millisecond, pa.log)
 	if err != nil {
 		answerStart(w, path, err)
@@ -285,6 +286,9 @@ func checkStart(w http.ResponseWriter, req api.ProcessStartRequest) bool {
 		return false
 	case len(req.Tag) > maxTagBytes:
 		invalid(w, "tag", "is %d bytes; at most %d", len(req.Tag), maxTagBytes)
+		return false
+	case req.TimeoutKills != "" && req.TimeoutKills != "group" && req.TimeoutKills != "process":
+		invalid(w, "timeoutKills", "is %q; group (the default) or process", req.TimeoutKills)
 		return false
 	}
 	for _, s := range append([]string{req.Cmd, req.Tag}, req.Args...) {
@@ -389,7 +393,7 @@ func (lc *launcher) background(l launch, info api.ProcessInfo, stdin bool, timeo
 	p.info = info
 	lc.procs.add(p)
 	go func() {
-		code := p.wait(cmd, timeout, flush)
+		code := p.wait(cmd, timeout, l.timeoutKillsProcess, flush)
 		release()
 		lc.procs.ended(p)
 		log.Info("process ended", "pid", p.pid, "exit_code", code)
@@ -397,15 +401,21 @@ func (lc *launcher) background(l launch, info api.ProcessInfo, stdin bool, timeo
 	return p, nil
 }
 
-// wait waits for p's cmd to end, killing its group after timeout (0:
-// never), reads the rest of its output and records its end.
-func (p *bgProcess) wait(cmd *exec.Cmd, timeout time.Duration, flush func()) int {
+// wait waits for p's cmd to end, killing its group (or, onlyProcess,
+// the process alone) after timeout (0: never), reads the rest of its
+// output and records its end. What outlives a killed process and holds
+// its output open is not waited for past waitDelay (cmd.WaitDelay).
+func (p *bgProcess) wait(cmd *exec.Cmd, timeout time.Duration, onlyProcess bool, flush func()) int {
 	var timedOut atomic.Bool
 	var timer *time.Timer
 	if timeout > 0 {
+		target := -p.group
+		if onlyProcess {
+			target = p.pid
+		}
 		timer = time.AfterFunc(timeout, func() {
 			timedOut.Store(true)
-			_ = syscall.Kill(-p.group, syscall.SIGKILL)
+			_ = syscall.Kill(target, syscall.SIGKILL)
 		})
 	}
 	outDone := make(chan struct{})

@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,6 +152,50 @@ func TestProcessesLifecycle(t *testing.T) {
 	}
 }
 
+// TestProcessTimeoutKills: a timeout kills the process's group, or with
+// timeoutKills "process" the process alone, what it started living on
+// (E2B's envd, whose Desktop SDK opens a browser under a 60 s deadline).
+func TestProcessTimeoutKills(t *testing.T) {
+	ta := newTestAgent(t, nil)
+	ctx := context.Background()
+	for _, tt := range []struct {
+		kills         string
+		childOutlives bool
+	}{
+		{"", false},
+		{"group", false},
+		{"process", true},
+	} {
+		t.Run("kills="+tt.kills, func(t *testing.T) {
+			info := ta.start(t, api.ProcessStartRequest{Cmd: "sleep 60 & echo $!; wait", TimeoutMs: ptr(int64(300)), TimeoutKills: tt.kills})
+			run := ta.output(t, ctx, info.Pid, nil)
+			if run.end.ExitCode == nil || *run.end.ExitCode != ExitCodeTimeout {
+				t.Fatalf("end %+v, want the timeout's exit code %d", run.end, ExitCodeTimeout)
+			}
+			child, err := strconv.Atoi(strings.TrimSpace(run.stdout))
+			if err != nil {
+				t.Fatalf("the child's pid: %q", run.stdout)
+			}
+			alive := func() bool {
+				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+				return err == nil && !strings.Contains(string(b), ") Z ")
+			}
+			if !tt.childOutlives {
+				deadline := time.Now().Add(5 * time.Second)
+				for alive() && time.Now().Before(deadline) {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			if got := alive(); got != tt.childOutlives {
+				t.Errorf("the shell's child alive after the timeout = %v, want %v", got, tt.childOutlives)
+			}
+			if alive() {
+				syscall.Kill(child, syscall.SIGKILL)
+			}
+		})
+	}
+}
+
 func TestProcessesBadInput(t *testing.T) {
 	ta := newTestAgent(t, nil)
 	ended := ta.start(t, api.ProcessStartRequest{Cmd: "true"})
@@ -167,6 +213,7 @@ func TestProcessesBadInput(t *testing.T) {
 		{"empty cmd", "POST", "/processes", api.ProcessStartRequest{}, 400, "cmd:"},
 		{"cmd and args", "POST", "/processes", api.ProcessStartRequest{Cmd: "x", Args: []string{"y"}}, 400, "cmd:"},
 		{"long tag", "POST", "/processes", api.ProcessStartRequest{Cmd: "true", Tag: strings.Repeat("t", 257)}, 400, "tag:"},
+		{"timeoutKills", "POST", "/processes", api.ProcessStartRequest{Cmd: "true", TimeoutKills: "session"}, 400, "timeoutKills:"},
 		{"pty cols", "POST", "/processes", api.ProcessStartRequest{Pty: &api.PtySize{Cols: 0, Rows: 24}}, 400, "pty.cols:"},
 		{"pty rows", "POST", "/processes", api.ProcessStartRequest{Pty: &api.PtySize{Cols: 80, Rows: 1001}}, 400, "pty.rows:"},
 		{"no such program", "POST", "/processes", api.ProcessStartRequest{Args: []string{"no-such-program-x"}}, 400, "args:"},

@@ -259,7 +259,8 @@ func TestStartMapsRequestAndEvents(t *testing.T) {
 	if err := stream.Err(); err != nil {
 		t.Fatalf("stream: %v", err)
 	}
-	want := api.ProcessStartRequest{Args: []string{"/bin/bash", "-l", "-c", "echo hi"}, Cwd: "/tmp", Envs: map[string]string{"A": "1"}, Tag: "web", User: "root", Stdin: true}
+	// The deadline kills the process alone, as envd's does (the Desktop SDK's open()).
+	want := api.ProcessStartRequest{Args: []string{"/bin/bash", "-l", "-c", "echo hi"}, Cwd: "/tmp", Envs: map[string]string{"A": "1"}, Tag: "web", User: "root", Stdin: true, TimeoutKills: "process"}
 	if got.TimeoutMs == nil || *got.TimeoutMs < 4000 || *got.TimeoutMs > 5000 {
 		t.Errorf("timeoutMs = %v, want about 5000 (the Connect-Timeout-Ms)", got.TimeoutMs)
 	}

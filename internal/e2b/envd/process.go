@@ -61,9 +61,11 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	}
 	// As in E2B, the request's deadline is the process's: it is killed
 	// when it passes, while a client that merely goes away leaves it.
+	// envd kills the process alone, so what it started lives on: the
+	// browser of E2B Desktop's open() (xdg-open under a 60 s deadline).
 	if d, ok := connectTimeout(req.Header()); ok {
 		ms := d.Milliseconds()
-		start.TimeoutMs = &ms
+		start.TimeoutMs, start.TimeoutKills = &ms, "process"
 	}
 	info, err := s.agent.StartProcess(s.ctx, start)
 	if err != nil {

@@ -97,6 +97,7 @@ OMITTED: Dict[Tuple[str, str], str] = {
     ("CreateContextRequest", "user"): "the E2B surface's (docs/e2b.md): its contexts are root's, as E2B's kernels; a context of the SDK's is the sandbox user's",
     ("ProcessRequest", "args"): "exec takes cmd as a list, [program, *args], or a string run by bash",
     ("ProcessStartRequest", "args"): "start takes cmd as a list, [program, *args], or a string run by bash",
+    ("ProcessStartRequest", "timeoutKills"): "E2B's envd's deadline (the process alone), which the E2B surface sets; the SDK's timeouts kill the group",
     ("ProcessStartRequest", "pty"): "pty.create(cols, rows, cmd=...) starts a process with a terminal (its input always open), commands.start one without",
     ("FileEvent", "abort"): "a watch that ends with an abort gives on_exit the matching exception",
 }

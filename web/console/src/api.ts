@@ -162,6 +162,7 @@ export interface ProcessStartRequest {
   stdin?: boolean;
   pty?: PtySize;
   timeoutMs?: number;
+  timeoutKills?: 'group' | 'process';
   tag?: string;
   user?: string;
 }

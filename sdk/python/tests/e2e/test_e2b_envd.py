@@ -72,6 +72,17 @@ def test_commands(sbx: Sandbox) -> None:
     assert time.monotonic() - began < 10
 
 
+def test_deadline_kills_the_command_alone(sbx: Sandbox) -> None:
+    """At a command's deadline envd kills its process, not what that started: E2B Desktop's open() runs
+    xdg-open under a 60 s deadline, and the browser it opened lives on (docs/desktop.md)."""
+    with pytest.raises((TimeoutException, CommandExitException)):
+        sbx.commands.run("sleep 300 & echo $! > /tmp/child.pid; wait", timeout=2)
+    pid = sbx.files.read("/tmp/child.pid").strip()
+    time.sleep(1)
+    assert sbx.commands.run(f"kill -0 {pid} && echo alive").stdout == "alive\n"
+    sbx.commands.run(f"kill {pid}")
+
+
 def test_background_list_connect_kill(sbx: Sandbox) -> None:
     h = sbx.commands.run("echo started; sleep 120", background=True)
     listed = [p for p in sbx.commands.list() if p.pid == h.pid]

@@ -77,6 +77,7 @@ const OMITTED: Record<string, string> = {
   'ExecuteEvent.bundle': 'only on streams that asked for bundle, which runCode never does',
   'ProcessRequest.args': 'exec takes cmd as an array, [program, ...args], or a string run by bash',
   'TemplateFile.size': "in responses only: TemplateInfo.recipe is a built template's recipe as the API gave it",
+  'ProcessStartRequest.timeoutKills': "E2B's envd's deadline (the process alone), which the E2B surface sets; the SDK's timeouts kill the group",
   'ProcessStartRequest.pty': 'pty.create({ cols, rows, onData }) starts a process with a terminal; commands.start one without',
   'FileEvent.abort': 'a watch that ends with an abort gives onExit the matching error',
 };
