@@ -41,7 +41,8 @@ RULES = {
     "setSandboxTimeout": [r" is out of range"],
     # typescript and stateful: the rules the spec's descriptions of the fields state.
     "execute": [r"^language: context \S+ runs \w+, not \w+$", r"^language: typescript runs only", r"^stateful: "],
-    "createContext": [r"^cwd: ", r"^stateful: only javascript", r"^language: typescript runs only"],
+    # The user is root or the sandbox's (the description of user).
+    "createContext": [r"^cwd: ", r"^stateful: only javascript", r"^language: typescript runs only", r"^user: "],
     "runProcess": [r"^cwd: ", r"^args: the program name args\[0\] is empty$"],
     # The program must exist; the tag's bound is in bytes; the user is root or the sandbox's.
     "startProcess": [r"^cmd: ", r"^cwd: ", r"^args: ", r"^tag: is \d+ bytes", r"^user: "],
