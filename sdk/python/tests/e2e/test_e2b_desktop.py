@@ -78,8 +78,10 @@ def _until(what: str, probe: Callable[[], Optional[Any]], timeout: float = 60) -
 
 
 def _one(sb: Sandbox, name: str) -> None:
-    """Exactly one process named name: the SDK's own start on create opened no second one."""
-    out = sb.commands.run(f"pgrep -x {name} | wc -l").stdout.strip()
+    """Exactly one process named name (the X server: the real /usr/bin/Xvfb, not the template's wrapper
+    of the name, which waits for the server it started): the SDK's own start on create opened no second one."""
+    pgrep = "pgrep -f '^/usr/bin/Xvfb '" if name == "Xvfb" else f"pgrep -x {name}"
+    out = sb.commands.run(f"{pgrep} | wc -l").stdout.strip()
     assert out == "1", f"{out} processes named {name}; want the template's one"
 
 
