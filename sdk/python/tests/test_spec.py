@@ -127,6 +127,8 @@ UNMODELLED: Dict[str, str] = {
     "TemplateSymlink": "part of a step's dict",
     "TemplateBuildEvent": "given to on_event as the dict it is; a failed step raises TemplateBuildError",
     "Health": "for probes and operators, not for code using sandboxes",
+    "NodeInfo": "GET /v1/nodes is a cluster operator's call (the cluster secret), not for code using sandboxes",
+    "NodeList": "GET /v1/nodes is a cluster operator's call (the cluster secret), not for code using sandboxes",
     "SandboxMetrics": "get_metrics() returns the samples themselves",
     "ExecuteEvent": "folded into Execution and the on_* callbacks of run_code",
     "ProcessEvent": "folded into ProcessResult and the on_* callbacks of exec",

@@ -73,6 +73,9 @@ def _serve_args(port: int, data_dir: Path) -> List[str]:
     # An address pool of our own, so servers of other suites running at the same time never hand out
     # the same addresses; and no internet egress: tests never send a packet off this machine.
     args += ["--address-pool", os.environ.get("LIZARD_TEST_ADDRESS_POOL") or ADDRESS_POOL, "--egress=none"]
+    # One server serves the whole session, whose template builds (recipes, E2B's Template SDK, the
+    # desktop) are more than the default 20 an hour; the bound itself is tested in Go (e2e).
+    args += ["--template-builds-per-hour", "1000"]
     return args
 
 

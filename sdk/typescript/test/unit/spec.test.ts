@@ -96,6 +96,8 @@ const UNMODELLED: Record<string, string> = {
   TemplateSymlink: 'inline in RecipeStep.symlink, { target, path }',
   RegistryAuth: 'Template.build\'s registry option, RegistryCredentials: { username, password } or { username, passwordSecret }',
   Health: 'for probes and operators, not for code using sandboxes',
+  NodeInfo: "GET /v1/nodes is a cluster operator's call (the cluster secret), not for code using sandboxes",
+  NodeList: "GET /v1/nodes is a cluster operator's call (the cluster secret), not for code using sandboxes",
   SandboxMetrics: 'getMetrics() returns the samples themselves',
   ProcessList: 'commands.list() returns the processes themselves',
   ProcessStdinRequest: 'sendStdin sends its bytes as the raw body, the other form the API takes',
