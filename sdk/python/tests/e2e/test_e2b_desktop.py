@@ -17,7 +17,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import httpx
 import pytest
@@ -53,14 +53,17 @@ def _e2b_env(lizard_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def desktop_template(lizard_server: Any) -> None:
-    """The project's `desktop` template, built as docs/desktop.md says (or found in the cache)."""
+def desktop_template(lizard_server: Any) -> Iterator[None]:
+    """The project's `desktop` template, built as docs/desktop.md says (or found in the cache), and
+    deleted after the module: other tests list the project's templates."""
     env = dict(os.environ, LIZARD_API_URL=lizard_server.url, LIZARD_API_KEY=lizard_server.api_key)
     begin = time.monotonic()
     out = subprocess.run([str(BIN), "template", "build", "--quiet", "-f", str(RECIPE)],
                          capture_output=True, text=True, timeout=BUILD_TIMEOUT, env=env)
     assert out.returncode == 0, f"building the desktop template:\n{out.stdout}\n{out.stderr}"
     print(f"desktop template: {time.monotonic() - begin:.1f} s\n{out.stdout}")
+    yield
+    subprocess.run([str(BIN), "template", "delete", "desktop"], capture_output=True, text=True, timeout=60, env=env)
 
 
 def _until(what: str, probe: Callable[[], Optional[Any]], timeout: float = 60) -> Any:
