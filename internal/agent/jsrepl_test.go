@@ -1,16 +1,15 @@
 package agent
 
 import (
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/testenv"
 )
 
 func TestStatefulJavaScriptContext(t *testing.T) {
@@ -82,7 +81,7 @@ func TestStatefulJavaScriptContext(t *testing.T) {
 			syscall.Kill(r.cmd.Process.Pid, syscall.SIGKILL)
 			<-r.exited
 		} else {
-			killDead(t, r.cmd.Process.Pid)
+			testenv.KillDead(t, r.cmd.Process.Pid)
 		}
 		ex := run("typeof kept")
 		if ex.err != nil || len(ex.results) != 1 || ex.results[0].Data != "'undefined'" || !strings.Contains(ex.stderr, "node process died after the previous call and was restarted") {
@@ -185,22 +184,4 @@ func TestStatefulJavaScriptImports(t *testing.T) {
 				s.code, ex.results, ex.stdout, ex.err, ex.ended, s.result, s.stdout, s.errName)
 		}
 	}
-}
-
-// killDead kills pid with SIGKILL and returns once it is dead, every thread
-// (its pipes closed), whether or not the agent has reaped it yet.
-func killDead(t *testing.T, pid int) {
-	t.Helper()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing %d: %v", pid, err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		// A zombie leader's other threads may still hold its files.
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if err != nil || strings.Contains(string(stat), ") Z ") && len(tasks) <= 1 {
-			return
-		}
-	}
-	t.Fatalf("%d still alive 5 s after SIGKILL", pid)
 }

@@ -358,7 +358,7 @@ func TestKernelDeath(t *testing.T) {
 		// closed its pipes before its exit is reaped: the code, which it
 		// never read, runs in a new kernel, as after a death already seen.
 		for i := range 5 {
-			killDead(t, k.Pid())
+			testenv.KillDead(t, k.Pid())
 			o := run(t, k, "1+1")
 			if len(o.errors) != 0 || len(o.results) != 1 || o.results[0].Data != "2" || !strings.Contains(o.stderr, "restarted") {
 				t.Fatalf("call %d right after a kill: results %+v errors %+v stderr %q, want 2 and a note", i, o.results, o.errors, o.stderr)
@@ -1072,22 +1072,4 @@ plt.boxplot([[1, 2, 3]], labels=['c'])
 	if len(o.errors) != 0 || len(o.results) == 0 || o.results[0].Data != "(['a', 'b'], ['c'])" {
 		t.Errorf("results %v %+v errors %+v; want (['a', 'b'], ['c'])", mimes(o.results), o.results[:min(1, len(o.results))], o.errors)
 	}
-}
-
-// killDead kills pid with SIGKILL and returns once it is dead, every thread
-// (its pipes closed), whether or not its parent has reaped it yet.
-func killDead(t *testing.T, pid int) {
-	t.Helper()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing %d: %v", pid, err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		// A zombie leader's other threads may still hold its files.
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if err != nil || strings.Contains(string(stat), ") Z ") && len(tasks) <= 1 {
-			return
-		}
-	}
-	t.Fatalf("%d still alive 5 s after SIGKILL", pid)
 }
