@@ -103,6 +103,12 @@ type Config struct {
 	Builder       TemplateBuilder
 	BuildsPerHour float64
 	Forget        func(ctx context.Context, ref string)
+	// MaxTemplates and MaxTemplateBytes bound each project's custom
+	// templates: how many, and their builds' sizes added up (0: no
+	// bound). A build past either is refused before it starts, and one
+	// that grows past the size left is stopped (templates.go).
+	MaxTemplates     int
+	MaxTemplateBytes int64
 	// Secrets are the projects' secrets, which a policy's inject rules
 	// must name (docs/secrets.md); nil: not checked here.
 	Secrets *secrets.Store

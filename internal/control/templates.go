@@ -65,6 +65,9 @@ type TemplateBuild struct {
 	auth           *api.RegistryAuth
 	// cached: the project's template of that name is this very build.
 	cached *store.Template
+	// room is how large the build may grow within the project's
+	// MaxTemplateBytes (0: no bound).
+	room int64
 }
 
 // resolve turns the template a create names into what the
@@ -146,6 +149,9 @@ func (ts Templates) Plan(ctx context.Context, req api.BuildTemplateRequest) (*Te
 	if c.building[projectID+"/"+req.Name] {
 		return nil, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf("template %q is being built in project %s; wait for that build to end", req.Name, projectID)}
 	}
+	if b.room, err = ts.templateRoom(ctx, req.Name); err != nil {
+		return nil, err
+	}
 	if c.cfg.BuildsPerHour > 0 {
 		l := c.buildLimits[projectID]
 		if l == nil {
@@ -162,6 +168,66 @@ func (ts Templates) Plan(ctx context.Context, req api.BuildTemplateRequest) (*Te
 	}
 	c.building[projectID+"/"+req.Name] = true
 	return b, nil
+}
+
+// templateRoom checks the project's template quotas for a build of name
+// (which replaces the project's template of that name, if any) and
+// returns how many bytes the build may grow to (0: no bound). Builds under
+// way count as templates, each of unknown size until it is recorded
+// (Run checks the sizes again then). Called with tmplMu held.
+func (ts Templates) templateRoom(ctx context.Context, name string) (int64, error) {
+	c, projectID := ts.c, ts.project
+	if c.cfg.MaxTemplates <= 0 && c.cfg.MaxTemplateBytes <= 0 {
+		return 0, nil
+	}
+	count, used, err := ts.templateUse(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	for k := range c.building {
+		if p, n, _ := strings.Cut(k, "/"); p == projectID && n != name {
+			count++
+		}
+	}
+	if max := c.cfg.MaxTemplates; max > 0 && count >= max {
+		return 0, &errdefs.Error{Kind: errdefs.ErrRateLimited, RetryAfter: time.Minute,
+			Msg: fmt.Sprintf("project %s has %d custom templates (builds under way included), its maximum: delete one first (DELETE /v1/templates/{name}, lizard template delete), rebuild one under its own name, or have the operator raise --max-templates-per-project", projectID, count)}
+	}
+	if max := c.cfg.MaxTemplateBytes; max > 0 {
+		if used >= max {
+			return 0, overTemplateDisk(projectID, used, max, "")
+		}
+		return max - used, nil
+	}
+	return 0, nil
+}
+
+// templateUse counts the project's templates other than name, and adds
+// up their builds' sizes.
+func (ts Templates) templateUse(ctx context.Context, name string) (count int, bytes int64, err error) {
+	rows, err := ts.c.cfg.Store.Templates().List(ctx, ts.project)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, t := range rows {
+		if t.Name != name {
+			count++
+			bytes += t.SizeBytes
+		}
+	}
+	return count, bytes, nil
+}
+
+// overTemplateDisk is the refusal of a build past the project's
+// MaxTemplateBytes: the project's other templates use used bytes, and
+// this build, when grew, says how large it got.
+func overTemplateDisk(projectID string, used, max int64, grew string) error {
+	msg := fmt.Sprintf("project %s's custom templates use %d MiB, its maximum of %d MiB for templates: ", projectID, used>>20, max>>20)
+	if grew != "" {
+		msg = fmt.Sprintf("project %s's custom templates use %d MiB and this build %s, past its maximum of %d MiB for templates; nothing of the build is kept: ", projectID, used>>20, grew, max>>20)
+	}
+	return &errdefs.Error{Kind: errdefs.ErrRateLimited, RetryAfter: time.Minute,
+		Msg: msg + "delete templates it no longer needs (DELETE /v1/templates/{name}, lizard template delete; GET /v1/templates lists each one's sizeBytes), or have the operator raise --max-template-disk-per-project-mb"}
 }
 
 // registryAuth is a build's registry credentials as the pull uses them:
@@ -221,8 +287,14 @@ func (b *TemplateBuild) Run(ctx context.Context, emit func(api.TemplateBuildEven
 		r.From = b.pinned
 		ctx = recipe.WithRegistryAuth(ctx, b.auth)
 	}
+	if b.room > 0 {
+		ctx = recipe.WithMaxBytes(ctx, b.room)
+	}
 	res, err := c.cfg.Builder.Build(ctx, b.projectID, r, b.key, emit)
 	if err != nil {
+		return api.Template{}, false, err
+	}
+	if err := b.fits(ctx, res); err != nil {
 		return api.Template{}, false, err
 	}
 	stored, _ := json.Marshal(recipe.Stored(b.recipe))
@@ -239,6 +311,34 @@ func (b *TemplateBuild) Run(ctx context.Context, emit func(api.TemplateBuildEven
 		c.builds.collect(context.WithoutCancel(ctx), old.Name, old.Key)
 	}
 	return templateAPI(t), res.Cached, nil
+}
+
+// fits checks the finished build res against the project's
+// MaxTemplateBytes again, with the sizes recorded now (builds of the
+// project's other templates may have ended meanwhile; the builder stops
+// a build that grows past its room, which this catches between its
+// measures): a build past it is removed, unless it was in the cache
+// already and something else uses it.
+func (b *TemplateBuild) fits(ctx context.Context, res recipe.Result) error {
+	c := b.c
+	if c.cfg.MaxTemplateBytes <= 0 {
+		return nil
+	}
+	_, used, err := Templates{c: c, project: b.projectID}.templateUse(ctx, b.name)
+	if err != nil {
+		return err
+	}
+	if used+res.SizeBytes <= c.cfg.MaxTemplateBytes {
+		return nil
+	}
+	if !res.Cached {
+		if _, err := c.cfg.Builder.Release(b.key); err != nil {
+			c.log.Error("removing a template build past its project's quota", "key", b.key, "err", err)
+		}
+	} else {
+		c.builds.collect(context.WithoutCancel(ctx), b.name, b.key)
+	}
+	return overTemplateDisk(b.projectID, used, c.cfg.MaxTemplateBytes, fmt.Sprintf("%d MiB", res.SizeBytes>>20))
 }
 
 func templateAPI(t store.Template) api.Template {

@@ -342,6 +342,7 @@ func runAPI(ctx context.Context, e cli.Env, args []string) error {
 	templates := cluster.Templates{Router: router, Images: &oci.Puller{ConfigFile: c.RegistryConfig, Registries: splitList(c.RegistryAllow)}}
 	ctl, err := control.New(control.Config{
 		Builder: templates, Forget: templates.Forget, BuildsPerHour: c.BuildsPerHour,
+		MaxTemplates: c.policy.MaxTemplates, MaxTemplateBytes: c.policy.MaxTemplateTotalMb << 20,
 		Node: router, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: c.policy.Egress == "internet",
 		NetworkDefault: c.policy.netDefault, NetworkBound: c.policy.netBound,
 		DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout, MaxChildTimeout: c.MaxChildTimeout,

@@ -147,11 +147,15 @@ type policyFlags struct {
 	MaxVolumes       int
 	MaxVolumeTotalMb int64
 	MaxProjectDiskMb int64
-	CreateRate       float64
-	CreateBurst      int
-	KeyRate          float64
-	KeyBurst         int
-	SandboxAPIPort   int
+	// Per project: custom templates, and their builds' sizes added up
+	// (docs/templates.md).
+	MaxTemplates       int
+	MaxTemplateTotalMb int64
+	CreateRate         float64
+	CreateBurst        int
+	KeyRate            float64
+	KeyBurst           int
+	SandboxAPIPort     int
 	// Network policies by name (docs/network.md).
 	NetworkDefault  string
 	NetworkBound    string
@@ -180,6 +184,8 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.MaxVolumes, "max-volumes-per-project", 32, "persistent volumes a project may have (0: no bound)")
 	fs.Int64Var(&p.MaxVolumeTotalMb, "max-volume-total-mb", 51200, "sizes of a project's persistent volumes added up, MiB (0: no bound)")
 	fs.Int64Var(&p.MaxProjectDiskMb, "max-disk-per-project-mb", 256000, "disk a project is promised, MiB: its live sandboxes' diskMb and its volumes' sizes added up (0: no bound; the default fits 100 sandboxes of 2048 MiB and 51200 MiB of volumes)")
+	fs.IntVar(&p.MaxTemplates, "max-templates-per-project", 50, "custom templates a project may have (0: no bound)")
+	fs.Int64Var(&p.MaxTemplateTotalMb, "max-template-disk-per-project-mb", 102400, "sizes of a project's custom template builds added up, MiB: each a full root filesystem, about 1,300 MiB on interpreter (0: no bound)")
 	fs.Float64Var(&p.CreateRate, "creates-per-second", 5, "sandbox creates per second per project (0: no bound)")
 	fs.IntVar(&p.CreateBurst, "create-burst", 20, "burst of sandbox creates per project")
 	fs.Float64Var(&p.KeyRate, "requests-per-second", 100, "API requests per second per key (0: no bound)")
@@ -224,6 +230,8 @@ func (p *policyFlags) validate() error {
 		return cli.Usagef("--max-sandboxes-per-project, --max-descriptors-per-project, --creates-per-second and --requests-per-second cannot be negative")
 	case p.MaxVolumes < 0 || p.MaxVolumeTotalMb < 0 || p.MaxProjectDiskMb < 0:
 		return cli.Usagef("--max-volumes-per-project, --max-volume-total-mb and --max-disk-per-project-mb cannot be negative")
+	case p.MaxTemplates < 0 || p.MaxTemplateTotalMb < 0:
+		return cli.Usagef("--max-templates-per-project and --max-template-disk-per-project-mb cannot be negative")
 	case p.MaxProjectDiskMb > 0 && p.DiskMb > p.MaxProjectDiskMb:
 		return cli.Usagef("--disk-mb %d is over --max-disk-per-project-mb %d: no sandbox could be made", p.DiskMb, p.MaxProjectDiskMb)
 	}

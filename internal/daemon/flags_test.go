@@ -92,6 +92,10 @@ func TestSharedFlagsEveryRole(t *testing.T) {
 		{"max-volume-total-mb", "1000", false},
 		{"max-disk-per-project-mb", "100000", false},
 		{"max-disk-per-project-mb", "1000", true}, // under --disk-mb
+		{"max-templates-per-project", "3", false},
+		{"max-templates-per-project", "-1", true},
+		{"max-template-disk-per-project-mb", "4096", false},
+		{"max-template-disk-per-project-mb", "-1", true},
 		{"creates-per-second", "2", false},
 		{"create-burst", "5", false},
 		{"requests-per-second", "50", false},

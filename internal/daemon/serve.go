@@ -352,6 +352,7 @@ func (c *serveConfig) newControl(parts nodeParts, st *store.Store, sec *secrets.
 		MaxVolumes: c.policy.MaxVolumes, MaxVolumeTotalBytes: c.policy.MaxVolumeTotalMb << 20,
 		PortsKey: agentKey, PortsDomain: c.PortsDomain, PortsResume: c.PortsResume,
 		Builder: builder, BuildsPerHour: c.BuildsPerHour,
+		MaxTemplates: c.policy.MaxTemplates, MaxTemplateBytes: c.policy.MaxTemplateTotalMb << 20,
 		Secrets: sec, ImagesOnDisk: c.images.URL == "",
 		Events: evlog, Webhooks: hooks,
 	}

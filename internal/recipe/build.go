@@ -190,6 +190,24 @@ func registryAuth(ctx context.Context) *api.RegistryAuth {
 	return a
 }
 
+// A build's bound on its size travels beside its recipe as its
+// credentials do: the room its project's template quota leaves it, which
+// the control plane knows and the builder enforces.
+type maxBytesKey struct{}
+
+// WithMaxBytes returns ctx bounding the build's size (its directory in
+// the template cache, what it fetched on the host included) to n bytes:
+// a build past it is stopped like a failed step. n <= 0: no bound.
+func WithMaxBytes(ctx context.Context, n int64) context.Context {
+	return context.WithValue(ctx, maxBytesKey{}, n)
+}
+
+// MaxBytesOf is what WithMaxBytes put in ctx (0: no bound).
+func MaxBytesOf(ctx context.Context) int64 {
+	n, _ := ctx.Value(maxBytesKey{}).(int64)
+	return max(n, 0)
+}
+
 // Artifact returns the build of custom template reference ref, if it is
 // in the cache.
 func (b *Builder) Artifact(ref string) (sandbox.Artifact, error) {
@@ -268,7 +286,7 @@ func (b *Builder) Build(ctx context.Context, projectID string, r api.TemplateRec
 		}
 	}
 	defer func() { <-b.sem }()
-	ctx, stop := b.bound(ctx)
+	ctx, stop := b.bound(ctx, key)
 	defer stop()
 	var base sandbox.Artifact
 	if r.From == "" {
@@ -294,9 +312,12 @@ func (b *Builder) Build(ctx context.Context, projectID string, r api.TemplateRec
 	return res, nil
 }
 
-// bound returns ctx ended by the build's bounds: its time, and the cache's
-// free disk, checked every second.
-func (b *Builder) bound(ctx context.Context) (context.Context, func()) {
+// bound returns ctx ended by the build's bounds: its time, the cache's
+// free disk, checked every second, and its size (MaxBytesOf), measured by
+// walking key's temporary build directory as often as a tenth of the
+// time goes to the walks.
+func (b *Builder) bound(ctx context.Context, key string) (context.Context, func()) {
+	maxBytes := MaxBytesOf(ctx)
 	ctx, cancel := context.WithCancelCause(ctx)
 	timer := time.AfterFunc(b.cfg.Timeout, func() {
 		cancel(&limitError{fmt.Sprintf("the build took longer than %s, the longest a build may take", b.cfg.Timeout)})
@@ -305,6 +326,7 @@ func (b *Builder) bound(ctx context.Context) (context.Context, func()) {
 	go func() {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
+		var nextWalk time.Time
 		for {
 			select {
 			case <-done:
@@ -315,10 +337,31 @@ func (b *Builder) bound(ctx context.Context) (context.Context, func()) {
 					cancel(&limitError{fmt.Sprintf("the build left less than %d MiB free on the template cache's disk; it writes too much", b.cfg.MinFreeBytes>>20)})
 					return
 				}
+				if maxBytes <= 0 || time.Now().Before(nextWalk) {
+					continue
+				}
+				begin := time.Now()
+				if n := b.buildSize(key); n > maxBytes {
+					cancel(&limitError{fmt.Sprintf("the build grew to %d MiB, past the %d MiB its project's template quota leaves it (--max-template-disk-per-project-mb): delete templates the project no longer needs, or have the operator raise it",
+						n>>20, maxBytes>>20)})
+					return
+				}
+				nextWalk = time.Now().Add(10 * time.Since(begin))
 			}
 		}
 	}()
 	return ctx, func() { timer.Stop(); close(done); cancel(nil) }
+}
+
+// buildSize is the size of key's build under way: its temporary
+// directories in the template cache.
+func (b *Builder) buildSize(key string) int64 {
+	dirs, _ := filepath.Glob(filepath.Join(b.cfg.CacheDir, "templates", ".build-"+LayerKey(key)+"-*"))
+	var n int64
+	for _, d := range dirs {
+		n += template.DiskUsage(d)
+	}
+	return n
 }
 
 // logWriter turns the cache's progress lines into log events.

@@ -223,7 +223,7 @@ func TestBounds(t *testing.T) {
 		{"disk", Config{CacheDir: t.TempDir(), MinFreeBytes: 1 << 62}, "less than"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx, stop := New(tt.cfg).bound(context.Background())
+			ctx, stop := New(tt.cfg).bound(context.Background(), "0123456789abcdef")
 			defer stop()
 			select {
 			case <-ctx.Done():
@@ -237,7 +237,7 @@ func TestBounds(t *testing.T) {
 		})
 	}
 	parent, cancel := context.WithCancel(context.Background())
-	ctx, stop := New(Config{CacheDir: t.TempDir()}).bound(parent)
+	ctx, stop := New(Config{CacheDir: t.TempDir()}).bound(parent, "0123456789abcdef")
 	defer stop()
 	cancel()
 	<-ctx.Done()
@@ -317,5 +317,39 @@ func TestLinkPython(t *testing.T) {
 				t.Errorf("got %q %v (link %q), want %q", got, ok, link, tc.want)
 			}
 		})
+	}
+}
+
+// TestBuildStoppedPastMaxBytes: a build whose directory grows past the
+// room its project's template quota leaves it (WithMaxBytes) is stopped
+// like a failed step, saying what to delete or raise; under it, not.
+func TestBuildStoppedPastMaxBytes(t *testing.T) {
+	cache := t.TempDir()
+	b := New(Config{CacheDir: cache, MinFreeBytes: 1})
+	dir := filepath.Join(cache, "templates", ".build-"+LayerKey("0123456789abcdef")+"-x", "rootfs")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "big"), make([]byte, 2<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := b.bound(WithMaxBytes(context.Background(), 4<<20), "0123456789abcdef")
+	select {
+	case <-ctx.Done():
+		t.Fatalf("a build under its room was stopped: %v", context.Cause(ctx))
+	case <-time.After(2500 * time.Millisecond):
+	}
+	stop()
+	ctx, stop = b.bound(WithMaxBytes(context.Background(), 1<<20), "0123456789abcdef")
+	defer stop()
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a build past its room was not stopped")
+	}
+	err := stepFailure(ctx, "run: x", "")
+	var se *StepError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "the build grew to 2 MiB, past the 1 MiB its project's template quota leaves it") {
+		t.Fatalf("stopped with %v; want a failed step naming the quota", err)
 	}
 }
