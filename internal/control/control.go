@@ -327,6 +327,13 @@ func (c *Control) Pause(ctx context.Context, projectID, id string, req api.Pause
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	if req.WaitDurable && len(sb.Shape.Volumes) > 0 {
+		// Its image restores only beside its volumes, on its node's disk,
+		// so it is never uploaded: a wait would end in a 503 after five
+		// minutes saying it "keeps uploading", with the sandbox paused.
+		return api.Sandbox{}, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf(
+			"sandbox %s mounts volumes: its pause stays on its node's disk, beside them, and never reaches the image store; pause it without waitDurable", id)}
+	}
 	if req.Memory != nil && sb.Check(node.WantRunning) == nil {
 		// What it keeps is the sandbox's record, which the node reads
 		// at this pause and at later ones (its timeout's). A paused

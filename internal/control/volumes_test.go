@@ -89,6 +89,14 @@ func TestVolumeRules(t *testing.T) {
 	if _, err := e.c.Snapshot(ctx, "p1", sb.SandboxID, api.SnapshotRequest{}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("Snapshot of a sandbox with a volume = %v; want a conflict", err)
 	}
+	// Its image is never uploaded (it restores only beside its volumes):
+	// waitDurable is refused at once, the sandbox left running.
+	if _, err := e.c.Pause(ctx, "p1", sb.SandboxID, api.PauseRequest{WaitDurable: true}); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "without waitDurable") {
+		t.Errorf("Pause with waitDurable of a sandbox with a volume = %v; want a conflict saying to pause without it", err)
+	}
+	if got, err := e.c.Get(ctx, "p1", sb.SandboxID); err != nil || got.State != api.StateRunning {
+		t.Errorf("after the refused pause: %+v, %v; want running", got, err)
+	}
 	// Pause and resume, fork: each restore mounts the volume again.
 	if _, err := e.c.Pause(ctx, "p1", sb.SandboxID, api.PauseRequest{}); err != nil {
 		t.Fatal(err)
