@@ -10,6 +10,8 @@
 //	agent.key       what each sandbox's agent secret is derived from; a
 //	                paused sandbox's image holds its agent's secret
 //	egress-ca/      the per-sandbox authorities secrets are injected under
+//	gvisor/files/   the agents (and CLIs) sandboxes were booted with, which
+//	                their images restore with (KeptFiles)
 //	audit.log
 //	images/ID       the images of the sandboxes paused in lizard.db
 //	snapshots/ID    the images of its snapshots
@@ -133,10 +135,13 @@ func Backup(ctx context.Context, st *store.Store, opt Options) (Manifest, error)
 	if err != nil {
 		return m, fmt.Errorf("closing the store's copy: %w", err)
 	}
-	for _, name := range []string{"agent.key", "egress-ca", "audit.log"} {
+	for _, name := range []string{"agent.key", "egress-ca", "audit.log", KeptFiles} {
 		src := filepath.Join(dataDir, name)
 		if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
 			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(opt.To, name)), 0o700); err != nil {
+			return m, err
 		}
 		if err := cp(ctx, src, filepath.Join(opt.To, name)); err != nil {
 			return m, fmt.Errorf("copying %s: %w", name, err)
@@ -147,6 +152,11 @@ func Backup(ctx context.Context, st *store.Store, opt Options) (Manifest, error)
 	}
 	return m, writeManifest(opt.To, m)
 }
+
+// KeptFiles is where, in a data directory, the gVisor runtime keeps the
+// agents and CLIs sandboxes were booted with: a paused sandbox's image
+// restores only with the agent it was made with (gvisor's files.go).
+const KeptFiles = "gvisor/files"
 
 // copier copies what the store's copy st names into opt.To, recording it
 // in m: one method for each kind of thing a backup holds.

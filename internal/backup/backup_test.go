@@ -75,6 +75,7 @@ func dataDir(t *testing.T) (string, *store.Store) {
 	}
 	write("agent.key", strings.Repeat("a", 32))
 	write("egress-ca/sbx/ca.pem", "ca")
+	write("gvisor/files/0.1.0-0123456789abcdef/lizard-agent", "agent")
 	write("audit.log", "{}\n")
 	if _, err := secrets.LoadOrCreateKey(filepath.Join(dir, secrets.KeyFile)); err != nil {
 		t.Fatal(err)
@@ -97,7 +98,7 @@ func TestBackupAndRestore(t *testing.T) {
 		t.Fatalf("manifest = %+v", m)
 	}
 	for _, rel := range []string{ManifestFile, store.FileName, "images/paused/pages.img", "snapshots/snap1/pages.img",
-		"volumes/vol1.img", "templates/p/mytpl.json", "agent.key", "egress-ca/sbx/ca.pem", "audit.log"} {
+		"volumes/vol1.img", "templates/p/mytpl.json", "agent.key", "egress-ca/sbx/ca.pem", "audit.log", "gvisor/files/0.1.0-0123456789abcdef/lizard-agent"} {
 		if _, err := os.Stat(filepath.Join(to, rel)); err != nil {
 			t.Errorf("the backup lacks %s: %v", rel, err)
 		}
@@ -124,6 +125,9 @@ func TestBackupAndRestore(t *testing.T) {
 	}
 	if strings.Join(r.Ended, ",") != "running" || strings.Join(r.Unbuilt, ",") != "p/mytpl" {
 		t.Errorf("restored = %+v; want running ended, p/mytpl unbuilt", r)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "gvisor/files/0.1.0-0123456789abcdef/lizard-agent")); err != nil || string(b) != "agent" {
+		t.Errorf("the kept agent after the restore: %q, %v", b, err)
 	}
 	k1, _ := os.ReadFile(filepath.Join(src, secrets.KeyFile))
 	if k2, err := os.ReadFile(filepath.Join(dst, secrets.KeyFile)); err != nil || !bytes.Equal(k1, k2) {

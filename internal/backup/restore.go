@@ -79,10 +79,13 @@ func Restore(ctx context.Context, opt RestoreOptions) (Restored, error) {
 			return r, err
 		}
 	}
-	for _, name := range []string{store.FileName, "agent.key", "egress-ca", "audit.log", "images", "snapshots", "volumes"} {
+	for _, name := range []string{store.FileName, "agent.key", "egress-ca", "audit.log", "images", "snapshots", "volumes", KeptFiles} {
 		src := filepath.Join(opt.From, name)
 		if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
 			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dataDir, name)), 0o700); err != nil {
+			return r, err
 		}
 		if err := cp(ctx, src, filepath.Join(dataDir, name)); err != nil {
 			return r, fmt.Errorf("restoring %s: %w", name, err)

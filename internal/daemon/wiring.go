@@ -146,11 +146,20 @@ func loadAgentKey(dataDir string) ([]byte, error) {
 	return key, nil
 }
 
+// UnrecordedAgent is where, under a data directory, Lizard 0.1.0's
+// lizard-agent is kept for the paused sandboxes and snapshots it made,
+// whose images record no agent (gvisor.Config.Unrecorded): an upgrade from
+// 0.1.0 copies it there before replacing the binaries.
+const UnrecordedAgent = "gvisor/files/0.1.0/lizard-agent"
+
 // newRuntime starts the runtime backend --runtime names.
 func newRuntime(c *serveConfig, logger *slog.Logger) (sandbox.Runtime, error) {
 	switch c.Runtime {
 	case "gvisor":
-		rt, err := gvisor.New(gvisor.Config{Runsc: c.Runsc, Dir: filepath.Join(c.DataDir, "gvisor"), Logger: logger})
+		// Images of 0.1.0 record no agent: they restore with that
+		// release's, where the operator put it (CHANGELOG.md's Upgrading).
+		rt, err := gvisor.New(gvisor.Config{Runsc: c.Runsc, Dir: filepath.Join(c.DataDir, "gvisor"), Logger: logger,
+			Unrecorded: map[string]string{node.AgentPath: filepath.Join(c.DataDir, UnrecordedAgent)}})
 		if err != nil {
 			return nil, fmt.Errorf("starting the gVisor runtime: %w", err)
 		}

@@ -60,6 +60,11 @@ type Config struct {
 	// are kept made ahead of need (netns.Prepare); 0 means
 	// DefaultSpareNetworks, a negative number none.
 	SpareNetworks int
+	// Unrecorded are the files (sandbox.Spec.Files' Target → a host
+	// path) to restore an image with that records none of its own, made
+	// by Lizard 0.1.0 or before (files.go): an image needing one that is
+	// missing is refused. Targets not named get the current file.
+	Unrecorded map[string]string
 }
 
 // DefaultSpareNetworks covers a burst of a few creates at once; a kill
@@ -75,6 +80,8 @@ type Runtime struct {
 	boxDir   string // one directory per sandbox
 	log      *slog.Logger
 	imageKey string // hash of the runsc binary (ImageKey)
+	// unrecorded is Config.Unrecorded.
+	unrecorded map[string]string
 
 	// locks serialises every operation on one ID (two Kills of one
 	// sandbox, Create racing Kill).
@@ -87,6 +94,9 @@ type Runtime struct {
 	mu     sync.Mutex
 	procs  map[string]hostProc
 	guards map[string]*guard // memguard.go
+	// kept are the copies of Spec.Files' sources under filesDir, by
+	// source (files.go).
+	kept map[string]keptFile
 	// removing counts the removals under way per ID (watch skips them).
 	removing map[string]int
 	// imaged are the sandboxes checkpointed since they started: a pause
@@ -145,6 +155,9 @@ func New(cfg Config) (*Runtime, error) {
 		guards:   map[string]*guard{},
 		removing: map[string]int{},
 		imaged:   map[string]bool{},
+		kept:     map[string]keptFile{},
+
+		unrecorded: cfg.Unrecorded,
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -428,7 +441,12 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) error {
 	if spec.WritableRoot {
 		lay = layoutDirect
 	}
-	return r.boot(ctx, spec, "", lay, nil)
+	files, kept, err := r.keepFiles(spec.Files)
+	if err != nil {
+		return fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	}
+	spec.Files = files
+	return r.boot(ctx, spec, "", lay, kept, nil)
 }
 
 // Restore implements sandbox.Runtime. The image must have been taken of a
@@ -461,7 +479,12 @@ func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, imageDir strin
 	if rec.DiskTar {
 		spec.Disk = restoredDisk
 	}
-	return r.boot(ctx, spec, imageDir, rec.Layout, nil)
+	files, kept, err := r.restoredFiles(spec, imageDir, rec)
+	if err != nil {
+		return err
+	}
+	spec.Files = files
+	return r.boot(ctx, spec, imageDir, rec.Layout, kept, nil)
 }
 
 // checkBuild refuses, with ErrOtherBuild, an image that another runsc
@@ -508,7 +531,12 @@ func (r *Runtime) RestoreFork(ctx context.Context, spec sandbox.Spec, parent, im
 	if rec.DiskTar {
 		spec.Disk = restoredDisk
 	}
-	return r.boot(ctx, spec, imageDir, rec.Layout, wait)
+	files, kept, err := r.restoredFiles(spec, imageDir, rec)
+	if err != nil {
+		return err
+	}
+	spec.Files = files
+	return r.boot(ctx, spec, imageDir, rec.Layout, kept, wait)
 }
 
 // imageRecord is what a checkpoint image must be restored with that runsc
@@ -533,6 +561,11 @@ type imageRecord struct {
 	// current build's.
 	Runsc  string `json:"runsc,omitempty"`
 	Lizard string `json:"lizard,omitempty"`
+	// Files are the kept copies of Lizard's own files the sandbox was
+	// booted with (Spec.Files' Target → a path under filesDir), which a
+	// restore mounts again (files.go); nil in images of Lizard 0.1.0 and
+	// before.
+	Files map[string]string `json:"files,omitempty"`
 }
 
 // restoredDisk is Spec.Disk of a restore of an image with DiskTar.
@@ -594,7 +627,7 @@ func mib(n int64) string {
 
 // boot makes a sandbox from scratch, or from a checkpoint image when
 // imageDir is set, and removes whatever it made if anything fails.
-func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, lay layout, wait func(context.Context) error) (err error) {
+func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, lay layout, kept map[string]string, wait func(context.Context) error) (err error) {
 	verb := "creating"
 	if imageDir != "" {
 		verb = "restoring"
@@ -645,7 +678,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
 	}
-	memory, err := r.prepare(ctx, spec, lay)
+	memory, err := r.prepare(ctx, spec, lay, kept)
 	if err != nil {
 		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
 	}
@@ -683,7 +716,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 // prepare makes what runsc is given in a claimed sandbox directory: the
 // overlay's and /tmp's directories, the network namespace with its egress,
 // the OCI spec and the runtime's record. It returns the sandbox's memory.
-func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec, lay layout) (memory int64, err error) {
+func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec, lay layout, kept map[string]string) (memory int64, err error) {
 	id := spec.ID
 	if err := os.Mkdir(r.overlayDir(id), 0o700); err != nil {
 		return 0, err
@@ -716,7 +749,7 @@ func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec, lay layout) (m
 			return 0, err
 		}
 	}
-	b, _ = json.Marshal(imageRecord{Layout: lay, DiskBytes: spec.Limits.DiskBytes, MemoryBytes: memory, DiskTar: spec.Disk != ""})
+	b, _ = json.Marshal(imageRecord{Layout: lay, DiskBytes: spec.Limits.DiskBytes, MemoryBytes: memory, DiskTar: spec.Disk != "", Files: kept})
 	if err := os.WriteFile(filepath.Join(r.dir(id), recordName), b, 0o600); err != nil {
 		return 0, fmt.Errorf("writing runtime record: %w", err)
 	}
