@@ -106,8 +106,15 @@ func startServer(t *testing.T, args ...string) *server {
 // caller made (and removes).
 func startServerIn(t *testing.T, dataDir string, args ...string) *server {
 	t.Helper()
+	return startServerBin(t, testenv.Binary(t, "lizard"), dataDir, args...)
+}
+
+// startServerBin is startServerIn with the lizard binary bin: another
+// build's (TestUpgrade's earlier release), with its lizard-agent beside it.
+func startServerBin(t *testing.T, bin, dataDir string, args ...string) *server {
+	t.Helper()
 	testenv.RequiresRoot(t)
-	s := &server{t: t, bin: testenv.Binary(t, "lizard"), dataDir: dataDir, pool: takePool(t), args: args}
+	s := &server{t: t, bin: bin, dataDir: dataDir, pool: takePool(t), args: args}
 	testenv.Binary(t, "lizard-agent")
 	testenv.Binary(t, "lizard-client")
 	s.runsc = testenv.Binary(t, "runsc")
