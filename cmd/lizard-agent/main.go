@@ -7,16 +7,24 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/agent/pid1"
+	"github.com/lizard-build/lizard/internal/agent/sudo"
 	"github.com/lizard-build/lizard/internal/version"
 )
 
 func main() {
+	// The sandbox's sudo is this binary under that name
+	// (internal/agent/sudo): a client of the agent, run by code as any
+	// user, which must do nothing of the agent's own start.
+	if filepath.Base(os.Args[0]) == "sudo" {
+		os.Exit(sudo.Main(os.Args[1:]))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args); err != nil {

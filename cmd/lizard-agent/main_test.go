@@ -41,6 +41,39 @@ func TestVersionFlag(t *testing.T) {
 	}
 }
 
+// TestSudoByName: called sudo (the link the agent makes in a sandbox),
+// the binary is sudo's client and nothing of the agent: it reads sudo's
+// options and, with no agent to ask, says so, exit status 1.
+func TestSudoByName(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "lizard-agent")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building: %v\n%s", err, out)
+	}
+	sudo := filepath.Join(dir, "sudo")
+	if err := os.Symlink(bin, sudo); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"-V"}, 0, "Sudo version "},
+		{[]string{"-x", "id"}, 1, "sudo: invalid option -- 'x'\nusage: sudo"},
+		{[]string{"--version"}, 0, "Sudo version "},
+	} {
+		out, _ := exec.Command(sudo, tc.args...).CombinedOutput()
+		cmd := exec.Command(sudo, tc.args...)
+		cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != tc.code || !strings.HasPrefix(string(out), tc.out) {
+			t.Errorf("sudo %q = %d, %q; want %d, %q...", tc.args, code, out, tc.code, tc.out)
+		}
+	}
+}
+
 // TestRunsAsPID1 starts the static agent binary as process 1 of a new PID
 // namespace, as in a sandbox, and checks that orphans are reaped, the
 // agent's own exit statuses survive, and SIGTERM ends it cleanly.

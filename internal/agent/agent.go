@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agent/sudo"
 	"github.com/lizard-build/lizard/internal/pykernel"
 )
 
@@ -189,7 +190,35 @@ func (a *Agent) Run(ctx context.Context) error {
 	healthCtx, stopHealth := context.WithCancel(ctx)
 	defer stopHealth()
 	go a.serveHealth(healthCtx)
+	if a.cfg.Sudo != "" {
+		a.serveSudo(healthCtx)
+	}
 	return a.Serve(ctx, ln)
+}
+
+// serveSudo installs the sandbox's sudo and answers it until ctx ends
+// (internal/agent/sudo). A sandbox without it still serves the API: the
+// failure is logged.
+func (a *Agent) serveSudo(ctx context.Context) {
+	exe, err := os.Executable()
+	if err == nil {
+		err = sudo.Install(a.cfg.Sudo, exe)
+	}
+	if err != nil {
+		a.log.Error("no sudo in this sandbox", "err", err)
+		return
+	}
+	ln, err := sudo.Listen(sudo.SocketPath)
+	if err != nil {
+		a.log.Error("no sudo in this sandbox", "err", err)
+		return
+	}
+	s := &sudo.Server{UserUID: a.launch.user.uid, Log: a.log}
+	go func() {
+		if err := s.Serve(ctx, ln); err != nil {
+			a.log.Error("serving sudo", "err", err)
+		}
+	}()
 }
 
 // Serve is Run on a listener the caller made.

@@ -75,6 +75,11 @@ type Config struct {
 	// Bearer token (guard.go); read from LIZARD_AGENT_SECRET, never a flag,
 	// since every process may read the command line.
 	Secret string
+	// Sudo is where the sandbox's sudo is installed (a link to the agent,
+	// internal/agent/sudo) and served on sudo.SocketPath; "" gives none.
+	// The node sets it for every sandbox (LIZARD_AGENT_SUDO): never a
+	// default, since an agent run on a host must not replace its sudo.
+	Sudo string
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 	// StartKernel starts Python kernels; nil means the pykernel package.
@@ -105,6 +110,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.StringVar(&cfg.RuntimeDir, "runtime-dir", envOr("RUNTIME_DIR", ""), "directory for per-call scratch files (default $TMPDIR/lizard-agent)")
 	maxOut := fs.Int64("max-output", envInt(envOr("MAX_OUTPUT", ""), DefaultMaxOutputBytes), "bytes of stdout+stderr forwarded per call")
 	maxFile := fs.Int64("max-file", envInt(envOr("MAX_FILE", ""), DefaultMaxFileBytes), "largest file upload in bytes")
+	fs.StringVar(&cfg.Sudo, "sudo", envOr("SUDO", ""), "install sudo at this path and serve it (empty: no sudo)")
 	preload := fs.String("preload", envOr("PRELOAD", ""), "comma-separated modules the default Python kernel imports at start")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, fmt.Errorf("parsing flags: %w", err)

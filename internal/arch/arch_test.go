@@ -91,7 +91,7 @@ var floors = []struct {
 		"internal/store", "internal/store/pgtest", "internal/auth", "internal/secrets",
 	}},
 	{"inside a sandbox", []string{
-		"internal/agent", "internal/agent/pid1", "internal/pykernel", "internal/sandbox/qemu/vminit",
+		"internal/agent", "internal/agent/pid1", "internal/agent/sudo", "internal/pykernel", "internal/sandbox/qemu/vminit",
 		"internal/sandbox/sandboxtest/testdata/server",
 	}},
 	{"foundations every floor may use", []string{

@@ -43,7 +43,8 @@ func TestCreateRunning(t *testing.T) {
 		t.Fatalf("runtime creates %d, restores %d; want one boot", len(creates), len(e.Runtime.Restores()))
 	}
 	spec := creates[0]
-	wantEnv := []string{"A=1", "B=2", "LIZARD_SANDBOX_ID=" + sb.ID, "LIZARD_PROJECT_ID=p1"}
+	// The agent serves sudo in every sandbox (internal/agent/sudo).
+	wantEnv := []string{"A=1", "B=2", "LIZARD_SANDBOX_ID=" + sb.ID, "LIZARD_PROJECT_ID=p1", "LIZARD_AGENT_SUDO=" + node.SudoPath}
 	if !slices.Equal(spec.Env, wantEnv) {
 		t.Errorf("env = %q; want %q", spec.Env, wantEnv)
 	}

@@ -24,6 +24,8 @@ import (
 const (
 	AgentPath  = "/opt/lizard/bin/lizard-agent"
 	LizardPath = "/usr/local/bin/lizard"
+	// SudoPath is the sandbox's sudo, a link the agent makes to itself.
+	SudoPath = "/usr/bin/sudo"
 )
 
 // Shape is the record of a plan's limits, egress and token.
@@ -77,8 +79,11 @@ func (n *Local) spec(sb store.Sandbox, a sandbox.Artifact, env []string, apiPort
 		return sandbox.Spec{}, fmt.Errorf("parsing sandbox addresses: %w", err)
 	}
 	p := n.Shaped(Plan{}, sb.Shape)
+	// Every sandbox has sudo, whichever API made it (docs/security.md
+	// says why that opens nothing).
+	env = append(slices.Clone(env), "LIZARD_AGENT_SUDO="+SudoPath)
 	if secret := n.agents.secret(sb.ID); secret != "" {
-		env = append(slices.Clone(env), "LIZARD_AGENT_SECRET="+secret)
+		env = append(env, "LIZARD_AGENT_SECRET="+secret)
 	}
 	var vols []sandbox.Volume
 	for _, v := range p.Volumes {

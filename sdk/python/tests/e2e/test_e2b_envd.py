@@ -5,6 +5,7 @@ go through Lizard's envd (internal/e2b/envd) to the sandbox's agent."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 import urllib.parse
@@ -398,3 +399,118 @@ def test_file_metadata_and_watch_entries(sbx: Sandbox) -> None:
     sbx.pause()
     again = Sandbox.connect(sbx.sandbox_id)
     assert again.files.get_info("/tmp/meta/a.txt").metadata == {"v": "2"}
+
+
+def test_sudo(sbx: Sandbox, lizard_server) -> None:  # type: ignore[no-untyped-def]
+    """Passwordless sudo for the sandbox user, as E2B's templates have, with no set-user-ID bit: the
+    sandbox's /usr/bin/sudo asks the agent (internal/agent/sudo, docs/security.md)."""
+    run = sbx.commands.run
+    assert run("whoami").stdout == "user\n"
+    assert run("sudo whoami").stdout == "root\n"
+    uid = run("id -u").stdout
+    assert run("sudo -u user id -u").stdout == uid
+    assert run("echo hi | sudo tee /root/x && sudo cat /root/x").stdout == "hi\nhi\n"
+    with pytest.raises(CommandExitException) as exc:
+        run("cat /root/x")  # the file is root's: the command above was not run as the user
+    with pytest.raises(CommandExitException) as exc:
+        run("sudo false")
+    assert exc.value.exit_code == 1
+    with pytest.raises(CommandExitException) as exc:
+        run("sudo sh -c 'echo out; echo err >&2; exit 7'")
+    assert (exc.value.exit_code, exc.value.stdout, exc.value.stderr) == (7, "out\n", "err\n")
+    assert run("sudo sh -c 'echo $SUDO_USER $HOME $X'", envs={"X": "dropped"}).stdout == "user /root\n"
+    assert run("sudo -E sh -c 'echo $X'", envs={"X": "kept"}).stdout == "kept\n"
+    assert run('sudo echo "$FOO"').stdout == "\n"  # a command's envs are its own (E2B's test_env_vars)
+    assert run("sudo DEBIAN_FRONTEND=noninteractive sh -c 'echo $DEBIAN_FRONTEND'").stdout == "noninteractive\n"
+    assert run("sudo -n -S -H whoami < /dev/null").stdout == "root\n"
+    assert run("sudo -i pwd").stdout == "/root\n"
+    assert run("sudo -s whoami").stdout == "root\n"
+    assert run("sudo -- id -un").stdout == "root\n"
+    assert run("command -v sudo").stdout == "/usr/bin/sudo\n"
+    with pytest.raises(CommandExitException) as exc:
+        run("sudo -x id")
+    assert exc.value.exit_code == 1 and exc.value.stderr.startswith("sudo: invalid option -- 'x'\nusage: sudo")
+    # Who asks is the kernel's word (SO_PEERCRED), so a user not in E2B's sudoers cannot use it.
+    with pytest.raises(CommandExitException) as exc:
+        run("sudo -u nobody sudo whoami")
+    assert exc.value.exit_code == 1 and "nobody is not in the sudoers file" in exc.value.stderr
+
+    # A sudo killed with its command (E2B's commands.kill: SIGKILL to the shell's group) takes the
+    # command it started with it; a signal sudo gets reaches the command.
+    h = run("sudo sleep 313", background=True)
+    deadline = time.monotonic() + 30
+    while run("pgrep -x sleep || true").stdout == "" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sbx.commands.kill(h.pid) is True
+    deadline = time.monotonic() + 30
+    while run("pgrep -fx 'sleep 313' || true").stdout != "" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert run("pgrep -fx 'sleep 313' || true").stdout == ""
+    with pytest.raises(CommandExitException) as exc:
+        run("sudo sh -c 'trap \"exit 42\" TERM; sleep 100 & wait' & sleep 2; kill -TERM $!; wait $!")
+    assert exc.value.exit_code == 42
+
+    # A flood is bounded: 64 sudo sessions at once per sandbox (connections still sending their request
+    # count), and past them each is refused at once. Held open here by a program that sends nothing.
+    flood = sbx.files.write("/tmp/flood.py", """
+import socket, subprocess, time
+conns = []
+for _ in range(80):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("/run/lizard/sudo.sock")
+    conns.append(s)
+time.sleep(1)
+held, refused = [], 0
+for s in conns:
+    s.setblocking(False)
+    try:
+        refused += b"sudo commands run in this sandbox already" in s.recv(4096)
+    except BlockingIOError:
+        held.append(s)
+r = subprocess.run(["sudo", "whoami"], capture_output=True, text=True)
+print(len(held), refused, r.returncode, r.stderr.strip())
+for s in held:
+    s.close()
+time.sleep(0.5)
+print(subprocess.run(["sudo", "whoami"], capture_output=True, text=True).stdout.strip())
+""")
+    r = run(f"python3 {flood.path}")
+    assert r.stdout == "64 16 1 sudo: 64 sudo commands run in this sandbox already, its bound: wait for one to end\nroot\n"
+    assert run("sudo whoami").stdout == "root\n"
+
+    # The socket is the sandbox's own: gVisor keeps it in the Sentry, and no file of it is on the host.
+    if lizard_server.data_dir.exists():
+        found = [p for p in lizard_server.data_dir.rglob("*") if p.name == "sudo.sock"]
+        assert found == []
+
+
+def test_sudo_on_a_terminal(sbx: Sandbox) -> None:
+    """A terminal running sudo stays interactive: `sudo -i` gives root's login shell, whose input and
+    output sudo relays, and ^C reaches the command sudo runs."""
+    out = bytearray()
+    t = sbx.pty.create(PtySize(rows=24, cols=80))
+    sbx.pty.send_stdin(t.pid, b"sudo -i\n")
+    time.sleep(1)
+    sbx.pty.send_stdin(t.pid, b"whoami; pwd; stty size\n")
+    time.sleep(1)
+    sbx.pty.resize(t.pid, PtySize(rows=40, cols=120))
+    time.sleep(0.5)
+    sbx.pty.send_stdin(t.pid, b"stty size\n")
+    sbx.pty.send_stdin(t.pid, b"sleep 100\n")
+    time.sleep(1)
+    sbx.pty.send_stdin(t.pid, b"\x03")
+    sbx.pty.send_stdin(t.pid, b"echo after-$((20+22))\n")
+    sbx.pty.send_stdin(t.pid, b"exit\n")
+    time.sleep(0.5)
+    sbx.pty.send_stdin(t.pid, b"whoami\n")
+    sbx.pty.send_stdin(t.pid, b"exit\n")
+    began = time.monotonic()
+    t.wait(on_pty=out.extend)
+    assert time.monotonic() - began < 30
+    # Without bash's escapes (bracketed paste, the title, colours).
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", out.decode(errors="replace"))
+    lines = [line.strip() for line in text.splitlines()]
+    assert "root" in lines and "/root" in lines and "24 80" in lines and "40 120" in lines, text
+    assert "after-42" in lines, text
+    # After sudo's shell exits, the terminal is the user's again.
+    assert lines.index("user") > lines.index("after-42"), text

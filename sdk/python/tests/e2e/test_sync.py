@@ -138,6 +138,9 @@ def test_process_exec(sandbox: CodeSandbox) -> None:
     res = sandbox.process.exec("pwd; echo $GREETING", cwd="/tmp", envs={"GREETING": "hi"})
     assert (res.stdout, res.exit_code) == ("/tmp\nhi\n", 0)
     assert sandbox.process.exec(["printf", "%s-%s", "a", "b"]).stdout == "a-b"
+    # Every sandbox has sudo, on Lizard's own API as on E2B's (docs/security.md, "sudo in sandboxes").
+    assert sandbox.process.exec("whoami; sudo whoami").stdout == "user\nroot\n"
+    assert sandbox.run_code("sudo id -u", language="bash").stdout == "0\n"
     slow = sandbox.process.exec("sleep 30", timeout_ms=500)
     assert slow.exit_code != 0 or slow.error
 
