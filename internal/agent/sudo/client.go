@@ -192,7 +192,10 @@ var saved struct {
 // the first of stdout, stderr and stdin that is one. The channel closes
 // when the command's terminal has no writer left.
 func relay(master *os.File, files [stdioFDs]*os.File, tty [stdioFDs]bool) chan struct{} {
-	if tty[0] {
+	if tty[0] && foreground(int(files[0].Fd())) {
+		// In the background (sudo cmd &) the terminal is the shell's: a
+		// change or a read would stop sudo (SIGTTOU, SIGTTIN), so the
+		// command gets no input from it, as sudo's own does.
 		fd := int(files[0].Fd())
 		if t, err := unix.IoctlGetTermios(fd, unix.TCGETS); err == nil {
 			saved.fd, saved.termios = fd, t
@@ -220,6 +223,12 @@ func relay(master *os.File, files [stdioFDs]*os.File, tty [stdioFDs]bool) chan s
 		io.Copy(out, master) // ends with EIO once the last writer is gone
 	}()
 	return done
+}
+
+// foreground reports whether sudo is in its terminal's foreground.
+func foreground(fd int) bool {
+	pgrp, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
+	return err == nil && pgrp == unix.Getpgrp()
 }
 
 // restoreTerminal puts the caller's terminal back as it was.

@@ -489,6 +489,8 @@ def test_sudo_on_a_terminal(sbx: Sandbox) -> None:
     output sudo relays, and ^C reaches the command sudo runs."""
     out = bytearray()
     t = sbx.pty.create(PtySize(rows=24, cols=80))
+    # In the background sudo leaves the shell's terminal alone (a change would stop it: SIGTTOU).
+    sbx.pty.send_stdin(t.pid, b"sudo sh -c 'echo bg-$((6*7))' & wait\n")
     sbx.pty.send_stdin(t.pid, b"sudo -i\n")
     time.sleep(1)
     sbx.pty.send_stdin(t.pid, b"whoami; pwd; stty size\n")
@@ -511,6 +513,6 @@ def test_sudo_on_a_terminal(sbx: Sandbox) -> None:
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", out.decode(errors="replace"))
     lines = [line.strip() for line in text.splitlines()]
     assert "root" in lines and "/root" in lines and "24 80" in lines and "40 120" in lines, text
-    assert "after-42" in lines, text
+    assert "after-42" in lines and "bg-42" in lines, text
     # After sudo's shell exits, the terminal is the user's again.
     assert lines.index("user") > lines.index("after-42"), text
