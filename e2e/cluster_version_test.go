@@ -18,8 +18,9 @@ import (
 
 // TestClusterVersions runs a cluster whose node n2 registers as a version
 // this lizard api does not work with (LIZARD_NODE_VERSION, the test-only
-// override): `lizard node list` shows both versions, and every create goes
-// to n1; with n1 stopped, a create is a 503 naming n2 and its version.
+// override): `lizard node list` shows both versions, a call to the
+// sandbox it ran before is a 503 naming both versions, and every create
+// goes to n1; with n1 stopped, a create is a 503 naming n2 and its version.
 func TestClusterVersions(t *testing.T) {
 	c, cl := startClusterOf(t, 2, 1, nil)
 	var major, minor int
@@ -30,6 +31,22 @@ func TestClusterVersions(t *testing.T) {
 	if major == 0 {
 		other = fmt.Sprintf("0.%d.0", minor+1)
 	}
+	ctx := context.Background()
+	// A sandbox on n2 before its restart as the other version: its
+	// calls are then refused, not sent across versions.
+	var onN2 string
+	for range 12 {
+		sb := newSandbox(t, cl[0], api.CreateSandboxRequest{})
+		if c.nodeOf(sb.SandboxID) == "n2" {
+			onN2 = sb.SandboxID
+			break
+		}
+		cl[0].KillSandbox(ctx, sb.SandboxID)
+	}
+	if onN2 == "" {
+		t.Fatal("12 creates, none placed on n2")
+	}
+	py(t, cl[0], onN2, "x = 1")
 	n2 := c.node("n2")
 	n2.env = append(slices.Clone(n2.env), "LIZARD_NODE_VERSION="+other)
 	n2.restart()
@@ -38,7 +55,6 @@ func TestClusterVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		l, err := admin.ListNodes(ctx)
@@ -64,6 +80,12 @@ func TestClusterVersions(t *testing.T) {
 		t.Fatalf("lizard node list = %s, %v; want both versions", out, err)
 	}
 	t.Logf("lizard node list:\n%s", out)
+
+	_, err = cl[0].Execute(ctx, onN2, api.ExecuteRequest{Code: "x"}, nil)
+	if !isStatus(err, 503) || !strings.Contains(err.Error(), "node n2 runs Lizard "+other) || !strings.Contains(err.Error(), "(Lizard "+version.Version+")") {
+		t.Fatalf("a call to a sandbox on n2 (%s) = %v; want a 503 naming n2 and both versions", other, err)
+	}
+	t.Logf("the refused call: %v", err)
 
 	for range 3 {
 		sb := newSandbox(t, cl[0], api.CreateSandboxRequest{})

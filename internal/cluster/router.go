@@ -130,7 +130,23 @@ func (r *Router) client(ctx context.Context, name string) (*remote.Client, error
 			return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: fmt.Sprintf("node %s is not registered; is `lizard node` running there?", name)}
 		}
 	}
+	if err := speak(info); err != nil {
+		return nil, err
+	}
 	return r.clientOf(info), nil
+}
+
+// speak refuses node n, with a 503 naming both versions and what to do,
+// when this API process does not work with n's version (Speaks): a call
+// there would cross an internal API, and rows, of another release.
+func speak(n store.NodeInfo) error {
+	if Speaks(n) {
+		return nil
+	}
+	v := cmp.Or(n.Version, version.Unreported)
+	return &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: fmt.Sprintf(
+		"node %s runs Lizard %s, which this lizard api (Lizard %s) cannot work with (the same major, and for 0.x the same minor: docs/cluster.md#versions); "+
+			"call a lizard api of version %s, or upgrade node %s to %s", n.Name, v, version.Version, version.Span(v), n.Name, version.Span(version.Version))}
 }
 
 func (r *Router) clientOf(info store.NodeInfo) *remote.Client {
@@ -396,7 +412,8 @@ func (r *Router) sandbox(ctx context.Context, id string) (*remote.Client, error)
 		if err != nil {
 			return nil, err
 		}
-		if info, ok := find(nodes, h.node); ok && info.Live(r.cfg.Now()) && info.LostAt == nil && !info.Draining && info.StartedAt.Equal(h.started) {
+		// A node restarted (its version may have changed) is read again.
+		if info, ok := find(nodes, h.node); ok && info.Live(r.cfg.Now()) && info.LostAt == nil && !info.Draining && info.StartedAt.Equal(h.started) && Speaks(info) {
 			return r.clientOf(info), nil
 		}
 	}

@@ -98,3 +98,65 @@ func TestPlacementByVersion(t *testing.T) {
 		t.Errorf("Speaks of a node without a version = %v; want that of %s", Speaks(store.NodeInfo{}), version.Unreported)
 	}
 }
+
+// TestCallsByVersion: calls to a sandbox whose node now runs a version
+// this API does not work with (upgraded under it) are refused before they
+// reach the node, with a 503 naming the node, both versions and what to
+// do — a pause, a kill, a call through Acquire; the row is still read.
+// Back on a version it speaks, the calls go through.
+func TestCallsByVersion(t *testing.T) {
+	st, nodes, r, ctl := newCluster(t, 0, "old")
+	ctx := context.Background()
+	sb, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Acquire(ctx, sb.SandboxID); err != nil {
+		t.Fatalf("Acquire while node old speaks this API's version: %v", err)
+	}
+	setVersion := func(v string) {
+		t.Helper()
+		n, err := st.Nodes().Get(ctx, "old")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Version = v
+		n.StartedAt = time.Now() // a restart with the new binary
+		if err := st.Nodes().Heartbeat(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := otherVersion(t)
+	setVersion(other)
+	before := len(nodes["old"].requests)
+	want := []string{"node old runs Lizard " + other, "(Lizard " + version.Version + ")", version.Span(other), version.Span(version.Version)}
+	for name, call := range map[string]func() error{
+		"acquire": func() error { _, err := r.Acquire(ctx, sb.SandboxID); return err },
+		"pause":   func() error { _, err := ctl.Pause(ctx, "p1", sb.SandboxID, api.PauseRequest{}); return err },
+		"kill":    func() error { return ctl.Kill(ctx, "p1", sb.SandboxID) },
+	} {
+		err := call()
+		if k, _ := errdefs.Classify(err); k.Status != http.StatusServiceUnavailable {
+			t.Errorf("%s of a sandbox on a node of %s = %v (status %d); want 503", name, other, err, k.Status)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(errdefs.Message(err), w) {
+				t.Errorf("%s's error %q does not name %q", name, errdefs.Message(err), w)
+			}
+		}
+	}
+	nodes["old"].mu.Lock()
+	after := len(nodes["old"].requests)
+	nodes["old"].mu.Unlock()
+	if after != before {
+		t.Errorf("node old got calls while this API does not speak its version: %v", nodes["old"].requests)
+	}
+	if got, err := ctl.Get(ctx, "p1", sb.SandboxID); err != nil || got.State != api.StateRunning {
+		t.Errorf("GET of the sandbox = %+v, %v; want its row, running", got, err)
+	}
+	setVersion(version.Version)
+	if err := ctl.Kill(ctx, "p1", sb.SandboxID); err != nil {
+		t.Errorf("Kill with node old back on %s: %v", version.Version, err)
+	}
+}
