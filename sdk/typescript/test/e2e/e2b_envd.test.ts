@@ -66,6 +66,28 @@ describe("E2B's JavaScript SDK: commands, PTY and files", { skip: why, timeout: 
     assert.match(out, /40 120/);
   });
 
+  test('sudo: root, another user, stdin, an exit code and a terminal', async () => {
+    // Every sandbox has a passwordless sudo, as E2B's templates (docs/security.md, "sudo in sandboxes").
+    assert.equal((await sandbox.commands.run('sudo whoami')).stdout, 'root\n');
+    const uid = (await sandbox.commands.run('id -u')).stdout;
+    assert.equal((await sandbox.commands.run('sudo -u user id -u')).stdout, uid);
+    assert.equal((await sandbox.commands.run('echo hi | sudo tee /root/x && sudo cat /root/x')).stdout, 'hi\nhi\n');
+    await assert.rejects(sandbox.commands.run('sudo false'), (e: unknown) => e instanceof CommandExitError && e.exitCode === 1);
+
+    let out = '';
+    const dec = new TextDecoder();
+    const t = await sandbox.pty.create({ cols: 80, rows: 24, onData: (d) => void (out += dec.decode(d, { stream: true })) });
+    const enc = new TextEncoder();
+    await sandbox.pty.sendInput(t.pid, enc.encode('sudo -i\n'));
+    await new Promise((r) => setTimeout(r, 1000));
+    await sandbox.pty.sendInput(t.pid, enc.encode('echo I am $(whoami)\nexit\n'));
+    await new Promise((r) => setTimeout(r, 500));
+    await sandbox.pty.sendInput(t.pid, enc.encode('echo then $(whoami)\nexit\n'));
+    await t.wait();
+    assert.match(out, /I am root/);
+    assert.match(out, /then user/);
+  });
+
   test('files and a streamed watch', async () => {
     await sandbox.files.makeDir('/tmp/js');
     const events: string[] = [];
