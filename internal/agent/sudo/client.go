@@ -14,9 +14,11 @@ import (
 )
 
 // forwarded are the signals the client passes on to the command, as sudo
-// relays them; SIGWINCH resizes the command's terminal instead.
+// relays them; SIGWINCH resizes the command's terminal instead. Not
+// SIGPIPE: sudo gets it only for its own write to the caller's terminal,
+// which is no reason to end the command.
 var forwarded = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM,
-	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGPIPE}
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM}
 
 // drainWait bounds how long the client keeps relaying the command's
 // terminal once the command has ended: a background child holding the
