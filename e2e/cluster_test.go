@@ -141,6 +141,12 @@ func startClusterOf(t *testing.T, nodes, apis int, extraEnv []string) (*cluster,
 // startClusterWith is startClusterOf with more flags for each `lizard
 // node` and each `lizard api`.
 func startClusterWith(t *testing.T, nodes, apis int, extraEnv, nodeArgs, apiArgs []string) (*cluster, []*client.Client) {
+	return startClusterBin(t, testenv.Binary(t, "lizard"), nodes, apis, extraEnv, nodeArgs, apiArgs)
+}
+
+// startClusterBin is startClusterWith with the lizard binary bin for every
+// process: another build's (TestUpgradeCluster's earlier release).
+func startClusterBin(t *testing.T, bin string, nodes, apis int, extraEnv, nodeArgs, apiArgs []string) (*cluster, []*client.Client) {
 	testenv.RequiresRoot(t)
 	pg, err := pgtest.Start()
 	if err != nil {
@@ -168,7 +174,6 @@ func startClusterWith(t *testing.T, nodes, apis int, extraEnv, nodeArgs, apiArgs
 	c.secret = hex.EncodeToString(secret)
 	env := []string{"LIZARD_DATABASE_URL=" + c.dbURL, "LIZARD_CLUSTER_SECRET=" + c.secret}
 	env = append(env, extraEnv...)
-	bin := testenv.Binary(t, "lizard")
 	testenv.Binary(t, "lizard-agent")
 	testenv.Binary(t, "lizard-client")
 	runsc := testenv.Binary(t, "runsc")

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"io"
@@ -17,8 +18,10 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/client"
 	"github.com/lizard-build/lizard/internal/daemon"
 	"github.com/lizard-build/lizard/internal/testenv"
+	"github.com/lizard-build/lizard/internal/version"
 )
 
 // upgradeFrom is the release TestUpgrade upgrades from: 0.1.0, the first
@@ -244,4 +247,107 @@ func healthVersion(t *testing.T, url string) string {
 		t.Fatalf("GET /v1/health: %v", err)
 	}
 	return h.Version
+}
+
+// TestUpgradeCluster is TestUpgrade on PostgreSQL, rolled as docs/cluster.md
+// says, one process at a time: a cluster of the previous release (one
+// `lizard node`, one `lizard api`) holds a second key, a secret, a webhook,
+// a sandbox paused with a Python variable and a snapshot; this build's api
+// replaces the old one on the same database (migrating its schema) and
+// works with the old node — listed compatible (it registers no version:
+// 0.1.0), the paused sandbox resumed there through the new api — then the
+// node is replaced by this build on the same data directory, with the old
+// agent kept as the upgrade note says: the sandbox, paused again, resumes
+// with its variable, the snapshot restores, the keys work, the secret and
+// the webhook are listed.
+func TestUpgradeCluster(t *testing.T) {
+	testenv.RequiresRoot(t)
+	old := buildAt(t, upgradeFrom)
+	oldBin, newBin := filepath.Join(old, "lizard"), testenv.Binary(t, "lizard")
+	key := make([]byte, 32)
+	rand.Read(key)
+	c, cl := startClusterBin(t, oldBin, 1, 1, []string{"LIZARD_SECRETS_KEY=" + base64.StdEncoding.EncodeToString(key)}, []string{"--runsc", testenv.Binary(t, "runsc")}, []string{"--webhook-allow-private"})
+	ctx := context.Background()
+	p1 := cl[0]
+	cmd := exec.Command(oldBin, "admin", "create-key", "--project", "p1", "--json")
+	cmd.Env = append(os.Environ(), "LIZARD_DATABASE_URL="+c.dbURL)
+	out, err := cmd.Output()
+	var k struct{ APIKey string }
+	if err != nil || json.Unmarshal(out, &k) != nil || !strings.HasPrefix(k.APIKey, "lz_") {
+		t.Fatalf("admin create-key of %s: %s, %v", upgradeFromVersion, out, err)
+	}
+	if _, err := p1.Secrets().Set(ctx, "TOKEN", api.SetSecretRequest{Value: "s3cret", Hosts: []string{"api.example.com"}}); err != nil {
+		t.Fatalf("Secrets().Set: %v", err)
+	}
+	hook, err := p1.Webhooks().Create(ctx, api.CreateWebhookRequest{URL: "http://127.0.0.1:9/hook"})
+	if err != nil {
+		t.Fatalf("Webhooks().Create: %v", err)
+	}
+	a := newSandbox(t, p1, api.CreateSandboxRequest{})
+	py(t, p1, a.SandboxID, "x = 42")
+	if _, err := p1.PauseSandbox(ctx, a.SandboxID); err != nil {
+		t.Fatalf("pausing: %v", err)
+	}
+	b := newSandbox(t, p1, api.CreateSandboxRequest{})
+	py(t, p1, b.SandboxID, "y = 7")
+	snap, err := p1.Snapshot(ctx, b.SandboxID)
+	if err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	if err := p1.KillSandbox(ctx, b.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+
+	// The api first: this build's, beside the old node.
+	ap := c.apis[0]
+	ap.stop()
+	ap.bin = newBin
+	ap.start()
+	if v := healthVersion(t, ap.url); v != version.Version {
+		t.Fatalf("the new api serves %q; want %s", v, version.Version)
+	}
+	admin := c.apis[0]
+	nodes, err := clientFor(t, admin.url, c.secret).ListNodes(ctx)
+	if err != nil || len(nodes.Nodes) != 1 || !nodes.Nodes[0].Compatible || !nodes.Nodes[0].Live {
+		t.Fatalf("GET /v1/nodes from this build's api = %+v, %v; want the %s node, compatible and live", nodes, err, upgradeFromVersion)
+	}
+	p2 := clientFor(t, ap.url, k.APIKey)
+	if got := py(t, p2, a.SandboxID, "print(x)"); got != "42" {
+		t.Errorf("x through this build's api on the %s node = %q; want 42", upgradeFromVersion, got)
+	}
+	if _, err := p2.PauseSandbox(ctx, a.SandboxID); err != nil {
+		t.Fatalf("pausing on the %s node through this build's api: %v", upgradeFromVersion, err)
+	}
+
+	// Then the node, with its agent kept for the images it made.
+	n1 := c.node("n1")
+	n1.stop()
+	keptAgent := filepath.Join(n1.dataDir, daemon.UnrecordedAgent)
+	if out, err := exec.Command("install", "-D", "-m", "0755", filepath.Join(old, "lizard-agent"), keptAgent).CombinedOutput(); err != nil {
+		t.Fatalf("keeping %s's agent: %v %s", upgradeFromVersion, err, out)
+	}
+	n1.bin = newBin
+	n1.start()
+	if got := py(t, p2, a.SandboxID, "print(x)"); got != "42" {
+		t.Errorf("x on this build's node = %q; want 42", got)
+	}
+	fromSnap := newSandbox(t, p2, api.CreateSandboxRequest{SnapshotID: snap.SnapshotID})
+	if got := py(t, clientFor(t, ap.url, c.key), fromSnap.SandboxID, "print(y)"); got != "7" {
+		t.Errorf("y in a sandbox of the snapshot %s took = %q; want 7", upgradeFromVersion, got)
+	}
+	if ss, err := p2.Secrets().List(ctx); err != nil || len(ss) != 1 || ss[0].Name != "TOKEN" {
+		t.Errorf("secrets after the upgrade = %+v, %v; want TOKEN", ss, err)
+	}
+	if ws, err := p2.Webhooks().List(ctx); err != nil || len(ws) != 1 || ws[0].WebhookID != hook.WebhookID {
+		t.Errorf("webhooks after the upgrade = %+v, %v; want %s", ws, err, hook.WebhookID)
+	}
+}
+
+func clientFor(t *testing.T, url, key string) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{BaseURL: url, APIKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
