@@ -10,6 +10,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/backup"
 	"github.com/lizard-build/lizard/internal/cli"
+	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -20,7 +21,7 @@ import (
 func adminBackup(ctx context.Context, e cli.Env, args []string) error {
 	fs := cli.NewFlags(e, "admin backup")
 	dataDir := fs.String("data-dir", "data", "the server's data directory")
-	to := fs.String("to", "", "the backup's directory: new, or empty")
+	to := fs.String("to", "", "the backup's directory (new, or empty), or s3://BUCKET/PREFIX (a new prefix; sealed with the secrets key, credentials as --image-store's)")
 	keyTo := fs.String("secrets-key-to", "", "a file (new) to write the secrets key to, kept apart from the backup; without it the key is not copied and the backup's secrets open only with the key you keep")
 	imageStore := fs.String("image-store", "", "the server's --image-store: the images it holds durably are recorded, not copied (an incremental backup); it opens them with the secrets key")
 	keyFile := fs.String("secrets-key-file", "", "the server's --secrets-key-file, for --image-store (default: env "+secrets.KeyEnv+", else DATA/"+secrets.KeyFile+")")
@@ -45,26 +46,65 @@ func adminBackup(ctx context.Context, e cli.Env, args []string) error {
 	}
 	defer st.Close()
 	opt := backup.Options{DataDir: *dataDir, To: *to, SecretsKeyTo: *keyTo}
-	if *imageStore != "" {
-		f := imageStoreFlags{URL: *imageStore, CacheMb: 1}
-		if err := f.validate(); err != nil {
-			return err
-		}
+	serverKey := func(what string) (*secrets.Key, error) {
 		sf := secretsFlags{KeyFile: *keyFile}
 		key, err := sf.key(*dataDir, false)
 		if err == nil && key == nil {
 			key, err = secrets.LoadKey(filepath.Join(*dataDir, secrets.KeyFile))
 		}
 		if err != nil {
-			return fmt.Errorf("loading the secrets key for --image-store: %w", err)
+			return nil, fmt.Errorf("loading the secrets key for %s: %w", what, err)
+		}
+		return key, nil
+	}
+	if *imageStore != "" {
+		f := imageStoreFlags{URL: *imageStore, CacheMb: 1}
+		if err := f.validate(); err != nil {
+			return err
+		}
+		key, err := serverKey("--image-store")
+		if err != nil {
+			return err
 		}
 		if opt.Images, err = f.store(ctx, os.Getenv, key); err != nil {
 			return err
 		}
 	}
+	var remote *imagestore.Store
+	if strings.HasPrefix(*to, "s3://") {
+		key, err := serverKey("--to " + *to)
+		if err != nil {
+			return err
+		}
+		if remote, err = backupBucket(ctx, *to, key); err != nil {
+			return err
+		}
+		if _, err := remote.Stat(ctx, backupImage); !errors.Is(err, imagestore.ErrNotFound) {
+			return fmt.Errorf("%s holds a backup already (or cannot be read: %v): back up to a new prefix", *to, err)
+		}
+		// Staged beside the data directory, on its disk, then
+		// uploaded as one sealed image.
+		abs, err := filepath.Abs(*dataDir)
+		if err != nil {
+			return err
+		}
+		staging, err := os.MkdirTemp(filepath.Dir(abs), ".lizard-backup-")
+		if err != nil {
+			return fmt.Errorf("staging the backup: %w", err)
+		}
+		defer os.RemoveAll(staging)
+		opt.To = filepath.Join(staging, "backup")
+	}
 	m, err := backup.Backup(ctx, st, opt)
 	if err != nil {
 		return fmt.Errorf("backing up %s: %w", *dataDir, err)
+	}
+	if remote != nil {
+		im, err := remote.Put(ctx, backupImage, opt.To)
+		if err != nil {
+			return fmt.Errorf("uploading the backup to %s: %w", *to, err)
+		}
+		fmt.Fprintf(e.Stdout, "Uploaded %d bytes, sealed with the secrets key: restore needs it (--secrets-key-from).\n", im.Size)
 	}
 	fmt.Fprintf(e.Stdout, "Backed up %s to %s: the store (schema %d), %d paused sandboxes' and %d snapshots' images, %d volumes, %d template recipes.\n",
 		m.DataDir, *to, m.Schema, len(m.Paused), len(m.Snapshots), len(m.Volumes), len(m.Templates))
@@ -87,7 +127,7 @@ func adminBackup(ctx context.Context, e cli.Env, args []string) error {
 // data directory, for a `lizard serve` started on it next.
 func adminRestore(ctx context.Context, e cli.Env, args []string) error {
 	fs := cli.NewFlags(e, "admin restore")
-	from := fs.String("from", "", "the backup's directory (lizard admin backup --to)")
+	from := fs.String("from", "", "the backup's directory or s3://BUCKET/PREFIX (lizard admin backup --to)")
 	dataDir := fs.String("data-dir", "data", "the new data directory: empty, or not there yet")
 	keyFrom := fs.String("secrets-key-from", "", "the secrets key's file (lizard admin backup --secrets-key-to), written to DATA/secrets.key; leave it out when the server is given --secrets-key-file")
 	cacheDefault := template.DefaultCacheDir
@@ -104,7 +144,37 @@ func adminRestore(ctx context.Context, e cli.Env, args []string) error {
 	if *from == "" {
 		return cli.Usagef("lizard admin restore needs --from DIR")
 	}
-	r, err := backup.Restore(ctx, backup.RestoreOptions{From: *from, DataDir: *dataDir, SecretsKeyFrom: *keyFrom, CacheDir: *cacheDir})
+	src := *from
+	if strings.HasPrefix(*from, "s3://") {
+		if *keyFrom == "" {
+			return cli.Usagef("a backup in %s is sealed with the secrets key: give it with --secrets-key-from FILE", *from)
+		}
+		key, err := secrets.LoadKey(*keyFrom)
+		if err != nil {
+			return err
+		}
+		b, err := backupBucket(ctx, *from, key)
+		if err != nil {
+			return err
+		}
+		abs, err := filepath.Abs(*dataDir)
+		if err != nil {
+			return err
+		}
+		staging, err := os.MkdirTemp(filepath.Dir(abs), ".lizard-restore-")
+		if err != nil {
+			return fmt.Errorf("staging the backup: %w", err)
+		}
+		defer os.RemoveAll(staging)
+		src = filepath.Join(staging, "backup")
+		if _, err := b.Get(ctx, backupImage, src); err != nil {
+			if errors.Is(err, imagestore.ErrNotFound) {
+				return fmt.Errorf("%s holds no backup (lizard admin backup --to %s makes one)", *from, *from)
+			}
+			return fmt.Errorf("downloading the backup from %s: %w", *from, err)
+		}
+	}
+	r, err := backup.Restore(ctx, backup.RestoreOptions{From: src, DataDir: *dataDir, SecretsKeyFrom: *keyFrom, CacheDir: *cacheDir})
 	if err != nil {
 		return fmt.Errorf("restoring %s: %w", *from, err)
 	}
@@ -126,4 +196,20 @@ func adminRestore(ctx context.Context, e cli.Env, args []string) error {
 	}
 	fmt.Fprintf(e.Stdout, "Start it with: lizard serve --data-dir %s\n", *dataDir)
 	return nil
+}
+
+// backupImage is the name of a backup in an S3 prefix: one image of the
+// image store's format (a tar, sealed with a key derived from the secrets
+// key, its manifest written last), so that a half-uploaded backup is
+// never taken for one and the bucket holds no agent key in clear.
+const backupImage = "backup"
+
+// backupBucket opens s3://BUCKET/PREFIX as an image store sealed with key,
+// checked as --image-store's is.
+func backupBucket(ctx context.Context, u string, key *secrets.Key) (*imagestore.Store, error) {
+	f := imageStoreFlags{URL: u, CacheMb: 1}
+	if err := f.validate(); err != nil {
+		return nil, cli.Usagef("%s: want s3://BUCKET/PREFIX", u)
+	}
+	return f.store(ctx, os.Getenv, key)
 }
