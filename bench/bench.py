@@ -1565,7 +1565,8 @@ def main() -> int:
                     help="run only these sections, comma-separated: density, burst, sustain (issue 25), "
                          "e2b (E2B's SDK beside Lizard's, issue 23), egress (the network policy proxy, issue 24), "
                          "secrets (HTTPS with a secret set by the node, issue 24), "
-                         "qemu (the QEMU rows with gVisor's create → first result beside them, issue 25) "
+                         "qemu (the QEMU rows with gVisor's create → first result beside them, issue 25), "
+                         "reclaim (idle memory to swap, --idle-reclaim beside the flag off, issue 37) "
                          "(default: the whole bench)")
     ap.add_argument("--serve-flag", action="append", default=[],
                     help="a flag for the lizard serve of the density, burst and sustain sections (repeat for more), "
@@ -1582,6 +1583,13 @@ def main() -> int:
     ap.add_argument("--density-batch", type=int, default=10, help="concurrent creates of the density section (default 10)")
     ap.add_argument("--density-idle", type=float, default=30,
                     help="seconds over which each density step measures the held sandboxes' idle CPU (default 30)")
+    ap.add_argument("--reclaim-n", type=int, default=40,
+                    help="idle sandboxes of the idle-reclaim section, with and without --idle-reclaim (default 40)")
+    ap.add_argument("--reclaim-after", type=parse_duration, default=20.0,
+                    help="the --idle-reclaim of that section's server (default 20s)")
+    ap.add_argument("--reclaim-zram", default="",
+                    help="turn swap on /dev/zram0 on for the idle-reclaim section, this size (e.g. 8G), and off after; "
+                         "default: the host's swap as it is (none: the section is not run)")
     ap.add_argument("--burst", type=int, default=50,
                     help="concurrent creates of the burst rows, without and with a warm pool that size (default 50, 0 skips)")
     ap.add_argument("--baseline-bin-dir", default="",
@@ -1595,8 +1603,9 @@ def main() -> int:
     ap.add_argument("--cache-dir", default=os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     a = ap.parse_args()
-    if a.only - {"density", "burst", "sustain", "e2b", "egress", "secrets", "qemu", "images"}:
-        ap.error(f"--only: unknown section {sorted(a.only - {'density', 'burst', 'sustain', 'e2b', 'egress', 'secrets', 'qemu', 'images'})}")
+    sections = {"density", "burst", "sustain", "e2b", "egress", "secrets", "qemu", "images", "reclaim"}
+    if a.only - sections:
+        ap.error(f"--only: unknown section {sorted(a.only - sections)}")
     if a.baseline_bin_dir and not (a.only and a.only <= {"burst", "sustain", "density", "qemu"}):
         ap.error("--baseline-bin-dir: give --only with burst, sustain, density or qemu")
     globals()["ADDRESS_POOL"] = a.address_pool
@@ -1689,6 +1698,9 @@ def main() -> int:
         if not a.only or "secrets" in a.only:
             log("Lizard: HTTPS with a secret set by the node, beside direct")
             secrets_section(res, a, bin_dir)
+        if not a.only or "reclaim" in a.only:
+            log("Lizard: idle memory to swap (--idle-reclaim), beside the flag off")
+            reclaim_section(res, a, bin_dir)
         if a.baseline_bin_dir:
             if a.only & {"burst", "sustain", "density"}:
                 ab_sections(res, a, bin_dir, Path(a.baseline_bin_dir))
@@ -2075,6 +2087,196 @@ def wait_snapshot(srv: Server, seconds: float = 1800) -> None:
         if srv.proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"lizard serve never made its template snapshot:\n{srv.logs()}")
         time.sleep(0.5)
+
+
+# --- idle memory to swap (issue 37) ---------------------------------------------------------------------
+
+
+def swap_kib() -> int:
+    """The size of the host's swap devices (/proc/swaps), KiB."""
+    lines = Path("/proc/swaps").read_text().splitlines()[1:]
+    return sum(int(line.split()[2]) for line in lines if len(line.split()) >= 3)
+
+
+def zram_on(size: str) -> None:
+    """--reclaim-zram: swap on /dev/zram0 (lz4) for the section, turned off and reset at the end — the
+    operator's step of docs/operations.md, taken only when asked and said in the log. zram0 must be unused."""
+    z = Path("/sys/block/zram0")
+    if not z.exists() or int((z / "disksize").read_text()) != 0:
+        raise RuntimeError("--reclaim-zram: /dev/zram0 is missing or in use (disksize not 0); set swap up yourself "
+                           "(docs/operations.md) and leave the flag out")
+    algos = (z / "comp_algorithm").read_text()
+    for algo in ("zstd", "lz4"):
+        if algo in algos.replace("[", " ").replace("]", " ").split():
+            (z / "comp_algorithm").write_text(algo)
+            break
+    (z / "disksize").write_text(size)
+    subprocess.run(["mkswap", "/dev/zram0"], check=True, capture_output=True)
+    subprocess.run(["swapon", "/dev/zram0"], check=True)
+
+    def off() -> None:
+        subprocess.run(["swapoff", "/dev/zram0"], check=False)
+        (z / "reset").write_text("1")
+        log("idle-reclaim: zram swap turned off and /dev/zram0 reset")
+
+    CLEANUP.push("turning the bench's zram swap off", off)
+    log(f"idle-reclaim: TURNED ON swap on /dev/zram0 ({size}, {(z / 'comp_algorithm').read_text().strip()}) for this "
+        "section (--reclaim-zram); it is turned off at the end")
+
+
+def cgroup_swap(sid: str) -> int:
+    """Bytes of sandbox sid's memory in swap: its v1 memory cgroup's swap, or v2's memory.swap.current."""
+    try:
+        return int(Path(f"/sys/fs/cgroup/lizard/{sid}/memory.swap.current").read_text())
+    except (FileNotFoundError, ValueError):
+        pass
+    try:
+        kv = dict(line.split() for line in Path(f"/sys/fs/cgroup/memory/lizard/{sid}/memory.stat").read_text().splitlines())
+        return int(kv.get("swap", 0))
+    except FileNotFoundError:
+        return 0
+
+
+def zram_used() -> int:
+    """Bytes of RAM /dev/zram0 takes (mm_stat's mem_used_total): what the squeezed pages cost compressed. 0 without
+    zram."""
+    try:
+        return int(Path("/sys/block/zram0/mm_stat").read_text().split()[2])
+    except (FileNotFoundError, IndexError, ValueError):
+        return 0
+
+
+def cgroup_usage(ids: List[str]) -> int:
+    """Summed memory charged to sandboxes ids' memory cgroups (v1 memory.usage_in_bytes: RAM of every kind, the
+    page cache and the kernel's own included; v2 memory.current)."""
+    total = 0
+    for sid in ids:
+        for path in (f"/sys/fs/cgroup/memory/lizard/{sid}/memory.usage_in_bytes", f"/sys/fs/cgroup/lizard/{sid}/memory.current"):
+            try:
+                total += int(Path(path).read_text())
+                break
+            except (FileNotFoundError, ValueError):
+                continue
+    return total
+
+
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of process pid, seconds: a squeeze is the writer's CPU (lizard serve's)."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def reclaim_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
+    """Issue 37's idle memory to swap: --reclaim-n idle interpreter sandboxes (default preloads) on a server
+    without --idle-reclaim, then on one with --idle-reclaim --reclaim-after, in the same run. For each: the
+    host's MemAvailable drop per sandbox once idle (without the flag after the same idle time the other waits
+    for its squeezes), the first run_code("1+1") after the idle time in half of them and the first
+    `import pandas; pd.DataFrame(...)` in the other half, each checked (a variable set at create must read
+    back). With the flag, also the drop before the squeezes, what stays resident and what is in swap, and
+    lizard serve's CPU per squeeze. Needs swap (the operator's step; --reclaim-zram takes it for the run)."""
+    from lizard import CodeSandbox
+
+    if a.reclaim_zram:
+        zram_on(a.reclaim_zram)
+    if swap_kib() == 0:
+        res.add(Figure("idle-reclaim: MemAvailable drop per idle sandbox", note="not run: the host has no swap "
+                       "(docs/operations.md, or --reclaim-zram 8G to take zram swap for the run)"))
+        return
+    n, after = a.reclaim_n, a.reclaim_after
+    rows: Dict[str, Dict[str, Any]] = {}
+    for side, flags in (("off", []), ("on", ["--idle-reclaim", f"{after:g}s"])):
+        srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0", *flags], f"reclaim-{side}")
+        wait_snapshot(srv)
+        warm_up(srv)
+        time.sleep(3)
+        avail0, zram0 = meminfo("MemAvailable"), zram_used()
+        held: List[str] = []
+        lock = threading.Lock()
+        http = sdk_http(srv)
+        done = CLEANUP.push("killing the idle-reclaim section's sandboxes", lambda: (kill_ids(srv, held), http.close()))
+
+        def one() -> None:
+            sb = CodeSandbox.create(**srv.sdk(), timeout_ms=3_600_000)
+            with lock:
+                held.append(sb.sandbox_id)
+            try:
+                must_result(sb.run_code("kept = 41 + 1\n1+1"), "text/plain")
+            finally:
+                sb.close()
+
+        log(f"idle-reclaim ({side}): {n} idle sandboxes, {a.density_batch} creates at a time")
+        with cf.ThreadPoolExecutor(a.density_batch) as ex:
+            for f in [ex.submit(one) for _ in range(n)]:
+                f.result()
+        time.sleep(5)
+        avail1 = meminfo("MemAvailable")
+        row: Dict[str, Any] = {"held": len(held), "dropBeforeMiB": (avail0 - avail1) / len(held) / 2**20,
+                               "chargedBeforeMiB": cgroup_usage(list(held)) / len(held) / 2**20, "loadCreated": loadavg()}
+        cpu0, t0 = proc_cpu_s(srv.proc.pid), time.perf_counter()
+        # Idle for `after`, then the sweeps (every after/4, at least 1 s) squeeze one sandbox at a time.
+        deadline = t0 + after + 10 + 5 * n
+        if side == "on":
+            while time.perf_counter() < deadline and sum(cgroup_swap(i) >= 16 << 20 for i in held) < len(held):
+                time.sleep(1)
+            # The first squeeze leaves what was touched just before it; the next sweeps after `after` take it.
+            time.sleep(after + 5)
+        else:
+            time.sleep(after + 10)
+        row["waitS"] = time.perf_counter() - t0
+        row["serveCpuEachS"] = (proc_cpu_s(srv.proc.pid) - cpu0) / len(held)
+        time.sleep(3)
+        avail2 = meminfo("MemAvailable")
+        row["dropMiB"] = (avail0 - avail2) / len(held) / 2**20
+        # MemAvailable moves with the other users of a shared host by gigabytes: the same sandboxes' change over
+        # the idle wait (the squeezes, with the flag) is the tighter figure, and what the host holds for them by
+        # account — their cgroups' charge and zram's RAM — the steadiest.
+        row["freedOverIdleMiB"] = (avail2 - avail1) / len(held) / 2**20
+        row["chargedMiB"] = cgroup_usage(list(held)) / len(held) / 2**20
+        row["zramMiB"] = (zram_used() - zram0) / len(held) / 2**20
+        row["residentMiB"] = sandbox_memcg(list(held)) / len(held) / 2**20
+        row["swapMiB"] = sum(cgroup_swap(i) for i in held) / len(held) / 2**20
+        row["squeezed"] = sum(cgroup_swap(i) >= 16 << 20 for i in held)
+        row["loadIdle"] = loadavg()
+        first, pandas = [], []
+        for k, sid in enumerate(list(held)):
+            sb = CodeSandbox(sid, _http=http)
+            code = "1+1" if k % 2 == 0 else "import pandas as pd\nint(pd.DataFrame({'a': range(100)})['a'].sum())"
+            t1 = time.perf_counter()
+            run = sb.run_code(code, timeout_ms=30_000)
+            (first if k % 2 == 0 else pandas).append((time.perf_counter() - t1) * 1000)
+            want = "2" if k % 2 == 0 else "4950"
+            if run.error or not run.results or run.results[0].data != want:
+                raise RuntimeError(f"idle-reclaim ({side}): {sid} answered {run!r} to {code!r}; want {want}")
+            kept = sb.run_code("kept", timeout_ms=30_000)
+            if kept.error or not kept.results or kept.results[0].data != "42":
+                raise RuntimeError(f"idle-reclaim ({side}): {sid} lost its kernel's variable: {kept!r}")
+        row["loadProbes"] = loadavg()
+        row["first"], row["pandas"] = first, pandas
+        rows[side] = row
+        log(f"idle-reclaim ({side}): {row}")
+        done()
+        srv.stop()
+    off, on = rows["off"], rows["on"]
+    tag = f", {n} held"
+    res.add(Figure(f"idle-reclaim: MemAvailable drop per idle sandbox{tag}, flag off", value=off["dropMiB"], unit="MiB",
+                   note=f"{off['dropBeforeMiB']:.1f} MiB before the idle wait, {off['freedOverIdleMiB']:+.1f} MiB each over it; "
+                        f"shmem + anon {off['residentMiB']:.1f} MiB each; load {off['loadIdle']}"))
+    res.add(Figure(f"idle-reclaim: MemAvailable drop per idle sandbox{tag}, --idle-reclaim {after:g}s", value=on["dropMiB"],
+                   unit="MiB", note=f"{on['dropMiB'] / off['dropMiB']:.2f}× off; {on['dropBeforeMiB']:.1f} MiB before the "
+                                    f"squeezes, {on['freedOverIdleMiB']:+.1f} MiB each over them; {on['squeezed']}/{on['held']} "
+                                    f"squeezed; load {on['loadIdle']}"))
+    for side, r in (("flag off", off), (f"--idle-reclaim {after:g}s", on)):
+        res.add(Figure(f"idle-reclaim: host memory per idle sandbox by account{tag}, {side}", value=r["chargedMiB"] + r["zramMiB"],
+                       unit="MiB", note=f"its cgroup's charge {r['chargedMiB']:.1f} MiB (shmem + anon {r['residentMiB']:.1f}) "
+                                        f"+ zram's RAM {r['zramMiB']:.1f} MiB for its {r['swapMiB']:.1f} MiB in swap"))
+    res.add(Figure(f"idle-reclaim: lizard serve CPU per sandbox while squeezing{tag}", value=on["serveCpuEachS"], unit="CPU-s",
+                   note=f"flag off over the same idle: {off['serveCpuEachS']:.3f}; waited {on['waitS']:.0f} s"))
+    b1 = res.add(Figure("idle-reclaim: first run_code(\"1+1\") after idle, flag off", off["first"],
+                        note=f"load {off['loadProbes']}"))
+    res.add(Figure(f"idle-reclaim: first run_code(\"1+1\") after a squeeze", on["first"], baseline=b1.name,
+                   note=f"load {on['loadProbes']}"))
+    b2 = res.add(Figure("idle-reclaim: first import pandas; pd.DataFrame(...) after idle, flag off", off["pandas"]))
+    res.add(Figure("idle-reclaim: first import pandas; pd.DataFrame(...) after a squeeze", on["pandas"], baseline=b2.name))
 
 
 def density_sections(res: Results, a: argparse.Namespace, bin_dir: Path, want=None, tag: str = "",

@@ -1,13 +1,17 @@
 package daemon
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/cli"
+	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 	"github.com/lizard-build/lizard/internal/testenv"
 )
 
@@ -148,5 +152,36 @@ func TestSharedFlagsEveryRole(t *testing.T) {
 				t.Errorf("lizard %s --%s=%s: validate = %s; lizard serve's %s", r.name, tt.flag, tt.value, verr, firstErr)
 			}
 		}
+	}
+}
+
+// TestIdleReclaimFlag: --idle-reclaim is refused below 0 and with the
+// qemu backend at parse time, and at start on a runtime that cannot push
+// memory to swap, or on a host that cannot (no swap: the runtime's
+// CanReclaim, tested in the gvisor package and end to end).
+func TestIdleReclaimFlag(t *testing.T) {
+	var errb bytes.Buffer
+	for _, args := range [][]string{
+		{"--idle-reclaim", "-1s"},
+		{"--idle-reclaim", "1m", "--runtime", "qemu"},
+	} {
+		c, err := parseServe(cli.Env{Stdout: &errb, Stderr: &errb}, args)
+		if err == nil {
+			err = c.validate()
+		}
+		if err == nil || cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), "--idle-reclaim") {
+			t.Errorf("serve %q: %v; want a usage error naming --idle-reclaim", args, err)
+		}
+	}
+	c, err := parseServe(cli.Env{Stdout: &errb, Stderr: &errb}, []string{"--idle-reclaim", "90s"})
+	if err != nil || c.IdleReclaim != 90*time.Second {
+		t.Errorf("--idle-reclaim 90s = %s, %v; want 1m30s", c.IdleReclaim, err)
+	}
+	fake := sandboxtest.NewFake() // not a sandbox.Reclaimer
+	if err := checkIdleReclaim(fake, 0); err != nil {
+		t.Errorf("checkIdleReclaim without the flag: %v; want nil", err)
+	}
+	if err := checkIdleReclaim(fake, time.Minute); err == nil || !strings.Contains(err.Error(), "--idle-reclaim") {
+		t.Errorf("checkIdleReclaim on a runtime that cannot: %v; want an error naming --idle-reclaim", err)
 	}
 }

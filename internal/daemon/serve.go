@@ -97,6 +97,9 @@ type serveConfig struct {
 	events eventFlags
 	// images is where checkpoint images outlive the node (imagestore.go).
 	images imageStoreFlags
+	// IdleReclaim pushes a sandbox idle that long out to swap
+	// (node.Config.IdleReclaim); 0: never.
+	IdleReclaim time.Duration
 
 	pool netns.Pool
 }
@@ -140,6 +143,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, role string) {
 	fs.BoolVar(&c.TemplateSnapshot, "template-snapshot", true, "create sandboxes by restoring a checkpoint of each template's booted sandbox (kernel started, numpy/pandas/matplotlib imported) instead of booting; false boots every sandbox")
 	fs.StringVar(&c.Preload, "preload", strings.Join(warm.DefaultPreload, ","), "Python modules the template snapshot's kernel imports before it is checkpointed, comma-separated: restored sandboxes start with them imported, and each holds their memory (\"\": none, about 58 MiB less per idle sandbox, and the first call importing them pays it: docs/performance.md)")
 	fs.IntVar(&c.WarmPool, "warm-pool", 0, "restored sandboxes per template kept ready for creates with the default limits (needs --template-snapshot; each costs an idle sandbox's memory)")
+	fs.DurationVar(&c.IdleReclaim, "idle-reclaim", 0, "push the memory of a sandbox idle this long (no call, stream, terminal or port connection, under 5% of a core) out to swap; it runs on and takes back the pages it touches (gvisor only; needs swap turned on, e.g. zram: docs/operations.md; 0: never)")
 	fs.Var(&c.Warm, "warm", "warm pool of one template, [PROJECT/]NAME=N (repeat for more): a custom template by name (in PROJECT, or in every project having one of that name), or a built-in to override --warm-pool for it")
 }
 
@@ -171,6 +175,12 @@ func (c *serveConfig) validate() error {
 		if !moduleName.MatchString(m) {
 			return cli.Usagef("--preload %q: %q is not a Python module name (want names such as numpy or matplotlib.pyplot, comma-separated)", c.Preload, m)
 		}
+	}
+	if c.IdleReclaim < 0 {
+		return cli.Usagef("--idle-reclaim %s: want a duration such as 5m, or 0 (never)", c.IdleReclaim)
+	}
+	if c.IdleReclaim > 0 && c.Runtime != "gvisor" {
+		return cli.Usagef("--idle-reclaim needs --runtime gvisor: the %s backend cannot push a sandbox's memory to swap", c.Runtime)
 	}
 	if c.WarmPool > 0 && !c.TemplateSnapshot {
 		return cli.Usagef("--warm-pool needs --template-snapshot=true: the pool is restored from template snapshots")
@@ -412,6 +422,7 @@ func startNode(ctx context.Context, logger *slog.Logger, parts nodeParts) error 
 	go n.RunReaper(ctx)
 	go n.RunUploader(ctx)
 	go n.RunSampler(ctx)
+	go node.RunReclaimer(ctx, n)
 	if parts.pool != nil {
 		go parts.pool.Run(ctx, n)
 	}
@@ -493,6 +504,10 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 	if err != nil {
 		return nodeParts{}, err
 	}
+	if err := checkIdleReclaim(rt, c.IdleReclaim); err != nil {
+		rt.Close(context.WithoutCancel(ctx))
+		return nodeParts{}, err
+	}
 
 	// Templates build in the background so that the API (and its health
 	// check) is up at once; creates wait for their template.
@@ -542,7 +557,7 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 		Limits: limits, Internet: internet, Allow: c.policy.allowTo, TokenAPI: tokenAPI,
 		DataDir: c.DataDir, PausedRetention: c.PausedRetention, AgentKey: agentKey, Metrics: mx,
 		StartTimeout: c.startTimeout(), MinFreeDisk: c.MinFreeDiskMb << 20, MaxRestores: c.MaxRestores,
-		Images: images, ImageCache: imageCache,
+		Images: images, ImageCache: imageCache, IdleReclaim: c.IdleReclaim,
 	}
 	quota := &node.Quota{Store: shared, MaxLive: c.policy.MaxSandboxes, MaxDisk: c.policy.MaxProjectDiskMb << 20, DefaultDisk: limits.DiskBytes}
 	ncfg.Admission = quota

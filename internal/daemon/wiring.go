@@ -176,6 +176,22 @@ func newRuntime(c *serveConfig, logger *slog.Logger) (sandbox.Runtime, error) {
 	return nil, cli.Usagef("--runtime %q: want gvisor or qemu", c.Runtime)
 }
 
+// checkIdleReclaim refuses --idle-reclaim (after > 0) on a runtime or a
+// host that cannot push a sandbox's memory to swap.
+func checkIdleReclaim(rt sandbox.Runtime, after time.Duration) error {
+	if after <= 0 {
+		return nil
+	}
+	r, ok := rt.(sandbox.Reclaimer)
+	if !ok {
+		return cli.Usagef("--idle-reclaim: the %s backend cannot push a sandbox's memory to swap", rt.Name())
+	}
+	if err := r.CanReclaim(); err != nil {
+		return fmt.Errorf("--idle-reclaim %s: %w; or leave the flag out", after, err)
+	}
+	return nil
+}
+
 // sandboxAPIPort is the port the API is served on to lizardToken
 // sandboxes: --sandbox-api-port, else the --listen port.
 func (c *serveConfig) sandboxAPIPort(listen net.Addr) int {

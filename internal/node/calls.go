@@ -32,8 +32,13 @@ const watchEvery = 250 * time.Millisecond
 // inflight holds the calls in flight, per sandbox, each marked whether it
 // is a follower (agentproxy.Following).
 type inflight struct {
+	// now, when set (--idle-reclaim), is the node's clock, and last
+	// holds when a call to each sandbox last began or ended (reclaim.go).
+	now func() time.Time
+
 	mu    sync.Mutex
 	calls map[string]map[*context.CancelCauseFunc]bool
+	last  map[string]time.Time
 }
 
 func (f *inflight) add(id string, cancel *context.CancelCauseFunc, follower bool) (first bool) {
@@ -41,6 +46,12 @@ func (f *inflight) add(id string, cancel *context.CancelCauseFunc, follower bool
 	defer f.mu.Unlock()
 	if f.calls == nil {
 		f.calls = map[string]map[*context.CancelCauseFunc]bool{}
+	}
+	if f.now != nil { // inline, not a method: a runCode's path is short (internal/arch)
+		if f.last == nil {
+			f.last = map[string]time.Time{}
+		}
+		f.last[id] = f.now()
 	}
 	set := f.calls[id]
 	if set == nil {
@@ -54,9 +65,52 @@ func (f *inflight) add(id string, cancel *context.CancelCauseFunc, follower bool
 func (f *inflight) remove(id string, cancel *context.CancelCauseFunc) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.now != nil { // inline, not a method: a runCode's path is short (internal/arch)
+		if f.last == nil {
+			f.last = map[string]time.Time{}
+		}
+		f.last[id] = f.now()
+	}
 	delete(f.calls[id], cancel)
 	if len(f.calls[id]) == 0 {
 		delete(f.calls, id)
+	}
+}
+
+// lastAt is when a call to sandbox id last began or ended (zero: none
+// since the node started, or not recorded without now), and how many are
+// in flight.
+func (f *inflight) lastAt(id string) (time.Time, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last[id], len(f.calls[id])
+}
+
+// putLast puts back when a call to sandbox id last began or ended, as
+// lastAt said before a call of the node's own. A call of a user's that
+// began and ended meanwhile is forgotten with it: the sandbox may then be
+// squeezed a little early, and faults back what it needs.
+func (f *inflight) putLast(id string, t time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.now == nil {
+		return
+	}
+	if t.IsZero() {
+		delete(f.last, id)
+		return
+	}
+	f.last[id] = t
+}
+
+// forget drops what last holds of the sandboxes not in running.
+func (f *inflight) forget(running map[string]bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id := range f.last {
+		if !running[id] {
+			delete(f.last, id)
+		}
 	}
 }
 

@@ -199,10 +199,14 @@ func (n *Local) disk(ctx context.Context, id string) (api.DiskUsage, error) {
 		return api.DiskUsage{}, err
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
+	// The probe is the node's, no use of the sandbox: it does not keep
+	// the sandbox from counting as idle (--idle-reclaim, reclaim.go).
+	prev, _ := n.calls.lastAt(id)
 	n.calls.add(id, &cancel, false)
 	unlock()
 	defer func() {
 		n.calls.remove(id, &cancel)
+		n.calls.putLast(id, prev)
 		cancel(nil)
 	}()
 	return n.agents.Disk(cctx, id)

@@ -251,6 +251,10 @@ type Config struct {
 	// is the store, and an image is durable once written.
 	Images     *imagestore.Store
 	ImageCache *imagestore.Cache
+	// IdleReclaim, when set, pushes the memory of a users' sandbox idle
+	// that long out to the host's swap (reclaim.go); the runtime must be a
+	// sandbox.Reclaimer and a sandbox.Meter. 0: never.
+	IdleReclaim time.Duration
 }
 
 // Volumes makes, mounts and removes persistent volumes' filesystems on this
@@ -294,6 +298,7 @@ type Local struct {
 	calls  inflight // proxied calls in flight, per sandbox (pause.go)
 	ports  inflight // proxied connections to exposed ports (ports.go)
 	meters meters   // each running sandbox's metrics samples (metrics.go)
+	idle   idleness // when each sandbox was last used (reclaim.go)
 	// restores admits restores of users' sandboxes (restores.go).
 	restores *restoreGate
 
@@ -357,6 +362,9 @@ func New(cfg Config) (*Local, error) {
 	n.agents = &agents{store: cfg.Store, addr: cfg.AgentAddr, key: cfg.AgentKey, timeout: cfg.StartTimeout, dead: n.dead}
 	n.agents.Client = agentclient.New(n.agents.resolve, n.agents.secret, cfg.Transport)
 	n.meters.limits = cfg.Limits
+	if cfg.IdleReclaim > 0 {
+		n.calls.now, n.ports.now = cfg.Now, cfg.Now
+	}
 	n.images = images{dataDir: cfg.DataDir, minFree: cfg.MinFreeDisk, store: cfg.Store, remote: cfg.Images, cache: cfg.ImageCache,
 		metrics: cfg.Metrics, locks: &n.locks, log: cfg.Logger, kick: make(chan struct{}, 1), secret: n.agents.secret}
 	n.network = network{enforcer: cfg.Egress, allow: cfg.Allow, tokenAPI: cfg.TokenAPI, cas: cfg.EgressCAs, agents: n.agents.Client,

@@ -175,8 +175,9 @@ type Prioritizer interface {
 type Usage struct {
 	// CPU is the CPU time it has used since it started (or was restored).
 	CPU time.Duration
-	// MemoryBytes is its memory the host cannot reclaim.
-	MemoryBytes int64
+	// MemoryBytes is its memory the host cannot reclaim, SwapBytes the
+	// part of it in swap.
+	MemoryBytes, SwapBytes int64
 }
 
 // Meter is a Runtime that can say what a sandbox uses (the node's metrics
@@ -184,6 +185,17 @@ type Usage struct {
 type Meter interface {
 	// Usage reports running sandbox id's use; ErrNotFound if unknown.
 	Usage(ctx context.Context, id string) (Usage, error)
+}
+
+// Reclaimer is a Runtime that can push a running sandbox's memory out to
+// the host's swap (the node's --idle-reclaim): the sandbox runs on, and
+// the pages it touches again come back as it touches them.
+type Reclaimer interface {
+	// CanReclaim says why this host cannot, or nil.
+	CanReclaim() error
+	// Reclaim pushes out what it can of running sandbox id's memory;
+	// ErrNotFound if unknown.
+	Reclaim(ctx context.Context, id string) error
 }
 
 // Runtime runs sandboxes on this machine. Implementations must be safe for

@@ -332,8 +332,23 @@ func (g *guard) usage() int64 {
 	return n
 }
 
+// setLimit sets the cgroup's memory limit to n, and its memory+swap limit
+// with it where there is one (memory.memsw.limit_in_bytes, with swap
+// accounting): else the swap that --idle-reclaim, or the host's own
+// pressure, pushes a sandbox's memory to would be room past its limit,
+// refilled at each squeeze. The memory+swap limit may never be under the
+// memory limit, so it moves first when raised and last when lowered.
 func (g *guard) setLimit(n int64) error {
-	return os.WriteFile(filepath.Join(g.cgroup, "memory.limit_in_bytes"), []byte(strconv.FormatInt(n, 10)), 0)
+	s := []byte(strconv.FormatInt(n, 10))
+	limit, memsw := filepath.Join(g.cgroup, "memory.limit_in_bytes"), filepath.Join(g.cgroup, "memory.memsw.limit_in_bytes")
+	if _, err := os.Stat(memsw); err != nil {
+		return os.WriteFile(limit, s, 0)
+	}
+	_ = os.WriteFile(memsw, s, 0) // refused when lowering: written again below
+	if err := os.WriteFile(limit, s, 0); err != nil {
+		return err
+	}
+	return os.WriteFile(memsw, s, 0)
 }
 
 // victimWait bounds the listing of a sandbox's processes and the kill of

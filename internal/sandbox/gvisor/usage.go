@@ -17,8 +17,8 @@ var _ sandbox.Meter = (*Runtime)(nil)
 // Usage implements sandbox.Meter from the sandbox's host cgroup, which
 // holds the Sentry, its systrap stubs and the gofer: CPU is their CPU time
 // (cpuacct), memory what the guard weighs against the limit (pressure:
-// anonymous memory and shmem, the Sentry's memory file; not the page cache
-// of its disk, which the host reclaims).
+// anonymous memory and shmem, the Sentry's memory file, in memory or in
+// swap; not the page cache of its disk, which the host reclaims).
 func (r *Runtime) Usage(ctx context.Context, id string) (sandbox.Usage, error) {
 	if err := sandbox.CheckID(id); err != nil {
 		return sandbox.Usage{}, fmt.Errorf("reading usage: %w: %v", sandbox.ErrNotFound, err)
@@ -34,23 +34,37 @@ func (r *Runtime) Usage(ctx context.Context, id string) (sandbox.Usage, error) {
 	if err != nil {
 		return sandbox.Usage{}, fmt.Errorf("reading usage of sandbox %s: cpuacct.usage: %w", id, err)
 	}
-	return sandbox.Usage{CPU: time.Duration(ns), MemoryBytes: pressure(memoryCgroup(id))}, nil
+	mem, swap := memoryStat(memoryCgroup(id))
+	return sandbox.Usage{CPU: time.Duration(ns), MemoryBytes: mem, SwapBytes: swap}, nil
 }
 
 // pressure is a memory cgroup's memory the host cannot reclaim: anonymous
-// memory and shmem (the Sentry's memory file), not the page cache.
+// memory and shmem, not the page cache; what of it is in swap counts too,
+// or a sandbox squeezed while idle (--idle-reclaim), or by the host's own
+// pressure, could grow past its limit by what it had in swap.
 func pressure(cgroup string) int64 {
+	n, _ := memoryStat(cgroup)
+	return n
+}
+
+// memoryStat reads a v1 memory cgroup's pressure and the part of it in
+// swap (memory.stat's rss, shmem and swap; swap is 0, or not there,
+// without swap accounting).
+func memoryStat(cgroup string) (pressure, swap int64) {
 	b, err := os.ReadFile(filepath.Join(cgroup, "memory.stat"))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	var n int64
 	for _, line := range strings.Split(string(b), "\n") {
 		k, v, _ := strings.Cut(line, " ")
-		if k == "rss" || k == "shmem" {
-			x, _ := strconv.ParseInt(v, 10, 64)
-			n += x
+		x, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "rss", "shmem":
+			pressure += x
+		case "swap":
+			pressure += x
+			swap += x
 		}
 	}
-	return n
+	return pressure, swap
 }

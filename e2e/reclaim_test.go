@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/testenv"
+)
+
+// TestIdleReclaim: `lizard serve --idle-reclaim` on a host without swap
+// refuses to start, saying so and what to do; on a host with swap (the
+// operator's step, docs/operations.md: this test never turns it on), an
+// idle sandbox's memory goes to swap, and the sandbox answers correctly
+// afterwards with its kernel's variables and imports intact.
+func TestIdleReclaim(t *testing.T) {
+	testenv.RequiresRoot(t)
+	swaps, err := os.ReadFile("/proc/swaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(strings.TrimSpace(string(swaps)), "\n") == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		pool := takePool(t)
+		defer releasePool(pool)
+		cmd := exec.CommandContext(ctx, testenv.Binary(t, "lizard"), "serve", "--listen", freeAddr(t), "--data-dir", t.TempDir(),
+			"--cache-dir", cacheDir(), "--address-pool", fmt.Sprintf("169.254.%d.0/24", pool), "--egress=none", "--metrics-listen=",
+			"--idle-reclaim", "1m")
+		out, err := cmd.CombinedOutput()
+		if err == nil || ctx.Err() != nil {
+			t.Fatalf("lizard serve --idle-reclaim 1m on a host without swap: %v; want it to refuse to start\n%s", err, out)
+		}
+		for _, want := range []string{"--idle-reclaim", "no swap turned on", "docs/operations.md"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("the refusal does not say %q:\n%s", want, out)
+			}
+		}
+		t.Log("this host has no swap: the refusal is what is tested (turn zram swap on to test the squeeze, docs/operations.md)")
+		return
+	}
+
+	s := startServer(t, "--idle-reclaim", "2s")
+	c := s.createProject("proj_reclaim")
+	ctx := context.Background()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutMs: ms(300_000)})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	defer c.KillSandbox(ctx, sb.SandboxID)
+	run(t, c, sb.SandboxID, "python", "import pandas as pd\nkept = {'answer': 41 + 1}\ndf = pd.DataFrame({'a': range(10)})")
+
+	// Idle for 2 s, then squeezed within the next sweep (every second).
+	var swapped int64
+	deadline := time.Now().Add(90 * time.Second)
+	for swapped < 32<<20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s idle for 90 s has %d bytes in swap; want it squeezed (at least 32 MiB)\n%s", sb.SandboxID, swapped, tail(s.logs(), 30))
+		}
+		time.Sleep(500 * time.Millisecond)
+		swapped = cgroupSwap(t, sb.SandboxID)
+	}
+	t.Logf("sandbox %s squeezed: %d MiB in swap", sb.SandboxID, swapped>>20)
+
+	begin := time.Now()
+	got := run(t, c, sb.SandboxID, "python", "kept['answer']")
+	t.Logf("first run after the squeeze: %s", time.Since(begin))
+	if len(got.Results) != 1 || got.Results[0].Data != "42" {
+		t.Errorf("a variable after the squeeze: %+v; want 42", got)
+	}
+	got = run(t, c, sb.SandboxID, "python", "int(df['a'].sum() + pd.DataFrame({'b': [1, 2]})['b'].sum())")
+	if len(got.Results) != 1 || got.Results[0].Data != "48" {
+		t.Errorf("pandas after the squeeze: %+v; want 48", got)
+	}
+}
+
+// cgroupSwap is what sandbox id's memory cgroup has in swap: memory.stat's
+// swap under cgroup v1, memory.swap.current under v2.
+func cgroupSwap(t *testing.T, id string) int64 {
+	t.Helper()
+	if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/lizard", id, "memory.swap.current")); err == nil {
+		n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return n
+	}
+	f, err := os.Open(filepath.Join("/sys/fs/cgroup/memory/lizard", id, "memory.stat"))
+	if err != nil {
+		t.Fatalf("reading sandbox %s's memory cgroup: %v", id, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var n int64
+		if _, err := fmt.Sscanf(sc.Text(), "swap %d", &n); err == nil {
+			return n
+		}
+	}
+	return 0
+}
