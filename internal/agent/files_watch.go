@@ -162,7 +162,7 @@ func mayRead(dir string) error {
 // addBelow watches every directory below rel. With emit, entries found
 // are reported as created: they may have been made between rel's creation
 // and its watch, unseen otherwise (mkdir -p a/b && touch a/b/f).
-func (w *watcher) addBelow(rel string, emit func(name string)) error {
+func (w *watcher) addBelow(rel string, emit func(name string, d fs.DirEntry)) error {
 	return filepath.WalkDir(filepath.Join(w.root, rel), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			// Gone meanwhile, or unreadable: nothing to watch there.
@@ -173,7 +173,7 @@ func (w *watcher) addBelow(rel string, emit func(name string)) error {
 			return nil
 		}
 		if emit != nil && !(strings.HasPrefix(d.Name(), uploadTemp) && !d.IsDir()) {
-			emit(sub)
+			emit(sub, d)
 		}
 		if !d.IsDir() {
 			return nil
@@ -183,6 +183,16 @@ func (w *watcher) addBelow(rel string, emit func(name string)) error {
 		}
 		return nil
 	})
+}
+
+// written reports whether d, found in a directory just watched, is a
+// file with content: it was written before the watch could see it.
+func written(d fs.DirEntry) bool {
+	if !d.Type().IsRegular() {
+		return false
+	}
+	fi, err := d.Info()
+	return err == nil && fi.Size() > 0
 }
 
 // forget stops watching rel and every directory below it (moved away).
@@ -294,7 +304,16 @@ func (w *watcher) read(buf []byte, emit func(api.FileEvent)) bool {
 			send(api.FileCreate, rel)
 			if isDir && w.recursive {
 				if _, err := w.add(rel); err == nil {
-					_ = w.addBelow(rel, func(name string) { send(api.FileCreate, name) })
+					_ = w.addBelow(rel, func(name string, d fs.DirEntry) {
+						send(api.FileCreate, name)
+						if written(d) {
+							// Its writes came before its directory's
+							// watch: say it has them, as a watch in
+							// place would have (a make_dir then a
+							// write, a client waiting for the write).
+							send(api.FileWrite, name)
+						}
+					})
 				}
 			}
 		case ev.Mask&unix.IN_MODIFY != 0:

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -241,4 +242,31 @@ func TestFilesWatchUploads(t *testing.T) {
 	// A file a program makes is reported as inotify says.
 	must(t, os.WriteFile(filepath.Join(ta.home, "w/plain"), []byte("x"), 0o644))
 	ws.expect(t, "create plain", "write plain")
+}
+
+// TestWatchNewDirReportsWrites: a directory made under a recursive watch
+// whose files were made and written before the watch reached it (the
+// watcher reads the directory's creation after they are there) reports each
+// file created and, if it has content, written — as a watch in place would
+// have. E2B's suite makes a directory, writes a file in it and asks for the
+// write at once; under load the write came before the directory's watch.
+func TestWatchNewDirReportsWrites(t *testing.T) {
+	root := t.TempDir()
+	w, err := newWatcher(root, true, &watchBudget{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	must(t, os.MkdirAll(filepath.Join(root, "n/deeper"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "n/deeper/f.txt"), []byte("x"), 0o644))
+	must(t, os.WriteFile(filepath.Join(root, "n/empty"), nil, 0o644))
+
+	var got []string
+	if !w.read(make([]byte, 64<<10), func(ev api.FileEvent) { got = append(got, ev.Type+" "+ev.Name) }) {
+		t.Fatal("the watch ended")
+	}
+	want := []string{"create n", "create n/deeper", "create n/deeper/f.txt", "write n/deeper/f.txt", "create n/empty"}
+	if !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
 }
