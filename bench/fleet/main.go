@@ -15,6 +15,10 @@
 // second and their database time, and each api process's memory — with
 // the load average beside them.
 //
+// First (--count-creates) it makes sandboxes one at a time and counts what
+// the api processes (their own PostgreSQL role) asked of the database per
+// create: statements, rows and blocks, which do not depend on the load.
+//
 // Everything but PostgreSQL and the api processes runs in this process,
 // on the same cores: the figures are of the whole control plane on this
 // machine, load generator included.
@@ -33,6 +37,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,6 +71,7 @@ var (
 	maxLive    = flag.Int("max-sandboxes-per-project", 100000, "the project quota every create is admitted against")
 	projects   = flag.Int("projects", 1, "projects the workers create in, round-robin (a project's creates are admitted one at a time, cluster-wide)")
 	explain    = flag.Bool("explain", true, "EXPLAIN the create path's statements over sandboxes at the largest row count")
+	count      = flag.Int("count-creates", 100, "before the rows: this many creates one at a time, counting the api processes' statements, rows and blocks per create (0: none)")
 )
 
 func main() {
@@ -98,7 +104,13 @@ func run() error {
 	secret := randHex(32)
 	key := make([]byte, 32)
 	rand.Read(key)
-	env := []string{"LIZARD_DATABASE_URL=" + dbURL, "LIZARD_CLUSTER_SECRET=" + secret, "LIZARD_SECRETS_KEY=" + base64.StdEncoding.EncodeToString(key)}
+	// The api processes connect as their own role, so that
+	// pg_stat_statements tells their statements from the nodes'.
+	apiURL, err := apiRole(ctx, db, dbURL)
+	if err != nil {
+		return err
+	}
+	env := []string{"LIZARD_DATABASE_URL=" + apiURL, "LIZARD_CLUSTER_SECRET=" + secret, "LIZARD_SECRETS_KEY=" + base64.StdEncoding.EncodeToString(key)}
 	var apis []*apiProc
 	for i := range *apiCount {
 		p, err := startAPI(fmt.Sprintf("api-%d", i), env)
@@ -173,11 +185,108 @@ func run() error {
 		}
 		clients = append(clients, c)
 	}
+	if *count > 0 {
+		if err := countCreates(ctx, db, clients[:min(len(clients), len(apis))], *count); err != nil {
+			return err
+		}
+	}
+	results, err := measureLevels(ctx, db, clients, apis)
+	if err != nil {
+		return err
+	}
+	if len(results) == 0 {
+		return nil
+	}
+	printTable(results)
+	if *explain {
+		explainCreatePath(ctx, db)
+	}
+	return nil
+}
+
+// apiRole makes the role the api processes connect as and returns their
+// URL: dbURL with that user (a superuser, as the bench's own is).
+func apiRole(ctx context.Context, db *sql.DB, dbURL string) (string, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return "", err
+	}
+	pw, _ := u.User.Password()
+	if _, err := db.ExecContext(ctx, `CREATE ROLE lizard_api LOGIN SUPERUSER PASSWORD '`+strings.ReplaceAll(pw, "'", "''")+`'`); err != nil {
+		return "", fmt.Errorf("making the api processes' role: %w", err)
+	}
+	u.User = url.UserPassword("lizard_api", pw)
+	return u.String(), nil
+}
+
+// countCreates makes n sandboxes one at a time through the api processes
+// in turn and prints what the api processes asked of the database per
+// create: statements, rows returned and blocks touched, in all and by
+// statement. Counts, not times: they do not depend on the machine's load.
+// What the api processes run in the background (the node list's refresh,
+// the lease sweeper, the events pruner, webhook polls) is in them, spread
+// over the creates; the nodes' side of a create (admission, the row, its
+// event) does not depend on the fleet and is left out.
+func countCreates(ctx context.Context, db *sql.DB, clients []*client.Client, n int) error {
+	if _, err := db.ExecContext(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+		return err
+	}
+	began := time.Now()
+	var ids []string
+	for i := range n {
+		sb, err := clients[i%len(clients)].CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutMs: ptr(int64(300_000))})
+		if err != nil {
+			return fmt.Errorf("counting creates: create %d: %w", i, err)
+		}
+		ids = append(ids, sb.SandboxID)
+	}
+	secs := time.Since(began).Seconds()
+	rows, err := db.QueryContext(ctx, `SELECT query, calls, rows, shared_blks_hit + shared_blks_read FROM pg_stat_statements s
+		JOIN pg_roles r ON r.oid = s.userid WHERE r.rolname = 'lizard_api'
+		AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND query NOT LIKE '%pg_stat_statements%' ORDER BY rows DESC, calls DESC`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var calls, rws, blks int64
+	var lines []string
+	for rows.Next() {
+		var q string
+		var c, r, b int64
+		if err := rows.Scan(&q, &c, &r, &b); err != nil {
+			return err
+		}
+		calls, rws, blks = calls+c, rws+r, blks+b
+		lines = append(lines, fmt.Sprintf("      %7.2f %8.1f %8.1f  %s", float64(c)/float64(n), float64(r)/float64(n), float64(b)/float64(n), shorten(q, 110)))
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	fmt.Printf("  %d creates one at a time (%.1f s): the api processes ran %.2f statements, returned %.1f rows and touched %.1f blocks per create (%d nodes)\n",
+		n, secs, float64(calls)/float64(n), float64(rws)/float64(n), float64(blks)/float64(n), *nodeCount)
+	fmt.Println("    by statement (calls, rows, blocks per create):")
+	for _, l := range lines[:min(10, len(lines))] {
+		fmt.Println(l)
+	}
+	for i, id := range ids {
+		if err := clients[i%len(clients)].KillSandbox(ctx, id); err != nil {
+			return fmt.Errorf("counting creates: kill: %w", err)
+		}
+	}
+	return nil
+}
+
+// measureLevels runs measure at each of --rows, preloading rows up to it.
+func measureLevels(ctx context.Context, db *sql.DB, clients []*client.Client, apis []*apiProc) ([]result, error) {
 	var levels []int
 	for _, s := range strings.Split(*rowsFlag, ",") {
+		if strings.TrimSpace(s) == "" {
+			continue // --rows "": the counts alone
+		}
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {
-			return fmt.Errorf("--rows %q: %w", *rowsFlag, err)
+			return nil, fmt.Errorf("--rows %q: %w", *rowsFlag, err)
 		}
 		levels = append(levels, n)
 	}
@@ -187,23 +296,19 @@ func run() error {
 		if level > have {
 			t0 := time.Now()
 			if err := preload(ctx, db, have, level); err != nil {
-				return err
+				return nil, err
 			}
 			fmt.Printf("  preloaded %d sandbox rows and %d events in %s\n", level-have, (level-have)**eventsPer, time.Since(t0).Round(time.Millisecond))
 			have = level
 		}
 		r, err := measure(ctx, db, clients, apis, level)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		results = append(results, r)
 		printRow(r)
 	}
-	printTable(results)
-	if *explain {
-		explainCreatePath(ctx, db)
-	}
-	return nil
+	return results, nil
 }
 
 // result is one row of the table.

@@ -353,3 +353,83 @@ func TestWrongSecret(t *testing.T) {
 		t.Errorf("forwarded call with the wrong secret: %v (call ended by %v); want it ended naming LIZARD_CLUSTER_SECRET", err, context.Cause(call.Ctx))
 	}
 }
+
+// TestPlacementKeepsTheNodes: a create reads the nodes it samples, not
+// every node (bench/fleet counted 515 rows a create at 500 nodes when it
+// did). The list of nodes is kept in memory and only says which to
+// sample: a node registered since it was read is not sampled until it is
+// read again, in the background once it is Refresh old; the sampled
+// nodes' rows are read fresh, so one drained since gets nothing.
+func TestPlacementKeepsTheNodes(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r, err := NewRouter(Config{Store: st, Secret: testSecret, Logger: nodetest.Discard(), Refresh: time.Hour, Choices: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := time.Now().Add(time.Hour)
+	beat(t, st, "n1", "127.0.0.1:1", lease)
+	beat(t, st, "n2", "127.0.0.1:2", lease)
+	place := func() string {
+		t.Helper()
+		n, err := r.place(ctx, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.done(n.Name)
+		return n.Name
+	}
+	place() // reads the list and keeps it
+	if err := st.Nodes().SetDraining(ctx, "n1", true); err != nil {
+		t.Fatal(err)
+	}
+	// n3: registered after the list was read, and the emptiest.
+	if err := st.Nodes().Heartbeat(ctx, store.NodeInfo{Name: "n3", Addr: "127.0.0.1:3", Slots: 100, MemoryBytes: 8 << 30,
+		FreeMemory: 6 << 30, StartedAt: time.Now(), LeaseUntil: lease, Version: version.Version}); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if got := place(); got != "n2" {
+			t.Fatalf("placed on %s with the list kept; want n2 (n1 drained since, read fresh; n3 not in the list kept)", got)
+		}
+	}
+	// Refresh old: the kept list serves once more while it is read again.
+	r.mu.Lock()
+	r.readAt = time.Now().Add(-2 * time.Hour)
+	r.mu.Unlock()
+	if got := place(); got != "n2" {
+		t.Fatalf("placed on %s while the list is read in the background; want n2", got)
+	}
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		r.mu.Lock()
+		fresh := time.Since(r.readAt) < time.Hour
+		r.mu.Unlock()
+		if fresh {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the list of nodes was not read again in the background")
+		}
+	}
+	if got := place(); got != "n3" {
+		t.Fatalf("placed on %s after the list was read again; want n3, the emptiest", got)
+	}
+	// staleRefreshes old (a process idle that long): read before placing.
+	beat(t, st, "n4", "127.0.0.1:4", lease)
+	if err := st.Nodes().SetDraining(ctx, "n2", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Nodes().SetDraining(ctx, "n3", true); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.readAt = time.Now().Add(-staleRefreshes * time.Hour)
+	r.mu.Unlock()
+	if got := place(); got != "n4" {
+		t.Fatalf("placed on %s with a list too old to serve; want n4", got)
+	}
+}

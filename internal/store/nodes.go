@@ -101,9 +101,15 @@ func (ns Nodes) CountLive(ctx context.Context, node string) (int, error) {
 
 // nodeColumns reads a node's live sandboxes from the sandboxes table, not
 // its last heartbeat's count: placement must see the creates of the last
-// moments, from every API process.
+// moments, from every API process. The count reads sandboxes_live_node,
+// a node's live rows: fine for a few nodes, a cost per node for all.
 const nodeColumns = `name, addr, slots, memory_bytes, free_memory,
 	(SELECT COUNT(*) FROM sandboxes s WHERE s.node = nodes.name AND s.ended_at IS NULL),
+	started_at, lease_until, lost_at, image_store, draining, images, version`
+
+// reportedColumns are nodeColumns with the live sandboxes the node
+// reported at its last heartbeat: a read of the nodes table alone.
+const reportedColumns = `name, addr, slots, memory_bytes, free_memory, sandboxes,
 	started_at, lease_until, lost_at, image_store, draining, images, version`
 
 func scanNode(r scanner) (NodeInfo, error) {
@@ -151,9 +157,36 @@ func (ns Nodes) SetDraining(ctx context.Context, name string, draining bool) err
 	return nil
 }
 
-// List returns every registered node, by name.
+// List returns every registered node, by name, with its live sandboxes
+// counted now.
 func (ns Nodes) List(ctx context.Context) ([]NodeInfo, error) {
-	rows, err := ns.s.db.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
+	return ns.list(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
+}
+
+// ListReported returns every registered node, by name, as its last
+// heartbeat left it: Sandboxes is the count the node reported then (at
+// most a third of a lease old). It reads the nodes table alone, whatever
+// the sandboxes: what an API process keeps in memory to sample from.
+func (ns Nodes) ListReported(ctx context.Context) ([]NodeInfo, error) {
+	return ns.list(ctx, `SELECT `+reportedColumns+` FROM nodes ORDER BY name`)
+}
+
+// GetMany returns the rows of the nodes named (those registered), with
+// their live sandboxes counted now: placement's fresh look at the few it
+// sampled, by the nodes' key and sandboxes_live_node.
+func (ns Nodes) GetMany(ctx context.Context, names []string) ([]NodeInfo, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(names))
+	for i, n := range names {
+		args[i] = n
+	}
+	return ns.list(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name IN (`+placeholders(len(names))+`) ORDER BY name`, args...)
+}
+
+func (ns Nodes) list(ctx context.Context, query string, args ...any) ([]NodeInfo, error) {
+	rows, err := ns.s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
@@ -176,7 +209,9 @@ func (ns Nodes) List(ctx context.Context) ([]NodeInfo, error) {
 // the sandboxes it ended. Safe to run from several processes at once: each
 // end is conditional on the row being live, as EndSandbox's is.
 func (ns Nodes) EndLost(ctx context.Context, now time.Time, reason func(NodeInfo) string) ([]Sandbox, error) {
-	nodes, err := ns.List(ctx)
+	// Only the nodes to judge: a sweep of a healthy fleet returns no row
+	// and counts no node's sandboxes.
+	nodes, err := ns.list(ctx, `SELECT `+reportedColumns+` FROM nodes WHERE lease_until < ? AND lost_at IS NULL ORDER BY name`, toMillis(now))
 	if err != nil {
 		return nil, err
 	}
