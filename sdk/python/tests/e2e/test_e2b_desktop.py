@@ -194,3 +194,145 @@ def _rfb_greeting(url: str, path: str, headers: dict) -> bytes:  # type: ignore[
             rest += chunk
         assert rest[0] & 0x0F == 2, f"not a binary frame: {rest[:2]!r}"  # websockify sends binary frames
         return rest[2:2 + (rest[1] & 0x7F)]
+
+
+# A page whose state lives in the browser's memory: each line typed (Enter) is appended to a yellow box, the
+# field emptied and left (no blinking caret in the screenshots), and the window's title says the box's text.
+STATE_PAGE = """<!doctype html>
+<html><head><title>waiting</title><style>
+body { margin: 0; background: #ffffff; }
+#go { position: absolute; left: 0; top: 0; width: 100%; height: 200px; border: 0; background: #ff00ff; }
+#f { position: absolute; left: 20px; top: 240px; width: 300px; font-size: 20px; }
+#out { position: absolute; left: 20px; top: 300px; width: 600px; height: 60px; background: #ffff00;
+       font: 32px monospace; color: #000000; }
+</style></head><body>
+<button id="go" onclick="document.getElementById('f').focus(); document.title = 'focused'"></button>
+<input id="f" onkeydown="if (event.key === 'Enter') { const o = document.getElementById('out');
+  o.textContent += '[' + this.value + ']'; this.value = ''; this.blur(); document.title = 'typed:' + o.textContent; }">
+<div id="out"></div>
+</body></html>
+"""
+
+
+def _yellow_box(png: bytes) -> Optional[tuple[int, int, int, int]]:
+    """The bounding box of the page's yellow box in a screenshot (None if not painted)."""
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    px, (w, h) = img.load(), img.size
+    xs, ys = [], []
+    for y in range(0, h, 2):
+        for x in range(0, w, 2):
+            if px[x, y] == (255, 255, 0):
+                xs.append(x)
+                ys.append(y)
+    if len(xs) < 100:
+        return None
+    return min(xs), min(ys), max(xs) + 1, max(ys) + 1
+
+
+def _crop(png: bytes, box: tuple[int, int, int, int]) -> bytes:
+    return Image.open(io.BytesIO(png)).convert("RGB").crop(box).tobytes()
+
+
+def _windows(sb: Sandbox) -> set[tuple[str, str]]:
+    """The visible top-level windows: (id, name) of each xdotool finds."""
+    ids = sb.commands.run("xdotool search --onlyvisible --name '.*' || true").stdout.split()
+    return {(i, sb.commands.run(f"xdotool getwindowname {i} || true").stdout.strip()) for i in ids}
+
+
+def _title(sb: Sandbox, win: str) -> str:
+    """The page's title: the window's name without the browser's " - Chromium"."""
+    return sb.get_window_title(win).rsplit(" - ", 1)[0]
+
+
+def _type_line(sb: Sandbox, win: str, text: str, want_title: str) -> None:
+    """Click the page's button (it focuses the field), type text and Enter; wait for the title."""
+    x, y = _until("the page painted", lambda: _try_centre(sb.screenshot()))
+    sb.left_click(x, y)
+    _until("the click's effect", lambda: _title(sb, win) == "focused", 20)
+    sb.write(text)
+    sb.press("enter")
+    _until(f"the title {want_title!r}", lambda: _title(sb, win) == want_title, 20)
+    sb.move_mouse(1000, 700)  # the pointer out of the page's box: scrot draws it
+
+
+def _desktop_with_state(sb: Sandbox) -> tuple[str, tuple[int, int, int, int], bytes]:
+    """Chromium on STATE_PAGE with "[before]" typed; its window, the yellow box and the box's pixels."""
+    sb.files.write("/home/user/state.html", STATE_PAGE)
+    sb.open("/home/user/state.html")
+    win = _until("the browser's window of the page",
+                 lambda: sb.commands.run("xdotool search --onlyvisible --name '^waiting'").stdout.split()[0])
+    _type_line(sb, win, "before", "typed:[before]")
+    box = _until("the yellow box painted with its text", lambda: _yellow_box(sb.screenshot()))
+    # The box's pixels once they stop changing (the text painted).
+    last = b""
+    for _ in range(20):
+        now = _crop(sb.screenshot(), box)
+        if now == last:
+            return win, box, now
+        last = now
+        time.sleep(0.5)
+    raise AssertionError("the yellow box never stopped changing")
+
+
+def _desktop_pids(sb: Sandbox) -> dict[str, str]:
+    return {name: sb.commands.run(f"pgrep -x {name} | head -1").stdout.strip()
+            for name in ("Xvfb", "xfce4-session", "xfwm4", "chromium")}
+
+
+def test_desktop_pause_resume_keeps_windows_and_state(lizard_server: Any, desktop_template: None) -> None:
+    """A desktop paused with its memory and resumed has the same X server, windows and page state: the
+    window list, the typed text in the page's pixels (identical), the title; input still works, the clock
+    is the host's, and the stream's VNC server (a listening socket from before the pause) still answers."""
+    sb = Sandbox.create(timeout=300)
+    try:
+        win, box, pixels = _desktop_with_state(sb)
+        windows, pids = _windows(sb), _desktop_pids(sb)
+        assert win in {i for i, _ in windows}, windows
+        sb.stream.start()
+
+        assert sb.pause()
+        time.sleep(2)
+        sb.connect(timeout=300)
+
+        assert _desktop_pids(sb) == pids, "the desktop's processes changed across the pause"
+        assert _windows(sb) == windows, "the windows changed across the pause"
+        assert _title(sb, win) == "typed:[before]"
+        assert _crop(sb.screenshot(), box) == pixels, "the page's typed text is not the same pixels after the resume"
+        skew = abs(float(sb.commands.run("date +%s.%N").stdout) - time.time())
+        assert skew < 5, f"the sandbox's clock is {skew:.1f} s off the host's after the resume"
+        key = {"Authorization": f"Bearer {lizard_server.api_key}"}
+        assert _rfb_greeting(lizard_server.url, f"/v1/sandboxes/{sb.sandbox_id}/ports/6080/websockify", key).startswith(b"RFB 003.")
+
+        _type_line(sb, win, "after", "typed:[before][after]")
+        assert _crop(sb.screenshot(), box) != pixels, "typing after the resume did not repaint the box"
+    finally:
+        sb.kill()
+
+
+def test_desktop_fork_keeps_windows_and_state(desktop_template: None) -> None:
+    """A fork of a desktop has the parent's windows and page state (the same pixels); typing in the child
+    changes the child alone, and the parent still takes input after it."""
+    sb = Sandbox.create(timeout=300)
+    child: Optional[Sandbox] = None
+    try:
+        win, box, pixels = _desktop_with_state(sb)
+        windows = _windows(sb)
+        forks = sb.fork(count=1, timeout=300)
+        assert len(forks) == 1 and isinstance(forks[0], Sandbox), forks
+        child = forks[0]
+        assert child.sandbox_id != sb.sandbox_id
+
+        assert _windows(child) == windows, "the child's windows are not the parent's"
+        assert _title(child, win) == "typed:[before]"
+        assert _crop(child.screenshot(), box) == pixels, "the child's page is not the parent's pixels"
+        _one(child, "Xvfb")
+
+        _type_line(child, win, "child", "typed:[before][child]")
+        assert _title(sb, win) == "typed:[before]", "typing in the child changed the parent"
+        assert _crop(sb.screenshot(), box) == pixels, "typing in the child repainted the parent"
+        _type_line(sb, win, "parent", "typed:[before][parent]")
+        assert _title(child, win) == "typed:[before][child]", "typing in the parent changed the child"
+    finally:
+        if child is not None:
+            child.kill()
+        sb.kill()
