@@ -14,6 +14,7 @@ docs/performance.md explains every figure. Run as root from the repository root:
     .cache/testvenv/bin/python bench/bench.py --only density,burst,sustain --density-max 50 --burst 10
     .cache/testvenv/bin/python bench/bench.py --only e2b --runs 5 --code-runs 50
     .cache/testvenv/bin/python bench/bench.py --only images --image-runs 3 --runs 10
+    .cache/testvenv/bin/python bench/bench.py --only desktop --desktop-runs 5 --desktop-shots 30
     .cache/testvenv/bin/python bench/bench.py --only burst,sustain --baseline-bin-dir /tmp/main-bin --ab-rounds 3
 
 Everything the bench makes (the server, its sandboxes, raw runsc containers, temp dirs) is removed at the
@@ -1566,13 +1567,20 @@ def main() -> int:
                          "e2b (E2B's SDK beside Lizard's, issue 23), egress (the network policy proxy, issue 24), "
                          "secrets (HTTPS with a secret set by the node, issue 24), "
                          "qemu (the QEMU rows with gVisor's create → first result beside them, issue 25), "
-                         "reclaim (idle memory to swap, --idle-reclaim beside the flag off, issue 37) "
+                         "reclaim (idle memory to swap, --idle-reclaim beside the flag off, issue 37), "
+                         "images (templates from an OCI image, issue 36), desktop (the desktop template beside the "
+                         "interpreter, issue 39) "
                          "(default: the whole bench)")
     ap.add_argument("--serve-flag", action="append", default=[],
                     help="a flag for the lizard serve of the density, burst and sustain sections (repeat for more), "
                          "to measure a lever beside the default, e.g. --serve-flag=--preload=")
     ap.add_argument("--image-runs", type=int, default=3,
                     help="builds of the images section's ~200 MB image, cold and with its layers cached (default 3)")
+    ap.add_argument("--desktop-runs", type=int, default=5,
+                    help="creates → first screenshot of the desktop section, of each kind (default 5)")
+    ap.add_argument("--desktop-shots", type=int, default=30, help="screenshot round trips of the desktop section (default 30)")
+    ap.add_argument("--desktop-idle", type=int, default=3,
+                    help="idle sandboxes of each template held for the desktop section's memory figures (default 3)")
     ap.add_argument("--density-steps", type=lambda v: [int(x) for x in v.split(",")], default=[25, 50, 100, 200, 400, 800],
                     help="idle sandboxes held at each step of the density section (default 25,50,100,200,400,800)")
     ap.add_argument("--density-max", type=int, default=0,
@@ -1603,7 +1611,7 @@ def main() -> int:
     ap.add_argument("--cache-dir", default=os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     a = ap.parse_args()
-    sections = {"density", "burst", "sustain", "e2b", "egress", "secrets", "qemu", "images", "reclaim"}
+    sections = {"density", "burst", "sustain", "e2b", "egress", "secrets", "qemu", "images", "reclaim", "desktop"}
     if a.only - sections:
         ap.error(f"--only: unknown section {sorted(a.only - sections)}")
     if a.baseline_bin_dir and not (a.only and a.only <= {"burst", "sustain", "density", "qemu"}):
@@ -1701,6 +1709,9 @@ def main() -> int:
         if not a.only or "reclaim" in a.only:
             log("Lizard: idle memory to swap (--idle-reclaim), beside the flag off")
             reclaim_section(res, a, bin_dir)
+        if not a.only or "desktop" in a.only:
+            log("Lizard: the desktop template beside the interpreter (create → first screenshot, round trips, idle memory)")
+            desktop_section(res, a, bin_dir)
         if a.baseline_bin_dir:
             if a.only & {"burst", "sustain", "density"}:
                 ab_sections(res, a, bin_dir, Path(a.baseline_bin_dir))
@@ -2078,6 +2089,153 @@ def image_section(res: Results, a: argparse.Namespace, bin_dir: Path, rootfs: Pa
     res.add(Figure(interp, on_interp))
     res.add(Figure(f"create → first command (`true`), template from the {img['bytes'] / 1e6:.0f} MB image", on_image,
                    baseline=interp, note=f"{sum(restored):.0f} of {len(restored)} creates restored a snapshot"))
+
+
+def desktop_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
+    """--only desktop (and the whole bench), issue 39: the desktop template (templates/desktop/recipe.yaml, Xvfb,
+    Xfce, Chromium) beside the interpreter template on one server of its own. The template is built (its time and
+    size a note: a project's own build, minutes) and its snapshot waited for; then, alternating which goes first,
+    create → first command (`true`) of an interpreter sandbox beside create → first screenshot of a desktop one,
+    through Lizard's SDK (scrot, then the PNG read back) and through E2B's Desktop SDK (`Sandbox.create()`, which
+    also runs its Xvfb, xdpyinfo and startxfce4 round trips, and `screenshot()`); screenshot round trips on one
+    desktop sandbox beside a command round trip on an interpreter one; and the memory of idle sandboxes of each
+    template, held a few at a time (PSS of every process of each, the memory charged to its cgroup, the host's
+    MemAvailable drop: the last is the machine's, shared and noisy). The template is deleted at the end."""
+    from lizard import CodeSandbox
+
+    def png(b: bytes) -> bytes:
+        if bytes(b[:8]) != b"\x89PNG\r\n\x1a\n":
+            raise RuntimeError(f"a screenshot that is no PNG: {bytes(b[:16])!r}")
+        return b
+
+    def lizard_shot(sb: Any) -> None:
+        r = sb.process.exec("scrot --pointer --overwrite /tmp/bench-shot.png")
+        if r.exit_code != 0:
+            raise RuntimeError(f"scrot exited {r.exit_code}: {r.stderr}")
+        png(sb.files.read("/tmp/bench-shot.png", format="bytes"))
+
+    def exec_true(sb: Any) -> None:
+        if (r := sb.process.exec("true")).exit_code != 0:
+            raise RuntimeError(f"`true` exited {r.exit_code}")
+
+    srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0", "--template-builds-per-hour", "0"], "desktop")
+    env = dict(os.environ, LIZARD_API_URL=srv.url, LIZARD_API_KEY=srv.key)
+    lizard = [str(bin_dir / "lizard")]
+    delete = CLEANUP.push("deleting the bench's desktop template (its 2 GiB build in the cache directory)", lambda: subprocess.run(
+        lizard + ["template", "delete", "desktop"], env=env, capture_output=True, timeout=120))
+    log("desktop: building templates/desktop/recipe.yaml (minutes)")
+    build_ms, out = timed(lambda: subprocess.run(lizard + ["template", "build", "--quiet", "-f", str(REPO / "templates" / "desktop" / "recipe.yaml")],
+                                                 env=env, capture_output=True, text=True, timeout=3600))
+    if out.returncode != 0:
+        raise RuntimeError(f"building the desktop template:\n{out.stdout}\n{out.stderr}")
+    built = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
+    # A custom template's snapshot is made on its first use: one create boots it cold and starts that.
+    t0 = time.perf_counter()
+    with CodeSandbox.create(**srv.sdk(), timeout_ms=600_000, template="desktop") as sb:
+        exec_true(sb)
+    cold_ms = (time.perf_counter() - t0) * 1000
+    deadline = time.monotonic() + 1800
+    while not re.search(r'msg="template snapshot (made|found)" template=desktop@', srv.log_path.read_text(errors="replace")):
+        if srv.proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"no template snapshot of the desktop:\n{srv.logs()}")
+        time.sleep(1)
+    snap = re.findall(r'msg="template snapshot made" template=desktop@\S+ image=\S+ took=(\S+)', srv.log_path.read_text(errors="replace"))
+
+    for var in ("E2B_DOMAIN", "E2B_ACCESS_TOKEN", "E2B_DEBUG"):
+        os.environ.pop(var, None)
+    os.environ.update(E2B_API_URL=f"{srv.url}/e2b", E2B_SANDBOX_URL=f"{srv.url}/e2b/sandbox", E2B_API_KEY=srv.key)
+    from e2b_desktop import Sandbox as Desktop
+
+    def first(template: Optional[str], then: Callable[[Any], None]) -> float:
+        t0 = time.perf_counter()
+        sb = CodeSandbox.create(**srv.sdk(), timeout_ms=600_000, **({"template": template} if template else {}))
+        try:
+            then(sb)
+            return (time.perf_counter() - t0) * 1000
+        finally:
+            sb.kill()
+            sb.close()
+
+    def e2b_first() -> float:
+        t0 = time.perf_counter()
+        sb = Desktop.create(timeout=600)
+        try:
+            png(sb.screenshot())
+            return (time.perf_counter() - t0) * 1000
+        finally:
+            sb.kill()
+
+    warm_up(srv)
+    first("desktop", lizard_shot)  # first-use costs out (the template's pages), as warm_up's
+    log("desktop: create → first screenshot beside create → first command of the interpreter template")
+    interp, ours, theirs = [], [], []
+    for i in range(a.desktop_runs):
+        trio = ((lambda: first(None, exec_true), interp), (lambda: first("desktop", lizard_shot), ours), (e2b_first, theirs))
+        for fn, out_ in trio[:: 1 if i % 2 == 0 else -1]:
+            out_.append(fn())
+    base = "create → first command (`true`), interpreter template (beside the desktop)"
+    res.add(Figure(base, interp))
+    res.add(Figure("create → first screenshot, desktop template, Lizard SDK (exec scrot, read the PNG)", ours, baseline=base,
+                   note=f"build {build_ms / 1000:.0f} s ({built}); the first create, cold: {cold_ms / 1000:.0f} s; "
+                        f"the snapshot {snap[-1] if snap else '?'}"))
+    res.add(Figure("create → first screenshot, desktop template, E2B Desktop SDK (Sandbox.create(), screenshot())", theirs,
+                   baseline=base, note="create runs the SDK's Xvfb, xdpyinfo, startxfce4 and pgrep round trips"))
+
+    log("desktop: screenshot round trips beside command round trips")
+    rt_true, rt_ours, rt_theirs = [], [], []
+    e2b_sb = Desktop.create(timeout=600)
+    try:
+        with CodeSandbox.create(**srv.sdk(), timeout_ms=600_000) as isb, \
+                CodeSandbox.create(**srv.sdk(), timeout_ms=600_000, template="desktop") as dsb:
+            for i in range(a.desktop_shots + 3):
+                trio = ((lambda: timed(lambda: exec_true(isb))[0], rt_true), (lambda: timed(lambda: lizard_shot(dsb))[0], rt_ours),
+                        (lambda: timed(lambda: png(e2b_sb.screenshot()))[0], rt_theirs))
+                for fn, out_ in trio[:: 1 if i % 2 == 0 else -1]:
+                    ms = fn()
+                    if i >= 3:
+                        out_.append(ms)
+            size = len(dsb.files.read("/tmp/bench-shot.png", format="bytes"))
+    finally:
+        e2b_sb.kill()
+    base = "command round trip (`true`), interpreter template, Lizard SDK (beside the screenshots)"
+    res.add(Figure(base, rt_true))
+    res.add(Figure("screenshot round trip, desktop, Lizard SDK (exec scrot, read the PNG)", rt_ours, baseline=base,
+                   note=f"1024×768 PNG of the idle desktop, {size / 1024:.0f} KiB"))
+    res.add(Figure("screenshot round trip, desktop, E2B Desktop SDK (screenshot(): scrot, read, remove)", rt_theirs, baseline=base))
+
+    def idle(template: Optional[str]) -> tuple:
+        """k idle sandboxes of template held: per sandbox PSS, cgroup memory, MemAvailable drop (MiB)."""
+        time.sleep(3)
+        avail0 = meminfo("MemAvailable")
+        held = [CodeSandbox.create(**srv.sdk(), timeout_ms=600_000, **({"template": template} if template else {}))
+                for _ in range(a.desktop_idle)]
+        try:
+            for sb in held:
+                exec_true(sb)
+            time.sleep(10)  # past the restore's page-ins and the desktop's first repaints
+            ids = [sb.sandbox_id for sb in held]
+            pss, procs = sandbox_pss(ids)
+            k = len(held) * 2**20
+            return pss / k, sandbox_memcg(ids) / k, (avail0 - meminfo("MemAvailable")) / k, procs // len(held)
+        finally:
+            for sb in held:
+                sb.kill()
+                sb.close()
+
+    log(f"desktop: memory of {a.desktop_idle} idle sandboxes of each template")
+    ipss, imcg, idrop, iprocs = idle(None)
+    dpss, dmcg, ddrop, dprocs = idle("desktop")
+    held = f"{a.desktop_idle} held at once, 10 s after create"
+    rows = (("PSS of all its host processes", ipss, dpss, f"; {iprocs} and {dprocs} processes each (Sentry, gofer, systrap stubs), each address space once"),
+            ("memory charged to its cgroup (shmem + anon)", imcg, dmcg, ""),
+            ("host MemAvailable drop", idrop, ddrop, "; the machine's: other work moves it"))
+    for what, i_, d_, extra in rows:
+        base = f"idle memory per sandbox, interpreter template: {what}"
+        res.add(Figure(base, value=i_, unit="MiB", note=held))
+        res.add(Figure(f"idle memory per sandbox, desktop template: {what}", value=d_, unit="MiB", baseline=base, note=held + extra))
+    srv.kill_all()
+    delete()
+    srv.stop()
 
 
 def wait_snapshot(srv: Server, seconds: float = 1800) -> None:
