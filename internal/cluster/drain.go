@@ -46,6 +46,11 @@ func (r *Router) Drain(ctx context.Context, name string) (api.NodeDrain, error) 
 	if err != nil {
 		return api.NodeDrain{}, err
 	}
+	// Its sandboxes are moved by calls to it: of a version this api
+	// speaks, or drained by an api of its own.
+	if err := speak(info); err != nil {
+		return api.NodeDrain{}, err
+	}
 	if info.ImageStore == "" {
 		return api.NodeDrain{}, &errdefs.Error{Kind: errdefs.ErrConflict, Msg: fmt.Sprintf(
 			"node %s keeps its images on its own disk, where no other node can resume its sandboxes: start every node with the same --image-store (s3://BUCKET/PREFIX or a shared file:///DIR) to drain it", name)}

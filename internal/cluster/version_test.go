@@ -102,7 +102,8 @@ func TestPlacementByVersion(t *testing.T) {
 // TestCallsByVersion: calls to a sandbox whose node now runs a version
 // this API does not work with (upgraded under it) are refused before they
 // reach the node, with a 503 naming the node, both versions and what to
-// do — a pause, a kill, a call through Acquire; the row is still read.
+// do — a pause, a kill, a call through Acquire, a drain of the node; the
+// row is still read.
 // Back on a version it speaks, the calls go through.
 func TestCallsByVersion(t *testing.T) {
 	st, nodes, r, ctl := newCluster(t, 0, "old")
@@ -134,6 +135,7 @@ func TestCallsByVersion(t *testing.T) {
 		"acquire": func() error { _, err := r.Acquire(ctx, sb.SandboxID); return err },
 		"pause":   func() error { _, err := ctl.Pause(ctx, "p1", sb.SandboxID, api.PauseRequest{}); return err },
 		"kill":    func() error { return ctl.Kill(ctx, "p1", sb.SandboxID) },
+		"drain":   func() error { _, err := r.Drain(ctx, "old"); return err },
 	} {
 		err := call()
 		if k, _ := errdefs.Classify(err); k.Status != http.StatusServiceUnavailable {
