@@ -794,6 +794,10 @@ type BuildTemplateRequest struct {
 	// are used for this build's pull and kept nowhere: not in the
 	// template's record, nor a log.
 	Registry *RegistryAuth `json:"registry,omitempty"`
+	// SkipCache builds the recipe again, every step run, even when the
+	// project has a build of it or of a prefix of its steps (E2B's
+	// skip_cache). Later builds of the same recipe are cached on it.
+	SkipCache bool `json:"skipCache,omitempty"`
 }
 
 // RegistryAuth is a container registry's username and password (or

@@ -21,7 +21,7 @@ func init() {
 }
 
 var templateCommands = map[string]subcommand{
-	"build":  {"build -f RECIPE.yaml|Dockerfile | --from-image REF [--name NAME] [--context DIR] [--build-arg K=V]... [--start CMD] [--ready CMD] [--registry-username U [--registry-password-stdin | --registry-password-secret NAME]] [--quiet] [--json]", templateBuild},
+	"build":  {"build -f RECIPE.yaml|Dockerfile | --from-image REF [--name NAME] [--context DIR] [--build-arg K=V]... [--start CMD] [--ready CMD] [--registry-username U [--registry-password-stdin | --registry-password-secret NAME]] [--skip-cache] [--quiet] [--json]", templateBuild},
 	"list":   {"list [--json]", templateList},
 	"get":    {"get NAME [--json]", templateGet},
 	"delete": {"delete NAME...", templateDelete},
@@ -69,6 +69,7 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 	ready := fs.String("ready", "", "the ready check: a command that exits 0 once the start command is ready")
 	quiet := fs.Bool("quiet", false, "show the steps only, not their output")
 	asJSON := fs.Bool("json", false, "print the template as JSON when done")
+	skipCache := fs.Bool("skip-cache", false, "run every step again, even when the project has a build of the recipe or of a prefix of its steps")
 	image := fs.String("from-image", "", "build on this OCI/Docker image (tag or digest) instead of a built-in template; with -f, the recipe's from")
 	regUser := fs.String("registry-username", "", "username for the image's registry (with $"+EnvRegistryPassword+" or --registry-password-stdin)")
 	regStdin := fs.Bool("registry-password-stdin", false, "read the registry password from stdin")
@@ -77,7 +78,7 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	const usage = "usage: lizard template build -f RECIPE.yaml|Dockerfile | --from-image REF [--name NAME] [--context DIR] [--build-arg K=V]... [--start CMD] [--ready CMD] [--registry-username U] [--quiet] [--json]"
+	const usage = "usage: lizard template build -f RECIPE.yaml|Dockerfile | --from-image REF [--name NAME] [--context DIR] [--build-arg K=V]... [--start CMD] [--ready CMD] [--registry-username U] [--skip-cache] [--quiet] [--json]"
 	if (*file == "" && *image == "") || len(pos) != 0 {
 		if *file == "" && len(pos) == 1 {
 			return Usagef("%s (a built-in template such as %q is built on the server's machine: lizard admin build-template %s)", usage, pos[0], pos[0])
@@ -120,7 +121,7 @@ func templateBuild(ctx context.Context, e Env, args []string) error {
 	if *name == "" {
 		return Usagef("the template needs a name: --name NAME, or name: in the recipe")
 	}
-	return buildTemplate(ctx, e, cf, api.BuildTemplateRequest{Name: *name, Recipe: recipe, Registry: auth}, *quiet, *asJSON)
+	return buildTemplate(ctx, e, cf, api.BuildTemplateRequest{Name: *name, Recipe: recipe, Registry: auth, SkipCache: *skipCache}, *quiet, *asJSON)
 }
 
 // EnvRegistryPassword is the registry password of `template build

@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
+	regname "github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/time/rate"
 
 	"github.com/lizard-build/lizard/api"
@@ -68,6 +68,11 @@ type TemplateBuild struct {
 	// room is how large the build may grow within the project's
 	// MaxTemplateBytes (0: no bound).
 	room int64
+	// resume is the project's earlier build whose steps are a prefix of
+	// this one's (nil: none); freshAt, when the build skips the cache,
+	// is the time in its key (recipe.FreshKey) and record.
+	resume  *recipe.Resume
+	freshAt time.Time
 }
 
 // resolve turns the template a create names into what the
@@ -103,6 +108,9 @@ func (ts Templates) Plan(ctx context.Context, req api.BuildTemplateRequest) (*Te
 		return nil, errdefs.Invalidf("name %q is a built-in template's; choose another", req.Name)
 	}
 	r := req.Recipe
+	if err := ts.onTemplate(ctx, &r); err != nil {
+		return nil, err
+	}
 	if err := recipe.Validate(&r, c.cfg.Templates); err != nil {
 		return nil, err
 	}
@@ -138,11 +146,19 @@ func (ts Templates) Plan(ctx context.Context, req api.BuildTemplateRequest) (*Te
 		digest: digest, pinned: pinned, auth: auth}
 	old, err := c.cfg.Store.Templates().Get(ctx, projectID, req.Name)
 	switch {
-	case err == nil && old.Key == b.key:
+	case req.SkipCache:
+		b.freshAt = c.now().Truncate(time.Millisecond)
+		b.key = recipe.FreshKey(b.key, b.freshAt)
+	case err == nil && (old.Key == b.key || old.Key == recipe.FreshKey(b.key, old.CreatedAt)):
 		b.cached = &old
 		return b, nil
 	case err != nil && !errors.Is(err, store.ErrNotFound):
 		return nil, err
+	}
+	if !req.SkipCache && r.From == "" {
+		if b.resume, err = ts.resumable(ctx, r, baseKey); err != nil {
+			return nil, err
+		}
 	}
 	c.tmplMu.Lock()
 	defer c.tmplMu.Unlock()
@@ -168,6 +184,118 @@ func (ts Templates) Plan(ctx context.Context, req api.BuildTemplateRequest) (*Te
 	}
 	c.building[projectID+"/"+req.Name] = true
 	return b, nil
+}
+
+// onTemplate makes r, when it is built on one of the project's own
+// templates — base: NAME, or from: NAME (a bare name, as Docker takes a
+// local image before pulling one) — that template's recipe followed by
+// r's: the parent's base or image (pinned to its digest), its steps and
+// then r's, its start and ready commands unless r gives its own. So the
+// build is keyed on all it is made of, and resumes from the parent's
+// build (resumable) instead of running its steps again.
+func (ts Templates) onTemplate(ctx context.Context, r *api.TemplateRecipe) error {
+	c := ts.c
+	var name string
+	switch {
+	case r.Base != "" && r.From == "" && !slices.Contains(c.cfg.Templates, r.Base):
+		if err := recipe.ValidName(r.Base); err != nil {
+			return errdefs.Invalidf("recipe.base %q: neither a built-in template (%s) nor a template name", r.Base, strings.Join(c.cfg.Templates, ", "))
+		}
+		name = r.Base
+	case r.From != "" && r.Base == "" && recipe.ValidName(r.From) == nil && !strings.ContainsAny(r.From, ".:/@"):
+		if _, err := c.cfg.Store.Templates().Get(ctx, ts.project, r.From); err != nil {
+			return nil // an image of that name (docker.io/library/NAME)
+		}
+		name = r.From
+	default:
+		return nil
+	}
+	t, err := ts.lookup(ctx, name)
+	if err != nil {
+		var e *errdefs.Error
+		if errors.As(err, &e) && errors.Is(err, errdefs.ErrNotFound) {
+			return errdefs.Invalidf("recipe.base %q: %s; build it first, or name a built-in template (%s)", name, e.Msg, strings.Join(c.cfg.Templates, ", "))
+		}
+		return err
+	}
+	var parent api.TemplateRecipe
+	if err := json.Unmarshal([]byte(t.Recipe), &parent); err != nil {
+		return fmt.Errorf("reading template %s's recipe: %w", name, err)
+	}
+	steps := recipe.Steps(parent)
+	for _, st := range steps {
+		for _, f := range st.Copy {
+			if f.Content == "" && f.Size > 0 {
+				return errdefs.Invalidf("recipe.base %q: its record has no contents of its files (it was built before Lizard kept them); build %s again, then build on it", name, name)
+			}
+		}
+	}
+	if parent.From != "" && t.Digest != "" {
+		ref, err := regname.ParseReference(parent.From)
+		if err != nil {
+			return fmt.Errorf("template %s's image %q: %w", name, parent.From, err)
+		}
+		parent.From = ref.Context().Digest(t.Digest).String()
+	}
+	// r's fixed run commands run as root, as they would on a built-in
+	// base; as steps after the parent's they would take its last user.
+	run := slices.Clone(r.Run)
+	for i := range run {
+		if run[i].User == "" {
+			run[i].User = "root"
+		}
+	}
+	child := *r
+	child.Run = run
+	flat := api.TemplateRecipe{Base: parent.Base, From: parent.From, Start: parent.Start, Ready: parent.Ready,
+		Steps: append(steps, recipe.Steps(child)...)}
+	if r.Start != "" {
+		flat.Start, flat.Ready = r.Start, r.Ready
+	} else if r.Ready != "" {
+		flat.Ready = r.Ready
+	}
+	*r = flat
+	return nil
+}
+
+// resumable finds the project's template whose build r's build can
+// resume from: built on r's base (its recipe gives back its key, the
+// base's build and the files' contents included), its steps the longest
+// prefix of r's. Nil: none; r runs every step.
+func (ts Templates) resumable(ctx context.Context, r api.TemplateRecipe, baseKey string) (*recipe.Resume, error) {
+	rows, err := ts.c.cfg.Store.Templates().List(ctx, ts.project)
+	if err != nil {
+		return nil, err
+	}
+	want := stepTexts(recipe.Steps(r))
+	var best *recipe.Resume
+	for _, t := range rows {
+		var r0 api.TemplateRecipe
+		if json.Unmarshal([]byte(t.Recipe), &r0) != nil || r0.From != "" || r0.Base != r.Base {
+			continue
+		}
+		if k := recipe.Key(ts.project, r0, baseKey); t.Key != k && t.Key != recipe.FreshKey(k, t.CreatedAt) {
+			continue // another base's build, or a record without its files
+		}
+		got := stepTexts(recipe.Steps(r0))
+		if len(got) == 0 || len(got) > len(want) || !slices.Equal(got, want[:len(got)]) {
+			continue
+		}
+		if best == nil || len(got) > best.Steps {
+			best = &recipe.Resume{Key: t.Key, Steps: len(got)}
+		}
+	}
+	return best, nil
+}
+
+// stepTexts is steps as JSON, each: steps compared by what they say.
+func stepTexts(steps []api.TemplateStep) []string {
+	out := make([]string, len(steps))
+	for i, s := range steps {
+		b, _ := json.Marshal(s)
+		out[i] = string(b)
+	}
+	return out
 }
 
 // templateRoom checks the project's template quotas for a build of name
@@ -247,7 +375,7 @@ func (ts Templates) registryAuth(ctx context.Context, from string, a *api.Regist
 	if sec == nil {
 		return nil, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "registry.passwordSecret: this server opens no secrets (it has no secrets key); give registry.password instead"}
 	}
-	ref, err := name.ParseReference(from)
+	ref, err := regname.ParseReference(from)
 	if err != nil {
 		return nil, errdefs.Invalidf("recipe.from %q: %v", from, err)
 	}
@@ -290,6 +418,9 @@ func (b *TemplateBuild) Run(ctx context.Context, emit func(api.TemplateBuildEven
 	if b.room > 0 {
 		ctx = recipe.WithMaxBytes(ctx, b.room)
 	}
+	if b.resume != nil {
+		ctx = recipe.WithResume(ctx, b.resume)
+	}
 	res, err := c.cfg.Builder.Build(ctx, b.projectID, r, b.key, emit)
 	if err != nil {
 		return api.Template{}, false, err
@@ -297,9 +428,15 @@ func (b *TemplateBuild) Run(ctx context.Context, emit func(api.TemplateBuildEven
 	if err := b.fits(ctx, res); err != nil {
 		return api.Template{}, false, err
 	}
-	stored, _ := json.Marshal(recipe.Stored(b.recipe))
+	// The record keeps the files' contents: a later build resumes from
+	// this one, or builds on it, only if its recipe gives its key back.
+	// Responses leave them out (templateAPI).
+	stored, _ := json.Marshal(b.recipe)
 	t := store.Template{ProjectID: b.projectID, Name: b.name, Key: b.key, Base: b.recipe.Base, Recipe: string(stored),
 		CreatedAt: c.now(), BuildMs: res.BuildMs, SizeBytes: res.SizeBytes, Digest: b.digest}
+	if !b.freshAt.IsZero() {
+		t.CreatedAt = b.freshAt
+	}
 	old, oerr := c.cfg.Store.Templates().Get(ctx, b.projectID, b.name)
 	if err := c.cfg.Builder.Hold(b.key); err != nil {
 		return api.Template{}, false, err
@@ -345,7 +482,7 @@ func templateAPI(t store.Template) api.Template {
 	var r api.TemplateRecipe
 	json.Unmarshal([]byte(t.Recipe), &r)
 	return api.Template{Name: t.Name, ProjectID: t.ProjectID, Base: t.Base, Key: t.Key, Digest: t.Digest, CreatedAt: t.CreatedAt,
-		BuildMs: t.BuildMs, SizeBytes: t.SizeBytes, Recipe: r}
+		BuildMs: t.BuildMs, SizeBytes: t.SizeBytes, Recipe: recipe.Stored(r)}
 }
 
 func (ts Templates) lookup(ctx context.Context, name string) (store.Template, error) {

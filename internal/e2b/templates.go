@@ -378,7 +378,11 @@ func (h *Handler) planBuild(ctx context.Context, b *templateBuild, start templat
 	if err != nil {
 		return nil, err
 	}
-	return h.cfg.Control.Project(b.project).Templates().Plan(ctx, api.BuildTemplateRequest{Name: b.name, Recipe: rcp, Registry: auth})
+	skip := start.Force
+	for _, st := range start.Steps {
+		skip = skip || st.Force
+	}
+	return h.cfg.Control.Project(b.project).Templates().Plan(ctx, api.BuildTemplateRequest{Name: b.name, Recipe: rcp, Registry: auth, SkipCache: skip})
 }
 
 // plannedBuild is a build Plan accepted (*control.TemplateBuild).

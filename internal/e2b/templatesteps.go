@@ -31,9 +31,9 @@ type templateStart struct {
 	FromImage         string          `json:"fromImage"`
 	FromTemplate      string          `json:"fromTemplate"`
 	FromImageRegistry json.RawMessage `json:"fromImageRegistry"`
-	// Force (skip_cache) is taken and changes nothing: a Lizard build is
-	// cached by its steps and files, so the same ones make the same
-	// template.
+	// Force is skip_cache: every step runs again (SkipCache). A step's
+	// own force (skip_cache() before it) skips the cache from there on,
+	// which Lizard does for the whole build.
 	Force    bool           `json:"force"`
 	Steps    []templateStep `json:"steps"`
 	StartCmd string         `json:"startCmd"`
@@ -59,11 +59,15 @@ func (h *Handler) recipeOf(project string, start templateStart) (api.TemplateRec
 	var r api.TemplateRecipe
 	var auth *api.RegistryAuth
 	switch {
-	case start.FromTemplate != "":
-		if !builtIn(start.FromTemplate) {
-			return r, nil, badRequest("from_template(%q): Lizard builds a template on its built-in one (E2B's base and code-interpreter-v1 are it) or on an image; "+
-				"build %q's steps on the same base instead", start.FromTemplate, start.FromTemplate)
+	case start.FromTemplate != "" && !builtIn(start.FromTemplate):
+		// One of the project's templates: its recipe comes first
+		// (control's onTemplate), its build resumed from.
+		name, tag := splitName(start.FromTemplate)
+		if tag != "" && tag != defaultTag {
+			return r, nil, badRequest("from_template(%q): Lizard builds on a template's current build, not on a tag of it: from_template(%q)", start.FromTemplate, name)
 		}
+		r.Base = name
+	case start.FromTemplate != "":
 		r.Base = "interpreter"
 	case start.FromImage == "" || slices.Contains(e2bBaseImages, start.FromImage):
 		r.Base = "interpreter"

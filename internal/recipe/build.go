@@ -208,6 +208,30 @@ func MaxBytesOf(ctx context.Context) int64 {
 	return max(n, 0)
 }
 
+// Resume is an earlier build to start a build from: the build of key,
+// whose recipe's steps (Steps) are the first Steps of the new one's, on
+// the same built-in base. Its root filesystem is copied instead of the
+// base's and those steps are not run again: what they set (env, workdir,
+// user) holds for the later ones.
+type Resume struct {
+	Key   string `json:"key"`
+	Steps int    `json:"steps"`
+}
+
+type resumeKey struct{}
+
+// WithResume returns ctx carrying the build to resume from, which the
+// control plane chose among the project's (nil: none).
+func WithResume(ctx context.Context, r *Resume) context.Context {
+	return context.WithValue(ctx, resumeKey{}, r)
+}
+
+// ResumeOf is what WithResume put in ctx (nil: none).
+func ResumeOf(ctx context.Context) *Resume {
+	r, _ := ctx.Value(resumeKey{}).(*Resume)
+	return r
+}
+
 // Artifact returns the build of custom template reference ref, if it is
 // in the cache.
 func (b *Builder) Artifact(ref string) (sandbox.Artifact, error) {
@@ -295,6 +319,15 @@ func (b *Builder) Build(ctx context.Context, projectID string, r api.TemplateRec
 		}
 	}
 	bd := &build{b: b, r: r, key: key, base: base, auth: registryAuth(ctx), emit: emit, log: b.cfg.Logger.With("template_key", key)}
+	if rs := ResumeOf(ctx); rs != nil && r.From == "" && ValidKey(rs.Key) {
+		// The earlier build may be gone (deleted meanwhile), or on
+		// another node of a cluster: then every step runs.
+		if rootfs, ok := template.LayerRootFS(b.cfg.CacheDir, LayerKey(rs.Key)); ok && rs.Steps > 0 && rs.Steps <= len(Steps(r)) {
+			bd.resume, bd.resumeRoot = *rs, rootfs
+		} else {
+			emit(api.TemplateBuildEvent{Type: api.BuildEventLog, Text: "the cached build " + rs.Key + " is not on this node: every step runs"})
+		}
+	}
 	cached := true
 	rootfs, err := template.EnsureLayer(ctx, b.cfg.CacheDir, LayerKey(key), logWriter{emit}, func(ctx context.Context, rootfs string) error {
 		cached = false
@@ -386,7 +419,11 @@ type build struct {
 	emit func(api.TemplateBuildEvent)
 	log  *slog.Logger
 
-	steps       []api.TemplateStep // Steps(r)
+	steps []api.TemplateStep // Steps(r)
+	// resume: the first resume.Steps steps are resumeRoot's, copied
+	// instead of the base (Resume); zero: none.
+	resume      Resume
+	resumeRoot  string
 	aptUpdated  bool
 	step, total int
 }
@@ -403,11 +440,13 @@ func (bd *build) names() []string {
 		if len(bd.steps) == 0 {
 			return append(s, "finishing")
 		}
+	} else if bd.resume.Steps > 0 {
+		s = append(s, fmt.Sprintf("copying the cached build %s of the first %d step(s) (cached by their inputs)", bd.resume.Key, bd.resume.Steps))
 	} else {
 		s = append(s, "copying base template "+bd.r.Base)
 	}
 	s = append(s, "booting the build sandbox (no network)")
-	for _, st := range bd.steps {
+	for _, st := range bd.steps[bd.resume.Steps:] {
 		s = append(s, stepName(st))
 	}
 	return append(s, "finishing")
@@ -415,7 +454,7 @@ func (bd *build) names() []string {
 
 // fetches reports whether the build has packages to fetch on the host.
 func (bd *build) fetches() bool {
-	for _, st := range bd.steps {
+	for _, st := range bd.steps[bd.resume.Steps:] {
 		if len(st.Apt)+len(st.Pip) > 0 {
 			return true
 		}
@@ -459,6 +498,9 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 		name := nextName()
 		bd.next(name)
 		for n, st := range bd.steps {
+			if n < bd.resume.Steps {
+				continue // installed in the build resumed from
+			}
 			if err := bd.fetch(ctx, name, bd.base.RootFS, fetched, n, st); err != nil {
 				return err
 			}
@@ -469,8 +511,19 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 	if bd.r.From != "" {
 		return bd.fromImage(ctx, name, rootfs, nextName)
 	}
-	if err := hostCommand(ctx, bd, name, "cp", "-a", bd.base.RootFS+"/.", rootfs+"/"); err != nil {
+	from := bd.base.RootFS
+	if bd.resume.Steps > 0 {
+		from = bd.resumeRoot
+	}
+	if err := hostCommand(ctx, bd, name, "cp", "-a", from+"/.", rootfs+"/"); err != nil {
 		return err
+	}
+	if bd.resume.Steps > 0 {
+		// The resumed build's settings would start its start command in
+		// the build sandbox; the finishing step writes this build's.
+		if err := removeSettings(rootfs); err != nil {
+			return fmt.Errorf("copying the cached build: %w", err)
+		}
 	}
 	stage := filepath.Join(rootfs, stageDir)
 	if err := os.MkdirAll(filepath.Join(stage, "files"), 0o755); err != nil {
@@ -530,6 +583,18 @@ func (bd *build) inBuildSandbox(ctx context.Context, rootfs string, nextName fun
 	}
 	sh := func(name, user, script string) error { return bd.inSandbox(ctx, id, name, user, "/", nil, script) }
 	for n, st := range bd.steps {
+		if n < bd.resume.Steps {
+			// Done in the build resumed from: only what it set holds.
+			switch {
+			case len(st.Env) > 0:
+				maps.Copy(env, st.Env)
+			case st.Workdir != "":
+				workdir = st.Workdir
+			case st.User != "":
+				user = st.User
+			}
+			continue
+		}
 		name := nextName()
 		var err error
 		switch k, _ := kind(st); k {
@@ -565,6 +630,17 @@ func (bd *build) inBuildSandbox(ctx context.Context, rootfs string, nextName fun
 	}
 	finish += "rm -rf /" + stageDir + " /root/.cache /home/user/.cache/pip\n"
 	return sh(nextName(), "root", finish)
+}
+
+// removeSettings removes a copied build's /etc/lizard/template.json
+// within rootfs (os.Root: no link in it is followed out of the copy).
+func removeSettings(rootfs string) error {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return root.RemoveAll("etc/lizard/template.json")
 }
 
 // copyScript installs copy step n's files, staged by stageFiles.

@@ -25,6 +25,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -300,6 +301,15 @@ func Key(projectID string, r api.TemplateRecipe, baseKey string) string {
 	fmt.Fprintf(h, "%s\n%s\nbase %s\nproject %s\n", formatVersion, template.PublishVersion, baseKey, projectID)
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// FreshKey is the key of a build of key's recipe made again at at
+// (a build that skipped the cache, api.BuildTemplateRequest.SkipCache):
+// apart from key's, and found again from the template's record, whose
+// creation time is at.
+func FreshKey(key string, at time.Time) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s fresh %d", key, at.UnixMilli()))
+	return hex.EncodeToString(sum[:])[:16]
 }
 
 // LayerKey is the template cache directory name of a build of key.

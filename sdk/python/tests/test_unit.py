@@ -859,6 +859,13 @@ def test_template_body_from_an_image_with_registry_credentials() -> None:
         _core.template_body("t", {"from": "x"}, {"username": "me", "password": "pw", "passwordSecret": "REG"})
 
 
+def test_template_body_skip_cache() -> None:
+    from lizard import _core
+
+    assert _core.template_body("t", {"base": "my-base"}, None, True) == {"name": "t", "recipe": {"base": "my-base"}, "skipCache": True}
+    assert "skipCache" not in _core.template_body("t", {})
+
+
 def test_template_info_digest() -> None:
     info = lizard.TemplateInfo.from_json({"name": "t", "base": "", "key": "k", "digest": "sha256:" + "a" * 64, "recipe": {"from": "x"}})
     assert info.digest == "sha256:" + "a" * 64

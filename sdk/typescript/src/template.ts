@@ -115,13 +115,20 @@ export interface BuildOptions extends ConnectionOptions {
   /** Credentials for the registry of recipe.from's image, sent with this build only (never stored):
    * a password, or passwordSecret, the name of the project's secret that holds it (docs/secrets.md). */
   registry?: RegistryCredentials;
+  /** Run every step again, even when the project has a build of the recipe or of a prefix of its steps. */
+  skipCache?: boolean;
 }
 
 /** A registry's username with its password, or with the name of the project's secret holding it. */
 export type RegistryCredentials = { username: string; password: string } | { username: string; passwordSecret: string };
 
 /** templateBody is the wire body of a build: file contents in base64. */
-export function templateBody(name: string, recipe: Recipe, registry?: RegistryCredentials): Record<string, unknown> {
+export function templateBody(
+  name: string,
+  recipe: Recipe,
+  registry?: RegistryCredentials,
+  skipCache?: boolean,
+): Record<string, unknown> {
   const encode = (files: RecipeFile[], field: string) =>
     files.map((f, i) => {
       if (typeof f.content !== 'string' && !(f.content instanceof Uint8Array)) {
@@ -141,6 +148,7 @@ export function templateBody(name: string, recipe: Recipe, registry?: RegistryCr
         ? { username: registry.username, passwordSecret: registry.passwordSecret }
         : { username: registry.username, password: registry.password };
   }
+  if (skipCache) out.skipCache = true;
   return out;
 }
 
@@ -153,7 +161,7 @@ export class Template {
    */
   static async build(name: string, recipe: Recipe, opts: BuildOptions = {}): Promise<TemplateInfo> {
     const http = new HttpClient(resolveConfig(opts));
-    const body = templateBody(name, recipe, opts.registry);
+    const body = templateBody(name, recipe, opts.registry, opts.skipCache);
     for await (const ev of http.stream<TemplateBuildEvent>('POST', '/v1/templates', {
       json: body,
       timeoutMs: opts.timeoutMs ?? 30 * 60_000,

@@ -271,6 +271,8 @@ export interface BuildTemplateRequest {
   recipe: TemplateRecipe;
   /** Credentials for the registry of the recipe's `from`, used for this build's pull only. */
   registry?: RegistryAuth;
+  /** Run every step again, even when the project has a build of the recipe or of a prefix of its steps. */
+  skipCache?: boolean;
 }
 
 export interface RegistryAuth {

@@ -727,9 +727,10 @@ class AsyncTemplate:
         api_url: Optional[str] = None,
         timeout: Optional[float] = _core.DEFAULT_BUILD_TIMEOUT,
         registry: Optional[Mapping[str, str]] = None,
+        skip_cache: bool = False,
     ) -> TemplateInfo:
         """Build (or find in the cache) template name from recipe (see :meth:`lizard.Template.build`)."""
-        return await _once(_calls.build_template(name, recipe, on_event, timeout, registry), api_key, api_url)
+        return await _once(_calls.build_template(name, recipe, on_event, timeout, registry, skip_cache), api_key, api_url)
 
     @staticmethod
     async def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[TemplateInfo]:

@@ -480,10 +480,11 @@ def delete_secret(name: str) -> Call[None]:
 
 
 def build_template(name: str, recipe: Mapping[str, Any], on_event: Optional[Callable[[Dict[str, Any]], Any]],
-                   timeout: Optional[float], registry: Optional[Mapping[str, str]] = None) -> Stream[TemplateInfo]:
+                   timeout: Optional[float], registry: Optional[Mapping[str, str]] = None,
+                   skip_cache: bool = False) -> Stream[TemplateInfo]:
     """POST /v1/templates: on_event gets each progress event; the result is the template once built."""
     build = _core.TemplateBuild(on_event)
-    return Stream("/v1/templates", _core.template_body(name, recipe, registry), timeout, build.feed,
+    return Stream("/v1/templates", _core.template_body(name, recipe, registry, skip_cache), timeout, build.feed,
                   lambda: TemplateInfo.from_json(build.finish()), {"event": on_event})
 
 

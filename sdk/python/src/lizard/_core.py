@@ -523,7 +523,7 @@ def fork_body(count: Optional[int], timeout_ms: Optional[int], metadata: Optiona
 
 
 def template_body(name: str, recipe: Mapping[str, Any],
-                  registry: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+                  registry: Optional[Mapping[str, str]] = None, skip_cache: bool = False) -> Dict[str, Any]:
     """The body of POST /v1/templates: recipe's files (and its copy steps' files) carry their content
     as str or bytes, which is base64-encoded here (the wire form); registry is
     ``{"username", "password"}`` for the registry of the recipe's ``from`` image, sent with this build
@@ -556,6 +556,8 @@ def template_body(name: str, recipe: Mapping[str, Any],
         if keys not in ({"username", "password"}, {"username", "passwordSecret"}):
             raise InvalidArgumentError('registry must be {"username": ..., "password": ...} or {"username": ..., "passwordSecret": ...}')
         out["registry"] = {k: str(v) for k, v in registry.items()}
+    if skip_cache:
+        out["skipCache"] = True
     return out
 
 

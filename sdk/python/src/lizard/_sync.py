@@ -734,6 +734,7 @@ class Template:
         api_url: Optional[str] = None,
         timeout: Optional[float] = _core.DEFAULT_BUILD_TIMEOUT,
         registry: Optional[Mapping[str, str]] = None,
+        skip_cache: bool = False,
     ) -> TemplateInfo:
         """Build (or find in the cache) template name from recipe, in the wire form of the API's
         TemplateRecipe (``steps``, ``start`` and ``ready`` included), except that files give their ``content``
@@ -741,12 +742,13 @@ class Template:
         on_event gets each progress event (``{"type": "step"|"log", ...}``) as it comes. A recipe
         ``{"from": "registry.example.com/team/app:1.4", ...}`` builds on that image (docs/templates.md);
         registry (``{"username": ..., "password": ...}``, or ``"passwordSecret"``: the name of the project's secret
-        holding the password) pulls a private one, sent with this build only.
+        holding the password) pulls a private one, sent with this build only. skip_cache runs every step
+        again, even when the project has a build of the recipe or of a prefix of its steps.
 
         Raises TemplateBuildError when a step fails (its ``step`` and ``log``), InvalidArgumentError
         when the request is refused.
         """
-        return _once(_calls.build_template(name, recipe, on_event, timeout, registry), api_key, api_url)
+        return _once(_calls.build_template(name, recipe, on_event, timeout, registry, skip_cache), api_key, api_url)
 
     @staticmethod
     def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[TemplateInfo]:

@@ -901,3 +901,9 @@ test('templateBody sends an image and its registry credentials', async () => {
   // The password named by a secret of the project (docs/secrets.md).
   assert.deepEqual(templateBody('t', { from: 'x' }, { username: 'me', passwordSecret: 'REG' }).registry, { username: 'me', passwordSecret: 'REG' });
 });
+
+test('templateBody sends skipCache only when asked', async () => {
+  const { templateBody } = await import('../../src/template.js');
+  assert.deepEqual(templateBody('t', { base: 'my-base' }, undefined, true), { name: 't', recipe: { base: 'my-base' }, skipCache: true });
+  assert.equal('skipCache' in templateBody('t', {}), false);
+});
