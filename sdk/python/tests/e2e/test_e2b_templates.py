@@ -118,3 +118,45 @@ def test_refused_before_a_build(lizard_server: Any, context_dir: Path) -> None:
     with pytest.raises(BuildException, match='user "mish"'):
         Template.build(Template().from_base_image().run_cmd("whoami", user="mish"), name)
     assert not Template.exists(name)
+
+
+def test_from_template_of_a_custom_template_and_skip_cache(lizard_server: Any) -> None:
+    """from_template of the project's own template builds on it: its steps are not run again (the
+    build resumes from its build: the file its slow step stamped is the same), its env holds; skip_cache
+    runs every step again (a new stamp)."""
+    nonce = uuid.uuid4().hex[:10]
+    parent, child = f"e2b-parent-{nonce}", f"e2b-child-{nonce}"
+
+    def messages(logs: List[LogEntry]) -> str:
+        return "\n".join(str(l.message) for l in logs)
+
+    def stamp_of(name: str) -> tuple[str, str]:
+        sb = Sandbox.create(name, timeout=120)
+        try:
+            out = sb.commands.run('cat /home/user/stamp /home/user/child; echo "$PARENT"').stdout.split()
+            return out[0], " ".join(out[1:])
+        finally:
+            sb.kill()
+
+    try:
+        logs: List[LogEntry] = []
+        Template.build(Template().from_template("base").run_cmd("sleep 5; date +%s%N > /home/user/stamp").set_envs({"PARENT": nonce}),
+                       parent, on_build_logs=logs.append)
+        assert "run: sleep 5" in messages(logs)
+        on_parent = Template().from_template(parent).run_cmd("echo child > /home/user/child")
+        logs.clear()
+        Template.build(on_parent, child, on_build_logs=logs.append)
+        text = messages(logs)
+        assert "copying the cached build" in text and "run: sleep 5" not in text and "run: echo child" in text, text
+        stamp, rest = stamp_of(child)
+        assert rest == f"child {nonce}"
+
+        logs.clear()
+        Template.build(on_parent, child, on_build_logs=logs.append, skip_cache=True)
+        assert "run: sleep 5" in messages(logs), messages(logs)
+        again, rest = stamp_of(child)
+        assert again != stamp and rest == f"child {nonce}"
+    finally:
+        _delete(lizard_server, child)
+        _delete(lizard_server, parent)
+    assert not Template.exists(child) and not Template.exists(parent)
