@@ -80,6 +80,33 @@ func TestIdleReclaim(t *testing.T) {
 	if len(got.Results) != 1 || got.Results[0].Data != "48" {
 		t.Errorf("pandas after the squeeze: %+v; want 48", got)
 	}
+
+	// Adversarial: swap is no room past the memory limit. A 512 MiB
+	// sandbox (its kernel ~90 MiB) fills 300 MiB, goes idle and is
+	// squeezed, then fills 300 MiB more: both blocks never live at once.
+	small, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutMs: ms(300_000), MemoryMb: ms(512)})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	defer c.KillSandbox(ctx, small.SandboxID)
+	// 300 MiB, every page written.
+	fill := func(name string) string {
+		return name + " = bytearray(300 << 20)\n" + name + "[::4096] = b'\\x01' * (300 << 8)\n"
+	}
+	run(t, c, small.SandboxID, "python", fill("first")+"len(first) >> 20")
+	for deadline := time.Now().Add(90 * time.Second); cgroupSwap(t, small.SandboxID) < 250<<20; time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s idle for 90 s has %d bytes in swap; want its 300 MiB squeezed", small.SandboxID, cgroupSwap(t, small.SandboxID))
+		}
+	}
+	ectx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	ex, err := c.Execute(ectx, small.SandboxID, api.ExecuteRequest{Code: fill("second") + "(len(first) + len(second)) >> 20", Language: "python"}, nil)
+	if err == nil && ex.Error == nil {
+		t.Errorf("a 512 MiB sandbox held 300 MiB in swap and 300 MiB more in RAM: %+v; want the second block refused (its memory guard ends the kernel)", ex.Results)
+	} else {
+		t.Logf("the second 300 MiB of a squeezed 512 MiB sandbox: %v %+v", err, ex.Error)
+	}
 }
 
 // cgroupSwap is what sandbox id's memory cgroup has in swap: memory.stat's

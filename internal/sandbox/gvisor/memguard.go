@@ -185,11 +185,17 @@ func newGuard(r *Runtime, id string, limit int64, sentry int) (g *guard, err err
 	}()
 	g = made
 	// An event at each OOM, and each time the usage crosses the sandbox's
-	// limit (either way).
-	for _, ev := range []struct{ file, arg string }{
+	// limit (either way); with swap accounting, also memory + swap's: a
+	// sandbox whose memory went to swap (--idle-reclaim) may pass its
+	// limit with its usage in RAM under it.
+	events := []struct{ file, arg string }{
 		{"memory.oom_control", ""},
 		{"memory.usage_in_bytes", " " + strconv.FormatInt(limit, 10)},
-	} {
+	}
+	if _, err := os.Stat(filepath.Join(cg, "memory.memsw.usage_in_bytes")); err == nil {
+		events = append(events, struct{ file, arg string }{"memory.memsw.usage_in_bytes", " " + strconv.FormatInt(limit, 10)})
+	}
+	for _, ev := range events {
 		f, err := os.Open(filepath.Join(cg, ev.file))
 		if err != nil {
 			return nil, err
