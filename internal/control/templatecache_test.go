@@ -121,6 +121,21 @@ func TestTemplateBuildCache(t *testing.T) {
 	if _, _, err := build("child3", api.TemplateRecipe{Base: "missing"}, false); err == nil || !strings.Contains(err.Error(), `template "missing" not found in project p1; build it first`) {
 		t.Errorf("base: missing = %v; want a 400 saying to build it first", err)
 	}
+	// Another project's build of the same steps, or its template's name,
+	// is never reached: it resumes from nothing and cannot build on p1's.
+	if err := e.Store.CreateProject(ctx, "p2", time.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
+		t.Fatal(err)
+	}
+	tb, err := e.c.Project("p2").Templates().Plan(ctx, api.BuildTemplateRequest{Name: "two", Recipe: longer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tb.Run(ctx, func(api.TemplateBuildEvent) {}); err != nil || lastResume() != nil {
+		t.Errorf("p2's build of p1's steps = %v, resumes from %+v; want a build of its own", err, lastResume())
+	}
+	if _, err := e.c.Project("p2").Templates().Plan(ctx, api.BuildTemplateRequest{Name: "x", Recipe: api.TemplateRecipe{Base: "one"}}); err == nil || !strings.Contains(err.Error(), `template "one" not found in project p2`) {
+		t.Errorf("p2 building on p1's template one = %v; want a 400, not found in p2", err)
+	}
 	if got, _ := e.c.Project("p1").Templates().Get(ctx, "one"); len(got.Recipe.Steps) != 2 || got.Recipe.Steps[0].Copy[0].Content != b64("a") {
 		// (Files of the fixed key are left out of answers; steps as before.)
 		t.Errorf("template one's recipe = %+v", got.Recipe)
