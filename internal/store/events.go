@@ -29,10 +29,21 @@ type Event struct {
 	Data json.RawMessage
 }
 
-// Append records e and sets e.ID. On PostgreSQL the appends take one
-// advisory lock, so that IDs (a sequence, handed out at insert) become
-// visible in their order: without it a reader could see 8 committed before
-// 7 and, resuming after 8, never see 7. SQLite's writers are serial.
+// Append records e and sets e.ID, and returns once e can be read.
+//
+// IDs must become visible in their order: a reader that has seen 8 and
+// resumes after it must never find 7 committed later. SQLite's writers are
+// serial, so its sequence is enough. On PostgreSQL an event's ID is its
+// transaction's ID (txid_current, 64-bit, never reused) plus a base
+// (eventIDs), and readers see only IDs below the oldest transaction still
+// running (txid_snapshot_xmin: the watermark). Every transaction below it
+// has ended, and every one still to end is above it, so nothing can appear
+// below what a reader has seen — without appends waiting for each other:
+// the global advisory lock this replaces put every create of the cluster
+// in one line (bench/fleet). The price: a write transaction running long
+// anywhere on the PostgreSQL server holds the watermark back, delaying
+// events (never losing one) while it runs — the same bargain as PgQ's.
+// Each append is its own transaction, so one event has one ID.
 func (el Events) Append(ctx context.Context, e *Event) error {
 	meta, err := json.Marshal(nonNil(e.Metadata))
 	if err != nil {
@@ -42,25 +53,59 @@ func (el Events) Append(ctx context.Context, e *Event) error {
 	if data == "" {
 		data = "{}"
 	}
-	tx, err := el.s.db.BeginTx(ctx, nil)
-	if err != nil {
+	if err := el.s.db.QueryRowContext(ctx, el.s.db.d.appendEvent(),
+		e.ProjectID, e.SandboxID, e.Type, toMillis(e.At), string(meta), data).Scan(&e.ID); err != nil {
 		return fmt.Errorf("appending event: %w", err)
 	}
-	defer tx.Rollback()
-	if err := tx.serialize(ctx, eventsLockKey); err != nil {
-		return fmt.Errorf("appending event: %w", err)
+	if el.s.db.d == postgresDialect {
+		el.waitVisible(ctx, e.ID)
 	}
-	var id int64
-	if err := tx.QueryRowContext(ctx, `INSERT INTO events (project_id, sandbox_id, type, at, metadata, data)
-		VALUES (?, ?, ?, ?, ?, ?) RETURNING id`,
-		e.ProjectID, e.SandboxID, e.Type, toMillis(e.At), string(meta), data).Scan(&id); err != nil {
-		return fmt.Errorf("appending event: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("appending event: %w", err)
-	}
-	e.ID = id
 	return nil
+}
+
+// appendEvent is Append's statement: on PostgreSQL the ID is the
+// transaction's; a NULL key is SQLite's next AUTOINCREMENT ID.
+func (d dialect) appendEvent() string {
+	id := "NULL"
+	if d == postgresDialect {
+		id = `txid_current() + (SELECT MAX(base) FROM event_ids)`
+	}
+	return `INSERT INTO events (id, project_id, sandbox_id, type, at, metadata, data)
+		VALUES (` + id + `, ?, ?, ?, ?, ?, ?) RETURNING id`
+}
+
+// maxVisibleWait bounds how long Append waits for the transactions older
+// than its own to end: past it the event is recorded and becomes readable
+// when they end.
+const maxVisibleWait = 2 * time.Second
+
+// waitVisible waits until readers see event id: until every transaction
+// older than its own has ended (at once, almost always).
+func (el Events) waitVisible(ctx context.Context, id int64) {
+	end := time.Now().Add(maxVisibleWait)
+	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
+		var mark int64
+		if err := el.s.db.QueryRowContext(ctx, `SELECT `+eventsWatermark).Scan(&mark); err != nil || id < mark || time.Now().After(end) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+	}
+}
+
+// eventsWatermark is PostgreSQL's first event ID readers may not see yet:
+// the oldest transaction still running, as an event ID.
+const eventsWatermark = `txid_snapshot_xmin(txid_current_snapshot()) + (SELECT MAX(base) FROM event_ids)`
+
+// visible is the condition that keeps a reader below the watermark.
+func (el Events) visible() string {
+	if el.s.db.d == postgresDialect {
+		return "id < " + eventsWatermark
+	}
+	return "1 = 1"
 }
 
 // EventFilter selects events. Zero fields select everything.
@@ -74,7 +119,7 @@ type EventFilter struct {
 
 // List returns the events f selects, in ID order.
 func (el Events) List(ctx context.Context, f EventFilter) ([]Event, error) {
-	where := []string{"id > ?"}
+	where := []string{"id > ?", el.visible()}
 	args := []any{f.After}
 	if f.ProjectID != "" {
 		where = append(where, "project_id = ?")
@@ -146,10 +191,11 @@ func (el Events) Prune(ctx context.Context, before time.Time) (int64, error) {
 	return n, tx.Commit()
 }
 
-// LastID is the ID of the newest event (0: none).
+// LastID is the ID of the newest event readers see (0: none): a follower
+// that starts after it misses none committed later.
 func (el Events) LastID(ctx context.Context) (int64, error) {
 	var id int64
-	if err := el.s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM events`).Scan(&id); err != nil {
+	if err := el.s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM events WHERE `+el.visible()).Scan(&id); err != nil {
 		return 0, fmt.Errorf("reading the last event: %w", err)
 	}
 	return id, nil

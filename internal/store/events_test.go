@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/store/pgtest"
 )
 
 func TestEvents(t *testing.T) {
@@ -134,4 +136,88 @@ func TestEventsFollowMissesNone(t *testing.T) {
 			t.Errorf("follower saw %d events; want %d", len(seen), writers*each)
 		}
 	})
+}
+
+// TestEventIDsVisibleInOrder: on PostgreSQL, two API processes append
+// without waiting for each other, and an event is never readable before
+// one with a smaller ID whose transaction is still running — the case
+// the global advisory lock was for. Process 1's append is held between
+// its insert and its commit; process 2's commits meanwhile with a larger
+// ID: a reader sees neither (so resuming after what it saw misses
+// nothing), and process 2's Append does not return, until process 1's
+// commits; then both, in order. SQLite's writers are serial.
+func TestEventIDsVisibleInOrder(t *testing.T) {
+	srv := pgtest.Shared(t)
+	u := srv.NewDatabase(t)
+	ctx := context.Background()
+	p1, p2, reader := openURL(t, u), openURL(t, u), openURL(t, u)
+	held, err := p1.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Rollback()
+	var id1 int64
+	if err := held.QueryRowContext(ctx, postgresDialect.appendEvent(), "p", "s1", "sandbox.created", 1, "{}", "{}").Scan(&id1); err != nil {
+		t.Fatal(err)
+	}
+	e2 := Event{Type: "sandbox.created", At: time.Now(), ProjectID: "p", SandboxID: "s2"}
+	appended := make(chan error, 1)
+	go func() { appended <- p2.Events().Append(ctx, &e2) }()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var n int
+		if err := reader.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM events`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break // process 2's event is committed
+		}
+		if time.Now().After(end) {
+			t.Fatal("process 2's append did not commit while process 1's was held: appends still wait for each other")
+		}
+	}
+	evs, err := reader.Events().List(ctx, EventFilter{ProjectID: "p"})
+	if err != nil || len(evs) != 0 {
+		t.Fatalf("events readable while an append with a smaller ID runs: %+v, %v; want none", evs, err)
+	}
+	if last, err := reader.Events().LastID(ctx); err != nil || last != 0 {
+		t.Fatalf("LastID while an append with a smaller ID runs = %d, %v; want 0", last, err)
+	}
+	select {
+	case err := <-appended:
+		t.Fatalf("process 2's Append returned (%v) before its event could be read", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := held.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	evs, err = reader.Events().List(ctx, EventFilter{ProjectID: "p"})
+	if err != nil || len(evs) != 2 || evs[0].ID != id1 || evs[1].ID != e2.ID || id1 >= e2.ID {
+		t.Fatalf("events after both committed: %+v, %v; want s1 (%d) then s2 (%d)", evs, err, id1, e2.ID)
+	}
+}
+
+// TestEventIDsAboveRestored: a database whose events have IDs above the
+// server's transaction IDs (restored from another server, or upgraded
+// from a sequence) keeps new IDs above them once a process opens it.
+func TestEventIDsAboveRestored(t *testing.T) {
+	srv := pgtest.Shared(t)
+	u := srv.NewDatabase(t)
+	ctx := context.Background()
+	s := openURL(t, u)
+	const restored = int64(1) << 40
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO events (id, project_id, sandbox_id, type, at) VALUES (?, 'p', 's0', 'sandbox.created', 1)`, restored); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openURL(t, u)
+	e := Event{Type: "sandbox.killed", At: time.Now(), ProjectID: "p", SandboxID: "s0"}
+	if err := s2.Events().Append(ctx, &e); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := s2.Events().List(ctx, EventFilter{ProjectID: "p"})
+	if err != nil || len(evs) != 2 || evs[0].ID != restored || evs[1].ID <= restored {
+		t.Fatalf("events after reopening: %+v, %v; want the restored one (%d), then a new one above it", evs, err, restored)
+	}
 }

@@ -470,6 +470,13 @@ ALTER TABLE nodes ADD COLUMN version TEXT NOT NULL DEFAULT '';
 	`
 CREATE INDEX sandboxes_live_project ON sandboxes(project_id, role) WHERE ended_at IS NULL;
 `,
+	// event_ids: on PostgreSQL an event's ID is its transaction's ID plus
+	// base (Events.Append); base keeps new IDs above every earlier one
+	// (raised at open when they are not: eventIDBase). Unused on SQLite.
+	`
+CREATE TABLE event_ids (base INTEGER NOT NULL);
+INSERT INTO event_ids (base) VALUES (0);
+`,
 }
 
 // SchemaVersion is the schema version this code writes.
@@ -517,8 +524,39 @@ func (s *Store) migrateTo(ctx context.Context, n int) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?`, max(v, n)); err != nil {
 		return err
 	}
+	if err := tx.eventIDBase(ctx, n); err != nil {
+		return err
+	}
 	return tx.Commit()
 }
+
+// eventIDBase raises event_ids.base on PostgreSQL, where an event's ID is
+// its transaction's ID plus base, until new IDs are above every event
+// recorded: on an upgrade from IDs of a sequence, and after a restore into
+// another server, whose transaction IDs start again low. Run under the
+// migration lock, at every open: a restore is found by the first process
+// to start on it.
+func (t *tx) eventIDBase(ctx context.Context, version int) error {
+	if t.d != postgresDialect || version < eventIDsVersion {
+		return nil
+	}
+	_, err := t.ExecContext(ctx, `UPDATE event_ids SET base = m.last - txid_current() + 1
+		FROM (SELECT COALESCE(MAX(id), 0) AS last FROM events) m WHERE m.last >= txid_current() + base`)
+	if err != nil {
+		return fmt.Errorf("keeping event IDs above the last: %w", err)
+	}
+	return nil
+}
+
+// eventIDsVersion is the schema version that has event_ids.
+var eventIDsVersion = func() int {
+	for i, m := range migrations {
+		if strings.Contains(m, "CREATE TABLE event_ids") {
+			return i + 1
+		}
+	}
+	panic("store: no migration makes event_ids")
+}()
 
 // Version reports the schema version of the open database.
 func (s *Store) Version(ctx context.Context) (int, error) {
