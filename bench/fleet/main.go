@@ -71,6 +71,8 @@ var (
 	maxLive    = flag.Int("max-sandboxes-per-project", 100000, "the project quota every create is admitted against")
 	projects   = flag.Int("projects", 1, "projects the workers create in, round-robin (a project's creates are admitted one at a time, cluster-wide)")
 	explain    = flag.Bool("explain", true, "EXPLAIN the create path's statements over sandboxes at the largest row count")
+	lose       = flag.Int("lose-nodes", 0, "at the end: kill this many nodes at once, with --lose-per-node sandboxes a node made first, and time what follows (0: none)")
+	losePer    = flag.Int("lose-per-node", 4, "sandboxes per node made before --lose-nodes")
 	count      = flag.Int("count-creates", 100, "before the rows: this many creates one at a time, counting the api processes' statements, rows and blocks per create (0: none)")
 )
 
@@ -193,6 +195,11 @@ func run() error {
 	results, err := measureLevels(ctx, db, clients, apis)
 	if err != nil {
 		return err
+	}
+	if *lose > 0 {
+		if err := loseNodes(ctx, db, clients[:min(len(clients), len(apis))], nodes, *lose, *losePer); err != nil {
+			return err
+		}
 	}
 	if len(results) == 0 {
 		return nil
