@@ -102,7 +102,7 @@ func TestCreate(t *testing.T) {
 		t.Errorf("expiresAt = %v; want %v", sb.ExpiresAt, want)
 	}
 	spec := e.Runtime.Creates()[0]
-	if want := []string{"A=1", "B=2", "LIZARD_SANDBOX_ID=" + sb.SandboxID, "LIZARD_PROJECT_ID=p1"}; !slices.Equal(spec.Env, want) {
+	if want := []string{"A=1", "B=2", "LIZARD_SANDBOX_ID=" + sb.SandboxID, "LIZARD_PROJECT_ID=p1", "LIZARD_AGENT_SUDO=/usr/bin/sudo"}; !slices.Equal(spec.Env, want) {
 		t.Errorf("env = %q; want %q", spec.Env, want)
 	}
 	if spec.Limits != sandbox.Limits(defaultLimits) || !spec.Network.Internet || spec.Network.APIPort != 0 {
