@@ -1098,3 +1098,136 @@ type NodeState struct {
 	Draining bool   `json:"draining"`
 	Live     bool   `json:"live"`
 }
+
+// Desktop sandboxes (docs/desktop.md): the screen, mouse, keyboard,
+// windows and stream of a sandbox whose template runs an X desktop, under
+// /v1/sandboxes/{id}/desktop/.
+
+// DesktopScreen is the answer of GET /desktop/screen: the X screen's size
+// in pixels.
+type DesktopScreen struct {
+	Width  int `json:"width"`
+	Height int `json:"height"`
+}
+
+// DesktopCursor is the answer of GET /desktop/cursor and of POST
+// /desktop/mouse: where the pointer is, in pixels from the top left.
+type DesktopCursor struct {
+	X int `json:"x"`
+	Y int `json:"y"`
+}
+
+// Mouse actions (DesktopMouseRequest.Action).
+const (
+	MouseMove   = "move"   // to (x, y)
+	MouseClick  = "click"  // count clicks of button, at (x, y) when given
+	MouseDown   = "down"   // press button, at (x, y) when given
+	MouseUp     = "up"     // release button, at (x, y) when given
+	MouseDrag   = "drag"   // press button at (x, y), move to (toX, toY), release
+	MouseScroll = "scroll" // count steps in direction, at (x, y) when given
+)
+
+// Mouse buttons (DesktopMouseRequest.Button).
+const (
+	ButtonLeft   = "left"
+	ButtonMiddle = "middle"
+	ButtonRight  = "right"
+)
+
+// Scroll directions (DesktopMouseRequest.Direction).
+const (
+	ScrollUp    = "up"
+	ScrollDown  = "down"
+	ScrollLeft  = "left"
+	ScrollRight = "right"
+)
+
+// DesktopMouseRequest is the body of POST /desktop/mouse. Coordinates are
+// pixels from the screen's top left, 0 to MaxDesktopCoordinate.
+type DesktopMouseRequest struct {
+	Action    string `json:"action"`
+	X         *int   `json:"x,omitempty"`
+	Y         *int   `json:"y,omitempty"`
+	ToX       *int   `json:"toX,omitempty"`
+	ToY       *int   `json:"toY,omitempty"`
+	Button    string `json:"button,omitempty"`    // default left
+	Count     int    `json:"count,omitempty"`     // clicks (1 to 10) or scroll steps (1 to 100); default 1
+	Direction string `json:"direction,omitempty"` // scroll's; default down
+}
+
+// MaxDesktopCoordinate is the largest coordinate a desktop call takes;
+// larger, or negative, is a 400.
+const MaxDesktopCoordinate = 16383
+
+// Keyboard actions (DesktopKeyboardRequest.Action).
+const (
+	KeyboardType  = "type"  // type text as if typed on the keyboard
+	KeyboardPress = "press" // press each of keys in turn, each a combination such as "ctrl+c"
+)
+
+// DesktopKeyboardRequest is the body of POST /desktop/keyboard. Text and
+// key names reach xdotool as arguments, never through a shell.
+type DesktopKeyboardRequest struct {
+	Action  string   `json:"action"`
+	Text    string   `json:"text,omitempty"`    // type's, at most 10,000 bytes
+	Keys    []string `json:"keys,omitempty"`    // press's, 1 to 32 X keysym names joined by +
+	DelayMs *int     `json:"delayMs,omitempty"` // type's delay between keys, 0 to 1,000; default 12
+}
+
+// DesktopOpenRequest is the body of POST /desktop/open: a file or URL
+// opened with xdg-open, as the desktop would on a double click.
+type DesktopOpenRequest struct {
+	Target string `json:"target"`
+}
+
+// DesktopLaunchRequest is the body of POST /desktop/launch: an
+// application started by its desktop entry's name (gtk-launch), such as
+// "chromium" or "xfce4-terminal".
+type DesktopLaunchRequest struct {
+	App string `json:"app"`
+}
+
+// DesktopWindowList is the answer of GET /desktop/windows: the visible
+// top-level windows.
+type DesktopWindowList struct {
+	Windows []DesktopWindow `json:"windows"`
+}
+
+// DesktopWindow is one visible window: its X id, title, WM_CLASS class,
+// geometry, and whether it has the focus.
+type DesktopWindow struct {
+	ID     string `json:"id"`
+	Title  string `json:"title"`
+	Class  string `json:"class"`
+	X      int    `json:"x"`
+	Y      int    `json:"y"`
+	Width  int    `json:"width"`
+	Height int    `json:"height"`
+	Active bool   `json:"active"`
+}
+
+// DesktopStreamRequest is the optional body of POST /desktop/stream.
+type DesktopStreamRequest struct {
+	// Control lets the viewer move the mouse and type; without it the
+	// stream is view-only, enforced by the VNC server inside the sandbox.
+	Control bool `json:"control,omitempty"`
+	// TTLSeconds is how long the viewer's token opens the stream: 1 to
+	// 86,400, default 3,600.
+	TTLSeconds int `json:"ttlSeconds,omitempty"`
+}
+
+// DesktopViewer is a viewer of a desktop's stream (201 of POST
+// /desktop/stream): a token of its own, good for that sandbox's stream
+// alone, until it expires or the stream is stopped.
+type DesktopViewer struct {
+	ViewerID  string    `json:"viewerId"`
+	Token     string    `json:"token"`
+	Control   bool      `json:"control"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	// WebSocketURL is the stream: RFB (VNC) over a WebSocket, the token in
+	// its query, for noVNC or any VNC client that speaks WebSockets.
+	WebSocketURL string `json:"websocketUrl"`
+	// URL is the console's live view of the stream, the token in its
+	// fragment.
+	URL string `json:"url"`
+}

@@ -68,7 +68,7 @@ var floors = []struct {
 		"internal/cli", "internal/mcp", "internal/dockerfile",
 	}},
 	{"surfaces: what answers callers", []string{
-		"internal/server", "internal/e2b", "internal/e2b/envd", "internal/e2b/uploads", "internal/console",
+		"internal/server", "internal/e2b", "internal/e2b/envd", "internal/e2b/uploads", "internal/console", "internal/desktop",
 	}},
 	{"the control plane and the cluster", []string{
 		"internal/control", "internal/cluster", "internal/cluster/remote",
@@ -334,7 +334,7 @@ func TestFloors(t *testing.T) {
 var throughControl = []string{"internal/store", "internal/events", "internal/webhook"}
 
 // surfaces are the packages that answer callers over control.
-var surfaces = []string{"internal/server", "internal/e2b", "internal/e2b/envd"}
+var surfaces = []string{"internal/server", "internal/e2b", "internal/e2b/envd", "internal/desktop"}
 
 // TestSurfacesThroughControl: no surface imports a package of
 // throughControl. Floors alone allow it: those sit below the surfaces.

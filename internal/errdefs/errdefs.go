@@ -225,3 +225,15 @@ func diskFull(err error) bool {
 	s := strings.ToLower(err.Error())
 	return strings.Contains(s, "no space left on device") || strings.Contains(s, "disk quota exceeded")
 }
+
+// OfStatus is an answer of status with message msg, from another Lizard
+// API (an agent's, read by a surface that calls it as a client), as an
+// Error of the kind the table gives that status.
+func OfStatus(status int, msg string) error {
+	for _, k := range kinds {
+		if k.Err != nil && k.Status == status {
+			return &Error{Kind: k.Err, Msg: msg}
+		}
+	}
+	return &Error{Msg: msg, Cause: fmt.Errorf("answered %d", status)}
+}

@@ -35,6 +35,7 @@ type API interface {
 	ReadFile(ctx context.Context, id, path string, opts ...client.FileOption) (io.ReadCloser, error)
 	WriteFile(ctx context.Context, id, path string, r io.Reader, opts ...client.FileOption) (*api.EntryInfo, error)
 	ListDir(ctx context.Context, id, path string, opts ...client.FileOption) ([]api.EntryInfo, error)
+	Desktop() client.Desktop
 }
 
 // maxReadBytes bounds what read_file hands a model: more would flood its
@@ -113,6 +114,7 @@ func NewServer(a API, version string) *sdk.Server {
 		"variables, files); create_sandbox with snapshot_id starts new sandboxes from it."}, s.snapshotSandbox)
 	sdk.AddTool(srv, &sdk.Tool{Name: "fork_sandbox", Description: "Fork a sandbox into copies that start from its " +
 		"current state (variables, files), e.g. to try alternatives. The session keeps its sandbox."}, s.forkSandbox)
+	addDesktopTools(srv, s)
 	return srv
 }
 

@@ -32,6 +32,8 @@ type fake struct {
 	read    func(id, path string) (io.ReadCloser, error)
 	write   func(id, path, content string) (*api.EntryInfo, error)
 	listDir func(id, path string) ([]api.EntryInfo, error)
+	// desktop answers the desktop routes (desktop_test.go).
+	desktop *client.Client
 }
 
 func (f *fake) CreateSandbox(_ context.Context, req api.CreateSandboxRequest) (*api.Sandbox, error) {
@@ -76,6 +78,8 @@ func (f *fake) WriteFile(_ context.Context, id, path string, r io.Reader, _ ...c
 func (f *fake) ListDir(_ context.Context, id, path string, _ ...client.FileOption) ([]api.EntryInfo, error) {
 	return f.listDir(id, path)
 }
+
+func (f *fake) Desktop() client.Desktop { return f.desktop.Desktop() }
 
 // connect serves NewServer(f) to an in-memory client session.
 func connect(t *testing.T, f *fake) *sdk.ClientSession {
@@ -126,7 +130,8 @@ func TestToolsListed(t *testing.T) {
 		got[tool.Name] = true
 	}
 	for _, want := range []string{"create_sandbox", "use_sandbox", "run_code", "run_command", "read_file", "write_file",
-		"list_files", "list_sandboxes", "kill_sandbox", "pause_sandbox", "resume_sandbox", "snapshot_sandbox", "fork_sandbox"} {
+		"list_files", "list_sandboxes", "kill_sandbox", "pause_sandbox", "resume_sandbox", "snapshot_sandbox", "fork_sandbox",
+		"screenshot", "click", "type_text", "press_keys"} {
 		if !got[want] {
 			t.Errorf("tool %s missing from %v", want, got)
 		}

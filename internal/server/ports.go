@@ -152,6 +152,19 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 	if !ok {
 		return
 	}
+	s.proxyPort(w, r, a, keyed, id, port, prefix)
+}
+
+// viewerPort proxies r, a desktop stream viewer's WebSocket (package
+// desktop, which checked the viewer's token), to port of sandbox id as a
+// request of project's.
+func (s *Server) viewerPort(w http.ResponseWriter, r *http.Request, project, id string, port int) {
+	s.proxyPort(w, r, control.PortAccess{ProjectID: project}, true, id, port, "")
+}
+
+// proxyPort proxies r to port of sandbox id for a caller with access a
+// (keyed: a's project came from the request's key, which goes no further).
+func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, a control.PortAccess, keyed bool, id string, port int, prefix string) {
 	q := r.URL.Query()
 	fromQuery := q.Get(AccessTokenParam) != ""
 	call, err := s.c.OpenPort(r.Context(), a, id, port)

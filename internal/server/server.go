@@ -19,6 +19,7 @@ import (
 	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/control"
+	"github.com/lizard-build/lizard/internal/desktop"
 	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/e2b/envd"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -136,6 +137,7 @@ func New(cfg Config) *Server {
 		mux.Handle("GET /v1/events", authed(s.listEvents))
 	}
 	s.webhookRoutes(mux, authed)
+	desktop.New(desktop.Config{Sandboxes: s.c, ServePort: s.viewerPort, Fail: s.fail, Decode: decodeJSON, Logger: s.log}).Routes(mux, authed)
 	if cfg.Nodes != nil {
 		mux.Handle("/v1/nodes", cfg.Nodes)
 		mux.Handle("/v1/nodes/", cfg.Nodes)

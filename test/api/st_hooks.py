@@ -62,6 +62,12 @@ RULES = {
     # A value's bound is in bytes, the schema's maxLength would be in characters; hosts are names or
     # wildcards as network rules name them, never addresses (the description of hosts).
     "setSecret": [r"^value is \d+ bytes", r"^hosts(\[\d+\])?: "],
+    # The desktop's rules its descriptions state beyond the schemas (docs/desktop.md).
+    "desktopScreenshot": [r"^a region needs all of", r"is not inside the \d+x\d+ screen"],
+    "desktopMouse": [r"^[xy] is required", r"^toX and toY are drag's alone", r"^count \d+: want 1 to 10"],
+    "desktopKeyboard": [r"^keys are press's", r"^text is type's", r"^text is required", r"^text of \d+ bytes",
+                        r"^text must be UTF-8", r"^typing \d+ characters", r"^xdotool knows no such key"],
+    "desktopOpen": [r"^target \".*\" starts with -", r"^target must be one line", r"^target of \d+ bytes"],
 }
 
 

@@ -3,7 +3,6 @@ package envd
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -87,12 +86,7 @@ func agentError(err error) error {
 	if msg == "" {
 		msg = http.StatusText(ce.Status)
 	}
-	for _, k := range errdefs.Kinds() {
-		if k.Status == ce.Status {
-			return &errdefs.Error{Kind: k.Err, Msg: msg}
-		}
-	}
-	return &errdefs.Error{Msg: msg, Cause: fmt.Errorf("agent answered %d", ce.Status)}
+	return errdefs.OfStatus(ce.Status, msg)
 }
 
 // maxAnswerBytes bounds one JSON answer of the agent (a list, a stat, a

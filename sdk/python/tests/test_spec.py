@@ -14,6 +14,12 @@ import pytest
 import yaml
 
 from lizard import (
+    AsyncDesktop,
+    AsyncDesktopStream,
+    Desktop,
+    DesktopStream,
+    DesktopViewer,
+    DesktopWindow,
     AsyncNetwork,
     Network,
     NetworkLogEntry,
@@ -68,6 +74,8 @@ MODELS: Dict[str, type] = {
     "NetworkLogEntry": NetworkLogEntry,
     "Event": Event,
     "EventList": EventPage,
+    "DesktopWindow": DesktopWindow,
+    "DesktopViewer": DesktopViewer,
 }
 
 # Request objects: the schema and the calls that send it, sync and async.
@@ -85,10 +93,16 @@ CALLS: Dict[str, List[Callable[..., Any]]] = {
     "ProcessRequest": [Process.exec, AsyncProcess.exec],
     "ProcessStartRequest": [Commands.start, AsyncCommands.start],
     "UpdateNetworkRequest": [Network.update, AsyncNetwork.update],
+    "DesktopMouseRequest": [Desktop.mouse, AsyncDesktop.mouse],
+    "DesktopKeyboardRequest": [Desktop.keyboard, AsyncDesktop.keyboard],
+    "DesktopOpenRequest": [Desktop.open, AsyncDesktop.open],
+    "DesktopLaunchRequest": [Desktop.launch, AsyncDesktop.launch],
+    "DesktopStreamRequest": [DesktopStream.start, AsyncDesktopStream.start],
 }
 
 # Fields of those objects the SDK takes or gives under another shape, and why.
 OMITTED: Dict[Tuple[str, str], str] = {
+    ("DesktopWindow", "class"): "DesktopWindow.class_: class is a Python keyword",
     ("Template", "projectId"): "a template is only ever the key's project's: TemplateInfo leaves it out",
     ("ExecuteRequest", "contextId"): "run_code takes context=, a Context or its id",
     ("ExecuteRequest", "stateful"): "the E2B surface's flag (docs/e2b.md): run_code's JavaScript runs per call, as the seed specifies",
@@ -150,6 +164,9 @@ UNMODELLED: Dict[str, str] = {
     "SandboxMove": "see NodeDrain",
     "SandboxLeft": "see NodeDrain",
     "NodeState": "see NodeDrain",
+    "DesktopScreen": "desktop.screen_size() returns (width, height)",
+    "DesktopCursor": "desktop.cursor_position() and the mouse calls return (x, y)",
+    "DesktopWindowList": "desktop.windows() returns the windows themselves",
 }
 
 

@@ -6,6 +6,8 @@ from explicit arguments, then ``LIZARD_API_URL`` and ``LIZARD_API_KEY``.
 
 from ._async import (
     AsyncCodeSandbox,
+    AsyncDesktop,
+    AsyncDesktopStream,
     AsyncEvents,
     AsyncEventStream,
     AsyncFiles,
@@ -20,7 +22,7 @@ from ._async_commands import AsyncCommandHandle, AsyncCommands, AsyncPty, AsyncP
 from ._commands import CommandHandle, Commands, Pty, PtyHandle
 from ._core import DEFAULT_API_URL
 from ._version import __version__
-from ._sync import CodeSandbox, Events, EventStream, Files, Network, Process, Secret, Template, Volume, WatchHandle
+from ._sync import CodeSandbox, Desktop, DesktopStream, Events, EventStream, Files, Network, Process, Secret, Template, Volume, WatchHandle
 from .errors import (
     AuthenticationError,
     ConflictError,
@@ -38,6 +40,8 @@ from .errors import (
 )
 from .models import (
     Context,
+    DesktopViewer,
+    DesktopWindow,
     NetworkLogEntry,
     EntryInfo,
     Event,
@@ -71,6 +75,12 @@ __all__ = [
     "AsyncFiles",
     "Process",
     "AsyncProcess",
+    "Desktop",
+    "AsyncDesktop",
+    "DesktopStream",
+    "AsyncDesktopStream",
+    "DesktopViewer",
+    "DesktopWindow",
     "Network",
     "AsyncNetwork",
     "NetworkLogEntry",

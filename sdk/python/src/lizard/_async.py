@@ -23,6 +23,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Tuple,
     Type,
     TypeVar,
     Union,
@@ -38,6 +39,8 @@ from ._sync import FileData
 from .errors import InvalidArgumentError, LizardError, error_from_response
 from .models import (
     Context,
+    DesktopViewer,
+    DesktopWindow,
     EntryInfo,
     Event,
     EventPage,
@@ -263,6 +266,7 @@ class AsyncCodeSandbox:
         self.commands = AsyncCommands(self)
         self.pty = AsyncPty(self)
         self.network = AsyncNetwork(self)
+        self.desktop = AsyncDesktop(self)
         self._info: Optional[SandboxInfo] = None
 
     # Lifecycle -----------------------------------------------------------------------------------------
@@ -933,3 +937,117 @@ class AsyncWatchHandle:
                 await self._task
             except asyncio.CancelledError:
                 pass
+
+
+class AsyncDesktop:
+    """A desktop sandbox's screen, mouse, keyboard and windows (docs/desktop.md): ``sandbox.desktop``.
+
+    The sandbox's template must run a desktop (templates/desktop/recipe.yaml); any other answers
+    ConflictError saying it has none. Coordinates are pixels from the screen's top left.
+    """
+
+    def __init__(self, sandbox: "AsyncCodeSandbox") -> None:
+        self._sandbox = sandbox
+        self.stream = AsyncDesktopStream(sandbox)
+
+    async def _call(self, call: "_calls.Call[Any]") -> Any:
+        return await self._sandbox._http.call(call)
+
+    async def screenshot(self, region: Optional[Tuple[int, int, int, int]] = None) -> bytes:
+        """The screen as PNG bytes, or the part of it region = (x, y, width, height) covers."""
+        return await self._call(_calls.desktop_screenshot(self._sandbox.sandbox_id, region))
+
+    async def screen_size(self) -> Tuple[int, int]:
+        """The screen's (width, height) in pixels."""
+        return await self._call(_calls.desktop_screen(self._sandbox.sandbox_id))
+
+    async def cursor_position(self) -> Tuple[int, int]:
+        """Where the pointer is, (x, y)."""
+        return await self._call(_calls.desktop_cursor(self._sandbox.sandbox_id))
+
+    async def mouse(self, action: str, x: Optional[int] = None, y: Optional[int] = None, *, to_x: Optional[int] = None,
+              to_y: Optional[int] = None, button: Optional[str] = None, count: Optional[int] = None,
+              direction: Optional[str] = None) -> Tuple[int, int]:
+        """One mouse action ("move", "click", "down", "up", "drag", "scroll"); returns where the pointer is
+        after it. The methods below are its usual forms."""
+        return await self._call(_calls.desktop_mouse(self._sandbox.sandbox_id, action, x, y, to_x, to_y, button, count,
+                                               direction))
+
+    async def move(self, x: int, y: int) -> Tuple[int, int]:
+        """Move the pointer to (x, y)."""
+        return await self.mouse("move", x, y)
+
+    async def click(self, x: Optional[int] = None, y: Optional[int] = None, *, button: str = "left",
+              count: int = 1) -> Tuple[int, int]:
+        """Click button ("left", "middle", "right") count times, at (x, y) when given, else where the pointer is."""
+        return await self.mouse("click", x, y, button=button, count=count)
+
+    async def double_click(self, x: Optional[int] = None, y: Optional[int] = None) -> Tuple[int, int]:
+        """A left double click."""
+        return await self.mouse("click", x, y, count=2)
+
+    async def right_click(self, x: Optional[int] = None, y: Optional[int] = None) -> Tuple[int, int]:
+        """A right click."""
+        return await self.mouse("click", x, y, button="right")
+
+    async def mouse_down(self, button: str = "left") -> Tuple[int, int]:
+        """Press button and hold it."""
+        return await self.mouse("down", button=button)
+
+    async def mouse_up(self, button: str = "left") -> Tuple[int, int]:
+        """Release button."""
+        return await self.mouse("up", button=button)
+
+    async def drag(self, start: Tuple[int, int], end: Tuple[int, int], *, button: str = "left") -> Tuple[int, int]:
+        """Press button at start, move to end, release."""
+        return await self.mouse("drag", start[0], start[1], to_x=end[0], to_y=end[1], button=button)
+
+    async def scroll(self, direction: str = "down", amount: int = 1, *, x: Optional[int] = None,
+               y: Optional[int] = None) -> Tuple[int, int]:
+        """Scroll amount steps ("up", "down", "left", "right"), at (x, y) when given."""
+        return await self.mouse("scroll", x, y, direction=direction, count=amount)
+
+    async def keyboard(self, action: str, *, text: Optional[str] = None, keys: Optional[Sequence[str]] = None,
+                 delay_ms: Optional[int] = None) -> None:
+        """One keyboard action: "type" text, or "press" keys. type() and press() are its usual forms."""
+        await self._call(_calls.desktop_keyboard(self._sandbox.sandbox_id, action, text, keys, delay_ms))
+
+    async def type(self, text: str, *, delay_ms: Optional[int] = None) -> None:
+        """Type text (at most 10,000 bytes) as if on the keyboard, delay_ms between keys (default 12)."""
+        await self.keyboard("type", text=text, delay_ms=delay_ms)
+
+    async def press(self, *keys: str) -> None:
+        """Press each key combination in turn: ``press("ctrl+l")``, ``press("enter")``, ``press("alt+F4")``."""
+        await self.keyboard("press", keys=list(keys))
+
+    async def open(self, target: str) -> None:
+        """Open a file's path or a URL as the desktop would (xdg-open: HTML in the browser)."""
+        await self._call(_calls.desktop_open(self._sandbox.sandbox_id, target))
+
+    async def launch(self, app: str) -> None:
+        """Start an application by its desktop entry's name: ``launch("xfce4-terminal")``."""
+        await self._call(_calls.desktop_launch(self._sandbox.sandbox_id, app))
+
+    async def windows(self) -> List[DesktopWindow]:
+        """The visible windows that have a title."""
+        return await self._call(_calls.desktop_windows(self._sandbox.sandbox_id))
+
+
+class AsyncDesktopStream:
+    """The desktop's live stream (VNC over a WebSocket, for noVNC): ``sandbox.desktop.stream``."""
+
+    def __init__(self, sandbox: "AsyncCodeSandbox") -> None:
+        self._sandbox = sandbox
+
+    async def start(self, *, control: bool = False, ttl_seconds: Optional[int] = None) -> DesktopViewer:
+        """Start the stream if it does not run and mint a new viewer with a token of its own: view-only
+        unless control. At most 8 viewers per sandbox (ConflictError for the ninth)."""
+        return await self._sandbox._http.call(_calls.desktop_stream_start(self._sandbox.sandbox_id, control, ttl_seconds))
+
+    async def revoke(self, viewer_id: str) -> None:
+        """Revoke one viewer: its token stops working and its connections close."""
+        await self._sandbox._http.call(_calls.desktop_stream_revoke(self._sandbox.sandbox_id, viewer_id))
+
+    async def stop(self) -> None:
+        """Stop the stream and revoke every viewer."""
+        await self._sandbox._http.call(_calls.desktop_stream_stop(self._sandbox.sandbox_id))

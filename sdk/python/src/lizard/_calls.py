@@ -39,6 +39,8 @@ from ._core import UNSET, ContextLike
 from .errors import InvalidArgumentError, LizardError, NotFoundError, SandboxGoneError
 from .models import (
     Context,
+    DesktopViewer,
+    DesktopWindow,
     EntryInfo,
     EventPage,
     Execution,
@@ -311,6 +313,85 @@ def set_network_default(policy: Mapping[str, Any]) -> Call[Dict[str, Any]]:
 
 def clear_network_default() -> Call[None]:
     return Call("DELETE", "/v1/network/default", _nothing)
+
+
+# Desktop (docs/desktop.md) ------------------------------------------------------------------------------
+
+
+def _desktop(sandbox_id: str, sub: str) -> str:
+    return sandbox_path(sandbox_id, "/desktop" + sub)
+
+
+def _point(resp: httpx.Response) -> Tuple[int, int]:
+    obj = resp.json()
+    return int(obj["x"]), int(obj["y"])
+
+
+def _size(resp: httpx.Response) -> Tuple[int, int]:
+    obj = resp.json()
+    return int(obj["width"]), int(obj["height"])
+
+
+def _some(**fields: Any) -> Dict[str, Any]:
+    """The JSON body of the fields given (the API refuses nulls)."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def desktop_screenshot(sandbox_id: str, region: Optional[Tuple[int, int, int, int]]) -> Call[bytes]:
+    """The screen (or region: x, y, width, height) as PNG bytes."""
+    params = None
+    if region is not None:
+        if len(region) != 4:
+            raise InvalidArgumentError("region must be (x, y, width, height)")
+        params = dict(zip(("x", "y", "width", "height"), (int(v) for v in region)))
+    return Call("GET", _desktop(sandbox_id, "/screenshot"), lambda resp: resp.content, params=params)
+
+
+def desktop_screen(sandbox_id: str) -> Call[Tuple[int, int]]:
+    return Call("GET", _desktop(sandbox_id, "/screen"), _size)
+
+
+def desktop_cursor(sandbox_id: str) -> Call[Tuple[int, int]]:
+    return Call("GET", _desktop(sandbox_id, "/cursor"), _point)
+
+
+def desktop_mouse(sandbox_id: str, action: str, x: Optional[int], y: Optional[int], to_x: Optional[int],
+                  to_y: Optional[int], button: Optional[str], count: Optional[int],
+                  direction: Optional[str]) -> Call[Tuple[int, int]]:
+    body = _some(action=action, x=x, y=y, toX=to_x, toY=to_y, button=button, count=count, direction=direction)
+    return Call("POST", _desktop(sandbox_id, "/mouse"), _point, json=body)
+
+
+def desktop_keyboard(sandbox_id: str, action: str, text: Optional[str], keys: Optional[Sequence[str]],
+                     delay_ms: Optional[int]) -> Call[None]:
+    body = _some(action=action, text=text, keys=list(keys) if keys is not None else None, delayMs=delay_ms)
+    # Typing takes up to 60 s on the server (delay_ms per character).
+    return Call("POST", _desktop(sandbox_id, "/keyboard"), _nothing, json=body, timeout=90)
+
+
+def desktop_open(sandbox_id: str, target: str) -> Call[None]:
+    return Call("POST", _desktop(sandbox_id, "/open"), _nothing, json={"target": target})
+
+
+def desktop_launch(sandbox_id: str, app: str) -> Call[None]:
+    return Call("POST", _desktop(sandbox_id, "/launch"), _nothing, json={"app": app})
+
+
+def desktop_windows(sandbox_id: str) -> Call[List[DesktopWindow]]:
+    return Call("GET", _desktop(sandbox_id, "/windows"), _many(DesktopWindow.from_json, "windows"))
+
+
+def desktop_stream_start(sandbox_id: str, control: bool, ttl_seconds: Optional[int]) -> Call[DesktopViewer]:
+    body = _some(control=control or None, ttlSeconds=ttl_seconds)
+    return Call("POST", _desktop(sandbox_id, "/stream"), _one(DesktopViewer.from_json), json=body)
+
+
+def desktop_stream_stop(sandbox_id: str) -> Call[None]:
+    return Call("DELETE", _desktop(sandbox_id, "/stream"), _nothing)
+
+
+def desktop_stream_revoke(sandbox_id: str, viewer_id: str) -> Call[None]:
+    return Call("DELETE", _desktop(sandbox_id, "/stream/viewers/" + _name(viewer_id)), _nothing)
 
 
 # Files --------------------------------------------------------------------------------------------------

@@ -614,3 +614,72 @@ class EventPage:
             next=int(obj.get("next") or 0),
             has_more=bool(obj.get("hasMore")),
         )
+
+
+@dataclass
+class DesktopWindow:
+    """A visible window of a desktop sandbox (``sandbox.desktop.windows()``).
+
+    Attributes:
+        id: its X window id, in decimal.
+        title: its title.
+        class_: its WM_CLASS instance name (``chromium``); ``class`` on the wire.
+        x, y, width, height: where it is on the screen, in pixels.
+        active: whether it has the focus.
+    """
+
+    id: str
+    title: str
+    class_: str
+    x: int
+    y: int
+    width: int
+    height: int
+    active: bool
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "DesktopWindow":
+        """Build a DesktopWindow from its wire form."""
+        return cls(
+            id=str(obj.get("id", "")),
+            title=str(obj.get("title", "")),
+            class_=str(obj.get("class", "")),
+            x=int(obj.get("x") or 0),
+            y=int(obj.get("y") or 0),
+            width=int(obj.get("width") or 0),
+            height=int(obj.get("height") or 0),
+            active=bool(obj.get("active")),
+        )
+
+
+@dataclass
+class DesktopViewer:
+    """A viewer of a desktop sandbox's stream (``sandbox.desktop.stream.start()``), with a token of its own.
+
+    Attributes:
+        viewer_id: the viewer's id, for ``sandbox.desktop.stream.revoke(viewer_id)``.
+        token: opens this sandbox's stream, and nothing else, until it expires or is revoked.
+        control: whether the viewer may move the mouse and type (else view-only).
+        expires_at: when the token stops opening the stream.
+        websocket_url: the stream, RFB over a WebSocket (noVNC's), the token in its query.
+        url: the console's live view of the stream.
+    """
+
+    viewer_id: str
+    token: str
+    control: bool
+    expires_at: Optional[datetime]
+    websocket_url: str
+    url: str
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "DesktopViewer":
+        """Build a DesktopViewer from its wire form."""
+        return cls(
+            viewer_id=str(obj.get("viewerId", "")),
+            token=str(obj.get("token", "")),
+            control=bool(obj.get("control")),
+            expires_at=parse_time(obj.get("expiresAt")),
+            websocket_url=str(obj.get("websocketUrl", "")),
+            url=str(obj.get("url", "")),
+        )

@@ -1,8 +1,8 @@
 """E2B's Desktop SDK (PyPI e2b-desktop 2.7.2) unchanged against a real `lizard serve` (docs/desktop.md).
 
 The project's `desktop` template is built from templates/desktop/recipe.yaml with `lizard template build`
-(found in the template cache by its key after the first build: a few seconds; the first build on an empty
-cache takes minutes). `Sandbox.create()` then starts from the template snapshot with the desktop running;
+(conftest's desktop_template: found in the template cache by its key after the first build, a few seconds;
+the first build on an empty cache takes minutes). `Sandbox.create()` then starts from the template snapshot with the desktop running;
 the SDK's own Xvfb and startxfce4 on every create must leave it as it is. The browser opens a local page
 (no internet), a button found in a screenshot is clicked by its coordinates, text is typed into a field and
 the page's effect is read back from the browser window's title.
@@ -14,10 +14,8 @@ import base64
 import io
 import os
 import socket
-import subprocess
 import time
-from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import httpx
 import pytest
@@ -25,10 +23,6 @@ from e2b import CommandExitException
 from e2b_desktop import Sandbox
 from PIL import Image
 
-REPO = Path(__file__).resolve().parents[4]
-BIN = Path(os.environ.get("LIZARD_TEST_BIN_DIR") or REPO / "bin") / "lizard"
-RECIPE = REPO / "templates" / "desktop" / "recipe.yaml"
-BUILD_TIMEOUT = 1800  # seconds: a first build fetches ~260 MB of Debian packages and installs them
 
 PAGE = """<!doctype html>
 <html><head><title>waiting</title><style>
@@ -50,21 +44,6 @@ def _e2b_env(lizard_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("E2B_API_URL", f"{lizard_server.url}/e2b")
     monkeypatch.setenv("E2B_SANDBOX_URL", f"{lizard_server.url}/e2b/sandbox")
     monkeypatch.setenv("E2B_API_KEY", lizard_server.api_key)
-
-
-@pytest.fixture(scope="module")
-def desktop_template(lizard_server: Any) -> Iterator[None]:
-    """The project's `desktop` template, built as docs/desktop.md says (or found in the cache), and
-    deleted after the module: other tests list the project's templates."""
-    env = dict(os.environ, LIZARD_API_URL=lizard_server.url, LIZARD_API_KEY=lizard_server.api_key)
-    begin = time.monotonic()
-    out = subprocess.run([str(BIN), "template", "build", "--quiet", "-f", str(RECIPE)],
-                         capture_output=True, text=True, timeout=BUILD_TIMEOUT, env=env)
-    assert out.returncode == 0, f"building the desktop template:\n{out.stdout}\n{out.stderr}"
-    print(f"desktop template: {time.monotonic() - begin:.1f} s\n{out.stdout}")
-    yield
-    # Under load 40 the delete took over a minute (a 60 s bound timed out, 2026-12-05, the 5 tests passed).
-    subprocess.run([str(BIN), "template", "delete", "desktop"], capture_output=True, text=True, timeout=600, env=env)
 
 
 def _until(what: str, probe: Callable[[], Optional[Any]], timeout: float = 60) -> Any:

@@ -116,6 +116,16 @@ const UNMODELLED: Record<string, string> = {
   SandboxMove: 'see NodeDrain',
   SandboxLeft: 'see NodeDrain',
   NodeState: 'see NodeDrain',
+  DesktopScreen: 'the desktop routes (/v1/sandboxes/{id}/desktop/..., issue 39): sandbox.desktop in TypeScript is built on them next',
+  DesktopCursor: 'see DesktopScreen',
+  DesktopMouseRequest: 'see DesktopScreen',
+  DesktopKeyboardRequest: 'see DesktopScreen',
+  DesktopOpenRequest: 'see DesktopScreen',
+  DesktopLaunchRequest: 'see DesktopScreen',
+  DesktopWindowList: 'see DesktopScreen',
+  DesktopWindow: 'see DesktopScreen',
+  DesktopStreamRequest: 'see DesktopScreen',
+  DesktopViewer: 'see DesktopScreen',
 };
 
 /**
