@@ -59,7 +59,11 @@ func moveTo(x, y *int, required bool) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []string{"mousemove", "--sync", xs, ys}, nil
+	// No --sync: xdotool then waits for a motion, and a move to where the
+	// pointer is makes none (it hung until the call's deadline). The X
+	// server applies requests of one connection in order, so what follows
+	// in the same command sees the pointer moved.
+	return []string{"mousemove", xs, ys}, nil
 }
 
 var buttons = map[string]string{"": "1", api.ButtonLeft: "1", api.ButtonMiddle: "2", api.ButtonRight: "3"}
@@ -127,7 +131,7 @@ func mouseArgs(req api.DesktopMouseRequest) ([]string, error) {
 		// The pauses let an application see a press, a move and a
 		// release rather than one instant.
 		args = append(args, from...)
-		args = append(args, "mousedown", button, "sleep", "0.1", "mousemove", "--sync", tx, ty, "sleep", "0.1", "mouseup", button)
+		args = append(args, "mousedown", button, "sleep", "0.1", "mousemove", tx, ty, "sleep", "0.1", "mouseup", button)
 	case api.MouseScroll:
 		dir, ok := scrollButtons[req.Direction]
 		if !ok {

@@ -21,12 +21,12 @@ func TestMouseArgs(t *testing.T) {
 		want string // the argv joined by spaces; "" when refused
 		err  string
 	}{
-		{name: "move", req: api.DesktopMouseRequest{Action: "move", X: ptr(10), Y: ptr(20)}, want: "xdotool mousemove --sync 10 20 getmouselocation --shell"},
+		{name: "move", req: api.DesktopMouseRequest{Action: "move", X: ptr(10), Y: ptr(20)}, want: "xdotool mousemove 10 20 getmouselocation --shell"},
 		{name: "click here", req: api.DesktopMouseRequest{Action: "click"}, want: "xdotool click --repeat 1 --delay 80 1 getmouselocation --shell"},
-		{name: "double right click there", req: api.DesktopMouseRequest{Action: "click", X: ptr(1), Y: ptr(2), Button: "right", Count: 2}, want: "xdotool mousemove --sync 1 2 click --repeat 2 --delay 80 3 getmouselocation --shell"},
+		{name: "double right click there", req: api.DesktopMouseRequest{Action: "click", X: ptr(1), Y: ptr(2), Button: "right", Count: 2}, want: "xdotool mousemove 1 2 click --repeat 2 --delay 80 3 getmouselocation --shell"},
 		{name: "down middle", req: api.DesktopMouseRequest{Action: "down", Button: "middle"}, want: "xdotool mousedown 2 getmouselocation --shell"},
 		{name: "up", req: api.DesktopMouseRequest{Action: "up"}, want: "xdotool mouseup 1 getmouselocation --shell"},
-		{name: "drag", req: api.DesktopMouseRequest{Action: "drag", X: ptr(1), Y: ptr(2), ToX: ptr(3), ToY: ptr(4)}, want: "xdotool mousemove --sync 1 2 mousedown 1 sleep 0.1 mousemove --sync 3 4 sleep 0.1 mouseup 1 getmouselocation --shell"},
+		{name: "drag", req: api.DesktopMouseRequest{Action: "drag", X: ptr(1), Y: ptr(2), ToX: ptr(3), ToY: ptr(4)}, want: "xdotool mousemove 1 2 mousedown 1 sleep 0.1 mousemove 3 4 sleep 0.1 mouseup 1 getmouselocation --shell"},
 		{name: "scroll up 3", req: api.DesktopMouseRequest{Action: "scroll", Direction: "up", Count: 3}, want: "xdotool click --repeat 3 --delay 20 4 getmouselocation --shell"},
 		{name: "scroll default down", req: api.DesktopMouseRequest{Action: "scroll"}, want: "xdotool click --repeat 1 --delay 20 5 getmouselocation --shell"},
 		{name: "negative x", req: api.DesktopMouseRequest{Action: "move", X: ptr(-1), Y: ptr(0)}, err: "x -1 is off any screen"},
