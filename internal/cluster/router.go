@@ -224,21 +224,40 @@ func find(nodes []store.NodeInfo, name string) (store.NodeInfo, bool) {
 // nodes to sample, at most a few seconds old (list); the sampled nodes'
 // leases, draining marks and live sandboxes are read fresh, so a create
 // never goes to a node that lost its lease or filled up since.
+// When the kept list leads nowhere (no node placeable in it, or none of
+// those sampled placeable as read now: an undrain or a new node it does
+// not show yet), the nodes are read again and placement tried once more,
+// so that no create is refused on a list a few seconds old.
 func (r *Router) place(ctx context.Context, skip map[string]bool, image string) (store.NodeInfo, error) {
 	nodes, err := r.list(ctx, false)
 	if err != nil {
 		return store.NodeInfo{}, err
 	}
+	n, err := r.placeAmong(ctx, nodes, skip, image)
+	if !errors.Is(err, errNoNode) {
+		return n, err
+	}
+	if nodes, err = r.list(ctx, true); err != nil {
+		return store.NodeInfo{}, err
+	}
+	return r.placeAmong(ctx, nodes, skip, image)
+}
+
+// errNoNode marks placeAmong's refusals for want of a node.
+var errNoNode = errors.New("no node can take the sandbox")
+
+// placeAmong is place over nodes.
+func (r *Router) placeAmong(ctx context.Context, nodes []store.NodeInfo, skip map[string]bool, image string) (store.NodeInfo, error) {
 	live, other := r.placeable(nodes, skip)
 	if len(live) == 0 && len(other) > 0 {
-		return store.NodeInfo{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: "no node can take the sandbox:" + incompatible(other)}
+		return store.NodeInfo{}, noNode("no node can take the sandbox:" + incompatible(other))
 	}
 	if len(live) == 0 {
 		msg := "no node can take the sandbox: none has a live lease"
 		if len(skip) > 0 {
 			msg = "no node can take the sandbox: the nodes tried did not answer and no other has a live lease"
 		}
-		return store.NodeInfo{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: msg + "; check that `lizard node` runs and reaches the database, then retry"}
+		return store.NodeInfo{}, noNode(msg + "; check that `lizard node` runs and reaches the database, then retry")
 	}
 	rand.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
 	r.mu.Lock()
@@ -272,11 +291,23 @@ func (r *Router) place(ctx context.Context, skip map[string]bool, image string) 
 		if len(other) > 0 {
 			msg += ";" + incompatible(other)
 		}
-		return store.NodeInfo{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: msg}
+		return store.NodeInfo{}, noNode(msg)
 	}
 	r.placing[best.Name]++
 	return *best, nil
 }
+
+// noNode is a refusal for want of a node: ErrUnavailable with msg for the
+// caller, errNoNode for place.
+func noNode(msg string) error {
+	return noNodeError{&errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: msg}}
+}
+
+type noNodeError struct{ err *errdefs.Error }
+
+func (e noNodeError) Error() string        { return e.err.Error() }
+func (e noNodeError) Unwrap() error        { return e.err }
+func (e noNodeError) Is(target error) bool { return target == errNoNode }
 
 // placeable splits nodes into those placement may use (a live lease, not
 // draining, not in skip, of a version this API works with) and the live

@@ -433,3 +433,50 @@ func TestPlacementKeepsTheNodes(t *testing.T) {
 		t.Fatalf("placed on %s with a list too old to serve; want n4", got)
 	}
 }
+
+// TestPlacementReadsAgainBeforeRefusing: a create is not refused on the
+// list kept: when it shows no placeable node, or those sampled turn out
+// drained as read now, the nodes are read again — an undrain made through
+// another API process counts at once.
+func TestPlacementReadsAgainBeforeRefusing(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r, err := NewRouter(Config{Store: st, Secret: testSecret, Logger: nodetest.Discard(), Refresh: time.Hour, Choices: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := time.Now().Add(time.Hour)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		beat(t, st, n, "127.0.0.1:1", lease)
+	}
+	if err := st.Nodes().SetDraining(ctx, "n2", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.list(ctx, false); err != nil { // kept: n2 draining
+		t.Fatal(err)
+	}
+	for _, d := range []struct {
+		name     string
+		draining bool
+	}{{"n2", false}, {"n1", true}, {"n3", true}} {
+		if err := st.Nodes().SetDraining(ctx, d.name, d.draining); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := r.place(ctx, nil, "")
+	if err != nil || n.Name != "n2" {
+		t.Fatalf("place after n2 was undrained and the others drained = %s, %v; want n2", n.Name, err)
+	}
+	r.done(n.Name)
+	if err := st.Nodes().SetDraining(ctx, "n2", true); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.place(ctx, nil, "")
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "no node can take the sandbox") {
+		t.Fatalf("place with every node drained: %v; want ErrUnavailable saying no node can take it", err)
+	}
+}
