@@ -41,6 +41,20 @@ export {
 } from './types.js';
 export { Volume, type CreateVolumeOptions } from './volume.js';
 export { Network, type NetworkLogEntry, type NetworkPolicy, type NetworkUpdate } from './network.js';
+export {
+  Desktop,
+  DesktopStream,
+  type DesktopCursor,
+  type DesktopScreen,
+  type DesktopViewer,
+  type DesktopWindow,
+  type KeyboardAction,
+  type MouseAction,
+  type MouseButton,
+  type Region,
+  type ScrollDirection,
+  type StreamOptions,
+} from './desktop.js';
 export { Secret, type SetSecretOptions } from './secret.js';
 export {
   Events,

@@ -7,6 +7,7 @@ import { Files } from './files.js';
 import { Commands, Pty } from './commands.js';
 import { Process } from './process.js';
 import { Network, type NetworkPolicy } from './network.js';
+import { Desktop } from './desktop.js';
 import {
   Execution,
   sandboxInfo,
@@ -181,6 +182,8 @@ export class CodeSandbox {
   readonly pty: Pty;
   /** Its network policy: sandbox.network.update({ deny: [...] }), .log(). */
   readonly network: Network;
+  /** A desktop sandbox's screen, mouse, keyboard and stream: sandbox.desktop.screenshot(), .click(x, y), .stream.start(), ... */
+  readonly desktop: Desktop;
 
   private readonly http: HttpClient;
   private readonly prefix: string;
@@ -197,6 +200,7 @@ export class CodeSandbox {
     this.commands = new Commands(http, this.prefix);
     this.pty = new Pty(this.commands);
     this.network = new Network(http, this.prefix);
+    this.desktop = new Desktop(http, this.prefix);
   }
 
   /** create boots a new sandbox and returns once it is ready to run code. */

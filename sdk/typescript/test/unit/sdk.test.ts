@@ -797,6 +797,101 @@ describe('secrets', () => {
   });
 });
 
+describe('desktop', () => {
+  test('each call is its request: screenshot bytes, a region, mouse and keyboard bodies, windows', async () => {
+    const png = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0, 1, 2, 255]);
+    fake.handler = (req, res) => {
+      const p = req.path.replace('/v1/sandboxes/sbx_1/desktop', '');
+      if (p === '/screenshot') return void res.writeHead(200, { 'content-type': 'image/png' }).end(png);
+      if (p === '/screen') return FakeServer.json(res, 200, { width: 1024, height: 768 });
+      if (p === '/cursor' || p === '/mouse') return FakeServer.json(res, 200, { x: 7, y: 9 });
+      if (p === '/windows') {
+        return FakeServer.json(res, 200, {
+          windows: [{ id: '4194307', title: 'Page', class: 'chromium', x: 0, y: 0, width: 800, height: 600, active: true }],
+        });
+      }
+      res.writeHead(204).end();
+    };
+    const sb = await connected();
+    const shot = await sb.desktop.screenshot();
+    assert.ok(shot instanceof Uint8Array);
+    assert.deepEqual(Buffer.from(shot), png);
+    await sb.desktop.screenshot({ x: 1, y: 2, width: 30, height: 40 });
+    assert.deepEqual(await sb.desktop.screen(), { width: 1024, height: 768 });
+    assert.deepEqual(await sb.desktop.cursor(), { x: 7, y: 9 });
+    assert.deepEqual(await sb.desktop.move(10, 20), { x: 7, y: 9 });
+    await sb.desktop.click(5, 6);
+    await sb.desktop.click();
+    await sb.desktop.doubleClick(1, 2);
+    await sb.desktop.rightClick(3, 4);
+    await sb.desktop.mouseDown();
+    await sb.desktop.mouseUp('middle');
+    await sb.desktop.drag({ x: 1, y: 2 }, { x: 3, y: 4 });
+    await sb.desktop.scroll('up', 3, { x: 50, y: 60 });
+    await sb.desktop.type('hé "$(x)"', { delayMs: 0 });
+    await sb.desktop.press('ctrl+l', 'enter');
+    await sb.desktop.open('/home/user/page.html');
+    await sb.desktop.launch('xfce4-terminal');
+    const [w] = await sb.desktop.windows();
+    assert.deepEqual(w, { id: '4194307', title: 'Page', class: 'chromium', x: 0, y: 0, width: 800, height: 600, active: true });
+    const seen = fake.requests.map((r) => `${r.method} ${r.path.replace('/v1/sandboxes/sbx_1', '')}${r.query.size ? '?' + r.query.toString() : ''} ${r.body.toString()}`.trim());
+    assert.deepEqual(seen, [
+      'GET /desktop/screenshot',
+      'GET /desktop/screenshot?x=1&y=2&width=30&height=40',
+      'GET /desktop/screen',
+      'GET /desktop/cursor',
+      'POST /desktop/mouse {"action":"move","x":10,"y":20}',
+      'POST /desktop/mouse {"action":"click","x":5,"y":6}',
+      'POST /desktop/mouse {"action":"click"}',
+      'POST /desktop/mouse {"action":"click","x":1,"y":2,"count":2}',
+      'POST /desktop/mouse {"action":"click","x":3,"y":4,"button":"right"}',
+      'POST /desktop/mouse {"action":"down","button":"left"}',
+      'POST /desktop/mouse {"action":"up","button":"middle"}',
+      'POST /desktop/mouse {"action":"drag","x":1,"y":2,"toX":3,"toY":4,"button":"left"}',
+      'POST /desktop/mouse {"action":"scroll","direction":"up","count":3,"x":50,"y":60}',
+      'POST /desktop/keyboard {"action":"type","text":"hé \\"$(x)\\"","delayMs":0}',
+      'POST /desktop/keyboard {"action":"press","keys":["ctrl+l","enter"]}',
+      'POST /desktop/open {"target":"/home/user/page.html"}',
+      'POST /desktop/launch {"app":"xfce4-terminal"}',
+      'GET /desktop/windows',
+    ]);
+    await assert.rejects(sb.desktop.screenshot({ x: 1.5, y: 0, width: 1, height: 1 }), InvalidArgumentError);
+  });
+
+  test('the stream: a viewer per start, view-only unless control; revoke and stop', async () => {
+    fake.handler = (req, res) => {
+      if (req.method !== 'POST') return void res.writeHead(204).end();
+      const control = JSON.parse(req.body.toString() || '{}').control === true;
+      FakeServer.json(res, 201, {
+        viewerId: 'vAbc', token: 'lzv_t', control, expiresAt: '2026-12-05T03:00:00Z',
+        websocketUrl: 'ws://h/v1/sandboxes/sbx_1/desktop/stream/websocket?token=lzv_t', url: 'http://h/#/sandboxes/sbx_1/desktop?token=lzv_t',
+      });
+    };
+    const sb = await connected();
+    const v = await sb.desktop.stream.start();
+    assert.equal(v.control, false);
+    assert.equal(v.token, 'lzv_t');
+    assert.deepEqual(v.expiresAt, new Date('2026-12-05T03:00:00Z'));
+    assert.match(v.websocketUrl, /^ws:.*\/desktop\/stream\/websocket\?token=lzv_t$/);
+    assert.equal((await sb.desktop.stream.start({ control: true, ttlSeconds: 60 })).control, true);
+    await sb.desktop.stream.revoke('v/Abc');
+    await sb.desktop.stream.stop();
+    assert.deepEqual(fake.requests.map((r) => `${r.method} ${r.path} ${r.body.toString()}`.trim()), [
+      'POST /v1/sandboxes/sbx_1/desktop/stream {}',
+      'POST /v1/sandboxes/sbx_1/desktop/stream {"control":true,"ttlSeconds":60}',
+      'DELETE /v1/sandboxes/sbx_1/desktop/stream/viewers/v%2FAbc',
+      'DELETE /v1/sandboxes/sbx_1/desktop/stream',
+    ]);
+  });
+
+  test("a sandbox without a desktop is the API's ConflictError", async () => {
+    fake.handler = (_req, res) =>
+      FakeServer.json(res, 409, { code: 'conflict', message: 'sandbox sbx_1 has no desktop (no X server answers): create it from a desktop template' });
+    const sb = await connected();
+    await assert.rejects(sb.desktop.screenshot(), (e: unknown) => e instanceof ConflictError && /has no desktop/.test(e.message));
+  });
+});
+
 describe('errors', () => {
   test('each status maps to its class', async () => {
     const cases: [number, string, new (...a: never[]) => LizardError][] = [

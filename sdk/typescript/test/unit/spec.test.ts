@@ -46,6 +46,10 @@ const MODELS: Record<string, string[]> = {
   NetworkLogEntry: ['WireLogEntry', 'NetworkLogEntry'],
   Event: ['WireEvent', 'SandboxEvent'],
   EventList: ['EventPage'],
+  DesktopScreen: ['DesktopScreen'],
+  DesktopCursor: ['DesktopCursor'],
+  DesktopWindow: ['DesktopWindow'],
+  DesktopViewer: ['WireViewer', 'DesktopViewer'],
 };
 
 // Request objects: the schema and the call that sends it (Class.method).
@@ -64,6 +68,11 @@ const CALLS: Record<string, string> = {
   ProcessStartRequest: 'Commands.start',
   UpdateNetworkRequest: 'Network.update',
   SnapshotRequest: 'CodeSandbox.snapshot',
+  DesktopMouseRequest: 'Desktop.mouse',
+  DesktopKeyboardRequest: 'Desktop.keyboard',
+  DesktopOpenRequest: 'Desktop.open',
+  DesktopLaunchRequest: 'Desktop.launch',
+  DesktopStreamRequest: 'DesktopStream.start',
 };
 
 // Fields the SDK takes or gives under another shape, and why.
@@ -116,16 +125,7 @@ const UNMODELLED: Record<string, string> = {
   SandboxMove: 'see NodeDrain',
   SandboxLeft: 'see NodeDrain',
   NodeState: 'see NodeDrain',
-  DesktopScreen: 'the desktop routes (/v1/sandboxes/{id}/desktop/..., issue 39): sandbox.desktop in TypeScript is built on them next',
-  DesktopCursor: 'see DesktopScreen',
-  DesktopMouseRequest: 'see DesktopScreen',
-  DesktopKeyboardRequest: 'see DesktopScreen',
-  DesktopOpenRequest: 'see DesktopScreen',
-  DesktopLaunchRequest: 'see DesktopScreen',
-  DesktopWindowList: 'see DesktopScreen',
-  DesktopWindow: 'see DesktopScreen',
-  DesktopStreamRequest: 'see DesktopScreen',
-  DesktopViewer: 'see DesktopScreen',
+  DesktopWindowList: 'desktop.windows() returns the windows themselves',
 };
 
 /**
