@@ -132,7 +132,7 @@ test-typescript: ## TypeScript SDK tests, unit and end to end against a real liz
 
 test-console: deps build template ## Browser tests of the web console: Playwright driving Debian's headless chromium (installed if missing) against a real lizard serve
 	@command -v chromium >/dev/null || { echo "installing chromium"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
-	cd web/console && LIZARD_TEST_STRICT=1 LIZARD_CACHE_DIR=$(CACHE_DIR) timeout 1200 npm test
+	cd web/console && LIZARD_TEST_STRICT=1 LIZARD_CACHE_DIR=$(CACHE_DIR) timeout 1800 npm test
 
 test-api: ## schemathesis (every check) against a real lizard serve with api/openapi.yaml (about 3 minutes)
 	LIZARD_TEST_STRICT=1 LIZARD_CACHE_DIR=$(CACHE_DIR) $(TESTVENV)/bin/python -m pytest -q -p no:cacheprovider test/api

@@ -327,6 +327,16 @@ export interface TemplateSymlink {
   path: string;
 }
 
+/** A viewer of a desktop sandbox's stream (POST /desktop/stream), with a token of its own. */
+export interface DesktopViewer {
+  viewerId: string;
+  token: string;
+  control: boolean;
+  expiresAt: string;
+  websocketUrl: string;
+  url: string;
+}
+
 export interface Context {
   id: string;
   language: string;
@@ -366,7 +376,7 @@ function url(path: string, query?: Query): string {
 export async function request(
   method: string,
   path: string,
-  opts: { query?: Query; json?: unknown; body?: BodyInit; signal?: AbortSignal; key?: string } = {},
+  opts: { query?: Query; json?: unknown; body?: BodyInit; signal?: AbortSignal; key?: string; keepalive?: boolean } = {},
 ): Promise<Response> {
   const key = opts.key ?? apiKey();
   const headers: Record<string, string> = {};
@@ -385,7 +395,7 @@ export async function request(
   // server, so it is not.
   for (let attempt = 0; !resp; attempt++) {
     try {
-      resp = await fetch(url(path, opts.query), { method, headers, body, signal: opts.signal, credentials: "omit", cache: "no-store" });
+      resp = await fetch(url(path, opts.query), { method, headers, body, signal: opts.signal, credentials: "omit", cache: "no-store", keepalive: opts.keepalive });
     } catch (e) {
       if (e instanceof DOMException && e.name === "AbortError") throw e;
       if (method === "GET" && attempt === 0) {
@@ -479,6 +489,10 @@ export const api = {
   deleteTemplate: (name: string) => request("DELETE", `/v1/templates/${encodeURIComponent(name)}`).then(() => undefined),
   /** The build's events stream as they come (stream(resp, ..., done or error)); leaving cancels it. */
   buildTemplate: (req: BuildTemplateRequest, signal: AbortSignal) => request("POST", "/v1/templates", { json: req, signal }),
+  startDesktopStream: (id: string, control: boolean) => json<DesktopViewer>("POST", `${sb(id)}/desktop/stream`, { json: { control } }),
+  /** keepalive: sent even as the page closes. */
+  revokeDesktopViewer: (id: string, viewerId: string) =>
+    request("DELETE", `${sb(id)}/desktop/stream/viewers/${encodeURIComponent(viewerId)}`, { keepalive: true }).then(() => undefined),
   networkLog: (id: string) => json<{ entries: NetworkLogEntry[] }>("GET", `${sb(id)}/network/log`).then((r) => r.entries),
 };
 
@@ -492,4 +506,10 @@ export function socketProtocols(): string[] {
 export function processSocketURL(id: string, pid: number): string {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   return `${scheme}//${location.host}${sb(id)}/processes/${pid}/ws`;
+}
+
+/** The URL of a desktop's stream on this origin, opened with a viewer's token alone (docs/desktop.md). */
+export function desktopSocketURL(id: string, token: string): string {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  return `${scheme}//${location.host}${sb(id)}/desktop/stream/websocket?${new URLSearchParams({ token })}`;
 }

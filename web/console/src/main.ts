@@ -8,7 +8,8 @@ import { apiKey, health, setApiKey } from "./api";
 import { clearError, go, say } from "./ui";
 import { signInPage } from "./signin";
 import { sandboxesPage } from "./sandboxes";
-import { sandboxPage } from "./sandbox";
+import { sandboxPage, type SandboxTab } from "./sandbox";
+import { desktopViewerPage } from "./desktop";
 import { snapshotsPage } from "./snapshots";
 import { templatePage, templatesPage } from "./templates";
 
@@ -22,17 +23,23 @@ function route(): void {
   leave = undefined;
   const signedIn = apiKey() !== null;
   nav.hidden = !signedIn;
-  const path = location.hash.replace(/^#/, "") || "/sandboxes";
+  const [path, query = ""] = (location.hash.replace(/^#/, "") || "/sandboxes").split("?", 2) as [string, string?];
   main.replaceChildren();
-  if (!signedIn || path === "/signin") {
+  // A desktop viewer link (the API's DesktopViewer.url) carries its own
+  // token in the fragment: it needs no key, and shows that screen alone.
+  const viewer = /^\/sandboxes\/([^/]+)\/desktop$/.exec(path);
+  const token = new URLSearchParams(query).get("token");
+  if (viewer && token) {
+    leave = desktopViewerPage(main, decodeURIComponent(viewer[1]), token);
+  } else if (!signedIn || path === "/signin") {
     if (signedIn) {
       location.hash = "#/sandboxes";
       return;
     }
     leave = signInPage(main);
   } else {
-    const m = /^\/sandboxes\/([^/]+)(?:\/(terminal|processes|network))?$/.exec(path);
-    if (m) leave = sandboxPage(main, decodeURIComponent(m[1]), (m[2] as "terminal" | "processes" | "network" | undefined) ?? "playground");
+    const m = /^\/sandboxes\/([^/]+)(?:\/(terminal|processes|network|desktop))?$/.exec(path);
+    if (m) leave = sandboxPage(main, decodeURIComponent(m[1]), (m[2] as SandboxTab | undefined) ?? "playground");
     else if (path === "/snapshots") leave = snapshotsPage(main);
     else if (path === "/templates") leave = templatesPage(main);
     else if (/^\/templates\/[^/]+$/.test(path)) leave = templatePage(main, decodeURIComponent(path.slice("/templates/".length)));

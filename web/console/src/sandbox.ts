@@ -1,11 +1,13 @@
-// One sandbox: its facts and actions, then one of four tabs: a playground
+// One sandbox: its facts and actions, then one of five tabs: a playground
 // of code cells (Python in a chosen context, JavaScript, bash) whose output
 // streams as it comes, a command runner and a files panel; a terminal; its
-// background processes; its network policy and egress log.
+// background processes; its network policy and egress log; a desktop
+// sandbox's live screen.
 import { api, ApiError, stream, type Context, type EntryInfo, type ExecuteEvent, type ProcessEvent, type Sandbox } from "./api";
 import { metricsChart } from "./metrics";
 import { processesTab, terminalTab } from "./processes";
 import { networkTab } from "./network";
+import { desktopTab } from "./desktop";
 import { actionButtons } from "./actions";
 import { ago, bytes, field, h, replace, uid } from "./dom";
 import * as render from "./render";
@@ -14,7 +16,7 @@ import { act, say, showError } from "./ui";
 
 const REFRESH_MS = 3000;
 
-export type SandboxTab = "playground" | "terminal" | "processes" | "network";
+export type SandboxTab = "playground" | "terminal" | "processes" | "network" | "desktop";
 
 export function sandboxPage(main: HTMLElement, id: string, tab: SandboxTab = "playground"): () => void {
   const facts = h("dl", { class: "facts" });
@@ -220,13 +222,13 @@ export function sandboxPage(main: HTMLElement, id: string, tab: SandboxTab = "pl
   const tabs = h(
     "nav",
     { class: "tabs", "aria-label": "Sandbox views" },
-    ([["playground", "Playground", base], ["terminal", "Terminal", `${base}/terminal`], ["processes", "Processes", `${base}/processes`], ["network", "Network", `${base}/network`]] as const).map(
+    ([["playground", "Playground", base], ["terminal", "Terminal", `${base}/terminal`], ["processes", "Processes", `${base}/processes`], ["network", "Network", `${base}/network`], ["desktop", "Desktop", `${base}/desktop`]] as const).map(
       ([t, label, href]) => h("a", { href, "aria-current": t === tab ? "page" : undefined }, label),
     ),
   );
   // The terminal and processes tabs look inside the sandbox only once it
   // runs, as the playground does.
-  const other = tab === "terminal" ? terminalTab(id) : tab === "processes" ? processesTab(id) : tab === "network" ? networkTab(id) : undefined;
+  const other = tab === "terminal" ? terminalTab(id) : tab === "processes" ? processesTab(id) : tab === "network" ? networkTab(id) : tab === "desktop" ? desktopTab(id) : undefined;
   main.append(
     h("p", {}, h("a", { href: "#/sandboxes" }, "← All sandboxes")),
     h("h1", {}, `Sandbox ${id}`),

@@ -15,7 +15,7 @@ const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../.
 // Schemas the console must model, for what it shows and sends.
 const REQUIRED = ["Sandbox", "Snapshot", "CreateSandboxRequest", "Result", "ExecutionError", "ExecuteEvent",
   "ProcessEvent", "Context", "EntryInfo", "Health", "VolumeMount", "Abort", "PtySize", "ProcessStartRequest", "ProcessInfo", "ProcessControl", "SandboxMetric",
-  "Template", "TemplateRecipe", "BuildTemplateRequest", "RegistryAuth", "TemplateBuildEvent"];
+  "Template", "TemplateRecipe", "BuildTemplateRequest", "RegistryAuth", "TemplateBuildEvent", "DesktopViewer"];
 
 /**
  * schemaProperties reads components.schemas.*.properties of an OpenAPI
