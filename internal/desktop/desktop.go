@@ -233,11 +233,61 @@ func (h *Handler) mouse(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		c, err := parseCursor(out)
-		if err == nil {
-			writeJSON(w, http.StatusOK, c)
+		if err != nil {
+			return err
 		}
-		return err
+		if want, ok := mouseTarget(req); ok {
+			c = settle(ctx, c, want, func() (api.DesktopCursor, error) {
+				out, err := a.run(ctx, cursorArgs, callTimeout)
+				if err != nil {
+					return api.DesktopCursor{}, err
+				}
+				return parseCursor(out)
+			})
+		}
+		writeJSON(w, http.StatusOK, c)
+		return nil
 	})
+}
+
+// Settling: xdotool's move is XTest input, which the X server queues and
+// applies after the query that follows it in the same command may already
+// have answered, so a move's answer could name where the pointer was.
+const (
+	settleReads = 5
+	settleGap   = 20 * time.Millisecond
+)
+
+// mouseTarget is where req leaves the pointer, if it names a place.
+func mouseTarget(req api.DesktopMouseRequest) (api.DesktopCursor, bool) {
+	x, y := req.X, req.Y
+	if req.Action == api.MouseDrag {
+		x, y = req.ToX, req.ToY
+	}
+	if x == nil || y == nil {
+		return api.DesktopCursor{}, false
+	}
+	return api.DesktopCursor{X: *x, Y: *y}, true
+}
+
+// settle reads the pointer again, a few times and briefly, until it is at
+// want. It gives up quietly with the last reading: a place off the screen
+// is clamped to its edge and never reached, and an application may move
+// the pointer itself.
+func settle(ctx context.Context, got, want api.DesktopCursor, read func() (api.DesktopCursor, error)) api.DesktopCursor {
+	for i := 0; i < settleReads && got != want; i++ {
+		select {
+		case <-ctx.Done():
+			return got
+		case <-time.After(settleGap):
+		}
+		c, err := read()
+		if err != nil {
+			return got
+		}
+		got = c
+	}
+	return got
 }
 
 func (h *Handler) keyboard(w http.ResponseWriter, r *http.Request) {

@@ -264,3 +264,53 @@ func TestViewers(t *testing.T) {
 		t.Errorf("after stop: %d viewers", len(vs.bySandbox["sb"]))
 	}
 }
+
+// TestSettle: a move's answer names where the pointer went, read again
+// while the X server has not yet applied the move, and gives up after a
+// bounded number of reads (a place off the screen is never reached).
+func TestSettle(t *testing.T) {
+	at := func(x, y int) api.DesktopCursor { return api.DesktopCursor{X: x, Y: y} }
+	for _, tc := range []struct {
+		name      string
+		got, want api.DesktopCursor
+		reads     []api.DesktopCursor
+		fail      bool
+		answer    api.DesktopCursor
+		readsUsed int
+	}{
+		{name: "already there", got: at(10, 20), want: at(10, 20), answer: at(10, 20)},
+		{name: "arrives on the second read", got: at(300, 200), want: at(10, 20), reads: []api.DesktopCursor{at(300, 200), at(10, 20)}, answer: at(10, 20), readsUsed: 2},
+		{name: "clamped, never reached", got: at(1023, 767), want: at(16000, 16000), reads: []api.DesktopCursor{at(1023, 767), at(1023, 767), at(1023, 767), at(1023, 767), at(1023, 767), at(1, 1)}, answer: at(1023, 767), readsUsed: settleReads},
+		{name: "a failed read keeps the answer", got: at(300, 200), want: at(10, 20), fail: true, answer: at(300, 200), readsUsed: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			used := 0
+			c := settle(context.Background(), tc.got, tc.want, func() (api.DesktopCursor, error) {
+				used++
+				if tc.fail {
+					return api.DesktopCursor{}, errors.New("agent gone")
+				}
+				return tc.reads[used-1], nil
+			})
+			if c != tc.answer || used != tc.readsUsed {
+				t.Errorf("settle = %+v after %d reads; want %+v after %d", c, used, tc.answer, tc.readsUsed)
+			}
+		})
+	}
+}
+
+func TestMouseTarget(t *testing.T) {
+	for _, tc := range []struct {
+		req  api.DesktopMouseRequest
+		want api.DesktopCursor
+		ok   bool
+	}{
+		{api.DesktopMouseRequest{Action: api.MouseMove, X: ptr(1), Y: ptr(2)}, api.DesktopCursor{X: 1, Y: 2}, true},
+		{api.DesktopMouseRequest{Action: api.MouseClick}, api.DesktopCursor{}, false},
+		{api.DesktopMouseRequest{Action: api.MouseDrag, X: ptr(1), Y: ptr(2), ToX: ptr(30), ToY: ptr(40)}, api.DesktopCursor{X: 30, Y: 40}, true},
+	} {
+		if got, ok := mouseTarget(tc.req); got != tc.want || ok != tc.ok {
+			t.Errorf("mouseTarget(%+v) = %+v, %v; want %+v, %v", tc.req, got, ok, tc.want, tc.ok)
+		}
+	}
+}
