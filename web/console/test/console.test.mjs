@@ -101,12 +101,15 @@ test("web console in a real browser against lizard serve", { skip: !strict && wh
     await page.locator("footer").getByText(`Lizard ${version}`, { exact: true }).waitFor();
     await shot("signin");
     await a11y("the sign-in page");
+    // The pages' links are for a signed-in user: the nav's display rule must not override hidden.
+    assert.equal(await page.locator(".top nav").isVisible(), false, "the nav shows on the sign-in page");
     await page.getByLabel("API key").fill("lz_wrong_key");
     await page.getByRole("button", { name: "Sign in" }).click();
     await page.getByText(/HTTP 401 unauthenticated/).waitFor();
     await page.getByLabel("API key").fill(lz.apiKey);
     await page.keyboard.press("Enter");
     await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
+    assert.equal(await page.locator(".top nav").isVisible(), true, "the nav is hidden once signed in");
     assert.equal(await page.evaluate(() => sessionStorage.getItem("lizard.apiKey")), lz.apiKey);
     assert.equal(await page.evaluate(() => localStorage.length), 0);
     assert.deepEqual(await context.cookies(), []);
@@ -421,6 +424,7 @@ display(SVG('<svg xmlns="http://www.w3.org/2000/svg" width="60" height="20" onlo
     assert.deepEqual(foreign, [], "the console fetched something from another origin");
     await page.getByRole("button", { name: "Sign out" }).click();
     await page.getByRole("heading", { name: "Sign in" }).waitFor();
+    assert.equal(await page.locator(".top nav").isVisible(), false, "the nav shows after sign out");
     assert.equal(await page.evaluate(() => sessionStorage.getItem("lizard.apiKey")), null);
   });
 });
