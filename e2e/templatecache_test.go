@@ -16,7 +16,7 @@ import (
 
 // TestTemplateStepCache: a build whose steps extend an earlier build's
 // of the project resumes from that build — its slow first step not run
-// again (no step event, the file it stamped unchanged, the build faster);
+// again (no step event, the file it stamped unchanged);
 // skipCache runs every step (a new stamp); and a template built on the
 // project's own (base: NAME, from: NAME) has its files, env and start
 // command, built on top of its build.
@@ -67,10 +67,9 @@ func TestTemplateStepCache(t *testing.T) {
 	if a, b := stamp(one.Key), stamp(two.Key); a != b {
 		t.Errorf("the resumed build's stamp %s; want cache-one's %s (the step not run again)", b, a)
 	}
+	// Its speed is a figure, not a check (a loaded machine can stretch a
+	// copy past the 15 s saved): the events and the stamp prove the skip.
 	t.Logf("first build %d ms, the resumed one %d ms", one.BuildMs, two.BuildMs)
-	if two.BuildMs >= one.BuildMs {
-		t.Errorf("the resumed build took %d ms, the first %d ms; want it faster by the skipped 15 s step", two.BuildMs, one.BuildMs)
-	}
 
 	// skipCache: every step again, a new stamp; then the same recipe is
 	// the cache.
