@@ -47,7 +47,7 @@ func TestTemplateQuotas(t *testing.T) {
 		!strings.Contains(apiErr.Message, "--max-templates-per-project") {
 		t.Fatalf("building a second template = %v; want a 429 saying to delete one or raise the quota", err)
 	}
-	if len(events) != 0 || time.Since(begin) > 5*time.Second {
+	if len(events) != 0 {
 		t.Errorf("the refused build streamed %d events in %s; want a refusal before it starts", len(events), time.Since(begin))
 	}
 

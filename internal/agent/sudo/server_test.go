@@ -292,9 +292,12 @@ func TestServerAdversarial(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	start := time.Now()
 	code, _, errs := client(t, socket, 0, "", "true")
-	if code != 1 || !strings.Contains(errs, "4 sudo commands run in this sandbox already") || time.Since(start) > 900*time.Millisecond {
-		t.Errorf("sudo past the bound = %d, %q after %v; want refused at once", code, errs, time.Since(start))
+	// Refused, not queued: a queued one would run once the held slots
+	// free at the deadline and exit 0. Its time is logged, not checked.
+	if code != 1 || !strings.Contains(errs, "4 sudo commands run in this sandbox already") {
+		t.Errorf("sudo past the bound = %d, %q after %v; want refused", code, errs, time.Since(start))
 	}
+	t.Logf("refused after %v", time.Since(start))
 	time.Sleep(handshakeTimeout)
 	if code, _, errs := client(t, socket, 0, "", "true"); code != 0 {
 		t.Errorf("sudo after the idle connections' deadline = %d, %q; want 0", code, errs)
