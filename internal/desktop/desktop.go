@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -151,9 +152,7 @@ func (a *agent) result(ctx context.Context, args []string, timeout time.Duration
 	switch {
 	case res.ExitCode == -1 && strings.Contains(res.Error, "not found"):
 		return nil, noDesktop(a.id, fmt.Sprintf("it has no %s", args[0]))
-	case strings.Contains(res.Stderr, "Can't open display") || strings.Contains(res.Stderr, "Cannot open display") ||
-		strings.Contains(res.Stderr, "Failed creating new xdo instance") || strings.Contains(res.Stderr, "Can't open X display") ||
-		strings.Contains(res.Stderr, "unable to open display"):
+	case slices.ContainsFunc(noDisplay, func(s string) bool { return strings.Contains(res.Stderr, s) }):
 		return nil, noDesktop(a.id, "no X server answers on its display :0")
 	case res.ExitCode != 0:
 		msg := strings.TrimSpace(res.Stderr + " " + res.Error)
@@ -164,6 +163,10 @@ func (a *agent) result(ctx context.Context, args []string, timeout time.Duration
 	}
 	return res, nil
 }
+
+// noDisplay are what xdotool, scrot, xrandr and x11vnc say when no X
+// server answers.
+var noDisplay = []string{"Can't open display", "Cannot open display", "Failed creating new xdo instance", "Can't open X display", "unable to open display"}
 
 // noDesktop is the answer for a sandbox whose template runs no desktop.
 func noDesktop(id, why string) error {
