@@ -13,13 +13,14 @@ import io
 import struct
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional, Tuple
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 from PIL import Image
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from desktop_page import magenta_centre
 from lizard import AsyncCodeSandbox, CodeSandbox, ConflictError, InvalidArgumentError
 
 PAGE = """<!doctype html>
@@ -57,22 +58,6 @@ def _until(what: str, probe: Callable[[], Optional[Any]], timeout: float = 60) -
         time.sleep(0.5)
 
 
-def _magenta_centre(png: bytes) -> Optional[Tuple[int, int]]:
-    img = Image.open(io.BytesIO(png)).convert("RGB")
-    w, h = img.size
-    px = img.load()
-    xs, ys = [], []
-    for y in range(0, h, 4):
-        for x in range(0, w, 4):
-            r, g, b = px[x, y]
-            if r > 240 and g < 20 and b > 240:
-                xs.append(x)
-                ys.append(y)
-    if len(xs) < 100:
-        return None
-    return (min(xs) + max(xs)) // 2, (min(ys) + max(ys)) // 2
-
-
 def _title(sb: CodeSandbox, prefix: str) -> Optional[str]:
     for w in sb.desktop.windows():
         if w.title.startswith(prefix):
@@ -91,7 +76,7 @@ def test_desktop_drives_the_browser(desktop: CodeSandbox) -> None:
     sb.files.write("/home/user/page.html", PAGE)
     sb.desktop.open("/home/user/page.html")
     _until("the browser's window of the page", lambda: _title(sb, "waiting"))
-    x, y = _until("the page painted", lambda: _magenta_centre(sb.desktop.screenshot()))
+    x, y = _until("the page painted", lambda: magenta_centre(sb.desktop.screenshot()))
     assert sb.desktop.click(x, y) == (x, y)
     assert sb.desktop.cursor_position() == (x, y)
     _until("the click's effect", lambda: _title(sb, "clicked"), 20)

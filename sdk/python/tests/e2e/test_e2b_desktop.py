@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 
 import httpx
 import pytest
+from desktop_page import magenta_centre
 from e2b import CommandExitException
 from e2b_desktop import Sandbox
 from PIL import Image
@@ -68,21 +69,6 @@ def _one(sb: Sandbox, name: str) -> None:
     assert out == "1", f"{out} processes named {name}; want the template's one"
 
 
-def _magenta_centre(png: bytes) -> tuple[int, int]:
-    img = Image.open(io.BytesIO(png)).convert("RGB")
-    w, h = img.size
-    px = img.load()
-    xs, ys = [], []
-    for y in range(0, h, 4):
-        for x in range(0, w, 4):
-            r, g, b = px[x, y]
-            if r > 240 and g < 20 and b > 240:
-                xs.append(x)
-                ys.append(y)
-    assert len(xs) > 100, "no magenta button in the screenshot"
-    return (min(xs) + max(xs)) // 2, (min(ys) + max(ys)) // 2
-
-
 def test_desktop_sdk_drives_the_browser(desktop_template: None) -> None:
     begin = time.monotonic()
     sb = Sandbox.create(timeout=300)
@@ -101,7 +87,7 @@ def test_desktop_sdk_drives_the_browser(desktop_template: None) -> None:
         win = _until("the browser's window of the page",
                      lambda: sb.commands.run("xdotool search --onlyvisible --name '^waiting'").stdout.split()[0])
         # Where the button is, from a screenshot (the page may still be painting at first).
-        x, y = _until("the page painted", lambda: _try_centre(sb.screenshot()))
+        x, y = _until("the page painted", lambda: magenta_centre(sb.screenshot()))
         sb.left_click(x, y)
         assert sb.get_cursor_position() == (x, y)
         _until("the click's effect", lambda: sb.get_window_title(win).startswith("clicked"), 20)
@@ -113,13 +99,6 @@ def test_desktop_sdk_drives_the_browser(desktop_template: None) -> None:
         print(f"create with the desktop running: {created:.1f} s; whole test {time.monotonic() - begin:.1f} s")
     finally:
         sb.kill()
-
-
-def _try_centre(png: bytes) -> Optional[tuple[int, int]]:
-    try:
-        return _magenta_centre(png)
-    except AssertionError:
-        return None
 
 
 def test_desktop_sdk_resolution_asked_at_create(desktop_template: None) -> None:
@@ -226,7 +205,7 @@ def _title(sb: Sandbox, win: str) -> str:
 
 def _type_line(sb: Sandbox, win: str, text: str, want_title: str) -> None:
     """Click the page's button (it focuses the field), type text and Enter; wait for the title."""
-    x, y = _until("the page painted", lambda: _try_centre(sb.screenshot()))
+    x, y = _until("the page painted", lambda: magenta_centre(sb.screenshot()))
     sb.left_click(x, y)
     _until("the click's effect", lambda: _title(sb, win) == "focused", 20)
     sb.write(text)
