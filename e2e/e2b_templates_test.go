@@ -16,7 +16,8 @@ import (
 
 // e2bImageScript is E2B's Template SDK (PyPI e2b) building on images of
 // a registry: a public one with envs and a command, then a sandbox of
-// it; a private one refused without its credentials and built with them.
+// it; a private one refused without its credentials and built with them,
+// and with a GCP service account's key (from_gcp_registry).
 const e2bImageScript = `
 import json, os
 from e2b import Sandbox, Template
@@ -34,13 +35,16 @@ try:
 except Exception as e:
     refused = str(e)
 Template.build(Template().from_image(os.environ["PRIVATE"], username="user", password=os.environ["PASSWORD"]), name + "-p")
-print(json.dumps({"out": out, "refused": refused, "exists": Template.exists(name + "-p")}))
+key = {"type": "service_account", "client_email": "e2e@e2e.iam.gserviceaccount.com", "private_key": os.environ["PASSWORD"]}
+Template.build(Template().from_gcp_registry(os.environ["PRIVATE"], key), name + "-g")
+print(json.dumps({"out": out, "refused": refused, "exists": Template.exists(name + "-p"), "gcp": Template.exists(name + "-g")}))
 `
 
 // TestE2BTemplateFromImage: E2B's Template SDK's from_image through the
 // E2B surface builds on an image of the test's own registry (internal/oci
 // pulls it), as Lizard's recipe.from does; from_image's username and
-// password pull a private image, which without them is refused.
+// password pull a private image, which without them is refused, and so
+// does from_gcp_registry's service account key (basic auth as _json_key).
 func TestE2BTemplateFromImage(t *testing.T) {
 	nb := make([]byte, 6)
 	rand.Read(nb)
@@ -56,7 +60,7 @@ func TestE2BTemplateFromImage(t *testing.T) {
 	defer cancel()
 	name := "e2b-img-" + nonce
 	t.Cleanup(func() {
-		for _, n := range []string{name, name + "-p"} {
+		for _, n := range []string{name, name + "-p", name + "-g"} {
 			c.Templates().Delete(context.Background(), n)
 		}
 	})
@@ -66,7 +70,7 @@ func TestE2BTemplateFromImage(t *testing.T) {
 	out, err := cmd.Output()
 	var got struct {
 		Out, Refused string
-		Exists       bool
+		Exists, GCP  bool
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if err != nil || json.Unmarshal([]byte(lines[len(lines)-1]), &got) != nil {
@@ -83,6 +87,9 @@ func TestE2BTemplateFromImage(t *testing.T) {
 	}
 	if !strings.Contains(got.Refused, "401") || !got.Exists {
 		t.Errorf("the private image: refused without credentials with %q (want the registry's 401), built with them: %v", got.Refused, got.Exists)
+	}
+	if !got.GCP {
+		t.Error("from_gcp_registry of the private image (its service account key as _json_key's password) did not build")
 	}
 	if strings.Contains(s.logs(), password) {
 		t.Error("the registry password is in the server's log")

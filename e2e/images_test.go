@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"log"
@@ -37,7 +38,7 @@ func imageRegistry(t *testing.T, password string) string {
 	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/v2/private/") {
-			if u, p, ok := r.BasicAuth(); !ok || u != "user" || p != password {
+			if u, p, ok := r.BasicAuth(); !ok || !(u == "user" && p == password || u == "_json_key" && gcpKeyOf(p) == password) {
 				w.Header().Set("WWW-Authenticate", `Basic realm="e2e"`)
 				http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"log in"}]}`, http.StatusUnauthorized)
 				return
@@ -47,6 +48,19 @@ func imageRegistry(t *testing.T, password string) string {
 	}))
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// gcpKeyOf is the private key of a GCP service account's JSON key, as
+// Google's registries take it: the password of the user _json_key.
+func gcpKeyOf(p string) string {
+	var key struct {
+		Type       string `json:"type"`
+		PrivateKey string `json:"private_key"`
+	}
+	if json.Unmarshal([]byte(p), &key) != nil || key.Type != "service_account" {
+		return ""
+	}
+	return key.PrivateKey
 }
 
 // layerEntry is a file of a test layer: its content from the host's

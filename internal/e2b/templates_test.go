@@ -328,6 +328,7 @@ func TestTemplateBuildRefused(t *testing.T) {
 		{"npm", e.key1, `{"steps":[{"type":"RUN","args":["npm install -g typescript","root"]}]}`, 400, "npm_install of packages (typescript)"},
 		{"a user Lizard has not", e.key1, `{"steps":[{"type":"RUN","args":["whoami","root123"]}]}`, 400, `step 1 (RUN whoami root123): user \"root123\"`},
 		{"an AWS registry", e.key1, `{"fromImage":"1.dkr.ecr.test/app:1","fromImageRegistry":{"type":"aws","awsAccessKeyId":"a","awsSecretAccessKey":"s","awsRegion":"r"},"steps":[]}`, 501, "from_aws_registry"},
+		{"a GCP key that is not JSON", e.key1, `{"fromImage":"gcr.test/app:1","fromImageRegistry":{"type":"gcp","serviceAccountJson":"path/to/key.json"},"steps":[]}`, 400, "from_gcp_registry: the service account's JSON key"},
 		{"a registry without a password", e.key1, `{"fromImage":"reg.test/app:1","fromImageRegistry":{"type":"registry","username":"u"},"steps":[]}`, 400, "username and password"},
 		{"a base template the project has not", e.key1, `{"fromTemplate":"other","steps":[]}`, 400, `template \"other\" not found in project p1; build it first`},
 		{"a tag of a base template", e.key1, `{"fromTemplate":"other:v2","steps":[]}`, 400, "not on a tag of it"},

@@ -116,6 +116,10 @@ func inStep(prefix string, err error) error {
 const ensureUser = `id -u user >/dev/null 2>&1 || useradd -m -u 1000 -s /bin/sh user 2>/dev/null || adduser -D -u 1000 user 2>/dev/null || ` +
 	`{ echo 'user:x:1000:1000::/home/user:/bin/sh' >>/etc/passwd && echo 'user:x:1000:' >>/etc/group && mkdir -p /home/user && chown 1000:1000 /home/user; }`
 
+// gcpJSONKeyUser is the user Google's registries take a service
+// account's JSON key as the password of.
+const gcpJSONKeyUser = "_json_key"
+
 // e2bDefaultUser is the user E2B's builds run as until a USER step.
 const e2bDefaultUser = "user"
 
@@ -378,9 +382,10 @@ func fromImage(r *api.TemplateRecipe, image string, registry json.RawMessage) (*
 		return nil, nil
 	}
 	var reg struct {
-		Type     string `json:"type"`
-		Username string `json:"username"`
-		Password string `json:"password"`
+		Type               string `json:"type"`
+		Username           string `json:"username"`
+		Password           string `json:"password"`
+		ServiceAccountJSON string `json:"serviceAccountJson"`
 	}
 	if err := json.Unmarshal(registry, &reg); err != nil {
 		return nil, badRequest("fromImageRegistry: %v", err)
@@ -391,9 +396,19 @@ func fromImage(r *api.TemplateRecipe, image string, registry json.RawMessage) (*
 			return nil, badRequest("fromImageRegistry: a registry's username and password are both needed")
 		}
 		return &api.RegistryAuth{Username: reg.Username, Password: reg.Password}, nil
-	case "aws", "gcp":
-		return nil, notImplemented("from_%s_registry: Lizard pulls with a registry's username and password (from_image(image, username, password)) or the server's --registry-config; "+
-			"give the registry's token as the password (aws ecr get-login-password, gcloud auth print-access-token)", reg.Type)
+	case "gcp":
+		// Google's registries take a service account's JSON key as the
+		// password of the user _json_key (as E2B's build logs in,
+		// go-containerregistry's google.NewJSONKeyAuthenticator): no
+		// Google API is called, so any registry taking that login works.
+		var key map[string]any
+		if err := json.Unmarshal([]byte(reg.ServiceAccountJSON), &key); err != nil || len(key) == 0 {
+			return nil, badRequest("from_gcp_registry: the service account's JSON key (serviceAccountJson) is not a JSON object: give the key file gcloud iam service-accounts keys create wrote")
+		}
+		return &api.RegistryAuth{Username: gcpJSONKeyUser, Password: reg.ServiceAccountJSON}, nil
+	case "aws":
+		return nil, notImplemented("from_aws_registry: Lizard does not call AWS's ECR token API (GetAuthorizationToken) for a pull; " +
+			"give the token as a password instead: from_image(image, username=\"AWS\", password=$(aws ecr get-login-password --region REGION)), or set the registry in the server's --registry-config")
 	}
 	return nil, badRequest("fromImageRegistry.type %q: want registry, aws or gcp", reg.Type)
 }
