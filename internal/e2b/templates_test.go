@@ -5,9 +5,12 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -297,6 +300,49 @@ func TestTemplateBuildFails(t *testing.T) {
 	st, _ := e.waitBuild(t, e.key1, bi)
 	if st.Status != "error" || st.Reason == nil || !strings.Contains(st.Reason.Message, `"run: false"`) {
 		t.Fatalf("status %+v; want error naming the step", st)
+	}
+}
+
+// TestTemplateCopyOfDirectoriesUnchecked: a copy holding directories,
+// hashed as E2B's JavaScript SDK hashes them (with each directory's size
+// on the user's disk, which no tar records), is built from the files
+// uploaded; one of files alone under a hash they do not have is refused
+// (TestTemplateBuildRefused).
+func TestTemplateCopyOfDirectoriesUnchecked(t *testing.T) {
+	b := &fakeBuilder{}
+	e := newTemplateEnv(t, b)
+	archive := tgz(t, "tree/", "", "tree/sub/", "", "tree/sub/b.txt", "bee", "tree/empty/", "")
+	jsHash := func(src, dest string) string {
+		// The JavaScript SDK's calculateFilesHash on ext4.
+		h := sha256.New()
+		io.WriteString(h, "COPY "+src+" "+dest)
+		for _, f := range []struct{ name, mode, size, body string }{
+			{"tree", "16877", "4096", ""}, {"tree/empty", "16877", "4096", ""}, {"tree/sub", "16877", "4096", ""}, {"tree/sub/b.txt", "33188", "3", "bee"},
+		} {
+			io.WriteString(h, f.name+f.mode+f.size+f.body)
+		}
+		return hex.EncodeToString(h.Sum(nil))
+	}
+	hash := jsHash("tree", "/opt/tree")
+	if hash == hashOf(t, archive, "tree", "/opt/tree") {
+		t.Fatal("the JavaScript SDK's hash is the server's: the test checks nothing")
+	}
+	if st := e.upload(t, e.key1, hash, archive); st != http.StatusOK {
+		t.Fatalf("upload: %d", st)
+	}
+	bi := e.requestBuild(t, e.key1, "dirs")
+	body := fmt.Sprintf(`{"steps":[{"type":"COPY","args":["tree","/opt/tree","root",""],"filesHash":%q}]}`, hash)
+	if r := e.do(t, "POST", "/e2b/v2/templates/dirs/builds/"+bi.BuildID, body, "X-API-Key", e.key1); r.status != http.StatusAccepted {
+		t.Fatalf("start: %d %s; want 202", r.status, r.body)
+	}
+	if st, _ := e.waitBuild(t, e.key1, bi); st.Status != "ready" {
+		t.Fatalf("status %+v", st)
+	}
+	got, _ := json.Marshal(b.last().Steps[2:])
+	want := `[{"run":{"cmd":"mkdir -p '/opt/tree/sub' '/opt/tree/empty'","user":"root"}},` +
+		`{"copy":[{"path":"/opt/tree/sub/b.txt","content":"YmVl","mode":420,"owner":"root","size":3}]}]`
+	if string(got) != want {
+		t.Errorf("steps:\n%s\nwant\n%s", got, want)
 	}
 }
 

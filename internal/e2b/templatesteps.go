@@ -258,9 +258,8 @@ func (t *translation) copy(s templateStep) error {
 	if err != nil {
 		return err
 	}
-	if got := uploads.FilesHash(src, dest, entries); got != s.FilesHash {
-		return badRequest("the files uploaded for it do not match its hash %s (they hash to %s): upload them again (copy(..., force_upload=True)); "+
-			"copies of whole directories from E2B's JavaScript SDK cannot be checked (it hashes the directories' sizes on your disk) — copy their files with a glob (dir/**)", s.FilesHash, got)
+	if got := uploads.FilesHash(src, dest, entries); got != s.FilesHash && !holdsDir(entries) {
+		return badRequest("the files uploaded for it do not match its hash %s (they hash to %s): upload them again (copy(..., force_upload=True))", s.FilesHash, got)
 	}
 	owner := t.user
 	if len(s.Args) > 2 && s.Args[2] != "" {
@@ -354,6 +353,21 @@ func (t *translation) copy(s templateStep) error {
 		t.add(l)
 	}
 	return nil
+}
+
+// holdsDir reports whether entries hold a directory, whose files hash
+// the server cannot check: E2B's JavaScript SDK (to 2.51 at least) hashes
+// each directory's size on the user's disk (4096 on ext4, other figures
+// elsewhere), which no tar records. Such a copy is taken unchecked. The
+// hash is only the name the project's own client files its upload under
+// (the store keys it by project), and a build is cached by the files it
+// was given, not by that name: an upload that lies about its hash builds
+// the project's template from the files it sent — which any key of the
+// project could build anyway — and reaches no other project or build.
+// What is lost is the check of a project's own mistaken upload; a copy
+// of files alone (Python's SDK, a JavaScript glob of files) is checked.
+func holdsDir(entries []uploads.Entry) bool {
+	return slices.ContainsFunc(entries, func(e uploads.Entry) bool { return e.Type == tar.TypeDir })
 }
 
 // globBase is the part of an E2B copy's source before its first glob, as

@@ -2,7 +2,7 @@
 // @e2b/code-interpreter 2.8.0 brings, and re-exports) against a real
 // `lizard serve`, with nothing set but E2B_API_URL, E2B_SANDBOX_URL and
 // E2B_API_KEY (docs/e2b.md): a template built from E2B's base template with
-// copy (its files uploaded), runCmd, setEnvs, setWorkdir and a start
+// copy (its files uploaded; a glob's files and a whole directory), runCmd, setEnvs, setWorkdir and a start
 // command with a ready check, then a sandbox of it by name:tag;
 // Template.exists, and a failing step.
 
@@ -35,6 +35,9 @@ describe("E2B's JavaScript Template SDK against lizard serve", { skip: why, time
     context = fs.mkdtempSync(path.join(os.tmpdir(), 'e2b-tpl-js-'));
     fs.mkdirSync(path.join(context, 'folder'));
     fs.writeFileSync(path.join(context, 'folder', 'hello.txt'), 'hello from a js copy\n');
+    fs.mkdirSync(path.join(context, 'tree', 'sub'), { recursive: true });
+    fs.mkdirSync(path.join(context, 'tree', 'empty'));
+    fs.writeFileSync(path.join(context, 'tree', 'sub', 'deep.txt'), 'a file two directories down\n');
   });
 
   after(async () => {
@@ -48,6 +51,9 @@ describe("E2B's JavaScript Template SDK against lizard serve", { skip: why, time
     const template = Template({ fileContextPath: context })
       .fromTemplate('base')
       .copy('folder/*', 'data/')
+      // A whole directory: its hash covers the directories' sizes on this
+      // disk, which the server cannot check, and takes unchecked.
+      .copy('tree', '/home/user/tree')
       .runCmd('cat data/hello.txt > data/by-run.txt')
       .setEnvs({ GREETING: 'hi', NONCE: nonce })
       .setWorkdir('/home/user/app')
@@ -64,6 +70,9 @@ describe("E2B's JavaScript Template SDK against lizard serve", { skip: why, time
     try {
       assert.equal(await sb.files.read('/home/user/data/hello.txt'), 'hello from a js copy\n');
       assert.equal(await sb.files.read('/home/user/data/by-run.txt'), 'hello from a js copy\n');
+      assert.equal(await sb.files.read('/home/user/tree/sub/deep.txt'), 'a file two directories down\n');
+      const empty = await sb.commands.run('test -d /home/user/tree/empty && stat -c %U /home/user/tree/empty');
+      assert.equal(empty.stdout.trim(), 'user');
       const run = await sb.commands.run('echo "$GREETING $NONCE $(pwd)"');
       assert.equal(run.stdout.trim(), `hi ${nonce} /home/user/app`);
       const served = await sb.commands.run('curl -s http://localhost:8001/hello.txt');
