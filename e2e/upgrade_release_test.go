@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -35,26 +36,58 @@ const (
 
 // buildAt builds lizard, lizard-agent and lizard-client of commit, taken
 // from the clone's history, as the Makefile builds them (static, -trimpath),
-// and returns the directory holding them. With Go's build cache warm this
-// takes seconds: a package whose files did not change is not compiled again.
+// and returns the directory holding them: .cache/build/COMMIT-GOVERSION of
+// the repository (git-ignored), built once — TestUpgrade,
+// TestUpgradeCluster and TestUpgradeMixedCluster take the same binaries,
+// in this run and the next, instead of each linking its own. A fixed
+// commit built by one Go release makes the same binaries, so keeping them
+// changes nothing the tests see.
 func buildAt(t *testing.T, commit string) string {
 	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	dir := filepath.Join(testenv.RepoRoot(t), ".cache", "build", commit[:12]+"-"+runtime.Version())
+	if _, err := os.Stat(filepath.Join(dir, "lizard-client")); err == nil {
+		t.Logf("Lizard %s: the build in %s", commit[:7], dir)
+		return dir
+	}
 	src := testenv.SourceAt(t, commit)
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("building Lizard %s needs go on PATH: %v", commit[:7], err)
 	}
-	bin := filepath.Join(t.TempDir(), "bin")
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Built beside and renamed into place: a build cut short leaves no
+	// directory a later run would take for a whole one.
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), "tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
 	begin := time.Now()
-	cmd := exec.Command(goBin, "build", "-trimpath", "-o", bin+"/", "./cmd/lizard", "./cmd/lizard-agent", "./cmd/lizard-client")
+	cmd := exec.Command(goBin, "build", "-trimpath", "-o", tmp+"/", "./cmd/lizard", "./cmd/lizard-agent", "./cmd/lizard-client")
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building Lizard %s: %v\n%s", commit[:7], err, out)
 	}
-	t.Logf("built Lizard %s in %s", commit[:7], time.Since(begin).Round(time.Millisecond))
-	return bin
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, "lizard-client")); serr == nil {
+			return dir // another test process kept the same build first
+		}
+		t.Fatalf("keeping the build of Lizard %s: %v", commit[:7], err)
+	}
+	t.Logf("built Lizard %s in %s into %s", commit[:7], time.Since(begin).Round(time.Millisecond), dir)
+	return dir
 }
+
+// buildMu makes buildAt's callers in this process wait for one build.
+var buildMu sync.Mutex
 
 // hookLog is a webhook receiver counting the deliveries of each event type.
 type hookLog struct {
