@@ -261,11 +261,13 @@ func TestTemplateShortSecret(t *testing.T) {
 	}
 }
 
-// A node pod drains itself before it stops: its preStop runs `lizard node
-// drain` (the node named by LIZARD_NODE_NAME) against the api Service,
+// A node pod drains itself when it stops: lizard node --drain-on-stop has
+// the api Service drain it (the node named by LIZARD_NODE_NAME) at SIGTERM,
 // within a grace period long enough for the moves, and the next pod takes
 // sandboxes again (--undrain-at-start). node.drainOnStop=false renders
-// neither the hook nor its API URL.
+// neither the flag nor its API URL. No preStop hook: the drain is the
+// node's own (e2e/TestClusterDrainOnStop runs it), and a hook beside it
+// would drain twice.
 func TestTemplateDrainOnStop(t *testing.T) {
 	helm := helmBin(t)
 	base := []string{"template", "lizard", chart, "--namespace", "lizard", "--set", "database.url=" + placeholderURL, "--set", "clusterSecret=" + placeholderSecret}
@@ -288,12 +290,15 @@ func TestTemplateDrainOnStop(t *testing.T) {
 			t.Fatalf("%s: no DaemonSet rendered", tc.name)
 		}
 		for _, want := range []string{
-			"preStop:\n              exec:\n                command: [\"/usr/local/bin/lizard\", \"node\", \"drain\"]",
+			"\n            - --drain-on-stop\n",
 			"- name: LIZARD_API_URL\n              value: \"http://lizard-api.lizard.svc:80\"",
 		} {
 			if got := strings.Contains(ds, want); got != tc.want {
 				t.Errorf("%s: the node DaemonSet has %q: %v; want %v", tc.name, want, got, tc.want)
 			}
+		}
+		if strings.Contains(ds, "preStop") {
+			t.Errorf("%s: the node DaemonSet has a preStop hook; the node drains itself at SIGTERM", tc.name)
 		}
 		for _, want := range []string{"- name: LIZARD_NODE_NAME", "- name: LIZARD_CLUSTER_SECRET", "--undrain-at-start=$(LIZARD_FLAG_UNDRAIN_AT_START)"} {
 			if !strings.Contains(ds, want) {

@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,7 +71,7 @@ func TestClusterDrain(t *testing.T) {
 
 	// n1 drained through the CLI, n3 through the API, twice: creates can
 	// only land on n2 then, which is the last placeable node.
-	// (As the Helm chart's preStop runs it: the node named by its
+	// (As a node's own pod may run it: the node named by its
 	// environment.)
 	cmd := exec.Command(testenv.Binary(t, "lizard"), "node", "drain", "--json")
 	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+c.apis[0].url, "LIZARD_CLUSTER_SECRET="+c.secret, "LIZARD_NODE_NAME=n1")
@@ -250,6 +253,64 @@ func TestClusterDrain(t *testing.T) {
 		t.Error(err)
 	}
 	if err := cl[0].Volumes().Delete(ctx, vol.Name); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestClusterDrainOnStop: a node run as the Helm chart runs it
+// (--drain-on-stop with the api's URL, --undrain-at-start), given SIGTERM,
+// first has the api move its sandbox to the other node over their shared
+// image store, and only then stops: the Python variable set on it is
+// answered from the other node once it is gone. Started again, it takes
+// new sandboxes (not left draining).
+func TestClusterDrainOnStop(t *testing.T) {
+	testenv.RequiresRoot(t)
+	key := make([]byte, 32)
+	rand.Read(key)
+	c, cl := startClusterWith(t, 2, 1, []string{"LIZARD_SECRETS_KEY=" + base64.StdEncoding.EncodeToString(key)},
+		[]string{"--image-store", "file://" + t.TempDir()}, nil)
+	ctx := context.Background()
+	sb := newSandbox(t, cl[0], api.CreateSandboxRequest{TimeoutMs: ms(600_000)})
+	py(t, cl[0], sb.SandboxID, "x = 42")
+	from, to := c.nodeOf(sb.SandboxID), "n1"
+	if from == "n1" {
+		to = "n2"
+	}
+	// Restarted as the chart runs it; its sandbox runs on across that.
+	a := c.node(from)
+	a.args = append(slices.Clone(a.args), "--drain-on-stop", "--api-url", c.apis[0].url, "--undrain-at-start")
+	a.restart()
+
+	a.stop() // SIGTERM
+	logs := a.logs()
+	i := strings.Index(logs, "drained; stopping")
+	if i < 0 || !strings.Contains(logs[i:], "moved=1") {
+		t.Fatalf("node %s's log does not say it drained before stopping:\n%s", from, tail(logs, 30))
+	}
+	line := logs[strings.LastIndex(logs[:i], "\n")+1:]
+	t.Logf("node %s at SIGTERM: %s", from, strings.SplitN(line, "\n", 2)[0])
+	if n := c.nodeOf(sb.SandboxID); n != to {
+		t.Fatalf("sandbox %s is on %s after %s's stop; want %s", sb.SandboxID, n, from, to)
+	}
+	if got := py(t, cl[0], sb.SandboxID, "print(x)"); got != "42" {
+		t.Errorf("x after node %s's stop, on %s = %q; want 42", from, to, got)
+	}
+
+	a.start()
+	admin, err := client.New(client.Config{BaseURL: c.apis[0].url, APIKey: c.secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := admin.ListNodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range l.Nodes {
+		if n.Name == from && n.Draining {
+			t.Errorf("node %s still draining after its start with --undrain-at-start: %+v", from, n)
+		}
+	}
+	if err := cl[0].KillSandbox(ctx, sb.SandboxID); err != nil {
 		t.Error(err)
 	}
 }

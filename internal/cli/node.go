@@ -31,8 +31,8 @@ func NodeCommand(ctx context.Context, e Env, verb string, args []string) error {
 		return listNodes(ctx, e, *apiURL, *asJSON, names)
 	}
 	if len(names) == 0 && os.Getenv(EnvNodeName) != "" {
-		// A node's own pod drains itself before it stops (the Helm
-		// chart's preStop), which names it in the environment.
+		// A node's own host or pod may drain it (a hook before its
+		// stop), where the environment names it.
 		names = []string{os.Getenv(EnvNodeName)}
 	}
 	if len(names) != 1 {

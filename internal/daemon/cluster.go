@@ -15,9 +15,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/lizard-build/lizard/client"
 	"github.com/lizard-build/lizard/internal/cli"
 	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/cluster/remote"
@@ -77,8 +80,13 @@ type nodeConfig struct {
 	Name      string
 	Advertise string
 	// UndrainAtStart: a drained node takes sandboxes again when it starts
-	// (the Helm chart's preStop drains each node pod that stops).
+	// (after DrainOnStop's drain, as the Helm chart runs nodes).
 	UndrainAtStart bool
+	// DrainOnStop: at a stop signal the node has the lizard api at APIURL
+	// drain it — move its sandboxes to the other nodes — and serves them
+	// until that is done, then stops.
+	DrainOnStop bool
+	APIURL      string
 }
 
 func parseNode(e cli.Env, args []string) (*nodeConfig, error) {
@@ -89,7 +97,9 @@ func parseNode(e cli.Env, args []string) (*nodeConfig, error) {
 	host, _ := os.Hostname()
 	fs.StringVar(&c.Name, "name", cmpOr(os.Getenv("LIZARD_NODE_NAME"), host), "the node's name in the cluster, unique and stable across restarts (default: env LIZARD_NODE_NAME, else the host name)")
 	fs.StringVar(&c.Advertise, "advertise", os.Getenv("LIZARD_NODE_ADDRESS"), "HOST or HOST:PORT the api processes reach this node at (default: env LIZARD_NODE_ADDRESS, else the --listen address; the port defaults to --listen's)")
-	fs.BoolVar(&c.UndrainAtStart, "undrain-at-start", false, "take new sandboxes at start even if this node was drained (`lizard node drain`); for a drain before each stop, as the Helm chart's preStop does")
+	fs.BoolVar(&c.UndrainAtStart, "undrain-at-start", false, "take new sandboxes at start even if this node was drained (`lizard node drain`); with --drain-on-stop, as the Helm chart runs nodes")
+	fs.BoolVar(&c.DrainOnStop, "drain-on-stop", false, "at SIGTERM or SIGINT, first have the lizard api at --api-url drain this node (move its sandboxes to the other nodes through the image store), serving them until it is done; a second signal stops at once")
+	fs.StringVar(&c.APIURL, "api-url", os.Getenv(client.EnvAPIURL), "the cluster's lizard api URL, for --drain-on-stop (default: env "+client.EnvAPIURL+")")
 	fs.Usage = func() {
 		// The drain commands are parsed before these flags, so name them here.
 		fmt.Fprintf(e.Stderr, "Usage: lizard node [flags]   (run sandboxes for a cluster's lizard api; docs/cluster.md)\n"+
@@ -118,6 +128,9 @@ func cmpOr(a, b string) string {
 func (c *nodeConfig) validate() error {
 	if err := c.cluster.validate(); err != nil {
 		return err
+	}
+	if c.DrainOnStop && c.APIURL == "" {
+		return cli.Usagef("--drain-on-stop: the drain is asked of a lizard api; give its URL with --api-url or %s", client.EnvAPIURL)
 	}
 	if c.Name == "" || strings.ContainsAny(c.Name, ": /") {
 		return cli.Usagef("--name %q: want a non-empty name without ':', '/' or spaces", c.Name)
@@ -152,6 +165,8 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: c.level})).With("node", c.Name)
+	ctx, stopServing := c.serveUntilStopped(ctx, logger)
+	defer stopServing()
 	if err := secureDirs(c.DataDir, c.CacheDir); err != nil {
 		return err
 	}
@@ -255,6 +270,63 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	err = server.Run(ctx, ln, h, logger)
 	stopNode(ctx, logger, n, pool, rt)
 	return err
+}
+
+// serveUntilStopped is the context a node runs on, out of stopping, which
+// a stop signal ends: it ends then too — with --drain-on-stop only once an
+// api has moved the node's sandboxes off, the node serving them (their
+// calls, their moves, its lease) until then.
+func (c *nodeConfig) serveUntilStopped(stopping context.Context, logger *slog.Logger) (context.Context, context.CancelFunc) {
+	ctx, stop := context.WithCancel(context.WithoutCancel(stopping))
+	go func() {
+		select {
+		case <-stopping.Done():
+		case <-ctx.Done():
+			return
+		}
+		if c.DrainOnStop {
+			c.drainOnStop(ctx, logger)
+		}
+		stop()
+	}()
+	return ctx, stop
+}
+
+// drainOnStop has the api drain this node, as `lizard node drain` does,
+// until the drain answers or a second stop signal. A drain refused (the
+// last node that could take the sandboxes, no image store, a sandbox that
+// mounts a volume: docs/cluster.md) or failed leaves them here, as a stop
+// without the flag does: they keep running on the host and are served
+// again when the node is back.
+func (c *nodeConfig) drainOnStop(ctx context.Context, logger *slog.Logger) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(again)
+	go func() {
+		select {
+		case <-again:
+			logger.Warn("a second stop signal: stopping without waiting for the drain")
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	api, err := client.New(client.Config{BaseURL: c.APIURL, APIKey: c.cluster.secret})
+	if err != nil {
+		logger.Error("stopping without a drain", "api_url", c.APIURL, "err", err)
+		return
+	}
+	logger.Info("stopping: draining this node first (--drain-on-stop)", "api_url", c.APIURL)
+	d, err := api.DrainNode(ctx, c.Name)
+	if err != nil {
+		logger.Warn("stopping without a drain: this node's sandboxes stay on its host", "err", err)
+		return
+	}
+	for _, l := range d.Left {
+		logger.Warn("drain: sandbox left on this node", "sandbox", l.SandboxID, "reason", l.Reason)
+	}
+	logger.Info("drained; stopping", "moved", len(d.Moved), "left", len(d.Left), "took_ms", d.TookMs)
 }
 
 // apiConfig is what `lizard api` is told.

@@ -82,6 +82,24 @@ func TestClusterConfig(t *testing.T) {
 	if err := c.validate(); err == nil || !strings.Contains(err.Error(), "--advertise") {
 		t.Errorf("node listening on 0.0.0.0 with no --advertise: %v; want an error naming --advertise", err)
 	}
+	// --drain-on-stop asks an api: without its URL the node refuses to
+	// start, rather than find out at its stop.
+	t.Setenv("LIZARD_API_URL", "")
+	c, err = parseNode(cli.Env{Stdout: io.Discard, Stderr: io.Discard}, []string{"--name", "n1", "--drain-on-stop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.validate(); err == nil || !strings.Contains(err.Error(), "--api-url") || !strings.Contains(err.Error(), "LIZARD_API_URL") {
+		t.Errorf("--drain-on-stop without an api URL: %v; want an error naming --api-url and LIZARD_API_URL", err)
+	}
+	t.Setenv("LIZARD_API_URL", "http://api.internal:8080")
+	c, err = parseNode(cli.Env{Stdout: io.Discard, Stderr: io.Discard}, []string{"--name", "n1", "--drain-on-stop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.validate(); (err != nil && strings.Contains(err.Error(), "drain-on-stop")) || c.APIURL != "http://api.internal:8080" {
+		t.Errorf("--drain-on-stop with LIZARD_API_URL: %v, api URL %q; want it taken from the environment", err, c.APIURL)
+	}
 }
 
 // TestNodeUsage: `lizard node -h` names the drain commands, which are
