@@ -2328,8 +2328,9 @@ def reclaim_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
     """Issue 37's idle memory to swap: --reclaim-n idle interpreter sandboxes (default preloads) on a server
     without --idle-reclaim, then on one with --idle-reclaim --reclaim-after, in the same run. For each: the
     host's MemAvailable drop per sandbox once idle (without the flag after the same idle time the other waits
-    for its squeezes), the first run_code("1+1") after the idle time in half of them and the first
-    `import pandas; pd.DataFrame(...)` in the other half, each checked (a variable set at create must read
+    for its squeezes), the first run_code("1+1") after the idle time in a third of them, the first
+    `import pandas; pd.DataFrame(...)` in another third and a kernel restart (restart_context of the default
+    Python context) with its first run_code("1+1") in the last, each checked (a variable set at create must read
     back). With the flag, also the drop before the squeezes, what stays resident and what is in swap, and
     lizard serve's CPU per squeeze. Needs swap (the operator's step; --reclaim-zram takes it for the run)."""
     from lizard import CodeSandbox
@@ -2395,21 +2396,30 @@ def reclaim_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
         row["swapMiB"] = sum(cgroup_swap(i) for i in held) / len(held) / 2**20
         row["squeezed"] = sum(cgroup_swap(i) >= 16 << 20 for i in held)
         row["loadIdle"] = loadavg()
-        first, pandas = [], []
+        first, pandas, restart = [], [], []
         for k, sid in enumerate(list(held)):
             sb = CodeSandbox(sid, _http=http)
-            code = "1+1" if k % 2 == 0 else "import pandas as pd\nint(pd.DataFrame({'a': range(100)})['a'].sum())"
             t1 = time.perf_counter()
+            if k % 3 == 2:
+                # A kernel restart: a fresh Python (IPython, no preloads) started in the squeezed sandbox, whose
+                # Sentry's page cache of those files went to swap with the rest, then its first call.
+                sb.restart_context("default-python")
+                run = sb.run_code("1+1", timeout_ms=60_000)
+                restart.append((time.perf_counter() - t1) * 1000)
+                if run.error or not run.results or run.results[0].data != "2":
+                    raise RuntimeError(f"idle-reclaim ({side}): {sid} answered {run!r} to 1+1 after a restart")
+                continue
+            code = "1+1" if k % 3 == 0 else "import pandas as pd\nint(pd.DataFrame({'a': range(100)})['a'].sum())"
             run = sb.run_code(code, timeout_ms=30_000)
-            (first if k % 2 == 0 else pandas).append((time.perf_counter() - t1) * 1000)
-            want = "2" if k % 2 == 0 else "4950"
+            (first if k % 3 == 0 else pandas).append((time.perf_counter() - t1) * 1000)
+            want = "2" if k % 3 == 0 else "4950"
             if run.error or not run.results or run.results[0].data != want:
                 raise RuntimeError(f"idle-reclaim ({side}): {sid} answered {run!r} to {code!r}; want {want}")
             kept = sb.run_code("kept", timeout_ms=30_000)
             if kept.error or not kept.results or kept.results[0].data != "42":
                 raise RuntimeError(f"idle-reclaim ({side}): {sid} lost its kernel's variable: {kept!r}")
         row["loadProbes"] = loadavg()
-        row["first"], row["pandas"] = first, pandas
+        row["first"], row["pandas"], row["restart"] = first, pandas, restart
         rows[side] = row
         log(f"idle-reclaim ({side}): {row}")
         done()
@@ -2435,6 +2445,10 @@ def reclaim_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
                    note=f"load {on['loadProbes']}"))
     b2 = res.add(Figure("idle-reclaim: first import pandas; pd.DataFrame(...) after idle, flag off", off["pandas"]))
     res.add(Figure("idle-reclaim: first import pandas; pd.DataFrame(...) after a squeeze", on["pandas"], baseline=b2.name))
+    b3 = res.add(Figure("idle-reclaim: kernel restart (restart_context) → first run_code(\"1+1\") after idle, flag off",
+                        off["restart"]))
+    res.add(Figure("idle-reclaim: kernel restart (restart_context) → first run_code(\"1+1\") after a squeeze", on["restart"],
+                   baseline=b3.name))
 
 
 def density_sections(res: Results, a: argparse.Namespace, bin_dir: Path, want=None, tag: str = "",
