@@ -2,14 +2,101 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/testenv"
 )
+
+// TestResumeKeptRunsc: an image made by another runsc build — a real second
+// binary, runsc with bytes appended (another hash, the same code) — is
+// restored by that build, kept in the data directory since the server ran
+// it, after the server was switched to the other runsc and the first
+// binary deleted (an upgrade): the resume brings the Python variable back,
+// and the sandbox stays that build's, whose Sentry wrote its memory, so its
+// next image names that build again.
+func TestResumeKeptRunsc(t *testing.T) {
+	old := filepath.Join(t.TempDir(), "runsc")
+	in, err := os.Open(testenv.Binary(t, "runsc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.OpenFile(old, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(out, h), in)
+	in.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(io.MultiWriter(out, h), "\nanother runsc build\n")
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	oldBuild := "gvisor-" + hex.EncodeToString(h.Sum(nil))[:16]
+
+	s := startServer(t, "--runsc", old)
+	c := s.createProject("proj_keptrunsc")
+	id := newSandbox(t, c, api.CreateSandboxRequest{}).SandboxID
+	py(t, c, id, "x = 42")
+	ctx := context.Background()
+	if _, err := c.PauseSandbox(ctx, id); err != nil {
+		t.Fatalf("PauseSandbox: %v", err)
+	}
+	image := filepath.Join(s.dataDir, "images", id)
+	if got := recordedBuild(t, image); got != oldBuild {
+		t.Fatalf("the image names runsc build %q; want the first binary's, %s", got, oldBuild)
+	}
+
+	s.stop()
+	if err := os.Remove(old); err != nil {
+		t.Fatal(err)
+	}
+	s.args = nil // runsc beside lizard: bin/runsc, another build
+	s.start()
+	if _, err := c.ResumeSandbox(ctx, id, api.ResumeRequest{}); err != nil {
+		t.Fatalf("ResumeSandbox of the other build's image: %v", err)
+	}
+	if got := py(t, c, id, "print(x)"); got != "42" {
+		t.Errorf("after the resume under the kept build x = %q; want 42", got)
+	}
+	if _, err := c.PauseSandbox(ctx, id); err != nil {
+		t.Fatalf("PauseSandbox of the restored sandbox: %v", err)
+	}
+	if got := recordedBuild(t, image); got != oldBuild {
+		t.Errorf("the restored sandbox's next image names runsc build %q; want its own, %s", got, oldBuild)
+	}
+	if _, err := c.ResumeSandbox(ctx, id, api.ResumeRequest{}); err != nil {
+		t.Fatalf("ResumeSandbox again: %v", err)
+	}
+	if got := py(t, c, id, "x += 1; print(x)"); got != "43" {
+		t.Errorf("after the second resume x + 1 = %q; want 43", got)
+	}
+}
+
+func recordedBuild(t *testing.T, image string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(image, "lizard-runtime.json"))
+	if err != nil {
+		t.Fatalf("the image has no runtime record: %v", err)
+	}
+	var rec struct {
+		Runsc string `json:"runsc"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec.Runsc
+}
 
 // TestResumeOtherRunsc: a paused sandbox's image records the runsc build
 // that made it. Rewritten to another build (as an upgrade that changed

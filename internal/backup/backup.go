@@ -12,6 +12,8 @@
 //	egress-ca/      the per-sandbox authorities secrets are injected under
 //	gvisor/files/   the agents (and CLIs) sandboxes were booted with, which
 //	                their images restore with (KeptFiles)
+//	gvisor/runsc/   the runsc builds the server ran with, by build, which
+//	                their images restore with (KeptRunsc)
 //	audit.log
 //	images/ID       the images of the sandboxes paused in lizard.db
 //	snapshots/ID    the images of its snapshots
@@ -135,7 +137,7 @@ func Backup(ctx context.Context, st *store.Store, opt Options) (Manifest, error)
 	if err != nil {
 		return m, fmt.Errorf("closing the store's copy: %w", err)
 	}
-	for _, name := range []string{"agent.key", "egress-ca", "audit.log", KeptFiles} {
+	for _, name := range []string{"agent.key", "egress-ca", "audit.log", KeptFiles, KeptRunsc} {
 		src := filepath.Join(dataDir, name)
 		if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -157,6 +159,11 @@ func Backup(ctx context.Context, st *store.Store, opt Options) (Manifest, error)
 // agents and CLIs sandboxes were booted with: a paused sandbox's image
 // restores only with the agent it was made with (gvisor's files.go).
 const KeptFiles = "gvisor/files"
+
+// KeptRunsc is where, in a data directory, the gVisor runtime keeps each
+// runsc build it ran with: an image restores only with the build that
+// made it (gvisor's runsc.go), and the restored machine may run another.
+const KeptRunsc = "gvisor/runsc"
 
 // copier copies what the store's copy st names into opt.To, recording it
 // in m: one method for each kind of thing a backup holds.

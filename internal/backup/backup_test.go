@@ -76,6 +76,7 @@ func dataDir(t *testing.T) (string, *store.Store) {
 	write("agent.key", strings.Repeat("a", 32))
 	write("egress-ca/sbx/ca.pem", "ca")
 	write("gvisor/files/0.1.0-0123456789abcdef/lizard-agent", "agent")
+	write("gvisor/runsc/gvisor-0123456789abcdef/runsc", "runsc")
 	write("audit.log", "{}\n")
 	if _, err := secrets.LoadOrCreateKey(filepath.Join(dir, secrets.KeyFile)); err != nil {
 		t.Fatal(err)
@@ -128,6 +129,9 @@ func TestBackupAndRestore(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dst, "gvisor/files/0.1.0-0123456789abcdef/lizard-agent")); err != nil || string(b) != "agent" {
 		t.Errorf("the kept agent after the restore: %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "gvisor/runsc/gvisor-0123456789abcdef/runsc")); err != nil || string(b) != "runsc" {
+		t.Errorf("the kept runsc after the restore: %q, %v", b, err)
 	}
 	k1, _ := os.ReadFile(filepath.Join(src, secrets.KeyFile))
 	if k2, err := os.ReadFile(filepath.Join(dst, secrets.KeyFile)); err != nil || !bytes.Equal(k1, k2) {

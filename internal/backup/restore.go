@@ -79,7 +79,7 @@ func Restore(ctx context.Context, opt RestoreOptions) (Restored, error) {
 			return r, err
 		}
 	}
-	for _, name := range []string{store.FileName, "agent.key", "egress-ca", "audit.log", "images", "snapshots", "volumes", KeptFiles} {
+	for _, name := range []string{store.FileName, "agent.key", "egress-ca", "audit.log", "images", "snapshots", "volumes", KeptFiles, KeptRunsc} {
 		src := filepath.Join(opt.From, name)
 		if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
 			continue

@@ -2,8 +2,9 @@
 // hold that nothing accounts for — rows whose images are gone, images no
 // row names, network namespaces, veths, nftables tables, cgroups and loop
 // devices no running sandbox owns, volumes without a record, template
-// builds nothing uses — and removes exactly those (`lizard admin check
-// [--repair]`, docs/operations.md).
+// builds nothing uses, runsc builds and agent copies the gVisor runtime
+// keeps that no image or sandbox names — and removes exactly those
+// (`lizard admin check [--repair]`, docs/operations.md).
 //
 // Machine-wide names (a namespace lizard-ID, a veth, a table, a cgroup
 // /lizard/ID) are this data directory's only when the gVisor runtime's
@@ -47,6 +48,8 @@ const (
 	VolumeWithoutRow    = "volume without owner"
 	VolumeMounted       = "volume mounted by no sandbox"
 	TemplateBuildUnused = "template build nobody uses"
+	RunscUnused         = "runsc build no image needs"
+	FilesUnused         = "agent copy no sandbox uses"
 )
 
 // Finding is one thing nothing accounts for, and how --repair removes it.
@@ -73,6 +76,9 @@ type Config struct {
 	DataDir  string // absolute
 	CacheDir string // the template cache the server uses, absolute
 	Store    *store.Store
+	// Files are the server's lizard-agent and lizard-client, whose kept
+	// copies are never listed (its next boot would copy them again).
+	Files []string
 }
 
 // Check lists what cfg's data directory and this host hold that nothing
@@ -83,7 +89,7 @@ func Check(ctx context.Context, cfg Config) ([]Finding, error) {
 	if c.rows, err = cfg.Store.ListSandboxes(ctx, store.Filter{}); err != nil {
 		return nil, err
 	}
-	for _, step := range []func(context.Context) error{c.images, c.host, c.loops, c.volumes, c.templates} {
+	for _, step := range []func(context.Context) error{c.images, c.host, c.loops, c.volumes, c.templates, c.kept} {
 		if err := step(ctx); err != nil {
 			return nil, err
 		}
@@ -315,6 +321,57 @@ func (c *checker) templates(ctx context.Context) error {
 		c.add(TemplateBuildUnused, filepath.Join(c.CacheDir, "templates", recipe.LayerKey(key)),
 			"no template, live sandbox or snapshot of this store uses it (removed once no other data directory holds it)",
 			func(context.Context) error { _, err := b.Release(key); return err })
+	}
+	return nil
+}
+
+// kept: the runsc builds and the copies of the agent and CLI the gVisor
+// runtime keeps (DATA/gvisor/runsc/BUILD, DATA/gvisor/files/KEY) that no
+// image on this disk (a paused sandbox's, a snapshot's, a template
+// snapshot, an image store's cached one, or one without a row: the rows'
+// images are all under DATA/images and DATA/snapshots) and no
+// sandbox of the runtime names, besides the runsc build the server runs
+// and the copies of its Files.
+func (c *checker) kept(ctx context.Context) error {
+	dir := filepath.Join(c.DataDir, "gvisor")
+	var images []string
+	for _, sub := range []string{"images", "snapshots", "templates", "image-cache"} {
+		m, _ := filepath.Glob(filepath.Join(c.DataDir, sub, "*"))
+		images = append(images, m...)
+	}
+	builds, files, err := gvisor.Named(dir, images)
+	if err != nil {
+		return err
+	}
+	builds[gvisor.CurrentBuild(dir)] = true
+	for _, f := range c.Files {
+		if key, err := gvisor.FilesKey(f); err == nil {
+			files[key] = true
+		}
+	}
+	kept, err := gvisor.KeptBuilds(dir)
+	if err != nil {
+		return err
+	}
+	for _, b := range kept {
+		if builds[b] {
+			continue
+		}
+		path := filepath.Dir(gvisor.KeptRunsc(dir, b))
+		c.add(RunscUnused, path, "no image or sandbox names runsc build "+b+", and the server runs "+gvisor.CurrentBuild(dir),
+			func(context.Context) error { return os.RemoveAll(path) })
+	}
+	copies, err := gvisor.KeptFiles(dir)
+	if err != nil {
+		return err
+	}
+	for _, k := range copies {
+		if files[k] {
+			continue
+		}
+		path := filepath.Join(dir, "files", k)
+		c.add(FilesUnused, path, "no image or sandbox names it, and it is not the server's lizard-agent or lizard-client",
+			func(context.Context) error { return os.RemoveAll(path) })
 	}
 	return nil
 }

@@ -24,8 +24,9 @@ import (
 // TestCheckAndRepair plants each kind of leftover in a fresh data
 // directory and on this host, beside what must stay — a running sandbox's
 // network, a paused sandbox's image, a snapshot's, a volume of the store, a
-// template build in use, and the network of another Lizard's sandbox (one
-// whose ID this store has too, as a restored backup's would) — and checks
+// template build in use, the network of another Lizard's sandbox (one
+// whose ID this store has too, as a restored backup's would), the runsc
+// builds and agent copies an image, a sandbox or the server names — and checks
 // that check lists exactly the leftovers and --repair removes exactly
 // those.
 func TestCheckAndRepair(t *testing.T) {
@@ -130,8 +131,35 @@ func TestCheckAndRepair(t *testing.T) {
 		must(b.Hold(k))
 	}
 
+	// Kept runsc builds and agent copies: named by the paused sandbox's
+	// image, the snapshot's, a template snapshot, the running sandbox, the
+	// server (its build, its agent); 0.1.0's agent, put by the operator.
+	build := func(c byte) string { return "gvisor-" + strings.Repeat(string(c), 16) }
+	files := func(c byte) string { return "0.1.1-" + strings.Repeat(string(c), 16) }
+	record := func(rel string, c byte) {
+		must(os.WriteFile(file(rel), []byte(`{"runsc":"`+build(c)+`","files":{"/opt/lizard/lizard-agent":"`+files(c)+`/lizard-agent"}}`), 0o600))
+	}
+	record("images/"+kept+"/lizard-runtime.json", 'a')
+	record("snapshots/snap_ok"+suffix+"/lizard-runtime.json", 'b')
+	record("templates/interpreter-0123/lizard-runtime.json", 'c')
+	record("gvisor/sandboxes/"+running+"/runtime.json", 'd')
+	file("gvisor/runsc/current")
+	must(os.WriteFile(filepath.Join(data, "gvisor/runsc/current"), []byte(build('e')+"\n"), 0o600))
+	agent := file("bin/lizard-agent")
+	agentKey, err := gvisor.FilesKey(agent)
+	must(err)
+	for _, c := range []byte("abcdef") {
+		file("gvisor/runsc/" + build(c) + "/runsc")
+		file("gvisor/files/" + files(c) + "/lizard-agent")
+	}
+	file("gvisor/files/" + agentKey + "/lizard-agent")
+	file("gvisor/files/0.1.0/lizard-agent")
+
 	// The leftovers.
 	want := map[string]bool{}
+	want[RunscUnused+" "+filepath.Join(data, "gvisor/runsc", build('f'))] = true
+	want[FilesUnused+" "+filepath.Join(data, "gvisor/files", files('e'))] = true
+	want[FilesUnused+" "+filepath.Join(data, "gvisor/files", files('f'))] = true
 	row(ended, api.StateKilled)
 	network(ended, ours)
 	want[Namespace+" "+netns.Name(ended)] = true
@@ -163,7 +191,7 @@ func TestCheckAndRepair(t *testing.T) {
 	want[VolumeMounted+" "+vols.Path("vol_kept")] = true
 	want[TemplateBuildUnused+" "+filepath.Join(cache, "templates", recipe.LayerKey(unusedKey))] = true
 
-	cfg := Config{DataDir: data, CacheDir: cache, Store: st}
+	cfg := Config{DataDir: data, CacheDir: cache, Store: st, Files: []string{agent}}
 	found, err := Check(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -205,6 +233,19 @@ func TestCheckAndRepair(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(data, p)); err != nil {
 			t.Errorf("%s was removed: %v", p, err)
 		}
+	}
+	for _, c := range []byte("abcde") {
+		if _, err := os.Stat(filepath.Join(data, "gvisor/runsc", build(c), "runsc")); err != nil {
+			t.Errorf("runsc build %s was removed: %v", build(c), err)
+		}
+	}
+	for _, k := range []string{files('a'), files('b'), files('c'), files('d'), agentKey, "0.1.0"} {
+		if _, err := os.Stat(filepath.Join(data, "gvisor/files", k, "lizard-agent")); err != nil {
+			t.Errorf("the agent copy %s was removed: %v", k, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(data, "gvisor/runsc", build('f'))); err == nil {
+		t.Error("the runsc build nothing names is still there")
 	}
 	if _, err := os.Stat(filepath.Join(cache, "templates", recipe.LayerKey(usedKey))); err != nil {
 		t.Errorf("the build in use was removed: %v", err)

@@ -32,7 +32,8 @@ func adminUsage(w io.Writer) {
   lizard admin check [--data-dir DIR] [--repair] [--json]        list what nothing accounts for (rows without
                                                                  images, images without rows, leftover network
                                                                  namespaces, veths, nftables tables, cgroups, loop
-                                                                 devices, volumes, template builds); --repair
+                                                                 devices, volumes, template builds, kept runsc
+                                                                 builds and agent copies); --repair
                                                                  removes them, with the server stopped
 
 In a cluster, pass --database-url (or set LIZARD_DATABASE_URL) instead of

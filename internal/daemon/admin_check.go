@@ -58,7 +58,13 @@ func adminCheck(ctx context.Context, e cli.Env, args []string) error {
 		return fmt.Errorf("opening the store in %s: %w", dir, err)
 	}
 	defer st.Close()
-	found, err := check.Check(ctx, check.Config{DataDir: dir, CacheDir: cache, Store: st})
+	// The server's agent and CLI are, by default, beside this binary:
+	// their kept copies are the ones its next boot would use.
+	var files []string
+	if self, err := os.Executable(); err == nil {
+		files = []string{filepath.Join(filepath.Dir(self), "lizard-agent"), filepath.Join(filepath.Dir(self), "lizard-client")}
+	}
+	found, err := check.Check(ctx, check.Config{DataDir: dir, CacheDir: cache, Store: st, Files: files})
 	if err != nil {
 		return fmt.Errorf("checking %s: %w", dir, err)
 	}

@@ -104,6 +104,9 @@ type Runtime struct {
 	// restore would wait for a removal left to the background, so their
 	// Kill removes all at once.
 	imaged map[string]bool
+	// builds are the runsc builds of the sandboxes, by ID, as their
+	// records say (runsc.go).
+	builds map[string]string
 	closed bool
 	// busy counts the operations under way, for Close to wait on.
 	busy sync.WaitGroup
@@ -155,6 +158,7 @@ func New(cfg Config) (*Runtime, error) {
 		guards:   map[string]*guard{},
 		removing: map[string]int{},
 		imaged:   map[string]bool{},
+		builds:   map[string]string{},
 		kept:     map[string]keptFile{},
 
 		unrecorded: cfg.Unrecorded,
@@ -170,6 +174,9 @@ func New(cfg Config) (*Runtime, error) {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("gvisor: creating %s: %w", d, err)
 		}
+	}
+	if err := r.keepRunsc(); err != nil {
+		return nil, fmt.Errorf("gvisor: %w", err)
 	}
 	r.removeOrphans()
 	switch {
@@ -384,7 +391,7 @@ func overlayArg(dir string, diskBytes int64, lay layout) string {
 // command runs a short runsc subcommand and returns its stdout; its stderr
 // goes into the error.
 func (r *Runtime) command(ctx context.Context, id string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, r.runsc, append(r.globalArgs(id, 0, currentLayout), args...)...)
+	cmd := exec.CommandContext(ctx, r.runscOf(id), append(r.globalArgs(id, 0, currentLayout), args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// A runsc child that kept our pipes open must not hang us.
@@ -408,7 +415,7 @@ func (r *Runtime) start(ctx context.Context, id string, diskBytes int64, lay lay
 	defer f.Close()
 	off, _ := f.Seek(0, io.SeekEnd)
 
-	cmd := exec.CommandContext(ctx, r.runsc, append(r.globalArgs(id, diskBytes, lay), args...)...)
+	cmd := exec.CommandContext(ctx, r.runscOf(id), append(r.globalArgs(id, diskBytes, lay), args...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// The rootfs tar annotation's path is relative to it (ociSpec).
 	cmd.Dir = r.dir(id)
@@ -446,7 +453,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) error {
 		return fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
 	}
 	spec.Files = files
-	return r.boot(ctx, spec, "", lay, kept, nil)
+	return r.boot(ctx, spec, r.ImageKey(), "", lay, kept, nil)
 }
 
 // Restore implements sandbox.Runtime. The image must have been taken of a
@@ -470,7 +477,8 @@ func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, imageDir strin
 	case err != nil:
 		return fmt.Errorf("restoring sandbox %s: %w: %v", spec.ID, sandbox.ErrImage, err)
 	}
-	if err := checkBuild(spec.ID, imageDir, rec, r.ImageKey()); err != nil {
+	build, err := r.restoreBuild(spec.ID, imageDir, rec)
+	if err != nil {
 		return err
 	}
 	if err := checkDisk(spec, rec); err != nil {
@@ -484,24 +492,7 @@ func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, imageDir strin
 		return err
 	}
 	spec.Files = files
-	return r.boot(ctx, spec, imageDir, rec.Layout, kept, nil)
-}
-
-// checkBuild refuses, with ErrOtherBuild, an image that another runsc
-// build made: a runsc restores only its own checkpoints, and a failed
-// attempt would end the sandbox and lose its image. An image without a
-// record of its build (made before Lizard recorded it) is taken for the
-// current build's.
-func checkBuild(id, imageDir string, rec imageRecord, key string) error {
-	if rec.Runsc == "" || rec.Runsc == key {
-		return nil
-	}
-	made := "runsc build " + rec.Runsc
-	if rec.Lizard != "" {
-		made += " (Lizard " + rec.Lizard + ")"
-	}
-	return fmt.Errorf("restoring sandbox %s: %w: its image %s was made by %s and this server runs runsc build %s (Lizard %s), which cannot restore it",
-		id, sandbox.ErrOtherBuild, imageDir, made, key, version.Version)
+	return r.boot(ctx, spec, build, imageDir, rec.Layout, kept, nil)
 }
 
 func checkDisk(spec sandbox.Spec, rec imageRecord) error {
@@ -536,7 +527,9 @@ func (r *Runtime) RestoreFork(ctx context.Context, spec sandbox.Spec, parent, im
 		return err
 	}
 	spec.Files = files
-	return r.boot(ctx, spec, imageDir, rec.Layout, kept, wait)
+	// The parent's Sentry writes the image, in its build's format: the
+	// copy runs that build too.
+	return r.boot(ctx, spec, r.buildOf(parent), imageDir, rec.Layout, kept, wait)
 }
 
 // imageRecord is what a checkpoint image must be restored with that runsc
@@ -554,10 +547,11 @@ type imageRecord struct {
 	// restore's spec must repeat (with an empty tar: the layer is in the
 	// checkpoint by then).
 	DiskTar bool `json:"diskTar,omitempty"`
-	// Runsc is the build of runsc (ImageKey) that made the image, and
-	// Lizard the version of Lizard that ran it: set by Checkpoint, in
-	// the image's copy only. An image made by another build is refused
-	// (checkBuild); one without it is an older Lizard's, taken for the
+	// Runsc is the build of runsc (ImageKey) that runs the sandbox, set
+	// at boot, and so the build that made an image of it; Lizard, in an
+	// image's copy, the version of Lizard that ran it. An image is
+	// restored by the build it names, refused while that build is not
+	// kept (runsc.go); one without it is an older Lizard's, taken for the
 	// current build's.
 	Runsc  string `json:"runsc,omitempty"`
 	Lizard string `json:"lizard,omitempty"`
@@ -627,7 +621,7 @@ func mib(n int64) string {
 
 // boot makes a sandbox from scratch, or from a checkpoint image when
 // imageDir is set, and removes whatever it made if anything fails.
-func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, lay layout, kept map[string]string, wait func(context.Context) error) (err error) {
+func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, build, imageDir string, lay layout, kept map[string]string, wait func(context.Context) error) (err error) {
 	verb := "creating"
 	if imageDir != "" {
 		verb = "restoring"
@@ -669,6 +663,10 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 			}
 		}
 	}()
+	// Every runsc call for the sandbox, from its first, runs its build.
+	r.mu.Lock()
+	r.builds[id] = build
+	r.mu.Unlock()
 	if err := r.claimOwner(id); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("%s sandbox %s: another runtime's sandbox has this ID: %w", verb, id, sandbox.ErrExists)
@@ -678,7 +676,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
 	}
-	memory, err := r.prepare(ctx, spec, lay, kept)
+	memory, err := r.prepare(ctx, spec, build, lay, kept)
 	if err != nil {
 		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
 	}
@@ -716,7 +714,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string, 
 // prepare makes what runsc is given in a claimed sandbox directory: the
 // overlay's and /tmp's directories, the network namespace with its egress,
 // the OCI spec and the runtime's record. It returns the sandbox's memory.
-func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec, lay layout, kept map[string]string) (memory int64, err error) {
+func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec, build string, lay layout, kept map[string]string) (memory int64, err error) {
 	id := spec.ID
 	if err := os.Mkdir(r.overlayDir(id), 0o700); err != nil {
 		return 0, err
@@ -749,7 +747,7 @@ func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec, lay layout, ke
 			return 0, err
 		}
 	}
-	b, _ = json.Marshal(imageRecord{Layout: lay, DiskBytes: spec.Limits.DiskBytes, MemoryBytes: memory, DiskTar: spec.Disk != "", Files: kept})
+	b, _ = json.Marshal(imageRecord{Layout: lay, DiskBytes: spec.Limits.DiskBytes, MemoryBytes: memory, DiskTar: spec.Disk != "", Files: kept, Runsc: build})
 	if err := os.WriteFile(filepath.Join(r.dir(id), recordName), b, 0o600); err != nil {
 		return 0, fmt.Errorf("writing runtime record: %w", err)
 	}
@@ -1014,9 +1012,10 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 		args = append(args, "--leave-running")
 	}
 	// The record goes in first: an image without one reads as an older
-	// Lizard's. Its copy names the runsc build that makes the image.
+	// Lizard's. Its copy names the runsc build that makes the image: the
+	// sandbox's own (runsc.go).
 	if rec, err := readRecord(filepath.Join(r.dir(id), recordName)); err == nil {
-		rec.Runsc, rec.Lizard = r.ImageKey(), version.Version
+		rec.Runsc, rec.Lizard = r.buildOf(id), version.Version
 		b, _ := json.Marshal(rec)
 		if err := os.WriteFile(filepath.Join(imageDir, imageRecordName), b, 0o600); err != nil {
 			return fmt.Errorf("checkpointing sandbox %s: writing runtime record: %w", id, err)
@@ -1056,9 +1055,15 @@ func (r *Runtime) remove(ctx context.Context, id string, background bool) error 
 	r.removing[id]++
 	r.mu.Unlock()
 	defer func() {
+		// Its build is forgotten with its directory, which names it
+		// (runsc calls up to here run that build).
+		gone := !r.owns(id)
 		r.mu.Lock()
 		if r.removing[id]--; r.removing[id] == 0 {
 			delete(r.removing, id)
+		}
+		if gone {
+			delete(r.builds, id)
 		}
 		r.mu.Unlock()
 	}()

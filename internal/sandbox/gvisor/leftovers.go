@@ -2,9 +2,12 @@ package gvisor
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/lizard-build/lizard/internal/version"
 )
 
 // What `lizard admin check` needs of a Runtime it does not start: whose a
@@ -60,4 +63,95 @@ func RemoveLeftovers(ctx context.Context, dir, id string) error {
 		}
 	}
 	return nil
+}
+
+// What the Runtime in dir keeps for images and sandboxes (runsc.go,
+// files.go), for `lizard admin check` to list the ones nothing names.
+
+// KeptBuilds are the runsc builds the Runtime in dir keeps (KeptRunsc).
+func KeptBuilds(dir string) ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(dir, "runsc"))
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && ValidBuild(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// CurrentBuild is the build of the runsc the last Runtime started in dir
+// ran with, "" if none recorded.
+func CurrentBuild(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "runsc", currentName))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// currentName, under the runsc directory, names the build New last ran.
+const currentName = "current"
+
+// KeptFiles are the directories of copies of Lizard's files the Runtime in
+// dir keeps (files.go: VERSION-HASH, each a file's content), by name; a
+// directory of another form was put there by an operator (0.1.0's agent,
+// Config.Unrecorded) and is not listed.
+func KeptFiles(dir string) ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(dir, "files"))
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if _, sum, ok := strings.Cut(e.Name(), "-"); e.IsDir() && ok && len(sum) == 16 {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// FilesKey is the directory, under the files directory, that a copy of
+// the file at path has (files.go's keep).
+func FilesKey(path string) (string, error) {
+	sum, err := hashFile(path)
+	if err != nil {
+		return "", err
+	}
+	return version.Version + "-" + sum, nil
+}
+
+// Named are the runsc builds and kept file directories that the images in
+// images (directories holding a runtime record, or none) and the sandboxes
+// of the Runtime in dir name. An image or sandbox without a record names
+// none (made by Lizard 0.1.0: the current build and Config.Unrecorded's
+// files restore it). A record it cannot read is an error: what it names is
+// unknown.
+func Named(dir string, images []string) (builds, files map[string]bool, err error) {
+	builds, files = map[string]bool{}, map[string]bool{}
+	paths := make([]string, 0, len(images))
+	for _, img := range images {
+		paths = append(paths, filepath.Join(img, imageRecordName))
+	}
+	boxes, _ := filepath.Glob(filepath.Join(dir, "sandboxes", "*", recordName))
+	for _, p := range append(paths, boxes...) {
+		rec, err := readRecord(p)
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the runtime record %s: %w", p, err)
+		}
+		if rec.Runsc != "" {
+			builds[rec.Runsc] = true
+		}
+		for _, rel := range rec.Files {
+			key, _, _ := strings.Cut(filepath.ToSlash(filepath.Clean(rel)), "/")
+			files[key] = true
+		}
+	}
+	return builds, files, nil
 }
