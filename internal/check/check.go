@@ -107,6 +107,11 @@ type checker struct {
 	Config
 	rows []store.Sandbox
 	out  []Finding
+	// unseen counts the paused sandboxes and snapshots whose images are
+	// not on this disk but elsewhere (another node's): what they name is
+	// unknown. One whose image should be here and is not is lost
+	// (RowWithoutImage) and names nothing.
+	unseen int
 }
 
 func (c *checker) add(kind, what, why string, repair func(context.Context) error) {
@@ -139,8 +144,12 @@ func (c *checker) images(ctx context.Context) error {
 	}
 	for _, p := range paused {
 		path, ok := local(p.ImageDir)
-		if !ok || p.PausedAt == nil {
-			continue // in an image store, or never paused (its on-timeout only)
+		if p.PausedAt == nil {
+			continue // never paused (its on-timeout only)
+		}
+		if !ok {
+			c.unseen++
+			continue // elsewhere
 		}
 		named[path] = true
 		if !exists(path) {
@@ -153,6 +162,7 @@ func (c *checker) images(ctx context.Context) error {
 	for _, sn := range snaps {
 		path, ok := local(sn.ImageDir)
 		if !ok {
+			c.unseen++
 			continue
 		}
 		named[path] = true
@@ -332,7 +342,14 @@ func (c *checker) templates(ctx context.Context) error {
 // images are all under DATA/images and DATA/snapshots) and no
 // sandbox of the runtime names, besides the runsc build the server runs
 // and the copies of its Files.
+//
+// None is listed while an image a row names is elsewhere (c.unseen): it
+// may name any of them, and a removed build or agent would make it
+// unrestorable.
 func (c *checker) kept(ctx context.Context) error {
+	if c.unseen > 0 {
+		return nil
+	}
 	dir := filepath.Join(c.DataDir, "gvisor")
 	var images []string
 	for _, sub := range []string{"images", "snapshots", "templates", "image-cache"} {

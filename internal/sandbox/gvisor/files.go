@@ -26,8 +26,10 @@ import (
 
 // filesDir holds the kept copies: one per content of each file, made at the
 // first boot with it. Each is the size of its binary (lizard-agent and
-// lizard-client: about 25 MB a release); they are never removed, as an
-// image in an image store may name them long after.
+// lizard-client: about 25 MB a release); the Runtime never removes one, as
+// an image may name it long after: `lizard admin check --repair` removes
+// those that no image on the disk, no sandbox and no image elsewhere can
+// name (leftovers.go's Named).
 func (r *Runtime) filesDir() string { return filepath.Join(r.root, "files") }
 
 // keptFile is a source's copy under filesDir, and what it was copied from,
