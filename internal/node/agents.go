@@ -52,38 +52,34 @@ func (a *agents) secret(id string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// reseedRestored gives sandbox sb, just restored from image, its identity
-// r and its own agent secret as soon as its agent answers. Its agent holds
-// auth, the secret of the sandbox the image was taken from, until then.
-func (a *agents) reseedRestored(ctx context.Context, sb store.Sandbox, r api.ReseedRequest, auth string) error {
-	r.Secret = a.secret(sb.ID)
-	return a.await(ctx, sb, "answered after the restore", func(ctx context.Context, alive func(context.Context) error) error {
-		return a.ReseedWhenUp(ctx, r, auth, alive)
-	})
-}
-
-// wait waits for sandbox sb's agent to answer.
-func (a *agents) wait(ctx context.Context, sb store.Sandbox) error {
-	return a.await(ctx, sb, "started", func(ctx context.Context, alive func(context.Context) error) error {
-		return a.Wait(ctx, sb.ID, alive)
-	})
-}
-
-// await runs wait, which waits on sandbox sb's agent, for at most
-// StartTimeout and no longer than sb's runtime runs, and says in words for
-// the caller which ended it: "did not answer within", or "stopped before
-// its agent <what>". Its attempts dial the address sb was just given
+// wait waits for sandbox sb's agent to answer, for at most StartTimeout
+// and no longer than sb's runtime runs. Given reseed (sb was just restored
+// from an image, whose agent holds auth, the secret of the sandbox the
+// image was taken from), it gives the agent that identity and sb's own
+// secret in the first request it answers. Its error says in words for the
+// caller which ended it: "did not answer within", or "stopped before its
+// agent ...". Its attempts dial the address sb was just given
 // (agentclient.At), not the row read back from the store at each.
-func (a *agents) await(ctx context.Context, sb store.Sandbox, what string, wait func(context.Context, func(context.Context) error) error) error {
+func (a *agents) wait(ctx context.Context, sb store.Sandbox, reseed *api.ReseedRequest, auth string) error {
 	ctx = agentclient.At(ctx, sb.ID, a.addr(sb.ID, sb.GuestAddr))
 	wctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	err := wait(wctx, func(ctx context.Context) error {
+	alive := func(ctx context.Context) error {
 		if a.dead(ctx, sb.ID) {
 			return errors.New("its runtime stopped")
 		}
 		return nil
-	})
+	}
+	var err error
+	what := "started"
+	if reseed == nil {
+		err = a.Wait(wctx, sb.ID, alive)
+	} else {
+		r := *reseed
+		r.Secret = a.secret(sb.ID)
+		what = "answered after the restore"
+		err = a.ReseedWhenUp(wctx, r, auth, alive)
+	}
 	switch {
 	case err == nil:
 		return nil

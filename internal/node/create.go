@@ -114,7 +114,7 @@ func (n *Local) Fork(ctx context.Context, parent string, p Plan, count int) (_ [
 		return nil, errdefs.Invalidf("count %d is out of range: want 1 to %d", count, MaxForks)
 	}
 	unlock := n.locks.Lock(parent)
-	sb, err := n.runningLocked(ctx, parent)
+	sb, err := n.reachable(ctx, parent, true, "")
 	if err != nil {
 		unlock()
 		return nil, err

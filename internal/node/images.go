@@ -77,7 +77,7 @@ func (n *Local) Snapshot(ctx context.Context, id, snapshotID string) (_ string, 
 	}
 	unlock := n.locks.Lock(id)
 	defer unlock()
-	sb, err := n.runningLocked(ctx, id)
+	sb, err := n.reachable(ctx, id, true, "")
 	if err != nil {
 		return "", 0, err
 	}

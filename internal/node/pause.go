@@ -212,21 +212,6 @@ func (n *Local) resumeLocked(ctx context.Context, sb store.Sandbox, timeoutMs *i
 	return n.provision(ctx, plan, src)
 }
 
-// runningLocked returns sandbox id, resuming it if paused; the caller
-// holds its lock.
-func (n *Local) runningLocked(ctx context.Context, id string) (store.Sandbox, error) {
-	sb, err := n.get(ctx, id)
-	if err != nil {
-		return sb, err
-	}
-	if err := check(sb, WantRunning); errors.Is(err, ErrPaused) {
-		return n.resumeLocked(ctx, sb, nil)
-	} else if err != nil {
-		return sb, err
-	}
-	return sb, nil
-}
-
 // expirePaused pauses sb instead of ending it when it was created with
 // onTimeout "pause"; it reports whether it did. The caller holds the lock.
 func (n *Local) expirePaused(ctx context.Context, sb store.Sandbox) (bool, error) {

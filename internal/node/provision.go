@@ -5,8 +5,8 @@ package node
 // snapshot or a fork's image, resumed from its pause, and the node's own
 // template and pool sandboxes — is started by provision, in this order:
 // wait for a restore turn, admit and record (a resume: take a new address
-// slot for its row), lock, mint its lizardToken, start, give its agent its
-// identity, mark it running. Where the sources differ, each says what it
+// slot for its row), lock, mint its lizardToken, start it and give its
+// agent its identity, mark it running. Where the sources differ, each says what it
 // does (source.go; source_boot.go, source_restore.go, source_claim.go,
 // source_resume.go).
 
@@ -126,16 +126,14 @@ func (n *Local) provision(ctx context.Context, p Plan, src source) (_ store.Sand
 			return fail("recording pauseMemory failed", err)
 		}
 	}
-	l.env = append(slices.Clone(p.Envs), identityEnv(sb)...)
+	// Its identity, which Lizard itself gives every sandbox.
+	l.env = append(slices.Clone(p.Envs), "LIZARD_SANDBOX_ID="+sb.ID, "LIZARD_PROJECT_ID="+sb.ProjectID)
 	if p.Token {
 		if l.tokenEnv, l.apiPort, err = src.token(ctx, l); err != nil {
 			return fail("giving it its lizardToken failed", err)
 		}
 	}
 	if reason, err := src.start(ctx, l); err != nil {
-		return fail(reason, err)
-	}
-	if reason, err := src.identify(ctx, l); err != nil {
 		return fail(reason, err)
 	}
 	restored()
@@ -178,13 +176,6 @@ type launch struct {
 	env      []string
 	tokenEnv []string
 	apiPort  int
-}
-
-// spec is the runtime's spec of l's sandbox with environment env.
-func (l *launch) spec(env []string) (sandbox.Spec, error) {
-	spec, err := l.n.spec(l.sb, l.art, env, l.apiPort)
-	spec.WritableRoot = l.p.Build != nil
-	return spec, err
 }
 
 // runtimeFailed is the reason a boot or restore the runtime refused

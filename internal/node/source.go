@@ -39,11 +39,8 @@ type source interface {
 	// A plan without a token passes no source's token step.
 	token(ctx context.Context, l *launch) (env []string, apiPort int, err error)
 	// start has the runtime start the sandbox (a claim: bring it to the
-	// foreground).
+	// foreground) and gives its agent its identity once it answers.
 	start(ctx context.Context, l *launch) (reason string, err error)
-	// identify gives the started sandbox's agent its identity, once it
-	// answers.
-	identify(ctx context.Context, l *launch) (reason string, err error)
 	// markRunning records the sandbox running.
 	markRunning(ctx context.Context, l *launch) error
 	// fail cleans up after a step that failed for reason and returns

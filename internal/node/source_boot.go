@@ -18,8 +18,8 @@ func (b bootSource) about(p Plan) about {
 	return b.fresh.about(p, "boot", "", metrics.PathBoot, "sandbox running", false)
 }
 
-// start has the runtime create the sandbox, its lizardToken in its
-// environment.
+// start has the runtime create the sandbox, its identity and lizardToken
+// in its environment, and waits for its agent.
 func (bootSource) start(ctx context.Context, l *launch) (string, error) {
 	spec, err := l.spec(append(slices.Clone(l.env), l.tokenEnv...))
 	if err != nil {
@@ -28,13 +28,7 @@ func (bootSource) start(ctx context.Context, l *launch) (string, error) {
 	if err := trace.Step(ctx, "node.start", func(ctx context.Context) error { return l.n.cfg.Runtime.Create(ctx, spec) }); err != nil {
 		return l.runtimeFailed(), err
 	}
-	return "", nil
-}
-
-// identify waits for the agent: a booted agent has its identity from its
-// environment.
-func (bootSource) identify(ctx context.Context, l *launch) (string, error) {
-	if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return l.n.agents.wait(ctx, l.sb) }); err != nil {
+	if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return l.n.agents.wait(ctx, l.sb, nil, "") }); err != nil {
 		return "its agent did not answer", err
 	}
 	return "", nil

@@ -38,21 +38,14 @@ func (c claimSource) record(ctx context.Context, n *Local, p Plan) (store.Sandbo
 }
 
 // start: restored in the background (sandbox.Spec.Background), it runs
-// for its caller from now on.
-func (claimSource) start(ctx context.Context, l *launch) (string, error) {
-	pr, ok := l.n.cfg.Runtime.(sandbox.Prioritizer)
-	if !ok {
-		return "", nil
-	}
-	if err := trace.Step(ctx, "node.foreground", func(ctx context.Context) error { return pr.Foreground(ctx, l.sb.ID) }); err != nil {
-		return "raising its CPU share failed", err
-	}
-	return "", nil
-}
-
-// identify: a warm-pool sandbox took fresh seeds at its own restore; its
+// for its caller from now on. It took fresh seeds at its own restore: its
 // claim only gives it its caller's identity.
-func (claimSource) identify(ctx context.Context, l *launch) (string, error) {
+func (claimSource) start(ctx context.Context, l *launch) (string, error) {
+	if pr, ok := l.n.cfg.Runtime.(sandbox.Prioritizer); ok {
+		if err := trace.Step(ctx, "node.foreground", func(ctx context.Context) error { return pr.Foreground(ctx, l.sb.ID) }); err != nil {
+			return "raising its CPU share failed", err
+		}
+	}
 	req := l.identity(true)
 	if err := trace.Step(ctx, "node.reseed", func(ctx context.Context) error { return l.n.agents.Reseed(ctx, req, "") }); err != nil {
 		return "giving it its identity failed", err

@@ -28,7 +28,9 @@ func (r restoreSource) about(p Plan) about {
 }
 
 // start has the runtime restore the image, its lizardToken in its
-// environment.
+// environment, and gives the copy of another sandbox its own identity,
+// seeds and agent secret in the first request its agent gets: a restored
+// agent is waited for in the reseed, which it answers as soon as it is up.
 func (r restoreSource) start(ctx context.Context, l *launch) (string, error) {
 	spec, err := l.spec(append(slices.Clone(l.env), l.tokenEnv...))
 	if err != nil {
@@ -37,16 +39,9 @@ func (r restoreSource) start(ctx context.Context, l *launch) (string, error) {
 	if err := trace.Step(ctx, "node.restore", func(ctx context.Context) error { return l.n.restoreImage(ctx, l.p, spec, r.dir) }); err != nil {
 		return l.runtimeFailed(), err
 	}
-	return "", nil
-}
-
-// identify gives the copy of another sandbox its own identity, seeds and
-// agent secret, in the first request its agent gets: a restored agent is
-// waited for in the reseed, which it answers as soon as it is up.
-func (r restoreSource) identify(ctx context.Context, l *launch) (string, error) {
 	req := l.identity(false)
 	if err := trace.Step(ctx, "node.reseed", func(ctx context.Context) error {
-		return l.n.agents.reseedRestored(ctx, l.sb, req, l.n.images.imageAuth(r.dir))
+		return l.n.agents.wait(ctx, l.sb, &req, l.n.images.imageAuth(r.dir))
 	}); err != nil {
 		return "giving it its identity failed", err
 	}

@@ -32,7 +32,7 @@ type resumeSource struct {
 	cached bool
 	// disk: dir is a disk alone (diskOnly), which the template boots
 	// over, not an image of its memory to restore: decided once, when
-	// the source is chosen, for start and identify.
+	// the source is chosen, for start.
 	disk bool
 }
 
@@ -53,10 +53,10 @@ func (r resumeSource) about(p Plan) about {
 // On failure it stays paused.
 func (r resumeSource) record(ctx context.Context, n *Local, _ Plan) (store.Sandbox, error) {
 	sb := r.row
-	cctx, cancel := cleanupContext(ctx)
-	defer cancel()
 	// A resume cut short by a server crash may have left the sandbox up.
-	if err := n.cfg.Runtime.Kill(cctx, sb.ID); err != nil {
+	// Nothing is made yet: a client gone meanwhile leaves it paused, and
+	// the next resume kills again.
+	if err := n.cfg.Runtime.Kill(ctx, sb.ID); err != nil {
 		return sb, fmt.Errorf("clearing sandbox %s before resuming it: %w", sb.ID, err)
 	}
 	host, guest, err := n.cfg.Store.AssignSlot(ctx, sb.ID, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings, n.cfg.Pool.Settling()...)
@@ -96,10 +96,13 @@ type cutShort struct{ error }
 
 func (c cutShort) Unwrap() error { return c.error }
 
-// start has the runtime restore its image. Its environment is in the
-// image already; the API's address is told to its agent (identify). An
-// image of its disk alone (a pause with memory: false) has no memory to
-// restore: the template boots fresh with that disk over it.
+// start has the runtime restore its image and waits for its agent. Its
+// environment is in the image already, and it keeps its identity and
+// seeds: only the API's address, on its new host address, is news to its
+// agent — and, paused on another node (its image the cache's), the secret
+// this node gives it. An image of its disk alone (a pause with memory:
+// false) has no memory to restore: the template boots fresh with that
+// disk over it (boot).
 func (r resumeSource) start(ctx context.Context, l *launch) (string, error) {
 	if r.dir == "" {
 		return "its checkpoint image is missing", errors.New("no image recorded")
@@ -120,6 +123,23 @@ func (r resumeSource) start(ctx context.Context, l *launch) (string, error) {
 		}
 		return "its checkpoint image is missing or corrupt", err
 	}
+	req := api.ReseedRequest{SandboxID: l.sb.ID, KeepSeeds: true}
+	if r.cached {
+		req.Envs = envMap(l.tokenEnv)
+		if err := l.n.agents.wait(ctx, l.sb, &req, l.n.images.imageAuth(r.dir)); err != nil {
+			return "its agent did not take this node's secret after the restore", err
+		}
+		return "", nil
+	}
+	if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return l.n.agents.wait(ctx, l.sb, nil, "") }); err != nil {
+		return "its agent did not answer after the restore", err
+	}
+	if len(l.tokenEnv) > 0 {
+		req.Envs = envMap(l.tokenEnv)
+		if err := trace.Step(ctx, "node.reseed", func(ctx context.Context) error { return l.n.agents.Reseed(ctx, req, "") }); err != nil {
+			return "telling its agent the new API address failed", err
+		}
+	}
 	return "", nil
 }
 
@@ -131,7 +151,8 @@ type keptImage struct{ error }
 func (k keptImage) Unwrap() error { return k.error }
 
 // boot starts a sandbox paused keeping its disk alone: the template,
-// booted with its identity, and its saved disk over the template's root.
+// booted with its identity, environment and API address, and its saved
+// disk over the template's root; then waits for its agent.
 func (r resumeSource) boot(ctx context.Context, l *launch) (string, error) {
 	if _, ok := l.n.cfg.Runtime.(sandbox.DiskSaver); !ok {
 		return "this node's runtime cannot boot it over its saved disk", fmt.Errorf("the %s runtime is no sandbox.DiskSaver", l.n.cfg.Runtime.Name())
@@ -151,28 +172,8 @@ func (r resumeSource) boot(ctx context.Context, l *launch) (string, error) {
 		}
 		return "its saved disk could not be booted over (the server log says why)", err
 	}
-	return "", nil
-}
-
-// identify: it keeps its identity and seeds. Only the API's address, on
-// its new host address, is news to it — and, paused on another node (its
-// image the cache's), the secret this node gives its agent.
-func (r resumeSource) identify(ctx context.Context, l *launch) (string, error) {
-	if r.cached && !r.disk {
-		req := api.ReseedRequest{SandboxID: l.sb.ID, Envs: envMap(l.tokenEnv), KeepSeeds: true}
-		if err := l.n.agents.reseedRestored(ctx, l.sb, req, l.n.images.imageAuth(r.dir)); err != nil {
-			return "its agent did not take this node's secret after the restore", err
-		}
-		return "", nil
-	}
-	if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return l.n.agents.wait(ctx, l.sb) }); err != nil {
+	if err := trace.Step(ctx, "node.agent_wait", func(ctx context.Context) error { return l.n.agents.wait(ctx, l.sb, nil, "") }); err != nil {
 		return "its agent did not answer after the restore", err
-	}
-	if len(l.tokenEnv) > 0 && !r.disk {
-		req := api.ReseedRequest{SandboxID: l.sb.ID, Envs: envMap(l.tokenEnv), KeepSeeds: true}
-		if err := trace.Step(ctx, "node.reseed", func(ctx context.Context) error { return l.n.agents.Reseed(ctx, req, "") }); err != nil {
-			return "telling its agent the new API address failed", err
-		}
 	}
 	return "", nil
 }

@@ -68,11 +68,12 @@ func (n *Local) artifact(ctx context.Context, template string) (sandbox.Artifact
 	return a, nil
 }
 
-// spec is the runtime spec of sandbox sb (its ID, addresses and recorded
-// shape) from template artifact a, with env as its first process's
+// spec is the runtime spec of l's sandbox (its ID, addresses and recorded
+// shape) from its template artifact, with env as its first process's
 // environment (a restore takes the environment from the image instead)
-// and apiPort the port of its sandbox API listener (0: none).
-func (n *Local) spec(sb store.Sandbox, a sandbox.Artifact, env []string, apiPort int) (sandbox.Spec, error) {
+// and the port of its sandbox API listener, if it has a lizardToken.
+func (l *launch) spec(env []string) (sandbox.Spec, error) {
+	n, sb := l.n, l.sb
 	host, err1 := netip.ParseAddr(sb.HostAddr)
 	guest, err2 := netip.ParseAddr(sb.GuestAddr)
 	if err := errors.Join(err1, err2); err != nil {
@@ -92,30 +93,28 @@ func (n *Local) spec(sb store.Sandbox, a sandbox.Artifact, env []string, apiPort
 		}
 		vols = append(vols, sandbox.Volume{Source: n.cfg.Volumes.Path(v.ID), Target: v.Path})
 	}
+	var names *netns.Names
 	if p.Network != nil && p.Internet && n.cfg.Egress != nil {
 		// The runtime installs the rules; the table must know the
 		// sandbox before its first packet (a restored one sends at once).
 		n.cfg.Egress.Table.Set(guest, egress.Sandbox{ID: sb.ID, Project: sb.ProjectID, Policy: p.Network})
+		names = n.cfg.Egress.Names(p.Network)
 	}
 	return sandbox.Spec{
-		ID:       sb.ID,
-		Template: a,
-		Args:     []string{AgentPath},
-		Env:      env,
-		Files:    n.cfg.Files,
-		Volumes:  vols,
+		ID:           sb.ID,
+		Template:     l.art,
+		WritableRoot: l.p.Build != nil,
+		Args:         []string{AgentPath},
+		Env:          env,
+		Files:        n.cfg.Files,
+		Volumes:      vols,
 		Network: sandbox.Network{HostAddr: host, GuestAddr: guest, PrefixLen: netns.SlotPrefixLen,
-			Internet: p.Internet, APIPort: apiPort, Allow: n.cfg.Allow, Names: n.network.names(p)},
-		Limits: p.Limits.runtime(),
+			Internet: p.Internet, APIPort: l.apiPort, Allow: n.cfg.Allow, Names: names},
+		Limits: sandbox.Limits(p.Limits),
 		// A warm-pool sandbox is restored ahead of need: it yields the CPU
 		// to sandboxes in use until claimed (provision).
 		Background: sb.Role == store.RoleWarm,
 	}, nil
-}
-
-// identityEnv is the environment Lizard itself gives sandbox sb.
-func identityEnv(sb store.Sandbox) []string {
-	return []string{"LIZARD_SANDBOX_ID=" + sb.ID, "LIZARD_PROJECT_ID=" + sb.ProjectID}
 }
 
 // envMap turns KEY=VALUE pairs into a map (later pairs win).
