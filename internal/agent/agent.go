@@ -329,5 +329,5 @@ func (a *Agent) health(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the template's start command is not ready yet")
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: a.cfg.Version})
+	api.WriteJSON(w, http.StatusOK, api.Health{Status: "ok", Version: a.cfg.Version})
 }

@@ -262,7 +262,7 @@ func (a *Agent) createContext(w http.ResponseWriter, r *http.Request) {
 	a.order = append(a.order, c.info.ID)
 	a.mu.Unlock()
 	a.log.Info("context created", "context", c.info.ID, "language", lang, "cwd", cwd, "root", root)
-	writeJSON(w, http.StatusCreated, c.info)
+	api.WriteJSON(w, http.StatusCreated, c.info)
 }
 
 // statefulDefault returns the stateful default context id of lang (the
@@ -293,7 +293,7 @@ func (a *Agent) listContexts(w http.ResponseWriter, r *http.Request) {
 		list.Contexts = append(list.Contexts, a.contexts[id].info)
 	}
 	a.mu.Unlock()
-	writeJSON(w, http.StatusOK, list)
+	api.WriteJSON(w, http.StatusOK, list)
 }
 
 func (a *Agent) restartContext(w http.ResponseWriter, r *http.Request) {
@@ -321,7 +321,7 @@ func (a *Agent) restartContext(w http.ResponseWriter, r *http.Request) {
 	}
 	// Other JavaScript and bash contexts keep no state: nothing to restart.
 	a.log.Info("context restarted", "context", c.info.ID)
-	writeJSON(w, http.StatusOK, c.info)
+	api.WriteJSON(w, http.StatusOK, c.info)
 }
 
 func (a *Agent) restartKernel(ctx context.Context, c *execContext) error {

@@ -445,7 +445,7 @@ func (fa *fileAPI) writeFile(w http.ResponseWriter, r *http.Request) {
 		u.fileError(w, p, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	api.WriteJSON(w, http.StatusOK, info)
 }
 
 // mkdirAll is os.MkdirAll run as the call's user: what it makes is theirs.
@@ -521,7 +521,7 @@ func (fa *fileAPI) listDir(w http.ResponseWriter, r *http.Request) {
 		u.fileError(w, p, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, list)
+	api.WriteJSON(w, http.StatusOK, list)
 }
 
 func (fa *fileAPI) statFile(w http.ResponseWriter, r *http.Request) {
@@ -549,7 +549,7 @@ func (fa *fileAPI) statFile(w http.ResponseWriter, r *http.Request) {
 		u.fileError(w, p, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	api.WriteJSON(w, http.StatusOK, info)
 }
 
 func (fa *fileAPI) mkdir(w http.ResponseWriter, r *http.Request) {
@@ -572,7 +572,7 @@ func (fa *fileAPI) mkdir(w http.ResponseWriter, r *http.Request) {
 		u.fileError(w, p, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	api.WriteJSON(w, http.StatusOK, info)
 }
 
 // rename moves path to to, as rename(2): a file at to is replaced, an empty
@@ -617,7 +617,7 @@ func (fa *fileAPI) rename(w http.ResponseWriter, r *http.Request) {
 		u.fileError(w, failed, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	api.WriteJSON(w, http.StatusOK, info)
 }
 
 // disk answers statfs of the sandbox's root: under gVisor its overlay's
@@ -630,5 +630,5 @@ func (fa *fileAPI) disk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	bs := int64(st.Bsize)
-	writeJSON(w, http.StatusOK, api.DiskUsage{UsedBytes: int64(st.Blocks-st.Bfree) * bs, TotalBytes: int64(st.Blocks) * bs})
+	api.WriteJSON(w, http.StatusOK, api.DiskUsage{UsedBytes: int64(st.Blocks-st.Bfree) * bs, TotalBytes: int64(st.Blocks) * bs})
 }

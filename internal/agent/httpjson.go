@@ -12,14 +12,8 @@ import (
 	"github.com/lizard-build/lizard/api"
 )
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
 func writeError(w http.ResponseWriter, status int, code, format string, args ...any) {
-	writeJSON(w, status, api.Error{Code: code, Message: fmt.Sprintf(format, args...)})
+	api.WriteJSON(w, status, api.Error{Code: code, Message: fmt.Sprintf(format, args...)})
 }
 
 // invalid answers 400 with a message that starts with the offending field.

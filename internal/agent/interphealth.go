@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/net/netutil"
+
+	"github.com/lizard-build/lizard/api"
 )
 
 // DefaultHealthListen is where E2B's code interpreter answers GET /health
@@ -34,10 +36,10 @@ func (a *Agent) healthHandler() http.Handler {
 		closed := a.closed
 		a.mu.Unlock()
 		if closed {
-			writeJSON(w, http.StatusServiceUnavailable, "shutting down")
+			api.WriteJSON(w, http.StatusServiceUnavailable, "shutting down")
 			return
 		}
-		writeJSON(w, http.StatusOK, "OK")
+		api.WriteJSON(w, http.StatusOK, "OK")
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "only GET /health is served here (the code interpreter's health, as on E2B)", http.StatusNotFound)

@@ -267,7 +267,7 @@ func (pa *processAPI) startProcess(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pa.log.Info("process started", "pid", p.pid, "tag", req.Tag, "pty", req.Pty != nil, "user", info.User)
-	writeJSON(w, http.StatusCreated, p.snapshot())
+	api.WriteJSON(w, http.StatusCreated, p.snapshot())
 }
 
 // checkStart answers 400 itself for a start that asks for nothing to run,
@@ -545,7 +545,7 @@ func (pa *processAPI) listProcesses(w http.ResponseWriter, r *http.Request) {
 		}
 		return x.Pid - y.Pid
 	})
-	writeJSON(w, http.StatusOK, list)
+	api.WriteJSON(w, http.StatusOK, list)
 }
 
 // processOf looks up the {pid} of the path, answering 404 itself.
@@ -589,7 +589,7 @@ func (pa *processAPI) getProcess(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, p.snapshot())
+	api.WriteJSON(w, http.StatusOK, p.snapshot())
 }
 
 // maxStdinBytes bounds one stdin request: a process reads its input at its

@@ -27,7 +27,7 @@ type importer interface {
 // starts with, which code can read already (a pause keeping the disk alone
 // saves it).
 func (a *Agent) getEnv(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, api.AgentEnv{Env: a.launch.baseEnv()})
+	api.WriteJSON(w, http.StatusOK, api.AgentEnv{Env: a.launch.baseEnv()})
 }
 
 // reseed answers POST /reseed, which the server calls in every sandbox

@@ -13,7 +13,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -262,9 +261,7 @@ func writeRefusal(w http.ResponseWriter, status int, msg string) {
 		Unauthorized(w)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(api.Error{Code: api.CodeUnavailable, Message: msg})
+	api.WriteJSON(w, status, api.Error{Code: api.CodeUnavailable, Message: msg})
 }
 
 func (v *Verifier) logger() *slog.Logger {
@@ -276,8 +273,6 @@ func (v *Verifier) logger() *slog.Logger {
 
 // Unauthorized writes the one 401 response.
 func Unauthorized(w http.ResponseWriter) {
-	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("WWW-Authenticate", `Bearer realm="lizard"`)
-	w.WriteHeader(http.StatusUnauthorized)
-	json.NewEncoder(w).Encode(api.Error{Code: api.CodeUnauthenticated, Message: Message})
+	api.WriteJSON(w, http.StatusUnauthorized, api.Error{Code: api.CodeUnauthenticated, Message: Message})
 }

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
@@ -60,15 +59,13 @@ func (r *Router) AdminHandler() http.Handler {
 }
 
 func (r *Router) answer(w http.ResponseWriter, req *http.Request, v any, err error) {
-	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
 		status, code, msg := agentproxy.Classify(err)
 		if status >= 500 {
 			r.log.Error("node request failed", "method", req.Method, "path", req.URL.Path, "err", err)
 		}
-		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(api.Error{Code: code, Message: msg})
+		api.WriteJSON(w, status, api.Error{Code: code, Message: msg})
 		return
 	}
-	json.NewEncoder(w).Encode(v)
+	api.WriteJSON(w, http.StatusOK, v)
 }

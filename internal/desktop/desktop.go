@@ -13,7 +13,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -199,7 +198,7 @@ func (h *Handler) screen(w http.ResponseWriter, r *http.Request) {
 	h.serve(w, r, func(ctx context.Context, a *agent) error {
 		s, err := a.screen(ctx)
 		if err == nil {
-			writeJSON(w, http.StatusOK, s)
+			api.WriteJSON(w, http.StatusOK, s)
 		}
 		return err
 	})
@@ -213,7 +212,7 @@ func (h *Handler) cursor(w http.ResponseWriter, r *http.Request) {
 		}
 		c, err := parseCursor(out)
 		if err == nil {
-			writeJSON(w, http.StatusOK, c)
+			api.WriteJSON(w, http.StatusOK, c)
 		}
 		return err
 	})
@@ -248,7 +247,7 @@ func (h *Handler) mouse(w http.ResponseWriter, r *http.Request) {
 				return parseCursor(out)
 			})
 		}
-		writeJSON(w, http.StatusOK, c)
+		api.WriteJSON(w, http.StatusOK, c)
 		return nil
 	})
 }
@@ -390,7 +389,7 @@ func (h *Handler) windows(w http.ResponseWriter, r *http.Request) {
 		}
 		list, err := parseWindows(out)
 		if err == nil {
-			writeJSON(w, http.StatusOK, list)
+			api.WriteJSON(w, http.StatusOK, list)
 		}
 		return err
 	})
@@ -478,10 +477,4 @@ func regionOf(r *http.Request) (*region, error) {
 		return &region{x: v[0], y: v[1], w: v[2], h: v[3]}, nil
 	}
 	return nil, errdefs.Invalidf("a region needs all of x, y, width and height (or none, for the whole screen)")
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
 }

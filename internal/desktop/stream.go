@@ -160,7 +160,7 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request) {
 			h.viewers.revoke(id, v.id)
 			return err
 		}
-		writeJSON(w, http.StatusCreated, viewerAnswer(r, v, token))
+		api.WriteJSON(w, http.StatusCreated, viewerAnswer(r, v, token))
 		return nil
 	})
 }

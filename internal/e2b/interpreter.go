@@ -43,7 +43,7 @@ func (h *Handler) interpreter(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(p, "/contexts/") && r.Method == http.MethodDelete:
 		h.contextCall(w, r, http.MethodDelete, strings.TrimPrefix(p, "/contexts/"), "")
 	case p == "/health" && r.Method == http.MethodGet:
-		writeJSON(w, http.StatusOK, "OK")
+		api.WriteJSON(w, http.StatusOK, "OK")
 	default:
 		writeText(w, http.StatusNotFound, r.Method+" "+p+" is not part of the code interpreter's protocol")
 	}
@@ -155,7 +155,7 @@ func (h *Handler) callFailed(w http.ResponseWriter, r *http.Request, err error) 
 	if errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrNotFound) {
 		// E2B's proxy answers 502 for a sandbox that is no more; the SDKs
 		// read it as the sandbox's timeout.
-		writeJSON(w, http.StatusBadGateway, apiError{Code: http.StatusBadGateway, Message: errdefs.Message(err)})
+		api.WriteJSON(w, http.StatusBadGateway, apiError{Code: http.StatusBadGateway, Message: errdefs.Message(err)})
 		return
 	}
 	status, msg := h.classify(err)
@@ -454,7 +454,7 @@ func (h *Handler) createContext(w http.ResponseWriter, r *http.Request) {
 	// new: the same caller may run any command as root (user="root").
 	creq := api.CreateContextRequest{Language: lang, Cwd: cwd, Stateful: stateful(lang), User: "root"}
 	if h.agentJSON(w, r, http.MethodPost, "/contexts", creq, &c) {
-		writeJSON(w, http.StatusOK, c)
+		api.WriteJSON(w, http.StatusOK, c)
 	}
 }
 
@@ -464,7 +464,7 @@ func (h *Handler) listContexts(w http.ResponseWriter, r *http.Request) {
 		if list.Contexts == nil {
 			list.Contexts = []api.Context{}
 		}
-		writeJSON(w, http.StatusOK, list.Contexts)
+		api.WriteJSON(w, http.StatusOK, list.Contexts)
 	}
 }
 
@@ -475,7 +475,7 @@ func (h *Handler) contextCall(w http.ResponseWriter, r *http.Request, method, id
 		return
 	}
 	if h.agentJSON(w, r, method, "/contexts/"+id+suffix, nil, nil) {
-		writeJSON(w, http.StatusOK, nil)
+		api.WriteJSON(w, http.StatusOK, nil)
 	}
 }
 

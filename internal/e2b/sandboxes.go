@@ -297,7 +297,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.cfg.Audit(r, "sandbox.create", "sandbox_id", sb.SandboxID, "template", sb.Template, "surface", "e2b")
-	writeJSON(w, http.StatusCreated, h.sandboxJSON(sb))
+	api.WriteJSON(w, http.StatusCreated, h.sandboxJSON(sb))
 }
 
 func (h *Handler) sandboxJSON(sb api.Sandbox) sandboxJSON {
@@ -447,7 +447,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 	} else if s == control.SettlingPause {
 		sb.State = api.StatePaused
 	}
-	writeJSON(w, http.StatusOK, sandboxDetail{listedSandbox: h.listed(sb), EnvdAccessToken: h.cfg.Control.EnvdToken(sb.SandboxID), Domain: domain(sb), Network: networkOf(sb)})
+	api.WriteJSON(w, http.StatusOK, sandboxDetail{listedSandbox: h.listed(sb), EnvdAccessToken: h.cfg.Control.EnvdToken(sb.SandboxID), Domain: domain(sb), Network: networkOf(sb)})
 }
 
 func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
@@ -584,7 +584,7 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, notGone(err))
 		return
 	}
-	writeJSON(w, http.StatusCreated, h.sandboxJSON(sb))
+	api.WriteJSON(w, http.StatusCreated, h.sandboxJSON(sb))
 }
 
 // connect answers a sandbox's details, resuming it if paused (201), else
@@ -621,7 +621,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, notGone(err))
 			return
 		}
-		writeJSON(w, http.StatusCreated, h.sandboxJSON(sb))
+		api.WriteJSON(w, http.StatusCreated, h.sandboxJSON(sb))
 		return
 	}
 	if req.Timeout != nil && sb.ExpiresAt != nil && time.Now().Add(time.Duration(ms)*time.Millisecond).After(*sb.ExpiresAt) {
@@ -630,7 +630,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, h.sandboxJSON(sb))
+	api.WriteJSON(w, http.StatusOK, h.sandboxJSON(sb))
 }
 
 // sandboxMetric is E2B's SandboxMetric.
@@ -682,7 +682,7 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 			CPUUsedPct: s.CPUUsedPct, MemUsed: s.MemUsed, MemTotal: s.MemTotal, DiskUsed: s.DiskUsed, DiskTotal: s.DiskTotal,
 		})
 	}
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 // listQuery is a list's filters and page, read from E2B's query.
@@ -871,7 +871,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, lq listQuery) {
 	if next != "" {
 		w.Header().Set("X-Next-Token", next)
 	}
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 // maxBody bounds a control API request's JSON.

@@ -54,7 +54,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 		h.cfg.Audit(r, "sandbox.create", "sandbox_id", sb.SandboxID, "forked_from", id, "surface", "e2b")
 		out = append(out, forkResult{Sandbox: h.sandboxJSON(sb)})
 	}
-	writeJSON(w, http.StatusCreated, out)
+	api.WriteJSON(w, http.StatusCreated, out)
 }
 
 // snapshotInfo is E2B's SnapshotInfo: names holds the snapshot's name,
@@ -92,7 +92,7 @@ func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, notGone(err))
 		return
 	}
-	writeJSON(w, http.StatusCreated, snapshotJSON(sn))
+	api.WriteJSON(w, http.StatusCreated, snapshotJSON(sn))
 }
 
 // listSnapshots answers the project's snapshots, of one sandbox with
@@ -137,7 +137,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	for _, s := range sns {
 		out = append(out, snapshotJSON(s))
 	}
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 // deleteTemplate is how E2B's SDKs delete a snapshot, or a template.

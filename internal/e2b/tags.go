@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
@@ -236,7 +237,7 @@ func (h *Handler) assignTags(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"tags": req.Tags, "buildID": rec.BuildID})
+	api.WriteJSON(w, http.StatusCreated, map[string]any{"tags": req.Tags, "buildID": rec.BuildID})
 }
 
 func (h *Handler) removeTags(w http.ResponseWriter, r *http.Request) {
@@ -276,7 +277,7 @@ func (h *Handler) listTags(w http.ResponseWriter, r *http.Request) {
 			out = append(out, tagJSON{Tag: defaultTag, BuildID: c.BuildID, CreatedAt: c.CreatedAt})
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 // tagsFile is where a data directory keeps the tags.

@@ -261,7 +261,7 @@ func (h *Handler) requestBuild(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{
+	api.WriteJSON(w, http.StatusAccepted, map[string]any{
 		"templateID": name, "buildID": b.id, "public": false,
 		"names": []string{name}, "aliases": []string{name}, "tags": b.tags,
 	})
@@ -291,7 +291,7 @@ func (h *Handler) filesLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.uploads.Has(project, hash) {
-		writeJSON(w, http.StatusCreated, map[string]any{"present": true})
+		api.WriteJSON(w, http.StatusCreated, map[string]any{"present": true})
 		return
 	}
 	expires := strconv.FormatInt(time.Now().Add(uploadURLFor).Unix(), 10)
@@ -300,7 +300,7 @@ func (h *Handler) filesLink(w http.ResponseWriter, r *http.Request) {
 		scheme = "https"
 	}
 	url := fmt.Sprintf("%s://%s/e2b/uploads/%s/%s?expires=%s&signature=%s", scheme, r.Host, project, hash, expires, h.uploadSignature(project, hash, expires))
-	writeJSON(w, http.StatusCreated, map[string]any{"present": false, "url": url})
+	api.WriteJSON(w, http.StatusCreated, map[string]any{"present": false, "url": url})
 }
 
 func (h *Handler) uploadSignature(project, hash, expires string) string {
@@ -476,7 +476,7 @@ func (h *Handler) buildStatus(w http.ResponseWriter, r *http.Request) {
 		logs[i] = e.Message
 	}
 	out["logEntries"], out["logs"] = entries, logs
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 // aliasExists is Template.exists(name): a built-in template or one of the
@@ -485,14 +485,14 @@ func (h *Handler) aliasExists(w http.ResponseWriter, r *http.Request, alias stri
 	project, _ := auth.ProjectID(r.Context())
 	name, tag := splitName(alias)
 	if builtIn(name) && tag == "" {
-		writeJSON(w, http.StatusOK, map[string]any{"templateID": name, "public": true})
+		api.WriteJSON(w, http.StatusOK, map[string]any{"templateID": name, "public": true})
 		return
 	}
 	if _, err := h.resolveTemplate(r.Context(), project, alias); err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"templateID": name, "public": false})
+	api.WriteJSON(w, http.StatusOK, map[string]any{"templateID": name, "public": false})
 }
 
 // resolveTemplate is the Lizard template that E2B's name[:tag] names in

@@ -10,7 +10,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -270,9 +269,7 @@ func NewAgentProxy(n Node, log *slog.Logger) *agentproxy.Proxy {
 			if status >= 500 {
 				log.Error("agent call failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(status)
-			json.NewEncoder(w).Encode(api.Error{Code: code, Message: msg})
+			api.WriteJSON(w, status, api.Error{Code: code, Message: msg})
 		},
 		Unanswered: func(context.Context, string) error { return errAgentUnanswered },
 	}

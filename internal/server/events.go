@@ -26,7 +26,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, page)
+		api.WriteJSON(w, http.StatusOK, page)
 		return
 	}
 	if !r.URL.Query().Has("after") {

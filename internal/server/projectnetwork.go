@@ -22,7 +22,7 @@ func (s *Server) getProjectNetwork(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, pol)
+	api.WriteJSON(w, http.StatusOK, pol)
 }
 
 func (s *Server) setProjectNetwork(w http.ResponseWriter, r *http.Request) {
@@ -44,7 +44,7 @@ func (s *Server) setProjectNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.audit(r, "network.default.set")
-	writeJSON(w, http.StatusOK, pol)
+	api.WriteJSON(w, http.StatusOK, pol)
 }
 
 func (s *Server) clearProjectNetwork(w http.ResponseWriter, r *http.Request) {

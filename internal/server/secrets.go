@@ -60,7 +60,7 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.audit(r, "secret.set", "secret", name)
-	writeJSON(w, http.StatusOK, sec)
+	api.WriteJSON(w, http.StatusOK, sec)
 }
 
 func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
@@ -74,7 +74,7 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, list)
+	api.WriteJSON(w, http.StatusOK, list)
 }
 
 func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {

@@ -214,11 +214,11 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, m)
+	api.WriteJSON(w, http.StatusOK, m)
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: version.Version})
+	api.WriteJSON(w, http.StatusOK, api.Health{Status: "ok", Version: version.Version})
 }
 
 func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {
@@ -236,7 +236,7 @@ func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, sb)
+		api.WriteJSON(w, http.StatusCreated, sb)
 	case http.MethodGet:
 		f, err := listFilter(r)
 		if err != nil {
@@ -248,7 +248,7 @@ func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: sbs})
+		api.WriteJSON(w, http.StatusOK, api.SandboxList{Sandboxes: sbs})
 	default:
 		methodNotAllowed(w, r, "GET, POST")
 	}
@@ -287,7 +287,7 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, sb)
+		api.WriteJSON(w, http.StatusOK, sb)
 	case http.MethodDelete:
 		if err := s.c.Kill(r.Context(), project, id); err != nil {
 			s.fail(w, r, err)
@@ -315,7 +315,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sb)
+	api.WriteJSON(w, http.StatusOK, sb)
 }
 
 // updateNetwork answers PATCH /v1/sandboxes/{id}/network (docs/network.md).
@@ -332,7 +332,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, pol)
+	api.WriteJSON(w, http.StatusOK, pol)
 }
 
 // networkLog answers GET /v1/sandboxes/{id}/network/log.
@@ -343,7 +343,7 @@ func (s *Server) networkLog(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, log)
+	api.WriteJSON(w, http.StatusOK, log)
 }
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {

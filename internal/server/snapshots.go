@@ -31,7 +31,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sb)
+	api.WriteJSON(w, http.StatusOK, sb)
 }
 
 func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
@@ -46,7 +46,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sb)
+	api.WriteJSON(w, http.StatusOK, sb)
 }
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
@@ -61,7 +61,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, sn)
+	api.WriteJSON(w, http.StatusCreated, sn)
 }
 
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
@@ -77,7 +77,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, api.SandboxList{Sandboxes: sbs})
+	api.WriteJSON(w, http.StatusCreated, api.SandboxList{Sandboxes: sbs})
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
@@ -90,7 +90,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	if name := r.URL.Query().Get("name"); name != "" {
 		sns = slices.DeleteFunc(sns, func(sn api.Snapshot) bool { return sn.Name != name })
 	}
-	writeJSON(w, http.StatusOK, api.SnapshotList{Snapshots: sns})
+	api.WriteJSON(w, http.StatusOK, api.SnapshotList{Snapshots: sns})
 }
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -100,7 +100,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sn)
+	api.WriteJSON(w, http.StatusOK, sn)
 }
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {

@@ -74,7 +74,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.TemplateList{Templates: ts})
+	api.WriteJSON(w, http.StatusOK, api.TemplateList{Templates: ts})
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
@@ -84,7 +84,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, t)
+	api.WriteJSON(w, http.StatusOK, t)
 }
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {

@@ -27,7 +27,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, v)
+	api.WriteJSON(w, http.StatusCreated, v)
 }
 
 func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
@@ -37,7 +37,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.VolumeList{Volumes: vs})
+	api.WriteJSON(w, http.StatusOK, api.VolumeList{Volumes: vs})
 }
 
 func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
@@ -47,7 +47,7 @@ func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 }
 
 func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {

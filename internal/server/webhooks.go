@@ -44,7 +44,7 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.audit(r, "webhook.create", "webhook_id", wh.WebhookID, "url", wh.URL)
-	writeJSON(w, http.StatusCreated, wh)
+	api.WriteJSON(w, http.StatusCreated, wh)
 }
 
 func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request) {
@@ -54,7 +54,7 @@ func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, list)
+	api.WriteJSON(w, http.StatusOK, list)
 }
 
 func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request) {
@@ -74,5 +74,5 @@ func (s *Server) webhookDeliveries(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, list)
+	api.WriteJSON(w, http.StatusOK, list)
 }

@@ -54,7 +54,7 @@ func Handler(cfg HandlerConfig) http.Handler {
 	check := secret.NewChecker(cfg.Secret, "node", h.log, cfg.Metrics)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
+		api.WriteJSON(w, http.StatusOK, api.Health{Status: "ok"})
 	})
 	mux.HandleFunc("POST /internal/v1/sandboxes", h.create)
 	mux.HandleFunc("POST /internal/v1/sandboxes/{id}/fork", h.fork)
@@ -97,10 +97,10 @@ func Handler(cfg HandlerConfig) http.Handler {
 				var e *errdefs.Error
 				if errors.Is(err, errdefs.ErrRateLimited) && errors.As(err, &e) {
 					w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
-					writeJSON(w, http.StatusTooManyRequests, wireError{Message: "this is a Lizard node: " + e.Msg})
+					api.WriteJSON(w, http.StatusTooManyRequests, wireError{Message: "this is a Lizard node: " + e.Msg})
 					return
 				}
-				writeJSON(w, http.StatusUnauthorized, wireError{Message: "this is a Lizard node: its API is for `lizard api`, with the cluster secret"})
+				api.WriteJSON(w, http.StatusUnauthorized, wireError{Message: "this is a Lizard node: its API is for `lizard api`, with the cluster secret"})
 				return
 			}
 		}
@@ -284,7 +284,7 @@ func (h *handler) answer(w http.ResponseWriter, r *http.Request, v any, err erro
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 }
 
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -292,11 +292,5 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if status == http.StatusInternalServerError && !errors.Is(err, context.Canceled) {
 		h.log.Error("internal node request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	writeJSON(w, status, we)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	api.WriteJSON(w, status, we)
 }

@@ -111,5 +111,5 @@ func writePublic(w http.ResponseWriter, err error) {
 	if msg == "" {
 		msg = "the sandbox's node failed the call; its log has the details"
 	}
-	writeJSON(w, k.Status, api.Error{Code: k.Code, Message: msg})
+	api.WriteJSON(w, k.Status, api.Error{Code: k.Code, Message: msg})
 }

@@ -137,7 +137,7 @@ func (h *handler) forgetTemplate(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Forget != nil {
 		h.cfg.Forget(r.Context(), in.Ref)
 	}
-	writeJSON(w, http.StatusOK, struct{}{})
+	api.WriteJSON(w, http.StatusOK, struct{}{})
 }
 
 func (h *handler) removeTemplate(w http.ResponseWriter, r *http.Request) {

@@ -2,7 +2,6 @@ package envd
 
 import (
 	"compress/gzip"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
@@ -65,9 +65,7 @@ type envdError struct {
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(envdError{Code: status, Message: msg})
+	api.WriteJSON(w, status, envdError{Code: status, Message: msg})
 }
 
 // httpFail answers err with the status envd would: the SDKs map 400, 401,
@@ -236,8 +234,7 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(written)
+	api.WriteJSON(w, http.StatusOK, written)
 }
 
 // boundedBody fails an upload's read once more than max bytes came (max
