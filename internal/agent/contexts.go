@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
@@ -158,6 +159,10 @@ func (a *Agent) startKernel(ctx context.Context, c *execContext) (Kernel, error)
 	if err != nil {
 		if m := a.pythonMissing(err); m != nil {
 			return nil, m
+		}
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			// What to do is the code's: a retry as is fails the same way.
+			return nil, fmt.Errorf("the sandbox's disk is full (its diskMb limit), so its Python kernel cannot start: free space (delete files), then retry: %w", err)
 		}
 		return nil, fmt.Errorf("starting python kernel: %w", err)
 	}

@@ -745,4 +745,16 @@ def main():
 
 
 shell = None
-main()
+try:
+    main()
+except BaseException:
+    # A kernel that cannot start (IPython's profile directory on a full
+    # disk) says why on fd 2 and ends now. Left to Python's exit, the
+    # traceback went through the Channel, and the exit's flush of
+    # sys.stderr waited for ever on the lock of the flusher thread, which
+    # Python's finalization froze holding it (1 start in 4): the agent
+    # waited for its start timeout.
+    import traceback
+
+    _write_all(2, traceback.format_exc().encode("utf-8", "replace"))
+    os._exit(1)

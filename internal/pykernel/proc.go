@@ -256,7 +256,23 @@ func (p *proc) startErr(err error) error {
 		}
 		break
 	}
-	return fmt.Errorf("kernel exited during start-up (%s): %s", p.exitReason(), strings.TrimSpace(p.diag.String()))
+	out := strings.TrimSpace(p.diag.String())
+	if errno, ok := startErrno(out); ok {
+		return fmt.Errorf("kernel exited during start-up (%s): %w: %s", p.exitReason(), errno, out)
+	}
+	return fmt.Errorf("kernel exited during start-up (%s): %s", p.exitReason(), out)
+}
+
+// startErrno is the full disk a kernel's start-up output says it ended
+// for (Python's OSError of ENOSPC or EDQUOT: IPython writes its profile
+// directory in the home at start), for the caller to tell as such.
+func startErrno(out string) (syscall.Errno, bool) {
+	for _, errno := range []syscall.Errno{syscall.ENOSPC, syscall.EDQUOT} {
+		if strings.Contains(out, fmt.Sprintf("[Errno %d] ", int(errno))) {
+			return errno, true
+		}
+	}
+	return 0, false
 }
 
 // send writes one request frame.
