@@ -1,11 +1,15 @@
 package gvisor
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+
+	"github.com/lizard-build/lizard/internal/sandbox/hostproc"
 
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/version"
@@ -66,6 +70,9 @@ func (r *Runtime) buildOf(id string) string {
 			return r.ImageKey()
 		}
 		b = rec.Runsc
+		if b == "" {
+			b = r.runningBuild(id, rec)
+		}
 		r.mu.Lock()
 		r.builds[id] = b
 		r.mu.Unlock()
@@ -74,6 +81,52 @@ func (r *Runtime) buildOf(id string) string {
 		return r.ImageKey()
 	}
 	return b
+}
+
+// runningBuild is the build of the runsc that runs sandbox id, whose
+// record rec names none: booted by a Lizard that did not record it, and
+// running across an upgrade that may have replaced runsc. Its Sentry's
+// binary (/proc/PID/exe, readable even once replaced) says which; a build
+// other than the Runtime's is kept from it and written into the record, so
+// that its checkpoints name, and its runsc calls run, the build that
+// writes and reads them. "" (the Runtime's own) when it cannot tell.
+func (r *Runtime) runningBuild(id string, rec imageRecord) string {
+	pid, err := r.sentryPid(id)
+	if err != nil || !hostproc.Alive(pid) {
+		return ""
+	}
+	exe := filepath.Join("/proc", strconv.Itoa(pid), "exe")
+	fi, err := os.Stat(exe)
+	if err != nil {
+		return ""
+	}
+	if cur, err := os.Stat(r.runsc); err == nil && os.SameFile(fi, cur) {
+		return ""
+	}
+	sum, err := hashFile(exe)
+	if err != nil {
+		r.log.Warn("reading the runsc build of a sandbox booted before builds were recorded", "sandbox_id", id, "err", err)
+		return ""
+	}
+	build := "gvisor-" + sum
+	if build == r.ImageKey() {
+		return ""
+	}
+	dst := KeptRunsc(r.root, build)
+	if _, err := os.Stat(dst); errors.Is(err, os.ErrNotExist) {
+		if err := copyKept(exe, dst); err != nil {
+			r.log.Error("keeping the runsc build of a sandbox booted before builds were recorded", "sandbox_id", id, "build", build, "err", err)
+			return ""
+		}
+	}
+	rec.Runsc = build
+	if b, err := json.Marshal(rec); err == nil {
+		if err := os.WriteFile(filepath.Join(r.dir(id), recordName), b, 0o600); err != nil {
+			r.log.Warn("recording the runsc build of a sandbox", "sandbox_id", id, "err", err)
+		}
+	}
+	r.log.Info("a sandbox booted before builds were recorded runs another runsc build: kept, and its own from now on", "sandbox_id", id, "build", build)
+	return build
 }
 
 // runscOf is the runsc binary of sandbox id's build.

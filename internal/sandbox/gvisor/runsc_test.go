@@ -133,3 +133,77 @@ func imageBuild(t *testing.T, image string) string {
 	}
 	return rec.Runsc
 }
+
+// TestUnrecordedBuildFound: a sandbox booted by a Lizard that neither kept
+// nor recorded its runsc build, still running when the server comes back
+// with another runsc and the first binary deleted (an upgrade from such a
+// release), is found to run its Sentry's build: kept from /proc/PID/exe,
+// recorded, run for its runsc calls, and named by its next image — not
+// taken for the new build's, whose restore of that image could fail.
+func TestUnrecordedBuildFound(t *testing.T) {
+	testenv.RequiresRoot(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	old := filepath.Join(t.TempDir(), "runsc")
+	copyRunsc(t, testenv.Runsc(t), old, "an unrecorded build")
+	rOld, err := New(Config{Runsc: old, Dir: dir, Logger: log, SpareNetworks: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := sandboxtest.Spec(sandboxtest.BuildRootFS(t))
+	t.Cleanup(func() { rOld.Kill(ctx, spec.ID) })
+	if err := rOld.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := sandboxtest.WaitReady(spec.Network, sandboxtest.ReadyTimeout); err != nil {
+		t.Fatal(err)
+	}
+	// What such a release left: a record without the build, nothing kept.
+	recPath := filepath.Join(rOld.dir(spec.ID), recordName)
+	rec, err := readRecord(recPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Runsc = ""
+	b, _ := json.Marshal(rec)
+	if err := os.WriteFile(recPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "runsc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(old); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := New(Config{Runsc: testenv.Runsc(t), Dir: dir, Logger: log, SpareNetworks: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Kill(ctx, spec.ID) })
+	want := KeptRunsc(dir, rOld.ImageKey())
+	if got := r.runscOf(spec.ID); got != want {
+		t.Fatalf("runsc for the unrecorded sandbox = %s; want its Sentry's build kept, %s", got, want)
+	}
+	if _, err := os.Stat(want); err != nil {
+		t.Fatalf("its build is not kept: %v", err)
+	}
+	if rec, err := readRecord(recPath); err != nil || rec.Runsc != rOld.ImageKey() {
+		t.Errorf("its record after = %+v, %v; want it to name %s", rec, err, rOld.ImageKey())
+	}
+	image := filepath.Join(t.TempDir(), "image")
+	if err := r.Checkpoint(ctx, spec.ID, image, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := imageBuild(t, image); got != rOld.ImageKey() {
+		t.Errorf("its image names build %q; want %q", got, rOld.ImageKey())
+	}
+	// And that image restores, by the kept build.
+	if err := r.Restore(ctx, spec, image); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if err := sandboxtest.WaitReady(spec.Network, sandboxtest.ReadyTimeout); err != nil {
+		t.Fatal(err)
+	}
+}
