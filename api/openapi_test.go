@@ -101,6 +101,7 @@ var wireTypes = map[string]reflect.Type{
 	"TemplateCommand":        reflect.TypeFor[TemplateCommand](),
 	"TemplateStep":           reflect.TypeFor[TemplateStep](),
 	"TemplateSymlink":        reflect.TypeFor[TemplateSymlink](),
+	"TemplateNpm":            reflect.TypeFor[TemplateNpm](),
 	"Template":               reflect.TypeFor[Template](),
 	"TemplateList":           reflect.TypeFor[TemplateList](),
 	"TemplateBuildEvent":     reflect.TypeFor[TemplateBuildEvent](),

@@ -858,6 +858,19 @@ type TemplateStep struct {
 	Apt     []string         `json:"apt,omitempty"`
 	Pip     []string         `json:"pip,omitempty"`
 	Symlink *TemplateSymlink `json:"symlink,omitempty"`
+	// Npm installs npm packages, fetched on the host (their scripts not
+	// run) and put in place in the build sandbox.
+	Npm *TemplateNpm `json:"npm,omitempty"`
+}
+
+// TemplateNpm is an npm step: Packages installed in the working
+// directory's node_modules as the step's user (with a package.json when
+// it has none; Dev lists them as devDependencies), or, Global, in
+// /usr/local (lib/node_modules, their commands in bin) as root.
+type TemplateNpm struct {
+	Packages []string `json:"packages"`
+	Global   bool     `json:"global,omitempty"`
+	Dev      bool     `json:"dev,omitempty"`
 }
 
 // TemplateSymlink makes Path a symbolic link to Target (replacing what

@@ -222,7 +222,7 @@ func recipeCommand(n yaml.Node) (api.TemplateCommand, error) {
 func recipeStep(n yaml.Node, dir string) (api.TemplateStep, error) {
 	var s api.TemplateStep
 	if n.Kind != yaml.MappingNode || len(n.Content) != 2 {
-		return s, fmt.Errorf("want one key: run, copy, env, workdir, user, apt, pip or symlink")
+		return s, fmt.Errorf("want one key: run, copy, env, workdir, user, apt, pip, npm or symlink")
 	}
 	key, v := n.Content[0].Value, n.Content[1]
 	var err error
@@ -260,8 +260,16 @@ func recipeStep(n yaml.Node, dir string) (api.TemplateStep, error) {
 	case "symlink":
 		s.Symlink = &api.TemplateSymlink{}
 		err = v.Decode(s.Symlink)
+	case "npm":
+		// [packages], or {packages: [...], global: true, dev: true}.
+		s.Npm = &api.TemplateNpm{}
+		if v.Kind == yaml.SequenceNode {
+			err = v.Decode(&s.Npm.Packages)
+		} else {
+			err = v.Decode(s.Npm)
+		}
 	default:
-		return s, fmt.Errorf("unknown kind %q: want run, copy, env, workdir, user, apt, pip or symlink", key)
+		return s, fmt.Errorf("unknown kind %q: want run, copy, env, workdir, user, apt, pip, npm or symlink", key)
 	}
 	if err != nil {
 		return s, fmt.Errorf("%s: %w", key, err)

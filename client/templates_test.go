@@ -71,13 +71,18 @@ steps:
   - apt: [jq]
   - pip: [six]
   - symlink: {target: /srv, path: /home/user/srv}
+  - npm: [lodash]
+  - npm: {packages: [typescript], global: true}
 `), 0o644)
 	_, r, err := LoadRecipe(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := r.Steps
-	if r.Ready != "test -f /tmp/up" || len(s) != 10 || s[0].User != "user" || s[1].Run.Cmd != "make" || s[2].Run.User != "root" ||
+	if len(s) != 12 || s[10].Npm.Packages[0] != "lodash" || s[10].Npm.Global || s[11].Npm.Packages[0] != "typescript" || !s[11].Npm.Global {
+		t.Fatalf("LoadRecipe npm steps = %+v", s[10:])
+	}
+	if r.Ready != "test -f /tmp/up" || s[0].User != "user" || s[1].Run.Cmd != "make" || s[2].Run.User != "root" ||
 		s[3].Copy[0].Mode != 0o600 || s[3].Copy[0].Content != base64.StdEncoding.EncodeToString([]byte("hi")) ||
 		len(s[4].Copy) != 2 || s[4].Copy[1].Owner != "root" || s[5].Env["A"] != "1" || s[6].Workdir != "/srv" ||
 		s[7].Apt[0] != "jq" || s[8].Pip[0] != "six" || *s[9].Symlink != (api.TemplateSymlink{Target: "/srv", Path: "/home/user/srv"}) {

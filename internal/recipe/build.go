@@ -65,9 +65,10 @@ type Config struct {
 	// layer cache in CacheDir/oci, with no credentials of the server's.
 	Images *oci.Puller
 	// Python runs `pip download` on the host (default python3); Apt is
-	// apt-get (default apt-get).
+	// apt-get (default apt-get); Npm is npm (default npm).
 	Python string
 	Apt    string
+	Npm    string
 	// Timeout bounds one build (default 30 minutes). A build's writes go
 	// straight to the cache's disk, unbounded by the sandbox's disk
 	// limit: it is stopped when the disk has less than MinFreeBytes free
@@ -107,6 +108,9 @@ func New(cfg Config) *Builder {
 	}
 	if cfg.Apt == "" {
 		cfg.Apt = "apt-get"
+	}
+	if cfg.Npm == "" {
+		cfg.Npm = "npm"
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -455,7 +459,7 @@ func (bd *build) names() []string {
 // fetches reports whether the build has packages to fetch on the host.
 func (bd *build) fetches() bool {
 	for _, st := range bd.steps[bd.resume.Steps:] {
-		if len(st.Apt)+len(st.Pip) > 0 {
+		if len(st.Apt)+len(st.Pip) > 0 || st.Npm != nil {
 			return true
 		}
 	}
@@ -602,6 +606,12 @@ func (bd *build) inBuildSandbox(ctx context.Context, rootfs string, nextName fun
 			err = sh(name, "root", fmt.Sprintf("export DEBIAN_FRONTEND=noninteractive\ndpkg -i /%s/debs-%d/*.deb", stageDir, n))
 		case kindPip:
 			err = sh(name, "user", fmt.Sprintf("cd /home/user && /opt/lizard/venv/bin/pip install --no-index --find-links /%s/wheels-%d --no-cache-dir --no-input --progress-bar off --disable-pip-version-check -- %s", stageDir, n, shellQuote(st.Pip...)))
+		case kindNpm:
+			if st.Npm.Global {
+				err = sh(name, "root", fmt.Sprintf(npmGlobalScript, stageDir, n))
+			} else {
+				err = bd.inSandbox(ctx, id, name, user, workdir, env, fmt.Sprintf(npmLocalScript, stageDir, n))
+			}
 		case kindCopy:
 			err = sh(name, "root", copyScript(n, st.Copy))
 		case kindRun:

@@ -35,7 +35,7 @@ func hostCommand(ctx context.Context, bd *build, name string, prog string, args 
 	cmd.Dir = "/"
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "HOME=" + os.Getenv("HOME"),
 		"PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1"}
-	for _, k := range []string{"http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "PIP_INDEX_URL", "PIP_CERT"} {
+	for _, k := range []string{"http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "PIP_INDEX_URL", "PIP_CERT", "npm_config_registry", "NPM_CONFIG_REGISTRY"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
@@ -96,6 +96,11 @@ func (bd *build) fetch(ctx context.Context, name, rootfs, stage string, n int, s
 			return err
 		}
 	}
+	if st.Npm != nil {
+		if err := bd.fetchNpm(ctx, name, filepath.Join(stage, fmt.Sprintf("npm-%d", n)), st.Npm); err != nil {
+			return err
+		}
+	}
 	if len(st.Apt) > 0 {
 		if err := bd.fetchDebs(ctx, name, rootfs, filepath.Join(stage, fmt.Sprintf("debs-%d", n)), st.Apt); err != nil {
 			return err
@@ -103,6 +108,58 @@ func (bd *build) fetch(ctx context.Context, name, rootfs, stage string, n int, s
 	}
 	return nil
 }
+
+// fetchNpm installs an npm step's packages on the host into dir (global:
+// dir/lib/node_modules and dir/bin, else dir/node_modules and a
+// package.json), for the build sandbox to copy into place. No package
+// code runs: --ignore-scripts skips every install script, and git is
+// /bin/false, so a dependency from git (whose prepare script npm would
+// run) fails instead of being cloned. The tarballs stay in a cache of
+// the server's (CacheDir/npm, content-addressed by npm), shared by
+// builds, as apt's lists are.
+func (bd *build) fetchNpm(ctx context.Context, name, dir string, st *api.TemplateNpm) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	args := []string{"install", "--prefix", dir, "--cache", filepath.Join(bd.b.cfg.CacheDir, "npm"), "--ignore-scripts", "--git", "/bin/false",
+		"--no-audit", "--no-fund", "--no-update-notifier", "--loglevel", "warn", "--no-progress"}
+	switch {
+	case st.Global:
+		args = append(args, "--global")
+	case st.Dev:
+		args = append(args, "--save-dev")
+	}
+	args = append(append(args, "--"), st.Packages...)
+	bd.logf("npm install on the host (install scripts not run)")
+	if err := hostCommand(ctx, bd, name, bd.b.cfg.Npm, args...); err != nil {
+		if se, ok := errIsStep(err); ok {
+			se.Log += "\n(npm packages are fetched from the registry on the host, with their install scripts not run)"
+		}
+		return err
+	}
+	return nil
+}
+
+// The npm step in the build sandbox: the host's install copied into
+// place — global as root into /usr/local, else into the working
+// directory as the step's user (a package.json and lock only where there
+// is none: one already there is left as it is).
+const (
+	npmGlobalScript = `set -e
+s=/%s/npm-%d
+mkdir -p /usr/local/lib/node_modules /usr/local/bin
+cp -R "$s/lib/node_modules/." /usr/local/lib/node_modules/
+if [ -d "$s/bin" ]; then cp -R "$s/bin/." /usr/local/bin/; fi
+`
+	npmLocalScript = `set -e
+s=/%s/npm-%d
+mkdir -p node_modules
+cp -R "$s/node_modules/." node_modules/
+for f in package.json package-lock.json; do
+	if [ ! -e "$f" ] && [ -f "$s/$f" ]; then cp "$s/$f" "$f"; fi
+done
+`
+)
 
 // pythonVersion is the base's Python (from its venv), like "3.13".
 func pythonVersion(rootfs string) (string, error) {

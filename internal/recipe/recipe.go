@@ -37,7 +37,7 @@ import (
 // Bounds on a recipe.
 const (
 	MaxFileBytes  = 16 << 20 // all files together, decoded
-	MaxPackages   = 200      // apt and pip each
+	MaxPackages   = 200      // apt, pip and npm each
 	MaxCommands   = 100      // build commands: run and run steps
 	MaxFiles      = 10000    // files and copy steps' files
 	MaxSteps      = 500
@@ -57,6 +57,10 @@ var (
 	aptRe = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$`)
 	// A pip requirement: a name, extras, and version specifiers; no URLs,
 	// paths or options, which could point pip anywhere.
+	// An npm registry package: a name (scoped or not), optionally
+	// @version, range or tag; no URLs, paths, git or npm: aliases, which
+	// would fetch from anywhere or run git on the host.
+	npmRe = regexp.MustCompile(`^(@[A-Za-z0-9][A-Za-z0-9._~-]*/)?[A-Za-z0-9][A-Za-z0-9._~-]*(@[A-Za-z0-9.^~<>=*|+_-]+)?$`)
 	pipRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._,-]+\])?\s*((==|>=|<=|!=|~=|>|<|===)\s*[A-Za-z0-9.*+!_-]+\s*,?\s*)*$`)
 	envRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
@@ -121,9 +125,10 @@ func Validate(r *api.TemplateRecipe, bases []string) error {
 // tally counts what a recipe holds against its bounds, across the fixed
 // parts and the steps.
 type tally struct {
-	apt, pip, nfiles, commands int
-	fileBytes                  int
-	envs                       map[string]bool
+	apt, pip, npm, nfiles int
+	commands              int
+	fileBytes             int
+	envs                  map[string]bool
 }
 
 func (t *tally) packages(field string, apt, pip []string) error {
@@ -140,6 +145,23 @@ func (t *tally) packages(field string, apt, pip []string) error {
 	for _, p := range pip {
 		if !pipRe.MatchString(p) || strings.HasPrefix(p, "-") {
 			return errdefs.Invalidf("%s.pip %q: want a requirement such as requests or requests==2.32.3 (no URLs, paths or options)", field, p)
+		}
+	}
+	return nil
+}
+
+// npmPackages checks an npm step's packages, counting them.
+func (t *tally) npmPackages(field string, pkgs []string) error {
+	if len(pkgs) == 0 {
+		return errdefs.Invalidf("%s.packages: name at least one package", field)
+	}
+	t.npm += len(pkgs)
+	if t.npm > MaxPackages {
+		return errdefs.Invalidf("%s: at most %d npm packages in all", field, MaxPackages)
+	}
+	for _, p := range pkgs {
+		if len(p) > 214+64 || !npmRe.MatchString(p) {
+			return errdefs.Invalidf("%s.packages %q: want a registry package such as lodash, @types/node@20 or typescript@^5 (no URLs, paths, git or aliases)", field, p)
 		}
 	}
 	return nil
@@ -243,8 +265,8 @@ func validateFrom(r *api.TemplateRecipe) error {
 		return errdefs.Invalidf("recipe.apt and recipe.pip are for built-in bases: a template built on an image (recipe.from) gets its packages from the image; install them there")
 	}
 	for i, s := range r.Steps {
-		if len(s.Apt)+len(s.Pip) > 0 {
-			return errdefs.Invalidf("recipe.steps[%d]: apt and pip steps are for built-in bases: a template built on an image (recipe.from) gets its packages from the image; install them there", i)
+		if len(s.Apt)+len(s.Pip) > 0 || s.Npm != nil {
+			return errdefs.Invalidf("recipe.steps[%d]: apt, pip and npm steps are for built-in bases: a template built on an image (recipe.from) gets its packages from the image; install them there", i)
 		}
 	}
 	return nil

@@ -27,6 +27,7 @@ const (
 	kindApt     = "apt"
 	kindPip     = "pip"
 	kindSymlink = "symlink"
+	kindNpm     = "npm"
 )
 
 // kind is the one kind step s is, or "" with how many it has.
@@ -45,13 +46,14 @@ func kind(s api.TemplateStep) (string, int) {
 	add(len(s.Apt) > 0, kindApt)
 	add(len(s.Pip) > 0, kindPip)
 	add(s.Symlink != nil, kindSymlink)
+	add(s.Npm != nil, kindNpm)
 	if len(kinds) != 1 {
 		return "", len(kinds)
 	}
 	return kinds[0], 1
 }
 
-const stepKinds = "run, copy, env, workdir, user, apt, pip or symlink"
+const stepKinds = "run, copy, env, workdir, user, apt, pip, npm or symlink"
 
 // validateSteps checks r.Steps, counting them into t, and fills in their
 // defaults: a run step's user is the last user step's (root before any).
@@ -88,6 +90,8 @@ func validateSteps(r *api.TemplateRecipe, t *tally) error {
 			err = t.packages(field, s.Apt, nil)
 		case kindPip:
 			err = t.packages(field, nil, s.Pip)
+		case kindNpm:
+			err = t.npmPackages(field+".npm", s.Npm.Packages)
 		case kindSymlink:
 			l := s.Symlink
 			if err = checkPath(field+".symlink.path", l.Path, true); err == nil {
@@ -187,6 +191,11 @@ func stepName(s api.TemplateStep) string {
 		return "installing pip packages: " + strings.Join(s.Pip, " ")
 	case kindSymlink:
 		return "symlink " + s.Symlink.Path + " -> " + s.Symlink.Target
+	case kindNpm:
+		if s.Npm.Global {
+			return "installing npm packages globally: " + strings.Join(s.Npm.Packages, " ")
+		}
+		return "installing npm packages: " + strings.Join(s.Npm.Packages, " ")
 	}
 	return k
 }

@@ -96,7 +96,9 @@ def server() -> Iterator[Server]:
         if os.environ.get("LIZARD_CACHE_DIR"):
             args += ["--cache-dir", os.environ["LIZARD_CACHE_DIR"]]
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            # npm steps' packages are fetched on the host: from nowhere here (a refused port, no retry).
+            env = dict(os.environ, npm_config_registry="http://127.0.0.1:9/", npm_config_fetch_retries="0")
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         srv = Server(f"http://127.0.0.1:{port}", key, data_dir, log_path)
         deadline = time.monotonic() + HEALTH_TIMEOUT
         while True:

@@ -51,6 +51,8 @@ export interface RecipeStep {
   apt?: string[];
   pip?: string[];
   symlink?: { target: string; path: string };
+  /** npm packages, fetched on the host with no script run: in the working directory's node_modules, or global in /usr/local. */
+  npm?: { packages: string[]; global?: boolean; dev?: boolean };
 }
 
 /** One line of a build's progress: a step, a line of output, then done or error. */

@@ -320,6 +320,13 @@ export interface TemplateStep {
   apt?: string[];
   pip?: string[];
   symlink?: TemplateSymlink;
+  npm?: TemplateNpm;
+}
+
+export interface TemplateNpm {
+  packages: string[];
+  global?: boolean;
+  dev?: boolean;
 }
 
 export interface TemplateSymlink {

