@@ -8,10 +8,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
 	"github.com/lizard-build/lizard/internal/testenv"
 )
 
@@ -81,6 +84,61 @@ func TestResumeKeptRunsc(t *testing.T) {
 	if got := py(t, c, id, "x += 1; print(x)"); got != "43" {
 		t.Errorf("after the second resume x + 1 = %q; want 43", got)
 	}
+
+	// Once nothing names the first build — the sandbox killed, the
+	// template snapshot it made replaced by the new build's — lizard
+	// admin check lists it, and --repair removes it.
+	if err := c.KillSandbox(ctx, id); err != nil {
+		t.Fatalf("KillSandbox: %v", err)
+	}
+	keptDir := filepath.Join(s.dataDir, "gvisor", "runsc", oldBuild)
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(time.Second) {
+		named := false
+		recs, _ := filepath.Glob(filepath.Join(s.dataDir, "templates", "*", "lizard-runtime.json"))
+		for _, r := range recs {
+			named = named || recordedBuild(t, filepath.Dir(r)) == oldBuild
+		}
+		if !named {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a template snapshot of the first build is still there 5 minutes on: %v", recs)
+		}
+	}
+	s.stop()
+	listing, _ := exec.Command(s.bin, "admin", "check", "--data-dir", s.dataDir, "--json").Output()
+	var found struct {
+		Findings []struct{ Kind, What, Why string }
+	}
+	if err := json.Unmarshal(listing, &found); err != nil {
+		t.Fatalf("admin check --json: %v: %s", err, listing)
+	}
+	listed := false
+	for _, f := range found.Findings {
+		t.Logf("admin check: %s %s (%s)", f.Kind, f.What, f.Why)
+		listed = listed || (f.Kind == "runsc build no image needs" && f.What == keptDir)
+	}
+	if !listed {
+		t.Errorf("admin check does not list %s, which nothing names", keptDir)
+	}
+	if _, err := os.Stat(keptCurrent(s.dataDir)); err != nil {
+		t.Errorf("the current build is not kept: %v", err)
+	}
+	if out, err := exec.Command(s.bin, "admin", "check", "--data-dir", s.dataDir, "--repair").CombinedOutput(); err != nil {
+		t.Logf("admin check --repair: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(keptDir); err == nil {
+		t.Errorf("%s is still there after admin check --repair", keptDir)
+	}
+	if _, err := os.Stat(keptCurrent(s.dataDir)); err != nil {
+		t.Errorf("admin check --repair removed the current build: %v", err)
+	}
+}
+
+// keptCurrent is the kept copy of the runsc build the server last ran.
+func keptCurrent(dataDir string) string {
+	dir := filepath.Join(dataDir, "gvisor")
+	return gvisor.KeptRunsc(dir, gvisor.CurrentBuild(dir))
 }
 
 func recordedBuild(t *testing.T, image string) string {
