@@ -26,15 +26,15 @@ import (
 //   - the sandbox the old node started runs on across its node's upgrade.
 //
 // Both builds are Lizard 0.1.0: no release since has changed the version,
-// so the pair is adjacent (Compatible). The refusal of a pair that is not
-// cannot be shown with two real builds yet: upgradeFrom predates the
-// version on the wire — its node registers none (taken as 0.1.0) and its
-// api checks none — so only an api of this build refuses, and only a node
-// of this build can register another version (LIZARD_NODE_VERSION, for
-// tests and rehearsals). The test ends with that: this build's node
-// registered as the next minor release, a call through this build's api
-// to its sandbox is the 503 naming the node and both versions, and a
-// create goes to the other node.
+// so the pair is adjacent (Compatible). A pair that is not cannot be two
+// real builds yet: upgradeFrom predates the version on the wire — its node
+// registers none and its api sends none (both taken as 0.1.0) and checks
+// none — so only a node of this build can stand for another version
+// (LIZARD_NODE_VERSION, for tests and rehearsals). The test ends with
+// that: this build's node registered as the next minor release, a call
+// through this build's api to its sandbox is the api's 503 naming the node
+// and both versions, and a create goes to the other node; the same call
+// through the 0.1.0 api, which sends it, is the node's 503 naming both.
 func TestUpgradeMixedCluster(t *testing.T) {
 	testenv.RequiresRoot(t)
 	old := buildAt(t, upgradeFrom)
@@ -65,12 +65,19 @@ func TestUpgradeMixedCluster(t *testing.T) {
 		t.Errorf("code through the %s api, on the schema this build migrated, printed %q; want 43", upgradeFromVersion, got)
 	}
 
-	// n2 back as this build, n1 stopped to be upgraded: the old api's
-	// create lands on this build's node.
+	// n2 back as this build: all four run, an api and a node of each.
+	// The old api's create lands on this build's node (n1 marked draining
+	// for it, which the 0.1.0 api's placement skips too; not stopped: a
+	// node down past its lease loses its running sandboxes).
 	n2.bin = newBin
 	n2.start()
-	n1.stop()
+	if _, err := c.db.Exec(`UPDATE nodes SET draining = 1 WHERE name = 'n1'`); err != nil {
+		t.Fatal(err)
+	}
 	onNew := newSandbox(t, oldAPI, api.CreateSandboxRequest{})
+	if _, err := c.db.Exec(`UPDATE nodes SET draining = 0`); err != nil {
+		t.Fatal(err)
+	}
 	if n := c.nodeOf(onNew.SandboxID); n != "n2" {
 		t.Fatalf("the %s api placed %s on %s; want n2, this build's node", upgradeFromVersion, onNew.SandboxID, n)
 	}
@@ -83,6 +90,7 @@ func TestUpgradeMixedCluster(t *testing.T) {
 
 	// n1 upgraded on its data directory: the sandbox its 0.1.0 process
 	// started keeps running, and answers the old api.
+	n1.stop()
 	n1.bin = newBin
 	n1.start()
 	if got := py(t, oldAPI, onOld.SandboxID, "print(x)"); got != "42" {
@@ -122,6 +130,14 @@ func TestUpgradeMixedCluster(t *testing.T) {
 		t.Fatalf("a call through this build's api to a sandbox on n2, registered as %s = %v; want a 503 naming n2 and both versions", next, err)
 	}
 	t.Logf("the refused call: %v", err)
+	// The 0.1.0 api checks no node's version and sends the call; the
+	// node refuses it, naming both versions (an api without the version
+	// header is taken as 0.1.0).
+	_, err = oldAPI.Execute(ctx, onNew.SandboxID, api.ExecuteRequest{Code: "y"}, nil)
+	if !isStatus(err, 503) || !strings.Contains(err.Error(), "this node runs Lizard "+next) || !strings.Contains(err.Error(), "(Lizard "+upgradeFromVersion+")") {
+		t.Fatalf("a call through the %s api to a sandbox on n2, registered as %s = %v; want the node's 503 naming both versions", upgradeFromVersion, next, err)
+	}
+	t.Logf("refused by the node: %v", err)
 	sb := newSandbox(t, newAPI, api.CreateSandboxRequest{})
 	if n := c.nodeOf(sb.SandboxID); n != "n1" {
 		t.Fatalf("this build's api placed %s on %s, registered as %s; want n1", sb.SandboxID, n, next)

@@ -229,7 +229,11 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 	n, pool, rt := parts.node, parts.pool, parts.rt
 	// The API's agent calls, checked there, reach the agents through the
 	// internal API's agentproxy.Proxy, behind the secret.
-	hcfg := remote.HandlerConfig{Node: n, Secret: c.cluster.secret, Logger: logger, Metrics: mx, DataDir: c.DataDir, Templates: parts.templates,
+	// LIZARD_NODE_VERSION: for tests and upgrade rehearsals only, a node
+	// that registers — and answers apis — as another version
+	// (docs/cluster.md).
+	registered := cmpOr(os.Getenv("LIZARD_NODE_VERSION"), version.Version)
+	hcfg := remote.HandlerConfig{Node: n, Secret: c.cluster.secret, Logger: logger, Metrics: mx, DataDir: c.DataDir, Templates: parts.templates, Version: registered,
 		Peers: func(ctx context.Context, name string) (string, error) {
 			peer, err := shared.Nodes().Get(ctx, name)
 			return peer.Addr, err
@@ -247,9 +251,7 @@ func runNode(ctx context.Context, e cli.Env, args []string) error {
 		return fmt.Errorf("reconciling sandboxes with the runtime and the database: %w", err)
 	}
 	member := &cluster.Member{Store: shared, Name: c.Name, Addr: c.Advertise, Slots: c.pool.Slots(), ImageStore: c.images.URL, Lease: c.cluster.Lease, Log: logger,
-		// LIZARD_NODE_VERSION: for tests and upgrade rehearsals only, a
-		// node that registers as another version (docs/cluster.md).
-		Version: cmpOr(os.Getenv("LIZARD_NODE_VERSION"), version.Version),
+		Version: registered,
 		Images: func() []string {
 			// Custom template builds first: they are what creates name.
 			held := parts.templates.Held()

@@ -21,6 +21,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/trace"
+	"github.com/lizard-build/lizard/internal/version"
 )
 
 // Client is the node.Node of one remote node. Its Create is the node's
@@ -263,6 +264,7 @@ func NewTransport(secret string) *Transport {
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
+	r.Header.Set(HeaderVersion, version.Version)
 	fc, forwarded := r.Context().Value(callKey{}).(call)
 	if forwarded && fc.port {
 		r.Header.Set(HeaderSecret, t.Secret)

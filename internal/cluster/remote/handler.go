@@ -1,9 +1,11 @@
 package remote
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
@@ -18,6 +20,7 @@ import (
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/trace"
+	"github.com/lizard-build/lizard/internal/version"
 )
 
 // HandlerConfig says what a node serves.
@@ -40,7 +43,15 @@ type HandlerConfig struct {
 	// warm pool's; nil: nothing).
 	Templates Templates
 	Forget    func(ctx context.Context, ref string)
+	// Version is the Lizard version the node registered as (default
+	// version.Version): calls from an api of a version it does not work
+	// with are refused, as that api refuses the node (docs/cluster.md).
+	Version string
 }
+
+// HeaderVersion carries the calling process's Lizard version on every
+// call to a node's API. An api of 0.1.0 sends none: it is taken as that.
+const HeaderVersion = "X-Lizard-Version"
 
 // Handler returns the node's HTTP handler: GET /v1/health (no secret, for
 // probes), the internal node API, and the forwarded agent paths, which
@@ -103,9 +114,35 @@ func Handler(cfg HandlerConfig) http.Handler {
 				api.WriteJSON(w, http.StatusUnauthorized, wireError{Message: "this is a Lizard node: its API is for `lizard api`, with the cluster secret"})
 				return
 			}
+			if msg := versionRefusal(cfg.Version, r.Header.Get(HeaderVersion)); msg != "" {
+				// Both shapes in one body: the api's client reads the
+				// kind of an internal call's error, and an agent call's
+				// is passed on to the caller as the public error (code).
+				status, we := encodeError(&errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: msg})
+				api.WriteJSON(w, status, struct {
+					wireError
+					Code string `json:"code"`
+				}{we, api.CodeUnavailable})
+				return
+			}
 		}
 		traced.ServeHTTP(w, r.WithContext(callerContext(r)))
 	})
+}
+
+// versionRefusal says why a node of version own (default this build's)
+// refuses a call from a process of version caller ("" from an api older
+// than the header: 0.1.0), or "" when the two work together. The api of
+// this build and later refuses the node first; this is the node's side,
+// for an api that did not check (0.1.0's).
+func versionRefusal(own, caller string) string {
+	own, caller = cmp.Or(own, version.Version), cmp.Or(caller, version.Unreported)
+	if version.Compatible(own, caller) {
+		return ""
+	}
+	return fmt.Sprintf("this node runs Lizard %s, which the calling lizard api (Lizard %s) cannot work with "+
+		"(the same major, and for 0.x the same minor: docs/cluster.md#versions); call a lizard api of version %s, or upgrade the node to %s",
+		own, caller, version.Span(own), version.Span(caller))
 }
 
 // callerContext is r's context carrying the API's caller named in its

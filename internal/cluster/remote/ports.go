@@ -51,6 +51,7 @@ func (c *Client) OpenPort(ctx context.Context, id string, port int, resume bool)
 
 func (h *handler) port(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(HeaderSecret)
+	r.Header.Del(HeaderVersion)
 	id := r.PathValue("id")
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil {
