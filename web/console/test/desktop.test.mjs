@@ -8,6 +8,12 @@
 // server drops them, and which sends no key in a signed-in tab), "Take
 // control" does; leaving the page revokes its
 // viewers; a sandbox without a desktop says so. No CSP violation.
+//
+// The project is proj_123, as in the Python and TypeScript suites: a
+// build's key is the project's ID, the recipe and the base's build, so
+// under `make test` this suite, the last of the three, finds their build in
+// the template cache, and deletes the template (and so the build) after
+// itself unless LIZARD_E2E_KEEP_TEMPLATES=1.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -23,20 +29,24 @@ const why = missing();
 test("the live desktop of a desktop sandbox", { skip: !strict && why, timeout: 40 * 60_000 }, async (t) => {
   if (why) assert.fail(why);
   fs.mkdirSync(artifacts, { recursive: true });
-  const lz = await startLizard({ name: "serve-desktop" });
+  const lz = await startLizard({ projects: ["proj_123"], name: "serve-desktop" });
+  const lizardCLI = (args, timeout) =>
+    run(path.join(repo, "bin", "lizard"), args, { env: { ...process.env, LIZARD_API_URL: lz.url, LIZARD_API_KEY: lz.apiKey }, timeout, maxBuffer: 64 << 20 });
   let browser;
+  let id; // the desktop sandbox, killed before its template is deleted
   t.after(async () => {
     await browser?.close().catch(() => {});
+    if (process.env.LIZARD_E2E_KEEP_TEMPLATES !== "1") {
+      if (id) await lz.api("DELETE", `/v1/sandboxes/${id}`).catch(() => {});
+      // Its build leaves the template cache with it (minutes under load).
+      await lizardCLI(["template", "delete", "desktop"], 10 * 60_000).catch((e) => console.error(`deleting the desktop template: ${e}`));
+    }
     await lz.stop();
   });
   // The project's `desktop` template, as docs/desktop.md builds it: a
-  // build the cache has (the same recipe) takes no time.
+  // build the cache has (the same project and recipe) takes no time.
   const begin = Date.now();
-  await run(path.join(repo, "bin", "lizard"), ["template", "build", "--quiet", "-f", path.join(repo, "templates", "desktop", "recipe.yaml")], {
-    env: { ...process.env, LIZARD_API_URL: lz.url, LIZARD_API_KEY: lz.apiKey },
-    timeout: 30 * 60_000,
-    maxBuffer: 64 << 20,
-  });
+  await lizardCLI(["template", "build", "--quiet", "-f", path.join(repo, "templates", "desktop", "recipe.yaml")], 30 * 60_000);
   console.log(`desktop template: ${((Date.now() - begin) / 1000).toFixed(1)} s`);
 
   browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] });
@@ -61,7 +71,7 @@ test("the live desktop of a desktop sandbox", { skip: !strict && why, timeout: 4
   await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
 
   const sb = await createSandbox(lz.api, { template: "desktop", timeoutMs: 900_000 });
-  const id = sb.sandboxId;
+  id = sb.sandboxId;
   const desk = (p) => `/v1/sandboxes/${id}/desktop${p}`;
   const call = async (method, p, body) => {
     const r = await lz.api(method, desk(p), body);

@@ -8,7 +8,10 @@ LIZARD_TEST_STRICT=1 (as `make test` sets).
 
 To run them against a server you started yourself, set LIZARD_E2E_API_URL and LIZARD_E2E_API_KEY (a key
 of project proj_123); the fixture then starts and stops nothing, but still kills the project's sandboxes.
-LIZARD_E2E_KEEP_TEMPLATES=1 keeps the desktop template the desktop tests build (minutes when the cache lacks it).
+LIZARD_E2E_KEEP_TEMPLATES=1 keeps the desktop template the desktop tests build (minutes when the cache lacks it):
+`make test` sets it, so that the TypeScript and console suites after this one find the build in the template
+cache (its key is the project's ID, the recipe and the base's build: the three suites use proj_123), and the
+console suite, the last, deletes it.
 """
 
 from __future__ import annotations
@@ -186,16 +189,21 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.e2e)
+    # The modules of the desktop tests run last, whole: their template is built once for the session and
+    # deleted at its end (desktop_template), and no other test may find it among the project's templates.
+    desktop = {item.module for item in items if "desktop_template" in getattr(item, "fixturenames", ())}
+    items.sort(key=lambda item: getattr(item, "module", None) in desktop)
 
 
 DESKTOP_RECIPE = REPO / "templates" / "desktop" / "recipe.yaml"
 DESKTOP_BUILD_TIMEOUT = 1800  # seconds: a first build fetches ~260 MB of Debian packages and installs them
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def desktop_template(lizard_server: Server) -> Iterator[None]:
-    """The project's `desktop` template, built as docs/desktop.md says (or found in the cache), and
-    deleted after the module: other tests list the project's templates."""
+    """The project's `desktop` template, built as docs/desktop.md says (or found in the cache) once for
+    the modules that use it (test_desktop.py, test_e2b_desktop.py: they run last), and deleted at the
+    session's end unless LIZARD_E2E_KEEP_TEMPLATES=1."""
     env = dict(os.environ, LIZARD_API_URL=lizard_server.url, LIZARD_API_KEY=lizard_server.api_key)
     begin = time.monotonic()
     out = subprocess.run([str(BIN), "template", "build", "--quiet", "-f", str(DESKTOP_RECIPE)],
@@ -203,6 +211,6 @@ def desktop_template(lizard_server: Server) -> Iterator[None]:
     assert out.returncode == 0, f"building the desktop template:\n{out.stdout}\n{out.stderr}"
     print(f"desktop template: {time.monotonic() - begin:.1f} s\n{out.stdout}")
     yield
-    if os.environ.get("LIZARD_E2E_KEEP_TEMPLATES") != "1":  # against a server of your own: kept for the next run
+    if os.environ.get("LIZARD_E2E_KEEP_TEMPLATES") != "1":  # make test: for the suites after this one
         # Under load 40 the delete took over a minute (a 60 s bound timed out, 2026-12-05, the 5 tests passed).
         subprocess.run([str(BIN), "template", "delete", "desktop"], capture_output=True, text=True, timeout=600, env=env)

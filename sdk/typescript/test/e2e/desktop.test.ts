@@ -5,6 +5,12 @@
 // (Xfce's desktop menu) and Escape closes it, the pointer goes where a
 // click is, and the stream's viewer token opens noVNC's WebSocket (the VNC
 // server's RFB greeting) until it is revoked.
+//
+// The project is proj_123, as in the Python and console suites: a build's
+// key is the project's ID, the recipe and the base's build, so under
+// `make test` this suite finds the Python suite's build in the template
+// cache (LIZARD_E2E_KEEP_TEMPLATES=1 keeps it there for the console suite
+// after this one); alone, it deletes the template after itself.
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -62,20 +68,27 @@ describe('sandbox.desktop against lizard serve', { skip: why, timeout: 40 * 60_0
   let lizard: Lizard;
   let sb: CodeSandbox;
 
-  before(async () => {
-    lizard = await startLizard('proj_desktop');
-    const begin = Date.now();
-    await run(path.join(binDir(), 'lizard'), ['template', 'build', '--quiet', '-f', path.join(repoRoot(), 'templates', 'desktop', 'recipe.yaml')], {
+  const lizardCLI = (args: string[], timeout: number) =>
+    run(path.join(binDir(), 'lizard'), args, {
       env: { ...process.env, LIZARD_API_URL: lizard.url, LIZARD_API_KEY: lizard.apiKey },
-      timeout: 30 * 60_000,
+      timeout,
       maxBuffer: 64 << 20,
     });
+
+  before(async () => {
+    lizard = await startLizard('proj_123');
+    const begin = Date.now();
+    await lizardCLI(['template', 'build', '--quiet', '-f', path.join(repoRoot(), 'templates', 'desktop', 'recipe.yaml')], 30 * 60_000);
     console.log(`desktop template: ${((Date.now() - begin) / 1000).toFixed(1)} s`);
     sb = await CodeSandbox.create({ apiUrl: lizard.url, apiKey: lizard.apiKey, template: 'desktop', timeoutMs: 600_000 });
   });
 
   after(async () => {
     await sb?.kill().catch(() => {});
+    if (lizard && process.env.LIZARD_E2E_KEEP_TEMPLATES !== '1') {
+      // Its build leaves the template cache with it (minutes under load).
+      await lizardCLI(['template', 'delete', 'desktop'], 10 * 60_000).catch((err) => console.error(`deleting the desktop template: ${err}`));
+    }
     await lizard?.stop();
   });
 
