@@ -421,9 +421,20 @@ func detach(dev string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
+	err = unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0)
+	f.Close()
+	if err != nil && !errors.Is(err, unix.ENXIO) {
 		return fmt.Errorf("detaching %s: %w", dev, err)
 	}
-	return nil
+	// The kernel only marks a device that is open (by us, or by udev's
+	// probe) to be cleared at its last close, and clears it from a work
+	// queue after that: wait until it has, so that a check run right after
+	// a repair does not find the device again.
+	backing := filepath.Join("/sys/block", filepath.Base(dev), "loop", "backing_file")
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(backing); errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+	}
+	return fmt.Errorf("detaching %s: still attached after 10 s, held open by another process", dev)
 }
