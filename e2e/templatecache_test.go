@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -119,4 +122,123 @@ func TestTemplateStepCache(t *testing.T) {
 		}
 	}
 	s.stopAndExpectNothingLeft(t)
+}
+
+// TestTemplateStepCacheEdit: every step is cached by its inputs, so an
+// edit to one step of a template's recipe runs only that step and the
+// ones after it. Four run steps, each stamping a file: the 3rd edited →
+// the build restores steps 1-2 from the step cache (no step event for
+// them, their stamps unchanged) and runs 3 and 4; the original's 4th
+// edited → only the 4th runs (its time against the first build's is
+// logged, a figure, not a check). Deleting the template removes its
+// entries from the step cache.
+func TestTemplateStepCacheEdit(t *testing.T) {
+	s := startServer(t, "--template-builds-per-hour", "0")
+	const project = "proj_tplstepedit"
+	c := s.createProject(project)
+	ctx := context.Background()
+	nonce := make([]byte, 6)
+	rand.Read(nonce)
+	step := func(i int, what string) api.TemplateStep {
+		return api.TemplateStep{Run: &api.TemplateCommand{Cmd: fmt.Sprintf(": %x %s; sleep 4; date +%%s%%N > /home/user/s%d", nonce, what, i)}}
+	}
+	steps := []api.TemplateStep{step(1, ""), step(2, ""), step(3, ""), step(4, "")}
+	ran := func(events []api.TemplateBuildEvent) (out []string) {
+		for _, ev := range events {
+			if ev.Type == api.BuildEventStep && strings.HasPrefix(ev.Name, "run: ") {
+				_, n, _ := strings.Cut(ev.Name, "/home/user/s")
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	restored := func(events []api.TemplateBuildEvent) string {
+		for _, ev := range events {
+			if ev.Type == api.BuildEventStep && strings.HasPrefix(ev.Name, "restoring the first ") {
+				return ev.Name
+			}
+		}
+		return ""
+	}
+	stamps := func(key string) []string {
+		t.Helper()
+		rootfs, ok := template.LayerRootFS(cacheDir(), recipe.LayerKey(key))
+		var out []string
+		for i := 1; i <= 4; i++ {
+			b, err := os.ReadFile(filepath.Join(rootfs, fmt.Sprintf("home/user/s%d", i)))
+			if !ok || err != nil {
+				t.Fatalf("build %s's stamp %d: %v (built %v)", key, i, err, ok)
+			}
+			out = append(out, strings.TrimSpace(string(b)))
+		}
+		return out
+	}
+	build := func(steps []api.TemplateStep) (*api.Template, []api.TemplateBuildEvent) {
+		t.Helper()
+		tpl, cached, ev, err := buildTemplate(t, c, api.BuildTemplateRequest{Name: "step-edit", Recipe: api.TemplateRecipe{Steps: steps}})
+		if err != nil || cached {
+			t.Fatalf("build = %+v cached %v, %v", tpl, cached, err)
+		}
+		return tpl, ev
+	}
+	first, ev1 := build(steps)
+	if got := ran(ev1); !slices.Equal(got, []string{"1", "2", "3", "4"}) || restored(ev1) != "" {
+		t.Fatalf("the first build ran steps %v, restored %q; want all four run", got, restored(ev1))
+	}
+	s1 := stamps(first.Key)
+
+	third := slices.Clone(steps)
+	third[2] = step(3, "edited")
+	edited, ev2 := build(third)
+	if got := ran(ev2); !slices.Equal(got, []string{"3", "4"}) || !strings.Contains(restored(ev2), "first 2 step(s)") {
+		t.Errorf("the 3rd step edited: ran steps %v, restored %q; want 3 and 4 run, the first 2 restored:\n%+v", got, restored(ev2), ev2)
+	}
+	if s2 := stamps(edited.Key); s2[0] != s1[0] || s2[1] != s1[1] || s2[2] == s1[2] {
+		t.Errorf("stamps %v after editing the 3rd step, %v before; want 1 and 2 kept, 3 new", s2, s1)
+	}
+
+	last := slices.Clone(steps)
+	last[3] = step(4, "edited")
+	lastBuild, ev3 := build(last)
+	if got := ran(ev3); !slices.Equal(got, []string{"4"}) || !strings.Contains(restored(ev3), "first 3 step(s)") {
+		t.Errorf("the 4th step edited: ran steps %v, restored %q; want only 4 run:\n%+v", got, restored(ev3), ev3)
+	}
+	if s3 := stamps(lastBuild.Key); !slices.Equal(s3[:3], s1[:3]) || s3[3] == s1[3] {
+		t.Errorf("stamps %v after editing the 4th step, %v before; want 1-3 kept, 4 new", s3, s1)
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	t.Logf("first build %d ms; the 4th of 4 steps edited %d ms (%.2f×); the 3rd edited %d ms; load %s",
+		first.BuildMs, lastBuild.BuildMs, float64(lastBuild.BuildMs)/float64(first.BuildMs), edited.BuildMs, strings.Fields(string(load))[0])
+
+	if n := stepEntries(t, project); n < 6 {
+		t.Errorf("the step cache has %d entries of %s; want at least 6 (4 steps, 2 edits)", n, project)
+	}
+	if err := c.Templates().Delete(ctx, "step-edit"); err != nil {
+		t.Fatal(err)
+	}
+	if n := stepEntries(t, project); n != 0 {
+		t.Errorf("the step cache has %d entries of %s after its template was deleted; want none", n, project)
+	}
+	s.stopAndExpectNothingLeft(t)
+}
+
+// stepEntries counts the step cache's entries a template of project made
+// or used.
+func stepEntries(t *testing.T, project string) int {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(cacheDir(), "template-steps", "*", "entry.json"))
+	n := 0
+	for _, f := range files {
+		var e struct {
+			Users []struct{ Project string } `json:"users"`
+		}
+		b, err := os.ReadFile(f)
+		if err != nil || json.Unmarshal(b, &e) != nil {
+			continue
+		}
+		if slices.ContainsFunc(e.Users, func(u struct{ Project string }) bool { return u.Project == project }) {
+			n++
+		}
+	}
+	return n
 }

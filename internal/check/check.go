@@ -2,9 +2,10 @@
 // hold that nothing accounts for — rows whose images are gone, images no
 // row names, network namespaces, veths, nftables tables, cgroups and loop
 // devices no running sandbox owns, volumes without a record, template
-// builds nothing uses, runsc builds and agent copies the gVisor runtime
-// keeps that no image or sandbox names — and removes exactly those
-// (`lizard admin check [--repair]`, docs/operations.md).
+// builds nothing uses, step cache entries of deleted templates, runsc
+// builds and agent copies the gVisor runtime keeps that no image or
+// sandbox names — and removes exactly those (`lizard admin check
+// [--repair]`, docs/operations.md).
 //
 // Machine-wide names (a namespace lizard-ID, a veth, a table, a cgroup
 // /lizard/ID) are this data directory's only when the gVisor runtime's
@@ -50,6 +51,7 @@ const (
 	TemplateBuildUnused = "template build nobody uses"
 	RunscUnused         = "runsc build no image needs"
 	FilesUnused         = "agent copy no sandbox uses"
+	TemplateStepsUnused = "template step cache entries of no template"
 )
 
 // Finding is one thing nothing accounts for, and how --repair removes it.
@@ -331,6 +333,18 @@ func (c *checker) templates(ctx context.Context) error {
 		c.add(TemplateBuildUnused, filepath.Join(c.CacheDir, "templates", recipe.LayerKey(key)),
 			"no template, live sandbox or snapshot of this store uses it (removed once no other data directory holds it)",
 			func(context.Context) error { _, err := b.Release(key); return err })
+	}
+	// The step cache's entries this data directory's templates made or
+	// used, of templates its store no longer has.
+	for _, u := range b.StepUses() {
+		if _, err := c.Store.Templates().Get(ctx, u.Project, u.Template); err == nil {
+			continue
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		c.add(TemplateStepsUnused, fmt.Sprintf("%s (%s/%s: %d entries, %d MiB)", filepath.Join(c.CacheDir, "template-steps"), u.Project, u.Template, u.Entries, u.Bytes>>20),
+			"no template of this store has that name (the entries no other template uses are removed)",
+			func(context.Context) error { return b.ForgetSteps(u.Project, u.Template) })
 	}
 	return nil
 }

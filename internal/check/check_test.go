@@ -2,6 +2,8 @@ package check
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"os"
@@ -190,6 +192,19 @@ func TestCheckAndRepair(t *testing.T) {
 	t.Cleanup(func() { vols.Unmount("vol_kept") })
 	want[VolumeMounted+" "+vols.Path("vol_kept")] = true
 	want[TemplateBuildUnused+" "+filepath.Join(cache, "templates", recipe.LayerKey(unusedKey))] = true
+	// Step cache entries: one of template t (kept), one of deleted
+	// template gone (listed), one of another data directory's (not).
+	holder := func(dataDir string) string { sum := sha256.Sum256([]byte(dataDir)); return hex.EncodeToString(sum[:8]) }
+	for key, users := range map[string]string{
+		"00000000000000c1": `[{"holder":"` + holder(data) + `","project":"p","template":"t"}]`,
+		"00000000000000c2": `[{"holder":"` + holder(data) + `","project":"p","template":"gone"}]`,
+		"00000000000000c3": `[{"holder":"` + holder("/elsewhere") + `","project":"p","template":"gone"}]`,
+	} {
+		dir := filepath.Join(cache, "template-steps", key)
+		must(os.MkdirAll(filepath.Join(dir, "rootfs"), 0o700))
+		must(os.WriteFile(filepath.Join(dir, "entry.json"), []byte(`{"key":"`+key+`","step":1,"sizeBytes":0,"users":`+users+`}`), 0o600))
+	}
+	want[TemplateStepsUnused+" "+filepath.Join(cache, "template-steps")+" (p/gone: 1 entries, 0 MiB)"] = true
 
 	cfg := Config{DataDir: data, CacheDir: cache, Store: st, Files: []string{agent}}
 	found, err := Check(ctx, cfg)
@@ -252,6 +267,11 @@ func TestCheckAndRepair(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cache, "templates", recipe.LayerKey(unusedKey))); err == nil {
 		t.Error("the unused build is still there")
+	}
+	for key, stays := range map[string]bool{"00000000000000c1": true, "00000000000000c2": false, "00000000000000c3": true} {
+		if _, err := os.Stat(filepath.Join(cache, "template-steps", key)); (err == nil) != stays {
+			t.Errorf("step cache entry %s: present %v after repair, want %v", key, err == nil, stays)
+		}
 	}
 	if keys := b.Holds(); len(keys) != 1 || keys[0] != usedKey {
 		t.Errorf("held builds after repair = %v, want only %s", keys, usedKey)

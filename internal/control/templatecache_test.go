@@ -21,6 +21,7 @@ func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) 
 type recordingBuilder struct {
 	recipes []api.TemplateRecipe
 	resumes []*recipe.Resume
+	steps   []*recipe.StepCache
 }
 
 func (b *recordingBuilder) BaseKey(context.Context, string) (string, error) { return "base", nil }
@@ -29,6 +30,7 @@ func (b *recordingBuilder) Release(string) (bool, error)                    { re
 func (b *recordingBuilder) Build(ctx context.Context, _ string, r api.TemplateRecipe, key string, _ func(api.TemplateBuildEvent)) (recipe.Result, error) {
 	b.recipes = append(b.recipes, r)
 	b.resumes = append(b.resumes, recipe.ResumeOf(ctx))
+	b.steps = append(b.steps, recipe.StepCacheOf(ctx))
 	return recipe.Result{Key: key, BuildMs: 1, SizeBytes: 1}, nil
 }
 
@@ -64,11 +66,15 @@ func TestTemplateBuildCache(t *testing.T) {
 		return tpl, cached
 	}
 	lastResume := func() *recipe.Resume { return b.resumes[len(b.resumes)-1] }
+	lastSteps := func() recipe.StepCache { return *b.steps[len(b.steps)-1] }
 
 	base := api.TemplateRecipe{Env: map[string]string{"A": "1"}, Steps: []api.TemplateStep{copyStep, run("make one")}, Start: "serve"}
 	first, _ := must(build("one", base, false))
 	if lastResume() != nil {
 		t.Errorf("the first build resumes from %+v", lastResume())
+	}
+	if got := lastSteps(); got != (recipe.StepCache{Template: "one"}) {
+		t.Errorf("the first build uses the step cache as %+v; want template one's, not skipped", got)
 	}
 	if _, cached := must(build("one", base, false)); !cached || len(b.recipes) != 1 {
 		t.Errorf("the same recipe again: cached %v after %d builds; want the cache", cached, len(b.recipes))
@@ -91,8 +97,8 @@ func TestTemplateBuildCache(t *testing.T) {
 	// skipCache: built again, from the base, under a key of its own;
 	// then the same recipe is cached on that build.
 	fresh, cached := must(build("one", base, true))
-	if cached || fresh.Key == first.Key || lastResume() != nil {
-		t.Errorf("skipCache: %+v cached %v resume %+v; want a new build from the base", fresh, cached, lastResume())
+	if cached || fresh.Key == first.Key || lastResume() != nil || lastSteps() != (recipe.StepCache{Template: "one", Skip: true}) {
+		t.Errorf("skipCache: %+v cached %v resume %+v step cache %+v; want a new build from the base, skipping the step cache", fresh, cached, lastResume(), lastSteps())
 	}
 	n := len(b.recipes)
 	if again, cached := must(build("one", base, false)); !cached || again.Key != fresh.Key || len(b.recipes) != n {

@@ -52,6 +52,15 @@ type ImageResolver interface {
 
 var _ ImageResolver = (*recipe.Builder)(nil)
 
+// StepForgetter is a TemplateBuilder whose step cache (recipe.StepCache)
+// is the server's own: a deleted template's entries leave it at once.
+// *recipe.Builder is one; a cluster's nodes sweep theirs at start.
+type StepForgetter interface {
+	ForgetSteps(projectID, name string) error
+}
+
+var _ StepForgetter = (*recipe.Builder)(nil)
+
 // TemplateBuild is a checked request to build a template; Run builds it.
 type TemplateBuild struct {
 	c         *Control
@@ -421,6 +430,9 @@ func (b *TemplateBuild) Run(ctx context.Context, emit func(api.TemplateBuildEven
 	if b.resume != nil {
 		ctx = recipe.WithResume(ctx, b.resume)
 	}
+	// Each step is cached by its inputs as the template's; skipCache
+	// reads none of the cache and replaces the entries of its steps.
+	ctx = recipe.WithStepCache(ctx, &recipe.StepCache{Template: b.name, Skip: !b.freshAt.IsZero()})
 	res, err := c.cfg.Builder.Build(ctx, b.projectID, r, b.key, emit)
 	if err != nil {
 		return api.Template{}, false, err
@@ -554,6 +566,11 @@ func (ts Templates) Delete(ctx context.Context, name string) error {
 		return err
 	}
 	c.builds.collect(context.WithoutCancel(ctx), t.Name, t.Key)
+	if f, ok := c.cfg.Builder.(StepForgetter); ok {
+		if err := f.ForgetSteps(projectID, name); err != nil {
+			c.log.Error("removing a deleted template's step cache entries", "template", name, "err", err)
+		}
+	}
 	return nil
 }
 

@@ -353,6 +353,9 @@ func (c *serveConfig) newControl(parts nodeParts, st *store.Store, sec *secrets.
 	builder := recipe.New(recipe.Config{CacheDir: c.CacheDir, DataDir: c.DataDir, Node: buildNode{parts.node, limits}, Store: st, Base: parts.builds.Artifact, Logger: logger,
 		Images: &oci.Puller{Dir: filepath.Join(c.CacheDir, "oci"), ConfigFile: c.RegistryConfig, Registries: splitList(c.RegistryAllow)}})
 	builder.Sweep()
+	if err := builder.SweepStepsOf(context.Background(), st); err != nil {
+		logger.Error("sweeping the step cache of deleted templates", "err", err) // disk, nothing else; swept again next start
+	}
 	ccfg := control.Config{
 		Node: parts.node, Store: st, Logger: logger, Limits: limits, MaxLimits: maxLimits, Internet: c.policy.Egress == "internet",
 		NetworkDefault: c.policy.netDefault, NetworkBound: c.policy.netBound,

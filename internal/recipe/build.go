@@ -322,7 +322,8 @@ func (b *Builder) Build(ctx context.Context, projectID string, r api.TemplateRec
 			return Result{}, fmt.Errorf("waiting for base template %s: %w", r.Base, err)
 		}
 	}
-	bd := &build{b: b, r: r, key: key, base: base, auth: registryAuth(ctx), emit: emit, log: b.cfg.Logger.With("template_key", key)}
+	bd := &build{b: b, r: r, key: key, base: base, auth: registryAuth(ctx), emit: emit, log: b.cfg.Logger.With("template_key", key),
+		project: projectID, cache: StepCacheOf(ctx), recorded: map[string]string{}}
 	if rs := ResumeOf(ctx); rs != nil && r.From == "" && ValidKey(rs.Key) {
 		// The earlier build may be gone (deleted meanwhile), or on
 		// another node of a cluster: then every step runs.
@@ -335,8 +336,12 @@ func (b *Builder) Build(ctx context.Context, projectID string, r api.TemplateRec
 	cached := true
 	rootfs, err := template.EnsureLayer(ctx, b.cfg.CacheDir, LayerKey(key), logWriter{emit}, func(ctx context.Context, rootfs string) error {
 		cached = false
+		defer bd.unlockSteps()
 		return bd.run(ctx, rootfs)
 	})
+	// The steps that ran are cached even when a later one failed: the
+	// build fixed at that step resumes there.
+	bd.commitSteps()
 	if err != nil {
 		// Nothing of a failed build stays, its lock file included.
 		os.Remove(filepath.Join(b.cfg.CacheDir, "templates", LayerKey(key)+".lock"))
@@ -426,8 +431,19 @@ type build struct {
 	steps []api.TemplateStep // Steps(r)
 	// resume: the first resume.Steps steps are resumeRoot's, copied
 	// instead of the base (Resume); zero: none.
-	resume      Resume
-	resumeRoot  string
+	resume     Resume
+	resumeRoot string
+	// The step cache (stepcache.go): cache says how this build uses it
+	// (nil: not at all); stepKeys are its steps' keys; restored, how many
+	// of the first steps come from it (read under the lock unlockRead
+	// releases); recorded, the entries of the steps run, by key.
+	project     string
+	cache       *StepCache
+	stepKeys    []string
+	restored    int
+	unlockRead  func()
+	recorded    map[string]string
+	recordOff   bool
 	aptUpdated  bool
 	step, total int
 }
@@ -449,8 +465,11 @@ func (bd *build) names() []string {
 	} else {
 		s = append(s, "copying base template "+bd.r.Base)
 	}
+	if bd.restored > 0 {
+		s = append(s, fmt.Sprintf("restoring the first %d step(s) from the step cache (cached by their inputs)", bd.restored))
+	}
 	s = append(s, "booting the build sandbox (no network)")
-	for _, st := range bd.steps[bd.resume.Steps:] {
+	for _, st := range bd.steps[bd.done():] {
 		s = append(s, stepName(st))
 	}
 	return append(s, "finishing")
@@ -458,7 +477,7 @@ func (bd *build) names() []string {
 
 // fetches reports whether the build has packages to fetch on the host.
 func (bd *build) fetches() bool {
-	for _, st := range bd.steps[bd.resume.Steps:] {
+	for _, st := range bd.steps[bd.done():] {
 		if len(st.Apt)+len(st.Pip) > 0 || st.Npm != nil {
 			return true
 		}
@@ -486,6 +505,9 @@ func (bd *build) logf(format string, args ...any) {
 // run fills rootfs, an empty directory, with the template.
 func (bd *build) run(ctx context.Context, rootfs string) error {
 	bd.steps = Steps(bd.r)
+	if err := bd.lookupSteps(); err != nil {
+		return err
+	}
 	names := bd.names()
 	bd.total = len(names)
 	i := 0
@@ -502,7 +524,7 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 		name := nextName()
 		bd.next(name)
 		for n, st := range bd.steps {
-			if n < bd.resume.Steps {
+			if n < bd.done() {
 				continue // installed in the build resumed from
 			}
 			if err := bd.fetch(ctx, name, bd.base.RootFS, fetched, n, st); err != nil {
@@ -551,6 +573,23 @@ func (bd *build) run(ctx context.Context, rootfs string) error {
 // inBuildSandbox runs the recipe's steps in a build sandbox booted from
 // rootfs, whose stage holds what they install.
 func (bd *build) inBuildSandbox(ctx context.Context, rootfs string, nextName func() string) error {
+	if bd.restored > 0 {
+		bd.next(nextName())
+		err := bd.b.restoreSteps(ctx, rootfs, bd.stepKeys[:bd.restored])
+		bd.unlockSteps()
+		if err != nil {
+			return err
+		}
+	}
+	// What the steps change is read from here on, to cache each one's.
+	var before manifest
+	if bd.recording() {
+		var err error
+		if before, err = scanRootFS(rootfs); err != nil {
+			bd.log.Error("reading the build's root filesystem for the step cache; its steps are not cached", "err", err)
+			bd.cache = nil
+		}
+	}
 	bd.next(nextName())
 	// The build sandbox is the server's own, whose project the warm pool
 	// makes when there is one (not on a node without template snapshots).
@@ -587,7 +626,7 @@ func (bd *build) inBuildSandbox(ctx context.Context, rootfs string, nextName fun
 	}
 	sh := func(name, user, script string) error { return bd.inSandbox(ctx, id, name, user, "/", nil, script) }
 	for n, st := range bd.steps {
-		if n < bd.resume.Steps {
+		if n < bd.done() {
 			// Done in the build resumed from: only what it set holds.
 			switch {
 			case len(st.Env) > 0:
@@ -630,6 +669,9 @@ func (bd *build) inBuildSandbox(ctx context.Context, rootfs string, nextName fun
 		}
 		if err != nil {
 			return err
+		}
+		if bd.recording() {
+			before = bd.recordStep(ctx, id, rootfs, before, n)
 		}
 	}
 	finish := "set -e\n"

@@ -244,15 +244,17 @@ func (s *Shared) Remove(ctx context.Context, key string) error {
 // is left alone: the deletion removed the build there, or something
 // still refers to it.
 func (s *Shared) SweepUnused(ctx context.Context, st *store.Store) error {
+	// The step cache's entries of templates deleted meanwhile go too.
+	serr := s.Builder.SweepStepsOf(ctx, st)
 	dirs, _ := filepath.Glob(filepath.Join(s.Builder.cfg.CacheDir, "templates", LayerKey("*")))
 	if len(dirs) == 0 {
-		return nil
+		return serr
 	}
 	used, err := Uses(ctx, st)
 	if err != nil {
 		return err
 	}
-	var errs []error
+	errs := []error{serr}
 	for _, d := range dirs {
 		key := strings.TrimPrefix(filepath.Base(d), LayerKey(""))
 		if _, ok := used[key]; !ValidKey(key) || ok {
@@ -454,6 +456,12 @@ func apply(ctx context.Context, baseRootFS, dir, rootfs string) error {
 	if out, err := exec.CommandContext(ctx, "cp", "-a", baseRootFS+"/.", rootfs+"/").CombinedOutput(); err != nil {
 		return fmt.Errorf("copying the base template: %w: %s", err, bytes.TrimSpace(out))
 	}
+	return applyDelta(ctx, rootfs, dir)
+}
+
+// applyDelta applies the difference in dir (deleted, rootfs/: an
+// image's, or a cached step's) to rootfs, checked as apply says.
+func applyDelta(ctx context.Context, rootfs, dir string) error {
 	deleted, err := os.ReadFile(filepath.Join(dir, "deleted"))
 	if err != nil {
 		return err

@@ -51,6 +51,9 @@ type buildRequest struct {
 	// Resume is the project's earlier build to start from, if the node
 	// has it (recipe.WithResume).
 	Resume *recipe.Resume `json:"resume,omitempty"`
+	// StepCache is how the build uses the node's step cache
+	// (recipe.WithStepCache).
+	StepCache *recipe.StepCache `json:"stepCache,omitempty"`
 }
 
 // buildLine is one line of a build's stream: a progress event, then the
@@ -106,7 +109,7 @@ func (h *handler) buildTemplate(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 	}
-	ctx := recipe.WithResume(recipe.WithMaxBytes(recipe.WithRegistryAuth(r.Context(), in.Registry), in.MaxBytes), in.Resume)
+	ctx := recipe.WithStepCache(recipe.WithResume(recipe.WithMaxBytes(recipe.WithRegistryAuth(r.Context(), in.Registry), in.MaxBytes), in.Resume), in.StepCache)
 	res, err := h.cfg.Templates.Build(ctx, in.Project, in.Recipe, in.Key, func(ev api.TemplateBuildEvent) { send(buildLine{Event: &ev}) })
 	var se *recipe.StepError
 	switch {
@@ -160,7 +163,7 @@ func (h *handler) removeTemplate(w http.ResponseWriter, r *http.Request) {
 // sending its progress to emit. A failed step is a *recipe.StepError, as
 // on the node.
 func (c *Client) BuildTemplate(ctx context.Context, projectID string, r api.TemplateRecipe, key string, emit func(api.TemplateBuildEvent)) (recipe.Result, error) {
-	b, err := json.Marshal(buildRequest{Project: projectID, Recipe: r, Key: key, Registry: recipe.RegistryAuthOf(ctx), MaxBytes: recipe.MaxBytesOf(ctx), Resume: recipe.ResumeOf(ctx)})
+	b, err := json.Marshal(buildRequest{Project: projectID, Recipe: r, Key: key, Registry: recipe.RegistryAuthOf(ctx), MaxBytes: recipe.MaxBytesOf(ctx), Resume: recipe.ResumeOf(ctx), StepCache: recipe.StepCacheOf(ctx)})
 	if err != nil {
 		return recipe.Result{}, err
 	}
