@@ -27,6 +27,9 @@ func loseNodes(ctx context.Context, db *sql.DB, clients []*client.Client, nodes 
 	lose = min(lose, len(nodes)-1)
 	total := perNode * len(nodes)
 	var ids []string
+	// Each sandbox is called through the client that made it: with
+	// --projects the clients are of different projects.
+	owner := map[string]*client.Client{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var firstErr error
@@ -35,12 +38,14 @@ func loseNodes(ctx context.Context, db *sql.DB, clients []*client.Client, nodes 
 		go func() {
 			defer wg.Done()
 			for i := w; i < total; i += 8 {
-				sb, err := clients[i%len(clients)].CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutMs: ptr(int64(3_600_000))})
+				c := clients[i%len(clients)]
+				sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutMs: ptr(int64(3_600_000))})
 				mu.Lock()
 				if err != nil {
 					firstErr = cmpErr(firstErr, err)
 				} else {
 					ids = append(ids, sb.SandboxID)
+					owner[sb.SandboxID] = c
 				}
 				mu.Unlock()
 			}
@@ -82,13 +87,13 @@ func loseNodes(ctx context.Context, db *sql.DB, clients []*client.Client, nodes 
 		var next []string
 		var pwg sync.WaitGroup
 		sem := make(chan struct{}, 16)
-		for i, id := range pending {
+		for _, id := range pending {
 			pwg.Add(1)
 			sem <- struct{}{}
 			go func() {
 				defer pwg.Done()
 				defer func() { <-sem }()
-				_, err := clients[i%len(clients)].Execute(ctx, id, api.ExecuteRequest{Code: "1+1"}, nil)
+				_, err := owner[id].Execute(ctx, id, api.ExecuteRequest{Code: "1+1"}, nil)
 				var ae *client.Error
 				mu.Lock()
 				defer mu.Unlock()

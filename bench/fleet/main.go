@@ -53,6 +53,8 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/client"
+	"github.com/lizard-build/lizard/internal/imagestore"
+	"github.com/lizard-build/lizard/internal/imagestore/disk"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/store/pgtest"
 )
@@ -73,7 +75,10 @@ var (
 	explain    = flag.Bool("explain", true, "EXPLAIN the create path's statements over sandboxes at the largest row count")
 	lose       = flag.Int("lose-nodes", 0, "at the end: kill this many nodes at once, with --lose-per-node sandboxes a node made first, and time what follows (0: none)")
 	losePer    = flag.Int("lose-per-node", 4, "sandboxes per node made before --lose-nodes")
-	count      = flag.Int("count-creates", 100, "before the rows: this many creates one at a time, counting the api processes' statements, rows and blocks per create (0: none)")
+	count      = flag.Int("count-creates", 100, "at each row count (or once, with --rows \"\"): this many creates one at a time, counting the api processes' statements, rows and blocks per create, and every table's rows scanned (0: none)")
+	weekEvents = flag.Int("week-events", 0, "with the largest --rows: this many more events, spread over the last week (the default --event-retention), as a week at a create rate leaves them")
+	drainN     = flag.Int("drain", 0, "at the end: this many sandboxes made on one node, which is then drained through the API while calls go on (0: none)")
+	drainCalls = flag.Bool("drain-calls", false, "with --drain: also call the draining node's own sandboxes in and before the drain")
 )
 
 func main() {
@@ -160,6 +165,16 @@ func run() error {
 	}
 	cfg := simConfig{Secret: secret, Lease: *lease, Agent: agl.Addr().String(), Dir: dir, MaxLive: *maxLive,
 		Log: slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	if *drainN > 0 {
+		// A drain moves sandboxes through an image store the nodes
+		// share: here a directory, sealed with the secrets key.
+		ik, err := imagestore.NewKey(key)
+		if err != nil {
+			return err
+		}
+		root := filepath.Join(dir, "images")
+		cfg.Images, cfg.ImageStore = imagestore.New(&disk.Bucket{Root: root}, ik), "file://"+root
+	}
 	began := time.Now()
 	var nodes []*simNode
 	for i := range *nodeCount {
@@ -187,7 +202,7 @@ func run() error {
 		}
 		clients = append(clients, c)
 	}
-	if *count > 0 {
+	if *count > 0 && strings.TrimSpace(*rowsFlag) == "" {
 		if err := countCreates(ctx, db, clients[:min(len(clients), len(apis))], *count); err != nil {
 			return err
 		}
@@ -198,6 +213,11 @@ func run() error {
 	}
 	if *lose > 0 {
 		if err := loseNodes(ctx, db, clients[:min(len(clients), len(apis))], nodes, *lose, *losePer); err != nil {
+			return err
+		}
+	}
+	if *drainN > 0 {
+		if err := drainNode(ctx, db, clients, apis, secret, nodes, *drainN); err != nil {
 			return err
 		}
 	}
@@ -235,19 +255,30 @@ func apiRole(ctx context.Context, db *sql.DB, dbURL string) (string, error) {
 // over the creates; the nodes' side of a create (admission, the row, its
 // event) does not depend on the fleet and is left out.
 func countCreates(ctx context.Context, db *sql.DB, clients []*client.Client, n int) error {
+	scans0, err := tableScans(ctx, db)
+	if err != nil {
+		return err
+	}
 	if _, err := db.ExecContext(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
 		return err
 	}
 	began := time.Now()
 	var ids []string
+	var took []float64
 	for i := range n {
+		t0 := time.Now()
 		sb, err := clients[i%len(clients)].CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutMs: ptr(int64(300_000))})
 		if err != nil {
 			return fmt.Errorf("counting creates: create %d: %w", i, err)
 		}
+		took = append(took, ms(time.Since(t0)))
 		ids = append(ids, sb.SandboxID)
 	}
 	secs := time.Since(began).Seconds()
+	scans1, err := tableScans(ctx, db)
+	if err != nil {
+		return err
+	}
 	rows, err := db.QueryContext(ctx, `SELECT query, calls, rows, shared_blks_hit + shared_blks_read FROM pg_stat_statements s
 		JOIN pg_roles r ON r.oid = s.userid WHERE r.rolname = 'lizard_api'
 		AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -270,12 +301,14 @@ func countCreates(ctx context.Context, db *sql.DB, clients []*client.Client, n i
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	fmt.Printf("  %d creates one at a time (%.1f s): the api processes ran %.2f statements, returned %.1f rows and touched %.1f blocks per create (%d nodes)\n",
-		n, secs, float64(calls)/float64(n), float64(rws)/float64(n), float64(blks)/float64(n), *nodeCount)
+	fmt.Printf("  %d creates one at a time (%.1f s, create p50 %.1f ms, p99 %.1f ms, load %s): the api processes ran %.2f statements, returned %.1f rows and touched %.1f blocks per create (%d nodes)\n",
+		n, secs, pct(took, 50), pct(took, 99), loadAvg(), float64(calls)/float64(n), float64(rws)/float64(n), float64(blks)/float64(n), *nodeCount)
 	fmt.Println("    by statement (calls, rows, blocks per create):")
 	for _, l := range lines[:min(10, len(lines))] {
 		fmt.Println(l)
 	}
+	printScans(scans0, scans1, n)
+	fmt.Println("    after:", sandboxesDead(ctx, db))
 	for i, id := range ids {
 		if err := clients[i%len(clients)].KillSandbox(ctx, id); err != nil {
 			return fmt.Errorf("counting creates: kill: %w", err)
@@ -307,6 +340,24 @@ func measureLevels(ctx context.Context, db *sql.DB, clients []*client.Client, ap
 			}
 			fmt.Printf("  preloaded %d sandbox rows and %d events in %s\n", level-have, (level-have)**eventsPer, time.Since(t0).Round(time.Millisecond))
 			have = level
+		}
+		if *weekEvents > 0 && level == levels[len(levels)-1] {
+			t0 := time.Now()
+			if err := preloadWeek(ctx, db, level, *weekEvents); err != nil {
+				return nil, err
+			}
+			fmt.Printf("  preloaded %d events over the last week in %s\n", *weekEvents, time.Since(t0).Round(time.Millisecond))
+		}
+		var size string
+		db.QueryRowContext(ctx, `SELECT pg_size_pretty(pg_database_size(current_database()))`).Scan(&size)
+		fmt.Printf("  rows %d: the database is %s\n", level, size)
+		if *count > 0 {
+			if err := countCreates(ctx, db, clients[:min(len(clients), len(apis))], *count); err != nil {
+				return nil, err
+			}
+		}
+		if *duration <= 0 {
+			continue
 		}
 		r, err := measure(ctx, db, clients, apis, level)
 		if err != nil {
@@ -415,6 +466,7 @@ func measure(ctx context.Context, db *sql.DB, clients []*client.Client, apis []*
 	if firstErr != nil {
 		fmt.Printf("  %d errors, the first: %v\n", r.Errors, firstErr)
 	}
+	fmt.Println("    after:", sandboxesDead(ctx, db))
 	for _, p := range apis {
 		r.APIRSSMB = append(r.APIRSSMB, rssMB(p.cmd.Process.Pid))
 	}
@@ -522,17 +574,18 @@ func explainCreatePath(ctx context.Context, db *sql.DB) {
 
 // preload inserts sandbox rows from..to of other (absent) nodes: nine in
 // ten ended (of the bench's project, which the creates' quota counts
-// over), one in ten paused (of another project), as a fleet's history
-// leaves them, and eventsPer events for each.
+// over), one in ten paused and one in a hundred running (of another
+// project), as a fleet's history leaves them, and eventsPer events for
+// each.
 func preload(ctx context.Context, db *sql.DB, from, to int) error {
 	now := time.Now().UnixMilli()
 	if _, err := db.ExecContext(ctx, `INSERT INTO sandboxes (id, project_id, template, state, timeout_ms, created_at, expires_at, ended_at, end_reason, slot, host_addr, guest_addr, node)
 		SELECT 'pre' || lpad(g::text, 9, '0'),
-			CASE WHEN g % 10 = 0 THEN 'bench-paused' ELSE 'bench' END,
+			CASE WHEN g % 10 = 0 OR g % 100 = 1 THEN 'bench-paused' ELSE 'bench' END,
 			'interpreter',
-			CASE WHEN g % 10 = 0 THEN 'paused' ELSE 'killed' END,
-			300000, $3 - g, NULL,
-			CASE WHEN g % 10 = 0 THEN NULL ELSE $3 - g + 1000 END,
+			CASE WHEN g % 10 = 0 THEN 'paused' WHEN g % 100 = 1 THEN 'running' ELSE 'killed' END,
+			300000, $3 - g, CASE WHEN g % 100 = 1 THEN $3 + 86400000 END,
+			CASE WHEN g % 10 = 0 OR g % 100 = 1 THEN NULL ELSE $3 - g + 1000 END,
 			'', 1000000 + g, '169.254.0.1', '169.254.0.2',
 			'gone-' || (g % 500)::text
 		FROM generate_series($1::bigint, $2::bigint - 1) g`, from, to, now); err != nil {
@@ -548,6 +601,90 @@ func preload(ctx context.Context, db *sql.DB, from, to int) error {
 	}
 	_, err := db.ExecContext(ctx, `VACUUM ANALYZE sandboxes, events`)
 	return err
+}
+
+// preloadWeek inserts n events of the sandboxes preloaded (rows of them),
+// at even steps over the last week, in statements of a million.
+func preloadWeek(ctx context.Context, db *sql.DB, rows, n int) error {
+	const week, chunk = int64(7 * 24 * time.Hour / time.Millisecond), 1_000_000
+	now := time.Now().UnixMilli()
+	for from := 0; from < n; from += chunk {
+		if _, err := db.ExecContext(ctx, `INSERT INTO events (project_id, sandbox_id, type, at, data)
+			SELECT 'bench', 'pre' || lpad((g % $4::bigint)::text, 9, '0'),
+				CASE WHEN g % 2 = 0 THEN 'sandbox.created' ELSE 'sandbox.killed' END, $3::bigint - $5::bigint + g * $5::bigint / $6::bigint, '{}'
+			FROM generate_series($1::bigint, $2::bigint - 1) g`, from, min(from+chunk, n), now, max(1, rows), week, n); err != nil {
+			return fmt.Errorf("preloading a week of events: %w", err)
+		}
+	}
+	_, err := db.ExecContext(ctx, `VACUUM ANALYZE events`)
+	return err
+}
+
+// sandboxesDead says how many live and dead rows the sandboxes table
+// holds (PostgreSQL's estimate), when autovacuum last ran on it, and the
+// size of the index of live sandboxes every create counts through.
+func sandboxesDead(ctx context.Context, db *sql.DB) string {
+	var live, dead int64
+	var vacuumed sql.NullTime
+	var pages int64
+	db.QueryRowContext(ctx, `SELECT n_live_tup, n_dead_tup, GREATEST(last_autovacuum, last_vacuum) FROM pg_stat_user_tables WHERE relname = 'sandboxes'`).Scan(&live, &dead, &vacuumed)
+	db.QueryRowContext(ctx, `SELECT pg_relation_size('sandboxes_live_project') / 8192`).Scan(&pages)
+	ago := "never"
+	if vacuumed.Valid {
+		ago = time.Since(vacuumed.Time).Round(time.Second).String() + " ago"
+	}
+	return fmt.Sprintf("sandboxes: %d live rows, %d dead; last vacuumed %s; sandboxes_live_project %d pages", live, dead, ago, pages)
+}
+
+// tableScan is what PostgreSQL read of one table so far: rows by
+// sequential scans and index entries by index scans.
+type tableScan struct{ seqScans, seqRows, idxScans, idxRows int64 }
+
+// tableScans reads every table's scans, after the 10 s in which
+// PostgreSQL's backends send it their counts when idle.
+func tableScans(ctx context.Context, db *sql.DB) (map[string]tableScan, error) {
+	time.Sleep(11 * time.Second)
+	rows, err := db.QueryContext(ctx, `SELECT t.relname, COALESCE(t.seq_scan, 0), COALESCE(t.seq_tup_read, 0),
+		COALESCE(SUM(i.idx_scan), 0), COALESCE(SUM(i.idx_tup_read), 0)
+		FROM pg_stat_user_tables t LEFT JOIN pg_stat_user_indexes i ON i.relid = t.relid
+		GROUP BY t.relname, t.seq_scan, t.seq_tup_read`)
+	if err != nil {
+		return nil, fmt.Errorf("reading the tables' scans: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]tableScan{}
+	for rows.Next() {
+		var name string
+		var s tableScan
+		if err := rows.Scan(&name, &s.seqScans, &s.seqRows, &s.idxScans, &s.idxRows); err != nil {
+			return nil, err
+		}
+		out[name] = s
+	}
+	return out, rows.Err()
+}
+
+// printScans prints per create what every process read of each table
+// between a and b: the rows a create's statements, the leases and the
+// background work scanned.
+func printScans(a, b map[string]tableScan, n int) {
+	fmt.Println("    rows scanned per create, every process (table: sequential scans, rows they read; index scans, entries they read):")
+	var names []string
+	for name := range b {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var total float64
+	for _, name := range names {
+		d := tableScan{b[name].seqScans - a[name].seqScans, b[name].seqRows - a[name].seqRows, b[name].idxScans - a[name].idxScans, b[name].idxRows - a[name].idxRows}
+		if d == (tableScan{}) {
+			continue
+		}
+		f := float64(n)
+		total += float64(d.seqRows+d.idxRows) / f
+		fmt.Printf("      %-20s %6.2f %10.1f  %6.2f %10.1f\n", name, float64(d.seqScans)/f, float64(d.seqRows)/f, float64(d.idxScans)/f, float64(d.idxRows)/f)
+	}
+	fmt.Printf("      %-20s rows and entries scanned per create in all: %.1f\n", "", total)
 }
 
 // startPostgres starts a server with pg_stat_statements loaded and makes

@@ -16,6 +16,7 @@ import (
 	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/cluster/remote"
 	"github.com/lizard-build/lizard/internal/events"
+	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -52,6 +53,11 @@ type simConfig struct {
 	// (--max-sandboxes-per-project; 0: no bound).
 	MaxLive int
 	Log     *slog.Logger
+	// Images, when set, is the image store every node shares (as lizard
+	// node's --image-store), so that a node can be drained; ImageStore
+	// is its URL, as the nodes register it.
+	Images     *imagestore.Store
+	ImageStore string
 }
 
 // simNode is one simulated node.
@@ -79,7 +85,7 @@ func startSimNode(ctx context.Context, cfg simConfig, shared *store.Store, name 
 	st := shared.OnNode(name)
 	log := cfg.Log.With("node", name)
 	rt := sandboxtest.NewFake()
-	n, err := node.New(node.Config{
+	ncfg := node.Config{
 		Runtime: rt, Store: st, Pool: pool, Logger: log,
 		Artifact: func(_ context.Context, template string) (sandbox.Artifact, error) {
 			return sandbox.Artifact{Name: template, Key: "sim", RootFS: "/nonexistent"}, nil
@@ -87,7 +93,15 @@ func startSimNode(ctx context.Context, cfg simConfig, shared *store.Store, name 
 		DataDir:   dataDir,
 		AgentAddr: func(string, string) string { return cfg.Agent },
 		Admission: &node.Quota{Store: shared, MaxLive: cfg.MaxLive},
-	})
+	}
+	if cfg.Images != nil {
+		cache, err := imagestore.NewCache(cfg.Images, filepath.Join(dataDir, "image-cache"), 1<<30, log)
+		if err != nil {
+			return nil, err
+		}
+		ncfg.Images, ncfg.ImageCache = cfg.Images, cache
+	}
+	n, err := node.New(ncfg)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +123,8 @@ func startSimNode(ctx context.Context, cfg simConfig, shared *store.Store, name 
 			p, err := shared.Nodes().Get(ctx, peer)
 			return p.Addr, err
 		}})
-	member := &cluster.Member{Store: shared, Name: name, Addr: s.Addr, Slots: pool.Slots(), Lease: cfg.Lease, Log: log, Version: version.Version}
+	member := &cluster.Member{Store: shared, Name: name, Addr: s.Addr, Slots: pool.Slots(), Lease: cfg.Lease, Log: log, Version: version.Version,
+		ImageStore: cfg.ImageStore}
 	// The first beat before serving: the node is placeable on return.
 	if err := member.Beat(ctx, time.Now()); err != nil {
 		cancel()
@@ -117,6 +132,9 @@ func startSimNode(ctx context.Context, cfg simConfig, shared *store.Store, name 
 		return nil, fmt.Errorf("node %s: first lease: %w", name, err)
 	}
 	go n.RunReaper(ctx)
+	if cfg.Images != nil {
+		go n.RunUploader(ctx)
+	}
 	go member.Run(ctx)
 	go func() {
 		defer close(s.done)
