@@ -92,6 +92,9 @@ func drainNode(ctx context.Context, db *sql.DB, clients []*client.Client, apis [
 	fmt.Printf("  | calls | %s before the drain | in the drain (%s) | ratio of p50s |\n", window, took.Round(time.Second))
 	fmt.Println("  | --- | --- | --- | --- |")
 	for _, k := range []string{"create", "runCode (other sandboxes)", "runCode (the node's sandboxes)"} {
+		if len(b[k].ms)+b[k].errors+len(dd[k].ms)+dd[k].errors == 0 {
+			continue // --drain-calls off
+		}
 		fmt.Printf("  | %s | %s | %s | %.2f |\n", k, b[k], dd[k], dd[k].p50()/max(b[k].p50(), 0.001))
 	}
 	return nil

@@ -53,8 +53,6 @@ import (
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/client"
-	"github.com/lizard-build/lizard/internal/imagestore"
-	"github.com/lizard-build/lizard/internal/imagestore/disk"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/store/pgtest"
 )
@@ -166,14 +164,9 @@ func run() error {
 	cfg := simConfig{Secret: secret, Lease: *lease, Agent: agl.Addr().String(), Dir: dir, MaxLive: *maxLive,
 		Log: slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	if *drainN > 0 {
-		// A drain moves sandboxes through an image store the nodes
-		// share: here a directory, sealed with the secrets key.
-		ik, err := imagestore.NewKey(key)
-		if err != nil {
+		if err := cfg.shareImages(filepath.Join(dir, "images"), key); err != nil {
 			return err
 		}
-		root := filepath.Join(dir, "images")
-		cfg.Images, cfg.ImageStore = imagestore.New(&disk.Bucket{Root: root}, ik), "file://"+root
 	}
 	began := time.Now()
 	var nodes []*simNode
@@ -211,15 +204,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if *lose > 0 {
-		if err := loseNodes(ctx, db, clients[:min(len(clients), len(apis))], nodes, *lose, *losePer); err != nil {
-			return err
-		}
-	}
-	if *drainN > 0 {
-		if err := drainNode(ctx, db, clients, apis, secret, nodes, *drainN); err != nil {
-			return err
-		}
+	if err := atTheEnd(ctx, db, clients, apis, secret, nodes); err != nil {
+		return err
 	}
 	if len(results) == 0 {
 		return nil
@@ -227,6 +213,19 @@ func run() error {
 	printTable(results)
 	if *explain {
 		explainCreatePath(ctx, db)
+	}
+	return nil
+}
+
+// atTheEnd runs what ends a fleet: --lose-nodes, then --drain.
+func atTheEnd(ctx context.Context, db *sql.DB, clients []*client.Client, apis []*apiProc, secret string, nodes []*simNode) error {
+	if *lose > 0 {
+		if err := loseNodes(ctx, db, clients[:min(len(clients), len(apis))], nodes, *lose, *losePer); err != nil {
+			return err
+		}
+	}
+	if *drainN > 0 {
+		return drainNode(ctx, db, clients, apis, secret, nodes, *drainN)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/lizard-build/lizard/internal/cluster/remote"
 	"github.com/lizard-build/lizard/internal/events"
 	"github.com/lizard-build/lizard/internal/imagestore"
+	"github.com/lizard-build/lizard/internal/imagestore/disk"
 	"github.com/lizard-build/lizard/internal/netns"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -58,6 +59,18 @@ type simConfig struct {
 	// is its URL, as the nodes register it.
 	Images     *imagestore.Store
 	ImageStore string
+}
+
+// shareImages gives the nodes one image store, as lizard node's
+// --image-store, so that a node can be drained: a directory at root,
+// sealed with secret (the secrets key).
+func (c *simConfig) shareImages(root string, secret []byte) error {
+	key, err := imagestore.NewKey(secret)
+	if err != nil {
+		return err
+	}
+	c.Images, c.ImageStore = imagestore.New(&disk.Bucket{Root: root}, key), "file://"+root
+	return nil
 }
 
 // simNode is one simulated node.
