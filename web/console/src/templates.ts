@@ -86,8 +86,13 @@ function buildForm(signal: AbortSignal, built: () => Promise<void>): HTMLElement
   const user = h("input", { type: "text", name: "username", autocomplete: "off", spellcheck: "false" });
   const pass = h("input", { type: "password", name: "password", autocomplete: "off" });
   const secret = h("input", { type: "text", name: "passwordSecret", autocomplete: "off", spellcheck: "false" });
+  const skip = h("input", { type: "checkbox", name: "skipCache" });
   const submit = h("button", { type: "submit" }, "Build template");
   const log = h("pre", { class: "out", id: "build-log", role: "log", "aria-label": "Build log", hidden: true });
+  // The build's progress: its step events' step of total.
+  const bar = h("progress", { id: "build-progress", max: 1, value: 0, "aria-labelledby": "build-step" });
+  const stepText = h("span", { id: "build-step" }, "");
+  const progress = h("div", { class: "progress", hidden: true }, bar, " ", stepText);
   const form = h(
     "form",
     { class: "grid" },
@@ -96,6 +101,7 @@ function buildForm(signal: AbortSignal, built: () => Promise<void>): HTMLElement
     field("Registry user", user, "Only for a private from image: sent with this build, stored nowhere."),
     field("Registry password", pass),
     field("or the secret holding it", secret, "The name of a secret of the project whose hosts include the registry (docs/secrets.md)."),
+    field("Skip the cache", skip, "Run every step again, even when this recipe, or its first steps, were built before (skipCache)."),
     h("div", { class: "buttons" }, submit),
   );
   form.addEventListener("submit", async (ev) => {
@@ -105,6 +111,7 @@ function buildForm(signal: AbortSignal, built: () => Promise<void>): HTMLElement
       const parsed: unknown = JSON.parse(recipe.value.trim() || "{}");
       if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error("the recipe is not a JSON object");
       req = { name: name.value.trim(), recipe: parsed as TemplateRecipe };
+      if (skip.checked) req.skipCache = true;
       if (secret.value.trim()) req.registry = { username: user.value, passwordSecret: secret.value.trim() };
       else if (user.value || pass.value) req.registry = { username: user.value, password: pass.value };
     } catch (e) {
@@ -114,11 +121,31 @@ function buildForm(signal: AbortSignal, built: () => Promise<void>): HTMLElement
     submit.disabled = true;
     submit.textContent = "Building…";
     log.hidden = false;
-    replace(log, `Building ${req.name}; leaving this page cancels the build.\n`);
+    progress.hidden = false;
+    bar.max = 1;
+    bar.value = 0;
+    stepText.textContent = "starting";
+    replace(log, `Building ${req.name}${req.skipCache ? ", every step run (skip the cache)" : ""}; leaving this page cancels the build.\n`);
     say(`Building template ${req.name}…`);
     const last = await act(`Building ${req.name}`, async () => {
       const resp = await api.buildTemplate(req, signal);
-      return stream<TemplateBuildEvent>(resp, (e) => log.append(line(e)), (e) => e.type === "done" || e.type === "error");
+      return stream<TemplateBuildEvent>(
+        resp,
+        (e) => {
+          log.append(line(e));
+          if (e.type === "step" && e.total) {
+            bar.max = e.total;
+            bar.value = (e.step ?? 1) - 1;
+            stepText.textContent = `step ${e.step} of ${e.total}: ${e.name ?? ""}`;
+          } else if (e.type === "done") {
+            bar.value = bar.max;
+            stepText.textContent = e.cached ? "done: found in the cache" : "done";
+          } else if (e.type === "error") {
+            stepText.textContent = `failed${e.name ? ` at ${e.name}` : ""}`;
+          }
+        },
+        (e) => e.type === "done" || e.type === "error",
+      );
     });
     submit.disabled = false;
     submit.textContent = "Build template";
@@ -131,7 +158,7 @@ function buildForm(signal: AbortSignal, built: () => Promise<void>): HTMLElement
     say(last.cached ? `Template ${req.name}: the same recipe was built before.` : `Built template ${req.name}.`);
     await built();
   });
-  return h("section", { class: "card", "aria-labelledby": "build-h" }, h("h2", { id: "build-h" }, "Build a template"), form, log);
+  return h("section", { class: "card", "aria-labelledby": "build-h" }, h("h2", { id: "build-h" }, "Build a template"), form, progress, log);
 }
 
 /** line is one event of a build as a line of its log. */
