@@ -114,14 +114,16 @@ func (bd *build) fetch(ctx context.Context, name, rootfs, stage string, n int, s
 // package.json), for the build sandbox to copy into place. No package
 // code runs: --ignore-scripts skips every install script, and git is
 // /bin/false, so a dependency from git (whose prepare script npm would
-// run) fails instead of being cloned. The tarballs stay in a cache of
-// the server's (CacheDir/npm, content-addressed by npm), shared by
-// builds, as apt's lists are.
+// run) fails instead of being cloned. npm's cache is the step's own,
+// removed once it is done, as pip's downloads go with the build: the
+// build's disk and time bounds hold it, and nothing outlives the build.
 func (bd *build) fetchNpm(ctx context.Context, name, dir string, st *api.TemplateNpm) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	args := []string{"install", "--prefix", dir, "--cache", filepath.Join(bd.b.cfg.CacheDir, "npm"), "--ignore-scripts", "--git", "/bin/false",
+	cache := dir + ".cache"
+	defer os.RemoveAll(cache)
+	args := []string{"install", "--prefix", dir, "--cache", cache, "--ignore-scripts", "--git", "/bin/false",
 		"--no-audit", "--no-fund", "--no-update-notifier", "--loglevel", "warn", "--no-progress"}
 	switch {
 	case st.Global:
