@@ -103,6 +103,9 @@ type stepUser struct {
 	Holder   string `json:"holder"` // its server's data directory (holderName)
 	Project  string `json:"project"`
 	Template string `json:"template"`
+	// DataDir is that data directory: once it is gone (a test's, a
+	// server removed), no server will delete the template.
+	DataDir string `json:"dataDir,omitempty"`
 }
 
 type stepEntry struct {
@@ -495,8 +498,9 @@ func (b *Builder) StepUses() []StepUse {
 }
 
 // SweepSteps drops from the step cache this server's templates that
-// exists says are gone (deleted while it was down), and removes the
-// temporary entries of builds that died (older than the longest build).
+// exists says are gone (deleted while it was down) and the templates of
+// data directories that no longer exist, and removes the temporary
+// entries of builds that died (older than the longest build).
 func (b *Builder) SweepSteps(exists func(project, name string) bool) error {
 	left, _ := filepath.Glob(filepath.Join(b.stepDir(), ".tmp-*"))
 	for _, d := range left {
@@ -505,7 +509,11 @@ func (b *Builder) SweepSteps(exists func(project, name string) bool) error {
 		}
 	}
 	return b.forgetSteps(func(u stepUser) bool {
-		return u.Holder == b.holderName() && !exists(u.Project, u.Template)
+		if u.Holder == b.holderName() {
+			return !exists(u.Project, u.Template)
+		}
+		_, err := os.Stat(u.DataDir)
+		return u.DataDir != "" && errors.Is(err, fs.ErrNotExist)
 	})
 }
 
@@ -605,7 +613,7 @@ func (bd *build) commitSteps() {
 	if bd.cache == nil || bd.cache.Template == "" || len(bd.stepKeys) == 0 {
 		return
 	}
-	user := stepUser{Holder: bd.b.holderName(), Project: bd.project, Template: bd.cache.Template}
+	user := stepUser{Holder: bd.b.holderName(), Project: bd.project, Template: bd.cache.Template, DataDir: bd.b.cfg.DataDir}
 	if err := bd.b.commitSteps(bd.recorded, bd.stepKeys, user); err != nil {
 		bd.log.Error("adding the build's steps to the step cache", "err", err)
 	}

@@ -159,8 +159,16 @@ func TestStepBounds(t *testing.T) {
 	if u := uses(); u["t0"] != 0 || u["t1"] == 0 {
 		t.Errorf("after deleting t0: %v; want none of t0's, t1's kept", u)
 	}
+	// Another server's template, of a data directory since removed.
+	gone := New(Config{CacheDir: b.cfg.CacheDir, DataDir: filepath.Join(tmp, "gone")})
+	d, _, err := gone.recordStep(rootfs, empty, empty, key(5000), 1)
+	must(t, err)
+	must(t, gone.commitSteps(map[string]string{key(5000): d}, []string{key(5000)}, stepUser{Holder: gone.holderName(), Project: "p", Template: "x", DataDir: gone.cfg.DataDir}))
 	must(t, b.SweepSteps(func(project, name string) bool { return name != "t1" }))
 	if u := uses(); u["t1"] != 0 || u["t2"] == 0 {
 		t.Errorf("after sweeping t1 (gone): %v; want none of t1's, t2's kept", u)
+	}
+	if n := b.cachedSteps([]string{key(5000)}); n != 0 {
+		t.Errorf("the entry of a removed data directory's template survived the sweep")
 	}
 }
