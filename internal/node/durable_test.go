@@ -476,3 +476,56 @@ func TestMoveOutDropsImage(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestMoveOutOfASandboxMovedMeanwhile: while a move waits for a running
+// sandbox's image to be durable, an API process re-homes it (adopt, on a
+// call to the draining node's sandbox) and the node it went to resumes
+// it, which forgets that it was durable. The move ends, saying where it
+// is, instead of holding the sandbox's lock for MoveWait — and the
+// uploader, which takes that lock to drop the image, with it, so that a
+// second move, waiting for its own image, ends too (the fleet bench's
+// drain with --drain-calls stalled so).
+func TestMoveOutOfASandboxMovedMeanwhile(t *testing.T) {
+	b := &disk.Bucket{Root: t.TempDir()}
+	e := nodetest.New(t, withImages(t, b, t.TempDir()), func(cfg *node.Config) { cfg.Store = cfg.Store.OnNode("n1") })
+	ctx := context.Background()
+	if err := e.Store.Nodes().Heartbeat(ctx, store.NodeInfo{Name: "n2", Addr: "127.0.0.1:1", Slots: 1, StartedAt: time.Now(), LeaseUntil: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	sb := e.Create(t, nodetest.Plan(60_000))
+	sb2 := e.Create(t, nodetest.Plan(60_000))
+	type result struct {
+		mv  node.Move
+		err error
+	}
+	moved := make(chan result, 1)
+	// No uploader yet: the move pauses the sandbox and waits.
+	go func() {
+		mv, err := e.Node.MoveOut(ctx, sb.ID, "n2")
+		moved <- result{mv, err}
+	}()
+	for e.Row(t, sb.ID).State != api.StatePaused {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// What an API process's adopt and n2's resume on the call write.
+	if err := e.Store.AdoptPaused(ctx, sb.ID, "n1", "n2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.Store.AssignSlot(ctx, sb.ID, 1, func(int) (string, string) { return "", "" }); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Store.MarkResumed(ctx, sb.ID, 60_000, nil); err != nil {
+		t.Fatal(err)
+	}
+	runUploader(t, e.Node)
+	// The second move waits for the uploader, which drops the first
+	// sandbox's image here under its lock.
+	mv2, err := e.Node.MoveOut(ctx, sb2.ID, "n2")
+	if err != nil || mv2.Sandbox.Node != "n2" || !mv2.Paused {
+		t.Fatalf("the second move = %+v, %v; want paused, on n2", mv2, err)
+	}
+	r := <-moved
+	if r.err != nil || r.mv.Sandbox.Node != "n2" || r.mv.Sandbox.State != api.StateRunning {
+		t.Fatalf("the move of a sandbox re-homed and resumed meanwhile = %+v, %v; want it running on n2", r.mv.Sandbox, r.err)
+	}
+}

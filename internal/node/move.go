@@ -96,7 +96,13 @@ func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
 	var gerr error
 	err = poll(ctx, MoveWait, 50*time.Millisecond, func() bool {
 		cur, gerr = n.cfg.Store.GetSandbox(ctx, id)
-		return gerr != nil || cur.Durable
+		// An API process may re-home it meanwhile (adopt: a call to a
+		// draining node's durable paused sandbox) and the node it went to
+		// resume it, which forgets that it was durable: it has moved.
+		// Waiting on would hold its lock, and the uploader, which takes
+		// that lock to drop the image here, with it: every other move
+		// waiting for its image stalled behind this one (issue 40).
+		return gerr != nil || cur.Durable || cur.Node != me
 	})
 	if err == nil {
 		err = gerr
