@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -858,6 +859,55 @@ func (b *Builder) Sweep() {
 		}
 		f.Close()
 	}
+	b.sweepOrphans(dir)
+}
+
+// sweepOrphans removes the builds whose every holder is a data directory
+// that no longer exists: a server removed, or a test's killed before it
+// deleted its template, holds a build no server will ever Release. A build
+// with no holder file is left (one just made, not yet held), as is one
+// whose lock is held (being rebuilt).
+func (b *Builder) sweepOrphans(dir string) {
+	all, _ := filepath.Glob(filepath.Join(dir, LayerKey("*")+".holders"))
+	for _, h := range all {
+		if !orphaned(h) {
+			continue
+		}
+		layer := strings.TrimSuffix(filepath.Base(h), ".holders")
+		f, err := os.OpenFile(filepath.Join(dir, layer+".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil && orphaned(h) {
+			if err := template.RemoveLayer(b.cfg.CacheDir, layer); err != nil {
+				b.cfg.Logger.Error("removing a template build no data directory holds", "build", layer, "err", err)
+			} else {
+				os.RemoveAll(h)
+				b.cfg.Logger.Info("removed a template build no data directory holds", "build", layer)
+			}
+		}
+		f.Close()
+	}
+}
+
+// orphaned reports whether the holders directory h names at least one
+// data directory and every one it names is gone.
+func orphaned(h string) bool {
+	entries, err := os.ReadDir(h)
+	if err != nil || len(entries) == 0 {
+		return false
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(h, e.Name()))
+		dir := strings.TrimSpace(string(data))
+		if err != nil || dir == "" {
+			return false
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+	}
+	return true
 }
 
 // lastDash is what follows the last dash of path's base name (the random

@@ -199,11 +199,25 @@ func TestSweep(t *testing.T) {
 	if err := syscall.Flock(int(held.Fd()), syscall.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
+	// Builds held by data directories: dddd only by gone ones, eeee by a
+	// gone one and one that exists, ffff by none yet.
+	gone, live := cache+"/gone-data", t.TempDir()
+	for _, d := range []string{"dddd", "eeee", "ffff"} {
+		os.MkdirAll(dir+"/custom-"+d+"/rootfs", 0o755)
+		os.MkdirAll(dir+"/custom-"+d+".holders", 0o700)
+	}
+	os.WriteFile(dir+"/custom-dddd.holders/1", []byte(gone+"\n"), 0o600)
+	os.WriteFile(dir+"/custom-dddd.holders/2", []byte(gone+"2\n"), 0o600)
+	os.WriteFile(dir+"/custom-eeee.holders/1", []byte(gone+"\n"), 0o600)
+	os.WriteFile(dir+"/custom-eeee.holders/2", []byte(live+"\n"), 0o600)
 	New(Config{CacheDir: cache}).Sweep()
 	for path, want := range map[string]bool{
 		dir + "/.build-custom-aaaa-123": false, dir + "/custom-aaaa.lock": false,
 		dir + "/.build-custom-bbbb-456": true, dir + "/custom-bbbb.lock": true,
 		dir + "/custom-cccc": true, dir + "/custom-cccc.lock": true,
+		dir + "/custom-dddd": false, dir + "/custom-dddd.holders": false, dir + "/custom-dddd.lock": false,
+		dir + "/custom-eeee": true, dir + "/custom-eeee.holders": true,
+		dir + "/custom-ffff": true, dir + "/custom-ffff.holders": true,
 	} {
 		if _, err := os.Stat(path); (err == nil) != want {
 			t.Errorf("after Sweep, %s exists = %v; want %v", path, err == nil, want)
