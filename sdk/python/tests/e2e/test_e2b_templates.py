@@ -115,7 +115,8 @@ def test_refused_before_a_build(lizard_server: Any, context_dir: Path) -> None:
     name = f"e2b-no-{uuid.uuid4().hex[:10]}"
     with pytest.raises(BuildException, match=r"npm.packages \"https://evil.test/x.tgz\": want a registry package"):
         Template.build(Template().from_base_image().npm_install("https://evil.test/x.tgz", g=True), name)
-    with pytest.raises(BuildException, match='user "mish"'):
+    # envd's words for a RUN as a user the image lacks (E2B's own tests match them), then Lizard's.
+    with pytest.raises(BuildException, match="failed to run command 'whoami': command failed: unauthenticated: invalid username: 'mish': a Lizard sandbox has two users"):
         Template.build(Template().from_base_image().run_cmd("whoami", user="mish"), name)
     assert not Template.exists(name)
 
