@@ -139,6 +139,7 @@ UNMODELLED: Dict[str, str] = {
     "TemplateCommand": "part of the recipe's dict",
     "TemplateStep": "part of the recipe's dict (steps; a copy step's content may be str or bytes: the SDK encodes it)",
     "TemplateSymlink": "part of a step's dict",
+    "TemplateNpm": "part of a step's dict (its npm packages)",
     "TemplateBuildEvent": "given to on_event as the dict it is; a failed step raises TemplateBuildError",
     "Health": "for probes and operators, not for code using sandboxes",
     "NodeInfo": "GET /v1/nodes is a cluster operator's call (the cluster secret), not for code using sandboxes",

@@ -103,6 +103,7 @@ const UNMODELLED: Record<string, string> = {
   ContextList: 'listContexts() returns the contexts themselves',
   EntryList: 'files.list() returns the entries themselves',
   TemplateSymlink: 'inline in RecipeStep.symlink, { target, path }',
+  TemplateNpm: 'inline in RecipeStep.npm, { packages, global, dev }',
   RegistryAuth: 'Template.build\'s registry option, RegistryCredentials: { username, password } or { username, passwordSecret }',
   Health: 'for probes and operators, not for code using sandboxes',
   NodeInfo: "GET /v1/nodes is a cluster operator's call (the cluster secret), not for code using sandboxes",
