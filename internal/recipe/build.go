@@ -279,14 +279,9 @@ func (b *Builder) Hold(key string) error {
 // unless another server, whose data directory still exists, holds it.
 func (b *Builder) Release(key string) (removed bool, err error) {
 	os.Remove(b.holder(key))
-	entries, _ := os.ReadDir(b.holders(key))
-	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join(b.holders(key), e.Name()))
-		dir := strings.TrimSpace(string(data))
-		if err == nil && dir != "" {
-			if _, err := os.Stat(dir); err == nil {
-				return false, nil
-			}
+	for _, dir := range holderDirs(b.holders(key)) {
+		if dir != "" && !gone(dir) {
+			return false, nil
 		}
 	}
 	if err := template.RemoveLayer(b.cfg.CacheDir, LayerKey(key)); err != nil {
@@ -843,11 +838,11 @@ func (b *Builder) Sweep() {
 			continue
 		}
 		lock := filepath.Join(dir, key+".lock")
-		f, err := os.OpenFile(lock, os.O_RDWR, 0)
-		if err != nil {
+		f, ok := tryLock(lock, 0)
+		if f == nil {
 			continue
 		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+		if ok {
 			if err := template.RemoveLayer(b.cfg.CacheDir, filepath.Base(d)); err != nil {
 				b.cfg.Logger.Error("removing a dead build's directory", "dir", d, "err", err)
 			} else {
@@ -874,11 +869,11 @@ func (b *Builder) sweepOrphans(dir string) {
 			continue
 		}
 		layer := strings.TrimSuffix(filepath.Base(h), ".holders")
-		f, err := os.OpenFile(filepath.Join(dir, layer+".lock"), os.O_RDWR|os.O_CREATE, 0o644)
-		if err != nil {
+		f, ok := tryLock(filepath.Join(dir, layer+".lock"), os.O_CREATE)
+		if f == nil {
 			continue
 		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil && orphaned(h) {
+		if ok && orphaned(h) {
 			if err := template.RemoveLayer(b.cfg.CacheDir, layer); err != nil {
 				b.cfg.Logger.Error("removing a template build no data directory holds", "build", layer, "err", err)
 			} else {
@@ -893,21 +888,42 @@ func (b *Builder) sweepOrphans(dir string) {
 // orphaned reports whether the holders directory h names at least one
 // data directory and every one it names is gone.
 func orphaned(h string) bool {
-	entries, err := os.ReadDir(h)
-	if err != nil || len(entries) == 0 {
-		return false
+	dirs := holderDirs(h)
+	for _, dir := range dirs {
+		if dir == "" || !gone(dir) {
+			return false
+		}
 	}
+	return len(dirs) > 0
+}
+
+// gone reports whether dir surely no longer exists (not merely unreadable).
+func gone(dir string) bool {
+	_, err := os.Stat(dir)
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// holderDirs are the data directories the holders directory h names, ""
+// for a holder file that cannot be read or names none.
+func holderDirs(h string) []string {
+	entries, _ := os.ReadDir(h)
+	dirs := make([]string, 0, len(entries))
 	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join(h, e.Name()))
-		dir := strings.TrimSpace(string(data))
-		if err != nil || dir == "" {
-			return false
-		}
-		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
-			return false
-		}
+		data, _ := os.ReadFile(filepath.Join(h, e.Name()))
+		dirs = append(dirs, strings.TrimSpace(string(data)))
 	}
-	return true
+	return dirs
+}
+
+// tryLock opens the lock file path (flag: os.O_CREATE to make it) and
+// takes it without waiting: ok when taken. The caller closes f, which
+// releases it; f is nil when the file could not be opened.
+func tryLock(path string, flag int) (f *os.File, ok bool) {
+	f, err := os.OpenFile(path, os.O_RDWR|flag, 0o644)
+	if err != nil {
+		return nil, false
+	}
+	return f, syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil
 }
 
 // lastDash is what follows the last dash of path's base name (the random

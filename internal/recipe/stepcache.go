@@ -512,8 +512,7 @@ func (b *Builder) SweepSteps(exists func(project, name string) bool) error {
 		if u.Holder == b.holderName() {
 			return !exists(u.Project, u.Template)
 		}
-		_, err := os.Stat(u.DataDir)
-		return u.DataDir != "" && errors.Is(err, fs.ErrNotExist)
+		return u.DataDir != "" && gone(u.DataDir)
 	})
 }
 
