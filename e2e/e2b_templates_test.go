@@ -74,22 +74,12 @@ func TestE2BTemplateFromImage(t *testing.T) {
 			c.Templates().Delete(context.Background(), n)
 		}
 	})
-	cmd := exec.CommandContext(ctx, testenv.Python(t), "-c", e2bImageScript)
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.url+"/e2b", "E2B_SANDBOX_URL="+s.url+"/e2b/sandbox", "E2B_API_KEY="+s.keys[c],
-		"NAME="+name, "IMAGE="+reg+"/e2e/nopy:1", "PRIVATE="+reg+"/private/app:1", "PASSWORD="+password)
-	out, err := cmd.Output()
 	var got struct {
 		Out, Refused string
 		Exists, GCP  bool
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if err != nil || json.Unmarshal([]byte(lines[len(lines)-1]), &got) != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("the E2B script: %v\n%s\n%s\n%s", err, out, stderr, s.logs())
-	}
+	runE2BScript(ctx, t, s, s.keys[c], e2bImageScript, &got,
+		"NAME="+name, "IMAGE="+reg+"/e2e/nopy:1", "PRIVATE="+reg+"/private/app:1", "PASSWORD="+password)
 	// The run step is root's: a build runs a step as user with the image's
 	// setpriv, which this image (a shell and a few coreutils) has not.
 	if want := "built-as-root\nyes from-the-image\n" + nonce; got.Out != want {
@@ -195,24 +185,30 @@ func TestE2BTemplateNpmInstall(t *testing.T) {
 	defer cancel()
 	name := "e2b-npm-" + nonce
 	t.Cleanup(func() { c.Templates().Delete(context.Background(), name) })
-	cmd := exec.CommandContext(ctx, testenv.Python(t), "-c", e2bNpmScript)
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.url+"/e2b", "E2B_SANDBOX_URL="+s.url+"/e2b/sandbox", "E2B_API_KEY="+s.keys[c],
-		"NAME="+name, "HELLO="+hello, "LIB="+lib)
-	out, err := cmd.Output()
 	var got struct{ Out string }
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if err != nil || json.Unmarshal([]byte(lines[len(lines)-1]), &got) != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("the E2B script: %v\n%s\n%s\n%s", err, out, stderr, s.logs())
-	}
+	runE2BScript(ctx, t, s, s.keys[c], e2bNpmScript, &got, "NAME="+name, "HELLO="+hello, "LIB="+lib)
 	want := fmt.Sprintf("hello from w-%[1]s\nw-%[1]s\nuser\n", nonce)
 	if !strings.HasPrefix(got.Out, want) || !strings.Contains(got.Out, `"devDependencies"`) || !strings.Contains(got.Out, lib) {
 		t.Errorf("the sandbox printed %q; want %q, then a package.json with %s in devDependencies", got.Out, want, lib)
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("a package's install script ran on the host")
+	}
+}
+
+// runE2BScript runs a Python script using E2B's SDK against s with key and
+// env, and reads the JSON object its last line prints into got.
+func runE2BScript(ctx context.Context, t *testing.T, s *server, key, script string, got any, env ...string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, testenv.Python(t), "-c", script)
+	cmd.Env = append(os.Environ(), append([]string{"E2B_API_URL=" + s.url + "/e2b", "E2B_SANDBOX_URL=" + s.url + "/e2b/sandbox", "E2B_API_KEY=" + key}, env...)...)
+	out, err := cmd.Output()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err != nil || json.Unmarshal([]byte(lines[len(lines)-1]), got) != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("the E2B script: %v\n%s\n%s\n%s", err, out, stderr, s.logs())
 	}
 }
