@@ -155,7 +155,6 @@ func callLoad(ctx context.Context, clients []*client.Client, owners map[string]*
 	for id := range owners {
 		ids = append(ids, id)
 	}
-	stop := make(chan struct{})
 	var mu sync.Mutex
 	out := map[string]latencies{}
 	note := func(kind string, d time.Duration, err error) {
@@ -172,46 +171,33 @@ func callLoad(ctx context.Context, clients []*client.Client, owners map[string]*
 		}
 		out[kind] = l
 	}
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := clients[w%len(clients)]
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if w%2 == 1 && !*drainCalls {
-					time.Sleep(50 * time.Millisecond)
-					continue
-				}
-				if w%2 == 1 {
-					t0 := time.Now()
-					id := ids[rand.IntN(len(ids))]
-					_, err := owners[id].Execute(ctx, id, api.ExecuteRequest{Code: "1+1"}, nil)
-					note("runCode (the node's sandboxes)", time.Since(t0), err)
-					continue
-				}
-				t0 := time.Now()
-				sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutMs: ptr(int64(300_000))})
-				note("create", time.Since(t0), err)
-				if err != nil {
-					time.Sleep(50 * time.Millisecond)
-					continue
-				}
-				t0 = time.Now()
-				_, err = c.Execute(ctx, sb.SandboxID, api.ExecuteRequest{Code: "1+1"}, nil)
-				note("runCode (other sandboxes)", time.Since(t0), err)
-				c.KillSandbox(ctx, sb.SandboxID)
-			}
-		}()
-	}
+	stop := untilStopped(8, func(w int) {
+		c := clients[w%len(clients)]
+		if w%2 == 1 && !*drainCalls {
+			time.Sleep(50 * time.Millisecond)
+			return
+		}
+		if w%2 == 1 {
+			t0 := time.Now()
+			id := ids[rand.IntN(len(ids))]
+			_, err := owners[id].Execute(ctx, id, api.ExecuteRequest{Code: "1+1"}, nil)
+			note("runCode (the node's sandboxes)", time.Since(t0), err)
+			return
+		}
+		t0 := time.Now()
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutMs: ptr(int64(300_000))})
+		note("create", time.Since(t0), err)
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			return
+		}
+		t0 = time.Now()
+		_, err = c.Execute(ctx, sb.SandboxID, api.ExecuteRequest{Code: "1+1"}, nil)
+		note("runCode (other sandboxes)", time.Since(t0), err)
+		c.KillSandbox(ctx, sb.SandboxID)
+	})
 	return func() map[string]latencies {
-		close(stop)
-		wg.Wait()
+		stop()
 		mu.Lock()
 		defer mu.Unlock()
 		for k, l := range out {
@@ -219,5 +205,30 @@ func callLoad(ctx context.Context, clients []*client.Client, owners map[string]*
 			out[k] = l
 		}
 		return out
+	}
+}
+
+// untilStopped runs n goroutines, each calling step with its number again and
+// again, until the function it returns is called, which waits for them.
+func untilStopped(n int, step func(w int)) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				step(w)
+			}
+		}()
+	}
+	return func() {
+		close(done)
+		wg.Wait()
 	}
 }

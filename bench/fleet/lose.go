@@ -148,40 +148,26 @@ func loseNodes(ctx context.Context, db *sql.DB, clients []*client.Client, nodes 
 // time, until the function it returns is called, which returns the
 // creates' latencies (ms) and how many failed.
 func createMeanwhile(ctx context.Context, clients []*client.Client) func() ([]float64, int64) {
-	stop := make(chan struct{})
 	var mu sync.Mutex
 	var creates []float64
 	var errs atomic.Int64
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := clients[w%len(clients)]
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				t0 := time.Now()
-				sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutMs: ptr(int64(300_000))})
-				d := ms(time.Since(t0))
-				if err != nil {
-					errs.Add(1)
-					time.Sleep(50 * time.Millisecond)
-					continue
-				}
-				mu.Lock()
-				creates = append(creates, d)
-				mu.Unlock()
-				c.KillSandbox(ctx, sb.SandboxID)
-			}
-		}()
-	}
+	stop := untilStopped(4, func(w int) {
+		c := clients[w%len(clients)]
+		t0 := time.Now()
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutMs: ptr(int64(300_000))})
+		d := ms(time.Since(t0))
+		if err != nil {
+			errs.Add(1)
+			time.Sleep(50 * time.Millisecond)
+			return
+		}
+		mu.Lock()
+		creates = append(creates, d)
+		mu.Unlock()
+		c.KillSandbox(ctx, sb.SandboxID)
+	})
 	return func() ([]float64, int64) {
-		close(stop)
-		wg.Wait()
+		stop()
 		return creates, errs.Load()
 	}
 }
