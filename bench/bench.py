@@ -1563,7 +1563,10 @@ def main() -> int:
                     help="with the idle VMs held, turn KSM on (/sys/kernel/mm/ksm/run) for this long and measure "
                          "their memory again and ksmd's CPU, then set it back (default 0: not measured)")
     ap.add_argument("--only", type=lambda v: set(v.split(",")) - {""}, default=set(),
-                    help="run only these sections, comma-separated: density, burst, sustain (issue 25), "
+                    help="run only these sections, comma-separated: core (the raw runsc floors, create, runCode, "
+                         "pause/resume/fork, processes, files, scale, the sustained loop, cold boots and the warm "
+                         "pool: what a run without --only measures before its other sections; with --qemu, the "
+                         "QEMU column too), density, burst, sustain (issue 25), "
                          "e2b (E2B's SDK beside Lizard's, issue 23), egress (the network policy proxy, issue 24), "
                          "secrets (HTTPS with a secret set by the node, issue 24), "
                          "qemu (the QEMU rows with gVisor's create → first result beside them, issue 25), "
@@ -1611,7 +1614,7 @@ def main() -> int:
     ap.add_argument("--cache-dir", default=os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     a = ap.parse_args()
-    sections = {"density", "burst", "sustain", "e2b", "egress", "secrets", "qemu", "images", "reclaim", "desktop"}
+    sections = {"core", "density", "burst", "sustain", "e2b", "egress", "secrets", "qemu", "images", "reclaim", "desktop"}
     if a.only - sections:
         ap.error(f"--only: unknown section {sorted(a.only - sections)}")
     if a.baseline_bin_dir and not (a.only and a.only <= {"burst", "sustain", "density", "qemu"}):
@@ -1631,15 +1634,18 @@ def main() -> int:
         # The hook for the warm pool of issue 6: measured with and without it once serve has the flag.
         has_pool = bool(re.search(r"^\s*-warm-pool\b", serve_help(str(bin_dir / "lizard")), re.M))
         # The template (and its snapshot, once issue 6 lands) must exist before anything is timed.
-        subprocess.run([str(bin_dir / "lizard"), "admin", "build-template", "--cache-dir", a.cache_dir, "interpreter"],
-                       check=True, stdout=subprocess.DEVNULL)
+        # `lizard admin build-template` since 52b4bf1 (2026-12-01); older builds (an A/B baseline) had `template build`.
+        build = [str(bin_dir / "lizard"), "admin", "build-template", "--cache-dir", a.cache_dir, "interpreter"]
+        if subprocess.run(build, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+            subprocess.run([str(bin_dir / "lizard"), "template", "build", "--cache-dir", a.cache_dir, "interpreter"],
+                           check=True, stdout=subprocess.DEVNULL)
         rootfs = sorted(Path(a.cache_dir, "templates").glob("interpreter-*/rootfs"),
                         key=lambda p: p.stat().st_mtime)[-1]
         raw = RawRunsc(str(bin_dir / "runsc"), str(rootfs))
 
         if not a.only or "egress" in a.only:
             egress_figures(res)
-        if not a.only:
+        if not a.only or "core" in a.only:
             log("baseline: raw runsc run /bin/true")
             res.add(Figure("raw runsc run /bin/true", raw.run_true(a.raw_runs)))
             res.add(Figure("raw runsc run python -c 'import ipykernel.kernelapp'",
