@@ -1608,6 +1608,9 @@ def main() -> int:
                          "--bin-dir's in turn, interleaved, --ab-rounds times; with --only qemu: the QEMU create "
                          "and idle-memory rows of these binaries first, each of --bin-dir's rows beside theirs (issue 25)")
     ap.add_argument("--ab-rounds", type=int, default=3, help="rounds of --baseline-bin-dir (default 3)")
+    ap.add_argument("--baseline-cache-dir", default="",
+                    help="the template cache of --baseline-bin-dir's servers (default --cache-dir): a build whose "
+                         "template differs from this one's builds its own there instead of beside this one's")
     ap.add_argument("--address-pool", default=ADDRESS_POOL,
                     help=f"address pool of the bench's servers (default {ADDRESS_POOL})")
     ap.add_argument("--bin-dir", default=str(REPO / "bin"))
@@ -2496,8 +2499,13 @@ def ab_sections(res: Results, a: argparse.Namespace, bin_dir: Path, base_dir: Pa
     for r in range(a.ab_rounds):
         sides = [(base_dir, "baseline"), (bin_dir, "this")]
         for d, side in sides if r % 2 == 0 else sides[::-1]:
-            density_sections(res, a, d, want, f" [{side}] #{r + 1}",
+            density_sections(res, baseline_args(a) if side == "baseline" else a, d, want, f" [{side}] #{r + 1}",
                              f"A/B round {r + 1}, {side}", f"ab-{side}")
+
+
+def baseline_args(a: argparse.Namespace) -> argparse.Namespace:
+    """a, with the template cache of --baseline-bin-dir's servers."""
+    return argparse.Namespace(**{**vars(a), "cache_dir": a.baseline_cache_dir or a.cache_dir})
 
 
 # --- QEMU ------------------------------------------------------------------------------------------------
@@ -2588,7 +2596,7 @@ def qemu_column(res: Results, bin_dir: Path, a: argparse.Namespace) -> None:
                                                              if {"up", "running"} <= set(t.get(i, {}))]))
     base = f"qemu ({accel}, {a.baseline_bin_dir})" if a.baseline_bin_dir else ""
     if base:
-        qemu_restored(res, Path(a.baseline_bin_dir), a, base, "")
+        qemu_restored(res, Path(a.baseline_bin_dir), baseline_args(a), base, "")
     qemu_restored(res, bin_dir, a, f"qemu ({accel})", base)
 
 
