@@ -1,23 +1,25 @@
-"""The asyncio client: AsyncCodeSandbox and its files and process helpers, the same surface as CodeSandbox.
+"""A client of Lizard: AsyncCodeSandbox and its files and process helpers. The asyncio client is _async.py; the
+synchronous one, _sync.py, is generated from it by scripts/gen_sync.py, so that a feature is written once.
 
-What each call sends and how its answer is read is in _calls.py, shared with the sync client; this module
-sends it (see _calls.py's docstring for why the two clients share a core rather than one being generated)."""
+What each call sends and how its answer is read is in _calls.py; this module sends it.
+
+The generator drops async and await and renames each AsyncX to X, and httpx's async methods to their twins (its
+RENAMES). Where the two clients differ in more than that (a thread or a task follows a watch, a sync
+property may fetch), _async.py says both in a seam: the block under ``if True:  # ASYNC`` is the async
+client's, the one under ``else:  # SYNC`` (or ``if False:  # SYNC``) the sync client's, and a docstring
+followed by ``# SYNC docstring:`` gives the sync client the string after it. Edit _async.py, then run
+``python sdk/python/scripts/gen_sync.py``; tests/test_generated.py fails until _sync.py is regenerated."""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import os
 from types import TracebackType
 from typing import (
     IO,
     Any,
     AsyncIterator,
-    Awaitable,
     Callable,
-    Coroutine,
     Dict,
-    Generator,
     List,
     Literal,
     Mapping,
@@ -34,9 +36,8 @@ import httpx
 
 from . import _calls, _core
 from ._async_commands import AsyncCommands, AsyncPty
-from ._core import UNSET, ContextLike
-from ._sync import FileData
-from .errors import InvalidArgumentError, LizardError, error_from_response
+from ._core import UNSET, AsyncFileData, ContextLike
+from .errors import LizardError, error_from_response
 from .models import (
     Context,
     DesktopViewer,
@@ -58,26 +59,39 @@ from .models import (
     VolumeInfo,
 )
 
-__all__ = ["AsyncNetwork", "AsyncCodeSandbox", "AsyncFiles", "AsyncProcess", "AsyncVolume", "AsyncTemplate", "AsyncWatchHandle",
-           "AsyncEvents", "AsyncEventStream"]
+if True:  # ASYNC
+    import asyncio
+    import inspect
+    from typing import Awaitable, Coroutine, Generator
+else:  # SYNC
+    import socket
+    import threading
+
+__all__ = ["AsyncNetwork", "AsyncCodeSandbox", "AsyncFiles", "AsyncProcess", "AsyncVolume", "AsyncTemplate",
+           "AsyncWatchHandle", "AsyncEvents", "AsyncEventStream"]
 
 _CHUNK = 64 * 1024
 T = TypeVar("T")
 
-# A callback of the async client may be a plain function or a coroutine function.
-AsyncCallback = Callable[[Any], Union[Any, Awaitable[Any]]]
 
+if True:  # ASYNC
+    # A callback of the async client may be a plain function or a coroutine function.
+    AsyncCallback = Callable[[Any], Union[Any, Awaitable[Any]]]
 
-async def _call(cb: Optional[Callable[[Any], Any]], arg: Any) -> None:
-    if cb is None:
-        return
-    res = cb(arg)
-    if inspect.isawaitable(res):
-        await res
+    async def _call(cb: Optional[Callable[[Any], Any]], arg: Any) -> None:
+        if cb is None:
+            return
+        res = cb(arg)
+        if inspect.isawaitable(res):
+            await res
+else:  # SYNC
+    def _call(cb: Optional[Callable[[Any], Any]], arg: Any) -> None:
+        if cb is not None:
+            cb(arg)
 
 
 class _AsyncHttp:
-    """One async connection pool to a Lizard server; maps failures to the SDK's errors."""
+    """One connection pool to a Lizard server; maps failures to the SDK's errors."""
 
     def __init__(
         self,
@@ -131,7 +145,8 @@ class _AsyncHttp:
         return call.read(resp)
 
     async def stream(self, stream: _calls.Stream[T]) -> T:
-        """Send a stream's POST, feed it each event as it comes and call (or await) the callbacks it names."""
+        """Send a stream's POST, feed it each event as it comes and call the callbacks it names (and await
+        what they return, in the async client)."""
         splitter = _core.LineSplitter()
         timeout = _core.timeout(self.request_timeout, stream.read_timeout)
 
@@ -192,60 +207,29 @@ async def _once(
         await http.close()
 
 
-def _achunks(data: FileData) -> Union[bytes, AsyncIterator[bytes]]:
-    """The upload body for data: bytes as they are, a file-like object read lazily in chunks."""
-    if isinstance(data, str):
-        return data.encode("utf-8")
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data)
-    if hasattr(data, "read"):
-        async def gen() -> AsyncIterator[bytes]:
-            while True:
-                chunk = data.read(_CHUNK)
-                if inspect.isawaitable(chunk):  # an async file object, such as aiofiles'
-                    chunk = await chunk
-                if not chunk:
-                    return
-                yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
+if True:  # ASYNC
+    class _PendingSandbox:
+        """What ``AsyncCodeSandbox.create`` returns: await it, or use it in ``async with`` directly."""
 
-        return gen()
-    if hasattr(data, "__aiter__") or hasattr(data, "__iter__"):
-        async def chunks() -> AsyncIterator[bytes]:
-            if hasattr(data, "__aiter__"):
-                async for chunk in data:  # type: ignore[union-attr]
-                    yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
-            else:
-                for chunk in data:  # type: ignore[union-attr]
-                    yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
+        def __init__(self, coro: Coroutine[Any, Any, "AsyncCodeSandbox"]) -> None:
+            self._coro = coro
+            self._sandbox: Optional[AsyncCodeSandbox] = None
 
-        return chunks()
-    raise InvalidArgumentError(
-        f"data must be str, bytes, a readable file object or an (async) iterable of bytes, not {type(data).__name__}"
-    )
+        def __await__(self) -> Generator[Any, None, "AsyncCodeSandbox"]:
+            return self._coro.__await__()
 
+        async def __aenter__(self) -> "AsyncCodeSandbox":
+            self._sandbox = await self._coro
+            return self._sandbox
 
-class _PendingSandbox:
-    """What ``AsyncCodeSandbox.create`` returns: await it, or use it in ``async with`` directly."""
-
-    def __init__(self, coro: Coroutine[Any, Any, "AsyncCodeSandbox"]) -> None:
-        self._coro = coro
-        self._sandbox: Optional[AsyncCodeSandbox] = None
-
-    def __await__(self) -> Generator[Any, None, "AsyncCodeSandbox"]:
-        return self._coro.__await__()
-
-    async def __aenter__(self) -> "AsyncCodeSandbox":
-        self._sandbox = await self._coro
-        return self._sandbox
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        if self._sandbox is not None:
-            await self._sandbox.__aexit__(exc_type, exc, tb)
+        async def __aexit__(
+            self,
+            exc_type: Optional[Type[BaseException]],
+            exc: Optional[BaseException],
+            tb: Optional[TracebackType],
+        ) -> None:
+            if self._sandbox is not None:
+                await self._sandbox.__aexit__(exc_type, exc, tb)
 
 
 class AsyncCodeSandbox:
@@ -254,6 +238,13 @@ class AsyncCodeSandbox:
     It has the same methods as :class:`~lizard.CodeSandbox`, as coroutines. Make one with
     ``await AsyncCodeSandbox.create(...)`` or ``async with AsyncCodeSandbox.create(...) as sandbox:``
     (which kills it on exit), or with :meth:`connect`.
+    """
+    # SYNC docstring:
+    """A Lizard sandbox running the code interpreter, driven synchronously.
+
+    Make one with :meth:`create` or :meth:`connect`. Used as a context manager, it kills the sandbox on
+    exit. Errors raised by the code are returned in ``Execution.error``; failures of the requests raise
+    :class:`~lizard.LizardError` subclasses.
     """
 
     def __init__(self, sandbox_id: str, *, _http: _AsyncHttp) -> None:
@@ -296,28 +287,71 @@ class AsyncCodeSandbox:
         pause_memory: Optional[bool] = None,
         ports_host: Optional[str] = None,
         transport: Optional[httpx.AsyncBaseTransport] = None,
-    ) -> _PendingSandbox:
+    ) -> "_PendingSandbox":
         """Create a sandbox; await the result, or use it in ``async with``.
 
         The arguments are those of :meth:`lizard.CodeSandbox.create`.
         """
+        # SYNC docstring:
+        """Create a sandbox and return it once it runs.
+
+        Args:
+            project_id: the project the sandbox must belong to. The API key decides the project; when the
+                new sandbox's project differs, it is killed and InvalidArgumentError is raised.
+            timeout_ms: the sandbox's lifetime in milliseconds; 0 means it never ends by itself.
+            template: the template to boot.
+            envs: environment variables for all code in the sandbox. Put no secrets here that the code
+                should not see.
+            metadata: labels to find the sandbox by with :meth:`list`.
+            lizard_token: give the sandbox a fresh API key scoped to its project (``LIZARD_API_KEY``
+                inside), revoked when it ends. Code in the sandbox can then change the project.
+            api_key: the API key; default ``LIZARD_API_KEY``.
+            api_url: the server's URL; default ``LIZARD_API_URL``, else ``http://127.0.0.1:8080``.
+            request_timeout: seconds for each ordinary HTTP request (None: no limit). The create request
+                itself defaults to 900 s because a server builds its template on first use.
+            snapshot_id: restore the sandbox from this snapshot (see :meth:`snapshot`) instead of booting
+                template: its variables, files and processes are the snapshot's; envs and lizard_token
+                cannot be used with it.
+            volumes: the project's volumes to mount, ``[{"name": "data", "path": "/home/user/data"}]`` (see
+                :class:`Volume`); their files outlive the sandbox.
+            public_ports: let anyone with a :meth:`get_host` URL reach the sandbox's ports, without the API key
+                or its access token.
+            ports_host: the ``Host`` header requests to the sandbox's ports carry in place of the caller's (which
+                goes in ``X-Forwarded-Host``), ``${PORT}`` replaced by the port: ``"localhost:${PORT}"`` for a
+                program that answers only its own name (docs/ports.md).
+            memory_mb: the sandbox's memory in MiB; default and maximum are the server's.
+            cpus: its CPU time in cores (1.5 = one and a half); default and maximum are the server's.
+            disk_mb: the size of its writable layer in MiB; default and maximum are the server's. Another size
+                than the default boots cold instead of from the template's snapshot.
+            on_timeout: what happens when the timeout passes: ``"kill"`` (the default) or ``"pause"``.
+            pause_memory: False has its pauses (at its timeout, and :meth:`pause` without ``memory``) keep its
+                disk alone: no memory, a fresh boot at resume (see :meth:`pause`).
+            allow_internet: False takes all network egress away from the sandbox; None or True leaves what the
+                server allows.
+            network: its network policy by domain name, such as ``{"default": "deny", "allow": ["pypi.org",
+                "*.pythonhosted.org"]}`` (docs/network.md); change it later with ``sandbox.network.update``.
+            transport: an httpx transport to send requests through (tests, custom networking).
+        """
+        url, key = _core.resolve_config(api_key, api_url)
         body = _core.create_body(template, timeout_ms, envs, metadata, lizard_token, snapshot_id, volumes, public_ports,
                                  memory_mb=memory_mb, cpus=cpus, disk_mb=disk_mb, on_timeout=on_timeout,
                                  allow_internet=allow_internet, network=network, pause_memory=pause_memory,
                                  ports_host=ports_host)
-        return _PendingSandbox(cls._create(project_id, body, api_key, api_url, request_timeout, transport))
+        if True:  # ASYNC
+            return _PendingSandbox(cls._create(project_id, body, url, key, request_timeout, transport))
+        else:  # SYNC
+            return cls._create(project_id, body, url, key, request_timeout, transport)
 
     @classmethod
     async def _create(
         cls,
         project_id: Optional[str],
         body: Dict[str, Any],
-        api_key: Optional[str],
-        api_url: Optional[str],
+        url: str,
+        key: str,
         request_timeout: Optional[float],
         transport: Optional[httpx.AsyncBaseTransport],
     ) -> "AsyncCodeSandbox":
-        url, key = _core.resolve_config(api_key, api_url)
         http = _AsyncHttp(url, key, _calls.client_timeout(request_timeout), transport)
         try:
             info = await http.call(_calls.create(body, request_timeout))
@@ -390,15 +424,34 @@ class AsyncCodeSandbox:
         self._info = await self._http.call(_calls.get_info(self.sandbox_id))
         return self._info
 
+    if False:  # SYNC
+        def _known(self) -> SandboxInfo:
+            return self._info if self._info is not None else self.get_info()
+
     @property
     def access_token(self) -> Optional[str]:
         """The token that opens this sandbox's ports, as of create, connect or the last get_info."""
-        return self._info.access_token if self._info is not None else None
+        # SYNC docstring:
+        """The token that opens this sandbox's ports (and nothing else): send it as
+        ``?lizard_access_token=...`` or the ``X-Lizard-Access-Token`` header."""
+        if True:  # ASYNC
+            return self._info.access_token if self._info is not None else None
+        else:  # SYNC
+            return self._known().access_token
 
     def get_host(self, port: int) -> str:
         """The URL of ``port`` inside the sandbox, served through Lizard (see
         :meth:`lizard.CodeSandbox.get_host`)."""
-        domain = self._info.ports_domain if self._info is not None else None
+        # SYNC docstring:
+        """The URL at which a server listening on ``port`` inside the sandbox (on 0.0.0.0) is reached
+        through Lizard, HTTP and WebSocket: ``{api_url}/v1/sandboxes/{id}/ports/{port}/``, or
+        ``http://{port}-{id}.{domain}/`` when the server has a ports domain. Requests need the API key
+        (``Authorization: Bearer``) or :attr:`access_token`, unless the sandbox was created with
+        ``public_ports=True``."""
+        if True:  # ASYNC
+            domain = self._info.ports_domain if self._info is not None else None
+        else:  # SYNC
+            domain = self._known().ports_domain
         return _core.port_url(self._http.api_url, self.sandbox_id, port, domain)
 
     async def set_timeout(self, timeout_ms: int) -> None:
@@ -406,8 +459,8 @@ class AsyncCodeSandbox:
         await self._http.call(_calls.set_timeout(self.sandbox_id, timeout_ms))
 
     async def get_metrics(self) -> List[SandboxMetric]:
-        """The sandbox's CPU, memory and disk samples of the last 5 minutes; see
-        :meth:`lizard.CodeSandbox.get_metrics`."""
+        """The sandbox's CPU, memory and disk samples of the last 5 minutes, oldest first (one every 5 s;
+        none while it is paused or in its first seconds)."""
         return await self._http.call(_calls.get_metrics(self.sandbox_id))
 
     async def kill(self) -> None:
@@ -522,6 +575,20 @@ class AsyncCodeSandbox:
 
         Callbacks may be plain functions or coroutine functions; they are awaited in order.
         """
+        # SYNC docstring:
+        """Run code and return its Execution. Errors in the code are in ``Execution.error``, not raised.
+
+        Args:
+            code: the code to run.
+            language: ``"python"`` (default), ``"javascript"``, ``"bash"``, ``"r"`` or ``"java"`` (R and Java
+                run in a kernel that keeps its state: IRkernel, JShell); defaults to the context's.
+            context: a Context (or its id) to run in; default the language's default context.
+            timeout_ms: bound on this call; on expiry a Python, R or Java kernel is interrupted, its state kept, and
+                ``error.name`` is ``"TimeoutError"``. 0 means no bound.
+            envs: environment variables for this call only.
+            on_stdout, on_stderr, on_result, on_error: called as output arrives, in order, while the code
+                runs.
+        """
         return await self._http.stream(_calls.run_code(self.sandbox_id, code, language, context, timeout_ms, envs,
                                                        on_stdout, on_stderr, on_result, on_error))
 
@@ -573,13 +640,16 @@ class AsyncNetwork:
 
     @staticmethod
     async def get_default(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> Optional[Dict[str, Any]]:
-        """The key's project's default policy; None when it has none (see :meth:`lizard.Network.get_default`)."""
+        """The key's project's default policy, which sandboxes created without ``network`` get; None when
+        the project has none (they get the server's ``--network-default``)."""
         return await _once(_calls.get_network_default(), api_key, api_url)
 
     @staticmethod
     async def set_default(policy: Mapping[str, Any], *, api_key: Optional[str] = None,
                           api_url: Optional[str] = None) -> Dict[str, Any]:
-        """Set the project's default policy for sandboxes created from now on."""
+        """Set the project's default policy, such as ``{"default": "deny", "allow": ["pypi.org"]}``, for
+        sandboxes created from now on; InvalidArgumentError naming the field for a bad rule or one looser
+        than the server permits."""
         return await _once(_calls.set_network_default(policy), api_key, api_url)
 
     @staticmethod
@@ -590,6 +660,9 @@ class AsyncNetwork:
 
 class AsyncEvents:
     """The key's project's sandbox lifecycle events, with asyncio (see :class:`lizard.Events`)."""
+    # SYNC docstring:
+    """The key's project's sandbox lifecycle events (docs/events.md): ``Events.list(...)`` for a page,
+    ``for ev in Events.follow(...)`` to see them as they happen."""
 
     @staticmethod
     async def list(
@@ -602,7 +675,8 @@ class AsyncEvents:
         api_key: Optional[str] = None,
         api_url: Optional[str] = None,
     ) -> EventPage:
-        """One page of events, oldest first; pass ``next`` as ``after`` for the following one."""
+        """One page of events, oldest first, filtered by sandbox, types and metadata (all must match).
+        Pass the page's ``next`` as ``after`` for the following one while ``has_more``."""
         return await _once(_calls.list_events(sandbox_id, types, metadata, after, limit), api_key, api_url)
 
     @staticmethod
@@ -617,6 +691,9 @@ class AsyncEvents:
     ) -> "AsyncEventStream":
         """Follow events as they are recorded: from now, or after event ``after``. The server follows once
         this returns; ``async for`` over the stream and close it, or use it in ``async with``."""
+        # SYNC docstring:
+        """Follow events as they are recorded: from now, or after event ``after``. The server follows once
+        this returns; iterate the stream (it never ends by itself) and close it, or use it in ``with``."""
         follow = _calls.follow_events(sandbox_id, types, metadata, after)
         url, key = _core.resolve_config(api_key, api_url)
         http = _AsyncHttp(url, key, _core.DEFAULT_REQUEST_TIMEOUT, None)
@@ -630,13 +707,15 @@ class AsyncEvents:
 
 class AsyncEventStream:
     """A live follow of events (:meth:`AsyncEvents.follow`): ``async for`` it for :class:`Event` values."""
+    # SYNC docstring:
+    """A live follow of events (:meth:`Events.follow`): iterate it for :class:`Event` values."""
 
     def __init__(self, http: _AsyncHttp, resp: httpx.Response, after: int) -> None:
         self._http = http
         self._resp = resp
         self._events = self._read()
         self.last = after
-        """The ID of the last event returned: ``follow(after=stream.last)`` resumes without a gap."""
+        """The ID of the last event returned: ``AsyncEvents.follow(after=stream.last)`` resumes without a gap."""
 
     async def _read(self) -> AsyncIterator[Event]:
         splitter = _core.LineSplitter()
@@ -647,7 +726,7 @@ class AsyncEventStream:
         except httpx.TransportError as exc:
             raise _core.transport_error(exc, self._http.api_url) from exc
 
-    def __aiter__(self) -> "AsyncEventStream":
+    def __aiter__(self) -> AsyncIterator[Event]:
         return self
 
     async def __anext__(self) -> Event:
@@ -668,13 +747,14 @@ class AsyncEventStream:
 
 
 class AsyncVolume:
-    """Persistent volumes of the key's project, with asyncio (see :class:`lizard.Volume`)."""
+    """Persistent volumes of the key's project: ``AsyncVolume.create("data")``, then
+    ``AsyncCodeSandbox.create(volumes=[{"name": "data", "path": "/home/user/data"}])``."""
 
 
     @staticmethod
     async def create(name: str, size_mb: Optional[int] = None, *, api_key: Optional[str] = None,
                      api_url: Optional[str] = None) -> VolumeInfo:
-        """Make a volume of size_mb MiB (default the server's, 1024)."""
+        """Make a volume of size_mb MiB (default the server's, 1024); the size is its filesystem's."""
         return await _once(_calls.create_volume(name, size_mb), api_key, api_url)
 
     @staticmethod
@@ -693,7 +773,9 @@ class AsyncVolume:
         await _once(_calls.delete_volume(name), api_key, api_url)
 
 class AsyncSecret:
-    """Secrets of the key's project, with asyncio (see :class:`lizard.Secret`)."""
+    """Secrets of the key's project (docs/secrets.md): ``AsyncSecret.set("OPENAI_API_KEY", value,
+    hosts=["api.openai.com"])``, then a sandbox's network policy injects it into its requests to those hosts;
+    no call returns a value. They need a project key: a sandbox's own key gets PermissionDeniedError."""
 
     @staticmethod
     async def set(
@@ -705,7 +787,9 @@ class AsyncSecret:
         api_key: Optional[str] = None,
         api_url: Optional[str] = None,
     ) -> SecretInfo:
-        """Seal value as secret name, to be sent to ``hosts`` alone (see :meth:`lizard.Secret.set`)."""
+        """Seal value as secret name, to be sent to ``hosts`` alone (names or ``*.`` wildcards, as network
+        rules name them) and over HTTPS only unless ``allow_http``, replacing any value and hosts it had;
+        InvalidArgumentError for a name that is not an identifier, a value over 64 KiB or no hosts."""
         return await _once(_calls.set_secret(name, value, hosts, allow_http), api_key, api_url)
 
     @staticmethod
@@ -719,7 +803,8 @@ class AsyncSecret:
         await _once(_calls.delete_secret(name), api_key, api_url)
 
 class AsyncTemplate:
-    """Custom templates of the key's project, with asyncio (see :class:`lizard.Template`)."""
+    """Custom templates of the key's project (docs/templates.md): ``AsyncTemplate.build("my-tpl", {...})``,
+    then ``AsyncCodeSandbox.create(template="my-tpl")``."""
 
     @staticmethod
     async def build(
@@ -733,12 +818,23 @@ class AsyncTemplate:
         registry: Optional[Mapping[str, str]] = None,
         skip_cache: bool = False,
     ) -> TemplateInfo:
-        """Build (or find in the cache) template name from recipe (see :meth:`lizard.Template.build`)."""
+        """Build (or find in the cache) template name from recipe, in the wire form of the API's
+        TemplateRecipe (``steps``, ``start`` and ``ready`` included), except that files give their ``content``
+        as str or bytes (the SDK encodes it).
+        on_event gets each progress event (``{"type": "step"|"log", ...}``) as it comes. A recipe
+        ``{"from": "registry.example.com/team/app:1.4", ...}`` builds on that image (docs/templates.md);
+        registry (``{"username": ..., "password": ...}``, or ``"passwordSecret"``: the name of the project's secret
+        holding the password) pulls a private one, sent with this build only. skip_cache runs every step
+        again, even when the project has a build of the recipe or of a prefix of its steps.
+
+        Raises TemplateBuildError when a step fails (its ``step`` and ``log``), InvalidArgumentError
+        when the request is refused.
+        """
         return await _once(_calls.build_template(name, recipe, on_event, timeout, registry, skip_cache), api_key, api_url)
 
     @staticmethod
     async def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[TemplateInfo]:
-        """The project's custom templates, by name."""
+        """The project's custom templates, by name (built-in ones are not listed)."""
         return await _once(_calls.list_templates(), api_key, api_url)
 
     @staticmethod
@@ -770,10 +866,13 @@ class AsyncProcess:
         on_stdout: Optional[Callable[[str], Any]] = None,
         on_stderr: Optional[Callable[[str], Any]] = None,
     ) -> ProcessResult:
-        """Run a command and wait for it; see :meth:`lizard.Process.exec`."""
+        """Run a command and wait for it. A string runs with ``bash -c``; a list runs as is.
+
+        A non-zero exit is not an exception: check ``exit_code``. timeout_ms None means no bound.
+        """
         s = self._sandbox
-        return await s._http.stream(_calls.exec_process(s.sandbox_id, cmd, cwd, envs, timeout_ms, stdin, on_stdout,
-                                                        on_stderr))
+        return await s._http.stream(_calls.exec_process(s.sandbox_id, cmd, cwd, envs, timeout_ms, stdin,
+                                                        on_stdout, on_stderr))
 
 
 class AsyncFiles:
@@ -799,6 +898,10 @@ class AsyncFiles:
     async def read(self, path: str, format: str = "text", *, user: Optional[str] = None) -> Union[str, bytes, AsyncIterator[bytes]]:
         """Read a file: whole, as text or bytes, or as an async stream of chunks (``format="stream"``); see
         :meth:`lizard.Files.read`."""
+        # SYNC docstring:
+        """Read a file: whole, as text (UTF-8) or bytes, or as a stream of chunks (``format="stream"``), which
+        holds no more than a chunk of it at a time. The stream is opened at once (a missing file raises
+        here); iterate it to the end or close it."""
         if format == "stream":
             return await self._stream(path, user)
         s = self._sandbox
@@ -834,20 +937,27 @@ class AsyncFiles:
             n += len(chunk)
         return n
 
-    async def write(self, path: str, data: Union[FileData, IO[Any], AsyncIterator[bytes]], *, user: Optional[str] = None,
+    async def write(self, path: str, data: AsyncFileData, *, user: Optional[str] = None,
                     metadata: Optional[Mapping[str, str]] = None) -> EntryInfo:
         """Write a file, creating parent directories. File-like data (sync or async) and (async) iterables
         of bytes are streamed in chunks. ``metadata``: see :meth:`lizard.Files.write`."""
+        # SYNC docstring:
+        """Write a file, creating parent directories. A file object or an iterable of bytes is streamed in
+        chunks, so a file of any size passes through; the file appears whole once all of it is written.
+        ``metadata`` is kept with the file as its extended attributes (``user.e2b.<key>``) and shown as
+        :attr:`EntryInfo.metadata`; a file written again keeps only that write's."""
         s = self._sandbox
-        return await s._http.call(_calls.write_file(s.sandbox_id, path, user, _achunks(data), metadata))
+        return await s._http.call(_calls.write_file(s.sandbox_id, path, user, _core.aupload_body(data), metadata))
 
     async def rename(self, old_path: str, new_path: str, *, user: Optional[str] = None) -> EntryInfo:
-        """Rename or move a file or directory, as rename(2); see :meth:`lizard.Files.rename`."""
+        """Rename or move a file or directory, as rename(2): a file at new_path is replaced. Returns the entry
+        at its new path."""
         s = self._sandbox
         return await s._http.call(_calls.rename_file(s.sandbox_id, old_path, new_path, user))
 
     async def get_info(self, path: str, *, user: Optional[str] = None) -> EntryInfo:
-        """Describe a file or directory; the same as :meth:`stat`."""
+        """Describe a file or directory (owner, group, permissions, symlink target...); raises
+        NotFoundError when it does not exist. The same as :meth:`stat`."""
         return await self.stat(path, user=user)
 
     async def watch_dir(
@@ -862,6 +972,13 @@ class AsyncFiles:
     ) -> "AsyncWatchHandle":
         """Watch a directory for changes: ``on_event`` (a function or a coroutine function) gets each
         :class:`FilesystemEvent` from a task; see :meth:`lizard.Files.watch_dir`."""
+        # SYNC docstring:
+        """Watch a directory for changes: ``on_event`` gets each :class:`FilesystemEvent` in a background
+        thread. Returns once the watch is in place (every change after it is reported). The watch ends with
+        :meth:`WatchHandle.stop`, when the directory is removed, or when the sandbox ends; ``on_exit`` then
+        gets None, or the error (SandboxGoneError when the sandbox ended). A missing directory raises
+        NotFoundError here, a file InvalidArgumentError. With ``include_entry`` each create, write and
+        chmod event carries the file's :class:`EntryInfo` as ``entry``."""
         s = self._sandbox
         resp = await s._http.open(_calls.watch_dir(s.sandbox_id, path, recursive, user, include_entry))
         return AsyncWatchHandle(resp, s._http.api_url, on_event, on_exit)
@@ -892,51 +1009,103 @@ class AsyncFiles:
         return await s._http.call(_calls.make_dir(s.sandbox_id, path, user))
 
 
-class AsyncWatchHandle:
-    """A running ``files.watch_dir`` of the async client; ``await stop()`` ends it."""
+if True:  # ASYNC
+    class AsyncWatchHandle:
+        """A running ``files.watch_dir`` of the async client; ``await stop()`` ends it."""
 
-    def __init__(
-        self,
-        resp: httpx.Response,
-        api_url: str,
-        on_event: Callable[[FilesystemEvent], Any],
-        on_exit: Optional[Callable[[Optional[Exception]], Any]],
-    ) -> None:
-        self._resp = resp
-        self._stopped = False
-        self.error: Optional[Exception] = None
-        """Why the watch ended, if it ended with an error (SandboxGoneError when the sandbox ended)."""
+        def __init__(
+            self,
+            resp: httpx.Response,
+            api_url: str,
+            on_event: Callable[[FilesystemEvent], Any],
+            on_exit: Optional[Callable[[Optional[Exception]], Any]],
+        ) -> None:
+            self._resp = resp
+            self._stopped = False
+            self.error: Optional[Exception] = None
+            """Why the watch ended, if it ended with an error (SandboxGoneError when the sandbox ended)."""
 
-        async def run() -> None:
-            err: Optional[Exception] = None
-            splitter = _core.LineSplitter()
-            try:
-                async for chunk in resp.aiter_bytes():
-                    for line in splitter.feed(chunk):
-                        ev = _core.watch_event(line)
-                        if ev is not None:
-                            await _call(on_event, ev)
-            except asyncio.CancelledError:
-                pass
-            except Exception as exc:  # the connection's failure, the sandbox's end, or on_event's own error
-                if not self._stopped:
-                    err = _core.follow_error(exc, api_url)
-            finally:
-                await resp.aclose()
-            self.error = err
-            await _call(on_exit, err)
+            async def run() -> None:
+                err: Optional[Exception] = None
+                splitter = _core.LineSplitter()
+                try:
+                    async for chunk in resp.aiter_bytes():
+                        for line in splitter.feed(chunk):
+                            ev = _core.watch_event(line)
+                            if ev is not None:
+                                await _call(on_event, ev)
+                except asyncio.CancelledError:
+                    pass
+                except Exception as exc:  # the connection's failure, the sandbox's end, or on_event's own error
+                    if not self._stopped:
+                        err = _core.follow_error(exc, api_url)
+                finally:
+                    await resp.aclose()
+                self.error = err
+                await _call(on_exit, err)
 
-        self._task = asyncio.get_running_loop().create_task(run())
+            self._task = asyncio.get_running_loop().create_task(run())
 
-    async def stop(self) -> None:
-        """End the watch (on_exit, if any, has run when this returns)."""
-        self._stopped = True
-        if self._task is not asyncio.current_task():
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        async def stop(self) -> None:
+            """End the watch (on_exit, if any, has run when this returns)."""
+            self._stopped = True
+            if self._task is not asyncio.current_task():
+                self._task.cancel()
+                try:
+                    await self._task
+                except asyncio.CancelledError:
+                    pass
+else:  # SYNC
+    class WatchHandle:
+        """A running ``files.watch_dir``; :meth:`stop` ends it."""
+
+        def __init__(
+            self,
+            resp: httpx.Response,
+            api_url: str,
+            on_event: Callable[[FilesystemEvent], Any],
+            on_exit: Optional[Callable[[Optional[Exception]], Any]],
+        ) -> None:
+            self._resp = resp
+            self._stopped = threading.Event()
+            self.error: Optional[Exception] = None
+            """Why the watch ended, if it ended with an error (SandboxGoneError when the sandbox ended)."""
+
+            def run() -> None:
+                err: Optional[Exception] = None
+                splitter = _core.LineSplitter()
+                try:
+                    for chunk in resp.iter_bytes():
+                        for line in splitter.feed(chunk):
+                            ev = _core.watch_event(line)
+                            if ev is not None:
+                                on_event(ev)
+                except Exception as exc:  # the connection's failure, the sandbox's end, or on_event's own error
+                    if not self._stopped.is_set():
+                        err = _core.follow_error(exc, api_url)
+                finally:
+                    resp.close()
+                self.error = err
+                if on_exit is not None:
+                    on_exit(err)
+
+            self._thread = threading.Thread(target=run, name="lizard-watch", daemon=True)
+            self._thread.start()
+
+        def stop(self) -> None:
+            """End the watch and wait for its thread (on_exit, if any, has run when this returns)."""
+            self._stopped.set()
+            # Closing the response does not wake a read blocked in the thread; shutting its socket down does.
+            stream = self._resp.extensions.get("network_stream")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self._resp.close()
+            if threading.current_thread() is not self._thread:
+                self._thread.join()
 
 
 class AsyncDesktop:
@@ -966,19 +1135,19 @@ class AsyncDesktop:
         return await self._call(_calls.desktop_cursor(self._sandbox.sandbox_id))
 
     async def mouse(self, action: str, x: Optional[int] = None, y: Optional[int] = None, *, to_x: Optional[int] = None,
-              to_y: Optional[int] = None, button: Optional[str] = None, count: Optional[int] = None,
-              direction: Optional[str] = None) -> Tuple[int, int]:
+                    to_y: Optional[int] = None, button: Optional[str] = None, count: Optional[int] = None,
+                    direction: Optional[str] = None) -> Tuple[int, int]:
         """One mouse action ("move", "click", "down", "up", "drag", "scroll"); returns where the pointer is
         after it. The methods below are its usual forms."""
         return await self._call(_calls.desktop_mouse(self._sandbox.sandbox_id, action, x, y, to_x, to_y, button, count,
-                                               direction))
+                                                     direction))
 
     async def move(self, x: int, y: int) -> Tuple[int, int]:
         """Move the pointer to (x, y)."""
         return await self.mouse("move", x, y)
 
     async def click(self, x: Optional[int] = None, y: Optional[int] = None, *, button: str = "left",
-              count: int = 1) -> Tuple[int, int]:
+                    count: int = 1) -> Tuple[int, int]:
         """Click button ("left", "middle", "right") count times, at (x, y) when given, else where the pointer is."""
         return await self.mouse("click", x, y, button=button, count=count)
 
@@ -1003,12 +1172,12 @@ class AsyncDesktop:
         return await self.mouse("drag", start[0], start[1], to_x=end[0], to_y=end[1], button=button)
 
     async def scroll(self, direction: str = "down", amount: int = 1, *, x: Optional[int] = None,
-               y: Optional[int] = None) -> Tuple[int, int]:
+                     y: Optional[int] = None) -> Tuple[int, int]:
         """Scroll amount steps ("up", "down", "left", "right"), at (x, y) when given."""
         return await self.mouse("scroll", x, y, direction=direction, count=amount)
 
     async def keyboard(self, action: str, *, text: Optional[str] = None, keys: Optional[Sequence[str]] = None,
-                 delay_ms: Optional[int] = None) -> None:
+                       delay_ms: Optional[int] = None) -> None:
         """One keyboard action: "type" text, or "press" keys. type() and press() are its usual forms."""
         await self._call(_calls.desktop_keyboard(self._sandbox.sandbox_id, action, text, keys, delay_ms))
 

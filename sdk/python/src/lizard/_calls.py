@@ -4,26 +4,18 @@ A feature of the SDK is a request: what to send (method, path, query, body, time
 how to read the answer (the model it becomes, an error that is an answer such as kill's "already gone").
 This module says that once, as a :class:`Call` (one request, one answer), a :class:`Stream` (a POST whose
 answer is NDJSON events assembled into a result, with callbacks) or an :class:`Open` (a GET followed as it
-comes). The clients only send them: ``_sync._Http`` and ``_async._AsyncHttp`` have the same four methods
-(``call``, ``stream``, ``open``, ``close``), and a method of ``CodeSandbox`` and its twin in
-``AsyncCodeSandbox`` are its signature, its docstring and one line::
-
-    def get_info(self) -> SandboxInfo:                 # _sync.py
-        return self._http.call(_calls.get_info(self.sandbox_id))
+comes). The clients only send them: ``_async._AsyncHttp`` and ``_sync._Http`` have the same four methods
+(``call``, ``stream``, ``open``, ``close``), and a method of ``AsyncCodeSandbox`` is its signature, its
+docstring and one line::
 
     async def get_info(self) -> SandboxInfo:           # _async.py
         return await self._http.call(_calls.get_info(self.sandbox_id))
 
-So a new endpoint is one function here and that one line in each client; the tests run every unit test
+from which scripts/gen_sync.py generates its twin in ``CodeSandbox`` (_sync.py), ``async`` and ``await``
+dropped. So a new endpoint is one function here and that one line in _async.py; the tests run every unit test
 against both clients (tests/test_unit.py) and check both signatures against the API (tests/test_spec.py).
-
-Why one shared core rather than a sync client generated from the async one (as unasync does): the two
-clients differ in more than ``await``. Output is followed in a thread or in a task, async callbacks may be
-coroutines, ``AsyncCodeSandbox.create`` returns something to await or to ``async with``, uploads take async
-iterables, and a property cannot await. A generator would need a marker for each of those, and a newcomer
-would have to learn its rules and remember never to edit its output. Here both clients are plain code that
-reads top to bottom, and everything they share — requests, checks, parsing, error mapping (errors.py), the
-decoding of event streams and the models (_core.py, models.py) — has one place. Nothing here does I/O.
+Everything the clients share — requests, checks, parsing, error mapping (errors.py), the decoding of event
+streams and the models (_core.py, models.py) — has one place. Nothing here does I/O.
 """
 
 from __future__ import annotations

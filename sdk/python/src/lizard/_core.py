@@ -6,10 +6,12 @@ API's requests."""
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 import os
 from urllib.parse import quote, urlsplit
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (IO, Any, AsyncIterator, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 import httpx
 from websockets.exceptions import InvalidHandshake, InvalidStatus
@@ -43,6 +45,11 @@ USER_AGENT = f"lizard-sdk-python/{__version__}"
 DEFAULT_BUILD_TIMEOUT = 1800.0
 
 ContextLike = Union[Context, str]
+# What files.write takes; the async client takes async file objects and iterables too.
+FileData = Union[str, bytes, bytearray, memoryview, IO[bytes], IO[str], Iterable[bytes]]
+AsyncFileData = Union[FileData, IO[Any], AsyncIterator[bytes]]
+# The size of the chunks a file is uploaded and read in.
+UPLOAD_CHUNK = 64 * 1024
 
 # Sentinel for "the caller did not pass request_timeout", so create can use a longer default.
 class _Unset:
@@ -91,6 +98,64 @@ def inject_trace(request: httpx.Request) -> None:
 async def ainject_trace(request: httpx.Request) -> None:
     """inject_trace for the async client."""
     inject_trace(request)
+
+
+def upload_body(data: FileData) -> Union[bytes, Iterator[bytes]]:
+    """The upload body for data: bytes as they are, a file-like object read lazily in chunks."""
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    if hasattr(data, "read"):
+        def gen() -> Iterator[bytes]:
+            while True:
+                chunk = data.read(UPLOAD_CHUNK)
+                if not chunk:
+                    return
+                yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
+
+        return gen()
+    if hasattr(data, "__iter__"):
+        def chunks() -> Iterator[bytes]:
+            for chunk in data:  # type: ignore[union-attr]
+                yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
+
+        return chunks()
+    raise InvalidArgumentError(
+        f"data must be str, bytes, a readable file object or an iterable of bytes, not {type(data).__name__}"
+    )
+
+
+def aupload_body(data: AsyncFileData) -> Union[bytes, AsyncIterator[bytes]]:
+    """upload_body for the async client: async file objects (aiofiles') and async iterables too."""
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    if hasattr(data, "read"):
+        async def gen() -> AsyncIterator[bytes]:
+            while True:
+                chunk = data.read(UPLOAD_CHUNK)
+                if inspect.isawaitable(chunk):  # an async file object, such as aiofiles'
+                    chunk = await chunk
+                if not chunk:
+                    return
+                yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
+
+        return gen()
+    if hasattr(data, "__aiter__") or hasattr(data, "__iter__"):
+        async def chunks() -> AsyncIterator[bytes]:
+            if hasattr(data, "__aiter__"):
+                async for chunk in data:  # type: ignore[union-attr]
+                    yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
+            else:
+                for chunk in data:  # type: ignore[union-attr]
+                    yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
+
+        return chunks()
+    raise InvalidArgumentError(
+        f"data must be str, bytes, a readable file object or an (async) iterable of bytes, not {type(data).__name__}"
+    )
 
 
 def timeout(request_timeout: Optional[float], read: Any = UNSET) -> httpx.Timeout:

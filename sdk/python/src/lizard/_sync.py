@@ -1,21 +1,27 @@
-"""The synchronous client: CodeSandbox and its files and process helpers.
+# Generated from _async.py by scripts/gen_sync.py: do not edit; edit _async.py and run
+#     python sdk/python/scripts/gen_sync.py
+"""A client of Lizard: CodeSandbox and its files and process helpers. The asyncio client is _async.py; the
+synchronous one, _sync.py, is generated from it by scripts/gen_sync.py, so that a feature is written once.
 
-What each call sends and how its answer is read is in _calls.py, shared with the async client; this module
-sends it (see _calls.py's docstring for why the two clients share a core rather than one being generated)."""
+What each call sends and how its answer is read is in _calls.py; this module sends it.
+
+The generator drops async and await and renames each AsyncX to X, and httpx's async methods to their twins (its
+RENAMES). Where the two clients differ in more than that (a thread or a task follows a watch, a sync
+property may fetch), _async.py says both in a seam: the block under ``if True:  # ASYNC`` is the async
+client's, the one under ``else:  # SYNC`` (or ``if False:  # SYNC``) the sync client's, and a docstring
+followed by ``# SYNC docstring:`` gives the sync client the string after it. Edit _async.py, then run
+``python sdk/python/scripts/gen_sync.py``; tests/test_generated.py fails until _sync.py is regenerated."""
 
 from __future__ import annotations
 
 import os
-import socket
-import threading
 from types import TracebackType
 from typing import (
     IO,
     Any,
+    Iterator,
     Callable,
     Dict,
-    Iterable,
-    Iterator,
     List,
     Literal,
     Mapping,
@@ -32,8 +38,8 @@ import httpx
 
 from . import _calls, _core
 from ._commands import Commands, Pty
-from ._core import UNSET, ContextLike
-from .errors import InvalidArgumentError, LizardError, error_from_response
+from ._core import UNSET, FileData, ContextLike
+from .errors import LizardError, error_from_response
 from .models import (
     Context,
     DesktopViewer,
@@ -55,11 +61,19 @@ from .models import (
     VolumeInfo,
 )
 
-__all__ = ["Network", "CodeSandbox", "Files", "Process", "Volume", "Template", "WatchHandle", "Events", "EventStream"]
+import socket
+import threading
+
+__all__ = ["Network", "CodeSandbox", "Files", "Process", "Volume", "Template",
+           "WatchHandle", "Events", "EventStream"]
 
 _CHUNK = 64 * 1024
-FileData = Union[str, bytes, bytearray, memoryview, IO[bytes], IO[str], Iterable[bytes]]
 T = TypeVar("T")
+
+
+def _call(cb: Optional[Callable[[Any], Any]], arg: Any) -> None:
+    if cb is not None:
+        cb(arg)
 
 
 class _Http:
@@ -108,8 +122,8 @@ class _Http:
     def call(self, call: _calls.Call[T]) -> T:
         """Send a call and read its answer."""
         try:
-            resp = self.request(call.method, call.path, json=call.json, params=call.params, content=call.content,
-                                timeout=call.timeout)
+            resp = self.request(call.method, call.path, json=call.json, params=call.params,
+                                content=call.content, timeout=call.timeout)
         except LizardError as err:
             if call.rescue is None:
                 raise
@@ -117,15 +131,15 @@ class _Http:
         return call.read(resp)
 
     def stream(self, stream: _calls.Stream[T]) -> T:
-        """Send a stream's POST, feed it each event as it comes and call the callbacks it names."""
+        """Send a stream's POST, feed it each event as it comes and call the callbacks it names (and await
+        what they return, in the async client)."""
         splitter = _core.LineSplitter()
         timeout = _core.timeout(self.request_timeout, stream.read_timeout)
 
         def on_event(event: Dict[str, Any]) -> None:
             call = stream.feed(event)
-            cb = stream.callbacks.get(call[0]) if call is not None else None
-            if cb is not None and call is not None:
-                cb(call[1])
+            if call is not None:
+                _call(stream.callbacks.get(call[0]), call[1])
 
         try:
             with self.client.stream("POST", stream.path, json=stream.json, timeout=timeout) as resp:
@@ -174,35 +188,11 @@ def _once(
     url, key = _core.resolve_config(api_key, api_url)
     http = _Http(url, key, request_timeout, transport)
     try:
-        return http.stream(send) if isinstance(send, _calls.Stream) else http.call(send)
+        return (http.stream(send) if isinstance(send, _calls.Stream) else http.call(send))
     finally:
         http.close()
 
 
-def _chunks(data: FileData) -> Union[bytes, Iterator[bytes]]:
-    """The upload body for data: bytes as they are, a file-like object read lazily in chunks."""
-    if isinstance(data, str):
-        return data.encode("utf-8")
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data)
-    if hasattr(data, "read"):
-        def gen() -> Iterator[bytes]:
-            while True:
-                chunk = data.read(_CHUNK)
-                if not chunk:
-                    return
-                yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
-
-        return gen()
-    if hasattr(data, "__iter__"):
-        def chunks() -> Iterator[bytes]:
-            for chunk in data:  # type: ignore[union-attr]
-                yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
-
-        return chunks()
-    raise InvalidArgumentError(
-        f"data must be str, bytes, a readable file object or an iterable of bytes, not {type(data).__name__}"
-    )
 
 
 class CodeSandbox:
@@ -298,6 +288,18 @@ class CodeSandbox:
                                  memory_mb=memory_mb, cpus=cpus, disk_mb=disk_mb, on_timeout=on_timeout,
                                  allow_internet=allow_internet, network=network, pause_memory=pause_memory,
                                  ports_host=ports_host)
+        return cls._create(project_id, body, url, key, request_timeout, transport)
+
+    @classmethod
+    def _create(
+        cls,
+        project_id: Optional[str],
+        body: Dict[str, Any],
+        url: str,
+        key: str,
+        request_timeout: Optional[float],
+        transport: Optional[httpx.BaseTransport],
+    ) -> "CodeSandbox":
         http = _Http(url, key, _calls.client_timeout(request_timeout), transport)
         try:
             info = http.call(_calls.create(body, request_timeout))
@@ -385,7 +387,8 @@ class CodeSandbox:
         ``http://{port}-{id}.{domain}/`` when the server has a ports domain. Requests need the API key
         (``Authorization: Bearer``) or :attr:`access_token`, unless the sandbox was created with
         ``public_ports=True``."""
-        return _core.port_url(self._http.api_url, self.sandbox_id, port, self._known().ports_domain)
+        domain = self._known().ports_domain
+        return _core.port_url(self._http.api_url, self.sandbox_id, port, domain)
 
     def set_timeout(self, timeout_ms: int) -> None:
         """Reset the sandbox's deadline to timeout_ms from now; 0 means it never ends by itself."""
@@ -586,63 +589,6 @@ class Network:
         _once(_calls.clear_network_default(), api_key, api_url)
 
 
-class Volume:
-    """Persistent volumes of the key's project: ``Volume.create("data")``, then
-    ``CodeSandbox.create(volumes=[{"name": "data", "path": "/home/user/data"}])``."""
-
-
-    @staticmethod
-    def create(name: str, size_mb: Optional[int] = None, *, api_key: Optional[str] = None,
-               api_url: Optional[str] = None) -> VolumeInfo:
-        """Make a volume of size_mb MiB (default the server's, 1024); the size is its filesystem's."""
-        return _once(_calls.create_volume(name, size_mb), api_key, api_url)
-
-    @staticmethod
-    def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[VolumeInfo]:
-        """The project's volumes, by name."""
-        return _once(_calls.list_volumes(), api_key, api_url)
-
-    @staticmethod
-    def get(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> VolumeInfo:
-        """One volume; NotFoundError when the project has none of that name."""
-        return _once(_calls.get_volume(name), api_key, api_url)
-
-    @staticmethod
-    def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
-        """Delete a volume and its data; ConflictError while a live sandbox mounts it."""
-        _once(_calls.delete_volume(name), api_key, api_url)
-
-class Secret:
-    """Secrets of the key's project (docs/secrets.md): ``Secret.set("OPENAI_API_KEY", value,
-    hosts=["api.openai.com"])``, then a sandbox's network policy injects it into its requests to those hosts;
-    no call returns a value. They need a project key: a sandbox's own key gets PermissionDeniedError."""
-
-    @staticmethod
-    def set(
-        name: str,
-        value: str,
-        *,
-        hosts: Sequence[str],
-        allow_http: bool = False,
-        api_key: Optional[str] = None,
-        api_url: Optional[str] = None,
-    ) -> SecretInfo:
-        """Seal value as secret name, to be sent to ``hosts`` alone (names or ``*.`` wildcards, as network
-        rules name them) and over HTTPS only unless ``allow_http``, replacing any value and hosts it had;
-        InvalidArgumentError for a name that is not an identifier, a value over 64 KiB or no hosts."""
-        return _once(_calls.set_secret(name, value, hosts, allow_http), api_key, api_url)
-
-    @staticmethod
-    def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[SecretInfo]:
-        """The project's secrets by name: names and times, never values."""
-        return _once(_calls.list_secrets(), api_key, api_url)
-
-    @staticmethod
-    def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
-        """Delete secret name; NotFoundError when the project has none of that name."""
-        _once(_calls.delete_secret(name), api_key, api_url)
-
-
 class Events:
     """The key's project's sandbox lifecycle events (docs/events.md): ``Events.list(...)`` for a page,
     ``for ev in Events.follow(...)`` to see them as they happen."""
@@ -708,7 +654,7 @@ class EventStream:
         return self
 
     def __next__(self) -> Event:
-        ev = next(self._events)
+        ev = self._events.__next__()
         self.last = ev.id
         return ev
 
@@ -723,6 +669,62 @@ class EventStream:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+
+class Volume:
+    """Persistent volumes of the key's project: ``Volume.create("data")``, then
+    ``CodeSandbox.create(volumes=[{"name": "data", "path": "/home/user/data"}])``."""
+
+
+    @staticmethod
+    def create(name: str, size_mb: Optional[int] = None, *, api_key: Optional[str] = None,
+               api_url: Optional[str] = None) -> VolumeInfo:
+        """Make a volume of size_mb MiB (default the server's, 1024); the size is its filesystem's."""
+        return _once(_calls.create_volume(name, size_mb), api_key, api_url)
+
+    @staticmethod
+    def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[VolumeInfo]:
+        """The project's volumes, by name."""
+        return _once(_calls.list_volumes(), api_key, api_url)
+
+    @staticmethod
+    def get(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> VolumeInfo:
+        """One volume; NotFoundError when the project has none of that name."""
+        return _once(_calls.get_volume(name), api_key, api_url)
+
+    @staticmethod
+    def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
+        """Delete a volume and its data; ConflictError while a live sandbox mounts it."""
+        _once(_calls.delete_volume(name), api_key, api_url)
+
+class Secret:
+    """Secrets of the key's project (docs/secrets.md): ``Secret.set("OPENAI_API_KEY", value,
+    hosts=["api.openai.com"])``, then a sandbox's network policy injects it into its requests to those hosts;
+    no call returns a value. They need a project key: a sandbox's own key gets PermissionDeniedError."""
+
+    @staticmethod
+    def set(
+        name: str,
+        value: str,
+        *,
+        hosts: Sequence[str],
+        allow_http: bool = False,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+    ) -> SecretInfo:
+        """Seal value as secret name, to be sent to ``hosts`` alone (names or ``*.`` wildcards, as network
+        rules name them) and over HTTPS only unless ``allow_http``, replacing any value and hosts it had;
+        InvalidArgumentError for a name that is not an identifier, a value over 64 KiB or no hosts."""
+        return _once(_calls.set_secret(name, value, hosts, allow_http), api_key, api_url)
+
+    @staticmethod
+    def list(*, api_key: Optional[str] = None, api_url: Optional[str] = None) -> List[SecretInfo]:
+        """The project's secrets by name: names and times, never values."""
+        return _once(_calls.list_secrets(), api_key, api_url)
+
+    @staticmethod
+    def delete(name: str, *, api_key: Optional[str] = None, api_url: Optional[str] = None) -> None:
+        """Delete secret name; NotFoundError when the project has none of that name."""
+        _once(_calls.delete_secret(name), api_key, api_url)
 
 class Template:
     """Custom templates of the key's project (docs/templates.md): ``Template.build("my-tpl", {...})``,
@@ -793,8 +795,8 @@ class Process:
         A non-zero exit is not an exception: check ``exit_code``. timeout_ms None means no bound.
         """
         s = self._sandbox
-        return s._http.stream(_calls.exec_process(s.sandbox_id, cmd, cwd, envs, timeout_ms, stdin, on_stdout, on_stderr))
-
+        return s._http.stream(_calls.exec_process(s.sandbox_id, cmd, cwd, envs, timeout_ms, stdin,
+                                                  on_stdout, on_stderr))
 
 
 class Files:
@@ -807,7 +809,6 @@ class Files:
     def __init__(self, sandbox: CodeSandbox) -> None:
         """Bind to a sandbox; reach it as ``sandbox.files``."""
         self._sandbox = sandbox
-
 
     @overload
     def read(self, path: str, format: Literal["text"] = "text", *, user: Optional[str] = None) -> str: ...
@@ -833,7 +834,8 @@ class Files:
 
         def chunks() -> Iterator[bytes]:
             try:
-                yield from resp.iter_bytes(_CHUNK)
+                for chunk in resp.iter_bytes(_CHUNK):
+                    yield chunk
             except httpx.TransportError as exc:
                 raise _core.transport_error(exc, s._http.api_url) from exc
             finally:
@@ -863,7 +865,7 @@ class Files:
         ``metadata`` is kept with the file as its extended attributes (``user.e2b.<key>``) and shown as
         :attr:`EntryInfo.metadata`; a file written again keeps only that write's."""
         s = self._sandbox
-        return s._http.call(_calls.write_file(s.sandbox_id, path, user, _chunks(data), metadata))
+        return s._http.call(_calls.write_file(s.sandbox_id, path, user, _core.upload_body(data), metadata))
 
     def rename(self, old_path: str, new_path: str, *, user: Optional[str] = None) -> EntryInfo:
         """Rename or move a file or directory, as rename(2): a file at new_path is replaced. Returns the entry
@@ -920,8 +922,6 @@ class Files:
         """Make a directory and its parents."""
         s = self._sandbox
         return s._http.call(_calls.make_dir(s.sandbox_id, path, user))
-
-
 
 
 class WatchHandle:
