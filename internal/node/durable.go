@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -65,6 +66,7 @@ type images struct {
 	locks   *keylock.Map
 	log     *slog.Logger
 	kick    chan struct{} // wakes runUploader
+	passes  *uploadPasses
 	// secret is a sandbox's agent secret (Local.agentSecret).
 	secret func(id string) string
 }
@@ -85,6 +87,7 @@ func (im *images) runUploader(ctx context.Context) {
 	defer t.Stop()
 	failing, resealed := false, false
 	for {
+		pass := im.passes.begin()
 		// One list of this node's paused sandboxes for both: an image
 		// paused meanwhile is one dropMovedImages finds its row names
 		// this node for.
@@ -99,6 +102,7 @@ func (im *images) runUploader(ctx context.Context) {
 				im.log.Warn("removing the images of sandboxes that moved off this node", "err", derr)
 			}
 		}
+		im.passes.end(pass, err)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			im.log.Error("making images durable failed; retrying", "store", im.remote.Bucket().String(), "err", err)
@@ -114,6 +118,50 @@ func (im *images) runUploader(ctx context.Context) {
 		case <-im.kick:
 		}
 	}
+}
+
+// uploadPasses counts runUploader's passes and keeps the outcome of the
+// last one to end, so that a move waiting for its image to be durable
+// (MoveOut) ends as soon as a pass that began after its pause fails — the
+// store is away — instead of waiting out MoveWait with the sandbox's lock,
+// and the calls queued on it, held.
+type uploadPasses struct {
+	mu      sync.Mutex
+	begun   uint64
+	ended   uint64 // the last pass to end
+	lastErr error  // its failure, nil if it succeeded
+}
+
+// begin counts a pass begun and returns its number.
+func (u *uploadPasses) begin() uint64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.begun++
+	return u.begun
+}
+
+func (u *uploadPasses) end(pass uint64, err error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.ended, u.lastErr = pass, err
+}
+
+// count is the number of passes begun so far.
+func (u *uploadPasses) count() uint64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.begun
+}
+
+// failedSince returns the failure of the last pass to end if that pass
+// began after pass number after; nil otherwise.
+func (u *uploadPasses) failedSince(after uint64) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.ended > after {
+		return u.lastErr
+	}
+	return nil
 }
 
 // uploadPending uploads the images of paused that are not durable yet;

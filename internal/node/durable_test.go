@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -527,5 +528,65 @@ func TestMoveOutOfASandboxMovedMeanwhile(t *testing.T) {
 	r := <-moved
 	if r.err != nil || r.mv.Sandbox.Node != "n2" || r.mv.Sandbox.State != api.StateRunning {
 		t.Fatalf("the move of a sandbox re-homed and resumed meanwhile = %+v, %v; want it running on n2", r.mv.Sandbox, r.err)
+	}
+}
+
+// TestMoveOutStoreUnreachable: a move whose image store refuses
+// connections ends with ErrUnavailable (503) saying so as soon as the
+// uploader's pass fails, not after MoveWait (an hour here: the context's
+// deadline, far below it, only guards the test), leaving the sandbox
+// paused on this node; a call that queued on the sandbox's lock behind
+// the move then resumes it here.
+func TestMoveOutStoreUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	u, _ := url.Parse("s3://bucket/lizard")
+	b, err := s3.Open(u, func(k string) string {
+		return map[string]string{"AWS_ENDPOINT_URL": "http://" + closed, "AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := nodetest.New(t, withImages(t, b, t.TempDir()), func(cfg *node.Config) {
+		cfg.Store = cfg.Store.OnNode("n1")
+		cfg.MoveWait = time.Hour
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := e.Store.Nodes().Heartbeat(ctx, store.NodeInfo{Name: "n2", Addr: "127.0.0.1:1", Slots: 1, StartedAt: time.Now(), LeaseUntil: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	runUploader(t, e.Node)
+	sb := e.Create(t, nodetest.Plan(60_000))
+	moved := make(chan error, 1)
+	go func() {
+		_, err := e.Node.MoveOut(ctx, sb.ID, "n2")
+		moved <- err
+	}()
+	for e.Row(t, sb.ID).State != api.StatePaused {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A call that arrives while the move holds the sandbox's lock.
+	resumed := make(chan error, 1)
+	go func() {
+		_, err := e.Node.Resume(ctx, sb.ID, nil)
+		resumed <- err
+	}()
+	err = <-moved
+	if ctx.Err() != nil {
+		t.Fatalf("the move waited for its guard's deadline: %v", err)
+	}
+	if k, msg := errdefs.Classify(err); !errors.Is(err, errdefs.ErrUnavailable) || k.Status != 503 || !strings.Contains(msg, "image store is unreachable") {
+		t.Fatalf("MoveOut with the image store refusing connections = %v (status %d); want a 503 saying the image store is unreachable", err, k.Status)
+	}
+	if err := <-resumed; err != nil {
+		t.Fatalf("a call queued behind the failed move: %v; want it resumed here", err)
+	}
+	if row := e.Row(t, sb.ID); row.Node != "n1" || row.State != api.StateRunning {
+		t.Fatalf("after the failed move the sandbox is %s on %q; want running on n1", row.State, row.Node)
 	}
 }

@@ -26,7 +26,7 @@ type MovedTo struct{ To string }
 func (m *MovedTo) Error() string { return "the sandbox moved to node " + m.To }
 
 // MoveWait bounds how long a move waits for the image store to take the
-// sandbox's image.
+// sandbox's image while no upload fails (Config.MoveWait).
 const MoveWait = 2 * time.Minute
 
 // Move is what MoveOut did: the sandbox's row after it (paused, on the
@@ -90,11 +90,16 @@ func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
 			return Move{}, err
 		}
 	}
-	// The uploader (woken by the pause) puts the image in the store.
+	// The uploader (woken by the pause) puts the image in the store. A
+	// pass of it that begins after this wake sees the paused row: its
+	// failure (the store is away) ends the move now, the sandbox paused
+	// here, rather than after MoveWait with its lock, and every call
+	// queued on it, held.
+	passes := n.images.passes.count()
 	n.images.wake()
 	var cur store.Sandbox
-	var gerr error
-	err = poll(ctx, MoveWait, 50*time.Millisecond, func() bool {
+	var gerr, uerr error
+	err = poll(ctx, n.cfg.MoveWait, 50*time.Millisecond, func() bool {
 		cur, gerr = n.cfg.Store.GetSandbox(ctx, id)
 		// An API process may re-home it meanwhile (adopt: a call to a
 		// draining node's durable paused sandbox) and the node it went to
@@ -102,15 +107,24 @@ func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
 		// Waiting on would hold its lock, and the uploader, which takes
 		// that lock to drop the image here, with it: every other move
 		// waiting for its image stalled behind this one (issue 40).
-		return gerr != nil || cur.Durable || cur.Node != me
+		if gerr != nil || cur.Durable || cur.Node != me {
+			return true
+		}
+		uerr = n.images.passes.failedSince(passes)
+		return uerr != nil
 	})
 	if err == nil {
 		err = gerr
 	}
+	if err == nil && uerr != nil {
+		log.Warn("moving a sandbox: the image store did not take its image; it stays paused here", "err", uerr)
+		return Move{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: uerr,
+			Msg: fmt.Sprintf("sandbox %s stays paused on node %s: the image store is unreachable and did not take its image (the node log says why); retry the move once it is reachable — the sandbox resumes here on its next call", id, me)}
+	}
 	if err != nil {
 		log.Warn("moving a sandbox: its image did not become durable; it stays paused here", "err", err)
 		return Move{}, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
-			Msg: fmt.Sprintf("sandbox %s is paused on node %s but its image did not reach the image store within %s (is the store reachable? the node log says); it resumes on its next call", id, me, MoveWait)}
+			Msg: fmt.Sprintf("sandbox %s is paused on node %s but its image did not reach the image store within %s (is the store reachable? the node log says); it resumes on its next call", id, me, n.cfg.MoveWait)}
 	}
 	if err := n.cfg.Store.AdoptPaused(ctx, id, me, to); err != nil && !errors.Is(err, store.ErrConflict) {
 		return Move{}, err

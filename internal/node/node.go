@@ -210,6 +210,10 @@ type Config struct {
 	// waits for calls in flight (default 10 s).
 	PausedRetention time.Duration
 	PauseWait       time.Duration
+	// MoveWait bounds how long a move (MoveOut) waits for the image store
+	// to take the sandbox's image when no upload fails (default MoveWait):
+	// one that fails ends the move at once.
+	MoveWait time.Duration
 	// AgentKey derives each sandbox's agent secret (agentSecret); the
 	// server keeps it in its data directory. Empty: agents take no secret
 	// (tests with fake agents).
@@ -352,6 +356,9 @@ func New(cfg Config) (*Local, error) {
 	if cfg.PauseWait == 0 {
 		cfg.PauseWait = DefaultPauseWait
 	}
+	if cfg.MoveWait == 0 {
+		cfg.MoveWait = MoveWait
+	}
 	if cfg.AgentAddr == nil {
 		cfg.AgentAddr = func(_, guest string) string { return agentclient.Addr(guest) }
 	}
@@ -366,7 +373,7 @@ func New(cfg Config) (*Local, error) {
 		n.calls.now, n.ports.now = cfg.Now, cfg.Now
 	}
 	n.images = images{dataDir: cfg.DataDir, minFree: cfg.MinFreeDisk, store: cfg.Store, remote: cfg.Images, cache: cfg.ImageCache,
-		metrics: cfg.Metrics, locks: &n.locks, log: cfg.Logger, kick: make(chan struct{}, 1), secret: n.agents.secret}
+		metrics: cfg.Metrics, locks: &n.locks, log: cfg.Logger, kick: make(chan struct{}, 1), passes: &uploadPasses{}, secret: n.agents.secret}
 	n.network = network{enforcer: cfg.Egress, allow: cfg.Allow, tokenAPI: cfg.TokenAPI, cas: cfg.EgressCAs, agents: n.agents.Client,
 		log: cfg.Logger, shaped: n.Shaped}
 	return n, nil
