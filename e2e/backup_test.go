@@ -189,3 +189,57 @@ func TestBackupIncremental(t *testing.T) {
 		t.Errorf("x after the restore = %v, want 42", ex.Results)
 	}
 }
+
+// TestCheckRepairKeepsDurable: `lizard admin check --repair` on a server
+// whose image store holds a paused sandbox's image durably keeps that
+// sandbox, paused, when its copy on the server's disk is gone — its row
+// points at the store's copy, and it resumes from there with its variable
+// — and ends only the one whose image is nowhere. Without --image-store
+// the repair ends neither (the server ran with a store it was not asked).
+func TestCheckRepairKeepsDurable(t *testing.T) {
+	ctx := context.Background()
+	bucketDir := t.TempDir()
+	bucket := "file://" + bucketDir
+	s := startServer(t, "--image-store", bucket)
+	c := s.createProject("proj_check_durable")
+	kept, lost := newSandbox(t, c, api.CreateSandboxRequest{}), newSandbox(t, c, api.CreateSandboxRequest{})
+	t.Cleanup(func() { c.KillSandbox(context.Background(), kept.SandboxID) })
+	run(t, c, kept.SandboxID, "python", "x = 41 + 1")
+	for _, id := range []string{kept.SandboxID, lost.SandboxID} {
+		if _, err := c.PauseSandboxWith(ctx, id, api.PauseRequest{WaitDurable: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.stop()
+	// Both copies on the server's disk gone; the lost one's in the store
+	// too.
+	for _, dir := range []string{filepath.Join(s.dataDir, "images", kept.SandboxID), filepath.Join(s.dataDir, "images", lost.SandboxID), filepath.Join(bucketDir, "paused", lost.SandboxID)} {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(args ...string) (string, error) {
+		out, err := exec.Command(s.bin, append([]string{"admin", "check", "--data-dir", s.dataDir}, args...)...).CombinedOutput()
+		t.Logf("admin check %s: %v\n%s", strings.Join(args, " "), err, out)
+		return string(out), err
+	}
+	if out, err := check("--repair"); err == nil || !strings.Contains(out, "give lizard admin check the server's --image-store") {
+		t.Errorf("admin check --repair without --image-store = %v; want it to refuse ending the durable sandboxes, naming --image-store", err)
+	}
+	out, err := check("--repair", "--image-store", bucket)
+	if err != nil {
+		t.Fatalf("admin check --repair --image-store: %v", err)
+	}
+	for _, want := range []string{"image only in the image store  paused sandbox " + kept.SandboxID, "row without image              paused sandbox " + lost.SandboxID} {
+		if !strings.Contains(out, want) {
+			t.Errorf("admin check --repair --image-store listed\n%s\nwant a line %q", out, want)
+		}
+	}
+	s.start()
+	if ex := run(t, c, kept.SandboxID, "python", "x"); len(ex.Results) != 1 || ex.Results[0].Data != "42" {
+		t.Errorf("x after the repair = %v, want 42", ex.Results)
+	}
+	if got, err := c.GetSandbox(ctx, lost.SandboxID); err != nil || got.State != api.StateFailed {
+		t.Errorf("the sandbox whose image is nowhere = %+v, %v; want failed", got, err)
+	}
+}

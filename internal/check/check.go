@@ -30,7 +30,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/backup"
+	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/netns"
+	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
 	"github.com/lizard-build/lizard/internal/store"
@@ -40,6 +43,7 @@ import (
 // Kinds of findings.
 const (
 	RowWithoutImage     = "row without image"
+	ImageInStoreOnly    = "image only in the image store"
 	ImageWithoutRow     = "image without row"
 	Namespace           = "network namespace"
 	Veth                = "veth"
@@ -81,6 +85,11 @@ type Config struct {
 	// Files are the server's lizard-agent and lizard-client, whose kept
 	// copies are never listed (its next boot would copy them again).
 	Files []string
+	// Images is the server's --image-store (nil: none given). A paused
+	// sandbox or snapshot whose image is gone from this disk but durable
+	// there is not lost: its row is pointed at the store's copy, which
+	// its resume (or a create from it) fetches.
+	Images *imagestore.Store
 }
 
 // Check lists what cfg's data directory and this host hold that nothing
@@ -155,10 +164,20 @@ func (c *checker) images(ctx context.Context) error {
 		}
 		named[path] = true
 		if !exists(path) {
-			id := p.SandboxID
-			c.add(RowWithoutImage, "paused sandbox "+id, "its image "+path+" is gone: it cannot resume", func(ctx context.Context) error {
-				return st.EndSandbox(ctx, id, api.StateFailed, "its image was lost (lizard admin check --repair)", time.Now())
-			})
+			id, name := p.SandboxID, node.PausedImage(p.SandboxID)
+			held, err := c.held(ctx, p.Durable, name)
+			switch {
+			case err != nil:
+				return err
+			case held:
+				c.add(ImageInStoreOnly, "paused sandbox "+id, "its image "+path+" is gone from this disk but durable in the image store: it stays paused, its resume fetches it from there", func(ctx context.Context) error {
+					return st.SetPauseImage(ctx, id, store.ImageRef(backup.ImageStoreNode, name))
+				})
+			default:
+				c.add(RowWithoutImage, "paused sandbox "+id, "its image "+path+" is gone"+c.nowhere(p.Durable)+": it cannot resume", c.unlessStored(p.Durable, func(ctx context.Context) error {
+					return st.EndSandbox(ctx, id, api.StateFailed, "its image was lost (lizard admin check --repair)", time.Now())
+				}))
+			}
 		}
 	}
 	for _, sn := range snaps {
@@ -169,10 +188,20 @@ func (c *checker) images(ctx context.Context) error {
 		}
 		named[path] = true
 		if !exists(path) {
-			id := sn.ID
-			c.add(RowWithoutImage, "snapshot "+id, "its image "+path+" is gone: nothing can be created from it", func(ctx context.Context) error {
-				return st.DeleteSnapshot(ctx, id)
-			})
+			id, name := sn.ID, node.SnapshotImage(sn.ID)
+			held, err := c.held(ctx, sn.Durable, name)
+			switch {
+			case err != nil:
+				return err
+			case held:
+				c.add(ImageInStoreOnly, "snapshot "+id, "its image "+path+" is gone from this disk but durable in the image store: it stays, a create from it fetches it from there", func(ctx context.Context) error {
+					return st.SetSnapshotImage(ctx, id, store.ImageRef(backup.ImageStoreNode, name))
+				})
+			default:
+				c.add(RowWithoutImage, "snapshot "+id, "its image "+path+" is gone"+c.nowhere(sn.Durable)+": nothing can be created from it", c.unlessStored(sn.Durable, func(ctx context.Context) error {
+					return st.DeleteSnapshot(ctx, id)
+				}))
+			}
 		}
 	}
 	for _, dir := range []string{"images", "snapshots"} {
@@ -191,6 +220,54 @@ func (c *checker) images(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// held reports whether the image store holds image name, which its row
+// says is durable. One the store does not have, or has damaged, is lost
+// (a resume would fail on it too); a store that does not answer fails the
+// check, which ends nothing it cannot be sure of.
+func (c *checker) held(ctx context.Context, durable bool, name string) (bool, error) {
+	if c.Images == nil || !durable {
+		return false, nil
+	}
+	_, err := c.Images.Stat(ctx, name)
+	switch {
+	case err == nil:
+		return true, nil
+	case imagestore.IsLost(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("asking the image store whether it holds %s: %w (retry when it answers: nothing whose image it may hold is ended meanwhile)", name, err)
+}
+
+// storeUnasked reports whether a durable image may be in an image store
+// the check was not given: the server ran with one (DATA/image-cache is
+// its cache of it). Under `lizard serve` without one, every image is
+// durable on its disk alone.
+func (c *checker) storeUnasked(durable bool) bool {
+	return durable && c.Images == nil && exists(filepath.Join(c.DataDir, "image-cache"))
+}
+
+// nowhere says where else a lost image was looked for.
+func (c *checker) nowhere(durable bool) string {
+	switch {
+	case c.storeUnasked(durable):
+		return " from this disk (the image store was not asked: --image-store)"
+	case c.Images != nil:
+		return " and not in the image store"
+	}
+	return ""
+}
+
+// unlessStored is repair, unless the image may be in an image store the
+// check was not given: then the repair refuses, ending nothing.
+func (c *checker) unlessStored(durable bool, repair func(context.Context) error) func(context.Context) error {
+	if !c.storeUnasked(durable) {
+		return repair
+	}
+	return func(context.Context) error {
+		return errors.New("the server ran with an image store, which may hold this image: give lizard admin check the server's --image-store (and its secrets key) so that it asks")
+	}
 }
 
 // host: the network namespaces, veths, nftables tables and cgroups of

@@ -29,12 +29,15 @@ func adminUsage(w io.Writer) {
                                                                  copy a data directory while its server runs
   lizard admin restore --from DIR [--data-dir DIR] [--secrets-key-from FILE]
                                                                  a backup onto a new data directory
-  lizard admin check [--data-dir DIR] [--repair] [--json]        list what nothing accounts for (rows without
+  lizard admin check [--data-dir DIR] [--repair] [--json] [--image-store URL]
+                                                                 list what nothing accounts for (rows without
                                                                  images, images without rows, leftover network
                                                                  namespaces, veths, nftables tables, cgroups, loop
                                                                  devices, volumes, template builds, kept runsc
                                                                  builds and agent copies); --repair
-                                                                 removes them, with the server stopped
+                                                                 removes them, with the server stopped; with the
+                                                                 server's --image-store, images durable there
+                                                                 are kept
 
 In a cluster, pass --database-url (or set LIZARD_DATABASE_URL) instead of
 --data-dir.

@@ -46,29 +46,9 @@ func adminBackup(ctx context.Context, e cli.Env, args []string) error {
 	}
 	defer st.Close()
 	opt := backup.Options{DataDir: *dataDir, To: *to, SecretsKeyTo: *keyTo}
-	serverKey := func(what string) (*secrets.Key, error) {
-		sf := secretsFlags{KeyFile: *keyFile}
-		key, err := sf.key(*dataDir, false)
-		if err == nil && key == nil {
-			key, err = secrets.LoadKey(filepath.Join(*dataDir, secrets.KeyFile))
-		}
-		if err != nil {
-			return nil, fmt.Errorf("loading the secrets key for %s: %w", what, err)
-		}
-		return key, nil
-	}
-	if *imageStore != "" {
-		f := imageStoreFlags{URL: *imageStore, CacheMb: 1}
-		if err := f.validate(); err != nil {
-			return err
-		}
-		key, err := serverKey("--image-store")
-		if err != nil {
-			return err
-		}
-		if opt.Images, err = f.store(ctx, os.Getenv, key); err != nil {
-			return err
-		}
+	serverKey := func(what string) (*secrets.Key, error) { return serverSecretsKey(*dataDir, *keyFile, what) }
+	if opt.Images, err = serverImageStore(ctx, *imageStore, *dataDir, *keyFile); err != nil {
+		return err
 	}
 	var remote *imagestore.Store
 	if strings.HasPrefix(*to, "s3://") {
@@ -196,6 +176,39 @@ func adminRestore(ctx context.Context, e cli.Env, args []string) error {
 	}
 	fmt.Fprintf(e.Stdout, "Start it with: lizard serve --data-dir %s\n", *dataDir)
 	return nil
+}
+
+// serverSecretsKey loads the secrets key of the server of dataDir, for
+// what: keyFile (its --secrets-key-file), else the environment's, else
+// DATA/secrets.key.
+func serverSecretsKey(dataDir, keyFile, what string) (*secrets.Key, error) {
+	sf := secretsFlags{KeyFile: keyFile}
+	key, err := sf.key(dataDir, false)
+	if err == nil && key == nil {
+		key, err = secrets.LoadKey(filepath.Join(dataDir, secrets.KeyFile))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading the secrets key for %s: %w", what, err)
+	}
+	return key, nil
+}
+
+// serverImageStore opens u, the --image-store of the server of dataDir
+// (nil when u is ""), with its secrets key: what `lizard admin backup` and
+// `lizard admin check` ask which images it holds.
+func serverImageStore(ctx context.Context, u, dataDir, keyFile string) (*imagestore.Store, error) {
+	if u == "" {
+		return nil, nil
+	}
+	f := imageStoreFlags{URL: u, CacheMb: 1}
+	if err := f.validate(); err != nil {
+		return nil, err
+	}
+	key, err := serverSecretsKey(dataDir, keyFile, "--image-store")
+	if err != nil {
+		return nil, err
+	}
+	return f.store(ctx, os.Getenv, key)
 }
 
 // backupImage is the name of a backup in an S3 prefix: one image of the

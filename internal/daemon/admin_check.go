@@ -10,6 +10,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/check"
 	"github.com/lizard-build/lizard/internal/cli"
+	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 )
@@ -26,6 +27,8 @@ func adminCheck(ctx context.Context, e cli.Env, args []string) error {
 	cacheDir := fs.String("cache-dir", cacheDefault, "the template cache the server uses (env LIZARD_CACHE_DIR)")
 	repair := fs.Bool("repair", false, "remove what it lists; refused while lizard serve runs on the data directory")
 	asJSON := fs.Bool("json", false, "print the findings as JSON")
+	imageStore := fs.String("image-store", "", "the server's --image-store: a paused sandbox or snapshot whose image is gone from this disk but durable there is kept (its row pointed at the store's copy), not ended; it opens images with the secrets key")
+	keyFile := fs.String("secrets-key-file", "", "the server's --secrets-key-file, for --image-store (default: env "+secrets.KeyEnv+", else DATA/"+secrets.KeyFile+")")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -53,6 +56,10 @@ func adminCheck(ctx context.Context, e cli.Env, args []string) error {
 		}
 		defer release()
 	}
+	images, err := serverImageStore(ctx, *imageStore, dir, *keyFile)
+	if err != nil {
+		return err
+	}
 	st, err := store.Open(ctx, dir)
 	if err != nil {
 		return fmt.Errorf("opening the store in %s: %w", dir, err)
@@ -64,7 +71,7 @@ func adminCheck(ctx context.Context, e cli.Env, args []string) error {
 	if self, err := os.Executable(); err == nil {
 		files = []string{filepath.Join(filepath.Dir(self), "lizard-agent"), filepath.Join(filepath.Dir(self), "lizard-client")}
 	}
-	found, err := check.Check(ctx, check.Config{DataDir: dir, CacheDir: cache, Store: st, Files: files})
+	found, err := check.Check(ctx, check.Config{DataDir: dir, CacheDir: cache, Store: st, Files: files, Images: images})
 	if err != nil {
 		return fmt.Errorf("checking %s: %w", dir, err)
 	}
@@ -101,7 +108,7 @@ func adminCheck(ctx context.Context, e cli.Env, args []string) error {
 		return fmt.Errorf("repaired %d of %d; see above", len(found)-failed, len(found))
 	}
 	if !*asJSON {
-		fmt.Fprintf(e.Stdout, "Repaired: removed the %d above.\n", len(found))
+		fmt.Fprintf(e.Stdout, "Repaired the %d above.\n", len(found))
 	}
 	return nil
 }
