@@ -1,10 +1,11 @@
-"""Generate the sync client, src/lizard/_sync.py, from the async one, src/lizard/_async.py.
+"""Generate the sync client from the async one: src/lizard/_sync.py from _async.py, _commands.py from
+_async_commands.py (MODULES).
 
-    python sdk/python/scripts/gen_sync.py           # rewrite _sync.py
-    python sdk/python/scripts/gen_sync.py --check   # exit 1 if _sync.py is not what _async.py generates
+    python sdk/python/scripts/gen_sync.py           # rewrite _sync.py and _commands.py
+    python sdk/python/scripts/gen_sync.py --check   # exit 1 if they are not what their sources generate
 
-A feature of the client is written once, in _async.py; tests/test_unit.py fails when _sync.py was not
-regenerated. The rewrite works on Python's tokens, not on text, in two passes:
+A feature of the client is written once, in the async module; tests/test_generated.py fails when the sync
+one was not regenerated. The rewrite works on Python's tokens, not on text, in two passes:
 
 1. Seams. Where the clients differ in more than ``await`` (a thread or a task, a property that may fetch),
    _async.py says both, in blocks that are plain Python for the async module:
@@ -32,8 +33,11 @@ from typing import List
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "lizard"
 
+# Each async module (the source) and the sync module generated from it.
+MODULES = {"_async.py": "_sync.py", "_async_commands.py": "_commands.py"}
+
 HEADER = (
-    "# Generated from _async.py by scripts/gen_sync.py: do not edit; edit _async.py and run\n"
+    "# Generated from {source} by scripts/gen_sync.py: do not edit; edit {source} and run\n"
     "#     python sdk/python/scripts/gen_sync.py\n"
 )
 
@@ -46,8 +50,9 @@ RENAMES = {
     "AsyncDesktop": "Desktop", "AsyncDesktopStream": "DesktopStream", "AsyncFileData": "FileData",
     "_AsyncHttp": "_Http", "_PendingSandbox": "CodeSandbox",
     "_async_commands": "_commands", "AsyncCommands": "Commands", "AsyncPty": "Pty",
+    "AsyncCommandHandle": "CommandHandle", "AsyncPtyHandle": "PtyHandle",
     # The helpers of _core.py that have an async twin.
-    "ainject_trace": "inject_trace", "aupload_body": "upload_body",
+    "ainject_trace": "inject_trace", "aupload_body": "upload_body", "acallback": "callback",
     # httpx, typing and the protocols of iteration and context managers.
     "AsyncClient": "Client", "AsyncBaseTransport": "BaseTransport",
     "aiter_bytes": "iter_bytes", "aread": "read", "aclose": "close", "AsyncIterator": "Iterator",
@@ -155,22 +160,25 @@ def unasync_tokens(text: str) -> str:
     return "".join(out)
 
 
-def generate(async_source: str) -> str:
-    """The text of _sync.py for the text of _async.py."""
-    return HEADER + unasync_tokens("".join(pick_sync(async_source.splitlines(keepends=True))))
+def generate(async_source: str, name: str = "_async.py") -> str:
+    """The text of the sync module for the text of async module name."""
+    return HEADER.format(source=name) + unasync_tokens("".join(pick_sync(async_source.splitlines(keepends=True))))
 
 
 def main(argv: List[str]) -> int:
-    want = generate((SRC / "_async.py").read_text())
-    target = SRC / "_sync.py"
-    if "--check" in argv:
-        if target.read_text() != want:
-            print(f"{target} is not what _async.py generates; run: python sdk/python/scripts/gen_sync.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    target.write_text(want)
-    return 0
+    stale = []
+    for source, target in MODULES.items():
+        want = generate((SRC / source).read_text(), source)
+        if (SRC / target).read_text() == want:
+            continue
+        if "--check" in argv:
+            stale.append(target)
+        else:
+            (SRC / target).write_text(want)
+    for target in stale:
+        print(f"src/lizard/{target} is not what its async source generates; run: python sdk/python/scripts/gen_sync.py",
+              file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

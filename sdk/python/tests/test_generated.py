@@ -18,13 +18,17 @@ def gen_sync() -> ModuleType:
 
 
 def test_sync_client_is_generated_from_the_async_one() -> None:
-    """_sync.py is exactly what scripts/gen_sync.py makes of _async.py: an edit to either alone fails here."""
+    """_sync.py and _commands.py are exactly what scripts/gen_sync.py makes of _async.py and
+    _async_commands.py: an edit to a generated module alone, or a source not regenerated, fails here."""
     src = ROOT / "src" / "lizard"
-    want = gen_sync().generate((src / "_async.py").read_text())
-    assert (src / "_sync.py").read_text() == want, (
-        "src/lizard/_sync.py is generated from _async.py and differs from it: edit _async.py, then run "
-        "python sdk/python/scripts/gen_sync.py"
-    )
+    gen = gen_sync()
+    assert gen.MODULES == {"_async.py": "_sync.py", "_async_commands.py": "_commands.py"}
+    for source, target in gen.MODULES.items():
+        want = gen.generate((src / source).read_text(), source)
+        assert (src / target).read_text() == want, (
+            f"src/lizard/{target} is generated from {source} and differs from it: edit {source}, then run "
+            "python sdk/python/scripts/gen_sync.py"
+        )
 
 
 def test_generator_rules() -> None:
@@ -53,7 +57,7 @@ def test_generator_rules() -> None:
                                3)
 '''
     got = gen_sync().generate(source)
-    assert got == gen_sync().HEADER + '''class Files:
+    assert got == gen_sync().HEADER.format(source="_async.py") + '''class Files:
     """A thing."""
 
     def read(self) -> "Files":

@@ -61,7 +61,6 @@ from .models import (
 
 if True:  # ASYNC
     import asyncio
-    import inspect
     from typing import Awaitable, Coroutine, Generator
 else:  # SYNC
     import socket
@@ -77,17 +76,6 @@ T = TypeVar("T")
 if True:  # ASYNC
     # A callback of the async client may be a plain function or a coroutine function.
     AsyncCallback = Callable[[Any], Union[Any, Awaitable[Any]]]
-
-    async def _call(cb: Optional[Callable[[Any], Any]], arg: Any) -> None:
-        if cb is None:
-            return
-        res = cb(arg)
-        if inspect.isawaitable(res):
-            await res
-else:  # SYNC
-    def _call(cb: Optional[Callable[[Any], Any]], arg: Any) -> None:
-        if cb is not None:
-            cb(arg)
 
 
 class _AsyncHttp:
@@ -153,7 +141,7 @@ class _AsyncHttp:
         async def on_event(event: Dict[str, Any]) -> None:
             call = stream.feed(event)
             if call is not None:
-                await _call(stream.callbacks.get(call[0]), call[1])
+                await _core.acallback(stream.callbacks.get(call[0]), call[1])
 
         try:
             async with self.client.stream("POST", stream.path, json=stream.json, timeout=timeout) as resp:
@@ -1033,7 +1021,7 @@ if True:  # ASYNC
                         for line in splitter.feed(chunk):
                             ev = _core.watch_event(line)
                             if ev is not None:
-                                await _call(on_event, ev)
+                                await _core.acallback(on_event, ev)
                 except asyncio.CancelledError:
                     pass
                 except Exception as exc:  # the connection's failure, the sandbox's end, or on_event's own error
@@ -1042,7 +1030,7 @@ if True:  # ASYNC
                 finally:
                     await resp.aclose()
                 self.error = err
-                await _call(on_exit, err)
+                await _core.acallback(on_exit, err)
 
             self._task = asyncio.get_running_loop().create_task(run())
 

@@ -1,39 +1,45 @@
-"""Background processes and terminals of the asyncio client: ``sandbox.commands`` and ``sandbox.pty``
-(docs/processes.md), the same calls as the synchronous ones; each attached handle follows its output in a
-task of its own, and callbacks may be coroutine functions."""
+"""Background processes and terminals: ``sandbox.commands`` and ``sandbox.pty`` (docs/processes.md). Each
+attached handle follows its output in a task (asyncio client) or a thread (synchronous client) of its own;
+the async client's callbacks may be coroutine functions.
+
+The synchronous client's module is generated from the asyncio client's by scripts/gen_sync.py, with the
+seams that _async.py's docstring describes."""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Union
 
 import httpx
-from websockets.asyncio.client import ClientConnection, connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from . import _calls, _core
-from ._commands import Data
+from ._core import Data
 from .errors import LizardError
 from .models import ProcessInfo, ProcessResult
 
+if True:  # ASYNC
+    import asyncio
+
+    from websockets.asyncio.client import ClientConnection, connect as ws_connect
+else:  # SYNC
+    import socket
+    import threading
+
+    from websockets.sync.client import ClientConnection, connect as ws_connect
+
 if TYPE_CHECKING:
-    from ._async import AsyncCodeSandbox
+    if True:  # ASYNC
+        from ._async import AsyncCodeSandbox
+    else:  # SYNC
+        from ._sync import CodeSandbox
 
 __all__ = ["AsyncCommands", "AsyncCommandHandle", "AsyncPty", "AsyncPtyHandle"]
 
 
-async def _call(cb: Optional[Callable[[Any], Any]], arg: Any) -> None:
-    if cb is None:
-        return
-    res = cb(arg)
-    if inspect.isawaitable(res):
-        await res
-
-
 class AsyncCommands:
-    """Background processes of a sandbox (``sandbox.commands``); see :class:`lizard.Commands`."""
+    """Background processes of a sandbox (``sandbox.commands``): started, they run on when the client
+    disconnects, and any client can list them, reattach to their output, feed their stdin and signal them."""
 
     def __init__(self, sandbox: "AsyncCodeSandbox") -> None:
         """Bind to a sandbox; reach it as ``sandbox.commands``."""
@@ -53,7 +59,14 @@ class AsyncCommands:
         on_stderr: Optional[Callable[[str], Any]] = None,
     ) -> "AsyncCommandHandle":
         """Start a command in the background and return at once with its handle, which follows its output
-        (``on_stdout``/``on_stderr`` get it in a task)."""
+        (``on_stdout``/``on_stderr`` get it in a task). A string runs with ``bash -c``; a list runs as is.
+        ``stdin=True`` keeps its stdin open for :meth:`AsyncCommandHandle.send_stdin`; ``timeout_ms`` kills it
+        after that long (exit code 124); ``user="root"`` runs it as root."""
+        # SYNC docstring:
+        """Start a command in the background and return at once with its handle, which follows its output
+        (``on_stdout``/``on_stderr`` get it in a thread). A string runs with ``bash -c``; a list runs as is.
+        ``stdin=True`` keeps its stdin open for :meth:`CommandHandle.send_stdin`; ``timeout_ms`` kills it
+        after that long (exit code 124); ``user="root"`` runs it as root."""
         s = self._sandbox
         info = await s._http.call(_calls.start_process(s.sandbox_id, cmd, cwd, envs, stdin, timeout_ms, tag, user))
         return await self._attach(info, on_stdout, on_stderr)
@@ -73,7 +86,8 @@ class AsyncCommands:
         on_stdout: Optional[Callable[[str], Any]] = None,
         on_stderr: Optional[Callable[[str], Any]] = None,
     ) -> "AsyncCommandHandle":
-        """Reattach to a background process: the callbacks get the output it kept, then what comes."""
+        """Reattach to a background process: the callbacks get the output it kept (its last 1 MiB), then
+        what comes. Raises NotFoundError for an unknown pid."""
         return await self._attach(await self.get(pid), on_stdout, on_stderr)
 
     async def _attach(
@@ -86,7 +100,8 @@ class AsyncCommands:
         return AsyncCommandHandle(self, info, resp, on_stdout, on_stderr)
 
     async def send_stdin(self, pid: int, data: Data) -> None:
-        """Write to a process's stdin (started with ``stdin=True``); returns once it took the bytes."""
+        """Write to a process's stdin (started with ``stdin=True``); returns once it took the bytes. Raises
+        ConflictError when its stdin is closed, NotFoundError when it ended."""
         await self._sandbox._http.call(_calls.send_stdin(self._sandbox.sandbox_id, pid, data))
 
     async def close_stdin(self, pid: int) -> None:
@@ -94,7 +109,8 @@ class AsyncCommands:
         await self._sandbox._http.call(_calls.close_stdin(self._sandbox.sandbox_id, pid))
 
     async def kill(self, pid: int, signal: Union[str, int] = _core.DEFAULT_SIGNAL) -> None:
-        """Send a signal (a name such as ``"TERM"`` or a number) to a process's group."""
+        """Send a signal (``"TERM"``, ``"INT"``, ``"KILL"``, ``"HUP"``, ``"USR1"``... or a number) to a
+        process's group. Raises NotFoundError when it ended."""
         await self._sandbox._http.call(_calls.signal_process(self._sandbox.sandbox_id, pid, signal))
 
     async def wait_exit(self, pid: int) -> ProcessInfo:
@@ -102,8 +118,21 @@ class AsyncCommands:
         return await self._sandbox._http.call(_calls.wait_exit(self._sandbox.sandbox_id, pid))
 
 
+if False:  # SYNC
+    def _shutdown(resp: httpx.Response) -> None:
+        # Closing a response does not wake a read blocked in another thread; shutting its socket down does.
+        stream = resp.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        resp.close()
+
+
 class AsyncCommandHandle:
-    """A background process this client follows; see :class:`lizard.CommandHandle`."""
+    """A background process this client follows (``commands.start``, ``commands.connect``)."""
 
     def __init__(
         self,
@@ -115,31 +144,55 @@ class AsyncCommandHandle:
     ) -> None:
         self._commands = commands
         self.info = info
+        """The process as it was when this handle was made."""
         self.pid = info.pid
         self.tag = info.tag
-        self._disconnected = False
+        if True:  # ASYNC
+            self._disconnected = False
+        else:  # SYNC
+            self._resp = resp
+            self._disconnected = threading.Event()
         self._asm = _core.OutputAssembler()
         self.error: Optional[Exception] = None
+        """Why following the output failed, if it did (SandboxGoneError when the sandbox ended)."""
         callbacks = {"stdout": on_stdout, "stderr": on_stderr}
         api_url = commands._sandbox._http.api_url
 
-        async def run() -> None:
-            splitter = _core.LineSplitter()
-            try:
-                async for chunk in resp.aiter_bytes():
-                    for event in splitter.feed(chunk):
-                        call = self._asm.feed(event)
-                        if call is not None:
-                            await _call(callbacks.get(call[0]), call[1])
-            except asyncio.CancelledError:
-                pass
-            except Exception as exc:  # the connection's failure, the sandbox's end, or a callback's own error
-                if not self._disconnected:
-                    self.error = _core.follow_error(exc, api_url)
-            finally:
-                await resp.aclose()
+        if True:  # ASYNC
+            async def run() -> None:
+                splitter = _core.LineSplitter()
+                try:
+                    async for chunk in resp.aiter_bytes():
+                        for event in splitter.feed(chunk):
+                            call = self._asm.feed(event)
+                            if call is not None:
+                                await _core.acallback(callbacks.get(call[0]), call[1])
+                except asyncio.CancelledError:
+                    pass
+                except Exception as exc:  # the connection's failure, the sandbox's end, or a callback's own error
+                    if not self._disconnected:
+                        self.error = _core.follow_error(exc, api_url)
+                finally:
+                    await resp.aclose()
 
-        self._task = asyncio.get_running_loop().create_task(run())
+            self._task = asyncio.get_running_loop().create_task(run())
+        else:  # SYNC
+            def run() -> None:
+                splitter = _core.LineSplitter()
+                try:
+                    for chunk in resp.iter_bytes():
+                        for event in splitter.feed(chunk):
+                            call = self._asm.feed(event)
+                            if call is not None:
+                                _core.callback(callbacks.get(call[0]), call[1])
+                except Exception as exc:  # the connection's failure, the sandbox's end, or a callback's own error
+                    if not self._disconnected.is_set():
+                        self.error = _core.follow_error(exc, api_url)
+                finally:
+                    resp.close()
+
+            self._thread = threading.Thread(target=run, name=f"lizard-process-{self.pid}", daemon=True)
+            self._thread.start()
 
     @property
     def stdout(self) -> str:
@@ -152,8 +205,13 @@ class AsyncCommandHandle:
         return self._asm.result().stderr
 
     async def wait(self) -> ProcessResult:
-        """Wait for the process to end; return its exit code and the output this handle received."""
-        await asyncio.wait([self._task])
+        """Wait for the process to end; return its exit code and the output this handle received. A
+        non-zero exit is not an exception. Raises SandboxGoneError when the sandbox ended first; after
+        :meth:`disconnect` it waits for the exit code alone."""
+        if True:  # ASYNC
+            await asyncio.wait([self._task])
+        else:  # SYNC
+            self._thread.join()
         if self.error is not None:
             raise self.error
         if not self._asm.ended:
@@ -173,18 +231,25 @@ class AsyncCommandHandle:
         await self._commands.kill(self.pid, signal)
 
     async def disconnect(self) -> None:
-        """Stop following its output; the process runs on."""
-        self._disconnected = True
-        if self._task is not asyncio.current_task():
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        """Stop following its output; the process runs on (``commands.connect`` finds it again)."""
+        if True:  # ASYNC
+            self._disconnected = True
+            if self._task is not asyncio.current_task():
+                self._task.cancel()
+                try:
+                    await self._task
+                except asyncio.CancelledError:
+                    pass
+        else:  # SYNC
+            self._disconnected.set()
+            _shutdown(self._resp)
+            if threading.current_thread() is not self._thread:
+                self._thread.join()
 
 
 class AsyncPty:
-    """Terminals of a sandbox (``sandbox.pty``); see :class:`lizard.Pty`."""
+    """Terminals of a sandbox (``sandbox.pty``): background processes with a pseudo-terminal, followed over
+    a WebSocket as raw bytes."""
 
     def __init__(self, sandbox: "AsyncCodeSandbox") -> None:
         """Bind to a sandbox; reach it as ``sandbox.pty``."""
@@ -204,8 +269,11 @@ class AsyncPty:
         tag: Optional[str] = None,
         user: Optional[str] = None,
     ) -> "AsyncPtyHandle":
-        """Start a terminal of cols x rows running ``cmd`` (default: the user's login shell) and attach to
-        it: ``on_data`` gets its output as raw bytes."""
+        """Start a terminal of cols x rows running ``cmd`` (default: the user's login shell, with
+        TERM=xterm-256color) and attach to it: ``on_data`` gets its output as raw bytes in a task."""
+        # SYNC docstring:
+        """Start a terminal of cols x rows running ``cmd`` (default: the user's login shell, with
+        TERM=xterm-256color) and attach to it: ``on_data`` gets its output as raw bytes in a thread."""
         s = self._sandbox
         info = await s._http.call(_calls.start_process(s.sandbox_id, cmd, cwd, envs, False, timeout_ms, tag, user,
                                                        (cols, rows)))
@@ -222,7 +290,12 @@ class AsyncPty:
             ws = await ws_connect(url, **_core.ws_options(http.api_key, http.request_timeout))
         except _core.WS_CONNECT_ERRORS as exc:
             raise _core.ws_connect_error(exc, http.api_url) from exc
-        return AsyncPtyHandle(self._commands, info, ws, on_data)
+        if True:  # ASYNC
+            return AsyncPtyHandle(self._commands, info, ws, on_data)
+        else:  # SYNC
+            # The handle owns the connection as a `with` would (websockets 17 warns about a connection used
+            # without one) and closes it when its thread ends or on disconnect.
+            return AsyncPtyHandle(self._commands, info, ws.__enter__(), on_data)
 
     async def send_input(self, pid: int, data: Data) -> None:
         """Type into a terminal without attaching to it."""
@@ -238,66 +311,99 @@ class AsyncPty:
 
 
 class AsyncPtyHandle:
-    """A terminal this client is attached to; see :class:`lizard.PtyHandle`."""
+    """A terminal this client is attached to (``pty.create``, ``pty.connect``)."""
 
     def __init__(
         self, commands: AsyncCommands, info: ProcessInfo, ws: ClientConnection, on_data: Callable[[bytes], Any]
     ) -> None:
         self._commands = commands
         self.info = info
+        """The terminal's process as it was when this handle was made."""
         self.pid = info.pid
         self.tag = info.tag
         self._ws = ws
-        self._disconnected = False
+        if True:  # ASYNC
+            self._disconnected = False
+        else:  # SYNC
+            self._disconnected = threading.Event()
         self.exit_code: Optional[int] = None
+        """Its exit code once it ended."""
         self.error: Optional[Exception] = None
+        """Why the connection ended, if not with the terminal's end (SandboxGoneError when the sandbox
+        ended, ConflictError when it was paused)."""
 
-        async def run() -> None:
-            try:
-                while True:
-                    msg = await ws.recv()
-                    if isinstance(msg, bytes):
-                        await _call(on_data, msg)
-                        continue
-                    code = _core.ws_exit_code(msg)
-                    if code is not None:
-                        self.exit_code = code
-            except ConnectionClosed as exc:
-                if not self._disconnected and self.exit_code is None:
-                    rcvd = exc.rcvd
-                    self.error = _core.ws_closed_early(rcvd.code if rcvd else 1006, rcvd.reason if rcvd else "")
-            except asyncio.CancelledError:
-                pass
-            except Exception as exc:  # on_data's own error
-                if not self._disconnected:
-                    self.error = exc
-            finally:
-                await ws.close()
+        if True:  # ASYNC
+            async def run() -> None:
+                try:
+                    while True:
+                        msg = await ws.recv()
+                        if isinstance(msg, bytes):
+                            await _core.acallback(on_data, msg)
+                            continue
+                        code = _core.ws_exit_code(msg)
+                        if code is not None:
+                            self.exit_code = code
+                except ConnectionClosed as exc:
+                    if not self._disconnected and self.exit_code is None:
+                        rcvd = exc.rcvd
+                        self.error = _core.ws_closed_early(rcvd.code if rcvd else 1006, rcvd.reason if rcvd else "")
+                except asyncio.CancelledError:
+                    pass
+                except Exception as exc:  # on_data's own error
+                    if not self._disconnected:
+                        self.error = exc
+                finally:
+                    await ws.close()
 
-        self._task = asyncio.get_running_loop().create_task(run())
+            self._task = asyncio.get_running_loop().create_task(run())
+        else:  # SYNC
+            def run() -> None:
+                try:
+                    while True:
+                        msg = ws.recv()
+                        if isinstance(msg, bytes):
+                            on_data(msg)
+                            continue
+                        code = _core.ws_exit_code(msg)
+                        if code is not None:
+                            self.exit_code = code
+                except ConnectionClosed as exc:
+                    if not self._disconnected.is_set() and self.exit_code is None:
+                        rcvd = exc.rcvd
+                        self.error = _core.ws_closed_early(rcvd.code if rcvd else 1006, rcvd.reason if rcvd else "")
+                except Exception as exc:  # on_data's own error
+                    if not self._disconnected.is_set():
+                        self.error = exc
+                finally:
+                    ws.close()
+
+            self._thread = threading.Thread(target=run, name=f"lizard-pty-{self.pid}", daemon=True)
+            self._thread.start()
 
     async def send_input(self, data: Data) -> None:
-        """Type into the terminal."""
+        """Type into the terminal (keystrokes, pasted text, ``b"\\x03"`` for Ctrl-C)."""
         await self._send(_core.stdin_bytes(data))
 
     async def resize(self, cols: int, rows: int) -> None:
-        """Give the terminal a new size."""
+        """Give the terminal a new size (its program gets SIGWINCH)."""
         await self._send(json.dumps({"type": "resize", **_core.size_body(cols, rows)}))
 
     async def _send(self, message: Union[str, bytes]) -> None:
         try:
             await self._ws.send(message)
         except ConnectionClosed as exc:
-            await self._task
+            await self._join()
             raise self.error or LizardError("the terminal's connection is closed") from exc
 
     async def kill(self) -> None:
-        """Kill the terminal's process group (SIGKILL)."""
+        """Kill the terminal's process group (SIGKILL); :meth:`wait` then returns 137."""
         await self._commands.kill(self.pid, "KILL")
 
     async def wait(self) -> int:
-        """Wait for the terminal's program to end and return its exit code."""
-        await self._task
+        """Wait for the terminal's program to end and return its exit code. Raises SandboxGoneError when
+        the sandbox ended first, ConflictError when it was paused; after :meth:`disconnect` it waits for
+        the exit code alone."""
+        await self._join()
         if self.error is not None:
             raise self.error
         if self.exit_code is None:
@@ -306,7 +412,19 @@ class AsyncPtyHandle:
         return self.exit_code
 
     async def disconnect(self) -> None:
-        """Close this connection; the terminal runs on."""
-        self._disconnected = True
-        await self._ws.close()
-        await self._task
+        """Close this connection; the terminal runs on (``pty.connect`` finds it again)."""
+        if True:  # ASYNC
+            self._disconnected = True
+            await self._ws.close()
+            await self._task
+        else:  # SYNC
+            self._disconnected.set()
+            self._ws.close()
+            if threading.current_thread() is not self._thread:
+                self._thread.join()
+
+    async def _join(self) -> None:
+        if True:  # ASYNC
+            await self._task
+        else:  # SYNC
+            self._thread.join()

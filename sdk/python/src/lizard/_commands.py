@@ -1,27 +1,34 @@
-"""Background processes and terminals of the synchronous client: ``sandbox.commands`` and ``sandbox.pty``
-(docs/processes.md). Each attached handle follows its output in a thread of its own."""
+# Generated from _async_commands.py by scripts/gen_sync.py: do not edit; edit _async_commands.py and run
+#     python sdk/python/scripts/gen_sync.py
+"""Background processes and terminals: ``sandbox.commands`` and ``sandbox.pty`` (docs/processes.md). Each
+attached handle follows its output in a task (asyncio client) or a thread (synchronous client) of its own;
+the async client's callbacks may be coroutine functions.
+
+The synchronous client's module is generated from the asyncio client's by scripts/gen_sync.py, with the
+seams that _async.py's docstring describes."""
 
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Union
 
 import httpx
 from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import ClientConnection, connect as ws_connect
 
 from . import _calls, _core
+from ._core import Data
 from .errors import LizardError
 from .models import ProcessInfo, ProcessResult
+
+import socket
+import threading
+
+from websockets.sync.client import ClientConnection, connect as ws_connect
 
 if TYPE_CHECKING:
     from ._sync import CodeSandbox
 
 __all__ = ["Commands", "CommandHandle", "Pty", "PtyHandle"]
-
-Data = Union[str, bytes, bytearray, memoryview]
 
 
 class Commands:
@@ -31,7 +38,6 @@ class Commands:
     def __init__(self, sandbox: "CodeSandbox") -> None:
         """Bind to a sandbox; reach it as ``sandbox.commands``."""
         self._sandbox = sandbox
-
 
     def start(
         self,
@@ -143,9 +149,8 @@ class CommandHandle:
                 for chunk in resp.iter_bytes():
                     for event in splitter.feed(chunk):
                         call = self._asm.feed(event)
-                        cb = callbacks.get(call[0]) if call is not None else None
-                        if cb is not None and call is not None:
-                            cb(call[1])
+                        if call is not None:
+                            _core.callback(callbacks.get(call[0]), call[1])
             except Exception as exc:  # the connection's failure, the sandbox's end, or a callback's own error
                 if not self._disconnected.is_set():
                     self.error = _core.follow_error(exc, api_url)
@@ -221,7 +226,8 @@ class Pty:
         """Start a terminal of cols x rows running ``cmd`` (default: the user's login shell, with
         TERM=xterm-256color) and attach to it: ``on_data`` gets its output as raw bytes in a thread."""
         s = self._sandbox
-        info = s._http.call(_calls.start_process(s.sandbox_id, cmd, cwd, envs, False, timeout_ms, tag, user, (cols, rows)))
+        info = s._http.call(_calls.start_process(s.sandbox_id, cmd, cwd, envs, False, timeout_ms, tag, user,
+                                                 (cols, rows)))
         return self._attach(info, on_data)
 
     def connect(self, pid: int, on_data: Callable[[bytes], Any]) -> "PtyHandle":
@@ -246,7 +252,6 @@ class Pty:
     def resize(self, pid: int, cols: int, rows: int) -> None:
         """Give a terminal a new size without attaching to it."""
         self._sandbox._http.call(_calls.resize(self._sandbox.sandbox_id, pid, cols, rows))
-
 
     def kill(self, pid: int) -> None:
         """Kill a terminal's process group (SIGKILL)."""
@@ -307,7 +312,7 @@ class PtyHandle:
         try:
             self._ws.send(message)
         except ConnectionClosed as exc:
-            self._thread.join()
+            self._join()
             raise self.error or LizardError("the terminal's connection is closed") from exc
 
     def kill(self) -> None:
@@ -318,11 +323,11 @@ class PtyHandle:
         """Wait for the terminal's program to end and return its exit code. Raises SandboxGoneError when
         the sandbox ended first, ConflictError when it was paused; after :meth:`disconnect` it waits for
         the exit code alone."""
-        self._thread.join()
+        self._join()
         if self.error is not None:
             raise self.error
         if self.exit_code is None:
-            code = self._commands.wait_exit(self.pid).exit_code
+            code = (self._commands.wait_exit(self.pid)).exit_code
             return -1 if code is None else code
         return self.exit_code
 
@@ -332,3 +337,6 @@ class PtyHandle:
         self._ws.close()
         if threading.current_thread() is not self._thread:
             self._thread.join()
+
+    def _join(self) -> None:
+        self._thread.join()

@@ -48,6 +48,8 @@ ContextLike = Union[Context, str]
 # What files.write takes; the async client takes async file objects and iterables too.
 FileData = Union[str, bytes, bytearray, memoryview, IO[bytes], IO[str], Iterable[bytes]]
 AsyncFileData = Union[FileData, IO[Any], AsyncIterator[bytes]]
+# What a process's stdin and a terminal take.
+Data = Union[str, bytes, bytearray, memoryview]
 # The size of the chunks a file is uploaded and read in.
 UPLOAD_CHUNK = 64 * 1024
 
@@ -98,6 +100,21 @@ def inject_trace(request: httpx.Request) -> None:
 async def ainject_trace(request: httpx.Request) -> None:
     """inject_trace for the async client."""
     inject_trace(request)
+
+
+def callback(cb: Optional[Callable[[Any], Any]], arg: Any) -> None:
+    """Call a user's callback, if given, with arg."""
+    if cb is not None:
+        cb(arg)
+
+
+async def acallback(cb: Optional[Callable[[Any], Any]], arg: Any) -> None:
+    """callback for the async client, whose callbacks may be coroutine functions: their result is awaited."""
+    if cb is None:
+        return
+    res = cb(arg)
+    if inspect.isawaitable(res):
+        await res
 
 
 def upload_body(data: FileData) -> Union[bytes, Iterator[bytes]]:

@@ -71,9 +71,6 @@ _CHUNK = 64 * 1024
 T = TypeVar("T")
 
 
-def _call(cb: Optional[Callable[[Any], Any]], arg: Any) -> None:
-    if cb is not None:
-        cb(arg)
 
 
 class _Http:
@@ -139,7 +136,7 @@ class _Http:
         def on_event(event: Dict[str, Any]) -> None:
             call = stream.feed(event)
             if call is not None:
-                _call(stream.callbacks.get(call[0]), call[1])
+                _core.callback(stream.callbacks.get(call[0]), call[1])
 
         try:
             with self.client.stream("POST", stream.path, json=stream.json, timeout=timeout) as resp:
