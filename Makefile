@@ -152,7 +152,7 @@ soak: deps build template ## The soak suite at full length: 1,000 create → run
 bench: deps build template testvenv qemu ## Benchmarks in one run: Lizard on gVisor beside raw runsc and direct Jupyter, and on QEMU (BENCH_FLAGS="--scale 5 --sustain 5s" for a quick one)
 	LIZARD_CACHE_DIR=$(CACHE_DIR) $(TESTVENV)/bin/python bench/bench.py --cache-dir $(CACHE_DIR) --qemu $(BENCH_FLAGS)
 
-bench-cluster: deps build template versitygw ## Many machines on one: api→node vs serve (runCode, create), creates/s with 1-3 nodes, pause → durable and resume on another node (image store), a drain of 10 idle sandboxes, time to node lost
+bench-cluster: deps build template versitygw ## Many machines on one: api→node vs serve (runCode, create), creates/s with 1-3 nodes, pause → durable and resume on another node (image store), a drain of 10 idle sandboxes, time to node lost (BENCH_CLUSTER_FLAGS="--real-drain 30": only a drain of 30 sandboxes with pandas and a variable between two real nodes, calls meanwhile)
 	LIZARD_CACHE_DIR=$(CACHE_DIR) go run ./bench/cluster --cache-dir $(CACHE_DIR) $(BENCH_CLUSTER_FLAGS)
 
 bench-fleet: deps build ## The control plane at fleet scale: 3 lizard api on PostgreSQL, 100 simulated nodes (BENCH_FLEET_FLAGS="--nodes 500"), creates/s and create/runCode latency with 0, 10k, 100k sandbox rows, statements per create, lease renewals (--count-creates: the api processes' statements, rows and blocks and every table's rows scanned per create; --week-events: a week of events; --lose-nodes 50: nodes lost at once; --drain 2000: a node drained)

@@ -13,6 +13,10 @@
 //     total time and each sandbox's stall, beside a move by hand (pause,
 //     durable, resume elsewhere) measured above.
 //
+// With --real-drain N it measures only a drain of N interpreter sandboxes
+// with pandas imported and a variable set (real checkpoint images) from
+// one of two nodes to the other, with calls meanwhile (drain.go).
+//
 // Everything runs on this machine: PostgreSQL from Debian's packages
 // (internal/store/pgtest), the nodes with their own data directories,
 // ports and address pools (taken under the e2e tests' machine-wide pool
@@ -32,6 +36,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,6 +67,7 @@ var (
 	lease          = flag.Duration("lease", 15*time.Second, "the nodes' lease (the default of lizard node)")
 	imgRuns        = flag.Int("image-runs", 5, "pauses and resumes timed for the image store")
 	drainSandboxes = flag.Int("drain-sandboxes", 10, "idle sandboxes on the node the drain row drains")
+	realDrainN     = flag.Int("real-drain", 0, "measure only a drain of this many interpreter sandboxes with pandas and a variable (real checkpoints) from one real node to another, with calls meanwhile (drain.go)")
 	out            = flag.String("out", "bench/results", "directory for the JSON results")
 )
 
@@ -217,9 +223,27 @@ func endLeftovers(dir string) {
 	rt.Close(ctx)
 }
 
+// poolsTaken counts the /24s taken from LIZARD_TEST_ADDRESS_POOL.
+var poolsTaken int
+
 // takePool takes a 169.254.N.0/24 pool under the e2e tests' machine-wide
 // lock (e2e/harness_test.go), so that nothing else uses it meanwhile.
+// With LIZARD_TEST_ADDRESS_POOL set (a /22 or larger, as the SDK and API
+// suites take it), the nodes take its /24s in turn instead.
 func takePool() (string, error) {
+	if env := os.Getenv("LIZARD_TEST_ADDRESS_POOL"); env != "" {
+		pfx, err := netip.ParsePrefix(env)
+		if err != nil || !pfx.Addr().Is4() || pfx.Bits() > 24 {
+			return "", fmt.Errorf("LIZARD_TEST_ADDRESS_POOL=%q: want an IPv4 prefix of /24 or larger", env)
+		}
+		b := pfx.Masked().Addr().As4()
+		if poolsTaken >= 1<<(24-pfx.Bits()) {
+			return "", fmt.Errorf("LIZARD_TEST_ADDRESS_POOL=%s: all its /24s are taken", env)
+		}
+		b[2] += byte(poolsTaken)
+		poolsTaken++
+		return netip.PrefixFrom(netip.AddrFrom4(b), 24).String(), nil
+	}
 	n, release, err := testenv.TakePool()
 	if err != nil {
 		return "", err
@@ -339,9 +363,18 @@ func run() error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("run as root (sandboxes need it)")
 	}
+	if *realDrainN > 0 {
+		res, err := realDrain(ctx, *realDrainN)
+		if res != nil {
+			if werr := writeResults("drain", res); werr != nil && err == nil {
+				err = werr
+			}
+		}
+		return err
+	}
 	res := results{"started": time.Now().UTC().Format(time.RFC3339), "load_at_start": loadavg(), "cpus": runtime.NumCPU(), "lease": lease.String(),
 		"note": "every process on this one machine: the cluster figures are bounded by its cores, not by the number of nodes"}
-	db, env, nodeEnv, err := startStores(ctx)
+	db, env, nodeEnv, _, err := startStores(ctx)
 	if err != nil {
 		return err
 	}
@@ -427,8 +460,13 @@ func run() error {
 
 	res["finished"] = time.Now().UTC().Format(time.RFC3339)
 	res["load_at_end"] = loadavg()
+	return writeResults("cluster", res)
+}
+
+// writeResults writes res to *out as NAME-TIME.json.
+func writeResults(name string, res results) error {
 	os.MkdirAll(*out, 0o755)
-	path := filepath.Join(*out, "cluster-"+time.Now().UTC().Format("20060102-150405")+".json")
+	path := filepath.Join(*out, name+"-"+time.Now().UTC().Format("20060102-150405")+".json")
 	b, _ := json.MarshalIndent(res, "", "  ")
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return err
@@ -440,20 +478,20 @@ func run() error {
 // startStores starts the cluster's PostgreSQL and S3 image store (both
 // stopped by cleanFn) and returns the database, the API's environment
 // and the nodes'.
-func startStores(ctx context.Context) (db *sql.DB, env, nodeEnv []string, err error) {
+func startStores(ctx context.Context) (db *sql.DB, env, nodeEnv []string, s3dir string, err error) {
 	pg, err := pgtest.Start()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("PostgreSQL: %w", err)
+		return nil, nil, nil, "", fmt.Errorf("PostgreSQL: %w", err)
 	}
 	cleanFn = append(cleanFn, func() { pg.Stop() })
 	dbName, err := pg.CreateDatabase(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, "", err
 	}
 	dbURL := pg.URL(dbName)
 	db, err = sql.Open("pgx", dbURL)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, "", err
 	}
 	secret := make([]byte, 24)
 	rand.Read(secret)
@@ -466,7 +504,7 @@ func startStores(ctx context.Context) (db *sql.DB, env, nodeEnv []string, err er
 		cleanFn = append(cleanFn, s3.Close)
 	}
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, "", err
 	}
 	// The image store seals images with a key derived from the secrets
 	// key, which every node has (docs/storage.md#sealing).
@@ -475,7 +513,7 @@ func startStores(ctx context.Context) (db *sql.DB, env, nodeEnv []string, err er
 	nodeEnv = append(append([]string{}, env...), s3.Env()...)
 	nodeEnv = append(nodeEnv, "LIZARD_SECRETS_KEY="+base64.StdEncoding.EncodeToString(secretsKey))
 	nodeArgs = []string{"--image-store", "s3://" + s3.Bucket + "/bench"}
-	return db, env, nodeEnv, nil
+	return db, env, nodeEnv, s3.Dir(), nil
 }
 
 // apiVsServe times create and runCode on `lizard serve` beside the same
