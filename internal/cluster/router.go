@@ -21,6 +21,7 @@ import (
 	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/netpolicy"
+	"github.com/lizard-build/lizard/internal/template"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/cluster/remote"
@@ -413,7 +414,7 @@ func (r *Router) Create(ctx context.Context, p node.Plan) (node.Sandbox, error) 
 	}
 	skip := map[string]bool{}
 	image := ""
-	if _, key, ok := recipe.SplitRef(p.Template); ok {
+	if _, key, ok := template.SplitRef(p.Template); ok {
 		image = recipe.ImageName(key)
 	}
 	if p.Image != "" {

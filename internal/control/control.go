@@ -27,7 +27,6 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/events"
 	"github.com/lizard-build/lizard/internal/node"
-	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -563,7 +562,7 @@ func (c *Control) toAPI(sb node.Sandbox) api.Sandbox {
 	return api.Sandbox{
 		SandboxID:       sb.ID,
 		ProjectID:       sb.ProjectID,
-		Template:        recipe.Name(sb.Template),
+		Template:        template.Name(sb.Template),
 		State:           sb.State,
 		TimeoutMs:       sb.TimeoutMs,
 		Metadata:        meta,

@@ -13,7 +13,6 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
-	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/trace"
 )
@@ -135,7 +134,7 @@ func (c *Control) plan(projectID string, req api.CreateSandboxRequest) (node.Pla
 	}
 	// A custom template's reference comes from Templates.resolve or from
 	// the store (a snapshot's, a fork parent's), never from the caller.
-	if _, _, custom := recipe.SplitRef(p.Template); !custom && !slices.Contains(c.cfg.Templates, p.Template) {
+	if _, _, custom := template.SplitRef(p.Template); !custom && !slices.Contains(c.cfg.Templates, p.Template) {
 		return p, errdefs.Invalidf("unknown template %q; available: %s", p.Template, strings.Join(c.cfg.Templates, ", "))
 	}
 	p.TimeoutMs = c.cfg.DefaultTimeout.Milliseconds()

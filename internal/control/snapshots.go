@@ -9,8 +9,8 @@ import (
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/node"
-	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
 )
 
 // MaxSnapshotsPerProject bounds a project's snapshots. Each is an image
@@ -64,7 +64,7 @@ func (c *Control) Snapshot(ctx context.Context, projectID, id string, req api.Sn
 }
 
 func snapshotAPI(sn store.Snapshot) api.Snapshot {
-	return api.Snapshot{SnapshotID: sn.ID, SandboxID: sn.SandboxID, ProjectID: sn.ProjectID, Template: recipe.Name(sn.Template),
+	return api.Snapshot{SnapshotID: sn.ID, SandboxID: sn.SandboxID, ProjectID: sn.ProjectID, Template: template.Name(sn.Template),
 		CreatedAt: sn.CreatedAt, SizeBytes: sn.SizeBytes, Durable: sn.Durable, Name: sn.Name}
 }
 
@@ -136,8 +136,8 @@ func (c *Control) createFromSnapshot(ctx context.Context, projectID, parent stri
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if req.Template != "" && req.Template != recipe.Name(sn.Template) {
-		return api.Sandbox{}, errdefs.Invalidf("template %q differs from snapshot %s's template %q; leave it out", req.Template, sn.ID, recipe.Name(sn.Template))
+	if req.Template != "" && req.Template != template.Name(sn.Template) {
+		return api.Sandbox{}, errdefs.Invalidf("template %q differs from snapshot %s's template %q; leave it out", req.Template, sn.ID, template.Name(sn.Template))
 	}
 	if len(req.Envs) > 0 || req.LizardToken {
 		return api.Sandbox{}, errdefs.Invalidf("envs and lizardToken cannot be set when creating from a snapshot: the restored processes keep the snapshot's environment")

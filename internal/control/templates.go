@@ -26,6 +26,7 @@ import (
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
 )
 
 // TemplateBuilder builds custom templates; *recipe.Builder is one.
@@ -103,7 +104,7 @@ func (ts Templates) resolve(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return recipe.Ref(t.Name, t.Key), nil
+	return template.Ref(t.Name, t.Key), nil
 }
 
 // Plan checks a build request for the project: everything that can
@@ -551,7 +552,7 @@ func (ts Templates) Delete(ctx context.Context, name string) error {
 	}
 	var using []string
 	for _, sb := range live {
-		if n, _, ok := recipe.SplitRef(sb.Template); ok && n == name {
+		if n, _, ok := template.SplitRef(sb.Template); ok && n == name {
 			using = append(using, sb.ID)
 		}
 	}
@@ -579,7 +580,7 @@ func (ts Templates) Delete(ctx context.Context, name string) error {
 // template record, a live sandbox or a snapshot still refers to it.
 func (b builds) collect(ctx context.Context, name, key string) {
 	c := b.c
-	ref := recipe.Ref(name, key)
+	ref := template.Ref(name, key)
 	if c.cfg.Forget != nil {
 		fctx, cancel := context.WithTimeout(ctx, time.Minute)
 		c.cfg.Forget(fctx, ref)
@@ -629,7 +630,7 @@ func (b builds) collectOrphan(ctx context.Context, id string) {
 // build.
 func (b builds) collectTemplate(ctx context.Context, ref string) {
 	c := b.c
-	name, key, ok := recipe.SplitRef(ref)
+	name, key, ok := template.SplitRef(ref)
 	if !ok {
 		return
 	}

@@ -10,9 +10,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/lizard-build/lizard/internal/egress"
-	"github.com/lizard-build/lizard/internal/fdbudget"
-	"github.com/lizard-build/lizard/internal/secrets/inject"
 	"log/slog"
 	"net"
 	"os"
@@ -28,7 +25,9 @@ import (
 	"github.com/lizard-build/lizard/internal/console"
 	"github.com/lizard-build/lizard/internal/control"
 	"github.com/lizard-build/lizard/internal/e2b"
+	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/events"
+	"github.com/lizard-build/lizard/internal/fdbudget"
 	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/mcp"
 	"github.com/lizard-build/lizard/internal/metrics"
@@ -38,6 +37,7 @@ import (
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/secrets"
+	"github.com/lizard-build/lizard/internal/secrets/inject"
 	"github.com/lizard-build/lizard/internal/server"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -525,7 +525,7 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 	// (templates, set below), fetched from the image store if need be.
 	var templates *recipe.Shared
 	artifact := func(ctx context.Context, name string) (sandbox.Artifact, error) {
-		if _, _, custom := recipe.SplitRef(name); custom {
+		if _, _, custom := template.SplitRef(name); custom {
 			if templates != nil {
 				return templates.Artifact(ctx, name)
 			}

@@ -85,7 +85,7 @@ func (w warmFlag) sizes(st *store.Store, logger *slog.Logger) func(ctx context.C
 		for _, t := range all {
 			for _, e := range w {
 				if e.Name == t.Name && (e.Project == "" || e.Project == t.ProjectID) {
-					out[recipe.Ref(t.Name, t.Key)] = e.Size
+					out[template.Ref(t.Name, t.Key)] = e.Size
 				}
 			}
 		}

@@ -337,24 +337,6 @@ func FreshKey(key string, at time.Time) string {
 // LayerKey is the template cache directory name of a build of key.
 func LayerKey(key string) string { return "custom-" + key }
 
-// Ref is how sandboxes, snapshots and the warm pool name a custom
-// template's build: its name and key, so that a rebuild under the same
-// name never changes what a running or paused sandbox boots from.
-func Ref(name, key string) string { return name + "@" + key }
-
-// SplitRef splits a Ref; ok is false for built-in template names.
-func SplitRef(ref string) (name, key string, ok bool) {
-	name, key, ok = strings.Cut(ref, "@")
-	return name, key, ok && key != ""
-}
-
-// Name is what the API shows of a template reference: a custom
-// template's name without its key.
-func Name(ref string) string {
-	name, _, _ := strings.Cut(ref, "@")
-	return name
-}
-
 // Stored strips file contents from r, for records and responses.
 func Stored(r api.TemplateRecipe) api.TemplateRecipe {
 	r.Files = slices.Clone(r.Files)
@@ -367,7 +349,7 @@ func Stored(r api.TemplateRecipe) api.TemplateRecipe {
 // Artifact returns the build of custom template reference ref (Ref) in
 // cacheDir's template cache, if it is there.
 func Artifact(cacheDir, ref string) (sandbox.Artifact, error) {
-	name, key, ok := SplitRef(ref)
+	name, key, ok := template.SplitRef(ref)
 	if !ok {
 		return sandbox.Artifact{}, fmt.Errorf("%q is not a custom template reference", ref)
 	}

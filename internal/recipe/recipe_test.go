@@ -167,14 +167,7 @@ func TestKey(t *testing.T) {
 	}
 }
 
-func TestRefs(t *testing.T) {
-	ref := Ref("my-tpl", "0123456789abcdef")
-	if name, key, ok := SplitRef(ref); !ok || name != "my-tpl" || key != "0123456789abcdef" || Name(ref) != "my-tpl" {
-		t.Errorf("SplitRef(%q) = %q, %q, %v; Name = %q", ref, name, key, ok, Name(ref))
-	}
-	if _, _, ok := SplitRef("interpreter"); ok || Name("interpreter") != "interpreter" {
-		t.Error("a built-in name is not a reference")
-	}
+func TestValidNames(t *testing.T) {
 	for _, bad := range []string{"", "-a", "a-", "A", "a_b", "a@b", strings.Repeat("a", 64)} {
 		if ValidName(bad) == nil {
 			t.Errorf("ValidName(%q) = nil; want an error", bad)

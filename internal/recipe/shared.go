@@ -155,7 +155,7 @@ func (s *Shared) Artifact(ctx context.Context, ref string) (sandbox.Artifact, er
 	if err == nil || s.Images == nil {
 		return a, err
 	}
-	name, key, _ := SplitRef(ref)
+	name, key, _ := template.SplitRef(ref)
 	if !ValidKey(key) {
 		return a, errdefs.Invalidf("%q is not a custom template reference", ref)
 	}

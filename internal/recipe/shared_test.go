@@ -19,6 +19,7 @@ import (
 	"github.com/lizard-build/lizard/internal/imagestore/disk"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/testenv"
 )
 
@@ -234,7 +235,7 @@ func TestSweepUnused(t *testing.T) {
 	mk := func(id, key, role string) {
 		t.Helper()
 		// On another node: the rules are the cluster's, not this node's.
-		sb := store.Sandbox{ID: id, ProjectID: "p1", Template: Ref("t", key), State: "running", CreatedAt: now, Role: role}
+		sb := store.Sandbox{ID: id, ProjectID: "p1", Template: template.Ref("t", key), State: "running", CreatedAt: now, Role: role}
 		must(t, st.OnNode("n2").CreateSandbox(ctx, &sb, 10, addrs))
 	}
 	mk("sb-paused", paused, "")
@@ -242,7 +243,7 @@ func TestSweepUnused(t *testing.T) {
 	mk("sb-ended", ended, "")
 	must(t, st.EndSandbox(ctx, "sb-ended", "killed", "", now))
 	mk("sb-warm", warm, "warm")
-	must(t, st.CreateSnapshot(ctx, store.Snapshot{ID: "sn-1", ProjectID: "p1", SandboxID: "sb-ended", Template: Ref("t", snap),
+	must(t, st.CreateSnapshot(ctx, store.Snapshot{ID: "sn-1", ProjectID: "p1", SandboxID: "sb-ended", Template: template.Ref("t", snap),
 		CreatedAt: now, ImageDir: "n2:/data/snapshots/sn-1"}))
 
 	if err := s.SweepUnused(ctx, st); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
 )
 
 // Uses maps each custom template build key that something in st refers
@@ -31,7 +32,7 @@ func Uses(ctx context.Context, st *store.Store) (map[string]string, error) {
 		return nil, err
 	}
 	for _, sb := range live {
-		if _, k, ok := SplitRef(sb.Template); ok && sb.Role == "" {
+		if _, k, ok := template.SplitRef(sb.Template); ok && sb.Role == "" {
 			use(k, "sandbox "+sb.ID)
 		}
 	}
@@ -40,7 +41,7 @@ func Uses(ctx context.Context, st *store.Store) (map[string]string, error) {
 		return nil, err
 	}
 	for _, sn := range sns {
-		if _, k, ok := SplitRef(sn.Template); ok {
+		if _, k, ok := template.SplitRef(sn.Template); ok {
 			use(k, "snapshot "+sn.ID)
 		}
 	}

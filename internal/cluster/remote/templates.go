@@ -133,7 +133,7 @@ func (h *handler) forgetTemplate(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &in) {
 		return
 	}
-	if _, key, ok := recipe.SplitRef(in.Ref); !ok || !recipe.ValidKey(key) {
+	if _, key, ok := template.SplitRef(in.Ref); !ok || !recipe.ValidKey(key) {
 		h.fail(w, r, errdefs.Invalidf("%q is not a custom template reference", in.Ref))
 		return
 	}
