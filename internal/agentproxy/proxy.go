@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strings"
+	"sync/atomic"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -102,6 +103,24 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
 		p.Log.Warn("enabling full duplex for the proxy", "err", err)
 	}
+	// In full duplex the server closes the connection after an answer
+	// that went out before the request's body was read to its end (a
+	// node that did not answer: the body was never sent; a refused
+	// upload), without saying so: the client would keep the connection,
+	// and its next request on it, a create or a call of another sandbox,
+	// would fail without a status ("server closed idle connection"). Such
+	// an answer says Connection: close.
+	body := &readBody{ReadCloser: r.Body}
+	if r.Body == nil || r.Body == http.NoBody {
+		body.eof.Store(true)
+	} else {
+		r.Body = body
+	}
+	closeUnread := func(h http.Header) {
+		if !body.eof.Load() {
+			h.Set("Connection", "close")
+		}
+	}
 	rp := &httputil.ReverseProxy{
 		// The request stays in the public API's form: Transport takes it
 		// to the agent.
@@ -110,13 +129,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		FlushInterval: -1,
 		ErrorLog:      slog.NewLogLogger(p.Log.Handler(), slog.LevelWarn),
 		ModifyResponse: func(resp *http.Response) error {
-			if r.Method == http.MethodPut && resp.StatusCode >= http.StatusBadRequest {
+			if resp.StatusCode >= http.StatusBadRequest {
 				// A refused upload (too large, the disk full) may be
-				// answered before its body has all been sent, and in full
-				// duplex the server closes the connection after the
-				// answer without having said so: the client would reuse
-				// it and see its next request fail with EOF.
-				resp.Header.Set("Connection", "close")
+				// answered before its body has all been sent.
+				closeUnread(resp.Header)
 			}
 			if p.Answered != nil {
 				p.Answered(r, resp)
@@ -124,6 +140,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			closeUnread(w.Header())
 			log := p.Log.With("sandbox_id", id, "method", r.Method, "path", r.URL.Path)
 			if cause := StopCause(call.Ctx); cause != nil {
 				log.Info("sandbox stopped during a proxied call", "err", cause)
@@ -206,6 +223,20 @@ func (b *abortingBody) Read(p []byte) (int, error) {
 
 // boundedBody passes on at most left bytes of an upload, then fails the
 // read (which ends the agent's request) and says so in over.
+// readBody is a request body that tells whether it was read to its end.
+type readBody struct {
+	io.ReadCloser
+	eof atomic.Bool // read by the handler, set by the transport's writer
+}
+
+func (b *readBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.eof.Store(true)
+	}
+	return n, err
+}
+
 type boundedBody struct {
 	io.ReadCloser
 	left int64
