@@ -124,6 +124,9 @@ func memory() (total, free int64) {
 	return total, free
 }
 
+// sweepEvery bounds the time between sweeps.
+const sweepEvery = time.Second
+
 // Sweeper ends the sandboxes of nodes whose lease has run out, in one API
 // process at a time (a PostgreSQL advisory lock taken per run).
 type Sweeper struct {
@@ -133,11 +136,14 @@ type Sweeper struct {
 	Log    *slog.Logger
 }
 
-// Run sweeps every quarter of Lease until ctx ends. After the database
-// was unreachable it waits one Lease before sweeping again: nodes could
-// not renew their leases meanwhile, and must be given the time to.
+// Run sweeps every quarter of Lease, or every second if that is sooner,
+// until ctx ends: a lost node is judged within a second of its lease's end
+// (the target is lease + 2 s), and a sweep that finds none reads no row.
+// After the database was unreachable it waits one Lease before sweeping
+// again: nodes could not renew their leases meanwhile, and must be given
+// the time to.
 func (s *Sweeper) Run(ctx context.Context) {
-	t := time.NewTicker(s.Lease / 4)
+	t := time.NewTicker(min(s.Lease/4, sweepEvery))
 	defer t.Stop()
 	var lastFailure time.Time
 	for {
@@ -169,16 +175,9 @@ func (s *Sweeper) sweep(ctx context.Context, lastFailure time.Time) error {
 	for _, sb := range ended {
 		s.Log.Warn("sandbox ended: its node was lost", "sandbox_id", sb.ID, "project_id", sb.ProjectID, "node", sb.Node)
 		if s.Router != nil {
-			e := node.Event{Kind: node.Stopped, SandboxID: sb.ID, ProjectID: sb.ProjectID, State: api.StateFailed, Reason: "node lost", Token: sb.Shape.Token, LostNode: sb.Node}
-			if sb.Shape.Token {
-				// Its keys were revoked with its end: the audit names them.
-				ids, kerr := s.Store.SandboxKeyIDs(ctx, sb.ID)
-				if kerr != nil {
-					s.Log.Error("listing the revoked keys of a sandbox of a lost node", "sandbox_id", sb.ID, "err", kerr)
-				}
-				e.KeyIDs = ids
-			}
-			s.Router.emit(e)
+			// Its keys were revoked with its end: the audit names them.
+			s.Router.emit(node.Event{Kind: node.Stopped, SandboxID: sb.ID, ProjectID: sb.ProjectID, State: api.StateFailed, Reason: "node lost",
+				Token: sb.Shape.Token, LostNode: sb.Node, KeyIDs: sb.KeyIDs})
 		}
 	}
 	return err

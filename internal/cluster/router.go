@@ -593,7 +593,13 @@ func (r *Router) onNode(ctx context.Context, id string, call func(c *remote.Clie
 		return err
 	}
 	err = call(c)
-	if !errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, remote.ErrUnreachable) {
+	if errors.Is(err, remote.ErrUnreachable) {
+		if gone := r.ended(ctx, id)(); gone != nil {
+			return gone
+		}
+		return err
+	}
+	if !errors.Is(err, errdefs.ErrUnavailable) {
 		return err
 	}
 	sb, gerr := r.cfg.Store.GetSandbox(ctx, id)
@@ -710,8 +716,36 @@ func (r *Router) Acquire(ctx context.Context, id string) (agentproxy.Call, error
 	if err != nil {
 		return agentproxy.Call{}, err
 	}
-	return c.Acquire(ctx, id)
+	return c.Acquire(remote.WithGone(ctx, r.ended(ctx, id)), id)
 }
+
+// ended is, for a call to sandbox id whose node stops answering
+// (remote.WithGone), the sandbox's 410 if its row has ended meanwhile:
+// the sweeper ends a lost node's sandboxes within a second of its lease's
+// end, while this process's list of nodes may show the lease live a
+// second or more longer, and its callers would be told 503 (retry) for a
+// sandbox that will never answer again.
+func (r *Router) ended(ctx context.Context, id string) func() error {
+	return func() error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endedWait)
+		defer cancel()
+		row, err := r.cfg.Store.GetSandbox(rctx, id)
+		if err != nil {
+			return nil // the node's 503 stands
+		}
+		if err := node.SandboxOf(row).Check(node.WantLive); err != nil {
+			r.mu.Lock()
+			delete(r.homes, id)
+			r.mu.Unlock()
+			return err
+		}
+		return nil
+	}
+}
+
+// endedWait bounds ended's read of the row: the caller is told the node's
+// 503 rather than kept waiting on a database that does not answer.
+const endedWait = 5 * time.Second
 
 // Transport implements node.Node.
 func (r *Router) Transport() http.RoundTripper { return r.tr }
@@ -807,7 +841,7 @@ func (r *Router) OpenPort(ctx context.Context, id string, port int, resume bool)
 	if err != nil {
 		return agentproxy.Call{}, err
 	}
-	return c.OpenPort(ctx, id, port, resume)
+	return c.OpenPort(remote.WithGone(ctx, r.ended(ctx, id)), id, port, resume)
 }
 
 // Metrics implements node.Node: the samples are kept by the sandbox's node.

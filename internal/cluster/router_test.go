@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/agentproxy"
 	"github.com/lizard-build/lizard/internal/auth"
 	"github.com/lizard-build/lizard/internal/cluster/remote"
 	"github.com/lizard-build/lizard/internal/control"
@@ -478,5 +479,103 @@ func TestPlacementReadsAgainBeforeRefusing(t *testing.T) {
 	_, err = r.place(ctx, nil, "")
 	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "no node can take the sandbox") {
 		t.Fatalf("place with every node drained: %v; want ErrUnavailable saying no node can take it", err)
+	}
+}
+
+// TestCallsToALostNodesSandboxGone: a call to a sandbox whose node stopped
+// answering is told 503 (retry: the node may come back within its lease)
+// while the sandbox's row is live, and 410 naming why once the row has
+// ended (the sweeper, in this or another API process, ended it as node
+// lost) — also while this process's list of nodes still shows the node's
+// lease live, as a list a second old does: the row, not the list, ends
+// the 503s. On both paths: a call forwarded to the node (Acquire) and a
+// request the router makes itself (Pause).
+func TestCallsToALostNodesSandboxGone(t *testing.T) {
+	st, nodes, r, ctl := newCluster(t, 0, "a", "b")
+	ctx := context.Background()
+	sb, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, _ := st.GetSandbox(ctx, sb.SandboxID)
+	// A first call: the router knows the sandbox's node from now on.
+	call, err := ctl.Acquire(ctx, "p1", sb.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call.Release()
+	nodes[row.Node].srv.Close()
+	forward := func() error {
+		t.Helper()
+		call, err := ctl.Acquire(ctx, "p1", sb.SandboxID)
+		if err != nil {
+			return err
+		}
+		defer call.Release()
+		req, _ := http.NewRequestWithContext(call.Ctx, http.MethodPost, call.URL.String()+"/execute", strings.NewReader(`{"code":"1+1"}`))
+		if resp, err := r.Transport().RoundTrip(req); err == nil {
+			resp.Body.Close()
+			return errors.New("the dead node answered")
+		}
+		return agentproxy.StopCause(call.Ctx)
+	}
+	if err := forward(); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(err), "stopped answering") {
+		t.Errorf("call to a live sandbox of a node not answering: %v; want 503 saying it stopped answering", err)
+	}
+	if err := st.EndSandbox(ctx, sb.SandboxID, "failed", "node lost: node "+row.Node+" missed its lease", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := forward(); !errors.Is(err, errdefs.ErrGone) || !strings.Contains(errdefs.Message(err), "node lost: node "+row.Node) {
+		t.Errorf("forwarded call to the ended sandbox of a node not answering: %v; want 410 naming the lost node", err)
+	}
+	if _, err := ctl.Pause(ctx, "p1", sb.SandboxID, api.PauseRequest{}); !errors.Is(err, errdefs.ErrGone) || !strings.Contains(errdefs.Message(err), "node lost") {
+		t.Errorf("Pause of the ended sandbox of a node not answering: %v; want 410 naming the lost node", err)
+	}
+}
+
+// TestSweepEndsALostNodesSandboxes: one sweep ends every running sandbox of
+// a lost node, each with its event (naming the node, and its keys revoked
+// with it), and leaves the other node's.
+func TestSweepEndsALostNodesSandboxes(t *testing.T) {
+	st, _, r, ctl := newCluster(t, 0, "a", "b")
+	ctx := context.Background()
+	var onA []string
+	for len(onA) < 20 {
+		sb, err := ctl.Create(ctx, "p1", api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row, _ := st.GetSandbox(ctx, sb.SandboxID); row.Node == "a" {
+			onA = append(onA, sb.SandboxID)
+		}
+	}
+	beat(t, st, "a", "127.0.0.1:1", time.Now().Add(-time.Second))
+	var mu sync.Mutex
+	ended := map[string]node.Event{}
+	r.Subscribe(func(e node.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		ended[e.SandboxID] = e
+	})
+	s := &Sweeper{Store: st, Router: r, Lease: time.Second, Log: nodetest.Discard()}
+	if err := s.sweep(ctx, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ended) != len(onA) {
+		t.Errorf("one sweep told %d ends; want the %d sandboxes of the lost node", len(ended), len(onA))
+	}
+	for _, id := range onA {
+		e, ok := ended[id]
+		if !ok || e.State != api.StateFailed || e.LostNode != "a" {
+			t.Errorf("event of %s = %+v, %v; want failed, node a lost", id, e, ok)
+		}
+		if got, err := ctl.Get(ctx, "p1", id); err != nil || got.State != api.StateFailed {
+			t.Errorf("sandbox %s = %+v, %v; want failed", id, got, err)
+		}
+	}
+	if live, _ := st.OnNode("b").ListSandboxes(ctx, store.Filter{LiveOnly: true}); len(live) == 0 {
+		t.Errorf("the live node's sandboxes were ended")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -181,14 +182,19 @@ func unavailable(err error) bool {
 type db struct {
 	*sql.DB
 	d dialect
+	// statements counts the statements sent, for tests that hold a path
+	// to a number of statements that does not grow with the rows.
+	statements atomic.Int64
 }
 
 func (x *db) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	x.statements.Add(1)
 	res, err := x.DB.ExecContext(ctx, x.d.rebind(q), args...)
 	return res, x.d.wrap(err)
 }
 
 func (x *db) QueryContext(ctx context.Context, q string, args ...any) (*rows, error) {
+	x.statements.Add(1)
 	r, err := x.DB.QueryContext(ctx, x.d.rebind(q), args...)
 	if err != nil {
 		return nil, x.d.wrap(err)
@@ -197,6 +203,7 @@ func (x *db) QueryContext(ctx context.Context, q string, args ...any) (*rows, er
 }
 
 func (x *db) QueryRowContext(ctx context.Context, q string, args ...any) *row {
+	x.statements.Add(1)
 	return &row{r: x.DB.QueryRowContext(ctx, x.d.rebind(q), args...), d: x.d}
 }
 
@@ -205,21 +212,24 @@ func (x *db) BeginTx(ctx context.Context, opts *sql.TxOptions) (*tx, error) {
 	if err != nil {
 		return nil, x.d.wrap(err)
 	}
-	return &tx{Tx: t, d: x.d}, nil
+	return &tx{Tx: t, d: x.d, statements: &x.statements}, nil
 }
 
 // tx is a transaction with the dialect applied, as db.
 type tx struct {
 	*sql.Tx
-	d dialect
+	d          dialect
+	statements *atomic.Int64
 }
 
 func (t *tx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	t.statements.Add(1)
 	res, err := t.Tx.ExecContext(ctx, t.d.rebind(q), args...)
 	return res, t.d.wrap(err)
 }
 
 func (t *tx) QueryContext(ctx context.Context, q string, args ...any) (*rows, error) {
+	t.statements.Add(1)
 	r, err := t.Tx.QueryContext(ctx, t.d.rebind(q), args...)
 	if err != nil {
 		return nil, t.d.wrap(err)
@@ -228,6 +238,7 @@ func (t *tx) QueryContext(ctx context.Context, q string, args ...any) (*rows, er
 }
 
 func (t *tx) QueryRowContext(ctx context.Context, q string, args ...any) *row {
+	t.statements.Add(1)
 	return &row{r: t.Tx.QueryRowContext(ctx, t.d.rebind(q), args...), d: t.d}
 }
 

@@ -1,11 +1,14 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -202,43 +205,107 @@ func (ns Nodes) list(ctx context.Context, query string, args ...any) ([]NodeInfo
 	return out, rows.Err()
 }
 
+// LostSandbox is a sandbox EndLost ended, as its row reads after the end,
+// with the IDs of the keys its end revoked (for the audit trail).
+type LostSandbox struct {
+	Sandbox
+	KeyIDs []string
+}
+
 // EndLost finds the nodes whose lease ran out before now and that are
 // not yet marked lost, ends their starting and running sandboxes as failed
 // for reason(node) — their paused ones keep their image on the node's
-// disk and resume when it is back — and marks the nodes lost. It returns
-// the sandboxes it ended. Safe to run from several processes at once: each
-// end is conditional on the row being live, as EndSandbox's is.
-func (ns Nodes) EndLost(ctx context.Context, now time.Time, reason func(NodeInfo) string) ([]Sandbox, error) {
+// disk and resume when it is back — revokes those sandboxes' keys, and
+// marks the nodes lost. It returns the sandboxes it ended, oldest first.
+//
+// However many nodes and sandboxes are lost, it is four statements (the
+// nodes read, then one transaction: the keys, the ends, the marks), so the
+// time from a lease's end to every caller's 410 does not grow with them:
+// ending them one by one took four round trips a sandbox, and the last
+// sandbox's callers got 503s for all of it. Safe to run from several
+// processes at once: an end is conditional on the row being live and on
+// its node's lease still being out (a heartbeat that came meanwhile wins),
+// so each sandbox is ended, and returned, once.
+func (ns Nodes) EndLost(ctx context.Context, now time.Time, reason func(NodeInfo) string) ([]LostSandbox, error) {
 	// Only the nodes to judge: a sweep of a healthy fleet returns no row
 	// and counts no node's sandboxes.
 	nodes, err := ns.list(ctx, `SELECT `+reportedColumns+` FROM nodes WHERE lease_until < ? AND lost_at IS NULL ORDER BY name`, toMillis(now))
-	if err != nil {
+	if err != nil || len(nodes) == 0 {
 		return nil, err
 	}
-	var ended []Sandbox
+	at := toMillis(now)
+	// Each node's reason, and the nodes, as arguments of the statements.
+	var cases strings.Builder
+	var reasons, names []any
 	for _, n := range nodes {
-		if n.Live(now) || n.LostAt != nil {
-			continue
+		cases.WriteString(" WHEN ? THEN ?")
+		reasons = append(reasons, n.Name, reason(n))
+		names = append(names, n.Name)
+	}
+	// The nodes still out (a heartbeat since the read above brings one back).
+	out := `SELECT name FROM nodes WHERE name IN (` + placeholders(len(names)) + `) AND lease_until < ? AND lost_at IS NULL`
+	outArgs := append(slices.Clone(names), at)
+
+	tx, err := ns.s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("ending the sandboxes of lost nodes: %w", err)
+	}
+	defer tx.Rollback()
+	// The keys first, found through the sandboxes still live (an index
+	// of live rows by node: an ended row is in none). A sandbox another
+	// process ends between the two statements has its keys revoked by
+	// that end too; it is not among those returned.
+	keys, err := tx.QueryContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE revoked_at IS NULL AND sandbox_id IN
+		(SELECT id FROM sandboxes WHERE node IN (`+out+`) AND state IN ('starting', 'running') AND ended_at IS NULL)
+		RETURNING id, sandbox_id`, append([]any{at}, outArgs...)...)
+	if err != nil {
+		return nil, fmt.Errorf("revoking the keys of the sandboxes of lost nodes: %w", err)
+	}
+	revoked := map[string][]string{}
+	for keys.Next() {
+		var id, sandbox string
+		if err := keys.Scan(&id, &sandbox); err != nil {
+			keys.Close()
+			return nil, fmt.Errorf("revoking the keys of the sandboxes of lost nodes: %w", err)
 		}
-		rows, err := ns.s.OnNode(n.Name).ListSandboxes(ctx, Filter{States: []string{"starting", "running"}, LiveOnly: true})
+		revoked[sandbox] = append(revoked[sandbox], id)
+	}
+	keys.Close()
+	if err := keys.Err(); err != nil {
+		return nil, fmt.Errorf("revoking the keys of the sandboxes of lost nodes: %w", err)
+	}
+	args := append(append(append([]any{}, reasons...), at), outArgs...)
+	rows, err := tx.QueryContext(ctx, `UPDATE sandboxes SET state = 'failed', end_reason = CASE node`+cases.String()+` END, ended_at = ?
+		WHERE node IN (`+out+`) AND state IN ('starting', 'running') AND ended_at IS NULL
+		RETURNING `+sandboxColumns+`, 0`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("ending the sandboxes of lost nodes: %w", err)
+	}
+	var ended []LostSandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
 		if err != nil {
-			return ended, err
+			rows.Close()
+			return nil, fmt.Errorf("ending the sandboxes of lost nodes: %w", err)
 		}
-		for _, sb := range rows {
-			err := ns.s.EndSandbox(ctx, sb.ID, "failed", reason(n), now)
-			if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return ended, err
-			}
-			ended = append(ended, sb)
-		}
-		// Conditional: a heartbeat that came meanwhile wins.
-		if _, err := ns.s.db.ExecContext(ctx, `UPDATE nodes SET lost_at = ? WHERE name = ? AND lease_until < ? AND lost_at IS NULL`,
-			toMillis(now), n.Name, toMillis(now)); err != nil {
-			return ended, fmt.Errorf("marking node %s lost: %w", n.Name, err)
-		}
+		ended = append(ended, LostSandbox{Sandbox: sb, KeyIDs: revoked[sb.ID]})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ending the sandboxes of lost nodes: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE nodes SET lost_at = ? WHERE name IN (`+out+`)`,
+		append([]any{at}, outArgs...)...); err != nil {
+		return nil, fmt.Errorf("marking nodes lost: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("ending the sandboxes of lost nodes: %w", err)
+	}
+	slices.SortFunc(ended, func(a, b LostSandbox) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	for i := range ended {
+		slices.Sort(ended[i].KeyIDs)
 	}
 	return ended, nil
 }

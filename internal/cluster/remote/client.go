@@ -214,15 +214,36 @@ func (c *Client) Acquire(ctx context.Context, id string) (agentproxy.Call, error
 // sandbox's port, whose Authorization header is the program's.
 func (c *Client) forwarded(ctx context.Context, msg string, port bool) (context.Context, func()) {
 	cctx, cancel := context.WithCancelCause(ctx)
+	gone, _ := ctx.Value(goneKey{}).(func() error)
 	cctx = context.WithValue(cctx, callKey{}, call{node: c.name, port: port, fail: func(err error) {
 		var e *errdefs.Error
 		if errors.As(err, &e) {
 			cancel(err)
 			return
 		}
+		if gone != nil {
+			if err := gone(); err != nil {
+				cancel(err)
+				return
+			}
+		}
 		cancel(&errdefs.Error{Kind: errdefs.ErrUnavailable, Msg: msg, Cause: fmt.Errorf("%w: %w", ErrUnreachable, err)})
 	}})
 	return cctx, func() { cancel(nil) }
+}
+
+// goneKey holds, in the context of a call to forward, what says whether
+// its sandbox has ended (WithGone).
+type goneKey struct{}
+
+// WithGone has a call forwarded under ctx (Acquire, OpenPort) whose node
+// stops answering ask gone first: when gone returns an *errdefs.Error (the
+// sandbox's row ended: its node was lost), the call ends with it — the
+// 410 naming why — rather than with the 503 of a node that may come back
+// within its lease. The row, not the API's list of nodes a second old,
+// says when the 503s end.
+func WithGone(ctx context.Context, gone func() error) context.Context {
+	return context.WithValue(ctx, goneKey{}, gone)
 }
 
 // Transport implements node.Node.
