@@ -581,6 +581,7 @@ func (bd *build) inBuildSandbox(ctx context.Context, rootfs string, nextName fun
 	var before manifest
 	if bd.recording() {
 		var err error
+		time.Sleep(racyWindow) // the copy's last entries not racy: not in step 1's delta
 		if before, err = scanRootFS(rootfs); err != nil {
 			bd.log.Error("reading the build's root filesystem for the step cache; its steps are not cached", "err", err)
 			bd.cache = nil

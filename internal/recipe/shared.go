@@ -415,7 +415,11 @@ func copyEntry(src, dst string, fi fs.FileInfo) error {
 		if err := os.Symlink(target, dst); err != nil {
 			return err
 		}
-		return os.Lchown(dst, int(st.Uid), int(st.Gid))
+		if err := os.Lchown(dst, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+		t := unix.NsecToTimespec(fi.ModTime().UnixNano())
+		return unix.UtimesNanoAt(unix.AT_FDCWD, dst, []unix.Timespec{t, t}, unix.AT_SYMLINK_NOFOLLOW)
 	default:
 		in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 		if err != nil {

@@ -4,7 +4,8 @@ package recipe
 // inputs"), as Docker's layer cache caches them: after each step of a
 // build the host records what the step changed in the build's root
 // filesystem — a delta, in the layout of a published build (shared.go:
-// deleted, rootfs/) — under a key made of the project, the build's base
+// deleted, rootfs/) with meta, what rootfs/ does not hold (metaEntry) —
+// under a key made of the project, the build's base
 // (a built-in base's build, or an image's digest), every earlier step and
 // this one (its files' contents included). A later build of the project
 // whose first k steps have the same keys copies its base, applies those k
@@ -13,7 +14,7 @@ package recipe
 //
 // An entry is <cache>/template-steps/<key>: entry.json (its step, size,
 // when it was last used, and the templates whose builds made or used it),
-// deleted and rootfs/. Entries are pure cache: removing one only makes a
+// deleted, rootfs/ and meta. Entries are pure cache: removing one only makes a
 // later build run its step again. They are bounded per template and per
 // project (StepEntriesPerTemplate, StepEntriesPerProject,
 // StepBytesPerProject: the least recently used go first, a chain's last
@@ -32,13 +33,17 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/store"
@@ -56,7 +61,7 @@ const (
 
 // stepCacheVersion changes when what a delta holds, or what precedes the
 // first step, changes: older entries are then never found.
-const stepCacheVersion = "1"
+const stepCacheVersion = "2"
 
 // StepCache is how a build uses the step cache, which the control plane
 // says: the template the build is for (its entries are that template's),
@@ -185,28 +190,60 @@ func (b *Builder) cachedSteps(keys []string) int {
 // restoreSteps applies the deltas of keys, in order, to rootfs.
 func (b *Builder) restoreSteps(ctx context.Context, rootfs string, keys []string) error {
 	for _, k := range keys {
-		if err := applyDelta(ctx, rootfs, filepath.Join(b.stepDir(), k)); err != nil {
+		dir := filepath.Join(b.stepDir(), k)
+		if err := applyDelta(ctx, rootfs, dir); err != nil {
+			return fmt.Errorf("applying cached step %s: %w", k, err)
+		}
+		if err := applyMeta(rootfs, dir); err != nil {
 			return fmt.Errorf("applying cached step %s: %w", k, err)
 		}
 	}
 	return nil
 }
 
-// fileStat is what a delta compares of an entry, as changed does.
+// fileStat is what a delta compares of an entry. The inode and its
+// change time (ctime) are what make the comparison exact: every change to
+// an inode — a write, even one that keeps the size and puts the old
+// modification time back (touch -r, touch -d), a chmod, a chown, an
+// extended attribute, a hard link made or removed — sets its ctime to
+// now, and no program can set it back. The gofer writes the build's
+// files as host system calls, so the host's kernel keeps the ctime. A
+// rewrite is seen at no cost beyond the lstat the walk makes anyway,
+// where hashing every file whose size and time are unchanged would read
+// the whole root filesystem at every step.
 type fileStat struct {
 	mode     fs.FileMode
 	uid, gid uint32
 	mtime    int64
+	ctime    int64
+	ino      uint64
 	size     int64
+	rdev     uint64
 	link     string
+	// racy: changed less than racyWindow before its walk began, so a
+	// change after it was read may have kept its ctime (a kernel's
+	// timestamps advance a clock tick at a time): it counts as changed
+	// at the next step, as git counts a racily clean file.
+	racy bool
 }
 
-// manifest is a root filesystem's entries (directories, regular files
-// and links) by path, the build's stage left out.
+// racyWindow is more than a kernel clock tick (10 ms at HZ=100, the
+// coarsest), the granularity of ctime.
+const racyWindow = 50 * time.Millisecond
+
+// sameAs reports whether s and o are the same entry, unchanged.
+func (s fileStat) sameAs(o fileStat) bool {
+	s.racy, o.racy = false, false
+	return s == o
+}
+
+// manifest is a root filesystem's entries by path, the build's stage
+// left out.
 type manifest map[string]fileStat
 
 func scanRootFS(rootfs string) (manifest, error) {
 	m := manifest{}
+	racy := time.Now().Add(-racyWindow).UnixNano()
 	err := filepath.WalkDir(rootfs, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == rootfs {
 			return err
@@ -222,11 +259,10 @@ func scanRootFS(rootfs string) (manifest, error) {
 			}
 			return err
 		}
-		if !fi.Mode().IsRegular() && !fi.IsDir() && fi.Mode().Type() != fs.ModeSymlink {
-			return nil // never carried: Strip removes them from a build
-		}
 		st := fi.Sys().(*syscall.Stat_t)
-		s := fileStat{mode: fi.Mode(), uid: st.Uid, gid: st.Gid, mtime: fi.ModTime().UnixNano(), size: fi.Size()}
+		s := fileStat{mode: fi.Mode(), uid: st.Uid, gid: st.Gid, mtime: fi.ModTime().UnixNano(),
+			ctime: st.Ctim.Nano(), ino: st.Ino, size: fi.Size(), rdev: st.Rdev}
+		s.racy = s.ctime >= racy
 		if fi.Mode().Type() == fs.ModeSymlink {
 			s.link, _ = os.Readlink(p)
 		}
@@ -239,28 +275,42 @@ func scanRootFS(rootfs string) (manifest, error) {
 	return m, err
 }
 
+// special reports whether mode is a device node's, a FIFO's or a
+// socket's: an entry a delta holds as metadata, not as the entry itself.
+func special(mode fs.FileMode) bool {
+	return mode&(fs.ModeDevice|fs.ModeCharDevice|fs.ModeNamedPipe|fs.ModeSocket) != 0
+}
+
+// metaEntry is what a delta's rootfs/ does not hold of one of its
+// entries, in the delta's file meta (JSON, a list in path order). The
+// step cache is root's and 0700, and the template cache's second layer
+// (template.Strip) holds there too: no file in it is set-id, has
+// capabilities or is a device node. What a step made of those is
+// written down here and made again only in the build's own root
+// filesystem, as the step had made it.
+type metaEntry struct {
+	Path string `json:"path"`
+	// Mode is the entry's st_mode, given when it is special or has a
+	// set-user-ID or set-group-ID bit.
+	Mode uint32 `json:"mode,omitempty"`
+	// A special entry's owner, device number, modification time, and
+	// the path in this delta it is a hard link of (if any).
+	UID   uint32 `json:"uid,omitempty"`
+	GID   uint32 `json:"gid,omitempty"`
+	Rdev  uint64 `json:"rdev,omitempty"`
+	Mtime int64  `json:"mtime,omitempty"`
+	Link  string `json:"link,omitempty"`
+	// Xattrs are every extended attribute of the entry (capabilities,
+	// ACLs, user.*).
+	Xattrs map[string][]byte `json:"xattrs,omitempty"`
+}
+
 // writeDelta writes into dir (empty) what changed from before to now in
-// rootfs: the paths removed (or turned into another type), and the
-// entries added or changed with their parents.
+// rootfs: the paths removed (or turned into another type), the entries
+// added or changed with their parents (hard links among them linked),
+// and their metadata rootfs/ does not carry (metaEntry).
 func writeDelta(rootfs string, before, now manifest, dir string) error {
-	var deleted []string
-	for p, s := range before {
-		if n, ok := now[p]; !ok || n.mode.Type() != s.mode.Type() {
-			deleted = append(deleted, p)
-		}
-	}
-	sort.Strings(deleted)
-	var buf strings.Builder
-	var last string
-	for _, p := range deleted {
-		if last != "" && strings.HasPrefix(p, last+"/") {
-			continue // below a deleted directory: gone with it
-		}
-		buf.WriteString(p)
-		buf.WriteByte(0)
-		last = p
-	}
-	if err := os.WriteFile(filepath.Join(dir, "deleted"), []byte(buf.String()), 0o600); err != nil {
+	if err := writeDeleted(before, now, dir); err != nil {
 		return err
 	}
 	out := filepath.Join(dir, "rootfs")
@@ -269,31 +319,363 @@ func writeDelta(rootfs string, before, now manifest, dir string) error {
 	}
 	changed := make([]string, 0)
 	for p, s := range now {
-		if b, ok := before[p]; !ok || b != s {
+		if b, ok := before[p]; !ok || b.racy || !b.sameAs(s) {
 			changed = append(changed, p)
 		}
 	}
 	sort.Strings(changed) // parents before their entries
+	metas := map[string]*metaEntry{}
+	linked := map[uint64]string{} // inode → its first path in the delta
 	for _, rel := range changed {
-		p := filepath.Join(rootfs, rel)
-		fi, err := os.Lstat(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if err := copyParents(rootfs, out, rel); err != nil {
-			return err
-		}
-		if _, err := os.Lstat(filepath.Join(out, rel)); err == nil {
-			continue // copied as a parent already
-		}
-		if err := copyEntry(p, filepath.Join(out, rel), fi); err != nil {
+		if err := copyChanged(rootfs, out, rel, metas, linked); err != nil {
 			return err
 		}
 	}
+	return writeMeta(rootfs, out, dir, metas)
+}
+
+// writeDeleted writes dir's deleted: the paths of before that now lacks
+// or has as another type, none below another.
+func writeDeleted(before, now manifest, dir string) error {
+	var deleted []string
+	for p, s := range before {
+		if n, ok := now[p]; !ok || n.mode.Type() != s.mode.Type() {
+			deleted = append(deleted, p)
+		}
+	}
+	sort.Strings(deleted)
+	var buf strings.Builder
+	gone := map[string]bool{}
+	for _, p := range deleted {
+		gone[p] = true
+		if under(p, gone) {
+			continue // below a deleted directory: gone with it
+		}
+		buf.WriteString(p)
+		buf.WriteByte(0)
+	}
+	return os.WriteFile(filepath.Join(dir, "deleted"), []byte(buf.String()), 0o600)
+}
+
+// copyChanged copies changed entry rel of rootfs into out (a delta's
+// rootfs/) with its parents, or writes it into metas when it is special.
+// linked has the first path in out of each inode with hard links.
+func copyChanged(rootfs, out, rel string, metas map[string]*metaEntry, linked map[uint64]string) error {
+	p := filepath.Join(rootfs, rel)
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := copyParents(rootfs, out, rel); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(filepath.Join(out, rel)); err == nil {
+		return nil // copied as a parent already
+	}
+	// Hard links: every path of an inode a step changed is in the delta
+	// (a link made or removed changes the inode's ctime), and cp keeps
+	// the links among what it copies.
+	st := fi.Sys().(*syscall.Stat_t)
+	first, isLink := linked[st.Ino]
+	if !isLink && !fi.IsDir() && st.Nlink > 1 {
+		linked[st.Ino] = rel
+	}
+	switch {
+	case special(fi.Mode()):
+		x, err := xattrs(p)
+		if err != nil {
+			return fmt.Errorf("reading the extended attributes of %s: %w", rel, err)
+		}
+		metas[rel] = &metaEntry{Path: rel, Mode: st.Mode, UID: st.Uid, GID: st.Gid, Rdev: st.Rdev,
+			Mtime: fi.ModTime().UnixNano(), Xattrs: x}
+		if isLink {
+			metas[rel].Link = first
+		}
+		return nil
+	case isLink:
+		return os.Link(filepath.Join(out, first), filepath.Join(out, rel))
+	}
+	return copyEntry(p, filepath.Join(out, rel), fi)
+}
+
+// writeMeta writes dir's meta: metas (the special entries) and the
+// set-id bits and extended attributes of out's entries; and gives out's
+// directories their times and out itself the root's owner and mode.
+func writeMeta(rootfs, out, dir string, metas map[string]*metaEntry) error {
+	// Every entry of rootfs/ (parents too): its set-id bits and extended
+	// attributes, which copyEntry leaves out; and its time, which a
+	// directory's entries copied into it changed.
+	err := filepath.WalkDir(out, func(q string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(out, q)
+		p := filepath.Join(rootfs, rel)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		x, err := xattrs(p)
+		if err != nil {
+			return fmt.Errorf("reading the extended attributes of %s: %w", rel, err)
+		}
+		if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 || len(x) > 0 {
+			metas[rel] = &metaEntry{Path: rel, Xattrs: x}
+			if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+				metas[rel].Mode = st.Mode
+			}
+		}
+		if rel == "." {
+			// The root itself, which cp copies onto the build's.
+			if err := os.Chown(out, int(st.Uid), int(st.Gid)); err != nil {
+				return err
+			}
+			if err := os.Chmod(out, fi.Mode()&(fs.ModePerm|fs.ModeSticky)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := keepDirTimes(rootfs, out); err != nil {
+		return err
+	}
+	list := make([]*metaEntry, 0, len(metas))
+	for _, m := range metas {
+		list = append(list, m)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Path < list[j].Path })
+	data, err := json.Marshal(list)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "meta"), data, 0o600)
+}
+
+// under reports whether one of p's parents is in gone.
+func under(p string, gone map[string]bool) bool {
+	for q := filepath.Dir(p); q != "."; q = filepath.Dir(q) {
+		if gone[q] {
+			return true
+		}
+	}
+	return false
+}
+
+// xattrs reads the extended attributes of p, never following a link.
+func xattrs(p string) (map[string][]byte, error) {
+	names := make([]byte, 1024)
+	for {
+		n, err := unix.Llistxattr(p, names)
+		switch {
+		case errors.Is(err, unix.ERANGE):
+			names = make([]byte, 2*len(names))
+			continue
+		case errors.Is(err, unix.ENOTSUP):
+			return nil, nil
+		case err != nil:
+			return nil, err
+		}
+		names = names[:n]
+		break
+	}
+	var out map[string][]byte
+	for _, name := range strings.Split(string(names), "\x00") {
+		if name == "" {
+			continue
+		}
+		v := make([]byte, 256)
+		for {
+			n, err := unix.Lgetxattr(p, name, v)
+			if errors.Is(err, unix.ERANGE) {
+				v = make([]byte, 2*len(v))
+				continue
+			}
+			if errors.Is(err, unix.ENODATA) {
+				break // removed meanwhile
+			}
+			if err != nil {
+				return nil, err
+			}
+			if out == nil {
+				out = map[string][]byte{}
+			}
+			out[name] = v[:n]
+			break
+		}
+	}
+	return out, nil
+}
+
+// keepDirTimes gives every directory of out (a delta's rootfs/) the
+// times of its counterpart in rootfs: copying entries into it changed
+// its own.
+func keepDirTimes(rootfs, out string) error {
+	return filepath.WalkDir(out, func(q string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(out, q)
+		fi, err := os.Lstat(filepath.Join(rootfs, rel))
+		if err != nil {
+			return err
+		}
+		return os.Chtimes(q, fi.ModTime(), fi.ModTime())
+	})
+}
+
+// applyMeta makes what step delta dir's meta says of its entries in
+// rootfs, to which applyDelta applied the delta: its special entries,
+// set-id bits and extended attributes (and removes the extended
+// attributes its directories no longer have). It is the step cache's own
+// (root's, written by this host): an image's delta has none.
+func applyMeta(rootfs, dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, "meta"))
+	if err != nil {
+		return err
+	}
+	var list []metaEntry
+	if err := json.Unmarshal(data, &list); err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	want := map[string]map[string][]byte{}
+	retime := map[string]bool{} // directories a special entry was made in
+	for _, m := range list {
+		want[m.Path] = m.Xattrs
+		if err := applyMetaEntry(root, m); err != nil {
+			return fmt.Errorf("%s: %w", m.Path, err)
+		}
+		if special(fileMode(m.Mode)) {
+			retime[filepath.Dir(m.Path)] = true
+		}
+	}
+	changes := filepath.Join(dir, "rootfs")
+	err = filepath.WalkDir(changes, func(q string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(changes, q)
+		return inDir(root, rel, func(dirfd int, base string) error {
+			p := "/proc/self/fd/" + strconv.Itoa(dirfd) + "/" + base
+			have, err := xattrs(p)
+			if err != nil {
+				return err
+			}
+			for name := range have {
+				if _, ok := want[rel][name]; !ok {
+					if err := unix.Lremovexattr(p, name); err != nil {
+						return fmt.Errorf("%s: %w", rel, err)
+					}
+				}
+			}
+			if !retime[rel] {
+				return nil
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			t := unix.NsecToTimespec(fi.ModTime().UnixNano())
+			return unix.UtimesNanoAt(dirfd, base, []unix.Timespec{t, t}, unix.AT_SYMLINK_NOFOLLOW)
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("restoring the extended attributes and times of directories: %w", err)
+	}
 	return nil
+}
+
+// applyMetaEntry makes m in root.
+func applyMetaEntry(root *os.Root, m metaEntry) error {
+	if m.Path != "." && !filepath.IsLocal(m.Path) || m.Link != "" && !filepath.IsLocal(m.Link) {
+		return errors.New("not a path within the root filesystem")
+	}
+	if err := dirsAbove(root, m.Path); err != nil {
+		return err
+	}
+	return inDir(root, m.Path, func(dirfd int, base string) error {
+		if special(fileMode(m.Mode)) {
+			if err := root.Remove(m.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			if m.Link != "" {
+				return inDir(root, m.Link, func(fromfd int, from string) error {
+					return unix.Linkat(fromfd, from, dirfd, base, 0)
+				})
+			}
+			if err := unix.Mknodat(dirfd, base, m.Mode, int(m.Rdev)); err != nil {
+				return err
+			}
+			if err := unix.Fchownat(dirfd, base, int(m.UID), int(m.GID), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return err
+			}
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			if m.Mode != 0 {
+				return errors.New("a link with a mode")
+			}
+		} else if m.Mode != 0 {
+			// After the owner (a chown clears set-id bits); mknod's
+			// mode went through the umask.
+			if err := unix.Fchmodat(dirfd, base, m.Mode&0o7777, 0); err != nil {
+				return err
+			}
+		}
+		p := "/proc/self/fd/" + strconv.Itoa(dirfd) + "/" + base
+		names := slices.Sorted(maps.Keys(m.Xattrs))
+		for _, name := range names {
+			// After the owner too: a chown drops capabilities.
+			if err := unix.Lsetxattr(p, name, m.Xattrs[name], 0); err != nil {
+				return fmt.Errorf("setting extended attribute %s: %w", name, err)
+			}
+		}
+		if special(fileMode(m.Mode)) {
+			t := unix.NsecToTimespec(m.Mtime)
+			return unix.UtimesNanoAt(dirfd, base, []unix.Timespec{t, t}, unix.AT_SYMLINK_NOFOLLOW)
+		}
+		return nil
+	})
+}
+
+// inDir calls f with a descriptor of rel's directory in root and rel's
+// name in it ("." for the root itself).
+func inDir(root *os.Root, rel string, f func(dirfd int, base string) error) error {
+	d, err := root.Open(filepath.Dir(rel))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return f(int(d.Fd()), filepath.Base(rel))
+}
+
+// fileMode is st_mode's type as an fs.FileMode's.
+func fileMode(mode uint32) fs.FileMode {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFCHR:
+		return fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFBLK:
+		return fs.ModeDevice
+	case unix.S_IFIFO:
+		return fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		return fs.ModeSocket
+	}
+	return 0
 }
 
 // recordStep writes step n's delta (before → rootfs now) under key into a
@@ -585,6 +967,9 @@ func (bd *build) recordStep(ctx context.Context, id, rootfs string, before manif
 		if err = serr; err == nil && code != 0 {
 			err = fmt.Errorf("sync: exit status %d", code)
 		}
+		// Past racyWindow, what the step wrote last is not racy, so not
+		// copied again into the next step's delta.
+		time.Sleep(racyWindow)
 	}
 	var dir string
 	if err == nil {

@@ -2,13 +2,19 @@ package recipe
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/testenv"
@@ -66,6 +72,10 @@ func TestStepDeltas(t *testing.T) {
 	must(t, os.Mkdir(build, 0o755))
 	cp(t, base, build)
 	write(build, stageDir+"/files/0-0", "staged\n", 0o600, 0)
+	// Entries changed within racyWindow of a walk count as changed at
+	// the next step (TestStepDeltaExact): past it, a delta holds only
+	// its step's changes.
+	time.Sleep(racyWindow)
 	before, err := scanRootFS(build)
 	must(t, err)
 
@@ -73,6 +83,7 @@ func TestStepDeltas(t *testing.T) {
 	write(build, "home/user/app/main.py", "print(1)\n", 0o640, 1000)
 	write(build, "usr/lib/mod.py", "x = 2\n", 0o644, 0)
 	must(t, os.Chtimes(filepath.Join(build, "usr/lib/mod.py"), time.Now(), time.Now().Add(time.Hour)))
+	time.Sleep(racyWindow)
 	d1, now, err := b.recordStep(build, before, nil, keys[0], 1)
 	must(t, err)
 	must(t, os.RemoveAll(filepath.Join(build, "opt/tool")))
@@ -171,4 +182,232 @@ func TestStepBounds(t *testing.T) {
 	if n := b.cachedSteps([]string{key(5000)}); n != 0 {
 		t.Errorf("the entry of a removed data directory's template survived the sweep")
 	}
+}
+
+// TestStepDeltaExact: for each kind of change a step makes, the step's
+// delta applied to a copy of the tree before it gives exactly the tree
+// after it — every entry's type, mode (set-id and sticky bits included),
+// owner, size, content, link target, device number, extended attributes,
+// hard links and time — and the delta's own files are never set-id,
+// capable or special (template.Strip's second layer holds in the step
+// cache too).
+func TestStepDeltaExact(t *testing.T) {
+	testenv.RequiresRoot(t)
+	file := func(root, rel, data string) {
+		t.Helper()
+		p := filepath.Join(root, rel)
+		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		must(t, os.WriteFile(p, []byte(data), 0o644))
+	}
+	epoch := time.Unix(0, 0)
+	// security.capability, version 2: cap_net_bind_service, effective.
+	capNetBind := []byte{1, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	cases := []struct {
+		name string
+		base func(root string) // the tree before the step
+		// now: made just before the walk before the step, within a
+		// clock tick of the step's own change.
+		now  func(root string)
+		step func(root string)
+	}{
+		{name: "set-id and sticky bits",
+			base: func(r string) {
+				file(r, "bin/tool", "#!/bin/sh\n")
+				file(r, "bin/group", "g")
+				must(t, os.MkdirAll(r+"/srv/shared", 0o755))
+			},
+			step: func(r string) {
+				must(t, os.Chmod(r+"/bin/tool", 0o755|fs.ModeSetuid))
+				must(t, os.Chmod(r+"/bin/group", 0o755|fs.ModeSetgid))
+				must(t, os.Chmod(r+"/srv/shared", 0o777|fs.ModeSticky|fs.ModeSetgid))
+				file(r, "bin/new", "new")
+				must(t, os.Chmod(r+"/bin/new", 0o4711))
+			}},
+		{name: "device nodes, a FIFO and a socket",
+			base: func(r string) { must(t, os.MkdirAll(r+"/dev", 0o755)) },
+			step: func(r string) {
+				must(t, unix.Mknod(r+"/dev/null", unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+				must(t, unix.Mknod(r+"/dev/loop9", unix.S_IFBLK|0o660, int(unix.Mkdev(7, 9))))
+				must(t, os.Lchown(r+"/dev/loop9", 0, 6))
+				must(t, unix.Mkfifo(r+"/run-fifo", 0o620))
+				must(t, unix.Mknod(r+"/sock", unix.S_IFSOCK|0o755, 0))
+				must(t, os.Link(r+"/run-fifo", r+"/fifo-link"))
+			}},
+		{name: "a special file changed and removed",
+			base: func(r string) {
+				must(t, unix.Mkfifo(r+"/fifo", 0o600))
+				must(t, unix.Mkfifo(r+"/gone", 0o600))
+			},
+			step: func(r string) { must(t, os.Chmod(r+"/fifo", 0o640)); must(t, os.Remove(r+"/gone")) }},
+		{name: "rewritten at the same size and time",
+			base: func(r string) { file(r, "etc/same", "AAAA"); must(t, os.Chtimes(r+"/etc/same", epoch, epoch)) },
+			step: func(r string) { file(r, "etc/same", "BBBB"); must(t, os.Chtimes(r+"/etc/same", epoch, epoch)) }},
+		{name: "rewritten within the timestamp granularity",
+			now:  func(r string) { file(r, "etc/same", "AAAA"); must(t, os.Chtimes(r+"/etc/same", epoch, epoch)) },
+			step: func(r string) { file(r, "etc/same", "BBBB"); must(t, os.Chtimes(r+"/etc/same", epoch, epoch)) }},
+		{name: "hard links made and removed",
+			base: func(r string) {
+				file(r, "a/one", "one")
+				file(r, "a/two", "two")
+				must(t, os.Link(r+"/a/two", r+"/a/two-link"))
+			},
+			step: func(r string) {
+				must(t, os.Link(r+"/a/one", r+"/b-one"))
+				file(r, "c/new", "new")
+				must(t, os.Link(r+"/c/new", r+"/c/new-link"))
+				must(t, os.Remove(r+"/a/two-link"))
+			}},
+		{name: "links made, retargeted and re-owned",
+			base: func(r string) { must(t, os.Symlink("/etc/hostname", r+"/link")); must(t, os.Symlink("x", r+"/owned")) },
+			step: func(r string) {
+				must(t, os.Remove(r+"/link"))
+				must(t, os.Symlink("/etc/passwd", r+"/link"))
+				must(t, os.Lchown(r+"/owned", 1000, 1000))
+				must(t, os.Symlink("../etc", r+"/new"))
+			}},
+		{name: "extended attributes and capabilities",
+			base: func(r string) {
+				file(r, "bin/ping", "ping")
+				must(t, os.MkdirAll(r+"/var/d", 0o755))
+				must(t, unix.Lsetxattr(r+"/var/d", "user.old", []byte("1"), 0))
+				file(r, "var/f", "f")
+				must(t, unix.Lsetxattr(r+"/var/f", "user.old", []byte("1"), 0))
+			},
+			step: func(r string) {
+				must(t, unix.Lsetxattr(r+"/bin/ping", "security.capability", capNetBind, 0))
+				must(t, unix.Lsetxattr(r+"/bin/ping", "user.note", []byte("v"), 0))
+				must(t, unix.Lremovexattr(r+"/var/d", "user.old"))
+				must(t, unix.Lsetxattr(r+"/var/f", "trusted.x", []byte("t"), 0))
+			}},
+		{name: "owner alone, mode alone",
+			base: func(r string) {
+				file(r, "home/f", "f")
+				file(r, "home/g", "g")
+				must(t, os.MkdirAll(r+"/home/d", 0o755))
+			},
+			step: func(r string) {
+				must(t, os.Chown(r+"/home/f", 1000, 1000))
+				must(t, os.Chmod(r+"/home/g", 0o600))
+				must(t, os.Chown(r+"/home/d", 1000, 0))
+				must(t, os.Chmod(r+"/", 0o751))
+			}},
+		{name: "files and directories deleted",
+			base: func(r string) {
+				file(r, "opt/tool/bin/run", "run")
+				file(r, "opt/tool.conf", "conf") // sorts between opt/tool and opt/tool/...
+				file(r, "opt/tool-2/x", "x")
+				file(r, "opt/keep", "keep")
+			},
+			step: func(r string) {
+				must(t, os.RemoveAll(r+"/opt/tool"))
+				must(t, os.Remove(r+"/opt/tool.conf"))
+				must(t, os.RemoveAll(r+"/opt/tool-2"))
+			}},
+		{name: "a directory replaced by a file, a file by a directory",
+			base: func(r string) { file(r, "srv/dir/x", "x"); file(r, "srv/file", "f") },
+			step: func(r string) {
+				must(t, os.RemoveAll(r+"/srv/dir"))
+				file(r, "srv/dir", "now a file")
+				must(t, os.Remove(r+"/srv/file"))
+				file(r, "srv/file/y", "now a directory")
+			}},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			b := New(Config{CacheDir: filepath.Join(tmp, "cache"), DataDir: filepath.Join(tmp, "data")})
+			base := filepath.Join(tmp, "base")
+			build := filepath.Join(tmp, "build")
+			must(t, os.Mkdir(base, 0o755))
+			must(t, os.Mkdir(build, 0o755))
+			if c.base != nil {
+				c.base(base)
+			}
+			cp(t, base, build)
+			if c.now != nil {
+				c.now(build)
+				cp(t, build, base) // the restored build's tree before the step
+			}
+			before, err := scanRootFS(build)
+			must(t, err)
+			if c.now != nil && !before["etc/same"].racy {
+				// (A kernel with fine-grained timestamps gives the
+				// rewrite a ctime of its own as well.)
+				t.Errorf("a file changed just before the walk is not racy: its rewrite in the same clock tick would be missed")
+			}
+			c.step(build)
+			key := fmt.Sprintf("%016x", 0xc0+i)
+			dir, _, err := b.recordStep(build, before, nil, key, 1)
+			must(t, err)
+			must(t, b.commitSteps(map[string]string{key: dir}, []string{key}, stepUser{Holder: b.holderName(), Project: "p", Template: "t"}))
+			// What the step cache holds is no privilege on the host.
+			filepath.WalkDir(filepath.Join(b.stepDir(), key), func(p string, d fs.DirEntry, err error) error {
+				must(t, err)
+				fi, err := d.Info()
+				must(t, err)
+				x, _ := xattrs(p)
+				if fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 || special(fi.Mode()) || x["security.capability"] != nil {
+					t.Errorf("the step cache holds %s, %v %v", p, fi.Mode(), x)
+				}
+				return nil
+			})
+
+			got := filepath.Join(tmp, "got")
+			must(t, os.Mkdir(got, 0o755))
+			cp(t, base, got)
+			must(t, b.restoreSteps(context.Background(), got, []string{key}))
+			if a, b := exactTree(t, build), exactTree(t, got); a != b {
+				t.Errorf("the restored tree differs from the step's:\nstep's:\n%s\nrestored:\n%s", a, b)
+			}
+		})
+	}
+}
+
+// exactTree describes every entry under root, root too: type and mode,
+// owner, size, content hash, link target, device number, extended
+// attributes, the first path of its hard links, and modification time.
+func exactTree(t *testing.T, root string) string {
+	t.Helper()
+	var b strings.Builder
+	inodes := map[uint64]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		fmt.Fprintf(&b, "%s %v %d:%d %d", rel, fi.Mode(), st.Uid, st.Gid, fi.ModTime().UnixNano())
+		switch {
+		case fi.Mode().IsRegular():
+			data, err := os.ReadFile(p)
+			must(t, err)
+			fmt.Fprintf(&b, " %d %x", len(data), sha256.Sum256(data))
+		case fi.Mode().Type() == fs.ModeSymlink:
+			l, _ := os.Readlink(p)
+			fmt.Fprintf(&b, " -> %s", l)
+		case special(fi.Mode()):
+			fmt.Fprintf(&b, " dev %d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+		}
+		if !fi.IsDir() && st.Nlink > 1 {
+			if first, ok := inodes[st.Ino]; ok {
+				fmt.Fprintf(&b, " linked to %s", first)
+			} else {
+				inodes[st.Ino] = rel
+			}
+			fmt.Fprintf(&b, " %d links", st.Nlink)
+		}
+		x, err := xattrs(p)
+		must(t, err)
+		for _, n := range slices.Sorted(maps.Keys(x)) {
+			fmt.Fprintf(&b, " %s=%x", n, x[n])
+		}
+		b.WriteByte('\n')
+		return nil
+	})
+	must(t, err)
+	return b.String()
 }
