@@ -904,6 +904,18 @@ class _Socket:
         self.sock.close()
 
 
+def surface(res: Results, other_build: bool, what: str, measure: Callable[[], None]) -> None:
+    """measure(); for another build than this checkout's, a failure is a row saying the build lacks what,
+    not the end of the run (this build's own failures still end it)."""
+    try:
+        measure()
+    except Exception as exc:  # noqa: BLE001 - any failure of an older build's surface
+        if not other_build:
+            raise
+        log(f"{what}: not measured on this build ({type(exc).__name__}: {exc})")
+        res.add(Figure(f"{what}", note=f"not measured: this build failed it ({type(exc).__name__}: {exc})"[:300]))
+
+
 def lizard_processes(res: Results, srv: Server, runs: int) -> None:
     """Background processes and terminals (issue 22): process.start → first output beside exec's, and a
     terminal keystroke → its echo through the server's WebSocket proxy."""
@@ -1671,10 +1683,12 @@ def main() -> int:
             direct.close()
             log("Lizard: pause, resume, snapshot, fork")
             lizard_pause_fork(res, srv, a.snapshot_runs)
-            lizard_processes(res, srv, a.code_runs)
+            # An older build (an A/B's baseline) may lack these surfaces: its rows say so and the run goes on.
+            other = bin_dir.resolve() != (REPO / "bin").resolve()
+            surface(res, other, "background processes and terminals", lambda: lizard_processes(res, srv, a.code_runs))
             log("Lizard: files (watch events, streamed transfers)")
-            lizard_files(res, srv, a.code_runs)
-            e2b_figures(res, srv, a.runs, a.code_runs)
+            surface(res, other, "files: watch events, streamed transfers", lambda: lizard_files(res, srv, a.code_runs))
+            surface(res, other, "E2B's SDK", lambda: e2b_figures(res, srv, a.runs, a.code_runs))
             if a.scale > 0:
                 scale(res, srv, a.scale)
             if a.sustain > 0:
