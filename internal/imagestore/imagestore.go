@@ -106,6 +106,19 @@ func (s *Store) Put(ctx context.Context, name, dir string) (Manifest, error) {
 	return s.put(ctx, name, func(w io.Writer) error { return writeTar(w, dir) })
 }
 
+// dropPartWait bounds the removal of a failed upload's object: the upload
+// that failed may have been cancelled (a node stopping) against a store
+// that stalls, and what fails to go is only space.
+const dropPartWait = time.Minute
+
+// dropPart removes key, the object of an upload that failed, best-effort,
+// even when ctx was cancelled, within dropPartWait.
+func (s *Store) dropPart(ctx context.Context, key string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropPartWait)
+	defer cancel()
+	s.b.Delete(ctx, key)
+}
+
 // put uploads what write writes as image name, sealed.
 func (s *Store) put(ctx context.Context, name string, write func(io.Writer) error) (Manifest, error) {
 	id := make([]byte, 32)
@@ -128,14 +141,14 @@ func (s *Store) put(ctx context.Context, name string, write func(io.Writer) erro
 	err = s.b.Put(ctx, m.Object, pr)
 	pr.CloseWithError(errors.New("upload ended")) // stops the writer if Put returned early
 	if err != nil {
-		s.b.Delete(context.WithoutCancel(ctx), m.Object)
+		s.dropPart(ctx, m.Object)
 		return Manifest{}, fmt.Errorf("uploading image %s: %w", name, err)
 	}
 	m.Size = cw.n
 	body, _ := json.Marshal(m)
 	env, _ := json.Marshal(envelope{Format: format, KeyID: s.key.ID(), Manifest: body, MAC: hex.EncodeToString(s.key.manifestMAC(name, body))})
 	if err := s.b.Put(ctx, manifestKey(name), bytes.NewReader(env)); err != nil {
-		s.b.Delete(context.WithoutCancel(ctx), m.Object)
+		s.dropPart(ctx, m.Object)
 		return Manifest{}, fmt.Errorf("publishing image %s: %w", name, err)
 	}
 	// Older versions are unreachable now: remove them (best effort; a

@@ -532,21 +532,64 @@ func TestMoveOutOfASandboxMovedMeanwhile(t *testing.T) {
 }
 
 // TestMoveOutStoreUnreachable: a move whose image store refuses
-// connections ends with ErrUnavailable (503) saying so as soon as the
-// uploader's pass fails, not after MoveWait (an hour here: the context's
-// deadline, far below it, only guards the test), leaving the sandbox
-// paused on this node; a call that queued on the sandbox's lock behind
-// the move then resumes it here.
+// connections (a closed loopback port) or stalls (takes them and never
+// answers) ends with ErrUnavailable (503) saying so — as soon as the
+// uploader's pass fails, or the store does not answer the move's probe —
+// not after MoveWait (an hour here: the context's deadline, far below it,
+// only guards the test), leaving the sandbox paused on this node; a call
+// that queued on the sandbox's lock behind the move then resumes it here.
 func TestMoveOutStoreUnreachable(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name string
+		// endpoint is the store's address, and stop what takes it away
+		// for good before the uploader stops.
+		endpoint func(t *testing.T) (addr string, stop func())
+	}{
+		{"refuses", func(t *testing.T) (string, func()) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			return l.Addr().String(), func() {}
+		}},
+		{"stalls", func(t *testing.T) (string, func()) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var conns []net.Conn
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					conns = append(conns, c) // held open, never answered
+				}
+			}()
+			return l.Addr().String(), func() {
+				l.Close()
+				<-done
+				for _, c := range conns {
+					c.Close()
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, stop := tc.endpoint(t)
+			moveOutStoreUnreachable(t, addr, stop)
+		})
 	}
-	closed := l.Addr().String()
-	l.Close()
+}
+
+func moveOutStoreUnreachable(t *testing.T, endpoint string, stop func()) {
 	u, _ := url.Parse("s3://bucket/lizard")
 	b, err := s3.Open(u, func(k string) string {
-		return map[string]string{"AWS_ENDPOINT_URL": "http://" + closed, "AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"}[k]
+		return map[string]string{"AWS_ENDPOINT_URL": "http://" + endpoint, "AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"}[k]
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -561,6 +604,7 @@ func TestMoveOutStoreUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	runUploader(t, e.Node)
+	t.Cleanup(stop) // before the uploader's: its cancelled upload's cleanup fails at once
 	sb := e.Create(t, nodetest.Plan(60_000))
 	moved := make(chan error, 1)
 	go func() {

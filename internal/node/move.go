@@ -29,6 +29,17 @@ func (m *MovedTo) Error() string { return "the sandbox moved to node " + m.To }
 // sandbox's image while no upload fails (Config.MoveWait).
 const MoveWait = 2 * time.Minute
 
+// StoreProbe bounds how long a move waits for the image store to answer a
+// one-key listing before it takes the store for unreachable.
+const StoreProbe = 10 * time.Second
+
+// probe asks the image store to answer a one-key listing within StoreProbe.
+func (im *images) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, StoreProbe)
+	defer cancel()
+	return im.remote.Bucket().Check(ctx)
+}
+
 // Move is what MoveOut did: the sandbox's row after it (paused, on the
 // node it went to) and whether the move paused it (it was running: the
 // new node is to resume it).
@@ -97,6 +108,11 @@ func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
 	// queued on it, held.
 	passes := n.images.passes.count()
 	n.images.wake()
+	// A store that stalls (takes connections, never answers) fails no
+	// pass before its client's timeouts: one that does not answer a
+	// probe within StoreProbe ends the move too.
+	probe := make(chan error, 1)
+	go func() { probe <- n.images.probe(ctx) }()
 	var cur store.Sandbox
 	var gerr, uerr error
 	err = poll(ctx, n.cfg.MoveWait, 50*time.Millisecond, func() bool {
@@ -110,7 +126,13 @@ func (n *Local) MoveOut(ctx context.Context, id, to string) (Move, error) {
 		if gerr != nil || cur.Durable || cur.Node != me {
 			return true
 		}
-		uerr = n.images.passes.failedSince(passes)
+		select {
+		case uerr = <-probe:
+		default:
+		}
+		if uerr == nil {
+			uerr = n.images.passes.failedSince(passes)
+		}
 		return uerr != nil
 	})
 	if err == nil {
