@@ -87,8 +87,8 @@ func (vol Volumes) Create(ctx context.Context, req api.CreateVolumeRequest) (api
 // record records v within its project's bounds. The count and the
 // insert are one step, so that concurrent creates cannot pass a bound
 // together: under the project's admission lock (node.Quota.Lock), which
-// sandbox admission holds too, in this process and in the shared
-// database.
+// sandbox admission takes too: in the shared database (the record's
+// transaction, store.CreateAdmitted) and, on SQLite, in this process.
 func (vol Volumes) record(ctx context.Context, v store.Volume) error {
 	c := vol.c
 	release, err := c.cfg.Quota.Lock(ctx, v.ProjectID)

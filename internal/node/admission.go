@@ -15,23 +15,24 @@ import (
 	"github.com/lizard-build/lizard/internal/store"
 )
 
-// Admission admits a sandbox of a project just before the node records it.
+// Admission admits a sandbox of a project as the node records it.
 type Admission interface {
-	// Admit checks projectID's quotas for one more sandbox of disk bytes of
-	// disk and holds the project's lock until release, which the node
-	// calls once the sandbox is recorded: concurrent creates are thus
-	// counted one after the other.
-	Admit(ctx context.Context, projectID string, disk int64) (release func(), err error)
+	// Admit returns the quota a sandbox of projectID with disk bytes of
+	// disk is recorded under (store.CreateAdmitted, which counts the
+	// project's holdings and inserts the row in one transaction under
+	// the project's lock) and holds what else the admission needs until
+	// release, which the node calls once the sandbox is recorded.
+	Admit(ctx context.Context, projectID string, disk int64) (q store.Quota, release func(), err error)
 }
 
 // Quota is the Admission of Lizard's per-project quotas, kept in the
 // database: the count of live sandboxes and the disk promised to them and
-// to volumes. It is the same under `lizard serve` and `lizard node`; only
-// its lock differs by store: a project's lock in this process, and under
-// it the project's advisory lock in PostgreSQL (store.LockProject), held
-// from the count to the insert, so that several nodes and API processes
-// sharing one database cannot pass a quota together. Different projects
-// never wait for each other. The zero value of the bounds admits all.
+// to volumes. It is the same under `lizard serve` and `lizard node`: the
+// store counts and inserts in one transaction, under the project's
+// advisory lock on PostgreSQL (held from the count to the commit, so that
+// several nodes and API processes sharing one database cannot pass a
+// quota together) and SQLite's write lock. Different projects never wait
+// for each other. The zero value of the bounds admits all.
 type Quota struct {
 	Store *store.Store
 	// MaxLive is how many live sandboxes a project may have (0: no bound).
@@ -47,9 +48,10 @@ type Quota struct {
 
 var _ Admission = (*Quota)(nil)
 
-// Lock takes projectID's admission lock: sandbox admission holds it, and so
-// must anything else counted against the project's disk (a volume's
-// record).
+// Lock takes projectID's admission lock: anything else counted against
+// the project's disk (a volume's record) holds it, and sandbox admission
+// waits for it — in the database (the project's advisory lock, which
+// store.CreateAdmitted takes too) and in this process.
 func (q *Quota) Lock(ctx context.Context, projectID string) (release func(), err error) {
 	unlock := q.locks.Lock(projectID)
 	unlockStore, err := q.Store.LockProject(ctx, projectID)
@@ -60,17 +62,43 @@ func (q *Quota) Lock(ctx context.Context, projectID string) (release func(), err
 	return func() { unlockStore(); unlock() }, nil
 }
 
-// Admit implements Admission.
-func (q *Quota) Admit(ctx context.Context, projectID string, disk int64) (func(), error) {
-	release, err := q.Lock(ctx, projectID)
-	if err != nil {
-		return nil, err
+// Admit implements Admission. On PostgreSQL it holds nothing itself: the
+// project's lock is the record's transaction's, so a project's creates
+// wait in one line only for the slot read, the insert and the commit. On
+// SQLite, whose one process is the only writer, it holds the project's
+// lock in this process, which a volume's record takes too (its count and
+// insert are two transactions).
+func (q *Quota) Admit(ctx context.Context, projectID string, disk int64) (store.Quota, func(), error) {
+	sq := store.Quota{MaxLive: q.MaxLive, MaxDisk: q.MaxDisk, DefaultDisk: q.DefaultDisk, Disk: disk}
+	if q.Store.Dialect() == "postgres" {
+		return sq, func() {}, nil
 	}
-	if err := q.Fits(ctx, projectID, 1, disk); err != nil {
-		release()
-		return nil, err
+	return sq, q.locks.Lock(projectID), nil
+}
+
+// Refusal is the error of a create store.CreateAdmitted refused: what the
+// project holds and what to do.
+func Refusal(e *store.OverQuota) error {
+	q := e.Quota
+	if q.MaxLive > 0 && e.Live+1 > q.MaxLive {
+		return overLive(e.ProjectID, e.Live, 1, q.MaxLive)
 	}
-	return release, nil
+	disk := q.Disk
+	if disk <= 0 {
+		disk = q.DefaultDisk
+	}
+	return OverDisk(e.ProjectID, e.Promised, fmt.Sprintf("a sandbox of %d MiB", disk>>20), q.MaxDisk)
+}
+
+// overLive is the refusal of count more sandboxes to a project that has
+// live of its max.
+func overLive(projectID string, live, count, max int) error {
+	msg := fmt.Sprintf("project %s already has %d live sandboxes, its maximum; kill some first", projectID, live)
+	if count > 1 {
+		msg = fmt.Sprintf("project %s has %d live sandboxes; %d more would pass its maximum of %d; kill some first",
+			projectID, live, count, max)
+	}
+	return &errdefs.Error{Kind: errdefs.ErrRateLimited, RetryAfter: time.Second, Msg: msg}
 }
 
 // Fits checks that projectID may have count more sandboxes of disk bytes
@@ -85,12 +113,7 @@ func (q *Quota) Fits(ctx context.Context, projectID string, count int, disk int6
 			return err
 		}
 		if live+count > q.MaxLive {
-			msg := fmt.Sprintf("project %s already has %d live sandboxes, its maximum; kill some first", projectID, live)
-			if count > 1 {
-				msg = fmt.Sprintf("project %s has %d live sandboxes; %d more would pass its maximum of %d; kill some first",
-					projectID, live, count, q.MaxLive)
-			}
-			return &errdefs.Error{Kind: errdefs.ErrRateLimited, RetryAfter: time.Second, Msg: msg}
+			return overLive(projectID, live, count, q.MaxLive)
 		}
 	}
 	if disk <= 0 {

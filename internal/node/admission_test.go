@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,20 +12,20 @@ import (
 	"github.com/lizard-build/lizard/internal/node/nodetest"
 )
 
-// TestQuotaLockPerProject: admission holds one project's lock, never a
-// lock of every project: p2 is admitted while p1's is held, and p1's next
+// TestQuotaLockPerProject: admission on SQLite holds one project's lock
+// in the process, never a lock of every project: p2 is admitted while p1's is held, and p1's next
 // admission waits for it.
 func TestQuotaLockPerProject(t *testing.T) {
 	e := nodetest.New(t)
 	q := &node.Quota{Store: e.Store}
 	ctx := context.Background()
-	release, err := q.Admit(ctx, "p1", 0)
+	_, release, err := q.Admit(ctx, "p1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	other := make(chan error, 1)
 	go func() {
-		r, err := q.Admit(ctx, "p2", 0)
+		_, r, err := q.Admit(ctx, "p2", 0)
 		if err == nil {
 			r()
 		}
@@ -40,7 +41,7 @@ func TestQuotaLockPerProject(t *testing.T) {
 	}
 	same := make(chan struct{})
 	go func() {
-		r, err := q.Admit(ctx, "p1", 0)
+		_, r, err := q.Admit(ctx, "p1", 0)
 		if err == nil {
 			r()
 		}
@@ -74,4 +75,23 @@ func TestQuotaAdmit(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Create(t, nodetest.Plan(0))
+}
+
+// TestQuotaAdmitDisk: the disk quota is counted as the node records the
+// sandbox, and the refusal says what the project is promised and what to
+// do.
+func TestQuotaAdmitDisk(t *testing.T) {
+	q := &node.Quota{MaxDisk: 2500 << 20, DefaultDisk: 1 << 30}
+	e := nodetest.New(t, func(c *node.Config) { q.Store, c.Admission = c.Store, q })
+	p := nodetest.Plan(0)
+	p.Limits.DiskBytes = 1 << 30
+	e.Create(t, p)
+	p.Limits.DiskBytes = 1500 << 20
+	_, err := e.Node.Create(context.Background(), p)
+	if !errors.Is(err, errdefs.ErrRateLimited) || !strings.Contains(errdefs.Message(err), "is promised 1024 MiB of disk") ||
+		!strings.Contains(errdefs.Message(err), "--max-disk-per-project-mb") {
+		t.Fatalf("a sandbox of 1500 MiB beside 1024 MiB within 2500 MiB = %v; want ErrRateLimited saying what is promised", err)
+	}
+	p.Limits.DiskBytes = 1500 << 20 / 2
+	e.Create(t, p)
 }

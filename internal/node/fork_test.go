@@ -21,15 +21,18 @@ import (
 )
 
 // admitFunc is a node.Admission of a function.
-type admitFunc func(ctx context.Context, projectID string, disk int64) (func(), error)
+type admitFunc func(ctx context.Context, projectID string, disk int64) (store.Quota, func(), error)
 
-func (f admitFunc) Admit(ctx context.Context, projectID string, disk int64) (func(), error) {
+func (f admitFunc) Admit(ctx context.Context, projectID string, disk int64) (store.Quota, func(), error) {
 	return f(ctx, projectID, disk)
 }
 
 // admitCounter is a node.Admission that admits everything and counts.
 func admitCounter(n *atomic.Int32) node.Admission {
-	return admitFunc(func(context.Context, string, int64) (func(), error) { n.Add(1); return func() {}, nil })
+	return admitFunc(func(context.Context, string, int64) (store.Quota, func(), error) {
+		n.Add(1)
+		return store.Quota{}, func() {}, nil
+	})
 }
 
 func TestForkCount(t *testing.T) {

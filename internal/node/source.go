@@ -95,7 +95,7 @@ func (fresh) about(p Plan, name, image, path, running string, queues bool) about
 // record admits plan p (a user's sandbox, by the node's Admission) and
 // records its sandbox: a new row holding an address slot.
 func (f fresh) record(ctx context.Context, n *Local, p Plan) (store.Sandbox, error) {
-	release, err := f.admit(ctx, n, p)
+	quota, release, err := f.admit(ctx, n, p)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -107,7 +107,11 @@ func (f fresh) record(ctx context.Context, n *Local, p Plan) (store.Sandbox, err
 	}
 	// A slot released just before is the lowest free under churn, and its
 	// Create would wait for its conntrack entries to go (netns.Pool.Settling).
-	err = n.cfg.Store.CreateSandbox(ctx, &sb, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings, n.cfg.Pool.Settling()...)
+	err = n.cfg.Store.CreateAdmitted(ctx, &sb, quota, n.cfg.Pool.Slots(), n.cfg.Pool.AddrStrings, n.cfg.Pool.Settling()...)
+	var over *store.OverQuota
+	if errors.As(err, &over) {
+		return sb, Refusal(over)
+	}
 	if errors.Is(err, store.ErrFull) {
 		return sb, &errdefs.Error{Kind: errdefs.ErrUnavailable, Cause: err,
 			Msg: fmt.Sprintf("no free sandbox address: all %d addresses of the pool %s are in use; kill sandboxes or widen --address-pool",
@@ -176,11 +180,12 @@ func (fresh) announce(ctx context.Context, l *launch, got store.Sandbox) {
 		Template: got.Template, ParentID: l.p.ParentID, SnapshotID: l.p.SnapshotID, ForkedFrom: l.p.fork.parentID()})
 }
 
-// admit admits plan p, a user's sandbox, by node n's Admission, and
-// returns the function that ends the admission once it is recorded.
-func (fresh) admit(ctx context.Context, n *Local, p Plan) (release func(), err error) {
+// admit admits plan p, a user's sandbox, by node n's Admission: the
+// quota its row is recorded under (none for the node's own sandboxes) and
+// the function that ends the admission once it is recorded.
+func (fresh) admit(ctx context.Context, n *Local, p Plan) (q store.Quota, release func(), err error) {
 	if p.Role != "" || n.cfg.Admission == nil {
-		return func() {}, nil
+		return store.Quota{}, func() {}, nil
 	}
 	return n.cfg.Admission.Admit(ctx, p.ProjectID, p.Limits.DiskBytes)
 }

@@ -25,12 +25,16 @@ func (c claimSource) about(p Plan) about {
 // record admits plan p and hands it a warm sandbox's row: errNoWarm if
 // the pool has none.
 func (c claimSource) record(ctx context.Context, n *Local, p Plan) (store.Sandbox, error) {
-	release, err := c.admit(ctx, n, p)
+	quota, release, err := c.admit(ctx, n, p)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
 	defer release()
-	sb, err := n.cfg.Store.ClaimWarm(ctx, p.Template, p.ProjectID, p.Metadata, p.TimeoutMs, n.clock.now(), n.clock.deadline(p.TimeoutMs))
+	sb, err := n.cfg.Store.ClaimWarmAdmitted(ctx, quota, p.Template, p.ProjectID, p.Metadata, p.TimeoutMs, n.clock.now(), n.clock.deadline(p.TimeoutMs))
+	var over *store.OverQuota
+	if errors.As(err, &over) {
+		return sb, Refusal(over)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return sb, errNoWarm
 	}

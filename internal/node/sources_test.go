@@ -62,12 +62,12 @@ func TestCreateSources(t *testing.T) {
 			w := &fakeWarm{pool: tt.pool}
 			var admits atomic.Int32
 			var refusing atomic.Bool
-			admit := admitFunc(func(context.Context, string, int64) (func(), error) {
+			admit := admitFunc(func(context.Context, string, int64) (store.Quota, func(), error) {
 				admits.Add(1)
 				if refusing.Load() {
-					return nil, &errdefs.Error{Kind: errdefs.ErrRateLimited, Msg: "over quota", Cause: refuse}
+					return store.Quota{}, nil, &errdefs.Error{Kind: errdefs.ErrRateLimited, Msg: "over quota", Cause: refuse}
 				}
-				return func() {}, nil
+				return store.Quota{}, func() {}, nil
 			})
 			e := nodetest.New(t, func(c *node.Config) { c.Warm, c.Admission = w, admit })
 			ctx := context.Background()

@@ -112,11 +112,19 @@ func lockKey(name string) int64 {
 // serialize makes tx the only one of its kind (key) until it ends: the
 // slot allocation reads the free slots and then inserts, which READ
 // COMMITTED would let two transactions do with the same slot.
-func (t *tx) serialize(ctx context.Context, key int64) error {
+//
+// With several keys it takes them in their order, in one statement (one
+// round trip): PostgreSQL evaluates a SELECT's list left to right.
+func (t *tx) serialize(ctx context.Context, keys ...int64) error {
 	if t.d != postgresDialect {
 		return nil
 	}
-	_, err := t.Tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, key)
+	q, args := `SELECT pg_advisory_xact_lock($1)`, []any{keys[0]}
+	for i, k := range keys[1:] {
+		q += fmt.Sprintf(", pg_advisory_xact_lock($%d)", i+2)
+		args = append(args, k)
+	}
+	_, err := t.Tx.ExecContext(ctx, q, args...)
 	return t.d.wrap(err)
 }
 

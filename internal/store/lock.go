@@ -100,10 +100,12 @@ func (s *Store) tryFileLock(name string) (func(), bool, error) {
 	return func() { once.Do(func() { f.Close() }) }, true, nil
 }
 
-// LockProject waits for, and takes, the lock of projectID's admission: a
-// node recording a sandbox counts the project's live sandboxes and inserts
-// its own under it, so that creates through several API processes and
-// nodes at once cannot pass the project's quota together. On PostgreSQL it
+// LockProject waits for, and takes, the lock of projectID's admission for
+// what records something counted against the project's disk outside a
+// sandbox's create (a volume: its count and its insert are two
+// statements), so that it and creates through several API processes and
+// nodes at once cannot pass the project's quota together. A create takes
+// the same lock in its own transaction (CreateAdmitted). On PostgreSQL it
 // is a session advisory lock on a connection of its own (freed with the
 // session if its holder dies); on SQLite, whose one process admits under
 // the control plane's own lock, it takes nothing.
@@ -115,7 +117,7 @@ func (s *Store) LockProject(ctx context.Context, projectID string) (release func
 	if err != nil {
 		return nil, fmt.Errorf("locking project %s: %w", projectID, s.db.d.wrap(err))
 	}
-	key := lockKey("lizard:project:" + projectID)
+	key := projectLockKey(projectID)
 	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("locking project %s: %w", projectID, s.db.d.wrap(err))
@@ -135,8 +137,9 @@ func (s *Store) LockProject(ctx context.Context, projectID string) (release func
 }
 
 // countProjectLive reads the index sandboxes_live_project alone: a create
-// runs it under its project's lock, so its cost must not grow with the
-// rows of ended sandboxes or of other projects.
+// runs it under its project's lock (in its insert's statement,
+// CreateAdmitted), so its cost must not grow with the rows of ended
+// sandboxes or of other projects.
 const countProjectLive = `SELECT COUNT(*) FROM sandboxes WHERE project_id = ? AND role = '' AND ended_at IS NULL`
 
 // CountProjectLive is how many live sandboxes projectID has (its own, not

@@ -90,6 +90,92 @@ func scanSandbox(r scanner) (Sandbox, error) {
 // ErrFull if every slot is taken, ErrNotFound if the project does not exist,
 // ErrConflict if the ID is taken.
 func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs func(slot int) (host, guest string), settling ...int) error {
+	return s.createSandbox(ctx, sb, nil, slots, addrs, settling)
+}
+
+// CreateAdmitted is CreateSandbox for a user's sandbox admitted against its
+// project's quota q: the project's holdings are counted in the insert's own
+// transaction, under the project's lock, so that creates through any number
+// of processes cannot pass q together. An *OverQuota if the sandbox would
+// pass q (nothing is recorded then).
+//
+// On PostgreSQL the project's lock is a transaction-level advisory lock
+// (the key LockProject's session lock uses, so a volume's record waits for
+// it and it for a volume's), taken with the node's slots' lock in one
+// statement, and the count rides in the insert's statement: what runs
+// under it is the slot read, the insert and the commit, three round trips.
+// It used to be held on a connection of its own from the count to the
+// commit and its unlock, seven, and every create of the project, cluster-
+// wide, waited in that line. SQLite's immediate transaction serialises the
+// count and the insert with every other writer.
+func (s *Store) CreateAdmitted(ctx context.Context, sb *Sandbox, q Quota, slots int, addrs func(slot int) (host, guest string), settling ...int) error {
+	if q.MaxLive <= 0 && q.MaxDisk <= 0 {
+		return s.createSandbox(ctx, sb, nil, slots, addrs, settling) // nothing to count
+	}
+	return s.createSandbox(ctx, sb, &q, slots, addrs, settling)
+}
+
+// Quota is what a project may hold when a sandbox of it is created
+// (CreateAdmitted). Zero bounds admit all.
+type Quota struct {
+	// MaxLive is how many live sandboxes the project may have.
+	MaxLive int
+	// MaxDisk is the disk it may be promised: its live sandboxes' disk
+	// limits (DefaultDisk for those recorded without a shape) and its
+	// volumes' sizes added up. Disk is the new sandbox's (0: DefaultDisk).
+	MaxDisk, DefaultDisk, Disk int64
+}
+
+// OverQuota is CreateAdmitted's refusal: what the project held, counted
+// under its lock, and the quota the sandbox would have passed.
+type OverQuota struct {
+	ProjectID string
+	Live      int
+	Promised  Promised // counted only when the quota bounds disk
+	Quota     Quota
+}
+
+func (e *OverQuota) Error() string {
+	return fmt.Sprintf("project %s is at its quota: %d live sandboxes (max %d), %d bytes of disk promised (max %d)",
+		e.ProjectID, e.Live, e.Quota.MaxLive, e.Promised.Total(), e.Quota.MaxDisk)
+}
+
+// held reads what projectID holds, as CreateAdmitted counts it: one
+// statement, its live sandboxes through sandboxes_live_project and, when
+// disk is bounded, their disk and its volumes'. Not scoped to a node:
+// a quota is the project's, cluster-wide.
+func (d dialect) held(projectID string, q Quota) (string, []any) {
+	if q.MaxDisk <= 0 {
+		return `SELECT (` + countProjectLive + `), 0, 0, 0`, []any{projectID}
+	}
+	disk := `json_extract(shape, '$.diskBytes')`
+	if d == postgresDialect {
+		disk = `(shape::jsonb->>'diskBytes')::bigint`
+	}
+	return `SELECT (` + countProjectLive + `),
+		(SELECT CAST(COALESCE(SUM(CASE WHEN shape = '' THEN ? ELSE COALESCE(` + disk + `, 0) END), 0) AS BIGINT)
+			FROM sandboxes WHERE project_id = ? AND role = '' AND ended_at IS NULL),
+		(SELECT COUNT(*) FROM volumes WHERE project_id = ?),
+		(SELECT CAST(COALESCE(SUM(size_bytes), 0) AS BIGINT) FROM volumes WHERE project_id = ?)`,
+		[]any{projectID, q.DefaultDisk, projectID, projectID, projectID}
+}
+
+// admits checks what projectID held before the create against q.
+func (q Quota) admits(projectID string, live int, p Promised) error {
+	disk := q.Disk
+	if disk <= 0 {
+		disk = q.DefaultDisk
+	}
+	if (q.MaxLive > 0 && live+1 > q.MaxLive) || (q.MaxDisk > 0 && p.Total()+disk > q.MaxDisk) {
+		return &OverQuota{ProjectID: projectID, Live: live, Promised: p, Quota: q}
+	}
+	return nil
+}
+
+// projectLockKey is the advisory lock of projectID's admission.
+func projectLockKey(projectID string) int64 { return lockKey("lizard:project:" + projectID) }
+
+func (s *Store) createSandbox(ctx context.Context, sb *Sandbox, q *Quota, slots int, addrs func(slot int) (host, guest string), settling []int) error {
 	meta, err := json.Marshal(nonNil(sb.Metadata))
 	if err != nil {
 		return fmt.Errorf("encoding metadata: %w", err)
@@ -103,7 +189,17 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 		return fmt.Errorf("creating sandbox %s: %w", sb.ID, err)
 	}
 	defer tx.Rollback()
-	slot, err := tx.freeSlot(ctx, s.node, slots, settling)
+	// The project's lock first, then the node's: a create waiting for its
+	// project holds nothing another project's create on the node needs.
+	if q != nil {
+		err = tx.serialize(ctx, projectLockKey(sb.ProjectID), slotsLockKey(s.node))
+	} else {
+		err = tx.serialize(ctx, slotsLockKey(s.node))
+	}
+	if err != nil {
+		return fmt.Errorf("creating sandbox %s: taking its project's and its node's locks: %w", sb.ID, err)
+	}
+	slot, err := tx.lowestFree(ctx, s.node, slots, settling)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("creating sandbox %s: %w", sb.ID, ErrFull)
 	}
@@ -111,11 +207,19 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 		return fmt.Errorf("allocating address slot: %w", err)
 	}
 	host, guest := addrs(slot)
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		sb.ID, sb.ProjectID, sb.Template, sb.State, sb.TimeoutMs, string(meta), toMillis(sb.CreatedAt),
-		nullMillis(sb.ExpiresAt), nullMillis(sb.EndedAt), sb.EndReason, slot, host, guest, shape, sb.Role, sb.ParentID, s.node)
+	insert := `INSERT INTO sandboxes (` + sandboxColumns + `)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	args := []any{sb.ID, sb.ProjectID, sb.Template, sb.State, sb.TimeoutMs, string(meta), toMillis(sb.CreatedAt),
+		nullMillis(sb.ExpiresAt), nullMillis(sb.EndedAt), sb.EndReason, slot, host, guest, shape, sb.Role, sb.ParentID, s.node}
+	if q == nil {
+		_, err = tx.ExecContext(ctx, insert, args...)
+	} else {
+		err = tx.admitted(ctx, sb.ProjectID, *q, insert, args)
+	}
+	var over *OverQuota
 	switch {
+	case errors.As(err, &over):
+		return err
 	case isUniqueViolation(err):
 		return fmt.Errorf("creating sandbox %s: %w", sb.ID, ErrConflict)
 	case isConstraint(err):
@@ -130,6 +234,40 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, slots int, addrs
 	return nil
 }
 
+// admitted runs insert (with args) in t if what projectID held before it
+// fits q, else returns an *OverQuota and t must be rolled back. On
+// PostgreSQL the count rides in the insert's statement (a WITH's insert is
+// not seen by the statement's own reads, so they count what was there
+// before it), and an insert past q is rolled back: one round trip.
+func (t *tx) admitted(ctx context.Context, projectID string, q Quota, insert string, args []any) error {
+	held, heldArgs := t.d.held(projectID, q)
+	if t.d == postgresDialect {
+		var p Promised
+		err := t.QueryRowContext(ctx, `WITH made AS (`+insert+`) `+held, append(args, heldArgs...)...).
+			Scan(&p.Sandboxes, &p.SandboxBytes, &p.Volumes, &p.VolumeBytes)
+		if err != nil {
+			return err
+		}
+		return q.admits(projectID, p.Sandboxes, p)
+	}
+	if err := t.check(ctx, projectID, q); err != nil {
+		return err
+	}
+	_, err := t.ExecContext(ctx, insert, args...)
+	return err
+}
+
+// check reads what projectID holds and checks it against q, in a
+// transaction that holds the project's lock (SQLite's: the write lock).
+func (t *tx) check(ctx context.Context, projectID string, q Quota) error {
+	held, heldArgs := t.d.held(projectID, q)
+	var p Promised
+	if err := t.QueryRowContext(ctx, held, heldArgs...).Scan(&p.Sandboxes, &p.SandboxBytes, &p.Volumes, &p.VolumeBytes); err != nil {
+		return fmt.Errorf("counting the live sandboxes of project %s: %w", projectID, err)
+	}
+	return q.admits(projectID, p.Sandboxes, p)
+}
+
 // freeSlot returns the lowest address slot below slots that no live
 // sandbox of node holds and that is not in settling, else the lowest of
 // settling free (sql.ErrNoRows: none). The transaction keeps others from
@@ -141,6 +279,11 @@ func (t *tx) freeSlot(ctx context.Context, node string, slots int, settling []in
 	if err := t.serialize(ctx, slotsLockKey(node)); err != nil {
 		return 0, err
 	}
+	return t.lowestFree(ctx, node, slots, settling)
+}
+
+// lowestFree is freeSlot in a transaction that holds node's slots' lock.
+func (t *tx) lowestFree(ctx context.Context, node string, slots int, settling []int) (int, error) {
 	rows, err := t.QueryContext(ctx, `SELECT slot FROM sandboxes WHERE ended_at IS NULL AND node = ? AND slot >= 0 AND slot < ?`, node, slots)
 	if err != nil {
 		return 0, err
@@ -379,12 +522,32 @@ func (s *Store) affected(ctx context.Context, res sql.Result, id, format string)
 // projectID, as if just created with meta and timeoutMs (deadline expires,
 // nil: never), and returns it. ErrNotFound if the pool has none.
 func (s *Store) ClaimWarm(ctx context.Context, template, projectID string, meta map[string]string, timeoutMs int64, now time.Time, expires *time.Time) (Sandbox, error) {
+	return s.ClaimWarmAdmitted(ctx, Quota{}, template, projectID, meta, timeoutMs, now, expires)
+}
+
+// ClaimWarmAdmitted is ClaimWarm admitted against projectID's quota q, as
+// CreateAdmitted: the count and the claim in one transaction under the
+// project's lock. An *OverQuota if the sandbox would pass q.
+func (s *Store) ClaimWarmAdmitted(ctx context.Context, q Quota, template, projectID string, meta map[string]string, timeoutMs int64, now time.Time, expires *time.Time) (Sandbox, error) {
 	m, err := json.Marshal(nonNil(meta))
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("encoding metadata: %w", err)
 	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("claiming a warm sandbox of %s: %w", template, err)
+	}
+	defer tx.Rollback()
+	if q.MaxLive > 0 || q.MaxDisk > 0 {
+		if err := tx.serialize(ctx, projectLockKey(projectID)); err != nil {
+			return Sandbox{}, fmt.Errorf("claiming a warm sandbox of %s: taking project %s's lock: %w", template, projectID, err)
+		}
+		if err := tx.check(ctx, projectID, q); err != nil {
+			return Sandbox{}, err
+		}
+	}
 	var id string
-	err = s.db.QueryRowContext(ctx, `UPDATE sandboxes SET project_id = ?, role = '', metadata = ?, timeout_ms = ?,
+	err = tx.QueryRowContext(ctx, `UPDATE sandboxes SET project_id = ?, role = '', metadata = ?, timeout_ms = ?,
 		created_at = ?, expires_at = ?
 		WHERE id = (SELECT id FROM sandboxes WHERE role = 'warm' AND template = ? AND state = 'running'
 			AND ended_at IS NULL AND node = ? ORDER BY created_at, id LIMIT 1`+s.db.d.skipLocked()+`)
@@ -394,6 +557,9 @@ func (s *Store) ClaimWarm(ctx context.Context, template, projectID string, meta 
 		return Sandbox{}, fmt.Errorf("claiming a warm sandbox of %s: %w", template, ErrNotFound)
 	}
 	if err != nil {
+		return Sandbox{}, fmt.Errorf("claiming a warm sandbox of %s: %w", template, err)
+	}
+	if err := tx.Commit(); err != nil {
 		return Sandbox{}, fmt.Errorf("claiming a warm sandbox of %s: %w", template, err)
 	}
 	return s.GetSandbox(ctx, id)
