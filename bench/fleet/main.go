@@ -76,6 +76,7 @@ var (
 	count      = flag.Int("count-creates", 100, "at each row count (or once, with --rows \"\"): this many creates one at a time, counting the api processes' statements, rows and blocks per create, and every table's rows scanned (0: none)")
 	weekEvents = flag.Int("week-events", 0, "with the largest --rows: this many more events, spread over the last week (the default --event-retention), as a week at a create rate leaves them")
 	drainN     = flag.Int("drain", 0, "at the end: this many sandboxes made on one node, which is then drained through the API while calls go on (0: none)")
+	admitLine  = flag.Duration("admission-line", 0, "instead of the fleet: one project's admission line alone (store.CreateAdmitted against the session-lock sequence before it, alternated twice), this long a run (admit.go)")
 	drainCalls = flag.Bool("drain-calls", false, "with --drain: also call the draining node's own sandboxes in and before the drain")
 )
 
@@ -106,6 +107,9 @@ func run() error {
 		return err
 	}
 	cleanFns = append(cleanFns, func() { pg.Stop() })
+	if *admitLine > 0 {
+		return admissionLine(ctx, db, dbURL, *admitLine)
+	}
 	secret := randHex(32)
 	key := make([]byte, 32)
 	rand.Read(key)
