@@ -189,15 +189,9 @@ func run() error {
 	fmt.Printf("bench-fleet: PostgreSQL %s, %d lizard api, %d simulated nodes (started in %s), lease %s, %d workers, %s per row, agent delay %s, %d cores\n",
 		pgVersion(ctx, db), len(apis), len(nodes), time.Since(began).Round(time.Millisecond), *lease, *workers, *duration, *agentDelay, numCPU())
 
-	// Worker w calls API w%apis in project w%projects.
-	var clients []*client.Client
-	for w := range *workers {
-		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-		c, err := client.New(client.Config{BaseURL: apis[w%len(apis)].url, APIKey: keys[w%len(keys)], HTTPClient: hc})
-		if err != nil {
-			return err
-		}
-		clients = append(clients, c)
+	clients, err := workerClients(apis, keys)
+	if err != nil {
+		return err
 	}
 	if *count > 0 && strings.TrimSpace(*rowsFlag) == "" {
 		if err := countCreates(ctx, db, clients[:min(len(clients), len(apis))], *count); err != nil {
@@ -219,6 +213,21 @@ func run() error {
 		explainCreatePath(ctx, db)
 	}
 	return nil
+}
+
+// workerClients are the workers' clients: worker w calls API w%apis in
+// project w%projects.
+func workerClients(apis []*apiProc, keys []string) ([]*client.Client, error) {
+	var clients []*client.Client
+	for w := range *workers {
+		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+		c, err := client.New(client.Config{BaseURL: apis[w%len(apis)].url, APIKey: keys[w%len(keys)], HTTPClient: hc})
+		if err != nil {
+			return nil, err
+		}
+		clients = append(clients, c)
+	}
+	return clients, nil
 }
 
 // atTheEnd runs what ends a fleet: --lose-nodes, then --drain.
