@@ -1,14 +1,11 @@
 package gvisor
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -38,14 +35,7 @@ func canReclaim(root, swaps string) error {
 	if _, err := reclaimFile(root); err != nil {
 		return err
 	}
-	b, err := os.ReadFile(swaps)
-	if err != nil {
-		return fmt.Errorf("reading the host's swap devices: %w", err)
-	}
-	if swapTotal(b) == 0 {
-		return errors.New("the host has no swap turned on: a sandbox's memory is shared memory (its Sentry's memory file), which only swap can take; turn swap on, e.g. zram (docs/operations.md, \"Idle memory to swap\")")
-	}
-	return nil
+	return sandbox.CheckSwap(swaps, "a sandbox's memory is shared memory (its Sentry's memory file), which only swap can take")
 }
 
 // reclaimFile is the file of a sandbox's memory cgroup that reclaims on
@@ -59,21 +49,6 @@ func reclaimFile(root string) (string, error) {
 		return reclaimV1, nil
 	}
 	return "", fmt.Errorf("no memory cgroup that reclaims on request at %s: want cgroup v2 with memory.reclaim (Linux 5.19 or later) or cgroup v1's memory controller", root)
-}
-
-// swapTotal is the size of the swap devices /proc/swaps lists, in KiB.
-func swapTotal(swaps []byte) int64 {
-	var total int64
-	sc := bufio.NewScanner(bytes.NewReader(swaps))
-	sc.Scan() // the header
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 3 {
-			n, _ := strconv.ParseInt(f[2], 10, 64)
-			total += n
-		}
-	}
-	return total
 }
 
 // Reclaim implements sandbox.Reclaimer: it pushes what it can of sandbox
