@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,27 +28,9 @@ import (
 // whose kernel holds state: each VM its own kernel, the fork on its own
 // address. Bounded: one server, three VMs besides the template's.
 func TestQEMU(t *testing.T) {
-	testenv.Binary(t, "lizard-vminit")
-	if m, _ := filepath.Glob(filepath.Join(cacheDir(), "qemu", "kernel", "boot", "vmlinuz-*")); len(m) == 0 {
-		t.Fatalf("no guest kernel under %s: run make qemu", filepath.Join(cacheDir(), "qemu", "kernel"))
-	}
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Fatalf("no QEMU: %v (make qemu)", err)
-	}
-	accel := os.Getenv("LIZARD_QEMU_ACCEL")
-	if accel == "" {
-		accel = "auto"
-	}
-	s := startServer(t, "--runtime", "qemu", "--qemu-accel", accel)
+	s := startServer(t, "--runtime", "qemu", "--qemu-accel", qemuAccel(t))
 	c := s.createProject("proj_123")
-	// Under emulation the template sandbox's Python imports take tens of
-	// seconds, more on a loaded machine: waitLog's 3 minutes are gVisor's.
-	for deadline := time.Now().Add(10 * time.Minute); !strings.Contains(s.logs(), "template snapshot made"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("no template snapshot in 10 minutes:\n%s", s.logs())
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	waitQEMUTemplate(t, s)
 
 	t.Run("PythonExample", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -293,6 +276,37 @@ func hashFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// qemuAccel checks that this machine has what the QEMU backend needs (the
+// guest kernel and init, QEMU) and returns the accelerator to ask for:
+// $LIZARD_QEMU_ACCEL, else auto.
+func qemuAccel(t *testing.T) string {
+	t.Helper()
+	testenv.Binary(t, "lizard-vminit")
+	if m, _ := filepath.Glob(filepath.Join(cacheDir(), "qemu", "kernel", "boot", "vmlinuz-*")); len(m) == 0 {
+		t.Fatalf("no guest kernel under %s: run make qemu", filepath.Join(cacheDir(), "qemu", "kernel"))
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Fatalf("no QEMU: %v (make qemu)", err)
+	}
+	if accel := os.Getenv("LIZARD_QEMU_ACCEL"); accel != "" {
+		return accel
+	}
+	return "auto"
+}
+
+// waitQEMUTemplate waits for s's template snapshot. Under emulation the
+// template sandbox's Python imports take tens of seconds, more on a
+// loaded machine: waitLog's 3 minutes are gVisor's.
+func waitQEMUTemplate(t *testing.T, s *server) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Minute); !regexp.MustCompile(`template snapshot (made|found)`).MatchString(s.logs()); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no template snapshot in 10 minutes:\n%s", s.logs())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // qemuPid is the pid of sandbox id's QEMU.

@@ -143,7 +143,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, role string) {
 	fs.BoolVar(&c.TemplateSnapshot, "template-snapshot", true, "create sandboxes by restoring a checkpoint of each template's booted sandbox (kernel started, numpy/pandas/matplotlib imported) instead of booting; false boots every sandbox")
 	fs.StringVar(&c.Preload, "preload", strings.Join(warm.DefaultPreload, ","), "Python modules the template snapshot's kernel imports before it is checkpointed, comma-separated: restored sandboxes start with them imported, and each holds their memory (\"\": none, about 58 MiB less per idle sandbox, and the first call importing them pays it: docs/performance.md)")
 	fs.IntVar(&c.WarmPool, "warm-pool", 0, "restored sandboxes per template kept ready for creates with the default limits (needs --template-snapshot; each costs an idle sandbox's memory)")
-	fs.DurationVar(&c.IdleReclaim, "idle-reclaim", 0, "push the memory of a sandbox idle this long (no call, stream, terminal or port connection, under 5% of a core) out to swap; it runs on and takes back the pages it touches (gvisor only; needs swap turned on, e.g. zram: docs/operations.md; 0: never)")
+	fs.DurationVar(&c.IdleReclaim, "idle-reclaim", 0, "push the memory of a sandbox idle this long (no call, stream, terminal or port connection, under 5% of a core) out to swap; it runs on and takes back the pages it touches (needs swap turned on, e.g. zram: docs/operations.md; 0: never)")
 	fs.Var(&c.Warm, "warm", "warm pool of one template, [PROJECT/]NAME=N (repeat for more): a custom template by name (in PROJECT, or in every project having one of that name), or a built-in to override --warm-pool for it")
 }
 
@@ -178,9 +178,6 @@ func (c *serveConfig) validate() error {
 	}
 	if c.IdleReclaim < 0 {
 		return cli.Usagef("--idle-reclaim %s: want a duration such as 5m, or 0 (never)", c.IdleReclaim)
-	}
-	if c.IdleReclaim > 0 && c.Runtime != "gvisor" {
-		return cli.Usagef("--idle-reclaim needs --runtime gvisor: the %s backend cannot push a sandbox's memory to swap", c.Runtime)
 	}
 	if c.WarmPool > 0 && !c.TemplateSnapshot {
 		return cli.Usagef("--warm-pool needs --template-snapshot=true: the pool is restored from template snapshots")

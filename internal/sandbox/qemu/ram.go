@@ -39,6 +39,10 @@ const (
 	ramName = "lizard-ram"
 	// imageRAM is the checkpoint's copy of a booted VM's RAM.
 	imageRAM = "ram"
+	// imageRAMName begins the name of an image's sealed RAM memfd,
+	// which restored VMs map copy-on-write ("/memfd:lizard-image-ram:
+	// IMAGE (deleted)" in /proc/PID/maps).
+	imageRAMName = "lizard-image-ram:"
 	// keepShared is how many images' sealed RAM a Runtime holds for
 	// restores: the templates' images are restored again and again;
 	// the memfds of those dropped live on in the VMs mapping them.
@@ -231,7 +235,7 @@ func loadSealed(path string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, err := unix.MemfdCreate("lizard-image-ram:"+filepath.Base(filepath.Dir(path)), unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	fd, err := unix.MemfdCreate(imageRAMName+filepath.Base(filepath.Dir(path)), unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("making the image's shared RAM: %w", err)
 	}

@@ -19,9 +19,11 @@ var _ sandbox.Meter = (*Runtime)(nil)
 const clockTick = 10 * time.Millisecond
 
 // Usage implements sandbox.Meter from the VM's QEMU process: its CPU time
-// (the guest's vCPUs and the device emulation), and its resident memory,
-// which is the guest's RAM as far as the guest has touched it — page
-// cache inside the guest included, since the host cannot tell it apart.
+// (the guest's vCPUs and the device emulation), and its memory: resident
+// (the guest's RAM as far as the guest has touched it — page cache inside
+// the guest included, since the host cannot tell it apart — TCG's code
+// and QEMU's own) and in swap (what an idle squeeze, reclaim.go, or the
+// host's memory pressure pushed there).
 func (r *Runtime) Usage(ctx context.Context, id string) (sandbox.Usage, error) {
 	if err := sandbox.CheckID(id); err != nil {
 		return sandbox.Usage{}, fmt.Errorf("reading usage: %w: %v", sandbox.ErrNotFound, err)
@@ -43,14 +45,21 @@ func (r *Runtime) Usage(ctx context.Context, id string) (sandbox.Usage, error) {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	u := sandbox.Usage{CPU: time.Duration(utime+stime) * clockTick}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	// smaps_rollup, not status: its Swap counts the guest RAM's pages in
+	// swap, which are shared memory (a memfd) and not in status's VmSwap.
+	rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
 	if err != nil {
 		return sandbox.Usage{}, fmt.Errorf("reading usage of sandbox %s: %w", id, err)
 	}
-	for line := range strings.Lines(string(status)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			u.MemoryBytes = kb << 10
+	for line := range strings.Lines(string(rollup)) {
+		k, v, _ := strings.Cut(line, ":")
+		kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		switch k {
+		case "Rss":
+			u.MemoryBytes += kb << 10
+		case "Swap":
+			u.MemoryBytes += kb << 10
+			u.SwapBytes = kb << 10
 		}
 	}
 	return u, nil
