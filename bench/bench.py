@@ -1613,6 +1613,9 @@ def main() -> int:
     ap.add_argument("--reclaim-zram", default="",
                     help="turn swap on /dev/zram0 on for the idle-reclaim section, this size (e.g. 8G), and off after; "
                          "default: the host's swap as it is (none: the section is not run)")
+    ap.add_argument("--reclaim-runtime", choices=("gvisor", "qemu"), default="gvisor",
+                    help="the idle-reclaim section's backend (default gvisor; qemu: --runtime qemu --qemu-accel tcg, "
+                         "each VM's QEMU process measured instead of a memory cgroup)")
     ap.add_argument("--burst", type=int, default=50,
                     help="concurrent creates of the burst rows, without and with a warm pool that size (default 50, 0 skips)")
     ap.add_argument("--baseline-bin-dir", default="",
@@ -2318,6 +2321,56 @@ def cgroup_swap(sid: str) -> int:
         return 0
 
 
+def qemu_pid(sid: str) -> int:
+    """The QEMU process of sandbox sid (its -name is lizard-ID), 0 if none."""
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"qemu-system-x86_64") and f"lizard-{sid}".encode() in cmd:
+            return int(p.name)
+    return 0
+
+
+def proc_status_kib(pid: int, key: str) -> int:
+    """A /proc/PID/status field (VmSwap, VmRSS...), in bytes; 0 if the process is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class ReclaimMeter:
+    """What the idle-reclaim section reads of a sandbox, by backend: gVisor's memory cgroup (swap, its charge,
+    shmem + anonymous), or QEMU's process (VmSwap, private memory — what each further VM costs — and PSS)."""
+
+    def __init__(self, runtime: str) -> None:
+        self.runtime, self.pids = runtime, {}  # type: str, Dict[str, int]
+
+    def pid(self, sid: str) -> int:
+        if sid not in self.pids:
+            self.pids[sid] = qemu_pid(sid)
+        return self.pids[sid]
+
+    def swap(self, sid: str) -> int:
+        return cgroup_swap(sid) if self.runtime == "gvisor" else proc_status_kib(self.pid(sid), "VmSwap")
+
+    def charged(self, ids: List[str]) -> int:
+        if self.runtime == "gvisor":
+            return cgroup_usage(ids)
+        rollups = [smaps(self.pid(i)) for i in ids]
+        return sum(r.get("Private_Clean", 0) + r.get("Private_Dirty", 0) for r in rollups)
+
+    def resident(self, ids: List[str]) -> int:
+        return sandbox_memcg(ids) if self.runtime == "gvisor" else sum(smaps(self.pid(i)).get("Pss", 0) for i in ids)
+
+
 def zram_used() -> int:
     """Bytes of RAM /dev/zram0 takes (mm_stat's mem_used_total): what the squeezed pages cost compressed. 0 without
     zram."""
@@ -2355,7 +2408,9 @@ def reclaim_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
     `import pandas; pd.DataFrame(...)` in another third and a kernel restart (restart_context of the default
     Python context) with its first run_code("1+1") in the last, each checked (a variable set at create must read
     back). With the flag, also the drop before the squeezes, what stays resident and what is in swap, and
-    lizard serve's CPU per squeeze. Needs swap (the operator's step; --reclaim-zram takes it for the run)."""
+    lizard serve's CPU per squeeze. Needs swap (the operator's step; --reclaim-zram takes it for the run).
+    --reclaim-runtime qemu: the same on QEMU VMs under TCG, where "by account" is each QEMU's private memory
+    and the resident figure its PSS."""
     from lizard import CodeSandbox
 
     if a.reclaim_zram:
@@ -2365,9 +2420,12 @@ def reclaim_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
                        "(docs/operations.md, or --reclaim-zram 8G to take zram swap for the run)"))
         return
     n, after = a.reclaim_n, a.reclaim_after
+    rt = getattr(a, "reclaim_runtime", "gvisor")
+    m = ReclaimMeter(rt)
+    backend = ["--runtime", "qemu", "--qemu-accel", "tcg"] if rt == "qemu" else []
     rows: Dict[str, Dict[str, Any]] = {}
     for side, flags in (("off", []), ("on", ["--idle-reclaim", f"{after:g}s"])):
-        srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0", *flags], f"reclaim-{side}")
+        srv = Server(bin_dir, a.cache_dir, [*backend, "--warm-pool", "0", *flags], f"reclaim-{side}", runtime=rt)
         wait_snapshot(srv)
         warm_up(srv)
         time.sleep(3)
@@ -2393,12 +2451,12 @@ def reclaim_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
         time.sleep(5)
         avail1 = meminfo("MemAvailable")
         row: Dict[str, Any] = {"held": len(held), "dropBeforeMiB": (avail0 - avail1) / len(held) / 2**20,
-                               "chargedBeforeMiB": cgroup_usage(list(held)) / len(held) / 2**20, "loadCreated": loadavg()}
+                               "chargedBeforeMiB": m.charged(list(held)) / len(held) / 2**20, "loadCreated": loadavg()}
         cpu0, t0 = proc_cpu_s(srv.proc.pid), time.perf_counter()
         # Idle for `after`, then the sweeps (every after/4, at least 1 s) squeeze one sandbox at a time.
         deadline = t0 + after + 10 + 5 * n
         if side == "on":
-            while time.perf_counter() < deadline and sum(cgroup_swap(i) >= 16 << 20 for i in held) < len(held):
+            while time.perf_counter() < deadline and sum(m.swap(i) >= 16 << 20 for i in held) < len(held):
                 time.sleep(1)
             # The first squeeze leaves what was touched just before it; the next sweeps after `after` take it.
             time.sleep(after + 5)
@@ -2413,13 +2471,13 @@ def reclaim_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
         # the idle wait (the squeezes, with the flag) is the tighter figure, and what the host holds for them by
         # account — their cgroups' charge and zram's RAM — the steadiest.
         row["freedOverIdleMiB"] = (avail2 - avail1) / len(held) / 2**20
-        row["chargedMiB"] = cgroup_usage(list(held)) / len(held) / 2**20
+        row["chargedMiB"] = m.charged(list(held)) / len(held) / 2**20
         row["zramMiB"] = (zram_used() - zram0) / len(held) / 2**20
-        row["residentMiB"] = sandbox_memcg(list(held)) / len(held) / 2**20
-        row["swapMiB"] = sum(cgroup_swap(i) for i in held) / len(held) / 2**20
-        row["squeezed"] = sum(cgroup_swap(i) >= 16 << 20 for i in held)
+        row["residentMiB"] = m.resident(list(held)) / len(held) / 2**20
+        row["swapMiB"] = sum(m.swap(i) for i in held) / len(held) / 2**20
+        row["squeezed"] = sum(m.swap(i) >= 16 << 20 for i in held)
         row["loadIdle"] = loadavg()
-        first, pandas, restart = [], [], []
+        first, pandas, restart, nexts = [], [], [], []
         for k, sid in enumerate(list(held)):
             sb = CodeSandbox(sid, _http=http)
             t1 = time.perf_counter()
@@ -2441,36 +2499,48 @@ def reclaim_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
             kept = sb.run_code("kept", timeout_ms=30_000)
             if kept.error or not kept.results or kept.results[0].data != "42":
                 raise RuntimeError(f"idle-reclaim ({side}): {sid} lost its kernel's variable: {kept!r}")
+            if k % 3 == 0:
+                # The calls after: how soon a squeezed sandbox is back to its speed (the pages the first call
+                # did not bring back come with the next ones).
+                for _ in range(5):
+                    t2 = time.perf_counter()
+                    must_result(sb.run_code("1+1", timeout_ms=30_000), "text/plain")
+                    nexts.append((time.perf_counter() - t2) * 1000)
         row["loadProbes"] = loadavg()
-        row["first"], row["pandas"], row["restart"] = first, pandas, restart
+        row["first"], row["pandas"], row["restart"], row["next"] = first, pandas, restart, nexts
         rows[side] = row
         log(f"idle-reclaim ({side}): {row}")
         done()
         srv.stop()
     off, on = rows["off"], rows["on"]
-    tag = f", {n} held"
+    tag = f", {n} held" + (", QEMU (TCG)" if rt == "qemu" else "")
+    account = "its QEMU's private memory" if rt == "qemu" else "its cgroup's charge"
+    resident = "PSS" if rt == "qemu" else "shmem + anon"
+    qtag = ", QEMU (TCG)" if rt == "qemu" else ""
     res.add(Figure(f"idle-reclaim: MemAvailable drop per idle sandbox{tag}, flag off", value=off["dropMiB"], unit="MiB",
                    note=f"{off['dropBeforeMiB']:.1f} MiB before the idle wait, {off['freedOverIdleMiB']:+.1f} MiB each over it; "
-                        f"shmem + anon {off['residentMiB']:.1f} MiB each; load {off['loadIdle']}"))
+                        f"{resident} {off['residentMiB']:.1f} MiB each; load {off['loadIdle']}"))
     res.add(Figure(f"idle-reclaim: MemAvailable drop per idle sandbox{tag}, --idle-reclaim {after:g}s", value=on["dropMiB"],
                    unit="MiB", note=f"{on['dropMiB'] / off['dropMiB']:.2f}× off; {on['dropBeforeMiB']:.1f} MiB before the "
                                     f"squeezes, {on['freedOverIdleMiB']:+.1f} MiB each over them; {on['squeezed']}/{on['held']} "
                                     f"squeezed; load {on['loadIdle']}"))
     for side, r in (("flag off", off), (f"--idle-reclaim {after:g}s", on)):
         res.add(Figure(f"idle-reclaim: host memory per idle sandbox by account{tag}, {side}", value=r["chargedMiB"] + r["zramMiB"],
-                       unit="MiB", note=f"its cgroup's charge {r['chargedMiB']:.1f} MiB (shmem + anon {r['residentMiB']:.1f}) "
+                       unit="MiB", note=f"{account} {r['chargedMiB']:.1f} MiB ({resident} {r['residentMiB']:.1f}) "
                                         f"+ zram's RAM {r['zramMiB']:.1f} MiB for its {r['swapMiB']:.1f} MiB in swap"))
     res.add(Figure(f"idle-reclaim: lizard serve CPU per sandbox while squeezing{tag}", value=on["serveCpuEachS"], unit="CPU-s",
                    note=f"flag off over the same idle: {off['serveCpuEachS']:.3f}; waited {on['waitS']:.0f} s"))
-    b1 = res.add(Figure("idle-reclaim: first run_code(\"1+1\") after idle, flag off", off["first"],
+    b1 = res.add(Figure(f"idle-reclaim: first run_code(\"1+1\") after idle, flag off{qtag}", off["first"],
                         note=f"load {off['loadProbes']}"))
-    res.add(Figure(f"idle-reclaim: first run_code(\"1+1\") after a squeeze", on["first"], baseline=b1.name,
+    res.add(Figure(f"idle-reclaim: first run_code(\"1+1\") after a squeeze{qtag}", on["first"], baseline=b1.name,
                    note=f"load {on['loadProbes']}"))
-    b2 = res.add(Figure("idle-reclaim: first import pandas; pd.DataFrame(...) after idle, flag off", off["pandas"]))
-    res.add(Figure("idle-reclaim: first import pandas; pd.DataFrame(...) after a squeeze", on["pandas"], baseline=b2.name))
-    b3 = res.add(Figure("idle-reclaim: kernel restart (restart_context) → first run_code(\"1+1\") after idle, flag off",
+    b4 = res.add(Figure(f"idle-reclaim: run_code(\"1+1\") ×5 after that first call, flag off{qtag}", off["next"]))
+    res.add(Figure(f"idle-reclaim: run_code(\"1+1\") ×5 after that first call, squeezed{qtag}", on["next"], baseline=b4.name))
+    b2 = res.add(Figure(f"idle-reclaim: first import pandas; pd.DataFrame(...) after idle, flag off{qtag}", off["pandas"]))
+    res.add(Figure(f"idle-reclaim: first import pandas; pd.DataFrame(...) after a squeeze{qtag}", on["pandas"], baseline=b2.name))
+    b3 = res.add(Figure(f"idle-reclaim: kernel restart (restart_context) → first run_code(\"1+1\") after idle, flag off{qtag}",
                         off["restart"]))
-    res.add(Figure("idle-reclaim: kernel restart (restart_context) → first run_code(\"1+1\") after a squeeze", on["restart"],
+    res.add(Figure(f"idle-reclaim: kernel restart (restart_context) → first run_code(\"1+1\") after a squeeze{qtag}", on["restart"],
                    baseline=b3.name))
 
 
