@@ -567,7 +567,16 @@ class Server:
         """The pids of the runsc processes (sandbox, gofer, systrap stubs) of this server's sandboxes:
         their command lines hold the sandbox's bundle directory."""
         mark = str(self.sandbox_dir()) + "/"
+        # A QEMU VM's command line names only its sockets' directory (under /run, short enough for a
+        # socket's path), so its pid comes from the pid file in its sandbox directory ("PID START").
         pids = []
+        for f in self.sandbox_dir().glob("*/qemu.pid"):
+            try:
+                pids.append(int(f.read_text().split()[0]))
+            except (OSError, ValueError, IndexError):
+                pass
+        if pids:
+            return pids
         for p in Path("/proc").iterdir():
             if not p.name.isdigit():
                 continue
