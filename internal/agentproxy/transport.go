@@ -105,6 +105,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	out.Header.Del("Authorization")
 
 	run := op(req.Method, rest)
+	if req.Method == http.MethodPut && rest == "/files" && out.ContentLength < 0 && out.Body != nil && out.Body != http.NoBody {
+		// Here, not in Proxy: ReverseProxy wraps the body in a reader of
+		// its own, which would hide WriteTo.
+		out.Body = gathered{out.Body}
+	}
 	var head *headReader
 	if run == OpExecute && out.Body != nil && out.Body != http.NoBody {
 		head = &headReader{r: out.Body}
@@ -255,4 +260,50 @@ func (b *boundedAnswer) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.read += int64(n)
 	return n, err
+}
+
+// uploadChunk is how much of an upload of unknown length (chunked, as
+// the SDKs stream an iterator) the proxy passes on to the agent in one
+// HTTP chunk. Passed on as it was read, in io.Copy's 32 KiB pieces, each
+// piece was an HTTP chunk of its own, written in three pieces (4 KiB, the
+// rest, the CRLF) and flushed; inside gVisor every one of those is
+// netstack's work and agent reads: 4.6-7.8 CPU-seconds of the sandbox's
+// runsc per GB uploaded, 1.6-1.9 in 1 MiB chunks, and the SDK's streamed
+// upload went from 78-90 to 330-458 MB/s (docs/performance.md, "Files and
+// transfers"). The agent writes the file in 1 MiB writes (copyChunk)
+// anyway; an upload holds one chunk of memory here.
+const uploadChunk = 1 << 20
+
+// gathered passes an upload of unknown length on in uploadChunk pieces:
+// the transport copies a request body with io.Copy, which takes WriteTo.
+type gathered struct{ io.ReadCloser }
+
+func (g gathered) WriteTo(w io.Writer) (int64, error) {
+	buf := make([]byte, uploadChunk)
+	var n int64
+	for {
+		filled := 0
+		var rerr error
+		for filled < len(buf) && rerr == nil {
+			var m int
+			m, rerr = g.ReadCloser.Read(buf[filled:])
+			filled += m
+		}
+		if filled > 0 {
+			m, werr := w.Write(buf[:filled])
+			n += int64(m)
+			if werr != nil {
+				return n, werr
+			}
+		}
+		// Only io.EOF is the body's end: a client that broke off
+		// (io.ErrUnexpectedEOF) or an upload past its bound fails the
+		// copy, so the agent never renames a cut file into place.
+		if errors.Is(rerr, io.EOF) {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
 }
