@@ -215,3 +215,34 @@ func TestGatheredEndsOnlyAtEOF(t *testing.T) {
 		}
 	}
 }
+
+// TestGatheringBounded: with maxGathering uploads gathering already, one
+// more is passed on as it is read, byte-exact, holding no chunk of its own.
+func TestGatheringBounded(t *testing.T) {
+	for range maxGathering {
+		gathering <- struct{}{}
+	}
+	defer func() {
+		for range maxGathering {
+			<-gathering
+		}
+	}()
+	agent, sizes, data := chunkSink(t)
+	srv := uploadProxy(agent)
+	defer srv.Close()
+	want := make([]byte, 2*uploadChunk)
+	rand.Read(want)
+	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/sandboxes/sb1/files?path=f", struct{ io.Reader }{bytes.NewReader(want)})
+	req.ContentLength = -1
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := <-sizes; resp.StatusCode != http.StatusOK || len(got) == 0 || slices.Max(got) >= uploadChunk {
+		t.Errorf("an upload past maxGathering: %d, chunks %v; want 200 and chunks as read", resp.StatusCode, got[:min(len(got), 5)])
+	}
+	if !bytes.Equal(<-data, want) {
+		t.Error("the agent got other bytes than those sent")
+	}
+}

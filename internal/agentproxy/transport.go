@@ -271,14 +271,29 @@ func (b *boundedAnswer) Read(p []byte) (int, error) {
 // runsc per GB uploaded, 1.6-1.9 in 1 MiB chunks, and the SDK's streamed
 // upload went from 78-90 to 330-458 MB/s (docs/performance.md, "Files and
 // transfers"). The agent writes the file in 1 MiB writes (copyChunk)
-// anyway; an upload holds one chunk of memory here.
+// anyway; an upload holds one chunk of memory here (maxGathering).
 const uploadChunk = 1 << 20
+
+// maxGathering bounds the uploads gathered at once in one process (an API
+// server, a node), so what they hold is at most maxGathering uploadChunks
+// (64 MiB) however many a project has under way (up to 1024 calls each);
+// an upload past them is passed on as it is read, as before gathering.
+const maxGathering = 64
+
+// gathering holds a token for each upload being gathered.
+var gathering = make(chan struct{}, maxGathering)
 
 // gathered passes an upload of unknown length on in uploadChunk pieces:
 // the transport copies a request body with io.Copy, which takes WriteTo.
 type gathered struct{ io.ReadCloser }
 
 func (g gathered) WriteTo(w io.Writer) (int64, error) {
+	select {
+	case gathering <- struct{}{}:
+		defer func() { <-gathering }()
+	default:
+		return io.Copy(w, struct{ io.Reader }{g.ReadCloser})
+	}
 	buf := make([]byte, uploadChunk)
 	var n int64
 	for {
