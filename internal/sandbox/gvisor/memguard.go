@@ -60,14 +60,17 @@ type guard struct {
 	r      *Runtime
 	id     string
 	cgroup string // the sandbox's memory cgroup directory
-	limit  int64  // the sandbox's; the cgroup's is limit + guardHeadroom
-	sentry int    // host pid of the Sentry (runsc's sandbox process)
-	log    *slog.Logger
-	efd    *os.File   // eventfd signalled on each OOM and limit crossing
-	files  []*os.File // the cgroup files registered with efd
-	stop   chan struct{}
-	done   chan struct{}
-	rate   runawayRate
+	// usageFile is the usage the guard is told of crossing the limit and
+	// polls while over it (guardUsage).
+	usageFile string
+	limit     int64 // the sandbox's; the cgroup's is limit + guardHeadroom
+	sentry    int   // host pid of the Sentry (runsc's sandbox process)
+	log       *slog.Logger
+	efd       *os.File   // eventfd signalled on each OOM and limit crossing
+	files     []*os.File // the cgroup files registered with efd
+	stop      chan struct{}
+	done      chan struct{}
+	rate      runawayRate
 }
 
 const (
@@ -175,7 +178,7 @@ func newGuard(r *Runtime, id string, limit int64, sentry int) (g *guard, err err
 	}
 	// Non-blocking, so reads go through the runtime's poller and Close
 	// wakes them.
-	made := &guard{r: r, id: id, cgroup: cg, limit: limit, sentry: sentry, log: r.log.With("sandbox_id", id),
+	made := &guard{r: r, id: id, cgroup: cg, usageFile: guardUsage(cg), limit: limit, sentry: sentry, log: r.log.With("sandbox_id", id),
 		efd: os.NewFile(uintptr(fd), "memguard-eventfd"), stop: make(chan struct{}), done: make(chan struct{})}
 	// Not g: an error return sets g to nil before this runs.
 	defer func() {
@@ -184,16 +187,11 @@ func newGuard(r *Runtime, id string, limit int64, sentry int) (g *guard, err err
 		}
 	}()
 	g = made
-	// An event at each OOM, and each time the usage crosses the sandbox's
-	// limit (either way); with swap accounting, also memory + swap's: a
-	// sandbox whose memory went to swap (--idle-reclaim) may pass its
-	// limit with its usage in RAM under it.
+	// An event at each OOM, and each time the usage (guardUsage) crosses
+	// the sandbox's limit (either way).
 	events := []struct{ file, arg string }{
 		{"memory.oom_control", ""},
-		{"memory.usage_in_bytes", " " + strconv.FormatInt(limit, 10)},
-	}
-	if _, err := os.Stat(filepath.Join(cg, "memory.memsw.usage_in_bytes")); err == nil {
-		events = append(events, struct{ file, arg string }{"memory.memsw.usage_in_bytes", " " + strconv.FormatInt(limit, 10)})
+		{g.usageFile, " " + strconv.FormatInt(limit, 10)},
 	}
 	for _, ev := range events {
 		f, err := os.Open(filepath.Join(cg, ev.file))
@@ -245,8 +243,9 @@ func (g *guard) run() {
 			}
 		}
 	}()
-	// While the usage is over the limit but mostly page cache, no new
-	// crossing will come as the unreclaimable part grows: poll.
+	// While the usage is over the limit but mostly page cache (or, with
+	// swap, its memory in RAM still under it), no new crossing will come
+	// as the unreclaimable part grows: poll.
 	var poll <-chan time.Time
 	for {
 		select {
@@ -332,8 +331,26 @@ func (g *guard) underOOM() bool {
 	return err == nil && bytes.Contains(b, []byte("under_oom 1"))
 }
 
+// guardUsage is the usage file of memory cgroup cg that the guard watches:
+// with swap accounting memory + swap's (memory.memsw.usage_in_bytes), else
+// memory's. One threshold, not one for each: memory + swap is never under
+// memory alone, so it crosses the limit first, and while it is over the
+// guard polls (run), which catches the unreclaimable part (pressure, swap
+// included) passing the limit later, as memory's own crossing would. A
+// sandbox whose memory went to swap (--idle-reclaim) may pass its limit
+// with its usage in RAM under it. Each threshold registered costs a create
+// an RCU grace period in the kernel (5–16 ms here, waited for, no CPU):
+// memory's beside memory + swap's was ~20 ms on every create and restore.
+func guardUsage(cg string) string {
+	if _, err := os.Stat(filepath.Join(cg, "memory.memsw.usage_in_bytes")); err == nil {
+		return "memory.memsw.usage_in_bytes"
+	}
+	return "memory.usage_in_bytes"
+}
+
+// usage is the cgroup's usage that the guard watches (guardUsage).
 func (g *guard) usage() int64 {
-	b, _ := os.ReadFile(filepath.Join(g.cgroup, "memory.usage_in_bytes"))
+	b, _ := os.ReadFile(filepath.Join(g.cgroup, g.usageFile))
 	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	return n
 }

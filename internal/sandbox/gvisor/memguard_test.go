@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +184,43 @@ func TestGuardHold(t *testing.T) {
 	}
 	if _, err := sandboxtest.Do(spec.Network, "GET", "/count", nil); err != nil {
 		t.Errorf("the sandbox does not answer after the hold: %v", err)
+	}
+}
+
+// TestGuardUsage: the guard watches memory + swap where the cgroup accounts
+// swap, memory alone where it does not — one threshold registered either
+// way (each costs a create a kernel RCU grace period) — and a sandbox
+// whose memory is partly in swap is over its limit for the guard's poll
+// when memory + swap is, with its usage in RAM under it.
+func TestGuardUsage(t *testing.T) {
+	const limit = 200 << 20
+	for _, tc := range []struct {
+		name     string
+		files    map[string]int64
+		wantFile string
+		wantOver bool
+	}{
+		{"no swap accounting, under", map[string]int64{"memory.usage_in_bytes": 100 << 20}, "memory.usage_in_bytes", false},
+		{"no swap accounting, over", map[string]int64{"memory.usage_in_bytes": 250 << 20}, "memory.usage_in_bytes", true},
+		{"swap accounting, RAM and swap under", map[string]int64{"memory.usage_in_bytes": 100 << 20, "memory.memsw.usage_in_bytes": 150 << 20},
+			"memory.memsw.usage_in_bytes", false},
+		{"swap accounting, RAM under, RAM and swap over", map[string]int64{"memory.usage_in_bytes": 100 << 20, "memory.memsw.usage_in_bytes": 300 << 20},
+			"memory.memsw.usage_in_bytes", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cg := t.TempDir()
+			for name, n := range tc.files {
+				if err := os.WriteFile(filepath.Join(cg, name), []byte(strconv.FormatInt(n, 10)+"\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := guardUsage(cg); got != tc.wantFile {
+				t.Errorf("guardUsage = %s; want %s", got, tc.wantFile)
+			}
+			g := &guard{cgroup: cg, usageFile: guardUsage(cg), limit: limit}
+			if over := g.usage() >= g.limit; over != tc.wantOver {
+				t.Errorf("usage %d over the limit %d = %v; want %v", g.usage(), g.limit, over, tc.wantOver)
+			}
+		})
 	}
 }
