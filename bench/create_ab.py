@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Two builds of Lizard side by side in one run: a lizard serve of each at the same time, one
+create → runCode("1+1") → kill at a time, alternating the two servers pair by pair (A then B, B then A)
+so that the machine's load falls on both alike.
+
+    bench/create_ab.py A_BIN_DIR B_BIN_DIR [PAIRS] [--a-cache DIR] [--b-cache DIR] [--address-pool CIDR]
+                                                    (as root; PAIRS default 40; the pool is split in two)
+
+For a few milliseconds on a create, which a burst or the sustained loop cannot show on a shared machine:
+their seconds swing by a third with other engineers' load (docs/performance.md, "The 50-create burst,
+26ea272 → main"), a paired difference does not. Prints each step's median on each side and the paired
+difference B − A (median, mean and its standard error), then the same for the server's own "sandbox up"
+(the runtime's restore) and "sandbox restored" (the whole provision) lines of its log."""
+import argparse
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402
+
+
+def took_s(s: str) -> float:
+    m = re.match(r"([\d.]+)(ms|µs|s)$", s)
+    if not m:
+        return float("nan")
+    v = float(m.group(1))
+    return {"ms": v / 1e3, "µs": v / 1e6, "s": v}[m.group(2)]
+
+
+def log_took(path: Path, msg: str, n: int) -> List[float]:
+    """The last n took= of the server log's lines with msg, for restores of the template snapshot."""
+    out = [took_s(m.group(1)) * 1000 for line in path.read_text(errors="replace").splitlines()
+           if f'msg="{msg}"' in line and "interpreter-" in line and (m := re.search(r" took=(\S+)", line))]
+    return out[-n:]
+
+
+def paired(name: str, a: List[float], b: List[float]) -> None:
+    d = [y - x for x, y in zip(a, b)]
+    se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else float("nan")
+    print(f"{name}: A p50 {statistics.median(a):.1f} ms, B p50 {statistics.median(b):.1f} ms; B − A per pair "
+          f"p50 {statistics.median(d):+.1f} ms, mean {statistics.mean(d):+.1f} ± {se:.1f} ms (n {len(d)})")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("a_bin", type=Path)
+    ap.add_argument("b_bin", type=Path)
+    ap.add_argument("pairs", type=int, nargs="?", default=40)
+    ap.add_argument("--a-cache", default="/var/cache/lizard", help="template cache of A's server")
+    ap.add_argument("--b-cache", default="/var/cache/lizard", help="template cache of B's server")
+    ap.add_argument("--address-pool", default="169.254.240.0/22", help="split in two halves, one per server")
+    a = ap.parse_args()
+    from ipaddress import ip_network
+
+    from lizard import CodeSandbox
+
+    halves = list(ip_network(a.address_pool).subnets(prefixlen_diff=1))
+    keep = Path(tempfile.mkdtemp(prefix="create-ab-"))
+    srvs: Dict[str, bench.Server] = {}
+    t: Dict[str, Dict[str, List[float]]] = {k: {"create": [], "runCode": [], "kill": []} for k in "AB"}
+    try:
+        for (side, bin_dir, cache), pool in zip((("A", a.a_bin, a.a_cache), ("B", a.b_bin, a.b_cache)), halves):
+            bench.ADDRESS_POOL = str(pool)
+            srvs[side] = bench.Server(bin_dir, cache, ["--warm-pool", "0"], f"create-ab-{side}")
+        for s in srvs.values():
+            bench.wait_snapshot(s)
+            bench.warm_up(s)
+        bench.log(f"{a.pairs} pairs, load {bench.loadavg()}")
+        for i in range(a.pairs):
+            for k in ("AB" if i % 2 == 0 else "BA"):
+                t0 = time.perf_counter()
+                sb = CodeSandbox.create(**srvs[k].sdk(), timeout_ms=600_000)
+                t1 = time.perf_counter()
+                bench.must_result(sb.run_code("1+1"), "text/plain")
+                t2 = time.perf_counter()
+                sb.kill()
+                sb.close()
+                t3 = time.perf_counter()
+                for step, v in (("create", t1 - t0), ("runCode", t2 - t1), ("kill", t3 - t2)):
+                    t[k][step].append(v * 1000)
+        bench.log(f"done, load {bench.loadavg()}")
+        for k, s in srvs.items():
+            shutil.copy(s.log_path, keep / f"{k}.serve.log")
+    finally:
+        bench.CLEANUP.run()
+    for step in ("create", "runCode", "kill"):
+        paired(step, t["A"][step], t["B"][step])
+    for msg in ("sandbox up", "sandbox restored"):
+        paired(f'server log "{msg}"', log_took(keep / "A.serve.log", msg, a.pairs), log_took(keep / "B.serve.log", msg, a.pairs))
+    print(f"server logs: {keep}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
