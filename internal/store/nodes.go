@@ -212,6 +212,9 @@ type LostSandbox struct {
 	KeyIDs []string
 }
 
+// MaxLostPerSweep is the most nodes one EndLost judges.
+const MaxLostPerSweep = 1000
+
 // EndLost finds the nodes whose lease ran out before now and that are
 // not yet marked lost, ends their starting and running sandboxes as failed
 // for reason(node) — their paused ones keep their image on the node's
@@ -226,10 +229,16 @@ type LostSandbox struct {
 // processes at once: an end is conditional on the row being live and on
 // its node's lease still being out (a heartbeat that came meanwhile wins),
 // so each sandbox is ended, and returned, once.
+//
+// One call judges at most MaxLostPerSweep nodes, the first by name; the
+// rest are the next call's. Each node is three arguments of a statement,
+// and the engines' limits on them (SQLite's 32,766, PostgreSQL's 65,535)
+// would otherwise fail every sweep once ~10,000 nodes are out at once.
 func (ns Nodes) EndLost(ctx context.Context, now time.Time, reason func(NodeInfo) string) ([]LostSandbox, error) {
 	// Only the nodes to judge: a sweep of a healthy fleet returns no row
 	// and counts no node's sandboxes.
-	nodes, err := ns.list(ctx, `SELECT `+reportedColumns+` FROM nodes WHERE lease_until < ? AND lost_at IS NULL ORDER BY name`, toMillis(now))
+	nodes, err := ns.list(ctx, `SELECT `+reportedColumns+` FROM nodes WHERE lease_until < ? AND lost_at IS NULL ORDER BY name LIMIT ?`,
+		toMillis(now), MaxLostPerSweep)
 	if err != nil || len(nodes) == 0 {
 		return nil, err
 	}

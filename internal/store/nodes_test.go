@@ -354,3 +354,52 @@ func TestNodeVersion(t *testing.T) {
 		}
 	})
 }
+
+// TestEndLostInParts: more nodes out at once than one EndLost judges are
+// all judged, MaxLostPerSweep a call — none of the calls fails on the
+// engines' limit of arguments a statement.
+func TestEndLostInParts(t *testing.T) {
+	forEachStore(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		now := time.Now()
+		s := be.open(t)
+		if err := s.CreateProject(ctx, "p", now); err != nil {
+			t.Fatal(err)
+		}
+		const out = MaxLostPerSweep + 1
+		for i := range out {
+			name := fmt.Sprintf("n%05d", i)
+			if err := s.Nodes().Heartbeat(ctx, NodeInfo{Name: name, Addr: name + ":1", Slots: 10, MemoryBytes: 1 << 30,
+				FreeMemory: 1 << 29, StartedAt: now, LeaseUntil: now.Add(-time.Second)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		last := fmt.Sprintf("n%05d", out-1)
+		newSandbox(t, s.OnNode(last), "on-the-last", "p", 1000)
+		if err := s.MarkRunning(ctx, "on-the-last", nil); err != nil {
+			t.Fatal(err)
+		}
+		reason := func(n NodeInfo) string { return "node lost: " + n.Name }
+		for call, want := range []int{0, 1} {
+			ended, err := s.Nodes().EndLost(ctx, now, reason)
+			if err != nil {
+				t.Fatalf("EndLost call %d: %v", call+1, err)
+			}
+			if len(ended) != want {
+				t.Errorf("EndLost call %d ended %d sandboxes; want %d (the last node's is judged in the second)", call+1, len(ended), want)
+			}
+		}
+		nodes, err := s.Nodes().List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			if n.LostAt == nil {
+				t.Errorf("node %s not marked lost after two calls", n.Name)
+			}
+		}
+		if len(nodes) != out {
+			t.Errorf("%d nodes listed; want %d", len(nodes), out)
+		}
+	})
+}
