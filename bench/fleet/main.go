@@ -604,11 +604,15 @@ func preload(ctx context.Context, db *sql.DB, from, to int) error {
 		return fmt.Errorf("preloading sandboxes: %w", err)
 	}
 	if *eventsPer > 0 {
-		if _, err := db.ExecContext(ctx, `INSERT INTO events (project_id, sandbox_id, type, at, data)
-			SELECT CASE WHEN g % 10 = 0 THEN 'bench-paused' ELSE 'bench' END, 'pre' || lpad(g::text, 9, '0'),
+		if _, err := db.ExecContext(ctx, `INSERT INTO events (id, project_id, sandbox_id, type, at, data)
+			SELECT m.last + row_number() OVER (), CASE WHEN g % 10 = 0 THEN 'bench-paused' ELSE 'bench' END, 'pre' || lpad(g::text, 9, '0'),
 				CASE WHEN e = 0 THEN 'sandbox.created' ELSE 'sandbox.killed' END, $3 - g + e * 1000, '{}'
-			FROM generate_series($1::bigint, $2::bigint - 1) g, generate_series(0, $4 - 1) e`, from, to, now, *eventsPer); err != nil {
+			FROM generate_series($1::bigint, $2::bigint - 1) g, generate_series(0, $4 - 1) e, (`+lastEventID+`) m`,
+			from, to, now, *eventsPer); err != nil {
 			return fmt.Errorf("preloading events: %w", err)
+		}
+		if err := raiseEventIDs(ctx, db); err != nil {
+			return err
 		}
 	}
 	_, err := db.ExecContext(ctx, `VACUUM ANALYZE sandboxes, events`)
@@ -621,15 +625,36 @@ func preloadWeek(ctx context.Context, db *sql.DB, rows, n int) error {
 	const week, chunk = int64(7 * 24 * time.Hour / time.Millisecond), 1_000_000
 	now := time.Now().UnixMilli()
 	for from := 0; from < n; from += chunk {
-		if _, err := db.ExecContext(ctx, `INSERT INTO events (project_id, sandbox_id, type, at, data)
-			SELECT 'bench', 'pre' || lpad((g % $4::bigint)::text, 9, '0'),
+		if _, err := db.ExecContext(ctx, `INSERT INTO events (id, project_id, sandbox_id, type, at, data)
+			SELECT m.last + row_number() OVER (), 'bench', 'pre' || lpad((g % $4::bigint)::text, 9, '0'),
 				CASE WHEN g % 2 = 0 THEN 'sandbox.created' ELSE 'sandbox.killed' END, $3::bigint - $5::bigint + g * $5::bigint / $6::bigint, '{}'
-			FROM generate_series($1::bigint, $2::bigint - 1) g`, from, min(from+chunk, n), now, max(1, rows), week, n); err != nil {
+			FROM generate_series($1::bigint, $2::bigint - 1) g, (`+lastEventID+`) m`,
+			from, min(from+chunk, n), now, max(1, rows), week, n); err != nil {
 			return fmt.Errorf("preloading a week of events: %w", err)
 		}
 	}
+	if err := raiseEventIDs(ctx, db); err != nil {
+		return err
+	}
 	_, err := db.ExecContext(ctx, `VACUUM ANALYZE events`)
 	return err
+}
+
+// lastEventID is the largest event ID recorded. Preloaded events are
+// numbered above it: an event's ID is its transaction's ID plus
+// event_ids.base (store.Events.Append), so IDs from the column's own
+// sequence would meet those of the creates before them.
+const lastEventID = `SELECT COALESCE(MAX(id), 0) AS last FROM events`
+
+// raiseEventIDs raises event_ids.base above the preloaded events, as the
+// store does at open after a restore (eventIDBase): the running API
+// processes and nodes read it in each append.
+func raiseEventIDs(ctx context.Context, db *sql.DB) error {
+	if _, err := db.ExecContext(ctx, `UPDATE event_ids SET base = m.last - txid_current() + 1
+		FROM (`+lastEventID+`) m WHERE m.last >= txid_current() + base`); err != nil {
+		return fmt.Errorf("keeping new event IDs above the preloaded: %w", err)
+	}
+	return nil
 }
 
 // sandboxesDead says how many live and dead rows the sandboxes table
