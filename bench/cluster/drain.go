@@ -7,13 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/bench/internal/stats"
 	"github.com/lizard-build/lizard/client"
 )
 
@@ -83,7 +83,7 @@ func realDrain(ctx context.Context, n int) (results, error) {
 	fmt.Printf("  | calls on node b | %s before the drain | in the drain (%s) | ratio of p50s |\n", window, took.Round(time.Second))
 	fmt.Println("  | --- | --- | --- | --- |")
 	for _, k := range []string{"create", "runCode (new sandbox)", "runCode (other sandboxes)"} {
-		fmt.Printf("  | %s | %s | %s | %.2f |\n", k, lb[k], ld[k], ld[k].p50()/max(lb[k].p50(), 0.001))
+		fmt.Printf("  | %s | %s | %s | %.2f |\n", k, lb[k], ld[k], ld[k].P50()/max(lb[k].P50(), 0.001))
 	}
 	if len(wrong) > 0 {
 		fmt.Printf("  WRONG after the move: %d of %d, the first: %s\n", len(wrong), n, wrong[0])
@@ -229,10 +229,10 @@ func reportMoves(res results, d *api.NodeDrain, parts map[string][]float64, n in
 		downtime = append(downtime, float64(m.DowntimeMs))
 	}
 	fmt.Printf("  a move's downtime (pause → durable → resumed on b): p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
-		pctl(downtime, 50), pctl(downtime, 99), pctl(downtime, 100))
-	res["downtime_ms_p50"], res["downtime_ms_p99"], res["downtime_ms_max"] = pctl(downtime, 50), pctl(downtime, 99), pctl(downtime, 100)
+		stats.Pct(downtime, 50), stats.Pct(downtime, 99), stats.Pct(downtime, 100))
+	res["downtime_ms_p50"], res["downtime_ms_p99"], res["downtime_ms_max"] = stats.Pct(downtime, 50), stats.Pct(downtime, 99), stats.Pct(downtime, 100)
 	for _, k := range []string{"pause_ms", "upload_ms", "fetch_ms", "resume_ms"} {
-		fmt.Printf("  %s (nodes' logs, %d): p50 %.0f, p99 %.0f, max %.0f\n", k, len(parts[k]), pctl(parts[k], 50), pctl(parts[k], 99), pctl(parts[k], 100))
+		fmt.Printf("  %s (nodes' logs, %d): p50 %.0f, p99 %.0f, max %.0f\n", k, len(parts[k]), stats.Pct(parts[k], 50), stats.Pct(parts[k], 99), stats.Pct(parts[k], 100))
 		if len(parts[k]) != n {
 			fmt.Printf("  (the nodes' logs gave %s of %d sandboxes, not %d: did a log message moveParts reads change?)\n", k, len(parts[k]), n)
 		}
@@ -242,36 +242,20 @@ func reportMoves(res results, d *api.NodeDrain, parts map[string][]float64, n in
 		imgSum += s
 	}
 	fmt.Printf("  images: %d uploaded, %.1f MB in all, p50 %.1f MB each (sealed, as the store holds them: %.1f MB more in the bucket)\n",
-		len(parts["image_bytes"]), imgSum/1e6, pctl(parts["image_bytes"], 50)/1e6, float64(res["bucket_bytes_added"].(int64))/1e6)
+		len(parts["image_bytes"]), imgSum/1e6, stats.Pct(parts["image_bytes"], 50)/1e6, float64(res["bucket_bytes_added"].(int64))/1e6)
 	for k, v := range parts {
-		res[k+"_p50"], res[k+"_p99"] = pctl(v, 50), pctl(v, 99)
+		res[k+"_p50"], res[k+"_p99"] = stats.Pct(v, 50), stats.Pct(v, 99)
 	}
 	res["image_bytes_total"] = imgSum
 }
 
-// lat is one kind of call's times (ms) and failures.
-type lat struct {
-	ms     []float64
-	errors int
-	first  string
-}
-
-func (l lat) p50() float64 { return pctl(l.ms, 50) }
-
-func (l lat) String() string {
-	s := fmt.Sprintf("%d calls, p50 %.1f ms, p99 %.1f ms, max %.1f ms", len(l.ms), pctl(l.ms, 50), pctl(l.ms, 99), pctl(l.ms, 100))
-	if l.errors > 0 {
-		s += fmt.Sprintf(", %d failed (%s)", l.errors, l.first)
-	}
-	return s
-}
-
-type lats map[string]lat
+// lats are calls' latencies by kind.
+type lats map[string]stats.Latencies
 
 func (ls lats) summary() map[string]map[string]float64 {
 	out := map[string]map[string]float64{}
 	for k, l := range ls {
-		out[k] = map[string]float64{"calls": float64(len(l.ms)), "p50_ms": pctl(l.ms, 50), "p99_ms": pctl(l.ms, 99), "max_ms": pctl(l.ms, 100), "errors": float64(l.errors)}
+		out[k] = l.Summary()
 	}
 	return out
 }
@@ -280,22 +264,8 @@ func (ls lats) summary() map[string]map[string]float64 {
 // that create, runCode and kill a sandbox, and 2 that runCode one of
 // others; that function returns their latencies by kind.
 func clusterLoad(ctx context.Context, c *client.Client, others []string) func() lats {
-	var mu sync.Mutex
-	out := lats{}
-	note := func(kind string, d time.Duration, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		l := out[kind]
-		if err != nil {
-			l.errors++
-			if l.first == "" {
-				l.first = err.Error()
-			}
-		} else {
-			l.ms = append(l.ms, ms(d))
-		}
-		out[kind] = l
-	}
+	var calls stats.Calls
+	note := calls.Note
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -329,9 +299,7 @@ func clusterLoad(ctx context.Context, c *client.Client, others []string) func() 
 	return func() lats {
 		close(done)
 		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		return out
+		return calls.ByKind()
 	}
 }
 
@@ -375,16 +343,6 @@ func moveParts(aLog, bLog string, ids map[string]string) map[string][]float64 {
 	scan(bLog, "image fetched from the image store", "fetch_ms", logImage)
 	scan(bLog, "sandbox resumed", "resume_ms", logSandbox)
 	return out
-}
-
-// pctl is the p-th percentile of xs (the nearest rank; 100: the max).
-func pctl(xs []float64, p int) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[min(len(s)-1, max(0, (len(s)*p+99)/100-1))]
 }
 
 // dirBytes is the size of the files under dir.

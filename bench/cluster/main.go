@@ -51,6 +51,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/bench/internal/stats"
 	"github.com/lizard-build/lizard/client"
 	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
 	"github.com/lizard-build/lizard/internal/store/pgtest"
@@ -296,25 +297,6 @@ func connect(url string, args, env []string) (*client.Client, error) {
 		return nil, err
 	}
 	return client.New(client.Config{BaseURL: url, APIKey: p.APIKey})
-}
-
-func p50(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
-}
-
-// p95 is the 95th percentile (the nearest rank).
-func p95(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[min(len(s)-1, (len(s)*95+99)/100-1)]
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -578,12 +560,12 @@ func apiVsServe(ctx context.Context, targets []target, n1 *proc, secretHex strin
 		name string
 		m    map[string][]float64
 	}{{"create_ms", creates}, {"run_code_ms", codes}} {
-		s, c := p50(fig.m["serve"]), p50(fig.m["cluster"])
+		s, c := stats.Pct(fig.m["serve"], 50), stats.Pct(fig.m["cluster"], 50)
 		ratio[fig.name] = map[string]float64{"serve_p50": s, "cluster_p50": c, "ratio": c / s}
 		fmt.Printf("  %-12s serve p50 %8.2f ms   api→node p50 %8.2f ms   ratio %.2f×\n", fig.name, s, c, c/s)
 	}
-	ratio["run_code_on_node_ms"] = map[string]float64{"p50": p50(codes["node"])}
-	fmt.Printf("  run_code straight to the node (no API) p50 %.2f ms\n", p50(codes["node"]))
+	ratio["run_code_on_node_ms"] = map[string]float64{"p50": stats.Pct(codes["node"], 50)}
+	fmt.Printf("  run_code straight to the node (no API) p50 %.2f ms\n", stats.Pct(codes["node"], 50))
 	return ratio, nil
 }
 
@@ -698,7 +680,7 @@ func imageStore(ctx context.Context, env []string, cc *client.Client, db *sql.DB
 	api2.stop()
 	imgRes := map[string]float64{}
 	for k, v := range images {
-		imgRes[k+"_p50"] = p50(v)
+		imgRes[k+"_p50"] = stats.Pct(v, 50)
 	}
 	imgRes["resume_other_vs_same_ratio"] = imgRes["resume_other_node_ms_p50"] / imgRes["resume_same_node_ms_p50"]
 	fmt.Printf("  image store: pause p50 %.0f ms → durable p50 %.0f ms later; resume → first result p50: same node %.0f ms, another node %.0f ms (%.2f×)\n",
@@ -854,5 +836,5 @@ func drainRow(ctx context.Context, db *sql.DB, c *client.Client, apiURL, secret,
 			return nil, fmt.Errorf("runCode after the drain: %w", err)
 		}
 	}
-	return map[string]float64{"sandboxes": float64(n), "total_ms": ms(total), "stall_ms_p50": p50(stalls), "stall_ms_p95": p95(stalls)}, nil
+	return map[string]float64{"sandboxes": float64(n), "total_ms": ms(total), "stall_ms_p50": stats.Pct(stalls, 50), "stall_ms_p95": stats.Pct(stalls, 95)}, nil
 }

@@ -5,12 +5,12 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/bench/internal/stats"
 	"github.com/lizard-build/lizard/client"
 )
 
@@ -88,14 +88,14 @@ func drainNode(ctx context.Context, db *sql.DB, clients []*client.Client, apis [
 		fmt.Printf("  the first left: %s: %s\n", d.Left[0].SandboxID, d.Left[0].Reason)
 	}
 	fmt.Printf("  a move's downtime (pause, durable, resume elsewhere): p50 %.0f ms, p99 %.0f ms, max %.0f ms; %.1f moves/s\n",
-		pct(downtime, 50), pct(downtime, 99), pct(downtime, 100), float64(len(d.Moved))/took.Seconds())
+		stats.Pct(downtime, 50), stats.Pct(downtime, 99), stats.Pct(downtime, 100), float64(len(d.Moved))/took.Seconds())
 	fmt.Printf("  | calls | %s before the drain | in the drain (%s) | ratio of p50s |\n", window, took.Round(time.Second))
 	fmt.Println("  | --- | --- | --- | --- |")
 	for _, k := range []string{"create", "runCode (other sandboxes)", "runCode (the node's sandboxes)"} {
-		if len(b[k].ms)+b[k].errors+len(dd[k].ms)+dd[k].errors == 0 {
+		if len(b[k].MS)+b[k].Errors+len(dd[k].MS)+dd[k].Errors == 0 {
 			continue // --drain-calls off
 		}
-		fmt.Printf("  | %s | %s | %s | %.2f |\n", k, b[k], dd[k], dd[k].p50()/max(b[k].p50(), 0.001))
+		fmt.Printf("  | %s | %s | %s | %.2f |\n", k, b[k], dd[k], dd[k].P50()/max(b[k].P50(), 0.001))
 	}
 	return nil
 }
@@ -129,48 +129,17 @@ func createOn(ctx context.Context, clients []*client.Client, n int) (map[string]
 	return ids, firstErr
 }
 
-// latencies are one kind of call's times (ms) and failures.
-type latencies struct {
-	ms     []float64
-	errors int
-	first  string
-}
-
-func (l latencies) p50() float64 { return pct(l.ms, 50) }
-
-func (l latencies) String() string {
-	s := fmt.Sprintf("%d calls, p50 %.1f ms, p99 %.1f ms, max %.1f ms", len(l.ms), pct(l.ms, 50), pct(l.ms, 99), pct(l.ms, 100))
-	if l.errors > 0 {
-		s += fmt.Sprintf(", %d failed (%s)", l.errors, l.first)
-	}
-	return s
-}
-
 // callLoad runs, until the function it returns is called, 4 workers
 // that create, runCode and kill a sandbox, and with --drain-calls 4 that
 // runCode one of owners' sandboxes at random (through its own client); that function returns their latencies by
 // kind.
-func callLoad(ctx context.Context, clients []*client.Client, owners map[string]*client.Client) func() map[string]latencies {
+func callLoad(ctx context.Context, clients []*client.Client, owners map[string]*client.Client) func() map[string]stats.Latencies {
 	var ids []string
 	for id := range owners {
 		ids = append(ids, id)
 	}
-	var mu sync.Mutex
-	out := map[string]latencies{}
-	note := func(kind string, d time.Duration, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		l := out[kind]
-		if err != nil {
-			l.errors++
-			if l.first == "" {
-				l.first = err.Error()
-			}
-		} else {
-			l.ms = append(l.ms, ms(d))
-		}
-		out[kind] = l
-	}
+	var calls stats.Calls
+	note := calls.Note
 	stop := untilStopped(8, func(w int) {
 		c := clients[w%len(clients)]
 		if w%2 == 1 && !*drainCalls {
@@ -196,15 +165,9 @@ func callLoad(ctx context.Context, clients []*client.Client, owners map[string]*
 		note("runCode (other sandboxes)", time.Since(t0), err)
 		c.KillSandbox(ctx, sb.SandboxID)
 	})
-	return func() map[string]latencies {
+	return func() map[string]stats.Latencies {
 		stop()
-		mu.Lock()
-		defer mu.Unlock()
-		for k, l := range out {
-			l.ms = slices.Clone(l.ms)
-			out[k] = l
-		}
-		return out
+		return calls.ByKind()
 	}
 }
 
