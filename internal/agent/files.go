@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/chunkcopy"
 )
 
 // resolve turns an API path into an absolute one: relative paths are
@@ -296,7 +297,7 @@ func (fa *fileAPI) readFile(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		if _, err = w.Write(buf[:n]); err == nil {
 			// Stream: files may be far larger than the agent should hold.
-			_, err = copyFileBuf(w, f, buf)
+			_, err = chunkcopy.Copy(w, f, buf)
 		}
 	}
 	if err != nil && r.Context().Err() == nil {
@@ -316,34 +317,7 @@ const copyChunk = 1 << 20
 
 // copyFile copies src to dst in copyChunk writes (the last one shorter).
 func copyFile(dst io.Writer, src io.Reader) (int64, error) {
-	return copyFileBuf(dst, src, make([]byte, copyChunk))
-}
-
-// copyFileBuf is copyFile through buf.
-func copyFileBuf(dst io.Writer, src io.Reader, buf []byte) (int64, error) {
-	var n int64
-	for {
-		filled := 0
-		var rerr error
-		for filled < len(buf) && rerr == nil {
-			var m int
-			m, rerr = src.Read(buf[filled:])
-			filled += m
-		}
-		if filled > 0 {
-			w, werr := dst.Write(buf[:filled])
-			n += int64(w)
-			if werr != nil {
-				return n, werr
-			}
-		}
-		if errors.Is(rerr, io.EOF) {
-			return n, nil
-		}
-		if rerr != nil {
-			return n, rerr
-		}
-	}
+	return chunkcopy.Copy(dst, src, make([]byte, copyChunk))
 }
 
 // The temporary file an upload is written to, beside its path, before

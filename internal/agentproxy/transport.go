@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/internal/chunkcopy"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/trace"
 )
@@ -294,31 +295,8 @@ func (g gathered) WriteTo(w io.Writer) (int64, error) {
 	default:
 		return io.Copy(w, struct{ io.Reader }{g.ReadCloser})
 	}
-	buf := make([]byte, uploadChunk)
-	var n int64
-	for {
-		filled := 0
-		var rerr error
-		for filled < len(buf) && rerr == nil {
-			var m int
-			m, rerr = g.ReadCloser.Read(buf[filled:])
-			filled += m
-		}
-		if filled > 0 {
-			m, werr := w.Write(buf[:filled])
-			n += int64(m)
-			if werr != nil {
-				return n, werr
-			}
-		}
-		// Only io.EOF is the body's end: a client that broke off
-		// (io.ErrUnexpectedEOF) or an upload past its bound fails the
-		// copy, so the agent never renames a cut file into place.
-		if errors.Is(rerr, io.EOF) {
-			return n, nil
-		}
-		if rerr != nil {
-			return n, rerr
-		}
-	}
+	// Only io.EOF is the body's end: a client that broke off
+	// (io.ErrUnexpectedEOF) or an upload past its bound fails the copy, so
+	// the agent never renames a cut file into place.
+	return chunkcopy.Copy(w, g.ReadCloser, make([]byte, uploadChunk))
 }
