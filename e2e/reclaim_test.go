@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
+	"github.com/lizard-build/lizard/client"
 	"github.com/lizard-build/lizard/internal/testenv"
 )
 
@@ -23,28 +24,7 @@ import (
 // afterwards with its kernel's variables and imports intact.
 func TestIdleReclaim(t *testing.T) {
 	testenv.RequiresRoot(t)
-	swaps, err := os.ReadFile("/proc/swaps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Count(strings.TrimSpace(string(swaps)), "\n") == 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		pool := takePool(t)
-		defer releasePool(pool)
-		cmd := exec.CommandContext(ctx, testenv.Binary(t, "lizard"), "serve", "--listen", freeAddr(t), "--data-dir", t.TempDir(),
-			"--cache-dir", cacheDir(), "--address-pool", fmt.Sprintf("169.254.%d.0/24", pool), "--egress=none", "--metrics-listen=",
-			"--idle-reclaim", "1m")
-		out, err := cmd.CombinedOutput()
-		if err == nil || ctx.Err() != nil {
-			t.Fatalf("lizard serve --idle-reclaim 1m on a host without swap: %v; want it to refuse to start\n%s", err, out)
-		}
-		for _, want := range []string{"--idle-reclaim", "no swap turned on", "docs/operations.md"} {
-			if !strings.Contains(string(out), want) {
-				t.Errorf("the refusal does not say %q:\n%s", want, out)
-			}
-		}
-		t.Log("this host has no swap: the refusal is what is tested (turn zram swap on to test the squeeze, docs/operations.md)")
+	if refusedWithoutSwap(t) {
 		return
 	}
 
@@ -59,27 +39,8 @@ func TestIdleReclaim(t *testing.T) {
 	run(t, c, sb.SandboxID, "python", "import pandas as pd\nkept = {'answer': 41 + 1}\ndf = pd.DataFrame({'a': range(10)})")
 
 	// Idle for 2 s, then squeezed within the next sweep (every second).
-	var swapped int64
-	deadline := time.Now().Add(90 * time.Second)
-	for swapped < 32<<20 {
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox %s idle for 90 s has %d bytes in swap; want it squeezed (at least 32 MiB)\n%s", sb.SandboxID, swapped, tail(s.logs(), 30))
-		}
-		time.Sleep(500 * time.Millisecond)
-		swapped = cgroupSwap(t, sb.SandboxID)
-	}
-	t.Logf("sandbox %s squeezed: %d MiB in swap", sb.SandboxID, swapped>>20)
-
-	begin := time.Now()
-	got := run(t, c, sb.SandboxID, "python", "kept['answer']")
-	t.Logf("first run after the squeeze: %s", time.Since(begin))
-	if len(got.Results) != 1 || got.Results[0].Data != "42" {
-		t.Errorf("a variable after the squeeze: %+v; want 42", got)
-	}
-	got = run(t, c, sb.SandboxID, "python", "int(df['a'].sum() + pd.DataFrame({'b': [1, 2]})['b'].sum())")
-	if len(got.Results) != 1 || got.Results[0].Data != "48" {
-		t.Errorf("pandas after the squeeze: %+v; want 48", got)
-	}
+	waitSwapped(t, s, "sandbox "+sb.SandboxID, 32<<20, 90*time.Second, func() int64 { return cgroupSwap(t, sb.SandboxID) })
+	keptAfterSqueeze(t, c, sb.SandboxID)
 
 	// Adversarial: swap is no room past the memory limit. A 512 MiB
 	// sandbox (its kernel ~90 MiB) fills 300 MiB, goes idle and is
@@ -89,24 +50,83 @@ func TestIdleReclaim(t *testing.T) {
 		t.Fatalf("create: %v", err)
 	}
 	defer c.KillSandbox(ctx, small.SandboxID)
-	// 300 MiB, every page written.
-	fill := func(name string) string {
-		return name + " = bytearray(300 << 20)\n" + name + "[::4096] = b'\\x01' * (300 << 8)\n"
-	}
-	run(t, c, small.SandboxID, "python", fill("first")+"len(first) >> 20")
-	for deadline := time.Now().Add(90 * time.Second); cgroupSwap(t, small.SandboxID) < 250<<20; time.Sleep(500 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox %s idle for 90 s has %d bytes in swap; want its 300 MiB squeezed", small.SandboxID, cgroupSwap(t, small.SandboxID))
-		}
-	}
+	run(t, c, small.SandboxID, "python", fill300MiB("first")+"len(first) >> 20")
+	waitSwapped(t, s, "sandbox "+small.SandboxID, 250<<20, 90*time.Second, func() int64 { return cgroupSwap(t, small.SandboxID) })
 	ectx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	ex, err := c.Execute(ectx, small.SandboxID, api.ExecuteRequest{Code: fill("second") + "(len(first) + len(second)) >> 20", Language: "python"}, nil)
+	ex, err := c.Execute(ectx, small.SandboxID, api.ExecuteRequest{Code: fill300MiB("second") + "(len(first) + len(second)) >> 20", Language: "python"}, nil)
 	if err == nil && ex.Error == nil {
 		t.Errorf("a 512 MiB sandbox held 300 MiB in swap and 300 MiB more in RAM: %+v; want the second block refused (its memory guard ends the kernel)", ex.Results)
 	} else {
 		t.Logf("the second 300 MiB of a squeezed 512 MiB sandbox: %v %+v", err, ex.Error)
 	}
+}
+
+// refusedWithoutSwap reports whether this host has no swap, after checking
+// that `lizard serve --idle-reclaim` with flags then refuses to start,
+// saying so and what to do: on such a host the refusal is what is tested.
+func refusedWithoutSwap(t *testing.T, flags ...string) bool {
+	t.Helper()
+	swaps, err := os.ReadFile("/proc/swaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(strings.TrimSpace(string(swaps)), "\n") > 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pool := takePool(t)
+	defer releasePool(pool)
+	args := append([]string{"serve", "--listen", freeAddr(t), "--data-dir", t.TempDir(), "--cache-dir", cacheDir(),
+		"--address-pool", fmt.Sprintf("169.254.%d.0/24", pool), "--egress=none", "--metrics-listen="}, flags...)
+	out, err := exec.CommandContext(ctx, testenv.Binary(t, "lizard"), append(args, "--idle-reclaim", "1m")...).CombinedOutput()
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("lizard serve %s --idle-reclaim 1m on a host without swap: %v; want it to refuse to start\n%s", strings.Join(flags, " "), err, out)
+	}
+	for _, want := range []string{"--idle-reclaim", "no swap turned on", "docs/operations.md"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, out)
+		}
+	}
+	t.Log("this host has no swap: the refusal is what is tested (turn zram swap on to test the squeeze, docs/operations.md)")
+	return true
+}
+
+// waitSwapped waits until swapped says what (a sandbox, a VM) has at least
+// least bytes in swap, failing the test after within.
+func waitSwapped(t *testing.T, s *server, what string, least int64, within time.Duration, swapped func() int64) {
+	t.Helper()
+	n := swapped()
+	for deadline := time.Now().Add(within); n < least; n = swapped() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s idle for %s has %d bytes in swap; want it squeezed (at least %d MiB)\n%s", what, within, n, least>>20, tail(s.logs(), 30))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("%s squeezed: %d MiB in swap", what, n>>20)
+}
+
+// keptAfterSqueeze checks that sandbox id, squeezed, still has the
+// variable and the DataFrame its test made before (kept, df) and pandas.
+func keptAfterSqueeze(t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	begin := time.Now()
+	got := run(t, c, id, "python", "kept['answer']")
+	t.Logf("first run after the squeeze: %s", time.Since(begin))
+	if len(got.Results) != 1 || got.Results[0].Data != "42" {
+		t.Errorf("a variable after the squeeze: %+v; want 42", got)
+	}
+	got = run(t, c, id, "python", "int(df['a'].sum() + pd.DataFrame({'b': [1, 2]})['b'].sum())")
+	if len(got.Results) != 1 || got.Results[0].Data != "48" {
+		t.Errorf("pandas after the squeeze: %+v; want 48", got)
+	}
+}
+
+// fill300MiB is Python that makes name a 300 MiB bytearray, every page
+// written.
+func fill300MiB(name string) string {
+	return name + " = bytearray(300 << 20)\n" + name + "[::4096] = b'\\x01' * (300 << 8)\n"
 }
 
 // cgroupSwap is what sandbox id's memory cgroup has in swap: memory.stat's
@@ -141,28 +161,7 @@ func cgroupSwap(t *testing.T, id string) int64 {
 func TestIdleReclaimQEMU(t *testing.T) {
 	testenv.RequiresRoot(t)
 	accel := qemuAccel(t)
-	swaps, err := os.ReadFile("/proc/swaps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Count(strings.TrimSpace(string(swaps)), "\n") == 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		pool := takePool(t)
-		defer releasePool(pool)
-		cmd := exec.CommandContext(ctx, testenv.Binary(t, "lizard"), "serve", "--listen", freeAddr(t), "--data-dir", t.TempDir(),
-			"--cache-dir", cacheDir(), "--address-pool", fmt.Sprintf("169.254.%d.0/24", pool), "--egress=none", "--metrics-listen=",
-			"--runtime", "qemu", "--qemu-accel", accel, "--idle-reclaim", "1m")
-		out, err := cmd.CombinedOutput()
-		if err == nil || ctx.Err() != nil {
-			t.Fatalf("lizard serve --runtime qemu --idle-reclaim 1m on a host without swap: %v; want it to refuse to start\n%s", err, out)
-		}
-		for _, want := range []string{"--idle-reclaim", "no swap turned on", "docs/operations.md"} {
-			if !strings.Contains(string(out), want) {
-				t.Errorf("the refusal does not say %q:\n%s", want, out)
-			}
-		}
-		t.Log("this host has no swap: the refusal is what is tested (turn zram swap on to test the squeeze, docs/operations.md)")
+	if refusedWithoutSwap(t, "--runtime", "qemu", "--qemu-accel", accel) {
 		return
 	}
 
@@ -180,23 +179,8 @@ func TestIdleReclaimQEMU(t *testing.T) {
 
 	// Idle for 2 s, then squeezed within the next sweeps (every second):
 	// most of TCG's ~35 MiB of code is enough to tell.
-	var swapped int64
-	for deadline := time.Now().Add(2 * time.Minute); swapped < 24<<20; swapped = vmSwap(t, pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("VM %s idle for 2 minutes has %d bytes in swap; want it squeezed (at least 24 MiB)\n%s", sb.SandboxID, swapped, tail(s.logs(), 30))
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	t.Logf("VM %s squeezed: %d MiB in swap", sb.SandboxID, swapped>>20)
-
-	got := run(t, c, sb.SandboxID, "python", "kept['answer']")
-	if len(got.Results) != 1 || got.Results[0].Data != "42" {
-		t.Errorf("a variable after the squeeze: %+v; want 42", got)
-	}
-	got = run(t, c, sb.SandboxID, "python", "int(df['a'].sum() + pd.DataFrame({'b': [1, 2]})['b'].sum())")
-	if len(got.Results) != 1 || got.Results[0].Data != "48" {
-		t.Errorf("pandas after the squeeze: %+v; want 48", got)
-	}
+	waitSwapped(t, s, "VM "+sb.SandboxID, 24<<20, 2*time.Minute, func() int64 { return vmSwap(t, pid) })
+	keptAfterSqueeze(t, c, sb.SandboxID)
 
 	// Adversarial: swap is no room past the memory limit. A 512 MiB VM
 	// (a shape of its own: it boots) fills 300 MiB, goes idle and is
@@ -207,19 +191,12 @@ func TestIdleReclaimQEMU(t *testing.T) {
 		t.Fatalf("create: %v", err)
 	}
 	defer c.KillSandbox(ctx, small.SandboxID)
-	fill := func(name string) string {
-		return name + " = bytearray(300 << 20)\n" + name + "[::4096] = b'\\x01' * (300 << 8)\n"
-	}
-	run(t, c, small.SandboxID, "python", fill("first")+"len(first) >> 20")
+	run(t, c, small.SandboxID, "python", fill300MiB("first")+"len(first) >> 20")
 	spid := qemuPid(t, small.SandboxID)
-	for deadline := time.Now().Add(2 * time.Minute); vmSwap(t, spid) < 250<<20; time.Sleep(500 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("VM %s idle for 2 minutes has %d bytes in swap; want its 300 MiB squeezed", small.SandboxID, vmSwap(t, spid))
-		}
-	}
+	waitSwapped(t, s, "VM "+small.SandboxID, 250<<20, 2*time.Minute, func() int64 { return vmSwap(t, spid) })
 	ectx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	ex, err := c.Execute(ectx, small.SandboxID, api.ExecuteRequest{Code: fill("second") + "(len(first) + len(second)) >> 20", Language: "python"}, nil)
+	ex, err := c.Execute(ectx, small.SandboxID, api.ExecuteRequest{Code: fill300MiB("second") + "(len(first) + len(second)) >> 20", Language: "python"}, nil)
 	if err == nil && ex.Error == nil {
 		t.Errorf("a 512 MiB VM held 300 MiB in swap and 300 MiB more in RAM: %+v; want the second block refused", ex.Results)
 	} else {
