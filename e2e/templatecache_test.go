@@ -3,23 +3,19 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/recipe"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/testenv"
 )
 
 // TestTemplateStepCache: a build whose steps extend an earlier build's
@@ -341,7 +337,7 @@ for f in sorted(os.listdir(".")):
 	if strings.Contains(string(seen1), "gone") {
 		t.Errorf("step 4 of the first build saw the deleted file or directory")
 	}
-	m1 := treeManifest(t, rootfs(first.Key)) // the build goes when the template is rebuilt
+	m1 := testenv.TreeManifest(t, rootfs(first.Key), false) // the build goes when the template is rebuilt
 
 	edited, ev := build(append(slices.Clone(steps), observe("v2")))
 	restored := ""
@@ -363,77 +359,11 @@ for f in sorted(os.listdir(".")):
 	if noFIFO(seen1) != noFIFO(seen2) {
 		t.Errorf("step 4 saw, after steps 1-3 restored from the step cache:\n%s\nand after they ran:\n%s", seen2, seen1)
 	}
-	m2 := treeManifest(t, rootfs(edited.Key))
-	for p, a := range m1 {
-		if b := m2[p]; a != b && p != "opt/seen" {
-			t.Errorf("%s: %q after steps 1-3 ran, %q after they were restored", p, a, b)
-		}
-	}
-	for p, b := range m2 {
-		if _, ok := m1[p]; !ok {
-			t.Errorf("%s: only in the restored build (%q)", p, b)
-		}
+	if diff := testenv.TreeDiff(m1, testenv.TreeManifest(t, rootfs(edited.Key), false), "opt/seen"); diff != "" {
+		t.Errorf("the build after steps 1-3 ran, then after they were restored, differs:\n%s", diff)
 	}
 	if err := c.Templates().Delete(ctx, "step-exact"); err != nil {
 		t.Fatal(err)
 	}
 	s.stopAndExpectNothingLeft(t)
-}
-
-// treeManifest describes every entry under root but its times: type and
-// mode (set-id bits included), owner, size, content hash, link target,
-// device numbers, extended attributes and the first path of its hard
-// links.
-func treeManifest(t *testing.T, root string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	inodes := map[uint64]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		st := fi.Sys().(*syscall.Stat_t)
-		desc := fmt.Sprintf("%v %d:%d", fi.Mode(), st.Uid, st.Gid)
-		switch {
-		case fi.Mode().IsRegular():
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			desc += fmt.Sprintf(" %d %x", len(data), sha256.Sum256(data))
-			if first, ok := inodes[st.Ino]; ok {
-				desc += " linked to " + first
-			} else if st.Nlink > 1 {
-				inodes[st.Ino] = rel
-			}
-		case fi.Mode().Type() == fs.ModeSymlink:
-			l, _ := os.Readlink(p)
-			desc += " -> " + l
-		case fi.Mode()&(fs.ModeDevice|fs.ModeCharDevice) != 0:
-			desc += fmt.Sprintf(" %d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
-		}
-		sz, _ := unix.Llistxattr(p, nil)
-		if sz > 0 {
-			buf := make([]byte, sz)
-			sz, _ = unix.Llistxattr(p, buf)
-			names := strings.Split(strings.TrimRight(string(buf[:sz]), "\x00"), "\x00")
-			slices.Sort(names)
-			for _, n := range names {
-				v := make([]byte, 4096)
-				vn, _ := unix.Lgetxattr(p, n, v)
-				desc += fmt.Sprintf(" %s=%x", n, v[:max(vn, 0)])
-			}
-		}
-		out[rel] = desc
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }

@@ -2,15 +2,11 @@ package recipe
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -356,58 +352,9 @@ func TestStepDeltaExact(t *testing.T) {
 			must(t, os.Mkdir(got, 0o755))
 			cp(t, base, got)
 			must(t, b.restoreSteps(context.Background(), got, []string{key}))
-			if a, b := exactTree(t, build), exactTree(t, got); a != b {
-				t.Errorf("the restored tree differs from the step's:\nstep's:\n%s\nrestored:\n%s", a, b)
+			if diff := testenv.TreeDiff(testenv.TreeManifest(t, build, true), testenv.TreeManifest(t, got, true)); diff != "" {
+				t.Errorf("the restored tree differs from the step's (the step's, then the restored):\n%s", diff)
 			}
 		})
 	}
-}
-
-// exactTree describes every entry under root, root too: type and mode,
-// owner, size, content hash, link target, device number, extended
-// attributes, the first path of its hard links, and modification time.
-func exactTree(t *testing.T, root string) string {
-	t.Helper()
-	var b strings.Builder
-	inodes := map[uint64]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		st := fi.Sys().(*syscall.Stat_t)
-		fmt.Fprintf(&b, "%s %v %d:%d %d", rel, fi.Mode(), st.Uid, st.Gid, fi.ModTime().UnixNano())
-		switch {
-		case fi.Mode().IsRegular():
-			data, err := os.ReadFile(p)
-			must(t, err)
-			fmt.Fprintf(&b, " %d %x", len(data), sha256.Sum256(data))
-		case fi.Mode().Type() == fs.ModeSymlink:
-			l, _ := os.Readlink(p)
-			fmt.Fprintf(&b, " -> %s", l)
-		case special(fi.Mode()):
-			fmt.Fprintf(&b, " dev %d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
-		}
-		if !fi.IsDir() && st.Nlink > 1 {
-			if first, ok := inodes[st.Ino]; ok {
-				fmt.Fprintf(&b, " linked to %s", first)
-			} else {
-				inodes[st.Ino] = rel
-			}
-			fmt.Fprintf(&b, " %d links", st.Nlink)
-		}
-		x, err := xattrs(p)
-		must(t, err)
-		for _, n := range slices.Sorted(maps.Keys(x)) {
-			fmt.Fprintf(&b, " %s=%x", n, x[n])
-		}
-		b.WriteByte('\n')
-		return nil
-	})
-	must(t, err)
-	return b.String()
 }
