@@ -25,17 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
 
 
-def took_s(s: str) -> float:
-    m = re.match(r"([\d.]+)(ms|µs|s)$", s)
-    if not m:
-        return float("nan")
-    v = float(m.group(1))
-    return {"ms": v / 1e3, "µs": v / 1e6, "s": v}[m.group(2)]
-
-
 def log_took(path: Path, msg: str, n: int) -> List[float]:
     """The last n took= of the server log's lines with msg, for restores of the template snapshot."""
-    out = [took_s(m.group(1)) * 1000 for line in path.read_text(errors="replace").splitlines()
+    out = [bench.go_duration_ms(m.group(1)) for line in path.read_text(errors="replace").splitlines()
            if f'msg="{msg}"' in line and "interpreter-" in line and (m := re.search(r" took=(\S+)", line))]
     return out[-n:]
 
