@@ -221,8 +221,6 @@ func (b *abortingBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// boundedBody passes on at most left bytes of an upload, then fails the
-// read (which ends the agent's request) and says so in over.
 // readBody is a request body that tells whether it was read to its end.
 type readBody struct {
 	io.ReadCloser
@@ -237,6 +235,8 @@ func (b *readBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// boundedBody passes on at most left bytes of an upload, then fails the
+// read (which ends the agent's request) and says so in over.
 type boundedBody struct {
 	io.ReadCloser
 	left int64
