@@ -42,20 +42,6 @@ DATAFRAME = ("import pandas as pd\ndf = pd.DataFrame({'k': [i % 7 for i in range
              "df.groupby('k').v.sum().to_frame()")
 
 
-def qemu_pid(sid: str) -> int:
-    """The QEMU process of sandbox sid (its -name is lizard-ID) and its command line."""
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            cmd = (p / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cmd and cmd[0].endswith(b"qemu-system-x86_64") and f"lizard-{sid}".encode() in cmd:
-            return int(p.name)
-    raise RuntimeError(f"no QEMU process for {sid}")
-
-
 def cap_of(pid: int) -> int:
     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
     for a in cmd:
@@ -127,7 +113,9 @@ def main() -> int:
                 bench.must_result(sb.run_code("1+1"), "text/plain")
                 first[c].append((time.perf_counter() - t0) * 1000)
                 held[c].append(sb)
-                pid = qemu_pid(sb.sandbox_id)
+                pid = bench.qemu_pid(sb.sandbox_id)
+                if not pid:
+                    raise RuntimeError(f"no QEMU process for {sb.sandbox_id}")
                 if cap_of(pid) != c:
                     raise RuntimeError(f"VM {sb.sandbox_id} has tb-size {cap_of(pid)}, meant {c}")
                 pids[c].append(pid)
