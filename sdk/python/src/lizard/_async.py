@@ -1037,12 +1037,7 @@ if True:  # ASYNC
         async def stop(self) -> None:
             """End the watch (on_exit, if any, has run when this returns)."""
             self._stopped = True
-            if self._task is not asyncio.current_task():
-                self._task.cancel()
-                try:
-                    await self._task
-                except asyncio.CancelledError:
-                    pass
+            await _core.stop_task(self._task)
 else:  # SYNC
     class WatchHandle:
         """A running ``files.watch_dir``; :meth:`stop` ends it."""

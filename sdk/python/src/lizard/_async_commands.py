@@ -234,12 +234,7 @@ class AsyncCommandHandle:
         """Stop following its output; the process runs on (``commands.connect`` finds it again)."""
         if True:  # ASYNC
             self._disconnected = True
-            if self._task is not asyncio.current_task():
-                self._task.cancel()
-                try:
-                    await self._task
-                except asyncio.CancelledError:
-                    pass
+            await _core.stop_task(self._task)
         else:  # SYNC
             self._disconnected.set()
             _shutdown(self._resp)

@@ -5,6 +5,7 @@ API's requests."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import inspect
 import json
@@ -115,6 +116,17 @@ async def acallback(cb: Optional[Callable[[Any], Any]], arg: Any) -> None:
     res = cb(arg)
     if inspect.isawaitable(res):
         await res
+
+
+async def stop_task(task: "asyncio.Task[Any]") -> None:
+    """Cancel task, a handle's follower, and wait for it to end; not when it is the caller (a callback of its own
+    that stops its handle), which ends by itself once the handle says stopped."""
+    if task is not asyncio.current_task():
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
 
 
 def upload_body(data: FileData) -> Union[bytes, Iterator[bytes]]:
