@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/bench/internal/stats"
+	"github.com/lizard-build/lizard/bench/internal/loadgen"
 	"github.com/lizard-build/lizard/client"
 )
 
@@ -229,10 +229,10 @@ func reportMoves(res results, d *api.NodeDrain, parts map[string][]float64, n in
 		downtime = append(downtime, float64(m.DowntimeMs))
 	}
 	fmt.Printf("  a move's downtime (pause → durable → resumed on b): p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
-		stats.Pct(downtime, 50), stats.Pct(downtime, 99), stats.Pct(downtime, 100))
-	res["downtime_ms_p50"], res["downtime_ms_p99"], res["downtime_ms_max"] = stats.Pct(downtime, 50), stats.Pct(downtime, 99), stats.Pct(downtime, 100)
+		loadgen.Pct(downtime, 50), loadgen.Pct(downtime, 99), loadgen.Pct(downtime, 100))
+	res["downtime_ms_p50"], res["downtime_ms_p99"], res["downtime_ms_max"] = loadgen.Pct(downtime, 50), loadgen.Pct(downtime, 99), loadgen.Pct(downtime, 100)
 	for _, k := range []string{"pause_ms", "upload_ms", "fetch_ms", "resume_ms"} {
-		fmt.Printf("  %s (nodes' logs, %d): p50 %.0f, p99 %.0f, max %.0f\n", k, len(parts[k]), stats.Pct(parts[k], 50), stats.Pct(parts[k], 99), stats.Pct(parts[k], 100))
+		fmt.Printf("  %s (nodes' logs, %d): p50 %.0f, p99 %.0f, max %.0f\n", k, len(parts[k]), loadgen.Pct(parts[k], 50), loadgen.Pct(parts[k], 99), loadgen.Pct(parts[k], 100))
 		if len(parts[k]) != n {
 			fmt.Printf("  (the nodes' logs gave %s of %d sandboxes, not %d: did a log message moveParts reads change?)\n", k, len(parts[k]), n)
 		}
@@ -242,15 +242,15 @@ func reportMoves(res results, d *api.NodeDrain, parts map[string][]float64, n in
 		imgSum += s
 	}
 	fmt.Printf("  images: %d uploaded, %.1f MB in all, p50 %.1f MB each (sealed, as the store holds them: %.1f MB more in the bucket)\n",
-		len(parts["image_bytes"]), imgSum/1e6, stats.Pct(parts["image_bytes"], 50)/1e6, float64(res["bucket_bytes_added"].(int64))/1e6)
+		len(parts["image_bytes"]), imgSum/1e6, loadgen.Pct(parts["image_bytes"], 50)/1e6, float64(res["bucket_bytes_added"].(int64))/1e6)
 	for k, v := range parts {
-		res[k+"_p50"], res[k+"_p99"] = stats.Pct(v, 50), stats.Pct(v, 99)
+		res[k+"_p50"], res[k+"_p99"] = loadgen.Pct(v, 50), loadgen.Pct(v, 99)
 	}
 	res["image_bytes_total"] = imgSum
 }
 
 // lats are calls' latencies by kind.
-type lats map[string]stats.Latencies
+type lats map[string]loadgen.Latencies
 
 func (ls lats) summary() map[string]map[string]float64 {
 	out := map[string]map[string]float64{}
@@ -264,41 +264,27 @@ func (ls lats) summary() map[string]map[string]float64 {
 // that create, runCode and kill a sandbox, and 2 that runCode one of
 // others; that function returns their latencies by kind.
 func clusterLoad(ctx context.Context, c *client.Client, others []string) func() lats {
-	var calls stats.Calls
+	var calls loadgen.Calls
 	note := calls.Note
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				if w >= 2 {
-					d, err := runCode(ctx, c, others[w-2])
-					note("runCode (other sandboxes)", d, err)
-					time.Sleep(50 * time.Millisecond)
-					continue
-				}
-				sb, d, err := create(ctx, c)
-				note("create", d, err)
-				if err != nil {
-					time.Sleep(200 * time.Millisecond)
-					continue
-				}
-				d, err = runCode(ctx, c, sb.SandboxID)
-				note("runCode (new sandbox)", d, err)
-				c.KillSandbox(ctx, sb.SandboxID)
-			}
-		}()
-	}
+	stop := loadgen.UntilStopped(4, func(w int) {
+		if w >= 2 {
+			d, err := runCode(ctx, c, others[w-2])
+			note("runCode (other sandboxes)", d, err)
+			time.Sleep(50 * time.Millisecond)
+			return
+		}
+		sb, d, err := create(ctx, c)
+		note("create", d, err)
+		if err != nil {
+			time.Sleep(200 * time.Millisecond)
+			return
+		}
+		d, err = runCode(ctx, c, sb.SandboxID)
+		note("runCode (new sandbox)", d, err)
+		c.KillSandbox(ctx, sb.SandboxID)
+	})
 	return func() lats {
-		close(done)
-		wg.Wait()
+		stop()
 		return calls.ByKind()
 	}
 }

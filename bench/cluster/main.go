@@ -51,7 +51,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/bench/internal/stats"
+	"github.com/lizard-build/lizard/bench/internal/loadgen"
 	"github.com/lizard-build/lizard/client"
 	"github.com/lizard-build/lizard/internal/sandbox/gvisor"
 	"github.com/lizard-build/lizard/internal/store/pgtest"
@@ -560,12 +560,12 @@ func apiVsServe(ctx context.Context, targets []target, n1 *proc, secretHex strin
 		name string
 		m    map[string][]float64
 	}{{"create_ms", creates}, {"run_code_ms", codes}} {
-		s, c := stats.Pct(fig.m["serve"], 50), stats.Pct(fig.m["cluster"], 50)
+		s, c := loadgen.Pct(fig.m["serve"], 50), loadgen.Pct(fig.m["cluster"], 50)
 		ratio[fig.name] = map[string]float64{"serve_p50": s, "cluster_p50": c, "ratio": c / s}
 		fmt.Printf("  %-12s serve p50 %8.2f ms   api→node p50 %8.2f ms   ratio %.2f×\n", fig.name, s, c, c/s)
 	}
-	ratio["run_code_on_node_ms"] = map[string]float64{"p50": stats.Pct(codes["node"], 50)}
-	fmt.Printf("  run_code straight to the node (no API) p50 %.2f ms\n", stats.Pct(codes["node"], 50))
+	ratio["run_code_on_node_ms"] = map[string]float64{"p50": loadgen.Pct(codes["node"], 50)}
+	fmt.Printf("  run_code straight to the node (no API) p50 %.2f ms\n", loadgen.Pct(codes["node"], 50))
 	return ratio, nil
 }
 
@@ -680,7 +680,7 @@ func imageStore(ctx context.Context, env []string, cc *client.Client, db *sql.DB
 	api2.stop()
 	imgRes := map[string]float64{}
 	for k, v := range images {
-		imgRes[k+"_p50"] = stats.Pct(v, 50)
+		imgRes[k+"_p50"] = loadgen.Pct(v, 50)
 	}
 	imgRes["resume_other_vs_same_ratio"] = imgRes["resume_other_node_ms_p50"] / imgRes["resume_same_node_ms_p50"]
 	fmt.Printf("  image store: pause p50 %.0f ms → durable p50 %.0f ms later; resume → first result p50: same node %.0f ms, another node %.0f ms (%.2f×)\n",
@@ -836,5 +836,5 @@ func drainRow(ctx context.Context, db *sql.DB, c *client.Client, apiURL, secret,
 			return nil, fmt.Errorf("runCode after the drain: %w", err)
 		}
 	}
-	return map[string]float64{"sandboxes": float64(n), "total_ms": ms(total), "stall_ms_p50": stats.Pct(stalls, 50), "stall_ms_p95": stats.Pct(stalls, 95)}, nil
+	return map[string]float64{"sandboxes": float64(n), "total_ms": ms(total), "stall_ms_p50": loadgen.Pct(stalls, 50), "stall_ms_p95": loadgen.Pct(stalls, 95)}, nil
 }

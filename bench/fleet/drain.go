@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/bench/internal/stats"
+	"github.com/lizard-build/lizard/bench/internal/loadgen"
 	"github.com/lizard-build/lizard/client"
 )
 
@@ -88,7 +88,7 @@ func drainNode(ctx context.Context, db *sql.DB, clients []*client.Client, apis [
 		fmt.Printf("  the first left: %s: %s\n", d.Left[0].SandboxID, d.Left[0].Reason)
 	}
 	fmt.Printf("  a move's downtime (pause, durable, resume elsewhere): p50 %.0f ms, p99 %.0f ms, max %.0f ms; %.1f moves/s\n",
-		stats.Pct(downtime, 50), stats.Pct(downtime, 99), stats.Pct(downtime, 100), float64(len(d.Moved))/took.Seconds())
+		loadgen.Pct(downtime, 50), loadgen.Pct(downtime, 99), loadgen.Pct(downtime, 100), float64(len(d.Moved))/took.Seconds())
 	fmt.Printf("  | calls | %s before the drain | in the drain (%s) | ratio of p50s |\n", window, took.Round(time.Second))
 	fmt.Println("  | --- | --- | --- | --- |")
 	for _, k := range []string{"create", "runCode (other sandboxes)", "runCode (the node's sandboxes)"} {
@@ -133,14 +133,14 @@ func createOn(ctx context.Context, clients []*client.Client, n int) (map[string]
 // that create, runCode and kill a sandbox, and with --drain-calls 4 that
 // runCode one of owners' sandboxes at random (through its own client); that function returns their latencies by
 // kind.
-func callLoad(ctx context.Context, clients []*client.Client, owners map[string]*client.Client) func() map[string]stats.Latencies {
+func callLoad(ctx context.Context, clients []*client.Client, owners map[string]*client.Client) func() map[string]loadgen.Latencies {
 	var ids []string
 	for id := range owners {
 		ids = append(ids, id)
 	}
-	var calls stats.Calls
+	var calls loadgen.Calls
 	note := calls.Note
-	stop := untilStopped(8, func(w int) {
+	stop := loadgen.UntilStopped(8, func(w int) {
 		c := clients[w%len(clients)]
 		if w%2 == 1 && !*drainCalls {
 			time.Sleep(50 * time.Millisecond)
@@ -165,33 +165,8 @@ func callLoad(ctx context.Context, clients []*client.Client, owners map[string]*
 		note("runCode (other sandboxes)", time.Since(t0), err)
 		c.KillSandbox(ctx, sb.SandboxID)
 	})
-	return func() map[string]stats.Latencies {
+	return func() map[string]loadgen.Latencies {
 		stop()
 		return calls.ByKind()
-	}
-}
-
-// untilStopped runs n goroutines, each calling step with its number again and
-// again, until the function it returns is called, which waits for them.
-func untilStopped(n int, step func(w int)) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				step(w)
-			}
-		}()
-	}
-	return func() {
-		close(done)
-		wg.Wait()
 	}
 }

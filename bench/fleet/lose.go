@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/bench/internal/stats"
+	"github.com/lizard-build/lizard/bench/internal/loadgen"
 	"github.com/lizard-build/lizard/client"
 )
 
@@ -102,11 +102,11 @@ func loseNodes(ctx context.Context, db *sql.DB, clients []*client.Client, nodes 
 		lose, len(nodes), *lease, *lease+2*time.Second, len(affected), len(ids), loadAvg())
 	fmt.Printf("  marked lost: %d nodes, the last %.2f s after the kill; the last of their leases ran out %.2f s after it\n", nLost, marked.Seconds(), expired.Seconds())
 	fmt.Printf("  410 answered: %d of %d sandboxes; the first %.2f s, p50 %.2f s, the last %.2f s after the kill (%.2f s after the last lease ran out); %d never\n",
-		len(gone), len(affected), first(times)/1000, stats.Pct(times, 50)/1000, stats.Pct(times, 100)/1000, stats.Pct(times, 100)/1000-expired.Seconds(), len(affected)-len(gone))
+		len(gone), len(affected), first(times)/1000, loadgen.Pct(times, 50)/1000, loadgen.Pct(times, 100)/1000, loadgen.Pct(times, 100)/1000-expired.Seconds(), len(affected)-len(gone))
 	fmt.Printf("  the 410's message: %q\n", message)
 	fmt.Printf("  calls answered before their 410: %s\n", strings.Join(seen, ", "))
 	fmt.Printf("  creates meanwhile: %d, p50 %.1f ms, p99 %.1f ms, max %.1f ms, %d errors (the first: %q)\n",
-		len(creates), stats.Pct(creates, 50), stats.Pct(creates, 99), stats.Pct(creates, 100), createErrs, createErr)
+		len(creates), loadgen.Pct(creates, 50), loadgen.Pct(creates, 99), loadgen.Pct(creates, 100), createErrs, createErr)
 	return nil
 }
 
@@ -174,7 +174,7 @@ func createMeanwhile(ctx context.Context, clients []*client.Client) func() ([]fl
 	var creates []float64
 	var errs atomic.Int64
 	var firstErr string
-	stop := untilStopped(4, func(w int) {
+	stop := loadgen.UntilStopped(4, func(w int) {
 		c := clients[w%len(clients)]
 		t0 := time.Now()
 		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutMs: ptr(int64(300_000))})

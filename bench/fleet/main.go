@@ -52,7 +52,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/lizard-build/lizard/api"
-	"github.com/lizard-build/lizard/bench/internal/stats"
+	"github.com/lizard-build/lizard/bench/internal/loadgen"
 	"github.com/lizard-build/lizard/client"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/store/pgtest"
@@ -315,7 +315,7 @@ func countCreates(ctx context.Context, db *sql.DB, clients []*client.Client, n i
 		return err
 	}
 	fmt.Printf("  %d creates one at a time (%.1f s, create p50 %.1f ms, p99 %.1f ms, load %s): the api processes ran %.2f statements, returned %.1f rows and touched %.1f blocks per create (%d nodes)\n",
-		n, secs, stats.Pct(took, 50), stats.Pct(took, 99), loadAvg(), float64(calls)/float64(n), float64(rws)/float64(n), float64(blks)/float64(n), *nodeCount)
+		n, secs, loadgen.Pct(took, 50), loadgen.Pct(took, 99), loadAvg(), float64(calls)/float64(n), float64(rws)/float64(n), float64(blks)/float64(n), *nodeCount)
 	fmt.Println("    by statement (calls, rows, blocks per create):")
 	for _, l := range lines[:min(10, len(lines))] {
 		fmt.Println(l)
@@ -472,7 +472,7 @@ func measure(ctx context.Context, db *sql.DB, clients []*client.Client, apis []*
 	secs := time.Since(begin).Seconds()
 	cpu1 := cpuNow(apis)
 	r := result{Rows: rows, Creates: int(nCreate.Load()), Errors: int(nErrors.Load()), Seconds: secs,
-		CreateP50: stats.Pct(creates, 50), CreateP99: stats.Pct(creates, 99), CodeP50: stats.Pct(codes, 50), CodeP99: stats.Pct(codes, 99), Load: loadAvg()}
+		CreateP50: loadgen.Pct(creates, 50), CreateP99: loadgen.Pct(creates, 99), CodeP50: loadgen.Pct(codes, 50), CodeP99: loadgen.Pct(codes, 99), Load: loadAvg()}
 	if n := float64(max(1, r.Creates)); true {
 		r.CPUAPI, r.CPUPG, r.CPUSelf = (cpu1.api-cpu0.api)/n, (cpu1.pg-cpu0.pg)/n, (cpu1.self-cpu0.self)/n
 	}

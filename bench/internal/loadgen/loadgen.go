@@ -1,7 +1,7 @@
-// Package stats is how the Go benches (bench/cluster, bench/fleet) count
-// what they measure: percentiles, and calls' times and failures by kind
-// from workers running at once.
-package stats
+// Package loadgen is the Go benches' (bench/cluster, bench/fleet) load:
+// workers that repeat a step until stopped, and what they count of it —
+// calls' times and failures by kind, and percentiles.
+package loadgen
 
 import (
 	"fmt"
@@ -81,4 +81,30 @@ func (c *Calls) ByKind() map[string]Latencies {
 		out[k] = l
 	}
 	return out
+}
+
+// UntilStopped runs n workers, each doing step(its number) again and
+// again, until stop is called; stop returns once every worker's step in
+// progress has ended.
+func UntilStopped(n int, step func(w int)) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				step(w)
+			}
+		}()
+	}
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }

@@ -1,7 +1,8 @@
-package stats
+package loadgen
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 )
@@ -36,5 +37,43 @@ func TestCalls(t *testing.T) {
 	got.MS[0] = 9
 	if c.ByKind()["create"].MS[0] != 2 {
 		t.Error("ByKind shares its times with the Calls")
+	}
+}
+
+func TestUntilStopped(t *testing.T) {
+	var mu sync.Mutex
+	steps := map[int]int{}
+	running := 0
+	stop := UntilStopped(3, func(w int) {
+		mu.Lock()
+		steps[w]++
+		running++
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		running--
+		mu.Unlock()
+	})
+	for {
+		mu.Lock()
+		all := len(steps) == 3 && steps[0] > 1 && steps[1] > 1 && steps[2] > 1
+		mu.Unlock()
+		if all {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if running != 0 {
+		t.Errorf("%d steps still running after stop returned", running)
+	}
+	after := steps[0] + steps[1] + steps[2]
+	mu.Unlock()
+	time.Sleep(10 * time.Millisecond)
+	mu.Lock()
+	if n := steps[0] + steps[1] + steps[2]; n != after {
+		t.Errorf("%d steps after stop returned", n-after)
 	}
 }
