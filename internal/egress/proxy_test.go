@@ -777,7 +777,11 @@ func TestProxyProjectBudget(t *testing.T) {
 			return "", err
 		}
 		defer c.Close()
-		io.WriteString(c, "GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+		// A reset that arrives before the request is written is the
+		// write's error; the read after it sees only the end (EOF).
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n"); err != nil {
+			return "", err
+		}
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
