@@ -101,7 +101,7 @@ var floors = []struct {
 		"client",
 		"api", "internal/errdefs", "internal/netpolicy", "internal/metrics", "internal/trace",
 		"internal/trace/otlptest", "internal/keylock", "internal/budget", "internal/deathsig",
-		"internal/inflight", "internal/cluster/secret", "internal/testenv", "internal/version", "internal/chunkcopy", "bench/internal/loadgen",
+		"internal/inflight", "internal/cluster/secret", "internal/testenv", "internal/version", "internal/chunkcopy", "internal/sparse", "bench/internal/loadgen",
 		"internal/e2b/envd/proto/...",
 	}},
 }
