@@ -45,6 +45,7 @@ const (
 	RowWithoutImage     = "row without image"
 	ImageInStoreOnly    = "image only in the image store"
 	ImageWithoutRow     = "image without row"
+	SharedUnused        = "image store object no image names"
 	Namespace           = "network namespace"
 	Veth                = "veth"
 	Table               = "nftables table"
@@ -100,7 +101,7 @@ func Check(ctx context.Context, cfg Config) ([]Finding, error) {
 	if c.rows, err = cfg.Store.ListSandboxes(ctx, store.Filter{}); err != nil {
 		return nil, err
 	}
-	for _, step := range []func(context.Context) error{c.images, c.host, c.loops, c.volumes, c.templates, c.kept} {
+	for _, step := range []func(context.Context) error{c.images, c.shared, c.host, c.loops, c.volumes, c.templates, c.kept} {
 		if err := step(ctx); err != nil {
 			return nil, err
 		}
@@ -218,6 +219,34 @@ func (c *checker) images(ctx context.Context) error {
 				return os.RemoveAll(path)
 			})
 		}
+	}
+	return nil
+}
+
+// shared: the image store's shared objects (a --share-heap template's
+// heap, kept once for all its images: imagestore/shared.go) that no
+// image's manifest names any more, all of them deleted. Deleting an image
+// leaves them, as others may name them. The check runs with this server
+// stopped; another node of the cluster uploading an image of that heap
+// at the moment of the repair would have its image refused where it is
+// read from the store, hence the why.
+func (c *checker) shared(ctx context.Context) error {
+	if c.Images == nil {
+		return nil
+	}
+	unused, err := c.Images.UnusedShared(ctx)
+	if imagestore.IsLost(err) {
+		// An image that does not open may name any: none is unused
+		// for sure. Its own row's check says what it is.
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, key := range unused {
+		c.add(SharedUnused, key, "no image in the image store names it (repair with every node of the cluster stopped)", func(ctx context.Context) error {
+			return c.Images.RemoveShared(ctx, key)
+		})
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/imagestore/disk"
 	"github.com/lizard-build/lizard/internal/imagestore/s3"
+	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/secrets"
 )
 
@@ -99,4 +100,14 @@ func (f *imageStoreFlags) store(ctx context.Context, getenv func(string) string,
 		return nil, fmt.Errorf("checking the image store: %w", err)
 	}
 	return imagestore.New(b, key), nil
+}
+
+// shareImages has the image store keep the files the runtime names as
+// shared once per content (a --share-heap template's heap, in every image
+// of every sandbox of the template: imagestore/shared.go), not in each
+// image's upload.
+func shareImages(images *imagestore.Store, rt sandbox.Runtime) {
+	if sh, ok := rt.(imagestore.Shared); ok && images != nil {
+		images.Share(sh)
+	}
 }

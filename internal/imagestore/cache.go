@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/keylock"
@@ -182,11 +183,17 @@ func (c *Cache) Size() int64 {
 }
 
 // DirSize is the bytes the files under dir hold: an image's size on disk.
+// A file with other links is not counted, as removing the image frees
+// none of it: the template's heap a --share-heap image holds is a hard
+// link of the node's kept copy (~142 MB).
 func DirSize(dir string) int64 {
 	var size int64
 	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			if fi, err := d.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+					return nil
+				}
 				size += fi.Size()
 			}
 		}

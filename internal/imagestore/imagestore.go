@@ -13,14 +13,21 @@
 // manifest, so it sees the previous image or the new one, never a part;
 // an image that does not open with the node's key is refused with
 // ErrTampered, and nothing of it is unpacked into place.
+//
+// A file the runtime names as shared (Shared: a --share-heap template's
+// heap, the same ~72 MB in every image of every sandbox of the template)
+// is kept once per content, under shared/SHA256, sealed the same way; an
+// image's manifest names it and its tar leaves it out (shared.go).
 package imagestore
 
 import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -30,9 +37,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -70,12 +80,19 @@ type Manifest struct {
 	ID      string    `json:"id"`     // hex, 32 random bytes: the image's stream key is derived from it
 	Size    int64     `json:"size"`   // bytes of the sealed object
 	Created time.Time `json:"created"`
+	// Shared are the image's files kept once per content (shared.go),
+	// which its tar leaves out; none in an image of a Lizard before.
+	Shared []SharedFile `json:"shared,omitempty"`
+	// SharedUploaded is the bytes of shared objects the Put that
+	// returned the manifest uploaded (none when the store had them).
+	SharedUploaded int64 `json:"-"`
 }
 
 // Store keeps images in a Bucket, sealed with a Key.
 type Store struct {
-	b   Bucket
-	key *Key
+	b      Bucket
+	key    *Key
+	shared Shared // nil: no file is shared
 }
 
 // New returns a store over b sealing and opening images with key.
@@ -103,7 +120,17 @@ func (s *Store) Put(ctx context.Context, name, dir string) (Manifest, error) {
 	if err := checkName(name); err != nil {
 		return Manifest{}, err
 	}
-	return s.put(ctx, name, func(w io.Writer) error { return writeTar(w, dir) })
+	shared, uploaded, err := s.putShared(ctx, dir)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("uploading image %s: %w", name, err)
+	}
+	skip := map[string]bool{}
+	for _, f := range shared {
+		skip[f.Path] = true
+	}
+	m, err := s.put(ctx, name, shared, func(w io.Writer) error { return writeTar(w, dir, skip) })
+	m.SharedUploaded = uploaded
+	return m, err
 }
 
 // dropPartWait bounds the removal of a failed upload's object: the upload
@@ -120,14 +147,14 @@ func (s *Store) dropPart(ctx context.Context, key string) {
 }
 
 // put uploads what write writes as image name, sealed.
-func (s *Store) put(ctx context.Context, name string, write func(io.Writer) error) (Manifest, error) {
+func (s *Store) put(ctx context.Context, name string, shared []SharedFile, write func(io.Writer) error) (Manifest, error) {
 	id := make([]byte, 32)
 	rand.Read(id)
 	aead, err := s.key.stream(name, id)
 	if err != nil {
 		return Manifest{}, err
 	}
-	m := Manifest{Object: name + "/data-" + randomID() + ".img", ID: hex.EncodeToString(id), Created: time.Now().UTC()}
+	m := Manifest{Object: name + "/data-" + randomID() + ".img", ID: hex.EncodeToString(id), Created: time.Now().UTC(), Shared: shared}
 	pr, pw := io.Pipe()
 	cw := &countWriter{w: pw}
 	sw := newSealer(cw, aead, name)
@@ -207,13 +234,19 @@ func (s *Store) Stat(ctx context.Context, name string) (Manifest, error) {
 	if id, err := hex.DecodeString(m.ID); err != nil || len(id) != 32 {
 		return Manifest{}, fmt.Errorf("reading the manifest of image %s: %w: its ID %q is not 32 bytes of hex", name, ErrCorrupt, m.ID)
 	}
+	for _, f := range m.Shared {
+		if err := f.check(); err != nil {
+			return Manifest{}, fmt.Errorf("reading the manifest of image %s: %w: %v", name, ErrCorrupt, err)
+		}
+	}
 	return m, nil
 }
 
 // Get downloads image name into directory dir, which must not exist:
 // the image is unpacked beside it and renamed into place only once its
 // manifest and every chunk opened with the store's key, to the marked
-// last one, so dir is whole and authentic, or absent.
+// last one, and its shared files are in place with the content the
+// manifest names, so dir is whole and authentic, or absent.
 func (s *Store) Get(ctx context.Context, name, dir string) (Manifest, error) {
 	m, err := s.Stat(ctx, name)
 	if err != nil {
@@ -233,29 +266,23 @@ func (s *Store) Get(ctx context.Context, name, dir string) (Manifest, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return m, fmt.Errorf("downloading image %s: %w", name, err)
 	}
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return m, fmt.Errorf("downloading image %s: %w", name, err)
+	}
+	// The shared files go first, so that no entry of the tar (a link
+	// where one goes) is under them: one there is refused as twice.
+	for _, f := range m.Shared {
+		if err := s.getShared(ctx, f, tmp); err != nil {
+			os.RemoveAll(tmp)
+			return m, fmt.Errorf("downloading image %s: %w", name, err)
+		}
+	}
 	// A byte past the manifest's size is enough to know the object is
 	// not the image: an endless or oversized object is not read on.
 	cr := &countReader{r: io.LimitReader(rc, m.Size+1)}
-	op := newOpener(cr, aead, name)
-	err = readTar(op, tmp)
-	if err == nil {
-		// The tar's end-of-archive blocks may be followed by padding;
-		// and the last chunk must open, marked so.
-		_, err = io.Copy(io.Discard, op)
-	}
-	switch {
-	case ctx.Err() != nil:
-		err = ctx.Err()
-	case op.err != nil:
-		// The opener's failure is the cause of whatever the tar
-		// reader made of it.
-		err = op.err
-	case err == nil && cr.n != m.Size:
+	err = unpackSealed(ctx, cr, aead, name, tmp)
+	if err == nil && cr.n != m.Size {
 		err = fmt.Errorf("%w: its object is %d bytes, the manifest says %d", ErrTampered, cr.n, m.Size)
-	case err != nil && !errors.Is(err, ErrCorrupt) && !localFault(err):
-		// What opened is a tar this node will not unpack (broken, an
-		// entry twice), which a holder of the key wrote.
-		err = fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	if err == nil {
 		err = os.Rename(tmp, dir)
@@ -265,6 +292,29 @@ func (s *Store) Get(ctx context.Context, name, dir string) (Manifest, error) {
 		return m, fmt.Errorf("downloading image %s: %w", name, err)
 	}
 	return m, nil
+}
+
+// unpackSealed unpacks the tar sealed under name in r into dir, reading r
+// to its end: the tar's end-of-archive blocks may be followed by padding,
+// and the last chunk must open, marked so. Its error says which failed:
+// ctx, the opener (its failure is the cause of whatever the tar reader
+// made of it: ErrTampered...), or a tar this node will not unpack
+// (broken, an entry twice), which a holder of the key wrote: ErrCorrupt.
+func unpackSealed(ctx context.Context, r io.Reader, aead cipher.AEAD, name, dir string) error {
+	op := newOpener(r, aead, name)
+	err := readTar(op, dir)
+	if err == nil {
+		_, err = io.Copy(io.Discard, op)
+	}
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case op.err != nil:
+		return op.err
+	case err != nil && !errors.Is(err, ErrCorrupt) && !localFault(err):
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return err
 }
 
 // Delete removes image name: its manifest first, so that no reader starts
@@ -329,15 +379,16 @@ func (c *countReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// writeTar writes the regular files, directories and symlinks under dir.
-func writeTar(w io.Writer, dir string) error {
+// writeTar writes the regular files, directories and symlinks under dir
+// but those of skip (slash-separated paths relative to dir).
+func writeTar(w io.Writer, dir string, skip map[string]bool) error {
 	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
+		if err != nil || rel == "." || skip[filepath.ToSlash(rel)] {
 			return err
 		}
 		fi, err := d.Info()
@@ -363,19 +414,15 @@ func writeTar(w io.Writer, dir string) error {
 		// PAX: times to the nanosecond (Python checks a module's cache
 		// by its source's time).
 		hdr.Format = tar.FormatPAX
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
 		if !fi.Mode().IsRegular() {
-			return nil
+			return tw.WriteHeader(hdr)
 		}
 		f, err := os.Open(p)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		_, err = io.Copy(tw, f)
-		return err
+		return writeFileEntry(tw, hdr, f)
 	})
 	if err != nil {
 		return fmt.Errorf("packing %s: %w", dir, err)
@@ -383,16 +430,154 @@ func writeTar(w io.Writer, dir string) error {
 	return tw.Close()
 }
 
+// A file with holes (a template's shared heap: 142 MB of address space,
+// ~72 MB of data) goes as its data alone: an entry of type typeHoles, its
+// size in the PAX record holesSize, its data a map (a big-endian count,
+// then each extent's offset and length) followed by the extents' bytes,
+// which readTar writes at their offsets, leaving the rest holes. tar has
+// sparse files (GNU.sparse.*), but Go's archive/tar writes none, and a
+// type of its own is one readTar of a Lizard before it refuses as unknown
+// (ErrCorrupt) instead of unpacking the data run together. A file without
+// holes is a plain entry, as every image's before.
+const (
+	typeHoles = 'H' // POSIX leaves 'A'-'Z' to vendors; none uses 'H'
+	holesSize = "LIZARD.holes.size"
+)
+
+// maxExtents bounds a typeHoles map (16 bytes an extent), read whole
+// before the data: a heap has a few thousand.
+const maxExtents = 1 << 20
+
+// extent is a run of a file's data.
+type extent struct{ off, n int64 }
+
+// dataExtents are f's runs of data by SEEK_DATA and SEEK_HOLE: the whole
+// file, one extent, on a filesystem without holes.
+func dataExtents(f *os.File, size int64) ([]extent, error) {
+	var out []extent
+	for off := int64(0); off < size; {
+		start, err := f.Seek(off, unix.SEEK_DATA)
+		if errors.Is(err, syscall.ENXIO) {
+			break // holes to the end
+		}
+		if err != nil {
+			return nil, err
+		}
+		end, err := f.Seek(start, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, err
+		}
+		end = min(end, size)
+		out = append(out, extent{start, end - start})
+		off = end
+	}
+	return out, nil
+}
+
+// writeFileEntry writes regular file f's entry: typeHoles if it has
+// holes, else plain.
+func writeFileEntry(tw *tar.Writer, hdr *tar.Header, f *os.File) error {
+	ext, err := dataExtents(f, hdr.Size)
+	if err != nil || (len(ext) == 1 && ext[0] == extent{0, hdr.Size}) || hdr.Size == 0 {
+		// No holes, or a filesystem that cannot tell: all of it.
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		_, err = io.CopyN(tw, f, hdr.Size)
+		return err
+	}
+	m := binary.BigEndian.AppendUint64(nil, uint64(len(ext)))
+	data := int64(0)
+	for _, e := range ext {
+		m = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(m, uint64(e.off)), uint64(e.n))
+		data += e.n
+	}
+	h := *hdr
+	h.Typeflag = typeHoles
+	h.PAXRecords = map[string]string{holesSize: strconv.FormatInt(hdr.Size, 10)}
+	h.Size = int64(len(m)) + data
+	if err := tw.WriteHeader(&h); err != nil {
+		return err
+	}
+	if _, err := tw.Write(m); err != nil {
+		return err
+	}
+	for _, e := range ext {
+		if _, err := io.Copy(tw, io.NewSectionReader(f, e.off, e.n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeHoles writes a typeHoles entry's file at p: its extents at their
+// offsets, the rest holes. The map is checked before anything is written:
+// extents in order, apart, inside the file, and the data the entry's size
+// says; so the file takes on disk no more than the entry's bytes.
+func writeHoles(root *os.Root, p string, hdr *tar.Header, r io.Reader, mode fs.FileMode) error {
+	size, err := strconv.ParseInt(hdr.PAXRecords[holesSize], 10, 64)
+	if err != nil || size < 0 {
+		return fmt.Errorf("%w: entry %q has no size (%s %q)", ErrCorrupt, hdr.Name, holesSize, hdr.PAXRecords[holesSize])
+	}
+	var count [8]byte
+	if _, err := io.ReadFull(r, count[:]); err != nil {
+		return fmt.Errorf("%w: entry %q: its map: %v", ErrCorrupt, hdr.Name, err)
+	}
+	n := binary.BigEndian.Uint64(count[:])
+	if n > maxExtents || n > uint64(hdr.Size-8)/16 {
+		return fmt.Errorf("%w: entry %q maps %d extents in %d bytes", ErrCorrupt, hdr.Name, n, hdr.Size)
+	}
+	m := make([]byte, 16*n)
+	if _, err := io.ReadFull(r, m); err != nil {
+		return fmt.Errorf("%w: entry %q: its map: %v", ErrCorrupt, hdr.Name, err)
+	}
+	ext := make([]extent, n)
+	end, data := int64(0), int64(0)
+	for i := range ext {
+		off, l := binary.BigEndian.Uint64(m[16*i:]), binary.BigEndian.Uint64(m[16*i+8:])
+		if off < uint64(end) || l > uint64(size) || off > uint64(size)-l {
+			return fmt.Errorf("%w: entry %q: extent %d (%d bytes at %d) overlaps another or leaves its %d bytes", ErrCorrupt, hdr.Name, i, l, off, size)
+		}
+		ext[i] = extent{int64(off), int64(l)}
+		end, data = int64(off+l), data+int64(l)
+	}
+	if data != hdr.Size-8-int64(len(m)) {
+		return fmt.Errorf("%w: entry %q maps %d bytes of data and holds %d", ErrCorrupt, hdr.Name, data, hdr.Size-8-int64(len(m)))
+	}
+	f, err := root.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+	if err != nil {
+		return err
+	}
+	for _, e := range ext {
+		if _, err = f.Seek(e.off, io.SeekStart); err != nil {
+			break
+		}
+		if _, err = io.CopyN(f, r, e.n); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = f.Truncate(size)
+	}
+	return errors.Join(err, f.Close())
+}
+
 // readTar unpacks r into dir, refusing entries that would land outside
 // it. An image comes from the store, which another node, a corrupt object
 // or whoever can write the bucket made, and the node unpacks it as root:
 // every write goes through an os.Root on dir (no path, link or ".."
 // resolves outside it), an entry below a link the image itself made is
-// refused, as are hard links, devices, fifos and sparse files (a few
-// bytes of header standing for terabytes of zeros), and set-ID bits are
+// refused, as are hard links, devices, fifos and GNU sparse files (a few
+// bytes of header standing for terabytes of zeros: written out by
+// archive/tar; typeHoles's holes stay holes), and set-ID bits are
 // dropped.
+//
+// dir is made if absent; it may hold the image's shared files already.
 func readTar(r io.Reader, dir string) error {
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	root, err := os.OpenRoot(dir)
@@ -445,8 +630,12 @@ func readTar(r io.Reader, dir string) error {
 		case tar.TypeSymlink:
 			err = root.Symlink(hdr.Linkname, p)
 			links[name] = true
-		case tar.TypeReg:
-			err = writeFile(root, p, tr, mode.Perm())
+		case tar.TypeReg, typeHoles:
+			if hdr.Typeflag == typeHoles {
+				err = writeHoles(root, p, hdr, tr, mode.Perm())
+			} else {
+				err = writeFile(root, p, tr, mode.Perm())
+			}
 			if err == nil {
 				err = root.Chmod(p, mode) // past the umask
 			}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -722,5 +724,122 @@ func BenchmarkPutGet256MiB(b *testing.B) {
 			b.Fatal(err)
 		}
 		os.RemoveAll(dst)
+	}
+}
+
+// TestHoles: a file with holes (a template's shared heap, 142 MB of
+// address space and ~72 MB of data) travels as its data alone and
+// arrives with the same bytes and its holes, on every backend; an image
+// of files without holes is the tar it always was (TestRoundTrip, and
+// tarOf's plain entries read as before).
+func TestHoles(t *testing.T) {
+	forEach(t, func(t *testing.T, b imagestore.Bucket) {
+		ctx := context.Background()
+		s := imagestore.New(b, testKey)
+		src := filepath.Join(t.TempDir(), "img")
+		must(t, os.MkdirAll(filepath.Join(src, "lizard-heap"), 0o755))
+		const size = 64 << 20
+		heap := filepath.Join(src, "lizard-heap", "heap")
+		f, err := os.OpenFile(heap, os.O_CREATE|os.O_WRONLY, 0o444)
+		must(t, err)
+		// Data at the start, in the middle and at the end; a hole
+		// at the very end too (the file's size past its last data).
+		want := make([]byte, size)
+		for _, at := range []int64{0, 9 << 20, 40<<20 + 4096, size - 8<<20} {
+			chunk := randBytes(2 << 20)
+			_, err := f.WriteAt(chunk, at)
+			must(t, err)
+			copy(want[at:], chunk)
+		}
+		must(t, f.Truncate(size))
+		must(t, f.Close())
+		must(t, os.WriteFile(filepath.Join(src, "pages.img"), []byte("pages"), 0o600))
+
+		m, err := s.Put(ctx, "paused/sb-1", src)
+		must(t, err)
+		if m.Size > 9<<20 {
+			t.Errorf("the sealed image is %d bytes for 8 MiB of data in a %d-byte file: its holes were sent", m.Size, size)
+		}
+		t.Logf("a %d MiB file with 8 MiB of data: a %d-byte image", size>>20, m.Size)
+		dst := filepath.Join(t.TempDir(), "got")
+		_, err = s.Get(ctx, "paused/sb-1", dst)
+		must(t, err)
+		got, err := os.ReadFile(filepath.Join(dst, "lizard-heap", "heap"))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("the heap arrived with %d bytes (%v); want the %d put, the same", len(got), err, size)
+		}
+		fi, err := os.Stat(filepath.Join(dst, "lizard-heap", "heap"))
+		must(t, err)
+		if blocks := fi.Sys().(*syscall.Stat_t).Blocks * 512; blocks > 12<<20 || fi.Mode().Perm() != 0o444 {
+			t.Errorf("the heap arrived taking %d bytes on disk, mode %v; want its holes kept, mode 0444", blocks, fi.Mode())
+		}
+		if b, err := os.ReadFile(filepath.Join(dst, "pages.img")); err != nil || string(b) != "pages" {
+			t.Errorf("pages.img = %q, %v", b, err)
+		}
+	})
+}
+
+// TestHostileHoles: a file-with-holes entry whose map does not hold
+// (extents out of order, past the file, more than the data, a count
+// larger than the entry) is refused before anything is written.
+func TestHostileHoles(t *testing.T) {
+	ext := func(pairs ...uint64) []byte {
+		b := binary.BigEndian.AppendUint64(nil, uint64(len(pairs)/2))
+		for _, v := range pairs {
+			b = binary.BigEndian.AppendUint64(b, v)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		size string
+		body []byte
+	}{
+		{"overlapping", "100", append(ext(0, 4, 2, 4), "abcdefgh"...)},
+		{"past the end", "100", append(ext(98, 4), "abcd"...)},
+		{"wrapping", "100", append(ext(1<<63, 1<<63+4), "abcd"...)},
+		{"more data than mapped", "100", append(ext(0, 4), "abcdefgh"...)},
+		{"count past the entry", "100", append(binary.BigEndian.AppendUint64(nil, 1<<40), "abcd"...)},
+		{"no size", "", append(ext(0, 4), "abcd"...)},
+		{"short", "100", []byte{0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			tw := tar.NewWriter(&buf)
+			hdr := &tar.Header{Typeflag: 'H', Name: "heap", Mode: 0o644, Size: int64(len(tc.body)), Format: tar.FormatPAX}
+			if tc.size != "" {
+				hdr.PAXRecords = map[string]string{"LIZARD.holes.size": tc.size}
+			}
+			must(t, tw.WriteHeader(hdr))
+			_, err := tw.Write(tc.body)
+			must(t, err)
+			must(t, tw.Close())
+			dst := filepath.Join(t.TempDir(), "got")
+			if _, err := putSealed(t, buf.Bytes()).Get(context.Background(), "snapshots/evil", dst); !errors.Is(err, imagestore.ErrCorrupt) {
+				t.Fatalf("Get: %v, want ErrCorrupt", err)
+			}
+			if ents, _ := os.ReadDir(filepath.Dir(dst)); len(ents) != 0 {
+				t.Fatalf("a failed Get left %v", ents)
+			}
+		})
+	}
+}
+
+// TestDirSizeLinks: an image's size leaves out a file with other links
+// (its template's heap, a link of the node's kept copy): removing the
+// image frees none of it.
+func TestDirSizeLinks(t *testing.T) {
+	dir := t.TempDir()
+	kept := filepath.Join(t.TempDir(), "heap")
+	must(t, os.WriteFile(kept, make([]byte, 1<<20), 0o444))
+	must(t, os.WriteFile(filepath.Join(dir, "pages.img"), []byte("pages"), 0o600))
+	must(t, os.Mkdir(filepath.Join(dir, "lizard-heap"), 0o755))
+	must(t, os.Link(kept, filepath.Join(dir, "lizard-heap", "heap")))
+	if got := imagestore.DirSize(dir); got != 5 {
+		t.Errorf("DirSize = %d; want 5, the linked heap left out", got)
+	}
+	must(t, os.Remove(kept))
+	if got := imagestore.DirSize(dir); got != 5+1<<20 {
+		t.Errorf("DirSize with the heap the image's alone = %d; want %d", got, 5+1<<20)
 	}
 }

@@ -260,7 +260,8 @@ func (im *images) upload(ctx context.Context, name, dir string) error {
 	if err != nil {
 		return err
 	}
-	im.log.Info("image uploaded to the image store", "image", name, "size_bytes", m.Size, "took", time.Since(begin).Round(time.Millisecond))
+	im.log.Info("image uploaded to the image store", "image", name, "size_bytes", m.Size, "shared_uploaded_bytes", m.SharedUploaded,
+		"took", time.Since(begin).Round(time.Millisecond))
 	return nil
 }
 
