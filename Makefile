@@ -23,8 +23,8 @@ export CGO_ENABLED := 0
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-deps: ## Install the system packages Lizard needs (debootstrap, iproute2, nftables — the nft command, for reading sandbox rules and for the tests; the server writes them over netlink — python3-pip for custom templates; python3-venv for the test venv; e2fsprogs and mount for volumes; postgresql for the store's tests) if missing
-	@missing=""; for p in debootstrap iproute2 nftables python3-pip python3-venv e2fsprogs mount postgresql; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+deps: ## Install the system packages Lizard needs (debootstrap, iproute2, nftables — the nft command, for reading sandbox rules and for the tests; the server writes them over netlink — python3-pip for custom templates; python3-venv for the test venv; e2fsprogs and mount for volumes; postgresql for the store's tests; gcc and binutils for the test that the kernel's native heap-share code is its C source's, TestHeapShareCode) if missing
+	@missing=""; for p in debootstrap iproute2 nftables python3-pip python3-venv e2fsprogs mount postgresql gcc binutils; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 build: bin/lizard bin/lizard-client bin/lizard-agent bin/lizard-vminit runsc ## Build bin/lizard, bin/lizard-client (the CLI sandboxes get), bin/lizard-agent, bin/lizard-vminit (--runtime qemu's guest init) and bin/runsc

@@ -53,7 +53,39 @@ const (
 	// (AgentEnv): what a pause keeping the disk alone saves, for the
 	// fresh boot at resume to give it again.
 	AgentEnvPath = "/env"
+	// AgentHeapDumpPath starts sharing the default kernel's heap from a
+	// file (docs/performance.md, "The preloaded heap shared from a
+	// file"): it answers the kernel's dump as application/octet-stream,
+	// which the node writes to HeapFile in the host directory mounted at
+	// HeapMount. Served once per agent lifetime, and only by an agent
+	// started with LIZARD_AGENT_SHARE_HEAP=1 (a template sandbox's).
+	AgentHeapDumpPath = "/heap/dump"
+	// AgentHeapWaitPath answers once the kernel has mapped its heap back
+	// from HeapMount/HeapFile: HeapShare, or the kernel's error.
+	AgentHeapWaitPath = "/heap/wait"
 )
+
+// Where a sandbox sees the shared heap: a read-only bind mount of a host
+// directory, in the template sandbox and in every restore of it; the
+// kernel maps its regions from HeapMount/HeapFile.
+const (
+	HeapMount = "/.lizard/heap"
+	HeapFile  = "heap"
+)
+
+// HeapShare is the body of the agent's internal POST /heap/wait: what the
+// kernel shared.
+type HeapShare struct {
+	// Regions is how many memory regions were mapped from the file.
+	Regions int `json:"regions"`
+	// Bytes is the address space they cover: the file's size.
+	Bytes int64 `json:"bytes"`
+	// Stored is the bytes not zero: the file's blocks on disk.
+	Stored int64 `json:"stored"`
+	// Millis is from the dump's first write until every region was
+	// mapped back (the node's copy included).
+	Millis int64 `json:"millis"`
+}
 
 // AgentEnv is the body of the agent's internal GET /env: KEY=VALUE.
 type AgentEnv struct {

@@ -660,7 +660,7 @@ func TestAgentPaths(t *testing.T) {
 		}
 	}
 	slices.Sort(internal)
-	if want := []string{AgentDiskPath, AgentReadyPath, AgentReseedPath, AgentTrustPath}; !slices.Equal(internal, want) {
+	if want := []string{AgentDiskPath, AgentHeapDumpPath, AgentHeapWaitPath, AgentReadyPath, AgentReseedPath, AgentTrustPath}; !slices.Equal(internal, want) {
 		t.Errorf("x-internal-agent-endpoints = %v; want %v", internal, want)
 	}
 }

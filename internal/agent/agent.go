@@ -65,6 +65,7 @@ type Agent struct {
 	// start is the template's ready check (nil: none): /health waits
 	// for it a while on a cold boot, /ready until it ends.
 	start *startGate
+	heap  heapShare // POST /heap/dump's one share (heap.go)
 }
 
 // New prepares an agent from cfg and starts the default Python context's
@@ -287,6 +288,8 @@ func (a *Agent) routes() http.Handler {
 	handle(api.AgentTrustPath, map[string]http.HandlerFunc{"POST": a.trust})
 	handle(api.AgentDiskPath, map[string]http.HandlerFunc{"GET": a.files.disk})
 	handle(api.AgentEnvPath, map[string]http.HandlerFunc{"GET": a.getEnv})
+	handle(api.AgentHeapDumpPath, map[string]http.HandlerFunc{"POST": a.heapDump})
+	handle(api.AgentHeapWaitPath, map[string]http.HandlerFunc{"POST": a.heapWait})
 	handle("/execute", map[string]http.HandlerFunc{"POST": a.execute})
 	handle("/contexts", map[string]http.HandlerFunc{"GET": a.listContexts, "POST": a.createContext})
 	handle("/contexts/{id}", map[string]http.HandlerFunc{"DELETE": a.deleteContext})

@@ -67,6 +67,13 @@ type Config struct {
 	// binding no names (LIZARD_AGENT_PRELOAD=numpy,pandas): the server
 	// sets it in the sandbox it checkpoints as a template snapshot.
 	Preload []string
+	// ShareHeap serves POST /heap/dump and /heap/wait once (heap.go):
+	// the template builder sets it (LIZARD_AGENT_SHARE_HEAP=1) in the
+	// sandbox it checkpoints when the server runs with --share-heap.
+	ShareHeap bool
+	// HeapDir is where the kernel finds the shared heap's file (HeapFile);
+	// "" is api.HeapMount. Tests set their own.
+	HeapDir string
 	// TemplateConfig is the custom template's settings file
 	// (TemplateSettings, written by its build); "" or a missing file:
 	// none. LoadConfig sets DefaultTemplateConfig.
@@ -112,6 +119,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	maxFile := fs.Int64("max-file", envInt(envOr("MAX_FILE", ""), DefaultMaxFileBytes), "largest file upload in bytes")
 	fs.StringVar(&cfg.Sudo, "sudo", envOr("SUDO", ""), "install sudo at this path and serve it (empty: no sudo)")
 	preload := fs.String("preload", envOr("PRELOAD", ""), "comma-separated modules the default Python kernel imports at start")
+	fs.BoolVar(&cfg.ShareHeap, "share-heap", envOr("SHARE_HEAP", "") == "1", "serve POST /heap/dump and /heap/wait once: share the default kernel's heap from a file")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, fmt.Errorf("parsing flags: %w", err)
 	}
@@ -177,6 +185,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxFileBytes == 0 {
 		c.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if c.HeapDir == "" {
+		c.HeapDir = api.HeapMount
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -545,6 +545,59 @@ func (k *Kernel) Import(ctx context.Context, modules []string) error {
 	}
 }
 
+// HeapShare is a share request: where the kernel writes its heap's dump,
+// the marker it makes once the dump is whole, and the file it then waits
+// for and maps every region back from (docs/kernel-protocol.md).
+type HeapShare struct {
+	Dump, Ready, Map string
+	// Timeout bounds the wait for Map; the kernel then maps nothing and
+	// answers an error.
+	Timeout time.Duration
+}
+
+// ShareHeap has the kernel write its private writable memory to
+// s.Dump and map it back from s.Map once that file appears, so that
+// sandboxes restored from a checkpoint of it share those pages from the
+// host's page cache. It returns the kernel's answer: what it shared, or
+// why it shared nothing (another thread running, a platform that is not
+// x86-64, no file within s.Timeout). The kernel runs nothing else
+// meanwhile: it holds its GIL from the dump until the mapping.
+func (k *Kernel) ShareHeap(ctx context.Context, s HeapShare) (api.HeapShare, error) {
+	var out api.HeapShare
+	if err := k.lock(ctx); err != nil {
+		return out, err
+	}
+	defer k.unlock()
+	p, err := k.ready(ctx, func(api.ExecuteEvent) {})
+	if err != nil {
+		return out, err
+	}
+	p.drain()
+	id := k.ids.Add(1)
+	if err := p.send(request{Op: "share", ID: id, Dump: s.Dump, Ready: s.Ready, Map: s.Map, Timeout: s.Timeout.Seconds()}); err != nil {
+		return out, fmt.Errorf("sharing the heap: %w", err)
+	}
+	for {
+		select {
+		case f := <-p.ch:
+			if f.id != id || f.msg == nil || f.msg.T != "done" {
+				continue
+			}
+			m := f.msg
+			if m.Status != "ok" {
+				return out, fmt.Errorf("sharing the heap: %s: %s", m.Ename, m.Evalue)
+			}
+			return api.HeapShare{Regions: m.Regions, Bytes: m.Bytes, Stored: m.Stored, Millis: m.Ms}, nil
+		case <-p.eof:
+			p.awaitExit(sendFailureGrace)
+			return out, fmt.Errorf("sharing the heap: kernel died (%s)", p.exitReason())
+		case <-ctx.Done():
+			k.abandon(ctx, p, id)
+			return out, ctx.Err()
+		}
+	}
+}
+
 // applyEnv returns env (KEY=VALUE pairs) with set set and unset removed.
 func applyEnv(env []string, set map[string]string, unset []string) []string {
 	out := make([]string, 0, len(env)+len(set))

@@ -149,13 +149,27 @@ class Channel:
         self.wake.notify()
 
     def _flush_loop(self):
+        me = threading.current_thread()
         while True:
             with self.lock:
                 while not self.buf:
+                    if self.flusher is not me:
+                        return  # stopped (stop_flusher)
                     self.wake.wait()
             time.sleep(FLUSH_DELAY)
             with self.lock:
                 self._write_locked()
+
+    def stop_flusher(self):
+        """Writes what is pending and ends the flusher thread (the next
+        output starts another); returns it, joined, or None."""
+        with self.lock:
+            self._write_locked()
+            t, self.flusher = self.flusher, None
+            self.wake.notify_all()
+        if t is not None:
+            t.join()
+        return t
 
     def _write_locked(self):
         if not self.buf:
@@ -694,6 +708,218 @@ def renew(req):
                 pass
 
 
+# The machine code of native/heapshare_amd64.c, run by share_heap
+# (TestHeapShareCode checks it is that file's; `go test ./internal/pykernel
+# -run TestHeapShareCode -update` regenerates it).
+HEAPSHARE_AMD64 = "415741ba080000004531c04531c94156b80e0000004155415455534889fb4881ecb0020000488d54241048897c24c8488d742408bf0200000048c7442408ffffffff48c74424100000000048895424d00f05488b03488b4b284c8b7b104c8b631848894424b8488b430848894c24d8488b4b2048894424a048894c24c0483d001000000f8f3c040000488d8424a8000000488d9424a80200000f1f800000000048c700000000004883c0084839c275f048837c24a0000f8e1504000048c74424b0000000004c8b6c24b848c74424980000000048c7442490000000004c896424e8498b7d00498b5d084531d24531c04d8b65104531c9b81a000000ba0100000048897c24a84889de0f054885c00f84e0010000488b4c2490ba010000004889c848d3e248c1f806480994c4a8000000488b4424984c01e34839d8480f43d84883442490014983c518488b44249048895c249848394424a075884c8b6424e8bb010100004531c04531c9ba4100080048c7c59cffffff41ba800100004889d84c89e64889ef0f054889c74885c00f882203000031d24531d24531c04531c9b8030000004889d60f054c8d642418b8e4000000bf010000004c89e60f05488b4c24204889ef49bedb34b6d782de1b434869742418e80300004889c848c1f93f49f7ee4889d0ba0000080048c1f8124829c84801f0488b7424c04989c74889d80f054889c74885c00f89e9020000bde4000000e99400000031db4531d24531c04531c94889e8bf010000004c89e64889da0f0548694c2418e8030000488b7424204889f048c1fe3f49f7ee4889d048c1f8124829f04801c84c29f848394424d80f8e85020000b8230000004c89e74889de4889da48c74424180000000048c744242040420f000f05b801010000488b7424c0ba0000080048c7c79cffffff0f054889c74885c00f894b0200004883fffe0f8462ffffff48f7df4889fb80cf3048f7db488b7424d041ba080000004531c031d24531c9b80e000000bf020000000f054881c4b00200004889d85b5d415c415d415e415fc34c8d041f488d8f0010000031ed4c39c70f8326feffff48895c24e04889e84989ce4889fd4c896424f04c89ff4d89eb4c89c14989c74889e831d20f1f00480b104883c0084939c675f44885d20f85b30000004d85ff0f85b60000004881c5001000004981c6001000004839cd72c74c89fd488b5c24e04c8b6424f04989c84989ff4d89dd4885ed0f84affdffff488b4c24a8498b43104531f64829c84801e84929e848894424e04c894424a87442488b4424e0488b5424a84531c04531c94a8d7435004e8d14304c29f2b8120000000f054883f8fc740c4885c00f8ec30000004901c6488b4424a84939c672c14989ff488b4c24a848014c24b0e93dfdffff660f1f4400004d85ff4c0f44fde94affffff4d8b6b10488b4424a84989ec31db4929c54d01fd4d29fc744e48894c24f848892c244c89dd0f1f80000000004c89e24a8d343b4d8d541d004531c04829da4531c9b8120000000f054883f8fc74084885c07e214801c34c39e372d14989eb488b4c24f8488b2c244c016424b04531ffe9d6feffff48c7c3fbefffff0f843afeffff48f7d84889c380cf1048f7dbe929feffff48c7c3fbefffff0f841cfeffff48f7d880cc1048f7d84889c3e90bfeffff48f7df4889fb80cf2048f7dbe9fafdffff48c7c3f9efffffe9eefdffff48c74424b00000000048c744249800000000e976fcffff48c7c392cfffffe9cbfdffff4531d24531c04531c931d2b8050000004c89e60f054889c34885c00f85a9000000488b44249848394424480f82f00000004531ed4531f648837c24a0004989f84c8b6424b87e574c89e84489e948c1f8064c8bbcc4a800000049d3ef4183e701752a498b742408498b3c24b80900000041ba120000004d8b4c2410ba030000000f05493b042475634983c6014983c5014983c4184c396c24a075ac4c89c731d24531d24531c04531c9b8030000004889d60f05488b4424c8488b7424b04c89703848897030e901fdffff4531d24531c04531c9b8030000004889d60f0548f7db80cf4048f7dbe9e0fcffff4c89c74889c54531d24531c04531c9b8030000004c89fe4c89fa0f054889eb488b4424c848f7db80cf504c89703848f7dbe9aafcffff4531d24531c04531c9b8030000004889de4889da0f0548c7c3eabfffffe988fcffff"
+HEAPSHARE_MAX_REGIONS = 4096  # its MAXOPS
+HEAPSHARE_STAGES = {1: "writing the dump", 2: "making the ready marker", 3: "waiting for the map file",
+                    4: "the map file is shorter than the dump", 5: "mapping a region back"}
+heap_shared = False
+
+
+def share_heap(req):
+    """The share request (docs/kernel-protocol.md): the heap shared from a
+    file, at a template's build."""
+    msg = {"t": "done", "status": "ok"}
+    try:
+        msg.update(_share_heap(req["dump"], req["ready"], req["map"], float(req.get("timeout") or 60)))
+    except BaseException as e:  # noqa: BLE001 - reported to the agent
+        msg.update(status="error", ename=type(e).__name__, evalue=str(e))
+    else:
+        try:
+            warm_up()
+        except BaseException as e:  # noqa: BLE001 - the share stands; first calls pay as before
+            print(f"lizard kernel: warm-up: {type(e).__name__}: {e}", file=sys.__stderr__, flush=True)
+    chan.send(msg, now=True)
+
+
+# What warm_up runs, each as a call of its own: (code, bundle). A first call
+# of Lizard's API and of E2B's (its bundle: every representation). Not a
+# DataFrame's: with one and a groupby the first DataFrame call of a sandbox
+# took 25-35 ms less, but every idle sandbox held the 4.2 MiB they copy,
+# and --share-heap is there for idle sandboxes' memory (docs/performance.md).
+WARM_UPS = [("1+1", False), ("1+1", True)]
+
+
+def warm_up():
+    """Runs a first call's path once (execute: run_cell with its history,
+    the displayhook, the formatters, the channel's framing) with its output
+    discarded and every trace of it undone. Run after the heap is shared:
+    the pages of the shared heap that every first call writes (reference
+    counts, IPython's caches, pymalloc's pools) are copied here, once, into
+    the template's memory, which a restore loads up front, instead of being
+    copied page by page, each a fault, by every new sandbox's first call."""
+    saved = _kernel_state()
+    sink = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    fd, chan.fd = chan.fd, sink
+    try:
+        for code, bundle in WARM_UPS:
+            execute({"code": code, "bundle": bundle})
+    finally:
+        chan.stop_flusher()  # its writes went to the sink
+        chan.fd = fd
+        os.close(sink)
+        _restore_kernel_state(saved)
+    import gc
+
+    gc.collect()  # the calls' own garbage, not the frozen preloads
+
+
+def _kernel_state():
+    """What a call changes that the code or a caller can see: the
+    execution count, In/Out and the _ variables, the compile cache."""
+    import linecache
+
+    hm, dh = shell.history_manager, shell.displayhook
+    attrs = [(shell, ("execution_count", "last_execution_succeeded", "last_execution_result")),
+             (hm, ("_i", "_ii", "_iii", "_i00")), (dh, ("_", "__", "___", "exec_result"))]
+    dicts = [shell.user_ns, shell.user_ns_hidden, hm.output_hist, hm.output_hist_reprs, linecache.cache,
+             getattr(shell.compile, "_filename_map", {})]
+    lists = [hm.input_hist_parsed, hm.input_hist_raw, hm.db_input_cache, hm.db_output_cache]
+    return ([(o, {a: getattr(o, a) for a in names}) for o, names in attrs],
+            [(d, dict(d)) for d in dicts], [(lst, list(lst)) for lst in lists])
+
+
+def _restore_kernel_state(saved):
+    attrs, dicts, lists = saved
+    for o, values in attrs:
+        for a, v in values.items():
+            if getattr(o, a) is not v:
+                setattr(o, a, v)
+    for d, was in dicts:
+        for k in [k for k in d if k not in was]:
+            del d[k]
+        for k, v in was.items():
+            if d.get(k, d) is not v:
+                d[k] = v
+    for lst, was in lists:
+        if len(lst) != len(was) or any(x is not y for x, y in zip(lst, was)):
+            lst[:] = was
+
+
+def _share_heap(dump, ready, map_path, timeout):
+    global heap_shared
+    machine = os.uname().machine
+    if machine != "x86_64":
+        raise RuntimeError(f"sharing the heap needs x86-64; this kernel runs on {machine}")
+    if heap_shared:
+        raise RuntimeError("this kernel's heap is shared already")
+    import ctypes
+    import gc
+    import mmap
+
+    # No other thread may run Python, nor wake, between a region's dump and
+    # its mapping: one waking then (a sleep ending, a lock acquired) would
+    # take the GIL's state and write its own, into pages of the heap or of
+    # libpython's data whose writes the mapping then loses. The channel's
+    # flusher is ended (the next output starts another), and waited for
+    # until its OS thread is gone, since glibc's thread exit still writes
+    # its lists of stacks. Threads outside Python are not seen here:
+    # OpenBLAS's workers sleep on a condition variable until the next BLAS
+    # call, which nothing makes meanwhile.
+    flusher = chan.stop_flusher()
+    if flusher is not None and flusher.native_id is not None:
+        task = f"/proc/self/task/{flusher.native_id}"
+        deadline = time.monotonic() + 2
+        while os.path.exists(task):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the output thread did not end; nothing was shared")
+            time.sleep(0.001)
+    others = {t.ident: t.name for t in threading.enumerate() if t is not MAIN}
+    for ident in sys._current_frames():
+        if ident != MAIN.ident:
+            others.setdefault(ident, f"thread {ident}")
+    if others:
+        raise RuntimeError(f"other Python threads run ({', '.join(sorted(others.values()))}): the heap is shared "
+                           "only while the kernel's main thread is its only thread; nothing was shared")
+
+    class Op(ctypes.Structure):
+        _fields_ = [("addr", ctypes.c_ulong), ("len", ctypes.c_ulong), ("off", ctypes.c_ulong)]
+
+    class Args(ctypes.Structure):
+        _fields_ = [("ops", ctypes.c_void_p), ("n", ctypes.c_long), ("dumpfd", ctypes.c_long),
+                    ("ready", ctypes.c_char_p), ("map", ctypes.c_char_p), ("timeout_ms", ctypes.c_long),
+                    ("stored", ctypes.c_ulong), ("mapped", ctypes.c_ulong)]
+
+    # Everything the call needs is made before the regions are listed, so
+    # that what is listed is still there when it runs.
+    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(bytes.fromhex(HEAPSHARE_AMD64))
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    mprotect = ctypes.CDLL(None, use_errno=True).mprotect
+    mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    if mprotect(addr, mmap.PAGESIZE, mmap.PROT_READ | mmap.PROT_EXEC):  # no longer writable: not a region
+        raise OSError(ctypes.get_errno(), "mprotect of the code's page")
+    share = ctypes.PYFUNCTYPE(ctypes.c_long, ctypes.c_void_p)(addr)
+    ops = (Op * HEAPSHARE_MAX_REGIONS)()
+    paths = (os.fsencode(ready), os.fsencode(map_path))
+    args = Args(ctypes.addressof(ops), 0, -1, paths[0], paths[1], int(timeout * 1000), 0, 0)
+    fd = os.open(dump, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    enabled, rc = gc.isenabled(), None
+    try:
+        # The collector must not write into every object again (its
+        # reference counts and links): frozen, the preloads' objects stay
+        # shared pages.
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+        regions = _heap_regions(maps, map_path)
+        if len(regions) > HEAPSHARE_MAX_REGIONS:
+            raise RuntimeError(f"{len(regions)} regions to share, more than {HEAPSHARE_MAX_REGIONS}; nothing was shared")
+        off = 0
+        for i, (lo, n) in enumerate(regions):
+            ops[i].addr, ops[i].len, ops[i].off = lo, n, off
+            off += n
+        os.ftruncate(fd, off)
+        args.n, args.dumpfd = len(regions), fd
+        start = time.monotonic()
+        rc = share(ctypes.addressof(args))
+        ms = (time.monotonic() - start) * 1000
+    finally:
+        os.close(fd)
+        if rc is None:
+            gc.unfreeze()  # failed before the call: nothing changed
+        if enabled:
+            gc.enable()
+    if rc:
+        stage, err = -rc >> 12, -rc & 0xFFF
+        what = HEAPSHARE_STAGES.get(stage, f"stage {stage}")
+        if stage < 5:
+            gc.unfreeze()
+            if stage == 3 and err == 110:
+                raise TimeoutError(f"no {map_path} within {timeout:g} s: nothing was mapped, the heap is as it was")
+            raise OSError(err, f"sharing the heap: {what}: {os.strerror(err)}; nothing was mapped, the heap is as it was")
+        raise OSError(err, f"sharing the heap: {what} after {args.mapped} of {len(regions)}: {os.strerror(err)} "
+                           "(the regions before it were mapped, each as it was)")
+    heap_shared = True
+    # A region unmapped since it was listed is left out (not counted).
+    return {"regions": args.mapped, "bytes": off, "stored": args.stored, "ms": round(ms)}
+
+
+def _heap_regions(maps, map_path):
+    """The writable private regions to share, as (address, length): the
+    anonymous ones and [heap] (Python's arenas, malloc's heap and mappings)
+    and private writable mappings of files (the .so files' data, copied on
+    write already), never a device's, the shared heap's own, or a stack:
+    [stack] has a name, and a thread's stack has its guard page just below
+    it."""
+    out, prev_end, prev_perm = [], None, None
+    for line in maps.splitlines():
+        f = line.split(None, 5)
+        lo, hi = (int(x, 16) for x in f[0].split("-"))
+        name = f[5] if len(f) > 5 else ""
+        guarded = prev_end == lo and prev_perm == "---p"
+        prev_end, prev_perm = hi, f[1]
+        if f[1] != "rw-p" or guarded:
+            continue
+        if name in ("", "[heap]") or (name.startswith("/") and not name.startswith(("/dev/", "/.lizard/")) and name != map_path):
+            out.append((lo, hi - lo))
+    return out
+
+
 class Requests:
     def __init__(self, fd):
         self.fd, self.buf = fd, bytearray()
@@ -731,7 +957,7 @@ def main():
         sys.meta_path.insert(0, PatchFinder())
     chan.send({"t": "ready", "pid": os.getpid()}, now=True)
     reqs = Requests(REQ_FD)
-    handlers = {"execute": execute, "import": run_silently, "renew": renew}
+    handlers = {"execute": execute, "import": run_silently, "renew": renew, "share": share_heap}
     while True:
         req = reqs.next()
         chan.id = int(req.get("id") or 0)

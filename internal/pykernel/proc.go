@@ -73,11 +73,16 @@ type message struct {
 	Evalue    string                     `json:"evalue,omitempty"`
 	Traceback []string                   `json:"traceback,omitempty"`
 	Pid       int                        `json:"pid,omitempty"`
+	// share's answer (api.HeapShare)
+	Regions int   `json:"regions,omitempty"`
+	Bytes   int64 `json:"bytes,omitempty"`
+	Stored  int64 `json:"stored,omitempty"`
+	Ms      int64 `json:"ms,omitempty"`
 }
 
 // request is a frame to the kernel.
 type request struct {
-	Op      string            `json:"op"` // execute, import, renew
+	Op      string            `json:"op"` // execute, import, renew, share
 	ID      uint32            `json:"id,omitempty"`
 	Code    string            `json:"code,omitempty"`
 	Envs    map[string]string `json:"envs,omitempty"`
@@ -86,6 +91,11 @@ type request struct {
 	Set     map[string]string `json:"set,omitempty"`
 	Unset   []string          `json:"unset,omitempty"`
 	Reseed  bool              `json:"reseed,omitempty"`
+	// share (HeapShare)
+	Dump    string  `json:"dump,omitempty"`
+	Ready   string  `json:"ready,omitempty"`
+	Map     string  `json:"map,omitempty"`
+	Timeout float64 `json:"timeout,omitempty"` // seconds
 }
 
 // proc is one kernel process and the pipes to it. A Kernel replaces its

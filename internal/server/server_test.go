@@ -98,7 +98,7 @@ func newFakeAgent(t *testing.T) *fakeAgent {
 	mux.HandleFunc("/files", echo)
 	mux.HandleFunc("/contexts/{rest...}", echo)
 	// Internal endpoints, which the API must never forward.
-	for _, p := range []string{"/reseed", "/ready", "/echo"} {
+	for _, p := range []string{"/reseed", "/ready", "/echo", api.AgentHeapDumpPath, api.AgentHeapWaitPath} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "internal") })
 	}
 	a.srv = httptest.NewServer(mux)
@@ -436,6 +436,9 @@ func TestProxy(t *testing.T) {
 	// internal endpoints are not part of the API.
 	for _, p := range []struct{ method, path string }{
 		{"POST", "/reseed"}, {"GET", "/ready"}, {"GET", "/echo"}, {"GET", "/reseed/x"},
+		// Sharing the heap: a user who reached it could start a dump
+		// (a template's agent) or learn the sandbox shared one.
+		{"POST", api.AgentHeapDumpPath}, {"POST", api.AgentHeapWaitPath}, {"GET", "/heap"},
 	} {
 		if r := e.do(t, e.key1, p.method, base+p.path, nil); r.status != 404 || r.err.Code != api.CodeNotFound {
 			t.Errorf("%s %s = %d %s; want 404 not_found", p.method, p.path, r.status, r.body)

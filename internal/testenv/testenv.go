@@ -75,3 +75,14 @@ func Python(t testing.TB) string {
 	}
 	return p
 }
+
+// Tool returns the path of a program the test runs (gcc, objcopy),
+// skipping (or, strict, failing) when it is not on the PATH.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		missing(t, "no %s on the PATH (apt-get install it)", name)
+	}
+	return p
+}

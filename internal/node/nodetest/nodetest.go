@@ -53,12 +53,15 @@ func (c *Clock) Add(d time.Duration) {
 }
 
 // Agent is a fake lizard-agent: /health answers Health, /ready 204,
-// /reseed records its requests, and /execute streams a stdout event and
-// the end. It counts the requests to each path (Requests).
+// /reseed records its requests, /execute streams a stdout event and the
+// end, /heap/dump answers HeapDump and /heap/wait its share. It counts the
+// requests to each path (Requests).
 type Agent struct {
 	Srv *httptest.Server
 	// Health is the status /health answers (default 200).
 	Health atomic.Int32
+	// HeapRefused makes /heap/wait answer the kernel's refusal (409).
+	HeapRefused atomic.Bool
 
 	mu       sync.Mutex
 	reseeds  []api.ReseedRequest
@@ -71,6 +74,9 @@ func (a *Agent) Requests(path string) int {
 	defer a.mu.Unlock()
 	return a.requests[path]
 }
+
+// HeapDump is what the fake agent's kernel dumps of its heap.
+var HeapDump = []byte("the template kernel's heap")
 
 // NewAgent starts a fake agent, closed when t ends.
 func NewAgent(t testing.TB) *Agent {
@@ -89,6 +95,14 @@ func NewAgent(t testing.TB) *Agent {
 			io.WriteString(w, `{"status":"ok"}`)
 		case api.AgentReadyPath:
 			w.WriteHeader(http.StatusNoContent)
+		case api.AgentHeapDumpPath:
+			w.Write(HeapDump)
+		case api.AgentHeapWaitPath:
+			if a.HeapRefused.Load() {
+				http.Error(w, "the kernel refused: a thread besides the main one runs Python", http.StatusConflict)
+				return
+			}
+			json.NewEncoder(w).Encode(api.HeapShare{Regions: 1, Bytes: int64(len(HeapDump)), Stored: int64(len(HeapDump))})
 		case api.AgentReseedPath:
 			var req api.ReseedRequest
 			if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
