@@ -23,6 +23,17 @@
 # instead of preads into the memfd's mapping, which fault in, zero and map
 # every page before the copy overwrites it. internal/sandbox/gvisor's
 # TestRestorePagesWritten fails without either.
+#
+# cow-4k.patch: runsc --lizard-copy-written-pages, which Lizard gives a
+# sandbox with a template's heap shared from a file (`lizard serve
+# --share-heap`, docs/performance.md): a write to a private mapping of a
+# file copies only the pages written into the sandbox's memory file, as
+# Linux does, instead of the 2 MiB-aligned range around the write. Python
+# writes reference counts all over that heap: without it a sandbox takes
+# its private copy back within its first calls. Not the default: the .so
+# files' private data then copies page by page too, which cost a default
+# sandbox's first call ~8 ms more in faults (bench/create_ab.py).
+# internal/sandbox/gvisor's TestCopyOnWritePage fails without the patch.
 set -euo pipefail
 shopt -s nullglob
 version=$1 out=$2 work=$3

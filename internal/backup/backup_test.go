@@ -77,6 +77,18 @@ func dataDir(t *testing.T) (string, *store.Store) {
 	write("egress-ca/sbx/ca.pem", "ca")
 	write("gvisor/files/0.1.0-0123456789abcdef/lizard-agent", "agent")
 	write("gvisor/runsc/gvisor-0123456789abcdef/runsc", "runsc")
+	// A --share-heap template's heap, kept, and held by both images as
+	// links of the kept copy.
+	write("gvisor/files/heap-0123456789abcdef/heap", "the template's heap")
+	for _, img := range []string{"images/paused", "snapshots/snap1"} {
+		write(img+"/lizard-runtime.json", `{"heap":"heap-0123456789abcdef"}`)
+		if err := os.MkdirAll(filepath.Join(dir, img, "lizard-heap"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(filepath.Join(dir, "gvisor/files/heap-0123456789abcdef/heap"), filepath.Join(dir, img, "lizard-heap/heap")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	write("audit.log", "{}\n")
 	if _, err := secrets.LoadOrCreateKey(filepath.Join(dir, secrets.KeyFile)); err != nil {
 		t.Fatal(err)
@@ -115,6 +127,7 @@ func TestBackupAndRestore(t *testing.T) {
 	} else if used := fi.Sys().(*syscall.Stat_t).Blocks * 512; used > 1<<20 {
 		t.Errorf("the volume's copy takes %d bytes on disk, want it sparse", used)
 	}
+	heapLinked(t, to)
 	if _, err := Backup(ctx, st, Options{DataDir: src, To: to}); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Errorf("a backup into a full directory: %v, want it refused", err)
 	}
@@ -133,6 +146,7 @@ func TestBackupAndRestore(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dst, "gvisor/runsc/gvisor-0123456789abcdef/runsc")); err != nil || string(b) != "runsc" {
 		t.Errorf("the kept runsc after the restore: %q, %v", b, err)
 	}
+	heapLinked(t, dst)
 	k1, _ := os.ReadFile(filepath.Join(src, secrets.KeyFile))
 	if k2, err := os.ReadFile(filepath.Join(dst, secrets.KeyFile)); err != nil || !bytes.Equal(k1, k2) {
 		t.Errorf("the restored secrets key differs (%v)", err)
@@ -222,5 +236,23 @@ func TestIncrementalBackup(t *testing.T) {
 	}
 	if sn, err := rst.GetSnapshot(ctx, "snap1"); err != nil || sn.ImageDir != filepath.Join(dst, "snapshots", "snap1") {
 		t.Errorf("the restored snapshot's image = %q, %v", sn.ImageDir, err)
+	}
+}
+
+// heapLinked fails unless the images under dir hold their template's heap
+// as links of dir's kept copy, as the data directory did: cp -a of each
+// image apart makes each heap a file of its own (~72 MB each).
+func heapLinked(t *testing.T, dir string) {
+	t.Helper()
+	kept, err := os.Stat(filepath.Join(dir, "gvisor/files/heap-0123456789abcdef/heap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range []string{"images/paused", "snapshots/snap1"} {
+		p := filepath.Join(dir, img, "lizard-heap/heap")
+		fi, err := os.Stat(p)
+		if b, _ := os.ReadFile(p); err != nil || !os.SameFile(fi, kept) || string(b) != "the template's heap" {
+			t.Errorf("%s: %q, %v; want a link of the kept heap", p, b, err)
+		}
 	}
 }

@@ -91,6 +91,9 @@ func Restore(ctx context.Context, opt RestoreOptions) (Restored, error) {
 			return r, fmt.Errorf("restoring %s: %w", name, err)
 		}
 	}
+	if err := linkImageHeaps(dataDir); err != nil {
+		return r, err
+	}
 	if opt.SecretsKeyFrom != "" {
 		if _, err := copyKey(opt.SecretsKeyFrom, filepath.Join(dataDir, secrets.KeyFile)); err != nil {
 			return r, err

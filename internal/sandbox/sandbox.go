@@ -133,6 +133,13 @@ type Spec struct {
 	// boots the template with that writable layer over it (a sandbox
 	// paused keeping its disk alone, resumed fresh).
 	Disk string
+	// HeapDir is a host directory mounted read-only at api.HeapMount,
+	// holding the file the template's kernel maps its preloaded heap
+	// from; set only on a template snapshot's sandbox built with
+	// --share-heap. A runtime keeps the file with every image of the
+	// sandbox (and of sandboxes restored from those), and mounts the kept
+	// copy again at each restore; one that cannot refuses the Spec.
+	HeapDir string
 }
 
 // State is what the runtime reports about a sandbox.
@@ -178,6 +185,11 @@ type Usage struct {
 	// MemoryBytes is its memory the host cannot reclaim, SwapBytes the
 	// part of it in swap.
 	MemoryBytes, SwapBytes int64
+	// SharedBytes is the part of MemoryBytes in RAM that other sandboxes
+	// map too (a QEMU VM's pages of its template's RAM): a squeeze
+	// (Reclaimer) leaves it where it is, so it is no reason to squeeze
+	// again. 0 where a sandbox's memory is its own (gVisor's cgroup).
+	SharedBytes int64
 }
 
 // Meter is a Runtime that can say what a sandbox uses (the node's metrics

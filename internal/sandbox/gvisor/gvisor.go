@@ -97,6 +97,9 @@ type Runtime struct {
 	// kept are the copies of Spec.Files' sources under filesDir, by
 	// source (files.go).
 	kept map[string]keptFile
+	// heapSums are the kept heaps' SHA-256 (hex) by their directory
+	// under filesDir (files.go SharedFiles): hashed once, never changed.
+	heapSums sync.Map
 	// removing counts the removals under way per ID (watch skips them).
 	removing map[string]int
 	// imaged are the sandboxes checkpointed since they started: a pause
@@ -328,6 +331,15 @@ func (r *Runtime) Name() string { return "gvisor" }
 func (r *Runtime) ImageKey() string { return "gvisor-" + r.imageKey }
 
 func hashFile(p string) (string, error) {
+	sum, err := sha256File(p)
+	if err != nil {
+		return "", err
+	}
+	return sum[:16], nil
+}
+
+// sha256File is the hex SHA-256 of file p.
+func sha256File(p string) (string, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return "", fmt.Errorf("hashing %s: %w", p, err)
@@ -337,7 +349,7 @@ func hashFile(p string) (string, error) {
 	if _, err := io.Copy(h, f); err != nil {
 		return "", fmt.Errorf("hashing %s: %w", p, err)
 	}
-	return hex.EncodeToString(h.Sum(nil))[:16], nil
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // containerID is the runsc container ID of sandbox id. runsc resolves IDs
@@ -352,18 +364,34 @@ func (r *Runtime) overlayDir(id string) string { return filepath.Join(r.dir(id),
 func (r *Runtime) logPath(id string) string    { return filepath.Join(r.dir(id), "console.log") }
 func (r *Runtime) tmpDir(id string) string     { return filepath.Join(r.dir(id), "tmp") }
 
+// runscFlags are what a sandbox's runsc flags depend on besides its ID.
+type runscFlags struct {
+	disk int64 // its writable layers' size (0: the default)
+	lay  layout
+	// heap: it maps a template's heap from a file (Spec.HeapDir), so its
+	// runsc copies only the pages written of a private file mapping
+	// (build/runsc/cow-4k.patch). Not every sandbox's: the .so files'
+	// data then copies page by page too, and a default sandbox's first
+	// call took ~8 ms longer for those faults (bench/create_ab.py).
+	heap bool
+}
+
 // globalArgs are runsc's flags before the subcommand. runsc keeps no
 // record of them; only the ones that make a sandbox (run, create,
-// restore) read the overlay's.
-func (r *Runtime) globalArgs(id string, diskBytes int64, lay layout) []string {
-	overlay := overlayArg(r.overlayDir(id), diskBytes, lay)
+// restore) read the overlay's and the heap's.
+func (r *Runtime) globalArgs(id string, f runscFlags) []string {
+	overlay := overlayArg(r.overlayDir(id), f.disk, f.lay)
 	// Each gofer gets a new empty network namespace: runsc's default shares
 	// one, bind-mounted into the state directory, which would then never be
 	// removable.
 	// --allow-rootfs-tar-annotation: only Lizard writes the OCI spec, and
 	// it names a saved layer only for a resume from disk (SaveDisk).
-	return []string{"--root", r.stateDir, "--platform=systrap", "--network=sandbox", "--gofer-network-namespace=new", overlay,
+	args := []string{"--root", r.stateDir, "--platform=systrap", "--network=sandbox", "--gofer-network-namespace=new", overlay,
 		"--allow-rootfs-tar-annotation"}
+	if f.heap {
+		args = append(args, "--lizard-copy-written-pages")
+	}
+	return args
 }
 
 // overlayArg is runsc's --overlay2: a writable layer over the root
@@ -391,7 +419,7 @@ func overlayArg(dir string, diskBytes int64, lay layout) string {
 // command runs a short runsc subcommand and returns its stdout; its stderr
 // goes into the error.
 func (r *Runtime) command(ctx context.Context, id string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, r.runscOf(id), append(r.globalArgs(id, 0, currentLayout), args...)...)
+	cmd := exec.CommandContext(ctx, r.runscOf(id), append(r.globalArgs(id, runscFlags{lay: currentLayout}), args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// A runsc child that kept our pipes open must not hang us.
@@ -407,7 +435,7 @@ func (r *Runtime) command(ctx context.Context, id string, args ...string) ([]byt
 // sandbox's console log, not to pipes: the sandbox inherits them and would
 // keep a pipe open forever. Setsid puts the sandbox in its own session, so
 // it outlives the server and its process group.
-func (r *Runtime) start(ctx context.Context, id string, diskBytes int64, lay layout, args ...string) error {
+func (r *Runtime) start(ctx context.Context, id string, flags runscFlags, args ...string) error {
 	f, err := os.OpenFile(r.logPath(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("opening console log: %w", err)
@@ -415,7 +443,7 @@ func (r *Runtime) start(ctx context.Context, id string, diskBytes int64, lay lay
 	defer f.Close()
 	off, _ := f.Seek(0, io.SeekEnd)
 
-	cmd := exec.CommandContext(ctx, r.runscOf(id), append(r.globalArgs(id, diskBytes, lay), args...)...)
+	cmd := exec.CommandContext(ctx, r.runscOf(id), append(r.globalArgs(id, flags), args...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// The rootfs tar annotation's path is relative to it (ociSpec).
 	cmd.Dir = r.dir(id)
@@ -453,7 +481,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) error {
 		return fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
 	}
 	spec.Files = files
-	return r.boot(ctx, spec, r.ImageKey(), "", lay, kept, nil)
+	return r.boot(ctx, spec, r.ImageKey(), "", lay, kept, "", nil)
 }
 
 // Restore implements sandbox.Runtime. The image must have been taken of a
@@ -492,7 +520,10 @@ func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, imageDir strin
 		return err
 	}
 	spec.Files = files
-	return r.boot(ctx, spec, build, imageDir, rec.Layout, kept, nil)
+	if spec.HeapDir, err = r.restoredHeap(spec.ID, imageDir, rec); err != nil {
+		return err
+	}
+	return r.boot(ctx, spec, build, imageDir, rec.Layout, kept, rec.Heap, nil)
 }
 
 func checkDisk(spec sandbox.Spec, rec imageRecord) error {
@@ -527,9 +558,12 @@ func (r *Runtime) RestoreFork(ctx context.Context, spec sandbox.Spec, parent, im
 		return err
 	}
 	spec.Files = files
+	if spec.HeapDir, err = r.restoredHeap(spec.ID, imageDir, rec); err != nil {
+		return err
+	}
 	// The parent's Sentry writes the image, in its build's format: the
 	// copy runs that build too.
-	return r.boot(ctx, spec, r.buildOf(parent), imageDir, rec.Layout, kept, wait)
+	return r.boot(ctx, spec, r.buildOf(parent), imageDir, rec.Layout, kept, rec.Heap, wait)
 }
 
 // imageRecord is what a checkpoint image must be restored with that runsc
@@ -560,6 +594,16 @@ type imageRecord struct {
 	// restore mounts again (files.go); nil in images of Lizard 0.1.0 and
 	// before.
 	Files map[string]string `json:"files,omitempty"`
+	// Heap is the kept copy of the directory the sandbox's kernel maps
+	// its template's preloaded heap from (Spec.HeapDir): a directory
+	// under filesDir holding api.HeapFile, which every restore of an
+	// image naming it mounts read-only at api.HeapMount (files.go
+	// keepHeap). The image holds the file too (imageHeapName), kept
+	// from there by a restore on a node without the copy (restoredHeap).
+	// HeapDir is a created sandbox's heap directory before its first
+	// checkpoint keeps it; an image's record names Heap alone.
+	Heap    string `json:"heap,omitempty"`
+	HeapDir string `json:"heapDir,omitempty"`
 }
 
 // restoredDisk is Spec.Disk of a restore of an image with DiskTar.
@@ -621,7 +665,11 @@ func mib(n int64) string {
 
 // boot makes a sandbox from scratch, or from a checkpoint image when
 // imageDir is set, and removes whatever it made if anything fails.
-func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, build, imageDir string, lay layout, kept map[string]string, wait func(context.Context) error) (err error) {
+//
+// kept are the kept files' record (restoredFiles) and heap the kept heap's
+// (restoredHeap, "" for none or one not kept yet), for the sandbox's own
+// record, which its images copy.
+func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, build, imageDir string, lay layout, kept map[string]string, heap string, wait func(context.Context) error) (err error) {
 	verb := "creating"
 	if imageDir != "" {
 		verb = "restoring"
@@ -676,12 +724,12 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, build, imageDir s
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
 	}
-	memory, err := r.prepare(ctx, spec, build, lay, kept)
+	memory, err := r.prepare(ctx, spec, build, lay, kept, heap)
 	if err != nil {
 		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
 	}
 
-	if len(spec.Volumes) > 0 && lay != layoutDirect {
+	if (len(spec.Volumes) > 0 || spec.HeapDir != "") && lay != layoutDirect {
 		// Not into the shared template (mountpoints.go).
 		mountPoints.Lock()
 		made := missingMountPoints(spec)
@@ -692,7 +740,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, build, imageDir s
 			mountPoints.Unlock()
 		}()
 	}
-	if err := r.launch(ctx, id, spec.Limits.DiskBytes, lay, imageDir, wait); err != nil {
+	if err := r.launch(ctx, id, runscFlags{disk: spec.Limits.DiskBytes, lay: lay, heap: spec.HeapDir != ""}, imageDir, wait); err != nil {
 		return err
 	}
 	if pid, err := r.sentryPid(id); err == nil {
@@ -714,7 +762,7 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, build, imageDir s
 // prepare makes what runsc is given in a claimed sandbox directory: the
 // overlay's and /tmp's directories, the network namespace with its egress,
 // the OCI spec and the runtime's record. It returns the sandbox's memory.
-func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec, build string, lay layout, kept map[string]string) (memory int64, err error) {
+func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec, build string, lay layout, kept map[string]string, heap string) (memory int64, err error) {
 	id := spec.ID
 	if err := os.Mkdir(r.overlayDir(id), 0o700); err != nil {
 		return 0, err
@@ -747,7 +795,11 @@ func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec, build string, 
 			return 0, err
 		}
 	}
-	b, _ = json.Marshal(imageRecord{Layout: lay, DiskBytes: spec.Limits.DiskBytes, MemoryBytes: memory, DiskTar: spec.Disk != "", Files: kept, Runsc: build})
+	rec := imageRecord{Layout: lay, DiskBytes: spec.Limits.DiskBytes, MemoryBytes: memory, DiskTar: spec.Disk != "", Files: kept, Runsc: build, Heap: heap}
+	if heap == "" {
+		rec.HeapDir = spec.HeapDir
+	}
+	b, _ = json.Marshal(rec)
 	if err := os.WriteFile(filepath.Join(r.dir(id), recordName), b, 0o600); err != nil {
 		return 0, fmt.Errorf("writing runtime record: %w", err)
 	}
@@ -756,10 +808,10 @@ func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec, build string, 
 
 // launch runs runsc over the prepared bundle: run for a boot; restore from
 // imageDir for a restore, after create and wait for a fork's copy.
-func (r *Runtime) launch(ctx context.Context, id string, disk int64, lay layout, imageDir string, wait func(context.Context) error) error {
+func (r *Runtime) launch(ctx context.Context, id string, f runscFlags, imageDir string, wait func(context.Context) error) error {
 	cid, bundle := containerID(id), r.dir(id)
 	if imageDir == "" {
-		if err := r.start(ctx, id, disk, lay, "run", "--detach", "--bundle", bundle, cid); err != nil {
+		if err := r.start(ctx, id, f, "run", "--detach", "--bundle", bundle, cid); err != nil {
 			return fmt.Errorf("creating sandbox %s: %w", id, err)
 		}
 		return nil
@@ -767,7 +819,7 @@ func (r *Runtime) launch(ctx context.Context, id string, disk int64, lay layout,
 	if wait != nil {
 		// A fork's copy: runsc create now, while its parent is being
 		// checkpointed, and runsc restore once the image is there.
-		if err := r.start(ctx, id, disk, lay, "create", "--bundle", bundle, cid); err != nil {
+		if err := r.start(ctx, id, f, "create", "--bundle", bundle, cid); err != nil {
 			return fmt.Errorf("restoring sandbox %s: %w", id, err)
 		}
 		if err := wait(ctx); err != nil {
@@ -778,7 +830,7 @@ func (r *Runtime) launch(ctx context.Context, id string, disk int64, lay layout,
 	// it does not find): one runsc process, not two. --background: the
 	// sandbox runs while the rest of its memory loads, instead of after
 	// all of it has.
-	if err := r.start(ctx, id, disk, lay, "restore", "--detach", "--background", "--image-path", imageDir, "--bundle", bundle, cid); err != nil {
+	if err := r.start(ctx, id, f, "restore", "--detach", "--background", "--image-path", imageDir, "--bundle", bundle, cid); err != nil {
 		return fmt.Errorf("restoring sandbox %s: %w: %w", id, sandbox.ErrImage, err)
 	}
 	return nil
@@ -1015,6 +1067,14 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 	// Lizard's. Its copy names the runsc build that makes the image: the
 	// sandbox's own (runsc.go).
 	if rec, err := readRecord(filepath.Join(r.dir(id), recordName)); err == nil {
+		if rec, err = r.keepSandboxHeap(id, rec); err != nil {
+			return fmt.Errorf("checkpointing sandbox %s: %w", id, err)
+		}
+		if rec.Heap != "" {
+			if err := r.imageHeap(imageDir, rec.Heap); err != nil {
+				return fmt.Errorf("checkpointing sandbox %s: %w", id, err)
+			}
+		}
 		rec.Runsc, rec.Lizard = r.buildOf(id), version.Version
 		b, _ := json.Marshal(rec)
 		if err := os.WriteFile(filepath.Join(imageDir, imageRecordName), b, 0o600); err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/version"
 )
 
@@ -97,7 +98,8 @@ func CurrentBuild(dir string) string {
 const currentName = "current"
 
 // KeptFiles are the directories of copies of Lizard's files the Runtime in
-// dir keeps (files.go: VERSION-HASH, each a file's content), by name; a
+// dir keeps (files.go: VERSION-HASH, each a file's content, and heap-HASH,
+// a template's shared heap), by name; a
 // directory of another form was put there by an operator (0.1.0's agent,
 // Config.Unrecorded) and is not listed.
 func KeptFiles(dir string) ([]string, error) {
@@ -124,7 +126,8 @@ func FilesKey(path string) (string, error) {
 	return version.Version + "-" + sum, nil
 }
 
-// Named are the runsc builds and kept file directories that the images in
+// Named are the runsc builds and kept file directories (Lizard's files and
+// shared heaps) that the images in
 // images (directories holding a runtime record, or none) and the sandboxes
 // of the Runtime in dir name. An image or sandbox without a record names
 // none (made by Lizard 0.1.0: the current build and Config.Unrecorded's
@@ -152,6 +155,48 @@ func Named(dir string, images []string) (builds, files map[string]bool, err erro
 			key, _, _ := strings.Cut(filepath.ToSlash(filepath.Clean(rel)), "/")
 			files[key] = true
 		}
+		if rec.Heap != "" {
+			key, _, _ := strings.Cut(filepath.ToSlash(filepath.Clean(rec.Heap)), "/")
+			files[key] = true
+		}
 	}
 	return builds, files, nil
+}
+
+// LinkImageHeaps makes the heap each image in images holds (a template's
+// shared heap, lizard-heap/heap: files.go) a hard link of the kept copy
+// its record names in the Runtime directory dir (files/heap-HASH), where
+// both are there and are not one file already. A backup copies each image
+// apart (cp -a), which makes every image's heap a file of its own, ~72 MB
+// on disk each, where the data directory had links of one kept copy; the
+// backup and its restore link them again. Same size is all it checks:
+// both are copies of this data directory's own files, and a restore
+// that keeps an image's heap checks its content itself.
+func LinkImageHeaps(dir string, images []string) error {
+	for _, img := range images {
+		rec, err := readRecord(filepath.Join(img, imageRecordName))
+		if err != nil || rec.Heap == "" {
+			continue
+		}
+		kept := filepath.Join(dir, "files", filepath.Base(filepath.Clean("/"+rec.Heap)), api.HeapFile)
+		own := filepath.Join(img, imageHeapName, api.HeapFile)
+		k, err := os.Stat(kept)
+		if err != nil {
+			continue
+		}
+		o, err := os.Stat(own)
+		if err != nil || os.SameFile(k, o) || k.Size() != o.Size() {
+			continue
+		}
+		tmp := own + ".link"
+		os.Remove(tmp)
+		if err := os.Link(kept, tmp); err != nil {
+			return fmt.Errorf("linking the heap of image %s: %w", img, err)
+		}
+		if err := os.Rename(tmp, own); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("linking the heap of image %s: %w", img, err)
+		}
+	}
+	return nil
 }

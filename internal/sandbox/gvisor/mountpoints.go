@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/sandbox"
 )
 
@@ -23,12 +24,20 @@ import (
 var mountPoints sync.Mutex
 
 // missingMountPoints returns, deepest first, the directories of the
-// template that runsc would make for spec's volumes.
+// template that runsc would make for spec's volumes and its heap
+// (api.HeapMount, which no template has).
 func missingMountPoints(spec sandbox.Spec) []string {
+	targets := make([]string, 0, len(spec.Volumes)+1)
+	for _, v := range spec.Volumes {
+		targets = append(targets, v.Target)
+	}
+	if spec.HeapDir != "" {
+		targets = append(targets, api.HeapMount)
+	}
 	var missing []string
 	seen := map[string]bool{}
-	for _, v := range spec.Volumes {
-		target := filepath.Clean("/" + v.Target)
+	for _, t := range targets {
+		target := filepath.Clean("/" + t)
 		var chain []string
 		for p := target; p != "/"; p = filepath.Dir(p) {
 			host := filepath.Join(spec.Template.RootFS, p)

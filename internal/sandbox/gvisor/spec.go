@@ -6,6 +6,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/lizard-build/lizard/api"
 	"github.com/lizard-build/lizard/internal/sandbox"
 )
 
@@ -94,39 +95,7 @@ func ociSpec(spec sandbox.Spec, netnsPath, tmpDir string, lay layout) *specs.Spe
 		env = append([]string{defaultPath}, env...)
 	}
 
-	shm := []string{"nosuid", "noexec", "nodev", "mode=1777"}
-	if lay >= layoutBounded {
-		shm = append(shm, shmSize)
-	}
-	mounts := []specs.Mount{
-		{Destination: "/proc", Type: "proc", Source: "proc"},
-		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
-		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: shm},
-		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-	}
-	switch lay {
-	case layoutTmpfs:
-		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}})
-	case layoutVolumes, layoutVolumesFirst:
-		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", tmpSize}})
-	default:
-		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: tmpDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
-	}
-	files := make([]specs.Mount, 0, len(spec.Files))
-	for _, f := range spec.Files {
-		files = append(files, specs.Mount{Destination: f.Target, Type: "bind", Source: f.Source, Options: []string{"rbind", "ro"}})
-	}
-	volumes := make([]specs.Mount, 0, len(spec.Volumes))
-	for _, v := range spec.Volumes {
-		volumes = append(volumes, specs.Mount{Destination: v.Target, Type: "bind", Source: v.Source, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
-	}
-	// Later mounts cover earlier ones: Lizard's files go last.
-	if lay == layoutVolumes {
-		mounts = append(append(mounts, files...), volumes...)
-	} else {
-		mounts = append(append(mounts, volumes...), files...)
-	}
+	mounts := ociMounts(spec, tmpDir, lay)
 
 	memory := spec.Limits.MemoryBytes
 	if memory <= 0 {
@@ -205,6 +174,52 @@ func ociSpec(spec sandbox.Spec, netnsPath, tmpDir string, lay layout) *specs.Spe
 			},
 		},
 	}
+}
+
+// ociMounts are the mounts of lay for spec, in order: runsc restores a
+// checkpoint only into the mounts it was taken with.
+func ociMounts(spec sandbox.Spec, tmpDir string, lay layout) []specs.Mount {
+	shm := []string{"nosuid", "noexec", "nodev", "mode=1777"}
+	if lay >= layoutBounded {
+		shm = append(shm, shmSize)
+	}
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: shm},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+	}
+	switch lay {
+	case layoutTmpfs:
+		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}})
+	case layoutVolumes, layoutVolumesFirst:
+		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", tmpSize}})
+	default:
+		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: tmpDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	}
+	files := make([]specs.Mount, 0, len(spec.Files))
+	for _, f := range spec.Files {
+		files = append(files, specs.Mount{Destination: f.Target, Type: "bind", Source: f.Source, Options: []string{"rbind", "ro"}})
+	}
+	volumes := make([]specs.Mount, 0, len(spec.Volumes))
+	for _, v := range spec.Volumes {
+		volumes = append(volumes, specs.Mount{Destination: v.Target, Type: "bind", Source: v.Source, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	}
+	// Later mounts cover earlier ones: Lizard's files go last.
+	if lay == layoutVolumes {
+		mounts = append(append(mounts, files...), volumes...)
+	} else {
+		mounts = append(append(mounts, volumes...), files...)
+	}
+	if spec.HeapDir != "" {
+		// Read-only, so --overlay2 leaves it bare (overlayArg) and no
+		// sandbox writes the file every sandbox of the template maps;
+		// the same mount, type and options in the template's sandbox and
+		// in every restore, as runsc wants (its source may differ).
+		mounts = append(mounts, specs.Mount{Destination: api.HeapMount, Type: "bind", Source: spec.HeapDir, Options: []string{"rbind", "ro"}})
+	}
+	return mounts
 }
 
 // The cgroup cpu.shares of a sandbox started in the background

@@ -13,6 +13,9 @@
 //	                    returns how it ended ("exited 0", "signal: killed", ...)
 //	GET  /addrs         returns the sandbox's interface addresses
 //	GET  /statfs?path=P returns the size of P's filesystem in bytes
+//	POST /cow?path=P    maps file P privately, reads every page, writes one
+//	                    byte in the middle, and returns the kB of the mapping
+//	                    that became private copies (smaps' Anonymous)
 package main
 
 import (
@@ -25,9 +28,11 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 func main() {
@@ -57,6 +62,7 @@ func main() {
 	http.HandleFunc("POST /child-alloc", childAlloc)
 	http.HandleFunc("GET /statfs", statfs)
 	http.HandleFunc("GET /addrs", addrs)
+	http.HandleFunc("POST /cow", cow)
 	log.Printf("listening on %s", *listen)
 	log.Fatal(http.ListenAndServe(*listen, nil))
 }
@@ -184,4 +190,46 @@ func addrs(w http.ResponseWriter, r *http.Request) {
 	for _, a := range addrs {
 		fmt.Fprintln(w, a)
 	}
+}
+
+func cow(w http.ResponseWriter, r *http.Request) {
+	f, err := os.Open(r.URL.Query().Get("path"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, int(fi.Size()), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer syscall.Munmap(m)
+	var sum byte
+	for i := 0; i < len(m); i += 4096 {
+		sum += m[i]
+	}
+	m[len(m)/2] = sum + 1
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	// The mapping's entry: its address range, then its fields.
+	start := fmt.Sprintf("%x-", uintptr(unsafe.Pointer(&m[0])))
+	in := false
+	for _, line := range strings.Split(string(smaps), "\n") {
+		if strings.HasPrefix(line, start) {
+			in = true
+		} else if in && strings.HasPrefix(line, "Anonymous:") {
+			fmt.Fprint(w, strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(line, "Anonymous:"), "kB")))
+			return
+		}
+	}
+	http.Error(w, "no smaps entry for the mapping", http.StatusInternalServerError)
 }
