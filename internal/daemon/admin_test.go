@@ -108,6 +108,8 @@ func TestServeConfig(t *testing.T) {
 		{"--preload", "numpy;rm -rf /"},
 		{"--preload", "numpy,9lives"},
 		{"--preload", "pandas..core"},
+		{"--share-heap", "--runtime", "qemu"},
+		{"--share-heap", "--template-snapshot=false"},
 	} {
 		c, err := parseServe(cli.Env{Stdout: &errb, Stderr: &errb}, args)
 		if err == nil {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -189,5 +190,47 @@ func TestIdleReclaimFlag(t *testing.T) {
 	}
 	if err := checkIdleReclaim(fake, time.Minute); err == nil || !strings.Contains(err.Error(), "--idle-reclaim") {
 		t.Errorf("checkIdleReclaim on a runtime that cannot: %v; want an error naming --idle-reclaim", err)
+	}
+}
+
+// TestCheckShareHeap: --share-heap is off by default, and refused, saying
+// why, with QEMU, off x86-64 and without template snapshots.
+func TestCheckShareHeap(t *testing.T) {
+	var errb strings.Builder
+	if c, err := parseServe(cli.Env{Stdout: &errb, Stderr: &errb}, nil); err != nil || c.ShareHeap {
+		t.Errorf("default --share-heap = %v, %v; want off", c.ShareHeap, err)
+	}
+	for _, tt := range []struct {
+		rt       string
+		snapshot bool
+		arch     string
+		want     string // in the usage error; "" none
+	}{
+		{"gvisor", true, "amd64", ""},
+		{"qemu", true, "amd64", "--runtime gvisor only"},
+		{"gvisor", true, "arm64", "x86-64 only"},
+		{"gvisor", false, "amd64", "--template-snapshot=true"},
+	} {
+		err := checkShareHeap(true, tt.rt, tt.snapshot, tt.arch)
+		if tt.want == "" {
+			if err != nil {
+				t.Errorf("--share-heap on %s %s: %v; want it taken", tt.rt, tt.arch, err)
+			}
+			continue
+		}
+		if err == nil || cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("--share-heap on %s %s, snapshots %v: %v; want a usage error saying %q", tt.rt, tt.arch, tt.snapshot, err, tt.want)
+		}
+	}
+	if err := checkShareHeap(false, "qemu", false, "arm64"); err != nil {
+		t.Errorf("without --share-heap: %v", err)
+	}
+	// At start: a runtime that cannot share a heap is refused.
+	fake := sandboxtest.NewFake()
+	if err := checkShareHeapRuntime(context.Background(), fake, false); err != nil {
+		t.Errorf("checkShareHeapRuntime without the flag: %v; want nil", err)
+	}
+	if err := checkShareHeapRuntime(context.Background(), fake, true); err == nil || !strings.Contains(err.Error(), "--share-heap") {
+		t.Errorf("checkShareHeapRuntime on a runtime that cannot: %v; want an error naming --share-heap", err)
 	}
 }

@@ -90,6 +90,9 @@ type serveConfig struct {
 	// none, which halves an idle sandbox's memory and makes the first
 	// call that needs them pay the imports).
 	Preload string
+	// ShareHeap has the template snapshot's kernel share its preloaded
+	// heap from a file (warm.Config.ShareHeap).
+	ShareHeap bool
 	// Warm sizes the warm pool of named templates ([PROJECT/]NAME=N,
 	// --warm, repeated).
 	Warm warmFlag
@@ -142,6 +145,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, role string) {
 	fs.IntVar(&c.MaxRestores, "max-restores", max(4, 4*runtime.NumCPU()), "restores run at once (creates from the template snapshot or a snapshot, forks' copies, resumes), each until its agent answers; more wait their turn in order, so that the first creates of a burst answer first (default: four times the CPUs, at least 4; 0: no bound)")
 	fs.BoolVar(&c.TemplateSnapshot, "template-snapshot", true, "create sandboxes by restoring a checkpoint of each template's booted sandbox (kernel started, numpy/pandas/matplotlib imported) instead of booting; false boots every sandbox")
 	fs.StringVar(&c.Preload, "preload", strings.Join(warm.DefaultPreload, ","), "Python modules the template snapshot's kernel imports before it is checkpointed, comma-separated: restored sandboxes start with them imported, and each holds their memory (\"\": none, about 58 MiB less per idle sandbox, and the first call importing them pays it: docs/performance.md)")
+	fs.BoolVar(&c.ShareHeap, "share-heap", false, "the template snapshot's kernel shares its preloaded heap from a file that every sandbox restored from it maps read-only: about 60 MiB less per idle sandbox, and each new sandbox's first calls slower by tens to hundreds of ms while it copies the pages it writes (docs/performance.md); gVisor on x86-64 only")
 	fs.IntVar(&c.WarmPool, "warm-pool", 0, "restored sandboxes per template kept ready for creates with the default limits (needs --template-snapshot; each costs an idle sandbox's memory)")
 	fs.DurationVar(&c.IdleReclaim, "idle-reclaim", 0, "push the memory of a sandbox idle this long (no call, stream, terminal or port connection, under 5% of a core) out to swap; it runs on and takes back the pages it touches (needs swap turned on, e.g. zram: docs/operations.md; 0: never)")
 	fs.Var(&c.Warm, "warm", "warm pool of one template, [PROJECT/]NAME=N (repeat for more): a custom template by name (in PROJECT, or in every project having one of that name), or a built-in to override --warm-pool for it")
@@ -178,6 +182,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.IdleReclaim < 0 {
 		return cli.Usagef("--idle-reclaim %s: want a duration such as 5m, or 0 (never)", c.IdleReclaim)
+	}
+	if err := checkShareHeap(c.ShareHeap, c.Runtime, c.TemplateSnapshot, runtime.GOARCH); err != nil {
+		return err
 	}
 	if c.WarmPool > 0 && !c.TemplateSnapshot {
 		return cli.Usagef("--warm-pool needs --template-snapshot=true: the pool is restored from template snapshots")
@@ -504,7 +511,8 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 	if err != nil {
 		return nodeParts{}, err
 	}
-	if err := checkIdleReclaim(rt, c.IdleReclaim); err != nil {
+	shareImages(images, rt)
+	if err := errors.Join(checkIdleReclaim(rt, c.IdleReclaim), checkShareHeapRuntime(ctx, rt, c.ShareHeap)); err != nil {
 		rt.Close(context.WithoutCancel(ctx))
 		return nodeParts{}, err
 	}
@@ -535,7 +543,7 @@ func (c *serveConfig) newNode(ctx context.Context, e cli.Env, st, shared *store.
 	var pool *warm.Pool
 	if c.TemplateSnapshot {
 		wcfg := warm.Config{Store: st, Templates: template.Names(), Artifact: artifact, DataDir: c.DataDir,
-			RuntimeKey: rt.ImageKey(), Files: []string{c.Agent, c.Lizard}, Size: c.WarmPool, Preload: preloads(c.Preload),
+			RuntimeKey: rt.ImageKey(), Files: []string{c.Agent, c.Lizard}, Size: c.WarmPool, Preload: preloads(c.Preload), ShareHeap: c.ShareHeap,
 			Limits: limits, Internet: internet, Logger: logger, Metrics: mx,
 			ImagesKeepShape: c.Runtime == "qemu"}
 		if len(c.Warm) > 0 {
@@ -604,6 +612,21 @@ func loopbackURL(addr net.Addr) string {
 		ip = net.IPv4(127, 0, 0, 1)
 	}
 	return "http://" + (&net.TCPAddr{IP: ip, Port: ta.Port}).String()
+}
+
+// checkShareHeap refuses --share-heap where it cannot work.
+func checkShareHeap(share bool, rt string, snapshot bool, arch string) error {
+	switch {
+	case !share:
+		return nil
+	case rt == "qemu":
+		return cli.Usagef("--share-heap works with --runtime gvisor only: a VM's memory is its own, and its kernel cannot map a host file for its guest (drop --share-heap, or use --runtime gvisor)")
+	case arch != "amd64":
+		return cli.Usagef("--share-heap works on x86-64 only: the kernel's routine that dumps and maps back its heap is x86-64 machine code (this is %s); drop --share-heap", arch)
+	case !snapshot:
+		return cli.Usagef("--share-heap needs --template-snapshot=true: the heap is shared by the template snapshot's kernel")
+	}
+	return nil
 }
 
 // moduleName is a dotted Python module name, as --preload takes them.

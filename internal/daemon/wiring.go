@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/cli"
+	"github.com/lizard-build/lizard/internal/imagestore"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/node"
 	"github.com/lizard-build/lizard/internal/recipe"
@@ -192,6 +193,22 @@ func checkIdleReclaim(rt sandbox.Runtime, after time.Duration) error {
 	return nil
 }
 
+// checkShareHeapRuntime refuses --share-heap on a runtime that cannot run
+// sandboxes sharing a heap (a runsc without build/runsc/cow-4k.patch).
+func checkShareHeapRuntime(ctx context.Context, rt sandbox.Runtime, share bool) error {
+	if !share {
+		return nil
+	}
+	r, ok := rt.(interface{ CanShareHeap(context.Context) error })
+	if !ok {
+		return cli.Usagef("--share-heap: the %s backend cannot share a template's heap; leave the flag out", rt.Name())
+	}
+	if err := r.CanShareHeap(ctx); err != nil {
+		return fmt.Errorf("--share-heap: %w; or leave the flag out", err)
+	}
+	return nil
+}
+
 // sandboxAPIPort is the port the API is served on to lizardToken
 // sandboxes: --sandbox-api-port, else the --listen port.
 func (c *serveConfig) sandboxAPIPort(listen net.Addr) int {
@@ -253,3 +270,8 @@ func (n buildNode) Boot(ctx context.Context, b recipe.Boot) (string, error) {
 		Limits: n.limits, Internet: false, Envs: b.Envs, Build: &build})
 	return sb.ID, err
 }
+
+// The gvisor runtime names the files its images share (a --share-heap
+// template's heap) to the image store, which keeps them once per content
+// (shareImages); without the method, every image would upload the heap.
+var _ imagestore.Shared = (*gvisor.Runtime)(nil)

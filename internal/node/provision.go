@@ -67,6 +67,11 @@ type Plan struct {
 	// sandbox boots it writable (sandbox.Spec.WritableRoot) instead of
 	// Template's artifact. Role store.RoleBuild.
 	Build *sandbox.Artifact
+	// HeapDir, set only on a template snapshot's sandbox built with
+	// --share-heap, is the host directory mounted read-only at
+	// api.HeapMount, holding the file its kernel maps its preloaded heap
+	// from (sandbox.Spec.HeapDir).
+	HeapDir string
 	// forked: Image is a fork's parent (metrics tell forks from snapshots).
 	forked bool
 	// fork, set by Fork, says whose checkpoint Image will be, and waits

@@ -114,6 +114,7 @@ func (l *launch) spec(env []string) (sandbox.Spec, error) {
 		// A warm-pool sandbox is restored ahead of need: it yields the CPU
 		// to sandboxes in use until claimed (provision).
 		Background: sb.Role == store.RoleWarm,
+		HeapDir:    l.p.HeapDir,
 	}, nil
 }
 

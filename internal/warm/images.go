@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -23,10 +24,15 @@ import (
 	"github.com/lizard-build/lizard/internal/trace"
 )
 
-// key hashes what a template image depends on.
-func (p *Pool) key(a sandbox.Artifact) (string, error) {
+// key hashes what a template image depends on; share: its kernel's heap
+// is shared from a file.
+func (p *Pool) key(a sandbox.Artifact, share bool) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "artifact %s %s\nruntime %s\npreload %s\n", a.Key, a.RootFS, p.cfg.RuntimeKey, strings.Join(p.cfg.Preload, ","))
+	if share {
+		// Only then: the keys of images made without it stay as they were.
+		fmt.Fprintf(h, "share-heap\n")
+	}
 	for _, f := range p.cfg.Files {
 		fh, err := os.Open(f)
 		if err != nil {
@@ -81,7 +87,15 @@ type maker struct {
 func (p *Pool) makeImage(ctx context.Context, name string) {
 	log := p.log.With("template", name)
 	for attempt, wait := 1, 10*time.Second; ; attempt++ {
-		err := p.makeImageOnce(ctx, name)
+		err := p.makeImageOnce(ctx, name, p.cfg.ShareHeap)
+		if errors.Is(err, errShareHeap) && ctx.Err() == nil {
+			// A kernel that cannot share (a custom template's preloads
+			// left a thread running) still gets its snapshot, as
+			// without --share-heap, under that key: the next start
+			// tries again.
+			log.Error("sharing the template kernel's heap failed; making its snapshot without", "err", err)
+			err = p.makeImageOnce(ctx, name, false)
+		}
 		if err == nil || ctx.Err() != nil {
 			return
 		}
@@ -95,12 +109,16 @@ func (p *Pool) makeImage(ctx context.Context, name string) {
 	}
 }
 
-func (p *Pool) makeImageOnce(ctx context.Context, name string) (err error) {
+// errShareHeap is makeImageOnce's error when the template's kernel did not
+// share its heap.
+var errShareHeap = errors.New("sharing the template's heap")
+
+func (p *Pool) makeImageOnce(ctx context.Context, name string, share bool) (err error) {
 	a, err := p.cfg.Artifact(ctx, name)
 	if err != nil {
 		return fmt.Errorf("waiting for the template: %w", err)
 	}
-	key, err := p.key(a)
+	key, err := p.key(a, share)
 	if err != nil {
 		return err
 	}
@@ -120,8 +138,23 @@ func (p *Pool) makeImageOnce(ctx context.Context, name string) (err error) {
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
-	sb, err := p.node.Create(ctx, node.Plan{ProjectID: store.InternalProject, Role: store.RoleTemplate, Template: name,
-		Envs: []string{"LIZARD_AGENT_PRELOAD=" + strings.Join(p.cfg.Preload, ",")}, Limits: p.cfg.Limits, Internet: p.cfg.Internet})
+	plan := node.Plan{ProjectID: store.InternalProject, Role: store.RoleTemplate, Template: name,
+		Envs: []string{"LIZARD_AGENT_PRELOAD=" + strings.Join(p.cfg.Preload, ",")}, Limits: p.cfg.Limits, Internet: p.cfg.Internet}
+	if share {
+		// The file the kernel maps its heap from, read-only in the
+		// sandbox; the checkpoint keeps its own copy (the runtime's), so
+		// the directory goes on every path, after the sandbox.
+		plan.HeapDir = dir + ".heap"
+		if err := os.RemoveAll(plan.HeapDir); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(plan.HeapDir, 0o755); err != nil {
+			return fmt.Errorf("making the template's heap directory: %w", err)
+		}
+		defer os.RemoveAll(plan.HeapDir)
+		plan.Envs = append(plan.Envs, "LIZARD_AGENT_SHARE_HEAP=1")
+	}
+	sb, err := p.node.Create(ctx, plan)
 	if err != nil {
 		return fmt.Errorf("booting the template sandbox: %w", err)
 	}
@@ -137,6 +170,13 @@ func (p *Pool) makeImageOnce(ctx context.Context, name string) (err error) {
 		return err
 	}
 	blog.Info("template sandbox ready", "kernel_wait", time.Since(ready).Round(time.Millisecond))
+	if plan.HeapDir != "" {
+		hs, err := p.node.Agents().ShareHeap(ctx, sb.ID, plan.HeapDir)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errShareHeap, err)
+		}
+		blog.Info("template heap shared", "regions", hs.Regions, "bytes", hs.Bytes, "stored", hs.Stored, "took", time.Duration(hs.Millis)*time.Millisecond)
+	}
 	// Close our kept-alive connections to it first: the image would keep
 	// them established, and the first sandbox restored from it gets this
 	// sandbox's address, where our new connections could collide with them.
@@ -168,8 +208,9 @@ func (p *Pool) removeOld(name, keep string) {
 	for _, e := range entries {
 		path := filepath.Join(p.templatesDir(), e.Name())
 		rest, ok := strings.CutPrefix(e.Name(), name+"-")
-		// Keys are 16 hex digits (plus ".tmp" while made).
-		if !ok || path == keep || len(strings.TrimSuffix(rest, ".tmp")) != 16 {
+		// Keys are 16 hex digits (plus ".tmp" while made, ".heap" for
+		// the heap's directory a crash left).
+		if !ok || path == keep || len(strings.TrimSuffix(strings.TrimSuffix(rest, ".tmp"), ".heap")) != 16 {
 			continue
 		}
 		p.log.Info("removing an old template snapshot", "image", path)

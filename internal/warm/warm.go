@@ -73,6 +73,12 @@ type Config struct {
 	// Preload is what the template sandbox's kernel imports (nil:
 	// DefaultPreload; empty: nothing).
 	Preload []string
+	// ShareHeap: the template sandbox's kernel shares its preloaded heap
+	// from a file (node.Plan.HeapDir, agentclient.ShareHeap) before the
+	// checkpoint, so that restores map it from the host's page cache and
+	// copy only the pages they write (lizard serve --share-heap). Part of
+	// an image's key.
+	ShareHeap bool
 	// Size is how many restored sandboxes per template are kept ready
 	// for creates of the default shape, Limits and Internet (0: none).
 	// Below MinAvailable bytes of MemAvailable (default 1 GiB; negative:

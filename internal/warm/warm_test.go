@@ -366,3 +366,63 @@ func TestWarmForgottenWhileSettling(t *testing.T) {
 		t.Errorf("warm sandboxes of a forgotten template: %v", ids)
 	}
 }
+
+// TestTemplateSnapshotShareHeap: with ShareHeap the template sandbox boots
+// with a heap directory and LIZARD_AGENT_SHARE_HEAP=1, its kernel's dump
+// is in that directory when it is checkpointed, the directory is gone once
+// the image is made, and the image's key is not the one made without it.
+func TestTemplateSnapshotShareHeap(t *testing.T) {
+	e := newEnvWith(t, 0, 0, func(c *warm.Config) { c.ShareHeap = true })
+	var atCheckpoint []byte
+	checkpoint := e.Runtime.CheckpointFunc
+	e.Runtime.CheckpointFunc = func(ctx context.Context, id, dir string, leave bool) error {
+		for _, s := range e.Runtime.Creates() {
+			if s.ID == id && s.HeapDir != "" {
+				atCheckpoint, _ = os.ReadFile(filepath.Join(s.HeapDir, api.HeapFile))
+			}
+		}
+		return checkpoint(ctx, id, dir, leave)
+	}
+	_, stop, dir := e.run(t, e.pool)
+	stop()
+	boot := e.Runtime.Creates()[0]
+	if boot.HeapDir == "" || !slices.Contains(boot.Env, "LIZARD_AGENT_SHARE_HEAP=1") {
+		t.Fatalf("template sandbox heap dir %q env %q; want a heap directory and LIZARD_AGENT_SHARE_HEAP=1", boot.HeapDir, boot.Env)
+	}
+	if string(atCheckpoint) != string(nodetest.HeapDump) {
+		t.Errorf("the heap directory held %q at the checkpoint; want the kernel's dump", atCheckpoint)
+	}
+	if e.Agent.Requests(api.AgentHeapWaitPath) != 1 {
+		t.Errorf("the kernel's answer was asked %d times; want once", e.Agent.Requests(api.AgentHeapWaitPath))
+	}
+	if nodetest.Exists(boot.HeapDir) {
+		t.Errorf("the heap directory %s is still there after the image was made", boot.HeapDir)
+	}
+	cfg := e.cfg
+	cfg.ShareHeap = false
+	if _, _, plain := e.run(t, warm.New(cfg)); plain == dir {
+		t.Errorf("the image without a shared heap is %s, the one with; want keys of their own", plain)
+	} else if c := e.Runtime.Creates()[1]; c.HeapDir != "" || slices.Contains(c.Env, "LIZARD_AGENT_SHARE_HEAP=1") {
+		t.Errorf("template sandbox without ShareHeap: heap dir %q env %q; want neither", c.HeapDir, c.Env)
+	}
+}
+
+// TestTemplateSnapshotShareHeapRefused: a template whose kernel refuses to
+// share its heap still gets its snapshot, made at once without sharing,
+// rather than none (every create booting cold while it is retried).
+func TestTemplateSnapshotShareHeapRefused(t *testing.T) {
+	e := newEnvWith(t, 0, 0, func(c *warm.Config) { c.ShareHeap = true })
+	e.Agent.HeapRefused.Store(true)
+	_, stop, dir := e.run(t, e.pool)
+	stop()
+	creates := e.Runtime.Creates()
+	if len(creates) != 2 || creates[0].HeapDir == "" || creates[1].HeapDir != "" || slices.Contains(creates[1].Env, "LIZARD_AGENT_SHARE_HEAP=1") {
+		t.Fatalf("template boots %+v; want one sharing its heap, then one without", creates)
+	}
+	if nodetest.Exists(creates[0].HeapDir) {
+		t.Errorf("the refused share's heap directory %s is still there", creates[0].HeapDir)
+	}
+	if !nodetest.Exists(filepath.Join(dir, "lizard-template-ready")) {
+		t.Errorf("template image %s is not marked ready", dir)
+	}
+}

@@ -247,6 +247,8 @@ func (f *filler) sandbox(t *testing.T) node.Sandbox {
 // are, and why. A field added to Plan is carried, or named here.
 var planLocal = map[string]string{
 	"Build": "a template build boots on the node that builds it, never through this API",
+	"HeapDir": "a host directory of the node's own, set only by its template snapshot builder (--share-heap); " +
+		"carried, it would let the API name any host directory for a sandbox to mount",
 }
 
 // filledPlan is a plan with every field set that crosses the wire.
