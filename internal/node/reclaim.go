@@ -157,7 +157,7 @@ func later(a, b time.Time) time.Time {
 // been idle for after — not busy (calls or port connections in flight),
 // none begun or ended since lastCall, its CPU under quietCPU — and was not
 // squeezed since, or was squeezed after ago or more and has residentFloor
-// back in RAM.
+// of its own back in RAM (what other sandboxes map too stays there).
 func (s *idleness) due(id string, u sandbox.Usage, after time.Duration, now time.Time, busy bool, lastCall time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -181,7 +181,7 @@ func (s *idleness) due(id string, u sandbox.Usage, after time.Duration, now time
 	case st.squeezed.Before(active):
 		return true // not squeezed since it was last used
 	default:
-		return now.Sub(st.squeezed) >= after && u.MemoryBytes-u.SwapBytes >= residentFloor
+		return now.Sub(st.squeezed) >= after && u.MemoryBytes-u.SwapBytes-u.SharedBytes >= residentFloor
 	}
 }
 

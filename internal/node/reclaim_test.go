@@ -133,6 +133,15 @@ func TestReclaimIdle(t *testing.T) {
 	if got := rt.count(sb.ID); got != 4 {
 		t.Errorf("squeezes = %d; want 4", got)
 	}
+
+	// A QEMU VM keeps its template's pages that other VMs map in RAM
+	// (SharedBytes): however many, they are no reason to squeeze again;
+	// what came back of its own is.
+	rt.set(sb.ID, func(u *sandbox.Usage) { u.MemoryBytes, u.SwapBytes, u.SharedBytes = 235<<20, 85<<20, 140<<20 })
+	e.Clock.Add(time.Minute)
+	sweep("140 MiB of shared template pages and 10 of its own in RAM", 0)
+	rt.set(sb.ID, func(u *sandbox.Usage) { u.SwapBytes -= 30 << 20 })
+	sweep("40 MiB of its own back", 1)
 }
 
 // TestReclaimIdleOpenPort: a connection to an exposed port in flight is

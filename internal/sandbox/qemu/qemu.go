@@ -454,6 +454,12 @@ func (r *Runtime) boot(ctx context.Context, spec sandbox.Spec, imageDir string) 
 		// image as a disk, which the host has mounted meanwhile.
 		return fmt.Errorf("%s sandbox %s: persistent volumes are not supported by the qemu runtime yet; use --runtime gvisor for sandboxes with volumes", verb, spec.ID)
 	}
+	if spec.HeapDir != "" {
+		// The shared heap is a file the guest kernel maps from a host
+		// directory; a VM's memory is its own, and --share-heap is
+		// refused with --runtime qemu before a sandbox asks.
+		return fmt.Errorf("%s sandbox %s: a heap shared from a file (lizard serve --share-heap) is not supported by the qemu runtime; serve without --share-heap or with --runtime gvisor", verb, spec.ID)
+	}
 	id := spec.ID
 	log := r.log.With("sandbox_id", id)
 	if !r.enter(true) {

@@ -182,3 +182,19 @@ func TestConfined(t *testing.T) {
 		t.Errorf("two sandboxes' QEMUs run as users %v, want two different ones", uids)
 	}
 }
+
+// TestHeapDirRefused: a VM has no shared heap (sandbox.Spec.HeapDir); a
+// Spec with one is refused, saying so, before anything is made.
+func TestHeapDirRefused(t *testing.T) {
+	r := newTestRuntime(t, t.TempDir())
+	spec := sandboxtest.Spec(sandboxtest.BuildRootFS(t))
+	spec.HeapDir = t.TempDir()
+	err := r.Create(context.Background(), spec)
+	if err == nil {
+		r.Kill(context.Background(), spec.ID)
+		t.Fatal("a sandbox with a heap dir was created")
+	}
+	if !strings.Contains(err.Error(), "--share-heap") {
+		t.Errorf("error %q does not name --share-heap", err)
+	}
+}

@@ -51,16 +51,27 @@ func (r *Runtime) Usage(ctx context.Context, id string) (sandbox.Usage, error) {
 	if err != nil {
 		return sandbox.Usage{}, fmt.Errorf("reading usage of sandbox %s: %w", id, err)
 	}
-	for line := range strings.Lines(string(rollup)) {
+	u.MemoryBytes, u.SwapBytes, u.SharedBytes = rollupMemory(string(rollup))
+	return u, nil
+}
+
+// rollupMemory reads a smaps_rollup: the memory resident or in swap, the
+// part in swap, and the part resident that other processes map too —
+// Shared_Clean and Shared_Dirty, the template's RAM pages other VMs map,
+// which a squeeze (reclaim.go) leaves in RAM.
+func rollupMemory(rollup string) (memory, swap, shared int64) {
+	for line := range strings.Lines(rollup) {
 		k, v, _ := strings.Cut(line, ":")
 		kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 		switch k {
 		case "Rss":
-			u.MemoryBytes += kb << 10
+			memory += kb << 10
 		case "Swap":
-			u.MemoryBytes += kb << 10
-			u.SwapBytes = kb << 10
+			memory += kb << 10
+			swap = kb << 10
+		case "Shared_Clean", "Shared_Dirty":
+			shared += kb << 10
 		}
 	}
-	return u, nil
+	return memory, swap, shared
 }
