@@ -239,6 +239,28 @@ func (c *cluster) nodeOf(id string) string {
 	return node
 }
 
+// lose kills node name and everything it ran (kill -9: no drain, no
+// goodbye) and waits until the control plane has marked it lost, which
+// takes its lease running out: at most three leases and some.
+func (c *cluster) lose(t *testing.T, name string) {
+	t.Helper()
+	killedAt := time.Now()
+	c.node(name).kill9()
+	killProcsOf(t, c.node(name).dataDir)
+	for deadline := killedAt.Add(3*clusterLease + 10*time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var lost bool
+		if err := c.db.QueryRow(`SELECT lost_at IS NOT NULL FROM nodes WHERE name = $1`, name).Scan(&lost); err != nil {
+			t.Fatal(err)
+		}
+		if lost {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s not lost %s after it was killed", name, time.Since(killedAt).Round(time.Millisecond))
+		}
+	}
+}
+
 func (c *cluster) node(name string) *server {
 	for _, n := range c.nodes {
 		if n.name == name {

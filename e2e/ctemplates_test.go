@@ -141,8 +141,8 @@ func TestClusterTemplates(t *testing.T) {
 		}
 		t.Errorf("create from a template whose object is corrupt = %v; want unavailable, lost from the image store", err)
 	}
-	if l := c.node(other).logs(); !strings.Contains(l, "failed its check; fetching it again") {
-		t.Errorf("node %s did not fetch the corrupt build again:\n%s", other, l)
+	if !c.node(other).logged("failed its check; fetching it again") {
+		t.Errorf("node %s did not fetch the corrupt build again:\n%s", other, c.node(other).logs())
 	}
 	if err := bucket.Put(ctx, objs[0], bytes.NewReader(original)); err != nil {
 		t.Fatal(err)
@@ -152,7 +152,7 @@ func TestClusterTemplates(t *testing.T) {
 		t.Errorf("create with %s stopped placed on %s; want %s", builder, n, other)
 	}
 	check(fetched.SandboxID)
-	if l := c.node(other).logs(); !strings.Contains(l, "template build fetched from the image store") {
+	if !c.node(other).logged("template build fetched from the image store") {
 		t.Errorf("node %s logged no fetch of the build", other)
 	}
 

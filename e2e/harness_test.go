@@ -264,6 +264,22 @@ func (s *server) restart() {
 
 func (s *server) logs() string { return s.log.String() }
 
+// logged reports whether the server's log holds part within 10 s. A line
+// the server wrote before answering a request can reach s.log after the
+// answer: os/exec copies the process's output from a pipe in a goroutine
+// of its own, which a loaded machine may run late (TestClusterTemplates
+// once read the log a moment before its line was copied).
+func (s *server) logged(part string) bool {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if strings.Contains(s.logs(), part) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
 // createProject makes a project with the admin command and returns a client
 // holding its key.
 func (s *server) createProject(id string) *client.Client {

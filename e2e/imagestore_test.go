@@ -248,22 +248,7 @@ func TestClusterImageStore(t *testing.T) {
 
 	// Node A and everything it ran die; its lease runs out.
 	killedAt := time.Now()
-	c.node(a).kill9()
-	killProcsOf(t, c.node(a).dataDir)
-	deadline := time.Now().Add(3*clusterLease + 10*time.Second)
-	for {
-		var lost bool
-		if err := c.db.QueryRow(`SELECT lost_at IS NOT NULL FROM nodes WHERE name = $1`, a).Scan(&lost); err != nil {
-			t.Fatal(err)
-		}
-		if lost {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s not lost %s after it was killed", a, time.Since(killedAt))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	c.lose(t, a)
 	if got, err := cl[0].GetSandbox(ctx, sb.SandboxID); err != nil || got.State != api.StatePaused || !got.Durable {
 		t.Fatalf("durable paused sandbox of a lost node = %+v, %v; want still paused and durable", got, err)
 	}
@@ -303,22 +288,7 @@ func TestClusterImageStore(t *testing.T) {
 		if p, err := cl[1].PauseSandboxWith(ctx, sb.SandboxID, api.PauseRequest{WaitDurable: true}); err != nil || !p.Durable {
 			t.Fatalf("pause waitDurable = %+v, %v", p, err)
 		}
-		c.node(b).kill9()
-		killProcsOf(t, c.node(b).dataDir)
-		deadline := time.Now().Add(3*clusterLease + 10*time.Second)
-		for {
-			var lost bool
-			if err := c.db.QueryRow(`SELECT lost_at IS NOT NULL FROM nodes WHERE name = $1`, b).Scan(&lost); err != nil {
-				t.Fatal(err)
-			}
-			if lost {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s not lost", b)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		c.lose(t, b)
 		if ex := run(t, cl[1], sb.SandboxID, "python", "x"); len(ex.Results) == 0 || ex.Results[0].Data != "43" {
 			t.Fatalf("x after a second move = %+v; want 43", ex.Results)
 		}
