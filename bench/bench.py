@@ -1592,6 +1592,9 @@ def main() -> int:
                          "secrets (HTTPS with a secret set by the node, issue 24), "
                          "qemu (the QEMU rows with gVisor's create → first result beside them, issue 25), "
                          "reclaim (idle memory to swap, --idle-reclaim beside the flag off, issue 37), "
+                         "heapshare (the preloaded heap shared from a file, --share-heap beside the flag off, issue 37), "
+                         "levers (issue 37's density levers alone and together in one run: default, --preload \"\", "
+                         "--share-heap, --idle-reclaim and both), "
                          "images (templates from an OCI image, issue 36), desktop (the desktop template beside the "
                          "interpreter, issue 39) "
                          "(default: the whole bench)")
@@ -1617,6 +1620,10 @@ def main() -> int:
                     help="seconds over which each density step measures the held sandboxes' idle CPU (default 30)")
     ap.add_argument("--reclaim-n", type=int, default=40,
                     help="idle sandboxes of the idle-reclaim section, with and without --idle-reclaim (default 40)")
+    ap.add_argument("--levers-n", type=int, default=40,
+                    help="idle sandboxes of each configuration of the levers section (default 40)")
+    ap.add_argument("--heapshare-n", type=int, default=40,
+                    help="sandboxes of the heap-share section, with and without --share-heap (default 40)")
     ap.add_argument("--reclaim-after", type=parse_duration, default=20.0,
                     help="the --idle-reclaim of that section's server (default 20s)")
     ap.add_argument("--reclaim-zram", default="",
@@ -1641,7 +1648,7 @@ def main() -> int:
     ap.add_argument("--cache-dir", default=os.environ.get("LIZARD_CACHE_DIR", "/var/cache/lizard"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     a = ap.parse_args()
-    sections = {"core", "density", "burst", "sustain", "e2b", "egress", "secrets", "qemu", "images", "reclaim", "desktop"}
+    sections = {"core", "density", "burst", "sustain", "e2b", "egress", "secrets", "qemu", "images", "reclaim", "heapshare", "levers", "desktop"}
     if a.only - sections:
         ap.error(f"--only: unknown section {sorted(a.only - sections)}")
     if a.baseline_bin_dir and not (a.only and a.only <= {"burst", "sustain", "density", "qemu"}):
@@ -1744,6 +1751,12 @@ def main() -> int:
         if not a.only or "reclaim" in a.only:
             log("Lizard: idle memory to swap (--idle-reclaim), beside the flag off")
             reclaim_section(res, a, bin_dir)
+        if not a.only or "heapshare" in a.only:
+            log("Lizard: the preloaded heap shared from a file (--share-heap), beside the flag off")
+            heapshare_section(res, a, bin_dir)
+        if not a.only or "levers" in a.only:
+            log("Lizard: the density levers alone and together (default, --preload \"\", --share-heap, --idle-reclaim, both)")
+            levers_section(res, a, bin_dir)
         if not a.only or "desktop" in a.only:
             log("Lizard: the desktop template beside the interpreter (create → first screenshot, round trips, idle memory)")
             desktop_section(res, a, bin_dir)
@@ -2291,9 +2304,16 @@ def swap_kib() -> int:
     return sum(int(line.split()[2]) for line in lines if len(line.split()) >= 3)
 
 
+_ZRAM_ON = False
+
+
 def zram_on(size: str) -> None:
     """--reclaim-zram: swap on /dev/zram0 (lz4) for the section, turned off and reset at the end — the
-    operator's step of docs/operations.md, taken only when asked and said in the log. zram0 must be unused."""
+    operator's step of docs/operations.md, taken only when asked and said in the log. zram0 must be unused. Once
+    per run: a second section asking for it finds it on."""
+    global _ZRAM_ON
+    if _ZRAM_ON:
+        return
     z = Path("/sys/block/zram0")
     if not z.exists() or int((z / "disksize").read_text()) != 0:
         raise RuntimeError("--reclaim-zram: /dev/zram0 is missing or in use (disksize not 0); set swap up yourself "
@@ -2313,6 +2333,7 @@ def zram_on(size: str) -> None:
         log("idle-reclaim: zram swap turned off and /dev/zram0 reset")
 
     CLEANUP.push("turning the bench's zram swap off", off)
+    _ZRAM_ON = True
     log(f"idle-reclaim: TURNED ON swap on /dev/zram0 ({size}, {(z / 'comp_algorithm').read_text().strip()}) for this "
         "section (--reclaim-zram); it is turned off at the end")
 
@@ -2551,6 +2572,221 @@ def reclaim_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
                         off["restart"]))
     res.add(Figure(f"idle-reclaim: kernel restart (restart_context) → first run_code(\"1+1\") after a squeeze{qtag}", on["restart"],
                    baseline=b3.name))
+
+
+def heapshare_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
+    """Issue 37's preloaded heap shared from a file: --heapshare-n interpreter sandboxes (default preloads) on a
+    server without --share-heap, then on one with it, in the same run. For each: create → first
+    run_code("kept = 42\n1+1") (the first call of a new sandbox: with the flag, every page it writes is copied
+    from the shared file then), the sandbox's CPU once restored (its cgroup's, and lizard serve's children's —
+    runsc restore — per create), the host's MemAvailable drop per idle sandbox, its memory cgroup's shmem +
+    anonymous memory and its PSS, then the first DataFrame call (a groupby of 1,000 rows) and the one after it
+    in half of them, the first chart in a few, and the cgroup's memory after those calls. Every answer is
+    checked, and `kept` must read back."""
+    from lizard import CodeSandbox
+
+    n = a.heapshare_n
+    df = ("import pandas as pd\nd = pd.DataFrame({'a': range(1000)})\n"
+          "int(d.groupby(d['a'] % 7)['a'].sum().sum())")
+    chart = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"
+    rows: Dict[str, Dict[str, Any]] = {}
+    for side, flags in (("off", []), ("on", ["--share-heap"])):
+        srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0", *flags], f"heapshare-{side}")
+        wait_snapshot(srv)
+        warm_up(srv)
+        time.sleep(3)
+        avail0 = meminfo("MemAvailable")
+        held: List[str] = []
+        creates, firsts, cpus = [], [], []
+        lock = threading.Lock()
+        http = sdk_http(srv)
+        done = CLEANUP.push("killing the heap-share section's sandboxes", lambda: (kill_ids(srv, held), http.close()))
+
+        def one() -> None:
+            t0 = time.perf_counter()
+            sb = CodeSandbox.create(**srv.sdk(), timeout_ms=3_600_000)
+            t1 = time.perf_counter()
+            cpu = sandbox_cpu_s(sb.sandbox_id)
+            try:
+                must_result(sb.run_code("kept = 42\n1+1", timeout_ms=60_000), "text/plain")
+            finally:
+                sb.close()
+            t2 = time.perf_counter()
+            with lock:
+                held.append(sb.sandbox_id)
+                creates.append((t1 - t0) * 1000)
+                firsts.append((t2 - t1) * 1000)
+                cpus.append((cpu, sandbox_cpu_s(sb.sandbox_id)))
+
+        log(f"heap share ({side}): {n} sandboxes, {a.density_batch} creates at a time")
+        children0 = server_cpu(srv)[1]
+        with cf.ThreadPoolExecutor(a.density_batch) as ex:
+            for f in [ex.submit(one) for _ in range(n)]:
+                f.result()
+        row: Dict[str, Any] = {"held": len(held), "create": creates, "first": firsts, "loadCreated": loadavg(),
+                               "restoreCpuS": sum(c for c, _ in cpus) / len(cpus),
+                               "firstCpuS": sum(f - c for c, f in cpus) / len(cpus),
+                               "runscCpuS": (server_cpu(srv)[1] - children0) / len(held)}
+        time.sleep(10)
+        row["dropMiB"] = (avail0 - meminfo("MemAvailable")) / len(held) / 2**20
+        row["memcgMiB"] = sandbox_memcg(held) / len(held) / 2**20
+        row["pssMiB"] = sandbox_pss(held)[0] / len(held) / 2**20
+        row["loadIdle"] = loadavg()
+        frames, again, charts = [], [], []
+        for k, sid in enumerate(list(held)):
+            sb = CodeSandbox(sid, _http=http)
+            if k % 2 == 0:
+                for out in (frames, again):
+                    t = time.perf_counter()
+                    run = sb.run_code(df, timeout_ms=60_000)
+                    out.append((time.perf_counter() - t) * 1000)
+                    if run.error or not run.results or run.results[0].data != "499500":
+                        raise RuntimeError(f"heap share ({side}): {sid} answered {run!r} to the DataFrame call")
+            elif len(charts) < 5:
+                t = time.perf_counter()
+                run = sb.run_code(chart, timeout_ms=60_000)
+                charts.append((time.perf_counter() - t) * 1000)
+                if run.error or not any(r.mime == "image/png" for r in run.results):
+                    raise RuntimeError(f"heap share ({side}): {sid} drew no chart: {run!r}")
+            kept = sb.run_code("kept", timeout_ms=30_000)
+            if kept.error or not kept.results or kept.results[0].data != "42":
+                raise RuntimeError(f"heap share ({side}): {sid} lost its kernel's variable: {kept!r}")
+        row["memcgAfterMiB"] = sandbox_memcg([s for k, s in enumerate(held) if k % 2 == 0]) / len(held[::2]) / 2**20
+        row.update(frames=frames, again=again, charts=charts, loadProbes=loadavg())
+        rows[side] = row
+        log(f"heap share ({side}): { {k: v for k, v in row.items() if not isinstance(v, list)} }")
+        done()
+        srv.stop()
+    off, on = rows["off"], rows["on"]
+    tag = f", {n} held"
+    avail = 20_070  # MiB: this 24 GiB machine's available memory less the density section's 2 GiB margin
+    res.add(Figure(f"heap share: MemAvailable drop per idle sandbox{tag}, flag off", value=off["dropMiB"], unit="MiB",
+                   note=f"~{avail / off['dropMiB']:.0f} per 24 GiB; load {off['loadIdle']}"))
+    res.add(Figure(f"heap share: MemAvailable drop per idle sandbox{tag}, --share-heap", value=on["dropMiB"], unit="MiB",
+                   note=f"{on['dropMiB'] / off['dropMiB']:.2f}× off; ~{avail / on['dropMiB']:.0f} per 24 GiB; load {on['loadIdle']}"))
+    for side, r in (("flag off", off), ("--share-heap", on)):
+        res.add(Figure(f"heap share: memory cgroup shmem + anon per idle sandbox{tag}, {side}", value=r["memcgMiB"], unit="MiB",
+                       note=f"PSS of its processes {r['pssMiB']:.1f} MiB; after a DataFrame call and the next "
+                            f"{r['memcgAfterMiB']:.1f} MiB"))
+        res.add(Figure(f"heap share: CPU per restore{tag}, {side}", value=r["restoreCpuS"] + r["runscCpuS"], unit="CPU-s",
+                       note=f"the sandbox's cgroup {r['restoreCpuS']:.3f} + runsc's {r['runscCpuS']:.3f}; its first call "
+                            f"{r['firstCpuS']:.3f} more (the heap's pages it copies, with the flag); load {r['loadCreated']}"))
+    pairs = (("create (restore)", "create"), ("first run_code(\"kept = 42\\n1+1\") of a new sandbox", "first"),
+             ("first DataFrame call (groupby of 1,000 rows)", "frames"), ("the DataFrame call after it", "again"),
+             ("first chart", "charts"))
+    for what, k in pairs:
+        b = res.add(Figure(f"heap share: {what}, flag off", off[k], note=f"load {off['loadProbes']}"))
+        res.add(Figure(f"heap share: {what}, --share-heap", on[k], baseline=b.name, note=f"load {on['loadProbes']}"))
+
+
+LEVERS = (("default", []), ("--preload \"\"", ["--preload="]), ("--share-heap", ["--share-heap"]),
+          ("--idle-reclaim", ["--idle-reclaim", "AFTER"]), ("--share-heap --idle-reclaim", ["--share-heap", "--idle-reclaim", "AFTER"]))
+
+
+def levers_section(res: Results, a: argparse.Namespace, bin_dir: Path) -> None:
+    """Issue 37's density table by lever, alone and together, in one run: for each configuration of LEVERS (the
+    --idle-reclaim ones only with swap: --reclaim-zram takes zram for the run) --levers-n interpreter sandboxes on a
+    server of its own, each created and its first run_code("kept = 42\n1+1") timed; then the same idle time for
+    every configuration (--reclaim-after + 10 s, and with --idle-reclaim until every sandbox was squeezed and once
+    more); then per idle sandbox the host's MemAvailable drop, what the host holds for it by account (its memory
+    cgroup's charge and zram's RAM for what it has in swap) and its resident shmem + anonymous memory; then a first
+    run_code("1+1") after the idle time in every sandbox, timed, and `kept` read back."""
+    from lizard import CodeSandbox
+
+    if a.reclaim_zram:
+        zram_on(a.reclaim_zram)
+    n, after = a.levers_n, a.reclaim_after
+    m = ReclaimMeter("gvisor")
+    rows: List[Dict[str, Any]] = []
+    for label, flags in LEVERS:
+        reclaim = "--idle-reclaim" in flags
+        if reclaim and swap_kib() == 0:
+            res.add(Figure(f"levers: MemAvailable drop per idle sandbox, {label}", note="not run: the host has no swap "
+                           "(--reclaim-zram 8G takes zram swap for the run)"))
+            continue
+        flags = [f"{after:g}s" if f == "AFTER" else f for f in flags]
+        srv = Server(bin_dir, a.cache_dir, ["--warm-pool", "0", *flags], "levers-" + re.sub(r"[^a-z]+", "-", label.lower()).strip("-"))
+        wait_snapshot(srv)
+        warm_up(srv)
+        time.sleep(3)
+        avail0, zram0 = meminfo("MemAvailable"), zram_used()
+        held: List[str] = []
+        firsts: List[float] = []
+        lock = threading.Lock()
+        http = sdk_http(srv)
+        done = CLEANUP.push("killing the levers section's sandboxes", lambda: (kill_ids(srv, held), http.close()))
+
+        def one() -> None:
+            sb = CodeSandbox.create(**srv.sdk(), timeout_ms=3_600_000)
+            t = time.perf_counter()
+            try:
+                must_result(sb.run_code("kept = 42\n1+1", timeout_ms=60_000), "text/plain")
+            finally:
+                sb.close()
+            with lock:
+                held.append(sb.sandbox_id)
+                firsts.append((time.perf_counter() - t) * 1000)
+
+        log(f"levers ({label}): {n} sandboxes, {a.density_batch} creates at a time")
+        t0 = time.perf_counter()
+        with cf.ThreadPoolExecutor(a.density_batch) as ex:
+            for f in [ex.submit(one) for _ in range(n)]:
+                f.result()
+        row: Dict[str, Any] = {"label": label, "held": len(held), "startS": time.perf_counter() - t0, "first": firsts,
+                               "loadCreated": loadavg()}
+        t1 = time.perf_counter()
+        if reclaim:
+            deadline = t1 + after + 10 + 5 * n
+            while time.perf_counter() < deadline and sum(m.swap(i) >= 16 << 20 for i in held) < len(held):
+                time.sleep(1)
+            row["squeezed"] = sum(m.swap(i) >= 16 << 20 for i in held)
+            time.sleep(after + 5)  # the next sweeps take what the first squeeze left
+        else:
+            time.sleep(after + 10)
+        row["idleS"] = time.perf_counter() - t1
+        avail = meminfo("MemAvailable")
+        row["dropMiB"] = (avail0 - avail) / len(held) / 2**20
+        row["chargedMiB"] = m.charged(list(held)) / len(held) / 2**20
+        row["zramMiB"] = (zram_used() - zram0) / len(held) / 2**20
+        row["residentMiB"] = m.resident(list(held)) / len(held) / 2**20
+        row["loadIdle"] = loadavg()
+        after_idle: List[float] = []
+        for k, sid in enumerate(list(held)):
+            sb = CodeSandbox(sid, _http=http)
+            t = time.perf_counter()
+            must_result(sb.run_code("1+1", timeout_ms=30_000), "text/plain")
+            after_idle.append((time.perf_counter() - t) * 1000)
+            if k % 4 == 0:
+                kept = sb.run_code("kept", timeout_ms=30_000)
+                if kept.error or not kept.results or kept.results[0].data != "42":
+                    raise RuntimeError(f"levers ({label}): {sid} lost its kernel's variable: {kept!r}")
+        row["afterIdle"], row["loadProbes"] = after_idle, loadavg()
+        rows.append(row)
+        log(f"levers ({label}): { {k: v for k, v in row.items() if not isinstance(v, list)} }")
+        done()
+        srv.stop()
+    if not rows:
+        return
+    avail_mib = 20_070  # this 24 GiB machine's available memory less the density section's 2 GiB margin
+    base = rows[0]
+    for r in rows:
+        tag = f"{r['label']}, {r['held']} held"
+        res.add(Figure(f"levers: MemAvailable drop per idle sandbox, {tag}", value=r["dropMiB"], unit="MiB",
+                       note=f"{r['dropMiB'] / base['dropMiB']:.2f}× {base['label']}; ~{avail_mib / r['dropMiB']:.0f} per "
+                            f"24 GiB; idle {r['idleS']:.0f} s" + (f", {r['squeezed']}/{r['held']} squeezed" if "squeezed" in r else "")
+                            + f"; load {r['loadIdle']}"))
+        res.add(Figure(f"levers: host memory per idle sandbox by account, {tag}", value=r["chargedMiB"] + r["zramMiB"],
+                       unit="MiB", note=f"its cgroup's charge {r['chargedMiB']:.1f} MiB + zram's RAM {r['zramMiB']:.1f} MiB; "
+                                        f"resident shmem + anon {r['residentMiB']:.1f} MiB; "
+                                        f"~{avail_mib / (r['chargedMiB'] + r['zramMiB']):.0f} per 24 GiB by account"))
+    for r in rows:
+        res.add(Figure(f"levers: first run_code(\"kept = 42\\n1+1\") of a new sandbox, {r['label']}", r["first"],
+                       baseline=f"levers: first run_code(\"kept = 42\\n1+1\") of a new sandbox, {base['label']}"
+                       if r is not base else "", note=f"load {r['loadCreated']}"))
+    for r in rows:
+        res.add(Figure(f"levers: first run_code(\"1+1\") after the idle time, {r['label']}", r["afterIdle"],
+                       baseline=f"levers: first run_code(\"1+1\") after the idle time, {base['label']}"
+                       if r is not base else "", note=f"load {r['loadProbes']}"))
 
 
 def density_sections(res: Results, a: argparse.Namespace, bin_dir: Path, want=None, tag: str = "",

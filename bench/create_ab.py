@@ -4,7 +4,11 @@ create → runCode("1+1") → kill at a time, alternating the two servers pair b
 so that the machine's load falls on both alike.
 
     bench/create_ab.py A_BIN_DIR B_BIN_DIR [PAIRS] [--a-cache DIR] [--b-cache DIR] [--address-pool CIDR]
+                       [--a-serve-flag F ...] [--b-serve-flag F ...] [--then CODE]
                                                     (as root; PAIRS default 40; the pool is split in two)
+
+The two sides may be one build under other serve flags (bin bin --b-serve-flag=--share-heap), and --then
+times a second call after the first runCode (e.g. a first DataFrame op) before the kill.
 
 For a few milliseconds on a create, which a burst or the sustained loop cannot show on a shared machine:
 their seconds swing by a third with other engineers' load (docs/performance.md, "The 50-create burst,
@@ -47,6 +51,9 @@ def main() -> int:
     ap.add_argument("--a-cache", default="/var/cache/lizard", help="template cache of A's server")
     ap.add_argument("--b-cache", default="/var/cache/lizard", help="template cache of B's server")
     ap.add_argument("--address-pool", default="169.254.240.0/22", help="split in two halves, one per server")
+    ap.add_argument("--a-serve-flag", action="append", default=[], help="one more lizard serve flag of A's server")
+    ap.add_argument("--b-serve-flag", action="append", default=[], help="one more lizard serve flag of B's server")
+    ap.add_argument("--then", default="", help="Python code of a second call to time after the first runCode")
     a = ap.parse_args()
     from ipaddress import ip_network
 
@@ -55,11 +62,13 @@ def main() -> int:
     halves = list(ip_network(a.address_pool).subnets(prefixlen_diff=1))
     keep = Path(tempfile.mkdtemp(prefix="create-ab-"))
     srvs: Dict[str, bench.Server] = {}
-    t: Dict[str, Dict[str, List[float]]] = {k: {"create": [], "runCode": [], "kill": []} for k in "AB"}
+    steps = ("create", "runCode") + (("then",) if a.then else ()) + ("kill",)
+    t: Dict[str, Dict[str, List[float]]] = {k: {step: [] for step in steps} for k in "AB"}
     try:
-        for (side, bin_dir, cache), pool in zip((("A", a.a_bin, a.a_cache), ("B", a.b_bin, a.b_cache)), halves):
+        sides = (("A", a.a_bin, a.a_cache, a.a_serve_flag), ("B", a.b_bin, a.b_cache, a.b_serve_flag))
+        for (side, bin_dir, cache, flags), pool in zip(sides, halves):
             bench.ADDRESS_POOL = str(pool)
-            srvs[side] = bench.Server(bin_dir, cache, ["--warm-pool", "0"], f"create-ab-{side}")
+            srvs[side] = bench.Server(bin_dir, cache, ["--warm-pool", "0"] + flags, f"create-ab-{side}")
         for s in srvs.values():
             bench.wait_snapshot(s)
             bench.warm_up(s)
@@ -71,17 +80,23 @@ def main() -> int:
                 t1 = time.perf_counter()
                 bench.must_result(sb.run_code("1+1"), "text/plain")
                 t2 = time.perf_counter()
+                if a.then:
+                    ex = sb.run_code(a.then)
+                    if ex.error:
+                        raise RuntimeError(f"--then failed: {ex.error}")
+                t3 = time.perf_counter()
                 sb.kill()
                 sb.close()
-                t3 = time.perf_counter()
-                for step, v in (("create", t1 - t0), ("runCode", t2 - t1), ("kill", t3 - t2)):
-                    t[k][step].append(v * 1000)
+                t4 = time.perf_counter()
+                for step, v in (("create", t1 - t0), ("runCode", t2 - t1), ("then", t3 - t2), ("kill", t4 - t3)):
+                    if step in t[k]:
+                        t[k][step].append(v * 1000)
         bench.log(f"done, load {bench.loadavg()}")
         for k, s in srvs.items():
             shutil.copy(s.log_path, keep / f"{k}.serve.log")
     finally:
         bench.CLEANUP.run()
-    for step in ("create", "runCode", "kill"):
+    for step in steps:
         paired(step, t["A"][step], t["B"][step])
     for msg in ("sandbox up", "sandbox restored"):
         paired(f'server log "{msg}"', log_took(keep / "A.serve.log", msg, a.pairs), log_took(keep / "B.serve.log", msg, a.pairs))

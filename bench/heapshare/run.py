@@ -3,7 +3,7 @@
 
     bench/heapshare/run.py [--held N] NAME=MODE@RUNSC ...     (as root; gcc and objcopy on the host)
 
-    e.g. bench/heapshare/run.py --held 8 base=0@bin/runsc share=2@bin/runsc share-cow=2@/tmp/runsc.cow4k
+    e.g. bench/heapshare/run.py --held 8 base=0@bin/runsc share=2@/tmp/runsc.nocow share-cow=2@bin/runsc
 
 Each variant boots a raw sandbox of the interpreter template's rootfs (bench.py's raw runsc flags) running
 guest.py with HEAPSHARE=MODE (guest.py says what each does), with /heap a bind mount of a host directory of
@@ -13,11 +13,12 @@ all held): create + restore until the first answer, their CPU (cgroup, +1 s), PS
 memory cgroup's shmem/rss/cache; the first calls through IPython in restores 4..N, timed in the guest, and
 the memory after each; the memory of restore 3 after three 1+1, a DataFrame and a chart; and the checks
 (a DataFrame, mutating a preloaded module's objects, del of modules, malloc_trim and calloc) in restores 1
-and 2, then what restore 3 sees of their writes. A runsc with cow-4k.patch (or cow-64k.patch) is
-built from a copy of build/runsc holding the patch, e.g.
+and 2, then what restore 3 sees of their writes. make runsc's bin/runsc has build/runsc/cow-4k.patch
+(moved there for `lizard serve --share-heap`); a runsc without it, or with cow-64k.patch instead, is
+built from a copy of build/runsc with the patch removed or replaced, e.g.
 
-    mkdir /tmp/b && cp build/runsc/* bench/heapshare/cow-4k.patch /tmp/b
-    /tmp/b/build.sh $(sed -n 's/^GVISOR_VERSION := //p' Makefile) /tmp/runsc.cow4k /tmp/b/work
+    mkdir /tmp/b && cp build/runsc/* /tmp/b && rm /tmp/b/cow-4k.patch && cp bench/heapshare/cow-64k.patch /tmp/b
+    /tmp/b/build.sh $(sed -n 's/^GVISOR_VERSION := //p' Makefile) /tmp/runsc.cow64k /tmp/b/work
 
 Hold at most ~50 restores at once on a shared machine (each variant holds --held)."""
 import argparse
