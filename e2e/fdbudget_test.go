@@ -68,7 +68,7 @@ func TestDescriptorBudget(t *testing.T) {
 	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })}
 	go up.Serve(listenNS(t, "lizt-fd", upAddr+":80"))
 	t.Cleanup(func() { up.Close() })
-	if !strings.Contains(s.logs(), `msg="file descriptors" limit=`) {
+	if !s.logged(`msg="file descriptors" limit=`) {
 		t.Errorf("the server's log says nothing of its descriptor limit:\n%s", s.logs())
 	}
 

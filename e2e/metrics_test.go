@@ -215,7 +215,7 @@ func TestMetricsListenTaken(t *testing.T) {
 	}
 	defer l.Close()
 	s := startServer(t, "--metrics-listen", l.Addr().String())
-	if !strings.Contains(s.logs(), "metrics listener not started") {
+	if !s.logged("metrics listener not started") {
 		t.Errorf("server log does not say the metrics listener failed:\n%s", s.logs())
 	}
 }

@@ -79,7 +79,7 @@ func TestClusterShareHeapImage(t *testing.T) {
 		t.Errorf("the resumed kernel maps %d regions from the heap file; want its preloads' heap", n)
 	}
 	kept, _ := filepath.Glob(filepath.Join(c.node(b).dataDir, "gvisor", "files", "heap-*"))
-	moved := strings.Contains(c.node(b).logs(), `msg="kept the heap an image holds"`)
+	moved := c.node(b).logged(`msg="kept the heap an image holds"`)
 	t.Logf("node %s keeps heaps %v; kept the image's: %v", b, kept, moved)
 	if !moved && len(kept) != 1 {
 		t.Errorf("node %s keeps %v and did not keep the image's heap", b, kept)
