@@ -34,6 +34,13 @@
 # files' private data then copies page by page too, which cost a default
 # sandbox's first call ~8 ms more in faults (bench/create_ab.py).
 # internal/sandbox/gvisor's TestCopyOnWritePage fails without the patch.
+#
+# release-after-restore.patch: 3 s after a restore, the Sentry gives its Go
+# heap's unused memory back to the host (debug.FreeOSMemory). Decoding the
+# kernel's state leaves the heap several MiB over what the Sentry uses
+# afterwards, which the Go runtime returns only slowly: an idle restored
+# sandbox's Sentry held 15.3 MiB anonymous memory without it, 12.1 with it
+# (docs/performance.md, "Density by configuration").
 set -euo pipefail
 shopt -s nullglob
 version=$1 out=$2 work=$3
