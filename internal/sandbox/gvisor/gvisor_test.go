@@ -690,14 +690,7 @@ func TestSeccompPrecompiled(t *testing.T) {
 	if err := r.Checkpoint(ctx, a.ID, image, true); err != nil {
 		t.Fatal(err)
 	}
-	b := sandboxtest.Spec(rootfs)
-	t.Cleanup(func() { r.Kill(ctx, b.ID) })
-	if err := r.Restore(ctx, b, image); err != nil {
-		t.Fatal(err)
-	}
-	if err := sandboxtest.WaitReady(b.Network, sandboxtest.ReadyTimeout); err != nil {
-		t.Fatal(err)
-	}
+	restoreReady(ctx, t, r, rootfs, image)
 
 	for _, proc := range []string{"boot", "gofer"} {
 		files, _ := filepath.Glob(filepath.Join(logs, "*."+proc+".txt"))
@@ -752,14 +745,7 @@ func TestRestorePagesWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	created, _ := filepath.Glob(filepath.Join(logs, "*.boot.txt"))
-	b := sandboxtest.Spec(rootfs)
-	t.Cleanup(func() { r.Kill(ctx, b.ID) })
-	if err := r.Restore(ctx, b, image); err != nil {
-		t.Fatal(err)
-	}
-	if err := sandboxtest.WaitReady(b.Network, sandboxtest.ReadyTimeout); err != nil {
-		t.Fatal(err)
-	}
+	restoreReady(ctx, t, r, rootfs, image)
 
 	all, _ := filepath.Glob(filepath.Join(logs, "*.boot.txt"))
 	boot := slices.DeleteFunc(all, func(f string) bool { return slices.Contains(created, f) })
@@ -785,4 +771,19 @@ func TestRestorePagesWritten(t *testing.T) {
 	if !strings.Contains(log, want) {
 		t.Errorf("the restore's Sentry log has no %q", want)
 	}
+}
+
+// restoreReady restores image as a new sandbox of rootfs, killed when t
+// ends, and waits until its agent answers.
+func restoreReady(ctx context.Context, t *testing.T, r *Runtime, rootfs, image string) sandbox.Spec {
+	t.Helper()
+	spec := sandboxtest.Spec(rootfs)
+	t.Cleanup(func() { r.Kill(ctx, spec.ID) })
+	if err := r.Restore(ctx, spec, image); err != nil {
+		t.Fatal(err)
+	}
+	if err := sandboxtest.WaitReady(spec.Network, sandboxtest.ReadyTimeout); err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }

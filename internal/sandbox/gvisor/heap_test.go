@@ -107,14 +107,7 @@ func TestHeapDir(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b := sandboxtest.Spec(rootfs)
-	t.Cleanup(func() { r.Kill(ctx, b.ID) })
-	if err := r.Restore(ctx, b, image); err != nil {
-		t.Fatal(err)
-	}
-	if err := sandboxtest.WaitReady(b.Network, sandboxtest.ReadyTimeout); err != nil {
-		t.Fatal(err)
-	}
+	b := restoreReady(ctx, t, r, rootfs, image)
 	read(b.Network, "the restored sandbox")
 	if got, err := sandboxtest.Do(b.Network, "PUT", "/file?path="+heap, []byte("mine")); err == nil || !strings.Contains(got, "read-only file system") {
 		t.Errorf("the restored sandbox writing %s: %q, %v; want EROFS", heap, got, err)
@@ -134,14 +127,7 @@ func TestHeapDir(t *testing.T) {
 		t.Errorf("Named = %v, %v; want it to name the kept heap %s", files, err, key)
 	}
 
-	c := sandboxtest.Spec(rootfs)
-	t.Cleanup(func() { r.Kill(ctx, c.ID) })
-	if err := r.Restore(ctx, c, paused); err != nil {
-		t.Fatal(err)
-	}
-	if err := sandboxtest.WaitReady(c.Network, sandboxtest.ReadyTimeout); err != nil {
-		t.Fatal(err)
-	}
+	c := restoreReady(ctx, t, r, rootfs, paused)
 	read(c.Network, "the resumed sandbox")
 	if err := r.Kill(ctx, c.ID); err != nil {
 		t.Fatal(err)
