@@ -38,11 +38,10 @@ type heapSharer interface {
 // restored from the template's checkpoint inherits it spent: code that
 // calls its own agent can never start one.
 type heapShare struct {
-	mu      sync.Mutex
-	started bool
-	done    chan struct{} // closed once the kernel answered
-	res     api.HeapShare
-	err     error
+	mu   sync.Mutex
+	done chan struct{} // made when the share starts, closed once the kernel answered
+	res  api.HeapShare
+	err  error
 }
 
 // heapDump answers POST /heap/dump: it asks the default Python kernel to
@@ -59,9 +58,9 @@ func (a *Agent) heapDump(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.heap.mu.Lock()
-	started := a.heap.started
+	started := a.heap.done != nil
 	if !started {
-		a.heap.started, a.heap.done = true, make(chan struct{})
+		a.heap.done = make(chan struct{})
 	}
 	a.heap.mu.Unlock()
 	if started {
