@@ -42,7 +42,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/lizard-build/lizard/internal/sparse"
 )
 
 var (
@@ -448,37 +448,11 @@ const (
 // before the data: a heap has a few thousand.
 const maxExtents = 1 << 20
 
-// extent is a run of a file's data.
-type extent struct{ off, n int64 }
-
-// dataExtents are f's runs of data by SEEK_DATA and SEEK_HOLE: the whole
-// file, one extent, on a filesystem without holes.
-func dataExtents(f *os.File, size int64) ([]extent, error) {
-	var out []extent
-	for off := int64(0); off < size; {
-		start, err := f.Seek(off, unix.SEEK_DATA)
-		if errors.Is(err, syscall.ENXIO) {
-			break // holes to the end
-		}
-		if err != nil {
-			return nil, err
-		}
-		end, err := f.Seek(start, unix.SEEK_HOLE)
-		if err != nil {
-			return nil, err
-		}
-		end = min(end, size)
-		out = append(out, extent{start, end - start})
-		off = end
-	}
-	return out, nil
-}
-
 // writeFileEntry writes regular file f's entry: typeHoles if it has
 // holes, else plain.
 func writeFileEntry(tw *tar.Writer, hdr *tar.Header, f *os.File) error {
-	ext, err := dataExtents(f, hdr.Size)
-	if err != nil || (len(ext) == 1 && ext[0] == extent{0, hdr.Size}) || hdr.Size == 0 {
+	ext, err := sparse.Extents(f, hdr.Size)
+	if err != nil || (len(ext) == 1 && ext[0] == sparse.Extent{Off: 0, Len: hdr.Size}) || hdr.Size == 0 {
 		// No holes, or a filesystem that cannot tell: all of it.
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
@@ -492,8 +466,8 @@ func writeFileEntry(tw *tar.Writer, hdr *tar.Header, f *os.File) error {
 	m := binary.BigEndian.AppendUint64(nil, uint64(len(ext)))
 	data := int64(0)
 	for _, e := range ext {
-		m = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(m, uint64(e.off)), uint64(e.n))
-		data += e.n
+		m = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(m, uint64(e.Off)), uint64(e.Len))
+		data += e.Len
 	}
 	h := *hdr
 	h.Typeflag = typeHoles
@@ -506,7 +480,7 @@ func writeFileEntry(tw *tar.Writer, hdr *tar.Header, f *os.File) error {
 		return err
 	}
 	for _, e := range ext {
-		if _, err := io.Copy(tw, io.NewSectionReader(f, e.off, e.n)); err != nil {
+		if _, err := io.Copy(tw, io.NewSectionReader(f, e.Off, e.Len)); err != nil {
 			return err
 		}
 	}
@@ -534,14 +508,14 @@ func writeHoles(root *os.Root, p string, hdr *tar.Header, r io.Reader, mode fs.F
 	if _, err := io.ReadFull(r, m); err != nil {
 		return fmt.Errorf("%w: entry %q: its map: %v", ErrCorrupt, hdr.Name, err)
 	}
-	ext := make([]extent, n)
+	ext := make([]sparse.Extent, n)
 	end, data := int64(0), int64(0)
 	for i := range ext {
 		off, l := binary.BigEndian.Uint64(m[16*i:]), binary.BigEndian.Uint64(m[16*i+8:])
 		if off < uint64(end) || l > uint64(size) || off > uint64(size)-l {
 			return fmt.Errorf("%w: entry %q: extent %d (%d bytes at %d) overlaps another or leaves its %d bytes", ErrCorrupt, hdr.Name, i, l, off, size)
 		}
-		ext[i] = extent{int64(off), int64(l)}
+		ext[i] = sparse.Extent{Off: int64(off), Len: int64(l)}
 		end, data = int64(off+l), data+int64(l)
 	}
 	if data != hdr.Size-8-int64(len(m)) {
@@ -552,10 +526,10 @@ func writeHoles(root *os.Root, p string, hdr *tar.Header, r io.Reader, mode fs.F
 		return err
 	}
 	for _, e := range ext {
-		if _, err = f.Seek(e.off, io.SeekStart); err != nil {
+		if _, err = f.Seek(e.Off, io.SeekStart); err != nil {
 			break
 		}
-		if _, err = io.CopyN(f, r, e.n); err != nil {
+		if _, err = io.CopyN(f, r, e.Len); err != nil {
 			break
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"io"
 	"os"
+
+	"golang.org/x/sys/unix"
 )
 
 // Block is the unit of a hole: a page.
@@ -59,6 +61,59 @@ func writeRuns(f *os.File, b []byte, off int64) error {
 	if start >= 0 {
 		if _, err := f.WriteAt(b[start:], off+int64(start)); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// Extent is a run of a file's data.
+type Extent struct{ Off, Len int64 }
+
+// Extents are f's runs of data in its first size bytes, by SEEK_DATA and
+// SEEK_HOLE: the whole of it, one extent, on a filesystem without holes.
+func Extents(f *os.File, size int64) ([]Extent, error) {
+	var out []Extent
+	for off := int64(0); off < size; {
+		start, err := f.Seek(off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // holes to the end
+		}
+		if err != nil {
+			return nil, err
+		}
+		end, err := f.Seek(start, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, err
+		}
+		end = min(end, size)
+		out = append(out, Extent{start, end - start})
+		off = end
+	}
+	return out, nil
+}
+
+// CopyFile copies the first size bytes of src to dst (both from offset
+// 0), reading only src's data (Extents) and writing only its blocks that
+// are not all zero, and sets dst's size to size.
+func CopyFile(dst, src *os.File, size int64) error {
+	if err := dst.Truncate(size); err != nil {
+		return err
+	}
+	ext, err := Extents(src, size)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 256*Block)
+	for _, e := range ext {
+		for p, end := e.Off, e.Off+e.Len; p < end; {
+			n, err := src.ReadAt(buf[:min(int64(len(buf)), end-p)], p)
+			if n == 0 && err != nil {
+				return err
+			}
+			if err := writeRuns(dst, buf[:n], p); err != nil {
+				return err
+			}
+			p += int64(n)
 		}
 	}
 	return nil

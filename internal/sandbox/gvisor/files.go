@@ -367,11 +367,15 @@ func copySparse(src, dst string) error {
 		return err
 	}
 	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o444)
 	if err != nil {
 		return err
 	}
-	if _, err := sparse.Copy(out, in); err != nil {
+	if err := sparse.CopyFile(out, in, fi.Size()); err != nil {
 		out.Close()
 		return err
 	}

@@ -18,7 +18,6 @@ package qemu
 // file directly.
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -27,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/sparse"
 	"golang.org/x/sys/unix"
 )
 
@@ -95,56 +95,13 @@ func copyRAMOut(pid int, path string, size int64) error {
 		if err != nil {
 			return err
 		}
-		if err := copySparse(dst, src, size); err != nil {
+		if err := sparse.CopyFile(dst, src, size); err != nil {
 			dst.Close()
 			return fmt.Errorf("copying the VM's RAM: %w", err)
 		}
 		return dst.Close()
 	}
 	return errors.New("finding the VM's RAM: QEMU holds no " + ramName + " memfd")
-}
-
-// copySparse copies size bytes of src to dst (both at offset 0), skipping
-// src's holes and pages of zeros, so dst holds only what the guest wrote.
-func copySparse(dst, src *os.File, size int64) error {
-	if err := dst.Truncate(size); err != nil {
-		return err
-	}
-	const page = 4096
-	buf := make([]byte, 1<<20)
-	zero := make([]byte, page)
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(int(src.Fd()), off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			return nil // holes to the end
-		}
-		if err != nil {
-			return err
-		}
-		hole, err := unix.Seek(int(src.Fd()), data, unix.SEEK_HOLE)
-		if err != nil {
-			return err
-		}
-		hole = min(hole, size)
-		for p := data; p < hole; {
-			n, err := src.ReadAt(buf[:min(int64(len(buf)), hole-p)], p)
-			if n == 0 && err != nil {
-				return err
-			}
-			for i := 0; i < n; i += page {
-				chunk := buf[i:min(i+page, n)]
-				if bytes.Equal(chunk, zero[:len(chunk)]) {
-					continue
-				}
-				if _, err := dst.WriteAt(chunk, p+int64(i)); err != nil {
-					return err
-				}
-			}
-			p += int64(n)
-		}
-		off = hole
-	}
-	return nil
 }
 
 // sharedRAM holds the sealed memfds of images' RAM for restores, the
@@ -240,7 +197,7 @@ func loadSealed(path string) (*os.File, error) {
 		return nil, fmt.Errorf("making the image's shared RAM: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), path)
-	if err := copySparse(f, src, fi.Size()); err != nil {
+	if err := sparse.CopyFile(f, src, fi.Size()); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("loading the image's RAM: %w", err)
 	}
