@@ -14,7 +14,9 @@ For a few milliseconds on a create, which a burst or the sustained loop cannot s
 their seconds swing by a third with other engineers' load (docs/performance.md, "The 50-create burst,
 26ea272 → main"), a paired difference does not. Prints each step's median on each side and the paired
 difference B − A (median, mean and its standard error), then the same for the server's own "sandbox up"
-(the runtime's restore) and "sandbox restored" (the whole provision) lines of its log."""
+(the runtime's restore) and "sandbox restored" (the whole provision) lines of its log. CPU is in CPU-ms: the
+restore's (the sandbox's cgroup until the create returns, and the runsc restore process the server reaped), its
+first call's and --then's (the cgroup's growth over each)."""
 import argparse
 import re
 import shutil
@@ -36,11 +38,12 @@ def log_took(path: Path, msg: str, n: int) -> List[float]:
     return out[-n:]
 
 
-def paired(name: str, a: List[float], b: List[float]) -> None:
+def paired(name: str, a: List[float], b: List[float], unit: str = "ms") -> None:
     d = [y - x for x, y in zip(a, b)]
     se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else float("nan")
-    print(f"{name}: A p50 {statistics.median(a):.1f} ms, B p50 {statistics.median(b):.1f} ms; B − A per pair "
-          f"p50 {statistics.median(d):+.1f} ms, mean {statistics.mean(d):+.1f} ± {se:.1f} ms (n {len(d)})")
+    print(f"{name}: A p50 {statistics.median(a):.1f} {unit}, B p50 {statistics.median(b):.1f} {unit}; B − A per pair "
+          f"p50 {statistics.median(d):+.1f} {unit}, mean {statistics.mean(d):+.1f} ± {se:.1f} {unit} "
+          f"({statistics.mean(d) / statistics.mean(a):+.1%}; n {len(d)})")
 
 
 def main() -> int:
@@ -63,7 +66,8 @@ def main() -> int:
     keep = Path(tempfile.mkdtemp(prefix="create-ab-"))
     srvs: Dict[str, bench.Server] = {}
     steps = ("create", "runCode") + (("then",) if a.then else ()) + ("kill",)
-    t: Dict[str, Dict[str, List[float]]] = {k: {step: [] for step in steps} for k in "AB"}
+    cpus = ("restore CPU", "first call CPU") + (("then CPU",) if a.then else ())
+    t: Dict[str, Dict[str, List[float]]] = {k: {step: [] for step in steps + cpus} for k in "AB"}
     try:
         sides = (("A", a.a_bin, a.a_cache, a.a_serve_flag), ("B", a.b_bin, a.b_cache, a.b_serve_flag))
         for (side, bin_dir, cache, flags), pool in zip(sides, halves):
@@ -75,16 +79,26 @@ def main() -> int:
         bench.log(f"{a.pairs} pairs, load {bench.loadavg()}")
         for i in range(a.pairs):
             for k in ("AB" if i % 2 == 0 else "BA"):
+                runsc0 = bench.server_cpu(srvs[k])[1]
                 t0 = time.perf_counter()
                 sb = CodeSandbox.create(**srvs[k].sdk(), timeout_ms=600_000)
                 t1 = time.perf_counter()
+                # The restore's CPU: the sandbox's cgroup so far and the runsc
+                # restore the server ran and reaped (its children's CPU).
+                c1 = bench.sandbox_cpu_s(sb.sandbox_id)
+                runsc = bench.server_cpu(srvs[k])[1] - runsc0
                 bench.must_result(sb.run_code("1+1"), "text/plain")
                 t2 = time.perf_counter()
+                c2 = bench.sandbox_cpu_s(sb.sandbox_id)
                 if a.then:
                     ex = sb.run_code(a.then)
                     if ex.error:
                         raise RuntimeError(f"--then failed: {ex.error}")
                 t3 = time.perf_counter()
+                c3 = bench.sandbox_cpu_s(sb.sandbox_id)
+                for step, v in (("restore CPU", c1 + runsc), ("first call CPU", c2 - c1), ("then CPU", c3 - c2)):
+                    if step in t[k]:
+                        t[k][step].append(v * 1000)
                 sb.kill()
                 sb.close()
                 t4 = time.perf_counter()
@@ -98,6 +112,8 @@ def main() -> int:
         bench.CLEANUP.run()
     for step in steps:
         paired(step, t["A"][step], t["B"][step])
+    for step in cpus:
+        paired(step, t["A"][step], t["B"][step], "CPU-ms")
     for msg in ("sandbox up", "sandbox restored"):
         paired(f'server log "{msg}"', log_took(keep / "A.serve.log", msg, a.pairs), log_took(keep / "B.serve.log", msg, a.pairs))
     print(f"server logs: {keep}")
