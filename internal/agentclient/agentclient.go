@@ -189,19 +189,11 @@ func (c *Client) Wait(ctx context.Context, id string, alive func(context.Context
 
 // Ready waits for the agent's default kernel and its preloads.
 func (c *Client) Ready(ctx context.Context, id string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, URL(id).String()+api.AgentReadyPath, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := (&http.Client{Transport: c.transport, Timeout: 3 * time.Minute}).Do(req)
+	resp, err := c.call(ctx, http.MethodGet, id, api.AgentReadyPath, nil, "", 3*time.Minute)
 	if err != nil {
 		return fmt.Errorf("waiting for the kernel of sandbox %s: %w", id, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("waiting for the kernel of sandbox %s: agent answered %s: %s", id, resp.Status, b)
-	}
+	resp.Body.Close()
 	return nil
 }
 
@@ -271,50 +263,22 @@ func watchAlive(ctx context.Context, alive func(context.Context) error) (_ conte
 // agent secret. auth, when set, is the secret the agent holds now: a copy
 // holds its source's until this call.
 func (c *Client) Reseed(ctx context.Context, r api.ReseedRequest, auth string) error {
-	body, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("encoding reseed request: %w", err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, URL(r.SandboxID).String()+api.AgentReseedPath, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if auth != "" {
-		req.Header.Set("Authorization", "Bearer "+auth)
-	}
-	resp, err := (&http.Client{Transport: c.transport, Timeout: time.Minute}).Do(req)
+	resp, err := c.call(ctx, http.MethodPost, r.SandboxID, api.AgentReseedPath, r, auth, time.Minute)
 	if err != nil {
 		return fmt.Errorf("reseeding sandbox %s: %w", r.SandboxID, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("reseeding sandbox %s: agent answered %s", r.SandboxID, resp.Status)
-	}
+	resp.Body.Close()
 	return nil
 }
 
 // Trust has sandbox id's agent trust certPEM as its egress CA ("":
 // trust none again).
 func (c *Client) Trust(ctx context.Context, id, certPEM string) error {
-	body, err := json.Marshal(api.TrustRequest{CertPEM: certPEM})
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, URL(id).String()+api.AgentTrustPath, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Transport: c.transport, Timeout: time.Minute}).Do(req)
+	resp, err := c.call(ctx, http.MethodPost, id, api.AgentTrustPath, api.TrustRequest{CertPEM: certPEM}, "", time.Minute)
 	if err != nil {
 		return fmt.Errorf("installing the egress CA in sandbox %s: %w", id, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("installing the egress CA in sandbox %s: agent answered %s: %s", id, resp.Status, msg)
-	}
+	resp.Body.Close()
 	return nil
 }
 
@@ -324,19 +288,11 @@ const MaxEnvBytes = 1 << 20
 
 // Env asks sandbox id's agent for the environment it gives code.
 func (c *Client) Env(ctx context.Context, id string) ([]string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, URL(id).String()+api.AgentEnvPath, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := (&http.Client{Transport: c.transport, Timeout: 10 * time.Second}).Do(req)
+	resp, err := c.call(ctx, http.MethodGet, id, api.AgentEnvPath, nil, "", 10*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("asking sandbox %s for its environment: %w", id, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("asking sandbox %s for its environment: agent answered %s: %s", id, resp.Status, b)
-	}
 	var e api.AgentEnv
 	if err := json.NewDecoder(io.LimitReader(resp.Body, MaxEnvBytes)).Decode(&e); err != nil {
 		return nil, fmt.Errorf("asking sandbox %s for its environment (at most %d bytes): %w", id, MaxEnvBytes, err)
@@ -347,21 +303,49 @@ func (c *Client) Env(ctx context.Context, id string) ([]string, error) {
 // Disk asks sandbox id's agent what its root filesystem holds.
 func (c *Client) Disk(ctx context.Context, id string) (api.DiskUsage, error) {
 	var d api.DiskUsage
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, URL(id).String()+api.AgentDiskPath, nil)
-	if err != nil {
-		return d, err
-	}
-	resp, err := (&http.Client{Transport: c.transport, Timeout: 2 * time.Second}).Do(req)
+	resp, err := c.call(ctx, http.MethodGet, id, api.AgentDiskPath, nil, "", 2*time.Second)
 	if err != nil {
 		return d, fmt.Errorf("asking sandbox %s for its disk use: %w", id, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return d, fmt.Errorf("asking sandbox %s for its disk use: agent answered %s: %s", id, resp.Status, b)
-	}
 	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
 		return d, fmt.Errorf("asking sandbox %s for its disk use: %w", id, err)
 	}
 	return d, nil
+}
+
+// call sends one request to path of sandbox id's agent: body, when not
+// nil, as JSON; auth, when set, as the secret instead of the one the
+// transport gives; timeout bounds the whole exchange, body read included
+// (0: none). It returns a 200 or 204 answer, whose body the caller
+// closes; another status is an error with the agent's message.
+func (c *Client) call(ctx context.Context, method, id, path string, body any, auth string, timeout time.Duration) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the request to %s: %w", path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, URL(id).String()+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
+	}
+	resp, err := (&http.Client{Transport: c.transport, Timeout: timeout}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		return nil, fmt.Errorf("the agent's %s answered %s: %s", path, resp.Status, bytes.TrimSpace(b))
+	}
+	return resp, nil
 }

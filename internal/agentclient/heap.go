@@ -1,7 +1,6 @@
 package agentclient
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,8 +32,7 @@ func (c *Client) ShareHeap(ctx context.Context, id, dir string) (api.HeapShare, 
 	if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fail("removing the old file: %w", err)
 	}
-	client := &http.Client{Transport: c.transport}
-	resp, err := c.postAgent(ctx, client, id, api.AgentHeapDumpPath)
+	resp, err := c.call(ctx, http.MethodPost, id, api.AgentHeapDumpPath, nil, "", 0)
 	if err != nil {
 		return fail("%w", err)
 	}
@@ -79,7 +77,7 @@ func (c *Client) ShareHeap(ctx context.Context, id, dir string) (api.HeapShare, 
 		_ = d.Sync() // the rename, for a node that restarts
 		d.Close()
 	}
-	wait, err := c.postAgent(ctx, client, id, api.AgentHeapWaitPath)
+	wait, err := c.call(ctx, http.MethodPost, id, api.AgentHeapWaitPath, nil, "", 0)
 	if err != nil {
 		return fail("waiting for the kernel to map %s: %w", dst, err)
 	}
@@ -88,23 +86,4 @@ func (c *Client) ShareHeap(ctx context.Context, id, dir string) (api.HeapShare, 
 		return fail("reading the kernel's answer: %w", err)
 	}
 	return res, nil
-}
-
-// postAgent POSTs to path of sandbox id's agent and returns its 200
-// answer; another status is an error with the agent's message.
-func (c *Client) postAgent(ctx context.Context, client *http.Client, id, path string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, URL(id).String()+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		return nil, fmt.Errorf("%s answered %s: %s", path, resp.Status, bytes.TrimSpace(b))
-	}
-	return resp, nil
 }
