@@ -228,8 +228,9 @@ func (c *checker) images(ctx context.Context) error {
 // image's manifest names any more, all of them deleted. Deleting an image
 // leaves them, as others may name them. The check runs with this server
 // stopped; another node of the cluster uploading an image of that heap
-// at the moment of the repair would have its image refused where it is
-// read from the store, hence the why.
+// puts the object back once its manifest is published, but one that
+// publishes between the listing and the delete would have its image
+// refused where it is read from the store, hence the why.
 func (c *checker) shared(ctx context.Context) error {
 	if c.Images == nil {
 		return nil
@@ -244,7 +245,7 @@ func (c *checker) shared(ctx context.Context) error {
 		return err
 	}
 	for _, key := range unused {
-		c.add(SharedUnused, key, "no image in the image store names it (repair with every node of the cluster stopped)", func(ctx context.Context) error {
+		c.add(SharedUnused, key, "no image in the image store names it (best repaired with every node of the cluster stopped)", func(ctx context.Context) error {
 			return c.Images.RemoveShared(ctx, key)
 		})
 	}

@@ -129,8 +129,15 @@ func (s *Store) Put(ctx context.Context, name, dir string) (Manifest, error) {
 		skip[f.Path] = true
 	}
 	m, err := s.put(ctx, name, shared, func(w io.Writer) error { return writeTar(w, dir, skip) })
-	m.SharedUploaded = uploaded
-	return m, err
+	if err != nil {
+		return m, err
+	}
+	again, err := s.uploadMissing(ctx, dir, shared)
+	m.SharedUploaded = uploaded + again
+	if err != nil {
+		return m, fmt.Errorf("uploading image %s: %w", name, err)
+	}
+	return m, nil
 }
 
 // dropPartWait bounds the removal of a failed upload's object: the upload

@@ -22,7 +22,9 @@ package imagestore
 // Deleting an image leaves its shared objects: other images name them.
 // `lizard admin check --repair` lists those no manifest names and removes
 // them (UnusedShared): at most one object per distinct content (a
-// template build's heap) per bucket.
+// template build's heap) per bucket. An upload checks its shared objects
+// again once its manifest is published (uploadMissing), so a removal
+// racing it costs a second upload, not the image.
 
 import (
 	"archive/tar"
@@ -90,31 +92,48 @@ func (s *Store) putShared(ctx context.Context, dir string) ([]SharedFile, int64,
 	if err != nil {
 		return nil, 0, err
 	}
-	var uploaded int64
 	var files []SharedFile
 	for p, sum := range byPath {
-		files = append(files, SharedFile{Path: p, SHA256: sum})
-	}
-	slices.SortFunc(files, func(a, b SharedFile) int { return strings.Compare(a.Path, b.Path) })
-	for _, f := range files {
+		f := SharedFile{Path: p, SHA256: sum}
 		if err := f.check(); err != nil {
 			return nil, 0, err
 		}
+		files = append(files, f)
+	}
+	slices.SortFunc(files, func(a, b SharedFile) int { return strings.Compare(a.Path, b.Path) })
+	uploaded, err := s.uploadMissing(ctx, dir, files)
+	if err != nil {
+		return nil, 0, err
+	}
+	return files, uploaded, nil
+}
+
+// uploadMissing uploads the shared objects of files (in image directory
+// dir) the bucket lacks, and returns the bytes it uploaded. Put calls it
+// before the image's upload and again once its manifest is published: a
+// removal of unused objects (UnusedShared) that listed the manifests
+// before that one took its objects, since nothing named them yet. After
+// the second call that race is left only the removal's few milliseconds
+// between its listing and its deletes, where it was the image's whole
+// upload before.
+func (s *Store) uploadMissing(ctx context.Context, dir string, files []SharedFile) (int64, error) {
+	var uploaded int64
+	for _, f := range files {
 		key := sharedKey(f.SHA256)
 		keys, err := s.b.List(ctx, key)
 		if err != nil {
-			return nil, 0, fmt.Errorf("looking for shared object %s: %w", key, err)
+			return uploaded, fmt.Errorf("looking for shared object %s: %w", key, err)
 		}
 		if slices.Contains(keys, key) {
 			continue
 		}
 		n, err := s.putSharedObject(ctx, key, filepath.Join(dir, filepath.FromSlash(f.Path)))
-		if err != nil {
-			return nil, 0, err
-		}
 		uploaded += n
+		if err != nil {
+			return uploaded, err
+		}
 	}
-	return files, uploaded, nil
+	return uploaded, nil
 }
 
 // putSharedObject uploads file p as shared object key: its random ID,
@@ -249,10 +268,13 @@ func HashFile(p string) (string, error) { return hashFile(p) }
 // UnusedShared returns the shared objects no image's manifest names.
 // A manifest that does not open (but one from before sealing, which
 // names none) is an error: it may name any. An upload under way may have
-// put its shared object, or found it, and not yet its manifest: remove
-// what this lists only while no node uploads to the store (`lizard admin
-// check --repair`, every node stopped), or such an image is refused as
-// corrupt where it is read from the store.
+// put its shared object, or found it, and not yet its manifest: Put
+// uploads the object again if it is gone once the manifest is published,
+// which leaves a removal only the moments between this listing and its
+// deletes to hit an upload that publishes meanwhile (its image is then
+// refused as corrupt where it is read from the store). Best run while no
+// node uploads to the store (`lizard admin check --repair`, every node
+// stopped).
 func (s *Store) UnusedShared(ctx context.Context) ([]string, error) {
 	objs, err := s.b.List(ctx, sharedPrefix)
 	if err != nil || len(objs) == 0 {

@@ -216,6 +216,67 @@ func TestSharedOnce(t *testing.T) {
 	})
 }
 
+// collectingBucket runs a removal of unused shared objects (UnusedShared,
+// then RemoveShared of each, as `lizard admin check --repair` does) the
+// moment an image's data starts to upload: after the upload found its
+// shared object in the bucket, before its manifest names it.
+type collectingBucket struct {
+	imagestore.Bucket
+	s       *imagestore.Store
+	removed []string
+}
+
+func (c *collectingBucket) Put(ctx context.Context, key string, r io.Reader) error {
+	if strings.Contains(key, "/data-") {
+		unused, err := c.s.UnusedShared(ctx)
+		if err != nil {
+			return err
+		}
+		for _, k := range unused {
+			if err := c.s.RemoveShared(ctx, k); err != nil {
+				return err
+			}
+			c.removed = append(c.removed, k)
+		}
+	}
+	return c.Bucket.Put(ctx, key, r)
+}
+
+// TestSharedRemovedMidUpload: a removal of unused shared objects that
+// runs while an image of that heap uploads (the only image naming it
+// deleted just before) takes the object the upload found; the upload,
+// once its manifest is published, finds it gone and uploads it again,
+// and the image reads back whole on a node without the heap.
+func TestSharedRemovedMidUpload(t *testing.T) {
+	forEach(t, func(t *testing.T, b imagestore.Bucket) {
+		ctx := context.Background()
+		heap, want := heapFile(t)
+		cb := &collectingBucket{Bucket: b}
+		s := imagestore.New(cb, testKey)
+		cb.s = s
+		s.Share(fakeShared{kept: heap})
+		_, err := s.Put(ctx, "paused/sb-a", sharedImage(t, heap, "pages of a"))
+		must(t, err)
+		must(t, s.Delete(ctx, "paused/sb-a"))
+		cb.removed = nil
+
+		m, err := s.Put(ctx, "paused/sb-b", sharedImage(t, heap, "pages of b"))
+		must(t, err)
+		if len(cb.removed) != 1 || cb.removed[0] != "shared/"+m.Shared[0].SHA256 {
+			t.Fatalf("the removal took %v; want the heap's object, which no manifest named then", cb.removed)
+		}
+		if m.SharedUploaded < 6<<20 {
+			t.Fatalf("SharedUploaded = %d; want the heap's 6 MiB uploaded again", m.SharedUploaded)
+		}
+		other := imagestore.New(b, testKey)
+		other.Share(fakeShared{})
+		dst := filepath.Join(t.TempDir(), "got")
+		_, err = other.Get(ctx, "paused/sb-b", dst)
+		must(t, err)
+		sameImage(t, dst, "pages of b", want)
+	})
+}
+
 // TestSharedOld: images without shared files read as before — one made
 // by a store that shares nothing (a Lizard before, the heap in its tar)
 // read by one that shares, and one whose heap the runtime does not name.
