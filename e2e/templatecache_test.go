@@ -30,9 +30,13 @@ func TestTemplateStepCache(t *testing.T) {
 	ctx := context.Background()
 	nonce := make([]byte, 6)
 	rand.Read(nonce)
-	slow := "sleep 15; date +%s%N > /home/user/stamp"
+	slow := "sleep 3; date +%s%N > /home/user/stamp"
 	first := api.TemplateRecipe{Env: map[string]string{"E2E_NONCE": hex.EncodeToString(nonce)},
-		Steps: []api.TemplateStep{{Run: &api.TemplateCommand{Cmd: slow}}}, Start: "echo started > /tmp/started"}
+		Steps: []api.TemplateStep{{Run: &api.TemplateCommand{Cmd: slow}}}, Start: "echo started > /tmp/started",
+		// Without a ready check the template snapshot does not wait for
+		// the start command (docs/templates.md): on a loaded machine it
+		// was taken before the echo ran.
+		Ready: "test -s /tmp/started"}
 	stamp := func(key string) string {
 		t.Helper()
 		rootfs, ok := template.LayerRootFS(cacheDir(), recipe.LayerKey(key))
@@ -51,7 +55,7 @@ func TestTemplateStepCache(t *testing.T) {
 		return false
 	}
 	one, _, ev1, err := buildTemplate(t, c, api.BuildTemplateRequest{Name: "cache-one", Recipe: first})
-	if err != nil || !ran(ev1, "sleep 15") {
+	if err != nil || !ran(ev1, "sleep 3") {
 		t.Fatalf("first build = %+v, %v; want the slow step run", one, err)
 	}
 
@@ -65,8 +69,8 @@ func TestTemplateStepCache(t *testing.T) {
 	for _, ev := range ev2 {
 		resumed = resumed || (ev.Type == api.BuildEventStep && strings.Contains(ev.Name, "copying the cached build "+one.Key+" of the first 2 step(s)"))
 	}
-	if !resumed || ran(ev2, "sleep 15") || !ran(ev2, "echo two") {
-		t.Errorf("the build extending cache-one's steps: resumed %v, its slow step run %v; want it resumed, only the new step run:\n%+v", resumed, ran(ev2, "sleep 15"), ev2)
+	if !resumed || ran(ev2, "sleep 3") || !ran(ev2, "echo two") {
+		t.Errorf("the build extending cache-one's steps: resumed %v, its slow step run %v; want it resumed, only the new step run:\n%+v", resumed, ran(ev2, "sleep 3"), ev2)
 	}
 	if a, b := stamp(one.Key), stamp(two.Key); a != b {
 		t.Errorf("the resumed build's stamp %s; want cache-one's %s (the step not run again)", b, a)
@@ -78,7 +82,7 @@ func TestTemplateStepCache(t *testing.T) {
 	// skipCache: every step again, a new stamp; then the same recipe is
 	// the cache.
 	fresh, cached, ev3, err := buildTemplate(t, c, api.BuildTemplateRequest{Name: "cache-two", Recipe: longer, SkipCache: true})
-	if err != nil || cached || !ran(ev3, "sleep 15") || fresh.Key == two.Key {
+	if err != nil || cached || !ran(ev3, "sleep 3") || fresh.Key == two.Key {
 		t.Fatalf("skipCache = %+v cached %v, %v; want every step run under a new key", fresh, cached, err)
 	}
 	if stamp(fresh.Key) == stamp(one.Key) {
@@ -96,7 +100,7 @@ func TestTemplateStepCache(t *testing.T) {
 		{From: "cache-one", Run: []api.TemplateCommand{{Cmd: "echo child > /home/user/child"}}},
 	} {
 		child, _, evc, err := buildTemplate(t, c, api.BuildTemplateRequest{Name: "cache-child", Recipe: r})
-		if err != nil || ran(evc, "sleep 15") {
+		if err != nil || ran(evc, "sleep 3") {
 			t.Fatalf("building on cache-one (%+v) = %+v, %v; want it resumed from cache-one's build", r, child, err)
 		}
 		if stamp(child.Key) != stamp(one.Key) {

@@ -135,9 +135,11 @@ func (m *Manager) Unmount(id string) error {
 	if err := m.check(id); err != nil {
 		return err
 	}
+	unmounted := false
 	for i := 0; m.Mounted(id); i++ {
 		err := unix.Unmount(m.Path(id), 0)
 		if err == nil {
+			unmounted = true
 			break
 		}
 		if !errors.Is(err, unix.EBUSY) || i >= 20 {
@@ -146,7 +148,40 @@ func (m *Manager) Unmount(id string) error {
 		// A gofer that just ended may still hold it for a moment.
 		time.Sleep(100 * time.Millisecond)
 	}
+	if unmounted {
+		waitLoopFreed(m.Image(id), loopFreeWait)
+	}
 	return nil
+}
+
+// loopFreeWait bounds how long Unmount waits for the loop device of the
+// image it unmounted to go.
+const loopFreeWait = 5 * time.Second
+
+// waitLoopFreed waits until no loop device is attached to image, at most
+// timeout. The mount's loop device is cleared by the kernel after the
+// unmount, from a work queue, and later still while udev's probe holds
+// it open: a check right after an unmount found it attached to an image
+// nothing mounts. One still attached after timeout is held open by
+// another process, and `lizard admin check` lists it.
+func waitLoopFreed(image string, timeout time.Duration) {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if !loopAttached(image) {
+			return
+		}
+	}
+}
+
+// loopAttached reports whether a loop device is attached to image.
+func loopAttached(image string) bool {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil && strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)") == image {
+			return true
+		}
+	}
+	return false
 }
 
 // Remove unmounts volume id and deletes its image and mount point: its
