@@ -35,6 +35,13 @@
 # sandbox's first call ~8 ms more in faults (bench/create_ab.py).
 # internal/sandbox/gvisor's TestCopyOnWritePage fails without the patch.
 #
+# map-copies.patch: under --lizard-copy-written-pages, the first fault in
+# a private mapping of a file maps every private copy it holds into the
+# process at once. A restored sandbox's shared heap is a checkerboard of
+# one-page copies, each a pma of its own that the restore leaves unmapped:
+# a fault each (~85 us) where a stub mmap is ~26 us. A new --share-heap
+# sandbox's first runCode took 80 ms less (bench/create_ab.py, 30 pairs).
+#
 # release-after-restore.patch: 3 s after a restore, the Sentry gives its Go
 # heap's unused memory back to the host (debug.FreeOSMemory). Decoding the
 # kernel's state leaves the heap several MiB over what the Sentry uses
