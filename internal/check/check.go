@@ -361,18 +361,8 @@ func (c *checker) loops(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		backing := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
-		if !strings.HasPrefix(backing, filepath.Join(c.DataDir, "volumes")+"/") {
-			continue
-		}
-		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
-		if mounted[dev] {
+	for dev, backing := range volume.LoopDevices() {
+		if !strings.HasPrefix(backing, filepath.Join(c.DataDir, "volumes")+"/") || mounted[dev] {
 			continue
 		}
 		c.add(LoopDevice, dev, "it is attached to "+backing+", which nothing mounts", func(context.Context) error { return detach(dev) })

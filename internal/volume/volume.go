@@ -174,14 +174,25 @@ func waitLoopFreed(image string, timeout time.Duration) {
 
 // loopAttached reports whether a loop device is attached to image.
 func loopAttached(image string) bool {
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err == nil && strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)") == image {
+	for _, backing := range LoopDevices() {
+		if backing == image {
 			return true
 		}
 	}
 	return false
+}
+
+// LoopDevices returns the host's attached loop devices (/dev/loopN), each
+// with the file it is attached to (one deleted since, by its old path).
+func LoopDevices() map[string]string {
+	out := map[string]string{}
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil {
+			out["/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f)))] = strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
+		}
+	}
+	return out
 }
 
 // Remove unmounts volume id and deletes its image and mount point: its
